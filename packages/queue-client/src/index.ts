@@ -1,0 +1,23 @@
+// @org/queue-client: typed access to the queue functions. Generated queries stay inside
+// the package; this is everything it exports.
+export { connect, withTransaction, type ConnectOptions, type Queryable } from './connection.js';
+export { QueueError, type QueueErrorKind } from './errors.js';
+export {
+  claimTasks,
+  completeTask,
+  completeTasks,
+  dequeueNextAvailableTask,
+  enqueue,
+  enqueueMany,
+  failTask,
+  runFunction,
+  type ClaimOptions,
+  type ClaimedTask,
+  type Completion,
+  type CompletionOutcome,
+  type CompletionResult,
+  type Id,
+  type JsonObject,
+  type NewTask,
+  type Task,
+} from './tasks.js';

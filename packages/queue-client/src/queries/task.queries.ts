@@ -1,0 +1,259 @@
+/** Types generated for queries found in "src/queries/task.sql" */
+import { PreparedQuery } from '@pgtyped/runtime';
+
+export type DateOrString = Date | string;
+
+export type NumberOrString = number | string;
+
+export type NumberOrStringArray = (NumberOrString)[];
+
+export type stringArray = (string)[];
+
+/** 'TaskEnqueue' parameters type */
+export interface ITaskEnqueueParams {
+  maxAttempts?: number | null | void;
+  payload: unknown;
+  priority?: number | null | void;
+  resourceKey?: string | null | void;
+  scheduledAt?: DateOrString | null | void;
+  taskType: string;
+}
+
+/** 'TaskEnqueue' return type */
+export interface ITaskEnqueueResult {
+  taskId: string;
+}
+
+/** 'TaskEnqueue' query type */
+export interface ITaskEnqueueQuery {
+  params: ITaskEnqueueParams;
+  result: ITaskEnqueueResult;
+}
+
+const taskEnqueueIR: any = {"usedParamSet":{"taskType":true,"payload":true,"scheduledAt":true,"priority":true,"resourceKey":true,"maxAttempts":true},"params":[{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":25,"b":34}]},{"name":"payload","required":true,"transform":{"type":"scalar"},"locs":[{"a":43,"b":51}]},{"name":"scheduledAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":61,"b":72}]},{"name":"priority","required":false,"transform":{"type":"scalar"},"locs":[{"a":88,"b":96}]},{"name":"resourceKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":110,"b":121}]},{"name":"maxAttempts","required":false,"transform":{"type":"scalar"},"locs":[{"a":130,"b":141}]}],"statement":"select queues.enqueue(\n  :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,\n  :resourceKey::text, :maxAttempts::integer\n) as \"taskId!\""};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select queues.enqueue(
+ *   :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
+ *   :resourceKey::text, :maxAttempts::integer
+ * ) as "taskId!"
+ * ```
+ */
+export const taskEnqueue = new PreparedQuery<ITaskEnqueueParams,ITaskEnqueueResult>(taskEnqueueIR);
+
+
+/** 'TaskEnqueueMany' parameters type */
+export interface ITaskEnqueueManyParams {
+  tasks: unknown;
+}
+
+/** 'TaskEnqueueMany' return type */
+export interface ITaskEnqueueManyResult {
+  taskId: string;
+}
+
+/** 'TaskEnqueueMany' query type */
+export interface ITaskEnqueueManyQuery {
+  params: ITaskEnqueueManyParams;
+  result: ITaskEnqueueManyResult;
+}
+
+const taskEnqueueManyIR: any = {"usedParamSet":{"tasks":true},"params":[{"name":"tasks","required":true,"transform":{"type":"scalar"},"locs":[{"a":57,"b":63}]}],"statement":"select e.task_id as \"taskId!\"\n  from queues.enqueue_many(:tasks!::jsonb) e"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select e.task_id as "taskId!"
+ *   from queues.enqueue_many(:tasks!::jsonb) e
+ * ```
+ */
+export const taskEnqueueMany = new PreparedQuery<ITaskEnqueueManyParams,ITaskEnqueueManyResult>(taskEnqueueManyIR);
+
+
+/** 'TaskClaim' parameters type */
+export interface ITaskClaimParams {
+  leaseSeconds?: number | null | void;
+  limit?: number | null | void;
+  taskTypes?: stringArray | null | void;
+  workerId: string;
+}
+
+/** 'TaskClaim' return type */
+export interface ITaskClaimResult {
+  enqueuedAt: Date;
+  expiresAt: Date;
+  leaseCount: number;
+  leasedAt: Date;
+  maxAttempts: number;
+  payload: unknown;
+  priority: number;
+  resourceKey: string | null;
+  scheduledAt: Date;
+  taskId: string;
+  taskLeaseId: string;
+  taskType: string;
+}
+
+/** 'TaskClaim' query type */
+export interface ITaskClaimQuery {
+  params: ITaskClaimParams;
+  result: ITaskClaimResult;
+}
+
+const taskClaimIR: any = {"usedParamSet":{"workerId":true,"limit":true,"taskTypes":true,"leaseSeconds":true},"params":[{"name":"workerId","required":true,"transform":{"type":"scalar"},"locs":[{"a":506,"b":515}]},{"name":"limit","required":false,"transform":{"type":"scalar"},"locs":[{"a":524,"b":529}]},{"name":"taskTypes","required":false,"transform":{"type":"scalar"},"locs":[{"a":541,"b":550}]},{"name":"leaseSeconds","required":false,"transform":{"type":"scalar"},"locs":[{"a":561,"b":573}]}],"statement":"select c.task_id       as \"taskId!\",\n       c.task_type     as \"taskType!\",\n       c.payload       as \"payload!\",\n       c.priority      as \"priority!\",\n       c.resource_key  as \"resourceKey\",\n       c.max_attempts  as \"maxAttempts!\",\n       c.enqueued_at   as \"enqueuedAt!\",\n       c.scheduled_at  as \"scheduledAt!\",\n       c.task_lease_id as \"taskLeaseId!\",\n       c.leased_at     as \"leasedAt!\",\n       c.expires_at    as \"expiresAt!\",\n       c.lease_count   as \"leaseCount!\"\n  from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer) c"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select c.task_id       as "taskId!",
+ *        c.task_type     as "taskType!",
+ *        c.payload       as "payload!",
+ *        c.priority      as "priority!",
+ *        c.resource_key  as "resourceKey",
+ *        c.max_attempts  as "maxAttempts!",
+ *        c.enqueued_at   as "enqueuedAt!",
+ *        c.scheduled_at  as "scheduledAt!",
+ *        c.task_lease_id as "taskLeaseId!",
+ *        c.leased_at     as "leasedAt!",
+ *        c.expires_at    as "expiresAt!",
+ *        c.lease_count   as "leaseCount!"
+ *   from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer) c
+ * ```
+ */
+export const taskClaim = new PreparedQuery<ITaskClaimParams,ITaskClaimResult>(taskClaimIR);
+
+
+/** 'TaskDequeueNextAvailable' parameters type */
+export interface ITaskDequeueNextAvailableParams {
+  leaseSeconds?: number | null | void;
+  workerId?: string | null | void;
+}
+
+/** 'TaskDequeueNextAvailable' return type */
+export interface ITaskDequeueNextAvailableResult {
+  enqueuedAt: Date;
+  maxAttempts: number;
+  payload: unknown;
+  priority: number;
+  resourceKey: string | null;
+  scheduledAt: Date;
+  taskId: string;
+  taskType: string;
+}
+
+/** 'TaskDequeueNextAvailable' query type */
+export interface ITaskDequeueNextAvailableQuery {
+  params: ITaskDequeueNextAvailableParams;
+  result: ITaskDequeueNextAvailableResult;
+}
+
+const taskDequeueNextAvailableIR: any = {"usedParamSet":{"workerId":true,"leaseSeconds":true},"params":[{"name":"workerId","required":false,"transform":{"type":"scalar"},"locs":[{"a":352,"b":360}]},{"name":"leaseSeconds","required":false,"transform":{"type":"scalar"},"locs":[{"a":369,"b":381}]}],"statement":"select t.task_id      as \"taskId!\",\n       t.task_type    as \"taskType!\",\n       t.payload      as \"payload!\",\n       t.priority     as \"priority!\",\n       t.resource_key as \"resourceKey\",\n       t.max_attempts as \"maxAttempts!\",\n       t.enqueued_at  as \"enqueuedAt!\",\n       t.scheduled_at as \"scheduledAt!\"\n  from queues.dequeue_next_available_task(:workerId::text, :leaseSeconds::integer) t"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select t.task_id      as "taskId!",
+ *        t.task_type    as "taskType!",
+ *        t.payload      as "payload!",
+ *        t.priority     as "priority!",
+ *        t.resource_key as "resourceKey",
+ *        t.max_attempts as "maxAttempts!",
+ *        t.enqueued_at  as "enqueuedAt!",
+ *        t.scheduled_at as "scheduledAt!"
+ *   from queues.dequeue_next_available_task(:workerId::text, :leaseSeconds::integer) t
+ * ```
+ */
+export const taskDequeueNextAvailable = new PreparedQuery<ITaskDequeueNextAvailableParams,ITaskDequeueNextAvailableResult>(taskDequeueNextAvailableIR);
+
+
+/** 'TaskComplete' parameters type */
+export interface ITaskCompleteParams {
+  outcome?: string | null | void;
+  taskId: NumberOrString;
+  taskLeaseId?: NumberOrString | null | void;
+}
+
+/** 'TaskComplete' return type */
+export interface ITaskCompleteResult {
+  completed: boolean;
+}
+
+/** 'TaskComplete' query type */
+export interface ITaskCompleteQuery {
+  params: ITaskCompleteParams;
+  result: ITaskCompleteResult;
+}
+
+const taskCompleteIR: any = {"usedParamSet":{"taskId":true,"taskLeaseId":true,"outcome":true},"params":[{"name":"taskId","required":true,"transform":{"type":"scalar"},"locs":[{"a":28,"b":35}]},{"name":"taskLeaseId","required":false,"transform":{"type":"scalar"},"locs":[{"a":46,"b":57}]},{"name":"outcome","required":false,"transform":{"type":"scalar"},"locs":[{"a":68,"b":75}]}],"statement":"select queues.complete_task(:taskId!::bigint, :taskLeaseId::bigint, :outcome::text) as \"completed!\""};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select queues.complete_task(:taskId!::bigint, :taskLeaseId::bigint, :outcome::text) as "completed!"
+ * ```
+ */
+export const taskComplete = new PreparedQuery<ITaskCompleteParams,ITaskCompleteResult>(taskCompleteIR);
+
+
+/** 'TaskCompleteMany' parameters type */
+export interface ITaskCompleteManyParams {
+  outcomes?: stringArray | null | void;
+  taskIds: NumberOrStringArray;
+  taskLeaseIds?: NumberOrStringArray | null | void;
+}
+
+/** 'TaskCompleteMany' return type */
+export interface ITaskCompleteManyResult {
+  result: string;
+  taskId: string;
+}
+
+/** 'TaskCompleteMany' query type */
+export interface ITaskCompleteManyQuery {
+  params: ITaskCompleteManyParams;
+  result: ITaskCompleteManyResult;
+}
+
+const taskCompleteManyIR: any = {"usedParamSet":{"taskIds":true,"taskLeaseIds":true,"outcomes":true},"params":[{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":82,"b":90}]},{"name":"taskLeaseIds","required":false,"transform":{"type":"scalar"},"locs":[{"a":103,"b":115}]},{"name":"outcomes","required":false,"transform":{"type":"scalar"},"locs":[{"a":128,"b":136}]}],"statement":"select c.task_id as \"taskId!\", c.result as \"result!\"\n  from queues.complete_tasks(:taskIds!::bigint[], :taskLeaseIds::bigint[], :outcomes::text[]) c"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select c.task_id as "taskId!", c.result as "result!"
+ *   from queues.complete_tasks(:taskIds!::bigint[], :taskLeaseIds::bigint[], :outcomes::text[]) c
+ * ```
+ */
+export const taskCompleteMany = new PreparedQuery<ITaskCompleteManyParams,ITaskCompleteManyResult>(taskCompleteManyIR);
+
+
+/** 'TaskFail' parameters type */
+export interface ITaskFailParams {
+  errorMessage: string;
+  taskId: NumberOrString;
+  taskLeaseId?: NumberOrString | null | void;
+}
+
+/** 'TaskFail' return type */
+export interface ITaskFailResult {
+  errorId: string;
+}
+
+/** 'TaskFail' query type */
+export interface ITaskFailQuery {
+  params: ITaskFailParams;
+  result: ITaskFailResult;
+}
+
+const taskFailIR: any = {"usedParamSet":{"taskId":true,"errorMessage":true,"taskLeaseId":true},"params":[{"name":"taskId","required":true,"transform":{"type":"scalar"},"locs":[{"a":24,"b":31}]},{"name":"errorMessage","required":true,"transform":{"type":"scalar"},"locs":[{"a":42,"b":55}]},{"name":"taskLeaseId","required":false,"transform":{"type":"scalar"},"locs":[{"a":64,"b":75}]}],"statement":"select queues.fail_task(:taskId!::bigint, :errorMessage!::text, :taskLeaseId::bigint) as \"errorId!\""};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select queues.fail_task(:taskId!::bigint, :errorMessage!::text, :taskLeaseId::bigint) as "errorId!"
+ * ```
+ */
+export const taskFail = new PreparedQuery<ITaskFailParams,ITaskFailResult>(taskFailIR);
+
+

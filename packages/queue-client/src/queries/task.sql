@@ -1,0 +1,51 @@
+/*
+  Queries on queues.task and its facts. Names are Entity+Verb so they sort together.
+  Columns are aliased with "name!" where the value is never null: pgtyped types every
+  column of a function call as nullable, and the alias also gives camelCase keys.
+*/
+
+/* @name TaskEnqueue */
+select queues.enqueue(
+  :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
+  :resourceKey::text, :maxAttempts::integer
+) as "taskId!";
+
+/* @name TaskEnqueueMany */
+select e.task_id as "taskId!"
+  from queues.enqueue_many(:tasks!::jsonb) e;
+
+/* @name TaskClaim */
+select c.task_id       as "taskId!",
+       c.task_type     as "taskType!",
+       c.payload       as "payload!",
+       c.priority      as "priority!",
+       c.resource_key  as "resourceKey",
+       c.max_attempts  as "maxAttempts!",
+       c.enqueued_at   as "enqueuedAt!",
+       c.scheduled_at  as "scheduledAt!",
+       c.task_lease_id as "taskLeaseId!",
+       c.leased_at     as "leasedAt!",
+       c.expires_at    as "expiresAt!",
+       c.lease_count   as "leaseCount!"
+  from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer) c;
+
+/* @name TaskDequeueNextAvailable */
+select t.task_id      as "taskId!",
+       t.task_type    as "taskType!",
+       t.payload      as "payload!",
+       t.priority     as "priority!",
+       t.resource_key as "resourceKey",
+       t.max_attempts as "maxAttempts!",
+       t.enqueued_at  as "enqueuedAt!",
+       t.scheduled_at as "scheduledAt!"
+  from queues.dequeue_next_available_task(:workerId::text, :leaseSeconds::integer) t;
+
+/* @name TaskComplete */
+select queues.complete_task(:taskId!::bigint, :taskLeaseId::bigint, :outcome::text) as "completed!";
+
+/* @name TaskCompleteMany */
+select c.task_id as "taskId!", c.result as "result!"
+  from queues.complete_tasks(:taskIds!::bigint[], :taskLeaseIds::bigint[], :outcomes::text[]) c;
+
+/* @name TaskFail */
+select queues.fail_task(:taskId!::bigint, :errorMessage!::text, :taskLeaseId::bigint) as "errorId!";

@@ -1,0 +1,195 @@
+/**
+ * The queue's public face: tasks, leases and completions, mapped from the generated
+ * queries (./queries/*.queries.ts, never exported) to camelCase types.
+ *
+ * Terminology
+ *   task       a unit of work (queues.task), immutable once enqueued
+ *   lease      a claim of a task by a worker until expiresAt (queues.task_lease)
+ *   completed  the terminal fact: the task is never claimed again (queues.task_completed)
+ *   error      an operational error reported against a task (queues.error)
+ *
+ * States, derived from the facts
+ *   scheduled  not completed, scheduledAt in the future
+ *   ready      not completed, scheduledAt reached, no live lease      -> claimed by claimTasks
+ *   running    not completed, a live lease                           -> completed, or ready
+ *                                                                        again when it expires
+ *   completed  outcome succeeded | failed | abandoned | cancelled     (terminal)
+ */
+import { functionRun } from './queries/function.queries.js';
+import {
+  taskClaim,
+  taskComplete,
+  taskCompleteMany,
+  taskDequeueNextAvailable,
+  taskEnqueue,
+  taskEnqueueMany,
+  taskFail,
+} from './queries/task.queries.js';
+import type { Queryable } from './connection.js';
+import { mapErrors } from './errors.js';
+
+/** A bigint id, as a decimal string (PostgreSQL bigint exceeds JavaScript's safe integers). */
+export type Id = string;
+
+export type JsonObject = { [key: string]: unknown };
+
+export interface NewTask {
+  taskType: string;
+  payload: JsonObject;
+  /** Not claimed before this time (default: now). */
+  scheduledAt?: Date;
+  /** Higher runs first, -1000..1000 (default 0). */
+  priority?: number;
+  /** At most one task per resource key is leased at a time. */
+  resourceKey?: string;
+  /** Runs allowed for tasks no supervisor drives (default 1). */
+  maxAttempts?: number;
+}
+
+export interface Task {
+  taskId: Id;
+  taskType: string;
+  payload: JsonObject;
+  priority: number;
+  resourceKey: string | null;
+  maxAttempts: number;
+  enqueuedAt: Date;
+  scheduledAt: Date;
+}
+
+export interface ClaimedTask extends Task {
+  taskLeaseId: Id;
+  leasedAt: Date;
+  expiresAt: Date;
+  /** How many leases this task has had, this one included. */
+  leaseCount: number;
+}
+
+export interface ClaimOptions {
+  workerId: string;
+  /** Up to this many tasks, 1..1000 (default 1). */
+  limit?: number;
+  /** Only these task types (default: any). */
+  taskTypes?: string[];
+  /** Lease length, 1..86400 seconds (default 300). */
+  leaseSeconds?: number;
+}
+
+export type CompletionOutcome = 'succeeded' | 'failed' | 'abandoned' | 'cancelled';
+
+export interface Completion {
+  taskId: Id;
+  /** The lease the caller holds: completion is refused once a newer lease exists. */
+  taskLeaseId?: Id;
+  outcome?: CompletionOutcome;
+}
+
+export type CompletionResult = 'completed' | 'already_completed' | 'lease_lost' | 'unknown_task';
+
+function asObject(value: unknown): JsonObject {
+  return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as JsonObject) : {};
+}
+
+/** Adds a task; returns its id. */
+export async function enqueue(db: Queryable, task: NewTask): Promise<Id> {
+  const [row] = await mapErrors(
+    taskEnqueue.run(
+      {
+        taskType: task.taskType,
+        payload: JSON.stringify(task.payload),
+        scheduledAt: task.scheduledAt,
+        priority: task.priority,
+        resourceKey: task.resourceKey,
+        maxAttempts: task.maxAttempts,
+      },
+      db,
+    ),
+  );
+  if (!row) throw new Error('queues.enqueue returned no row');
+  return row.taskId;
+}
+
+/** Adds up to 10,000 tasks in one statement, all or nothing; returns their ids in order. */
+export async function enqueueMany(db: Queryable, tasks: NewTask[]): Promise<Id[]> {
+  const json = tasks.map((t) => ({
+    task_type: t.taskType,
+    payload: t.payload,
+    scheduled_at: t.scheduledAt?.toISOString(),
+    priority: t.priority,
+    resource_key: t.resourceKey,
+    max_attempts: t.maxAttempts,
+  }));
+  const rows = await mapErrors(taskEnqueueMany.run({ tasks: JSON.stringify(json) }, db));
+  return rows.map((r) => r.taskId);
+}
+
+/** Claims up to `limit` ready tasks, each with a new lease. */
+export async function claimTasks(db: Queryable, options: ClaimOptions): Promise<ClaimedTask[]> {
+  const rows = await mapErrors(
+    taskClaim.run(
+      {
+        workerId: options.workerId,
+        limit: options.limit,
+        taskTypes: options.taskTypes,
+        leaseSeconds: options.leaseSeconds,
+      },
+      db,
+    ),
+  );
+  return rows.map((r) => ({ ...r, payload: asObject(r.payload) }));
+}
+
+/** The seeds' single claim: one ready task with a new lease, or null. */
+export async function dequeueNextAvailableTask(
+  db: Queryable,
+  options: { workerId?: string; leaseSeconds?: number } = {},
+): Promise<Task | null> {
+  const [row] = await mapErrors(taskDequeueNextAvailable.run(options, db));
+  return row ? { ...row, payload: asObject(row.payload) } : null;
+}
+
+/**
+ * Completes a task. Idempotent: true when this call completed it, false when it was
+ * completed before. Throws QueueError 'lease_lost' when `taskLeaseId` is no longer the
+ * task's current lease, 'not_found' for an unknown task.
+ */
+export async function completeTask(db: Queryable, completion: Completion): Promise<boolean> {
+  const [row] = await mapErrors(taskComplete.run(completion, db));
+  return row?.completed ?? false;
+}
+
+/** Completes many tasks in one statement; one result per task, in input order. */
+export async function completeTasks(
+  db: Queryable,
+  completions: Completion[],
+): Promise<{ taskId: Id; result: CompletionResult }[]> {
+  if (completions.length === 0) return [];
+  const rows = await mapErrors(
+    taskCompleteMany.run(
+      {
+        taskIds: completions.map((c) => c.taskId),
+        taskLeaseIds: completions.map((c) => c.taskLeaseId ?? null) as string[],
+        outcomes: completions.map((c) => c.outcome ?? null) as string[],
+      },
+      db,
+    ),
+  );
+  const byId = new Map(rows.map((r) => [r.taskId, r.result as CompletionResult]));
+  return completions.map((c) => ({ taskId: c.taskId, result: byId.get(String(c.taskId)) ?? 'unknown_task' }));
+}
+
+/** Records an operational error against a task (not terminal); returns the error id. */
+export async function failTask(
+  db: Queryable,
+  failure: { taskId: Id; errorMessage: string; taskLeaseId?: Id },
+): Promise<Id> {
+  const [row] = await mapErrors(taskFail.run(failure, db));
+  if (!row) throw new Error('queues.fail_task returned no row');
+  return row.errorId;
+}
+
+/** Runs a registered function through internal.run_function; returns its jsonb result. */
+export async function runFunction(db: Queryable, functionName: string, payload: JsonObject): Promise<unknown> {
+  const [row] = await mapErrors(functionRun.run({ functionName, payload: JSON.stringify(payload) }, db));
+  return row?.result ?? null;
+}

@@ -1,0 +1,137 @@
+-- Claiming: queues.claim_tasks (batch), queues.dequeue_next_available_task (the seeds'
+-- single claim), both on top of queues.claim_tasks_at, which takes the clock as an
+-- argument so tests can move time forward. Only the owner may call claim_tasks_at:
+-- a worker that chose its own clock could take live leases.
+
+create or replace function queues.claim_tasks_at(
+  _now           timestamptz,
+  _worker_id     text,
+  _limit         integer,
+  _task_types    text[],
+  _lease_seconds integer
+) returns table (
+  task_id       bigint,
+  task_type     text,
+  payload       jsonb,
+  priority      integer,
+  resource_key  text,
+  max_attempts  integer,
+  enqueued_at   timestamptz,
+  scheduled_at  timestamptz,
+  task_lease_id bigint,
+  leased_at     timestamptz,
+  expires_at    timestamptz,
+  lease_count   integer
+)
+  language plpgsql volatile
+  rows 10
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  if _worker_id is null or length(_worker_id) not between 1 and 200 then
+    raise exception 'worker_id must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  if _limit is null or _limit not between 1 and 1000 then
+    raise exception 'limit must be between 1 and 1000, got %', coalesce(_limit::text, 'null')
+      using errcode = '22023';
+  end if;
+  if _lease_seconds is null or _lease_seconds not between 1 and 86400 then
+    raise exception 'lease_seconds must be between 1 and 86400, got %',
+      coalesce(_lease_seconds::text, 'null') using errcode = '22023';
+  end if;
+  if _task_types is not null and cardinality(_task_types) = 0 then
+    raise exception 'task_types must be null (any type) or name at least one type'
+      using errcode = '22023';
+  end if;
+
+  return query
+  with picked as (
+    -- SKIP LOCKED skips rows another claimer holds; the update below makes any claimer
+    -- that arrives after our commit re-check available_at on the new row version.
+    select p.task_id
+      from queues.task_pending p
+     where p.available_at <= _now
+       and (_task_types is null or p.task_type = any (_task_types))
+     order by p.priority desc, p.scheduled_at, p.task_id
+     limit _limit
+       for update skip locked
+  ),
+  leased as (
+    insert into queues.task_lease (task_id, worker_id, leased_at, expires_at)
+    select pk.task_id, _worker_id, _now, _now + make_interval(secs => _lease_seconds)
+      from picked pk
+    returning *
+  ),
+  -- Plan shapes below are chosen so that cost follows the claimed rows only, whatever
+  -- the planner estimates for _limit: `= any(array(...))` probes the primary key, and
+  -- the lateral `limit 1` keeps the task lookup a nested loop over the claimed ids.
+  moved as (
+    update queues.task_pending p
+       set available_at = _now + make_interval(secs => _lease_seconds),
+           current_lease_id = (select l.task_lease_id from leased l where l.task_id = p.task_id),
+           lease_count = p.lease_count + 1
+     where p.task_id = any (array(select l.task_id from leased l))
+    returning p.task_id, p.lease_count
+  )
+  select t.task_id, t.task_type, t.payload, t.priority, t.resource_key, t.max_attempts,
+         t.enqueued_at, t.scheduled_at, l.task_lease_id, l.leased_at, l.expires_at, m.lease_count
+    from leased l
+    join moved m on m.task_id = l.task_id
+   cross join lateral (
+     select * from queues.task t where t.task_id = l.task_id limit 1
+   ) t
+   order by t.priority desc, t.scheduled_at, t.task_id;
+end;
+$$;
+
+-- Claim up to _limit ready tasks (optionally only of _task_types) for _worker_id, each
+-- with a new lease of _lease_seconds (default 300). Ready: not completed, scheduled_at
+-- reached, no live lease. Order: priority desc, scheduled_at, task_id.
+create or replace function queues.claim_tasks(
+  _worker_id     text,
+  _limit         integer default null,
+  _task_types    text[] default null,
+  _lease_seconds integer default null
+) returns table (
+  task_id       bigint,
+  task_type     text,
+  payload       jsonb,
+  priority      integer,
+  resource_key  text,
+  max_attempts  integer,
+  enqueued_at   timestamptz,
+  scheduled_at  timestamptz,
+  task_lease_id bigint,
+  leased_at     timestamptz,
+  expires_at    timestamptz,
+  lease_count   integer
+)
+  language sql volatile
+  rows 10
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+  select * from queues.claim_tasks_at(now(), _worker_id, coalesce(_limit, 1), _task_types,
+                                      coalesce(_lease_seconds, 300))
+$$;
+
+-- The seeds' single claim: one ready task with a new lease, or no row.
+create or replace function queues.dequeue_next_available_task(
+  _worker_id     text default null,
+  _lease_seconds integer default null
+) returns setof queues.task
+  language sql volatile
+  rows 1
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+  -- The columns of queues.task, in table order.
+  select c.task_id, c.task_type, c.payload, c.priority, c.resource_key, c.max_attempts,
+         c.enqueued_at, c.scheduled_at
+    from queues.claim_tasks_at(now(), coalesce(_worker_id, session_user::text), 1, null,
+                               coalesce(_lease_seconds, 300)) c
+$$;

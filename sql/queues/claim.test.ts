@@ -1,0 +1,359 @@
+// Claiming, completing and failing tasks, against a real PostgreSQL: exclusivity under
+// concurrency, the semantics of leases and completion, and the claim's independence
+// from history.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { createTestDatabase, explainNested, planNodes, sharedBuffers, type TestDatabase } from '@org/db-tools/testing';
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await createTestDatabase();
+});
+afterAll(async () => {
+  await db?.drop();
+});
+
+/** Enqueues `n` db_function tasks as the app role, in batches; returns their ids. */
+async function enqueueNoops(n: number, extra: Record<string, unknown> = {}): Promise<string[]> {
+  const ids: string[] = [];
+  for (let start = 0; start < n; start += 5000) {
+    const batch = Array.from({ length: Math.min(5000, n - start) }, (_, i) => ({
+      task_type: 'db_function',
+      payload: { db_function: 'internal.noop', n: start + i },
+      ...extra,
+    }));
+    const { rows } = await db.pool('app').query<{ task_id: string }>(
+      'select task_id from queues.enqueue_many($1::jsonb)',
+      [JSON.stringify(batch)],
+    );
+    ids.push(...rows.map((r) => r.task_id));
+  }
+  return ids;
+}
+
+async function resetQueue(): Promise<void> {
+  // Tests share one database: start each from an empty queue (owner-only maintenance).
+  await db.query('alter table queues.task disable trigger forbid_update');
+  await db.query('truncate queues.task, queues.task_lease, queues.task_completed, queues.error, queues.task_pending');
+  await db.query('alter table queues.task enable trigger forbid_update');
+}
+
+interface Claimed {
+  task_id: string;
+  task_lease_id: string;
+  lease_count: number;
+  task_type: string;
+}
+
+/** Claims as the owner at a chosen clock (`seconds` from now), to move time forward. */
+async function claimAt(seconds: number, worker = 'w-clock', limit = 10, types: string[] | null = null): Promise<Claimed[]> {
+  const { rows } = await db.query<Claimed>(
+    `select task_id, task_lease_id, lease_count, task_type
+       from queues.claim_tasks_at(now() + make_interval(secs => $1), $2, $3, $4, 60)`,
+    [seconds, worker, limit, types],
+  );
+  return rows;
+}
+
+async function claim(worker = 'w1', limit = 10, leaseSeconds = 60, types: string[] | null = null): Promise<Claimed[]> {
+  const { rows } = await db.pool('worker').query<Claimed>(
+    'select task_id, task_lease_id, lease_count, task_type from queues.claim_tasks($1, $2, $3, $4)',
+    [worker, limit, types, leaseSeconds],
+  );
+  return rows;
+}
+
+describe('exclusivity', () => {
+  it('32 concurrent claimers over 20,000 tasks: each task claimed exactly once, no overlapping live leases', async () => {
+    await resetQueue();
+    const ids = await enqueueNoops(20_000);
+    expect(ids).toHaveLength(20_000);
+
+    const claimers = 32;
+    const seen = new Map<string, number>();
+    const clients = await Promise.all(Array.from({ length: claimers }, () => db.client('worker')));
+    let calls = 0;
+    await Promise.all(
+      clients.map(async (client, i) => {
+        for (;;) {
+          const { rows } = await client.query<Claimed>(
+            'select task_id, task_lease_id from queues.claim_tasks($1, 10, null, 300)',
+            [`claimer-${i}`],
+          );
+          calls++;
+          if (rows.length === 0) break;
+          for (const r of rows) seen.set(r.task_id, (seen.get(r.task_id) ?? 0) + 1);
+          // Complete with fencing, as a worker does, so claims race with completions.
+          await client.query('select * from queues.complete_tasks($1::bigint[], $2::bigint[], null)', [
+            rows.map((r) => r.task_id),
+            rows.map((r) => r.task_lease_id),
+          ]);
+        }
+      }),
+    );
+    await Promise.all(clients.map((c) => c.end()));
+
+    expect(seen.size).toBe(20_000);
+    expect([...seen.values()].every((n) => n === 1)).toBe(true);
+    expect(calls).toBeGreaterThanOrEqual(2000 + claimers);
+
+    const { rows: [counts] } = await db.query<{ leases: string; tasks: string; completed: string; overlaps: string }>(`
+      select (select count(*) from queues.task_lease) as leases,
+             (select count(distinct task_id) from queues.task_lease) as tasks,
+             (select count(*) from queues.task_completed where outcome = 'succeeded') as completed,
+             (select count(*)
+                from queues.task_lease a
+                join queues.task_lease b
+                  on b.task_id = a.task_id and b.task_lease_id > a.task_lease_id
+                 and tstzrange(a.leased_at, a.expires_at) && tstzrange(b.leased_at, b.expires_at)) as overlaps`);
+    expect(counts).toEqual({ leases: '20000', tasks: '20000', completed: '20000', overlaps: '0' });
+    const { rows: pending } = await db.query('select count(*)::int as n from queues.task_pending');
+    expect(pending[0].n).toBe(0);
+  });
+});
+
+describe('claim semantics', () => {
+  it('an expired lease makes the task claimable again, with a new lease', async () => {
+    await resetQueue();
+    const [id] = await enqueueNoops(1);
+    const [first] = await claim('w1', 1, 60);
+    expect(first?.task_id).toBe(id);
+    expect(await claim('w2')).toEqual([]);
+    expect(await claimAt(30)).toEqual([]); // lease still live
+    const again = await claimAt(61);
+    expect(again.map((r) => r.task_id)).toEqual([id]);
+    expect(again[0]?.lease_count).toBe(2);
+    expect(again[0]?.task_lease_id).not.toBe(first?.task_lease_id);
+  });
+
+  it('completed tasks are never claimed again, even long after their lease', async () => {
+    await resetQueue();
+    const [id] = await enqueueNoops(1);
+    const [lease] = await claim();
+    await db.pool('worker').query('select queues.complete_task($1, $2)', [id, lease?.task_lease_id]);
+    expect(await claimAt(86_400 * 30)).toEqual([]);
+  });
+
+  it('complete_task is idempotent: true once, then false, one completion row', async () => {
+    await resetQueue();
+    const [id] = await enqueueNoops(1);
+    const [lease] = await claim();
+    const complete = () =>
+      db.pool('worker').query<{ c: boolean }>('select queues.complete_task($1, $2) as c', [id, lease?.task_lease_id]);
+    expect((await complete()).rows[0]?.c).toBe(true);
+    expect((await complete()).rows[0]?.c).toBe(false);
+    expect((await db.pool('worker').query('select queues.complete_task($1) as c', [id])).rows[0]?.c).toBe(false);
+    const { rows } = await db.query('select outcome, task_lease_id from queues.task_completed where task_id = $1', [id]);
+    expect(rows).toEqual([{ outcome: 'succeeded', task_lease_id: lease?.task_lease_id }]);
+  });
+
+  it('complete_tasks reports each task: completed, already_completed, unknown_task', async () => {
+    await resetQueue();
+    const [a, b] = await enqueueNoops(2);
+    await db.pool('worker').query('select queues.complete_task($1)', [a]);
+    const { rows } = await db.pool('worker').query(
+      `select task_id, result from queues.complete_tasks(array[$1, $2, 999999999]::bigint[], null, array['succeeded', 'failed', null])`,
+      [a, b],
+    );
+    expect(rows).toEqual([
+      { task_id: a, result: 'already_completed' },
+      { task_id: b, result: 'completed' },
+      { task_id: '999999999', result: 'unknown_task' },
+    ]);
+    const { rows: outcome } = await db.query('select outcome from queues.task_completed where task_id = $1', [b]);
+    expect(outcome[0]?.outcome).toBe('failed');
+  });
+
+  it('fail_task appends an error row per call and leaves the task pending', async () => {
+    await resetQueue();
+    const [id] = await enqueueNoops(1);
+    const [lease] = await claim();
+    for (const message of ['first', 'second']) {
+      await db.pool('worker').query('select queues.fail_task($1, $2, $3)', [id, message, lease?.task_lease_id]);
+    }
+    const { rows } = await db.query(
+      'select error_message, task_lease_id from queues.error where task_id = $1 order by error_id',
+      [id],
+    );
+    expect(rows).toEqual([
+      { error_message: 'first', task_lease_id: lease?.task_lease_id },
+      { error_message: 'second', task_lease_id: lease?.task_lease_id },
+    ]);
+    expect((await claimAt(61)).map((r) => r.task_id)).toEqual([id]);
+  });
+
+  it('a worker whose lease was taken over can neither complete nor record errors (fencing)', async () => {
+    await resetQueue();
+    const [id] = await enqueueNoops(1);
+    const [stale] = await claim('stale', 1, 60);
+    const [current] = await claimAt(61, 'fresh');
+    const worker = db.pool('worker');
+    await expect(worker.query('select queues.complete_task($1, $2)', [id, stale?.task_lease_id])).rejects.toMatchObject({
+      code: '55000',
+      message: expect.stringContaining('no longer the current lease'),
+    });
+    await expect(worker.query('select queues.fail_task($1, $2, $3)', [id, 'late', stale?.task_lease_id])).rejects.toMatchObject({
+      code: '55000',
+    });
+    const { rows } = await worker.query('select * from queues.complete_tasks(array[$1]::bigint[], array[$2]::bigint[])', [
+      id,
+      stale?.task_lease_id,
+    ]);
+    expect(rows).toEqual([{ task_id: id, result: 'lease_lost' }]);
+    expect((await db.query('select count(*)::int as n from queues.task_completed')).rows[0].n).toBe(0);
+    expect((await db.query('select count(*)::int as n from queues.error')).rows[0].n).toBe(0);
+    expect((await worker.query('select queues.complete_task($1, $2) as c', [id, current?.task_lease_id])).rows[0].c).toBe(true);
+  });
+
+  it('a task scheduled in the future is not claimed until its time', async () => {
+    await resetQueue();
+    const { rows } = await db.pool('app').query(
+      `select queues.enqueue('db_function', '{"db_function": "internal.noop"}', now() + interval '1 hour') as id`,
+    );
+    expect(await claim()).toEqual([]);
+    expect(await claimAt(3000)).toEqual([]);
+    expect((await claimAt(3601)).map((r) => r.task_id)).toEqual([rows[0].id]);
+  });
+
+  it('claims in scheduled_at order, then task_id', async () => {
+    await resetQueue();
+    const offsets = [-3, -1, -2, -2, -5];
+    const ids: string[] = [];
+    for (const minutes of offsets) {
+      const { rows } = await db.pool('app').query(
+        `select queues.enqueue('db_function', '{}', now() + make_interval(mins => $1)) as id`,
+        [minutes],
+      );
+      ids.push(rows[0].id);
+    }
+    const expected = offsets
+      .map((minutes, i) => ({ minutes, id: ids[i] as string }))
+      .sort((a, b) => a.minutes - b.minutes || Number(a.id) - Number(b.id))
+      .map((t) => t.id);
+    const oneByOne: string[] = [];
+    for (let i = 0; i < offsets.length; i++) oneByOne.push(...(await claim('w', 1)).map((r) => r.task_id));
+    expect(oneByOne).toEqual(expected);
+    expect((await claimAt(61, 'w', 10)).map((r) => r.task_id)).toEqual(expected);
+  });
+
+  it('claims only the task types asked for', async () => {
+    await resetQueue();
+    await db.pool('app').query(`select queues.enqueue('email', '{}'), queues.enqueue('sms', '{}'), queues.enqueue('sms', '{}')`);
+    const sms = await claim('w', 10, 60, ['sms']);
+    expect(sms.map((r) => r.task_type)).toEqual(['sms', 'sms']);
+    expect((await claim('w', 10, 60, ['sms', 'file_delete'])).length).toBe(0);
+    expect((await claim('w', 10, 60, null)).map((r) => r.task_type)).toEqual(['email']);
+  });
+
+  it('dequeue_next_available_task returns one task row with a lease, then nothing', async () => {
+    await resetQueue();
+    const [id] = await enqueueNoops(1);
+    const { rows } = await db.pool('worker').query('select task_id, task_type, payload from queues.dequeue_next_available_task()');
+    expect(rows).toEqual([{ task_id: id, task_type: 'db_function', payload: { db_function: 'internal.noop', n: 0 } }]);
+    const { rows: leases } = await db.query('select worker_id, expires_at - leased_at as length from queues.task_lease');
+    expect(leases).toEqual([{ worker_id: db.roles.worker, length: { minutes: 5 } }]);
+    expect((await db.pool('worker').query('select * from queues.dequeue_next_available_task()')).rows).toEqual([]);
+  });
+
+  it('lease length defaults to 5 minutes and is configurable per call', async () => {
+    await resetQueue();
+    await enqueueNoops(2);
+    await db.pool('worker').query(`select * from queues.claim_tasks('w', 1)`);
+    await db.pool('worker').query(`select * from queues.claim_tasks('w', 1, null, 7)`);
+    const { rows } = await db.query(
+      'select extract(epoch from expires_at - leased_at)::int as seconds from queues.task_lease order by task_lease_id',
+    );
+    expect(rows.map((r) => r.seconds)).toEqual([300, 7]);
+  });
+
+  it('rejects bad claim arguments with clear errors', async () => {
+    const worker = db.pool('worker');
+    const cases: [string, unknown[], RegExp][] = [
+      ['select * from queues.claim_tasks($1, $2)', ['w', 0], /limit must be between 1 and 1000, got 0/],
+      ['select * from queues.claim_tasks($1, $2)', ['w', 1001], /limit must be between 1 and 1000/],
+      ['select * from queues.claim_tasks($1, 1, null, $2)', ['w', 0], /lease_seconds must be between 1 and 86400/],
+      ['select * from queues.claim_tasks($1, 1, null, $2)', ['w', 86_401], /lease_seconds must be between/],
+      ['select * from queues.claim_tasks($1)', [''], /worker_id must be 1 to 200 characters/],
+      ['select * from queues.claim_tasks($1)', [null], /worker_id must be 1 to 200 characters/],
+      ['select * from queues.claim_tasks($1, 1, $2)', ['w', []], /task_types must be null \(any type\) or name at least one/],
+    ];
+    for (const [sql, params, message] of cases) {
+      await expect(worker.query(sql, params), sql).rejects.toMatchObject({ code: '22023', message: expect.stringMatching(message) });
+    }
+  });
+
+  it('facts are append-only: updating a task, lease, completion or error is refused', async () => {
+    const columns = { task: 'payload', task_lease: 'worker_id', task_completed: 'outcome', error: 'error_message' };
+    for (const [table, column] of Object.entries(columns)) {
+      await expect(db.query(`update queues.${table} set ${column} = ${column}`)).rejects.toMatchObject({
+        code: '55000',
+        message: `queues.${table} is append-only: rows are never updated`,
+      });
+    }
+  });
+
+  it('the claim index is rebuildable from the facts', async () => {
+    await resetQueue();
+    const ids = await enqueueNoops(6);
+    await claim('w', 2, 60); // two leased
+    await db.pool('worker').query('select queues.complete_task($1)', [ids[5]]); // one completed
+    await claimAt(61, 'w2', 1); // a lease expired and re-claimed
+    const snapshot = async () =>
+      (await db.query('select * from queues.task_pending order by task_id')).rows;
+    const before = await snapshot();
+    expect(before).toHaveLength(5);
+    const { rows } = await db.query('select queues.rebuild_task_pending() as n');
+    expect(rows[0].n).toBe('5');
+    expect(await snapshot()).toEqual(before);
+  });
+});
+
+describe('history', () => {
+  it('with 200,000 completed tasks, a claim touches no completed rows and about the same buffers', async () => {
+    await resetQueue();
+    const root = await db.client('root');
+    const claimSql = `select * from queues.claim_tasks('history', 10, null, 60)`;
+
+    const measure = async () => {
+      await db.query('analyze queues.task_pending');
+      const plans = await explainNested(root, claimSql);
+      const inner = plans.find((p) => p.query.includes('task_pending p'));
+      expect(inner, 'the claim statement inside claim_tasks_at was explained').toBeDefined();
+      return inner!;
+    };
+
+    await enqueueNoops(1000);
+    const before = await measure();
+
+    // 200,000 tasks, each leased and completed: written as facts in bulk by the owner.
+    await db.query(`
+      with t as (
+        insert into queues.task (task_type, payload, enqueued_at, scheduled_at)
+        select 'db_function', jsonb_build_object('n', g), now() - interval '1 day', now() - interval '1 day'
+          from generate_series(1, 200000) g
+        returning task_id
+      ), l as (
+        insert into queues.task_lease (task_id, worker_id, leased_at, expires_at)
+        select task_id, 'old', now() - interval '1 day', now() - interval '1 day' + interval '5 minutes' from t
+        returning task_id, task_lease_id
+      )
+      insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome)
+      select task_id, task_lease_id, now() - interval '1 day', 'succeeded' from l`);
+    await db.query('analyze queues.task, queues.task_lease, queues.task_completed');
+    const after = await measure();
+
+    const relations = (plan: typeof after) =>
+      new Set(planNodes(plan.plan).map((n) => n['Relation Name']).filter(Boolean));
+    expect([...relations(after)]).not.toContain('task_completed');
+    // Fact tables are only reached by key, for the ten claimed tasks.
+    for (const node of planNodes(after.plan)) {
+      const relation = node['Relation Name'];
+      if (relation && ['task', 'task_lease', 'task_completed', 'error'].includes(relation)) {
+        expect(node['Actual Rows'], `${node['Node Type']} on ${relation}`).toBeLessThanOrEqual(10);
+      }
+    }
+    // Ten claims either way; history may deepen an index by a level, no more.
+    expect(sharedBuffers(after.plan)).toBeLessThanOrEqual(sharedBuffers(before.plan) + 40);
+    await root.end();
+  });
+});

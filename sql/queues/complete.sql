@@ -1,0 +1,119 @@
+-- Completion: queues.complete_task (one) and queues.complete_tasks (a batch).
+--
+-- Fencing: a caller that passes the lease it holds can only complete while that lease
+-- is the task's newest one. A worker whose lease expired and was re-claimed by another
+-- worker gets 'lease_lost' and changes nothing.
+
+-- Completes a batch. Parallel arrays: _task_lease_ids and _outcomes may be null (no
+-- fencing, outcome 'succeeded') or have one element per task (elements may be null).
+-- Returns one row per input task: result is
+--   'completed'          this call completed it
+--   'already_completed'  it was completed before (idempotent; nothing changed)
+--   'lease_lost'         _task_lease_id is not the task's current lease (nothing changed)
+--   'unknown_task'       no such task
+create or replace function queues.complete_tasks(
+  _task_ids       bigint[],
+  _task_lease_ids bigint[] default null,
+  _outcomes       text[] default null
+) returns table (task_id bigint, result text)
+  language plpgsql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _bad text;
+begin
+  if _task_ids is null then
+    raise exception 'task_ids must not be null' using errcode = '22004';
+  end if;
+  if cardinality(_task_ids) > 1000 then
+    raise exception 'at most 1000 tasks per call, got %', cardinality(_task_ids) using errcode = '54000';
+  end if;
+  if array_position(_task_ids, null) is not null then
+    raise exception 'task_ids must not contain null' using errcode = '22004';
+  end if;
+  if _task_lease_ids is not null and cardinality(_task_lease_ids) <> cardinality(_task_ids) then
+    raise exception 'task_lease_ids must have one element per task (% tasks, % lease ids)',
+      cardinality(_task_ids), cardinality(_task_lease_ids) using errcode = '22023';
+  end if;
+  if _outcomes is not null and cardinality(_outcomes) <> cardinality(_task_ids) then
+    raise exception 'outcomes must have one element per task (% tasks, % outcomes)',
+      cardinality(_task_ids), cardinality(_outcomes) using errcode = '22023';
+  end if;
+  select o into _bad from unnest(_outcomes) o
+   where o is not null and o not in ('succeeded', 'failed', 'abandoned', 'cancelled') limit 1;
+  if found then
+    raise exception 'unknown outcome %; expected succeeded, failed, abandoned or cancelled',
+      quote_literal(left(_bad, 100)) using errcode = '22023';
+  end if;
+  if (select count(distinct t) <> count(*) from unnest(_task_ids) t) then
+    raise exception 'task_ids must not repeat a task' using errcode = '22023';
+  end if;
+
+  return query
+  with input as (
+    select i.task_id, i.task_lease_id, coalesce(i.outcome, 'succeeded') as outcome
+      from unnest(_task_ids,
+                  coalesce(_task_lease_ids, array_fill(null::bigint, array[cardinality(_task_ids)])),
+                  coalesce(_outcomes, array_fill(null::text, array[cardinality(_task_ids)])))
+           as i(task_id, task_lease_id, outcome)
+  ),
+  -- Deleting the pending row takes its lock: a concurrent claim skips it, a concurrent
+  -- completion waits and then finds nothing to delete.
+  removed as (
+    delete from queues.task_pending p
+     using input i
+     where p.task_id = i.task_id
+       and (i.task_lease_id is null or p.current_lease_id = i.task_lease_id)
+    returning p.task_id, p.current_lease_id
+  ),
+  completed as (
+    insert into queues.task_completed (task_id, task_lease_id, outcome)
+    select r.task_id, coalesce(i.task_lease_id, r.current_lease_id), i.outcome
+      from removed r join input i on i.task_id = r.task_id
+    on conflict do nothing
+    returning task_completed.task_id
+  )
+  select i.task_id,
+         case
+           when c.task_id is not null then 'completed'
+           when exists (select 1 from queues.task_completed tc where tc.task_id = i.task_id)
+             then 'already_completed'
+           when not exists (select 1 from queues.task t where t.task_id = i.task_id)
+             then 'unknown_task'
+           else 'lease_lost'
+         end
+    from input i
+    left join completed c on c.task_id = i.task_id;
+end;
+$$;
+
+-- The seeds' completion, extended: idempotent (true when this call completed the task,
+-- false when it was already completed); fenced when _task_lease_id is given (raises
+-- when that lease is no longer current); raises for an unknown task.
+create or replace function queues.complete_task(
+  _task_id       bigint,
+  _task_lease_id bigint default null,
+  _outcome       text default null
+) returns boolean
+  language plpgsql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _result text;
+begin
+  if _task_id is null then
+    raise exception 'task_id must not be null' using errcode = '22004';
+  end if;
+  select c.result into _result
+    from queues.complete_tasks(array[_task_id], array[_task_lease_id], array[_outcome]) c;
+  if _result = 'unknown_task' then
+    raise exception 'task % does not exist', _task_id using errcode = '23503';
+  elsif _result = 'lease_lost' then
+    raise exception 'lease % is no longer the current lease of task %', _task_lease_id, _task_id
+      using errcode = '55000', hint = 'Another worker claimed the task after this lease expired.';
+  end if;
+  return _result = 'completed';
+end;
+$$;

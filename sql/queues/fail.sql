@@ -1,0 +1,53 @@
+-- queues.fail_task: record an operational error against a task. Append-only and not
+-- terminal: the worker completes the task afterwards (supervisors decide on retries).
+-- Fenced like completion: with _task_lease_id, only the task's newest lease may record.
+
+create or replace function queues.max_error_message_length() returns integer
+  language sql immutable parallel safe
+  set search_path = pg_catalog, pg_temp
+as $$ select 10000 $$;
+
+create or replace function queues.fail_task(
+  _task_id       bigint,
+  _error_message text,
+  _task_lease_id bigint default null
+) returns bigint
+  language plpgsql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _error_id bigint;
+  _message text := _error_message;
+begin
+  if _task_id is null then
+    raise exception 'task_id must not be null' using errcode = '22004';
+  end if;
+  if _message is null or btrim(_message) = '' then
+    raise exception 'error_message must not be empty' using errcode = '22004';
+  end if;
+  if not exists (select 1 from queues.task t where t.task_id = _task_id) then
+    raise exception 'task % does not exist', _task_id using errcode = '23503';
+  end if;
+  if _task_lease_id is not null then
+    if not exists (select 1 from queues.task_lease l
+                    where l.task_lease_id = _task_lease_id and l.task_id = _task_id) then
+      raise exception 'lease % does not belong to task %', _task_lease_id, _task_id
+        using errcode = '22023';
+    end if;
+    if exists (select 1 from queues.task_lease l
+                where l.task_id = _task_id and l.task_lease_id > _task_lease_id) then
+      raise exception 'lease % is no longer the current lease of task %', _task_lease_id, _task_id
+        using errcode = '55000', hint = 'Another worker claimed the task after this lease expired.';
+    end if;
+  end if;
+  if length(_message) > queues.max_error_message_length() then
+    _message := left(_message, queues.max_error_message_length()) || ' [truncated]';
+  end if;
+
+  insert into queues.error (task_id, task_lease_id, error_message)
+  values (_task_id, _task_lease_id, _message)
+  returning error_id into _error_id;
+  return _error_id;
+end;
+$$;

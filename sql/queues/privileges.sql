@@ -1,0 +1,23 @@
+-- Who may call what in queues. Roles come from placeholders (see .gmrc):
+--   :DATABASE_WORKER  the worker: claim, complete, fail. No table privileges.
+--   :DATABASE_APP     applications: enqueue.
+-- Every function starts with EXECUTE revoked from PUBLIC; grants are explicit.
+
+revoke all on all tables in schema queues from public;
+revoke all on all sequences in schema queues from public;
+revoke execute on all functions in schema queues from public;
+
+grant usage on schema queues to :DATABASE_WORKER, :DATABASE_APP;
+
+grant execute on function
+  queues.claim_tasks(text, integer, text[], integer),
+  queues.dequeue_next_available_task(text, integer),
+  queues.complete_task(bigint, bigint, text),
+  queues.complete_tasks(bigint[], bigint[], text[]),
+  queues.fail_task(bigint, text, bigint)
+to :DATABASE_WORKER;
+
+grant execute on function
+  queues.enqueue(text, jsonb, timestamptz, integer, text, integer),
+  queues.enqueue_many(jsonb)
+to :DATABASE_APP;

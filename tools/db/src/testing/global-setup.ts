@@ -1,0 +1,41 @@
+// vitest globalSetup: one PostgreSQL server per test run (embedded in .data/test-<pid>,
+// or the admin DATABASE_URL), with a migrated template database that every test file
+// clones (see createTestDatabase).
+import type { TestProject } from 'vitest/node';
+import { openServer, provisionDatabase, withRootClient } from '../server.js';
+import type { TestServerContext } from './context.js';
+
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  const runId = `${process.pid}_${Date.now().toString(36)}`;
+  const server = await openServer({ name: `test-${runId}`, adminUrl: process.env.DATABASE_URL });
+  const template = `queue_template_${runId}`;
+  try {
+    await provisionDatabase(server, template, { fresh: true, quiet: true });
+  } catch (error) {
+    await server.stop({ destroy: true });
+    throw error;
+  }
+  const context: TestServerContext = {
+    rootUrl: server.rootUrl,
+    roles: server.roles,
+    rolePasswords: server.rolePasswords,
+    template,
+    prefix: `queue_test_${runId}_`,
+  };
+  project.provide('queueTestServer', context);
+
+  return async () => {
+    if (server.kind === 'external') {
+      await withRootClient(server, async (root) => {
+        const { rows } = await root.query<{ datname: string }>(
+          `select datname from pg_database where datname = $1 or starts_with(datname, $2)`,
+          [template, context.prefix],
+        );
+        for (const { datname } of rows) {
+          await root.query(`drop database if exists ${root.escapeIdentifier(datname)} with (force)`);
+        }
+      });
+    }
+    await server.stop({ destroy: true });
+  };
+}

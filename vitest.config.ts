@@ -1,0 +1,14 @@
+import { defineConfig } from 'vitest/config';
+import EveryProjectReporter from './tools/db/dist/testing/every-project-reporter.js';
+import projects from './vitest.workspace';
+
+export default defineConfig({
+  test: {
+    projects,
+    // One PostgreSQL server and one migrated template per run; each test file clones it.
+    globalSetup: ['./tools/db/dist/testing/global-setup.js'],
+    reporters: ['default', new EveryProjectReporter(projects.map((p) => p.test.name))],
+    testTimeout: 60_000,
+    hookTimeout: 120_000,
+  },
+});
