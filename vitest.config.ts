@@ -1,6 +1,6 @@
 import { defineConfig } from 'vitest/config';
 import EveryProjectReporter from './tools/db/dist/testing/every-project-reporter.js';
-import projects from './vitest.workspace';
+import projects from './vitest.workspace.ts';
 
 export default defineConfig({
   test: {

@@ -3,6 +3,8 @@ import { Logger } from '@graphile/logger';
 import { readFileSync } from 'node:fs';
 import JSON5 from 'json5';
 import { migrate, watch, type Settings } from 'graphile-migrate';
+// Not re-exported by the package index; see migrateDatabase.
+import { clearAllPools } from 'graphile-migrate/dist/pgReal.js';
 import { repoRoot } from './paths.js';
 import { placeholders, type RoleNames } from './roles.js';
 
@@ -40,6 +42,12 @@ function quietLogger(): Logger {
 
 /** Applies the committed migrations, then (unless `current` is false) current.sql once. */
 export async function migrateDatabase(settings: Settings, options: { current?: boolean } = {}): Promise<void> {
-  await migrate(settings);
-  if (options.current !== false) await watch(settings, true);
+  try {
+    await migrate(settings);
+    if (options.current !== false) await watch(settings, true);
+  } finally {
+    // graphile-migrate keeps each pool 200 ms after use, and exits the process if one of
+    // its idle connections errors (say, the server stops): release them now.
+    clearAllPools();
+  }
 }

@@ -1,0 +1,150 @@
+// @org/queue-client against a real database, connected as the roles apps and workers use.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import {
+  QueueError,
+  claimTasks,
+  completeTask,
+  completeTasks,
+  connect,
+  dequeueNextAvailableTask,
+  enqueue,
+  enqueueMany,
+  failTask,
+  runFunction,
+  withTransaction,
+} from '../src/index.js';
+import type pg from 'pg';
+
+let db: TestDatabase;
+let app: pg.Pool;
+let worker: pg.Pool;
+beforeAll(async () => {
+  db = await createTestDatabase();
+  app = connect({ connectionString: db.url('app'), applicationName: 'client-test-app' });
+  worker = connect({ connectionString: db.url('worker') });
+});
+afterAll(async () => {
+  await app?.end();
+  await worker?.end();
+  await db?.drop();
+});
+
+describe('queue client', () => {
+  it('enqueues, claims, fails and completes with typed rows', async () => {
+    const scheduledAt = new Date(Date.now() - 60_000);
+    const taskId = await enqueue(app, {
+      taskType: 'email',
+      payload: { send_email_attempt_id: 42 },
+      scheduledAt,
+      priority: 3,
+      resourceKey: 'message:42',
+    });
+    expect(taskId).toMatch(/^\d+$/);
+
+    const [claimed, ...rest] = await claimTasks(worker, { workerId: 'w-1', limit: 5, taskTypes: ['email'], leaseSeconds: 30 });
+    expect(rest).toEqual([]);
+    expect(claimed).toMatchObject({
+      taskId,
+      taskType: 'email',
+      payload: { send_email_attempt_id: 42 },
+      priority: 3,
+      resourceKey: 'message:42',
+      maxAttempts: 1,
+      leaseCount: 1,
+    });
+    expect(claimed!.scheduledAt).toEqual(scheduledAt);
+    expect(claimed!.expiresAt.getTime() - claimed!.leasedAt.getTime()).toBe(30_000);
+    expect(claimed!.taskLeaseId).toMatch(/^\d+$/);
+
+    const errorId = await failTask(worker, { taskId, errorMessage: 'provider said no', taskLeaseId: claimed!.taskLeaseId });
+    expect(errorId).toMatch(/^\d+$/);
+    expect(await completeTask(worker, { taskId, taskLeaseId: claimed!.taskLeaseId, outcome: 'failed' })).toBe(true);
+    expect(await completeTask(worker, { taskId })).toBe(false);
+    const { rows } = await db.query('select outcome from queues.task_completed where task_id = $1', [taskId]);
+    expect(rows).toEqual([{ outcome: 'failed' }]);
+  });
+
+  it('enqueueMany returns ids in order; completeTasks reports per task', async () => {
+    const ids = await enqueueMany(app, [
+      { taskType: 'sms', payload: { n: 1 } },
+      { taskType: 'sms', payload: { n: 2 }, scheduledAt: new Date('2020-01-01T00:00:00Z') },
+    ]);
+    expect(ids).toHaveLength(2);
+    const claimed = await claimTasks(worker, { workerId: 'w-2', limit: 10, taskTypes: ['sms'] });
+    // The older scheduled_at comes first.
+    expect(claimed.map((t) => t.taskId)).toEqual([ids[1], ids[0]]);
+    const results = await completeTasks(
+      worker,
+      claimed.map((t) => ({ taskId: t.taskId, taskLeaseId: t.taskLeaseId })),
+    );
+    expect(results).toEqual([
+      { taskId: ids[1], result: 'completed' },
+      { taskId: ids[0], result: 'completed' },
+    ]);
+    expect(await completeTasks(worker, [])).toEqual([]);
+  });
+
+  it('dequeueNextAvailableTask returns a task or null', async () => {
+    const taskId = await enqueue(app, { taskType: 'file_delete', payload: { file_id: 1 } });
+    const task = await dequeueNextAvailableTask(worker, { workerId: 'w-3' });
+    expect(task).toMatchObject({ taskId, taskType: 'file_delete', payload: { file_id: 1 } });
+    expect(await dequeueNextAvailableTask(worker)).toBeNull();
+  });
+
+  it('runFunction returns the function result', async () => {
+    expect(await runFunction(worker, 'internal.noop', {})).toEqual({ success: true });
+  });
+
+  it('maps database errors to QueueError kinds with the database message', async () => {
+    const cases: [() => Promise<unknown>, string, RegExp][] = [
+      [() => enqueue(app, { taskType: 'fax', payload: {} }), 'invalid_input', /unknown task_type 'fax'/],
+      [() => enqueue(app, { taskType: 'sms', payload: [1] as unknown as Record<string, unknown> }), 'invalid_input', /got array/],
+      [() => enqueue(app, { taskType: 'sms', payload: { s: 'nul\u0000byte' } }), 'invalid_input', /Unicode/],
+      [() => enqueue(app, { taskType: 'sms', payload: { s: 'x'.repeat(1_100_000) } }), 'too_large', /over the limit/],
+      [() => enqueueMany(app, [{ taskType: 'sms', payload: {} }, { taskType: 'nope', payload: {} }]), 'invalid_input', /tasks\[1\]/],
+      [() => claimTasks(worker, { workerId: 'w', limit: 0 }), 'invalid_input', /limit must be between/],
+      [() => completeTask(worker, { taskId: '987654321' }), 'not_found', /task 987654321 does not exist/],
+      [() => failTask(worker, { taskId: '987654321', errorMessage: 'x' }), 'not_found', /does not exist/],
+      [() => failTask(worker, { taskId: '1', errorMessage: '   ' }), 'invalid_input', /error_message must not be empty/],
+      [() => runFunction(worker, 'pg_catalog.pg_sleep', {}), 'forbidden', /never runnable/],
+      [() => runFunction(worker, 'public.nothing', {}), 'unknown_function', /does not exist/],
+      [() => enqueue(worker, { taskType: 'sms', payload: {} }), 'forbidden', /permission denied/],
+      [() => claimTasks(app, { workerId: 'w' }), 'forbidden', /permission denied/],
+    ];
+    for (const [call, kind, message] of cases) {
+      const error = await call().then(
+        () => null,
+        (e: unknown) => e,
+      );
+      expect(error, String(message)).toBeInstanceOf(QueueError);
+      expect(error).toMatchObject({ kind, message: expect.stringMatching(message) });
+    }
+  });
+
+  it('withTransaction commits on success and rolls back on error', async () => {
+    const before = (await db.query('select count(*)::int as n from queues.task')).rows[0].n;
+    await withTransaction(app, async (tx) => {
+      await enqueue(tx, { taskType: 'sms', payload: { in: 'committed' } });
+    });
+    await expect(
+      withTransaction(app, async (tx) => {
+        await enqueue(tx, { taskType: 'sms', payload: { in: 'rolled back' } });
+        throw new Error('business rule said no');
+      }),
+    ).rejects.toThrow('business rule said no');
+    const { rows } = await db.query(`select payload->>'in' as p from queues.task order by task_id desc limit 2`);
+    expect((await db.query('select count(*)::int as n from queues.task')).rows[0].n).toBe(before + 1);
+    expect(rows[0].p).toBe('committed');
+  });
+
+  it('connect refuses to start without a database URL', () => {
+    const saved = process.env.DATABASE_URL;
+    delete process.env.DATABASE_URL;
+    try {
+      expect(() => connect()).toThrow(/no database: pass connectionString or set DATABASE_URL/);
+    } finally {
+      if (saved !== undefined) process.env.DATABASE_URL = saved;
+    }
+  });
+});

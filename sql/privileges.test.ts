@@ -1,0 +1,109 @@
+// The privilege sweep, read from the catalog: what each role can reach equals what it
+// is meant to reach, and the security-definer rules hold for every function we own.
+import { readFileSync } from 'node:fs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+
+const allowlist = JSON.parse(readFileSync(new URL('./role-allowlist.json', import.meta.url), 'utf8')) as Record<
+  'worker' | 'app',
+  string[]
+>;
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await createTestDatabase();
+});
+afterAll(async () => {
+  await db?.drop();
+});
+
+/** Our schemas: everything but PostgreSQL's own and graphile-migrate's. */
+const OURS = `n.nspname not in ('pg_catalog', 'information_schema', 'pg_toast', 'graphile_migrate')
+              and n.nspname not like 'pg\\_temp\\_%' and n.nspname not like 'pg\\_toast\\_temp\\_%'`;
+
+describe.each(['worker', 'app'] as const)('%s role', (role) => {
+  it('has no privilege on any table, view or sequence', async () => {
+    const { rows } = await db.query(
+      `select format('%I.%I', n.nspname, c.relname) as relation, c.relkind
+         from pg_class c join pg_namespace n on n.oid = c.relnamespace
+        where ${OURS} and c.relkind in ('r', 'v', 'm', 'p', 'f', 'S')
+          and (case when c.relkind = 'S'
+                    then has_sequence_privilege($1, c.oid, 'usage, select, update')
+                    else has_table_privilege($1, c.oid, 'select, insert, update, delete, truncate, references, trigger')
+               end)`,
+      [db.roles[role]],
+    );
+    expect(rows).toEqual([]);
+    // And the catalog is right: a direct read is refused.
+    await expect(db.pool(role).query('select * from queues.task limit 1')).rejects.toMatchObject({ code: '42501' });
+  });
+
+  it('may execute exactly the functions in sql/role-allowlist.json', async () => {
+    const { rows } = await db.query<{ fn: string }>(
+      `select p.oid::regprocedure::text as fn
+         from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+        where ${OURS} and has_function_privilege($1, p.oid, 'execute')
+        order by 1`,
+      [db.roles[role]],
+    );
+    expect(rows.map((r) => r.fn).sort()).toEqual([...allowlist[role]].sort());
+  });
+
+  it('cannot create temporary objects', async () => {
+    await expect(db.pool(role).query('create temp table shadow (x int)')).rejects.toMatchObject({
+      code: '42501',
+      message: expect.stringMatching(/permission denied to create temporary tables/),
+    });
+    await expect(
+      db.pool(role).query(`create function pg_temp.evil(jsonb) returns jsonb language sql as $$ select $1 $$`),
+    ).rejects.toMatchObject({ code: '42501' });
+  });
+});
+
+describe('functions we own', () => {
+  it('PUBLIC may execute none of them', async () => {
+    const { rows } = await db.query(
+      `select p.oid::regprocedure::text as fn
+         from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+        where ${OURS}
+          and (p.proacl is null -- the default ACL grants EXECUTE to PUBLIC
+               or exists (select 1 from aclexplode(p.proacl) a where a.grantee = 0 and a.privilege_type = 'EXECUTE'))`,
+    );
+    expect(rows).toEqual([]);
+  });
+
+  it('every security definer function pins search_path, with pg_temp last', async () => {
+    const { rows } = await db.query<{ fn: string; config: string[] | null }>(
+      `select p.oid::regprocedure::text as fn, p.proconfig as config
+         from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+        where ${OURS} and p.prosecdef`,
+    );
+    expect(rows.length).toBeGreaterThan(5);
+    const unpinned = rows.filter((r) => {
+      const setting = (r.config ?? []).find((c) => c.startsWith('search_path='));
+      return !setting || !/(^|, *)pg_temp$/.test(setting.slice('search_path='.length));
+    });
+    expect(unpinned).toEqual([]);
+  });
+
+  it('PUBLIC may not create in, or use, our schemas; TEMP and CONNECT are revoked on the database', async () => {
+    const { rows: schemas } = await db.query(
+      `select n.nspname from pg_namespace n
+        where ${OURS} and n.nspname <> 'public'
+          and (has_schema_privilege('public', n.oid, 'create') or has_schema_privilege('public', n.oid, 'usage'))`,
+    );
+    expect(schemas).toEqual([]);
+    const { rows: database } = await db.query(
+      `select has_database_privilege('public', current_database(), 'temp') as temp,
+              has_database_privilege('public', current_database(), 'connect') as connect`,
+    );
+    expect(database[0]).toEqual({ temp: false, connect: false });
+  });
+
+  it('owner-only functions (the claim that takes a clock, maintenance) are refused to the worker', async () => {
+    await expect(db.pool('worker').query(`select queues.claim_tasks_at(now() + interval '1 day', 'w', 1, null, 60)`)).rejects.toMatchObject({
+      code: '42501',
+    });
+    await expect(db.pool('worker').query(`select queues.rebuild_task_pending()`)).rejects.toMatchObject({ code: '42501' });
+  });
+});
