@@ -1,0 +1,93 @@
+import { join } from 'node:path';
+import chokidar from 'chokidar';
+import { watch as applyCurrent, type Settings } from 'graphile-migrate';
+import { clearAllPools } from 'graphile-migrate/dist/pgReal.js';
+import { runPgtyped } from './codegen.js';
+
+export interface DevLoopOptions {
+  settings: Settings;
+  /** The database the loop applies current.sql to and generates types from (owner). */
+  databaseUrl: string;
+  /** Folders holding SQL that current.sql may include (watched recursively). */
+  sqlFolders: string[];
+  /** Client packages (folders with pgtyped.json) to regenerate. */
+  clientPackages: string[];
+  log: (line: string) => void;
+  /** Called after every cycle, with the error if it failed. */
+  onCycle?: (error: Error | undefined) => void;
+  debounceMs?: number;
+}
+
+export interface DevLoop {
+  /** Resolves once watching has started and the first cycle has run. */
+  ready: Promise<void>;
+  close(): Promise<void>;
+}
+
+/**
+ * The edit loop: on every save of current.sql, of an included SQL file, or of a client's
+ * query file, re-apply current.sql and regenerate the typed clients. A failing cycle is
+ * logged and the loop waits for the next save.
+ */
+export function startDevLoop(options: DevLoopOptions): DevLoop {
+  const { settings, log } = options;
+  let running = false;
+  let pending = false;
+  let timer: NodeJS.Timeout | undefined;
+
+  const cycle = async (): Promise<void> => {
+    if (running) {
+      pending = true;
+      return;
+    }
+    running = true;
+    let failure: Error | undefined;
+    try {
+      await applyCurrent(settings, true);
+      for (const pkg of options.clientPackages) {
+        const output = await runPgtyped({ cwd: pkg, config: 'pgtyped.json', databaseUrl: options.databaseUrl });
+        for (const line of output.split('\n')) if (line.startsWith('Saved')) log(line);
+      }
+      log('current.sql applied; clients up to date');
+    } catch (error) {
+      failure = error instanceof Error ? error : new Error(String(error));
+      log(`cycle failed, waiting for the next save:\n${failure.message}`);
+    } finally {
+      clearAllPools();
+      running = false;
+    }
+    options.onCycle?.(failure);
+    if (pending) {
+      pending = false;
+      await cycle();
+    }
+  };
+
+  const schedule = () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => void cycle(), options.debounceMs ?? 150);
+  };
+
+  const migrationsFolder = settings.migrationsFolder ?? 'migrations';
+  const watcher = chokidar.watch(
+    [
+      join(migrationsFolder, 'current.sql'),
+      ...options.sqlFolders,
+      ...options.clientPackages.map((pkg) => join(pkg, 'src')),
+    ],
+    { ignoreInitial: true },
+  );
+  watcher.on('all', (_event, path) => {
+    // Generated .queries.ts files change on every cycle: only SQL starts one.
+    if (path.endsWith('.sql')) schedule();
+  });
+
+  const ready = new Promise<void>((resolve) => watcher.once('ready', resolve)).then(cycle);
+  return {
+    ready,
+    async close() {
+      clearTimeout(timer);
+      await watcher.close();
+    },
+  };
+}
