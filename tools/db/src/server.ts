@@ -39,11 +39,18 @@ export async function openServer(options: {
 }): Promise<DatabaseServer> {
   const roles = roleNamesFromEnv();
   if (options.adminUrl) {
+    // The roles' passwords are set on every provisioning: from the environment when
+    // given, otherwise new random ones (printed by `npm start`).
+    const generated = generatePasswords();
     return {
       kind: 'external',
       rootUrl: options.adminUrl,
       roles,
-      rolePasswords: generatePasswords(),
+      rolePasswords: {
+        owner: process.env.DATABASE_OWNER_PASSWORD ?? generated.owner,
+        worker: process.env.DATABASE_WORKER_PASSWORD ?? generated.worker,
+        app: process.env.DATABASE_APP_PASSWORD ?? generated.app,
+      },
       stop: async () => {},
     };
   }

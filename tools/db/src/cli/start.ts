@@ -1,25 +1,18 @@
-// `npm start`: the embedded PostgreSQL (unless DATABASE_URL), migrated, and its URLs.
-import { openServer, provisionDatabase } from '../server.js';
+// `npm start`: the development PostgreSQL (embedded unless DATABASE_URL), migrated, with
+// the URL of each role printed. The embedded server runs until SIGINT or SIGTERM.
+import { openDevServer } from '../dev-server.js';
 import { redactUrl } from '../urls.js';
 
-const DATABASE = process.env.DATABASE_NAME ?? 'queue';
-
 async function main(): Promise<void> {
-  const external = process.env.DATABASE_URL;
-  const server = await openServer({
-    name: 'postgres',
-    adminUrl: external,
-    port: process.env.EMBEDDED_PG_PORT ? Number(process.env.EMBEDDED_PG_PORT) : undefined,
-  });
-  const urls = await provisionDatabase(server, external ? new URL(external).pathname.slice(1) || DATABASE : DATABASE);
+  const { server, urls } = await openDevServer({ quiet: true });
   const show = (url: string) => (server.kind === 'embedded' ? url : redactUrl(url));
   process.stdout.write(
     [
       `PostgreSQL (${server.kind}) is up and migrated: database ${urls.database}`,
-      `  owner  DATABASE_URL=${show(urls.owner)}`,
-      `  worker DATABASE_URL=${show(urls.worker)}`,
-      `  app    DATABASE_URL=${show(urls.app)}`,
-      server.kind === 'embedded' ? 'Press Ctrl-C to stop.' : '',
+      `  owner  ${show(urls.owner)}`,
+      `  worker ${show(urls.worker)}`,
+      `  app    ${show(urls.app)}`,
+      server.kind === 'embedded' ? 'Ctrl-C stops it.' : '',
       '',
     ].join('\n'),
   );
@@ -28,8 +21,8 @@ async function main(): Promise<void> {
     await server.stop();
     process.exit(0);
   };
-  process.once('SIGINT', stop);
-  process.once('SIGTERM', stop);
+  process.once('SIGINT', () => void stop());
+  process.once('SIGTERM', () => void stop());
 }
 
 main().catch((error: unknown) => {

@@ -1,6 +1,6 @@
 // A vitest reporter that fails the run when a project listed in vitest.workspace.ts ran
-// no test: vitest 4 ignores a workspace file by itself, and a glob that matches nothing
-// would otherwise pass silently.
+// no test (vitest 4 ignores a workspace file by itself, and a glob that matches nothing
+// would otherwise pass silently), and closes with a plain 'N passed, N failed' line.
 import type { Reporter, TestModule } from 'vitest/node';
 
 export default class EveryProjectReporter implements Reporter {
@@ -8,10 +8,17 @@ export default class EveryProjectReporter implements Reporter {
 
   onTestRunEnd(testModules: ReadonlyArray<TestModule>): void {
     const counts = new Map<string, number>(this.expected.map((name) => [name, 0]));
+    let passed = 0;
+    let failed = 0;
     for (const module of testModules) {
       const name = module.project.name;
       let tests = 0;
-      for (const _ of module.children.allTests()) tests++;
+      for (const test of module.children.allTests()) {
+        tests++;
+        const state = test.result().state;
+        if (state === 'passed') passed++;
+        else if (state === 'failed') failed++;
+      }
       counts.set(name, (counts.get(name) ?? 0) + tests);
     }
     const summary = [...counts].map(([name, n]) => `${name}: ${n}`).join(', ');
@@ -27,5 +34,7 @@ export default class EveryProjectReporter implements Reporter {
     } else {
       process.stdout.write(`\ntests per project: ${summary}\n`);
     }
+    // The plain closing line CI reads.
+    process.stdout.write(`tests: ${passed} passed, ${failed} failed\n`);
   }
 }
