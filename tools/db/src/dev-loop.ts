@@ -71,7 +71,9 @@ export function startDevLoop(options: DevLoopOptions): DevLoop {
   const migrationsFolder = settings.migrationsFolder ?? 'migrations';
   const watcher = chokidar.watch(
     [
+      // current.sql, or the current/ folder (one file per concern) in folder mode.
       join(migrationsFolder, 'current.sql'),
+      join(migrationsFolder, 'current'),
       ...options.sqlFolders,
       ...options.clientPackages.map((pkg) => join(pkg, 'src')),
     ],

@@ -1,2 +1,0 @@
--- Current migration: idempotent SQL, re-run on every save by `npm run dev`.
--- Pull in a changed file from sql/ with an include line; see sql/CONVENTIONS.md.

@@ -1,0 +1,1 @@
+-- Queue core changes (sql/queues, sql/internal). Include changed files here.

@@ -1,0 +1,1 @@
+-- Business domains (sql/comms, sql/files, sql/accounts, sql/api). Include changed files here.
