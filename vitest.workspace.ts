@@ -16,5 +16,9 @@ const project = (name: string, dir: string, include: string[]) => ({
 export default [
   project('sql', 'sql', ['**/*.test.ts']),
   project('queue-client', 'packages/queue-client', ['test/**/*.test.ts']),
+  project('handler-types', 'packages/handler-types', ['test/**/*.test.ts']),
+  project('worker', 'packages/worker', ['test/**/*.test.ts']),
+  project('providers', 'packages/providers', ['test/**/*.test.ts']),
+  project('files-service', 'packages/files-service', ['test/**/*.test.ts']),
   project('db-tools', 'tools/db', ['test/**/*.test.ts']),
 ];
