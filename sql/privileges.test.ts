@@ -101,7 +101,7 @@ describe('functions we own', () => {
   });
 
   it('owner-only functions (the claim that takes a clock, maintenance) are refused to the worker', async () => {
-    await expect(db.pool('worker').query(`select queues.claim_tasks_at(now() + interval '1 day', 'w', 1, null, 60)`)).rejects.toMatchObject({
+    await expect(db.pool('worker').query(`select queues.claim_tasks_at(now() + interval '1 day', 'w', 1, null, 60, 5)`)).rejects.toMatchObject({
       code: '42501',
     });
     await expect(db.pool('worker').query(`select queues.rebuild_task_pending()`)).rejects.toMatchObject({ code: '42501' });

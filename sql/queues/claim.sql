@@ -2,13 +2,21 @@
 -- single claim), both on top of queues.claim_tasks_at, which takes the clock as an
 -- argument so tests can move time forward. Only the owner may call claim_tasks_at:
 -- a worker that chose its own clock could take live leases.
+--
+-- Poison tasks: a task that comes up for claiming after _max_leases leases expired
+-- without completion (releases excepted) is completed as 'abandoned' with an error
+-- instead of being leased again, so a task that kills its worker cannot loop forever.
+
+drop function if exists queues.claim_tasks_at(timestamptz, text, integer, text[], integer);
+drop function if exists queues.claim_tasks(text, integer, text[], integer);
 
 create or replace function queues.claim_tasks_at(
   _now           timestamptz,
   _worker_id     text,
   _limit         integer,
   _task_types    text[],
-  _lease_seconds integer
+  _lease_seconds integer,
+  _max_leases    integer
 ) returns table (
   task_id       bigint,
   task_type     text,
@@ -43,6 +51,10 @@ begin
     raise exception 'lease_seconds must be between 1 and 86400, got %',
       coalesce(_lease_seconds::text, 'null') using errcode = '22023';
   end if;
+  if _max_leases is null or _max_leases not between 1 and 100 then
+    raise exception 'max_leases must be between 1 and 100, got %', coalesce(_max_leases::text, 'null')
+      using errcode = '22023';
+  end if;
   if _task_types is not null and cardinality(_task_types) = 0 then
     raise exception 'task_types must be null (any type) or name at least one type'
       using errcode = '22023';
@@ -52,7 +64,9 @@ begin
   with picked as (
     -- SKIP LOCKED skips rows another claimer holds; the update below makes any claimer
     -- that arrives after our commit re-check available_at on the new row version.
-    select p.task_id
+    select p.task_id, p.current_lease_id,
+           p.lease_count - p.released_count >= _max_leases as poisoned,
+           p.lease_count - p.released_count as expired_leases
       from queues.task_pending p
      where p.available_at <= _now
        and (_task_types is null or p.task_type = any (_task_types))
@@ -60,10 +74,25 @@ begin
      limit _limit
        for update skip locked
   ),
+  abandoned_error as (
+    insert into queues.error (task_id, task_lease_id, error_message)
+    select pk.task_id, pk.current_lease_id,
+           format('abandoned: %s leases expired without completion (max_leases %s)', pk.expired_leases, _max_leases)
+      from picked pk where pk.poisoned
+  ),
+  abandoned as (
+    insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome)
+    select pk.task_id, pk.current_lease_id, _now, 'abandoned' from picked pk where pk.poisoned
+  ),
+  abandoned_removed as (
+    delete from queues.task_pending p
+     where p.task_id = any (array(select pk.task_id from picked pk where pk.poisoned))
+  ),
   leased as (
     insert into queues.task_lease (task_id, worker_id, leased_at, expires_at)
     select pk.task_id, _worker_id, _now, _now + make_interval(secs => _lease_seconds)
       from picked pk
+     where not pk.poisoned
     returning *
   ),
   -- Plan shapes below are chosen so that cost follows the claimed rows only, whatever
@@ -90,12 +119,14 @@ $$;
 
 -- Claim up to _limit ready tasks (optionally only of _task_types) for _worker_id, each
 -- with a new lease of _lease_seconds (default 300). Ready: not completed, scheduled_at
--- reached, no live lease. Order: priority desc, scheduled_at, task_id.
+-- reached, no live lease. Order: priority desc, scheduled_at, task_id. Tasks that had
+-- _max_leases (default 5) leases expire are abandoned instead (see above).
 create or replace function queues.claim_tasks(
   _worker_id     text,
   _limit         integer default null,
   _task_types    text[] default null,
-  _lease_seconds integer default null
+  _lease_seconds integer default null,
+  _max_leases    integer default null
 ) returns table (
   task_id       bigint,
   task_type     text,
@@ -116,7 +147,7 @@ create or replace function queues.claim_tasks(
   set search_path = pg_catalog, pg_temp
 as $$
   select * from queues.claim_tasks_at(now(), _worker_id, coalesce(_limit, 1), _task_types,
-                                      coalesce(_lease_seconds, 300))
+                                      coalesce(_lease_seconds, 300), coalesce(_max_leases, 5))
 $$;
 
 -- The seeds' single claim: one ready task with a new lease, or no row.
@@ -133,5 +164,5 @@ as $$
   select c.task_id, c.task_type, c.payload, c.priority, c.resource_key, c.max_attempts,
          c.enqueued_at, c.scheduled_at
     from queues.claim_tasks_at(now(), coalesce(_worker_id, session_user::text), 1, null,
-                               coalesce(_lease_seconds, 300)) c
+                               coalesce(_lease_seconds, 300), 5) c
 $$;

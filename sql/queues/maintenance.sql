@@ -1,7 +1,8 @@
 -- Maintenance of the derived claim index. Owner only.
 
 -- Rebuilds queues.task_pending from the facts: every task without a completion, available
--- at its scheduled time or at the expiry of its newest lease, whichever is later.
+-- at its scheduled time or at the effective expiry of its newest lease (heartbeats and
+-- releases applied), whichever is later.
 -- Returns the number of pending tasks.
 create or replace function queues.rebuild_task_pending() returns bigint
   language plpgsql volatile
@@ -13,15 +14,19 @@ begin
   lock table queues.task_pending in exclusive mode;
   delete from queues.task_pending;
   insert into queues.task_pending
-    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id, lease_count)
+    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
+     lease_count, released_count)
   select t.task_id, t.task_type, t.priority, t.scheduled_at, t.resource_key,
-         greatest(t.scheduled_at, l.expires_at), l.task_lease_id, coalesce(l.lease_count, 0)
+         greatest(t.scheduled_at, l.expires_at), l.task_lease_id,
+         coalesce(l.lease_count, 0), coalesce(l.released_count, 0)
     from queues.task t
     left join lateral (
-      select tl.task_lease_id, tl.expires_at, count(*) over () :: integer as lease_count
-        from queues.task_lease tl
-       where tl.task_id = t.task_id
-       order by tl.task_lease_id desc
+      select le.task_lease_id, le.expires_at,
+             count(*) over () :: integer as lease_count,
+             count(le.released_at) over () :: integer as released_count
+        from queues.task_lease_effective le
+       where le.task_id = t.task_id
+       order by le.task_lease_id desc
        limit 1
     ) l on true
    where not exists (select 1 from queues.task_completed c where c.task_id = t.task_id);

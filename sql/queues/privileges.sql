@@ -1,5 +1,6 @@
 -- Who may call what in queues. Roles come from placeholders (see .gmrc):
---   :DATABASE_WORKER  the worker: claim, complete, fail. No table privileges.
+--   :DATABASE_WORKER  the worker: claim, extend and release leases, complete, fail.
+--                     No table privileges.
 --   :DATABASE_APP     applications: enqueue.
 -- Every function starts with EXECUTE revoked from PUBLIC; grants are explicit.
 
@@ -10,7 +11,9 @@ revoke execute on all functions in schema queues from public;
 grant usage on schema queues to :DATABASE_WORKER, :DATABASE_APP;
 
 grant execute on function
-  queues.claim_tasks(text, integer, text[], integer),
+  queues.claim_tasks(text, integer, text[], integer, integer),
+  queues.extend_leases(bigint[], bigint[], integer),
+  queues.release_leases(bigint[], bigint[]),
   queues.dequeue_next_available_task(text, integer),
   queues.complete_task(bigint, bigint, text),
   queues.complete_tasks(bigint[], bigint[], text[]),

@@ -100,6 +100,44 @@ create index if not exists task_pending_claim_idx
 comment on table queues.task_pending is
   'Derived claim index: tasks not yet completed. Rebuild with queues.rebuild_task_pending().';
 
+-- Heartbeats: each extension of a live lease, appended. A lease's expiry is the newest
+-- extension's expires_at, or its own.
+create table if not exists queues.task_lease_extension (
+  task_lease_extension_id bigint generated always as identity primary key,
+  task_lease_id bigint not null references queues.task_lease on delete cascade,
+  extended_at   timestamptz not null default now(),
+  expires_at    timestamptz not null,
+  check (expires_at > extended_at)
+);
+create index if not exists task_lease_extension_lease_idx on queues.task_lease_extension (task_lease_id);
+comment on table queues.task_lease_extension is 'Append-only: a lease extended by its worker''s heartbeat.';
+
+-- A lease given back before it expired (graceful shutdown): the task is claimable at once,
+-- and the release does not count towards abandoning the task.
+create table if not exists queues.task_lease_release (
+  task_lease_id bigint primary key references queues.task_lease on delete cascade,
+  released_at   timestamptz not null default now()
+);
+comment on table queues.task_lease_release is 'Append-only: a lease released by its worker before expiry.';
+
+-- Leases released by their workers do not count towards abandoning a task.
+alter table queues.task_pending add column if not exists released_count integer not null default 0;
+
+-- Each lease with the expiry in force: released, else extended, else as claimed.
+create or replace view queues.task_lease_effective as
+select l.task_lease_id, l.task_id, l.worker_id, l.leased_at,
+       coalesce(r.released_at, e.expires_at, l.expires_at) as expires_at,
+       r.released_at,
+       coalesce(e.extensions, 0) as extensions
+  from queues.task_lease l
+  left join queues.task_lease_release r on r.task_lease_id = l.task_lease_id
+  left join lateral (
+    select max(x.expires_at) as expires_at, count(*)::integer as extensions
+      from queues.task_lease_extension x
+     where x.task_lease_id = l.task_lease_id
+  ) e on true;
+comment on view queues.task_lease_effective is 'Leases with their effective expiry (releases and heartbeats applied).';
+
 -- Facts are never updated.
 create or replace function queues.forbid_fact_update() returns trigger
   language plpgsql
@@ -115,7 +153,8 @@ do $$
 declare
   _table text;
 begin
-  foreach _table in array array['task', 'task_lease', 'task_completed', 'error'] loop
+  foreach _table in array array['task', 'task_lease', 'task_completed', 'error',
+                                'task_lease_extension', 'task_lease_release'] loop
     if not exists (
       select 1 from pg_trigger
        where tgrelid = to_regclass(format('queues.%I', _table))

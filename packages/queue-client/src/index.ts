@@ -9,7 +9,9 @@ export {
   dequeueNextAvailableTask,
   enqueue,
   enqueueMany,
+  extendLeases,
   failTask,
+  releaseLeases,
   runFunction,
   type ClaimOptions,
   type ClaimedTask,
@@ -18,6 +20,7 @@ export {
   type CompletionResult,
   type Id,
   type JsonObject,
+  type LeaseRef,
   type NewTask,
   type Task,
 } from './tasks.js';

@@ -23,7 +23,9 @@ import {
   taskDequeueNextAvailable,
   taskEnqueue,
   taskEnqueueMany,
+  taskExtendLeases,
   taskFail,
+  taskReleaseLeases,
 } from './queries/task.queries.js';
 import type { Queryable } from './connection.js';
 import { mapErrors } from './errors.js';
@@ -73,6 +75,8 @@ export interface ClaimOptions {
   taskTypes?: string[];
   /** Lease length, 1..86400 seconds (default 300). */
   leaseSeconds?: number;
+  /** A task whose leases expired this many times is abandoned instead (1..100, default 5). */
+  maxLeases?: number;
 }
 
 export type CompletionOutcome = 'succeeded' | 'failed' | 'abandoned' | 'cancelled';
@@ -132,6 +136,7 @@ export async function claimTasks(db: Queryable, options: ClaimOptions): Promise<
         limit: options.limit,
         taskTypes: options.taskTypes,
         leaseSeconds: options.leaseSeconds,
+        maxLeases: options.maxLeases,
       },
       db,
     ),
@@ -176,6 +181,42 @@ export async function completeTasks(
   );
   const byId = new Map(rows.map((r) => [r.taskId, r.result as CompletionResult]));
   return completions.map((c) => ({ taskId: c.taskId, result: byId.get(String(c.taskId)) ?? 'unknown_task' }));
+}
+
+/** A lease a worker holds: the pair that fences every call made on its behalf. */
+export interface LeaseRef {
+  taskId: Id;
+  taskLeaseId: Id;
+}
+
+/**
+ * Heartbeat: extends each lease that is still its task's current lease to now +
+ * `leaseSeconds` (default 300). Returns the leases extended; one missing was lost.
+ */
+export async function extendLeases(
+  db: Queryable,
+  leases: LeaseRef[],
+  leaseSeconds?: number,
+): Promise<{ taskId: Id; taskLeaseId: Id; expiresAt: Date }[]> {
+  if (leases.length === 0) return [];
+  return mapErrors(
+    taskExtendLeases.run(
+      { taskIds: leases.map((l) => l.taskId), taskLeaseIds: leases.map((l) => l.taskLeaseId), leaseSeconds },
+      db,
+    ),
+  );
+}
+
+/**
+ * Gives leases back (graceful shutdown): their tasks are claimable at once, and the
+ * release does not count towards abandoning them. Returns the task ids released.
+ */
+export async function releaseLeases(db: Queryable, leases: LeaseRef[]): Promise<Id[]> {
+  if (leases.length === 0) return [];
+  const rows = await mapErrors(
+    taskReleaseLeases.run({ taskIds: leases.map((l) => l.taskId), taskLeaseIds: leases.map((l) => l.taskLeaseId) }, db),
+  );
+  return rows.map((r) => r.taskId);
 }
 
 /** Records an operational error against a task (not terminal); returns the error id. */

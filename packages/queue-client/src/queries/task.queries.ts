@@ -76,6 +76,7 @@ export const taskEnqueueMany = new PreparedQuery<ITaskEnqueueManyParams,ITaskEnq
 export interface ITaskClaimParams {
   leaseSeconds?: number | null | void;
   limit?: number | null | void;
+  maxLeases?: number | null | void;
   taskTypes?: stringArray | null | void;
   workerId: string;
 }
@@ -102,7 +103,7 @@ export interface ITaskClaimQuery {
   result: ITaskClaimResult;
 }
 
-const taskClaimIR: any = {"usedParamSet":{"workerId":true,"limit":true,"taskTypes":true,"leaseSeconds":true},"params":[{"name":"workerId","required":true,"transform":{"type":"scalar"},"locs":[{"a":506,"b":515}]},{"name":"limit","required":false,"transform":{"type":"scalar"},"locs":[{"a":524,"b":529}]},{"name":"taskTypes","required":false,"transform":{"type":"scalar"},"locs":[{"a":541,"b":550}]},{"name":"leaseSeconds","required":false,"transform":{"type":"scalar"},"locs":[{"a":561,"b":573}]}],"statement":"select c.task_id       as \"taskId!\",\n       c.task_type     as \"taskType!\",\n       c.payload       as \"payload!\",\n       c.priority      as \"priority!\",\n       c.resource_key  as \"resourceKey\",\n       c.max_attempts  as \"maxAttempts!\",\n       c.enqueued_at   as \"enqueuedAt!\",\n       c.scheduled_at  as \"scheduledAt!\",\n       c.task_lease_id as \"taskLeaseId!\",\n       c.leased_at     as \"leasedAt!\",\n       c.expires_at    as \"expiresAt!\",\n       c.lease_count   as \"leaseCount!\"\n  from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer) c"};
+const taskClaimIR: any = {"usedParamSet":{"workerId":true,"limit":true,"taskTypes":true,"leaseSeconds":true,"maxLeases":true},"params":[{"name":"workerId","required":true,"transform":{"type":"scalar"},"locs":[{"a":506,"b":515}]},{"name":"limit","required":false,"transform":{"type":"scalar"},"locs":[{"a":524,"b":529}]},{"name":"taskTypes","required":false,"transform":{"type":"scalar"},"locs":[{"a":541,"b":550}]},{"name":"leaseSeconds","required":false,"transform":{"type":"scalar"},"locs":[{"a":561,"b":573}]},{"name":"maxLeases","required":false,"transform":{"type":"scalar"},"locs":[{"a":585,"b":594}]}],"statement":"select c.task_id       as \"taskId!\",\n       c.task_type     as \"taskType!\",\n       c.payload       as \"payload!\",\n       c.priority      as \"priority!\",\n       c.resource_key  as \"resourceKey\",\n       c.max_attempts  as \"maxAttempts!\",\n       c.enqueued_at   as \"enqueuedAt!\",\n       c.scheduled_at  as \"scheduledAt!\",\n       c.task_lease_id as \"taskLeaseId!\",\n       c.leased_at     as \"leasedAt!\",\n       c.expires_at    as \"expiresAt!\",\n       c.lease_count   as \"leaseCount!\"\n  from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer, :maxLeases::integer) c"};
 
 /**
  * Query generated from SQL:
@@ -119,7 +120,7 @@ const taskClaimIR: any = {"usedParamSet":{"workerId":true,"limit":true,"taskType
  *        c.leased_at     as "leasedAt!",
  *        c.expires_at    as "expiresAt!",
  *        c.lease_count   as "leaseCount!"
- *   from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer) c
+ *   from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer, :maxLeases::integer) c
  * ```
  */
 export const taskClaim = new PreparedQuery<ITaskClaimParams,ITaskClaimResult>(taskClaimIR);
@@ -255,5 +256,66 @@ const taskFailIR: any = {"usedParamSet":{"taskId":true,"errorMessage":true,"task
  * ```
  */
 export const taskFail = new PreparedQuery<ITaskFailParams,ITaskFailResult>(taskFailIR);
+
+
+/** 'TaskExtendLeases' parameters type */
+export interface ITaskExtendLeasesParams {
+  leaseSeconds?: number | null | void;
+  taskIds: NumberOrStringArray;
+  taskLeaseIds: NumberOrStringArray;
+}
+
+/** 'TaskExtendLeases' return type */
+export interface ITaskExtendLeasesResult {
+  expiresAt: Date;
+  taskId: string;
+  taskLeaseId: string;
+}
+
+/** 'TaskExtendLeases' query type */
+export interface ITaskExtendLeasesQuery {
+  params: ITaskExtendLeasesParams;
+  result: ITaskExtendLeasesResult;
+}
+
+const taskExtendLeasesIR: any = {"usedParamSet":{"taskIds":true,"taskLeaseIds":true,"leaseSeconds":true},"params":[{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":123,"b":131}]},{"name":"taskLeaseIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":144,"b":157}]},{"name":"leaseSeconds","required":false,"transform":{"type":"scalar"},"locs":[{"a":170,"b":182}]}],"statement":"select e.task_id as \"taskId!\", e.task_lease_id as \"taskLeaseId!\", e.expires_at as \"expiresAt!\"\n  from queues.extend_leases(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :leaseSeconds::integer) e"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select e.task_id as "taskId!", e.task_lease_id as "taskLeaseId!", e.expires_at as "expiresAt!"
+ *   from queues.extend_leases(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :leaseSeconds::integer) e
+ * ```
+ */
+export const taskExtendLeases = new PreparedQuery<ITaskExtendLeasesParams,ITaskExtendLeasesResult>(taskExtendLeasesIR);
+
+
+/** 'TaskReleaseLeases' parameters type */
+export interface ITaskReleaseLeasesParams {
+  taskIds: NumberOrStringArray;
+  taskLeaseIds: NumberOrStringArray;
+}
+
+/** 'TaskReleaseLeases' return type */
+export interface ITaskReleaseLeasesResult {
+  taskId: string;
+}
+
+/** 'TaskReleaseLeases' query type */
+export interface ITaskReleaseLeasesQuery {
+  params: ITaskReleaseLeasesParams;
+  result: ITaskReleaseLeasesResult;
+}
+
+const taskReleaseLeasesIR: any = {"usedParamSet":{"taskIds":true,"taskLeaseIds":true},"params":[{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":59,"b":67}]},{"name":"taskLeaseIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":80,"b":93}]}],"statement":"select r.task_id as \"taskId!\"\n  from queues.release_leases(:taskIds!::bigint[], :taskLeaseIds!::bigint[]) r"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select r.task_id as "taskId!"
+ *   from queues.release_leases(:taskIds!::bigint[], :taskLeaseIds!::bigint[]) r
+ * ```
+ */
+export const taskReleaseLeases = new PreparedQuery<ITaskReleaseLeasesParams,ITaskReleaseLeasesResult>(taskReleaseLeasesIR);
 
 

@@ -27,7 +27,7 @@ select c.task_id       as "taskId!",
        c.leased_at     as "leasedAt!",
        c.expires_at    as "expiresAt!",
        c.lease_count   as "leaseCount!"
-  from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer) c;
+  from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer, :maxLeases::integer) c;
 
 /* @name TaskDequeueNextAvailable */
 select t.task_id      as "taskId!",
@@ -49,3 +49,11 @@ select c.task_id as "taskId!", c.result as "result!"
 
 /* @name TaskFail */
 select queues.fail_task(:taskId!::bigint, :errorMessage!::text, :taskLeaseId::bigint) as "errorId!";
+
+/* @name TaskExtendLeases */
+select e.task_id as "taskId!", e.task_lease_id as "taskLeaseId!", e.expires_at as "expiresAt!"
+  from queues.extend_leases(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :leaseSeconds::integer) e;
+
+/* @name TaskReleaseLeases */
+select r.task_id as "taskId!"
+  from queues.release_leases(:taskIds!::bigint[], :taskLeaseIds!::bigint[]) r;

@@ -1,0 +1,117 @@
+-- Heartbeats and releases of leases. Both act only on a task's current lease: a worker
+-- whose lease was taken over learns it from the missing row and must stop.
+
+-- Validates parallel arrays of task ids and lease ids.
+create or replace function queues.assert_lease_pairs(_task_ids bigint[], _task_lease_ids bigint[])
+  returns void
+  language plpgsql immutable
+  set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if _task_ids is null or _task_lease_ids is null then
+    raise exception 'task_ids and task_lease_ids must not be null' using errcode = '22004';
+  end if;
+  if cardinality(_task_ids) <> cardinality(_task_lease_ids) then
+    raise exception 'task_ids and task_lease_ids must have the same length (% and %)',
+      cardinality(_task_ids), cardinality(_task_lease_ids) using errcode = '22023';
+  end if;
+  if cardinality(_task_ids) > 1000 then
+    raise exception 'at most 1000 leases per call, got %', cardinality(_task_ids) using errcode = '54000';
+  end if;
+  if array_position(_task_ids, null) is not null or array_position(_task_lease_ids, null) is not null then
+    raise exception 'task_ids and task_lease_ids must not contain null' using errcode = '22004';
+  end if;
+end;
+$$;
+
+-- Extends each given lease that is still its task's current lease to _now + _lease_seconds
+-- and appends a queues.task_lease_extension fact. Parallel arrays of task and lease ids.
+-- Returns the leases extended; a lease missing from the result was lost (the task was
+-- re-claimed after an expiry, or completed).
+create or replace function queues.extend_leases_at(
+  _now            timestamptz,
+  _task_ids       bigint[],
+  _task_lease_ids bigint[],
+  _lease_seconds  integer
+) returns table (task_id bigint, task_lease_id bigint, expires_at timestamptz)
+  language plpgsql volatile
+  rows 10
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+begin
+  perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
+  if _lease_seconds is null or _lease_seconds not between 1 and 86400 then
+    raise exception 'lease_seconds must be between 1 and 86400, got %',
+      coalesce(_lease_seconds::text, 'null') using errcode = '22023';
+  end if;
+
+  return query
+  with extended as (
+    update queues.task_pending p
+       set available_at = _now + make_interval(secs => _lease_seconds)
+      from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)
+     where p.task_id = i.task_id
+       and p.current_lease_id = i.task_lease_id
+    returning p.task_id, p.current_lease_id, p.available_at
+  ),
+  recorded as (
+    insert into queues.task_lease_extension (task_lease_id, extended_at, expires_at)
+    select e.current_lease_id, _now, e.available_at from extended e
+  )
+  select e.task_id, e.current_lease_id, e.available_at from extended e;
+end;
+$$;
+
+create or replace function queues.extend_leases(
+  _task_ids       bigint[],
+  _task_lease_ids bigint[],
+  _lease_seconds  integer default null
+) returns table (task_id bigint, task_lease_id bigint, expires_at timestamptz)
+  language sql volatile
+  rows 10
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+  select * from queues.extend_leases_at(now(), _task_ids, _task_lease_ids, coalesce(_lease_seconds, 300))
+$$;
+
+-- Gives leases back before they expire (graceful shutdown): each task whose current lease
+-- is given becomes claimable at once, and the release is not counted towards abandoning
+-- it. Returns the task ids released; wakes listening workers.
+create or replace function queues.release_leases(
+  _task_ids       bigint[],
+  _task_lease_ids bigint[]
+) returns table (task_id bigint)
+  language plpgsql volatile
+  rows 10
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _released bigint[];
+begin
+  perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
+
+  with released as (
+    update queues.task_pending p
+       set available_at = now(),
+           released_count = p.released_count + 1
+      from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)
+     where p.task_id = i.task_id
+       and p.current_lease_id = i.task_lease_id
+    returning p.task_id, p.current_lease_id
+  ),
+  recorded as (
+    insert into queues.task_lease_release (task_lease_id)
+    select r.current_lease_id from released r
+    on conflict do nothing
+  )
+  select array_agg(r.task_id order by r.task_id) into _released from released r;
+
+  if _released is not null then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+  return query select unnest(coalesce(_released, '{}'));
+end;
+$$;

@@ -1,0 +1,180 @@
+// Heartbeats (lease extensions), releases and poison tasks.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await createTestDatabase();
+});
+afterAll(async () => {
+  await db?.drop();
+});
+
+interface Lease {
+  task_id: string;
+  task_lease_id: string;
+  lease_count: number;
+}
+
+async function enqueue(): Promise<string> {
+  const { rows } = await db.pool('app').query(`select queues.enqueue('db_function', '{"db_function": "internal.noop"}') as id`);
+  return rows[0].id;
+}
+
+/** Claims as the owner at now + `seconds` (to move time), with max_leases `maxLeases`. */
+async function claimAt(seconds: number, worker = 'w', maxLeases = 5): Promise<Lease[]> {
+  const { rows } = await db.query<Lease>(
+    `select task_id, task_lease_id, lease_count
+       from queues.claim_tasks_at(now() + make_interval(secs => $1), $2, 100, null, 60, $3)`,
+    [seconds, worker, maxLeases],
+  );
+  return rows;
+}
+
+async function extendAt(seconds: number, leases: Lease[], leaseSeconds = 60) {
+  const { rows } = await db.query(
+    `select task_id, task_lease_id from queues.extend_leases_at(now() + make_interval(secs => $1), $2::bigint[], $3::bigint[], $4)`,
+    [seconds, leases.map((l) => l.task_id), leases.map((l) => l.task_lease_id), leaseSeconds],
+  );
+  return rows;
+}
+
+describe('heartbeats', () => {
+  it('an extended lease is not claimable past its first expiry; each extension is a fact', async () => {
+    const id = await enqueue();
+    const leases = await claimAt(0, 'slow');
+    expect(leases.map((l) => l.task_id)).toEqual([id]);
+    // Heartbeats at 40 s and 80 s, each for 60 s: the lease now runs to 140 s.
+    expect(await extendAt(40, leases)).toHaveLength(1);
+    expect(await extendAt(80, leases)).toHaveLength(1);
+    expect(await claimAt(100, 'thief')).toEqual([]);
+    expect(await claimAt(139, 'thief')).toEqual([]);
+    const { rows } = await db.query(
+      `select extensions, round(extract(epoch from expires_at - leased_at))::int as seconds
+         from queues.task_lease_effective where task_lease_id = $1`,
+      [leases[0]!.task_lease_id],
+    );
+    expect(rows).toEqual([{ extensions: 2, seconds: 140 }]);
+    expect((await claimAt(141, 'next')).map((l) => l.task_id)).toEqual([id]);
+  });
+
+  it('a lost lease is not extended: the worker learns it from the result', async () => {
+    await enqueue();
+    const [stale] = await claimAt(0, 'stale');
+    const [fresh] = await claimAt(61, 'fresh');
+    expect(fresh!.task_id).toBe(stale!.task_id);
+    expect(await extendAt(62, [stale!])).toEqual([]);
+    expect(await extendAt(62, [fresh!])).toHaveLength(1);
+    // The worker role extends through the public function, at the server's clock.
+    const { rows } = await db.pool('worker').query(
+      'select task_id from queues.extend_leases($1::bigint[], $2::bigint[], 30)',
+      [[stale!.task_id], [stale!.task_lease_id]],
+    );
+    expect(rows).toEqual([]);
+  });
+
+  it('rejects mismatched or oversized arguments', async () => {
+    const worker = db.pool('worker');
+    await expect(worker.query(`select * from queues.extend_leases('{1,2}', '{1}')`)).rejects.toMatchObject({
+      code: '22023',
+      message: 'task_ids and task_lease_ids must have the same length (2 and 1)',
+    });
+    await expect(worker.query(`select * from queues.extend_leases('{1}', '{1}', 0)`)).rejects.toMatchObject({
+      code: '22023',
+    });
+    await expect(worker.query(`select * from queues.release_leases(null, '{1}')`)).rejects.toMatchObject({
+      code: '22004',
+    });
+  });
+});
+
+describe('releases', () => {
+  it('a released task is claimable at once, and releases do not count towards abandoning', async () => {
+    const id = await enqueue();
+    for (let i = 0; i < 3; i++) {
+      const leases = (await claimAt(0, `w${i}`, 1)).filter((l) => l.task_id === id);
+      expect(leases).toHaveLength(1);
+      const { rows } = await db.pool('worker').query('select task_id from queues.release_leases($1::bigint[], $2::bigint[])', [
+        [id],
+        [leases[0]!.task_lease_id],
+      ]);
+      expect(rows).toEqual([{ task_id: id }]);
+    }
+    const { rows } = await db.query('select count(*)::int as n from queues.task_lease_release r join queues.task_lease l using (task_lease_id) where l.task_id = $1', [id]);
+    expect(rows[0].n).toBe(3);
+    // Even with max_leases 1 the task is claimed, not abandoned.
+    expect((await claimAt(0, 'last', 1)).map((l) => l.task_id)).toContain(id);
+  });
+
+  it('releasing a lease that is no longer current does nothing', async () => {
+    const id = await enqueue();
+    const [old] = (await claimAt(0, 'old')).filter((l) => l.task_id === id);
+    await claimAt(61, 'new');
+    const { rows } = await db.pool('worker').query('select * from queues.release_leases($1::bigint[], $2::bigint[])', [
+      [id],
+      [old!.task_lease_id],
+    ]);
+    expect(rows).toEqual([]);
+    expect(await claimAt(62, 'third')).toEqual([]);
+  });
+});
+
+describe('poison tasks', () => {
+  it('a task whose leases keep expiring is completed as abandoned, with an error, after max_leases', async () => {
+    await db.query('delete from queues.task_pending');
+    const id = await enqueue();
+    const maxLeases = 3;
+    for (let i = 0; i < maxLeases; i++) {
+      const claimed = await claimAt(61 * i, `crasher-${i}`, maxLeases);
+      expect(claimed.map((l) => [l.task_id, l.lease_count])).toEqual([[id, i + 1]]);
+    }
+    // The third lease expires: the next claim abandons the task instead of leasing it.
+    expect(await claimAt(61 * maxLeases, 'next', maxLeases)).toEqual([]);
+    const { rows } = await db.query(
+      `select c.outcome, e.error_message
+         from queues.task_completed c join queues.error e using (task_id) where c.task_id = $1`,
+      [id],
+    );
+    expect(rows).toEqual([{ outcome: 'abandoned', error_message: 'abandoned: 3 leases expired without completion (max_leases 3)' }]);
+    expect((await db.query('select count(*)::int as n from queues.task_lease where task_id = $1', [id])).rows[0].n).toBe(3);
+    expect(await claimAt(86_400, 'later', maxLeases)).toEqual([]);
+  });
+
+  it('abandoning one task does not stop the others in the same claim', async () => {
+    await db.query('delete from queues.task_pending');
+    const poison = await enqueue();
+    await claimAt(0, 'crasher', 1);
+    const healthy = await enqueue();
+    const claimed = await claimAt(61, 'w', 1);
+    expect(claimed.map((l) => l.task_id)).toEqual([healthy]);
+    const { rows } = await db.query('select outcome from queues.task_completed where task_id = $1', [poison]);
+    expect(rows).toEqual([{ outcome: 'abandoned' }]);
+  });
+
+  it('rejects max_leases outside 1..100', async () => {
+    await expect(db.pool('worker').query(`select * from queues.claim_tasks('w', 1, null, 60, 0)`)).rejects.toMatchObject({
+      code: '22023',
+      message: 'max_leases must be between 1 and 100, got 0',
+    });
+  });
+});
+
+describe('rebuild', () => {
+  it('rebuilding the claim index keeps heartbeats, releases and counts', async () => {
+    await db.query('delete from queues.task_pending');
+    await db.query('truncate queues.task cascade');
+    await enqueue();
+    await enqueue();
+    const leases = await claimAt(0, 'w');
+    await extendAt(30, [leases[0]!], 300);
+    await db.pool('worker').query('select * from queues.release_leases($1::bigint[], $2::bigint[])', [
+      [leases[1]!.task_id],
+      [leases[1]!.task_lease_id],
+    ]);
+    const snapshot = async () =>
+      (await db.query('select task_id, available_at, current_lease_id, lease_count, released_count from queues.task_pending order by task_id')).rows;
+    const before = await snapshot();
+    await db.query('select queues.rebuild_task_pending()');
+    expect(await snapshot()).toEqual(before);
+  });
+});
