@@ -1,0 +1,10 @@
+// @org/worker: the thin typed executor. Embed it (new Worker({...})) or run its CLI.
+export { loadConfig, helpText, ConfigError, type WorkerConfig } from './config.js';
+export { createLogger, type Logger } from './logger.js';
+export { ProcessorRegistry, type Processor, type TaskContext, type TaskReport } from './processor.js';
+export { dbFunctionProcessor } from './processors/db-function.js';
+export { handlerTaskProcessor } from './processors/handler-task.js';
+export { HandlerInvoker } from './handler-invoker.js';
+export { LeaseLostError, finish, recordCompletion, isTransient } from './completion.js';
+export { defaultRegistry } from './registry.js';
+export { Worker, type WorkerOptions } from './worker.js';

@@ -1,0 +1,118 @@
+/**
+ * Handler-based tasks (email, sms, file_delete, or any registered type):
+ *
+ *   before_handler(payload)                 -> envelope whose payload is the provider's input
+ *   provider.send(provider payload)         -> worker_payload, or an error
+ *   success_handler({original_payload, worker_payload})   on success
+ *   error_handler({original_payload, error})              on any failure
+ *
+ * A before_handler that fails, returns a validation failure or a malformed envelope, or
+ * whose payload the provider's schema rejects, leads to an error row and the
+ * error_handler, with no provider call. The success or error handler, the error row and
+ * the completion commit in one transaction, fenced by the lease. Handler names are
+ * optional; without a before_handler the provider gets the task payload minus the
+ * handler names.
+ */
+import { handlerTaskPayload, type Provider } from '@org/handler-types';
+import { withTransaction, type JsonObject } from '@org/queue-client';
+import { errorMessage, finish, isLeaseLost, LeaseLostError, recordCompletion } from '../completion.js';
+import { failureOf, HandlerInvoker } from '../handler-invoker.js';
+import type { Processor, TaskContext, TaskReport } from '../processor.js';
+
+const HANDLER_FIELDS = ['task_type', 'before_handler', 'success_handler', 'error_handler'];
+
+export function handlerTaskProcessor<P>(provider: Provider<P>): Processor {
+  return {
+    name: `handler:${provider.name}`,
+    async process(context: TaskContext): Promise<TaskReport> {
+      const { task, pool } = context;
+      const handlers = handlerTaskPayload.safeParse(task.payload);
+      if (!handlers.success) {
+        const problem = handlers.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ');
+        return finish(pool, task, { outcome: 'failed', error: `invalid handler names in payload: ${problem}` });
+      }
+      const { before_handler: before, success_handler: onSuccess, error_handler: onError } = handlers.data;
+      const original = task.payload;
+      const invoker = new HandlerInvoker(pool);
+
+      // 1. Before: the provider's input.
+      let input: unknown;
+      if (before) {
+        let result;
+        try {
+          result = await invoker.call(before, original);
+        } catch (error) {
+          return fail(context, invoker, onError, `${before} raised: ${errorMessage(error)}`);
+        }
+        if (!result.ok) return fail(context, invoker, onError, result.error);
+        const failure = failureOf(before, result.envelope);
+        if (failure) return fail(context, invoker, onError, failure);
+        input = result.envelope.payload;
+      } else {
+        input = Object.fromEntries(Object.entries(original).filter(([key]) => !HANDLER_FIELDS.includes(key)));
+      }
+      const parsed = provider.payloadSchema.safeParse(input);
+      if (!parsed.success) {
+        const problem = parsed.error.issues.map((i) => `${i.path.join('.') || 'payload'}: ${i.message}`).join('; ');
+        return fail(context, invoker, onError, `invalid ${task.taskType} payload${before ? ` from ${before}` : ''}: ${problem}`);
+      }
+
+      // 2. The provider: the side effect.
+      let workerPayload: unknown;
+      try {
+        workerPayload = await provider.send(parsed.data, {
+          taskId: task.taskId,
+          taskLeaseId: task.taskLeaseId,
+          taskType: task.taskType,
+          signal: context.signal,
+        });
+      } catch (error) {
+        return fail(context, invoker, onError, `${provider.name}: ${errorMessage(error)}`);
+      }
+
+      // 3. Success facts and the completion, together.
+      try {
+        return await withTransaction(pool, async (tx) => {
+          if (!onSuccess) return recordCompletion(tx, task, { outcome: 'succeeded' });
+          const result = await invoker.on(tx).call(onSuccess, {
+            original_payload: original,
+            worker_payload: (workerPayload ?? null) as JsonObject,
+          });
+          const failure = result.ok ? failureOf(onSuccess, result.envelope) : result.error;
+          return recordCompletion(tx, task, failure ? { outcome: 'failed', error: failure } : { outcome: 'succeeded' });
+        });
+      } catch (error) {
+        if (isLeaseLost(error)) throw error instanceof LeaseLostError ? error : new LeaseLostError(task);
+        return finish(pool, task, {
+          outcome: 'failed',
+          error: `${provider.name} succeeded but ${onSuccess} raised: ${errorMessage(error)}`,
+        });
+      }
+    },
+  };
+}
+
+/** The failure path: error row, error_handler, completion, in one transaction. */
+async function fail(
+  { task, pool }: TaskContext,
+  invoker: HandlerInvoker,
+  onError: string | undefined,
+  message: string,
+): Promise<TaskReport> {
+  const report: TaskReport = { outcome: 'failed', error: message };
+  try {
+    return await withTransaction(pool, async (tx) => {
+      const extra: string[] = [];
+      if (onError) {
+        const result = await invoker.on(tx).call(onError, { original_payload: task.payload, error: message });
+        const failure = result.ok ? failureOf(onError, result.envelope) : result.error;
+        if (failure) extra.push(failure);
+      }
+      return recordCompletion(tx, task, report, extra);
+    });
+  } catch (error) {
+    if (isLeaseLost(error)) throw error instanceof LeaseLostError ? error : new LeaseLostError(task);
+    // The error handler raised: its writes rolled back; record both errors and complete.
+    return finish(pool, task, report, [`${onError} raised: ${errorMessage(error)}`]);
+  }
+}

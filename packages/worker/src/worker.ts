@@ -1,0 +1,279 @@
+/**
+ * The worker: claim -> dispatch by task_type -> processor -> completion, N at a time.
+ *
+ *   loop        claims up to the free slots (only the task types of its roles), starts a
+ *               processor per task, then waits for a notification, a freed slot or the
+ *               poll interval
+ *   heartbeat   extends the leases of running tasks; a lease missing from the answer was
+ *               lost, and that task's signal is aborted (its completion would be refused)
+ *   listener    LISTEN queues_task_ready, reconnecting after drops
+ *   stop()      stops claiming, waits up to the grace period for running tasks, releases
+ *               the leases of the rest so other workers take them at once
+ *
+ * Invariant: every claimed task is completed by its processor (success or failure), or
+ * its lease is released or left to expire when the database cannot be reached. A task is
+ * never recorded as failed because of a connection error.
+ */
+import { EventEmitter } from 'node:events';
+import pg from 'pg';
+import { claimTasks, extendLeases, releaseLeases, type ClaimedTask } from '@org/queue-client';
+import { errorMessage, finish, isLeaseLost, isTransient } from './completion.js';
+import type { WorkerConfig } from './config.js';
+import { TaskListener } from './listener.js';
+import type { Logger } from './logger.js';
+import type { ProcessorRegistry, TaskReport } from './processor.js';
+
+export interface WorkerOptions extends Omit<WorkerConfig, 'logLevel'> {
+  registry: ProcessorRegistry;
+  logger: Logger;
+}
+
+interface Running {
+  task: ClaimedTask;
+  controller: AbortController;
+  startedAt: number;
+  lost: boolean;
+  done: Promise<void>;
+}
+
+export interface WorkerEvents {
+  claimed: [tasks: ClaimedTask[]];
+  completed: [task: ClaimedTask, report: TaskReport, durationMs: number];
+  lease_lost: [task: ClaimedTask];
+  released: [taskIds: string[]];
+  extended: [count: number];
+}
+
+export class Worker extends EventEmitter<WorkerEvents> {
+  readonly pool: pg.Pool;
+  readonly #options: WorkerOptions;
+  readonly #log: Logger;
+  readonly #taskTypes: string[];
+  readonly #running = new Map<string, Running>();
+  readonly #listener: TaskListener;
+  #stopping = false;
+  #woken = false;
+  #wake: (() => void) | undefined;
+  #loop: Promise<void> | undefined;
+  #heartbeat: NodeJS.Timeout | undefined;
+  #claimFailures = 0;
+
+  constructor(options: WorkerOptions) {
+    super();
+    this.#options = options;
+    this.#log = options.logger.child({ worker_id: options.workerId });
+    const registered = options.registry.taskTypes();
+    const unknown = (options.roles ?? []).filter((r) => !registered.includes(r));
+    if (unknown.length > 0) {
+      throw new Error(`no processor for role(s) ${unknown.join(', ')}; registered task types: ${registered.join(', ')}`);
+    }
+    this.#taskTypes = options.roles ?? registered;
+    this.pool = new pg.Pool({
+      connectionString: options.databaseUrl,
+      // Every running task may hold a connection; the loop and the heartbeat need one each.
+      max: options.concurrency + 2,
+      application_name: 'queue-worker',
+      keepAlive: true,
+    });
+    // An idle connection that dies (server restart, pg_terminate_backend) must not crash us.
+    this.pool.on('error', (error) => this.#log.warn({ event: 'pool_error', err: error.message }, 'idle connection lost'));
+    this.#listener = new TaskListener(options.databaseUrl, this.#log, () => this.#signal(), options.pollIntervalMs);
+  }
+
+  /** Task ids running now. */
+  runningTaskIds(): string[] {
+    return [...this.#running.keys()];
+  }
+
+  listener(): TaskListener {
+    return this.#listener;
+  }
+
+  async start(): Promise<void> {
+    this.#log.info(
+      { event: 'worker_started', roles: this.#taskTypes, concurrency: this.#options.concurrency },
+      `worker started for ${this.#taskTypes.join(', ')}`,
+    );
+    await this.#listener.start();
+    this.#heartbeat = setInterval(() => void this.#beat(), this.#options.heartbeatIntervalMs);
+    this.#loop = this.#run();
+  }
+
+  /** Graceful stop: no new claims, running tasks get the grace period, the rest are released. */
+  async stop(graceMs = this.#options.shutdownGraceMs): Promise<void> {
+    if (this.#stopping) return;
+    this.#stopping = true;
+    this.#log.info({ event: 'worker_stopping', running: this.#running.size, grace_ms: graceMs }, 'stopping: no new claims');
+    this.#signal();
+    await this.#loop;
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.allSettled([...this.#running.values()].map((r) => r.done)),
+      new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs))),
+    ]);
+    clearTimeout(timer);
+    const left = [...this.#running.values()];
+    if (left.length > 0) {
+      for (const r of left) r.controller.abort(new Error('worker shutting down'));
+      try {
+        const released = await releaseLeases(
+          this.pool,
+          left.map((r) => ({ taskId: r.task.taskId, taskLeaseId: r.task.taskLeaseId })),
+        );
+        this.#log.info({ event: 'leases_released', task_ids: released }, `released ${released.length} unfinished task(s)`);
+        this.emit('released', released);
+      } catch (error) {
+        this.#log.error({ event: 'release_failed', err: errorMessage(error) }, 'could not release leases; they will expire');
+      }
+    }
+    clearInterval(this.#heartbeat);
+    await this.#listener.stop();
+    await this.pool.end();
+    this.#log.info({ event: 'worker_stopped', unfinished: left.length }, 'worker stopped');
+  }
+
+  #signal(): void {
+    this.#woken = true;
+    const wake = this.#wake;
+    this.#wake = undefined;
+    wake?.();
+  }
+
+  #sleep(ms: number): Promise<void> {
+    if (this.#woken || this.#stopping) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        this.#wake = undefined;
+        resolve();
+      }, ms);
+      this.#wake = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
+  }
+
+  async #run(): Promise<void> {
+    const { concurrency, pollIntervalMs } = this.#options;
+    while (!this.#stopping) {
+      this.#woken = false;
+      const free = concurrency - this.#running.size;
+      if (free > 0) {
+        const claimed = await this.#claim(free);
+        if (this.#stopping) {
+          if (claimed.length > 0) await this.#releaseUnstarted(claimed);
+          break;
+        }
+        for (const task of claimed) this.#start(task);
+        // A full batch means more work is likely waiting: claim again at once.
+        if (claimed.length === free) continue;
+        if (this.#claimFailures > 0) {
+          await this.#sleep(Math.min(pollIntervalMs, 100 * 2 ** Math.min(this.#claimFailures, 6)));
+          continue;
+        }
+      }
+      await this.#sleep(pollIntervalMs);
+    }
+  }
+
+  async #claim(limit: number): Promise<ClaimedTask[]> {
+    try {
+      const tasks = await claimTasks(this.pool, {
+        workerId: this.#options.workerId,
+        limit,
+        taskTypes: this.#taskTypes,
+        leaseSeconds: this.#options.leaseSeconds,
+        maxLeases: this.#options.maxLeases,
+      });
+      if (this.#claimFailures > 0) this.#log.info({ event: 'claim_recovered' }, 'claiming works again');
+      this.#claimFailures = 0;
+      if (tasks.length > 0) this.emit('claimed', tasks);
+      return tasks;
+    } catch (error) {
+      this.#claimFailures++;
+      this.#log.warn({ event: 'claim_failed', attempt: this.#claimFailures, err: errorMessage(error) }, 'claim failed');
+      return [];
+    }
+  }
+
+  async #releaseUnstarted(tasks: ClaimedTask[]): Promise<void> {
+    try {
+      await releaseLeases(this.pool, tasks.map((t) => ({ taskId: t.taskId, taskLeaseId: t.taskLeaseId })));
+    } catch (error) {
+      this.#log.warn({ event: 'release_failed', err: errorMessage(error) }, 'could not release; leases will expire');
+    }
+  }
+
+  #start(task: ClaimedTask): void {
+    const log = this.#log.child({ task_id: task.taskId, task_type: task.taskType, task_lease_id: task.taskLeaseId });
+    const controller = new AbortController();
+    const startedAt = Date.now();
+    log.info({ event: 'task_started', lease_count: task.leaseCount }, 'task started');
+    const running: Running = { task, controller, startedAt, lost: false, done: Promise.resolve() };
+    this.#running.set(task.taskId, running);
+    running.done = this.#process(running, log).finally(() => {
+      this.#running.delete(task.taskId);
+      this.#signal(); // a slot is free
+    });
+  }
+
+  async #process(running: Running, log: Logger): Promise<void> {
+    const { task, controller, startedAt } = running;
+    const processor = this.#options.registry.get(task.taskType);
+    try {
+      const report = processor
+        ? await processor.process({ task, pool: this.pool, log, signal: controller.signal })
+        : await finish(this.pool, task, { outcome: 'failed', error: `no processor for task type ${task.taskType}` });
+      const durationMs = Date.now() - startedAt;
+      const level = report.outcome === 'succeeded' ? 'info' : 'warn';
+      log[level](
+        { event: 'task_completed', outcome: report.outcome, duration_ms: durationMs, error: report.error, note: report.note },
+        `task ${report.outcome}`,
+      );
+      this.emit('completed', task, report, durationMs);
+    } catch (error) {
+      const durationMs = Date.now() - startedAt;
+      if (isLeaseLost(error)) {
+        log.warn({ event: 'lease_lost', duration_ms: durationMs }, 'lease lost to another worker; nothing recorded');
+        this.emit('lease_lost', task);
+      } else if (isTransient(error)) {
+        log.warn({ event: 'task_interrupted', duration_ms: durationMs, err: errorMessage(error) }, 'database unavailable; task will run again');
+        await this.#releaseUnstarted([task]);
+      } else {
+        log.error({ event: 'task_crashed', duration_ms: durationMs, err: errorMessage(error) }, 'processor threw');
+        try {
+          const report = await finish(this.pool, task, { outcome: 'failed', error: `worker error: ${errorMessage(error)}` });
+          this.emit('completed', task, report, durationMs);
+        } catch (second) {
+          log.error({ event: 'completion_failed', err: errorMessage(second) }, 'could not complete; the lease will expire');
+        }
+      }
+    }
+  }
+
+  async #beat(): Promise<void> {
+    const leases = [...this.#running.values()].filter((r) => !r.lost);
+    if (leases.length === 0) return;
+    try {
+      const extended = await extendLeases(
+        this.pool,
+        leases.map((r) => ({ taskId: r.task.taskId, taskLeaseId: r.task.taskLeaseId })),
+        this.#options.leaseSeconds,
+      );
+      const kept = new Set(extended.map((e) => e.taskLeaseId));
+      for (const r of leases) {
+        if (!kept.has(r.task.taskLeaseId) && this.#running.has(r.task.taskId)) {
+          r.lost = true;
+          r.controller.abort(new Error('lease lost'));
+          this.#log.warn(
+            { event: 'lease_lost', task_id: r.task.taskId, task_type: r.task.taskType },
+            'heartbeat found the lease taken over; aborting the task',
+          );
+        }
+      }
+      this.emit('extended', extended.length);
+    } catch (error) {
+      this.#log.warn({ event: 'heartbeat_failed', err: errorMessage(error) }, 'heartbeat failed; will retry');
+    }
+  }
+}
