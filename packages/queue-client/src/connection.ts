@@ -21,11 +21,16 @@ export function connect(options: ConnectOptions = {}): pg.Pool {
   if (!connectionString) {
     throw new Error('no database: pass connectionString or set DATABASE_URL');
   }
-  return new pg.Pool({
+  const pool = new pg.Pool({
     connectionString,
     max: options.max ?? 10,
     application_name: options.applicationName ?? 'queue-client',
   });
+  // A connection that dies (server restart, terminated backend) must not crash the app:
+  // idle clients are dropped by the pool, and a query in flight rejects on its own.
+  pool.on('error', () => {});
+  pool.on('connect', (client) => client.on('error', () => {}));
+  return pool;
 }
 
 /**

@@ -77,6 +77,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
     });
     // An idle connection that dies (server restart, pg_terminate_backend) must not crash us.
     this.pool.on('error', (error) => this.#log.warn({ event: 'pool_error', err: error.message }, 'idle connection lost'));
+    // A connection that dies while checked out emits 'error' on its client too; the query
+    // in flight rejects and is handled there, so this only keeps the process alive.
+    this.pool.on('connect', (client) => client.on('error', () => {}));
     this.#listener = new TaskListener(options.databaseUrl, this.#log, () => this.#signal(), options.pollIntervalMs);
   }
 

@@ -9,11 +9,12 @@
  *   validation_failure_message     effects kept, error row, completed 'failed' (non-retriable)
  *   error                          effects kept, error row, completed 'failed'
  *   malformed result / exception   rolled back, then error row and completed 'failed'
+ *   connection failure             rolled back, nothing recorded: the task runs again
  */
 import { dbFunctionPayload } from '@org/handler-types';
 import { runFunction, withTransaction } from '@org/queue-client';
 import { parseEnvelope } from '@org/handler-types';
-import { errorMessage, finish, isLeaseLost, LeaseLostError, recordCompletion } from '../completion.js';
+import { errorMessage, finish, isLeaseLost, isTransient, LeaseLostError, recordCompletion } from '../completion.js';
 import type { Processor, TaskContext, TaskReport } from '../processor.js';
 
 class RollBack extends Error {}
@@ -51,6 +52,8 @@ export function dbFunctionProcessor(): Processor {
         });
       } catch (error) {
         if (isLeaseLost(error)) throw error instanceof LeaseLostError ? error : new LeaseLostError(task);
+        // The connection failed, not the step: nothing is recorded, the task runs again.
+        if (isTransient(error)) throw error;
         // Rolled back: record why, in a transaction of its own.
         const message = error instanceof RollBack ? error.message : `${name} raised: ${errorMessage(error)}`;
         return finish(pool, task, { outcome: 'failed', error: message });

@@ -11,11 +11,12 @@
  * error_handler, with no provider call. The success or error handler, the error row and
  * the completion commit in one transaction, fenced by the lease. Handler names are
  * optional; without a before_handler the provider gets the task payload minus the
- * handler names.
+ * handler names. A connection failure records nothing: the task runs again (providers
+ * get the same idempotency key).
  */
 import { handlerTaskPayload, type Provider } from '@org/handler-types';
 import { withTransaction, type JsonObject } from '@org/queue-client';
-import { errorMessage, finish, isLeaseLost, LeaseLostError, recordCompletion } from '../completion.js';
+import { errorMessage, finish, isLeaseLost, isTransient, LeaseLostError, recordCompletion } from '../completion.js';
 import { failureOf, HandlerInvoker } from '../handler-invoker.js';
 import type { Processor, TaskContext, TaskReport } from '../processor.js';
 
@@ -42,6 +43,7 @@ export function handlerTaskProcessor<P>(provider: Provider<P>): Processor {
         try {
           result = await invoker.call(before, original);
         } catch (error) {
+          if (isTransient(error)) throw error;
           return fail(context, invoker, onError, `${before} raised: ${errorMessage(error)}`);
         }
         if (!result.ok) return fail(context, invoker, onError, result.error);
@@ -83,6 +85,9 @@ export function handlerTaskProcessor<P>(provider: Provider<P>): Processor {
         });
       } catch (error) {
         if (isLeaseLost(error)) throw error instanceof LeaseLostError ? error : new LeaseLostError(task);
+        // The provider call happened; the task runs again and the provider sees the same
+        // idempotency key.
+        if (isTransient(error)) throw error;
         return finish(pool, task, {
           outcome: 'failed',
           error: `${provider.name} succeeded but ${onSuccess} raised: ${errorMessage(error)}`,
@@ -112,6 +117,7 @@ async function fail(
     });
   } catch (error) {
     if (isLeaseLost(error)) throw error instanceof LeaseLostError ? error : new LeaseLostError(task);
+    if (isTransient(error)) throw error;
     // The error handler raised: its writes rolled back; record both errors and complete.
     return finish(pool, task, report, [`${onError} raised: ${errorMessage(error)}`]);
   }

@@ -1,0 +1,254 @@
+// Every processor's success and failure paths, both envelope shapes, malformed envelopes,
+// handlers that throw or return non-objects, and exactly-once db_function steps.
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import type pg from 'pg';
+import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { claimTasks, connect, type ClaimedTask } from '@org/queue-client';
+import type { Provider } from '@org/handler-types';
+import { createLogger, dbFunctionProcessor, handlerTaskProcessor, LeaseLostError, type Processor } from '../src/index.js';
+import { effects, enqueue, factsOf, handlerCalls, installFixtures } from './support/fixtures.js';
+
+let db: TestDatabase;
+let pool: pg.Pool;
+const log = createLogger('silent');
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  await installFixtures(db);
+  pool = connect({ connectionString: db.url('worker') });
+});
+afterAll(async () => {
+  await pool?.end();
+  await db?.drop();
+});
+
+async function claimOne(taskType: string): Promise<ClaimedTask> {
+  const [task] = await claimTasks(pool, { workerId: 'processor-test', limit: 1, taskTypes: [taskType] });
+  if (!task) throw new Error(`no ${taskType} task to claim`);
+  return task;
+}
+
+async function run(processor: Processor, taskType: string, payload: Record<string, unknown>) {
+  const id = await enqueue(db, taskType, payload);
+  const task = await claimOne(taskType);
+  expect(task.taskId).toBe(id);
+  const report = await processor.process({ task, pool, log, signal: new AbortController().signal });
+  return { id, report, facts: await factsOf(db, id) };
+}
+
+describe('db_function processor', () => {
+  const processor = dbFunctionProcessor();
+  const step = (key: string, extra: Record<string, unknown> = {}) => ({ db_function: 'fixture.step', key, ...extra });
+
+  it('success ({success: true}): effect committed with the completion', async () => {
+    const { report, facts } = await run(processor, 'db_function', step('ok'));
+    expect(report).toEqual({ outcome: 'succeeded' });
+    expect(facts).toEqual({ outcome: 'succeeded', errors: [], leases: 1 });
+    expect(await effects(db, 'ok')).toBe(1);
+  });
+
+  it('success ({status: "succeeded"}), the other envelope shape', async () => {
+    const { facts } = await run(processor, 'db_function', step('status-ok', { result: { status: 'succeeded', payload: { x: 1 } } }));
+    expect(facts).toEqual({ outcome: 'succeeded', errors: [], leases: 1 });
+  });
+
+  it('a descriptive non-success status is logged, not fatal', async () => {
+    const { report, facts } = await run(processor, 'db_function', step('status', { result: { status: 'max_attempts_reached' } }));
+    expect(report).toEqual({ outcome: 'succeeded', note: 'status max_attempts_reached' });
+    expect(facts.errors).toEqual([]);
+  });
+
+  it('validation_failure_message: error row, completed failed, effects kept', async () => {
+    const { facts } = await run(
+      processor,
+      'db_function',
+      step('invalid', { result: { success: false, validation_failure_message: 'no such account' } }),
+    );
+    expect(facts).toEqual({ outcome: 'failed', errors: ['fixture.step: validation failure: no such account'], leases: 1 });
+    expect(await effects(db, 'invalid')).toBe(1);
+  });
+
+  it('error in the envelope: error row, completed failed', async () => {
+    const { facts } = await run(processor, 'db_function', step('err', { result: { success: false, error: 'provider down' } }));
+    expect(facts).toEqual({ outcome: 'failed', errors: ['fixture.step: provider down'], leases: 1 });
+  });
+
+  it('a function that raises: effects rolled back, then error row and completion', async () => {
+    const { facts } = await run(processor, 'db_function', step('raises', { raise: 'disk on fire' }));
+    expect(facts.outcome).toBe('failed');
+    expect(facts.errors).toEqual(['fixture.step raised: step failed: disk on fire']);
+    expect(await effects(db, 'raises')).toBe(0);
+  });
+
+  const malformed: [string, unknown, RegExp][] = [
+    ['JSON null', null, /expected an object, got null/],
+    ['an array', [1, 2], /expected an object, got an array/],
+    ['a string', 'done', /expected an object, got a string/],
+    ['a number', 42, /expected an object, got a number/],
+    ['an empty object', {}, /needs "status" or "success"/],
+    ['success as a string', { success: 'yes' }, /malformed result envelope/],
+    ['status as a number', { status: 1 }, /malformed result envelope/],
+    ['empty status', { status: '' }, /malformed result envelope/],
+    ['success false with no reason', { success: false }, /neither error nor validation_failure_message/],
+    ['both shapes at once', { status: 'succeeded', success: true }, /both "status" and "success"/],
+    ['an unknown field', { success: true, extra: 1 }, /malformed result envelope/],
+    ['error not a string', { success: false, error: { code: 1 } }, /malformed result envelope/],
+    ['status shape with an unknown field', { status: 'ok', note: 'x' }, /malformed result envelope/],
+  ];
+  it.each(malformed)('malformed envelope (%s): rolled back, error row, never a crash', async (name, result, message) => {
+    const key = `malformed-${name}`;
+    const { report, facts } = await run(processor, 'db_function', step(key, { result }));
+    expect(report.outcome).toBe('failed');
+    expect(facts.outcome).toBe('failed');
+    expect(facts.errors).toHaveLength(1);
+    expect(facts.errors[0]).toMatch(message);
+    expect(await effects(db, key)).toBe(0);
+  });
+
+  it('a function returning SQL NULL is a malformed envelope', async () => {
+    const { facts } = await run(processor, 'db_function', { db_function: 'fixture.nothing' });
+    expect(facts.errors[0]).toMatch(/fixture.nothing: malformed result envelope: expected an object, got null/);
+  });
+
+  it('bad db_function payloads: error row and completion, nothing run', async () => {
+    for (const [payload, message] of [
+      [{}, /invalid db_function payload: db_function: /],
+      [{ db_function: 'Fixture.Step' }, /must be schema.function/],
+      [{ db_function: 'fixture.step; drop table x' }, /must be schema.function/],
+      [{ db_function: 'fixture.missing' }, /fixture.missing raised: function fixture.missing\(jsonb\) does not exist/],
+      [{ db_function: 'pg_catalog.pg_sleep' }, /never runnable/],
+    ] as const) {
+      const { facts } = await run(processor, 'db_function', payload);
+      expect(facts.outcome).toBe('failed');
+      expect(facts.errors[0]).toMatch(message);
+    }
+  });
+
+  it('exactly once: when the lease was taken over, the step and its completion roll back together', async () => {
+    const id = await enqueue(db, 'db_function', step('stolen'));
+    const task = await claimOne('db_function');
+    // Another worker takes the task after this lease "expires".
+    await db.query(`select * from queues.claim_tasks_at(now() + interval '10 minutes', 'thief', 1, null, 60, 5)`);
+    await expect(processor.process({ task, pool, log, signal: new AbortController().signal })).rejects.toBeInstanceOf(LeaseLostError);
+    expect(await effects(db, 'stolen')).toBe(0);
+    expect(await factsOf(db, id)).toEqual({ outcome: null, errors: [], leases: 2 });
+  });
+});
+
+describe('handler processor', () => {
+  const calls: unknown[] = [];
+  let failWith: string | undefined;
+  const provider: Provider<{ to: string; idempotency_key?: string }> = {
+    name: 'test-provider',
+    payloadSchema: z.strictObject({ to: z.string().min(1), idempotency_key: z.string().optional() }),
+    async send(payload, context) {
+      calls.push({ payload, taskId: context.taskId });
+      if (failWith) throw new Error(failWith);
+      return { delivered_to: payload.to, provider_id: 'p-1' };
+    },
+  };
+  const processor = handlerTaskProcessor(provider);
+  const handlers = { before_handler: 'fixture.before', success_handler: 'fixture.on_success', error_handler: 'fixture.on_error' };
+
+  beforeEach(async () => {
+    calls.length = 0;
+    failWith = undefined;
+    await handlerCalls(db);
+  });
+
+  it('success: before -> provider -> success_handler({original_payload, worker_payload}) -> completed', async () => {
+    const payload = { ...handlers, attempt_id: 7, before: { success: true, payload: { to: 'a@example.com', idempotency_key: '7' } } };
+    const { id, report, facts } = await run(processor, 'test_channel', payload);
+    expect(report).toEqual({ outcome: 'succeeded' });
+    expect(facts).toEqual({ outcome: 'succeeded', errors: [], leases: 1 });
+    expect(calls).toEqual([{ payload: { to: 'a@example.com', idempotency_key: '7' }, taskId: id }]);
+    expect(await handlerCalls(db)).toEqual([
+      { kind: 'success', body: { original_payload: payload, worker_payload: { delivered_to: 'a@example.com', provider_id: 'p-1' } } },
+    ]);
+  });
+
+  it('the status envelope shape works for before handlers too', async () => {
+    const payload = { ...handlers, before: { status: 'succeeded', payload: { to: 'b@example.com' } } };
+    const { facts } = await run(processor, 'test_channel', payload);
+    expect(facts.outcome).toBe('succeeded');
+    expect(calls).toHaveLength(1);
+  });
+
+  it('provider failure: error row and error_handler({original_payload, error}), completed failed', async () => {
+    failWith = 'mailbox full';
+    const payload = { ...handlers, before: { success: true, payload: { to: 'c@example.com' } } };
+    const { facts } = await run(processor, 'test_channel', payload);
+    expect(facts).toEqual({ outcome: 'failed', errors: ['test-provider: mailbox full'], leases: 1 });
+    expect(await handlerCalls(db)).toEqual([
+      { kind: 'error', body: { original_payload: payload, error: 'test-provider: mailbox full' } },
+    ]);
+  });
+
+  const beforeFailures: [string, Record<string, unknown>, RegExp][] = [
+    ['validation failure', { before: { success: false, validation_failure_message: 'unsubscribed' } }, /fixture.before: validation failure: unsubscribed/],
+    ['error', { before: { success: false, error: 'lookup failed' } }, /fixture.before: lookup failed/],
+    ['non-success status', { before: { status: 'attempt_not_found' } }, /fixture.before: status attempt_not_found/],
+    ['malformed envelope', { before: { ok: true } }, /fixture.before: malformed result envelope/],
+    ['non-object (a string)', { before: 'to: a@b' }, /expected an object, got a string/],
+    ['non-object (JSON null)', { before: null }, /expected an object, got null/],
+    ['an exception', { before_raise: true }, /fixture.before raised: before failed/],
+    ['a payload the provider rejects', { before: { success: true, payload: { to: '', cc: 'x' } } }, /invalid test_channel payload from fixture.before/],
+  ];
+  it.each(beforeFailures)('before handler %s: error row + error_handler, no provider call', async (_name, extra, message) => {
+    const payload = { ...handlers, ...extra };
+    const { facts } = await run(processor, 'test_channel', payload);
+    expect(calls).toEqual([]);
+    expect(facts.outcome).toBe('failed');
+    expect(facts.errors).toHaveLength(1);
+    expect(facts.errors[0]).toMatch(message);
+    const recorded = await handlerCalls(db);
+    expect(recorded.map((c) => c.kind)).toEqual(['error']);
+    expect(recorded[0]!.body.error).toMatch(message);
+  });
+
+  it('a success handler that raises: the provider call stands, the error is recorded, completed failed', async () => {
+    const payload = { ...handlers, success_raise: true, before: { success: true, payload: { to: 'd@example.com' } } };
+    const { facts } = await run(processor, 'test_channel', payload);
+    expect(calls).toHaveLength(1);
+    expect(facts.outcome).toBe('failed');
+    expect(facts.errors).toEqual(['test-provider succeeded but fixture.on_success raised: success handler failed']);
+    expect(await handlerCalls(db)).toEqual([]); // its insert rolled back
+  });
+
+  it('a success handler returning an error envelope is recorded', async () => {
+    const payload = { ...handlers, success_result: { success: false, error: 'attempt already closed' }, before: { success: true, payload: { to: 'e@example.com' } } };
+    const { facts } = await run(processor, 'test_channel', payload);
+    expect(facts).toEqual({ outcome: 'failed', errors: ['fixture.on_success: attempt already closed'], leases: 1 });
+  });
+
+  it('an error handler that raises: both errors recorded, completed failed', async () => {
+    failWith = 'timeout';
+    const payload = { ...handlers, error_raise: true, before: { success: true, payload: { to: 'f@example.com' } } };
+    const { facts } = await run(processor, 'test_channel', payload);
+    expect(facts.outcome).toBe('failed');
+    expect(facts.errors).toEqual(['test-provider: timeout', 'fixture.on_error raised: error handler failed']);
+  });
+
+  it('without a before handler the provider gets the payload minus handler names', async () => {
+    const { facts } = await run(processor, 'test_channel', { to: 'g@example.com', success_handler: 'fixture.on_success' });
+    expect(facts.outcome).toBe('succeeded');
+    expect(calls).toEqual([{ payload: { to: 'g@example.com' }, taskId: expect.any(String) }]);
+  });
+
+  it('invalid handler names are an error, nothing called', async () => {
+    const { facts } = await run(processor, 'test_channel', { before_handler: 'not a name', to: 'h@example.com' });
+    expect(facts.outcome).toBe('failed');
+    expect(facts.errors[0]).toMatch(/invalid handler names in payload: before_handler/);
+    expect(calls).toEqual([]);
+  });
+
+  it('the handler, the error row and the completion are fenced by the lease', async () => {
+    const id = await enqueue(db, 'test_channel', { ...handlers, before: { success: true, payload: { to: 'i@example.com' } } });
+    const task = await claimOne('test_channel');
+    await db.query(`select * from queues.claim_tasks_at(now() + interval '10 minutes', 'thief', 1, array['test_channel'], 60, 5)`);
+    await expect(processor.process({ task, pool, log, signal: new AbortController().signal })).rejects.toBeInstanceOf(LeaseLostError);
+    expect(await handlerCalls(db)).toEqual([]);
+    expect((await factsOf(db, id)).outcome).toBeNull();
+  });
+});

@@ -1,0 +1,99 @@
+// Fixture SQL for worker tests: runnable functions with observable effects, and extra
+// task types for test processors.
+import type { TestDatabase } from '@org/db-tools/testing';
+
+export async function installFixtures(db: TestDatabase): Promise<void> {
+  const worker = db.roles.worker;
+  await db.query(`
+    create schema fixture;
+    create table fixture.effect (task_key text not null, created_at timestamptz not null default now());
+    create table fixture.handler_call (kind text not null, body jsonb not null);
+
+    -- A step with an effect, returning whatever envelope the payload asks for.
+    create function fixture.step(payload jsonb) returns jsonb
+      language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
+    begin
+      insert into fixture.effect (task_key) values (coalesce(payload->>'key', 'none'));
+      if payload->>'sleep' is not null then perform pg_sleep((payload->>'sleep')::float); end if;
+      if payload ? 'raise' then raise exception 'step failed: %', payload->>'raise'; end if;
+      return case when payload ? 'result' then payload->'result' else '{"success": true}'::jsonb end;
+    end $$;
+
+    -- A function returning SQL NULL.
+    create function fixture.nothing(payload jsonb) returns jsonb
+      language sql security definer set search_path = pg_catalog, pg_temp as $$ select null::jsonb $$;
+
+    -- Handlers: the before handler returns what the payload carries in "before".
+    create function fixture.before(payload jsonb) returns jsonb
+      language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+    begin
+      if payload ? 'before_raise' then raise exception 'before failed'; end if;
+      return payload->'before';
+    end $$;
+    create function fixture.on_success(payload jsonb) returns jsonb
+      language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+    begin
+      insert into fixture.handler_call values ('success', payload);
+      if payload->'original_payload' ? 'success_raise' then raise exception 'success handler failed'; end if;
+      return coalesce(payload->'original_payload'->'success_result', '{"success": true}'::jsonb);
+    end $$;
+    create function fixture.on_error(payload jsonb) returns jsonb
+      language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+    begin
+      insert into fixture.handler_call values ('error', payload);
+      if payload->'original_payload' ? 'error_raise' then raise exception 'error handler failed'; end if;
+      return '{"success": true}'::jsonb;
+    end $$;
+
+    revoke execute on all functions in schema fixture from public;
+    grant usage on schema fixture to ${worker};
+    grant execute on all functions in schema fixture to ${worker};
+    select internal.register_runnable_function(f::regprocedure)
+      from unnest(array['fixture.step(jsonb)', 'fixture.nothing(jsonb)', 'fixture.before(jsonb)',
+                        'fixture.on_success(jsonb)', 'fixture.on_error(jsonb)']) f;
+    insert into queues.task_type (task_type, description) values
+      ('test_channel', 'worker tests: a handler task with a test provider'),
+      ('slow', 'worker tests: waits'), ('crash', 'worker tests: kills its worker');
+  `);
+}
+
+export async function enqueue(db: TestDatabase, taskType: string, payload: unknown): Promise<string> {
+  const { rows } = await db.pool('app').query('select queues.enqueue($1, $2::jsonb) as id', [taskType, JSON.stringify(payload)]);
+  return rows[0].id;
+}
+
+export interface TaskFacts {
+  outcome: string | null;
+  errors: string[];
+  leases: number;
+}
+
+export async function factsOf(db: TestDatabase, taskId: string): Promise<TaskFacts> {
+  const { rows } = await db.query(
+    `select (select outcome from queues.task_completed where task_id = $1) as outcome,
+            coalesce((select array_agg(error_message order by error_id) from queues.error where task_id = $1), '{}') as errors,
+            (select count(*)::int from queues.task_lease where task_id = $1) as leases`,
+    [taskId],
+  );
+  return rows[0];
+}
+
+export async function effects(db: TestDatabase, key: string): Promise<number> {
+  return (await db.query('select count(*)::int as n from fixture.effect where task_key = $1', [key])).rows[0].n;
+}
+
+export async function handlerCalls(db: TestDatabase): Promise<{ kind: string; body: Record<string, unknown> }[]> {
+  const { rows } = await db.query('select kind, body from fixture.handler_call order by ctid');
+  await db.query('truncate fixture.handler_call');
+  return rows;
+}
+
+/** Resolves when `check` returns true; fails after `timeoutMs` with `what`. */
+export async function eventually(check: () => Promise<boolean>, what: string, timeoutMs = 20_000): Promise<void> {
+  const start = Date.now();
+  for (;;) {
+    if (await check()) return;
+    if (Date.now() - start > timeoutMs) throw new Error(`timed out waiting for: ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}

@@ -1,0 +1,194 @@
+// The worker loop in-process against a real PostgreSQL: draining, roles, heartbeats,
+// the LISTEN connection being killed, and connections killed under load.
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import pg from 'pg';
+import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import type { Provider } from '@org/handler-types';
+import { createLogger, dbFunctionProcessor, handlerTaskProcessor, ProcessorRegistry, Worker, type WorkerOptions } from '../src/index.js';
+import { effects, enqueue, eventually, installFixtures } from './support/fixtures.js';
+
+let db: TestDatabase;
+const workers: Worker[] = [];
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  await installFixtures(db);
+});
+afterEach(async () => {
+  await Promise.all(workers.splice(0).map((w) => w.stop(0)));
+});
+afterAll(async () => {
+  await db?.drop();
+});
+
+function testProvider(delayMs = 0) {
+  const calls: string[] = [];
+  const provider: Provider<{ to: string }> = {
+    name: 'test',
+    payloadSchema: z.strictObject({ to: z.string() }),
+    async send(payload) {
+      calls.push(payload.to);
+      if (delayMs) await new Promise((r) => setTimeout(r, delayMs));
+      return { ok: true };
+    },
+  };
+  return { provider, calls };
+}
+
+async function startWorker(overrides: Partial<WorkerOptions> & { registry: ProcessorRegistry }): Promise<Worker> {
+  const worker = new Worker({
+    databaseUrl: db.url('worker'),
+    roles: null,
+    workerId: `w-${workers.length}`,
+    concurrency: 5,
+    pollIntervalMs: 200,
+    heartbeatIntervalMs: 1000,
+    leaseSeconds: 30,
+    maxLeases: 5,
+    shutdownGraceMs: 1000,
+    logger: createLogger('silent'),
+    ...overrides,
+  });
+  workers.push(worker);
+  await worker.start();
+  return worker;
+}
+
+const completedCount = async (type?: string) =>
+  (
+    await db.query(
+      `select count(*)::int as n from queues.task_completed c join queues.task t using (task_id) where $1::text is null or t.task_type = $1`,
+      [type ?? null],
+    )
+  ).rows[0].n as number;
+
+describe('worker loop', () => {
+  it('drains db_function tasks, each completed exactly once with its effect once', async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 60; i++) ids.push(await enqueue(db, 'db_function', { db_function: 'fixture.step', key: `drain-${i}` }));
+    const registry = new ProcessorRegistry().register('db_function', dbFunctionProcessor());
+    await startWorker({ registry, concurrency: 8 });
+    await startWorker({ registry, concurrency: 8 });
+    await eventually(async () => (await completedCount('db_function')) >= 60, '60 completions');
+    const { rows } = await db.query(
+      `select count(*)::int as tasks, count(distinct e.task_key)::int as keys
+         from fixture.effect e where e.task_key like 'drain-%'`,
+    );
+    expect(rows[0]).toEqual({ tasks: 60, keys: 60 });
+    const leases = await db.query(`select count(*)::int as n from queues.task_lease where task_id = any($1::bigint[])`, [ids]);
+    expect(leases.rows[0].n).toBe(60);
+  });
+
+  it('claims only the task types of its roles', async () => {
+    const sms = testProvider();
+    const registry = new ProcessorRegistry()
+      .register('sms', handlerTaskProcessor(sms.provider))
+      .register('email', handlerTaskProcessor(testProvider().provider));
+    const emailId = await enqueue(db, 'email', { to: 'nobody@example.com' });
+    const smsId = await enqueue(db, 'sms', { to: '+15550100' });
+    await startWorker({ registry, roles: ['sms'] });
+    await eventually(async () => (await db.query('select 1 from queues.task_completed where task_id = $1', [smsId])).rowCount === 1, 'sms done');
+    expect(sms.calls).toEqual(['+15550100']);
+    const { rows } = await db.query('select count(*)::int as n from queues.task_lease where task_id = $1', [emailId]);
+    expect(rows[0].n).toBe(0);
+  });
+
+  it('refuses a role it has no processor for', () => {
+    const registry = new ProcessorRegistry().register('db_function', dbFunctionProcessor());
+    expect(
+      () =>
+        new Worker({
+          databaseUrl: db.url('worker'), roles: ['email'], workerId: 'x', concurrency: 1, pollIntervalMs: 100,
+          heartbeatIntervalMs: 100, leaseSeconds: 1, maxLeases: 1, shutdownGraceMs: 0, registry, logger: createLogger('silent'),
+        }),
+    ).toThrow(/no processor for role\(s\) email; registered task types: db_function/);
+  });
+
+  it('a provider call longer than the lease is kept alive by heartbeats and run by nobody else', async () => {
+    const slow = testProvider(3000);
+    const other = testProvider();
+    const id = await enqueue(db, 'test_channel', { to: 'long-call' });
+    await startWorker({
+      registry: new ProcessorRegistry().register('test_channel', handlerTaskProcessor(slow.provider)),
+      leaseSeconds: 1,
+      heartbeatIntervalMs: 250,
+    });
+    await eventually(async () => slow.calls.length === 1, 'the slow call started');
+    // A second worker polls the whole time the first is busy.
+    await startWorker({
+      registry: new ProcessorRegistry().register('test_channel', handlerTaskProcessor(other.provider)),
+      leaseSeconds: 1,
+      heartbeatIntervalMs: 250,
+      pollIntervalMs: 50,
+    });
+    await eventually(async () => (await db.query('select 1 from queues.task_completed where task_id = $1', [id])).rowCount === 1, 'completion');
+    expect(slow.calls).toEqual(['long-call']);
+    expect(other.calls).toEqual([]);
+    const { rows } = await db.query(
+      `select (select count(*)::int from queues.task_lease where task_id = $1) as leases,
+              (select extensions from queues.task_lease_effective where task_id = $1) as extensions`,
+      [id],
+    );
+    expect(rows[0].leases).toBe(1);
+    expect(rows[0].extensions).toBeGreaterThanOrEqual(3);
+  });
+
+  it('after the LISTEN connection is killed, new tasks are picked up without waiting for the poll interval', async () => {
+    const registry = new ProcessorRegistry().register('db_function', dbFunctionProcessor());
+    const worker = await startWorker({ registry, pollIntervalMs: 600_000 });
+    const root = db.pool('root');
+    const before = await worker.listener().backendPid();
+    expect(before).toBeTypeOf('number');
+    await root.query('select pg_terminate_backend($1)', [before]);
+    await eventually(async () => {
+      const pid = await worker.listener().backendPid().catch(() => undefined);
+      return pid !== undefined && pid !== before;
+    }, 'the listener reconnected');
+    const id = await enqueue(db, 'db_function', { db_function: 'fixture.step', key: 'after-listen-kill' });
+    // Polling is ten minutes away: only a notification can bring this in.
+    await eventually(async () => (await db.query('select 1 from queues.task_completed where task_id = $1', [id])).rowCount === 1, 'completion by notification');
+    expect(await effects(db, 'after-listen-kill')).toBe(1);
+  });
+
+  it('survives its connections being killed repeatedly: nothing lost, nothing completed twice', async () => {
+    const registry = new ProcessorRegistry().register('db_function', dbFunctionProcessor());
+    const ids: string[] = [];
+    for (let i = 0; i < 150; i++) ids.push(await enqueue(db, 'db_function', { db_function: 'fixture.step', key: `kill-${i}`, sleep: 0.1 }));
+    await startWorker({ registry, concurrency: 6, pollIntervalMs: 100, leaseSeconds: 2, heartbeatIntervalMs: 500 });
+    const root = new pg.Client({ connectionString: db.url('root') });
+    await root.connect();
+    let kills = 0;
+    const done = async () =>
+      (await db.query('select count(*)::int as n from queues.task_completed where task_id = any($1::bigint[])', [ids])).rows[0].n === 150;
+    await eventually(async () => {
+      if (kills < 20) {
+        const { rowCount } = await root.query(
+          `select pg_terminate_backend(pid) from pg_stat_activity where usename = $1 and datname = current_database()`,
+          [db.roles.worker],
+        );
+        kills += rowCount ? 1 : 0;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      return done();
+    }, 'all 150 tasks completed', 60_000);
+    await root.end();
+    expect(kills).toBeGreaterThanOrEqual(5);
+    const { rows } = await db.query(
+      `select count(*)::int as completions, count(*) filter (where outcome = 'succeeded')::int as succeeded
+         from queues.task_completed where task_id = any($1::bigint[])`,
+      [ids],
+    );
+    expect(rows[0].completions).toBe(150);
+    // A step whose connection died before its commit ran again; none ran twice to completion.
+    const effectsPerKey = await db.query(
+      `select count(*)::int as keys, max(n)::int as most from (
+         select task_key, count(*) as n from fixture.effect where task_key like 'kill-%' group by task_key) k`,
+    );
+    expect(effectsPerKey.rows[0]).toEqual({ keys: 150, most: 1 });
+    // Every failure recorded is about the task, never about the connection.
+    const errors = await db.query(`select error_message from queues.error where task_id = any($1::bigint[])`, [ids]);
+    expect(errors.rows).toEqual([]);
+    expect(rows[0].succeeded).toBe(150);
+  });
+});
