@@ -3,5 +3,6 @@
 --!include queues/schema.sql
 --!include queues/claim.sql
 --!include queues/lease.sql
+--!include queues/fail.sql
 --!include queues/maintenance.sql
 --!include queues/privileges.sql

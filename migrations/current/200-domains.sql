@@ -1,1 +1,21 @@
--- Business domains (sql/comms, sql/files, sql/accounts, sql/api). Include changed files here.
+-- Business domains (sql/comms, sql/files, sql/accounts, sql/learning, sql/api).
+-- Order matters: tables before the tables and functions that use them, privileges last.
+--!include comms/schema.sql
+--!include comms/util.sql
+--!include comms/email.sql
+--!include comms/sms.sql
+--!include comms/privileges.sql
+--!include accounts/schema.sql
+--!include files/schema.sql
+--!include learning/schema.sql
+--!include files/util.sql
+--!include files/metadata.sql
+--!include files/file_deletion.sql
+--!include files/privileges.sql
+--!include accounts/util.sql
+--!include accounts/anonymization.sql
+--!include accounts/account_deletion.sql
+--!include accounts/privileges.sql
+--!include api/schema.sql
+--!include api/account_deletion.sql
+--!include api/privileges.sql

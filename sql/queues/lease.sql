@@ -78,7 +78,8 @@ $$;
 
 -- Gives leases back before they expire (graceful shutdown): each task whose current lease
 -- is given becomes claimable at once, and the release is not counted towards abandoning
--- it. Returns the task ids released; wakes listening workers.
+-- it. The lease ends there: completing, failing or extending with it is refused.
+-- Returns the task ids released; wakes listening workers.
 create or replace function queues.release_leases(
   _task_ids       bigint[],
   _task_lease_ids bigint[]
@@ -96,15 +97,18 @@ begin
   with released as (
     update queues.task_pending p
        set available_at = now(),
+           -- A released lease is no longer held: its worker can neither extend it nor
+           -- complete or record against it.
+           current_lease_id = null,
            released_count = p.released_count + 1
       from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)
      where p.task_id = i.task_id
        and p.current_lease_id = i.task_lease_id
-    returning p.task_id, p.current_lease_id
+    returning p.task_id, i.task_lease_id
   ),
   recorded as (
     insert into queues.task_lease_release (task_lease_id)
-    select r.current_lease_id from released r
+    select r.task_lease_id from released r
     on conflict do nothing
   )
   select array_agg(r.task_id order by r.task_id) into _released from released r;

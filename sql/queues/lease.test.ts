@@ -106,6 +106,17 @@ describe('releases', () => {
     expect((await claimAt(0, 'last', 1)).map((l) => l.task_id)).toContain(id);
   });
 
+  it('a released lease is no longer held: completing, failing or extending with it is refused', async () => {
+    const id = await enqueue();
+    const [lease] = (await claimAt(0, 'leaving')).filter((l) => l.task_id === id);
+    const worker = db.pool('worker');
+    await worker.query('select * from queues.release_leases($1::bigint[], $2::bigint[])', [[id], [lease!.task_lease_id]]);
+    await expect(worker.query('select queues.complete_task($1, $2)', [id, lease!.task_lease_id])).rejects.toMatchObject({ code: '55000' });
+    await expect(worker.query('select queues.fail_task($1, $2, $3)', [id, 'late', lease!.task_lease_id])).rejects.toMatchObject({ code: '55000' });
+    expect(await extendAt(1, [lease!])).toEqual([]);
+    expect((await db.query('select count(*)::int as n from queues.task_completed where task_id = $1', [id])).rows[0].n).toBe(0);
+  });
+
   it('releasing a lease that is no longer current does nothing', async () => {
     const id = await enqueue();
     const [old] = (await claimAt(0, 'old')).filter((l) => l.task_id === id);

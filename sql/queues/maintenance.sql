@@ -17,11 +17,12 @@ begin
     (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
      lease_count, released_count)
   select t.task_id, t.task_type, t.priority, t.scheduled_at, t.resource_key,
-         greatest(t.scheduled_at, l.expires_at), l.task_lease_id,
+         greatest(t.scheduled_at, l.expires_at),
+         case when l.released_at is null then l.task_lease_id end,
          coalesce(l.lease_count, 0), coalesce(l.released_count, 0)
     from queues.task t
     left join lateral (
-      select le.task_lease_id, le.expires_at,
+      select le.task_lease_id, le.expires_at, le.released_at,
              count(*) over () :: integer as lease_count,
              count(le.released_at) over () :: integer as released_count
         from queues.task_lease_effective le

@@ -35,8 +35,8 @@ async function main(): Promise<number> {
   }
   logger.info({ event: 'config', database: maskUrl(config.databaseUrl), worker_id: config.workerId }, 'configuration loaded');
 
-  await worker.start();
-  await new Promise<void>((resolve) => {
+  // Signal handlers first: a SIGTERM during start-up still means a graceful stop.
+  const stopRequested = new Promise<void>((resolve) => {
     let stopping = false;
     const stop = (signal: string) => {
       // A terminal's Ctrl-C reaches every process of the group, and a supervisor may
@@ -52,6 +52,8 @@ async function main(): Promise<number> {
     process.on('SIGTERM', () => stop('SIGTERM'));
     process.on('SIGINT', () => stop('SIGINT'));
   });
+  await worker.start();
+  await stopRequested;
   await worker.stop();
   return 0;
 }

@@ -33,6 +33,8 @@ interface Running {
   controller: AbortController;
   startedAt: number;
   lost: boolean;
+  /** Released at shutdown: the processor's late results are expected to be refused. */
+  released: boolean;
   done: Promise<void>;
 }
 
@@ -117,7 +119,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
     clearTimeout(timer);
     const left = [...this.#running.values()];
     if (left.length > 0) {
-      for (const r of left) r.controller.abort(new Error('worker shutting down'));
+      // Release first: from then on the leases are no longer held, so whatever the
+      // aborted processors try to record is refused and the next worker starts clean.
+      for (const r of left) r.released = true;
       try {
         const released = await releaseLeases(
           this.pool,
@@ -128,6 +132,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       } catch (error) {
         this.#log.error({ event: 'release_failed', err: errorMessage(error) }, 'could not release leases; they will expire');
       }
+      for (const r of left) r.controller.abort(new Error('worker shutting down'));
     }
     clearInterval(this.#heartbeat);
     await this.#listener.stop();
@@ -212,7 +217,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const controller = new AbortController();
     const startedAt = Date.now();
     log.info({ event: 'task_started', lease_count: task.leaseCount }, 'task started');
-    const running: Running = { task, controller, startedAt, lost: false, done: Promise.resolve() };
+    const running: Running = { task, controller, startedAt, lost: false, released: false, done: Promise.resolve() };
     this.#running.set(task.taskId, running);
     running.done = this.#process(running, log).finally(() => {
       this.#running.delete(task.taskId);
@@ -236,7 +241,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
       this.emit('completed', task, report, durationMs);
     } catch (error) {
       const durationMs = Date.now() - startedAt;
-      if (isLeaseLost(error)) {
+      if (running.released) {
+        log.info({ event: 'task_released', duration_ms: durationMs }, 'released at shutdown; runs again elsewhere');
+      } else if (isLeaseLost(error)) {
         log.warn({ event: 'lease_lost', duration_ms: durationMs }, 'lease lost to another worker; nothing recorded');
         this.emit('lease_lost', task);
       } else if (isTransient(error)) {

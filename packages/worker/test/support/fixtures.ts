@@ -69,13 +69,13 @@ export interface TaskFacts {
 }
 
 export async function factsOf(db: TestDatabase, taskId: string): Promise<TaskFacts> {
-  const { rows } = await db.query(
+  const { rows } = await db.query<TaskFacts>(
     `select (select outcome from queues.task_completed where task_id = $1) as outcome,
             coalesce((select array_agg(error_message order by error_id) from queues.error where task_id = $1), '{}') as errors,
             (select count(*)::int from queues.task_lease where task_id = $1) as leases`,
     [taskId],
   );
-  return rows[0];
+  return rows[0]!;
 }
 
 export async function effects(db: TestDatabase, key: string): Promise<number> {
@@ -83,7 +83,9 @@ export async function effects(db: TestDatabase, key: string): Promise<number> {
 }
 
 export async function handlerCalls(db: TestDatabase): Promise<{ kind: string; body: Record<string, unknown> }[]> {
-  const { rows } = await db.query('select kind, body from fixture.handler_call order by ctid');
+  const { rows } = await db.query<{ kind: string; body: Record<string, unknown> }>(
+    'select kind, body from fixture.handler_call order by ctid',
+  );
   await db.query('truncate fixture.handler_call');
   return rows;
 }

@@ -1,0 +1,18 @@
+// @org/files-service: issues V4 signed GCS DELETE URLs (see app.ts for the HTTP API).
+export {
+  createFilesService,
+  implausibleObjectKeyReason,
+  SIGNED_DELETE_URLS_PATH,
+  UNKNOWN_OBJECT_CODE,
+  type FilesServiceOptions,
+} from './app.js';
+export {
+  configFromEnv,
+  resolveConfig,
+  filesServiceConfigSchema,
+  FilesServiceConfigError,
+  NO_CREDENTIALS_MESSAGE,
+  type FilesServiceConfig,
+  type ResolvedFilesServiceConfig,
+  type ServiceAccountCredentials,
+} from './config.js';

@@ -1,0 +1,145 @@
+// The shared part of the fake servers: a node:http server on 127.0.0.1 with a random port
+// that records every request and can be told to fail the next n requests.
+import { createServer, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+/** One request as the fake server received it. */
+export interface RecordedRequest {
+  method: string;
+  /** Path and query string as sent, e.g. `/emails` or `/b/o?X-Goog-Signature=...`. */
+  url: string;
+  /** Path without the query string. */
+  path: string;
+  /** Query parameters (first value of each). */
+  query: Record<string, string>;
+  /** Lower-cased header names, as node:http gives them. */
+  headers: IncomingHttpHeaders;
+  /** The raw body. */
+  body: string;
+  /** The body parsed as JSON (when it is JSON) or as a form (form-encoded), else undefined. */
+  json?: unknown;
+  form?: Record<string, string>;
+  /** The status the fake answered with. */
+  status?: number;
+}
+
+/** What every fake server returns. */
+export interface FakeServer {
+  /** `http://127.0.0.1:<port>`, no trailing slash. */
+  url: string;
+  /** Every request received, oldest first. */
+  requests: RecordedRequest[];
+  /**
+   * Answer the next `n` requests (that reach a known route) with `status` (default 500)
+   * and an error body in the fake's own format, without doing anything.
+   */
+  failNext(n: number, status?: number, message?: string): void;
+  /** Forget recorded requests and pending failures. */
+  reset(): void;
+  close(): Promise<void>;
+}
+
+export interface Reply {
+  status: number;
+  body?: unknown;
+  headers?: Record<string, string>;
+}
+
+export interface FailSpec {
+  status: number;
+  message: string | undefined;
+}
+
+/**
+ * Starts a fake. `handle` gets each recorded request and `takeFailure`, which it calls once
+ * it has matched a route: it returns (and consumes) the pending failure, if any, for the
+ * handler to answer in the fake's error format.
+ */
+export async function startHttpFake(
+  handle: (req: RecordedRequest, takeFailure: () => FailSpec | undefined) => Reply,
+  extraReset?: () => void,
+): Promise<FakeServer> {
+  const requests: RecordedRequest[] = [];
+  let failures: FailSpec[] = [];
+
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const body = Buffer.concat(chunks).toString('utf8');
+      const u = new URL(req.url ?? '/', 'http://fake.invalid');
+      const recorded: RecordedRequest = {
+        method: req.method ?? 'GET',
+        url: req.url ?? '/',
+        path: u.pathname,
+        query: Object.fromEntries(u.searchParams),
+        headers: req.headers,
+        body,
+      };
+      const type = String(req.headers['content-type'] ?? '');
+      if (type.includes('json') && body) {
+        try {
+          recorded.json = JSON.parse(body);
+        } catch {
+          // left undefined: the handler answers 400
+        }
+      } else if (type.includes('x-www-form-urlencoded')) {
+        recorded.form = Object.fromEntries(new URLSearchParams(body));
+      }
+      requests.push(recorded);
+      let reply: Reply;
+      try {
+        reply = handle(recorded, () => failures.shift());
+      } catch (err) {
+        reply = { status: 500, body: { message: `fake server error: ${(err as Error).message}` } };
+      }
+      recorded.status = reply.status;
+      send(res, reply);
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => resolve());
+  });
+  const { port } = server.address() as AddressInfo;
+
+  return {
+    url: `http://127.0.0.1:${port}`,
+    requests,
+    failNext(n, status = 500, message) {
+      for (let i = 0; i < n; i++) failures.push({ status, message });
+    },
+    reset() {
+      requests.length = 0;
+      failures = [];
+      extraReset?.();
+    },
+    close() {
+      return new Promise<void>((resolve, reject) => {
+        server.closeAllConnections();
+        server.close((err) => (err ? reject(err) : resolve()));
+      });
+    },
+  };
+}
+
+function send(res: ServerResponse, reply: Reply): void {
+  const headers: Record<string, string> = { connection: 'close', ...reply.headers };
+  if (reply.body === undefined) {
+    res.writeHead(reply.status, headers).end();
+  } else if (typeof reply.body === 'string') {
+    res.writeHead(reply.status, { 'content-type': 'text/plain', ...headers }).end(reply.body);
+  } else {
+    res.writeHead(reply.status, { 'content-type': 'application/json', ...headers }).end(JSON.stringify(reply.body));
+  }
+}
+
+/** Basic auth credentials of a request, if any. */
+export function basicAuth(req: RecordedRequest): { username: string; password: string } | undefined {
+  const h = req.headers.authorization;
+  if (!h?.startsWith('Basic ')) return undefined;
+  const decoded = Buffer.from(h.slice(6), 'base64').toString('utf8');
+  const i = decoded.indexOf(':');
+  if (i < 0) return undefined;
+  return { username: decoded.slice(0, i), password: decoded.slice(i + 1) };
+}

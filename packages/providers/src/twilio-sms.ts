@@ -1,0 +1,112 @@
+// SMS through Twilio with the real `twilio` SDK.
+import twilio from 'twilio';
+import { smsPayload, type Provider, type ProviderContext, type SmsPayload } from '@org/handler-types';
+import { raceAbort, throwIfAborted } from './internal.js';
+
+export interface TwilioSmsOptions {
+  /** Account SID (`AC` + 32 hex). */
+  accountSid: string;
+  /** Auth token. Never appears in errors or logs. */
+  authToken: string;
+  /** Sender (E.164) used when a payload has no `from_number`. */
+  fromNumber: string;
+  /**
+   * Send every request to this origin instead of api.twilio.com (a local fake server in
+   * tests). The path of each request is kept; a path in `baseUrl` is prefixed to it.
+   */
+  baseUrl?: string;
+  /** Per-request timeout in milliseconds (default 30000). */
+  timeoutMs?: number;
+}
+
+/** What `send` resolves to: the `worker_payload` of the success handler. */
+export interface TwilioSmsResult {
+  provider: 'twilio';
+  /** Twilio's message SID (`SM...`). */
+  sid: string;
+  /** Twilio's message status at creation, usually `queued` or `accepted`. */
+  status: string;
+}
+
+type TwilioRequestClient = InstanceType<typeof twilio.RequestClient>;
+
+/** A Twilio HTTP client that sends every request to `base` (Twilio has no base-URL option). */
+class RewritingRequestClient extends twilio.RequestClient {
+  readonly #base: URL;
+  constructor(base: URL, timeoutMs: number) {
+    super({ timeout: timeoutMs });
+    this.#base = base;
+  }
+  override request: TwilioRequestClient['request'] = (opts) => {
+    const original = new URL(opts.uri);
+    const target = new URL(this.#base.href);
+    target.pathname = this.#base.pathname.replace(/\/+$/, '') + original.pathname;
+    target.search = original.search;
+    return super.request({ ...opts, uri: target.href });
+  };
+}
+
+/**
+ * The `sms` provider backed by Twilio's Messages API. Twilio has no idempotency key; a
+ * retried attempt can send twice (the supervisor decides whether to retry).
+ */
+export function createTwilioSmsProvider(options: TwilioSmsOptions): Provider<SmsPayload> {
+  if (!/^AC[0-9a-zA-Z]{32}$/.test(options.accountSid ?? '')) {
+    throw new Error('createTwilioSmsProvider: accountSid must be "AC" followed by 32 letters or digits');
+  }
+  if (!options.authToken) throw new Error('createTwilioSmsProvider: authToken is required');
+  if (!options.fromNumber) throw new Error('createTwilioSmsProvider: fromNumber is required');
+  const timeoutMs = options.timeoutMs ?? 30_000;
+  let base: URL | undefined;
+  if (options.baseUrl !== undefined) {
+    try {
+      base = new URL(options.baseUrl);
+    } catch {
+      throw new Error('createTwilioSmsProvider: baseUrl is not a valid URL');
+    }
+  }
+  const client = twilio(options.accountSid, options.authToken, {
+    httpClient: base ? new RewritingRequestClient(base, timeoutMs) : new twilio.RequestClient({ timeout: timeoutMs }),
+  });
+
+  return {
+    name: 'twilio',
+    payloadSchema: smsPayload,
+    async send(payload: SmsPayload, context: ProviderContext): Promise<TwilioSmsResult> {
+      throwIfAborted(context.signal, 'twilio');
+      let message;
+      try {
+        message = await raceAbort(
+          client.messages.create({
+            to: payload.to_number,
+            from: payload.from_number ?? options.fromNumber,
+            body: payload.body,
+          }),
+          context.signal,
+          'twilio',
+        );
+      } catch (err) {
+        throw twilioError(err);
+      }
+      return { provider: 'twilio', sid: message.sid, status: String(message.status) };
+    },
+  };
+}
+
+/**
+ * A clean Error from what the SDK threw: Twilio's RestException (status, code, message)
+ * or a transport error. The original is not attached as `cause`: axios errors carry the
+ * request config, Authorization header included.
+ */
+function twilioError(err: unknown): Error {
+  if (err instanceof Error && err.name === 'AbortError') return err;
+  if (err instanceof twilio.RestException) {
+    const code = err.code !== undefined ? ` code ${err.code}` : '';
+    const more = err.moreInfo ? ` (${err.moreInfo})` : '';
+    return new Error(`twilio: HTTP ${err.status}${code}: ${err.message}${more}`);
+  }
+  const e = err as { code?: unknown; message?: unknown };
+  const code = typeof e?.code === 'string' ? ` ${e.code}` : '';
+  const message = typeof e?.message === 'string' ? e.message : String(err);
+  return new Error(`twilio: request failed${code}: ${message}`);
+}
