@@ -6,3 +6,4 @@
 --!include queues/fail.sql
 --!include queues/maintenance.sql
 --!include queues/privileges.sql
+--!include internal/settings.sql

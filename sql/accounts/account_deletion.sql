@@ -163,7 +163,7 @@ create or replace function accounts.schedule_account_deletion_recheck(_task_id b
 as $$
 declare
   _next_check_at timestamptz :=
-    now() + least(600, 5 * power(2, greatest(_num_runs - 1, 0))) * interval '1 second';
+    now() + internal.backoff(_num_runs - 1, 600);
 begin
   perform queues.enqueue('db_function', jsonb_build_object(
     'task_type', 'db_function',

@@ -191,7 +191,7 @@ create or replace function accounts.schedule_account_anonymization_recheck(_task
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _next_check_at timestamptz := now() + least(3600, 5 * power(2, _num_failures)) * interval '1 second';
+  _next_check_at timestamptz := now() + internal.backoff(_num_failures, 3600);
 begin
   perform queues.enqueue('db_function', jsonb_build_object(
     'task_type', 'db_function',

@@ -206,7 +206,7 @@ create or replace function comms.schedule_send_email_recheck(
 as $$
 declare
   _next_check_at timestamptz :=
-    now() + least(3600, 5 * power(2, greatest(_num_runs - 1, 0))) * interval '1 second';
+    now() + internal.backoff(_num_runs - 1, 3600);
 begin
   perform queues.enqueue('db_function', jsonb_build_object(
     'task_type', 'db_function',

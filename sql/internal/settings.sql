@@ -1,0 +1,22 @@
+-- Operational settings, owner-managed. Not facts: a knob an operator (or a test) turns.
+--   backoff_scale  multiplies every supervisor backoff (default 1). 0.01 turns the
+--                  5 s first retry into 50 ms, for tests and the demo.
+
+create table if not exists internal.setting (
+  name       text primary key check (name in ('backoff_scale')),
+  value      text not null,
+  updated_at timestamptz not null default now()
+);
+comment on table internal.setting is 'Operational settings (owner only). See sql/internal/settings.sql.';
+
+-- The wait before a supervisor's next check: 5 s * 2^_exponent, at most _cap_seconds,
+-- times backoff_scale.
+create or replace function internal.backoff(_exponent integer, _cap_seconds integer)
+  returns interval
+  language sql stable
+  set search_path = pg_catalog, pg_temp
+as $$
+  select make_interval(secs =>
+    least(_cap_seconds, 5 * power(2, greatest(coalesce(_exponent, 0), 0)))
+    * coalesce((select s.value::numeric from internal.setting s where s.name = 'backoff_scale'), 1))
+$$;
