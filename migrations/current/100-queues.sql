@@ -1,9 +1,1 @@
 -- Queue core changes (sql/queues, sql/internal). Include changed files here.
--- Lease heartbeats and releases, poison-task abandonment at claim time.
---!include queues/schema.sql
---!include queues/claim.sql
---!include queues/lease.sql
---!include queues/fail.sql
---!include queues/maintenance.sql
---!include queues/privileges.sql
---!include internal/settings.sql

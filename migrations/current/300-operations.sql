@@ -1,0 +1,1 @@
+-- Operations: admin views and functions for the REST API (sql/admin), schedules (sql/schedules).
