@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 
 const allowlist = JSON.parse(readFileSync(new URL('./role-allowlist.json', import.meta.url), 'utf8')) as Record<
-  'worker' | 'app',
+  'worker' | 'app' | 'api',
   string[]
 >;
 
@@ -21,7 +21,7 @@ afterAll(async () => {
 const OURS = `n.nspname not in ('pg_catalog', 'information_schema', 'pg_toast', 'graphile_migrate')
               and n.nspname not like 'pg\\_temp\\_%' and n.nspname not like 'pg\\_toast\\_temp\\_%'`;
 
-describe.each(['worker', 'app'] as const)('%s role', (role) => {
+describe.each(['worker', 'app', 'api'] as const)('%s role', (role) => {
   it('has no privilege on any table, view or sequence', async () => {
     const { rows } = await db.query(
       `select format('%I.%I', n.nspname, c.relname) as relation, c.relkind

@@ -31,5 +31,6 @@ export function migrateEnv(server: DatabaseServer, urls: DatabaseUrls, shadowUrl
     ROOT_DATABASE_URL: server.rootUrl,
     DATABASE_WORKER: server.roles.worker,
     DATABASE_APP: server.roles.app,
+    DATABASE_API: server.roles.api,
   };
 }

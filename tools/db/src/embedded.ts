@@ -66,6 +66,12 @@ export async function startEmbedded(options: {
   if (initialised) {
     credentials = JSON.parse(readFileSync(credentialsFile, 'utf8')) as Credentials;
     if (options.port !== undefined) credentials.port = options.port;
+    // A data folder made before a role existed gets a password for it now.
+    const missing = Object.entries(generatePasswords()).filter(([role]) => !(role in credentials.rolePasswords));
+    if (missing.length > 0) {
+      credentials.rolePasswords = { ...Object.fromEntries(missing), ...credentials.rolePasswords } as RolePasswords;
+      writeFileSync(credentialsFile, JSON.stringify(credentials, null, 2), { mode: 0o600 });
+    }
   } else {
     credentials = {
       port: options.port ?? (await freePort()),

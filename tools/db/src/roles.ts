@@ -6,12 +6,14 @@ import pg from 'pg';
  * migrations, and migrations refer to them through graphile-migrate placeholders.
  *   owner   runs migrations and owns every object
  *   worker  worker_service_user: no table privileges, EXECUTE on what the worker calls
- *   app     applications: may enqueue
+ *   app     applications: may enqueue and kick off business processes
+ *   api     the admin REST API: read-only views plus the few admin functions it needs
  */
 export interface RoleNames {
   owner: string;
   worker: string;
   app: string;
+  api: string;
 }
 
 export type RolePasswords = Record<keyof RoleNames, string>;
@@ -23,6 +25,7 @@ export function roleNamesFromEnv(env: NodeJS.ProcessEnv = process.env): RoleName
     owner: env.DATABASE_OWNER ?? 'queue_owner',
     worker: env.DATABASE_WORKER ?? 'worker_service_user',
     app: env.DATABASE_APP ?? 'queue_app_user',
+    api: env.DATABASE_API ?? 'queue_api_user',
   };
   for (const [key, name] of Object.entries(names)) {
     if (!ROLE_NAME.test(name)) {
@@ -34,12 +37,12 @@ export function roleNamesFromEnv(env: NodeJS.ProcessEnv = process.env): RoleName
 
 export function generatePasswords(): RolePasswords {
   const make = () => randomBytes(18).toString('base64url');
-  return { owner: make(), worker: make(), app: make() };
+  return { owner: make(), worker: make(), app: make(), api: make() };
 }
 
 /** The placeholders the migrations use, for graphile-migrate settings. */
 export function placeholders(roles: RoleNames): Record<string, string> {
-  return { ':DATABASE_WORKER': roles.worker, ':DATABASE_APP': roles.app };
+  return { ':DATABASE_WORKER': roles.worker, ':DATABASE_APP': roles.app, ':DATABASE_API': roles.api };
 }
 
 /** Creates the roles if missing (login, no other attributes) and sets their passwords. */
@@ -72,6 +75,6 @@ export async function hardenDatabase(root: pg.Client, database: string, roles: R
   await root.query(`revoke all on database ${db} from public`);
   await root.query(`grant all on database ${db} to ${owner}`);
   await root.query(
-    `grant connect on database ${db} to ${owner}, ${root.escapeIdentifier(roles.worker)}, ${root.escapeIdentifier(roles.app)}`,
+    `grant connect on database ${db} to ${owner}, ${[roles.worker, roles.app, roles.api].map((r) => root.escapeIdentifier(r)).join(', ')}`,
   );
 }

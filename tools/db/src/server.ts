@@ -27,6 +27,7 @@ export interface DatabaseUrls {
   owner: string;
   worker: string;
   app: string;
+  api: string;
 }
 
 export async function openServer(options: {
@@ -50,6 +51,7 @@ export async function openServer(options: {
         owner: process.env.DATABASE_OWNER_PASSWORD ?? generated.owner,
         worker: process.env.DATABASE_WORKER_PASSWORD ?? generated.worker,
         app: process.env.DATABASE_APP_PASSWORD ?? generated.app,
+        api: process.env.DATABASE_API_PASSWORD ?? generated.api,
       },
       stop: async () => {},
     };
@@ -76,6 +78,7 @@ export function databaseUrls(server: DatabaseServer, database: string): Database
     owner: withDatabase(server.rootUrl, database, roles.owner, pw.owner),
     worker: withDatabase(server.rootUrl, database, roles.worker, pw.worker),
     app: withDatabase(server.rootUrl, database, roles.app, pw.app),
+    api: withDatabase(server.rootUrl, database, roles.api, pw.api),
   };
 }
 
