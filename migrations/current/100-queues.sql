@@ -1,1 +1,12 @@
 -- Queue core changes (sql/queues, sql/internal). Include changed files here.
+-- Simple retries and dead letters, resource keys, the worker registry and stale recovery.
+--!include queues/schema.sql
+--!include queues/enqueue.sql
+--!include queues/claim.sql
+--!include queues/complete.sql
+--!include queues/lease.sql
+--!include queues/fail.sql
+--!include queues/workers.sql
+--!include queues/dead_letter.sql
+--!include queues/maintenance.sql
+--!include queues/privileges.sql

@@ -3,6 +3,10 @@
 -- argument so tests can move time forward. Only the owner may call claim_tasks_at:
 -- a worker that chose its own clock could take live leases.
 --
+-- Resource keys: at most one task per resource_key is leased at a time; the others wait
+-- (they are skipped, not failed) until the holder completes, releases or lets its lease
+-- expire. A long queue of tasks blocked on one key is re-read by each claim.
+--
 -- Poison tasks: a task that comes up for claiming after _max_leases leases expired
 -- without completion (releases excepted) is completed as 'abandoned' with an error
 -- instead of being leased again, so a task that kills its worker cannot loop forever.
@@ -36,6 +40,7 @@ create or replace function queues.claim_tasks_at(
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
+#variable_conflict use_column
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -64,15 +69,46 @@ begin
   with picked as (
     -- SKIP LOCKED skips rows another claimer holds; the update below makes any claimer
     -- that arrives after our commit re-check available_at on the new row version.
-    select p.task_id, p.current_lease_id,
+    select p.task_id, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
            p.lease_count - p.released_count >= _max_leases as poisoned,
            p.lease_count - p.released_count as expired_leases
       from queues.task_pending p
      where p.available_at <= _now
        and (_task_types is null or p.task_type = any (_task_types))
+       -- Tasks whose resource key another task holds wait (the upsert below decides).
+       and (p.resource_key is null or not exists (
+             select 1 from queues.resource_lease r
+              where r.resource_key = p.resource_key and r.expires_at > _now and r.task_id <> p.task_id))
      order by p.priority desc, p.scheduled_at, p.task_id
      limit _limit
        for update skip locked
+  ),
+  -- Resource keys: one task per key in this batch, and only if no other task holds the
+  -- key. The upsert decides on the newest committed row (not this statement's snapshot),
+  -- so two claimers never both take a key.
+  keyed as (
+    select k.task_id, k.resource_key
+      from (select distinct on (pk.resource_key) pk.task_id, pk.resource_key
+              from picked pk
+             where pk.resource_key is not null and not pk.poisoned
+             order by pk.resource_key, pk.priority desc, pk.scheduled_at, pk.task_id) k
+     -- Skip a key another transaction is working on (see queues.lock_resource_keys):
+     -- a claim never waits, so it cannot be part of a deadlock.
+     where pg_try_advisory_xact_lock(20251, hashtext(k.resource_key))
+  ),
+  key_taken as (
+    insert into queues.resource_lease as r (resource_key, task_id, expires_at)
+    select k.resource_key, k.task_id, _now + make_interval(secs => _lease_seconds) from keyed k
+    on conflict (resource_key) do update
+       set task_id = excluded.task_id, expires_at = excluded.expires_at
+     where r.expires_at <= _now or r.task_id = excluded.task_id
+    returning r.task_id
+  ),
+  eligible as (
+    select pk.task_id
+      from picked pk
+     where not pk.poisoned
+       and (pk.resource_key is null or pk.task_id in (select kt.task_id from key_taken kt))
   ),
   abandoned_error as (
     insert into queues.error (task_id, task_lease_id, error_message)
@@ -90,9 +126,8 @@ begin
   ),
   leased as (
     insert into queues.task_lease (task_id, worker_id, leased_at, expires_at)
-    select pk.task_id, _worker_id, _now, _now + make_interval(secs => _lease_seconds)
-      from picked pk
-     where not pk.poisoned
+    select e.task_id, _worker_id, _now, _now + make_interval(secs => _lease_seconds)
+      from eligible e
     returning *
   ),
   -- Plan shapes below are chosen so that cost follows the claimed rows only, whatever

@@ -6,8 +6,12 @@
 
 -- Completes a batch. Parallel arrays: _task_lease_ids and _outcomes may be null (no
 -- fencing, outcome 'succeeded') or have one element per task (elements may be null).
--- Returns one row per input task: result is
+-- A 'failed' outcome for a task with max_attempts > 1 and attempts left is not terminal:
+-- the attempt is recorded (queues.task_attempt_failed) and the task runs again after an
+-- exponential backoff (internal.backoff).
+-- Returns one row per input task, in input order: result is
 --   'completed'          this call completed it
+--   'retry_scheduled'    a failed attempt of a task that runs again
 --   'already_completed'  it was completed before (idempotent; nothing changed)
 --   'lease_lost'         _task_lease_id is not the task's current lease (nothing changed)
 --   'unknown_task'       no such task
@@ -20,6 +24,7 @@ create or replace function queues.complete_tasks(
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
+#variable_conflict use_column
 declare
   _bad text;
 begin
@@ -50,33 +55,64 @@ begin
     raise exception 'task_ids must not repeat a task' using errcode = '22023';
   end if;
 
+  perform queues.lock_resource_keys(_task_ids);
+
   return query
   with input as (
-    select i.task_id, i.task_lease_id, coalesce(i.outcome, 'succeeded') as outcome
+    select i.task_id, i.task_lease_id, coalesce(i.outcome, 'succeeded') as outcome, i.ord
       from unnest(_task_ids,
                   coalesce(_task_lease_ids, array_fill(null::bigint, array[cardinality(_task_ids)])),
                   coalesce(_outcomes, array_fill(null::text, array[cardinality(_task_ids)])))
-           as i(task_id, task_lease_id, outcome)
+           with ordinality as i(task_id, task_lease_id, outcome, ord)
   ),
-  -- Deleting the pending row takes its lock: a concurrent claim skips it, a concurrent
-  -- completion waits and then finds nothing to delete.
+  -- The pending rows this call may act on, locked: a concurrent claim skips them, a
+  -- concurrent completion waits and then finds nothing.
+  held as (
+    select p.task_id, p.current_lease_id, p.resource_key, i.task_lease_id, i.outcome,
+           i.outcome = 'failed' and p.failed_attempts + 1 < p.max_attempts as retry,
+           p.failed_attempts
+      from queues.task_pending p
+      join input i on i.task_id = p.task_id
+     where i.task_lease_id is null or p.current_lease_id = i.task_lease_id
+       for update of p
+  ),
+  -- Simple retries: a failed attempt with attempts left runs again after a backoff.
+  retry_facts as (
+    insert into queues.task_attempt_failed (task_id, task_lease_id, failed_at, retry_at)
+    select h.task_id, h.current_lease_id, now(), now() + internal.backoff(h.failed_attempts, 3600)
+      from held h where h.retry
+    returning task_id, retry_at
+  ),
+  retried as (
+    update queues.task_pending p
+       set available_at = (select r.retry_at from retry_facts r where r.task_id = p.task_id),
+           current_lease_id = null,
+           failed_attempts = p.failed_attempts + 1
+     where p.task_id = any (array(select r.task_id from retry_facts r))
+    returning p.task_id
+  ),
   removed as (
     delete from queues.task_pending p
-     using input i
-     where p.task_id = i.task_id
-       and (i.task_lease_id is null or p.current_lease_id = i.task_lease_id)
-    returning p.task_id, p.current_lease_id
+     where p.task_id = any (array(select h.task_id from held h where not h.retry))
+    returning p.task_id
   ),
   completed as (
     insert into queues.task_completed (task_id, task_lease_id, outcome)
-    select r.task_id, coalesce(i.task_lease_id, r.current_lease_id), i.outcome
-      from removed r join input i on i.task_id = r.task_id
+    select h.task_id, coalesce(h.task_lease_id, h.current_lease_id), h.outcome
+      from held h where not h.retry
     on conflict do nothing
     returning task_completed.task_id
+  ),
+  -- The task's resource key (if any) is free again, whether it completed or waits to retry.
+  unlocked as (
+    delete from queues.resource_lease r
+     using held h
+     where h.resource_key is not null and r.resource_key = h.resource_key and r.task_id = h.task_id
   )
   select i.task_id,
          case
            when c.task_id is not null then 'completed'
+           when rt.task_id is not null then 'retry_scheduled'
            when exists (select 1 from queues.task_completed tc where tc.task_id = i.task_id)
              then 'already_completed'
            when not exists (select 1 from queues.task t where t.task_id = i.task_id)
@@ -84,13 +120,15 @@ begin
            else 'lease_lost'
          end
     from input i
-    left join completed c on c.task_id = i.task_id;
+    left join completed c on c.task_id = i.task_id
+    left join retried rt on rt.task_id = i.task_id
+   order by i.ord;
 end;
 $$;
 
--- The seeds' completion, extended: idempotent (true when this call completed the task,
--- false when it was already completed); fenced when _task_lease_id is given (raises
--- when that lease is no longer current); raises for an unknown task.
+-- The seeds' completion, extended: idempotent (true when this call completed the task or
+-- scheduled its retry, false when it was already completed); fenced when _task_lease_id
+-- is given (raises when that lease is no longer current); raises for an unknown task.
 create or replace function queues.complete_task(
   _task_id       bigint,
   _task_lease_id bigint default null,
@@ -114,6 +152,6 @@ begin
     raise exception 'lease % is no longer the current lease of task %', _task_lease_id, _task_id
       using errcode = '55000', hint = 'Another worker claimed the task after this lease expired.';
   end if;
-  return _result = 'completed';
+  return _result in ('completed', 'retry_scheduled');
 end;
 $$;

@@ -75,9 +75,9 @@ begin
           coalesce(_max_attempts, 1), coalesce(_scheduled_at, now()))
   returning * into _task;
 
-  insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at)
+  insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
   values (_task.task_id, _task.task_type, _task.priority, _task.scheduled_at,
-          _task.resource_key, _task.scheduled_at);
+          _task.resource_key, _task.scheduled_at, _task.max_attempts);
 
   return _task.task_id;
 end;
@@ -143,8 +143,8 @@ begin
     returning *
   ),
   pending as (
-    insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at)
-    select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at
+    insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
+    select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts
       from inserted i
   )
   select i.task_id from inserted i order by i.task_id;

@@ -24,6 +24,30 @@ begin
 end;
 $$;
 
+-- Resource-key locks. Everything that changes queues.resource_lease holds the key's
+-- transaction-scoped advisory lock (class 20251, hashtext(key)) while it does: the claim
+-- takes it with pg_try_advisory_xact_lock and skips a key it cannot get, so a claim
+-- never waits on a key; the others (completion, heartbeat, release, revocation) take
+-- theirs in one global order with this function, so they cannot deadlock each other.
+create or replace function queues.lock_resource_keys(_task_ids bigint[])
+  returns void
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _key text;
+begin
+  for _key in
+    select distinct p.resource_key
+      from queues.task_pending p
+     where p.task_id = any (_task_ids) and p.resource_key is not null
+     order by 1
+  loop
+    perform pg_advisory_xact_lock(20251, hashtext(_key));
+  end loop;
+end;
+$$;
+
 -- Extends each given lease that is still its task's current lease to _now + _lease_seconds
 -- and appends a queues.task_lease_extension fact. Parallel arrays of task and lease ids.
 -- Returns the leases extended; a lease missing from the result was lost (the task was
@@ -39,8 +63,10 @@ create or replace function queues.extend_leases_at(
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
+#variable_conflict use_column
 begin
   perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
+  perform queues.lock_resource_keys(_task_ids);
   if _lease_seconds is null or _lease_seconds not between 1 and 86400 then
     raise exception 'lease_seconds must be between 1 and 86400, got %',
       coalesce(_lease_seconds::text, 'null') using errcode = '22023';
@@ -53,11 +79,17 @@ begin
       from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)
      where p.task_id = i.task_id
        and p.current_lease_id = i.task_lease_id
-    returning p.task_id, p.current_lease_id, p.available_at
+    returning p.task_id, p.current_lease_id, p.available_at, p.resource_key
   ),
   recorded as (
     insert into queues.task_lease_extension (task_lease_id, extended_at, expires_at)
     select e.current_lease_id, _now, e.available_at from extended e
+  ),
+  key_extended as (
+    update queues.resource_lease r
+       set expires_at = e.available_at
+      from extended e
+     where e.resource_key is not null and r.resource_key = e.resource_key and r.task_id = e.task_id
   )
   select e.task_id, e.current_lease_id, e.available_at from extended e;
 end;
@@ -89,10 +121,12 @@ create or replace function queues.release_leases(
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
+#variable_conflict use_column
 declare
   _released bigint[];
 begin
   perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
+  perform queues.lock_resource_keys(_task_ids);
 
   with released as (
     update queues.task_pending p
@@ -104,12 +138,17 @@ begin
       from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)
      where p.task_id = i.task_id
        and p.current_lease_id = i.task_lease_id
-    returning p.task_id, i.task_lease_id
+    returning p.task_id, i.task_lease_id, p.resource_key
   ),
   recorded as (
     insert into queues.task_lease_release (task_lease_id)
     select r.task_lease_id from released r
     on conflict do nothing
+  ),
+  key_freed as (
+    delete from queues.resource_lease k
+     using released r
+     where r.resource_key is not null and k.resource_key = r.resource_key and k.task_id = r.task_id
   )
   select array_agg(r.task_id order by r.task_id) into _released from released r;
 

@@ -1,9 +1,9 @@
--- Maintenance of the derived claim index. Owner only.
+-- Maintenance of the derived structures (task_pending, resource_lease). Owner only.
 
--- Rebuilds queues.task_pending from the facts: every task without a completion, available
--- at its scheduled time or at the effective expiry of its newest lease (heartbeats and
--- releases applied), whichever is later.
--- Returns the number of pending tasks.
+-- Rebuilds queues.task_pending and queues.resource_lease from the facts: every task
+-- without a completion, available at its scheduled time, the retry time of its last
+-- failed attempt, or the effective expiry of its newest lease (heartbeats, releases and
+-- revocations applied), whichever is latest. Returns the number of pending tasks.
 create or replace function queues.rebuild_task_pending() returns bigint
   language plpgsql volatile
   set search_path = pg_catalog, pg_temp
@@ -11,18 +11,26 @@ as $$
 declare
   _count bigint;
 begin
-  lock table queues.task_pending in exclusive mode;
+  lock table queues.task_pending, queues.resource_lease in exclusive mode;
   delete from queues.task_pending;
+  delete from queues.resource_lease;
   insert into queues.task_pending
     (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
-     lease_count, released_count)
+     lease_count, released_count, max_attempts, failed_attempts)
   select t.task_id, t.task_type, t.priority, t.scheduled_at, t.resource_key,
-         greatest(t.scheduled_at, l.expires_at),
-         case when l.released_at is null then l.task_lease_id end,
-         coalesce(l.lease_count, 0), coalesce(l.released_count, 0)
+         greatest(t.scheduled_at,
+                  -- a lease ended by a failed attempt gives way to the attempt's retry time
+                  case when f.task_lease_id is null or f.task_lease_id < l.task_lease_id then l.expires_at end,
+                  f.retry_at),
+         -- A lease ended by a release, a revocation or a later failed attempt is not held.
+         case when l.released_at is null and l.revoked_at is null
+                   and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id)
+              then l.task_lease_id end,
+         coalesce(l.lease_count, 0), coalesce(l.released_count, 0),
+         t.max_attempts, coalesce(f.failed_attempts, 0)
     from queues.task t
     left join lateral (
-      select le.task_lease_id, le.expires_at, le.released_at,
+      select le.task_lease_id, le.expires_at, le.released_at, le.revoked_at,
              count(*) over () :: integer as lease_count,
              count(le.released_at) over () :: integer as released_count
         from queues.task_lease_effective le
@@ -30,8 +38,22 @@ begin
        order by le.task_lease_id desc
        limit 1
     ) l on true
+    left join lateral (
+      select a.retry_at, a.task_lease_id, count(*) over () :: integer as failed_attempts
+        from queues.task_attempt_failed a
+       where a.task_id = t.task_id
+       order by a.task_attempt_failed_id desc
+       limit 1
+    ) f on true
    where not exists (select 1 from queues.task_completed c where c.task_id = t.task_id);
   get diagnostics _count = row_count;
+
+  -- Each resource key held by a live lease, as the claim left it.
+  insert into queues.resource_lease (resource_key, task_id, expires_at)
+  select distinct on (p.resource_key) p.resource_key, p.task_id, p.available_at
+    from queues.task_pending p
+   where p.resource_key is not null and p.current_lease_id is not null
+   order by p.resource_key, p.available_at desc;
   return _count;
 end;
 $$;

@@ -17,7 +17,9 @@ grant execute on function
   queues.dequeue_next_available_task(text, integer),
   queues.complete_task(bigint, bigint, text),
   queues.complete_tasks(bigint[], bigint[], text[]),
-  queues.fail_task(bigint, text, bigint)
+  queues.fail_task(bigint, text, bigint),
+  queues.record_worker_heartbeat(text, text[]),
+  queues.record_worker_stopped(text)
 to :DATABASE_WORKER;
 
 grant execute on function

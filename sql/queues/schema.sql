@@ -123,14 +123,74 @@ comment on table queues.task_lease_release is 'Append-only: a lease released by 
 -- Leases released by their workers do not count towards abandoning a task.
 alter table queues.task_pending add column if not exists released_count integer not null default 0;
 
+-- A live lease taken away from a worker that stopped heartbeating (stale recovery).
+-- Unlike a release it counts as an expired lease towards abandoning the task.
+create table if not exists queues.task_lease_revocation (
+  task_lease_id bigint primary key references queues.task_lease on delete cascade,
+  revoked_at    timestamptz not null default now(),
+  reason        text not null
+);
+comment on table queues.task_lease_revocation is 'Append-only: a lease revoked because its worker stopped heartbeating.';
+
+-- Simple retries: a failed run of a task with max_attempts > 1 and attempts left, and
+-- when it runs again. The task completes 'failed' after its last attempt.
+create table if not exists queues.task_attempt_failed (
+  task_attempt_failed_id bigint generated always as identity primary key,
+  task_id       bigint not null references queues.task on delete cascade,
+  task_lease_id bigint references queues.task_lease on delete cascade,
+  failed_at     timestamptz not null default now(),
+  retry_at      timestamptz not null
+);
+create index if not exists task_attempt_failed_task_idx on queues.task_attempt_failed (task_id);
+comment on table queues.task_attempt_failed is 'Append-only: a failed attempt of a task that will be retried.';
+
+-- A dead letter sent round again: the new task copies the old one.
+create table if not exists queues.task_redriven (
+  task_id     bigint primary key references queues.task on delete cascade,
+  new_task_id bigint not null references queues.task on delete cascade,
+  redriven_at timestamptz not null default now()
+);
+comment on table queues.task_redriven is 'Append-only: a dead-lettered task redriven as new_task_id.';
+
+-- Dead letters are read newest first; only unsuccessful completions are indexed.
+create index if not exists task_completed_unsuccessful_idx
+  on queues.task_completed (completed_at desc) where outcome <> 'succeeded';
+
+-- Derived (like task_pending): which task holds each resource key, until when. At most
+-- one task per resource key is leased at a time; the claim takes the key with an
+-- upsert that waits for a concurrent claimer's decision, so two claimers cannot both
+-- take it. Rebuilt from the leases by queues.rebuild_task_pending().
+create table if not exists queues.resource_lease (
+  resource_key text primary key,
+  task_id      bigint not null references queues.task on delete cascade,
+  expires_at   timestamptz not null
+);
+comment on table queues.resource_lease is 'Derived: the task holding each resource key and until when.';
+
+-- Workers, as last seen by their heartbeats. Observability, not facts: kept current by
+-- queues.record_worker_heartbeat and queues.record_worker_stopped.
+create table if not exists queues.worker (
+  worker_id    text primary key check (length(worker_id) between 1 and 200),
+  task_types   text[] not null,
+  started_at   timestamptz not null default now(),
+  last_seen_at timestamptz not null default now(),
+  stopped_at   timestamptz
+);
+comment on table queues.worker is 'Workers and their last heartbeat (mutable registry).';
+
+alter table queues.task_pending add column if not exists max_attempts integer not null default 1;
+alter table queues.task_pending add column if not exists failed_attempts integer not null default 0;
+
 -- Each lease with the expiry in force: released, else extended, else as claimed.
 create or replace view queues.task_lease_effective as
 select l.task_lease_id, l.task_id, l.worker_id, l.leased_at,
-       coalesce(r.released_at, e.expires_at, l.expires_at) as expires_at,
+       coalesce(r.released_at, v.revoked_at, e.expires_at, l.expires_at) as expires_at,
        r.released_at,
-       coalesce(e.extensions, 0) as extensions
+       coalesce(e.extensions, 0) as extensions,
+       v.revoked_at
   from queues.task_lease l
   left join queues.task_lease_release r on r.task_lease_id = l.task_lease_id
+  left join queues.task_lease_revocation v on v.task_lease_id = l.task_lease_id
   left join lateral (
     select max(x.expires_at) as expires_at, count(*)::integer as extensions
       from queues.task_lease_extension x
@@ -154,7 +214,8 @@ declare
   _table text;
 begin
   foreach _table in array array['task', 'task_lease', 'task_completed', 'error',
-                                'task_lease_extension', 'task_lease_release'] loop
+                                'task_lease_extension', 'task_lease_release', 'task_lease_revocation',
+                                'task_attempt_failed', 'task_redriven'] loop
     if not exists (
       select 1 from pg_trigger
        where tgrelid = to_regclass(format('queues.%I', _table))

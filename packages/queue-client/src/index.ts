@@ -24,3 +24,4 @@ export {
   type NewTask,
   type Task,
 } from './tasks.js';
+export { recordWorkerHeartbeat, recordWorkerStopped } from './workers.js';

@@ -88,7 +88,7 @@ export interface Completion {
   outcome?: CompletionOutcome;
 }
 
-export type CompletionResult = 'completed' | 'already_completed' | 'lease_lost' | 'unknown_task';
+export type CompletionResult = 'completed' | 'retry_scheduled' | 'already_completed' | 'lease_lost' | 'unknown_task';
 
 function asObject(value: unknown): JsonObject {
   return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as JsonObject) : {};

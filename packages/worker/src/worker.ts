@@ -4,8 +4,9 @@
  *   loop        claims up to the free slots (only the task types of its roles), starts a
  *               processor per task, then waits for a notification, a freed slot or the
  *               poll interval
- *   heartbeat   extends the leases of running tasks; a lease missing from the answer was
- *               lost, and that task's signal is aborted (its completion would be refused)
+ *   heartbeat   reports the worker alive (queues.worker) and extends the leases of running
+ *               tasks; a lease missing from the answer was lost, and that task's signal is
+ *               aborted (its completion would be refused)
  *   listener    LISTEN queues_task_ready, reconnecting after drops
  *   stop()      stops claiming, waits up to the grace period for running tasks, releases
  *               the leases of the rest so other workers take them at once
@@ -16,7 +17,7 @@
  */
 import { EventEmitter } from 'node:events';
 import pg from 'pg';
-import { claimTasks, extendLeases, releaseLeases, type ClaimedTask } from '@org/queue-client';
+import { claimTasks, extendLeases, recordWorkerHeartbeat, recordWorkerStopped, releaseLeases, type ClaimedTask } from '@org/queue-client';
 import { errorMessage, finish, isLeaseLost, isTransient } from './completion.js';
 import type { WorkerConfig } from './config.js';
 import { TaskListener } from './listener.js';
@@ -100,6 +101,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       `worker started for ${this.#taskTypes.join(', ')}`,
     );
     await this.#listener.start();
+    await this.#reportIn();
     this.#heartbeat = setInterval(() => void this.#beat(), this.#options.heartbeatIntervalMs);
     this.#loop = this.#run();
   }
@@ -136,6 +138,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
     clearInterval(this.#heartbeat);
     await this.#listener.stop();
+    try {
+      await recordWorkerStopped(this.pool, this.#options.workerId);
+    } catch (error) {
+      this.#log.warn({ event: 'registry_failed', err: errorMessage(error) }, 'could not record the stop');
+    }
     await this.pool.end();
     this.#log.info({ event: 'worker_stopped', unfinished: left.length }, 'worker stopped');
   }
@@ -261,7 +268,17 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
   }
 
+  /** Tells the registry this worker is alive (queues.worker); failures are only logged. */
+  async #reportIn(): Promise<void> {
+    try {
+      await recordWorkerHeartbeat(this.pool, this.#options.workerId, this.#taskTypes);
+    } catch (error) {
+      this.#log.warn({ event: 'registry_failed', err: errorMessage(error) }, 'could not report to the worker registry');
+    }
+  }
+
   async #beat(): Promise<void> {
+    await this.#reportIn();
     const leases = [...this.#running.values()].filter((r) => !r.lost);
     if (leases.length === 0) return;
     try {

@@ -94,6 +94,20 @@ describe('worker loop', () => {
     expect(rows[0].n).toBe(0);
   });
 
+  it('reports to the worker registry on start and heartbeat, and records a clean stop', async () => {
+    const registry = new ProcessorRegistry().register('db_function', dbFunctionProcessor());
+    const worker = await startWorker({ registry, workerId: 'registry-test', heartbeatIntervalMs: 100, leaseSeconds: 10 });
+    const row = async () =>
+      (await db.query(`select task_types, last_seen_at, stopped_at from queues.worker where worker_id = 'registry-test'`)).rows[0];
+    const first = await row();
+    expect(first.task_types).toEqual(['db_function']);
+    expect(first.stopped_at).toBeNull();
+    await eventually(async () => (await row()).last_seen_at > first.last_seen_at, 'a heartbeat');
+    await worker.stop();
+    workers.splice(workers.indexOf(worker), 1);
+    expect((await row()).stopped_at).not.toBeNull();
+  });
+
   it('refuses a role it has no processor for', () => {
     const registry = new ProcessorRegistry().register('db_function', dbFunctionProcessor());
     expect(

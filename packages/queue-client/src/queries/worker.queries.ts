@@ -1,0 +1,60 @@
+/** Types generated for queries found in "src/queries/worker.sql" */
+import { PreparedQuery } from '@pgtyped/runtime';
+
+export type stringArray = (string)[];
+
+/** 'WorkerHeartbeat' parameters type */
+export interface IWorkerHeartbeatParams {
+  taskTypes: stringArray;
+  workerId: string;
+}
+
+/** 'WorkerHeartbeat' return type */
+export interface IWorkerHeartbeatResult {
+  recorded: undefined | null;
+}
+
+/** 'WorkerHeartbeat' query type */
+export interface IWorkerHeartbeatQuery {
+  params: IWorkerHeartbeatParams;
+  result: IWorkerHeartbeatResult;
+}
+
+const workerHeartbeatIR: any = {"usedParamSet":{"workerId":true,"taskTypes":true},"params":[{"name":"workerId","required":true,"transform":{"type":"scalar"},"locs":[{"a":38,"b":47}]},{"name":"taskTypes","required":true,"transform":{"type":"scalar"},"locs":[{"a":56,"b":66}]}],"statement":"select queues.record_worker_heartbeat(:workerId!::text, :taskTypes!::text[]) as \"recorded\""};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select queues.record_worker_heartbeat(:workerId!::text, :taskTypes!::text[]) as "recorded"
+ * ```
+ */
+export const workerHeartbeat = new PreparedQuery<IWorkerHeartbeatParams,IWorkerHeartbeatResult>(workerHeartbeatIR);
+
+
+/** 'WorkerStopped' parameters type */
+export interface IWorkerStoppedParams {
+  workerId: string;
+}
+
+/** 'WorkerStopped' return type */
+export interface IWorkerStoppedResult {
+  recorded: undefined | null;
+}
+
+/** 'WorkerStopped' query type */
+export interface IWorkerStoppedQuery {
+  params: IWorkerStoppedParams;
+  result: IWorkerStoppedResult;
+}
+
+const workerStoppedIR: any = {"usedParamSet":{"workerId":true},"params":[{"name":"workerId","required":true,"transform":{"type":"scalar"},"locs":[{"a":36,"b":45}]}],"statement":"select queues.record_worker_stopped(:workerId!::text) as \"recorded\""};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select queues.record_worker_stopped(:workerId!::text) as "recorded"
+ * ```
+ */
+export const workerStopped = new PreparedQuery<IWorkerStoppedParams,IWorkerStoppedResult>(workerStoppedIR);
+
+

@@ -1,0 +1,7 @@
+/* Queries on the worker registry (queues.worker). */
+
+/* @name WorkerHeartbeat */
+select queues.record_worker_heartbeat(:workerId!::text, :taskTypes!::text[]) as "recorded";
+
+/* @name WorkerStopped */
+select queues.record_worker_stopped(:workerId!::text) as "recorded";

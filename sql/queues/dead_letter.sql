@@ -1,0 +1,52 @@
+-- Dead letters: tasks that ended badly with nobody else to deal with it, and redrive.
+--
+-- A task is a dead letter when it completed 'abandoned', or 'failed' without an
+-- error_handler in its payload (a task with an error handler hands its failures to a
+-- supervisor, which retries on its own), and it has not been redriven.
+
+create or replace view queues.dead_letter as
+select t.task_id, t.task_type, t.payload, c.outcome, c.completed_at,
+       (select e.error_message from queues.error e where e.task_id = t.task_id
+         order by e.error_id desc limit 1) as last_error,
+       (select count(*)::integer from queues.task_lease l where l.task_id = t.task_id) as attempts
+  from queues.task_completed c
+  join queues.task t on t.task_id = c.task_id
+ where c.outcome <> 'succeeded'
+   and (c.outcome = 'abandoned' or (c.outcome = 'failed' and not t.payload ? 'error_handler'))
+   and not exists (select 1 from queues.task_redriven r where r.task_id = t.task_id);
+comment on view queues.dead_letter is 'Tasks that ended failed or abandoned with no handler to deal with it, not yet redriven.';
+
+-- Sends a dead letter round again: a new task with the same type, payload, priority,
+-- resource key and max_attempts, runnable now. Returns the new task id.
+create or replace function queues.redrive_task(_task_id bigint)
+  returns bigint
+  language plpgsql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _task queues.task;
+  _new_task_id bigint;
+begin
+  if _task_id is null then
+    raise exception 'task_id must not be null' using errcode = '22004';
+  end if;
+  select * into _task from queues.task t where t.task_id = _task_id;
+  if not found then
+    raise exception 'task % does not exist', _task_id using errcode = '23503';
+  end if;
+  -- Serialise redrives of one task on its completion row.
+  perform 1 from queues.task_completed c where c.task_id = _task_id for update;
+  if exists (select 1 from queues.task_redriven r where r.task_id = _task_id) then
+    raise exception 'task % was already redriven', _task_id using errcode = '22023';
+  end if;
+  if not exists (select 1 from queues.dead_letter d where d.task_id = _task_id) then
+    raise exception 'task % is not a dead letter', _task_id using errcode = '22023',
+      hint = 'Only tasks that completed failed (without an error handler) or abandoned can be redriven.';
+  end if;
+  _new_task_id := queues.enqueue(_task.task_type, _task.payload, now(), _task.priority,
+                                 _task.resource_key, _task.max_attempts);
+  insert into queues.task_redriven (task_id, new_task_id) values (_task_id, _new_task_id);
+  return _new_task_id;
+end;
+$$;

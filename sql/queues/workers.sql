@@ -1,0 +1,107 @@
+-- The worker registry and stale recovery. Workers report in on every heartbeat tick;
+-- a worker not seen for a while is presumed dead, and the live leases it holds can be
+-- revoked at once instead of waiting for them to expire.
+
+-- Called by each worker on start and on every heartbeat tick.
+create or replace function queues.record_worker_heartbeat(_worker_id text, _task_types text[])
+  returns void
+  language plpgsql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if _worker_id is null or length(_worker_id) not between 1 and 200 then
+    raise exception 'worker_id must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  if _task_types is null or cardinality(_task_types) = 0 or array_position(_task_types, null) is not null then
+    raise exception 'task_types must name at least one task type' using errcode = '22023';
+  end if;
+  insert into queues.worker as w (worker_id, task_types)
+  values (_worker_id, _task_types)
+  on conflict (worker_id) do update
+     set task_types = excluded.task_types, last_seen_at = now(), stopped_at = null;
+end;
+$$;
+
+-- Called by a worker that stops cleanly.
+create or replace function queues.record_worker_stopped(_worker_id text)
+  returns void
+  language sql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+  update queues.worker set stopped_at = now(), last_seen_at = now() where worker_id = _worker_id
+$$;
+
+-- Live leases held by workers not seen for _dead_after_seconds (and not stopped), at _now.
+create or replace function queues.stale_leases_at(_now timestamptz, _dead_after_seconds integer)
+  returns table (task_id bigint, task_lease_id bigint, worker_id text, last_seen_at timestamptz, expires_at timestamptz)
+  language sql stable
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+  select p.task_id, p.current_lease_id, l.worker_id, w.last_seen_at, p.available_at
+    from queues.task_pending p
+    join queues.task_lease l on l.task_lease_id = p.current_lease_id
+    join queues.worker w on w.worker_id = l.worker_id
+   where p.available_at > _now
+     and w.stopped_at is null
+     and w.last_seen_at < _now - make_interval(secs => _dead_after_seconds)
+$$;
+
+-- The stale leases now, for workers presumed dead after 10 minutes of silence.
+create or replace view queues.stale_lease as
+select * from queues.stale_leases_at(now(), 600);
+comment on view queues.stale_lease is 'Live leases held by workers not seen for 10 minutes.';
+
+-- Revokes the stale leases (see stale_leases_at): their tasks are claimable at once. A
+-- revocation counts as an expired lease towards abandoning the task, and the revoked
+-- worker can no longer complete or record against it. Returns what was revoked.
+create or replace function queues.recover_stale_leases_at(_now timestamptz, _dead_after_seconds integer)
+  returns table (task_id bigint, task_lease_id bigint, worker_id text)
+  language plpgsql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+begin
+  if _dead_after_seconds is null or _dead_after_seconds not between 1 and 604800 then
+    raise exception 'dead_after_seconds must be between 1 and 604800, got %', coalesce(_dead_after_seconds::text, 'null')
+      using errcode = '22023';
+  end if;
+  perform queues.lock_resource_keys(array(select s.task_id from queues.stale_leases_at(_now, _dead_after_seconds) s));
+  return query
+  with stale as (
+    select s.task_id, s.task_lease_id, s.worker_id from queues.stale_leases_at(_now, _dead_after_seconds) s
+  ),
+  revoked as (
+    update queues.task_pending p
+       set available_at = _now, current_lease_id = null
+      from stale s
+     where p.task_id = s.task_id and p.current_lease_id = s.task_lease_id
+    returning p.task_id, s.task_lease_id, s.worker_id, p.resource_key
+  ),
+  recorded as (
+    insert into queues.task_lease_revocation (task_lease_id, revoked_at, reason)
+    select r.task_lease_id, _now, format('worker %s not seen for %s s', r.worker_id, _dead_after_seconds) from revoked r
+  ),
+  key_freed as (
+    delete from queues.resource_lease k
+     using revoked r
+     where r.resource_key is not null and k.resource_key = r.resource_key and k.task_id = r.task_id
+  )
+  select r.task_id, r.task_lease_id, r.worker_id from revoked r;
+  if found then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+end;
+$$;
+
+create or replace function queues.recover_stale_leases(_dead_after_seconds integer default null)
+  returns table (task_id bigint, task_lease_id bigint, worker_id text)
+  language sql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+  select * from queues.recover_stale_leases_at(now(), coalesce(_dead_after_seconds, 600))
+$$;
