@@ -4,3 +4,4 @@ export { repoRoot, dataRoot } from './paths.js';
 export { ensureRoles, hardenDatabase, roleNamesFromEnv, type RoleNames, type RolePasswords } from './roles.js';
 export { openServer, provisionDatabase, databaseUrls, withRootClient, type DatabaseServer, type DatabaseUrls } from './server.js';
 export { withDatabase, redactUrl } from './urls.js';
+export { openDevServer, DEV_DATABASE } from './dev-server.js';
