@@ -22,5 +22,6 @@ export default [
   project('files-service', 'packages/files-service', ['test/**/*.test.ts']),
   project('api', 'packages/api', ['test/**/*.test.ts']),
   project('bench', 'tools/bench', ['test/**/*.test.ts']),
+  project('chaos', 'tools/chaos', ['test/**/*.test.ts']),
   project('db-tools', 'tools/db', ['test/**/*.test.ts']),
 ];
