@@ -38,8 +38,12 @@ export async function recordCompletion(
   return report;
 }
 
-/** recordCompletion in a transaction of its own. */
+/**
+ * recordCompletion in a transaction of its own. Without an error to record, the
+ * completion is a single statement and needs no explicit transaction: one round trip.
+ */
 export function finish(pool: pg.Pool, task: ClaimedTask, report: TaskReport, extraErrors: string[] = []): Promise<TaskReport> {
+  if (!report.error && extraErrors.length === 0) return recordCompletion(pool, task, report);
   return withTransaction(pool, (tx) => recordCompletion(tx, task, report, extraErrors));
 }
 
