@@ -10,3 +10,4 @@
 --!include queues/dead_letter.sql
 --!include queues/maintenance.sql
 --!include queues/privileges.sql
+--!include internal/process_support.sql

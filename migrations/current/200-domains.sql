@@ -1,1 +1,10 @@
 -- Business domains (sql/comms, sql/files, sql/accounts, sql/api). Include changed files here.
+-- The processes use the shared helpers of internal/process_support.sql.
+--!include comms/email.sql
+--!include comms/sms.sql
+--!include files/file_deletion.sql
+--!include accounts/anonymization.sql
+--!include accounts/account_deletion.sql
+--!include comms/util.sql
+--!include files/util.sql
+--!include accounts/util.sql

@@ -183,18 +183,18 @@ create or replace function accounts.account_deletion_supervisor(payload jsonb)
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _task_id bigint := accounts.id_from_payload(payload, 'account_deletion_task_id');
+  _task_id bigint := internal.id_from_payload(payload, 'account_deletion_task_id');
   _facts record;
   _status text;
   _reason text;
   _next_check_at timestamptz;
 begin
   if _task_id is null then
-    return accounts.validation_failure('account_deletion_task_id must be a positive integer');
+    return internal.validation_failure('account_deletion_task_id must be a positive integer');
   end if;
-  perform accounts.assert_read_committed('accounts.account_deletion_supervisor');
+  perform internal.assert_read_committed('accounts.account_deletion_supervisor');
   if not accounts.lock_account_deletion_task(_task_id) then
-    return accounts.validation_failure(format('account_deletion_task %s not found', _task_id));
+    return internal.validation_failure(format('account_deletion_task %s not found', _task_id));
   end if;
 
   _facts := accounts.account_deletion_supervisor_facts(_task_id);

@@ -211,17 +211,17 @@ create or replace function accounts.account_anonymization_supervisor(payload jso
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _task_id bigint := accounts.id_from_payload(payload, 'account_anonymization_task_id');
+  _task_id bigint := internal.id_from_payload(payload, 'account_anonymization_task_id');
   _facts record;
   _error text;
   _next_check_at timestamptz;
 begin
   if _task_id is null then
-    return accounts.validation_failure('account_anonymization_task_id must be a positive integer');
+    return internal.validation_failure('account_anonymization_task_id must be a positive integer');
   end if;
-  perform accounts.assert_read_committed('accounts.account_anonymization_supervisor');
+  perform internal.assert_read_committed('accounts.account_anonymization_supervisor');
   if not accounts.lock_account_anonymization_task(_task_id) then
-    return accounts.validation_failure(format('account_anonymization_task %s not found', _task_id));
+    return internal.validation_failure(format('account_anonymization_task %s not found', _task_id));
   end if;
 
   _facts := accounts.account_anonymization_supervisor_facts(_task_id);

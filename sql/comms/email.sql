@@ -230,21 +230,21 @@ create or replace function comms.send_email_supervisor(payload jsonb)
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _task_id bigint := comms.id_from_payload(payload, 'send_email_task_id');
+  _task_id bigint := internal.id_from_payload(payload, 'send_email_task_id');
   _facts record;
   _attempt_id bigint;
   _next_check_at timestamptz;
 begin
   -- 1. Validation.
   if _task_id is null then
-    return comms.validation_failure('send_email_task_id must be a positive integer');
+    return internal.validation_failure('send_email_task_id must be a positive integer');
   end if;
-  perform comms.assert_read_committed('comms.send_email_supervisor');
+  perform internal.assert_read_committed('comms.send_email_supervisor');
 
   -- 2. Lock the root, then read facts (in this order: facts read after the lock wait
   --    include everything the previous holder committed).
   if not comms.lock_send_email_task(_task_id) then
-    return comms.validation_failure(format('send_email_task %s not found', _task_id));
+    return internal.validation_failure(format('send_email_task %s not found', _task_id));
   end if;
 
   -- 3. Facts.
@@ -300,15 +300,15 @@ create or replace function comms.get_email_payload(payload jsonb)
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _attempt_id bigint := comms.id_from_payload(payload, 'send_email_attempt_id');
+  _attempt_id bigint := internal.id_from_payload(payload, 'send_email_attempt_id');
   _provider_payload jsonb;
 begin
   if _attempt_id is null then
-    return comms.validation_failure('send_email_attempt_id must be a positive integer');
+    return internal.validation_failure('send_email_attempt_id must be a positive integer');
   end if;
   if exists (select 1 from comms.send_email_attempt_succeeded s where s.send_email_attempt_id = _attempt_id)
      or exists (select 1 from comms.send_email_attempt_failed f where f.send_email_attempt_id = _attempt_id) then
-    return comms.validation_failure(format('send_email_attempt %s already has an outcome; not sending it again', _attempt_id));
+    return internal.validation_failure(format('send_email_attempt %s already has an outcome; not sending it again', _attempt_id));
   end if;
 
   select jsonb_strip_nulls(jsonb_build_object(
@@ -327,7 +327,7 @@ begin
    where a.send_email_attempt_id = _attempt_id;
 
   if _provider_payload is null then
-    return comms.validation_failure(format('send_email_attempt %s not found', _attempt_id));
+    return internal.validation_failure(format('send_email_attempt %s not found', _attempt_id));
   end if;
   return jsonb_build_object('success', true, 'payload', _provider_payload);
 end;
@@ -342,13 +342,13 @@ create or replace function comms.record_email_success(payload jsonb)
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _attempt_id bigint := comms.id_from_payload(payload -> 'original_payload', 'send_email_attempt_id');
+  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'send_email_attempt_id');
 begin
   if _attempt_id is null then
-    return comms.validation_failure('original_payload.send_email_attempt_id must be a positive integer');
+    return internal.validation_failure('original_payload.send_email_attempt_id must be a positive integer');
   end if;
   if not exists (select 1 from comms.send_email_attempt a where a.send_email_attempt_id = _attempt_id) then
-    return comms.validation_failure(format('send_email_attempt %s not found', _attempt_id));
+    return internal.validation_failure(format('send_email_attempt %s not found', _attempt_id));
   end if;
   insert into comms.send_email_attempt_succeeded (send_email_attempt_id, worker_payload)
   values (_attempt_id, payload -> 'worker_payload')
@@ -366,13 +366,13 @@ create or replace function comms.record_email_failure(payload jsonb)
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _attempt_id bigint := comms.id_from_payload(payload -> 'original_payload', 'send_email_attempt_id');
+  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'send_email_attempt_id');
 begin
   if _attempt_id is null then
-    return comms.validation_failure('original_payload.send_email_attempt_id must be a positive integer');
+    return internal.validation_failure('original_payload.send_email_attempt_id must be a positive integer');
   end if;
   if not exists (select 1 from comms.send_email_attempt a where a.send_email_attempt_id = _attempt_id) then
-    return comms.validation_failure(format('send_email_attempt %s not found', _attempt_id));
+    return internal.validation_failure(format('send_email_attempt %s not found', _attempt_id));
   end if;
   insert into comms.send_email_attempt_failed (send_email_attempt_id, error_message)
   select _attempt_id, left(coalesce(nullif(payload ->> 'error', ''), 'unknown error'), 2000)

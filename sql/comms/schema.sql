@@ -160,23 +160,3 @@ begin
 end;
 $$;
 
--- Refuses to run a supervisor outside READ COMMITTED. A supervisor serialises on its
--- root row, then reads facts. Under READ COMMITTED every statement after the lock wait
--- takes a fresh snapshot and sees what the previous holder committed; under REPEATABLE
--- READ (or SERIALIZABLE) the snapshot is from before the wait, so two runs would both
--- see "no outstanding attempt" and schedule two.
-create or replace function comms.assert_read_committed(_function_name text)
-  returns void
-  language plpgsql stable
-  set search_path = pg_catalog, pg_temp
-as $$
-begin
-  if current_setting('transaction_isolation') <> 'read committed' then
-    raise exception '% must run under READ COMMITTED, not %', _function_name,
-      upper(current_setting('transaction_isolation'))
-      using errcode = '25000',
-            detail = 'Under REPEATABLE READ or SERIALIZABLE the lock on the root row does not stop double scheduling: facts read after the lock wait come from a snapshot taken before it.',
-            hint = 'Call supervisors in a READ COMMITTED transaction (the default).';
-  end if;
-end;
-$$;

@@ -230,21 +230,21 @@ create or replace function comms.send_sms_supervisor(payload jsonb)
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _task_id bigint := comms.id_from_payload(payload, 'send_sms_task_id');
+  _task_id bigint := internal.id_from_payload(payload, 'send_sms_task_id');
   _facts record;
   _attempt_id bigint;
   _next_check_at timestamptz;
 begin
   -- 1. Validation.
   if _task_id is null then
-    return comms.validation_failure('send_sms_task_id must be a positive integer');
+    return internal.validation_failure('send_sms_task_id must be a positive integer');
   end if;
-  perform comms.assert_read_committed('comms.send_sms_supervisor');
+  perform internal.assert_read_committed('comms.send_sms_supervisor');
 
   -- 2. Lock the root, then read facts (in this order: facts read after the lock wait
   --    include everything the previous holder committed).
   if not comms.lock_send_sms_task(_task_id) then
-    return comms.validation_failure(format('send_sms_task %s not found', _task_id));
+    return internal.validation_failure(format('send_sms_task %s not found', _task_id));
   end if;
 
   -- 3. Facts.
@@ -300,15 +300,15 @@ create or replace function comms.get_sms_payload(payload jsonb)
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _attempt_id bigint := comms.id_from_payload(payload, 'send_sms_attempt_id');
+  _attempt_id bigint := internal.id_from_payload(payload, 'send_sms_attempt_id');
   _provider_payload jsonb;
 begin
   if _attempt_id is null then
-    return comms.validation_failure('send_sms_attempt_id must be a positive integer');
+    return internal.validation_failure('send_sms_attempt_id must be a positive integer');
   end if;
   if exists (select 1 from comms.send_sms_attempt_succeeded s where s.send_sms_attempt_id = _attempt_id)
      or exists (select 1 from comms.send_sms_attempt_failed f where f.send_sms_attempt_id = _attempt_id) then
-    return comms.validation_failure(format('send_sms_attempt %s already has an outcome; not sending it again', _attempt_id));
+    return internal.validation_failure(format('send_sms_attempt %s already has an outcome; not sending it again', _attempt_id));
   end if;
 
   select jsonb_strip_nulls(jsonb_build_object(
@@ -324,7 +324,7 @@ begin
    where a.send_sms_attempt_id = _attempt_id;
 
   if _provider_payload is null then
-    return comms.validation_failure(format('send_sms_attempt %s not found', _attempt_id));
+    return internal.validation_failure(format('send_sms_attempt %s not found', _attempt_id));
   end if;
   return jsonb_build_object('success', true, 'payload', _provider_payload);
 end;
@@ -339,13 +339,13 @@ create or replace function comms.record_sms_success(payload jsonb)
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _attempt_id bigint := comms.id_from_payload(payload -> 'original_payload', 'send_sms_attempt_id');
+  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'send_sms_attempt_id');
 begin
   if _attempt_id is null then
-    return comms.validation_failure('original_payload.send_sms_attempt_id must be a positive integer');
+    return internal.validation_failure('original_payload.send_sms_attempt_id must be a positive integer');
   end if;
   if not exists (select 1 from comms.send_sms_attempt a where a.send_sms_attempt_id = _attempt_id) then
-    return comms.validation_failure(format('send_sms_attempt %s not found', _attempt_id));
+    return internal.validation_failure(format('send_sms_attempt %s not found', _attempt_id));
   end if;
   insert into comms.send_sms_attempt_succeeded (send_sms_attempt_id, worker_payload)
   values (_attempt_id, payload -> 'worker_payload')
@@ -363,13 +363,13 @@ create or replace function comms.record_sms_failure(payload jsonb)
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _attempt_id bigint := comms.id_from_payload(payload -> 'original_payload', 'send_sms_attempt_id');
+  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'send_sms_attempt_id');
 begin
   if _attempt_id is null then
-    return comms.validation_failure('original_payload.send_sms_attempt_id must be a positive integer');
+    return internal.validation_failure('original_payload.send_sms_attempt_id must be a positive integer');
   end if;
   if not exists (select 1 from comms.send_sms_attempt a where a.send_sms_attempt_id = _attempt_id) then
-    return comms.validation_failure(format('send_sms_attempt %s not found', _attempt_id));
+    return internal.validation_failure(format('send_sms_attempt %s not found', _attempt_id));
   end if;
   insert into comms.send_sms_attempt_failed (send_sms_attempt_id, error_message)
   select _attempt_id, left(coalesce(nullif(payload ->> 'error', ''), 'unknown error'), 2000)

@@ -251,17 +251,17 @@ create or replace function files.file_deletion_supervisor(payload jsonb)
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _task_id bigint := files.id_from_payload(payload, 'file_deletion_task_id');
+  _task_id bigint := internal.id_from_payload(payload, 'file_deletion_task_id');
   _facts record;
   _attempt_id bigint;
   _next_check_at timestamptz;
 begin
   if _task_id is null then
-    return files.validation_failure('file_deletion_task_id must be a positive integer');
+    return internal.validation_failure('file_deletion_task_id must be a positive integer');
   end if;
-  perform files.assert_read_committed('files.file_deletion_supervisor');
+  perform internal.assert_read_committed('files.file_deletion_supervisor');
   if not files.lock_file_deletion_task(_task_id) then
-    return files.validation_failure(format('file_deletion_task %s not found', _task_id));
+    return internal.validation_failure(format('file_deletion_task %s not found', _task_id));
   end if;
 
   _facts := files.file_deletion_supervisor_facts(_task_id);
@@ -310,15 +310,15 @@ create or replace function files.get_file_delete_payload(payload jsonb)
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _attempt_id bigint := files.id_from_payload(payload, 'file_deletion_attempt_id');
+  _attempt_id bigint := internal.id_from_payload(payload, 'file_deletion_attempt_id');
   _provider_payload jsonb;
 begin
   if _attempt_id is null then
-    return files.validation_failure('file_deletion_attempt_id must be a positive integer');
+    return internal.validation_failure('file_deletion_attempt_id must be a positive integer');
   end if;
   if exists (select 1 from files.file_deletion_attempt_succeeded s where s.file_deletion_attempt_id = _attempt_id)
      or exists (select 1 from files.file_deletion_attempt_failed f where f.file_deletion_attempt_id = _attempt_id) then
-    return files.validation_failure(format('file_deletion_attempt %s already has an outcome; not deleting again', _attempt_id));
+    return internal.validation_failure(format('file_deletion_attempt %s already has an outcome; not deleting again', _attempt_id));
   end if;
   select jsonb_build_object(
            'file_id', f.file_id,
@@ -331,7 +331,7 @@ begin
     join files.file f on f.file_id = t.file_id
    where a.file_deletion_attempt_id = _attempt_id;
   if _provider_payload is null then
-    return files.validation_failure(format('file_deletion_attempt %s not found', _attempt_id));
+    return internal.validation_failure(format('file_deletion_attempt %s not found', _attempt_id));
   end if;
   return jsonb_build_object('success', true, 'payload', _provider_payload);
 end;
@@ -346,17 +346,17 @@ create or replace function files.record_file_delete_success(payload jsonb)
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _attempt_id bigint := files.id_from_payload(payload -> 'original_payload', 'file_deletion_attempt_id');
+  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'file_deletion_attempt_id');
   _file_id bigint;
 begin
   if _attempt_id is null then
-    return files.validation_failure('original_payload.file_deletion_attempt_id must be a positive integer');
+    return internal.validation_failure('original_payload.file_deletion_attempt_id must be a positive integer');
   end if;
   select t.file_id into _file_id
     from files.file_deletion_attempt a join files.file_deletion_task t using (file_deletion_task_id)
    where a.file_deletion_attempt_id = _attempt_id;
   if _file_id is null then
-    return files.validation_failure(format('file_deletion_attempt %s not found', _attempt_id));
+    return internal.validation_failure(format('file_deletion_attempt %s not found', _attempt_id));
   end if;
   insert into files.file_deletion_attempt_succeeded (file_deletion_attempt_id, worker_payload)
   values (_attempt_id, payload -> 'worker_payload')
@@ -374,13 +374,13 @@ create or replace function files.record_file_delete_failure(payload jsonb)
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _attempt_id bigint := files.id_from_payload(payload -> 'original_payload', 'file_deletion_attempt_id');
+  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'file_deletion_attempt_id');
 begin
   if _attempt_id is null then
-    return files.validation_failure('original_payload.file_deletion_attempt_id must be a positive integer');
+    return internal.validation_failure('original_payload.file_deletion_attempt_id must be a positive integer');
   end if;
   if not exists (select 1 from files.file_deletion_attempt a where a.file_deletion_attempt_id = _attempt_id) then
-    return files.validation_failure(format('file_deletion_attempt %s not found', _attempt_id));
+    return internal.validation_failure(format('file_deletion_attempt %s not found', _attempt_id));
   end if;
   insert into files.file_deletion_attempt_failed (file_deletion_attempt_id, error_message)
   select _attempt_id, left(coalesce(nullif(payload ->> 'error', ''), 'unknown error'), 2000)
