@@ -27,6 +27,8 @@ try {
   process.exit(2);
 }
 
+// Started with an IPC channel (npm start): stop when the parent goes away.
+if (process.channel) process.once('disconnect', () => process.emit('SIGTERM'));
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
     log.info({ signal }, 'shutting down');

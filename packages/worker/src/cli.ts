@@ -51,6 +51,9 @@ async function main(): Promise<number> {
     };
     process.on('SIGTERM', () => stop('SIGTERM'));
     process.on('SIGINT', () => stop('SIGINT'));
+    // Started by a supervisor with an IPC channel (npm start): stop when it goes away,
+    // rather than live on as an orphan.
+    if (process.channel) process.once('disconnect', () => stop('parent exited'));
   });
   await worker.start();
   await stopRequested;

