@@ -55,9 +55,18 @@ async function main(): Promise<number> {
     // rather than live on as an orphan.
     if (process.channel) process.once('disconnect', () => stop('parent exited'));
   });
+  let metricsServer: { close(): Promise<void> } | undefined;
+  if (config.metricsPort) {
+    // Loaded only when asked for: the exposition lives with the API package.
+    const { WorkerMetrics, serveWorkerMetrics } = await import('@org/api');
+    const metrics = new WorkerMetrics(worker, { worker_id: config.workerId });
+    metricsServer = await serveWorkerMetrics(metrics, { host: '0.0.0.0', port: config.metricsPort });
+    logger.info({ event: 'metrics', port: config.metricsPort }, `metrics on :${config.metricsPort}/metrics`);
+  }
   await worker.start();
   await stopRequested;
   await worker.stop();
+  await metricsServer?.close();
   return 0;
 }
 

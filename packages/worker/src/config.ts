@@ -19,6 +19,8 @@ export interface WorkerConfig {
   maxLeases: number;
   shutdownGraceMs: number;
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+  /** Serve Prometheus metrics on this port (GET /metrics); none when unset. */
+  metricsPort?: number;
 }
 
 interface Setting {
@@ -100,6 +102,13 @@ export const SETTINGS: Setting[] = [
     key: 'shutdownGraceMs',
     help: 'on SIGTERM/SIGINT, wait this long for running tasks before releasing them (default 25000)',
     schema: int(0, 3_600_000),
+  },
+  {
+    env: 'METRICS_PORT',
+    flag: 'metrics-port',
+    key: 'metricsPort',
+    help: 'serve Prometheus metrics on this port at /metrics (default: off)',
+    schema: int(1, 65535),
   },
   {
     env: 'LOG_LEVEL',

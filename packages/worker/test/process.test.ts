@@ -164,9 +164,24 @@ describe('configuration', () => {
   it('--help lists every setting and exits 0', async () => {
     const { code, output } = await run({}, ['--help']);
     expect(code).toBe(0);
-    for (const name of ['DATABASE_URL', 'WORKER_ROLE', 'WORKER_ID', 'CONCURRENCY', 'POLL_INTERVAL_MS', 'HEARTBEAT_INTERVAL_MS', 'LEASE_SECONDS', 'SHUTDOWN_GRACE_MS', 'LOG_LEVEL', 'MAX_LEASES']) {
+    for (const name of ['DATABASE_URL', 'WORKER_ROLE', 'WORKER_ID', 'CONCURRENCY', 'POLL_INTERVAL_MS', 'HEARTBEAT_INTERVAL_MS', 'LEASE_SECONDS', 'SHUTDOWN_GRACE_MS', 'LOG_LEVEL', 'MAX_LEASES', 'METRICS_PORT']) {
       expect(output).toContain(name);
     }
+  });
+
+  it('METRICS_PORT serves Prometheus metrics of the worker', async () => {
+    const { freePort } = await import('@org/db-tools');
+    const port = await freePort();
+    await enqueue(db, 'db_function', { db_function: 'internal.noop' });
+    const child = startChild({ DATABASE_URL: url(), WORKER_ROLE: 'db_function', POLL_INTERVAL_MS: '100', METRICS_PORT: String(port) }, cli);
+    let body = '';
+    await eventually(async () => {
+      body = await fetch(`http://127.0.0.1:${port}/metrics`).then((r) => r.text()).catch(() => '');
+      return /queue_worker_tasks_completed_total\{[^}]*task_type="db_function"[^}]*\} [1-9]/.test(body);
+    }, 'a completion counted');
+    expect(body).toContain('# TYPE queue_worker_task_duration_seconds histogram');
+    child.process.kill('SIGTERM');
+    expect((await child.exited).code).toBe(0);
   });
 
   it('the password in DATABASE_URL never reaches the logs', async () => {

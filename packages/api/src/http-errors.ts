@@ -1,0 +1,29 @@
+/** Database errors (sql/CONVENTIONS.md errcodes) mapped to HTTP statuses. */
+export interface HttpError {
+  status: number;
+  error: string;
+  message: string;
+}
+
+const BY_SQLSTATE: Record<string, [number, string]> = {
+  '22004': [400, 'invalid_input'],
+  '22023': [400, 'invalid_input'],
+  '22P02': [400, 'invalid_input'], // invalid text representation (e.g. a bad timestamp)
+  '22007': [400, 'invalid_input'], // invalid datetime format
+  '22008': [400, 'invalid_input'], // datetime field overflow
+  '22003': [400, 'invalid_input'], // numeric value out of range
+  '54000': [413, 'too_large'],
+  '23503': [404, 'not_found'],
+  '42501': [403, 'forbidden'],
+  '55000': [409, 'conflict'],
+};
+
+/** The HTTP answer for a database error, or undefined when it is not one we map (500). */
+export function fromDatabaseError(error: unknown): HttpError | undefined {
+  if (typeof error !== 'object' || error === null) return undefined;
+  const code = (error as { code?: unknown }).code;
+  if (typeof code !== 'string') return undefined;
+  const mapped = BY_SQLSTATE[code];
+  if (!mapped) return undefined;
+  return { status: mapped[0], error: mapped[1], message: (error as Error).message };
+}

@@ -1,0 +1,98 @@
+/** Types generated for queries found in "src/queries/process.sql" */
+import { PreparedQuery } from '@pgtyped/runtime';
+
+export type NumberOrString = number | string;
+
+/** 'ProcessTimeline' parameters type */
+export interface IProcessTimelineParams {
+  process: string;
+  rootId: NumberOrString;
+}
+
+/** 'ProcessTimeline' return type */
+export interface IProcessTimelineResult {
+  at: Date;
+  attemptId: string | null;
+  detail: unknown;
+  fact: string;
+  process: string;
+  rootId: string;
+}
+
+/** 'ProcessTimeline' query type */
+export interface IProcessTimelineQuery {
+  params: IProcessTimelineParams;
+  result: IProcessTimelineResult;
+}
+
+const processTimelineIR: any = {"usedParamSet":{"process":true,"rootId":true},"params":[{"name":"process","required":true,"transform":{"type":"scalar"},"locs":[{"a":178,"b":186}]},{"name":"rootId","required":true,"transform":{"type":"scalar"},"locs":[{"a":195,"b":202}]}],"statement":"select f.at as \"at!\", f.process as \"process!\", f.root_id as \"rootId!\", f.fact as \"fact!\",\n       f.attempt_id as \"attemptId\", f.detail as \"detail!\"\n  from admin.process_timeline(:process!::text, :rootId!::bigint) f"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select f.at as "at!", f.process as "process!", f.root_id as "rootId!", f.fact as "fact!",
+ *        f.attempt_id as "attemptId", f.detail as "detail!"
+ *   from admin.process_timeline(:process!::text, :rootId!::bigint) f
+ * ```
+ */
+export const processTimeline = new PreparedQuery<IProcessTimelineParams,IProcessTimelineResult>(processTimelineIR);
+
+
+/** 'ProcessRootList' parameters type */
+export interface IProcessRootListParams {
+  beforeRootId?: NumberOrString | null | void;
+  limit?: number | null | void;
+  process: string;
+}
+
+/** 'ProcessRootList' return type */
+export interface IProcessRootListResult {
+  createdAt: Date;
+  rootId: string;
+  status: string;
+  subject: unknown;
+}
+
+/** 'ProcessRootList' query type */
+export interface IProcessRootListQuery {
+  params: IProcessRootListParams;
+  result: IProcessRootListResult;
+}
+
+const processRootListIR: any = {"usedParamSet":{"process":true,"limit":true,"beforeRootId":true},"params":[{"name":"process","required":true,"transform":{"type":"scalar"},"locs":[{"a":140,"b":148}]},{"name":"limit","required":false,"transform":{"type":"scalar"},"locs":[{"a":157,"b":162}]},{"name":"beforeRootId","required":false,"transform":{"type":"scalar"},"locs":[{"a":174,"b":186}]}],"statement":"select r.root_id as \"rootId!\", r.created_at as \"createdAt!\", r.status as \"status!\", r.subject as \"subject!\"\n  from admin.list_process_roots(:process!::text, :limit::integer, :beforeRootId::bigint) r"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select r.root_id as "rootId!", r.created_at as "createdAt!", r.status as "status!", r.subject as "subject!"
+ *   from admin.list_process_roots(:process!::text, :limit::integer, :beforeRootId::bigint) r
+ * ```
+ */
+export const processRootList = new PreparedQuery<IProcessRootListParams,IProcessRootListResult>(processRootListIR);
+
+
+/** 'ProcessList' parameters type */
+export type IProcessListParams = void;
+
+/** 'ProcessList' return type */
+export interface IProcessListResult {
+  process: string;
+}
+
+/** 'ProcessList' query type */
+export interface IProcessListQuery {
+  params: IProcessListParams;
+  result: IProcessListResult;
+}
+
+const processListIR: any = {"usedParamSet":{},"params":[],"statement":"select p.process as \"process!\" from admin.list_processes() p"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select p.process as "process!" from admin.list_processes() p
+ * ```
+ */
+export const processList = new PreparedQuery<IProcessListParams,IProcessListResult>(processListIR);
+
+

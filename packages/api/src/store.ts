@@ -1,0 +1,210 @@
+/**
+ * The API's typed access to the database: the generated admin queries (src/queries),
+ * with rows mapped to the JSON the API returns (bigint counts and ids as numbers).
+ */
+import type pg from 'pg';
+import { capacityList } from './queries/capacity.queries.js';
+import { deadLetterList } from './queries/dead_letter.queries.js';
+import { leaseRecoverStale, leaseStaleList } from './queries/lease.queries.js';
+import { completionStatsList, throughputList } from './queries/metrics.queries.js';
+import { processList, processRootList, processTimeline } from './queries/process.queries.js';
+import { staggeredGenerate } from './queries/schedule.queries.js';
+import { taskCountList, taskEnqueue, taskGet, taskList, taskRedrive, taskTypeList } from './queries/task.queries.js';
+
+const num = (v: string | number): number => Number(v);
+const numOrNull = (v: string | number | null): number | null => (v === null ? null : Number(v));
+
+export interface TaskListFilter {
+  taskType?: string;
+  state?: string;
+  limit?: number;
+  before?: number;
+}
+
+export interface NewTaskInput {
+  task_type: string;
+  payload: Record<string, unknown>;
+  scheduled_at?: string;
+  priority?: number;
+  resource_key?: string;
+  max_attempts?: number;
+}
+
+export class Store {
+  constructor(readonly pool: pg.Pool) {}
+
+  async listTasks(filter: TaskListFilter) {
+    const rows = await taskList.run(
+      { taskType: filter.taskType, state: filter.state, limit: filter.limit, beforeTaskId: filter.before },
+      this.pool,
+    );
+    return rows.map((r) => ({
+      task_id: num(r.taskId),
+      task_type: r.taskType,
+      state: r.state,
+      priority: r.priority,
+      resource_key: r.resourceKey,
+      max_attempts: r.maxAttempts,
+      lease_count: r.leaseCount,
+      enqueued_at: r.enqueuedAt,
+      scheduled_at: r.scheduledAt,
+      available_at: r.availableAt,
+      completed_at: r.completedAt,
+    }));
+  }
+
+  async getTask(taskId: number): Promise<unknown> {
+    const [row] = await taskGet.run({ taskId }, this.pool);
+    return row?.task;
+  }
+
+  async createTask(input: NewTaskInput): Promise<number> {
+    const [row] = await taskEnqueue.run(
+      {
+        taskType: input.task_type,
+        payload: input.payload,
+        scheduledAt: input.scheduled_at,
+        priority: input.priority,
+        resourceKey: input.resource_key,
+        maxAttempts: input.max_attempts,
+      },
+      this.pool,
+    );
+    return num(row!.taskId);
+  }
+
+  async counts(windowSeconds?: number) {
+    const rows = await taskCountList.run({ windowSeconds }, this.pool);
+    return rows.map((r) => ({ task_type: r.taskType, state: r.state, count: num(r.count) }));
+  }
+
+  async taskTypes() {
+    const rows = await taskTypeList.run(undefined as never, this.pool);
+    return rows.map((r) => ({ task_type: r.taskType, description: r.description }));
+  }
+
+  async capacity(taskType?: string) {
+    const rows = await capacityList.run({ taskType }, this.pool);
+    return rows.map((r) => ({
+      task_type: r.taskType,
+      pending_tasks: num(r.pending),
+      ready_tasks: num(r.ready),
+      running_tasks: num(r.running),
+      active_workers: num(r.activeWorkers),
+      completed_in_window: num(r.completedInWindow),
+      window_workers: num(r.windowWorkers),
+      window_seconds: r.windowSeconds,
+      tasks_per_worker_hour: r.tasksPerWorkerHour,
+      estimated_hours_to_drain: r.estimatedHoursToDrain,
+      workers_needed: {
+        for_1_hour: numOrNull(r.workersNeeded1h),
+        for_4_hours: numOrNull(r.workersNeeded4h),
+        for_8_hours: numOrNull(r.workersNeeded8h),
+      },
+    }));
+  }
+
+  async throughput(windowSeconds?: number, bucketSeconds?: number) {
+    const rows = await throughputList.run({ windowSeconds, bucketSeconds }, this.pool);
+    return rows.map((r) => ({
+      bucket_start: r.bucketStart,
+      task_type: r.taskType,
+      outcome: r.outcome,
+      completed: num(r.completed),
+    }));
+  }
+
+  async completionStats(windowSeconds?: number) {
+    const rows = await completionStatsList.run({ windowSeconds }, this.pool);
+    return rows.map((r) => ({
+      task_type: r.taskType,
+      outcome: r.outcome,
+      completed: num(r.completed),
+      timed: num(r.timed),
+      duration_sum: r.durationSum,
+      duration_buckets: r.durationBuckets.map(num),
+    }));
+  }
+
+  async deadLetters(filter: { taskType?: string; limit?: number; before?: number }) {
+    const rows = await deadLetterList.run(
+      { taskType: filter.taskType, limit: filter.limit, beforeTaskId: filter.before },
+      this.pool,
+    );
+    return rows.map((r) => ({
+      task_id: num(r.taskId),
+      task_type: r.taskType,
+      payload: r.payload,
+      outcome: r.outcome,
+      completed_at: r.completedAt,
+      last_error: r.lastError,
+      attempts: r.attempts,
+    }));
+  }
+
+  async redrive(taskId: number): Promise<number> {
+    const [row] = await taskRedrive.run({ taskId }, this.pool);
+    return num(row!.newTaskId);
+  }
+
+  async recoverStale(deadAfterSeconds?: number) {
+    const rows = await leaseRecoverStale.run({ deadAfterSeconds }, this.pool);
+    return rows.map((r) => ({ task_id: num(r.taskId), task_lease_id: num(r.taskLeaseId), worker_id: r.workerId }));
+  }
+
+  async staleLeases() {
+    const rows = await leaseStaleList.run(undefined as never, this.pool);
+    return rows.map((r) => ({
+      task_id: num(r.taskId),
+      task_lease_id: num(r.taskLeaseId),
+      worker_id: r.workerId,
+      last_seen_at: r.lastSeenAt,
+      expires_at: r.expiresAt,
+    }));
+  }
+
+  async generateStaggered(input: {
+    taskType: string;
+    payloads: Record<string, unknown>[];
+    startAt: string;
+    periodSeconds: number;
+    batches: number;
+    priority?: number;
+  }) {
+    const rows = await staggeredGenerate.run(
+      {
+        taskType: input.taskType,
+        // pg sends a JS array as a PostgreSQL array: serialise the JSON array ourselves.
+        payloads: JSON.stringify(input.payloads),
+        startAt: input.startAt,
+        periodSeconds: input.periodSeconds,
+        batches: input.batches,
+        priority: input.priority,
+      },
+      this.pool,
+    );
+    return rows.map((r) => ({ batch: r.batch, scheduled_at: r.scheduledAt, task_count: r.taskCount }));
+  }
+
+  async processes(): Promise<string[]> {
+    const rows = await processList.run(undefined as never, this.pool);
+    return rows.map((r) => r.process);
+  }
+
+  async processRoots(process: string, limit?: number, before?: number) {
+    const rows = await processRootList.run({ process, limit, beforeRootId: before }, this.pool);
+    return rows.map((r) => ({ root_id: num(r.rootId), created_at: r.createdAt, status: r.status, subject: r.subject }));
+  }
+
+  async processTimeline(process: string, rootId: number) {
+    const rows = await processTimeline.run({ process, rootId }, this.pool);
+    return rows.map((r) => ({
+      at: r.at,
+      process: r.process,
+      root_id: num(r.rootId),
+      fact: r.fact,
+      attempt_id: numOrNull(r.attemptId),
+      detail: r.detail,
+    }));
+  }
+}
