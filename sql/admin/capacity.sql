@@ -1,0 +1,159 @@
+-- Capacity planning per role (= task_type): how much work is waiting, how fast workers
+-- get through it, and how many workers would drain it in 1, 4 or 8 hours.
+--
+-- Cost: pending/ready/running count queues.task_pending (bounded by pending work);
+-- throughput reads only the completions of the last _window_seconds, through
+-- task_completed_completed_at_idx, with primary-key probes into task and task_lease for
+-- each of them; active workers read queues.worker. Nothing scans history.
+--
+-- Figures:
+--   pending               tasks not completed (scheduled, ready, running, retrying)
+--   ready                 claimable now
+--   running               held by a live lease
+--   active_workers        registered workers of this type seen within _dead_after_seconds
+--                         and not stopped
+--   completed_in_window   completions (any outcome) in the window
+--   window_workers        distinct workers whose leases completed those tasks
+--   tasks_per_worker_hour completed_in_window / (window_workers * window hours); null
+--                         without completions in the window
+--   estimated_hours_to_drain  pending / (tasks_per_worker_hour * active_workers); 0 when
+--                         nothing is pending; null without a rate or without workers
+--   workers_needed_1h/4h/8h   ceil(pending / (tasks_per_worker_hour * hours)); 0 when
+--                         nothing is pending; null without a rate
+
+drop function if exists admin.capacity_at(timestamptz, text, integer, integer);
+drop function if exists admin.capacity(text);
+
+create or replace function admin.capacity_at(
+  _now                timestamptz,
+  _task_type          text,
+  _window_seconds     integer,
+  _dead_after_seconds integer
+) returns table (
+  task_type                text,
+  pending                  bigint,
+  ready                    bigint,
+  running                  bigint,
+  active_workers           bigint,
+  completed_in_window      bigint,
+  window_workers           bigint,
+  window_seconds           integer,
+  tasks_per_worker_hour    double precision,
+  estimated_hours_to_drain double precision,
+  workers_needed_1h        bigint,
+  workers_needed_4h        bigint,
+  workers_needed_8h        bigint
+)
+  language plpgsql stable
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _window integer := coalesce(_window_seconds, 3600);
+  _dead_after integer := coalesce(_dead_after_seconds, 600);
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  if _task_type is not null
+     and not exists (select 1 from queues.task_type t where t.task_type = _task_type) then
+    raise exception 'unknown task_type %', quote_literal(left(_task_type, 100))
+      using errcode = '23503', hint = 'Known task types are listed in queues.task_type.';
+  end if;
+  if _window not between 60 and 604800 then
+    raise exception 'window_seconds must be between 60 and 604800 (7 days), got %', _window
+      using errcode = '22023';
+  end if;
+  if _dead_after not between 10 and 86400 then
+    raise exception 'dead_after_seconds must be between 10 and 86400, got %', _dead_after
+      using errcode = '22023';
+  end if;
+
+  return query
+  with types as (
+    select t.task_type from queues.task_type t
+     where _task_type is null or t.task_type = _task_type
+  ),
+  queue as (
+    select p.task_type,
+           count(*) as pending,
+           count(*) filter (where p.available_at <= _now) as ready,
+           count(*) filter (where p.available_at > _now and p.current_lease_id is not null) as running
+      from queues.task_pending p
+     where _task_type is null or p.task_type = _task_type
+     group by p.task_type
+  ),
+  recent as (
+    -- Completions in the window by completed_at (index range scan); each is joined to its
+    -- task and lease by primary key (lateral + limit 1 keeps these nested loops).
+    select t.task_type, count(*) as completed, count(distinct l.worker_id) as workers
+      from queues.task_completed c
+     cross join lateral (select x.task_type from queues.task x where x.task_id = c.task_id limit 1) t
+      left join lateral (select y.worker_id from queues.task_lease y
+                          where y.task_lease_id = c.task_lease_id limit 1) l on true
+     where c.completed_at > _now - make_interval(secs => _window)
+       and c.completed_at <= _now
+       and (_task_type is null or t.task_type = _task_type)
+     group by t.task_type
+  ),
+  workers as (
+    select r.task_type, count(*) as active
+      from queues.worker w
+     cross join lateral unnest(w.task_types) as r(task_type)
+     where w.stopped_at is null
+       and w.last_seen_at > _now - make_interval(secs => _dead_after)
+     group by r.task_type
+  ),
+  figures as (
+    select ty.task_type,
+           coalesce(q.pending, 0) as pending,
+           coalesce(q.ready, 0) as ready,
+           coalesce(q.running, 0) as running,
+           coalesce(w.active, 0) as active,
+           coalesce(r.completed, 0) as completed,
+           coalesce(r.workers, 0) as workers,
+           case when coalesce(r.completed, 0) > 0 and r.workers > 0
+                then r.completed::double precision / (r.workers * (_window / 3600.0))
+           end as rate
+      from types ty
+      left join queue q on q.task_type = ty.task_type
+      left join recent r on r.task_type = ty.task_type
+      left join workers w on w.task_type = ty.task_type
+  )
+  select f.task_type, f.pending, f.ready, f.running, f.active, f.completed, f.workers, _window,
+         f.rate,
+         case when f.pending = 0 then 0
+              when f.rate is null or f.active = 0 then null
+              else f.pending / (f.rate * f.active) end,
+         case when f.pending = 0 then 0 when f.rate is not null then ceil(f.pending / (f.rate * 1))::bigint end,
+         case when f.pending = 0 then 0 when f.rate is not null then ceil(f.pending / (f.rate * 4))::bigint end,
+         case when f.pending = 0 then 0 when f.rate is not null then ceil(f.pending / (f.rate * 8))::bigint end
+    from figures f
+   order by f.task_type;
+end;
+$$;
+
+-- Capacity of every role (_task_type null) or of one (23503 if unknown), over the last
+-- hour of completions, counting workers seen within 10 minutes.
+create or replace function admin.capacity(_task_type text default null)
+  returns table (
+    task_type                text,
+    pending                  bigint,
+    ready                    bigint,
+    running                  bigint,
+    active_workers           bigint,
+    completed_in_window      bigint,
+    window_workers           bigint,
+    window_seconds           integer,
+    tasks_per_worker_hour    double precision,
+    estimated_hours_to_drain double precision,
+    workers_needed_1h        bigint,
+    workers_needed_4h        bigint,
+    workers_needed_8h        bigint
+  )
+  language sql stable
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+  select * from admin.capacity_at(now(), _task_type, 3600, 600)
+$$;
