@@ -203,6 +203,11 @@ describe('claim semantics', () => {
     expect((await db.query('select count(*)::int as n from queues.task_completed')).rows[0].n).toBe(0);
     expect((await db.query('select count(*)::int as n from queues.error')).rows[0].n).toBe(0);
     expect((await worker.query('select queues.complete_task($1, $2) as c', [id, current?.task_lease_id])).rows[0].c).toBe(true);
+    // Once the new holder has completed it, the stale worker is still refused, so its
+    // transaction (a step's effects) cannot commit as if it had completed the task.
+    await expect(worker.query('select queues.complete_task($1, $2)', [id, stale?.task_lease_id])).rejects.toMatchObject({ code: '55000' });
+    const { rows: after } = await worker.query('select * from queues.complete_tasks(array[$1]::bigint[], array[$2]::bigint[])', [id, current?.task_lease_id]);
+    expect(after).toEqual([{ task_id: id, result: 'already_completed' }]);
   });
 
   it('a task scheduled in the future is not claimed until its time', async () => {

@@ -12,8 +12,10 @@
 -- Returns one row per input task, in input order: result is
 --   'completed'          this call completed it
 --   'retry_scheduled'    a failed attempt of a task that runs again
---   'already_completed'  it was completed before (idempotent; nothing changed)
---   'lease_lost'         _task_lease_id is not the task's current lease (nothing changed)
+--   'already_completed'  it was completed before, under the same lease or without one
+--                        (idempotent; nothing changed)
+--   'lease_lost'         _task_lease_id is not the task's current lease, or the task was
+--                        completed under another lease (nothing changed)
 --   'unknown_task'       no such task
 create or replace function queues.complete_tasks(
   _task_ids       bigint[],
@@ -113,6 +115,13 @@ begin
          case
            when c.task_id is not null then 'completed'
            when rt.task_id is not null then 'retry_scheduled'
+           -- Completed under another lease: the caller's lease was taken over, and its
+           -- transaction must not commit as if it had completed the task.
+           when exists (select 1 from queues.task_completed tc
+                         where tc.task_id = i.task_id
+                           and i.task_lease_id is not null
+                           and tc.task_lease_id is distinct from i.task_lease_id)
+             then 'lease_lost'
            when exists (select 1 from queues.task_completed tc where tc.task_id = i.task_id)
              then 'already_completed'
            when not exists (select 1 from queues.task t where t.task_id = i.task_id)

@@ -1,0 +1,152 @@
+/**
+ * What every scenario gets: a migrated database (one pool per role), the chaos fixtures,
+ * a few waiting helpers, and the checks a scenario reports. The CLI builds the context on
+ * its own embedded server (and can restart it); the vitest files build it on a
+ * `createTestDatabase()` database.
+ */
+import pg from 'pg';
+
+export type Role = 'root' | 'owner' | 'worker' | 'app' | 'api';
+
+/** The database a scenario runs against (a TestDatabase from @org/db-tools/testing fits). */
+export interface ChaosDb {
+  roles: { owner: string; worker: string; app: string; api: string };
+  url(role: Role): string;
+  pool(role: Role): pg.Pool;
+  /** As the owner. */
+  query<R extends pg.QueryResultRow = pg.QueryResultRow>(sql: string, params?: unknown[]): Promise<pg.QueryResult<R>>;
+}
+
+export interface ChaosContext {
+  db: ChaosDb;
+  /** Shortened version (counts and durations cut down). */
+  quick: boolean;
+  log(line: string): void;
+  /** Restarts PostgreSQL (pg_ctl restart -m fast); only when the harness owns the server. */
+  restartServer?: () => Promise<void>;
+}
+
+export interface Check {
+  name: string;
+  ok: boolean;
+  detail: string;
+}
+
+export type Figure = string | number;
+
+export interface Result {
+  figures: Record<string, Figure>;
+  checks: Check[];
+  skipped?: string;
+}
+
+export interface Scenario {
+  id: number;
+  name: string;
+  title: string;
+  /** Part of `npm test` (a quick version lives in tools/chaos/test). */
+  fast: boolean;
+  run(ctx: ChaosContext): Promise<Result>;
+}
+
+/** Collects figures and invariant checks. */
+export class Report {
+  readonly figures: Record<string, Figure> = {};
+  readonly checks: Check[] = [];
+
+  figure(name: string, value: Figure): void {
+    this.figures[name] = value;
+  }
+
+  check(name: string, ok: boolean, detail = ''): boolean {
+    this.checks.push({ name, ok, detail });
+    return ok;
+  }
+
+  /** A check that `actual` equals `expected` (deep, via JSON). */
+  equal(name: string, actual: unknown, expected: unknown): boolean {
+    const a = JSON.stringify(actual);
+    const e = JSON.stringify(expected);
+    return this.check(name, a === e, a === e ? a : `got ${a.slice(0, 600)}, expected ${e.slice(0, 600)}`);
+  }
+
+  result(): Result {
+    return { figures: this.figures, checks: this.checks };
+  }
+}
+
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Resolves true when `check` returns true, false after `timeoutMs` (errors count as false). */
+export async function waitFor(check: () => Promise<boolean>, timeoutMs: number, stepMs = 100): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      if (await check()) return true;
+    } catch {
+      // the database may be restarting
+    }
+    if (Date.now() > deadline) return false;
+    await sleep(stepMs);
+  }
+}
+
+export async function one<R extends pg.QueryResultRow = Record<string, any>>(db: ChaosDb, sql: string, params: unknown[] = []): Promise<R> {
+  return (await db.query<R>(sql, params)).rows[0]!;
+}
+
+/** The newest task id, to tell this scenario's tasks from earlier ones. */
+export async function lastTaskId(db: ChaosDb): Promise<number> {
+  return Number((await one(db, 'select coalesce(max(task_id), 0) as id from queues.task')).id);
+}
+
+/** Tasks after `fromId`: total, completed, by outcome, not completed. */
+export async function taskTally(db: ChaosDb, fromId: number, where = 'true') {
+  const r = await one(
+    db,
+    `select count(*)::int as total,
+            count(c.task_id)::int as completed,
+            count(*) filter (where c.outcome = 'succeeded')::int as succeeded,
+            count(*) filter (where c.outcome = 'failed')::int as failed,
+            count(*) filter (where c.outcome = 'abandoned')::int as abandoned,
+            count(*) filter (where c.task_id is null)::int as open
+       from queues.task t left join queues.task_completed c using (task_id)
+      where t.task_id > $1 and ${where}`,
+    [fromId],
+  );
+  return r as { total: number; completed: number; succeeded: number; failed: number; abandoned: number; open: number };
+}
+
+/** Tasks after `fromId` not completed yet whose scheduled time has come. */
+export async function openDue(db: ChaosDb, fromId: number, where = 'true'): Promise<number> {
+  return (
+    await one(
+      db,
+      `select count(*)::int as n from queues.task t
+        where t.task_id > $1 and t.scheduled_at <= now() and ${where}
+          and not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)`,
+      [fromId],
+    )
+  ).n;
+}
+
+/** Removes this scenario's leftover work from the claim index (as the owner). */
+export async function dropPending(db: ChaosDb, fromId: number): Promise<void> {
+  await db.query('delete from queues.task_pending where task_id > $1', [fromId]);
+}
+
+/** A pool that survives server restarts and terminated connections. */
+export function quietPool(connectionString: string, max = 5): pg.Pool {
+  const pool = new pg.Pool({ connectionString, max, application_name: 'chaos' });
+  pool.on('error', () => {});
+  pool.on('connect', (c) => c.on('error', () => {}));
+  return pool;
+}
+
+export const round = (n: number, digits = 1) => Math.round(n * 10 ** digits) / 10 ** digits;
+
+export function percentile(values: number[], p: number): number {
+  if (values.length === 0) return 0;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}

@@ -1,0 +1,78 @@
+/**
+ * Steady mixed load: db_function steps (chaos.step, an effect row per committed run) and
+ * optionally email processes (comms.send_email: a supervisor, then an email task through
+ * the fake Resend), enqueued every tick until stopped. Keys are unique per step so that
+ * exactly-once effects can be counted.
+ */
+import type pg from 'pg';
+import { sleep } from './harness.js';
+
+export interface Load {
+  stop(): Promise<void>;
+  steps: number;
+  emails: number;
+  errors: string[];
+}
+
+export function startLoad(options: {
+  app: pg.Pool;
+  tag: string;
+  tickMs: number;
+  stepsPerTick: number;
+  emailsPerTick?: number;
+  /** Seconds each step sleeps: random in [min, max]. */
+  stepSleep?: [number, number];
+  /** Stop by itself after this many ticks. */
+  maxTicks: number;
+}): Load {
+  let running = true;
+  const load: Load = { steps: 0, emails: 0, errors: [], stop: async () => {} };
+  const [min, max] = options.stepSleep ?? [0, 0];
+  const loop = (async () => {
+    for (let tick = 0; running && tick < options.maxTicks; tick++) {
+      const started = Date.now();
+      try {
+        const tasks = [];
+        for (let i = 0; i < options.stepsPerTick; i++) {
+          const payload: Record<string, unknown> = { db_function: 'chaos.step', key: `${options.tag}-${load.steps + i}` };
+          if (max > 0) payload.sleep = Math.round((min + Math.random() * (max - min)) * 1000) / 1000;
+          tasks.push({ task_type: 'db_function', payload });
+        }
+        if (tasks.length > 0) {
+          await options.app.query('select queues.enqueue_many($1::jsonb)', [JSON.stringify(tasks)]);
+          load.steps += tasks.length;
+        }
+        for (let i = 0; i < (options.emailsPerTick ?? 0); i++) {
+          const { rows } = await options.app.query(
+            `select * from comms.send_email('Chaos <chaos@example.com>', $1, 'Chaos', '<p>chaos</p>')`,
+            [`${options.tag}-${load.emails}@example.com`],
+          );
+          if (rows[0].validation_failure_message) load.errors.push(rows[0].validation_failure_message);
+          load.emails++;
+        }
+      } catch (error) {
+        // The database may be restarting: the tick is lost, nothing was enqueued.
+        load.errors.push((error as Error).message);
+      }
+      await sleep(Math.max(0, options.tickMs - (Date.now() - started)));
+    }
+  })();
+  load.stop = async () => {
+    running = false;
+    await loop;
+  };
+  return load;
+}
+
+/** Steps whose effect exists more than once, and steps after `fromId` with no effect. */
+export async function effectAnomalies(owner: pg.Pool, tag: string, fromId: number): Promise<{ duplicated: number; missing: number }> {
+  const { rows } = await owner.query(
+    `select (select count(*)::int from (select task_key from chaos.effect where task_key like $1 || '-%'
+                                         group by task_key having count(*) > 1) d) as duplicated,
+            (select count(*)::int from queues.task t
+              where t.task_id > $2 and t.payload->>'db_function' = 'chaos.step' and t.payload->>'key' like $1 || '-%'
+                and not exists (select 1 from chaos.effect e where e.task_key = t.payload->>'key')) as missing`,
+    [tag, fromId],
+  );
+  return rows[0];
+}

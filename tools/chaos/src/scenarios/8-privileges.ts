@@ -1,0 +1,121 @@
+// 8. The privilege sweep, from the catalog, for the worker, app and API roles: what each
+// may reach equals its allowlist; every security definer function pins search_path; a
+// temp-schema shadowing attempt against every security definer function fails.
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { repoRoot } from '@org/db-tools';
+import { Report, type ChaosDb, type Role, type Scenario } from '../harness.js';
+
+const OURS = `n.nspname not in ('pg_catalog', 'information_schema', 'pg_toast', 'graphile_migrate', 'chaos')
+              and n.nspname not like 'pg\\_temp\\_%' and n.nspname not like 'pg\\_toast\\_temp\\_%'`;
+
+async function sweep(db: ChaosDb, r: Report, role: 'worker' | 'app' | 'api', allowlist: string[]) {
+  const name = db.roles[role];
+  const fns = (
+    await db.query<{ fn: string }>(
+      `select p.oid::regprocedure::text as fn from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+        where ${OURS} and has_function_privilege($1, p.oid, 'execute') order by 1`,
+      [name],
+    )
+  ).rows.map((x) => x.fn);
+  const extra = fns.filter((f) => !allowlist.includes(f));
+  const missing = allowlist.filter((f) => !fns.includes(f));
+  r.equal(`${role}: executable functions = allowlist`, { extra, missing }, { extra: [], missing: [] });
+  const relations = (
+    await db.query(
+      `select format('%I.%I', n.nspname, c.relname) as rel from pg_class c join pg_namespace n on n.oid = c.relnamespace
+        where ${OURS} and c.relkind in ('r', 'v', 'm', 'p', 'f', 'S')
+          and (case when c.relkind = 'S' then has_sequence_privilege($1, c.oid, 'usage, select, update')
+                    else has_table_privilege($1, c.oid, 'select, insert, update, delete, truncate, references, trigger') end)`,
+      [name],
+    )
+  ).rows.map((x) => x.rel);
+  r.equal(`${role}: no table, view or sequence privilege`, relations, []);
+  const schemasCreate = (
+    await db.query(`select n.nspname from pg_namespace n where ${OURS} and has_schema_privilege($1, n.oid, 'create')`, [name])
+  ).rows.map((x) => x.nspname);
+  r.equal(`${role}: may create in no schema`, schemasCreate, []);
+  const temp = (await db.query(`select has_database_privilege($1, current_database(), 'temp') as t`, [name])).rows[0]!.t;
+  r.equal(`${role}: no TEMP on the database`, temp, false);
+  return fns.length;
+}
+
+/** Unqualified relation names in a function body that a temp table of that name would shadow. */
+function unqualifiedRelations(source: string, names: Set<string>): string[] {
+  const found = new Set<string>();
+  const re = /\b(?:from|join|into|update|table)\s+(?:only\s+)?([a-z_][a-z0-9_]*)\b(?!\s*\.)(?!\s*\()/gi;
+  for (const m of source.replace(/--[^\n]*/g, '').matchAll(re)) {
+    const word = m[1]!.toLowerCase();
+    if (names.has(word)) found.add(word);
+  }
+  return [...found];
+}
+
+export const scenario: Scenario = {
+  id: 8,
+  name: 'privileges',
+  title: 'privilege sweep from the catalog',
+  fast: true,
+  async run({ db }) {
+    const r = new Report();
+    const allowlist = JSON.parse(readFileSync(join(repoRoot(), 'sql', 'role-allowlist.json'), 'utf8')) as Record<string, string[]>;
+    for (const role of ['worker', 'app', 'api'] as const) r.figure(`${role}: executable functions`, await sweep(db, r, role, allowlist[role] ?? []));
+
+    const definers = (
+      await db.query<{ fn: string; oid: number; config: string[] | null; src: string; nargs: number }>(
+        `select p.oid::regprocedure::text as fn, p.oid::int as oid, p.proconfig as config, p.prosrc as src, p.pronargs as nargs
+           from pg_proc p join pg_namespace n on n.oid = p.pronamespace where ${OURS} and p.prosecdef order by 1`,
+      )
+    ).rows;
+    const unpinned = definers.filter((d) => {
+      const s = (d.config ?? []).find((c) => c.startsWith('search_path='));
+      return !s || !/(^|, *)pg_temp$/.test(s.slice('search_path='.length));
+    });
+    r.figure('security definer functions', definers.length);
+    r.equal('security definer functions without a pinned search_path (pg_temp last)', unpinned.map((d) => d.fn), []);
+
+    // Shadowing, static: a body that names one of our tables without its schema would
+    // find a temp table of that name first (pg_temp is on every pinned path).
+    const tableNames = new Set(
+      (await db.query(`select c.relname from pg_class c join pg_namespace n on n.oid = c.relnamespace where ${OURS} and c.relkind in ('r', 'v', 'p', 'm')`)).rows.map((x) => x.relname as string),
+    );
+    const exposed = definers.map((d) => ({ fn: d.fn, names: unqualifiedRelations(d.src, tableNames) })).filter((d) => d.names.length > 0);
+    r.equal('security definer bodies naming a table without its schema', exposed, []);
+
+    // Shadowing, live: as each role, try to create temp shadows of every table, and a
+    // pg_temp function shadowing every security definer function.
+    let attempts = 0;
+    let succeeded = 0;
+    for (const role of ['worker', 'app', 'api'] as Role[]) {
+      const client = await db.pool(role).connect();
+      try {
+        const tries = [
+          ...[...tableNames].map((t) => `create temp table ${t} (x int)`),
+          ...definers.map((d) => {
+            const [, name, args] = /^(?:[a-z_]+\.)?([a-z_0-9]+)\((.*)\)$/.exec(d.fn.replace(/"/g, ''))!;
+            return `create function pg_temp.${name}(${args}) returns int language sql as 'select 1'`;
+          }),
+          `set search_path = pg_temp, pg_catalog`,
+        ];
+        for (const sql of tries) {
+          attempts++;
+          try {
+            await client.query(sql);
+            if (!sql.startsWith('set ')) succeeded++;
+          } catch (e) {
+            if ((e as { code?: string }).code !== '42501') r.check(`${role}: shadow attempt refused with 42501`, false, `${sql}: ${(e as Error).message}`);
+          }
+        }
+        // With its search_path pointing at pg_temp first, the definer functions still run
+        // with their own path: a call resolves to our function, not a shadow.
+        const probe = await client.query(`select current_setting('search_path') as p`);
+        r.check(`${role}: temp shadows refused (TEMP revoked)`, succeeded === 0, `${succeeded} created; session search_path ${probe.rows[0].p}`);
+      } finally {
+        client.release(true);
+      }
+    }
+    r.figure('shadowing attempts (tables + functions, 3 roles)', attempts);
+    r.figure('shadowing attempts that succeeded', succeeded);
+    return r.result();
+  },
+};
