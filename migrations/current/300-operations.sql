@@ -1,14 +1,1 @@
--- Operations: admin views and functions for the REST API (sql/admin), schedules (sql/schedules).
---!include admin/schema.sql
---!include admin/tasks.sql
---!include admin/capacity.sql
---!include admin/dead_letters.sql
---!include admin/metrics.sql
---!include admin/processes.sql
---!include admin/privileges.sql
---!include schedules/schema.sql
---!include schedules/cron.sql
---!include schedules/supervisor.sql
---!include schedules/schedule.sql
---!include schedules/staggered.sql
---!include schedules/privileges.sql
+-- Operations: admin functions for the REST API (sql/admin), schedules (sql/schedules).
