@@ -3,13 +3,14 @@
  * with rows mapped to the JSON the API returns (bigint counts and ids as numbers).
  */
 import type pg from 'pg';
+import { enqueue, type JsonObject } from '@org/queue-client';
 import { capacityList } from './queries/capacity.queries.js';
 import { deadLetterList } from './queries/dead_letter.queries.js';
 import { leaseRecoverStale, leaseStaleList } from './queries/lease.queries.js';
 import { completionStatsList, throughputList } from './queries/metrics.queries.js';
 import { processList, processRootList, processTimeline } from './queries/process.queries.js';
 import { staggeredGenerate } from './queries/schedule.queries.js';
-import { taskCountList, taskEnqueue, taskGet, taskList, taskRedrive, taskTypeList } from './queries/task.queries.js';
+import { taskCountList, taskGet, taskList, taskRedrive, taskTypeList } from './queries/task.queries.js';
 
 const num = (v: string | number): number => Number(v);
 const numOrNull = (v: string | number | null): number | null => (v === null ? null : Number(v));
@@ -59,18 +60,16 @@ export class Store {
   }
 
   async createTask(input: NewTaskInput): Promise<number> {
-    const [row] = await taskEnqueue.run(
-      {
-        taskType: input.task_type,
-        payload: input.payload,
-        scheduledAt: input.scheduled_at,
-        priority: input.priority,
-        resourceKey: input.resource_key,
-        maxAttempts: input.max_attempts,
-      },
-      this.pool,
-    );
-    return num(row!.taskId);
+    // The queue client's enqueue: one definition of the call for apps and the API.
+    const taskId = await enqueue(this.pool, {
+      taskType: input.task_type,
+      payload: input.payload as JsonObject,
+      scheduledAt: input.scheduled_at ? new Date(input.scheduled_at) : undefined,
+      priority: input.priority ?? undefined,
+      resourceKey: input.resource_key ?? undefined,
+      maxAttempts: input.max_attempts ?? undefined,
+    });
+    return num(taskId);
   }
 
   async counts(windowSeconds?: number) {

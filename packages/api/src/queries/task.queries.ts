@@ -1,8 +1,6 @@
 /** Types generated for queries found in "src/queries/task.sql" */
 import { PreparedQuery } from '@pgtyped/runtime';
 
-export type DateOrString = Date | string;
-
 export type NumberOrString = number | string;
 
 /** 'TaskList' parameters type */
@@ -138,41 +136,6 @@ const taskTypeListIR: any = {"usedParamSet":{},"params":[],"statement":"select t
  * ```
  */
 export const taskTypeList = new PreparedQuery<ITaskTypeListParams,ITaskTypeListResult>(taskTypeListIR);
-
-
-/** 'TaskEnqueue' parameters type */
-export interface ITaskEnqueueParams {
-  maxAttempts?: number | null | void;
-  payload: unknown;
-  priority?: number | null | void;
-  resourceKey?: string | null | void;
-  scheduledAt?: DateOrString | null | void;
-  taskType: string;
-}
-
-/** 'TaskEnqueue' return type */
-export interface ITaskEnqueueResult {
-  taskId: string;
-}
-
-/** 'TaskEnqueue' query type */
-export interface ITaskEnqueueQuery {
-  params: ITaskEnqueueParams;
-  result: ITaskEnqueueResult;
-}
-
-const taskEnqueueIR: any = {"usedParamSet":{"taskType":true,"payload":true,"scheduledAt":true,"priority":true,"resourceKey":true,"maxAttempts":true},"params":[{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":25,"b":34}]},{"name":"payload","required":true,"transform":{"type":"scalar"},"locs":[{"a":43,"b":51}]},{"name":"scheduledAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":61,"b":72}]},{"name":"priority","required":false,"transform":{"type":"scalar"},"locs":[{"a":88,"b":96}]},{"name":"resourceKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":110,"b":121}]},{"name":"maxAttempts","required":false,"transform":{"type":"scalar"},"locs":[{"a":130,"b":141}]}],"statement":"select queues.enqueue(\n  :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,\n  :resourceKey::text, :maxAttempts::integer\n) as \"taskId!\""};
-
-/**
- * Query generated from SQL:
- * ```
- * select queues.enqueue(
- *   :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
- *   :resourceKey::text, :maxAttempts::integer
- * ) as "taskId!"
- * ```
- */
-export const taskEnqueue = new PreparedQuery<ITaskEnqueueParams,ITaskEnqueueResult>(taskEnqueueIR);
 
 
 /** 'TaskRedrive' parameters type */

@@ -28,11 +28,5 @@ select c.task_type as "taskType!", c.state as "state!", c.count as "count!"
 select t.task_type as "taskType!", t.description as "description!"
   from admin.list_task_types() t;
 
-/* @name TaskEnqueue */
-select queues.enqueue(
-  :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
-  :resourceKey::text, :maxAttempts::integer
-) as "taskId!";
-
 /* @name TaskRedrive */
 select admin.redrive_task(:taskId!::bigint) as "newTaskId!";
