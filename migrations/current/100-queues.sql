@@ -1,1 +1,3 @@
 -- Queue core changes (sql/queues, sql/internal). Include changed files here.
+-- Set-based validation in enqueue_many.
+--!include queues/enqueue.sql

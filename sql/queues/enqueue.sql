@@ -94,8 +94,7 @@ create or replace function queues.enqueue_many(_tasks jsonb)
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _element record;
-  _unknown_keys text;
+  _problem record;
 begin
   if _tasks is null then
     raise exception 'tasks must not be null' using errcode = '22004';
@@ -108,24 +107,59 @@ begin
       using errcode = '54000';
   end if;
 
-  for _element in select e.value, e.ordinality from jsonb_array_elements(_tasks) with ordinality e loop
-    if jsonb_typeof(_element.value) <> 'object' then
-      raise exception 'tasks[%]: must be a JSON object, got %', _element.ordinality - 1,
-        jsonb_typeof(_element.value) using errcode = '22023';
-    end if;
-    select string_agg(k, ', ') into _unknown_keys
-      from jsonb_object_keys(_element.value) k
-     where k not in ('task_type', 'payload', 'scheduled_at', 'priority', 'resource_key', 'max_attempts');
-    if _unknown_keys is not null then
-      raise exception 'tasks[%]: unknown field(s) %', _element.ordinality - 1, left(_unknown_keys, 200)
-        using errcode = '22023';
-    end if;
-    perform queues.assert_valid_task(
-      _element.value ->> 'task_type', _element.value -> 'payload',
-      (_element.value ->> 'priority')::integer, _element.value ->> 'resource_key',
-      (_element.value ->> 'max_attempts')::integer,
-      format('tasks[%s]: ', _element.ordinality - 1));
-  end loop;
+  -- Every element checked in one set-based pass (as queues.assert_valid_task checks a
+  -- single task); the first problem, in input order, is raised.
+  select p.idx, p.code, p.message into _problem
+    from (
+      select e.ordinality - 1 as idx, c.code, c.message
+        from jsonb_array_elements(_tasks) with ordinality e
+        cross join lateral (
+          select case
+            when jsonb_typeof(e.value) <> 'object' then '22023'
+            when u.keys is not null then '22023'
+            when e.value ->> 'task_type' is null then '22004'
+            when t.task_type is null then '22023'
+            when e.value -> 'payload' is null then '22004'
+            when jsonb_typeof(e.value -> 'payload') <> 'object' then '22023'
+            when pg_column_size(e.value -> 'payload') > queues.max_payload_bytes() then '54000'
+            when (e.value ->> 'priority')::integer not between -1000 and 1000 then '22023'
+            when length(e.value ->> 'resource_key') not between 1 and 200 then '22023'
+            when (e.value ->> 'max_attempts')::integer not between 1 and 100 then '22023'
+          end as code,
+          case
+            when jsonb_typeof(e.value) <> 'object' then format('must be a JSON object, got %s', jsonb_typeof(e.value))
+            when u.keys is not null then format('unknown field(s) %s', left(u.keys, 200))
+            when e.value ->> 'task_type' is null then 'task_type must not be null'
+            when t.task_type is null then format('unknown task_type %s', quote_literal(left(e.value ->> 'task_type', 100)))
+            when e.value -> 'payload' is null then 'payload must not be null'
+            when jsonb_typeof(e.value -> 'payload') <> 'object' then format('payload must be a JSON object, got %s', jsonb_typeof(e.value -> 'payload'))
+            when pg_column_size(e.value -> 'payload') > queues.max_payload_bytes() then
+              format('payload is %s bytes, over the limit of %s bytes', pg_column_size(e.value -> 'payload'), queues.max_payload_bytes())
+            when (e.value ->> 'priority')::integer not between -1000 and 1000 then
+              format('priority must be between -1000 and 1000, got %s', e.value ->> 'priority')
+            when length(e.value ->> 'resource_key') not between 1 and 200 then 'resource_key must be 1 to 200 characters'
+            when (e.value ->> 'max_attempts')::integer not between 1 and 100 then
+              format('max_attempts must be between 1 and 100, got %s', e.value ->> 'max_attempts')
+          end as message
+          from (select 1) one
+          left join lateral (
+            select string_agg(k, ', ') as keys
+              from jsonb_object_keys(case when jsonb_typeof(e.value) = 'object' then e.value else '{}' end) k
+             where k not in ('task_type', 'payload', 'scheduled_at', 'priority', 'resource_key', 'max_attempts')
+          ) u on true
+          left join queues.task_type t
+            on jsonb_typeof(e.value) = 'object' and t.task_type = e.value ->> 'task_type'
+        ) c
+    ) p
+   where p.code is not null
+   order by p.idx
+   limit 1;
+  if found and _problem.message like 'unknown task_type%' then
+    raise exception 'tasks[%]: %', _problem.idx, _problem.message using errcode = _problem.code,
+      hint = 'Known task types are listed in queues.task_type.';
+  elsif found then
+    raise exception 'tasks[%]: %', _problem.idx, _problem.message using errcode = _problem.code;
+  end if;
 
   return query
   with input as (

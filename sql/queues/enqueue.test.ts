@@ -106,6 +106,10 @@ describe('enqueue bad input', () => {
     ['unknown type in the middle', [{ task_type: 'sms', payload: {} }, { task_type: 'nope', payload: {} }], '22023', /tasks\[1\]: unknown task_type 'nope'/],
     ['missing payload', [{ task_type: 'sms' }], '22004', /tasks\[0\]: payload must not be null/],
     ['bad timestamp', [{ task_type: 'sms', payload: {}, scheduled_at: 'tomorrow-ish' }], '22007', /invalid input syntax for type timestamp/],
+    ['priority out of range', [{ task_type: 'sms', payload: {} }, { task_type: 'sms', payload: {}, priority: 5000 }], '22023', /tasks\[1\]: priority must be between -1000 and 1000, got 5000/],
+    ['payload not an object', [{ task_type: 'sms', payload: [1] }], '22023', /tasks\[0\]: payload must be a JSON object, got array/],
+    ['max_attempts 0', [{ task_type: 'sms', payload: {}, max_attempts: 0 }], '22023', /tasks\[0\]: max_attempts must be between 1 and 100, got 0/],
+    ['the first problem in input order wins', [{ task_type: 'sms', payload: {} }, { task_type: 'nope', payload: {} }, 5], '22023', /^tasks\[1\]: unknown task_type 'nope'$/],
     ['over 10,000 tasks', Array.from({ length: 10_001 }, () => ({ task_type: 'sms', payload: {} })), '54000', /at most 10000 tasks per call/],
   ];
   it.each(batches)('enqueue_many %s: a clear error, no task of the batch written', async (_name, tasks, code, message) => {

@@ -5,6 +5,7 @@
  */
 import type pg from 'pg';
 import { QueueError, completeTask, failTask, withTransaction, type ClaimedTask, type Queryable } from '@org/queue-client';
+import { batcherFor } from './completion-batcher.js';
 import type { TaskReport } from './processor.js';
 
 /** Thrown when the task's lease was taken over: nothing of ours may be recorded. */
@@ -40,11 +41,17 @@ export async function recordCompletion(
 
 /**
  * recordCompletion in a transaction of its own. Without an error to record, the
- * completion is a single statement and needs no explicit transaction: one round trip.
+ * completion joins the pool's batch (see CompletionBatcher): one statement for every
+ * task finishing in the same turn of the event loop.
  */
-export function finish(pool: pg.Pool, task: ClaimedTask, report: TaskReport, extraErrors: string[] = []): Promise<TaskReport> {
-  if (!report.error && extraErrors.length === 0) return recordCompletion(pool, task, report);
-  return withTransaction(pool, (tx) => recordCompletion(tx, task, report, extraErrors));
+export async function finish(pool: pg.Pool, task: ClaimedTask, report: TaskReport, extraErrors: string[] = []): Promise<TaskReport> {
+  if (report.error || extraErrors.length > 0) {
+    return withTransaction(pool, (tx) => recordCompletion(tx, task, report, extraErrors));
+  }
+  const result = await batcherFor(pool).complete(task, report.outcome);
+  if (result === 'lease_lost') throw new LeaseLostError(task);
+  if (result === 'unknown_task') throw new Error(`task ${task.taskId} does not exist`);
+  return report;
 }
 
 export function errorMessage(error: unknown): string {

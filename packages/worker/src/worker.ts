@@ -174,14 +174,18 @@ export class Worker extends EventEmitter<WorkerEvents> {
       this.#woken = false;
       const free = concurrency - this.#running.size;
       if (free > 0) {
-        const claimed = await this.#claim(free);
+        // Tasks that finish together free their slots in the same turn of the event
+        // loop: let them, and claim for all the free slots in one call.
+        if (this.#running.size > 0) await new Promise((resolve) => setImmediate(resolve));
+        const limit = concurrency - this.#running.size;
+        const claimed = await this.#claim(limit);
         if (this.#stopping) {
           if (claimed.length > 0) await this.#releaseUnstarted(claimed);
           break;
         }
         for (const task of claimed) this.#start(task);
         // A full batch means more work is likely waiting: claim again at once.
-        if (claimed.length === free) continue;
+        if (claimed.length === limit) continue;
         if (this.#claimFailures > 0) {
           await this.#sleep(Math.min(pollIntervalMs, 100 * 2 ** Math.min(this.#claimFailures, 6)));
           continue;
