@@ -1,3 +1,5 @@
 -- Queue core changes (sql/queues, sql/internal). Include changed files here.
 -- Set-based validation in enqueue_many.
 --!include queues/enqueue.sql
+--!include queues/claim.sql
+--!include queues/complete.sql

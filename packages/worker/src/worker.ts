@@ -1,9 +1,10 @@
 /**
  * The worker: claim -> dispatch by task_type -> processor -> completion, N at a time.
  *
- *   loop        claims up to the free slots (only the task types of its roles), starts a
- *               processor per task, then waits for a notification, a freed slot or the
- *               poll interval
+ *   loop        claims (only the task types of its roles) into a local queue of up to
+ *               `concurrency` tasks beside the running ones, starts a processor per task
+ *               as slots free, then waits for a notification, a freed slot or the poll
+ *               interval
  *   heartbeat   reports the worker alive (queues.worker) and extends the leases of running
  *               tasks; a lease missing from the answer was lost, and that task's signal is
  *               aborted (its completion would be refused)
@@ -53,6 +54,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #log: Logger;
   readonly #taskTypes: string[];
   readonly #running = new Map<string, Running>();
+  /** Claimed, not started yet (the local queue). */
+  #waiting: ClaimedTask[] = [];
   readonly #listener: TaskListener;
   #stopping = false;
   #woken = false;
@@ -113,6 +116,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#log.info({ event: 'worker_stopping', running: this.#running.size, grace_ms: graceMs }, 'stopping: no new claims');
     this.#signal();
     await this.#loop;
+    // Tasks claimed but not started go back at once.
+    const unstarted = this.#waiting.splice(0);
+    if (unstarted.length > 0) await this.#releaseUnstarted(unstarted);
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
       Promise.allSettled([...this.#running.values()].map((r) => r.done)),
@@ -170,28 +176,38 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   async #run(): Promise<void> {
     const { concurrency, pollIntervalMs } = this.#options;
+    // Up to `concurrency` claimed tasks wait in a local queue beside the running ones, so
+    // a freed slot starts the next task at once while the next claim is under way.
+    const capacity = concurrency * 2;
     while (!this.#stopping) {
       this.#woken = false;
-      const free = concurrency - this.#running.size;
-      if (free > 0) {
+      if (this.#running.size + this.#waiting.length < capacity) {
         // Tasks that finish together free their slots in the same turn of the event
-        // loop: let them, and claim for all the free slots in one call.
+        // loop: let them, and claim for all of them in one call.
         if (this.#running.size > 0) await new Promise((resolve) => setImmediate(resolve));
-        const limit = concurrency - this.#running.size;
+        const limit = capacity - this.#running.size - this.#waiting.length;
         const claimed = await this.#claim(limit);
         if (this.#stopping) {
           if (claimed.length > 0) await this.#releaseUnstarted(claimed);
           break;
         }
-        for (const task of claimed) this.#start(task);
+        this.#waiting.push(...claimed);
+        this.#startWaiting();
         // A full batch means more work is likely waiting: claim again at once.
-        if (claimed.length === limit) continue;
+        if (claimed.length === limit && claimed.length > 0) continue;
         if (this.#claimFailures > 0) {
           await this.#sleep(Math.min(pollIntervalMs, 100 * 2 ** Math.min(this.#claimFailures, 6)));
           continue;
         }
       }
       await this.#sleep(pollIntervalMs);
+    }
+  }
+
+  /** Starts waiting tasks while there are free slots. */
+  #startWaiting(): void {
+    while (this.#running.size < this.#options.concurrency && this.#waiting.length > 0) {
+      this.#start(this.#waiting.shift()!);
     }
   }
 
@@ -232,6 +248,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#running.set(task.taskId, running);
     running.done = this.#process(running, log).finally(() => {
       this.#running.delete(task.taskId);
+      if (!this.#stopping) this.#startWaiting();
       this.#signal(); // a slot is free
     });
   }
@@ -284,14 +301,17 @@ export class Worker extends EventEmitter<WorkerEvents> {
   async #beat(): Promise<void> {
     await this.#reportIn();
     const leases = [...this.#running.values()].filter((r) => !r.lost);
-    if (leases.length === 0) return;
+    const waiting = [...this.#waiting];
+    if (leases.length === 0 && waiting.length === 0) return;
     try {
       const extended = await extendLeases(
         this.pool,
-        leases.map((r) => ({ taskId: r.task.taskId, taskLeaseId: r.task.taskLeaseId })),
+        [...leases.map((r) => r.task), ...waiting].map((t) => ({ taskId: t.taskId, taskLeaseId: t.taskLeaseId })),
         this.#options.leaseSeconds,
       );
       const kept = new Set(extended.map((e) => e.taskLeaseId));
+      // A waiting task whose lease was lost is dropped before it starts.
+      this.#waiting = this.#waiting.filter((t) => !waiting.includes(t) || kept.has(t.taskLeaseId));
       for (const r of leases) {
         if (!kept.has(r.task.taskLeaseId) && this.#running.has(r.task.taskId)) {
           r.lost = true;

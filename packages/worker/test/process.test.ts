@@ -38,20 +38,25 @@ const leasesOf = async (taskId: string) =>
   );
 
 describe('worker process', () => {
-  it('SIGTERM: stops claiming, finishes in-flight tasks, exits 0', async () => {
+  it('SIGTERM: stops claiming, finishes in-flight tasks, releases the queued ones, exits 0', async () => {
     const ids = [];
     for (let i = 0; i < 4; i++) ids.push(await enqueue(db, 'slow', { ms: 1500 }));
     const child = worker({ WORKER_ROLE: 'slow', CONCURRENCY: '2', SHUTDOWN_GRACE_MS: '10000' });
-    await eventually(async () => (await db.query(`select count(*)::int as n from queues.task_lease where worker_id = 'child-0'`)).rows[0].n === 2, 'two tasks running');
+    const started = () => logLines(child.output()).filter((l) => l.event === 'task_started').length;
+    await eventually(async () => started() === 2, 'two tasks running');
+    const leasedBefore = (await db.query(`select count(*)::int as n from queues.task_lease where worker_id = 'child-0'`)).rows[0].n;
     child.process.kill('SIGTERM');
     const exit = await child.exited;
     expect(exit).toEqual({ code: 0, signal: null });
     const outcomes = await Promise.all(ids.map(async (id) => (await factsOf(db, id)).outcome));
     expect(outcomes.filter((o) => o === 'succeeded')).toHaveLength(2);
     expect(outcomes.filter((o) => o === null)).toHaveLength(2);
-    // No claim after the signal: only the first two tasks were ever leased.
-    const leased = await db.query(`select count(*)::int as n from queues.task_lease where worker_id = 'child-0'`);
-    expect(leased.rows[0].n).toBe(2);
+    expect(started()).toBe(2);
+    // No claim after the signal, and the tasks it had queued but not started are free now.
+    const leasedAfter = (await db.query(`select count(*)::int as n from queues.task_lease where worker_id = 'child-0'`)).rows[0].n;
+    expect(leasedAfter).toBe(leasedBefore);
+    const claimable = await db.pool('worker').query(`select task_id from queues.claim_tasks('next', 10, array['slow'])`);
+    expect(claimable.rows.map((r) => r.task_id).sort()).toEqual(ids.filter((_, i) => outcomes[i] === null).sort());
     const events = logLines(child.output()).map((l) => l.event);
     expect(events).toContain('worker_stopping');
     expect(events.at(-1)).toBe('worker_stopped');

@@ -1,0 +1,653 @@
+/**
+ * The benchmark harness: every measurement on a fresh database of one server, each
+ * system's producers and workers as runner processes of their own (ours on this Node,
+ * the peers on the Node 22 binary of the `node` dev dependency), systems in rotated
+ * order per trial. Completion is observed in each queue's own tables.
+ */
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { execFile } from 'node:child_process';
+import pg from 'pg';
+import { hardenDatabase, withDatabase, type RoleNames, type RolePasswords } from '@org/db-tools';
+import { startFakeResend } from '@org/providers/testing';
+import { Runner, withTimeout, type RunnerResult } from './child.js';
+import type { RunnerConfig } from './runners/protocol.js';
+import { percentile } from './stats.js';
+
+export const SYSTEMS = ['ours', 'graphile-worker', 'pg-boss'] as const;
+export type SystemName = (typeof SYSTEMS)[number];
+export type Subject = SystemName | 'postgres';
+
+export const WORKLOADS = ['pgbench', 'enqueue_single', 'enqueue_batch', 'drain', 'latency', 'history', 'processes', 'steps'] as const;
+export type WorkloadId = (typeof WORKLOADS)[number];
+
+/** A server to benchmark on, with a migrated template database of our schema. */
+export interface BenchServer {
+  rootUrl: string;
+  roles: RoleNames;
+  rolePasswords: RolePasswords;
+  template: string;
+  /** Prefix of the databases this run creates (dropped as it goes). */
+  prefix: string;
+}
+
+export interface BenchOptions {
+  trials: number;
+  /** Tasks per enqueue / drain / db_function workload. */
+  tasks: number;
+  batchSize: number;
+  enqueueConcurrency: number;
+  workerConcurrency: number;
+  latencyRate: number;
+  latencyDurationMs: number;
+  historyRows: number;
+  processes: number;
+  pgbenchSeconds: number;
+  pgbenchClients: number;
+  systems: SystemName[];
+  workloads: WorkloadId[];
+  log: (line: string) => void;
+}
+
+export interface Measurement {
+  metric: string;
+  subject: Subject;
+  trial: number;
+  value: number;
+}
+
+/** Something that did not add up (a count off, a runner error): reported, never hidden. */
+export interface Anomaly {
+  trial: number;
+  subject: Subject;
+  workload: string;
+  message: string;
+}
+
+export interface BenchResults {
+  measurements: Measurement[];
+  anomalies: Anomaly[];
+  /** Raw checks for the smoke test: counts per workload and system. */
+  checks: { trial: number; subject: Subject; workload: string; expected: number; completed: number; handled: number; extra?: Record<string, number> }[];
+  startedAt: Date;
+  finishedAt: Date;
+  serverVersion: string;
+  serverSettings: Record<string, string>;
+  pgbenchVersion: string | null;
+  node22Version: string | null;
+}
+
+// ---------------------------------------------------------------------------------------
+// Where things are
+
+const here = dirname(fileURLToPath(import.meta.url));
+/** Runner scripts are always the compiled ones (the harness may run from src under vitest). */
+const runnersDir = join(here, '..', 'dist', 'runners');
+const require = createRequire(import.meta.url);
+
+export function node22Binary(): string {
+  if (process.env.BENCH_NODE22) return process.env.BENCH_NODE22;
+  return join(dirname(require.resolve('node/package.json')), 'bin', 'node');
+}
+
+function runnerFor(system: SystemName): { node: string; script: string } {
+  const script = join(runnersDir, { ours: 'ours.js', 'graphile-worker': 'graphile.js', 'pg-boss': 'pgboss.js' }[system]);
+  if (!existsSync(script)) throw new Error(`runner ${script} is missing: build tools/bench first (npx tsc -p tools/bench/tsconfig.json)`);
+  return { node: system === 'ours' ? process.execPath : node22Binary(), script };
+}
+
+export function pgbenchBinary(): string | null {
+  for (const candidate of [process.env.BENCH_PGBENCH, '/usr/lib/postgresql/15/bin/pgbench', '/usr/bin/pgbench']) {
+    if (candidate && existsSync(candidate)) return candidate;
+  }
+  return null;
+}
+
+function run(file: string, args: string[], timeoutMs: number): Promise<{ stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    execFile(file, args, { timeout: timeoutMs, maxBuffer: 10 * 1024 * 1024 }, (error, stdout, stderr) => {
+      if (error) reject(new Error(`${file} ${args.join(' ')} failed: ${error.message}\n${stderr}`));
+      else resolve({ stdout, stderr });
+    });
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Databases
+
+interface Db {
+  name: string;
+  root: string;
+  owner: string;
+  worker: string;
+  app: string;
+}
+
+async function withClient<T>(url: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: url });
+  client.on('error', () => {});
+  await client.connect();
+  try {
+    return await fn(client);
+  } finally {
+    await client.end().catch(() => {});
+  }
+}
+
+/** SQL that counts completed tasks of the benchmark queue ($1: tasks expected). */
+const COMPLETED_SQL: Record<SystemName, string> = {
+  ours: `select count(*)::int as n from queues.task_completed`,
+  // graphile-worker deletes a job when it completes: completed = expected - remaining.
+  'graphile-worker': `select ($1::int - count(*))::int as n from graphile_worker._private_jobs`,
+  'pg-boss': `select count(*)::int as n from pgboss.job where name = 'bench' and state = 'completed'`,
+};
+
+const ENQUEUED_SQL: Record<SystemName, string> = {
+  ours: `select count(*)::int as n from queues.task`,
+  'graphile-worker': `select count(*)::int as n from graphile_worker._private_jobs`,
+  'pg-boss': `select count(*)::int as n from pgboss.job where name = 'bench'`,
+};
+
+class Harness {
+  readonly measurements: Measurement[] = [];
+  readonly anomalies: Anomaly[] = [];
+  readonly checks: BenchResults['checks'] = [];
+  #dbSeq = 0;
+
+  constructor(
+    readonly server: BenchServer,
+    readonly options: BenchOptions,
+  ) {}
+
+  log(line: string): void {
+    this.options.log(line);
+  }
+
+  record(metric: string, subject: Subject, trial: number, value: number): void {
+    this.measurements.push({ metric, subject, trial, value });
+  }
+
+  anomaly(trial: number, subject: Subject, workload: string, message: string): void {
+    this.anomalies.push({ trial, subject, workload, message });
+    this.log(`  ! ${subject} ${workload} (trial ${trial}): ${message}`);
+  }
+
+  rootOf(name: string): string {
+    return withDatabase(this.server.rootUrl, name);
+  }
+
+  async rootQuery(sql: string): Promise<void> {
+    await withClient(this.server.rootUrl, (c) => c.query(sql));
+  }
+
+  async checkpoint(): Promise<void> {
+    await this.rootQuery('checkpoint');
+  }
+
+  /** A fresh database for one measurement of `system` (ours: cloned from the template). */
+  async freshDb(system: SystemName | 'plain', label: string): Promise<Db> {
+    const name = `${this.server.prefix}${++this.#dbSeq}_${label}`.slice(0, 63);
+    const { roles, rolePasswords: pw } = this.server;
+    await withClient(this.server.rootUrl, async (root) => {
+      const id = root.escapeIdentifier(name);
+      await root.query(`drop database if exists ${id} with (force)`);
+      if (system === 'ours') {
+        await root.query(
+          `create database ${id} template ${root.escapeIdentifier(this.server.template)} owner ${root.escapeIdentifier(roles.owner)}`,
+        );
+        await hardenDatabase(root, name, roles);
+      } else {
+        await root.query(`create database ${id}`);
+      }
+    });
+    const db: Db = {
+      name,
+      root: this.rootOf(name),
+      owner: withDatabase(this.server.rootUrl, name, roles.owner, pw.owner),
+      worker: withDatabase(this.server.rootUrl, name, roles.worker, pw.worker),
+      app: withDatabase(this.server.rootUrl, name, roles.app, pw.app),
+    };
+    if (system === 'ours') {
+      await withClient(db.owner, (c) =>
+        c.query(`insert into queues.task_type (task_type, description) values ('bench', 'benchmark no-op') on conflict do nothing`),
+      );
+    } else if (system !== 'plain') {
+      const setup = this.spawn(system, 'setup', { mode: 'setup', url: db.root });
+      await setup.finish(120_000);
+    }
+    return db;
+  }
+
+  async dropDb(db: Db): Promise<void> {
+    await withClient(this.server.rootUrl, (root) => root.query(`drop database if exists ${root.escapeIdentifier(db.name)} with (force)`));
+  }
+
+  spawn(system: SystemName, label: string, config: RunnerConfig): Runner {
+    const { node, script } = runnerFor(system);
+    return new Runner(`${system} ${label}`, node, script, config);
+  }
+
+  /** Enqueue URL: ours as the app role, peers as root on their own database. */
+  enqueueUrl(system: SystemName, db: Db): string {
+    return system === 'ours' ? db.app : db.root;
+  }
+
+  workUrl(system: SystemName, db: Db): string {
+    return system === 'ours' ? db.worker : db.root;
+  }
+
+  async count(system: SystemName, db: Db, sql: Record<SystemName, string>, expected: number): Promise<number> {
+    return withClient(db.root, async (c) => {
+      const { rows } = await c.query<{ n: number }>(sql[system], sql[system].includes('$1') ? [expected] : []);
+      return rows[0]!.n;
+    });
+  }
+
+  /** Runs an enqueue runner to completion; returns its elapsed ms. */
+  async enqueue(system: SystemName, db: Db, kind: 'single' | 'batch', count: number, taskType?: string): Promise<number> {
+    const runner = this.spawn(system, `enqueue ${kind}`, {
+      mode: 'enqueue',
+      url: this.enqueueUrl(system, db),
+      count,
+      kind,
+      concurrency: kind === 'single' ? this.options.enqueueConcurrency : 1,
+      batchSize: this.options.batchSize,
+      taskType,
+    });
+    await withTimeout(runner.ready, 60_000, `${system} enqueue ready`);
+    runner.go();
+    const result = await runner.finish(600_000);
+    return result.elapsedMs as number;
+  }
+
+  /** Polls `sql` until it reaches `target`; resolves with performance.now() of that observation. */
+  async waitFor(db: Db, sql: string, params: unknown[], target: number, timeoutMs: number, what: string): Promise<{ at: number; n: number }> {
+    return withClient(db.root, async (c) => {
+      const deadline = performance.now() + timeoutMs;
+      let n = -1;
+      for (;;) {
+        const { rows } = await c.query<{ n: number }>(sql, params);
+        n = rows[0]!.n;
+        const now = performance.now();
+        if (n >= target) return { at: now, n };
+        if (now > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what} (${n} of ${target})`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    });
+  }
+
+  // -------------------------------------------------------------------------------------
+  // Workloads
+
+  async pgbench(trial: number): Promise<void> {
+    const binary = pgbenchBinary();
+    if (!binary) {
+      this.anomaly(trial, 'postgres', 'pgbench', 'no pgbench binary found');
+      return;
+    }
+    const db = await this.freshDb('plain', 'pgbench');
+    const dir = mkdtempSync(join(tmpdir(), 'bench-pgbench-'));
+    try {
+      await withClient(db.root, (c) =>
+        c.query(`create table bench_insert (
+                   id bigint generated always as identity primary key,
+                   payload jsonb not null,
+                   created_at timestamptz not null default now())`),
+      );
+      const script = join(dir, 'insert.sql');
+      writeFileSync(script, `insert into bench_insert (payload) values ('{"n": 1}');\n`);
+      await this.checkpoint();
+      const clients = this.options.pgbenchClients;
+      const { stdout } = await run(
+        binary,
+        ['-n', '-M', 'prepared', '-c', String(clients), '-j', String(Math.min(2, clients)), '-T', String(this.options.pgbenchSeconds), '-f', script, db.root],
+        (this.options.pgbenchSeconds + 60) * 1000,
+      );
+      const tps = /tps = ([0-9.]+) \(without initial connection time\)/.exec(stdout);
+      if (!tps) throw new Error(`pgbench printed no tps:\n${stdout}`);
+      this.record('pgbench_tps', 'postgres', trial, Number(tps[1]));
+      this.log(`  postgres pgbench one-row insert: ${Number(tps[1]).toFixed(0)} commits/s`);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+      await this.dropDb(db);
+    }
+  }
+
+  async enqueueWorkload(system: SystemName, trial: number, kind: 'single' | 'batch'): Promise<void> {
+    const n = this.options.tasks;
+    const db = await this.freshDb(system, `${kind}`);
+    try {
+      await this.checkpoint();
+      const elapsedMs = await this.enqueue(system, db, kind, n);
+      const enqueued = await this.count(system, db, ENQUEUED_SQL, n);
+      this.checks.push({ trial, subject: system, workload: `enqueue_${kind}`, expected: n, completed: enqueued, handled: enqueued });
+      if (enqueued !== n) this.anomaly(trial, system, `enqueue_${kind}`, `${enqueued} tasks in the queue, expected ${n}`);
+      const rate = (n / elapsedMs) * 1000;
+      this.record(`enqueue_${kind}`, system, trial, rate);
+      this.log(`  ${system} enqueue ${kind}: ${rate.toFixed(0)} tasks/s`);
+    } finally {
+      await this.dropDb(db);
+    }
+  }
+
+  /**
+   * Drains a backlog of `n` tasks with `processes` worker processes; returns tasks/s.
+   * Clock: from the start signal to the first poll that sees every task completed.
+   */
+  async drain(
+    system: SystemName,
+    trial: number,
+    opts: { processes: number; metric: string; kind?: 'noop' | 'db_function'; prepare?: (db: Db) => Promise<void>; rssMetric?: string },
+  ): Promise<void> {
+    const n = this.options.tasks;
+    const kind = opts.kind ?? 'noop';
+    const db = await this.freshDb(system, opts.metric);
+    try {
+      if (opts.prepare) await opts.prepare(db);
+      await this.enqueue(system, db, 'batch', n, kind === 'db_function' ? 'db_function' : undefined);
+      await withClient(db.root, (c) => c.query('vacuum analyze'));
+      await this.checkpoint();
+      const runners = Array.from({ length: opts.processes }, (_, k) =>
+        this.spawn(system, `worker ${k + 1}`, {
+          mode: 'work',
+          url: this.workUrl(system, db),
+          workerId: `bench-${system}-${k + 1}`,
+          concurrency: this.options.workerConcurrency,
+          latency: false,
+          kind,
+        }),
+      );
+      let results: RunnerResult[];
+      let elapsedMs: number;
+      try {
+        await withTimeout(Promise.all(runners.map((r) => r.ready)), 60_000, `${system} workers ready`);
+        const started = performance.now();
+        for (const r of runners) r.go();
+        const done = await this.waitFor(db, COMPLETED_SQL[system], system === 'graphile-worker' ? [n] : [], n, 600_000, `${system} drain`);
+        elapsedMs = done.at - started;
+        for (const r of runners) r.stop();
+        results = await Promise.all(runners.map((r) => r.finish(60_000)));
+      } finally {
+        for (const r of runners) r.kill();
+      }
+      const handled = results.reduce((sum, r) => sum + (r.handled as number), 0);
+      const completed = await this.count(system, db, COMPLETED_SQL, n);
+      const extra: Record<string, number> = {};
+      if (system === 'ours') {
+        await withClient(db.root, async (c) => {
+          const { rows } = await c.query<{ leases: number; pending: number; errors: number }>(
+            `select (select count(*) from queues.task_lease)::int as leases,
+                    (select count(*) from queues.task_pending)::int as pending,
+                    (select count(*) from queues.error)::int as errors`,
+          );
+          Object.assign(extra, rows[0]);
+        });
+      }
+      this.checks.push({ trial, subject: system, workload: opts.metric, expected: n, completed, handled, extra });
+      if (completed !== n || handled !== n) {
+        this.anomaly(trial, system, opts.metric, `completed ${completed}, handler ran ${handled} times, expected ${n}`);
+      }
+      if (system === 'ours' && (extra.leases !== n || extra.pending !== 0 || extra.errors !== 0)) {
+        this.anomaly(trial, system, opts.metric, `leases ${extra.leases}, pending ${extra.pending}, errors ${extra.errors}`);
+      }
+      const rate = (n / elapsedMs) * 1000;
+      this.record(opts.metric, system, trial, rate);
+      const rss = results.map((r) => r.maxRssKb / 1024);
+      if (opts.rssMetric) this.record(opts.rssMetric, system, trial, Math.max(...rss));
+      this.log(`  ${system} ${opts.metric}: ${rate.toFixed(0)} tasks/s in ${(elapsedMs / 1000).toFixed(2)} s; peak RSS ${rss.map((m) => m.toFixed(0)).join(', ')} MB`);
+    } finally {
+      await this.dropDb(db);
+    }
+  }
+
+  async latency(system: SystemName, trial: number): Promise<void> {
+    const db = await this.freshDb(system, 'latency');
+    try {
+      await this.checkpoint();
+      const worker = this.spawn(system, 'latency worker', {
+        mode: 'work',
+        url: this.workUrl(system, db),
+        workerId: `bench-${system}-latency`,
+        concurrency: this.options.workerConcurrency,
+        latency: true,
+      });
+      const producer = this.spawn(system, 'producer', {
+        mode: 'produce',
+        url: this.enqueueUrl(system, db),
+        rate: this.options.latencyRate,
+        durationMs: this.options.latencyDurationMs,
+      });
+      let workerResult: RunnerResult;
+      let sent: number;
+      try {
+        await withTimeout(Promise.all([worker.ready, producer.ready]), 60_000, `${system} latency runners ready`);
+        worker.go();
+        await new Promise((r) => setTimeout(r, 1000)); // the worker settles (listening, idle)
+        producer.go();
+        const produced = await producer.finish(this.options.latencyDurationMs + 60_000);
+        sent = produced.sent as number;
+        if ((produced.failed as number) > 0) this.anomaly(trial, system, 'latency', `${produced.failed as number} enqueues failed`);
+        if ((produced.maxLagMs as number) > 100) this.anomaly(trial, system, 'latency', `producer fell behind its schedule by ${produced.maxLagMs as number} ms`);
+        await this.waitFor(db, COMPLETED_SQL[system], system === 'graphile-worker' ? [sent] : [], sent, 30_000, `${system} latency completions`);
+        worker.stop();
+        workerResult = await worker.finish(60_000);
+      } finally {
+        worker.kill();
+        producer.kill();
+      }
+      const latencies = workerResult.latencies as number[];
+      this.checks.push({ trial, subject: system, workload: 'latency', expected: sent, completed: latencies.length, handled: workerResult.handled as number });
+      if (latencies.length !== sent) this.anomaly(trial, system, 'latency', `${latencies.length} pickups recorded for ${sent} tasks`);
+      for (const p of [50, 95, 99]) this.record(`latency_p${p}`, system, trial, percentile(latencies, p));
+      this.record('latency_max', system, trial, Math.max(...latencies));
+      this.log(
+        `  ${system} pickup latency: p50 ${percentile(latencies, 50)} ms, p95 ${percentile(latencies, 95)} ms, p99 ${percentile(latencies, 99)} ms (${latencies.length} tasks)`,
+      );
+    } finally {
+      await this.dropDb(db);
+    }
+  }
+
+  /** Bulk history for ours: `rows` tasks, each leased and completed, written as the owner. */
+  historyPrepare(rows: number): (db: Db) => Promise<void> {
+    return async (db) => {
+      const started = performance.now();
+      await withClient(db.owner, async (c) => {
+        await c.query(
+          `with t as (
+             insert into queues.task (task_type, payload, enqueued_at, scheduled_at)
+             select 'bench', jsonb_build_object('n', g), now() - interval '1 day', now() - interval '1 day'
+               from generate_series(1, $1::int) g
+             returning task_id
+           ), l as (
+             insert into queues.task_lease (task_id, worker_id, leased_at, expires_at)
+             select task_id, 'history', now() - interval '1 day', now() - interval '1 day' + interval '5 minutes' from t
+             returning task_id, task_lease_id
+           )
+           insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome)
+           select task_id, task_lease_id, now() - interval '1 day', 'succeeded' from l`,
+          [rows],
+        );
+      });
+      await withClient(db.root, (c) => c.query('vacuum analyze'));
+      this.log(`  (history: ${rows} completed tasks written in ${((performance.now() - started) / 1000).toFixed(1)} s)`);
+    };
+  }
+
+  /** History drain: the completion count starts at the history size. */
+  async historyDrain(trial: number): Promise<void> {
+    const rows = this.options.historyRows;
+    const n = this.options.tasks;
+    const db = await this.freshDb('ours', 'history');
+    try {
+      await this.historyPrepare(rows)(db);
+      await this.enqueue('ours', db, 'batch', n);
+      await withClient(db.root, (c) => c.query('vacuum analyze'));
+      await this.checkpoint();
+      const runner = this.spawn('ours', 'history worker', {
+        mode: 'work',
+        url: db.worker,
+        workerId: 'bench-ours-history',
+        concurrency: this.options.workerConcurrency,
+        latency: false,
+      });
+      let result: RunnerResult;
+      let elapsedMs: number;
+      try {
+        await withTimeout(runner.ready, 60_000, 'history worker ready');
+        const started = performance.now();
+        runner.go();
+        const done = await this.waitFor(db, COMPLETED_SQL.ours, [], rows + n, 600_000, 'history drain');
+        elapsedMs = done.at - started;
+        runner.stop();
+        result = await runner.finish(60_000);
+      } finally {
+        runner.kill();
+      }
+      const handled = result.handled as number;
+      const completed = (await this.count('ours', db, COMPLETED_SQL, n)) - rows;
+      this.checks.push({ trial, subject: 'ours', workload: 'history_drain', expected: n, completed, handled });
+      if (completed !== n || handled !== n) this.anomaly(trial, 'ours', 'history_drain', `completed ${completed}, handled ${handled}, expected ${n}`);
+      const rate = (n / elapsedMs) * 1000;
+      this.record('history_drain', 'ours', trial, rate);
+      this.log(`  ours drain with ${rows} completed in history: ${rate.toFixed(0)} tasks/s`);
+    } finally {
+      await this.dropDb(db);
+    }
+  }
+
+  async supervisorProcesses(trial: number): Promise<void> {
+    const n = this.options.processes;
+    const db = await this.freshDb('ours', 'processes');
+    const resend = await startFakeResend();
+    try {
+      await withClient(db.owner, (c) => c.query(`insert into internal.setting (name, value) values ('backoff_scale', '0.002')`));
+      await withClient(db.app, (c) =>
+        c.query(
+          `select comms.send_email('Bench <bench@example.com>', 'user' || g || '@example.com', 'Hello', '<p>Hello</p>')
+             from generate_series(1, $1::int) g`,
+          [n],
+        ),
+      );
+      await withClient(db.root, (c) => c.query('vacuum analyze'));
+      await this.checkpoint();
+      const runner = this.spawn('ours', 'process worker', {
+        mode: 'work',
+        url: db.worker,
+        workerId: 'bench-ours-processes',
+        concurrency: this.options.workerConcurrency,
+        latency: false,
+        kind: 'email',
+        resendUrl: resend.url,
+      });
+      const terminalSql = `select (select count(*) from comms.send_email_task_succeeded)::int
+                                + (select count(*) from comms.send_email_task_failed)::int as n`;
+      let result: RunnerResult;
+      let elapsedMs: number;
+      try {
+        await withTimeout(runner.ready, 60_000, 'process worker ready');
+        const started = performance.now();
+        runner.go();
+        const done = await this.waitFor(db, terminalSql, [], n, 600_000, 'email processes');
+        elapsedMs = done.at - started;
+        runner.stop();
+        result = await runner.finish(60_000);
+      } finally {
+        runner.kill();
+      }
+      const counts = await withClient(db.root, async (c) => {
+        const { rows } = await c.query<{ succeeded: number; failed: number; tasks: number; errors: number }>(
+          `select (select count(*) from comms.send_email_task_succeeded)::int as succeeded,
+                  (select count(*) from comms.send_email_task_failed)::int as failed,
+                  (select count(*) from queues.task)::int as tasks,
+                  (select count(*) from queues.error)::int as errors`,
+        );
+        return rows[0]!;
+      });
+      this.checks.push({
+        trial,
+        subject: 'ours',
+        workload: 'processes',
+        expected: n,
+        completed: counts.succeeded,
+        handled: result.handled as number,
+        extra: { emails: resend.emails.length, tasks: counts.tasks, failed: counts.failed, errors: counts.errors },
+      });
+      if (counts.succeeded !== n || resend.emails.length !== n) {
+        this.anomaly(trial, 'ours', 'processes', `${counts.succeeded} succeeded, ${counts.failed} failed, ${resend.emails.length} emails sent, expected ${n}`);
+      }
+      const rate = (n / elapsedMs) * 1000;
+      this.record('processes', 'ours', trial, rate);
+      this.record('process_tasks', 'ours', trial, counts.tasks / n);
+      this.log(`  ours email processes: ${rate.toFixed(1)} processes/s (${counts.tasks} tasks for ${n} processes)`);
+    } finally {
+      await resend.close();
+      await this.dropDb(db);
+    }
+  }
+}
+
+function rotated<T>(items: readonly T[], by: number): T[] {
+  const k = by % items.length;
+  return [...items.slice(k), ...items.slice(0, k)];
+}
+
+export async function runBench(server: BenchServer, options: BenchOptions): Promise<BenchResults> {
+  const startedAt = new Date();
+  const h = new Harness(server, options);
+  const has = (w: WorkloadId) => options.workloads.includes(w);
+  const oursIncluded = options.systems.includes('ours');
+
+  const info = await withClient(server.rootUrl, async (c) => {
+    const version = (await c.query<{ v: string }>(`select current_setting('server_version') as v`)).rows[0]!.v;
+    const names = ['shared_buffers', 'synchronous_commit', 'fsync', 'full_page_writes', 'wal_level', 'max_wal_size', 'checkpoint_timeout', 'max_connections', 'work_mem', 'autovacuum'];
+    const { rows } = await c.query<{ name: string; setting: string; unit: string | null }>(
+      `select name, setting, unit from pg_settings where name = any($1)`,
+      [names],
+    );
+    return { version, settings: Object.fromEntries(rows.map((r) => [r.name, r.unit ? `${r.setting} (${r.unit})` : r.setting])) };
+  });
+  const pgbench = pgbenchBinary();
+  const pgbenchVersion = pgbench ? (await run(pgbench, ['--version'], 10_000)).stdout.trim() : null;
+  const node22Version = options.systems.some((s) => s !== 'ours') ? (await run(node22Binary(), ['--version'], 10_000)).stdout.trim() : null;
+
+  for (let trial = 1; trial <= options.trials; trial++) {
+    const order = rotated(options.systems, trial - 1);
+    h.log(`trial ${trial} of ${options.trials}: order ${order.join(', ')}`);
+    const guarded = async (subject: Subject, workload: string, fn: () => Promise<void>) => {
+      try {
+        await fn();
+      } catch (error) {
+        h.anomaly(trial, subject, workload, error instanceof Error ? error.message : String(error));
+      }
+    };
+    if (has('pgbench')) await guarded('postgres', 'pgbench', () => h.pgbench(trial));
+    if (has('enqueue_single')) for (const s of order) await guarded(s, 'enqueue_single', () => h.enqueueWorkload(s, trial, 'single'));
+    if (has('enqueue_batch')) for (const s of order) await guarded(s, 'enqueue_batch', () => h.enqueueWorkload(s, trial, 'batch'));
+    if (has('drain')) {
+      for (const s of order) await guarded(s, 'drain_1p', () => h.drain(s, trial, { processes: 1, metric: 'drain_1p', rssMetric: 'rss_1p_mb' }));
+      for (const s of order) await guarded(s, 'drain_2p', () => h.drain(s, trial, { processes: 2, metric: 'drain_2p', rssMetric: 'rss_2p_mb' }));
+    }
+    if (has('latency')) for (const s of order) await guarded(s, 'latency', () => h.latency(s, trial));
+    if (oursIncluded && has('history')) await guarded('ours', 'history_drain', () => h.historyDrain(trial));
+    if (oursIncluded && has('steps')) {
+      await guarded('ours', 'steps', () => h.drain('ours', trial, { processes: 1, metric: 'steps', kind: 'db_function' }));
+    }
+    if (oursIncluded && has('processes')) await guarded('ours', 'processes', () => h.supervisorProcesses(trial));
+  }
+
+  return {
+    measurements: h.measurements,
+    anomalies: h.anomalies,
+    checks: h.checks,
+    startedAt,
+    finishedAt: new Date(),
+    serverVersion: info.version,
+    serverSettings: info.settings,
+    pgbenchVersion,
+    node22Version,
+  };
+}
