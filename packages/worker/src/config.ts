@@ -13,6 +13,8 @@ export interface WorkerConfig {
   roles: string[] | null;
   workerId: string;
   concurrency: number;
+  /** Claimed tasks kept waiting beside the running ones (the local queue); default: concurrency. */
+  prefetch?: number;
   pollIntervalMs: number;
   heartbeatIntervalMs: number;
   leaseSeconds: number;
@@ -74,6 +76,13 @@ export const SETTINGS: Setting[] = [
     schema: z.string().trim().min(1, 'must not be empty').max(200, 'must be at most 200 characters'),
   },
   { env: 'CONCURRENCY', flag: 'concurrency', key: 'concurrency', help: 'tasks processed at once (default 10)', schema: int(1, 1000) },
+  {
+    env: 'PREFETCH',
+    flag: 'prefetch',
+    key: 'prefetch',
+    help: 'claimed tasks kept waiting to start beside the running ones (default: CONCURRENCY)',
+    schema: int(0, 10_000),
+  },
   {
     env: 'POLL_INTERVAL_MS',
     flag: 'poll-interval-ms',

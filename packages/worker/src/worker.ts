@@ -2,7 +2,7 @@
  * The worker: claim -> dispatch by task_type -> processor -> completion, N at a time.
  *
  *   loop        claims (only the task types of its roles) into a local queue of up to
- *               `concurrency` tasks beside the running ones, starts a processor per task
+ *               `prefetch` tasks beside the running ones, starts a processor per task
  *               as slots free, then waits for a notification, a freed slot or the poll
  *               interval
  *   heartbeat   reports the worker alive (queues.worker) and extends the leases of running
@@ -176,9 +176,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   async #run(): Promise<void> {
     const { concurrency, pollIntervalMs } = this.#options;
-    // Up to `concurrency` claimed tasks wait in a local queue beside the running ones, so
-    // a freed slot starts the next task at once while the next claim is under way.
-    const capacity = concurrency * 2;
+    // Up to `prefetch` claimed tasks (default: concurrency) wait in a local queue beside
+    // the running ones, so a freed slot starts the next task at once while the next claim
+    // is under way, and claims come in bigger batches. Waiting tasks are heartbeated too.
+    const capacity = concurrency + (this.#options.prefetch ?? concurrency);
     while (!this.#stopping) {
       this.#woken = false;
       if (this.#running.size + this.#waiting.length < capacity) {

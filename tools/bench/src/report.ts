@@ -275,12 +275,14 @@ ${settings}
 
 **Ours** (\`tools/bench/src/runners/ours.ts\`): the real \`Worker\` class of @org/worker with the CLI
 defaults (concurrency ${o.workerConcurrency}, poll interval 2000 ms as the fallback to LISTEN/NOTIFY,
-heartbeat 30 s, lease 300 s, max leases 5), log level \`warn\` (the CLI default is \`info\`, two log
-lines per task). The no-op handler for drains and latency is a processor registered for a task
-type \`bench\` that calls \`finish(pool, task, { outcome: 'succeeded' })\`: the cheapest path the
-worker offers (a \`db_function\` task with \`internal.noop\` costs one more round trip, see 7).
-Each task therefore costs: its share of one \`queues.claim_tasks\` call (the loop claims up to its
-free slots), then \`begin\`, \`queues.complete_task\`, \`commit\` on a pooled connection (3 round trips).
+heartbeat 30 s, lease 300 s, max leases 5, a local queue of as many claimed tasks as the
+concurrency), log level \`warn\` (the CLI default is \`info\`, two log lines per task). The no-op
+handler for drains and latency is a processor registered for a task type \`bench\` that calls
+\`finish(pool, task, { outcome: 'succeeded' })\`: the cheapest path the worker offers (a
+\`db_function\` task with \`internal.noop\` runs the step and its completion in one transaction,
+see 7). Each task therefore costs its share of one \`queues.claim_tasks\` call (up to the free
+room in the local queue) and of one \`queues.complete_tasks\` call (completions finishing in the
+same event-loop turn go together).
 
 **graphile-worker ${info.versions['graphile-worker']}** (\`runners/graphile.ts\`): \`run()\` with
 \`${graphileConfig}\` (the batching options of its performance page:
