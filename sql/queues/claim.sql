@@ -8,7 +8,8 @@
 -- expire. A long queue of tasks blocked on one key is re-read by each claim.
 --
 -- Poison tasks: a task that comes up for claiming after _max_leases leases expired
--- without completion (releases excepted) is completed as 'abandoned' with an error
+-- without completion (releases and reported failed attempts excepted) is completed as
+-- 'abandoned' with an error
 -- instead of being leased again, so a task that kills its worker cannot loop forever.
 
 drop function if exists queues.claim_tasks_at(timestamptz, text, integer, text[], integer);
@@ -74,8 +75,10 @@ begin
     -- SKIP LOCKED skips rows another claimer holds; the update below makes any claimer
     -- that arrives after our commit re-check available_at on the new row version.
     select p.task_id, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
-           p.lease_count - p.released_count >= _max_leases as poisoned,
-           p.lease_count - p.released_count as expired_leases
+           -- Leases that ended neither by a release nor by a reported failed attempt:
+           -- they expired (or were revoked) while a worker held them.
+           p.lease_count - p.released_count - p.failed_attempts >= _max_leases as poisoned,
+           p.lease_count - p.released_count - p.failed_attempts as expired_leases
       from queues.task_pending p
      where p.available_at <= _now
        and (_task_types is null or p.task_type = any (_task_types))
@@ -90,11 +93,23 @@ begin
   -- Resource keys: one task per key in this batch, and only if no other task holds the
   -- key. The upsert decides on the newest committed row (not this statement's snapshot),
   -- so two claimers never both take a key.
+  -- Suspects (tasks whose last lease expired: their worker may have died of them) are
+  -- leased one per claim, so the tasks a crashed worker held, which all come back at the
+  -- same moment, do not all land in one worker again beside the task that crashed it.
+  allowed as (
+    select pk.task_id, pk.resource_key, pk.priority, pk.scheduled_at
+      from (select pk.*,
+                   row_number() over (partition by pk.expired_leases > 0
+                                      order by pk.priority desc, pk.scheduled_at, pk.task_id) as rank
+              from picked pk
+             where not pk.poisoned) pk
+     where pk.expired_leases = 0 or pk.rank = 1
+  ),
   keyed as (
     select k.task_id, k.resource_key
       from (select distinct on (pk.resource_key) pk.task_id, pk.resource_key
-              from picked pk
-             where pk.resource_key is not null and not pk.poisoned
+              from allowed pk
+             where pk.resource_key is not null
              order by pk.resource_key, pk.priority desc, pk.scheduled_at, pk.task_id) k
      -- Skip a key another transaction is working on (see queues.lock_resource_keys):
      -- a claim never waits, so it cannot be part of a deadlock.
@@ -110,9 +125,8 @@ begin
   ),
   eligible as (
     select pk.task_id
-      from picked pk
-     where not pk.poisoned
-       and (pk.resource_key is null or pk.task_id in (select kt.task_id from key_taken kt))
+      from allowed pk
+     where pk.resource_key is null or pk.task_id in (select kt.task_id from key_taken kt)
   ),
   abandoned_error as (
     insert into queues.error (task_id, task_lease_id, error_message)

@@ -118,6 +118,7 @@ describe('releases', () => {
   });
 
   it('releasing a lease that is no longer current does nothing', async () => {
+    await db.query('delete from queues.task_pending');
     const id = await enqueue();
     const [old] = (await claimAt(0, 'old')).filter((l) => l.task_id === id);
     await claimAt(61, 'new');
@@ -160,6 +161,38 @@ describe('poison tasks', () => {
     expect(claimed.map((l) => l.task_id)).toEqual([healthy]);
     const { rows } = await db.query('select outcome from queues.task_completed where task_id = $1', [poison]);
     expect(rows).toEqual([{ outcome: 'abandoned' }]);
+  });
+
+  it('tasks whose lease expired come back one per claim, not all into one worker', async () => {
+    await db.query('delete from queues.task_pending');
+    const crashed = [await enqueue(), await enqueue(), await enqueue()];
+    expect((await claimAt(0, 'dies')).map((l) => l.task_id).sort()).toEqual([...crashed].sort());
+    const fresh = await enqueue();
+    // After the crashed worker's leases expire: one suspect per claim, beside fresh work.
+    const first = await claimAt(61, 'w1');
+    expect(first.map((l) => l.task_id).sort()).toEqual([crashed[0], fresh].sort());
+    expect((await claimAt(61, 'w2')).map((l) => l.task_id)).toEqual([crashed[1]]);
+    expect((await claimAt(61, 'w3')).map((l) => l.task_id)).toEqual([crashed[2]]);
+  });
+
+  it('failed attempts of a retried task are not expired leases: no abandonment for them', async () => {
+    await db.query('delete from queues.task_pending');
+    const { rows } = await db.pool('app').query(
+      `select queues.enqueue('db_function', '{"n": "retried"}', null, null, null, 6) as id`,
+    );
+    const id = rows[0].id as string;
+    await db.query(`insert into internal.setting (name, value) values ('backoff_scale', '0.0001') on conflict (name) do update set value = excluded.value`);
+    for (let attempt = 1; attempt <= 5; attempt++) {
+      const claimed = (await claimAt(attempt * 10, 'w', 2)).filter((l) => l.task_id === id);
+      expect(claimed, `attempt ${attempt}`).toHaveLength(1);
+      const { rows: result } = await db.pool('worker').query(
+        `select result from queues.complete_tasks($1::bigint[], $2::bigint[], array['failed'])`,
+        [[id], [claimed[0]!.task_lease_id]],
+      );
+      expect(result[0].result).toBe('retry_scheduled');
+    }
+    expect((await db.query('select count(*)::int as n from queues.task_completed where task_id = $1', [id])).rows[0].n).toBe(0);
+    await db.query(`delete from internal.setting where name = 'backoff_scale'`);
   });
 
   it('rejects max_leases outside 1..100', async () => {

@@ -91,6 +91,7 @@ describe('simple retries', () => {
 
 describe('dead letters and redrive', () => {
   it('failures handed to an error handler are not dead letters; abandoned ones are', async () => {
+    await db.query('delete from queues.task_pending');
     const handled = await enqueue({ error_handler: 'comms.record_email_failure' }, 1, 'email');
     await failRun((await claimAt(0, handled))!);
     const abandoned = await enqueue({ n: 4 });

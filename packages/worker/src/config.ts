@@ -13,7 +13,7 @@ export interface WorkerConfig {
   roles: string[] | null;
   workerId: string;
   concurrency: number;
-  /** Claimed tasks kept waiting beside the running ones (the local queue); default: concurrency. */
+  /** Claimed tasks kept waiting beside the running ones (the local queue); default 0. */
   prefetch?: number;
   pollIntervalMs: number;
   heartbeatIntervalMs: number;
@@ -80,7 +80,7 @@ export const SETTINGS: Setting[] = [
     env: 'PREFETCH',
     flag: 'prefetch',
     key: 'prefetch',
-    help: 'claimed tasks kept waiting to start beside the running ones (default: CONCURRENCY)',
+    help: 'claimed tasks kept waiting to start beside the running ones (default 0)',
     schema: int(0, 10_000),
   },
   {

@@ -176,10 +176,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   async #run(): Promise<void> {
     const { concurrency, pollIntervalMs } = this.#options;
-    // Up to `prefetch` claimed tasks (default: concurrency) wait in a local queue beside
-    // the running ones, so a freed slot starts the next task at once while the next claim
-    // is under way, and claims come in bigger batches. Waiting tasks are heartbeated too.
-    const capacity = concurrency + (this.#options.prefetch ?? concurrency);
+    // Up to `prefetch` claimed tasks (default 0) wait in a local queue beside the running
+    // ones, so a freed slot starts the next task at once while the next claim is under
+    // way. Waiting tasks are heartbeated too, but they hold leases: if this worker dies,
+    // their leases expire with it and count towards abandoning them.
+    const capacity = concurrency + (this.#options.prefetch ?? 0);
     while (!this.#stopping) {
       this.#woken = false;
       if (this.#running.size + this.#waiting.length < capacity) {

@@ -275,8 +275,8 @@ ${settings}
 
 **Ours** (\`tools/bench/src/runners/ours.ts\`): the real \`Worker\` class of @org/worker with the CLI
 defaults (concurrency ${o.workerConcurrency}, poll interval 2000 ms as the fallback to LISTEN/NOTIFY,
-heartbeat 30 s, lease 300 s, max leases 5, a local queue of as many claimed tasks as the
-concurrency), log level \`warn\` (the CLI default is \`info\`, two log lines per task). The no-op
+heartbeat 30 s, lease 300 s, max leases 5) and a local queue of as many claimed tasks as the
+concurrency (\`PREFETCH=10\`; the CLI default is 0), log level \`warn\` (the CLI default is \`info\`, two log lines per task). The no-op
 handler for drains and latency is a processor registered for a task type \`bench\` that calls
 \`finish(pool, task, { outcome: 'succeeded' })\`: the cheapest path the worker offers (a
 \`db_function\` task with \`internal.noop\` runs the step and its completion in one transaction,

@@ -4,6 +4,7 @@
  * its own embedded server (and can restart it); the vitest files build it on a
  * `createTestDatabase()` database.
  */
+import { isDeepStrictEqual } from 'node:util';
 import pg from 'pg';
 
 export type Role = 'root' | 'owner' | 'worker' | 'app' | 'api';
@@ -63,11 +64,12 @@ export class Report {
     return ok;
   }
 
-  /** A check that `actual` equals `expected` (deep, via JSON). */
+  /** A check that `actual` equals `expected` (deep; key order does not matter). */
   equal(name: string, actual: unknown, expected: unknown): boolean {
+    const same = isDeepStrictEqual(actual, expected);
     const a = JSON.stringify(actual);
     const e = JSON.stringify(expected);
-    return this.check(name, a === e, a === e ? a : `got ${a.slice(0, 600)}, expected ${e.slice(0, 600)}`);
+    return this.check(name, same, same ? a : `got ${a.slice(0, 600)}, expected ${e.slice(0, 600)}`);
   }
 
   result(): Result {

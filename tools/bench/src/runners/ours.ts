@@ -113,6 +113,7 @@ async function runWork(config: WorkConfig, ctl: Control): Promise<Record<string,
     roles,
     workerId: config.workerId || `bench-${randomUUID()}`,
     concurrency: config.concurrency,
+    prefetch: config.concurrency,
     // The CLI's defaults, except the log level (see BENCHMARKS.md).
     pollIntervalMs: 2000,
     heartbeatIntervalMs: 30_000,
