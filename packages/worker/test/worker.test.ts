@@ -5,7 +5,7 @@ import { z } from 'zod';
 import pg from 'pg';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import type { Provider } from '@org/handler-types';
-import { createLogger, dbFunctionProcessor, handlerTaskProcessor, ProcessorRegistry, Worker, type WorkerOptions } from '../src/index.js';
+import { createLogger, dbFunctionProcessor, finish, handlerTaskProcessor, ProcessorRegistry, Worker, type WorkerOptions } from '../src/index.js';
 import { effects, enqueue, eventually, installFixtures } from './support/fixtures.js';
 
 let db: TestDatabase;
@@ -106,6 +106,39 @@ describe('worker loop', () => {
     await worker.stop();
     workers.splice(workers.indexOf(worker), 1);
     expect((await row()).stopped_at).not.toBeNull();
+  });
+
+  it('PREFETCH keeps claimed tasks queued beside the running ones, heartbeats them, and releases them on stop', async () => {
+    const started: string[] = [];
+    const registry = new ProcessorRegistry().register('slow', {
+      name: 'slow',
+      async process({ task, pool, signal }) {
+        started.push(task.taskId);
+        await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
+        return finish(pool, task, { outcome: 'failed', error: 'stopped' });
+      },
+    });
+    const ids: string[] = [];
+    for (let i = 0; i < 4; i++) ids.push(await enqueue(db, 'slow', { i }));
+    const worker = await startWorker({ registry, roles: ['slow'], concurrency: 1, prefetch: 2, heartbeatIntervalMs: 100, leaseSeconds: 10, shutdownGraceMs: 0 });
+    const leased = async () =>
+      (await db.query('select count(distinct task_id)::int as n from queues.task_lease where task_id = any($1::bigint[])', [ids])).rows[0].n;
+    await eventually(async () => started.length === 1 && (await leased()) === 3, 'one running, two queued');
+    // The queued tasks' leases are extended too.
+    await eventually(
+      async () =>
+        (await db.query('select count(distinct l.task_id)::int as n from queues.task_lease_extension x join queues.task_lease l using (task_lease_id) where l.task_id = any($1::bigint[])', [ids])).rows[0].n === 3,
+      'three leases extended',
+    );
+    await worker.stop(0);
+    workers.splice(workers.indexOf(worker), 1);
+    expect(started).toHaveLength(1);
+    const released = await db.query(
+      'select count(*)::int as n from queues.task_lease_release r join queues.task_lease l using (task_lease_id) where l.task_id = any($1::bigint[])',
+      [ids],
+    );
+    expect(released.rows[0].n).toBe(3);
+    await db.query(`delete from queues.task_pending where task_type = 'slow'`);
   });
 
   it('refuses a role it has no processor for', () => {
