@@ -1,5 +1,1 @@
 -- Queue core changes (sql/queues, sql/internal). Include changed files here.
--- Set-based validation in enqueue_many; claim and complete planned once; suspects claimed one at a time.
---!include queues/enqueue.sql
---!include queues/claim.sql
---!include queues/complete.sql
