@@ -149,7 +149,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
     } catch (error) {
       this.#log.warn({ event: 'registry_failed', err: errorMessage(error) }, 'could not record the stop');
     }
-    await this.pool.end();
+    // A step stuck in SQL keeps its connection checked out, and pool.end() would wait for
+    // it: give it two seconds. (Its lease is released; the process exiting closes it.)
+    let endTimer: NodeJS.Timeout | undefined;
+    await Promise.race([this.pool.end(), new Promise<void>((resolve) => (endTimer = setTimeout(resolve, 2000)))]);
+    clearTimeout(endTimer);
     this.#log.info({ event: 'worker_stopped', unfinished: left.length }, 'worker stopped');
   }
 

@@ -80,6 +80,24 @@ describe('worker process', () => {
     await db.query(`delete from queues.task_pending where task_type = 'slow'`);
   });
 
+  it('SIGTERM while a step is stuck in SQL past the grace period: released, exit 0', async () => {
+    const id = await enqueue(db, 'db_function', { db_function: 'fixture.step', key: 'stuck-in-sql', sleep: 30 });
+    const child = worker({ WORKER_ROLE: 'db_function', SHUTDOWN_GRACE_MS: '300', LEASE_SECONDS: '300', HEARTBEAT_INTERVAL_MS: '1000' });
+    await eventually(async () => (await leasesOf(id)).length === 1, 'the step running');
+    await new Promise((r) => setTimeout(r, 300));
+    child.process.kill('SIGTERM');
+    expect(await child.exited).toEqual({ code: 0, signal: null });
+    const { rows } = await db.query(
+      `select count(*)::int as released from queues.task_lease_release r join queues.task_lease l using (task_lease_id) where l.task_id = $1`,
+      [id],
+    );
+    expect(rows[0].released).toBe(1);
+    // The stuck statement's transaction never commits: no effect, no completion.
+    await db.pool('root').query(`select pg_terminate_backend(pid) from pg_stat_activity where query like '%fixture.step%' and pid <> pg_backend_pid()`);
+    expect((await factsOf(db, id)).outcome).toBeNull();
+    await db.query(`delete from queues.task_pending where task_id = $1`, [id]);
+  });
+
   it('SIGKILL mid-task: after the short lease, another worker completes it exactly once', async () => {
     const id = await enqueue(db, 'db_function', { db_function: 'fixture.step', key: 'killed-mid-step', sleep: 1.5 });
     const child = worker({ WORKER_ROLE: 'db_function' });
