@@ -89,11 +89,6 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#listener = new TaskListener(options.databaseUrl, this.#log, () => this.#signal(), options.pollIntervalMs);
   }
 
-  /** Task ids running now. */
-  runningTaskIds(): string[] {
-    return [...this.#running.keys()];
-  }
-
   listener(): TaskListener {
     return this.#listener;
   }
