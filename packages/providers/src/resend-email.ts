@@ -1,5 +1,5 @@
 // Email through Resend (https://resend.com) with the real `resend` SDK.
-import { Resend } from 'resend';
+import type { Resend } from 'resend';
 import { emailPayload, type EmailPayload, type Provider, type ProviderContext } from '@org/handler-types';
 import { abortError, throwIfAborted } from './internal.js';
 
@@ -28,7 +28,11 @@ export interface ResendEmailResult {
 export function createResendEmailProvider(options: ResendEmailOptions): Provider<EmailPayload> {
   if (!options.apiKey) throw new Error('createResendEmailProvider: apiKey is required');
   const baseUrl = options.baseUrl?.replace(/\/+$/, '');
-  const client = new Resend(options.apiKey, baseUrl ? { baseUrl } : undefined);
+  // The SDK is loaded on the first send, so that workers that send no email do not pay
+  // for importing it at start-up.
+  let client: Promise<Resend> | undefined;
+  const getClient = () =>
+    (client ??= import('resend').then(({ Resend }) => new Resend(options.apiKey, baseUrl ? { baseUrl } : undefined)));
 
   return {
     name: 'resend',
@@ -37,7 +41,7 @@ export function createResendEmailProvider(options: ResendEmailOptions): Provider
       throwIfAborted(context.signal, 'resend');
       const from = payload.from_address || options.defaultFrom;
       if (!from) throw new Error('resend: the payload has no from_address and no default sender is configured');
-      const { data, error } = await client.emails.send(
+      const { data, error } = await (await getClient()).emails.send(
         {
           from,
           to: payload.to_address,

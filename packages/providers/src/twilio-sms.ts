@@ -1,5 +1,5 @@
 // SMS through Twilio with the real `twilio` SDK.
-import twilio from 'twilio';
+import type TwilioSdk from 'twilio';
 import { smsPayload, type Provider, type ProviderContext, type SmsPayload } from '@org/handler-types';
 import { raceAbort, throwIfAborted } from './internal.js';
 
@@ -28,22 +28,28 @@ export interface TwilioSmsResult {
   status: string;
 }
 
-type TwilioRequestClient = InstanceType<typeof twilio.RequestClient>;
+type Twilio = typeof TwilioSdk;
+type TwilioClient = ReturnType<Twilio>;
+
+/**
+ * The SDK, loaded on the first send: importing it costs a worker ~100 ms of start-up, and
+ * most workers never send an SMS.
+ */
+let sdk: Promise<Twilio> | undefined;
+const loadTwilio = (): Promise<Twilio> => (sdk ??= import('twilio').then((m) => m.default));
 
 /** A Twilio HTTP client that sends every request to `base` (Twilio has no base-URL option). */
-class RewritingRequestClient extends twilio.RequestClient {
-  readonly #base: URL;
-  constructor(base: URL, timeoutMs: number) {
-    super({ timeout: timeoutMs });
-    this.#base = base;
-  }
-  override request: TwilioRequestClient['request'] = (opts) => {
+function rewritingRequestClient(twilio: Twilio, base: URL, timeoutMs: number) {
+  const client = new twilio.RequestClient({ timeout: timeoutMs });
+  const request = client.request.bind(client);
+  client.request = (opts) => {
     const original = new URL(opts.uri);
-    const target = new URL(this.#base.href);
-    target.pathname = this.#base.pathname.replace(/\/+$/, '') + original.pathname;
+    const target = new URL(base.href);
+    target.pathname = base.pathname.replace(/\/+$/, '') + original.pathname;
     target.search = original.search;
-    return super.request({ ...opts, uri: target.href });
+    return request({ ...opts, uri: target.href });
   };
+  return client;
 }
 
 /**
@@ -65,19 +71,25 @@ export function createTwilioSmsProvider(options: TwilioSmsOptions): Provider<Sms
       throw new Error('createTwilioSmsProvider: baseUrl is not a valid URL');
     }
   }
-  const client = twilio(options.accountSid, options.authToken, {
-    httpClient: base ? new RewritingRequestClient(base, timeoutMs) : new twilio.RequestClient({ timeout: timeoutMs }),
-  });
+  let client: Promise<TwilioClient> | undefined;
+  const getClient = () =>
+    (client ??= loadTwilio().then((twilio) =>
+      twilio(options.accountSid, options.authToken, {
+        httpClient: base ? rewritingRequestClient(twilio, base, timeoutMs) : new twilio.RequestClient({ timeout: timeoutMs }),
+      }),
+    ));
 
   return {
     name: 'twilio',
     payloadSchema: smsPayload,
     async send(payload: SmsPayload, context: ProviderContext): Promise<TwilioSmsResult> {
       throwIfAborted(context.signal, 'twilio');
+      const twilio = await loadTwilio();
       let message;
       try {
+        const sms = await getClient();
         message = await raceAbort(
-          client.messages.create({
+          sms.messages.create({
             to: payload.to_number,
             from: payload.from_number ?? options.fromNumber,
             body: payload.body,
@@ -86,7 +98,7 @@ export function createTwilioSmsProvider(options: TwilioSmsOptions): Provider<Sms
           'twilio',
         );
       } catch (err) {
-        throw twilioError(err);
+        throw twilioError(twilio, err);
       }
       return { provider: 'twilio', sid: message.sid, status: String(message.status) };
     },
@@ -98,7 +110,7 @@ export function createTwilioSmsProvider(options: TwilioSmsOptions): Provider<Sms
  * or a transport error. The original is not attached as `cause`: axios errors carry the
  * request config, Authorization header included.
  */
-function twilioError(err: unknown): Error {
+function twilioError(twilio: Twilio, err: unknown): Error {
   if (err instanceof Error && err.name === 'AbortError') return err;
   if (err instanceof twilio.RestException) {
     const code = err.code !== undefined ? ` code ${err.code}` : '';
