@@ -23,6 +23,13 @@ export interface WorkerConfig {
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   /** Serve Prometheus metrics on this port (GET /metrics); none when unset. */
   metricsPort?: number;
+  /**
+   * Run this many worker processes under a supervisor (the CLI process), which replaces
+   * any that dies; unset: one worker, in the CLI process itself.
+   */
+  processes?: number;
+  /** With `processes`: started processes kept waiting to replace a dead one at once (default 1). */
+  spares?: number;
 }
 
 interface Setting {
@@ -120,6 +127,20 @@ export const SETTINGS: Setting[] = [
     schema: int(1, 65535),
   },
   {
+    env: 'PROCESSES',
+    flag: 'processes',
+    key: 'processes',
+    help: 'run this many worker processes under a supervisor that replaces any that dies (default: one, in this process)',
+    schema: int(1, 64),
+  },
+  {
+    env: 'SPARES',
+    flag: 'spares',
+    key: 'spares',
+    help: 'with PROCESSES: processes started ahead, waiting to take over from a dead one at once (default 1)',
+    schema: int(0, 8),
+  },
+  {
     env: 'LOG_LEVEL',
     flag: 'log-level',
     key: 'logLevel',
@@ -207,6 +228,14 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv): WorkerConfig
   ) {
     problems.push(
       `HEARTBEAT_INTERVAL_MS (--heartbeat-interval-ms): must be at most half of LEASE_SECONDS (${config.leaseSeconds} s), got ${config.heartbeatIntervalMs}`,
+    );
+  }
+  if (config.spares !== undefined && config.processes === undefined) {
+    problems.push('SPARES (--spares): only means something with PROCESSES; set PROCESSES too, or drop SPARES');
+  }
+  if (config.metricsPort !== undefined && config.processes !== undefined && config.metricsPort + config.processes - 1 > 65535) {
+    problems.push(
+      `METRICS_PORT (--metrics-port): process i serves METRICS_PORT + i, and ${config.metricsPort} + ${config.processes - 1} is above 65535`,
     );
   }
   if (problems.length > 0) throw new ConfigError(problems);

@@ -52,4 +52,14 @@ export class ProcessorRegistry {
   taskTypes(): string[] {
     return [...this.#processors.keys()].sort();
   }
+
+  /** The task types a worker with these roles claims (null: all); throws for a role with no processor. */
+  claimable(roles: string[] | null): string[] {
+    const registered = this.taskTypes();
+    const unknown = (roles ?? []).filter((r) => !registered.includes(r));
+    if (unknown.length > 0) {
+      throw new Error(`no processor for role(s) ${unknown.join(', ')}; registered task types: ${registered.join(', ')}`);
+    }
+    return roles ?? registered;
+  }
 }

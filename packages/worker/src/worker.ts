@@ -68,12 +68,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     super();
     this.#options = options;
     this.#log = options.logger.child({ worker_id: options.workerId });
-    const registered = options.registry.taskTypes();
-    const unknown = (options.roles ?? []).filter((r) => !registered.includes(r));
-    if (unknown.length > 0) {
-      throw new Error(`no processor for role(s) ${unknown.join(', ')}; registered task types: ${registered.join(', ')}`);
-    }
-    this.#taskTypes = options.roles ?? registered;
+    this.#taskTypes = options.registry.claimable(options.roles);
     this.pool = new pg.Pool({
       connectionString: options.databaseUrl,
       // Every running task may hold a connection; the loop and the heartbeat need one each.

@@ -6,57 +6,53 @@
  *          completion's transaction
  *   crash  kills its own process with SIGKILL (a poison task)
  *   oom    allocates until the heap is exhausted (run with --max-old-space-size)
- * SIGTERM / SIGINT: graceful stop, exit 0.
+ * It runs through the worker's command line (runWorkerMain), so PROCESSES=N supervises N
+ * such processes. SIGTERM / SIGINT: graceful stop, exit 0.
  */
 import { providersFromEnv } from '@org/providers';
 import { runFunction, withTransaction } from '@org/queue-client';
-import { createLogger, defaultRegistry, finish, loadConfig, recordCompletion, Worker } from '@org/worker';
+import { defaultRegistry, finish, recordCompletion, runWorkerMain, type Logger } from '@org/worker';
 
-const config = loadConfig(process.argv.slice(2), process.env);
-if (config === 'help') process.exit(0);
-const logger = createLogger(config.logLevel);
-const registry = defaultRegistry(providersFromEnv(process.env, logger))
-  .register('slow', {
-    name: 'slow',
-    async process({ task, pool, signal }) {
-      const ms = Number(task.payload.ms ?? 1000);
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, ms);
-        signal.addEventListener('abort', () => (clearTimeout(timer), resolve()), { once: true });
-      });
-      if (signal.aborted) return finish(pool, task, { outcome: 'failed', error: 'aborted' });
-      if (task.payload.fail) return finish(pool, task, { outcome: 'failed', error: 'slow task failed on purpose' });
-      if (task.payload.record) {
-        return withTransaction(pool, async (tx) => {
-          await runFunction(tx, 'chaos.record', task.payload);
-          return recordCompletion(tx, task, { outcome: 'succeeded' });
+const registry = (logger: Logger) =>
+  defaultRegistry(providersFromEnv(process.env, logger))
+    .register('slow', {
+      name: 'slow',
+      async process({ task, pool, signal }) {
+        const ms = Number(task.payload.ms ?? 1000);
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, ms);
+          signal.addEventListener('abort', () => (clearTimeout(timer), resolve()), { once: true });
         });
-      }
-      return finish(pool, task, { outcome: 'succeeded' });
-    },
-  })
-  .register('crash', {
-    name: 'crash',
-    async process() {
-      process.kill(process.pid, 'SIGKILL');
-      return new Promise(() => {});
-    },
-  })
-  .register('oom', {
-    name: 'oom',
-    async process() {
-      const hog: number[][] = [];
-      for (;;) hog.push(new Array(250_000).fill(Math.random()));
-    },
-  });
+        if (signal.aborted) return finish(pool, task, { outcome: 'failed', error: 'aborted' });
+        if (task.payload.fail) return finish(pool, task, { outcome: 'failed', error: 'slow task failed on purpose' });
+        if (task.payload.record) {
+          return withTransaction(pool, async (tx) => {
+            await runFunction(tx, 'chaos.record', task.payload);
+            return recordCompletion(tx, task, { outcome: 'succeeded' });
+          });
+        }
+        return finish(pool, task, { outcome: 'succeeded' });
+      },
+    })
+    .register('crash', {
+      name: 'crash',
+      async process() {
+        process.kill(process.pid, 'SIGKILL');
+        return new Promise(() => {});
+      },
+    })
+    .register('oom', {
+      name: 'oom',
+      async process() {
+        const hog: number[][] = [];
+        for (;;) hog.push(new Array(250_000).fill(Math.random()));
+      },
+    });
 
-const worker = new Worker({ ...config, registry, logger });
-let stopping = false;
-for (const signal of ['SIGTERM', 'SIGINT'] as const) {
-  process.on(signal, () => {
-    if (stopping) return;
-    stopping = true;
-    void worker.stop().then(() => process.exit(0));
-  });
-}
-await worker.start();
+runWorkerMain({ registry }).then(
+  (code) => process.exit(code),
+  (error: unknown) => {
+    process.stderr.write(`chaos worker crashed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.exit(1);
+  },
+);

@@ -1,40 +1,38 @@
-// A worker process for signal and crash tests: the real Worker and CLI configuration,
-// with test processors registered beside db_function:
+// A worker process for signal and crash tests: the worker's command line (runWorkerMain,
+// so PROCESSES=N supervises N of these), with test processors beside db_function:
 //   slow   waits payload.ms (default 1000) milliseconds, then completes
 //   crash  kills its own process with SIGKILL (a poison task)
-import { ProcessorRegistry, Worker, createLogger, dbFunctionProcessor, finish, loadConfig } from '@org/worker';
+// TEST_DIE_BEFORE_READY=1: a supervised child exits 1 before it is ready (a broken install).
+import { ProcessorRegistry, dbFunctionProcessor, finish, runWorkerMain } from '@org/worker';
 
-const config = loadConfig(process.argv.slice(2), process.env);
-const logger = createLogger(config.logLevel);
-const registry = new ProcessorRegistry()
-  .register('db_function', dbFunctionProcessor())
-  .register('slow', {
-    name: 'slow',
-    async process({ task, pool, signal }) {
-      const ms = Number(task.payload.ms ?? 1000);
-      await new Promise((resolve) => {
-        const timer = setTimeout(resolve, ms);
-        signal.addEventListener('abort', () => clearTimeout(timer) || resolve(undefined), { once: true });
-      });
-      return finish(pool, task, { outcome: signal.aborted ? 'failed' : 'succeeded', error: signal.aborted ? 'aborted' : undefined });
-    },
-  })
-  .register('crash', {
-    name: 'crash',
-    async process() {
-      process.kill(process.pid, 'SIGKILL');
-      await new Promise(() => {});
-    },
-  });
+if (process.env.TEST_DIE_BEFORE_READY === '1' && process.env.QUEUE_WORKER_SUPERVISED === '1') process.exit(1);
 
-const worker = new Worker({ ...config, registry, logger });
-await worker.start();
-let stopping = false;
-for (const signal of ['SIGTERM', 'SIGINT']) {
-  process.on(signal, async () => {
-    if (stopping) return;
-    stopping = true;
-    await worker.stop();
-    process.exit(0);
-  });
-}
+const registry = () =>
+  new ProcessorRegistry()
+    .register('db_function', dbFunctionProcessor())
+    .register('slow', {
+      name: 'slow',
+      async process({ task, pool, signal }) {
+        const ms = Number(task.payload.ms ?? 1000);
+        await new Promise((resolve) => {
+          const timer = setTimeout(resolve, ms);
+          signal.addEventListener('abort', () => clearTimeout(timer) || resolve(undefined), { once: true });
+        });
+        return finish(pool, task, { outcome: signal.aborted ? 'failed' : 'succeeded', error: signal.aborted ? 'aborted' : undefined });
+      },
+    })
+    .register('crash', {
+      name: 'crash',
+      async process() {
+        process.kill(process.pid, 'SIGKILL');
+        await new Promise(() => {});
+      },
+    });
+
+runWorkerMain({ registry }).then(
+  (code) => process.exit(code),
+  (error) => {
+    process.stderr.write(`test worker crashed: ${error?.stack ?? error}\n`);
+    process.exit(1);
+  },
+);

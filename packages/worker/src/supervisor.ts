@@ -1,0 +1,238 @@
+/**
+ * The process supervisor (PROCESSES=N): keeps N worker processes working, plus SPARES
+ * processes started ahead that wait with their modules loaded. When a worker process dies
+ * (a poison task that kills it or exhausts its heap, a bug), a waiting spare takes its
+ * place at once: the capacity lost to a crash is one IPC message rather than a process
+ * start-up (module loading and JIT warm-up, ~0.3 s of CPU). A new spare then starts in
+ * the background.
+ *
+ *   child -> supervisor   { type: 'ready' }     configuration read, processors loaded
+ *                         { type: 'started' }   the worker is claiming
+ *   supervisor -> child   { type: 'activate', workerId, slot }
+ *
+ * Children run the same script with QUEUE_WORKER_SUPERVISED=1 (see main.ts). Each working
+ * process holds a slot (0..N-1); its worker id is `<WORKER_ID>-<n>`, n counting the
+ * processes started, and it serves metrics on METRICS_PORT + slot.
+ *
+ * Restarts: a process that worked for a second or more is replaced at once. Consecutive
+ * processes that die within a second of starting work, or before they are ready, are
+ * replaced after 0.25 s, 0.5 s, ... up to 10 s; five in a row that die before ready
+ * stop the supervisor with exit code 1 (the installation is broken, restarting cannot
+ * help). A child that exits with code 2 found the configuration invalid: the supervisor
+ * stops and exits 2.
+ *
+ * stop(): SIGTERM to every child (each finishes or releases its tasks within its grace
+ * period), then resolves with 0 when every working child exited 0, else 1.
+ */
+import { fork, type ChildProcess } from 'node:child_process';
+import type { Logger } from './logger.js';
+
+export const SUPERVISED_ENV = 'QUEUE_WORKER_SUPERVISED';
+
+export type SupervisorMessage = { type: 'activate'; workerId: string; slot: number };
+export type ChildMessage = { type: 'ready' } | { type: 'started' };
+
+export interface SupervisorOptions {
+  /** The script each child runs (the CLI itself), with `args`. */
+  script: string;
+  args: string[];
+  env: NodeJS.ProcessEnv;
+  processes: number;
+  spares: number;
+  /** Worker ids are `<workerIdPrefix>-<n>`. */
+  workerIdPrefix: string;
+  logger: Logger;
+}
+
+interface Child {
+  n: number;
+  process: ChildProcess;
+  forkedAt: number;
+  readyAt?: number;
+  state: 'starting' | 'ready' | 'active' | 'exited';
+  slot?: number;
+  workerId?: string;
+  activatedAt?: number;
+}
+
+const FAST_DEATH_MS = 1000;
+const MAX_START_FAILURES = 5;
+
+export class ProcessSupervisor {
+  readonly #options: SupervisorOptions;
+  readonly #log: Logger;
+  readonly #children = new Set<Child>();
+  readonly #slots: (Child | undefined)[];
+  readonly #timers = new Set<NodeJS.Timeout>();
+  #count = 0;
+  #startFailures = 0;
+  #fastDeaths = 0;
+  #stopping = false;
+  #exitCode = 0;
+  #resolveDone!: (code: number) => void;
+  readonly #done = new Promise<number>((resolve) => (this.#resolveDone = resolve));
+
+  constructor(options: SupervisorOptions) {
+    this.#options = options;
+    this.#log = options.logger.child({ component: 'supervisor' });
+    this.#slots = new Array<Child | undefined>(options.processes).fill(undefined);
+  }
+
+  /** Starts the children; resolves with the exit code once stopped and every child has exited. */
+  run(): Promise<number> {
+    const { processes, spares } = this.#options;
+    this.#log.info({ event: 'supervisor_started', processes, spares }, `supervising ${processes} worker process(es) and ${spares} spare(s)`);
+    this.#fill(0);
+    return this.#done;
+  }
+
+  /** Graceful stop of every child (SIGTERM); later calls only log. */
+  stop(reason: string): void {
+    if (this.#stopping) {
+      this.#log.warn({ event: 'signal', reason }, `${reason}: already stopping`);
+      return;
+    }
+    this.#stopping = true;
+    this.#log.info({ event: 'supervisor_stopping', reason, children: this.#children.size }, `${reason}: stopping every worker process`);
+    for (const timer of this.#timers) clearTimeout(timer);
+    this.#timers.clear();
+    for (const child of this.#children) child.process.kill('SIGTERM');
+    this.#settleIfDone();
+  }
+
+  /** Pids of the working processes by slot, and of the others (for tests and operators). */
+  pids(): { active: (number | undefined)[]; waiting: number[] } {
+    return {
+      active: this.#slots.map((c) => c?.process.pid),
+      waiting: [...this.#children].filter((c) => c.state !== 'active').flatMap((c) => (c.process.pid ? [c.process.pid] : [])),
+    };
+  }
+
+  #pending(): number {
+    return this.#children.size + this.#timers.size;
+  }
+
+  /** Forks children until working + waiting + scheduled = processes + spares. */
+  #fill(delayMs: number): void {
+    const missing = this.#options.processes + this.#options.spares - this.#pending();
+    for (let i = 0; i < missing; i++) {
+      if (delayMs === 0) {
+        this.#fork();
+        continue;
+      }
+      const timer = setTimeout(() => {
+        this.#timers.delete(timer);
+        if (!this.#stopping) this.#fork();
+      }, delayMs);
+      this.#timers.add(timer);
+    }
+  }
+
+  #fork(): void {
+    const n = ++this.#count;
+    const child: Child = {
+      n,
+      forkedAt: Date.now(),
+      state: 'starting',
+      process: fork(this.#options.script, this.#options.args, { env: this.#options.env, stdio: 'inherit' }),
+    };
+    this.#children.add(child);
+    child.process.on('message', (message: ChildMessage) => this.#onMessage(child, message));
+    child.process.on('exit', (code, signal) => this.#onExit(child, code, signal));
+    child.process.on('error', (error) => {
+      this.#log.error({ event: 'child_error', n, err: error.message }, `worker process ${n}: ${error.message}`);
+      // A fork that failed (EAGAIN, ENOMEM) emits no 'exit'.
+      if (child.process.pid === undefined) this.#onExit(child, null, null);
+    });
+  }
+
+  #onMessage(child: Child, message: ChildMessage): void {
+    if (message?.type === 'ready' && child.state === 'starting') {
+      child.state = 'ready';
+      child.readyAt = Date.now();
+      this.#startFailures = 0;
+      this.#log.debug({ event: 'child_ready', pid: child.process.pid, start_ms: child.readyAt - child.forkedAt }, 'worker process ready');
+      this.#assign();
+    } else if (message?.type === 'started' && child.state === 'active') {
+      this.#log.info(
+        { event: 'child_started', pid: child.process.pid, slot: child.slot, worker_id: child.workerId, waited_ms: child.activatedAt! - child.readyAt! },
+        `worker process ${child.workerId} working in slot ${child.slot}`,
+      );
+    }
+  }
+
+  /** Gives every free slot to a ready child, the longest waiting first. */
+  #assign(): void {
+    if (this.#stopping) return;
+    for (let slot = 0; slot < this.#slots.length; slot++) {
+      if (this.#slots[slot]) continue;
+      const ready = [...this.#children].find((c) => c.state === 'ready');
+      if (!ready) return;
+      ready.state = 'active';
+      ready.slot = slot;
+      ready.workerId = `${this.#options.workerIdPrefix}-${ready.n}`;
+      ready.activatedAt = Date.now();
+      this.#slots[slot] = ready;
+      const message: SupervisorMessage = { type: 'activate', workerId: ready.workerId, slot };
+      ready.process.send(message);
+    }
+  }
+
+  #onExit(child: Child, code: number | null, signal: NodeJS.Signals | null): void {
+    if (child.state === 'exited') return;
+    const was = child.state;
+    child.state = 'exited';
+    this.#children.delete(child);
+    if (child.slot !== undefined && this.#slots[child.slot] === child) this.#slots[child.slot] = undefined;
+    const now = Date.now();
+    const fields = {
+      event: 'child_exited',
+      pid: child.process.pid,
+      worker_id: child.workerId,
+      slot: child.slot,
+      state: was,
+      code,
+      signal,
+      lived_ms: now - child.forkedAt,
+    };
+
+    if (this.#stopping) {
+      if (was === 'active' && code !== 0 && this.#exitCode === 0) this.#exitCode = 1;
+      this.#log.info(fields, `worker process ${child.workerId ?? child.n} exited (${signal ?? code})`);
+      this.#settleIfDone();
+      return;
+    }
+    if (code === 2) {
+      this.#log.fatal(fields, 'a worker process found the configuration invalid; stopping');
+      this.#exitCode = 2;
+      this.stop('invalid configuration');
+      return;
+    }
+    this.#log.error(fields, `worker process ${child.workerId ?? child.n} died (${signal ?? `exit code ${code}`}); replacing it`);
+    if (was === 'starting') {
+      this.#startFailures++;
+      if (this.#startFailures >= MAX_START_FAILURES) {
+        this.#log.fatal({ event: 'supervisor_giving_up', failures: this.#startFailures }, `${this.#startFailures} worker processes in a row died before they were ready; stopping`);
+        this.#exitCode = 1;
+        this.stop('worker processes cannot start');
+        return;
+      }
+    }
+    if (was === 'active') {
+      this.#fastDeaths = now - child.activatedAt! < FAST_DEATH_MS ? this.#fastDeaths + 1 : 0;
+    }
+    // A waiting spare takes the free slot now; its replacement starts in the background.
+    this.#assign();
+    const failures = Math.max(this.#fastDeaths, this.#startFailures);
+    const delayMs = failures === 0 ? 0 : Math.min(250 * 2 ** (failures - 1), 10_000);
+    if (delayMs > 0) this.#log.warn({ event: 'restart_delayed', delay_ms: delayMs, failures }, `restarting in ${delayMs} ms`);
+    this.#fill(delayMs);
+  }
+
+  #settleIfDone(): void {
+    if (this.#stopping && this.#children.size === 0) {
+      this.#log.info({ event: 'supervisor_stopped', exit_code: this.#exitCode }, 'every worker process has stopped');
+      this.#resolveDone(this.#exitCode);
+    }
+  }
+}
