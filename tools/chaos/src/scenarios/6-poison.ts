@@ -79,6 +79,22 @@ async function phase(db: ChaosDb, n: number, poison: boolean, tag: string, mode:
   return { seconds, rate: n / seconds, done, abandoned, deaths, poisonFacts, tally, stoppedCleanly };
 }
 
+type Phase = Awaited<ReturnType<typeof phase>>;
+
+/** `pairs` times a baseline phase then a poison phase; the drop of each pair. */
+async function measure(db: ChaosDb, n: number, pairs: number, mode: Mode, log: (line: string) => void) {
+  const runs: { base: Phase; hit: Phase; drop: number }[] = [];
+  for (let i = 0; i < pairs; i++) {
+    const base = await phase(db, n, false, `s6${mode[0]}b${i}${Date.now().toString(36)}`, mode);
+    const hit = await phase(db, n, true, `s6${mode[0]}p${i}${Date.now().toString(36)}`, mode);
+    const drop = 1 - hit.rate / base.rate;
+    log(`  ${mode}: ${round(base.rate)} -> ${round(hit.rate)} tasks/s, drop ${round(drop * 100)}%, ${hit.deaths} deaths`);
+    runs.push({ base, hit, drop });
+  }
+  const drops = runs.map((x) => x.drop).sort((a, b) => a - b);
+  return { runs, median: drops[Math.floor(drops.length / 2)]! };
+}
+
 export const scenario: Scenario = {
   id: 6,
   name: 'poison',
@@ -87,45 +103,43 @@ export const scenario: Scenario = {
   async run({ db, quick, log }) {
     const r = new Report();
     const n = quick ? 1500 : 4000;
-    const base = await phase(db, n, false, `s6b${Date.now().toString(36)}`, 'supervised');
-    log(`  supervised: baseline ${round(base.rate)} tasks/s`);
-    const hit = await phase(db, n, true, `s6p${Date.now().toString(36)}`, 'supervised');
-    const drop = 1 - hit.rate / base.rate;
-    log(`  supervised: with poison ${round(hit.rate)} tasks/s`);
-    const plainBase = await phase(db, n, false, `s6rb${Date.now().toString(36)}`, 'restarted');
-    const plainHit = await phase(db, n, true, `s6rp${Date.now().toString(36)}`, 'restarted');
-    const plainDrop = 1 - plainHit.rate / plainBase.rate;
+    // Each pair is a few seconds of poison in a 13 s phase on a shared machine: a stall of
+    // the machine in either phase moves one pair's drop by several points. The median of
+    // three pairs is the figure (one pair with --quick).
+    const pairs = quick ? 1 : 3;
+    const supervised = await measure(db, n, pairs, 'supervised', log);
+    const restarted = await measure(db, n, pairs, 'restarted', log);
+    const pct = (d: number) => round(d * 100);
     r.figure('normal tasks per phase', n);
     r.figure('MAX_LEASES', MAX_LEASES);
-    r.figure('supervised: baseline throughput (tasks/s)', round(base.rate));
-    r.figure('supervised: throughput with poison tasks (tasks/s)', round(hit.rate));
-    r.figure('supervised: throughput drop (%)', round(drop * 100));
-    r.figure('supervised: worker process deaths', hit.deaths);
-    for (const p of hit.poisonFacts) r.figure(`supervised: ${p.task_type}: leases before abandonment`, p.leases);
-    r.figure('restart loop: baseline throughput (tasks/s)', round(plainBase.rate));
-    r.figure('restart loop: throughput with poison tasks (tasks/s)', round(plainHit.rate));
-    r.figure('restart loop: throughput drop (%)', round(plainDrop * 100));
-    r.figure('restart loop: worker deaths', plainHit.deaths);
-    const phases = { base, hit, plainBase, plainHit };
-    r.check('every normal task completed in every phase', Object.values(phases).every((p) => p.done && p.tally.open === 0));
-    r.equal(
-      'normal tasks all succeeded',
-      Object.values(phases).map((p) => p.tally.succeeded),
-      Object.values(phases).map(() => n),
-    );
-    for (const [mode, p] of [['supervised', hit], ['restart loop', plainHit]] as const) {
-      r.check(`${mode}: both poison tasks abandoned`, p.abandoned, JSON.stringify(p.poisonFacts));
+    r.figure('pairs of phases per mode', pairs);
+    for (const [label, m] of [['supervised', supervised], ['restart loop', restarted]] as const) {
+      r.figure(`${label}: throughput, baseline -> with poison (tasks/s)`, m.runs.map((x) => `${round(x.base.rate)} -> ${round(x.hit.rate)}`).join('; '));
+      r.figure(`${label}: throughput drop per pair (%)`, m.runs.map((x) => pct(x.drop)).join('; '));
+      r.figure(`${label}: throughput drop, median (%)`, pct(m.median));
+      r.figure(`${label}: worker deaths per poison phase`, m.runs.map((x) => x.hit.deaths).join('; '));
+    }
+    const phases = [...supervised.runs, ...restarted.runs].flatMap((x) => [x.base, x.hit]);
+    const hits = { supervised: supervised.runs.map((x) => x.hit), 'restart loop': restarted.runs.map((x) => x.hit) };
+    r.check('every normal task completed in every phase', phases.every((p) => p.done && p.tally.open === 0));
+    r.equal('normal tasks all succeeded', phases.map((p) => p.tally.succeeded), phases.map(() => n));
+    for (const [mode, ps] of Object.entries(hits)) {
+      r.check(`${mode}: both poison tasks abandoned`, ps.every((p) => p.abandoned), JSON.stringify(ps.map((p) => p.poisonFacts)));
       r.check(
         `${mode}: abandoned after ${MAX_LEASES} leases, with an error`,
-        p.poisonFacts.length === 2 && p.poisonFacts.every((f) => f.outcome === 'abandoned' && f.leases === MAX_LEASES && /abandoned: 3 leases expired/.test(String(f.errors?.[0]))),
-        JSON.stringify(p.poisonFacts),
+        ps.every((p) => p.poisonFacts.length === 2 && p.poisonFacts.every((f) => f.outcome === 'abandoned' && f.leases === MAX_LEASES && /abandoned: 3 leases expired/.test(String(f.errors?.[0])))),
+        JSON.stringify(ps.map((p) => p.poisonFacts)),
       );
       // One death per poison lease; a process that claimed both poison tasks dies once for two.
-      r.check(`${mode}: the workers died only of the poison (MAX_LEASES <= deaths <= 2 × MAX_LEASES)`, p.deaths >= MAX_LEASES && p.deaths <= 2 * MAX_LEASES, `${p.deaths}`);
+      r.check(
+        `${mode}: the workers died only of the poison (MAX_LEASES <= deaths <= 2 × MAX_LEASES)`,
+        ps.every((p) => p.deaths >= MAX_LEASES && p.deaths <= 2 * MAX_LEASES),
+        ps.map((p) => p.deaths).join(', '),
+      );
     }
-    r.check('supervised: no death without poison', base.deaths === 0, `${base.deaths}`);
-    r.check('supervisor and its workers stopped with exit 0', base.stoppedCleanly && hit.stoppedCleanly);
-    r.check('supervised: other tasks\' throughput dropped by less than 10%', drop < 0.1, `${round(drop * 100)}%`);
+    r.check('supervised: no death without poison', supervised.runs.every((x) => x.base.deaths === 0));
+    r.check('supervisor and its workers stopped with exit 0', supervised.runs.every((x) => x.base.stoppedCleanly && x.hit.stoppedCleanly));
+    r.check('supervised: other tasks\' throughput dropped by less than 10% (median)', supervised.median < 0.1, `${pct(supervised.median)}%`);
     return r.result();
   },
 };

@@ -1,5 +1,6 @@
 // 9. Soak at about 70% of the measured peak: RSS and errors flat, no deadlocks, table
 // and index growth per million tasks.
+import { readFileSync } from 'node:fs';
 import { lastTaskId, one, openDue, Report, round, sleep, taskTally, waitFor, type ChaosDb, type Scenario } from '../harness.js';
 import { killAll, logLines, rssKb, startWorker, stopWorker, type WorkerProcess } from '../workers.js';
 
@@ -12,6 +13,17 @@ const relSizes = async (db: ChaosDb) =>
       )
     ).rows.map((x) => [x.rel as string, { t: Number(x.t), i: Number(x.i) }]),
   ) as Record<string, { t: number; i: number }>;
+
+/** Microseconds stalled so far from /proc/pressure (`full` for io, `some` for cpu); 0 when unavailable. */
+function pressureUs(resource: 'io' | 'cpu'): number {
+  try {
+    const text = readFileSync(`/proc/pressure/${resource}`, 'utf8');
+    const m = new RegExp(`^${resource === 'io' ? 'full' : 'some'} .*total=(\\d+)`, 'm').exec(text);
+    return m ? Number(m[1]) : 0;
+  } catch {
+    return 0;
+  }
+}
 
 async function enqueueNoops(db: ChaosDb, n: number) {
   const batch = JSON.stringify(Array.from({ length: n }, () => ({ task_type: 'db_function', payload: { db_function: 'internal.noop' } })));
@@ -44,7 +56,13 @@ export const scenario: Scenario = {
       const deadlocks0 = Number((await one(db, 'select deadlocks from pg_stat_database where datname = current_database()')).deadlocks);
       const sizes0 = await relSizes(db);
       const errors0 = Number((await one(db, 'select count(*) as n from queues.error')).n);
-      const samples: { at: number; rss: number; backlog: number; errors: number }[] = [];
+      // Per sample (10 s): RSS, backlog, errors, tasks completed, the machine's stalls
+      // (/proc/pressure: io full, cpu some), and what the worker role's active backends
+      // were waiting on (sampled every tick), to tell a slow interval's cause.
+      const samples: { at: number; ms: number; rss: number; backlog: number; errors: number; done: number; ioStall: number; cpuStall: number; waits: Record<string, number> }[] = [];
+      let enqueued = 0;
+      let last = { at: 0, enqueued: 0, backlog: 0, io: pressureUs('io'), cpu: pressureUs('cpu') };
+      let waits: Record<string, number> = {};
       const start = Date.now();
       let owed = 0;
       let nextSample = start;
@@ -54,11 +72,38 @@ export const scenario: Scenario = {
         const n = Math.floor(owed);
         owed -= n;
         if (n > 0) await enqueueNoops(db, n);
+        enqueued += n;
+        for (const w of (
+          // As the superuser: other roles' sessions show no state to the owner.
+          await db.pool('root').query(
+            `select coalesce(wait_event_type || ':' || wait_event, 'running') as w, count(*)::int as n
+               from pg_stat_activity where usename = $1 and state = 'active' group by 1`,
+            [db.roles.worker],
+          )
+        ).rows) {
+          waits[w.w] = (waits[w.w] ?? 0) + w.n;
+        }
         if (tick >= nextSample) {
           nextSample += quick ? 3000 : 10_000;
+          const at = tick - start;
           const backlog = await openDue(db, fromId);
           const errors = Number((await one(db, 'select count(*) as n from queues.error')).n) - errors0;
-          samples.push({ at: tick - start, rss: workers.reduce((s, w) => s + rssKb(w.pid), 0), backlog, errors });
+          const io = pressureUs('io');
+          const cpu = pressureUs('cpu');
+          const ms = Math.max(1, at - last.at);
+          samples.push({
+            at,
+            ms,
+            rss: workers.reduce((s, w) => s + rssKb(w.pid), 0),
+            backlog,
+            errors,
+            done: enqueued - last.enqueued - (backlog - last.backlog),
+            ioStall: (io - last.io) / 1000 / ms,
+            cpuStall: (cpu - last.cpu) / 1000 / ms,
+            waits,
+          });
+          last = { at, enqueued, backlog, io, cpu };
+          waits = {};
         }
         await sleep(Math.max(0, 250 - (Date.now() - tick)));
       }
@@ -92,6 +137,16 @@ export const scenario: Scenario = {
       r.figure('soak duration (s)', round(elapsed, 0));
       r.figure('tasks during the soak', tally.total);
       r.figure('backlog max (tasks)', Math.max(0, ...samples.map((s) => s.backlog)));
+      // The slowest interval after the first, and what the machine and the backends did then.
+      const slowest = samples.slice(1).reduce<(typeof samples)[number] | undefined>((a, b) => (!a || b.done / b.ms < a.done / a.ms ? b : a), undefined);
+      if (slowest) {
+        const topWaits = Object.entries(slowest.waits).sort((a, b) => b[1] - a[1]).slice(0, 4).map(([w, c]) => `${w} ${c}`).join(', ');
+        r.figure(
+          'slowest interval (tasks/s completed; io and cpu stall % from /proc/pressure; worker backends by wait)',
+          `${round((slowest.done * 1000) / slowest.ms)} tasks/s at ${round(slowest.at / 1000, 0)} s; io ${round(slowest.ioStall * 100)}%, cpu ${round(slowest.cpuStall * 100)}%; ${topWaits || 'no active backend sampled'}`,
+        );
+      }
+      r.figure('io stall, max over intervals (% of time, /proc/pressure/io full)', round(Math.max(0, ...samples.map((s) => s.ioStall)) * 100));
       r.figure('worker RSS first third (MB, both workers)', round(rssFirst / 1024));
       r.figure('worker RSS last third (MB, both workers)', round(rssLast / 1024));
       r.figure('error rows during the soak', samples.at(-1)?.errors ?? 0);
