@@ -317,6 +317,15 @@ describe('claim semantics', () => {
 });
 
 describe('history', () => {
+  it('the claim table is vacuumed on a fixed number of dead rows, unthrottled', async () => {
+    const { rows } = await db.query(`select reloptions from pg_class where oid = 'queues.task_pending'::regclass`);
+    expect(rows[0].reloptions).toEqual(
+      expect.arrayContaining(['autovacuum_vacuum_scale_factor=0', 'autovacuum_vacuum_threshold=1000', 'autovacuum_vacuum_cost_delay=0']),
+    );
+    // The server the tests run on visits each database every 10 s (docs/operations.md).
+    expect((await db.query(`select current_setting('autovacuum_naptime') as v`)).rows[0].v).toBe('10s');
+  });
+
   it('with 200,000 completed tasks, a claim touches no completed rows and about the same buffers', async () => {
     await resetQueue();
     const root = await db.client('root');

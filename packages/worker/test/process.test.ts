@@ -187,7 +187,7 @@ describe('configuration', () => {
   it('--help lists every setting and exits 0', async () => {
     const { code, output } = await run({}, ['--help']);
     expect(code).toBe(0);
-    for (const name of ['DATABASE_URL', 'WORKER_ROLE', 'WORKER_ID', 'CONCURRENCY', 'POLL_INTERVAL_MS', 'HEARTBEAT_INTERVAL_MS', 'LEASE_SECONDS', 'SHUTDOWN_GRACE_MS', 'LOG_LEVEL', 'MAX_LEASES', 'METRICS_PORT']) {
+    for (const name of ['DATABASE_URL', 'WORKER_ROLE', 'WORKER_ID', 'CONCURRENCY', 'POLL_INTERVAL_MS', 'HEARTBEAT_INTERVAL_MS', 'LEASE_SECONDS', 'SHUTDOWN_GRACE_MS', 'LOG_LEVEL', 'MAX_LEASES', 'METRICS_PORT', 'PREFETCH', 'PROCESSES', 'SPARES']) {
       expect(output).toContain(name);
     }
   });

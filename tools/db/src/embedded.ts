@@ -89,7 +89,8 @@ export async function startEmbedded(options: {
     authMethod: 'scram-sha-256',
     persistent: true,
     createPostgresUser: true,
-    postgresFlags: ['-c', 'listen_addresses=127.0.0.1'],
+    // autovacuum_naptime: the queue's claim table churns; see docs/operations.md.
+    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'autovacuum_naptime=10s'],
     onLog: (message) => log(String(message).trimEnd()),
     onError: (message) => log(String(message instanceof Error ? message.message : message).trimEnd()),
   });
