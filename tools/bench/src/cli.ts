@@ -3,8 +3,8 @@
  * npm run bench [-- --quick] [--trials N] [--systems ours,graphile-worker,pg-boss]
  *                [--workloads drain,latency,...] [--out FILE] [--json FILE] [--no-write]
  *
- * Starts one embedded PostgreSQL (default settings, durability on) in .data/bench-<pid>,
- * migrates a template database of our schema, runs the workloads (see harness.ts), writes
+ * Starts one embedded PostgreSQL (default settings, durability on, autovacuum_naptime 10s) in
+ * .data/bench-<pid>, migrates a template database of our schema, runs the workloads (see harness.ts), writes
  * BENCHMARKS.md at the repo root and a JSON copy of every value, then destroys the server.
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';

@@ -603,7 +603,7 @@ export async function runBench(server: BenchServer, options: BenchOptions): Prom
 
   const info = await withClient(server.rootUrl, async (c) => {
     const version = (await c.query<{ v: string }>(`select current_setting('server_version') as v`)).rows[0]!.v;
-    const names = ['shared_buffers', 'synchronous_commit', 'fsync', 'full_page_writes', 'wal_level', 'max_wal_size', 'checkpoint_timeout', 'max_connections', 'work_mem', 'autovacuum'];
+    const names = ['shared_buffers', 'synchronous_commit', 'fsync', 'full_page_writes', 'wal_level', 'max_wal_size', 'checkpoint_timeout', 'max_connections', 'work_mem', 'autovacuum', 'autovacuum_naptime'];
     const { rows } = await c.query<{ name: string; setting: string; unit: string | null }>(
       `select name, setting, unit from pg_settings where name = any($1)`,
       [names],

