@@ -100,14 +100,6 @@ export class ProcessSupervisor {
     this.#settleIfDone();
   }
 
-  /** Pids of the working processes by slot, and of the others (for tests and operators). */
-  pids(): { active: (number | undefined)[]; waiting: number[] } {
-    return {
-      active: this.#slots.map((c) => c?.process.pid),
-      waiting: [...this.#children].filter((c) => c.state !== 'active').flatMap((c) => (c.process.pid ? [c.process.pid] : [])),
-    };
-  }
-
   #pending(): number {
     return this.#children.size + this.#timers.size;
   }
