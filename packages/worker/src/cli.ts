@@ -4,13 +4,7 @@
 // credentials are set), SIGTERM/SIGINT for a graceful stop, PROCESSES=N for a supervisor
 // of N worker processes. Exit codes: 0 stopped cleanly, 1 crashed, 2 bad configuration.
 import { providersFromEnv } from '@org/providers';
-import { runWorkerMain } from './main.js';
+import { runWorkerCli } from './main.js';
 import { defaultRegistry } from './registry.js';
 
-runWorkerMain({ registry: (logger) => defaultRegistry(providersFromEnv(process.env, logger)) }).then(
-  (code) => process.exit(code),
-  (error: unknown) => {
-    process.stderr.write(`queue-worker crashed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-    process.exit(1);
-  },
-);
+runWorkerCli({ registry: (logger) => defaultRegistry(providersFromEnv(process.env, logger)) });

@@ -8,5 +8,5 @@ export { HandlerInvoker } from './handler-invoker.js';
 export { LeaseLostError, finish, recordCompletion, isTransient } from './completion.js';
 export { defaultRegistry } from './registry.js';
 export { Worker, type WorkerOptions } from './worker.js';
-export { runWorkerMain, type WorkerMainOptions } from './main.js';
+export { runWorkerCli, runWorkerMain, type WorkerMainOptions } from './main.js';
 export { ProcessSupervisor, type SupervisorOptions } from './supervisor.js';

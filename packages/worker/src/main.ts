@@ -46,6 +46,17 @@ export async function runWorkerMain(options: WorkerMainOptions): Promise<number>
   return runSingle(config, logger, options);
 }
 
+/** Runs the command line, then exits the process with its code (1, with the stack, if it throws). */
+export function runWorkerCli(options: WorkerMainOptions, name = 'queue-worker'): void {
+  runWorkerMain(options).then(
+    (code) => process.exit(code),
+    (error: unknown) => {
+      process.stderr.write(`${name} crashed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+      process.exit(1);
+    },
+  );
+}
+
 /**
  * Resolves on the first SIGTERM / SIGINT, or when the parent holding our IPC channel goes
  * away (`npm start`, the supervisor), rather than living on as an orphan.

@@ -6,12 +6,12 @@
  *          completion's transaction
  *   crash  kills its own process with SIGKILL (a poison task)
  *   oom    allocates until the heap is exhausted (run with --max-old-space-size)
- * It runs through the worker's command line (runWorkerMain), so PROCESSES=N supervises N
+ * It runs through the worker's command line (runWorkerCli), so PROCESSES=N supervises N
  * such processes. SIGTERM / SIGINT: graceful stop, exit 0.
  */
 import { providersFromEnv } from '@org/providers';
 import { runFunction, withTransaction } from '@org/queue-client';
-import { defaultRegistry, finish, recordCompletion, runWorkerMain, type Logger } from '@org/worker';
+import { defaultRegistry, finish, recordCompletion, runWorkerCli, type Logger } from '@org/worker';
 
 const registry = (logger: Logger) =>
   defaultRegistry(providersFromEnv(process.env, logger))
@@ -49,10 +49,4 @@ const registry = (logger: Logger) =>
       },
     });
 
-runWorkerMain({ registry }).then(
-  (code) => process.exit(code),
-  (error: unknown) => {
-    process.stderr.write(`chaos worker crashed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-    process.exit(1);
-  },
-);
+runWorkerCli({ registry }, 'chaos worker');

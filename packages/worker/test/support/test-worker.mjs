@@ -1,9 +1,9 @@
-// A worker process for signal and crash tests: the worker's command line (runWorkerMain,
+// A worker process for signal and crash tests: the worker's command line (runWorkerCli,
 // so PROCESSES=N supervises N of these), with test processors beside db_function:
 //   slow   waits payload.ms (default 1000) milliseconds, then completes
 //   crash  kills its own process with SIGKILL (a poison task)
 // TEST_DIE_BEFORE_READY=1: a supervised child exits 1 before it is ready (a broken install).
-import { ProcessorRegistry, dbFunctionProcessor, finish, runWorkerMain } from '@org/worker';
+import { ProcessorRegistry, dbFunctionProcessor, finish, runWorkerCli } from '@org/worker';
 
 if (process.env.TEST_DIE_BEFORE_READY === '1' && process.env.QUEUE_WORKER_SUPERVISED === '1') process.exit(1);
 
@@ -29,10 +29,4 @@ const registry = () =>
       },
     });
 
-runWorkerMain({ registry }).then(
-  (code) => process.exit(code),
-  (error) => {
-    process.stderr.write(`test worker crashed: ${error?.stack ?? error}\n`);
-    process.exit(1);
-  },
-);
+runWorkerCli({ registry }, 'test worker');
