@@ -73,3 +73,16 @@ export function isBlankSql(sql: string): boolean {
       .trim() === ''
   );
 }
+
+/** Every migration of `settings.migrationsFolder` in the order a dev database gets them: committed, then current. */
+export async function compiledMigrations(settings: Settings): Promise<{ name: string; sql: string; noTransaction: boolean }[]> {
+  const folder = settings.migrationsFolder ?? 'migrations';
+  const files = [...committedMigrations(folder), ...currentMigrationFiles(folder)];
+  return Promise.all(
+    files.map(async (file) => ({
+      name: file.name,
+      sql: await compileMigration(settings, file),
+      noTransaction: /^--! no-transaction\b/m.test(file.text),
+    })),
+  );
+}
