@@ -32,7 +32,7 @@ export function sqlFiles(sqlDir: string): SqlFile[] {
   walk(sqlDir);
   return found
     .map((path) => ({ name: relative(sqlDir, path), text: readFileSync(path, 'utf8') }))
-    .filter((file) => !file.text.split('\n').some((line) => line.trim() === NOT_MIGRATED_MARKER))
+    .filter((file) => !file.text.split('\n').some((line) => line.startsWith(NOT_MIGRATED_MARKER)))
     .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
 }
 
