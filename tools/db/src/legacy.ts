@@ -21,6 +21,11 @@ export const LEGACY_HISTORY: ReadonlyArray<{ filename: string; hash: string }> =
 
 export const BASELINE_FILENAME = '000001-baseline.sql';
 
+/** The name graphile-migrate records for a committed file: its number only (`000001.sql`). */
+export function recordedFilename(filename: string): string {
+  return `${filename.slice(0, 6)}.sql`;
+}
+
 /** graphile-migrate's advisory lock (pgReal.ts): no `migrate` runs while the history is rewritten. */
 const GRAPHILE_MIGRATE_LOCK = '4727445306447283';
 
@@ -70,7 +75,7 @@ export async function replaceLegacyHistory(settings: Settings, log: (line: strin
       }
       const complete =
         rows.length >= LEGACY_HISTORY.length &&
-        LEGACY_HISTORY.every((m, i) => rows[i]?.hash === m.hash && rows[i]?.filename === m.filename);
+        LEGACY_HISTORY.every((m, i) => rows[i]?.hash === m.hash && rows[i]?.filename === recordedFilename(m.filename));
       if (!complete || rows.length > LEGACY_HISTORY.length) {
         throw new Error(
           `graphile_migrate.migrations holds ${rows.map((r) => r.filename).join(', ')}: only a database with exactly the ` +
@@ -104,7 +109,7 @@ export async function replaceLegacyHistory(settings: Settings, log: (line: strin
       await client.query('delete from graphile_migrate.migrations where hash = any($1::text[])', [legacyHashes]);
       await client.query('insert into graphile_migrate.migrations (hash, previous_hash, filename) values ($1, null, $2)', [
         baseline.hash,
-        BASELINE_FILENAME,
+        recordedFilename(BASELINE_FILENAME),
       ]);
       await client.query('commit');
       log(`replaced the legacy history (${LEGACY_HISTORY.length} migrations) with ${BASELINE_FILENAME}; the schema matched`);
