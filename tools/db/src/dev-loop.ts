@@ -8,9 +8,9 @@ import { writeSchemaDump } from './schema-dump-file.js';
 
 export interface DevLoopOptions {
   settings: Settings;
-  /** The database the loop applies current.sql to and generates types from (owner). */
+  /** The database the loop applies the current migration to and generates types from (owner). */
   databaseUrl: string;
-  /** Folders holding SQL that current.sql may include (watched recursively). */
+  /** Folders holding SQL that the current migration may include (watched recursively). */
   sqlFolders: string[];
   /** Client packages (folders with pgtyped.json) to regenerate. */
   clientPackages: string[];

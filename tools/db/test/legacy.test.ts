@@ -104,7 +104,7 @@ describe('the baseline', () => {
 describe('a database migrated with the legacy history', () => {
   it("is moved onto the baseline by the project's migrate, keeps its tasks, and its queue still works", async () => {
     const db = await migratedWith(folderWith(legacyFiles()));
-    const owner = db.pool('owner');
+    const owner = await db.client('owner');
     const seeded = await seedQueue(owner);
     expect(Object.values(seeded.states).sort()).toEqual(
       ['dead-lettered', 'errored', 'heartbeated', 'pending', 'pending', 'released', 'scheduled', 'succeeded'].sort(),
