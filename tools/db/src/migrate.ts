@@ -1,6 +1,6 @@
 import { join } from 'node:path';
 import { Logger } from '@graphile/logger';
-import { readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import JSON5 from 'json5';
 import { migrate, watch, type Settings } from 'graphile-migrate';
 // Not re-exported by the package index; see migrateDatabase.
@@ -54,7 +54,15 @@ export async function migrateDatabase(
   try {
     await replaceLegacyHistory(settings, options.log);
     await migrate(settings);
-    if (options.current !== false) await watch(settings, true);
+    if (options.current !== false) {
+      // Without migrations/current/ (git keeps no empty folder) graphile-migrate would
+      // write migrations/current.sql, which cannot coexist with current/ files added later.
+      const folder = settings.migrationsFolder ?? 'migrations';
+      if (!existsSync(join(folder, 'current')) && !existsSync(join(folder, 'current.sql'))) {
+        mkdirSync(join(folder, 'current'));
+      }
+      await watch(settings, true);
+    }
   } finally {
     // graphile-migrate keeps each pool 200 ms after use, and exits the process if one of
     // its idle connections errors (say, the server stops): release them now.

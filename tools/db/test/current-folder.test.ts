@@ -1,7 +1,7 @@
-// migrations/current/ after the baseline: empty (a .gitkeep) is fine for migrate and the
+// migrations/current/ after the baseline: missing or empty (a .gitkeep) is fine for migrate and the
 // current-migration run, files added later (with includes and placeholders) are applied,
 // and `graphile-migrate commit` turns them into the next committed migration.
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { commit } from 'graphile-migrate';
@@ -24,12 +24,10 @@ afterAll(async () => {
 });
 
 describe('migrations/current/', () => {
-  it('may be empty, takes files added later, and commits them as the next migration', async () => {
+  it('may be missing or empty, takes files added later, and commits them as the next migration', async () => {
     cpSync(join(repoRoot(), 'migrations', 'committed'), join(folder, 'committed'), { recursive: true });
     cpSync(join(repoRoot(), 'migrations', 'afterReset.sql'), join(folder, 'afterReset.sql'));
     symlinkSync(join(repoRoot(), 'sql'), join(folder, 'fixtures'));
-    mkdirSync(join(folder, 'current'));
-    writeFileSync(join(folder, 'current', '.gitkeep'), '');
 
     db = await createTestDatabase({ empty: true });
     const ctx = inject('queueTestServer');
@@ -42,7 +40,13 @@ describe('migrations/current/', () => {
     });
     settings.migrationsFolder = folder;
 
+    // Missing: the folder is made, and no current.sql (which would clash with current/).
+    await migrateDatabase(settings);
+    expect(readdirSync(join(folder, 'current'))).toEqual([]);
+    expect(existsSync(join(folder, 'current.sql'))).toBe(false);
+
     // Empty: migrate and the current run work, and write nothing.
+    writeFileSync(join(folder, 'current', '.gitkeep'), '');
     await migrateDatabase(settings);
     expect(readdirSync(join(folder, 'current'))).toEqual(['.gitkeep']);
     expect(existsSync(join(folder, 'current.sql'))).toBe(false);
