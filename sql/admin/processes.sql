@@ -62,8 +62,6 @@ begin
 end;
 $$;
 
-drop function if exists admin.process_timeline(text, bigint);
-
 -- Every fact of one root, oldest first: started, supervisor_run, attempt,
 -- attempt_succeeded, attempt_failed, succeeded, failed. `detail` is the fact row as JSON
 -- without its keys and timestamp. An account deletion also shows its children: the
@@ -141,8 +139,6 @@ begin
   end if;
 end;
 $$;
-
-drop function if exists admin.list_process_roots(text, integer, bigint);
 
 -- Roots of one process newest first, _limit per page (default 50, at most 500), older
 -- than _before_root_id, with their status (succeeded, failed or running) and the root
