@@ -41,7 +41,8 @@ begin
        or exists (select 1 from queues.task_lease_release r where r.task_lease_id = _task_lease_id)
        or exists (select 1 from queues.task_lease_revocation v where v.task_lease_id = _task_lease_id) then
       raise exception 'lease % is no longer the current lease of task %', _task_lease_id, _task_id
-        using errcode = '55000', hint = 'Another worker claimed the task after this lease expired.';
+        using errcode = '55000', schema = 'queues', constraint = 'task_lease_current',
+              hint = 'Another worker claimed the task after this lease expired.';
     end if;
   end if;
   if length(_message) > queues.max_error_message_length() then
