@@ -8,14 +8,16 @@ alter table queues.worker add column if not exists heartbeat_interval_ms integer
   check (heartbeat_interval_ms between 1 and 86400000);
 
 -- Transient interruptions (a deadlock, a serialization failure, a lost connection) of a
--- task's lease: the lease ends there (a task_lease_release fact is appended too) and the
--- task runs again after a backoff. They count: after max_leases of them the task is
--- abandoned with its error.
+-- task's lease, with the error: the lease ends there (a task_lease_release fact is
+-- appended too) and the task runs again after a backoff. They are not task errors (no
+-- queues.error row) but they count: after max_leases of them the task is abandoned, with
+-- the last one's message as its error.
 create table if not exists queues.task_interruption (
   task_lease_id  bigint primary key references queues.task_lease on delete cascade,
   task_id        bigint not null references queues.task on delete cascade,
   interrupted_at timestamptz not null default now(),
-  retry_at       timestamptz not null
+  retry_at       timestamptz not null,
+  error_message  text not null
 );
 create index if not exists task_interruption_task_idx on queues.task_interruption (task_id);
 comment on table queues.task_interruption is 'Append-only: a lease ended by a transient error; the task runs again at retry_at.';

@@ -1,10 +1,11 @@
 -- queues.interrupt_task: a task's run was cut short by a transient error (a deadlock,
 -- a serialization failure, a lost connection): nothing of the run was recorded, and
--- the task should run again. Unlike a release, an interruption counts: the error is
--- recorded against the lease, the task runs again after a backoff (1 s, 2 s, 4 s, ...
--- times internal.backoff's backoff_scale), and the task whose runs keep being
--- interrupted is abandoned with its error after _max_interruptions (default 5), so a
--- step that always deadlocks ends as a dead letter instead of looping forever.
+-- the task should run again. Unlike a release, an interruption counts: it is recorded
+-- with its message (queues.task_interruption, not a task error), the task runs again
+-- after a backoff (1 s, 2 s, 4 s, ... times internal.backoff's backoff_scale), and the
+-- task whose runs keep being interrupted is abandoned with the last message as its error
+-- after _max_interruptions (default 5), so a step that always deadlocks ends as a dead
+-- letter instead of looping forever.
 --
 -- Fenced: only the task's current lease, while it holds the task's resource key, may
 -- interrupt. Returns
@@ -59,9 +60,6 @@ begin
     return 'lease_lost';
   end if;
 
-  insert into queues.error (task_id, task_lease_id, error_message)
-  values (_task_id, _task_lease_id, format('interrupted (transient error %s of %s): %s',
-                                          _pending.interrupted_count + 1, _max_interruptions, _message));
   delete from queues.resource_lease r
    where _pending.resource_key is not null and r.resource_key = _pending.resource_key and r.task_id = _task_id;
 
@@ -79,8 +77,8 @@ begin
   _retry_at := _now + internal.backoff(_pending.interrupted_count, 300) / 5;
   insert into queues.task_lease_release (task_lease_id, released_at) values (_task_lease_id, _now)
   on conflict do nothing;
-  insert into queues.task_interruption (task_lease_id, task_id, interrupted_at, retry_at)
-  values (_task_lease_id, _task_id, _now, _retry_at);
+  insert into queues.task_interruption (task_lease_id, task_id, interrupted_at, retry_at, error_message)
+  values (_task_lease_id, _task_id, _now, _retry_at, _message);
   -- Counted as a release (it is not an expired lease) and as an interruption.
   update queues.task_pending p
      set available_at = _retry_at,
