@@ -22,7 +22,7 @@ async function enqueue(maxAttempts: number | null = null, resourceKey: string | 
 }
 
 async function claimAt(seconds: number, worker = 'w'): Promise<{ task_id: string; task_lease_id: string }[]> {
-  const { rows } = await db.query(
+  const { rows } = await db.query<{ task_id: string; task_lease_id: string }>(
     `select task_id, task_lease_id from queues.claim_tasks_at(now() + make_interval(secs => $1), $2, 10, null, 60, 5)`,
     [seconds, worker],
   );
