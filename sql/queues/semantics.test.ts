@@ -97,6 +97,10 @@ describe('a fenced completion after someone else completed the task', () => {
     await expect(db.pool('worker').query('select queues.complete_task($1, $2)', [id, holder!.task_lease_id])).rejects.toMatchObject({
       code: '55000',
     });
+    // Nor may it record an error against the task someone else completed.
+    await expect(
+      db.pool('worker').query('select queues.fail_task($1, $2, $3)', [id, 'late', holder!.task_lease_id]),
+    ).rejects.toMatchObject({ code: '55000', constraint: 'task_lease_current' });
   });
 
   it('completed without a lease by someone else: the holder’s fenced completion is lease_lost', async () => {
