@@ -308,7 +308,7 @@ describe('a step blocked on a lock (item 11)', () => {
       await startWorker(new ProcessorRegistry().register('db_function', dbFunctionProcessor()), {
         leaseSeconds: 30,
         statementTimeoutMs: 1000,
-      } as Partial<WorkerOptions>);
+      });
       const id = await enqueue('db_function', { db_function: 'fixture.step', key: 'blocked' });
       await eventually(completed(id), 'the blocked step to fail', 15_000);
       const facts = await factsOf(db, id);
