@@ -1,42 +1,45 @@
 /**
- * Recording a task's end: an optional error row, then the completion, fenced by the
- * lease. Both go through the caller's transaction when one is given, so a processor can
- * commit its effects and the completion together.
+ * Recording a task's end: the completion, fenced by the lease, then the error rows. Both
+ * go through the caller's transaction when one is given, so a processor can commit its
+ * effects and the completion together.
+ *
+ * Lease loss is read from the queue's answer (complete_tasks' result), never from an
+ * error code: see error-class.ts.
  */
 import type pg from 'pg';
-import { QueueError, completeTask, failTask, withTransaction, type ClaimedTask, type Queryable } from '@org/queue-client';
+import { completeTasks, failTask, withTransaction, type ClaimedTask, type Queryable } from '@org/queue-client';
 import { batcherFor } from './completion-batcher.js';
+import { LeaseLostError, sanitizeMessage } from './error-class.js';
 import type { TaskReport } from './processor.js';
 
-/** Thrown when the task's lease was taken over: nothing of ours may be recorded. */
-export class LeaseLostError extends Error {
-  constructor(task: ClaimedTask) {
-    super(`lease ${task.taskLeaseId} of task ${task.taskId} was lost to another worker`);
-    this.name = 'LeaseLostError';
-  }
-}
+export { LeaseLostError, errorMessage, isLeaseLost, isTransient, sanitizeMessage } from './error-class.js';
 
-export function isLeaseLost(error: unknown): boolean {
-  return error instanceof LeaseLostError || (error instanceof QueueError && error.kind === 'lease_lost');
-}
-
-/** Records `report.error` (and `extraErrors`) against the task and completes it, on `db`. */
+/**
+ * Completes the task under its lease, then records `report.error` (and `extraErrors`)
+ * against it, on `db`. Throws LeaseLostError unless the queue answers that this call
+ * completed the task or scheduled its retry: whoever else completed it (another worker,
+ * an unfenced caller, the queue abandoning it), the caller's transaction must not commit
+ * as if this run had. `report.final`: a failure no retry can mend (no retry even with
+ * attempts left).
+ */
 export async function recordCompletion(
   db: Queryable,
   task: ClaimedTask,
   report: TaskReport,
   extraErrors: string[] = [],
 ): Promise<TaskReport> {
-  try {
-    for (const message of [report.error, ...extraErrors]) {
-      if (message) await failTask(db, { taskId: task.taskId, errorMessage: message, taskLeaseId: task.taskLeaseId });
+  const [answer] = await completeTasks(db, [
+    { taskId: task.taskId, taskLeaseId: task.taskLeaseId, outcome: report.outcome, retry: report.final ? false : undefined },
+  ]);
+  const result = answer?.result ?? 'unknown_task';
+  if (result === 'unknown_task') throw new Error(`task ${task.taskId} does not exist`);
+  if (result !== 'completed' && result !== 'retry_scheduled') throw new LeaseLostError(task);
+  for (const message of [report.error, ...extraErrors]) {
+    if (message) {
+      await failTask(db, { taskId: task.taskId, errorMessage: sanitizeMessage(message), taskLeaseId: task.taskLeaseId });
     }
-    await completeTask(db, { taskId: task.taskId, taskLeaseId: task.taskLeaseId, outcome: report.outcome });
-  } catch (error) {
-    if (isLeaseLost(error)) throw new LeaseLostError(task);
-    throw error;
   }
-  return report;
+  return report.error ? { ...report, error: sanitizeMessage(report.error) } : report;
 }
 
 /**
@@ -45,41 +48,14 @@ export async function recordCompletion(
  * task finishing in the same turn of the event loop.
  */
 export async function finish(pool: pg.Pool, task: ClaimedTask, report: TaskReport, extraErrors: string[] = []): Promise<TaskReport> {
-  if (report.error || extraErrors.length > 0) {
+  if (report.error || extraErrors.length > 0 || report.final) {
     return withTransaction(pool, (tx) => recordCompletion(tx, task, report, extraErrors));
   }
   const result = await batcherFor(pool).complete(task, report.outcome);
-  if (result === 'lease_lost') throw new LeaseLostError(task);
   if (result === 'unknown_task') throw new Error(`task ${task.taskId} does not exist`);
+  // 'already_completed' answers only a caller that completed under this same lease before.
+  if (result !== 'completed' && result !== 'retry_scheduled' && result !== 'already_completed') {
+    throw new LeaseLostError(task);
+  }
   return report;
-}
-
-export function errorMessage(error: unknown): string {
-  if (error instanceof Error) return error.message || error.name;
-  try {
-    return `non-error thrown: ${JSON.stringify(error)}`;
-  } catch {
-    return `non-error thrown: ${String(error)}`;
-  }
-}
-
-/**
- * Errors that say nothing about the task: the connection or the server failed (SQLSTATE
- * classes 08 and 57P, too many connections, serialization failure, deadlock, or a
- * driver error without a SQLSTATE). The task is not recorded as failed for these; it is
- * released (or its lease expires) and runs again.
- */
-export function isTransient(error: unknown): boolean {
-  if (error instanceof LeaseLostError) return false;
-  if (error instanceof QueueError && error.kind !== 'database') return false;
-  const cause = error instanceof QueueError ? error.cause : error;
-  const code = (cause as { code?: unknown } | null)?.code;
-  if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) {
-    return code.startsWith('08') || code.startsWith('57P') || code === '53300' || code === '40001' || code === '40P01';
-  }
-  if (typeof code === 'string' && ['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'EAI_AGAIN'].includes(code)) {
-    return true;
-  }
-  const message = cause instanceof Error ? cause.message : '';
-  return /connection terminated|connection error|not queryable|timeout exceeded when trying to connect|connection ended/i.test(message);
 }

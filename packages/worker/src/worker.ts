@@ -13,13 +13,28 @@
  *               the leases of the rest so other workers take them at once
  *
  * Invariant: every claimed task is completed by its processor (success or failure), or
- * its lease is released or left to expire when the database cannot be reached. A task is
- * never recorded as failed because of a connection error.
+ * its run is interrupted (a transient error: counted, the task runs again after a
+ * backoff), released, or its lease left to expire when the database cannot be reached. A
+ * task is never recorded as failed because of a connection error. What an error means is
+ * decided in error-class.ts only.
+ *
+ * One run of a task at a time: running tasks are keyed by lease, and a lease of a task
+ * this worker is still running (its earlier lease was revoked or expired, and the worker
+ * claimed the task again) waits in the local queue until the earlier run has ended.
  */
 import { EventEmitter } from 'node:events';
 import pg from 'pg';
-import { claimTasks, extendLeases, recordWorkerHeartbeat, recordWorkerStopped, releaseLeases, type ClaimedTask } from '@org/queue-client';
-import { errorMessage, finish, isLeaseLost, isTransient } from './completion.js';
+import {
+  claimTasks,
+  extendLeases,
+  interruptTask,
+  recordWorkerHeartbeat,
+  recordWorkerStopped,
+  releaseLeases,
+  type ClaimedTask,
+} from '@org/queue-client';
+import { finish } from './completion.js';
+import { classifyError, errorMessage } from './error-class.js';
 import type { WorkerConfig } from './config.js';
 import { TaskListener } from './listener.js';
 import type { Logger } from './logger.js';
@@ -29,6 +44,9 @@ export interface WorkerOptions extends Omit<WorkerConfig, 'logLevel'> {
   registry: ProcessorRegistry;
   logger: Logger;
 }
+
+/** statement_timeout of the worker's connections unless `statementTimeoutMs` says otherwise. */
+export const DEFAULT_STATEMENT_TIMEOUT_MS = 300_000;
 
 interface Running {
   task: ClaimedTask;
@@ -53,6 +71,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #options: WorkerOptions;
   readonly #log: Logger;
   readonly #taskTypes: string[];
+  /** Running tasks by lease id (never by task id: see the invariant above). */
   readonly #running = new Map<string, Running>();
   /** Claimed, not started yet (the local queue). */
   #waiting: ClaimedTask[] = [];
@@ -75,6 +94,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
       max: options.concurrency + 2,
       application_name: 'queue-worker',
       keepAlive: true,
+      // A step or handler blocked on a lock fails instead of being heartbeated forever.
+      statement_timeout: options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS,
     });
     // An idle connection that dies (server restart, pg_terminate_backend) must not crash us.
     this.pool.on('error', (error) => this.#log.warn({ event: 'pool_error', err: error.message }, 'idle connection lost'));
@@ -200,11 +221,21 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
   }
 
-  /** Starts waiting tasks while there are free slots. */
+  /**
+   * Starts waiting tasks while there are free slots. A task this worker is still running
+   * under an earlier lease stays waiting (heartbeated) until that run ends.
+   */
   #startWaiting(): void {
-    while (this.#running.size < this.#options.concurrency && this.#waiting.length > 0) {
-      this.#start(this.#waiting.shift()!);
+    while (this.#running.size < this.#options.concurrency) {
+      const next = this.#waiting.findIndex((t) => !this.#isRunningTask(t.taskId));
+      if (next < 0) return;
+      this.#start(this.#waiting.splice(next, 1)[0]!);
     }
+  }
+
+  #isRunningTask(taskId: string): boolean {
+    for (const r of this.#running.values()) if (r.task.taskId === taskId) return true;
+    return false;
   }
 
   async #claim(limit: number): Promise<ClaimedTask[]> {
@@ -241,9 +272,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const startedAt = Date.now();
     log.info({ event: 'task_started', lease_count: task.leaseCount }, 'task started');
     const running: Running = { task, controller, startedAt, lost: false, released: false, done: Promise.resolve() };
-    this.#running.set(task.taskId, running);
+    this.#running.set(task.taskLeaseId, running);
     running.done = this.#process(running, log).finally(() => {
-      this.#running.delete(task.taskId);
+      this.#running.delete(task.taskLeaseId);
       if (!this.#stopping) this.#startWaiting();
       this.#signal(); // a slot is free
     });
@@ -265,14 +296,15 @@ export class Worker extends EventEmitter<WorkerEvents> {
       this.emit('completed', task, report, durationMs);
     } catch (error) {
       const durationMs = Date.now() - startedAt;
+      const kind = classifyError(error);
       if (running.released) {
         log.info({ event: 'task_released', duration_ms: durationMs }, 'released at shutdown; runs again elsewhere');
-      } else if (isLeaseLost(error)) {
+      } else if (kind === 'lease_lost') {
         log.warn({ event: 'lease_lost', duration_ms: durationMs }, 'lease lost to another worker; nothing recorded');
         this.emit('lease_lost', task);
-      } else if (isTransient(error)) {
-        log.warn({ event: 'task_interrupted', duration_ms: durationMs, err: errorMessage(error) }, 'database unavailable; task will run again');
-        await this.#releaseUnstarted([task]);
+      } else if (kind === 'transient') {
+        log.warn({ event: 'task_interrupted', duration_ms: durationMs, err: errorMessage(error) }, 'transient error; task will run again');
+        await this.#interrupt(task, errorMessage(error), log);
       } else {
         log.error({ event: 'task_crashed', duration_ms: durationMs, err: errorMessage(error) }, 'processor threw');
         try {
@@ -285,10 +317,30 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
   }
 
+  /**
+   * A run cut short by a transient error: recorded and counted by the queue, which runs the
+   * task again after a backoff or abandons it once this keeps happening (MAX_LEASES
+   * times). If even that cannot be recorded, the lease expires, which counts too.
+   */
+  async #interrupt(task: ClaimedTask, message: string, log: Logger): Promise<void> {
+    try {
+      const result = await interruptTask(this.pool, {
+        taskId: task.taskId,
+        taskLeaseId: task.taskLeaseId,
+        errorMessage: message,
+        maxInterruptions: this.#options.maxLeases,
+      });
+      log[result === 'abandoned' ? 'error' : 'info']({ event: 'task_interruption_recorded', result }, `interruption recorded: ${result}`);
+      if (result === 'lease_lost') this.emit('lease_lost', task);
+    } catch (error) {
+      log.warn({ event: 'interrupt_failed', err: errorMessage(error) }, 'could not record the interruption; the lease will expire');
+    }
+  }
+
   /** Tells the registry this worker is alive (queues.worker); failures are only logged. */
   async #reportIn(): Promise<void> {
     try {
-      await recordWorkerHeartbeat(this.pool, this.#options.workerId, this.#taskTypes);
+      await recordWorkerHeartbeat(this.pool, this.#options.workerId, this.#taskTypes, this.#options.heartbeatIntervalMs);
     } catch (error) {
       this.#log.warn({ event: 'registry_failed', err: errorMessage(error) }, 'could not report to the worker registry');
     }
@@ -309,7 +361,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       // A waiting task whose lease was lost is dropped before it starts.
       this.#waiting = this.#waiting.filter((t) => !waiting.includes(t) || kept.has(t.taskLeaseId));
       for (const r of leases) {
-        if (!kept.has(r.task.taskLeaseId) && this.#running.has(r.task.taskId)) {
+        if (!kept.has(r.task.taskLeaseId) && this.#running.has(r.task.taskLeaseId)) {
           r.lost = true;
           r.controller.abort(new Error('lease lost'));
           this.#log.warn(

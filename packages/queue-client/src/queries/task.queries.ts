@@ -7,6 +7,8 @@ export type NumberOrString = number | string;
 
 export type NumberOrStringArray = (NumberOrString)[];
 
+export type booleanArray = (boolean)[];
+
 export type stringArray = (string)[];
 
 /** 'TaskEnqueue' parameters type */
@@ -201,6 +203,7 @@ export const taskComplete = new PreparedQuery<ITaskCompleteParams,ITaskCompleteR
 /** 'TaskCompleteMany' parameters type */
 export interface ITaskCompleteManyParams {
   outcomes?: stringArray | null | void;
+  retries?: booleanArray | null | void;
   taskIds: NumberOrStringArray;
   taskLeaseIds?: NumberOrStringArray | null | void;
 }
@@ -217,13 +220,13 @@ export interface ITaskCompleteManyQuery {
   result: ITaskCompleteManyResult;
 }
 
-const taskCompleteManyIR: any = {"usedParamSet":{"taskIds":true,"taskLeaseIds":true,"outcomes":true},"params":[{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":82,"b":90}]},{"name":"taskLeaseIds","required":false,"transform":{"type":"scalar"},"locs":[{"a":103,"b":115}]},{"name":"outcomes","required":false,"transform":{"type":"scalar"},"locs":[{"a":128,"b":136}]}],"statement":"select c.task_id as \"taskId!\", c.result as \"result!\"\n  from queues.complete_tasks(:taskIds!::bigint[], :taskLeaseIds::bigint[], :outcomes::text[]) c"};
+const taskCompleteManyIR: any = {"usedParamSet":{"taskIds":true,"taskLeaseIds":true,"outcomes":true,"retries":true},"params":[{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":82,"b":90}]},{"name":"taskLeaseIds","required":false,"transform":{"type":"scalar"},"locs":[{"a":103,"b":115}]},{"name":"outcomes","required":false,"transform":{"type":"scalar"},"locs":[{"a":128,"b":136}]},{"name":"retries","required":false,"transform":{"type":"scalar"},"locs":[{"a":147,"b":154}]}],"statement":"select c.task_id as \"taskId!\", c.result as \"result!\"\n  from queues.complete_tasks(:taskIds!::bigint[], :taskLeaseIds::bigint[], :outcomes::text[], :retries::boolean[]) c"};
 
 /**
  * Query generated from SQL:
  * ```
  * select c.task_id as "taskId!", c.result as "result!"
- *   from queues.complete_tasks(:taskIds!::bigint[], :taskLeaseIds::bigint[], :outcomes::text[]) c
+ *   from queues.complete_tasks(:taskIds!::bigint[], :taskLeaseIds::bigint[], :outcomes::text[], :retries::boolean[]) c
  * ```
  */
 export const taskCompleteMany = new PreparedQuery<ITaskCompleteManyParams,ITaskCompleteManyResult>(taskCompleteManyIR);
@@ -256,6 +259,36 @@ const taskFailIR: any = {"usedParamSet":{"taskId":true,"errorMessage":true,"task
  * ```
  */
 export const taskFail = new PreparedQuery<ITaskFailParams,ITaskFailResult>(taskFailIR);
+
+
+/** 'TaskInterrupt' parameters type */
+export interface ITaskInterruptParams {
+  errorMessage: string;
+  maxInterruptions?: number | null | void;
+  taskId: NumberOrString;
+  taskLeaseId: NumberOrString;
+}
+
+/** 'TaskInterrupt' return type */
+export interface ITaskInterruptResult {
+  result: string;
+}
+
+/** 'TaskInterrupt' query type */
+export interface ITaskInterruptQuery {
+  params: ITaskInterruptParams;
+  result: ITaskInterruptResult;
+}
+
+const taskInterruptIR: any = {"usedParamSet":{"taskId":true,"taskLeaseId":true,"errorMessage":true,"maxInterruptions":true},"params":[{"name":"taskId","required":true,"transform":{"type":"scalar"},"locs":[{"a":29,"b":36}]},{"name":"taskLeaseId","required":true,"transform":{"type":"scalar"},"locs":[{"a":47,"b":59}]},{"name":"errorMessage","required":true,"transform":{"type":"scalar"},"locs":[{"a":70,"b":83}]},{"name":"maxInterruptions","required":false,"transform":{"type":"scalar"},"locs":[{"a":92,"b":108}]}],"statement":"select queues.interrupt_task(:taskId!::bigint, :taskLeaseId!::bigint, :errorMessage!::text, :maxInterruptions::integer) as \"result!\""};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select queues.interrupt_task(:taskId!::bigint, :taskLeaseId!::bigint, :errorMessage!::text, :maxInterruptions::integer) as "result!"
+ * ```
+ */
+export const taskInterrupt = new PreparedQuery<ITaskInterruptParams,ITaskInterruptResult>(taskInterruptIR);
 
 
 /** 'TaskExtendLeases' parameters type */

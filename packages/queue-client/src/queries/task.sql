@@ -45,10 +45,13 @@ select queues.complete_task(:taskId!::bigint, :taskLeaseId::bigint, :outcome::te
 
 /* @name TaskCompleteMany */
 select c.task_id as "taskId!", c.result as "result!"
-  from queues.complete_tasks(:taskIds!::bigint[], :taskLeaseIds::bigint[], :outcomes::text[]) c;
+  from queues.complete_tasks(:taskIds!::bigint[], :taskLeaseIds::bigint[], :outcomes::text[], :retries::boolean[]) c;
 
 /* @name TaskFail */
 select queues.fail_task(:taskId!::bigint, :errorMessage!::text, :taskLeaseId::bigint) as "errorId!";
+
+/* @name TaskInterrupt */
+select queues.interrupt_task(:taskId!::bigint, :taskLeaseId!::bigint, :errorMessage!::text, :maxInterruptions::integer) as "result!";
 
 /* @name TaskExtendLeases */
 select e.task_id as "taskId!", e.task_lease_id as "taskLeaseId!", e.expires_at as "expiresAt!"

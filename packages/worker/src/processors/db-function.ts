@@ -6,15 +6,20 @@
  * refused and everything rolls back. Outcomes, by the envelope the function returns:
  *   success / status "succeeded"   completed 'succeeded'
  *   other status                   completed 'succeeded', the status logged (descriptive, not fatal)
- *   validation_failure_message     effects kept, error row, completed 'failed' (non-retriable)
+ *   validation_failure_message     effects kept, error row, completed 'failed', never retried
+ *                                  (even with attempts left)
  *   error                          effects kept, error row, completed 'failed'
  *   malformed result / exception   rolled back, then error row and completed 'failed'
- *   connection failure             rolled back, nothing recorded: the task runs again
+ *   transient error (connection,   rolled back, the run is interrupted (counted, the task runs
+ *   deadlock, serialization)       again after a backoff, abandoned once it keeps happening)
+ *   any other SQLSTATE, 55000      rolled back, then error row and completed 'failed': task
+ *   included                       code cannot make the worker believe its lease was lost
  */
 import { dbFunctionPayload } from '@org/handler-types';
 import { runFunction, withTransaction } from '@org/queue-client';
 import { parseEnvelope } from '@org/handler-types';
-import { errorMessage, finish, isLeaseLost, isTransient, LeaseLostError, recordCompletion } from '../completion.js';
+import { finish, recordCompletion } from '../completion.js';
+import { classifyError, errorMessage } from '../error-class.js';
 import type { Processor, TaskContext, TaskReport } from '../processor.js';
 
 class RollBack extends Error {}
@@ -45,15 +50,15 @@ export function dbFunctionProcessor(): Processor {
                 outcome: 'failed',
                 error: `${name}: validation failure: ${envelope.message}`,
                 note: envelope.message,
+                final: true,
               });
             case 'error':
               return recordCompletion(tx, task, { outcome: 'failed', error: `${name}: ${envelope.message}` });
           }
         });
       } catch (error) {
-        if (isLeaseLost(error)) throw error instanceof LeaseLostError ? error : new LeaseLostError(task);
-        // The connection failed, not the step: nothing is recorded, the task runs again.
-        if (isTransient(error)) throw error;
+        // Lease lost (the queue said so), or the run was cut short (the worker interrupts it).
+        if (classifyError(error) !== 'task') throw error;
         // Rolled back: record why, in a transaction of its own.
         const message = error instanceof RollBack ? error.message : `${name} raised: ${errorMessage(error)}`;
         return finish(pool, task, { outcome: 'failed', error: message });

@@ -11,12 +11,17 @@
  * error_handler, with no provider call. The success or error handler, the error row and
  * the completion commit in one transaction, fenced by the lease. Handler names are
  * optional; without a before_handler the provider gets the task payload minus the
- * handler names. A connection failure records nothing: the task runs again (providers
- * get the same idempotency key).
+ * handler names. A transient error (connection, deadlock, serialization) records nothing
+ * of the run: the worker interrupts it (counted; the task runs again after a backoff and
+ * is abandoned once this keeps happening), and the provider gets the same idempotency key
+ * (the before handler's, from the attempt). A validation failure from the before handler
+ * is final (never retried). Messages are sanitized (error-class.ts) before they reach
+ * the error handler or an error row.
  */
 import { handlerTaskPayload, type Provider } from '@org/handler-types';
 import { withTransaction, type JsonObject } from '@org/queue-client';
-import { errorMessage, finish, isLeaseLost, isTransient, LeaseLostError, recordCompletion } from '../completion.js';
+import { finish, recordCompletion } from '../completion.js';
+import { classifyError, errorMessage, isTransient, sanitizeMessage } from '../error-class.js';
 import { failureOf, HandlerInvoker } from '../handler-invoker.js';
 import type { Processor, TaskContext, TaskReport } from '../processor.js';
 
@@ -48,7 +53,8 @@ export function handlerTaskProcessor<P>(provider: Provider<P>): Processor {
         }
         if (!result.ok) return fail(context, invoker, onError, result.error);
         const failure = failureOf(before, result.envelope);
-        if (failure) return fail(context, invoker, onError, failure);
+        // A validation failure is final: no retry would find the input valid.
+        if (failure) return fail(context, invoker, onError, failure, result.envelope.outcome === 'invalid');
         input = result.envelope.payload;
       } else {
         input = Object.fromEntries(Object.entries(original).filter(([key]) => !HANDLER_FIELDS.includes(key)));
@@ -84,10 +90,10 @@ export function handlerTaskProcessor<P>(provider: Provider<P>): Processor {
           return recordCompletion(tx, task, failure ? { outcome: 'failed', error: failure } : { outcome: 'succeeded' });
         });
       } catch (error) {
-        if (isLeaseLost(error)) throw error instanceof LeaseLostError ? error : new LeaseLostError(task);
-        // The provider call happened; the task runs again and the provider sees the same
-        // idempotency key.
-        if (isTransient(error)) throw error;
+        // Lease lost (the queue said so), or cut short by a transient error: the provider
+        // call happened, the run is interrupted and runs again, and the provider sees the
+        // same idempotency key (the before handler's, from the attempt).
+        if (classifyError(error) !== 'task') throw error;
         return finish(pool, task, {
           outcome: 'failed',
           error: `${provider.name} succeeded but ${onSuccess} raised: ${errorMessage(error)}`,
@@ -102,9 +108,12 @@ async function fail(
   { task, pool }: TaskContext,
   invoker: HandlerInvoker,
   onError: string | undefined,
-  message: string,
+  unsafeMessage: string,
+  final = false,
 ): Promise<TaskReport> {
-  const report: TaskReport = { outcome: 'failed', error: message };
+  // The error handler and the error row get the same message, one PostgreSQL can store.
+  const message = sanitizeMessage(unsafeMessage);
+  const report: TaskReport = final ? { outcome: 'failed', error: message, final } : { outcome: 'failed', error: message };
   try {
     return await withTransaction(pool, async (tx) => {
       const extra: string[] = [];
@@ -116,8 +125,7 @@ async function fail(
       return recordCompletion(tx, task, report, extra);
     });
   } catch (error) {
-    if (isLeaseLost(error)) throw error instanceof LeaseLostError ? error : new LeaseLostError(task);
-    if (isTransient(error)) throw error;
+    if (classifyError(error) !== 'task') throw error;
     // The error handler raised: its writes rolled back; record both errors and complete.
     return finish(pool, task, report, [`${onError} raised: ${errorMessage(error)}`]);
   }
