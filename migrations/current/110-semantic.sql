@@ -1,6 +1,8 @@
 -- Semantics of the queue (issue 12): error classification, fencing, resource keys vs
 -- late heartbeats, stale recovery, transient errors, validation failures, input limits.
 set local lock_timeout = '5s';
+-- lock: access exclusive on queues.worker: adding heartbeat_interval_ms; metadata only (no default, no rewrite), held for the instant of the catalog change
+-- lock: access exclusive on queues.task_pending: adding interrupted_count with a constant default; metadata only since PostgreSQL 11 (no rewrite)
 
 -- Each worker's heartbeat interval, so stale recovery can tell a silent worker from one
 -- that is merely between heartbeats (null: the documented default, 30 s).
