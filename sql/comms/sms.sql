@@ -70,6 +70,22 @@ as $$
                       where f.send_sms_attempt_id = a.send_sms_attempt_id)
 $$;
 
+-- True when an attempt failed with an unknown outcome (an at-most-once call that may
+-- have happened): another attempt could deliver twice.
+create or replace function comms.has_send_sms_unknown_outcome(_send_sms_task_id bigint)
+  returns boolean
+  language sql stable
+  set search_path = pg_catalog, pg_temp
+as $$
+  select exists (
+    select 1 from comms.send_sms_attempt a
+      join comms.send_sms_attempt_failed f using (send_sms_attempt_id)
+     where a.send_sms_task_id = _send_sms_task_id
+       and internal.is_unknown_outcome(f.error_message)
+       and not exists (select 1 from comms.send_sms_attempt_succeeded s
+                        where s.send_sms_attempt_id = a.send_sms_attempt_id))
+$$;
+
 create or replace function comms.count_send_sms_supervisor_runs(_send_sms_task_id bigint)
   returns integer
   language sql stable
@@ -109,7 +125,8 @@ create or replace function comms.send_sms_supervisor_facts(
   out num_failures       integer,
   out num_outstanding    integer,
   out num_runs           integer,
-  out scheduled_at       timestamptz
+  out scheduled_at       timestamptz,
+  out has_unknown_outcome boolean
 )
   language sql stable
   set search_path = pg_catalog, pg_temp
@@ -121,7 +138,8 @@ as $$
          comms.count_send_sms_failed_attempts(t.send_sms_task_id),
          comms.count_send_sms_outstanding_attempts(t.send_sms_task_id),
          comms.count_send_sms_supervisor_runs(t.send_sms_task_id),
-         t.scheduled_at
+         t.scheduled_at,
+         comms.has_send_sms_unknown_outcome(t.send_sms_task_id)
     from comms.send_sms_task t
    where t.send_sms_task_id = _send_sms_task_id
 $$;
@@ -144,6 +162,28 @@ begin
      for no key update;
   return found;
 end;
+$$;
+
+-- Records a failure for every attempt of the task whose channel task the queue gave up
+-- on (internal.queue_gave_up_message) without an outcome; returns how many.
+create or replace function comms.close_given_up_sms_attempts(_send_sms_task_id bigint)
+  returns integer
+  language sql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+  with closed as (
+    insert into comms.send_sms_attempt_failed (send_sms_attempt_id, error_message)
+    select a.send_sms_attempt_id, internal.queue_gave_up_message(a.task_id)
+      from comms.send_sms_attempt a
+     where a.send_sms_task_id = _send_sms_task_id
+       and internal.queue_gave_up_message(a.task_id) is not null
+       and not exists (select 1 from comms.send_sms_attempt_succeeded s
+                        where s.send_sms_attempt_id = a.send_sms_attempt_id)
+       and not exists (select 1 from comms.send_sms_attempt_failed f
+                        where f.send_sms_attempt_id = a.send_sms_attempt_id)
+    on conflict do nothing
+    returning 1)
+  select count(*)::integer from closed
 $$;
 
 create or replace function comms.record_send_sms_supervisor_run(_send_sms_task_id bigint)
@@ -179,18 +219,21 @@ create or replace function comms.schedule_sms_attempt(_send_sms_task_id bigint)
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _attempt_id bigint;
+  -- The attempt id is drawn first (the channel task's payload names it), the row is
+  -- written after the enqueue (it names the channel task).
+  _attempt_id bigint := nextval(pg_get_serial_sequence('comms.send_sms_attempt', 'send_sms_attempt_id'));
+  _queue_task_id bigint;
 begin
-  insert into comms.send_sms_attempt (send_sms_task_id) values (_send_sms_task_id)
-  returning send_sms_attempt_id into _attempt_id;
-
-  perform queues.enqueue('sms', jsonb_build_object(
+  _queue_task_id := queues.enqueue_internal('sms', jsonb_build_object(
     'task_type', 'sms',
     'send_sms_task_id', _send_sms_task_id,
     'send_sms_attempt_id', _attempt_id,
     'before_handler', 'comms.get_sms_payload',
     'success_handler', 'comms.record_sms_success',
     'error_handler', 'comms.record_sms_failure'));
+  insert into comms.send_sms_attempt (send_sms_attempt_id, send_sms_task_id, task_id)
+  overriding system value
+  values (_attempt_id, _send_sms_task_id, _queue_task_id);
   return _attempt_id;
 end;
 $$;
@@ -208,7 +251,7 @@ declare
   _next_check_at timestamptz :=
     now() + internal.backoff(_num_runs - 1, 3600);
 begin
-  perform queues.enqueue('db_function', jsonb_build_object(
+  perform queues.enqueue_internal('db_function', jsonb_build_object(
     'task_type', 'db_function',
     'db_function', 'comms.send_sms_supervisor',
     'send_sms_task_id', _send_sms_task_id), _next_check_at);
@@ -248,6 +291,7 @@ begin
   end if;
 
   -- 3. Facts.
+  perform comms.close_given_up_sms_attempts(_task_id);
   _facts := comms.send_sms_supervisor_facts(_task_id);
 
   -- 4. Logic and effects. Terminal states first.
@@ -260,6 +304,10 @@ begin
   if _facts.has_success then
     perform comms.record_send_sms_task_succeeded(_task_id);
     return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
+  end if;
+  if _facts.has_unknown_outcome then
+    perform comms.record_send_sms_task_failed(_task_id, 'delivery_outcome_unknown');
+    return jsonb_build_object('status', 'delivery_outcome_unknown');
   end if;
   if _facts.num_failures >= comms.send_sms_max_attempts() then
     perform comms.record_send_sms_task_failed(_task_id, 'max_attempts_reached');
@@ -302,6 +350,7 @@ as $$
 declare
   _attempt_id bigint := internal.id_from_payload(payload, 'send_sms_attempt_id');
   _provider_payload jsonb;
+  _ended text;
 begin
   if _attempt_id is null then
     return internal.validation_failure('send_sms_attempt_id must be a positive integer');
@@ -310,10 +359,22 @@ begin
      or exists (select 1 from comms.send_sms_attempt_failed f where f.send_sms_attempt_id = _attempt_id) then
     return internal.validation_failure(format('send_sms_attempt %s already has an outcome; not sending it again', _attempt_id));
   end if;
+  -- A process that already ended sends nothing more (an attempt still queued when a
+  -- supervisor recorded run_limit_reached, for example).
+  select format('send_sms_task %s already ended (%s); not sending attempt %s', a.send_sms_task_id,
+                coalesce(comms.get_send_sms_task_failure(a.send_sms_task_id), 'succeeded'), _attempt_id)
+    into _ended
+    from comms.send_sms_attempt a
+   where a.send_sms_attempt_id = _attempt_id
+     and (comms.has_send_sms_task_succeeded(a.send_sms_task_id)
+          or comms.get_send_sms_task_failure(a.send_sms_task_id) is not null);
+  if _ended is not null then
+    return internal.validation_failure(_ended);
+  end if;
 
   select jsonb_strip_nulls(jsonb_build_object(
            'message_id', m.message_id,
-           'idempotency_key', a.send_sms_attempt_id::text,
+           'idempotency_key', format('%s:send_sms_attempt:%s', internal.idempotency_namespace(), a.send_sms_attempt_id),
            'to_number', m.to_number,
            'from_number', m.from_number,
            'body', m.body))
@@ -419,7 +480,7 @@ begin
     return;
   end if;
 
-  perform queues.enqueue('db_function', jsonb_build_object(
+  perform queues.enqueue_internal('db_function', jsonb_build_object(
     'task_type', 'db_function',
     'db_function', 'comms.send_sms_supervisor',
     'send_sms_task_id', send_sms_task_id), _at);

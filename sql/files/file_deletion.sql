@@ -133,6 +133,17 @@ as $$
    where t.file_deletion_task_id = _file_deletion_task_id
 $$;
 
+-- True when the account's deletion ended in failure (its files are then left alone).
+create or replace function files.has_account_deletion_failed(_account_id bigint)
+  returns boolean
+  language sql stable
+  set search_path = pg_catalog, pg_temp
+as $$
+  select exists (select 1 from accounts.account_deletion_task d
+                   join accounts.account_deletion_task_failed f using (account_deletion_task_id)
+                  where d.account_id = _account_id)
+$$;
+
 -- Facts about an account's files, for the account deletion supervisor. Children are
 -- found from current state (files.file.account_id), never from a payload.
 create or replace function files.account_file_deletion_facts(
@@ -172,6 +183,28 @@ begin
 end;
 $$;
 
+-- Records a failure for every attempt whose file_delete task the queue gave up on
+-- (internal.queue_gave_up_message) without an outcome; returns how many.
+create or replace function files.close_given_up_file_deletion_attempts(_file_deletion_task_id bigint)
+  returns integer
+  language sql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+  with closed as (
+    insert into files.file_deletion_attempt_failed (file_deletion_attempt_id, error_message)
+    select a.file_deletion_attempt_id, internal.queue_gave_up_message(a.task_id)
+      from files.file_deletion_attempt a
+     where a.file_deletion_task_id = _file_deletion_task_id
+       and internal.queue_gave_up_message(a.task_id) is not null
+       and not exists (select 1 from files.file_deletion_attempt_succeeded s
+                        where s.file_deletion_attempt_id = a.file_deletion_attempt_id)
+       and not exists (select 1 from files.file_deletion_attempt_failed f
+                        where f.file_deletion_attempt_id = a.file_deletion_attempt_id)
+    on conflict do nothing
+    returning 1)
+  select count(*)::integer from closed
+$$;
+
 create or replace function files.record_file_deletion_supervisor_run(_file_deletion_task_id bigint)
   returns void
   language sql volatile
@@ -205,12 +238,11 @@ create or replace function files.schedule_file_deletion_attempt(_file_deletion_t
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _attempt_id bigint;
+  -- Drawn first (the payload names it), written after the enqueue (it names the task).
+  _attempt_id bigint := nextval(pg_get_serial_sequence('files.file_deletion_attempt', 'file_deletion_attempt_id'));
+  _queue_task_id bigint;
 begin
-  insert into files.file_deletion_attempt (file_deletion_task_id) values (_file_deletion_task_id)
-  returning file_deletion_attempt_id into _attempt_id;
-
-  perform queues.enqueue('file_delete', jsonb_build_object(
+  _queue_task_id := queues.enqueue_internal('file_delete', jsonb_build_object(
     'task_type', 'file_delete',
     'file_deletion_task_id', _file_deletion_task_id,
     'file_deletion_attempt_id', _attempt_id,
@@ -218,6 +250,9 @@ begin
     'before_handler', 'files.get_file_delete_payload',
     'success_handler', 'files.record_file_delete_success',
     'error_handler', 'files.record_file_delete_failure'));
+  insert into files.file_deletion_attempt (file_deletion_attempt_id, file_deletion_task_id, task_id)
+  overriding system value
+  values (_attempt_id, _file_deletion_task_id, _queue_task_id);
   return _attempt_id;
 end;
 $$;
@@ -232,7 +267,7 @@ declare
   _next_check_at timestamptz :=
     now() + internal.backoff(_num_runs - 1, 3600);
 begin
-  perform queues.enqueue('db_function', jsonb_build_object(
+  perform queues.enqueue_internal('db_function', jsonb_build_object(
     'task_type', 'db_function',
     'db_function', 'files.file_deletion_supervisor',
     'file_deletion_task_id', _file_deletion_task_id), _next_check_at);
@@ -264,6 +299,7 @@ begin
     return internal.validation_failure(format('file_deletion_task %s not found', _task_id));
   end if;
 
+  perform files.close_given_up_file_deletion_attempts(_task_id);
   _facts := files.file_deletion_supervisor_facts(_task_id);
 
   if _facts.has_task_succeeded then
@@ -312,6 +348,7 @@ as $$
 declare
   _attempt_id bigint := internal.id_from_payload(payload, 'file_deletion_attempt_id');
   _provider_payload jsonb;
+  _ended text;
 begin
   if _attempt_id is null then
     return internal.validation_failure('file_deletion_attempt_id must be a positive integer');
@@ -319,6 +356,24 @@ begin
   if exists (select 1 from files.file_deletion_attempt_succeeded s where s.file_deletion_attempt_id = _attempt_id)
      or exists (select 1 from files.file_deletion_attempt_failed f where f.file_deletion_attempt_id = _attempt_id) then
     return internal.validation_failure(format('file_deletion_attempt %s already has an outcome; not deleting again', _attempt_id));
+  end if;
+  -- Nothing is deleted for a process that already ended, nor for a file whose account
+  -- deletion failed (its files must stay as they are for whoever resolves it).
+  select case
+           when files.has_file_deletion_task_succeeded(t.file_deletion_task_id)
+             or files.get_file_deletion_task_failure(t.file_deletion_task_id) is not null
+             then format('file_deletion_task %s already ended (%s); not deleting for attempt %s', t.file_deletion_task_id,
+                         coalesce(files.get_file_deletion_task_failure(t.file_deletion_task_id), 'succeeded'), _attempt_id)
+           when files.has_account_deletion_failed(f.account_id)
+             then format('the deletion of account %s failed; not deleting file %s for attempt %s', f.account_id, f.file_id, _attempt_id)
+         end
+    into _ended
+    from files.file_deletion_attempt a
+    join files.file_deletion_task t using (file_deletion_task_id)
+    join files.file f on f.file_id = t.file_id
+   where a.file_deletion_attempt_id = _attempt_id;
+  if _ended is not null then
+    return internal.validation_failure(_ended);
   end if;
   select jsonb_build_object(
            'file_id', f.file_id,
@@ -425,7 +480,7 @@ begin
     return;
   end if;
 
-  perform queues.enqueue('db_function', jsonb_build_object(
+  perform queues.enqueue_internal('db_function', jsonb_build_object(
     'task_type', 'db_function',
     'db_function', 'files.file_deletion_supervisor',
     'file_deletion_task_id', file_deletion_task_id), coalesce(_scheduled_at, now()));

@@ -1,0 +1,76 @@
+-- Business processes (sql/comms, sql/files, sql/accounts, sql/api, sql/internal process
+-- support): who may enqueue what, attempts the queue gave up on, terminal roots,
+-- delivery modes per channel, and the shared process building blocks.
+set local lock_timeout = '5s';
+
+-- Task types only the owner's SQL may enqueue (queues.enqueue refuses them to apps).
+create table if not exists queues.internal_task_type (
+  task_type text primary key references queues.task_type on delete cascade,
+  reason    text not null
+);
+comment on table queues.internal_task_type is
+  'Task types only the owner''s SQL may enqueue (queues.enqueue_internal); queues.enqueue and enqueue_many refuse them to other roles with 42501.';
+insert into queues.internal_task_type (task_type, reason) values
+  ('db_function', 'runs a registered function as the worker'),
+  ('email',       'sends an email with the provider''s credentials'),
+  ('sms',         'sends an SMS with the provider''s credentials'),
+  ('file_delete', 'deletes a stored object')
+on conflict (task_type) do nothing;
+
+-- The queue task of each channel attempt, so a supervisor can see the queue give up on
+-- it (abandoned, dead-lettered, a handler that raised). NULL for attempts made before.
+alter table comms.send_email_attempt add column if not exists task_id bigint references queues.task on delete set null;
+alter table comms.send_sms_attempt add column if not exists task_id bigint references queues.task on delete set null;
+alter table files.file_deletion_attempt add column if not exists task_id bigint references queues.task on delete set null;
+create index if not exists send_email_attempt_queue_task_idx on comms.send_email_attempt (task_id);
+create index if not exists send_sms_attempt_queue_task_idx on comms.send_sms_attempt (task_id);
+create index if not exists file_deletion_attempt_queue_task_idx on files.file_deletion_attempt (task_id);
+
+-- Delivery mode of each channel task type (sql/internal/delivery.sql).
+create table if not exists internal.channel_delivery_mode (
+  task_type     text primary key references queues.task_type on delete cascade,
+  delivery_mode text not null check (delivery_mode in ('at_least_once', 'at_most_once')),
+  reason        text not null default ''
+);
+comment on table internal.channel_delivery_mode is
+  'Delivery mode per channel task type: at_least_once (the provider deduplicates) or at_most_once (the worker records the call before making it and never repeats a started call). Types not listed are at_least_once.';
+insert into internal.channel_delivery_mode (task_type, delivery_mode, reason) values
+  ('email',       'at_least_once', 'Resend deduplicates on the Idempotency-Key'),
+  ('sms',         'at_most_once',  'Twilio has no idempotency key: a repeated call sends a second SMS'),
+  ('file_delete', 'at_least_once', 'deleting twice is harmless')
+on conflict (task_type) do nothing;
+
+create table if not exists internal.provider_call_started (
+  task_id       bigint not null references queues.task on delete cascade,
+  task_lease_id bigint not null references queues.task_lease on delete cascade,
+  started_at    timestamptz not null default now(),
+  primary key (task_id, task_lease_id)
+);
+comment on table internal.provider_call_started is
+  'Fact: an at-most-once provider call was started under this lease (committed before the call).';
+drop trigger if exists forbid_update on internal.provider_call_started;
+create trigger forbid_update before update on internal.provider_call_started
+  for each statement execute function queues.forbid_fact_update();
+create index if not exists file_bucket_object_key_idx on files.file (bucket, object_key);
+
+-- The supervisors' facts gained a column (has_unknown_outcome).
+drop function if exists comms.send_email_supervisor_facts(bigint);
+drop function if exists comms.send_sms_supervisor_facts(bigint);
+
+revoke all on internal.channel_delivery_mode, internal.provider_call_started, queues.internal_task_type from public;
+
+--!include queues/enqueue_permission.sql
+--!include queues/enqueue.sql
+--!include queues/dead_letter.sql
+--!include internal/process_support.sql
+--!include internal/delivery.sql
+--!include comms/email.sql
+--!include comms/sms.sql
+--!include files/file_deletion.sql
+--!include files/signing.sql
+--!include accounts/anonymization.sql
+--!include accounts/account_deletion.sql
+--!include schedules/schedule.sql
+--!include schedules/supervisor.sql
+--!include internal/privileges.sql
+--!include files/privileges.sql
