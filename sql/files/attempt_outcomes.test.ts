@@ -4,7 +4,7 @@
 // never deleted afterwards, and the files service may sign only scheduled deletions.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
-import { claimDue, processTask } from '../test-support/drive.ts';
+import { claimDue, processTask, runAsWorker } from '../test-support/drive.ts';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -81,10 +81,15 @@ describe('ended processes delete nothing', () => {
     // The supervisor runs and schedules the attempt.
     const clock = new Date(Date.now() + 1000);
     for (const t of (await claimDue(db, clock)).filter((t) => t.task_type === 'db_function')) await processTask(db, t);
-    const signable = async () =>
-      (await db.pool('worker').query('select files.is_file_delete_scheduled($1, $2) as ok', ['recordings', `a/${accountId}/0`])).rows[0].ok as boolean;
+    const check = async (object_key: string) =>
+      (await runAsWorker(db, 'files.check_file_delete_signing', { bucket: 'recordings', object_key })) as { payload: { scheduled: boolean } };
+    const signable = async () => (await check(`a/${accountId}/0`)).payload.scheduled;
     expect(await signable()).toBe(true);
-    expect((await db.pool('worker').query('select files.is_file_delete_scheduled($1, $2) as ok', ['recordings', 'a/other'])).rows[0].ok).toBe(false);
+    expect((await check('a/other')).payload.scheduled).toBe(false);
+    expect(await runAsWorker(db, 'files.check_file_delete_signing', { bucket: 'recordings' })).toEqual({
+      success: false,
+      validation_failure_message: 'bucket and object_key must be strings',
+    });
     // Meanwhile the account's deletion ended in failure.
     const del = await db.query(`insert into accounts.account_deletion_task (account_id) values ($1) returning account_deletion_task_id`, [accountId]);
     await db.query(`insert into accounts.account_deletion_task_failed (account_deletion_task_id, reason) values ($1, 'file deletion stuck for file_id 0')`, [
@@ -108,6 +113,7 @@ describe('ended processes delete nothing', () => {
 
   it('the app and API roles may not ask whether a deletion is scheduled', async () => {
     for (const role of ['app', 'api'] as const) {
+      await expect(db.pool(role).query(`select files.check_file_delete_signing('{}')`)).rejects.toMatchObject({ code: '42501' });
       await expect(db.pool(role).query(`select files.is_file_delete_scheduled('recordings', 'x')`)).rejects.toMatchObject({ code: '42501' });
     }
   });
