@@ -53,9 +53,48 @@ create trigger forbid_update before update on internal.provider_call_started
   for each statement execute function queues.forbid_fact_update();
 create index if not exists file_bucket_object_key_idx on files.file (bucket, object_key);
 
+-- Channel processes written on the shared skeleton (sql/internal/channel_process.sql).
+create table if not exists internal.channel_process (
+  process_schema      text not null,
+  process_name        text not null,
+  task_type           text not null references queues.task_type on delete restrict,
+  supervisor          text not null,
+  before_handler      text not null,
+  success_handler     text not null,
+  error_handler       text not null,
+  max_attempts        integer not null check (max_attempts between 1 and 100),
+  max_supervisor_runs integer not null check (max_supervisor_runs between 1 and 10000),
+  backoff_cap_seconds integer not null check (backoff_cap_seconds between 1 and 86400),
+  primary key (process_schema, process_name)
+);
+comment on table internal.channel_process is
+  'Channel processes run by internal.run_channel_supervisor: names (tables <schema>.<name>_task, _attempt, ...) and limits. Configuration, not a fact table.';
+revoke all on internal.channel_process from public;
+
 -- The supervisors' facts gained a column (has_unknown_outcome).
 drop function if exists comms.send_email_supervisor_facts(bigint);
 drop function if exists comms.send_sms_supervisor_facts(bigint);
+-- The comms processes' own skeleton functions, replaced by the shared channel process.
+do $$
+declare
+  _fn text;
+begin
+  foreach _fn in array array[
+    'max_attempts()', 'max_supervisor_runs()', 'has_%s_succeeded_attempt(bigint)', 'count_%s_attempts(bigint)',
+    'count_%s_failed_attempts(bigint)', 'count_%s_outstanding_attempts(bigint)', 'count_%s_supervisor_runs(bigint)',
+    'has_%s_task_succeeded(bigint)', 'get_%s_task_failure(bigint)', 'has_%s_unknown_outcome(bigint)',
+    'lock_%s_task(bigint)', 'record_%s_supervisor_run(bigint)', 'record_%s_task_succeeded(bigint)',
+    'record_%s_task_failed(bigint,text)', 'schedule_%s_recheck(bigint,integer)'
+  ] loop
+    execute format('drop function if exists comms.%s', case when _fn like 'max%' then 'send_email_' || _fn else format(_fn, 'send_email') end);
+    execute format('drop function if exists comms.%s', case when _fn like 'max%' then 'send_sms_' || _fn else format(_fn, 'send_sms') end);
+  end loop;
+end;
+$$;
+drop function if exists comms.schedule_email_attempt(bigint);
+drop function if exists comms.schedule_sms_attempt(bigint);
+drop function if exists comms.close_given_up_email_attempts(bigint);
+drop function if exists comms.close_given_up_sms_attempts(bigint);
 
 revoke all on internal.channel_delivery_mode, internal.provider_call_started, queues.internal_task_type from public;
 
@@ -64,6 +103,7 @@ revoke all on internal.channel_delivery_mode, internal.provider_call_started, qu
 --!include queues/dead_letter.sql
 --!include internal/process_support.sql
 --!include internal/delivery.sql
+--!include internal/channel_process.sql
 --!include comms/email.sql
 --!include comms/sms.sql
 --!include files/file_deletion.sql
