@@ -65,6 +65,8 @@ create table if not exists internal.channel_process (
   max_attempts        integer not null check (max_attempts between 1 and 100),
   max_supervisor_runs integer not null check (max_supervisor_runs between 1 and 10000),
   backoff_cap_seconds integer not null check (backoff_cap_seconds between 1 and 86400),
+  -- Optional: (root id bigint) → jsonb fields added to each channel task's payload.
+  attempt_payload     regprocedure,
   primary key (process_schema, process_name)
 );
 comment on table internal.channel_process is
@@ -91,6 +93,23 @@ begin
   end loop;
 end;
 $$;
+drop function if exists files.file_deletion_max_attempts();
+drop function if exists files.file_deletion_max_supervisor_runs();
+drop function if exists files.has_file_deletion_succeeded_attempt(bigint);
+drop function if exists files.count_file_deletion_attempts(bigint);
+drop function if exists files.count_file_deletion_failed_attempts(bigint);
+drop function if exists files.count_file_deletion_outstanding_attempts(bigint);
+drop function if exists files.count_file_deletion_supervisor_runs(bigint);
+drop function if exists files.has_file_deletion_task_succeeded(bigint);
+drop function if exists files.get_file_deletion_task_failure(bigint);
+drop function if exists files.lock_file_deletion_task(bigint);
+drop function if exists files.record_file_deletion_supervisor_run(bigint);
+drop function if exists files.record_file_deletion_task_succeeded(bigint);
+drop function if exists files.record_file_deletion_task_failed(bigint, text);
+drop function if exists files.schedule_file_deletion_attempt(bigint, bigint);
+drop function if exists files.schedule_file_deletion_recheck(bigint, integer);
+drop function if exists files.close_given_up_file_deletion_attempts(bigint);
+drop function if exists files.file_deletion_supervisor_facts(bigint);
 drop function if exists comms.schedule_email_attempt(bigint);
 drop function if exists comms.schedule_sms_attempt(bigint);
 drop function if exists comms.close_given_up_email_attempts(bigint);

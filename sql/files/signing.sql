@@ -20,8 +20,8 @@ as $$
                         where s.file_deletion_attempt_id = a.file_deletion_attempt_id)
        and not exists (select 1 from files.file_deletion_attempt_failed x
                         where x.file_deletion_attempt_id = a.file_deletion_attempt_id)
-       and not files.has_file_deletion_task_succeeded(t.file_deletion_task_id)
-       and files.get_file_deletion_task_failure(t.file_deletion_task_id) is null
+       and not exists (select 1 from files.file_deletion_task_succeeded ts where ts.file_deletion_task_id = t.file_deletion_task_id)
+       and not exists (select 1 from files.file_deletion_task_failed tf where tf.file_deletion_task_id = t.file_deletion_task_id)
        and not files.has_account_deletion_failed(f.account_id))
 $$;
 

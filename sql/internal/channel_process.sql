@@ -14,10 +14,13 @@
 -- format('%I.%I') from a registered row whose tables were found in the catalog.
 
 -- Registers (or updates) a channel process. Raises 22023 naming a missing table.
+-- _attempt_payload: optional function (root id bigint) returning jsonb fields added to
+-- each channel task's payload (file deletion adds the file_id).
 create or replace function internal.register_channel_process(
   _schema text, _name text, _task_type text,
   _supervisor text, _before_handler text, _success_handler text, _error_handler text,
-  _max_attempts integer, _max_supervisor_runs integer, _backoff_cap_seconds integer default 3600
+  _max_attempts integer, _max_supervisor_runs integer, _backoff_cap_seconds integer default 3600,
+  _attempt_payload regprocedure default null
 ) returns void
   language plpgsql volatile
   set search_path = pg_catalog, pg_temp
@@ -34,14 +37,15 @@ begin
   end loop;
   insert into internal.channel_process as p
     (process_schema, process_name, task_type, supervisor, before_handler, success_handler, error_handler,
-     max_attempts, max_supervisor_runs, backoff_cap_seconds)
+     max_attempts, max_supervisor_runs, backoff_cap_seconds, attempt_payload)
   values (_schema, _name, _task_type, _supervisor, _before_handler, _success_handler, _error_handler,
-          _max_attempts, _max_supervisor_runs, _backoff_cap_seconds)
+          _max_attempts, _max_supervisor_runs, _backoff_cap_seconds, _attempt_payload)
   on conflict (process_schema, process_name) do update
      set task_type = excluded.task_type, supervisor = excluded.supervisor,
          before_handler = excluded.before_handler, success_handler = excluded.success_handler,
          error_handler = excluded.error_handler, max_attempts = excluded.max_attempts,
-         max_supervisor_runs = excluded.max_supervisor_runs, backoff_cap_seconds = excluded.backoff_cap_seconds;
+         max_supervisor_runs = excluded.max_supervisor_runs, backoff_cap_seconds = excluded.backoff_cap_seconds,
+         attempt_payload = excluded.attempt_payload;
 end;
 $$;
 
@@ -230,9 +234,13 @@ declare
   _attempt text := format('%I.%I', _p.process_schema, _p.process_name || '_attempt');
   _ak text := _p.process_name || '_attempt_id';
   _attempt_id bigint := nextval(pg_get_serial_sequence(_attempt, _ak));
+  _extra jsonb := '{}';
   _queue_task_id bigint;
 begin
-  _queue_task_id := queues.enqueue_internal(_p.task_type, jsonb_build_object(
+  if _p.attempt_payload is not null then
+    execute format('select %s($1)', _p.attempt_payload::regproc) into _extra using _root_id;
+  end if;
+  _queue_task_id := queues.enqueue_internal(_p.task_type, coalesce(_extra, '{}') || jsonb_build_object(
     'task_type', _p.task_type,
     _p.process_name || '_task_id', _root_id,
     _ak, _attempt_id,
