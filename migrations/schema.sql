@@ -303,15 +303,18 @@ create table comms.send_email_attempt (
   send_email_attempt_id bigint generated always as identity not null,
   send_email_task_id bigint not null,
   created_at timestamp with time zone default now() not null,
+  task_id bigint,
   constraint send_email_attempt_created_at_not_null NOT NULL created_at,
   constraint send_email_attempt_pkey PRIMARY KEY (send_email_attempt_id),
   constraint send_email_attempt_send_email_attempt_id_not_null NOT NULL send_email_attempt_id,
   constraint send_email_attempt_send_email_task_id_fkey FOREIGN KEY (send_email_task_id) REFERENCES comms.send_email_task(send_email_task_id) ON DELETE CASCADE,
-  constraint send_email_attempt_send_email_task_id_not_null NOT NULL send_email_task_id
+  constraint send_email_attempt_send_email_task_id_not_null NOT NULL send_email_task_id,
+  constraint send_email_attempt_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE SET NULL
 );
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 CREATE UNIQUE INDEX send_email_attempt_pkey ON comms.send_email_attempt USING btree (send_email_attempt_id);
+CREATE INDEX send_email_attempt_queue_task_idx ON comms.send_email_attempt USING btree (task_id);
 CREATE INDEX send_email_attempt_task_idx ON comms.send_email_attempt USING btree (send_email_task_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON comms.send_email_attempt FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
@@ -411,15 +414,18 @@ create table comms.send_sms_attempt (
   send_sms_attempt_id bigint generated always as identity not null,
   send_sms_task_id bigint not null,
   created_at timestamp with time zone default now() not null,
+  task_id bigint,
   constraint send_sms_attempt_created_at_not_null NOT NULL created_at,
   constraint send_sms_attempt_pkey PRIMARY KEY (send_sms_attempt_id),
   constraint send_sms_attempt_send_sms_attempt_id_not_null NOT NULL send_sms_attempt_id,
   constraint send_sms_attempt_send_sms_task_id_fkey FOREIGN KEY (send_sms_task_id) REFERENCES comms.send_sms_task(send_sms_task_id) ON DELETE CASCADE,
-  constraint send_sms_attempt_send_sms_task_id_not_null NOT NULL send_sms_task_id
+  constraint send_sms_attempt_send_sms_task_id_not_null NOT NULL send_sms_task_id,
+  constraint send_sms_attempt_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE SET NULL
 );
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 CREATE UNIQUE INDEX send_sms_attempt_pkey ON comms.send_sms_attempt USING btree (send_sms_attempt_id);
+CREATE INDEX send_sms_attempt_queue_task_idx ON comms.send_sms_attempt USING btree (task_id);
 CREATE INDEX send_sms_attempt_task_idx ON comms.send_sms_attempt USING btree (send_sms_task_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON comms.send_sms_attempt FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
@@ -553,21 +559,25 @@ create table files.file (
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 CREATE INDEX file_account_idx ON files.file USING btree (account_id);
+CREATE INDEX file_bucket_object_key_idx ON files.file USING btree (bucket, object_key);
 CREATE UNIQUE INDEX file_pkey ON files.file USING btree (file_id);
 
 create table files.file_deletion_attempt (
   file_deletion_attempt_id bigint generated always as identity not null,
   file_deletion_task_id bigint not null,
   created_at timestamp with time zone default now() not null,
+  task_id bigint,
   constraint file_deletion_attempt_created_at_not_null NOT NULL created_at,
   constraint file_deletion_attempt_file_deletion_attempt_id_not_null NOT NULL file_deletion_attempt_id,
   constraint file_deletion_attempt_file_deletion_task_id_fkey FOREIGN KEY (file_deletion_task_id) REFERENCES files.file_deletion_task(file_deletion_task_id) ON DELETE CASCADE,
   constraint file_deletion_attempt_file_deletion_task_id_not_null NOT NULL file_deletion_task_id,
-  constraint file_deletion_attempt_pkey PRIMARY KEY (file_deletion_attempt_id)
+  constraint file_deletion_attempt_pkey PRIMARY KEY (file_deletion_attempt_id),
+  constraint file_deletion_attempt_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE SET NULL
 );
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 CREATE UNIQUE INDEX file_deletion_attempt_pkey ON files.file_deletion_attempt USING btree (file_deletion_attempt_id);
+CREATE INDEX file_deletion_attempt_queue_task_idx ON files.file_deletion_attempt USING btree (task_id);
 CREATE INDEX file_deletion_attempt_task_idx ON files.file_deletion_attempt USING btree (file_deletion_task_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON files.file_deletion_attempt FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
@@ -681,6 +691,72 @@ CREATE INDEX file_metadata_file_idx ON files.file_metadata USING btree (file_id,
 CREATE UNIQUE INDEX file_metadata_pkey ON files.file_metadata USING btree (file_metadata_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON files.file_metadata FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
+create table internal.channel_delivery_mode (
+  task_type text not null,
+  delivery_mode text not null,
+  reason text default ''::text not null,
+  constraint channel_delivery_mode_delivery_mode_check CHECK ((delivery_mode = ANY (ARRAY['at_least_once'::text, 'at_most_once'::text]))),
+  constraint channel_delivery_mode_delivery_mode_not_null NOT NULL delivery_mode,
+  constraint channel_delivery_mode_pkey PRIMARY KEY (task_type),
+  constraint channel_delivery_mode_reason_not_null NOT NULL reason,
+  constraint channel_delivery_mode_task_type_fkey FOREIGN KEY (task_type) REFERENCES queues.task_type(task_type) ON DELETE CASCADE,
+  constraint channel_delivery_mode_task_type_not_null NOT NULL task_type
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table internal.channel_delivery_mode is 'Delivery mode per channel task type: at_least_once (the provider deduplicates) or at_most_once (the worker records the call before making it and never repeats a started call). Types not listed are at_least_once.';
+CREATE UNIQUE INDEX channel_delivery_mode_pkey ON internal.channel_delivery_mode USING btree (task_type);
+
+create table internal.channel_process (
+  process_schema text not null,
+  process_name text not null,
+  task_type text not null,
+  supervisor text not null,
+  before_handler text not null,
+  success_handler text not null,
+  error_handler text not null,
+  max_attempts integer not null,
+  max_supervisor_runs integer not null,
+  backoff_cap_seconds integer not null,
+  attempt_payload regprocedure,
+  constraint channel_process_backoff_cap_seconds_check CHECK (((backoff_cap_seconds >= 1) AND (backoff_cap_seconds <= 86400))),
+  constraint channel_process_backoff_cap_seconds_not_null NOT NULL backoff_cap_seconds,
+  constraint channel_process_before_handler_not_null NOT NULL before_handler,
+  constraint channel_process_error_handler_not_null NOT NULL error_handler,
+  constraint channel_process_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
+  constraint channel_process_max_attempts_not_null NOT NULL max_attempts,
+  constraint channel_process_max_supervisor_runs_check CHECK (((max_supervisor_runs >= 1) AND (max_supervisor_runs <= 10000))),
+  constraint channel_process_max_supervisor_runs_not_null NOT NULL max_supervisor_runs,
+  constraint channel_process_pkey PRIMARY KEY (process_schema, process_name),
+  constraint channel_process_process_name_not_null NOT NULL process_name,
+  constraint channel_process_process_schema_not_null NOT NULL process_schema,
+  constraint channel_process_success_handler_not_null NOT NULL success_handler,
+  constraint channel_process_supervisor_not_null NOT NULL supervisor,
+  constraint channel_process_task_type_fkey FOREIGN KEY (task_type) REFERENCES queues.task_type(task_type) ON DELETE RESTRICT,
+  constraint channel_process_task_type_not_null NOT NULL task_type
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table internal.channel_process is 'Channel processes run by internal.run_channel_supervisor: names (tables <schema>.<name>_task, _attempt, ...) and limits. Configuration, not a fact table.';
+CREATE UNIQUE INDEX channel_process_pkey ON internal.channel_process USING btree (process_schema, process_name);
+
+create table internal.provider_call_started (
+  task_id bigint not null,
+  task_lease_id bigint not null,
+  started_at timestamp with time zone default now() not null,
+  constraint provider_call_started_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint provider_call_started_started_at_not_null NOT NULL started_at,
+  constraint provider_call_started_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
+  constraint provider_call_started_task_id_not_null NOT NULL task_id,
+  constraint provider_call_started_task_lease_id_fkey FOREIGN KEY (task_lease_id) REFERENCES queues.task_lease(task_lease_id) ON DELETE CASCADE,
+  constraint provider_call_started_task_lease_id_not_null NOT NULL task_lease_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table internal.provider_call_started is 'Fact: an at-most-once provider call was started under this lease (committed before the call).';
+CREATE UNIQUE INDEX provider_call_started_pkey ON internal.provider_call_started USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON internal.provider_call_started FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
 create table internal.runnable_function (
   function_schema text not null,
   function_name text not null,
@@ -784,6 +860,19 @@ CREATE UNIQUE INDEX error_pkey ON queues.error USING btree (error_id);
 CREATE INDEX error_task_id_idx ON queues.error USING btree (task_id);
 CREATE INDEX error_task_lease_id_idx ON queues.error USING btree (task_lease_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.error FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.internal_task_type (
+  task_type text not null,
+  reason text not null,
+  constraint internal_task_type_pkey PRIMARY KEY (task_type),
+  constraint internal_task_type_reason_not_null NOT NULL reason,
+  constraint internal_task_type_task_type_fkey FOREIGN KEY (task_type) REFERENCES queues.task_type(task_type) ON DELETE CASCADE,
+  constraint internal_task_type_task_type_not_null NOT NULL task_type
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.internal_task_type is 'Task types only the owner''s SQL may enqueue (queues.enqueue_internal); queues.enqueue and enqueue_many refuse them to other roles with 42501.';
+CREATE UNIQUE INDEX internal_task_type_pkey ON queues.internal_task_type USING btree (task_type);
 
 create table queues.resource_lease (
   resource_key text not null,
@@ -1705,7 +1794,7 @@ begin
     return (select t.account_anonymization_task_id from accounts.account_anonymization_task t
              where t.account_id = _account_id);
   end if;
-  perform queues.enqueue('db_function', jsonb_build_object(
+  perform queues.enqueue_internal('db_function', jsonb_build_object(
     'task_type', 'db_function',
     'db_function', 'accounts.account_anonymization_supervisor',
     'account_anonymization_task_id', _task_id));
@@ -1741,7 +1830,7 @@ begin
 
   insert into accounts.account_flag (account_id, flag) values (_account_id, 'deleted')
   on conflict do nothing;
-  perform queues.enqueue('db_function', jsonb_build_object(
+  perform queues.enqueue_internal('db_function', jsonb_build_object(
     'task_type', 'db_function',
     'db_function', 'accounts.account_deletion_supervisor',
     'account_deletion_task_id', account_deletion_task_id));
@@ -1869,7 +1958,7 @@ AS $function$
 declare
   _next_check_at timestamptz := now() + internal.backoff(_num_failures, 3600);
 begin
-  perform queues.enqueue('db_function', jsonb_build_object(
+  perform queues.enqueue_internal('db_function', jsonb_build_object(
     'task_type', 'db_function',
     'db_function', 'accounts.account_anonymization_supervisor',
     'account_anonymization_task_id', _task_id), _next_check_at);
@@ -1888,7 +1977,7 @@ declare
   _next_check_at timestamptz :=
     now() + internal.backoff(_num_runs - 1, 600);
 begin
-  perform queues.enqueue('db_function', jsonb_build_object(
+  perform queues.enqueue_internal('db_function', jsonb_build_object(
     'task_type', 'db_function',
     'db_function', 'accounts.account_deletion_supervisor',
     'account_deletion_task_id', _task_id), _next_check_at);
@@ -2714,116 +2803,6 @@ $function$;
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION comms.count_send_email_attempts(_send_email_task_id bigint)
- RETURNS integer
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select count(*)::integer from comms.send_email_attempt a
-   where a.send_email_task_id = _send_email_task_id
-$function$;
-  -- comms.count_send_email_attempts(_send_email_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION comms.count_send_email_failed_attempts(_send_email_task_id bigint)
- RETURNS integer
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select count(*)::integer from comms.send_email_attempt a
-    join comms.send_email_attempt_failed f using (send_email_attempt_id)
-   where a.send_email_task_id = _send_email_task_id
-     and not exists (select 1 from comms.send_email_attempt_succeeded s
-                      where s.send_email_attempt_id = a.send_email_attempt_id)
-$function$;
-  -- comms.count_send_email_failed_attempts(_send_email_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION comms.count_send_email_outstanding_attempts(_send_email_task_id bigint)
- RETURNS integer
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select count(*)::integer from comms.send_email_attempt a
-   where a.send_email_task_id = _send_email_task_id
-     and not exists (select 1 from comms.send_email_attempt_succeeded s
-                      where s.send_email_attempt_id = a.send_email_attempt_id)
-     and not exists (select 1 from comms.send_email_attempt_failed f
-                      where f.send_email_attempt_id = a.send_email_attempt_id)
-$function$;
-  -- comms.count_send_email_outstanding_attempts(_send_email_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION comms.count_send_email_supervisor_runs(_send_email_task_id bigint)
- RETURNS integer
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select count(*)::integer from comms.send_email_supervisor_run r
-   where r.send_email_task_id = _send_email_task_id
-$function$;
-  -- comms.count_send_email_supervisor_runs(_send_email_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION comms.count_send_sms_attempts(_send_sms_task_id bigint)
- RETURNS integer
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select count(*)::integer from comms.send_sms_attempt a
-   where a.send_sms_task_id = _send_sms_task_id
-$function$;
-  -- comms.count_send_sms_attempts(_send_sms_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION comms.count_send_sms_failed_attempts(_send_sms_task_id bigint)
- RETURNS integer
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select count(*)::integer from comms.send_sms_attempt a
-    join comms.send_sms_attempt_failed f using (send_sms_attempt_id)
-   where a.send_sms_task_id = _send_sms_task_id
-     and not exists (select 1 from comms.send_sms_attempt_succeeded s
-                      where s.send_sms_attempt_id = a.send_sms_attempt_id)
-$function$;
-  -- comms.count_send_sms_failed_attempts(_send_sms_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION comms.count_send_sms_outstanding_attempts(_send_sms_task_id bigint)
- RETURNS integer
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select count(*)::integer from comms.send_sms_attempt a
-   where a.send_sms_task_id = _send_sms_task_id
-     and not exists (select 1 from comms.send_sms_attempt_succeeded s
-                      where s.send_sms_attempt_id = a.send_sms_attempt_id)
-     and not exists (select 1 from comms.send_sms_attempt_failed f
-                      where f.send_sms_attempt_id = a.send_sms_attempt_id)
-$function$;
-  -- comms.count_send_sms_outstanding_attempts(_send_sms_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION comms.count_send_sms_supervisor_runs(_send_sms_task_id bigint)
- RETURNS integer
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select count(*)::integer from comms.send_sms_supervisor_run r
-   where r.send_sms_task_id = _send_sms_task_id
-$function$;
-  -- comms.count_send_sms_supervisor_runs(_send_sms_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
 CREATE OR REPLACE FUNCTION comms.get_email_payload(payload jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -2832,19 +2811,20 @@ CREATE OR REPLACE FUNCTION comms.get_email_payload(payload jsonb)
 AS $function$
 declare
   _attempt_id bigint := internal.id_from_payload(payload, 'send_email_attempt_id');
+  _refusal text;
   _provider_payload jsonb;
 begin
   if _attempt_id is null then
     return internal.validation_failure('send_email_attempt_id must be a positive integer');
   end if;
-  if exists (select 1 from comms.send_email_attempt_succeeded s where s.send_email_attempt_id = _attempt_id)
-     or exists (select 1 from comms.send_email_attempt_failed f where f.send_email_attempt_id = _attempt_id) then
-    return internal.validation_failure(format('send_email_attempt %s already has an outcome; not sending it again', _attempt_id));
+  _refusal := internal.channel_attempt_refusal('comms', 'send_email', _attempt_id);
+  if _refusal is not null then
+    return internal.validation_failure(_refusal);
   end if;
 
   select jsonb_strip_nulls(jsonb_build_object(
            'message_id', m.message_id,
-           'idempotency_key', a.send_email_attempt_id::text,
+           'idempotency_key', format('%s:send_email_attempt:%s', internal.idempotency_namespace(), a.send_email_attempt_id),
            'from_address', m.from_address,
            'to_address', m.to_address,
            'subject', m.subject,
@@ -2856,40 +2836,12 @@ begin
     join comms.send_email_task t using (send_email_task_id)
     join comms.email_message m using (message_id)
    where a.send_email_attempt_id = _attempt_id;
-
-  if _provider_payload is null then
-    return internal.validation_failure(format('send_email_attempt %s not found', _attempt_id));
-  end if;
   return jsonb_build_object('success', true, 'payload', _provider_payload);
 end;
 $function$;
   -- comms.get_email_payload(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION comms.get_send_email_task_failure(_send_email_task_id bigint)
- RETURNS text
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select t.reason from comms.send_email_task_failed t
-   where t.send_email_task_id = _send_email_task_id
-$function$;
-  -- comms.get_send_email_task_failure(_send_email_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION comms.get_send_sms_task_failure(_send_sms_task_id bigint)
- RETURNS text
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select t.reason from comms.send_sms_task_failed t
-   where t.send_sms_task_id = _send_sms_task_id
-$function$;
-  -- comms.get_send_sms_task_failure(_send_sms_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION comms.get_sms_payload(payload jsonb)
  RETURNS jsonb
@@ -2899,19 +2851,20 @@ CREATE OR REPLACE FUNCTION comms.get_sms_payload(payload jsonb)
 AS $function$
 declare
   _attempt_id bigint := internal.id_from_payload(payload, 'send_sms_attempt_id');
+  _refusal text;
   _provider_payload jsonb;
 begin
   if _attempt_id is null then
     return internal.validation_failure('send_sms_attempt_id must be a positive integer');
   end if;
-  if exists (select 1 from comms.send_sms_attempt_succeeded s where s.send_sms_attempt_id = _attempt_id)
-     or exists (select 1 from comms.send_sms_attempt_failed f where f.send_sms_attempt_id = _attempt_id) then
-    return internal.validation_failure(format('send_sms_attempt %s already has an outcome; not sending it again', _attempt_id));
+  _refusal := internal.channel_attempt_refusal('comms', 'send_sms', _attempt_id);
+  if _refusal is not null then
+    return internal.validation_failure(_refusal);
   end if;
 
   select jsonb_strip_nulls(jsonb_build_object(
            'message_id', m.message_id,
-           'idempotency_key', a.send_sms_attempt_id::text,
+           'idempotency_key', format('%s:send_sms_attempt:%s', internal.idempotency_namespace(), a.send_sms_attempt_id),
            'to_number', m.to_number,
            'from_number', m.from_number,
            'body', m.body))
@@ -2920,68 +2873,12 @@ begin
     join comms.send_sms_task t using (send_sms_task_id)
     join comms.sms_message m using (message_id)
    where a.send_sms_attempt_id = _attempt_id;
-
-  if _provider_payload is null then
-    return internal.validation_failure(format('send_sms_attempt %s not found', _attempt_id));
-  end if;
   return jsonb_build_object('success', true, 'payload', _provider_payload);
 end;
 $function$;
   -- comms.get_sms_payload(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION comms.has_send_email_succeeded_attempt(_send_email_task_id bigint)
- RETURNS boolean
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select exists (
-    select 1 from comms.send_email_attempt a
-      join comms.send_email_attempt_succeeded s using (send_email_attempt_id)
-     where a.send_email_task_id = _send_email_task_id)
-$function$;
-  -- comms.has_send_email_succeeded_attempt(_send_email_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION comms.has_send_email_task_succeeded(_send_email_task_id bigint)
- RETURNS boolean
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select exists (select 1 from comms.send_email_task_succeeded t
-                  where t.send_email_task_id = _send_email_task_id)
-$function$;
-  -- comms.has_send_email_task_succeeded(_send_email_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION comms.has_send_sms_succeeded_attempt(_send_sms_task_id bigint)
- RETURNS boolean
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select exists (
-    select 1 from comms.send_sms_attempt a
-      join comms.send_sms_attempt_succeeded s using (send_sms_attempt_id)
-     where a.send_sms_task_id = _send_sms_task_id)
-$function$;
-  -- comms.has_send_sms_succeeded_attempt(_send_sms_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION comms.has_send_sms_task_succeeded(_send_sms_task_id bigint)
- RETURNS boolean
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select exists (select 1 from comms.send_sms_task_succeeded t
-                  where t.send_sms_task_id = _send_sms_task_id)
-$function$;
-  -- comms.has_send_sms_task_succeeded(_send_sms_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION comms.is_e164_number(_number text)
  RETURNS boolean
@@ -3035,10 +2932,7 @@ begin
     return;
   end if;
 
-  perform queues.enqueue('db_function', jsonb_build_object(
-    'task_type', 'db_function',
-    'db_function', 'comms.send_email_supervisor',
-    'send_email_task_id', send_email_task_id), _at);
+  perform internal.enqueue_channel_supervisor(internal.get_channel_process('comms', 'send_email'), send_email_task_id, _at);
 end;
 $function$;
   -- comms.kickoff_send_email(_message_id bigint, _scheduled_at timestamp with time zone, OUT send_email_task_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
@@ -3073,298 +2967,51 @@ begin
     return;
   end if;
 
-  perform queues.enqueue('db_function', jsonb_build_object(
-    'task_type', 'db_function',
-    'db_function', 'comms.send_sms_supervisor',
-    'send_sms_task_id', send_sms_task_id), _at);
+  perform internal.enqueue_channel_supervisor(internal.get_channel_process('comms', 'send_sms'), send_sms_task_id, _at);
 end;
 $function$;
   -- comms.kickoff_send_sms(_message_id bigint, _scheduled_at timestamp with time zone, OUT send_sms_task_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION comms.lock_send_email_task(_send_email_task_id bigint)
- RETURNS boolean
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-begin
-  perform 1 from comms.send_email_task t
-   where t.send_email_task_id = _send_email_task_id
-     for no key update;
-  return found;
-end;
-$function$;
-  -- comms.lock_send_email_task(_send_email_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION comms.lock_send_sms_task(_send_sms_task_id bigint)
- RETURNS boolean
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-begin
-  perform 1 from comms.send_sms_task t
-   where t.send_sms_task_id = _send_sms_task_id
-     for no key update;
-  return found;
-end;
-$function$;
-  -- comms.lock_send_sms_task(_send_sms_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
 CREATE OR REPLACE FUNCTION comms.record_email_failure(payload jsonb)
  RETURNS jsonb
- LANGUAGE plpgsql
+ LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-declare
-  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'send_email_attempt_id');
-begin
-  if _attempt_id is null then
-    return internal.validation_failure('original_payload.send_email_attempt_id must be a positive integer');
-  end if;
-  if not exists (select 1 from comms.send_email_attempt a where a.send_email_attempt_id = _attempt_id) then
-    return internal.validation_failure(format('send_email_attempt %s not found', _attempt_id));
-  end if;
-  insert into comms.send_email_attempt_failed (send_email_attempt_id, error_message)
-  select _attempt_id, left(coalesce(nullif(payload ->> 'error', ''), 'unknown error'), 2000)
-   where not exists (select 1 from comms.send_email_attempt_succeeded s
-                      where s.send_email_attempt_id = _attempt_id)
-  on conflict do nothing;
-  return jsonb_build_object('success', true);
-end;
-$function$;
+AS $function$ select internal.record_channel_attempt_failure('comms', 'send_email', payload) $function$;
   -- comms.record_email_failure(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION comms.record_email_success(payload jsonb)
  RETURNS jsonb
- LANGUAGE plpgsql
+ LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-declare
-  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'send_email_attempt_id');
-begin
-  if _attempt_id is null then
-    return internal.validation_failure('original_payload.send_email_attempt_id must be a positive integer');
-  end if;
-  if not exists (select 1 from comms.send_email_attempt a where a.send_email_attempt_id = _attempt_id) then
-    return internal.validation_failure(format('send_email_attempt %s not found', _attempt_id));
-  end if;
-  insert into comms.send_email_attempt_succeeded (send_email_attempt_id, worker_payload)
-  values (_attempt_id, payload -> 'worker_payload')
-  on conflict do nothing;
-  return jsonb_build_object('success', true);
-end;
-$function$;
+AS $function$ select internal.record_channel_attempt_success('comms', 'send_email', payload) $function$;
   -- comms.record_email_success(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION comms.record_send_email_supervisor_run(_send_email_task_id bigint)
- RETURNS void
- LANGUAGE sql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  insert into comms.send_email_supervisor_run (send_email_task_id) values (_send_email_task_id)
-$function$;
-  -- comms.record_send_email_supervisor_run(_send_email_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION comms.record_send_email_task_failed(_send_email_task_id bigint, _reason text)
- RETURNS void
- LANGUAGE sql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  insert into comms.send_email_task_failed (send_email_task_id, reason) values (_send_email_task_id, _reason)
-  on conflict do nothing
-$function$;
-  -- comms.record_send_email_task_failed(_send_email_task_id bigint, _reason text): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION comms.record_send_email_task_succeeded(_send_email_task_id bigint)
- RETURNS void
- LANGUAGE sql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  insert into comms.send_email_task_succeeded (send_email_task_id) values (_send_email_task_id)
-  on conflict do nothing
-$function$;
-  -- comms.record_send_email_task_succeeded(_send_email_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION comms.record_send_sms_supervisor_run(_send_sms_task_id bigint)
- RETURNS void
- LANGUAGE sql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  insert into comms.send_sms_supervisor_run (send_sms_task_id) values (_send_sms_task_id)
-$function$;
-  -- comms.record_send_sms_supervisor_run(_send_sms_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION comms.record_send_sms_task_failed(_send_sms_task_id bigint, _reason text)
- RETURNS void
- LANGUAGE sql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  insert into comms.send_sms_task_failed (send_sms_task_id, reason) values (_send_sms_task_id, _reason)
-  on conflict do nothing
-$function$;
-  -- comms.record_send_sms_task_failed(_send_sms_task_id bigint, _reason text): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION comms.record_send_sms_task_succeeded(_send_sms_task_id bigint)
- RETURNS void
- LANGUAGE sql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  insert into comms.send_sms_task_succeeded (send_sms_task_id) values (_send_sms_task_id)
-  on conflict do nothing
-$function$;
-  -- comms.record_send_sms_task_succeeded(_send_sms_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
 CREATE OR REPLACE FUNCTION comms.record_sms_failure(payload jsonb)
  RETURNS jsonb
- LANGUAGE plpgsql
+ LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-declare
-  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'send_sms_attempt_id');
-begin
-  if _attempt_id is null then
-    return internal.validation_failure('original_payload.send_sms_attempt_id must be a positive integer');
-  end if;
-  if not exists (select 1 from comms.send_sms_attempt a where a.send_sms_attempt_id = _attempt_id) then
-    return internal.validation_failure(format('send_sms_attempt %s not found', _attempt_id));
-  end if;
-  insert into comms.send_sms_attempt_failed (send_sms_attempt_id, error_message)
-  select _attempt_id, left(coalesce(nullif(payload ->> 'error', ''), 'unknown error'), 2000)
-   where not exists (select 1 from comms.send_sms_attempt_succeeded s
-                      where s.send_sms_attempt_id = _attempt_id)
-  on conflict do nothing;
-  return jsonb_build_object('success', true);
-end;
-$function$;
+AS $function$ select internal.record_channel_attempt_failure('comms', 'send_sms', payload) $function$;
   -- comms.record_sms_failure(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION comms.record_sms_success(payload jsonb)
  RETURNS jsonb
- LANGUAGE plpgsql
+ LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-declare
-  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'send_sms_attempt_id');
-begin
-  if _attempt_id is null then
-    return internal.validation_failure('original_payload.send_sms_attempt_id must be a positive integer');
-  end if;
-  if not exists (select 1 from comms.send_sms_attempt a where a.send_sms_attempt_id = _attempt_id) then
-    return internal.validation_failure(format('send_sms_attempt %s not found', _attempt_id));
-  end if;
-  insert into comms.send_sms_attempt_succeeded (send_sms_attempt_id, worker_payload)
-  values (_attempt_id, payload -> 'worker_payload')
-  on conflict do nothing;
-  return jsonb_build_object('success', true);
-end;
-$function$;
+AS $function$ select internal.record_channel_attempt_success('comms', 'send_sms', payload) $function$;
   -- comms.record_sms_success(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION comms.schedule_email_attempt(_send_email_task_id bigint)
- RETURNS bigint
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-declare
-  _attempt_id bigint;
-begin
-  insert into comms.send_email_attempt (send_email_task_id) values (_send_email_task_id)
-  returning send_email_attempt_id into _attempt_id;
-
-  perform queues.enqueue('email', jsonb_build_object(
-    'task_type', 'email',
-    'send_email_task_id', _send_email_task_id,
-    'send_email_attempt_id', _attempt_id,
-    'before_handler', 'comms.get_email_payload',
-    'success_handler', 'comms.record_email_success',
-    'error_handler', 'comms.record_email_failure'));
-  return _attempt_id;
-end;
-$function$;
-  -- comms.schedule_email_attempt(_send_email_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION comms.schedule_send_email_recheck(_send_email_task_id bigint, _num_runs integer)
- RETURNS timestamp with time zone
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-declare
-  _next_check_at timestamptz :=
-    now() + internal.backoff(_num_runs - 1, 3600);
-begin
-  perform queues.enqueue('db_function', jsonb_build_object(
-    'task_type', 'db_function',
-    'db_function', 'comms.send_email_supervisor',
-    'send_email_task_id', _send_email_task_id), _next_check_at);
-  return _next_check_at;
-end;
-$function$;
-  -- comms.schedule_send_email_recheck(_send_email_task_id bigint, _num_runs integer): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION comms.schedule_send_sms_recheck(_send_sms_task_id bigint, _num_runs integer)
- RETURNS timestamp with time zone
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-declare
-  _next_check_at timestamptz :=
-    now() + internal.backoff(_num_runs - 1, 3600);
-begin
-  perform queues.enqueue('db_function', jsonb_build_object(
-    'task_type', 'db_function',
-    'db_function', 'comms.send_sms_supervisor',
-    'send_sms_task_id', _send_sms_task_id), _next_check_at);
-  return _next_check_at;
-end;
-$function$;
-  -- comms.schedule_send_sms_recheck(_send_sms_task_id bigint, _num_runs integer): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION comms.schedule_sms_attempt(_send_sms_task_id bigint)
- RETURNS bigint
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-declare
-  _attempt_id bigint;
-begin
-  insert into comms.send_sms_attempt (send_sms_task_id) values (_send_sms_task_id)
-  returning send_sms_attempt_id into _attempt_id;
-
-  perform queues.enqueue('sms', jsonb_build_object(
-    'task_type', 'sms',
-    'send_sms_task_id', _send_sms_task_id,
-    'send_sms_attempt_id', _attempt_id,
-    'before_handler', 'comms.get_sms_payload',
-    'success_handler', 'comms.record_sms_success',
-    'error_handler', 'comms.record_sms_failure'));
-  return _attempt_id;
-end;
-$function$;
-  -- comms.schedule_sms_attempt(_send_sms_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION comms.send_email(_from_address text, _to_address text, _subject text, _html text, _text text DEFAULT NULL::text, _reply_to text DEFAULT NULL::text, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _idempotency_key text DEFAULT NULL::text, OUT message_id bigint, OUT send_email_task_id bigint, OUT validation_failure_message text)
  RETURNS record
@@ -3423,109 +3070,29 @@ $function$;
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION comms.send_email_max_attempts()
- RETURNS integer
- LANGUAGE sql
- IMMUTABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$ select 3 $function$;
-  -- comms.send_email_max_attempts(): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION comms.send_email_max_supervisor_runs()
- RETURNS integer
- LANGUAGE sql
- IMMUTABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$ select 30 $function$;
-  -- comms.send_email_max_supervisor_runs(): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
 CREATE OR REPLACE FUNCTION comms.send_email_supervisor(payload jsonb)
  RETURNS jsonb
- LANGUAGE plpgsql
+ LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-declare
-  _task_id bigint := internal.id_from_payload(payload, 'send_email_task_id');
-  _facts record;
-  _attempt_id bigint;
-  _next_check_at timestamptz;
-begin
-  -- 1. Validation.
-  if _task_id is null then
-    return internal.validation_failure('send_email_task_id must be a positive integer');
-  end if;
-  perform internal.assert_read_committed('comms.send_email_supervisor');
-
-  -- 2. Lock the root, then read facts (in this order: facts read after the lock wait
-  --    include everything the previous holder committed).
-  if not comms.lock_send_email_task(_task_id) then
-    return internal.validation_failure(format('send_email_task %s not found', _task_id));
-  end if;
-
-  -- 3. Facts.
-  _facts := comms.send_email_supervisor_facts(_task_id);
-
-  -- 4. Logic and effects. Terminal states first.
-  if _facts.has_task_succeeded then
-    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
-  end if;
-  if _facts.task_failure is not null then
-    return jsonb_build_object('status', _facts.task_failure);
-  end if;
-  if _facts.has_success then
-    perform comms.record_send_email_task_succeeded(_task_id);
-    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
-  end if;
-  if _facts.num_failures >= comms.send_email_max_attempts() then
-    perform comms.record_send_email_task_failed(_task_id, 'max_attempts_reached');
-    return jsonb_build_object('status', 'max_attempts_reached',
-                              'payload', jsonb_build_object('num_failures', _facts.num_failures));
-  end if;
-  if _facts.num_runs >= comms.send_email_max_supervisor_runs() then
-    perform comms.record_send_email_task_failed(_task_id, 'run_limit_reached');
-    return jsonb_build_object('status', 'run_limit_reached',
-                              'payload', jsonb_build_object('num_runs', _facts.num_runs));
-  end if;
-
-  perform comms.record_send_email_supervisor_run(_task_id);
-
-  -- At most one attempt in flight.
-  if _facts.num_outstanding = 0 then
-    _attempt_id := comms.schedule_email_attempt(_task_id);
-  end if;
-
-  _next_check_at := comms.schedule_send_email_recheck(_task_id, _facts.num_runs + 1);
-  return jsonb_build_object('success', true, 'payload', jsonb_build_object(
-    'status', case when _attempt_id is null then 'waiting_for_attempt' else 'attempt_scheduled' end,
-    'send_email_attempt_id', _attempt_id,
-    'next_check_at', _next_check_at));
-end;
-$function$;
+AS $function$ select internal.run_channel_supervisor('comms', 'send_email', payload) $function$;
   -- comms.send_email_supervisor(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION comms.send_email_supervisor_facts(_send_email_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone)
+CREATE OR REPLACE FUNCTION comms.send_email_supervisor_facts(_send_email_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean)
  RETURNS record
  LANGUAGE sql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select comms.has_send_email_task_succeeded(t.send_email_task_id),
-         comms.get_send_email_task_failure(t.send_email_task_id),
-         comms.has_send_email_succeeded_attempt(t.send_email_task_id),
-         comms.count_send_email_attempts(t.send_email_task_id),
-         comms.count_send_email_failed_attempts(t.send_email_task_id),
-         comms.count_send_email_outstanding_attempts(t.send_email_task_id),
-         comms.count_send_email_supervisor_runs(t.send_email_task_id),
-         t.scheduled_at
+  select f.has_task_succeeded, f.task_failure, f.has_success, f.num_attempts, f.num_failures,
+         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome
     from comms.send_email_task t
+   cross join lateral internal.channel_process_facts('comms', 'send_email', t.send_email_task_id) f
    where t.send_email_task_id = _send_email_task_id
 $function$;
-  -- comms.send_email_supervisor_facts(_send_email_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone): owner :DATABASE_OWNER
+  -- comms.send_email_supervisor_facts(_send_email_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION comms.send_sms(_to_number text, _body text, _from_number text DEFAULT NULL::text, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _idempotency_key text DEFAULT NULL::text, OUT message_id bigint, OUT send_sms_task_id bigint, OUT validation_failure_message text)
@@ -3579,109 +3146,29 @@ $function$;
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION comms.send_sms_max_attempts()
- RETURNS integer
- LANGUAGE sql
- IMMUTABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$ select 3 $function$;
-  -- comms.send_sms_max_attempts(): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION comms.send_sms_max_supervisor_runs()
- RETURNS integer
- LANGUAGE sql
- IMMUTABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$ select 30 $function$;
-  -- comms.send_sms_max_supervisor_runs(): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
 CREATE OR REPLACE FUNCTION comms.send_sms_supervisor(payload jsonb)
  RETURNS jsonb
- LANGUAGE plpgsql
+ LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-declare
-  _task_id bigint := internal.id_from_payload(payload, 'send_sms_task_id');
-  _facts record;
-  _attempt_id bigint;
-  _next_check_at timestamptz;
-begin
-  -- 1. Validation.
-  if _task_id is null then
-    return internal.validation_failure('send_sms_task_id must be a positive integer');
-  end if;
-  perform internal.assert_read_committed('comms.send_sms_supervisor');
-
-  -- 2. Lock the root, then read facts (in this order: facts read after the lock wait
-  --    include everything the previous holder committed).
-  if not comms.lock_send_sms_task(_task_id) then
-    return internal.validation_failure(format('send_sms_task %s not found', _task_id));
-  end if;
-
-  -- 3. Facts.
-  _facts := comms.send_sms_supervisor_facts(_task_id);
-
-  -- 4. Logic and effects. Terminal states first.
-  if _facts.has_task_succeeded then
-    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
-  end if;
-  if _facts.task_failure is not null then
-    return jsonb_build_object('status', _facts.task_failure);
-  end if;
-  if _facts.has_success then
-    perform comms.record_send_sms_task_succeeded(_task_id);
-    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
-  end if;
-  if _facts.num_failures >= comms.send_sms_max_attempts() then
-    perform comms.record_send_sms_task_failed(_task_id, 'max_attempts_reached');
-    return jsonb_build_object('status', 'max_attempts_reached',
-                              'payload', jsonb_build_object('num_failures', _facts.num_failures));
-  end if;
-  if _facts.num_runs >= comms.send_sms_max_supervisor_runs() then
-    perform comms.record_send_sms_task_failed(_task_id, 'run_limit_reached');
-    return jsonb_build_object('status', 'run_limit_reached',
-                              'payload', jsonb_build_object('num_runs', _facts.num_runs));
-  end if;
-
-  perform comms.record_send_sms_supervisor_run(_task_id);
-
-  -- At most one attempt in flight.
-  if _facts.num_outstanding = 0 then
-    _attempt_id := comms.schedule_sms_attempt(_task_id);
-  end if;
-
-  _next_check_at := comms.schedule_send_sms_recheck(_task_id, _facts.num_runs + 1);
-  return jsonb_build_object('success', true, 'payload', jsonb_build_object(
-    'status', case when _attempt_id is null then 'waiting_for_attempt' else 'attempt_scheduled' end,
-    'send_sms_attempt_id', _attempt_id,
-    'next_check_at', _next_check_at));
-end;
-$function$;
+AS $function$ select internal.run_channel_supervisor('comms', 'send_sms', payload) $function$;
   -- comms.send_sms_supervisor(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION comms.send_sms_supervisor_facts(_send_sms_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone)
+CREATE OR REPLACE FUNCTION comms.send_sms_supervisor_facts(_send_sms_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean)
  RETURNS record
  LANGUAGE sql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select comms.has_send_sms_task_succeeded(t.send_sms_task_id),
-         comms.get_send_sms_task_failure(t.send_sms_task_id),
-         comms.has_send_sms_succeeded_attempt(t.send_sms_task_id),
-         comms.count_send_sms_attempts(t.send_sms_task_id),
-         comms.count_send_sms_failed_attempts(t.send_sms_task_id),
-         comms.count_send_sms_outstanding_attempts(t.send_sms_task_id),
-         comms.count_send_sms_supervisor_runs(t.send_sms_task_id),
-         t.scheduled_at
+  select f.has_task_succeeded, f.task_failure, f.has_success, f.num_attempts, f.num_failures,
+         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome
     from comms.send_sms_task t
+   cross join lateral internal.channel_process_facts('comms', 'send_sms', t.send_sms_task_id) f
    where t.send_sms_task_id = _send_sms_task_id
 $function$;
-  -- comms.send_sms_supervisor_facts(_send_sms_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone): owner :DATABASE_OWNER
+  -- comms.send_sms_supervisor_facts(_send_sms_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION files.account_file_deletion_facts(_account_id bigint, OUT num_files integer, OUT num_files_without_task integer, OUT num_files_deleted integer, OUT stuck_file_ids bigint[])
@@ -3692,7 +3179,8 @@ CREATE OR REPLACE FUNCTION files.account_file_deletion_facts(_account_id bigint,
 AS $function$
   select count(*)::integer,
          count(*) filter (where t.file_deletion_task_id is null)::integer,
-         count(*) filter (where files.has_file_deletion_task_succeeded(t.file_deletion_task_id))::integer,
+         count(*) filter (where exists (select 1 from files.file_deletion_task_succeeded s
+                                         where s.file_deletion_task_id = t.file_deletion_task_id))::integer,
          coalesce(array_agg(f.file_id order by f.file_id)
                     filter (where t.file_deletion_task_id is not null and files.is_file_deletion_stuck(f.file_id)),
                   '{}')
@@ -3703,60 +3191,23 @@ $function$;
   -- files.account_file_deletion_facts(_account_id bigint, OUT num_files integer, OUT num_files_without_task integer, OUT num_files_deleted integer, OUT stuck_file_ids bigint[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION files.count_file_deletion_attempts(_file_deletion_task_id bigint)
- RETURNS integer
- LANGUAGE sql
- STABLE
+CREATE OR REPLACE FUNCTION files.check_file_delete_signing(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select count(*)::integer from files.file_deletion_attempt a
-   where a.file_deletion_task_id = _file_deletion_task_id
+begin
+  if jsonb_typeof(payload -> 'bucket') is distinct from 'string' or jsonb_typeof(payload -> 'object_key') is distinct from 'string' then
+    return internal.validation_failure('bucket and object_key must be strings');
+  end if;
+  return jsonb_build_object('success', true, 'payload', jsonb_build_object(
+    'scheduled', files.is_file_delete_scheduled(payload ->> 'bucket', payload ->> 'object_key')));
+end;
 $function$;
-  -- files.count_file_deletion_attempts(_file_deletion_task_id bigint): owner :DATABASE_OWNER
+  -- files.check_file_delete_signing(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION files.count_file_deletion_failed_attempts(_file_deletion_task_id bigint)
- RETURNS integer
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select count(*)::integer from files.file_deletion_attempt a
-    join files.file_deletion_attempt_failed f using (file_deletion_attempt_id)
-   where a.file_deletion_task_id = _file_deletion_task_id
-     and not exists (select 1 from files.file_deletion_attempt_succeeded s
-                      where s.file_deletion_attempt_id = a.file_deletion_attempt_id)
-$function$;
-  -- files.count_file_deletion_failed_attempts(_file_deletion_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION files.count_file_deletion_outstanding_attempts(_file_deletion_task_id bigint)
- RETURNS integer
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select count(*)::integer from files.file_deletion_attempt a
-   where a.file_deletion_task_id = _file_deletion_task_id
-     and not exists (select 1 from files.file_deletion_attempt_succeeded s
-                      where s.file_deletion_attempt_id = a.file_deletion_attempt_id)
-     and not exists (select 1 from files.file_deletion_attempt_failed f
-                      where f.file_deletion_attempt_id = a.file_deletion_attempt_id)
-$function$;
-  -- files.count_file_deletion_outstanding_attempts(_file_deletion_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION files.count_file_deletion_supervisor_runs(_file_deletion_task_id bigint)
- RETURNS integer
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select count(*)::integer from files.file_deletion_supervisor_run r
-   where r.file_deletion_task_id = _file_deletion_task_id
-$function$;
-  -- files.count_file_deletion_supervisor_runs(_file_deletion_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION files.current_file_metadata(_file_id bigint)
  RETURNS jsonb
@@ -3772,100 +3223,40 @@ $function$;
   -- files.current_file_metadata(_file_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION files.file_deletion_max_attempts()
- RETURNS integer
+CREATE OR REPLACE FUNCTION files.file_delete_attempt_payload(_file_deletion_task_id bigint)
+ RETURNS jsonb
  LANGUAGE sql
- IMMUTABLE
+ STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$ select 5 $function$;
-  -- files.file_deletion_max_attempts(): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION files.file_deletion_max_supervisor_runs()
- RETURNS integer
- LANGUAGE sql
- IMMUTABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$ select 40 $function$;
-  -- files.file_deletion_max_supervisor_runs(): owner :DATABASE_OWNER
+AS $function$
+  select jsonb_build_object('file_id', t.file_id) from files.file_deletion_task t
+   where t.file_deletion_task_id = _file_deletion_task_id
+$function$;
+  -- files.file_delete_attempt_payload(_file_deletion_task_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION files.file_deletion_supervisor(payload jsonb)
  RETURNS jsonb
- LANGUAGE plpgsql
+ LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-declare
-  _task_id bigint := internal.id_from_payload(payload, 'file_deletion_task_id');
-  _facts record;
-  _attempt_id bigint;
-  _next_check_at timestamptz;
-begin
-  if _task_id is null then
-    return internal.validation_failure('file_deletion_task_id must be a positive integer');
-  end if;
-  perform internal.assert_read_committed('files.file_deletion_supervisor');
-  if not files.lock_file_deletion_task(_task_id) then
-    return internal.validation_failure(format('file_deletion_task %s not found', _task_id));
-  end if;
-
-  _facts := files.file_deletion_supervisor_facts(_task_id);
-
-  if _facts.has_task_succeeded then
-    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
-  end if;
-  if _facts.task_failure is not null then
-    return jsonb_build_object('status', _facts.task_failure);
-  end if;
-  if _facts.has_success then
-    perform files.record_file_deletion_task_succeeded(_task_id);
-    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
-  end if;
-  if _facts.num_failures >= files.file_deletion_max_attempts() then
-    perform files.record_file_deletion_task_failed(_task_id, 'max_attempts_reached');
-    return jsonb_build_object('status', 'max_attempts_reached',
-                              'payload', jsonb_build_object('num_failures', _facts.num_failures));
-  end if;
-  if _facts.num_runs >= files.file_deletion_max_supervisor_runs() then
-    perform files.record_file_deletion_task_failed(_task_id, 'run_limit_reached');
-    return jsonb_build_object('status', 'run_limit_reached',
-                              'payload', jsonb_build_object('num_runs', _facts.num_runs));
-  end if;
-
-  perform files.record_file_deletion_supervisor_run(_task_id);
-  if _facts.num_outstanding = 0 then
-    _attempt_id := files.schedule_file_deletion_attempt(_task_id, _facts.file_id);
-  end if;
-  _next_check_at := files.schedule_file_deletion_recheck(_task_id, _facts.num_runs + 1);
-  return jsonb_build_object('success', true, 'payload', jsonb_build_object(
-    'status', case when _attempt_id is null then 'waiting_for_attempt' else 'attempt_scheduled' end,
-    'file_deletion_attempt_id', _attempt_id,
-    'next_check_at', _next_check_at));
-end;
-$function$;
+AS $function$ select internal.run_channel_supervisor('files', 'file_deletion', payload) $function$;
   -- files.file_deletion_supervisor(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION files.file_deletion_supervisor_facts(_file_deletion_task_id bigint, OUT file_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer)
+CREATE OR REPLACE FUNCTION files.file_deletion_supervisor_facts(_file_deletion_task_id bigint, OUT file_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT has_unknown_outcome boolean)
  RETURNS record
  LANGUAGE sql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select t.file_id,
-         files.has_file_deletion_task_succeeded(t.file_deletion_task_id),
-         files.get_file_deletion_task_failure(t.file_deletion_task_id),
-         files.has_file_deletion_succeeded_attempt(t.file_deletion_task_id),
-         files.count_file_deletion_attempts(t.file_deletion_task_id),
-         files.count_file_deletion_failed_attempts(t.file_deletion_task_id),
-         files.count_file_deletion_outstanding_attempts(t.file_deletion_task_id),
-         files.count_file_deletion_supervisor_runs(t.file_deletion_task_id)
+  select t.file_id, f.*
     from files.file_deletion_task t
+   cross join lateral internal.channel_process_facts('files', 'file_deletion', t.file_deletion_task_id) f
    where t.file_deletion_task_id = _file_deletion_task_id
 $function$;
-  -- files.file_deletion_supervisor_facts(_file_deletion_task_id bigint, OUT file_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer): owner :DATABASE_OWNER
+  -- files.file_deletion_supervisor_facts(_file_deletion_task_id bigint, OUT file_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT has_unknown_outcome boolean): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION files.get_file_delete_payload(payload jsonb)
@@ -3876,71 +3267,70 @@ CREATE OR REPLACE FUNCTION files.get_file_delete_payload(payload jsonb)
 AS $function$
 declare
   _attempt_id bigint := internal.id_from_payload(payload, 'file_deletion_attempt_id');
-  _provider_payload jsonb;
+  _refusal text;
+  _file files.file;
 begin
   if _attempt_id is null then
     return internal.validation_failure('file_deletion_attempt_id must be a positive integer');
   end if;
-  if exists (select 1 from files.file_deletion_attempt_succeeded s where s.file_deletion_attempt_id = _attempt_id)
-     or exists (select 1 from files.file_deletion_attempt_failed f where f.file_deletion_attempt_id = _attempt_id) then
-    return internal.validation_failure(format('file_deletion_attempt %s already has an outcome; not deleting again', _attempt_id));
+  _refusal := internal.channel_attempt_refusal('files', 'file_deletion', _attempt_id, 'deleting');
+  if _refusal is not null then
+    return internal.validation_failure(_refusal);
   end if;
-  select jsonb_build_object(
-           'file_id', f.file_id,
-           'idempotency_key', a.file_deletion_attempt_id::text,
-           'bucket', f.bucket,
-           'object_key', f.object_key)
-    into _provider_payload
+  select f.* into _file
     from files.file_deletion_attempt a
     join files.file_deletion_task t using (file_deletion_task_id)
     join files.file f on f.file_id = t.file_id
    where a.file_deletion_attempt_id = _attempt_id;
-  if _provider_payload is null then
-    return internal.validation_failure(format('file_deletion_attempt %s not found', _attempt_id));
+  if files.has_account_deletion_failed(_file.account_id) then
+    return internal.validation_failure(format('the deletion of account %s failed; not deleting file %s for attempt %s',
+                                              _file.account_id, _file.file_id, _attempt_id));
   end if;
-  return jsonb_build_object('success', true, 'payload', _provider_payload);
+  return jsonb_build_object('success', true, 'payload', jsonb_build_object(
+    'file_id', _file.file_id,
+    'idempotency_key', _attempt_id::text,
+    'bucket', _file.bucket,
+    'object_key', _file.object_key));
 end;
 $function$;
   -- files.get_file_delete_payload(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION files.get_file_deletion_task_failure(_file_deletion_task_id bigint)
- RETURNS text
+CREATE OR REPLACE FUNCTION files.has_account_deletion_failed(_account_id bigint)
+ RETURNS boolean
  LANGUAGE sql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select t.reason from files.file_deletion_task_failed t
-   where t.file_deletion_task_id = _file_deletion_task_id
+  select exists (select 1 from accounts.account_deletion_task d
+                   join accounts.account_deletion_task_failed f using (account_deletion_task_id)
+                  where d.account_id = _account_id)
 $function$;
-  -- files.get_file_deletion_task_failure(_file_deletion_task_id bigint): owner :DATABASE_OWNER
+  -- files.has_account_deletion_failed(_account_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION files.has_file_deletion_succeeded_attempt(_file_deletion_task_id bigint)
+CREATE OR REPLACE FUNCTION files.is_file_delete_scheduled(_bucket text, _object_key text)
  RETURNS boolean
  LANGUAGE sql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select exists (
-    select 1 from files.file_deletion_attempt a
-      join files.file_deletion_attempt_succeeded s using (file_deletion_attempt_id)
-     where a.file_deletion_task_id = _file_deletion_task_id)
+    select 1
+      from files.file f
+      join files.file_deletion_task t on t.file_id = f.file_id
+      join files.file_deletion_attempt a on a.file_deletion_task_id = t.file_deletion_task_id
+     where f.bucket = _bucket and f.object_key = _object_key
+       and not exists (select 1 from files.file_deletion_attempt_succeeded s
+                        where s.file_deletion_attempt_id = a.file_deletion_attempt_id)
+       and not exists (select 1 from files.file_deletion_attempt_failed x
+                        where x.file_deletion_attempt_id = a.file_deletion_attempt_id)
+       and not exists (select 1 from files.file_deletion_task_succeeded ts where ts.file_deletion_task_id = t.file_deletion_task_id)
+       and not exists (select 1 from files.file_deletion_task_failed tf where tf.file_deletion_task_id = t.file_deletion_task_id)
+       and not files.has_account_deletion_failed(f.account_id))
 $function$;
-  -- files.has_file_deletion_succeeded_attempt(_file_deletion_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION files.has_file_deletion_task_succeeded(_file_deletion_task_id bigint)
- RETURNS boolean
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select exists (select 1 from files.file_deletion_task_succeeded t
-                  where t.file_deletion_task_id = _file_deletion_task_id)
-$function$;
-  -- files.has_file_deletion_task_succeeded(_file_deletion_task_id bigint): owner :DATABASE_OWNER
+  -- files.is_file_delete_scheduled(_bucket text, _object_key text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION files.is_file_deleted(_file_id bigint)
@@ -3961,9 +3351,10 @@ CREATE OR REPLACE FUNCTION files.is_file_deletion_stuck(_file_id bigint)
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select coalesce((
-    select files.get_file_deletion_task_failure(t.file_deletion_task_id) is not null
-           or files.count_file_deletion_failed_attempts(t.file_deletion_task_id) >= files.file_deletion_max_attempts()
+    select f.task_failure is not null
+           or f.num_failures >= (internal.get_channel_process('files', 'file_deletion')).max_attempts
       from files.file_deletion_task t
+     cross join lateral internal.channel_process_facts('files', 'file_deletion', t.file_deletion_task_id) f
      where t.file_id = _file_id), false)
 $function$;
   -- files.is_file_deletion_stuck(_file_id bigint): owner :DATABASE_OWNER
@@ -3995,29 +3386,11 @@ begin
     return;
   end if;
 
-  perform queues.enqueue('db_function', jsonb_build_object(
-    'task_type', 'db_function',
-    'db_function', 'files.file_deletion_supervisor',
-    'file_deletion_task_id', file_deletion_task_id), coalesce(_scheduled_at, now()));
+  perform internal.enqueue_channel_supervisor(internal.get_channel_process('files', 'file_deletion'), file_deletion_task_id, _scheduled_at);
 end;
 $function$;
   -- files.kickoff_file_deletion(_file_id bigint, _scheduled_at timestamp with time zone, OUT file_deletion_task_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION files.lock_file_deletion_task(_file_deletion_task_id bigint)
- RETURNS boolean
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-begin
-  perform 1 from files.file_deletion_task t
-   where t.file_deletion_task_id = _file_deletion_task_id
-     for no key update;
-  return found;
-end;
-$function$;
-  -- files.lock_file_deletion_task(_file_deletion_task_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION files.mark_file_deleted(_file_id bigint)
@@ -4042,27 +3415,10 @@ $function$;
 
 CREATE OR REPLACE FUNCTION files.record_file_delete_failure(payload jsonb)
  RETURNS jsonb
- LANGUAGE plpgsql
+ LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-declare
-  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'file_deletion_attempt_id');
-begin
-  if _attempt_id is null then
-    return internal.validation_failure('original_payload.file_deletion_attempt_id must be a positive integer');
-  end if;
-  if not exists (select 1 from files.file_deletion_attempt a where a.file_deletion_attempt_id = _attempt_id) then
-    return internal.validation_failure(format('file_deletion_attempt %s not found', _attempt_id));
-  end if;
-  insert into files.file_deletion_attempt_failed (file_deletion_attempt_id, error_message)
-  select _attempt_id, left(coalesce(nullif(payload ->> 'error', ''), 'unknown error'), 2000)
-   where not exists (select 1 from files.file_deletion_attempt_succeeded s
-                      where s.file_deletion_attempt_id = _attempt_id)
-  on conflict do nothing;
-  return jsonb_build_object('success', true);
-end;
-$function$;
+AS $function$ select internal.record_channel_attempt_failure('files', 'file_deletion', payload) $function$;
   -- files.record_file_delete_failure(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
@@ -4074,104 +3430,19 @@ CREATE OR REPLACE FUNCTION files.record_file_delete_success(payload jsonb)
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
-  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'file_deletion_attempt_id');
-  _file_id bigint;
+  _result jsonb := internal.record_channel_attempt_success('files', 'file_deletion', payload);
 begin
-  if _attempt_id is null then
-    return internal.validation_failure('original_payload.file_deletion_attempt_id must be a positive integer');
+  if (_result ->> 'success')::boolean then
+    perform files.mark_file_deleted(t.file_id)
+       from files.file_deletion_attempt a join files.file_deletion_task t using (file_deletion_task_id)
+      where a.file_deletion_attempt_id = internal.id_from_payload(payload -> 'original_payload', 'file_deletion_attempt_id');
   end if;
-  select t.file_id into _file_id
-    from files.file_deletion_attempt a join files.file_deletion_task t using (file_deletion_task_id)
-   where a.file_deletion_attempt_id = _attempt_id;
-  if _file_id is null then
-    return internal.validation_failure(format('file_deletion_attempt %s not found', _attempt_id));
-  end if;
-  insert into files.file_deletion_attempt_succeeded (file_deletion_attempt_id, worker_payload)
-  values (_attempt_id, payload -> 'worker_payload')
-  on conflict do nothing;
-  perform files.mark_file_deleted(_file_id);
-  return jsonb_build_object('success', true);
+  return _result;
 end;
 $function$;
   -- files.record_file_delete_success(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION files.record_file_deletion_supervisor_run(_file_deletion_task_id bigint)
- RETURNS void
- LANGUAGE sql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  insert into files.file_deletion_supervisor_run (file_deletion_task_id) values (_file_deletion_task_id)
-$function$;
-  -- files.record_file_deletion_supervisor_run(_file_deletion_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION files.record_file_deletion_task_failed(_file_deletion_task_id bigint, _reason text)
- RETURNS void
- LANGUAGE sql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  insert into files.file_deletion_task_failed (file_deletion_task_id, reason) values (_file_deletion_task_id, _reason)
-  on conflict do nothing
-$function$;
-  -- files.record_file_deletion_task_failed(_file_deletion_task_id bigint, _reason text): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION files.record_file_deletion_task_succeeded(_file_deletion_task_id bigint)
- RETURNS void
- LANGUAGE sql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  insert into files.file_deletion_task_succeeded (file_deletion_task_id) values (_file_deletion_task_id)
-  on conflict do nothing
-$function$;
-  -- files.record_file_deletion_task_succeeded(_file_deletion_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION files.schedule_file_deletion_attempt(_file_deletion_task_id bigint, _file_id bigint)
- RETURNS bigint
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-declare
-  _attempt_id bigint;
-begin
-  insert into files.file_deletion_attempt (file_deletion_task_id) values (_file_deletion_task_id)
-  returning file_deletion_attempt_id into _attempt_id;
-
-  perform queues.enqueue('file_delete', jsonb_build_object(
-    'task_type', 'file_delete',
-    'file_deletion_task_id', _file_deletion_task_id,
-    'file_deletion_attempt_id', _attempt_id,
-    'file_id', _file_id,
-    'before_handler', 'files.get_file_delete_payload',
-    'success_handler', 'files.record_file_delete_success',
-    'error_handler', 'files.record_file_delete_failure'));
-  return _attempt_id;
-end;
-$function$;
-  -- files.schedule_file_deletion_attempt(_file_deletion_task_id bigint, _file_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION files.schedule_file_deletion_recheck(_file_deletion_task_id bigint, _num_runs integer)
- RETURNS timestamp with time zone
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-declare
-  _next_check_at timestamptz :=
-    now() + internal.backoff(_num_runs - 1, 3600);
-begin
-  perform queues.enqueue('db_function', jsonb_build_object(
-    'task_type', 'db_function',
-    'db_function', 'files.file_deletion_supervisor',
-    'file_deletion_task_id', _file_deletion_task_id), _next_check_at);
-  return _next_check_at;
-end;
-$function$;
-  -- files.schedule_file_deletion_recheck(_file_deletion_task_id bigint, _num_runs integer): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION internal.assert_read_committed(_function_name text)
  RETURNS void
@@ -4205,6 +3476,196 @@ $function$;
   -- internal.backoff(_exponent integer, _cap_seconds integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION internal.channel_attempt_refusal(_schema text, _name text, _attempt_id bigint, _verb text DEFAULT 'sending'::text)
+ RETURNS text
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _root_id bigint;
+  _has_outcome boolean;
+  _facts record;
+begin
+  execute format($q$
+    select a.%4$I,
+           exists (select 1 from %1$I.%2$I s where s.%5$I = a.%5$I) or exists (select 1 from %1$I.%3$I f where f.%5$I = a.%5$I)
+      from %1$I.%6$I a where a.%5$I = $1
+    $q$, _schema, _name || '_attempt_succeeded', _name || '_attempt_failed', _name || '_task_id', _name || '_attempt_id', _name || '_attempt')
+  into _root_id, _has_outcome using _attempt_id;
+  if _root_id is null then
+    return format('%s %s not found', _name || '_attempt', _attempt_id);
+  end if;
+  if _has_outcome then
+    return format('%s %s already has an outcome; not %s it again', _name || '_attempt', _attempt_id, _verb);
+  end if;
+  _facts := internal.channel_process_facts(_schema, _name, _root_id);
+  if _facts.has_task_succeeded or _facts.task_failure is not null then
+    return format('%s %s already ended (%s); not %s attempt %s', _name || '_task', _root_id,
+                  coalesce(_facts.task_failure, 'succeeded'), _verb, _attempt_id);
+  end if;
+  return null;
+end;
+$function$;
+  -- internal.channel_attempt_refusal(_schema text, _name text, _attempt_id bigint, _verb text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.channel_process_facts(_schema text, _name text, _root_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT has_unknown_outcome boolean)
+ RETURNS record
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  execute format($q$
+    select exists (select 1 from %1$I.%2$I x where x.%8$I = $1),
+           (select x.reason from %1$I.%3$I x where x.%8$I = $1),
+           exists (select 1 from %1$I.%4$I a join %1$I.%5$I s using (%9$I) where a.%8$I = $1),
+           (select count(*)::integer from %1$I.%4$I a where a.%8$I = $1),
+           (select count(*)::integer from %1$I.%4$I a join %1$I.%6$I f using (%9$I)
+             where a.%8$I = $1 and not exists (select 1 from %1$I.%5$I s where s.%9$I = a.%9$I)),
+           (select count(*)::integer from %1$I.%4$I a
+             where a.%8$I = $1
+               and not exists (select 1 from %1$I.%5$I s where s.%9$I = a.%9$I)
+               and not exists (select 1 from %1$I.%6$I f where f.%9$I = a.%9$I)),
+           (select count(*)::integer from %1$I.%7$I r where r.%8$I = $1),
+           exists (select 1 from %1$I.%4$I a join %1$I.%6$I f using (%9$I)
+                    where a.%8$I = $1 and internal.is_unknown_outcome(f.error_message)
+                      and not exists (select 1 from %1$I.%5$I s where s.%9$I = a.%9$I))
+    $q$, _schema, _name || '_task_succeeded', _name || '_task_failed', _name || '_attempt',
+         _name || '_attempt_succeeded', _name || '_attempt_failed', _name || '_supervisor_run',
+         _name || '_task_id', _name || '_attempt_id')
+  into has_task_succeeded, task_failure, has_success, num_attempts, num_failures, num_outstanding,
+       num_runs, has_unknown_outcome
+  using _root_id;
+end;
+$function$;
+  -- internal.channel_process_facts(_schema text, _name text, _root_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT has_unknown_outcome boolean): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.close_given_up_channel_attempts(_schema text, _name text, _root_id bigint)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _closed integer;
+begin
+  execute format($q$
+    with closed as (
+      insert into %1$I.%4$I (%6$I, error_message)
+      select a.%6$I, internal.queue_gave_up_message(a.task_id)
+        from %1$I.%2$I a
+       where a.%5$I = $1
+         and internal.queue_gave_up_message(a.task_id) is not null
+         and not exists (select 1 from %1$I.%3$I s where s.%6$I = a.%6$I)
+         and not exists (select 1 from %1$I.%4$I f where f.%6$I = a.%6$I)
+      on conflict do nothing
+      returning 1)
+    select count(*)::integer from closed
+    $q$, _schema, _name || '_attempt', _name || '_attempt_succeeded', _name || '_attempt_failed',
+         _name || '_task_id', _name || '_attempt_id')
+  into _closed using _root_id;
+  return _closed;
+end;
+$function$;
+  -- internal.close_given_up_channel_attempts(_schema text, _name text, _root_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.create_channel_process_tables(_schema text, _name text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _root text := format('%I.%I', _schema, _name || '_task');
+  _attempt text := format('%I.%I', _schema, _name || '_attempt');
+  _rk text := _name || '_task_id';
+  _ak text := _name || '_attempt_id';
+  _table text;
+begin
+  if to_regclass(_root) is null then
+    raise exception 'channel process %.%: create its root table %.% first', _schema, _name, _schema, _name || '_task'
+      using errcode = '22023';
+  end if;
+  execute format('create table if not exists %I.%I (id bigint generated always as identity primary key,
+                    %I bigint not null references %s on delete cascade, created_at timestamptz not null default now())',
+                 _schema, _name || '_supervisor_run', _rk, _root);
+  execute format('create index if not exists %I on %I.%I (%I)', _name || '_supervisor_run_task_idx', _schema, _name || '_supervisor_run', _rk);
+  execute format('create table if not exists %s (%I bigint generated always as identity primary key,
+                    %I bigint not null references %s on delete cascade,
+                    task_id bigint references queues.task on delete set null,
+                    created_at timestamptz not null default now())', _attempt, _ak, _rk, _root);
+  execute format('create index if not exists %I on %s (%I)', _name || '_attempt_task_idx', _attempt, _rk);
+  execute format('create table if not exists %I.%I (%I bigint primary key references %s on delete cascade,
+                    worker_payload jsonb, created_at timestamptz not null default now())',
+                 _schema, _name || '_attempt_succeeded', _ak, _attempt);
+  execute format('create table if not exists %I.%I (%I bigint primary key references %s on delete cascade,
+                    error_message text not null, created_at timestamptz not null default now())',
+                 _schema, _name || '_attempt_failed', _ak, _attempt);
+  execute format('create table if not exists %I.%I (%I bigint primary key references %s on delete cascade,
+                    created_at timestamptz not null default now())', _schema, _name || '_task_succeeded', _rk, _root);
+  execute format('create table if not exists %I.%I (%I bigint primary key references %s on delete cascade,
+                    reason text not null, created_at timestamptz not null default now())', _schema, _name || '_task_failed', _rk, _root);
+  foreach _table in array array['_task', '_supervisor_run', '_attempt', '_attempt_succeeded', '_attempt_failed',
+                                '_task_succeeded', '_task_failed'] loop
+    if not exists (select 1 from pg_trigger
+                    where tgrelid = to_regclass(format('%I.%I', _schema, _name || _table)) and tgname = 'forbid_update') then
+      execute format('create trigger forbid_update before update on %I.%I
+                        for each statement execute function queues.forbid_fact_update()', _schema, _name || _table);
+    end if;
+  end loop;
+end;
+$function$;
+  -- internal.create_channel_process_tables(_schema text, _name text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.delivery_mode(_task_type text)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select coalesce((select m.delivery_mode from internal.channel_delivery_mode m where m.task_type = _task_type),
+                  'at_least_once')
+$function$;
+  -- internal.delivery_mode(_task_type text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.enqueue_channel_supervisor(_p internal.channel_process, _root_id bigint, _at timestamp with time zone)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  perform queues.enqueue_internal('db_function', jsonb_build_object(
+    'task_type', 'db_function',
+    'db_function', _p.supervisor,
+    _p.process_name || '_task_id', _root_id), coalesce(_at, now()));
+end;
+$function$;
+  -- internal.enqueue_channel_supervisor(_p internal.channel_process, _root_id bigint, _at timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.get_channel_process(_schema text, _name text)
+ RETURNS internal.channel_process
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _p internal.channel_process;
+begin
+  select * into _p from internal.channel_process p where p.process_schema = _schema and p.process_name = _name;
+  if not found then
+    raise exception 'no channel process %.% is registered', _schema, _name using errcode = '22023';
+  end if;
+  return _p;
+end;
+$function$;
+  -- internal.get_channel_process(_schema text, _name text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION internal.id_from_payload(_payload jsonb, _key text)
  RETURNS bigint
  LANGUAGE sql
@@ -4221,6 +3682,44 @@ $function$;
   -- internal.id_from_payload(_payload jsonb, _key text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION internal.idempotency_namespace()
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select format('%s:%s', (select s.system_identifier from pg_control_system() s), current_database())
+$function$;
+  -- internal.idempotency_namespace(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.is_unknown_outcome(_error_message text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select starts_with(coalesce(_error_message, ''), 'unknown outcome: ')
+$function$;
+  -- internal.is_unknown_outcome(_error_message text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.lock_channel_process_root(_schema text, _name text, _root_id bigint)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _found integer;
+begin
+  execute format('select 1 from %I.%I t where t.%I = $1 for no key update', _schema, _name || '_task', _name || '_task_id')
+    into _found using _root_id;
+  return _found is not null;
+end;
+$function$;
+  -- internal.lock_channel_process_root(_schema text, _name text, _root_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION internal.noop(payload jsonb)
  RETURNS jsonb
  LANGUAGE sql
@@ -4230,6 +3729,126 @@ AS $function$ select jsonb_build_object('success', true) $function$;
   -- internal.noop(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.queue_gave_up_message(_task_id bigint)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select left(format('the queue gave up on %s task %s (%s)%s', t.task_type, t.task_id, c.outcome,
+                     coalesce(': ' || (select e.error_message from queues.error e
+                                        where e.task_id = t.task_id order by e.error_id desc limit 1), '')), 2000)
+    from queues.task t
+    join queues.task_completed c on c.task_id = t.task_id
+   where t.task_id = _task_id
+$function$;
+  -- internal.queue_gave_up_message(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.record_channel_attempt_failure(_schema text, _name text, payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _ak text := _name || '_attempt_id';
+  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', _ak);
+  _exists integer;
+begin
+  if _attempt_id is null then
+    return internal.validation_failure(format('original_payload.%s must be a positive integer', _ak));
+  end if;
+  execute format('select 1 from %I.%I a where a.%I = $1', _schema, _name || '_attempt', _ak) into _exists using _attempt_id;
+  if _exists is null then
+    return internal.validation_failure(format('%s %s not found', _name || '_attempt', _attempt_id));
+  end if;
+  execute format($q$
+    insert into %1$I.%2$I (%4$I, error_message)
+    select $1, left(coalesce(nullif($2, ''), 'unknown error'), 2000)
+     where not exists (select 1 from %1$I.%3$I s where s.%4$I = $1)
+    on conflict do nothing
+    $q$, _schema, _name || '_attempt_failed', _name || '_attempt_succeeded', _ak)
+    using _attempt_id, payload ->> 'error';
+  return jsonb_build_object('success', true);
+end;
+$function$;
+  -- internal.record_channel_attempt_failure(_schema text, _name text, payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.record_channel_attempt_success(_schema text, _name text, payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _ak text := _name || '_attempt_id';
+  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', _ak);
+  _exists integer;
+begin
+  if _attempt_id is null then
+    return internal.validation_failure(format('original_payload.%s must be a positive integer', _ak));
+  end if;
+  execute format('select 1 from %I.%I a where a.%I = $1', _schema, _name || '_attempt', _ak) into _exists using _attempt_id;
+  if _exists is null then
+    return internal.validation_failure(format('%s %s not found', _name || '_attempt', _attempt_id));
+  end if;
+  execute format('insert into %I.%I (%I, worker_payload) values ($1, $2) on conflict do nothing', _schema, _name || '_attempt_succeeded', _ak)
+    using _attempt_id, payload -> 'worker_payload';
+  return jsonb_build_object('success', true);
+end;
+$function$;
+  -- internal.record_channel_attempt_success(_schema text, _name text, payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.record_channel_process_outcome(_schema text, _name text, _root_id bigint, _reason text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _reason is null then
+    execute format('insert into %I.%I (%I) values ($1) on conflict do nothing', _schema, _name || '_task_succeeded', _name || '_task_id')
+      using _root_id;
+  else
+    execute format('insert into %I.%I (%I, reason) values ($1, $2) on conflict do nothing', _schema, _name || '_task_failed', _name || '_task_id')
+      using _root_id, _reason;
+  end if;
+end;
+$function$;
+  -- internal.record_channel_process_outcome(_schema text, _name text, _root_id bigint, _reason text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.register_channel_process(_schema text, _name text, _task_type text, _supervisor text, _before_handler text, _success_handler text, _error_handler text, _max_attempts integer, _max_supervisor_runs integer, _backoff_cap_seconds integer DEFAULT 3600, _attempt_payload regprocedure DEFAULT NULL::regprocedure)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _suffix text;
+begin
+  foreach _suffix in array array['_task', '_supervisor_run', '_attempt', '_attempt_succeeded', '_attempt_failed',
+                                 '_task_succeeded', '_task_failed'] loop
+    if to_regclass(format('%I.%I', _schema, _name || _suffix)) is null then
+      raise exception 'channel process %.%: table %.% does not exist', _schema, _name, _schema, _name || _suffix
+        using errcode = '22023';
+    end if;
+  end loop;
+  insert into internal.channel_process as p
+    (process_schema, process_name, task_type, supervisor, before_handler, success_handler, error_handler,
+     max_attempts, max_supervisor_runs, backoff_cap_seconds, attempt_payload)
+  values (_schema, _name, _task_type, _supervisor, _before_handler, _success_handler, _error_handler,
+          _max_attempts, _max_supervisor_runs, _backoff_cap_seconds, _attempt_payload)
+  on conflict (process_schema, process_name) do update
+     set task_type = excluded.task_type, supervisor = excluded.supervisor,
+         before_handler = excluded.before_handler, success_handler = excluded.success_handler,
+         error_handler = excluded.error_handler, max_attempts = excluded.max_attempts,
+         max_supervisor_runs = excluded.max_supervisor_runs, backoff_cap_seconds = excluded.backoff_cap_seconds,
+         attempt_payload = excluded.attempt_payload;
+end;
+$function$;
+  -- internal.register_channel_process(_schema text, _name text, _task_type text, _supervisor text, _before_handler text, _success_handler text, _error_handler text, _max_attempts integer, _max_supervisor_runs integer, _backoff_cap_seconds integer, _attempt_payload regprocedure): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION internal.register_runnable_function(_function regprocedure)
  RETURNS void
@@ -4308,6 +3927,70 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION internal.run_channel_supervisor(_schema text, _name text, payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _p internal.channel_process := internal.get_channel_process(_schema, _name);
+  _root_key text := _name || '_task_id';
+  _task_id bigint := internal.id_from_payload(payload, _root_key);
+  _facts record;
+  _attempt_id bigint;
+  _next_check_at timestamptz;
+begin
+  if _task_id is null then
+    return internal.validation_failure(format('%s must be a positive integer', _root_key));
+  end if;
+  perform internal.assert_read_committed(_p.supervisor);
+  -- Lock, then read: facts read after the lock wait include what the last holder committed.
+  if not internal.lock_channel_process_root(_schema, _name, _task_id) then
+    return internal.validation_failure(format('%s %s not found', _name || '_task', _task_id));
+  end if;
+  perform internal.close_given_up_channel_attempts(_schema, _name, _task_id);
+  _facts := internal.channel_process_facts(_schema, _name, _task_id);
+
+  if _facts.has_task_succeeded then
+    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
+  end if;
+  if _facts.task_failure is not null then
+    return jsonb_build_object('status', _facts.task_failure);
+  end if;
+  if _facts.has_success then
+    perform internal.record_channel_process_outcome(_schema, _name, _task_id, null);
+    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
+  end if;
+  if _facts.has_unknown_outcome then
+    perform internal.record_channel_process_outcome(_schema, _name, _task_id, 'delivery_outcome_unknown');
+    return jsonb_build_object('status', 'delivery_outcome_unknown');
+  end if;
+  if _facts.num_failures >= _p.max_attempts then
+    perform internal.record_channel_process_outcome(_schema, _name, _task_id, 'max_attempts_reached');
+    return jsonb_build_object('status', 'max_attempts_reached',
+                              'payload', jsonb_build_object('num_failures', _facts.num_failures));
+  end if;
+  if _facts.num_runs >= _p.max_supervisor_runs then
+    perform internal.record_channel_process_outcome(_schema, _name, _task_id, 'run_limit_reached');
+    return jsonb_build_object('status', 'run_limit_reached',
+                              'payload', jsonb_build_object('num_runs', _facts.num_runs));
+  end if;
+
+  execute format('insert into %I.%I (%I) values ($1)', _schema, _name || '_supervisor_run', _root_key) using _task_id;
+  if _facts.num_outstanding = 0 then
+    _attempt_id := internal.schedule_channel_attempt(_p, _task_id);
+  end if;
+  _next_check_at := now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds);
+  perform internal.enqueue_channel_supervisor(_p, _task_id, _next_check_at);
+  return jsonb_build_object('success', true, 'payload', jsonb_build_object(
+    'status', case when _attempt_id is null then 'waiting_for_attempt' else 'attempt_scheduled' end,
+    _name || '_attempt_id', _attempt_id,
+    'next_check_at', _next_check_at));
+end;
+$function$;
+  -- internal.run_channel_supervisor(_schema text, _name text, payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION internal.run_function(function_name text, payload jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -4333,6 +4016,100 @@ $function$;
   -- internal.run_function(function_name text, payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.schedule_channel_attempt(_p internal.channel_process, _root_id bigint)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _attempt text := format('%I.%I', _p.process_schema, _p.process_name || '_attempt');
+  _ak text := _p.process_name || '_attempt_id';
+  _attempt_id bigint := nextval(pg_get_serial_sequence(_attempt, _ak));
+  _extra jsonb := '{}';
+  _queue_task_id bigint;
+begin
+  if _p.attempt_payload is not null then
+    execute format('select %s($1)', _p.attempt_payload::regproc) into _extra using _root_id;
+  end if;
+  _queue_task_id := queues.enqueue_internal(_p.task_type, coalesce(_extra, '{}') || jsonb_build_object(
+    'task_type', _p.task_type,
+    _p.process_name || '_task_id', _root_id,
+    _ak, _attempt_id,
+    'before_handler', _p.before_handler,
+    'success_handler', _p.success_handler,
+    'error_handler', _p.error_handler));
+  execute format('insert into %s (%I, %I, task_id) overriding system value values ($1, $2, $3)',
+                 _attempt, _ak, _p.process_name || '_task_id')
+    using _attempt_id, _root_id, _queue_task_id;
+  return _attempt_id;
+end;
+$function$;
+  -- internal.schedule_channel_attempt(_p internal.channel_process, _root_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.start_provider_call(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _task_id bigint := internal.id_from_payload(payload, 'task_id');
+  _lease_id bigint := internal.id_from_payload(payload, 'task_lease_id');
+  _task_type text;
+  _mode text;
+  _started record;
+begin
+  if _task_id is null or _lease_id is null then
+    return internal.validation_failure('task_id and task_lease_id must be positive integers');
+  end if;
+  select t.task_type into _task_type from queues.task t where t.task_id = _task_id;
+  if _task_type is null then
+    return internal.validation_failure(format('task %s not found', _task_id));
+  end if;
+  -- The live lease of an open task: the newest lease, not expired, no completion.
+  if not exists (select 1 from queues.task_lease l
+                  where l.task_lease_id = _lease_id and l.task_id = _task_id and l.expires_at > now()
+                    and not exists (select 1 from queues.task_lease n
+                                     where n.task_id = _task_id and n.task_lease_id > _lease_id))
+     or exists (select 1 from queues.task_completed c where c.task_id = _task_id) then
+    return internal.validation_failure(format('lease %s is not the live lease of task %s; not calling the provider', _lease_id, _task_id));
+  end if;
+
+  _mode := internal.delivery_mode(_task_type);
+  if _mode = 'at_least_once' then
+    return jsonb_build_object('success', true, 'payload', jsonb_build_object('delivery_mode', _mode, 'proceed', true));
+  end if;
+
+  select s.task_lease_id, s.started_at into _started
+    from internal.provider_call_started s
+   where s.task_id = _task_id and s.task_lease_id <> _lease_id
+   order by s.task_lease_id
+   limit 1;
+  if found then
+    return jsonb_build_object('success', true, 'payload', jsonb_build_object(
+      'delivery_mode', _mode, 'proceed', false,
+      'error', format('%slease %s started the %s provider call at %s and no outcome was recorded; at-most-once delivery: not calling again',
+                      internal.unknown_outcome_prefix(), _started.task_lease_id, _task_type, _started.started_at)));
+  end if;
+  insert into internal.provider_call_started (task_id, task_lease_id) values (_task_id, _lease_id)
+  on conflict do nothing;
+  return jsonb_build_object('success', true, 'payload', jsonb_build_object('delivery_mode', _mode, 'proceed', true));
+end;
+$function$;
+  -- internal.start_provider_call(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.unknown_outcome_prefix()
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select 'unknown outcome: ' $function$;
+  -- internal.unknown_outcome_prefix(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION internal.validation_failure(_message text)
  RETURNS jsonb
@@ -4368,6 +4145,51 @@ begin
 end;
 $function$;
   -- queues.assert_lease_pairs(_task_ids bigint[], _task_lease_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.assert_may_enqueue(_task_type text, _where text DEFAULT ''::text)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if queues.is_internal_task_type(_task_type) and not queues.is_owner_session() then
+    raise exception '%task_type % may be enqueued only by the database''s own processes, not by %',
+      _where, quote_literal(_task_type), session_user
+      using errcode = '42501',
+            detail = 'Channel tasks (email, sms, file_delete) and db_function steps act with the owner''s authority.',
+            hint = 'Start the business process through its kickoff function (comms.send_email, comms.send_sms, files.kickoff_file_deletion, api.request_account_deletion).';
+  end if;
+end;
+$function$;
+  -- queues.assert_may_enqueue(_task_type text, _where text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.assert_may_enqueue_many(_tasks jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _first record;
+begin
+  if jsonb_typeof(_tasks) is distinct from 'array' or queues.is_owner_session() then
+    return;
+  end if;
+  select e.ordinality - 1 as idx, e.value ->> 'task_type' as task_type into _first
+    from jsonb_array_elements(_tasks) with ordinality e
+    join queues.internal_task_type i
+      on jsonb_typeof(e.value) = 'object' and i.task_type = e.value ->> 'task_type'
+   order by e.ordinality
+   limit 1;
+  if found then
+    perform queues.assert_may_enqueue(_first.task_type, format('tasks[%s]: ', _first.idx));
+  end if;
+end;
+$function$;
+  -- queues.assert_may_enqueue_many(_tasks jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.assert_valid_task(_task_type text, _payload jsonb, _priority integer, _resource_key text, _max_attempts integer, _where text DEFAULT ''::text)
@@ -4750,6 +4572,22 @@ CREATE OR REPLACE FUNCTION queues.enqueue(_task_type text, _payload jsonb, _sche
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+begin
+  perform queues.assert_may_enqueue(_task_type);
+  return queues.enqueue_internal(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts);
+end;
+$function$;
+  -- queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.enqueue_internal(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
 declare
   _task queues.task;
 begin
@@ -4770,9 +4608,7 @@ begin
   return _task.task_id;
 end;
 $function$;
-  -- queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
-  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- queues.enqueue_internal(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.enqueue_many(_tasks jsonb)
@@ -4784,6 +4620,7 @@ AS $function$
 declare
   _problem record;
 begin
+  perform queues.assert_may_enqueue_many(_tasks);
   if _tasks is null then
     raise exception 'tasks must not be null' using errcode = '22004';
   end if;
@@ -5090,6 +4927,29 @@ $function$;
   -- queues.interrupt_task_at(_now timestamp with time zone, _task_id bigint, _task_lease_id bigint, _error_message text, _max_interruptions integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.is_internal_task_type(_task_type text)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select exists (select 1 from queues.internal_task_type i where i.task_type = _task_type)
+$function$;
+  -- queues.is_internal_task_type(_task_type text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.is_owner_session()
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select pg_has_role(session_user, n.nspowner, 'member')
+    from pg_namespace n where n.nspname = 'queues'
+$function$;
+  -- queues.is_owner_session(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.is_payload_too_deep(_payload jsonb)
  RETURNS boolean
  LANGUAGE sql
@@ -5351,7 +5211,7 @@ begin
     raise exception 'task % is not a dead letter', _task_id using errcode = '22023',
       hint = 'Only tasks that completed failed (without an error handler) or abandoned can be redriven.';
   end if;
-  _new_task_id := queues.enqueue(_task.task_type, _task.payload, now(), _task.priority,
+  _new_task_id := queues.enqueue_internal(_task.task_type, _task.payload, now(), _task.priority,
                                  _task.resource_key, _task.max_attempts);
   insert into queues.task_redriven (task_id, new_task_id) values (_task_id, _new_task_id);
   return _new_task_id;
@@ -5557,7 +5417,7 @@ AS $function$
 declare
   _task_id bigint;
 begin
-  _task_id := queues.enqueue(_version.task_type, _version.payload, _fire_at, _version.priority);
+  _task_id := queues.enqueue_internal(_version.task_type, _version.payload, _fire_at, _version.priority);
   insert into schedules.schedule_run
     (schedule_id, schedule_version_id, fire_at, first_fire_at, outcome, task_id, enqueued_at)
   values (_version.schedule_id, _version.schedule_version_id, _fire_at, _first_fire_at,
@@ -5905,7 +5765,7 @@ begin
   if _pending.task_id is not null and _pending.available_at <= _wake then
     return _pending.task_id;
   end if;
-  _task_id := queues.enqueue('db_function',
+  _task_id := queues.enqueue_internal('db_function',
     jsonb_build_object('task_type', 'db_function', 'db_function', 'schedules.schedule_supervisor'),
     _wake, 100, null, 3);
   insert into schedules.supervisor_task (task_id, scheduled_at, enqueued_at) values (_task_id, _wake, _now);
@@ -6202,11 +6062,18 @@ $function$;
 
 CREATE OR REPLACE FUNCTION schedules.upsert_schedule(_name text, _cron text, _task_type text, _payload jsonb, _priority integer DEFAULT NULL::integer, _missed_run_policy text DEFAULT NULL::text, OUT schedule_id bigint, OUT schedule_version_id bigint, OUT validation_failure_message text)
  RETURNS record
- LANGUAGE sql
+ LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select * from schedules.upsert_schedule_at(now(), _name, _cron, _task_type, _payload, _priority, _missed_run_policy)
+begin
+  -- Apps and the REST API schedule only what they could enqueue themselves: a schedule
+  -- of an internal task type (a channel task, a db_function step) is the owner's to
+  -- install, with schedules.upsert_schedule_at in a migration.
+  perform queues.assert_may_enqueue(_task_type);
+  select * into schedule_id, schedule_version_id, validation_failure_message
+    from schedules.upsert_schedule_at(now(), _name, _cron, _task_type, _payload, _priority, _missed_run_policy);
+end;
 $function$;
   -- schedules.upsert_schedule(_name text, _cron text, _task_type text, _payload jsonb, _priority integer, _missed_run_policy text, OUT schedule_id bigint, OUT schedule_version_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)

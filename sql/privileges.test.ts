@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 
 const allowlist = JSON.parse(readFileSync(new URL('./role-allowlist.json', import.meta.url), 'utf8')) as Record<
-  'worker' | 'app' | 'api',
+  'worker' | 'app' | 'api' | 'worker_only_task_types',
   string[]
 >;
 
@@ -57,6 +57,32 @@ describe.each(['worker', 'app', 'api'] as const)('%s role', (role) => {
     await expect(
       db.pool(role).query(`create function pg_temp.evil(jsonb) returns jsonb language sql as $$ select $1 $$`),
     ).rejects.toMatchObject({ code: '42501' });
+  });
+});
+
+describe.each(['app', 'api'] as const)('%s role and task types', (role) => {
+  it('may enqueue every task type but the worker-only ones of sql/role-allowlist.json', async () => {
+    const types = (await db.query<{ task_type: string }>('select task_type from queues.task_type order by 1')).rows.map((r) => r.task_type);
+    const refused: string[] = [];
+    const client = await db.pool(role).connect();
+    try {
+      for (const t of types) {
+        await client.query('begin');
+        try {
+          await client.query('select queues.enqueue($1, $2::jsonb)', [t, '{}']);
+        } catch (e) {
+          expect((e as { code?: string }).code, t).toBe('42501');
+          refused.push(t);
+        } finally {
+          await client.query('rollback');
+        }
+      }
+    } finally {
+      client.release();
+    }
+    expect(refused).toEqual(allowlist.worker_only_task_types);
+    const internal = (await db.query<{ task_type: string }>('select task_type from queues.internal_task_type order by 1')).rows;
+    expect(internal.map((r) => r.task_type)).toEqual(allowlist.worker_only_task_types);
   });
 });
 

@@ -165,7 +165,7 @@ declare
   _next_check_at timestamptz :=
     now() + internal.backoff(_num_runs - 1, 600);
 begin
-  perform queues.enqueue('db_function', jsonb_build_object(
+  perform queues.enqueue_internal('db_function', jsonb_build_object(
     'task_type', 'db_function',
     'db_function', 'accounts.account_deletion_supervisor',
     'account_deletion_task_id', _task_id), _next_check_at);
@@ -276,7 +276,7 @@ begin
 
   insert into accounts.account_flag (account_id, flag) values (_account_id, 'deleted')
   on conflict do nothing;
-  perform queues.enqueue('db_function', jsonb_build_object(
+  perform queues.enqueue_internal('db_function', jsonb_build_object(
     'task_type', 'db_function',
     'db_function', 'accounts.account_deletion_supervisor',
     'account_deletion_task_id', account_deletion_task_id));

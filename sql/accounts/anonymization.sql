@@ -193,7 +193,7 @@ as $$
 declare
   _next_check_at timestamptz := now() + internal.backoff(_num_failures, 3600);
 begin
-  perform queues.enqueue('db_function', jsonb_build_object(
+  perform queues.enqueue_internal('db_function', jsonb_build_object(
     'task_type', 'db_function',
     'db_function', 'accounts.account_anonymization_supervisor',
     'account_anonymization_task_id', _task_id), _next_check_at);
@@ -273,7 +273,7 @@ begin
     return (select t.account_anonymization_task_id from accounts.account_anonymization_task t
              where t.account_id = _account_id);
   end if;
-  perform queues.enqueue('db_function', jsonb_build_object(
+  perform queues.enqueue_internal('db_function', jsonb_build_object(
     'task_type', 'db_function',
     'db_function', 'accounts.account_anonymization_supervisor',
     'account_anonymization_task_id', _task_id));

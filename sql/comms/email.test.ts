@@ -72,7 +72,7 @@ describe('send email: the seed checklist', () => {
     expect(emailPayload.safeParse(providerPayload).success).toBe(true);
     expect(providerPayload).toEqual({
       message_id: sent.message_id,
-      idempotency_key: String(emails[0].task.payload.send_email_attempt_id),
+      idempotency_key: expect.stringMatching(new RegExp(`^[0-9]+:[a-z0-9_]+:send_email_attempt:${emails[0].task.payload.send_email_attempt_id}$`)),
       from_address: 'Team <team@example.com>',
       to_address: 'ada@example.com',
       subject: 'Hello',

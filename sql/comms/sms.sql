@@ -1,298 +1,60 @@
--- The send-SMS process: facts → logic → effects, then the handlers the worker calls
--- around the provider, then the kickoffs.
+-- The send-SMS process. The skeleton (supervisor, facts, attempts, handlers' bookkeeping)
+-- is the shared channel process of sql/internal/channel_process.sql; this file holds what
+-- is particular to SMS: its limits, the provider payload, and the kickoffs.
 --
 --   comms.send_sms(...)             app: create the message and kick off (idempotent)
 --   comms.kickoff_send_sms(id)      root task + first supervisor task (idempotent)
---   comms.send_sms_supervisor       db_function: decides, schedules, re-enqueues itself
+--   comms.send_sms_supervisor       db_function: internal.run_channel_supervisor
 --   comms.get_sms_payload           before_handler: the provider payload
 --   comms.record_sms_success        success_handler: attempt succeeded fact
 --   comms.record_sms_failure        error_handler: attempt failed fact
 
--- Limits ------------------------------------------------------------------------------
+-- Limits: 3 provider calls per message (the first and two retries); 30 non-terminal
+-- supervisor runs (about 21 hours with the backoff, capped at an hour), after which a
+-- loop bug ends in send_sms_task_failed('run_limit_reached') instead of running forever.
+select internal.register_channel_process('comms', 'send_sms', 'sms',
+  _supervisor => 'comms.send_sms_supervisor', _before_handler => 'comms.get_sms_payload',
+  _success_handler => 'comms.record_sms_success', _error_handler => 'comms.record_sms_failure',
+  _max_attempts => 3, _max_supervisor_runs => 30, _backoff_cap_seconds => 3600);
 
--- Provider calls per message: the first and two retries.
-create or replace function comms.send_sms_max_attempts() returns integer
-  language sql immutable set search_path = pg_catalog, pg_temp as $$ select 3 $$;
-
--- Non-terminal supervisor runs per message. A loop bug (or a flood of duplicate
--- supervisor tasks) ends in send_sms_task_failed('run_limit_reached') instead of
--- running forever. With the backoff below, 30 runs span about 21 hours.
-create or replace function comms.send_sms_max_supervisor_runs() returns integer
-  language sql immutable set search_path = pg_catalog, pg_temp as $$ select 30 $$;
-
--- Facts -------------------------------------------------------------------------------
-
-create or replace function comms.has_send_sms_succeeded_attempt(_send_sms_task_id bigint)
-  returns boolean
-  language sql stable
-  set search_path = pg_catalog, pg_temp
-as $$
-  select exists (
-    select 1 from comms.send_sms_attempt a
-      join comms.send_sms_attempt_succeeded s using (send_sms_attempt_id)
-     where a.send_sms_task_id = _send_sms_task_id)
-$$;
-
-create or replace function comms.count_send_sms_attempts(_send_sms_task_id bigint)
-  returns integer
-  language sql stable
-  set search_path = pg_catalog, pg_temp
-as $$
-  select count(*)::integer from comms.send_sms_attempt a
-   where a.send_sms_task_id = _send_sms_task_id
-$$;
-
--- Failed attempts. An attempt with both outcomes (a redelivered task whose success
--- arrived after a failure) counts as succeeded, not failed.
-create or replace function comms.count_send_sms_failed_attempts(_send_sms_task_id bigint)
-  returns integer
-  language sql stable
-  set search_path = pg_catalog, pg_temp
-as $$
-  select count(*)::integer from comms.send_sms_attempt a
-    join comms.send_sms_attempt_failed f using (send_sms_attempt_id)
-   where a.send_sms_task_id = _send_sms_task_id
-     and not exists (select 1 from comms.send_sms_attempt_succeeded s
-                      where s.send_sms_attempt_id = a.send_sms_attempt_id)
-$$;
-
--- Attempts with no outcome yet: the provider call is queued or in flight.
-create or replace function comms.count_send_sms_outstanding_attempts(_send_sms_task_id bigint)
-  returns integer
-  language sql stable
-  set search_path = pg_catalog, pg_temp
-as $$
-  select count(*)::integer from comms.send_sms_attempt a
-   where a.send_sms_task_id = _send_sms_task_id
-     and not exists (select 1 from comms.send_sms_attempt_succeeded s
-                      where s.send_sms_attempt_id = a.send_sms_attempt_id)
-     and not exists (select 1 from comms.send_sms_attempt_failed f
-                      where f.send_sms_attempt_id = a.send_sms_attempt_id)
-$$;
-
-create or replace function comms.count_send_sms_supervisor_runs(_send_sms_task_id bigint)
-  returns integer
-  language sql stable
-  set search_path = pg_catalog, pg_temp
-as $$
-  select count(*)::integer from comms.send_sms_supervisor_run r
-   where r.send_sms_task_id = _send_sms_task_id
-$$;
-
-create or replace function comms.has_send_sms_task_succeeded(_send_sms_task_id bigint)
-  returns boolean
-  language sql stable
-  set search_path = pg_catalog, pg_temp
-as $$
-  select exists (select 1 from comms.send_sms_task_succeeded t
-                  where t.send_sms_task_id = _send_sms_task_id)
-$$;
-
--- The terminal failure reason, or NULL while the process has not failed.
-create or replace function comms.get_send_sms_task_failure(_send_sms_task_id bigint)
-  returns text
-  language sql stable
-  set search_path = pg_catalog, pg_temp
-as $$
-  select t.reason from comms.send_sms_task_failed t
-   where t.send_sms_task_id = _send_sms_task_id
-$$;
-
--- Everything the supervisor decides on, in one record: call it by hand to see what
--- the supervisor saw (select * from comms.send_sms_supervisor_facts(123)).
+-- Everything the supervisor decides on, in one record: call it by hand to see what the
+-- supervisor saw (select * from comms.send_sms_supervisor_facts(123)).
 create or replace function comms.send_sms_supervisor_facts(
   _send_sms_task_id bigint,
-  out has_task_succeeded boolean,
-  out task_failure       text,
-  out has_success        boolean,
-  out num_attempts       integer,
-  out num_failures       integer,
-  out num_outstanding    integer,
-  out num_runs           integer,
-  out scheduled_at       timestamptz
+  out has_task_succeeded  boolean,
+  out task_failure        text,
+  out has_success         boolean,
+  out num_attempts        integer,
+  out num_failures        integer,
+  out num_outstanding     integer,
+  out num_runs            integer,
+  out scheduled_at        timestamptz,
+  out has_unknown_outcome boolean
 )
   language sql stable
   set search_path = pg_catalog, pg_temp
 as $$
-  select comms.has_send_sms_task_succeeded(t.send_sms_task_id),
-         comms.get_send_sms_task_failure(t.send_sms_task_id),
-         comms.has_send_sms_succeeded_attempt(t.send_sms_task_id),
-         comms.count_send_sms_attempts(t.send_sms_task_id),
-         comms.count_send_sms_failed_attempts(t.send_sms_task_id),
-         comms.count_send_sms_outstanding_attempts(t.send_sms_task_id),
-         comms.count_send_sms_supervisor_runs(t.send_sms_task_id),
-         t.scheduled_at
+  select f.has_task_succeeded, f.task_failure, f.has_success, f.num_attempts, f.num_failures,
+         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome
     from comms.send_sms_task t
+   cross join lateral internal.channel_process_facts('comms', 'send_sms', t.send_sms_task_id) f
    where t.send_sms_task_id = _send_sms_task_id
 $$;
 
--- Effects -----------------------------------------------------------------------------
-
--- Locks the root row for the rest of the transaction; false when there is no such row.
--- FOR NO KEY UPDATE, not FOR UPDATE: it serialises supervisors exactly as well (the two
--- modes conflict with themselves), but it does not conflict with the FOR KEY SHARE lock
--- that inserting a referencing row takes, so handlers and other writers of facts that
--- reference the root never wait on a running supervisor.
-create or replace function comms.lock_send_sms_task(_send_sms_task_id bigint)
-  returns boolean
-  language plpgsql volatile
-  set search_path = pg_catalog, pg_temp
-as $$
-begin
-  perform 1 from comms.send_sms_task t
-   where t.send_sms_task_id = _send_sms_task_id
-     for no key update;
-  return found;
-end;
-$$;
-
-create or replace function comms.record_send_sms_supervisor_run(_send_sms_task_id bigint)
-  returns void
-  language sql volatile
-  set search_path = pg_catalog, pg_temp
-as $$
-  insert into comms.send_sms_supervisor_run (send_sms_task_id) values (_send_sms_task_id)
-$$;
-
-create or replace function comms.record_send_sms_task_succeeded(_send_sms_task_id bigint)
-  returns void
-  language sql volatile
-  set search_path = pg_catalog, pg_temp
-as $$
-  insert into comms.send_sms_task_succeeded (send_sms_task_id) values (_send_sms_task_id)
-  on conflict do nothing
-$$;
-
-create or replace function comms.record_send_sms_task_failed(_send_sms_task_id bigint, _reason text)
-  returns void
-  language sql volatile
-  set search_path = pg_catalog, pg_temp
-as $$
-  insert into comms.send_sms_task_failed (send_sms_task_id, reason) values (_send_sms_task_id, _reason)
-  on conflict do nothing
-$$;
-
--- Records an attempt and enqueues the sms channel task for it; returns the attempt id.
-create or replace function comms.schedule_sms_attempt(_send_sms_task_id bigint)
-  returns bigint
-  language plpgsql volatile
-  set search_path = pg_catalog, pg_temp
-as $$
-declare
-  _attempt_id bigint;
-begin
-  insert into comms.send_sms_attempt (send_sms_task_id) values (_send_sms_task_id)
-  returning send_sms_attempt_id into _attempt_id;
-
-  perform queues.enqueue('sms', jsonb_build_object(
-    'task_type', 'sms',
-    'send_sms_task_id', _send_sms_task_id,
-    'send_sms_attempt_id', _attempt_id,
-    'before_handler', 'comms.get_sms_payload',
-    'success_handler', 'comms.record_sms_success',
-    'error_handler', 'comms.record_sms_failure'));
-  return _attempt_id;
-end;
-$$;
-
--- Enqueues the next supervisor run and returns its time: after an exponential backoff
--- on the runs so far, 5 s · 2^(runs − 1), capped at an hour. Every failure costs a run, so retries back off exponentially; and waiting on
--- a slow attempt backs off too, instead of burning the run cap in minutes.
-create or replace function comms.schedule_send_sms_recheck(
-  _send_sms_task_id bigint, _num_runs integer
-) returns timestamptz
-  language plpgsql volatile
-  set search_path = pg_catalog, pg_temp
-as $$
-declare
-  _next_check_at timestamptz :=
-    now() + internal.backoff(_num_runs - 1, 3600);
-begin
-  perform queues.enqueue('db_function', jsonb_build_object(
-    'task_type', 'db_function',
-    'db_function', 'comms.send_sms_supervisor',
-    'send_sms_task_id', _send_sms_task_id), _next_check_at);
-  return _next_check_at;
-end;
-$$;
-
--- Supervisor --------------------------------------------------------------------------
-
--- Drives one send_sms_task to a terminal fact. Payload: {send_sms_task_id}.
--- Returns {success: true, payload: {status, ...}} while running or on success,
--- {status: 'max_attempts_reached' | 'run_limit_reached', payload} when the process
--- failed, {success: false, validation_failure_message} for a bad payload. Raises 25000
--- outside READ COMMITTED.
+-- Drives one send_sms_task to a terminal fact. Payload: {send_sms_task_id}. The
+-- envelopes and the order of its checks: internal.run_channel_supervisor.
 create or replace function comms.send_sms_supervisor(payload jsonb)
   returns jsonb
-  language plpgsql volatile
+  language sql volatile
   security definer
   set search_path = pg_catalog, pg_temp
-as $$
-declare
-  _task_id bigint := internal.id_from_payload(payload, 'send_sms_task_id');
-  _facts record;
-  _attempt_id bigint;
-  _next_check_at timestamptz;
-begin
-  -- 1. Validation.
-  if _task_id is null then
-    return internal.validation_failure('send_sms_task_id must be a positive integer');
-  end if;
-  perform internal.assert_read_committed('comms.send_sms_supervisor');
+as $$ select internal.run_channel_supervisor('comms', 'send_sms', payload) $$;
 
-  -- 2. Lock the root, then read facts (in this order: facts read after the lock wait
-  --    include everything the previous holder committed).
-  if not comms.lock_send_sms_task(_task_id) then
-    return internal.validation_failure(format('send_sms_task %s not found', _task_id));
-  end if;
-
-  -- 3. Facts.
-  _facts := comms.send_sms_supervisor_facts(_task_id);
-
-  -- 4. Logic and effects. Terminal states first.
-  if _facts.has_task_succeeded then
-    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
-  end if;
-  if _facts.task_failure is not null then
-    return jsonb_build_object('status', _facts.task_failure);
-  end if;
-  if _facts.has_success then
-    perform comms.record_send_sms_task_succeeded(_task_id);
-    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
-  end if;
-  if _facts.num_failures >= comms.send_sms_max_attempts() then
-    perform comms.record_send_sms_task_failed(_task_id, 'max_attempts_reached');
-    return jsonb_build_object('status', 'max_attempts_reached',
-                              'payload', jsonb_build_object('num_failures', _facts.num_failures));
-  end if;
-  if _facts.num_runs >= comms.send_sms_max_supervisor_runs() then
-    perform comms.record_send_sms_task_failed(_task_id, 'run_limit_reached');
-    return jsonb_build_object('status', 'run_limit_reached',
-                              'payload', jsonb_build_object('num_runs', _facts.num_runs));
-  end if;
-
-  perform comms.record_send_sms_supervisor_run(_task_id);
-
-  -- At most one attempt in flight.
-  if _facts.num_outstanding = 0 then
-    _attempt_id := comms.schedule_sms_attempt(_task_id);
-  end if;
-
-  _next_check_at := comms.schedule_send_sms_recheck(_task_id, _facts.num_runs + 1);
-  return jsonb_build_object('success', true, 'payload', jsonb_build_object(
-    'status', case when _attempt_id is null then 'waiting_for_attempt' else 'attempt_scheduled' end,
-    'send_sms_attempt_id', _attempt_id,
-    'next_check_at', _next_check_at));
-end;
-$$;
-
--- Handlers ----------------------------------------------------------------------------
-
--- before_handler. Payload: the sms task's ({send_sms_attempt_id, ...}). Returns the
--- provider payload of @org/handler-types smsPayload, with idempotency_key = the
--- attempt id, so a redelivered attempt is deduplicated by the provider. An attempt that
--- already has an outcome is not sent again (validation failure).
+-- before_handler. Payload: the SMS task's ({send_sms_attempt_id, ...}). Returns the
+-- provider payload of @org/handler-types smsPayload. Its idempotency_key is the attempt
+-- id namespaced by the database (internal.idempotency_namespace), so a redelivered
+-- attempt is deduplicated by the provider and two databases never share a key. Refused
+-- (validation failure): an attempt with an outcome, or of a process that ended.
 create or replace function comms.get_sms_payload(payload jsonb)
   returns jsonb
   language plpgsql stable
@@ -301,19 +63,20 @@ create or replace function comms.get_sms_payload(payload jsonb)
 as $$
 declare
   _attempt_id bigint := internal.id_from_payload(payload, 'send_sms_attempt_id');
+  _refusal text;
   _provider_payload jsonb;
 begin
   if _attempt_id is null then
     return internal.validation_failure('send_sms_attempt_id must be a positive integer');
   end if;
-  if exists (select 1 from comms.send_sms_attempt_succeeded s where s.send_sms_attempt_id = _attempt_id)
-     or exists (select 1 from comms.send_sms_attempt_failed f where f.send_sms_attempt_id = _attempt_id) then
-    return internal.validation_failure(format('send_sms_attempt %s already has an outcome; not sending it again', _attempt_id));
+  _refusal := internal.channel_attempt_refusal('comms', 'send_sms', _attempt_id);
+  if _refusal is not null then
+    return internal.validation_failure(_refusal);
   end if;
 
   select jsonb_strip_nulls(jsonb_build_object(
            'message_id', m.message_id,
-           'idempotency_key', a.send_sms_attempt_id::text,
+           'idempotency_key', format('%s:send_sms_attempt:%s', internal.idempotency_namespace(), a.send_sms_attempt_id),
            'to_number', m.to_number,
            'from_number', m.from_number,
            'body', m.body))
@@ -322,63 +85,26 @@ begin
     join comms.send_sms_task t using (send_sms_task_id)
     join comms.sms_message m using (message_id)
    where a.send_sms_attempt_id = _attempt_id;
-
-  if _provider_payload is null then
-    return internal.validation_failure(format('send_sms_attempt %s not found', _attempt_id));
-  end if;
   return jsonb_build_object('success', true, 'payload', _provider_payload);
 end;
 $$;
 
--- success_handler. Body: {original_payload, worker_payload}. Records the attempt's
--- success; a second delivery changes nothing.
+-- success_handler. Body: {original_payload, worker_payload}. Idempotent.
 create or replace function comms.record_sms_success(payload jsonb)
   returns jsonb
-  language plpgsql volatile
+  language sql volatile
   security definer
   set search_path = pg_catalog, pg_temp
-as $$
-declare
-  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'send_sms_attempt_id');
-begin
-  if _attempt_id is null then
-    return internal.validation_failure('original_payload.send_sms_attempt_id must be a positive integer');
-  end if;
-  if not exists (select 1 from comms.send_sms_attempt a where a.send_sms_attempt_id = _attempt_id) then
-    return internal.validation_failure(format('send_sms_attempt %s not found', _attempt_id));
-  end if;
-  insert into comms.send_sms_attempt_succeeded (send_sms_attempt_id, worker_payload)
-  values (_attempt_id, payload -> 'worker_payload')
-  on conflict do nothing;
-  return jsonb_build_object('success', true);
-end;
-$$;
+as $$ select internal.record_channel_attempt_success('comms', 'send_sms', payload) $$;
 
--- error_handler. Body: {original_payload, error}. Records the attempt's failure unless
--- it already succeeded; a second delivery changes nothing.
+-- error_handler. Body: {original_payload, error}. Records the failure unless the attempt
+-- succeeded. Idempotent.
 create or replace function comms.record_sms_failure(payload jsonb)
   returns jsonb
-  language plpgsql volatile
+  language sql volatile
   security definer
   set search_path = pg_catalog, pg_temp
-as $$
-declare
-  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'send_sms_attempt_id');
-begin
-  if _attempt_id is null then
-    return internal.validation_failure('original_payload.send_sms_attempt_id must be a positive integer');
-  end if;
-  if not exists (select 1 from comms.send_sms_attempt a where a.send_sms_attempt_id = _attempt_id) then
-    return internal.validation_failure(format('send_sms_attempt %s not found', _attempt_id));
-  end if;
-  insert into comms.send_sms_attempt_failed (send_sms_attempt_id, error_message)
-  select _attempt_id, left(coalesce(nullif(payload ->> 'error', ''), 'unknown error'), 2000)
-   where not exists (select 1 from comms.send_sms_attempt_succeeded s
-                      where s.send_sms_attempt_id = _attempt_id)
-  on conflict do nothing;
-  return jsonb_build_object('success', true);
-end;
-$$;
+as $$ select internal.record_channel_attempt_failure('comms', 'send_sms', payload) $$;
 
 -- Kickoff -----------------------------------------------------------------------------
 
@@ -419,10 +145,7 @@ begin
     return;
   end if;
 
-  perform queues.enqueue('db_function', jsonb_build_object(
-    'task_type', 'db_function',
-    'db_function', 'comms.send_sms_supervisor',
-    'send_sms_task_id', send_sms_task_id), _at);
+  perform internal.enqueue_channel_supervisor(internal.get_channel_process('comms', 'send_sms'), send_sms_task_id, _at);
 end;
 $$;
 

@@ -56,7 +56,7 @@ describe('send SMS: the seed checklist', () => {
     expect(smsPayload.safeParse(providerPayload).success).toBe(true);
     expect(providerPayload).toEqual({
       message_id: sent.message_id,
-      idempotency_key: String(sms[0].task.payload.send_sms_attempt_id),
+      idempotency_key: expect.stringMatching(new RegExp(`^[0-9]+:[a-z0-9_]+:send_sms_attempt:${sms[0].task.payload.send_sms_attempt_id}$`)),
       to_number: '+14155550100',
       from_number: '+442071838750',
       body: 'Your code is 1234',

@@ -1,95 +1,55 @@
--- The file deletion process: facts → logic → effects, the handlers the worker calls
--- around the files service, and the kickoff.
+-- The file deletion process on the shared channel skeleton (sql/internal/channel_process.sql).
+-- What is particular to it: the file_id in each file_delete task, the provider payload,
+-- no deletion for a file whose account deletion failed, the file marked deleted on
+-- success, and the facts its parent (account deletion) and the files service ask.
 --
 --   files.kickoff_file_deletion(file_id)   root task + first supervisor task (idempotent)
---   files.file_deletion_supervisor         db_function: decides, schedules, re-enqueues
+--   files.file_deletion_supervisor         db_function: internal.run_channel_supervisor
 --   files.get_file_delete_payload          before_handler: {file_id, idempotency_key, bucket, object_key}
 --   files.record_file_delete_success       success_handler: attempt succeeded, file marked deleted
 --   files.record_file_delete_failure       error_handler: attempt failed
 --   files.is_file_deletion_stuck(file_id)  for parents: the deletion has given up
 
--- Limits ------------------------------------------------------------------------------
+-- The file_id of a deletion, added to each of its file_delete tasks.
+create or replace function files.file_delete_attempt_payload(_file_deletion_task_id bigint)
+  returns jsonb
+  language sql stable
+  set search_path = pg_catalog, pg_temp
+as $$
+  select jsonb_build_object('file_id', t.file_id) from files.file_deletion_task t
+   where t.file_deletion_task_id = _file_deletion_task_id
+$$;
 
--- Storage deletions per file before the process gives up (and is "stuck").
-create or replace function files.file_deletion_max_attempts() returns integer
-  language sql immutable set search_path = pg_catalog, pg_temp as $$ select 5 $$;
-
--- Non-terminal supervisor runs per file (see comms.send_email_max_supervisor_runs).
-create or replace function files.file_deletion_max_supervisor_runs() returns integer
-  language sql immutable set search_path = pg_catalog, pg_temp as $$ select 40 $$;
+-- Limits: 5 storage deletions per file before the process gives up (and is "stuck"); 40
+-- non-terminal supervisor runs.
+select internal.register_channel_process('files', 'file_deletion', 'file_delete',
+  _supervisor => 'files.file_deletion_supervisor', _before_handler => 'files.get_file_delete_payload',
+  _success_handler => 'files.record_file_delete_success', _error_handler => 'files.record_file_delete_failure',
+  _max_attempts => 5, _max_supervisor_runs => 40, _backoff_cap_seconds => 3600,
+  _attempt_payload => 'files.file_delete_attempt_payload(bigint)');
 
 -- Facts -------------------------------------------------------------------------------
 
-create or replace function files.has_file_deletion_succeeded_attempt(_file_deletion_task_id bigint)
-  returns boolean
+-- What the supervisor sees for a file's deletion, with its file_id (select * from
+-- files.file_deletion_supervisor_facts(123)).
+create or replace function files.file_deletion_supervisor_facts(
+  _file_deletion_task_id bigint,
+  out file_id             bigint,
+  out has_task_succeeded  boolean,
+  out task_failure        text,
+  out has_success         boolean,
+  out num_attempts        integer,
+  out num_failures        integer,
+  out num_outstanding     integer,
+  out num_runs            integer,
+  out has_unknown_outcome boolean
+)
   language sql stable
   set search_path = pg_catalog, pg_temp
 as $$
-  select exists (
-    select 1 from files.file_deletion_attempt a
-      join files.file_deletion_attempt_succeeded s using (file_deletion_attempt_id)
-     where a.file_deletion_task_id = _file_deletion_task_id)
-$$;
-
-create or replace function files.count_file_deletion_attempts(_file_deletion_task_id bigint)
-  returns integer
-  language sql stable
-  set search_path = pg_catalog, pg_temp
-as $$
-  select count(*)::integer from files.file_deletion_attempt a
-   where a.file_deletion_task_id = _file_deletion_task_id
-$$;
-
--- Failed attempts (an attempt with both outcomes counts as succeeded).
-create or replace function files.count_file_deletion_failed_attempts(_file_deletion_task_id bigint)
-  returns integer
-  language sql stable
-  set search_path = pg_catalog, pg_temp
-as $$
-  select count(*)::integer from files.file_deletion_attempt a
-    join files.file_deletion_attempt_failed f using (file_deletion_attempt_id)
-   where a.file_deletion_task_id = _file_deletion_task_id
-     and not exists (select 1 from files.file_deletion_attempt_succeeded s
-                      where s.file_deletion_attempt_id = a.file_deletion_attempt_id)
-$$;
-
-create or replace function files.count_file_deletion_outstanding_attempts(_file_deletion_task_id bigint)
-  returns integer
-  language sql stable
-  set search_path = pg_catalog, pg_temp
-as $$
-  select count(*)::integer from files.file_deletion_attempt a
-   where a.file_deletion_task_id = _file_deletion_task_id
-     and not exists (select 1 from files.file_deletion_attempt_succeeded s
-                      where s.file_deletion_attempt_id = a.file_deletion_attempt_id)
-     and not exists (select 1 from files.file_deletion_attempt_failed f
-                      where f.file_deletion_attempt_id = a.file_deletion_attempt_id)
-$$;
-
-create or replace function files.count_file_deletion_supervisor_runs(_file_deletion_task_id bigint)
-  returns integer
-  language sql stable
-  set search_path = pg_catalog, pg_temp
-as $$
-  select count(*)::integer from files.file_deletion_supervisor_run r
-   where r.file_deletion_task_id = _file_deletion_task_id
-$$;
-
-create or replace function files.has_file_deletion_task_succeeded(_file_deletion_task_id bigint)
-  returns boolean
-  language sql stable
-  set search_path = pg_catalog, pg_temp
-as $$
-  select exists (select 1 from files.file_deletion_task_succeeded t
-                  where t.file_deletion_task_id = _file_deletion_task_id)
-$$;
-
-create or replace function files.get_file_deletion_task_failure(_file_deletion_task_id bigint)
-  returns text
-  language sql stable
-  set search_path = pg_catalog, pg_temp
-as $$
-  select t.reason from files.file_deletion_task_failed t
+  select t.file_id, f.*
+    from files.file_deletion_task t
+   cross join lateral internal.channel_process_facts('files', 'file_deletion', t.file_deletion_task_id) f
    where t.file_deletion_task_id = _file_deletion_task_id
 $$;
 
@@ -101,36 +61,22 @@ create or replace function files.is_file_deletion_stuck(_file_id bigint)
   set search_path = pg_catalog, pg_temp
 as $$
   select coalesce((
-    select files.get_file_deletion_task_failure(t.file_deletion_task_id) is not null
-           or files.count_file_deletion_failed_attempts(t.file_deletion_task_id) >= files.file_deletion_max_attempts()
+    select f.task_failure is not null
+           or f.num_failures >= (internal.get_channel_process('files', 'file_deletion')).max_attempts
       from files.file_deletion_task t
+     cross join lateral internal.channel_process_facts('files', 'file_deletion', t.file_deletion_task_id) f
      where t.file_id = _file_id), false)
 $$;
 
-create or replace function files.file_deletion_supervisor_facts(
-  _file_deletion_task_id bigint,
-  out file_id            bigint,
-  out has_task_succeeded boolean,
-  out task_failure       text,
-  out has_success        boolean,
-  out num_attempts       integer,
-  out num_failures       integer,
-  out num_outstanding    integer,
-  out num_runs           integer
-)
+-- True when the account's deletion ended in failure (its files are then left alone).
+create or replace function files.has_account_deletion_failed(_account_id bigint)
+  returns boolean
   language sql stable
   set search_path = pg_catalog, pg_temp
 as $$
-  select t.file_id,
-         files.has_file_deletion_task_succeeded(t.file_deletion_task_id),
-         files.get_file_deletion_task_failure(t.file_deletion_task_id),
-         files.has_file_deletion_succeeded_attempt(t.file_deletion_task_id),
-         files.count_file_deletion_attempts(t.file_deletion_task_id),
-         files.count_file_deletion_failed_attempts(t.file_deletion_task_id),
-         files.count_file_deletion_outstanding_attempts(t.file_deletion_task_id),
-         files.count_file_deletion_supervisor_runs(t.file_deletion_task_id)
-    from files.file_deletion_task t
-   where t.file_deletion_task_id = _file_deletion_task_id
+  select exists (select 1 from accounts.account_deletion_task d
+                   join accounts.account_deletion_task_failed f using (account_deletion_task_id)
+                  where d.account_id = _account_id)
 $$;
 
 -- Facts about an account's files, for the account deletion supervisor. Children are
@@ -147,7 +93,8 @@ create or replace function files.account_file_deletion_facts(
 as $$
   select count(*)::integer,
          count(*) filter (where t.file_deletion_task_id is null)::integer,
-         count(*) filter (where files.has_file_deletion_task_succeeded(t.file_deletion_task_id))::integer,
+         count(*) filter (where exists (select 1 from files.file_deletion_task_succeeded s
+                                         where s.file_deletion_task_id = t.file_deletion_task_id))::integer,
          coalesce(array_agg(f.file_id order by f.file_id)
                     filter (where t.file_deletion_task_id is not null and files.is_file_deletion_stuck(f.file_id)),
                   '{}')
@@ -156,153 +103,21 @@ as $$
    where f.account_id = _account_id
 $$;
 
--- Effects -----------------------------------------------------------------------------
+-- Supervisor and handlers -------------------------------------------------------------
 
--- Locks the root row (FOR NO KEY UPDATE: see comms.lock_send_email_task for why).
-create or replace function files.lock_file_deletion_task(_file_deletion_task_id bigint)
-  returns boolean
-  language plpgsql volatile
-  set search_path = pg_catalog, pg_temp
-as $$
-begin
-  perform 1 from files.file_deletion_task t
-   where t.file_deletion_task_id = _file_deletion_task_id
-     for no key update;
-  return found;
-end;
-$$;
-
-create or replace function files.record_file_deletion_supervisor_run(_file_deletion_task_id bigint)
-  returns void
-  language sql volatile
-  set search_path = pg_catalog, pg_temp
-as $$
-  insert into files.file_deletion_supervisor_run (file_deletion_task_id) values (_file_deletion_task_id)
-$$;
-
-create or replace function files.record_file_deletion_task_succeeded(_file_deletion_task_id bigint)
-  returns void
-  language sql volatile
-  set search_path = pg_catalog, pg_temp
-as $$
-  insert into files.file_deletion_task_succeeded (file_deletion_task_id) values (_file_deletion_task_id)
-  on conflict do nothing
-$$;
-
-create or replace function files.record_file_deletion_task_failed(_file_deletion_task_id bigint, _reason text)
-  returns void
-  language sql volatile
-  set search_path = pg_catalog, pg_temp
-as $$
-  insert into files.file_deletion_task_failed (file_deletion_task_id, reason) values (_file_deletion_task_id, _reason)
-  on conflict do nothing
-$$;
-
--- Records an attempt and enqueues the file_delete channel task for it.
-create or replace function files.schedule_file_deletion_attempt(_file_deletion_task_id bigint, _file_id bigint)
-  returns bigint
-  language plpgsql volatile
-  set search_path = pg_catalog, pg_temp
-as $$
-declare
-  _attempt_id bigint;
-begin
-  insert into files.file_deletion_attempt (file_deletion_task_id) values (_file_deletion_task_id)
-  returning file_deletion_attempt_id into _attempt_id;
-
-  perform queues.enqueue('file_delete', jsonb_build_object(
-    'task_type', 'file_delete',
-    'file_deletion_task_id', _file_deletion_task_id,
-    'file_deletion_attempt_id', _attempt_id,
-    'file_id', _file_id,
-    'before_handler', 'files.get_file_delete_payload',
-    'success_handler', 'files.record_file_delete_success',
-    'error_handler', 'files.record_file_delete_failure'));
-  return _attempt_id;
-end;
-$$;
-
--- Next supervisor run: 5 s · 2^(runs − 1), capped at an hour (as comms).
-create or replace function files.schedule_file_deletion_recheck(_file_deletion_task_id bigint, _num_runs integer)
-  returns timestamptz
-  language plpgsql volatile
-  set search_path = pg_catalog, pg_temp
-as $$
-declare
-  _next_check_at timestamptz :=
-    now() + internal.backoff(_num_runs - 1, 3600);
-begin
-  perform queues.enqueue('db_function', jsonb_build_object(
-    'task_type', 'db_function',
-    'db_function', 'files.file_deletion_supervisor',
-    'file_deletion_task_id', _file_deletion_task_id), _next_check_at);
-  return _next_check_at;
-end;
-$$;
-
--- Supervisor --------------------------------------------------------------------------
-
--- Drives one file_deletion_task to a terminal fact. Payload: {file_deletion_task_id}.
--- Envelopes as comms.send_email_supervisor. Raises 25000 outside READ COMMITTED.
+-- Payload: {file_deletion_task_id}. The envelopes and the order of its checks:
+-- internal.run_channel_supervisor.
 create or replace function files.file_deletion_supervisor(payload jsonb)
   returns jsonb
-  language plpgsql volatile
+  language sql volatile
   security definer
   set search_path = pg_catalog, pg_temp
-as $$
-declare
-  _task_id bigint := internal.id_from_payload(payload, 'file_deletion_task_id');
-  _facts record;
-  _attempt_id bigint;
-  _next_check_at timestamptz;
-begin
-  if _task_id is null then
-    return internal.validation_failure('file_deletion_task_id must be a positive integer');
-  end if;
-  perform internal.assert_read_committed('files.file_deletion_supervisor');
-  if not files.lock_file_deletion_task(_task_id) then
-    return internal.validation_failure(format('file_deletion_task %s not found', _task_id));
-  end if;
-
-  _facts := files.file_deletion_supervisor_facts(_task_id);
-
-  if _facts.has_task_succeeded then
-    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
-  end if;
-  if _facts.task_failure is not null then
-    return jsonb_build_object('status', _facts.task_failure);
-  end if;
-  if _facts.has_success then
-    perform files.record_file_deletion_task_succeeded(_task_id);
-    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
-  end if;
-  if _facts.num_failures >= files.file_deletion_max_attempts() then
-    perform files.record_file_deletion_task_failed(_task_id, 'max_attempts_reached');
-    return jsonb_build_object('status', 'max_attempts_reached',
-                              'payload', jsonb_build_object('num_failures', _facts.num_failures));
-  end if;
-  if _facts.num_runs >= files.file_deletion_max_supervisor_runs() then
-    perform files.record_file_deletion_task_failed(_task_id, 'run_limit_reached');
-    return jsonb_build_object('status', 'run_limit_reached',
-                              'payload', jsonb_build_object('num_runs', _facts.num_runs));
-  end if;
-
-  perform files.record_file_deletion_supervisor_run(_task_id);
-  if _facts.num_outstanding = 0 then
-    _attempt_id := files.schedule_file_deletion_attempt(_task_id, _facts.file_id);
-  end if;
-  _next_check_at := files.schedule_file_deletion_recheck(_task_id, _facts.num_runs + 1);
-  return jsonb_build_object('success', true, 'payload', jsonb_build_object(
-    'status', case when _attempt_id is null then 'waiting_for_attempt' else 'attempt_scheduled' end,
-    'file_deletion_attempt_id', _attempt_id,
-    'next_check_at', _next_check_at));
-end;
-$$;
-
--- Handlers ----------------------------------------------------------------------------
+as $$ select internal.run_channel_supervisor('files', 'file_deletion', payload) $$;
 
 -- before_handler: the provider payload of @org/handler-types fileDeletePayload, with
--- idempotency_key = the attempt id. An attempt with an outcome is not run again.
+-- idempotency_key = the attempt id. Refused (validation failure): an attempt with an
+-- outcome or of an ended process, and a file whose account deletion failed (its files
+-- must stay as they are for whoever resolves it).
 create or replace function files.get_file_delete_payload(payload jsonb)
   returns jsonb
   language plpgsql stable
@@ -311,34 +126,34 @@ create or replace function files.get_file_delete_payload(payload jsonb)
 as $$
 declare
   _attempt_id bigint := internal.id_from_payload(payload, 'file_deletion_attempt_id');
-  _provider_payload jsonb;
+  _refusal text;
+  _file files.file;
 begin
   if _attempt_id is null then
     return internal.validation_failure('file_deletion_attempt_id must be a positive integer');
   end if;
-  if exists (select 1 from files.file_deletion_attempt_succeeded s where s.file_deletion_attempt_id = _attempt_id)
-     or exists (select 1 from files.file_deletion_attempt_failed f where f.file_deletion_attempt_id = _attempt_id) then
-    return internal.validation_failure(format('file_deletion_attempt %s already has an outcome; not deleting again', _attempt_id));
+  _refusal := internal.channel_attempt_refusal('files', 'file_deletion', _attempt_id, 'deleting');
+  if _refusal is not null then
+    return internal.validation_failure(_refusal);
   end if;
-  select jsonb_build_object(
-           'file_id', f.file_id,
-           'idempotency_key', a.file_deletion_attempt_id::text,
-           'bucket', f.bucket,
-           'object_key', f.object_key)
-    into _provider_payload
+  select f.* into _file
     from files.file_deletion_attempt a
     join files.file_deletion_task t using (file_deletion_task_id)
     join files.file f on f.file_id = t.file_id
    where a.file_deletion_attempt_id = _attempt_id;
-  if _provider_payload is null then
-    return internal.validation_failure(format('file_deletion_attempt %s not found', _attempt_id));
+  if files.has_account_deletion_failed(_file.account_id) then
+    return internal.validation_failure(format('the deletion of account %s failed; not deleting file %s for attempt %s',
+                                              _file.account_id, _file.file_id, _attempt_id));
   end if;
-  return jsonb_build_object('success', true, 'payload', _provider_payload);
+  return jsonb_build_object('success', true, 'payload', jsonb_build_object(
+    'file_id', _file.file_id,
+    'idempotency_key', _attempt_id::text,
+    'bucket', _file.bucket,
+    'object_key', _file.object_key));
 end;
 $$;
 
--- success_handler: records the attempt's success and marks the file deleted.
--- Idempotent.
+-- success_handler: records the attempt's success and marks the file deleted. Idempotent.
 create or replace function files.record_file_delete_success(payload jsonb)
   returns jsonb
   language plpgsql volatile
@@ -346,50 +161,24 @@ create or replace function files.record_file_delete_success(payload jsonb)
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'file_deletion_attempt_id');
-  _file_id bigint;
+  _result jsonb := internal.record_channel_attempt_success('files', 'file_deletion', payload);
 begin
-  if _attempt_id is null then
-    return internal.validation_failure('original_payload.file_deletion_attempt_id must be a positive integer');
+  if (_result ->> 'success')::boolean then
+    perform files.mark_file_deleted(t.file_id)
+       from files.file_deletion_attempt a join files.file_deletion_task t using (file_deletion_task_id)
+      where a.file_deletion_attempt_id = internal.id_from_payload(payload -> 'original_payload', 'file_deletion_attempt_id');
   end if;
-  select t.file_id into _file_id
-    from files.file_deletion_attempt a join files.file_deletion_task t using (file_deletion_task_id)
-   where a.file_deletion_attempt_id = _attempt_id;
-  if _file_id is null then
-    return internal.validation_failure(format('file_deletion_attempt %s not found', _attempt_id));
-  end if;
-  insert into files.file_deletion_attempt_succeeded (file_deletion_attempt_id, worker_payload)
-  values (_attempt_id, payload -> 'worker_payload')
-  on conflict do nothing;
-  perform files.mark_file_deleted(_file_id);
-  return jsonb_build_object('success', true);
+  return _result;
 end;
 $$;
 
 -- error_handler: records the attempt's failure unless it succeeded. Idempotent.
 create or replace function files.record_file_delete_failure(payload jsonb)
   returns jsonb
-  language plpgsql volatile
+  language sql volatile
   security definer
   set search_path = pg_catalog, pg_temp
-as $$
-declare
-  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'file_deletion_attempt_id');
-begin
-  if _attempt_id is null then
-    return internal.validation_failure('original_payload.file_deletion_attempt_id must be a positive integer');
-  end if;
-  if not exists (select 1 from files.file_deletion_attempt a where a.file_deletion_attempt_id = _attempt_id) then
-    return internal.validation_failure(format('file_deletion_attempt %s not found', _attempt_id));
-  end if;
-  insert into files.file_deletion_attempt_failed (file_deletion_attempt_id, error_message)
-  select _attempt_id, left(coalesce(nullif(payload ->> 'error', ''), 'unknown error'), 2000)
-   where not exists (select 1 from files.file_deletion_attempt_succeeded s
-                      where s.file_deletion_attempt_id = _attempt_id)
-  on conflict do nothing;
-  return jsonb_build_object('success', true);
-end;
-$$;
+as $$ select internal.record_channel_attempt_failure('files', 'file_deletion', payload) $$;
 
 -- Kickoff -----------------------------------------------------------------------------
 
@@ -425,9 +214,6 @@ begin
     return;
   end if;
 
-  perform queues.enqueue('db_function', jsonb_build_object(
-    'task_type', 'db_function',
-    'db_function', 'files.file_deletion_supervisor',
-    'file_deletion_task_id', file_deletion_task_id), coalesce(_scheduled_at, now()));
+  perform internal.enqueue_channel_supervisor(internal.get_channel_process('files', 'file_deletion'), file_deletion_task_id, _scheduled_at);
 end;
 $$;

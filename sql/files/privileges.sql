@@ -14,6 +14,11 @@ grant execute on function
   files.record_file_delete_failure(jsonb)
 to :DATABASE_WORKER;
 
+-- The files service asks before signing (sql/files/signing.sql), through
+-- internal.run_function as the worker role, which deletes files anyway.
+grant execute on function files.check_file_delete_signing(jsonb) to :DATABASE_WORKER;
+select internal.register_runnable_function('files.check_file_delete_signing(jsonb)');
+
 select internal.register_runnable_function('files.file_deletion_supervisor(jsonb)');
 select internal.register_runnable_function('files.get_file_delete_payload(jsonb)');
 select internal.register_runnable_function('files.record_file_delete_success(jsonb)');

@@ -9,7 +9,9 @@ grant usage on schema internal to :DATABASE_WORKER;
 grant execute on function
   internal.run_function(text, jsonb),
   internal.resolve_runnable_function(text),
-  internal.noop(jsonb)
+  internal.noop(jsonb),
+  internal.start_provider_call(jsonb)
 to :DATABASE_WORKER;
 
 select internal.register_runnable_function('internal.noop(jsonb)');
+select internal.register_runnable_function('internal.start_provider_call(jsonb)');

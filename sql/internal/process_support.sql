@@ -47,3 +47,42 @@ begin
   end if;
 end;
 $$;
+
+-- Why the queue gave up on a channel task, or NULL while it has not: the task is
+-- completed (abandoned after its leases expired, dead-lettered, failed because its
+-- success or error handler raised) although its attempt has no outcome. Supervisors
+-- record this as the attempt's failure at their next run.
+create or replace function internal.queue_gave_up_message(_task_id bigint)
+  returns text
+  language sql stable
+  set search_path = pg_catalog, pg_temp
+as $$
+  select left(format('the queue gave up on %s task %s (%s)%s', t.task_type, t.task_id, c.outcome,
+                     coalesce(': ' || (select e.error_message from queues.error e
+                                        where e.task_id = t.task_id order by e.error_id desc limit 1), '')), 2000)
+    from queues.task t
+    join queues.task_completed c on c.task_id = t.task_id
+   where t.task_id = _task_id
+$$;
+
+-- True when an attempt's error is the worker's "unknown outcome" failure of an
+-- at-most-once channel (internal.start_provider_call): the call may have happened, so a
+-- supervisor must not make another attempt.
+create or replace function internal.is_unknown_outcome(_error_message text)
+  returns boolean
+  language sql immutable
+  set search_path = pg_catalog, pg_temp
+as $$
+  select starts_with(coalesce(_error_message, ''), 'unknown outcome: ')
+$$;
+
+-- The namespace of provider idempotency keys: this database's cluster (its system
+-- identifier) and name, so two databases sending through one provider account never
+-- share a key. Stable for the life of the database.
+create or replace function internal.idempotency_namespace()
+  returns text
+  language sql stable
+  set search_path = pg_catalog, pg_temp
+as $$
+  select format('%s:%s', (select s.system_identifier from pg_control_system() s), current_database())
+$$;

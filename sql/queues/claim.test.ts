@@ -22,7 +22,7 @@ async function enqueueNoops(n: number, extra: Record<string, unknown> = {}): Pro
       payload: { db_function: 'internal.noop', n: start + i },
       ...extra,
     }));
-    const { rows } = await db.pool('app').query<{ task_id: string }>(
+    const { rows } = await db.pool('owner').query<{ task_id: string }>(
       'select task_id from queues.enqueue_many($1::jsonb)',
       [JSON.stringify(batch)],
     );
@@ -212,7 +212,7 @@ describe('claim semantics', () => {
 
   it('a task scheduled in the future is not claimed until its time', async () => {
     await resetQueue();
-    const { rows } = await db.pool('app').query(
+    const { rows } = await db.pool('owner').query(
       `select queues.enqueue('db_function', '{"db_function": "internal.noop"}', now() + interval '1 hour') as id`,
     );
     expect(await claim()).toEqual([]);
@@ -225,7 +225,7 @@ describe('claim semantics', () => {
     const offsets = [-3, -1, -2, -2, -5];
     const ids: string[] = [];
     for (const minutes of offsets) {
-      const { rows } = await db.pool('app').query(
+      const { rows } = await db.pool('owner').query(
         `select queues.enqueue('db_function', '{}', now() + make_interval(mins => $1)) as id`,
         [minutes],
       );
@@ -246,7 +246,7 @@ describe('claim semantics', () => {
 
   it('claims only the task types asked for', async () => {
     await resetQueue();
-    await db.pool('app').query(`select queues.enqueue('email', '{}'), queues.enqueue('sms', '{}'), queues.enqueue('sms', '{}')`);
+    await db.pool('owner').query(`select queues.enqueue('email', '{}'), queues.enqueue('sms', '{}'), queues.enqueue('sms', '{}')`);
     const sms = await claim('w', 10, 60, ['sms']);
     expect(sms.map((r) => r.task_type)).toEqual(['sms', 'sms']);
     expect((await claim('w', 10, 60, ['sms', 'file_delete'])).length).toBe(0);

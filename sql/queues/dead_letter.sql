@@ -44,7 +44,7 @@ begin
     raise exception 'task % is not a dead letter', _task_id using errcode = '22023',
       hint = 'Only tasks that completed failed (without an error handler) or abandoned can be redriven.';
   end if;
-  _new_task_id := queues.enqueue(_task.task_type, _task.payload, now(), _task.priority,
+  _new_task_id := queues.enqueue_internal(_task.task_type, _task.payload, now(), _task.priority,
                                  _task.resource_key, _task.max_attempts);
   insert into queues.task_redriven (task_id, new_task_id) values (_task_id, _new_task_id);
   return _new_task_id;

@@ -1,5 +1,7 @@
--- queues.enqueue / queues.enqueue_many: add tasks. Used by SQL (supervisors, kickoff
--- functions) and by apps through @org/queue-client; the worker never enqueues.
+-- queues.enqueue / queues.enqueue_many: add tasks. Apps call them through
+-- @org/queue-client; they refuse internal task types (sql/queues/enqueue_permission.sql).
+-- The owner's SQL (supervisors, handlers, kickoffs, schedules) calls the grant-less
+-- queues.enqueue_internal. The worker never enqueues.
 
 -- Payloads are limited so one bad caller cannot fill the table or the worker's memory.
 create or replace function queues.max_payload_bytes() returns integer
@@ -70,9 +72,30 @@ begin
 end;
 $$;
 
+-- Enqueue one task for an app; returns its task_id. Refuses internal task types (42501),
+-- then as queues.enqueue_internal.
+create or replace function queues.enqueue(
+  _task_type    text,
+  _payload      jsonb,
+  _scheduled_at timestamptz default null,
+  _priority     integer default null,
+  _resource_key text default null,
+  _max_attempts integer default null
+) returns bigint
+  language plpgsql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+begin
+  perform queues.assert_may_enqueue(_task_type);
+  return queues.enqueue_internal(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts);
+end;
+$$;
+
 -- Enqueue one task; returns its task_id. NULL arguments take the defaults (now, 0,
 -- no resource key, one attempt), since generated clients send undefined as NULL.
-create or replace function queues.enqueue(
+-- Owner only (no grant): the owner's SQL enqueues any task type through it.
+create or replace function queues.enqueue_internal(
   _task_type    text,
   _payload      jsonb,
   _scheduled_at timestamptz default null,
@@ -109,6 +132,7 @@ $$;
 --   {"task_type": "...", "payload": {...}, "scheduled_at"?: "...", "priority"?: 0,
 --    "resource_key"?: "...", "max_attempts"?: 1}
 -- Returns the task_ids in input order. All or nothing: one bad element rejects the batch.
+-- Refuses internal task types (42501), as queues.enqueue.
 create or replace function queues.enqueue_many(_tasks jsonb)
   returns table (task_id bigint)
   language plpgsql volatile
@@ -118,6 +142,7 @@ as $$
 declare
   _problem record;
 begin
+  perform queues.assert_may_enqueue_many(_tasks);
   if _tasks is null then
     raise exception 'tasks must not be null' using errcode = '22004';
   end if;

@@ -16,7 +16,7 @@ beforeEach(async () => {
 
 async function enqueue(maxAttempts: number | null = null, resourceKey: string | null = null): Promise<string> {
   const { rows } = await db
-    .pool('app')
+    .pool('owner')
     .query(`select queues.enqueue('db_function', '{"db_function": "internal.noop"}', null, null, $1, $2) as id`, [resourceKey, maxAttempts]);
   return rows[0].id;
 }

@@ -17,7 +17,7 @@ interface Lease {
 }
 
 async function enqueue(): Promise<string> {
-  const { rows } = await db.pool('app').query(`select queues.enqueue('db_function', '{"db_function": "internal.noop"}') as id`);
+  const { rows } = await db.pool('owner').query(`select queues.enqueue('db_function', '{"db_function": "internal.noop"}') as id`);
   return rows[0].id;
 }
 
@@ -177,7 +177,7 @@ describe('poison tasks', () => {
 
   it('failed attempts of a retried task are not expired leases: no abandonment for them', async () => {
     await db.query('delete from queues.task_pending');
-    const { rows } = await db.pool('app').query(
+    const { rows } = await db.pool('owner').query(
       `select queues.enqueue('db_function', '{"n": "retried"}', null, null, null, 6) as id`,
     );
     const id = rows[0].id as string;

@@ -14,7 +14,7 @@ beforeEach(async () => {
 });
 
 async function enqueueMany(tasks: { priority?: number; resource_key?: string; scheduled_at?: string; payload?: object }[]) {
-  const { rows } = await db.pool('app').query('select task_id from queues.enqueue_many($1::jsonb)', [
+  const { rows } = await db.pool('owner').query('select task_id from queues.enqueue_many($1::jsonb)', [
     JSON.stringify(tasks.map((t) => ({ task_type: 'db_function', payload: t.payload ?? {}, ...t }))),
   ]);
   return rows.map((r) => r.task_id as string);

@@ -11,7 +11,7 @@ afterAll(async () => {
 });
 
 async function enqueue(payload: Record<string, unknown>, maxAttempts = 1, type = 'db_function'): Promise<string> {
-  const { rows } = await db.pool('app').query(
+  const { rows } = await db.pool('owner').query(
     `select queues.enqueue($1, $2::jsonb, null, null, null, $3) as id`,
     [type, JSON.stringify(payload), maxAttempts],
   );

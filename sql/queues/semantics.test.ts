@@ -24,7 +24,7 @@ interface Lease {
 
 async function enqueue(resourceKey: string | null = null, maxAttempts: number | null = null): Promise<string> {
   const { rows } = await db
-    .pool('app')
+    .pool('owner')
     .query(`select queues.enqueue('db_function', '{"db_function": "internal.noop"}', null, null, $1, $2) as id`, [
       resourceKey,
       maxAttempts,
@@ -130,7 +130,7 @@ describe('resource keys and late heartbeats', () => {
     const [t2, t3] = await Promise.all(
       [10, 5].map(async (priority) => {
         const { rows } = await db
-          .pool('app')
+          .pool('owner')
           .query(`select queues.enqueue('db_function', '{"db_function": "internal.noop"}', null, $1, 'K') as id`, [priority]);
         return rows[0].id as string;
       }),
@@ -153,7 +153,7 @@ describe('resource keys and late heartbeats', () => {
     expect(l1!.task_id).toBe(t1);
     // A second task on the key, scheduled first in order by priority.
     const { rows } = await db
-      .pool('app')
+      .pool('owner')
       .query(`select queues.enqueue('db_function', '{"db_function": "internal.noop"}', null, 10, 'K2') as id`);
     const t2 = rows[0].id as string;
     const [l2] = await claimAt(61, 'w2');
@@ -242,11 +242,11 @@ describe('bounded inputs', () => {
   it.each(['infinity', '-infinity'])('enqueue refuses scheduled_at %s, writes nothing', async (when) => {
     const before = await count('select count(*)::int as n from queues.task');
     await expect(
-      db.pool('app').query(`select queues.enqueue('db_function', '{}', $1::timestamptz)`, [when]),
+      db.pool('app').query(`select queues.enqueue('product_resync', '{}', $1::timestamptz)`, [when]),
     ).rejects.toMatchObject({ code: '22023', message: expect.stringContaining('scheduled_at') });
     await expect(
       db.pool('app').query('select * from queues.enqueue_many($1::jsonb)', [
-        JSON.stringify([{ task_type: 'db_function', payload: {}, scheduled_at: when }]),
+        JSON.stringify([{ task_type: 'product_resync', payload: {}, scheduled_at: when }]),
       ]),
     ).rejects.toMatchObject({ code: '22023', message: expect.stringContaining('tasks[0]: scheduled_at') });
     expect(await count('select count(*)::int as n from queues.task')).toBe(before);
@@ -255,18 +255,18 @@ describe('bounded inputs', () => {
   it('enqueue refuses JSON nested deeper than the limit, writes nothing', async () => {
     const before = await count('select count(*)::int as n from queues.task');
     const deep = '{"a":'.repeat(5000) + '1' + '}'.repeat(5000);
-    await expect(db.pool('app').query(`select queues.enqueue('db_function', $1::jsonb)`, [deep])).rejects.toMatchObject({
+    await expect(db.pool('app').query(`select queues.enqueue('product_resync', $1::jsonb)`, [deep])).rejects.toMatchObject({
       code: '54000',
       message: expect.stringContaining('nested deeper than'),
     });
     const deepArray = `{"a":${'['.repeat(200)}1${']'.repeat(200)}}`;
     await expect(
-      db.pool('app').query('select * from queues.enqueue_many($1::jsonb)', [`[{"task_type": "db_function", "payload": ${deepArray}}]`]),
+      db.pool('app').query('select * from queues.enqueue_many($1::jsonb)', [`[{"task_type": "product_resync", "payload": ${deepArray}}]`]),
     ).rejects.toMatchObject({ code: '54000', message: expect.stringContaining('tasks[0]: payload is nested deeper than') });
     expect(await count('select count(*)::int as n from queues.task')).toBe(before);
     // Nesting within the limit is fine.
     const ok = '{"a":'.repeat(30) + '1' + '}'.repeat(30);
-    await expect(db.pool('app').query(`select queues.enqueue('db_function', $1::jsonb)`, [ok])).resolves.toBeTruthy();
+    await expect(db.pool('app').query(`select queues.enqueue('product_resync', $1::jsonb)`, [ok])).resolves.toBeTruthy();
   });
 
   it('record_worker_heartbeat refuses a task-type list over the limit', async () => {

@@ -23,7 +23,7 @@ describe('worker registry', () => {
   });
 
   it('leases of a worker silent for longer than the threshold are stale, and recovery revokes them', async () => {
-    const app = db.pool('app');
+    const app = db.pool('owner'); // db_function is enqueued by the owner's SQL only
     const worker = db.pool('worker');
     const [dead, alive] = await Promise.all([
       app.query(`select queues.enqueue('db_function', '{"n": 1}') as id`),

@@ -39,7 +39,7 @@ create or replace function schedules_example.enqueue_step(_db_function text, _st
   language sql volatile
   set search_path = pg_catalog, pg_temp
 as $$
-  select queues.enqueue('db_function',
+  select queues.enqueue_internal('db_function',
     jsonb_build_object('task_type', 'db_function', 'db_function', _db_function, 'store_id', _store_id),
     null, null, format('store:%s', _store_id))
 $$;

@@ -140,11 +140,18 @@ create or replace function schedules.upsert_schedule(
   out schedule_version_id        bigint,
   out validation_failure_message text
 )
-  language sql volatile
+  language plpgsql volatile
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
-  select * from schedules.upsert_schedule_at(now(), _name, _cron, _task_type, _payload, _priority, _missed_run_policy)
+begin
+  -- Apps and the REST API schedule only what they could enqueue themselves: a schedule
+  -- of an internal task type (a channel task, a db_function step) is the owner's to
+  -- install, with schedules.upsert_schedule_at in a migration.
+  perform queues.assert_may_enqueue(_task_type);
+  select * into schedule_id, schedule_version_id, validation_failure_message
+    from schedules.upsert_schedule_at(now(), _name, _cron, _task_type, _payload, _priority, _missed_run_policy);
+end;
 $$;
 
 -- Owner only. Enables or disables the schedule _name; unchanged when it already is.

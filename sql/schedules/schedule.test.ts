@@ -129,8 +129,6 @@ describe('upsert_schedule', () => {
     ['unknown task_type', ['n', '* * * * *', 'nope', {}, null, null], `unknown task_type 'nope'`],
     ['null payload', ['n', '* * * * *', 'analytics_refresh', null, null, null], 'payload is required and must be a JSON object'],
     ['array payload', ['n', '* * * * *', 'analytics_refresh', [1], null, null], 'payload is required and must be a JSON object'],
-    ['db_function not runnable', ['n', '* * * * *', 'db_function', { db_function: 'public.evil' }, null, null], /^payload\.db_function must name a runnable function: function public\.evil\(jsonb\) does not exist/],
-    ['db_function missing', ['n', '* * * * *', 'db_function', {}, null, null], /^payload\.db_function must name a runnable function: function_name must not be null/],
     ['priority', ['n', '* * * * *', 'analytics_refresh', {}, 1001, null], 'priority must be between -1000 and 1000, got 1001'],
     ['policy', ['n', '* * * * *', 'analytics_refresh', {}, null, 'always'], `missed_run_policy must be 'skip' or 'catch_up_once', got 'always'`],
   ];
@@ -148,6 +146,32 @@ describe('upsert_schedule', () => {
       ]);
     expect(rows[0].schedule_id).toBeNull();
     expect(rows[0].validation_failure_message).toMatch(message);
+    expect(await rowCounts(db, ['schedules', 'queues'])).toEqual(before);
+  });
+
+  // db_function schedules are the owner's to install (upsert_schedule_at); the owner
+  // still gets a message for a function that is not runnable.
+  it.each([
+    ['db_function not runnable', ['n', '* * * * *', 'db_function', { db_function: 'public.evil' }, null, null], /^payload\.db_function must name a runnable function: function public\.evil\(jsonb\) does not exist/],
+    ['db_function missing', ['n', '* * * * *', 'db_function', {}, null, null], /^payload\.db_function must name a runnable function: function_name must not be null/],
+  ] as [string, unknown[], RegExp][])('%s: returns the message to the owner, writes nothing', async (_label, args, message) => {
+    const before = await rowCounts(db, ['schedules', 'queues']);
+    const r = await upsertAt('2024-01-01T00:00:00Z', args);
+    expect(r.schedule_id).toBeNull();
+    expect(r.validation_failure_message).toMatch(message);
+    expect(await rowCounts(db, ['schedules', 'queues'])).toEqual(before);
+  });
+
+  it.each([
+    ['app', 'db_function', { db_function: 'files.record_file_delete_success', file_deletion_attempt_id: 1 }],
+    ['api', 'db_function', { db_function: 'internal.noop' }],
+    ['app', 'file_delete', { bucket: 'b-bucket', object_key: 'someone/else' }],
+    ['api', 'sms', { to_number: '+14155550100', body: 'hi' }],
+  ] as const)('as %s, a %s schedule is refused with 42501, nothing written', async (role, taskType, payload) => {
+    const before = await rowCounts(db, ['schedules', 'queues']);
+    await expect(
+      db.pool(role).query('select * from schedules.upsert_schedule($1, $2, $3, $4, null, null)', ['evil', '* * * * *', taskType, JSON.stringify(payload)]),
+    ).rejects.toMatchObject({ code: '42501', message: expect.stringContaining(`task_type '${taskType}' may be enqueued only by the database's own processes`) });
     expect(await rowCounts(db, ['schedules', 'queues'])).toEqual(before);
   });
 

@@ -116,7 +116,7 @@ as $$
 declare
   _task_id bigint;
 begin
-  _task_id := queues.enqueue(_version.task_type, _version.payload, _fire_at, _version.priority);
+  _task_id := queues.enqueue_internal(_version.task_type, _version.payload, _fire_at, _version.priority);
   insert into schedules.schedule_run
     (schedule_id, schedule_version_id, fire_at, first_fire_at, outcome, task_id, enqueued_at)
   values (_version.schedule_id, _version.schedule_version_id, _fire_at, _first_fire_at,
@@ -202,7 +202,7 @@ begin
   if _pending.task_id is not null and _pending.available_at <= _wake then
     return _pending.task_id;
   end if;
-  _task_id := queues.enqueue('db_function',
+  _task_id := queues.enqueue_internal('db_function',
     jsonb_build_object('task_type', 'db_function', 'db_function', 'schedules.schedule_supervisor'),
     _wake, 100, null, 3);
   insert into schedules.supervisor_task (task_id, scheduled_at, enqueued_at) values (_task_id, _wake, _now);

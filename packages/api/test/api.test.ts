@@ -65,11 +65,11 @@ describe('auth', () => {
     ['not a bearer', { authorization: `Basic ${TOKEN}` }],
     ['empty bearer', { authorization: 'Bearer ' }],
   ])('every mutating endpoint answers 401 with %s, and writes nothing', async (_name, headers) => {
-    const id = await create({ task_type: 'email', payload: { a: 1 } });
+    const id = await create({ task_type: 'store_discovery', payload: { a: 1 } });
     await db.query(`select queues.complete_task($1, null, 'failed')`, [id]);
     const before = await taskCount();
     for (const [url, body] of [
-      ['/api/tasks', { task_type: 'email', payload: {} }],
+      ['/api/tasks', { task_type: 'store_discovery', payload: {} }],
       ['/api/tasks/recover-stale', {}],
       ['/api/tasks/generate/staggered', {}],
       [`/api/dead-letters/${id}/redrive`, undefined],
@@ -91,19 +91,19 @@ describe('tasks', () => {
   beforeEach(resetQueue);
 
   it('creates a task (201) and lists it, newest first, with filters and keyset pages', async () => {
-    const a = await create({ task_type: 'email', payload: { n: 1 } });
-    const b = await create({ task_type: 'sms', payload: { n: 2 }, priority: 5, resource_key: 'store-1', max_attempts: 3 });
-    const c = await create({ task_type: 'email', payload: { n: 3 }, scheduled_at: new Date(Date.now() + 3_600_000).toISOString() });
+    const a = await create({ task_type: 'store_discovery', payload: { n: 1 } });
+    const b = await create({ task_type: 'product_resync', payload: { n: 2 }, priority: 5, resource_key: 'store-1', max_attempts: 3 });
+    const c = await create({ task_type: 'store_discovery', payload: { n: 3 }, scheduled_at: new Date(Date.now() + 3_600_000).toISOString() });
 
     const all = (await get('/api/tasks')).json();
     expect(all.tasks.map((t: { task_id: number }) => t.task_id)).toEqual([c, b, a]);
     expect(all.next_before).toBeNull();
-    expect(all.tasks[1]).toMatchObject({ task_type: 'sms', state: 'ready', priority: 5, resource_key: 'store-1', max_attempts: 3 });
+    expect(all.tasks[1]).toMatchObject({ task_type: 'product_resync', state: 'ready', priority: 5, resource_key: 'store-1', max_attempts: 3 });
     expect(all.tasks[0].state).toBe('scheduled');
 
-    expect((await get('/api/tasks?task_type=email')).json().tasks.map((t: { task_id: number }) => t.task_id)).toEqual([c, a]);
+    expect((await get('/api/tasks?task_type=store_discovery')).json().tasks.map((t: { task_id: number }) => t.task_id)).toEqual([c, a]);
     expect((await get('/api/tasks?state=scheduled')).json().tasks.map((t: { task_id: number }) => t.task_id)).toEqual([c]);
-    expect((await get('/api/tasks?state=ready&task_type=email')).json().tasks.map((t: { task_id: number }) => t.task_id)).toEqual([a]);
+    expect((await get('/api/tasks?state=ready&task_type=store_discovery')).json().tasks.map((t: { task_id: number }) => t.task_id)).toEqual([a]);
 
     const page1 = (await get('/api/tasks?limit=2')).json();
     expect(page1.tasks.map((t: { task_id: number }) => t.task_id)).toEqual([c, b]);
@@ -114,14 +114,14 @@ describe('tasks', () => {
   });
 
   it('derives running, retrying and the outcomes', async () => {
-    const running = await create({ task_type: 'email', payload: { n: 1 }, priority: 10 });
+    const running = await create({ task_type: 'store_discovery', payload: { n: 1 }, priority: 10 });
     expect((await claim()).task_id).toBe(String(running));
-    const retrying = await create({ task_type: 'email', payload: { n: 2 }, max_attempts: 3, priority: 9 });
+    const retrying = await create({ task_type: 'store_discovery', payload: { n: 2 }, max_attempts: 3, priority: 9 });
     const lease = await claim();
     await db.pool('worker').query(`select * from queues.complete_tasks($1, $2, '{failed}')`, [[retrying], [lease.task_lease_id]]);
-    const done = await create({ task_type: 'sms', payload: { n: 3 } });
+    const done = await create({ task_type: 'product_resync', payload: { n: 3 } });
     await db.query(`select queues.complete_task($1, null, 'succeeded')`, [done]);
-    const cancelled = await create({ task_type: 'sms', payload: { n: 4 } });
+    const cancelled = await create({ task_type: 'product_resync', payload: { n: 4 } });
     await db.query(`select queues.complete_task($1, null, 'cancelled')`, [cancelled]);
 
     const states = Object.fromEntries(
@@ -135,11 +135,11 @@ describe('tasks', () => {
 
   it.each([
     ['missing task_type', { payload: {} }, /task_type/],
-    ['unknown field', { task_type: 'email', payload: {}, colour: 'red' }, /unknown field\(s\) colour/],
-    ['payload not an object', { task_type: 'email', payload: [1, 2] }, /payload/],
-    ['priority out of range', { task_type: 'email', payload: {}, priority: 5000 }, /priority/],
-    ['max_attempts out of range', { task_type: 'email', payload: {}, max_attempts: 0 }, /max_attempts/],
-    ['bad scheduled_at', { task_type: 'email', payload: {}, scheduled_at: 'tomorrow' }, /scheduled_at/],
+    ['unknown field', { task_type: 'store_discovery', payload: {}, colour: 'red' }, /unknown field\(s\) colour/],
+    ['payload not an object', { task_type: 'store_discovery', payload: [1, 2] }, /payload/],
+    ['priority out of range', { task_type: 'store_discovery', payload: {}, priority: 5000 }, /priority/],
+    ['max_attempts out of range', { task_type: 'store_discovery', payload: {}, max_attempts: 0 }, /max_attempts/],
+    ['bad scheduled_at', { task_type: 'store_discovery', payload: {}, scheduled_at: 'tomorrow' }, /scheduled_at/],
     ['malformed task_type', { task_type: 'Email!', payload: {} }, /task_type/],
     ['unknown task_type (refused by SQL)', { task_type: 'no_such_type', payload: {} }, /unknown task_type 'no_such_type'/],
     ['a body that is not an object', [1, 2], /body: /],
@@ -150,6 +150,13 @@ describe('tasks', () => {
     expect(await taskCount()).toBe(0);
   });
 
+  it.each(['email', 'sms', 'file_delete', 'db_function'])('POST /api/tasks of worker-only %s: 403 with a message, nothing written', async (taskType) => {
+    const res = await post('/api/tasks', { task_type: taskType, payload: { db_function: 'files.record_file_delete_success', bucket: 'b-b', object_key: 'x' } });
+    expect(res.statusCode).toBe(403);
+    expect(res.json()).toMatchObject({ error: 'forbidden', message: expect.stringContaining(`task_type '${taskType}' may be enqueued only by the database's own processes`) });
+    expect(await taskCount()).toBe(0);
+  });
+
   it('POST /api/tasks with broken JSON or a huge payload: 4xx with a JSON message', async () => {
     const broken = await app.inject({ method: 'POST', url: '/api/tasks', payload: '{"task_type":', headers: { ...auth, 'content-type': 'application/json' } });
     expect(broken.statusCode).toBe(400);
@@ -157,7 +164,7 @@ describe('tasks', () => {
     const text = await post('/api/tasks', 'just text');
     expect(text.statusCode).toBe(415);
     expect(text.json().message).toMatch(/content-type/i);
-    const huge = await post('/api/tasks', { task_type: 'email', payload: { blob: 'x'.repeat(1_100_000) } });
+    const huge = await post('/api/tasks', { task_type: 'store_discovery', payload: { blob: 'x'.repeat(1_100_000) } });
     expect(huge.statusCode).toBe(413);
     expect(huge.json()).toMatchObject({ error: 'too_large', message: expect.stringMatching(/over the limit/) });
     expect(await taskCount()).toBe(0);
@@ -185,7 +192,7 @@ describe('tasks', () => {
   });
 
   it('GET /api/tasks/:id: the task with leases, errors and completion; 404 for an unknown id', async () => {
-    const id = await create({ task_type: 'email', payload: { to: 'a@example.com' } });
+    const id = await create({ task_type: 'store_discovery', payload: { to: 'a@example.com' } });
     const lease = await claim('w-detail');
     await db.pool('worker').query('select queues.fail_task($1, $2, $3)', [id, 'provider said no', lease.task_lease_id]);
     await db.pool('worker').query(`select * from queues.complete_tasks($1, $2, '{failed}')`, [[id], [lease.task_lease_id]]);
@@ -193,7 +200,7 @@ describe('tasks', () => {
     const res = await get(`/api/tasks/${id}`);
     expect(res.statusCode).toBe(200);
     const body = res.json();
-    expect(body.task).toMatchObject({ task_id: id, task_type: 'email', payload: { to: 'a@example.com' }, state: 'failed' });
+    expect(body.task).toMatchObject({ task_id: id, task_type: 'store_discovery', payload: { to: 'a@example.com' }, state: 'failed' });
     expect(body.leases).toEqual([expect.objectContaining({ task_lease_id: Number(lease.task_lease_id), worker_id: 'w-detail', live: false })]);
     expect(body.errors).toEqual([expect.objectContaining({ error_message: 'provider said no' })]);
     expect(body.completion).toMatchObject({ outcome: 'failed', task_lease_id: Number(lease.task_lease_id) });
@@ -205,22 +212,22 @@ describe('tasks', () => {
   });
 
   it('GET /api/tasks/counts and /api/tasks/types', async () => {
-    await create({ task_type: 'email', payload: {} });
-    await create({ task_type: 'email', payload: {} });
-    const done = await create({ task_type: 'sms', payload: {} });
+    await create({ task_type: 'store_discovery', payload: {} });
+    await create({ task_type: 'store_discovery', payload: {} });
+    const done = await create({ task_type: 'product_resync', payload: {} });
     await db.query(`select queues.complete_task($1, null, 'succeeded')`, [done]);
     const counts = (await get('/api/tasks/counts')).json();
     expect(counts.window_seconds).toBe(86_400);
-    expect(counts.by_type).toEqual({ email: { ready: 2 }, sms: { succeeded: 1 } });
+    expect(counts.by_type).toEqual({ store_discovery: { ready: 2 }, product_resync: { succeeded: 1 } });
     const types = (await get('/api/tasks/types')).json().task_types.map((t: { task_type: string }) => t.task_type);
-    expect(types).toEqual(expect.arrayContaining(['db_function', 'email', 'file_delete', 'sms']));
+    expect(types).toEqual(expect.arrayContaining(['db_function', 'store_discovery', 'file_delete', 'product_resync']));
   });
 
   it('GET /api/tasks/capacity (all roles) and /capacity/:role; 404 for an unknown role', async () => {
-    await create({ task_type: 'email', payload: {} });
-    await db.pool('worker').query(`select queues.record_worker_heartbeat('cap-w', '{email}')`);
+    await create({ task_type: 'store_discovery', payload: {} });
+    await db.pool('worker').query(`select queues.record_worker_heartbeat('cap-w', '{store_discovery}')`);
     const all = (await get('/api/tasks/capacity')).json().capacity;
-    expect(all.find((c: { task_type: string }) => c.task_type === 'email')).toMatchObject({
+    expect(all.find((c: { task_type: string }) => c.task_type === 'store_discovery')).toMatchObject({
       pending_tasks: 1,
       ready_tasks: 1,
       running_tasks: 0,
@@ -228,20 +235,20 @@ describe('tasks', () => {
       tasks_per_worker_hour: null,
       workers_needed: { for_1_hour: null, for_4_hours: null, for_8_hours: null },
     });
-    const one = await get('/api/tasks/capacity/email');
+    const one = await get('/api/tasks/capacity/store_discovery');
     expect(one.statusCode).toBe(200);
-    expect(one.json()).toMatchObject({ task_type: 'email', pending_tasks: 1, active_workers: 1 });
+    expect(one.json()).toMatchObject({ task_type: 'store_discovery', pending_tasks: 1, active_workers: 1 });
     const unknown = await get('/api/tasks/capacity/no_such_role');
     expect(unknown.statusCode).toBe(404);
     expect(unknown.json().message).toMatch(/unknown task_type 'no_such_role'/);
   });
 
   it('GET /api/tasks/throughput: completions of the last hour in buckets', async () => {
-    const id = await create({ task_type: 'sms', payload: {} });
+    const id = await create({ task_type: 'product_resync', payload: {} });
     await db.query(`select queues.complete_task($1, null, 'succeeded')`, [id]);
     const res = (await get('/api/tasks/throughput?window_seconds=3600&bucket_seconds=300')).json();
     expect(res).toMatchObject({ window_seconds: 3600, bucket_seconds: 300 });
-    expect(res.buckets).toEqual([expect.objectContaining({ task_type: 'sms', outcome: 'succeeded', completed: 1 })]);
+    expect(res.buckets).toEqual([expect.objectContaining({ task_type: 'product_resync', outcome: 'succeeded', completed: 1 })]);
   });
 });
 
@@ -249,17 +256,17 @@ describe('dead letters and redrive', () => {
   beforeEach(resetQueue);
 
   it('lists a failed task, redrives it once (201), refuses a second redrive, a live task and an unknown one', async () => {
-    const id = await create({ task_type: 'email', payload: { n: 1 } });
+    const id = await create({ task_type: 'store_discovery', payload: { n: 1 } });
     const lease = await claim('w-dl');
     await db.pool('worker').query('select queues.fail_task($1, $2, $3)', [id, 'boom', lease.task_lease_id]);
     await db.pool('worker').query(`select * from queues.complete_tasks($1, $2, '{failed}')`, [[id], [lease.task_lease_id]]);
-    const live = await create({ task_type: 'email', payload: { n: 2 } });
+    const live = await create({ task_type: 'store_discovery', payload: { n: 2 } });
 
     const list = (await get('/api/dead-letters')).json();
     expect(list.dead_letters).toEqual([
-      expect.objectContaining({ task_id: id, task_type: 'email', outcome: 'failed', last_error: 'boom', attempts: 1, payload: { n: 1 } }),
+      expect.objectContaining({ task_id: id, task_type: 'store_discovery', outcome: 'failed', last_error: 'boom', attempts: 1, payload: { n: 1 } }),
     ]);
-    expect((await get('/api/dead-letters?task_type=sms')).json().dead_letters).toEqual([]);
+    expect((await get('/api/dead-letters?task_type=product_resync')).json().dead_letters).toEqual([]);
 
     const redrive = await post(`/api/dead-letters/${id}/redrive`);
     expect(redrive.statusCode).toBe(201);
@@ -288,8 +295,8 @@ describe('stale recovery', () => {
   beforeEach(resetQueue);
 
   it('lists and recovers the leases of a worker not seen for 10 minutes', async () => {
-    const id = await create({ task_type: 'email', payload: {} });
-    await db.pool('worker').query(`select queues.record_worker_heartbeat('dead-worker', '{email}')`);
+    const id = await create({ task_type: 'store_discovery', payload: {} });
+    await db.pool('worker').query(`select queues.record_worker_heartbeat('dead-worker', '{store_discovery}')`);
     const lease = await claim('dead-worker');
     // The registry is mutable: age the worker's last heartbeat as the owner.
     await db.query(`update queues.worker set last_seen_at = now() - interval '1 hour' where worker_id = 'dead-worker'`);
@@ -316,7 +323,7 @@ describe('staggered batches', () => {
   it('generates the seed\'s daily batches: 6 batches 4 hours apart (201)', async () => {
     const payloads = Array.from({ length: 13 }, (_, i) => ({ store_id: i + 1 }));
     const res = await post('/api/tasks/generate/staggered', {
-      task_type: 'sms', payloads, batches: 6, start_at: '2030-01-01T00:00:00Z', period_seconds: 86_400,
+      task_type: 'product_resync', payloads, batches: 6, start_at: '2030-01-01T00:00:00Z', period_seconds: 86_400,
     });
     expect(res.statusCode, res.body).toBe(201);
     const body = res.json();
@@ -330,9 +337,9 @@ describe('staggered batches', () => {
   });
 
   it.each([
-    ['missing payloads', { task_type: 'sms', batches: 2 }, /payloads/],
-    ['zero batches', { task_type: 'sms', payloads: [{}], batches: 0 }, /batches/],
-    ['payloads not objects', { task_type: 'sms', payloads: [1], batches: 1 }, /payloads\.0/],
+    ['missing payloads', { task_type: 'product_resync', batches: 2 }, /payloads/],
+    ['zero batches', { task_type: 'product_resync', payloads: [{}], batches: 0 }, /batches/],
+    ['payloads not objects', { task_type: 'product_resync', payloads: [1], batches: 1 }, /payloads\.0/],
     ['unknown task type (refused by SQL)', { task_type: 'no_such_type', payloads: [{}], batches: 1 }, /unknown task_type/],
   ])('refuses %s with 400, nothing written', async (_name, body, message) => {
     const res = await post('/api/tasks/generate/staggered', body);
@@ -381,20 +388,20 @@ describe('monitoring and dashboard', () => {
   beforeEach(resetQueue);
 
   it('GET /metrics: Prometheus text with queue depth, completions and durations', async () => {
-    await create({ task_type: 'email', payload: {} });
-    const done = await create({ task_type: 'sms', payload: {} });
-    const lease = await claim('w-m', ['sms']);
+    await create({ task_type: 'store_discovery', payload: {} });
+    const done = await create({ task_type: 'product_resync', payload: {} });
+    const lease = await claim('w-m', ['product_resync']);
     // Completed by its lease holder, as a worker does (durations are measured from the lease).
     await db.query(`select queues.complete_task($1, $2, 'succeeded')`, [done, lease!.task_lease_id]);
     const res = await get('/metrics');
     expect(res.statusCode).toBe(200);
     expect(res.headers['content-type']).toMatch(/^text\/plain; version=0\.0\.4/);
     expect(res.body).toContain('# TYPE queue_depth gauge');
-    expect(res.body).toContain('queue_depth{task_type="email"} 1');
-    expect(res.body).toContain('queue_tasks{task_type="email",state="ready"} 1');
-    expect(res.body).toContain('queue_tasks_completed_window{task_type="sms",outcome="succeeded",window_seconds="3600"} 1');
-    expect(res.body).toMatch(/queue_task_duration_window_seconds_count\{task_type="sms",outcome="succeeded"\} 1/);
-    expect(res.body).toMatch(/queue_task_duration_window_seconds_bucket\{task_type="sms",outcome="succeeded",le="\+Inf"\} 1/);
+    expect(res.body).toContain('queue_depth{task_type="store_discovery"} 1');
+    expect(res.body).toContain('queue_tasks{task_type="store_discovery",state="ready"} 1');
+    expect(res.body).toContain('queue_tasks_completed_window{task_type="product_resync",outcome="succeeded",window_seconds="3600"} 1');
+    expect(res.body).toMatch(/queue_task_duration_window_seconds_count\{task_type="product_resync",outcome="succeeded"\} 1/);
+    expect(res.body).toMatch(/queue_task_duration_window_seconds_bucket\{task_type="product_resync",outcome="succeeded",le="\+Inf"\} 1/);
   });
 
   it('serves the dashboard with a same-origin-only CSP; health checks; JSON 404s', async () => {

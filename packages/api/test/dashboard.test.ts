@@ -68,18 +68,18 @@ async function enqueue(body: Record<string, unknown>): Promise<number> {
 it('shows the overview with counts, the throughput chart and capacity', async () => {
   const errors: string[] = [];
   page.on('pageerror', (e) => errors.push(e.message));
-  await enqueue({ task_type: 'sms', payload: { overview: true } });
+  await enqueue({ task_type: 'product_resync', payload: { overview: true } });
   await page.goto(`${base}/#/`);
-  await page.locator('[data-testid=counts] tr[data-task-type=sms]').waitFor();
-  expect(await page.locator('[data-testid=counts] tr[data-task-type=sms] td').nth(2).textContent()).toBe('1'); // ready
+  await page.locator('[data-testid=counts] tr[data-task-type=product_resync]').waitFor();
+  expect(await page.locator('[data-testid=counts] tr[data-task-type=product_resync] td').nth(2).textContent()).toBe('1'); // ready
   await expect(page.locator('svg[data-testid=throughput-chart]').count()).resolves.toBe(1);
-  expect(await page.locator('[data-testid=capacity]').textContent()).toContain('sms');
+  expect(await page.locator('[data-testid=capacity]').textContent()).toContain('product_resync');
   expect(errors).toEqual([]);
 });
 
 it('a task enqueued by the test appears in the list, and its page shows the payload', async () => {
-  const id = await enqueue({ task_type: 'email', payload: { marker: 'hello-from-the-test' } });
-  await page.goto(`${base}/#/tasks?task_type=email`);
+  const id = await enqueue({ task_type: 'store_discovery', payload: { marker: 'hello-from-the-test' } });
+  await page.goto(`${base}/#/tasks?task_type=store_discovery`);
   const row = page.locator(`[data-testid=task-list] tr[data-task-id="${id}"]`);
   await row.waitFor();
   expect(await row.textContent()).toContain('ready');
@@ -92,7 +92,10 @@ it('a task enqueued by the test appears in the list, and its page shows the payl
 
 it('redrives a dead-lettered task from the page (token asked, kept in sessionStorage), and a worker runs it', async () => {
   // A db_function task that failed: claimed and completed 'failed' by the worker role.
-  const id = await enqueue({ task_type: 'db_function', payload: { db_function: 'internal.noop', marker: 'dead-letter' } });
+  // db_function steps are enqueued by the owner's SQL only (the REST API gets 403).
+  const id = Number(
+    (await db.query(`select queues.enqueue('db_function', $1::jsonb) as id`, [JSON.stringify({ db_function: 'internal.noop', marker: 'dead-letter' })])).rows[0].id,
+  );
   const { rows } = await db.pool('worker').query<{ task_id: string; task_lease_id: string }>(
     `select task_id, task_lease_id from queues.claim_tasks('w-browser', 1, '{db_function}', 60)`,
   );

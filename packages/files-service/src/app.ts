@@ -1,12 +1,15 @@
 // The files service: issues V4 signed GCS DELETE URLs to callers holding the bearer token.
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { Storage } from '@google-cloud/storage';
+import { connect, runFunction } from '@org/queue-client';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import { z } from 'zod';
 import { resolveConfig, type FilesServiceConfig } from './config.js';
 
 /** The `code` of the 404 answer for an object that is not in the bucket. */
 export const UNKNOWN_OBJECT_CODE = 'unknown_object';
+/** The `code` of the 403 answer for an object the database has not scheduled for deletion. */
+export const NOT_SCHEDULED_CODE = 'not_scheduled';
 export const SIGNED_DELETE_URLS_PATH = '/v1/signed-delete-urls';
 
 /**
@@ -39,6 +42,19 @@ export interface FilesServiceOptions {
   storageMaxRetries?: number;
 }
 
+/**
+ * Asks the database whether (bucket, object_key) has a deletion in flight: a file row
+ * with a file_delete attempt that has no outcome, in a process that has not ended
+ * (files.check_file_delete_signing through internal.run_function).
+ */
+async function isScheduledForDeletion(db: ReturnType<typeof connect>, bucket: string, objectKey: string): Promise<boolean> {
+  const result = (await runFunction(db, 'files.check_file_delete_signing', { bucket, object_key: objectKey })) as {
+    success?: boolean;
+    payload?: { scheduled?: boolean };
+  } | null;
+  return result?.success === true && result.payload?.scheduled === true;
+}
+
 const sha256 = (s: string) => createHash('sha256').update(s, 'utf8').digest();
 
 function reply4xx(reply: FastifyReply, statusCode: number, message: string, code?: string) {
@@ -54,7 +70,9 @@ function reply4xx(reply: FastifyReply, statusCode: number, message: string, code
  * - `GET /healthz` → `{ ok: true }`.
  * - `POST /v1/signed-delete-urls` `{ bucket, object_key }` with `Authorization: Bearer <token>`
  *   → 200 `{ url, expires_at }`; 401 without or with a wrong token; 400 for a bad body or an
- *   implausible key; 403 for a bucket not configured; 404 `{ code: "unknown_object" }` when
+ *   implausible key; 403 for a bucket not configured; 403 `{ code: "not_scheduled" }` when
+ *   the database has no deletion in flight for the object (files.check_file_delete_signing);
+ *   404 `{ code: "unknown_object" }` when
  *   the object is not in the bucket (the file_delete provider counts that as already
  *   deleted); 502 when storage cannot be asked.
  */
@@ -72,6 +90,7 @@ export function createFilesService(config: FilesServiceConfig, options: FilesSer
   });
   const buckets = new Set(cfg.buckets);
   const tokenHash = sha256(cfg.token);
+  const db = connect({ connectionString: cfg.databaseUrl, max: 4, applicationName: 'files-service' });
 
   const app = Fastify({
     bodyLimit: 16 * 1024,
@@ -93,6 +112,10 @@ export function createFilesService(config: FilesServiceConfig, options: FilesSer
   });
   app.setNotFoundHandler((request, reply) => reply4xx(reply, 404, `no route ${request.method} ${request.url.split('?')[0]}`));
 
+  app.addHook('onClose', async () => {
+    await db.end();
+  });
+
   app.get('/healthz', async () => ({ ok: true }));
 
   app.post(SIGNED_DELETE_URLS_PATH, async (request, reply) => {
@@ -110,6 +133,19 @@ export function createFilesService(config: FilesServiceConfig, options: FilesSer
     const { bucket, object_key } = parsed.data;
     if (!buckets.has(bucket)) {
       return reply4xx(reply, 403, `bucket ${JSON.stringify(bucket)} is not one this service signs for (FILES_BUCKETS)`);
+    }
+
+    // Only what the database scheduled: a token holder cannot delete any object it names.
+    let scheduled: boolean;
+    try {
+      scheduled = await isScheduledForDeletion(db, bucket, object_key);
+    } catch (err) {
+      request.log.error({ bucket, err: { message: (err as Error).message, code: (err as { code?: unknown }).code } }, 'database check failed');
+      return reply.code(502).send({ statusCode: 502, error: 'Bad Gateway', message: 'the database could not be asked' });
+    }
+    if (!scheduled) {
+      request.log.warn({ bucket }, 'refused: no deletion scheduled for this object');
+      return reply4xx(reply, 403, `no deletion is scheduled for ${JSON.stringify(object_key)} in bucket ${JSON.stringify(bucket)}`, NOT_SCHEDULED_CODE);
     }
 
     const file = storage.bucket(bucket).file(object_key);

@@ -15,6 +15,11 @@ export type ServiceAccountCredentials = z.infer<typeof serviceAccountSchema>;
 export const filesServiceConfigSchema = z.object({
   /** The bearer token callers must send. At least 16 characters. */
   token: z.string().min(16, 'must be at least 16 characters'),
+  /**
+   * postgres:// URL the service asks before signing (the worker role's): it signs only
+   * for objects the database has scheduled for deletion (files.check_file_delete_signing).
+   */
+  databaseUrl: z.string().regex(/^postgres(ql)?:\/\//, 'must be a postgres:// URL'),
   /** The buckets URLs may be signed for. */
   buckets: z
     .array(z.string().regex(BUCKET, 'must be bucket names (lower-case letters, digits, ".", "_", "-")'))
@@ -53,6 +58,7 @@ export function resolveConfig(config: FilesServiceConfig): ResolvedFilesServiceC
 
 const envNames: Record<string, string> = {
   token: 'FILES_SERVICE_TOKEN',
+  databaseUrl: 'FILES_SERVICE_DATABASE_URL',
   buckets: 'FILES_BUCKETS',
   apiEndpoint: 'GCS_API_ENDPOINT',
   urlTtlSeconds: 'FILES_SIGNED_URL_TTL_SECONDS',
@@ -64,7 +70,8 @@ const blank = (v: string | undefined) => (v === undefined || v.trim() === '' ? u
 
 /**
  * The configuration from environment variables:
- * FILES_SERVICE_TOKEN, FILES_BUCKETS (comma separated), GCS_CREDENTIALS_JSON or
+ * FILES_SERVICE_TOKEN, FILES_SERVICE_DATABASE_URL (the worker role's postgres:// URL),
+ * FILES_BUCKETS (comma separated), GCS_CREDENTIALS_JSON or
  * GOOGLE_APPLICATION_CREDENTIALS (path of the JSON key), GCS_API_ENDPOINT (optional),
  * FILES_SIGNED_URL_TTL_SECONDS (default 300), FILES_SERVICE_PORT (default 8787),
  * FILES_SERVICE_HOST (default 127.0.0.1).
@@ -104,10 +111,13 @@ export function configFromEnv(env: Record<string, string | undefined>): Resolved
   };
   const token = blank(env.FILES_SERVICE_TOKEN);
   const buckets = blank(env.FILES_BUCKETS);
+  const databaseUrl = blank(env.FILES_SERVICE_DATABASE_URL);
   if (token === undefined) problems.push('FILES_SERVICE_TOKEN: is required (the bearer token callers send)');
+  if (databaseUrl === undefined) problems.push('FILES_SERVICE_DATABASE_URL: is required (the database it asks before signing)');
   if (buckets === undefined) problems.push('FILES_BUCKETS: is required (comma-separated bucket names)');
   const raw = {
     token,
+    databaseUrl,
     buckets: buckets?.split(',').map((b) => b.trim()).filter((b) => b !== ''),
     credentials,
     apiEndpoint: blank(env.GCS_API_ENDPOINT),
@@ -122,7 +132,11 @@ export function configFromEnv(env: Record<string, string | undefined>): Resolved
       if (first === 'credentials') {
         if (credentials === undefined) continue; // already reported
         problems.push(`${credVar}: ${rest.length ? `${rest.join('.')}: ` : ''}${issue.message}`);
-      } else if ((first === 'token' && token === undefined) || (first === 'buckets' && buckets === undefined)) {
+      } else if (
+        (first === 'token' && token === undefined) ||
+        (first === 'buckets' && buckets === undefined) ||
+        (first === 'databaseUrl' && databaseUrl === undefined)
+      ) {
         continue; // already reported
       } else {
         problems.push(`${envNames[String(first)] ?? String(first)}: ${issue.message}`);

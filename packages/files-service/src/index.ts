@@ -2,6 +2,7 @@
 export {
   createFilesService,
   implausibleObjectKeyReason,
+  NOT_SCHEDULED_CODE,
   SIGNED_DELETE_URLS_PATH,
   UNKNOWN_OBJECT_CODE,
   type FilesServiceOptions,

@@ -21,6 +21,7 @@ describe('files service config from env', () => {
   it('reads a full env', () => {
     const config = configFromEnv({
       FILES_SERVICE_TOKEN: 'x'.repeat(20),
+      FILES_SERVICE_DATABASE_URL: 'postgres://worker@db/queue',
       FILES_BUCKETS: 'a-bucket, b-bucket',
       GCS_CREDENTIALS_JSON: JSON.stringify(account.credentials),
       GCS_API_ENDPOINT: 'http://127.0.0.1:4443',
@@ -32,6 +33,7 @@ describe('files service config from env', () => {
   it('names every bad variable, once, without values', () => {
     const found = problems({
       FILES_SERVICE_TOKEN: 'short-secret',
+      FILES_SERVICE_DATABASE_URL: 'mysql://nope',
       FILES_BUCKETS: 'Bad Bucket',
       GCS_CREDENTIALS_JSON: JSON.stringify({ ...account.credentials, client_email: 'nope' }),
       GCS_API_ENDPOINT: 'nope',
@@ -40,6 +42,7 @@ describe('files service config from env', () => {
     expect(found).toEqual([
       'FILES_SERVICE_PORT: must be a whole number',
       'FILES_SERVICE_TOKEN: must be at least 16 characters',
+      'FILES_SERVICE_DATABASE_URL: must be a postgres:// URL',
       'FILES_BUCKETS: must be bucket names (lower-case letters, digits, ".", "_", "-")',
       'GCS_CREDENTIALS_JSON: client_email: client_email must be an email address',
       'GCS_API_ENDPOINT: must be an http(s) URL',
@@ -48,13 +51,13 @@ describe('files service config from env', () => {
   });
 
   it('refuses to run without credentials', () => {
-    expect(problems({ FILES_SERVICE_TOKEN: 'x'.repeat(20), FILES_BUCKETS: 'a-bucket' })).toEqual([
+    expect(problems({ FILES_SERVICE_TOKEN: 'x'.repeat(20), FILES_SERVICE_DATABASE_URL: 'postgres://w@db/q', FILES_BUCKETS: 'a-bucket' })).toEqual([
       expect.stringMatching(/no GCS service-account credentials configured; set GCS_CREDENTIALS_JSON .* or GOOGLE_APPLICATION_CREDENTIALS/),
     ]);
-    expect(problems({ FILES_SERVICE_TOKEN: 'x'.repeat(20), FILES_BUCKETS: 'a-bucket', GOOGLE_APPLICATION_CREDENTIALS: '/nonexistent/key.json' })).toEqual([
+    expect(problems({ FILES_SERVICE_TOKEN: 'x'.repeat(20), FILES_SERVICE_DATABASE_URL: 'postgres://w@db/q', FILES_BUCKETS: 'a-bucket', GOOGLE_APPLICATION_CREDENTIALS: '/nonexistent/key.json' })).toEqual([
       'GOOGLE_APPLICATION_CREDENTIALS: cannot read a JSON key at /nonexistent/key.json (ENOENT)',
     ]);
-    expect(problems({ FILES_SERVICE_TOKEN: 'x'.repeat(20), FILES_BUCKETS: 'a-bucket', GCS_CREDENTIALS_JSON: '{' })).toEqual([
+    expect(problems({ FILES_SERVICE_TOKEN: 'x'.repeat(20), FILES_SERVICE_DATABASE_URL: 'postgres://w@db/q', FILES_BUCKETS: 'a-bucket', GCS_CREDENTIALS_JSON: '{' })).toEqual([
       'GCS_CREDENTIALS_JSON: is not valid JSON',
     ]);
   });
@@ -70,6 +73,7 @@ describe('files service config from env', () => {
     expect(lines).toEqual([
       expect.stringMatching(/^files-service: no GCS service-account credentials configured/),
       'files-service: FILES_SERVICE_TOKEN: is required (the bearer token callers send)',
+      'files-service: FILES_SERVICE_DATABASE_URL: is required (the database it asks before signing)',
       'files-service: FILES_BUCKETS: is required (comma-separated bucket names)',
       'files-service: FILES_SERVICE_PORT: must be a whole number',
     ]);

@@ -5,22 +5,27 @@ import type { FastifyInstance } from 'fastify';
 import type { ProviderContext } from '@org/handler-types';
 import { createFilesService } from '@org/files-service';
 import { createFilesServiceDeleteProvider } from '@org/providers';
+import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { startFakeGcs, type FakeGcs } from '@org/providers/testing';
-import { testConfig, testServiceAccount, TOKEN } from './helpers.ts';
+import { scheduleDeletions, testConfig, testServiceAccount, TOKEN } from './helpers.ts';
 
 const account = testServiceAccount();
+let db: TestDatabase;
 let gcs: FakeGcs;
 let app: FastifyInstance;
 let serviceUrl: string;
 beforeAll(async () => {
+  db = await createTestDatabase();
+  await scheduleDeletions(db, 'user-uploads', ['users/7/rec ü.wav', 'race.wav', 'a.wav', 'b.wav']);
   gcs = await startFakeGcs({ publicKey: account.publicKey });
-  app = createFilesService(testConfig(account.credentials, gcs.url), { logger: false });
+  app = createFilesService(testConfig(account.credentials, gcs.url, db.url('worker')), { logger: false });
   await app.listen({ port: 0, host: '127.0.0.1' });
   serviceUrl = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
 });
 afterAll(async () => {
   await app?.close();
   await gcs?.close();
+  await db?.drop();
 });
 beforeEach(() => gcs.reset());
 

@@ -1,20 +1,26 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
 import { createFilesService, FilesServiceConfigError } from '@org/files-service';
+import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { startFakeGcs, type FakeGcs } from '@org/providers/testing';
-import { testConfig, testServiceAccount, TOKEN } from './helpers.ts';
+import { scheduleDeletions, testConfig, testServiceAccount, TOKEN } from './helpers.ts';
 
 const account = testServiceAccount();
+let db: TestDatabase;
 let gcs: FakeGcs;
 let app: FastifyInstance;
 beforeAll(async () => {
+  db = await createTestDatabase();
+  // The objects these tests sign for have a deletion in flight in the database.
+  await scheduleDeletions(db, 'user-uploads', ['users/7/recording 1.wav', 'users/7/missing.wav', 'users/7/other.wav', 'a.txt']);
   gcs = await startFakeGcs({ publicKey: account.publicKey });
-  app = createFilesService(testConfig(account.credentials, gcs.url), { logger: false });
+  app = createFilesService(testConfig(account.credentials, gcs.url, db.url('worker')), { logger: false });
   await app.ready();
 });
 afterAll(async () => {
   await app?.close();
   await gcs?.close();
+  await db?.drop();
 });
 beforeEach(() => {
   gcs.reset();
@@ -133,7 +139,7 @@ describe('files service', () => {
   });
 
   it('502 when storage cannot be asked', async () => {
-    const broken = createFilesService(testConfig(account.credentials, 'http://127.0.0.1:1'), { logger: false, storageMaxRetries: 0 });
+    const broken = createFilesService(testConfig(account.credentials, 'http://127.0.0.1:1', db.url('worker')), { logger: false, storageMaxRetries: 0 });
     try {
       const res = await broken.inject({
         method: 'POST',
@@ -149,12 +155,46 @@ describe('files service', () => {
   });
 
   it('refuses to start without credentials, and names bad config values', () => {
-    const config = testConfig(account.credentials, gcs.url);
+    const config = testConfig(account.credentials, gcs.url, db.url('worker'));
     const { credentials: _, ...noCredentials } = config;
     expect(() => createFilesService(noCredentials as typeof config)).toThrow(/no GCS service-account credentials configured/);
     expect(() => createFilesService({ ...config, token: 'short' })).toThrow(FilesServiceConfigError);
     expect(() => createFilesService({ ...config, token: 'short' })).toThrow(/token: must be at least 16 characters/);
     expect(() => createFilesService({ ...config, buckets: [] })).toThrow(/buckets: must name at least one bucket/);
     expect(() => createFilesService({ ...config, apiEndpoint: 'nope' })).toThrow(/apiEndpoint: must be an http\(s\) URL/);
+    expect(() => createFilesService({ ...config, databaseUrl: 'mysql://x' })).toThrow(/databaseUrl: must be a postgres:\/\/ URL/);
+  });
+
+  it('403 "not_scheduled" for an object the database has not scheduled for deletion; storage is never asked', async () => {
+    gcs.put('user-uploads', 'users/8/passport.pdf', 'secret');
+    const res = await sign({ bucket: 'user-uploads', object_key: 'users/8/passport.pdf' });
+    expect(res.statusCode).toBe(403);
+    expect(res.json()).toMatchObject({
+      code: 'not_scheduled',
+      message: 'no deletion is scheduled for "users/8/passport.pdf" in bucket "user-uploads"',
+    });
+    expect(gcs.requests).toHaveLength(0);
+    // Same key, another bucket: not scheduled either.
+    expect((await sign({ bucket: 'other-bucket', object_key: 'users/7/recording 1.wav' })).statusCode).toBe(403);
+  });
+
+  it('403 once the attempt has an outcome, and 502 when the database cannot be asked', async () => {
+    await scheduleDeletions(db, 'user-uploads', ['users/9/done.wav']);
+    gcs.put('user-uploads', 'users/9/done.wav', 'x');
+    expect((await sign({ bucket: 'user-uploads', object_key: 'users/9/done.wav' })).statusCode).toBe(200);
+    await db.query(
+      `insert into files.file_deletion_attempt_succeeded (file_deletion_attempt_id)
+       select a.file_deletion_attempt_id from files.file_deletion_attempt a join files.file_deletion_task t using (file_deletion_task_id)
+         join files.file f using (file_id) where f.object_key = 'users/9/done.wav'`,
+    );
+    expect((await sign({ bucket: 'user-uploads', object_key: 'users/9/done.wav' })).json()).toMatchObject({ code: 'not_scheduled' });
+    const noDb = createFilesService(testConfig(account.credentials, gcs.url, 'postgres://nobody:wrong@127.0.0.1:1/none'), { logger: false });
+    try {
+      const res = await noDb.inject({ method: 'POST', url: '/v1/signed-delete-urls', headers: { authorization: `Bearer ${TOKEN}` }, payload: { bucket: 'user-uploads', object_key: 'a.txt' } });
+      expect(res.statusCode).toBe(502);
+      expect(res.json().message).toBe('the database could not be asked');
+    } finally {
+      await noDb.close();
+    }
   });
 });

@@ -57,5 +57,10 @@ export interface Provider<P = unknown> {
   /** For logs: "resend", "twilio", "local-outbox", ... */
   readonly name: string;
   readonly payloadSchema: z.ZodType<P>;
+  /**
+   * True when the provider must act only on what a before_handler returned (file
+   * deletion): the worker refuses a task of its type that names no before_handler.
+   */
+  readonly requiresBeforeHandler?: boolean;
   send(payload: P, context: ProviderContext): Promise<unknown>;
 }

@@ -49,6 +49,8 @@ export function createFilesServiceDeleteProvider(options: FilesServiceDeleteOpti
   return {
     name: 'files-service',
     payloadSchema: fileDeletePayload,
+    // Deletes only what files.get_file_delete_payload resolved from the database.
+    requiresBeforeHandler: true,
     async send(payload: FileDeletePayload, context: ProviderContext): Promise<FileDeleteResult> {
       throwIfAborted(context.signal, 'files-service');
       const result = (alreadyDeleted: boolean): FileDeleteResult => ({

@@ -43,6 +43,7 @@ export function createLocalStorageDeleteProvider(
     name: 'local-storage',
     storageRoot,
     payloadSchema: fileDeletePayload,
+    requiresBeforeHandler: true,
     async send(payload: FileDeletePayload, context: ProviderContext): Promise<FileDeleteResult> {
       throwIfAborted(context.signal, 'local-storage');
       const { bucket, object_key } = payload;

@@ -34,7 +34,7 @@ describe('queue client', () => {
   it('enqueues, claims, fails and completes with typed rows', async () => {
     const scheduledAt = new Date(Date.now() - 60_000);
     const taskId = await enqueue(app, {
-      taskType: 'email',
+      taskType: 'store_discovery',
       payload: { send_email_attempt_id: 42 },
       scheduledAt,
       priority: 3,
@@ -42,11 +42,11 @@ describe('queue client', () => {
     });
     expect(taskId).toMatch(/^\d+$/);
 
-    const [claimed, ...rest] = await claimTasks(worker, { workerId: 'w-1', limit: 5, taskTypes: ['email'], leaseSeconds: 30 });
+    const [claimed, ...rest] = await claimTasks(worker, { workerId: 'w-1', limit: 5, taskTypes: ['store_discovery'], leaseSeconds: 30 });
     expect(rest).toEqual([]);
     expect(claimed).toMatchObject({
       taskId,
-      taskType: 'email',
+      taskType: 'store_discovery',
       payload: { send_email_attempt_id: 42 },
       priority: 3,
       resourceKey: 'message:42',
@@ -67,11 +67,11 @@ describe('queue client', () => {
 
   it('enqueueMany returns ids in order; completeTasks reports per task', async () => {
     const ids = await enqueueMany(app, [
-      { taskType: 'sms', payload: { n: 1 } },
-      { taskType: 'sms', payload: { n: 2 }, scheduledAt: new Date('2020-01-01T00:00:00Z') },
+      { taskType: 'product_resync', payload: { n: 1 } },
+      { taskType: 'product_resync', payload: { n: 2 }, scheduledAt: new Date('2020-01-01T00:00:00Z') },
     ]);
     expect(ids).toHaveLength(2);
-    const claimed = await claimTasks(worker, { workerId: 'w-2', limit: 10, taskTypes: ['sms'] });
+    const claimed = await claimTasks(worker, { workerId: 'w-2', limit: 10, taskTypes: ['product_resync'] });
     // The older scheduled_at comes first.
     expect(claimed.map((t) => t.taskId)).toEqual([ids[1], ids[0]]);
     const results = await completeTasks(
@@ -86,9 +86,9 @@ describe('queue client', () => {
   });
 
   it('dequeueNextAvailableTask returns a task or null', async () => {
-    const taskId = await enqueue(app, { taskType: 'file_delete', payload: { file_id: 1 } });
+    const taskId = await enqueue(app, { taskType: 'analytics_refresh', payload: { file_id: 1 } });
     const task = await dequeueNextAvailableTask(worker, { workerId: 'w-3' });
-    expect(task).toMatchObject({ taskId, taskType: 'file_delete', payload: { file_id: 1 } });
+    expect(task).toMatchObject({ taskId, taskType: 'analytics_refresh', payload: { file_id: 1 } });
     expect(await dequeueNextAvailableTask(worker)).toBeNull();
   });
 
@@ -99,17 +99,18 @@ describe('queue client', () => {
   it('maps database errors to QueueError kinds with the database message', async () => {
     const cases: [() => Promise<unknown>, string, RegExp][] = [
       [() => enqueue(app, { taskType: 'fax', payload: {} }), 'invalid_input', /unknown task_type 'fax'/],
-      [() => enqueue(app, { taskType: 'sms', payload: [1] as unknown as Record<string, unknown> }), 'invalid_input', /got array/],
-      [() => enqueue(app, { taskType: 'sms', payload: { s: 'nul\u0000byte' } }), 'invalid_input', /Unicode/],
-      [() => enqueue(app, { taskType: 'sms', payload: { s: 'x'.repeat(1_100_000) } }), 'too_large', /over the limit/],
-      [() => enqueueMany(app, [{ taskType: 'sms', payload: {} }, { taskType: 'nope', payload: {} }]), 'invalid_input', /tasks\[1\]/],
+      [() => enqueue(app, { taskType: 'product_resync', payload: [1] as unknown as Record<string, unknown> }), 'invalid_input', /got array/],
+      [() => enqueue(app, { taskType: 'product_resync', payload: { s: 'nul\u0000byte' } }), 'invalid_input', /Unicode/],
+      [() => enqueue(app, { taskType: 'product_resync', payload: { s: 'x'.repeat(1_100_000) } }), 'too_large', /over the limit/],
+      [() => enqueueMany(app, [{ taskType: 'product_resync', payload: {} }, { taskType: 'nope', payload: {} }]), 'invalid_input', /tasks\[1\]/],
       [() => claimTasks(worker, { workerId: 'w', limit: 0 }), 'invalid_input', /limit must be between/],
       [() => completeTask(worker, { taskId: '987654321' }), 'not_found', /task 987654321 does not exist/],
       [() => failTask(worker, { taskId: '987654321', errorMessage: 'x' }), 'not_found', /does not exist/],
       [() => failTask(worker, { taskId: '1', errorMessage: '   ' }), 'invalid_input', /error_message must not be empty/],
       [() => runFunction(worker, 'pg_catalog.pg_sleep', {}), 'forbidden', /never runnable/],
       [() => runFunction(worker, 'public.nothing', {}), 'unknown_function', /does not exist/],
-      [() => enqueue(worker, { taskType: 'sms', payload: {} }), 'forbidden', /permission denied/],
+      [() => enqueue(worker, { taskType: 'product_resync', payload: {} }), 'forbidden', /permission denied/],
+      [() => enqueue(app, { taskType: 'db_function', payload: { db_function: 'internal.noop' } }), 'forbidden', /task_type 'db_function' may be enqueued only by the database's own processes/],
       [() => claimTasks(app, { workerId: 'w' }), 'forbidden', /permission denied/],
     ];
     for (const [call, kind, message] of cases) {
@@ -125,11 +126,11 @@ describe('queue client', () => {
   it('withTransaction commits on success and rolls back on error', async () => {
     const before = (await db.query('select count(*)::int as n from queues.task')).rows[0].n;
     await withTransaction(app, async (tx) => {
-      await enqueue(tx, { taskType: 'sms', payload: { in: 'committed' } });
+      await enqueue(tx, { taskType: 'product_resync', payload: { in: 'committed' } });
     });
     await expect(
       withTransaction(app, async (tx) => {
-        await enqueue(tx, { taskType: 'sms', payload: { in: 'rolled back' } });
+        await enqueue(tx, { taskType: 'product_resync', payload: { in: 'rolled back' } });
         throw new Error('business rule said no');
       }),
     ).rejects.toThrow('business rule said no');

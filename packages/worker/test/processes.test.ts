@@ -36,6 +36,7 @@ beforeAll(async () => {
         project_id: 'test-project',
       },
       apiEndpoint: gcs.url,
+      databaseUrl: db.url('worker'),
     },
     { logger: false },
   );
@@ -95,12 +96,14 @@ async function emailOutcome(taskId: string) {
 }
 
 describe('email through Resend', () => {
-  it('happy path: one attempt, one request with the attempt id as Idempotency-Key', async () => {
+  it('happy path: one attempt, one request with the namespaced attempt id as Idempotency-Key', async () => {
     const taskId = await sendEmail('ada@example.com');
     expect(await emailOutcome(taskId)).toEqual({ attempts: 1, failures: 0, succeeded: true, failed_reason: null });
     expect(resend.emails).toHaveLength(1);
     const attempt = await one('select send_email_attempt_id::text as id from comms.send_email_attempt where send_email_task_id = $1', [taskId]);
-    expect(resend.emails[0]!.idempotencyKey).toBe(attempt.id);
+    // Namespaced by the database (system identifier and name), so databases sharing a
+    // Resend account never share a key.
+    expect(resend.emails[0]!.idempotencyKey).toMatch(new RegExp(`^[0-9]+:${db.name}:send_email_attempt:${attempt.id}$`));
     expect(resend.emails[0]!.body).toMatchObject({ to: 'ada@example.com', subject: 'Welcome', html: '<p>Hello</p>' });
   });
 

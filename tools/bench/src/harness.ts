@@ -250,7 +250,8 @@ class Harness {
   async enqueue(system: SystemName, db: Db, kind: 'single' | 'batch', count: number, taskType?: string): Promise<number> {
     const runner = this.spawn(system, `enqueue ${kind}`, {
       mode: 'enqueue',
-      url: this.enqueueUrl(system, db),
+      // db_function steps are enqueued by the owner's SQL only (queues.internal_task_type).
+      url: taskType === 'db_function' ? db.owner : this.enqueueUrl(system, db),
       count,
       kind,
       concurrency: kind === 'single' ? this.options.enqueueConcurrency : 1,

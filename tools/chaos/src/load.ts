@@ -16,6 +16,8 @@ export interface Load {
 
 export function startLoad(options: {
   app: pg.Pool;
+  /** Enqueues the db_function steps: the owner, since apps may not (queues.internal_task_type). */
+  owner: pg.Pool;
   tag: string;
   tickMs: number;
   stepsPerTick: number;
@@ -39,7 +41,7 @@ export function startLoad(options: {
           tasks.push({ task_type: 'db_function', payload });
         }
         if (tasks.length > 0) {
-          await options.app.query('select queues.enqueue_many($1::jsonb)', [JSON.stringify(tasks)]);
+          await options.owner.query('select queues.enqueue_many($1::jsonb)', [JSON.stringify(tasks)]);
           load.steps += tasks.length;
         }
         for (let i = 0; i < (options.emailsPerTick ?? 0); i++) {

@@ -147,7 +147,7 @@ describe('a database migrated with the legacy history', () => {
       claimed.map((c) => ({ taskId: c.taskId, taskLeaseId: c.taskLeaseId })),
     );
     expect(results.map((r) => r.result)).toEqual(ready.map(() => 'completed'));
-    const id = await enqueue(db.pool('app'), { taskType: 'db_function', payload: { db_function: 'internal.noop' } });
+    const id = await enqueue(db.pool('app'), { taskType: 'product_resync', payload: { store_id: 1 } });
     const next = await claimTasks(worker, { workerId: 'upgraded-worker', limit: 10 });
     expect(next.map((t) => t.taskId)).toEqual([id]);
 

@@ -34,6 +34,14 @@ export interface FakeServer {
    * and an error body in the fake's own format, without doing anything.
    */
   failNext(n: number, status?: number, message?: string): void;
+  /**
+   * Withhold the answers of the requests that arrive from now on (they are recorded and
+   * acted on, as a provider that has done the work but not yet answered) until
+   * `release()`. Tests kill a worker while its provider call is in flight this way.
+   */
+  hold(): void;
+  /** Send the withheld answers (to whoever is still listening) and answer at once again. */
+  release(): void;
   /** Forget recorded requests and pending failures. */
   reset(): void;
   close(): Promise<void>;
@@ -61,6 +69,8 @@ export async function startHttpFake(
 ): Promise<FakeServer> {
   const requests: RecordedRequest[] = [];
   let failures: FailSpec[] = [];
+  let holding = false;
+  const held: (() => void)[] = [];
 
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
@@ -94,7 +104,8 @@ export async function startHttpFake(
         reply = { status: 500, body: { message: `fake server error: ${(err as Error).message}` } };
       }
       recorded.status = reply.status;
-      send(res, reply);
+      if (holding) held.push(() => send(res, reply));
+      else send(res, reply);
     });
   });
   await new Promise<void>((resolve, reject) => {
@@ -109,9 +120,18 @@ export async function startHttpFake(
     failNext(n, status = 500, message) {
       for (let i = 0; i < n; i++) failures.push({ status, message });
     },
+    hold() {
+      holding = true;
+    },
+    release() {
+      holding = false;
+      for (const answer of held.splice(0)) answer();
+    },
     reset() {
       requests.length = 0;
       failures = [];
+      holding = false;
+      held.length = 0;
       extraReset?.();
     },
     close() {

@@ -11,12 +11,15 @@
  * error_handler, with no provider call. The success or error handler, the error row and
  * the completion commit in one transaction, fenced by the lease. Handler names are
  * optional; without a before_handler the provider gets the task payload minus the
- * handler names. A transient error (connection, deadlock, serialization) records nothing
- * of the run: the worker interrupts it (counted; the task runs again after a backoff and
- * is abandoned once this keeps happening), and the provider gets the same idempotency key
- * (the before handler's, from the attempt). A validation failure from the before handler
- * is final (never retried). Messages are sanitized (error-class.ts) before they reach
- * the error handler or an error row.
+ * handler names, unless the provider requires a before_handler (file deletion). A
+ * transient error (connection, deadlock, serialization) records nothing of the run: the
+ * worker interrupts it (counted; the task runs again after a backoff and is abandoned once
+ * this keeps happening), and the provider gets the same idempotency key (the before
+ * handler's, from the attempt). A validation failure from the before handler is final
+ * (never retried). Messages are sanitized (error-class.ts) before they reach the error
+ * handler or an error row. Before the provider call, internal.start_provider_call applies
+ * the task type's delivery mode (provider-call.ts): an at-most-once call already started
+ * by an earlier lease is not repeated; the task fails with an "unknown outcome" error.
  */
 import { handlerTaskPayload, type Provider } from '@org/handler-types';
 import { withTransaction, type JsonObject } from '@org/queue-client';
@@ -24,6 +27,7 @@ import { finish, recordCompletion } from '../completion.js';
 import { classifyError, errorMessage, isTransient, sanitizeMessage } from '../error-class.js';
 import { failureOf, HandlerInvoker } from '../handler-invoker.js';
 import type { Processor, TaskContext, TaskReport } from '../processor.js';
+import { startProviderCall } from './provider-call.js';
 
 const HANDLER_FIELDS = ['task_type', 'before_handler', 'success_handler', 'error_handler'];
 
@@ -56,6 +60,9 @@ export function handlerTaskProcessor<P>(provider: Provider<P>): Processor {
         // A validation failure is final: no retry would find the input valid.
         if (failure) return fail(context, invoker, onError, failure, result.envelope.outcome === 'invalid');
         input = result.envelope.payload;
+      } else if (provider.requiresBeforeHandler) {
+        // The provider acts only on what the database resolved, never on a payload's say-so.
+        return fail(context, invoker, onError, `${provider.name}: refusing a ${task.taskType} task without a before_handler: it acts only on what a before_handler returns`);
       } else {
         input = Object.fromEntries(Object.entries(original).filter(([key]) => !HANDLER_FIELDS.includes(key)));
       }
@@ -65,7 +72,14 @@ export function handlerTaskProcessor<P>(provider: Provider<P>): Processor {
         return fail(context, invoker, onError, `invalid ${task.taskType} payload${before ? ` from ${before}` : ''}: ${problem}`);
       }
 
-      // 2. The provider: the side effect.
+      // 2. The provider: the side effect, once its start is recorded (at-most-once channels).
+      try {
+        const start = await startProviderCall(invoker, task);
+        if (!start.proceed) return fail(context, invoker, onError, start.error);
+      } catch (error) {
+        if (isTransient(error)) throw error;
+        return fail(context, invoker, onError, `internal.start_provider_call raised: ${errorMessage(error)}`);
+      }
       let workerPayload: unknown;
       try {
         workerPayload = await provider.send(parsed.data, {

@@ -57,8 +57,10 @@ export async function installFixtures(db: TestDatabase): Promise<void> {
   `);
 }
 
+/** Internal task types (queues.internal_task_type) are enqueued by the owner, as its SQL would; others by the app. */
 export async function enqueue(db: TestDatabase, taskType: string, payload: unknown): Promise<string> {
-  const { rows } = await db.pool('app').query('select queues.enqueue($1, $2::jsonb) as id', [taskType, JSON.stringify(payload)]);
+  const role = ['db_function', 'email', 'sms', 'file_delete'].includes(taskType) ? 'owner' : 'app';
+  const { rows } = await db.pool(role).query('select queues.enqueue($1, $2::jsonb) as id', [taskType, JSON.stringify(payload)]);
   return rows[0].id;
 }
 

@@ -51,7 +51,7 @@ export const scenario: Scenario = {
         await sleep(250);
       }
     })();
-    const load = startLoad({ app: db.pool('app'), tag, tickMs: 250, stepsPerTick: 3, emailsPerTick: 1, stepSleep: [0.05, 0.4], maxTicks: 4 * 400 });
+    const load = startLoad({ app: db.pool('app'), owner: db.pool('owner'), tag, tickMs: 250, stepsPerTick: 3, emailsPerTick: 1, stepSleep: [0.05, 0.4], maxTicks: 4 * 400 });
     // Per kill: the tasks the killed worker held (live leases) at that moment.
     const inFlightAtKill: { taskId: string; taskType: string; attemptId: string | null }[][] = [];
     const started = Date.now();

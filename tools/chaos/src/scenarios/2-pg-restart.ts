@@ -16,7 +16,7 @@ export const scenario: Scenario = {
     const fromId = await lastTaskId(db);
     const workers = [0, 1].map(() => startWorker({ env: fastEnv(db.url('worker'), { WORKER_ROLE: 'db_function', LOG_LEVEL: 'info' }), prefix: 's2' }));
     const owner = db.pool('owner');
-    const load = startLoad({ app: db.pool('app'), tag, tickMs: 200, stepsPerTick: 4, stepSleep: [0, 0.1], maxTicks: 5 * 300 });
+    const load = startLoad({ app: db.pool('app'), owner: db.pool('owner'), tag, tickMs: 200, stepsPerTick: 4, stepSleep: [0, 0.1], maxTicks: 5 * 300 });
     const restarts: { downMs: number; firstMs: number; allMs: number }[] = [];
     try {
       await sleep(quick ? 2000 : 4000);

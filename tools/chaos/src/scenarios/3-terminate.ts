@@ -17,7 +17,7 @@ export const scenario: Scenario = {
     const fromId = await lastTaskId(db);
     const workers = [0, 1].map(() => startWorker({ env: fastEnv(db.url('worker'), { WORKER_ROLE: 'db_function', LOG_LEVEL: 'info' }), prefix: 's3' }));
     const owner = db.pool('owner');
-    const load = startLoad({ app: db.pool('app'), tag, tickMs: 200, stepsPerTick: 3, stepSleep: [0, 0.3], maxTicks: (seconds * 1000) / 200 });
+    const load = startLoad({ app: db.pool('app'), owner: db.pool('owner'), tag, tickMs: 200, stepsPerTick: 3, stepSleep: [0, 0.3], maxTicks: (seconds * 1000) / 200 });
     const killed = { running: 0, idle: 0, listen: 0 };
     const kinds = ['running', 'listen', 'all'] as const;
     try {

@@ -42,7 +42,7 @@ export const scenario: Scenario = {
       for (const c of CASES) {
         const key = `s4-${Date.now().toString(36)}-${c.action}`;
         const taskId = String(
-          (await db.pool('app').query('select queues.enqueue($1, $2::jsonb) as id', [c.taskType, JSON.stringify(c.payload(key))])).rows[0].id,
+          (await db.pool('owner').query('select queues.enqueue($1, $2::jsonb) as id', [c.taskType, JSON.stringify(c.payload(key))])).rows[0].id,
         );
         const a = startWorker({ env: env(c.taskType), script: 'entry', prefix: 's4-stale' });
         spawned.push(a);

@@ -45,7 +45,7 @@ async function phase(db: ChaosDb, n: number, poison: boolean, tag: string, mode:
   }
   const tasks = Array.from({ length: n }, (_, i) => ({ task_type: 'db_function', payload: { db_function: 'chaos.step', key: `${tag}-${i}`, sleep: 0.02 } }));
   for (let i = 0; i < tasks.length; i += 500) {
-    await db.pool('app').query('select queues.enqueue_many($1::jsonb)', [JSON.stringify(tasks.slice(i, i + 500))]);
+    await db.pool('owner').query('select queues.enqueue_many($1::jsonb)', [JSON.stringify(tasks.slice(i, i + 500))]);
   }
   const done = await waitFor(async () => (await taskTally(db, fromId, `t.task_type = 'db_function'`)).open === 0, 180_000, 100);
   const seconds = (Date.now() - started) / 1000;

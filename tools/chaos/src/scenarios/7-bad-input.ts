@@ -73,35 +73,41 @@ function sqlCases(db: ChaosDb): SqlCase[] {
   const sms = (to: unknown, body: unknown) => q('app', 'select * from comms.send_sms($1, $2)', [to, body]);
   return [
     // enqueue
-    { surface: 'enqueue', name: 'malformed JSON payload', run: enqueue('db_function', '{"db_function": '), expect: { code: '22P02', message: /invalid input syntax for type json/ } },
+    { surface: 'enqueue', name: 'malformed JSON payload', run: enqueue('product_resync', '{"product_resync": '), expect: { code: '22P02', message: /invalid input syntax for type json/ } },
     { surface: 'enqueue', name: 'null task_type', run: enqueue(null, '{}'), expect: { code: '22004', message: /task_type must not be null/ } },
     { surface: 'enqueue', name: 'unknown task_type', run: enqueue('fax', '{}'), expect: { code: '22023', message: /unknown task_type 'fax'/ } },
     { surface: 'enqueue', name: 'injection string as task_type', run: enqueue(INJECTION, '{}'), expect: { code: '22023', message: /unknown task_type/ } },
     { surface: 'enqueue', name: 'odd unicode task_type (Cyrillic е, zero-width space)', run: enqueue('\u0435mail\u200b', '{}'), expect: { code: '22023', message: /unknown task_type/ } },
     { surface: 'enqueue', name: 'NUL byte in task_type', run: enqueue('email\u0000', '{}'), expect: { code: '22021', message: /invalid byte sequence|0x00/ } },
-    { surface: 'enqueue', name: 'NUL escape in payload JSON', run: enqueue('db_function', '{"k": "a\\u0000b"}'), expect: { code: '22P05', message: /\\u0000 cannot be converted to text|unsupported Unicode escape/ } },
-    { surface: 'enqueue', name: 'lone surrogate in payload JSON', run: enqueue('db_function', '{"k": "\\ud800"}'), expect: { code: /^22/, message: /json|surrogate|Unicode/i } },
-    { surface: 'enqueue', name: 'null payload', run: enqueue('db_function', null), expect: { code: '22004', message: /payload must not be null/ } },
-    { surface: 'enqueue', name: 'payload is an array', run: enqueue('db_function', '[1,2]'), expect: { code: '22023', message: /payload must be a JSON object, got array/ } },
-    { surface: 'enqueue', name: 'payload is a string', run: enqueue('db_function', '"hi"'), expect: { code: '22023', message: /payload must be a JSON object, got string/ } },
-    { surface: 'enqueue', name: '10 MB payload', run: enqueue('db_function', JSON.stringify({ blob: TEN_MB })), expect: { code: '54000', message: /over the limit of 1048576 bytes/ } },
-    { surface: 'enqueue', name: 'priority out of range', run: enqueue('db_function', '{}', ', null, 5000'), expect: { code: '22023', message: /priority must be between -1000 and 1000/ } },
-    { surface: 'enqueue', name: 'priority of the wrong type', run: q('app', `select queues.enqueue('db_function', '{}'::jsonb, null, $1)`, ['high']), expect: { code: '22P02', message: /invalid input syntax for type integer/ } },
-    { surface: 'enqueue', name: 'resource_key too long', run: q('app', `select queues.enqueue('db_function', '{}'::jsonb, null, null, $1)`, ['k'.repeat(201)]), expect: { code: '22023', message: /resource_key must be 1 to 200 characters/ } },
-    { surface: 'enqueue', name: 'max_attempts 0', run: q('app', `select queues.enqueue('db_function', '{}'::jsonb, null, null, null, 0)`), expect: { code: '22023', message: /max_attempts must be between 1 and 100/ } },
-    { surface: 'enqueue', name: 'scheduled_at not a date', run: q('app', `select queues.enqueue('db_function', '{}'::jsonb, $1)`, ['tomorrow-ish']), expect: { code: '22007', message: /invalid input syntax for type timestamp/ } },
-    { surface: 'enqueue', name: 'enqueue_many: not an array', run: many('{"task_type": "db_function"}'), expect: { code: '22023', message: /tasks must be a JSON array, got object/ } },
+    { surface: 'enqueue', name: 'NUL escape in payload JSON', run: enqueue('product_resync', '{"k": "a\\u0000b"}'), expect: { code: '22P05', message: /\\u0000 cannot be converted to text|unsupported Unicode escape/ } },
+    { surface: 'enqueue', name: 'lone surrogate in payload JSON', run: enqueue('product_resync', '{"k": "\\ud800"}'), expect: { code: /^22/, message: /json|surrogate|Unicode/i } },
+    { surface: 'enqueue', name: 'null payload', run: enqueue('product_resync', null), expect: { code: '22004', message: /payload must not be null/ } },
+    { surface: 'enqueue', name: 'payload is an array', run: enqueue('product_resync', '[1,2]'), expect: { code: '22023', message: /payload must be a JSON object, got array/ } },
+    { surface: 'enqueue', name: 'payload is a string', run: enqueue('product_resync', '"hi"'), expect: { code: '22023', message: /payload must be a JSON object, got string/ } },
+    { surface: 'enqueue', name: '10 MB payload', run: enqueue('product_resync', JSON.stringify({ blob: TEN_MB })), expect: { code: '54000', message: /over the limit of 1048576 bytes/ } },
+    { surface: 'enqueue', name: 'priority out of range', run: enqueue('product_resync', '{}', ', null, 5000'), expect: { code: '22023', message: /priority must be between -1000 and 1000/ } },
+    { surface: 'enqueue', name: 'priority of the wrong type', run: q('app', `select queues.enqueue('product_resync', '{}'::jsonb, null, $1)`, ['high']), expect: { code: '22P02', message: /invalid input syntax for type integer/ } },
+    { surface: 'enqueue', name: 'resource_key too long', run: q('app', `select queues.enqueue('product_resync', '{}'::jsonb, null, null, $1)`, ['k'.repeat(201)]), expect: { code: '22023', message: /resource_key must be 1 to 200 characters/ } },
+    { surface: 'enqueue', name: 'max_attempts 0', run: q('app', `select queues.enqueue('product_resync', '{}'::jsonb, null, null, null, 0)`), expect: { code: '22023', message: /max_attempts must be between 1 and 100/ } },
+    { surface: 'enqueue', name: 'scheduled_at not a date', run: q('app', `select queues.enqueue('product_resync', '{}'::jsonb, $1)`, ['tomorrow-ish']), expect: { code: '22007', message: /invalid input syntax for type timestamp/ } },
+    { surface: 'enqueue', name: 'enqueue_many: not an array', run: many('{"task_type": "product_resync"}'), expect: { code: '22023', message: /tasks must be a JSON array, got object/ } },
     { surface: 'enqueue', name: 'enqueue_many: element not an object', run: many('[1]'), expect: { code: '22023', message: /tasks\[0\]: must be a JSON object, got number/ } },
-    { surface: 'enqueue', name: 'enqueue_many: unknown field', run: many('[{"task_type": "db_function", "payload": {}, "evil": 1}]'), expect: { code: '22023', message: /tasks\[0\]: unknown field\(s\) evil/ } },
-    { surface: 'enqueue', name: 'enqueue_many: one bad element rejects the batch', run: many('[{"task_type": "db_function", "payload": {}}, {"task_type": "nope", "payload": {}}]'), expect: { code: '22023', message: /tasks\[1\]: unknown task_type 'nope'/ } },
-    { surface: 'enqueue', name: 'enqueue_many: priority of the wrong type', run: many('[{"task_type": "db_function", "payload": {}, "priority": "high"}]'), expect: { code: '22P02', message: /integer/ } },
-    { surface: 'enqueue', name: 'enqueue_many: 10001 tasks', run: many(JSON.stringify(Array.from({ length: 10001 }, () => ({ task_type: 'db_function', payload: {} })))), expect: { code: '54000', message: /at most 10000 tasks per call/ } },
-    { surface: 'enqueue', name: 'scheduled_at infinity', run: q('app', `select queues.enqueue('db_function', '{}'::jsonb, 'infinity')`), expect: { code: '22023', message: /scheduled_at must be a finite time/ } },
-    { surface: 'enqueue', name: 'scheduled_at -infinity', run: q('app', `select queues.enqueue('db_function', '{}'::jsonb, '-infinity')`), expect: { code: '22023', message: /scheduled_at must be a finite time/ } },
-    { surface: 'enqueue', name: 'enqueue_many: scheduled_at infinity', run: many('[{"task_type": "db_function", "payload": {}, "scheduled_at": "infinity"}]'), expect: { code: '22023', message: /tasks\[0\]: scheduled_at must be a finite time/ } },
-    { surface: 'enqueue', name: 'payload nested 5000 deep', run: enqueue('db_function', DEEP), expect: { code: '54000', message: /payload is nested deeper than 64 levels/ } },
-    { surface: 'enqueue', name: 'enqueue_many: payload nested 5000 deep', run: many(`[{"task_type": "db_function", "payload": ${DEEP}}]`), expect: { code: '54000', message: /tasks\[0\]: payload is nested deeper than 64 levels/ } },
+    { surface: 'enqueue', name: 'enqueue_many: unknown field', run: many('[{"task_type": "product_resync", "payload": {}, "evil": 1}]'), expect: { code: '22023', message: /tasks\[0\]: unknown field\(s\) evil/ } },
+    { surface: 'enqueue', name: 'enqueue_many: one bad element rejects the batch', run: many('[{"task_type": "product_resync", "payload": {}}, {"task_type": "nope", "payload": {}}]'), expect: { code: '22023', message: /tasks\[1\]: unknown task_type 'nope'/ } },
+    { surface: 'enqueue', name: 'enqueue_many: priority of the wrong type', run: many('[{"task_type": "product_resync", "payload": {}, "priority": "high"}]'), expect: { code: '22P02', message: /integer/ } },
+    { surface: 'enqueue', name: 'enqueue_many: 10001 tasks', run: many(JSON.stringify(Array.from({ length: 10001 }, () => ({ task_type: 'product_resync', payload: {} })))), expect: { code: '54000', message: /at most 10000 tasks per call/ } },
+    { surface: 'enqueue', name: 'scheduled_at infinity', run: q('app', `select queues.enqueue('product_resync', '{}'::jsonb, 'infinity')`), expect: { code: '22023', message: /scheduled_at must be a finite time/ } },
+    { surface: 'enqueue', name: 'scheduled_at -infinity', run: q('app', `select queues.enqueue('product_resync', '{}'::jsonb, '-infinity')`), expect: { code: '22023', message: /scheduled_at must be a finite time/ } },
+    { surface: 'enqueue', name: 'enqueue_many: scheduled_at infinity', run: many('[{"task_type": "product_resync", "payload": {}, "scheduled_at": "infinity"}]'), expect: { code: '22023', message: /tasks\[0\]: scheduled_at must be a finite time/ } },
+    { surface: 'enqueue', name: 'payload nested 5000 deep', run: enqueue('product_resync', DEEP), expect: { code: '54000', message: /payload is nested deeper than 64 levels/ } },
+    { surface: 'enqueue', name: 'enqueue_many: payload nested 5000 deep', run: many(`[{"task_type": "product_resync", "payload": ${DEEP}}]`), expect: { code: '54000', message: /tasks\[0\]: payload is nested deeper than 64 levels/ } },
     { surface: 'enqueue', name: 'enqueue as the worker role (forbidden)', run: q('worker', `select queues.enqueue('db_function', '{}'::jsonb)`), expect: { code: '42501', message: /permission denied for function enqueue/ } },
+    // Worker-only work: apps and the API start processes through kickoffs, never enqueue channel tasks or db_function steps.
+    { surface: 'enqueue', name: 'app enqueues file_delete of an unrelated object', run: enqueue('file_delete', JSON.stringify({ bucket: 'user-uploads', object_key: 'other/passport.pdf' })), expect: { code: '42501', message: /task_type 'file_delete' may be enqueued only by the database's own processes/ } },
+    { surface: 'enqueue', name: 'app forges a handler call (db_function files.record_file_delete_success)', run: enqueue('db_function', JSON.stringify({ db_function: 'files.record_file_delete_success', original_payload: { file_deletion_attempt_id: 1 } })), expect: { code: '42501', message: /task_type 'db_function' may be enqueued only/ } },
+    { surface: 'enqueue', name: 'API enqueues an sms', run: q('api', `select queues.enqueue('sms', $1::jsonb)`, [JSON.stringify({ to_number: '+14155550100', body: 'x' })]), expect: { code: '42501', message: /task_type 'sms' may be enqueued only/ } },
+    { surface: 'enqueue', name: 'enqueue_many hides a db_function in a batch', run: many(JSON.stringify([{ task_type: 'product_resync', payload: {} }, { task_type: 'db_function', payload: { db_function: 'internal.noop' } }])), expect: { code: '42501', message: /tasks\[1\]: task_type 'db_function'/ } },
+    { surface: 'enqueue', name: 'API schedules a file_delete', run: q('api', `select * from schedules.upsert_schedule('evil', '* * * * *', 'file_delete', $1::jsonb, null, null)`, [JSON.stringify({ bucket: 'user-uploads', object_key: 'x' })]), expect: { code: '42501', message: /task_type 'file_delete' may be enqueued only/ } },
     // kickoff functions
     { surface: 'kickoff', name: 'send_email: null to_address', run: email('a@example.com', null, 'S', 'H'), expect: { validation: /to_address must be an email address/ } },
     { surface: 'kickoff', name: 'send_email: injection string as to_address', run: email('a@example.com', INJECTION, 'S', 'H'), expect: { validation: /to_address must be an email address/ } },
@@ -280,7 +286,7 @@ export const scenario: Scenario = {
     const ids: string[] = [];
     const enqueueCase = async (c: WorkerCase) =>
       String(
-        (await db.pool('app').query('select queues.enqueue($1, $2::jsonb, null, null, null, $3) as id', [c.taskType, JSON.stringify(c.payload), c.maxAttempts ?? null]))
+        (await db.pool('owner').query('select queues.enqueue($1, $2::jsonb, null, null, null, $3) as id', [c.taskType, JSON.stringify(c.payload), c.maxAttempts ?? null]))
           .rows[0].id,
       );
     const completedAll = async (taskIds: string[]) =>

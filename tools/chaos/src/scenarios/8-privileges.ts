@@ -116,6 +116,50 @@ export const scenario: Scenario = {
     }
     r.figure('shadowing attempts (tables + functions, 3 roles)', attempts);
     r.figure('shadowing attempts that succeeded', succeeded);
+
+    // Worker-only work: as the app and the API, every way to make the worker act for them
+    // (a channel task with a payload of their own, a db_function step forging a handler
+    // call, a schedule or a staggered batch of either) and direct calls of the handlers.
+    const internalTypes = (await db.query<{ task_type: string }>('select task_type from queues.internal_task_type order by 1')).rows.map((x) => x.task_type);
+    r.equal('internal task types', internalTypes, ['db_function', 'email', 'file_delete', 'sms']);
+    const forged: Record<string, Record<string, unknown>> = {
+      db_function: { db_function: 'files.record_file_delete_success', original_payload: { file_deletion_attempt_id: 1 }, worker_payload: {} },
+      email: { to_address: 'victim@example.com', subject: 'x', html: 'x', from_address: 'a@example.com' },
+      file_delete: { bucket: 'user-uploads', object_key: 'someone-else/passport.pdf' },
+      sms: { to_number: '+14155550100', body: 'premium' },
+    };
+    let hostile = 0;
+    let allowed = 0;
+    const tasksBefore = (await db.query<{ n: number }>('select count(*)::int as n from queues.task')).rows[0]!.n;
+    for (const role of ['app', 'api'] as const) {
+      const tries: [string, string, unknown[]][] = [];
+      for (const t of internalTypes) {
+        const payload = JSON.stringify(forged[t] ?? {});
+        tries.push([`${role}: queues.enqueue('${t}')`, 'select queues.enqueue($1, $2::jsonb)', [t, payload]]);
+        tries.push([`${role}: queues.enqueue_many with '${t}'`, 'select * from queues.enqueue_many($1::jsonb)', [JSON.stringify([{ task_type: 'product_resync', payload: {} }, { task_type: t, payload: forged[t] ?? {} }])]]);
+        tries.push([`${role}: schedules.upsert_schedule('${t}')`, `select * from schedules.upsert_schedule('chaos-evil', '* * * * *', $1, $2::jsonb, null, null)`, [t, payload]]);
+        tries.push([`${role}: schedules.generate_staggered_tasks('${t}')`, `select * from schedules.generate_staggered_tasks($1, $2::jsonb, now(), '1 day', 1)`, [t, JSON.stringify([forged[t] ?? {}])]]);
+      }
+      for (const fn of ['files.record_file_delete_success', 'comms.record_sms_success', 'comms.get_email_payload', 'files.file_deletion_supervisor']) {
+        tries.push([`${role}: ${fn}(forged) called directly`, `select ${fn}($1::jsonb)`, [JSON.stringify({ original_payload: { file_deletion_attempt_id: 1, send_sms_attempt_id: 1 } })]]);
+      }
+      tries.push([`${role}: internal.run_function('files.record_file_delete_success')`, 'select internal.run_function($1, $2::jsonb)', ['files.record_file_delete_success', '{}']]);
+      tries.push([`${role}: queues.enqueue_internal`, `select queues.enqueue_internal('db_function', '{}'::jsonb)`, []]);
+      for (const [label, sql, params] of tries) {
+        hostile++;
+        try {
+          await db.pool(role).query(sql, params);
+          allowed++;
+          r.check(`${label}: refused`, false, 'it succeeded');
+        } catch (e) {
+          if ((e as { code?: string }).code !== '42501') r.check(`${label}: refused with 42501`, false, (e as Error).message);
+        }
+      }
+    }
+    const tasksAfter = (await db.query<{ n: number }>('select count(*)::int as n from queues.task')).rows[0]!.n;
+    r.figure('worker-only enqueue and forged handler attempts (app + API)', hostile);
+    r.figure('worker-only enqueue and forged handler attempts that succeeded', allowed);
+    r.equal('tasks written by the hostile attempts', tasksAfter - tasksBefore, 0);
     return r.result();
   },
 };

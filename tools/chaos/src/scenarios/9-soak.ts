@@ -27,7 +27,7 @@ function pressureUs(resource: 'io' | 'cpu'): number {
 
 async function enqueueNoops(db: ChaosDb, n: number) {
   const batch = JSON.stringify(Array.from({ length: n }, () => ({ task_type: 'db_function', payload: { db_function: 'internal.noop' } })));
-  await db.pool('app').query('select queues.enqueue_many($1::jsonb)', [batch]);
+  await db.pool('owner').query('select queues.enqueue_many($1::jsonb)', [batch]);
 }
 
 export const scenario: Scenario = {

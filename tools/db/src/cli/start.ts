@@ -72,7 +72,7 @@ async function main(): Promise<number> {
   if (gcsConfigured && !process.env.FILES_SERVICE_URL) {
     const filesToken = process.env.FILES_SERVICE_TOKEN ?? randomBytes(24).toString('hex');
     const filesPort = process.env.FILES_SERVICE_PORT ?? '8787';
-    others.push(start('packages/files-service/dist/cli.js', [], { ...process.env, FILES_SERVICE_TOKEN: filesToken, FILES_SERVICE_PORT: filesPort }));
+    others.push(start('packages/files-service/dist/cli.js', [], { ...process.env, FILES_SERVICE_TOKEN: filesToken, FILES_SERVICE_PORT: filesPort, FILES_SERVICE_DATABASE_URL: urls.worker }));
     workerEnv.FILES_SERVICE_URL = `http://127.0.0.1:${filesPort}`;
     workerEnv.FILES_SERVICE_TOKEN = filesToken;
     filesLine = `files service: ${workerEnv.FILES_SERVICE_URL}`;
