@@ -40,7 +40,7 @@ it('55000 raised by task code is a database error, not lease_lost', async () => 
 });
 
 it('a stale lease is lease_lost, from complete_task and fail_task', async () => {
-  const taskId = await enqueue(app, { taskType: 'db_function', payload: { db_function: 'internal.noop' } });
+  const taskId = await enqueue(app, { taskType: 'product_resync', payload: { store_id: 1 } });
   const [stale] = await claimTasks(worker, { workerId: 'stale', leaseSeconds: 60 });
   await db.query(`select * from queues.claim_tasks_at(now() + interval '61 seconds', 'fresh', 1, null, 60, 5)`);
   await expect(completeTask(worker, { taskId, taskLeaseId: stale!.taskLeaseId })).rejects.toMatchObject({ kind: 'lease_lost', code: '55000' });

@@ -72,9 +72,10 @@ afterAll(async () => {
   await db?.drop();
 });
 
+/** Enqueued by the owner, as the database's own processes do: db_function and channel tasks are worker-only. */
 async function enqueue(taskType: string, payload: unknown, maxAttempts: number | null = null): Promise<string> {
   const { rows } = await db
-    .pool('app')
+    .pool('owner')
     .query('select queues.enqueue($1, $2::jsonb, null, null, null, $3) as id', [taskType, JSON.stringify(payload), maxAttempts]);
   return rows[0].id;
 }
