@@ -2,24 +2,12 @@
 // queue-api: the operations API, dashboard and /metrics. Settings from the environment
 // (see --help). Exit codes: 0 stopped cleanly, 1 crashed, 2 bad configuration.
 import { createApi } from './app.js';
-import { ConfigError, helpText, loadApiConfig } from './config.js';
+import { API_CONFIG, type ApiConfig } from './config.js';
 
 async function main(): Promise<number> {
-  if (process.argv.includes('--help') || process.argv.includes('-h')) {
-    process.stdout.write(helpText());
-    return 0;
-  }
-  let config;
-  try {
-    config = loadApiConfig(process.env);
-  } catch (error) {
-    if (error instanceof ConfigError) {
-      process.stderr.write(`${error.message}\nRun with --help for the list of settings.\n`);
-      return 2;
-    }
-    throw error;
-  }
-  const app = createApi(config);
+  const config = API_CONFIG.command(process.argv.slice(2), process.env);
+  if (typeof config === 'number') return config; // --help, or bad settings
+  const app = createApi(config as ApiConfig);
   const address = await app.listen({ host: config.host, port: config.port });
   app.log.info({ event: 'listening', address }, `queue-api listening on ${address}`);
   await new Promise<void>((resolve) => {

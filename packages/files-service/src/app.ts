@@ -1,6 +1,7 @@
 // The files service: issues V4 signed GCS DELETE URLs to callers holding the bearer token.
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { Storage } from '@google-cloud/storage';
+import { createLogger } from '@org/config';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import { z } from 'zod';
 import { resolveConfig, type FilesServiceConfig } from './config.js';
@@ -33,7 +34,7 @@ const requestBody = z.strictObject({
 });
 
 export interface FilesServiceOptions {
-  /** A pino logger (default: pino at info level to stdout); `false` for none. */
+  /** A pino logger (default: @org/config's, at info level to stdout); `false` for none. */
   logger?: FastifyBaseLogger | false;
   /** Retries of a failed storage lookup (default 2, with the SDK's backoff). */
   storageMaxRetries?: number;
@@ -79,7 +80,7 @@ export function createFilesService(config: FilesServiceConfig, options: FilesSer
       ? { logger: false }
       : options.logger
         ? { loggerInstance: options.logger }
-        : { logger: { level: 'info' } }),
+        : { loggerInstance: createLogger({ service: 'files-service' }) }),
   });
 
   app.setErrorHandler((err: { statusCode?: number; message: string }, request, reply) => {

@@ -8,6 +8,8 @@ export {
 } from './app.js';
 export {
   configFromEnv,
+  commandConfig,
+  FILES_CONFIG,
   resolveConfig,
   filesServiceConfigSchema,
   FilesServiceConfigError,
@@ -15,4 +17,5 @@ export {
   type FilesServiceConfig,
   type ResolvedFilesServiceConfig,
   type ServiceAccountCredentials,
+  type FilesServiceEnvConfig,
 } from './config.js';

@@ -1,6 +1,7 @@
 // @org/worker: the thin typed executor. Embed it (new Worker({...})) or run its CLI.
-export { loadConfig, helpText, ConfigError, type WorkerConfig } from './config.js';
+export { loadConfig, helpText, ConfigError, SETTINGS, WORKER_CONFIG, type WorkerConfig } from './config.js';
 export { createLogger, type Logger } from './logger.js';
+export { WorkerMetrics, serveWorkerMetrics, DURATION_BUCKETS, type WorkerEventSource, type WorkerMetricsServer } from './metrics.js';
 export { ProcessorRegistry, type Processor, type TaskContext, type TaskReport } from './processor.js';
 export { dbFunctionProcessor } from './processors/db-function.js';
 export { handlerTaskProcessor } from './processors/handler-task.js';
@@ -9,4 +10,4 @@ export { LeaseLostError, finish, recordCompletion, isTransient } from './complet
 export { defaultRegistry } from './registry.js';
 export { Worker, type WorkerOptions } from './worker.js';
 export { runWorkerCli, runWorkerMain, type WorkerMainOptions } from './main.js';
-export { ProcessSupervisor, type SupervisorOptions } from './supervisor.js';
+export { ProcessPool, type ProcessPoolOptions } from './process-pool.js';
