@@ -48,7 +48,8 @@ export async function renderApiMetrics(store: Store): Promise<{ text: string; co
     `Tasks completed in the last ${WINDOW} s, by task type and outcome.`,
     ['task_type', 'outcome', 'window_seconds'],
   );
-  for (const s of stats) completed.set({ task_type: s.task_type, outcome: s.outcome, window_seconds: WINDOW }, s.completed);
+  for (const s of stats)
+    completed.set({ task_type: s.task_type, outcome: s.outcome, window_seconds: WINDOW }, s.completed);
 
   // A histogram over a sliding window is not a prom-client Histogram (whose buckets only
   // grow): the three series are gauges, named as a histogram's so histogram_quantile()
@@ -72,9 +73,11 @@ export async function renderApiMetrics(store: Store): Promise<{ text: string; co
   const active = gauge('queue_active_workers', 'Registered workers of this task type seen in the last 10 minutes.', [
     'task_type',
   ]);
-  const perHour = gauge('queue_tasks_per_worker_hour', 'Throughput estimate over the last hour (absent without completions).', [
-    'task_type',
-  ]);
+  const perHour = gauge(
+    'queue_tasks_per_worker_hour',
+    'Throughput estimate over the last hour (absent without completions).',
+    ['task_type'],
+  );
   const needed = gauge(
     'queue_workers_needed',
     'Workers needed to drain the pending tasks within `hours` (absent without a throughput estimate).',
@@ -83,7 +86,11 @@ export async function renderApiMetrics(store: Store): Promise<{ text: string; co
   for (const c of capacity) {
     active.set({ task_type: c.task_type }, c.active_workers);
     if (c.tasks_per_worker_hour !== null) perHour.set({ task_type: c.task_type }, c.tasks_per_worker_hour);
-    const byHours = { 1: c.workers_needed.for_1_hour, 4: c.workers_needed.for_4_hours, 8: c.workers_needed.for_8_hours };
+    const byHours = {
+      1: c.workers_needed.for_1_hour,
+      4: c.workers_needed.for_4_hours,
+      8: c.workers_needed.for_8_hours,
+    };
     for (const [hours, n] of Object.entries(byHours)) if (n !== null) needed.set({ task_type: c.task_type, hours }, n);
   }
   return { text: await registry.metrics(), contentType: registry.contentType };

@@ -2,12 +2,12 @@
 // queue-api: the operations API, dashboard and /metrics. Settings from the environment
 // (see --help). Exit codes: 0 stopped cleanly, 1 crashed, 2 bad configuration.
 import { createApi } from './app.js';
-import { API_CONFIG, type ApiConfig } from './config.js';
+import { API_CONFIG } from './config.js';
 
 async function main(): Promise<number> {
   const config = API_CONFIG.command(process.argv.slice(2), process.env);
   if (typeof config === 'number') return config; // --help, or bad settings
-  const app = createApi(config as ApiConfig);
+  const app = createApi(config);
   const address = await app.listen({ host: config.host, port: config.port });
   app.log.info({ event: 'listening', address }, `queue-api listening on ${address}`);
   await new Promise<void>((resolve) => {
@@ -25,7 +25,9 @@ async function main(): Promise<number> {
 main().then(
   (code) => process.exit(code),
   (error: unknown) => {
-    process.stderr.write(`queue-api crashed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.stderr.write(
+      `queue-api crashed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+    );
     process.exit(1);
   },
 );

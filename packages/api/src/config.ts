@@ -4,7 +4,15 @@
  * same table.
  */
 import { z } from 'zod';
-import { ConfigError, defineConfig, logSettings, postgresUrl, wholeNumber, type LogFormat, type LogLevel } from '@org/config';
+import {
+  ConfigError,
+  defineConfig,
+  logSettings,
+  postgresUrl,
+  wholeNumber,
+  type LogFormat,
+  type LogLevel,
+} from '@org/config';
 
 export { ConfigError };
 
@@ -51,7 +59,12 @@ export const API_CONFIG = defineConfig({
         .min(1, 'must not be empty')
         .regex(/^[A-Za-z0-9.:\-[\]]+$/, 'must be a host name or an IP address'),
     },
-    port: { env: 'API_PORT', default: '3000', help: 'port to listen on (0 picks a free one)', schema: wholeNumber(0, 65535) },
+    port: {
+      env: 'API_PORT',
+      default: '3000',
+      help: 'port to listen on (0 picks a free one)',
+      schema: wholeNumber(0, 65535),
+    },
     ...logSettings(false),
     poolSize: { env: 'API_DB_POOL_SIZE', default: '10', help: 'database connections', schema: wholeNumber(1, 100) },
   },

@@ -16,14 +16,15 @@
  */
 import { pino, type DestinationStream, type Logger, type LoggerOptions } from 'pino';
 import { build as prettyStream } from 'pino-pretty';
-import type { LogFormat, LogLevel } from './settings.js';
+import type { LogFormat } from './settings.js';
 
 export type { Logger };
 
 export interface CreateLoggerOptions {
   /** The program, logged as `service` on every line. */
   service: string;
-  level?: LogLevel | string;
+  /** A level name (LogLevel); default info. */
+  level?: string;
   /** Default 'auto': pretty when stdout is a terminal (and no destination is given). */
   format?: LogFormat;
   /** Where lines go; default standard output. */
@@ -50,7 +51,12 @@ export function loggerOptions(service: string, level: string): LoggerOptions {
     level,
     base: { service, pid: process.pid },
     redact: {
-      paths: [...SECRET_KEYS, ...SECRET_KEYS.map((k) => `*.${k}`), 'req.headers.authorization', 'headers.authorization'],
+      paths: [
+        ...SECRET_KEYS,
+        ...SECRET_KEYS.map((k) => `*.${k}`),
+        'req.headers.authorization',
+        'headers.authorization',
+      ],
       censor: '[redacted]',
     },
     formatters: { level: (label) => ({ level: label }) },

@@ -129,16 +129,12 @@ export function defineConfig<const T extends Settings>(spec: ConfigSpec<T>): Con
 
   const read = (env: Env, argv: string[] = []): ConfigOf<T> | 'help' => {
     let flags: Record<string, string | boolean | undefined>;
+    const options: Record<string, { type: 'string' | 'boolean'; short?: string }> = {
+      help: { type: 'boolean', short: 'h' },
+    };
+    for (const k of withFlags) options[spec.settings[k]!.flag!] = { type: 'string' };
     try {
-      flags = parseArgs({
-        args: argv,
-        options: Object.fromEntries([
-          ...withFlags.map((k) => [spec.settings[k]!.flag!, { type: 'string' as const }]),
-          ['help', { type: 'boolean' as const, short: 'h' }],
-        ]),
-        strict: true,
-        allowPositionals: false,
-      }).values as Record<string, string | boolean | undefined>;
+      flags = parseArgs({ args: argv, options, strict: true, allowPositionals: false }).values;
     } catch (error) {
       throw new ConfigError([error instanceof Error ? error.message : String(error)]);
     }
@@ -167,7 +163,9 @@ export function defineConfig<const T extends Settings>(spec: ConfigSpec<T>): Con
       problems.push(`${label(key)}: ${issueText(parsed.error)}${shown}`);
     }
     // Settings that were bad are left out, so refine checks only the values that parsed.
-    const parsedOnly = Object.fromEntries(Object.entries(config).filter(([, v]) => v !== undefined)) as Partial<ConfigOf<T>>;
+    const parsedOnly = Object.fromEntries(Object.entries(config).filter(([, v]) => v !== undefined)) as Partial<
+      ConfigOf<T>
+    >;
     spec.refine?.(
       parsedOnly,
       (key, message) => problems.push(key === null ? message : `${label(key)}: ${message}`),
@@ -185,7 +183,8 @@ export function defineConfig<const T extends Settings>(spec: ConfigSpec<T>): Con
         : (s.defaultText ?? (typeof s.default === 'string' ? s.default : s.default ? '(computed)' : '(unset)'));
       return [s.flag ? `--${s.flag}` : '', s.env, dflt, s.help];
     });
-    const header = withFlags.length > 0 ? ['flag', 'variable', 'default', 'meaning'] : ['', 'variable', 'default', 'meaning'];
+    const header =
+      withFlags.length > 0 ? ['flag', 'variable', 'default', 'meaning'] : ['', 'variable', 'default', 'meaning'];
     const all = [header, ...rows, ['--help', '', '', 'print this and exit']];
     const width = [0, 1, 2].map((i) => Math.max(...all.map((r) => r[i]!.length)));
     const line = (r: string[]) =>
@@ -194,14 +193,20 @@ export function defineConfig<const T extends Settings>(spec: ConfigSpec<T>): Con
       `Usage: ${spec.program} ${withFlags.length > 0 ? '[flags]' : '[--help]'}`,
       '',
       spec.summary,
-      withFlags.length > 0 ? 'Each setting is an environment variable or its flag; the flag wins.' : 'Settings are environment variables.',
+      withFlags.length > 0
+        ? 'Each setting is an environment variable or its flag; the flag wins.'
+        : 'Settings are environment variables.',
       '',
       ...all.map(line),
       '',
     ].join('\n');
   };
 
-  const command = (argv: string[], env: Env, streams: { stdout: Output; stderr: Output } = process): ConfigOf<T> | number => {
+  const command = (
+    argv: string[],
+    env: Env,
+    streams: { stdout: Output; stderr: Output } = process,
+  ): ConfigOf<T> | number => {
     let result: ConfigOf<T> | 'help';
     try {
       result = read(env, argv);
@@ -238,7 +243,10 @@ export const postgresUrl = z
   .refine((v) => /^postgres(ql)?:\/\//.test(v) && URL.canParse(v), 'must be a postgres:// or postgresql:// URL');
 
 /** An http:// or https:// URL. */
-export const httpUrl = z.string().trim().pipe(z.url({ protocol: /^https?$/, error: 'must be an http(s) URL' }));
+export const httpUrl = z
+  .string()
+  .trim()
+  .pipe(z.url({ protocol: /^https?$/, error: 'must be an http(s) URL' }));
 
 /** A comma-separated list; blanks between commas are dropped. */
 export const commaList = <S extends z.ZodType<unknown, string>>(item: S, atLeastOne = 'must name at least one') =>

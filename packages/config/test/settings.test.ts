@@ -10,9 +10,20 @@ const demo = () =>
     program: 'demo',
     summary: 'A program for the tests.',
     settings: {
-      databaseUrl: { env: 'DATABASE_URL', flag: 'database-url', required: true, secret: true, help: 'the URL', schema: postgresUrl },
+      databaseUrl: {
+        env: 'DATABASE_URL',
+        flag: 'database-url',
+        required: true,
+        secret: true,
+        help: 'the URL',
+        schema: postgresUrl,
+      },
       size: { env: 'SIZE', flag: 'size', default: '10', help: 'how many', schema: wholeNumber(1, 100) },
-      name: { env: 'NAME', help: 'a name, from the environment only', schema: z.string().trim().min(2, 'must be at least 2 characters') },
+      name: {
+        env: 'NAME',
+        help: 'a name, from the environment only',
+        schema: z.string().trim().min(2, 'must be at least 2 characters'),
+      },
       lease: { env: 'LEASE', flag: 'lease', default: '60', help: 'seconds', schema: wholeNumber(1, 3600) },
       ...logSettings(true),
     },
@@ -48,13 +59,24 @@ describe('defineConfig', () => {
   });
 
   it('an empty or blank value counts as unset', () => {
-    expect(demo().read({ DATABASE_URL: 'postgres://h/db', SIZE: '  ', NAME: '' })).toMatchObject({ size: 10, name: undefined });
-    expect(problems(() => demo().read({ DATABASE_URL: ' ' }))).toEqual(['DATABASE_URL (--database-url): is required (the URL)']);
+    expect(demo().read({ DATABASE_URL: 'postgres://h/db', SIZE: '  ', NAME: '' })).toMatchObject({
+      size: 10,
+      name: undefined,
+    });
+    expect(problems(() => demo().read({ DATABASE_URL: ' ' }))).toEqual([
+      'DATABASE_URL (--database-url): is required (the URL)',
+    ]);
   });
 
   it('reports every bad value, one line each, with the value unless it is a secret', () => {
     const found = problems(() =>
-      demo().read({ DATABASE_URL: 'mysql://root:hunter2@h/db', SIZE: 'ten', NAME: 'x', LOG_LEVEL: 'loud', LOG_FORMAT: 'xml' }),
+      demo().read({
+        DATABASE_URL: 'mysql://root:hunter2@h/db',
+        SIZE: 'ten',
+        NAME: 'x',
+        LOG_LEVEL: 'loud',
+        LOG_FORMAT: 'xml',
+      }),
     );
     expect(found).toEqual([
       'DATABASE_URL (--database-url): must be a postgres:// or postgresql:// URL',
@@ -120,7 +142,9 @@ describe('defineConfig', () => {
     const c = defineConfig({
       program: 'p',
       summary: 's',
-      settings: { id: { env: 'ID', default: () => `id-${++n}`, defaultText: 'host-pid', help: 'an id', schema: z.string() } },
+      settings: {
+        id: { env: 'ID', default: () => `id-${++n}`, defaultText: 'host-pid', help: 'an id', schema: z.string() },
+      },
     });
     expect(c.read({})).toEqual({ id: 'id-1' });
     expect(c.read({ ID: 'mine' })).toEqual({ id: 'mine' });

@@ -12,7 +12,14 @@ const log = createLogger({ service: 'files-service', level: config.logLevel, for
 const app = createFilesService(config, { logger: log });
 try {
   await app.listen({ port: config.port, host: config.host });
-  log.info({ event: 'listening', buckets: config.buckets, apiEndpoint: config.apiEndpoint ?? 'https://storage.googleapis.com' }, 'files service ready');
+  log.info(
+    {
+      event: 'listening',
+      buckets: config.buckets,
+      apiEndpoint: config.apiEndpoint ?? 'https://storage.googleapis.com',
+    },
+    'files service ready',
+  );
 } catch (err) {
   process.stderr.write(`files-service: cannot listen on ${config.host}:${config.port}: ${(err as Error).message}\n`);
   process.exit(2);

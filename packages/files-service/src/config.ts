@@ -2,7 +2,17 @@
 // or from environment variables (FILES_CONFIG, one table read by @org/config).
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
-import { commaList, ConfigError, defineConfig, httpUrl, issueText, logSettings, wholeNumber, type LogFormat, type LogLevel } from '@org/config';
+import {
+  commaList,
+  ConfigError,
+  defineConfig,
+  httpUrl,
+  issueText,
+  logSettings,
+  wholeNumber,
+  type LogFormat,
+  type LogLevel,
+} from '@org/config';
 
 const BUCKET = /^[a-z0-9][a-z0-9._-]{1,221}[a-z0-9]$/;
 const BUCKET_MESSAGE = 'must be bucket names (lower-case letters, digits, ".", "_", "-")';
@@ -19,9 +29,7 @@ export const filesServiceConfigSchema = z.object({
   /** The bearer token callers must send. At least 16 characters. */
   token: z.string().min(16, 'must be at least 16 characters'),
   /** The buckets URLs may be signed for. */
-  buckets: z
-    .array(z.string().regex(BUCKET, BUCKET_MESSAGE))
-    .min(1, 'must name at least one bucket'),
+  buckets: z.array(z.string().regex(BUCKET, BUCKET_MESSAGE)).min(1, 'must name at least one bucket'),
   credentials: serviceAccountSchema,
   /** GCS endpoint for the SDK and the signed URLs (an emulator or fake); default Google's. */
   apiEndpoint: z.url({ protocol: /^https?$/, error: 'must be an http(s) URL' }).optional(),
@@ -106,7 +114,11 @@ export const FILES_CONFIG = defineConfig({
       help: 'the path of that JSON key',
       schema: keyFile,
     },
-    apiEndpoint: { env: 'GCS_API_ENDPOINT', help: "GCS endpoint (an emulator or fake); default Google's", schema: httpUrl },
+    apiEndpoint: {
+      env: 'GCS_API_ENDPOINT',
+      help: "GCS endpoint (an emulator or fake); default Google's",
+      schema: httpUrl,
+    },
     urlTtlSeconds: {
       env: 'FILES_SIGNED_URL_TTL_SECONDS',
       default: '300',

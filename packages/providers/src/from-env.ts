@@ -22,7 +22,10 @@ export interface Providers {
   file_delete: Provider<FileDeletePayload>;
 }
 
-const e164 = z.string().trim().regex(/^\+[1-9][0-9]{6,14}$/, 'must be an E.164 number such as +14155550100');
+const e164 = z
+  .string()
+  .trim()
+  .regex(/^\+[1-9][0-9]{6,14}$/, 'must be an E.164 number such as +14155550100');
 const nonEmpty = z.string().trim().min(1);
 
 /** The environment variables `providersFromEnv` reads (read by @org/config; none is required). */
@@ -40,15 +43,33 @@ export const PROVIDERS_CONFIG = defineConfig({
     TWILIO_ACCOUNT_SID: {
       env: 'TWILIO_ACCOUNT_SID',
       help: 'send SMS through Twilio (with the next two)',
-      schema: z.string().trim().regex(/^AC[0-9a-zA-Z]{32}$/, 'must start with AC followed by 32 letters or digits'),
+      schema: z
+        .string()
+        .trim()
+        .regex(/^AC[0-9a-zA-Z]{32}$/, 'must start with AC followed by 32 letters or digits'),
     },
     TWILIO_AUTH_TOKEN: { env: 'TWILIO_AUTH_TOKEN', secret: true, help: 'Twilio auth token', schema: nonEmpty },
     TWILIO_FROM_NUMBER: { env: 'TWILIO_FROM_NUMBER', help: 'sender number, E.164', schema: e164 },
     TWILIO_BASE_URL: { env: 'TWILIO_BASE_URL', help: 'Twilio API URL (a fake in tests)', schema: httpUrl },
     FILES_SERVICE_URL: { env: 'FILES_SERVICE_URL', help: 'delete files through the files service', schema: httpUrl },
-    FILES_SERVICE_TOKEN: { env: 'FILES_SERVICE_TOKEN', secret: true, help: "the files service's bearer token", schema: nonEmpty },
-    LOCAL_OUTBOX_DIR: { env: 'LOCAL_OUTBOX_DIR', defaultText: '.data/outbox', help: 'local mode: emails and SMS are written here', schema: nonEmpty },
-    LOCAL_STORAGE_DIR: { env: 'LOCAL_STORAGE_DIR', defaultText: '.data/storage', help: 'local mode: files are deleted from here', schema: nonEmpty },
+    FILES_SERVICE_TOKEN: {
+      env: 'FILES_SERVICE_TOKEN',
+      secret: true,
+      help: "the files service's bearer token",
+      schema: nonEmpty,
+    },
+    LOCAL_OUTBOX_DIR: {
+      env: 'LOCAL_OUTBOX_DIR',
+      defaultText: '.data/outbox',
+      help: 'local mode: emails and SMS are written here',
+      schema: nonEmpty,
+    },
+    LOCAL_STORAGE_DIR: {
+      env: 'LOCAL_STORAGE_DIR',
+      defaultText: '.data/storage',
+      help: 'local mode: files are deleted from here',
+      schema: nonEmpty,
+    },
   },
   refine(_config, report, given) {
     // A channel is configured whole or not at all: half a configuration is a mistake, not local mode.
@@ -58,11 +79,16 @@ export const PROVIDERS_CONFIG = defineConfig({
       if (set.length + extraSet.length === 0 || set.length === names.length) return;
       const others = [...set, ...extraSet].join(', ');
       for (const n of names) {
-        if (!given(n)) report(n, `required for ${channel} because ${others} ${others.includes(',') ? 'are' : 'is'} set`);
+        if (!given(n))
+          report(n, `required for ${channel} because ${others} ${others.includes(',') ? 'are' : 'is'} set`);
       }
     };
     requireTogether('Resend email', ['RESEND_API_KEY'], ['RESEND_BASE_URL']);
-    requireTogether('Twilio SMS', ['TWILIO_ACCOUNT_SID', 'TWILIO_AUTH_TOKEN', 'TWILIO_FROM_NUMBER'], ['TWILIO_BASE_URL']);
+    requireTogether(
+      'Twilio SMS',
+      ['TWILIO_ACCOUNT_SID', 'TWILIO_AUTH_TOKEN', 'TWILIO_FROM_NUMBER'],
+      ['TWILIO_BASE_URL'],
+    );
     requireTogether('the files service', ['FILES_SERVICE_URL', 'FILES_SERVICE_TOKEN']);
   },
 });

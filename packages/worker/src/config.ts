@@ -6,7 +6,16 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
-import { commaList, ConfigError, defineConfig, logSettings, postgresUrl, wholeNumber, type LogFormat, type LogLevel } from '@org/config';
+import {
+  commaList,
+  ConfigError,
+  defineConfig,
+  logSettings,
+  postgresUrl,
+  wholeNumber,
+  type LogFormat,
+  type LogLevel,
+} from '@org/config';
 
 export { ConfigError };
 
@@ -143,7 +152,11 @@ export const WORKER_CONFIG = defineConfig({
   },
   refine(config, report) {
     const { heartbeatIntervalMs, leaseSeconds, spares, processes, metricsPort } = config;
-    if (heartbeatIntervalMs !== undefined && leaseSeconds !== undefined && heartbeatIntervalMs * 2 > leaseSeconds * 1000) {
+    if (
+      heartbeatIntervalMs !== undefined &&
+      leaseSeconds !== undefined &&
+      heartbeatIntervalMs * 2 > leaseSeconds * 1000
+    ) {
       report(
         'heartbeatIntervalMs',
         `must be at most half of LEASE_SECONDS (${leaseSeconds} s), got ${heartbeatIntervalMs}`,
@@ -159,7 +172,11 @@ export const WORKER_CONFIG = defineConfig({
 });
 
 /** The settings as the documentation and the deployment test see them. */
-export const SETTINGS = Object.values(WORKER_CONFIG.settings).map(({ env, flag, help }) => ({ env, flag: flag!, help }));
+export const SETTINGS = Object.values(WORKER_CONFIG.settings).map(({ env, flag, help }) => ({
+  env,
+  flag: flag!,
+  help,
+}));
 
 /** The `--help` text. */
 export const helpText = (): string => WORKER_CONFIG.help();

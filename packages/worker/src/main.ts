@@ -40,7 +40,9 @@ export function runWorkerCli(options: WorkerMainOptions, name = 'queue-worker'):
   runWorkerMain(options).then(
     (code) => process.exit(code),
     (error: unknown) => {
-      process.stderr.write(`${name} crashed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+      process.stderr.write(
+        `${name} crashed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+      );
       process.exit(1);
     },
   );
@@ -58,7 +60,11 @@ function stopRequested(logger: Logger, onAgain?: (reason: string) => void): Prom
       // it again: later signals do not cut the grace period short.
       if (stopping) {
         if (onAgain) onAgain(reason);
-        else logger.warn({ event: 'signal', signal: reason }, `${reason} received again; already stopping (SIGKILL forces)`);
+        else
+          logger.warn(
+            { event: 'signal', signal: reason },
+            `${reason} received again; already stopping (SIGKILL forces)`,
+          );
         return;
       }
       stopping = true;
@@ -80,7 +86,10 @@ function buildRegistry(config: WorkerConfig, logger: Logger, options: WorkerMain
   } catch (error) {
     // Provider settings come as a ConfigError of their own (one line per variable).
     if (error instanceof ConfigError) process.stderr.write(`queue-worker: ${error.message}\n`);
-    else process.stderr.write(`queue-worker: invalid configuration:\n  ${error instanceof Error ? error.message : String(error)}\n`);
+    else
+      process.stderr.write(
+        `queue-worker: invalid configuration:\n  ${error instanceof Error ? error.message : String(error)}\n`,
+      );
     return null;
   }
 }
@@ -93,9 +102,18 @@ async function serveMetrics(worker: Worker, config: WorkerConfig, port: number |
   return server;
 }
 
-async function work(config: WorkerConfig, logger: Logger, registry: ProcessorRegistry, metricsPort: number | undefined, stop: Promise<string>) {
+async function work(
+  config: WorkerConfig,
+  logger: Logger,
+  registry: ProcessorRegistry,
+  metricsPort: number | undefined,
+  stop: Promise<string>,
+) {
   const worker = new Worker({ ...config, registry, logger });
-  logger.info({ event: 'config', database: maskUrl(config.databaseUrl), worker_id: config.workerId }, 'configuration loaded');
+  logger.info(
+    { event: 'config', database: maskUrl(config.databaseUrl), worker_id: config.workerId },
+    'configuration loaded',
+  );
   const metricsServer = await serveMetrics(worker, config, metricsPort, logger);
   await worker.start();
   return async () => {

@@ -81,7 +81,10 @@ export class ProcessPool {
   /** Starts the children; resolves with the exit code once stopped and every child has exited. */
   run(): Promise<number> {
     const { processes, spares } = this.#options;
-    this.#log.info({ event: 'pool_started', processes, spares }, `process pool of ${processes} worker process(es) and ${spares} spare(s)`);
+    this.#log.info(
+      { event: 'pool_started', processes, spares },
+      `process pool of ${processes} worker process(es) and ${spares} spare(s)`,
+    );
     this.#fill(0);
     return this.#done;
   }
@@ -93,7 +96,10 @@ export class ProcessPool {
       return;
     }
     this.#stopping = true;
-    this.#log.info({ event: 'pool_stopping', reason, children: this.#children.size }, `${reason}: stopping every worker process`);
+    this.#log.info(
+      { event: 'pool_stopping', reason, children: this.#children.size },
+      `${reason}: stopping every worker process`,
+    );
     for (const timer of this.#timers) clearTimeout(timer);
     this.#timers.clear();
     for (const child of this.#children) child.process.kill('SIGTERM');
@@ -143,11 +149,20 @@ export class ProcessPool {
       child.state = 'ready';
       child.readyAt = Date.now();
       this.#startFailures = 0;
-      this.#log.debug({ event: 'child_ready', pid: child.process.pid, start_ms: child.readyAt - child.forkedAt }, 'worker process ready');
+      this.#log.debug(
+        { event: 'child_ready', pid: child.process.pid, start_ms: child.readyAt - child.forkedAt },
+        'worker process ready',
+      );
       this.#assign();
     } else if (message?.type === 'started' && child.state === 'active') {
       this.#log.info(
-        { event: 'child_started', pid: child.process.pid, slot: child.slot, worker_id: child.workerId, waited_ms: child.activatedAt! - child.readyAt! },
+        {
+          event: 'child_started',
+          pid: child.process.pid,
+          slot: child.slot,
+          worker_id: child.workerId,
+          waited_ms: child.activatedAt! - child.readyAt!,
+        },
         `worker process ${child.workerId} working in slot ${child.slot}`,
       );
     }
@@ -200,11 +215,17 @@ export class ProcessPool {
       this.stop('invalid configuration');
       return;
     }
-    this.#log.error(fields, `worker process ${child.workerId ?? child.n} died (${signal ?? `exit code ${code}`}); replacing it`);
+    this.#log.error(
+      fields,
+      `worker process ${child.workerId ?? child.n} died (${signal ?? `exit code ${code}`}); replacing it`,
+    );
     if (was === 'starting') {
       this.#startFailures++;
       if (this.#startFailures >= MAX_START_FAILURES) {
-        this.#log.fatal({ event: 'pool_giving_up', failures: this.#startFailures }, `${this.#startFailures} worker processes in a row died before they were ready; stopping`);
+        this.#log.fatal(
+          { event: 'pool_giving_up', failures: this.#startFailures },
+          `${this.#startFailures} worker processes in a row died before they were ready; stopping`,
+        );
         this.#exitCode = 1;
         this.stop('worker processes cannot start');
         return;
@@ -217,7 +238,8 @@ export class ProcessPool {
     this.#assign();
     const failures = Math.max(this.#fastDeaths, this.#startFailures);
     const delayMs = failures === 0 ? 0 : Math.min(250 * 2 ** (failures - 1), 10_000);
-    if (delayMs > 0) this.#log.warn({ event: 'restart_delayed', delay_ms: delayMs, failures }, `restarting in ${delayMs} ms`);
+    if (delayMs > 0)
+      this.#log.warn({ event: 'restart_delayed', delay_ms: delayMs, failures }, `restarting in ${delayMs} ms`);
     this.#fill(delayMs);
   }
 

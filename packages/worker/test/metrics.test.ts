@@ -24,7 +24,9 @@ describe('WorkerMetrics', () => {
       expect(text).toContain('# TYPE queue_worker_tasks_claimed_total counter');
       expect(text).toContain('queue_worker_tasks_claimed_total{task_type="email",worker_id="w-1"} 2');
       expect(text).toContain('queue_worker_tasks_completed_total{task_type="sms",outcome="failed",worker_id="w-1"} 1');
-      expect(text).toContain('queue_worker_tasks_completed_total{task_type="email",outcome="succeeded",worker_id="w-1"} 1');
+      expect(text).toContain(
+        'queue_worker_tasks_completed_total{task_type="email",outcome="succeeded",worker_id="w-1"} 1',
+      );
       expect(text).toContain('queue_worker_tasks_failed_total{task_type="sms",worker_id="w-1"} 1');
       expect(text).not.toContain('queue_worker_tasks_failed_total{task_type="email"');
       expect(text).toContain('queue_worker_lease_extensions_total{worker_id="w-1"} 3');
@@ -34,7 +36,9 @@ describe('WorkerMetrics', () => {
       expect(text).toContain('queue_worker_tasks_in_flight{worker_id="w-1"} 1');
       expect(text).toContain('# TYPE queue_worker_task_duration_seconds histogram');
       expect(text).toContain('queue_worker_task_duration_seconds_bucket{le="0.1",worker_id="w-1",task_type="email"} 0');
-      expect(text).toContain('queue_worker_task_duration_seconds_bucket{le="0.25",worker_id="w-1",task_type="email"} 1');
+      expect(text).toContain(
+        'queue_worker_task_duration_seconds_bucket{le="0.25",worker_id="w-1",task_type="email"} 1',
+      );
       expect(text).toContain('queue_worker_task_duration_seconds_count{worker_id="w-1",task_type="sms"} 1');
       expect(text).toContain('queue_worker_task_duration_seconds_sum{worker_id="w-1",task_type="sms"} 2');
       expect(await metrics.value('queue_worker_tasks_claimed_total', { task_type: 'email' })).toBe(2);
