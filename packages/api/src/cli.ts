@@ -8,15 +8,17 @@ async function main(): Promise<number> {
   const config = API_CONFIG.command(process.argv.slice(2), process.env);
   if (typeof config === 'number') return config; // --help, or bad settings
   const app = createApi(config);
-  const address = await app.listen({ host: config.host, port: config.port });
-  app.log.info({ event: 'listening', address }, `queue-api listening on ${address}`);
-  await new Promise<void>((resolve) => {
-    // Repeated signals (a terminal's Ctrl-C plus a supervisor forwarding it) stop once.
+  // Signal handlers first: a SIGTERM during start-up still means a graceful stop.
+  const stop = new Promise<void>((resolve) => {
+    // Repeated signals (a terminal's Ctrl-C plus a process pool forwarding it) stop once.
     process.on('SIGTERM', () => resolve());
     process.on('SIGINT', () => resolve());
     // Started with an IPC channel (npm start): stop when the parent goes away.
     if (process.channel) process.once('disconnect', () => resolve());
   });
+  const address = await app.listen({ host: config.host, port: config.port });
+  app.log.info({ event: 'listening', address }, `queue-api listening on ${address}`);
+  await stop;
   app.log.info({ event: 'stopping' }, 'stopping');
   await app.close();
   return 0;

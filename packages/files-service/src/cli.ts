@@ -10,6 +10,20 @@ if (typeof config === 'number') process.exit(config); // --help, or bad settings
 
 const log = createLogger({ service: 'files-service', level: config.logLevel, format: config.logFormat });
 const app = createFilesService(config, { logger: log });
+
+// Signal handlers first: a SIGTERM during start-up still means a graceful stop.
+// Started with an IPC channel (npm start): stop when the parent goes away.
+if (process.channel) process.once('disconnect', () => process.emit('SIGTERM'));
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    log.info({ event: 'stopping', signal }, 'shutting down');
+    app.close().then(
+      () => process.exit(0),
+      () => process.exit(1),
+    );
+  });
+}
+
 try {
   await app.listen({ port: config.port, host: config.host });
   log.info(
@@ -23,16 +37,4 @@ try {
 } catch (err) {
   process.stderr.write(`files-service: cannot listen on ${config.host}:${config.port}: ${(err as Error).message}\n`);
   process.exit(2);
-}
-
-// Started with an IPC channel (npm start): stop when the parent goes away.
-if (process.channel) process.once('disconnect', () => process.emit('SIGTERM'));
-for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-  process.once(signal, () => {
-    log.info({ event: 'stopping', signal }, 'shutting down');
-    app.close().then(
-      () => process.exit(0),
-      () => process.exit(1),
-    );
-  });
 }
