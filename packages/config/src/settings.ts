@@ -98,6 +98,8 @@ export interface Config<T extends Settings> {
   label(key: keyof T): string;
   /** Reads the settings from `env`, overridden by flags in `argv`; 'help' when `--help` was given. Throws ConfigError. */
   read(env: Env, argv?: string[]): ConfigOf<T> | 'help';
+  /** The table `--help` prints, one row per setting (for documentation checks). */
+  rows(): { env: string; flag?: string; default: string; help: string }[];
   /** The `--help` text. */
   help(): string;
   /**
@@ -175,14 +177,17 @@ export function defineConfig<const T extends Settings>(spec: ConfigSpec<T>): Con
     return config as ConfigOf<T>;
   };
 
-  const help = (): string => {
-    const rows = keys.map((k) => {
+  const table = () =>
+    keys.map((k) => {
       const s = spec.settings[k]!;
       const dflt = s.required
         ? '(required)'
         : (s.defaultText ?? (typeof s.default === 'string' ? s.default : s.default ? '(computed)' : '(unset)'));
-      return [s.flag ? `--${s.flag}` : '', s.env, dflt, s.help];
+      return { env: s.env, ...(s.flag ? { flag: s.flag } : {}), default: dflt, help: s.help };
     });
+
+  const help = (): string => {
+    const rows = table().map((r) => [r.flag ? `--${r.flag}` : '', r.env, r.default, r.help]);
     const header =
       withFlags.length > 0 ? ['flag', 'variable', 'default', 'meaning'] : ['', 'variable', 'default', 'meaning'];
     const all = [header, ...rows, ['--help', '', '', 'print this and exit']];
@@ -222,7 +227,7 @@ export function defineConfig<const T extends Settings>(spec: ConfigSpec<T>): Con
     return result;
   };
 
-  return { program: spec.program, settings: spec.settings, label, read, help, command };
+  return { program: spec.program, settings: spec.settings, label, read, rows: table, help, command };
 }
 
 // --- schemas for raw strings, shared by every program ------------------------------------
