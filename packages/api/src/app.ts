@@ -112,7 +112,9 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   const logger =
     options.logger ??
     createLogger({ service: 'queue-api', level: config.logLevel, ...(config.logFormat ? { format: config.logFormat } : {}) });
-  const app: FastifyInstance = Fastify({ loggerInstance: logger as FastifyBaseLogger, bodyLimit: 2 * 1024 * 1024, trustProxy: false });
+  // Typed as Fastify's base logger, so the app is a plain FastifyInstance (not one generic over pino's Logger).
+  const loggerInstance: FastifyBaseLogger = logger;
+  const app: FastifyInstance = Fastify({ loggerInstance, bodyLimit: 2 * 1024 * 1024, trustProxy: false });
   const pool = options.pool ?? connect({ connectionString: config.databaseUrl, max: config.poolSize, applicationName: 'queue-api' });
   if (!options.pool) app.addHook('onClose', async () => pool.end());
   const store = new Store(pool);
