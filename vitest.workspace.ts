@@ -17,6 +17,7 @@ export default [
   project('sql', 'sql', ['**/*.test.ts']),
   project('queue-client', 'packages/queue-client', ['test/**/*.test.ts']),
   project('handler-types', 'packages/handler-types', ['test/**/*.test.ts']),
+  project('config', 'packages/config', ['test/**/*.test.ts']),
   project('worker', 'packages/worker', ['test/**/*.test.ts']),
   project('providers', 'packages/providers', ['test/**/*.test.ts']),
   project('files-service', 'packages/files-service', ['test/**/*.test.ts']),

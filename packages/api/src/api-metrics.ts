@@ -1,59 +1,97 @@
 /**
- * GET /metrics of the API: gauges computed from the database at scrape time. Counts of
- * pending tasks come from the claim index; completions and durations cover the last hour
- * (a sliding window, hence gauges, not counters). Per-worker counters (claims,
+ * GET /metrics of the API (prom-client): gauges computed from the database at scrape time.
+ * Counts of pending tasks come from the claim index; completions and durations cover the
+ * last hour (a sliding window, hence gauges, not counters). Per-worker counters (claims,
  * completions, lease extensions as they happen) come from each worker's own /metrics
- * (see worker-metrics.ts).
+ * (@org/worker's WorkerMetrics).
+ *
+ * Every scrape fills a new registry, so a task type or outcome that disappeared from the
+ * database disappears from the exposition too.
  */
-import { DURATION_BUCKETS, Exposition } from './prometheus.js';
+import { Gauge, Registry } from 'prom-client';
 import type { Store } from './store.js';
 
 const PENDING_STATES = ['scheduled', 'ready', 'running', 'retrying'];
 const WINDOW = 3600;
+/** The duration bucket bounds (seconds), the same as admin.duration_buckets() in SQL. */
+const DURATION_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
 
-export async function renderApiMetrics(store: Store): Promise<string> {
+export async function renderApiMetrics(store: Store): Promise<{ text: string; contentType: string }> {
   const [types, counts, stats, capacity] = await Promise.all([
     store.taskTypes(),
     store.counts(WINDOW),
     store.completionStats(WINDOW),
     store.capacity(),
   ]);
-  const out = new Exposition();
+  const registry = new Registry();
+  const gauge = (name: string, help: string, labelNames: string[]) =>
+    new Gauge({ name, help, labelNames, registers: [registry] });
 
-  out.family('queue_tasks', 'gauge', 'Tasks not completed, by task type and state (scheduled, ready, running, retrying).');
-  for (const { task_type } of types) {
-    for (const state of PENDING_STATES) {
-      const found = counts.find((c) => c.task_type === task_type && c.state === state);
-      out.sample('queue_tasks', { task_type, state }, found?.count ?? 0);
-    }
-  }
-
-  out.family('queue_depth', 'gauge', 'Tasks not completed (queue depth), by task type.');
-  for (const { task_type } of types) {
-    const depth = counts.filter((c) => c.task_type === task_type && PENDING_STATES.includes(c.state)).reduce((s, c) => s + c.count, 0);
-    out.sample('queue_depth', { task_type }, depth);
-  }
-
-  out.family('queue_tasks_completed_window', 'gauge', `Tasks completed in the last ${WINDOW} s, by task type and outcome.`);
-  for (const s of stats) out.sample('queue_tasks_completed_window', { task_type: s.task_type, outcome: s.outcome, window_seconds: WINDOW }, s.completed);
-
-  out.family(
-    'queue_task_duration_window_seconds',
-    'gauge',
-    `Durations (lease to completion) of tasks completed in the last ${WINDOW} s: cumulative bucket counts, sum and count, by task type and outcome.`,
+  const tasks = gauge(
+    'queue_tasks',
+    'Tasks not completed, by task type and state (scheduled, ready, running, retrying).',
+    ['task_type', 'state'],
   );
-  for (const s of stats) {
-    out.histogram('queue_task_duration_window_seconds', { task_type: s.task_type, outcome: s.outcome }, DURATION_BUCKETS, s.duration_buckets, s.duration_sum, s.timed);
+  const depth = gauge('queue_depth', 'Tasks not completed (queue depth), by task type.', ['task_type']);
+  for (const { task_type } of types) {
+    let total = 0;
+    for (const state of PENDING_STATES) {
+      const n = counts.find((c) => c.task_type === task_type && c.state === state)?.count ?? 0;
+      tasks.set({ task_type, state }, n);
+      total += n;
+    }
+    depth.set({ task_type }, total);
   }
 
-  out.family('queue_active_workers', 'gauge', 'Registered workers of this task type seen in the last 10 minutes.');
-  for (const c of capacity) out.sample('queue_active_workers', { task_type: c.task_type }, c.active_workers);
-  out.family('queue_tasks_per_worker_hour', 'gauge', 'Throughput estimate over the last hour (absent without completions).');
-  for (const c of capacity) if (c.tasks_per_worker_hour !== null) out.sample('queue_tasks_per_worker_hour', { task_type: c.task_type }, c.tasks_per_worker_hour);
-  out.family('queue_workers_needed', 'gauge', 'Workers needed to drain the pending tasks within `hours` (absent without a throughput estimate).');
-  for (const c of capacity) {
-    const needed = { 1: c.workers_needed.for_1_hour, 4: c.workers_needed.for_4_hours, 8: c.workers_needed.for_8_hours };
-    for (const [hours, n] of Object.entries(needed)) if (n !== null) out.sample('queue_workers_needed', { task_type: c.task_type, hours }, n);
+  const completed = gauge(
+    'queue_tasks_completed_window',
+    `Tasks completed in the last ${WINDOW} s, by task type and outcome.`,
+    ['task_type', 'outcome', 'window_seconds'],
+  );
+  for (const s of stats)
+    completed.set({ task_type: s.task_type, outcome: s.outcome, window_seconds: WINDOW }, s.completed);
+
+  // A histogram over a sliding window is not a prom-client Histogram (whose buckets only
+  // grow): the three series are gauges, named as a histogram's so histogram_quantile()
+  // reads them.
+  const what = `lease-to-completion durations of tasks completed in the last ${WINDOW} s, by task type and outcome`;
+  const buckets = gauge('queue_task_duration_window_seconds_bucket', `Cumulative bucket counts of ${what}.`, [
+    'task_type',
+    'outcome',
+    'le',
+  ]);
+  const sum = gauge('queue_task_duration_window_seconds_sum', `Sum of ${what}.`, ['task_type', 'outcome']);
+  const count = gauge('queue_task_duration_window_seconds_count', `Count of ${what}.`, ['task_type', 'outcome']);
+  for (const s of stats) {
+    const labels = { task_type: s.task_type, outcome: s.outcome };
+    DURATION_BUCKETS.forEach((le, i) => buckets.set({ ...labels, le: String(le) }, s.duration_buckets[i] ?? 0));
+    buckets.set({ ...labels, le: '+Inf' }, s.timed);
+    sum.set(labels, s.duration_sum);
+    count.set(labels, s.timed);
   }
-  return out.toString();
+
+  const active = gauge('queue_active_workers', 'Registered workers of this task type seen in the last 10 minutes.', [
+    'task_type',
+  ]);
+  const perHour = gauge(
+    'queue_tasks_per_worker_hour',
+    'Throughput estimate over the last hour (absent without completions).',
+    ['task_type'],
+  );
+  const needed = gauge(
+    'queue_workers_needed',
+    'Workers needed to drain the pending tasks within `hours` (absent without a throughput estimate).',
+    ['task_type', 'hours'],
+  );
+  for (const c of capacity) {
+    active.set({ task_type: c.task_type }, c.active_workers);
+    if (c.tasks_per_worker_hour !== null) perHour.set({ task_type: c.task_type }, c.tasks_per_worker_hour);
+    const byHours = {
+      1: c.workers_needed.for_1_hour,
+      4: c.workers_needed.for_4_hours,
+      8: c.workers_needed.for_8_hours,
+    };
+    for (const [hours, n] of Object.entries(byHours)) if (n !== null) needed.set({ task_type: c.task_type, hours }, n);
+  }
+  return { text: await registry.metrics(), contentType: registry.contentType };
 }

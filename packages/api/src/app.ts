@@ -8,14 +8,13 @@ import { extname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type pg from 'pg';
-import { pino, type Logger } from 'pino';
+import { createLogger, type Logger } from '@org/config';
 import { z } from 'zod';
 import { connect } from '@org/queue-client';
 import { bearerMatches } from './auth.js';
 import type { ApiConfig } from './config.js';
 import { fromDatabaseError } from './http-errors.js';
 import { renderApiMetrics } from './api-metrics.js';
-import { PROMETHEUS_CONTENT_TYPE } from './prometheus.js';
 import { Store } from './store.js';
 
 export interface CreateApiOptions {
@@ -112,13 +111,10 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   const config = { host: '127.0.0.1', port: 3000, logLevel: 'info', poolSize: 10, ...configInput } as ApiConfig;
   const logger =
     options.logger ??
-    pino({
-      level: config.logLevel,
-      base: { service: 'queue-api' },
-      redact: { paths: ['req.headers.authorization', 'headers.authorization'], censor: '[redacted]' },
-      timestamp: pino.stdTimeFunctions.isoTime,
-    });
-  const app: FastifyInstance = Fastify({ loggerInstance: logger as FastifyBaseLogger, bodyLimit: 2 * 1024 * 1024, trustProxy: false });
+    createLogger({ service: 'queue-api', level: config.logLevel, ...(config.logFormat ? { format: config.logFormat } : {}) });
+  // Typed as Fastify's base logger, so the app is a plain FastifyInstance (not one generic over pino's Logger).
+  const loggerInstance: FastifyBaseLogger = logger;
+  const app: FastifyInstance = Fastify({ loggerInstance, bodyLimit: 2 * 1024 * 1024, trustProxy: false });
   const pool = options.pool ?? connect({ connectionString: config.databaseUrl, max: config.poolSize, applicationName: 'queue-api' });
   if (!options.pool) app.addHook('onClose', async () => pool.end());
   const store = new Store(pool);
@@ -276,8 +272,8 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
 
   // --- monitoring ----------------------------------------------------------------------
   app.get('/metrics', async (_request, reply) => {
-    const text = await renderApiMetrics(store);
-    return reply.header('content-type', PROMETHEUS_CONTENT_TYPE).send(text);
+    const { text, contentType } = await renderApiMetrics(store);
+    return reply.header('content-type', contentType).send(text);
   });
   app.get('/healthz', async () => ({ ok: true }));
   app.get('/readyz', async () => {

@@ -2,33 +2,23 @@
 // queue-api: the operations API, dashboard and /metrics. Settings from the environment
 // (see --help). Exit codes: 0 stopped cleanly, 1 crashed, 2 bad configuration.
 import { createApi } from './app.js';
-import { ConfigError, helpText, loadApiConfig } from './config.js';
+import { API_CONFIG } from './config.js';
 
 async function main(): Promise<number> {
-  if (process.argv.includes('--help') || process.argv.includes('-h')) {
-    process.stdout.write(helpText());
-    return 0;
-  }
-  let config;
-  try {
-    config = loadApiConfig(process.env);
-  } catch (error) {
-    if (error instanceof ConfigError) {
-      process.stderr.write(`${error.message}\nRun with --help for the list of settings.\n`);
-      return 2;
-    }
-    throw error;
-  }
+  const config = API_CONFIG.command(process.argv.slice(2), process.env);
+  if (typeof config === 'number') return config; // --help, or bad settings
   const app = createApi(config);
-  const address = await app.listen({ host: config.host, port: config.port });
-  app.log.info({ event: 'listening', address }, `queue-api listening on ${address}`);
-  await new Promise<void>((resolve) => {
-    // Repeated signals (a terminal's Ctrl-C plus a supervisor forwarding it) stop once.
+  // Signal handlers first: a SIGTERM during start-up still means a graceful stop.
+  const stop = new Promise<void>((resolve) => {
+    // Repeated signals (a terminal's Ctrl-C plus a process pool forwarding it) stop once.
     process.on('SIGTERM', () => resolve());
     process.on('SIGINT', () => resolve());
     // Started with an IPC channel (npm start): stop when the parent goes away.
     if (process.channel) process.once('disconnect', () => resolve());
   });
+  const address = await app.listen({ host: config.host, port: config.port });
+  app.log.info({ event: 'listening', address }, `queue-api listening on ${address}`);
+  await stop;
   app.log.info({ event: 'stopping' }, 'stopping');
   await app.close();
   return 0;
@@ -37,7 +27,9 @@ async function main(): Promise<number> {
 main().then(
   (code) => process.exit(code),
   (error: unknown) => {
-    process.stderr.write(`queue-api crashed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.stderr.write(
+      `queue-api crashed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+    );
     process.exit(1);
   },
 );

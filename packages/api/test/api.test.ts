@@ -1,12 +1,11 @@
 // The operations API against a real test database, connected as the API role: every
 // endpoint, bad input, and missing or wrong tokens.
-import { EventEmitter } from 'node:events';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
-import { ConfigError, createApi, loadApiConfig, serveWorkerMetrics, WorkerMetrics } from '../src/index.js';
+import { ConfigError, createApi, loadApiConfig } from '../src/index.js';
 
 const TOKEN = 'test-token-0123456789abcdef';
 const auth = { authorization: `Bearer ${TOKEN}` };
@@ -427,6 +426,7 @@ describe('configuration', () => {
       host: '127.0.0.1',
       port: 3000,
       logLevel: 'info',
+      logFormat: 'auto',
       poolSize: 10,
     });
     try {
@@ -473,35 +473,5 @@ describe('configuration', () => {
     child.kill('SIGTERM');
     const code = await new Promise((resolve) => child.on('exit', resolve));
     expect(code).toBe(0);
-  });
-});
-
-describe('worker metrics helper', () => {
-  it('counts a worker’s events and serves them on GET /metrics', async () => {
-    const worker = new EventEmitter();
-    const metrics = new WorkerMetrics(worker as never, { worker_id: 'w-1' });
-    const email = { taskId: '1', taskType: 'email' };
-    const sms = { taskId: '2', taskType: 'sms' };
-    worker.emit('claimed', [email, sms]);
-    worker.emit('completed', email, { outcome: 'succeeded' }, 120);
-    worker.emit('completed', sms, { outcome: 'failed', error: 'x' }, 2000);
-    worker.emit('extended', 3);
-    worker.emit('lease_lost', { taskId: '3', taskType: 'email' });
-    worker.emit('released', ['4']);
-    const server = await serveWorkerMetrics(metrics, { port: 0 });
-    try {
-      const text = await (await fetch(`http://127.0.0.1:${server.port}/metrics`)).text();
-      expect(text).toContain('queue_worker_tasks_claimed_total{worker_id="w-1",task_type="email"} 1');
-      expect(text).toContain('queue_worker_tasks_completed_total{worker_id="w-1",task_type="sms",outcome="failed"} 1');
-      expect(text).toContain('queue_worker_tasks_failed_total{worker_id="w-1",task_type="sms"} 1');
-      expect(text).toContain('queue_worker_lease_extensions_total{worker_id="w-1"} 3');
-      expect(text).toContain('queue_worker_leases_lost_total{worker_id="w-1",task_type="email"} 1');
-      expect(text).toContain('queue_worker_tasks_in_flight{worker_id="w-1"} 0');
-      expect(text).toContain('queue_worker_task_duration_seconds_bucket{worker_id="w-1",task_type="email",le="0.25"} 1');
-      expect(text).toContain('queue_worker_task_duration_seconds_count{worker_id="w-1",task_type="sms"} 1');
-      expect((await fetch(`http://127.0.0.1:${server.port}/other`)).status).toBe(404);
-    } finally {
-      await server.close();
-    }
   });
 });

@@ -10,8 +10,8 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
-import { createLogger, dbFunctionProcessor, ProcessorRegistry, Worker } from '@org/worker';
-import { createApi, WorkerMetrics } from '../src/index.js';
+import { createLogger, dbFunctionProcessor, ProcessorRegistry, Worker, WorkerMetrics } from '@org/worker';
+import { createApi } from '../src/index.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const TOKEN = 'dashboard-token-0123456789';
@@ -133,8 +133,8 @@ it('redrives a dead-lettered task from the page (token asked, kept in sessionSto
   await worker.start();
   try {
     await page.locator('[data-testid=completion]', { hasText: 'succeeded' }).waitFor({ timeout: 30_000 });
-    expect(metrics.claimed.get({ task_type: 'db_function' })).toBe(1);
-    expect(metrics.completed.get({ task_type: 'db_function', outcome: 'succeeded' })).toBe(1);
+    expect(await metrics.value('queue_worker_tasks_claimed_total', { task_type: 'db_function' })).toBe(1);
+    expect(await metrics.value('queue_worker_tasks_completed_total', { task_type: 'db_function', outcome: 'succeeded' })).toBe(1);
   } finally {
     await worker.stop();
   }

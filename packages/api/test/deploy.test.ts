@@ -7,8 +7,8 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { API_SETTINGS } from '../src/config.js';
-import { SETTINGS as WORKER_SETTINGS } from '../../worker/src/config.js';
-import { PROVIDER_ENV_VARS } from '../../providers/src/from-env.js';
+import { SETTINGS as WORKER_SETTINGS } from '@org/worker';
+import { PROVIDER_ENV_VARS } from '@org/providers';
 
 const root = fileURLToPath(new URL('../../../', import.meta.url));
 const deploy = join(root, 'deploy');

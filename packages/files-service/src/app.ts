@@ -2,6 +2,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { Storage } from '@google-cloud/storage';
 import { connect, runFunction } from '@org/queue-client';
+import { createLogger } from '@org/config';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import { z } from 'zod';
 import { resolveConfig, type FilesServiceConfig } from './config.js';
@@ -36,7 +37,7 @@ const requestBody = z.strictObject({
 });
 
 export interface FilesServiceOptions {
-  /** A pino logger (default: pino at info level to stdout); `false` for none. */
+  /** A pino logger (default: @org/config's, at info level to stdout); `false` for none. */
   logger?: FastifyBaseLogger | false;
   /** Retries of a failed storage lookup (default 2, with the SDK's backoff). */
   storageMaxRetries?: number;
@@ -98,7 +99,7 @@ export function createFilesService(config: FilesServiceConfig, options: FilesSer
       ? { logger: false }
       : options.logger
         ? { loggerInstance: options.logger }
-        : { logger: { level: 'info' } }),
+        : { loggerInstance: createLogger({ service: 'files-service' }) }),
   });
 
   app.setErrorHandler((err: { statusCode?: number; message: string }, request, reply) => {

@@ -1,40 +1,40 @@
 #!/usr/bin/env node
-// Starts the files service from environment variables (see config.ts); exits 2 with one
-// line per bad value.
-import { pino } from 'pino';
+// Starts the files service from environment variables (see --help, config.ts); exits 2
+// with one line per bad value.
+import { createLogger } from '@org/config';
 import { createFilesService } from './app.js';
-import { configFromEnv, FilesServiceConfigError } from './config.js';
+import { commandConfig } from './config.js';
 
-const log = pino({ name: 'files-service' });
+const config = commandConfig(process.argv.slice(2), process.env);
+if (typeof config === 'number') process.exit(config); // --help, or bad settings
 
-let config;
-try {
-  config = configFromEnv(process.env);
-} catch (err) {
-  if (err instanceof FilesServiceConfigError) {
-    for (const p of err.problems) process.stderr.write(`files-service: ${p}\n`);
-    process.exit(2);
-  }
-  throw err;
-}
-
+const log = createLogger({ service: 'files-service', level: config.logLevel, format: config.logFormat });
 const app = createFilesService(config, { logger: log });
-try {
-  await app.listen({ port: config.port, host: config.host });
-  log.info({ buckets: config.buckets, apiEndpoint: config.apiEndpoint ?? 'https://storage.googleapis.com' }, 'files service ready');
-} catch (err) {
-  process.stderr.write(`files-service: cannot listen on ${config.host}:${config.port}: ${(err as Error).message}\n`);
-  process.exit(2);
-}
 
+// Signal handlers first: a SIGTERM during start-up still means a graceful stop.
 // Started with an IPC channel (npm start): stop when the parent goes away.
 if (process.channel) process.once('disconnect', () => process.emit('SIGTERM'));
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
-    log.info({ signal }, 'shutting down');
+    log.info({ event: 'stopping', signal }, 'shutting down');
     app.close().then(
       () => process.exit(0),
       () => process.exit(1),
     );
   });
+}
+
+try {
+  await app.listen({ port: config.port, host: config.host });
+  log.info(
+    {
+      event: 'listening',
+      buckets: config.buckets,
+      apiEndpoint: config.apiEndpoint ?? 'https://storage.googleapis.com',
+    },
+    'files service ready',
+  );
+} catch (err) {
+  process.stderr.write(`files-service: cannot listen on ${config.host}:${config.port}: ${(err as Error).message}\n`);
+  process.exit(2);
 }

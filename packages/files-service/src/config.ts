@@ -1,8 +1,22 @@
-// The files service's configuration: validated with zod, from an object or from env.
+// The files service's configuration: validated with zod, from an object (createFilesService)
+// or from environment variables (FILES_CONFIG, one table read by @org/config).
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
+import {
+  commaList,
+  ConfigError,
+  defineConfig,
+  httpUrl,
+  issueText,
+  logSettings,
+  postgresUrl,
+  wholeNumber,
+  type LogFormat,
+  type LogLevel,
+} from '@org/config';
 
 const BUCKET = /^[a-z0-9][a-z0-9._-]{1,221}[a-z0-9]$/;
+const BUCKET_MESSAGE = 'must be bucket names (lower-case letters, digits, ".", "_", "-")';
 
 export const serviceAccountSchema = z.object({
   client_email: z.email('client_email must be an email address'),
@@ -21,9 +35,7 @@ export const filesServiceConfigSchema = z.object({
    */
   databaseUrl: z.string().regex(/^postgres(ql)?:\/\//, 'must be a postgres:// URL'),
   /** The buckets URLs may be signed for. */
-  buckets: z
-    .array(z.string().regex(BUCKET, 'must be bucket names (lower-case letters, digits, ".", "_", "-")'))
-    .min(1, 'must name at least one bucket'),
+  buckets: z.array(z.string().regex(BUCKET, BUCKET_MESSAGE)).min(1, 'must name at least one bucket'),
   credentials: serviceAccountSchema,
   /** GCS endpoint for the SDK and the signed URLs (an emulator or fake); default Google's. */
   apiEndpoint: z.url({ protocol: /^https?$/, error: 'must be an http(s) URL' }).optional(),
@@ -35,114 +47,135 @@ export const filesServiceConfigSchema = z.object({
 export type FilesServiceConfig = z.input<typeof filesServiceConfigSchema>;
 export type ResolvedFilesServiceConfig = z.output<typeof filesServiceConfigSchema>;
 
-/** Thrown for a bad configuration: one line per bad value in `problems`. */
-export class FilesServiceConfigError extends Error {
-  constructor(readonly problems: string[]) {
-    super(`files service: invalid configuration:\n  ${problems.join('\n  ')}`);
-    this.name = 'FilesServiceConfigError';
-  }
-}
+/** Thrown for a bad configuration (ConfigError of @org/config): one line per bad value in `problems`. */
+export { ConfigError as FilesServiceConfigError };
 
 export const NO_CREDENTIALS_MESSAGE =
   'no GCS service-account credentials configured; set GCS_CREDENTIALS_JSON (the key JSON) or GOOGLE_APPLICATION_CREDENTIALS (its path). Without the files service the worker deletes files in local mode.';
 
-/** Validates a config object; throws FilesServiceConfigError. */
+/** Validates a config object; throws ConfigError. */
 export function resolveConfig(config: FilesServiceConfig): ResolvedFilesServiceConfig {
-  if (!config || !(config as { credentials?: unknown }).credentials) throw new FilesServiceConfigError([NO_CREDENTIALS_MESSAGE]);
+  if (!config || !(config as { credentials?: unknown }).credentials) throw new ConfigError([NO_CREDENTIALS_MESSAGE]);
   const parsed = filesServiceConfigSchema.safeParse(config);
   if (!parsed.success) {
-    throw new FilesServiceConfigError(parsed.error.issues.map((i) => `${i.path.join('.') || 'config'}: ${i.message}`));
+    throw new ConfigError(parsed.error.issues.map((i) => `${i.path.join('.') || 'config'}: ${i.message}`));
   }
   return parsed.data;
 }
 
-const envNames: Record<string, string> = {
-  token: 'FILES_SERVICE_TOKEN',
-  databaseUrl: 'FILES_SERVICE_DATABASE_URL',
-  buckets: 'FILES_BUCKETS',
-  apiEndpoint: 'GCS_API_ENDPOINT',
-  urlTtlSeconds: 'FILES_SIGNED_URL_TTL_SECONDS',
-  port: 'FILES_SERVICE_PORT',
-  host: 'FILES_SERVICE_HOST',
-};
-
-const blank = (v: string | undefined) => (v === undefined || v.trim() === '' ? undefined : v.trim());
-
-/**
- * The configuration from environment variables:
- * FILES_SERVICE_TOKEN, FILES_SERVICE_DATABASE_URL (the worker role's postgres:// URL),
- * FILES_BUCKETS (comma separated), GCS_CREDENTIALS_JSON or
- * GOOGLE_APPLICATION_CREDENTIALS (path of the JSON key), GCS_API_ENDPOINT (optional),
- * FILES_SIGNED_URL_TTL_SECONDS (default 300), FILES_SERVICE_PORT (default 8787),
- * FILES_SERVICE_HOST (default 127.0.0.1).
- * Throws FilesServiceConfigError naming each bad variable (never its value).
- */
-export function configFromEnv(env: Record<string, string | undefined>): ResolvedFilesServiceConfig {
-  const problems: string[] = [];
-  let credentials: unknown;
-  const json = blank(env.GCS_CREDENTIALS_JSON);
-  const path = blank(env.GOOGLE_APPLICATION_CREDENTIALS);
-  const credVar = json !== undefined ? 'GCS_CREDENTIALS_JSON' : 'GOOGLE_APPLICATION_CREDENTIALS';
-  if (json !== undefined) {
+/** A JSON key from a string; the key's own problems are named by field. */
+const keyJson = z
+  .string()
+  .transform((text, ctx) => {
     try {
-      credentials = JSON.parse(json);
+      return JSON.parse(text) as unknown;
     } catch {
-      problems.push('GCS_CREDENTIALS_JSON: is not valid JSON');
+      ctx.addIssue({ code: 'custom', message: 'is not valid JSON' });
+      return z.NEVER;
     }
-  } else if (path !== undefined) {
+  })
+  .pipe(serviceAccountSchema);
+
+/** A JSON key from a file. */
+const keyFile = z
+  .string()
+  .trim()
+  .transform((path, ctx) => {
     try {
-      credentials = JSON.parse(readFileSync(path, 'utf8'));
+      return JSON.parse(readFileSync(path, 'utf8')) as unknown;
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
-      problems.push(`GOOGLE_APPLICATION_CREDENTIALS: cannot read a JSON key at ${path}${code ? ` (${code})` : ' (not valid JSON)'}`);
+      ctx.addIssue({ code: 'custom', message: `cannot read a JSON key${code ? ` (${code})` : ' (not valid JSON)'}` });
+      return z.NEVER;
     }
-  } else {
-    problems.push(NO_CREDENTIALS_MESSAGE);
-  }
+  })
+  .pipe(serviceAccountSchema);
 
-  const intVar = (name: string): number | undefined => {
-    const v = blank(env[name]);
-    if (v === undefined) return undefined;
-    if (!/^\d+$/.test(v)) {
-      problems.push(`${name}: must be a whole number`);
-      return undefined;
-    }
-    return Number(v);
-  };
-  const token = blank(env.FILES_SERVICE_TOKEN);
-  const buckets = blank(env.FILES_BUCKETS);
-  const databaseUrl = blank(env.FILES_SERVICE_DATABASE_URL);
-  if (token === undefined) problems.push('FILES_SERVICE_TOKEN: is required (the bearer token callers send)');
-  if (databaseUrl === undefined) problems.push('FILES_SERVICE_DATABASE_URL: is required (the database it asks before signing)');
-  if (buckets === undefined) problems.push('FILES_BUCKETS: is required (comma-separated bucket names)');
-  const raw = {
-    token,
-    databaseUrl,
-    buckets: buckets?.split(',').map((b) => b.trim()).filter((b) => b !== ''),
-    credentials,
-    apiEndpoint: blank(env.GCS_API_ENDPOINT),
-    urlTtlSeconds: intVar('FILES_SIGNED_URL_TTL_SECONDS'),
-    port: intVar('FILES_SERVICE_PORT'),
-    host: blank(env.FILES_SERVICE_HOST),
-  };
-  const parsed = filesServiceConfigSchema.safeParse(raw);
-  if (!parsed.success) {
-    for (const issue of parsed.error.issues) {
-      const [first, ...rest] = issue.path;
-      if (first === 'credentials') {
-        if (credentials === undefined) continue; // already reported
-        problems.push(`${credVar}: ${rest.length ? `${rest.join('.')}: ` : ''}${issue.message}`);
-      } else if (
-        (first === 'token' && token === undefined) ||
-        (first === 'buckets' && buckets === undefined) ||
-        (first === 'databaseUrl' && databaseUrl === undefined)
-      ) {
-        continue; // already reported
-      } else {
-        problems.push(`${envNames[String(first)] ?? String(first)}: ${issue.message}`);
-      }
-    }
-  }
-  if (problems.length > 0) throw new FilesServiceConfigError([...new Set(problems)]);
-  return parsed.data!;
+/** The environment variables of the files service (`files-service --help` prints this table). */
+export const FILES_CONFIG = defineConfig({
+  program: 'files-service',
+  summary: 'Issues V4 signed GCS DELETE URLs to the worker.',
+  settings: {
+    token: {
+      env: 'FILES_SERVICE_TOKEN',
+      required: true,
+      secret: true,
+      help: 'the bearer token callers send, at least 16 characters',
+      schema: z.string().trim().min(16, 'must be at least 16 characters'),
+    },
+    databaseUrl: {
+      env: 'FILES_SERVICE_DATABASE_URL',
+      required: true,
+      secret: true,
+      help: "the database it asks before signing: the worker role's postgres:// URL",
+      schema: postgresUrl,
+    },
+    buckets: {
+      env: 'FILES_BUCKETS',
+      required: true,
+      help: 'the buckets URLs may be signed for, comma separated',
+      schema: commaList(z.string().regex(BUCKET, BUCKET_MESSAGE), 'must name at least one bucket'),
+    },
+    credentialsJson: {
+      env: 'GCS_CREDENTIALS_JSON',
+      secret: true,
+      help: 'the service-account key JSON (client_email, private_key, project_id); or:',
+      schema: keyJson,
+    },
+    credentialsPath: {
+      env: 'GOOGLE_APPLICATION_CREDENTIALS',
+      help: 'the path of that JSON key',
+      schema: keyFile,
+    },
+    apiEndpoint: {
+      env: 'GCS_API_ENDPOINT',
+      help: "GCS endpoint (an emulator or fake); default Google's",
+      schema: httpUrl,
+    },
+    urlTtlSeconds: {
+      env: 'FILES_SIGNED_URL_TTL_SECONDS',
+      default: '300',
+      help: 'lifetime of a signed URL in seconds, at most 7 days',
+      schema: wholeNumber(1, 604800),
+    },
+    port: { env: 'FILES_SERVICE_PORT', default: '8787', help: 'port to listen on', schema: wholeNumber(0, 65535) },
+    host: {
+      env: 'FILES_SERVICE_HOST',
+      default: '127.0.0.1',
+      help: 'interface to bind',
+      schema: z.string().trim().min(1, 'must not be empty'),
+    },
+    ...logSettings(false),
+  },
+  refine(_config, report, given) {
+    if (!given('credentialsJson') && !given('credentialsPath')) report(null, NO_CREDENTIALS_MESSAGE);
+  },
+});
+
+/** The configuration read from the environment, with the logging settings. */
+export type FilesServiceEnvConfig = ResolvedFilesServiceConfig & { logLevel: LogLevel; logFormat: LogFormat };
+
+/**
+ * The configuration from environment variables (see FILES_CONFIG; GCS_CREDENTIALS_JSON wins
+ * over GOOGLE_APPLICATION_CREDENTIALS). Throws ConfigError naming each bad variable (never
+ * a secret's value).
+ */
+export function configFromEnv(env: Record<string, string | undefined>): FilesServiceEnvConfig {
+  const c = FILES_CONFIG.read(env);
+  if (c === 'help') throw new Error('unreachable: no argv');
+  return toEnvConfig(c);
+}
+
+function toEnvConfig(c: Exclude<ReturnType<typeof FILES_CONFIG.read>, 'help'>): FilesServiceEnvConfig {
+  const { credentialsJson, credentialsPath, logLevel, logFormat, ...rest } = c;
+  const parsed = filesServiceConfigSchema.safeParse({ ...rest, credentials: credentialsJson ?? credentialsPath });
+  // Every field was validated by its own setting; this only applies the object's shape.
+  if (!parsed.success) throw new ConfigError([issueText(parsed.error)]);
+  return { ...parsed.data, logLevel, logFormat };
+}
+
+/** For the command line: the configuration, or the exit code after printing help (0) or the problems (2). */
+export function commandConfig(argv: string[], env: Record<string, string | undefined>): FilesServiceEnvConfig | number {
+  const c = FILES_CONFIG.command(argv, env);
+  return typeof c === 'number' ? c : toEnvConfig(c);
 }

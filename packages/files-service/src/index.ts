@@ -9,6 +9,8 @@ export {
 } from './app.js';
 export {
   configFromEnv,
+  commandConfig,
+  FILES_CONFIG,
   resolveConfig,
   filesServiceConfigSchema,
   FilesServiceConfigError,
@@ -16,4 +18,5 @@ export {
   type FilesServiceConfig,
   type ResolvedFilesServiceConfig,
   type ServiceAccountCredentials,
+  type FilesServiceEnvConfig,
 } from './config.js';

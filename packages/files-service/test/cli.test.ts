@@ -40,12 +40,12 @@ describe('files service config from env', () => {
       FILES_SERVICE_PORT: 'eighty',
     });
     expect(found).toEqual([
-      'FILES_SERVICE_PORT: must be a whole number',
       'FILES_SERVICE_TOKEN: must be at least 16 characters',
       'FILES_SERVICE_DATABASE_URL: must be a postgres:// URL',
-      'FILES_BUCKETS: must be bucket names (lower-case letters, digits, ".", "_", "-")',
+      'FILES_BUCKETS: must be bucket names (lower-case letters, digits, ".", "_", "-"), got "Bad Bucket"',
       'GCS_CREDENTIALS_JSON: client_email: client_email must be an email address',
-      'GCS_API_ENDPOINT: must be an http(s) URL',
+      'GCS_API_ENDPOINT: must be an http(s) URL, got "nope"',
+      'FILES_SERVICE_PORT: must be a whole number between 0 and 65535, got "eighty"',
     ]);
     expect(found.join('\n')).not.toContain('short-secret');
   });
@@ -55,7 +55,7 @@ describe('files service config from env', () => {
       expect.stringMatching(/no GCS service-account credentials configured; set GCS_CREDENTIALS_JSON .* or GOOGLE_APPLICATION_CREDENTIALS/),
     ]);
     expect(problems({ FILES_SERVICE_TOKEN: 'x'.repeat(20), FILES_SERVICE_DATABASE_URL: 'postgres://w@db/q', FILES_BUCKETS: 'a-bucket', GOOGLE_APPLICATION_CREDENTIALS: '/nonexistent/key.json' })).toEqual([
-      'GOOGLE_APPLICATION_CREDENTIALS: cannot read a JSON key at /nonexistent/key.json (ENOENT)',
+      'GOOGLE_APPLICATION_CREDENTIALS: cannot read a JSON key (ENOENT), got "/nonexistent/key.json"',
     ]);
     expect(problems({ FILES_SERVICE_TOKEN: 'x'.repeat(20), FILES_SERVICE_DATABASE_URL: 'postgres://w@db/q', FILES_BUCKETS: 'a-bucket', GCS_CREDENTIALS_JSON: '{' })).toEqual([
       'GCS_CREDENTIALS_JSON: is not valid JSON',
@@ -71,11 +71,22 @@ describe('files service config from env', () => {
     expect(res.status).toBe(2);
     const lines = res.stderr.trim().split('\n');
     expect(lines).toEqual([
-      expect.stringMatching(/^files-service: no GCS service-account credentials configured/),
-      'files-service: FILES_SERVICE_TOKEN: is required (the bearer token callers send)',
-      'files-service: FILES_SERVICE_DATABASE_URL: is required (the database it asks before signing)',
-      'files-service: FILES_BUCKETS: is required (comma-separated bucket names)',
-      'files-service: FILES_SERVICE_PORT: must be a whole number',
+      'files-service: invalid configuration:',
+      '  FILES_SERVICE_TOKEN: is required (the bearer token callers send, at least 16 characters)',
+      "  FILES_SERVICE_DATABASE_URL: is required (the database it asks before signing: the worker role's postgres:// URL)",
+      '  FILES_BUCKETS: is required (the buckets URLs may be signed for, comma separated)',
+      '  FILES_SERVICE_PORT: must be a whole number between 0 and 65535, got "x"',
+      expect.stringMatching(/^  no GCS service-account credentials configured/),
+      'Run files-service --help for the list of settings.',
     ]);
+  });
+
+  it('--help prints every variable from the same table and exits 0', () => {
+    const res = spawnSync(process.execPath, [cli, '--help'], { env: { PATH: process.env.PATH ?? '' }, encoding: 'utf8' });
+    expect(res.status).toBe(0);
+    for (const name of ['FILES_SERVICE_TOKEN', 'FILES_BUCKETS', 'GCS_CREDENTIALS_JSON', 'GOOGLE_APPLICATION_CREDENTIALS', 'GCS_API_ENDPOINT', 'FILES_SIGNED_URL_TTL_SECONDS', 'FILES_SERVICE_PORT', 'FILES_SERVICE_HOST', 'LOG_LEVEL', 'LOG_FORMAT']) {
+      expect(res.stdout).toContain(name);
+    }
+    expect(res.stdout).toMatch(/FILES_SERVICE_PORT\s+8787\s+port to listen on/);
   });
 });

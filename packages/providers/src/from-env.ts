@@ -1,6 +1,7 @@
 // Picks each channel's provider from environment variables: the real provider when its
 // credentials are set, otherwise local mode, loudly logged.
 import { z } from 'zod';
+import { defineConfig, httpUrl, ConfigError } from '@org/config';
 import type { EmailPayload, FileDeletePayload, Provider, SmsPayload } from '@org/handler-types';
 import { createFilesServiceDeleteProvider } from './files-service-delete.js';
 import { createLocalEmailOutboxProvider, createLocalSmsOutboxProvider } from './local-outbox.js';
@@ -21,48 +22,91 @@ export interface Providers {
   file_delete: Provider<FileDeletePayload>;
 }
 
-/** The environment variables `providersFromEnv` reads. */
-export const PROVIDER_ENV_VARS = [
-  'RESEND_API_KEY',
-  'RESEND_BASE_URL',
-  'EMAIL_FROM',
-  'TWILIO_ACCOUNT_SID',
-  'TWILIO_AUTH_TOKEN',
-  'TWILIO_FROM_NUMBER',
-  'TWILIO_BASE_URL',
-  'FILES_SERVICE_URL',
-  'FILES_SERVICE_TOKEN',
-  'LOCAL_OUTBOX_DIR',
-  'LOCAL_STORAGE_DIR',
-] as const;
+const e164 = z
+  .string()
+  .trim()
+  .regex(/^\+[1-9][0-9]{6,14}$/, 'must be an E.164 number such as +14155550100');
+const nonEmpty = z.string().trim().min(1);
 
-// An empty variable counts as unset (as in most .env files).
-const opt = <T extends z.ZodType>(schema: T) =>
-  z.preprocess((v) => (typeof v === 'string' && v.trim() === '' ? undefined : v), schema.optional());
-const httpUrl = z.url({ protocol: /^https?$/, error: 'must be an http(s) URL' });
-const e164 = z.string().regex(/^\+[1-9][0-9]{6,14}$/, 'must be an E.164 number such as +14155550100');
-
-const envSchema = z.object({
-  RESEND_API_KEY: opt(z.string().min(1)),
-  RESEND_BASE_URL: opt(httpUrl),
-  EMAIL_FROM: opt(z.string().min(3, 'must be a sender such as "App <noreply@example.com>"').max(320)),
-  TWILIO_ACCOUNT_SID: opt(z.string().regex(/^AC[0-9a-zA-Z]{32}$/, 'must start with AC followed by 32 letters or digits')),
-  TWILIO_AUTH_TOKEN: opt(z.string().min(1)),
-  TWILIO_FROM_NUMBER: opt(e164),
-  TWILIO_BASE_URL: opt(httpUrl),
-  FILES_SERVICE_URL: opt(httpUrl),
-  FILES_SERVICE_TOKEN: opt(z.string().min(1)),
-  LOCAL_OUTBOX_DIR: opt(z.string().min(1)),
-  LOCAL_STORAGE_DIR: opt(z.string().min(1)),
+/** The environment variables `providersFromEnv` reads (read by @org/config; none is required). */
+export const PROVIDERS_CONFIG = defineConfig({
+  program: 'providers',
+  summary: 'Providers of the email, sms and file_delete task types; a channel without credentials runs in local mode.',
+  settings: {
+    RESEND_API_KEY: { env: 'RESEND_API_KEY', secret: true, help: 'send email through Resend', schema: nonEmpty },
+    RESEND_BASE_URL: { env: 'RESEND_BASE_URL', help: 'Resend API URL (a fake in tests)', schema: httpUrl },
+    EMAIL_FROM: {
+      env: 'EMAIL_FROM',
+      help: 'default sender',
+      schema: z.string().trim().min(3, 'must be a sender such as "App <noreply@example.com>"').max(320),
+    },
+    TWILIO_ACCOUNT_SID: {
+      env: 'TWILIO_ACCOUNT_SID',
+      help: 'send SMS through Twilio (with the next two)',
+      schema: z
+        .string()
+        .trim()
+        .regex(/^AC[0-9a-zA-Z]{32}$/, 'must start with AC followed by 32 letters or digits'),
+    },
+    TWILIO_AUTH_TOKEN: { env: 'TWILIO_AUTH_TOKEN', secret: true, help: 'Twilio auth token', schema: nonEmpty },
+    TWILIO_FROM_NUMBER: { env: 'TWILIO_FROM_NUMBER', help: 'sender number, E.164', schema: e164 },
+    TWILIO_BASE_URL: { env: 'TWILIO_BASE_URL', help: 'Twilio API URL (a fake in tests)', schema: httpUrl },
+    FILES_SERVICE_URL: { env: 'FILES_SERVICE_URL', help: 'delete files through the files service', schema: httpUrl },
+    FILES_SERVICE_TOKEN: {
+      env: 'FILES_SERVICE_TOKEN',
+      secret: true,
+      help: "the files service's bearer token",
+      schema: nonEmpty,
+    },
+    LOCAL_OUTBOX_DIR: {
+      env: 'LOCAL_OUTBOX_DIR',
+      defaultText: '.data/outbox',
+      help: 'local mode: emails and SMS are written here',
+      schema: nonEmpty,
+    },
+    LOCAL_STORAGE_DIR: {
+      env: 'LOCAL_STORAGE_DIR',
+      defaultText: '.data/storage',
+      help: 'local mode: files are deleted from here',
+      schema: nonEmpty,
+    },
+  },
+  refine(_config, report, given) {
+    // A channel is configured whole or not at all: half a configuration is a mistake, not local mode.
+    const requireTogether = (channel: string, names: ProviderVar[], extra: ProviderVar[] = []) => {
+      const set = names.filter(given);
+      const extraSet = extra.filter(given);
+      if (set.length + extraSet.length === 0 || set.length === names.length) return;
+      const others = [...set, ...extraSet].join(', ');
+      for (const n of names) {
+        if (!given(n))
+          report(n, `required for ${channel} because ${others} ${others.includes(',') ? 'are' : 'is'} set`);
+      }
+    };
+    requireTogether('Resend email', ['RESEND_API_KEY'], ['RESEND_BASE_URL']);
+    requireTogether(
+      'Twilio SMS',
+      ['TWILIO_ACCOUNT_SID', 'TWILIO_AUTH_TOKEN', 'TWILIO_FROM_NUMBER'],
+      ['TWILIO_BASE_URL'],
+    );
+    requireTogether('the files service', ['FILES_SERVICE_URL', 'FILES_SERVICE_TOKEN']);
+  },
 });
+type ProviderVar =
+  | 'RESEND_API_KEY'
+  | 'RESEND_BASE_URL'
+  | 'TWILIO_ACCOUNT_SID'
+  | 'TWILIO_AUTH_TOKEN'
+  | 'TWILIO_FROM_NUMBER'
+  | 'TWILIO_BASE_URL'
+  | 'FILES_SERVICE_URL'
+  | 'FILES_SERVICE_TOKEN';
 
-/** Thrown for bad or incomplete provider configuration; `problems` has one line per variable. */
-export class ProviderConfigError extends Error {
-  constructor(readonly problems: string[]) {
-    super(`invalid provider configuration:\n  ${problems.join('\n  ')}`);
-    this.name = 'ProviderConfigError';
-  }
-}
+/** The environment variables `providersFromEnv` reads. */
+export const PROVIDER_ENV_VARS = Object.values(PROVIDERS_CONFIG.settings).map((s) => s.env);
+
+/** Thrown for bad or incomplete provider configuration (ConfigError of @org/config); `problems` has one line per variable. */
+export { ConfigError as ProviderConfigError };
 
 /**
  * The providers for `email`, `sms` and `file_delete`:
@@ -76,31 +120,9 @@ export class ProviderConfigError extends Error {
  * variable (never its value) and every half-configured channel.
  */
 export function providersFromEnv(env: Record<string, string | undefined>, log: ProvidersLogger): Providers {
-  const parsed = envSchema.safeParse(env);
-  const problems: string[] = [];
-  if (!parsed.success) {
-    for (const issue of parsed.error.issues) {
-      problems.push(`${issue.path.join('.') || '(env)'}: ${issue.message}`);
-    }
-    throw new ProviderConfigError(problems);
-  }
-  const e = parsed.data;
-
-  const requireTogether = (channel: string, names: (keyof typeof e)[], extra: (keyof typeof e)[] = []) => {
-    const set = names.filter((n) => e[n] !== undefined);
-    const anySet = set.length > 0 || extra.some((n) => e[n] !== undefined);
-    if (!anySet || set.length === names.length) return;
-    for (const n of names) {
-      if (e[n] === undefined) {
-        const others = [...set, ...extra.filter((x) => e[x] !== undefined)].join(', ');
-        problems.push(`${n}: required for ${channel} because ${others} ${others.includes(',') ? 'are' : 'is'} set`);
-      }
-    }
-  };
-  requireTogether('Resend email', ['RESEND_API_KEY'], ['RESEND_BASE_URL']);
-  requireTogether('Twilio SMS', ['TWILIO_ACCOUNT_SID', 'TWILIO_AUTH_TOKEN', 'TWILIO_FROM_NUMBER'], ['TWILIO_BASE_URL']);
-  requireTogether('the files service', ['FILES_SERVICE_URL', 'FILES_SERVICE_TOKEN']);
-  if (problems.length > 0) throw new ProviderConfigError(problems);
+  const read = PROVIDERS_CONFIG.read(env);
+  if (read === 'help') throw new Error('unreachable: no argv');
+  const e = read;
 
   const outboxRoot = e.LOCAL_OUTBOX_DIR;
   let email: Provider<EmailPayload>;

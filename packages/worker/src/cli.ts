@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // queue-worker: configuration from flags and environment (see --help), the built-in
 // processors with providers from the environment (local outbox and storage when no
-// credentials are set), SIGTERM/SIGINT for a graceful stop, PROCESSES=N for a supervisor
+// credentials are set), SIGTERM/SIGINT for a graceful stop, PROCESSES=N for a process pool
 // of N worker processes. Exit codes: 0 stopped cleanly, 1 crashed, 2 bad configuration.
 import { providersFromEnv } from '@org/providers';
 import { runWorkerCli } from './main.js';

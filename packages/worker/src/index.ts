@@ -1,6 +1,13 @@
 // @org/worker: the thin typed executor. Embed it (new Worker({...})) or run its CLI.
-export { loadConfig, helpText, ConfigError, type WorkerConfig } from './config.js';
+export { loadConfig, helpText, ConfigError, SETTINGS, WORKER_CONFIG, type WorkerConfig } from './config.js';
 export { createLogger, type Logger } from './logger.js';
+export {
+  WorkerMetrics,
+  serveWorkerMetrics,
+  DURATION_BUCKETS,
+  type WorkerEventSource,
+  type WorkerMetricsServer,
+} from './metrics.js';
 export { ProcessorRegistry, type Processor, type TaskContext, type TaskReport } from './processor.js';
 export { dbFunctionProcessor } from './processors/db-function.js';
 export { handlerTaskProcessor } from './processors/handler-task.js';
@@ -10,4 +17,4 @@ export { LeaseLostError, classifyError, errorMessage, isLeaseLost, isTransient, 
 export { defaultRegistry } from './registry.js';
 export { DEFAULT_STATEMENT_TIMEOUT_MS, Worker, type WorkerOptions } from './worker.js';
 export { runWorkerCli, runWorkerMain, type WorkerMainOptions } from './main.js';
-export { ProcessSupervisor, type SupervisorOptions } from './supervisor.js';
+export { ProcessPool, type ProcessPoolOptions } from './process-pool.js';

@@ -2,17 +2,18 @@
  * The worker's command line, shared by `queue-worker` and any entry point that adds its
  * own processors. One of three modes:
  *   single       (default) one Worker in this process
- *   supervisor   PROCESSES=N: forks N worker processes and SPARES waiting ones, and
- *                replaces any that dies (supervisor.ts)
- *   supervised   a child of the supervisor (QUEUE_WORKER_SUPERVISED=1): loads its
+ *   pool         PROCESSES=N: forks N worker processes and SPARES waiting ones, and
+ *                replaces any that dies (process-pool.ts)
+ *   pool member  a child of the pool (QUEUE_WORKER_POOL_MEMBER=1): loads its
  *                processors, reports ready, and starts working when activated
  * SIGTERM / SIGINT stop gracefully. Exit codes: 0 stopped cleanly, 1 crashed, 2 bad
  * configuration.
  */
-import { ConfigError, helpText, loadConfig, type WorkerConfig } from './config.js';
+import { commandConfig, ConfigError, type WorkerConfig } from './config.js';
 import { createLogger, maskUrl, type Logger } from './logger.js';
+import { serveWorkerMetrics, WorkerMetrics } from './metrics.js';
 import type { ProcessorRegistry } from './processor.js';
-import { ProcessSupervisor, SUPERVISED_ENV, type ChildMessage, type SupervisorMessage } from './supervisor.js';
+import { ProcessPool, POOL_MEMBER_ENV, type ChildMessage, type PoolMessage } from './process-pool.js';
 import { Worker } from './worker.js';
 
 export interface WorkerMainOptions {
@@ -26,23 +27,11 @@ export interface WorkerMainOptions {
 export async function runWorkerMain(options: WorkerMainOptions): Promise<number> {
   const argv = options.argv ?? process.argv.slice(2);
   const env = options.env ?? process.env;
-  let config;
-  try {
-    config = loadConfig(argv, env);
-  } catch (error) {
-    if (error instanceof ConfigError) {
-      process.stderr.write(`${error.message}\nRun with --help for the list of settings.\n`);
-      return 2;
-    }
-    throw error;
-  }
-  if (config === 'help') {
-    process.stdout.write(helpText());
-    return 0;
-  }
-  const logger = createLogger(config.logLevel);
-  if (env[SUPERVISED_ENV] === '1' && process.send) return runSupervised(config, logger, options);
-  if (config.processes !== undefined) return runSupervisor(config, logger, argv, env);
+  const config = commandConfig(argv, env);
+  if (typeof config === 'number') return config; // --help, or bad settings
+  const logger = createLogger(config.logLevel, undefined, config.logFormat);
+  if (env[POOL_MEMBER_ENV] === '1' && process.send) return runPoolMember(config, logger, options);
+  if (config.processes !== undefined) return runPool(config, logger, argv, env);
   return runSingle(config, logger, options);
 }
 
@@ -51,7 +40,9 @@ export function runWorkerCli(options: WorkerMainOptions, name = 'queue-worker'):
   runWorkerMain(options).then(
     (code) => process.exit(code),
     (error: unknown) => {
-      process.stderr.write(`${name} crashed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+      process.stderr.write(
+        `${name} crashed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+      );
       process.exit(1);
     },
   );
@@ -59,17 +50,21 @@ export function runWorkerCli(options: WorkerMainOptions, name = 'queue-worker'):
 
 /**
  * Resolves on the first SIGTERM / SIGINT, or when the parent holding our IPC channel goes
- * away (`npm start`, the supervisor), rather than living on as an orphan.
+ * away (`npm start`, the process pool), rather than living on as an orphan.
  */
 function stopRequested(logger: Logger, onAgain?: (reason: string) => void): Promise<string> {
   return new Promise((resolve) => {
     let stopping = false;
     const stop = (reason: string) => {
-      // A terminal's Ctrl-C reaches every process of the group, and a supervisor forwards
+      // A terminal's Ctrl-C reaches every process of the group, and a process pool forwards
       // it again: later signals do not cut the grace period short.
       if (stopping) {
         if (onAgain) onAgain(reason);
-        else logger.warn({ event: 'signal', signal: reason }, `${reason} received again; already stopping (SIGKILL forces)`);
+        else
+          logger.warn(
+            { event: 'signal', signal: reason },
+            `${reason} received again; already stopping (SIGKILL forces)`,
+          );
         return;
       }
       stopping = true;
@@ -89,24 +84,36 @@ function buildRegistry(config: WorkerConfig, logger: Logger, options: WorkerMain
     registry.claimable(config.roles);
     return registry;
   } catch (error) {
-    process.stderr.write(`invalid configuration:\n  ${error instanceof Error ? error.message : String(error)}\n`);
+    // Provider settings come as a ConfigError of their own (one line per variable).
+    if (error instanceof ConfigError) process.stderr.write(`queue-worker: ${error.message}\n`);
+    else
+      process.stderr.write(
+        `queue-worker: invalid configuration:\n  ${error instanceof Error ? error.message : String(error)}\n`,
+      );
     return null;
   }
 }
 
 async function serveMetrics(worker: Worker, config: WorkerConfig, port: number | undefined, logger: Logger) {
   if (port === undefined) return undefined;
-  // Loaded only when asked for: the exposition lives with the API package.
-  const { WorkerMetrics, serveWorkerMetrics } = await import('@org/api');
   const metrics = new WorkerMetrics(worker, { worker_id: config.workerId });
   const server = await serveWorkerMetrics(metrics, { host: '0.0.0.0', port });
   logger.info({ event: 'metrics', port }, `metrics on :${port}/metrics`);
   return server;
 }
 
-async function work(config: WorkerConfig, logger: Logger, registry: ProcessorRegistry, metricsPort: number | undefined, stop: Promise<string>) {
+async function work(
+  config: WorkerConfig,
+  logger: Logger,
+  registry: ProcessorRegistry,
+  metricsPort: number | undefined,
+  stop: Promise<string>,
+) {
   const worker = new Worker({ ...config, registry, logger });
-  logger.info({ event: 'config', database: maskUrl(config.databaseUrl), worker_id: config.workerId }, 'configuration loaded');
+  logger.info(
+    { event: 'config', database: maskUrl(config.databaseUrl), worker_id: config.workerId },
+    'configuration loaded',
+  );
   const metricsServer = await serveMetrics(worker, config, metricsPort, logger);
   await worker.start();
   return async () => {
@@ -126,12 +133,12 @@ async function runSingle(config: WorkerConfig, logger: Logger, options: WorkerMa
   return 0;
 }
 
-async function runSupervised(config: WorkerConfig, logger: Logger, options: WorkerMainOptions): Promise<number> {
+async function runPoolMember(config: WorkerConfig, logger: Logger, options: WorkerMainOptions): Promise<number> {
   const stop = stopRequested(logger);
   const registry = buildRegistry(config, logger, options);
   if (!registry) return 2;
-  const activated = new Promise<SupervisorMessage>((resolve) =>
-    process.on('message', (message: SupervisorMessage) => message?.type === 'activate' && resolve(message)),
+  const activated = new Promise<PoolMessage>((resolve) =>
+    process.on('message', (message: PoolMessage) => message?.type === 'activate' && resolve(message)),
   );
   process.send!({ type: 'ready' } satisfies ChildMessage);
   const first = await Promise.race([activated, stop]);
@@ -144,16 +151,16 @@ async function runSupervised(config: WorkerConfig, logger: Logger, options: Work
   return 0;
 }
 
-async function runSupervisor(config: WorkerConfig, logger: Logger, argv: string[], env: NodeJS.ProcessEnv): Promise<number> {
-  const supervisor = new ProcessSupervisor({
+async function runPool(config: WorkerConfig, logger: Logger, argv: string[], env: NodeJS.ProcessEnv): Promise<number> {
+  const pool = new ProcessPool({
     script: process.argv[1]!,
     args: argv,
-    env: { ...env, [SUPERVISED_ENV]: '1' },
+    env: { ...env, [POOL_MEMBER_ENV]: '1' },
     processes: config.processes!,
     spares: config.spares ?? 1,
     workerIdPrefix: config.workerId,
     logger,
   });
-  void stopRequested(logger, (reason) => supervisor.stop(reason)).then((reason) => supervisor.stop(reason));
-  return supervisor.run();
+  void stopRequested(logger, (reason) => pool.stop(reason)).then((reason) => pool.stop(reason));
+  return pool.run();
 }

@@ -93,7 +93,7 @@ export async function handlerCalls(db: TestDatabase): Promise<{ kind: string; bo
 }
 
 /** Resolves when `check` returns true; fails after `timeoutMs` with `what`. */
-export async function eventually(check: () => Promise<boolean>, what: string, timeoutMs = 20_000): Promise<void> {
+export async function eventually(check: () => boolean | Promise<boolean>, what: string, timeoutMs = 20_000): Promise<void> {
   const start = Date.now();
   for (;;) {
     if (await check()) return;

@@ -1,11 +1,11 @@
 // A worker process for signal and crash tests: the worker's command line (runWorkerCli,
-// so PROCESSES=N supervises N of these), with test processors beside db_function:
+// so PROCESSES=N runs a pool of N of these), with test processors beside db_function:
 //   slow   waits payload.ms (default 1000) milliseconds, then completes
 //   crash  kills its own process with SIGKILL (a poison task)
-// TEST_DIE_BEFORE_READY=1: a supervised child exits 1 before it is ready (a broken install).
+// TEST_DIE_BEFORE_READY=1: a pool member exits 1 before it is ready (a broken install).
 import { ProcessorRegistry, dbFunctionProcessor, finish, runWorkerCli } from '@org/worker';
 
-if (process.env.TEST_DIE_BEFORE_READY === '1' && process.env.QUEUE_WORKER_SUPERVISED === '1') process.exit(1);
+if (process.env.TEST_DIE_BEFORE_READY === '1' && process.env.QUEUE_WORKER_POOL_MEMBER === '1') process.exit(1);
 
 const registry = () =>
   new ProcessorRegistry()

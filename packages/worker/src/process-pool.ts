@@ -1,24 +1,24 @@
 /**
- * The process supervisor (PROCESSES=N): keeps N worker processes working, plus SPARES
+ * The process pool (PROCESSES=N): keeps N worker processes working, plus SPARES
  * processes started ahead that wait with their modules loaded. When a worker process dies
  * (a poison task that kills it or exhausts its heap, a bug), a waiting spare takes its
  * place at once: the capacity lost to a crash is one IPC message rather than a process
  * start-up (module loading and JIT warm-up, ~0.3 s of CPU). A new spare then starts in
  * the background.
  *
- *   child -> supervisor   { type: 'ready' }     configuration read, processors loaded
+ *   child -> pool         { type: 'ready' }     configuration read, processors loaded
  *                         { type: 'started' }   the worker is claiming
- *   supervisor -> child   { type: 'activate', workerId, slot }
+ *   pool -> child         { type: 'activate', workerId, slot }
  *
- * Children run the same script with QUEUE_WORKER_SUPERVISED=1 (see main.ts). Each working
+ * Children run the same script with QUEUE_WORKER_POOL_MEMBER=1 (see main.ts). Each working
  * process holds a slot (0..N-1); its worker id is `<WORKER_ID>-<n>`, n counting the
  * processes started, and it serves metrics on METRICS_PORT + slot.
  *
  * Restarts: a process that worked for a second or more is replaced at once. Consecutive
  * processes that die within a second of starting work, or before they are ready, are
  * replaced after 0.25 s, 0.5 s, ... up to 10 s; five in a row that die before ready
- * stop the supervisor with exit code 1 (the installation is broken, restarting cannot
- * help). A child that exits with code 2 found the configuration invalid: the supervisor
+ * stop the pool with exit code 1 (the installation is broken, restarting cannot
+ * help). A child that exits with code 2 found the configuration invalid: the pool
  * stops and exits 2.
  *
  * stop(): SIGTERM to every child (each finishes or releases its tasks within its grace
@@ -27,12 +27,12 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import type { Logger } from './logger.js';
 
-export const SUPERVISED_ENV = 'QUEUE_WORKER_SUPERVISED';
+export const POOL_MEMBER_ENV = 'QUEUE_WORKER_POOL_MEMBER';
 
-export type SupervisorMessage = { type: 'activate'; workerId: string; slot: number };
+export type PoolMessage = { type: 'activate'; workerId: string; slot: number };
 export type ChildMessage = { type: 'ready' } | { type: 'started' };
 
-export interface SupervisorOptions {
+export interface ProcessPoolOptions {
   /** The script each child runs (the CLI itself), with `args`. */
   script: string;
   args: string[];
@@ -58,8 +58,8 @@ interface Child {
 const FAST_DEATH_MS = 1000;
 const MAX_START_FAILURES = 5;
 
-export class ProcessSupervisor {
-  readonly #options: SupervisorOptions;
+export class ProcessPool {
+  readonly #options: ProcessPoolOptions;
   readonly #log: Logger;
   readonly #children = new Set<Child>();
   readonly #slots: (Child | undefined)[];
@@ -72,16 +72,19 @@ export class ProcessSupervisor {
   #resolveDone!: (code: number) => void;
   readonly #done = new Promise<number>((resolve) => (this.#resolveDone = resolve));
 
-  constructor(options: SupervisorOptions) {
+  constructor(options: ProcessPoolOptions) {
     this.#options = options;
-    this.#log = options.logger.child({ component: 'supervisor' });
+    this.#log = options.logger.child({ component: 'process_pool' });
     this.#slots = new Array<Child | undefined>(options.processes).fill(undefined);
   }
 
   /** Starts the children; resolves with the exit code once stopped and every child has exited. */
   run(): Promise<number> {
     const { processes, spares } = this.#options;
-    this.#log.info({ event: 'supervisor_started', processes, spares }, `supervising ${processes} worker process(es) and ${spares} spare(s)`);
+    this.#log.info(
+      { event: 'pool_started', processes, spares },
+      `process pool of ${processes} worker process(es) and ${spares} spare(s)`,
+    );
     this.#fill(0);
     return this.#done;
   }
@@ -93,7 +96,10 @@ export class ProcessSupervisor {
       return;
     }
     this.#stopping = true;
-    this.#log.info({ event: 'supervisor_stopping', reason, children: this.#children.size }, `${reason}: stopping every worker process`);
+    this.#log.info(
+      { event: 'pool_stopping', reason, children: this.#children.size },
+      `${reason}: stopping every worker process`,
+    );
     for (const timer of this.#timers) clearTimeout(timer);
     this.#timers.clear();
     for (const child of this.#children) child.process.kill('SIGTERM');
@@ -143,11 +149,20 @@ export class ProcessSupervisor {
       child.state = 'ready';
       child.readyAt = Date.now();
       this.#startFailures = 0;
-      this.#log.debug({ event: 'child_ready', pid: child.process.pid, start_ms: child.readyAt - child.forkedAt }, 'worker process ready');
+      this.#log.debug(
+        { event: 'child_ready', pid: child.process.pid, start_ms: child.readyAt - child.forkedAt },
+        'worker process ready',
+      );
       this.#assign();
     } else if (message?.type === 'started' && child.state === 'active') {
       this.#log.info(
-        { event: 'child_started', pid: child.process.pid, slot: child.slot, worker_id: child.workerId, waited_ms: child.activatedAt! - child.readyAt! },
+        {
+          event: 'child_started',
+          pid: child.process.pid,
+          slot: child.slot,
+          worker_id: child.workerId,
+          waited_ms: child.activatedAt! - child.readyAt!,
+        },
         `worker process ${child.workerId} working in slot ${child.slot}`,
       );
     }
@@ -165,7 +180,7 @@ export class ProcessSupervisor {
       ready.workerId = `${this.#options.workerIdPrefix}-${ready.n}`;
       ready.activatedAt = Date.now();
       this.#slots[slot] = ready;
-      const message: SupervisorMessage = { type: 'activate', workerId: ready.workerId, slot };
+      const message: PoolMessage = { type: 'activate', workerId: ready.workerId, slot };
       ready.process.send(message);
     }
   }
@@ -200,11 +215,17 @@ export class ProcessSupervisor {
       this.stop('invalid configuration');
       return;
     }
-    this.#log.error(fields, `worker process ${child.workerId ?? child.n} died (${signal ?? `exit code ${code}`}); replacing it`);
+    this.#log.error(
+      fields,
+      `worker process ${child.workerId ?? child.n} died (${signal ?? `exit code ${code}`}); replacing it`,
+    );
     if (was === 'starting') {
       this.#startFailures++;
       if (this.#startFailures >= MAX_START_FAILURES) {
-        this.#log.fatal({ event: 'supervisor_giving_up', failures: this.#startFailures }, `${this.#startFailures} worker processes in a row died before they were ready; stopping`);
+        this.#log.fatal(
+          { event: 'pool_giving_up', failures: this.#startFailures },
+          `${this.#startFailures} worker processes in a row died before they were ready; stopping`,
+        );
         this.#exitCode = 1;
         this.stop('worker processes cannot start');
         return;
@@ -217,13 +238,14 @@ export class ProcessSupervisor {
     this.#assign();
     const failures = Math.max(this.#fastDeaths, this.#startFailures);
     const delayMs = failures === 0 ? 0 : Math.min(250 * 2 ** (failures - 1), 10_000);
-    if (delayMs > 0) this.#log.warn({ event: 'restart_delayed', delay_ms: delayMs, failures }, `restarting in ${delayMs} ms`);
+    if (delayMs > 0)
+      this.#log.warn({ event: 'restart_delayed', delay_ms: delayMs, failures }, `restarting in ${delayMs} ms`);
     this.#fill(delayMs);
   }
 
   #settleIfDone(): void {
     if (this.#stopping && this.#children.size === 0) {
-      this.#log.info({ event: 'supervisor_stopped', exit_code: this.#exitCode }, 'every worker process has stopped');
+      this.#log.info({ event: 'pool_stopped', exit_code: this.#exitCode }, 'every worker process has stopped');
       this.#resolveDone(this.#exitCode);
     }
   }

@@ -1,7 +1,7 @@
-// PROCESSES=N: the supervisor keeps N worker processes working and a spare waiting; a
+// PROCESSES=N: the pool keeps N worker processes working and a spare waiting; a
 // process that dies is replaced by the spare at once; poison tasks are abandoned while the
-// supervisor stays up; SIGTERM stops every process; a broken configuration or install
-// stops the supervisor with a clear exit code; its own death leaves no orphans.
+// pool stays up; SIGTERM stops every process; a broken configuration or install
+// stops the pool with a clear exit code; its own death leaves no orphans.
 import { readdirSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -10,24 +10,24 @@ import { effects, enqueue, eventually, factsOf, installFixtures } from './suppor
 import { logLines, startChild, type Child } from './support/child.js';
 
 let db: TestDatabase;
-const supervisors: Child[] = [];
+const pools: Child[] = [];
 
 beforeAll(async () => {
   db = await createTestDatabase();
   await installFixtures(db);
 });
 afterAll(async () => {
-  for (const s of supervisors) {
+  for (const s of pools) {
     for (const pid of childPids(s.process.pid!)) kill(pid, 'SIGKILL');
     if (s.process.exitCode === null) s.process.kill('SIGKILL');
   }
   await db?.drop();
 });
 
-function supervisor(env: Record<string, string> = {}): Child {
+function pool(env: Record<string, string> = {}): Child {
   const child = startChild({
     DATABASE_URL: db.url('worker'),
-    WORKER_ID: `sup${supervisors.length}`,
+    WORKER_ID: `sup${pools.length}`,
     PROCESSES: '2',
     CONCURRENCY: '2',
     POLL_INTERVAL_MS: '100',
@@ -36,7 +36,7 @@ function supervisor(env: Record<string, string> = {}): Child {
     SHUTDOWN_GRACE_MS: '3000',
     ...env,
   });
-  supervisors.push(child);
+  pools.push(child);
   return child;
 }
 
@@ -85,15 +85,22 @@ function kill(pid: number, signal: NodeJS.Signals): void {
 const events = (s: Child, event: string) => logLines(s.output()).filter((l) => l.event === event);
 const started = (s: Child) => events(s, 'child_started') as { pid: number; slot: number; worker_id: string }[];
 const leasesOf = async (taskId: string) =>
-  (await db.query('select worker_id from queues.task_lease where task_id = $1 order by task_lease_id', [taskId])).rows.map(
-    (r) => r.worker_id as string,
-  );
+  (
+    await db.query('select worker_id from queues.task_lease where task_id = $1 order by task_lease_id', [taskId])
+  ).rows.map((r) => r.worker_id as string);
 
-describe('PROCESSES: the supervisor', () => {
+describe('PROCESSES: the pool', () => {
   it('runs N working processes and a spare; a killed process is replaced by the spare at once', async () => {
-    const s = supervisor({ WORKER_ROLE: 'slow,db_function' });
-    await eventually(async () => started(s).length === 2 && childPids(s.process.pid!).length === 3, 'two working processes and a spare');
-    expect(started(s).map((e) => e.slot).sort()).toEqual([0, 1]);
+    const s = pool({ WORKER_ROLE: 'slow,db_function' });
+    await eventually(
+      () => started(s).length === 2 && childPids(s.process.pid!).length === 3,
+      'two working processes and a spare',
+    );
+    expect(
+      started(s)
+        .map((e) => e.slot)
+        .sort(),
+    ).toEqual([0, 1]);
     const working = started(s).map((e) => e.pid);
     const [spare] = childPids(s.process.pid!).filter((pid) => !working.includes(pid));
     expect(spare).toBeDefined();
@@ -107,19 +114,28 @@ describe('PROCESSES: the supervisor', () => {
     kill(victim.pid, 'SIGKILL');
 
     // The spare (already started) takes the victim's slot, and a new spare is started.
-    await eventually(async () => started(s).length === 3, 'the spare working');
-    const replacement = started(s)[2]!;
+    await eventually(() => started(s).length === 3, 'the spare working');
+    const replacement = started(s)[2];
     expect(replacement.pid).toBe(spare);
     expect(replacement.slot).toBe(victim.slot);
     expect(replacement.worker_id).not.toBe(victim.worker_id);
     const exited = events(s, 'child_exited');
     expect(exited).toHaveLength(1);
-    expect(exited[0]).toMatchObject({ pid: victim.pid, worker_id: victim.worker_id, signal: 'SIGKILL', state: 'active' });
-    await eventually(async () => childPids(s.process.pid!).length === 3, 'a new spare');
+    expect(exited[0]).toMatchObject({
+      pid: victim.pid,
+      worker_id: victim.worker_id,
+      signal: 'SIGKILL',
+      state: 'active',
+    });
+    await eventually(() => childPids(s.process.pid!).length === 3, 'a new spare');
     expect(childPids(s.process.pid!)).not.toContain(victim.pid);
 
     // The killed process's task comes back when its lease expires, and work goes on.
-    await eventually(async () => (await factsOf(db, id)).outcome !== null, 'the task completed by another process', 20_000);
+    await eventually(
+      async () => (await factsOf(db, id)).outcome !== null,
+      'the task completed by another process',
+      20_000,
+    );
     expect(await factsOf(db, id)).toEqual({ outcome: 'succeeded', errors: [], leases: 2 });
     expect((await leasesOf(id))[1]).not.toBe(victim.worker_id);
     const step = await enqueue(db, 'db_function', { db_function: 'fixture.step', key: 'after-the-kill' });
@@ -130,14 +146,14 @@ describe('PROCESSES: the supervisor', () => {
     const pids = childPids(s.process.pid!);
     s.process.kill('SIGTERM');
     expect(await s.exited).toEqual({ code: 0, signal: null });
-    await eventually(async () => pids.every((pid) => !alive(pid)), 'every child gone');
-    expect(events(s, 'supervisor_stopped')).toHaveLength(1);
+    await eventually(() => pids.every((pid) => !alive(pid)), 'every child gone');
+    expect(events(s, 'pool_stopped')).toHaveLength(1);
     expect(events(s, 'worker_stopped')).toHaveLength(2);
   });
 
-  it('poison tasks: each death is replaced, the task is abandoned after MAX_LEASES, the supervisor stays up', async () => {
+  it('poison tasks: each death is replaced, the task is abandoned after MAX_LEASES, the pool stays up', async () => {
     const id = await enqueue(db, 'crash', {});
-    const s = supervisor({ WORKER_ROLE: 'crash,db_function', MAX_LEASES: '2' });
+    const s = pool({ WORKER_ROLE: 'crash,db_function', MAX_LEASES: '2' });
     await eventually(async () => (await factsOf(db, id)).outcome !== null, 'abandonment', 30_000);
     expect(await factsOf(db, id)).toEqual({
       outcome: 'abandoned',
@@ -149,38 +165,38 @@ describe('PROCESSES: the supervisor', () => {
     expect(s.process.exitCode).toBeNull();
     const step = await enqueue(db, 'db_function', { db_function: 'fixture.step', key: 'after-the-poison' });
     await eventually(async () => (await factsOf(db, step)).outcome === 'succeeded', 'a step after the poison');
-    await eventually(async () => childPids(s.process.pid!).length === 3, 'two working processes and a spare again');
+    await eventually(() => childPids(s.process.pid!).length === 3, 'two working processes and a spare again');
     s.process.kill('SIGTERM');
     expect((await s.exited).code).toBe(0);
   });
 
-  it('SIGKILL of the supervisor: its processes notice, stop, and leave no orphan', async () => {
-    const s = supervisor({ WORKER_ROLE: 'db_function' });
-    await eventually(async () => started(s).length === 2 && childPids(s.process.pid!).length === 3, 'started');
+  it('SIGKILL of the pool: its processes notice, stop, and leave no orphan', async () => {
+    const s = pool({ WORKER_ROLE: 'db_function' });
+    await eventually(() => started(s).length === 2 && childPids(s.process.pid!).length === 3, 'started');
     const pids = childPids(s.process.pid!);
     s.process.kill('SIGKILL');
     await s.exited;
-    await eventually(async () => pids.every((pid) => !alive(pid)), 'the orphans gone', 15_000);
+    await eventually(() => pids.every((pid) => !alive(pid)), 'the orphans gone', 15_000);
     const { rows } = await db.query(
       `select count(*)::int as n from pg_stat_activity where application_name like 'queue-worker%' and datname = current_database()`,
     );
     expect(rows[0].n).toBe(0);
   });
 
-  it('a role without a processor: the children exit 2, and so does the supervisor, at once', async () => {
-    const s = supervisor({ WORKER_ROLE: 'fax' });
+  it('a role without a processor: the children exit 2, and so does the pool, at once', async () => {
+    const s = pool({ WORKER_ROLE: 'fax' });
     expect((await s.exited).code).toBe(2);
     expect(s.output()).toMatch(/no processor for role\(s\) fax/);
     expect(events(s, 'child_exited').length).toBeGreaterThanOrEqual(1);
     expect(events(s, 'child_started')).toHaveLength(0);
   });
 
-  it('processes that cannot start: restarts back off, then the supervisor gives up with exit 1', async () => {
-    const s = supervisor({ WORKER_ROLE: 'db_function', TEST_DIE_BEFORE_READY: '1', PROCESSES: '1', SPARES: '0' });
+  it('processes that cannot start: restarts back off, then the pool gives up with exit 1', async () => {
+    const s = pool({ WORKER_ROLE: 'db_function', TEST_DIE_BEFORE_READY: '1', PROCESSES: '1', SPARES: '0' });
     expect((await s.exited).code).toBe(1);
     expect(events(s, 'child_exited')).toHaveLength(5);
     expect(events(s, 'restart_delayed').map((e) => e.delay_ms)).toEqual([250, 500, 1000, 2000]);
-    expect(events(s, 'supervisor_giving_up')).toHaveLength(1);
+    expect(events(s, 'pool_giving_up')).toHaveLength(1);
   });
 
   it('METRICS_PORT: the process in slot i serves METRICS_PORT + i', async () => {
@@ -188,9 +204,12 @@ describe('PROCESSES: the supervisor', () => {
     let port = await freePort();
     // Two consecutive free ports.
     for (let i = 0; i < 20 && !(await portFree(port + 1)); i++) port = await freePort();
-    const s = supervisor({ WORKER_ROLE: 'db_function', METRICS_PORT: String(port) });
-    await eventually(async () => started(s).length === 2, 'started');
-    for (const [slot, p] of [[0, port], [1, port + 1]] as const) {
+    const s = pool({ WORKER_ROLE: 'db_function', METRICS_PORT: String(port) });
+    await eventually(() => started(s).length === 2, 'started');
+    for (const [slot, p] of [
+      [0, port],
+      [1, port + 1],
+    ] as const) {
       const worker = started(s).find((e) => e.slot === slot)!;
       const body = await fetch(`http://127.0.0.1:${p}/metrics`).then((r) => r.text());
       expect(body).toContain(`worker_id="${worker.worker_id}"`);
@@ -204,13 +223,21 @@ describe('PROCESSES: configuration', () => {
   it.each([
     ['PROCESSES zero', { PROCESSES: '0' }, /PROCESSES \(--processes\): must be at least 1, got "0"/],
     ['PROCESSES too many', { PROCESSES: '65' }, /PROCESSES \(--processes\): must be at most 64/],
-    ['SPARES without PROCESSES', { PROCESSES: '', SPARES: '1' }, /SPARES \(--spares\): only means something with PROCESSES/],
+    [
+      'SPARES without PROCESSES',
+      { PROCESSES: '', SPARES: '1' },
+      /SPARES \(--spares\): only means something with PROCESSES/,
+    ],
     ['SPARES not a number', { SPARES: 'one' }, /SPARES \(--spares\): must be a whole number between 0 and 8/],
-    ['metrics ports past 65535', { METRICS_PORT: '65535', PROCESSES: '2' }, /METRICS_PORT \(--metrics-port\): process i serves METRICS_PORT \+ i/],
+    [
+      'metrics ports past 65535',
+      { METRICS_PORT: '65535', PROCESSES: '2' },
+      /METRICS_PORT \(--metrics-port\): process i serves METRICS_PORT \+ i/,
+    ],
   ])('%s: a clear message and exit code 2, nothing started', async (_name, env, message) => {
-    const s = supervisor(env);
+    const s = pool(env);
     expect((await s.exited).code).toBe(2);
     expect(s.output()).toMatch(message);
-    expect(events(s, 'supervisor_started')).toHaveLength(0);
+    expect(events(s, 'pool_started')).toHaveLength(0);
   });
 });

@@ -1,0 +1,95 @@
+// One log shape for every program: level names (never numbers), ISO time, service, pid,
+// msg; JSON lines when stdout is not a terminal, pino-pretty when it is or when asked.
+import { execFileSync } from 'node:child_process';
+import { Writable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { createLogger } from '@org/config';
+
+const memory = () => {
+  const chunks: string[] = [];
+  const stream = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      chunks.push(chunk.toString());
+      done();
+    },
+  });
+  return { stream, text: () => chunks.join('') };
+};
+
+// Runs a logger in a child process whose stdout is a pipe, or a terminal (util-linux `script`).
+const packageDir = fileURLToPath(new URL('..', import.meta.url));
+const snippet =
+  "import('@org/config').then(({ createLogger }) => { createLogger({ service: 'probe', level: 'info' }).info({ event: 'hello', token: 'sekret' }, 'hi there'); })";
+const inChild = (env: Record<string, string> = {}) =>
+  execFileSync(process.execPath, ['-e', snippet], {
+    cwd: packageDir,
+    encoding: 'utf8',
+    env: { PATH: process.env.PATH, ...env },
+  });
+const inTerminal = () =>
+  execFileSync('script', ['-qec', `${JSON.stringify(process.execPath)} -e ${JSON.stringify(snippet)}`, '/dev/null'], {
+    cwd: packageDir,
+    encoding: 'utf8',
+    env: { PATH: process.env.PATH, TERM: 'xterm' },
+  });
+
+describe('createLogger', () => {
+  it('writes JSON lines with the shared shape when stdout is not a terminal', () => {
+    const lines = inChild().trim().split('\n');
+    expect(lines).toHaveLength(1);
+    const line = JSON.parse(lines[0]) as Record<string, unknown>;
+    expect(line).toMatchObject({
+      level: 'info',
+      service: 'probe',
+      event: 'hello',
+      msg: 'hi there',
+      token: '[redacted]',
+    });
+    expect(line.time).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+    expect(typeof line.pid).toBe('number');
+    expect(Object.keys(line).slice(0, 4)).toEqual(['level', 'time', 'service', 'pid']);
+  });
+
+  it('is human-readable when stdout is a terminal', () => {
+    const out = inTerminal();
+    expect(out).toMatch(/INFO/);
+    expect(out).toContain('[probe] hi there');
+    expect(out).toContain('\u001b['); // coloured
+    expect(out).not.toContain('"msg"');
+    expect(out).not.toContain('sekret');
+  });
+
+  it('pretty when forced, JSON when forced, whatever the destination', () => {
+    const pretty = memory();
+    createLogger({ service: 'probe', format: 'pretty', destination: pretty.stream }).warn(
+      { event: 'x', task_id: 7 },
+      'careful',
+    );
+    expect(pretty.text()).toMatch(/^\[\d\d:\d\d:\d\d\.\d{3}\] WARN: \[probe\] careful\n/);
+    expect(pretty.text()).toContain('task_id: 7');
+    expect(pretty.text()).not.toContain('\u001b['); // no colours into a non-terminal
+
+    const json = memory();
+    createLogger({ service: 'probe', format: 'json', destination: json.stream }).error('bad');
+    expect(JSON.parse(json.text())).toMatchObject({ level: 'error', service: 'probe', msg: 'bad' });
+
+    const auto = memory();
+    createLogger({ service: 'probe', destination: auto.stream, level: 'debug' }).debug('quiet');
+    expect(JSON.parse(auto.text())).toMatchObject({ level: 'debug', msg: 'quiet' });
+  });
+
+  it('respects the level', () => {
+    const out = memory();
+    const log = createLogger({ service: 'probe', level: 'warn', destination: out.stream });
+    log.info('dropped');
+    log.warn('kept');
+    expect(
+      out
+        .text()
+        .trim()
+        .split('\n')
+        .map((l) => (JSON.parse(l) as { msg: string }).msg),
+    ).toEqual(['kept']);
+  });
+});

@@ -1,0 +1,62 @@
+// The worker's Prometheus metrics (prom-client): every Worker event counted under the
+// documented names and labels, served by node:http at GET /metrics.
+import { EventEmitter } from 'node:events';
+import { describe, expect, it } from 'vitest';
+import { serveWorkerMetrics, WorkerMetrics } from '@org/worker';
+
+describe('WorkerMetrics', () => {
+  it('counts a worker’s events and serves them on GET /metrics', async () => {
+    const worker = new EventEmitter();
+    const metrics = new WorkerMetrics(worker, { worker_id: 'w-1' });
+    const email = { taskId: '1', taskType: 'email' };
+    const sms = { taskId: '2', taskType: 'sms' };
+    worker.emit('claimed', [email, sms, { taskId: '5', taskType: 'email' }]);
+    worker.emit('completed', email, { outcome: 'succeeded' }, 120);
+    worker.emit('completed', sms, { outcome: 'failed', error: 'x' }, 2000);
+    worker.emit('extended', 3);
+    worker.emit('lease_lost', { taskId: '3', taskType: 'email' });
+    worker.emit('released', ['4']);
+    const server = await serveWorkerMetrics(metrics, { port: 0 });
+    try {
+      const response = await fetch(`http://127.0.0.1:${server.port}/metrics`);
+      expect(response.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);
+      const text = await response.text();
+      expect(text).toContain('# TYPE queue_worker_tasks_claimed_total counter');
+      expect(text).toContain('queue_worker_tasks_claimed_total{task_type="email",worker_id="w-1"} 2');
+      expect(text).toContain('queue_worker_tasks_completed_total{task_type="sms",outcome="failed",worker_id="w-1"} 1');
+      expect(text).toContain(
+        'queue_worker_tasks_completed_total{task_type="email",outcome="succeeded",worker_id="w-1"} 1',
+      );
+      expect(text).toContain('queue_worker_tasks_failed_total{task_type="sms",worker_id="w-1"} 1');
+      expect(text).not.toContain('queue_worker_tasks_failed_total{task_type="email"');
+      expect(text).toContain('queue_worker_lease_extensions_total{worker_id="w-1"} 3');
+      expect(text).toContain('queue_worker_leases_lost_total{task_type="email",worker_id="w-1"} 1');
+      expect(text).toContain('queue_worker_leases_released_total{worker_id="w-1"} 1');
+      // Claimed 1, 2, 5; 1 and 2 completed: 5 is still running.
+      expect(text).toContain('queue_worker_tasks_in_flight{worker_id="w-1"} 1');
+      expect(text).toContain('# TYPE queue_worker_task_duration_seconds histogram');
+      expect(text).toContain('queue_worker_task_duration_seconds_bucket{le="0.1",worker_id="w-1",task_type="email"} 0');
+      expect(text).toContain(
+        'queue_worker_task_duration_seconds_bucket{le="0.25",worker_id="w-1",task_type="email"} 1',
+      );
+      expect(text).toContain('queue_worker_task_duration_seconds_count{worker_id="w-1",task_type="sms"} 1');
+      expect(text).toContain('queue_worker_task_duration_seconds_sum{worker_id="w-1",task_type="sms"} 2');
+      expect(await metrics.value('queue_worker_tasks_claimed_total', { task_type: 'email' })).toBe(2);
+      expect(await metrics.value('queue_worker_tasks_claimed_total', { task_type: 'fax' })).toBe(0);
+      expect((await fetch(`http://127.0.0.1:${server.port}/other`)).status).toBe(404);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('two workers in one process keep their own counts', async () => {
+    const a = new EventEmitter();
+    const b = new EventEmitter();
+    const ma = new WorkerMetrics(a, { worker_id: 'a' });
+    const mb = new WorkerMetrics(b, { worker_id: 'b' });
+    a.emit('claimed', [{ taskId: '1', taskType: 'email' }]);
+    expect(await ma.value('queue_worker_tasks_claimed_total', { task_type: 'email' })).toBe(1);
+    expect(await mb.value('queue_worker_tasks_claimed_total', { task_type: 'email' })).toBe(0);
+    expect(await mb.render()).not.toContain('worker_id="a"');
+  });
+});

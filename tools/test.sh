@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# npm test: every check, each a separate step with its own verdict, then a summary.
+# The build must pass (the rest runs on dist/); a failing lint, format check or type
+# check does not stop the tests from running, so one run shows every failure.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+failed=()
+step() {
+  local name=$1
+  shift
+  echo
+  echo "==> npm test: ${name}: $*"
+  if "$@"; then
+    echo "==> npm test: ${name}: ok"
+  else
+    echo "==> npm test: ${name}: FAILED"
+    failed+=("$name")
+  fi
+}
+
+step chromium bash tools/ensure-chromium.sh
+step build npx turbo run build --output-logs=errors-only
+if [[ " ${failed[*]} " == *" build "* ]]; then
+  echo "==> npm test: the build failed; nothing else can run"
+  exit 1
+fi
+step typecheck npx tsc -p tsconfig.json
+step lint npx eslint .
+step format npx prettier --check --log-level warn '**/*.{ts,mts,mjs,js}'
+step vitest npx vitest run
+
+echo
+if ((${#failed[@]} > 0)); then
+  echo "==> npm test: FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "==> npm test: every step passed"
