@@ -52,6 +52,7 @@ const programs = () => ({
     cli: cliOf('@org/files-service'),
     env: {
       FILES_SERVICE_TOKEN: 'a-token-of-enough-length',
+      FILES_SERVICE_DATABASE_URL: db.url('worker'),
       FILES_BUCKETS: 'a-bucket',
       GCS_CREDENTIALS_JSON: credentials,
       FILES_SERVICE_PORT: '0',

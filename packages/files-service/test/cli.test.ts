@@ -41,7 +41,7 @@ describe('files service config from env', () => {
     });
     expect(found).toEqual([
       'FILES_SERVICE_TOKEN: must be at least 16 characters',
-      'FILES_SERVICE_DATABASE_URL: must be a postgres:// URL',
+      'FILES_SERVICE_DATABASE_URL: must be a postgres:// or postgresql:// URL',
       'FILES_BUCKETS: must be bucket names (lower-case letters, digits, ".", "_", "-"), got "Bad Bucket"',
       'GCS_CREDENTIALS_JSON: client_email: client_email must be an email address',
       'GCS_API_ENDPOINT: must be an http(s) URL, got "nope"',

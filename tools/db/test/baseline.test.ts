@@ -4,7 +4,6 @@
 import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { claimTasks, completeTasks, enqueue } from '@org/queue-client';
 import { migrate, type Settings } from 'graphile-migrate';
 import { clearAllPools } from 'graphile-migrate/dist/pgReal.js';
 import { afterAll, describe, expect, inject, it } from 'vitest';
@@ -132,24 +131,34 @@ describe('a database migrated with the legacy history', () => {
     // The data is there.
     expect(await queueFacts(owner)).toEqual(before);
 
-    // The queue works, through the client apps and the worker use: the worker claims what
-    // is ready (the pending and the released tasks) and completes it; the scheduled one
-    // waits; the app enqueues, and that task is claimed next.
+    // The queue works, through the functions apps and the worker call: the worker claims
+    // what is ready (the pending and the released tasks) and completes it; the scheduled
+    // one waits; the app enqueues, and that task is claimed next.
     const worker = db.pool('worker');
-    const claimed = await claimTasks(worker, { workerId: 'upgraded-worker', limit: 10, taskTypes: ['db_function'] });
+    const claim = async (taskTypes: string[] | null) =>
+      (
+        await worker.query<{ task_id: string; task_lease_id: string }>(
+          'select task_id::text, task_lease_id::text from queues.claim_tasks($1, 10, $2)',
+          ['upgraded-worker', taskTypes],
+        )
+      ).rows;
+    const byId = (a: string, b: string) => Number(a) - Number(b);
+    const claimed = await claim(['db_function']);
     const ready = Object.entries(seeded.states)
       .filter(([, state]) => state === 'pending' || state === 'released')
       .map(([id]) => id)
-      .sort((a, b) => Number(a) - Number(b));
-    expect(claimed.map((c) => c.taskId).sort((a, b) => Number(a) - Number(b))).toEqual(ready);
-    const results = await completeTasks(
-      worker,
-      claimed.map((c) => ({ taskId: c.taskId, taskLeaseId: c.taskLeaseId })),
+      .sort(byId);
+    expect(claimed.map((c) => c.task_id).sort(byId)).toEqual(ready);
+    const { rows: results } = await worker.query<{ result: string }>(
+      'select result from queues.complete_tasks($1::bigint[], $2::bigint[])',
+      [claimed.map((c) => c.task_id), claimed.map((c) => c.task_lease_id)],
     );
     expect(results.map((r) => r.result)).toEqual(ready.map(() => 'completed'));
-    const id = await enqueue(db.pool('app'), { taskType: 'product_resync', payload: { store_id: 1 } });
-    const next = await claimTasks(worker, { workerId: 'upgraded-worker', limit: 10 });
-    expect(next.map((t) => t.taskId)).toEqual([id]);
+    const { rows: enqueued } = await db
+      .pool('app')
+      .query<{ id: string }>(`select queues.enqueue('product_resync', '{"store_id": 1}')::text as id`);
+    const next = await claim(null);
+    expect(next.map((t) => t.task_id)).toEqual([enqueued[0]!.id]);
 
     // Migrating again changes nothing.
     expect(await replaceLegacyHistory(await settingsFor(db))).toBe('not-legacy');
