@@ -4,7 +4,7 @@
  * commit its effects and the completion together.
  */
 import type pg from 'pg';
-import { QueueError, completeTask, failTask, withTransaction, type ClaimedTask, type Queryable } from '@org/queue-client';
+import { QueueError, completeTask, failTask, recordTaskResult, withTransaction, type ClaimedTask, type Queryable } from '@org/queue-client';
 import { batcherFor } from './completion-batcher.js';
 import type { TaskReport } from './processor.js';
 
@@ -20,7 +20,7 @@ export function isLeaseLost(error: unknown): boolean {
   return error instanceof LeaseLostError || (error instanceof QueueError && error.kind === 'lease_lost');
 }
 
-/** Records `report.error` (and `extraErrors`) against the task and completes it, on `db`. */
+/** Records `report.error` (and `extraErrors`) and `report.result` against the task and completes it, on `db`. */
 export async function recordCompletion(
   db: Queryable,
   task: ClaimedTask,
@@ -31,6 +31,7 @@ export async function recordCompletion(
     for (const message of [report.error, ...extraErrors]) {
       if (message) await failTask(db, { taskId: task.taskId, errorMessage: message, taskLeaseId: task.taskLeaseId });
     }
+    if (report.result) await recordTaskResult(db, { taskId: task.taskId, taskLeaseId: task.taskLeaseId, result: report.result });
     await completeTask(db, { taskId: task.taskId, taskLeaseId: task.taskLeaseId, outcome: report.outcome });
   } catch (error) {
     if (isLeaseLost(error)) throw new LeaseLostError(task);
@@ -40,12 +41,12 @@ export async function recordCompletion(
 }
 
 /**
- * recordCompletion in a transaction of its own. Without an error to record, the
+ * recordCompletion in a transaction of its own. Without an error or a result to record, the
  * completion joins the pool's batch (see CompletionBatcher): one statement for every
  * task finishing in the same turn of the event loop.
  */
 export async function finish(pool: pg.Pool, task: ClaimedTask, report: TaskReport, extraErrors: string[] = []): Promise<TaskReport> {
-  if (report.error || extraErrors.length > 0) {
+  if (report.error || extraErrors.length > 0 || report.result) {
     return withTransaction(pool, (tx) => recordCompletion(tx, task, report, extraErrors));
   }
   const result = await batcherFor(pool).complete(task, report.outcome);

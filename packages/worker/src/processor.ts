@@ -9,7 +9,7 @@
  * processor throws.
  */
 import type pg from 'pg';
-import type { ClaimedTask, CompletionOutcome } from '@org/queue-client';
+import type { ClaimedTask, CompletionOutcome, JsonObject } from '@org/queue-client';
 import type { Logger } from './logger.js';
 
 export interface TaskContext {
@@ -27,6 +27,8 @@ export interface TaskReport {
   error?: string;
   /** A descriptive non-success status or validation message from SQL, logged. */
   note?: string;
+  /** Kept as the run's result (queues.task_result), in the completion's transaction. */
+  result?: JsonObject;
 }
 
 export interface Processor {

@@ -12,7 +12,7 @@
  *   connection failure             rolled back, nothing recorded: the task runs again
  */
 import { dbFunctionPayload } from '@org/handler-types';
-import { runFunction, withTransaction } from '@org/queue-client';
+import { runFunction, withTransaction, type JsonObject } from '@org/queue-client';
 import { parseEnvelope } from '@org/handler-types';
 import { errorMessage, finish, isLeaseLost, isTransient, LeaseLostError, recordCompletion } from '../completion.js';
 import type { Processor, TaskContext, TaskReport } from '../processor.js';
@@ -35,19 +35,22 @@ export function dbFunctionProcessor(): Processor {
           const parsed = parseEnvelope(result);
           if (!parsed.ok) throw new RollBack(`${name}: ${parsed.error}`);
           const envelope = parsed.envelope;
+          // The function's envelope is kept as the run's result (queues.task_result).
+          const kept = result as JsonObject;
           switch (envelope.outcome) {
             case 'succeeded':
-              return recordCompletion(tx, task, { outcome: 'succeeded' });
+              return recordCompletion(tx, task, { outcome: 'succeeded', result: kept });
             case 'status':
-              return recordCompletion(tx, task, { outcome: 'succeeded', note: `status ${envelope.status}` });
+              return recordCompletion(tx, task, { outcome: 'succeeded', note: `status ${envelope.status}`, result: kept });
             case 'invalid':
               return recordCompletion(tx, task, {
                 outcome: 'failed',
                 error: `${name}: validation failure: ${envelope.message}`,
                 note: envelope.message,
+                result: kept,
               });
             case 'error':
-              return recordCompletion(tx, task, { outcome: 'failed', error: `${name}: ${envelope.message}` });
+              return recordCompletion(tx, task, { outcome: 'failed', error: `${name}: ${envelope.message}`, result: kept });
           }
         });
       } catch (error) {

@@ -1,0 +1,210 @@
+/**
+ * A fake menu platform: a node:http server on 127.0.0.1 that speaks the API of
+ * http-platform.ts. Local mode (no MENU_PLATFORM_URL) and the tests use it; nothing
+ * here calls out.
+ *
+ * What it serves, all deterministic from the store number:
+ *   stores     store-1 .. store-<storeCount>, with a menu URL each (never fetched)
+ *   entry      the store's platform id, "d-" + a hash of its slug
+ *   menus      4 to 10 products per store; every fetch of a store's menu moves its price
+ *              version on, so some prices change from one resync to the next; stock too
+ *
+ * What tests (and local mode) control: more stores, the next n answers failing, a
+ * share of answers failing (5xx) or slow, an outage (every answer fails until cleared),
+ * a delay for one store's menu, and what was asked (requests).
+ */
+import { createHash } from 'node:crypto';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+export interface FakeMenuPlatformOptions {
+  /** Stores listed (default 12). */
+  stores?: number;
+  /** Share of answers that fail with 503, 0..1 (default 0). */
+  errorRate?: number;
+  /** Share of answers delayed by slowMs, 0..1 (default 0). */
+  slowRate?: number;
+  /** Delay of a slow answer (default 1500 ms). */
+  slowMs?: number;
+  /** Seed of the failure and delay draws (default 1). */
+  seed?: number;
+  /** Port to listen on (default: any free port). */
+  port?: number;
+  host?: string;
+}
+
+export interface FakeRequest {
+  path: string;
+  status: number;
+}
+
+export interface FakeMenuPlatform {
+  /** http://127.0.0.1:<port>, no trailing slash. */
+  readonly url: string;
+  /** Every answered request, oldest first. */
+  readonly requests: FakeRequest[];
+  /** Lists `n` stores from now on. */
+  setStoreCount(n: number): void;
+  /** The next `n` requests fail with `status` (default 503). */
+  failNext(n: number, status?: number): void;
+  /** Every request fails with `status` until cleared with `outage(null)`. */
+  outage(status: number | null): void;
+  /** Shares of failing and slow answers. */
+  setRates(rates: { errorRate?: number; slowRate?: number; slowMs?: number }): void;
+  /** Delays every answer for this dispensary's menu by `ms` (0 clears). */
+  delayMenu(platformDispensaryId: string, ms: number): void;
+  /** The store's slug, menu URL and platform id, as the platform knows them. */
+  store(n: number): { slug: string; name: string; menu_url: string; platform_dispensary_id: string };
+  /** Menu fetches per platform id so far. */
+  menuFetches(platformDispensaryId: string): number;
+  close(): Promise<void>;
+}
+
+const MENU_HOST = 'https://menus.fake-platform.invalid';
+
+/** A small deterministic PRNG (mulberry32). */
+function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function storeOf(n: number) {
+  const slug = `store-${n}`;
+  return {
+    slug,
+    name: `Store ${n}`,
+    menu_url: `${MENU_HOST}/${slug}`,
+    platform_dispensary_id: `d-${createHash('sha1').update(slug).digest('hex').slice(0, 10)}`,
+  };
+}
+
+const STRAINS = ['Blue Dream', 'OG Kush', 'Sour Diesel', 'Gelato', 'Wedding Cake', 'Pineapple Express', 'Gorilla Glue', 'Zkittlez', 'Runtz', 'Jack Herer'];
+
+function menuOf(n: number, version: number) {
+  const count = 4 + (n % 7);
+  const products = [];
+  for (let j = 0; j < count; j++) {
+    const base = 1500 + ((n * 37 + j * 113) % 40) * 100;
+    // The price moves with the menu's version for every third product.
+    const price = base + (j % 3 === 0 ? ((version * (j + 1)) % 4) * 50 : 0);
+    const quantity = (n * 7 + j * 3 + version) % 25;
+    products.push({ id: `p-${n}-${j}`, name: `${STRAINS[(n + j) % STRAINS.length]} ${j + 1}g`, price_cents: price, in_stock: quantity > 0, quantity });
+  }
+  return { products };
+}
+
+export async function startFakeMenuPlatform(options: FakeMenuPlatformOptions = {}): Promise<FakeMenuPlatform> {
+  let storeCount = options.stores ?? 12;
+  let errorRate = options.errorRate ?? 0;
+  let slowRate = options.slowRate ?? 0;
+  let slowMs = options.slowMs ?? 1500;
+  let failing: { n: number; status: number } = { n: 0, status: 503 };
+  let outageStatus: number | null = null;
+  const draw = prng(options.seed ?? 1);
+  const delays = new Map<string, number>();
+  const versions = new Map<string, number>();
+  const requests: FakeRequest[] = [];
+  const byPlatformId = new Map<string, number>();
+  const byMenuUrl = new Map<string, number>();
+  const index = (upTo: number) => {
+    for (let n = byPlatformId.size + 1; n <= upTo; n++) {
+      const s = storeOf(n);
+      byPlatformId.set(s.platform_dispensary_id, n);
+      byMenuUrl.set(s.menu_url, n);
+    }
+  };
+  index(storeCount);
+
+  const server: Server = createServer((req, res) => {
+    const url = new URL(req.url ?? '/', 'http://fake.invalid');
+    const answer = (status: number, body: unknown) => {
+      requests.push({ path: url.pathname, status });
+      res.writeHead(status, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(body));
+    };
+    const reply = (status: number, body: unknown, delayMs = 0) => {
+      if (delayMs > 0) {
+        const timer = setTimeout(() => answer(status, body), delayMs);
+        res.on('close', () => clearTimeout(timer));
+      } else answer(status, body);
+    };
+    if (req.method !== 'GET') return reply(405, { message: 'only GET' });
+    // Failures and delays are drawn for every request, so a run is reproducible by seed.
+    const failDraw = draw();
+    const slowDraw = draw();
+    const delay = slowDraw < slowRate ? slowMs : 0;
+    if (outageStatus !== null) return reply(outageStatus, { message: 'the platform is down' });
+    if (failing.n > 0) {
+      failing.n--;
+      return reply(failing.status, { message: 'injected failure' });
+    }
+    if (failDraw < errorRate) return reply(503, { message: 'temporarily unavailable' }, delay);
+
+    if (url.pathname === '/v1/stores') {
+      const stores = [];
+      for (let n = 1; n <= storeCount; n++) {
+        const { slug, name, menu_url } = storeOf(n);
+        stores.push({ slug, name, menu_url });
+      }
+      return reply(200, { stores }, delay);
+    }
+    if (url.pathname === '/v1/entry-points') {
+      const n = byMenuUrl.get(url.searchParams.get('menu_url') ?? '');
+      if (n === undefined || n > storeCount) return reply(404, { message: 'no store has this menu URL' }, delay);
+      return reply(200, { platform_dispensary_id: storeOf(n).platform_dispensary_id }, delay);
+    }
+    const m = /^\/v1\/dispensaries\/([^/]+)\/menu$/.exec(url.pathname);
+    if (m) {
+      const id = decodeURIComponent(m[1]!);
+      const n = byPlatformId.get(id);
+      if (n === undefined || n > storeCount) return reply(404, { message: `no dispensary ${id}` }, delay);
+      const version = (versions.get(id) ?? 0) + 1;
+      versions.set(id, version);
+      return reply(200, menuOf(n, version), Math.max(delay, delays.get(id) ?? 0));
+    }
+    return reply(404, { message: `no route ${url.pathname}` });
+  });
+  server.keepAliveTimeout = 1000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => resolve());
+  });
+  const { port } = server.address() as AddressInfo;
+
+  return {
+    url: `http://127.0.0.1:${port}`,
+    requests,
+    setStoreCount(n) {
+      storeCount = n;
+      index(n);
+    },
+    failNext(n, status = 503) {
+      failing = { n, status };
+    },
+    outage(status) {
+      outageStatus = status;
+    },
+    setRates(rates) {
+      errorRate = rates.errorRate ?? errorRate;
+      slowRate = rates.slowRate ?? slowRate;
+      slowMs = rates.slowMs ?? slowMs;
+    },
+    delayMenu(id, ms) {
+      if (ms > 0) delays.set(id, ms);
+      else delays.delete(id);
+    },
+    store: storeOf,
+    menuFetches: (id) => versions.get(id) ?? 0,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
