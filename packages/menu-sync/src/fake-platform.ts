@@ -57,6 +57,8 @@ export interface FakeMenuPlatform {
   store(n: number): { slug: string; name: string; menu_url: string; platform_dispensary_id: string };
   /** Menu fetches per platform id so far. */
   menuFetches(platformDispensaryId: string): number;
+  /** The most menu requests for one dispensary that were in flight at once, over all dispensaries. */
+  maxConcurrentMenuFetches(): number;
   close(): Promise<void>;
 }
 
@@ -109,6 +111,8 @@ export async function startFakeMenuPlatform(options: FakeMenuPlatformOptions = {
   const draw = prng(options.seed ?? 1);
   const delays = new Map<string, number>();
   const versions = new Map<string, number>();
+  const inFlight = new Map<string, number>();
+  let maxInFlight = 0;
   const requests: FakeRequest[] = [];
   const byPlatformId = new Map<string, number>();
   const byMenuUrl = new Map<string, number>();
@@ -166,6 +170,10 @@ export async function startFakeMenuPlatform(options: FakeMenuPlatformOptions = {
       if (n === undefined || n > storeCount) return reply(404, { message: `no dispensary ${id}` }, delay);
       const version = (versions.get(id) ?? 0) + 1;
       versions.set(id, version);
+      const now = (inFlight.get(id) ?? 0) + 1;
+      inFlight.set(id, now);
+      maxInFlight = Math.max(maxInFlight, now);
+      res.on('close', () => inFlight.set(id, (inFlight.get(id) ?? 1) - 1));
       return reply(200, menuOf(n, version), Math.max(delay, delays.get(id) ?? 0));
     }
     return reply(404, { message: `no route ${url.pathname}` });
@@ -201,6 +209,7 @@ export async function startFakeMenuPlatform(options: FakeMenuPlatformOptions = {
     },
     store: storeOf,
     menuFetches: (id) => versions.get(id) ?? 0,
+    maxConcurrentMenuFetches: () => maxInFlight,
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();
