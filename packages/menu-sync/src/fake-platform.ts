@@ -173,7 +173,14 @@ export async function startFakeMenuPlatform(options: FakeMenuPlatformOptions = {
       const now = (inFlight.get(id) ?? 0) + 1;
       inFlight.set(id, now);
       maxInFlight = Math.max(maxInFlight, now);
-      res.on('close', () => inFlight.set(id, (inFlight.get(id) ?? 1) - 1));
+      // Answered (handed to the OS before the client can act on it) or abandoned.
+      let ended = false;
+      const end = () => {
+        if (!ended) inFlight.set(id, (inFlight.get(id) ?? 1) - 1);
+        ended = true;
+      };
+      res.once('finish', end);
+      res.once('close', end);
       return reply(200, menuOf(n, version), Math.max(delay, delays.get(id) ?? 0));
     }
     return reply(404, { message: `no route ${url.pathname}` });
