@@ -10,7 +10,9 @@
 -- Locks the task's pending row when _task_lease_id is its current lease; otherwise raises
 -- 55000 (lease lost: re-claimed, revoked, released or completed) or 23503 (no such task).
 -- Holding the row lock keeps a concurrent revocation or claim out until the caller's
--- transaction ends.
+-- transaction ends. The task's resource-key lock is taken first, as completion,
+-- heartbeats and revocation take theirs (queues.lock_resource_keys): a row lock taken
+-- before it deadlocks with a heartbeat that holds the key and waits for the row.
 create or replace function queues.assert_current_lease(_task_id bigint, _task_lease_id bigint)
   returns void
   language plpgsql volatile
@@ -23,6 +25,7 @@ begin
   if _task_lease_id is null then
     raise exception 'task_lease_id must not be null' using errcode = '22004';
   end if;
+  perform queues.lock_resource_keys(array[_task_id]);
   perform 1 from queues.task_pending p
    where p.task_id = _task_id and p.current_lease_id = _task_lease_id
      for update;
