@@ -9,7 +9,8 @@
 --                                                  generate_resync_tasks(6, today in UTC)
 
 -- Batch b (1-based) is scheduled at _date 00:00 UTC + (b - 1) * 24 h / _batches; stores in
--- store_id order, split as evenly as possible (the first N mod K batches get one more).
+-- store_id order, store j (0-based, of N) in batch floor(j * K / N) + 1, so batch sizes
+-- differ by at most one (8 stores in 6 batches: 2, 1, 1, 2, 1, 1).
 -- 300 stores in 6 batches: stores 1-50 at 00:00, 51-100 at 04:00, ... 251-300 at 20:00.
 -- A date is generated at most once (23505 for a second call: nothing is written).
 -- Returns one row per batch, empty ones included.
