@@ -12,7 +12,8 @@
 -- store_id order, store j (0-based, of N) in batch floor(j * K / N) + 1, so batch sizes
 -- differ by at most one (8 stores in 6 batches: 2, 1, 1, 2, 1, 1).
 -- 300 stores in 6 batches: stores 1-50 at 00:00, 51-100 at 04:00, ... 251-300 at 20:00.
--- A date is generated at most once (23505 for a second call: nothing is written).
+-- A date is generated at most once (23505 for a second call: nothing is written); a
+-- call that finds no active store writes nothing and does not use up the date.
 -- Returns one row per batch, empty ones included.
 create or replace function menus.generate_resync_tasks(_batches integer, _date date)
   returns table (batch integer, scheduled_at timestamptz, task_count integer)
@@ -40,12 +41,17 @@ begin
 
   select count(*) into _n
     from menus.store_products_discovered d join menus.store_platform_id e on e.store_id = d.store_id;
-  begin
-    insert into menus.resync_generated (resync_date, batches, stores) values (_date, _batches, _n);
-  exception when unique_violation then
+  if exists (select 1 from menus.resync_generated g where g.resync_date = _date) then
     raise exception 'resync tasks for % were generated already', _date using errcode = '23505',
       hint = 'One generation per date; the next date starts at 00:00 UTC.';
-  end;
+  end if;
+  if _n > 0 then
+    begin
+      insert into menus.resync_generated (resync_date, batches, stores) values (_date, _batches, _n);
+    exception when unique_violation then
+      raise exception 'resync tasks for % were generated already', _date using errcode = '23505';
+    end;
+  end if;
 
   -- Store j (0-based, of N) goes to batch floor(j * K / N) + 1: batch sizes differ by at
   -- most one.

@@ -72,6 +72,16 @@ describe('menus.generate_resync_tasks', () => {
     expect(await count(`select count(*)::int as n from menus.resync_generated`)).toBe(0);
   });
 
+  it('with no active store writes nothing and leaves the date free', async () => {
+    await activeStores(0);
+    const { rows } = await db.pool('api').query(`select task_count from menus.generate_resync_tasks(6, '2026-01-05')`);
+    expect(rows.map((r) => r.task_count)).toEqual([0, 0, 0, 0, 0, 0]);
+    expect(await count(`select count(*)::int as n from menus.resync_generated`)).toBe(0);
+    await activeStores(2);
+    const { rows: again } = await db.pool('api').query(`select task_count from menus.generate_resync_tasks(6, '2026-01-05')`);
+    expect(again.map((r) => r.task_count)).toEqual([1, 0, 0, 1, 0, 0]);
+  });
+
   it('is not the worker role\'s to call', async () => {
     await expect(db.pool('worker').query(`select * from menus.generate_resync_tasks(6, '2026-01-05')`)).rejects.toMatchObject({ code: '42501' });
   });

@@ -7,7 +7,8 @@
  *   stores     store-1 .. store-<storeCount>, with a menu URL each (never fetched)
  *   entry      the store's platform id, "d-" + a hash of its slug
  *   menus      4 to 10 products per store; every fetch of a store's menu moves its price
- *              version on, so some prices change from one resync to the next; stock too
+ *              version on (and, with priceEpochMs, the clock), so some prices change from
+ *              one resync to the next; stock too
  *
  * What tests (and local mode) control: more stores, the next n answers failing, a
  * share of answers failing (5xx) or slow, an outage (every answer fails until cleared),
@@ -28,6 +29,11 @@ export interface FakeMenuPlatformOptions {
   slowMs?: number;
   /** Seed of the failure and delay draws (default 1). */
   seed?: number;
+  /**
+   * Prices also move every this many milliseconds of wall time (default: only per fetch),
+   * so several fakes (one per local-mode worker) agree that prices changed.
+   */
+  priceEpochMs?: number;
   /** Port to listen on (default: any free port). */
   port?: number;
   host?: string;
@@ -168,8 +174,9 @@ export async function startFakeMenuPlatform(options: FakeMenuPlatformOptions = {
       const id = decodeURIComponent(m[1]!);
       const n = byPlatformId.get(id);
       if (n === undefined || n > storeCount) return reply(404, { message: `no dispensary ${id}` }, delay);
-      const version = (versions.get(id) ?? 0) + 1;
-      versions.set(id, version);
+      const fetches = (versions.get(id) ?? 0) + 1;
+      versions.set(id, fetches);
+      const version = fetches + (options.priceEpochMs ? Math.floor(Date.now() / options.priceEpochMs) : 0);
       const now = (inFlight.get(id) ?? 0) + 1;
       inFlight.set(id, now);
       maxInFlight = Math.max(maxInFlight, now);

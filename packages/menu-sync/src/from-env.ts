@@ -63,7 +63,7 @@ export function menuPlatformFromEnv(env: Record<string, string | undefined>, log
 export function createLocalMenuPlatform(log: MenuPlatformLogger, options: { stores?: number; timeoutMs?: number } = {}): MenuPlatform & { close(): Promise<void> } {
   let started: Promise<{ fake: FakeMenuPlatform; platform: MenuPlatform }> | undefined;
   const ready = () =>
-    (started ??= startFakeMenuPlatform({ stores: options.stores ?? 12, errorRate: 0.05, slowRate: 0.05, slowMs: 1500, seed: process.pid }).then(
+    (started ??= startFakeMenuPlatform({ stores: options.stores ?? 12, errorRate: 0.05, slowRate: 0.05, slowMs: 1500, seed: process.pid, priceEpochMs: 60_000 }).then(
       (fake) => {
         log.warn(
           { event: 'menu_platform', mode: 'local', url: fake.url },

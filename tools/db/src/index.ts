@@ -5,3 +5,4 @@ export { ensureRoles, hardenDatabase, roleNamesFromEnv, type RoleNames, type Rol
 export { openServer, provisionDatabase, databaseUrls, withRootClient, type DatabaseServer, type DatabaseUrls } from './server.js';
 export { withDatabase, redactUrl } from './urls.js';
 export { openDevServer, DEV_DATABASE } from './dev-server.js';
+export { enableLocalSchedules, LOCAL_SCHEDULES } from './local-schedules.js';
