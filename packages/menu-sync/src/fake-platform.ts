@@ -4,8 +4,11 @@
  * here calls out.
  *
  * What it serves, all deterministic from the store number:
- *   stores     store-1 .. store-<storeCount>, with a menu URL each (never fetched)
- *   entry      the store's platform id, "d-" + a hash of its slug
+ *   stores     <prefix>-1 .. <prefix>-<storeCount> (prefix "store"), with a menu URL each
+ *              (never fetched)
+ *   entry      the platform id of a menu URL of any <prefix>-<n> store: "d-" + its slug
+ *              (so a fake answers for stores another fake listed, as local-mode workers
+ *              in several processes do)
  *   menus      4 to 10 products per store; every fetch of a store's menu moves its price
  *              version on (and, with priceEpochMs, the clock), so some prices change from
  *              one resync to the next; stock too
@@ -14,7 +17,6 @@
  * share of answers failing (5xx) or slow, an outage (every answer fails until cleared),
  * a delay for one store's menu, and what was asked (requests).
  */
-import { createHash } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
@@ -34,6 +36,8 @@ export interface FakeMenuPlatformOptions {
    * so several fakes (one per local-mode worker) agree that prices changed.
    */
   priceEpochMs?: number;
+  /** Slug prefix of the stores listed (default "store": store-1, store-2, ...). */
+  prefix?: string;
   /** Port to listen on (default: any free port). */
   port?: number;
   host?: string;
@@ -82,14 +86,15 @@ function prng(seed: number): () => number {
   };
 }
 
-function storeOf(n: number) {
-  const slug = `store-${n}`;
-  return {
-    slug,
-    name: `Store ${n}`,
-    menu_url: `${MENU_HOST}/${slug}`,
-    platform_dispensary_id: `d-${createHash('sha1').update(slug).digest('hex').slice(0, 10)}`,
-  };
+function storeOf(prefix: string, n: number) {
+  const slug = `${prefix}-${n}`;
+  return { slug, name: `Store ${n}`, menu_url: `${MENU_HOST}/${slug}`, platform_dispensary_id: `d-${slug}` };
+}
+
+/** The store number of a slug "<prefix>-<n>", or undefined. */
+function numberOf(slug: string): number | undefined {
+  const m = /^[a-z0-9][a-z0-9-]{0,80}-([1-9][0-9]{0,5})$/.exec(slug);
+  return m ? Number(m[1]) : undefined;
 }
 
 const STRAINS = ['Blue Dream', 'OG Kush', 'Sour Diesel', 'Gelato', 'Wedding Cake', 'Pineapple Express', 'Gorilla Glue', 'Zkittlez', 'Runtz', 'Jack Herer'];
@@ -120,16 +125,7 @@ export async function startFakeMenuPlatform(options: FakeMenuPlatformOptions = {
   const inFlight = new Map<string, number>();
   let maxInFlight = 0;
   const requests: FakeRequest[] = [];
-  const byPlatformId = new Map<string, number>();
-  const byMenuUrl = new Map<string, number>();
-  const index = (upTo: number) => {
-    for (let n = byPlatformId.size + 1; n <= upTo; n++) {
-      const s = storeOf(n);
-      byPlatformId.set(s.platform_dispensary_id, n);
-      byMenuUrl.set(s.menu_url, n);
-    }
-  };
-  index(storeCount);
+  const prefix = options.prefix ?? 'store';
 
   const server: Server = createServer((req, res) => {
     const url = new URL(req.url ?? '/', 'http://fake.invalid');
@@ -159,21 +155,22 @@ export async function startFakeMenuPlatform(options: FakeMenuPlatformOptions = {
     if (url.pathname === '/v1/stores') {
       const stores = [];
       for (let n = 1; n <= storeCount; n++) {
-        const { slug, name, menu_url } = storeOf(n);
+        const { slug, name, menu_url } = storeOf(prefix, n);
         stores.push({ slug, name, menu_url });
       }
       return reply(200, { stores }, delay);
     }
     if (url.pathname === '/v1/entry-points') {
-      const n = byMenuUrl.get(url.searchParams.get('menu_url') ?? '');
-      if (n === undefined || n > storeCount) return reply(404, { message: 'no store has this menu URL' }, delay);
-      return reply(200, { platform_dispensary_id: storeOf(n).platform_dispensary_id }, delay);
+      const menuUrl = url.searchParams.get('menu_url') ?? '';
+      const slug = menuUrl.startsWith(`${MENU_HOST}/`) ? menuUrl.slice(MENU_HOST.length + 1) : '';
+      if (numberOf(slug) === undefined) return reply(404, { message: 'no store has this menu URL' }, delay);
+      return reply(200, { platform_dispensary_id: `d-${slug}` }, delay);
     }
     const m = /^\/v1\/dispensaries\/([^/]+)\/menu$/.exec(url.pathname);
     if (m) {
       const id = decodeURIComponent(m[1]!);
-      const n = byPlatformId.get(id);
-      if (n === undefined || n > storeCount) return reply(404, { message: `no dispensary ${id}` }, delay);
+      const n = id.startsWith('d-') ? numberOf(id.slice(2)) : undefined;
+      if (n === undefined) return reply(404, { message: `no dispensary ${id}` }, delay);
       const fetches = (versions.get(id) ?? 0) + 1;
       versions.set(id, fetches);
       const version = fetches + (options.priceEpochMs ? Math.floor(Date.now() / options.priceEpochMs) : 0);
@@ -204,7 +201,6 @@ export async function startFakeMenuPlatform(options: FakeMenuPlatformOptions = {
     requests,
     setStoreCount(n) {
       storeCount = n;
-      index(n);
     },
     failNext(n, status = 503) {
       failing = { n, status };
@@ -221,7 +217,7 @@ export async function startFakeMenuPlatform(options: FakeMenuPlatformOptions = {
       if (ms > 0) delays.set(id, ms);
       else delays.delete(id);
     },
-    store: storeOf,
+    store: (n) => storeOf(prefix, n),
     menuFetches: (id) => versions.get(id) ?? 0,
     maxConcurrentMenuFetches: () => maxInFlight,
     close: () =>
