@@ -59,7 +59,7 @@ describe('menus.generate_resync_tasks', () => {
     expect(await count(`select count(*)::int as n from menus.resync_generated`)).toBe(1);
   });
 
-  it.each([
+  it.each<[string, unknown[], string, string]>([
     ['null batches', [null, '2026-01-05'], '22004', 'batches must not be null'],
     ['0 batches', [0, '2026-01-05'], '22023', 'batches must be between 1 and 24, got 0'],
     ['25 batches', [25, '2026-01-05'], '22023', 'batches must be between 1 and 24, got 25'],

@@ -97,7 +97,7 @@ it('SIGKILL mid-resync: the store stays locked until stale recovery; then anothe
   // Stale recovery with a one-second threshold (real time) revokes it; the task is ready at once.
   let revoked: { task_id: string; worker_id: string }[] = [];
   await eventually(async () => {
-    revoked = (await db.query(`select task_id::text, worker_id from queues.recover_stale_leases(1)`)).rows;
+    revoked = (await db.query<{ task_id: string; worker_id: string }>(`select task_id::text, worker_id from queues.recover_stale_leases(1)`)).rows;
     return revoked.length > 0;
   }, 'stale recovery');
   expect(revoked).toEqual([{ task_id: id, worker_id: 'doomed' }]);

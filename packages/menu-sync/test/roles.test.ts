@@ -142,7 +142,7 @@ describe('product_resync', () => {
     const { rows: stores } = await db.query(
       `select e.store_id, e.platform_dispensary_id from menus.store_platform_id e order by store_id limit 2`,
     );
-    const ids = [];
+    const ids: string[] = [];
     for (const s of stores) {
       const { rows } = await db.pool('app').query(
         `select queues.enqueue('product_resync', $1, null, 0, $2, 3)::text as id`,

@@ -638,7 +638,7 @@ export async function runBench(server: BenchServer, options: BenchOptions): Prom
       await guarded('ours', 'steps', () => h.drain('ours', trial, { processes: 1, metric: 'steps', kind: 'db_function' }));
     }
     if (oursIncluded && has('processes')) await guarded('ours', 'processes', () => h.supervisorProcesses(trial));
-    if (oursIncluded && has('resync')) await guarded('ours', 'resync', () => resyncWorkload(h, trial, options.workerConcurrency));
+    if (oursIncluded && has('resync')) await guarded('ours', 'resync', () => resyncWorkload(h, trial, options));
   }
 
   return {
