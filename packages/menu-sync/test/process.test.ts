@@ -58,8 +58,8 @@ const resync = async (n: number) =>
 
 it('heartbeats keep the lease of a resync slower than its lease', async () => {
   const id = await resync(2);
-  fake.delayMenu(fake.store(2).platform_dispensary_id, 3000);
-  const w = workerProcess({ WORKER_ROLE: 'product_resync', WORKER_ID: 'steady', MENU_PLATFORM_URL: fake.url, LEASE_SECONDS: '1', HEARTBEAT_INTERVAL_MS: '200' });
+  fake.delayMenu(fake.store(2).platform_dispensary_id, 4000);
+  const w = workerProcess({ WORKER_ROLE: 'product_resync', WORKER_ID: 'steady', MENU_PLATFORM_URL: fake.url, LEASE_SECONDS: '2', HEARTBEAT_INTERVAL_MS: '200' });
   try {
     await eventually(async () => (await factsOf(db, id)).outcome !== null, 'slow resync done', 30_000);
   } finally {
