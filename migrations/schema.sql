@@ -33,6 +33,12 @@ create schema internal;
 create schema learning;
   owner :DATABASE_OWNER
   grant CREATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create schema menus;
+  owner :DATABASE_OWNER
+  grant CREATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  grant USAGE to :DATABASE_API (by :DATABASE_OWNER)
+  grant USAGE to :DATABASE_APP (by :DATABASE_OWNER)
+  grant USAGE to :DATABASE_WORKER (by :DATABASE_OWNER)
 create schema public;
   owner pg_database_owner
   grant CREATE, USAGE to pg_database_owner (by pg_database_owner)
@@ -839,6 +845,134 @@ CREATE INDEX profile_cue_recording_file_idx ON learning.profile_cue_recording US
 CREATE UNIQUE INDEX profile_cue_recording_pkey ON learning.profile_cue_recording USING btree (profile_cue_recording_id);
 CREATE INDEX profile_cue_recording_profile_idx ON learning.profile_cue_recording USING btree (profile_id);
 
+create table menus.product (
+  product_id bigint generated always as identity not null,
+  store_id bigint not null,
+  platform_product_id text not null,
+  name text not null,
+  first_seen_at timestamp with time zone default now() not null,
+  constraint product_first_seen_at_not_null NOT NULL first_seen_at,
+  constraint product_name_check CHECK (((length(name) >= 1) AND (length(name) <= 300))),
+  constraint product_name_not_null NOT NULL name,
+  constraint product_pkey PRIMARY KEY (product_id),
+  constraint product_platform_product_id_check CHECK (((length(platform_product_id) >= 1) AND (length(platform_product_id) <= 100))),
+  constraint product_platform_product_id_not_null NOT NULL platform_product_id,
+  constraint product_product_id_not_null NOT NULL product_id,
+  constraint product_store_id_fkey FOREIGN KEY (store_id) REFERENCES menus.store(store_id) ON DELETE CASCADE,
+  constraint product_store_id_not_null NOT NULL store_id,
+  constraint product_store_id_platform_product_id_key UNIQUE (store_id, platform_product_id)
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX product_pkey ON menus.product USING btree (product_id);
+CREATE UNIQUE INDEX product_store_id_platform_product_id_key ON menus.product USING btree (store_id, platform_product_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON menus.product FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table menus.product_snapshot (
+  product_snapshot_id bigint generated always as identity not null,
+  product_id bigint not null,
+  task_id bigint not null,
+  observed_at timestamp with time zone default now() not null,
+  price_cents integer not null,
+  in_stock boolean not null,
+  stock_quantity integer not null,
+  constraint product_snapshot_in_stock_not_null NOT NULL in_stock,
+  constraint product_snapshot_observed_at_not_null NOT NULL observed_at,
+  constraint product_snapshot_pkey PRIMARY KEY (product_snapshot_id),
+  constraint product_snapshot_price_cents_check CHECK ((price_cents >= 0)),
+  constraint product_snapshot_price_cents_not_null NOT NULL price_cents,
+  constraint product_snapshot_product_id_fkey FOREIGN KEY (product_id) REFERENCES menus.product(product_id) ON DELETE CASCADE,
+  constraint product_snapshot_product_id_not_null NOT NULL product_id,
+  constraint product_snapshot_product_snapshot_id_not_null NOT NULL product_snapshot_id,
+  constraint product_snapshot_stock_quantity_check CHECK ((stock_quantity >= 0)),
+  constraint product_snapshot_stock_quantity_not_null NOT NULL stock_quantity,
+  constraint product_snapshot_task_id_not_null NOT NULL task_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX product_snapshot_pkey ON menus.product_snapshot USING btree (product_snapshot_id);
+CREATE INDEX product_snapshot_product_idx ON menus.product_snapshot USING btree (product_id, observed_at DESC);
+CREATE INDEX product_snapshot_task_idx ON menus.product_snapshot USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON menus.product_snapshot FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table menus.resync_generated (
+  resync_date date not null,
+  batches integer not null,
+  stores integer not null,
+  generated_at timestamp with time zone default now() not null,
+  constraint resync_generated_batches_check CHECK (((batches >= 1) AND (batches <= 24))),
+  constraint resync_generated_batches_not_null NOT NULL batches,
+  constraint resync_generated_generated_at_not_null NOT NULL generated_at,
+  constraint resync_generated_pkey PRIMARY KEY (resync_date),
+  constraint resync_generated_resync_date_not_null NOT NULL resync_date,
+  constraint resync_generated_stores_check CHECK ((stores >= 0)),
+  constraint resync_generated_stores_not_null NOT NULL stores
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX resync_generated_pkey ON menus.resync_generated USING btree (resync_date);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON menus.resync_generated FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table menus.store (
+  store_id bigint generated always as identity not null,
+  slug text not null,
+  name text not null,
+  menu_url text not null,
+  discovered_at timestamp with time zone default now() not null,
+  task_id bigint,
+  constraint store_discovered_at_not_null NOT NULL discovered_at,
+  constraint store_menu_url_check CHECK (((length(menu_url) >= 1) AND (length(menu_url) <= 500))),
+  constraint store_menu_url_not_null NOT NULL menu_url,
+  constraint store_name_check CHECK (((length(name) >= 1) AND (length(name) <= 200))),
+  constraint store_name_not_null NOT NULL name,
+  constraint store_pkey PRIMARY KEY (store_id),
+  constraint store_slug_check CHECK ((slug ~ '^[a-z0-9][a-z0-9-]{0,99}$'::text)),
+  constraint store_slug_key UNIQUE (slug),
+  constraint store_slug_not_null NOT NULL slug,
+  constraint store_store_id_not_null NOT NULL store_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX store_pkey ON menus.store USING btree (store_id);
+CREATE UNIQUE INDEX store_slug_key ON menus.store USING btree (slug);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON menus.store FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table menus.store_platform_id (
+  store_id bigint not null,
+  platform_dispensary_id text not null,
+  resolved_at timestamp with time zone default now() not null,
+  task_id bigint,
+  constraint store_platform_id_pkey PRIMARY KEY (store_id),
+  constraint store_platform_id_platform_dispensary_id_check CHECK (((length(platform_dispensary_id) >= 1) AND (length(platform_dispensary_id) <= 100))),
+  constraint store_platform_id_platform_dispensary_id_key UNIQUE (platform_dispensary_id),
+  constraint store_platform_id_platform_dispensary_id_not_null NOT NULL platform_dispensary_id,
+  constraint store_platform_id_resolved_at_not_null NOT NULL resolved_at,
+  constraint store_platform_id_store_id_fkey FOREIGN KEY (store_id) REFERENCES menus.store(store_id) ON DELETE CASCADE,
+  constraint store_platform_id_store_id_not_null NOT NULL store_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX store_platform_id_pkey ON menus.store_platform_id USING btree (store_id);
+CREATE UNIQUE INDEX store_platform_id_platform_dispensary_id_key ON menus.store_platform_id USING btree (platform_dispensary_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON menus.store_platform_id FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table menus.store_products_discovered (
+  store_id bigint not null,
+  product_count integer not null,
+  discovered_at timestamp with time zone default now() not null,
+  task_id bigint,
+  constraint store_products_discovered_discovered_at_not_null NOT NULL discovered_at,
+  constraint store_products_discovered_pkey PRIMARY KEY (store_id),
+  constraint store_products_discovered_product_count_check CHECK ((product_count >= 0)),
+  constraint store_products_discovered_product_count_not_null NOT NULL product_count,
+  constraint store_products_discovered_store_id_fkey FOREIGN KEY (store_id) REFERENCES menus.store(store_id) ON DELETE CASCADE,
+  constraint store_products_discovered_store_id_not_null NOT NULL store_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX store_products_discovered_pkey ON menus.store_products_discovered USING btree (store_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON menus.store_products_discovered FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
 create table queues.error (
   error_id bigint generated always as identity not null,
   task_id bigint not null,
@@ -1106,6 +1240,25 @@ comment on table queues.task_redriven is 'Append-only: a dead-lettered task redr
 CREATE UNIQUE INDEX task_redriven_pkey ON queues.task_redriven USING btree (task_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_redriven FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
+create table queues.task_result (
+  task_id bigint not null,
+  task_lease_id bigint not null,
+  result jsonb not null,
+  recorded_at timestamp with time zone default now() not null,
+  constraint task_result_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_result_recorded_at_not_null NOT NULL recorded_at,
+  constraint task_result_result_not_null NOT NULL result,
+  constraint task_result_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
+  constraint task_result_task_id_not_null NOT NULL task_id,
+  constraint task_result_task_lease_id_fkey FOREIGN KEY (task_lease_id) REFERENCES queues.task_lease(task_lease_id) ON DELETE CASCADE,
+  constraint task_result_task_lease_id_not_null NOT NULL task_lease_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_result is 'Append-only: the result a task''s run recorded, per lease.';
+CREATE UNIQUE INDEX task_result_pkey ON queues.task_result USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_result FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
 create table queues.task_type (
   task_type text not null,
   description text default ''::text not null,
@@ -1242,6 +1395,41 @@ CREATE UNIQUE INDEX supervisor_task_pkey ON schedules.supervisor_task USING btre
 CREATE TRIGGER forbid_update BEFORE UPDATE ON schedules.supervisor_task FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 -- Views
+
+create materialized view menus.store_analytics as
+ SELECT s.store_id,
+    s.slug,
+    s.name,
+    count(l.product_id)::integer AS products,
+    count(l.product_id) FILTER (WHERE l.in_stock)::integer AS in_stock,
+    round(avg(l.price_cents))::integer AS avg_price_cents,
+    min(l.price_cents) AS min_price_cents,
+    max(l.price_cents) AS max_price_cents,
+    max(l.observed_at) AS last_observed_at
+   FROM menus.store s
+     LEFT JOIN menus.product p ON p.store_id = s.store_id
+     LEFT JOIN LATERAL ( SELECT p.product_id,
+            x.price_cents,
+            x.in_stock,
+            x.observed_at
+           FROM menus.product_snapshot x
+          WHERE x.product_id = p.product_id
+          ORDER BY x.observed_at DESC, x.product_snapshot_id DESC
+         LIMIT 1) l ON true
+  GROUP BY s.store_id, s.slug, s.name;
+  -- columns:
+  --  store_id bigint
+  --  slug text
+  --  name text
+  --  products integer
+  --  in_stock integer
+  --  avg_price_cents integer
+  --  min_price_cents integer
+  --  max_price_cents integer
+  --  last_observed_at timestamp with time zone
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX store_analytics_store_idx ON menus.store_analytics USING btree (store_id);
 
 create view queues.dead_letter as
  SELECT t.task_id,
@@ -1400,6 +1588,18 @@ create sequence learning.profile_cue_recording_profile_cue_recording_id_seq as b
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence learning.profile_profile_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
   identity of learning.profile.profile_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence menus.product_product_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of menus.product.product_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence menus.product_snapshot_product_snapshot_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of menus.product_snapshot.product_snapshot_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence menus.store_store_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of menus.store.store_id
   owner :DATABASE_OWNER
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence queues.error_error_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
@@ -4122,6 +4322,397 @@ $function$;
   -- internal.validation_failure(_message text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION menus.generate_resync_tasks(_batches integer, _date date)
+ RETURNS TABLE(batch integer, scheduled_at timestamp with time zone, task_count integer)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _start timestamptz;
+  _n integer;
+begin
+  if _batches is null then
+    raise exception 'batches must not be null' using errcode = '22004';
+  end if;
+  if _batches not between 1 and 24 then
+    raise exception 'batches must be between 1 and 24, got %', _batches using errcode = '22023';
+  end if;
+  if _date is null then
+    raise exception 'date must not be null' using errcode = '22004';
+  end if;
+  if _date not between date '2000-01-01' and date '2999-12-31' then
+    raise exception 'date must be between 2000-01-01 and 2999-12-31, got %', _date using errcode = '22023';
+  end if;
+  _start := _date::timestamp at time zone 'UTC';
+
+  select count(*) into _n
+    from menus.store_products_discovered d join menus.store_platform_id e on e.store_id = d.store_id;
+  if exists (select 1 from menus.resync_generated g where g.resync_date = _date) then
+    raise exception 'resync tasks for % were generated already', _date using errcode = '23505',
+      hint = 'One generation per date; the next date starts at 00:00 UTC.';
+  end if;
+  if _n > 0 then
+    begin
+      insert into menus.resync_generated (resync_date, batches, stores) values (_date, _batches, _n);
+    exception when unique_violation then
+      raise exception 'resync tasks for % were generated already', _date using errcode = '23505';
+    end;
+  end if;
+
+  -- Store j (0-based, of N) goes to batch floor(j * K / N) + 1: batch sizes differ by at
+  -- most one.
+  perform queues.enqueue_many(coalesce((
+    select jsonb_agg(jsonb_build_object(
+             'task_type', 'product_resync',
+             'payload', jsonb_build_object('store_id', a.store_id, 'platform_dispensary_id', a.platform_dispensary_id),
+             'scheduled_at', _start + (a.b - 1) * (interval '24 hours' / _batches),
+             'resource_key', menus.store_resource_key(a.store_id),
+             'max_attempts', menus.platform_max_attempts()) order by a.j)
+      from (select s.store_id, e.platform_dispensary_id, s.j, (s.j * _batches / _n) + 1 as b
+              from (select d.store_id, (row_number() over (order by d.store_id) - 1)::integer as j
+                      from menus.store_products_discovered d) s
+              join menus.store_platform_id e on e.store_id = s.store_id) a), '[]'));
+
+  return query
+  select i, _start + (i - 1) * (interval '24 hours' / _batches),
+         (select count(*)::integer from generate_series(0, _n - 1) j where (j * _batches / _n) + 1 = i)
+    from generate_series(1, _batches) i
+   order by i;
+end;
+$function$;
+  -- menus.generate_resync_tasks(_batches integer, _date date): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION menus.generate_store_discovery(_scheduled_at timestamp with time zone)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _scheduled_at is not null and _scheduled_at > now() + interval '366 days' then
+    raise exception 'scheduled_at must be at most a year ahead, got %', _scheduled_at using errcode = '22023';
+  end if;
+  return queues.enqueue('store_discovery', '{}'::jsonb, _scheduled_at, 20, null, menus.platform_max_attempts());
+end;
+$function$;
+  -- menus.generate_store_discovery(_scheduled_at timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION menus.generate_todays_resync(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _today date := (now() at time zone 'UTC')::date;
+  _batches jsonb;
+begin
+  if exists (select 1 from menus.resync_generated g where g.resync_date = _today) then
+    return jsonb_build_object('status', 'already_generated', 'payload', jsonb_build_object('date', _today));
+  end if;
+  select jsonb_agg(to_jsonb(b) order by b.batch) into _batches from menus.generate_resync_tasks(6, _today) b;
+  return jsonb_build_object('success', true, 'payload', jsonb_build_object('date', _today, 'batches', _batches));
+end;
+$function$;
+  -- menus.generate_todays_resync(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION menus.new_store_priority()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select 50 $function$;
+  -- menus.new_store_priority(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION menus.platform_max_attempts()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select 3 $function$;
+  -- menus.platform_max_attempts(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION menus.record_entry_point(_task_id bigint, _payload jsonb, _observation jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _store_id bigint := menus.task_store(_payload);
+  _platform_id text := _observation ->> 'platform_dispensary_id';
+  _recorded boolean;
+begin
+  if jsonb_typeof(_observation -> 'platform_dispensary_id') is distinct from 'string'
+     or length(_platform_id) not between 1 and 100 then
+    raise exception 'observation.platform_dispensary_id must be 1 to 100 characters' using errcode = '22023';
+  end if;
+  insert into menus.store_platform_id (store_id, platform_dispensary_id, task_id)
+  values (_store_id, _platform_id, _task_id)
+  on conflict (store_id) do nothing;
+  _recorded := found;
+  if _recorded then
+    perform queues.enqueue('product_discovery',
+      jsonb_build_object('store_id', _store_id, 'platform_dispensary_id', _platform_id),
+      null, menus.new_store_priority(), menus.store_resource_key(_store_id), menus.platform_max_attempts());
+  end if;
+  return jsonb_build_object('store_id', _store_id, 'platform_dispensary_id',
+                            (select e.platform_dispensary_id from menus.store_platform_id e where e.store_id = _store_id),
+                            'product_discovery_enqueued', _recorded);
+end;
+$function$;
+  -- menus.record_entry_point(_task_id bigint, _payload jsonb, _observation jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION menus.record_observation(_task_id bigint, _task_lease_id bigint, _observation jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _task queues.task;
+begin
+  if _observation is null then
+    raise exception 'observation must not be null' using errcode = '22004';
+  end if;
+  if jsonb_typeof(_observation) <> 'object' then
+    raise exception 'observation must be a JSON object, got %', jsonb_typeof(_observation) using errcode = '22023';
+  end if;
+  perform queues.assert_current_lease(_task_id, _task_lease_id);
+  select t.* into _task from queues.task t where t.task_id = _task_id;
+  case _task.task_type
+    when 'store_discovery' then
+      return menus.record_store_discovery(_task_id, _observation);
+    when 'entry_point_discovery' then
+      return menus.record_entry_point(_task_id, _task.payload, _observation);
+    when 'product_discovery' then
+      return menus.record_products(_task_id, _task.payload, _observation, true);
+    when 'product_resync' then
+      return menus.record_products(_task_id, _task.payload, _observation, false);
+    when 'analytics_refresh' then
+      return menus.refresh_analytics();
+    else
+      raise exception 'task % is a % task, not a menus task', _task_id, _task.task_type using errcode = '22023';
+  end case;
+end;
+$function$;
+  -- menus.record_observation(_task_id bigint, _task_lease_id bigint, _observation jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION menus.record_products(_task_id bigint, _payload jsonb, _observation jsonb, _initial boolean)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _store_id bigint := menus.task_store(_payload);
+  _bad record;
+  _new integer;
+  _changed integer;
+  _count integer;
+begin
+  if jsonb_typeof(_observation -> 'products') is distinct from 'array' then
+    raise exception 'observation.products must be an array' using errcode = '22023';
+  end if;
+  select e.ordinality - 1 as idx into _bad
+    from jsonb_array_elements(_observation -> 'products') with ordinality e
+   where jsonb_typeof(e.value) <> 'object'
+      or jsonb_typeof(e.value -> 'id') is distinct from 'string'
+      or length(e.value ->> 'id') not between 1 and 100
+      or length(coalesce(e.value ->> 'name', '')) not between 1 and 300
+      or jsonb_typeof(e.value -> 'price_cents') is distinct from 'number'
+      or (e.value ->> 'price_cents')::numeric < 0 or (e.value ->> 'price_cents')::numeric % 1 <> 0
+      or jsonb_typeof(e.value -> 'in_stock') is distinct from 'boolean'
+      or jsonb_typeof(e.value -> 'quantity') is distinct from 'number'
+      or (e.value ->> 'quantity')::numeric < 0 or (e.value ->> 'quantity')::numeric % 1 <> 0
+   limit 1;
+  if found then
+    raise exception 'observation.products[%] must have id, name, price_cents (whole, >= 0), in_stock (boolean) and quantity (whole, >= 0)',
+      _bad.idx using errcode = '22023';
+  end if;
+  _count := jsonb_array_length(_observation -> 'products');
+
+  with observed as (
+    select e.value ->> 'id' as platform_product_id, e.value ->> 'name' as name,
+           (e.value ->> 'price_cents')::integer as price_cents, (e.value ->> 'in_stock')::boolean as in_stock,
+           (e.value ->> 'quantity')::integer as quantity
+      from jsonb_array_elements(_observation -> 'products') e
+  ),
+  added as (
+    insert into menus.product (store_id, platform_product_id, name)
+    select _store_id, o.platform_product_id, o.name from observed o
+    on conflict (store_id, platform_product_id) do nothing
+    returning product_id, platform_product_id
+  )
+  select count(*) into _new from added;
+
+  -- The previous snapshot of each product (its newest), before this one is added.
+  select count(*) into _changed
+    from jsonb_array_elements(_observation -> 'products') e
+    join menus.product p on p.store_id = _store_id and p.platform_product_id = e.value ->> 'id'
+    cross join lateral (
+      select x.price_cents from menus.product_snapshot x where x.product_id = p.product_id
+       order by x.observed_at desc, x.product_snapshot_id desc limit 1
+    ) last
+   where last.price_cents <> (e.value ->> 'price_cents')::integer;
+
+  insert into menus.product_snapshot (product_id, task_id, price_cents, in_stock, stock_quantity)
+  select p.product_id, _task_id, (e.value ->> 'price_cents')::integer, (e.value ->> 'in_stock')::boolean,
+         (e.value ->> 'quantity')::integer
+    from jsonb_array_elements(_observation -> 'products') e
+    join menus.product p on p.store_id = _store_id and p.platform_product_id = e.value ->> 'id';
+
+  if _initial then
+    insert into menus.store_products_discovered (store_id, product_count, task_id)
+    values (_store_id, _count, _task_id)
+    on conflict (store_id) do nothing;
+  end if;
+  return jsonb_build_object('store_id', _store_id, 'products', _count, 'new_products', _new,
+                            'price_changes', _changed);
+end;
+$function$;
+  -- menus.record_products(_task_id bigint, _payload jsonb, _observation jsonb, _initial boolean): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION menus.record_store_discovery(_task_id bigint, _observation jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _bad record;
+  _new bigint[];
+begin
+  if jsonb_typeof(_observation -> 'stores') is distinct from 'array' then
+    raise exception 'observation.stores must be an array' using errcode = '22023';
+  end if;
+  select e.ordinality - 1 as idx into _bad
+    from jsonb_array_elements(_observation -> 'stores') with ordinality e
+   where jsonb_typeof(e.value) <> 'object'
+      or coalesce(e.value ->> 'slug', '') !~ '^[a-z0-9][a-z0-9-]{0,99}$'
+      or length(coalesce(e.value ->> 'name', '')) not between 1 and 200
+      or length(coalesce(e.value ->> 'menu_url', '')) not between 1 and 500
+   limit 1;
+  if found then
+    raise exception 'observation.stores[%] must have a slug (a-z, 0-9, -), a name and a menu_url', _bad.idx
+      using errcode = '22023';
+  end if;
+  with found as (
+    insert into menus.store (slug, name, menu_url, task_id)
+    select e.value ->> 'slug', e.value ->> 'name', e.value ->> 'menu_url', _task_id
+      from jsonb_array_elements(_observation -> 'stores') with ordinality e
+     order by e.ordinality
+    on conflict (slug) do nothing
+    returning store_id
+  )
+  select coalesce(array_agg(store_id order by store_id), '{}') into _new from found;
+  perform queues.enqueue_many(coalesce((
+    select jsonb_agg(jsonb_build_object(
+             'task_type', 'entry_point_discovery',
+             'payload', jsonb_build_object('store_id', s.store_id, 'menu_url', s.menu_url),
+             'priority', menus.new_store_priority(),
+             'resource_key', menus.store_resource_key(s.store_id),
+             'max_attempts', menus.platform_max_attempts()) order by s.store_id)
+      from menus.store s where s.store_id = any (_new)), '[]'));
+  return jsonb_build_object('stores_seen', jsonb_array_length(_observation -> 'stores'),
+                            'new_store_ids', to_jsonb(_new));
+end;
+$function$;
+  -- menus.record_store_discovery(_task_id bigint, _observation jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION menus.refresh_analytics()
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  -- CONCURRENTLY needs a populated view (and keeps it readable while it refreshes).
+  if (select c.relispopulated from pg_class c where c.oid = 'menus.store_analytics'::regclass) then
+    refresh materialized view concurrently menus.store_analytics;
+  else
+    refresh materialized view menus.store_analytics;
+  end if;
+  return (select jsonb_build_object('stores', count(*), 'products', coalesce(sum(a.products), 0),
+                                    'in_stock', coalesce(sum(a.in_stock), 0))
+            from menus.store_analytics a);
+end;
+$function$;
+  -- menus.refresh_analytics(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION menus.store_resource_key(_store_id bigint)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select 'store:' || _store_id $function$;
+  -- menus.store_resource_key(_store_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION menus.task_store(_payload jsonb)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _store_id bigint;
+begin
+  if jsonb_typeof(_payload -> 'store_id') is distinct from 'number' then
+    raise exception 'payload.store_id must be a number' using errcode = '22023';
+  end if;
+  _store_id := (_payload ->> 'store_id')::bigint;
+  if not exists (select 1 from menus.store s where s.store_id = _store_id) then
+    raise exception 'payload.store_id %: no such store', _store_id using errcode = '22023';
+  end if;
+  return _store_id;
+end;
+$function$;
+  -- menus.task_store(_payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.assert_current_lease(_task_id bigint, _task_lease_id bigint)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _task_id is null then
+    raise exception 'task_id must not be null' using errcode = '22004';
+  end if;
+  if _task_lease_id is null then
+    raise exception 'task_lease_id must not be null' using errcode = '22004';
+  end if;
+  perform queues.lock_resource_keys(array[_task_id]);
+  perform 1 from queues.task_pending p
+   where p.task_id = _task_id and p.current_lease_id = _task_lease_id
+     for update;
+  if not found then
+    if not exists (select 1 from queues.task t where t.task_id = _task_id) then
+      raise exception 'task % does not exist', _task_id using errcode = '23503';
+    end if;
+    raise exception 'lease % is no longer the current lease of task %', _task_lease_id, _task_id
+      using errcode = '55000', schema = 'queues', constraint = 'task_lease_current',
+            hint = 'Another worker claimed the task after this lease expired.';
+  end if;
+end;
+$function$;
+  -- queues.assert_current_lease(_task_id bigint, _task_lease_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.assert_lease_pairs(_task_ids bigint[], _task_lease_ids bigint[])
  RETURNS void
  LANGUAGE plpgsql
@@ -4959,6 +5550,22 @@ AS $function$ select jsonb_path_exists(_payload, 'strict $.**{65}') $function$;
   -- queues.is_payload_too_deep(_payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.list_task_results(_task_id bigint)
+ RETURNS TABLE(task_lease_id bigint, result jsonb, recorded_at timestamp with time zone)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select r.task_lease_id, r.result, r.recorded_at
+    from queues.task_result r
+   where r.task_id = _task_id
+   order by r.task_lease_id
+$function$;
+  -- queues.list_task_results(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.lock_resource_keys(_task_ids bigint[])
  RETURNS void
  LANGUAGE plpgsql
@@ -5083,6 +5690,31 @@ end;
 $function$;
   -- queues.rebuild_task_pending(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.record_task_result(_task_id bigint, _task_lease_id bigint, _result jsonb)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _result is null then
+    raise exception 'result must not be null' using errcode = '22004';
+  end if;
+  if jsonb_typeof(_result) <> 'object' then
+    raise exception 'result must be a JSON object, got %', jsonb_typeof(_result) using errcode = '22023';
+  end if;
+  if pg_column_size(_result) > queues.max_payload_bytes() then
+    raise exception 'result is % bytes, over the limit of % bytes', pg_column_size(_result), queues.max_payload_bytes()
+      using errcode = '54000';
+  end if;
+  perform queues.assert_current_lease(_task_id, _task_lease_id);
+  insert into queues.task_result (task_id, task_lease_id, result) values (_task_id, _task_lease_id, _result);
+end;
+$function$;
+  -- queues.record_task_result(_task_id bigint, _task_lease_id bigint, _result jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.record_worker_heartbeat(_worker_id text, _task_types text[], _heartbeat_interval_ms integer DEFAULT NULL::integer)
  RETURNS void

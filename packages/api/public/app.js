@@ -1,6 +1,7 @@
 // The operations dashboard: plain ES modules, no build step, nothing loaded from outside
 // this server. Hash routes: #/ (overview), #/tasks, #/task/<id>, #/dead-letters,
 // #/processes, #/process/<name>/<root id>. Data is rendered with textContent only.
+import { roleQueues, taskResults } from './roles.js';
 const main = document.getElementById('main');
 const STATES = ['scheduled', 'ready', 'running', 'retrying', 'succeeded', 'failed', 'abandoned', 'cancelled'];
 const TOKEN_KEY = 'queue-api-token';
@@ -92,6 +93,7 @@ async function overview() {
     h('section', {}, h('h2', {}, 'Tasks by type and state'), h('p', { class: 'muted' }, `Pending states: now. Outcomes: last ${counts.window_seconds / 3600} h.`),
       table(['type', ...STATES], countRows, { 'data-testid': 'counts' })),
     h('section', {}, h('h2', {}, 'Throughput, last hour (completions per minute)'), throughputChart(throughput.buckets, throughput.window_seconds, throughput.bucket_seconds)),
+    roleQueues(h, table, capacity.capacity),
     h('section', {}, h('h2', {}, 'Capacity'), table(['role', 'pending', 'ready', 'running', 'workers', 'tasks / worker-hour', 'hours to drain', 'needed 1h / 4h / 8h'], capRows, { 'data-testid': 'capacity' }),
       h('p', {}, h('button', { class: 'secondary', onclick: async () => {
         if (!token()) { recoverOut.replaceChildren(tokenForm(() => route())); return; }
@@ -137,6 +139,7 @@ async function taskPage(id) {
         h('td', {}, fmtTime(l.released_at ?? l.revoked_at)), h('td', { class: 'num' }, l.extensions), h('td', {}, l.live ? 'yes' : ''))), { 'data-testid': 'leases' })),
     h('section', {}, h('h2', {}, 'Errors'), table(['at', 'lease', 'message'], t.errors.map((e) => h('tr', {}, h('td', {}, fmtTime(e.created_at)), h('td', {}, e.task_lease_id ?? ''), h('td', {}, h('pre', {}, e.error_message)))), { 'data-testid': 'errors' })),
     t.failed_attempts.length ? h('section', {}, h('h2', {}, 'Failed attempts (retried)'), table(['failed', 'retry at', 'lease'], t.failed_attempts.map((f) => h('tr', {}, h('td', {}, fmtTime(f.failed_at)), h('td', {}, fmtTime(f.retry_at)), h('td', {}, f.task_lease_id ?? ''))))) : null,
+    taskResults(h, table, t.results ?? []),
     h('section', {}, h('h2', {}, 'Completion'), t.completion ? h('p', { 'data-testid': 'completion' }, stateBadge(t.completion.outcome), ' at ', fmtTime(t.completion.completed_at)) : h('p', { class: 'muted', 'data-testid': 'completion' }, 'not completed')),
   );
   if (!t.completion) refreshTimer = setTimeout(() => route(), 3000);

@@ -14,6 +14,7 @@ import { connect } from '@org/queue-client';
 import { bearerMatches } from './auth.js';
 import type { ApiConfig } from './config.js';
 import { fromDatabaseError } from './http-errors.js';
+import { registerMenuRoutes } from './menus-routes.js';
 import { renderApiMetrics } from './api-metrics.js';
 import { Store } from './store.js';
 
@@ -231,6 +232,8 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
     request.log.info({ event: 'staggered_generated', task_type: body.task_type, tasks: total, batches: batches.length }, 'staggered batches generated');
     return reply.code(201).send({ task_type: body.task_type, tasks: total, batches });
   });
+
+  registerMenuRoutes(app, { pool, parse });
 
   app.get('/api/tasks/:id', async (request) => {
     const { id: taskId } = parse(z.object({ id: id('task id') }), request.params, 'path');

@@ -16,6 +16,7 @@ const BY_SQLSTATE: Record<string, [number, string]> = {
   '23503': [404, 'not_found'],
   '42501': [403, 'forbidden'],
   '55000': [409, 'conflict'],
+  '23505': [409, 'conflict'], // done already (e.g. a date's resync generated twice)
 };
 
 /** The HTTP answer for a database error, or undefined when it is not one we map (500). */

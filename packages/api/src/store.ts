@@ -3,7 +3,7 @@
  * with rows mapped to the JSON the API returns (bigint counts and ids as numbers).
  */
 import type pg from 'pg';
-import { enqueue, type JsonObject } from '@org/queue-client';
+import { enqueue, listTaskResults, type JsonObject } from '@org/queue-client';
 import { capacityList } from './queries/capacity.queries.js';
 import { deadLetterList } from './queries/dead_letter.queries.js';
 import { leaseRecoverStale, leaseStaleList } from './queries/lease.queries.js';
@@ -56,7 +56,12 @@ export class Store {
 
   async getTask(taskId: number): Promise<unknown> {
     const [row] = await taskGet.run({ taskId }, this.pool);
-    return row?.task;
+    // Each run's result (queues.task_result), oldest first.
+    const results = await listTaskResults(this.pool, taskId);
+    return {
+      ...(row?.task as object),
+      results: results.map((r) => ({ task_lease_id: Number(r.taskLeaseId), result: r.result, recorded_at: r.recordedAt })),
+    };
   }
 
   async createTask(input: NewTaskInput): Promise<number> {

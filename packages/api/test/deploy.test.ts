@@ -9,6 +9,7 @@ import { parseAllDocuments } from 'yaml';
 import { API_SETTINGS } from '../src/config.js';
 import { SETTINGS as WORKER_SETTINGS } from '@org/worker';
 import { PROVIDER_ENV_VARS } from '@org/providers';
+import { MENU_PLATFORM_ENV_VARS } from '@org/menu-sync';
 
 const root = fileURLToPath(new URL('../../../', import.meta.url));
 const deploy = join(root, 'deploy');
@@ -48,7 +49,7 @@ const gmrc = readFileSync(join(root, '.gmrc'), 'utf8');
 const migrateEnv = ['DATABASE_URL', ...[...gmrc.matchAll(/":(DATABASE_[A-Z]+)":\s*"!ENV"/g)].map((m) => m[1]!)];
 const PROGRAMS: Record<string, { reads: string[]; requires: string[] }> = {
   'node packages/worker/dist/cli.js': {
-    reads: [...WORKER_SETTINGS.map((s) => s.env), ...PROVIDER_ENV_VARS],
+    reads: [...WORKER_SETTINGS.map((s) => s.env), ...PROVIDER_ENV_VARS, ...MENU_PLATFORM_ENV_VARS],
     requires: ['DATABASE_URL'],
   },
   'node packages/api/dist/cli.js': { reads: API_SETTINGS.map((s) => s.env), requires: ['DATABASE_URL', 'API_TOKEN'] },
@@ -98,9 +99,11 @@ describe('Dockerfile', () => {
 describe('Kubernetes manifests', () => {
   it('one worker Deployment per role, with replicas, claiming that role', () => {
     // Task types are registered by the migrations (the baseline's inserts, and later ones).
-    const committed = join(root, 'migrations', 'committed');
-    const schema = readdirSync(committed)
-      .map((f) => readFileSync(join(committed, f), 'utf8'))
+    const schema = ['committed', 'current']
+      .map((folder) => join(root, 'migrations', folder))
+      .flatMap((dir) => readdirSync(dir).map((f) => join(dir, f)))
+      .filter((file) => file.endsWith('.sql'))
+      .map((file) => readFileSync(file, 'utf8'))
       .join('\n');
     const byRole = new Map<string, Doc>();
     for (const d of workloads.filter((w) => w.metadata.labels?.['app.kubernetes.io/component'] === 'worker')) {
@@ -109,7 +112,25 @@ describe('Kubernetes manifests', () => {
       expect(d.spec.replicas).toBeGreaterThanOrEqual(1);
       expect(schema, `${role} is a registered task type`).toContain(`('${role}',`);
     }
-    expect([...byRole.keys()].sort()).toEqual(['db_function', 'email', 'file_delete', 'sms']);
+    expect([...byRole.keys()].sort()).toEqual([
+      'analytics_refresh', 'db_function', 'email', 'entry_point_discovery', 'file_delete', 'product_discovery', 'product_resync',
+      'sms', 'store_discovery',
+    ]);
+  });
+
+  it('the menu roles call the menu platform from a Secret (never local mode); no other worker sets it', () => {
+    const menuRoles = ['store_discovery', 'entry_point_discovery', 'product_discovery', 'product_resync', 'analytics_refresh'];
+    for (const d of workloads.filter((w) => w.metadata.labels?.['app.kubernetes.io/component'] === 'worker')) {
+      const env = containers(d)[0]!.env!;
+      const role = env.find((e) => e.name === 'WORKER_ROLE')!.value!;
+      const url = env.find((e) => e.name === 'MENU_PLATFORM_URL');
+      if (menuRoles.includes(role)) {
+        expect(url?.valueFrom?.secretKeyRef, `${d.metadata.name} MENU_PLATFORM_URL`).toMatchObject({ name: 'queue-menu-platform', key: 'url' });
+        expect(url?.valueFrom?.secretKeyRef?.optional, `${d.metadata.name}: a missing URL must not start local mode`).toBeUndefined();
+      } else {
+        expect(url, `${d.metadata.name} does not call the menu platform`).toBeUndefined();
+      }
+    }
   });
 
   it('every workload runs a real command with only the environment it reads', () => {

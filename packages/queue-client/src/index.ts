@@ -26,4 +26,5 @@ export {
   type NewTask,
   type Task,
 } from './tasks.js';
+export { listTaskResults, recordTaskResult, type TaskResult } from './results.js';
 export { recordWorkerHeartbeat, recordWorkerStopped } from './workers.js';

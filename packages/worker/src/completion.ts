@@ -7,7 +7,7 @@
  * error code: see error-class.ts.
  */
 import type pg from 'pg';
-import { completeTasks, failTask, withTransaction, type ClaimedTask, type Queryable } from '@org/queue-client';
+import { QueueError, completeTasks, failTask, recordTaskResult, withTransaction, type ClaimedTask, type Queryable } from '@org/queue-client';
 import { batcherFor } from './completion-batcher.js';
 import { LeaseLostError, sanitizeMessage } from './error-class.js';
 import type { TaskReport } from './processor.js';
@@ -15,12 +15,12 @@ import type { TaskReport } from './processor.js';
 export { LeaseLostError, errorMessage, isLeaseLost, isTransient, sanitizeMessage } from './error-class.js';
 
 /**
- * Completes the task under its lease, then records `report.error` (and `extraErrors`)
- * against it, on `db`. Throws LeaseLostError unless the queue answers that this call
- * completed the task or scheduled its retry: whoever else completed it (another worker,
- * an unfenced caller, the queue abandoning it), the caller's transaction must not commit
- * as if this run had. `report.final`: a failure no retry can mend (no retry even with
- * attempts left).
+ * Records `report.result` (queues.task_result), completes the task under its lease, then
+ * records `report.error` (and `extraErrors`) against it, on `db`. Throws LeaseLostError
+ * unless the queue answers that this call completed the task or scheduled its retry:
+ * whoever else completed it (another worker, an unfenced caller, the queue abandoning it),
+ * the caller's transaction must not commit as if this run had. `report.final`: a failure
+ * no retry can mend (no retry even with attempts left).
  */
 export async function recordCompletion(
   db: Queryable,
@@ -28,6 +28,15 @@ export async function recordCompletion(
   report: TaskReport,
   extraErrors: string[] = [],
 ): Promise<TaskReport> {
+  if (report.result) {
+    // Fenced like the completion: only the current lease records a result.
+    try {
+      await recordTaskResult(db, { taskId: task.taskId, taskLeaseId: task.taskLeaseId, result: report.result });
+    } catch (error) {
+      if (error instanceof QueueError && error.kind === 'lease_lost') throw new LeaseLostError(task);
+      throw error;
+    }
+  }
   const [answer] = await completeTasks(db, [
     { taskId: task.taskId, taskLeaseId: task.taskLeaseId, outcome: report.outcome, retry: report.final ? false : undefined },
   ]);
@@ -43,12 +52,12 @@ export async function recordCompletion(
 }
 
 /**
- * recordCompletion in a transaction of its own. Without an error to record, the
+ * recordCompletion in a transaction of its own. Without an error or a result to record, the
  * completion joins the pool's batch (see CompletionBatcher): one statement for every
  * task finishing in the same turn of the event loop.
  */
 export async function finish(pool: pg.Pool, task: ClaimedTask, report: TaskReport, extraErrors: string[] = []): Promise<TaskReport> {
-  if (report.error || extraErrors.length > 0 || report.final) {
+  if (report.error || extraErrors.length > 0 || report.final || report.result) {
     return withTransaction(pool, (tx) => recordCompletion(tx, task, report, extraErrors));
   }
   const result = await batcherFor(pool).complete(task, report.outcome);

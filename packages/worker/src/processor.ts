@@ -9,7 +9,7 @@
  * processor throws.
  */
 import type pg from 'pg';
-import type { ClaimedTask, CompletionOutcome } from '@org/queue-client';
+import type { ClaimedTask, CompletionOutcome, JsonObject } from '@org/queue-client';
 import type { Logger } from './logger.js';
 
 export interface TaskContext {
@@ -32,6 +32,8 @@ export interface TaskReport {
    * task has attempts left (max_attempts).
    */
   final?: boolean;
+  /** Kept as the run's result (queues.task_result), in the completion's transaction. */
+  result?: JsonObject;
 }
 
 export interface Processor {

@@ -43,7 +43,7 @@ describe('db_function processor', () => {
 
   it('success ({success: true}): effect committed with the completion', async () => {
     const { report, facts } = await run(processor, 'db_function', step('ok'));
-    expect(report).toEqual({ outcome: 'succeeded' });
+    expect(report).toEqual({ outcome: 'succeeded', result: { success: true } });
     expect(facts).toEqual({ outcome: 'succeeded', errors: [], leases: 1 });
     expect(await effects(db, 'ok')).toBe(1);
   });
@@ -55,7 +55,7 @@ describe('db_function processor', () => {
 
   it('a descriptive non-success status is logged, not fatal', async () => {
     const { report, facts } = await run(processor, 'db_function', step('status', { result: { status: 'max_attempts_reached' } }));
-    expect(report).toEqual({ outcome: 'succeeded', note: 'status max_attempts_reached' });
+    expect(report).toEqual({ outcome: 'succeeded', note: 'status max_attempts_reached', result: { status: 'max_attempts_reached' } });
     expect(facts.errors).toEqual([]);
   });
 

@@ -16,12 +16,13 @@ import { startFakeResend } from '@org/providers/testing';
 import { Runner, withTimeout, type RunnerResult } from './child.js';
 import type { RunnerConfig } from './runners/protocol.js';
 import { percentile } from './stats.js';
+import { resyncWorkload } from './resync.js';
 
 export const SYSTEMS = ['ours', 'graphile-worker', 'pg-boss'] as const;
 export type SystemName = (typeof SYSTEMS)[number];
 export type Subject = SystemName | 'postgres';
 
-export const WORKLOADS = ['pgbench', 'enqueue_single', 'enqueue_batch', 'drain', 'latency', 'history', 'processes', 'steps'] as const;
+export const WORKLOADS = ['pgbench', 'enqueue_single', 'enqueue_batch', 'drain', 'latency', 'history', 'processes', 'steps', 'resync'] as const;
 export type WorkloadId = (typeof WORKLOADS)[number];
 
 /** A server to benchmark on, with a migrated template database of our schema. */
@@ -638,6 +639,7 @@ export async function runBench(server: BenchServer, options: BenchOptions): Prom
       await guarded('ours', 'steps', () => h.drain('ours', trial, { processes: 1, metric: 'steps', kind: 'db_function' }));
     }
     if (oursIncluded && has('processes')) await guarded('ours', 'processes', () => h.supervisorProcesses(trial));
+    if (oursIncluded && has('resync')) await guarded('ours', 'resync', () => resyncWorkload(h, trial, options));
   }
 
   return {

@@ -53,6 +53,9 @@ function rows(o: BenchOptions): Row[] {
     { metric: 'rss_1p_mb', label: '8. Worker peak RSS during 3a', unit: 'MB', higherIsBetter: false, target: { text: '≤ best peer', ok: (r) => r <= 1 } },
     { metric: 'rss_2p_mb', label: '8. Worker peak RSS during 3b (larger of the 2)', unit: 'MB', higherIsBetter: false },
     { metric: 'pgbench_tps', label: `9. Limit: pgbench one-row insert, ${o.pgbenchClients} clients`, unit: 'commits/s', higherIsBetter: true },
+    { metric: 'resync', label: `10. Resync ${Math.min(1000, o.tasks).toLocaleString('en-US')} stores: stock worker (product_resync) × ${o.workerConcurrency}, fake platform answering at once`, unit: 'resyncs/s', higherIsBetter: true },
+    { metric: 'resync_slow', label: '10. Resync 1,000 stores: platform answering in 500 ms, worker × 8', unit: 'resyncs/s', higherIsBetter: true },
+    { metric: 'resync_capacity_ratio', label: '10. Capacity view tasks_per_worker_hour ÷ measured rate (slow run)', unit: '×', higherIsBetter: true },
   ];
 }
 
@@ -272,6 +275,15 @@ ${settings}
    one-statement script \`insert into bench_insert (payload) values ('{"n": 1}')\` (a table with an
    identity primary key, a jsonb column and a timestamptz default), on a fresh database of the
    same server: the rate of single-row commits this server sustains.
+10. **Role-based resync** (ours only, tools/bench/src/resync.ts): 1,000 active stores, the
+   stock worker process (\`WORKER_ROLE=product_resync\`, the menu platform at the in-process
+   fake) started idle, then \`menus.generate_resync_tasks(6, yesterday)\` (every batch due);
+   timed from the generation to the 1,000th completion. Each resync is an HTTP call, ~7
+   product snapshots, a result and the completion in one transaction. Run twice: the fake
+   answering at once (\`resync\`), and answering in 500 ms with CONCURRENCY 8
+   (\`resync_slow\`, over 60 s), after which \`admin.capacity_at\` over the last 60 s must give
+   a \`tasks_per_worker_hour\` within 15% of the measured rate and, for the next day's
+   1,000-task backlog, the \`workers_needed\` (1/4/8 h) the measured rate gives (± 1).
 
 ### Configurations
 

@@ -11,3 +11,4 @@ export { replaceLegacyHistory, LEGACY_HISTORY, BASELINE_FILENAME } from './legac
 export { checkMigrationLocks, lockMarkers, HOT_TABLES } from './migration-locks.js';
 export { findSqlDrift, sqlFiles } from './sql-drift.js';
 export { compiledMigrations, compileMigration } from './migration-files.js';
+export { enableLocalSchedules, LOCAL_SCHEDULES } from './local-schedules.js';

@@ -1,13 +1,15 @@
 // `npm run demo`: one of each business process on the development database (embedded
 // unless DATABASE_URL), run by a real worker with the local providers (emails and SMS
 // into .data/outbox, files deleted from .data/storage), until every process reaches its
-// terminal fact. Supervisor backoffs are scaled down for the run and restored after.
+// terminal fact; then the role-based worker system's chain for DEMO_STORES (default 5)
+// new stores (menu-chain.ts). Backoffs are scaled down for the run and restored after.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import pg from 'pg';
 import { dataRoot, openDevServer } from '@org/db-tools';
 import { providersFromEnv } from '@org/providers';
 import { createLogger, defaultRegistry, Worker } from '@org/worker';
+import { runMenuChainDemo } from './menu-chain.js';
 
 interface Process {
   name: string;
@@ -118,7 +120,8 @@ async function main(): Promise<number> {
     const flags = (await owner.query(`select array_agg(flag order by flag) as flags from accounts.account_flag where account_id = $1`, [accountId])).rows[0].flags;
     say(`  account #${accountId} flags: ${(flags ?? []).join(', ')}`);
     say(`\nEmails and SMS are in ${join(dataRoot(), 'outbox')}; deleted files were under ${join(storage, bucket)}.`);
-    return states.every((s) => s.state === 'succeeded') ? 0 : 1;
+    const chainOk = await runMenuChainDemo(urls, owner, Number(process.env.DEMO_STORES ?? 5));
+    return states.every((s) => s.state === 'succeeded') && chainOk ? 0 : 1;
   } finally {
     await worker?.stop();
     if (previousScale === undefined) await owner.query(`delete from internal.setting where name = 'backoff_scale'`);

@@ -16,7 +16,7 @@
  *   included                       code cannot make the worker believe its lease was lost
  */
 import { dbFunctionPayload } from '@org/handler-types';
-import { runFunction, withTransaction } from '@org/queue-client';
+import { runFunction, withTransaction, type JsonObject } from '@org/queue-client';
 import { parseEnvelope } from '@org/handler-types';
 import { finish, recordCompletion } from '../completion.js';
 import { classifyError, errorMessage } from '../error-class.js';
@@ -40,20 +40,23 @@ export function dbFunctionProcessor(): Processor {
           const parsed = parseEnvelope(result);
           if (!parsed.ok) throw new RollBack(`${name}: ${parsed.error}`);
           const envelope = parsed.envelope;
+          // The function's envelope is kept as the run's result (queues.task_result).
+          const kept = result as JsonObject;
           switch (envelope.outcome) {
             case 'succeeded':
-              return recordCompletion(tx, task, { outcome: 'succeeded' });
+              return recordCompletion(tx, task, { outcome: 'succeeded', result: kept });
             case 'status':
-              return recordCompletion(tx, task, { outcome: 'succeeded', note: `status ${envelope.status}` });
+              return recordCompletion(tx, task, { outcome: 'succeeded', note: `status ${envelope.status}`, result: kept });
             case 'invalid':
               return recordCompletion(tx, task, {
                 outcome: 'failed',
                 error: `${name}: validation failure: ${envelope.message}`,
                 note: envelope.message,
                 final: true,
+                result: kept,
               });
             case 'error':
-              return recordCompletion(tx, task, { outcome: 'failed', error: `${name}: ${envelope.message}` });
+              return recordCompletion(tx, task, { outcome: 'failed', error: `${name}: ${envelope.message}`, result: kept });
           }
         });
       } catch (error) {

@@ -2,12 +2,14 @@
 //
 // Without DATABASE_URL: starts the embedded PostgreSQL in .data/postgres, migrates it,
 // and runs the worker (as worker_service_user) and the API (as queue_api_user) on it,
-// plus the files service when GCS credentials are configured. With DATABASE_URL (the
+// plus the files service when GCS credentials are configured, and enables the role-based
+// system's schedules (local mode; see local-schedules.ts). With DATABASE_URL (the
 // worker role's URL on a migrated database) it runs only the worker. Signals go to the
 // children; when the worker exits, the others are stopped, then the embedded server.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
+import { enableLocalSchedules } from '../local-schedules.js';
 import { repoRoot } from '../paths.js';
 import type { DatabaseUrls } from '../server.js';
 
@@ -61,6 +63,7 @@ async function main(): Promise<number> {
     runner.send('stop');
     await done;
   };
+  const schedules = await enableLocalSchedules(urls.api);
   const apiToken = process.env.API_TOKEN ?? randomBytes(24).toString('hex');
   const apiPort = process.env.API_PORT ?? '3000';
   const apiHost = process.env.API_HOST ?? '127.0.0.1';
@@ -90,6 +93,10 @@ async function main(): Promise<number> {
       `  api    ${urls.api}`,
       `Dashboard and REST API: http://${apiHost}:${apiPort}/  (token for changes: ${apiToken})`,
       filesLine,
+      `schedules enabled (local mode): ${schedules.join(', ')}`,
+      process.env.MENU_PLATFORM_URL
+        ? `menu platform: ${process.env.MENU_PLATFORM_URL}`
+        : 'menu platform: local mode, a fake one inside the worker (set MENU_PLATFORM_URL for a real one)',
       'Starting the worker; Ctrl-C stops everything.',
       '',
     ].join('\n'),
