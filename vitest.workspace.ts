@@ -19,7 +19,6 @@ export default [
   project('handler-types', 'packages/handler-types', ['test/**/*.test.ts']),
   project('config', 'packages/config', ['test/**/*.test.ts']),
   project('worker', 'packages/worker', ['test/**/*.test.ts']),
-  project('menu-sync', 'packages/menu-sync', ['test/**/*.test.ts']),
   project('providers', 'packages/providers', ['test/**/*.test.ts']),
   project('files-service', 'packages/files-service', ['test/**/*.test.ts']),
   project('api', 'packages/api', ['test/**/*.test.ts']),

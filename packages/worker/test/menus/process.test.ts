@@ -7,10 +7,10 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { claimTasks } from '@org/queue-client';
-import { startFakeMenuPlatform, type FakeMenuPlatform } from '../src/index.js';
+import { startFakeMenuPlatform, type FakeMenuPlatform } from '@org/menu-sync';
 import { eventually, factsOf, startWorker } from './support.js';
 
-const CLI = fileURLToPath(new URL('../../worker/dist/cli.js', import.meta.url));
+const CLI = fileURLToPath(new URL('../../dist/cli.js', import.meta.url));
 
 let db: TestDatabase;
 let fake: FakeMenuPlatform;

@@ -2,7 +2,7 @@
 // platform, in-process workers running the real processors, and fact readers.
 import type { TestDatabase } from '@org/db-tools/testing';
 import { createLogger, defaultRegistry, Worker } from '@org/worker';
-import { createHttpMenuPlatform, type FakeMenuPlatform } from '../src/index.js';
+import { createHttpMenuPlatform, type FakeMenuPlatform } from '@org/menu-sync';
 
 /** Retries 1000x sooner (5 ms, 10 ms, ...) so a test sees every attempt of a task. */
 export async function fastRetries(db: TestDatabase): Promise<void> {

@@ -5,7 +5,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { claimTasks } from '@org/queue-client';
-import { createHttpMenuPlatform, menuProcessor, startFakeMenuPlatform, type FakeMenuPlatform } from '../src/index.js';
+import { createHttpMenuPlatform, menuProcessor, startFakeMenuPlatform, type FakeMenuPlatform } from '@org/menu-sync';
 
 let db: TestDatabase;
 let fake: FakeMenuPlatform;

@@ -4,7 +4,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { claimTasks } from '@org/queue-client';
 import type { Worker } from '@org/worker';
-import { createHttpMenuPlatform, menuProcessor, startFakeMenuPlatform, type FakeMenuPlatform } from '../src/index.js';
+import { createHttpMenuPlatform, menuProcessor, startFakeMenuPlatform, type FakeMenuPlatform } from '@org/menu-sync';
 import { discover, eventually, factsOf, fastRetries, pendingCount, startWorker, tasksOf } from './support.js';
 
 let db: TestDatabase;

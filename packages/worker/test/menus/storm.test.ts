@@ -4,7 +4,7 @@
 // ends, and each failed attempt left one error.
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
-import { startFakeMenuPlatform, type FakeMenuPlatform } from '../src/index.js';
+import { startFakeMenuPlatform, type FakeMenuPlatform } from '@org/menu-sync';
 import { eventually, fastRetries, pendingCount, startWorker } from './support.js';
 
 let db: TestDatabase;

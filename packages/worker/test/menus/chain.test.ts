@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { claimTasks } from '@org/queue-client';
-import { startFakeMenuPlatform, type FakeMenuPlatform } from '../src/index.js';
+import { startFakeMenuPlatform, type FakeMenuPlatform } from '@org/menu-sync';
 import { discover, eventually, factsOf, fastRetries, pendingCount, startWorker } from './support.js';
 
 let db: TestDatabase;
