@@ -283,7 +283,8 @@ $$;
 
 -- Facts of one task the dashboard adds to admin.get_task's answer:
 --   {results: [{task_lease_id, result, recorded_at}], cancellation: {reason, cancelled_at} | null,
---    run_now_at: timestamptz | null, type_paused: boolean, heartbeats: [{task_lease_id, extended_at, expires_at}]}
+--    run_now_at: timestamptz | null, type_paused: boolean, process: {process, root_id} | null,
+--    heartbeats: [{task_lease_id, extended_at, expires_at}]}
 -- Results come from queues.task_result when that table exists (read through the catalog,
 -- so this works with and without it).
 create or replace function admin.task_dashboard_facts(_task_id bigint)
@@ -306,6 +307,11 @@ begin
                        from queues.task_cancelled c where c.task_id = _task_id),
     'run_now_at', (select r.requested_at from queues.task_run_now r where r.task_id = _task_id),
     'type_paused', (select t.task_type = any (queues.paused_task_types()) from queues.task t where t.task_id = _task_id),
+    -- The business process the task works for: its payload names the root (X_task_id).
+    'process', (select jsonb_build_object('process', p.process, 'root_id', (t.payload ->> (p.process || '_task_id'))::bigint)
+                  from queues.task t cross join admin.processes() p
+                 where t.task_id = _task_id and t.payload ->> (p.process || '_task_id') ~ '^[0-9]{1,18}$'
+                 limit 1),
     'heartbeats', coalesce((
       select jsonb_agg(jsonb_build_object('task_lease_id', x.task_lease_id, 'extended_at', x.extended_at,
                                           'expires_at', x.expires_at) order by x.task_lease_extension_id)
