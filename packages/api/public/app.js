@@ -25,6 +25,10 @@ function h(tag, attrs = {}, ...children) {
   return el;
 }
 const s = (tag, attrs = {}, ...children) => h(tag, { ...attrs, svg: true }, ...children);
+/** Replaces el's children; nested lists are flattened and null, undefined and false left out. */
+function put(el, ...children) {
+  el.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false).map((c) => (c instanceof Node ? c : String(c))));
+}
 
 async function api(path, options = {}) {
   const res = await fetch(path, options);
@@ -42,13 +46,13 @@ function showAccess() {
   const el = document.getElementById('access');
   if (token()) {
     el.className = 'access unlocked';
-    el.replaceChildren(h('span', { 'data-testid': 'access-state' }, 'Actions enabled: API token kept in this tab only. '),
+    put(el, h('span', { 'data-testid': 'access-state' }, 'Actions enabled: API token kept in this tab only. '),
       h('a', { href: '#', 'data-testid': 'forget-token', onclick: (e) => { e.preventDefault(); sessionStorage.removeItem(TOKEN_KEY); showAccess(); route(); } }, 'Lock (forget token)'));
     return;
   }
   const input = h('input', { type: 'password', name: 'token', placeholder: 'API token', autocomplete: 'off', 'data-testid': 'token-input', 'aria-label': 'API token' });
   el.className = 'access locked';
-  el.replaceChildren(
+  put(el, 
     h('span', { 'data-testid': 'access-state' }, h('strong', {}, 'Read-only. '),
       'Cancel, pause, redrive and the other actions need the API token: ', h('code', {}, 'npm start'), ' prints it; a deployment sets it as ', h('code', {}, 'API_TOKEN'), '.'),
     h('form', { class: 'inline', 'data-testid': 'token-form', onsubmit: (e) => {
@@ -74,8 +78,8 @@ function actionButton(label, attrs, action, out) {
   return h('button', { type: 'button', ...attrs, disabled: !canWrite() || attrs.disabled, title: canWrite() ? attrs.title : READ_ONLY_TITLE, onclick: async (e) => {
     const button = e.currentTarget;
     button.disabled = true;
-    try { const message = await action(); if (out && message) out.replaceChildren(...[message].flat()); }
-    catch (err) { if (out) out.replaceChildren(h('span', { class: 'error', role: 'alert' }, err.message)); }
+    try { const message = await action(); if (out && message) put(out, message); }
+    catch (err) { if (out) put(out, h('span', { class: 'error', role: 'alert' }, err.message)); }
     finally { button.disabled = !canWrite(); }
   } }, label);
 }
@@ -103,7 +107,7 @@ function table(headers, rows, attrs = {}) {
   return h('table', attrs, h('thead', {}, h('tr', {}, headers.map((x) => h('th', { class: /^(#|count|pending|ready|running|retrying|scheduled|workers|tasks|hours|need|in flight|attempts|depth)/i.test(x) ? 'num' : '' }, x)))),
     h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: headers.length, class: 'muted' }, 'nothing here'))));
 }
-function fail(error) { main.replaceChildren(h('p', { class: 'error', role: 'alert' }, error.message)); }
+function fail(error) { put(main, h('p', { class: 'error', role: 'alert' }, error.message)); }
 const section = (title, ...children) => h('section', {}, title ? h('h2', {}, title) : null, ...children);
 
 // --- live refresh ----------------------------------------------------------------------
@@ -136,7 +140,7 @@ async function showPaused(queues) {
   const list = queues ?? (await api('/api/queues')).queues;
   const paused = list.filter((q) => q.paused);
   const el = document.getElementById('paused');
-  el.replaceChildren(...(paused.length ? [h('a', { href: '#/queues', 'data-testid': 'paused-banner' }, `Paused: ${paused.map((q) => q.task_type).join(', ')}`)] : []));
+  put(el, ...(paused.length ? [h('a', { href: '#/queues', 'data-testid': 'paused-banner' }, `Paused: ${paused.map((q) => q.task_type).join(', ')}`)] : []));
   return list;
 }
 
@@ -188,7 +192,7 @@ function depthChart(buckets) {
 async function overview() {
   const counts = h('div'), throughput = h('div'), perType = h('div'), depth = h('div'), capacity = h('div');
   const recoverOut = h('span', { class: 'muted' });
-  main.replaceChildren(
+  put(main, 
     h('h1', {}, 'Queue overview'),
     section('Tasks by type and state', h('p', { class: 'muted' }, 'Pending states: now. Outcomes: last 24 h. Paused types are marked.'), counts),
     h('div', { class: 'grid2' },
@@ -206,22 +210,22 @@ async function overview() {
     showPaused(o.queues);
     const byType = {};
     for (const c of o.counts) (byType[c.task_type] ??= {})[c.state] = c.count;
-    counts.replaceChildren(table(['type', ...STATES], o.queues.map(({ task_type, paused }) => {
+    put(counts, table(['type', ...STATES], o.queues.map(({ task_type, paused }) => {
       const c = byType[task_type] ?? {};
       return h('tr', { 'data-task-type': task_type }, h('td', {}, h('a', { href: `#/tasks?task_type=${task_type}` }, task_type), paused ? [' ', h('span', { class: 'state state-paused' }, 'paused')] : null),
         STATES.map((st) => h('td', { class: 'num' }, c[st] ? h('a', { href: `#/tasks?task_type=${task_type}&state=${st}` }, c[st]) : '0')));
     }), { 'data-testid': 'counts' }));
-    throughput.replaceChildren(throughputChart(o.throughput, 3600, 60));
-    depth.replaceChildren(depthChart(o.depth));
+    put(throughput, throughputChart(o.throughput, 3600, 60));
+    put(depth, depthChart(o.depth));
     const totals = new Map();
     for (const b of o.throughput) {
       const t = totals.get(b.task_type) ?? {};
       t[b.outcome] = (t[b.outcome] ?? 0) + b.completed;
       totals.set(b.task_type, t);
     }
-    perType.replaceChildren(table(['type', 'succeeded', 'failed', 'abandoned', 'cancelled'], [...totals.entries()].map(([type, t]) => h('tr', {}, h('td', {}, type),
+    put(perType, table(['type', 'succeeded', 'failed', 'abandoned', 'cancelled'], [...totals.entries()].map(([type, t]) => h('tr', {}, h('td', {}, type),
       ['succeeded', 'failed', 'abandoned', 'cancelled'].map((k) => h('td', { class: 'num' }, t[k] ?? 0)))), { 'data-testid': 'throughput-by-type' }));
-    capacity.replaceChildren(table(['role', 'pending', 'ready', 'running', 'workers', 'tasks / worker-hour', 'hours to drain', 'needed 1h / 4h / 8h'],
+    put(capacity, table(['role', 'pending', 'ready', 'running', 'workers', 'tasks / worker-hour', 'hours to drain', 'needed 1h / 4h / 8h'],
       o.capacity.map((c) => h('tr', {}, h('td', {}, c.task_type), h('td', { class: 'num' }, c.pending_tasks), h('td', { class: 'num' }, c.ready_tasks),
         h('td', { class: 'num' }, c.running_tasks), h('td', { class: 'num' }, c.active_workers), h('td', { class: 'num' }, num(c.tasks_per_worker_hour, 1)),
         h('td', { class: 'num' }, num(c.estimated_hours_to_drain, 2)), h('td', { class: 'num' }, `${num(c.workers_needed.for_1_hour)} / ${num(c.workers_needed.for_4_hours)} / ${num(c.workers_needed.for_8_hours)}`))),
@@ -322,16 +326,18 @@ async function tasks(params) {
       h('td', {}, h('input', { type: 'checkbox', 'data-select': t.task_id, 'aria-label': `select task ${t.task_id}`, checked: selected.has(t.task_id), onchange: (e) => { e.target.checked ? selected.add(t.task_id) : selected.delete(t.task_id); updateSelection(); } })),
       h('td', {}, taskLink(t.task_id)), h('td', {}, t.task_type), h('td', {}, stateBadge(t.state)),
       h('td', { class: 'num' }, t.priority), h('td', {}, t.resource_key ?? ''), h('td', { class: 'num' }, t.lease_count), timeCell(t.enqueued_at), timeCell(t.completed_at ?? t.available_at)));
-    list.replaceChildren(h('table', { 'data-testid': 'task-list' },
+    put(list, h('table', { 'data-testid': 'task-list' },
       h('thead', {}, h('tr', {}, h('th', {}, all), ...['#', 'type', 'state', 'priority', 'resource key', 'leases', 'enqueued', 'completed / available'].map((x) => h('th', { class: x === 'leases' || x === 'priority' ? 'num' : '' }, x)))),
       h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 9, class: 'muted' }, 'no task matches')))));
     const next = new URLSearchParams(q);
     if (data.next_before) next.set('before', data.next_before);
-    older.replaceChildren(q.get('before') ? h('a', { href: `#/tasks?${(() => { const p = new URLSearchParams(q); p.delete('before'); return p; })()}` }, '← Newest') : null, ' ',
-      data.next_before ? h('a', { href: `#/tasks?${next}`, 'data-testid': 'older' }, 'Older →') : null);
+    const newest = new URLSearchParams(q);
+    newest.delete('before');
+    put(older, h('span', {}, q.get('before') ? [h('a', { href: `#/tasks?${newest}` }, '← Newest'), ' '] : null,
+      data.next_before ? h('a', { href: `#/tasks?${next}`, 'data-testid': 'older' }, 'Older →') : null));
     updateSelection();
   }
-  main.replaceChildren(h('h1', {}, 'Tasks'), section(null, filters, lookup), section(null, bulk, out, list, older));
+  put(main, h('h1', {}, 'Tasks'), section(null, filters, lookup), section(null, bulk, out, list, older));
   await live(refresh);
 }
 
@@ -350,11 +356,11 @@ function leaseEnd(l, t) {
 async function taskPage(id) {
   const body = h('div');
   const out = h('p', { role: 'status', 'data-testid': 'action-result' });
-  main.replaceChildren(h('h1', { 'data-testid': 'task-title' }, `Task #${id}`), out, body);
+  put(main, h('h1', { 'data-testid': 'task-title' }, `Task #${id}`), out, body);
   await live(async () => {
     const [t] = await Promise.all([api(`/api/tasks/${encodeURIComponent(id)}`), showPaused()]);
     const task = t.task;
-    main.querySelector('h1').replaceChildren(`Task #${task.task_id} `, stateBadge(task.state), t.type_paused ? [' ', h('span', { class: 'state state-paused' }, `${task.task_type} paused`)] : null);
+    put(main.querySelector('h1'), `Task #${task.task_id} `, stateBadge(task.state), t.type_paused ? [' ', h('span', { class: 'state state-paused' }, `${task.task_type} paused`)] : null);
     const fields = [['type', h('a', { href: `#/tasks?task_type=${task.task_type}` }, task.task_type)], ['state', stateBadge(task.state)], ['priority', task.priority],
       ['resource key', task.resource_key ? h('a', { href: `#/tasks?resource_key=${encodeURIComponent(task.resource_key)}` }, task.resource_key) : '—'],
       ['max attempts', task.max_attempts], ['enqueued', fmtTime(task.enqueued_at)], ['scheduled', fmtTime(task.scheduled_at)]];
@@ -367,7 +373,7 @@ async function taskPage(id) {
     if (task.state === 'scheduled') actions.push(actionButton('Run now', { 'data-testid': 'run-now-task' }, async () => { const r = await mutate('/api/tasks/run-now', { task_ids: [task.task_id] }); return `run now: ${r.results[0].result}`; }, out));
     if (['failed', 'abandoned'].includes(task.state) && !t.redriven_to) actions.push(actionButton('Redrive', { 'data-testid': 'redrive-task' }, async () => { const r = await mutate('/api/dead-letters/redrive', { task_ids: [task.task_id] }); return r.results[0].new_task_id ? ['redriven as ', taskLink(r.results[0].new_task_id)] : `redrive: ${r.results[0].result}`; }, out));
     const heartbeats = (leaseId) => t.heartbeats.filter((x) => x.task_lease_id === leaseId);
-    body.replaceChildren(
+    put(body, 
       section(null, h('table', { 'data-testid': 'task-fields', class: 'fields' }, h('tbody', {}, fields.map(([k, v]) => h('tr', {}, h('th', {}, k), h('td', {}, v))))), actions.length ? h('p', { class: 'actions' }, actions) : null),
       h('div', { class: 'grid2' },
         section('Payload', h('pre', { 'data-testid': 'payload' }, json(task.payload))),
@@ -418,10 +424,10 @@ async function deadLetters(params) {
         await refresh();
         return [h('span', { class: 'ok' }, `Task #${d.task_id} redriven as `), taskLink(r.new_task_id)];
       }, note))));
-    list.replaceChildren(table(['', '#', 'type', 'outcome', 'attempts', 'completed', 'last error', ''], rows, { 'data-testid': 'dead-letters' }),
+    put(list, table(['', '#', 'type', 'outcome', 'attempts', 'completed', 'last error', ''], rows, { 'data-testid': 'dead-letters' }),
       data.next_before ? h('p', {}, h('a', { href: `#/dead-letters?before=${data.next_before}` }, 'Older →')) : null);
   }
-  main.replaceChildren(h('h1', {}, 'Dead letters'), h('p', { class: 'muted' }, 'Tasks that completed failed (with no error handler) or abandoned, not yet redriven.'), note, section(null, bulk, list));
+  put(main, h('h1', {}, 'Dead letters'), h('p', { class: 'muted' }, 'Tasks that completed failed (with no error handler) or abandoned, not yet redriven.'), note, section(null, bulk, list));
   await live(refresh);
 }
 
@@ -429,12 +435,12 @@ async function deadLetters(params) {
 async function queues() {
   const out = h('p', { role: 'status', 'data-testid': 'action-result' });
   const list = h('div');
-  main.replaceChildren(h('h1', {}, 'Queues'),
+  put(main, h('h1', {}, 'Queues'),
     h('p', { class: 'muted' }, 'One queue per task type (the seed\'s roles). Pausing a type stops every worker from claiming it at its next claim; tasks already running finish. Workers: live workers whose roles include the type.'),
     out, section(null, list));
   async function refresh() {
     const list_ = await showPaused();
-    list.replaceChildren(table(['task type', 'claiming', 'scheduled', 'ready', 'running', 'retrying', 'workers', ''],
+    put(list, table(['task type', 'claiming', 'scheduled', 'ready', 'running', 'retrying', 'workers', ''],
       list_.map((q) => h('tr', { 'data-task-type': q.task_type, 'data-testid': `queue-${q.task_type}` },
         h('td', {}, h('a', { href: `#/tasks?task_type=${q.task_type}` }, q.task_type), h('div', { class: 'muted small' }, q.description)),
         h('td', {}, q.paused ? [stateBadge('paused'), h('div', { class: 'muted small' }, `since ${fmtTime(q.paused_at)}${q.pause_reason ? ` · ${q.pause_reason}` : ''}`)] : stateBadge('active')),
@@ -453,12 +459,12 @@ async function workers() {
   await showPaused();
   const out = h('p', { role: 'status', 'data-testid': 'action-result' });
   const list = h('div');
-  main.replaceChildren(h('h1', {}, 'Workers'),
+  put(main, h('h1', {}, 'Workers'),
     h('p', { class: 'muted' }, 'Workers register on every heartbeat. Stale: not seen for 10 minutes and not stopped; its live leases can be revoked so the tasks run elsewhere at once.'),
     out, section(null, list));
   async function refresh() {
     const data = await api('/api/workers');
-    list.replaceChildren(table(['worker', 'status', 'roles', 'heartbeat age', 'in flight', 'started', 'last seen', ''],
+    put(list, table(['worker', 'status', 'roles', 'heartbeat age', 'in flight', 'started', 'last seen', ''],
       data.workers.map((w) => h('tr', { 'data-worker-id': w.worker_id },
         h('td', {}, h('a', { href: `#/tasks?worker_id=${encodeURIComponent(w.worker_id)}` }, w.worker_id)), h('td', {}, stateBadge(w.status)),
         h('td', {}, w.task_types.join(', ')), h('td', { class: 'num' }, fmtAge(w.heartbeat_age_seconds)), h('td', { class: 'num' }, w.tasks_in_flight),
@@ -476,10 +482,10 @@ async function schedules() {
   await showPaused();
   const out = h('p', { role: 'status', 'data-testid': 'action-result' });
   const list = h('div');
-  main.replaceChildren(h('h1', {}, 'Schedules'), h('p', { class: 'muted' }, 'Recurring schedules (cron in UTC) and their last runs.'), out, section(null, list));
+  put(main, h('h1', {}, 'Schedules'), h('p', { class: 'muted' }, 'Recurring schedules (cron in UTC) and their last runs.'), out, section(null, list));
   async function refresh() {
     const data = await api('/api/schedules');
-    list.replaceChildren(table(['schedule', 'cron', 'task type', 'enabled', 'next fire', 'last runs', ''],
+    put(list, table(['schedule', 'cron', 'task type', 'enabled', 'next fire', 'last runs', ''],
       data.schedules.map((x) => h('tr', { 'data-schedule': x.name },
         h('td', {}, x.name), h('td', {}, h('code', {}, x.cron)), h('td', {}, x.task_type), h('td', {}, stateBadge(x.enabled ? 'enabled' : 'disabled')),
         timeCell(x.next_fire_at),
@@ -498,7 +504,7 @@ async function processes(params) {
   const [names] = await Promise.all([api('/api/processes').then((r) => r.processes), showPaused()]);
   const current = params.get('process') ?? names[0];
   const list = h('div');
-  main.replaceChildren(h('h1', {}, 'Processes'),
+  put(main, h('h1', {}, 'Processes'),
     h('nav', { class: 'tabs', 'data-testid': 'process-nav' }, names.map((n) => h('a', { href: `#/processes?process=${n}`, class: n === current ? 'current' : '' }, n))),
     h('p', { class: 'muted' }, 'Newest roots first, with stuck and failed ones at the top of each page. Stuck: nothing recorded for 10 minutes, or the last three attempts failed (for a parent: a node below it).'),
     section(null, list));
@@ -507,7 +513,7 @@ async function processes(params) {
     const q = new URLSearchParams();
     if (params.get('before')) q.set('before', params.get('before'));
     const data = await api(`/api/processes/${encodeURIComponent(current)}?${q}`);
-    list.replaceChildren(table(['root', 'status', 'attempts', 'stuck or failed below', 'started', 'last fact', 'subject'], data.roots.map((r) => h('tr', { 'data-root-id': r.root_id },
+    put(list, table(['root', 'status', 'attempts', 'stuck or failed below', 'started', 'last fact', 'subject'], data.roots.map((r) => h('tr', { 'data-root-id': r.root_id },
       h('td', {}, h('a', { href: `#/process/${current}/${r.root_id}` }, `${current} #${r.root_id}`)), h('td', {}, stateBadge(r.status)), h('td', { class: 'num' }, r.attempts),
       h('td', { class: 'num' }, r.stuck_descendants || ''), timeCell(r.created_at), timeCell(r.last_fact_at), h('td', {}, h('code', {}, JSON.stringify(r.subject))))), { 'data-testid': 'process-roots' }),
       data.roots.length === 50 ? h('p', {}, h('a', { href: `#/processes?process=${current}&before=${Math.min(...data.roots.map((r) => r.root_id))}` }, 'Older →')) : null);
@@ -525,14 +531,14 @@ function treeNode(node) {
 
 async function processPage(name, id) {
   const tree = h('div'), timeline = h('div');
-  main.replaceChildren(h('h1', {}, `${name} #${id}`),
+  put(main, h('h1', {}, `${name} #${id}`),
     section('Supervision tree', tree),
     section('Fact timeline (all nodes, millisecond times)', timeline));
   await live(async () => {
     const [data] = await Promise.all([api(`/api/processes/${encodeURIComponent(name)}/${encodeURIComponent(id)}`), showPaused()]);
-    tree.replaceChildren(h('ul', { class: 'tree', 'data-testid': 'process-tree' }, treeNode(data.tree)));
+    put(tree, h('ul', { class: 'tree', 'data-testid': 'process-tree' }, treeNode(data.tree)));
     const facts = [...data.timeline].sort((a, b) => new Date(a.at) - new Date(b.at));
-    timeline.replaceChildren(table(['at', 'node', 'fact', 'attempt', 'detail'], facts.map((f) => h('tr', {},
+    put(timeline, table(['at', 'node', 'fact', 'attempt', 'detail'], facts.map((f) => h('tr', {},
       timeCell(f.at), h('td', {}, h('a', { href: `#/process/${f.process}/${f.root_id}` }, `${f.process} #${f.root_id}`)), h('td', {}, stateBadge(f.fact)), h('td', {}, f.attempt_id ?? ''),
       h('td', {}, Object.keys(f.detail ?? {}).length ? h('code', {}, JSON.stringify(f.detail)) : ''))), { 'data-testid': 'timeline' }));
   });
@@ -555,7 +561,7 @@ async function route() {
     else if (parts[0] === 'schedules') await schedules();
     else if (parts[0] === 'processes') await processes(params);
     else if (parts[0] === 'process' && parts[1] && parts[2]) await processPage(parts[1], parts[2]);
-    else main.replaceChildren(h('p', {}, 'No such page. ', h('a', { href: '#/' }, 'Overview')));
+    else put(main, h('p', {}, 'No such page. ', h('a', { href: '#/' }, 'Overview')));
   } catch (error) { fail(error); }
 }
 window.addEventListener('hashchange', route);

@@ -7,6 +7,7 @@ import type pg from 'pg';
 import { QueueError, completeTask, failTask, withTransaction, type ClaimedTask, type Queryable } from '@org/queue-client';
 import { batcherFor } from './completion-batcher.js';
 import type { TaskReport } from './processor.js';
+import { traceStep } from './tracing.js';
 
 /** Thrown when the task's lease was taken over: nothing of ours may be recorded. */
 export class LeaseLostError extends Error {
@@ -28,10 +29,12 @@ export async function recordCompletion(
   extraErrors: string[] = [],
 ): Promise<TaskReport> {
   try {
-    for (const message of [report.error, ...extraErrors]) {
-      if (message) await failTask(db, { taskId: task.taskId, errorMessage: message, taskLeaseId: task.taskLeaseId });
-    }
-    await completeTask(db, { taskId: task.taskId, taskLeaseId: task.taskLeaseId, outcome: report.outcome });
+    await traceStep('queue.complete', { 'queue.task.outcome': report.outcome }, async () => {
+      for (const message of [report.error, ...extraErrors]) {
+        if (message) await failTask(db, { taskId: task.taskId, errorMessage: message, taskLeaseId: task.taskLeaseId });
+      }
+      await completeTask(db, { taskId: task.taskId, taskLeaseId: task.taskLeaseId, outcome: report.outcome });
+    });
   } catch (error) {
     if (isLeaseLost(error)) throw new LeaseLostError(task);
     throw error;
@@ -48,7 +51,7 @@ export async function finish(pool: pg.Pool, task: ClaimedTask, report: TaskRepor
   if (report.error || extraErrors.length > 0) {
     return withTransaction(pool, (tx) => recordCompletion(tx, task, report, extraErrors));
   }
-  const result = await batcherFor(pool).complete(task, report.outcome);
+  const result = await traceStep('queue.complete', { 'queue.task.outcome': report.outcome }, () => batcherFor(pool).complete(task, report.outcome));
   if (result === 'lease_lost') throw new LeaseLostError(task);
   if (result === 'unknown_task') throw new Error(`task ${task.taskId} does not exist`);
   return report;

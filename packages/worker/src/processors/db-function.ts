@@ -15,6 +15,7 @@ import { dbFunctionPayload } from '@org/handler-types';
 import { runFunction, withTransaction } from '@org/queue-client';
 import { parseEnvelope } from '@org/handler-types';
 import { errorMessage, finish, isLeaseLost, isTransient, LeaseLostError, recordCompletion } from '../completion.js';
+import { traceStep } from '../tracing.js';
 import type { Processor, TaskContext, TaskReport } from '../processor.js';
 
 class RollBack extends Error {}
@@ -31,7 +32,7 @@ export function dbFunctionProcessor(): Processor {
       const name = payload.data.db_function;
       try {
         return await withTransaction(pool, async (tx) => {
-          const result = await runFunction(tx, name, task.payload);
+          const result = await traceStep('queue.handler', { 'queue.handler.name': name }, () => runFunction(tx, name, task.payload));
           const parsed = parseEnvelope(result);
           if (!parsed.ok) throw new RollBack(`${name}: ${parsed.error}`);
           const envelope = parsed.envelope;

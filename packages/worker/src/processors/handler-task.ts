@@ -19,6 +19,7 @@ import { withTransaction, type JsonObject } from '@org/queue-client';
 import { errorMessage, finish, isLeaseLost, isTransient, LeaseLostError, recordCompletion } from '../completion.js';
 import { failureOf, HandlerInvoker } from '../handler-invoker.js';
 import type { Processor, TaskContext, TaskReport } from '../processor.js';
+import { traceStep } from '../tracing.js';
 
 const HANDLER_FIELDS = ['task_type', 'before_handler', 'success_handler', 'error_handler'];
 
@@ -62,12 +63,14 @@ export function handlerTaskProcessor<P>(provider: Provider<P>): Processor {
       // 2. The provider: the side effect.
       let workerPayload: unknown;
       try {
-        workerPayload = await provider.send(parsed.data, {
-          taskId: task.taskId,
-          taskLeaseId: task.taskLeaseId,
-          taskType: task.taskType,
-          signal: context.signal,
-        });
+        workerPayload = await traceStep('queue.provider', { 'queue.provider.name': provider.name }, () =>
+          provider.send(parsed.data, {
+            taskId: task.taskId,
+            taskLeaseId: task.taskLeaseId,
+            taskType: task.taskType,
+            signal: context.signal,
+          }),
+        );
       } catch (error) {
         return fail(context, invoker, onError, `${provider.name}: ${errorMessage(error)}`);
       }
