@@ -81,6 +81,8 @@ create or replace function admin.cancel_tasks_matching(
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
+declare
+  _ids bigint[];
 begin
   perform admin.assert_task_type(_task_type);
   if _state is not null and _state not in ('scheduled', 'ready', 'retrying') then
@@ -90,14 +92,16 @@ begin
   if _limit is null or _limit not between 1 and 1000 then
     raise exception 'limit must be between 1 and 1000, got %', coalesce(_limit::text, 'null') using errcode = '22023';
   end if;
-  return query
-  select * from admin.cancel_tasks_at(now(), array(
+  _ids := array(
     select p.task_id from queues.task_pending p
      where (_task_type is null or p.task_type = _task_type)
        and admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, now())
-           = any (coalesce(array[_state], array['scheduled', 'ready', 'retrying']))
+           = any (case when _state is null then array['scheduled', 'ready', 'retrying'] else array[_state] end)
      order by p.task_id
-     limit _limit), _reason);
+     limit _limit);
+  if cardinality(_ids) > 0 then
+    return query select * from admin.cancel_tasks_at(now(), _ids, _reason);
+  end if;
 end;
 $$;
 
@@ -194,14 +198,17 @@ create or replace function admin.redrive_tasks_matching(_task_type text, _limit 
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
+declare
+  _ids bigint[];
 begin
   perform admin.assert_task_type(_task_type);
   if _limit is null or _limit not between 1 and 500 then
     raise exception 'limit must be between 1 and 500, got %', coalesce(_limit::text, 'null') using errcode = '22023';
   end if;
-  return query
-  select * from admin.redrive_tasks(array(
-    select d.task_id from admin.list_dead_letters(_task_type, _limit, null) d));
+  _ids := array(select d.task_id from admin.list_dead_letters(_task_type, _limit, null) d);
+  if cardinality(_ids) > 0 then
+    return query select * from admin.redrive_tasks(_ids);
+  end if;
 end;
 $$;
 
