@@ -12,11 +12,12 @@ const PENDING_STATES = ['scheduled', 'ready', 'running', 'retrying'];
 const WINDOW = 3600;
 
 export async function renderApiMetrics(store: Store): Promise<string> {
-  const [types, counts, stats, capacity] = await Promise.all([
+  const [types, counts, stats, capacity, queues] = await Promise.all([
     store.taskTypes(),
     store.counts(WINDOW),
     store.completionStats(WINDOW),
     store.capacity(),
+    store.queues(),
   ]);
   const out = new Exposition();
 
@@ -45,6 +46,9 @@ export async function renderApiMetrics(store: Store): Promise<string> {
   for (const s of stats) {
     out.histogram('queue_task_duration_window_seconds', { task_type: s.task_type, outcome: s.outcome }, DURATION_BUCKETS, s.duration_buckets, s.duration_sum, s.timed);
   }
+
+  out.family('queue_paused', 'gauge', 'Whether claiming of this task type is paused (1) or not (0).');
+  for (const q of queues) out.sample('queue_paused', { task_type: q.task_type }, q.paused ? 1 : 0);
 
   out.family('queue_active_workers', 'gauge', 'Registered workers of this task type seen in the last 10 minutes.');
   for (const c of capacity) out.sample('queue_active_workers', { task_type: c.task_type }, c.active_workers);

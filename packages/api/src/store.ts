@@ -8,7 +8,7 @@ import { capacityList } from './queries/capacity.queries.js';
 import { deadLetterList } from './queries/dead_letter.queries.js';
 import { leaseRecoverStale, leaseStaleList } from './queries/lease.queries.js';
 import { completionStatsList, throughputList } from './queries/metrics.queries.js';
-import { processList, processRootList, processRootRankedList, processTimeline, processTree } from './queries/process.queries.js';
+import { processList, processRootRankedList, processTimeline, processTree } from './queries/process.queries.js';
 import { queueList, queuePause, queueResume, workerList, workerRecover } from './queries/queue.queries.js';
 import { scheduleDisable, scheduleEnable, scheduleList, staggeredGenerate } from './queries/schedule.queries.js';
 import {
@@ -227,11 +227,6 @@ export class Store {
   async processes(): Promise<string[]> {
     const rows = await processList.run(undefined as never, this.pool);
     return rows.map((r) => r.process);
-  }
-
-  async processRoots(process: string, limit?: number, before?: number) {
-    const rows = await processRootList.run({ process, limit, beforeRootId: before }, this.pool);
-    return rows.map((r) => ({ root_id: num(r.rootId), created_at: r.createdAt, status: r.status, subject: r.subject }));
   }
 
   async processTimeline(process: string, rootId: number) {

@@ -230,6 +230,9 @@ describe('queues and workers', () => {
     const sms = (await get('/api/queues')).json().queues.find((q: { task_type: string }) => q.task_type === 'sms');
     expect(sms).toMatchObject({ paused: true, pause_reason: 'carrier outage', ready: 1 });
     expect((await db.pool('worker').query(`select * from queues.claim_tasks('w', 5, null, 60)`)).rows).toEqual([]);
+    const metrics = (await get('/metrics')).body;
+    expect(metrics).toContain('queue_paused{task_type="sms"} 1');
+    expect(metrics).toContain('queue_paused{task_type="email"} 0');
     expect((await post('/api/queues/sms/resume')).json()).toEqual({ task_type: 'sms', paused: false, was_paused: true });
     expect((await db.pool('worker').query(`select * from queues.claim_tasks('w', 5, null, 60)`)).rows).toHaveLength(1);
   });

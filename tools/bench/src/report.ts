@@ -53,11 +53,21 @@ function rows(o: BenchOptions): Row[] {
     { metric: 'rss_1p_mb', label: '8. Worker peak RSS during 3a', unit: 'MB', higherIsBetter: false, target: { text: '≤ best peer', ok: (r) => r <= 1 } },
     { metric: 'rss_2p_mb', label: '8. Worker peak RSS during 3b (larger of the 2)', unit: 'MB', higherIsBetter: false },
     { metric: 'pgbench_tps', label: `9. Limit: pgbench one-row insert, ${o.pgbenchClients} clients`, unit: 'commits/s', higherIsBetter: true },
+    {
+      metric: 'dashboard_cost_pct',
+      label: `10. Dashboard: drain (${n}) throughput lost per open dashboard polling the overview every 2 s (20 open)`,
+      unit: '%',
+      higherIsBetter: false,
+      target: { text: '< 1% of the drain', ok: (r) => r < 1, reference: { metric: 'dashboard_budget_pct', subject: 'postgres', label: '1%' } },
+    },
+    { metric: 'dashboard_poll_ms', label: '10. Dashboard: one overview poll (5 admin queries) during the drain', unit: 'ms', higherIsBetter: false },
+    { metric: 'dashboard_db_share_pct', label: '10. Dashboard: one dashboard\'s database time, poll ÷ 2 s interval', unit: '%', higherIsBetter: false },
   ];
 }
 
 function fmt(v: number, unit: string): string {
   if (!Number.isFinite(v)) return '–';
+  if (unit === '%') return v.toFixed(2);
   if (unit === 'ms' || unit === 'MB') return v < 10 ? v.toFixed(1) : v.toFixed(0);
   if (v >= 100) return Math.round(v).toLocaleString('en-US');
   return v.toFixed(1);

@@ -38,39 +38,6 @@ const processTimelineIR: any = {"usedParamSet":{"process":true,"rootId":true},"p
 export const processTimeline = new PreparedQuery<IProcessTimelineParams,IProcessTimelineResult>(processTimelineIR);
 
 
-/** 'ProcessRootList' parameters type */
-export interface IProcessRootListParams {
-  beforeRootId?: NumberOrString | null | void;
-  limit?: number | null | void;
-  process: string;
-}
-
-/** 'ProcessRootList' return type */
-export interface IProcessRootListResult {
-  createdAt: Date;
-  rootId: string;
-  status: string;
-  subject: unknown;
-}
-
-/** 'ProcessRootList' query type */
-export interface IProcessRootListQuery {
-  params: IProcessRootListParams;
-  result: IProcessRootListResult;
-}
-
-const processRootListIR: any = {"usedParamSet":{"process":true,"limit":true,"beforeRootId":true},"params":[{"name":"process","required":true,"transform":{"type":"scalar"},"locs":[{"a":140,"b":148}]},{"name":"limit","required":false,"transform":{"type":"scalar"},"locs":[{"a":157,"b":162}]},{"name":"beforeRootId","required":false,"transform":{"type":"scalar"},"locs":[{"a":174,"b":186}]}],"statement":"select r.root_id as \"rootId!\", r.created_at as \"createdAt!\", r.status as \"status!\", r.subject as \"subject!\"\n  from admin.list_process_roots(:process!::text, :limit::integer, :beforeRootId::bigint) r"};
-
-/**
- * Query generated from SQL:
- * ```
- * select r.root_id as "rootId!", r.created_at as "createdAt!", r.status as "status!", r.subject as "subject!"
- *   from admin.list_process_roots(:process!::text, :limit::integer, :beforeRootId::bigint) r
- * ```
- */
-export const processRootList = new PreparedQuery<IProcessRootListParams,IProcessRootListResult>(processRootListIR);
-
-
 /** 'ProcessList' parameters type */
 export type IProcessListParams = void;
 

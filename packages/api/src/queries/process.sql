@@ -3,10 +3,6 @@ select f.at as "at!", f.process as "process!", f.root_id as "rootId!", f.fact as
        f.attempt_id as "attemptId", f.detail as "detail!"
   from admin.process_timeline(:process!::text, :rootId!::bigint) f;
 
-/* @name ProcessRootList */
-select r.root_id as "rootId!", r.created_at as "createdAt!", r.status as "status!", r.subject as "subject!"
-  from admin.list_process_roots(:process!::text, :limit::integer, :beforeRootId::bigint) r;
-
 /* @name ProcessList */
 select p.process as "process!" from admin.list_processes() p;
 

@@ -1,0 +1,78 @@
+/**
+ * The dashboard's database cost: open dashboards poll the overview (every query behind
+ * GET /api/overview, as the API role) every POLL_INTERVAL_MS, the dashboard's refresh
+ * interval, while a drain runs. The harness drains the same backlog alone and with
+ * DASHBOARDS dashboards open; the throughput lost, divided by DASHBOARDS, is what one open
+ * dashboard costs the drain. Many dashboards are simulated so the effect is larger than
+ * the machine's noise.
+ */
+import pg from 'pg';
+
+/** The statements GET /api/overview runs (packages/api/src/app.ts), in its order. */
+export const OVERVIEW_SQL = [
+  'select * from admin.task_counts(null)',
+  'select * from admin.throughput(3600, 60)',
+  'select * from admin.queue_depth(3600, 60)',
+  'select * from admin.capacity(null)',
+  'select * from admin.list_queues()',
+];
+/** packages/api/public/app.js REFRESH_MS. */
+export const POLL_INTERVAL_MS = 2000;
+export const DASHBOARDS = 20;
+
+export interface PollStats {
+  polls: number;
+  meanMs: number;
+  maxMs: number;
+  errors: number;
+}
+
+/** `count` dashboards polling `url`, staggered over the interval, until stop(). */
+export class DashboardPollers {
+  #stopped = false;
+  #loops: Promise<void>[] = [];
+  #durations: number[] = [];
+  #errors = 0;
+
+  constructor(
+    readonly url: string,
+    readonly count = DASHBOARDS,
+    readonly intervalMs = POLL_INTERVAL_MS,
+  ) {}
+
+  start(): void {
+    for (let i = 0; i < this.count; i++) this.#loops.push(this.#loop((i * this.intervalMs) / this.count));
+  }
+
+  async #loop(offsetMs: number): Promise<void> {
+    const client = new pg.Client({ connectionString: this.url, application_name: 'bench-dashboard' });
+    client.on('error', () => {});
+    await client.connect();
+    try {
+      await this.#sleep(offsetMs);
+      while (!this.#stopped) {
+        const started = performance.now();
+        try {
+          for (const sql of OVERVIEW_SQL) await client.query(sql);
+          this.#durations.push(performance.now() - started);
+        } catch {
+          if (!this.#stopped) this.#errors++;
+        }
+        await this.#sleep(Math.max(0, this.intervalMs - (performance.now() - started)));
+      }
+    } finally {
+      await client.end().catch(() => {});
+    }
+  }
+
+  #sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => setTimeout(resolve, ms));
+  }
+
+  async stop(): Promise<PollStats> {
+    this.#stopped = true;
+    await Promise.all(this.#loops);
+    const d = this.#durations;
+    return { polls: d.length, meanMs: d.length ? d.reduce((a, b) => a + b, 0) / d.length : NaN, maxMs: d.length ? Math.max(...d) : NaN, errors: this.#errors };
+  }
+}
