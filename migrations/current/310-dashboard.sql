@@ -68,6 +68,7 @@ drop function if exists admin.list_tasks(text, text, integer, bigint);
 --!include queues/pause.sql
 --!include queues/claim.sql
 --!include queues/maintenance.sql
+--!include admin/schema.sql
 --!include admin/tasks.sql
 --!include admin/task_actions.sql
 --!include admin/overview.sql

@@ -65,7 +65,8 @@ begin
   _from := _now - make_interval(secs => _window);
   _first_id := admin.first_task_id_after(_from);
   return query
-  with events as (
+  -- Materialized: the per-bucket sums below read it once per bucket and type.
+  with events as materialized (
     select e.task_type, e.k, sum(e.d) as d
       from (select t.task_type, ceil(extract(epoch from t.enqueued_at - _from) / _bucket)::integer as k, -1 as d
               from queues.task t

@@ -9,6 +9,10 @@ const STATES = ['scheduled', 'ready', 'running', 'retrying', 'succeeded', 'faile
 const PENDING = ['scheduled', 'ready', 'running', 'retrying'];
 const TOKEN_KEY = 'queue-api-token';
 const REFRESH_MS = 2000;
+/** The overview's windows (24 h outcomes, the hour's charts, capacity) refresh this often. */
+const WINDOW_REFRESH_MS = 60_000;
+/** Pages whose reads grow with what they show (process trees, schedules) refresh this often. */
+const SLOW_REFRESH_MS = 10_000;
 const PALETTE = ['#2b6cb0', '#c05621', '#2f855a', '#6b46c1', '#b83280', '#2c7a7b', '#975a16', '#4a5568', '#c53030'];
 
 /** Builds an element: h('a', {href: '#/'}, 'text', child, [children], ...). */
@@ -194,7 +198,7 @@ async function overview() {
   const recoverOut = h('span', { class: 'muted' });
   put(main, 
     h('h1', {}, 'Queue overview'),
-    section('Tasks by type and state', h('p', { class: 'muted' }, 'Pending states: now. Outcomes: last 24 h. Paused types are marked.'), counts),
+    section('Tasks by type and state', h('p', { class: 'muted' }, 'Pending states: now (every 2 s). Outcomes: last 24 h (every minute). Paused types are marked.'), counts),
     h('div', { class: 'grid2' },
       section('Throughput, last hour (completions per minute)', throughput),
       section('Queue depth, last hour (pending tasks per type)', depth)),
@@ -205,20 +209,36 @@ async function overview() {
         return `recovered ${r.recovered.length} stale lease(s)`;
       }, recoverOut), ' ', recoverOut)),
   );
+  // Every REFRESH_MS: pending work by type and state, and pauses (one read of the claim
+  // index). Every WINDOW_REFRESH_MS: the windows (outcomes over 24 h, the hour's
+  // throughput and depth, capacity), which read recent completions; their per-minute
+  // charts change once a minute.
+  let full;
+  let fullAt = 0;
   await live(async () => {
-    const o = await api('/api/overview');
-    showPaused(o.queues);
-    const byType = {};
-    for (const c of o.counts) (byType[c.task_type] ??= {})[c.state] = c.count;
-    put(counts, table(['type', ...STATES], o.queues.map(({ task_type, paused }) => {
-      const c = byType[task_type] ?? {};
-      return h('tr', { 'data-task-type': task_type }, h('td', {}, h('a', { href: `#/tasks?task_type=${task_type}` }, task_type), paused ? [' ', h('span', { class: 'state state-paused' }, 'paused')] : null),
-        STATES.map((st) => h('td', { class: 'num' }, c[st] ? h('a', { href: `#/tasks?task_type=${task_type}&state=${st}` }, c[st]) : '0')));
+    const [live_, fresh] = await Promise.all([
+      api('/api/overview/live'),
+      Date.now() - fullAt >= WINDOW_REFRESH_MS ? api('/api/overview') : null,
+    ]);
+    if (fresh) { full = fresh; fullAt = Date.now(); }
+    const queues = live_.queues;
+    showPaused(queues);
+    const outcomes = {};
+    for (const c of full.counts) if (!PENDING.includes(c.state)) (outcomes[c.task_type] ??= {})[c.state] = c.count;
+    put(counts, table(['type', ...STATES], queues.map((q) => {
+      const c = { ...outcomes[q.task_type], scheduled: q.scheduled, ready: q.ready, running: q.running, retrying: q.retrying };
+      return h('tr', { 'data-task-type': q.task_type }, h('td', {}, h('a', { href: `#/tasks?task_type=${q.task_type}` }, q.task_type), q.paused ? [' ', h('span', { class: 'state state-paused' }, 'paused')] : null),
+        STATES.map((st) => h('td', { class: 'num' }, c[st] ? h('a', { href: `#/tasks?task_type=${q.task_type}&state=${st}` }, c[st]) : '0')));
     }), { 'data-testid': 'counts' }));
-    put(throughput, throughputChart(o.throughput, 3600, 60));
-    put(depth, depthChart(o.depth));
+    // The depth chart ends at the pending work now.
+    const pendingNow = new Map(queues.map((q) => [q.task_type, q.scheduled + q.ready + q.running + q.retrying]));
+    const lastEnd = full.depth.at(-1)?.bucket_end;
+    const depthNow = full.depth.map((b) => (b.bucket_end === lastEnd && pendingNow.has(b.task_type) ? { ...b, depth: pendingNow.get(b.task_type) } : b));
+    if (!fresh) { put(depth, depthChart(depthNow)); return; }
+    put(throughput, throughputChart(full.throughput, 3600, 60));
+    put(depth, depthChart(depthNow));
     const totals = new Map();
-    for (const b of o.throughput) {
+    for (const b of full.throughput) {
       const t = totals.get(b.task_type) ?? {};
       t[b.outcome] = (t[b.outcome] ?? 0) + b.completed;
       totals.set(b.task_type, t);
@@ -226,7 +246,7 @@ async function overview() {
     put(perType, table(['type', 'succeeded', 'failed', 'abandoned', 'cancelled'], [...totals.entries()].map(([type, t]) => h('tr', {}, h('td', {}, type),
       ['succeeded', 'failed', 'abandoned', 'cancelled'].map((k) => h('td', { class: 'num' }, t[k] ?? 0)))), { 'data-testid': 'throughput-by-type' }));
     put(capacity, table(['role', 'pending', 'ready', 'running', 'workers', 'tasks / worker-hour', 'hours to drain', 'needed 1h / 4h / 8h'],
-      o.capacity.map((c) => h('tr', {}, h('td', {}, c.task_type), h('td', { class: 'num' }, c.pending_tasks), h('td', { class: 'num' }, c.ready_tasks),
+      full.capacity.map((c) => h('tr', {}, h('td', {}, c.task_type), h('td', { class: 'num' }, c.pending_tasks), h('td', { class: 'num' }, c.ready_tasks),
         h('td', { class: 'num' }, c.running_tasks), h('td', { class: 'num' }, c.active_workers), h('td', { class: 'num' }, num(c.tasks_per_worker_hour, 1)),
         h('td', { class: 'num' }, num(c.estimated_hours_to_drain, 2)), h('td', { class: 'num' }, `${num(c.workers_needed.for_1_hour)} / ${num(c.workers_needed.for_4_hours)} / ${num(c.workers_needed.for_8_hours)}`))),
       { 'data-testid': 'capacity' }));
@@ -496,7 +516,7 @@ async function schedules() {
           await refresh(); return `${x.name} ${x.enabled ? 'disabled' : 'enabled'}`;
         }, out)))), { 'data-testid': 'schedules' }));
   }
-  await live(refresh);
+  await live(refresh, SLOW_REFRESH_MS);
 }
 
 // --- processes -------------------------------------------------------------------------
@@ -517,7 +537,7 @@ async function processes(params) {
       h('td', {}, h('a', { href: `#/process/${current}/${r.root_id}` }, `${current} #${r.root_id}`)), h('td', {}, stateBadge(r.status)), h('td', { class: 'num' }, r.attempts),
       h('td', { class: 'num' }, r.stuck_descendants || ''), timeCell(r.created_at), timeCell(r.last_fact_at), h('td', {}, h('code', {}, JSON.stringify(r.subject))))), { 'data-testid': 'process-roots' }),
       data.roots.length === 50 ? h('p', {}, h('a', { href: `#/processes?process=${current}&before=${Math.min(...data.roots.map((r) => r.root_id))}` }, 'Older →')) : null);
-  });
+  }, SLOW_REFRESH_MS);
 }
 
 function treeNode(node) {
@@ -541,7 +561,7 @@ async function processPage(name, id) {
     put(timeline, table(['at', 'node', 'fact', 'attempt', 'detail'], facts.map((f) => h('tr', {},
       timeCell(f.at), h('td', {}, h('a', { href: `#/process/${f.process}/${f.root_id}` }, `${f.process} #${f.root_id}`)), h('td', {}, stateBadge(f.fact)), h('td', {}, f.attempt_id ?? ''),
       h('td', {}, Object.keys(f.detail ?? {}).length ? h('code', {}, JSON.stringify(f.detail)) : ''))), { 'data-testid': 'timeline' }));
-  });
+  }, SLOW_REFRESH_MS);
 }
 
 // --- router ----------------------------------------------------------------------------

@@ -320,7 +320,15 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
     return { window_seconds: q.window_seconds ?? 3600, bucket_seconds: q.bucket_seconds ?? 60, buckets: await store.depth(q.window_seconds, q.bucket_seconds) };
   });
 
-  // Everything the overview shows, in one request (the page polls it).
+  // The overview's live part, polled every 2 s: pending work by type and state, pauses and
+  // live workers per type (one read of the claim index).
+  app.get('/api/overview/live', async (request) => {
+    parse(z.object({}).strict(), request.query, 'query');
+    return { generated_at: new Date().toISOString(), queues: await store.queues() };
+  });
+
+  // Everything the overview shows, in one request (the page reads it every minute: its
+  // windows read recent completions).
   app.get('/api/overview', async (request) => {
     parse(z.object({}).strict(), request.query, 'query');
     const [counts, throughput, depth, capacity, queues] = await Promise.all([

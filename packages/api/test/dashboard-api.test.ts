@@ -105,6 +105,9 @@ describe('overview and depth', () => {
     expect(body.queues.find((q: { task_type: string }) => q.task_type === 'email')).toMatchObject({ paused: false, ready: 1 });
     expect(Array.isArray(body.throughput) && Array.isArray(body.capacity)).toBe(true);
     expect((await get('/api/overview?x=1')).statusCode).toBe(400);
+    const live = (await get('/api/overview/live')).json();
+    expect(live.queues.find((q: { task_type: string }) => q.task_type === 'email')).toMatchObject({ ready: 1, paused: false });
+    expect((await get('/api/overview/live?all=1')).json()).toMatchObject({ error: 'invalid_input', message: expect.stringMatching(/unknown field\(s\) all/) });
   });
 
   it('GET /api/tasks/depth validates its window', async () => {
