@@ -9,6 +9,8 @@ const STATES = ['scheduled', 'ready', 'running', 'retrying', 'succeeded', 'faile
 const PENDING = ['scheduled', 'ready', 'running', 'retrying'];
 const TOKEN_KEY = 'queue-api-token';
 const REFRESH_MS = 2000;
+/** Pages that read the whole claim index (overview, queues, workers: cost follows pending work) refresh this often. */
+const PENDING_REFRESH_MS = 5000;
 /** The overview's windows (24 h outcomes, the hour's charts, capacity) refresh this often. */
 const WINDOW_REFRESH_MS = 60_000;
 /** Pages whose reads grow with what they show (process trees, schedules) refresh this often. */
@@ -198,7 +200,7 @@ async function overview() {
   const recoverOut = h('span', { class: 'muted' });
   put(main, 
     h('h1', {}, 'Queue overview'),
-    section('Tasks by type and state', h('p', { class: 'muted' }, 'Pending states: now (every 2 s). Outcomes: last 24 h (every minute). Paused types are marked.'), counts),
+    section('Tasks by type and state', h('p', { class: 'muted' }, 'Pending states: now (every 5 s). Outcomes: last 24 h (every minute). Paused types are marked.'), counts),
     h('div', { class: 'grid2' },
       section('Throughput, last hour (completions per minute)', throughput),
       section('Queue depth, last hour (pending tasks per type)', depth)),
@@ -209,8 +211,8 @@ async function overview() {
         return `recovered ${r.recovered.length} stale lease(s)`;
       }, recoverOut), ' ', recoverOut)),
   );
-  // Every REFRESH_MS: pending work by type and state, and pauses (one read of the claim
-  // index). Every WINDOW_REFRESH_MS: the windows (outcomes over 24 h, the hour's
+  // Every PENDING_REFRESH_MS: pending work by type and state, and pauses (one read of the
+  // claim index). Every WINDOW_REFRESH_MS: the windows (outcomes over 24 h, the hour's
   // throughput and depth, capacity), which read recent completions; their per-minute
   // charts change once a minute.
   let full;
@@ -250,7 +252,7 @@ async function overview() {
         h('td', { class: 'num' }, c.running_tasks), h('td', { class: 'num' }, c.active_workers), h('td', { class: 'num' }, num(c.tasks_per_worker_hour, 1)),
         h('td', { class: 'num' }, num(c.estimated_hours_to_drain, 2)), h('td', { class: 'num' }, `${num(c.workers_needed.for_1_hour)} / ${num(c.workers_needed.for_4_hours)} / ${num(c.workers_needed.for_8_hours)}`))),
       { 'data-testid': 'capacity' }));
-  });
+  }, PENDING_REFRESH_MS);
 }
 
 // --- tasks -----------------------------------------------------------------------------
@@ -471,7 +473,7 @@ async function queues() {
           : actionButton('Pause', { class: 'danger', 'data-testid': `pause-${q.task_type}` }, async () => { await mutate(`/api/queues/${q.task_type}/pause`, { reason: 'paused from the dashboard' }); await refresh(); return `${q.task_type}: claiming paused`; }, out)))),
       { 'data-testid': 'queues' }));
   }
-  await live(refresh);
+  await live(refresh, PENDING_REFRESH_MS);
 }
 
 // --- workers ---------------------------------------------------------------------------
@@ -494,7 +496,7 @@ async function workers() {
           await refresh(); return `${w.worker_id}: ${r.recovered.length} lease(s) revoked`;
         }, out) : ''))), { 'data-testid': 'workers' }));
   }
-  await live(refresh);
+  await live(refresh, PENDING_REFRESH_MS);
 }
 
 // --- schedules -------------------------------------------------------------------------

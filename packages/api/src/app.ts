@@ -320,7 +320,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
     return { window_seconds: q.window_seconds ?? 3600, bucket_seconds: q.bucket_seconds ?? 60, buckets: await store.depth(q.window_seconds, q.bucket_seconds) };
   });
 
-  // The overview's live part, polled every 2 s: pending work by type and state, pauses and
+  // The overview's live part, polled every 5 s: pending work by type and state, pauses and
   // live workers per type (one read of the claim index).
   app.get('/api/overview/live', async (request) => {
     parse(z.object({}).strict(), request.query, 'query');

@@ -18,9 +18,9 @@ export const OVERVIEW_SQL = [
   'select * from admin.capacity(null)',
   'select * from admin.list_queues()',
 ];
-/** packages/api/public/app.js REFRESH_MS and WINDOW_REFRESH_MS / REFRESH_MS. */
-export const POLL_INTERVAL_MS = 2000;
-export const WINDOW_EVERY = 30;
+/** packages/api/public/app.js PENDING_REFRESH_MS and WINDOW_REFRESH_MS / PENDING_REFRESH_MS. */
+export const POLL_INTERVAL_MS = 5000;
+export const WINDOW_EVERY = 12;
 export const DASHBOARDS = 20;
 
 export interface PollStats {
@@ -28,6 +28,7 @@ export interface PollStats {
   meanMs: number;
   maxMs: number;
   errors: number;
+  firstError?: string;
 }
 
 /** `count` dashboards polling `url`, staggered over the interval, until stop(). */
@@ -36,6 +37,7 @@ export class DashboardPollers {
   #loops: Promise<void>[] = [];
   #durations: number[] = [];
   #errors = 0;
+  #firstError: string | undefined;
 
   constructor(
     readonly url: string,
@@ -60,8 +62,11 @@ export class DashboardPollers {
           // WINDOW_EVERY-th (staggered across dashboards by their offsets).
           for (const sql of poll % WINDOW_EVERY === 0 ? [...LIVE_SQL, ...OVERVIEW_SQL] : LIVE_SQL) await client.query(sql);
           this.#durations.push(performance.now() - started);
-        } catch {
-          if (!this.#stopped) this.#errors++;
+        } catch (error) {
+          if (!this.#stopped) {
+            this.#errors++;
+            this.#firstError ??= error instanceof Error ? error.message : String(error);
+          }
         }
         await this.#sleep(Math.max(0, this.intervalMs - (performance.now() - started)));
       }
@@ -74,10 +79,11 @@ export class DashboardPollers {
     return new Promise((resolve) => setTimeout(resolve, ms));
   }
 
+  /** Stops polling (idempotent) and returns what was measured. */
   async stop(): Promise<PollStats> {
     this.#stopped = true;
     await Promise.all(this.#loops);
     const d = this.#durations;
-    return { polls: d.length, meanMs: d.length ? d.reduce((a, b) => a + b, 0) / d.length : NaN, maxMs: d.length ? Math.max(...d) : NaN, errors: this.#errors };
+    return { polls: d.length, meanMs: d.length ? d.reduce((a, b) => a + b, 0) / d.length : NaN, maxMs: d.length ? Math.max(...d) : NaN, errors: this.#errors, firstError: this.#firstError };
   }
 }

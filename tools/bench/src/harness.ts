@@ -341,7 +341,15 @@ class Harness {
   async drain(
     system: SystemName,
     trial: number,
-    opts: { processes: number; metric: string; kind?: 'noop' | 'db_function'; prepare?: (db: Db) => Promise<void>; rssMetric?: string },
+    opts: {
+      processes: number;
+      metric: string;
+      kind?: 'noop' | 'db_function';
+      prepare?: (db: Db) => Promise<void>;
+      /** Called as soon as every task is completed, before the runners stop and the database is dropped. */
+      drained?: () => Promise<void>;
+      rssMetric?: string;
+    },
   ): Promise<void> {
     const n = this.options.tasks;
     const kind = opts.kind ?? 'noop';
@@ -369,6 +377,7 @@ class Harness {
         for (const r of runners) r.go();
         const done = await this.waitFor(db, COMPLETED_SQL[system], system === 'graphile-worker' ? [n] : [], n, 600_000, `${system} drain`);
         elapsedMs = done.at - started;
+        await opts.drained?.();
         for (const r of runners) r.stop();
         results = await Promise.all(runners.map((r) => r.finish(60_000)));
       } finally {
@@ -528,6 +537,7 @@ class Harness {
   async dashboard(trial: number): Promise<void> {
     await this.drain('ours', trial, { processes: 1, metric: 'dashboard_drain_alone' });
     let pollers: DashboardPollers | undefined;
+    let stats: Awaited<ReturnType<DashboardPollers['stop']>> | undefined;
     try {
       await this.drain('ours', trial, {
         processes: 1,
@@ -537,9 +547,12 @@ class Harness {
           pollers = new DashboardPollers(withDatabase(this.server.rootUrl, db.name, roles.api, rolePasswords.api));
           pollers.start();
         },
+        drained: async () => {
+          stats = await pollers?.stop();
+        },
       });
     } finally {
-      const stats = await pollers?.stop();
+      stats ??= await pollers?.stop();
       const rate = (metric: string) => this.measurements.filter((m) => m.metric === metric && m.trial === trial).at(-1)?.value;
       const alone = rate('dashboard_drain_alone');
       const polled = rate('dashboard_drain_polled');
@@ -549,7 +562,7 @@ class Harness {
         this.record('dashboard_poll_ms', 'ours', trial, stats.meanMs);
         this.record('dashboard_db_share_pct', 'ours', trial, (stats.meanMs / POLL_INTERVAL_MS) * 100);
         this.record('dashboard_budget_pct', 'postgres', trial, 1);
-        if (stats.errors > 0) this.anomaly(trial, 'ours', 'dashboard', `${stats.errors} polls failed`);
+        if (stats.errors > 0) this.anomaly(trial, 'ours', 'dashboard', `${stats.errors} polls failed, the first: ${stats.firstError}`);
         this.log(
           `  ours dashboard: drain ${alone.toFixed(0)} tasks/s alone, ${polled.toFixed(0)} with ${DASHBOARDS} dashboards polling every ${POLL_INTERVAL_MS / 1000} s ` +
             `(${stats.polls} polls, mean ${stats.meanMs.toFixed(1)} ms, max ${stats.maxMs.toFixed(1)} ms): ${lostPerDashboard.toFixed(2)}% per dashboard`,
