@@ -360,7 +360,10 @@ async function tasks(params) {
     updateSelection();
   }
   put(main, h('h1', {}, 'Tasks'), section(null, filters, lookup), section(null, bulk, out, list, older));
-  await live(refresh);
+  // Filters that walk tasks newest first until a page matches (worker, time range, payload
+  // field) may read far more rows than they show: those pages refresh every 30 s.
+  const walking = ['worker_id', 'enqueued_from', 'enqueued_to', 'payload_path'].some((k) => params.get(k));
+  await live(refresh, walking ? 30_000 : REFRESH_MS);
 }
 
 // --- one task --------------------------------------------------------------------------
