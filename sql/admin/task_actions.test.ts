@@ -87,7 +87,7 @@ describe('cancel', () => {
   ])('refuses %s and writes nothing', async (_name, args, code, message) => {
     const id = await enqueue();
     const before = await counts();
-    await expect(api(db).query('select * from admin.cancel_tasks($1, $2)', args)).rejects.toMatchObject({ code, message: expect.stringContaining(message) });
+    await expect(api(db).query('select * from admin.cancel_tasks($1, $2)', args as unknown[])).rejects.toMatchObject({ code, message: expect.stringContaining(message) });
     expect(await counts()).toEqual(before);
     expect(id).toBeGreaterThan(0);
   });

@@ -199,12 +199,10 @@ create or replace function queues.claim_tasks(
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
-  -- Paused task types are left out (queues.claimable_task_types); nothing is claimed
-  -- when every requested type is paused.
-  select c.* from (select queues.claimable_task_types(_task_types) as types) k
-   cross join lateral queues.claim_tasks_at(now(), _worker_id, coalesce(_limit, 1), k.types,
-                                            coalesce(_lease_seconds, 300), coalesce(_max_leases, 5)) c
-   where k.types is null or cardinality(k.types) > 0
+  -- Paused task types are left out (queues.claimable_task_types).
+  select * from queues.claim_tasks_at(now(), _worker_id, coalesce(_limit, 1),
+                                      queues.claimable_task_types(_task_types),
+                                      coalesce(_lease_seconds, 300), coalesce(_max_leases, 5))
 $$;
 
 -- The seeds' single claim: one ready task with a new lease, or no row.
@@ -220,8 +218,6 @@ as $$
   -- The columns of queues.task, in table order.
   select c.task_id, c.task_type, c.payload, c.priority, c.resource_key, c.max_attempts,
          c.enqueued_at, c.scheduled_at
-    from (select queues.claimable_task_types(null) as types) k
-   cross join lateral queues.claim_tasks_at(now(), coalesce(_worker_id, session_user::text), 1, k.types,
-                                            coalesce(_lease_seconds, 300), 5) c
-   where k.types is null or cardinality(k.types) > 0
+    from queues.claim_tasks_at(now(), coalesce(_worker_id, session_user::text), 1,
+                               queues.claimable_task_types(null), coalesce(_lease_seconds, 300), 5) c
 $$;

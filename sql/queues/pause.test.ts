@@ -44,10 +44,12 @@ describe('pause and resume', () => {
     expect(await claim(null)).toEqual(['sms', 'sms']);
   });
 
-  it('a claim naming only paused types claims nothing, without an error', async () => {
+  it('a claim naming only paused types claims nothing, without an error; bad arguments are still refused', async () => {
     await enqueue('sms', 1);
     await pause('sms');
     expect(await claim(['sms'])).toEqual([]);
+    await expect(claim([])).rejects.toMatchObject({ code: '22023', message: expect.stringContaining('task_types must be null') });
+    await expect(claim(['sms'], 0)).rejects.toMatchObject({ code: '22023', message: expect.stringContaining('limit must be between') });
     await enqueue('email', 1);
     expect(await claim(['sms', 'email'])).toEqual(['email']);
   });

@@ -141,9 +141,17 @@ async function live(refresh, everyMs = REFRESH_MS) {
   setTimeout(tick, everyMs);
 }
 
-/** The paused task types, shown in the header on every page. */
+/**
+ * The paused task types, shown in the header on every page. Pages that read the queues
+ * anyway pass them; the others read them at most every PAUSED_REFRESH_MS (a read of the
+ * claim index).
+ */
+const PAUSED_REFRESH_MS = 30_000;
+let pausedCache = { at: 0, queues: null };
 async function showPaused(queues) {
+  if (!queues && pausedCache.queues && Date.now() - pausedCache.at < PAUSED_REFRESH_MS) queues = pausedCache.queues;
   const list = queues ?? (await api('/api/queues')).queues;
+  if (list !== pausedCache.queues) pausedCache = { at: Date.now(), queues: list };
   const paused = list.filter((q) => q.paused);
   const el = document.getElementById('paused');
   put(el, ...(paused.length ? [h('a', { href: '#/queues', 'data-testid': 'paused-banner' }, `Paused: ${paused.map((q) => q.task_type).join(', ')}`)] : []));
@@ -464,7 +472,8 @@ async function queues() {
     h('p', { class: 'muted' }, 'One queue per task type (the seed\'s roles). Pausing a type stops every worker from claiming it at its next claim; tasks already running finish. Workers: live workers whose roles include the type.'),
     out, section(null, list));
   async function refresh() {
-    const list_ = await showPaused();
+    const list_ = (await api('/api/queues')).queues;
+    showPaused(list_);
     put(list, table(['task type', 'claiming', 'scheduled', 'ready', 'running', 'retrying', 'workers', ''],
       list_.map((q) => h('tr', { 'data-task-type': q.task_type, 'data-testid': `queue-${q.task_type}` },
         h('td', {}, h('a', { href: `#/tasks?task_type=${q.task_type}` }, q.task_type), h('div', { class: 'muted small' }, q.description)),

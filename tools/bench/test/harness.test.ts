@@ -74,5 +74,5 @@ describe('benchmark harness (smoke)', () => {
       versions: { node: process.version, node22: 'v22', 'graphile-worker': 'x', 'pg-boss': 'y' },
     });
     expect(report).toContain('| 3a. Drain 200, 1 process × 10 | tasks/s |');
-  }, 120_000);
+  }, 300_000);
 });
