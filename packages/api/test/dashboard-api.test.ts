@@ -36,6 +36,11 @@ async function reset(): Promise<void> {
 const post = (url: string, payload?: unknown, headers: Record<string, string> = auth) => app.inject({ method: 'POST', url, payload: payload as never, headers });
 const get = (url: string) => app.inject({ method: 'GET', url });
 async function create(body: Record<string, unknown>): Promise<number> {
+  // db_function steps are worker-only: the database's own SQL (the owner) enqueues them.
+  if (body.task_type === 'db_function') {
+    const { rows } = await db.query(`select queues.enqueue('db_function', $1::jsonb) as id`, [JSON.stringify(body.payload)]);
+    return Number(rows[0].id);
+  }
   const res = await post('/api/tasks', body);
   expect(res.statusCode, res.body).toBe(201);
   return res.json().task_id;
@@ -61,8 +66,8 @@ const MUTATIONS: [string, unknown][] = [
   ['/api/tasks/cancel', { task_ids: [1] }],
   ['/api/tasks/run-now', { task_ids: [1] }],
   ['/api/dead-letters/redrive', { task_ids: [1] }],
-  ['/api/queues/email/pause', {}],
-  ['/api/queues/email/resume', {}],
+  ['/api/queues/store_discovery/pause', {}],
+  ['/api/queues/store_discovery/resume', {}],
   ['/api/workers/w-stale/recover-stale', {}],
   ['/api/schedules/nightly.report/enable', {}],
   ['/api/schedules/nightly.report/disable', {}],
@@ -77,10 +82,10 @@ describe('auth', () => {
     ['a token of another length', { authorization: 'Bearer x' }],
     ['basic auth', { authorization: `Basic ${TOKEN}` }],
   ])('every new mutation answers 401 with %s, and changes nothing', async (_name, headers) => {
-    const id = await create({ task_type: 'email', payload: {}, scheduled_at: new Date(Date.now() + 3_600_000).toISOString() });
+    const id = await create({ task_type: 'store_discovery', payload: {}, scheduled_at: new Date(Date.now() + 3_600_000).toISOString() });
     await deadLetter();
     await db.query(`select * from schedules.upsert_schedule('nightly.report', '0 2 * * *', 'analytics_refresh', '{}'::jsonb)`);
-    await db.pool('worker').query(`select queues.record_worker_heartbeat('w-stale', '{email}')`);
+    await db.pool('worker').query(`select queues.record_worker_heartbeat('w-stale', '{store_discovery}')`);
     await db.query(`update queues.worker set last_seen_at = now() - interval '1 hour'`);
     const before = await snapshot();
     for (const [url, body] of MUTATIONS) {
@@ -96,17 +101,17 @@ describe('overview and depth', () => {
   beforeEach(reset);
 
   it('GET /api/overview: counts, throughput, depth, capacity and queues in one answer', async () => {
-    await create({ task_type: 'email', payload: {} });
+    await create({ task_type: 'store_discovery', payload: {} });
     const res = await get('/api/overview');
     expect(res.statusCode).toBe(200);
     const body = res.json();
-    expect(body.counts).toContainEqual({ task_type: 'email', state: 'ready', count: 1 });
-    expect(body.depth.filter((b: { task_type: string }) => b.task_type === 'email').at(-1).depth).toBe(1);
-    expect(body.queues.find((q: { task_type: string }) => q.task_type === 'email')).toMatchObject({ paused: false, ready: 1 });
+    expect(body.counts).toContainEqual({ task_type: 'store_discovery', state: 'ready', count: 1 });
+    expect(body.depth.filter((b: { task_type: string }) => b.task_type === 'store_discovery').at(-1).depth).toBe(1);
+    expect(body.queues.find((q: { task_type: string }) => q.task_type === 'store_discovery')).toMatchObject({ paused: false, ready: 1 });
     expect(Array.isArray(body.throughput) && Array.isArray(body.capacity)).toBe(true);
     expect((await get('/api/overview?x=1')).statusCode).toBe(400);
     const live = (await get('/api/overview/live')).json();
-    expect(live.queues.find((q: { task_type: string }) => q.task_type === 'email')).toMatchObject({ ready: 1, paused: false });
+    expect(live.queues.find((q: { task_type: string }) => q.task_type === 'store_discovery')).toMatchObject({ ready: 1, paused: false });
     expect((await get('/api/overview/live?all=1')).json()).toMatchObject({ error: 'invalid_input', message: expect.stringMatching(/unknown field\(s\) all/) });
   });
 
@@ -123,15 +128,15 @@ describe('task filters', () => {
   beforeEach(reset);
 
   it('GET /api/tasks filters by resource key, time range, worker and payload field', async () => {
-    const a = await create({ task_type: 'email', payload: { to: 'x@example.com', n: 3 }, resource_key: 'account:9' });
-    const b = await create({ task_type: 'email', payload: { to: 'y@example.com', n: 4 } });
+    const a = await create({ task_type: 'store_discovery', payload: { to: 'x@example.com', n: 3 }, resource_key: 'account:9' });
+    const b = await create({ task_type: 'store_discovery', payload: { to: 'y@example.com', n: 4 } });
     const ids = async (q: string) => (await get(`/api/tasks?${q}`)).json().tasks.map((t: { task_id: number }) => t.task_id);
     expect(await ids('resource_key=account:9')).toEqual([a]);
     expect(await ids('payload_path=to&payload_value=y@example.com')).toEqual([b]);
     expect(await ids('payload_path=n&payload_value=3')).toEqual([a]);
     expect(await ids(`enqueued_from=${encodeURIComponent(new Date(Date.now() - 60_000).toISOString())}`)).toEqual([b, a]);
     expect(await ids(`enqueued_to=${encodeURIComponent(new Date(Date.now() - 60_000).toISOString())}`)).toEqual([]);
-    await db.pool('worker').query(`select * from queues.claim_tasks('w-filter', 1, '{email}', 60)`);
+    await db.pool('worker').query(`select * from queues.claim_tasks('w-filter', 1, '{store_discovery}', 60)`);
     expect(await ids('worker_id=w-filter')).toHaveLength(1);
   });
 
@@ -159,22 +164,22 @@ describe('bulk actions', () => {
   beforeEach(reset);
 
   it('POST /api/tasks/cancel: a selection and a filter; the task page shows the cancellation', async () => {
-    const a = await create({ task_type: 'email', payload: {} });
-    const b = await create({ task_type: 'sms', payload: {} });
+    const a = await create({ task_type: 'store_discovery', payload: {} });
+    const b = await create({ task_type: 'product_resync', payload: {} });
     const res = await post('/api/tasks/cancel', { task_ids: [a, 99999], reason: 'duplicate' });
     expect(res.statusCode).toBe(200);
     expect(res.json()).toEqual({ cancelled: 1, results: [{ task_id: a, result: 'cancelled' }, { task_id: 99999, result: 'unknown_task' }] });
     const task = (await get(`/api/tasks/${a}`)).json();
     expect(task.task.state).toBe('cancelled');
     expect(task.cancellation).toMatchObject({ reason: 'duplicate' });
-    const byFilter = await post('/api/tasks/cancel', { filter: { task_type: 'sms', state: 'ready' }, limit: 10 });
+    const byFilter = await post('/api/tasks/cancel', { filter: { task_type: 'product_resync', state: 'ready' }, limit: 10 });
     expect(byFilter.json()).toEqual({ cancelled: 1, results: [{ task_id: b, result: 'cancelled' }] });
   });
 
   it.each([
     [{}, /give either task_ids or filter/],
     [{ task_ids: [1], filter: {} }, /give either task_ids or filter/],
-    [{ filter: { task_type: 'email' } }, /a filter needs a limit/],
+    [{ filter: { task_type: 'store_discovery' } }, /a filter needs a limit/],
     [{ task_ids: [] }, /at least one task/],
     [{ task_ids: [0] }, /positive/],
     [{ task_ids: ['1'] }, /task_ids/],
@@ -185,7 +190,7 @@ describe('bulk actions', () => {
     [{ task_ids: [1], reason: 'x'.repeat(501) }, /reason must be at most 500/],
     [{ task_ids: [1], extra: true }, /unknown field\(s\) extra/],
   ])('POST /api/tasks/cancel refuses %j with a 400 and cancels nothing', async (body, message) => {
-    await create({ task_type: 'email', payload: {} });
+    await create({ task_type: 'store_discovery', payload: {} });
     const before = await snapshot();
     const res = await post('/api/tasks/cancel', body);
     expect(res.statusCode, res.body).toBe(400);
@@ -194,7 +199,7 @@ describe('bulk actions', () => {
   });
 
   it('POST /api/tasks/run-now: a scheduled task becomes ready; bad input is a 400', async () => {
-    const later = await create({ task_type: 'email', payload: {}, scheduled_at: new Date(Date.now() + 86_400_000).toISOString() });
+    const later = await create({ task_type: 'store_discovery', payload: {}, scheduled_at: new Date(Date.now() + 86_400_000).toISOString() });
     expect((await post('/api/tasks/run-now', { task_ids: [later] })).json()).toEqual({ run_now: 1, results: [{ task_id: later, result: 'run_now' }] });
     expect((await get(`/api/tasks/${later}`)).json()).toMatchObject({ task: { state: 'ready' }, run_now_at: expect.any(String) });
     const before = await snapshot();
@@ -227,16 +232,16 @@ describe('queues and workers', () => {
   beforeEach(reset);
 
   it('pause and resume a task type; the queue list shows it; a worker claim skips it', async () => {
-    await create({ task_type: 'sms', payload: {} });
-    const paused = await post('/api/queues/sms/pause', { reason: 'carrier outage' });
-    expect(paused.json()).toMatchObject({ task_type: 'sms', paused: true, pause_id: expect.any(Number) });
-    const sms = (await get('/api/queues')).json().queues.find((q: { task_type: string }) => q.task_type === 'sms');
+    await create({ task_type: 'product_resync', payload: {} });
+    const paused = await post('/api/queues/product_resync/pause', { reason: 'carrier outage' });
+    expect(paused.json()).toMatchObject({ task_type: 'product_resync', paused: true, pause_id: expect.any(Number) });
+    const sms = (await get('/api/queues')).json().queues.find((q: { task_type: string }) => q.task_type === 'product_resync');
     expect(sms).toMatchObject({ paused: true, pause_reason: 'carrier outage', ready: 1 });
     expect((await db.pool('worker').query(`select * from queues.claim_tasks('w', 5, null, 60)`)).rows).toEqual([]);
     const metrics = (await get('/metrics')).body;
-    expect(metrics).toContain('queue_paused{task_type="sms"} 1');
-    expect(metrics).toContain('queue_paused{task_type="email"} 0');
-    expect((await post('/api/queues/sms/resume')).json()).toEqual({ task_type: 'sms', paused: false, was_paused: true });
+    expect(metrics).toContain('queue_paused{task_type="product_resync"} 1');
+    expect(metrics).toContain('queue_paused{task_type="store_discovery"} 0');
+    expect((await post('/api/queues/product_resync/resume')).json()).toEqual({ task_type: 'product_resync', paused: false, was_paused: true });
     expect((await db.pool('worker').query(`select * from queues.claim_tasks('w', 5, null, 60)`)).rows).toHaveLength(1);
   });
 
@@ -245,10 +250,10 @@ describe('queues and workers', () => {
     for (const [url, body, status, message] of [
       ['/api/queues/fax/pause', {}, 400, /unknown task_type/],
       ['/api/queues/Bad-Type/pause', {}, 400, /task_type must be a task type/],
-      ['/api/queues/email/pause', { reason: 'x'.repeat(501) }, 400, /reason/],
-      ['/api/queues/email/pause', { paused: true }, 400, /unknown field/],
+      ['/api/queues/store_discovery/pause', { reason: 'x'.repeat(501) }, 400, /reason/],
+      ['/api/queues/store_discovery/pause', { paused: true }, 400, /unknown field/],
       ['/api/queues/fax/resume', {}, 400, /unknown task_type/],
-      ['/api/queues/email/resume', { now: 1 }, 400, /unknown field/],
+      ['/api/queues/store_discovery/resume', { now: 1 }, 400, /unknown field/],
     ] as const) {
       const res = await post(url, body);
       expect(res.statusCode, url).toBe(status);
@@ -258,10 +263,10 @@ describe('queues and workers', () => {
   });
 
   it('GET /api/workers and POST /api/workers/:id/recover-stale', async () => {
-    await create({ task_type: 'email', payload: {} });
-    await db.pool('worker').query(`select queues.record_worker_heartbeat('w-old', '{email}')`);
-    await db.pool('worker').query(`select * from queues.claim_tasks('w-old', 1, '{email}', 3600)`);
-    await db.pool('worker').query(`select queues.record_worker_heartbeat('w-new', '{email}')`);
+    await create({ task_type: 'store_discovery', payload: {} });
+    await db.pool('worker').query(`select queues.record_worker_heartbeat('w-old', '{store_discovery}')`);
+    await db.pool('worker').query(`select * from queues.claim_tasks('w-old', 1, '{store_discovery}', 3600)`);
+    await db.pool('worker').query(`select queues.record_worker_heartbeat('w-new', '{store_discovery}')`);
     await db.query(`update queues.worker set last_seen_at = now() - interval '30 minutes' where worker_id = 'w-old'`);
     const workers = (await get('/api/workers')).json().workers;
     expect(workers.map((w: { worker_id: string; status: string; tasks_in_flight: number }) => [w.worker_id, w.status, w.tasks_in_flight])).toEqual([['w-new', 'live', 0], ['w-old', 'stale', 1]]);
@@ -280,10 +285,14 @@ describe('schedules and processes', () => {
 
   it('GET /api/schedules; enable and disable; 404 for an unknown schedule, 400 for a bad name', async () => {
     await db.query(`select * from schedules.upsert_schedule('nightly.report', '0 2 * * *', 'analytics_refresh', '{}'::jsonb)`);
-    const list = (await get('/api/schedules')).json().schedules;
-    expect(list).toEqual([expect.objectContaining({ name: 'nightly.report', cron: '0 2 * * *', enabled: true, last_runs: [], next_fire_at: expect.any(String) })]);
+    type Schedule = { name: string; enabled: boolean };
+    const named = async (name: string) => ((await get('/api/schedules')).json().schedules as Schedule[]).find((x) => x.name === name);
+    // The role-based system's schedules are installed (disabled) by the migrations too.
+    const list = (await get('/api/schedules')).json().schedules as Schedule[];
+    expect(list.map((x) => x.name)).toContain('menus.resync');
+    expect(await named('nightly.report')).toEqual(expect.objectContaining({ name: 'nightly.report', cron: '0 2 * * *', enabled: true, last_runs: [], next_fire_at: expect.any(String) }));
     expect((await post('/api/schedules/nightly.report/disable')).json()).toEqual({ name: 'nightly.report', enabled: false });
-    expect((await get('/api/schedules')).json().schedules[0]).toMatchObject({ enabled: false, next_fire_at: null });
+    expect(await named('nightly.report')).toMatchObject({ enabled: false, next_fire_at: null });
     expect((await post('/api/schedules/nightly.report/enable')).json()).toEqual({ name: 'nightly.report', enabled: true });
     const before = await snapshot();
     const missing = await post('/api/schedules/no.such/enable');

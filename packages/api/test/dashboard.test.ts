@@ -58,6 +58,11 @@ afterAll(async () => {
 });
 
 async function enqueue(body: Record<string, unknown>): Promise<number> {
+  // db_function steps are worker-only: the database's own SQL (the owner) enqueues them.
+  if (body.task_type === 'db_function') {
+    const { rows } = await db.query(`select queues.enqueue('db_function', $1::jsonb) as id`, [JSON.stringify(body.payload)]);
+    return Number(rows[0].id);
+  }
   const res = await fetch(`${base}/api/tasks`, {
     method: 'POST',
     headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
@@ -196,12 +201,12 @@ it('says it is read-only and how to unlock; actions are disabled until the token
   await page.locator('[data-testid=queues]').waitFor();
   const access = page.getByTestId('access-state');
   expect(await access.textContent()).toMatch(/Read-only\..*API token.*npm start.*API_TOKEN/);
-  expect(await page.getByTestId('pause-email').isDisabled()).toBe(true);
-  expect(await page.getByTestId('pause-email').getAttribute('title')).toMatch(/Read-only/);
+  expect(await page.getByTestId('pause-store_discovery').isDisabled()).toBe(true);
+  expect(await page.getByTestId('pause-store_discovery').getAttribute('title')).toMatch(/Read-only/);
   await page.getByTestId('token-input').fill(TOKEN);
   await page.getByTestId('token-form').getByRole('button').click();
   await page.getByTestId('forget-token').waitFor();
-  await page.locator('[data-testid=pause-email]:not([disabled])').waitFor();
+  await page.locator('[data-testid=pause-store_discovery]:not([disabled])').waitFor();
   expect(await access.textContent()).toMatch(/Actions enabled/);
 });
 
@@ -221,27 +226,27 @@ it('the Processes page shows its process names as links, not as text', async () 
 });
 
 it('a task enqueued by the test appears in the open list and the overview counts, without a reload', async () => {
-  await page.goto(`${base}/#/tasks?task_type=sms`);
+  await page.goto(`${base}/#/tasks?task_type=product_resync`);
   await page.locator('[data-testid=task-list]').waitFor();
   await page.evaluate(() => { (window as unknown as { marker: number }).marker = 42; });
-  const id = await enqueue({ task_type: 'sms', payload: { live: true } });
+  const id = await enqueue({ task_type: 'product_resync', payload: { live: true } });
   await page.locator(`[data-testid=task-list] tr[data-task-id="${id}"]`).waitFor();
   expect(await page.evaluate(() => (window as unknown as { marker?: number }).marker)).toBe(42); // same document
 
   await page.getByRole('navigation', { name: 'pages' }).getByRole('link', { name: 'Overview' }).click();
-  const ready = page.locator('[data-testid=counts] tr[data-task-type=sms] td').nth(2);
+  const ready = page.locator('[data-testid=counts] tr[data-task-type=product_resync] td').nth(2);
   await ready.waitFor();
   const before = Number(await ready.textContent());
   await page.evaluate(() => { (window as unknown as { marker: number }).marker = 43; });
-  await enqueue({ task_type: 'sms', payload: { live: 2 } });
-  await page.waitForFunction((n) => Number(document.querySelector('[data-testid=counts] tr[data-task-type=sms] td:nth-child(3)')?.textContent) === n, before + 1);
+  await enqueue({ task_type: 'product_resync', payload: { live: 2 } });
+  await page.waitForFunction((n) => Number(document.querySelector('[data-testid=counts] tr[data-task-type=product_resync] td:nth-child(3)')?.textContent) === n, before + 1);
   expect(await page.evaluate(() => (window as unknown as { marker?: number }).marker)).toBe(43);
 });
 
 it('cancels a pending task from the list (selection and bulk action); it is completed cancelled', async () => {
   await setToken(TOKEN);
-  const id = await enqueue({ task_type: 'email', payload: { cancel: 'me' }, scheduled_at: new Date(Date.now() + 3_600_000).toISOString() });
-  await page.goto(`${base}/#/tasks?task_type=email&state=scheduled`);
+  const id = await enqueue({ task_type: 'store_discovery', payload: { cancel: 'me' }, scheduled_at: new Date(Date.now() + 3_600_000).toISOString() });
+  await page.goto(`${base}/#/tasks?task_type=store_discovery&state=scheduled`);
   const row = page.locator(`[data-testid=task-list] tr[data-task-id="${id}"]`);
   await row.waitFor();
   await row.getByRole('checkbox').check();

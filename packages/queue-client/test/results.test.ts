@@ -20,10 +20,10 @@ afterAll(async () => {
 });
 
 it('records a result with the completion; a lost lease records nothing (lease_lost); the app reads it', async () => {
-  const taskId = await enqueue(app, { taskType: 'email', payload: { n: 1 }, maxAttempts: 2 });
-  const [first] = await claimTasks(worker, { workerId: 'a', limit: 1, taskTypes: ['email'], leaseSeconds: 1 });
+  const taskId = await enqueue(app, { taskType: 'product_resync', payload: { n: 1 }, maxAttempts: 2 });
+  const [first] = await claimTasks(worker, { workerId: 'a', limit: 1, taskTypes: ['product_resync'], leaseSeconds: 1 });
   // The lease expires and another worker takes the task.
-  const { rows } = await db.query(`select task_lease_id::text from queues.claim_tasks_at(now() + interval '1 minute', 'b', 1, array['email'], 300, 5)`);
+  const { rows } = await db.query(`select task_lease_id::text from queues.claim_tasks_at(now() + interval '1 minute', 'b', 1, array['product_resync'], 300, 5)`);
   await expect(
     withTransaction(worker, async (tx) => {
       await recordTaskResult(tx, { taskId, taskLeaseId: first!.taskLeaseId, result: { sent: false } });

@@ -88,9 +88,10 @@ describe('with an SDK registered', () => {
     expect(okSpan.name).toBe('queue.task test_channel');
     expect(okSpan.attributes).toMatchObject({ 'queue.task.id': ok, 'queue.task.type': 'test_channel', 'queue.task.outcome': 'succeeded', 'queue.worker.id': 'trace-on' });
     expect(okSpan.parentSpanContext).toBeUndefined();
-    expect(children(spans, okSpan)).toEqual(['queue.claim', 'queue.complete', 'queue.handler', 'queue.handler', 'queue.provider']);
+    // Handlers: before, the provider call's start (delivery mode), success.
+    expect(children(spans, okSpan)).toEqual(['queue.claim', 'queue.complete', 'queue.handler', 'queue.handler', 'queue.handler', 'queue.provider']);
     const handlerNames = spans.filter((s) => s.name === 'queue.handler' && s.parentSpanContext?.spanId === okSpan.spanContext().spanId).map((s) => s.attributes['queue.handler.name']).sort();
-    expect(handlerNames).toEqual(['fixture.before', 'fixture.on_success']);
+    expect(handlerNames).toEqual(['fixture.before', 'fixture.on_success', 'internal.start_provider_call']);
 
     const badSpan = byTask(spans, bad);
     expect(badSpan.attributes).toMatchObject({ 'queue.task.id': bad, 'queue.task.outcome': 'failed' });

@@ -346,9 +346,13 @@ export const scenario: Scenario = {
     delete changed['queues.error'];
     r.check('worker cases: each failed task has an error row', done && errorsAdded >= n, `${errorsAdded} error rows for ${n} tasks`);
     const interruptions = cases.reduce((s, c) => s + (c.interruptions ?? 0), 0);
+    // A step whose envelope is well formed keeps it as the run's result (queues.task_result):
+    // of these cases, only the validation failure returns one.
+    const results = cases.filter((c) => c.taskType === 'db_function' && /validation failure/.test(c.name)).length;
     r.equal('worker cases: only the tasks\' own facts changed', changed, {
       'queues.task': n, 'queues.task_completed': n, 'queues.task_lease': cases.reduce((s, c) => s + (c.leases ?? 1), 0),
       ...(interruptions > 0 ? { 'queues.task_interruption': interruptions, 'queues.task_lease_release': interruptions } : {}),
+      ...(results > 0 ? { 'queues.task_result': results } : {}),
     });
     r.figure('cases', r.checks.length - 3);
     for (const [surface, count] of Object.entries(bySurface)) r.figure(`cases: ${surface}`, count);
