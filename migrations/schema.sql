@@ -1050,6 +1050,7 @@ create table queues.task (
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on table queues.task is 'A unit of work. Immutable: state lives in task_lease, task_completed and error.';
 CREATE UNIQUE INDEX task_pkey ON queues.task USING btree (task_id);
+CREATE INDEX task_resource_key_idx ON queues.task USING btree (resource_key, task_id) WHERE (resource_key IS NOT NULL);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.task_attempt_failed (
@@ -1072,6 +1073,23 @@ comment on table queues.task_attempt_failed is 'Append-only: a failed attempt of
 CREATE UNIQUE INDEX task_attempt_failed_pkey ON queues.task_attempt_failed USING btree (task_attempt_failed_id);
 CREATE INDEX task_attempt_failed_task_idx ON queues.task_attempt_failed USING btree (task_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_attempt_failed FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_cancelled (
+  task_id bigint not null,
+  reason text default ''::text not null,
+  cancelled_at timestamp with time zone default now() not null,
+  constraint task_cancelled_cancelled_at_not_null NOT NULL cancelled_at,
+  constraint task_cancelled_pkey PRIMARY KEY (task_id),
+  constraint task_cancelled_reason_check CHECK ((length(reason) <= 500)),
+  constraint task_cancelled_reason_not_null NOT NULL reason,
+  constraint task_cancelled_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task_completed(task_id) ON DELETE CASCADE,
+  constraint task_cancelled_task_id_not_null NOT NULL task_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_cancelled is 'Append-only: why a task was completed as cancelled.';
+CREATE UNIQUE INDEX task_cancelled_pkey ON queues.task_cancelled USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_cancelled FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.task_completed (
   task_id bigint not null,
@@ -1259,6 +1277,20 @@ comment on table queues.task_result is 'Append-only: the result a task''s run re
 CREATE UNIQUE INDEX task_result_pkey ON queues.task_result USING btree (task_id, task_lease_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_result FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
+create table queues.task_run_now (
+  task_id bigint not null,
+  requested_at timestamp with time zone default now() not null,
+  constraint task_run_now_pkey PRIMARY KEY (task_id),
+  constraint task_run_now_requested_at_not_null NOT NULL requested_at,
+  constraint task_run_now_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
+  constraint task_run_now_task_id_not_null NOT NULL task_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_run_now is 'Append-only: a scheduled task asked to run at requested_at instead of its scheduled time.';
+CREATE UNIQUE INDEX task_run_now_pkey ON queues.task_run_now USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_run_now FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
 create table queues.task_type (
   task_type text not null,
   description text default ''::text not null,
@@ -1273,6 +1305,40 @@ create table queues.task_type (
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on table queues.task_type is 'Task types a worker may be asked to process; queues.enqueue rejects any other.';
 CREATE UNIQUE INDEX task_type_pkey ON queues.task_type USING btree (task_type);
+
+create table queues.task_type_paused (
+  task_type_paused_id bigint generated always as identity not null,
+  task_type text not null,
+  paused_at timestamp with time zone default now() not null,
+  reason text default ''::text not null,
+  constraint task_type_paused_paused_at_not_null NOT NULL paused_at,
+  constraint task_type_paused_pkey PRIMARY KEY (task_type_paused_id),
+  constraint task_type_paused_reason_check CHECK ((length(reason) <= 500)),
+  constraint task_type_paused_reason_not_null NOT NULL reason,
+  constraint task_type_paused_task_type_fkey FOREIGN KEY (task_type) REFERENCES queues.task_type(task_type) ON DELETE CASCADE,
+  constraint task_type_paused_task_type_not_null NOT NULL task_type,
+  constraint task_type_paused_task_type_paused_id_not_null NOT NULL task_type_paused_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_type_paused is 'Append-only: claiming of a task type paused (until a task_type_resumed row names it).';
+CREATE UNIQUE INDEX task_type_paused_pkey ON queues.task_type_paused USING btree (task_type_paused_id);
+CREATE INDEX task_type_paused_type_idx ON queues.task_type_paused USING btree (task_type, task_type_paused_id DESC);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_type_paused FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_type_resumed (
+  task_type_paused_id bigint not null,
+  resumed_at timestamp with time zone default now() not null,
+  constraint task_type_resumed_pkey PRIMARY KEY (task_type_paused_id),
+  constraint task_type_resumed_resumed_at_not_null NOT NULL resumed_at,
+  constraint task_type_resumed_task_type_paused_id_fkey FOREIGN KEY (task_type_paused_id) REFERENCES queues.task_type_paused(task_type_paused_id) ON DELETE CASCADE,
+  constraint task_type_resumed_task_type_paused_id_not_null NOT NULL task_type_paused_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_type_resumed is 'Append-only: the end of a pause.';
+CREATE UNIQUE INDEX task_type_resumed_pkey ON queues.task_type_resumed USING btree (task_type_paused_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_type_resumed FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.worker (
   worker_id text not null,
@@ -1620,6 +1686,10 @@ create sequence queues.task_lease_task_lease_id_seq as bigint start 1 increment 
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence queues.task_task_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
   identity of queues.task.task_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence queues.task_type_paused_task_type_paused_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of queues.task_type_paused.task_type_paused_id
   owner :DATABASE_OWNER
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence schedules.schedule_run_schedule_run_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
@@ -2241,6 +2311,30 @@ $function$;
   -- admin.assert_process_root(_process text, _root_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION admin.assert_task_ids(_task_ids bigint[])
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _task_ids is null then
+    raise exception 'task_ids must not be null' using errcode = '22004';
+  end if;
+  if cardinality(_task_ids) not between 1 and 1000 then
+    raise exception 'task_ids must name 1 to 1000 tasks, got %', cardinality(_task_ids) using errcode = '22023';
+  end if;
+  if array_position(_task_ids, null) is not null then
+    raise exception 'task_ids must not contain null' using errcode = '22004';
+  end if;
+  if (select count(distinct t) <> count(*) from unnest(_task_ids) t) then
+    raise exception 'task_ids must not repeat a task' using errcode = '22023';
+  end if;
+end;
+$function$;
+  -- admin.assert_task_ids(_task_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION admin.assert_task_type(_task_type text)
  RETURNS void
  LANGUAGE plpgsql
@@ -2256,6 +2350,108 @@ begin
 end;
 $function$;
   -- admin.assert_task_type(_task_type text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.cancel_tasks(_task_ids bigint[], _reason text DEFAULT NULL::text)
+ RETURNS TABLE(task_id bigint, result text)
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from admin.cancel_tasks_at(now(), _task_ids, _reason)
+$function$;
+  -- admin.cancel_tasks(_task_ids bigint[], _reason text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.cancel_tasks_at(_now timestamp with time zone, _task_ids bigint[], _reason text)
+ RETURNS TABLE(task_id bigint, result text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  perform admin.assert_task_ids(_task_ids);
+  if _reason is not null and length(_reason) > 500 then
+    raise exception 'reason must be at most 500 characters' using errcode = '22023';
+  end if;
+  -- Same lock order as the claim (resource keys first), then the pending rows: a claim
+  -- that took a row first makes it 'running' here; a claim after us skips it.
+  perform queues.lock_resource_keys(_task_ids);
+  return query
+  with locked as (
+    select p.task_id, p.resource_key,
+           (p.current_lease_id is not null and p.available_at > _now) as held
+      from queues.task_pending p
+     where p.task_id = any (_task_ids)
+     order by p.task_id
+       for update
+  ),
+  completed as (
+    insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome)
+    select l.task_id, null, _now, 'cancelled' from locked l where not l.held
+    returning task_id
+  ),
+  reasons as (
+    insert into queues.task_cancelled (task_id, reason, cancelled_at)
+    select c.task_id, coalesce(_reason, ''), _now from completed c
+  ),
+  removed as (
+    delete from queues.task_pending p where p.task_id = any (array(select c.task_id from completed c))
+  ),
+  key_freed as (
+    delete from queues.resource_lease k
+     where k.task_id = any (array(select c.task_id from completed c))
+  )
+  select i.task_id,
+         case when c.task_id is not null then 'cancelled'
+              when l.task_id is not null then 'running'
+              when exists (select 1 from queues.task_completed x where x.task_id = i.task_id) then 'already_completed'
+              else 'unknown_task' end
+    from unnest(_task_ids) with ordinality as i(task_id, n)
+    left join locked l on l.task_id = i.task_id
+    left join completed c on c.task_id = i.task_id
+   order by i.n;
+end;
+$function$;
+  -- admin.cancel_tasks_at(_now timestamp with time zone, _task_ids bigint[], _reason text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.cancel_tasks_matching(_task_type text, _state text, _limit integer, _reason text DEFAULT NULL::text)
+ RETURNS TABLE(task_id bigint, result text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _ids bigint[];
+begin
+  perform admin.assert_task_type(_task_type);
+  if _state is not null and _state not in ('scheduled', 'ready', 'retrying') then
+    raise exception 'state must be scheduled, ready or retrying to cancel by filter, got %', quote_literal(left(_state, 100))
+      using errcode = '22023';
+  end if;
+  if _limit is null or _limit not between 1 and 1000 then
+    raise exception 'limit must be between 1 and 1000, got %', coalesce(_limit::text, 'null') using errcode = '22023';
+  end if;
+  _ids := array(
+    select p.task_id from queues.task_pending p
+     where (_task_type is null or p.task_type = _task_type)
+       and admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, now())
+           = any (case when _state is null then array['scheduled', 'ready', 'retrying'] else array[_state] end)
+     order by p.task_id
+     limit _limit);
+  if cardinality(_ids) > 0 then
+    return query select * from admin.cancel_tasks_at(now(), _ids, _reason);
+  end if;
+end;
+$function$;
+  -- admin.cancel_tasks_matching(_task_type text, _state text, _limit integer, _reason text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.capacity(_task_type text DEFAULT NULL::text)
@@ -2432,6 +2628,38 @@ AS $function$ select array[0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300]::do
   -- admin.duration_buckets(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION admin.first_task_id_after(_ts timestamp with time zone)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _lo bigint;
+  _hi bigint;
+  _mid bigint;
+  _at timestamptz;
+begin
+  select t.task_id into _lo from queues.task t order by t.task_id limit 1;
+  select t.task_id + 1 into _hi from queues.task t order by t.task_id desc limit 1;
+  if _lo is null then
+    return 1;
+  end if;
+  while _lo < _hi loop
+    _mid := _lo + (_hi - _lo) / 2;
+    select t.enqueued_at into _at from queues.task t where t.task_id >= _mid order by t.task_id limit 1;
+    if _at > _ts then
+      _hi := _mid;
+    else
+      _lo := _mid + 1;
+    end if;
+  end loop;
+  return _lo;
+end;
+$function$;
+  -- admin.first_task_id_after(_ts timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION admin.get_task(_task_id bigint)
  RETURNS jsonb
  LANGUAGE sql
@@ -2487,7 +2715,7 @@ begin
   if _result is null then
     raise exception 'task % does not exist', _task_id using errcode = '23503';
   end if;
-  return _result || admin.task_retry_facts(_task_id);
+  return _result || admin.task_retry_facts(_task_id) || admin.task_dashboard_facts(_task_id);
 end;
 $function$;
   -- admin.get_task_at(_now timestamp with time zone, _task_id bigint): owner :DATABASE_OWNER
@@ -2559,6 +2787,54 @@ $function$;
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION admin.list_process_roots_at(_now timestamp with time zone, _process text, _limit integer, _before_root_id bigint)
+ RETURNS TABLE(root_id bigint, created_at timestamp with time zone, status text, subject jsonb, attempts bigint, stuck_descendants integer, last_fact_at timestamp with time zone)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _page integer := admin.page_limit(_limit);
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  if _process is null then
+    raise exception 'process must not be null' using errcode = '22004';
+  end if;
+  if not exists (select 1 from admin.processes() p where p.process = _process) then
+    raise exception 'unknown process %; expected one of %', quote_literal(left(_process, 100)),
+      (select string_agg(p.process, ', ') from admin.processes() p) using errcode = '22023';
+  end if;
+  if _before_root_id is not null and _before_root_id < 1 then
+    raise exception 'before_root_id must be a positive id, got %', _before_root_id using errcode = '22023';
+  end if;
+  return query
+  select (t ->> 'root_id')::bigint, (t ->> 'created_at')::timestamptz,
+         case when (t ->> 'stuck_descendants')::integer > 0 and t ->> 'status' = 'running' then 'stuck' else t ->> 'status' end,
+         t -> 'subject', (t ->> 'attempts')::bigint, (t ->> 'stuck_descendants')::integer, (t ->> 'last_fact_at')::timestamptz
+    from (select admin.process_tree_at(_now, _process, r.root_id, null) as t
+            from admin.list_process_roots(_process, _page, _before_root_id) r) x
+   order by case when (t ->> 'stuck_descendants')::integer > 0 and t ->> 'status' = 'running' then 0
+                 else array_position(array['stuck', 'failed', 'running', 'succeeded'], t ->> 'status') - 1 end,
+            (t ->> 'root_id')::bigint desc;
+end;
+$function$;
+  -- admin.list_process_roots_at(_now timestamp with time zone, _process text, _limit integer, _before_root_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.list_process_roots_ranked(_process text, _limit integer DEFAULT NULL::integer, _before_root_id bigint DEFAULT NULL::bigint)
+ RETURNS TABLE(root_id bigint, created_at timestamp with time zone, status text, subject jsonb, attempts bigint, stuck_descendants integer, last_fact_at timestamp with time zone)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from admin.list_process_roots_at(now(), _process, _limit, _before_root_id)
+$function$;
+  -- admin.list_process_roots_ranked(_process text, _limit integer, _before_root_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION admin.list_processes()
  RETURNS TABLE(process text)
  LANGUAGE sql
@@ -2569,6 +2845,98 @@ AS $function$
 $function$;
   -- admin.list_processes(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.list_queues()
+ RETURNS TABLE(task_type text, description text, paused boolean, paused_at timestamp with time zone, pause_reason text, scheduled bigint, ready bigint, running bigint, retrying bigint, workers text[])
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from admin.list_queues_at(now())
+$function$;
+  -- admin.list_queues(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.list_queues_at(_now timestamp with time zone)
+ RETURNS TABLE(task_type text, description text, paused boolean, paused_at timestamp with time zone, pause_reason text, scheduled bigint, ready bigint, running bigint, retrying bigint, workers text[])
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  with pending as (
+    select p.task_type, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now) as state,
+           count(*) as n
+      from queues.task_pending p
+     group by 1, 2
+  ),
+  open_pause as (
+    select distinct on (p.task_type) p.task_type, p.paused_at, p.reason
+      from queues.task_type_paused p
+     where not exists (select 1 from queues.task_type_resumed r where r.task_type_paused_id = p.task_type_paused_id)
+     order by p.task_type, p.task_type_paused_id desc
+  )
+  select t.task_type, t.description, op.task_type is not null, op.paused_at, op.reason,
+         coalesce((select n from pending x where x.task_type = t.task_type and x.state = 'scheduled'), 0),
+         coalesce((select n from pending x where x.task_type = t.task_type and x.state = 'ready'), 0),
+         coalesce((select n from pending x where x.task_type = t.task_type and x.state = 'running'), 0),
+         coalesce((select n from pending x where x.task_type = t.task_type and x.state = 'retrying'), 0),
+         coalesce((select array_agg(w.worker_id order by w.worker_id) from queues.worker w
+                    where t.task_type = any (w.task_types) and w.stopped_at is null
+                      and w.last_seen_at > _now - interval '10 minutes'), '{}')
+    from queues.task_type t
+    left join open_pause op on op.task_type = t.task_type
+   order by t.task_type
+$function$;
+  -- admin.list_queues_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.list_schedules(_runs integer DEFAULT NULL::integer)
+ RETURNS TABLE(name text, cron text, task_type text, payload jsonb, priority integer, missed_run_policy text, enabled boolean, last_fire_at timestamp with time zone, next_fire_at timestamp with time zone, updated_at timestamp with time zone, last_runs jsonb)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from admin.list_schedules_at(now(), _runs)
+$function$;
+  -- admin.list_schedules(_runs integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.list_schedules_at(_now timestamp with time zone, _runs integer)
+ RETURNS TABLE(name text, cron text, task_type text, payload jsonb, priority integer, missed_run_policy text, enabled boolean, last_fire_at timestamp with time zone, next_fire_at timestamp with time zone, updated_at timestamp with time zone, last_runs jsonb)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _n integer := coalesce(_runs, 5);
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  if _n not between 1 and 20 then
+    raise exception 'runs must be between 1 and 20, got %', _n using errcode = '22023';
+  end if;
+  return query
+  select s.name, s.cron, s.task_type, s.payload, s.priority, s.missed_run_policy, s.enabled,
+         s.last_fire_at, s.next_fire_at, s.updated_at,
+         coalesce((
+           select jsonb_agg(jsonb_build_object(
+                    'fire_at', r.fire_at, 'outcome', r.outcome, 'task_id', r.task_id,
+                    'task_state', coalesce(c.outcome,
+                      (select admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now)
+                         from queues.task_pending p where p.task_id = r.task_id)))
+                    order by r.fire_at desc)
+             from (select * from schedules.schedule_run x
+                    where x.schedule_id = s.schedule_id
+                    order by x.fire_at desc limit _n) r
+             left join queues.task_completed c on c.task_id = r.task_id), '[]')
+    from schedules.list_schedules() s;
+end;
+$function$;
+  -- admin.list_schedules_at(_now timestamp with time zone, _runs integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.list_stale_leases()
@@ -2601,19 +2969,20 @@ $function$;
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION admin.list_tasks(_task_type text DEFAULT NULL::text, _state text DEFAULT NULL::text, _limit integer DEFAULT NULL::integer, _before_task_id bigint DEFAULT NULL::bigint)
+CREATE OR REPLACE FUNCTION admin.list_tasks(_task_type text DEFAULT NULL::text, _state text DEFAULT NULL::text, _limit integer DEFAULT NULL::integer, _before_task_id bigint DEFAULT NULL::bigint, _worker_id text DEFAULT NULL::text, _resource_key text DEFAULT NULL::text, _enqueued_from timestamp with time zone DEFAULT NULL::timestamp with time zone, _enqueued_to timestamp with time zone DEFAULT NULL::timestamp with time zone, _payload_path text[] DEFAULT NULL::text[], _payload_value jsonb DEFAULT NULL::jsonb)
  RETURNS TABLE(task_id bigint, task_type text, state text, priority integer, resource_key text, max_attempts integer, lease_count integer, enqueued_at timestamp with time zone, scheduled_at timestamp with time zone, available_at timestamp with time zone, completed_at timestamp with time zone)
  LANGUAGE sql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select * from admin.list_tasks_at(now(), _task_type, _state, _limit, _before_task_id)
+  select * from admin.list_tasks_at(now(), _task_type, _state, _limit, _before_task_id, _worker_id,
+                                    _resource_key, _enqueued_from, _enqueued_to, _payload_path, _payload_value)
 $function$;
-  -- admin.list_tasks(_task_type text, _state text, _limit integer, _before_task_id bigint): owner :DATABASE_OWNER
+  -- admin.list_tasks(_task_type text, _state text, _limit integer, _before_task_id bigint, _worker_id text, _resource_key text, _enqueued_from timestamp with time zone, _enqueued_to timestamp with time zone, _payload_path text[], _payload_value jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION admin.list_tasks_at(_now timestamp with time zone, _task_type text, _state text, _limit integer, _before_task_id bigint)
+CREATE OR REPLACE FUNCTION admin.list_tasks_at(_now timestamp with time zone, _task_type text, _state text, _limit integer, _before_task_id bigint, _worker_id text, _resource_key text, _enqueued_from timestamp with time zone, _enqueued_to timestamp with time zone, _payload_path text[], _payload_value jsonb)
  RETURNS TABLE(task_id bigint, task_type text, state text, priority integer, resource_key text, max_attempts integer, lease_count integer, enqueued_at timestamp with time zone, scheduled_at timestamp with time zone, available_at timestamp with time zone, completed_at timestamp with time zone)
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
@@ -2621,6 +2990,8 @@ CREATE OR REPLACE FUNCTION admin.list_tasks_at(_now timestamp with time zone, _t
 AS $function$
 declare
   _page integer := admin.page_limit(_limit);
+  _filters text := '';
+  _sql text;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -2634,50 +3005,114 @@ begin
     raise exception 'before_task_id must be a positive task id, got %', _before_task_id
       using errcode = '22023';
   end if;
+  if _worker_id is not null and length(_worker_id) not between 1 and 200 then
+    raise exception 'worker_id must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  if _resource_key is not null and length(_resource_key) not between 1 and 200 then
+    raise exception 'resource_key must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  if _enqueued_from is not null and _enqueued_to is not null and _enqueued_from >= _enqueued_to then
+    raise exception 'enqueued_from (%) must be before enqueued_to (%)', _enqueued_from, _enqueued_to
+      using errcode = '22023';
+  end if;
+  if (_payload_path is null) <> (_payload_value is null) then
+    raise exception 'payload_path and payload_value go together: give both or neither' using errcode = '22023';
+  end if;
+  if _payload_path is not null and (cardinality(_payload_path) not between 1 and 10
+      or exists (select 1 from unnest(_payload_path) e where e is null or length(e) not between 1 and 100)) then
+    raise exception 'payload_path must have 1 to 10 keys of 1 to 100 characters each' using errcode = '22023';
+  end if;
+
+  if _task_type is not null then _filters := _filters || ' and t.task_type = $2'; end if;
+  if _worker_id is not null then
+    _filters := _filters || ' and exists (select 1 from queues.task_lease l where l.task_id = t.task_id and l.worker_id = $6)';
+  end if;
+  if _resource_key is not null then _filters := _filters || ' and t.resource_key = $7'; end if;
+  if _enqueued_from is not null then _filters := _filters || ' and t.enqueued_at >= $8'; end if;
+  if _enqueued_to is not null then _filters := _filters || ' and t.enqueued_at < $9'; end if;
+  if _payload_path is not null then _filters := _filters || ' and t.payload #> $10 = $11'; end if;
 
   if _state in ('scheduled', 'ready', 'running', 'retrying') then
-    return query
-    select p.task_id, p.task_type, _state, p.priority, t.resource_key, t.max_attempts, p.lease_count,
-           t.enqueued_at, p.scheduled_at, p.available_at, null::timestamptz
-      from queues.task_pending p
-     -- lateral + limit 1: one primary-key probe per listed task
-     cross join lateral (select * from queues.task x where x.task_id = p.task_id limit 1) t
-     where (_task_type is null or p.task_type = _task_type)
-       and (_before_task_id is null or p.task_id < _before_task_id)
-       and admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now) = _state
-     order by p.task_id desc
-     limit _page;
+    _sql := 'select p.task_id, p.task_type, $3, p.priority, t.resource_key, t.max_attempts, p.lease_count,
+                    t.enqueued_at, p.scheduled_at, p.available_at, null::timestamptz
+               from queues.task_pending p
+              -- lateral + limit 1: one primary-key probe per pending task passed over
+              cross join lateral (select * from queues.task x where x.task_id = p.task_id limit 1) t
+              where admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, $1) = $3
+                and ($4::bigint is null or p.task_id < $4)' || _filters || '
+              order by p.task_id desc
+              limit $5';
   elsif _state is not null then
-    return query
-    select c.task_id, t.task_type, c.outcome, t.priority, t.resource_key, t.max_attempts,
-           (select count(*)::integer from queues.task_lease l where l.task_id = c.task_id),
-           t.enqueued_at, t.scheduled_at, null::timestamptz, c.completed_at
-      from queues.task_completed c
-     cross join lateral (select * from queues.task x where x.task_id = c.task_id limit 1) t
-     where c.outcome = _state
-       and (_task_type is null or t.task_type = _task_type)
-       and (_before_task_id is null or c.task_id < _before_task_id)
-     order by c.task_id desc
-     limit _page;
+    _sql := 'select c.task_id, t.task_type, c.outcome, t.priority, t.resource_key, t.max_attempts,
+                    (select count(*)::integer from queues.task_lease l where l.task_id = c.task_id),
+                    t.enqueued_at, t.scheduled_at, null::timestamptz, c.completed_at
+               from queues.task_completed c
+              cross join lateral (select * from queues.task x where x.task_id = c.task_id limit 1) t
+              where c.outcome = $3
+                and ($4::bigint is null or c.task_id < $4)' || _filters || '
+              order by c.task_id desc
+              limit $5';
   else
-    return query
-    select t.task_id, t.task_type,
-           coalesce(c.outcome, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now)),
-           t.priority, t.resource_key, t.max_attempts,
-           coalesce(p.lease_count,
-                    (select count(*)::integer from queues.task_lease l where l.task_id = t.task_id)),
-           t.enqueued_at, t.scheduled_at, p.available_at, c.completed_at
-      from queues.task t
-      left join queues.task_pending p on p.task_id = t.task_id
-      left join queues.task_completed c on c.task_id = t.task_id
-     where (_task_type is null or t.task_type = _task_type)
-       and (_before_task_id is null or t.task_id < _before_task_id)
-     order by t.task_id desc
-     limit _page;
+    _sql := 'select t.task_id, t.task_type,
+                    coalesce(c.outcome, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, $1)),
+                    t.priority, t.resource_key, t.max_attempts,
+                    coalesce(p.lease_count,
+                             (select count(*)::integer from queues.task_lease l where l.task_id = t.task_id)),
+                    t.enqueued_at, t.scheduled_at, p.available_at, c.completed_at
+               from queues.task t
+               left join queues.task_pending p on p.task_id = t.task_id
+               left join queues.task_completed c on c.task_id = t.task_id
+              where ($4::bigint is null or t.task_id < $4)' || _filters || '
+              order by t.task_id desc
+              limit $5';
   end if;
+  return query execute _sql
+    using _now, _task_type, _state, _before_task_id, _page, _worker_id, _resource_key,
+          _enqueued_from, _enqueued_to, _payload_path, _payload_value;
 end;
 $function$;
-  -- admin.list_tasks_at(_now timestamp with time zone, _task_type text, _state text, _limit integer, _before_task_id bigint): owner :DATABASE_OWNER
+  -- admin.list_tasks_at(_now timestamp with time zone, _task_type text, _state text, _limit integer, _before_task_id bigint, _worker_id text, _resource_key text, _enqueued_from timestamp with time zone, _enqueued_to timestamp with time zone, _payload_path text[], _payload_value jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.list_workers()
+ RETURNS TABLE(worker_id text, task_types text[], status text, started_at timestamp with time zone, last_seen_at timestamp with time zone, stopped_at timestamp with time zone, heartbeat_age_seconds double precision, tasks_in_flight bigint)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from admin.list_workers_at(now(), 600)
+$function$;
+  -- admin.list_workers(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.list_workers_at(_now timestamp with time zone, _dead_after_seconds integer)
+ RETURNS TABLE(worker_id text, task_types text[], status text, started_at timestamp with time zone, last_seen_at timestamp with time zone, stopped_at timestamp with time zone, heartbeat_age_seconds double precision, tasks_in_flight bigint)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  with in_flight as (
+    -- live leases: the pending rows under a lease that has not expired (bounded by pending work)
+    select l.worker_id, count(*) as n
+      from queues.task_pending p
+      join queues.task_lease l on l.task_lease_id = p.current_lease_id
+     where p.available_at > _now
+     group by 1
+  )
+  select w.worker_id, w.task_types,
+         case when w.stopped_at is not null then 'stopped'
+              when w.last_seen_at < _now - make_interval(secs => coalesce(_dead_after_seconds, 600)) then 'stale'
+              else 'live' end,
+         w.started_at, w.last_seen_at, w.stopped_at,
+         extract(epoch from _now - w.last_seen_at)::double precision,
+         coalesce(f.n, 0)
+    from queues.worker w
+    left join in_flight f on f.worker_id = w.worker_id
+   order by (w.stopped_at is not null), w.last_seen_at desc, w.worker_id
+   limit 1000
+$function$;
+  -- admin.list_workers_at(_now timestamp with time zone, _dead_after_seconds integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.page_limit(_limit integer, _default integer DEFAULT 50)
@@ -2699,11 +3134,58 @@ $function$;
   -- admin.page_limit(_limit integer, _default integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION admin.pause_task_type(_task_type text, _reason text DEFAULT NULL::text)
+ RETURNS bigint
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select admin.pause_task_type_at(now(), _task_type, _reason)
+$function$;
+  -- admin.pause_task_type(_task_type text, _reason text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.pause_task_type_at(_now timestamp with time zone, _task_type text, _reason text)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _id bigint;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  if _task_type is null then
+    raise exception 'task_type must not be null' using errcode = '22004';
+  end if;
+  perform admin.assert_task_type(_task_type);
+  if _reason is not null and length(_reason) > 500 then
+    raise exception 'reason must be at most 500 characters' using errcode = '22023';
+  end if;
+  -- One pause or resume of a type at a time.
+  perform 1 from queues.task_type t where t.task_type = _task_type for no key update;
+  select p.task_type_paused_id into _id
+    from queues.task_type_paused p
+   where p.task_type = _task_type
+     and not exists (select 1 from queues.task_type_resumed r where r.task_type_paused_id = p.task_type_paused_id);
+  if _id is null then
+    insert into queues.task_type_paused (task_type, paused_at, reason)
+    values (_task_type, _now, coalesce(_reason, ''))
+    returning task_type_paused_id into _id;
+  end if;
+  return _id;
+end;
+$function$;
+  -- admin.pause_task_type_at(_now timestamp with time zone, _task_type text, _reason text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION admin.pending_state(_available_at timestamp with time zone, _current_lease_id bigint, _lease_count integer, _now timestamp with time zone)
  RETURNS text
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
- SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select case
            when _available_at <= _now then 'ready'
@@ -2713,6 +3195,81 @@ AS $function$
          end
 $function$;
   -- admin.pending_state(_available_at timestamp with time zone, _current_lease_id bigint, _lease_count integer, _now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.process_children(_process text, _root_id bigint)
+ RETURNS TABLE(process text, root_id bigint)
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select 'file_deletion', fd.file_deletion_task_id
+    from accounts.account_deletion_task d
+    join files.file f on f.account_id = d.account_id
+    join files.file_deletion_task fd on fd.file_id = f.file_id
+   where _process = 'account_deletion' and d.account_deletion_task_id = _root_id
+  union all
+  select 'account_anonymization', x.account_anonymization_task_id
+    from accounts.account_deletion_task d
+    join accounts.account_anonymization_task x on x.account_id = d.account_id
+   where _process = 'account_deletion' and d.account_deletion_task_id = _root_id
+$function$;
+  -- admin.process_children(_process text, _root_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.process_node_at(_now timestamp with time zone, _process text, _root_id bigint, _stuck_after_seconds integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _key text := _process || '_task_id';
+  _akey text := _process || '_attempt_id';
+  _attempt text := admin.process_table(_process, '_attempt');
+  _sql text;
+  _node jsonb;
+  _status text;
+begin
+  _sql := format('select jsonb_build_object(
+      ''process'', %L::text, ''root_id'', r.%I, ''created_at'', r.created_at,
+      ''subject'', to_jsonb(r) - %L - ''created_at'',
+      ''succeeded_at'', %s, ''failure'', %s, ''supervisor_runs'', %s,
+      ''attempts'', %s, ''failed_attempts'', %s, ''recent_attempts_failed'', %s, ''last_fact_at'', greatest(r.created_at, %s, %s))
+    from %s r where r.%I = $1',
+    _process, _key, _key,
+    case when admin.process_table(_process, '_task_succeeded') is null then 'null::timestamptz'
+         else format('(select s.created_at from %s s where s.%I = r.%I)', admin.process_table(_process, '_task_succeeded'), _key, _key) end,
+    case when admin.process_table(_process, '_task_failed') is null then 'null::jsonb'
+         else format('(select to_jsonb(f) - %L from %s f where f.%I = r.%I)', _key, admin.process_table(_process, '_task_failed'), _key, _key) end,
+    case when admin.process_table(_process, '_supervisor_run') is null then '0'
+         else format('(select count(*) from %s s where s.%I = r.%I)', admin.process_table(_process, '_supervisor_run'), _key, _key) end,
+    case when _attempt is null then '0' else format('(select count(*) from %s a where a.%I = r.%I)', _attempt, _key, _key) end,
+    case when _attempt is null or admin.process_table(_process, '_attempt_failed') is null then '0'
+         else format('(select count(*) from %s a join %s f on f.%I = a.%I where a.%I = r.%I)',
+                     _attempt, admin.process_table(_process, '_attempt_failed'), _akey, _akey, _key, _key) end,
+    -- the newest three attempts exist and all failed
+    case when _attempt is null or admin.process_table(_process, '_attempt_failed') is null then 'false'
+         else format('(select count(*) = 3 and bool_and(f.%I is not null) from (select a.%I from %s a where a.%I = r.%I order by a.%I desc limit 3) a left join %s f on f.%I = a.%I)',
+                     _akey, _akey, _attempt, _key, _key, _akey, admin.process_table(_process, '_attempt_failed'), _akey, _akey) end,
+    case when admin.process_table(_process, '_supervisor_run') is null then 'null::timestamptz'
+         else format('(select max(s.created_at) from %s s where s.%I = r.%I)', admin.process_table(_process, '_supervisor_run'), _key, _key) end,
+    case when _attempt is null then 'null::timestamptz' else format('(select max(a.created_at) from %s a where a.%I = r.%I)', _attempt, _key, _key) end,
+    admin.process_table(_process, '_task'), _key);
+  execute _sql into _node using _root_id;
+  if _node is null then
+    return null;
+  end if;
+  _status := case
+    when _node ->> 'succeeded_at' is not null then 'succeeded'
+    when _node -> 'failure' <> 'null'::jsonb then 'failed'
+    when (_node ->> 'recent_attempts_failed')::boolean
+      or (_node ->> 'last_fact_at')::timestamptz < _now - make_interval(secs => coalesce(_stuck_after_seconds, 600)) then 'stuck'
+    else 'running' end;
+  return _node || jsonb_build_object('status', _status);
+end;
+$function$;
+  -- admin.process_node_at(_now timestamp with time zone, _process text, _root_id bigint, _stuck_after_seconds integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.process_table(_process text, _suffix text)
@@ -2806,6 +3363,51 @@ $function$;
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION admin.process_tree(_process text, _root_id bigint)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select admin.process_tree_at(now(), _process, _root_id, null)
+$function$;
+  -- admin.process_tree(_process text, _root_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.process_tree_at(_now timestamp with time zone, _process text, _root_id bigint, _stuck_after_seconds integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _node jsonb;
+  _children jsonb := '[]';
+  _child record;
+  _sub jsonb;
+  _bad integer := 0;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  if _stuck_after_seconds is not null and _stuck_after_seconds not between 1 and 604800 then
+    raise exception 'stuck_after_seconds must be between 1 and 604800, got %', _stuck_after_seconds using errcode = '22023';
+  end if;
+  perform admin.assert_process_root(_process, _root_id);
+  _node := admin.process_node_at(_now, _process, _root_id, _stuck_after_seconds);
+  for _child in select * from admin.process_children(_process, _root_id) loop
+    _sub := admin.process_tree_at(_now, _child.process, _child.root_id, _stuck_after_seconds);
+    _bad := _bad + (_sub ->> 'stuck_descendants')::integer
+            + case when _sub ->> 'status' in ('stuck', 'failed') then 1 else 0 end;
+    _children := _children || jsonb_build_array(_sub);
+  end loop;
+  return _node || jsonb_build_object('children', _children, 'stuck_descendants', _bad);
+end;
+$function$;
+  -- admin.process_tree_at(_now timestamp with time zone, _process text, _root_id bigint, _stuck_after_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION admin.processes()
  RETURNS TABLE(process text, schema_name text)
  LANGUAGE sql
@@ -2816,6 +3418,72 @@ AS $function$
          ('account_deletion', 'accounts'), ('account_anonymization', 'accounts')
 $function$;
   -- admin.processes(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.queue_depth(_window_seconds integer DEFAULT NULL::integer, _bucket_seconds integer DEFAULT NULL::integer)
+ RETURNS TABLE(bucket_end timestamp with time zone, task_type text, depth bigint)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from admin.queue_depth_at(now(), _window_seconds, _bucket_seconds)
+$function$;
+  -- admin.queue_depth(_window_seconds integer, _bucket_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.queue_depth_at(_now timestamp with time zone, _window_seconds integer, _bucket_seconds integer)
+ RETURNS TABLE(bucket_end timestamp with time zone, task_type text, depth bigint)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+declare
+  _window integer := coalesce(_window_seconds, 3600);
+  _bucket integer := coalesce(_bucket_seconds, 60);
+  _from timestamptz;
+  _first_id bigint;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  if _window not between 60 and 86400 then
+    raise exception 'window_seconds must be between 60 and 86400, got %', _window using errcode = '22023';
+  end if;
+  if _bucket not between 10 and _window or _window / _bucket > 500 then
+    raise exception 'bucket_seconds must be between 10 and window_seconds, with at most 500 buckets, got %', _bucket
+      using errcode = '22023';
+  end if;
+  _from := _now - make_interval(secs => _window);
+  _first_id := admin.first_task_id_after(_from);
+  return query
+  -- Materialized: the per-bucket sums below read it once per bucket and type.
+  with events as materialized (
+    select e.task_type, e.k, sum(e.d) as d
+      from (select t.task_type, ceil(extract(epoch from t.enqueued_at - _from) / _bucket)::integer as k, -1 as d
+              from queues.task t
+             where t.task_id >= _first_id and t.enqueued_at > _from and t.enqueued_at <= _now
+            union all
+            select x.task_type, ceil(extract(epoch from c.completed_at - _from) / _bucket)::integer, 1
+              from queues.task_completed c
+             -- lateral + limit 1: a primary-key probe per completion in the window
+             cross join lateral (select y.task_type from queues.task y where y.task_id = c.task_id limit 1) x
+             where c.completed_at > _from and c.completed_at <= _now) e
+     group by 1, 2
+  ),
+  pending as (
+    select p.task_type, count(*) as n from queues.task_pending p group by 1
+  )
+  select _from + make_interval(secs => i * _bucket), ty.task_type,
+         coalesce(pe.n, 0) + coalesce((select sum(ev.d) from events ev where ev.task_type = ty.task_type and ev.k > i), 0)::bigint
+    from generate_series(1, ceil(_window::numeric / _bucket)::integer) i
+   cross join queues.task_type ty
+    left join pending pe on pe.task_type = ty.task_type
+   order by 1, 2;
+end;
+$function$;
+  -- admin.queue_depth_at(_now timestamp with time zone, _window_seconds integer, _bucket_seconds integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.recover_stale_leases(_dead_after_seconds integer DEFAULT NULL::integer)
@@ -2839,6 +3507,82 @@ $function$;
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION admin.recover_worker_leases(_worker_id text, _dead_after_seconds integer DEFAULT NULL::integer)
+ RETURNS TABLE(task_id bigint, task_lease_id bigint, worker_id text)
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from admin.recover_worker_leases_at(now(), _worker_id, _dead_after_seconds)
+$function$;
+  -- admin.recover_worker_leases(_worker_id text, _dead_after_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.recover_worker_leases_at(_now timestamp with time zone, _worker_id text, _dead_after_seconds integer)
+ RETURNS TABLE(task_id bigint, task_lease_id bigint, worker_id text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+declare
+  _dead integer := coalesce(_dead_after_seconds, 600);
+  _w queues.worker;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  if _worker_id is null then
+    raise exception 'worker_id must not be null' using errcode = '22004';
+  end if;
+  if _dead not between 10 and 86400 then
+    raise exception 'dead_after_seconds must be between 10 and 86400, got %', _dead using errcode = '22023';
+  end if;
+  select * into _w from queues.worker w where w.worker_id = _worker_id;
+  if not found then
+    raise exception 'worker % is not registered', quote_literal(left(_worker_id, 200)) using errcode = '23503';
+  end if;
+  if _w.stopped_at is not null then
+    raise exception 'worker % stopped at %; it holds no leases to recover', _worker_id, _w.stopped_at using errcode = '55000';
+  end if;
+  if _w.last_seen_at >= _now - make_interval(secs => _dead) then
+    raise exception 'worker % was seen % s ago, within % s: it is not stale', _worker_id,
+      round(extract(epoch from _now - _w.last_seen_at)), _dead using errcode = '55000';
+  end if;
+  perform queues.lock_resource_keys(array(
+    select s.task_id from queues.stale_leases_at(_now, _dead) s where s.worker_id = _worker_id));
+  return query
+  with stale as (
+    select s.task_id, s.task_lease_id, s.worker_id
+      from queues.stale_leases_at(_now, _dead) s where s.worker_id = _worker_id
+  ),
+  revoked as (
+    update queues.task_pending p
+       set available_at = _now, current_lease_id = null
+      from stale s
+     where p.task_id = s.task_id and p.current_lease_id = s.task_lease_id
+    returning p.task_id, s.task_lease_id, s.worker_id, p.resource_key
+  ),
+  recorded as (
+    insert into queues.task_lease_revocation (task_lease_id, revoked_at, reason)
+    select r.task_lease_id, _now, format('worker %s not seen for %s s (recovered from the dashboard)', r.worker_id, _dead)
+      from revoked r
+  ),
+  key_freed as (
+    delete from queues.resource_lease k
+     using revoked r
+     where r.resource_key is not null and k.resource_key = r.resource_key and k.task_id = r.task_id
+  )
+  select r.task_id, r.task_lease_id, r.worker_id from revoked r;
+  if found then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+end;
+$function$;
+  -- admin.recover_worker_leases_at(_now timestamp with time zone, _worker_id text, _dead_after_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION admin.redrive_task(_task_id bigint)
  RETURNS bigint
  LANGUAGE plpgsql
@@ -2854,6 +3598,162 @@ end;
 $function$;
   -- admin.redrive_task(_task_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.redrive_tasks(_task_ids bigint[])
+ RETURNS TABLE(task_id bigint, result text, new_task_id bigint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _id bigint;
+begin
+  perform admin.assert_task_ids(_task_ids);
+  foreach _id in array _task_ids loop
+    task_id := _id;
+    new_task_id := null;
+    if not exists (select 1 from queues.task t where t.task_id = _id) then
+      result := 'unknown_task';
+    elsif not exists (select 1 from queues.dead_letter d where d.task_id = _id) then
+      result := 'not_a_dead_letter';
+    else
+      new_task_id := queues.redrive_task(_id);
+      result := 'redriven';
+    end if;
+    return next;
+  end loop;
+end;
+$function$;
+  -- admin.redrive_tasks(_task_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.redrive_tasks_matching(_task_type text, _limit integer)
+ RETURNS TABLE(task_id bigint, result text, new_task_id bigint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _ids bigint[];
+begin
+  perform admin.assert_task_type(_task_type);
+  if _limit is null or _limit not between 1 and 500 then
+    raise exception 'limit must be between 1 and 500, got %', coalesce(_limit::text, 'null') using errcode = '22023';
+  end if;
+  _ids := array(select d.task_id from admin.list_dead_letters(_task_type, _limit, null) d);
+  if cardinality(_ids) > 0 then
+    return query select * from admin.redrive_tasks(_ids);
+  end if;
+end;
+$function$;
+  -- admin.redrive_tasks_matching(_task_type text, _limit integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.resume_task_type(_task_type text)
+ RETURNS boolean
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select admin.resume_task_type_at(now(), _task_type)
+$function$;
+  -- admin.resume_task_type(_task_type text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.resume_task_type_at(_now timestamp with time zone, _task_type text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _count integer;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  if _task_type is null then
+    raise exception 'task_type must not be null' using errcode = '22004';
+  end if;
+  perform admin.assert_task_type(_task_type);
+  perform 1 from queues.task_type t where t.task_type = _task_type for no key update;
+  insert into queues.task_type_resumed (task_type_paused_id, resumed_at)
+  select p.task_type_paused_id, _now
+    from queues.task_type_paused p
+   where p.task_type = _task_type
+     and not exists (select 1 from queues.task_type_resumed r where r.task_type_paused_id = p.task_type_paused_id);
+  get diagnostics _count = row_count;
+  if _count > 0 then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+  return _count > 0;
+end;
+$function$;
+  -- admin.resume_task_type_at(_now timestamp with time zone, _task_type text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.run_tasks_now(_task_ids bigint[])
+ RETURNS TABLE(task_id bigint, result text)
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from admin.run_tasks_now_at(now(), _task_ids)
+$function$;
+  -- admin.run_tasks_now(_task_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.run_tasks_now_at(_now timestamp with time zone, _task_ids bigint[])
+ RETURNS TABLE(task_id bigint, result text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  perform admin.assert_task_ids(_task_ids);
+  return query
+  with locked as (
+    select p.task_id, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now) as state
+      from queues.task_pending p
+     where p.task_id = any (_task_ids)
+     order by p.task_id
+       for update
+  ),
+  recorded as (
+    insert into queues.task_run_now (task_id, requested_at)
+    select l.task_id, _now from locked l where l.state = 'scheduled'
+    on conflict (task_id) do nothing
+    returning task_id
+  ),
+  moved as (
+    update queues.task_pending p set available_at = _now, scheduled_at = _now
+     where p.task_id = any (array(select r.task_id from recorded r))
+    returning p.task_id
+  )
+  select i.task_id,
+         case when m.task_id is not null then 'run_now'
+              when l.task_id is not null then 'not_scheduled'
+              when exists (select 1 from queues.task_completed x where x.task_id = i.task_id) then 'already_completed'
+              else 'unknown_task' end
+    from unnest(_task_ids) with ordinality as i(task_id, n)
+    left join locked l on l.task_id = i.task_id
+    left join moved m on m.task_id = i.task_id
+   order by i.n;
+  if exists (select 1 from queues.task_pending p where p.task_id = any (_task_ids) and p.available_at = _now) then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+end;
+$function$;
+  -- admin.run_tasks_now_at(_now timestamp with time zone, _task_ids bigint[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.task_counts(_window_seconds integer DEFAULT NULL::integer)
@@ -2901,6 +3801,43 @@ begin
 end;
 $function$;
   -- admin.task_counts_at(_now timestamp with time zone, _window_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.task_dashboard_facts(_task_id bigint)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _results jsonb := '[]';
+begin
+  if to_regclass('queues.task_result') is not null then
+    execute 'select coalesce(jsonb_agg(jsonb_build_object(''task_lease_id'', r.task_lease_id, ''result'', r.result,
+                                                         ''recorded_at'', r.recorded_at) order by r.task_lease_id), ''[]'')
+               from queues.task_result r where r.task_id = $1'
+      into _results using _task_id;
+  end if;
+  return jsonb_build_object(
+    'results', _results,
+    'cancellation', (select jsonb_build_object('reason', c.reason, 'cancelled_at', c.cancelled_at)
+                       from queues.task_cancelled c where c.task_id = _task_id),
+    'run_now_at', (select r.requested_at from queues.task_run_now r where r.task_id = _task_id),
+    'type_paused', (select t.task_type = any (queues.paused_task_types()) from queues.task t where t.task_id = _task_id),
+    -- The business process the task works for: its payload names the root (X_task_id).
+    'process', (select jsonb_build_object('process', p.process, 'root_id', (t.payload ->> (p.process || '_task_id'))::bigint)
+                  from queues.task t cross join admin.processes() p
+                 where t.task_id = _task_id and t.payload ->> (p.process || '_task_id') ~ '^[0-9]{1,18}$'
+                 limit 1),
+    'heartbeats', coalesce((
+      select jsonb_agg(jsonb_build_object('task_lease_id', x.task_lease_id, 'extended_at', x.extended_at,
+                                          'expires_at', x.expires_at) order by x.task_lease_extension_id)
+        from queues.task_lease l
+        join queues.task_lease_extension x on x.task_lease_id = l.task_lease_id
+       where l.task_id = _task_id), '[]'));
+end;
+$function$;
+  -- admin.task_dashboard_facts(_task_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.task_retry_facts(_task_id bigint)
@@ -4836,7 +5773,9 @@ CREATE OR REPLACE FUNCTION queues.claim_tasks(_worker_id text, _limit integer DE
  SECURITY DEFINER ROWS 10
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select * from queues.claim_tasks_at(now(), _worker_id, coalesce(_limit, 1), _task_types,
+  -- Paused task types are left out (queues.claimable_task_types).
+  select * from queues.claim_tasks_at(now(), _worker_id, coalesce(_limit, 1),
+                                      queues.claimable_task_types(_task_types),
                                       coalesce(_lease_seconds, 300), coalesce(_max_leases, 5))
 $function$;
   -- queues.claim_tasks(_worker_id text, _limit integer, _task_types text[], _lease_seconds integer, _max_leases integer): owner :DATABASE_OWNER
@@ -4977,6 +5916,25 @@ begin
 end;
 $function$;
   -- queues.claim_tasks_at(_now timestamp with time zone, _worker_id text, _limit integer, _task_types text[], _lease_seconds integer, _max_leases integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.claimable_task_types(_task_types text[])
+ RETURNS text[]
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select case
+           when cardinality(x.paused) = 0 or cardinality(_task_types) = 0 then _task_types
+           else coalesce(nullif(array(select t.task_type from queues.task_type t
+                                       where (_task_types is null or t.task_type = any (_task_types))
+                                         and not (t.task_type = any (x.paused))
+                                       order by t.task_type), '{}'),
+                         array[null]::text[])
+         end
+    from (select queues.paused_task_types() as paused) x
+$function$;
+  -- queues.claimable_task_types(_task_types text[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.complete_task(_task_id bigint, _task_lease_id bigint DEFAULT NULL::bigint, _outcome text DEFAULT NULL::text)
@@ -5150,8 +6108,8 @@ AS $function$
   -- The columns of queues.task, in table order.
   select c.task_id, c.task_type, c.payload, c.priority, c.resource_key, c.max_attempts,
          c.enqueued_at, c.scheduled_at
-    from queues.claim_tasks_at(now(), coalesce(_worker_id, session_user::text), 1, null,
-                               coalesce(_lease_seconds, 300), 5) c
+    from queues.claim_tasks_at(now(), coalesce(_worker_id, session_user::text), 1,
+                               queues.claimable_task_types(null), coalesce(_lease_seconds, 300), 5) c
 $function$;
   -- queues.dequeue_next_available_task(_worker_id text, _lease_seconds integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -5627,6 +6585,19 @@ $function$;
   -- queues.notify_task_ready(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.paused_task_types()
+ RETURNS text[]
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select coalesce(array_agg(p.task_type order by p.task_type), '{}')
+    from queues.task_type_paused p
+   where not exists (select 1 from queues.task_type_resumed r where r.task_type_paused_id = p.task_type_paused_id)
+$function$;
+  -- queues.paused_task_types(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.rebuild_task_pending()
  RETURNS bigint
  LANGUAGE plpgsql
@@ -5641,8 +6612,9 @@ begin
   insert into queues.task_pending
     (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
      lease_count, released_count, max_attempts, failed_attempts, interrupted_count)
-  select t.task_id, t.task_type, t.priority, t.scheduled_at, t.resource_key,
-         greatest(t.scheduled_at,
+  -- A scheduled task asked to run now (queues.task_run_now) counts from that request.
+  select t.task_id, t.task_type, t.priority, least(t.scheduled_at, rn.requested_at), t.resource_key,
+         greatest(least(t.scheduled_at, rn.requested_at),
                   -- a lease ended by a failed attempt gives way to the attempt's retry time
                   case when f.task_lease_id is null or f.task_lease_id < l.task_lease_id then l.expires_at end,
                   f.retry_at,
@@ -5676,6 +6648,7 @@ begin
         from queues.task_interruption x
        where x.task_id = t.task_id
     ) i on true
+    left join queues.task_run_now rn on rn.task_id = t.task_id
    where not exists (select 1 from queues.task_completed c where c.task_id = t.task_id);
   get diagnostics _count = row_count;
 

@@ -6,11 +6,14 @@
 --   running    a live lease holds it
 --   retrying   leased before, waiting for its retry time (no live lease)
 --   scheduled  never leased, scheduled in the future
+-- No SET clause: a function with one is never inlined, and the dashboard's counts call
+-- this once per pending task (20,000 calls took 140 ms with it, a few ms inlined). It
+-- names no object, so the search path cannot change what it does; it is not a security
+-- definer.
 create or replace function admin.pending_state(
   _available_at timestamptz, _current_lease_id bigint, _lease_count integer, _now timestamptz
 ) returns text
   language sql immutable parallel safe
-  set search_path = pg_catalog, pg_temp
 as $$
   select case
            when _available_at <= _now then 'ready'

@@ -10,7 +10,7 @@ grant usage on schema admin to :DATABASE_API;
 grant usage on schema queues to :DATABASE_API;
 
 grant execute on function
-  admin.list_tasks(text, text, integer, bigint),
+  admin.list_tasks(text, text, integer, bigint, text, text, timestamptz, timestamptz, text[], jsonb),
   admin.get_task(bigint),
   admin.task_counts(integer),
   admin.list_task_types(),
@@ -23,7 +23,21 @@ grant execute on function
   admin.list_stale_leases(),
   admin.process_timeline(text, bigint),
   admin.list_process_roots(text, integer, bigint),
-  admin.list_processes()
+  admin.list_processes(),
+  admin.cancel_tasks(bigint[], text),
+  admin.cancel_tasks_matching(text, text, integer, text),
+  admin.run_tasks_now(bigint[]),
+  admin.redrive_tasks(bigint[]),
+  admin.redrive_tasks_matching(text, integer),
+  admin.queue_depth(integer, integer),
+  admin.pause_task_type(text, text),
+  admin.resume_task_type(text),
+  admin.list_queues(),
+  admin.list_workers(),
+  admin.recover_worker_leases(text, integer),
+  admin.list_schedules(integer),
+  admin.process_tree(text, bigint),
+  admin.list_process_roots_ranked(text, integer, bigint)
 to :DATABASE_API;
 
 grant execute on function queues.enqueue(text, jsonb, timestamptz, integer, text, integer) to :DATABASE_API;

@@ -2,16 +2,34 @@
 -- and counts by type and state. The *_at functions take the clock (owner only, for
 -- tests); the API calls the wrappers, which pass now().
 
--- Tasks newest first, optionally of one _task_type and in one _state (admin.task_states()),
--- _limit per page (default 50, at most 500), older than _before_task_id (the last id of
--- the previous page). Pending states read queues.task_pending (bounded by pending work);
--- outcomes walk queues.task_completed by key, newest first; no filter walks queues.task.
+-- Tasks newest first (by task_id), _limit per page (default 50, at most 500), older than
+-- _before_task_id (the last id of the previous page: keyset pagination, so a page costs
+-- the same at any depth). Filters, each optional and combined with AND:
+--   _task_type            a registered type
+--   _state                one of admin.task_states()
+--   _worker_id            tasks leased at least once by this worker
+--   _resource_key         tasks with this resource key
+--   _enqueued_from/_to    enqueued_at in [from, to)
+--   _payload_path/_value  payload #> path = value (a JSON value)
+-- Which table drives the walk: pending states walk queues.task_pending (bounded by
+-- pending work); outcomes walk queues.task_completed by key; a resource key walks
+-- task_resource_key_idx; otherwise queues.task by its primary key, newest first. Every
+-- walk stops after _limit matches, so its cost is the rows it has to pass over to find
+-- them: a filter that matches only old or rare tasks (a payload value, a worker gone for
+-- a week, a time range far back) reads the newer tasks in between. The statement is
+-- built from constant fragments; every value is a parameter.
 create or replace function admin.list_tasks_at(
   _now            timestamptz,
   _task_type      text,
   _state          text,
   _limit          integer,
-  _before_task_id bigint
+  _before_task_id bigint,
+  _worker_id      text,
+  _resource_key   text,
+  _enqueued_from  timestamptz,
+  _enqueued_to    timestamptz,
+  _payload_path   text[],
+  _payload_value  jsonb
 ) returns table (
   task_id       bigint,
   task_type     text,
@@ -31,6 +49,8 @@ create or replace function admin.list_tasks_at(
 as $$
 declare
   _page integer := admin.page_limit(_limit);
+  _filters text := '';
+  _sql text;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -44,47 +64,70 @@ begin
     raise exception 'before_task_id must be a positive task id, got %', _before_task_id
       using errcode = '22023';
   end if;
+  if _worker_id is not null and length(_worker_id) not between 1 and 200 then
+    raise exception 'worker_id must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  if _resource_key is not null and length(_resource_key) not between 1 and 200 then
+    raise exception 'resource_key must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  if _enqueued_from is not null and _enqueued_to is not null and _enqueued_from >= _enqueued_to then
+    raise exception 'enqueued_from (%) must be before enqueued_to (%)', _enqueued_from, _enqueued_to
+      using errcode = '22023';
+  end if;
+  if (_payload_path is null) <> (_payload_value is null) then
+    raise exception 'payload_path and payload_value go together: give both or neither' using errcode = '22023';
+  end if;
+  if _payload_path is not null and (cardinality(_payload_path) not between 1 and 10
+      or exists (select 1 from unnest(_payload_path) e where e is null or length(e) not between 1 and 100)) then
+    raise exception 'payload_path must have 1 to 10 keys of 1 to 100 characters each' using errcode = '22023';
+  end if;
+
+  if _task_type is not null then _filters := _filters || ' and t.task_type = $2'; end if;
+  if _worker_id is not null then
+    _filters := _filters || ' and exists (select 1 from queues.task_lease l where l.task_id = t.task_id and l.worker_id = $6)';
+  end if;
+  if _resource_key is not null then _filters := _filters || ' and t.resource_key = $7'; end if;
+  if _enqueued_from is not null then _filters := _filters || ' and t.enqueued_at >= $8'; end if;
+  if _enqueued_to is not null then _filters := _filters || ' and t.enqueued_at < $9'; end if;
+  if _payload_path is not null then _filters := _filters || ' and t.payload #> $10 = $11'; end if;
 
   if _state in ('scheduled', 'ready', 'running', 'retrying') then
-    return query
-    select p.task_id, p.task_type, _state, p.priority, t.resource_key, t.max_attempts, p.lease_count,
-           t.enqueued_at, p.scheduled_at, p.available_at, null::timestamptz
-      from queues.task_pending p
-     -- lateral + limit 1: one primary-key probe per listed task
-     cross join lateral (select * from queues.task x where x.task_id = p.task_id limit 1) t
-     where (_task_type is null or p.task_type = _task_type)
-       and (_before_task_id is null or p.task_id < _before_task_id)
-       and admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now) = _state
-     order by p.task_id desc
-     limit _page;
+    _sql := 'select p.task_id, p.task_type, $3, p.priority, t.resource_key, t.max_attempts, p.lease_count,
+                    t.enqueued_at, p.scheduled_at, p.available_at, null::timestamptz
+               from queues.task_pending p
+              -- lateral + limit 1: one primary-key probe per pending task passed over
+              cross join lateral (select * from queues.task x where x.task_id = p.task_id limit 1) t
+              where admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, $1) = $3
+                and ($4::bigint is null or p.task_id < $4)' || _filters || '
+              order by p.task_id desc
+              limit $5';
   elsif _state is not null then
-    return query
-    select c.task_id, t.task_type, c.outcome, t.priority, t.resource_key, t.max_attempts,
-           (select count(*)::integer from queues.task_lease l where l.task_id = c.task_id),
-           t.enqueued_at, t.scheduled_at, null::timestamptz, c.completed_at
-      from queues.task_completed c
-     cross join lateral (select * from queues.task x where x.task_id = c.task_id limit 1) t
-     where c.outcome = _state
-       and (_task_type is null or t.task_type = _task_type)
-       and (_before_task_id is null or c.task_id < _before_task_id)
-     order by c.task_id desc
-     limit _page;
+    _sql := 'select c.task_id, t.task_type, c.outcome, t.priority, t.resource_key, t.max_attempts,
+                    (select count(*)::integer from queues.task_lease l where l.task_id = c.task_id),
+                    t.enqueued_at, t.scheduled_at, null::timestamptz, c.completed_at
+               from queues.task_completed c
+              cross join lateral (select * from queues.task x where x.task_id = c.task_id limit 1) t
+              where c.outcome = $3
+                and ($4::bigint is null or c.task_id < $4)' || _filters || '
+              order by c.task_id desc
+              limit $5';
   else
-    return query
-    select t.task_id, t.task_type,
-           coalesce(c.outcome, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now)),
-           t.priority, t.resource_key, t.max_attempts,
-           coalesce(p.lease_count,
-                    (select count(*)::integer from queues.task_lease l where l.task_id = t.task_id)),
-           t.enqueued_at, t.scheduled_at, p.available_at, c.completed_at
-      from queues.task t
-      left join queues.task_pending p on p.task_id = t.task_id
-      left join queues.task_completed c on c.task_id = t.task_id
-     where (_task_type is null or t.task_type = _task_type)
-       and (_before_task_id is null or t.task_id < _before_task_id)
-     order by t.task_id desc
-     limit _page;
+    _sql := 'select t.task_id, t.task_type,
+                    coalesce(c.outcome, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, $1)),
+                    t.priority, t.resource_key, t.max_attempts,
+                    coalesce(p.lease_count,
+                             (select count(*)::integer from queues.task_lease l where l.task_id = t.task_id)),
+                    t.enqueued_at, t.scheduled_at, p.available_at, c.completed_at
+               from queues.task t
+               left join queues.task_pending p on p.task_id = t.task_id
+               left join queues.task_completed c on c.task_id = t.task_id
+              where ($4::bigint is null or t.task_id < $4)' || _filters || '
+              order by t.task_id desc
+              limit $5';
   end if;
+  return query execute _sql
+    using _now, _task_type, _state, _before_task_id, _page, _worker_id, _resource_key,
+          _enqueued_from, _enqueued_to, _payload_path, _payload_value;
 end;
 $$;
 
@@ -92,7 +135,13 @@ create or replace function admin.list_tasks(
   _task_type      text default null,
   _state          text default null,
   _limit          integer default null,
-  _before_task_id bigint default null
+  _before_task_id bigint default null,
+  _worker_id      text default null,
+  _resource_key   text default null,
+  _enqueued_from  timestamptz default null,
+  _enqueued_to    timestamptz default null,
+  _payload_path   text[] default null,
+  _payload_value  jsonb default null
 ) returns table (
   task_id       bigint,
   task_type     text,
@@ -110,7 +159,8 @@ create or replace function admin.list_tasks(
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
-  select * from admin.list_tasks_at(now(), _task_type, _state, _limit, _before_task_id)
+  select * from admin.list_tasks_at(now(), _task_type, _state, _limit, _before_task_id, _worker_id,
+                                    _resource_key, _enqueued_from, _enqueued_to, _payload_path, _payload_value)
 $$;
 
 -- One task with everything recorded about it, as a JSON object:
@@ -160,7 +210,7 @@ begin
   if _result is null then
     raise exception 'task % does not exist', _task_id using errcode = '23503';
   end if;
-  return _result || admin.task_retry_facts(_task_id);
+  return _result || admin.task_retry_facts(_task_id) || admin.task_dashboard_facts(_task_id);
 end;
 $$;
 
@@ -227,4 +277,44 @@ create or replace function admin.list_task_types()
   set search_path = pg_catalog, pg_temp
 as $$
   select t.task_type, t.description from queues.task_type t order by t.task_type
+$$;
+
+-- Facts of one task the dashboard adds to admin.get_task's answer:
+--   {results: [{task_lease_id, result, recorded_at}], cancellation: {reason, cancelled_at} | null,
+--    run_now_at: timestamptz | null, type_paused: boolean, process: {process, root_id} | null,
+--    heartbeats: [{task_lease_id, extended_at, expires_at}]}
+-- Results come from queues.task_result when that table exists (read through the catalog,
+-- so this works with and without it).
+create or replace function admin.task_dashboard_facts(_task_id bigint)
+  returns jsonb
+  language plpgsql stable
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _results jsonb := '[]';
+begin
+  if to_regclass('queues.task_result') is not null then
+    execute 'select coalesce(jsonb_agg(jsonb_build_object(''task_lease_id'', r.task_lease_id, ''result'', r.result,
+                                                         ''recorded_at'', r.recorded_at) order by r.task_lease_id), ''[]'')
+               from queues.task_result r where r.task_id = $1'
+      into _results using _task_id;
+  end if;
+  return jsonb_build_object(
+    'results', _results,
+    'cancellation', (select jsonb_build_object('reason', c.reason, 'cancelled_at', c.cancelled_at)
+                       from queues.task_cancelled c where c.task_id = _task_id),
+    'run_now_at', (select r.requested_at from queues.task_run_now r where r.task_id = _task_id),
+    'type_paused', (select t.task_type = any (queues.paused_task_types()) from queues.task t where t.task_id = _task_id),
+    -- The business process the task works for: its payload names the root (X_task_id).
+    'process', (select jsonb_build_object('process', p.process, 'root_id', (t.payload ->> (p.process || '_task_id'))::bigint)
+                  from queues.task t cross join admin.processes() p
+                 where t.task_id = _task_id and t.payload ->> (p.process || '_task_id') ~ '^[0-9]{1,18}$'
+                 limit 1),
+    'heartbeats', coalesce((
+      select jsonb_agg(jsonb_build_object('task_lease_id', x.task_lease_id, 'extended_at', x.extended_at,
+                                          'expires_at', x.expires_at) order by x.task_lease_extension_id)
+        from queues.task_lease l
+        join queues.task_lease_extension x on x.task_lease_id = l.task_lease_id
+       where l.task_id = _task_id), '[]'));
+end;
 $$;

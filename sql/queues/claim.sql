@@ -198,7 +198,9 @@ create or replace function queues.claim_tasks(
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
-  select * from queues.claim_tasks_at(now(), _worker_id, coalesce(_limit, 1), _task_types,
+  -- Paused task types are left out (queues.claimable_task_types).
+  select * from queues.claim_tasks_at(now(), _worker_id, coalesce(_limit, 1),
+                                      queues.claimable_task_types(_task_types),
                                       coalesce(_lease_seconds, 300), coalesce(_max_leases, 5))
 $$;
 
@@ -215,6 +217,6 @@ as $$
   -- The columns of queues.task, in table order.
   select c.task_id, c.task_type, c.payload, c.priority, c.resource_key, c.max_attempts,
          c.enqueued_at, c.scheduled_at
-    from queues.claim_tasks_at(now(), coalesce(_worker_id, session_user::text), 1, null,
-                               coalesce(_lease_seconds, 300), 5) c
+    from queues.claim_tasks_at(now(), coalesce(_worker_id, session_user::text), 1,
+                               queues.claimable_task_types(null), coalesce(_lease_seconds, 300), 5) c
 $$;

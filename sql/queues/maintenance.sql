@@ -18,8 +18,9 @@ begin
   insert into queues.task_pending
     (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
      lease_count, released_count, max_attempts, failed_attempts, interrupted_count)
-  select t.task_id, t.task_type, t.priority, t.scheduled_at, t.resource_key,
-         greatest(t.scheduled_at,
+  -- A scheduled task asked to run now (queues.task_run_now) counts from that request.
+  select t.task_id, t.task_type, t.priority, least(t.scheduled_at, rn.requested_at), t.resource_key,
+         greatest(least(t.scheduled_at, rn.requested_at),
                   -- a lease ended by a failed attempt gives way to the attempt's retry time
                   case when f.task_lease_id is null or f.task_lease_id < l.task_lease_id then l.expires_at end,
                   f.retry_at,
@@ -53,6 +54,7 @@ begin
         from queues.task_interruption x
        where x.task_id = t.task_id
     ) i on true
+    left join queues.task_run_now rn on rn.task_id = t.task_id
    where not exists (select 1 from queues.task_completed c where c.task_id = t.task_id);
   get diagnostics _count = row_count;
 

@@ -17,11 +17,12 @@ const WINDOW = 3600;
 const DURATION_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
 
 export async function renderApiMetrics(store: Store): Promise<{ text: string; contentType: string }> {
-  const [types, counts, stats, capacity] = await Promise.all([
+  const [types, counts, stats, capacity, queues] = await Promise.all([
     store.taskTypes(),
     store.counts(WINDOW),
     store.completionStats(WINDOW),
     store.capacity(),
+    store.queues(),
   ]);
   const registry = new Registry();
   const gauge = (name: string, help: string, labelNames: string[]) =>
@@ -68,6 +69,11 @@ export async function renderApiMetrics(store: Store): Promise<{ text: string; co
     buckets.set({ ...labels, le: '+Inf' }, s.timed);
     sum.set(labels, s.duration_sum);
     count.set(labels, s.timed);
+  }
+
+  const paused = gauge('queue_paused', 'Whether claiming of this task type is paused (1) or not (0).', ['task_type']);
+  for (const q of queues) {
+    paused.set({ task_type: q.task_type }, q.paused ? 1 : 0);
   }
 
   const active = gauge('queue_active_workers', 'Registered workers of this task type seen in the last 10 minutes.', [

@@ -41,14 +41,59 @@ const intString = (name: string, min: number, max: number) =>
 const id = (name: string) => intString(name, 1, Number.MAX_SAFE_INTEGER);
 const taskType = z.string().regex(TASK_TYPE, 'task_type must be a task type such as email or db_function');
 
+const isoTime = (name: string) => z.iso.datetime({ offset: true, error: `${name} must be an ISO 8601 date-time with a time zone` });
+const workerId = z.string().min(1, 'worker_id must not be empty').max(200, 'worker_id must be at most 200 characters');
+const PAYLOAD_PATH = /^[A-Za-z0-9_-]{1,100}(\.[A-Za-z0-9_-]{1,100}){0,9}$/;
+
 const listQuery = z
   .object({
     task_type: taskType.optional(),
     state: z.enum(TASK_STATES, { error: `state must be one of ${TASK_STATES.join(', ')}` }).optional(),
     limit: intString('limit', 1, 500).optional(),
     before: id('before').optional(),
+    worker_id: workerId.optional(),
+    resource_key: z.string().min(1).max(200, 'resource_key must be at most 200 characters').optional(),
+    enqueued_from: isoTime('enqueued_from').optional(),
+    enqueued_to: isoTime('enqueued_to').optional(),
+    // A payload field: dot-separated keys (array elements by index), and its value as JSON
+    // (a bare word is taken as a string).
+    payload_path: z.string().regex(PAYLOAD_PATH, 'payload_path must be 1 to 10 dot-separated keys of letters, digits, _ or -').optional(),
+    payload_value: z.string().max(1000, 'payload_value must be at most 1000 characters').optional(),
   })
+  .strict()
+  .refine((q) => (q.payload_path === undefined) === (q.payload_value === undefined), {
+    message: 'payload_path and payload_value go together: give both or neither',
+  });
+
+/** A bulk action's target: a selection of task ids, or a filter with a limit. */
+const selection = <F extends z.ZodRawShape>(filter: F, maxLimit: number) =>
+  z
+    .object({
+      task_ids: z.array(z.number().int().positive('task_ids must be positive task ids')).min(1, 'task_ids must name at least one task').max(1000, 'task_ids must name at most 1000 tasks').optional(),
+      filter: z.object(filter).strict().optional(),
+      limit: z.number().int('limit must be an integer').min(1).max(maxLimit).optional(),
+      reason: z.string().max(500, 'reason must be at most 500 characters').optional(),
+    })
+    .strict()
+    .refine((b) => (b.task_ids === undefined) !== (b.filter === undefined), { message: 'give either task_ids or filter (with limit)' })
+    .refine((b) => b.filter === undefined || b.limit !== undefined, { message: 'a filter needs a limit' });
+
+const cancelBody = selection({ task_type: taskType.optional(), state: z.enum(['scheduled', 'ready', 'retrying'], { error: 'state must be scheduled, ready or retrying' }).optional() }, 1000);
+const redriveBody = selection({ task_type: taskType.optional() }, 500);
+const runNowBody = z
+  .object({ task_ids: z.array(z.number().int().positive('task_ids must be positive task ids')).min(1, 'task_ids must name at least one task').max(1000, 'task_ids must name at most 1000 tasks') })
   .strict();
+const pauseBody = z.object({ reason: z.string().max(500, 'reason must be at most 500 characters').optional() }).strict().optional();
+const scheduleName = z.string().regex(/^[a-z][a-z0-9_.-]{0,99}$/, 'name must be a schedule name such as nightly.analytics');
+
+/** A payload_value as JSON; anything that does not parse is a string. */
+function jsonValue(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
 
 const deadLetterQuery = z
   .object({ task_type: taskType.optional(), limit: intString('limit', 1, 500).optional(), before: id('before').optional() })
@@ -161,7 +206,18 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   // --- tasks ---------------------------------------------------------------------------
   app.get('/api/tasks', async (request) => {
     const q = parse(listQuery, request.query, 'query');
-    const tasks = await store.listTasks({ taskType: q.task_type, state: q.state, limit: q.limit, before: q.before });
+    const tasks = await store.listTasks({
+      taskType: q.task_type,
+      state: q.state,
+      limit: q.limit,
+      before: q.before,
+      workerId: q.worker_id,
+      resourceKey: q.resource_key,
+      enqueuedFrom: q.enqueued_from,
+      enqueuedTo: q.enqueued_to,
+      payloadPath: q.payload_path?.split('.'),
+      payloadValue: q.payload_value === undefined ? undefined : jsonValue(q.payload_value),
+    });
     const limit = q.limit ?? 50;
     return { tasks, next_before: tasks.length === limit ? tasks[tasks.length - 1]!.task_id : null };
   });
@@ -234,6 +290,50 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   });
 
   registerMenuRoutes(app, { pool, parse });
+  // Bulk actions: a selection (task_ids) or a filter with a limit. Each answers per task.
+  app.post('/api/tasks/cancel', async (request) => {
+    const body = parse(cancelBody, request.body, 'body');
+    const results = body.task_ids
+      ? await store.cancel(body.task_ids, body.reason)
+      : await store.cancelMatching({ taskType: body.filter!.task_type, state: body.filter!.state, limit: body.limit!, reason: body.reason });
+    const cancelled = results.filter((r) => r.result === 'cancelled').length;
+    request.log.info({ event: 'tasks_cancelled', count: cancelled, asked: results.length }, 'tasks cancelled');
+    return { cancelled, results };
+  });
+
+  app.post('/api/tasks/run-now', async (request) => {
+    const body = parse(runNowBody, request.body, 'body');
+    const results = await store.runNow(body.task_ids);
+    const runNow = results.filter((r) => r.result === 'run_now').length;
+    request.log.info({ event: 'tasks_run_now', count: runNow, asked: results.length }, 'scheduled tasks run now');
+    return { run_now: runNow, results };
+  });
+
+  app.get('/api/tasks/depth', async (request) => {
+    const q = parse(
+      z.object({ window_seconds: intString('window_seconds', 60, 86_400).optional(), bucket_seconds: intString('bucket_seconds', 10, 86_400).optional() }).strict(),
+      request.query,
+      'query',
+    );
+    return { window_seconds: q.window_seconds ?? 3600, bucket_seconds: q.bucket_seconds ?? 60, buckets: await store.depth(q.window_seconds, q.bucket_seconds) };
+  });
+
+  // The overview's live part, polled every 5 s: pending work by type and state, pauses and
+  // live workers per type (one read of the claim index).
+  app.get('/api/overview/live', async (request) => {
+    parse(z.object({}).strict(), request.query, 'query');
+    return { generated_at: new Date().toISOString(), queues: await store.queues() };
+  });
+
+  // Everything the overview shows, in one request (the page reads it every minute: its
+  // windows read recent completions).
+  app.get('/api/overview', async (request) => {
+    parse(z.object({}).strict(), request.query, 'query');
+    const [counts, throughput, depth, capacity, queues] = await Promise.all([
+      store.counts(), store.throughput(3600, 60), store.depth(3600, 60), store.capacity(), store.queues(),
+    ]);
+    return { generated_at: new Date().toISOString(), window_seconds: 86_400, counts, throughput, depth, capacity, queues };
+  });
 
   app.get('/api/tasks/:id', async (request) => {
     const { id: taskId } = parse(z.object({ id: id('task id') }), request.params, 'path');
@@ -255,13 +355,69 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
     return reply.code(201).send({ task_id: taskId, new_task_id: newTaskId });
   });
 
+  app.post('/api/dead-letters/redrive', async (request) => {
+    const body = parse(redriveBody, request.body, 'body');
+    const results = body.task_ids
+      ? await store.redriveMany(body.task_ids)
+      : await store.redriveMatching({ taskType: body.filter!.task_type, limit: body.limit! });
+    const redriven = results.filter((r) => r.result === 'redriven').length;
+    request.log.info({ event: 'tasks_redriven', count: redriven, asked: results.length }, 'dead letters redriven');
+    return { redriven, results };
+  });
+
+  // --- queue controls and workers ------------------------------------------------------
+  app.get('/api/queues', async () => ({ queues: await store.queues() }));
+
+  app.post('/api/queues/:task_type/pause', async (request) => {
+    const { task_type } = parse(z.object({ task_type: taskType }), request.params, 'path');
+    const body = parse(pauseBody, request.body ?? undefined, 'body');
+    const pauseId = await store.pause(task_type, body?.reason);
+    request.log.info({ event: 'task_type_paused', task_type, pause_id: pauseId }, 'claiming paused');
+    return { task_type, paused: true, pause_id: pauseId };
+  });
+
+  app.post('/api/queues/:task_type/resume', async (request) => {
+    const { task_type } = parse(z.object({ task_type: taskType }), request.params, 'path');
+    parse(z.object({}).strict().optional(), request.body ?? undefined, 'body');
+    const resumed = await store.resume(task_type);
+    request.log.info({ event: 'task_type_resumed', task_type, was_paused: resumed }, 'claiming resumed');
+    return { task_type, paused: false, was_paused: resumed };
+  });
+
+  app.get('/api/workers', async () => ({ workers: await store.workers() }));
+
+  app.post('/api/workers/:worker_id/recover-stale', async (request) => {
+    const { worker_id } = parse(z.object({ worker_id: workerId }), request.params, 'path');
+    const body = parse(recoverBody, request.body ?? undefined, 'body');
+    const recovered = await store.recoverWorker(worker_id, body?.dead_after_seconds);
+    request.log.info({ event: 'stale_recovered', worker_id, count: recovered.length }, 'stale leases of a worker recovered');
+    return { worker_id, recovered };
+  });
+
+  // --- schedules -----------------------------------------------------------------------
+  app.get('/api/schedules', async (request) => {
+    const q = parse(z.object({ runs: intString('runs', 1, 20).optional() }).strict(), request.query, 'query');
+    return { schedules: await store.schedules(q.runs) };
+  });
+
+  for (const [action, enabled] of [['enable', true], ['disable', false]] as const) {
+    app.post(`/api/schedules/:name/${action}`, async (request, reply) => {
+      const { name } = parse(z.object({ name: scheduleName }), request.params, 'path');
+      parse(z.object({}).strict().optional(), request.body ?? undefined, 'body');
+      const problem = await store.setScheduleEnabled(name, enabled);
+      if (problem) return reply.code(404).send({ error: 'not_found', message: problem });
+      request.log.info({ event: enabled ? 'schedule_enabled' : 'schedule_disabled', name }, `schedule ${action}d`);
+      return { name, enabled };
+    });
+  }
+
   // --- processes -----------------------------------------------------------------------
   app.get('/api/processes', async () => ({ processes: await store.processes() }));
 
   app.get('/api/processes/:process', async (request) => {
     const { process } = parse(z.object({ process: z.string().regex(/^[a-z_]{1,60}$/, 'process must be a process name such as send_email') }), request.params, 'path');
     const q = parse(z.object({ limit: intString('limit', 1, 500).optional(), before: id('before').optional() }).strict(), request.query, 'query');
-    return { process, roots: await store.processRoots(process, q.limit, q.before) };
+    return { process, roots: await store.processRootsRanked(process, q.limit, q.before) };
   });
 
   app.get('/api/processes/:process/:rootId', async (request) => {
@@ -270,7 +426,8 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
       request.params,
       'path',
     );
-    return { process: p.process, root_id: p.rootId, timeline: await store.processTimeline(p.process, p.rootId) };
+    const [tree, timeline] = await Promise.all([store.processTree(p.process, p.rootId), store.processTimeline(p.process, p.rootId)]);
+    return { process: p.process, root_id: p.rootId, tree, timeline };
   });
 
   // --- monitoring ----------------------------------------------------------------------

@@ -8,9 +8,22 @@ import { capacityList } from './queries/capacity.queries.js';
 import { deadLetterList } from './queries/dead_letter.queries.js';
 import { leaseRecoverStale, leaseStaleList } from './queries/lease.queries.js';
 import { completionStatsList, throughputList } from './queries/metrics.queries.js';
-import { processList, processRootList, processTimeline } from './queries/process.queries.js';
-import { staggeredGenerate } from './queries/schedule.queries.js';
-import { taskCountList, taskGet, taskList, taskRedrive, taskTypeList } from './queries/task.queries.js';
+import { processList, processRootRankedList, processTimeline, processTree } from './queries/process.queries.js';
+import { queueList, queuePause, queueResume, workerList, workerRecover } from './queries/queue.queries.js';
+import { scheduleDisable, scheduleEnable, scheduleList, staggeredGenerate } from './queries/schedule.queries.js';
+import {
+  taskCancel,
+  taskCancelMatching,
+  taskCountList,
+  taskDepthList,
+  taskGet,
+  taskList,
+  taskRedrive,
+  taskRedriveMany,
+  taskRedriveMatching,
+  taskRunNow,
+  taskTypeList,
+} from './queries/task.queries.js';
 
 const num = (v: string | number): number => Number(v);
 const numOrNull = (v: string | number | null): number | null => (v === null ? null : Number(v));
@@ -20,6 +33,20 @@ export interface TaskListFilter {
   state?: string;
   limit?: number;
   before?: number;
+  workerId?: string;
+  resourceKey?: string;
+  enqueuedFrom?: string;
+  enqueuedTo?: string;
+  /** A JSON path as keys (payload #> path) and the JSON value it must equal. */
+  payloadPath?: string[];
+  payloadValue?: unknown;
+}
+
+/** One task's answer to a bulk action. */
+export interface ActionResult {
+  task_id: number;
+  result: string;
+  new_task_id?: number | null;
 }
 
 export interface NewTaskInput {
@@ -36,7 +63,19 @@ export class Store {
 
   async listTasks(filter: TaskListFilter) {
     const rows = await taskList.run(
-      { taskType: filter.taskType, state: filter.state, limit: filter.limit, beforeTaskId: filter.before },
+      {
+        taskType: filter.taskType,
+        state: filter.state,
+        limit: filter.limit,
+        beforeTaskId: filter.before,
+        workerId: filter.workerId,
+        resourceKey: filter.resourceKey,
+        enqueuedFrom: filter.enqueuedFrom,
+        enqueuedTo: filter.enqueuedTo,
+        payloadPath: filter.payloadPath,
+        // pg would send a JS string as text: serialise the JSON value ourselves.
+        payloadValue: filter.payloadPath ? JSON.stringify(filter.payloadValue) : undefined,
+      },
       this.pool,
     );
     return rows.map((r) => ({
@@ -195,11 +234,6 @@ export class Store {
     return rows.map((r) => r.process);
   }
 
-  async processRoots(process: string, limit?: number, before?: number) {
-    const rows = await processRootList.run({ process, limit, beforeRootId: before }, this.pool);
-    return rows.map((r) => ({ root_id: num(r.rootId), created_at: r.createdAt, status: r.status, subject: r.subject }));
-  }
-
   async processTimeline(process: string, rootId: number) {
     const rows = await processTimeline.run({ process, rootId }, this.pool);
     return rows.map((r) => ({
@@ -210,5 +244,121 @@ export class Store {
       attempt_id: numOrNull(r.attemptId),
       detail: r.detail,
     }));
+  }
+
+  async cancel(taskIds: number[], reason?: string): Promise<ActionResult[]> {
+    const rows = await taskCancel.run({ taskIds, reason }, this.pool);
+    return rows.map((r) => ({ task_id: num(r.taskId), result: r.result }));
+  }
+
+  async cancelMatching(filter: { taskType?: string; state?: string; limit: number; reason?: string }): Promise<ActionResult[]> {
+    const rows = await taskCancelMatching.run(filter, this.pool);
+    return rows.map((r) => ({ task_id: num(r.taskId), result: r.result }));
+  }
+
+  async runNow(taskIds: number[]): Promise<ActionResult[]> {
+    const rows = await taskRunNow.run({ taskIds }, this.pool);
+    return rows.map((r) => ({ task_id: num(r.taskId), result: r.result }));
+  }
+
+  async redriveMany(taskIds: number[]): Promise<ActionResult[]> {
+    const rows = await taskRedriveMany.run({ taskIds }, this.pool);
+    return rows.map((r) => ({ task_id: num(r.taskId), result: r.result, new_task_id: numOrNull(r.newTaskId) }));
+  }
+
+  async redriveMatching(filter: { taskType?: string; limit: number }): Promise<ActionResult[]> {
+    const rows = await taskRedriveMatching.run(filter, this.pool);
+    return rows.map((r) => ({ task_id: num(r.taskId), result: r.result, new_task_id: numOrNull(r.newTaskId) }));
+  }
+
+  async depth(windowSeconds?: number, bucketSeconds?: number) {
+    const rows = await taskDepthList.run({ windowSeconds, bucketSeconds }, this.pool);
+    return rows.map((r) => ({ bucket_end: r.bucketEnd, task_type: r.taskType, depth: num(r.depth) }));
+  }
+
+  async queues() {
+    const rows = await queueList.run(undefined as never, this.pool);
+    return rows.map((r) => ({
+      task_type: r.taskType,
+      description: r.description,
+      paused: r.paused,
+      paused_at: r.pausedAt,
+      pause_reason: r.pauseReason,
+      scheduled: num(r.scheduled),
+      ready: num(r.ready),
+      running: num(r.running),
+      retrying: num(r.retrying),
+      workers: r.workers,
+    }));
+  }
+
+  async pause(taskType: string, reason?: string): Promise<number> {
+    const [row] = await queuePause.run({ taskType, reason }, this.pool);
+    return num(row!.pauseId);
+  }
+
+  async resume(taskType: string): Promise<boolean> {
+    const [row] = await queueResume.run({ taskType }, this.pool);
+    return row!.resumed;
+  }
+
+  async workers() {
+    const rows = await workerList.run(undefined as never, this.pool);
+    return rows.map((r) => ({
+      worker_id: r.workerId,
+      task_types: r.taskTypes,
+      status: r.status,
+      started_at: r.startedAt,
+      last_seen_at: r.lastSeenAt,
+      stopped_at: r.stoppedAt,
+      heartbeat_age_seconds: r.heartbeatAgeSeconds,
+      tasks_in_flight: num(r.tasksInFlight),
+    }));
+  }
+
+  async recoverWorker(workerId: string, deadAfterSeconds?: number) {
+    const rows = await workerRecover.run({ workerId, deadAfterSeconds }, this.pool);
+    return rows.map((r) => ({ task_id: num(r.taskId), task_lease_id: num(r.taskLeaseId), worker_id: r.workerId }));
+  }
+
+  async schedules(runs?: number) {
+    const rows = await scheduleList.run({ runs }, this.pool);
+    return rows.map((r) => ({
+      name: r.name,
+      cron: r.cron,
+      task_type: r.taskType,
+      payload: r.payload,
+      priority: r.priority,
+      missed_run_policy: r.missedRunPolicy,
+      enabled: r.enabled,
+      last_fire_at: r.lastFireAt,
+      next_fire_at: r.nextFireAt,
+      updated_at: r.updatedAt,
+      last_runs: r.lastRuns,
+    }));
+  }
+
+  /** Enables or disables a schedule; the validation failure message (no such schedule) or null. */
+  async setScheduleEnabled(name: string, enabled: boolean): Promise<string | null> {
+    const [row] = await (enabled ? scheduleEnable : scheduleDisable).run({ name }, this.pool);
+    return row?.validationFailureMessage ?? null;
+  }
+
+  async processRootsRanked(process: string, limit?: number, before?: number) {
+    const rows = await processRootRankedList.run({ process, limit, beforeRootId: before }, this.pool);
+    return rows.map((r) => ({
+      root_id: num(r.rootId),
+      created_at: r.createdAt,
+      status: r.status,
+      subject: r.subject,
+      attempts: num(r.attempts),
+      stuck_descendants: r.stuckDescendants,
+      last_fact_at: r.lastFactAt,
+    }));
+  }
+
+  async processTree(process: string, rootId: number): Promise<unknown> {
+    const [row] = await processTree.run({ process, rootId }, this.pool);
+    return row?.tree;
   }
 }

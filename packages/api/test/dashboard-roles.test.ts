@@ -50,14 +50,19 @@ it("shows each role's queue, and a task's result on its page", async () => {
   await db.pool('worker').query(`select queues.record_task_result($1, $2, '{"new_store_ids": [7, 8]}')`, [claimed.task_id, claimed.task_lease_id]);
   await db.pool('worker').query(`select queues.complete_task($1, $2, 'succeeded')`, [claimed.task_id, claimed.task_lease_id]);
 
-  await page.goto(`${base}/#/`);
-  await page.locator('[data-testid=role-queues] tr[data-role=product_resync]').waitFor();
-  const cells = await page.locator('[data-testid=role-queues] tr[data-role=product_resync] td').allTextContents();
-  expect(cells.slice(0, 4)).toEqual(['product_resync', '2', '2', '0']);
-  expect(await page.locator('[data-testid=role-queues] tr').count()).toBe(6); // header + five roles
+  // Each role's queue: the Queues page lists every task type (the seed's roles) with its work.
+  await page.goto(`${base}/#/queues`);
+  const row = page.locator('[data-testid=queues] tr[data-task-type=product_resync]');
+  await row.waitFor();
+  const cells = await row.locator('td').allTextContents();
+  expect(cells[0]).toContain('product_resync');
+  expect(cells.slice(2, 6)).toEqual(['0', '2', '0', '0']); // scheduled, ready, running, retrying
+  for (const role of ['store_discovery', 'entry_point_discovery', 'product_discovery', 'product_resync', 'analytics_refresh']) {
+    expect(await page.locator(`[data-testid=queues] tr[data-task-type=${role}]`).count()).toBe(1);
+  }
 
   await page.goto(`${base}/#/task/${rows[0].c}`);
-  await page.locator('table[data-testid=results]').waitFor();
-  expect(await page.locator('[data-testid=results] pre').textContent()).toContain('"new_store_ids"');
+  await page.locator('pre[data-testid=result]').waitFor();
+  expect(await page.locator('pre[data-testid=result]').textContent()).toContain('"new_store_ids"');
   expect(errors).toEqual([]);
 });

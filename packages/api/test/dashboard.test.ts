@@ -1,7 +1,9 @@
 // The dashboard in headless Chromium (Debian's /usr/bin/chromium through playwright-core)
-// against the API on a real test database: a task enqueued by the test appears, its page
-// shows the payload, and a dead-lettered task is redriven from the page and then run by
-// an in-process Worker. The browser may reach nothing but the API's own origin.
+// against the API on a real test database: every page reached by clicking the navigation
+// (links are links), the page says when it is read-only, a task enqueued by the test
+// appears without a reload, a pending task is cancelled, a paused task type is not
+// claimed by a running Worker until resumed, a dead-lettered task is redriven and run, and
+// a process tree shows its stuck child. The browser may reach nothing but the API's origin.
 // A missing browser FAILS this file (CI installs it: apt-get install -y chromium).
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -56,6 +58,11 @@ afterAll(async () => {
 });
 
 async function enqueue(body: Record<string, unknown>): Promise<number> {
+  // db_function steps are worker-only: the database's own SQL (the owner) enqueues them.
+  if (body.task_type === 'db_function') {
+    const { rows } = await db.query(`select queues.enqueue('db_function', $1::jsonb) as id`, [JSON.stringify(body.payload)]);
+    return Number(rows[0].id);
+  }
   const res = await fetch(`${base}/api/tasks`, {
     method: 'POST',
     headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
@@ -153,6 +160,173 @@ it('shows a process timeline', async () => {
   await page.getByRole('link', { name: `send_email #${rootId}` }).click();
   await page.locator('[data-testid=timeline]').waitFor();
   expect(await page.locator('[data-testid=timeline]').textContent()).toContain('started');
+});
+
+function newWorker(id: string, roles: string[]): Worker {
+  return new Worker({
+    databaseUrl: db.url('worker'), roles, workerId: id, concurrency: 1, pollIntervalMs: 100,
+    heartbeatIntervalMs: 1000, leaseSeconds: 30, maxLeases: 5, shutdownGraceMs: 1000,
+    registry: new ProcessorRegistry().register('db_function', dbFunctionProcessor()), logger: createLogger('silent'),
+  });
+}
+const setToken = (value: string | null) =>
+  page.evaluate((t) => (t ? sessionStorage.setItem('queue-api-token', t) : sessionStorage.removeItem('queue-api-token')), value);
+const taskState = async (id: number) =>
+  (await db.query<{ state: string }>(`select admin.get_task($1) -> 'task' ->> 'state' as state`, [id])).rows[0].state;
+
+it('clicks through every page from the navigation; every navigation entry is a link', async () => {
+  await setToken(null);
+  await page.goto(`${base}/#/`);
+  await page.locator('[data-testid=counts]').waitFor();
+  const nav = page.locator('header nav a');
+  const pages: [string, string][] = [
+    ['Tasks', 'Tasks'], ['Dead letters', 'Dead letters'], ['Queues', 'Queues'], ['Workers', 'Workers'],
+    ['Schedules', 'Schedules'], ['Processes', 'Processes'], ['Overview', 'Queue overview'],
+  ];
+  expect(await nav.count()).toBe(pages.length);
+  for (const [link, heading] of pages) {
+    const a = page.getByRole('navigation', { name: 'pages' }).getByRole('link', { name: link, exact: true });
+    expect(await a.evaluate((el) => el.tagName)).toBe('A');
+    expect(await a.getAttribute('href')).toMatch(/^#\//);
+    await a.click();
+    await page.locator('main h1', { hasText: heading }).waitFor();
+    expect(await a.getAttribute('class')).toContain('current');
+  }
+});
+
+it('says it is read-only and how to unlock; actions are disabled until the token is given', async () => {
+  await setToken(null);
+  await page.goto(`${base}/#/queues`);
+  await page.reload(); // a new document reads the (absent) token
+  await page.locator('[data-testid=queues]').waitFor();
+  const access = page.getByTestId('access-state');
+  expect(await access.textContent()).toMatch(/Read-only\..*API token.*npm start.*API_TOKEN/);
+  expect(await page.getByTestId('pause-store_discovery').isDisabled()).toBe(true);
+  expect(await page.getByTestId('pause-store_discovery').getAttribute('title')).toMatch(/Read-only/);
+  await page.getByTestId('token-input').fill(TOKEN);
+  await page.getByTestId('token-form').getByRole('button').click();
+  await page.getByTestId('forget-token').waitFor();
+  await page.locator('[data-testid=pause-store_discovery]:not([disabled])').waitFor();
+  expect(await access.textContent()).toMatch(/Actions enabled/);
+});
+
+it('the Processes page shows its process names as links, not as text', async () => {
+  await page.goto(`${base}/#/processes`);
+  const nav = page.getByTestId('process-nav');
+  await nav.getByRole('link', { name: 'account_deletion', exact: true }).waitFor();
+  expect(await nav.textContent()).not.toContain('http');
+  const names = await nav.locator('a').evaluateAll((els) => els.map((el) => [el.tagName, el.getAttribute('href')]));
+  expect(names).toEqual([
+    ['A', '#/processes?process=account_anonymization'], ['A', '#/processes?process=account_deletion'],
+    ['A', '#/processes?process=file_deletion'], ['A', '#/processes?process=send_email'], ['A', '#/processes?process=send_sms'],
+  ]);
+  await nav.getByRole('link', { name: 'send_sms', exact: true }).click();
+  await page.waitForURL(/process=send_sms/);
+  await page.locator('[data-testid=process-nav] a.current', { hasText: 'send_sms' }).waitFor();
+});
+
+it('a task enqueued by the test appears in the open list and the overview counts, without a reload', async () => {
+  await page.goto(`${base}/#/tasks?task_type=product_resync`);
+  await page.locator('[data-testid=task-list]').waitFor();
+  await page.evaluate(() => { (window as unknown as { marker: number }).marker = 42; });
+  const id = await enqueue({ task_type: 'product_resync', payload: { live: true } });
+  await page.locator(`[data-testid=task-list] tr[data-task-id="${id}"]`).waitFor();
+  expect(await page.evaluate(() => (window as unknown as { marker?: number }).marker)).toBe(42); // same document
+
+  await page.getByRole('navigation', { name: 'pages' }).getByRole('link', { name: 'Overview' }).click();
+  const ready = page.locator('[data-testid=counts] tr[data-task-type=product_resync] td').nth(2);
+  await ready.waitFor();
+  const before = Number(await ready.textContent());
+  await page.evaluate(() => { (window as unknown as { marker: number }).marker = 43; });
+  await enqueue({ task_type: 'product_resync', payload: { live: 2 } });
+  await page.waitForFunction((n) => Number(document.querySelector('[data-testid=counts] tr[data-task-type=product_resync] td:nth-child(3)')?.textContent) === n, before + 1);
+  expect(await page.evaluate(() => (window as unknown as { marker?: number }).marker)).toBe(43);
+});
+
+it('cancels a pending task from the list (selection and bulk action); it is completed cancelled', async () => {
+  await setToken(TOKEN);
+  const id = await enqueue({ task_type: 'store_discovery', payload: { cancel: 'me' }, scheduled_at: new Date(Date.now() + 3_600_000).toISOString() });
+  await page.goto(`${base}/#/tasks?task_type=store_discovery&state=scheduled`);
+  const row = page.locator(`[data-testid=task-list] tr[data-task-id="${id}"]`);
+  await row.waitFor();
+  await row.getByRole('checkbox').check();
+  expect(await page.getByTestId('selection-count').textContent()).toBe('1 selected');
+  await page.getByTestId('cancel-selected').click();
+  await page.getByTestId('action-result').filter({ hasText: 'cancelled: 1 of 1' }).waitFor();
+  await row.waitFor({ state: 'detached' }); // no longer scheduled
+  expect(await taskState(id)).toBe('cancelled');
+  await page.goto(`${base}/#/task/${id}`);
+  await page.getByTestId('completion').filter({ hasText: 'cancelled' }).waitFor();
+  expect(await page.getByTestId('completion').textContent()).toContain('cancelled from the dashboard');
+});
+
+it('pausing a task type stops a running worker from claiming it; resuming lets it run', async () => {
+  await setToken(TOKEN);
+  const worker = newWorker('pause-worker', ['db_function']);
+  let claims = 0;
+  const query = worker.pool.query.bind(worker.pool) as (...args: unknown[]) => unknown;
+  (worker.pool as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
+    const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string })?.text;
+    if (text?.includes('claim_tasks')) claims++;
+    return query(...args);
+  };
+  await worker.start();
+  try {
+    await page.goto(`${base}/#/queues`);
+    await page.getByTestId('pause-db_function').click();
+    await page.getByTestId('resume-db_function').waitFor();
+    expect(await page.getByTestId('queue-db_function').textContent()).toContain('paused');
+    await page.getByTestId('paused-banner').filter({ hasText: 'db_function' }).waitFor(); // shown on every page
+
+    const id = await enqueue({ task_type: 'db_function', payload: { db_function: 'internal.noop', paused: true } });
+    const seen = claims;
+    await expect.poll(() => claims, { timeout: 20_000 }).toBeGreaterThanOrEqual(seen + 5); // five claims since the enqueue
+    expect(await taskState(id)).toBe('ready');
+
+    await page.getByTestId('resume-db_function').click();
+    await page.getByTestId('pause-db_function').waitFor();
+    await page.goto(`${base}/#/task/${id}`);
+    await page.getByTestId('completion').filter({ hasText: 'succeeded' }).waitFor({ timeout: 30_000 });
+    expect(await page.locator('[data-testid=leases]').textContent()).toContain('pause-worker');
+  } finally {
+    await worker.stop();
+  }
+});
+
+it('opens a process tree with a stuck child, listed first among the account deletions', async () => {
+  const { rows: acc } = await db.query(`insert into accounts.account (email) values ('browser@example.com') returning account_id`);
+  const accountId = acc[0].account_id;
+  for (const n of [1, 2]) await db.query(`insert into files.file (account_id, bucket, object_key) values ($1, 'bucket-one', $2)`, [accountId, `k${n}`]);
+  await db.pool('app').query('select * from api.request_account_deletion($1)', [accountId]);
+  const rootId = Number((await db.query('select account_deletion_task_id as id from accounts.account_deletion_task where account_id = $1', [accountId])).rows[0].id);
+  await db.query(`select internal.run_function('accounts.account_deletion_supervisor', jsonb_build_object('account_deletion_task_id', $1::bigint))`, [rootId]);
+  const { rows: fds } = await db.query('select fd.file_deletion_task_id as id from files.file_deletion_task fd join files.file f using (file_id) where f.account_id = $1 order by 1', [accountId]);
+  for (let i = 0; i < 3; i++) {
+    const { rows: a } = await db.query('insert into files.file_deletion_attempt (file_deletion_task_id) values ($1) returning file_deletion_attempt_id as id', [fds[0].id]);
+    await db.query(`insert into files.file_deletion_attempt_failed (file_deletion_attempt_id, error_message) values ($1, 'storage said 403')`, [a[0].id]);
+  }
+  // A newer, healthy account deletion: the stuck one is still listed first.
+  const { rows: other } = await db.query(`insert into accounts.account (email) values ('fine@example.com') returning account_id`);
+  await db.pool('app').query('select * from api.request_account_deletion($1)', [other[0].account_id]);
+
+  await page.goto(`${base}/#/processes?process=account_deletion`);
+  const first = page.locator('[data-testid=process-roots] tbody tr').first();
+  await first.waitFor();
+  expect(await first.getAttribute('data-root-id')).toBe(String(rootId));
+  expect(await first.textContent()).toContain('stuck');
+  await first.getByRole('link', { name: `account_deletion #${rootId}` }).click();
+  const tree = page.getByTestId('process-tree');
+  await tree.waitFor();
+  const stuck = tree.locator(`li[data-process=file_deletion][data-root-id="${fds[0].id}"]`);
+  expect(await stuck.getAttribute('data-status')).toBe('stuck');
+  expect(await stuck.textContent()).toContain('attempts 3 (3 failed)');
+  expect(await tree.locator(`li[data-process=file_deletion][data-root-id="${fds[1].id}"]`).getAttribute('data-status')).toBe('running');
+  const link = stuck.getByRole('link', { name: `file_deletion #${fds[0].id}` });
+  expect(await link.evaluate((el) => el.tagName)).toBe('A');
+  // The timeline shows millisecond times.
+  expect(await page.locator('[data-testid=timeline] td.time').first().textContent()).toMatch(/\d{2}:\d{2}:\d{2}\.\d{3}$/);
+  await link.click();
+  await page.locator('h1', { hasText: `file_deletion #${fds[0].id}` }).waitFor();
 });
 
 it('loaded nothing from outside the API origin', () => {

@@ -11,6 +11,7 @@ import { QueueError, completeTasks, failTask, recordTaskResult, withTransaction,
 import { batcherFor } from './completion-batcher.js';
 import { LeaseLostError, sanitizeMessage } from './error-class.js';
 import type { TaskReport } from './processor.js';
+import { traceStep } from './tracing.js';
 
 export { LeaseLostError, errorMessage, isLeaseLost, isTransient, sanitizeMessage } from './error-class.js';
 
@@ -37,9 +38,11 @@ export async function recordCompletion(
       throw error;
     }
   }
-  const [answer] = await completeTasks(db, [
-    { taskId: task.taskId, taskLeaseId: task.taskLeaseId, outcome: report.outcome, retry: report.final ? false : undefined },
-  ]);
+  const [answer] = await traceStep('queue.complete', { 'queue.task.outcome': report.outcome }, () =>
+    completeTasks(db, [
+      { taskId: task.taskId, taskLeaseId: task.taskLeaseId, outcome: report.outcome, retry: report.final ? false : undefined },
+    ]),
+  );
   const result = answer?.result ?? 'unknown_task';
   if (result === 'unknown_task') throw new Error(`task ${task.taskId} does not exist`);
   if (result !== 'completed' && result !== 'retry_scheduled') throw new LeaseLostError(task);
@@ -60,7 +63,9 @@ export async function finish(pool: pg.Pool, task: ClaimedTask, report: TaskRepor
   if (report.error || extraErrors.length > 0 || report.final || report.result) {
     return withTransaction(pool, (tx) => recordCompletion(tx, task, report, extraErrors));
   }
-  const result = await batcherFor(pool).complete(task, report.outcome);
+  const result = await traceStep('queue.complete', { 'queue.task.outcome': report.outcome }, () =>
+    batcherFor(pool).complete(task, report.outcome),
+  );
   if (result === 'unknown_task') throw new Error(`task ${task.taskId} does not exist`);
   // 'already_completed' answers only a caller that completed under this same lease before.
   if (result !== 'completed' && result !== 'retry_scheduled' && result !== 'already_completed') {

@@ -4,6 +4,7 @@
  */
 import { parseEnvelope, type Envelope } from '@org/handler-types';
 import { runFunction, type JsonObject, type Queryable } from '@org/queue-client';
+import { traceStep } from './tracing.js';
 
 export type HandlerResult = { ok: true; envelope: Envelope } | { ok: false; error: string };
 
@@ -15,7 +16,7 @@ export class HandlerInvoker {
    * exception raised by the function (or the runner) is thrown.
    */
   async call(name: string, body: JsonObject): Promise<HandlerResult> {
-    const result = await runFunction(this.db, name, body);
+    const result = await traceStep('queue.handler', { 'queue.handler.name': name }, () => runFunction(this.db, name, body));
     const parsed = parseEnvelope(result);
     return parsed.ok ? { ok: true, envelope: parsed.envelope } : { ok: false, error: `${name}: ${parsed.error}` };
   }

@@ -39,6 +39,7 @@ import type { WorkerConfig } from './config.js';
 import { TaskListener } from './listener.js';
 import type { Logger } from './logger.js';
 import type { ProcessorRegistry, TaskReport } from './processor.js';
+import { traceClaim, traceTask, traceWorkerEvents } from './tracing.js';
 
 export interface WorkerOptions extends Omit<WorkerConfig, 'logLevel'> {
   registry: ProcessorRegistry;
@@ -103,6 +104,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     // in flight rejects and is handled there, so this only keeps the process alive.
     this.pool.on('connect', (client) => client.on('error', () => {}));
     this.#listener = new TaskListener(options.databaseUrl, this.#log, () => this.#signal(), options.pollIntervalMs);
+    traceWorkerEvents(this);
   }
 
   listener(): TaskListener {
@@ -240,13 +242,15 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   async #claim(limit: number): Promise<ClaimedTask[]> {
     try {
-      const tasks = await claimTasks(this.pool, {
-        workerId: this.#options.workerId,
-        limit,
-        taskTypes: this.#taskTypes,
-        leaseSeconds: this.#options.leaseSeconds,
-        maxLeases: this.#options.maxLeases,
-      });
+      const tasks = await traceClaim(this.#options.workerId, () =>
+        claimTasks(this.pool, {
+          workerId: this.#options.workerId,
+          limit,
+          taskTypes: this.#taskTypes,
+          leaseSeconds: this.#options.leaseSeconds,
+          maxLeases: this.#options.maxLeases,
+        }),
+      );
       if (this.#claimFailures > 0) this.#log.info({ event: 'claim_recovered' }, 'claiming works again');
       this.#claimFailures = 0;
       if (tasks.length > 0) this.emit('claimed', tasks);
@@ -273,7 +277,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     log.info({ event: 'task_started', lease_count: task.leaseCount }, 'task started');
     const running: Running = { task, controller, startedAt, lost: false, released: false, done: Promise.resolve() };
     this.#running.set(task.taskLeaseId, running);
-    running.done = this.#process(running, log).finally(() => {
+    running.done = traceTask(task, () => this.#process(running, log)).finally(() => {
       this.#running.delete(task.taskLeaseId);
       if (!this.#stopping) this.#startWaiting();
       this.#signal(); // a slot is free

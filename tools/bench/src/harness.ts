@@ -17,12 +17,13 @@ import { Runner, withTimeout, type RunnerResult } from './child.js';
 import type { RunnerConfig } from './runners/protocol.js';
 import { percentile } from './stats.js';
 import { resyncWorkload } from './resync.js';
+import { DashboardPollers, DASHBOARDS, POLL_INTERVAL_MS } from './dashboard.js';
 
 export const SYSTEMS = ['ours', 'graphile-worker', 'pg-boss'] as const;
 export type SystemName = (typeof SYSTEMS)[number];
 export type Subject = SystemName | 'postgres';
 
-export const WORKLOADS = ['pgbench', 'enqueue_single', 'enqueue_batch', 'drain', 'latency', 'history', 'processes', 'steps', 'resync'] as const;
+export const WORKLOADS = ['pgbench', 'enqueue_single', 'enqueue_batch', 'drain', 'latency', 'history', 'processes', 'steps', 'resync', 'dashboard'] as const;
 export type WorkloadId = (typeof WORKLOADS)[number];
 
 /** A server to benchmark on, with a migrated template database of our schema. */
@@ -342,7 +343,15 @@ class Harness {
   async drain(
     system: SystemName,
     trial: number,
-    opts: { processes: number; metric: string; kind?: 'noop' | 'db_function'; prepare?: (db: Db) => Promise<void>; rssMetric?: string },
+    opts: {
+      processes: number;
+      metric: string;
+      kind?: 'noop' | 'db_function';
+      prepare?: (db: Db) => Promise<void>;
+      /** Called as soon as every task is completed, before the runners stop and the database is dropped. */
+      drained?: () => Promise<void>;
+      rssMetric?: string;
+    },
   ): Promise<void> {
     const n = this.options.tasks;
     const kind = opts.kind ?? 'noop';
@@ -370,6 +379,7 @@ class Harness {
         for (const r of runners) r.go();
         const done = await this.waitFor(db, COMPLETED_SQL[system], system === 'graphile-worker' ? [n] : [], n, 600_000, `${system} drain`);
         elapsedMs = done.at - started;
+        await opts.drained?.();
         for (const r of runners) r.stop();
         results = await Promise.all(runners.map((r) => r.finish(60_000)));
       } finally {
@@ -521,6 +531,48 @@ class Harness {
     }
   }
 
+  /**
+   * The dashboard's cost (see dashboard.ts): the same drain alone and with DASHBOARDS
+   * dashboards polling the overview; records the throughput lost per dashboard (%), the
+   * mean time of one poll, and one dashboard's share of a database core (poll ÷ interval).
+   */
+  async dashboard(trial: number): Promise<void> {
+    await this.drain('ours', trial, { processes: 1, metric: 'dashboard_drain_alone' });
+    let pollers: DashboardPollers | undefined;
+    let stats: Awaited<ReturnType<DashboardPollers['stop']>> | undefined;
+    try {
+      await this.drain('ours', trial, {
+        processes: 1,
+        metric: 'dashboard_drain_polled',
+        prepare: async (db) => {
+          const { roles, rolePasswords } = this.server;
+          pollers = new DashboardPollers(withDatabase(this.server.rootUrl, db.name, roles.api, rolePasswords.api));
+          pollers.start();
+        },
+        drained: async () => {
+          stats = await pollers?.stop();
+        },
+      });
+    } finally {
+      stats ??= await pollers?.stop();
+      const rate = (metric: string) => this.measurements.filter((m) => m.metric === metric && m.trial === trial).at(-1)?.value;
+      const alone = rate('dashboard_drain_alone');
+      const polled = rate('dashboard_drain_polled');
+      if (stats && alone && polled) {
+        const lostPerDashboard = ((alone - polled) / alone / DASHBOARDS) * 100;
+        this.record('dashboard_cost_pct', 'ours', trial, lostPerDashboard);
+        this.record('dashboard_poll_ms', 'ours', trial, stats.meanMs);
+        this.record('dashboard_db_share_pct', 'ours', trial, (stats.meanMs / POLL_INTERVAL_MS) * 100);
+        this.record('dashboard_budget_pct', 'postgres', trial, 1);
+        if (stats.errors > 0) this.anomaly(trial, 'ours', 'dashboard', `${stats.errors} polls failed, the first: ${stats.firstError}`);
+        this.log(
+          `  ours dashboard: drain ${alone.toFixed(0)} tasks/s alone, ${polled.toFixed(0)} with ${DASHBOARDS} dashboards polling every ${POLL_INTERVAL_MS / 1000} s ` +
+            `(${stats.polls} polls, mean ${stats.meanMs.toFixed(1)} ms, max ${stats.maxMs.toFixed(1)} ms): ${lostPerDashboard.toFixed(2)}% per dashboard`,
+        );
+      }
+    }
+  }
+
   async supervisorProcesses(trial: number): Promise<void> {
     const n = this.options.processes;
     const db = await this.freshDb('ours', 'processes');
@@ -640,6 +692,7 @@ export async function runBench(server: BenchServer, options: BenchOptions): Prom
     }
     if (oursIncluded && has('processes')) await guarded('ours', 'processes', () => h.supervisorProcesses(trial));
     if (oursIncluded && has('resync')) await guarded('ours', 'resync', () => resyncWorkload(h, trial, options));
+    if (oursIncluded && has('dashboard')) await guarded('ours', 'dashboard', () => h.dashboard(trial));
   }
 
   return {

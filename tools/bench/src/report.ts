@@ -56,11 +56,21 @@ function rows(o: BenchOptions): Row[] {
     { metric: 'resync', label: `10. Resync ${Math.min(1000, o.tasks).toLocaleString('en-US')} stores: stock worker (product_resync) × ${o.workerConcurrency}, fake platform answering at once`, unit: 'resyncs/s', higherIsBetter: true },
     { metric: 'resync_slow', label: '10. Resync 1,000 stores: platform answering in 500 ms, worker × 8', unit: 'resyncs/s', higherIsBetter: true },
     { metric: 'resync_capacity_ratio', label: '10. Capacity view tasks_per_worker_hour ÷ measured rate (slow run)', unit: '×', higherIsBetter: true },
+    {
+      metric: 'dashboard_cost_pct',
+      label: `11. Dashboard: drain (${n}) throughput lost per open dashboard polling the overview every 5 s (20 open)`,
+      unit: '%',
+      higherIsBetter: false,
+      target: { text: '< 1% of the drain', ok: (r) => r < 1, reference: { metric: 'dashboard_budget_pct', subject: 'postgres', label: '1%' } },
+    },
+    { metric: 'dashboard_poll_ms', label: '11. Dashboard: one overview poll during the drain (mean; the windows every 12th)', unit: 'ms', higherIsBetter: false },
+    { metric: 'dashboard_db_share_pct', label: '11. Dashboard: one dashboard\'s database time, poll ÷ 5 s interval', unit: '%', higherIsBetter: false },
   ];
 }
 
 function fmt(v: number, unit: string): string {
   if (!Number.isFinite(v)) return '–';
+  if (unit === '%') return v.toFixed(2);
   if (unit === 'ms' || unit === 'MB') return v < 10 ? v.toFixed(1) : v.toFixed(0);
   if (v >= 100) return Math.round(v).toLocaleString('en-US');
   return v.toFixed(1);

@@ -62,7 +62,7 @@ describe('benchmark harness (smoke)', () => {
         expect(metrics.has(`${metric}|${system}`), `${metric} ${system}`).toBe(true);
       }
     }
-    for (const metric of ['history_drain', 'steps', 'processes']) expect(metrics.has(`${metric}|ours`), metric).toBe(true);
+    for (const metric of ['history_drain', 'steps', 'processes', 'dashboard_poll_ms']) expect(metrics.has(`${metric}|ours`), metric).toBe(true);
     expect(metrics.has('pgbench_tps|postgres')).toBe(true);
 
     // The report renders with the results table.

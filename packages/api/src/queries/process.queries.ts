@@ -38,39 +38,6 @@ const processTimelineIR: any = {"usedParamSet":{"process":true,"rootId":true},"p
 export const processTimeline = new PreparedQuery<IProcessTimelineParams,IProcessTimelineResult>(processTimelineIR);
 
 
-/** 'ProcessRootList' parameters type */
-export interface IProcessRootListParams {
-  beforeRootId?: NumberOrString | null | void;
-  limit?: number | null | void;
-  process: string;
-}
-
-/** 'ProcessRootList' return type */
-export interface IProcessRootListResult {
-  createdAt: Date;
-  rootId: string;
-  status: string;
-  subject: unknown;
-}
-
-/** 'ProcessRootList' query type */
-export interface IProcessRootListQuery {
-  params: IProcessRootListParams;
-  result: IProcessRootListResult;
-}
-
-const processRootListIR: any = {"usedParamSet":{"process":true,"limit":true,"beforeRootId":true},"params":[{"name":"process","required":true,"transform":{"type":"scalar"},"locs":[{"a":140,"b":148}]},{"name":"limit","required":false,"transform":{"type":"scalar"},"locs":[{"a":157,"b":162}]},{"name":"beforeRootId","required":false,"transform":{"type":"scalar"},"locs":[{"a":174,"b":186}]}],"statement":"select r.root_id as \"rootId!\", r.created_at as \"createdAt!\", r.status as \"status!\", r.subject as \"subject!\"\n  from admin.list_process_roots(:process!::text, :limit::integer, :beforeRootId::bigint) r"};
-
-/**
- * Query generated from SQL:
- * ```
- * select r.root_id as "rootId!", r.created_at as "createdAt!", r.status as "status!", r.subject as "subject!"
- *   from admin.list_process_roots(:process!::text, :limit::integer, :beforeRootId::bigint) r
- * ```
- */
-export const processRootList = new PreparedQuery<IProcessRootListParams,IProcessRootListResult>(processRootListIR);
-
-
 /** 'ProcessList' parameters type */
 export type IProcessListParams = void;
 
@@ -94,5 +61,70 @@ const processListIR: any = {"usedParamSet":{},"params":[],"statement":"select p.
  * ```
  */
 export const processList = new PreparedQuery<IProcessListParams,IProcessListResult>(processListIR);
+
+
+/** 'ProcessTree' parameters type */
+export interface IProcessTreeParams {
+  process: string;
+  rootId: NumberOrString;
+}
+
+/** 'ProcessTree' return type */
+export interface IProcessTreeResult {
+  tree: unknown;
+}
+
+/** 'ProcessTree' query type */
+export interface IProcessTreeQuery {
+  params: IProcessTreeParams;
+  result: IProcessTreeResult;
+}
+
+const processTreeIR: any = {"usedParamSet":{"process":true,"rootId":true},"params":[{"name":"process","required":true,"transform":{"type":"scalar"},"locs":[{"a":26,"b":34}]},{"name":"rootId","required":true,"transform":{"type":"scalar"},"locs":[{"a":43,"b":50}]}],"statement":"select admin.process_tree(:process!::text, :rootId!::bigint) as \"tree!\""};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select admin.process_tree(:process!::text, :rootId!::bigint) as "tree!"
+ * ```
+ */
+export const processTree = new PreparedQuery<IProcessTreeParams,IProcessTreeResult>(processTreeIR);
+
+
+/** 'ProcessRootRankedList' parameters type */
+export interface IProcessRootRankedListParams {
+  beforeRootId?: NumberOrString | null | void;
+  limit?: number | null | void;
+  process: string;
+}
+
+/** 'ProcessRootRankedList' return type */
+export interface IProcessRootRankedListResult {
+  attempts: string;
+  createdAt: Date;
+  lastFactAt: Date;
+  rootId: string;
+  status: string;
+  stuckDescendants: number;
+  subject: unknown;
+}
+
+/** 'ProcessRootRankedList' query type */
+export interface IProcessRootRankedListQuery {
+  params: IProcessRootRankedListParams;
+  result: IProcessRootRankedListResult;
+}
+
+const processRootRankedListIR: any = {"usedParamSet":{"process":true,"limit":true,"beforeRootId":true},"params":[{"name":"process","required":true,"transform":{"type":"scalar"},"locs":[{"a":258,"b":266}]},{"name":"limit","required":false,"transform":{"type":"scalar"},"locs":[{"a":275,"b":280}]},{"name":"beforeRootId","required":false,"transform":{"type":"scalar"},"locs":[{"a":292,"b":304}]}],"statement":"select r.root_id as \"rootId!\", r.created_at as \"createdAt!\", r.status as \"status!\", r.subject as \"subject!\",\n       r.attempts as \"attempts!\", r.stuck_descendants as \"stuckDescendants!\", r.last_fact_at as \"lastFactAt!\"\n  from admin.list_process_roots_ranked(:process!::text, :limit::integer, :beforeRootId::bigint) r"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select r.root_id as "rootId!", r.created_at as "createdAt!", r.status as "status!", r.subject as "subject!",
+ *        r.attempts as "attempts!", r.stuck_descendants as "stuckDescendants!", r.last_fact_at as "lastFactAt!"
+ *   from admin.list_process_roots_ranked(:process!::text, :limit::integer, :beforeRootId::bigint) r
+ * ```
+ */
+export const processRootRankedList = new PreparedQuery<IProcessRootRankedListParams,IProcessRootRankedListResult>(processRootRankedListIR);
 
 

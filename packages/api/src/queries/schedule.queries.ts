@@ -41,3 +41,102 @@ const staggeredGenerateIR: any = {"usedParamSet":{"taskType":true,"payloads":tru
 export const staggeredGenerate = new PreparedQuery<IStaggeredGenerateParams,IStaggeredGenerateResult>(staggeredGenerateIR);
 
 
+/** 'ScheduleList' parameters type */
+export interface IScheduleListParams {
+  runs?: number | null | void;
+}
+
+/** 'ScheduleList' return type */
+export interface IScheduleListResult {
+  cron: string;
+  enabled: boolean;
+  lastFireAt: Date | null;
+  lastRuns: unknown;
+  missedRunPolicy: string;
+  name: string;
+  nextFireAt: Date | null;
+  payload: unknown;
+  priority: number;
+  taskType: string;
+  updatedAt: Date;
+}
+
+/** 'ScheduleList' query type */
+export interface IScheduleListQuery {
+  params: IScheduleListParams;
+  result: IScheduleListResult;
+}
+
+const scheduleListIR: any = {"usedParamSet":{"runs":true},"params":[{"name":"runs","required":false,"transform":{"type":"scalar"},"locs":[{"a":363,"b":367}]}],"statement":"select s.name as \"name!\", s.cron as \"cron!\", s.task_type as \"taskType!\", s.payload as \"payload!\",\n       s.priority as \"priority!\", s.missed_run_policy as \"missedRunPolicy!\", s.enabled as \"enabled!\",\n       s.last_fire_at as \"lastFireAt\", s.next_fire_at as \"nextFireAt\", s.updated_at as \"updatedAt!\",\n       s.last_runs as \"lastRuns!\"\n  from admin.list_schedules(:runs::integer) s"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select s.name as "name!", s.cron as "cron!", s.task_type as "taskType!", s.payload as "payload!",
+ *        s.priority as "priority!", s.missed_run_policy as "missedRunPolicy!", s.enabled as "enabled!",
+ *        s.last_fire_at as "lastFireAt", s.next_fire_at as "nextFireAt", s.updated_at as "updatedAt!",
+ *        s.last_runs as "lastRuns!"
+ *   from admin.list_schedules(:runs::integer) s
+ * ```
+ */
+export const scheduleList = new PreparedQuery<IScheduleListParams,IScheduleListResult>(scheduleListIR);
+
+
+/** 'ScheduleEnable' parameters type */
+export interface IScheduleEnableParams {
+  name: string;
+}
+
+/** 'ScheduleEnable' return type */
+export interface IScheduleEnableResult {
+  scheduleId: string | null;
+  validationFailureMessage: string | null;
+}
+
+/** 'ScheduleEnable' query type */
+export interface IScheduleEnableQuery {
+  params: IScheduleEnableParams;
+  result: IScheduleEnableResult;
+}
+
+const scheduleEnableIR: any = {"usedParamSet":{"name":true},"params":[{"name":"name","required":true,"transform":{"type":"scalar"},"locs":[{"a":130,"b":135}]}],"statement":"select s.schedule_id as \"scheduleId\", s.validation_failure_message as \"validationFailureMessage\"\n  from schedules.enable_schedule(:name!::text) s"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select s.schedule_id as "scheduleId", s.validation_failure_message as "validationFailureMessage"
+ *   from schedules.enable_schedule(:name!::text) s
+ * ```
+ */
+export const scheduleEnable = new PreparedQuery<IScheduleEnableParams,IScheduleEnableResult>(scheduleEnableIR);
+
+
+/** 'ScheduleDisable' parameters type */
+export interface IScheduleDisableParams {
+  name: string;
+}
+
+/** 'ScheduleDisable' return type */
+export interface IScheduleDisableResult {
+  scheduleId: string | null;
+  validationFailureMessage: string | null;
+}
+
+/** 'ScheduleDisable' query type */
+export interface IScheduleDisableQuery {
+  params: IScheduleDisableParams;
+  result: IScheduleDisableResult;
+}
+
+const scheduleDisableIR: any = {"usedParamSet":{"name":true},"params":[{"name":"name","required":true,"transform":{"type":"scalar"},"locs":[{"a":131,"b":136}]}],"statement":"select s.schedule_id as \"scheduleId\", s.validation_failure_message as \"validationFailureMessage\"\n  from schedules.disable_schedule(:name!::text) s"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select s.schedule_id as "scheduleId", s.validation_failure_message as "validationFailureMessage"
+ *   from schedules.disable_schedule(:name!::text) s
+ * ```
+ */
+export const scheduleDisable = new PreparedQuery<IScheduleDisableParams,IScheduleDisableResult>(scheduleDisableIR);
+
+

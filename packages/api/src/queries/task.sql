@@ -15,7 +15,9 @@ select t.task_id      as "taskId!",
        t.scheduled_at as "scheduledAt!",
        t.available_at as "availableAt",
        t.completed_at as "completedAt"
-  from admin.list_tasks(:taskType::text, :state::text, :limit::integer, :beforeTaskId::bigint) t;
+  from admin.list_tasks(:taskType::text, :state::text, :limit::integer, :beforeTaskId::bigint,
+                        :workerId::text, :resourceKey::text, :enqueuedFrom::timestamptz, :enqueuedTo::timestamptz,
+                        :payloadPath::text[], :payloadValue::jsonb) t;
 
 /* @name TaskGet */
 select admin.get_task(:taskId!::bigint) as "task!";
@@ -30,3 +32,27 @@ select t.task_type as "taskType!", t.description as "description!"
 
 /* @name TaskRedrive */
 select admin.redrive_task(:taskId!::bigint) as "newTaskId!";
+
+/* @name TaskCancel */
+select r.task_id as "taskId!", r.result as "result!"
+  from admin.cancel_tasks(:taskIds!::bigint[], :reason::text) r;
+
+/* @name TaskCancelMatching */
+select r.task_id as "taskId!", r.result as "result!"
+  from admin.cancel_tasks_matching(:taskType::text, :state::text, :limit!::integer, :reason::text) r;
+
+/* @name TaskRunNow */
+select r.task_id as "taskId!", r.result as "result!"
+  from admin.run_tasks_now(:taskIds!::bigint[]) r;
+
+/* @name TaskRedriveMany */
+select r.task_id as "taskId!", r.result as "result!", r.new_task_id as "newTaskId"
+  from admin.redrive_tasks(:taskIds!::bigint[]) r;
+
+/* @name TaskRedriveMatching */
+select r.task_id as "taskId!", r.result as "result!", r.new_task_id as "newTaskId"
+  from admin.redrive_tasks_matching(:taskType::text, :limit!::integer) r;
+
+/* @name TaskDepthList */
+select d.bucket_end as "bucketEnd!", d.task_type as "taskType!", d.depth as "depth!"
+  from admin.queue_depth(:windowSeconds::integer, :bucketSeconds::integer) d;

@@ -20,6 +20,7 @@ import { runFunction, withTransaction, type JsonObject } from '@org/queue-client
 import { parseEnvelope } from '@org/handler-types';
 import { finish, recordCompletion } from '../completion.js';
 import { classifyError, errorMessage } from '../error-class.js';
+import { traceStep } from '../tracing.js';
 import type { Processor, TaskContext, TaskReport } from '../processor.js';
 
 class RollBack extends Error {}
@@ -36,7 +37,7 @@ export function dbFunctionProcessor(): Processor {
       const name = payload.data.db_function;
       try {
         return await withTransaction(pool, async (tx) => {
-          const result = await runFunction(tx, name, task.payload);
+          const result = await traceStep('queue.handler', { 'queue.handler.name': name }, () => runFunction(tx, name, task.payload));
           const parsed = parseEnvelope(result);
           if (!parsed.ok) throw new RollBack(`${name}: ${parsed.error}`);
           const envelope = parsed.envelope;

@@ -28,6 +28,7 @@ import { classifyError, errorMessage, isTransient, sanitizeMessage } from '../er
 import { failureOf, HandlerInvoker } from '../handler-invoker.js';
 import type { Processor, TaskContext, TaskReport } from '../processor.js';
 import { startProviderCall } from './provider-call.js';
+import { traceStep } from '../tracing.js';
 
 const HANDLER_FIELDS = ['task_type', 'before_handler', 'success_handler', 'error_handler'];
 
@@ -82,12 +83,14 @@ export function handlerTaskProcessor<P>(provider: Provider<P>): Processor {
       }
       let workerPayload: unknown;
       try {
-        workerPayload = await provider.send(parsed.data, {
-          taskId: task.taskId,
-          taskLeaseId: task.taskLeaseId,
-          taskType: task.taskType,
-          signal: context.signal,
-        });
+        workerPayload = await traceStep('queue.provider', { 'queue.provider.name': provider.name }, () =>
+          provider.send(parsed.data, {
+            taskId: task.taskId,
+            taskLeaseId: task.taskLeaseId,
+            taskType: task.taskType,
+            signal: context.signal,
+          }),
+        );
       } catch (error) {
         return fail(context, invoker, onError, `${provider.name}: ${errorMessage(error)}`);
       }

@@ -1,0 +1,163 @@
+/** Types generated for queries found in "src/queries/queue.sql" */
+import { PreparedQuery } from '@pgtyped/runtime';
+
+export type stringArray = (string)[];
+
+/** 'QueueList' parameters type */
+export type IQueueListParams = void;
+
+/** 'QueueList' return type */
+export interface IQueueListResult {
+  description: string;
+  paused: boolean;
+  pausedAt: Date | null;
+  pauseReason: string | null;
+  ready: string;
+  retrying: string;
+  running: string;
+  scheduled: string;
+  taskType: string;
+  workers: stringArray;
+}
+
+/** 'QueueList' query type */
+export interface IQueueListQuery {
+  params: IQueueListParams;
+  result: IQueueListResult;
+}
+
+const queueListIR: any = {"usedParamSet":{},"params":[],"statement":"select q.task_type as \"taskType!\", q.description as \"description!\", q.paused as \"paused!\",\n       q.paused_at as \"pausedAt\", q.pause_reason as \"pauseReason\", q.scheduled as \"scheduled!\",\n       q.ready as \"ready!\", q.running as \"running!\", q.retrying as \"retrying!\", q.workers as \"workers!\"\n  from admin.list_queues() q"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select q.task_type as "taskType!", q.description as "description!", q.paused as "paused!",
+ *        q.paused_at as "pausedAt", q.pause_reason as "pauseReason", q.scheduled as "scheduled!",
+ *        q.ready as "ready!", q.running as "running!", q.retrying as "retrying!", q.workers as "workers!"
+ *   from admin.list_queues() q
+ * ```
+ */
+export const queueList = new PreparedQuery<IQueueListParams,IQueueListResult>(queueListIR);
+
+
+/** 'QueuePause' parameters type */
+export interface IQueuePauseParams {
+  reason?: string | null | void;
+  taskType: string;
+}
+
+/** 'QueuePause' return type */
+export interface IQueuePauseResult {
+  pauseId: string;
+}
+
+/** 'QueuePause' query type */
+export interface IQueuePauseQuery {
+  params: IQueuePauseParams;
+  result: IQueuePauseResult;
+}
+
+const queuePauseIR: any = {"usedParamSet":{"taskType":true,"reason":true},"params":[{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":29,"b":38}]},{"name":"reason","required":false,"transform":{"type":"scalar"},"locs":[{"a":47,"b":53}]}],"statement":"select admin.pause_task_type(:taskType!::text, :reason::text) as \"pauseId!\""};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select admin.pause_task_type(:taskType!::text, :reason::text) as "pauseId!"
+ * ```
+ */
+export const queuePause = new PreparedQuery<IQueuePauseParams,IQueuePauseResult>(queuePauseIR);
+
+
+/** 'QueueResume' parameters type */
+export interface IQueueResumeParams {
+  taskType: string;
+}
+
+/** 'QueueResume' return type */
+export interface IQueueResumeResult {
+  resumed: boolean;
+}
+
+/** 'QueueResume' query type */
+export interface IQueueResumeQuery {
+  params: IQueueResumeParams;
+  result: IQueueResumeResult;
+}
+
+const queueResumeIR: any = {"usedParamSet":{"taskType":true},"params":[{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":30,"b":39}]}],"statement":"select admin.resume_task_type(:taskType!::text) as \"resumed!\""};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select admin.resume_task_type(:taskType!::text) as "resumed!"
+ * ```
+ */
+export const queueResume = new PreparedQuery<IQueueResumeParams,IQueueResumeResult>(queueResumeIR);
+
+
+/** 'WorkerList' parameters type */
+export type IWorkerListParams = void;
+
+/** 'WorkerList' return type */
+export interface IWorkerListResult {
+  heartbeatAgeSeconds: number;
+  lastSeenAt: Date;
+  startedAt: Date;
+  status: string;
+  stoppedAt: Date | null;
+  tasksInFlight: string;
+  taskTypes: stringArray;
+  workerId: string;
+}
+
+/** 'WorkerList' query type */
+export interface IWorkerListQuery {
+  params: IWorkerListParams;
+  result: IWorkerListResult;
+}
+
+const workerListIR: any = {"usedParamSet":{},"params":[],"statement":"select w.worker_id as \"workerId!\", w.task_types as \"taskTypes!\", w.status as \"status!\",\n       w.started_at as \"startedAt!\", w.last_seen_at as \"lastSeenAt!\", w.stopped_at as \"stoppedAt\",\n       w.heartbeat_age_seconds as \"heartbeatAgeSeconds!\", w.tasks_in_flight as \"tasksInFlight!\"\n  from admin.list_workers() w"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select w.worker_id as "workerId!", w.task_types as "taskTypes!", w.status as "status!",
+ *        w.started_at as "startedAt!", w.last_seen_at as "lastSeenAt!", w.stopped_at as "stoppedAt",
+ *        w.heartbeat_age_seconds as "heartbeatAgeSeconds!", w.tasks_in_flight as "tasksInFlight!"
+ *   from admin.list_workers() w
+ * ```
+ */
+export const workerList = new PreparedQuery<IWorkerListParams,IWorkerListResult>(workerListIR);
+
+
+/** 'WorkerRecover' parameters type */
+export interface IWorkerRecoverParams {
+  deadAfterSeconds?: number | null | void;
+  workerId: string;
+}
+
+/** 'WorkerRecover' return type */
+export interface IWorkerRecoverResult {
+  taskId: string;
+  taskLeaseId: string;
+  workerId: string;
+}
+
+/** 'WorkerRecover' query type */
+export interface IWorkerRecoverQuery {
+  params: IWorkerRecoverParams;
+  result: IWorkerRecoverResult;
+}
+
+const workerRecoverIR: any = {"usedParamSet":{"workerId":true,"deadAfterSeconds":true},"params":[{"name":"workerId","required":true,"transform":{"type":"scalar"},"locs":[{"a":128,"b":137}]},{"name":"deadAfterSeconds","required":false,"transform":{"type":"scalar"},"locs":[{"a":146,"b":162}]}],"statement":"select r.task_id as \"taskId!\", r.task_lease_id as \"taskLeaseId!\", r.worker_id as \"workerId!\"\n  from admin.recover_worker_leases(:workerId!::text, :deadAfterSeconds::integer) r"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select r.task_id as "taskId!", r.task_lease_id as "taskLeaseId!", r.worker_id as "workerId!"
+ *   from admin.recover_worker_leases(:workerId!::text, :deadAfterSeconds::integer) r
+ * ```
+ */
+export const workerRecover = new PreparedQuery<IWorkerRecoverParams,IWorkerRecoverResult>(workerRecoverIR);
+
+

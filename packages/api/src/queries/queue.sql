@@ -1,0 +1,26 @@
+/*
+  Queue controls and workers, through the admin functions (sql/admin/queue_controls.sql,
+  sql/admin/workers.sql).
+*/
+
+/* @name QueueList */
+select q.task_type as "taskType!", q.description as "description!", q.paused as "paused!",
+       q.paused_at as "pausedAt", q.pause_reason as "pauseReason", q.scheduled as "scheduled!",
+       q.ready as "ready!", q.running as "running!", q.retrying as "retrying!", q.workers as "workers!"
+  from admin.list_queues() q;
+
+/* @name QueuePause */
+select admin.pause_task_type(:taskType!::text, :reason::text) as "pauseId!";
+
+/* @name QueueResume */
+select admin.resume_task_type(:taskType!::text) as "resumed!";
+
+/* @name WorkerList */
+select w.worker_id as "workerId!", w.task_types as "taskTypes!", w.status as "status!",
+       w.started_at as "startedAt!", w.last_seen_at as "lastSeenAt!", w.stopped_at as "stoppedAt",
+       w.heartbeat_age_seconds as "heartbeatAgeSeconds!", w.tasks_in_flight as "tasksInFlight!"
+  from admin.list_workers() w;
+
+/* @name WorkerRecover */
+select r.task_id as "taskId!", r.task_lease_id as "taskLeaseId!", r.worker_id as "workerId!"
+  from admin.recover_worker_leases(:workerId!::text, :deadAfterSeconds::integer) r;

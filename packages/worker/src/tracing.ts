@@ -1,0 +1,140 @@
+/**
+ * OpenTelemetry traces of the worker, through @opentelemetry/api only: when the
+ * application registers an SDK (a global TracerProvider, and a context manager for
+ * parent/child spans across awaits), every task becomes one span, `queue.task <type>`,
+ * from its claim to its completion, with children:
+ *
+ *   queue.claim      the claim call that leased it (shared by the tasks of one claim)
+ *   queue.handler    each handler or db_function step run through internal.run_function
+ *   queue.provider   the provider call (email, SMS, file deletion)
+ *   queue.complete   the completion (and error rows) written to the database
+ *
+ * Attributes: queue.task.id, queue.task.type, queue.task.lease_id, queue.worker.id,
+ * queue.task.outcome (succeeded, failed, abandoned, cancelled, lease_lost, released;
+ * none when the database connection failed and the task will run again) and queue.task.error when one was recorded. With no SDK registered, every
+ * function here checks one flag and calls straight through: no span, no context, no
+ * allocation beyond the closure the caller already made.
+ */
+import { context, ProxyTracerProvider, SpanKind, SpanStatusCode, trace, type Attributes, type Span, type Tracer } from '@opentelemetry/api';
+import type { ClaimedTask } from '@org/queue-client';
+import type { Worker } from './worker.js';
+
+const TRACER_NAME = '@org/worker';
+
+/** The API's no-op provider (what an unset global delegates to). */
+const NOOP_PROVIDER = new ProxyTracerProvider().getDelegate();
+
+/** True when an SDK's TracerProvider is registered globally. */
+export function tracingEnabled(): boolean {
+  const provider = trace.getTracerProvider();
+  const delegate = provider instanceof ProxyTracerProvider ? provider.getDelegate() : provider;
+  return delegate !== NOOP_PROVIDER;
+}
+
+const tracer = (): Tracer => trace.getTracer(TRACER_NAME);
+
+/** Task spans by task id, from the claim to the end of the task. */
+const taskSpans = new Map<string, Span>();
+/** Tasks whose processing runs inside traceTask. */
+const started = new Set<string>();
+
+/**
+ * Runs a claim (`claim` returns the claimed tasks) and opens one task span per claimed
+ * task, started when the claim started, each with a `queue.claim` child covering the call.
+ */
+export async function traceClaim(workerId: string, claim: () => Promise<ClaimedTask[]>): Promise<ClaimedTask[]> {
+  if (!tracingEnabled()) return claim();
+  const claimedAt = new Date();
+  const tasks = await claim();
+  const ended = new Date();
+  for (const task of tasks) {
+    const span = tracer().startSpan(`queue.task ${task.taskType}`, {
+      kind: SpanKind.CONSUMER,
+      startTime: claimedAt,
+      root: true,
+      attributes: {
+        'queue.task.id': task.taskId,
+        'queue.task.type': task.taskType,
+        'queue.task.lease_id': task.taskLeaseId,
+        'queue.task.lease_count': task.leaseCount,
+        'queue.worker.id': workerId,
+      },
+    });
+    const claimSpan = tracer().startSpan(
+      'queue.claim',
+      { startTime: claimedAt, attributes: { 'queue.claim.tasks': tasks.length, 'queue.worker.id': workerId } },
+      trace.setSpan(context.active(), span),
+    );
+    claimSpan.end(ended);
+    taskSpans.set(task.taskId, span);
+  }
+  return tasks;
+}
+
+/**
+ * Runs a task's processing (`run`) inside its task span, and ends the span when `run`
+ * settles. The outcome comes from taskOutcome (called by the worker's events).
+ */
+export async function traceTask<T>(task: ClaimedTask, run: () => Promise<T>): Promise<T> {
+  const span = taskSpans.get(task.taskId);
+  if (!span) return run();
+  started.add(task.taskId);
+  try {
+    return await context.with(trace.setSpan(context.active(), span), run);
+  } finally {
+    started.delete(task.taskId);
+    taskSpans.delete(task.taskId);
+    span.end();
+  }
+}
+
+/** Records how a task ended on its span (before traceTask ends it). */
+export function taskOutcome(taskId: string, outcome: string, error?: string): void {
+  const span = taskSpans.get(taskId);
+  if (!span) return;
+  span.setAttribute('queue.task.outcome', outcome);
+  if (error) {
+    span.setAttribute('queue.task.error', error);
+    span.setStatus({ code: SpanStatusCode.ERROR, message: error });
+  } else if (outcome === 'succeeded') {
+    span.setStatus({ code: SpanStatusCode.OK });
+  }
+}
+
+/**
+ * Runs one step of a task (`queue.handler`, `queue.provider`, `queue.complete`) as a
+ * child of the current span. Without an SDK, or outside a task, it only calls `run`.
+ */
+export async function traceStep<T>(name: string, attributes: Attributes, run: () => Promise<T>): Promise<T> {
+  if (!tracingEnabled() || !trace.getActiveSpan()) return run();
+  return tracer().startActiveSpan(name, { attributes }, async (span) => {
+    try {
+      return await run();
+    } catch (error) {
+      span.recordException(error as Error);
+      span.setStatus({ code: SpanStatusCode.ERROR, message: (error as Error)?.message });
+      throw error;
+    } finally {
+      span.end();
+    }
+  });
+}
+
+/**
+ * Subscribes task outcomes to a worker's events. A task released before it started (the
+ * local queue, at shutdown) ends its span here.
+ */
+export function traceWorkerEvents(worker: Worker): void {
+  worker.on('completed', (task, report) => taskOutcome(task.taskId, report.outcome, report.error));
+  worker.on('lease_lost', (task) => taskOutcome(task.taskId, 'lease_lost'));
+  worker.on('released', (ids) => {
+    for (const id of ids) {
+      taskOutcome(id, 'released');
+      const span = taskSpans.get(id);
+      if (span && !started.has(id)) {
+        taskSpans.delete(id);
+        span.end();
+      }
+    }
+  });
+}
