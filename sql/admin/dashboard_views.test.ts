@@ -92,7 +92,7 @@ describe('schedules', () => {
     // The role-based system's schedules (menus.*, installed disabled) are listed beside it.
     const all = (await db.query(`select name, enabled, last_runs from admin.list_schedules_at($1, 2)`, [NOW])).rows;
     const rows = all.filter((r) => r.name === 'reports.hourly');
-    expect(rows, JSON.stringify(all.map((r: { name: string }) => r.name))).toHaveLength(1);
+    expect(rows, JSON.stringify(all.map((r) => r.name as string))).toHaveLength(1);
     // Fire times after the schedule's creation (10:00): 11:00 and 12:00; the 11:00 task failed.
     expect(rows[0].last_runs.map((r: { fire_at: string; task_state: string; outcome: string }) => [r.fire_at.slice(11, 16), r.outcome, r.task_state])).toEqual([
       ['12:00', 'enqueued', 'ready'],
