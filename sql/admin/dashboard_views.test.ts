@@ -99,7 +99,7 @@ describe('schedules', () => {
       ['11:00', 'enqueued', 'failed'],
     ]);
     const one = await db.query(`select name, last_runs from admin.list_schedules_at($1, 1)`, [NOW]);
-    expect(one.rows.find((r: { name: string }) => r.name === 'reports.hourly').last_runs).toHaveLength(1);
+    expect(one.rows.find((r) => r.name === 'reports.hourly')?.last_runs).toHaveLength(1);
     await expect(db.pool('api').query('select * from admin.list_schedules(21)')).rejects.toMatchObject({ code: '22023' });
   });
 });
