@@ -105,7 +105,9 @@ export function createFilesServiceDeleteProvider(options: FilesServiceDeleteOpti
       });
       if (del.status === 404) return result(true);
       if (del.status === 200 || del.status === 204) return result(false);
-      throw new Error(`files-service: storage DELETE ${safeUrl(url)} answered HTTP ${del.status}: ${snippet(delText) || 'no body'}`);
+      throw new Error(
+        `files-service: storage DELETE ${safeUrl(url)} answered HTTP ${del.status}: ${snippet(delText) || 'no body'}`,
+      );
     },
   };
 }

@@ -34,7 +34,8 @@ export class LeaseLostError extends Error {
 }
 
 const TRANSIENT_NODE_CODES = ['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'EAI_AGAIN'];
-const TRANSIENT_MESSAGE = /connection terminated|connection error|not queryable|timeout exceeded when trying to connect|connection ended/i;
+const TRANSIENT_MESSAGE =
+  /connection terminated|connection error|not queryable|timeout exceeded when trying to connect|connection ended/i;
 
 export function classifyError(error: unknown): ErrorClass {
   if (error instanceof LeaseLostError) return 'lease_lost';

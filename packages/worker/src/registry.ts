@@ -19,6 +19,7 @@ export function defaultRegistry(
     .register('email', handlerTaskProcessor(providers.email))
     .register('sms', handlerTaskProcessor(providers.sms))
     .register('file_delete', handlerTaskProcessor(providers.file_delete));
-  if (menuPlatform) for (const [role, processor] of Object.entries(menuProcessors(menuPlatform))) registry.register(role, processor);
+  if (menuPlatform)
+    for (const [role, processor] of Object.entries(menuProcessors(menuPlatform))) registry.register(role, processor);
   return registry;
 }

@@ -93,7 +93,11 @@ export async function waitFor(check: () => Promise<boolean>, timeoutMs: number, 
   }
 }
 
-export async function one<R extends pg.QueryResultRow = Record<string, any>>(db: ChaosDb, sql: string, params: unknown[] = []): Promise<R> {
+export async function one<R extends pg.QueryResultRow = Record<string, any>>(
+  db: ChaosDb,
+  sql: string,
+  params: unknown[] = [],
+): Promise<R> {
   return (await db.query<R>(sql, params)).rows[0]!;
 }
 

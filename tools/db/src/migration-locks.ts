@@ -50,7 +50,8 @@ export interface MigrationLockReport {
   problems: string[];
 }
 
-const MARKER = /^--[ \t]*lock:[ \t]*access exclusive on[ \t]+([A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*)[ \t]*:[ \t]*(\S.*)$/gim;
+const MARKER =
+  /^--[ \t]*lock:[ \t]*access exclusive on[ \t]+([A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*)[ \t]*:[ \t]*(\S.*)$/gim;
 
 /** The tables a migration's marker comments allow an ACCESS EXCLUSIVE lock on, with why. */
 export function lockMarkers(sql: string): Map<string, string> {

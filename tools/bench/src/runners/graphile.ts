@@ -7,12 +7,20 @@
 import pg from 'pg';
 import { Logger, makeWorkerUtils, run, runMigrations, type Task } from 'graphile-worker';
 import { GRAPHILE_PRESET } from './graphile-config.js';
-import { inParallel, main, openLoop, type Control, type EnqueueConfig, type ProduceConfig, type RunnerConfig, type WorkConfig } from './protocol.js';
+import {
+  inParallel,
+  main,
+  openLoop,
+  type Control,
+  type EnqueueConfig,
+  type ProduceConfig,
+  type RunnerConfig,
+  type WorkConfig,
+} from './protocol.js';
 
 const logger = new Logger(() => (level, message) => {
   if (level === 'error') process.stderr.write(`[graphile-worker] ${message}\n`);
 });
-
 
 async function runEnqueue(config: EnqueueConfig, ctl: Control): Promise<Record<string, unknown>> {
   const pool = new pg.Pool({ connectionString: config.url, max: config.concurrency });

@@ -7,8 +7,16 @@
  */
 import { PgBoss } from 'pg-boss';
 import { BATCH_SIZE, QUEUE } from './pgboss-config.js';
-import { inParallel, main, openLoop, type Control, type EnqueueConfig, type ProduceConfig, type RunnerConfig, type WorkConfig } from './protocol.js';
-
+import {
+  inParallel,
+  main,
+  openLoop,
+  type Control,
+  type EnqueueConfig,
+  type ProduceConfig,
+  type RunnerConfig,
+  type WorkConfig,
+} from './protocol.js';
 
 function boss(url: string, max: number, worker: boolean): PgBoss {
   const b = new PgBoss({
@@ -35,7 +43,10 @@ async function runEnqueue(config: EnqueueConfig, ctl: Control): Promise<Record<s
     } else {
       for (let start = 0; start < config.count; start += config.batchSize) {
         const n = Math.min(config.batchSize, config.count - start);
-        await b.insert(QUEUE, Array.from({ length: n }, (_, k) => ({ data: { n: start + k } })));
+        await b.insert(
+          QUEUE,
+          Array.from({ length: n }, (_, k) => ({ data: { n: start + k } })),
+        );
       }
     }
     return { elapsedMs: performance.now() - started, count: config.count };
