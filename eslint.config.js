@@ -46,7 +46,14 @@ export default defineConfig(
     // queries, typed `any` by the driver, and check them with expect() or print them. The
     // runtime packages reach SQL only through the typed pgtyped clients, where these rules
     // stay on. Every other rule applies here too.
-    files: ['**/test/**/*.ts', 'sql/**/*.test.ts', 'sql/test-support/**/*.ts', 'tools/chaos/src/**/*.ts', 'tools/demo/src/**/*.ts', 'tools/bench/src/**/*.ts'],
+    files: [
+      '**/test/**/*.ts',
+      'sql/**/*.test.ts',
+      'sql/test-support/**/*.ts',
+      'tools/chaos/src/**/*.ts',
+      'tools/demo/src/**/*.ts',
+      'tools/bench/src/**/*.ts',
+    ],
     rules: {
       '@typescript-eslint/no-unsafe-member-access': 'off',
       '@typescript-eslint/no-unsafe-assignment': 'off',

@@ -129,7 +129,7 @@ describe.each(CHANNELS)('$channel', ({ channel, start }) => {
     expect(called).toBe(0);
     expect(done.result).toEqual({
       success: false,
-      validation_failure_message: `send_${channel}_task ${id} already ended (run_limit_reached); not sending attempt ${task.payload[`send_${channel}_attempt_id`]}`,
+      validation_failure_message: `send_${channel}_task ${id} already ended (run_limit_reached); not sending attempt ${String(task.payload[`send_${channel}_attempt_id`])}`,
     });
   });
 });

@@ -82,7 +82,7 @@ describe('send email: the seed checklist', () => {
     expect(providerPayload).toEqual({
       message_id: sent.message_id,
       idempotency_key: expect.stringMatching(
-        new RegExp(`^[0-9]+:[a-z0-9_]+:send_email_attempt:${emails[0].task.payload.send_email_attempt_id}$`),
+        new RegExp(`^[0-9]+:[a-z0-9_]+:send_email_attempt:${String(emails[0].task.payload.send_email_attempt_id)}$`),
       ),
       from_address: 'Team <team@example.com>',
       to_address: 'ada@example.com',
@@ -247,7 +247,7 @@ describe('send email: handlers and supervisor guards', () => {
       const again = await runAsWorker(db, 'comms.get_email_payload', email.payload);
       expect(again).toEqual({
         success: false,
-        validation_failure_message: `send_email_attempt ${email.payload.send_email_attempt_id} already has an outcome; not sending it again`,
+        validation_failure_message: `send_email_attempt ${String(email.payload.send_email_attempt_id)} already has an outcome; not sending it again`,
       });
       expect(
         await runAsWorker(db, 'comms.record_email_success', {

@@ -69,7 +69,7 @@ describe('send SMS: the seed checklist', () => {
     expect(providerPayload).toEqual({
       message_id: sent.message_id,
       idempotency_key: expect.stringMatching(
-        new RegExp(`^[0-9]+:[a-z0-9_]+:send_sms_attempt:${sms[0].task.payload.send_sms_attempt_id}$`),
+        new RegExp(`^[0-9]+:[a-z0-9_]+:send_sms_attempt:${String(sms[0].task.payload.send_sms_attempt_id)}$`),
       ),
       to_number: '+14155550100',
       from_number: '+442071838750',

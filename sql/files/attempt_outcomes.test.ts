@@ -128,7 +128,7 @@ describe('ended processes delete nothing', () => {
     expect(called).toBe(0);
     expect(done.result).toEqual({
       success: false,
-      validation_failure_message: `the deletion of account ${accountId} failed; not deleting file ${fileId} for attempt ${task.payload.file_deletion_attempt_id}`,
+      validation_failure_message: `the deletion of account ${accountId} failed; not deleting file ${fileId} for attempt ${String(task.payload.file_deletion_attempt_id)}`,
     });
     expect((await db.query('select files.is_file_deleted($1) as d', [fileId])).rows[0].d).toBe(false);
     expect(rows[0].id).toBeGreaterThan(0);

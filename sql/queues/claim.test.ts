@@ -2,7 +2,6 @@
 // concurrency, the semantics of leases and completion, and the claim's independence
 // from history.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import pg from 'pg';
 import { createTestDatabase, explainNested, planNodes, sharedBuffers, type TestDatabase } from '@org/db-tools/testing';
 
 let db: TestDatabase;

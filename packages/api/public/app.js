@@ -777,7 +777,10 @@ async function tasks(params) {
       'aria-label': 'select all on this page',
       checked: current.length > 0 && current.every((t) => selected.has(t.task_id)),
       onchange: (e) => {
-        for (const t of current) e.target.checked ? selected.add(t.task_id) : selected.delete(t.task_id);
+        for (const t of current) {
+          if (e.target.checked) selected.add(t.task_id);
+          else selected.delete(t.task_id);
+        }
         list.querySelectorAll('input[data-select]').forEach((c) => {
           c.checked = e.target.checked;
         });
@@ -797,7 +800,8 @@ async function tasks(params) {
             'aria-label': `select task ${t.task_id}`,
             checked: selected.has(t.task_id),
             onchange: (e) => {
-              e.target.checked ? selected.add(t.task_id) : selected.delete(t.task_id);
+              if (e.target.checked) selected.add(t.task_id);
+              else selected.delete(t.task_id);
               updateSelection();
             },
           }),
@@ -1098,7 +1102,8 @@ async function deadLetters(params) {
             'aria-label': `select task ${d.task_id}`,
             checked: sel.has(d.task_id),
             onchange: (e) => {
-              e.target.checked ? sel.add(d.task_id) : sel.delete(d.task_id);
+              if (e.target.checked) sel.add(d.task_id);
+              else sel.delete(d.task_id);
             },
           }),
         ),

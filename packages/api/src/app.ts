@@ -559,7 +559,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
     const { text, contentType } = await renderApiMetrics(store);
     return reply.header('content-type', contentType).send(text);
   });
-  app.get('/healthz', async () => ({ ok: true }));
+  app.get('/healthz', () => Promise.resolve({ ok: true }));
   app.get('/readyz', async () => {
     await store.taskTypes();
     return { ok: true };

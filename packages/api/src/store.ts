@@ -3,7 +3,7 @@
  * with rows mapped to the JSON the API returns (bigint counts and ids as numbers).
  */
 import type pg from 'pg';
-import { enqueue, listTaskResults, type JsonObject } from '@org/queue-client';
+import { enqueue, listTaskResults } from '@org/queue-client';
 import { capacityList } from './queries/capacity.queries.js';
 import { deadLetterList } from './queries/dead_letter.queries.js';
 import { leaseRecoverStale, leaseStaleList } from './queries/lease.queries.js';

@@ -116,7 +116,7 @@ describe('files service', () => {
     const before = Date.now();
     const res = await sign({ bucket: 'user-uploads', object_key: 'users/7/recording 1.wav' });
     expect(res.statusCode).toBe(200);
-    const { url, expires_at } = res.json() as { url: string; expires_at: string };
+    const { url, expires_at } = res.json<{ url: string; expires_at: string }>();
     const u = new URL(url);
     expect(u.origin).toBe(gcs.url);
     expect(u.pathname).toBe('/user-uploads/users/7/recording%201.wav');
@@ -139,7 +139,7 @@ describe('files service', () => {
 
   it('a tampered signed URL is refused by storage (the fake checks signatures)', async () => {
     const res = await sign({ bucket: 'user-uploads', object_key: 'users/7/recording 1.wav' });
-    const url = new URL((res.json() as { url: string }).url);
+    const url = new URL(res.json<{ url: string }>().url);
     url.pathname = '/user-uploads/users/7/other.wav';
     gcs.put('user-uploads', 'users/7/other.wav');
     const del = await fetch(url, { method: 'DELETE' });

@@ -142,5 +142,7 @@ function transportError(what: string, url: string, err: unknown, signal: AbortSi
     return out;
   }
   const cause = e?.cause?.code ?? e?.cause?.message ?? e?.message ?? String(err);
-  return new Error(`files-service: request to ${what} ${safeUrl(url)} failed: ${String(cause)}`);
+  return new Error(
+    `files-service: request to ${what} ${safeUrl(url)} failed: ${typeof cause === 'string' ? cause : JSON.stringify(cause)}`,
+  );
 }

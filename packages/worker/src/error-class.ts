@@ -64,7 +64,7 @@ const UNPAIRED_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbf
  * anything past MAX_MESSAGE_LENGTH characters is cut (marked "[truncated]"). Never empty.
  */
 export function sanitizeMessage(text: string): string {
-  let clean = text.replace(/\u0000/g, '\ufffd');
+  let clean = text.replaceAll('\u0000', '\ufffd');
   if (clean.length > MAX_MESSAGE_LENGTH) clean = `${clean.slice(0, MAX_MESSAGE_LENGTH)} [truncated]`;
   clean = clean.replace(UNPAIRED_SURROGATE, '\ufffd');
   return clean.trim() === '' ? '(empty error message)' : clean;

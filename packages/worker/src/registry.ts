@@ -11,7 +11,7 @@ import { handlerTaskProcessor } from './processors/handler-task.js';
  * analytics_refresh).
  */
 export function defaultRegistry(
-  providers: { email: Provider<any>; sms: Provider<any>; file_delete: Provider<any> },
+  providers: { email: Provider<unknown>; sms: Provider<unknown>; file_delete: Provider<unknown> },
   menuPlatform?: MenuPlatform,
 ): ProcessorRegistry {
   const registry = new ProcessorRegistry()

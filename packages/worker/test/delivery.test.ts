@@ -66,7 +66,7 @@ function worker(id: string): Child {
 async function killMidCall(fake: FakeResend | FakeTwilio, label: string): Promise<void> {
   fake.hold();
   const first = worker(`${label}-first`);
-  await eventually(async () => fake.requests.length === 1, `${label}: the provider received the call`);
+  await eventually(() => fake.requests.length === 1, `${label}: the provider received the call`);
   first.process.kill('SIGKILL');
   expect((await first.exited).signal).toBe('SIGKILL');
   fake.release();

@@ -43,7 +43,7 @@ describe('worker process', () => {
     for (let i = 0; i < 4; i++) ids.push(await enqueue(db, 'slow', { ms: 1500 }));
     const child = worker({ WORKER_ROLE: 'slow', CONCURRENCY: '2', SHUTDOWN_GRACE_MS: '10000' });
     const started = () => logLines(child.output()).filter((l) => l.event === 'task_started').length;
-    await eventually(async () => started() === 2, 'two tasks running');
+    await eventually(() => started() === 2, 'two tasks running');
     const leasedBefore = (
       await db.query(`select count(*)::int as n from queues.task_lease where worker_id = 'child-0'`)
     ).rows[0].n;
@@ -297,7 +297,7 @@ describe('configuration', () => {
 
   it('the password in DATABASE_URL never reaches the logs', async () => {
     const child = startChild({ DATABASE_URL: url(), WORKER_ROLE: 'db_function', POLL_INTERVAL_MS: '100' }, cli);
-    await eventually(async () => child.output().includes('worker_started'), 'worker started');
+    await eventually(() => child.output().includes('worker_started'), 'worker started');
     child.process.kill('SIGTERM');
     expect((await child.exited).code).toBe(0);
     const password = new URL(url()).password;

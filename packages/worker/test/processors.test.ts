@@ -173,10 +173,10 @@ describe('handler processor', () => {
   const provider: Provider<{ to: string; idempotency_key?: string }> = {
     name: 'test-provider',
     payloadSchema: z.strictObject({ to: z.string().min(1), idempotency_key: z.string().optional() }),
-    async send(payload, context) {
+    send(payload, context) {
       calls.push({ payload, taskId: context.taskId });
-      if (failWith) throw new Error(failWith);
-      return { delivered_to: payload.to, provider_id: 'p-1' };
+      if (failWith) return Promise.reject(new Error(failWith));
+      return Promise.resolve({ delivered_to: payload.to, provider_id: 'p-1' });
     },
   };
   const processor = handlerTaskProcessor(provider);

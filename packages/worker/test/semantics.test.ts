@@ -187,7 +187,7 @@ describe('a completion made by someone else (item 2)', () => {
     // Another claimer (with a clock an hour ahead) finds the lease expired and abandons the task.
     await db.query(`select * from queues.claim_tasks_at(now() + interval '1 hour', 'other', 10, null, 60, 1)`);
     expect((await factsOf(db, id)).outcome).toBe('abandoned');
-    await eventually(async () => lost.length + done.length > 0, 'the worker to finish the step');
+    await eventually(() => lost.length + done.length > 0, 'the worker to finish the step');
     expect(done).toEqual([]);
     expect(lost).toEqual([id]);
     expect(await effects(db, 'abandoned-under-me')).toBe(0);
@@ -204,7 +204,7 @@ describe('one run of a task at a time (item 4)', () => {
       workerId: 'sem-twice',
     });
     const id = await enqueue('test_channel', { to: 'twice?' });
-    await eventually(async () => rec.calls.length === 1, 'the provider call');
+    await eventually(() => rec.calls.length === 1, 'the provider call');
     // The worker is taken for dead (last seen an hour ago) and its lease revoked; it is
     // still running the task, and claims it again.
     const client = await db.client('owner');

@@ -24,9 +24,9 @@ const exporter = new InMemorySpanExporter();
 const provider: Provider<{ to: string; idempotency_key?: string }> = {
   name: 'test-provider',
   payloadSchema: z.strictObject({ to: z.string().min(1), idempotency_key: z.string().optional() }),
-  async send(payload) {
-    if (payload.to === 'fail@example.com') throw new Error('mailbox unavailable');
-    return { delivered_to: payload.to };
+  send(payload) {
+    if (payload.to === 'fail@example.com') return Promise.reject(new Error('mailbox unavailable'));
+    return Promise.resolve({ delivered_to: payload.to });
   },
 };
 
@@ -71,7 +71,7 @@ afterAll(async () => {
 describe('without an SDK', () => {
   it('is disabled, runs steps straight through, and the worker emits no span', async () => {
     expect(tracingEnabled()).toBe(false);
-    expect(await traceStep('queue.handler', {}, async () => 42)).toBe(42);
+    expect(await traceStep('queue.handler', {}, () => Promise.resolve(42))).toBe(42);
     const id = await enqueue(db, 'db_function', { db_function: 'fixture.step', key: 'no-sdk' });
     await runUntilDone(newWorker('trace-off'), [id]);
     expect((await factsOf(db, id)).outcome).toBe('succeeded');

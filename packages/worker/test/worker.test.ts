@@ -212,7 +212,7 @@ describe('worker loop', () => {
       leaseSeconds: 1,
       heartbeatIntervalMs: 250,
     });
-    await eventually(async () => slow.calls.length === 1, 'the slow call started');
+    await eventually(() => slow.calls.length === 1, 'the slow call started');
     // A second worker polls the whole time the first is busy.
     await startWorker({
       registry: new ProcessorRegistry().register('test_channel', handlerTaskProcessor(other.provider)),

@@ -141,7 +141,7 @@ async function main(): Promise<number> {
     process.once(signal, () => {
       log(`bench: ${signal}, cleaning up`);
       killAllRunners();
-      server.stop({ destroy: true }).finally(() => process.exit(130));
+      void server.stop({ destroy: true }).finally(() => process.exit(130));
     });
   }
   let exitCode = 0;

@@ -310,10 +310,9 @@ class Harness {
   ): Promise<{ at: number; n: number }> {
     return withClient(db.root, async (c) => {
       const deadline = performance.now() + timeoutMs;
-      let n = -1;
       for (;;) {
         const { rows } = await c.query<{ n: number }>(sql, params);
-        n = rows[0]!.n;
+        const n = rows[0]!.n;
         const now = performance.now();
         if (n >= target) return { at: now, n };
         if (now > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what} (${n} of ${target})`);
@@ -644,10 +643,11 @@ class Harness {
       await this.drain('ours', trial, {
         processes: 1,
         metric: 'dashboard_drain_polled',
-        prepare: async (db) => {
+        prepare: (db) => {
           const { roles, rolePasswords } = this.server;
           pollers = new DashboardPollers(withDatabase(this.server.rootUrl, db.name, roles.api, rolePasswords.api));
           pollers.start();
+          return Promise.resolve();
         },
         drained: async () => {
           stats = await pollers?.stop();

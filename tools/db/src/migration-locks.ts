@@ -122,7 +122,9 @@ export async function checkMigrationLocks(options: {
           await client.query('commit');
         } catch (error) {
           await client.query('rollback').catch(() => {});
-          throw new Error(`${migration.name} failed: ${error instanceof Error ? error.message : String(error)}`);
+          throw new Error(`${migration.name} failed: ${error instanceof Error ? error.message : String(error)}`, {
+            cause: error,
+          });
         }
       }
       if (!blank && lockTimeout === '0') {

@@ -470,7 +470,10 @@ export function unifiedDiff(
     const prevK = k === -d || (k !== d && (vd.get(k - 1) ?? -1) < (vd.get(k + 1) ?? -1)) ? k + 1 : k - 1;
     const prevI = vd.get(prevK) ?? 0;
     const prevJ = prevI - prevK;
-    while (i > prevI && j > prevJ) (ops.push({ op: ' ', text: xs[--i]! }), j--);
+    while (i > prevI && j > prevJ) {
+      ops.push({ op: ' ', text: xs[--i]! });
+      j--;
+    }
     if (d > 0) {
       if (i === prevI) ops.push({ op: '+', text: ys[--j]! });
       else ops.push({ op: '-', text: xs[--i]! });

@@ -162,7 +162,7 @@ export async function startFakeGcs(options: FakeGcsOptions = {}): Promise<FakeGc
     },
     () => objects.clear(),
   );
-  const failNext = server.failNext;
+  const failNext = server.failNext.bind(server);
   return Object.assign(server, {
     failNext: (n: number, status = 503, message?: string) => failNext(n, status, message),
     put(bucket: string, objectKey: string, content = '') {

@@ -22,7 +22,7 @@
  * by an earlier lease is not repeated; the task fails with an "unknown outcome" error.
  */
 import { handlerTaskPayload, type Provider } from '@org/handler-types';
-import { withTransaction, type JsonObject } from '@org/queue-client';
+import { withTransaction } from '@org/queue-client';
 import { finish, recordCompletion } from '../completion.js';
 import { classifyError, errorMessage, isTransient, sanitizeMessage } from '../error-class.js';
 import { failureOf, HandlerInvoker } from '../handler-invoker.js';

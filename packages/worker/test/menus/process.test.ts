@@ -101,7 +101,7 @@ it('SIGKILL mid-resync: the store stays locked until stale recovery; then anothe
     LEASE_SECONDS: '3600',
     HEARTBEAT_INTERVAL_MS: '200',
   });
-  await eventually(async () => fake.menuFetches(platformId) === 1, 'the worker is mid-resync', 30_000);
+  await eventually(() => Promise.resolve(fake.menuFetches(platformId) === 1), 'the worker is mid-resync', 30_000);
   await eventually(
     async () =>
       (

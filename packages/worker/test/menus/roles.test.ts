@@ -83,7 +83,7 @@ describe('entry_point_discovery', () => {
     expect(next.map((t) => t.payload.platform_dispensary_id).sort()).toEqual(
       rows.map((r) => r.platform_dispensary_id).sort(),
     );
-    expect(next.every((t) => t.priority === 50 && t.resource_key === `store:${t.payload.store_id}`)).toBe(true);
+    expect(next.every((t) => t.priority === 50 && t.resource_key === `store:${String(t.payload.store_id)}`)).toBe(true);
   });
 
   it('a menu URL the platform does not know fails every attempt: dead letter, no platform id, no follow-up', async () => {
@@ -135,7 +135,8 @@ describe('product_discovery', () => {
     // so go through a hand-made platform that returns it to the processor.
     const platform = {
       ...createHttpMenuPlatform({ baseUrl: fake.url }),
-      fetchMenu: async () => ({ products: [{ id: 'x', name: '', price_cents: 1, in_stock: true, quantity: 1 }] }),
+      fetchMenu: () =>
+        Promise.resolve({ products: [{ id: 'x', name: '', price_cents: 1, in_stock: true, quantity: 1 }] }),
     };
     const { rows } = await db.query(
       `select queues.enqueue('product_discovery', jsonb_build_object('store_id', store_id, 'platform_dispensary_id', 'd-x'), null, 50, null, 1)::text as id

@@ -13,9 +13,7 @@ export async function fastRetries(db: TestDatabase): Promise<void> {
 const noProvider = {
   name: 'unused',
   payloadSchema: undefined as never,
-  send: async () => {
-    throw new Error('unused');
-  },
+  send: () => Promise.reject(new Error('unused')),
 };
 
 /** A real Worker with the stock registry (menu roles against `fake`), started. */

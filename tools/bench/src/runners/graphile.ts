@@ -61,10 +61,11 @@ async function runProduce(config: ProduceConfig, ctl: Control): Promise<Record<s
 async function runWork(config: WorkConfig, ctl: Control): Promise<Record<string, unknown>> {
   const latencies: number[] = [];
   let handled = 0;
-  const bench: Task = async (payload) => {
+  const bench: Task = (payload) => {
     handled++;
     const t = (payload as { t?: unknown }).t;
     if (config.latency && typeof t === 'number') latencies.push(Date.now() - t);
+    return Promise.resolve();
   };
   await ctl.ready();
   const runner = await run({

@@ -76,12 +76,13 @@ async function runWork(config: WorkConfig, ctl: Control): Promise<Record<string,
   await b.work<{ n: number; t?: number }>(
     QUEUE,
     { batchSize: BATCH_SIZE, localConcurrency: config.concurrency, burstWhenBatchFull: true },
-    async (jobs) => {
+    (jobs) => {
       const now = Date.now();
       for (const job of jobs) {
         handled++;
         if (config.latency && typeof job.data.t === 'number') latencies.push(now - job.data.t);
       }
+      return Promise.resolve();
     },
   );
   await ctl.stop;

@@ -85,11 +85,20 @@ export const scenario: Scenario = {
         await stopWorker(b);
         a.process.kill('SIGCONT');
         // The stale worker wakes up, finishes its work and tries to record it.
-        const noticed = await waitFor(async () => logLines(a.output()).some((l) => l.event === 'lease_lost'), 15_000);
+        const noticed = await waitFor(
+          () => Promise.resolve(logLines(a.output()).some((l) => l.event === 'lease_lost')),
+          15_000,
+        );
         if (noticed) refused++;
         const exitA = await stopWorker(a);
         const leases = await leasesOf(db, taskId);
-        const facts = await one(
+        const facts = await one<{
+          completed_by: string | null;
+          outcome: string;
+          error_leases: string[];
+          effects: number;
+          records: number;
+        }>(
           db,
           `select c.task_lease_id::text as completed_by, c.outcome,
                   (select coalesce(array_agg(coalesce(e.task_lease_id::text, 'none') order by e.error_id), '{}') from queues.error e where e.task_id = $1) as error_leases,

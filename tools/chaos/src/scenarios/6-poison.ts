@@ -63,7 +63,7 @@ async function phase(db: ChaosDb, n: number, poison: boolean, tag: string, mode:
   await waitFor(
     async () =>
       (
-        await one(
+        await one<{ n: number }>(
           db,
           `select count(*)::int as n from pg_stat_activity where application_name = 'queue-worker-listen' and datname = current_database()`,
         )

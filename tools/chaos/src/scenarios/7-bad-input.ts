@@ -814,14 +814,16 @@ async function runCase(c: SqlCase): Promise<[boolean, string]> {
   if ('validation' in e) {
     if (error) return [false, `raised ${error.code}: ${error.message.slice(0, 160)}`];
     const row = (outcome as { rows: Record<string, unknown>[] }).rows[0] ?? {};
-    const message = String(row.validation_failure_message ?? '');
+    const failure = row.validation_failure_message;
+    const message = failure == null ? '' : typeof failure === 'string' ? failure : JSON.stringify(failure);
     return [e.validation.test(message), `validation_failure_message: ${message.slice(0, 160) || '(none)'}`];
   }
   if (error) return [false, `threw ${error.message}`];
   const res = outcome as { status: number; body: string };
-  let message = '';
+  let message: string;
   try {
-    message = String((JSON.parse(res.body) as { message?: unknown }).message ?? '');
+    const parsed = (JSON.parse(res.body) as { message?: unknown }).message;
+    message = parsed == null ? '' : typeof parsed === 'string' ? parsed : JSON.stringify(parsed);
   } catch {
     message = res.body;
   }
@@ -856,7 +858,7 @@ export const scenario: Scenario = {
     for (const c of sqlCases(db)) await one(c);
 
     // API requests, when @org/api is there.
-    let api: { inject: Function; close(): Promise<void>; ready(): Promise<unknown> } | undefined;
+    let api: { inject: Parameters<typeof apiCases>[0]; close(): Promise<void>; ready(): Promise<unknown> } | undefined;
     try {
       const mod = (await import('@org/api')) as unknown as { createApi: (c: Record<string, unknown>) => typeof api };
       const token = 'chaos-api-token-0123456789';
