@@ -1,5 +1,5 @@
 import { join } from 'node:path';
-import { Logger, LogLevel } from '@graphile/logger';
+import { Logger } from '@graphile/logger';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import JSON5 from 'json5';
 import { migrate, watch, type Settings } from 'graphile-migrate';
@@ -38,7 +38,7 @@ export function migrateSettings(options: {
 
 function quietLogger(): Logger {
   return new Logger(() => (level, message) => {
-    if (level === LogLevel.ERROR) process.stderr.write(`${message}\n`);
+    if (String(level) === 'error') process.stderr.write(`${message}\n`);
   });
 }
 
