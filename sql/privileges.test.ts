@@ -62,7 +62,9 @@ describe.each(['worker', 'app', 'api'] as const)('%s role', (role) => {
 
 describe.each(['app', 'api'] as const)('%s role and task types', (role) => {
   it('may enqueue every task type but the worker-only ones of sql/role-allowlist.json', async () => {
-    const types = (await db.query<{ task_type: string }>('select task_type from queues.task_type order by 1')).rows.map((r) => r.task_type);
+    const types = (await db.query<{ task_type: string }>('select task_type from queues.task_type order by 1')).rows.map(
+      (r) => r.task_type,
+    );
     const refused: string[] = [];
     const client = await db.pool(role).connect();
     try {
@@ -81,7 +83,9 @@ describe.each(['app', 'api'] as const)('%s role and task types', (role) => {
       client.release();
     }
     expect(refused).toEqual(allowlist.worker_only_task_types);
-    const internal = (await db.query<{ task_type: string }>('select task_type from queues.internal_task_type order by 1')).rows;
+    const internal = (
+      await db.query<{ task_type: string }>('select task_type from queues.internal_task_type order by 1')
+    ).rows;
     expect(internal.map((r) => r.task_type)).toEqual(allowlist.worker_only_task_types);
   });
 });
@@ -127,9 +131,13 @@ describe('functions we own', () => {
   });
 
   it('owner-only functions (the claim that takes a clock, maintenance) are refused to the worker', async () => {
-    await expect(db.pool('worker').query(`select queues.claim_tasks_at(now() + interval '1 day', 'w', 1, null, 60, 5)`)).rejects.toMatchObject({
+    await expect(
+      db.pool('worker').query(`select queues.claim_tasks_at(now() + interval '1 day', 'w', 1, null, 60, 5)`),
+    ).rejects.toMatchObject({
       code: '42501',
     });
-    await expect(db.pool('worker').query(`select queues.rebuild_task_pending()`)).rejects.toMatchObject({ code: '42501' });
+    await expect(db.pool('worker').query(`select queues.rebuild_task_pending()`)).rejects.toMatchObject({
+      code: '42501',
+    });
   });
 });

@@ -133,7 +133,9 @@ describe('capacity', () => {
          from admin.capacity_at($1::timestamptz + interval '1 hour', 'email', 3600, 600)`,
       [NOW],
     );
-    expect(rows).toEqual([{ completed_in_window: 0, tasks_per_worker_hour: null, workers_needed_1h: null, active_workers: 0 }]);
+    expect(rows).toEqual([
+      { completed_in_window: 0, tasks_per_worker_hour: null, workers_needed_1h: null, active_workers: 0 },
+    ]);
   });
 
   it('refuses bad input with the field named', async () => {
@@ -145,15 +147,19 @@ describe('capacity', () => {
       code: '22023',
       message: expect.stringMatching(/^window_seconds must be between 60/),
     });
-    await expect(db.query(`select * from admin.capacity_at(null, null, 3600, 600)`)).rejects.toMatchObject({ code: '22004' });
+    await expect(db.query(`select * from admin.capacity_at(null, null, 3600, 600)`)).rejects.toMatchObject({
+      code: '22004',
+    });
   });
 
   it('the API role may call capacity() but not the clock-taking capacity_at()', async () => {
     const { rows } = await db.pool('api').query(`select * from admin.capacity('email')`);
     expect(rows).toHaveLength(1);
-    await expect(db.pool('api').query(`select * from admin.capacity_at(now(), null, 3600, 600)`)).rejects.toMatchObject({
-      code: '42501',
-    });
+    await expect(db.pool('api').query(`select * from admin.capacity_at(now(), null, 3600, 600)`)).rejects.toMatchObject(
+      {
+        code: '42501',
+      },
+    );
   });
 });
 
@@ -190,7 +196,8 @@ describe('history', () => {
     // History is never scanned: the facts are reached by the completion-time index
     // (the window's rows) and by primary key.
     const seqScans = nodes.filter(
-      (n) => n['Node Type'] === 'Seq Scan' && ['task', 'task_lease', 'task_completed'].includes(n['Relation Name'] ?? ''),
+      (n) =>
+        n['Node Type'] === 'Seq Scan' && ['task', 'task_lease', 'task_completed'].includes(n['Relation Name'] ?? ''),
     );
     expect(seqScans).toEqual([]);
     const completedScans = nodes.filter((n) => n['Relation Name'] === 'task_completed');

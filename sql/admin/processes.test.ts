@@ -25,14 +25,21 @@ async function runSupervisors(): Promise<number> {
 }
 
 it('an account deletion shows its own facts and its children’s, oldest first per root', async () => {
-  const { rows: [account] } = await db.query<{ account_id: string }>(
+  const {
+    rows: [account],
+  } = await db.query<{ account_id: string }>(
     `insert into accounts.account (email, display_name) values ('a@example.com', 'A') returning account_id`,
   );
-  await db.query(`insert into files.file (account_id, bucket, object_key) values ($1, 'bucket-one', 'k/1')`, [account.account_id]);
-  const { rows: [kick] } = await db.pool('app').query<{ account_deletion_task_id: string }>(
-    'select * from api.request_account_deletion($1)',
-    [account.account_id],
-  );
+  await db.query(`insert into files.file (account_id, bucket, object_key) values ($1, 'bucket-one', 'k/1')`, [
+    account.account_id,
+  ]);
+  const {
+    rows: [kick],
+  } = await db
+    .pool('app')
+    .query<{ account_deletion_task_id: string }>('select * from api.request_account_deletion($1)', [
+      account.account_id,
+    ]);
   await runSupervisors();
   await runSupervisors();
 
@@ -42,7 +49,11 @@ it('an account deletion shows its own facts and its children’s, oldest first p
     [kick.account_deletion_task_id],
   );
   const own = rows.filter((r) => r.process === 'account_deletion');
-  expect(own[0]).toMatchObject({ fact: 'started', root_id: kick.account_deletion_task_id, detail: { account_id: Number(account.account_id) } });
+  expect(own[0]).toMatchObject({
+    fact: 'started',
+    root_id: kick.account_deletion_task_id,
+    detail: { account_id: Number(account.account_id) },
+  });
   expect(own.map((r) => r.fact)).toContain('supervisor_run');
   const children = new Set(rows.filter((r) => r.process !== 'account_deletion').map((r) => r.process));
   expect(children.has('file_deletion')).toBe(true);

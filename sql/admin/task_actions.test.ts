@@ -18,11 +18,27 @@ async function reset(): Promise<void> {
   await db.query('alter table queues.task enable trigger forbid_update');
 }
 const enqueue = async (type = 'email', scheduledIn?: string, resourceKey?: string): Promise<number> =>
-  Number((await db.pool('owner').query(`select queues.enqueue($1, '{"a": 1}'::jsonb, now() + coalesce($2::interval, '0'), null, $3) as id`, [type, scheduledIn ?? null, resourceKey ?? null])).rows[0].id);
+  Number(
+    (
+      await db
+        .pool('owner')
+        .query(`select queues.enqueue($1, '{"a": 1}'::jsonb, now() + coalesce($2::interval, '0'), null, $3) as id`, [
+          type,
+          scheduledIn ?? null,
+          resourceKey ?? null,
+        ])
+    ).rows[0].id,
+  );
 const api = (d: TestDatabase) => d.pool('api');
-const cancel = (ids: number[], reason?: string) => api(db).query<{ task_id: string; result: string }>('select * from admin.cancel_tasks($1, $2)', [ids, reason ?? null]);
+const cancel = (ids: number[], reason?: string) =>
+  api(db).query<{ task_id: string; result: string }>('select * from admin.cancel_tasks($1, $2)', [ids, reason ?? null]);
 const results = (rows: { task_id: string; result: string }[]) => rows.map((r) => [Number(r.task_id), r.result]);
-const counts = async () => (await db.query(`select (select count(*)::int from queues.task_completed) as completed, (select count(*)::int from queues.task_pending) as pending, (select count(*)::int from queues.task_run_now) as run_now`)).rows[0];
+const counts = async () =>
+  (
+    await db.query(
+      `select (select count(*)::int from queues.task_completed) as completed, (select count(*)::int from queues.task_pending) as pending, (select count(*)::int from queues.task_run_now) as run_now`,
+    )
+  ).rows[0];
 
 describe('cancel', () => {
   beforeEach(reset);
@@ -33,8 +49,15 @@ describe('cancel', () => {
     const running = await enqueue('sms');
     await db.pool('worker').query(`select * from queues.claim_tasks('w1', 1, '{sms}', 60)`);
     const { rows } = await cancel([ready, later, running, 999999], 'operator asked');
-    expect(results(rows)).toEqual([[ready, 'cancelled'], [later, 'cancelled'], [running, 'running'], [999999, 'unknown_task']]);
-    const facts = await db.query(`select c.task_id::int, c.outcome, c.task_lease_id, x.reason from queues.task_completed c join queues.task_cancelled x using (task_id) order by 1`);
+    expect(results(rows)).toEqual([
+      [ready, 'cancelled'],
+      [later, 'cancelled'],
+      [running, 'running'],
+      [999999, 'unknown_task'],
+    ]);
+    const facts = await db.query(
+      `select c.task_id::int, c.outcome, c.task_lease_id, x.reason from queues.task_completed c join queues.task_cancelled x using (task_id) order by 1`,
+    );
     expect(facts.rows).toEqual([
       { task_id: ready, outcome: 'cancelled', task_lease_id: null, reason: 'operator asked' },
       { task_id: later, outcome: 'cancelled', task_lease_id: null, reason: 'operator asked' },
@@ -71,10 +94,20 @@ describe('cancel', () => {
     const ids = [await enqueue('email'), await enqueue('email'), await enqueue('email')];
     await enqueue('sms');
     const scheduled = await enqueue('email', '1 day');
-    const { rows } = await api(db).query('select * from admin.cancel_tasks_matching($1, $2, $3)', ['email', 'ready', 2]);
-    expect(results(rows)).toEqual([[ids[0], 'cancelled'], [ids[1], 'cancelled']]);
+    const { rows } = await api(db).query('select * from admin.cancel_tasks_matching($1, $2, $3)', [
+      'email',
+      'ready',
+      2,
+    ]);
+    expect(results(rows)).toEqual([
+      [ids[0], 'cancelled'],
+      [ids[1], 'cancelled'],
+    ]);
     const all = await api(db).query('select * from admin.cancel_tasks_matching($1, null, 100)', ['email']);
-    expect(results(all.rows)).toEqual([[ids[2], 'cancelled'], [scheduled, 'cancelled']]);
+    expect(results(all.rows)).toEqual([
+      [ids[2], 'cancelled'],
+      [scheduled, 'cancelled'],
+    ]);
   });
 
   it.each([
@@ -87,23 +120,35 @@ describe('cancel', () => {
   ])('refuses %s and writes nothing', async (_name, args, code, message) => {
     const id = await enqueue();
     const before = await counts();
-    await expect(api(db).query('select * from admin.cancel_tasks($1, $2)', args as unknown[])).rejects.toMatchObject({ code, message: expect.stringContaining(message) });
+    await expect(api(db).query('select * from admin.cancel_tasks($1, $2)', args as unknown[])).rejects.toMatchObject({
+      code,
+      message: expect.stringContaining(message),
+    });
     expect(await counts()).toEqual(before);
     expect(id).toBeGreaterThan(0);
   });
 
   it('refuses a bad filter: unknown type, a state that is not cancellable, no limit', async () => {
     await enqueue();
-    await expect(api(db).query(`select * from admin.cancel_tasks_matching('nope', null, 10)`)).rejects.toMatchObject({ code: '22023' });
-    await expect(api(db).query(`select * from admin.cancel_tasks_matching(null, 'running', 10)`)).rejects.toMatchObject({ code: '22023', message: expect.stringContaining('scheduled, ready or retrying') });
-    await expect(api(db).query(`select * from admin.cancel_tasks_matching(null, null, null)`)).rejects.toMatchObject({ code: '22023', message: expect.stringContaining('limit') });
+    await expect(api(db).query(`select * from admin.cancel_tasks_matching('nope', null, 10)`)).rejects.toMatchObject({
+      code: '22023',
+    });
+    await expect(api(db).query(`select * from admin.cancel_tasks_matching(null, 'running', 10)`)).rejects.toMatchObject(
+      { code: '22023', message: expect.stringContaining('scheduled, ready or retrying') },
+    );
+    await expect(api(db).query(`select * from admin.cancel_tasks_matching(null, null, null)`)).rejects.toMatchObject({
+      code: '22023',
+      message: expect.stringContaining('limit'),
+    });
     expect((await counts()).completed).toBe(0);
   });
 
   it('the worker and app roles may not cancel', async () => {
     const id = await enqueue();
     for (const role of ['worker', 'app'] as const) {
-      await expect(db.pool(role).query('select * from admin.cancel_tasks($1)', [[id]])).rejects.toMatchObject({ code: '42501' });
+      await expect(db.pool(role).query('select * from admin.cancel_tasks($1)', [[id]])).rejects.toMatchObject({
+        code: '42501',
+      });
     }
   });
 });
@@ -115,11 +160,19 @@ describe('run now', () => {
     const later = await enqueue('email', '1 day');
     const ready = await enqueue('sms');
     const { rows } = await api(db).query('select * from admin.run_tasks_now($1)', [[later, ready, 424242]]);
-    expect(results(rows)).toEqual([[later, 'run_now'], [ready, 'not_scheduled'], [424242, 'unknown_task']]);
+    expect(results(rows)).toEqual([
+      [later, 'run_now'],
+      [ready, 'not_scheduled'],
+      [424242, 'unknown_task'],
+    ]);
     await db.query('select queues.rebuild_task_pending()');
-    const claimed = await db.pool('worker').query(`select task_id::int from queues.claim_tasks('w1', 10, '{email}', 60)`);
+    const claimed = await db
+      .pool('worker')
+      .query(`select task_id::int from queues.claim_tasks('w1', 10, '{email}', 60)`);
     expect(claimed.rows).toEqual([{ task_id: later }]);
-    expect(results((await api(db).query('select * from admin.run_tasks_now($1)', [[later]])).rows)).toEqual([[later, 'not_scheduled']]);
+    expect(results((await api(db).query('select * from admin.run_tasks_now($1)', [[later]])).rows)).toEqual([
+      [later, 'not_scheduled'],
+    ]);
   });
 
   it('refuses bad selections and writes nothing', async () => {
@@ -135,8 +188,12 @@ describe('redrive many', () => {
 
   async function deadLetter(): Promise<number> {
     const id = await enqueue('db_function');
-    const { rows } = await db.pool('worker').query(`select task_lease_id from queues.claim_tasks('w1', 1, '{db_function}', 60)`);
-    await db.pool('worker').query(`select * from queues.complete_tasks($1, $2, '{failed}')`, [[id], [rows[0].task_lease_id]]);
+    const { rows } = await db
+      .pool('worker')
+      .query(`select task_lease_id from queues.claim_tasks('w1', 1, '{db_function}', 60)`);
+    await db
+      .pool('worker')
+      .query(`select * from queues.complete_tasks($1, $2, '{failed}')`, [[id], [rows[0].task_lease_id]]);
     return id;
   }
 
@@ -145,9 +202,15 @@ describe('redrive many', () => {
     const b = await deadLetter();
     const live = await enqueue();
     const { rows } = await api(db).query('select * from admin.redrive_tasks($1)', [[a, live, 777777]]);
-    expect(rows.map((r) => [Number(r.task_id), r.result, r.new_task_id === null])).toEqual([[a, 'redriven', false], [live, 'not_a_dead_letter', true], [777777, 'unknown_task', true]]);
+    expect(rows.map((r) => [Number(r.task_id), r.result, r.new_task_id === null])).toEqual([
+      [a, 'redriven', false],
+      [live, 'not_a_dead_letter', true],
+      [777777, 'unknown_task', true],
+    ]);
     const byFilter = await api(db).query(`select * from admin.redrive_tasks_matching('db_function', 10)`);
     expect(byFilter.rows.map((r) => [Number(r.task_id), r.result])).toEqual([[b, 'redriven']]);
-    await expect(api(db).query(`select * from admin.redrive_tasks_matching(null, 501)`)).rejects.toMatchObject({ code: '22023' });
+    await expect(api(db).query(`select * from admin.redrive_tasks_matching(null, 501)`)).rejects.toMatchObject({
+      code: '22023',
+    });
   });
 });

@@ -13,13 +13,37 @@ afterAll(async () => {
   await db?.drop();
 });
 
-type Args = { type?: string; state?: string; limit?: number; before?: number; worker?: string; key?: string; from?: string; to?: string; path?: string[]; value?: unknown };
+type Args = {
+  type?: string;
+  state?: string;
+  limit?: number;
+  before?: number;
+  worker?: string;
+  key?: string;
+  from?: string;
+  to?: string;
+  path?: string[];
+  value?: unknown;
+};
 const list = async (a: Args) =>
   (
-    await db.pool('api').query<{ task_id: string; state: string }>(
-      'select * from admin.list_tasks($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)',
-      [a.type ?? null, a.state ?? null, a.limit ?? null, a.before ?? null, a.worker ?? null, a.key ?? null, a.from ?? null, a.to ?? null, a.path ?? null, a.value === undefined ? null : JSON.stringify(a.value)],
-    )
+    await db
+      .pool('api')
+      .query<{ task_id: string; state: string }>(
+        'select * from admin.list_tasks($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)',
+        [
+          a.type ?? null,
+          a.state ?? null,
+          a.limit ?? null,
+          a.before ?? null,
+          a.worker ?? null,
+          a.key ?? null,
+          a.from ?? null,
+          a.to ?? null,
+          a.path ?? null,
+          a.value === undefined ? null : JSON.stringify(a.value),
+        ],
+      )
   ).rows.map((r) => Number(r.task_id));
 
 describe('filters', () => {
@@ -36,7 +60,10 @@ describe('filters', () => {
       ['sms', { to: '+2', n: 8 }, null, '2020-01-01T13:00:00Z'],
     ] as const;
     for (const [type, payload, key, at] of rows) {
-      const { rows: r } = await db.query(`insert into queues.task (task_type, payload, resource_key, enqueued_at, scheduled_at) values ($1, $2, $3, $4, $4) returning task_id`, [type, payload, key, at]);
+      const { rows: r } = await db.query(
+        `insert into queues.task (task_type, payload, resource_key, enqueued_at, scheduled_at) values ($1, $2, $3, $4, $4) returning task_id`,
+        [type, payload, key, at],
+      );
       ids.push(Number(r[0].task_id));
     }
     await db.query('select queues.rebuild_task_pending()');
@@ -69,7 +96,10 @@ describe('filters', () => {
     ['an unknown state', { state: 'lost' }, 'unknown state'],
     ['an unknown type', { type: 'fax' }, 'unknown task_type'],
   ])('refuses %s (22023)', async (_name, args, message) => {
-    await expect(list(args as Args)).rejects.toMatchObject({ code: '22023', message: expect.stringContaining(message) });
+    await expect(list(args as Args)).rejects.toMatchObject({
+      code: '22023',
+      message: expect.stringContaining(message),
+    });
   });
 });
 
@@ -101,22 +131,39 @@ describe('keyset pagination at 1,000,000 rows', () => {
 
   /** The plan of the list statement run inside list_tasks_at. */
   async function plan(args: unknown[]): Promise<PlanNode[]> {
-    const plans = await explainNested(root, 'select * from admin.list_tasks($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)', args);
+    const plans = await explainNested(
+      root,
+      'select * from admin.list_tasks($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)',
+      args,
+    );
     const inner = plans.find((p) => p.query.includes('order by') && p.query.includes('limit $5'));
     expect(inner, 'the list statement was explained').toBeDefined();
     return planNodes(inner!.plan);
   }
-  const seqScans = (nodes: PlanNode[]) => nodes.filter((n) => n['Node Type'] === 'Seq Scan' && ['task', 'task_completed', 'task_lease'].includes(n['Relation Name'] ?? ''));
+  const seqScans = (nodes: PlanNode[]) =>
+    nodes.filter(
+      (n) =>
+        n['Node Type'] === 'Seq Scan' && ['task', 'task_completed', 'task_lease'].includes(n['Relation Name'] ?? ''),
+    );
   /** Rows a relation's scans passed over: returned plus removed by a filter, over all loops. */
   const rowsRead = (nodes: PlanNode[], relation: string) =>
     nodes
       .filter((n) => n['Relation Name'] === relation)
-      .reduce((sum, n) => sum + (Number(n['Actual Rows'] ?? 0) + Number(n['Rows Removed by Filter'] ?? 0)) * Number(n['Actual Loops'] ?? 1), 0);
+      .reduce(
+        (sum, n) =>
+          sum +
+          (Number(n['Actual Rows'] ?? 0) + Number(n['Rows Removed by Filter'] ?? 0)) * Number(n['Actual Loops'] ?? 1),
+        0,
+      );
 
   it('no filter: the primary key, newest first; a deep page costs what the first does', async () => {
     const first = await plan([null, null, 50, null, null, null, null, null, null, null]);
     expect(seqScans(first)).toEqual([]);
-    expect(first.some((n) => n['Index Name'] === 'task_pkey' && n['Node Type'] === 'Index Scan' && n['Scan Direction'] === 'Backward')).toBe(true);
+    expect(
+      first.some(
+        (n) => n['Index Name'] === 'task_pkey' && n['Node Type'] === 'Index Scan' && n['Scan Direction'] === 'Backward',
+      ),
+    ).toBe(true);
     expect(rowsRead(first, 'task')).toBeLessThanOrEqual(50);
     const deep = await plan([null, null, 50, 300000, null, null, null, null, null, null]);
     expect(seqScans(deep)).toEqual([]);
@@ -126,13 +173,20 @@ describe('keyset pagination at 1,000,000 rows', () => {
   it('an outcome: task_completed by its key, newest first', async () => {
     const nodes = await plan([null, 'failed', 50, 500000, null, null, null, null, null, null]);
     expect(seqScans(nodes)).toEqual([]);
-    expect(nodes.some((n) => n['Relation Name'] === 'task_completed' && n['Index Name'] === 'task_completed_pkey' && n['Scan Direction'] === 'Backward')).toBe(true);
+    expect(
+      nodes.some(
+        (n) =>
+          n['Relation Name'] === 'task_completed' &&
+          n['Index Name'] === 'task_completed_pkey' &&
+          n['Scan Direction'] === 'Backward',
+      ),
+    ).toBe(true);
     // Every 50th task failed: a page of 50 passes over 50 × 50 completions (the filter's
     // selectivity times the page), not the million behind them.
     expect(rowsRead(nodes, 'task_completed')).toBeLessThanOrEqual(50 * 50 + 50);
   });
 
-  it('a resource key: its partial index, only that key\'s rows', async () => {
+  it("a resource key: its partial index, only that key's rows", async () => {
     const nodes = await plan([null, null, 50, null, null, 'store:500', null, null, null, null]);
     expect(seqScans(nodes)).toEqual([]);
     expect(nodes.some((n) => n['Index Name'] === 'task_resource_key_idx')).toBe(true);

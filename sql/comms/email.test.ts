@@ -4,7 +4,17 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { emailPayload } from '@org/handler-types';
-import { type ClaimedTask, type DriveOptions, claimDue, drive, pendingFor, processTask, rowCounts, runAsWorker, snapshot } from '../test-support/drive.ts';
+import {
+  type ClaimedTask,
+  type DriveOptions,
+  claimDue,
+  drive,
+  pendingFor,
+  processTask,
+  rowCounts,
+  runAsWorker,
+  snapshot,
+} from '../test-support/drive.ts';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -36,17 +46,15 @@ async function sendEmail(overrides: Partial<Record<string, unknown>> = {}) {
   };
   const { rows } = await db
     .pool('app')
-    .query(`select message_id::int, send_email_task_id::int, validation_failure_message from comms.send_email($1, $2, $3, $4, $5, $6, $7, $8)`, [
-      args.from,
-      args.to,
-      args.subject,
-      args.html,
-      args.text,
-      args.replyTo,
-      args.scheduledAt,
-      args.key,
-    ]);
-  return rows[0] as { message_id: number | null; send_email_task_id: number | null; validation_failure_message: string | null };
+    .query(
+      `select message_id::int, send_email_task_id::int, validation_failure_message from comms.send_email($1, $2, $3, $4, $5, $6, $7, $8)`,
+      [args.from, args.to, args.subject, args.html, args.text, args.replyTo, args.scheduledAt, args.key],
+    );
+  return rows[0] as {
+    message_id: number | null;
+    send_email_task_id: number | null;
+    validation_failure_message: string | null;
+  };
 }
 
 const facts = async (taskId: number) =>
@@ -55,7 +63,8 @@ const failureReason = async (taskId: number) =>
   (await db.query('select reason from comms.send_email_task_failed where send_email_task_id = $1', [taskId])).rows[0]
     ?.reason as string | undefined;
 const succeededTask = async (taskId: number) =>
-  (await db.query('select 1 from comms.send_email_task_succeeded where send_email_task_id = $1', [taskId])).rowCount === 1;
+  (await db.query('select 1 from comms.send_email_task_succeeded where send_email_task_id = $1', [taskId])).rowCount ===
+  1;
 /** Drives only this root's tasks (other tests' roots are left alone). */
 const driveRoot = (taskId: number, provider?: DriveOptions['provider']) =>
   drive(db, { provider, rootKey: 'send_email_task_id', rootId: taskId });
@@ -72,7 +81,9 @@ describe('send email: the seed checklist', () => {
     expect(emailPayload.safeParse(providerPayload).success).toBe(true);
     expect(providerPayload).toEqual({
       message_id: sent.message_id,
-      idempotency_key: expect.stringMatching(new RegExp(`^[0-9]+:[a-z0-9_]+:send_email_attempt:${emails[0].task.payload.send_email_attempt_id}$`)),
+      idempotency_key: expect.stringMatching(
+        new RegExp(`^[0-9]+:[a-z0-9_]+:send_email_attempt:${String(emails[0].task.payload.send_email_attempt_id)}$`),
+      ),
       from_address: 'Team <team@example.com>',
       to_address: 'ada@example.com',
       subject: 'Hello',
@@ -128,10 +139,16 @@ describe('send email: the seed checklist', () => {
     expect(await failureReason(sent.send_email_task_id!)).toBe('max_attempts_reached');
     expect(await succeededTask(sent.send_email_task_id!)).toBe(false);
     expect(processed.at(-1)!.result).toMatchObject({ status: 'max_attempts_reached' });
-    expect(await facts(sent.send_email_task_id!)).toMatchObject({ num_attempts: 3, num_failures: 3, num_outstanding: 0 });
+    expect(await facts(sent.send_email_task_id!)).toMatchObject({
+      num_attempts: 3,
+      num_failures: 3,
+      num_outstanding: 0,
+    });
     // A later stray run is a no-op that reports the outcome.
     const before = await rowCounts(db, ['comms', 'queues']);
-    expect(await runAsWorker(db, 'comms.send_email_supervisor', { send_email_task_id: sent.send_email_task_id })).toEqual({
+    expect(
+      await runAsWorker(db, 'comms.send_email_supervisor', { send_email_task_id: sent.send_email_task_id }),
+    ).toEqual({
       status: 'max_attempts_reached',
     });
     expect(await rowCounts(db, ['comms', 'queues'])).toEqual(before);
@@ -143,7 +160,9 @@ describe('send email: scheduling', () => {
     const at = new Date(Date.now() + 3 * 86_400_000);
     const sent = await sendEmail({ scheduledAt: at });
     const pending = await pendingFor(db, 'send_email_task_id', sent.send_email_task_id!);
-    expect(pending.map((t) => [t.task_type, t.scheduled_at.toISOString()])).toEqual([['db_function', at.toISOString()]]);
+    expect(pending.map((t) => [t.task_type, t.scheduled_at.toISOString()])).toEqual([
+      ['db_function', at.toISOString()],
+    ]);
     expect(await facts(sent.send_email_task_id!)).toMatchObject({ num_attempts: 0, num_runs: 0, scheduled_at: at });
 
     const { processed } = await drive(db, {
@@ -167,7 +186,11 @@ describe('send email: kickoff', () => {
     [{ key: '' }, 'idempotency_key must be 1 to 200 characters'],
   ])('refuses %j with a validation_failure_message and writes nothing', async (overrides, message) => {
     const before = await rowCounts(db, ['comms', 'queues']);
-    expect(await sendEmail(overrides)).toEqual({ message_id: null, send_email_task_id: null, validation_failure_message: message });
+    expect(await sendEmail(overrides)).toEqual({
+      message_id: null,
+      send_email_task_id: null,
+      validation_failure_message: message,
+    });
     expect(await rowCounts(db, ['comms', 'queues'])).toEqual(before);
   });
 
@@ -175,7 +198,10 @@ describe('send email: kickoff', () => {
     const before = await rowCounts(db, ['comms', 'queues']);
     const kickoff = (id: unknown) =>
       db.query('select send_email_task_id, validation_failure_message from comms.kickoff_send_email($1)', [id]);
-    expect((await kickoff(null)).rows[0]).toEqual({ send_email_task_id: null, validation_failure_message: 'message_id is required' });
+    expect((await kickoff(null)).rows[0]).toEqual({
+      send_email_task_id: null,
+      validation_failure_message: 'message_id is required',
+    });
     expect((await kickoff(999999)).rows[0]).toEqual({
       send_email_task_id: null,
       validation_failure_message: 'email message 999999 not found',
@@ -193,7 +219,9 @@ describe('send email: kickoff', () => {
   });
 
   it('apps may call send_email but no supervisor, handler or internal kickoff', async () => {
-    await expect(db.pool('app').query(`select comms.send_email_supervisor('{}')`)).rejects.toMatchObject({ code: '42501' });
+    await expect(db.pool('app').query(`select comms.send_email_supervisor('{}')`)).rejects.toMatchObject({
+      code: '42501',
+    });
     await expect(db.pool('app').query(`select comms.kickoff_send_email(1)`)).rejects.toMatchObject({ code: '42501' });
     await expect(db.pool('worker').query(`select comms.send_email('a@b.co','a@b.co','s','h')`)).rejects.toMatchObject({
       code: '42501',
@@ -219,12 +247,17 @@ describe('send email: handlers and supervisor guards', () => {
       const again = await runAsWorker(db, 'comms.get_email_payload', email.payload);
       expect(again).toEqual({
         success: false,
-        validation_failure_message: `send_email_attempt ${email.payload.send_email_attempt_id} already has an outcome; not sending it again`,
+        validation_failure_message: `send_email_attempt ${String(email.payload.send_email_attempt_id)} already has an outcome; not sending it again`,
       });
       expect(
-        await runAsWorker(db, 'comms.record_email_success', { original_payload: email.payload, worker_payload: { id: 'x' } }),
+        await runAsWorker(db, 'comms.record_email_success', {
+          original_payload: email.payload,
+          worker_payload: { id: 'x' },
+        }),
       ).toEqual({ success: true });
-      expect(await runAsWorker(db, 'comms.record_email_failure', { original_payload: email.payload, error: 'again' })).toEqual({
+      expect(
+        await runAsWorker(db, 'comms.record_email_failure', { original_payload: email.payload, error: 'again' }),
+      ).toEqual({
         success: true,
       });
       if (outcome.ok) expect(await snapshot(db, FACTS)).toEqual(once);
@@ -254,9 +287,14 @@ describe('send email: handlers and supervisor guards', () => {
       success: false,
       validation_failure_message: 'send_email_attempt 987654 not found',
     });
-    expect(await runAsWorker(db, 'comms.record_email_success', { worker_payload: {} })).toMatchObject({ success: false });
+    expect(await runAsWorker(db, 'comms.record_email_success', { worker_payload: {} })).toMatchObject({
+      success: false,
+    });
     expect(
-      await runAsWorker(db, 'comms.record_email_failure', { original_payload: { send_email_attempt_id: 987654 }, error: 'e' }),
+      await runAsWorker(db, 'comms.record_email_failure', {
+        original_payload: { send_email_attempt_id: 987654 },
+        error: 'e',
+      }),
     ).toEqual({ success: false, validation_failure_message: 'send_email_attempt 987654 not found' });
     expect(await rowCounts(db, ['comms', 'queues'])).toEqual(before);
   });

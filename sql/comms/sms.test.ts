@@ -4,7 +4,17 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { smsPayload } from '@org/handler-types';
-import { type ClaimedTask, type DriveOptions, claimDue, drive, pendingFor, processTask, rowCounts, runAsWorker, snapshot } from '../test-support/drive.ts';
+import {
+  type ClaimedTask,
+  type DriveOptions,
+  claimDue,
+  drive,
+  pendingFor,
+  processTask,
+  rowCounts,
+  runAsWorker,
+  snapshot,
+} from '../test-support/drive.ts';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -26,16 +36,18 @@ async function sendSms(overrides: Partial<Record<'to' | 'body' | 'from' | 'sched
   const a = { to: '+14155550100', body: 'Your code is 1234', from: null, scheduledAt: null, key: null, ...overrides };
   const { rows } = await db
     .pool('app')
-    .query(`select message_id::int, send_sms_task_id::int, validation_failure_message from comms.send_sms($1, $2, $3, $4, $5)`, [
-      a.to,
-      a.body,
-      a.from,
-      a.scheduledAt,
-      a.key,
-    ]);
-  return rows[0] as { message_id: number | null; send_sms_task_id: number | null; validation_failure_message: string | null };
+    .query(
+      `select message_id::int, send_sms_task_id::int, validation_failure_message from comms.send_sms($1, $2, $3, $4, $5)`,
+      [a.to, a.body, a.from, a.scheduledAt, a.key],
+    );
+  return rows[0] as {
+    message_id: number | null;
+    send_sms_task_id: number | null;
+    validation_failure_message: string | null;
+  };
 }
-const facts = async (taskId: number) => (await db.query('select * from comms.send_sms_supervisor_facts($1)', [taskId])).rows[0];
+const facts = async (taskId: number) =>
+  (await db.query('select * from comms.send_sms_supervisor_facts($1)', [taskId])).rows[0];
 const driveRoot = (taskId: number, provider?: DriveOptions['provider']) =>
   drive(db, { provider, rootKey: 'send_sms_task_id', rootId: taskId });
 
@@ -56,12 +68,18 @@ describe('send SMS: the seed checklist', () => {
     expect(smsPayload.safeParse(providerPayload).success).toBe(true);
     expect(providerPayload).toEqual({
       message_id: sent.message_id,
-      idempotency_key: expect.stringMatching(new RegExp(`^[0-9]+:[a-z0-9_]+:send_sms_attempt:${sms[0].task.payload.send_sms_attempt_id}$`)),
+      idempotency_key: expect.stringMatching(
+        new RegExp(`^[0-9]+:[a-z0-9_]+:send_sms_attempt:${String(sms[0].task.payload.send_sms_attempt_id)}$`),
+      ),
       to_number: '+14155550100',
       from_number: '+442071838750',
       body: 'Your code is 1234',
     });
-    expect(await facts(sent.send_sms_task_id!)).toMatchObject({ has_task_succeeded: true, num_attempts: 1, num_failures: 0 });
+    expect(await facts(sent.send_sms_task_id!)).toMatchObject({
+      has_task_succeeded: true,
+      num_attempts: 1,
+      num_failures: 0,
+    });
     expect(await pendingFor(db, 'send_sms_task_id', sent.send_sms_task_id!)).toEqual([]);
   });
 
@@ -72,7 +90,11 @@ describe('send SMS: the seed checklist', () => {
       ++calls === 1 ? { ok: false, error: 'twilio 500' } : { ok: true, worker_payload: { sid: 'SM1' } },
     );
     expect(processed.filter((p) => p.task.task_type === 'sms')).toHaveLength(2);
-    expect(await facts(sent.send_sms_task_id!)).toMatchObject({ has_task_succeeded: true, num_attempts: 2, num_failures: 1 });
+    expect(await facts(sent.send_sms_task_id!)).toMatchObject({
+      has_task_succeeded: true,
+      num_attempts: 2,
+      num_failures: 1,
+    });
   });
 
   it('max attempts: three failures end in send_sms_task_failed', async () => {
@@ -97,27 +119,43 @@ describe('send SMS: kickoff', () => {
     [{ from: '+0123' }, 'from_number must be an E.164 number such as +14155550100'],
   ])('refuses %j with a validation_failure_message and writes nothing', async (overrides, message) => {
     const before = await rowCounts(db, ['comms', 'queues']);
-    expect(await sendSms(overrides)).toEqual({ message_id: null, send_sms_task_id: null, validation_failure_message: message });
+    expect(await sendSms(overrides)).toEqual({
+      message_id: null,
+      send_sms_task_id: null,
+      validation_failure_message: message,
+    });
     expect(await rowCounts(db, ['comms', 'queues'])).toEqual(before);
   });
 
   it('unknown or missing message ids: a message, nothing written; a second kickoff is a no-op', async () => {
     const before = await rowCounts(db, ['comms', 'queues']);
     const kickoff = async (id: unknown) =>
-      (await db.query('select send_sms_task_id::int, validation_failure_message from comms.kickoff_send_sms($1)', [id])).rows[0];
-    expect(await kickoff(null)).toEqual({ send_sms_task_id: null, validation_failure_message: 'message_id is required' });
-    expect(await kickoff(424242)).toEqual({ send_sms_task_id: null, validation_failure_message: 'sms message 424242 not found' });
+      (await db.query('select send_sms_task_id::int, validation_failure_message from comms.kickoff_send_sms($1)', [id]))
+        .rows[0];
+    expect(await kickoff(null)).toEqual({
+      send_sms_task_id: null,
+      validation_failure_message: 'message_id is required',
+    });
+    expect(await kickoff(424242)).toEqual({
+      send_sms_task_id: null,
+      validation_failure_message: 'sms message 424242 not found',
+    });
     expect(await rowCounts(db, ['comms', 'queues'])).toEqual(before);
 
     const sent = await sendSms({ key: 'otp-1' });
     const after = await rowCounts(db, ['comms', 'queues']);
     expect(await sendSms({ key: 'otp-1' })).toEqual(sent);
-    expect(await kickoff(sent.message_id)).toEqual({ send_sms_task_id: sent.send_sms_task_id, validation_failure_message: null });
+    expect(await kickoff(sent.message_id)).toEqual({
+      send_sms_task_id: sent.send_sms_task_id,
+      validation_failure_message: null,
+    });
     expect(await rowCounts(db, ['comms', 'queues'])).toEqual(after);
   });
 
   it('an idempotency key used for an email is refused for an SMS', async () => {
-    await db.pool('app').query(`select comms.send_email('a@example.com', 'b@example.com', 's', 'h', _idempotency_key => 'shared')`);
+    await db
+      .pool('app')
+      .query(`select comms.send_email('a@example.com', 'b@example.com', 's', 'h', _idempotency_key => 'shared')`);
     expect(await sendSms({ key: 'shared' })).toEqual({
       message_id: null,
       send_sms_task_id: null,
@@ -132,7 +170,8 @@ describe('send SMS: redelivery and isolation', () => {
     const mine = (t: ClaimedTask) => t.payload.send_sms_task_id === sent.send_sms_task_id;
     for (const task of await claimDue(db, new Date(Date.now() + 1000), ['db_function'])) await processTask(db, task);
     const channel = await claimDue(db, new Date(Date.now() + 1000), ['sms', 'email']);
-    for (const task of channel) await processTask(db, task, mine(task) ? () => ({ ok: false, error: 'timeout' }) : undefined);
+    for (const task of channel)
+      await processTask(db, task, mine(task) ? () => ({ ok: false, error: 'timeout' }) : undefined);
     const sms = channel.find(mine)!;
     const once = await snapshot(db, FACTS);
     expect(await runAsWorker(db, 'comms.get_sms_payload', sms.payload)).toMatchObject({ success: false });
@@ -150,7 +189,10 @@ describe('send SMS: redelivery and isolation', () => {
         client.query(`select internal.run_function('comms.send_sms_supervisor', $1)`, [
           JSON.stringify({ send_sms_task_id: sent.send_sms_task_id }),
         ]),
-      ).rejects.toMatchObject({ code: '25000', message: 'comms.send_sms_supervisor must run under READ COMMITTED, not REPEATABLE READ' });
+      ).rejects.toMatchObject({
+        code: '25000',
+        message: 'comms.send_sms_supervisor must run under READ COMMITTED, not REPEATABLE READ',
+      });
       await client.query('rollback');
     } finally {
       await client.end();

@@ -15,13 +15,20 @@ afterAll(async () => {
 });
 
 async function seed(files: number): Promise<{ accountId: number; fileIds: number[] }> {
-  const accountId = (await db.query(`insert into accounts.account (email) values ('x' || random() || '@example.com') returning account_id::int`)).rows[0]
-    .account_id as number;
+  const accountId = (
+    await db.query(
+      `insert into accounts.account (email) values ('x' || random() || '@example.com') returning account_id::int`,
+    )
+  ).rows[0].account_id as number;
   const fileIds: number[] = [];
   for (let i = 0; i < files; i++) {
     fileIds.push(
-      (await db.query(`insert into files.file (account_id, bucket, object_key) values ($1, 'recordings', $2) returning file_id::int`, [accountId, `a/${accountId}/${i}`]))
-        .rows[0].file_id as number,
+      (
+        await db.query(
+          `insert into files.file (account_id, bucket, object_key) values ($1, 'recordings', $2) returning file_id::int`,
+          [accountId, `a/${accountId}/${i}`],
+        )
+      ).rows[0].file_id as number,
     );
   }
   return { accountId, fileIds };
@@ -55,7 +62,9 @@ describe('file_delete tasks the queue gave up on', () => {
   it('fail their attempts; the deletion gets stuck and the account deletion fails naming the file', async () => {
     const { accountId, fileIds } = await seed(2);
     const [stuckFile, okFile] = fileIds;
-    const { rows } = await db.pool('app').query('select account_deletion_task_id::int as id from api.request_account_deletion($1)', [accountId]);
+    const { rows } = await db
+      .pool('app')
+      .query('select account_deletion_task_id::int as id from api.request_account_deletion($1)', [accountId]);
     await run(new Set([stuckFile]));
     const failed = await db.query(
       `select f.error_message from files.file_deletion_attempt a
@@ -65,10 +74,14 @@ describe('file_delete tasks the queue gave up on', () => {
       [stuckFile],
     );
     expect(failed.rows.length).toBe(5);
-    for (const r of failed.rows) expect(r.error_message).toMatch(/^the queue gave up on file_delete task \d+ \(abandoned\)/);
+    for (const r of failed.rows)
+      expect(r.error_message).toMatch(/^the queue gave up on file_delete task \d+ \(abandoned\)/);
     expect((await db.query('select files.is_file_deletion_stuck($1) as s', [stuckFile])).rows[0].s).toBe(true);
     expect((await db.query('select files.is_file_deleted($1) as d', [okFile])).rows[0].d).toBe(true);
-    const { rows: outcome } = await db.query('select reason from accounts.account_deletion_task_failed where account_deletion_task_id = $1', [rows[0].id]);
+    const { rows: outcome } = await db.query(
+      'select reason from accounts.account_deletion_task_failed where account_deletion_task_id = $1',
+      [rows[0].id],
+    );
     expect(outcome).toEqual([{ reason: `file deletion stuck for file_id ${stuckFile}` }]);
   });
 });
@@ -77,12 +90,16 @@ describe('ended processes delete nothing', () => {
   it('a file whose account deletion failed is not deleted by an attempt still queued, and the files service may not sign it', async () => {
     const { accountId, fileIds } = await seed(1);
     const [fileId] = fileIds;
-    const { rows } = await db.pool('app').query('select file_deletion_task_id::int as id from files.kickoff_file_deletion($1)', [fileId]);
+    const { rows } = await db
+      .pool('app')
+      .query('select file_deletion_task_id::int as id from files.kickoff_file_deletion($1)', [fileId]);
     // The supervisor runs and schedules the attempt.
     const clock = new Date(Date.now() + 1000);
     for (const t of (await claimDue(db, clock)).filter((t) => t.task_type === 'db_function')) await processTask(db, t);
     const check = async (object_key: string) =>
-      (await runAsWorker(db, 'files.check_file_delete_signing', { bucket: 'recordings', object_key })) as { payload: { scheduled: boolean } };
+      (await runAsWorker(db, 'files.check_file_delete_signing', { bucket: 'recordings', object_key })) as {
+        payload: { scheduled: boolean };
+      };
     const signable = async () => (await check(`a/${accountId}/0`)).payload.scheduled;
     expect(await signable()).toBe(true);
     expect((await check('a/other')).payload.scheduled).toBe(false);
@@ -91,12 +108,18 @@ describe('ended processes delete nothing', () => {
       validation_failure_message: 'bucket and object_key must be strings',
     });
     // Meanwhile the account's deletion ended in failure.
-    const del = await db.query(`insert into accounts.account_deletion_task (account_id) values ($1) returning account_deletion_task_id`, [accountId]);
-    await db.query(`insert into accounts.account_deletion_task_failed (account_deletion_task_id, reason) values ($1, 'file deletion stuck for file_id 0')`, [
-      del.rows[0].account_deletion_task_id,
-    ]);
+    const del = await db.query(
+      `insert into accounts.account_deletion_task (account_id) values ($1) returning account_deletion_task_id`,
+      [accountId],
+    );
+    await db.query(
+      `insert into accounts.account_deletion_task_failed (account_deletion_task_id, reason) values ($1, 'file deletion stuck for file_id 0')`,
+      [del.rows[0].account_deletion_task_id],
+    );
     expect(await signable()).toBe(false);
-    const [task] = (await claimDue(db, new Date(clock.getTime() + 1000))).filter((t) => t.task_type === 'file_delete' && t.payload.file_id === fileId);
+    const [task] = (await claimDue(db, new Date(clock.getTime() + 1000))).filter(
+      (t) => t.task_type === 'file_delete' && t.payload.file_id === fileId,
+    );
     let called = 0;
     const done = await processTask(db, task, () => {
       called++;
@@ -105,7 +128,7 @@ describe('ended processes delete nothing', () => {
     expect(called).toBe(0);
     expect(done.result).toEqual({
       success: false,
-      validation_failure_message: `the deletion of account ${accountId} failed; not deleting file ${fileId} for attempt ${task.payload.file_deletion_attempt_id}`,
+      validation_failure_message: `the deletion of account ${accountId} failed; not deleting file ${fileId} for attempt ${String(task.payload.file_deletion_attempt_id)}`,
     });
     expect((await db.query('select files.is_file_deleted($1) as d', [fileId])).rows[0].d).toBe(false);
     expect(rows[0].id).toBeGreaterThan(0);
@@ -113,8 +136,12 @@ describe('ended processes delete nothing', () => {
 
   it('the app and API roles may not ask whether a deletion is scheduled', async () => {
     for (const role of ['app', 'api'] as const) {
-      await expect(db.pool(role).query(`select files.check_file_delete_signing('{}')`)).rejects.toMatchObject({ code: '42501' });
-      await expect(db.pool(role).query(`select files.is_file_delete_scheduled('recordings', 'x')`)).rejects.toMatchObject({ code: '42501' });
+      await expect(db.pool(role).query(`select files.check_file_delete_signing('{}')`)).rejects.toMatchObject({
+        code: '42501',
+      });
+      await expect(
+        db.pool(role).query(`select files.is_file_delete_scheduled('recordings', 'x')`),
+      ).rejects.toMatchObject({ code: '42501' });
     }
   });
 });

@@ -10,8 +10,9 @@ let db: TestDatabase;
 let accountId: number;
 beforeAll(async () => {
   db = await createTestDatabase();
-  accountId = (await db.query(`insert into accounts.account (email) values ('f@example.com') returning account_id::int`)).rows[0]
-    .account_id;
+  accountId = (
+    await db.query(`insert into accounts.account (email) values ('f@example.com') returning account_id::int`)
+  ).rows[0].account_id;
 });
 afterAll(async () => {
   await db?.drop();
@@ -19,16 +20,18 @@ afterAll(async () => {
 
 const newFile = async (key = 'recordings/a.webm') =>
   (
-    await db.query(`insert into files.file (account_id, bucket, object_key) values ($1, 'user-uploads', $2) returning file_id::int`, [
-      accountId,
-      key,
-    ])
+    await db.query(
+      `insert into files.file (account_id, bucket, object_key) values ($1, 'user-uploads', $2) returning file_id::int`,
+      [accountId, key],
+    )
   ).rows[0].file_id as number;
 const kickoff = async (fileId: unknown) =>
   (
     await db
       .pool('app')
-      .query('select file_deletion_task_id::int, validation_failure_message from files.kickoff_file_deletion($1)', [fileId])
+      .query('select file_deletion_task_id::int, validation_failure_message from files.kickoff_file_deletion($1)', [
+        fileId,
+      ])
   ).rows[0];
 const stuck = async (fileId: number) =>
   (await db.query('select files.is_file_deletion_stuck($1) as stuck', [fileId])).rows[0].stuck as boolean;
@@ -36,7 +39,10 @@ const stuck = async (fileId: number) =>
 describe('file deletion', () => {
   it('happy path: one file_delete task, attempt succeeded, file_metadata says deleted', async () => {
     const fileId = await newFile();
-    await db.query(`insert into files.file_metadata (file_id, metadata) values ($1, '{"content_type": "audio/webm"}')`, [fileId]);
+    await db.query(
+      `insert into files.file_metadata (file_id, metadata) values ($1, '{"content_type": "audio/webm"}')`,
+      [fileId],
+    );
     const { file_deletion_task_id: taskId } = await kickoff(fileId);
     const { processed } = await drive(db, { rootKey: 'file_deletion_task_id', rootId: taskId });
     const deletes = processed.filter((p) => p.task.task_type === 'file_delete');
@@ -58,7 +64,10 @@ describe('file deletion', () => {
     });
     const { rows } = await db.query('select files.current_file_metadata($1) as m', [fileId]);
     expect(rows[0].m).toMatchObject({ content_type: 'audio/webm', deleted: true });
-    expect((await db.query('select 1 from files.file_deletion_task_succeeded where file_deletion_task_id = $1', [taskId])).rowCount).toBe(1);
+    expect(
+      (await db.query('select 1 from files.file_deletion_task_succeeded where file_deletion_task_id = $1', [taskId]))
+        .rowCount,
+    ).toBe(1);
     expect(await stuck(fileId)).toBe(false);
     expect(await pendingFor(db, 'file_deletion_task_id', taskId)).toEqual([]);
   });
@@ -79,17 +88,24 @@ describe('file deletion', () => {
     );
     expect(rows[0].n).toBe(5);
     expect(await stuck(fileId)).toBe(true);
-    expect((await db.query('select reason from files.file_deletion_task_failed where file_deletion_task_id = $1', [taskId])).rows).toEqual([
-      { reason: 'max_attempts_reached' },
-    ]);
+    expect(
+      (await db.query('select reason from files.file_deletion_task_failed where file_deletion_task_id = $1', [taskId]))
+        .rows,
+    ).toEqual([{ reason: 'max_attempts_reached' }]);
     expect((await db.query('select files.is_file_deleted($1) as d', [fileId])).rows[0].d).toBe(false);
     expect(await pendingFor(db, 'file_deletion_task_id', taskId)).toEqual([]);
   });
 
   it('kickoff: missing or unknown file ids return a message and write nothing; a second kickoff is a no-op', async () => {
     const before = await rowCounts(db, ['files', 'queues']);
-    expect(await kickoff(null)).toEqual({ file_deletion_task_id: null, validation_failure_message: 'file_id is required' });
-    expect(await kickoff(777777)).toEqual({ file_deletion_task_id: null, validation_failure_message: 'file 777777 not found' });
+    expect(await kickoff(null)).toEqual({
+      file_deletion_task_id: null,
+      validation_failure_message: 'file_id is required',
+    });
+    expect(await kickoff(777777)).toEqual({
+      file_deletion_task_id: null,
+      validation_failure_message: 'file 777777 not found',
+    });
     expect(await rowCounts(db, ['files', 'queues'])).toEqual(before);
 
     const fileId = await newFile('recordings/c.webm');
@@ -105,13 +121,22 @@ describe('file deletion', () => {
     const { file_deletion_task_id: taskId } = await kickoff(fileId);
     const { processed } = await drive(db, { rootKey: 'file_deletion_task_id', rootId: taskId });
     const task = processed.find((p) => p.task.task_type === 'file_delete')!.task;
-    const tables = ['files.file_deletion_attempt', 'files.file_deletion_attempt_succeeded', 'files.file_deletion_attempt_failed', 'files.file_metadata'];
+    const tables = [
+      'files.file_deletion_attempt',
+      'files.file_deletion_attempt_succeeded',
+      'files.file_deletion_attempt_failed',
+      'files.file_metadata',
+    ];
     const once = await snapshot(db, tables);
     expect(await runAsWorker(db, 'files.get_file_delete_payload', task.payload)).toMatchObject({ success: false });
-    expect(await runAsWorker(db, 'files.record_file_delete_success', { original_payload: task.payload, worker_payload: {} })).toEqual({
+    expect(
+      await runAsWorker(db, 'files.record_file_delete_success', { original_payload: task.payload, worker_payload: {} }),
+    ).toEqual({
       success: true,
     });
-    expect(await runAsWorker(db, 'files.record_file_delete_failure', { original_payload: task.payload, error: 'late' })).toEqual({
+    expect(
+      await runAsWorker(db, 'files.record_file_delete_failure', { original_payload: task.payload, error: 'late' }),
+    ).toEqual({
       success: true,
     });
     expect(await snapshot(db, tables)).toEqual(once);
@@ -127,7 +152,10 @@ describe('file deletion', () => {
       await client.query('begin isolation level repeatable read');
       await expect(
         client.query(`select internal.run_function('files.file_deletion_supervisor', '{"file_deletion_task_id": 1}')`),
-      ).rejects.toMatchObject({ code: '25000', message: 'files.file_deletion_supervisor must run under READ COMMITTED, not REPEATABLE READ' });
+      ).rejects.toMatchObject({
+        code: '25000',
+        message: 'files.file_deletion_supervisor must run under READ COMMITTED, not REPEATABLE READ',
+      });
       await client.query('rollback');
     } finally {
       await client.end();

@@ -84,8 +84,13 @@ describe('run_function', () => {
   it('the worker cannot plant a pg_temp function to be found by name', async () => {
     // TEMP is revoked on the database, so the attempt fails before any lookup.
     await expect(
-      db.pool('worker').query(`create function pg_temp.record(payload jsonb) returns jsonb language sql as $$ select '{}'::jsonb $$`),
-    ).rejects.toMatchObject({ code: '42501', message: expect.stringMatching(/permission denied to create temporary tables/) });
+      db
+        .pool('worker')
+        .query(`create function pg_temp.record(payload jsonb) returns jsonb language sql as $$ select '{}'::jsonb $$`),
+    ).rejects.toMatchObject({
+      code: '42501',
+      message: expect.stringMatching(/permission denied to create temporary tables/),
+    });
   });
 
   it('register_runnable_function accepts only name(jsonb) returning jsonb outside system schemas', async () => {
@@ -95,7 +100,9 @@ describe('run_function', () => {
       ['pg_catalog.jsonb_pretty(jsonb)', /functions in pg_catalog cannot be runnable/],
     ];
     for (const [fn, message] of cases) {
-      await expect(db.query('select internal.register_runnable_function($1::regprocedure)', [fn])).rejects.toThrow(message);
+      await expect(db.query('select internal.register_runnable_function($1::regprocedure)', [fn])).rejects.toThrow(
+        message,
+      );
     }
     // Only the owner registers: the worker may not extend its own allowlist.
     await expect(

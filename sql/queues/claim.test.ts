@@ -2,7 +2,6 @@
 // concurrency, the semantics of leases and completion, and the claim's independence
 // from history.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import pg from 'pg';
 import { createTestDatabase, explainNested, planNodes, sharedBuffers, type TestDatabase } from '@org/db-tools/testing';
 
 let db: TestDatabase;
@@ -22,10 +21,9 @@ async function enqueueNoops(n: number, extra: Record<string, unknown> = {}): Pro
       payload: { db_function: 'internal.noop', n: start + i },
       ...extra,
     }));
-    const { rows } = await db.pool('owner').query<{ task_id: string }>(
-      'select task_id from queues.enqueue_many($1::jsonb)',
-      [JSON.stringify(batch)],
-    );
+    const { rows } = await db
+      .pool('owner')
+      .query<{ task_id: string }>('select task_id from queues.enqueue_many($1::jsonb)', [JSON.stringify(batch)]);
     ids.push(...rows.map((r) => r.task_id));
   }
   return ids;
@@ -46,7 +44,12 @@ interface Claimed {
 }
 
 /** Claims as the owner at a chosen clock (`seconds` from now), to move time forward. */
-async function claimAt(seconds: number, worker = 'w-clock', limit = 10, types: string[] | null = null): Promise<Claimed[]> {
+async function claimAt(
+  seconds: number,
+  worker = 'w-clock',
+  limit = 10,
+  types: string[] | null = null,
+): Promise<Claimed[]> {
   const { rows } = await db.query<Claimed>(
     `select task_id, task_lease_id, lease_count, task_type
        from queues.claim_tasks_at(now() + make_interval(secs => $1), $2, $3, $4, 60, 5)`,
@@ -56,10 +59,14 @@ async function claimAt(seconds: number, worker = 'w-clock', limit = 10, types: s
 }
 
 async function claim(worker = 'w1', limit = 10, leaseSeconds = 60, types: string[] | null = null): Promise<Claimed[]> {
-  const { rows } = await db.pool('worker').query<Claimed>(
-    'select task_id, task_lease_id, lease_count, task_type from queues.claim_tasks($1, $2, $3, $4)',
-    [worker, limit, types, leaseSeconds],
-  );
+  const { rows } = await db
+    .pool('worker')
+    .query<Claimed>('select task_id, task_lease_id, lease_count, task_type from queues.claim_tasks($1, $2, $3, $4)', [
+      worker,
+      limit,
+      types,
+      leaseSeconds,
+    ]);
   return rows;
 }
 
@@ -97,7 +104,9 @@ describe('exclusivity', () => {
     expect([...seen.values()].every((n) => n === 1)).toBe(true);
     expect(calls).toBeGreaterThanOrEqual(2000 + claimers);
 
-    const { rows: [counts] } = await db.query<{ leases: string; tasks: string; completed: string; overlaps: string }>(`
+    const {
+      rows: [counts],
+    } = await db.query<{ leases: string; tasks: string; completed: string; overlaps: string }>(`
       select (select count(*) from queues.task_lease) as leases,
              (select count(distinct task_id) from queues.task_lease) as tasks,
              (select count(*) from queues.task_completed where outcome = 'succeeded') as completed,
@@ -143,7 +152,9 @@ describe('claim semantics', () => {
     expect((await complete()).rows[0]?.c).toBe(true);
     expect((await complete()).rows[0]?.c).toBe(false);
     expect((await db.pool('worker').query('select queues.complete_task($1) as c', [id])).rows[0]?.c).toBe(false);
-    const { rows } = await db.query('select outcome, task_lease_id from queues.task_completed where task_id = $1', [id]);
+    const { rows } = await db.query('select outcome, task_lease_id from queues.task_completed where task_id = $1', [
+      id,
+    ]);
     expect(rows).toEqual([{ outcome: 'succeeded', task_lease_id: lease?.task_lease_id }]);
   });
 
@@ -151,10 +162,12 @@ describe('claim semantics', () => {
     await resetQueue();
     const [a, b] = await enqueueNoops(2);
     await db.pool('worker').query('select queues.complete_task($1)', [a]);
-    const { rows } = await db.pool('worker').query(
-      `select task_id, result from queues.complete_tasks(array[$1, $2, 999999999]::bigint[], null, array['succeeded', 'failed', null])`,
-      [a, b],
-    );
+    const { rows } = await db
+      .pool('worker')
+      .query(
+        `select task_id, result from queues.complete_tasks(array[$1, $2, 999999999]::bigint[], null, array['succeeded', 'failed', null])`,
+        [a, b],
+      );
     expect(rows).toEqual([
       { task_id: a, result: 'already_completed' },
       { task_id: b, result: 'completed' },
@@ -188,33 +201,46 @@ describe('claim semantics', () => {
     const [stale] = await claim('stale', 1, 60);
     const [current] = await claimAt(61, 'fresh');
     const worker = db.pool('worker');
-    await expect(worker.query('select queues.complete_task($1, $2)', [id, stale?.task_lease_id])).rejects.toMatchObject({
+    await expect(worker.query('select queues.complete_task($1, $2)', [id, stale?.task_lease_id])).rejects.toMatchObject(
+      {
+        code: '55000',
+        message: expect.stringContaining('no longer the current lease'),
+      },
+    );
+    await expect(
+      worker.query('select queues.fail_task($1, $2, $3)', [id, 'late', stale?.task_lease_id]),
+    ).rejects.toMatchObject({
       code: '55000',
-      message: expect.stringContaining('no longer the current lease'),
     });
-    await expect(worker.query('select queues.fail_task($1, $2, $3)', [id, 'late', stale?.task_lease_id])).rejects.toMatchObject({
-      code: '55000',
-    });
-    const { rows } = await worker.query('select * from queues.complete_tasks(array[$1]::bigint[], array[$2]::bigint[])', [
-      id,
-      stale?.task_lease_id,
-    ]);
+    const { rows } = await worker.query(
+      'select * from queues.complete_tasks(array[$1]::bigint[], array[$2]::bigint[])',
+      [id, stale?.task_lease_id],
+    );
     expect(rows).toEqual([{ task_id: id, result: 'lease_lost' }]);
     expect((await db.query('select count(*)::int as n from queues.task_completed')).rows[0].n).toBe(0);
     expect((await db.query('select count(*)::int as n from queues.error')).rows[0].n).toBe(0);
-    expect((await worker.query('select queues.complete_task($1, $2) as c', [id, current?.task_lease_id])).rows[0].c).toBe(true);
+    expect(
+      (await worker.query('select queues.complete_task($1, $2) as c', [id, current?.task_lease_id])).rows[0].c,
+    ).toBe(true);
     // Once the new holder has completed it, the stale worker is still refused, so its
     // transaction (a step's effects) cannot commit as if it had completed the task.
-    await expect(worker.query('select queues.complete_task($1, $2)', [id, stale?.task_lease_id])).rejects.toMatchObject({ code: '55000' });
-    const { rows: after } = await worker.query('select * from queues.complete_tasks(array[$1]::bigint[], array[$2]::bigint[])', [id, current?.task_lease_id]);
+    await expect(worker.query('select queues.complete_task($1, $2)', [id, stale?.task_lease_id])).rejects.toMatchObject(
+      { code: '55000' },
+    );
+    const { rows: after } = await worker.query(
+      'select * from queues.complete_tasks(array[$1]::bigint[], array[$2]::bigint[])',
+      [id, current?.task_lease_id],
+    );
     expect(after).toEqual([{ task_id: id, result: 'already_completed' }]);
   });
 
   it('a task scheduled in the future is not claimed until its time', async () => {
     await resetQueue();
-    const { rows } = await db.pool('owner').query(
-      `select queues.enqueue('db_function', '{"db_function": "internal.noop"}', now() + interval '1 hour') as id`,
-    );
+    const { rows } = await db
+      .pool('owner')
+      .query(
+        `select queues.enqueue('db_function', '{"db_function": "internal.noop"}', now() + interval '1 hour') as id`,
+      );
     expect(await claim()).toEqual([]);
     expect(await claimAt(3000)).toEqual([]);
     expect((await claimAt(3601)).map((r) => r.task_id)).toEqual([rows[0].id]);
@@ -225,14 +251,13 @@ describe('claim semantics', () => {
     const offsets = [-3, -1, -2, -2, -5];
     const ids: string[] = [];
     for (const minutes of offsets) {
-      const { rows } = await db.pool('owner').query(
-        `select queues.enqueue('db_function', '{}', now() + make_interval(mins => $1)) as id`,
-        [minutes],
-      );
+      const { rows } = await db
+        .pool('owner')
+        .query(`select queues.enqueue('db_function', '{}', now() + make_interval(mins => $1)) as id`, [minutes]);
       ids.push(rows[0].id);
     }
     const expected = offsets
-      .map((minutes, i) => ({ minutes, id: ids[i] as string }))
+      .map((minutes, i) => ({ minutes, id: ids[i] }))
       .sort((a, b) => a.minutes - b.minutes || Number(a.id) - Number(b.id))
       .map((t) => t.id);
     const oneByOne: string[] = [];
@@ -246,7 +271,9 @@ describe('claim semantics', () => {
 
   it('claims only the task types asked for', async () => {
     await resetQueue();
-    await db.pool('owner').query(`select queues.enqueue('email', '{}'), queues.enqueue('sms', '{}'), queues.enqueue('sms', '{}')`);
+    await db
+      .pool('owner')
+      .query(`select queues.enqueue('email', '{}'), queues.enqueue('sms', '{}'), queues.enqueue('sms', '{}')`);
     const sms = await claim('w', 10, 60, ['sms']);
     expect(sms.map((r) => r.task_type)).toEqual(['sms', 'sms']);
     expect((await claim('w', 10, 60, ['sms', 'file_delete'])).length).toBe(0);
@@ -256,9 +283,13 @@ describe('claim semantics', () => {
   it('dequeue_next_available_task returns one task row with a lease, then nothing', async () => {
     await resetQueue();
     const [id] = await enqueueNoops(1);
-    const { rows } = await db.pool('worker').query('select task_id, task_type, payload from queues.dequeue_next_available_task()');
+    const { rows } = await db
+      .pool('worker')
+      .query('select task_id, task_type, payload from queues.dequeue_next_available_task()');
     expect(rows).toEqual([{ task_id: id, task_type: 'db_function', payload: { db_function: 'internal.noop', n: 0 } }]);
-    const { rows: leases } = await db.query('select worker_id, expires_at - leased_at as length from queues.task_lease');
+    const { rows: leases } = await db.query(
+      'select worker_id, expires_at - leased_at as length from queues.task_lease',
+    );
     expect(leases).toEqual([{ worker_id: db.roles.worker, length: { minutes: 5 } }]);
     expect((await db.pool('worker').query('select * from queues.dequeue_next_available_task()')).rows).toEqual([]);
   });
@@ -283,10 +314,17 @@ describe('claim semantics', () => {
       ['select * from queues.claim_tasks($1, 1, null, $2)', ['w', 86_401], /lease_seconds must be between/],
       ['select * from queues.claim_tasks($1)', [''], /worker_id must be 1 to 200 characters/],
       ['select * from queues.claim_tasks($1)', [null], /worker_id must be 1 to 200 characters/],
-      ['select * from queues.claim_tasks($1, 1, $2)', ['w', []], /task_types must be null \(any type\) or name at least one/],
+      [
+        'select * from queues.claim_tasks($1, 1, $2)',
+        ['w', []],
+        /task_types must be null \(any type\) or name at least one/,
+      ],
     ];
     for (const [sql, params, message] of cases) {
-      await expect(worker.query(sql, params), sql).rejects.toMatchObject({ code: '22023', message: expect.stringMatching(message) });
+      await expect(worker.query(sql, params), sql).rejects.toMatchObject({
+        code: '22023',
+        message: expect.stringMatching(message),
+      });
     }
   });
 
@@ -306,8 +344,7 @@ describe('claim semantics', () => {
     await claim('w', 2, 60); // two leased
     await db.pool('worker').query('select queues.complete_task($1)', [ids[5]]); // one completed
     await claimAt(61, 'w2', 1); // a lease expired and re-claimed
-    const snapshot = async () =>
-      (await db.query('select * from queues.task_pending order by task_id')).rows;
+    const snapshot = async () => (await db.query('select * from queues.task_pending order by task_id')).rows;
     const before = await snapshot();
     expect(before).toHaveLength(5);
     const { rows } = await db.query('select queues.rebuild_task_pending() as n');
@@ -320,7 +357,11 @@ describe('history', () => {
   it('the claim table is vacuumed on a fixed number of dead rows, unthrottled', async () => {
     const { rows } = await db.query(`select reloptions from pg_class where oid = 'queues.task_pending'::regclass`);
     expect(rows[0].reloptions).toEqual(
-      expect.arrayContaining(['autovacuum_vacuum_scale_factor=0', 'autovacuum_vacuum_threshold=1000', 'autovacuum_vacuum_cost_delay=0']),
+      expect.arrayContaining([
+        'autovacuum_vacuum_scale_factor=0',
+        'autovacuum_vacuum_threshold=1000',
+        'autovacuum_vacuum_cost_delay=0',
+      ]),
     );
     // The server the tests run on visits each database every 10 s (docs/operations.md).
     expect((await db.query(`select current_setting('autovacuum_naptime') as v`)).rows[0].v).toBe('10s');

@@ -16,10 +16,35 @@ afterAll(async () => {
 
 // The attacks of issue 12 item 5, and their neighbours.
 const FORGED: [string, string, Record<string, unknown>][] = [
-  ['file_delete with no before handler (an unrelated object)', 'file_delete', { bucket: 'user-uploads', object_key: 'someone-else/passport.pdf' }],
-  ['file_delete naming the real handlers', 'file_delete', { file_deletion_attempt_id: 1, before_handler: 'files.get_file_delete_payload', success_handler: 'files.record_file_delete_success', error_handler: 'files.record_file_delete_failure' }],
-  ['db_function forging a handler call', 'db_function', { db_function: 'files.record_file_delete_success', original_payload: { file_deletion_attempt_id: 1 }, worker_payload: {} }],
-  ['db_function running a supervisor', 'db_function', { db_function: 'comms.send_email_supervisor', send_email_task_id: 1 }],
+  [
+    'file_delete with no before handler (an unrelated object)',
+    'file_delete',
+    { bucket: 'user-uploads', object_key: 'someone-else/passport.pdf' },
+  ],
+  [
+    'file_delete naming the real handlers',
+    'file_delete',
+    {
+      file_deletion_attempt_id: 1,
+      before_handler: 'files.get_file_delete_payload',
+      success_handler: 'files.record_file_delete_success',
+      error_handler: 'files.record_file_delete_failure',
+    },
+  ],
+  [
+    'db_function forging a handler call',
+    'db_function',
+    {
+      db_function: 'files.record_file_delete_success',
+      original_payload: { file_deletion_attempt_id: 1 },
+      worker_payload: {},
+    },
+  ],
+  [
+    'db_function running a supervisor',
+    'db_function',
+    { db_function: 'comms.send_email_supervisor', send_email_task_id: 1 },
+  ],
   ['email with a payload of its own', 'email', { to_address: 'victim@example.com', subject: 'hi', html: 'x' }],
   ['sms', 'sms', { to_number: '+14155550100', body: 'premium' }],
 ];
@@ -27,7 +52,9 @@ const FORGED: [string, string, Record<string, unknown>][] = [
 describe.each(['app', 'api'] as const)('as %s', (role) => {
   it.each(FORGED)('queues.enqueue refuses %s with 42501, nothing written', async (_label, taskType, payload) => {
     const before = await rowCounts(db, ['queues', 'files', 'comms']);
-    await expect(db.pool(role).query('select queues.enqueue($1, $2::jsonb)', [taskType, JSON.stringify(payload)])).rejects.toMatchObject({
+    await expect(
+      db.pool(role).query('select queues.enqueue($1, $2::jsonb)', [taskType, JSON.stringify(payload)]),
+    ).rejects.toMatchObject({
       code: '42501',
       message: `task_type '${taskType}' may be enqueued only by the database's own processes, not by ${db.roles[role]}`,
     });
@@ -48,9 +75,13 @@ describe('enqueue_many', () => {
       { task_type: 'db_function', payload: { db_function: 'files.record_file_delete_success' } },
       { task_type: 'email', payload: {} },
     ];
-    await expect(db.pool('app').query('select * from queues.enqueue_many($1::jsonb)', [JSON.stringify(tasks)])).rejects.toMatchObject({
+    await expect(
+      db.pool('app').query('select * from queues.enqueue_many($1::jsonb)', [JSON.stringify(tasks)]),
+    ).rejects.toMatchObject({
       code: '42501',
-      message: expect.stringMatching(/^tasks\[1\]: task_type 'db_function' may be enqueued only by the database's own processes/),
+      message: expect.stringMatching(
+        /^tasks\[1\]: task_type 'db_function' may be enqueued only by the database's own processes/,
+      ),
     });
     expect(await rowCounts(db, ['queues'])).toEqual(before);
   });
@@ -58,9 +89,11 @@ describe('enqueue_many', () => {
   it('generate_staggered_tasks (app and API) cannot reach internal types either', async () => {
     for (const role of ['app', 'api'] as const) {
       await expect(
-        db.pool(role).query(`select * from schedules.generate_staggered_tasks('db_function', $1, now(), '1 day', 2)`, [
-          JSON.stringify([{ db_function: 'internal.noop' }, { db_function: 'internal.noop' }]),
-        ]),
+        db
+          .pool(role)
+          .query(`select * from schedules.generate_staggered_tasks('db_function', $1, now(), '1 day', 2)`, [
+            JSON.stringify([{ db_function: 'internal.noop' }, { db_function: 'internal.noop' }]),
+          ]),
       ).rejects.toMatchObject({ code: '42501' });
     }
   });
@@ -74,16 +107,21 @@ describe('the owner and its SQL', () => {
 
   it('queues.enqueue_internal has no grant: app, api and worker are refused', async () => {
     for (const role of ['app', 'api', 'worker'] as const) {
-      await expect(db.pool(role).query(`select queues.enqueue_internal('db_function', '{}')`)).rejects.toMatchObject({ code: '42501' });
+      await expect(db.pool(role).query(`select queues.enqueue_internal('db_function', '{}')`)).rejects.toMatchObject({
+        code: '42501',
+      });
     }
   });
 
   it('a kickoff called by the app still enqueues its supervisor (db_function) through the owner SQL', async () => {
-    const { rows } = await db.pool('app').query(`select send_sms_task_id::int, validation_failure_message from comms.send_sms('+14155550100', 'code 1')`);
+    const { rows } = await db
+      .pool('app')
+      .query(`select send_sms_task_id::int, validation_failure_message from comms.send_sms('+14155550100', 'code 1')`);
     expect(rows[0].validation_failure_message).toBeNull();
-    const { rows: tasks } = await db.query(`select task_type, payload ->> 'db_function' as fn from queues.task where payload ->> 'send_sms_task_id' = $1`, [
-      String(rows[0].send_sms_task_id),
-    ]);
+    const { rows: tasks } = await db.query(
+      `select task_type, payload ->> 'db_function' as fn from queues.task where payload ->> 'send_sms_task_id' = $1`,
+      [String(rows[0].send_sms_task_id)],
+    );
     expect(tasks).toEqual([{ task_type: 'db_function', fn: 'comms.send_sms_supervisor' }]);
   });
 

@@ -17,7 +17,9 @@ interface Lease {
 }
 
 async function enqueue(): Promise<string> {
-  const { rows } = await db.pool('owner').query(`select queues.enqueue('db_function', '{"db_function": "internal.noop"}') as id`);
+  const { rows } = await db
+    .pool('owner')
+    .query(`select queues.enqueue('db_function', '{"db_function": "internal.noop"}') as id`);
   return rows[0].id;
 }
 
@@ -52,7 +54,7 @@ describe('heartbeats', () => {
     const { rows } = await db.query(
       `select extensions, round(extract(epoch from expires_at - leased_at))::int as seconds
          from queues.task_lease_effective where task_lease_id = $1`,
-      [leases[0]!.task_lease_id],
+      [leases[0].task_lease_id],
     );
     expect(rows).toEqual([{ extensions: 2, seconds: 140 }]);
     expect((await claimAt(141, 'next')).map((l) => l.task_id)).toEqual([id]);
@@ -62,14 +64,16 @@ describe('heartbeats', () => {
     await enqueue();
     const [stale] = await claimAt(0, 'stale');
     const [fresh] = await claimAt(61, 'fresh');
-    expect(fresh!.task_id).toBe(stale!.task_id);
-    expect(await extendAt(62, [stale!])).toEqual([]);
-    expect(await extendAt(62, [fresh!])).toHaveLength(1);
+    expect(fresh.task_id).toBe(stale.task_id);
+    expect(await extendAt(62, [stale])).toEqual([]);
+    expect(await extendAt(62, [fresh])).toHaveLength(1);
     // The worker role extends through the public function, at the server's clock.
-    const { rows } = await db.pool('worker').query(
-      'select task_id from queues.extend_leases($1::bigint[], $2::bigint[], 30)',
-      [[stale!.task_id], [stale!.task_lease_id]],
-    );
+    const { rows } = await db
+      .pool('worker')
+      .query('select task_id from queues.extend_leases($1::bigint[], $2::bigint[], 30)', [
+        [stale.task_id],
+        [stale.task_lease_id],
+      ]);
     expect(rows).toEqual([]);
   });
 
@@ -94,13 +98,18 @@ describe('releases', () => {
     for (let i = 0; i < 3; i++) {
       const leases = (await claimAt(0, `w${i}`, 1)).filter((l) => l.task_id === id);
       expect(leases).toHaveLength(1);
-      const { rows } = await db.pool('worker').query('select task_id from queues.release_leases($1::bigint[], $2::bigint[])', [
-        [id],
-        [leases[0]!.task_lease_id],
-      ]);
+      const { rows } = await db
+        .pool('worker')
+        .query('select task_id from queues.release_leases($1::bigint[], $2::bigint[])', [
+          [id],
+          [leases[0].task_lease_id],
+        ]);
       expect(rows).toEqual([{ task_id: id }]);
     }
-    const { rows } = await db.query('select count(*)::int as n from queues.task_lease_release r join queues.task_lease l using (task_lease_id) where l.task_id = $1', [id]);
+    const { rows } = await db.query(
+      'select count(*)::int as n from queues.task_lease_release r join queues.task_lease l using (task_lease_id) where l.task_id = $1',
+      [id],
+    );
     expect(rows[0].n).toBe(3);
     // Even with max_leases 1 the task is claimed, not abandoned.
     expect((await claimAt(0, 'last', 1)).map((l) => l.task_id)).toContain(id);
@@ -110,11 +119,20 @@ describe('releases', () => {
     const id = await enqueue();
     const [lease] = (await claimAt(0, 'leaving')).filter((l) => l.task_id === id);
     const worker = db.pool('worker');
-    await worker.query('select * from queues.release_leases($1::bigint[], $2::bigint[])', [[id], [lease!.task_lease_id]]);
-    await expect(worker.query('select queues.complete_task($1, $2)', [id, lease!.task_lease_id])).rejects.toMatchObject({ code: '55000' });
-    await expect(worker.query('select queues.fail_task($1, $2, $3)', [id, 'late', lease!.task_lease_id])).rejects.toMatchObject({ code: '55000' });
-    expect(await extendAt(1, [lease!])).toEqual([]);
-    expect((await db.query('select count(*)::int as n from queues.task_completed where task_id = $1', [id])).rows[0].n).toBe(0);
+    await worker.query('select * from queues.release_leases($1::bigint[], $2::bigint[])', [
+      [id],
+      [lease.task_lease_id],
+    ]);
+    await expect(worker.query('select queues.complete_task($1, $2)', [id, lease.task_lease_id])).rejects.toMatchObject({
+      code: '55000',
+    });
+    await expect(
+      worker.query('select queues.fail_task($1, $2, $3)', [id, 'late', lease.task_lease_id]),
+    ).rejects.toMatchObject({ code: '55000' });
+    expect(await extendAt(1, [lease])).toEqual([]);
+    expect(
+      (await db.query('select count(*)::int as n from queues.task_completed where task_id = $1', [id])).rows[0].n,
+    ).toBe(0);
   });
 
   it('releasing a lease that is no longer current does nothing', async () => {
@@ -122,10 +140,9 @@ describe('releases', () => {
     const id = await enqueue();
     const [old] = (await claimAt(0, 'old')).filter((l) => l.task_id === id);
     await claimAt(61, 'new');
-    const { rows } = await db.pool('worker').query('select * from queues.release_leases($1::bigint[], $2::bigint[])', [
-      [id],
-      [old!.task_lease_id],
-    ]);
+    const { rows } = await db
+      .pool('worker')
+      .query('select * from queues.release_leases($1::bigint[], $2::bigint[])', [[id], [old.task_lease_id]]);
     expect(rows).toEqual([]);
     expect(await claimAt(62, 'third')).toEqual([]);
   });
@@ -147,8 +164,12 @@ describe('poison tasks', () => {
          from queues.task_completed c join queues.error e using (task_id) where c.task_id = $1`,
       [id],
     );
-    expect(rows).toEqual([{ outcome: 'abandoned', error_message: 'abandoned: 3 leases expired without completion (max_leases 3)' }]);
-    expect((await db.query('select count(*)::int as n from queues.task_lease where task_id = $1', [id])).rows[0].n).toBe(3);
+    expect(rows).toEqual([
+      { outcome: 'abandoned', error_message: 'abandoned: 3 leases expired without completion (max_leases 3)' },
+    ]);
+    expect(
+      (await db.query('select count(*)::int as n from queues.task_lease where task_id = $1', [id])).rows[0].n,
+    ).toBe(3);
     expect(await claimAt(86_400, 'later', maxLeases)).toEqual([]);
   });
 
@@ -177,26 +198,34 @@ describe('poison tasks', () => {
 
   it('failed attempts of a retried task are not expired leases: no abandonment for them', async () => {
     await db.query('delete from queues.task_pending');
-    const { rows } = await db.pool('owner').query(
-      `select queues.enqueue('db_function', '{"n": "retried"}', null, null, null, 6) as id`,
-    );
+    const { rows } = await db
+      .pool('owner')
+      .query(`select queues.enqueue('db_function', '{"n": "retried"}', null, null, null, 6) as id`);
     const id = rows[0].id as string;
-    await db.query(`insert into internal.setting (name, value) values ('backoff_scale', '0.0001') on conflict (name) do update set value = excluded.value`);
+    await db.query(
+      `insert into internal.setting (name, value) values ('backoff_scale', '0.0001') on conflict (name) do update set value = excluded.value`,
+    );
     for (let attempt = 1; attempt <= 5; attempt++) {
       const claimed = (await claimAt(attempt * 10, 'w', 2)).filter((l) => l.task_id === id);
       expect(claimed, `attempt ${attempt}`).toHaveLength(1);
-      const { rows: result } = await db.pool('worker').query(
-        `select result from queues.complete_tasks($1::bigint[], $2::bigint[], array['failed'])`,
-        [[id], [claimed[0]!.task_lease_id]],
-      );
+      const { rows: result } = await db
+        .pool('worker')
+        .query(`select result from queues.complete_tasks($1::bigint[], $2::bigint[], array['failed'])`, [
+          [id],
+          [claimed[0].task_lease_id],
+        ]);
       expect(result[0].result).toBe('retry_scheduled');
     }
-    expect((await db.query('select count(*)::int as n from queues.task_completed where task_id = $1', [id])).rows[0].n).toBe(0);
+    expect(
+      (await db.query('select count(*)::int as n from queues.task_completed where task_id = $1', [id])).rows[0].n,
+    ).toBe(0);
     await db.query(`delete from internal.setting where name = 'backoff_scale'`);
   });
 
   it('rejects max_leases outside 1..100', async () => {
-    await expect(db.pool('worker').query(`select * from queues.claim_tasks('w', 1, null, 60, 0)`)).rejects.toMatchObject({
+    await expect(
+      db.pool('worker').query(`select * from queues.claim_tasks('w', 1, null, 60, 0)`),
+    ).rejects.toMatchObject({
       code: '22023',
       message: 'max_leases must be between 1 and 100, got 0',
     });
@@ -210,13 +239,19 @@ describe('rebuild', () => {
     await enqueue();
     await enqueue();
     const leases = await claimAt(0, 'w');
-    await extendAt(30, [leases[0]!], 300);
-    await db.pool('worker').query('select * from queues.release_leases($1::bigint[], $2::bigint[])', [
-      [leases[1]!.task_id],
-      [leases[1]!.task_lease_id],
-    ]);
+    await extendAt(30, [leases[0]], 300);
+    await db
+      .pool('worker')
+      .query('select * from queues.release_leases($1::bigint[], $2::bigint[])', [
+        [leases[1].task_id],
+        [leases[1].task_lease_id],
+      ]);
     const snapshot = async () =>
-      (await db.query('select task_id, available_at, current_lease_id, lease_count, released_count from queues.task_pending order by task_id')).rows;
+      (
+        await db.query(
+          'select task_id, available_at, current_lease_id, lease_count, released_count from queues.task_pending order by task_id',
+        )
+      ).rows;
     const before = await snapshot();
     await db.query('select queues.rebuild_task_pending()');
     expect(await snapshot()).toEqual(before);

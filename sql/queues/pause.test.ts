@@ -27,8 +27,15 @@ const enqueue = async (type: string, n = 1) => {
   for (let i = 0; i < n; i++) await db.pool('owner').query(`select queues.enqueue($1, '{}'::jsonb)`, [type]);
 };
 const claim = async (types: string[] | null, limit = 10, worker = 'w1') =>
-  (await db.pool('worker').query<{ task_type: string }>('select task_type from queues.claim_tasks($1, $2, $3, 60)', [worker, limit, types])).rows.map((r) => r.task_type).sort();
-const pause = (type: string, reason?: string) => db.pool('api').query('select admin.pause_task_type($1, $2) as id', [type, reason ?? null]);
+  (
+    await db
+      .pool('worker')
+      .query<{ task_type: string }>('select task_type from queues.claim_tasks($1, $2, $3, 60)', [worker, limit, types])
+  ).rows
+    .map((r) => r.task_type)
+    .sort();
+const pause = (type: string, reason?: string) =>
+  db.pool('api').query('select admin.pause_task_type($1, $2) as id', [type, reason ?? null]);
 const resume = (type: string) => db.pool('api').query('select admin.resume_task_type($1) as resumed', [type]);
 
 describe('pause and resume', () => {
@@ -48,13 +55,19 @@ describe('pause and resume', () => {
     await enqueue('sms', 1);
     await pause('sms');
     expect(await claim(['sms'])).toEqual([]);
-    await expect(claim([])).rejects.toMatchObject({ code: '22023', message: expect.stringContaining('task_types must be null') });
-    await expect(claim(['sms'], 0)).rejects.toMatchObject({ code: '22023', message: expect.stringContaining('limit must be between') });
+    await expect(claim([])).rejects.toMatchObject({
+      code: '22023',
+      message: expect.stringContaining('task_types must be null'),
+    });
+    await expect(claim(['sms'], 0)).rejects.toMatchObject({
+      code: '22023',
+      message: expect.stringContaining('limit must be between'),
+    });
     await enqueue('email', 1);
     expect(await claim(['sms', 'email'])).toEqual(['email']);
   });
 
-  it('the seeds\' dequeue_next_available_task honours a pause too', async () => {
+  it("the seeds' dequeue_next_available_task honours a pause too", async () => {
     await enqueue('sms', 1);
     await pause('sms');
     const { rows } = await db.pool('worker').query(`select * from queues.dequeue_next_available_task('w1', 60)`);
@@ -70,23 +83,35 @@ describe('pause and resume', () => {
     expect(b).toBe(a);
     expect((await resume('email')).rows[0].resumed).toBe(true);
     expect((await resume('email')).rows[0].resumed).toBe(false);
-    const { rows } = await db.query(`select count(*)::int as paused, (select count(*)::int from queues.task_type_resumed) as resumed from queues.task_type_paused`);
+    const { rows } = await db.query(
+      `select count(*)::int as paused, (select count(*)::int from queues.task_type_resumed) as resumed from queues.task_type_paused`,
+    );
     expect(rows[0]).toEqual({ paused: 1, resumed: 1 });
     await expect(db.query(`update queues.task_type_paused set reason = 'x'`)).rejects.toMatchObject({ code: '55000' });
-    await expect(db.query(`update queues.task_type_resumed set resumed_at = now()`)).rejects.toMatchObject({ code: '55000' });
+    await expect(db.query(`update queues.task_type_resumed set resumed_at = now()`)).rejects.toMatchObject({
+      code: '55000',
+    });
   });
 
   it('bad input: unknown type (22023), null (22004), a long reason (22023); nothing written', async () => {
-    await expect(pause('no_such_type')).rejects.toMatchObject({ code: '22023', message: expect.stringContaining('unknown task_type') });
+    await expect(pause('no_such_type')).rejects.toMatchObject({
+      code: '22023',
+      message: expect.stringContaining('unknown task_type'),
+    });
     await expect(db.pool('api').query('select admin.pause_task_type(null)')).rejects.toMatchObject({ code: '22004' });
-    await expect(pause('email', 'x'.repeat(501))).rejects.toMatchObject({ code: '22023', message: expect.stringContaining('reason') });
+    await expect(pause('email', 'x'.repeat(501))).rejects.toMatchObject({
+      code: '22023',
+      message: expect.stringContaining('reason'),
+    });
     await expect(resume('no_such_type')).rejects.toMatchObject({ code: '22023' });
     expect((await db.query(`select count(*)::int as n from queues.task_type_paused`)).rows[0].n).toBe(0);
   });
 
   it('only the API role may pause: the worker and app roles get 42501', async () => {
     for (const role of ['worker', 'app'] as const) {
-      await expect(db.pool(role).query(`select admin.pause_task_type('email')`)).rejects.toMatchObject({ code: '42501' });
+      await expect(db.pool(role).query(`select admin.pause_task_type('email')`)).rejects.toMatchObject({
+        code: '42501',
+      });
     }
   });
 

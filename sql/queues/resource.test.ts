@@ -13,15 +13,23 @@ beforeEach(async () => {
   await db.query('delete from queues.task_pending; delete from queues.resource_lease');
 });
 
-async function enqueueMany(tasks: { priority?: number; resource_key?: string; scheduled_at?: string; payload?: object }[]) {
-  const { rows } = await db.pool('owner').query('select task_id from queues.enqueue_many($1::jsonb)', [
-    JSON.stringify(tasks.map((t) => ({ task_type: 'db_function', payload: t.payload ?? {}, ...t }))),
-  ]);
+async function enqueueMany(
+  tasks: { priority?: number; resource_key?: string; scheduled_at?: string; payload?: object }[],
+) {
+  const { rows } = await db
+    .pool('owner')
+    .query('select task_id from queues.enqueue_many($1::jsonb)', [
+      JSON.stringify(tasks.map((t) => ({ task_type: 'db_function', payload: t.payload ?? {}, ...t }))),
+    ]);
   return rows.map((r) => r.task_id as string);
 }
 
 const claim = async (worker: string, limit = 10) =>
-  (await db.pool('worker').query(`select task_id, task_lease_id, resource_key from queues.claim_tasks($1, $2)`, [worker, limit])).rows;
+  (
+    await db
+      .pool('worker')
+      .query(`select task_id, task_lease_id, resource_key from queues.claim_tasks($1, $2)`, [worker, limit])
+  ).rows;
 
 describe('priority', () => {
   it('claims higher priority first, then scheduled_at, then task_id', async () => {
@@ -40,7 +48,11 @@ describe('priority', () => {
 
 describe('resource keys', () => {
   it('at most one task per key is leased; the others wait, then run when the holder completes', async () => {
-    const [a1, a2, b1] = await enqueueMany([{ resource_key: 'store:1' }, { resource_key: 'store:1' }, { resource_key: 'store:2' }]);
+    const [a1, a2, b1] = await enqueueMany([
+      { resource_key: 'store:1' },
+      { resource_key: 'store:1' },
+      { resource_key: 'store:2' },
+    ]);
     const first = await claim('w1');
     expect(first.map((r) => r.task_id).sort()).toEqual([a1, b1].sort());
     expect(await claim('w2')).toEqual([]);
@@ -55,7 +67,9 @@ describe('resource keys', () => {
     const [x1, x2] = await enqueueMany([{ resource_key: 'k' }, { resource_key: 'k' }]);
     const [held] = await claim('w1', 1);
     expect(held.task_id).toBe(x1);
-    await db.pool('worker').query('select * from queues.release_leases($1::bigint[], $2::bigint[])', [[x1], [held.task_lease_id]]);
+    await db
+      .pool('worker')
+      .query('select * from queues.release_leases($1::bigint[], $2::bigint[])', [[x1], [held.task_lease_id]]);
     // Released: the key is free, and x1 (first in order) takes it again.
     expect((await claim('w2', 1)).map((r) => r.task_id)).toEqual([x1]);
     const after = await db.query(
@@ -70,7 +84,8 @@ describe('resource keys', () => {
     const keys = 20;
     const perKey = 15;
     const tasks = [];
-    for (let k = 0; k < keys; k++) for (let i = 0; i < perKey; i++) tasks.push({ resource_key: `r${k}`, priority: i % 3 });
+    for (let k = 0; k < keys; k++)
+      for (let i = 0; i < perKey; i++) tasks.push({ resource_key: `r${k}`, priority: i % 3 });
     const ids = await enqueueMany(tasks);
     const clients = await Promise.all(Array.from({ length: 16 }, () => db.client('worker')));
     const observer = await db.client('owner');
@@ -95,7 +110,10 @@ describe('resource keys', () => {
     await Promise.all(
       clients.map(async (client, n) => {
         while (done.size < ids.length && idle < 2000) {
-          const { rows } = await client.query(`select task_id, task_lease_id from queues.claim_tasks($1, 4, null, 300)`, [`c${n}`]);
+          const { rows } = await client.query(
+            `select task_id, task_lease_id from queues.claim_tasks($1, 4, null, 300)`,
+            [`c${n}`],
+          );
           if (rows.length === 0) {
             idle++;
             await new Promise((r) => setTimeout(r, 2));

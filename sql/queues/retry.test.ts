@@ -11,10 +11,13 @@ afterAll(async () => {
 });
 
 async function enqueue(payload: Record<string, unknown>, maxAttempts = 1, type = 'db_function'): Promise<string> {
-  const { rows } = await db.pool('owner').query(
-    `select queues.enqueue($1, $2::jsonb, null, null, null, $3) as id`,
-    [type, JSON.stringify(payload), maxAttempts],
-  );
+  const { rows } = await db
+    .pool('owner')
+    .query(`select queues.enqueue($1, $2::jsonb, null, null, null, $3) as id`, [
+      type,
+      JSON.stringify(payload),
+      maxAttempts,
+    ]);
   return rows[0].id;
 }
 
@@ -29,10 +32,12 @@ async function claimAt(seconds: number, taskId: string) {
 
 const failRun = async (lease: { task_id: string; task_lease_id: string }) =>
   (
-    await db.pool('worker').query(`select result from queues.complete_tasks($1::bigint[], $2::bigint[], array['failed'])`, [
-      [lease.task_id],
-      [lease.task_lease_id],
-    ])
+    await db
+      .pool('worker')
+      .query(`select result from queues.complete_tasks($1::bigint[], $2::bigint[], array['failed'])`, [
+        [lease.task_id],
+        [lease.task_lease_id],
+      ])
   ).rows[0].result as string;
 
 describe('simple retries', () => {
@@ -69,19 +74,25 @@ describe('simple retries', () => {
     const twice = await enqueue({ n: 2 }, 2);
     expect(await failRun((await claimAt(0, twice))!)).toBe('retry_scheduled');
     const second = (await claimAt(20, twice))!;
-    const { rows } = await db.pool('worker').query(`select result from queues.complete_tasks($1::bigint[], $2::bigint[])`, [
-      [twice],
-      [second.task_lease_id],
-    ]);
+    const { rows } = await db
+      .pool('worker')
+      .query(`select result from queues.complete_tasks($1::bigint[], $2::bigint[])`, [[twice], [second.task_lease_id]]);
     expect(rows[0].result).toBe('completed');
-    expect((await db.query('select outcome from queues.task_completed where task_id = $1', [twice])).rows[0].outcome).toBe('succeeded');
+    expect(
+      (await db.query('select outcome from queues.task_completed where task_id = $1', [twice])).rows[0].outcome,
+    ).toBe('succeeded');
   });
 
   it('the rebuilt claim index keeps attempts and retry times', async () => {
     const id = await enqueue({ n: 3 }, 4);
     await failRun((await claimAt(0, id))!);
     const snapshot = async () =>
-      (await db.query('select task_id, available_at, current_lease_id, failed_attempts, max_attempts from queues.task_pending where task_id = $1', [id])).rows;
+      (
+        await db.query(
+          'select task_id, available_at, current_lease_id, failed_attempts, max_attempts from queues.task_pending where task_id = $1',
+          [id],
+        )
+      ).rows;
     const before = await snapshot();
     expect(before[0]).toMatchObject({ failed_attempts: 1, max_attempts: 4, current_lease_id: null });
     await db.query('select queues.rebuild_task_pending()');
@@ -97,21 +108,29 @@ describe('dead letters and redrive', () => {
     const abandoned = await enqueue({ n: 4 });
     for (let i = 0; i < 5; i++) await claimAt(61 * i, abandoned);
     await db.query(`select * from queues.claim_tasks_at(now() + interval '1 hour', 'w', 100, null, 60, 5)`);
-    const { rows } = await db.query('select task_id, outcome from queues.dead_letter where task_id = any($1::bigint[])', [[handled, abandoned]]);
+    const { rows } = await db.query(
+      'select task_id, outcome from queues.dead_letter where task_id = any($1::bigint[])',
+      [[handled, abandoned]],
+    );
     expect(rows).toEqual([{ task_id: abandoned, outcome: 'abandoned' }]);
   });
 
   it('redrive enqueues a copy once, and the original leaves the dead letters', async () => {
     const id = await enqueue({ db_function: 'internal.noop', k: 'redrive' }, 1);
     await failRun((await claimAt(0, id))!);
-    const { rows } = await db.pool('api').query('select queues.redrive_task($1) as new_id', [id]).catch(async () =>
-      db.query('select queues.redrive_task($1) as new_id', [id]),
-    );
+    const { rows } = await db
+      .pool('api')
+      .query('select queues.redrive_task($1) as new_id', [id])
+      .catch(async () => db.query('select queues.redrive_task($1) as new_id', [id]));
     const newId = rows[0].new_id as string;
     const copy = await db.query('select task_type, payload, max_attempts from queues.task where task_id = $1', [newId]);
-    expect(copy.rows).toEqual([{ task_type: 'db_function', payload: { db_function: 'internal.noop', k: 'redrive' }, max_attempts: 1 }]);
+    expect(copy.rows).toEqual([
+      { task_type: 'db_function', payload: { db_function: 'internal.noop', k: 'redrive' }, max_attempts: 1 },
+    ]);
     expect((await db.query('select 1 from queues.dead_letter where task_id = $1', [id])).rowCount).toBe(0);
-    expect((await db.query('select new_task_id from queues.task_redriven where task_id = $1', [id])).rows).toEqual([{ new_task_id: newId }]);
+    expect((await db.query('select new_task_id from queues.task_redriven where task_id = $1', [id])).rows).toEqual([
+      { new_task_id: newId },
+    ]);
     expect(await claimAt(0, newId)).toBeDefined();
     await expect(db.query('select queues.redrive_task($1)', [id])).rejects.toMatchObject({
       code: '22023',

@@ -67,12 +67,14 @@ describe('lease loss is the queue’s own answer', () => {
     const [stale] = await claimAt(0, 'stale');
     await claimAt(61, 'fresh');
     const worker = db.pool('worker');
-    await expect(worker.query('select queues.complete_task($1, $2)', [id, stale!.task_lease_id])).rejects.toMatchObject({
+    await expect(worker.query('select queues.complete_task($1, $2)', [id, stale.task_lease_id])).rejects.toMatchObject({
       code: '55000',
       schema: 'queues',
       constraint: 'task_lease_current',
     });
-    await expect(worker.query('select queues.fail_task($1, $2, $3)', [id, 'late', stale!.task_lease_id])).rejects.toMatchObject({
+    await expect(
+      worker.query('select queues.fail_task($1, $2, $3)', [id, 'late', stale.task_lease_id]),
+    ).rejects.toMatchObject({
       code: '55000',
       schema: 'queues',
       constraint: 'task_lease_current',
@@ -93,22 +95,28 @@ describe('a fenced completion after someone else completed the task', () => {
     expect((await db.query('select outcome from queues.task_completed where task_id = $1', [id])).rows).toEqual([
       { outcome: 'abandoned' },
     ]);
-    expect(await completeMany([holder!])).toEqual(['lease_lost']);
-    await expect(db.pool('worker').query('select queues.complete_task($1, $2)', [id, holder!.task_lease_id])).rejects.toMatchObject({
+    expect(await completeMany([holder])).toEqual(['lease_lost']);
+    await expect(
+      db.pool('worker').query('select queues.complete_task($1, $2)', [id, holder.task_lease_id]),
+    ).rejects.toMatchObject({
       code: '55000',
     });
     // Nor may it record an error against the task someone else completed.
     await expect(
-      db.pool('worker').query('select queues.fail_task($1, $2, $3)', [id, 'late', holder!.task_lease_id]),
+      db.pool('worker').query('select queues.fail_task($1, $2, $3)', [id, 'late', holder.task_lease_id]),
     ).rejects.toMatchObject({ code: '55000', constraint: 'task_lease_current' });
   });
 
   it('completed without a lease by someone else: the holder’s fenced completion is lease_lost', async () => {
     const id = await enqueue();
     const [holder] = await claimAt(0, 'holder');
-    await db.pool('worker').query(`select * from queues.complete_tasks(array[$1]::bigint[], null, array['cancelled'])`, [id]);
-    expect(await completeMany([holder!])).toEqual(['lease_lost']);
-    await expect(db.pool('worker').query('select queues.complete_task($1, $2)', [id, holder!.task_lease_id])).rejects.toMatchObject({
+    await db
+      .pool('worker')
+      .query(`select * from queues.complete_tasks(array[$1]::bigint[], null, array['cancelled'])`, [id]);
+    expect(await completeMany([holder])).toEqual(['lease_lost']);
+    await expect(
+      db.pool('worker').query('select queues.complete_task($1, $2)', [id, holder.task_lease_id]),
+    ).rejects.toMatchObject({
       code: '55000',
     });
   });
@@ -116,8 +124,8 @@ describe('a fenced completion after someone else completed the task', () => {
   it('the holder repeating its own completion is still already_completed (idempotent)', async () => {
     await enqueue();
     const [holder] = await claimAt(0, 'holder');
-    expect(await completeMany([holder!])).toEqual(['completed']);
-    expect(await completeMany([holder!])).toEqual(['already_completed']);
+    expect(await completeMany([holder])).toEqual(['completed']);
+    expect(await completeMany([holder])).toEqual(['already_completed']);
   });
 });
 
@@ -125,24 +133,26 @@ describe('resource keys and late heartbeats', () => {
   it('the exact race: T1 misses its heartbeat, T2 takes key K, T1’s late heartbeat and completion are refused', async () => {
     const t1 = await enqueue('K');
     const [l1] = await claimAt(0, 'w1');
-    expect(l1!.task_id).toBe(t1);
+    expect(l1.task_id).toBe(t1);
     // Two more tasks on K, ahead of T1 in claim order.
     const [t2, t3] = await Promise.all(
       [10, 5].map(async (priority) => {
         const { rows } = await db
           .pool('owner')
-          .query(`select queues.enqueue('db_function', '{"db_function": "internal.noop"}', null, $1, 'K') as id`, [priority]);
+          .query(`select queues.enqueue('db_function', '{"db_function": "internal.noop"}', null, $1, 'K') as id`, [
+            priority,
+          ]);
         return rows[0].id as string;
       }),
     );
     // T1's lease expired at 60 s; at 61 s T2 takes K.
     const [l2] = await claimAt(61, 'w2', 10);
-    expect(l2!.task_id).toBe(t2);
+    expect(l2.task_id).toBe(t2);
     // T1's heartbeat arrives late: its lease must not come back to life.
-    expect(await extendAt(62, [l1!])).toEqual([]);
+    expect(await extendAt(62, [l1])).toEqual([]);
     // K stays T2's: neither T3 nor T1 is claimed while T2's lease lives.
     expect(await claimAt(63, 'w3', 10)).toEqual([]);
-    expect(await completeMany([l1!])).toEqual(['lease_lost']);
+    expect(await completeMany([l1])).toEqual(['lease_lost']);
     expect(await count('select count(*)::int as n from queues.task_completed where task_id = $1', [t1])).toBe(0);
     expect(t3).toBeDefined();
   });
@@ -150,25 +160,25 @@ describe('resource keys and late heartbeats', () => {
   it('T1 expired, T2 took K and completed: T1 can neither extend nor complete', async () => {
     const t1 = await enqueue('K2', null);
     const [l1] = await claimAt(0, 'w1');
-    expect(l1!.task_id).toBe(t1);
+    expect(l1.task_id).toBe(t1);
     // A second task on the key, scheduled first in order by priority.
     const { rows } = await db
       .pool('owner')
       .query(`select queues.enqueue('db_function', '{"db_function": "internal.noop"}', null, 10, 'K2') as id`);
     const t2 = rows[0].id as string;
     const [l2] = await claimAt(61, 'w2');
-    expect(l2!.task_id).toBe(t2);
-    expect(await extendAt(62, [l1!])).toEqual([]);
-    expect(await completeMany([l2!])).toEqual(['completed']);
-    expect(await extendAt(63, [l1!])).toEqual([]);
-    expect(await completeMany([l1!])).toEqual(['lease_lost']);
+    expect(l2.task_id).toBe(t2);
+    expect(await extendAt(62, [l1])).toEqual([]);
+    expect(await completeMany([l2])).toEqual(['completed']);
+    expect(await extendAt(63, [l1])).toEqual([]);
+    expect(await completeMany([l1])).toEqual(['lease_lost']);
   });
 
   it('an expired lease whose key nobody took is still extended', async () => {
     await enqueue('K3');
     const [l1] = await claimAt(0, 'w1');
-    expect(await extendAt(70, [l1!])).toHaveLength(1);
-    expect(await completeMany([l1!])).toEqual(['completed']);
+    expect(await extendAt(70, [l1])).toHaveLength(1);
+    expect(await completeMany([l1])).toEqual(['completed']);
   });
 
   it('concurrently: 20 keys, claimers and late heartbeats never give two tasks live leases on one key', async () => {
@@ -217,12 +227,16 @@ describe('stale recovery', () => {
     const worker = db.pool('worker');
     // No interval given: the documented default of 30 s is assumed.
     await worker.query(`select queues.record_worker_heartbeat('healthy', array['db_function'])`);
-    const [lease] = (await worker.query(`select task_id, task_lease_id from queues.claim_tasks('healthy', 1, null, 300)`)).rows;
+    const [lease] = (
+      await worker.query(`select task_id, task_lease_id from queues.claim_tasks('healthy', 1, null, 300)`)
+    ).rows;
     expect(lease.task_id).toBe(id);
     const revoked = await db.query(`select * from queues.recover_stale_leases_at(now() + interval '11 seconds', 10)`);
     expect(revoked.rows).toEqual([]);
     // Silent for longer than three of its heartbeat intervals, it is stale.
-    const late = await db.query(`select task_id from queues.recover_stale_leases_at(now() + interval '91 seconds', 10)`);
+    const late = await db.query(
+      `select task_id from queues.recover_stale_leases_at(now() + interval '91 seconds', 10)`,
+    );
     expect(late.rows).toEqual([{ task_id: id }]);
   });
 
@@ -231,10 +245,17 @@ describe('stale recovery', () => {
     const worker = db.pool('worker');
     await worker.query(`select queues.record_worker_heartbeat('slow-beat', array['db_function'], 60000)`);
     await worker.query(`select task_id from queues.claim_tasks('slow-beat', 1, null, 300)`);
-    await db.query(`update queues.worker set last_seen_at = now() - interval '20 seconds' where worker_id = 'slow-beat'`);
+    await db.query(
+      `update queues.worker set last_seen_at = now() - interval '20 seconds' where worker_id = 'slow-beat'`,
+    );
     const { rows } = await db.pool('owner').query(`select * from admin.recover_stale_leases(10)`);
     expect(rows).toEqual([]);
-    expect(await count('select count(*)::int as n from queues.task_pending where task_id = $1 and current_lease_id is not null', [id])).toBe(1);
+    expect(
+      await count(
+        'select count(*)::int as n from queues.task_pending where task_id = $1 and current_lease_id is not null',
+        [id],
+      ),
+    ).toBe(1);
   });
 });
 
@@ -245,9 +266,11 @@ describe('bounded inputs', () => {
       db.pool('app').query(`select queues.enqueue('product_resync', '{}', $1::timestamptz)`, [when]),
     ).rejects.toMatchObject({ code: '22023', message: expect.stringContaining('scheduled_at') });
     await expect(
-      db.pool('app').query('select * from queues.enqueue_many($1::jsonb)', [
-        JSON.stringify([{ task_type: 'product_resync', payload: {}, scheduled_at: when }]),
-      ]),
+      db
+        .pool('app')
+        .query('select * from queues.enqueue_many($1::jsonb)', [
+          JSON.stringify([{ task_type: 'product_resync', payload: {}, scheduled_at: when }]),
+        ]),
     ).rejects.toMatchObject({ code: '22023', message: expect.stringContaining('tasks[0]: scheduled_at') });
     expect(await count('select count(*)::int as n from queues.task')).toBe(before);
   });
@@ -255,18 +278,29 @@ describe('bounded inputs', () => {
   it('enqueue refuses JSON nested deeper than the limit, writes nothing', async () => {
     const before = await count('select count(*)::int as n from queues.task');
     const deep = '{"a":'.repeat(5000) + '1' + '}'.repeat(5000);
-    await expect(db.pool('app').query(`select queues.enqueue('product_resync', $1::jsonb)`, [deep])).rejects.toMatchObject({
+    await expect(
+      db.pool('app').query(`select queues.enqueue('product_resync', $1::jsonb)`, [deep]),
+    ).rejects.toMatchObject({
       code: '54000',
       message: expect.stringContaining('nested deeper than'),
     });
     const deepArray = `{"a":${'['.repeat(200)}1${']'.repeat(200)}}`;
     await expect(
-      db.pool('app').query('select * from queues.enqueue_many($1::jsonb)', [`[{"task_type": "product_resync", "payload": ${deepArray}}]`]),
-    ).rejects.toMatchObject({ code: '54000', message: expect.stringContaining('tasks[0]: payload is nested deeper than') });
+      db
+        .pool('app')
+        .query('select * from queues.enqueue_many($1::jsonb)', [
+          `[{"task_type": "product_resync", "payload": ${deepArray}}]`,
+        ]),
+    ).rejects.toMatchObject({
+      code: '54000',
+      message: expect.stringContaining('tasks[0]: payload is nested deeper than'),
+    });
     expect(await count('select count(*)::int as n from queues.task')).toBe(before);
     // Nesting within the limit is fine.
     const ok = '{"a":'.repeat(30) + '1' + '}'.repeat(30);
-    await expect(db.pool('app').query(`select queues.enqueue('product_resync', $1::jsonb)`, [ok])).resolves.toBeTruthy();
+    await expect(
+      db.pool('app').query(`select queues.enqueue('product_resync', $1::jsonb)`, [ok]),
+    ).resolves.toBeTruthy();
   });
 
   it('record_worker_heartbeat refuses a task-type list over the limit', async () => {

@@ -41,7 +41,9 @@ describe('upsert_schedule', () => {
   it('creates a schedule as the app, enabled, with defaults, and kicks off the supervisor', async () => {
     const { rows } = await db
       .pool('app')
-      .query<Upserted>(`select * from schedules.upsert_schedule('analytics-daily', '0 2 * * *', 'analytics_refresh', '{}', null, null)`);
+      .query<Upserted>(
+        `select * from schedules.upsert_schedule('analytics-daily', '0 2 * * *', 'analytics_refresh', '{}', null, null)`,
+      );
     expect(rows[0].validation_failure_message).toBeNull();
     expect(rows[0].schedule_id).not.toBeNull();
     const list = await db.pool('api').query(`select * from schedules.list_schedules() where name = 'analytics-daily'`);
@@ -70,10 +72,19 @@ describe('upsert_schedule', () => {
   });
 
   it('is idempotent: the same definition appends no version; the API may upsert too', async () => {
-    const first = await upsertAt('2024-01-01T00:00:00Z', ['idem', '0 * * * *', 'product_resync', { a: 1 }, 5, 'catch_up_once']);
+    const first = await upsertAt('2024-01-01T00:00:00Z', [
+      'idem',
+      '0 * * * *',
+      'product_resync',
+      { a: 1 },
+      5,
+      'catch_up_once',
+    ]);
     const again = await db
       .pool('api')
-      .query<Upserted>(`select * from schedules.upsert_schedule('idem', ' 0 * * * * ', 'product_resync', '{"a": 1}', 5, 'catch_up_once')`);
+      .query<Upserted>(
+        `select * from schedules.upsert_schedule('idem', ' 0 * * * * ', 'product_resync', '{"a": 1}', 5, 'catch_up_once')`,
+      );
     expect(again.rows[0]).toEqual(first);
     expect(await versions('idem')).toHaveLength(1);
   });
@@ -92,7 +103,9 @@ describe('upsert_schedule', () => {
 
   it('disable and enable append versions; an update keeps a disabled schedule disabled', async () => {
     await upsertAt('2024-01-01T00:00:00Z', ['toggle', '0 0 * * *', 'analytics_refresh', {}, null, null]);
-    const off = await db.query(`select * from schedules.set_schedule_enabled_at('2024-01-02T00:00:00Z', 'toggle', false)`);
+    const off = await db.query(
+      `select * from schedules.set_schedule_enabled_at('2024-01-02T00:00:00Z', 'toggle', false)`,
+    );
     expect(off.rows[0].validation_failure_message).toBeNull();
     await upsertAt('2024-01-03T00:00:00Z', ['toggle', '0 0 * * *', 'analytics_refresh', { v: 2 }, null, null]);
     await db.query(`select * from schedules.set_schedule_enabled_at('2024-01-04T00:00:00Z', 'toggle', true)`);
@@ -107,7 +120,9 @@ describe('upsert_schedule', () => {
     // As the app, with the real clock.
     const r = await db.pool('app').query(`select * from schedules.disable_schedule('toggle')`);
     expect(r.rows[0].validation_failure_message).toBeNull();
-    const l = await db.pool('app').query(`select enabled, next_fire_at from schedules.list_schedules() where name = 'toggle'`);
+    const l = await db
+      .pool('app')
+      .query(`select enabled, next_fire_at from schedules.list_schedules() where name = 'toggle'`);
     expect(l.rows[0]).toEqual({ enabled: false, next_fire_at: null });
     const e = await db.pool('api').query(`select * from schedules.enable_schedule('toggle')`);
     expect(e.rows[0].validation_failure_message).toBeNull();
@@ -115,22 +130,50 @@ describe('upsert_schedule', () => {
 
   it('enable/disable of an unknown name returns a validation failure', async () => {
     const { rows } = await db.pool('app').query(`select * from schedules.disable_schedule('nope')`);
-    expect(rows[0]).toEqual({ schedule_id: null, schedule_version_id: null, validation_failure_message: `no schedule named 'nope'` });
+    expect(rows[0]).toEqual({
+      schedule_id: null,
+      schedule_version_id: null,
+      validation_failure_message: `no schedule named 'nope'`,
+    });
   });
 
   const bad: [string, unknown[], string | RegExp][] = [
     ['null name', [null, '* * * * *', 'analytics_refresh', {}, null, null], /^name is required/],
-    ['bad name', ['Has Spaces', '* * * * *', 'analytics_refresh', {}, null, null], /^name is required: 1 to 100 characters/],
+    [
+      'bad name',
+      ['Has Spaces', '* * * * *', 'analytics_refresh', {}, null, null],
+      /^name is required: 1 to 100 characters/,
+    ],
     ['null cron', ['n', null, 'analytics_refresh', {}, null, null], 'cron is required'],
-    ['bad cron', ['n', '61 * * * *', 'analytics_refresh', {}, null, null], 'cron minute field: 61 is out of range 0-59'],
+    [
+      'bad cron',
+      ['n', '61 * * * *', 'analytics_refresh', {}, null, null],
+      'cron minute field: 61 is out of range 0-59',
+    ],
     ['4 fields', ['n', '* * * *', 'analytics_refresh', {}, null, null], /^cron must have 5 fields/],
     ['never fires', ['n', '0 0 31 2 *', 'analytics_refresh', {}, null, null], /never fires/],
     ['null task_type', ['n', '* * * * *', null, {}, null, null], 'task_type is required'],
     ['unknown task_type', ['n', '* * * * *', 'nope', {}, null, null], `unknown task_type 'nope'`],
-    ['null payload', ['n', '* * * * *', 'analytics_refresh', null, null, null], 'payload is required and must be a JSON object'],
-    ['array payload', ['n', '* * * * *', 'analytics_refresh', [1], null, null], 'payload is required and must be a JSON object'],
-    ['priority', ['n', '* * * * *', 'analytics_refresh', {}, 1001, null], 'priority must be between -1000 and 1000, got 1001'],
-    ['policy', ['n', '* * * * *', 'analytics_refresh', {}, null, 'always'], `missed_run_policy must be 'skip' or 'catch_up_once', got 'always'`],
+    [
+      'null payload',
+      ['n', '* * * * *', 'analytics_refresh', null, null, null],
+      'payload is required and must be a JSON object',
+    ],
+    [
+      'array payload',
+      ['n', '* * * * *', 'analytics_refresh', [1], null, null],
+      'payload is required and must be a JSON object',
+    ],
+    [
+      'priority',
+      ['n', '* * * * *', 'analytics_refresh', {}, 1001, null],
+      'priority must be between -1000 and 1000, got 1001',
+    ],
+    [
+      'policy',
+      ['n', '* * * * *', 'analytics_refresh', {}, null, 'always'],
+      `missed_run_policy must be 'skip' or 'catch_up_once', got 'always'`,
+    ],
   ];
   it.each(bad)('%s: returns the message as the app, writes nothing', async (_label, args, message) => {
     const before = await rowCounts(db, ['schedules', 'queues']);
@@ -152,15 +195,26 @@ describe('upsert_schedule', () => {
   // db_function schedules are the owner's to install (upsert_schedule_at); the owner
   // still gets a message for a function that is not runnable.
   it.each([
-    ['db_function not runnable', ['n', '* * * * *', 'db_function', { db_function: 'public.evil' }, null, null], /^payload\.db_function must name a runnable function: function public\.evil\(jsonb\) does not exist/],
-    ['db_function missing', ['n', '* * * * *', 'db_function', {}, null, null], /^payload\.db_function must name a runnable function: function_name must not be null/],
-  ] as [string, unknown[], RegExp][])('%s: returns the message to the owner, writes nothing', async (_label, args, message) => {
-    const before = await rowCounts(db, ['schedules', 'queues']);
-    const r = await upsertAt('2024-01-01T00:00:00Z', args);
-    expect(r.schedule_id).toBeNull();
-    expect(r.validation_failure_message).toMatch(message);
-    expect(await rowCounts(db, ['schedules', 'queues'])).toEqual(before);
-  });
+    [
+      'db_function not runnable',
+      ['n', '* * * * *', 'db_function', { db_function: 'public.evil' }, null, null],
+      /^payload\.db_function must name a runnable function: function public\.evil\(jsonb\) does not exist/,
+    ],
+    [
+      'db_function missing',
+      ['n', '* * * * *', 'db_function', {}, null, null],
+      /^payload\.db_function must name a runnable function: function_name must not be null/,
+    ],
+  ] as [string, unknown[], RegExp][])(
+    '%s: returns the message to the owner, writes nothing',
+    async (_label, args, message) => {
+      const before = await rowCounts(db, ['schedules', 'queues']);
+      const r = await upsertAt('2024-01-01T00:00:00Z', args);
+      expect(r.schedule_id).toBeNull();
+      expect(r.validation_failure_message).toMatch(message);
+      expect(await rowCounts(db, ['schedules', 'queues'])).toEqual(before);
+    },
+  );
 
   it.each([
     ['app', 'db_function', { db_function: 'files.record_file_delete_success', file_deletion_attempt_id: 1 }],
@@ -170,13 +224,30 @@ describe('upsert_schedule', () => {
   ] as const)('as %s, a %s schedule is refused with 42501, nothing written', async (role, taskType, payload) => {
     const before = await rowCounts(db, ['schedules', 'queues']);
     await expect(
-      db.pool(role).query('select * from schedules.upsert_schedule($1, $2, $3, $4, null, null)', ['evil', '* * * * *', taskType, JSON.stringify(payload)]),
-    ).rejects.toMatchObject({ code: '42501', message: expect.stringContaining(`task_type '${taskType}' may be enqueued only by the database's own processes`) });
+      db
+        .pool(role)
+        .query('select * from schedules.upsert_schedule($1, $2, $3, $4, null, null)', [
+          'evil',
+          '* * * * *',
+          taskType,
+          JSON.stringify(payload),
+        ]),
+    ).rejects.toMatchObject({
+      code: '42501',
+      message: expect.stringContaining(`task_type '${taskType}' may be enqueued only by the database's own processes`),
+    });
     expect(await rowCounts(db, ['schedules', 'queues'])).toEqual(before);
   });
 
   it('a runnable db_function is accepted', async () => {
-    const r = await upsertAt('2024-01-01T00:00:00Z', ['noop', '*/5 * * * *', 'db_function', { db_function: 'internal.noop' }, null, null]);
+    const r = await upsertAt('2024-01-01T00:00:00Z', [
+      'noop',
+      '*/5 * * * *',
+      'db_function',
+      { db_function: 'internal.noop' },
+      null,
+      null,
+    ]);
     expect(r.validation_failure_message).toBeNull();
   });
 });
@@ -185,7 +256,11 @@ describe('privileges', () => {
   it('the clock variants and helpers are owner only', async () => {
     for (const role of ['app', 'api', 'worker'] as const) {
       await expect(
-        db.pool(role).query(`select * from schedules.upsert_schedule_at(now(), 'x', '* * * * *', 'analytics_refresh', '{}', null, null)`),
+        db
+          .pool(role)
+          .query(
+            `select * from schedules.upsert_schedule_at(now(), 'x', '* * * * *', 'analytics_refresh', '{}', null, null)`,
+          ),
       ).rejects.toMatchObject({ code: '42501' });
       await expect(db.pool(role).query(`select schedules.schedule_supervisor_at(now(), '{}')`)).rejects.toMatchObject({
         code: '42501',
@@ -197,13 +272,19 @@ describe('privileges', () => {
     }
     // The worker may run the supervisor but not manage schedules.
     await expect(
-      db.pool('worker').query(`select * from schedules.upsert_schedule('x', '* * * * *', 'analytics_refresh', '{}', null, null)`),
+      db
+        .pool('worker')
+        .query(`select * from schedules.upsert_schedule('x', '* * * * *', 'analytics_refresh', '{}', null, null)`),
     ).rejects.toMatchObject({ code: '42501' });
-    await expect(db.pool('app').query(`select schedules.schedule_supervisor('{}')`)).rejects.toMatchObject({ code: '42501' });
+    await expect(db.pool('app').query(`select schedules.schedule_supervisor('{}')`)).rejects.toMatchObject({
+      code: '42501',
+    });
   });
 
   it('facts are append-only', async () => {
-    await expect(db.query(`update schedules.schedule_version set enabled = false`)).rejects.toMatchObject({ code: '55000' });
+    await expect(db.query(`update schedules.schedule_version set enabled = false`)).rejects.toMatchObject({
+      code: '55000',
+    });
     await expect(db.query(`update schedules.schedule set name = 'x'`)).rejects.toMatchObject({ code: '55000' });
   });
 });

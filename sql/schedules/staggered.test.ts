@@ -28,9 +28,10 @@ describe('generate_staggered_tasks', () => {
   it('300 stores in 6 batches over 24 hours: 50 every 4 hours, in input order (as the API)', async () => {
     const { rows } = await db
       .pool('api')
-      .query(`select * from schedules.generate_staggered_tasks('product_resync', $1, '2024-01-01T00:00:00Z', '24 hours', 6)`, [
-        JSON.stringify(stores(300)),
-      ]);
+      .query(
+        `select * from schedules.generate_staggered_tasks('product_resync', $1, '2024-01-01T00:00:00Z', '24 hours', 6)`,
+        [JSON.stringify(stores(300))],
+      );
     expect(rows.map((r) => [r.batch, r.scheduled_at.toISOString(), r.task_count])).toEqual([
       [1, '2024-01-01T00:00:00.000Z', 50],
       [2, '2024-01-01T04:00:00.000Z', 50],
@@ -51,15 +52,18 @@ describe('generate_staggered_tasks', () => {
   it('uneven splits: the first N mod K batches get one more; empty batches are listed (as the app)', async () => {
     const { rows } = await db
       .pool('app')
-      .query(`select * from schedules.generate_staggered_tasks('analytics_refresh', $1, '2024-02-01T00:00:00Z', '3 hours', 3, 7)`, [
-        JSON.stringify(stores(7, 101)),
-      ]);
+      .query(
+        `select * from schedules.generate_staggered_tasks('analytics_refresh', $1, '2024-02-01T00:00:00Z', '3 hours', 3, 7)`,
+        [JSON.stringify(stores(7, 101))],
+      );
     expect(rows.map((r) => [r.batch, r.scheduled_at.toISOString(), r.task_count])).toEqual([
       [1, '2024-02-01T00:00:00.000Z', 3],
       [2, '2024-02-01T01:00:00.000Z', 2],
       [3, '2024-02-01T02:00:00.000Z', 2],
     ]);
-    expect((await tasksOf('analytics_refresh')).map((t) => [t.store_id, t.scheduled_at.toISOString(), t.priority])).toEqual([
+    expect(
+      (await tasksOf('analytics_refresh')).map((t) => [t.store_id, t.scheduled_at.toISOString(), t.priority]),
+    ).toEqual([
       [101, '2024-02-01T00:00:00.000Z', 7],
       [102, '2024-02-01T00:00:00.000Z', 7],
       [103, '2024-02-01T00:00:00.000Z', 7],
@@ -107,17 +111,62 @@ describe('generate_staggered_tasks', () => {
     ['null task_type', [null, '[]', '2024-01-01', '1 day', 2, null], '22004', /^task_type must not be null$/],
     ['unknown task_type', ['nope', '[]', '2024-01-01', '1 day', 2, null], '22023', /^unknown task_type 'nope'$/],
     ['null payloads', ['product_resync', null, '2024-01-01', '1 day', 2, null], '22004', /^payloads must not be null$/],
-    ['object payloads', ['product_resync', '{}', '2024-01-01', '1 day', 2, null], '22023', /^payloads must be a JSON array, got object$/],
-    ['non-object element', ['product_resync', '[{}, 3]', '2024-01-01', '1 day', 2, null], '22023', /^payloads\[1\] must be a JSON object, got number$/],
-    ['too many', ['product_resync', JSON.stringify(stores(10001)), '2024-01-01', '1 day', 2, null], '54000', /^at most 10000 payloads per call, got 10001$/],
+    [
+      'object payloads',
+      ['product_resync', '{}', '2024-01-01', '1 day', 2, null],
+      '22023',
+      /^payloads must be a JSON array, got object$/,
+    ],
+    [
+      'non-object element',
+      ['product_resync', '[{}, 3]', '2024-01-01', '1 day', 2, null],
+      '22023',
+      /^payloads\[1\] must be a JSON object, got number$/,
+    ],
+    [
+      'too many',
+      ['product_resync', JSON.stringify(stores(10001)), '2024-01-01', '1 day', 2, null],
+      '54000',
+      /^at most 10000 payloads per call, got 10001$/,
+    ],
     ['null start', ['product_resync', '[]', null, '1 day', 2, null], '22004', /^start must not be null$/],
     ['null period', ['product_resync', '[]', '2024-01-01', null, 2, null], '22004', /^period must not be null$/],
-    ['zero period', ['product_resync', '[]', '2024-01-01', '0', 2, null], '22023', /^period must be more than 0 and at most 366 days, got 00:00:00$/],
-    ['negative period', ['product_resync', '[]', '2024-01-01', '-1 hour', 2, null], '22023', /^period must be more than 0/],
-    ['month period', ['product_resync', '[]', '2024-01-01', '1 month', 2, null], '22023', /^period must be given in days, hours, minutes or seconds, not months or years/],
-    ['null batches', ['product_resync', '[]', '2024-01-01', '1 day', null, null], '22004', /^batches must not be null$/],
-    ['zero batches', ['product_resync', '[]', '2024-01-01', '1 day', 0, null], '22023', /^batches must be between 1 and 1000, got 0$/],
-    ['priority', ['product_resync', '[]', '2024-01-01', '1 day', 2, 5000], '22023', /^priority must be between -1000 and 1000, got 5000$/],
+    [
+      'zero period',
+      ['product_resync', '[]', '2024-01-01', '0', 2, null],
+      '22023',
+      /^period must be more than 0 and at most 366 days, got 00:00:00$/,
+    ],
+    [
+      'negative period',
+      ['product_resync', '[]', '2024-01-01', '-1 hour', 2, null],
+      '22023',
+      /^period must be more than 0/,
+    ],
+    [
+      'month period',
+      ['product_resync', '[]', '2024-01-01', '1 month', 2, null],
+      '22023',
+      /^period must be given in days, hours, minutes or seconds, not months or years/,
+    ],
+    [
+      'null batches',
+      ['product_resync', '[]', '2024-01-01', '1 day', null, null],
+      '22004',
+      /^batches must not be null$/,
+    ],
+    [
+      'zero batches',
+      ['product_resync', '[]', '2024-01-01', '1 day', 0, null],
+      '22023',
+      /^batches must be between 1 and 1000, got 0$/,
+    ],
+    [
+      'priority',
+      ['product_resync', '[]', '2024-01-01', '1 day', 2, 5000],
+      '22023',
+      /^priority must be between -1000 and 1000, got 5000$/,
+    ],
   ];
   it.each(bad)('%s: raises, writes nothing', async (_label, args, code, message) => {
     const before = await rowCounts(db, ['queues']);
@@ -129,7 +178,9 @@ describe('generate_staggered_tasks', () => {
 
   it('the worker may not generate batches', async () => {
     await expect(
-      db.pool('worker').query(`select * from schedules.generate_staggered_tasks('product_resync', '[]', now(), '1 day', 1)`),
+      db
+        .pool('worker')
+        .query(`select * from schedules.generate_staggered_tasks('product_resync', '[]', now(), '1 day', 1)`),
     ).rejects.toMatchObject({ code: '42501' });
   });
 });

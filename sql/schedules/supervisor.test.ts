@@ -21,11 +21,22 @@ beforeEach(async () => {
 
 const at = (s: string) => new Date(s);
 
-async function upsertAt(now: string, name: string, cron: string, taskType: string, policy: string | null = null, payload = {}) {
-  const { rows } = await db.query(
-    'select * from schedules.upsert_schedule_at($1, $2, $3, $4, $5, null, $6)',
-    [now, name, cron, taskType, JSON.stringify(payload), policy],
-  );
+async function upsertAt(
+  now: string,
+  name: string,
+  cron: string,
+  taskType: string,
+  policy: string | null = null,
+  payload = {},
+) {
+  const { rows } = await db.query('select * from schedules.upsert_schedule_at($1, $2, $3, $4, $5, null, $6)', [
+    now,
+    name,
+    cron,
+    taskType,
+    JSON.stringify(payload),
+    policy,
+  ]);
   expect(rows[0].validation_failure_message).toBeNull();
   return rows[0];
 }
@@ -48,7 +59,11 @@ async function runSupervisorAt(now: Date) {
     const { rows } = await db.query('select schedules.schedule_supervisor_at($1, $2) as r', [now, task.payload]);
     await db
       .pool('worker')
-      .query('select queues.complete_task($1, $2, $3)', [task.task_id, task.task_lease_id, rows[0].r.success ? 'succeeded' : 'failed']);
+      .query('select queues.complete_task($1, $2, $3)', [
+        task.task_id,
+        task.task_lease_id,
+        rows[0].r.success ? 'succeeded' : 'failed',
+      ]);
     results.push(rows[0].r);
   }
   return results;
@@ -87,7 +102,9 @@ describe('the seed schedules over a week', () => {
     await upsertAt('2024-01-01T00:00:30Z', 'product_resync', '0 */4 * * *', 'product_resync', 'catch_up_once');
     await upsertAt('2024-01-01T00:00:30Z', 'analytics_refresh', '0 2 * * *', 'analytics_refresh');
     // The kickoff enqueued one supervisor, within max_supervisor_sleep (1 hour).
-    expect(await pendingSupervisors()).toEqual([{ task_id: expect.any(String), available_at: at('2024-01-01T01:00:30Z') }]);
+    expect(await pendingSupervisors()).toEqual([
+      { task_id: expect.any(String), available_at: at('2024-01-01T01:00:30Z') },
+    ]);
 
     // Play the worker: run the supervisor whenever its task comes due, for 8 days.
     let supervisorRuns = 0;
@@ -118,12 +135,15 @@ describe('the seed schedules over a week', () => {
       '2024-01-02T04:00:00.000Z',
     ]);
     const daily = all.filter((r) => r.name === 'analytics_refresh');
-    expect(daily.map((r) => r.fire_at)).toEqual(
-      [1, 2, 3, 4, 5, 6, 7, 8].map((d) => `2024-01-0${d}T02:00:00.000Z`),
-    );
+    expect(daily.map((r) => r.fire_at)).toEqual([1, 2, 3, 4, 5, 6, 7, 8].map((d) => `2024-01-0${d}T02:00:00.000Z`));
     // Each run enqueued its own task, of the schedule's type, scheduled at its fire time.
     for (const r of all) {
-      expect(r).toMatchObject({ outcome: 'enqueued', task_type: r.name, scheduled_at: r.fire_at, first_fire_at: r.fire_at });
+      expect(r).toMatchObject({
+        outcome: 'enqueued',
+        task_type: r.name,
+        scheduled_at: r.fire_at,
+        first_fire_at: r.fire_at,
+      });
     }
     // The supervisor slept until the next fire time, or at most an hour.
     expect(supervisorRuns).toBeLessThanOrEqual(8 * 24 + 1);
@@ -140,14 +160,27 @@ describe('missed runs', () => {
     // The supervisor was down until 12:03.
     await db.query(`select schedules.schedule_supervisor_at('2024-01-01T12:03:00Z', '{}')`);
     expect(await runs()).toEqual([
-      expect.objectContaining({ outcome: 'skipped', first_fire_at: '2024-01-01T10:10:00.000Z', fire_at: '2024-01-01T11:50:00.000Z', task_type: null }),
-      expect.objectContaining({ outcome: 'enqueued', first_fire_at: '2024-01-01T12:00:00.000Z', fire_at: '2024-01-01T12:00:00.000Z' }),
+      expect.objectContaining({
+        outcome: 'skipped',
+        first_fire_at: '2024-01-01T10:10:00.000Z',
+        fire_at: '2024-01-01T11:50:00.000Z',
+        task_type: null,
+      }),
+      expect.objectContaining({
+        outcome: 'enqueued',
+        first_fire_at: '2024-01-01T12:00:00.000Z',
+        fire_at: '2024-01-01T12:00:00.000Z',
+      }),
     ]);
     // Late by 15 minutes: 12:10 is past the grace (12:15), 12:20 is within it.
     const { rows } = await db.query(`select schedules.schedule_supervisor_at('2024-01-01T12:25:00Z', '{}') as r`);
     expect(rows[0].r.payload).toMatchObject({ enqueued: 1, skipped: 1 });
     expect((await runs()).slice(2)).toEqual([
-      expect.objectContaining({ outcome: 'skipped', first_fire_at: '2024-01-01T12:10:00.000Z', fire_at: '2024-01-01T12:10:00.000Z' }),
+      expect.objectContaining({
+        outcome: 'skipped',
+        first_fire_at: '2024-01-01T12:10:00.000Z',
+        fire_at: '2024-01-01T12:10:00.000Z',
+      }),
       expect.objectContaining({ outcome: 'enqueued', fire_at: '2024-01-01T12:20:00.000Z' }),
     ]);
     // Within the grace, every fire time is its own run (the grace boundary included, below).
@@ -301,10 +334,14 @@ describe('the supervisor chain', () => {
   it('ensure_schedule_supervisor is idempotent and returns the pending task; null with no schedules', async () => {
     const none = await db.pool('app').query('select schedules.ensure_schedule_supervisor() as id');
     expect(none.rows[0].id).toBeNull();
-    await db.pool('app').query(`select * from schedules.upsert_schedule('x', '* * * * *', 'analytics_refresh', '{}', null, null)`);
+    await db
+      .pool('app')
+      .query(`select * from schedules.upsert_schedule('x', '* * * * *', 'analytics_refresh', '{}', null, null)`);
     const ids = new Set<string>();
     for (let i = 0; i < 3; i++) {
-      const { rows } = await db.pool(i % 2 ? 'api' : 'app').query('select schedules.ensure_schedule_supervisor() as id');
+      const { rows } = await db
+        .pool(i % 2 ? 'api' : 'app')
+        .query('select schedules.ensure_schedule_supervisor() as id');
       ids.add(rows[0].id);
     }
     expect(ids.size).toBe(1);
@@ -337,9 +374,16 @@ describe('the supervisor chain', () => {
   });
 
   it('stops when no schedule is enabled, and the worker runs it through internal.run_function', async () => {
-    await db.pool('app').query(`select * from schedules.upsert_schedule('w', '0 0 1 1 *', 'analytics_refresh', '{}', null, null)`);
-    const result = await runAsWorker(db, 'schedules.schedule_supervisor', { db_function: 'schedules.schedule_supervisor' });
-    expect(result).toMatchObject({ success: true, payload: { status: 'ok', enqueued: 0, next_supervisor_task_id: expect.any(Number) } });
+    await db
+      .pool('app')
+      .query(`select * from schedules.upsert_schedule('w', '0 0 1 1 *', 'analytics_refresh', '{}', null, null)`);
+    const result = await runAsWorker(db, 'schedules.schedule_supervisor', {
+      db_function: 'schedules.schedule_supervisor',
+    });
+    expect(result).toMatchObject({
+      success: true,
+      payload: { status: 'ok', enqueued: 0, next_supervisor_task_id: expect.any(Number) },
+    });
     await db.pool('app').query(`select * from schedules.disable_schedule('w')`);
     const { rows } = await db.query(`select schedules.schedule_supervisor_at(now() + interval '2 hours', '{}') as r`);
     expect(rows[0].r.payload).toMatchObject({ next_run_at: null });

@@ -63,7 +63,10 @@ export interface DriveResult {
 export async function runAsWorker(db: TestDatabase, name: string, payload: unknown): Promise<Payload> {
   const { rows } = await db
     .pool('worker')
-    .query<{ result: Payload }>('select internal.run_function($1, $2::jsonb) as result', [name, JSON.stringify(payload)]);
+    .query<{ result: Payload }>('select internal.run_function($1, $2::jsonb) as result', [
+      name,
+      JSON.stringify(payload),
+    ]);
   return rows[0].result;
 }
 
@@ -128,7 +131,9 @@ export async function processTask(
     .query('select queues.complete_task($1, $2, $3)', [
       task.task_id,
       task.task_lease_id,
-      succeeded(processed.handlerResult ?? processed.result) && (processed.provider?.ok ?? true) ? 'succeeded' : 'failed',
+      succeeded(processed.handlerResult ?? processed.result) && (processed.provider?.ok ?? true)
+        ? 'succeeded'
+        : 'failed',
     ]);
   return processed;
 }

@@ -9,7 +9,9 @@ import { channelProcessFiles } from './template.mjs';
 
 const [schema, name, channel, number] = process.argv.slice(2);
 if (!schema || !name || !channel) {
-  process.stderr.write('usage: npm run new-process -- <schema> <name> <channel task type> [migration number, default 230]\n');
+  process.stderr.write(
+    'usage: npm run new-process -- <schema> <name> <channel task type> [migration number, default 230]\n',
+  );
   process.exit(2);
 }
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -31,4 +33,6 @@ for (const [path, content] of Object.entries(files)) {
   writeFileSync(join(root, path), content);
   process.stdout.write(`wrote ${path}\n`);
 }
-process.stdout.write('Next: fill in the DECIDE parts, add the grants to sql/role-allowlist.json, register a processor for the channel in the worker, and run npm run dev.\n');
+process.stdout.write(
+  'Next: fill in the DECIDE parts, add the grants to sql/role-allowlist.json, register a processor for the channel in the worker, and run npm run dev.\n',
+);

@@ -1,2 +1,7 @@
 /** The files of a new channel process: path (relative to the repository) → content. */
-export function channelProcessFiles(options: { schema: string; name: string; channel: string; number?: number }): Record<string, string>;
+export function channelProcessFiles(options: {
+  schema: string;
+  name: string;
+  channel: string;
+  number?: number;
+}): Record<string, string>;

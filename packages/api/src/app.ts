@@ -28,7 +28,16 @@ export interface CreateApiOptions {
 export type ApiConfigInput = Pick<ApiConfig, 'databaseUrl' | 'apiToken'> & Partial<ApiConfig>;
 
 const TASK_TYPE = /^[a-z][a-z0-9_]{0,62}$/;
-export const TASK_STATES = ['scheduled', 'ready', 'running', 'retrying', 'succeeded', 'failed', 'abandoned', 'cancelled'] as const;
+export const TASK_STATES = [
+  'scheduled',
+  'ready',
+  'running',
+  'retrying',
+  'succeeded',
+  'failed',
+  'abandoned',
+  'cancelled',
+] as const;
 
 /** A query-string or path integer. */
 const intString = (name: string, min: number, max: number) =>
@@ -41,7 +50,8 @@ const intString = (name: string, min: number, max: number) =>
 const id = (name: string) => intString(name, 1, Number.MAX_SAFE_INTEGER);
 const taskType = z.string().regex(TASK_TYPE, 'task_type must be a task type such as email or db_function');
 
-const isoTime = (name: string) => z.iso.datetime({ offset: true, error: `${name} must be an ISO 8601 date-time with a time zone` });
+const isoTime = (name: string) =>
+  z.iso.datetime({ offset: true, error: `${name} must be an ISO 8601 date-time with a time zone` });
 const workerId = z.string().min(1, 'worker_id must not be empty').max(200, 'worker_id must be at most 200 characters');
 const PAYLOAD_PATH = /^[A-Za-z0-9_-]{1,100}(\.[A-Za-z0-9_-]{1,100}){0,9}$/;
 
@@ -57,7 +67,10 @@ const listQuery = z
     enqueued_to: isoTime('enqueued_to').optional(),
     // A payload field: dot-separated keys (array elements by index), and its value as JSON
     // (a bare word is taken as a string).
-    payload_path: z.string().regex(PAYLOAD_PATH, 'payload_path must be 1 to 10 dot-separated keys of letters, digits, _ or -').optional(),
+    payload_path: z
+      .string()
+      .regex(PAYLOAD_PATH, 'payload_path must be 1 to 10 dot-separated keys of letters, digits, _ or -')
+      .optional(),
     payload_value: z.string().max(1000, 'payload_value must be at most 1000 characters').optional(),
   })
   .strict()
@@ -69,22 +82,46 @@ const listQuery = z
 const selection = <F extends z.ZodRawShape>(filter: F, maxLimit: number) =>
   z
     .object({
-      task_ids: z.array(z.number().int().positive('task_ids must be positive task ids')).min(1, 'task_ids must name at least one task').max(1000, 'task_ids must name at most 1000 tasks').optional(),
+      task_ids: z
+        .array(z.number().int().positive('task_ids must be positive task ids'))
+        .min(1, 'task_ids must name at least one task')
+        .max(1000, 'task_ids must name at most 1000 tasks')
+        .optional(),
       filter: z.object(filter).strict().optional(),
       limit: z.number().int('limit must be an integer').min(1).max(maxLimit).optional(),
       reason: z.string().max(500, 'reason must be at most 500 characters').optional(),
     })
     .strict()
-    .refine((b) => (b.task_ids === undefined) !== (b.filter === undefined), { message: 'give either task_ids or filter (with limit)' })
+    .refine((b) => (b.task_ids === undefined) !== (b.filter === undefined), {
+      message: 'give either task_ids or filter (with limit)',
+    })
     .refine((b) => b.filter === undefined || b.limit !== undefined, { message: 'a filter needs a limit' });
 
-const cancelBody = selection({ task_type: taskType.optional(), state: z.enum(['scheduled', 'ready', 'retrying'], { error: 'state must be scheduled, ready or retrying' }).optional() }, 1000);
+const cancelBody = selection(
+  {
+    task_type: taskType.optional(),
+    state: z
+      .enum(['scheduled', 'ready', 'retrying'], { error: 'state must be scheduled, ready or retrying' })
+      .optional(),
+  },
+  1000,
+);
 const redriveBody = selection({ task_type: taskType.optional() }, 500);
 const runNowBody = z
-  .object({ task_ids: z.array(z.number().int().positive('task_ids must be positive task ids')).min(1, 'task_ids must name at least one task').max(1000, 'task_ids must name at most 1000 tasks') })
+  .object({
+    task_ids: z
+      .array(z.number().int().positive('task_ids must be positive task ids'))
+      .min(1, 'task_ids must name at least one task')
+      .max(1000, 'task_ids must name at most 1000 tasks'),
+  })
   .strict();
-const pauseBody = z.object({ reason: z.string().max(500, 'reason must be at most 500 characters').optional() }).strict().optional();
-const scheduleName = z.string().regex(/^[a-z][a-z0-9_.-]{0,99}$/, 'name must be a schedule name such as nightly.analytics');
+const pauseBody = z
+  .object({ reason: z.string().max(500, 'reason must be at most 500 characters').optional() })
+  .strict()
+  .optional();
+const scheduleName = z
+  .string()
+  .regex(/^[a-z][a-z0-9_.-]{0,99}$/, 'name must be a schedule name such as nightly.analytics');
 
 /** A payload_value as JSON; anything that does not parse is a string. */
 function jsonValue(text: string): unknown {
@@ -96,7 +133,11 @@ function jsonValue(text: string): unknown {
 }
 
 const deadLetterQuery = z
-  .object({ task_type: taskType.optional(), limit: intString('limit', 1, 500).optional(), before: id('before').optional() })
+  .object({
+    task_type: taskType.optional(),
+    limit: intString('limit', 1, 500).optional(),
+    before: id('before').optional(),
+  })
   .strict();
 
 const newTask = z
@@ -121,7 +162,12 @@ const staggeredBody = z
     payloads: z.array(z.record(z.string(), z.unknown())).min(1).max(10_000),
     batches: z.number().int('batches must be an integer').min(1).max(1000),
     start_at: z.iso.datetime({ offset: true, error: 'start_at must be an ISO 8601 date-time' }).optional(),
-    period_seconds: z.number().int('period_seconds must be an integer').min(1).max(366 * 86_400).optional(),
+    period_seconds: z
+      .number()
+      .int('period_seconds must be an integer')
+      .min(1)
+      .max(366 * 86_400)
+      .optional(),
     priority: z.number().int().min(-1000).max(1000).optional(),
   })
   .strict();
@@ -151,17 +197,24 @@ const CONTENT_TYPES: Record<string, string> = {
   '.ico': 'image/x-icon',
 };
 /** The dashboard may load nothing but itself: no CDN, no external fetch. */
-const CSP = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
+const CSP =
+  "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
 
 export function createApi(configInput: ApiConfigInput, options: CreateApiOptions = {}): FastifyInstance {
-  const config = { host: '127.0.0.1', port: 3000, logLevel: 'info', poolSize: 10, ...configInput } as ApiConfig;
+  const config = { host: '127.0.0.1', port: 3000, logLevel: 'info', poolSize: 10, ...configInput };
   const logger =
     options.logger ??
-    createLogger({ service: 'queue-api', level: config.logLevel, ...(config.logFormat ? { format: config.logFormat } : {}) });
+    createLogger({
+      service: 'queue-api',
+      level: config.logLevel,
+      ...(config.logFormat ? { format: config.logFormat } : {}),
+    });
   // Typed as Fastify's base logger, so the app is a plain FastifyInstance (not one generic over pino's Logger).
   const loggerInstance: FastifyBaseLogger = logger;
   const app: FastifyInstance = Fastify({ loggerInstance, bodyLimit: 2 * 1024 * 1024, trustProxy: false });
-  const pool = options.pool ?? connect({ connectionString: config.databaseUrl, max: config.poolSize, applicationName: 'queue-api' });
+  const pool =
+    options.pool ??
+    connect({ connectionString: config.databaseUrl, max: config.poolSize, applicationName: 'queue-api' });
   if (!options.pool) app.addHook('onClose', async () => pool.end());
   const store = new Store(pool);
 
@@ -169,7 +222,10 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   app.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => {
     if (request.method === 'GET' || request.method === 'HEAD' || request.method === 'OPTIONS') return;
     if (!bearerMatches(request.headers.authorization, config.apiToken)) {
-      request.log.warn({ event: 'unauthorized', method: request.method, url: request.url }, 'missing or wrong API token');
+      request.log.warn(
+        { event: 'unauthorized', method: request.method, url: request.url },
+        'missing or wrong API token',
+      );
       return reply
         .code(401)
         .header('www-authenticate', 'Bearer realm="queue-api"')
@@ -183,7 +239,10 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
     }
     const db = fromDatabaseError(error);
     if (db) {
-      request.log.info({ event: 'request_refused', status: db.status, message: db.message }, 'database refused the request');
+      request.log.info(
+        { event: 'request_refused', status: db.status, message: db.message },
+        'database refused the request',
+      );
       return reply.code(db.status).send({ error: db.error, message: db.message });
     }
     const statusCode = (error as { statusCode?: unknown }).statusCode;
@@ -230,7 +289,11 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   });
 
   app.get('/api/tasks/counts', async (request) => {
-    const q = parse(z.object({ window_seconds: intString('window_seconds', 60, 2_592_000).optional() }).strict(), request.query, 'query');
+    const q = parse(
+      z.object({ window_seconds: intString('window_seconds', 60, 2_592_000).optional() }).strict(),
+      request.query,
+      'query',
+    );
     const counts = await store.counts(q.window_seconds);
     const byType: Record<string, Record<string, number>> = {};
     for (const c of counts) (byType[c.task_type] ??= {})[c.state] = c.count;
@@ -245,14 +308,23 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   });
 
   app.get('/api/tasks/capacity/:role', async (request) => {
-    const { role } = parse(z.object({ role: z.string().regex(TASK_TYPE, 'role must be a task type such as email') }), request.params, 'path');
+    const { role } = parse(
+      z.object({ role: z.string().regex(TASK_TYPE, 'role must be a task type such as email') }),
+      request.params,
+      'path',
+    );
     const [capacity] = await store.capacity(role);
     return capacity;
   });
 
   app.get('/api/tasks/throughput', async (request) => {
     const q = parse(
-      z.object({ window_seconds: intString('window_seconds', 60, 604_800).optional(), bucket_seconds: intString('bucket_seconds', 10, 604_800).optional() }).strict(),
+      z
+        .object({
+          window_seconds: intString('window_seconds', 60, 604_800).optional(),
+          bucket_seconds: intString('bucket_seconds', 10, 604_800).optional(),
+        })
+        .strict(),
       request.query,
       'query',
     );
@@ -285,7 +357,10 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
       priority: body.priority,
     });
     const total = batches.reduce((sum, b) => sum + b.task_count, 0);
-    request.log.info({ event: 'staggered_generated', task_type: body.task_type, tasks: total, batches: batches.length }, 'staggered batches generated');
+    request.log.info(
+      { event: 'staggered_generated', task_type: body.task_type, tasks: total, batches: batches.length },
+      'staggered batches generated',
+    );
     return reply.code(201).send({ task_type: body.task_type, tasks: total, batches });
   });
 
@@ -295,7 +370,12 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
     const body = parse(cancelBody, request.body, 'body');
     const results = body.task_ids
       ? await store.cancel(body.task_ids, body.reason)
-      : await store.cancelMatching({ taskType: body.filter!.task_type, state: body.filter!.state, limit: body.limit!, reason: body.reason });
+      : await store.cancelMatching({
+          taskType: body.filter!.task_type,
+          state: body.filter!.state,
+          limit: body.limit!,
+          reason: body.reason,
+        });
     const cancelled = results.filter((r) => r.result === 'cancelled').length;
     request.log.info({ event: 'tasks_cancelled', count: cancelled, asked: results.length }, 'tasks cancelled');
     return { cancelled, results };
@@ -311,11 +391,20 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
 
   app.get('/api/tasks/depth', async (request) => {
     const q = parse(
-      z.object({ window_seconds: intString('window_seconds', 60, 86_400).optional(), bucket_seconds: intString('bucket_seconds', 10, 86_400).optional() }).strict(),
+      z
+        .object({
+          window_seconds: intString('window_seconds', 60, 86_400).optional(),
+          bucket_seconds: intString('bucket_seconds', 10, 86_400).optional(),
+        })
+        .strict(),
       request.query,
       'query',
     );
-    return { window_seconds: q.window_seconds ?? 3600, bucket_seconds: q.bucket_seconds ?? 60, buckets: await store.depth(q.window_seconds, q.bucket_seconds) };
+    return {
+      window_seconds: q.window_seconds ?? 3600,
+      bucket_seconds: q.bucket_seconds ?? 60,
+      buckets: await store.depth(q.window_seconds, q.bucket_seconds),
+    };
   });
 
   // The overview's live part, polled every 5 s: pending work by type and state, pauses and
@@ -330,9 +419,21 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   app.get('/api/overview', async (request) => {
     parse(z.object({}).strict(), request.query, 'query');
     const [counts, throughput, depth, capacity, queues] = await Promise.all([
-      store.counts(), store.throughput(3600, 60), store.depth(3600, 60), store.capacity(), store.queues(),
+      store.counts(),
+      store.throughput(3600, 60),
+      store.depth(3600, 60),
+      store.capacity(),
+      store.queues(),
     ]);
-    return { generated_at: new Date().toISOString(), window_seconds: 86_400, counts, throughput, depth, capacity, queues };
+    return {
+      generated_at: new Date().toISOString(),
+      window_seconds: 86_400,
+      counts,
+      throughput,
+      depth,
+      capacity,
+      queues,
+    };
   });
 
   app.get('/api/tasks/:id', async (request) => {
@@ -345,7 +446,10 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
     const q = parse(deadLetterQuery, request.query, 'query');
     const deadLetters = await store.deadLetters({ taskType: q.task_type, limit: q.limit, before: q.before });
     const limit = q.limit ?? 50;
-    return { dead_letters: deadLetters, next_before: deadLetters.length === limit ? deadLetters[deadLetters.length - 1]!.task_id : null };
+    return {
+      dead_letters: deadLetters,
+      next_before: deadLetters.length === limit ? deadLetters[deadLetters.length - 1]!.task_id : null,
+    };
   });
 
   app.post('/api/dead-letters/:id/redrive', async (request, reply) => {
@@ -390,7 +494,10 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
     const { worker_id } = parse(z.object({ worker_id: workerId }), request.params, 'path');
     const body = parse(recoverBody, request.body ?? undefined, 'body');
     const recovered = await store.recoverWorker(worker_id, body?.dead_after_seconds);
-    request.log.info({ event: 'stale_recovered', worker_id, count: recovered.length }, 'stale leases of a worker recovered');
+    request.log.info(
+      { event: 'stale_recovered', worker_id, count: recovered.length },
+      'stale leases of a worker recovered',
+    );
     return { worker_id, recovered };
   });
 
@@ -400,7 +507,10 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
     return { schedules: await store.schedules(q.runs) };
   });
 
-  for (const [action, enabled] of [['enable', true], ['disable', false]] as const) {
+  for (const [action, enabled] of [
+    ['enable', true],
+    ['disable', false],
+  ] as const) {
     app.post(`/api/schedules/:name/${action}`, async (request, reply) => {
       const { name } = parse(z.object({ name: scheduleName }), request.params, 'path');
       parse(z.object({}).strict().optional(), request.body ?? undefined, 'body');
@@ -415,18 +525,32 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   app.get('/api/processes', async () => ({ processes: await store.processes() }));
 
   app.get('/api/processes/:process', async (request) => {
-    const { process } = parse(z.object({ process: z.string().regex(/^[a-z_]{1,60}$/, 'process must be a process name such as send_email') }), request.params, 'path');
-    const q = parse(z.object({ limit: intString('limit', 1, 500).optional(), before: id('before').optional() }).strict(), request.query, 'query');
+    const { process } = parse(
+      z.object({ process: z.string().regex(/^[a-z_]{1,60}$/, 'process must be a process name such as send_email') }),
+      request.params,
+      'path',
+    );
+    const q = parse(
+      z.object({ limit: intString('limit', 1, 500).optional(), before: id('before').optional() }).strict(),
+      request.query,
+      'query',
+    );
     return { process, roots: await store.processRootsRanked(process, q.limit, q.before) };
   });
 
   app.get('/api/processes/:process/:rootId', async (request) => {
     const p = parse(
-      z.object({ process: z.string().regex(/^[a-z_]{1,60}$/, 'process must be a process name such as send_email'), rootId: id('root id') }),
+      z.object({
+        process: z.string().regex(/^[a-z_]{1,60}$/, 'process must be a process name such as send_email'),
+        rootId: id('root id'),
+      }),
       request.params,
       'path',
     );
-    const [tree, timeline] = await Promise.all([store.processTree(p.process, p.rootId), store.processTimeline(p.process, p.rootId)]);
+    const [tree, timeline] = await Promise.all([
+      store.processTree(p.process, p.rootId),
+      store.processTimeline(p.process, p.rootId),
+    ]);
     return { process: p.process, root_id: p.rootId, tree, timeline };
   });
 
@@ -435,7 +559,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
     const { text, contentType } = await renderApiMetrics(store);
     return reply.header('content-type', contentType).send(text);
   });
-  app.get('/healthz', async () => ({ ok: true }));
+  app.get('/healthz', () => Promise.resolve({ ok: true }));
   app.get('/readyz', async () => {
     await store.taskTypes();
     return { ok: true };

@@ -25,7 +25,8 @@ export function fromDatabaseError(error: unknown): HttpError | undefined {
   const code = (error as { code?: unknown }).code;
   if (typeof code !== 'string') return undefined;
   // Any other data exception (class 22: NUL in JSON, bad escapes, ...) is bad input too.
-  const mapped = BY_SQLSTATE[code] ?? (code.startsWith('22') ? ([400, 'invalid_input'] as [number, string]) : undefined);
+  const mapped =
+    BY_SQLSTATE[code] ?? (code.startsWith('22') ? ([400, 'invalid_input'] as [number, string]) : undefined);
   if (!mapped) return undefined;
   return { status: mapped[0], error: mapped[1], message: (error as Error).message };
 }

@@ -18,13 +18,20 @@ type Parse = <T extends z.ZodType>(schema: T, value: unknown, where: string) => 
 
 const resyncBody = z
   .object({
-    batches: z.number().int('batches must be an integer').min(1, 'batches must be at least 1').max(24, 'batches must be at most 24').optional(),
+    batches: z
+      .number()
+      .int('batches must be an integer')
+      .min(1, 'batches must be at least 1')
+      .max(24, 'batches must be at most 24')
+      .optional(),
     date: z.iso.date({ error: 'date must be a date such as 2026-01-05' }).optional(),
   })
   .strict();
 
 const discoveryBody = z
-  .object({ scheduled_at: z.iso.datetime({ offset: true, error: 'scheduled_at must be an ISO 8601 date-time' }).optional() })
+  .object({
+    scheduled_at: z.iso.datetime({ offset: true, error: 'scheduled_at must be an ISO 8601 date-time' }).optional(),
+  })
   .strict();
 
 export function registerMenuRoutes(app: FastifyInstance, { pool, parse }: { pool: pg.Pool; parse: Parse }): void {

@@ -3,7 +3,7 @@
  * with rows mapped to the JSON the API returns (bigint counts and ids as numbers).
  */
 import type pg from 'pg';
-import { enqueue, listTaskResults, type JsonObject } from '@org/queue-client';
+import { enqueue, listTaskResults } from '@org/queue-client';
 import { capacityList } from './queries/capacity.queries.js';
 import { deadLetterList } from './queries/dead_letter.queries.js';
 import { leaseRecoverStale, leaseStaleList } from './queries/lease.queries.js';
@@ -99,7 +99,11 @@ export class Store {
     const results = await listTaskResults(this.pool, taskId);
     return {
       ...(row?.task as object),
-      results: results.map((r) => ({ task_lease_id: Number(r.taskLeaseId), result: r.result, recorded_at: r.recordedAt })),
+      results: results.map((r) => ({
+        task_lease_id: Number(r.taskLeaseId),
+        result: r.result,
+        recorded_at: r.recordedAt,
+      })),
     };
   }
 
@@ -107,7 +111,7 @@ export class Store {
     // The queue client's enqueue: one definition of the call for apps and the API.
     const taskId = await enqueue(this.pool, {
       taskType: input.task_type,
-      payload: input.payload as JsonObject,
+      payload: input.payload,
       scheduledAt: input.scheduled_at ? new Date(input.scheduled_at) : undefined,
       priority: input.priority ?? undefined,
       resourceKey: input.resource_key ?? undefined,
@@ -122,7 +126,7 @@ export class Store {
   }
 
   async taskTypes() {
-    const rows = await taskTypeList.run(undefined as never, this.pool);
+    const rows = await taskTypeList.run(undefined, this.pool);
     return rows.map((r) => ({ task_type: r.taskType, description: r.description }));
   }
 
@@ -196,7 +200,7 @@ export class Store {
   }
 
   async staleLeases() {
-    const rows = await leaseStaleList.run(undefined as never, this.pool);
+    const rows = await leaseStaleList.run(undefined, this.pool);
     return rows.map((r) => ({
       task_id: num(r.taskId),
       task_lease_id: num(r.taskLeaseId),
@@ -230,7 +234,7 @@ export class Store {
   }
 
   async processes(): Promise<string[]> {
-    const rows = await processList.run(undefined as never, this.pool);
+    const rows = await processList.run(undefined, this.pool);
     return rows.map((r) => r.process);
   }
 
@@ -251,7 +255,12 @@ export class Store {
     return rows.map((r) => ({ task_id: num(r.taskId), result: r.result }));
   }
 
-  async cancelMatching(filter: { taskType?: string; state?: string; limit: number; reason?: string }): Promise<ActionResult[]> {
+  async cancelMatching(filter: {
+    taskType?: string;
+    state?: string;
+    limit: number;
+    reason?: string;
+  }): Promise<ActionResult[]> {
     const rows = await taskCancelMatching.run(filter, this.pool);
     return rows.map((r) => ({ task_id: num(r.taskId), result: r.result }));
   }
@@ -277,7 +286,7 @@ export class Store {
   }
 
   async queues() {
-    const rows = await queueList.run(undefined as never, this.pool);
+    const rows = await queueList.run(undefined, this.pool);
     return rows.map((r) => ({
       task_type: r.taskType,
       description: r.description,
@@ -303,7 +312,7 @@ export class Store {
   }
 
   async workers() {
-    const rows = await workerList.run(undefined as never, this.pool);
+    const rows = await workerList.run(undefined, this.pool);
     return rows.map((r) => ({
       worker_id: r.workerId,
       task_types: r.taskTypes,

@@ -47,10 +47,12 @@ async function create(body: Record<string, unknown>): Promise<number> {
 
 /** Claims `taskId` as the worker role (claims the highest-priority ready task). */
 async function claim(worker = 'w1', types: string[] | null = null) {
-  const { rows } = await db.pool('worker').query<{ task_id: string; task_lease_id: string }>(
-    'select task_id, task_lease_id from queues.claim_tasks($1, 1, $2, 60)',
-    [worker, types],
-  );
+  const { rows } = await db
+    .pool('worker')
+    .query<{ task_id: string; task_lease_id: string }>(
+      'select task_id, task_lease_id from queues.claim_tasks($1, 1, $2, 60)',
+      [worker, types],
+    );
   return rows[0];
 }
 
@@ -73,7 +75,7 @@ describe('auth', () => {
       ['/api/tasks/generate/staggered', {}],
       [`/api/dead-letters/${id}/redrive`, undefined],
     ] as const) {
-      const res = await post(url, body, headers as Record<string, string>);
+      const res = await post(url, body, headers);
       expect(res.statusCode, url).toBe(401);
       expect(res.headers['www-authenticate']).toMatch(/^Bearer/);
       expect(res.json()).toMatchObject({ error: 'unauthorized', message: expect.stringMatching(/Bearer/) });
@@ -91,18 +93,42 @@ describe('tasks', () => {
 
   it('creates a task (201) and lists it, newest first, with filters and keyset pages', async () => {
     const a = await create({ task_type: 'store_discovery', payload: { n: 1 } });
-    const b = await create({ task_type: 'product_resync', payload: { n: 2 }, priority: 5, resource_key: 'store-1', max_attempts: 3 });
-    const c = await create({ task_type: 'store_discovery', payload: { n: 3 }, scheduled_at: new Date(Date.now() + 3_600_000).toISOString() });
+    const b = await create({
+      task_type: 'product_resync',
+      payload: { n: 2 },
+      priority: 5,
+      resource_key: 'store-1',
+      max_attempts: 3,
+    });
+    const c = await create({
+      task_type: 'store_discovery',
+      payload: { n: 3 },
+      scheduled_at: new Date(Date.now() + 3_600_000).toISOString(),
+    });
 
     const all = (await get('/api/tasks')).json();
     expect(all.tasks.map((t: { task_id: number }) => t.task_id)).toEqual([c, b, a]);
     expect(all.next_before).toBeNull();
-    expect(all.tasks[1]).toMatchObject({ task_type: 'product_resync', state: 'ready', priority: 5, resource_key: 'store-1', max_attempts: 3 });
+    expect(all.tasks[1]).toMatchObject({
+      task_type: 'product_resync',
+      state: 'ready',
+      priority: 5,
+      resource_key: 'store-1',
+      max_attempts: 3,
+    });
     expect(all.tasks[0].state).toBe('scheduled');
 
-    expect((await get('/api/tasks?task_type=store_discovery')).json().tasks.map((t: { task_id: number }) => t.task_id)).toEqual([c, a]);
-    expect((await get('/api/tasks?state=scheduled')).json().tasks.map((t: { task_id: number }) => t.task_id)).toEqual([c]);
-    expect((await get('/api/tasks?state=ready&task_type=store_discovery')).json().tasks.map((t: { task_id: number }) => t.task_id)).toEqual([a]);
+    expect(
+      (await get('/api/tasks?task_type=store_discovery')).json().tasks.map((t: { task_id: number }) => t.task_id),
+    ).toEqual([c, a]);
+    expect((await get('/api/tasks?state=scheduled')).json().tasks.map((t: { task_id: number }) => t.task_id)).toEqual([
+      c,
+    ]);
+    expect(
+      (await get('/api/tasks?state=ready&task_type=store_discovery'))
+        .json()
+        .tasks.map((t: { task_id: number }) => t.task_id),
+    ).toEqual([a]);
 
     const page1 = (await get('/api/tasks?limit=2')).json();
     expect(page1.tasks.map((t: { task_id: number }) => t.task_id)).toEqual([c, b]);
@@ -117,7 +143,9 @@ describe('tasks', () => {
     expect((await claim()).task_id).toBe(String(running));
     const retrying = await create({ task_type: 'store_discovery', payload: { n: 2 }, max_attempts: 3, priority: 9 });
     const lease = await claim();
-    await db.pool('worker').query(`select * from queues.complete_tasks($1, $2, '{failed}')`, [[retrying], [lease.task_lease_id]]);
+    await db
+      .pool('worker')
+      .query(`select * from queues.complete_tasks($1, $2, '{failed}')`, [[retrying], [lease.task_lease_id]]);
     const done = await create({ task_type: 'product_resync', payload: { n: 3 } });
     await db.query(`select queues.complete_task($1, null, 'succeeded')`, [done]);
     const cancelled = await create({ task_type: 'product_resync', payload: { n: 4 } });
@@ -126,9 +154,21 @@ describe('tasks', () => {
     const states = Object.fromEntries(
       (await get('/api/tasks')).json().tasks.map((t: { task_id: number; state: string }) => [t.task_id, t.state]),
     );
-    expect(states).toEqual({ [running]: 'running', [retrying]: 'retrying', [done]: 'succeeded', [cancelled]: 'cancelled' });
-    for (const [state, id] of [['running', running], ['retrying', retrying], ['succeeded', done], ['cancelled', cancelled]] as const) {
-      expect((await get(`/api/tasks?state=${state}`)).json().tasks.map((t: { task_id: number }) => t.task_id)).toEqual([id]);
+    expect(states).toEqual({
+      [running]: 'running',
+      [retrying]: 'retrying',
+      [done]: 'succeeded',
+      [cancelled]: 'cancelled',
+    });
+    for (const [state, id] of [
+      ['running', running],
+      ['retrying', retrying],
+      ['succeeded', done],
+      ['cancelled', cancelled],
+    ] as const) {
+      expect((await get(`/api/tasks?state=${state}`)).json().tasks.map((t: { task_id: number }) => t.task_id)).toEqual([
+        id,
+      ]);
     }
   });
 
@@ -140,7 +180,11 @@ describe('tasks', () => {
     ['max_attempts out of range', { task_type: 'store_discovery', payload: {}, max_attempts: 0 }, /max_attempts/],
     ['bad scheduled_at', { task_type: 'store_discovery', payload: {}, scheduled_at: 'tomorrow' }, /scheduled_at/],
     ['malformed task_type', { task_type: 'Email!', payload: {} }, /task_type/],
-    ['unknown task_type (refused by SQL)', { task_type: 'no_such_type', payload: {} }, /unknown task_type 'no_such_type'/],
+    [
+      'unknown task_type (refused by SQL)',
+      { task_type: 'no_such_type', payload: {} },
+      /unknown task_type 'no_such_type'/,
+    ],
     ['a body that is not an object', [1, 2], /body: /],
   ])('POST /api/tasks with %s: 400 with a message, nothing written', async (_name, body, message) => {
     const res = await post('/api/tasks', body);
@@ -149,15 +193,31 @@ describe('tasks', () => {
     expect(await taskCount()).toBe(0);
   });
 
-  it.each(['email', 'sms', 'file_delete', 'db_function'])('POST /api/tasks of worker-only %s: 403 with a message, nothing written', async (taskType) => {
-    const res = await post('/api/tasks', { task_type: taskType, payload: { db_function: 'files.record_file_delete_success', bucket: 'b-b', object_key: 'x' } });
-    expect(res.statusCode).toBe(403);
-    expect(res.json()).toMatchObject({ error: 'forbidden', message: expect.stringContaining(`task_type '${taskType}' may be enqueued only by the database's own processes`) });
-    expect(await taskCount()).toBe(0);
-  });
+  it.each(['email', 'sms', 'file_delete', 'db_function'])(
+    'POST /api/tasks of worker-only %s: 403 with a message, nothing written',
+    async (taskType) => {
+      const res = await post('/api/tasks', {
+        task_type: taskType,
+        payload: { db_function: 'files.record_file_delete_success', bucket: 'b-b', object_key: 'x' },
+      });
+      expect(res.statusCode).toBe(403);
+      expect(res.json()).toMatchObject({
+        error: 'forbidden',
+        message: expect.stringContaining(
+          `task_type '${taskType}' may be enqueued only by the database's own processes`,
+        ),
+      });
+      expect(await taskCount()).toBe(0);
+    },
+  );
 
   it('POST /api/tasks with broken JSON or a huge payload: 4xx with a JSON message', async () => {
-    const broken = await app.inject({ method: 'POST', url: '/api/tasks', payload: '{"task_type":', headers: { ...auth, 'content-type': 'application/json' } });
+    const broken = await app.inject({
+      method: 'POST',
+      url: '/api/tasks',
+      payload: '{"task_type":',
+      headers: { ...auth, 'content-type': 'application/json' },
+    });
     expect(broken.statusCode).toBe(400);
     expect(broken.json().message).toBeTruthy();
     const text = await post('/api/tasks', 'just text');
@@ -194,13 +254,22 @@ describe('tasks', () => {
     const id = await create({ task_type: 'store_discovery', payload: { to: 'a@example.com' } });
     const lease = await claim('w-detail');
     await db.pool('worker').query('select queues.fail_task($1, $2, $3)', [id, 'provider said no', lease.task_lease_id]);
-    await db.pool('worker').query(`select * from queues.complete_tasks($1, $2, '{failed}')`, [[id], [lease.task_lease_id]]);
+    await db
+      .pool('worker')
+      .query(`select * from queues.complete_tasks($1, $2, '{failed}')`, [[id], [lease.task_lease_id]]);
 
     const res = await get(`/api/tasks/${id}`);
     expect(res.statusCode).toBe(200);
     const body = res.json();
-    expect(body.task).toMatchObject({ task_id: id, task_type: 'store_discovery', payload: { to: 'a@example.com' }, state: 'failed' });
-    expect(body.leases).toEqual([expect.objectContaining({ task_lease_id: Number(lease.task_lease_id), worker_id: 'w-detail', live: false })]);
+    expect(body.task).toMatchObject({
+      task_id: id,
+      task_type: 'store_discovery',
+      payload: { to: 'a@example.com' },
+      state: 'failed',
+    });
+    expect(body.leases).toEqual([
+      expect.objectContaining({ task_lease_id: Number(lease.task_lease_id), worker_id: 'w-detail', live: false }),
+    ]);
     expect(body.errors).toEqual([expect.objectContaining({ error_message: 'provider said no' })]);
     expect(body.completion).toMatchObject({ outcome: 'failed', task_lease_id: Number(lease.task_lease_id) });
     expect(body).toMatchObject({ failed_attempts: [], redriven_to: null, redriven_from: null });
@@ -247,7 +316,9 @@ describe('tasks', () => {
     await db.query(`select queues.complete_task($1, null, 'succeeded')`, [id]);
     const res = (await get('/api/tasks/throughput?window_seconds=3600&bucket_seconds=300')).json();
     expect(res).toMatchObject({ window_seconds: 3600, bucket_seconds: 300 });
-    expect(res.buckets).toEqual([expect.objectContaining({ task_type: 'product_resync', outcome: 'succeeded', completed: 1 })]);
+    expect(res.buckets).toEqual([
+      expect.objectContaining({ task_type: 'product_resync', outcome: 'succeeded', completed: 1 }),
+    ]);
   });
 });
 
@@ -258,12 +329,21 @@ describe('dead letters and redrive', () => {
     const id = await create({ task_type: 'store_discovery', payload: { n: 1 } });
     const lease = await claim('w-dl');
     await db.pool('worker').query('select queues.fail_task($1, $2, $3)', [id, 'boom', lease.task_lease_id]);
-    await db.pool('worker').query(`select * from queues.complete_tasks($1, $2, '{failed}')`, [[id], [lease.task_lease_id]]);
+    await db
+      .pool('worker')
+      .query(`select * from queues.complete_tasks($1, $2, '{failed}')`, [[id], [lease.task_lease_id]]);
     const live = await create({ task_type: 'store_discovery', payload: { n: 2 } });
 
     const list = (await get('/api/dead-letters')).json();
     expect(list.dead_letters).toEqual([
-      expect.objectContaining({ task_id: id, task_type: 'store_discovery', outcome: 'failed', last_error: 'boom', attempts: 1, payload: { n: 1 } }),
+      expect.objectContaining({
+        task_id: id,
+        task_type: 'store_discovery',
+        outcome: 'failed',
+        last_error: 'boom',
+        attempts: 1,
+        payload: { n: 1 },
+      }),
     ]);
     expect((await get('/api/dead-letters?task_type=product_resync')).json().dead_letters).toEqual([]);
 
@@ -271,7 +351,10 @@ describe('dead letters and redrive', () => {
     expect(redrive.statusCode).toBe(201);
     const newId = redrive.json().new_task_id;
     expect(redrive.json()).toEqual({ task_id: id, new_task_id: expect.any(Number) });
-    expect((await get(`/api/tasks/${newId}`)).json()).toMatchObject({ task: { payload: { n: 1 }, state: 'ready' }, redriven_from: id });
+    expect((await get(`/api/tasks/${newId}`)).json()).toMatchObject({
+      task: { payload: { n: 1 }, state: 'ready' },
+      redriven_from: id,
+    });
     expect((await get(`/api/tasks/${id}`)).json().redriven_to).toBe(newId);
     expect((await get('/api/dead-letters')).json().dead_letters).toEqual([]);
 
@@ -305,7 +388,9 @@ describe('stale recovery', () => {
     ]);
     const res = await post('/api/tasks/recover-stale', {});
     expect(res.statusCode).toBe(200);
-    expect(res.json().recovered).toEqual([{ task_id: id, task_lease_id: Number(lease.task_lease_id), worker_id: 'dead-worker' }]);
+    expect(res.json().recovered).toEqual([
+      { task_id: id, task_lease_id: Number(lease.task_lease_id), worker_id: 'dead-worker' },
+    ]);
     expect((await get(`/api/tasks/${id}`)).json().task.state).toBe('ready');
     // Nothing left to recover; an empty body is fine too.
     expect((await post('/api/tasks/recover-stale')).json().recovered).toEqual([]);
@@ -319,10 +404,14 @@ describe('stale recovery', () => {
 describe('staggered batches', () => {
   beforeEach(resetQueue);
 
-  it('generates the seed\'s daily batches: 6 batches 4 hours apart (201)', async () => {
+  it("generates the seed's daily batches: 6 batches 4 hours apart (201)", async () => {
     const payloads = Array.from({ length: 13 }, (_, i) => ({ store_id: i + 1 }));
     const res = await post('/api/tasks/generate/staggered', {
-      task_type: 'product_resync', payloads, batches: 6, start_at: '2030-01-01T00:00:00Z', period_seconds: 86_400,
+      task_type: 'product_resync',
+      payloads,
+      batches: 6,
+      start_at: '2030-01-01T00:00:00Z',
+      period_seconds: 86_400,
     });
     expect(res.statusCode, res.body).toBe(201);
     const body = res.json();
@@ -339,7 +428,11 @@ describe('staggered batches', () => {
     ['missing payloads', { task_type: 'product_resync', batches: 2 }, /payloads/],
     ['zero batches', { task_type: 'product_resync', payloads: [{}], batches: 0 }, /batches/],
     ['payloads not objects', { task_type: 'product_resync', payloads: [1], batches: 1 }, /payloads\.0/],
-    ['unknown task type (refused by SQL)', { task_type: 'no_such_type', payloads: [{}], batches: 1 }, /unknown task_type/],
+    [
+      'unknown task type (refused by SQL)',
+      { task_type: 'no_such_type', payloads: [{}], batches: 1 },
+      /unknown task_type/,
+    ],
   ])('refuses %s with 400, nothing written', async (_name, body, message) => {
     const res = await post('/api/tasks/generate/staggered', body);
     expect(res.statusCode).toBe(400);
@@ -353,17 +446,21 @@ describe('processes', () => {
     expect((await get('/api/processes')).json().processes).toEqual(
       expect.arrayContaining(['account_deletion', 'file_deletion', 'send_email', 'send_sms']),
     );
-    const { rows } = await db.pool('app').query<{ send_email_task_id: string }>(
-      `select * from comms.send_email('from@example.com', 'to@example.com', 'Hi', '<p>hi</p>')`,
-    );
+    const { rows } = await db
+      .pool('app')
+      .query<{ send_email_task_id: string }>(
+        `select * from comms.send_email('from@example.com', 'to@example.com', 'Hi', '<p>hi</p>')`,
+      );
     const rootId = Number(rows[0].send_email_task_id);
     const roots = (await get('/api/processes/send_email')).json();
     expect(roots.roots[0]).toMatchObject({ root_id: rootId, status: 'running' });
 
     // One supervisor run, as the worker would do it.
-    const { rows: sup } = await db.pool('worker').query<{ task_id: string; payload: Record<string, unknown>; task_lease_id: string }>(
-      `select task_id, payload, task_lease_id from queues.claim_tasks('w-p', 10, '{db_function}', 60)`,
-    );
+    const { rows: sup } = await db
+      .pool('worker')
+      .query<{ task_id: string; payload: Record<string, unknown>; task_lease_id: string }>(
+        `select task_id, payload, task_lease_id from queues.claim_tasks('w-p', 10, '{db_function}', 60)`,
+      );
     for (const t of sup) {
       await db.pool('worker').query('select internal.run_function($1, $2)', [t.payload.db_function, t.payload]);
       await db.pool('worker').query('select queues.complete_task($1, $2, null)', [t.task_id, t.task_lease_id]);
@@ -372,7 +469,11 @@ describe('processes', () => {
     const facts = timeline.timeline.map((f: { fact: string }) => f.fact);
     expect(facts[0]).toBe('started');
     expect(facts).toContain('attempt');
-    expect(timeline.timeline[0]).toMatchObject({ process: 'send_email', root_id: rootId, detail: expect.objectContaining({ message_id: expect.any(Number) }) });
+    expect(timeline.timeline[0]).toMatchObject({
+      process: 'send_email',
+      root_id: rootId,
+      detail: expect.objectContaining({ message_id: expect.any(Number) }),
+    });
 
     const unknown = await get('/api/processes/no_such_process/1');
     expect(unknown.statusCode).toBe(400);
@@ -391,16 +492,22 @@ describe('monitoring and dashboard', () => {
     const done = await create({ task_type: 'product_resync', payload: {} });
     const lease = await claim('w-m', ['product_resync']);
     // Completed by its lease holder, as a worker does (durations are measured from the lease).
-    await db.query(`select queues.complete_task($1, $2, 'succeeded')`, [done, lease!.task_lease_id]);
+    await db.query(`select queues.complete_task($1, $2, 'succeeded')`, [done, lease.task_lease_id]);
     const res = await get('/metrics');
     expect(res.statusCode).toBe(200);
     expect(res.headers['content-type']).toMatch(/^text\/plain; version=0\.0\.4/);
     expect(res.body).toContain('# TYPE queue_depth gauge');
     expect(res.body).toContain('queue_depth{task_type="store_discovery"} 1');
     expect(res.body).toContain('queue_tasks{task_type="store_discovery",state="ready"} 1');
-    expect(res.body).toContain('queue_tasks_completed_window{task_type="product_resync",outcome="succeeded",window_seconds="3600"} 1');
-    expect(res.body).toMatch(/queue_task_duration_window_seconds_count\{task_type="product_resync",outcome="succeeded"\} 1/);
-    expect(res.body).toMatch(/queue_task_duration_window_seconds_bucket\{task_type="product_resync",outcome="succeeded",le="\+Inf"\} 1/);
+    expect(res.body).toContain(
+      'queue_tasks_completed_window{task_type="product_resync",outcome="succeeded",window_seconds="3600"} 1',
+    );
+    expect(res.body).toMatch(
+      /queue_task_duration_window_seconds_count\{task_type="product_resync",outcome="succeeded"\} 1/,
+    );
+    expect(res.body).toMatch(
+      /queue_task_duration_window_seconds_bucket\{task_type="product_resync",outcome="succeeded",le="\+Inf"\} 1/,
+    );
   });
 
   it('serves the dashboard with a same-origin-only CSP; health checks; JSON 404s', async () => {
@@ -445,7 +552,10 @@ describe('configuration', () => {
 
   it('the CLI exits 2 with one line per bad value', () => {
     const cli = fileURLToPath(new URL('../dist/cli.js', import.meta.url));
-    const run = spawnSync(process.execPath, [cli], { env: { PATH: process.env.PATH, API_PORT: 'x' }, encoding: 'utf8' });
+    const run = spawnSync(process.execPath, [cli], {
+      env: { PATH: process.env.PATH, API_PORT: 'x' },
+      encoding: 'utf8',
+    });
     expect(run.status).toBe(2);
     expect(run.stderr).toMatch(/DATABASE_URL: is required/);
     expect(run.stderr).toMatch(/API_TOKEN: is required/);
@@ -464,7 +574,7 @@ describe('configuration', () => {
       child.stdout.on('data', (d: Buffer) => {
         out += d.toString();
         const m = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(out);
-        if (m) resolve(m[1]!);
+        if (m) resolve(m[1]);
       });
       child.on('exit', (code) => reject(new Error(`exited ${code}: ${out}`)));
     });

@@ -33,12 +33,15 @@ async function reset(): Promise<void> {
   await db.query('alter table queues.task enable trigger forbid_update');
 }
 
-const post = (url: string, payload?: unknown, headers: Record<string, string> = auth) => app.inject({ method: 'POST', url, payload: payload as never, headers });
+const post = (url: string, payload?: unknown, headers: Record<string, string> = auth) =>
+  app.inject({ method: 'POST', url, payload: payload as never, headers });
 const get = (url: string) => app.inject({ method: 'GET', url });
 async function create(body: Record<string, unknown>): Promise<number> {
   // db_function steps are worker-only: the database's own SQL (the owner) enqueues them.
   if (body.task_type === 'db_function') {
-    const { rows } = await db.query(`select queues.enqueue('db_function', $1::jsonb) as id`, [JSON.stringify(body.payload)]);
+    const { rows } = await db.query(`select queues.enqueue('db_function', $1::jsonb) as id`, [
+      JSON.stringify(body.payload),
+    ]);
     return Number(rows[0].id);
   }
   const res = await post('/api/tasks', body);
@@ -57,8 +60,12 @@ async function snapshot() {
 }
 async function deadLetter(): Promise<number> {
   const id = await create({ task_type: 'db_function', payload: { db_function: 'internal.noop' } });
-  const { rows } = await db.pool('worker').query(`select task_lease_id from queues.claim_tasks('w1', 1, '{db_function}', 60)`);
-  await db.pool('worker').query(`select * from queues.complete_tasks($1, $2, '{failed}')`, [[id], [rows[0].task_lease_id]]);
+  const { rows } = await db
+    .pool('worker')
+    .query(`select task_lease_id from queues.claim_tasks('w1', 1, '{db_function}', 60)`);
+  await db
+    .pool('worker')
+    .query(`select * from queues.complete_tasks($1, $2, '{failed}')`, [[id], [rows[0].task_lease_id]]);
   return id;
 }
 
@@ -82,14 +89,24 @@ describe('auth', () => {
     ['a token of another length', { authorization: 'Bearer x' }],
     ['basic auth', { authorization: `Basic ${TOKEN}` }],
   ])('every new mutation answers 401 with %s, and changes nothing', async (_name, headers) => {
-    const id = await create({ task_type: 'store_discovery', payload: {}, scheduled_at: new Date(Date.now() + 3_600_000).toISOString() });
+    const id = await create({
+      task_type: 'store_discovery',
+      payload: {},
+      scheduled_at: new Date(Date.now() + 3_600_000).toISOString(),
+    });
     await deadLetter();
-    await db.query(`select * from schedules.upsert_schedule('nightly.report', '0 2 * * *', 'analytics_refresh', '{}'::jsonb)`);
+    await db.query(
+      `select * from schedules.upsert_schedule('nightly.report', '0 2 * * *', 'analytics_refresh', '{}'::jsonb)`,
+    );
     await db.pool('worker').query(`select queues.record_worker_heartbeat('w-stale', '{store_discovery}')`);
     await db.query(`update queues.worker set last_seen_at = now() - interval '1 hour'`);
     const before = await snapshot();
     for (const [url, body] of MUTATIONS) {
-      const res = await post(url.replace('[1]', String(id)), JSON.parse(JSON.stringify(body).replace('[1]', `[${id}]`)), headers as Record<string, string>);
+      const res = await post(
+        url.replace('[1]', String(id)),
+        JSON.parse(JSON.stringify(body).replace('[1]', `[${id}]`)),
+        headers,
+      );
       expect(res.statusCode, url).toBe(401);
       expect(res.json()).toMatchObject({ error: 'unauthorized', message: expect.stringMatching(/Bearer/) });
     }
@@ -107,20 +124,34 @@ describe('overview and depth', () => {
     const body = res.json();
     expect(body.counts).toContainEqual({ task_type: 'store_discovery', state: 'ready', count: 1 });
     expect(body.depth.filter((b: { task_type: string }) => b.task_type === 'store_discovery').at(-1).depth).toBe(1);
-    expect(body.queues.find((q: { task_type: string }) => q.task_type === 'store_discovery')).toMatchObject({ paused: false, ready: 1 });
+    expect(body.queues.find((q: { task_type: string }) => q.task_type === 'store_discovery')).toMatchObject({
+      paused: false,
+      ready: 1,
+    });
     expect(Array.isArray(body.throughput) && Array.isArray(body.capacity)).toBe(true);
     expect((await get('/api/overview?x=1')).statusCode).toBe(400);
     const live = (await get('/api/overview/live')).json();
-    expect(live.queues.find((q: { task_type: string }) => q.task_type === 'store_discovery')).toMatchObject({ ready: 1, paused: false });
-    expect((await get('/api/overview/live?all=1')).json()).toMatchObject({ error: 'invalid_input', message: expect.stringMatching(/unknown field\(s\) all/) });
+    expect(live.queues.find((q: { task_type: string }) => q.task_type === 'store_discovery')).toMatchObject({
+      ready: 1,
+      paused: false,
+    });
+    expect((await get('/api/overview/live?all=1')).json()).toMatchObject({
+      error: 'invalid_input',
+      message: expect.stringMatching(/unknown field\(s\) all/),
+    });
   });
 
   it('GET /api/tasks/depth validates its window', async () => {
-    expect((await get('/api/tasks/depth?window_seconds=600&bucket_seconds=60')).json().buckets.length).toBeGreaterThan(0);
+    expect((await get('/api/tasks/depth?window_seconds=600&bucket_seconds=60')).json().buckets.length).toBeGreaterThan(
+      0,
+    );
     const bad = await get('/api/tasks/depth?window_seconds=5');
     expect(bad.statusCode).toBe(400);
     expect(bad.json().message).toMatch(/window_seconds must be at least 60/);
-    expect((await get('/api/tasks/depth?window_seconds=86400&bucket_seconds=10')).json()).toMatchObject({ error: 'invalid_input', message: expect.stringMatching(/500 buckets/) });
+    expect((await get('/api/tasks/depth?window_seconds=86400&bucket_seconds=10')).json()).toMatchObject({
+      error: 'invalid_input',
+      message: expect.stringMatching(/500 buckets/),
+    });
   });
 });
 
@@ -128,13 +159,21 @@ describe('task filters', () => {
   beforeEach(reset);
 
   it('GET /api/tasks filters by resource key, time range, worker and payload field', async () => {
-    const a = await create({ task_type: 'store_discovery', payload: { to: 'x@example.com', n: 3 }, resource_key: 'account:9' });
+    const a = await create({
+      task_type: 'store_discovery',
+      payload: { to: 'x@example.com', n: 3 },
+      resource_key: 'account:9',
+    });
     const b = await create({ task_type: 'store_discovery', payload: { to: 'y@example.com', n: 4 } });
-    const ids = async (q: string) => (await get(`/api/tasks?${q}`)).json().tasks.map((t: { task_id: number }) => t.task_id);
+    const ids = async (q: string) =>
+      (await get(`/api/tasks?${q}`)).json().tasks.map((t: { task_id: number }) => t.task_id);
     expect(await ids('resource_key=account:9')).toEqual([a]);
     expect(await ids('payload_path=to&payload_value=y@example.com')).toEqual([b]);
     expect(await ids('payload_path=n&payload_value=3')).toEqual([a]);
-    expect(await ids(`enqueued_from=${encodeURIComponent(new Date(Date.now() - 60_000).toISOString())}`)).toEqual([b, a]);
+    expect(await ids(`enqueued_from=${encodeURIComponent(new Date(Date.now() - 60_000).toISOString())}`)).toEqual([
+      b,
+      a,
+    ]);
     expect(await ids(`enqueued_to=${encodeURIComponent(new Date(Date.now() - 60_000).toISOString())}`)).toEqual([]);
     await db.pool('worker').query(`select * from queues.claim_tasks('w-filter', 1, '{store_discovery}', 60)`);
     expect(await ids('worker_id=w-filter')).toHaveLength(1);
@@ -168,11 +207,20 @@ describe('bulk actions', () => {
     const b = await create({ task_type: 'product_resync', payload: {} });
     const res = await post('/api/tasks/cancel', { task_ids: [a, 99999], reason: 'duplicate' });
     expect(res.statusCode).toBe(200);
-    expect(res.json()).toEqual({ cancelled: 1, results: [{ task_id: a, result: 'cancelled' }, { task_id: 99999, result: 'unknown_task' }] });
+    expect(res.json()).toEqual({
+      cancelled: 1,
+      results: [
+        { task_id: a, result: 'cancelled' },
+        { task_id: 99999, result: 'unknown_task' },
+      ],
+    });
     const task = (await get(`/api/tasks/${a}`)).json();
     expect(task.task.state).toBe('cancelled');
     expect(task.cancellation).toMatchObject({ reason: 'duplicate' });
-    const byFilter = await post('/api/tasks/cancel', { filter: { task_type: 'product_resync', state: 'ready' }, limit: 10 });
+    const byFilter = await post('/api/tasks/cancel', {
+      filter: { task_type: 'product_resync', state: 'ready' },
+      limit: 10,
+    });
     expect(byFilter.json()).toEqual({ cancelled: 1, results: [{ task_id: b, result: 'cancelled' }] });
   });
 
@@ -199,9 +247,19 @@ describe('bulk actions', () => {
   });
 
   it('POST /api/tasks/run-now: a scheduled task becomes ready; bad input is a 400', async () => {
-    const later = await create({ task_type: 'store_discovery', payload: {}, scheduled_at: new Date(Date.now() + 86_400_000).toISOString() });
-    expect((await post('/api/tasks/run-now', { task_ids: [later] })).json()).toEqual({ run_now: 1, results: [{ task_id: later, result: 'run_now' }] });
-    expect((await get(`/api/tasks/${later}`)).json()).toMatchObject({ task: { state: 'ready' }, run_now_at: expect.any(String) });
+    const later = await create({
+      task_type: 'store_discovery',
+      payload: {},
+      scheduled_at: new Date(Date.now() + 86_400_000).toISOString(),
+    });
+    expect((await post('/api/tasks/run-now', { task_ids: [later] })).json()).toEqual({
+      run_now: 1,
+      results: [{ task_id: later, result: 'run_now' }],
+    });
+    expect((await get(`/api/tasks/${later}`)).json()).toMatchObject({
+      task: { state: 'ready' },
+      run_now_at: expect.any(String),
+    });
     const before = await snapshot();
     for (const body of [{}, { task_ids: 'all' }, { filter: {}, limit: 1 }]) {
       const res = await post('/api/tasks/run-now', body);
@@ -215,11 +273,18 @@ describe('bulk actions', () => {
     const a = await deadLetter();
     const b = await deadLetter();
     const res = await post('/api/dead-letters/redrive', { task_ids: [a] });
-    expect(res.json()).toMatchObject({ redriven: 1, results: [{ task_id: a, result: 'redriven', new_task_id: expect.any(Number) }] });
+    expect(res.json()).toMatchObject({
+      redriven: 1,
+      results: [{ task_id: a, result: 'redriven', new_task_id: expect.any(Number) }],
+    });
     const rest = await post('/api/dead-letters/redrive', { filter: { task_type: 'db_function' }, limit: 10 });
     expect(rest.json()).toMatchObject({ redriven: 1, results: [{ task_id: b, result: 'redriven' }] });
     const before = await snapshot();
-    for (const [body, message] of [[{ filter: {}, limit: 501 }, /limit/], [{ filter: { state: 'failed' }, limit: 1 }, /unknown field\(s\) state/], [{}, /task_ids or filter/]] as const) {
+    for (const [body, message] of [
+      [{ filter: {}, limit: 501 }, /limit/],
+      [{ filter: { state: 'failed' }, limit: 1 }, /unknown field\(s\) state/],
+      [{}, /task_ids or filter/],
+    ] as const) {
       const bad = await post('/api/dead-letters/redrive', body);
       expect(bad.statusCode).toBe(400);
       expect(bad.json().message).toMatch(message);
@@ -235,13 +300,19 @@ describe('queues and workers', () => {
     await create({ task_type: 'product_resync', payload: {} });
     const paused = await post('/api/queues/product_resync/pause', { reason: 'carrier outage' });
     expect(paused.json()).toMatchObject({ task_type: 'product_resync', paused: true, pause_id: expect.any(Number) });
-    const sms = (await get('/api/queues')).json().queues.find((q: { task_type: string }) => q.task_type === 'product_resync');
+    const sms = (await get('/api/queues'))
+      .json()
+      .queues.find((q: { task_type: string }) => q.task_type === 'product_resync');
     expect(sms).toMatchObject({ paused: true, pause_reason: 'carrier outage', ready: 1 });
     expect((await db.pool('worker').query(`select * from queues.claim_tasks('w', 5, null, 60)`)).rows).toEqual([]);
     const metrics = (await get('/metrics')).body;
     expect(metrics).toContain('queue_paused{task_type="product_resync"} 1');
     expect(metrics).toContain('queue_paused{task_type="store_discovery"} 0');
-    expect((await post('/api/queues/product_resync/resume')).json()).toEqual({ task_type: 'product_resync', paused: false, was_paused: true });
+    expect((await post('/api/queues/product_resync/resume')).json()).toEqual({
+      task_type: 'product_resync',
+      paused: false,
+      was_paused: true,
+    });
     expect((await db.pool('worker').query(`select * from queues.claim_tasks('w', 5, null, 60)`)).rows).toHaveLength(1);
   });
 
@@ -269,10 +340,22 @@ describe('queues and workers', () => {
     await db.pool('worker').query(`select queues.record_worker_heartbeat('w-new', '{store_discovery}')`);
     await db.query(`update queues.worker set last_seen_at = now() - interval '30 minutes' where worker_id = 'w-old'`);
     const workers = (await get('/api/workers')).json().workers;
-    expect(workers.map((w: { worker_id: string; status: string; tasks_in_flight: number }) => [w.worker_id, w.status, w.tasks_in_flight])).toEqual([['w-new', 'live', 0], ['w-old', 'stale', 1]]);
+    expect(
+      workers.map((w: { worker_id: string; status: string; tasks_in_flight: number }) => [
+        w.worker_id,
+        w.status,
+        w.tasks_in_flight,
+      ]),
+    ).toEqual([
+      ['w-new', 'live', 0],
+      ['w-old', 'stale', 1],
+    ]);
     const before = await snapshot();
     expect((await post('/api/workers/w-new/recover-stale', {})).statusCode).toBe(409);
-    expect((await post('/api/workers/nobody/recover-stale', {})).json()).toMatchObject({ error: 'not_found', message: expect.stringMatching(/not registered/) });
+    expect((await post('/api/workers/nobody/recover-stale', {})).json()).toMatchObject({
+      error: 'not_found',
+      message: expect.stringMatching(/not registered/),
+    });
     expect((await post('/api/workers/w-old/recover-stale', { dead_after_seconds: 1 })).statusCode).toBe(400);
     expect(await snapshot()).toEqual(before);
     const ok = await post('/api/workers/w-old/recover-stale', {});
@@ -284,16 +367,33 @@ describe('schedules and processes', () => {
   beforeEach(reset);
 
   it('GET /api/schedules; enable and disable; 404 for an unknown schedule, 400 for a bad name', async () => {
-    await db.query(`select * from schedules.upsert_schedule('nightly.report', '0 2 * * *', 'analytics_refresh', '{}'::jsonb)`);
+    await db.query(
+      `select * from schedules.upsert_schedule('nightly.report', '0 2 * * *', 'analytics_refresh', '{}'::jsonb)`,
+    );
     type Schedule = { name: string; enabled: boolean };
-    const named = async (name: string) => ((await get('/api/schedules')).json().schedules as Schedule[]).find((x) => x.name === name);
+    const named = async (name: string) =>
+      ((await get('/api/schedules')).json().schedules as Schedule[]).find((x) => x.name === name);
     // The role-based system's schedules are installed (disabled) by the migrations too.
     const list = (await get('/api/schedules')).json().schedules as Schedule[];
     expect(list.map((x) => x.name)).toContain('menus.resync');
-    expect(await named('nightly.report')).toEqual(expect.objectContaining({ name: 'nightly.report', cron: '0 2 * * *', enabled: true, last_runs: [], next_fire_at: expect.any(String) }));
-    expect((await post('/api/schedules/nightly.report/disable')).json()).toEqual({ name: 'nightly.report', enabled: false });
+    expect(await named('nightly.report')).toEqual(
+      expect.objectContaining({
+        name: 'nightly.report',
+        cron: '0 2 * * *',
+        enabled: true,
+        last_runs: [],
+        next_fire_at: expect.any(String),
+      }),
+    );
+    expect((await post('/api/schedules/nightly.report/disable')).json()).toEqual({
+      name: 'nightly.report',
+      enabled: false,
+    });
     expect(await named('nightly.report')).toMatchObject({ enabled: false, next_fire_at: null });
-    expect((await post('/api/schedules/nightly.report/enable')).json()).toEqual({ name: 'nightly.report', enabled: true });
+    expect((await post('/api/schedules/nightly.report/enable')).json()).toEqual({
+      name: 'nightly.report',
+      enabled: true,
+    });
     const before = await snapshot();
     const missing = await post('/api/schedules/no.such/enable');
     expect(missing.statusCode).toBe(404);
@@ -304,12 +404,18 @@ describe('schedules and processes', () => {
   });
 
   it('GET /api/processes/:process/:root has the tree beside the timeline; roots carry their status and attempts', async () => {
-    const { rows } = await db.pool('app').query(`select * from comms.send_email('a@example.com', 'b@example.com', 'Hi', '<p>hi</p>')`);
+    const { rows } = await db
+      .pool('app')
+      .query(`select * from comms.send_email('a@example.com', 'b@example.com', 'Hi', '<p>hi</p>')`);
     const root = Number(rows[0].send_email_task_id);
     const page = (await get(`/api/processes/send_email/${root}`)).json();
     expect(page.tree).toMatchObject({ process: 'send_email', root_id: root, status: 'running', children: [] });
     expect(page.timeline.length).toBeGreaterThan(0);
-    expect((await get('/api/processes/send_email')).json().roots[0]).toMatchObject({ root_id: root, status: 'running', attempts: expect.any(Number) });
+    expect((await get('/api/processes/send_email')).json().roots[0]).toMatchObject({
+      root_id: root,
+      status: 'running',
+      attempts: expect.any(Number),
+    });
     expect((await get('/api/processes/send_email/999999')).statusCode).toBe(404);
   });
 });

@@ -27,7 +27,15 @@ beforeAll(async () => {
   context = await chromium.launchPersistentContext(userDataDir, {
     executablePath: CHROMIUM,
     headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic'],
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      '--no-first-run',
+      '--disable-quic',
+    ],
   });
   await context.route('**/*', (route) => (route.request().url().startsWith(base) ? route.continue() : route.abort()));
   page = context.pages()[0] ?? (await context.newPage());
@@ -46,9 +54,20 @@ it("shows each role's queue, and a task's result on its page", async () => {
   const { rows } = await db.query(`
     select queues.enqueue('product_resync', '{"store_id": 1}') as a, queues.enqueue('product_resync', '{"store_id": 2}') as b,
            queues.enqueue('store_discovery', '{}') as c`);
-  const [claimed] = (await db.pool('worker').query(`select task_id, task_lease_id from queues.claim_tasks('w', 1, array['store_discovery'])`)).rows;
-  await db.pool('worker').query(`select queues.record_task_result($1, $2, '{"new_store_ids": [7, 8]}')`, [claimed.task_id, claimed.task_lease_id]);
-  await db.pool('worker').query(`select queues.complete_task($1, $2, 'succeeded')`, [claimed.task_id, claimed.task_lease_id]);
+  const [claimed] = (
+    await db
+      .pool('worker')
+      .query(`select task_id, task_lease_id from queues.claim_tasks('w', 1, array['store_discovery'])`)
+  ).rows;
+  await db
+    .pool('worker')
+    .query(`select queues.record_task_result($1, $2, '{"new_store_ids": [7, 8]}')`, [
+      claimed.task_id,
+      claimed.task_lease_id,
+    ]);
+  await db
+    .pool('worker')
+    .query(`select queues.complete_task($1, $2, 'succeeded')`, [claimed.task_id, claimed.task_lease_id]);
 
   // Each role's queue: the Queues page lists every task type (the seed's roles) with its work.
   await page.goto(`${base}/#/queues`);
@@ -57,7 +76,13 @@ it("shows each role's queue, and a task's result on its page", async () => {
   const cells = await row.locator('td').allTextContents();
   expect(cells[0]).toContain('product_resync');
   expect(cells.slice(2, 6)).toEqual(['0', '2', '0', '0']); // scheduled, ready, running, retrying
-  for (const role of ['store_discovery', 'entry_point_discovery', 'product_discovery', 'product_resync', 'analytics_refresh']) {
+  for (const role of [
+    'store_discovery',
+    'entry_point_discovery',
+    'product_discovery',
+    'product_resync',
+    'analytics_refresh',
+  ]) {
     expect(await page.locator(`[data-testid=queues] tr[data-task-type=${role}]`).count()).toBe(1);
   }
 

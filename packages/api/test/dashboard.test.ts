@@ -36,8 +36,13 @@ beforeAll(async () => {
     executablePath: CHROMIUM,
     headless: true,
     args: [
-      '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
-      '--disable-sync', '--no-first-run', '--disable-quic',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      '--no-first-run',
+      '--disable-quic',
     ],
   });
   // Only the API's origin: anything else is recorded and refused.
@@ -60,7 +65,9 @@ afterAll(async () => {
 async function enqueue(body: Record<string, unknown>): Promise<number> {
   // db_function steps are worker-only: the database's own SQL (the owner) enqueues them.
   if (body.task_type === 'db_function') {
-    const { rows } = await db.query(`select queues.enqueue('db_function', $1::jsonb) as id`, [JSON.stringify(body.payload)]);
+    const { rows } = await db.query(`select queues.enqueue('db_function', $1::jsonb) as id`, [
+      JSON.stringify(body.payload),
+    ]);
     return Number(rows[0].id);
   }
   const res = await fetch(`${base}/api/tasks`, {
@@ -78,7 +85,9 @@ it('shows the overview with counts, the throughput chart and capacity', async ()
   await enqueue({ task_type: 'product_resync', payload: { overview: true } });
   await page.goto(`${base}/#/`);
   await page.locator('[data-testid=counts] tr[data-task-type=product_resync]').waitFor();
-  expect(await page.locator('[data-testid=counts] tr[data-task-type=product_resync] td').nth(2).textContent()).toBe('1'); // ready
+  expect(await page.locator('[data-testid=counts] tr[data-task-type=product_resync] td').nth(2).textContent()).toBe(
+    '1',
+  ); // ready
   await expect(page.locator('svg[data-testid=throughput-chart]').count()).resolves.toBe(1);
   expect(await page.locator('[data-testid=capacity]').textContent()).toContain('product_resync');
   expect(errors).toEqual([]);
@@ -101,14 +110,24 @@ it('redrives a dead-lettered task from the page (token asked, kept in sessionSto
   // A db_function task that failed: claimed and completed 'failed' by the worker role.
   // db_function steps are enqueued by the owner's SQL only (the REST API gets 403).
   const id = Number(
-    (await db.query(`select queues.enqueue('db_function', $1::jsonb) as id`, [JSON.stringify({ db_function: 'internal.noop', marker: 'dead-letter' })])).rows[0].id,
+    (
+      await db.query(`select queues.enqueue('db_function', $1::jsonb) as id`, [
+        JSON.stringify({ db_function: 'internal.noop', marker: 'dead-letter' }),
+      ])
+    ).rows[0].id,
   );
-  const { rows } = await db.pool('worker').query<{ task_id: string; task_lease_id: string }>(
-    `select task_id, task_lease_id from queues.claim_tasks('w-browser', 1, '{db_function}', 60)`,
-  );
+  const { rows } = await db
+    .pool('worker')
+    .query<{ task_id: string; task_lease_id: string }>(
+      `select task_id, task_lease_id from queues.claim_tasks('w-browser', 1, '{db_function}', 60)`,
+    );
   expect(rows[0].task_id).toBe(String(id));
-  await db.pool('worker').query('select queues.fail_task($1, $2, $3)', [id, 'simulated failure', rows[0].task_lease_id]);
-  await db.pool('worker').query(`select * from queues.complete_tasks($1, $2, '{failed}')`, [[id], [rows[0].task_lease_id]]);
+  await db
+    .pool('worker')
+    .query('select queues.fail_task($1, $2, $3)', [id, 'simulated failure', rows[0].task_lease_id]);
+  await db
+    .pool('worker')
+    .query(`select * from queues.complete_tasks($1, $2, '{failed}')`, [[id], [rows[0].task_lease_id]]);
 
   await page.goto(`${base}/#/dead-letters`);
   const row = page.locator(`[data-testid=dead-letters] tr[data-task-id="${id}"]`);
@@ -132,16 +151,26 @@ it('redrives a dead-lettered task from the page (token asked, kept in sessionSto
 
   // A real worker picks it up; the task page refreshes itself until the completion shows.
   const worker = new Worker({
-    databaseUrl: db.url('worker'), roles: ['db_function'], workerId: 'browser-worker', concurrency: 1, pollIntervalMs: 100,
-    heartbeatIntervalMs: 1000, leaseSeconds: 30, maxLeases: 5, shutdownGraceMs: 1000,
-    registry: new ProcessorRegistry().register('db_function', dbFunctionProcessor()), logger: createLogger('silent'),
+    databaseUrl: db.url('worker'),
+    roles: ['db_function'],
+    workerId: 'browser-worker',
+    concurrency: 1,
+    pollIntervalMs: 100,
+    heartbeatIntervalMs: 1000,
+    leaseSeconds: 30,
+    maxLeases: 5,
+    shutdownGraceMs: 1000,
+    registry: new ProcessorRegistry().register('db_function', dbFunctionProcessor()),
+    logger: createLogger('silent'),
   });
   const metrics = new WorkerMetrics(worker);
   await worker.start();
   try {
     await page.locator('[data-testid=completion]', { hasText: 'succeeded' }).waitFor({ timeout: 30_000 });
     expect(await metrics.value('queue_worker_tasks_claimed_total', { task_type: 'db_function' })).toBe(1);
-    expect(await metrics.value('queue_worker_tasks_completed_total', { task_type: 'db_function', outcome: 'succeeded' })).toBe(1);
+    expect(
+      await metrics.value('queue_worker_tasks_completed_total', { task_type: 'db_function', outcome: 'succeeded' }),
+    ).toBe(1);
   } finally {
     await worker.stop();
   }
@@ -152,9 +181,11 @@ it('redrives a dead-lettered task from the page (token asked, kept in sessionSto
 });
 
 it('shows a process timeline', async () => {
-  const { rows } = await db.pool('app').query<{ send_email_task_id: string }>(
-    `select * from comms.send_email('from@example.com', 'to@example.com', 'Hi', '<p>hi</p>')`,
-  );
+  const { rows } = await db
+    .pool('app')
+    .query<{ send_email_task_id: string }>(
+      `select * from comms.send_email('from@example.com', 'to@example.com', 'Hi', '<p>hi</p>')`,
+    );
   const rootId = rows[0].send_email_task_id;
   await page.goto(`${base}/#/processes?process=send_email`);
   await page.getByRole('link', { name: `send_email #${rootId}` }).click();
@@ -164,13 +195,24 @@ it('shows a process timeline', async () => {
 
 function newWorker(id: string, roles: string[]): Worker {
   return new Worker({
-    databaseUrl: db.url('worker'), roles, workerId: id, concurrency: 1, pollIntervalMs: 100,
-    heartbeatIntervalMs: 1000, leaseSeconds: 30, maxLeases: 5, shutdownGraceMs: 1000,
-    registry: new ProcessorRegistry().register('db_function', dbFunctionProcessor()), logger: createLogger('silent'),
+    databaseUrl: db.url('worker'),
+    roles,
+    workerId: id,
+    concurrency: 1,
+    pollIntervalMs: 100,
+    heartbeatIntervalMs: 1000,
+    leaseSeconds: 30,
+    maxLeases: 5,
+    shutdownGraceMs: 1000,
+    registry: new ProcessorRegistry().register('db_function', dbFunctionProcessor()),
+    logger: createLogger('silent'),
   });
 }
 const setToken = (value: string | null) =>
-  page.evaluate((t) => (t ? sessionStorage.setItem('queue-api-token', t) : sessionStorage.removeItem('queue-api-token')), value);
+  page.evaluate(
+    (t) => (t ? sessionStorage.setItem('queue-api-token', t) : sessionStorage.removeItem('queue-api-token')),
+    value,
+  );
 const taskState = async (id: number) =>
   (await db.query<{ state: string }>(`select admin.get_task($1) -> 'task' ->> 'state' as state`, [id])).rows[0].state;
 
@@ -180,8 +222,13 @@ it('clicks through every page from the navigation; every navigation entry is a l
   await page.locator('[data-testid=counts]').waitFor();
   const nav = page.locator('header nav a');
   const pages: [string, string][] = [
-    ['Tasks', 'Tasks'], ['Dead letters', 'Dead letters'], ['Queues', 'Queues'], ['Workers', 'Workers'],
-    ['Schedules', 'Schedules'], ['Processes', 'Processes'], ['Overview', 'Queue overview'],
+    ['Tasks', 'Tasks'],
+    ['Dead letters', 'Dead letters'],
+    ['Queues', 'Queues'],
+    ['Workers', 'Workers'],
+    ['Schedules', 'Schedules'],
+    ['Processes', 'Processes'],
+    ['Overview', 'Queue overview'],
   ];
   expect(await nav.count()).toBe(pages.length);
   for (const [link, heading] of pages) {
@@ -217,8 +264,11 @@ it('the Processes page shows its process names as links, not as text', async () 
   expect(await nav.textContent()).not.toContain('http');
   const names = await nav.locator('a').evaluateAll((els) => els.map((el) => [el.tagName, el.getAttribute('href')]));
   expect(names).toEqual([
-    ['A', '#/processes?process=account_anonymization'], ['A', '#/processes?process=account_deletion'],
-    ['A', '#/processes?process=file_deletion'], ['A', '#/processes?process=send_email'], ['A', '#/processes?process=send_sms'],
+    ['A', '#/processes?process=account_anonymization'],
+    ['A', '#/processes?process=account_deletion'],
+    ['A', '#/processes?process=file_deletion'],
+    ['A', '#/processes?process=send_email'],
+    ['A', '#/processes?process=send_sms'],
   ]);
   await nav.getByRole('link', { name: 'send_sms', exact: true }).click();
   await page.waitForURL(/process=send_sms/);
@@ -228,7 +278,9 @@ it('the Processes page shows its process names as links, not as text', async () 
 it('a task enqueued by the test appears in the open list and the overview counts, without a reload', async () => {
   await page.goto(`${base}/#/tasks?task_type=product_resync`);
   await page.locator('[data-testid=task-list]').waitFor();
-  await page.evaluate(() => { (window as unknown as { marker: number }).marker = 42; });
+  await page.evaluate(() => {
+    (window as unknown as { marker: number }).marker = 42;
+  });
   const id = await enqueue({ task_type: 'product_resync', payload: { live: true } });
   await page.locator(`[data-testid=task-list] tr[data-task-id="${id}"]`).waitFor();
   expect(await page.evaluate(() => (window as unknown as { marker?: number }).marker)).toBe(42); // same document
@@ -237,15 +289,27 @@ it('a task enqueued by the test appears in the open list and the overview counts
   const ready = page.locator('[data-testid=counts] tr[data-task-type=product_resync] td').nth(2);
   await ready.waitFor();
   const before = Number(await ready.textContent());
-  await page.evaluate(() => { (window as unknown as { marker: number }).marker = 43; });
+  await page.evaluate(() => {
+    (window as unknown as { marker: number }).marker = 43;
+  });
   await enqueue({ task_type: 'product_resync', payload: { live: 2 } });
-  await page.waitForFunction((n) => Number(document.querySelector('[data-testid=counts] tr[data-task-type=product_resync] td:nth-child(3)')?.textContent) === n, before + 1);
+  await page.waitForFunction(
+    (n) =>
+      Number(
+        document.querySelector('[data-testid=counts] tr[data-task-type=product_resync] td:nth-child(3)')?.textContent,
+      ) === n,
+    before + 1,
+  );
   expect(await page.evaluate(() => (window as unknown as { marker?: number }).marker)).toBe(43);
 });
 
 it('cancels a pending task from the list (selection and bulk action); it is completed cancelled', async () => {
   await setToken(TOKEN);
-  const id = await enqueue({ task_type: 'store_discovery', payload: { cancel: 'me' }, scheduled_at: new Date(Date.now() + 3_600_000).toISOString() });
+  const id = await enqueue({
+    task_type: 'store_discovery',
+    payload: { cancel: 'me' },
+    scheduled_at: new Date(Date.now() + 3_600_000).toISOString(),
+  });
   await page.goto(`${base}/#/tasks?task_type=store_discovery&state=scheduled`);
   const row = page.locator(`[data-testid=task-list] tr[data-task-id="${id}"]`);
   await row.waitFor();
@@ -294,19 +358,46 @@ it('pausing a task type stops a running worker from claiming it; resuming lets i
 });
 
 it('opens a process tree with a stuck child, listed first among the account deletions', async () => {
-  const { rows: acc } = await db.query(`insert into accounts.account (email) values ('browser@example.com') returning account_id`);
+  const { rows: acc } = await db.query(
+    `insert into accounts.account (email) values ('browser@example.com') returning account_id`,
+  );
   const accountId = acc[0].account_id;
-  for (const n of [1, 2]) await db.query(`insert into files.file (account_id, bucket, object_key) values ($1, 'bucket-one', $2)`, [accountId, `k${n}`]);
+  for (const n of [1, 2])
+    await db.query(`insert into files.file (account_id, bucket, object_key) values ($1, 'bucket-one', $2)`, [
+      accountId,
+      `k${n}`,
+    ]);
   await db.pool('app').query('select * from api.request_account_deletion($1)', [accountId]);
-  const rootId = Number((await db.query('select account_deletion_task_id as id from accounts.account_deletion_task where account_id = $1', [accountId])).rows[0].id);
-  await db.query(`select internal.run_function('accounts.account_deletion_supervisor', jsonb_build_object('account_deletion_task_id', $1::bigint))`, [rootId]);
-  const { rows: fds } = await db.query('select fd.file_deletion_task_id as id from files.file_deletion_task fd join files.file f using (file_id) where f.account_id = $1 order by 1', [accountId]);
+  const rootId = Number(
+    (
+      await db.query(
+        'select account_deletion_task_id as id from accounts.account_deletion_task where account_id = $1',
+        [accountId],
+      )
+    ).rows[0].id,
+  );
+  await db.query(
+    `select internal.run_function('accounts.account_deletion_supervisor', jsonb_build_object('account_deletion_task_id', $1::bigint))`,
+    [rootId],
+  );
+  const { rows: fds } = await db.query(
+    'select fd.file_deletion_task_id as id from files.file_deletion_task fd join files.file f using (file_id) where f.account_id = $1 order by 1',
+    [accountId],
+  );
   for (let i = 0; i < 3; i++) {
-    const { rows: a } = await db.query('insert into files.file_deletion_attempt (file_deletion_task_id) values ($1) returning file_deletion_attempt_id as id', [fds[0].id]);
-    await db.query(`insert into files.file_deletion_attempt_failed (file_deletion_attempt_id, error_message) values ($1, 'storage said 403')`, [a[0].id]);
+    const { rows: a } = await db.query(
+      'insert into files.file_deletion_attempt (file_deletion_task_id) values ($1) returning file_deletion_attempt_id as id',
+      [fds[0].id],
+    );
+    await db.query(
+      `insert into files.file_deletion_attempt_failed (file_deletion_attempt_id, error_message) values ($1, 'storage said 403')`,
+      [a[0].id],
+    );
   }
   // A newer, healthy account deletion: the stuck one is still listed first.
-  const { rows: other } = await db.query(`insert into accounts.account (email) values ('fine@example.com') returning account_id`);
+  const { rows: other } = await db.query(
+    `insert into accounts.account (email) values ('fine@example.com') returning account_id`,
+  );
   await db.pool('app').query('select * from api.request_account_deletion($1)', [other[0].account_id]);
 
   await page.goto(`${base}/#/processes?process=account_deletion`);
@@ -320,11 +411,15 @@ it('opens a process tree with a stuck child, listed first among the account dele
   const stuck = tree.locator(`li[data-process=file_deletion][data-root-id="${fds[0].id}"]`);
   expect(await stuck.getAttribute('data-status')).toBe('stuck');
   expect(await stuck.textContent()).toContain('attempts 3 (3 failed)');
-  expect(await tree.locator(`li[data-process=file_deletion][data-root-id="${fds[1].id}"]`).getAttribute('data-status')).toBe('running');
+  expect(
+    await tree.locator(`li[data-process=file_deletion][data-root-id="${fds[1].id}"]`).getAttribute('data-status'),
+  ).toBe('running');
   const link = stuck.getByRole('link', { name: `file_deletion #${fds[0].id}` });
   expect(await link.evaluate((el) => el.tagName)).toBe('A');
   // The timeline shows millisecond times.
-  expect(await page.locator('[data-testid=timeline] td.time').first().textContent()).toMatch(/\d{2}:\d{2}:\d{2}\.\d{3}$/);
+  expect(await page.locator('[data-testid=timeline] td.time').first().textContent()).toMatch(
+    /\d{2}:\d{2}:\d{2}\.\d{3}$/,
+  );
   await link.click();
   await page.locator('h1', { hasText: `file_deletion #${fds[0].id}` }).waitFor();
 });

@@ -24,13 +24,23 @@ afterAll(async () => {
 const post = (url: string, payload?: unknown, headers: Record<string, string> = auth) =>
   app.inject({ method: 'POST', url, payload: payload as never, headers });
 const written = async () =>
-  (await db.query(`select (select count(*) from queues.task)::int as tasks, (select count(*) from menus.resync_generated)::int as generated`)).rows[0];
+  (
+    await db.query(
+      `select (select count(*) from queues.task)::int as tasks, (select count(*) from menus.resync_generated)::int as generated`,
+    )
+  ).rows[0];
 
 beforeEach(async () => {
   await db.query(`truncate queues.task, menus.store, menus.resync_generated, queues.worker restart identity cascade`);
-  await db.query(`insert into menus.store (slug, name, menu_url) select 's-' || i, 'S' || i, 'u' || i from generate_series(1, 12) i`);
-  await db.query(`insert into menus.store_platform_id (store_id, platform_dispensary_id) select store_id, 'd-' || store_id from menus.store`);
-  await db.query(`insert into menus.store_products_discovered (store_id, product_count) select store_id, 1 from menus.store`);
+  await db.query(
+    `insert into menus.store (slug, name, menu_url) select 's-' || i, 'S' || i, 'u' || i from generate_series(1, 12) i`,
+  );
+  await db.query(
+    `insert into menus.store_platform_id (store_id, platform_dispensary_id) select store_id, 'd-' || store_id from menus.store`,
+  );
+  await db.query(
+    `insert into menus.store_products_discovered (store_id, product_count) select store_id, 1 from menus.store`,
+  );
 });
 
 describe('POST /api/tasks/generate/resync', () => {
@@ -38,8 +48,14 @@ describe('POST /api/tasks/generate/resync', () => {
     const res = await post('/api/tasks/generate/resync', { date: '2026-01-05' });
     expect(res.statusCode, res.body).toBe(201);
     expect(res.json()).toEqual({
-      task_type: 'product_resync', date: '2026-01-05', tasks: 12,
-      batches: [0, 4, 8, 12, 16, 20].map((h, i) => ({ batch: i + 1, scheduled_at: new Date(Date.UTC(2026, 0, 5, h)).toISOString(), task_count: 2 })),
+      task_type: 'product_resync',
+      date: '2026-01-05',
+      tasks: 12,
+      batches: [0, 4, 8, 12, 16, 20].map((h, i) => ({
+        batch: i + 1,
+        scheduled_at: new Date(Date.UTC(2026, 0, 5, h)).toISOString(),
+        task_count: 2,
+      })),
     });
     const again = await post('/api/tasks/generate/resync', { date: '2026-01-05', batches: 3 });
     expect(again.statusCode).toBe(409);
@@ -73,7 +89,10 @@ describe('POST /api/tasks/generate/resync', () => {
   it('refuses a date the database cannot take (year 3000) with a 400, writing nothing', async () => {
     const res = await post('/api/tasks/generate/resync', { date: '3000-01-01' });
     expect(res.statusCode).toBe(400);
-    expect(res.json()).toEqual({ error: 'invalid_input', message: 'date must be between 2000-01-01 and 2999-12-31, got 3000-01-01' });
+    expect(res.json()).toEqual({
+      error: 'invalid_input',
+      message: 'date must be between 2000-01-01 and 2999-12-31, got 3000-01-01',
+    });
     expect(await written()).toEqual({ tasks: 0, generated: 0 });
   });
 
@@ -92,50 +111,83 @@ describe('POST /api/tasks/generate/discovery', () => {
     const at = new Date(Math.floor(Date.now() / 1000) * 1000 + 30 * 86_400_000);
     const later = await post('/api/tasks/generate/discovery', { scheduled_at: at.toISOString() });
     expect(later.statusCode, later.body).toBe(201);
-    const { rows } = await db.query(`select task_type, priority, max_attempts, scheduled_at from queues.task where task_id = $1`, [later.json().task_id]);
+    const { rows } = await db.query(
+      `select task_type, priority, max_attempts, scheduled_at from queues.task where task_id = $1`,
+      [later.json().task_id],
+    );
     expect(rows).toEqual([{ task_type: 'store_discovery', priority: 20, max_attempts: 3, scheduled_at: at }]);
   });
 
   it.each([
-    ['a bad date-time', { scheduled_at: 'monday' }, 400, 'body.scheduled_at: scheduled_at must be an ISO 8601 date-time'],
+    [
+      'a bad date-time',
+      { scheduled_at: 'monday' },
+      400,
+      'body.scheduled_at: scheduled_at must be an ISO 8601 date-time',
+    ],
     ['an unknown field', { region: 'west' }, 400, 'body: unknown field(s) region'],
-    ['a date two years ahead', { scheduled_at: new Date(Date.now() + 2 * 366 * 86_400_000).toISOString() }, 400, /^scheduled_at must be at most a year ahead/],
+    [
+      'a date two years ahead',
+      { scheduled_at: new Date(Date.now() + 2 * 366 * 86_400_000).toISOString() },
+      400,
+      /^scheduled_at must be at most a year ahead/,
+    ],
   ])('refuses %s with a 4xx and a message, writing nothing', async (_name, body, status, message) => {
     const res = await post('/api/tasks/generate/discovery', body);
     expect(res.statusCode).toBe(status);
-    expect(res.json()).toEqual({ error: 'invalid_input', message: typeof message === 'string' ? message : expect.stringMatching(message) });
+    expect(res.json()).toEqual({
+      error: 'invalid_input',
+      message: typeof message === 'string' ? message : expect.stringMatching(message),
+    });
     expect(await written()).toEqual({ tasks: 0, generated: 0 });
   });
 
   it('needs the token', async () => {
-    expect((await post('/api/tasks/generate/discovery', {}, { authorization: 'Bearer nope-nope-nope' })).statusCode).toBe(401);
+    expect(
+      (await post('/api/tasks/generate/discovery', {}, { authorization: 'Bearer nope-nope-nope' })).statusCode,
+    ).toBe(401);
     expect(await written()).toEqual({ tasks: 0, generated: 0 });
   });
 });
 
-describe('GET /api/tasks/capacity/product_resync and a task\'s results', () => {
+describe("GET /api/tasks/capacity/product_resync and a task's results", () => {
   it('workers_needed follows the measured rate; the task endpoint shows the results', async () => {
     await post('/api/tasks/generate/resync', { date: '2026-01-05' });
     // Two workers completed 6 resyncs in the last hour: 3 per worker-hour; 6 are left.
-    await db.query(`select queues.record_worker_heartbeat(w, array['product_resync']) from unnest(array['r-1', 'r-2']) w`);
+    await db.query(
+      `select queues.record_worker_heartbeat(w, array['product_resync']) from unnest(array['r-1', 'r-2']) w`,
+    );
     const { rows: done } = await db.query(
       `select c.task_id::text, c.task_lease_id::text from (select * from queues.claim_tasks('r-1', 3, array['product_resync'])) c
        union all select c.task_id::text, c.task_lease_id::text from (select * from queues.claim_tasks('r-2', 3, array['product_resync'])) c`,
     );
     for (const t of done) {
-      await db.query(`select queues.record_task_result($1, $2, $3)`, [t.task_id, t.task_lease_id, { products: 5, price_changes: 1 }]);
+      await db.query(`select queues.record_task_result($1, $2, $3)`, [
+        t.task_id,
+        t.task_lease_id,
+        { products: 5, price_changes: 1 },
+      ]);
       await db.query(`select queues.complete_task($1, $2, 'succeeded')`, [t.task_id, t.task_lease_id]);
     }
     const res = await app.inject({ method: 'GET', url: '/api/tasks/capacity/product_resync' });
     expect(res.statusCode, res.body).toBe(200);
     expect(res.json()).toMatchObject({
-      task_type: 'product_resync', pending_tasks: 6, active_workers: 2, tasks_per_worker_hour: 3,
+      task_type: 'product_resync',
+      pending_tasks: 6,
+      active_workers: 2,
+      tasks_per_worker_hour: 3,
       workers_needed: { for_1_hour: 2, for_4_hours: 1, for_8_hours: 1 },
     });
 
-    const task = await app.inject({ method: 'GET', url: `/api/tasks/${done[0]!.task_id}` });
-    expect(task.json().results).toEqual([{ task_lease_id: Number(done[0]!.task_lease_id), result: { products: 5, price_changes: 1 }, recorded_at: expect.any(String) }]);
-    const pending = await app.inject({ method: 'GET', url: `/api/tasks/${Number(done[0]!.task_id) + 11}` });
+    const task = await app.inject({ method: 'GET', url: `/api/tasks/${done[0].task_id}` });
+    expect(task.json().results).toEqual([
+      {
+        task_lease_id: Number(done[0].task_lease_id),
+        result: { products: 5, price_changes: 1 },
+        recorded_at: expect.any(String),
+      },
+    ]);
+    const pending = await app.inject({ method: 'GET', url: `/api/tasks/${Number(done[0].task_id) + 11}` });
     expect(pending.json().results).toEqual([]);
   });
 });

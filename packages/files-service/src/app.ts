@@ -48,7 +48,11 @@ export interface FilesServiceOptions {
  * with a file_delete attempt that has no outcome, in a process that has not ended
  * (files.check_file_delete_signing through internal.run_function).
  */
-async function isScheduledForDeletion(db: ReturnType<typeof connect>, bucket: string, objectKey: string): Promise<boolean> {
+async function isScheduledForDeletion(
+  db: ReturnType<typeof connect>,
+  bucket: string,
+  objectKey: string,
+): Promise<boolean> {
   const result = (await runFunction(db, 'files.check_file_delete_signing', { bucket, object_key: objectKey })) as {
     success?: boolean;
     payload?: { scheduled?: boolean };
@@ -111,18 +115,21 @@ export function createFilesService(config: FilesServiceConfig, options: FilesSer
       message: status === 500 ? 'internal error' : err.message,
     });
   });
-  app.setNotFoundHandler((request, reply) => reply4xx(reply, 404, `no route ${request.method} ${request.url.split('?')[0]}`));
+  app.setNotFoundHandler((request, reply) =>
+    reply4xx(reply, 404, `no route ${request.method} ${request.url.split('?')[0]}`),
+  );
 
   app.addHook('onClose', async () => {
     await db.end();
   });
 
-  app.get('/healthz', async () => ({ ok: true }));
+  app.get('/healthz', () => Promise.resolve({ ok: true }));
 
   app.post(SIGNED_DELETE_URLS_PATH, async (request, reply) => {
     const auth = request.headers.authorization;
     const presented = typeof auth === 'string' && /^Bearer /i.test(auth) ? auth.slice(7).trim() : undefined;
-    if (presented === undefined) return reply4xx(reply, 401, 'missing bearer token (Authorization: Bearer <FILES_SERVICE_TOKEN>)');
+    if (presented === undefined)
+      return reply4xx(reply, 401, 'missing bearer token (Authorization: Bearer <FILES_SERVICE_TOKEN>)');
     // Hashing first makes both sides the same length, so the comparison is constant-time.
     if (!timingSafeEqual(sha256(presented), tokenHash)) return reply4xx(reply, 401, 'wrong bearer token');
 
@@ -141,12 +148,22 @@ export function createFilesService(config: FilesServiceConfig, options: FilesSer
     try {
       scheduled = await isScheduledForDeletion(db, bucket, object_key);
     } catch (err) {
-      request.log.error({ bucket, err: { message: (err as Error).message, code: (err as { code?: unknown }).code } }, 'database check failed');
-      return reply.code(502).send({ statusCode: 502, error: 'Bad Gateway', message: 'the database could not be asked' });
+      request.log.error(
+        { bucket, err: { message: (err as Error).message, code: (err as { code?: unknown }).code } },
+        'database check failed',
+      );
+      return reply
+        .code(502)
+        .send({ statusCode: 502, error: 'Bad Gateway', message: 'the database could not be asked' });
     }
     if (!scheduled) {
       request.log.warn({ bucket }, 'refused: no deletion scheduled for this object');
-      return reply4xx(reply, 403, `no deletion is scheduled for ${JSON.stringify(object_key)} in bucket ${JSON.stringify(bucket)}`, NOT_SCHEDULED_CODE);
+      return reply4xx(
+        reply,
+        403,
+        `no deletion is scheduled for ${JSON.stringify(object_key)} in bucket ${JSON.stringify(bucket)}`,
+        NOT_SCHEDULED_CODE,
+      );
     }
 
     const file = storage.bucket(bucket).file(object_key);
@@ -154,11 +171,19 @@ export function createFilesService(config: FilesServiceConfig, options: FilesSer
     try {
       [exists] = await file.exists();
     } catch (err) {
-      request.log.error({ bucket, err: { message: (err as Error).message, code: (err as { code?: unknown }).code } }, 'storage lookup failed');
+      request.log.error(
+        { bucket, err: { message: (err as Error).message, code: (err as { code?: unknown }).code } },
+        'storage lookup failed',
+      );
       return reply.code(502).send({ statusCode: 502, error: 'Bad Gateway', message: 'storage lookup failed' });
     }
     if (!exists) {
-      return reply4xx(reply, 404, `unknown object: ${JSON.stringify(object_key)} is not in bucket ${JSON.stringify(bucket)}`, UNKNOWN_OBJECT_CODE);
+      return reply4xx(
+        reply,
+        404,
+        `unknown object: ${JSON.stringify(object_key)} is not in bucket ${JSON.stringify(bucket)}`,
+        UNKNOWN_OBJECT_CODE,
+      );
     }
 
     const expires = new Date(Math.floor(Date.now() / 1000) * 1000 + cfg.urlTtlSeconds * 1000);

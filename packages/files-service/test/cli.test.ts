@@ -27,7 +27,12 @@ describe('files service config from env', () => {
       GCS_API_ENDPOINT: 'http://127.0.0.1:4443',
       FILES_SERVICE_PORT: '9000',
     });
-    expect(config).toMatchObject({ buckets: ['a-bucket', 'b-bucket'], port: 9000, host: '127.0.0.1', urlTtlSeconds: 300 });
+    expect(config).toMatchObject({
+      buckets: ['a-bucket', 'b-bucket'],
+      port: 9000,
+      host: '127.0.0.1',
+      urlTtlSeconds: 300,
+    });
   });
 
   it('names every bad variable, once, without values', () => {
@@ -51,15 +56,33 @@ describe('files service config from env', () => {
   });
 
   it('refuses to run without credentials', () => {
-    expect(problems({ FILES_SERVICE_TOKEN: 'x'.repeat(20), FILES_SERVICE_DATABASE_URL: 'postgres://w@db/q', FILES_BUCKETS: 'a-bucket' })).toEqual([
-      expect.stringMatching(/no GCS service-account credentials configured; set GCS_CREDENTIALS_JSON .* or GOOGLE_APPLICATION_CREDENTIALS/),
+    expect(
+      problems({
+        FILES_SERVICE_TOKEN: 'x'.repeat(20),
+        FILES_SERVICE_DATABASE_URL: 'postgres://w@db/q',
+        FILES_BUCKETS: 'a-bucket',
+      }),
+    ).toEqual([
+      expect.stringMatching(
+        /no GCS service-account credentials configured; set GCS_CREDENTIALS_JSON .* or GOOGLE_APPLICATION_CREDENTIALS/,
+      ),
     ]);
-    expect(problems({ FILES_SERVICE_TOKEN: 'x'.repeat(20), FILES_SERVICE_DATABASE_URL: 'postgres://w@db/q', FILES_BUCKETS: 'a-bucket', GOOGLE_APPLICATION_CREDENTIALS: '/nonexistent/key.json' })).toEqual([
-      'GOOGLE_APPLICATION_CREDENTIALS: cannot read a JSON key (ENOENT), got "/nonexistent/key.json"',
-    ]);
-    expect(problems({ FILES_SERVICE_TOKEN: 'x'.repeat(20), FILES_SERVICE_DATABASE_URL: 'postgres://w@db/q', FILES_BUCKETS: 'a-bucket', GCS_CREDENTIALS_JSON: '{' })).toEqual([
-      'GCS_CREDENTIALS_JSON: is not valid JSON',
-    ]);
+    expect(
+      problems({
+        FILES_SERVICE_TOKEN: 'x'.repeat(20),
+        FILES_SERVICE_DATABASE_URL: 'postgres://w@db/q',
+        FILES_BUCKETS: 'a-bucket',
+        GOOGLE_APPLICATION_CREDENTIALS: '/nonexistent/key.json',
+      }),
+    ).toEqual(['GOOGLE_APPLICATION_CREDENTIALS: cannot read a JSON key (ENOENT), got "/nonexistent/key.json"']);
+    expect(
+      problems({
+        FILES_SERVICE_TOKEN: 'x'.repeat(20),
+        FILES_SERVICE_DATABASE_URL: 'postgres://w@db/q',
+        FILES_BUCKETS: 'a-bucket',
+        GCS_CREDENTIALS_JSON: '{',
+      }),
+    ).toEqual(['GCS_CREDENTIALS_JSON: is not valid JSON']);
   });
 
   it('the CLI exits 2 with one line per bad value', () => {
@@ -76,15 +99,29 @@ describe('files service config from env', () => {
       "  FILES_SERVICE_DATABASE_URL: is required (the database it asks before signing: the worker role's postgres:// URL)",
       '  FILES_BUCKETS: is required (the buckets URLs may be signed for, comma separated)',
       '  FILES_SERVICE_PORT: must be a whole number between 0 and 65535, got "x"',
-      expect.stringMatching(/^  no GCS service-account credentials configured/),
+      expect.stringMatching(/^ {2}no GCS service-account credentials configured/),
       'Run files-service --help for the list of settings.',
     ]);
   });
 
   it('--help prints every variable from the same table and exits 0', () => {
-    const res = spawnSync(process.execPath, [cli, '--help'], { env: { PATH: process.env.PATH ?? '' }, encoding: 'utf8' });
+    const res = spawnSync(process.execPath, [cli, '--help'], {
+      env: { PATH: process.env.PATH ?? '' },
+      encoding: 'utf8',
+    });
     expect(res.status).toBe(0);
-    for (const name of ['FILES_SERVICE_TOKEN', 'FILES_BUCKETS', 'GCS_CREDENTIALS_JSON', 'GOOGLE_APPLICATION_CREDENTIALS', 'GCS_API_ENDPOINT', 'FILES_SIGNED_URL_TTL_SECONDS', 'FILES_SERVICE_PORT', 'FILES_SERVICE_HOST', 'LOG_LEVEL', 'LOG_FORMAT']) {
+    for (const name of [
+      'FILES_SERVICE_TOKEN',
+      'FILES_BUCKETS',
+      'GCS_CREDENTIALS_JSON',
+      'GOOGLE_APPLICATION_CREDENTIALS',
+      'GCS_API_ENDPOINT',
+      'FILES_SIGNED_URL_TTL_SECONDS',
+      'FILES_SERVICE_PORT',
+      'FILES_SERVICE_HOST',
+      'LOG_LEVEL',
+      'LOG_FORMAT',
+    ]) {
       expect(res.stdout).toContain(name);
     }
     expect(res.stdout).toMatch(/FILES_SERVICE_PORT\s+8787\s+port to listen on/);

@@ -29,7 +29,12 @@ afterAll(async () => {
 });
 beforeEach(() => gcs.reset());
 
-const ctx = (signal = new AbortController().signal): ProviderContext => ({ taskId: '1', taskLeaseId: '2', taskType: 'file_delete', signal });
+const ctx = (signal = new AbortController().signal): ProviderContext => ({
+  taskId: '1',
+  taskLeaseId: '2',
+  taskType: 'file_delete',
+  signal,
+});
 const payload = { file_id: 987, idempotency_key: 'attempt-9', bucket: 'user-uploads', object_key: 'users/7/rec ü.wav' };
 
 describe('files-service delete provider', () => {
@@ -58,12 +63,14 @@ describe('files-service delete provider', () => {
     const provider = createFilesServiceDeleteProvider({ serviceUrl, token: TOKEN });
     // Sign, then delete the object behind the provider's back before its DELETE.
     const realFetch = globalThis.fetch;
-    globalThis.fetch = (async (input: string | URL | Request, init?: RequestInit) => {
+    globalThis.fetch = async (input: string | URL | Request, init?: RequestInit) => {
       if (init?.method === 'DELETE') gcs.reset();
       return realFetch(input, init);
-    }) as typeof fetch;
+    };
     try {
-      expect(await provider.send({ ...payload, object_key: 'race.wav' }, ctx())).toMatchObject({ alreadyDeleted: true });
+      expect(await provider.send({ ...payload, object_key: 'race.wav' }, ctx())).toMatchObject({
+        alreadyDeleted: true,
+      });
     } finally {
       globalThis.fetch = realFetch;
     }
@@ -74,7 +81,9 @@ describe('files-service delete provider', () => {
     gcs.failNext(1, 503, 'backend unavailable');
     const provider = createFilesServiceDeleteProvider({ serviceUrl, token: TOKEN });
     const err = await provider.send({ ...payload, object_key: 'a.wav' }, ctx()).catch((e: Error) => e);
-    expect((err as Error).message).toMatch(/^files-service: storage DELETE http:\/\/127\.0\.0\.1:\d+\/user-uploads\/a\.wav answered HTTP 503: .*backend unavailable/);
+    expect((err as Error).message).toMatch(
+      /^files-service: storage DELETE http:\/\/127\.0\.0\.1:\d+\/user-uploads\/a\.wav answered HTTP 503: .*backend unavailable/,
+    );
     expect((err as Error).message).not.toContain('X-Goog-Signature');
     expect(gcs.has('user-uploads', 'a.wav')).toBe(true);
   });
@@ -88,7 +97,9 @@ describe('files-service delete provider', () => {
 
   it('throws on a 403 bucket and on a 404 that is not "unknown object"', async () => {
     const provider = createFilesServiceDeleteProvider({ serviceUrl, token: TOKEN });
-    await expect(provider.send({ ...payload, bucket: 'not-allowed' }, ctx())).rejects.toThrow(/HTTP 403: bucket "not-allowed"/);
+    await expect(provider.send({ ...payload, bucket: 'not-allowed' }, ctx())).rejects.toThrow(
+      /HTTP 403: bucket "not-allowed"/,
+    );
     const wrongPath = createFilesServiceDeleteProvider({ serviceUrl: `${serviceUrl}/wrong`, token: TOKEN });
     await expect(wrongPath.send(payload, ctx())).rejects.toThrow(/HTTP 404: no route POST/);
   });
@@ -110,7 +121,9 @@ describe('files-service delete provider', () => {
     const provider = createFilesServiceDeleteProvider({ serviceUrl, token: TOKEN });
     const ac = new AbortController();
     ac.abort(new Error('lease lost'));
-    await expect(provider.send({ ...payload, object_key: 'b.wav' }, ctx(ac.signal))).rejects.toThrow('files-service: aborted (lease lost)');
+    await expect(provider.send({ ...payload, object_key: 'b.wav' }, ctx(ac.signal))).rejects.toThrow(
+      'files-service: aborted (lease lost)',
+    );
     const ac2 = new AbortController();
     const pending = provider.send({ ...payload, object_key: 'b.wav' }, ctx(ac2.signal));
     ac2.abort(new Error('shutdown'));

@@ -12,7 +12,12 @@ let app: FastifyInstance;
 beforeAll(async () => {
   db = await createTestDatabase();
   // The objects these tests sign for have a deletion in flight in the database.
-  await scheduleDeletions(db, 'user-uploads', ['users/7/recording 1.wav', 'users/7/missing.wav', 'users/7/other.wav', 'a.txt']);
+  await scheduleDeletions(db, 'user-uploads', [
+    'users/7/recording 1.wav',
+    'users/7/missing.wav',
+    'users/7/other.wav',
+    'a.txt',
+  ]);
   gcs = await startFakeGcs({ publicKey: account.publicKey });
   app = createFilesService(testConfig(account.credentials, gcs.url, db.url('worker')), { logger: false });
   await app.ready();
@@ -101,19 +106,24 @@ describe('files service', () => {
     const res = await sign({ bucket: 'user-uploads', object_key: 'users/7/missing.wav' });
     expect(res.statusCode).toBe(404);
     expect(res.json()).toMatchObject({ code: 'unknown_object', message: expect.stringMatching(/^unknown object/) });
-    expect(gcs.requests[0]).toMatchObject({ method: 'GET', path: '/storage/v1/b/user-uploads/o/users%2F7%2Fmissing.wav' });
+    expect(gcs.requests[0]).toMatchObject({
+      method: 'GET',
+      path: '/storage/v1/b/user-uploads/o/users%2F7%2Fmissing.wav',
+    });
   });
 
   it('200 with a V4 signed DELETE URL pointing at the configured endpoint', async () => {
     const before = Date.now();
     const res = await sign({ bucket: 'user-uploads', object_key: 'users/7/recording 1.wav' });
     expect(res.statusCode).toBe(200);
-    const { url, expires_at } = res.json() as { url: string; expires_at: string };
+    const { url, expires_at } = res.json<{ url: string; expires_at: string }>();
     const u = new URL(url);
     expect(u.origin).toBe(gcs.url);
     expect(u.pathname).toBe('/user-uploads/users/7/recording%201.wav');
     expect(u.searchParams.get('X-Goog-Algorithm')).toBe('GOOG4-RSA-SHA256');
-    expect(u.searchParams.get('X-Goog-Credential')).toMatch(/^files-service@test-project\.iam\.gserviceaccount\.com\/\d{8}\/auto\/storage\/goog4_request$/);
+    expect(u.searchParams.get('X-Goog-Credential')).toMatch(
+      /^files-service@test-project\.iam\.gserviceaccount\.com\/\d{8}\/auto\/storage\/goog4_request$/,
+    );
     expect(u.searchParams.get('X-Goog-Expires')).toBe('300');
     expect(u.searchParams.get('X-Goog-SignedHeaders')).toBe('host');
     expect(u.searchParams.get('X-Goog-Signature')).toMatch(/^[0-9a-f]{512}$/);
@@ -129,7 +139,7 @@ describe('files service', () => {
 
   it('a tampered signed URL is refused by storage (the fake checks signatures)', async () => {
     const res = await sign({ bucket: 'user-uploads', object_key: 'users/7/recording 1.wav' });
-    const url = new URL((res.json() as { url: string }).url);
+    const url = new URL(res.json<{ url: string }>().url);
     url.pathname = '/user-uploads/users/7/other.wav';
     gcs.put('user-uploads', 'users/7/other.wav');
     const del = await fetch(url, { method: 'DELETE' });
@@ -139,7 +149,10 @@ describe('files service', () => {
   });
 
   it('502 when storage cannot be asked', async () => {
-    const broken = createFilesService(testConfig(account.credentials, 'http://127.0.0.1:1', db.url('worker')), { logger: false, storageMaxRetries: 0 });
+    const broken = createFilesService(testConfig(account.credentials, 'http://127.0.0.1:1', db.url('worker')), {
+      logger: false,
+      storageMaxRetries: 0,
+    });
     try {
       const res = await broken.inject({
         method: 'POST',
@@ -157,12 +170,18 @@ describe('files service', () => {
   it('refuses to start without credentials, and names bad config values', () => {
     const config = testConfig(account.credentials, gcs.url, db.url('worker'));
     const { credentials: _, ...noCredentials } = config;
-    expect(() => createFilesService(noCredentials as typeof config)).toThrow(/no GCS service-account credentials configured/);
+    expect(() => createFilesService(noCredentials as typeof config)).toThrow(
+      /no GCS service-account credentials configured/,
+    );
     expect(() => createFilesService({ ...config, token: 'short' })).toThrow(FilesServiceConfigError);
     expect(() => createFilesService({ ...config, token: 'short' })).toThrow(/token: must be at least 16 characters/);
     expect(() => createFilesService({ ...config, buckets: [] })).toThrow(/buckets: must name at least one bucket/);
-    expect(() => createFilesService({ ...config, apiEndpoint: 'nope' })).toThrow(/apiEndpoint: must be an http\(s\) URL/);
-    expect(() => createFilesService({ ...config, databaseUrl: 'mysql://x' })).toThrow(/databaseUrl: must be a postgres:\/\/ URL/);
+    expect(() => createFilesService({ ...config, apiEndpoint: 'nope' })).toThrow(
+      /apiEndpoint: must be an http\(s\) URL/,
+    );
+    expect(() => createFilesService({ ...config, databaseUrl: 'mysql://x' })).toThrow(
+      /databaseUrl: must be a postgres:\/\/ URL/,
+    );
   });
 
   it('403 "not_scheduled" for an object the database has not scheduled for deletion; storage is never asked', async () => {
@@ -187,10 +206,20 @@ describe('files service', () => {
        select a.file_deletion_attempt_id from files.file_deletion_attempt a join files.file_deletion_task t using (file_deletion_task_id)
          join files.file f using (file_id) where f.object_key = 'users/9/done.wav'`,
     );
-    expect((await sign({ bucket: 'user-uploads', object_key: 'users/9/done.wav' })).json()).toMatchObject({ code: 'not_scheduled' });
-    const noDb = createFilesService(testConfig(account.credentials, gcs.url, 'postgres://nobody:wrong@127.0.0.1:1/none'), { logger: false });
+    expect((await sign({ bucket: 'user-uploads', object_key: 'users/9/done.wav' })).json()).toMatchObject({
+      code: 'not_scheduled',
+    });
+    const noDb = createFilesService(
+      testConfig(account.credentials, gcs.url, 'postgres://nobody:wrong@127.0.0.1:1/none'),
+      { logger: false },
+    );
     try {
-      const res = await noDb.inject({ method: 'POST', url: '/v1/signed-delete-urls', headers: { authorization: `Bearer ${TOKEN}` }, payload: { bucket: 'user-uploads', object_key: 'a.txt' } });
+      const res = await noDb.inject({
+        method: 'POST',
+        url: '/v1/signed-delete-urls',
+        headers: { authorization: `Bearer ${TOKEN}` },
+        payload: { bucket: 'user-uploads', object_key: 'a.txt' },
+      });
       expect(res.statusCode).toBe(502);
       expect(res.json().message).toBe('the database could not be asked');
     } finally {

@@ -71,7 +71,10 @@ export function parseEnvelope(value: unknown): ParsedEnvelope {
     if (error !== undefined) return { ok: true, envelope: { outcome: 'error', message: error, payload } };
     if (invalid !== undefined) return { ok: true, envelope: { outcome: 'invalid', message: invalid, payload } };
     if (!success) {
-      return { ok: false, error: 'malformed result envelope: success is false but neither error nor validation_failure_message is set' };
+      return {
+        ok: false,
+        error: 'malformed result envelope: success is false but neither error nor validation_failure_message is set',
+      };
     }
     return { ok: true, envelope: { outcome: 'succeeded', payload } };
   }

@@ -8,7 +8,10 @@ import { z } from 'zod';
 /** `schema.function`: the only shape internal.run_function accepts. */
 export const functionName = z
   .string()
-  .regex(/^[a-z_][a-z0-9_]{0,62}\.[a-z_][a-z0-9_]{0,62}$/, 'must be schema.function in lowercase letters, digits and _');
+  .regex(
+    /^[a-z_][a-z0-9_]{0,62}\.[a-z_][a-z0-9_]{0,62}$/,
+    'must be schema.function in lowercase letters, digits and _',
+  );
 
 /** A pure database step: internal.run_function(payload.db_function, payload). */
 export const dbFunctionPayload = z.looseObject({

@@ -25,7 +25,10 @@ export const smsPayload = z.strictObject({
   message_id: id.optional(),
   idempotency_key: idempotencyKey,
   to_number: z.string().regex(/^\+[1-9][0-9]{6,14}$/, 'must be an E.164 number such as +14155550100'),
-  from_number: z.string().regex(/^\+[1-9][0-9]{6,14}$/, 'must be an E.164 number').optional(),
+  from_number: z
+    .string()
+    .regex(/^\+[1-9][0-9]{6,14}$/, 'must be an E.164 number')
+    .optional(),
   body: z.string().min(1).max(1600),
 });
 export type SmsPayload = z.infer<typeof smsPayload>;

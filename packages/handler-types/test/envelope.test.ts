@@ -1,20 +1,48 @@
 // The result envelope schema: both seed shapes, their normalisation, and malformed input.
 import { describe, expect, it } from 'vitest';
-import { emailPayload, errorHandlerBody, fileDeletePayload, parseEnvelope, smsPayload, successHandlerBody } from '../src/index.js';
+import {
+  emailPayload,
+  errorHandlerBody,
+  fileDeletePayload,
+  parseEnvelope,
+  smsPayload,
+  successHandlerBody,
+} from '../src/index.js';
 
 describe('parseEnvelope', () => {
   it.each([
     [{ status: 'succeeded' }, { outcome: 'succeeded', payload: undefined }],
-    [{ status: 'succeeded', payload: { to: 'x' } }, { outcome: 'succeeded', payload: { to: 'x' } }],
+    [
+      { status: 'succeeded', payload: { to: 'x' } },
+      { outcome: 'succeeded', payload: { to: 'x' } },
+    ],
     [{ status: 'max_attempts_reached' }, { outcome: 'status', status: 'max_attempts_reached', payload: undefined }],
     [{ success: true }, { outcome: 'succeeded', payload: undefined }],
-    [{ success: true, error: '', validation_failure_message: '', payload: { a: 1 } }, { outcome: 'succeeded', payload: { a: 1 } }],
-    [{ success: true, error: null, validation_failure_message: null }, { outcome: 'succeeded', payload: undefined }],
-    [{ success: false, error: 'smtp down' }, { outcome: 'error', message: 'smtp down', payload: undefined }],
-    [{ success: false, validation_failure_message: 'unknown account' }, { outcome: 'invalid', message: 'unknown account', payload: undefined }],
+    [
+      { success: true, error: '', validation_failure_message: '', payload: { a: 1 } },
+      { outcome: 'succeeded', payload: { a: 1 } },
+    ],
+    [
+      { success: true, error: null, validation_failure_message: null },
+      { outcome: 'succeeded', payload: undefined },
+    ],
+    [
+      { success: false, error: 'smtp down' },
+      { outcome: 'error', message: 'smtp down', payload: undefined },
+    ],
+    [
+      { success: false, validation_failure_message: 'unknown account' },
+      { outcome: 'invalid', message: 'unknown account', payload: undefined },
+    ],
     // error wins over a validation message; a set error overrides success: true
-    [{ success: false, error: 'e', validation_failure_message: 'v' }, { outcome: 'error', message: 'e', payload: undefined }],
-    [{ success: true, error: 'late failure' }, { outcome: 'error', message: 'late failure', payload: undefined }],
+    [
+      { success: false, error: 'e', validation_failure_message: 'v' },
+      { outcome: 'error', message: 'e', payload: undefined },
+    ],
+    [
+      { success: true, error: 'late failure' },
+      { outcome: 'error', message: 'late failure', payload: undefined },
+    ],
   ])('%j normalises', (input, expected) => {
     expect(parseEnvelope(input)).toEqual({ ok: true, envelope: expected });
   });
@@ -42,7 +70,13 @@ describe('parseEnvelope', () => {
 
 describe('payload schemas', () => {
   it('email: accepts a provider payload, rejects typos and bad addresses', () => {
-    const good = { from_address: 'Team <team@example.com>', to_address: 'a@example.com', subject: 'Hi', html: '<p>x</p>', idempotency_key: '12' };
+    const good = {
+      from_address: 'Team <team@example.com>',
+      to_address: 'a@example.com',
+      subject: 'Hi',
+      html: '<p>x</p>',
+      idempotency_key: '12',
+    };
     expect(emailPayload.safeParse(good).success).toBe(true);
     expect(emailPayload.safeParse({ ...good, subjet: 'typo' }).success).toBe(false);
     expect(emailPayload.safeParse({ ...good, to_address: 'not-an-address' }).success).toBe(false);
@@ -56,13 +90,17 @@ describe('payload schemas', () => {
   });
 
   it('file_delete: a bucket name and an object key', () => {
-    expect(fileDeletePayload.safeParse({ file_id: 9, bucket: 'user-uploads', object_key: 'a/b.mp3' }).success).toBe(true);
+    expect(fileDeletePayload.safeParse({ file_id: 9, bucket: 'user-uploads', object_key: 'a/b.mp3' }).success).toBe(
+      true,
+    );
     expect(fileDeletePayload.safeParse({ file_id: 9, bucket: 'Bad Bucket', object_key: 'a' }).success).toBe(false);
     expect(fileDeletePayload.safeParse({ file_id: 9, bucket: 'ok-bucket', object_key: '' }).success).toBe(false);
   });
 
   it('handler bodies have exactly the seed fields', () => {
-    expect(successHandlerBody.safeParse({ original_payload: { a: 1 }, worker_payload: { id: 'x' } }).success).toBe(true);
+    expect(successHandlerBody.safeParse({ original_payload: { a: 1 }, worker_payload: { id: 'x' } }).success).toBe(
+      true,
+    );
     expect(errorHandlerBody.safeParse({ original_payload: { a: 1 }, error: 'boom' }).success).toBe(true);
     expect(errorHandlerBody.safeParse({ original_payload: { a: 1 }, error: 'boom', extra: 1 }).success).toBe(false);
     expect(successHandlerBody.safeParse({ worker_payload: 1 }).success).toBe(false);

@@ -97,7 +97,18 @@ function numberOf(slug: string): number | undefined {
   return m ? Number(m[1]) : undefined;
 }
 
-const STRAINS = ['Blue Dream', 'OG Kush', 'Sour Diesel', 'Gelato', 'Wedding Cake', 'Pineapple Express', 'Gorilla Glue', 'Zkittlez', 'Runtz', 'Jack Herer'];
+const STRAINS = [
+  'Blue Dream',
+  'OG Kush',
+  'Sour Diesel',
+  'Gelato',
+  'Wedding Cake',
+  'Pineapple Express',
+  'Gorilla Glue',
+  'Zkittlez',
+  'Runtz',
+  'Jack Herer',
+];
 
 function menuOf(n: number, version: number) {
   const count = 4 + (n % 7);
@@ -107,7 +118,13 @@ function menuOf(n: number, version: number) {
     // The price moves with the menu's version for every third product.
     const price = base + (j % 3 === 0 ? ((version * (j + 1)) % 4) * 50 : 0);
     const quantity = (n * 7 + j * 3 + version) % 25;
-    products.push({ id: `p-${n}-${j}`, name: `${STRAINS[(n + j) % STRAINS.length]} ${j + 1}g`, price_cents: price, in_stock: quantity > 0, quantity });
+    products.push({
+      id: `p-${n}-${j}`,
+      name: `${STRAINS[(n + j) % STRAINS.length]} ${j + 1}g`,
+      price_cents: price,
+      in_stock: quantity > 0,
+      quantity,
+    });
   }
   return { products };
 }

@@ -17,7 +17,12 @@ export interface MenuPlatformLogger {
   info(obj: unknown, msg?: string): void;
 }
 
-export const MENU_PLATFORM_ENV_VARS = ['MENU_PLATFORM_URL', 'MENU_PLATFORM_TOKEN', 'MENU_PLATFORM_TIMEOUT_MS', 'LOCAL_MENU_STORES'] as const;
+export const MENU_PLATFORM_ENV_VARS = [
+  'MENU_PLATFORM_URL',
+  'MENU_PLATFORM_TOKEN',
+  'MENU_PLATFORM_TIMEOUT_MS',
+  'LOCAL_MENU_STORES',
+] as const;
 
 const opt = <T extends z.ZodType>(schema: T) =>
   z.preprocess((v) => (typeof v === 'string' && v.trim() === '' ? undefined : v), schema.optional());
@@ -50,8 +55,15 @@ export function menuPlatformFromEnv(env: Record<string, string | undefined>, log
   }
   const c = parsed.data;
   if (c.MENU_PLATFORM_URL) {
-    log.info({ event: 'menu_platform', mode: 'http', host: new URL(c.MENU_PLATFORM_URL).host }, 'menu platform over HTTP');
-    return createHttpMenuPlatform({ baseUrl: c.MENU_PLATFORM_URL, token: c.MENU_PLATFORM_TOKEN, timeoutMs: c.MENU_PLATFORM_TIMEOUT_MS });
+    log.info(
+      { event: 'menu_platform', mode: 'http', host: new URL(c.MENU_PLATFORM_URL).host },
+      'menu platform over HTTP',
+    );
+    return createHttpMenuPlatform({
+      baseUrl: c.MENU_PLATFORM_URL,
+      token: c.MENU_PLATFORM_TOKEN,
+      timeoutMs: c.MENU_PLATFORM_TIMEOUT_MS,
+    });
   }
   return createLocalMenuPlatform(log, { stores: c.LOCAL_MENU_STORES, timeoutMs: c.MENU_PLATFORM_TIMEOUT_MS });
 }
@@ -60,18 +72,26 @@ export function menuPlatformFromEnv(env: Record<string, string | undefined>, log
  * Local mode: the fake menu platform in this process, started on first use (so workers
  * that never call the platform never open a port), with 5% failing and 5% slow answers.
  */
-export function createLocalMenuPlatform(log: MenuPlatformLogger, options: { stores?: number; timeoutMs?: number } = {}): MenuPlatform & { close(): Promise<void> } {
+export function createLocalMenuPlatform(
+  log: MenuPlatformLogger,
+  options: { stores?: number; timeoutMs?: number } = {},
+): MenuPlatform & { close(): Promise<void> } {
   let started: Promise<{ fake: FakeMenuPlatform; platform: MenuPlatform }> | undefined;
   const ready = () =>
-    (started ??= startFakeMenuPlatform({ stores: options.stores ?? 12, errorRate: 0.05, slowRate: 0.05, slowMs: 1500, seed: process.pid, priceEpochMs: 60_000 }).then(
-      (fake) => {
-        log.warn(
-          { event: 'menu_platform', mode: 'local', url: fake.url },
-          `LOCAL MODE: no MENU_PLATFORM_URL; the menu roles call the fake menu platform at ${fake.url} (5% of answers fail, 5% are slow)`,
-        );
-        return { fake, platform: createHttpMenuPlatform({ baseUrl: fake.url, timeoutMs: options.timeoutMs }) };
-      },
-    ));
+    (started ??= startFakeMenuPlatform({
+      stores: options.stores ?? 12,
+      errorRate: 0.05,
+      slowRate: 0.05,
+      slowMs: 1500,
+      seed: process.pid,
+      priceEpochMs: 60_000,
+    }).then((fake) => {
+      log.warn(
+        { event: 'menu_platform', mode: 'local', url: fake.url },
+        `LOCAL MODE: no MENU_PLATFORM_URL; the menu roles call the fake menu platform at ${fake.url} (5% of answers fail, 5% are slow)`,
+      );
+      return { fake, platform: createHttpMenuPlatform({ baseUrl: fake.url, timeoutMs: options.timeoutMs }) };
+    }));
   return {
     name: 'local',
     listStores: async (signal) => (await ready()).platform.listStores(signal),

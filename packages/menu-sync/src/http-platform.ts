@@ -34,9 +34,11 @@ export function createHttpMenuPlatform(options: HttpMenuPlatformOptions): MenuPl
         signal: AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]),
       });
     } catch (error) {
-      if (signal.aborted) throw new MenuPlatformError(`GET ${path}: aborted (${String(signal.reason ?? 'lease lost or shutdown')})`);
+      if (signal.aborted)
+        throw new MenuPlatformError(`GET ${path}: aborted (${String(signal.reason ?? 'lease lost or shutdown')})`);
       const name = (error as Error).name;
-      if (name === 'TimeoutError' || name === 'AbortError') throw new MenuPlatformError(`GET ${path}: no answer within ${timeoutMs} ms`);
+      if (name === 'TimeoutError' || name === 'AbortError')
+        throw new MenuPlatformError(`GET ${path}: no answer within ${timeoutMs} ms`);
       throw new MenuPlatformError(`GET ${path}: ${(error as Error).message}`);
     }
     const text = await response.text();
@@ -48,7 +50,10 @@ export function createHttpMenuPlatform(options: HttpMenuPlatformOptions): MenuPl
       } catch {
         // not JSON: keep the text
       }
-      throw new MenuPlatformError(`GET ${path}: HTTP ${response.status}${message ? `: ${message}` : ''}`, response.status);
+      throw new MenuPlatformError(
+        `GET ${path}: HTTP ${response.status}${message ? `: ${message}` : ''}`,
+        response.status,
+      );
     }
     let body: unknown;
     try {
@@ -58,7 +63,10 @@ export function createHttpMenuPlatform(options: HttpMenuPlatformOptions): MenuPl
     }
     const parsed = schema.safeParse(body);
     if (!parsed.success) {
-      const problem = parsed.error.issues.map((i) => `${i.path.join('.') || 'body'}: ${i.message}`).slice(0, 3).join('; ');
+      const problem = parsed.error.issues
+        .map((i) => `${i.path.join('.') || 'body'}: ${i.message}`)
+        .slice(0, 3)
+        .join('; ');
       throw new MenuPlatformError(`GET ${path}: unexpected answer: ${problem}`, response.status);
     }
     return parsed.data;
@@ -67,7 +75,8 @@ export function createHttpMenuPlatform(options: HttpMenuPlatformOptions): MenuPl
   return {
     name: `http:${new URL(base).host}`,
     listStores: (signal) => get('/v1/stores', storeList, signal),
-    resolveEntryPoint: (menuUrl, signal) => get(`/v1/entry-points?menu_url=${encodeURIComponent(menuUrl)}`, entryPoint, signal),
+    resolveEntryPoint: (menuUrl, signal) =>
+      get(`/v1/entry-points?menu_url=${encodeURIComponent(menuUrl)}`, entryPoint, signal),
     fetchMenu: (id, signal) => get(`/v1/dispensaries/${encodeURIComponent(id)}/menu`, menu, signal),
   };
 }

@@ -18,11 +18,25 @@
  */
 import type pg from 'pg';
 import { z } from 'zod';
-import { completeTask, failTask, QueueError, recordTaskResult, withTransaction, type ClaimedTask, type JsonObject } from '@org/queue-client';
+import {
+  completeTask,
+  failTask,
+  QueueError,
+  recordTaskResult,
+  withTransaction,
+  type ClaimedTask,
+  type JsonObject,
+} from '@org/queue-client';
 import type { MenuPlatform } from './platform.js';
 import { observationRecord } from './queries/observation.queries.js';
 
-export const MENU_ROLES = ['store_discovery', 'entry_point_discovery', 'product_discovery', 'product_resync', 'analytics_refresh'] as const;
+export const MENU_ROLES = [
+  'store_discovery',
+  'entry_point_discovery',
+  'product_discovery',
+  'product_resync',
+  'analytics_refresh',
+] as const;
 export type MenuRole = (typeof MENU_ROLES)[number];
 
 export interface MenuTaskContext {
@@ -47,11 +61,18 @@ const entryPayload = storePayload.extend({ menu_url: z.string().min(1).max(500) 
 const menuPayload = storePayload.extend({ platform_dispensary_id: z.string().min(1).max(100) });
 
 /** Asks the platform what the task needs; throws on a bad payload or a platform failure. */
-async function observe(role: MenuRole, platform: MenuPlatform, task: ClaimedTask, signal: AbortSignal): Promise<JsonObject> {
+async function observe(
+  role: MenuRole,
+  platform: MenuPlatform,
+  task: ClaimedTask,
+  signal: AbortSignal,
+): Promise<JsonObject> {
   const parse = <T extends z.ZodType>(schema: T): z.output<T> => {
     const parsed = schema.safeParse(task.payload);
     if (parsed.success) return parsed.data;
-    throw new Error(`invalid ${role} payload: ${parsed.error.issues.map((i) => `${i.path.join('.') || 'payload'}: ${i.message}`).join('; ')}`);
+    throw new Error(
+      `invalid ${role} payload: ${parsed.error.issues.map((i) => `${i.path.join('.') || 'payload'}: ${i.message}`).join('; ')}`,
+    );
   };
   switch (role) {
     case 'store_discovery':
@@ -119,5 +140,8 @@ export function menuProcessor(role: MenuRole, platform: MenuPlatform): MenuProce
 
 /** One processor per role, for `registry.register(role, processor)`. */
 export function menuProcessors(platform: MenuPlatform): Record<MenuRole, MenuProcessor> {
-  return Object.fromEntries(MENU_ROLES.map((role) => [role, menuProcessor(role, platform)])) as Record<MenuRole, MenuProcessor>;
+  return Object.fromEntries(MENU_ROLES.map((role) => [role, menuProcessor(role, platform)])) as Record<
+    MenuRole,
+    MenuProcessor
+  >;
 }

@@ -105,7 +105,9 @@ export function createFilesServiceDeleteProvider(options: FilesServiceDeleteOpti
       });
       if (del.status === 404) return result(true);
       if (del.status === 200 || del.status === 204) return result(false);
-      throw new Error(`files-service: storage DELETE ${safeUrl(url)} answered HTTP ${del.status}: ${snippet(delText) || 'no body'}`);
+      throw new Error(
+        `files-service: storage DELETE ${safeUrl(url)} answered HTTP ${del.status}: ${snippet(delText) || 'no body'}`,
+      );
     },
   };
 }
@@ -140,5 +142,7 @@ function transportError(what: string, url: string, err: unknown, signal: AbortSi
     return out;
   }
   const cause = e?.cause?.code ?? e?.cause?.message ?? e?.message ?? String(err);
-  return new Error(`files-service: request to ${what} ${safeUrl(url)} failed: ${String(cause)}`);
+  return new Error(
+    `files-service: request to ${what} ${safeUrl(url)} failed: ${typeof cause === 'string' ? cause : JSON.stringify(cause)}`,
+  );
 }

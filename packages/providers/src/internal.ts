@@ -13,7 +13,14 @@ export function defaultDataDir(...parts: string[]): string {
 /** The reason a signal was aborted, as an Error. */
 export function abortError(signal: AbortSignal, what: string): Error {
   const reason: unknown = signal.reason;
-  const detail = reason instanceof Error ? reason.message : reason === undefined ? 'aborted' : String(reason);
+  const detail =
+    reason instanceof Error
+      ? reason.message
+      : reason === undefined
+        ? 'aborted'
+        : typeof reason === 'string'
+          ? reason
+          : JSON.stringify(reason);
   const err = new Error(`${what}: aborted (${detail})`);
   err.name = 'AbortError';
   return err;
@@ -41,6 +48,7 @@ export function raceAbort<T>(promise: Promise<T>, signal: AbortSignal | undefine
       },
       (err: unknown) => {
         signal.removeEventListener('abort', onAbort);
+        // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- forwards the wrapped promise's own rejection unchanged
         reject(err);
       },
     );

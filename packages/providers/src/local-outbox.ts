@@ -46,7 +46,10 @@ export interface LocalOutboxResult {
   file: string;
 }
 
-async function writeMessage(dir: string, message: Omit<OutboxMessage, 'id' | 'written_at'>): Promise<LocalOutboxResult> {
+async function writeMessage(
+  dir: string,
+  message: Omit<OutboxMessage, 'id' | 'written_at'>,
+): Promise<LocalOutboxResult> {
   await mkdir(dir, { recursive: true });
   const now = new Date();
   // Sortable by time, unique by uuid.
@@ -65,7 +68,9 @@ function contextFields(context: ProviderContext) {
 }
 
 /** The `email` provider of local mode: writes `<dir>/<id>.json` per email. */
-export function createLocalEmailOutboxProvider(options: LocalOutboxOptions = {}): Provider<EmailPayload> & { dir: string } {
+export function createLocalEmailOutboxProvider(
+  options: LocalOutboxOptions = {},
+): Provider<EmailPayload> & { dir: string } {
   const dir = options.dir ?? join(defaultOutboxDir, 'email');
   return {
     name: 'local-outbox',
@@ -74,7 +79,11 @@ export function createLocalEmailOutboxProvider(options: LocalOutboxOptions = {})
     async send(payload: EmailPayload, context: ProviderContext): Promise<LocalOutboxResult> {
       throwIfAborted(context.signal, 'local-outbox');
       const from_address = payload.from_address || options.defaultFrom;
-      return writeMessage(dir, { channel: 'email', ...contextFields(context), payload: { ...payload, ...(from_address ? { from_address } : {}) } });
+      return writeMessage(dir, {
+        channel: 'email',
+        ...contextFields(context),
+        payload: { ...payload, ...(from_address ? { from_address } : {}) },
+      });
     },
   };
 }

@@ -53,9 +53,16 @@ export function createLocalStorageDeleteProvider(
       const bucketDir = resolve(storageRoot, bucket);
       const target = resolve(bucketDir, object_key);
       if (!isInside(bucketDir, target)) {
-        throw new Error(`local-storage: refusing object key ${JSON.stringify(object_key)}: it escapes the bucket folder`);
+        throw new Error(
+          `local-storage: refusing object key ${JSON.stringify(object_key)}: it escapes the bucket folder`,
+        );
       }
-      const result = (alreadyDeleted: boolean): FileDeleteResult => ({ provider: 'local-storage', bucket, object_key, alreadyDeleted });
+      const result = (alreadyDeleted: boolean): FileDeleteResult => ({
+        provider: 'local-storage',
+        bucket,
+        object_key,
+        alreadyDeleted,
+      });
 
       // Follow symlinks in the folders: the real parent must still be inside the real bucket folder.
       let realBucket: string;
@@ -64,21 +71,26 @@ export function createLocalStorageDeleteProvider(
         realBucket = await realpath(bucketDir);
         realParent = await realpath(dirname(target));
       } catch (err) {
-        if ((err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ENOTDIR') return result(true);
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ENOTDIR')
+          return result(true);
         throw err;
       }
       if (realParent !== realBucket && !isInside(realBucket, realParent)) {
-        throw new Error(`local-storage: refusing object key ${JSON.stringify(object_key)}: its folder leads outside the bucket folder`);
+        throw new Error(
+          `local-storage: refusing object key ${JSON.stringify(object_key)}: its folder leads outside the bucket folder`,
+        );
       }
       const file = resolve(realParent, target.slice(dirname(target).length + 1));
       let info;
       try {
         info = await lstat(file);
       } catch (err) {
-        if ((err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ENOTDIR') return result(true);
+        if ((err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ENOTDIR')
+          return result(true);
         throw err;
       }
-      if (info.isDirectory()) throw new Error(`local-storage: ${JSON.stringify(object_key)} is a folder, not an object`);
+      if (info.isDirectory())
+        throw new Error(`local-storage: ${JSON.stringify(object_key)} is a folder, not an object`);
       await rm(file, { force: true });
       return result(false);
     },

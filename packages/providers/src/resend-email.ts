@@ -41,7 +41,9 @@ export function createResendEmailProvider(options: ResendEmailOptions): Provider
       throwIfAborted(context.signal, 'resend');
       const from = payload.from_address || options.defaultFrom;
       if (!from) throw new Error('resend: the payload has no from_address and no default sender is configured');
-      const { data, error } = await (await getClient()).emails.send(
+      const { data, error } = await (
+        await getClient()
+      ).emails.send(
         {
           from,
           to: payload.to_address,

@@ -75,7 +75,9 @@ export function createTwilioSmsProvider(options: TwilioSmsOptions): Provider<Sms
   const getClient = () =>
     (client ??= loadTwilio().then((twilio) =>
       twilio(options.accountSid, options.authToken, {
-        httpClient: base ? rewritingRequestClient(twilio, base, timeoutMs) : new twilio.RequestClient({ timeout: timeoutMs }),
+        httpClient: base
+          ? rewritingRequestClient(twilio, base, timeoutMs)
+          : new twilio.RequestClient({ timeout: timeoutMs }),
       }),
     ));
 

@@ -32,7 +32,9 @@ describe('providersFromEnv', () => {
     expect([p.email.name, p.sms.name, p.file_delete.name]).toEqual(['local-outbox', 'local-outbox', 'local-storage']);
     const warnings = log.lines.filter((l) => l.level === 'warn').map((l) => l.msg);
     expect(warnings).toHaveLength(3);
-    expect(warnings[0]).toMatch(/^email provider: LOCAL OUTBOX mode, no email leaves this machine.*set RESEND_API_KEY/i);
+    expect(warnings[0]).toMatch(
+      /^email provider: LOCAL OUTBOX mode, no email leaves this machine.*set RESEND_API_KEY/i,
+    );
     expect(warnings[1]).toMatch(/^sms provider: LOCAL OUTBOX mode.*TWILIO_ACCOUNT_SID/);
     expect(warnings[2]).toMatch(/^file_delete provider: LOCAL STORAGE mode.*FILES_SERVICE_URL/);
   });

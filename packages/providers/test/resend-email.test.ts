@@ -30,9 +30,9 @@ describe('resend email provider', () => {
     expect(provider.name).toBe('resend');
     expect(provider.payloadSchema.parse(payload)).toEqual(payload);
     const result = await provider.send(payload, ctx());
-    expect(result).toEqual({ provider: 'resend', id: fake.emails[0]!.id });
+    expect(result).toEqual({ provider: 'resend', id: fake.emails[0].id });
     expect(fake.requests).toHaveLength(1);
-    const req = fake.requests[0]!;
+    const req = fake.requests[0];
     expect(req.method).toBe('POST');
     expect(req.path).toBe('/emails');
     expect(req.headers['idempotency-key']).toBe('attempt-42');
@@ -51,7 +51,7 @@ describe('resend email provider', () => {
     const provider = createResendEmailProvider({ apiKey: API_KEY, baseUrl: fake.url });
     const { idempotency_key: _, ...rest } = payload;
     await provider.send(rest, ctx());
-    expect(fake.requests[0]!.headers['idempotency-key']).toBeUndefined();
+    expect(fake.requests[0].headers['idempotency-key']).toBeUndefined();
   });
 
   it('a retry with the same idempotency key gets the same id and sends once', async () => {
@@ -72,7 +72,9 @@ describe('resend email provider', () => {
   it('throws with status and message when Resend answers 422', async () => {
     const provider = createResendEmailProvider({ apiKey: API_KEY, baseUrl: fake.url });
     fake.failNext(1, 422, 'Invalid `to` field.');
-    await expect(provider.send(payload, ctx())).rejects.toThrow('resend: HTTP 422 validation_error: Invalid `to` field.');
+    await expect(provider.send(payload, ctx())).rejects.toThrow(
+      'resend: HTTP 422 validation_error: Invalid `to` field.',
+    );
   });
 
   it('throws on a wrong API key without showing the key', async () => {

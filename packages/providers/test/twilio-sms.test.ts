@@ -16,14 +16,20 @@ beforeEach(() => fake.reset());
 
 const payload = { idempotency_key: 'attempt-1', to_number: '+14155550100', body: 'Your code is 123456' };
 const make = (over: Partial<Parameters<typeof createTwilioSmsProvider>[0]> = {}) =>
-  createTwilioSmsProvider({ accountSid: SID, authToken: TOKEN, fromNumber: '+14155550199', baseUrl: fake.url, ...over });
+  createTwilioSmsProvider({
+    accountSid: SID,
+    authToken: TOKEN,
+    fromNumber: '+14155550199',
+    baseUrl: fake.url,
+    ...over,
+  });
 
 describe('twilio sms provider', () => {
   it('sends To/From/Body form-encoded with basic auth through the real SDK', async () => {
     const result = await make().send(payload, ctx());
     expect(fake.messages).toHaveLength(1);
-    expect(result).toEqual({ provider: 'twilio', sid: fake.messages[0]!.sid, status: 'queued' });
-    const req = fake.requests[0]!;
+    expect(result).toEqual({ provider: 'twilio', sid: fake.messages[0].sid, status: 'queued' });
+    const req = fake.requests[0];
     expect(req.method).toBe('POST');
     expect(req.path).toBe(`/2010-04-01/Accounts/${SID}/Messages.json`);
     expect(req.headers['content-type']).toContain('application/x-www-form-urlencoded');
@@ -34,13 +40,13 @@ describe('twilio sms provider', () => {
 
   it("uses the payload's from_number when it has one", async () => {
     await make().send({ ...payload, from_number: '+442071838750' }, ctx());
-    expect(fake.messages[0]!.from).toBe('+442071838750');
+    expect(fake.messages[0].from).toBe('+442071838750');
   });
 
   it('keeps a path prefix of baseUrl', async () => {
     const provider = make({ baseUrl: `${fake.url}/prefix` });
     await expect(provider.send(payload, ctx())).rejects.toThrow('twilio: HTTP 404 code 20404');
-    expect(fake.requests[0]!.path).toBe(`/prefix/2010-04-01/Accounts/${SID}/Messages.json`);
+    expect(fake.requests[0].path).toBe(`/prefix/2010-04-01/Accounts/${SID}/Messages.json`);
   });
 
   it('throws with status, code and message when Twilio answers 500', async () => {
@@ -63,7 +69,9 @@ describe('twilio sms provider', () => {
   });
 
   it('throws when the server cannot be reached', async () => {
-    await expect(make({ baseUrl: 'http://127.0.0.1:1' }).send(payload, ctx())).rejects.toThrow(/twilio: request failed/);
+    await expect(make({ baseUrl: 'http://127.0.0.1:1' }).send(payload, ctx())).rejects.toThrow(
+      /twilio: request failed/,
+    );
   });
 
   it('rejects when the signal aborts', async () => {

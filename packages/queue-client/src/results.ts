@@ -24,12 +24,19 @@ export async function recordTaskResult(
   input: { taskId: Id | number; taskLeaseId: Id | number; result: JsonObject },
 ): Promise<void> {
   await mapErrors(
-    taskResultRecord.run({ taskId: String(input.taskId), taskLeaseId: String(input.taskLeaseId), result: JSON.stringify(input.result) }, db),
+    taskResultRecord.run(
+      { taskId: String(input.taskId), taskLeaseId: String(input.taskLeaseId), result: JSON.stringify(input.result) },
+      db,
+    ),
   );
 }
 
 /** Every result recorded for a task, oldest first (the app and api roles). */
 export async function listTaskResults(db: Queryable, taskId: Id | number): Promise<TaskResult[]> {
   const rows = await mapErrors(taskResultList.run({ taskId: String(taskId) }, db));
-  return rows.map((r) => ({ taskLeaseId: String(r.taskLeaseId), result: r.result as JsonObject, recordedAt: r.recordedAt }));
+  return rows.map((r) => ({
+    taskLeaseId: String(r.taskLeaseId),
+    result: r.result as JsonObject,
+    recordedAt: r.recordedAt,
+  }));
 }

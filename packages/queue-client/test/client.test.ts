@@ -42,7 +42,12 @@ describe('queue client', () => {
     });
     expect(taskId).toMatch(/^\d+$/);
 
-    const [claimed, ...rest] = await claimTasks(worker, { workerId: 'w-1', limit: 5, taskTypes: ['store_discovery'], leaseSeconds: 30 });
+    const [claimed, ...rest] = await claimTasks(worker, {
+      workerId: 'w-1',
+      limit: 5,
+      taskTypes: ['store_discovery'],
+      leaseSeconds: 30,
+    });
     expect(rest).toEqual([]);
     expect(claimed).toMatchObject({
       taskId,
@@ -53,13 +58,17 @@ describe('queue client', () => {
       maxAttempts: 1,
       leaseCount: 1,
     });
-    expect(claimed!.scheduledAt).toEqual(scheduledAt);
-    expect(claimed!.expiresAt.getTime() - claimed!.leasedAt.getTime()).toBe(30_000);
-    expect(claimed!.taskLeaseId).toMatch(/^\d+$/);
+    expect(claimed.scheduledAt).toEqual(scheduledAt);
+    expect(claimed.expiresAt.getTime() - claimed.leasedAt.getTime()).toBe(30_000);
+    expect(claimed.taskLeaseId).toMatch(/^\d+$/);
 
-    const errorId = await failTask(worker, { taskId, errorMessage: 'provider said no', taskLeaseId: claimed!.taskLeaseId });
+    const errorId = await failTask(worker, {
+      taskId,
+      errorMessage: 'provider said no',
+      taskLeaseId: claimed.taskLeaseId,
+    });
     expect(errorId).toMatch(/^\d+$/);
-    expect(await completeTask(worker, { taskId, taskLeaseId: claimed!.taskLeaseId, outcome: 'failed' })).toBe(true);
+    expect(await completeTask(worker, { taskId, taskLeaseId: claimed.taskLeaseId, outcome: 'failed' })).toBe(true);
     expect(await completeTask(worker, { taskId })).toBe(false);
     const { rows } = await db.query('select outcome from queues.task_completed where task_id = $1', [taskId]);
     expect(rows).toEqual([{ outcome: 'failed' }]);
@@ -99,18 +108,42 @@ describe('queue client', () => {
   it('maps database errors to QueueError kinds with the database message', async () => {
     const cases: [() => Promise<unknown>, string, RegExp][] = [
       [() => enqueue(app, { taskType: 'fax', payload: {} }), 'invalid_input', /unknown task_type 'fax'/],
-      [() => enqueue(app, { taskType: 'product_resync', payload: [1] as unknown as Record<string, unknown> }), 'invalid_input', /got array/],
+      [
+        () => enqueue(app, { taskType: 'product_resync', payload: [1] as unknown as Record<string, unknown> }),
+        'invalid_input',
+        /got array/,
+      ],
       [() => enqueue(app, { taskType: 'product_resync', payload: { s: 'nul\u0000byte' } }), 'invalid_input', /Unicode/],
-      [() => enqueue(app, { taskType: 'product_resync', payload: { s: 'x'.repeat(1_100_000) } }), 'too_large', /over the limit/],
-      [() => enqueueMany(app, [{ taskType: 'product_resync', payload: {} }, { taskType: 'nope', payload: {} }]), 'invalid_input', /tasks\[1\]/],
+      [
+        () => enqueue(app, { taskType: 'product_resync', payload: { s: 'x'.repeat(1_100_000) } }),
+        'too_large',
+        /over the limit/,
+      ],
+      [
+        () =>
+          enqueueMany(app, [
+            { taskType: 'product_resync', payload: {} },
+            { taskType: 'nope', payload: {} },
+          ]),
+        'invalid_input',
+        /tasks\[1\]/,
+      ],
       [() => claimTasks(worker, { workerId: 'w', limit: 0 }), 'invalid_input', /limit must be between/],
       [() => completeTask(worker, { taskId: '987654321' }), 'not_found', /task 987654321 does not exist/],
       [() => failTask(worker, { taskId: '987654321', errorMessage: 'x' }), 'not_found', /does not exist/],
-      [() => failTask(worker, { taskId: '1', errorMessage: '   ' }), 'invalid_input', /error_message must not be empty/],
+      [
+        () => failTask(worker, { taskId: '1', errorMessage: '   ' }),
+        'invalid_input',
+        /error_message must not be empty/,
+      ],
       [() => runFunction(worker, 'pg_catalog.pg_sleep', {}), 'forbidden', /never runnable/],
       [() => runFunction(worker, 'public.nothing', {}), 'unknown_function', /does not exist/],
       [() => enqueue(worker, { taskType: 'product_resync', payload: {} }), 'forbidden', /permission denied/],
-      [() => enqueue(app, { taskType: 'db_function', payload: { db_function: 'internal.noop' } }), 'forbidden', /task_type 'db_function' may be enqueued only by the database's own processes/],
+      [
+        () => enqueue(app, { taskType: 'db_function', payload: { db_function: 'internal.noop' } }),
+        'forbidden',
+        /task_type 'db_function' may be enqueued only by the database's own processes/,
+      ],
       [() => claimTasks(app, { workerId: 'w' }), 'forbidden', /permission denied/],
     ];
     for (const [call, kind, message] of cases) {

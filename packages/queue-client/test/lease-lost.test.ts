@@ -43,8 +43,13 @@ it('a stale lease is lease_lost, from complete_task and fail_task', async () => 
   const taskId = await enqueue(app, { taskType: 'product_resync', payload: { store_id: 1 } });
   const [stale] = await claimTasks(worker, { workerId: 'stale', leaseSeconds: 60 });
   await db.query(`select * from queues.claim_tasks_at(now() + interval '61 seconds', 'fresh', 1, null, 60, 5)`);
-  await expect(completeTask(worker, { taskId, taskLeaseId: stale!.taskLeaseId })).rejects.toMatchObject({ kind: 'lease_lost', code: '55000' });
-  await expect(failTask(worker, { taskId, errorMessage: 'late', taskLeaseId: stale!.taskLeaseId })).rejects.toMatchObject({
+  await expect(completeTask(worker, { taskId, taskLeaseId: stale.taskLeaseId })).rejects.toMatchObject({
+    kind: 'lease_lost',
+    code: '55000',
+  });
+  await expect(
+    failTask(worker, { taskId, errorMessage: 'late', taskLeaseId: stale.taskLeaseId }),
+  ).rejects.toMatchObject({
     kind: 'lease_lost',
   });
 });

@@ -2,7 +2,15 @@
 // transaction and fenced by the lease, read by the app role.
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
-import { claimTasks, completeTask, connect, enqueue, listTaskResults, recordTaskResult, withTransaction } from '../src/index.js';
+import {
+  claimTasks,
+  completeTask,
+  connect,
+  enqueue,
+  listTaskResults,
+  recordTaskResult,
+  withTransaction,
+} from '../src/index.js';
 import type pg from 'pg';
 
 let db: TestDatabase;
@@ -23,10 +31,12 @@ it('records a result with the completion; a lost lease records nothing (lease_lo
   const taskId = await enqueue(app, { taskType: 'product_resync', payload: { n: 1 }, maxAttempts: 2 });
   const [first] = await claimTasks(worker, { workerId: 'a', limit: 1, taskTypes: ['product_resync'], leaseSeconds: 1 });
   // The lease expires and another worker takes the task.
-  const { rows } = await db.query(`select task_lease_id::text from queues.claim_tasks_at(now() + interval '1 minute', 'b', 1, array['product_resync'], 300, 5)`);
+  const { rows } = await db.query(
+    `select task_lease_id::text from queues.claim_tasks_at(now() + interval '1 minute', 'b', 1, array['product_resync'], 300, 5)`,
+  );
   await expect(
     withTransaction(worker, async (tx) => {
-      await recordTaskResult(tx, { taskId, taskLeaseId: first!.taskLeaseId, result: { sent: false } });
+      await recordTaskResult(tx, { taskId, taskLeaseId: first.taskLeaseId, result: { sent: false } });
     }),
   ).rejects.toMatchObject({ name: 'QueueError', kind: 'lease_lost' });
   await withTransaction(worker, async (tx) => {
@@ -34,8 +44,12 @@ it('records a result with the completion; a lost lease records nothing (lease_lo
     await completeTask(tx, { taskId, taskLeaseId: rows[0].task_lease_id, outcome: 'succeeded' });
   });
   const results = await listTaskResults(app, taskId);
-  expect(results).toEqual([{ taskLeaseId: rows[0].task_lease_id, result: { sent: true, id: 'msg-1' }, recordedAt: expect.any(Date) }]);
-  await expect(recordTaskResult(worker, { taskId, taskLeaseId: rows[0].task_lease_id, result: { again: true } })).rejects.toMatchObject({
+  expect(results).toEqual([
+    { taskLeaseId: rows[0].task_lease_id, result: { sent: true, id: 'msg-1' }, recordedAt: expect.any(Date) },
+  ]);
+  await expect(
+    recordTaskResult(worker, { taskId, taskLeaseId: rows[0].task_lease_id, result: { again: true } }),
+  ).rejects.toMatchObject({
     kind: 'lease_lost',
   });
   await expect(listTaskResults(worker, taskId)).rejects.toMatchObject({ kind: 'forbidden' });

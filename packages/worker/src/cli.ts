@@ -8,4 +8,7 @@ import { providersFromEnv } from '@org/providers';
 import { runWorkerCli } from './main.js';
 import { defaultRegistry } from './registry.js';
 
-runWorkerCli({ registry: (logger) => defaultRegistry(providersFromEnv(process.env, logger), menuPlatformFromEnv(process.env, logger)) });
+runWorkerCli({
+  registry: (logger) =>
+    defaultRegistry(providersFromEnv(process.env, logger), menuPlatformFromEnv(process.env, logger)),
+});

@@ -7,7 +7,15 @@
  * error code: see error-class.ts.
  */
 import type pg from 'pg';
-import { QueueError, completeTasks, failTask, recordTaskResult, withTransaction, type ClaimedTask, type Queryable } from '@org/queue-client';
+import {
+  QueueError,
+  completeTasks,
+  failTask,
+  recordTaskResult,
+  withTransaction,
+  type ClaimedTask,
+  type Queryable,
+} from '@org/queue-client';
 import { batcherFor } from './completion-batcher.js';
 import { LeaseLostError, sanitizeMessage } from './error-class.js';
 import type { TaskReport } from './processor.js';
@@ -40,7 +48,12 @@ export async function recordCompletion(
   }
   const [answer] = await traceStep('queue.complete', { 'queue.task.outcome': report.outcome }, () =>
     completeTasks(db, [
-      { taskId: task.taskId, taskLeaseId: task.taskLeaseId, outcome: report.outcome, retry: report.final ? false : undefined },
+      {
+        taskId: task.taskId,
+        taskLeaseId: task.taskLeaseId,
+        outcome: report.outcome,
+        retry: report.final ? false : undefined,
+      },
     ]),
   );
   const result = answer?.result ?? 'unknown_task';
@@ -48,7 +61,11 @@ export async function recordCompletion(
   if (result !== 'completed' && result !== 'retry_scheduled') throw new LeaseLostError(task);
   for (const message of [report.error, ...extraErrors]) {
     if (message) {
-      await failTask(db, { taskId: task.taskId, errorMessage: sanitizeMessage(message), taskLeaseId: task.taskLeaseId });
+      await failTask(db, {
+        taskId: task.taskId,
+        errorMessage: sanitizeMessage(message),
+        taskLeaseId: task.taskLeaseId,
+      });
     }
   }
   return report.error ? { ...report, error: sanitizeMessage(report.error) } : report;
@@ -59,7 +76,12 @@ export async function recordCompletion(
  * completion joins the pool's batch (see CompletionBatcher): one statement for every
  * task finishing in the same turn of the event loop.
  */
-export async function finish(pool: pg.Pool, task: ClaimedTask, report: TaskReport, extraErrors: string[] = []): Promise<TaskReport> {
+export async function finish(
+  pool: pg.Pool,
+  task: ClaimedTask,
+  report: TaskReport,
+  extraErrors: string[] = [],
+): Promise<TaskReport> {
   if (report.error || extraErrors.length > 0 || report.final || report.result) {
     return withTransaction(pool, (tx) => recordCompletion(tx, task, report, extraErrors));
   }

@@ -34,7 +34,8 @@ export class LeaseLostError extends Error {
 }
 
 const TRANSIENT_NODE_CODES = ['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'EAI_AGAIN'];
-const TRANSIENT_MESSAGE = /connection terminated|connection error|not queryable|timeout exceeded when trying to connect|connection ended/i;
+const TRANSIENT_MESSAGE =
+  /connection terminated|connection error|not queryable|timeout exceeded when trying to connect|connection ended/i;
 
 export function classifyError(error: unknown): ErrorClass {
   if (error instanceof LeaseLostError) return 'lease_lost';
@@ -63,7 +64,7 @@ const UNPAIRED_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbf
  * anything past MAX_MESSAGE_LENGTH characters is cut (marked "[truncated]"). Never empty.
  */
 export function sanitizeMessage(text: string): string {
-  let clean = text.replace(/\u0000/g, '\ufffd');
+  let clean = text.replaceAll('\u0000', '\ufffd');
   if (clean.length > MAX_MESSAGE_LENGTH) clean = `${clean.slice(0, MAX_MESSAGE_LENGTH)} [truncated]`;
   clean = clean.replace(UNPAIRED_SURROGATE, '\ufffd');
   return clean.trim() === '' ? '(empty error message)' : clean;

@@ -16,7 +16,9 @@ export class HandlerInvoker {
    * exception raised by the function (or the runner) is thrown.
    */
   async call(name: string, body: JsonObject): Promise<HandlerResult> {
-    const result = await traceStep('queue.handler', { 'queue.handler.name': name }, () => runFunction(this.db, name, body));
+    const result = await traceStep('queue.handler', { 'queue.handler.name': name }, () =>
+      runFunction(this.db, name, body),
+    );
     const parsed = parseEnvelope(result);
     return parsed.ok ? { ok: true, envelope: parsed.envelope } : { ok: false, error: `${name}: ${parsed.error}` };
   }

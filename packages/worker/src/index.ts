@@ -13,7 +13,15 @@ export { dbFunctionProcessor } from './processors/db-function.js';
 export { handlerTaskProcessor } from './processors/handler-task.js';
 export { HandlerInvoker } from './handler-invoker.js';
 export { finish, recordCompletion } from './completion.js';
-export { LeaseLostError, classifyError, errorMessage, isLeaseLost, isTransient, sanitizeMessage, type ErrorClass } from './error-class.js';
+export {
+  LeaseLostError,
+  classifyError,
+  errorMessage,
+  isLeaseLost,
+  isTransient,
+  sanitizeMessage,
+  type ErrorClass,
+} from './error-class.js';
 export { defaultRegistry } from './registry.js';
 export { DEFAULT_STATEMENT_TIMEOUT_MS, Worker, type WorkerOptions } from './worker.js';
 export { runWorkerCli, runWorkerMain, type WorkerMainOptions } from './main.js';

@@ -48,7 +48,11 @@ export class TaskListener {
 
   async #connect(): Promise<void> {
     if (this.#stopped) return;
-    const client = new pg.Client({ connectionString: this.connectionString, keepAlive: true, application_name: 'queue-worker-listen' });
+    const client = new pg.Client({
+      connectionString: this.connectionString,
+      keepAlive: true,
+      application_name: 'queue-worker-listen',
+    });
     client.on('notification', () => this.onWake());
     client.on('error', (error) => this.#lost(client, error));
     client.on('end', () => this.#lost(client, new Error('connection ended')));
@@ -66,7 +70,8 @@ export class TaskListener {
       return;
     }
     this.#client = client;
-    if (this.#attempt > 0) this.log.info({ event: 'listen_reconnected', attempts: this.#attempt }, 'LISTEN connection restored');
+    if (this.#attempt > 0)
+      this.log.info({ event: 'listen_reconnected', attempts: this.#attempt }, 'LISTEN connection restored');
     this.#attempt = 0;
     this.onWake();
   }
@@ -84,7 +89,12 @@ export class TaskListener {
     this.#attempt++;
     const delay = Math.min(5000, 100 * 2 ** Math.min(this.#attempt, 6)) * (0.5 + Math.random() / 2);
     this.log.warn(
-      { event: 'listen_lost', attempt: this.#attempt, retry_in_ms: Math.round(delay), err: String((error as Error)?.message ?? error) },
+      {
+        event: 'listen_lost',
+        attempt: this.#attempt,
+        retry_in_ms: Math.round(delay),
+        err: String((error as Error)?.message ?? error),
+      },
       'LISTEN connection lost; reconnecting',
     );
     clearTimeout(this.#retry);

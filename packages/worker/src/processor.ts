@@ -65,7 +65,9 @@ export class ProcessorRegistry {
     const registered = this.taskTypes();
     const unknown = (roles ?? []).filter((r) => !registered.includes(r));
     if (unknown.length > 0) {
-      throw new Error(`no processor for role(s) ${unknown.join(', ')}; registered task types: ${registered.join(', ')}`);
+      throw new Error(
+        `no processor for role(s) ${unknown.join(', ')}; registered task types: ${registered.join(', ')}`,
+      );
     }
     return roles ?? registered;
   }

@@ -11,7 +11,7 @@ import { handlerTaskProcessor } from './processors/handler-task.js';
  * analytics_refresh).
  */
 export function defaultRegistry(
-  providers: { email: Provider<any>; sms: Provider<any>; file_delete: Provider<any> },
+  providers: { email: Provider<unknown>; sms: Provider<unknown>; file_delete: Provider<unknown> },
   menuPlatform?: MenuPlatform,
 ): ProcessorRegistry {
   const registry = new ProcessorRegistry()
@@ -19,6 +19,7 @@ export function defaultRegistry(
     .register('email', handlerTaskProcessor(providers.email))
     .register('sms', handlerTaskProcessor(providers.sms))
     .register('file_delete', handlerTaskProcessor(providers.file_delete));
-  if (menuPlatform) for (const [role, processor] of Object.entries(menuProcessors(menuPlatform))) registry.register(role, processor);
+  if (menuPlatform)
+    for (const [role, processor] of Object.entries(menuProcessors(menuPlatform))) registry.register(role, processor);
   return registry;
 }

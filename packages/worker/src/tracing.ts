@@ -15,7 +15,16 @@
  * function here checks one flag and calls straight through: no span, no context, no
  * allocation beyond the closure the caller already made.
  */
-import { context, ProxyTracerProvider, SpanKind, SpanStatusCode, trace, type Attributes, type Span, type Tracer } from '@opentelemetry/api';
+import {
+  context,
+  ProxyTracerProvider,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Attributes,
+  type Span,
+  type Tracer,
+} from '@opentelemetry/api';
 import type { ClaimedTask } from '@org/queue-client';
 import type { Worker } from './worker.js';
 

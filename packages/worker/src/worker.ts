@@ -99,7 +99,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
       statement_timeout: options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS,
     });
     // An idle connection that dies (server restart, pg_terminate_backend) must not crash us.
-    this.pool.on('error', (error) => this.#log.warn({ event: 'pool_error', err: error.message }, 'idle connection lost'));
+    this.pool.on('error', (error) =>
+      this.#log.warn({ event: 'pool_error', err: error.message }, 'idle connection lost'),
+    );
     // A connection that dies while checked out emits 'error' on its client too; the query
     // in flight rejects and is handled there, so this only keeps the process alive.
     this.pool.on('connect', (client) => client.on('error', () => {}));
@@ -126,7 +128,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
   async stop(graceMs = this.#options.shutdownGraceMs): Promise<void> {
     if (this.#stopping) return;
     this.#stopping = true;
-    this.#log.info({ event: 'worker_stopping', running: this.#running.size, grace_ms: graceMs }, 'stopping: no new claims');
+    this.#log.info(
+      { event: 'worker_stopping', running: this.#running.size, grace_ms: graceMs },
+      'stopping: no new claims',
+    );
     this.#signal();
     await this.#loop;
     // Tasks claimed but not started go back at once.
@@ -148,10 +153,16 @@ export class Worker extends EventEmitter<WorkerEvents> {
           this.pool,
           left.map((r) => ({ taskId: r.task.taskId, taskLeaseId: r.task.taskLeaseId })),
         );
-        this.#log.info({ event: 'leases_released', task_ids: released }, `released ${released.length} unfinished task(s)`);
+        this.#log.info(
+          { event: 'leases_released', task_ids: released },
+          `released ${released.length} unfinished task(s)`,
+        );
         this.emit('released', released);
       } catch (error) {
-        this.#log.error({ event: 'release_failed', err: errorMessage(error) }, 'could not release leases; they will expire');
+        this.#log.error(
+          { event: 'release_failed', err: errorMessage(error) },
+          'could not release leases; they will expire',
+        );
       }
       for (const r of left) r.controller.abort(new Error('worker shutting down'));
     }
@@ -264,7 +275,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   async #releaseUnstarted(tasks: ClaimedTask[]): Promise<void> {
     try {
-      await releaseLeases(this.pool, tasks.map((t) => ({ taskId: t.taskId, taskLeaseId: t.taskLeaseId })));
+      await releaseLeases(
+        this.pool,
+        tasks.map((t) => ({ taskId: t.taskId, taskLeaseId: t.taskLeaseId })),
+      );
     } catch (error) {
       this.#log.warn({ event: 'release_failed', err: errorMessage(error) }, 'could not release; leases will expire');
     }
@@ -294,7 +308,13 @@ export class Worker extends EventEmitter<WorkerEvents> {
       const durationMs = Date.now() - startedAt;
       const level = report.outcome === 'succeeded' ? 'info' : 'warn';
       log[level](
-        { event: 'task_completed', outcome: report.outcome, duration_ms: durationMs, error: report.error, note: report.note },
+        {
+          event: 'task_completed',
+          outcome: report.outcome,
+          duration_ms: durationMs,
+          error: report.error,
+          note: report.note,
+        },
         `task ${report.outcome}`,
       );
       this.emit('completed', task, report, durationMs);
@@ -307,15 +327,24 @@ export class Worker extends EventEmitter<WorkerEvents> {
         log.warn({ event: 'lease_lost', duration_ms: durationMs }, 'lease lost to another worker; nothing recorded');
         this.emit('lease_lost', task);
       } else if (kind === 'transient') {
-        log.warn({ event: 'task_interrupted', duration_ms: durationMs, err: errorMessage(error) }, 'transient error; task will run again');
+        log.warn(
+          { event: 'task_interrupted', duration_ms: durationMs, err: errorMessage(error) },
+          'transient error; task will run again',
+        );
         await this.#interrupt(task, errorMessage(error), log);
       } else {
         log.error({ event: 'task_crashed', duration_ms: durationMs, err: errorMessage(error) }, 'processor threw');
         try {
-          const report = await finish(this.pool, task, { outcome: 'failed', error: `worker error: ${errorMessage(error)}` });
+          const report = await finish(this.pool, task, {
+            outcome: 'failed',
+            error: `worker error: ${errorMessage(error)}`,
+          });
           this.emit('completed', task, report, durationMs);
         } catch (second) {
-          log.error({ event: 'completion_failed', err: errorMessage(second) }, 'could not complete; the lease will expire');
+          log.error(
+            { event: 'completion_failed', err: errorMessage(second) },
+            'could not complete; the lease will expire',
+          );
         }
       }
     }
@@ -334,17 +363,28 @@ export class Worker extends EventEmitter<WorkerEvents> {
         errorMessage: message,
         maxInterruptions: this.#options.maxLeases,
       });
-      log[result === 'abandoned' ? 'error' : 'info']({ event: 'task_interruption_recorded', result }, `interruption recorded: ${result}`);
+      log[result === 'abandoned' ? 'error' : 'info'](
+        { event: 'task_interruption_recorded', result },
+        `interruption recorded: ${result}`,
+      );
       if (result === 'lease_lost') this.emit('lease_lost', task);
     } catch (error) {
-      log.warn({ event: 'interrupt_failed', err: errorMessage(error) }, 'could not record the interruption; the lease will expire');
+      log.warn(
+        { event: 'interrupt_failed', err: errorMessage(error) },
+        'could not record the interruption; the lease will expire',
+      );
     }
   }
 
   /** Tells the registry this worker is alive (queues.worker); failures are only logged. */
   async #reportIn(): Promise<void> {
     try {
-      await recordWorkerHeartbeat(this.pool, this.#options.workerId, this.#taskTypes, this.#options.heartbeatIntervalMs);
+      await recordWorkerHeartbeat(
+        this.pool,
+        this.#options.workerId,
+        this.#taskTypes,
+        this.#options.heartbeatIntervalMs,
+      );
     } catch (error) {
       this.#log.warn({ event: 'registry_failed', err: errorMessage(error) }, 'could not report to the worker registry');
     }

@@ -66,7 +66,7 @@ function worker(id: string): Child {
 async function killMidCall(fake: FakeResend | FakeTwilio, label: string): Promise<void> {
   fake.hold();
   const first = worker(`${label}-first`);
-  await eventually(async () => fake.requests.length === 1, `${label}: the provider received the call`);
+  await eventually(() => fake.requests.length === 1, `${label}: the provider received the call`);
   first.process.kill('SIGKILL');
   expect((await first.exited).signal).toBe('SIGKILL');
   fake.release();
@@ -94,21 +94,33 @@ const smsOutcome = async (id: string) =>
 
 describe('a worker killed between the provider call and the success handler', () => {
   it('sms, at most once (the default): one SMS; the next lease records an unknown outcome and the process ends', async () => {
-    const { rows } = await db.pool('app').query(`select send_sms_task_id::text as id from comms.send_sms('+14155550100', 'Your code is 1234')`);
+    const { rows } = await db
+      .pool('app')
+      .query(`select send_sms_task_id::text as id from comms.send_sms('+14155550100', 'Your code is 1234')`);
     const id = rows[0].id as string;
     await killMidCall(twilio, 'sms-once');
-    await eventually(async () => (await smsOutcome(id)).failed_reason !== null || (await smsOutcome(id)).succeeded, 'sms process ended', 30_000);
+    await eventually(
+      async () => (await smsOutcome(id)).failed_reason !== null || (await smsOutcome(id)).succeeded,
+      'sms process ended',
+      30_000,
+    );
     await stopWorkers();
     const outcome = await smsOutcome(id);
     expect(outcome).toMatchObject({ attempts: 1, succeeded: false, failed_reason: 'delivery_outcome_unknown' });
-    expect(outcome.errors).toEqual([expect.stringMatching(/^unknown outcome: lease \d+ started the sms provider call at .* and no outcome was recorded; at-most-once delivery: not calling again$/)]);
+    expect(outcome.errors).toEqual([
+      expect.stringMatching(
+        /^unknown outcome: lease \d+ started the sms provider call at .* and no outcome was recorded; at-most-once delivery: not calling again$/,
+      ),
+    ]);
     expect(twilio.requests.filter((r) => r.method === 'POST')).toHaveLength(1);
   });
 
   it('sms switched to at least once: the SMS is sent again (the duplicate at-most-once prevents)', async () => {
     await db.query(`update internal.channel_delivery_mode set delivery_mode = 'at_least_once' where task_type = 'sms'`);
     try {
-      const { rows } = await db.pool('app').query(`select send_sms_task_id::text as id from comms.send_sms('+14155550101', 'Your code is 5678')`);
+      const { rows } = await db
+        .pool('app')
+        .query(`select send_sms_task_id::text as id from comms.send_sms('+14155550101', 'Your code is 5678')`);
       const id = rows[0].id as string;
       await killMidCall(twilio, 'sms-twice');
       await eventually(async () => (await smsOutcome(id)).succeeded, 'sms process succeeded', 30_000);
@@ -116,21 +128,36 @@ describe('a worker killed between the provider call and the success handler', ()
       expect(await smsOutcome(id)).toMatchObject({ attempts: 1, succeeded: true, errors: null });
       expect(twilio.requests.filter((r) => r.method === 'POST')).toHaveLength(2);
     } finally {
-      await db.query(`update internal.channel_delivery_mode set delivery_mode = 'at_most_once' where task_type = 'sms'`);
+      await db.query(
+        `update internal.channel_delivery_mode set delivery_mode = 'at_most_once' where task_type = 'sms'`,
+      );
     }
   });
 
   it('email, at least once (the default): called again with the same Idempotency-Key; Resend sends one email', async () => {
-    const { rows } = await db.pool('app').query(`select send_email_task_id::text as id from comms.send_email('Team <team@example.com>', 'ada@example.com', 'Hi', '<p>Hi</p>')`);
+    const { rows } = await db
+      .pool('app')
+      .query(
+        `select send_email_task_id::text as id from comms.send_email('Team <team@example.com>', 'ada@example.com', 'Hi', '<p>Hi</p>')`,
+      );
     const id = rows[0].id as string;
     await killMidCall(resend, 'email');
-    await eventually(async () => (await db.query('select 1 from comms.send_email_task_succeeded where send_email_task_id = $1', [id])).rowCount === 1, 'email succeeded', 30_000);
+    await eventually(
+      async () =>
+        (await db.query('select 1 from comms.send_email_task_succeeded where send_email_task_id = $1', [id]))
+          .rowCount === 1,
+      'email succeeded',
+      30_000,
+    );
     await stopWorkers();
     const posts = resend.requests.filter((r) => r.method === 'POST');
     expect(posts).toHaveLength(2);
-    expect(posts[0]!.headers['idempotency-key']).toBe(posts[1]!.headers['idempotency-key']);
-    expect(posts[0]!.headers['idempotency-key']).toMatch(new RegExp(`^[0-9]+:${db.name}:send_email_attempt:\\d+$`));
+    expect(posts[0].headers['idempotency-key']).toBe(posts[1].headers['idempotency-key']);
+    expect(posts[0].headers['idempotency-key']).toMatch(new RegExp(`^[0-9]+:${db.name}:send_email_attempt:\\d+$`));
     expect(resend.emails).toHaveLength(1);
-    expect((await db.query('select count(*)::int as n from comms.send_email_attempt where send_email_task_id = $1', [id])).rows[0].n).toBe(1);
+    expect(
+      (await db.query('select count(*)::int as n from comms.send_email_attempt where send_email_task_id = $1', [id]))
+        .rows[0].n,
+    ).toBe(1);
   });
 });

@@ -6,7 +6,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
-import { createLocalEmailOutboxProvider, createLocalSmsOutboxProvider, createLocalStorageDeleteProvider } from '@org/providers';
+import {
+  createLocalEmailOutboxProvider,
+  createLocalSmsOutboxProvider,
+  createLocalStorageDeleteProvider,
+} from '@org/providers';
 import { createLogger, defaultRegistry, Worker } from '../src/index.js';
 import { enqueue, eventually, factsOf } from './support/fixtures.js';
 
@@ -25,10 +29,23 @@ it('a file_delete task without a before_handler deletes nothing and fails naming
   mkdirSync(join(root, 'user-uploads', 'someone-else'), { recursive: true });
   const victim = join(root, 'user-uploads', 'someone-else', 'passport.pdf');
   writeFileSync(victim, 'secret');
-  const id = await enqueue(db, 'file_delete', { bucket: 'user-uploads', object_key: 'someone-else/passport.pdf', file_id: 1, idempotency_key: 'x' });
+  const id = await enqueue(db, 'file_delete', {
+    bucket: 'user-uploads',
+    object_key: 'someone-else/passport.pdf',
+    file_id: 1,
+    idempotency_key: 'x',
+  });
   const worker = new Worker({
-    databaseUrl: db.url('worker'), roles: ['file_delete'], workerId: 'guard', concurrency: 1, pollIntervalMs: 100,
-    heartbeatIntervalMs: 1000, leaseSeconds: 30, maxLeases: 5, shutdownGraceMs: 1000, logger: createLogger('silent'),
+    databaseUrl: db.url('worker'),
+    roles: ['file_delete'],
+    workerId: 'guard',
+    concurrency: 1,
+    pollIntervalMs: 100,
+    heartbeatIntervalMs: 1000,
+    leaseSeconds: 30,
+    maxLeases: 5,
+    shutdownGraceMs: 1000,
+    logger: createLogger('silent'),
     registry: defaultRegistry({
       email: createLocalEmailOutboxProvider({ dir: join(root, 'outbox') }),
       sms: createLocalSmsOutboxProvider({ dir: join(root, 'sms') }),
@@ -44,6 +61,8 @@ it('a file_delete task without a before_handler deletes nothing and fails naming
   expect(existsSync(victim)).toBe(true);
   expect(await factsOf(db, id)).toMatchObject({
     outcome: 'failed',
-    errors: ['local-storage: refusing a file_delete task without a before_handler: it acts only on what a before_handler returns'],
+    errors: [
+      'local-storage: refusing a file_delete task without a before_handler: it acts only on what a before_handler returns',
+    ],
   });
 });

@@ -33,9 +33,9 @@ function worker(env: Record<string, string> = {}): Child {
 }
 
 const leasesOf = async (taskId: string) =>
-  (await db.query('select worker_id from queues.task_lease where task_id = $1 order by task_lease_id', [taskId])).rows.map(
-    (r) => r.worker_id as string,
-  );
+  (
+    await db.query('select worker_id from queues.task_lease where task_id = $1 order by task_lease_id', [taskId])
+  ).rows.map((r) => r.worker_id as string);
 
 describe('worker process', () => {
   it('SIGTERM: stops claiming, finishes in-flight tasks, releases the queued ones, exits 0', async () => {
@@ -43,8 +43,10 @@ describe('worker process', () => {
     for (let i = 0; i < 4; i++) ids.push(await enqueue(db, 'slow', { ms: 1500 }));
     const child = worker({ WORKER_ROLE: 'slow', CONCURRENCY: '2', SHUTDOWN_GRACE_MS: '10000' });
     const started = () => logLines(child.output()).filter((l) => l.event === 'task_started').length;
-    await eventually(async () => started() === 2, 'two tasks running');
-    const leasedBefore = (await db.query(`select count(*)::int as n from queues.task_lease where worker_id = 'child-0'`)).rows[0].n;
+    await eventually(() => started() === 2, 'two tasks running');
+    const leasedBefore = (
+      await db.query(`select count(*)::int as n from queues.task_lease where worker_id = 'child-0'`)
+    ).rows[0].n;
     child.process.kill('SIGTERM');
     const exit = await child.exited;
     expect(exit).toEqual({ code: 0, signal: null });
@@ -53,9 +55,12 @@ describe('worker process', () => {
     expect(outcomes.filter((o) => o === null)).toHaveLength(2);
     expect(started()).toBe(2);
     // No claim after the signal, and the tasks it had queued but not started are free now.
-    const leasedAfter = (await db.query(`select count(*)::int as n from queues.task_lease where worker_id = 'child-0'`)).rows[0].n;
+    const leasedAfter = (await db.query(`select count(*)::int as n from queues.task_lease where worker_id = 'child-0'`))
+      .rows[0].n;
     expect(leasedAfter).toBe(leasedBefore);
-    const claimable = await db.pool('worker').query(`select task_id from queues.claim_tasks('next', 10, array['slow'])`);
+    const claimable = await db
+      .pool('worker')
+      .query(`select task_id from queues.claim_tasks('next', 10, array['slow'])`);
     expect(claimable.rows.map((r) => r.task_id).sort()).toEqual(ids.filter((_, i) => outcomes[i] === null).sort());
     const events = logLines(child.output()).map((l) => l.event);
     expect(events).toContain('worker_stopping');
@@ -65,7 +70,12 @@ describe('worker process', () => {
 
   it('SIGTERM past the grace period: the rest is released, claimable at once, exit 0', async () => {
     const id = await enqueue(db, 'slow', { ms: 60_000 });
-    const child = worker({ WORKER_ROLE: 'slow', SHUTDOWN_GRACE_MS: '300', LEASE_SECONDS: '300', HEARTBEAT_INTERVAL_MS: '1000' });
+    const child = worker({
+      WORKER_ROLE: 'slow',
+      SHUTDOWN_GRACE_MS: '300',
+      LEASE_SECONDS: '300',
+      HEARTBEAT_INTERVAL_MS: '1000',
+    });
     await eventually(async () => (await leasesOf(id)).length === 1, 'the task running');
     child.process.kill('SIGTERM');
     expect(await child.exited).toEqual({ code: 0, signal: null });
@@ -82,7 +92,12 @@ describe('worker process', () => {
 
   it('SIGTERM while a step is stuck in SQL past the grace period: released, exit 0', async () => {
     const id = await enqueue(db, 'db_function', { db_function: 'fixture.step', key: 'stuck-in-sql', sleep: 30 });
-    const child = worker({ WORKER_ROLE: 'db_function', SHUTDOWN_GRACE_MS: '300', LEASE_SECONDS: '300', HEARTBEAT_INTERVAL_MS: '1000' });
+    const child = worker({
+      WORKER_ROLE: 'db_function',
+      SHUTDOWN_GRACE_MS: '300',
+      LEASE_SECONDS: '300',
+      HEARTBEAT_INTERVAL_MS: '1000',
+    });
     await eventually(async () => (await leasesOf(id)).length === 1, 'the step running');
     await new Promise((r) => setTimeout(r, 300));
     child.process.kill('SIGTERM');
@@ -93,7 +108,11 @@ describe('worker process', () => {
     );
     expect(rows[0].released).toBe(1);
     // The stuck statement's transaction never commits: no effect, no completion.
-    await db.pool('root').query(`select pg_terminate_backend(pid) from pg_stat_activity where query like '%fixture.step%' and pid <> pg_backend_pid()`);
+    await db
+      .pool('root')
+      .query(
+        `select pg_terminate_backend(pid) from pg_stat_activity where query like '%fixture.step%' and pid <> pg_backend_pid()`,
+      );
     expect((await factsOf(db, id)).outcome).toBeNull();
     await db.query(`delete from queues.task_pending where task_id = $1`, [id]);
   });
@@ -105,9 +124,17 @@ describe('worker process', () => {
     child.process.kill('SIGKILL');
     expect((await child.exited).signal).toBe('SIGKILL');
     const rescuer = new Worker({
-      databaseUrl: db.url('worker'), roles: ['db_function'], workerId: 'rescuer', concurrency: 2, pollIntervalMs: 100,
-      heartbeatIntervalMs: 200, leaseSeconds: 2, maxLeases: 5, shutdownGraceMs: 1000,
-      registry: new ProcessorRegistry().register('db_function', dbFunctionProcessor()), logger: createLogger('silent'),
+      databaseUrl: db.url('worker'),
+      roles: ['db_function'],
+      workerId: 'rescuer',
+      concurrency: 2,
+      pollIntervalMs: 100,
+      heartbeatIntervalMs: 200,
+      leaseSeconds: 2,
+      maxLeases: 5,
+      shutdownGraceMs: 1000,
+      registry: new ProcessorRegistry().register('db_function', dbFunctionProcessor()),
+      logger: createLogger('silent'),
     });
     await rescuer.start();
     await eventually(async () => (await factsOf(db, id)).outcome !== null, 'completion by the rescuer');
@@ -126,7 +153,12 @@ describe('worker process', () => {
     }
     expect(await leasesOf(id)).toHaveLength(2);
     // The third worker finds the task with two expired leases and abandons it.
-    const survivor = worker({ WORKER_ROLE: 'crash', MAX_LEASES: '2', LEASE_SECONDS: '1', HEARTBEAT_INTERVAL_MS: '200' });
+    const survivor = worker({
+      WORKER_ROLE: 'crash',
+      MAX_LEASES: '2',
+      LEASE_SECONDS: '1',
+      HEARTBEAT_INTERVAL_MS: '200',
+    });
     await eventually(async () => (await factsOf(db, id)).outcome !== null, 'abandonment', 30_000);
     expect(await factsOf(db, id)).toEqual({
       outcome: 'abandoned',
@@ -149,21 +181,57 @@ describe('configuration', () => {
 
   it.each([
     ['missing DATABASE_URL', { DATABASE_URL: '' }, /DATABASE_URL \(--database-url\): is required/],
-    ['a DATABASE_URL that is not postgres', { DATABASE_URL: 'mysql://x' }, /DATABASE_URL \(--database-url\): must be a postgres:\/\/ or postgresql:\/\/ URL\n/],
-    ['CONCURRENCY not a number', { CONCURRENCY: 'ten' }, /CONCURRENCY \(--concurrency\): must be a whole number between 1 and 1000, got "ten"/],
+    [
+      'a DATABASE_URL that is not postgres',
+      { DATABASE_URL: 'mysql://x' },
+      /DATABASE_URL \(--database-url\): must be a postgres:\/\/ or postgresql:\/\/ URL\n/,
+    ],
+    [
+      'CONCURRENCY not a number',
+      { CONCURRENCY: 'ten' },
+      /CONCURRENCY \(--concurrency\): must be a whole number between 1 and 1000, got "ten"/,
+    ],
     ['CONCURRENCY zero', { CONCURRENCY: '0' }, /CONCURRENCY \(--concurrency\): must be at least 1, got "0"/],
     ['CONCURRENCY too high', { CONCURRENCY: '100000' }, /must be at most 1000/],
-    ['negative POLL_INTERVAL_MS', { POLL_INTERVAL_MS: '-5' }, /POLL_INTERVAL_MS \(--poll-interval-ms\): must be a whole number/],
-    ['LEASE_SECONDS over a day', { LEASE_SECONDS: '90000' }, /LEASE_SECONDS \(--lease-seconds\): must be at most 86400/],
-    ['heartbeat not under half the lease', { LEASE_SECONDS: '10', HEARTBEAT_INTERVAL_MS: '6000' }, /HEARTBEAT_INTERVAL_MS \(--heartbeat-interval-ms\): must be at most half of LEASE_SECONDS/],
-    ['LOG_LEVEL unknown', { LOG_LEVEL: 'loud' }, /LOG_LEVEL \(--log-level\): must be one of fatal, error, warn, info, debug, trace, silent, got "loud"/],
-    ['WORKER_ROLE malformed', { WORKER_ROLE: 'Email,SMS' }, /WORKER_ROLE \(--worker-role\): each role must be a task type/],
-    ['WORKER_ROLE empty list', { WORKER_ROLE: ' , ' }, /WORKER_ROLE \(--worker-role\): must name at least one task type/],
+    [
+      'negative POLL_INTERVAL_MS',
+      { POLL_INTERVAL_MS: '-5' },
+      /POLL_INTERVAL_MS \(--poll-interval-ms\): must be a whole number/,
+    ],
+    [
+      'LEASE_SECONDS over a day',
+      { LEASE_SECONDS: '90000' },
+      /LEASE_SECONDS \(--lease-seconds\): must be at most 86400/,
+    ],
+    [
+      'heartbeat not under half the lease',
+      { LEASE_SECONDS: '10', HEARTBEAT_INTERVAL_MS: '6000' },
+      /HEARTBEAT_INTERVAL_MS \(--heartbeat-interval-ms\): must be at most half of LEASE_SECONDS/,
+    ],
+    [
+      'LOG_LEVEL unknown',
+      { LOG_LEVEL: 'loud' },
+      /LOG_LEVEL \(--log-level\): must be one of fatal, error, warn, info, debug, trace, silent, got "loud"/,
+    ],
+    [
+      'WORKER_ROLE malformed',
+      { WORKER_ROLE: 'Email,SMS' },
+      /WORKER_ROLE \(--worker-role\): each role must be a task type/,
+    ],
+    [
+      'WORKER_ROLE empty list',
+      { WORKER_ROLE: ' , ' },
+      /WORKER_ROLE \(--worker-role\): must name at least one task type/,
+    ],
     ['WORKER_ROLE without a processor', { WORKER_ROLE: 'fax' }, /no processor for role\(s\) fax/],
     ['MAX_LEASES zero', { MAX_LEASES: '0' }, /MAX_LEASES \(--max-leases\): must be at least 1/],
-    ['a provider credential that is malformed', { TWILIO_ACCOUNT_SID: 'XX123', TWILIO_AUTH_TOKEN: 't', TWILIO_FROM_NUMBER: '+15550100' }, /TWILIO_ACCOUNT_SID/],
+    [
+      'a provider credential that is malformed',
+      { TWILIO_ACCOUNT_SID: 'XX123', TWILIO_AUTH_TOKEN: 't', TWILIO_FROM_NUMBER: '+15550100' },
+      /TWILIO_ACCOUNT_SID/,
+    ],
   ])('%s: a clear message and exit code 2', async (_name, env, message) => {
-    const { code, output } = await run({ DATABASE_URL: url(), ...env } as Record<string, string>);
+    const { code, output } = await run({ DATABASE_URL: url(), ...env });
     expect(output).toMatch(message);
     expect(code).toBe(2);
   });
@@ -187,7 +255,22 @@ describe('configuration', () => {
   it('--help lists every setting and exits 0', async () => {
     const { code, output } = await run({}, ['--help']);
     expect(code).toBe(0);
-    for (const name of ['DATABASE_URL', 'WORKER_ROLE', 'WORKER_ID', 'CONCURRENCY', 'POLL_INTERVAL_MS', 'HEARTBEAT_INTERVAL_MS', 'LEASE_SECONDS', 'SHUTDOWN_GRACE_MS', 'LOG_LEVEL', 'MAX_LEASES', 'METRICS_PORT', 'PREFETCH', 'PROCESSES', 'SPARES']) {
+    for (const name of [
+      'DATABASE_URL',
+      'WORKER_ROLE',
+      'WORKER_ID',
+      'CONCURRENCY',
+      'POLL_INTERVAL_MS',
+      'HEARTBEAT_INTERVAL_MS',
+      'LEASE_SECONDS',
+      'SHUTDOWN_GRACE_MS',
+      'LOG_LEVEL',
+      'MAX_LEASES',
+      'METRICS_PORT',
+      'PREFETCH',
+      'PROCESSES',
+      'SPARES',
+    ]) {
       expect(output).toContain(name);
     }
   });
@@ -196,10 +279,15 @@ describe('configuration', () => {
     const { freePort } = await import('@org/db-tools');
     const port = await freePort();
     await enqueue(db, 'db_function', { db_function: 'internal.noop' });
-    const child = startChild({ DATABASE_URL: url(), WORKER_ROLE: 'db_function', POLL_INTERVAL_MS: '100', METRICS_PORT: String(port) }, cli);
+    const child = startChild(
+      { DATABASE_URL: url(), WORKER_ROLE: 'db_function', POLL_INTERVAL_MS: '100', METRICS_PORT: String(port) },
+      cli,
+    );
     let body = '';
     await eventually(async () => {
-      body = await fetch(`http://127.0.0.1:${port}/metrics`).then((r) => r.text()).catch(() => '');
+      body = await fetch(`http://127.0.0.1:${port}/metrics`)
+        .then((r) => r.text())
+        .catch(() => '');
       return /queue_worker_tasks_completed_total\{[^}]*task_type="db_function"[^}]*\} [1-9]/.test(body);
     }, 'a completion counted');
     expect(body).toContain('# TYPE queue_worker_task_duration_seconds histogram');
@@ -209,7 +297,7 @@ describe('configuration', () => {
 
   it('the password in DATABASE_URL never reaches the logs', async () => {
     const child = startChild({ DATABASE_URL: url(), WORKER_ROLE: 'db_function', POLL_INTERVAL_MS: '100' }, cli);
-    await eventually(async () => child.output().includes('worker_started'), 'worker started');
+    await eventually(() => child.output().includes('worker_started'), 'worker started');
     child.process.kill('SIGTERM');
     expect((await child.exited).code).toBe(0);
     const password = new URL(url()).password;

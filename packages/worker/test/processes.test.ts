@@ -6,7 +6,14 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { createFilesService } from '@org/files-service';
 import { createFilesServiceDeleteProvider, createResendEmailProvider, createTwilioSmsProvider } from '@org/providers';
-import { startFakeGcs, startFakeResend, startFakeTwilio, type FakeGcs, type FakeResend, type FakeTwilio } from '@org/providers/testing';
+import {
+  startFakeGcs,
+  startFakeResend,
+  startFakeTwilio,
+  type FakeGcs,
+  type FakeResend,
+  type FakeTwilio,
+} from '@org/providers/testing';
 import { createLogger, defaultRegistry, Worker } from '../src/index.js';
 import { eventually } from './support/fixtures.js';
 
@@ -43,12 +50,26 @@ beforeAll(async () => {
   const serviceUrl = await filesService.listen({ port: 0, host: '127.0.0.1' });
   const registry = defaultRegistry({
     email: createResendEmailProvider({ apiKey: 're_test_key', baseUrl: resend.url }),
-    sms: createTwilioSmsProvider({ accountSid: `AC${'1'.repeat(32)}`, authToken: 'twilio-token', fromNumber: '+15550001111', baseUrl: twilio.url }),
+    sms: createTwilioSmsProvider({
+      accountSid: `AC${'1'.repeat(32)}`,
+      authToken: 'twilio-token',
+      fromNumber: '+15550001111',
+      baseUrl: twilio.url,
+    }),
     file_delete: createFilesServiceDeleteProvider({ serviceUrl, token: TOKEN }),
   });
   worker = new Worker({
-    databaseUrl: db.url('worker'), roles: null, workerId: 'process-test', concurrency: 8, pollIntervalMs: 50,
-    heartbeatIntervalMs: 1000, leaseSeconds: 30, maxLeases: 5, shutdownGraceMs: 2000, registry, logger: createLogger('silent'),
+    databaseUrl: db.url('worker'),
+    roles: null,
+    workerId: 'process-test',
+    concurrency: 8,
+    pollIntervalMs: 50,
+    heartbeatIntervalMs: 1000,
+    leaseSeconds: 30,
+    maxLeases: 5,
+    shutdownGraceMs: 2000,
+    registry,
+    logger: createLogger('silent'),
   });
   await worker.start();
 });
@@ -69,10 +90,9 @@ const exists = async (sql: string, params: unknown[]) => (await db.query(sql, pa
 
 async function sendEmail(to: string) {
   const row = (
-    await db.pool('app').query(
-      `select * from comms.send_email('Team <team@example.com>', $1, 'Welcome', '<p>Hello</p>')`,
-      [to],
-    )
+    await db
+      .pool('app')
+      .query(`select * from comms.send_email('Team <team@example.com>', $1, 'Welcome', '<p>Hello</p>')`, [to])
   ).rows[0];
   expect(row.validation_failure_message).toBeNull();
   return row.send_email_task_id as string;
@@ -100,11 +120,14 @@ describe('email through Resend', () => {
     const taskId = await sendEmail('ada@example.com');
     expect(await emailOutcome(taskId)).toEqual({ attempts: 1, failures: 0, succeeded: true, failed_reason: null });
     expect(resend.emails).toHaveLength(1);
-    const attempt = await one('select send_email_attempt_id::text as id from comms.send_email_attempt where send_email_task_id = $1', [taskId]);
+    const attempt = await one(
+      'select send_email_attempt_id::text as id from comms.send_email_attempt where send_email_task_id = $1',
+      [taskId],
+    );
     // Namespaced by the database (system identifier and name), so databases sharing a
     // Resend account never share a key.
-    expect(resend.emails[0]!.idempotencyKey).toMatch(new RegExp(`^[0-9]+:${db.name}:send_email_attempt:${attempt.id}$`));
-    expect(resend.emails[0]!.body).toMatchObject({ to: 'ada@example.com', subject: 'Welcome', html: '<p>Hello</p>' });
+    expect(resend.emails[0].idempotencyKey).toMatch(new RegExp(`^[0-9]+:${db.name}:send_email_attempt:${attempt.id}$`));
+    expect(resend.emails[0].body).toMatchObject({ to: 'ada@example.com', subject: 'Welcome', html: '<p>Hello</p>' });
   });
 
   it('one failure then success', async () => {
@@ -145,7 +168,11 @@ describe('SMS through Twilio', () => {
   it('happy path', async () => {
     expect(await sendSms('+14155550100')).toEqual({ attempts: 1, succeeded: true });
     expect(twilio.messages).toHaveLength(1);
-    expect(twilio.requests[0]!.form).toMatchObject({ To: '+14155550100', From: '+15550001111', Body: 'Your code is 1234' });
+    expect(twilio.requests[0].form).toMatchObject({
+      To: '+14155550100',
+      From: '+15550001111',
+      Body: 'Your code is 1234',
+    });
   });
 
   it('one failure then success', async () => {
@@ -162,16 +189,18 @@ describe('SMS through Twilio', () => {
 async function addFile(accountId: number, key: string): Promise<number> {
   gcs.put('recordings', key, 'audio');
   return (
-    await db.query(`insert into files.file (account_id, bucket, object_key) values ($1, 'recordings', $2) returning file_id::int`, [
-      accountId,
-      key,
-    ])
+    await db.query(
+      `insert into files.file (account_id, bucket, object_key) values ($1, 'recordings', $2) returning file_id::int`,
+      [accountId, key],
+    )
   ).rows[0].file_id;
 }
 
 async function seedAccount(files: number) {
   const accountId = (
-    await db.query(`insert into accounts.account (email, display_name) values ('u' || random() || '@example.com', 'Ada') returning account_id::int`)
+    await db.query(
+      `insert into accounts.account (email, display_name) values ('u' || random() || '@example.com', 'Ada') returning account_id::int`,
+    )
   ).rows[0].account_id as number;
   const fileIds = [];
   for (let i = 0; i < files; i++) fileIds.push(await addFile(accountId, `accounts/${accountId}/rec-${i}.webm`));
@@ -218,13 +247,13 @@ describe('account deletion supervision tree', () => {
     expect(row.validation_failure_message ?? null).toBeNull();
     await eventually(
       async () =>
-        (await exists(
+        await exists(
           `select 1 from accounts.account_deletion_task t
             where t.account_id = $1
               and (exists (select 1 from accounts.account_deletion_task_succeeded s where s.account_deletion_task_id = t.account_deletion_task_id)
                 or exists (select 1 from accounts.account_deletion_task_failed f where f.account_deletion_task_id = t.account_deletion_task_id))`,
           [accountId],
-        )),
+        ),
       'account deletion terminal',
       60_000,
     );
@@ -238,7 +267,11 @@ describe('account deletion supervision tree', () => {
 
   it('happy path: every file deleted and marked, anonymized, root succeeded', async () => {
     const { accountId, fileIds } = await seedAccount(3);
-    expect(await deleteAccount(accountId)).toEqual({ succeeded: true, failed_reason: null, flags: ['anonymized', 'deleted'] });
+    expect(await deleteAccount(accountId)).toEqual({
+      succeeded: true,
+      failed_reason: null,
+      flags: ['anonymized', 'deleted'],
+    });
     for (const fileId of fileIds) expect((await one('select files.is_file_deleted($1) as d', [fileId])).d).toBe(true);
     expect(gcs.list().filter((o) => o.startsWith(`recordings/accounts/${accountId}/`))).toEqual([]);
   });
@@ -254,7 +287,10 @@ describe('account deletion supervision tree', () => {
 
   it('anonymization stuck: the root fails with the reason', async () => {
     const { accountId } = await seedAccount(1);
-    await db.query(`insert into accounts.anonymization_failure_injection (account_id, error_message) values ($1, 'injected')`, [accountId]);
+    await db.query(
+      `insert into accounts.anonymization_failure_injection (account_id, error_message) values ($1, 'injected')`,
+      [accountId],
+    );
     const outcome = await deleteAccount(accountId);
     expect(outcome.succeeded).toBe(false);
     expect(outcome.failed_reason).toMatch(/anonymization stuck/);

@@ -6,7 +6,13 @@ import type pg from 'pg';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { claimTasks, connect, type ClaimedTask } from '@org/queue-client';
 import type { Provider } from '@org/handler-types';
-import { createLogger, dbFunctionProcessor, handlerTaskProcessor, LeaseLostError, type Processor } from '../src/index.js';
+import {
+  createLogger,
+  dbFunctionProcessor,
+  handlerTaskProcessor,
+  LeaseLostError,
+  type Processor,
+} from '../src/index.js';
 import { effects, enqueue, factsOf, handlerCalls, installFixtures } from './support/fixtures.js';
 
 let db: TestDatabase;
@@ -49,13 +55,25 @@ describe('db_function processor', () => {
   });
 
   it('success ({status: "succeeded"}), the other envelope shape', async () => {
-    const { facts } = await run(processor, 'db_function', step('status-ok', { result: { status: 'succeeded', payload: { x: 1 } } }));
+    const { facts } = await run(
+      processor,
+      'db_function',
+      step('status-ok', { result: { status: 'succeeded', payload: { x: 1 } } }),
+    );
     expect(facts).toEqual({ outcome: 'succeeded', errors: [], leases: 1 });
   });
 
   it('a descriptive non-success status is logged, not fatal', async () => {
-    const { report, facts } = await run(processor, 'db_function', step('status', { result: { status: 'max_attempts_reached' } }));
-    expect(report).toEqual({ outcome: 'succeeded', note: 'status max_attempts_reached', result: { status: 'max_attempts_reached' } });
+    const { report, facts } = await run(
+      processor,
+      'db_function',
+      step('status', { result: { status: 'max_attempts_reached' } }),
+    );
+    expect(report).toEqual({
+      outcome: 'succeeded',
+      note: 'status max_attempts_reached',
+      result: { status: 'max_attempts_reached' },
+    });
     expect(facts.errors).toEqual([]);
   });
 
@@ -65,12 +83,20 @@ describe('db_function processor', () => {
       'db_function',
       step('invalid', { result: { success: false, validation_failure_message: 'no such account' } }),
     );
-    expect(facts).toEqual({ outcome: 'failed', errors: ['fixture.step: validation failure: no such account'], leases: 1 });
+    expect(facts).toEqual({
+      outcome: 'failed',
+      errors: ['fixture.step: validation failure: no such account'],
+      leases: 1,
+    });
     expect(await effects(db, 'invalid')).toBe(1);
   });
 
   it('error in the envelope: error row, completed failed', async () => {
-    const { facts } = await run(processor, 'db_function', step('err', { result: { success: false, error: 'provider down' } }));
+    const { facts } = await run(
+      processor,
+      'db_function',
+      step('err', { result: { success: false, error: 'provider down' } }),
+    );
     expect(facts).toEqual({ outcome: 'failed', errors: ['fixture.step: provider down'], leases: 1 });
   });
 
@@ -96,15 +122,18 @@ describe('db_function processor', () => {
     ['error not a string', { success: false, error: { code: 1 } }, /malformed result envelope/],
     ['status shape with an unknown field', { status: 'ok', note: 'x' }, /malformed result envelope/],
   ];
-  it.each(malformed)('malformed envelope (%s): rolled back, error row, never a crash', async (name, result, message) => {
-    const key = `malformed-${name}`;
-    const { report, facts } = await run(processor, 'db_function', step(key, { result }));
-    expect(report.outcome).toBe('failed');
-    expect(facts.outcome).toBe('failed');
-    expect(facts.errors).toHaveLength(1);
-    expect(facts.errors[0]).toMatch(message);
-    expect(await effects(db, key)).toBe(0);
-  });
+  it.each(malformed)(
+    'malformed envelope (%s): rolled back, error row, never a crash',
+    async (name, result, message) => {
+      const key = `malformed-${name}`;
+      const { report, facts } = await run(processor, 'db_function', step(key, { result }));
+      expect(report.outcome).toBe('failed');
+      expect(facts.outcome).toBe('failed');
+      expect(facts.errors).toHaveLength(1);
+      expect(facts.errors[0]).toMatch(message);
+      expect(await effects(db, key)).toBe(0);
+    },
+  );
 
   it('a function returning SQL NULL is a malformed envelope', async () => {
     const { facts } = await run(processor, 'db_function', { db_function: 'fixture.nothing' });
@@ -130,7 +159,9 @@ describe('db_function processor', () => {
     const task = await claimOne('db_function');
     // Another worker takes the task after this lease "expires".
     await db.query(`select * from queues.claim_tasks_at(now() + interval '10 minutes', 'thief', 1, null, 60, 5)`);
-    await expect(processor.process({ task, pool, log, signal: new AbortController().signal })).rejects.toBeInstanceOf(LeaseLostError);
+    await expect(processor.process({ task, pool, log, signal: new AbortController().signal })).rejects.toBeInstanceOf(
+      LeaseLostError,
+    );
     expect(await effects(db, 'stolen')).toBe(0);
     expect(await factsOf(db, id)).toEqual({ outcome: null, errors: [], leases: 2 });
   });
@@ -142,14 +173,18 @@ describe('handler processor', () => {
   const provider: Provider<{ to: string; idempotency_key?: string }> = {
     name: 'test-provider',
     payloadSchema: z.strictObject({ to: z.string().min(1), idempotency_key: z.string().optional() }),
-    async send(payload, context) {
+    send(payload, context) {
       calls.push({ payload, taskId: context.taskId });
-      if (failWith) throw new Error(failWith);
-      return { delivered_to: payload.to, provider_id: 'p-1' };
+      if (failWith) return Promise.reject(new Error(failWith));
+      return Promise.resolve({ delivered_to: payload.to, provider_id: 'p-1' });
     },
   };
   const processor = handlerTaskProcessor(provider);
-  const handlers = { before_handler: 'fixture.before', success_handler: 'fixture.on_success', error_handler: 'fixture.on_error' };
+  const handlers = {
+    before_handler: 'fixture.before',
+    success_handler: 'fixture.on_success',
+    error_handler: 'fixture.on_error',
+  };
 
   beforeEach(async () => {
     calls.length = 0;
@@ -158,13 +193,20 @@ describe('handler processor', () => {
   });
 
   it('success: before -> provider -> success_handler({original_payload, worker_payload}) -> completed', async () => {
-    const payload = { ...handlers, attempt_id: 7, before: { success: true, payload: { to: 'a@example.com', idempotency_key: '7' } } };
+    const payload = {
+      ...handlers,
+      attempt_id: 7,
+      before: { success: true, payload: { to: 'a@example.com', idempotency_key: '7' } },
+    };
     const { id, report, facts } = await run(processor, 'test_channel', payload);
     expect(report).toEqual({ outcome: 'succeeded' });
     expect(facts).toEqual({ outcome: 'succeeded', errors: [], leases: 1 });
     expect(calls).toEqual([{ payload: { to: 'a@example.com', idempotency_key: '7' }, taskId: id }]);
     expect(await handlerCalls(db)).toEqual([
-      { kind: 'success', body: { original_payload: payload, worker_payload: { delivered_to: 'a@example.com', provider_id: 'p-1' } } },
+      {
+        kind: 'success',
+        body: { original_payload: payload, worker_payload: { delivered_to: 'a@example.com', provider_id: 'p-1' } },
+      },
     ]);
   });
 
@@ -186,26 +228,37 @@ describe('handler processor', () => {
   });
 
   const beforeFailures: [string, Record<string, unknown>, RegExp][] = [
-    ['validation failure', { before: { success: false, validation_failure_message: 'unsubscribed' } }, /fixture.before: validation failure: unsubscribed/],
+    [
+      'validation failure',
+      { before: { success: false, validation_failure_message: 'unsubscribed' } },
+      /fixture.before: validation failure: unsubscribed/,
+    ],
     ['error', { before: { success: false, error: 'lookup failed' } }, /fixture.before: lookup failed/],
     ['non-success status', { before: { status: 'attempt_not_found' } }, /fixture.before: status attempt_not_found/],
     ['malformed envelope', { before: { ok: true } }, /fixture.before: malformed result envelope/],
     ['non-object (a string)', { before: 'to: a@b' }, /expected an object, got a string/],
     ['non-object (JSON null)', { before: null }, /expected an object, got null/],
     ['an exception', { before_raise: true }, /fixture.before raised: before failed/],
-    ['a payload the provider rejects', { before: { success: true, payload: { to: '', cc: 'x' } } }, /invalid test_channel payload from fixture.before/],
+    [
+      'a payload the provider rejects',
+      { before: { success: true, payload: { to: '', cc: 'x' } } },
+      /invalid test_channel payload from fixture.before/,
+    ],
   ];
-  it.each(beforeFailures)('before handler %s: error row + error_handler, no provider call', async (_name, extra, message) => {
-    const payload = { ...handlers, ...extra };
-    const { facts } = await run(processor, 'test_channel', payload);
-    expect(calls).toEqual([]);
-    expect(facts.outcome).toBe('failed');
-    expect(facts.errors).toHaveLength(1);
-    expect(facts.errors[0]).toMatch(message);
-    const recorded = await handlerCalls(db);
-    expect(recorded.map((c) => c.kind)).toEqual(['error']);
-    expect(recorded[0]!.body.error).toMatch(message);
-  });
+  it.each(beforeFailures)(
+    'before handler %s: error row + error_handler, no provider call',
+    async (_name, extra, message) => {
+      const payload = { ...handlers, ...extra };
+      const { facts } = await run(processor, 'test_channel', payload);
+      expect(calls).toEqual([]);
+      expect(facts.outcome).toBe('failed');
+      expect(facts.errors).toHaveLength(1);
+      expect(facts.errors[0]).toMatch(message);
+      const recorded = await handlerCalls(db);
+      expect(recorded.map((c) => c.kind)).toEqual(['error']);
+      expect(recorded[0].body.error).toMatch(message);
+    },
+  );
 
   it('a success handler that raises: the provider call stands, the error is recorded, completed failed', async () => {
     const payload = { ...handlers, success_raise: true, before: { success: true, payload: { to: 'd@example.com' } } };
@@ -217,7 +270,11 @@ describe('handler processor', () => {
   });
 
   it('a success handler returning an error envelope is recorded', async () => {
-    const payload = { ...handlers, success_result: { success: false, error: 'attempt already closed' }, before: { success: true, payload: { to: 'e@example.com' } } };
+    const payload = {
+      ...handlers,
+      success_result: { success: false, error: 'attempt already closed' },
+      before: { success: true, payload: { to: 'e@example.com' } },
+    };
     const { facts } = await run(processor, 'test_channel', payload);
     expect(facts).toEqual({ outcome: 'failed', errors: ['fixture.on_success: attempt already closed'], leases: 1 });
   });
@@ -231,7 +288,10 @@ describe('handler processor', () => {
   });
 
   it('without a before handler the provider gets the payload minus handler names', async () => {
-    const { facts } = await run(processor, 'test_channel', { to: 'g@example.com', success_handler: 'fixture.on_success' });
+    const { facts } = await run(processor, 'test_channel', {
+      to: 'g@example.com',
+      success_handler: 'fixture.on_success',
+    });
     expect(facts.outcome).toBe('succeeded');
     expect(calls).toEqual([{ payload: { to: 'g@example.com' }, taskId: expect.any(String) }]);
   });
@@ -244,10 +304,17 @@ describe('handler processor', () => {
   });
 
   it('the handler, the error row and the completion are fenced by the lease', async () => {
-    const id = await enqueue(db, 'test_channel', { ...handlers, before: { success: true, payload: { to: 'i@example.com' } } });
+    const id = await enqueue(db, 'test_channel', {
+      ...handlers,
+      before: { success: true, payload: { to: 'i@example.com' } },
+    });
     const task = await claimOne('test_channel');
-    await db.query(`select * from queues.claim_tasks_at(now() + interval '10 minutes', 'thief', 1, array['test_channel'], 60, 5)`);
-    await expect(processor.process({ task, pool, log, signal: new AbortController().signal })).rejects.toBeInstanceOf(LeaseLostError);
+    await db.query(
+      `select * from queues.claim_tasks_at(now() + interval '10 minutes', 'thief', 1, array['test_channel'], 60, 5)`,
+    );
+    await expect(processor.process({ task, pool, log, signal: new AbortController().signal })).rejects.toBeInstanceOf(
+      LeaseLostError,
+    );
     expect(await handlerCalls(db)).toEqual([]);
     expect((await factsOf(db, id)).outcome).toBeNull();
   });

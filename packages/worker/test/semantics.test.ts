@@ -76,7 +76,11 @@ afterAll(async () => {
 async function enqueue(taskType: string, payload: unknown, maxAttempts: number | null = null): Promise<string> {
   const { rows } = await db
     .pool('owner')
-    .query('select queues.enqueue($1, $2::jsonb, null, null, null, $3) as id', [taskType, JSON.stringify(payload), maxAttempts]);
+    .query('select queues.enqueue($1, $2::jsonb, null, null, null, $3) as id', [
+      taskType,
+      JSON.stringify(payload),
+      maxAttempts,
+    ]);
   return rows[0].id;
 }
 
@@ -171,7 +175,9 @@ describe('task errors are not lease loss (item 1)', () => {
 
 describe('a completion made by someone else (item 2)', () => {
   it('the task abandoned by another claimer while its step runs: lease_lost, the step’s effects roll back', async () => {
-    const worker = await startWorker(new ProcessorRegistry().register('db_function', dbFunctionProcessor()), { leaseSeconds: 30 });
+    const worker = await startWorker(new ProcessorRegistry().register('db_function', dbFunctionProcessor()), {
+      leaseSeconds: 30,
+    });
     const lost: string[] = [];
     const done: string[] = [];
     worker.on('lease_lost', (task) => lost.push(task.taskId));
@@ -181,7 +187,7 @@ describe('a completion made by someone else (item 2)', () => {
     // Another claimer (with a clock an hour ahead) finds the lease expired and abandons the task.
     await db.query(`select * from queues.claim_tasks_at(now() + interval '1 hour', 'other', 10, null, 60, 1)`);
     expect((await factsOf(db, id)).outcome).toBe('abandoned');
-    await eventually(async () => lost.length + done.length > 0, 'the worker to finish the step');
+    await eventually(() => lost.length + done.length > 0, 'the worker to finish the step');
     expect(done).toEqual([]);
     expect(lost).toEqual([id]);
     expect(await effects(db, 'abandoned-under-me')).toBe(0);
@@ -198,13 +204,15 @@ describe('one run of a task at a time (item 4)', () => {
       workerId: 'sem-twice',
     });
     const id = await enqueue('test_channel', { to: 'twice?' });
-    await eventually(async () => rec.calls.length === 1, 'the provider call');
+    await eventually(() => rec.calls.length === 1, 'the provider call');
     // The worker is taken for dead (last seen an hour ago) and its lease revoked; it is
     // still running the task, and claims it again.
     const client = await db.client('owner');
     try {
       await client.query('begin');
-      await client.query(`update queues.worker set last_seen_at = now() - interval '1 hour' where worker_id = 'sem-twice'`);
+      await client.query(
+        `update queues.worker set last_seen_at = now() - interval '1 hour' where worker_id = 'sem-twice'`,
+      );
       const revoked = await client.query(`select * from queues.recover_stale_leases_at(now(), 10)`);
       expect(revoked.rows.map((r) => r.task_id)).toEqual([id]);
       await client.query('commit');
@@ -225,7 +233,11 @@ describe('one run of a task at a time (item 4)', () => {
 describe('transient errors are bounded (item 8)', () => {
   it('a step that always deadlocks ends dead-lettered with its error, not in an endless loop', async () => {
     await startWorker(new ProcessorRegistry().register('db_function', dbFunctionProcessor()));
-    const id = await enqueue('db_function', { db_function: 'fixture_sem.raise', code: '40P01', message: 'deadlock detected' });
+    const id = await enqueue('db_function', {
+      db_function: 'fixture_sem.raise',
+      code: '40P01',
+      message: 'deadlock detected',
+    });
     await eventually(completed(id), 'the always-deadlocking step to end', 20_000);
     const facts = await factsOf(db, id);
     expect(['failed', 'abandoned']).toContain(facts.outcome);
@@ -255,7 +267,11 @@ describe('validation failures are not retried (item 9)', () => {
     await startWorker(new ProcessorRegistry().register('db_function', dbFunctionProcessor()));
     const id = await enqueue(
       'db_function',
-      { db_function: 'fixture.step', key: 'invalid-once', result: { success: false, validation_failure_message: 'no such account' } },
+      {
+        db_function: 'fixture.step',
+        key: 'invalid-once',
+        result: { success: false, validation_failure_message: 'no such account' },
+      },
       3,
     );
     await eventually(completed(id), 'the step to complete', 15_000);
@@ -284,7 +300,7 @@ describe('error messages are sanitized at the worker boundary (item 10)', () => 
     expect(facts.errors[0]).not.toContain('\u0000');
     const calls = await handlerCalls(db);
     expect(calls.map((c) => c.kind)).toEqual(['error']);
-    expect(calls[0]!.body.error).toBe(facts.errors[0]);
+    expect(calls[0].body.error).toBe(facts.errors[0]);
   });
 
   it('a huge error message is kept, capped', async () => {
@@ -295,7 +311,7 @@ describe('error messages are sanitized at the worker boundary (item 10)', () => 
     const facts = await factsOf(db, id);
     expect(facts.outcome).toBe('failed');
     expect(facts.errors).toHaveLength(1);
-    expect(facts.errors[0]!.length).toBeLessThanOrEqual(10_000 + 20);
+    expect(facts.errors[0].length).toBeLessThanOrEqual(10_000 + 20);
     expect(facts.errors[0]).toMatch(/^recording: xxxx/);
   });
 });

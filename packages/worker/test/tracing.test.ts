@@ -7,7 +7,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { context, trace } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
+import {
+  BasicTracerProvider,
+  InMemorySpanExporter,
+  SimpleSpanProcessor,
+  type ReadableSpan,
+} from '@opentelemetry/sdk-trace-base';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import type { Provider } from '@org/handler-types';
 import { createLogger, dbFunctionProcessor, handlerTaskProcessor, ProcessorRegistry, Worker } from '../src/index.js';
@@ -19,17 +24,26 @@ const exporter = new InMemorySpanExporter();
 const provider: Provider<{ to: string; idempotency_key?: string }> = {
   name: 'test-provider',
   payloadSchema: z.strictObject({ to: z.string().min(1), idempotency_key: z.string().optional() }),
-  async send(payload) {
-    if (payload.to === 'fail@example.com') throw new Error('mailbox unavailable');
-    return { delivered_to: payload.to };
+  send(payload) {
+    if (payload.to === 'fail@example.com') return Promise.reject(new Error('mailbox unavailable'));
+    return Promise.resolve({ delivered_to: payload.to });
   },
 };
 
 function newWorker(id: string): Worker {
   return new Worker({
-    databaseUrl: db.url('worker'), roles: ['db_function', 'test_channel'], workerId: id, concurrency: 2, pollIntervalMs: 100,
-    heartbeatIntervalMs: 1000, leaseSeconds: 30, maxLeases: 5, shutdownGraceMs: 1000,
-    registry: new ProcessorRegistry().register('db_function', dbFunctionProcessor()).register('test_channel', handlerTaskProcessor(provider)),
+    databaseUrl: db.url('worker'),
+    roles: ['db_function', 'test_channel'],
+    workerId: id,
+    concurrency: 2,
+    pollIntervalMs: 100,
+    heartbeatIntervalMs: 1000,
+    leaseSeconds: 30,
+    maxLeases: 5,
+    shutdownGraceMs: 1000,
+    registry: new ProcessorRegistry()
+      .register('db_function', dbFunctionProcessor())
+      .register('test_channel', handlerTaskProcessor(provider)),
     logger: createLogger('silent'),
   });
 }
@@ -37,7 +51,8 @@ function newWorker(id: string): Worker {
 async function runUntilDone(worker: Worker, ids: string[]): Promise<void> {
   await worker.start();
   try {
-    for (const id of ids) await eventually(async () => (await factsOf(db, id)).outcome !== null, `task ${id} completed`);
+    for (const id of ids)
+      await eventually(async () => (await factsOf(db, id)).outcome !== null, `task ${id} completed`);
   } finally {
     await worker.stop();
   }
@@ -56,7 +71,7 @@ afterAll(async () => {
 describe('without an SDK', () => {
   it('is disabled, runs steps straight through, and the worker emits no span', async () => {
     expect(tracingEnabled()).toBe(false);
-    expect(await traceStep('queue.handler', {}, async () => 42)).toBe(42);
+    expect(await traceStep('queue.handler', {}, () => Promise.resolve(42))).toBe(42);
     const id = await enqueue(db, 'db_function', { db_function: 'fixture.step', key: 'no-sdk' });
     await runUntilDone(newWorker('trace-off'), [id]);
     expect((await factsOf(db, id)).outcome).toBe('succeeded');
@@ -70,34 +85,65 @@ describe('with an SDK registered', () => {
     trace.setGlobalTracerProvider(new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }));
   });
 
-  const byTask = (spans: ReadableSpan[], id: string) => spans.find((s) => s.name.startsWith('queue.task') && s.attributes['queue.task.id'] === id)!;
+  const byTask = (spans: ReadableSpan[], id: string) =>
+    spans.find((s) => s.name.startsWith('queue.task') && s.attributes['queue.task.id'] === id)!;
   const children = (spans: ReadableSpan[], parent: ReadableSpan) =>
-    spans.filter((s) => s.parentSpanContext?.spanId === parent.spanContext().spanId).map((s) => s.name).sort();
+    spans
+      .filter((s) => s.parentSpanContext?.spanId === parent.spanContext().spanId)
+      .map((s) => s.name)
+      .sort();
 
   it('one span per task, with claim, handler, provider and completion children, id, type and outcome', async () => {
     exporter.reset();
     expect(tracingEnabled()).toBe(true);
-    const handlers = { before_handler: 'fixture.before', success_handler: 'fixture.on_success', error_handler: 'fixture.on_error' };
-    const ok = await enqueue(db, 'test_channel', { ...handlers, before: { success: true, payload: { to: 'a@example.com' } } });
-    const bad = await enqueue(db, 'test_channel', { ...handlers, before: { success: true, payload: { to: 'fail@example.com' } } });
+    const handlers = {
+      before_handler: 'fixture.before',
+      success_handler: 'fixture.on_success',
+      error_handler: 'fixture.on_error',
+    };
+    const ok = await enqueue(db, 'test_channel', {
+      ...handlers,
+      before: { success: true, payload: { to: 'a@example.com' } },
+    });
+    const bad = await enqueue(db, 'test_channel', {
+      ...handlers,
+      before: { success: true, payload: { to: 'fail@example.com' } },
+    });
     const step = await enqueue(db, 'db_function', { db_function: 'fixture.step', key: 'traced' });
     await runUntilDone(newWorker('trace-on'), [ok, bad, step]);
 
     const spans = exporter.getFinishedSpans();
     const okSpan = byTask(spans, ok);
     expect(okSpan.name).toBe('queue.task test_channel');
-    expect(okSpan.attributes).toMatchObject({ 'queue.task.id': ok, 'queue.task.type': 'test_channel', 'queue.task.outcome': 'succeeded', 'queue.worker.id': 'trace-on' });
+    expect(okSpan.attributes).toMatchObject({
+      'queue.task.id': ok,
+      'queue.task.type': 'test_channel',
+      'queue.task.outcome': 'succeeded',
+      'queue.worker.id': 'trace-on',
+    });
     expect(okSpan.parentSpanContext).toBeUndefined();
     // Handlers: before, the provider call's start (delivery mode), success.
-    expect(children(spans, okSpan)).toEqual(['queue.claim', 'queue.complete', 'queue.handler', 'queue.handler', 'queue.handler', 'queue.provider']);
-    const handlerNames = spans.filter((s) => s.name === 'queue.handler' && s.parentSpanContext?.spanId === okSpan.spanContext().spanId).map((s) => s.attributes['queue.handler.name']).sort();
+    expect(children(spans, okSpan)).toEqual([
+      'queue.claim',
+      'queue.complete',
+      'queue.handler',
+      'queue.handler',
+      'queue.handler',
+      'queue.provider',
+    ]);
+    const handlerNames = spans
+      .filter((s) => s.name === 'queue.handler' && s.parentSpanContext?.spanId === okSpan.spanContext().spanId)
+      .map((s) => s.attributes['queue.handler.name'])
+      .sort();
     expect(handlerNames).toEqual(['fixture.before', 'fixture.on_success', 'internal.start_provider_call']);
 
     const badSpan = byTask(spans, bad);
     expect(badSpan.attributes).toMatchObject({ 'queue.task.id': bad, 'queue.task.outcome': 'failed' });
     expect(String(badSpan.attributes['queue.task.error'])).toContain('mailbox unavailable');
     expect(badSpan.status.code).toBe(2); // ERROR
-    const providerSpan = spans.find((s) => s.name === 'queue.provider' && s.parentSpanContext?.spanId === badSpan.spanContext().spanId)!;
+    const providerSpan = spans.find(
+      (s) => s.name === 'queue.provider' && s.parentSpanContext?.spanId === badSpan.spanContext().spanId,
+    )!;
     expect(providerSpan.status.code).toBe(2);
     expect(providerSpan.events.map((e) => e.name)).toContain('exception');
 
@@ -105,7 +151,9 @@ describe('with an SDK registered', () => {
     expect(stepSpan.attributes).toMatchObject({ 'queue.task.type': 'db_function', 'queue.task.outcome': 'succeeded' });
     expect(children(spans, stepSpan)).toEqual(['queue.claim', 'queue.complete', 'queue.handler']);
     // The claim child starts where the task span starts: the span covers claim to completion.
-    const claim = spans.find((s) => s.name === 'queue.claim' && s.parentSpanContext?.spanId === stepSpan.spanContext().spanId)!;
+    const claim = spans.find(
+      (s) => s.name === 'queue.claim' && s.parentSpanContext?.spanId === stepSpan.spanContext().spanId,
+    )!;
     expect(claim.startTime).toEqual(stepSpan.startTime);
   });
 });

@@ -5,7 +5,15 @@ import { z } from 'zod';
 import pg from 'pg';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import type { Provider } from '@org/handler-types';
-import { createLogger, dbFunctionProcessor, finish, handlerTaskProcessor, ProcessorRegistry, Worker, type WorkerOptions } from '../src/index.js';
+import {
+  createLogger,
+  dbFunctionProcessor,
+  finish,
+  handlerTaskProcessor,
+  ProcessorRegistry,
+  Worker,
+  type WorkerOptions,
+} from '../src/index.js';
 import { effects, enqueue, eventually, installFixtures } from './support/fixtures.js';
 
 let db: TestDatabase;
@@ -66,7 +74,8 @@ const completedCount = async (type?: string) =>
 describe('worker loop', () => {
   it('drains db_function tasks, each completed exactly once with its effect once', async () => {
     const ids: string[] = [];
-    for (let i = 0; i < 60; i++) ids.push(await enqueue(db, 'db_function', { db_function: 'fixture.step', key: `drain-${i}` }));
+    for (let i = 0; i < 60; i++)
+      ids.push(await enqueue(db, 'db_function', { db_function: 'fixture.step', key: `drain-${i}` }));
     const registry = new ProcessorRegistry().register('db_function', dbFunctionProcessor());
     await startWorker({ registry, concurrency: 8 });
     await startWorker({ registry, concurrency: 8 });
@@ -76,7 +85,10 @@ describe('worker loop', () => {
          from fixture.effect e where e.task_key like 'drain-%'`,
     );
     expect(rows[0]).toEqual({ tasks: 60, keys: 60 });
-    const leases = await db.query(`select count(*)::int as n from queues.task_lease where task_id = any($1::bigint[])`, [ids]);
+    const leases = await db.query(
+      `select count(*)::int as n from queues.task_lease where task_id = any($1::bigint[])`,
+      [ids],
+    );
     expect(leases.rows[0].n).toBe(60);
   });
 
@@ -88,7 +100,10 @@ describe('worker loop', () => {
     const emailId = await enqueue(db, 'email', { to: 'nobody@example.com' });
     const smsId = await enqueue(db, 'sms', { to: '+15550100' });
     await startWorker({ registry, roles: ['sms'] });
-    await eventually(async () => (await db.query('select 1 from queues.task_completed where task_id = $1', [smsId])).rowCount === 1, 'sms done');
+    await eventually(
+      async () => (await db.query('select 1 from queues.task_completed where task_id = $1', [smsId])).rowCount === 1,
+      'sms done',
+    );
     expect(sms.calls).toEqual(['+15550100']);
     const { rows } = await db.query('select count(*)::int as n from queues.task_lease where task_id = $1', [emailId]);
     expect(rows[0].n).toBe(0);
@@ -96,9 +111,18 @@ describe('worker loop', () => {
 
   it('reports to the worker registry on start and heartbeat, and records a clean stop', async () => {
     const registry = new ProcessorRegistry().register('db_function', dbFunctionProcessor());
-    const worker = await startWorker({ registry, workerId: 'registry-test', heartbeatIntervalMs: 100, leaseSeconds: 10 });
+    const worker = await startWorker({
+      registry,
+      workerId: 'registry-test',
+      heartbeatIntervalMs: 100,
+      leaseSeconds: 10,
+    });
     const row = async () =>
-      (await db.query(`select task_types, last_seen_at, stopped_at from queues.worker where worker_id = 'registry-test'`)).rows[0];
+      (
+        await db.query(
+          `select task_types, last_seen_at, stopped_at from queues.worker where worker_id = 'registry-test'`,
+        )
+      ).rows[0];
     const first = await row();
     expect(first.task_types).toEqual(['db_function']);
     expect(first.stopped_at).toBeNull();
@@ -120,14 +144,32 @@ describe('worker loop', () => {
     });
     const ids: string[] = [];
     for (let i = 0; i < 4; i++) ids.push(await enqueue(db, 'slow', { i }));
-    const worker = await startWorker({ registry, roles: ['slow'], concurrency: 1, prefetch: 2, heartbeatIntervalMs: 100, leaseSeconds: 10, shutdownGraceMs: 0 });
+    const worker = await startWorker({
+      registry,
+      roles: ['slow'],
+      concurrency: 1,
+      prefetch: 2,
+      heartbeatIntervalMs: 100,
+      leaseSeconds: 10,
+      shutdownGraceMs: 0,
+    });
     const leased = async () =>
-      (await db.query('select count(distinct task_id)::int as n from queues.task_lease where task_id = any($1::bigint[])', [ids])).rows[0].n;
+      (
+        await db.query(
+          'select count(distinct task_id)::int as n from queues.task_lease where task_id = any($1::bigint[])',
+          [ids],
+        )
+      ).rows[0].n;
     await eventually(async () => started.length === 1 && (await leased()) === 3, 'one running, two queued');
     // The queued tasks' leases are extended too.
     await eventually(
       async () =>
-        (await db.query('select count(distinct l.task_id)::int as n from queues.task_lease_extension x join queues.task_lease l using (task_lease_id) where l.task_id = any($1::bigint[])', [ids])).rows[0].n === 3,
+        (
+          await db.query(
+            'select count(distinct l.task_id)::int as n from queues.task_lease_extension x join queues.task_lease l using (task_lease_id) where l.task_id = any($1::bigint[])',
+            [ids],
+          )
+        ).rows[0].n === 3,
       'three leases extended',
     );
     await worker.stop(0);
@@ -146,8 +188,17 @@ describe('worker loop', () => {
     expect(
       () =>
         new Worker({
-          databaseUrl: db.url('worker'), roles: ['email'], workerId: 'x', concurrency: 1, pollIntervalMs: 100,
-          heartbeatIntervalMs: 100, leaseSeconds: 1, maxLeases: 1, shutdownGraceMs: 0, registry, logger: createLogger('silent'),
+          databaseUrl: db.url('worker'),
+          roles: ['email'],
+          workerId: 'x',
+          concurrency: 1,
+          pollIntervalMs: 100,
+          heartbeatIntervalMs: 100,
+          leaseSeconds: 1,
+          maxLeases: 1,
+          shutdownGraceMs: 0,
+          registry,
+          logger: createLogger('silent'),
         }),
     ).toThrow(/no processor for role\(s\) email; registered task types: db_function/);
   });
@@ -161,7 +212,7 @@ describe('worker loop', () => {
       leaseSeconds: 1,
       heartbeatIntervalMs: 250,
     });
-    await eventually(async () => slow.calls.length === 1, 'the slow call started');
+    await eventually(() => slow.calls.length === 1, 'the slow call started');
     // A second worker polls the whole time the first is busy.
     await startWorker({
       registry: new ProcessorRegistry().register('test_channel', handlerTaskProcessor(other.provider)),
@@ -169,7 +220,10 @@ describe('worker loop', () => {
       heartbeatIntervalMs: 250,
       pollIntervalMs: 50,
     });
-    await eventually(async () => (await db.query('select 1 from queues.task_completed where task_id = $1', [id])).rowCount === 1, 'completion');
+    await eventually(
+      async () => (await db.query('select 1 from queues.task_completed where task_id = $1', [id])).rowCount === 1,
+      'completion',
+    );
     expect(slow.calls).toEqual(['long-call']);
     expect(other.calls).toEqual([]);
     const { rows } = await db.query(
@@ -189,36 +243,48 @@ describe('worker loop', () => {
     expect(before).toBeTypeOf('number');
     await root.query('select pg_terminate_backend($1)', [before]);
     await eventually(async () => {
-      const pid = await worker.listener().backendPid().catch(() => undefined);
+      const pid = await worker
+        .listener()
+        .backendPid()
+        .catch(() => undefined);
       return pid !== undefined && pid !== before;
     }, 'the listener reconnected');
     const id = await enqueue(db, 'db_function', { db_function: 'fixture.step', key: 'after-listen-kill' });
     // Polling is ten minutes away: only a notification can bring this in.
-    await eventually(async () => (await db.query('select 1 from queues.task_completed where task_id = $1', [id])).rowCount === 1, 'completion by notification');
+    await eventually(
+      async () => (await db.query('select 1 from queues.task_completed where task_id = $1', [id])).rowCount === 1,
+      'completion by notification',
+    );
     expect(await effects(db, 'after-listen-kill')).toBe(1);
   });
 
   it('survives its connections being killed repeatedly: nothing lost, nothing completed twice', async () => {
     const registry = new ProcessorRegistry().register('db_function', dbFunctionProcessor());
     const ids: string[] = [];
-    for (let i = 0; i < 150; i++) ids.push(await enqueue(db, 'db_function', { db_function: 'fixture.step', key: `kill-${i}`, sleep: 0.1 }));
+    for (let i = 0; i < 150; i++)
+      ids.push(await enqueue(db, 'db_function', { db_function: 'fixture.step', key: `kill-${i}`, sleep: 0.1 }));
     await startWorker({ registry, concurrency: 6, pollIntervalMs: 100, leaseSeconds: 2, heartbeatIntervalMs: 500 });
     const root = new pg.Client({ connectionString: db.url('root') });
     await root.connect();
     let kills = 0;
     const done = async () =>
-      (await db.query('select count(*)::int as n from queues.task_completed where task_id = any($1::bigint[])', [ids])).rows[0].n === 150;
-    await eventually(async () => {
-      if (kills < 20) {
-        const { rowCount } = await root.query(
-          `select pg_terminate_backend(pid) from pg_stat_activity where usename = $1 and datname = current_database()`,
-          [db.roles.worker],
-        );
-        kills += rowCount ? 1 : 0;
-        await new Promise((r) => setTimeout(r, 100));
-      }
-      return done();
-    }, 'all 150 tasks completed', 60_000);
+      (await db.query('select count(*)::int as n from queues.task_completed where task_id = any($1::bigint[])', [ids]))
+        .rows[0].n === 150;
+    await eventually(
+      async () => {
+        if (kills < 20) {
+          const { rowCount } = await root.query(
+            `select pg_terminate_backend(pid) from pg_stat_activity where usename = $1 and datname = current_database()`,
+            [db.roles.worker],
+          );
+          kills += rowCount ? 1 : 0;
+          await new Promise((r) => setTimeout(r, 100));
+        }
+        return done();
+      },
+      'all 150 tasks completed',
+      60_000,
+    );
     await root.end();
     expect(kills).toBeGreaterThanOrEqual(5);
     const { rows } = await db.query(

@@ -85,7 +85,7 @@ export class Runner {
     this.ready.catch(() => {});
     this.result.catch(() => {});
     let settled = false;
-    createInterface({ input: child.stdout! }).on('line', (line) => {
+    createInterface({ input: child.stdout }).on('line', (line) => {
       if (!line.startsWith(MARK)) return;
       const message = JSON.parse(line.slice(MARK.length)) as { type: string; message?: string };
       if (message.type === 'ready') onReady();
@@ -97,11 +97,11 @@ export class Runner {
         onError(new Error(`${label} failed: ${message.message}`));
       }
     });
-    createInterface({ input: child.stderr! }).on('line', (line) => {
+    createInterface({ input: child.stderr }).on('line', (line) => {
       this.#stderr.push(line);
       if (this.#stderr.length > 40) this.#stderr.shift();
     });
-    child.stdin!.on('error', () => {});
+    child.stdin.on('error', () => {});
     child.on('exit', (code, signal) => {
       live.delete(child);
       if (!settled) {

@@ -50,12 +50,19 @@ function parseArgs(argv: string[]): Args {
     else if (arg === '--json') args.json = value();
     else if (arg === '--no-write') args.write = false;
     else if (arg === '--help' || arg === '-h') {
-      process.stdout.write(readFileSync(new URL(import.meta.url), 'utf8').split('\n').slice(1, 9).join('\n') + '\n');
+      process.stdout.write(
+        readFileSync(new URL(import.meta.url), 'utf8')
+          .split('\n')
+          .slice(1, 9)
+          .join('\n') + '\n',
+      );
       process.exit(0);
     } else throw new Error(`unknown argument ${arg} (see --help)`);
   }
-  for (const s of args.systems) if (!SYSTEMS.includes(s)) throw new Error(`unknown system ${s}; known: ${SYSTEMS.join(', ')}`);
-  for (const w of args.workloads) if (!WORKLOADS.includes(w)) throw new Error(`unknown workload ${w}; known: ${WORKLOADS.join(', ')}`);
+  for (const s of args.systems)
+    if (!SYSTEMS.includes(s)) throw new Error(`unknown system ${s}; known: ${SYSTEMS.join(', ')}`);
+  for (const w of args.workloads)
+    if (!WORKLOADS.includes(w)) throw new Error(`unknown workload ${w}; known: ${WORKLOADS.join(', ')}`);
   if (args.trials !== undefined && !(Number.isInteger(args.trials) && args.trials >= 1 && args.trials <= 10)) {
     throw new Error('--trials must be 1 to 10');
   }
@@ -118,7 +125,12 @@ async function main(): Promise<number> {
   const args = parseArgs(process.argv.slice(2));
   const log = (line: string) => process.stderr.write(`${line}\n`);
   const base = benchOptions(args.quick, log);
-  const options: BenchOptions = { ...base, trials: args.trials ?? base.trials, systems: args.systems, workloads: args.workloads };
+  const options: BenchOptions = {
+    ...base,
+    trials: args.trials ?? base.trials,
+    systems: args.systems,
+    workloads: args.workloads,
+  };
   const started = Date.now();
   const loadAtStart = loadavg()[0]!;
   log(`bench: ${args.quick ? 'quick' : 'full'} run, ${options.trials} trial(s), systems ${options.systems.join(', ')}`);
@@ -129,14 +141,17 @@ async function main(): Promise<number> {
     process.once(signal, () => {
       log(`bench: ${signal}, cleaning up`);
       killAllRunners();
-      server.stop({ destroy: true }).finally(() => process.exit(130));
+      void server.stop({ destroy: true }).finally(() => process.exit(130));
     });
   }
   let exitCode = 0;
   try {
     const template = 'bench_template';
     await provisionDatabase(server, template, { fresh: true, quiet: true });
-    const results = await runBench({ rootUrl: server.rootUrl, roles: server.roles, rolePasswords: server.rolePasswords, template, prefix: 'bench_' }, options);
+    const results = await runBench(
+      { rootUrl: server.rootUrl, roles: server.roles, rolePasswords: server.rolePasswords, template, prefix: 'bench_' },
+      options,
+    );
     const info: RunInfo = {
       mode: args.quick ? 'quick' : 'full',
       options,

@@ -60,7 +60,8 @@ export class DashboardPollers {
         try {
           // As the page: the live part every poll, the windows on the first and every
           // WINDOW_EVERY-th (staggered across dashboards by their offsets).
-          for (const sql of poll % WINDOW_EVERY === 0 ? [...LIVE_SQL, ...OVERVIEW_SQL] : LIVE_SQL) await client.query(sql);
+          for (const sql of poll % WINDOW_EVERY === 0 ? [...LIVE_SQL, ...OVERVIEW_SQL] : LIVE_SQL)
+            await client.query(sql);
           this.#durations.push(performance.now() - started);
         } catch (error) {
           if (!this.#stopped) {
@@ -84,6 +85,12 @@ export class DashboardPollers {
     this.#stopped = true;
     await Promise.all(this.#loops);
     const d = this.#durations;
-    return { polls: d.length, meanMs: d.length ? d.reduce((a, b) => a + b, 0) / d.length : NaN, maxMs: d.length ? Math.max(...d) : NaN, errors: this.#errors, firstError: this.#firstError };
+    return {
+      polls: d.length,
+      meanMs: d.length ? d.reduce((a, b) => a + b, 0) / d.length : NaN,
+      maxMs: d.length ? Math.max(...d) : NaN,
+      errors: this.#errors,
+      firstError: this.#firstError,
+    };
   }
 }

@@ -23,7 +23,18 @@ export const SYSTEMS = ['ours', 'graphile-worker', 'pg-boss'] as const;
 export type SystemName = (typeof SYSTEMS)[number];
 export type Subject = SystemName | 'postgres';
 
-export const WORKLOADS = ['pgbench', 'enqueue_single', 'enqueue_batch', 'drain', 'latency', 'history', 'processes', 'steps', 'resync', 'dashboard'] as const;
+export const WORKLOADS = [
+  'pgbench',
+  'enqueue_single',
+  'enqueue_batch',
+  'drain',
+  'latency',
+  'history',
+  'processes',
+  'steps',
+  'resync',
+  'dashboard',
+] as const;
 export type WorkloadId = (typeof WORKLOADS)[number];
 
 /** A server to benchmark on, with a migrated template database of our schema. */
@@ -73,7 +84,15 @@ export interface BenchResults {
   measurements: Measurement[];
   anomalies: Anomaly[];
   /** Raw checks for the smoke test: counts per workload and system. */
-  checks: { trial: number; subject: Subject; workload: string; expected: number; completed: number; handled: number; extra?: Record<string, number> }[];
+  checks: {
+    trial: number;
+    subject: Subject;
+    workload: string;
+    expected: number;
+    completed: number;
+    handled: number;
+    extra?: Record<string, number>;
+  }[];
   startedAt: Date;
   finishedAt: Date;
   serverVersion: string;
@@ -96,8 +115,12 @@ export function node22Binary(): string {
 }
 
 function runnerFor(system: SystemName): { node: string; script: string } {
-  const script = join(runnersDir, { ours: 'ours.js', 'graphile-worker': 'graphile.js', 'pg-boss': 'pgboss.js' }[system]);
-  if (!existsSync(script)) throw new Error(`runner ${script} is missing: build tools/bench first (npx tsc -p tools/bench/tsconfig.json)`);
+  const script = join(
+    runnersDir,
+    { ours: 'ours.js', 'graphile-worker': 'graphile.js', 'pg-boss': 'pgboss.js' }[system],
+  );
+  if (!existsSync(script))
+    throw new Error(`runner ${script} is missing: build tools/bench first (npx tsc -p tools/bench/tsconfig.json)`);
   return { node: system === 'ours' ? process.execPath : node22Binary(), script };
 }
 
@@ -214,7 +237,9 @@ class Harness {
     };
     if (system === 'ours') {
       await withClient(db.owner, (c) =>
-        c.query(`insert into queues.task_type (task_type, description) values ('bench', 'benchmark no-op') on conflict do nothing`),
+        c.query(
+          `insert into queues.task_type (task_type, description) values ('bench', 'benchmark no-op') on conflict do nothing`,
+        ),
       );
     } else if (system !== 'plain') {
       const setup = this.spawn(system, 'setup', { mode: 'setup', url: db.root });
@@ -224,7 +249,9 @@ class Harness {
   }
 
   async dropDb(db: Db): Promise<void> {
-    await withClient(this.server.rootUrl, (root) => root.query(`drop database if exists ${root.escapeIdentifier(db.name)} with (force)`));
+    await withClient(this.server.rootUrl, (root) =>
+      root.query(`drop database if exists ${root.escapeIdentifier(db.name)} with (force)`),
+    );
   }
 
   spawn(system: SystemName, label: string, config: RunnerConfig): Runner {
@@ -249,7 +276,13 @@ class Harness {
   }
 
   /** Runs an enqueue runner to completion; returns its elapsed ms. */
-  async enqueue(system: SystemName, db: Db, kind: 'single' | 'batch', count: number, taskType?: string): Promise<number> {
+  async enqueue(
+    system: SystemName,
+    db: Db,
+    kind: 'single' | 'batch',
+    count: number,
+    taskType?: string,
+  ): Promise<number> {
     const runner = this.spawn(system, `enqueue ${kind}`, {
       mode: 'enqueue',
       // db_function steps are enqueued by the owner's SQL only (queues.internal_task_type).
@@ -267,13 +300,19 @@ class Harness {
   }
 
   /** Polls `sql` until it reaches `target`; resolves with performance.now() of that observation. */
-  async waitFor(db: Db, sql: string, params: unknown[], target: number, timeoutMs: number, what: string): Promise<{ at: number; n: number }> {
+  async waitFor(
+    db: Db,
+    sql: string,
+    params: unknown[],
+    target: number,
+    timeoutMs: number,
+    what: string,
+  ): Promise<{ at: number; n: number }> {
     return withClient(db.root, async (c) => {
       const deadline = performance.now() + timeoutMs;
-      let n = -1;
       for (;;) {
         const { rows } = await c.query<{ n: number }>(sql, params);
-        n = rows[0]!.n;
+        const n = rows[0]!.n;
         const now = performance.now();
         if (n >= target) return { at: now, n };
         if (now > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what} (${n} of ${target})`);
@@ -306,7 +345,20 @@ class Harness {
       const clients = this.options.pgbenchClients;
       const { stdout } = await run(
         binary,
-        ['-n', '-M', 'prepared', '-c', String(clients), '-j', String(Math.min(2, clients)), '-T', String(this.options.pgbenchSeconds), '-f', script, db.root],
+        [
+          '-n',
+          '-M',
+          'prepared',
+          '-c',
+          String(clients),
+          '-j',
+          String(Math.min(2, clients)),
+          '-T',
+          String(this.options.pgbenchSeconds),
+          '-f',
+          script,
+          db.root,
+        ],
         (this.options.pgbenchSeconds + 60) * 1000,
       );
       const tps = /tps = ([0-9.]+) \(without initial connection time\)/.exec(stdout);
@@ -326,8 +378,16 @@ class Harness {
       await this.checkpoint();
       const elapsedMs = await this.enqueue(system, db, kind, n);
       const enqueued = await this.count(system, db, ENQUEUED_SQL, n);
-      this.checks.push({ trial, subject: system, workload: `enqueue_${kind}`, expected: n, completed: enqueued, handled: enqueued });
-      if (enqueued !== n) this.anomaly(trial, system, `enqueue_${kind}`, `${enqueued} tasks in the queue, expected ${n}`);
+      this.checks.push({
+        trial,
+        subject: system,
+        workload: `enqueue_${kind}`,
+        expected: n,
+        completed: enqueued,
+        handled: enqueued,
+      });
+      if (enqueued !== n)
+        this.anomaly(trial, system, `enqueue_${kind}`, `${enqueued} tasks in the queue, expected ${n}`);
       const rate = (n / elapsedMs) * 1000;
       this.record(`enqueue_${kind}`, system, trial, rate);
       this.log(`  ${system} enqueue ${kind}: ${rate.toFixed(0)} tasks/s`);
@@ -377,7 +437,14 @@ class Harness {
         await withTimeout(Promise.all(runners.map((r) => r.ready)), 60_000, `${system} workers ready`);
         const started = performance.now();
         for (const r of runners) r.go();
-        const done = await this.waitFor(db, COMPLETED_SQL[system], system === 'graphile-worker' ? [n] : [], n, 600_000, `${system} drain`);
+        const done = await this.waitFor(
+          db,
+          COMPLETED_SQL[system],
+          system === 'graphile-worker' ? [n] : [],
+          n,
+          600_000,
+          `${system} drain`,
+        );
         elapsedMs = done.at - started;
         await opts.drained?.();
         for (const r of runners) r.stop();
@@ -403,13 +470,20 @@ class Harness {
         this.anomaly(trial, system, opts.metric, `completed ${completed}, handler ran ${handled} times, expected ${n}`);
       }
       if (system === 'ours' && (extra.leases !== n || extra.pending !== 0 || extra.errors !== 0)) {
-        this.anomaly(trial, system, opts.metric, `leases ${extra.leases}, pending ${extra.pending}, errors ${extra.errors}`);
+        this.anomaly(
+          trial,
+          system,
+          opts.metric,
+          `leases ${extra.leases}, pending ${extra.pending}, errors ${extra.errors}`,
+        );
       }
       const rate = (n / elapsedMs) * 1000;
       this.record(opts.metric, system, trial, rate);
       const rss = results.map((r) => r.maxRssKb / 1024);
       if (opts.rssMetric) this.record(opts.rssMetric, system, trial, Math.max(...rss));
-      this.log(`  ${system} ${opts.metric}: ${rate.toFixed(0)} tasks/s in ${(elapsedMs / 1000).toFixed(2)} s; peak RSS ${rss.map((m) => m.toFixed(0)).join(', ')} MB`);
+      this.log(
+        `  ${system} ${opts.metric}: ${rate.toFixed(0)} tasks/s in ${(elapsedMs / 1000).toFixed(2)} s; peak RSS ${rss.map((m) => m.toFixed(0)).join(', ')} MB`,
+      );
     } finally {
       await this.dropDb(db);
     }
@@ -441,9 +515,23 @@ class Harness {
         producer.go();
         const produced = await producer.finish(this.options.latencyDurationMs + 60_000);
         sent = produced.sent as number;
-        if ((produced.failed as number) > 0) this.anomaly(trial, system, 'latency', `${produced.failed as number} enqueues failed`);
-        if ((produced.maxLagMs as number) > 100) this.anomaly(trial, system, 'latency', `producer fell behind its schedule by ${produced.maxLagMs as number} ms`);
-        await this.waitFor(db, COMPLETED_SQL[system], system === 'graphile-worker' ? [sent] : [], sent, 30_000, `${system} latency completions`);
+        if ((produced.failed as number) > 0)
+          this.anomaly(trial, system, 'latency', `${produced.failed as number} enqueues failed`);
+        if ((produced.maxLagMs as number) > 100)
+          this.anomaly(
+            trial,
+            system,
+            'latency',
+            `producer fell behind its schedule by ${produced.maxLagMs as number} ms`,
+          );
+        await this.waitFor(
+          db,
+          COMPLETED_SQL[system],
+          system === 'graphile-worker' ? [sent] : [],
+          sent,
+          30_000,
+          `${system} latency completions`,
+        );
         worker.stop();
         workerResult = await worker.finish(60_000);
       } finally {
@@ -451,8 +539,16 @@ class Harness {
         producer.kill();
       }
       const latencies = workerResult.latencies as number[];
-      this.checks.push({ trial, subject: system, workload: 'latency', expected: sent, completed: latencies.length, handled: workerResult.handled as number });
-      if (latencies.length !== sent) this.anomaly(trial, system, 'latency', `${latencies.length} pickups recorded for ${sent} tasks`);
+      this.checks.push({
+        trial,
+        subject: system,
+        workload: 'latency',
+        expected: sent,
+        completed: latencies.length,
+        handled: workerResult.handled as number,
+      });
+      if (latencies.length !== sent)
+        this.anomaly(trial, system, 'latency', `${latencies.length} pickups recorded for ${sent} tasks`);
       for (const p of [50, 95, 99]) this.record(`latency_p${p}`, system, trial, percentile(latencies, p));
       this.record('latency_max', system, trial, Math.max(...latencies));
       this.log(
@@ -485,7 +581,9 @@ class Harness {
         );
       });
       await withClient(db.root, (c) => c.query('vacuum analyze'));
-      this.log(`  (history: ${rows} completed tasks written in ${((performance.now() - started) / 1000).toFixed(1)} s)`);
+      this.log(
+        `  (history: ${rows} completed tasks written in ${((performance.now() - started) / 1000).toFixed(1)} s)`,
+      );
     };
   }
 
@@ -522,7 +620,8 @@ class Harness {
       const handled = result.handled as number;
       const completed = (await this.count('ours', db, COMPLETED_SQL, n)) - rows;
       this.checks.push({ trial, subject: 'ours', workload: 'history_drain', expected: n, completed, handled });
-      if (completed !== n || handled !== n) this.anomaly(trial, 'ours', 'history_drain', `completed ${completed}, handled ${handled}, expected ${n}`);
+      if (completed !== n || handled !== n)
+        this.anomaly(trial, 'ours', 'history_drain', `completed ${completed}, handled ${handled}, expected ${n}`);
       const rate = (n / elapsedMs) * 1000;
       this.record('history_drain', 'ours', trial, rate);
       this.log(`  ours drain with ${rows} completed in history: ${rate.toFixed(0)} tasks/s`);
@@ -544,10 +643,11 @@ class Harness {
       await this.drain('ours', trial, {
         processes: 1,
         metric: 'dashboard_drain_polled',
-        prepare: async (db) => {
+        prepare: (db) => {
           const { roles, rolePasswords } = this.server;
           pollers = new DashboardPollers(withDatabase(this.server.rootUrl, db.name, roles.api, rolePasswords.api));
           pollers.start();
+          return Promise.resolve();
         },
         drained: async () => {
           stats = await pollers?.stop();
@@ -555,7 +655,8 @@ class Harness {
       });
     } finally {
       stats ??= await pollers?.stop();
-      const rate = (metric: string) => this.measurements.filter((m) => m.metric === metric && m.trial === trial).at(-1)?.value;
+      const rate = (metric: string) =>
+        this.measurements.filter((m) => m.metric === metric && m.trial === trial).at(-1)?.value;
       const alone = rate('dashboard_drain_alone');
       const polled = rate('dashboard_drain_polled');
       if (stats && alone && polled) {
@@ -564,7 +665,8 @@ class Harness {
         this.record('dashboard_poll_ms', 'ours', trial, stats.meanMs);
         this.record('dashboard_db_share_pct', 'ours', trial, (stats.meanMs / POLL_INTERVAL_MS) * 100);
         this.record('dashboard_budget_pct', 'postgres', trial, 1);
-        if (stats.errors > 0) this.anomaly(trial, 'ours', 'dashboard', `${stats.errors} polls failed, the first: ${stats.firstError}`);
+        if (stats.errors > 0)
+          this.anomaly(trial, 'ours', 'dashboard', `${stats.errors} polls failed, the first: ${stats.firstError}`);
         this.log(
           `  ours dashboard: drain ${alone.toFixed(0)} tasks/s alone, ${polled.toFixed(0)} with ${DASHBOARDS} dashboards polling every ${POLL_INTERVAL_MS / 1000} s ` +
             `(${stats.polls} polls, mean ${stats.meanMs.toFixed(1)} ms, max ${stats.maxMs.toFixed(1)} ms): ${lostPerDashboard.toFixed(2)}% per dashboard`,
@@ -578,7 +680,9 @@ class Harness {
     const db = await this.freshDb('ours', 'processes');
     const resend = await startFakeResend();
     try {
-      await withClient(db.owner, (c) => c.query(`insert into internal.setting (name, value) values ('backoff_scale', '0.002')`));
+      await withClient(db.owner, (c) =>
+        c.query(`insert into internal.setting (name, value) values ('backoff_scale', '0.002')`),
+      );
       await withClient(db.app, (c) =>
         c.query(
           `select comms.send_email('Bench <bench@example.com>', 'user' || g || '@example.com', 'Hello', '<p>Hello</p>')
@@ -631,7 +735,12 @@ class Harness {
         extra: { emails: resend.emails.length, tasks: counts.tasks, failed: counts.failed, errors: counts.errors },
       });
       if (counts.succeeded !== n || resend.emails.length !== n) {
-        this.anomaly(trial, 'ours', 'processes', `${counts.succeeded} succeeded, ${counts.failed} failed, ${resend.emails.length} emails sent, expected ${n}`);
+        this.anomaly(
+          trial,
+          'ours',
+          'processes',
+          `${counts.succeeded} succeeded, ${counts.failed} failed, ${resend.emails.length} emails sent, expected ${n}`,
+        );
       }
       const rate = (n / elapsedMs) * 1000;
       this.record('processes', 'ours', trial, rate);
@@ -657,16 +766,33 @@ export async function runBench(server: BenchServer, options: BenchOptions): Prom
 
   const info = await withClient(server.rootUrl, async (c) => {
     const version = (await c.query<{ v: string }>(`select current_setting('server_version') as v`)).rows[0]!.v;
-    const names = ['shared_buffers', 'synchronous_commit', 'fsync', 'full_page_writes', 'wal_level', 'max_wal_size', 'checkpoint_timeout', 'max_connections', 'work_mem', 'autovacuum', 'autovacuum_naptime'];
+    const names = [
+      'shared_buffers',
+      'synchronous_commit',
+      'fsync',
+      'full_page_writes',
+      'wal_level',
+      'max_wal_size',
+      'checkpoint_timeout',
+      'max_connections',
+      'work_mem',
+      'autovacuum',
+      'autovacuum_naptime',
+    ];
     const { rows } = await c.query<{ name: string; setting: string; unit: string | null }>(
       `select name, setting, unit from pg_settings where name = any($1)`,
       [names],
     );
-    return { version, settings: Object.fromEntries(rows.map((r) => [r.name, r.unit ? `${r.setting} (${r.unit})` : r.setting])) };
+    return {
+      version,
+      settings: Object.fromEntries(rows.map((r) => [r.name, r.unit ? `${r.setting} (${r.unit})` : r.setting])),
+    };
   });
   const pgbench = pgbenchBinary();
   const pgbenchVersion = pgbench ? (await run(pgbench, ['--version'], 10_000)).stdout.trim() : null;
-  const node22Version = options.systems.some((s) => s !== 'ours') ? (await run(node22Binary(), ['--version'], 10_000)).stdout.trim() : null;
+  const node22Version = options.systems.some((s) => s !== 'ours')
+    ? (await run(node22Binary(), ['--version'], 10_000)).stdout.trim()
+    : null;
 
   for (let trial = 1; trial <= options.trials; trial++) {
     const order = rotated(options.systems, trial - 1);
@@ -679,16 +805,26 @@ export async function runBench(server: BenchServer, options: BenchOptions): Prom
       }
     };
     if (has('pgbench')) await guarded('postgres', 'pgbench', () => h.pgbench(trial));
-    if (has('enqueue_single')) for (const s of order) await guarded(s, 'enqueue_single', () => h.enqueueWorkload(s, trial, 'single'));
-    if (has('enqueue_batch')) for (const s of order) await guarded(s, 'enqueue_batch', () => h.enqueueWorkload(s, trial, 'batch'));
+    if (has('enqueue_single'))
+      for (const s of order) await guarded(s, 'enqueue_single', () => h.enqueueWorkload(s, trial, 'single'));
+    if (has('enqueue_batch'))
+      for (const s of order) await guarded(s, 'enqueue_batch', () => h.enqueueWorkload(s, trial, 'batch'));
     if (has('drain')) {
-      for (const s of order) await guarded(s, 'drain_1p', () => h.drain(s, trial, { processes: 1, metric: 'drain_1p', rssMetric: 'rss_1p_mb' }));
-      for (const s of order) await guarded(s, 'drain_2p', () => h.drain(s, trial, { processes: 2, metric: 'drain_2p', rssMetric: 'rss_2p_mb' }));
+      for (const s of order)
+        await guarded(s, 'drain_1p', () =>
+          h.drain(s, trial, { processes: 1, metric: 'drain_1p', rssMetric: 'rss_1p_mb' }),
+        );
+      for (const s of order)
+        await guarded(s, 'drain_2p', () =>
+          h.drain(s, trial, { processes: 2, metric: 'drain_2p', rssMetric: 'rss_2p_mb' }),
+        );
     }
     if (has('latency')) for (const s of order) await guarded(s, 'latency', () => h.latency(s, trial));
     if (oursIncluded && has('history')) await guarded('ours', 'history_drain', () => h.historyDrain(trial));
     if (oursIncluded && has('steps')) {
-      await guarded('ours', 'steps', () => h.drain('ours', trial, { processes: 1, metric: 'steps', kind: 'db_function' }));
+      await guarded('ours', 'steps', () =>
+        h.drain('ours', trial, { processes: 1, metric: 'steps', kind: 'db_function' }),
+      );
     }
     if (oursIncluded && has('processes')) await guarded('ours', 'processes', () => h.supervisorProcesses(trial));
     if (oursIncluded && has('resync')) await guarded('ours', 'resync', () => resyncWorkload(h, trial, options));

@@ -22,49 +22,141 @@ interface Row {
   unit: string;
   higherIsBetter: boolean;
   /** The target on ours ÷ best peer (or on the stated reference). */
-  target?: { text: string; ok: (ratio: number) => boolean; reference?: { metric: string; subject: Subject; label: string } };
+  target?: {
+    text: string;
+    ok: (ratio: number) => boolean;
+    reference?: { metric: string; subject: Subject; label: string };
+  };
 }
 
 function rows(o: BenchOptions): Row[] {
   const n = o.tasks.toLocaleString('en-US');
   return [
-    { metric: 'enqueue_single', label: `1. Enqueue ${n}, one call per task, ${o.enqueueConcurrency} callers`, unit: 'tasks/s', higherIsBetter: true, target: { text: '≥ 2× best peer', ok: (r) => r >= 2 } },
-    { metric: 'enqueue_batch', label: `2. Enqueue ${n} in batches of ${o.batchSize.toLocaleString('en-US')}`, unit: 'tasks/s', higherIsBetter: true, target: { text: '≥ 1.2× best peer', ok: (r) => r >= 1.2 } },
-    { metric: 'drain_1p', label: `3a. Drain ${n}, 1 process × ${o.workerConcurrency}`, unit: 'tasks/s', higherIsBetter: true, target: { text: '≥ 2× best peer', ok: (r) => r >= 2 } },
-    { metric: 'drain_2p', label: `3b. Drain ${n}, 2 processes × ${o.workerConcurrency}`, unit: 'tasks/s', higherIsBetter: true, target: { text: '≥ 2× best peer', ok: (r) => r >= 2 } },
-    { metric: 'latency_p50', label: `4. Pickup latency p50 (${o.latencyRate}/s open loop)`, unit: 'ms', higherIsBetter: false },
+    {
+      metric: 'enqueue_single',
+      label: `1. Enqueue ${n}, one call per task, ${o.enqueueConcurrency} callers`,
+      unit: 'tasks/s',
+      higherIsBetter: true,
+      target: { text: '≥ 2× best peer', ok: (r) => r >= 2 },
+    },
+    {
+      metric: 'enqueue_batch',
+      label: `2. Enqueue ${n} in batches of ${o.batchSize.toLocaleString('en-US')}`,
+      unit: 'tasks/s',
+      higherIsBetter: true,
+      target: { text: '≥ 1.2× best peer', ok: (r) => r >= 1.2 },
+    },
+    {
+      metric: 'drain_1p',
+      label: `3a. Drain ${n}, 1 process × ${o.workerConcurrency}`,
+      unit: 'tasks/s',
+      higherIsBetter: true,
+      target: { text: '≥ 2× best peer', ok: (r) => r >= 2 },
+    },
+    {
+      metric: 'drain_2p',
+      label: `3b. Drain ${n}, 2 processes × ${o.workerConcurrency}`,
+      unit: 'tasks/s',
+      higherIsBetter: true,
+      target: { text: '≥ 2× best peer', ok: (r) => r >= 2 },
+    },
+    {
+      metric: 'latency_p50',
+      label: `4. Pickup latency p50 (${o.latencyRate}/s open loop)`,
+      unit: 'ms',
+      higherIsBetter: false,
+    },
     { metric: 'latency_p95', label: '4. Pickup latency p95', unit: 'ms', higherIsBetter: false },
-    { metric: 'latency_p99', label: '4. Pickup latency p99', unit: 'ms', higherIsBetter: false, target: { text: '≤ best peer', ok: (r) => r <= 1 } },
+    {
+      metric: 'latency_p99',
+      label: '4. Pickup latency p99',
+      unit: 'ms',
+      higherIsBetter: false,
+      target: { text: '≤ best peer', ok: (r) => r <= 1 },
+    },
     {
       metric: 'history_drain',
       label: `5. Drain ${n} with ${o.historyRows.toLocaleString('en-US')} completed in history`,
       unit: 'tasks/s',
       higherIsBetter: true,
-      target: { text: '≥ 0.9× our drain without history (3a)', ok: (r) => r >= 0.9, reference: { metric: 'drain_1p', subject: 'ours', label: 'ours 3a' } },
+      target: {
+        text: '≥ 0.9× our drain without history (3a)',
+        ok: (r) => r >= 0.9,
+        reference: { metric: 'drain_1p', subject: 'ours', label: 'ours 3a' },
+      },
     },
-    { metric: 'processes', label: `6. Email processes (${o.processes.toLocaleString('en-US')}) to success fact`, unit: 'processes/s', higherIsBetter: true },
+    {
+      metric: 'processes',
+      label: `6. Email processes (${o.processes.toLocaleString('en-US')}) to success fact`,
+      unit: 'processes/s',
+      higherIsBetter: true,
+    },
     {
       metric: 'steps',
       label: `7. db_function steps (${n} × internal.noop), 1 process × ${o.workerConcurrency}`,
       unit: 'steps/s',
       higherIsBetter: true,
-      target: { text: '≥ 0.5× pgbench one-row commit rate (9)', ok: (r) => r >= 0.5, reference: { metric: 'pgbench_tps', subject: 'postgres', label: 'pgbench' } },
+      target: {
+        text: '≥ 0.5× pgbench one-row commit rate (9)',
+        ok: (r) => r >= 0.5,
+        reference: { metric: 'pgbench_tps', subject: 'postgres', label: 'pgbench' },
+      },
     },
-    { metric: 'rss_1p_mb', label: '8. Worker peak RSS during 3a', unit: 'MB', higherIsBetter: false, target: { text: '≤ best peer', ok: (r) => r <= 1 } },
+    {
+      metric: 'rss_1p_mb',
+      label: '8. Worker peak RSS during 3a',
+      unit: 'MB',
+      higherIsBetter: false,
+      target: { text: '≤ best peer', ok: (r) => r <= 1 },
+    },
     { metric: 'rss_2p_mb', label: '8. Worker peak RSS during 3b (larger of the 2)', unit: 'MB', higherIsBetter: false },
-    { metric: 'pgbench_tps', label: `9. Limit: pgbench one-row insert, ${o.pgbenchClients} clients`, unit: 'commits/s', higherIsBetter: true },
-    { metric: 'resync', label: `10. Resync ${Math.min(1000, o.tasks).toLocaleString('en-US')} stores: stock worker (product_resync) × ${o.workerConcurrency}, fake platform answering at once`, unit: 'resyncs/s', higherIsBetter: true },
-    { metric: 'resync_slow', label: '10. Resync 1,000 stores: platform answering in 500 ms, worker × 8', unit: 'resyncs/s', higherIsBetter: true },
-    { metric: 'resync_capacity_ratio', label: '10. Capacity view tasks_per_worker_hour ÷ measured rate (slow run)', unit: '×', higherIsBetter: true },
+    {
+      metric: 'pgbench_tps',
+      label: `9. Limit: pgbench one-row insert, ${o.pgbenchClients} clients`,
+      unit: 'commits/s',
+      higherIsBetter: true,
+    },
+    {
+      metric: 'resync',
+      label: `10. Resync ${Math.min(1000, o.tasks).toLocaleString('en-US')} stores: stock worker (product_resync) × ${o.workerConcurrency}, fake platform answering at once`,
+      unit: 'resyncs/s',
+      higherIsBetter: true,
+    },
+    {
+      metric: 'resync_slow',
+      label: '10. Resync 1,000 stores: platform answering in 500 ms, worker × 8',
+      unit: 'resyncs/s',
+      higherIsBetter: true,
+    },
+    {
+      metric: 'resync_capacity_ratio',
+      label: '10. Capacity view tasks_per_worker_hour ÷ measured rate (slow run)',
+      unit: '×',
+      higherIsBetter: true,
+    },
     {
       metric: 'dashboard_cost_pct',
       label: `11. Dashboard: drain (${n}) throughput lost per open dashboard polling the overview every 5 s (20 open)`,
       unit: '%',
       higherIsBetter: false,
-      target: { text: '< 1% of the drain', ok: (r) => r < 1, reference: { metric: 'dashboard_budget_pct', subject: 'postgres', label: '1%' } },
+      target: {
+        text: '< 1% of the drain',
+        ok: (r) => r < 1,
+        reference: { metric: 'dashboard_budget_pct', subject: 'postgres', label: '1%' },
+      },
     },
-    { metric: 'dashboard_poll_ms', label: '11. Dashboard: one overview poll during the drain (mean; the windows every 12th)', unit: 'ms', higherIsBetter: false },
-    { metric: 'dashboard_db_share_pct', label: '11. Dashboard: one dashboard\'s database time, poll ÷ 5 s interval', unit: '%', higherIsBetter: false },
+    {
+      metric: 'dashboard_poll_ms',
+      label: '11. Dashboard: one overview poll during the drain (mean; the windows every 12th)',
+      unit: 'ms',
+      higherIsBetter: false,
+    },
+    {
+      metric: 'dashboard_db_share_pct',
+      label: "11. Dashboard: one dashboard's database time, poll ÷ 5 s interval",
+      unit: '%',
+      higherIsBetter: false,
+    },
   ];
 }
 
@@ -113,7 +205,9 @@ export function ratios(results: BenchResults, options: BenchOptions): RatioLine[
       reference = s.get(`${row.target.reference.metric}|${row.target.reference.subject}`)?.median;
       referenceLabel = row.target.reference.label;
     } else {
-      const peers = PEERS.map((p) => ({ p, v: s.get(`${row.metric}|${p}`)?.median })).filter((x): x is { p: SystemName; v: number } => x.v !== undefined);
+      const peers = PEERS.map((p) => ({ p, v: s.get(`${row.metric}|${p}`)?.median })).filter(
+        (x): x is { p: SystemName; v: number } => x.v !== undefined,
+      );
       if (peers.length > 0) {
         const best = peers.reduce((a, b) => ((row.higherIsBetter ? b.v > a.v : b.v < a.v) ? b : a));
         reference = best.v;
@@ -148,7 +242,11 @@ export function resultsTable(results: BenchResults, options: BenchOptions): stri
     const cells =
       row.metric === 'pgbench_tps'
         ? [cell(s.get(`${row.metric}|postgres`), row.unit), '', '']
-        : [cell(s.get(`${row.metric}|ours`), row.unit), cell(s.get(`${row.metric}|graphile-worker`), row.unit), cell(s.get(`${row.metric}|pg-boss`), row.unit)];
+        : [
+            cell(s.get(`${row.metric}|ours`), row.unit),
+            cell(s.get(`${row.metric}|graphile-worker`), row.unit),
+            cell(s.get(`${row.metric}|pg-boss`), row.unit),
+          ];
     const ratio = line.ratio !== undefined ? `${line.ratio.toFixed(2)}× (vs ${line.referenceLabel})` : '';
     const met = line.met === undefined ? '' : line.met ? 'yes' : '**no**';
     lines.push(`| ${row.label} | ${row.unit} | ${cells.join(' | ')} | ${ratio} | ${line.target ?? ''} | ${met} |`);
@@ -158,7 +256,10 @@ export function resultsTable(results: BenchResults, options: BenchOptions): stri
 
 function perTrial(results: BenchResults, options: BenchOptions): string {
   const trials = Array.from({ length: options.trials }, (_, i) => i + 1);
-  const lines = [`| metric | subject | ${trials.map((t) => `trial ${t}`).join(' | ')} |`, `|---|---|${trials.map(() => '---').join('|')}|`];
+  const lines = [
+    `| metric | subject | ${trials.map((t) => `trial ${t}`).join(' | ')} |`,
+    `|---|---|${trials.map(() => '---').join('|')}|`,
+  ];
   const seen = new Set<string>();
   const unitOf = new Map(rows(options).map((r) => [r.metric, r.unit]));
   for (const m of results.measurements) {
@@ -188,7 +289,11 @@ export function renderReport(results: BenchResults, info: RunInfo): string {
     results.anomalies.length === 0
       ? 'None: every task of every measurement was completed exactly once (counts checked in the database and in the handlers).'
       : results.anomalies.map((a) => `- trial ${a.trial}, ${a.subject}, ${a.workload}: ${a.message}`).join('\n');
-  const graphileConfig = JSON.stringify({ concurrency: o.workerConcurrency, maxPoolSize: o.workerConcurrency + 2, ...GRAPHILE_PRESET.worker });
+  const graphileConfig = JSON.stringify({
+    concurrency: o.workerConcurrency,
+    maxPoolSize: o.workerConcurrency + 2,
+    ...GRAPHILE_PRESET.worker,
+  });
 
   return `# Benchmarks
 

@@ -37,14 +37,29 @@ interface Db {
 
 /** The parts of the harness this workload uses. */
 export interface ResyncHarness {
-  readonly checks: { trial: number; subject: string; workload: string; expected: number; completed: number; handled: number; extra?: Record<string, number> }[];
+  readonly checks: {
+    trial: number;
+    subject: string;
+    workload: string;
+    expected: number;
+    completed: number;
+    handled: number;
+    extra?: Record<string, number>;
+  }[];
   log(line: string): void;
   record(metric: string, subject: 'ours', trial: number, value: number): void;
   anomaly(trial: number, subject: 'ours', workload: string, message: string): void;
   freshDb(system: 'ours', label: string): Promise<Db>;
   dropDb(db: Db): Promise<void>;
   checkpoint(): Promise<void>;
-  waitFor(db: Db, sql: string, params: unknown[], target: number, timeoutMs: number, what: string): Promise<{ at: number; n: number }>;
+  waitFor(
+    db: Db,
+    sql: string,
+    params: unknown[],
+    target: number,
+    timeoutMs: number,
+    what: string,
+  ): Promise<{ at: number; n: number }>;
 }
 
 async function query<T extends pg.QueryResultRow>(url: string, sql: string, params: unknown[] = []): Promise<T[]> {
@@ -78,7 +93,10 @@ function startWorker(db: Db, platformUrl: string, concurrency: number) {
     const timer = setTimeout(() => reject(new Error(`worker not started after 30 s:\n${output.slice(-2000)}`)), 30_000);
     const check = () => {
       // LOG_LEVEL warn hides worker_started; the registry row says it is up.
-      void query<{ n: number }>(db.owner, `select count(*)::int as n from queues.worker where worker_id = 'bench-resync'`).then((rows) => {
+      void query<{ n: number }>(
+        db.owner,
+        `select count(*)::int as n from queues.worker where worker_id = 'bench-resync'`,
+      ).then((rows) => {
         if (rows[0]!.n > 0) {
           clearTimeout(timer);
           resolve();
@@ -87,8 +105,8 @@ function startWorker(db: Db, platformUrl: string, concurrency: number) {
     };
     check();
   });
-  child.stdout!.on('data', (d: Buffer) => (output += d.toString()));
-  child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
+  child.stdout.on('data', (d: Buffer) => (output += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (output += d.toString()));
   return {
     ready,
     async stop(): Promise<number | null> {
@@ -108,11 +126,25 @@ async function oneRun(
   stores: number,
 ): Promise<{ db: Db; rate: number; endedAt: Date }> {
   const db = await h.freshDb('ours', metric);
-  const fake = await startFakeMenuPlatform({ stores: stores, slowRate: platform.slowMs > 0 ? 1 : 0, slowMs: platform.slowMs });
+  const fake = await startFakeMenuPlatform({
+    stores: stores,
+    slowRate: platform.slowMs > 0 ? 1 : 0,
+    slowMs: platform.slowMs,
+  });
   try {
-    await query(db.owner, `insert into menus.store (slug, name, menu_url) select 'store-' || n, 'Store ' || n, 'u' || n from generate_series(1, $1::int) n`, [stores]);
-    await query(db.owner, `insert into menus.store_platform_id (store_id, platform_dispensary_id) select store_id, 'd-' || slug from menus.store`);
-    await query(db.owner, `insert into menus.store_products_discovered (store_id, product_count) select store_id, 0 from menus.store`);
+    await query(
+      db.owner,
+      `insert into menus.store (slug, name, menu_url) select 'store-' || n, 'Store ' || n, 'u' || n from generate_series(1, $1::int) n`,
+      [stores],
+    );
+    await query(
+      db.owner,
+      `insert into menus.store_platform_id (store_id, platform_dispensary_id) select store_id, 'd-' || slug from menus.store`,
+    );
+    await query(
+      db.owner,
+      `insert into menus.store_products_discovered (store_id, product_count) select store_id, 0 from menus.store`,
+    );
     await query(db.root, 'vacuum analyze');
     await h.checkpoint();
     const worker = startWorker(db, fake.url, concurrency);
@@ -136,7 +168,14 @@ async function oneRun(
       const code = await worker.stop();
       if (code !== 0) h.anomaly(trial, 'ours', metric, `worker exited with ${code}: ${worker.output().slice(-1000)}`);
     }
-    const [c] = await query<{ succeeded: number; failed: number; snapshots: number; products: number; results: number; errors: number }>(
+    const [c] = await query<{
+      succeeded: number;
+      failed: number;
+      snapshots: number;
+      products: number;
+      results: number;
+      errors: number;
+    }>(
       db.owner,
       `select (select count(*) from queues.task_completed where outcome = 'succeeded')::int as succeeded,
               (select count(*) from queues.task_completed where outcome <> 'succeeded')::int as failed,
@@ -145,19 +184,38 @@ async function oneRun(
               (select count(*) from queues.task_result)::int as results,
               (select count(*) from queues.error)::int as errors`,
     );
-    h.checks.push({ trial, subject: 'ours', workload: metric, expected: stores, completed: c!.succeeded, handled: c!.results, extra: { ...c! } });
+    h.checks.push({
+      trial,
+      subject: 'ours',
+      workload: metric,
+      expected: stores,
+      completed: c!.succeeded,
+      handled: c!.results,
+      extra: { ...c! },
+    });
     if (c!.succeeded !== stores || c!.results !== stores || c!.snapshots !== c!.products) {
-      h.anomaly(trial, 'ours', metric, `${c!.succeeded} succeeded, ${c!.failed} failed, ${c!.results} results, ${c!.snapshots} snapshots of ${c!.products} products`);
+      h.anomaly(
+        trial,
+        'ours',
+        metric,
+        `${c!.succeeded} succeeded, ${c!.failed} failed, ${c!.results} results, ${c!.snapshots} snapshots of ${c!.products} products`,
+      );
     }
     h.record(metric, 'ours', trial, rate);
-    h.log(`  ours ${metric}: ${rate.toFixed(1)} resyncs/s (${stores} stores, platform ${platform.slowMs} ms, concurrency ${concurrency})`);
+    h.log(
+      `  ours ${metric}: ${rate.toFixed(1)} resyncs/s (${stores} stores, platform ${platform.slowMs} ms, concurrency ${concurrency})`,
+    );
     return { db, rate, endedAt };
   } finally {
     await fake.close();
   }
 }
 
-export async function resyncWorkload(h: ResyncHarness, trial: number, options: { workerConcurrency: number; tasks: number }): Promise<void> {
+export async function resyncWorkload(
+  h: ResyncHarness,
+  trial: number,
+  options: { workerConcurrency: number; tasks: number },
+): Promise<void> {
   const stores = Math.min(STORES, options.tasks);
   const fast = await oneRun(h, trial, 'resync', { slowMs: 0 }, options.workerConcurrency, stores);
   await h.dropDb(fast.db);
@@ -170,7 +228,14 @@ export async function resyncWorkload(h: ResyncHarness, trial: number, options: {
   try {
     // A backlog of 1,000: the next day's generation, not worked.
     await query(slow.db.owner, `select * from menus.generate_resync_tasks(6, current_date)`);
-    const [view] = await query<{ tasks_per_worker_hour: number; window_workers: number; n1: string; n4: string; n8: string; pending: string }>(
+    const [view] = await query<{
+      tasks_per_worker_hour: number;
+      window_workers: number;
+      n1: string;
+      n4: string;
+      n8: string;
+      pending: string;
+    }>(
       slow.db.owner,
       `select tasks_per_worker_hour, window_workers::int, workers_needed_1h as n1, workers_needed_4h as n4, workers_needed_8h as n8, pending
          from admin.capacity_at($1, 'product_resync', 60, 600)`,
@@ -185,10 +250,17 @@ export async function resyncWorkload(h: ResyncHarness, trial: number, options: {
       `  capacity view: ${Math.round(view!.tasks_per_worker_hour)} tasks/worker-hour over the last 60 s vs measured ${Math.round(measuredPerHour)} (×${ratio.toFixed(2)}); ` +
         `workers_needed 1/4/8 h for ${view!.pending} pending: ${got.join('/')} (from the measured rate: ${expected.join('/')})`,
     );
-    if (view!.window_workers !== 1) h.anomaly(trial, 'ours', 'resync_capacity', `window_workers ${view!.window_workers}, expected 1`);
-    if (Math.abs(ratio - 1) > 0.15) h.anomaly(trial, 'ours', 'resync_capacity', `view rate ÷ measured = ${ratio.toFixed(2)}, outside 0.85–1.15`);
+    if (view!.window_workers !== 1)
+      h.anomaly(trial, 'ours', 'resync_capacity', `window_workers ${view!.window_workers}, expected 1`);
+    if (Math.abs(ratio - 1) > 0.15)
+      h.anomaly(trial, 'ours', 'resync_capacity', `view rate ÷ measured = ${ratio.toFixed(2)}, outside 0.85–1.15`);
     if (got.some((g, i) => Math.abs(g - expected[i]!) > 1)) {
-      h.anomaly(trial, 'ours', 'resync_capacity', `workers_needed ${got.join('/')} vs ${expected.join('/')} from the measured rate`);
+      h.anomaly(
+        trial,
+        'ours',
+        'resync_capacity',
+        `workers_needed ${got.join('/')} vs ${expected.join('/')} from the measured rate`,
+      );
     }
   } finally {
     await h.dropDb(slow.db);

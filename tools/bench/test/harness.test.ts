@@ -26,7 +26,13 @@ describe('benchmark harness (smoke)', () => {
       log: (line: string) => log.push(line),
     };
     const results: BenchResults = await runBench(
-      { rootUrl: ctx.rootUrl, roles: ctx.roles, rolePasswords: ctx.rolePasswords, template: ctx.template, prefix: `${ctx.prefix}bench_` },
+      {
+        rootUrl: ctx.rootUrl,
+        roles: ctx.roles,
+        rolePasswords: ctx.rolePasswords,
+        template: ctx.template,
+        prefix: `${ctx.prefix}bench_`,
+      },
       options,
     );
 
@@ -39,7 +45,10 @@ describe('benchmark harness (smoke)', () => {
       for (const workload of ['enqueue_single', 'enqueue_batch', 'drain_1p', 'drain_2p']) {
         const check = byKey.get(`${workload}|${system}`);
         expect(check, `${workload} ${system}`).toBeDefined();
-        expect({ completed: check!.completed, handled: check!.handled }, `${workload} ${system}`).toEqual({ completed: 200, handled: 200 });
+        expect({ completed: check!.completed, handled: check!.handled }, `${workload} ${system}`).toEqual({
+          completed: 200,
+          handled: 200,
+        });
       }
       const latency = byKey.get(`latency|${system}`)!;
       expect(latency.completed).toBe(latency.expected);
@@ -48,7 +57,10 @@ describe('benchmark harness (smoke)', () => {
     }
     for (const workload of ['drain_1p', 'drain_2p', 'history_drain', 'steps']) {
       const check = byKey.get(`${workload}|ours`)!;
-      expect({ completed: check.completed, handled: check.handled }, workload).toEqual({ completed: 200, handled: 200 });
+      expect({ completed: check.completed, handled: check.handled }, workload).toEqual({
+        completed: 200,
+        handled: 200,
+      });
       if (check.extra?.leases !== undefined) expect(check.extra).toMatchObject({ leases: 200, pending: 0, errors: 0 });
     }
     const processes = byKey.get('processes|ours')!;
@@ -62,7 +74,8 @@ describe('benchmark harness (smoke)', () => {
         expect(metrics.has(`${metric}|${system}`), `${metric} ${system}`).toBe(true);
       }
     }
-    for (const metric of ['history_drain', 'steps', 'processes', 'dashboard_poll_ms']) expect(metrics.has(`${metric}|ours`), metric).toBe(true);
+    for (const metric of ['history_drain', 'steps', 'processes', 'dashboard_poll_ms'])
+      expect(metrics.has(`${metric}|ours`), metric).toBe(true);
     expect(metrics.has('pgbench_tps|postgres')).toBe(true);
 
     // The report renders with the results table.

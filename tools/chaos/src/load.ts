@@ -36,7 +36,10 @@ export function startLoad(options: {
       try {
         const tasks = [];
         for (let i = 0; i < options.stepsPerTick; i++) {
-          const payload: Record<string, unknown> = { db_function: 'chaos.step', key: `${options.tag}-${load.steps + i}` };
+          const payload: Record<string, unknown> = {
+            db_function: 'chaos.step',
+            key: `${options.tag}-${load.steps + i}`,
+          };
           if (max > 0) payload.sleep = Math.round((min + Math.random() * (max - min)) * 1000) / 1000;
           tasks.push({ task_type: 'db_function', payload });
         }
@@ -67,7 +70,11 @@ export function startLoad(options: {
 }
 
 /** Steps whose effect exists more than once, and steps after `fromId` with no effect. */
-export async function effectAnomalies(owner: pg.Pool, tag: string, fromId: number): Promise<{ duplicated: number; missing: number }> {
+export async function effectAnomalies(
+  owner: pg.Pool,
+  tag: string,
+  fromId: number,
+): Promise<{ duplicated: number; missing: number }> {
   const { rows } = await owner.query(
     `select (select count(*)::int from (select task_key from chaos.effect where task_key like $1 || '-%'
                                          group by task_key having count(*) > 1) d) as duplicated,

@@ -43,7 +43,7 @@ const registry = (logger: Logger) =>
     })
     .register('oom', {
       name: 'oom',
-      async process() {
+      process() {
         const hog: number[][] = [];
         for (;;) hog.push(new Array(250_000).fill(Math.random()));
       },

@@ -39,8 +39,8 @@ export function startWorker(options: {
     output += d.toString();
     if (output.length > 262_144) output = output.slice(-262_144);
   };
-  child.stdout!.on('data', append);
-  child.stderr!.on('data', append);
+  child.stdout.on('data', append);
+  child.stderr.on('data', append);
   let exitCode: number | null | undefined;
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null; at: number }>((resolve) =>
     child.on('exit', (code, signal) => {
@@ -52,7 +52,10 @@ export function startWorker(options: {
 }
 
 /** SIGTERM, then SIGKILL after `ms`. */
-export async function stopWorker(w: WorkerProcess, ms = 10_000): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+export async function stopWorker(
+  w: WorkerProcess,
+  ms = 10_000,
+): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
   if (!w.alive()) return w.exited;
   w.process.kill('SIGCONT');
   w.process.kill('SIGTERM');

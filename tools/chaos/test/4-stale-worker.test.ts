@@ -12,7 +12,7 @@ afterAll(async () => {
   await db?.drop();
 });
 
-it("a stale worker cannot complete, fail or record against a task leased by another", async () => {
+it('a stale worker cannot complete, fail or record against a task leased by another', async () => {
   const result = await scenario.run(context(db));
   expect(result.skipped).toBeUndefined();
   expectHeld(result);

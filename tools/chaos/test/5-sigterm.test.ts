@@ -12,7 +12,7 @@ afterAll(async () => {
   await db?.drop();
 });
 
-it("SIGTERM with tasks in flight: no new claims, in-flight finished, the rest released, exit 0", async () => {
+it('SIGTERM with tasks in flight: no new claims, in-flight finished, the rest released, exit 0', async () => {
   const result = await scenario.run(context(db));
   expect(result.skipped).toBeUndefined();
   expectHeld(result);

@@ -12,7 +12,7 @@ afterAll(async () => {
   await db?.drop();
 });
 
-it("the bad-input corpus: a clear error for each case and nothing else changed", async () => {
+it('the bad-input corpus: a clear error for each case and nothing else changed', async () => {
   const result = await scenario.run(context(db));
   expect(result.skipped).toBeUndefined();
   expectHeld(result);

@@ -12,7 +12,7 @@ afterAll(async () => {
   await db?.drop();
 });
 
-it("privilege sweep: allowlists, pinned search_path, temp shadowing refused", async () => {
+it('privilege sweep: allowlists, pinned search_path, temp shadowing refused', async () => {
   const result = await scenario.run(context(db));
   expect(result.skipped).toBeUndefined();
   expectHeld(result);

@@ -54,7 +54,9 @@ export function startDevLoop(options: DevLoopOptions): DevLoop {
         for (const line of output.split('\n')) if (line.startsWith('Saved')) log(line);
       }
       if (options.schemaDump) {
-        const { changed } = await writeSchemaDump(options.databaseUrl, options.schemaDump.roles, { path: options.schemaDump.path });
+        const { changed } = await writeSchemaDump(options.databaseUrl, options.schemaDump.roles, {
+          path: options.schemaDump.path,
+        });
         if (changed) log(`${options.schemaDump.path} rewritten`);
       }
       log('current migration applied; clients and schema dump up to date');

@@ -7,7 +7,9 @@ export const DEV_DATABASE = process.env.DATABASE_NAME ?? 'queue';
  * Opens the development server: the embedded one in .data/postgres, or the admin
  * `DATABASE_URL` when set; makes sure the dev database is migrated.
  */
-export async function openDevServer(options: { quiet?: boolean } = {}): Promise<{ server: DatabaseServer; urls: DatabaseUrls }> {
+export async function openDevServer(
+  options: { quiet?: boolean } = {},
+): Promise<{ server: DatabaseServer; urls: DatabaseUrls }> {
   const server = await openServer({
     name: 'postgres',
     adminUrl: process.env.DATABASE_URL,

@@ -69,7 +69,7 @@ export async function startEmbedded(options: {
     // A data folder made before a role existed gets a password for it now.
     const missing = Object.entries(generatePasswords()).filter(([role]) => !(role in credentials.rolePasswords));
     if (missing.length > 0) {
-      credentials.rolePasswords = { ...Object.fromEntries(missing), ...credentials.rolePasswords } as RolePasswords;
+      credentials.rolePasswords = { ...Object.fromEntries(missing), ...credentials.rolePasswords };
       writeFileSync(credentialsFile, JSON.stringify(credentials, null, 2), { mode: 0o600 });
     }
   } else {

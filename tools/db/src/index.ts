@@ -2,7 +2,14 @@ export { startEmbedded, destroyEmbedded, freePort, type EmbeddedServer } from '.
 export { migrateDatabase, migrateSettings } from './migrate.js';
 export { repoRoot, dataRoot } from './paths.js';
 export { ensureRoles, hardenDatabase, roleNamesFromEnv, type RoleNames, type RolePasswords } from './roles.js';
-export { openServer, provisionDatabase, databaseUrls, withRootClient, type DatabaseServer, type DatabaseUrls } from './server.js';
+export {
+  openServer,
+  provisionDatabase,
+  databaseUrls,
+  withRootClient,
+  type DatabaseServer,
+  type DatabaseUrls,
+} from './server.js';
 export { withDatabase, redactUrl } from './urls.js';
 export { openDevServer, DEV_DATABASE } from './dev-server.js';
 export { dumpSchema, unifiedDiff } from './schema-dump.js';

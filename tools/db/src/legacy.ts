@@ -12,11 +12,26 @@ import { dumpSchema, unifiedDiff } from './schema-dump.js';
 
 /** The committed history the baseline replaced, in order. */
 export const LEGACY_HISTORY: ReadonlyArray<{ filename: string; hash: string }> = [
-  { filename: '000001-queue-foundation-queues-and-internal-schemas.sql', hash: 'sha1:434f488b276fb9fae5c4a069761e0fc3f5a749b7' },
-  { filename: '000002-worker-support-lease-heartbeats-releases-poison-tasks-and-th.sql', hash: 'sha1:8e3dadadb172f8bde850bfe8d08518b86d82a4a6' },
-  { filename: '000003-retries-dead-letters-resource-keys-worker-registry-shared-pr.sql', hash: 'sha1:20561af1404f12242489398235de35fcc91d6b30' },
-  { filename: '000004-faster-hot-paths-generic-plans-set-based-enqueue_many-valida.sql', hash: 'sha1:dc25d3f8fceb6bfe846d9bb57237f6dd9ad15274' },
-  { filename: '000005-vacuum-queues-task_pending-on-1-000-dead-rows-unthrottled.sql', hash: 'sha1:a414ea949bb49d0efda96bf0cccc08e77579daba' },
+  {
+    filename: '000001-queue-foundation-queues-and-internal-schemas.sql',
+    hash: 'sha1:434f488b276fb9fae5c4a069761e0fc3f5a749b7',
+  },
+  {
+    filename: '000002-worker-support-lease-heartbeats-releases-poison-tasks-and-th.sql',
+    hash: 'sha1:8e3dadadb172f8bde850bfe8d08518b86d82a4a6',
+  },
+  {
+    filename: '000003-retries-dead-letters-resource-keys-worker-registry-shared-pr.sql',
+    hash: 'sha1:20561af1404f12242489398235de35fcc91d6b30',
+  },
+  {
+    filename: '000004-faster-hot-paths-generic-plans-set-based-enqueue_many-valida.sql',
+    hash: 'sha1:dc25d3f8fceb6bfe846d9bb57237f6dd9ad15274',
+  },
+  {
+    filename: '000005-vacuum-queues-task_pending-on-1-000-dead-rows-unthrottled.sql',
+    hash: 'sha1:a414ea949bb49d0efda96bf0cccc08e77579daba',
+  },
 ];
 
 export const BASELINE_FILENAME = '000001-baseline.sql';
@@ -40,7 +55,12 @@ export function rolesFromSettings(settings: Settings): RoleNames {
     return value;
   };
   if (!settings.databaseOwner) throw new Error('settings.databaseOwner is not set');
-  return { owner: settings.databaseOwner, worker: get(':DATABASE_WORKER'), app: get(':DATABASE_APP'), api: get(':DATABASE_API') };
+  return {
+    owner: settings.databaseOwner,
+    worker: get(':DATABASE_WORKER'),
+    app: get(':DATABASE_APP'),
+    api: get(':DATABASE_API'),
+  };
 }
 
 /**
@@ -48,22 +68,33 @@ export function rolesFromSettings(settings: Settings): RoleNames {
  * (after checking the schema matches); otherwise does nothing. Throws, changing nothing,
  * when the history is a part of the legacy one or the schema differs (with a diff).
  */
-export async function replaceLegacyHistory(settings: Settings, log: (line: string) => void = () => {}): Promise<LegacyOutcome> {
-  if (!settings.connectionString || !settings.migrationsFolder) throw new Error('settings need connectionString and migrationsFolder');
+export async function replaceLegacyHistory(
+  settings: Settings,
+  log: (line: string) => void = () => {},
+): Promise<LegacyOutcome> {
+  if (!settings.connectionString || !settings.migrationsFolder)
+    throw new Error('settings need connectionString and migrationsFolder');
   const baseline = committedMigrations(settings.migrationsFolder).find((m) => m.name === BASELINE_FILENAME);
-  if (!baseline?.hash) throw new Error(`${settings.migrationsFolder}/committed/${BASELINE_FILENAME} is missing or has no hash`);
+  if (!baseline?.hash)
+    throw new Error(`${settings.migrationsFolder}/committed/${BASELINE_FILENAME} is missing or has no hash`);
   const client = new pg.Client({ connectionString: settings.connectionString });
   client.on('error', () => {});
   await client.connect();
   try {
-    const { rows: exists } = await client.query<{ t: string | null }>(`select to_regclass('graphile_migrate.migrations')::text as t`);
+    const { rows: exists } = await client.query<{ t: string | null }>(
+      `select to_regclass('graphile_migrate.migrations')::text as t`,
+    );
     if (!exists[0]?.t) return 'not-legacy';
     await client.query('begin');
     try {
       // The rewrite may wait this long for a lock, no longer (live workers hold the tables).
       await client.query(`set local lock_timeout = '5s'`);
-      const { rows: locked } = await client.query<{ ok: boolean }>('select pg_try_advisory_xact_lock($1::bigint) as ok', [GRAPHILE_MIGRATE_LOCK]);
-      if (!locked[0]?.ok) throw new Error('another graphile-migrate run holds its lock; try again when it has finished');
+      const { rows: locked } = await client.query<{ ok: boolean }>(
+        'select pg_try_advisory_xact_lock($1::bigint) as ok',
+        [GRAPHILE_MIGRATE_LOCK],
+      );
+      if (!locked[0]?.ok)
+        throw new Error('another graphile-migrate run holds its lock; try again when it has finished');
       await client.query('lock table graphile_migrate.migrations in exclusive mode');
       const { rows } = await client.query<{ hash: string; filename: string }>(
         'select hash, filename from graphile_migrate.migrations order by filename',
@@ -107,12 +138,14 @@ export async function replaceLegacyHistory(settings: Settings, log: (line: strin
         );
       }
       await client.query('delete from graphile_migrate.migrations where hash = any($1::text[])', [legacyHashes]);
-      await client.query('insert into graphile_migrate.migrations (hash, previous_hash, filename) values ($1, null, $2)', [
-        baseline.hash,
-        recordedFilename(BASELINE_FILENAME),
-      ]);
+      await client.query(
+        'insert into graphile_migrate.migrations (hash, previous_hash, filename) values ($1, null, $2)',
+        [baseline.hash, recordedFilename(BASELINE_FILENAME)],
+      );
       await client.query('commit');
-      log(`replaced the legacy history (${LEGACY_HISTORY.length} migrations) with ${BASELINE_FILENAME}; the schema matched`);
+      log(
+        `replaced the legacy history (${LEGACY_HISTORY.length} migrations) with ${BASELINE_FILENAME}; the schema matched`,
+      );
       return 'replaced';
     } catch (error) {
       await client.query('rollback').catch(() => {});

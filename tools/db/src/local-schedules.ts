@@ -12,8 +12,12 @@ export async function enableLocalSchedules(apiUrl: string): Promise<string[]> {
   await client.connect();
   try {
     for (const name of LOCAL_SCHEDULES) {
-      const { rows } = await client.query('select validation_failure_message from schedules.enable_schedule($1)', [name]);
-      if (rows[0]?.validation_failure_message) throw new Error(`schedule ${name}: ${rows[0].validation_failure_message}`);
+      const { rows } = await client.query<{ validation_failure_message: string | null }>(
+        'select validation_failure_message from schedules.enable_schedule($1)',
+        [name],
+      );
+      if (rows[0]?.validation_failure_message)
+        throw new Error(`schedule ${name}: ${rows[0].validation_failure_message}`);
     }
   } finally {
     await client.end();

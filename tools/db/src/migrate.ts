@@ -13,7 +13,7 @@ import { placeholders, type RoleNames } from './roles.js';
  * graphile-migrate settings from the repository's .gmrc, with the connections and role
  * placeholders given here instead of read from the environment.
  */
-export async function migrateSettings(options: {
+export function migrateSettings(options: {
   ownerUrl: string;
   /** A superuser connection to another database; graphile-migrate needs it only for reset and commit. */
   rootUrl?: string;
@@ -22,7 +22,7 @@ export async function migrateSettings(options: {
   quiet?: boolean;
 }): Promise<Settings> {
   const root = repoRoot();
-  const file = JSON5.parse(readFileSync(join(root, '.gmrc'), 'utf8')) as Settings;
+  const file = JSON5.parse<Settings>(readFileSync(join(root, '.gmrc'), 'utf8'));
   const settings: Settings = {
     ...file,
     connectionString: options.ownerUrl,
@@ -33,12 +33,12 @@ export async function migrateSettings(options: {
   };
   if (options.shadowUrl) settings.shadowConnectionString = options.shadowUrl;
   if (options.quiet) settings.logger = quietLogger();
-  return settings;
+  return Promise.resolve(settings);
 }
 
 function quietLogger(): Logger {
   return new Logger(() => (level, message) => {
-    if (level === 'error') process.stderr.write(`${message}\n`);
+    if (String(level) === 'error') process.stderr.write(`${message}\n`);
   });
 }
 

@@ -6,7 +6,11 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Settings } from 'graphile-migrate';
 // Not re-exported by the package index.
-import { compileIncludes, generatePlaceholderReplacement, parseMigrationText } from 'graphile-migrate/dist/migration.js';
+import {
+  compileIncludes,
+  generatePlaceholderReplacement,
+  parseMigrationText,
+} from 'graphile-migrate/dist/migration.js';
 import { parseSettings } from 'graphile-migrate/dist/settings.js';
 
 export interface MigrationFile {
@@ -55,7 +59,10 @@ export function currentMigrationFiles(migrationsFolder: string): MigrationFile[]
  * The SQL a migration file runs: headers stripped, `--!include` lines replaced by the
  * files they name, placeholders (:DATABASE_OWNER, :DATABASE_WORKER, ...) replaced.
  */
-export async function compileMigration(settings: Settings, file: Pick<MigrationFile, 'path' | 'text' | 'hash'>): Promise<string> {
+export async function compileMigration(
+  settings: Settings,
+  file: Pick<MigrationFile, 'path' | 'text' | 'hash'>,
+): Promise<string> {
   const parsed = await parseSettings(settings);
   // A committed file has its includes compiled already (between `--! Included` lines).
   const withIncludes = file.hash ? file.text : await compileIncludes(parsed, file.text, new Set([file.path]));
@@ -75,7 +82,9 @@ export function isBlankSql(sql: string): boolean {
 }
 
 /** Every migration of `settings.migrationsFolder` in the order a dev database gets them: committed, then current. */
-export async function compiledMigrations(settings: Settings): Promise<{ name: string; sql: string; noTransaction: boolean }[]> {
+export async function compiledMigrations(
+  settings: Settings,
+): Promise<{ name: string; sql: string; noTransaction: boolean }[]> {
   const folder = settings.migrationsFolder ?? 'migrations';
   const files = [...committedMigrations(folder), ...currentMigrationFiles(folder)];
   return Promise.all(

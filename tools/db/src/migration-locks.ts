@@ -50,7 +50,8 @@ export interface MigrationLockReport {
   problems: string[];
 }
 
-const MARKER = /^--[ \t]*lock:[ \t]*access exclusive on[ \t]+([A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*)[ \t]*:[ \t]*(\S.*)$/gim;
+const MARKER =
+  /^--[ \t]*lock:[ \t]*access exclusive on[ \t]+([A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*)[ \t]*:[ \t]*(\S.*)$/gim;
 
 /** The tables a migration's marker comments allow an ACCESS EXCLUSIVE lock on, with why. */
 export function lockMarkers(sql: string): Map<string, string> {
@@ -121,7 +122,9 @@ export async function checkMigrationLocks(options: {
           await client.query('commit');
         } catch (error) {
           await client.query('rollback').catch(() => {});
-          throw new Error(`${migration.name} failed: ${error instanceof Error ? error.message : String(error)}`);
+          throw new Error(`${migration.name} failed: ${error instanceof Error ? error.message : String(error)}`, {
+            cause: error,
+          });
         }
       }
       if (!blank && lockTimeout === '0') {

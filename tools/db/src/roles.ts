@@ -27,7 +27,8 @@ export function roleNamesFromEnv(env: NodeJS.ProcessEnv = process.env): RoleName
     app: env.DATABASE_APP ?? 'queue_app_user',
     api: env.DATABASE_API ?? 'queue_api_user',
   };
-  for (const [key, name] of Object.entries(names)) {
+  for (const key of Object.keys(names) as (keyof RoleNames)[]) {
+    const name = names[key];
     if (!ROLE_NAME.test(name)) {
       throw new Error(`role name for ${key} must match ${ROLE_NAME}, got ${JSON.stringify(name)}`);
     }

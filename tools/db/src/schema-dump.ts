@@ -44,9 +44,7 @@ function formatAcl(acl: AclRow[] | null, role: (name: string) => string, indent 
     list.push(item.privilege + (item.grantable ? ' with grant option' : ''));
     byGrantee.set(key, list);
   }
-  return [...byGrantee]
-    .map(([key, privileges]) => `${indent}grant ${privileges.sort().join(', ')} to ${key}`)
-    .sort();
+  return [...byGrantee].map(([key, privileges]) => `${indent}grant ${privileges.sort().join(', ')} to ${key}`).sort();
 }
 
 /**
@@ -88,7 +86,14 @@ export async function dumpSchema(client: pg.ClientBase, roles: RoleNames): Promi
   );
   out.push('-- Schemas\n');
   for (const s of schemas) {
-    out.push([`create schema ${s.name};`, `  owner ${role(s.owner)}`, ...formatAcl(s.acl, role), ...comment('schema', s.name, s.comment)].join('\n'));
+    out.push(
+      [
+        `create schema ${s.name};`,
+        `  owner ${role(s.owner)}`,
+        ...formatAcl(s.acl, role),
+        ...comment('schema', s.name, s.comment),
+      ].join('\n'),
+    );
   }
 
   // Default privileges.
@@ -101,7 +106,10 @@ export async function dumpSchema(client: pg.ClientBase, roles: RoleNames): Promi
   );
   out.push('\n-- Default privileges\n');
   const defaultLines = defaults.map((d) =>
-    [`default privileges for ${role(d.owner)}${d.schema ? ` in schema ${d.schema}` : ''} on ${d.objtype}`, ...formatAcl(d.acl, role)].join('\n'),
+    [
+      `default privileges for ${role(d.owner)}${d.schema ? ` in schema ${d.schema}` : ''} on ${d.objtype}`,
+      ...formatAcl(d.acl, role),
+    ].join('\n'),
   );
   out.push(...defaultLines.sort());
 
@@ -140,7 +148,14 @@ export async function dumpSchema(client: pg.ClientBase, roles: RoleNames): Promi
   if (types.length > 0) {
     out.push('\n-- Types\n');
     for (const t of types) {
-      out.push([`create type ${t.name} as ${t.def};`, `  owner ${role(t.owner)}`, ...formatAcl(t.acl, role), ...comment('type', t.name, t.comment)].join('\n'));
+      out.push(
+        [
+          `create type ${t.name} as ${t.def};`,
+          `  owner ${role(t.owner)}`,
+          ...formatAcl(t.acl, role),
+          ...comment('type', t.name, t.comment),
+        ].join('\n'),
+      );
     }
   }
 
@@ -272,17 +287,31 @@ export async function dumpSchema(client: pg.ClientBase, roles: RoleNames): Promi
     ];
     if (t.rls) lines.push(`  row level security enabled${t.forcerls ? ', forced' : ''}`);
     lines.push(...comment('table', t.name, t.comment));
-    for (const c of constraintsOf.get(Number(t.oid)) ?? []) lines.push(...comment(`constraint ${c.name} on`, t.name, c.comment));
+    for (const c of constraintsOf.get(Number(t.oid)) ?? [])
+      lines.push(...comment(`constraint ${c.name} on`, t.name, c.comment));
     for (const i of indexesOf.get(Number(t.oid)) ?? []) lines.push(`${i.def};`, ...comment('index', i.name, i.comment));
     for (const tr of triggersOf.get(Number(t.oid)) ?? []) {
-      lines.push(`${tr.def};${tr.enabled === 'O' ? '' : ` -- enabled: ${tr.enabled}`}`, ...comment(`trigger ${tr.name} on`, t.name, tr.comment));
+      lines.push(
+        `${tr.def};${tr.enabled === 'O' ? '' : ` -- enabled: ${tr.enabled}`}`,
+        ...comment(`trigger ${tr.name} on`, t.name, tr.comment),
+      );
     }
-    for (const p of policiesOf.get(Number(t.oid)) ?? []) lines.push(`create policy ${p.name} on ${t.name} as ${p.def};`);
+    for (const p of policiesOf.get(Number(t.oid)) ?? [])
+      lines.push(`create policy ${p.name} on ${t.name} as ${p.def};`);
     out.push(lines.join('\n') + '\n');
   }
 
   // Views and materialized views.
-  const views = await q<{ oid: number; name: string; kind: string; owner: string; options: string[] | null; def: string; acl: AclRow[] | null; comment: string | null }>(
+  const views = await q<{
+    oid: number;
+    name: string;
+    kind: string;
+    owner: string;
+    options: string[] | null;
+    def: string;
+    acl: AclRow[] | null;
+    comment: string | null;
+  }>(
     `select c.oid, format('%I.%I', n.nspname, c.relname) as name, c.relkind as kind, pg_get_userbyid(c.relowner) as owner,
             c.reloptions as options, pg_get_viewdef(c.oid, true) as def, ${aclJson('c.relacl', 'r', 'c.relowner')} as acl,
             obj_description(c.oid, 'pg_class') as comment
@@ -353,7 +382,14 @@ export async function dumpSchema(client: pg.ClientBase, roles: RoleNames): Promi
   }
 
   // Functions and procedures (full definitions), aggregates by signature.
-  const functions = await q<{ signature: string; kind: string; def: string | null; owner: string; acl: AclRow[] | null; comment: string | null }>(
+  const functions = await q<{
+    signature: string;
+    kind: string;
+    def: string | null;
+    owner: string;
+    acl: AclRow[] | null;
+    comment: string | null;
+  }>(
     `select format('%I.%I(%s)', n.nspname, p.proname, pg_get_function_identity_arguments(p.oid)) as signature,
             p.prokind as kind, case when p.prokind in ('f', 'p', 'w') then pg_get_functiondef(p.oid) end as def,
             pg_get_userbyid(p.proowner) as owner, ${aclJson('p.proacl', 'f', 'p.proowner')} as acl, obj_description(p.oid, 'pg_proc') as comment
@@ -373,11 +409,21 @@ export async function dumpSchema(client: pg.ClientBase, roles: RoleNames): Promi
       ].join('\n') + '\n',
     );
   }
-  return out.join('\n').replace(/[ \t]+$/gm, '').trimEnd() + '\n';
+  return (
+    out
+      .join('\n')
+      .replace(/[ \t]+$/gm, '')
+      .trimEnd() + '\n'
+  );
 }
 
 /** A unified diff of two texts (Myers' algorithm), with `context` lines around changes; '' when equal. */
-export function unifiedDiff(a: string, b: string, labels: [string, string] = ['expected', 'actual'], context = 3): string {
+export function unifiedDiff(
+  a: string,
+  b: string,
+  labels: [string, string] = ['expected', 'actual'],
+  context = 3,
+): string {
   if (a === b) return '';
   const x = a.split('\n');
   const y = b.split('\n');
@@ -400,7 +446,10 @@ export function unifiedDiff(a: string, b: string, labels: [string, string] = ['e
   outer: for (let d = 0; d <= max; d++) {
     trace.push(new Map(v));
     for (let k = -d; k <= d; k += 2) {
-      let i = k === -d || (k !== d && (v.get(k - 1) ?? -1) < (v.get(k + 1) ?? -1)) ? (v.get(k + 1) ?? 0) : (v.get(k - 1) ?? 0) + 1;
+      let i =
+        k === -d || (k !== d && (v.get(k - 1) ?? -1) < (v.get(k + 1) ?? -1))
+          ? (v.get(k + 1) ?? 0)
+          : (v.get(k - 1) ?? 0) + 1;
       let j = i - k;
       while (i < n && j < m && xs[i] === ys[j]) {
         i++;
@@ -421,7 +470,10 @@ export function unifiedDiff(a: string, b: string, labels: [string, string] = ['e
     const prevK = k === -d || (k !== d && (vd.get(k - 1) ?? -1) < (vd.get(k + 1) ?? -1)) ? k + 1 : k - 1;
     const prevI = vd.get(prevK) ?? 0;
     const prevJ = prevI - prevK;
-    while (i > prevI && j > prevJ) ops.push({ op: ' ', text: xs[--i]! }), j--;
+    while (i > prevI && j > prevJ) {
+      ops.push({ op: ' ', text: xs[--i]! });
+      j--;
+    }
     if (d > 0) {
       if (i === prevI) ops.push({ op: '+', text: ys[--j]! });
       else ops.push({ op: '-', text: xs[--i]! });

@@ -3,7 +3,14 @@ import pg from 'pg';
 import { destroyEmbedded, startEmbedded } from './embedded.js';
 import { migrateDatabase, migrateSettings } from './migrate.js';
 import { dataRoot } from './paths.js';
-import { ensureRoles, generatePasswords, hardenDatabase, roleNamesFromEnv, type RoleNames, type RolePasswords } from './roles.js';
+import {
+  ensureRoles,
+  generatePasswords,
+  hardenDatabase,
+  roleNamesFromEnv,
+  type RoleNames,
+  type RolePasswords,
+} from './roles.js';
 import { withDatabase } from './urls.js';
 
 /**

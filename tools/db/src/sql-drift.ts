@@ -102,7 +102,10 @@ export async function findSqlDrift(options: {
     }
     if (drifts.length === 0) {
       // Only together do the files change something (one redefines what another made).
-      drifts.push({ file: '(all files together)', diff: unifiedDiff(before, after, ['the migrated database', 'after every sql/ file']) });
+      drifts.push({
+        file: '(all files together)',
+        diff: unifiedDiff(before, after, ['the migrated database', 'after every sql/ file']),
+      });
     }
     return drifts;
   } finally {

@@ -31,7 +31,12 @@ async function database(options: { empty?: boolean } = {}): Promise<TestDatabase
 }
 
 async function settingsFor(db: TestDatabase, migrationsFolder = join(repoRoot(), 'migrations')): Promise<Settings> {
-  const settings = await migrateSettings({ ownerUrl: db.url('owner'), rootUrl: inject('queueTestServer').rootUrl, roles: db.roles, quiet: true });
+  const settings = await migrateSettings({
+    ownerUrl: db.url('owner'),
+    rootUrl: inject('queueTestServer').rootUrl,
+    roles: db.roles,
+    quiet: true,
+  });
   settings.migrationsFolder = migrationsFolder;
   return settings;
 }
@@ -84,14 +89,15 @@ describe('the baseline', () => {
   it('builds the same catalog and the same rows as the five migrations it replaced', async () => {
     const legacy = await migratedWith(folderWith(legacyFiles()));
     const baseline = await migratedWith(folderWith([join(repoRoot(), 'migrations', 'committed', BASELINE_FILENAME)]));
-    const diff = unifiedDiff(await dumpDatabase(legacy.url('owner'), legacy.roles), await dumpDatabase(baseline.url('owner'), baseline.roles), [
-      'legacy 000001-000005',
-      BASELINE_FILENAME,
-    ]);
+    const diff = unifiedDiff(
+      await dumpDatabase(legacy.url('owner'), legacy.roles),
+      await dumpDatabase(baseline.url('owner'), baseline.roles),
+      ['legacy 000001-000005', BASELINE_FILENAME],
+    );
     expect(diff, diff).toBe('');
     const rows = await tableContents(baseline);
-    expect(rows['queues.task_type']!.length).toBeGreaterThan(5);
-    expect(rows['internal.runnable_function']!.length).toBeGreaterThan(5);
+    expect(rows['queues.task_type'].length).toBeGreaterThan(5);
+    expect(rows['internal.runnable_function'].length).toBeGreaterThan(5);
     expect(await tableContents(legacy)).toEqual(rows);
   });
 
@@ -113,19 +119,24 @@ describe('a database migrated with the legacy history', () => {
 
     const lines: string[] = [];
     await migrateDatabase(await settingsFor(db), { log: (line) => lines.push(line) });
-    expect(lines).toEqual([expect.stringMatching(/replaced the legacy history \(5 migrations\) with 000001-baseline\.sql/)]);
+    expect(lines).toEqual([
+      expect.stringMatching(/replaced the legacy history \(5 migrations\) with 000001-baseline\.sql/),
+    ]);
 
     // Its history is the repository's now, and its schema is a fresh database's.
     const { rows: history } = await db.query<{ filename: string; previous_hash: string | null }>(
       'select filename, previous_hash from graphile_migrate.migrations order by filename',
     );
-    expect(history.map((h) => h.filename)).toEqual(committedMigrations(join(repoRoot(), 'migrations')).map((m) => recordedFilename(m.name)));
-    expect(history[0]!.previous_hash).toBeNull();
+    expect(history.map((h) => h.filename)).toEqual(
+      committedMigrations(join(repoRoot(), 'migrations')).map((m) => recordedFilename(m.name)),
+    );
+    expect(history[0].previous_hash).toBeNull();
     const fresh = await database();
-    const diff = unifiedDiff(await dumpDatabase(fresh.url('owner'), fresh.roles), await dumpDatabase(db.url('owner'), db.roles), [
-      'fresh database',
-      'upgraded legacy database',
-    ]);
+    const diff = unifiedDiff(
+      await dumpDatabase(fresh.url('owner'), fresh.roles),
+      await dumpDatabase(db.url('owner'), db.roles),
+      ['fresh database', 'upgraded legacy database'],
+    );
     expect(diff, diff).toBe('');
 
     // The data is there.
@@ -158,7 +169,7 @@ describe('a database migrated with the legacy history', () => {
       .pool('app')
       .query<{ id: string }>(`select queues.enqueue('product_resync', '{"store_id": 1}')::text as id`);
     const next = await claim(null);
-    expect(next.map((t) => t.task_id)).toEqual([enqueued[0]!.id]);
+    expect(next.map((t) => t.task_id)).toEqual([enqueued[0].id]);
 
     // Migrating again changes nothing.
     expect(await replaceLegacyHistory(await settingsFor(db))).toBe('not-legacy');
@@ -169,7 +180,7 @@ describe('a database migrated with the legacy history', () => {
     const db = await migratedWith(folderWith(legacyFiles()));
     await db.query('alter table queues.worker add column hostname text');
     await expect(migrateDatabase(await settingsFor(db))).rejects.toThrow(
-      /its schema is not what 000001-baseline\.sql builds[\s\S]*\n\+  hostname text,/,
+      /its schema is not what 000001-baseline\.sql builds[\s\S]*\n\+ {2}hostname text,/,
     );
     const { rows } = await db.query<{ hash: string }>('select hash from graphile_migrate.migrations order by filename');
     expect(rows.map((r) => r.hash)).toEqual(LEGACY_HISTORY.map((m) => m.hash));
@@ -180,7 +191,9 @@ describe('a database migrated with the legacy history', () => {
 
   it('is refused when it has only part of the legacy history', async () => {
     const db = await migratedWith(folderWith(legacyFiles(3)));
-    await expect(migrateDatabase(await settingsFor(db))).rejects.toThrow(/only a database with exactly the five legacy migrations/);
+    await expect(migrateDatabase(await settingsFor(db))).rejects.toThrow(
+      /only a database with exactly the five legacy migrations/,
+    );
     const { rows } = await db.query('select count(*)::int as n from graphile_migrate.migrations');
     expect(rows[0]).toEqual({ n: 3 });
   });
@@ -191,21 +204,33 @@ describe('npm run migrate', () => {
     const db = await database({ empty: true });
     const { spawnSync } = await import('node:child_process');
     const result = spawnSync(process.execPath, [join(repoRoot(), 'tools', 'db', 'dist', 'cli', 'migrate.js')], {
-      env: { ...process.env, DATABASE_URL: db.url('owner'), DATABASE_WORKER: db.roles.worker, DATABASE_APP: db.roles.app, DATABASE_API: db.roles.api },
+      env: {
+        ...process.env,
+        DATABASE_URL: db.url('owner'),
+        DATABASE_WORKER: db.roles.worker,
+        DATABASE_APP: db.roles.app,
+        DATABASE_API: db.roles.api,
+      },
       encoding: 'utf8',
     });
     expect(result.stderr).toBe('');
     expect(result.status).toBe(0);
     expect(result.stdout).toContain('migrated postgres://');
-    expect(result.stdout).not.toContain(db.url('owner').split('@')[0]!.split(':').pop()!); // no password
-    const { rows } = await db.query<{ filename: string }>('select filename from graphile_migrate.migrations order by filename');
-    expect(rows.map((r) => r.filename)).toEqual(committedMigrations(join(repoRoot(), 'migrations')).map((m) => recordedFilename(m.name)));
+    expect(result.stdout).not.toContain(db.url('owner').split('@')[0].split(':').pop()!); // no password
+    const { rows } = await db.query<{ filename: string }>(
+      'select filename from graphile_migrate.migrations order by filename',
+    );
+    expect(rows.map((r) => r.filename)).toEqual(
+      committedMigrations(join(repoRoot(), 'migrations')).map((m) => recordedFilename(m.name)),
+    );
 
     const bad = spawnSync(process.execPath, [join(repoRoot(), 'tools', 'db', 'dist', 'cli', 'migrate.js')], {
       env: { ...process.env, DATABASE_URL: db.url('owner'), DATABASE_WORKER: '', DATABASE_APP: '', DATABASE_API: '' },
       encoding: 'utf8',
     });
     expect(bad.status).toBe(1);
-    expect(bad.stderr).toBe('migrate failed: set DATABASE_WORKER, DATABASE_APP, DATABASE_API (the role names the migrations grant to)\n');
+    expect(bad.stderr).toBe(
+      'migrate failed: set DATABASE_WORKER, DATABASE_APP, DATABASE_API (the role names the migrations grant to)\n',
+    );
   });
 });

@@ -42,8 +42,12 @@ describe('generated clients', () => {
     await runPgtyped({ cwd: join(queries, '..', '..'), config: 'pgtyped.json', databaseUrl: db.url('owner') });
     const config = JSON.parse(readFileSync(join(pkg, 'pgtyped.json'), 'utf8')) as { srcDir: string };
     const committedDir = join(pkg, config.srcDir);
-    const generated = readdirSync(queries).filter((f) => f.endsWith('.queries.ts')).sort();
-    const committed = readdirSync(committedDir).filter((f) => f.endsWith('.queries.ts')).sort();
+    const generated = readdirSync(queries)
+      .filter((f) => f.endsWith('.queries.ts'))
+      .sort();
+    const committed = readdirSync(committedDir)
+      .filter((f) => f.endsWith('.queries.ts'))
+      .sort();
     expect(committed, 'a committed generated file has no .sql source, or one is missing').toEqual(generated);
     for (const file of generated) {
       expect(readFileSync(join(committedDir, file), 'utf8'), `${file} differs: run npm run codegen`).toBe(
@@ -53,7 +57,7 @@ describe('generated clients', () => {
   });
 
   it('a query that does not type fails the run, although pgtyped exits 0', async () => {
-    const queries = copyQueries(packages[0]!);
+    const queries = copyQueries(packages[0]);
     writeFileSync(join(queries, 'broken.sql'), '/* @name Broken */\nselect nope from queues.nothing;\n');
     await expect(
       runPgtyped({ cwd: join(queries, '..', '..'), config: 'pgtyped.json', databaseUrl: db.url('owner') }),

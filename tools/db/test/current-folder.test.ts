@@ -1,7 +1,16 @@
 // migrations/current/ after the baseline: missing or empty (a .gitkeep) is fine for migrate and the
 // current-migration run, files added later (with includes and placeholders) are applied,
 // and `graphile-migrate commit` turns them into the next committed migration.
-import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  cpSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { commit } from 'graphile-migrate';
@@ -87,7 +96,11 @@ grant execute on function admin.current_probe() to :DATABASE_API;
       const freshSettings = { ...settings, connectionString: fresh.url('owner') };
       const migrations = await compiledMigrations(freshSettings);
       expect(migrations.map((m) => m.name).slice(-2)).toEqual([committed.at(-1), 'current/1-current.sql']);
-      const reports = await checkMigrationLocks({ url: fresh.url('owner'), migrations, seed: async (c) => void (await seedQueue(c)) });
+      const reports = await checkMigrationLocks({
+        url: fresh.url('owner'),
+        migrations,
+        seed: async (c) => void (await seedQueue(c)),
+      });
       expect(reports.flatMap((r) => r.problems)).toEqual([]);
     } finally {
       await fresh.drop();

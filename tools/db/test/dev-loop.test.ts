@@ -48,7 +48,12 @@ beforeAll(async () => {
   cpSync(join(repoRoot(), 'packages', 'queue-client', 'pgtyped.json'), join(pkg, 'pgtyped.json'));
 
   const ctx = inject('queueTestServer');
-  const settings = await migrateSettings({ ownerUrl: db.url('owner'), rootUrl: ctx.rootUrl, roles: db.roles, quiet: true });
+  const settings = await migrateSettings({
+    ownerUrl: db.url('owner'),
+    rootUrl: ctx.rootUrl,
+    roles: db.roles,
+    quiet: true,
+  });
   settings.migrationsFolder = migrations;
   loop = startDevLoop({
     settings,
@@ -82,7 +87,9 @@ describe('dev loop', () => {
     expect(await done).toBeUndefined();
     const { rows } = await db.query(`select queues.dev_probe(3) as probe`);
     expect(rows[0].probe).toBe('xxx');
-    expect(readFileSync(join(tmp, 'schema.sql'), 'utf8')).toContain('CREATE OR REPLACE FUNCTION queues.dev_probe(_n integer)');
+    expect(readFileSync(join(tmp, 'schema.sql'), 'utf8')).toContain(
+      'CREATE OR REPLACE FUNCTION queues.dev_probe(_n integer)',
+    );
 
     done = nextCycle();
     writeFileSync(

@@ -26,7 +26,12 @@ async function database(options: { empty?: boolean } = {}): Promise<TestDatabase
 }
 
 async function settingsFor(db: TestDatabase, migrationsFolder = join(repoRoot(), 'migrations')) {
-  const settings = await migrateSettings({ ownerUrl: db.url('owner'), rootUrl: inject('queueTestServer').rootUrl, roles: db.roles, quiet: true });
+  const settings = await migrateSettings({
+    ownerUrl: db.url('owner'),
+    rootUrl: inject('queueTestServer').rootUrl,
+    roles: db.roles,
+    quiet: true,
+  });
   settings.migrationsFolder = migrationsFolder;
   return settings;
 }
@@ -74,10 +79,15 @@ describe('the lock check', () => {
 
   it('fails a migration that alters queues.task_pending without a marker, and names the table', async () => {
     const [report] = await check([
-      { name: '110-priority.sql', sql: `set local lock_timeout = '5s';\nalter table queues.task_pending add column if not exists probe_a integer;` },
+      {
+        name: '110-priority.sql',
+        sql: `set local lock_timeout = '5s';\nalter table queues.task_pending add column if not exists probe_a integer;`,
+      },
     ]);
-    expect(report!.locked).toEqual(['queues.task_pending']);
-    expect(report!.problems).toEqual([expect.stringMatching(/110-priority\.sql takes an ACCESS EXCLUSIVE lock on queues\.task_pending/)]);
+    expect(report.locked).toEqual(['queues.task_pending']);
+    expect(report.problems).toEqual([
+      expect.stringMatching(/110-priority\.sql takes an ACCESS EXCLUSIVE lock on queues\.task_pending/),
+    ]);
     // The hot tables existed, so the seed ran first: the table had rows.
     expect(seeds).toBe(1);
   });
@@ -91,8 +101,8 @@ describe('the lock check', () => {
 alter table queues.task_pending add column if not exists probe_b integer;`,
       },
     ]);
-    expect(report!.locked).toEqual(['queues.task_pending']);
-    expect(report!.problems).toEqual([]);
+    expect(report.locked).toEqual(['queues.task_pending']);
+    expect(report.problems).toEqual([]);
   });
 
   it('a marker for one table does not cover another', async () => {
@@ -104,9 +114,9 @@ alter table queues.task_pending add column if not exists probe_b integer;`,
 alter table queues.task_lease add column if not exists probe_c integer;`,
       },
     ]);
-    expect(report!.locked).toEqual(['queues.task_lease']);
-    expect(report!.problems).toHaveLength(1);
-    expect(report!.problems[0]).toContain('queues.task_lease');
+    expect(report.locked).toEqual(['queues.task_lease']);
+    expect(report.problems).toHaveLength(1);
+    expect(report.problems[0]).toContain('queues.task_lease');
   });
 
   it('fails a migration without lock_timeout, and lets a blank one pass', async () => {
@@ -116,13 +126,16 @@ alter table queues.task_lease add column if not exists probe_c integer;`,
         sql: `create or replace function queues.lock_probe() returns int language sql immutable set search_path = pg_catalog, pg_temp as $$ select 1 $$;`,
       },
       { name: '220-blank.sql', sql: '-- nothing yet\n' },
-      { name: '230-new-table.sql', sql: `set local lock_timeout = '5s';\ncreate table queues.lock_probe_table (x int);\nalter table queues.lock_probe_table add column y int;` },
+      {
+        name: '230-new-table.sql',
+        sql: `set local lock_timeout = '5s';\ncreate table queues.lock_probe_table (x int);\nalter table queues.lock_probe_table add column y int;`,
+      },
     ]);
-    expect(reports[0]!.problems).toEqual([expect.stringMatching(/210-fn\.sql does not set lock_timeout/)]);
-    expect(reports[1]!.problems).toEqual([]);
+    expect(reports[0].problems).toEqual([expect.stringMatching(/210-fn\.sql does not set lock_timeout/)]);
+    expect(reports[1].problems).toEqual([]);
     // A table that is not hot may be locked freely (and a new one is never hot).
-    expect(reports[2]!.locked).toEqual([]);
-    expect(reports[2]!.problems).toEqual([]);
+    expect(reports[2].locked).toEqual([]);
+    expect(reports[2].problems).toEqual([]);
   });
 
   it('reads markers in plain SQL comments only', () => {
@@ -136,7 +149,10 @@ select 1;`);
   });
 
   it('the hot tables exist', async () => {
-    const { rows } = await db.query<{ t: string | null }>('select to_regclass(t)::text as t from unnest($1::text[]) t', [HOT_TABLES]);
+    const { rows } = await db.query<{ t: string | null }>(
+      'select to_regclass(t)::text as t from unnest($1::text[]) t',
+      [HOT_TABLES],
+    );
     expect(rows.map((r) => r.t)).toEqual([...HOT_TABLES]);
   });
 });
@@ -150,13 +166,23 @@ describe('migrations/current/ as the check reads it', () => {
     mkdirSync(join(folder, 'current'));
     symlinkSync(join(repoRoot(), 'sql'), join(folder, 'fixtures'));
     writeFileSync(join(folder, 'current', '.gitkeep'), '');
-    writeFileSync(join(folder, 'current', '310-ops.sql'), `set local lock_timeout = '5s';\ngrant usage on schema queues to :DATABASE_API;\n`);
-    writeFileSync(join(folder, 'current', '110-semantic.sql'), `set local lock_timeout = '5s';\n--!include queues/triggers.sql\n`);
+    writeFileSync(
+      join(folder, 'current', '310-ops.sql'),
+      `set local lock_timeout = '5s';\ngrant usage on schema queues to :DATABASE_API;\n`,
+    );
+    writeFileSync(
+      join(folder, 'current', '110-semantic.sql'),
+      `set local lock_timeout = '5s';\n--!include queues/triggers.sql\n`,
+    );
     writeFileSync(join(folder, 'current', '1-current.sql'), `-- Nothing here yet\n`);
     const migrations = await compiledMigrations(await settingsFor(db, folder));
-    expect(migrations.map((m) => m.name)).toEqual(['current/1-current.sql', 'current/110-semantic.sql', 'current/310-ops.sql']);
-    expect(migrations[1]!.sql).toContain('create or replace function queues.forbid_fact_update()');
-    expect(migrations[1]!.sql).not.toContain('--!include');
-    expect(migrations[2]!.sql).toContain(`to ${db.roles.api};`);
+    expect(migrations.map((m) => m.name)).toEqual([
+      'current/1-current.sql',
+      'current/110-semantic.sql',
+      'current/310-ops.sql',
+    ]);
+    expect(migrations[1].sql).toContain('create or replace function queues.forbid_fact_update()');
+    expect(migrations[1].sql).not.toContain('--!include');
+    expect(migrations[2].sql).toContain(`to ${db.roles.api};`);
   });
 });

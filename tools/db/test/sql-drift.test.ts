@@ -13,7 +13,12 @@ let compile: (file: SqlFile) => Promise<string>;
 const sqlDir = join(repoRoot(), 'sql');
 beforeAll(async () => {
   db = await createTestDatabase();
-  const settings = await migrateSettings({ ownerUrl: db.url('owner'), rootUrl: inject('queueTestServer').rootUrl, roles: db.roles, quiet: true });
+  const settings = await migrateSettings({
+    ownerUrl: db.url('owner'),
+    rootUrl: inject('queueTestServer').rootUrl,
+    roles: db.roles,
+    quiet: true,
+  });
   compile = (file) => compileMigration(settings, { path: join(sqlDir, file.name), text: file.text });
 });
 afterAll(async () => {
@@ -53,8 +58,8 @@ describe('the drift check', () => {
     });
     const found = await drift(edited);
     expect(found.map((d) => d.file)).toEqual(['queues/fail.sql']);
-    expect(found[0]!.diff).toMatch(/^-    raise exception 'error_message must not be empty'/m);
-    expect(found[0]!.diff).toMatch(/^\+    raise exception 'error_message is required'/m);
+    expect(found[0].diff).toMatch(/^- {4}raise exception 'error_message must not be empty'/m);
+    expect(found[0].diff).toMatch(/^\+ {4}raise exception 'error_message is required'/m);
     expect(formatDrift(found)).toContain('sql/queues/fail.sql differs from what the migrations applied');
   });
 
@@ -68,21 +73,33 @@ describe('the drift check', () => {
       },
     ]);
     expect(found.map((d) => d.file)).toEqual(['queues/new_thing.sql']);
-    expect(found[0]!.diff).toContain('+CREATE OR REPLACE FUNCTION queues.drift_probe()');
+    expect(found[0].diff).toContain('+CREATE OR REPLACE FUNCTION queues.drift_probe()');
   });
 
   it('names a file that no longer applies, and a changed grant in a privileges file', async () => {
     const found = await drift([
-      ...replaceFile('queues/privileges.sql', (text) => `${text}\ngrant execute on function queues.rebuild_task_pending() to :DATABASE_WORKER;\n`),
-      { name: 'queues/broken.sql', text: 'create or replace view queues.drift_view as select nope from queues.nothing;' },
+      ...replaceFile(
+        'queues/privileges.sql',
+        (text) => `${text}\ngrant execute on function queues.rebuild_task_pending() to :DATABASE_WORKER;\n`,
+      ),
+      {
+        name: 'queues/broken.sql',
+        text: 'create or replace view queues.drift_view as select nope from queues.nothing;',
+      },
     ]);
     expect(found.map((d) => d.file).sort()).toEqual(['queues/broken.sql', 'queues/privileges.sql']);
-    expect(found.find((d) => d.file === 'queues/broken.sql')!.error).toMatch(/relation "queues.nothing" does not exist/);
-    expect(found.find((d) => d.file === 'queues/privileges.sql')!.diff).toContain('+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)');
+    expect(found.find((d) => d.file === 'queues/broken.sql')!.error).toMatch(
+      /relation "queues.nothing" does not exist/,
+    );
+    expect(found.find((d) => d.file === 'queues/privileges.sql')!.diff).toContain(
+      '+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)',
+    );
   });
 
   it('leaves the database as it was', async () => {
-    const { rows } = await db.query(`select to_regprocedure('queues.drift_probe()') as probe, to_regclass('queues.drift_view') as view`);
+    const { rows } = await db.query(
+      `select to_regprocedure('queues.drift_probe()') as probe, to_regclass('queues.drift_view') as view`,
+    );
     expect(rows[0]).toEqual({ probe: null, view: null });
   });
 });

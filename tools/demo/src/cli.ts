@@ -27,9 +27,8 @@ async function main(): Promise<number> {
   await owner.connect();
   await app.connect();
   let worker: Worker | undefined;
-  const previousScale = (await owner.query(`select value from internal.setting where name = 'backoff_scale'`)).rows[0]?.value as
-    | string
-    | undefined;
+  const previousScale = (await owner.query(`select value from internal.setting where name = 'backoff_scale'`)).rows[0]
+    ?.value as string | undefined;
   try {
     await owner.query(
       `insert into internal.setting (name, value) values ('backoff_scale', '0.02')
@@ -47,9 +46,10 @@ async function main(): Promise<number> {
 
     // Domain data (as the owner: the demo plays the app that owns accounts and files).
     const accountId = (
-      await owner.query(`insert into accounts.account (email, display_name) values ($1, 'Demo User') returning account_id`, [
-        `demo-${stamp}@example.com`,
-      ])
+      await owner.query(
+        `insert into accounts.account (email, display_name) values ($1, 'Demo User') returning account_id`,
+        [`demo-${stamp}@example.com`],
+      )
     ).rows[0].account_id as string;
     for (const n of [1, 2]) {
       await owner.query(`insert into files.file (account_id, bucket, object_key) values ($1, $2, $3)`, [
@@ -59,27 +59,35 @@ async function main(): Promise<number> {
       ]);
     }
     const looseFileId = (
-      await owner.query(`insert into files.file (account_id, bucket, object_key) values ($1, $2, $3) returning file_id`, [
-        accountId,
-        bucket,
-        object(`exports/${stamp}.zip`),
-      ])
+      await owner.query(
+        `insert into files.file (account_id, bucket, object_key) values ($1, $2, $3) returning file_id`,
+        [accountId, bucket, object(`exports/${stamp}.zip`)],
+      )
     ).rows[0].file_id as string;
 
     // Kick-offs, as the app role.
     const email = (
-      await app.query(`select * from comms.send_email('Demo <demo@example.com>', $1, 'Hello from the queue', '<p>It works.</p>')`, [
-        `reader-${stamp}@example.com`,
-      ])
+      await app.query(
+        `select * from comms.send_email('Demo <demo@example.com>', $1, 'Hello from the queue', '<p>It works.</p>')`,
+        [`reader-${stamp}@example.com`],
+      )
     ).rows[0];
     const sms = (await app.query(`select * from comms.send_sms('+14155550123', 'Hello from the queue')`)).rows[0];
     const file = (await app.query(`select * from files.kickoff_file_deletion($1)`, [looseFileId])).rows[0];
     const account = (await app.query(`select * from api.request_account_deletion($1)`, [accountId])).rows[0];
-    for (const [name, row] of [['email', email], ['sms', sms], ['file', file], ['account', account]] as const) {
-      if (row?.validation_failure_message) throw new Error(`${name} kickoff refused: ${row.validation_failure_message}`);
+    for (const [name, row] of [
+      ['email', email],
+      ['sms', sms],
+      ['file', file],
+      ['account', account],
+    ] as const) {
+      if (row?.validation_failure_message)
+        throw new Error(`${name} kickoff refused: ${row.validation_failure_message}`);
     }
     const accountTaskId = (
-      await owner.query(`select account_deletion_task_id from accounts.account_deletion_task where account_id = $1`, [accountId])
+      await owner.query(`select account_deletion_task_id from accounts.account_deletion_task where account_id = $1`, [
+        accountId,
+      ])
     ).rows[0].account_deletion_task_id as string;
 
     const terminal = (table: string, key: string) => `
@@ -88,20 +96,48 @@ async function main(): Promise<number> {
                   else 'running' end as state,
              coalesce((select reason from ${table}_failed where ${key} = $1), '') as detail`;
     const processes: Process[] = [
-      { name: `send email #${email.send_email_task_id}`, stateSql: terminal('comms.send_email_task', 'send_email_task_id'), id: email.send_email_task_id },
-      { name: `send SMS #${sms.send_sms_task_id}`, stateSql: terminal('comms.send_sms_task', 'send_sms_task_id'), id: sms.send_sms_task_id },
-      { name: `delete file #${looseFileId}`, stateSql: terminal('files.file_deletion_task', 'file_deletion_task_id'), id: file.file_deletion_task_id },
-      { name: `delete account #${accountId}`, stateSql: terminal('accounts.account_deletion_task', 'account_deletion_task_id'), id: accountTaskId },
+      {
+        name: `send email #${email.send_email_task_id}`,
+        stateSql: terminal('comms.send_email_task', 'send_email_task_id'),
+        id: email.send_email_task_id,
+      },
+      {
+        name: `send SMS #${sms.send_sms_task_id}`,
+        stateSql: terminal('comms.send_sms_task', 'send_sms_task_id'),
+        id: sms.send_sms_task_id,
+      },
+      {
+        name: `delete file #${looseFileId}`,
+        stateSql: terminal('files.file_deletion_task', 'file_deletion_task_id'),
+        id: file.file_deletion_task_id,
+      },
+      {
+        name: `delete account #${accountId}`,
+        stateSql: terminal('accounts.account_deletion_task', 'account_deletion_task_id'),
+        id: accountTaskId,
+      },
     ];
     say('Kicked off: ' + processes.map((p) => p.name).join(', '));
 
     const logger = createLogger(process.env.LOG_LEVEL ?? 'warn');
     worker = new Worker({
-      databaseUrl: urls.worker, roles: null, workerId: `demo-${stamp}`, concurrency: 8, pollIntervalMs: 200,
-      heartbeatIntervalMs: 5000, leaseSeconds: 60, maxLeases: 5, shutdownGraceMs: 5000,
-      registry: defaultRegistry(providersFromEnv(process.env, logger)), logger,
+      databaseUrl: urls.worker,
+      roles: null,
+      workerId: `demo-${stamp}`,
+      concurrency: 8,
+      pollIntervalMs: 200,
+      heartbeatIntervalMs: 5000,
+      leaseSeconds: 60,
+      maxLeases: 5,
+      shutdownGraceMs: 5000,
+      registry: defaultRegistry(providersFromEnv(process.env, logger)),
+      logger,
     });
-    worker.on('completed', (task, report) => say(`  task ${task.taskId} ${task.taskType.padEnd(11)} ${report.outcome}${report.note ? ` (${report.note})` : ''}`));
+    worker.on('completed', (task, report) =>
+      say(
+        `  task ${task.taskId} ${task.taskType.padEnd(11)} ${report.outcome}${report.note ? ` (${report.note})` : ''}`,
+      ),
+    );
     await worker.start();
 
     const deadline = Date.now() + 120_000;
@@ -117,7 +153,12 @@ async function main(): Promise<number> {
     }
     say('\nTerminal facts:');
     for (const s of states) say(`  ${s.name.padEnd(24)} ${s.state}${s.detail ? ` (${s.detail})` : ''}`);
-    const flags = (await owner.query(`select array_agg(flag order by flag) as flags from accounts.account_flag where account_id = $1`, [accountId])).rows[0].flags;
+    const flags = (
+      await owner.query(
+        `select array_agg(flag order by flag) as flags from accounts.account_flag where account_id = $1`,
+        [accountId],
+      )
+    ).rows[0].flags;
     say(`  account #${accountId} flags: ${(flags ?? []).join(', ')}`);
     say(`\nEmails and SMS are in ${join(dataRoot(), 'outbox')}; deleted files were under ${join(storage, bucket)}.`);
     const chainOk = await runMenuChainDemo(urls, owner, Number(process.env.DEMO_STORES ?? 5));

@@ -22,12 +22,21 @@ async function until(check: () => Promise<boolean>, what: string, ms = 120_000):
 /** Runs the chain for `stores` new stores; resolves true when every step succeeded. */
 export async function runMenuChainDemo(urls: DatabaseUrls, owner: pg.Client, stores: number): Promise<boolean> {
   const stamp = Date.now().toString(36);
-  const fake = await startFakeMenuPlatform({ stores, prefix: `demo${stamp}`, errorRate: 0.1, slowRate: 0.1, slowMs: 400, seed: 42 });
+  const fake = await startFakeMenuPlatform({
+    stores,
+    prefix: `demo${stamp}`,
+    errorRate: 0.1,
+    slowRate: 0.1,
+    slowMs: 400,
+    seed: 42,
+  });
   const api = new pg.Client({ connectionString: urls.api });
   await api.connect();
   const workers: Worker[] = [];
   try {
-    say(`\nRole-based worker system: a fake menu platform at ${fake.url} lists ${stores} new stores (10% of answers fail, 10% are slow).`);
+    say(
+      `\nRole-based worker system: a fake menu platform at ${fake.url} lists ${stores} new stores (10% of answers fail, 10% are slow).`,
+    );
     say(`Schedules enabled (local mode): ${(await enableLocalSchedules(urls.api)).join(', ')}`);
     // Failed attempts are printed below; the workers' own logs only for errors.
     const logger = createLogger(process.env.LOG_LEVEL ?? 'error');
@@ -36,12 +45,23 @@ export async function runMenuChainDemo(urls: DatabaseUrls, owner: pg.Client, sto
     const ours = new Set<string>();
     for (const role of MENU_ROLES) {
       const worker = new Worker({
-        databaseUrl: urls.worker, roles: [role], workerId: `demo-${role}-${stamp}`, concurrency: 4, pollIntervalMs: 200,
-        heartbeatIntervalMs: 5000, leaseSeconds: 60, maxLeases: 5, shutdownGraceMs: 5000, registry, logger,
+        databaseUrl: urls.worker,
+        roles: [role],
+        workerId: `demo-${role}-${stamp}`,
+        concurrency: 4,
+        pollIntervalMs: 200,
+        heartbeatIntervalMs: 5000,
+        leaseSeconds: 60,
+        maxLeases: 5,
+        shutdownGraceMs: 5000,
+        registry,
+        logger,
       });
       worker.on('claimed', (tasks) => tasks.forEach((t) => ours.add(t.taskId)));
       worker.on('completed', (task, report) =>
-        say(`  [${role.padEnd(21)}] task ${task.taskId} ${report.outcome}${report.note ? `: ${report.note}` : ''}${report.error ? `: ${report.error}` : ''}`),
+        say(
+          `  [${role.padEnd(21)}] task ${task.taskId} ${report.outcome}${report.note ? `: ${report.note}` : ''}${report.error ? `: ${report.error}` : ''}`,
+        ),
       );
       await worker.start();
       workers.push(worker);
@@ -49,20 +69,27 @@ export async function runMenuChainDemo(urls: DatabaseUrls, owner: pg.Client, sto
     say(`Workers: one per role (${MENU_ROLES.join(', ')}).\n`);
 
     // 1. Store discovery, as POST /api/tasks/generate/discovery does; SQL chains the rest.
-    const discoveryId = (await api.query(`select menus.generate_store_discovery(null)::text as id`)).rows[0].id as string;
+    const discoveryId = (await api.query(`select menus.generate_store_discovery(null)::text as id`)).rows[0]
+      .id as string;
     say(`POST /api/tasks/generate/discovery -> store_discovery task ${discoveryId}`);
     const ended = async (ids: string[]) =>
-      (await owner.query(`select count(*)::int as n from queues.task_completed where task_id = any($1::bigint[])`, [ids])).rows[0].n === ids.length;
+      (
+        await owner.query(`select count(*)::int as n from queues.task_completed where task_id = any($1::bigint[])`, [
+          ids,
+        ])
+      ).rows[0].n === ids.length;
     await until(() => ended([discoveryId]), 'store discovery');
-    const storeIds = (await owner.query(`select store_id::text from menus.store where task_id = $1 order by store_id`, [discoveryId])).rows.map(
-      (r) => r.store_id as string,
-    );
+    const storeIds = (
+      await owner.query(`select store_id::text from menus.store where task_id = $1 order by store_id`, [discoveryId])
+    ).rows.map((r) => r.store_id as string);
     const chainIds = async () =>
-      (await owner.query(
-        `select task_id::text from queues.task where task_type in ('entry_point_discovery', 'product_discovery')
+      (
+        await owner.query(
+          `select task_id::text from queues.task where task_type in ('entry_point_discovery', 'product_discovery')
             and (payload ->> 'store_id') = any($1::text[])`,
-        [storeIds],
-      )).rows.map((r) => r.task_id as string);
+          [storeIds],
+        )
+      ).rows.map((r) => r.task_id as string);
     await until(async () => {
       const ids = await chainIds();
       return ids.length === storeIds.length * 2 && (await ended(ids));
@@ -70,19 +97,29 @@ export async function runMenuChainDemo(urls: DatabaseUrls, owner: pg.Client, sto
 
     // 2. The daily staggered resync. A past day that was not generated yet, so every batch
     //    is due now (the schedule generates today's at 00:00 UTC).
-    const day = (await owner.query(
-      `select d::date::text as day from generate_series(current_date - 1, current_date - 400, interval '-1 day') d
+    const day = (
+      await owner.query(
+        `select d::date::text as day from generate_series(current_date - 1, current_date - 400, interval '-1 day') d
         where not exists (select 1 from menus.resync_generated g where g.resync_date = d::date) limit 1`,
-    )).rows[0].day as string;
-    const batches = (await api.query(`select batch, scheduled_at, task_count from menus.generate_resync_tasks(6, $1)`, [day])).rows;
-    say(`\ngenerate_resync_tasks(6, '${day}'): ${batches.map((b) => `batch ${b.batch} at ${new Date(b.scheduled_at).toISOString().slice(11, 16)}: ${b.task_count}`).join(', ')}`);
-    const resyncIds = (await owner.query(
-      `select task_id::text from queues.task where task_type = 'product_resync' and scheduled_at >= $1::date and scheduled_at < $1::date + 1`, [day],
-    )).rows.map((r) => r.task_id as string);
+      )
+    ).rows[0].day as string;
+    const batches = (
+      await api.query(`select batch, scheduled_at, task_count from menus.generate_resync_tasks(6, $1)`, [day])
+    ).rows;
+    say(
+      `\ngenerate_resync_tasks(6, '${day}'): ${batches.map((b) => `batch ${b.batch} at ${new Date(b.scheduled_at).toISOString().slice(11, 16)}: ${b.task_count}`).join(', ')}`,
+    );
+    const resyncIds = (
+      await owner.query(
+        `select task_id::text from queues.task where task_type = 'product_resync' and scheduled_at >= $1::date and scheduled_at < $1::date + 1`,
+        [day],
+      )
+    ).rows.map((r) => r.task_id as string);
     await until(() => ended(resyncIds), 'the resyncs');
 
     // 3. The analytics refresh.
-    const refreshId = (await api.query(`select queues.enqueue('analytics_refresh', '{}')::text as id`)).rows[0].id as string;
+    const refreshId = (await api.query(`select queues.enqueue('analytics_refresh', '{}')::text as id`)).rows[0]
+      .id as string;
     await until(() => ended([refreshId]), 'the analytics refresh');
 
     // What happened, from the facts.
@@ -97,30 +134,39 @@ export async function runMenuChainDemo(urls: DatabaseUrls, owner: pg.Client, sto
     );
     say('\nStores found by this run (menus.store_analytics after the refresh):');
     for (const r of rows) {
-      say(`  ${r.slug.padEnd(20)} ${String(r.platform_dispensary_id).padEnd(24)} ${r.products} products, ${r.in_stock} in stock, avg $${(r.avg_price_cents / 100).toFixed(2)}, ${r.snapshots} snapshots`);
+      say(
+        `  ${r.slug.padEnd(20)} ${String(r.platform_dispensary_id).padEnd(24)} ${r.products} products, ${r.in_stock} in stock, avg $${(r.avg_price_cents / 100).toFixed(2)}, ${r.snapshots} snapshots`,
+      );
     }
     // This run's tasks: the discovery, the refresh, and every task of the new stores (the
     // daily generation also resyncs stores of earlier runs; they are not counted here).
-    const outcomes = (await owner.query(
-      `select t.task_type, c.outcome, count(*)::int as n,
+    const outcomes = (
+      await owner.query(
+        `select t.task_type, c.outcome, count(*)::int as n,
               sum((select count(*) from queues.error e where e.task_id = t.task_id))::int as errors
          from queues.task t join queues.task_completed c using (task_id)
         where t.task_id = any($1::bigint[])
           and (t.task_id = any($2::bigint[]) or (t.payload ->> 'store_id') = any($3::text[]))
         group by 1, 2 order by 1, 2`,
-      [[...ours], [discoveryId, refreshId], storeIds],
-    )).rows;
+        [[...ours], [discoveryId, refreshId], storeIds],
+      )
+    ).rows;
     const others = resyncIds.length - storeIds.length;
     if (others > 0) say(`\n(The daily generation also resynced ${others} store(s) found by earlier runs.)`);
-    say('\nTasks of this run\'s stores by role (errors are failed attempts, retried):');
+    say("\nTasks of this run's stores by role (errors are failed attempts, retried):");
     for (const o of outcomes) say(`  ${o.task_type.padEnd(22)} ${o.outcome.padEnd(10)} ${o.n} (${o.errors} errors)`);
-    const capacity = (await api.query(
-      `select task_type, completed_in_window, tasks_per_worker_hour from admin.capacity(null)
+    const capacity = (
+      await api.query(
+        `select task_type, completed_in_window, tasks_per_worker_hour from admin.capacity(null)
         where task_type = any($1::text[]) order by task_type`,
-      [[...MENU_ROLES]],
-    )).rows;
+        [[...MENU_ROLES]],
+      )
+    ).rows;
     say('\nGET /api/tasks/capacity (last hour):');
-    for (const c of capacity) say(`  ${c.task_type.padEnd(22)} ${c.completed_in_window} completed, ${c.tasks_per_worker_hour === null ? '-' : Math.round(c.tasks_per_worker_hour)} per worker-hour`);
+    for (const c of capacity)
+      say(
+        `  ${c.task_type.padEnd(22)} ${c.completed_in_window} completed, ${c.tasks_per_worker_hour === null ? '-' : Math.round(c.tasks_per_worker_hour)} per worker-hour`,
+      );
     return outcomes.every((o) => o.outcome === 'succeeded') && rows.length === stores;
   } finally {
     for (const w of workers) await w.stop();

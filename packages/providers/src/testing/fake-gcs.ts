@@ -50,13 +50,15 @@ function checkSignedUrl(req: RecordedRequest, publicKey: KeyObject | undefined):
   const q = req.query;
   const missing = SIGNED_PARAMS.filter((p) => !q[p]);
   if (missing.length > 0) return xmlError(403, 'AccessDenied', `Anonymous caller: missing ${missing.join(', ')}`);
-  if (q['X-Goog-Algorithm'] !== 'GOOG4-RSA-SHA256') return xmlError(400, 'InvalidArgument', 'Unsupported X-Goog-Algorithm');
+  if (q['X-Goog-Algorithm'] !== 'GOOG4-RSA-SHA256')
+    return xmlError(400, 'InvalidArgument', 'Unsupported X-Goog-Algorithm');
   const date = /^(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})Z$/.exec(q['X-Goog-Date'] ?? '');
   const expires = Number(q['X-Goog-Expires']);
   if (!date || !Number.isInteger(expires)) return xmlError(400, 'InvalidArgument', 'Bad X-Goog-Date or X-Goog-Expires');
   const [, y, mo, d, h, mi, s] = date;
   const signedAt = Date.UTC(Number(y), Number(mo) - 1, Number(d), Number(h), Number(mi), Number(s));
-  if (Date.now() > signedAt + expires * 1000) return xmlError(400, 'ExpiredToken', 'Invalid argument. The signed URL has expired.');
+  if (Date.now() > signedAt + expires * 1000)
+    return xmlError(400, 'ExpiredToken', 'Invalid argument. The signed URL has expired.');
   if (!publicKey) return undefined;
 
   const signedHeaders = (q['X-Goog-SignedHeaders'] ?? '').split(';');
@@ -87,8 +89,19 @@ function checkSignedUrl(req: RecordedRequest, publicKey: KeyObject | undefined):
     scope,
     createHash('sha256').update(canonicalRequest).digest('hex'),
   ].join('\n');
-  const ok = verify('RSA-SHA256', Buffer.from(stringToSign), publicKey, Buffer.from(q['X-Goog-Signature'] ?? '', 'hex'));
-  return ok ? undefined : xmlError(403, 'SignatureDoesNotMatch', 'The request signature we calculated does not match the signature you provided.');
+  const ok = verify(
+    'RSA-SHA256',
+    Buffer.from(stringToSign),
+    publicKey,
+    Buffer.from(q['X-Goog-Signature'] ?? '', 'hex'),
+  );
+  return ok
+    ? undefined
+    : xmlError(
+        403,
+        'SignatureDoesNotMatch',
+        'The request signature we calculated does not match the signature you provided.',
+      );
 }
 
 const JSON_OBJECT = /^\/storage\/v1\/b\/([^/]+)\/o\/([^/]+)$/;
@@ -122,7 +135,14 @@ export async function startFakeGcs(options: FakeGcsOptions = {}): Promise<FakeGc
         if (content === undefined) return jsonError(404, `No such object: ${bucket}/${name}`, 'notFound');
         return {
           status: 200,
-          body: { kind: 'storage#object', id: `${bucket}/${name}/1`, name, bucket, size: String(Buffer.byteLength(content)), generation: '1' },
+          body: {
+            kind: 'storage#object',
+            id: `${bucket}/${name}/1`,
+            name,
+            bucket,
+            size: String(Buffer.byteLength(content)),
+            generation: '1',
+          },
         };
       }
       if (req.method === 'DELETE' && !req.path.startsWith('/storage/')) {
@@ -133,7 +153,8 @@ export async function startFakeGcs(options: FakeGcsOptions = {}): Promise<FakeGc
         const bad = checkSignedUrl(req, publicKey);
         if (bad) return bad;
         const failure = takeFailure();
-        if (failure) return xmlError(failure.status, 'InternalError', failure.message ?? `fake failure (HTTP ${failure.status})`);
+        if (failure)
+          return xmlError(failure.status, 'InternalError', failure.message ?? `fake failure (HTTP ${failure.status})`);
         if (!objects.delete(id(bucket, name))) return xmlError(404, 'NoSuchKey', 'The specified key does not exist.');
         return { status: 204 };
       }
@@ -141,7 +162,7 @@ export async function startFakeGcs(options: FakeGcsOptions = {}): Promise<FakeGc
     },
     () => objects.clear(),
   );
-  const failNext = server.failNext;
+  const failNext = server.failNext.bind(server);
   return Object.assign(server, {
     failNext: (n: number, status = 503, message?: string) => failNext(n, status, message),
     put(bucket: string, objectKey: string, content = '') {

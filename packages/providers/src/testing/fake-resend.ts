@@ -48,10 +48,13 @@ export async function startFakeResend(options: FakeResendOptions = {}): Promise<
   const byKey = new Map<string, { id: string; body: string }>();
   const server = await startHttpFake(
     (req, takeFailure) => {
-      if (req.method !== 'POST' || req.path !== '/emails') return resendError(404, `no route ${req.method} ${req.path}`);
+      if (req.method !== 'POST' || req.path !== '/emails')
+        return resendError(404, `no route ${req.method} ${req.path}`);
       const auth = req.headers.authorization;
-      if (!auth?.startsWith('Bearer ') || auth.length <= 7) return resendError(401, 'Missing API key in the authorization header.');
-      if (options.apiKey !== undefined && auth.slice(7) !== options.apiKey) return resendError(403, 'API key is invalid');
+      if (!auth?.startsWith('Bearer ') || auth.length <= 7)
+        return resendError(401, 'Missing API key in the authorization header.');
+      if (options.apiKey !== undefined && auth.slice(7) !== options.apiKey)
+        return resendError(403, 'API key is invalid');
       const failure = takeFailure();
       if (failure) return resendError(failure.status, failure.message ?? `fake failure (HTTP ${failure.status})`);
       const body = req.json as Record<string, unknown> | undefined;

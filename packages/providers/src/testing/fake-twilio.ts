@@ -45,14 +45,20 @@ export async function startFakeTwilio(options: FakeTwilioOptions = {}): Promise<
   const server = await startHttpFake(
     (req, takeFailure) => {
       const m = PATH.exec(req.path);
-      if (req.method !== 'POST' || !m) return twilioError(404, 20404, `The requested resource ${req.path} was not found`);
+      if (req.method !== 'POST' || !m)
+        return twilioError(404, 20404, `The requested resource ${req.path} was not found`);
       const accountSid = decodeURIComponent(m[1] ?? '');
       const auth = basicAuth(req);
-      if (!auth || auth.username !== accountSid || (options.authToken !== undefined && auth.password !== options.authToken)) {
+      if (
+        !auth ||
+        auth.username !== accountSid ||
+        (options.authToken !== undefined && auth.password !== options.authToken)
+      ) {
         return twilioError(401, 20003, 'Authenticate');
       }
       const failure = takeFailure();
-      if (failure) return twilioError(failure.status, 20500, failure.message ?? `fake failure (HTTP ${failure.status})`);
+      if (failure)
+        return twilioError(failure.status, 20500, failure.message ?? `fake failure (HTTP ${failure.status})`);
       const form = req.form ?? {};
       if (!form.To) return twilioError(400, 21604, "A 'To' phone number is required.");
       if (!form.From) return twilioError(400, 21603, "A 'From' phone number is required.");

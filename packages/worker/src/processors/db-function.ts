@@ -37,7 +37,9 @@ export function dbFunctionProcessor(): Processor {
       const name = payload.data.db_function;
       try {
         return await withTransaction(pool, async (tx) => {
-          const result = await traceStep('queue.handler', { 'queue.handler.name': name }, () => runFunction(tx, name, task.payload));
+          const result = await traceStep('queue.handler', { 'queue.handler.name': name }, () =>
+            runFunction(tx, name, task.payload),
+          );
           const parsed = parseEnvelope(result);
           if (!parsed.ok) throw new RollBack(`${name}: ${parsed.error}`);
           const envelope = parsed.envelope;
@@ -47,7 +49,11 @@ export function dbFunctionProcessor(): Processor {
             case 'succeeded':
               return recordCompletion(tx, task, { outcome: 'succeeded', result: kept });
             case 'status':
-              return recordCompletion(tx, task, { outcome: 'succeeded', note: `status ${envelope.status}`, result: kept });
+              return recordCompletion(tx, task, {
+                outcome: 'succeeded',
+                note: `status ${envelope.status}`,
+                result: kept,
+              });
             case 'invalid':
               return recordCompletion(tx, task, {
                 outcome: 'failed',
@@ -57,7 +63,11 @@ export function dbFunctionProcessor(): Processor {
                 result: kept,
               });
             case 'error':
-              return recordCompletion(tx, task, { outcome: 'failed', error: `${name}: ${envelope.message}`, result: kept });
+              return recordCompletion(tx, task, {
+                outcome: 'failed',
+                error: `${name}: ${envelope.message}`,
+                result: kept,
+              });
           }
         });
       } catch (error) {

@@ -22,7 +22,7 @@
  * by an earlier lease is not repeated; the task fails with an "unknown outcome" error.
  */
 import { handlerTaskPayload, type Provider } from '@org/handler-types';
-import { withTransaction, type JsonObject } from '@org/queue-client';
+import { withTransaction } from '@org/queue-client';
 import { finish, recordCompletion } from '../completion.js';
 import { classifyError, errorMessage, isTransient, sanitizeMessage } from '../error-class.js';
 import { failureOf, HandlerInvoker } from '../handler-invoker.js';
@@ -63,14 +63,24 @@ export function handlerTaskProcessor<P>(provider: Provider<P>): Processor {
         input = result.envelope.payload;
       } else if (provider.requiresBeforeHandler) {
         // The provider acts only on what the database resolved, never on a payload's say-so.
-        return fail(context, invoker, onError, `${provider.name}: refusing a ${task.taskType} task without a before_handler: it acts only on what a before_handler returns`);
+        return fail(
+          context,
+          invoker,
+          onError,
+          `${provider.name}: refusing a ${task.taskType} task without a before_handler: it acts only on what a before_handler returns`,
+        );
       } else {
         input = Object.fromEntries(Object.entries(original).filter(([key]) => !HANDLER_FIELDS.includes(key)));
       }
       const parsed = provider.payloadSchema.safeParse(input);
       if (!parsed.success) {
         const problem = parsed.error.issues.map((i) => `${i.path.join('.') || 'payload'}: ${i.message}`).join('; ');
-        return fail(context, invoker, onError, `invalid ${task.taskType} payload${before ? ` from ${before}` : ''}: ${problem}`);
+        return fail(
+          context,
+          invoker,
+          onError,
+          `invalid ${task.taskType} payload${before ? ` from ${before}` : ''}: ${problem}`,
+        );
       }
 
       // 2. The provider: the side effect, once its start is recorded (at-most-once channels).
@@ -101,7 +111,7 @@ export function handlerTaskProcessor<P>(provider: Provider<P>): Processor {
           if (!onSuccess) return recordCompletion(tx, task, { outcome: 'succeeded' });
           const result = await invoker.on(tx).call(onSuccess, {
             original_payload: original,
-            worker_payload: (workerPayload ?? null) as JsonObject,
+            worker_payload: workerPayload ?? null,
           });
           const failure = result.ok ? failureOf(onSuccess, result.envelope) : result.error;
           return recordCompletion(tx, task, failure ? { outcome: 'failed', error: failure } : { outcome: 'succeeded' });
@@ -130,7 +140,9 @@ async function fail(
 ): Promise<TaskReport> {
   // The error handler and the error row get the same message, one PostgreSQL can store.
   const message = sanitizeMessage(unsafeMessage);
-  const report: TaskReport = final ? { outcome: 'failed', error: message, final } : { outcome: 'failed', error: message };
+  const report: TaskReport = final
+    ? { outcome: 'failed', error: message, final }
+    : { outcome: 'failed', error: message };
   try {
     return await withTransaction(pool, async (tx) => {
       const extra: string[] = [];

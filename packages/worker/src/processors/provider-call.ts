@@ -16,12 +16,18 @@ export const START_PROVIDER_CALL = 'internal.start_provider_call';
 export type ProviderCallStart = { proceed: true } | { proceed: false; error: string };
 
 /** Records (or checks) the start of the provider call; raises what the database raises. */
-export async function startProviderCall(invoker: HandlerInvoker, task: Pick<ClaimedTask, 'taskId' | 'taskLeaseId'>): Promise<ProviderCallStart> {
+export async function startProviderCall(
+  invoker: HandlerInvoker,
+  task: Pick<ClaimedTask, 'taskId' | 'taskLeaseId'>,
+): Promise<ProviderCallStart> {
   const result = await invoker.call(START_PROVIDER_CALL, { task_id: task.taskId, task_lease_id: task.taskLeaseId });
   if (!result.ok) return { proceed: false, error: result.error };
   const failure = failureOf(START_PROVIDER_CALL, result.envelope);
   if (failure) return { proceed: false, error: failure };
   const payload = (result.envelope as { payload?: { proceed?: unknown; error?: unknown } }).payload;
   if (payload?.proceed === true) return { proceed: true };
-  return { proceed: false, error: typeof payload?.error === 'string' ? payload.error : `${START_PROVIDER_CALL}: no answer` };
+  return {
+    proceed: false,
+    error: typeof payload?.error === 'string' ? payload.error : `${START_PROVIDER_CALL}: no answer`,
+  };
 }

@@ -36,15 +36,21 @@ it('one discovery leads every new store through entry point, products and into t
         join queues.task_completed c on c.task_id = t.task_id
        group by s.slug order by s.slug`);
     expect(chains).toEqual(
-      [1, 2, 3, 4, 5].map((n) => ({ slug: `store-${n}`, steps: ['entry_point_discovery', 'product_discovery'], all_succeeded: true })),
+      [1, 2, 3, 4, 5].map((n) => ({
+        slug: `store-${n}`,
+        steps: ['entry_point_discovery', 'product_discovery'],
+        all_succeeded: true,
+      })),
     );
     const discovery = await factsOf(db, discoveryId);
-    expect(discovery.results[0]!.new_store_ids).toHaveLength(5);
+    expect(discovery.results[0].new_store_ids).toHaveLength(5);
 
     // The daily generation (yesterday, so every batch is due now) takes every active store.
-    const { rows: batches } = await db.pool('api').query(
-      `select batch, scheduled_at, task_count from menus.generate_resync_tasks(6, (now() at time zone 'UTC')::date - 1)`,
-    );
+    const { rows: batches } = await db
+      .pool('api')
+      .query(
+        `select batch, scheduled_at, task_count from menus.generate_resync_tasks(6, (now() at time zone 'UTC')::date - 1)`,
+      );
     expect(batches.map((b) => b.task_count)).toEqual([1, 1, 1, 1, 1, 0]);
     expect(batches.map((b) => new Date(b.scheduled_at).getUTCHours())).toEqual([0, 4, 8, 12, 16, 20]);
     await eventually(async () => (await pendingCount(db)) === 0, 'resyncs done');
@@ -70,13 +76,17 @@ it('one discovery leads every new store through entry point, products and into t
 });
 
 it('new-store discovery is claimed before routine resync, whatever was enqueued first', async () => {
-  const { rows: stores } = await db.query(`select store_id, platform_dispensary_id from menus.store_platform_id order by store_id`);
+  const { rows: stores } = await db.query(
+    `select store_id, platform_dispensary_id from menus.store_platform_id order by store_id`,
+  );
   // Routine resyncs for every known store, enqueued first ...
   for (const s of stores) {
-    await db.pool('app').query(`select queues.enqueue('product_resync', $1, now() - interval '1 minute', 0, $2, 3)`, [
-      { store_id: Number(s.store_id), platform_dispensary_id: s.platform_dispensary_id },
-      `store:${s.store_id}`,
-    ]);
+    await db
+      .pool('app')
+      .query(`select queues.enqueue('product_resync', $1, now() - interval '1 minute', 0, $2, 3)`, [
+        { store_id: Number(s.store_id), platform_dispensary_id: s.platform_dispensary_id },
+        `store:${s.store_id}`,
+      ]);
   }
   // ... then a discovery that finds two new stores, recorded by its completion.
   fake.setStoreCount(7);

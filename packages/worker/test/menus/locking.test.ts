@@ -21,10 +21,17 @@ afterAll(async () => {
 
 it('16 claimers, 8 stores, 6 resyncs each: at most one running task per store, every task done once', async () => {
   // Stores with platform ids, as entry-point discovery leaves them.
-  await db.query(`insert into menus.store (slug, name, menu_url) select 'store-' || n, 'Store ' || n, 'u' || n from generate_series(1, 8) n`);
-  await db.query(`
+  await db.query(
+    `insert into menus.store (slug, name, menu_url) select 'store-' || n, 'Store ' || n, 'u' || n from generate_series(1, 8) n`,
+  );
+  await db.query(
+    `
     insert into menus.store_platform_id (store_id, platform_dispensary_id) select store_id, $1::jsonb ->> slug from menus.store`,
-    [JSON.stringify(Object.fromEntries([1, 2, 3, 4, 5, 6, 7, 8].map((n) => [`store-${n}`, fake.store(n).platform_dispensary_id])))],
+    [
+      JSON.stringify(
+        Object.fromEntries([1, 2, 3, 4, 5, 6, 7, 8].map((n) => [`store-${n}`, fake.store(n).platform_dispensary_id])),
+      ),
+    ],
   );
   await db.query(`
     select queues.enqueue('product_resync', jsonb_build_object('store_id', e.store_id, 'platform_dispensary_id', e.platform_dispensary_id),

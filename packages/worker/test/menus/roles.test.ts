@@ -33,14 +33,18 @@ describe('store_discovery', () => {
     worker = await startWorker(db, fake, { roles: ['store_discovery'] });
     await eventually(done(taskId), 'discovery completed');
     const facts = await factsOf(db, taskId);
-    const { rows: stores } = await db.query(`select store_id::int, slug, task_id::text from menus.store order by store_id`);
+    const { rows: stores } = await db.query(
+      `select store_id::int, slug, task_id::text from menus.store order by store_id`,
+    );
     expect(stores.map((s) => s.slug)).toEqual(['store-1', 'store-2', 'store-3']);
     expect(stores.every((s) => s.task_id === taskId)).toBe(true);
     expect(facts).toMatchObject({ outcome: 'succeeded', errors: 0, leases: 1 });
     expect(facts.results).toEqual([{ stores_seen: 3, new_store_ids: stores.map((s) => s.store_id) }]);
     const next = await tasksOf(db, 'entry_point_discovery');
     expect(next.map((t) => t.payload.store_id)).toEqual(stores.map((s) => s.store_id));
-    expect(next.map((t) => [t.priority, t.resource_key, t.max_attempts])).toEqual(stores.map((s) => [50, `store:${s.store_id}`, 3]));
+    expect(next.map((t) => [t.priority, t.resource_key, t.max_attempts])).toEqual(
+      stores.map((s) => [50, `store:${s.store_id}`, 3]),
+    );
 
     // Again, with one more store listed: only that one is new.
     fake.setStoreCount(4);
@@ -72,14 +76,20 @@ describe('entry_point_discovery', () => {
     const { rows } = await db.query(
       `select s.slug, e.platform_dispensary_id from menus.store s join menus.store_platform_id e using (store_id) order by s.store_id`,
     );
-    expect(rows).toEqual([1, 2, 3, 4].map((n) => ({ slug: `store-${n}`, platform_dispensary_id: fake.store(n).platform_dispensary_id })));
+    expect(rows).toEqual(
+      [1, 2, 3, 4].map((n) => ({ slug: `store-${n}`, platform_dispensary_id: fake.store(n).platform_dispensary_id })),
+    );
     const next = await tasksOf(db, 'product_discovery');
-    expect(next.map((t) => t.payload.platform_dispensary_id).sort()).toEqual(rows.map((r) => r.platform_dispensary_id).sort());
-    expect(next.every((t) => t.priority === 50 && t.resource_key === `store:${t.payload.store_id}`)).toBe(true);
+    expect(next.map((t) => t.payload.platform_dispensary_id).sort()).toEqual(
+      rows.map((r) => r.platform_dispensary_id).sort(),
+    );
+    expect(next.every((t) => t.priority === 50 && t.resource_key === `store:${String(t.payload.store_id)}`)).toBe(true);
   });
 
   it('a menu URL the platform does not know fails every attempt: dead letter, no platform id, no follow-up', async () => {
-    await db.query(`insert into menus.store (slug, name, menu_url) values ('gone', 'Gone', 'https://nowhere.invalid/gone')`);
+    await db.query(
+      `insert into menus.store (slug, name, menu_url) values ('gone', 'Gone', 'https://nowhere.invalid/gone')`,
+    );
     const { rows } = await db.query(
       `select queues.enqueue('entry_point_discovery', jsonb_build_object('store_id', store_id, 'menu_url', menu_url), null, 50,
                              'store:' || store_id, 3)::text as id, store_id from menus.store where slug = 'gone'`,
@@ -90,7 +100,9 @@ describe('entry_point_discovery', () => {
     expect(await factsOf(db, rows[0].id)).toMatchObject({ outcome: 'failed', errors: 3, leases: 3, results: [] });
     const { rows: errors } = await db.query(`select error_message from queues.error where task_id = $1`, [rows[0].id]);
     expect(errors[0].error_message).toMatch(/HTTP 404: no store has this menu URL/);
-    expect((await db.query(`select * from menus.store_platform_id where store_id = $1`, [rows[0].store_id])).rows).toEqual([]);
+    expect(
+      (await db.query(`select * from menus.store_platform_id where store_id = $1`, [rows[0].store_id])).rows,
+    ).toEqual([]);
     expect(await tasksOf(db, 'product_discovery')).toHaveLength(before);
   });
 });
@@ -107,12 +119,14 @@ describe('product_discovery', () => {
         order by s.slug`,
     );
     // store-n has 4 + n mod 7 products.
-    expect(rows).toEqual([1, 2, 3, 4].map((n) => ({ slug: `store-${n}`, product_count: 4 + n, products: 4 + n, snapshots: 4 + n })));
+    expect(rows).toEqual(
+      [1, 2, 3, 4].map((n) => ({ slug: `store-${n}`, product_count: 4 + n, products: 4 + n, snapshots: 4 + n })),
+    );
     const [task] = await tasksOf(db, 'product_discovery');
-    const { rows: slug } = await db.query(`select slug from menus.store where store_id = $1`, [task!.payload.store_id]);
+    const { rows: slug } = await db.query(`select slug from menus.store where store_id = $1`, [task.payload.store_id]);
     const n = 4 + Number(slug[0].slug.replace('store-', ''));
-    expect((await factsOf(db, task!.task_id)).results).toEqual([
-      { store_id: task!.payload.store_id, products: n, new_products: n, price_changes: 0 },
+    expect((await factsOf(db, task.task_id)).results).toEqual([
+      { store_id: task.payload.store_id, products: n, new_products: n, price_changes: 0 },
     ]);
   });
 
@@ -121,19 +135,34 @@ describe('product_discovery', () => {
     // so go through a hand-made platform that returns it to the processor.
     const platform = {
       ...createHttpMenuPlatform({ baseUrl: fake.url }),
-      fetchMenu: async () => ({ products: [{ id: 'x', name: '', price_cents: 1, in_stock: true, quantity: 1 }] }),
+      fetchMenu: () =>
+        Promise.resolve({ products: [{ id: 'x', name: '', price_cents: 1, in_stock: true, quantity: 1 }] }),
     };
     const { rows } = await db.query(
       `select queues.enqueue('product_discovery', jsonb_build_object('store_id', store_id, 'platform_dispensary_id', 'd-x'), null, 50, null, 1)::text as id
          from menus.store where slug = 'gone'`,
     );
-    const [task] = await claimTasks(db.pool('worker'), { workerId: 'by-hand', limit: 1, taskTypes: ['product_discovery'] });
-    expect(task!.taskId).toBe(rows[0].id);
-    const report = await menuProcessor('product_discovery', platform).process({ task: task!, pool: db.pool('worker'), signal: new AbortController().signal });
+    const [task] = await claimTasks(db.pool('worker'), {
+      workerId: 'by-hand',
+      limit: 1,
+      taskTypes: ['product_discovery'],
+    });
+    expect(task.taskId).toBe(rows[0].id);
+    const report = await menuProcessor('product_discovery', platform).process({
+      task: task,
+      pool: db.pool('worker'),
+      signal: new AbortController().signal,
+    });
     expect(report.outcome).toBe('failed');
     expect(report.error).toMatch(/observation.products\[0\] must have id, name/);
     expect(await factsOf(db, rows[0].id)).toMatchObject({ outcome: 'failed', errors: 1, results: [] });
-    expect((await db.query(`select count(*)::int as n from menus.product p join menus.store s using (store_id) where s.slug = 'gone'`)).rows[0].n).toBe(0);
+    expect(
+      (
+        await db.query(
+          `select count(*)::int as n from menus.product p join menus.store s using (store_id) where s.slug = 'gone'`,
+        )
+      ).rows[0].n,
+    ).toBe(0);
   });
 });
 
@@ -144,29 +173,33 @@ describe('product_resync', () => {
     );
     const ids: string[] = [];
     for (const s of stores) {
-      const { rows } = await db.pool('app').query(
-        `select queues.enqueue('product_resync', $1, null, 0, $2, 3)::text as id`,
-        [{ store_id: Number(s.store_id), platform_dispensary_id: s.platform_dispensary_id }, `store:${s.store_id}`],
-      );
+      const { rows } = await db
+        .pool('app')
+        .query(`select queues.enqueue('product_resync', $1, null, 0, $2, 3)::text as id`, [
+          { store_id: Number(s.store_id), platform_dispensary_id: s.platform_dispensary_id },
+          `store:${s.store_id}`,
+        ]);
       ids.push(rows[0].id as string);
     }
     worker = await startWorker(db, fake, { roles: ['product_resync'] });
     await eventually(async () => (await Promise.all(ids.map((id) => done(id)()))).every(Boolean), 'resyncs completed');
-    const facts = await factsOf(db, ids[0]!);
+    const facts = await factsOf(db, ids[0]);
     // store-1: 5 products; products 0 and 3 move with the menu version.
     expect(facts).toMatchObject({ outcome: 'succeeded', errors: 0 });
     expect(facts.results[0]).toMatchObject({ store_id: Number(stores[0].store_id), products: 5, new_products: 0 });
-    expect(facts.results[0]!.price_changes).toBeGreaterThan(0);
-    const { rows } = await db.query(
-      `select count(*)::int as n from menus.product_snapshot where task_id = $1`, [ids[0]]);
+    expect(facts.results[0].price_changes).toBeGreaterThan(0);
+    const { rows } = await db.query(`select count(*)::int as n from menus.product_snapshot where task_id = $1`, [
+      ids[0],
+    ]);
     expect(rows[0].n).toBe(5);
   });
 
   it('a platform outage: each attempt is an error, then the task is dead-lettered with no snapshot', async () => {
-    const { rows } = await db.pool('app').query(
-      `select queues.enqueue('product_resync', $1, null, 0, 'store:1', 3)::text as id`,
-      [{ store_id: 1, platform_dispensary_id: fake.store(1).platform_dispensary_id }],
-    );
+    const { rows } = await db
+      .pool('app')
+      .query(`select queues.enqueue('product_resync', $1, null, 0, 'store:1', 3)::text as id`, [
+        { store_id: 1, platform_dispensary_id: fake.store(1).platform_dispensary_id },
+      ]);
     fake.outage(503);
     try {
       worker = await startWorker(db, fake, { roles: ['product_resync'] });
@@ -175,8 +208,13 @@ describe('product_resync', () => {
       fake.outage(null);
     }
     expect(await factsOf(db, rows[0].id)).toMatchObject({ outcome: 'failed', errors: 3, leases: 3, results: [] });
-    expect((await db.query(`select count(*)::int as n from menus.product_snapshot where task_id = $1`, [rows[0].id])).rows[0].n).toBe(0);
-    const { rows: dead } = await db.pool('api').query(`select task_id::text from admin.list_dead_letters('product_resync', 50, null)`);
+    expect(
+      (await db.query(`select count(*)::int as n from menus.product_snapshot where task_id = $1`, [rows[0].id])).rows[0]
+        .n,
+    ).toBe(0);
+    const { rows: dead } = await db
+      .pool('api')
+      .query(`select task_id::text from admin.list_dead_letters('product_resync', 50, null)`);
     expect(dead.map((d) => d.task_id)).toContain(rows[0].id);
   });
 });
@@ -188,25 +226,42 @@ describe('analytics_refresh', () => {
     await eventually(done(rows[0].id), 'refreshed');
     const { rows: view } = await db.query(`select slug, products from menus.store_analytics order by store_id`);
     expect(view).toEqual([
-      { slug: 'store-1', products: 5 }, { slug: 'store-2', products: 6 }, { slug: 'store-3', products: 7 },
-      { slug: 'store-4', products: 8 }, { slug: 'gone', products: 0 },
+      { slug: 'store-1', products: 5 },
+      { slug: 'store-2', products: 6 },
+      { slug: 'store-3', products: 7 },
+      { slug: 'store-4', products: 8 },
+      { slug: 'gone', products: 0 },
     ]);
-    expect((await factsOf(db, rows[0].id)).results).toEqual([{ stores: 5, products: 26, in_stock: expect.any(Number) }]);
+    expect((await factsOf(db, rows[0].id)).results).toEqual([
+      { stores: 5, products: 26, in_stock: expect.any(Number) },
+    ]);
   });
 
   it('with its lease lost, refreshes nothing and records nothing', async () => {
     const { rows } = await db.pool('app').query(`select queues.enqueue('analytics_refresh', '{}')::text as id`);
-    const [task] = await claimTasks(db.pool('worker'), { workerId: 'loser', limit: 1, taskTypes: ['analytics_refresh'], leaseSeconds: 60 });
+    const [task] = await claimTasks(db.pool('worker'), {
+      workerId: 'loser',
+      limit: 1,
+      taskTypes: ['analytics_refresh'],
+      leaseSeconds: 60,
+    });
     // An hour later the lease has expired and another worker claims the task.
     const { rows: won } = await db.query(
-      `select task_id::text from queues.claim_tasks_at(now() + interval '1 hour', 'winner', 1, array['analytics_refresh'], 300, 5)`);
+      `select task_id::text from queues.claim_tasks_at(now() + interval '1 hour', 'winner', 1, array['analytics_refresh'], 300, 5)`,
+    );
     expect(won).toEqual([{ task_id: rows[0].id }]);
     await db.query(`insert into menus.store (slug, name, menu_url) values ('late', 'Late', 'https://x.invalid/late')`);
     const platform = createHttpMenuPlatform({ baseUrl: fake.url });
     await expect(
-      menuProcessor('analytics_refresh', platform).process({ task: task!, pool: db.pool('worker'), signal: new AbortController().signal }),
+      menuProcessor('analytics_refresh', platform).process({
+        task: task,
+        pool: db.pool('worker'),
+        signal: new AbortController().signal,
+      }),
     ).rejects.toMatchObject({ kind: 'lease_lost' });
     expect(await factsOf(db, rows[0].id)).toMatchObject({ outcome: null, errors: 0, leases: 2, results: [] });
-    expect((await db.query(`select count(*)::int as n from menus.store_analytics where slug = 'late'`)).rows[0].n).toBe(0);
+    expect((await db.query(`select count(*)::int as n from menus.store_analytics where slug = 'late'`)).rows[0].n).toBe(
+      0,
+    );
   });
 });

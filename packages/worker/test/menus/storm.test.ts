@@ -14,10 +14,16 @@ beforeAll(async () => {
   db = await createTestDatabase();
   await fastRetries(db);
   fake = await startFakeMenuPlatform({ stores: 8, seed: 7 });
-  await db.query(`insert into menus.store (slug, name, menu_url) select 'store-' || n, 'Store ' || n, 'u' || n from generate_series(1, 8) n`);
+  await db.query(
+    `insert into menus.store (slug, name, menu_url) select 'store-' || n, 'Store ' || n, 'u' || n from generate_series(1, 8) n`,
+  );
   await db.query(
     `insert into menus.store_platform_id (store_id, platform_dispensary_id) select store_id, $1::jsonb ->> slug from menus.store`,
-    [JSON.stringify(Object.fromEntries([1, 2, 3, 4, 5, 6, 7, 8].map((n) => [`store-${n}`, fake.store(n).platform_dispensary_id])))],
+    [
+      JSON.stringify(
+        Object.fromEntries([1, 2, 3, 4, 5, 6, 7, 8].map((n) => [`store-${n}`, fake.store(n).platform_dispensary_id])),
+      ),
+    ],
   );
 });
 afterAll(async () => {
@@ -56,12 +62,18 @@ it('every attempt fails: 3 attempts each, then dead letters; nothing lost; a red
       where t.task_id = any($1::bigint[]) order by t.task_id`,
     [ids],
   );
-  expect(rows).toEqual(ids.map((id) => ({ task_id: id, outcome: 'failed', errors: 3, leases: 3, retries: 2, results: 0 })));
+  expect(rows).toEqual(
+    ids.map((id) => ({ task_id: id, outcome: 'failed', errors: 3, leases: 3, retries: 2, results: 0 })),
+  );
   expect((await db.query(`select count(*)::int as n from menus.product_snapshot`)).rows[0].n).toBe(0);
-  const { rows: errors } = await db.query(`select distinct regexp_replace(error_message, '/v1/dispensaries/[^/]+/', '/v1/dispensaries/<id>/') as m from queues.error`);
+  const { rows: errors } = await db.query(
+    `select distinct regexp_replace(error_message, '/v1/dispensaries/[^/]+/', '/v1/dispensaries/<id>/') as m from queues.error`,
+  );
   expect(errors).toEqual([{ m: 'product_resync: GET /v1/dispensaries/<id>/menu: HTTP 503: the platform is down' }]);
 
-  const { rows: dead } = await db.pool('api').query(`select task_id::text from admin.list_dead_letters('product_resync', 500, null)`);
+  const { rows: dead } = await db
+    .pool('api')
+    .query(`select task_id::text from admin.list_dead_letters('product_resync', 500, null)`);
   expect(dead.map((d) => d.task_id).sort()).toEqual([...ids].sort());
 
   // After the storm: each dead letter sent round again completes.

@@ -10,13 +10,23 @@ export async function fastRetries(db: TestDatabase): Promise<void> {
                   on conflict (name) do update set value = excluded.value`);
 }
 
-const noProvider = { name: 'unused', payloadSchema: undefined as never, send: async () => { throw new Error('unused'); } };
+const noProvider = {
+  name: 'unused',
+  payloadSchema: undefined as never,
+  send: () => Promise.reject(new Error('unused')),
+};
 
 /** A real Worker with the stock registry (menu roles against `fake`), started. */
 export async function startWorker(
   db: TestDatabase,
   fake: FakeMenuPlatform,
-  options: { roles?: string[]; workerId?: string; concurrency?: number; leaseSeconds?: number; timeoutMs?: number } = {},
+  options: {
+    roles?: string[];
+    workerId?: string;
+    concurrency?: number;
+    leaseSeconds?: number;
+    timeoutMs?: number;
+  } = {},
 ): Promise<Worker> {
   const registry = defaultRegistry(
     { email: noProvider, sms: noProvider, file_delete: noProvider },
@@ -24,7 +34,14 @@ export async function startWorker(
   );
   const worker = new Worker({
     databaseUrl: db.url('worker'),
-    roles: options.roles ?? ['store_discovery', 'entry_point_discovery', 'product_discovery', 'product_resync', 'analytics_refresh', 'db_function'],
+    roles: options.roles ?? [
+      'store_discovery',
+      'entry_point_discovery',
+      'product_discovery',
+      'product_resync',
+      'analytics_refresh',
+      'db_function',
+    ],
     workerId: options.workerId ?? 'menu-test',
     concurrency: options.concurrency ?? 4,
     prefetch: 0,
@@ -77,7 +94,13 @@ export async function tasksOf(db: TestDatabase, taskType: string) {
     `select task_id::text, payload, priority, resource_key, max_attempts from queues.task where task_type = $1 order by task_id`,
     [taskType],
   );
-  return rows as { task_id: string; payload: Record<string, unknown>; priority: number; resource_key: string | null; max_attempts: number }[];
+  return rows as {
+    task_id: string;
+    payload: Record<string, unknown>;
+    priority: number;
+    resource_key: string | null;
+    max_attempts: number;
+  }[];
 }
 
 /** Enqueues a store_discovery task as the api role would (menus.generate_store_discovery). */

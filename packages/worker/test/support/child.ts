@@ -8,14 +8,18 @@ export interface Child {
 }
 
 /** Starts a worker process (the test entry by default, or `script`) with `env`. */
-export function startChild(env: Record<string, string>, script = fileURLToPath(new URL('./test-worker.mjs', import.meta.url)), args: string[] = []): Child {
+export function startChild(
+  env: Record<string, string>,
+  script = fileURLToPath(new URL('./test-worker.mjs', import.meta.url)),
+  args: string[] = [],
+): Child {
   const child = spawn(process.execPath, [script, ...args], {
     env: { PATH: process.env.PATH ?? '', LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
-  child.stdout!.on('data', (d: Buffer) => (output += d.toString()));
-  child.stderr!.on('data', (d: Buffer) => (output += d.toString()));
+  child.stdout.on('data', (d: Buffer) => (output += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (output += d.toString()));
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
     child.on('exit', (code, signal) => resolve({ code, signal })),
   );

@@ -60,7 +60,9 @@ export async function installFixtures(db: TestDatabase): Promise<void> {
 /** Internal task types (queues.internal_task_type) are enqueued by the owner, as its SQL would; others by the app. */
 export async function enqueue(db: TestDatabase, taskType: string, payload: unknown): Promise<string> {
   const role = ['db_function', 'email', 'sms', 'file_delete'].includes(taskType) ? 'owner' : 'app';
-  const { rows } = await db.pool(role).query('select queues.enqueue($1, $2::jsonb) as id', [taskType, JSON.stringify(payload)]);
+  const { rows } = await db
+    .pool(role)
+    .query('select queues.enqueue($1, $2::jsonb) as id', [taskType, JSON.stringify(payload)]);
   return rows[0].id;
 }
 
@@ -77,7 +79,7 @@ export async function factsOf(db: TestDatabase, taskId: string): Promise<TaskFac
             (select count(*)::int from queues.task_lease where task_id = $1) as leases`,
     [taskId],
   );
-  return rows[0]!;
+  return rows[0];
 }
 
 export async function effects(db: TestDatabase, key: string): Promise<number> {
@@ -93,7 +95,11 @@ export async function handlerCalls(db: TestDatabase): Promise<{ kind: string; bo
 }
 
 /** Resolves when `check` returns true; fails after `timeoutMs` with `what`. */
-export async function eventually(check: () => boolean | Promise<boolean>, what: string, timeoutMs = 20_000): Promise<void> {
+export async function eventually(
+  check: () => boolean | Promise<boolean>,
+  what: string,
+  timeoutMs = 20_000,
+): Promise<void> {
   const start = Date.now();
   for (;;) {
     if (await check()) return;

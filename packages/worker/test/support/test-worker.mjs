@@ -18,7 +18,10 @@ const registry = () =>
           const timer = setTimeout(resolve, ms);
           signal.addEventListener('abort', () => clearTimeout(timer) || resolve(undefined), { once: true });
         });
-        return finish(pool, task, { outcome: signal.aborted ? 'failed' : 'succeeded', error: signal.aborted ? 'aborted' : undefined });
+        return finish(pool, task, {
+          outcome: signal.aborted ? 'failed' : 'succeeded',
+          error: signal.aborted ? 'aborted' : undefined,
+        });
       },
     })
     .register('crash', {

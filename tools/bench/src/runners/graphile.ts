@@ -7,12 +7,20 @@
 import pg from 'pg';
 import { Logger, makeWorkerUtils, run, runMigrations, type Task } from 'graphile-worker';
 import { GRAPHILE_PRESET } from './graphile-config.js';
-import { inParallel, main, openLoop, type Control, type EnqueueConfig, type ProduceConfig, type RunnerConfig, type WorkConfig } from './protocol.js';
+import {
+  inParallel,
+  main,
+  openLoop,
+  type Control,
+  type EnqueueConfig,
+  type ProduceConfig,
+  type RunnerConfig,
+  type WorkConfig,
+} from './protocol.js';
 
 const logger = new Logger(() => (level, message) => {
   if (level === 'error') process.stderr.write(`[graphile-worker] ${message}\n`);
 });
-
 
 async function runEnqueue(config: EnqueueConfig, ctl: Control): Promise<Record<string, unknown>> {
   const pool = new pg.Pool({ connectionString: config.url, max: config.concurrency });
@@ -53,10 +61,11 @@ async function runProduce(config: ProduceConfig, ctl: Control): Promise<Record<s
 async function runWork(config: WorkConfig, ctl: Control): Promise<Record<string, unknown>> {
   const latencies: number[] = [];
   let handled = 0;
-  const bench: Task = async (payload) => {
+  const bench: Task = (payload) => {
     handled++;
     const t = (payload as { t?: unknown }).t;
     if (config.latency && typeof t === 'number') latencies.push(Date.now() - t);
+    return Promise.resolve();
   };
   await ctl.ready();
   const runner = await run({

@@ -20,7 +20,16 @@ import {
   Worker,
   type Processor,
 } from '@org/worker';
-import { inParallel, main, openLoop, type Control, type EnqueueConfig, type ProduceConfig, type RunnerConfig, type WorkConfig } from './protocol.js';
+import {
+  inParallel,
+  main,
+  openLoop,
+  type Control,
+  type EnqueueConfig,
+  type ProduceConfig,
+  type RunnerConfig,
+  type WorkConfig,
+} from './protocol.js';
 
 function payloadFor(taskType: string, i: number): Record<string, unknown> {
   return taskType === 'db_function' ? { db_function: 'internal.noop', n: i } : { n: i };
@@ -36,7 +45,9 @@ async function runEnqueue(config: EnqueueConfig, ctl: Control): Promise<Record<s
     await ctl.ready();
     const started = performance.now();
     if (config.kind === 'single') {
-      await inParallel(config.count, config.concurrency, (i) => enqueue(pool, { taskType, payload: payloadFor(taskType, i) }));
+      await inParallel(config.count, config.concurrency, (i) =>
+        enqueue(pool, { taskType, payload: payloadFor(taskType, i) }),
+      );
     } else {
       for (let start = 0; start < config.count; start += config.batchSize) {
         const n = Math.min(config.batchSize, config.count - start);
@@ -97,7 +108,9 @@ async function runWork(config: WorkConfig, ctl: Control): Promise<Record<string,
       // Loaded only here: the providers package pulls in the Resend, Twilio and GCS SDKs,
       // which a no-op worker does not need (and whose memory would count in its RSS).
       const { createResendEmailProvider } = await import('@org/providers');
-      const email = handlerTaskProcessor(createResendEmailProvider({ apiKey: 're_bench_key', baseUrl: config.resendUrl! }));
+      const email = handlerTaskProcessor(
+        createResendEmailProvider({ apiKey: 're_bench_key', baseUrl: config.resendUrl! }),
+      );
       registry.register('email', {
         name: email.name,
         process: (context) => {

@@ -7,8 +7,16 @@
  */
 import { PgBoss } from 'pg-boss';
 import { BATCH_SIZE, QUEUE } from './pgboss-config.js';
-import { inParallel, main, openLoop, type Control, type EnqueueConfig, type ProduceConfig, type RunnerConfig, type WorkConfig } from './protocol.js';
-
+import {
+  inParallel,
+  main,
+  openLoop,
+  type Control,
+  type EnqueueConfig,
+  type ProduceConfig,
+  type RunnerConfig,
+  type WorkConfig,
+} from './protocol.js';
 
 function boss(url: string, max: number, worker: boolean): PgBoss {
   const b = new PgBoss({
@@ -35,7 +43,10 @@ async function runEnqueue(config: EnqueueConfig, ctl: Control): Promise<Record<s
     } else {
       for (let start = 0; start < config.count; start += config.batchSize) {
         const n = Math.min(config.batchSize, config.count - start);
-        await b.insert(QUEUE, Array.from({ length: n }, (_, k) => ({ data: { n: start + k } })));
+        await b.insert(
+          QUEUE,
+          Array.from({ length: n }, (_, k) => ({ data: { n: start + k } })),
+        );
       }
     }
     return { elapsedMs: performance.now() - started, count: config.count };
@@ -65,12 +76,13 @@ async function runWork(config: WorkConfig, ctl: Control): Promise<Record<string,
   await b.work<{ n: number; t?: number }>(
     QUEUE,
     { batchSize: BATCH_SIZE, localConcurrency: config.concurrency, burstWhenBatchFull: true },
-    async (jobs) => {
+    (jobs) => {
       const now = Date.now();
       for (const job of jobs) {
         handled++;
         if (config.latency && typeof job.data.t === 'number') latencies.push(now - job.data.t);
       }
+      return Promise.resolve();
     },
   );
   await ctl.stop;

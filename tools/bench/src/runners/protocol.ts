@@ -15,9 +15,7 @@ import { createInterface } from 'node:readline';
 export const MARK = '@@bench ';
 
 export type RunnerMessage =
-  | { type: 'ready' }
-  | { type: 'result'; [key: string]: unknown }
-  | { type: 'error'; message: string };
+  { type: 'ready' } | { type: 'result'; [key: string]: unknown } | { type: 'error'; message: string };
 
 export function send(message: RunnerMessage): void {
   process.stdout.write(`${MARK}${JSON.stringify(message)}\n`);
@@ -71,7 +69,11 @@ export function main<C>(body: (config: C, control: Control) => Promise<Record<st
 }
 
 /** Calls `fn(i)` for i in [0, count) with `concurrency` callers; resolves when all are done. */
-export async function inParallel(count: number, concurrency: number, fn: (i: number) => Promise<unknown>): Promise<void> {
+export async function inParallel(
+  count: number,
+  concurrency: number,
+  fn: (i: number) => Promise<unknown>,
+): Promise<void> {
   let next = 0;
   const caller = async () => {
     while (next < count) {
@@ -83,7 +85,11 @@ export async function inParallel(count: number, concurrency: number, fn: (i: num
 }
 
 /** Open loop: calls `fn(i)` at `rate` per second for `durationMs`, never waiting for earlier calls. */
-export async function openLoop(rate: number, durationMs: number, fn: (i: number) => Promise<unknown>): Promise<{ sent: number; failed: number; maxLagMs: number }> {
+export async function openLoop(
+  rate: number,
+  durationMs: number,
+  fn: (i: number) => Promise<unknown>,
+): Promise<{ sent: number; failed: number; maxLagMs: number }> {
   const total = Math.floor((rate * durationMs) / 1000);
   const start = Date.now();
   const pending: Promise<unknown>[] = [];

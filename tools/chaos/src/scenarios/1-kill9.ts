@@ -51,7 +51,16 @@ export const scenario: Scenario = {
         await sleep(250);
       }
     })();
-    const load = startLoad({ app: db.pool('app'), owner: db.pool('owner'), tag, tickMs: 250, stepsPerTick: 3, emailsPerTick: 1, stepSleep: [0.05, 0.4], maxTicks: 4 * 400 });
+    const load = startLoad({
+      app: db.pool('app'),
+      owner: db.pool('owner'),
+      tag,
+      tickMs: 250,
+      stepsPerTick: 3,
+      emailsPerTick: 1,
+      stepSleep: [0.05, 0.4],
+      maxTicks: 4 * 400,
+    });
     // Per kill: the tasks the killed worker held (live leases) at that moment.
     const inFlightAtKill: { taskId: string; taskType: string; attemptId: string | null }[][] = [];
     const started = Date.now();
@@ -72,7 +81,13 @@ export const scenario: Scenario = {
         const victim = workers.find((w) => w.id === victimId) ?? workers[k % workers.length]!;
         victim.process.kill('SIGKILL');
         await victim.exited;
-        inFlightAtKill.push((byWorker.get(victim.id) ?? []).map((x) => ({ taskId: x.task_id, taskType: x.task_type, attemptId: x.attempt_id })));
+        inFlightAtKill.push(
+          (byWorker.get(victim.id) ?? []).map((x) => ({
+            taskId: x.task_id,
+            taskType: x.task_type,
+            attemptId: x.attempt_id,
+          })),
+        );
         workers.splice(workers.indexOf(victim), 1);
         spawn();
         await sleep(600 + Math.random() * 600);
@@ -110,7 +125,8 @@ export const scenario: Scenario = {
       calls.set(key, (calls.get(key) ?? 0) + 1);
     }
     const killsHolding = new Map<string, number>();
-    for (const held of inFlightAtKill) for (const t of held) if (t.attemptId) killsHolding.set(t.attemptId, (killsHolding.get(t.attemptId) ?? 0) + 1);
+    for (const held of inFlightAtKill)
+      for (const t of held) if (t.attemptId) killsHolding.set(t.attemptId, (killsHolding.get(t.attemptId) ?? 0) + 1);
     const overCalled = [...calls.entries()].filter(([key, n]) => n > 1 + (killsHolding.get(key) ?? 0));
     const inFlightTasks = inFlightAtKill.flat();
 
@@ -122,19 +138,42 @@ export const scenario: Scenario = {
     r.figure('tasks in flight at a kill (sum)', inFlightTasks.length);
     r.figure('email tasks in flight at a kill (sum)', inFlightTasks.filter((t) => t.taskType === 'email').length);
     r.figure('provider calls', resend.requests.length);
-    r.figure('provider calls for attempts in flight at a kill', [...killsHolding.keys()].reduce((s, k) => s + (calls.get(k) ?? 0), 0));
+    r.figure(
+      'provider calls for attempts in flight at a kill',
+      [...killsHolding.keys()].reduce((s, k) => s + (calls.get(k) ?? 0), 0),
+    );
     r.figure('lost tasks', tally.open);
     r.figure('max outstanding attempts per email root (sampled)', maxOutstanding);
     r.check('load ran without enqueue errors', load.errors.length === 0, load.errors.slice(0, 3).join('; '));
     r.check('every task completed (0 lost)', drained && tally.open === 0, `${tally.open} open of ${tally.total}`);
     r.equal('every task succeeded', { failed: tally.failed, abandoned: tally.abandoned }, { failed: 0, abandoned: 0 });
     r.equal('every step took effect exactly once', effects, { duplicated: 0, missing: 0 });
-    r.check('every email process succeeded', roots.length === load.emails && roots.every((x) => x.succeeded), `${roots.filter((x) => x.succeeded).length}/${load.emails}`);
-    r.check('one attempt per email process (no double scheduling)', roots.every((x) => x.attempts === x.failed_attempts + 1), JSON.stringify(roots.filter((x) => x.attempts !== x.failed_attempts + 1).slice(0, 3)));
+    r.check(
+      'every email process succeeded',
+      roots.length === load.emails && roots.every((x) => x.succeeded),
+      `${roots.filter((x) => x.succeeded).length}/${load.emails}`,
+    );
+    r.check(
+      'one attempt per email process (no double scheduling)',
+      roots.every((x) => x.attempts === x.failed_attempts + 1),
+      JSON.stringify(roots.filter((x) => x.attempts !== x.failed_attempts + 1).slice(0, 3)),
+    );
     r.check('no supervisor ever had two outstanding attempts (sampled)', maxOutstanding <= 1, `max ${maxOutstanding}`);
-    r.check('provider calls per attempt <= 1 + kills that hit it', overCalled.length === 0, JSON.stringify(overCalled.slice(0, 5)));
-    r.check('every attempt reached the provider', roots.reduce((s, x) => s + x.attempts, 0) <= calls.size, `${calls.size} keys`);
-    r.check('surviving workers stopped with exit 0', exits.every((e) => e.code === 0), JSON.stringify(exits));
+    r.check(
+      'provider calls per attempt <= 1 + kills that hit it',
+      overCalled.length === 0,
+      JSON.stringify(overCalled.slice(0, 5)),
+    );
+    r.check(
+      'every attempt reached the provider',
+      roots.reduce((s, x) => s + x.attempts, 0) <= calls.size,
+      `${calls.size} keys`,
+    );
+    r.check(
+      'surviving workers stopped with exit 0',
+      exits.every((e) => e.code === 0),
+      JSON.stringify(exits),
+    );
     await dropPending(db, fromId);
     return r.result();
   },

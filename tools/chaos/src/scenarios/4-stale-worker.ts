@@ -12,9 +12,24 @@ interface Case {
 }
 
 const CASES: Case[] = [
-  { name: 'complete (db_function step)', taskType: 'db_function', payload: (key) => ({ db_function: 'chaos.step', key, sleep: 1 }), action: 'complete' },
-  { name: 'fail (error row + failed completion)', taskType: 'slow', payload: (key) => ({ key, ms: 1200, fail: true }), action: 'fail' },
-  { name: 'record (a business fact with the completion)', taskType: 'slow', payload: (key) => ({ key, ms: 1200, record: true }), action: 'record' },
+  {
+    name: 'complete (db_function step)',
+    taskType: 'db_function',
+    payload: (key) => ({ db_function: 'chaos.step', key, sleep: 1 }),
+    action: 'complete',
+  },
+  {
+    name: 'fail (error row + failed completion)',
+    taskType: 'slow',
+    payload: (key) => ({ key, ms: 1200, fail: true }),
+    action: 'fail',
+  },
+  {
+    name: 'record (a business fact with the completion)',
+    taskType: 'slow',
+    payload: (key) => ({ key, ms: 1200, record: true }),
+    action: 'record',
+  },
 ];
 
 const leasesOf = async (db: ChaosDb, taskId: string) =>
@@ -33,8 +48,14 @@ export const scenario: Scenario = {
   async run({ db }) {
     const r = new Report();
     const env = (role: string) => ({
-      DATABASE_URL: db.url('worker'), WORKER_ROLE: role, CONCURRENCY: '1', POLL_INTERVAL_MS: '100',
-      HEARTBEAT_INTERVAL_MS: '500', LEASE_SECONDS: '2', LOG_LEVEL: 'info', SHUTDOWN_GRACE_MS: '3000',
+      DATABASE_URL: db.url('worker'),
+      WORKER_ROLE: role,
+      CONCURRENCY: '1',
+      POLL_INTERVAL_MS: '100',
+      HEARTBEAT_INTERVAL_MS: '500',
+      LEASE_SECONDS: '2',
+      LOG_LEVEL: 'info',
+      SHUTDOWN_GRACE_MS: '3000',
     });
     const spawned: WorkerProcess[] = [];
     let refused = 0;
@@ -42,7 +63,11 @@ export const scenario: Scenario = {
       for (const c of CASES) {
         const key = `s4-${Date.now().toString(36)}-${c.action}`;
         const taskId = String(
-          (await db.pool('owner').query('select queues.enqueue($1, $2::jsonb) as id', [c.taskType, JSON.stringify(c.payload(key))])).rows[0].id,
+          (
+            await db
+              .pool('owner')
+              .query('select queues.enqueue($1, $2::jsonb) as id', [c.taskType, JSON.stringify(c.payload(key))])
+          ).rows[0].id,
         );
         const a = startWorker({ env: env(c.taskType), script: 'entry', prefix: 's4-stale' });
         spawned.push(a);
@@ -52,15 +77,28 @@ export const scenario: Scenario = {
         await waitFor(async () => (await leasesOf(db, taskId))[0]?.expired === true, 10_000, 100);
         const b = startWorker({ env: env(c.taskType), script: 'entry', prefix: 's4-fresh' });
         spawned.push(b);
-        const completed = await waitFor(async () => (await db.query('select 1 from queues.task_completed where task_id = $1', [taskId])).rowCount === 1, 20_000);
+        const completed = await waitFor(
+          async () =>
+            (await db.query('select 1 from queues.task_completed where task_id = $1', [taskId])).rowCount === 1,
+          20_000,
+        );
         await stopWorker(b);
         a.process.kill('SIGCONT');
         // The stale worker wakes up, finishes its work and tries to record it.
-        const noticed = await waitFor(async () => logLines(a.output()).some((l) => l.event === 'lease_lost'), 15_000);
+        const noticed = await waitFor(
+          () => Promise.resolve(logLines(a.output()).some((l) => l.event === 'lease_lost')),
+          15_000,
+        );
         if (noticed) refused++;
         const exitA = await stopWorker(a);
         const leases = await leasesOf(db, taskId);
-        const facts = await one(
+        const facts = await one<{
+          completed_by: string | null;
+          outcome: string;
+          error_leases: string[];
+          effects: number;
+          records: number;
+        }>(
           db,
           `select c.task_lease_id::text as completed_by, c.outcome,
                   (select coalesce(array_agg(coalesce(e.task_lease_id::text, 'none') order by e.error_id), '{}') from queues.error e where e.task_id = $1) as error_leases,
@@ -71,19 +109,35 @@ export const scenario: Scenario = {
         );
         const staleLease = leases.find((l) => l.worker_id === a.id)?.id;
         const freshLease = leases.find((l) => l.worker_id === b.id)?.id;
-        r.check(`${c.name}: the second worker completed the task`, completed && facts?.completed_by === freshLease, JSON.stringify({ facts, leases }));
-        r.check(`${c.name}: nothing recorded against the stale lease`, !!staleLease && !(facts?.error_leases ?? []).includes(staleLease), JSON.stringify(facts?.error_leases));
+        r.check(
+          `${c.name}: the second worker completed the task`,
+          completed && facts?.completed_by === freshLease,
+          JSON.stringify({ facts, leases }),
+        );
+        r.check(
+          `${c.name}: nothing recorded against the stale lease`,
+          !!staleLease && !(facts?.error_leases ?? []).includes(staleLease),
+          JSON.stringify(facts?.error_leases),
+        );
         if (c.action === 'complete') r.equal(`${c.name}: the step's effect exists once`, facts?.effects, 1);
-        if (c.action === 'fail') r.equal(`${c.name}: one error row, the fresh worker's`, facts?.error_leases, [freshLease]);
+        if (c.action === 'fail')
+          r.equal(`${c.name}: one error row, the fresh worker's`, facts?.error_leases, [freshLease]);
         if (c.action === 'record') r.equal(`${c.name}: the fact exists once`, facts?.records, 1);
-        r.check(`${c.name}: the stale worker saw lease_lost and carried on`, noticed && exitA.code === 0, JSON.stringify(exitA));
+        r.check(
+          `${c.name}: the stale worker saw lease_lost and carried on`,
+          noticed && exitA.code === 0,
+          JSON.stringify(exitA),
+        );
       }
     } finally {
       killAll(spawned);
     }
     r.figure('cases', CASES.length);
     r.figure('stale completions refused (lease_lost)', refused);
-    r.figure('stale writes that got through', r.checks.filter((c) => !c.ok && /nothing recorded|once|one error/.test(c.name)).length);
+    r.figure(
+      'stale writes that got through',
+      r.checks.filter((c) => !c.ok && /nothing recorded|once|one error/.test(c.name)).length,
+    );
     return r.result();
   },
 };

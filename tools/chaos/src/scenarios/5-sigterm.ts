@@ -13,19 +13,30 @@ export const scenario: Scenario = {
     const fromId = await lastTaskId(db);
     const enqueue = async (n: number, ms: number) => {
       const tasks = Array.from({ length: n }, (_, i) => ({ task_type: 'slow', payload: { ms, key: `s5-${i}` } }));
-      return (await db.pool('app').query('select task_id::text from queues.enqueue_many($1::jsonb)', [JSON.stringify(tasks)])).rows.map((x) => x.task_id as string);
+      return (
+        await db.pool('app').query('select task_id::text from queues.enqueue_many($1::jsonb)', [JSON.stringify(tasks)])
+      ).rows.map((x) => x.task_id as string);
     };
     const leased = async (workerId: string) =>
       (await one(db, 'select count(*)::int as n from queues.task_lease where worker_id = $1', [workerId])).n as number;
     const env = (extra: Record<string, string>) => ({
-      DATABASE_URL: db.url('worker'), WORKER_ROLE: 'slow', POLL_INTERVAL_MS: '100', HEARTBEAT_INTERVAL_MS: '500',
-      LEASE_SECONDS: '30', LOG_LEVEL: 'info', ...extra,
+      DATABASE_URL: db.url('worker'),
+      WORKER_ROLE: 'slow',
+      POLL_INTERVAL_MS: '100',
+      HEARTBEAT_INTERVAL_MS: '500',
+      LEASE_SECONDS: '30',
+      LOG_LEVEL: 'info',
+      ...extra,
     });
 
     // a) Within the grace period: 10 tasks, 4 slots, each 1.5 s; SIGTERM once 4 run.
     const ids = await enqueue(10, 1500);
     const graceMs = 8000;
-    const a = startWorker({ env: env({ CONCURRENCY: '4', SHUTDOWN_GRACE_MS: String(graceMs) }), script: 'entry', prefix: 's5a' });
+    const a = startWorker({
+      env: env({ CONCURRENCY: '4', SHUTDOWN_GRACE_MS: String(graceMs) }),
+      script: 'entry',
+      prefix: 's5a',
+    });
     try {
       await waitFor(async () => (await leased(a.id)) === 4, 20_000, 50);
       const signalled = Date.now();
@@ -33,7 +44,10 @@ export const scenario: Scenario = {
       const exit = await a.exited;
       const exitMs = exit.at - signalled;
       const outcomes = (
-        await db.query(`select c.outcome from unnest($1::bigint[]) t(id) left join queues.task_completed c on c.task_id = t.id`, [ids])
+        await db.query(
+          `select c.outcome from unnest($1::bigint[]) t(id) left join queues.task_completed c on c.task_id = t.id`,
+          [ids],
+        )
       ).rows.map((x) => x.outcome as string | null);
       const events = logLines(a.output()).map((l) => l.event);
       r.figure('a) in flight at SIGTERM', 4);
@@ -41,12 +55,20 @@ export const scenario: Scenario = {
       r.figure('a) grace period (s)', graceMs / 1000);
       r.equal('a) exit code 0', exit.code, 0);
       r.check('a) exited within the grace period', exitMs <= graceMs + 2000, `${exitMs} ms`);
-      r.equal('a) in-flight tasks finished (4 succeeded), the rest untouched', {
-        succeeded: outcomes.filter((o) => o === 'succeeded').length,
-        open: outcomes.filter((o) => o === null).length,
-      }, { succeeded: 4, open: 6 });
+      r.equal(
+        'a) in-flight tasks finished (4 succeeded), the rest untouched',
+        {
+          succeeded: outcomes.filter((o) => o === 'succeeded').length,
+          open: outcomes.filter((o) => o === null).length,
+        },
+        { succeeded: 4, open: 6 },
+      );
       r.equal('a) no claim after the signal', await leased(a.id), 4);
-      r.check('a) logged worker_stopping ... worker_stopped', events.includes('worker_stopping') && events.at(-1) === 'worker_stopped', JSON.stringify(events.slice(-3)));
+      r.check(
+        'a) logged worker_stopping ... worker_stopped',
+        events.includes('worker_stopping') && events.at(-1) === 'worker_stopped',
+        JSON.stringify(events.slice(-3)),
+      );
     } finally {
       killAll([a]);
       await dropPending(db, fromId);
@@ -63,10 +85,20 @@ export const scenario: Scenario = {
       const exit = await b.exited;
       const exitMs = exit.at - signalled;
       const released = (
-        await one(db, `select count(*)::int as n from queues.task_lease_release r join queues.task_lease l using (task_lease_id) where l.task_id = any($1::bigint[])`, [long])
+        await one(
+          db,
+          `select count(*)::int as n from queues.task_lease_release r join queues.task_lease l using (task_lease_id) where l.task_id = any($1::bigint[])`,
+          [long],
+        )
       ).n;
-      const errors = (await one(db, `select count(*)::int as n from queues.error where task_id = any($1::bigint[])`, [long])).n;
-      const claimable = (await db.pool('worker').query(`select task_id::text from queues.claim_tasks('s5-next', 10, array['slow'], 300, 5)`)).rows.map((x) => x.task_id);
+      const errors = (
+        await one(db, `select count(*)::int as n from queues.error where task_id = any($1::bigint[])`, [long])
+      ).n;
+      const claimable = (
+        await db
+          .pool('worker')
+          .query(`select task_id::text from queues.claim_tasks('s5-next', 10, array['slow'], 300, 5)`)
+      ).rows.map((x) => x.task_id);
       r.figure('b) in flight past the grace period', 3);
       r.figure('b) exit after SIGTERM (s)', round(exitMs / 1000, 2));
       r.equal('b) exit code 0', exit.code, 0);

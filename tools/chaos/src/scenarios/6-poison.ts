@@ -3,7 +3,18 @@
 // drops by less than 10%. Run twice: under the worker's own supervisor (PROCESSES=2, one
 // spare), which the invariant is about, and with a plain restart loop (a new process
 // 200 ms after each death, as a container orchestrator would), for comparison.
-import { dropPending, lastTaskId, one, Report, round, sleep, taskTally, waitFor, type ChaosDb, type Scenario } from '../harness.js';
+import {
+  dropPending,
+  lastTaskId,
+  one,
+  Report,
+  round,
+  sleep,
+  taskTally,
+  waitFor,
+  type ChaosDb,
+  type Scenario,
+} from '../harness.js';
 import { killAll, startWorker, stopWorker, type WorkerProcess } from '../workers.js';
 
 const MAX_LEASES = 3;
@@ -12,8 +23,14 @@ type Mode = 'supervised' | 'restarted';
 async function phase(db: ChaosDb, n: number, poison: boolean, tag: string, mode: Mode) {
   const fromId = await lastTaskId(db);
   const env: Record<string, string> = {
-    DATABASE_URL: db.url('worker'), WORKER_ROLE: 'db_function,crash,oom', CONCURRENCY: '4', POLL_INTERVAL_MS: '200',
-    HEARTBEAT_INTERVAL_MS: '500', LEASE_SECONDS: '2', MAX_LEASES: String(MAX_LEASES), SHUTDOWN_GRACE_MS: '2000',
+    DATABASE_URL: db.url('worker'),
+    WORKER_ROLE: 'db_function,crash,oom',
+    CONCURRENCY: '4',
+    POLL_INTERVAL_MS: '200',
+    HEARTBEAT_INTERVAL_MS: '500',
+    LEASE_SECONDS: '2',
+    MAX_LEASES: String(MAX_LEASES),
+    SHUTDOWN_GRACE_MS: '2000',
   };
   const nodeArgs = ['--max-old-space-size=64'];
   const all: WorkerProcess[] = [];
@@ -22,7 +39,12 @@ async function phase(db: ChaosDb, n: number, poison: boolean, tag: string, mode:
   let supervisor: WorkerProcess | undefined;
   if (mode === 'supervised') {
     // Two working processes and one spare; the supervisor's children inherit nodeArgs.
-    supervisor = startWorker({ env: { ...env, PROCESSES: '2', SPARES: '1' }, script: 'entry', prefix: `s6-${tag}`, nodeArgs });
+    supervisor = startWorker({
+      env: { ...env, PROCESSES: '2', SPARES: '1' },
+      script: 'entry',
+      prefix: `s6-${tag}`,
+      nodeArgs,
+    });
     all.push(supervisor);
   } else {
     const keep = () => {
@@ -38,27 +60,50 @@ async function phase(db: ChaosDb, n: number, poison: boolean, tag: string, mode:
     keep();
     keep();
   }
-  await waitFor(async () => (await one(db, `select count(*)::int as n from pg_stat_activity where application_name = 'queue-worker-listen' and datname = current_database()`)).n >= 2, 15_000);
+  await waitFor(
+    async () =>
+      (
+        await one<{ n: number }>(
+          db,
+          `select count(*)::int as n from pg_stat_activity where application_name = 'queue-worker-listen' and datname = current_database()`,
+        )
+      ).n >= 2,
+    15_000,
+  );
   const started = Date.now();
   if (poison) {
     await db.pool('app').query(`select queues.enqueue('crash', '{}'::jsonb), queues.enqueue('oom', '{}'::jsonb)`);
   }
-  const tasks = Array.from({ length: n }, (_, i) => ({ task_type: 'db_function', payload: { db_function: 'chaos.step', key: `${tag}-${i}`, sleep: 0.02 } }));
+  const tasks = Array.from({ length: n }, (_, i) => ({
+    task_type: 'db_function',
+    payload: { db_function: 'chaos.step', key: `${tag}-${i}`, sleep: 0.02 },
+  }));
   for (let i = 0; i < tasks.length; i += 500) {
     await db.pool('owner').query('select queues.enqueue_many($1::jsonb)', [JSON.stringify(tasks.slice(i, i + 500))]);
   }
-  const done = await waitFor(async () => (await taskTally(db, fromId, `t.task_type = 'db_function'`)).open === 0, 180_000, 100);
+  const done = await waitFor(
+    async () => (await taskTally(db, fromId, `t.task_type = 'db_function'`)).open === 0,
+    180_000,
+    100,
+  );
   const seconds = (Date.now() - started) / 1000;
   // The poison tasks: wait for their abandonment (their leases must expire first).
   const abandoned = poison
-    ? await waitFor(async () => (await taskTally(db, fromId, `t.task_type in ('crash', 'oom')`)).abandoned === 2, 60_000, 200)
+    ? await waitFor(
+        async () => (await taskTally(db, fromId, `t.task_type in ('crash', 'oom')`)).abandoned === 2,
+        60_000,
+        200,
+      )
     : true;
   running = false;
   let deaths = restartedDeaths;
   let stoppedCleanly = true;
   if (supervisor) {
     // Deaths as the supervisor logged them, before its own stop.
-    deaths = supervisor.output().split('\n').filter((l) => l.includes('"event":"child_exited"')).length;
+    deaths = supervisor
+      .output()
+      .split('\n')
+      .filter((l) => l.includes('"event":"child_exited"')).length;
     const exit = await stopWorker(supervisor, 15_000);
     stoppedCleanly = exit.code === 0;
   }
@@ -88,7 +133,9 @@ async function measure(db: ChaosDb, n: number, pairs: number, mode: Mode, log: (
     const base = await phase(db, n, false, `s6${mode[0]}b${i}${Date.now().toString(36)}`, mode);
     const hit = await phase(db, n, true, `s6${mode[0]}p${i}${Date.now().toString(36)}`, mode);
     const drop = 1 - hit.rate / base.rate;
-    log(`  ${mode}: ${round(base.rate)} -> ${round(hit.rate)} tasks/s, drop ${round(drop * 100)}%, ${hit.deaths} deaths`);
+    log(
+      `  ${mode}: ${round(base.rate)} -> ${round(hit.rate)} tasks/s, drop ${round(drop * 100)}%, ${hit.deaths} deaths`,
+    );
     runs.push({ base, hit, drop });
   }
   const drops = runs.map((x) => x.drop).sort((a, b) => a - b);
@@ -113,21 +160,47 @@ export const scenario: Scenario = {
     r.figure('normal tasks per phase', n);
     r.figure('MAX_LEASES', MAX_LEASES);
     r.figure('pairs of phases per mode', pairs);
-    for (const [label, m] of [['supervised', supervised], ['restart loop', restarted]] as const) {
-      r.figure(`${label}: throughput, baseline -> with poison (tasks/s)`, m.runs.map((x) => `${round(x.base.rate)} -> ${round(x.hit.rate)}`).join('; '));
+    for (const [label, m] of [
+      ['supervised', supervised],
+      ['restart loop', restarted],
+    ] as const) {
+      r.figure(
+        `${label}: throughput, baseline -> with poison (tasks/s)`,
+        m.runs.map((x) => `${round(x.base.rate)} -> ${round(x.hit.rate)}`).join('; '),
+      );
       r.figure(`${label}: throughput drop per pair (%)`, m.runs.map((x) => pct(x.drop)).join('; '));
       r.figure(`${label}: throughput drop, median (%)`, pct(m.median));
       r.figure(`${label}: worker deaths per poison phase`, m.runs.map((x) => x.hit.deaths).join('; '));
     }
     const phases = [...supervised.runs, ...restarted.runs].flatMap((x) => [x.base, x.hit]);
     const hits = { supervised: supervised.runs.map((x) => x.hit), 'restart loop': restarted.runs.map((x) => x.hit) };
-    r.check('every normal task completed in every phase', phases.every((p) => p.done && p.tally.open === 0));
-    r.equal('normal tasks all succeeded', phases.map((p) => p.tally.succeeded), phases.map(() => n));
+    r.check(
+      'every normal task completed in every phase',
+      phases.every((p) => p.done && p.tally.open === 0),
+    );
+    r.equal(
+      'normal tasks all succeeded',
+      phases.map((p) => p.tally.succeeded),
+      phases.map(() => n),
+    );
     for (const [mode, ps] of Object.entries(hits)) {
-      r.check(`${mode}: both poison tasks abandoned`, ps.every((p) => p.abandoned), JSON.stringify(ps.map((p) => p.poisonFacts)));
+      r.check(
+        `${mode}: both poison tasks abandoned`,
+        ps.every((p) => p.abandoned),
+        JSON.stringify(ps.map((p) => p.poisonFacts)),
+      );
       r.check(
         `${mode}: abandoned after ${MAX_LEASES} leases, with an error`,
-        ps.every((p) => p.poisonFacts.length === 2 && p.poisonFacts.every((f) => f.outcome === 'abandoned' && f.leases === MAX_LEASES && /abandoned: 3 leases expired/.test(String(f.errors?.[0])))),
+        ps.every(
+          (p) =>
+            p.poisonFacts.length === 2 &&
+            p.poisonFacts.every(
+              (f) =>
+                f.outcome === 'abandoned' &&
+                f.leases === MAX_LEASES &&
+                /abandoned: 3 leases expired/.test(String(f.errors?.[0])),
+            ),
+        ),
         JSON.stringify(ps.map((p) => p.poisonFacts)),
       );
       // One death per poison lease; a process that claimed both poison tasks dies once for two.
@@ -137,9 +210,19 @@ export const scenario: Scenario = {
         ps.map((p) => p.deaths).join(', '),
       );
     }
-    r.check('supervised: no death without poison', supervised.runs.every((x) => x.base.deaths === 0));
-    r.check('supervisor and its workers stopped with exit 0', supervised.runs.every((x) => x.base.stoppedCleanly && x.hit.stoppedCleanly));
-    r.check('supervised: other tasks\' throughput dropped by less than 10% (median)', supervised.median < 0.1, `${pct(supervised.median)}%`);
+    r.check(
+      'supervised: no death without poison',
+      supervised.runs.every((x) => x.base.deaths === 0),
+    );
+    r.check(
+      'supervisor and its workers stopped with exit 0',
+      supervised.runs.every((x) => x.base.stoppedCleanly && x.hit.stoppedCleanly),
+    );
+    r.check(
+      "supervised: other tasks' throughput dropped by less than 10% (median)",
+      supervised.median < 0.1,
+      `${pct(supervised.median)}%`,
+    );
     return r.result();
   },
 };

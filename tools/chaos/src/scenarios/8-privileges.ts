@@ -32,10 +32,13 @@ async function sweep(db: ChaosDb, r: Report, role: 'worker' | 'app' | 'api', all
   ).rows.map((x) => x.rel);
   r.equal(`${role}: no table, view or sequence privilege`, relations, []);
   const schemasCreate = (
-    await db.query(`select n.nspname from pg_namespace n where ${OURS} and has_schema_privilege($1, n.oid, 'create')`, [name])
+    await db.query(`select n.nspname from pg_namespace n where ${OURS} and has_schema_privilege($1, n.oid, 'create')`, [
+      name,
+    ])
   ).rows.map((x) => x.nspname);
   r.equal(`${role}: may create in no schema`, schemasCreate, []);
-  const temp = (await db.query(`select has_database_privilege($1, current_database(), 'temp') as t`, [name])).rows[0]!.t;
+  const temp = (await db.query(`select has_database_privilege($1, current_database(), 'temp') as t`, [name])).rows[0]!
+    .t;
   r.equal(`${role}: no TEMP on the database`, temp, false);
   return fns.length;
 }
@@ -58,8 +61,12 @@ export const scenario: Scenario = {
   fast: true,
   async run({ db }) {
     const r = new Report();
-    const allowlist = JSON.parse(readFileSync(join(repoRoot(), 'sql', 'role-allowlist.json'), 'utf8')) as Record<string, string[]>;
-    for (const role of ['worker', 'app', 'api'] as const) r.figure(`${role}: executable functions`, await sweep(db, r, role, allowlist[role] ?? []));
+    const allowlist = JSON.parse(readFileSync(join(repoRoot(), 'sql', 'role-allowlist.json'), 'utf8')) as Record<
+      string,
+      string[]
+    >;
+    for (const role of ['worker', 'app', 'api'] as const)
+      r.figure(`${role}: executable functions`, await sweep(db, r, role, allowlist[role] ?? []));
 
     const definers = (
       await db.query<{ fn: string; oid: number; config: string[] | null; src: string; nargs: number }>(
@@ -72,14 +79,24 @@ export const scenario: Scenario = {
       return !s || !/(^|, *)pg_temp$/.test(s.slice('search_path='.length));
     });
     r.figure('security definer functions', definers.length);
-    r.equal('security definer functions without a pinned search_path (pg_temp last)', unpinned.map((d) => d.fn), []);
+    r.equal(
+      'security definer functions without a pinned search_path (pg_temp last)',
+      unpinned.map((d) => d.fn),
+      [],
+    );
 
     // Shadowing, static: a body that names one of our tables without its schema would
     // find a temp table of that name first (pg_temp is on every pinned path).
     const tableNames = new Set(
-      (await db.query(`select c.relname from pg_class c join pg_namespace n on n.oid = c.relnamespace where ${OURS} and c.relkind in ('r', 'v', 'p', 'm')`)).rows.map((x) => x.relname as string),
+      (
+        await db.query(
+          `select c.relname from pg_class c join pg_namespace n on n.oid = c.relnamespace where ${OURS} and c.relkind in ('r', 'v', 'p', 'm')`,
+        )
+      ).rows.map((x) => x.relname as string),
     );
-    const exposed = definers.map((d) => ({ fn: d.fn, names: unqualifiedRelations(d.src, tableNames) })).filter((d) => d.names.length > 0);
+    const exposed = definers
+      .map((d) => ({ fn: d.fn, names: unqualifiedRelations(d.src, tableNames) }))
+      .filter((d) => d.names.length > 0);
     r.equal('security definer bodies naming a table without its schema', exposed, []);
 
     // Shadowing, live: as each role, try to create temp shadows of every table, and a
@@ -103,13 +120,18 @@ export const scenario: Scenario = {
             await client.query(sql);
             if (!sql.startsWith('set ')) succeeded++;
           } catch (e) {
-            if ((e as { code?: string }).code !== '42501') r.check(`${role}: shadow attempt refused with 42501`, false, `${sql}: ${(e as Error).message}`);
+            if ((e as { code?: string }).code !== '42501')
+              r.check(`${role}: shadow attempt refused with 42501`, false, `${sql}: ${(e as Error).message}`);
           }
         }
         // With its search_path pointing at pg_temp first, the definer functions still run
         // with their own path: a call resolves to our function, not a shadow.
         const probe = await client.query(`select current_setting('search_path') as p`);
-        r.check(`${role}: temp shadows refused (TEMP revoked)`, succeeded === 0, `${succeeded} created; session search_path ${probe.rows[0].p}`);
+        r.check(
+          `${role}: temp shadows refused (TEMP revoked)`,
+          succeeded === 0,
+          `${succeeded} created; session search_path ${probe.rows[0].p}`,
+        );
       } finally {
         client.release(true);
       }
@@ -120,10 +142,16 @@ export const scenario: Scenario = {
     // Worker-only work: as the app and the API, every way to make the worker act for them
     // (a channel task with a payload of their own, a db_function step forging a handler
     // call, a schedule or a staggered batch of either) and direct calls of the handlers.
-    const internalTypes = (await db.query<{ task_type: string }>('select task_type from queues.internal_task_type order by 1')).rows.map((x) => x.task_type);
+    const internalTypes = (
+      await db.query<{ task_type: string }>('select task_type from queues.internal_task_type order by 1')
+    ).rows.map((x) => x.task_type);
     r.equal('internal task types', internalTypes, ['db_function', 'email', 'file_delete', 'sms']);
     const forged: Record<string, Record<string, unknown>> = {
-      db_function: { db_function: 'files.record_file_delete_success', original_payload: { file_deletion_attempt_id: 1 }, worker_payload: {} },
+      db_function: {
+        db_function: 'files.record_file_delete_success',
+        original_payload: { file_deletion_attempt_id: 1 },
+        worker_payload: {},
+      },
       email: { to_address: 'victim@example.com', subject: 'x', html: 'x', from_address: 'a@example.com' },
       file_delete: { bucket: 'user-uploads', object_key: 'someone-else/passport.pdf' },
       sms: { to_number: '+14155550100', body: 'premium' },
@@ -136,15 +164,49 @@ export const scenario: Scenario = {
       for (const t of internalTypes) {
         const payload = JSON.stringify(forged[t] ?? {});
         tries.push([`${role}: queues.enqueue('${t}')`, 'select queues.enqueue($1, $2::jsonb)', [t, payload]]);
-        tries.push([`${role}: queues.enqueue_many with '${t}'`, 'select * from queues.enqueue_many($1::jsonb)', [JSON.stringify([{ task_type: 'product_resync', payload: {} }, { task_type: t, payload: forged[t] ?? {} }])]]);
-        tries.push([`${role}: schedules.upsert_schedule('${t}')`, `select * from schedules.upsert_schedule('chaos-evil', '* * * * *', $1, $2::jsonb, null, null)`, [t, payload]]);
-        tries.push([`${role}: schedules.generate_staggered_tasks('${t}')`, `select * from schedules.generate_staggered_tasks($1, $2::jsonb, now(), '1 day', 1)`, [t, JSON.stringify([forged[t] ?? {}])]]);
+        tries.push([
+          `${role}: queues.enqueue_many with '${t}'`,
+          'select * from queues.enqueue_many($1::jsonb)',
+          [
+            JSON.stringify([
+              { task_type: 'product_resync', payload: {} },
+              { task_type: t, payload: forged[t] ?? {} },
+            ]),
+          ],
+        ]);
+        tries.push([
+          `${role}: schedules.upsert_schedule('${t}')`,
+          `select * from schedules.upsert_schedule('chaos-evil', '* * * * *', $1, $2::jsonb, null, null)`,
+          [t, payload],
+        ]);
+        tries.push([
+          `${role}: schedules.generate_staggered_tasks('${t}')`,
+          `select * from schedules.generate_staggered_tasks($1, $2::jsonb, now(), '1 day', 1)`,
+          [t, JSON.stringify([forged[t] ?? {}])],
+        ]);
       }
-      for (const fn of ['files.record_file_delete_success', 'comms.record_sms_success', 'comms.get_email_payload', 'files.file_deletion_supervisor']) {
-        tries.push([`${role}: ${fn}(forged) called directly`, `select ${fn}($1::jsonb)`, [JSON.stringify({ original_payload: { file_deletion_attempt_id: 1, send_sms_attempt_id: 1 } })]]);
+      for (const fn of [
+        'files.record_file_delete_success',
+        'comms.record_sms_success',
+        'comms.get_email_payload',
+        'files.file_deletion_supervisor',
+      ]) {
+        tries.push([
+          `${role}: ${fn}(forged) called directly`,
+          `select ${fn}($1::jsonb)`,
+          [JSON.stringify({ original_payload: { file_deletion_attempt_id: 1, send_sms_attempt_id: 1 } })],
+        ]);
       }
-      tries.push([`${role}: internal.run_function('files.record_file_delete_success')`, 'select internal.run_function($1, $2::jsonb)', ['files.record_file_delete_success', '{}']]);
-      tries.push([`${role}: queues.enqueue_internal`, `select queues.enqueue_internal('db_function', '{}'::jsonb)`, []]);
+      tries.push([
+        `${role}: internal.run_function('files.record_file_delete_success')`,
+        'select internal.run_function($1, $2::jsonb)',
+        ['files.record_file_delete_success', '{}'],
+      ]);
+      tries.push([
+        `${role}: queues.enqueue_internal`,
+        `select queues.enqueue_internal('db_function', '{}'::jsonb)`,
+        [],
+      ]);
       for (const [label, sql, params] of tries) {
         hostile++;
         try {
@@ -152,7 +214,8 @@ export const scenario: Scenario = {
           allowed++;
           r.check(`${label}: refused`, false, 'it succeeded');
         } catch (e) {
-          if ((e as { code?: string }).code !== '42501') r.check(`${label}: refused with 42501`, false, (e as Error).message);
+          if ((e as { code?: string }).code !== '42501')
+            r.check(`${label}: refused with 42501`, false, (e as Error).message);
         }
       }
     }

@@ -8,7 +8,7 @@ import { redactUrl } from '../urls.js';
 
 async function main(): Promise<void> {
   const url = process.env.DATABASE_URL;
-  if (!url) throw new Error('DATABASE_URL must be the owner role\'s URL of the database to migrate');
+  if (!url) throw new Error("DATABASE_URL must be the owner role's URL of the database to migrate");
   const missing = ['DATABASE_WORKER', 'DATABASE_APP', 'DATABASE_API'].filter((name) => !process.env[name]);
   if (missing.length > 0) throw new Error(`set ${missing.join(', ')} (the role names the migrations grant to)`);
   // The owner is the role we connect as, unless DATABASE_OWNER says otherwise.

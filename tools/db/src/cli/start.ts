@@ -15,7 +15,10 @@ import type { DatabaseUrls } from '../server.js';
 
 function start(script: string, args: string[], env: NodeJS.ProcessEnv): ChildProcess {
   // The IPC channel lets a child notice when this process dies and stop itself.
-  return spawn(process.execPath, [join(repoRoot(), script), ...args], { env, stdio: ['inherit', 'inherit', 'inherit', 'ipc'] });
+  return spawn(process.execPath, [join(repoRoot(), script), ...args], {
+    env,
+    stdio: ['inherit', 'inherit', 'inherit', 'ipc'],
+  });
 }
 
 function exited(child: ChildProcess): Promise<number> {
@@ -53,7 +56,9 @@ async function main(): Promise<number> {
   });
   const urls = await new Promise<DatabaseUrls>((resolve, reject) => {
     runner.once('message', (message: { type: string; urls?: DatabaseUrls; message?: string }) =>
-      message.type === 'ready' && message.urls ? resolve(message.urls) : reject(new Error(message.message ?? 'database failed to start')),
+      message.type === 'ready' && message.urls
+        ? resolve(message.urls)
+        : reject(new Error(message.message ?? 'database failed to start')),
     );
     runner.once('exit', (code) => reject(new Error(`database runner exited with code ${code}`)));
   });
@@ -75,13 +80,26 @@ async function main(): Promise<number> {
   if (gcsConfigured && !process.env.FILES_SERVICE_URL) {
     const filesToken = process.env.FILES_SERVICE_TOKEN ?? randomBytes(24).toString('hex');
     const filesPort = process.env.FILES_SERVICE_PORT ?? '8787';
-    others.push(start('packages/files-service/dist/cli.js', [], { ...process.env, FILES_SERVICE_TOKEN: filesToken, FILES_SERVICE_PORT: filesPort, FILES_SERVICE_DATABASE_URL: urls.worker }));
+    others.push(
+      start('packages/files-service/dist/cli.js', [], {
+        ...process.env,
+        FILES_SERVICE_TOKEN: filesToken,
+        FILES_SERVICE_PORT: filesPort,
+        FILES_SERVICE_DATABASE_URL: urls.worker,
+      }),
+    );
     workerEnv.FILES_SERVICE_URL = `http://127.0.0.1:${filesPort}`;
     workerEnv.FILES_SERVICE_TOKEN = filesToken;
     filesLine = `files service: ${workerEnv.FILES_SERVICE_URL}`;
   }
   others.push(
-    start('packages/api/dist/cli.js', [], { ...process.env, DATABASE_URL: urls.api, API_TOKEN: apiToken, API_PORT: apiPort, API_HOST: apiHost }),
+    start('packages/api/dist/cli.js', [], {
+      ...process.env,
+      DATABASE_URL: urls.api,
+      API_TOKEN: apiToken,
+      API_PORT: apiPort,
+      API_HOST: apiHost,
+    }),
   );
 
   process.stdout.write(

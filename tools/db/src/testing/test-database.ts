@@ -31,7 +31,9 @@ export async function createTestDatabase(options: { empty?: boolean } = {}): Pro
   await admin.connect();
   try {
     const template = options.empty ? '' : ` template ${admin.escapeIdentifier(ctx.template)}`;
-    await admin.query(`create database ${admin.escapeIdentifier(name)}${template} owner ${admin.escapeIdentifier(ctx.roles.owner)}`);
+    await admin.query(
+      `create database ${admin.escapeIdentifier(name)}${template} owner ${admin.escapeIdentifier(ctx.roles.owner)}`,
+    );
     await hardenDatabase(admin, name, ctx.roles);
   } finally {
     await admin.end();

@@ -4,7 +4,10 @@ import type pg from 'pg';
 
 export interface SeededQueue {
   /** task id -> the state the seed left it in */
-  states: Record<string, 'pending' | 'scheduled' | 'leased' | 'heartbeated' | 'released' | 'succeeded' | 'dead-lettered' | 'errored'>;
+  states: Record<
+    string,
+    'pending' | 'scheduled' | 'leased' | 'heartbeated' | 'released' | 'succeeded' | 'dead-lettered' | 'errored'
+  >;
 }
 
 /**
@@ -20,7 +23,7 @@ export async function seedQueue(client: pg.ClientBase): Promise<SeededQueue> {
                              case when $1::int = 7 then now() + interval '1 day' end, $2::int, $3::text, $4::int)::text as id`,
       [i, 10 - i, i === 2 ? `seed:${i}` : null, i === 3 ? 3 : null],
     );
-    ids.push(rows[0]!.id);
+    ids.push(rows[0].id);
   }
   const { rows: claimed } = await client.query<{ task_id: string; task_lease_id: string }>(
     `select task_id::text, task_lease_id::text from queues.claim_tasks('seed-worker', 5, array['db_function'], 300, 5) order by task_id`,
@@ -31,22 +34,28 @@ export async function seedQueue(client: pg.ClientBase): Promise<SeededQueue> {
     ...{ task_id: string; task_lease_id: string }[],
   ];
   await client.query(`select queues.complete_task($1, $2, 'succeeded')`, [done.task_id, done.task_lease_id]);
-  await client.query(`select queues.complete_task($1, $2, 'failed')`, [dead!.task_id, dead!.task_lease_id]);
-  await client.query(`select queues.fail_task($1, 'seed: provider refused', $2)`, [errored!.task_id, errored!.task_lease_id]);
-  await client.query(`select * from queues.extend_leases(array[$1::bigint], array[$2::bigint], 600)`, [
-    heartbeated!.task_id,
-    heartbeated!.task_lease_id,
+  await client.query(`select queues.complete_task($1, $2, 'failed')`, [dead.task_id, dead.task_lease_id]);
+  await client.query(`select queues.fail_task($1, 'seed: provider refused', $2)`, [
+    errored.task_id,
+    errored.task_lease_id,
   ]);
-  await client.query(`select * from queues.release_leases(array[$1::bigint], array[$2::bigint])`, [released!.task_id, released!.task_lease_id]);
+  await client.query(`select * from queues.extend_leases(array[$1::bigint], array[$2::bigint], 600)`, [
+    heartbeated.task_id,
+    heartbeated.task_lease_id,
+  ]);
+  await client.query(`select * from queues.release_leases(array[$1::bigint], array[$2::bigint])`, [
+    released.task_id,
+    released.task_lease_id,
+  ]);
   await client.query(`select queues.record_worker_heartbeat('seed-worker', array['db_function'])`);
 
   const states: SeededQueue['states'] = {};
   for (const id of ids) states[id] = id === ids[7] ? 'scheduled' : 'pending';
   states[done.task_id] = 'succeeded';
-  states[dead!.task_id] = 'dead-lettered';
-  states[errored!.task_id] = 'errored';
-  states[heartbeated!.task_id] = 'heartbeated';
-  states[released!.task_id] = 'released';
+  states[dead.task_id] = 'dead-lettered';
+  states[errored.task_id] = 'errored';
+  states[heartbeated.task_id] = 'heartbeated';
+  states[released.task_id] = 'released';
   return { states };
 }
 
