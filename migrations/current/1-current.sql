@@ -1,0 +1,2 @@
+-- Nothing here yet: add migrations/current/<NNN>-<name>.sql files (see sql/CONVENTIONS.md).
+-- This file may be deleted.
