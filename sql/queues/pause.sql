@@ -1,5 +1,5 @@
 -- Pausing claims per task type (queue controls). Facts: queues.task_type_paused and
--- queues.task_type_resumed (migrations/current/310-dashboard.sql). The public claim
+-- queues.task_type_resumed (created in migration 000002). The public claim
 -- functions (sql/queues/claim.sql) pass the types they may claim through
 -- queues.claimable_task_types, so every worker honours a pause on its next claim; the
 -- owner-only claim_tasks_at is unaffected.
