@@ -44,31 +44,36 @@ interface PendingCompletion {
   reject: (error: unknown) => void;
 }
 
+class Lane {
+  readonly pool: pg.Pool;
+  flushing: Promise<void> | undefined;
+  scheduled = false;
+
+  constructor(databaseUrl: string, name: string, log: Logger) {
+    this.pool = new pg.Pool({ connectionString: databaseUrl, max: 1, application_name: name, keepAlive: true });
+    this.pool.on('error', (error) => log.warn({ event: 'pool_error', err: error.message }, `${name}: connection lost`));
+    this.pool.on('connect', (client) => client.on('error', () => {}));
+  }
+}
+
 export class Completer {
-  readonly #pool: pg.Pool;
   readonly #log: Logger;
+  readonly #ends: Lane;
+  readonly #startLane: Lane;
   #starts: PendingStart[] = [];
   #completions: PendingCompletion[] = [];
-  #flushing: Promise<void> | undefined;
-  #scheduled = false;
 
   constructor(databaseUrl: string, log: Logger) {
     this.#log = log;
-    this.#pool = new pg.Pool({
-      connectionString: databaseUrl,
-      max: 1,
-      application_name: 'queue-worker-completer',
-      keepAlive: true,
-    });
-    this.#pool.on('error', (error) => this.#log.warn({ event: 'pool_error', err: error.message }, 'completer connection lost'));
-    this.#pool.on('connect', (client) => client.on('error', () => {}));
+    this.#ends = new Lane(databaseUrl, 'queue-worker-completer', log);
+    this.#startLane = new Lane(databaseUrl, 'queue-worker-starter', log);
   }
 
   /** Records that `task` starts; resolves false when its lease is no longer held (it must not run). */
   start(task: ClaimedTask): Promise<boolean> {
     return new Promise((resolve, reject) => {
       this.#starts.push({ task, resolve, reject });
-      this.#schedule();
+      this.#schedule(this.#startLane);
     });
   }
 
@@ -76,41 +81,47 @@ export class Completer {
   complete(task: ClaimedTask, outcome: TaskOutcome): Promise<Settled> {
     return new Promise((resolve, reject) => {
       this.#completions.push({ task, outcome, resolve, reject });
-      this.#schedule();
+      this.#schedule(this.#ends);
     });
   }
 
   /** Resolves when everything asked for so far is recorded (or failed). */
   async drain(): Promise<void> {
-    while (this.#flushing || this.#scheduled || this.#starts.length > 0 || this.#completions.length > 0) {
-      if (this.#flushing) await this.#flushing;
+    const busy = () => [this.#ends, this.#startLane].find((l) => l.flushing || l.scheduled);
+    while (busy() || this.#starts.length > 0 || this.#completions.length > 0) {
+      const lane = busy();
+      if (lane?.flushing) await lane.flushing;
       else await new Promise((resolve) => setImmediate(resolve));
     }
   }
 
   async close(): Promise<void> {
-    await this.#pool.end();
+    await Promise.all([this.#ends.pool.end(), this.#startLane.pool.end()]);
   }
 
-  #schedule(): void {
-    if (this.#scheduled || this.#flushing) return;
-    this.#scheduled = true;
+  #pending(lane: Lane): boolean {
+    return lane === this.#startLane ? this.#starts.length > 0 : this.#completions.length > 0;
+  }
+
+  #schedule(lane: Lane): void {
+    if (lane.scheduled || lane.flushing) return;
+    lane.scheduled = true;
     // Everything asked for in this turn of the event loop goes in one round trip.
     setImmediate(() => {
-      this.#scheduled = false;
-      this.#flushing = this.#flush().finally(() => {
-        this.#flushing = undefined;
-        if (this.#starts.length > 0 || this.#completions.length > 0) this.#schedule();
+      lane.scheduled = false;
+      lane.flushing = this.#flush(lane).finally(() => {
+        lane.flushing = undefined;
+        if (this.#pending(lane)) this.#schedule(lane);
       });
     });
   }
 
-  async #flush(): Promise<void> {
-    while (this.#starts.length > 0 || this.#completions.length > 0) {
-      const starts = this.#starts.splice(0, 1000);
-      const completions = this.#completions.splice(0, MAX_BATCH);
+  async #flush(lane: Lane): Promise<void> {
+    while (this.#pending(lane)) {
+      const starts = lane === this.#startLane ? this.#starts.splice(0, 1000) : [];
+      const completions = lane === this.#ends ? this.#completions.splice(0, MAX_BATCH) : [];
       try {
-        await this.#round(starts, completions);
+        await this.#round(lane, starts, completions);
       } catch (error) {
         if (isTransient(error) || starts.length + completions.length === 1) {
           for (const s of starts) s.reject(error);
@@ -118,15 +129,15 @@ export class Completer {
           continue;
         }
         this.#log.warn({ event: 'completion_batch_failed', err: errorMessage(error) }, 'batch refused; recording one task at a time');
-        for (const s of starts) await this.#round([s], []).catch((e: unknown) => s.reject(e));
-        for (const c of completions) await this.#round([], [c]).catch((e: unknown) => c.reject(e));
+        for (const s of starts) await this.#round(lane, [s], []).catch((e: unknown) => s.reject(e));
+        for (const c of completions) await this.#round(lane, [], [c]).catch((e: unknown) => c.reject(e));
       }
     }
   }
 
   /** One round trip: effects in savepoints, then one settle_tasks statement; one commit. */
-  async #round(starts: PendingStart[], completions: PendingCompletion[]): Promise<void> {
-    const client = await this.#pool.connect();
+  async #round(lane: Lane, starts: PendingStart[], completions: PendingCompletion[]): Promise<void> {
+    const client = await lane.pool.connect();
     let broken: Error | undefined;
     const withEffects = completions.filter((c) => c.outcome.effects);
     const plain: { pending: PendingCompletion; outcome: TaskOutcome }[] = completions

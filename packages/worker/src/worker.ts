@@ -78,6 +78,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   #loop: Promise<void> | undefined;
   #heartbeat: NodeJS.Timeout | undefined;
   #claimFailures = 0;
+  /** The last claim came back short: no more work until a notification or the poll. */
+  #drained = false;
 
   constructor(options: WorkerOptions) {
     super();
@@ -97,7 +99,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     // in flight rejects and is handled there, so this only keeps the process alive.
     this.pool.on('connect', (client) => client.on('error', () => {}));
     this.#completer = new Completer(options.databaseUrl, this.#log);
-    this.#listener = new TaskListener(options.databaseUrl, this.#log, () => this.#signal(), options.pollIntervalMs);
+    this.#listener = new TaskListener(options.databaseUrl, this.#log, () => this.#notified(), options.pollIntervalMs);
   }
 
   listener(): TaskListener {
@@ -170,6 +172,12 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#log.info({ event: 'worker_stopped', unfinished: left.length }, 'worker stopped');
   }
 
+  /** New work was announced (NOTIFY, or the listener's poll): worth a claim. */
+  #notified(): void {
+    this.#drained = false;
+    this.#signal();
+  }
+
   #signal(): void {
     this.#woken = true;
     const wake = this.#wake;
@@ -177,16 +185,17 @@ export class Worker extends EventEmitter<WorkerEvents> {
     wake?.();
   }
 
-  #sleep(ms: number): Promise<void> {
-    if (this.#woken || this.#stopping) return Promise.resolve();
+  /** Waits `ms` or until woken; true when woken. */
+  #sleep(ms: number): Promise<boolean> {
+    if (this.#woken || this.#stopping) return Promise.resolve(true);
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
         this.#wake = undefined;
-        resolve();
+        resolve(false);
       }, ms);
       this.#wake = () => {
         clearTimeout(timer);
-        resolve();
+        resolve(true);
       };
     });
   }
@@ -204,7 +213,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
     while (!this.#stopping) {
       this.#woken = false;
       const room = capacity - this.#busy - this.#waiting.length;
-      if (room > 0 && this.#waiting.length <= lowWater) {
+      // A freed slot is no reason to claim again right after a claim found the queue
+      // empty: that waits for a notification or the poll interval.
+      if (room > 0 && this.#waiting.length <= lowWater && !this.#drained) {
         // Tasks that finish together free their slots in the same turn of the event
         // loop: let them, and claim for all of them in one call.
         if (this.#busy > 0) await new Promise((resolve) => setImmediate(resolve));
@@ -218,12 +229,14 @@ export class Worker extends EventEmitter<WorkerEvents> {
         this.#startWaiting();
         // A full batch means more work is likely waiting: claim again at once.
         if (claimed.length === limit && claimed.length > 0) continue;
+        this.#drained = this.#claimFailures === 0;
         if (this.#claimFailures > 0) {
           await this.#sleep(Math.min(pollIntervalMs, 100 * 2 ** Math.min(this.#claimFailures, 6)));
           continue;
         }
       }
-      await this.#sleep(pollIntervalMs);
+      // The poll interval passed without a wake-up: look again.
+      if (!(await this.#sleep(pollIntervalMs))) this.#drained = false;
     }
   }
 
