@@ -74,6 +74,7 @@ drop index if exists queues.task_pending_claim_idx;
 --!include queues/claim.sql
 --!include queues/complete.sql
 --!include queues/settle.sql
+--!include queues/steps.sql
 --!include queues/workers.sql
 --!include queues/maintenance.sql
 --!include queues/privileges.sql

@@ -18,6 +18,8 @@ grant execute on function
   queues.complete_task(bigint, bigint, text),
   queues.complete_tasks(bigint[], bigint[], text[]),
   queues.settle_tasks(bigint[], bigint[], bigint[], bigint[], text[], bigint[], text[]),
+  queues.run_steps(bigint[], bigint[], text[], jsonb[]),
+  queues.parse_envelope(jsonb),
   queues.fail_task(bigint, text, bigint),
   queues.record_worker_heartbeat(text, text[]),
   queues.record_worker_stopped(text)

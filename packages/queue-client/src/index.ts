@@ -13,6 +13,7 @@ export {
   failTask,
   releaseLeases,
   runFunction,
+  runSteps,
   settleTasks,
   type ClaimOptions,
   type ClaimedTask,
@@ -24,6 +25,8 @@ export {
   type LeaseRef,
   type NewTask,
   type Settlement,
+  type Step,
+  type StepResult,
   type Task,
 } from './tasks.js';
 export { recordWorkerHeartbeat, recordWorkerStopped } from './workers.js';

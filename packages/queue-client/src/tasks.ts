@@ -26,6 +26,7 @@ import {
   taskExtendLeases,
   taskFail,
   taskReleaseLeases,
+  taskRunSteps,
   taskSettle,
 } from './queries/task.queries.js';
 import type { Queryable } from './connection.js';
@@ -221,6 +222,48 @@ export async function settleTasks(
     lost,
     results: completions.map((c) => ({ taskId: c.taskId, result: byId.get(String(c.taskId)) ?? 'unknown_task' })),
   };
+}
+
+/** A db_function step to run in the database (see runSteps). */
+export interface Step extends LeaseRef {
+  functionName: string;
+  payload: JsonObject;
+}
+
+export interface StepResult {
+  taskId: Id;
+  /** As a completion's result, or 'transient': rolled back, nothing recorded; run it again. */
+  result: CompletionResult | 'transient';
+  outcome: CompletionOutcome | null;
+  error: string | null;
+  note: string | null;
+}
+
+/**
+ * Runs db_function steps in the database in one call (queues.run_steps): each step and
+ * its completion in a subtransaction of their own, fenced by the lease. One result per
+ * step, in input order.
+ */
+export async function runSteps(db: Queryable, steps: Step[]): Promise<StepResult[]> {
+  if (steps.length === 0) return [];
+  const rows = await mapErrors(
+    taskRunSteps.run(
+      {
+        taskIds: steps.map((s) => s.taskId),
+        taskLeaseIds: steps.map((s) => s.taskLeaseId),
+        functionNames: steps.map((s) => s.functionName),
+        payloads: steps.map((s) => s.payload),
+      },
+      db,
+    ),
+  );
+  return rows.map((r) => ({
+    taskId: r.taskId,
+    result: r.result as StepResult['result'],
+    outcome: r.outcome as CompletionOutcome | null,
+    error: r.error,
+    note: r.note,
+  }));
 }
 
 /** A lease a worker holds: the pair that fences every call made on its behalf. */

@@ -7,6 +7,9 @@
  * the tasks about to start (a task runs only once its start is recorded, so the queue
  * knows which claimed tasks were started; see queues.task_lease_started).
  *
+ * Steps (db_function tasks) of a round run in the database in one queues.run_steps call,
+ * each with its completion in a subtransaction.
+ *
  * Completions with effects (writes that commit with the completion) run in the round
  * trip's transaction, each in a savepoint with its own fenced completion: if its lease was
  * lost, its effects roll back and nothing else is disturbed. The batch commits once.
@@ -16,7 +19,7 @@
  * task at a time, so one bad completion cannot sink the others.
  */
 import pg from 'pg';
-import { settleTasks, type ClaimedTask, type CompletionResult, type Queryable, type Settlement } from '@org/queue-client';
+import { runSteps, settleTasks, type ClaimedTask, type CompletionResult, type Queryable, type Settlement } from '@org/queue-client';
 import { errorMessage, isTransient, storableMessage } from './completion.js';
 import type { Logger } from './logger.js';
 import type { TaskOutcome, TaskReport } from './processor.js';
@@ -139,10 +142,12 @@ export class Completer {
   async #round(lane: Lane, starts: PendingStart[], completions: PendingCompletion[]): Promise<void> {
     const client = await lane.pool.connect();
     let broken: Error | undefined;
-    const withEffects = completions.filter((c) => c.outcome.effects);
+    const steps = completions.filter((c) => c.outcome.step);
+    const withEffects = completions.filter((c) => !c.outcome.step && c.outcome.effects);
     const plain: { pending: PendingCompletion; outcome: TaskOutcome }[] = completions
-      .filter((c) => !c.outcome.effects)
+      .filter((c) => !c.outcome.step && !c.outcome.effects)
       .map((c) => ({ pending: c, outcome: c.outcome }));
+    const ranSteps: { pending: PendingCompletion; settled?: Settled; transient?: Error }[] = [];
     const settledWithEffects: { pending: PendingCompletion; settled: Settled }[] = [];
     try {
       if (withEffects.length > 0) await client.query('begin');
@@ -164,6 +169,28 @@ export class Completer {
           plain.push({ pending: c, outcome: fallback });
         }
       }
+      if (steps.length > 0) {
+        const results = await runSteps(
+          client,
+          steps.map((c) => ({
+            taskId: c.task.taskId,
+            taskLeaseId: c.task.taskLeaseId,
+            functionName: c.outcome.step!.functionName,
+            payload: c.task.payload,
+          })),
+        );
+        steps.forEach((c, i) => {
+          const r = results[i]!;
+          if (r.result === 'transient') {
+            ranSteps.push({ pending: c, transient: Object.assign(new Error(r.error ?? 'step rolled back'), { code: '40001' }) });
+            return;
+          }
+          const report: TaskReport = { outcome: r.outcome ?? c.outcome.outcome };
+          if (r.error !== null) report.error = r.error;
+          if (r.note !== null) report.note = r.note;
+          ranSteps.push({ pending: c, settled: { result: r.result, report } });
+        });
+      }
       const { lost, results } = await settleTasks(
         client,
         starts.map((s) => ({ taskId: s.task.taskId, taskLeaseId: s.task.taskLeaseId })),
@@ -174,6 +201,10 @@ export class Completer {
       for (const s of starts) s.resolve(!lostIds.has(s.task.taskId));
       plain.forEach((p, i) => p.pending.resolve({ result: results[i]!.result, report: reportOf(p.outcome) }));
       for (const { pending, settled } of settledWithEffects) pending.resolve(settled);
+      for (const { pending, settled, transient } of ranSteps) {
+        if (settled) pending.resolve(settled);
+        else pending.reject(transient);
+      }
     } catch (error) {
       if (withEffects.length > 0 && !isTransient(error)) {
         await client.query('rollback').catch((e: unknown) => (broken = e as Error));

@@ -25,6 +25,7 @@ import { EventEmitter } from 'node:events';
 import pg from 'pg';
 import { claimTasks, extendLeases, recordWorkerHeartbeat, recordWorkerStopped, releaseLeases, type ClaimedTask } from '@org/queue-client';
 import { Completer } from './completer.js';
+import { StepRunner } from './step-runner.js';
 import { errorMessage, isLeaseLost, isTransient } from './completion.js';
 import type { WorkerConfig } from './config.js';
 import { TaskListener } from './listener.js';
@@ -65,6 +66,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #log: Logger;
   readonly #taskTypes: string[];
   readonly #completer: Completer;
+  readonly #steps: StepRunner;
   /** Started (or starting) tasks until their outcome is recorded, by lease id. */
   readonly #running = new Map<string, Running>();
   /** Slots in use: tasks starting or in their processor. */
@@ -99,6 +101,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     // in flight rejects and is handled there, so this only keeps the process alive.
     this.pool.on('connect', (client) => client.on('error', () => {}));
     this.#completer = new Completer(options.databaseUrl, this.#log);
+    this.#steps = new StepRunner(this.pool);
     this.#listener = new TaskListener(options.databaseUrl, this.#log, () => this.#notified(), options.pollIntervalMs);
   }
 
@@ -298,9 +301,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
   async #process(running: Running, log: Logger, free: () => void): Promise<void> {
     const { task, controller } = running;
     // The task runs only once its start is recorded: the queue then knows it was started.
+    // (A step that runs in the database records its start with its completion.)
+    const processor = this.#options.registry.get(task.taskType);
     let held: boolean;
     try {
-      held = await this.#completer.start(task);
+      held = processor?.startsWithCompletion ? true : await this.#completer.start(task);
     } catch (error) {
       log.warn({ event: 'start_failed', err: errorMessage(error) }, 'could not record the start; the task runs again later');
       if (!isTransient(error)) await this.#release([task]);
@@ -313,7 +318,6 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
     running.startedAt = Date.now();
     log.info({ event: 'task_started', lease_count: task.leaseCount }, 'task started');
-    const processor = this.#options.registry.get(task.taskType);
     let outcome: TaskOutcome;
     try {
       outcome = processor
@@ -338,16 +342,19 @@ export class Worker extends EventEmitter<WorkerEvents> {
       log.error({ event: 'task_crashed', duration_ms: durationMs, err: errorMessage(error) }, 'processor threw');
       outcome = { outcome: 'failed', error: `worker error: ${errorMessage(error)}` };
     }
-    // The slot is free once the processor is done; the completer records the outcome
-    // beside the next tasks.
-    free();
+    // A step keeps its slot while it runs in the database. Otherwise the slot is free
+    // once the processor is done, and the completer records the outcome beside the
+    // next tasks.
+    if (!outcome.step) free();
     await this.#record(running, log, outcome);
   }
 
   async #record(running: Running, log: Logger, outcome: TaskOutcome): Promise<void> {
     const { task, startedAt } = running;
     try {
-      const { result, report } = await this.#completer.complete(task, outcome);
+      const { result, report } = outcome.step
+        ? await this.#steps.run(task, outcome.step.functionName)
+        : await this.#completer.complete(task, outcome);
       const durationMs = Date.now() - startedAt;
       if (result === 'lease_lost') {
         if (running.released) {

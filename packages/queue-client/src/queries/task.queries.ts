@@ -9,6 +9,8 @@ export type NumberOrStringArray = (NumberOrString)[];
 
 export type stringArray = (string)[];
 
+export type unknownArray = (unknown)[];
+
 /** 'TaskEnqueue' parameters type */
 export interface ITaskEnqueueParams {
   maxAttempts?: number | null | void;
@@ -264,6 +266,41 @@ const taskSettleIR: any = {"usedParamSet":{"startedTaskIds":true,"startedLeaseId
  * ```
  */
 export const taskSettle = new PreparedQuery<ITaskSettleParams,ITaskSettleResult>(taskSettleIR);
+
+
+/** 'TaskRunSteps' parameters type */
+export interface ITaskRunStepsParams {
+  functionNames: stringArray;
+  payloads: unknownArray;
+  taskIds: NumberOrStringArray;
+  taskLeaseIds: NumberOrStringArray;
+}
+
+/** 'TaskRunSteps' return type */
+export interface ITaskRunStepsResult {
+  error: string | null;
+  note: string | null;
+  outcome: string | null;
+  result: string;
+  taskId: string;
+}
+
+/** 'TaskRunSteps' query type */
+export interface ITaskRunStepsQuery {
+  params: ITaskRunStepsParams;
+  result: ITaskRunStepsResult;
+}
+
+const taskRunStepsIR: any = {"usedParamSet":{"taskIds":true,"taskLeaseIds":true,"functionNames":true,"payloads":true},"params":[{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":105,"b":113}]},{"name":"taskLeaseIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":126,"b":139}]},{"name":"functionNames","required":true,"transform":{"type":"scalar"},"locs":[{"a":152,"b":166}]},{"name":"payloads","required":true,"transform":{"type":"scalar"},"locs":[{"a":177,"b":186}]}],"statement":"select s.task_id as \"taskId!\", s.result as \"result!\", s.outcome, s.error, s.note\n  from queues.run_steps(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :functionNames!::text[], :payloads!::jsonb[]) s"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select s.task_id as "taskId!", s.result as "result!", s.outcome, s.error, s.note
+ *   from queues.run_steps(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :functionNames!::text[], :payloads!::jsonb[]) s
+ * ```
+ */
+export const taskRunSteps = new PreparedQuery<ITaskRunStepsParams,ITaskRunStepsResult>(taskRunStepsIR);
 
 
 /** 'TaskFail' parameters type */

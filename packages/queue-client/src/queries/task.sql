@@ -52,6 +52,10 @@ select s.task_id as "taskId!", s.kind as "kind!", s.result as "result!"
   from queues.settle_tasks(:startedTaskIds!::bigint[], :startedLeaseIds!::bigint[], :taskIds!::bigint[],
                            :taskLeaseIds::bigint[], :outcomes::text[], :errorTaskIds::bigint[], :errorMessages::text[]) s;
 
+/* @name TaskRunSteps */
+select s.task_id as "taskId!", s.result as "result!", s.outcome, s.error, s.note
+  from queues.run_steps(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :functionNames!::text[], :payloads!::jsonb[]) s;
+
 /* @name TaskFail */
 select queues.fail_task(:taskId!::bigint, :errorMessage!::text, :taskLeaseId::bigint) as "errorId!";
 
