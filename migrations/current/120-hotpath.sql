@@ -71,6 +71,7 @@ create index if not exists task_pending_leased_idx
   where current_lease_id is not null;
 drop index if exists queues.task_pending_claim_idx;
 
+--!include queues/enqueue.sql
 --!include queues/claim.sql
 --!include queues/complete.sql
 --!include queues/settle.sql
