@@ -22,7 +22,8 @@ grant execute on function
   queues.parse_envelope(jsonb),
   queues.fail_task(bigint, text, bigint),
   queues.record_worker_heartbeat(text, text[]),
-  queues.record_worker_stopped(text)
+  queues.record_worker_stopped(text),
+  queues.revoke_worker_leases(text)
 to :DATABASE_WORKER;
 
 grant execute on function

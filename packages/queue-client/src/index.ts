@@ -29,4 +29,4 @@ export {
   type StepResult,
   type Task,
 } from './tasks.js';
-export { recordWorkerHeartbeat, recordWorkerStopped } from './workers.js';
+export { recordWorkerHeartbeat, recordWorkerStopped, revokeWorkerLeases } from './workers.js';

@@ -10,9 +10,11 @@
  * Steps (db_function tasks) of a round run in the database in one queues.run_steps call,
  * each with its completion in a subtransaction.
  *
- * Completions with effects (writes that commit with the completion) run in the round
- * trip's transaction, each in a savepoint with its own fenced completion: if its lease was
- * lost, its effects roll back and nothing else is disturbed. The batch commits once.
+ * Completions with effects (writes that commit with the completion) run each in a short
+ * transaction of its own with its fenced completion: if its lease was lost, its effects
+ * roll back. (One transaction for a whole batch of effects would hold the row locks of
+ * its first completions until its last effects ran, and a heartbeat that must extend those
+ * leases would wait for it.)
  *
  * Errors: a transient failure (connection, server) rejects the whole round trip and
  * records nothing (its tasks run again); any other failure of a batch is retried one
@@ -43,6 +45,8 @@ interface PendingStart {
 interface PendingCompletion {
   task: ClaimedTask;
   outcome: TaskOutcome;
+  /** Answered (its effects committed): never recorded again, even if its round fails later. */
+  answered?: boolean;
   resolve: (settled: Settled) => void;
   reject: (error: unknown) => void;
 }
@@ -133,7 +137,7 @@ export class Completer {
         }
         this.#log.warn({ event: 'completion_batch_failed', err: errorMessage(error) }, 'batch refused; recording one task at a time');
         for (const s of starts) await this.#round(lane, [s], []).catch((e: unknown) => s.reject(e));
-        for (const c of completions) await this.#round(lane, [], [c]).catch((e: unknown) => c.reject(e));
+        for (const c of completions.filter((x) => !x.answered)) await this.#round(lane, [], [c]).catch((e: unknown) => c.reject(e));
       }
     }
   }
@@ -148,11 +152,9 @@ export class Completer {
       .filter((c) => !c.outcome.step && !c.outcome.effects)
       .map((c) => ({ pending: c, outcome: c.outcome }));
     const ranSteps: { pending: PendingCompletion; settled?: Settled; transient?: Error }[] = [];
-    const settledWithEffects: { pending: PendingCompletion; settled: Settled }[] = [];
     try {
-      if (withEffects.length > 0) await client.query('begin');
       for (const c of withEffects) {
-        await client.query('savepoint effects');
+        await client.query('begin');
         let outcome: TaskOutcome = c.outcome;
         try {
           const changed = await c.outcome.effects!(client as Queryable);
@@ -160,11 +162,12 @@ export class Completer {
           const { results } = await settleTasks(client, [], [settlement(c.task, outcome)]);
           const result = results[0]!.result;
           // Refused: the effects must not commit either.
-          await client.query(accepted(result) ? 'release savepoint effects' : 'rollback to savepoint effects');
-          settledWithEffects.push({ pending: c, settled: { result, report: reportOf(outcome) } });
+          await client.query(accepted(result) ? 'commit' : 'rollback');
+          c.answered = true;
+          c.resolve({ result, report: reportOf(outcome) });
         } catch (error) {
           if (isTransient(error)) throw error;
-          await client.query('rollback to savepoint effects');
+          await client.query('rollback');
           const fallback = c.outcome.onEffectsError?.(error) ?? { outcome: 'failed', error: `effects raised: ${errorMessage(error)}` };
           plain.push({ pending: c, outcome: fallback });
         }
@@ -190,26 +193,31 @@ export class Completer {
           if (r.note !== null) report.note = r.note;
           ranSteps.push({ pending: c, settled: { result: r.result, report } });
         });
+        // Committed with the call: answered now, whatever happens to the rest of the round.
+        for (const { pending, settled, transient } of ranSteps.splice(0)) {
+          pending.answered = true;
+          if (settled) pending.resolve(settled);
+          else pending.reject(transient);
+        }
       }
       const { lost, results } = await settleTasks(
         client,
         starts.map((s) => ({ taskId: s.task.taskId, taskLeaseId: s.task.taskLeaseId })),
         plain.map((p) => settlement(p.pending.task, p.outcome)),
       );
-      if (withEffects.length > 0) await client.query('commit');
       const lostIds = new Set(lost);
       for (const s of starts) s.resolve(!lostIds.has(s.task.taskId));
       plain.forEach((p, i) => p.pending.resolve({ result: results[i]!.result, report: reportOf(p.outcome) }));
-      for (const { pending, settled } of settledWithEffects) pending.resolve(settled);
       for (const { pending, settled, transient } of ranSteps) {
         if (settled) pending.resolve(settled);
         else pending.reject(transient);
       }
     } catch (error) {
-      if (withEffects.length > 0 && !isTransient(error)) {
-        await client.query('rollback').catch((e: unknown) => (broken = e as Error));
-      } else if (isTransient(error)) {
+      if (isTransient(error)) {
         broken = error as Error;
+      } else {
+        // Whatever was left open is rolled back (already-committed effects stay).
+        await client.query('rollback').catch((e: unknown) => (broken = e as Error));
       }
       throw error;
     } finally {
