@@ -7,6 +7,21 @@ create or replace function queues.max_payload_bytes() returns integer
   set search_path = pg_catalog, pg_temp
 as $$ select 1048576 $$;
 
+-- And so is their nesting: a payload nested deeper than queues.max_payload_depth()
+-- containers (objects and arrays) is refused, since parsers that recurse (the worker's
+-- among them) would run out of stack.
+create or replace function queues.max_payload_depth() returns integer
+  language sql immutable parallel safe
+  set search_path = pg_catalog, pg_temp
+as $$ select 64 $$;
+
+-- True when some value of _payload sits inside more than queues.max_payload_depth()
+-- containers (the jsonpath level must be a literal: 65 = max_payload_depth() + 1).
+create or replace function queues.is_payload_too_deep(_payload jsonb) returns boolean
+  language sql immutable parallel safe
+  set search_path = pg_catalog, pg_temp
+as $$ select jsonb_path_exists(_payload, 'strict $.**{65}') $$;
+
 -- Validates one task's fields; raises a clear error naming the offending field.
 -- _where prefixes messages ('' for a single task, 'tasks[3]: ' in a batch).
 create or replace function queues.assert_valid_task(
@@ -35,6 +50,10 @@ begin
   if pg_column_size(_payload) > queues.max_payload_bytes() then
     raise exception '%payload is % bytes, over the limit of % bytes',
       _where, pg_column_size(_payload), queues.max_payload_bytes()
+      using errcode = '54000';
+  end if;
+  if queues.is_payload_too_deep(_payload) then
+    raise exception '%payload is nested deeper than % levels', _where, queues.max_payload_depth()
       using errcode = '54000';
   end if;
   if _priority is not null and _priority not between -1000 and 1000 then
@@ -69,6 +88,9 @@ declare
   _task_id bigint;
 begin
   perform queues.assert_valid_task(_task_type, _payload, _priority, _resource_key, _max_attempts);
+  if _scheduled_at is not null and not isfinite(_scheduled_at) then
+    raise exception 'scheduled_at must be a finite time, got %', _scheduled_at using errcode = '22023';
+  end if;
 
   with inserted as (
     insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
@@ -145,6 +167,8 @@ begin
             when e.value -> 'payload' is null then '22004'
             when jsonb_typeof(e.value -> 'payload') <> 'object' then '22023'
             when pg_column_size(e.value -> 'payload') > queues.max_payload_bytes() then '54000'
+            when queues.is_payload_too_deep(e.value -> 'payload') then '54000'
+            when not isfinite((e.value ->> 'scheduled_at')::timestamptz) then '22023'
             when (e.value ->> 'priority')::integer not between -1000 and 1000 then '22023'
             when length(e.value ->> 'resource_key') not between 1 and 200 then '22023'
             when (e.value ->> 'max_attempts')::integer not between 1 and 100 then '22023'
@@ -158,6 +182,10 @@ begin
             when jsonb_typeof(e.value -> 'payload') <> 'object' then format('payload must be a JSON object, got %s', jsonb_typeof(e.value -> 'payload'))
             when pg_column_size(e.value -> 'payload') > queues.max_payload_bytes() then
               format('payload is %s bytes, over the limit of %s bytes', pg_column_size(e.value -> 'payload'), queues.max_payload_bytes())
+            when queues.is_payload_too_deep(e.value -> 'payload') then
+              format('payload is nested deeper than %s levels', queues.max_payload_depth())
+            when not isfinite((e.value ->> 'scheduled_at')::timestamptz) then
+              format('scheduled_at must be a finite time, got %s', e.value ->> 'scheduled_at')
             when (e.value ->> 'priority')::integer not between -1000 and 1000 then
               format('priority must be between -1000 and 1000, got %s', e.value ->> 'priority')
             when length(e.value ->> 'resource_key') not between 1 and 200 then 'resource_key must be 1 to 200 characters'

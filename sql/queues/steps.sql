@@ -126,6 +126,8 @@ begin
         end case;
         select s.result into _done
           from queues.settle_tasks('{}', '{}', array[_id], array[_lease], array[_outcome],
+                                   -- A validation failure is final: no retry.
+                                   array[case when _env.outcome = 'invalid' then false end],
                                    case when _error is null then '{}'::bigint[] else array[_id] end,
                                    case when _error is null then '{}'::text[] else array[_error] end) s;
         if _done not in ('completed', 'retry_scheduled') then
@@ -144,7 +146,7 @@ begin
         _error := case when sqlstate = 'QSTEP' then sqlerrm else format('%s raised: %s', _name, sqlerrm) end;
         _note := null;
         select s.result into _done
-          from queues.settle_tasks('{}', '{}', array[_id], array[_lease], array['failed'], array[_id], array[_error]) s;
+          from queues.settle_tasks('{}', '{}', array[_id], array[_lease], array['failed'], null, array[_id], array[_error]) s;
     end;
     if _done = 'started' then
       _done := 'lease_lost';

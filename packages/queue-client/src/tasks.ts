@@ -25,6 +25,7 @@ import {
   taskEnqueueMany,
   taskExtendLeases,
   taskFail,
+  taskInterrupt,
   taskReleaseLeases,
   taskRunSteps,
   taskSettle,
@@ -88,6 +89,11 @@ export interface Completion {
   /** The lease the caller holds: completion is refused once a newer lease exists. */
   taskLeaseId?: Id;
   outcome?: CompletionOutcome;
+  /**
+   * false: a 'failed' outcome is final even with attempts left (a failure no retry can
+   * mend, such as a validation failure). Default true.
+   */
+  retry?: boolean;
 }
 
 export type CompletionResult = 'completed' | 'retry_scheduled' | 'already_completed' | 'lease_lost' | 'unknown_task';
@@ -177,6 +183,7 @@ export async function completeTasks(
         taskIds: completions.map((c) => c.taskId),
         taskLeaseIds: completions.map((c) => c.taskLeaseId ?? null) as string[],
         outcomes: completions.map((c) => c.outcome ?? null) as string[],
+        retries: completions.map((c) => c.retry ?? null) as boolean[],
       },
       db,
     ),
@@ -210,6 +217,7 @@ export async function settleTasks(
         taskIds: completions.map((c) => c.taskId),
         taskLeaseIds: completions.map((c) => c.taskLeaseId ?? null) as string[],
         outcomes: completions.map((c) => c.outcome ?? null) as string[],
+        retries: completions.map((c) => c.retry ?? null) as boolean[],
         errorTaskIds: errors.map((e) => e.taskId),
         errorMessages: errors.map((e) => e.message),
       },
@@ -310,6 +318,21 @@ export async function failTask(
   const [row] = await mapErrors(taskFail.run(failure, db));
   if (!row) throw new Error('queues.fail_task returned no row');
   return row.errorId;
+}
+
+export type InterruptResult = 'retry_scheduled' | 'abandoned' | 'lease_lost' | 'unknown_task';
+
+/**
+ * A run cut short by a transient error (deadlock, serialization failure, lost
+ * connection): records the error, ends the lease and schedules the task again after a
+ * backoff, or abandons it once it was interrupted `maxInterruptions` times (default 5).
+ */
+export async function interruptTask(
+  db: Queryable,
+  interruption: { taskId: Id; taskLeaseId: Id; errorMessage: string; maxInterruptions?: number },
+): Promise<InterruptResult> {
+  const [row] = await mapErrors(taskInterrupt.run(interruption, db));
+  return (row?.result ?? 'unknown_task') as InterruptResult;
 }
 
 /** Runs a registered function through internal.run_function; returns its jsonb result. */

@@ -3,9 +3,17 @@ import { workerHeartbeat, workerRevokeLeases, workerStopped } from './queries/wo
 import type { Queryable } from './connection.js';
 import { mapErrors } from './errors.js';
 
-/** Records that `workerId` is alive and claims `taskTypes`. */
-export async function recordWorkerHeartbeat(db: Queryable, workerId: string, taskTypes: string[]): Promise<void> {
-  await mapErrors(workerHeartbeat.run({ workerId, taskTypes }, db));
+/**
+ * Records that `workerId` is alive and claims `taskTypes`, heartbeating every
+ * `heartbeatIntervalMs` (stale recovery waits three intervals before taking it for dead).
+ */
+export async function recordWorkerHeartbeat(
+  db: Queryable,
+  workerId: string,
+  taskTypes: string[],
+  heartbeatIntervalMs?: number,
+): Promise<void> {
+  await mapErrors(workerHeartbeat.run({ workerId, taskTypes, heartbeatIntervalMs }, db));
 }
 
 /** Records that `workerId` stopped cleanly (so it is not taken for dead). */

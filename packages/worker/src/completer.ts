@@ -22,7 +22,7 @@
  */
 import pg from 'pg';
 import { runSteps, settleTasks, type ClaimedTask, type CompletionResult, type Queryable, type Settlement } from '@org/queue-client';
-import { errorMessage, isTransient, storableMessage } from './completion.js';
+import { errorMessage, isTransient, sanitizeMessage } from './completion.js';
 import type { Logger } from './logger.js';
 import type { TaskOutcome, TaskReport } from './processor.js';
 
@@ -56,8 +56,14 @@ class Lane {
   flushing: Promise<void> | undefined;
   scheduled = false;
 
-  constructor(databaseUrl: string, name: string, log: Logger) {
-    this.pool = new pg.Pool({ connectionString: databaseUrl, max: 1, application_name: name, keepAlive: true });
+  constructor(databaseUrl: string, name: string, log: Logger, statementTimeoutMs: number) {
+    this.pool = new pg.Pool({
+      connectionString: databaseUrl,
+      max: 1,
+      application_name: name,
+      keepAlive: true,
+      statement_timeout: statementTimeoutMs,
+    });
     this.pool.on('error', (error) => log.warn({ event: 'pool_error', err: error.message }, `${name}: connection lost`));
     this.pool.on('connect', (client) => client.on('error', () => {}));
   }
@@ -70,10 +76,10 @@ export class Completer {
   #starts: PendingStart[] = [];
   #completions: PendingCompletion[] = [];
 
-  constructor(databaseUrl: string, log: Logger) {
+  constructor(databaseUrl: string, log: Logger, statementTimeoutMs = 300_000) {
     this.#log = log;
-    this.#ends = new Lane(databaseUrl, 'queue-worker-completer', log);
-    this.#startLane = new Lane(databaseUrl, 'queue-worker-starter', log);
+    this.#ends = new Lane(databaseUrl, 'queue-worker-completer', log, statementTimeoutMs);
+    this.#startLane = new Lane(databaseUrl, 'queue-worker-starter', log, statementTimeoutMs);
   }
 
   /** Records that `task` starts; resolves false when its lease is no longer held (it must not run). */
@@ -227,8 +233,9 @@ export class Completer {
   }
 }
 
+/** Effects commit only when this very call completed the task or scheduled its retry. */
 function accepted(result: CompletionResult): boolean {
-  return result === 'completed' || result === 'retry_scheduled' || result === 'already_completed';
+  return result === 'completed' || result === 'retry_scheduled';
 }
 
 function reportOf(outcome: TaskOutcome): TaskReport {
@@ -241,6 +248,9 @@ function reportOf(outcome: TaskOutcome): TaskReport {
 function settlement(task: ClaimedTask, outcome: TaskOutcome): Settlement {
   const errors = [outcome.error, ...(outcome.extraErrors ?? [])]
     .filter((m): m is string => typeof m === 'string' && m.trim() !== '')
-    .map(storableMessage);
-  return { taskId: task.taskId, taskLeaseId: task.taskLeaseId, outcome: outcome.outcome, errors };
+    .map(sanitizeMessage);
+  const settlement: Settlement = { taskId: task.taskId, taskLeaseId: task.taskLeaseId, outcome: outcome.outcome, errors };
+  // A failure no retry can mend: no retry even with attempts left.
+  if (outcome.final) settlement.retry = false;
+  return settlement;
 }

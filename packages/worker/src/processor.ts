@@ -30,6 +30,11 @@ export interface TaskReport {
   error?: string;
   /** A descriptive non-success status or validation message from SQL, logged. */
   note?: string;
+  /**
+   * A failure no retry can mend (a validation failure): completed 'failed' even when the
+   * task has attempts left (max_attempts).
+   */
+  final?: boolean;
 }
 
 /** What a processor returns: the completion to record, with its error rows. */

@@ -5,6 +5,7 @@ export type stringArray = (string)[];
 
 /** 'WorkerHeartbeat' parameters type */
 export interface IWorkerHeartbeatParams {
+  heartbeatIntervalMs?: number | null | void;
   taskTypes: stringArray;
   workerId: string;
 }
@@ -20,12 +21,12 @@ export interface IWorkerHeartbeatQuery {
   result: IWorkerHeartbeatResult;
 }
 
-const workerHeartbeatIR: any = {"usedParamSet":{"workerId":true,"taskTypes":true},"params":[{"name":"workerId","required":true,"transform":{"type":"scalar"},"locs":[{"a":38,"b":47}]},{"name":"taskTypes","required":true,"transform":{"type":"scalar"},"locs":[{"a":56,"b":66}]}],"statement":"select queues.record_worker_heartbeat(:workerId!::text, :taskTypes!::text[]) as \"recorded\""};
+const workerHeartbeatIR: any = {"usedParamSet":{"workerId":true,"taskTypes":true,"heartbeatIntervalMs":true},"params":[{"name":"workerId","required":true,"transform":{"type":"scalar"},"locs":[{"a":38,"b":47}]},{"name":"taskTypes","required":true,"transform":{"type":"scalar"},"locs":[{"a":56,"b":66}]},{"name":"heartbeatIntervalMs","required":false,"transform":{"type":"scalar"},"locs":[{"a":77,"b":96}]}],"statement":"select queues.record_worker_heartbeat(:workerId!::text, :taskTypes!::text[], :heartbeatIntervalMs::integer) as \"recorded\""};
 
 /**
  * Query generated from SQL:
  * ```
- * select queues.record_worker_heartbeat(:workerId!::text, :taskTypes!::text[]) as "recorded"
+ * select queues.record_worker_heartbeat(:workerId!::text, :taskTypes!::text[], :heartbeatIntervalMs::integer) as "recorded"
  * ```
  */
 export const workerHeartbeat = new PreparedQuery<IWorkerHeartbeatParams,IWorkerHeartbeatResult>(workerHeartbeatIR);

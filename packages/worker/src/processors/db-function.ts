@@ -7,10 +7,14 @@
  * refused and the step rolls back. Outcomes, by the envelope the function returns:
  *   success / status "succeeded"   completed 'succeeded'
  *   other status                   completed 'succeeded', the status logged (descriptive, not fatal)
- *   validation_failure_message     effects kept, error row, completed 'failed' (non-retriable)
+ *   validation_failure_message     effects kept, error row, completed 'failed', never retried
+ *                                  (even with attempts left)
  *   error                          effects kept, error row, completed 'failed'
  *   malformed result / exception   rolled back, then error row and completed 'failed'
- *   connection failure             rolled back, nothing recorded: the task runs again
+ *   transient error (connection,   rolled back, the run is interrupted (counted, the task runs
+ *   deadlock, serialization)       again after a backoff, abandoned once it keeps happening)
+ *   any other SQLSTATE, 55000      rolled back, then error row and completed 'failed': task
+ *   included                       code cannot make the worker believe its lease was lost
  */
 import { dbFunctionPayload } from '@org/handler-types';
 import type { Processor, TaskContext, TaskOutcome } from '../processor.js';
