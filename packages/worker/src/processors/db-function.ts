@@ -32,7 +32,6 @@ export function dbFunctionStep(task: TaskContext['task']): TaskOutcome {
 export function dbFunctionProcessor(): Processor {
   return {
     name: 'db_function',
-    startsWithCompletion: true,
     async process({ task }: TaskContext): Promise<TaskOutcome> {
       return dbFunctionStep(task);
     },
