@@ -28,6 +28,8 @@ const ORPHANS: [string, string][] = [
       and not exists (select 1 from queues.task_lease l where l.task_lease_id = e.task_lease_id and l.task_id = e.task_id)`],
   ['task_attempt_failed -> task_lease', `select count(*) from queues.task_attempt_failed a where a.task_lease_id is not null
       and not exists (select 1 from queues.task_lease l where l.task_lease_id = a.task_lease_id and l.task_id = a.task_id)`],
+  ['task_interruption -> task_lease of the same task', `select count(*) from queues.task_interruption i
+      where not exists (select 1 from queues.task_lease l where l.task_lease_id = i.task_lease_id and l.task_id = i.task_id)`],
   ['task_pending.current_lease_id -> task_lease of the same task', `select count(*) from queues.task_pending p where p.current_lease_id is not null
       and not exists (select 1 from queues.task_lease l where l.task_lease_id = p.current_lease_id and l.task_id = p.task_id)`],
 ];
@@ -49,7 +51,7 @@ it('no orphan facts after a concurrent workload of claims, starts, completions, 
       // Start two thirds; of those, complete some (some failed), extend and release others.
       await worker.query('select * from queues.settle_tasks($1::bigint[], $2::bigint[], $3::bigint[])', [ids.slice(0, 2 * third), leases.slice(0, 2 * third), []]);
       await worker.query(
-        `select * from queues.settle_tasks('{}', '{}', $1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::text[])`,
+        `select * from queues.settle_tasks('{}', '{}', $1::bigint[], $2::bigint[], $3::text[], null, $4::bigint[], $5::text[])`,
         [ids.slice(0, third), leases.slice(0, third), ids.slice(0, third).map((_, i) => (i % 4 === 0 ? 'failed' : 'succeeded')),
          ids.slice(0, third).filter((_, i) => i % 4 === 0), ids.slice(0, third).filter((_, i) => i % 4 === 0).map(() => 'failed on purpose')],
       );
