@@ -754,7 +754,6 @@ create table internal.provider_call_started (
   constraint provider_call_started_started_at_not_null NOT NULL started_at,
   constraint provider_call_started_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
   constraint provider_call_started_task_id_not_null NOT NULL task_id,
-  constraint provider_call_started_task_lease_id_fkey FOREIGN KEY (task_lease_id) REFERENCES queues.task_lease(task_lease_id) ON DELETE CASCADE,
   constraint provider_call_started_task_lease_id_not_null NOT NULL task_lease_id
 );
   owner :DATABASE_OWNER
@@ -1081,7 +1080,7 @@ create table queues.task_cancelled (
   constraint task_cancelled_pkey PRIMARY KEY (task_id),
   constraint task_cancelled_reason_check CHECK ((length(reason) <= 500)),
   constraint task_cancelled_reason_not_null NOT NULL reason,
-  constraint task_cancelled_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task_completed(task_id) ON DELETE CASCADE,
+  constraint task_cancelled_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
   constraint task_cancelled_task_id_not_null NOT NULL task_id
 );
   owner :DATABASE_OWNER
@@ -1277,7 +1276,6 @@ create table queues.task_result (
   constraint task_result_result_not_null NOT NULL result,
   constraint task_result_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
   constraint task_result_task_id_not_null NOT NULL task_id,
-  constraint task_result_task_lease_id_fkey FOREIGN KEY (task_lease_id) REFERENCES queues.task_lease(task_lease_id) ON DELETE CASCADE,
   constraint task_result_task_lease_id_not_null NOT NULL task_lease_id
 );
   owner :DATABASE_OWNER
@@ -7290,8 +7288,7 @@ CREATE OR REPLACE FUNCTION queues.truncate_task_facts()
 AS $function$
 begin
   truncate queues.task_pending, queues.task_lease, queues.task_completed, queues.task_lease_extension,
-           queues.task_lease_release, queues.task_lease_revocation, queues.task_lease_started
-    cascade;
+           queues.task_lease_release, queues.task_lease_revocation, queues.task_lease_started;
   return null;
 end;
 $function$;

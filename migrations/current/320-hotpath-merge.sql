@@ -1,18 +1,17 @@
--- After the hot-path rewrite (120) meets the later features: the facts that refer to the
--- hot facts through foreign keys (queues.task_result and internal.provider_call_started to
--- queues.task_lease, queues.task_cancelled to queues.task_completed) are emptied with
--- them when queues.task is truncated (the trigger of 120 truncates the hot facts, and
--- TRUNCATE refuses a referenced table unless its referencing tables go too).
+-- After the hot-path rewrite (120) meets the later features. 120 dropped the foreign keys
+-- to the hot facts (queues.task_lease, queues.task_completed), and its trigger truncates
+-- them when queues.task is truncated; TRUNCATE refuses a table that another table still
+-- references. So the later facts that referred to them keep only their key to queues.task,
+-- as the cold facts of 120 do: task results and started provider calls no longer refer
+-- to their lease, and a cancellation refers to its task rather than to its completion.
+-- Their writers (queues.record_task_result, internal.start_provider_call,
+-- admin.cancel_tasks) check the lease or the completion themselves.
+-- Locks: dropping or adding a foreign key takes ACCESS EXCLUSIVE on the referencing
+-- table (not a hot one) and SHARE ROW EXCLUSIVE on the referenced one, briefly.
 set local lock_timeout = '5s';
 
-create or replace function queues.truncate_task_facts() returns trigger
-  language plpgsql
-  set search_path = pg_catalog, pg_temp
-as $$
-begin
-  truncate queues.task_pending, queues.task_lease, queues.task_completed, queues.task_lease_extension,
-           queues.task_lease_release, queues.task_lease_revocation, queues.task_lease_started
-    cascade;
-  return null;
-end;
-$$;
+alter table queues.task_result drop constraint if exists task_result_task_lease_id_fkey;
+alter table internal.provider_call_started drop constraint if exists provider_call_started_task_lease_id_fkey;
+alter table queues.task_cancelled drop constraint if exists task_cancelled_task_id_fkey;
+alter table queues.task_cancelled add constraint task_cancelled_task_id_fkey
+  foreign key (task_id) references queues.task on delete cascade;

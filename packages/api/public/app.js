@@ -4,6 +4,8 @@
 //   #/schedules · #/processes · #/process/<name>/<root id>
 // Data is rendered with textContent only. Pages refresh their data in place by short
 // polling (REFRESH_MS) while the tab is visible, keeping selections and form input.
+import { roleQueues, taskResults } from './roles.js';
+
 const main = document.getElementById('main');
 const STATES = ['scheduled', 'ready', 'running', 'retrying', 'succeeded', 'failed', 'abandoned', 'cancelled'];
 const PENDING = ['scheduled', 'ready', 'running', 'retrying'];
@@ -204,7 +206,7 @@ function depthChart(buckets) {
 }
 
 async function overview() {
-  const counts = h('div'), throughput = h('div'), perType = h('div'), depth = h('div'), capacity = h('div');
+  const counts = h('div'), throughput = h('div'), perType = h('div'), depth = h('div'), capacity = h('div'), roles = h('div');
   const recoverOut = h('span', { class: 'muted' });
   put(main, 
     h('h1', {}, 'Queue overview'),
@@ -213,6 +215,8 @@ async function overview() {
       section('Throughput, last hour (completions per minute)', throughput),
       section('Queue depth, last hour (pending tasks per type)', depth)),
     section('Completions in the last hour by type and outcome', perType),
+    // The seed roles' queues (roles.js), from the same capacity read.
+    roles,
     section('Capacity', capacity,
       h('p', {}, actionButton('Recover stale leases', { class: 'secondary' }, async () => {
         const r = await mutate('/api/tasks/recover-stale', {});
@@ -255,6 +259,7 @@ async function overview() {
     }
     put(perType, table(['type', 'succeeded', 'failed', 'abandoned', 'cancelled'], [...totals.entries()].map(([type, t]) => h('tr', {}, h('td', {}, type),
       ['succeeded', 'failed', 'abandoned', 'cancelled'].map((k) => h('td', { class: 'num' }, t[k] ?? 0)))), { 'data-testid': 'throughput-by-type' }));
+    put(roles, roleQueues(h, table, full.capacity));
     put(capacity, table(['role', 'pending', 'ready', 'running', 'workers', 'tasks / worker-hour', 'hours to drain', 'needed 1h / 4h / 8h'],
       full.capacity.map((c) => h('tr', {}, h('td', {}, c.task_type), h('td', { class: 'num' }, c.pending_tasks), h('td', { class: 'num' }, c.ready_tasks),
         h('td', { class: 'num' }, c.running_tasks), h('td', { class: 'num' }, c.active_workers), h('td', { class: 'num' }, num(c.tasks_per_worker_hour, 1)),
@@ -410,8 +415,8 @@ async function taskPage(id) {
       section(null, h('table', { 'data-testid': 'task-fields', class: 'fields' }, h('tbody', {}, fields.map(([k, v]) => h('tr', {}, h('th', {}, k), h('td', {}, v))))), actions.length ? h('p', { class: 'actions' }, actions) : null),
       h('div', { class: 'grid2' },
         section('Payload', h('pre', { 'data-testid': 'payload' }, json(task.payload))),
-        section('Result', t.results?.length ? t.results.map((r) => h('div', {}, h('p', { class: 'muted' }, `lease ${r.task_lease_id} · ${fmtTime(r.recorded_at)}`), h('pre', { 'data-testid': 'result' }, json(r.result))))
-          : h('p', { class: 'muted', 'data-testid': 'result' }, 'no result recorded'))),
+        // A task's results, one per run that recorded one (roles.js).
+        taskResults(h, table, t.results ?? [])),
       section('Leases', table(['lease', 'worker', 'leased', 'expires', 'heartbeats', 'last heartbeat', 'ended'],
         t.leases.map((l) => h('tr', { 'data-lease-id': l.task_lease_id }, h('td', {}, l.task_lease_id), h('td', {}, h('a', { href: `#/tasks?worker_id=${encodeURIComponent(l.worker_id)}` }, l.worker_id)), timeCell(l.leased_at), timeCell(l.expires_at),
           h('td', { class: 'num' }, l.extensions), timeCell(heartbeats(l.task_lease_id).at(-1)?.extended_at), h('td', {}, leaseEnd(l, t)))), { 'data-testid': 'leases' })),
