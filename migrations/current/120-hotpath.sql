@@ -1,5 +1,14 @@
 -- Hot path: lean claim and completion, started marks, server-side steps.
 set local lock_timeout = '5s';
+-- lock: access exclusive on queues.task: dropping its foreign keys (or those to it) and the truncate trigger; catalog only, no rewrite or scan, held for the instant of the change
+-- lock: access exclusive on queues.task_pending: dropping its foreign keys (or those to it) and the truncate trigger; catalog only, no rewrite or scan, held for the instant of the change
+-- lock: access exclusive on queues.task_lease: dropping its foreign keys (or those to it) and the truncate trigger; catalog only, no rewrite or scan, held for the instant of the change
+-- lock: access exclusive on queues.task_completed: dropping its foreign keys (or those to it) and the truncate trigger; catalog only, no rewrite or scan, held for the instant of the change
+-- lock: access exclusive on queues.task_lease_extension: dropping its foreign keys (or those to it) and the truncate trigger; catalog only, no rewrite or scan, held for the instant of the change
+-- lock: access exclusive on queues.task_lease_release: dropping its foreign keys (or those to it) and the truncate trigger; catalog only, no rewrite or scan, held for the instant of the change
+-- lock: access exclusive on queues.task_lease_revocation: dropping its foreign keys (or those to it) and the truncate trigger; catalog only, no rewrite or scan, held for the instant of the change
+-- lock: access exclusive on queues.task_attempt_failed: dropping its foreign keys (or those to it) and the truncate trigger; catalog only, no rewrite or scan, held for the instant of the change
+-- lock: access exclusive on queues.error: dropping its foreign keys (or those to it) and the truncate trigger; catalog only, no rewrite or scan, held for the instant of the change
 
 -- Foreign keys from the hot facts to queues.task and queues.task_lease are dropped: each
 -- one made every fact insert probe and FOR KEY SHARE-lock its parent row (a tuple write on

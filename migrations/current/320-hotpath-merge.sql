@@ -9,6 +9,8 @@
 -- Locks: dropping or adding a foreign key takes ACCESS EXCLUSIVE on the referencing
 -- table (not a hot one) and SHARE ROW EXCLUSIVE on the referenced one, briefly.
 set local lock_timeout = '5s';
+-- lock: access exclusive on queues.task_lease: dropping the foreign keys that refer to it (their triggers on it); catalog only, no rewrite or scan, held for the instant of the change
+-- lock: access exclusive on queues.task_completed: dropping the foreign keys that refer to it (their triggers on it); catalog only, no rewrite or scan, held for the instant of the change
 
 alter table queues.task_result drop constraint if exists task_result_task_lease_id_fkey;
 alter table internal.provider_call_started drop constraint if exists provider_call_started_task_lease_id_fkey;
