@@ -30,6 +30,8 @@ interface WorkerCase {
   outcome?: string;
   leases?: number;
   interruptions?: number;
+  /** Results kept (queues.task_result: a db_function step's well-formed envelope); default 0. */
+  results?: number;
   maxAttempts?: number;
   /** The fake Resend fails the call with this message (run one at a time, after the others). */
   providerFailure?: string;
@@ -181,6 +183,8 @@ const WORKER_CASES: WorkerCase[] = [
   {
     ...bad('db_function', 'validation failure with max_attempts 3: not retried', { db_function: 'chaos.step', key: 's7-invalid-retry', result: { success: false, validation_failure_message: 'no such account' } }, /chaos\.step: validation failure: no such account/, 'task code errors'),
     maxAttempts: 3,
+    // The well-formed envelope is kept as the run's result (queues.task_result).
+    results: 1,
   },
   {
     ...bad('email', 'provider error with a NUL byte and an unpaired surrogate', { ...handlers, before: { ...goodEmail, idempotency_key: 'chaos-7-nul' } }, /mailbox\ufffd full \ufffd/, 'provider errors', 1),
@@ -346,11 +350,13 @@ export const scenario: Scenario = {
     delete changed['queues.error'];
     r.check('worker cases: each failed task has an error row', done && errorsAdded >= n, `${errorsAdded} error rows for ${n} tasks`);
     const interruptions = cases.reduce((s, c) => s + (c.interruptions ?? 0), 0);
+    const results = cases.reduce((s, c) => s + (c.results ?? 0), 0);
     r.equal('worker cases: only the tasks\' own facts changed', changed, {
       'queues.task': n, 'queues.task_completed': n, 'queues.task_lease': cases.reduce((s, c) => s + (c.leases ?? 1), 0),
       // Every lease's task was started (recorded before it ran).
       'queues.task_lease_started': cases.reduce((s, c) => s + (c.leases ?? 1), 0),
       ...(interruptions > 0 ? { 'queues.task_interruption': interruptions, 'queues.task_lease_release': interruptions } : {}),
+      ...(results > 0 ? { 'queues.task_result': results } : {}),
     });
     r.figure('cases', r.checks.length - 3);
     for (const [surface, count] of Object.entries(bySurface)) r.figure(`cases: ${surface}`, count);
