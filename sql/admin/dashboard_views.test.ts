@@ -55,7 +55,8 @@ describe('workers', () => {
   it('lists live, stale and stopped workers with heartbeat age and tasks in flight; recovers one stale worker', async () => {
     const w = db.pool('worker');
     for (const id of ['live', 'stale', 'gone']) await w.query(`select queues.record_worker_heartbeat($1, '{email}')`, [id]);
-    await db.pool('app').query(`select queues.enqueue('email', '{}'::jsonb) from generate_series(1, 3)`);
+    // email is worker-only (queues.assert_may_enqueue): enqueued as the owner's SQL does.
+    await db.query(`select queues.enqueue_internal('email', '{}'::jsonb) from generate_series(1, 3)`);
     await w.query(`select * from queues.claim_tasks('live', 1, '{email}', 600)`);
     await w.query(`select * from queues.claim_tasks('stale', 2, '{email}', 3600)`);
     await w.query(`select queues.record_worker_stopped('gone')`);
@@ -89,14 +90,15 @@ describe('schedules', () => {
     for (const at of ['10:00:30', '11:00:30', '12:00:30']) await db.query(`select schedules.run_schedule_at($1, $2)`, [`2030-01-01T${at}Z`, s[0].schedule_id]);
     const first = await db.query(`select task_id from schedules.schedule_run order by fire_at limit 1`);
     await db.query(`insert into queues.task_completed (task_id, outcome) values ($1, 'failed')`, [first.rows[0].task_id]);
-    const { rows } = await db.query(`select name, enabled, last_runs from admin.list_schedules_at($1, 2)`, [NOW]);
+    // Beside the menus schedules the baseline installs (disabled).
+    const { rows } = await db.query(`select name, enabled, last_runs from admin.list_schedules_at($1, 2) where name = 'reports.hourly'`, [NOW]);
     expect(rows).toHaveLength(1);
     // Fire times after the schedule's creation (10:00): 11:00 and 12:00; the 11:00 task failed.
     expect(rows[0].last_runs.map((r: { fire_at: string; task_state: string; outcome: string }) => [r.fire_at.slice(11, 16), r.outcome, r.task_state])).toEqual([
       ['12:00', 'enqueued', 'ready'],
       ['11:00', 'enqueued', 'failed'],
     ]);
-    const one = await db.query(`select last_runs from admin.list_schedules_at($1, 1)`, [NOW]);
+    const one = await db.query(`select last_runs from admin.list_schedules_at($1, 1) where name = 'reports.hourly'`, [NOW]);
     expect(one.rows[0].last_runs).toHaveLength(1);
     await expect(db.pool('api').query('select * from admin.list_schedules(21)')).rejects.toMatchObject({ code: '22023' });
   });
