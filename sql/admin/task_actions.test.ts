@@ -18,7 +18,8 @@ async function reset(): Promise<void> {
   await db.query('alter table queues.task enable trigger forbid_update');
 }
 const enqueue = async (type = 'email', scheduledIn?: string, resourceKey?: string): Promise<number> =>
-  Number((await db.pool('app').query(`select queues.enqueue($1, '{"a": 1}'::jsonb, now() + coalesce($2::interval, '0'), null, $3) as id`, [type, scheduledIn ?? null, resourceKey ?? null])).rows[0].id);
+  // Worker-only types (email, db_function) are enqueued as the owner's SQL does.
+  Number((await db.query(`select queues.enqueue_internal($1, '{"a": 1}'::jsonb, now() + coalesce($2::interval, '0'), null, $3) as id`, [type, scheduledIn ?? null, resourceKey ?? null])).rows[0].id);
 const api = (d: TestDatabase) => d.pool('api');
 const cancel = (ids: number[], reason?: string) => api(db).query<{ task_id: string; result: string }>('select * from admin.cancel_tasks($1, $2)', [ids, reason ?? null]);
 const results = (rows: { task_id: string; result: string }[]) => rows.map((r) => [Number(r.task_id), r.result]);

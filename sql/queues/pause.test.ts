@@ -24,7 +24,8 @@ async function reset(): Promise<void> {
 }
 
 const enqueue = async (type: string, n = 1) => {
-  for (let i = 0; i < n; i++) await db.pool('app').query(`select queues.enqueue($1, '{}'::jsonb)`, [type]);
+  // Worker-only types (email, sms) are enqueued as the owner's SQL does.
+  for (let i = 0; i < n; i++) await db.query(`select queues.enqueue_internal($1, '{}'::jsonb)`, [type]);
 };
 const claim = async (types: string[] | null, limit = 10, worker = 'w1') =>
   (await db.pool('worker').query<{ task_type: string }>('select task_type from queues.claim_tasks($1, $2, $3, 60)', [worker, limit, types])).rows.map((r) => r.task_type).sort();

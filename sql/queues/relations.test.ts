@@ -35,9 +35,10 @@ const ORPHANS: [string, string][] = [
 ];
 
 it('no orphan facts after a concurrent workload of claims, starts, completions, retries, heartbeats, releases and expiries', async () => {
-  const app = db.pool('app');
-  await app.query(
-    `select count(*) from queues.enqueue_many((select jsonb_agg(jsonb_build_object('task_type', 'db_function',
+  // db_function is worker-only (queues.assert_may_enqueue_many): the owner enqueues
+  // through the core, as its own SQL does.
+  await db.query(
+    `select count(*) from queues.enqueue_tasks((select jsonb_agg(jsonb_build_object('task_type', 'db_function',
         'payload', jsonb_build_object('n', i), 'max_attempts', 1 + i % 3)) from generate_series(1, 3000) i))`,
   );
   const worker = db.pool('worker');
