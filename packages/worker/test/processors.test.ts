@@ -62,8 +62,10 @@ describe('db_function processor', () => {
   const step = (key: string, extra: Record<string, unknown> = {}) => ({ db_function: 'fixture.step', key, ...extra });
 
   it('success ({success: true}): effect committed with the completion', async () => {
-    const { report, facts } = await run(processor, 'db_function', step('ok'));
-    expect(report).toEqual({ outcome: 'succeeded', result: { success: true } });
+    const { id, report, facts } = await run(processor, 'db_function', step('ok'));
+    expect(report).toEqual({ outcome: 'succeeded' });
+    // The envelope is kept as the run's result (queues.run_steps records it before the completion).
+    expect((await db.query('select result from queues.task_result where task_id = $1', [id])).rows).toEqual([{ result: { success: true } }]);
     expect(facts).toEqual({ outcome: 'succeeded', errors: [], leases: 1 });
     expect(await effects(db, 'ok')).toBe(1);
   });
@@ -74,8 +76,9 @@ describe('db_function processor', () => {
   });
 
   it('a descriptive non-success status is logged, not fatal', async () => {
-    const { report, facts } = await run(processor, 'db_function', step('status', { result: { status: 'max_attempts_reached' } }));
-    expect(report).toEqual({ outcome: 'succeeded', note: 'status max_attempts_reached', result: { status: 'max_attempts_reached' } });
+    const { id, report, facts } = await run(processor, 'db_function', step('status', { result: { status: 'max_attempts_reached' } }));
+    expect(report).toEqual({ outcome: 'succeeded', note: 'status max_attempts_reached' });
+    expect((await db.query('select result from queues.task_result where task_id = $1', [id])).rows).toEqual([{ result: { status: 'max_attempts_reached' } }]);
     expect(facts.errors).toEqual([]);
   });
 
