@@ -394,6 +394,15 @@ export class Worker extends EventEmitter<WorkerEvents> {
     await this.#record(running, log, outcome);
   }
 
+  /**
+   * The completion as a `queue.complete` child of the task's span; effects (success and
+   * error handlers) run by the completer in its own batch stay children of the task span.
+   */
+  #completeTraced(task: ClaimedTask, outcome: TaskOutcome) {
+    const bound = outcome.effects ? { ...outcome, effects: bindToTask(outcome.effects) } : outcome;
+    return traceStep('queue.complete', { 'queue.task.outcome': outcome.outcome }, () => this.#completer.complete(task, bound));
+  }
+
   async #record(running: Running, log: Logger, outcome: TaskOutcome): Promise<void> {
     const { task, startedAt } = running;
     try {
@@ -405,9 +414,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
             // The step's completion commits in the same call (queues.run_steps).
             traceStep('queue.complete', { 'queue.task.outcome': answer.report.outcome }, async () => answer),
           )
-        : await traceStep('queue.complete', { 'queue.task.outcome': outcome.outcome }, () =>
-            this.#completer.complete(task, outcome.effects ? { ...outcome, effects: bindToTask(outcome.effects) } : outcome),
-          );
+        : await this.#completeTraced(task, outcome);
       const durationMs = Date.now() - startedAt;
       if (result === 'lease_lost') {
         if (running.released) {
