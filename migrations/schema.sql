@@ -754,7 +754,6 @@ create table internal.provider_call_started (
   constraint provider_call_started_started_at_not_null NOT NULL started_at,
   constraint provider_call_started_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
   constraint provider_call_started_task_id_not_null NOT NULL task_id,
-  constraint provider_call_started_task_lease_id_fkey FOREIGN KEY (task_lease_id) REFERENCES queues.task_lease(task_lease_id) ON DELETE CASCADE,
   constraint provider_call_started_task_lease_id_not_null NOT NULL task_lease_id
 );
   owner :DATABASE_OWNER
@@ -984,8 +983,7 @@ create table queues.error (
   constraint error_error_message_not_null NOT NULL error_message,
   constraint error_pkey PRIMARY KEY (error_id),
   constraint error_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
-  constraint error_task_id_not_null NOT NULL task_id,
-  constraint error_task_lease_id_fkey FOREIGN KEY (task_lease_id) REFERENCES queues.task_lease(task_lease_id) ON DELETE CASCADE
+  constraint error_task_id_not_null NOT NULL task_id
 );
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -1052,6 +1050,7 @@ comment on table queues.task is 'A unit of work. Immutable: state lives in task_
 CREATE UNIQUE INDEX task_pkey ON queues.task USING btree (task_id);
 CREATE INDEX task_resource_key_idx ON queues.task USING btree (resource_key, task_id) WHERE (resource_key IS NOT NULL);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+CREATE TRIGGER truncate_task_facts AFTER TRUNCATE ON queues.task FOR EACH STATEMENT EXECUTE FUNCTION queues.truncate_task_facts();
 
 create table queues.task_attempt_failed (
   task_attempt_failed_id bigint generated always as identity not null,
@@ -1064,8 +1063,7 @@ create table queues.task_attempt_failed (
   constraint task_attempt_failed_retry_at_not_null NOT NULL retry_at,
   constraint task_attempt_failed_task_attempt_failed_id_not_null NOT NULL task_attempt_failed_id,
   constraint task_attempt_failed_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
-  constraint task_attempt_failed_task_id_not_null NOT NULL task_id,
-  constraint task_attempt_failed_task_lease_id_fkey FOREIGN KEY (task_lease_id) REFERENCES queues.task_lease(task_lease_id) ON DELETE CASCADE
+  constraint task_attempt_failed_task_id_not_null NOT NULL task_id
 );
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -1082,7 +1080,7 @@ create table queues.task_cancelled (
   constraint task_cancelled_pkey PRIMARY KEY (task_id),
   constraint task_cancelled_reason_check CHECK ((length(reason) <= 500)),
   constraint task_cancelled_reason_not_null NOT NULL reason,
-  constraint task_cancelled_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task_completed(task_id) ON DELETE CASCADE,
+  constraint task_cancelled_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
   constraint task_cancelled_task_id_not_null NOT NULL task_id
 );
   owner :DATABASE_OWNER
@@ -1100,9 +1098,7 @@ create table queues.task_completed (
   constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text]))),
   constraint task_completed_outcome_not_null NOT NULL outcome,
   constraint task_completed_pkey PRIMARY KEY (task_id),
-  constraint task_completed_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
-  constraint task_completed_task_id_not_null NOT NULL task_id,
-  constraint task_completed_task_lease_id_fkey FOREIGN KEY (task_lease_id) REFERENCES queues.task_lease(task_lease_id) ON DELETE CASCADE
+  constraint task_completed_task_id_not_null NOT NULL task_id
 );
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -1125,7 +1121,6 @@ create table queues.task_interruption (
   constraint task_interruption_retry_at_not_null NOT NULL retry_at,
   constraint task_interruption_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
   constraint task_interruption_task_id_not_null NOT NULL task_id,
-  constraint task_interruption_task_lease_id_fkey FOREIGN KEY (task_lease_id) REFERENCES queues.task_lease(task_lease_id) ON DELETE CASCADE,
   constraint task_interruption_task_lease_id_not_null NOT NULL task_lease_id
 );
   owner :DATABASE_OWNER
@@ -1145,7 +1140,6 @@ create table queues.task_lease (
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
   constraint task_lease_leased_at_not_null NOT NULL leased_at,
   constraint task_lease_pkey PRIMARY KEY (task_lease_id),
-  constraint task_lease_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
   constraint task_lease_task_id_not_null NOT NULL task_id,
   constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
   constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
@@ -1168,7 +1162,6 @@ create table queues.task_lease_extension (
   constraint task_lease_extension_extended_at_not_null NOT NULL extended_at,
   constraint task_lease_extension_pkey PRIMARY KEY (task_lease_extension_id),
   constraint task_lease_extension_task_lease_extension_id_not_null NOT NULL task_lease_extension_id,
-  constraint task_lease_extension_task_lease_id_fkey FOREIGN KEY (task_lease_id) REFERENCES queues.task_lease(task_lease_id) ON DELETE CASCADE,
   constraint task_lease_extension_task_lease_id_not_null NOT NULL task_lease_id
 );
   owner :DATABASE_OWNER
@@ -1183,7 +1176,6 @@ create table queues.task_lease_release (
   released_at timestamp with time zone default now() not null,
   constraint task_lease_release_pkey PRIMARY KEY (task_lease_id),
   constraint task_lease_release_released_at_not_null NOT NULL released_at,
-  constraint task_lease_release_task_lease_id_fkey FOREIGN KEY (task_lease_id) REFERENCES queues.task_lease(task_lease_id) ON DELETE CASCADE,
   constraint task_lease_release_task_lease_id_not_null NOT NULL task_lease_id
 );
   owner :DATABASE_OWNER
@@ -1199,7 +1191,6 @@ create table queues.task_lease_revocation (
   constraint task_lease_revocation_pkey PRIMARY KEY (task_lease_id),
   constraint task_lease_revocation_reason_not_null NOT NULL reason,
   constraint task_lease_revocation_revoked_at_not_null NOT NULL revoked_at,
-  constraint task_lease_revocation_task_lease_id_fkey FOREIGN KEY (task_lease_id) REFERENCES queues.task_lease(task_lease_id) ON DELETE CASCADE,
   constraint task_lease_revocation_task_lease_id_not_null NOT NULL task_lease_id
 );
   owner :DATABASE_OWNER
@@ -1207,6 +1198,21 @@ create table queues.task_lease_revocation (
 comment on table queues.task_lease_revocation is 'Append-only: a lease revoked because its worker stopped heartbeating.';
 CREATE UNIQUE INDEX task_lease_revocation_pkey ON queues.task_lease_revocation USING btree (task_lease_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_revocation FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_lease_started (
+  task_id bigint not null,
+  task_lease_id bigint not null,
+  started_at timestamp with time zone default now() not null,
+  constraint task_lease_started_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_lease_started_started_at_not_null NOT NULL started_at,
+  constraint task_lease_started_task_id_not_null NOT NULL task_id,
+  constraint task_lease_started_task_lease_id_not_null NOT NULL task_lease_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_lease_started is 'Append-only: a lease whose task its worker started.';
+CREATE UNIQUE INDEX task_lease_started_pkey ON queues.task_lease_started USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_started FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.task_pending (
   task_id bigint not null,
@@ -1221,6 +1227,7 @@ create table queues.task_pending (
   max_attempts integer default 1 not null,
   failed_attempts integer default 0 not null,
   interrupted_count integer default 0 not null,
+  unstarted_count integer default 0 not null,
   constraint task_pending_available_at_not_null NOT NULL available_at,
   constraint task_pending_failed_attempts_not_null NOT NULL failed_attempts,
   constraint task_pending_interrupted_count_not_null NOT NULL interrupted_count,
@@ -1230,15 +1237,16 @@ create table queues.task_pending (
   constraint task_pending_priority_not_null NOT NULL priority,
   constraint task_pending_released_count_not_null NOT NULL released_count,
   constraint task_pending_scheduled_at_not_null NOT NULL scheduled_at,
-  constraint task_pending_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
   constraint task_pending_task_id_not_null NOT NULL task_id,
-  constraint task_pending_task_type_not_null NOT NULL task_type
+  constraint task_pending_task_type_not_null NOT NULL task_type,
+  constraint task_pending_unstarted_count_not_null NOT NULL unstarted_count
 ) with (autovacuum_vacuum_cost_delay=0, autovacuum_vacuum_scale_factor=0, autovacuum_vacuum_threshold=1000, fillfactor=80);
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on table queues.task_pending is 'Derived claim index: tasks not yet completed. Rebuild with queues.rebuild_task_pending().';
-CREATE INDEX task_pending_claim_idx ON queues.task_pending USING btree (priority DESC, scheduled_at, task_id);
+CREATE INDEX task_pending_leased_idx ON queues.task_pending USING btree (available_at) WHERE (current_lease_id IS NOT NULL);
 CREATE UNIQUE INDEX task_pending_pkey ON queues.task_pending USING btree (task_id);
+CREATE INDEX task_pending_ready_idx ON queues.task_pending USING btree (task_type, priority DESC, scheduled_at, task_id) WHERE (current_lease_id IS NULL);
 CREATE TRIGGER notify_task_ready AFTER INSERT ON queues.task_pending FOR EACH STATEMENT EXECUTE FUNCTION queues.notify_task_ready();
 
 create table queues.task_redriven (
@@ -1268,7 +1276,6 @@ create table queues.task_result (
   constraint task_result_result_not_null NOT NULL result,
   constraint task_result_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
   constraint task_result_task_id_not_null NOT NULL task_id,
-  constraint task_result_task_lease_id_fkey FOREIGN KEY (task_lease_id) REFERENCES queues.task_lease(task_lease_id) ON DELETE CASCADE,
   constraint task_result_task_lease_id_not_null NOT NULL task_lease_id
 );
   owner :DATABASE_OWNER
@@ -5815,31 +5822,75 @@ begin
   end if;
 
   return query
-  with picked as (
+  with candidate as (
+    -- Ready tasks without a lease, per task type, from task_pending_ready_idx in claim
+    -- order: rows leased by anyone are not in that index, and scheduled_at <= _now lets
+    -- the scan stop (or skip to the next priority) at the first future task. (For a row
+    -- without a lease available_at >= scheduled_at, so the extra bound changes nothing.)
     -- SKIP LOCKED skips rows another claimer holds; the update below makes any claimer
-    -- that arrives after our commit re-check available_at on the new row version.
-    select p.task_id, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
-           -- Leases that ended neither by a release nor by a reported failed attempt:
-           -- they expired (or were revoked) while a worker held them.
-           p.lease_count - p.released_count - p.failed_attempts >= _max_leases as poisoned,
-           p.lease_count - p.released_count - p.failed_attempts as expired_leases
-      from queues.task_pending p
-     where p.available_at <= _now
-       and (_task_types is null or p.task_type = any (_task_types))
-       -- Tasks whose resource key another task holds wait (the upsert below decides).
-       and (p.resource_key is null or not exists (
-             select 1 from queues.resource_lease r
-              where r.resource_key = p.resource_key and r.expires_at > _now and r.task_id <> p.task_id))
-     order by p.priority desc, p.scheduled_at, p.task_id
-     limit _limit
-       for update skip locked
+    -- that arrives after our commit re-check current_lease_id on the new row version.
+    select r.*
+      from (select distinct u.task_type
+              from unnest(coalesce(_task_types, array(select tt.task_type from queues.task_type tt))) as u(task_type)) ty
+     cross join lateral (
+       select p.task_id, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
+              p.lease_count - p.released_count - p.failed_attempts - p.unstarted_count as ended_leases
+         from queues.task_pending p
+        where p.task_type = ty.task_type
+          and p.current_lease_id is null
+          and p.scheduled_at <= _now
+          and p.available_at <= _now
+          -- Tasks whose resource key another task holds wait (the upsert below decides).
+          and (p.resource_key is null or not exists (
+                select 1 from queues.resource_lease r
+                 where r.resource_key = p.resource_key and r.expires_at > _now and r.task_id <> p.task_id))
+        order by p.priority desc, p.scheduled_at, p.task_id
+        limit _limit
+          for update skip locked
+     ) r
+    union all
+    -- Tasks whose lease expired (their worker died or stopped heartbeating), from
+    -- task_pending_leased_idx: only expired leases are read.
+    select x.*
+      from (
+        select p.task_id, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
+               p.lease_count - p.released_count - p.failed_attempts - p.unstarted_count as ended_leases
+          from queues.task_pending p
+         where p.current_lease_id is not null
+           and p.available_at <= _now
+           and (_task_types is null or p.task_type = any (_task_types))
+           and (p.resource_key is null or not exists (
+                 select 1 from queues.resource_lease r
+                  where r.resource_key = p.resource_key and r.expires_at > _now and r.task_id <> p.task_id))
+         order by p.available_at
+         limit _limit
+           for update skip locked
+      ) x
+  ),
+  picked as (
+    -- Of the candidates (locked until commit), the first _limit in claim order. An expired
+    -- lease counts towards abandonment (and makes the task a suspect) only if its task
+    -- was started: a task that waited in a dead worker's local queue is not suspect.
+    select c.task_id, c.current_lease_id, c.resource_key, c.priority, c.scheduled_at,
+           c.ended_leases - c.unstarted_expiry::integer >= _max_leases as poisoned,
+           c.ended_leases - c.unstarted_expiry::integer as expired_leases
+      from (
+        select c.*,
+               c.current_lease_id is not null and not exists (
+                 select 1 from queues.task_lease_started s
+                  where s.task_id = c.task_id and s.task_lease_id = c.current_lease_id) as unstarted_expiry
+          from candidate c
+         order by c.priority desc, c.scheduled_at, c.task_id
+         limit _limit
+      ) c
   ),
   -- Resource keys: one task per key in this batch, and only if no other task holds the
   -- key. The upsert decides on the newest committed row (not this statement's snapshot),
   -- so two claimers never both take a key.
-  -- Suspects (tasks whose last lease expired: their worker may have died of them) are
-  -- leased one per claim, so the tasks a crashed worker held, which all come back at the
-  -- same moment, do not all land in one worker again beside the task that crashed it.
+  -- Suspects (tasks a started lease of which expired: their worker may have died of them)
+  -- are leased one per claim, so the tasks a crashed worker was running, which all come
+  -- back at the same moment, do not all land in one worker again beside the task that
+  -- crashed it.
   allowed as (
     select pk.task_id, pk.resource_key, pk.priority, pk.scheduled_at
       from (select pk.*,
@@ -5894,23 +5945,27 @@ begin
       from eligible e
     returning *
   ),
-  -- Plan shapes below are chosen so that cost follows the claimed rows only, whatever
-  -- the planner estimates for _limit: `= any(array(...))` probes the primary key, and
-  -- the lateral `limit 1` keeps the task lookup a nested loop over the claimed ids.
+  -- Set-based: each claimed row is probed by primary key once, for its new lease (the
+  -- leases drive a nested loop; no CTE is joined to another CTE, whose row estimates
+  -- would make that join quadratic). SET expressions read the row as it was: a lease
+  -- still current here expired, and counts as unstarted if its task never started.
   moved as (
     update queues.task_pending p
        set available_at = _now + make_interval(secs => _lease_seconds),
-           current_lease_id = (select l.task_lease_id from leased l where l.task_id = p.task_id),
-           lease_count = p.lease_count + 1
-     where p.task_id = any (array(select l.task_id from leased l))
-    returning p.task_id, p.lease_count
+           current_lease_id = l.task_lease_id,
+           lease_count = p.lease_count + 1,
+           unstarted_count = p.unstarted_count + (p.current_lease_id is not null and not exists (
+             select 1 from queues.task_lease_started s
+              where s.task_id = p.task_id and s.task_lease_id = p.current_lease_id))::integer
+      from leased l
+     where p.task_id = l.task_id
+    returning p.task_id, p.lease_count, l.task_lease_id, l.leased_at, l.expires_at
   )
   select t.task_id, t.task_type, t.payload, t.priority, t.resource_key, t.max_attempts,
-         t.enqueued_at, t.scheduled_at, l.task_lease_id, l.leased_at, l.expires_at, m.lease_count
-    from leased l
-    join moved m on m.task_id = l.task_id
+         t.enqueued_at, t.scheduled_at, m.task_lease_id, m.leased_at, m.expires_at, m.lease_count
+    from moved m
    cross join lateral (
-     select * from queues.task t where t.task_id = l.task_id limit 1
+     select * from queues.task t where t.task_id = m.task_id limit 1
    ) t
    order by t.priority desc, t.scheduled_at, t.task_id;
 end;
@@ -6029,12 +6084,14 @@ begin
            p.failed_attempts
       from queues.task_pending p
       join input i on i.task_id = p.task_id
-     where i.task_lease_id is null
-        or (p.current_lease_id = i.task_lease_id
-            -- A keyed task completes under its lease only while it holds its key.
-            and (p.resource_key is null
-                 or exists (select 1 from queues.resource_lease r
-                             where r.resource_key = p.resource_key and r.task_id = p.task_id)))
+     -- A primary-key probe per task, whatever the planner estimates for the input.
+     where p.task_id = any (_task_ids)
+       and (i.task_lease_id is null
+            or (p.current_lease_id = i.task_lease_id
+                -- A keyed task completes under its lease only while it holds its key.
+                and (p.resource_key is null
+                     or exists (select 1 from queues.resource_lease r
+                                 where r.resource_key = p.resource_key and r.task_id = p.task_id))))
        for update of p
   ),
   -- Simple retries: a failed attempt with attempts left runs again after a backoff.
@@ -6046,10 +6103,12 @@ begin
   ),
   retried as (
     update queues.task_pending p
-       set available_at = (select r.retry_at from retry_facts r where r.task_id = p.task_id),
+       set available_at = r.retry_at,
            current_lease_id = null,
            failed_attempts = p.failed_attempts + 1
-     where p.task_id = any (array(select r.task_id from retry_facts r))
+      from retry_facts r
+     where p.task_id = r.task_id
+       and p.task_id = any (array(select r2.task_id from retry_facts r2))
     returning p.task_id
   ),
   removed as (
@@ -6123,7 +6182,7 @@ CREATE OR REPLACE FUNCTION queues.enqueue(_task_type text, _payload jsonb, _sche
 AS $function$
 begin
   perform queues.assert_may_enqueue(_task_type);
-  return queues.enqueue_internal(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts);
+  return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts);
 end;
 $function$;
   -- queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer): owner :DATABASE_OWNER
@@ -6137,24 +6196,8 @@ CREATE OR REPLACE FUNCTION queues.enqueue_internal(_task_type text, _payload jso
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-declare
-  _task queues.task;
 begin
-  perform queues.assert_valid_task(_task_type, _payload, _priority, _resource_key, _max_attempts);
-  if _scheduled_at is not null and not isfinite(_scheduled_at) then
-    raise exception 'scheduled_at must be a finite time, got %', _scheduled_at using errcode = '22023';
-  end if;
-
-  insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
-  values (_task_type, _payload, coalesce(_priority, 0), _resource_key,
-          coalesce(_max_attempts, 1), coalesce(_scheduled_at, now()))
-  returning * into _task;
-
-  insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
-  values (_task.task_id, _task.task_type, _task.priority, _task.scheduled_at,
-          _task.resource_key, _task.scheduled_at, _task.max_attempts);
-
-  return _task.task_id;
+  return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts);
 end;
 $function$;
   -- queues.enqueue_internal(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer): owner :DATABASE_OWNER
@@ -6166,10 +6209,53 @@ CREATE OR REPLACE FUNCTION queues.enqueue_many(_tasks jsonb)
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+begin
+  perform queues.assert_may_enqueue_many(_tasks);
+  return query select t.task_id from queues.enqueue_tasks(_tasks) t;
+end;
+$function$;
+  -- queues.enqueue_many(_tasks jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _task_id bigint;
+begin
+  perform queues.assert_valid_task(_task_type, _payload, _priority, _resource_key, _max_attempts);
+  if _scheduled_at is not null and not isfinite(_scheduled_at) then
+    raise exception 'scheduled_at must be a finite time, got %', _scheduled_at using errcode = '22023';
+  end if;
+
+  with inserted as (
+    insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
+    values (_task_type, _payload, coalesce(_priority, 0), _resource_key,
+            coalesce(_max_attempts, 1), coalesce(_scheduled_at, now()))
+    returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts
+  )
+  insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
+  select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts
+    from inserted i
+  returning task_id into _task_id;
+
+  return _task_id;
+end;
+$function$;
+  -- queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.enqueue_tasks(_tasks jsonb)
+ RETURNS TABLE(task_id bigint)
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
 declare
   _problem record;
 begin
-  perform queues.assert_may_enqueue_many(_tasks);
   if _tasks is null then
     raise exception 'tasks must not be null' using errcode = '22004';
   end if;
@@ -6264,8 +6350,7 @@ begin
   select i.task_id from inserted i order by i.task_id;
 end;
 $function$;
-  -- queues.enqueue_many(_tasks jsonb): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- queues.enqueue_tasks(_tasks jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.extend_leases(_task_ids bigint[], _task_lease_ids bigint[], _lease_seconds integer DEFAULT NULL::integer)
@@ -6585,6 +6670,73 @@ $function$;
   -- queues.notify_task_ready(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.parse_envelope(_result jsonb, OUT outcome text, OUT message text)
+ RETURNS record
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _extra text;
+  _error text;
+  _invalid text;
+begin
+  if _result is null or jsonb_typeof(_result) = 'null' then
+    outcome := 'malformed'; message := 'malformed result envelope: expected an object, got null'; return;
+  end if;
+  if jsonb_typeof(_result) <> 'object' then
+    outcome := 'malformed';
+    message := format('malformed result envelope: expected an object, got %s',
+                      case jsonb_typeof(_result) when 'array' then 'an array' else 'a ' || jsonb_typeof(_result) end);
+    return;
+  end if;
+  if _result ? 'status' and _result ? 'success' then
+    outcome := 'malformed'; message := 'malformed result envelope: has both "status" and "success"'; return;
+  end if;
+  if _result ? 'status' then
+    select string_agg(k, ', ') into _extra from jsonb_object_keys(_result) k where k not in ('status', 'payload');
+    if _extra is not null then
+      outcome := 'malformed'; message := format('malformed result envelope: unrecognized key(s) %s', _extra); return;
+    end if;
+    if jsonb_typeof(_result -> 'status') <> 'string' or length(_result ->> 'status') not between 1 and 200 then
+      outcome := 'malformed'; message := 'malformed result envelope: status must be a string of 1 to 200 characters'; return;
+    end if;
+    if _result ->> 'status' = 'succeeded' then outcome := 'succeeded'; else outcome := 'status'; message := _result ->> 'status'; end if;
+    return;
+  end if;
+  if _result ? 'success' then
+    select string_agg(k, ', ') into _extra from jsonb_object_keys(_result) k
+     where k not in ('success', 'error', 'validation_failure_message', 'payload');
+    if _extra is not null then
+      outcome := 'malformed'; message := format('malformed result envelope: unrecognized key(s) %s', _extra); return;
+    end if;
+    if jsonb_typeof(_result -> 'success') <> 'boolean' then
+      outcome := 'malformed'; message := 'malformed result envelope: success must be a boolean'; return;
+    end if;
+    if coalesce(jsonb_typeof(_result -> 'error'), 'null') not in ('string', 'null')
+       or coalesce(jsonb_typeof(_result -> 'validation_failure_message'), 'null') not in ('string', 'null')
+       or length(_result ->> 'error') > 100000 or length(_result ->> 'validation_failure_message') > 100000 then
+      outcome := 'malformed'; message := 'malformed result envelope: error and validation_failure_message must be strings'; return;
+    end if;
+    _error := nullif(btrim(coalesce(_result ->> 'error', '')), '');
+    _invalid := nullif(btrim(coalesce(_result ->> 'validation_failure_message', '')), '');
+    if _error is not null then outcome := 'error'; message := _result ->> 'error'; return; end if;
+    if _invalid is not null then outcome := 'invalid'; message := _result ->> 'validation_failure_message'; return; end if;
+    if not (_result ->> 'success')::boolean then
+      outcome := 'malformed';
+      message := 'malformed result envelope: success is false but neither error nor validation_failure_message is set';
+      return;
+    end if;
+    outcome := 'succeeded';
+    return;
+  end if;
+  outcome := 'malformed'; message := 'malformed result envelope: needs "status" or "success"';
+end;
+$function$;
+  -- queues.parse_envelope(_result jsonb, OUT outcome text, OUT message text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.paused_task_types()
  RETURNS text[]
  LANGUAGE sql
@@ -6611,7 +6763,7 @@ begin
   delete from queues.resource_lease;
   insert into queues.task_pending
     (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
-     lease_count, released_count, max_attempts, failed_attempts, interrupted_count)
+     lease_count, released_count, max_attempts, failed_attempts, unstarted_count, interrupted_count)
   -- A scheduled task asked to run now (queues.task_run_now) counts from that request.
   select t.task_id, t.task_type, t.priority, least(t.scheduled_at, rn.requested_at), t.resource_key,
          greatest(least(t.scheduled_at, rn.requested_at),
@@ -6625,7 +6777,19 @@ begin
                    and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id)
               then l.task_lease_id end,
          coalesce(l.lease_count, 0), coalesce(l.released_count, 0),
-         t.max_attempts, coalesce(f.failed_attempts, 0), coalesce(i.interrupted_count, 0)
+         t.max_attempts, coalesce(f.failed_attempts, 0),
+         -- Leases that ended unstarted: neither released, nor ended by a failed attempt,
+         -- nor started, nor the lease still held (a claim counts that one when it expires).
+         (select count(*)::integer
+            from queues.task_lease_effective u
+           where u.task_id = t.task_id
+             and u.released_at is null
+             and not exists (select 1 from queues.task_lease_started s
+                              where s.task_id = u.task_id and s.task_lease_id = u.task_lease_id)
+             and not exists (select 1 from queues.task_attempt_failed a where a.task_lease_id = u.task_lease_id)
+             and not (u.task_lease_id = l.task_lease_id and l.revoked_at is null
+                      and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id))),
+         coalesce(i.interrupted_count, 0)
     from queues.task t
     left join lateral (
       select le.task_lease_id, le.expires_at, le.released_at, le.revoked_at,
@@ -6767,7 +6931,11 @@ begin
   ),
   revoked as (
     update queues.task_pending p
-       set available_at = _now, current_lease_id = null
+       set available_at = _now, current_lease_id = null,
+           -- A lease whose task never started does not count towards abandonment.
+           unstarted_count = p.unstarted_count + (not exists (
+             select 1 from queues.task_lease_started st
+              where st.task_id = p.task_id and st.task_lease_id = s.task_lease_id))::integer
       from stale s
      where p.task_id = s.task_id and p.current_lease_id = s.task_lease_id
     returning p.task_id, s.task_lease_id, s.worker_id, p.resource_key
@@ -6872,6 +7040,229 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.revoke_worker_leases(_worker_id text)
+ RETURNS TABLE(task_id bigint, task_lease_id bigint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER ROWS 10
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+begin
+  if _worker_id is null or length(_worker_id) not between 1 and 200 then
+    raise exception 'worker_id must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  perform queues.lock_resource_keys(array(
+    select p.task_id from queues.task_pending p
+      join queues.task_lease l on l.task_lease_id = p.current_lease_id
+     where p.current_lease_id is not null and l.worker_id = _worker_id));
+  return query
+  with held as (
+    select p.task_id, p.current_lease_id as task_lease_id
+      from queues.task_pending p
+      join queues.task_lease l on l.task_lease_id = p.current_lease_id
+     where p.current_lease_id is not null and l.worker_id = _worker_id
+  ),
+  revoked as (
+    update queues.task_pending p
+       set available_at = now(), current_lease_id = null,
+           unstarted_count = p.unstarted_count + (not exists (
+             select 1 from queues.task_lease_started st
+              where st.task_id = p.task_id and st.task_lease_id = h.task_lease_id))::integer
+      from held h
+     where p.task_id = h.task_id and p.current_lease_id = h.task_lease_id
+    returning p.task_id, h.task_lease_id, p.resource_key
+  ),
+  recorded as (
+    insert into queues.task_lease_revocation (task_lease_id, revoked_at, reason)
+    select r.task_lease_id, now(), format('worker %s died', _worker_id) from revoked r
+  ),
+  key_freed as (
+    delete from queues.resource_lease k
+     using revoked r
+     where r.resource_key is not null and k.resource_key = r.resource_key and k.task_id = r.task_id
+  )
+  select r.task_id, r.task_lease_id from revoked r;
+  if found then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+end;
+$function$;
+  -- queues.revoke_worker_leases(_worker_id text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.run_steps(_task_ids bigint[], _task_lease_ids bigint[], _function_names text[], _payloads jsonb[])
+ RETURNS TABLE(task_id bigint, result text, outcome text, error text, note text)
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+declare
+  _i integer;
+  _id bigint;
+  _lease bigint;
+  _name text;
+  _env record;
+  _raw jsonb;
+  _outcome text;
+  _error text;
+  _note text;
+  _done text;
+begin
+  if _task_ids is null or _task_lease_ids is null or _function_names is null or _payloads is null then
+    raise exception 'task_ids, task_lease_ids, function_names and payloads must not be null' using errcode = '22004';
+  end if;
+  if cardinality(_task_lease_ids) <> cardinality(_task_ids) or cardinality(_function_names) <> cardinality(_task_ids)
+     or cardinality(_payloads) <> cardinality(_task_ids) then
+    raise exception 'task_lease_ids, function_names and payloads must have one element per task' using errcode = '22023';
+  end if;
+  if cardinality(_task_ids) > 1000 then
+    raise exception 'at most 1000 steps per call, got %', cardinality(_task_ids) using errcode = '54000';
+  end if;
+  for _i in 1 .. cardinality(_task_ids) loop
+    _id := _task_ids[_i];
+    _lease := _task_lease_ids[_i];
+    _name := _function_names[_i];
+    _outcome := null; _error := null; _note := null; _done := null;
+    begin
+      -- Recorded first: a lease no longer held is not run.
+      select s.result into _done from queues.settle_tasks(array[_id], array[_lease], '{}') s;
+      if _done = 'started' then
+        _raw := internal.run_function(_name, _payloads[_i]);
+        select * into _env from queues.parse_envelope(_raw);
+        case _env.outcome
+          when 'malformed' then
+            raise exception '%: %', _name, _env.message using errcode = 'QSTEP';
+          else
+            -- The function's envelope is kept as the run's result (queues.task_result),
+            -- fenced by the lease, before the completion.
+            perform queues.record_task_result(_id, _lease, _raw);
+        end case;
+        case _env.outcome
+          when 'succeeded' then _outcome := 'succeeded';
+          when 'status' then _outcome := 'succeeded'; _note := 'status ' || _env.message;
+          when 'invalid' then _outcome := 'failed'; _error := format('%s: validation failure: %s', _name, _env.message); _note := _env.message;
+          else _outcome := 'failed'; _error := format('%s: %s', _name, _env.message);
+        end case;
+        select s.result into _done
+          from queues.settle_tasks('{}', '{}', array[_id], array[_lease], array[_outcome],
+                                   -- A validation failure is final: no retry.
+                                   array[case when _env.outcome = 'invalid' then false end],
+                                   case when _error is null then '{}'::bigint[] else array[_id] end,
+                                   case when _error is null then '{}'::text[] else array[_error] end) s;
+        if _done not in ('completed', 'retry_scheduled') then
+          -- Refused (the lease was lost meanwhile): the step's writes must not commit.
+          raise exception 'refused: %', _done using errcode = 'QREFU';
+        end if;
+      end if;
+    exception
+      when sqlstate 'QREFU' then
+        _outcome := null; _error := null; _note := null;
+      when serialization_failure or deadlock_detected then
+        _done := 'transient'; _outcome := null; _error := sqlerrm; _note := null;
+      when others then
+        -- Rolled back; record why, in a subtransaction of its own.
+        _outcome := 'failed';
+        _error := case when sqlstate = 'QSTEP' then sqlerrm else format('%s raised: %s', _name, sqlerrm) end;
+        _note := null;
+        select s.result into _done
+          from queues.settle_tasks('{}', '{}', array[_id], array[_lease], array['failed'], null, array[_id], array[_error]) s;
+    end;
+    if _done = 'started' then
+      _done := 'lease_lost';
+    end if;
+    return query select _id, _done, _outcome, _error, _note;
+  end loop;
+end;
+$function$;
+  -- queues.run_steps(_task_ids bigint[], _task_lease_ids bigint[], _function_names text[], _payloads jsonb[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.settle_tasks(_started_task_ids bigint[], _started_lease_ids bigint[], _task_ids bigint[], _task_lease_ids bigint[] DEFAULT NULL::bigint[], _outcomes text[] DEFAULT NULL::text[], _retries boolean[] DEFAULT NULL::boolean[], _error_task_ids bigint[] DEFAULT NULL::bigint[], _error_messages text[] DEFAULT NULL::text[])
+ RETURNS TABLE(task_id bigint, kind text, result text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+declare
+  _started bigint[] := coalesce(_started_task_ids, '{}');
+  _started_leases bigint[] := coalesce(_started_lease_ids, '{}');
+  _errors bigint[] := coalesce(_error_task_ids, '{}');
+  _messages text[] := coalesce(_error_messages, '{}');
+begin
+  perform queues.assert_lease_pairs(_started, _started_leases);
+  if cardinality(_errors) <> cardinality(_messages) then
+    raise exception 'error_task_ids and error_messages must have the same length (% and %)',
+      cardinality(_errors), cardinality(_messages) using errcode = '22023';
+  end if;
+  if array_position(_errors, null) is not null then
+    raise exception 'error_task_ids must not contain null' using errcode = '22004';
+  end if;
+  if exists (select 1 from unnest(_messages) m where m is null or btrim(m) = '') then
+    raise exception 'error_messages must not be empty' using errcode = '22004';
+  end if;
+  if exists (select 1 from unnest(_errors) e where e <> all (coalesce(_task_ids, '{}'))) then
+    raise exception 'error_task_ids must name tasks completed in the same call' using errcode = '22023';
+  end if;
+
+  -- Starts: a lease that is still its task's current lease.
+  return query
+  with input as (
+    select i.task_id, i.task_lease_id, i.ord
+      from unnest(_started, _started_leases) with ordinality as i(task_id, task_lease_id, ord)
+  ),
+  held as (
+    select p.task_id, p.current_lease_id
+      from queues.task_pending p
+     where p.task_id = any (_started)
+  ),
+  marked as (
+    insert into queues.task_lease_started (task_id, task_lease_id)
+    select i.task_id, i.task_lease_id
+      from input i join held h on h.task_id = i.task_id and h.current_lease_id = i.task_lease_id
+    on conflict do nothing
+  )
+  select i.task_id, 'start'::text,
+         case when h.task_id is not null then 'started' else 'lease_lost' end
+    from input i
+    left join held h on h.task_id = i.task_id and h.current_lease_id = i.task_lease_id
+   order by i.ord;
+
+  if cardinality(coalesce(_task_ids, '{}')) = 0 then
+    return;
+  end if;
+
+  return query
+  with done as (
+    select c.task_id, c.result, row_number() over () as ord
+      from queues.complete_tasks(_task_ids, _task_lease_ids, _outcomes, _retries) c
+  ),
+  leases as (
+    select l.task_id, l.task_lease_id
+      from unnest(_task_ids, coalesce(_task_lease_ids, array_fill(null::bigint, array[cardinality(_task_ids)])))
+           as l(task_id, task_lease_id)
+  ),
+  recorded as (
+    insert into queues.error (task_id, task_lease_id, error_message)
+    select e.task_id, l.task_lease_id,
+           case when length(e.message) > queues.max_error_message_length()
+                then left(e.message, queues.max_error_message_length()) || ' [truncated]'
+                else e.message end
+      from unnest(_errors, _messages) with ordinality as e(task_id, message, ord)
+      join done d on d.task_id = e.task_id and d.result in ('completed', 'retry_scheduled')
+      join leases l on l.task_id = e.task_id
+     order by e.ord
+  )
+  select d.task_id, 'complete'::text, d.result from done d order by d.ord;
+end;
+$function$;
+  -- queues.settle_tasks(_started_task_ids bigint[], _started_lease_ids bigint[], _task_ids bigint[], _task_lease_ids bigint[], _outcomes text[], _retries boolean[], _error_task_ids bigint[], _error_messages text[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.stale_leases_at(_now timestamp with time zone, _dead_after_seconds integer)
  RETURNS TABLE(task_id bigint, task_lease_id bigint, worker_id text, last_seen_at timestamp with time zone, expires_at timestamp with time zone)
  LANGUAGE sql
@@ -6888,6 +7279,20 @@ AS $function$
                                           queues.worker_silence_bound(w.heartbeat_interval_ms))
 $function$;
   -- queues.stale_leases_at(_now timestamp with time zone, _dead_after_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.truncate_task_facts()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  truncate queues.task_pending, queues.task_lease, queues.task_completed, queues.task_lease_extension,
+           queues.task_lease_release, queues.task_lease_revocation, queues.task_lease_started;
+  return null;
+end;
+$function$;
+  -- queues.truncate_task_facts(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.worker_silence_bound(_heartbeat_interval_ms integer)

@@ -79,7 +79,8 @@ describe('workers', () => {
     const w = db.pool('worker');
     for (const id of ['live', 'stale', 'gone'])
       await w.query(`select queues.record_worker_heartbeat($1, '{email}')`, [id]);
-    await db.pool('owner').query(`select queues.enqueue('email', '{}'::jsonb) from generate_series(1, 3)`);
+    // email is worker-only (queues.assert_may_enqueue): enqueued as the owner's SQL does.
+    await db.query(`select queues.enqueue_internal('email', '{}'::jsonb) from generate_series(1, 3)`);
     await w.query(`select * from queues.claim_tasks('live', 1, '{email}', 600)`);
     await w.query(`select * from queues.claim_tasks('stale', 2, '{email}', 3600)`);
     await w.query(`select queues.record_worker_stopped('gone')`);

@@ -18,15 +18,13 @@ async function reset(): Promise<void> {
   await db.query('alter table queues.task enable trigger forbid_update');
 }
 const enqueue = async (type = 'email', scheduledIn?: string, resourceKey?: string): Promise<number> =>
+  // Worker-only types (email, db_function) are enqueued as the owner's SQL does.
   Number(
     (
-      await db
-        .pool('owner')
-        .query(`select queues.enqueue($1, '{"a": 1}'::jsonb, now() + coalesce($2::interval, '0'), null, $3) as id`, [
-          type,
-          scheduledIn ?? null,
-          resourceKey ?? null,
-        ])
+      await db.query(
+        `select queues.enqueue_internal($1, '{"a": 1}'::jsonb, now() + coalesce($2::interval, '0'), null, $3) as id`,
+        [type, scheduledIn ?? null, resourceKey ?? null],
+      )
     ).rows[0].id,
   );
 const api = (d: TestDatabase) => d.pool('api');

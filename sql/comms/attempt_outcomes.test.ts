@@ -41,7 +41,17 @@ async function round(clock: Date, key: string, id: number, dead: boolean): Promi
   for (const task of tasks) {
     const isMine = String(task.payload[key]) === String(id);
     if (isMine) mine.push(task);
-    if (dead && isMine && task.task_type !== 'db_function') continue; // the worker dies with it
+    if (dead && isMine && task.task_type !== 'db_function') {
+      // The worker started it (its start recorded, as the worker's completer does), then
+      // dies with it: only a started lease that expires counts towards abandoning the task.
+      await db
+        .pool('worker')
+        .query(`select * from queues.settle_tasks(array[$1]::bigint[], array[$2]::bigint[], '{}')`, [
+          task.task_id,
+          task.task_lease_id,
+        ]);
+      continue;
+    }
     await processTask(db, task);
   }
   return mine;

@@ -72,8 +72,46 @@ begin
 end;
 $$;
 
--- Enqueue one task for an app; returns its task_id. Refuses internal task types (42501),
--- then as queues.enqueue_internal.
+-- The core of queues.enqueue, for the public functions and SQL callers that decide who
+-- may enqueue before they call it (no grants): validates one task and inserts it and its
+-- claim-index row in one statement. Returns its task_id.
+create or replace function queues.enqueue_task(
+  _task_type    text,
+  _payload      jsonb,
+  _scheduled_at timestamptz,
+  _priority     integer,
+  _resource_key text,
+  _max_attempts integer
+) returns bigint
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _task_id bigint;
+begin
+  perform queues.assert_valid_task(_task_type, _payload, _priority, _resource_key, _max_attempts);
+  if _scheduled_at is not null and not isfinite(_scheduled_at) then
+    raise exception 'scheduled_at must be a finite time, got %', _scheduled_at using errcode = '22023';
+  end if;
+
+  with inserted as (
+    insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
+    values (_task_type, _payload, coalesce(_priority, 0), _resource_key,
+            coalesce(_max_attempts, 1), coalesce(_scheduled_at, now()))
+    returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts
+  )
+  insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
+  select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts
+    from inserted i
+  returning task_id into _task_id;
+
+  return _task_id;
+end;
+$$;
+
+-- Enqueue one task for an app; returns its task_id. NULL arguments take the defaults (now,
+-- 0, no resource key, one attempt), since generated clients send undefined as NULL.
+-- Refuses internal task types (42501), then a thin wrapper over queues.enqueue_task.
 create or replace function queues.enqueue(
   _task_type    text,
   _payload      jsonb,
@@ -88,13 +126,14 @@ create or replace function queues.enqueue(
 as $$
 begin
   perform queues.assert_may_enqueue(_task_type);
-  return queues.enqueue_internal(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts);
+  return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts);
 end;
 $$;
 
 -- Enqueue one task; returns its task_id. NULL arguments take the defaults (now, 0,
 -- no resource key, one attempt), since generated clients send undefined as NULL.
--- Owner only (no grant): the owner's SQL enqueues any task type through it.
+-- Owner only (no grant): the owner's SQL enqueues any task type through it. A thin alias
+-- of the core queues.enqueue_task, with the defaults of queues.enqueue.
 create or replace function queues.enqueue_internal(
   _task_type    text,
   _payload      jsonb,
@@ -107,24 +146,8 @@ create or replace function queues.enqueue_internal(
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
-declare
-  _task queues.task;
 begin
-  perform queues.assert_valid_task(_task_type, _payload, _priority, _resource_key, _max_attempts);
-  if _scheduled_at is not null and not isfinite(_scheduled_at) then
-    raise exception 'scheduled_at must be a finite time, got %', _scheduled_at using errcode = '22023';
-  end if;
-
-  insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
-  values (_task_type, _payload, coalesce(_priority, 0), _resource_key,
-          coalesce(_max_attempts, 1), coalesce(_scheduled_at, now()))
-  returning * into _task;
-
-  insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
-  values (_task.task_id, _task.task_type, _task.priority, _task.scheduled_at,
-          _task.resource_key, _task.scheduled_at, _task.max_attempts);
-
-  return _task.task_id;
+  return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts);
 end;
 $$;
 
@@ -132,17 +155,16 @@ $$;
 --   {"task_type": "...", "payload": {...}, "scheduled_at"?: "...", "priority"?: 0,
 --    "resource_key"?: "...", "max_attempts"?: 1}
 -- Returns the task_ids in input order. All or nothing: one bad element rejects the batch.
--- Refuses internal task types (42501), as queues.enqueue.
-create or replace function queues.enqueue_many(_tasks jsonb)
+-- The core of queues.enqueue_many (no grants; see queues.enqueue_task): one validation
+-- statement and one insert statement per batch.
+create or replace function queues.enqueue_tasks(_tasks jsonb)
   returns table (task_id bigint)
   language plpgsql volatile
-  security definer
   set search_path = pg_catalog, pg_temp
 as $$
 declare
   _problem record;
 begin
-  perform queues.assert_may_enqueue_many(_tasks);
   if _tasks is null then
     raise exception 'tasks must not be null' using errcode = '22004';
   end if;
@@ -235,5 +257,19 @@ begin
       from inserted i
   )
   select i.task_id from inserted i order by i.task_id;
+end;
+$$;
+
+-- Enqueue many tasks (see queues.enqueue_tasks). Refuses internal task types (42501), as
+-- queues.enqueue, then a thin wrapper over queues.enqueue_tasks.
+create or replace function queues.enqueue_many(_tasks jsonb)
+  returns table (task_id bigint)
+  language plpgsql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+begin
+  perform queues.assert_may_enqueue_many(_tasks);
+  return query select t.task_id from queues.enqueue_tasks(_tasks) t;
 end;
 $$;

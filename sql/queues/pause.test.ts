@@ -24,7 +24,8 @@ async function reset(): Promise<void> {
 }
 
 const enqueue = async (type: string, n = 1) => {
-  for (let i = 0; i < n; i++) await db.pool('owner').query(`select queues.enqueue($1, '{}'::jsonb)`, [type]);
+  // Worker-only types (email, sms) are enqueued as the owner's SQL does.
+  for (let i = 0; i < n; i++) await db.query(`select queues.enqueue_internal($1, '{}'::jsonb)`, [type]);
 };
 const claim = async (types: string[] | null, limit = 10, worker = 'w1') =>
   (

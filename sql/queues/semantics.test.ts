@@ -34,8 +34,12 @@ async function enqueue(resourceKey: string | null = null, maxAttempts: number | 
 
 /** Claims as the owner at now + `seconds`, with 60 s leases. */
 async function claimAt(seconds: number, worker = 'w', limit = 1, maxLeases = 5): Promise<Lease[]> {
+  // The claimed tasks are started (as the worker's completer records before a task runs):
+  // only a started lease counts towards abandonment.
   const { rows } = await db.query<Lease>(
-    `select c.task_id, c.task_lease_id, c.resource_key from queues.claim_tasks_at(now() + make_interval(secs => $1), $2, $3, null, 60, $4) c`,
+    `with c as (select * from queues.claim_tasks_at(now() + make_interval(secs => $1), $2, $3, null, 60, $4)),
+          s as (insert into queues.task_lease_started (task_id, task_lease_id) select task_id, task_lease_id from c)
+     select c.task_id, c.task_lease_id, c.resource_key from c`,
     [seconds, worker, limit, maxLeases],
   );
   return rows;

@@ -84,7 +84,7 @@ select * from queues.stale_leases_at(now(), 600);
 comment on view queues.stale_lease is 'Live leases held by workers not seen for 10 minutes.';
 
 -- Revokes the stale leases (see stale_leases_at): their tasks are claimable at once. A
--- revocation counts as an expired lease towards abandoning the task, and the revoked
+-- revocation of a started task counts as an expired lease towards abandoning it, and the revoked
 -- worker can no longer complete or record against it. Returns what was revoked.
 create or replace function queues.recover_stale_leases_at(_now timestamptz, _dead_after_seconds integer)
   returns table (task_id bigint, task_lease_id bigint, worker_id text)
@@ -105,7 +105,11 @@ begin
   ),
   revoked as (
     update queues.task_pending p
-       set available_at = _now, current_lease_id = null
+       set available_at = _now, current_lease_id = null,
+           -- A lease whose task never started does not count towards abandonment.
+           unstarted_count = p.unstarted_count + (not exists (
+             select 1 from queues.task_lease_started st
+              where st.task_id = p.task_id and st.task_lease_id = s.task_lease_id))::integer
       from stale s
      where p.task_id = s.task_id and p.current_lease_id = s.task_lease_id
     returning p.task_id, s.task_lease_id, s.worker_id, p.resource_key
@@ -133,4 +137,59 @@ create or replace function queues.recover_stale_leases(_dead_after_seconds integ
   set search_path = pg_catalog, pg_temp
 as $$
   select * from queues.recover_stale_leases_at(now(), coalesce(_dead_after_seconds, 600))
+$$;
+
+-- Revokes every lease a worker still holds, at once: called by the worker's process
+-- supervisor when one of its processes died (its worker id is known and it can no longer
+-- complete anything). Its tasks are claimable at once instead of when their leases expire
+-- (a dead process's local queue is not left waiting); as with stale recovery, the
+-- revocation of a started task counts as an expired lease (and makes it a suspect), that
+-- of a task never started does not. Returns what was revoked; wakes listening workers.
+create or replace function queues.revoke_worker_leases(_worker_id text)
+  returns table (task_id bigint, task_lease_id bigint)
+  language plpgsql volatile
+  rows 10
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+begin
+  if _worker_id is null or length(_worker_id) not between 1 and 200 then
+    raise exception 'worker_id must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  perform queues.lock_resource_keys(array(
+    select p.task_id from queues.task_pending p
+      join queues.task_lease l on l.task_lease_id = p.current_lease_id
+     where p.current_lease_id is not null and l.worker_id = _worker_id));
+  return query
+  with held as (
+    select p.task_id, p.current_lease_id as task_lease_id
+      from queues.task_pending p
+      join queues.task_lease l on l.task_lease_id = p.current_lease_id
+     where p.current_lease_id is not null and l.worker_id = _worker_id
+  ),
+  revoked as (
+    update queues.task_pending p
+       set available_at = now(), current_lease_id = null,
+           unstarted_count = p.unstarted_count + (not exists (
+             select 1 from queues.task_lease_started st
+              where st.task_id = p.task_id and st.task_lease_id = h.task_lease_id))::integer
+      from held h
+     where p.task_id = h.task_id and p.current_lease_id = h.task_lease_id
+    returning p.task_id, h.task_lease_id, p.resource_key
+  ),
+  recorded as (
+    insert into queues.task_lease_revocation (task_lease_id, revoked_at, reason)
+    select r.task_lease_id, now(), format('worker %s died', _worker_id) from revoked r
+  ),
+  key_freed as (
+    delete from queues.resource_lease k
+     using revoked r
+     where r.resource_key is not null and k.resource_key = r.resource_key and k.task_id = r.task_id
+  )
+  select r.task_id, r.task_lease_id from revoked r;
+  if found then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+end;
 $$;

@@ -62,14 +62,25 @@ afterAll(async () => {
   if (userDataDir) rmSync(userDataDir, { recursive: true, force: true });
 });
 
+/** Worker-only task types (queues.internal_task_type): the REST API refuses them (403). */
+const WORKER_ONLY = new Set(['db_function', 'email', 'sms', 'file_delete']);
+/** A fixture task of a worker-only type, enqueued as the owner's SQL does (queues.enqueue_internal). */
+async function enqueueAsOwner(body: Record<string, unknown>): Promise<number> {
+  const { rows } = await db.query(
+    `select queues.enqueue_internal($1, $2::jsonb, $3::timestamptz, $4::integer, $5, $6::integer)::text as id`,
+    [
+      body.task_type,
+      JSON.stringify(body.payload ?? {}),
+      body.scheduled_at ?? null,
+      body.priority ?? null,
+      body.resource_key ?? null,
+      body.max_attempts ?? null,
+    ],
+  );
+  return Number(rows[0].id);
+}
 async function enqueue(body: Record<string, unknown>): Promise<number> {
-  // db_function steps are worker-only: the database's own SQL (the owner) enqueues them.
-  if (body.task_type === 'db_function') {
-    const { rows } = await db.query(`select queues.enqueue('db_function', $1::jsonb) as id`, [
-      JSON.stringify(body.payload),
-    ]);
-    return Number(rows[0].id);
-  }
+  if (WORKER_ONLY.has(body.task_type as string)) return enqueueAsOwner(body);
   const res = await fetch(`${base}/api/tasks`, {
     method: 'POST',
     headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },

@@ -14,6 +14,8 @@ export {
   interruptTask,
   releaseLeases,
   runFunction,
+  runSteps,
+  settleTasks,
   type ClaimOptions,
   type ClaimedTask,
   type Completion,
@@ -24,7 +26,10 @@ export {
   type JsonObject,
   type LeaseRef,
   type NewTask,
+  type Settlement,
+  type Step,
+  type StepResult,
   type Task,
 } from './tasks.js';
 export { listTaskResults, recordTaskResult, type TaskResult } from './results.js';
-export { recordWorkerHeartbeat, recordWorkerStopped } from './workers.js';
+export { recordWorkerHeartbeat, recordWorkerStopped, revokeWorkerLeases } from './workers.js';

@@ -27,6 +27,8 @@ import {
   taskFail,
   taskInterrupt,
   taskReleaseLeases,
+  taskRunSteps,
+  taskSettle,
 } from './queries/task.queries.js';
 import type { Queryable } from './connection.js';
 import { mapErrors } from './errors.js';
@@ -188,6 +190,88 @@ export async function completeTasks(
   );
   const byId = new Map(rows.map((r) => [r.taskId, r.result as CompletionResult]));
   return completions.map((c) => ({ taskId: c.taskId, result: byId.get(String(c.taskId)) ?? 'unknown_task' }));
+}
+
+/** A completion with the error messages recorded beside it (only if it is accepted). */
+export interface Settlement extends Completion {
+  errors?: string[];
+}
+
+/**
+ * The worker's completer, in one statement (queues.settle_tasks): marks the leases of
+ * `starts` started (a lease no longer current comes back in `lost`: that task must not
+ * run) and completes `completions`, each with its error rows, fenced by its lease.
+ */
+export async function settleTasks(
+  db: Queryable,
+  starts: LeaseRef[],
+  completions: Settlement[],
+): Promise<{ lost: Id[]; results: { taskId: Id; result: CompletionResult }[] }> {
+  if (starts.length === 0 && completions.length === 0) return { lost: [], results: [] };
+  const errors = completions.flatMap((c) => (c.errors ?? []).map((message) => ({ taskId: c.taskId, message })));
+  const rows = await mapErrors(
+    taskSettle.run(
+      {
+        startedTaskIds: starts.map((s) => s.taskId),
+        startedLeaseIds: starts.map((s) => s.taskLeaseId),
+        taskIds: completions.map((c) => c.taskId),
+        taskLeaseIds: completions.map((c) => c.taskLeaseId ?? null) as string[],
+        outcomes: completions.map((c) => c.outcome ?? null) as string[],
+        retries: completions.map((c) => c.retry ?? null) as boolean[],
+        errorTaskIds: errors.map((e) => e.taskId),
+        errorMessages: errors.map((e) => e.message),
+      },
+      db,
+    ),
+  );
+  const lost = rows.filter((r) => r.kind === 'start' && r.result !== 'started').map((r) => r.taskId);
+  const byId = new Map(rows.filter((r) => r.kind === 'complete').map((r) => [r.taskId, r.result as CompletionResult]));
+  return {
+    lost,
+    results: completions.map((c) => ({ taskId: c.taskId, result: byId.get(String(c.taskId)) ?? 'unknown_task' })),
+  };
+}
+
+/** A db_function step to run in the database (see runSteps). */
+export interface Step extends LeaseRef {
+  functionName: string;
+  payload: JsonObject;
+}
+
+export interface StepResult {
+  taskId: Id;
+  /** As a completion's result, or 'transient': rolled back, nothing recorded; run it again. */
+  result: CompletionResult | 'transient';
+  outcome: CompletionOutcome | null;
+  error: string | null;
+  note: string | null;
+}
+
+/**
+ * Runs db_function steps in the database in one call (queues.run_steps): each step and
+ * its completion in a subtransaction of their own, fenced by the lease. One result per
+ * step, in input order.
+ */
+export async function runSteps(db: Queryable, steps: Step[]): Promise<StepResult[]> {
+  if (steps.length === 0) return [];
+  const rows = await mapErrors(
+    taskRunSteps.run(
+      {
+        taskIds: steps.map((s) => s.taskId),
+        taskLeaseIds: steps.map((s) => s.taskLeaseId),
+        functionNames: steps.map((s) => s.functionName),
+        payloads: steps.map((s) => s.payload),
+      },
+      db,
+    ),
+  );
+  return rows.map((r) => ({
+    taskId: r.taskId,
+    result: r.result as StepResult['result'],
+    outcome: r.outcome as CompletionOutcome | null,
+    error: r.error,
+    note: r.note,
+  }));
 }
 
 /** A lease a worker holds: the pair that fences every call made on its behalf. */

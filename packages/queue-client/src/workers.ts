@@ -1,5 +1,5 @@
 /** The worker registry: workers report in on every heartbeat tick, and when they stop. */
-import { workerHeartbeat, workerStopped } from './queries/worker.queries.js';
+import { workerHeartbeat, workerRevokeLeases, workerStopped } from './queries/worker.queries.js';
 import type { Queryable } from './connection.js';
 import { mapErrors } from './errors.js';
 
@@ -19,4 +19,12 @@ export async function recordWorkerHeartbeat(
 /** Records that `workerId` stopped cleanly (so it is not taken for dead). */
 export async function recordWorkerStopped(db: Queryable, workerId: string): Promise<void> {
   await mapErrors(workerStopped.run({ workerId }, db));
+}
+
+/**
+ * Revokes every lease `workerId` still holds (its process died): the tasks are claimable
+ * at once. Returns how many were revoked.
+ */
+export async function revokeWorkerLeases(db: Queryable, workerId: string): Promise<number> {
+  return (await mapErrors(workerRevokeLeases.run({ workerId }, db))).length;
 }

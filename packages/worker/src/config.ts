@@ -25,7 +25,7 @@ export interface WorkerConfig {
   roles: string[] | null;
   workerId: string;
   concurrency: number;
-  /** Claimed tasks kept waiting beside the running ones (the local queue); default 0. */
+  /** Claimed tasks kept waiting beside the running ones (the local queue); default 500. */
   prefetch?: number;
   pollIntervalMs: number;
   heartbeatIntervalMs: number;
@@ -93,8 +93,8 @@ export const WORKER_CONFIG = defineConfig({
     prefetch: {
       env: 'PREFETCH',
       flag: 'prefetch',
-      default: '0',
-      help: 'claimed tasks waiting to start beside the running ones (a local queue)',
+      default: '500',
+      help: 'claimed tasks kept waiting to start beside the running ones (a local queue)',
       schema: wholeNumber(0, 10_000),
     },
     pollIntervalMs: {

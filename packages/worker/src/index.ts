@@ -8,11 +8,10 @@ export {
   type WorkerEventSource,
   type WorkerMetricsServer,
 } from './metrics.js';
-export { ProcessorRegistry, type Processor, type TaskContext, type TaskReport } from './processor.js';
-export { dbFunctionProcessor } from './processors/db-function.js';
+export { ProcessorRegistry, type Processor, type TaskContext, type TaskOutcome, type TaskReport } from './processor.js';
+export { dbFunctionProcessor, dbFunctionStep } from './processors/db-function.js';
 export { handlerTaskProcessor } from './processors/handler-task.js';
 export { HandlerInvoker } from './handler-invoker.js';
-export { finish, recordCompletion } from './completion.js';
 export {
   LeaseLostError,
   classifyError,
@@ -22,7 +21,8 @@ export {
   sanitizeMessage,
   type ErrorClass,
 } from './error-class.js';
+export { Completer, type Settled } from './completer.js';
 export { defaultRegistry } from './registry.js';
-export { DEFAULT_STATEMENT_TIMEOUT_MS, Worker, type WorkerOptions } from './worker.js';
+export { DEFAULT_PREFETCH, DEFAULT_STATEMENT_TIMEOUT_MS, Worker, type WorkerOptions } from './worker.js';
 export { runWorkerCli, runWorkerMain, type WorkerMainOptions } from './main.js';
 export { ProcessPool, type ProcessPoolOptions } from './process-pool.js';

@@ -147,3 +147,13 @@ export function traceWorkerEvents(worker: Worker): void {
     }
   });
 }
+
+/**
+ * Binds `fn` to the current context (the task's span), so that what it traces runs as a
+ * child of the task even when another task's turn of the event loop calls it (the
+ * completer runs effects in batches).
+ */
+export function bindToTask<F extends (...args: never[]) => unknown>(fn: F): F {
+  if (!tracingEnabled() || !trace.getActiveSpan()) return fn;
+  return context.bind(context.active(), fn);
+}

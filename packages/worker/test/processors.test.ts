@@ -7,24 +7,29 @@ import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { claimTasks, connect, type ClaimedTask } from '@org/queue-client';
 import type { Provider } from '@org/handler-types';
 import {
+  Completer,
   createLogger,
   dbFunctionProcessor,
   handlerTaskProcessor,
   LeaseLostError,
   type Processor,
+  type TaskReport,
 } from '../src/index.js';
 import { effects, enqueue, factsOf, handlerCalls, installFixtures } from './support/fixtures.js';
 
 let db: TestDatabase;
 let pool: pg.Pool;
+let completer: Completer;
 const log = createLogger('silent');
 
 beforeAll(async () => {
   db = await createTestDatabase();
   await installFixtures(db);
   pool = connect({ connectionString: db.url('worker') });
+  completer = new Completer(db.url('worker'), log);
 });
 afterAll(async () => {
+  await completer?.close();
   await pool?.end();
   await db?.drop();
 });
@@ -35,11 +40,28 @@ async function claimOne(taskType: string): Promise<ClaimedTask> {
   return task;
 }
 
+/** The lease is already lost, so no start is recorded: the processor runs anyway and its outcome is refused. */
+async function processWithoutStart(processor: Processor, task: ClaimedTask): Promise<TaskReport> {
+  const outcome = await processor.process({ task, pool, log, signal: new AbortController().signal });
+  const { result, report } = await completer.complete(task, outcome);
+  if (result === 'lease_lost') throw new LeaseLostError(task);
+  return report;
+}
+
+/** Runs the processor as the worker does: start recorded, processor, outcome recorded by the completer. */
+async function process(processor: Processor, task: ClaimedTask): Promise<TaskReport> {
+  expect(await completer.start(task)).toBe(true);
+  const outcome = await processor.process({ task, pool, log, signal: new AbortController().signal });
+  const { result, report } = await completer.complete(task, outcome);
+  if (result === 'lease_lost') throw new LeaseLostError(task);
+  return report;
+}
+
 async function run(processor: Processor, taskType: string, payload: Record<string, unknown>) {
   const id = await enqueue(db, taskType, payload);
   const task = await claimOne(taskType);
   expect(task.taskId).toBe(id);
-  const report = await processor.process({ task, pool, log, signal: new AbortController().signal });
+  const report = await process(processor, task);
   return { id, report, facts: await factsOf(db, id) };
 }
 
@@ -48,8 +70,12 @@ describe('db_function processor', () => {
   const step = (key: string, extra: Record<string, unknown> = {}) => ({ db_function: 'fixture.step', key, ...extra });
 
   it('success ({success: true}): effect committed with the completion', async () => {
-    const { report, facts } = await run(processor, 'db_function', step('ok'));
-    expect(report).toEqual({ outcome: 'succeeded', result: { success: true } });
+    const { id, report, facts } = await run(processor, 'db_function', step('ok'));
+    expect(report).toEqual({ outcome: 'succeeded' });
+    // The envelope is kept as the run's result (queues.run_steps records it before the completion).
+    expect((await db.query('select result from queues.task_result where task_id = $1', [id])).rows).toEqual([
+      { result: { success: true } },
+    ]);
     expect(facts).toEqual({ outcome: 'succeeded', errors: [], leases: 1 });
     expect(await effects(db, 'ok')).toBe(1);
   });
@@ -64,16 +90,15 @@ describe('db_function processor', () => {
   });
 
   it('a descriptive non-success status is logged, not fatal', async () => {
-    const { report, facts } = await run(
+    const { id, report, facts } = await run(
       processor,
       'db_function',
       step('status', { result: { status: 'max_attempts_reached' } }),
     );
-    expect(report).toEqual({
-      outcome: 'succeeded',
-      note: 'status max_attempts_reached',
-      result: { status: 'max_attempts_reached' },
-    });
+    expect(report).toEqual({ outcome: 'succeeded', note: 'status max_attempts_reached' });
+    expect((await db.query('select result from queues.task_result where task_id = $1', [id])).rows).toEqual([
+      { result: { status: 'max_attempts_reached' } },
+    ]);
     expect(facts.errors).toEqual([]);
   });
 
@@ -159,9 +184,7 @@ describe('db_function processor', () => {
     const task = await claimOne('db_function');
     // Another worker takes the task after this lease "expires".
     await db.query(`select * from queues.claim_tasks_at(now() + interval '10 minutes', 'thief', 1, null, 60, 5)`);
-    await expect(processor.process({ task, pool, log, signal: new AbortController().signal })).rejects.toBeInstanceOf(
-      LeaseLostError,
-    );
+    await expect(processWithoutStart(processor, task)).rejects.toBeInstanceOf(LeaseLostError);
     expect(await effects(db, 'stolen')).toBe(0);
     expect(await factsOf(db, id)).toEqual({ outcome: null, errors: [], leases: 2 });
   });
@@ -312,9 +335,7 @@ describe('handler processor', () => {
     await db.query(
       `select * from queues.claim_tasks_at(now() + interval '10 minutes', 'thief', 1, array['test_channel'], 60, 5)`,
     );
-    await expect(processor.process({ task, pool, log, signal: new AbortController().signal })).rejects.toBeInstanceOf(
-      LeaseLostError,
-    );
+    await expect(processWithoutStart(processor, task)).rejects.toBeInstanceOf(LeaseLostError);
     expect(await handlerCalls(db)).toEqual([]);
     expect((await factsOf(db, id)).outcome).toBeNull();
   });

@@ -184,6 +184,11 @@ describe('a completion made by someone else (item 2)', () => {
     worker.on('completed', (task, report) => done.push(`${task.taskId}:${report.outcome}`));
     const id = await enqueue('db_function', { db_function: 'fixture.step', key: 'abandoned-under-me', sleep: 1.5 });
     await eventually(async () => (await factsOf(db, id)).leases === 1, 'the worker to lease the task');
+    // Only a started lease counts towards abandonment: wait until the worker recorded the start.
+    await eventually(
+      async () => (await db.query('select 1 from queues.task_lease_started where task_id = $1', [id])).rowCount === 1,
+      'the worker to start the step',
+    );
     // Another claimer (with a clock an hour ahead) finds the lease expired and abandons the task.
     await db.query(`select * from queues.claim_tasks_at(now() + interval '1 hour', 'other', 10, null, 60, 1)`);
     expect((await factsOf(db, id)).outcome).toBe('abandoned');

@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { claimTasks, listTaskResults } from '@org/queue-client';
-import { createLogger, dbFunctionProcessor, ProcessorRegistry, Worker } from '../src/index.js';
+import { Completer, createLogger, dbFunctionProcessor, ProcessorRegistry, Worker } from '../src/index.js';
 import { enqueue, eventually, factsOf, installFixtures } from './support/fixtures.js';
 
 let db: TestDatabase;
@@ -86,14 +86,20 @@ it('a worker whose lease was taken over records no result', async () => {
   await db.query(
     `select * from queues.claim_tasks_at(now() + interval '1 minute', 'fast', 1, array['db_function'], 300, 5)`,
   );
-  await expect(
-    dbFunctionProcessor().process({
+  // The step runs in the database through the completer (queues.run_steps), fenced by the lease.
+  const completer = new Completer(db.url('worker'), createLogger('silent'));
+  try {
+    const outcome = await dbFunctionProcessor().process({
       task: task,
       pool: db.pool('worker'),
       log: createLogger('silent'),
       signal: new AbortController().signal,
-    }),
-  ).rejects.toThrow(/was lost to another worker/);
+    });
+    const { result } = await completer.complete(task, outcome);
+    expect(result).toBe('lease_lost');
+  } finally {
+    await completer.close();
+  }
   expect(await listTaskResults(db.pool('app'), id)).toEqual([]);
   expect((await db.query(`select count(*)::int as n from fixture.effect where task_key = 'late'`)).rows[0].n).toBe(0);
 });

@@ -8,7 +8,6 @@ import type { Provider } from '@org/handler-types';
 import {
   createLogger,
   dbFunctionProcessor,
-  finish,
   handlerTaskProcessor,
   ProcessorRegistry,
   Worker,
@@ -136,10 +135,10 @@ describe('worker loop', () => {
     const started: string[] = [];
     const registry = new ProcessorRegistry().register('slow', {
       name: 'slow',
-      async process({ task, pool, signal }) {
+      async process({ task, signal }) {
         started.push(task.taskId);
         await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
-        return finish(pool, task, { outcome: 'failed', error: 'stopped' });
+        return { outcome: 'failed', error: 'stopped' };
       },
     });
     const ids: string[] = [];

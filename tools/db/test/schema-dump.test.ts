@@ -38,7 +38,7 @@ describe('the schema dump', () => {
       /create table queues\.task_pending \([\s\S]*?\) with \(autovacuum_vacuum_cost_delay=0, autovacuum_vacuum_scale_factor=0, autovacuum_vacuum_threshold=1000, fillfactor=80\);/,
     );
     expect(first).toContain(
-      'CREATE INDEX task_pending_claim_idx ON queues.task_pending USING btree (priority DESC, scheduled_at, task_id);',
+      'CREATE INDEX task_pending_ready_idx ON queues.task_pending USING btree (task_type, priority DESC, scheduled_at, task_id) WHERE (current_lease_id IS NULL);',
     );
     expect(first).toContain(
       'CREATE TRIGGER notify_task_ready AFTER INSERT ON queues.task_pending FOR EACH STATEMENT EXECUTE FUNCTION queues.notify_task_ready();',

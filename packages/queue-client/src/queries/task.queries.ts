@@ -11,6 +11,8 @@ export type booleanArray = (boolean)[];
 
 export type stringArray = (string)[];
 
+export type unknownArray = (unknown)[];
+
 /** 'TaskEnqueue' parameters type */
 export interface ITaskEnqueueParams {
   maxAttempts?: number | null | void;
@@ -230,6 +232,80 @@ const taskCompleteManyIR: any = {"usedParamSet":{"taskIds":true,"taskLeaseIds":t
  * ```
  */
 export const taskCompleteMany = new PreparedQuery<ITaskCompleteManyParams,ITaskCompleteManyResult>(taskCompleteManyIR);
+
+
+/** 'TaskSettle' parameters type */
+export interface ITaskSettleParams {
+  errorMessages?: stringArray | null | void;
+  errorTaskIds?: NumberOrStringArray | null | void;
+  outcomes?: stringArray | null | void;
+  retries?: booleanArray | null | void;
+  startedLeaseIds: NumberOrStringArray;
+  startedTaskIds: NumberOrStringArray;
+  taskIds: NumberOrStringArray;
+  taskLeaseIds?: NumberOrStringArray | null | void;
+}
+
+/** 'TaskSettle' return type */
+export interface ITaskSettleResult {
+  kind: string;
+  result: string;
+  taskId: string;
+}
+
+/** 'TaskSettle' query type */
+export interface ITaskSettleQuery {
+  params: ITaskSettleParams;
+  result: ITaskSettleResult;
+}
+
+const taskSettleIR: any = {"usedParamSet":{"startedTaskIds":true,"startedLeaseIds":true,"taskIds":true,"taskLeaseIds":true,"outcomes":true,"retries":true,"errorTaskIds":true,"errorMessages":true},"params":[{"name":"startedTaskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":99,"b":114}]},{"name":"startedLeaseIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":127,"b":143}]},{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":156,"b":164}]},{"name":"taskLeaseIds","required":false,"transform":{"type":"scalar"},"locs":[{"a":204,"b":216}]},{"name":"outcomes","required":false,"transform":{"type":"scalar"},"locs":[{"a":229,"b":237}]},{"name":"retries","required":false,"transform":{"type":"scalar"},"locs":[{"a":248,"b":255}]},{"name":"errorTaskIds","required":false,"transform":{"type":"scalar"},"locs":[{"a":296,"b":308}]},{"name":"errorMessages","required":false,"transform":{"type":"scalar"},"locs":[{"a":321,"b":334}]}],"statement":"select s.task_id as \"taskId!\", s.kind as \"kind!\", s.result as \"result!\"\n  from queues.settle_tasks(:startedTaskIds!::bigint[], :startedLeaseIds!::bigint[], :taskIds!::bigint[],\n                           :taskLeaseIds::bigint[], :outcomes::text[], :retries::boolean[],\n                           :errorTaskIds::bigint[], :errorMessages::text[]) s"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select s.task_id as "taskId!", s.kind as "kind!", s.result as "result!"
+ *   from queues.settle_tasks(:startedTaskIds!::bigint[], :startedLeaseIds!::bigint[], :taskIds!::bigint[],
+ *                            :taskLeaseIds::bigint[], :outcomes::text[], :retries::boolean[],
+ *                            :errorTaskIds::bigint[], :errorMessages::text[]) s
+ * ```
+ */
+export const taskSettle = new PreparedQuery<ITaskSettleParams,ITaskSettleResult>(taskSettleIR);
+
+
+/** 'TaskRunSteps' parameters type */
+export interface ITaskRunStepsParams {
+  functionNames: stringArray;
+  payloads: unknownArray;
+  taskIds: NumberOrStringArray;
+  taskLeaseIds: NumberOrStringArray;
+}
+
+/** 'TaskRunSteps' return type */
+export interface ITaskRunStepsResult {
+  error: string | null;
+  note: string | null;
+  outcome: string | null;
+  result: string;
+  taskId: string;
+}
+
+/** 'TaskRunSteps' query type */
+export interface ITaskRunStepsQuery {
+  params: ITaskRunStepsParams;
+  result: ITaskRunStepsResult;
+}
+
+const taskRunStepsIR: any = {"usedParamSet":{"taskIds":true,"taskLeaseIds":true,"functionNames":true,"payloads":true},"params":[{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":105,"b":113}]},{"name":"taskLeaseIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":126,"b":139}]},{"name":"functionNames","required":true,"transform":{"type":"scalar"},"locs":[{"a":152,"b":166}]},{"name":"payloads","required":true,"transform":{"type":"scalar"},"locs":[{"a":177,"b":186}]}],"statement":"select s.task_id as \"taskId!\", s.result as \"result!\", s.outcome, s.error, s.note\n  from queues.run_steps(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :functionNames!::text[], :payloads!::jsonb[]) s"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select s.task_id as "taskId!", s.result as "result!", s.outcome, s.error, s.note
+ *   from queues.run_steps(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :functionNames!::text[], :payloads!::jsonb[]) s
+ * ```
+ */
+export const taskRunSteps = new PreparedQuery<ITaskRunStepsParams,ITaskRunStepsResult>(taskRunStepsIR);
 
 
 /** 'TaskFail' parameters type */

@@ -59,3 +59,32 @@ const workerStoppedIR: any = {"usedParamSet":{"workerId":true},"params":[{"name"
 export const workerStopped = new PreparedQuery<IWorkerStoppedParams,IWorkerStoppedResult>(workerStoppedIR);
 
 
+/** 'WorkerRevokeLeases' parameters type */
+export interface IWorkerRevokeLeasesParams {
+  workerId: string;
+}
+
+/** 'WorkerRevokeLeases' return type */
+export interface IWorkerRevokeLeasesResult {
+  taskId: string;
+  taskLeaseId: string;
+}
+
+/** 'WorkerRevokeLeases' query type */
+export interface IWorkerRevokeLeasesQuery {
+  params: IWorkerRevokeLeasesParams;
+  result: IWorkerRevokeLeasesResult;
+}
+
+const workerRevokeLeasesIR: any = {"usedParamSet":{"workerId":true},"params":[{"name":"workerId","required":true,"transform":{"type":"scalar"},"locs":[{"a":100,"b":109}]}],"statement":"select r.task_id as \"taskId!\", r.task_lease_id as \"taskLeaseId!\"\n  from queues.revoke_worker_leases(:workerId!::text) r"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select r.task_id as "taskId!", r.task_lease_id as "taskLeaseId!"
+ *   from queues.revoke_worker_leases(:workerId!::text) r
+ * ```
+ */
+export const workerRevokeLeases = new PreparedQuery<IWorkerRevokeLeasesParams,IWorkerRevokeLeasesResult>(workerRevokeLeasesIR);
+
+

@@ -5,3 +5,7 @@ select queues.record_worker_heartbeat(:workerId!::text, :taskTypes!::text[], :he
 
 /* @name WorkerStopped */
 select queues.record_worker_stopped(:workerId!::text) as "recorded";
+
+/* @name WorkerRevokeLeases */
+select r.task_id as "taskId!", r.task_lease_id as "taskLeaseId!"
+  from queues.revoke_worker_leases(:workerId!::text) r;

@@ -8,8 +8,9 @@
  *
  * A before_handler that fails, returns a validation failure or a malformed envelope, or
  * whose payload the provider's schema rejects, leads to an error row and the
- * error_handler, with no provider call. The success or error handler, the error row and
- * the completion commit in one transaction, fenced by the lease. Handler names are
+ * error_handler, with no provider call. The success or error handler runs as the
+ * completion's effects: it, the error row and the completion commit in one transaction,
+ * fenced by the lease (see Completer). Handler names are
  * optional; without a before_handler the provider gets the task payload minus the
  * handler names, unless the provider requires a before_handler (file deletion). A
  * transient error (connection, deadlock, serialization) records nothing of the run: the
@@ -22,11 +23,9 @@
  * by an earlier lease is not repeated; the task fails with an "unknown outcome" error.
  */
 import { handlerTaskPayload, type Provider } from '@org/handler-types';
-import { withTransaction } from '@org/queue-client';
-import { finish, recordCompletion } from '../completion.js';
-import { classifyError, errorMessage, isTransient, sanitizeMessage } from '../error-class.js';
+import { errorMessage, isTransient, sanitizeMessage } from '../error-class.js';
 import { failureOf, HandlerInvoker } from '../handler-invoker.js';
-import type { Processor, TaskContext, TaskReport } from '../processor.js';
+import type { Processor, TaskContext, TaskOutcome } from '../processor.js';
 import { startProviderCall } from './provider-call.js';
 import { traceStep } from '../tracing.js';
 
@@ -35,12 +34,12 @@ const HANDLER_FIELDS = ['task_type', 'before_handler', 'success_handler', 'error
 export function handlerTaskProcessor<P>(provider: Provider<P>): Processor {
   return {
     name: `handler:${provider.name}`,
-    async process(context: TaskContext): Promise<TaskReport> {
+    async process(context: TaskContext): Promise<TaskOutcome> {
       const { task, pool } = context;
       const handlers = handlerTaskPayload.safeParse(task.payload);
       if (!handlers.success) {
         const problem = handlers.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ');
-        return finish(pool, task, { outcome: 'failed', error: `invalid handler names in payload: ${problem}` });
+        return { outcome: 'failed', error: `invalid handler names in payload: ${problem}` };
       }
       const { before_handler: before, success_handler: onSuccess, error_handler: onError } = handlers.data;
       const original = task.payload;
@@ -106,56 +105,49 @@ export function handlerTaskProcessor<P>(provider: Provider<P>): Processor {
       }
 
       // 3. Success facts and the completion, together.
-      try {
-        return await withTransaction(pool, async (tx) => {
-          if (!onSuccess) return recordCompletion(tx, task, { outcome: 'succeeded' });
-          const result = await invoker.on(tx).call(onSuccess, {
+      if (!onSuccess) return { outcome: 'succeeded' };
+      return {
+        outcome: 'succeeded',
+        async effects(tx): Promise<TaskOutcome> {
+          const result = await new HandlerInvoker(tx).call(onSuccess, {
             original_payload: original,
             worker_payload: workerPayload ?? null,
           });
           const failure = result.ok ? failureOf(onSuccess, result.envelope) : result.error;
-          return recordCompletion(tx, task, failure ? { outcome: 'failed', error: failure } : { outcome: 'succeeded' });
-        });
-      } catch (error) {
-        // Lease lost (the queue said so), or cut short by a transient error: the provider
-        // call happened, the run is interrupted and runs again, and the provider sees the
-        // same idempotency key (the before handler's, from the attempt).
-        if (classifyError(error) !== 'task') throw error;
-        return finish(pool, task, {
+          return failure ? { outcome: 'failed', error: failure } : { outcome: 'succeeded' };
+        },
+        // The provider call happened; the success handler's writes rolled back.
+        onEffectsError: (error) => ({
           outcome: 'failed',
           error: `${provider.name} succeeded but ${onSuccess} raised: ${errorMessage(error)}`,
-        });
-      }
+        }),
+      };
     },
   };
 }
 
 /** The failure path: error row, error_handler, completion, in one transaction. */
-async function fail(
-  { task, pool }: TaskContext,
-  invoker: HandlerInvoker,
+function fail(
+  { task }: TaskContext,
+  _invoker: HandlerInvoker,
   onError: string | undefined,
   unsafeMessage: string,
   final = false,
-): Promise<TaskReport> {
+): TaskOutcome {
   // The error handler and the error row get the same message, one PostgreSQL can store.
   const message = sanitizeMessage(unsafeMessage);
-  const report: TaskReport = final
+  const base: TaskOutcome = final
     ? { outcome: 'failed', error: message, final }
     : { outcome: 'failed', error: message };
-  try {
-    return await withTransaction(pool, async (tx) => {
-      const extra: string[] = [];
-      if (onError) {
-        const result = await invoker.on(tx).call(onError, { original_payload: task.payload, error: message });
-        const failure = result.ok ? failureOf(onError, result.envelope) : result.error;
-        if (failure) extra.push(failure);
-      }
-      return recordCompletion(tx, task, report, extra);
-    });
-  } catch (error) {
-    if (classifyError(error) !== 'task') throw error;
+  if (!onError) return base;
+  return {
+    ...base,
+    async effects(tx): Promise<TaskOutcome> {
+      const result = await new HandlerInvoker(tx).call(onError, { original_payload: task.payload, error: message });
+      const failure = result.ok ? failureOf(onError, result.envelope) : result.error;
+      return { ...base, extraErrors: failure ? [failure] : [] };
+    },
     // The error handler raised: its writes rolled back; record both errors and complete.
-    return finish(pool, task, report, [`${onError} raised: ${errorMessage(error)}`]);
-  }
+    onEffectsError: (error) => ({ ...base, extraErrors: [`${onError} raised: ${errorMessage(error)}`] }),
+  };
 }

@@ -27,6 +27,8 @@ interface WorkerCase {
   outcome?: string;
   leases?: number;
   interruptions?: number;
+  /** Results kept (queues.task_result: a db_function step's well-formed envelope); default 0. */
+  results?: number;
   maxAttempts?: number;
   /** The fake Resend fails the call with this message (run one at a time, after the others). */
   providerFailure?: string;
@@ -670,6 +672,8 @@ const WORKER_CASES: WorkerCase[] = [
       'task code errors',
     ),
     maxAttempts: 3,
+    // The well-formed envelope is kept as the run's result (queues.task_result).
+    results: 1,
   },
   {
     ...bad(
@@ -983,13 +987,13 @@ export const scenario: Scenario = {
       `${errorsAdded} error rows for ${n} tasks`,
     );
     const interruptions = cases.reduce((s, c) => s + (c.interruptions ?? 0), 0);
-    // A step whose envelope is well formed keeps it as the run's result (queues.task_result):
-    // of these cases, only the validation failure returns one.
-    const results = cases.filter((c) => c.taskType === 'db_function' && /validation failure/.test(c.name)).length;
+    const results = cases.reduce((s, c) => s + (c.results ?? 0), 0);
     r.equal("worker cases: only the tasks' own facts changed", changed, {
       'queues.task': n,
       'queues.task_completed': n,
       'queues.task_lease': cases.reduce((s, c) => s + (c.leases ?? 1), 0),
+      // Every lease's task was started (recorded before it ran).
+      'queues.task_lease_started': cases.reduce((s, c) => s + (c.leases ?? 1), 0),
       ...(interruptions > 0
         ? { 'queues.task_interruption': interruptions, 'queues.task_lease_release': interruptions }
         : {}),
