@@ -6561,6 +6561,19 @@ $function$;
   -- queues.interrupt_task_at(_now timestamp with time zone, _task_id bigint, _task_lease_id bigint, _error_message text, _max_interruptions integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.is_current_lease(_task_id bigint, _task_lease_id bigint)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select exists (select 1 from queues.task_pending p
+                  where p.task_id = _task_id and p.current_lease_id = _task_lease_id)
+$function$;
+  -- queues.is_current_lease(_task_id bigint, _task_lease_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.is_internal_task_type(_task_type text)
  RETURNS boolean
  LANGUAGE sql
@@ -7125,8 +7138,8 @@ begin
     _name := _function_names[_i];
     _outcome := null; _error := null; _note := null; _done := null;
     begin
-      -- Recorded first: a lease no longer held is not run.
-      select s.result into _done from queues.settle_tasks(array[_id], array[_lease], '{}') s;
+      -- A lease no longer held is not run.
+      _done := case when queues.is_current_lease(_id, _lease) then 'started' else 'lease_lost' end;
       if _done = 'started' then
         _raw := internal.run_function(_name, _payloads[_i]);
         select * into _env from queues.parse_envelope(_raw);

@@ -8,5 +8,6 @@ grant execute on function
   queues.settle_tasks(bigint[], bigint[], bigint[], bigint[], text[], boolean[], bigint[], text[]),
   queues.run_steps(bigint[], bigint[], text[], jsonb[]),
   queues.parse_envelope(jsonb),
+  queues.is_current_lease(bigint, bigint),
   queues.revoke_worker_leases(text)
 to :DATABASE_WORKER;

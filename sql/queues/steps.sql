@@ -66,6 +66,18 @@ begin
 end;
 $$;
 
+-- Whether _task_lease_id is still the current lease of _task_id (read only: no lock, no
+-- fact). The worker's steps check it before they run.
+create or replace function queues.is_current_lease(_task_id bigint, _task_lease_id bigint)
+  returns boolean
+  language sql stable
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+  select exists (select 1 from queues.task_pending p
+                  where p.task_id = _task_id and p.current_lease_id = _task_lease_id)
+$$;
+
 -- Runs db_function steps claimed by the caller, in order, each in a subtransaction of its
 -- own with its completion: internal.run_function(payload.db_function, payload), then the
 -- completion fenced by the lease (queues.settle_tasks), so a step's writes and its
@@ -73,7 +85,9 @@ $$;
 -- db_function processor: success and status complete 'succeeded' (a status is returned
 -- as note); error and validation failure keep the writes and complete 'failed' with an
 -- error row; a malformed envelope or an exception rolls the step back, then completes
--- 'failed' with an error row. A step whose lease is no longer held is not run. A
+-- 'failed' with an error row. A step whose lease is no longer held is not run. The
+-- caller marks the steps started before the call (queues.settle_tasks, as the worker's
+-- start recorder does for every task), so a step's lease counts as started while it runs. A
 -- well-formed envelope is kept as the step's result (queues.record_task_result) before
 -- its completion.
 -- Runs as the caller (security invoker): steps have the worker's privileges, not the owner's.
@@ -115,8 +129,8 @@ begin
     _name := _function_names[_i];
     _outcome := null; _error := null; _note := null; _done := null;
     begin
-      -- Recorded first: a lease no longer held is not run.
-      select s.result into _done from queues.settle_tasks(array[_id], array[_lease], '{}') s;
+      -- A lease no longer held is not run.
+      _done := case when queues.is_current_lease(_id, _lease) then 'started' else 'lease_lost' end;
       if _done = 'started' then
         _raw := internal.run_function(_name, _payloads[_i]);
         select * into _env from queues.parse_envelope(_raw);

@@ -4,8 +4,6 @@
 //   #/schedules · #/processes · #/process/<name>/<root id>
 // Data is rendered with textContent only. Pages refresh their data in place by short
 // polling (REFRESH_MS) while the tab is visible, keeping selections and form input.
-import { roleQueues, taskResults } from './roles.js';
-
 const main = document.getElementById('main');
 const STATES = ['scheduled', 'ready', 'running', 'retrying', 'succeeded', 'failed', 'abandoned', 'cancelled'];
 const PENDING = ['scheduled', 'ready', 'running', 'retrying'];
@@ -419,8 +417,7 @@ async function overview() {
     throughput = h('div'),
     perType = h('div'),
     depth = h('div'),
-    capacity = h('div'),
-    roles = h('div');
+    capacity = h('div');
   const recoverOut = h('span', { class: 'muted' });
   put(
     main,
@@ -441,8 +438,6 @@ async function overview() {
       section('Queue depth, last hour (pending tasks per type)', depth),
     ),
     section('Completions in the last hour by type and outcome', perType),
-    // The seed roles' queues (roles.js), from the same capacity read.
-    roles,
     section(
       'Capacity',
       capacity,
@@ -548,7 +543,6 @@ async function overview() {
         { 'data-testid': 'throughput-by-type' },
       ),
     );
-    put(roles, roleQueues(h, table, full.capacity));
     put(
       capacity,
       table(
@@ -977,8 +971,19 @@ async function taskPage(id) {
         'div',
         { class: 'grid2' },
         section('Payload', h('pre', { 'data-testid': 'payload' }, json(task.payload))),
-        // A task's results, one per run that recorded one (roles.js).
-        taskResults(h, table, t.results ?? []),
+        section(
+          'Result',
+          t.results?.length
+            ? t.results.map((r) =>
+                h(
+                  'div',
+                  {},
+                  h('p', { class: 'muted' }, `lease ${r.task_lease_id} · ${fmtTime(r.recorded_at)}`),
+                  h('pre', { 'data-testid': 'result' }, json(r.result)),
+                ),
+              )
+            : h('p', { class: 'muted', 'data-testid': 'result' }, 'no result recorded'),
+        ),
       ),
       section(
         'Leases',

@@ -2,7 +2,15 @@
 // transaction and fenced by the lease, read by the app role.
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
-import { claimTasks, completeTask, connect, listTaskResults, recordTaskResult, withTransaction } from '../src/index.js';
+import {
+  claimTasks,
+  completeTask,
+  connect,
+  enqueue,
+  listTaskResults,
+  recordTaskResult,
+  withTransaction,
+} from '../src/index.js';
 import type pg from 'pg';
 
 let db: TestDatabase;
@@ -20,12 +28,8 @@ afterAll(async () => {
 });
 
 it('records a result with the completion; a lost lease records nothing (lease_lost); the app reads it', async () => {
-  // email is worker-only (queues.assert_may_enqueue): the owner's SQL enqueues it.
-  const { rows: enqueued } = await db.query(
-    `select queues.enqueue_internal('email', '{"n": 1}'::jsonb, null, null, null, 2)::text as task_id`,
-  );
-  const taskId: string = enqueued[0].task_id;
-  const [first] = await claimTasks(worker, { workerId: 'a', limit: 1, taskTypes: ['email'], leaseSeconds: 1 });
+  const taskId = await enqueue(app, { taskType: 'product_resync', payload: { n: 1 }, maxAttempts: 2 });
+  const [first] = await claimTasks(worker, { workerId: 'a', limit: 1, taskTypes: ['product_resync'], leaseSeconds: 1 });
   // The lease expires and another worker takes the task.
   const { rows } = await db.query(
     `select task_lease_id::text from queues.claim_tasks_at(now() + interval '1 minute', 'b', 1, array['product_resync'], 300, 5)`,

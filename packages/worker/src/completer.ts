@@ -3,9 +3,8 @@
  * return an outcome; the completer writes it, fenced by the task's lease, in batches on a
  * connection of its own, so completions go to the database while the worker claims and
  * runs more tasks. Everything asked for while a round trip is under way goes in the next
- * one (up to MAX_BATCH completions): one queues.settle_tasks statement that also marks
- * the tasks about to start (a task runs only once its start is recorded, so the queue
- * knows which claimed tasks were started; see queues.task_lease_started).
+ * one (up to MAX_BATCH completions): one queues.settle_tasks statement. (Starts are
+ * recorded apart, without a round trip: start-recorder.ts.)
  *
  * Steps (db_function tasks) of a round run in the database in one queues.run_steps call,
  * each with its completion in a subtransaction.
@@ -44,12 +43,6 @@ export interface Settled {
   report: TaskReport;
 }
 
-interface PendingStart {
-  task: ClaimedTask;
-  resolve: (held: boolean) => void;
-  reject: (error: unknown) => void;
-}
-
 interface PendingCompletion {
   task: ClaimedTask;
   outcome: TaskOutcome;
@@ -80,22 +73,11 @@ class Lane {
 export class Completer {
   readonly #log: Logger;
   readonly #ends: Lane;
-  readonly #startLane: Lane;
-  #starts: PendingStart[] = [];
   #completions: PendingCompletion[] = [];
 
   constructor(databaseUrl: string, log: Logger, statementTimeoutMs = 300_000) {
     this.#log = log;
     this.#ends = new Lane(databaseUrl, 'queue-worker-completer', log, statementTimeoutMs);
-    this.#startLane = new Lane(databaseUrl, 'queue-worker-starter', log, statementTimeoutMs);
-  }
-
-  /** Records that `task` starts; resolves false when its lease is no longer held (it must not run). */
-  start(task: ClaimedTask): Promise<boolean> {
-    return new Promise((resolve, reject) => {
-      this.#starts.push({ task, resolve, reject });
-      this.#schedule(this.#startLane);
-    });
   }
 
   /** Records the task's outcome (its effects, error rows and completion), fenced by its lease. */
@@ -108,20 +90,19 @@ export class Completer {
 
   /** Resolves when everything asked for so far is recorded (or failed). */
   async drain(): Promise<void> {
-    const busy = () => [this.#ends, this.#startLane].find((l) => l.flushing !== undefined || l.scheduled);
-    while (busy() || this.#starts.length > 0 || this.#completions.length > 0) {
-      const lane = busy();
-      if (lane?.flushing) await lane.flushing;
+    const lane = this.#ends;
+    while (lane.flushing !== undefined || lane.scheduled || this.#completions.length > 0) {
+      if (lane.flushing) await lane.flushing;
       else await new Promise((resolve) => setImmediate(resolve));
     }
   }
 
   async close(): Promise<void> {
-    await Promise.all([this.#ends.pool.end(), this.#startLane.pool.end()]);
+    await this.#ends.pool.end();
   }
 
-  #pending(lane: Lane): boolean {
-    return lane === this.#startLane ? this.#starts.length > 0 : this.#completions.length > 0;
+  #pending(): boolean {
+    return this.#completions.length > 0;
   }
 
   #schedule(lane: Lane): void {
@@ -132,20 +113,18 @@ export class Completer {
       lane.scheduled = false;
       lane.flushing = this.#flush(lane).finally(() => {
         lane.flushing = undefined;
-        if (this.#pending(lane)) this.#schedule(lane);
+        if (this.#pending()) this.#schedule(lane);
       });
     });
   }
 
   async #flush(lane: Lane): Promise<void> {
-    while (this.#pending(lane)) {
-      const starts = lane === this.#startLane ? this.#starts.splice(0, 1000) : [];
-      const completions = lane === this.#ends ? this.#completions.splice(0, MAX_BATCH) : [];
+    while (this.#pending()) {
+      const completions = this.#completions.splice(0, MAX_BATCH);
       try {
-        await this.#round(lane, starts, completions);
+        await this.#round(lane, completions);
       } catch (error) {
-        if (isTransient(error) || starts.length + completions.length === 1) {
-          for (const s of starts) s.reject(error);
+        if (isTransient(error) || completions.length === 1) {
           for (const c of completions) c.reject(error);
           continue;
         }
@@ -153,15 +132,14 @@ export class Completer {
           { event: 'completion_batch_failed', err: errorMessage(error) },
           'batch refused; recording one task at a time',
         );
-        for (const s of starts) await this.#round(lane, [s], []).catch((e: unknown) => s.reject(e));
         for (const c of completions.filter((x) => !x.answered))
-          await this.#round(lane, [], [c]).catch((e: unknown) => c.reject(e));
+          await this.#round(lane, [c]).catch((e: unknown) => c.reject(e));
       }
     }
   }
 
   /** One round trip: effects in savepoints, then one settle_tasks statement; one commit. */
-  async #round(lane: Lane, starts: PendingStart[], completions: PendingCompletion[]): Promise<void> {
+  async #round(lane: Lane, completions: PendingCompletion[]): Promise<void> {
     const client = await lane.pool.connect();
     let broken: Error | undefined;
     const steps = completions.filter((c) => c.outcome.step);
@@ -244,13 +222,11 @@ export class Completer {
           else pending.reject(transient);
         }
       }
-      const { lost, results } = await settleTasks(
+      const { results } = await settleTasks(
         client,
-        starts.map((s) => ({ taskId: s.task.taskId, taskLeaseId: s.task.taskLeaseId })),
+        [],
         plain.map((p) => settlement(p.pending.task, p.outcome)),
       );
-      const lostIds = new Set(lost);
-      for (const s of starts) s.resolve(!lostIds.has(s.task.taskId));
       plain.forEach((p, i) => p.pending.resolve({ result: results[i]!.result, report: reportOf(p.outcome) }));
       for (const { pending, settled, transient } of ranSteps) {
         if (settled) pending.resolve(settled);

@@ -13,13 +13,12 @@ export class HandlerInvoker {
 
   /**
    * Runs `name` with `body`. A malformed result is returned as `{ ok: false }`; an
-   * exception raised by the function (or the runner) is thrown. `traced`: a
-   * `queue.handler` span (false for the queue's own bookkeeping calls, such as
-   * internal.start_provider_call, which are not the task's handlers).
+   * exception raised by the function (or the runner) is thrown.
    */
-  async call(name: string, body: JsonObject, traced = true): Promise<HandlerResult> {
-    const run = () => runFunction(this.db, name, body);
-    const result = await (traced ? traceStep('queue.handler', { 'queue.handler.name': name }, run) : run());
+  async call(name: string, body: JsonObject): Promise<HandlerResult> {
+    const result = await traceStep('queue.handler', { 'queue.handler.name': name }, () =>
+      runFunction(this.db, name, body),
+    );
     const parsed = parseEnvelope(result);
     return parsed.ok ? { ok: true, envelope: parsed.envelope } : { ok: false, error: `${name}: ${parsed.error}` };
   }

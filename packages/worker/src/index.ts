@@ -22,6 +22,7 @@ export {
   type ErrorClass,
 } from './error-class.js';
 export { Completer, type Settled } from './completer.js';
+export { StartRecorder, type StartRecord } from './start-recorder.js';
 export { defaultRegistry } from './registry.js';
 export { DEFAULT_PREFETCH, DEFAULT_STATEMENT_TIMEOUT_MS, Worker, type WorkerOptions } from './worker.js';
 export { runWorkerCli, runWorkerMain, type WorkerMainOptions } from './main.js';

@@ -3,9 +3,11 @@
  *
  *   loop        claims (only the task types of its roles, up to 500 per call) into a local
  *               queue of up to `prefetch` tasks (default 500), refilled when it is half
- *               empty; starts tasks as slots free, each once the completer has recorded
- *               its start; then waits for a notification, a freed slot or the poll interval
- *   completer   records starts and outcomes in batches on its own connection (completer.ts)
+ *               empty; starts tasks as slots free; then waits for a notification, a freed
+ *               slot or the poll interval
+ *   starts      a task runs once the statement marking its start is written to a
+ *               pipelined connection of its own (start-recorder.ts): no round trip
+ *   completer   records outcomes in batches on its own connection (completer.ts)
  *   heartbeat   reports the worker alive (queues.worker) and extends the leases of running
  *               tasks; a lease missing from the answer was lost, and that task's signal is
  *               aborted (its completion would be refused)
@@ -39,6 +41,7 @@ import {
   type ClaimedTask,
 } from '@org/queue-client';
 import { Completer } from './completer.js';
+import { StartRecorder } from './start-recorder.js';
 import { StepRunner } from './step-runner.js';
 import { classifyError, errorMessage } from './error-class.js';
 import type { WorkerConfig } from './config.js';
@@ -84,6 +87,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #log: Logger;
   readonly #taskTypes: string[];
   readonly #completer: Completer;
+  readonly #starts: StartRecorder;
   readonly #steps: StepRunner;
   /** Started (or starting) tasks until their outcome is recorded, by lease id. */
   readonly #running = new Map<string, Running>();
@@ -125,6 +129,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
     // in flight rejects and is handled there, so this only keeps the process alive.
     this.pool.on('connect', (client) => client.on('error', () => {}));
     this.#completer = new Completer(
+      options.databaseUrl,
+      this.#log,
+      options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS,
+    );
+    this.#starts = new StartRecorder(
       options.databaseUrl,
       this.#log,
       options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS,
@@ -211,7 +220,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
     // it: give it two seconds. (Its lease is released; the process exiting closes it.)
     let endTimer: NodeJS.Timeout | undefined;
     await Promise.race([
-      Promise.all([this.#completer.drain().then(() => this.#completer.close()), this.pool.end()]),
+      Promise.all([
+        this.#completer.drain().then(() => this.#completer.close()),
+        this.#starts.close(),
+        this.pool.end(),
+      ]),
       new Promise<void>((resolve) => (endTimer = setTimeout(resolve, 2000))),
     ]);
     clearTimeout(endTimer);
@@ -291,14 +304,41 @@ export class Worker extends EventEmitter<WorkerEvents> {
    * under an earlier lease stays waiting (heartbeated) until that run ends.
    */
   #startWaiting(): void {
+    const starting: Running[] = [];
     while (this.#busy < this.#options.concurrency && this.#waiting.length > 0) {
       // A task this worker still runs under an earlier lease waits (heartbeated) until
       // that run ends.
       const next =
         this.#runningTasks.size === 0 ? 0 : this.#waiting.findIndex((t) => !this.#runningTasks.has(t.taskId));
-      if (next < 0) return;
-      this.#start(this.#waiting.splice(next, 1)[0]!);
+      if (next < 0) break;
+      starting.push(this.#admit(this.#waiting.splice(next, 1)[0]!));
     }
+    if (starting.length === 0) return;
+    // One statement marks every task starting now; a step that runs in the database
+    // records its start with its completion (queues.run_steps).
+    const marked = starting.filter((r) => !this.#options.registry.get(r.task.taskType)?.startsWithCompletion);
+    const record = marked.length > 0 ? this.#starts.record(marked.map((r) => r.task)) : undefined;
+    if (record) {
+      record.answer.then(
+        (lost) => {
+          for (const r of marked) {
+            if (!lost.has(r.task.taskLeaseId) || r.lost) continue;
+            r.lost = true;
+            r.controller.abort(new Error('lease lost'));
+            this.#log.warn(
+              { event: 'lease_lost', task_id: r.task.taskId, task_type: r.task.taskType },
+              'lease taken over before the task started; aborting it',
+            );
+          }
+        },
+        (error: unknown) =>
+          this.#log.warn(
+            { event: 'start_unconfirmed', err: errorMessage(error), tasks: marked.length },
+            'the database did not confirm the starts; completions stay fenced by lease',
+          ),
+      );
+    }
+    for (const r of starting) this.#launch(r, marked.includes(r) ? record?.written : undefined);
   }
 
   async #claim(limit: number): Promise<ClaimedTask[]> {
@@ -334,8 +374,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
   }
 
-  #start(task: ClaimedTask): void {
-    const log = this.#log.child({ task_id: task.taskId, task_type: task.taskType, task_lease_id: task.taskLeaseId });
+  /** Takes a slot for `task`: it counts as running from now on. */
+  #admit(task: ClaimedTask): Running {
     const controller = new AbortController();
     const running: Running = {
       task,
@@ -348,6 +388,13 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#running.set(task.taskLeaseId, running);
     this.#runningTasks.set(task.taskId, (this.#runningTasks.get(task.taskId) ?? 0) + 1);
     this.#busy++;
+    return running;
+  }
+
+  /** Runs an admitted task once its start is written (`written`; none for a step). */
+  #launch(running: Running, written: Promise<void> | undefined): void {
+    const { task } = running;
+    const log = this.#log.child({ task_id: task.taskId, task_type: task.taskType, task_lease_id: task.taskLeaseId });
     let freed = false;
     const free = () => {
       if (freed) return;
@@ -356,7 +403,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       if (!this.#stopping) this.#startWaiting();
       this.#signal(); // a slot is free
     };
-    running.done = traceTask(task, () => this.#process(running, log, free)).finally(() => {
+    running.done = traceTask(task, () => this.#process(running, log, free, written)).finally(() => {
       this.#running.delete(task.taskLeaseId);
       const runs = (this.#runningTasks.get(task.taskId) ?? 1) - 1;
       if (runs > 0) this.#runningTasks.set(task.taskId, runs);
@@ -367,14 +414,18 @@ export class Worker extends EventEmitter<WorkerEvents> {
     });
   }
 
-  async #process(running: Running, log: Logger, free: () => void): Promise<void> {
+  async #process(
+    running: Running,
+    log: Logger,
+    free: () => void,
+    written: Promise<void> | undefined,
+  ): Promise<void> {
     const { task, controller } = running;
-    // The task runs only once its start is recorded: the queue then knows it was started.
-    // (A step that runs in the database records its start with its completion.)
+    // The task runs only once its start is on its way to the database: the queue then
+    // knows it was started, even if this process dies while running it.
     const processor = this.#options.registry.get(task.taskType);
-    let held: boolean;
     try {
-      held = processor?.startsWithCompletion ? true : await this.#completer.start(task);
+      await written;
     } catch (error) {
       // Nothing of the run happened: the lease is given back (or expires), not counted.
       log.warn(
@@ -384,7 +435,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       await this.#release([task]);
       return;
     }
-    if (!held) {
+    if (running.lost) {
       log.warn({ event: 'lease_lost' }, 'lease lost before the task started; not run');
       this.emit('lease_lost', task);
       return;

@@ -12,6 +12,7 @@ import {
   dbFunctionProcessor,
   handlerTaskProcessor,
   LeaseLostError,
+  StartRecorder,
   type Processor,
   type TaskReport,
 } from '../src/index.js';
@@ -20,6 +21,7 @@ import { effects, enqueue, factsOf, handlerCalls, installFixtures } from './supp
 let db: TestDatabase;
 let pool: pg.Pool;
 let completer: Completer;
+let starts: StartRecorder;
 const log = createLogger('silent');
 
 beforeAll(async () => {
@@ -27,9 +29,11 @@ beforeAll(async () => {
   await installFixtures(db);
   pool = connect({ connectionString: db.url('worker') });
   completer = new Completer(db.url('worker'), log);
+  starts = new StartRecorder(db.url('worker'), log, 300_000);
 });
 afterAll(async () => {
   await completer?.close();
+  await starts?.close();
   await pool?.end();
   await db?.drop();
 });
@@ -50,7 +54,9 @@ async function processWithoutStart(processor: Processor, task: ClaimedTask): Pro
 
 /** Runs the processor as the worker does: start recorded, processor, outcome recorded by the completer. */
 async function process(processor: Processor, task: ClaimedTask): Promise<TaskReport> {
-  expect(await completer.start(task)).toBe(true);
+  const start = starts.record([task]);
+  await start.written;
+  expect(await start.answer).toEqual(new Set());
   const outcome = await processor.process({ task, pool, log, signal: new AbortController().signal });
   const { result, report } = await completer.complete(task, outcome);
   if (result === 'lease_lost') throw new LeaseLostError(task);

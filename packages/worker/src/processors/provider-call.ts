@@ -20,12 +20,7 @@ export async function startProviderCall(
   invoker: HandlerInvoker,
   task: Pick<ClaimedTask, 'taskId' | 'taskLeaseId'>,
 ): Promise<ProviderCallStart> {
-  // Bookkeeping of the delivery mode, not one of the task's handlers: no queue.handler span.
-  const result = await invoker.call(
-    START_PROVIDER_CALL,
-    { task_id: task.taskId, task_lease_id: task.taskLeaseId },
-    false,
-  );
+  const result = await invoker.call(START_PROVIDER_CALL, { task_id: task.taskId, task_lease_id: task.taskLeaseId });
   if (!result.ok) return { proceed: false, error: result.error };
   const failure = failureOf(START_PROVIDER_CALL, result.envelope);
   if (failure) return { proceed: false, error: failure };
