@@ -6643,6 +6643,39 @@ $function$;
   -- queues.lock_resource_keys(_task_ids bigint[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.mark_started(_task_ids bigint[], _task_lease_ids bigint[])
+ RETURNS SETOF bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER ROWS 1
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+begin
+  perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
+  return query
+  with input as (
+    select i.task_id, i.task_lease_id
+      from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)
+  ),
+  held as (
+    select i.task_id, i.task_lease_id
+      from input i
+      join queues.task_pending p on p.task_id = i.task_id and p.current_lease_id = i.task_lease_id
+  ),
+  marked as (
+    insert into queues.task_lease_started (task_id, task_lease_id)
+    select h.task_id, h.task_lease_id from held h
+    on conflict do nothing
+  )
+  select i.task_id from input i
+   where not exists (select 1 from held h where h.task_id = i.task_id and h.task_lease_id = i.task_lease_id);
+end;
+$function$;
+  -- queues.mark_started(_task_ids bigint[], _task_lease_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.max_error_message_length()
  RETURNS integer
  LANGUAGE sql

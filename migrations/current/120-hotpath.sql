@@ -88,6 +88,7 @@ drop function if exists queues.settle_tasks(bigint[], bigint[], bigint[], bigint
 --!include queues/claim.sql
 --!include queues/complete.sql
 --!include queues/settle.sql
+--!include queues/start.sql
 --!include queues/steps.sql
 --!include queues/workers.sql
 --!include queues/maintenance.sql

@@ -9,5 +9,6 @@ grant execute on function
   queues.run_steps(bigint[], bigint[], text[], jsonb[]),
   queues.parse_envelope(jsonb),
   queues.is_current_lease(bigint, bigint),
+  queues.mark_started(bigint[], bigint[]),
   queues.revoke_worker_leases(text)
 to :DATABASE_WORKER;

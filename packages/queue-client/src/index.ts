@@ -16,6 +16,7 @@ export {
   runFunction,
   runSteps,
   settleTasks,
+  markStarted,
   type ClaimOptions,
   type ClaimedTask,
   type Completion,

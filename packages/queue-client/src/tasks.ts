@@ -29,6 +29,7 @@ import {
   taskReleaseLeases,
   taskRunSteps,
   taskSettle,
+  taskMarkStarted,
 } from './queries/task.queries.js';
 import type { Queryable } from './connection.js';
 import { mapErrors } from './errors.js';
@@ -233,6 +234,21 @@ export async function settleTasks(
 }
 
 /** A db_function step to run in the database (see runSteps). */
+/**
+ * Marks the leases started (queues.mark_started); returns the task ids whose lease was no
+ * longer current (taken over, or already completed).
+ */
+export async function markStarted(db: Queryable, leases: LeaseRef[]): Promise<Id[]> {
+  if (leases.length === 0) return [];
+  const rows = await mapErrors(
+    taskMarkStarted.run(
+      { taskIds: leases.map((l) => l.taskId), taskLeaseIds: leases.map((l) => l.taskLeaseId) },
+      db,
+    ),
+  );
+  return rows.map((r) => r.taskId);
+}
+
 export interface Step extends LeaseRef {
   functionName: string;
   payload: JsonObject;

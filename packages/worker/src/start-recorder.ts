@@ -11,12 +11,22 @@
  * pipelined (node-postgres `pipeline: true`): a statement is written at once, even while
  * earlier ones are still being answered, so starting a task costs no round trip.
  *
+ * At most PIPELINE_DEPTH statements wait for their answer at a time. Starts asked for
+ * meanwhile wait too, and go together in the next statement once an answer comes: under
+ * load, one statement marks many starts, and the marks never lag far behind the runs.
+ *
  * The answer comes later and names the leases that were no longer current (the task was
- * taken over between its claim and its start); the worker aborts those runs, and their
+ * taken over between its claim and its start, or its completion, recorded on another
+ * connection, committed first); the worker aborts those of them still running, and their
  * completions are refused by the lease fence anyway.
+ *
+ * The connection commits asynchronously (synchronous_commit off): a mark costs no WAL
+ * flush. If PostgreSQL itself crashes, the marks of the last moments before the crash may
+ * be lost, and those leases then count as never started; completions, which do wait for
+ * the flush, are not affected.
  */
 import pg from 'pg';
-import { settleTasks, type ClaimedTask } from '@org/queue-client';
+import { markStarted, type ClaimedTask } from '@org/queue-client';
 import { errorMessage } from './error-class.js';
 import type { Logger } from './logger.js';
 
@@ -27,6 +37,30 @@ export interface StartRecord {
   answer: Promise<Set<string>>;
 }
 
+/** Most mark statements unanswered at a time. */
+export const PIPELINE_DEPTH = 4;
+
+/** Starts waiting for a place in the pipeline: they go in one statement. */
+class Group {
+  readonly tasks: ClaimedTask[] = [];
+  readonly written: Promise<void>;
+  readonly answer: Promise<Set<string>>;
+  settleWritten!: (error?: unknown) => void;
+  settleAnswer!: (lost: Set<string> | Error) => void;
+
+  constructor() {
+    this.written = new Promise((resolve, reject) => {
+      this.settleWritten = (error) => (error === undefined ? resolve() : reject(error as Error));
+    });
+    this.answer = new Promise((resolve, reject) => {
+      this.settleAnswer = (lost) => (lost instanceof Error ? reject(lost) : resolve(lost));
+    });
+    // Nobody may be listening yet; a rejection is reported through the other promises.
+    this.written.catch(() => {});
+    this.answer.catch(() => {});
+  }
+}
+
 export class StartRecorder {
   readonly #databaseUrl: string;
   readonly #log: Logger;
@@ -34,6 +68,10 @@ export class StartRecorder {
   #client: pg.Client | undefined;
   #connecting: Promise<pg.Client> | undefined;
   #closed = false;
+  #inFlight = 0;
+  #scheduled = false;
+  /** Starts asked for while the pipeline was full (or the connection was down). */
+  #waiting: Group | undefined;
 
   constructor(databaseUrl: string, log: Logger, statementTimeoutMs: number) {
     this.#databaseUrl = databaseUrl;
@@ -41,21 +79,43 @@ export class StartRecorder {
     this.#statementTimeoutMs = statementTimeoutMs;
   }
 
-  /** Marks `tasks` started: one statement, written before this call returns when connected. */
+  /**
+   * Marks `tasks` started. The starts asked for in one turn of the event loop go in one
+   * statement, written at the end of that turn (or, when PIPELINE_DEPTH statements are
+   * unanswered, when the next answer comes).
+   */
   record(tasks: ClaimedTask[]): StartRecord {
-    const client = this.#client;
-    if (client) {
-      const answer = this.#send(client, tasks);
-      return { written: this.#flushed(client), answer };
+    const group = (this.#waiting ??= new Group());
+    group.tasks.push(...tasks);
+    if (!this.#scheduled) {
+      this.#scheduled = true;
+      setImmediate(() => {
+        this.#scheduled = false;
+        this.#next();
+      });
     }
-    const sent = this.#connect().then((connected) => ({
-      answer: this.#send(connected, tasks),
-      written: this.#flushed(connected),
-    }));
+    const ours = new Set(tasks.map((t) => t.taskLeaseId));
     return {
-      written: sent.then((s) => s.written),
-      answer: sent.then((s) => s.answer),
+      written: group.written,
+      answer: group.answer.then((lost) => new Set([...lost].filter((id) => ours.has(id)))),
     };
+  }
+
+  /** Sends the waiting group if a place is free (connecting first if needed). */
+  #next(): void {
+    const group = this.#waiting;
+    if (!group || this.#inFlight >= PIPELINE_DEPTH) return;
+    this.#waiting = undefined;
+    const send = (client: pg.Client) => {
+      this.#send(client, group.tasks).then(group.settleAnswer, (error: Error) => group.settleAnswer(error));
+      this.#flushed(client).then(() => group.settleWritten(), group.settleWritten);
+    };
+    if (this.#client) send(this.#client);
+    else
+      this.#connect().then(send, (error: Error) => {
+        group.settleWritten(error);
+        group.settleAnswer(error);
+      });
   }
 
   async close(): Promise<void> {
@@ -67,11 +127,17 @@ export class StartRecorder {
 
   #send(client: pg.Client, tasks: ClaimedTask[]): Promise<Set<string>> {
     const byTask = new Map(tasks.map((t) => [t.taskId, t.taskLeaseId]));
-    return settleTasks(
+    this.#inFlight++;
+    const answer = markStarted(
       client,
       tasks.map((t) => ({ taskId: t.taskId, taskLeaseId: t.taskLeaseId })),
-      [],
-    ).then(({ lost }) => new Set(lost.map((taskId) => byTask.get(taskId)!)));
+    ).then((lost) => new Set(lost.map((taskId) => byTask.get(taskId)!)));
+    const answered = () => {
+      this.#inFlight--;
+      this.#next();
+    };
+    answer.then(answered, answered);
+    return answer;
   }
 
   /** Resolves when everything written to the connection so far is in the kernel's hands. */
@@ -102,6 +168,7 @@ export class StartRecorder {
         application_name: 'queue-worker-starter',
         keepAlive: true,
         statement_timeout: this.#statementTimeoutMs,
+        options: '-c synchronous_commit=off',
         pipeline: true,
       });
       client.on('error', (error) => {

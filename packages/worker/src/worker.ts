@@ -322,7 +322,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
       record.answer.then(
         (lost) => {
           for (const r of marked) {
-            if (!lost.has(r.task.taskLeaseId) || r.lost) continue;
+            // A task already finished was completed before its mark arrived: nothing to stop.
+            if (!lost.has(r.task.taskLeaseId) || r.lost || this.#running.get(r.task.taskLeaseId) !== r) continue;
             r.lost = true;
             r.controller.abort(new Error('lease lost'));
             this.#log.warn(

@@ -273,6 +273,34 @@ const taskSettleIR: any = {"usedParamSet":{"startedTaskIds":true,"startedLeaseId
 export const taskSettle = new PreparedQuery<ITaskSettleParams,ITaskSettleResult>(taskSettleIR);
 
 
+/** 'TaskMarkStarted' parameters type */
+export interface ITaskMarkStartedParams {
+  taskIds: NumberOrStringArray;
+  taskLeaseIds: NumberOrStringArray;
+}
+
+/** 'TaskMarkStarted' return type */
+export interface ITaskMarkStartedResult {
+  taskId: string;
+}
+
+/** 'TaskMarkStarted' query type */
+export interface ITaskMarkStartedQuery {
+  params: ITaskMarkStartedParams;
+  result: ITaskMarkStartedResult;
+}
+
+const taskMarkStartedIR: any = {"usedParamSet":{"taskIds":true,"taskLeaseIds":true},"params":[{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":47,"b":55}]},{"name":"taskLeaseIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":68,"b":81}]}],"statement":"select s as \"taskId!\" from queues.mark_started(:taskIds!::bigint[], :taskLeaseIds!::bigint[]) s"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select s as "taskId!" from queues.mark_started(:taskIds!::bigint[], :taskLeaseIds!::bigint[]) s
+ * ```
+ */
+export const taskMarkStarted = new PreparedQuery<ITaskMarkStartedParams,ITaskMarkStartedResult>(taskMarkStartedIR);
+
+
 /** 'TaskRunSteps' parameters type */
 export interface ITaskRunStepsParams {
   functionNames: stringArray;

@@ -53,6 +53,9 @@ select s.task_id as "taskId!", s.kind as "kind!", s.result as "result!"
                            :taskLeaseIds::bigint[], :outcomes::text[], :retries::boolean[],
                            :errorTaskIds::bigint[], :errorMessages::text[]) s;
 
+/* @name TaskMarkStarted */
+select s as "taskId!" from queues.mark_started(:taskIds!::bigint[], :taskLeaseIds!::bigint[]) s;
+
 /* @name TaskRunSteps */
 select s.task_id as "taskId!", s.result as "result!", s.outcome, s.error, s.note
   from queues.run_steps(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :functionNames!::text[], :payloads!::jsonb[]) s;

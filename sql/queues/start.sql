@@ -1,0 +1,39 @@
+-- Marks tasks started (queues.task_lease_started): the worker's start recorder calls it
+-- for every task it runs, in the instant the task starts, so the queue knows which of a
+-- dead worker's leases were started (those count towards abandonment and make their task
+-- a suspect; the leases of tasks that only waited in its local queue count for nothing).
+-- Only a lease that is still its task's current lease is marked. Returns the task ids
+-- whose lease was no longer current: taken over by another worker, or already completed
+-- (the completion of a fast task may commit before the mark of its start).
+-- Set-based and lean (one statement, no per-row work): it runs once per group of tasks
+-- starting together, so its cost is paid per task.
+create or replace function queues.mark_started(_task_ids bigint[], _task_lease_ids bigint[])
+  returns setof bigint
+  language plpgsql volatile
+  rows 1
+  security definer
+  set plan_cache_mode = force_generic_plan
+  set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+begin
+  perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
+  return query
+  with input as (
+    select i.task_id, i.task_lease_id
+      from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)
+  ),
+  held as (
+    select i.task_id, i.task_lease_id
+      from input i
+      join queues.task_pending p on p.task_id = i.task_id and p.current_lease_id = i.task_lease_id
+  ),
+  marked as (
+    insert into queues.task_lease_started (task_id, task_lease_id)
+    select h.task_id, h.task_lease_id from held h
+    on conflict do nothing
+  )
+  select i.task_id from input i
+   where not exists (select 1 from held h where h.task_id = i.task_id and h.task_lease_id = i.task_lease_id);
+end;
+$$;
