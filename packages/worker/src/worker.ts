@@ -2,9 +2,9 @@
  * The worker: claim -> local queue -> start -> processor -> completer, N at a time.
  *
  *   loop        claims (only the task types of its roles, up to 500 per call) into a local
- *               queue of up to `prefetch` tasks (default 500), refilled when it is half
- *               empty; starts tasks as slots free; then waits for a notification, a freed
- *               slot or the poll interval
+ *               queue of about a second of work, up to `prefetch` tasks (default 500),
+ *               refilled when it is half empty; starts tasks as slots free; then waits
+ *               for a notification, a freed slot or the poll interval
  *   starts      a task runs once the statement marking its start is written to a
  *               pipelined connection of its own (start-recorder.ts): no round trip
  *   completer   records outcomes in batches on its own connection (completer.ts)
@@ -54,6 +54,12 @@ import { bindToTask, traceClaim, traceStep, traceTask, traceWorkerEvents } from 
 export const DEFAULT_PREFETCH = 500;
 /** Most tasks per claim (queues.claim_tasks accepts up to 1000). */
 const MAX_CLAIM = 500;
+/**
+ * The local queue holds about this much work (judged from how long tasks kept their slots
+ * lately), up to `prefetch`: hundreds of quick tasks, only a few slow ones, so a worker
+ * that dies strands little work and a backlog is shared between workers.
+ */
+export const LOCAL_QUEUE_MS = 1000;
 
 export interface WorkerOptions extends Omit<WorkerConfig, 'logLevel'> {
   registry: ProcessorRegistry;
@@ -106,6 +112,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   #claimFailures = 0;
   /** The last claim came back short: no more work until a notification or the poll. */
   #drained = false;
+  /** Moving average of how long a task keeps its slot, ms (undefined until one ran). */
+  #slotMs: number | undefined;
 
   constructor(options: WorkerOptions) {
     super();
@@ -266,10 +274,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
     // is refilled when it is half empty, before it runs dry. Queued tasks hold leases
     // (heartbeated like running ones); if this worker dies they come back when those
     // expire, and since they never started they are not suspects.
-    const prefetch = this.#prefetch;
-    const capacity = concurrency + prefetch;
-    const lowWater = Math.floor(prefetch / 2);
     while (!this.#stopping) {
+      const prefetch = this.#localQueueSize();
+      const capacity = concurrency + prefetch;
+      const lowWater = Math.floor(prefetch / 2);
       this.#woken = false;
       const room = capacity - this.#busy - this.#waiting.length;
       // A freed slot is no reason to claim again right after a claim found the queue
@@ -297,6 +305,20 @@ export class Worker extends EventEmitter<WorkerEvents> {
       // The poll interval passed without a wake-up: look again.
       if (!(await this.#sleep(pollIntervalMs))) this.#drained = false;
     }
+  }
+
+  /**
+   * How many claimed tasks may wait beside the running ones: about LOCAL_QUEUE_MS of work
+   * at the recent pace, at least `concurrency` (one more task per slot), at most
+   * `prefetch`. Until a task has run, `concurrency`.
+   */
+  #localQueueSize(): number {
+    const { concurrency } = this.#options;
+    const prefetch = this.#prefetch;
+    if (prefetch === 0) return 0;
+    if (this.#slotMs === undefined) return Math.min(prefetch, concurrency);
+    const paced = Math.round((concurrency * LOCAL_QUEUE_MS) / Math.max(this.#slotMs, 0.01));
+    return Math.min(prefetch, Math.max(concurrency, paced));
   }
 
   /**
@@ -400,6 +422,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const free = () => {
       if (freed) return;
       freed = true;
+      const slotMs = Date.now() - running.startedAt;
+      this.#slotMs = this.#slotMs === undefined ? slotMs : 0.9 * this.#slotMs + 0.1 * slotMs;
       this.#busy--;
       if (!this.#stopping) this.#startWaiting();
       this.#signal(); // a slot is free

@@ -142,11 +142,13 @@ describe('worker loop', () => {
       },
     });
     const ids: string[] = [];
-    for (let i = 0; i < 4; i++) ids.push(await enqueue(db, 'slow', { i }));
+    for (let i = 0; i < 6; i++) ids.push(await enqueue(db, 'slow', { i }));
+    // Until a task has finished, the local queue holds one task per slot (then about a
+    // second of work at the pace seen, up to PREFETCH).
     const worker = await startWorker({
       registry,
       roles: ['slow'],
-      concurrency: 1,
+      concurrency: 2,
       prefetch: 2,
       heartbeatIntervalMs: 100,
       leaseSeconds: 10,
@@ -159,7 +161,7 @@ describe('worker loop', () => {
           [ids],
         )
       ).rows[0].n;
-    await eventually(async () => started.length === 1 && (await leased()) === 3, 'one running, two queued');
+    await eventually(async () => started.length === 2 && (await leased()) === 4, 'two running, two queued');
     // The queued tasks' leases are extended too.
     await eventually(
       async () =>
@@ -168,17 +170,17 @@ describe('worker loop', () => {
             'select count(distinct l.task_id)::int as n from queues.task_lease_extension x join queues.task_lease l using (task_lease_id) where l.task_id = any($1::bigint[])',
             [ids],
           )
-        ).rows[0].n === 3,
-      'three leases extended',
+        ).rows[0].n === 4,
+      'four leases extended',
     );
     await worker.stop(0);
     workers.splice(workers.indexOf(worker), 1);
-    expect(started).toHaveLength(1);
+    expect(started).toHaveLength(2);
     const released = await db.query(
       'select count(*)::int as n from queues.task_lease_release r join queues.task_lease l using (task_lease_id) where l.task_id = any($1::bigint[])',
       [ids],
     );
-    expect(released.rows[0].n).toBe(3);
+    expect(released.rows[0].n).toBe(4);
     await db.query(`delete from queues.task_pending where task_type = 'slow'`);
   });
 
