@@ -857,16 +857,16 @@ export const scenario: Scenario = {
     };
     for (const c of sqlCases(db)) await one(c);
 
-    // API requests, when @org/api is there.
+    // API requests, when @org/web is there.
     let api: { inject: Parameters<typeof apiCases>[0]; close(): Promise<void>; ready(): Promise<unknown> } | undefined;
     try {
-      const mod = (await import('@org/api')) as unknown as { createApi: (c: Record<string, unknown>) => typeof api };
+      const mod = (await import('@org/web')) as unknown as { createApi: (c: Record<string, unknown>) => typeof api };
       const token = 'chaos-api-token-0123456789';
       api = mod.createApi({ databaseUrl: db.url('api'), apiToken: token, logLevel: 'silent' })!;
       await api.ready();
       for (const c of apiCases((o) => api!.inject(o), token)) await one(c);
     } catch (error) {
-      r.check('api: @org/api could be loaded', false, (error as Error).message);
+      r.check('api: @org/web could be loaded', false, (error as Error).message);
     } finally {
       await api?.close();
     }
