@@ -1,2 +1,0 @@
--- Nothing here yet: add migrations/current/<NNN>-<name>.sql files (see sql/CONVENTIONS.md).
--- This file may be deleted.
