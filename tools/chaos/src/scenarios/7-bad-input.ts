@@ -5,7 +5,7 @@
 import { startFakeResend } from '@org/providers/testing';
 import { createResendEmailProvider } from '@org/providers';
 import { createLogger, dbFunctionProcessor, handlerTaskProcessor, ProcessorRegistry, Worker } from '@org/worker';
-import { dropPending, lastTaskId, Report, waitFor, type ChaosDb, type Role, type Scenario } from '../harness.js';
+import { dropPending, lastTaskId, Report, waitFor, type ChaosDb, type DbUser, type Scenario } from '../harness.js';
 
 type Expect = { code: string | RegExp; message: RegExp } | { validation: RegExp } | { status: number; message: RegExp };
 
@@ -62,9 +62,9 @@ const INJECTION = `x'); drop table queues.task; --`;
 
 function sqlCases(db: ChaosDb): SqlCase[] {
   const q =
-    (role: Role, sql: string, params: unknown[] = []) =>
+    (dbUser: DbUser, sql: string, params: unknown[] = []) =>
     () =>
-      db.pool(role).query(sql, params);
+      db.pool(dbUser).query(sql, params);
   const enqueue = (type: unknown, payload: unknown, more = '') =>
     q('app', `select queues.enqueue($1, $2::jsonb${more})`, [type, payload]);
   const many = (tasks: unknown) => q('app', 'select * from queues.enqueue_many($1::jsonb)', [tasks]);
