@@ -245,7 +245,7 @@ function sqlCases(db: ChaosDb): SqlCase[] {
     },
     {
       surface: 'enqueue',
-      name: 'enqueue as the worker role (forbidden)',
+      name: 'enqueue as the worker database user (forbidden)',
       run: q('worker', `select queues.enqueue('db_function', '{}'::jsonb)`),
       expect: { code: '42501', message: /permission denied for function enqueue/ },
     },
