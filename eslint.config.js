@@ -70,7 +70,7 @@ export default defineConfig(
   },
   {
     // The dashboard runs in the browser.
-    files: ['packages/api/public/**/*.js'],
+    files: ['packages/web/public/**/*.js'],
     languageOptions: { globals: globals.browser, sourceType: 'script' },
   },
 );

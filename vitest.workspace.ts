@@ -21,7 +21,7 @@ export default [
   project('worker', 'packages/worker', ['test/**/*.test.ts']),
   project('providers', 'packages/providers', ['test/**/*.test.ts']),
   project('files-service', 'packages/files-service', ['test/**/*.test.ts']),
-  project('api', 'packages/api', ['test/**/*.test.ts']),
+  project('web', 'packages/web', ['test/**/*.test.ts']),
   project('bench', 'tools/bench', ['test/**/*.test.ts']),
   project('chaos', 'tools/chaos', ['test/**/*.test.ts']),
   project('db-tools', 'tools/db', ['test/**/*.test.ts']),

@@ -1725,76 +1725,17 @@ AS $function$ select 3 $function$;
 
 CREATE OR REPLACE FUNCTION accounts.account_anonymization_supervisor(payload jsonb)
  RETURNS jsonb
- LANGUAGE plpgsql
+ LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-declare
-  _task_id bigint := internal.id_from_payload(payload, 'account_anonymization_task_id');
-  _facts record;
-  _error text;
-  _next_check_at timestamptz;
-begin
-  if _task_id is null then
-    return internal.validation_failure('account_anonymization_task_id must be a positive integer');
-  end if;
-  perform internal.assert_read_committed('accounts.account_anonymization_supervisor');
-  if not accounts.lock_account_anonymization_task(_task_id) then
-    return internal.validation_failure(format('account_anonymization_task %s not found', _task_id));
-  end if;
-
-  _facts := accounts.account_anonymization_supervisor_facts(_task_id);
-
-  if _facts.has_task_succeeded then
-    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
-  end if;
-  if _facts.task_failure is not null then
-    return jsonb_build_object('status', _facts.task_failure);
-  end if;
-  if _facts.has_success then
-    perform accounts.record_account_anonymization_task_succeeded(_task_id);
-    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
-  end if;
-  if _facts.num_failures >= accounts.account_anonymization_max_attempts() then
-    perform accounts.record_account_anonymization_task_failed(_task_id, 'max_attempts_reached');
-    return jsonb_build_object('status', 'max_attempts_reached');
-  end if;
-
-  _error := accounts.run_account_anonymization_attempt(_task_id, _facts.account_id);
-  if _error is null then
-    perform accounts.record_account_anonymization_task_succeeded(_task_id);
-    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
-  end if;
-  if _facts.num_failures + 1 >= accounts.account_anonymization_max_attempts() then
-    perform accounts.record_account_anonymization_task_failed(_task_id, 'max_attempts_reached');
-    return jsonb_build_object('status', 'max_attempts_reached', 'payload', jsonb_build_object('error', _error));
-  end if;
-  _next_check_at := accounts.schedule_account_anonymization_recheck(_task_id, _facts.num_failures + 1);
-  return jsonb_build_object('success', true, 'payload', jsonb_build_object(
-    'status', 'attempt_failed', 'error', _error, 'next_check_at', _next_check_at));
-end;
+  select internal.run_sql_process_supervisor('accounts', 'account_anonymization', 'accounts.account_anonymization_supervisor',
+    payload, _work => 'accounts.anonymize_account(bigint)', _work_column => 'account_id',
+    _max_attempts => accounts.account_anonymization_max_attempts(), _backoff_cap_seconds => 3600)
 $function$;
   -- accounts.account_anonymization_supervisor(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION accounts.account_anonymization_supervisor_facts(_task_id bigint, OUT account_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer)
- RETURNS record
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select t.account_id,
-         accounts.has_account_anonymization_task_succeeded(t.account_anonymization_task_id),
-         accounts.get_account_anonymization_task_failure(t.account_anonymization_task_id),
-         accounts.has_account_anonymization_succeeded_attempt(t.account_anonymization_task_id),
-         accounts.count_account_anonymization_attempts(t.account_anonymization_task_id),
-         accounts.count_account_anonymization_failed_attempts(t.account_anonymization_task_id)
-    from accounts.account_anonymization_task t
-   where t.account_anonymization_task_id = _task_id
-$function$;
-  -- accounts.account_anonymization_supervisor_facts(_task_id bigint, OUT account_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION accounts.account_deletion_max_supervisor_runs()
  RETURNS integer
@@ -1812,32 +1753,27 @@ CREATE OR REPLACE FUNCTION accounts.account_deletion_supervisor(payload jsonb)
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
-  _task_id bigint := internal.id_from_payload(payload, 'account_deletion_task_id');
+  _run record := internal.open_supervisor_run('accounts', 'account_deletion', 'accounts.account_deletion_supervisor', payload);
   _facts record;
-  _status text;
   _reason text;
-  _next_check_at timestamptz;
+  _status text;
+  _file_id bigint;
 begin
-  if _task_id is null then
-    return internal.validation_failure('account_deletion_task_id must be a positive integer');
+  if _run.root_id is null then
+    return _run.refusal;
   end if;
-  perform internal.assert_read_committed('accounts.account_deletion_supervisor');
-  if not accounts.lock_account_deletion_task(_task_id) then
-    return internal.validation_failure(format('account_deletion_task %s not found', _task_id));
-  end if;
+  _facts := accounts.account_deletion_supervisor_facts(_run.root_id);
 
-  _facts := accounts.account_deletion_supervisor_facts(_task_id);
-
-  -- Terminal states.
+  -- Terminal states: ended; every child done; a stuck child; the run cap.
   if _facts.has_task_succeeded then
-    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
+    return internal.supervisor_progress('succeeded');
   end if;
   if _facts.task_failure is not null then
     return jsonb_build_object('status', 'failed', 'payload', jsonb_build_object('reason', _facts.task_failure));
   end if;
   if _facts.num_files_deleted = _facts.num_files and _facts.is_anonymized then
-    perform accounts.record_account_deletion_task_succeeded(_task_id);
-    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
+    perform internal.record_process_outcome('accounts', 'account_deletion', _run.root_id, null);
+    return internal.supervisor_progress('succeeded');
   end if;
   _reason := case
     when cardinality(_facts.stuck_file_ids) > 0
@@ -1848,14 +1784,19 @@ begin
       then format('run_limit_reached after %s runs', _facts.num_runs)
   end;
   if _reason is not null then
-    perform accounts.record_account_deletion_task_failed(_task_id, _reason);
+    perform internal.record_process_outcome('accounts', 'account_deletion', _run.root_id, _reason);
     return jsonb_build_object('status', 'failed', 'payload', jsonb_build_object('reason', _reason));
   end if;
 
   -- Progress: files first, then anonymization.
-  perform accounts.record_account_deletion_supervisor_run(_task_id);
+  perform internal.record_supervisor_run('accounts', 'account_deletion', _run.root_id);
   if _facts.num_files_without_task > 0 then
-    perform accounts.start_account_file_deletions(_facts.account_id);
+    for _file_id in select f.file_id from files.file f
+                     where f.account_id = _facts.account_id
+                       and not exists (select 1 from files.file_deletion_task d where d.file_id = f.file_id)
+                     order by f.file_id loop
+      perform files.kickoff_file_deletion(_file_id);
+    end loop;
     _status := 'file_deletions_started';
   elsif _facts.num_files_deleted < _facts.num_files then
     _status := 'waiting_for_file_deletions';
@@ -1865,9 +1806,10 @@ begin
   else
     _status := 'waiting_for_anonymization';
   end if;
-  _next_check_at := accounts.schedule_account_deletion_recheck(_task_id, _facts.num_runs + 1);
-  return jsonb_build_object('success', true, 'payload', jsonb_build_object(
-    'status', _status, 'next_check_at', _next_check_at));
+  -- Next run after 5 s · 2^(runs − 1), capped at 10 minutes: the parent polls its children.
+  return internal.supervisor_progress(_status, jsonb_build_object('next_check_at',
+    internal.schedule_next_supervisor_run('accounts.account_deletion_supervisor', 'account_deletion_task_id',
+                                          _run.root_id, _facts.num_runs, 600)));
 end;
 $function$;
   -- accounts.account_deletion_supervisor(payload jsonb): owner :DATABASE_OWNER
@@ -1880,16 +1822,17 @@ CREATE OR REPLACE FUNCTION accounts.account_deletion_supervisor_facts(_task_id b
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select t.account_id,
-         accounts.has_account_deletion_task_succeeded(t.account_deletion_task_id),
-         accounts.get_account_deletion_task_failure(t.account_deletion_task_id),
-         accounts.count_account_deletion_supervisor_runs(t.account_deletion_task_id),
+  select t.account_id, e.has_task_succeeded, e.task_failure,
+         internal.count_supervisor_runs('accounts', 'account_deletion', t.account_deletion_task_id),
          ff.num_files, ff.num_files_without_task, ff.num_files_deleted, ff.stuck_file_ids,
-         accounts.has_account_anonymization_task(t.account_id),
-         accounts.is_account_anonymized(t.account_id),
+         x.account_anonymization_task_id is not null,
+         exists (select 1 from accounts.account_anonymization_task_succeeded s
+                  where s.account_anonymization_task_id = x.account_anonymization_task_id),
          accounts.is_account_anonymization_stuck(t.account_id)
     from accounts.account_deletion_task t
-    cross join lateral files.account_file_deletion_facts(t.account_id) ff
+   cross join lateral internal.process_terminal_facts('accounts', 'account_deletion', t.account_deletion_task_id) e
+   cross join lateral files.account_file_deletion_facts(t.account_id) ff
+    left join accounts.account_anonymization_task x on x.account_id = t.account_id
    where t.account_deletion_task_id = _task_id
 $function$;
   -- accounts.account_deletion_supervisor_facts(_task_id bigint, OUT account_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT num_runs integer, OUT num_files integer, OUT num_files_without_task integer, OUT num_files_deleted integer, OUT stuck_file_ids bigint[], OUT has_anonymization_task boolean, OUT is_anonymized boolean, OUT is_anonymization_stuck boolean): owner :DATABASE_OWNER
@@ -1919,114 +1862,6 @@ $function$;
   -- accounts.anonymize_account(_account_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION accounts.count_account_anonymization_attempts(_task_id bigint)
- RETURNS integer
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select count(*)::integer from accounts.account_anonymization_attempt a
-   where a.account_anonymization_task_id = _task_id
-$function$;
-  -- accounts.count_account_anonymization_attempts(_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION accounts.count_account_anonymization_failed_attempts(_task_id bigint)
- RETURNS integer
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select count(*)::integer from accounts.account_anonymization_attempt a
-    join accounts.account_anonymization_attempt_failed f using (account_anonymization_attempt_id)
-   where a.account_anonymization_task_id = _task_id
-$function$;
-  -- accounts.count_account_anonymization_failed_attempts(_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION accounts.count_account_deletion_supervisor_runs(_task_id bigint)
- RETURNS integer
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select count(*)::integer from accounts.account_deletion_supervisor_run r
-   where r.account_deletion_task_id = _task_id
-$function$;
-  -- accounts.count_account_deletion_supervisor_runs(_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION accounts.get_account_anonymization_task_failure(_task_id bigint)
- RETURNS text
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select t.reason from accounts.account_anonymization_task_failed t
-   where t.account_anonymization_task_id = _task_id
-$function$;
-  -- accounts.get_account_anonymization_task_failure(_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION accounts.get_account_deletion_task_failure(_task_id bigint)
- RETURNS text
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select t.reason from accounts.account_deletion_task_failed t where t.account_deletion_task_id = _task_id
-$function$;
-  -- accounts.get_account_deletion_task_failure(_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION accounts.has_account_anonymization_succeeded_attempt(_task_id bigint)
- RETURNS boolean
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select exists (
-    select 1 from accounts.account_anonymization_attempt a
-      join accounts.account_anonymization_attempt_succeeded s using (account_anonymization_attempt_id)
-     where a.account_anonymization_task_id = _task_id)
-$function$;
-  -- accounts.has_account_anonymization_succeeded_attempt(_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION accounts.has_account_anonymization_task(_account_id bigint)
- RETURNS boolean
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select exists (select 1 from accounts.account_anonymization_task t where t.account_id = _account_id)
-$function$;
-  -- accounts.has_account_anonymization_task(_account_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION accounts.has_account_anonymization_task_succeeded(_task_id bigint)
- RETURNS boolean
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select exists (select 1 from accounts.account_anonymization_task_succeeded t
-                  where t.account_anonymization_task_id = _task_id)
-$function$;
-  -- accounts.has_account_anonymization_task_succeeded(_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION accounts.has_account_deletion_task_succeeded(_task_id bigint)
- RETURNS boolean
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select exists (select 1 from accounts.account_deletion_task_succeeded t where t.account_deletion_task_id = _task_id)
-$function$;
-  -- accounts.has_account_deletion_task_succeeded(_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
 CREATE OR REPLACE FUNCTION accounts.is_account_anonymization_stuck(_account_id bigint)
  RETURNS boolean
  LANGUAGE sql
@@ -2034,8 +1869,8 @@ CREATE OR REPLACE FUNCTION accounts.is_account_anonymization_stuck(_account_id b
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select coalesce((
-    select accounts.get_account_anonymization_task_failure(t.account_anonymization_task_id) is not null
-           or accounts.count_account_anonymization_failed_attempts(t.account_anonymization_task_id)
+    select (internal.process_terminal_facts('accounts', 'account_anonymization', t.account_anonymization_task_id)).task_failure is not null
+           or (internal.sql_attempt_facts('accounts', 'account_anonymization', t.account_anonymization_task_id)).num_failures
                 >= accounts.account_anonymization_max_attempts()
       from accounts.account_anonymization_task t
      where t.account_id = _account_id), false)
@@ -2043,40 +1878,13 @@ $function$;
   -- accounts.is_account_anonymization_stuck(_account_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION accounts.is_account_anonymized(_account_id bigint)
- RETURNS boolean
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select exists (select 1 from accounts.account_anonymization_task t
-                  where t.account_id = _account_id
-                    and accounts.has_account_anonymization_task_succeeded(t.account_anonymization_task_id))
-$function$;
-  -- accounts.is_account_anonymized(_account_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
 CREATE OR REPLACE FUNCTION accounts.kickoff_account_anonymization(_account_id bigint)
  RETURNS bigint
- LANGUAGE plpgsql
+ LANGUAGE sql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-declare
-  _task_id bigint;
-begin
-  insert into accounts.account_anonymization_task (account_id) values (_account_id)
-  on conflict (account_id) do nothing
-  returning account_anonymization_task_id into _task_id;
-  if _task_id is null then
-    return (select t.account_anonymization_task_id from accounts.account_anonymization_task t
-             where t.account_id = _account_id);
-  end if;
-  perform queues.enqueue_internal('db_function', jsonb_build_object(
-    'task_type', 'db_function',
-    'db_function', 'accounts.account_anonymization_supervisor',
-    'account_anonymization_task_id', _task_id));
-  return _task_id;
-end;
+  select (internal.start_process('accounts', 'account_anonymization', 'accounts.account_anonymization_supervisor',
+                                 'account_id', _account_id)).root_id
 $function$;
   -- accounts.kickoff_account_anonymization(_account_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -2086,206 +1894,24 @@ CREATE OR REPLACE FUNCTION accounts.kickoff_account_deletion(_account_id bigint,
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+declare
+  _root record;
 begin
   if _account_id is null then
     validation_failure_message := 'account_id is required';
-    return;
-  end if;
-  if not exists (select 1 from accounts.account a where a.account_id = _account_id) then
+  elsif not exists (select 1 from accounts.account a where a.account_id = _account_id) then
     validation_failure_message := format('account %s not found', _account_id);
-    return;
+  else
+    _root := internal.start_process('accounts', 'account_deletion', 'accounts.account_deletion_supervisor',
+                                    'account_id', _account_id);
+    account_deletion_task_id := _root.root_id;
+    if _root.created then
+      insert into accounts.account_flag (account_id, flag) values (_account_id, 'deleted') on conflict do nothing;
+    end if;
   end if;
-
-  insert into accounts.account_deletion_task (account_id) values (_account_id)
-  on conflict (account_id) do nothing
-  returning account_deletion_task.account_deletion_task_id into account_deletion_task_id;
-  if account_deletion_task_id is null then
-    select t.account_deletion_task_id into account_deletion_task_id
-      from accounts.account_deletion_task t where t.account_id = _account_id;
-    return;
-  end if;
-
-  insert into accounts.account_flag (account_id, flag) values (_account_id, 'deleted')
-  on conflict do nothing;
-  perform queues.enqueue_internal('db_function', jsonb_build_object(
-    'task_type', 'db_function',
-    'db_function', 'accounts.account_deletion_supervisor',
-    'account_deletion_task_id', account_deletion_task_id));
 end;
 $function$;
   -- accounts.kickoff_account_deletion(_account_id bigint, OUT account_deletion_task_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION accounts.lock_account_anonymization_task(_task_id bigint)
- RETURNS boolean
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-begin
-  perform 1 from accounts.account_anonymization_task t
-   where t.account_anonymization_task_id = _task_id
-     for no key update;
-  return found;
-end;
-$function$;
-  -- accounts.lock_account_anonymization_task(_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION accounts.lock_account_deletion_task(_task_id bigint)
- RETURNS boolean
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-begin
-  perform 1 from accounts.account_deletion_task t where t.account_deletion_task_id = _task_id
-     for no key update;
-  return found;
-end;
-$function$;
-  -- accounts.lock_account_deletion_task(_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION accounts.record_account_anonymization_task_failed(_task_id bigint, _reason text)
- RETURNS void
- LANGUAGE sql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  insert into accounts.account_anonymization_task_failed (account_anonymization_task_id, reason) values (_task_id, _reason)
-  on conflict do nothing
-$function$;
-  -- accounts.record_account_anonymization_task_failed(_task_id bigint, _reason text): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION accounts.record_account_anonymization_task_succeeded(_task_id bigint)
- RETURNS void
- LANGUAGE sql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  insert into accounts.account_anonymization_task_succeeded (account_anonymization_task_id) values (_task_id)
-  on conflict do nothing
-$function$;
-  -- accounts.record_account_anonymization_task_succeeded(_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION accounts.record_account_deletion_supervisor_run(_task_id bigint)
- RETURNS void
- LANGUAGE sql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  insert into accounts.account_deletion_supervisor_run (account_deletion_task_id) values (_task_id)
-$function$;
-  -- accounts.record_account_deletion_supervisor_run(_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION accounts.record_account_deletion_task_failed(_task_id bigint, _reason text)
- RETURNS void
- LANGUAGE sql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  insert into accounts.account_deletion_task_failed (account_deletion_task_id, reason) values (_task_id, _reason)
-  on conflict do nothing
-$function$;
-  -- accounts.record_account_deletion_task_failed(_task_id bigint, _reason text): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION accounts.record_account_deletion_task_succeeded(_task_id bigint)
- RETURNS void
- LANGUAGE sql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  insert into accounts.account_deletion_task_succeeded (account_deletion_task_id) values (_task_id)
-  on conflict do nothing
-$function$;
-  -- accounts.record_account_deletion_task_succeeded(_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION accounts.run_account_anonymization_attempt(_task_id bigint, _account_id bigint)
- RETURNS text
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-declare
-  _attempt_id bigint;
-  _error text;
-begin
-  insert into accounts.account_anonymization_attempt (account_anonymization_task_id) values (_task_id)
-  returning account_anonymization_attempt_id into _attempt_id;
-  begin
-    perform accounts.anonymize_account(_account_id);
-  exception when others then
-    _error := left(sqlerrm, 2000);
-  end;
-  if _error is null then
-    insert into accounts.account_anonymization_attempt_succeeded (account_anonymization_attempt_id) values (_attempt_id);
-  else
-    insert into accounts.account_anonymization_attempt_failed (account_anonymization_attempt_id, error_message)
-    values (_attempt_id, _error);
-  end if;
-  return _error;
-end;
-$function$;
-  -- accounts.run_account_anonymization_attempt(_task_id bigint, _account_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION accounts.schedule_account_anonymization_recheck(_task_id bigint, _num_failures integer)
- RETURNS timestamp with time zone
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-declare
-  _next_check_at timestamptz := now() + internal.backoff(_num_failures, 3600);
-begin
-  perform queues.enqueue_internal('db_function', jsonb_build_object(
-    'task_type', 'db_function',
-    'db_function', 'accounts.account_anonymization_supervisor',
-    'account_anonymization_task_id', _task_id), _next_check_at);
-  return _next_check_at;
-end;
-$function$;
-  -- accounts.schedule_account_anonymization_recheck(_task_id bigint, _num_failures integer): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION accounts.schedule_account_deletion_recheck(_task_id bigint, _num_runs integer)
- RETURNS timestamp with time zone
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-declare
-  _next_check_at timestamptz :=
-    now() + internal.backoff(_num_runs - 1, 600);
-begin
-  perform queues.enqueue_internal('db_function', jsonb_build_object(
-    'task_type', 'db_function',
-    'db_function', 'accounts.account_deletion_supervisor',
-    'account_deletion_task_id', _task_id), _next_check_at);
-  return _next_check_at;
-end;
-$function$;
-  -- accounts.schedule_account_deletion_recheck(_task_id bigint, _num_runs integer): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION accounts.start_account_file_deletions(_account_id bigint)
- RETURNS integer
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-declare
-  _file_id bigint;
-  _started integer := 0;
-begin
-  for _file_id in
-    select f.file_id from files.file f
-     where f.account_id = _account_id
-       and not exists (select 1 from files.file_deletion_task t where t.file_id = f.file_id)
-     order by f.file_id
-  loop
-    perform files.kickoff_file_deletion(_file_id);
-    _started := _started + 1;
-  end loop;
-  return _started;
-end;
-$function$;
-  -- accounts.start_account_file_deletions(_account_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.assert_process_root(_process text, _root_id bigint)
@@ -4716,6 +4342,23 @@ $function$;
   -- internal.close_given_up_channel_attempts(_schema text, _name text, _root_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION internal.count_supervisor_runs(_schema text, _name text, _root_id bigint)
+ RETURNS integer
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _runs integer;
+begin
+  execute format('select count(*)::integer from %I.%I r where r.%I = $1', _schema, _name || '_supervisor_run', _name || '_task_id')
+    into _runs using _root_id;
+  return _runs;
+end;
+$function$;
+  -- internal.count_supervisor_runs(_schema text, _name text, _root_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION internal.create_channel_process_tables(_schema text, _name text)
  RETURNS void
  LANGUAGE plpgsql
@@ -4764,6 +4407,25 @@ $function$;
   -- internal.create_channel_process_tables(_schema text, _name text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION internal.create_process_root(_schema text, _name text, _column text, _value bigint, OUT root_id bigint, OUT created boolean)
+ RETURNS record
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  execute format('insert into %1$I.%2$I as t (%3$I) values ($1) on conflict (%3$I) do nothing returning t.%4$I',
+                 _schema, _name || '_task', _column, _name || '_task_id')
+    into root_id using _value;
+  created := root_id is not null;
+  if not created then
+    execute format('select t.%4$I from %1$I.%2$I t where t.%3$I = $1', _schema, _name || '_task', _column, _name || '_task_id')
+      into root_id using _value;
+  end if;
+end;
+$function$;
+  -- internal.create_process_root(_schema text, _name text, _column text, _value bigint, OUT root_id bigint, OUT created boolean): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION internal.delivery_mode(_task_type text)
  RETURNS text
  LANGUAGE sql
@@ -4782,13 +4444,25 @@ CREATE OR REPLACE FUNCTION internal.enqueue_channel_supervisor(_p internal.chann
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 begin
-  perform queues.enqueue_internal('db_function', jsonb_build_object(
-    'task_type', 'db_function',
-    'db_function', _p.supervisor,
-    _p.process_name || '_task_id', _root_id), coalesce(_at, now()));
+  perform internal.enqueue_supervisor_run(_p.supervisor, _p.process_name || '_task_id', _root_id, _at);
 end;
 $function$;
   -- internal.enqueue_channel_supervisor(_p internal.channel_process, _root_id bigint, _at timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.enqueue_supervisor_run(_supervisor text, _root_key text, _root_id bigint, _at timestamp with time zone)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  perform queues.enqueue_internal('db_function', jsonb_build_object(
+    'task_type', 'db_function',
+    'db_function', _supervisor,
+    _root_key, _root_id), coalesce(_at, now()));
+end;
+$function$;
+  -- internal.enqueue_supervisor_run(_supervisor text, _root_key text, _root_id bigint, _at timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION internal.get_channel_process(_schema text, _name text)
@@ -4848,7 +4522,7 @@ $function$;
   -- internal.is_unknown_outcome(_error_message text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION internal.lock_channel_process_root(_schema text, _name text, _root_id bigint)
+CREATE OR REPLACE FUNCTION internal.lock_process_root(_schema text, _name text, _root_id bigint)
  RETURNS boolean
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -4861,7 +4535,7 @@ begin
   return _found is not null;
 end;
 $function$;
-  -- internal.lock_channel_process_root(_schema text, _name text, _root_id bigint): owner :DATABASE_OWNER
+  -- internal.lock_process_root(_schema text, _name text, _root_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION internal.noop(payload jsonb)
@@ -4873,6 +4547,47 @@ AS $function$ select jsonb_build_object('success', true) $function$;
   -- internal.noop(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.open_supervisor_run(_schema text, _name text, _supervisor text, _payload jsonb, OUT root_id bigint, OUT refusal jsonb)
+ RETURNS record
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _key text := _name || '_task_id';
+  _id bigint := internal.id_from_payload(_payload, _key);
+begin
+  if _id is null then
+    refusal := internal.validation_failure(format('%s must be a positive integer', _key));
+    return;
+  end if;
+  perform internal.assert_read_committed(_supervisor);
+  -- Lock, then read: facts read after the lock wait include what the last holder committed.
+  if not internal.lock_process_root(_schema, _name, _id) then
+    refusal := internal.validation_failure(format('%s %s not found', _name || '_task', _id));
+    return;
+  end if;
+  root_id := _id;
+end;
+$function$;
+  -- internal.open_supervisor_run(_schema text, _name text, _supervisor text, _payload jsonb, OUT root_id bigint, OUT refusal jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.process_terminal_facts(_schema text, _name text, _root_id bigint, OUT has_task_succeeded boolean, OUT task_failure text)
+ RETURNS record
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  execute format('select exists (select 1 from %1$I.%2$I x where x.%4$I = $1),
+                         (select x.reason from %1$I.%3$I x where x.%4$I = $1)',
+                 _schema, _name || '_task_succeeded', _name || '_task_failed', _name || '_task_id')
+    into has_task_succeeded, task_failure using _root_id;
+end;
+$function$;
+  -- internal.process_terminal_facts(_schema text, _name text, _root_id bigint, OUT has_task_succeeded boolean, OUT task_failure text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION internal.queue_gave_up_message(_task_id bigint)
  RETURNS text
@@ -4945,7 +4660,7 @@ $function$;
   -- internal.record_channel_attempt_success(_schema text, _name text, payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION internal.record_channel_process_outcome(_schema text, _name text, _root_id bigint, _reason text)
+CREATE OR REPLACE FUNCTION internal.record_process_outcome(_schema text, _name text, _root_id bigint, _reason text)
  RETURNS void
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -4960,7 +4675,19 @@ begin
   end if;
 end;
 $function$;
-  -- internal.record_channel_process_outcome(_schema text, _name text, _root_id bigint, _reason text): owner :DATABASE_OWNER
+  -- internal.record_process_outcome(_schema text, _name text, _root_id bigint, _reason text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.record_supervisor_run(_schema text, _name text, _root_id bigint)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  execute format('insert into %I.%I (%I) values ($1)', _schema, _name || '_supervisor_run', _name || '_task_id') using _root_id;
+end;
+$function$;
+  -- internal.record_supervisor_run(_schema text, _name text, _root_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION internal.register_channel_process(_schema text, _name text, _task_type text, _supervisor text, _before_handler text, _success_handler text, _error_handler text, _max_attempts integer, _max_supervisor_runs integer, _backoff_cap_seconds integer DEFAULT 3600, _attempt_payload regprocedure DEFAULT NULL::regprocedure)
@@ -5078,58 +4805,51 @@ CREATE OR REPLACE FUNCTION internal.run_channel_supervisor(_schema text, _name t
 AS $function$
 declare
   _p internal.channel_process := internal.get_channel_process(_schema, _name);
-  _root_key text := _name || '_task_id';
-  _task_id bigint := internal.id_from_payload(payload, _root_key);
+  _run record := internal.open_supervisor_run(_schema, _name, _p.supervisor, payload);
+  _task_id bigint := _run.root_id;
   _facts record;
   _attempt_id bigint;
-  _next_check_at timestamptz;
 begin
   if _task_id is null then
-    return internal.validation_failure(format('%s must be a positive integer', _root_key));
-  end if;
-  perform internal.assert_read_committed(_p.supervisor);
-  -- Lock, then read: facts read after the lock wait include what the last holder committed.
-  if not internal.lock_channel_process_root(_schema, _name, _task_id) then
-    return internal.validation_failure(format('%s %s not found', _name || '_task', _task_id));
+    return _run.refusal;
   end if;
   perform internal.close_given_up_channel_attempts(_schema, _name, _task_id);
   _facts := internal.channel_process_facts(_schema, _name, _task_id);
 
   if _facts.has_task_succeeded then
-    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
+    return internal.supervisor_progress('succeeded');
   end if;
   if _facts.task_failure is not null then
     return jsonb_build_object('status', _facts.task_failure);
   end if;
   if _facts.has_success then
-    perform internal.record_channel_process_outcome(_schema, _name, _task_id, null);
-    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
+    perform internal.record_process_outcome(_schema, _name, _task_id, null);
+    return internal.supervisor_progress('succeeded');
   end if;
   if _facts.has_unknown_outcome then
-    perform internal.record_channel_process_outcome(_schema, _name, _task_id, 'delivery_outcome_unknown');
+    perform internal.record_process_outcome(_schema, _name, _task_id, 'delivery_outcome_unknown');
     return jsonb_build_object('status', 'delivery_outcome_unknown');
   end if;
   if _facts.num_failures >= _p.max_attempts then
-    perform internal.record_channel_process_outcome(_schema, _name, _task_id, 'max_attempts_reached');
+    perform internal.record_process_outcome(_schema, _name, _task_id, 'max_attempts_reached');
     return jsonb_build_object('status', 'max_attempts_reached',
                               'payload', jsonb_build_object('num_failures', _facts.num_failures));
   end if;
   if _facts.num_runs >= _p.max_supervisor_runs then
-    perform internal.record_channel_process_outcome(_schema, _name, _task_id, 'run_limit_reached');
+    perform internal.record_process_outcome(_schema, _name, _task_id, 'run_limit_reached');
     return jsonb_build_object('status', 'run_limit_reached',
                               'payload', jsonb_build_object('num_runs', _facts.num_runs));
   end if;
 
-  execute format('insert into %I.%I (%I) values ($1)', _schema, _name || '_supervisor_run', _root_key) using _task_id;
+  perform internal.record_supervisor_run(_schema, _name, _task_id);
   if _facts.num_outstanding = 0 then
     _attempt_id := internal.schedule_channel_attempt(_p, _task_id);
   end if;
-  _next_check_at := now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds);
-  perform internal.enqueue_channel_supervisor(_p, _task_id, _next_check_at);
-  return jsonb_build_object('success', true, 'payload', jsonb_build_object(
-    'status', case when _attempt_id is null then 'waiting_for_attempt' else 'attempt_scheduled' end,
-    _name || '_attempt_id', _attempt_id,
-    'next_check_at', _next_check_at));
+  return internal.supervisor_progress(
+    case when _attempt_id is null then 'waiting_for_attempt' else 'attempt_scheduled' end,
+    jsonb_build_object(_name || '_attempt_id', _attempt_id,
+                       'next_check_at', internal.schedule_next_supervisor_run(_p.supervisor, _name || '_task_id', _task_id,
+                                                                              _facts.num_runs, _p.backoff_cap_seconds)));
 end;
 $function$;
   -- internal.run_channel_supervisor(_schema text, _name text, payload jsonb): owner :DATABASE_OWNER
@@ -5161,6 +4881,87 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION internal.run_sql_attempt(_schema text, _name text, _root_id bigint, _work regprocedure, _work_column text)
+ RETURNS text
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _argument bigint;
+  _attempt_id bigint;
+  _error text;
+begin
+  execute format('select t.%I from %I.%I t where t.%I = $1', _work_column, _schema, _name || '_task', _name || '_task_id')
+    into _argument using _root_id;
+  execute format('insert into %I.%I (%I) values ($1) returning %I', _schema, _name || '_attempt', _name || '_task_id', _name || '_attempt_id')
+    into _attempt_id using _root_id;
+  begin
+    -- regproc prints the function's name as the catalog spells it, quoted where needed.
+    execute format('select %s($1)', _work::regproc) using _argument;
+  exception when others then
+    _error := left(sqlerrm, 2000);
+  end;
+  if _error is null then
+    execute format('insert into %I.%I (%I) values ($1)', _schema, _name || '_attempt_succeeded', _name || '_attempt_id')
+      using _attempt_id;
+  else
+    execute format('insert into %I.%I (%I, error_message) values ($1, $2)', _schema, _name || '_attempt_failed', _name || '_attempt_id')
+      using _attempt_id, _error;
+  end if;
+  return _error;
+end;
+$function$;
+  -- internal.run_sql_attempt(_schema text, _name text, _root_id bigint, _work regprocedure, _work_column text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.run_sql_process_supervisor(_schema text, _name text, _supervisor text, payload jsonb, _work regprocedure, _work_column text, _max_attempts integer, _backoff_cap_seconds integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _run record := internal.open_supervisor_run(_schema, _name, _supervisor, payload);
+  _ended record;
+  _facts record;
+  _error text;
+begin
+  if _run.root_id is null then
+    return _run.refusal;
+  end if;
+  _ended := internal.process_terminal_facts(_schema, _name, _run.root_id);
+  if _ended.has_task_succeeded then
+    return internal.supervisor_progress('succeeded');
+  end if;
+  if _ended.task_failure is not null then
+    return jsonb_build_object('status', _ended.task_failure);
+  end if;
+  _facts := internal.sql_attempt_facts(_schema, _name, _run.root_id);
+  if _facts.has_success then
+    perform internal.record_process_outcome(_schema, _name, _run.root_id, null);
+    return internal.supervisor_progress('succeeded');
+  end if;
+  if _facts.num_failures >= _max_attempts then
+    perform internal.record_process_outcome(_schema, _name, _run.root_id, 'max_attempts_reached');
+    return jsonb_build_object('status', 'max_attempts_reached');
+  end if;
+
+  _error := internal.run_sql_attempt(_schema, _name, _run.root_id, _work, _work_column);
+  if _error is null then
+    perform internal.record_process_outcome(_schema, _name, _run.root_id, null);
+    return internal.supervisor_progress('succeeded');
+  end if;
+  if _facts.num_failures + 1 >= _max_attempts then
+    perform internal.record_process_outcome(_schema, _name, _run.root_id, 'max_attempts_reached');
+    return jsonb_build_object('status', 'max_attempts_reached', 'payload', jsonb_build_object('error', _error));
+  end if;
+  return internal.supervisor_progress('attempt_failed', jsonb_build_object('error', _error,
+    'next_check_at', internal.schedule_next_supervisor_run(_supervisor, _name || '_task_id', _run.root_id,
+                                                           _facts.num_failures + 1, _backoff_cap_seconds)));
+end;
+$function$;
+  -- internal.run_sql_process_supervisor(_schema text, _name text, _supervisor text, payload jsonb, _work regprocedure, _work_column text, _max_attempts integer, _backoff_cap_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION internal.schedule_channel_attempt(_p internal.channel_process, _root_id bigint)
  RETURNS bigint
  LANGUAGE plpgsql
@@ -5190,6 +4991,55 @@ begin
 end;
 $function$;
   -- internal.schedule_channel_attempt(_p internal.channel_process, _root_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.schedule_next_supervisor_run(_supervisor text, _root_key text, _root_id bigint, _exponent integer, _cap_seconds integer)
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _next_check_at timestamptz := now() + internal.backoff(_exponent, _cap_seconds);
+begin
+  perform internal.enqueue_supervisor_run(_supervisor, _root_key, _root_id, _next_check_at);
+  return _next_check_at;
+end;
+$function$;
+  -- internal.schedule_next_supervisor_run(_supervisor text, _root_key text, _root_id bigint, _exponent integer, _cap_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.sql_attempt_facts(_schema text, _name text, _root_id bigint, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer)
+ RETURNS record
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  execute format($q$
+    select exists (select 1 from %1$I.%2$I a join %1$I.%3$I s using (%6$I) where a.%5$I = $1),
+           (select count(*)::integer from %1$I.%2$I a where a.%5$I = $1),
+           (select count(*)::integer from %1$I.%2$I a join %1$I.%4$I f using (%6$I) where a.%5$I = $1)
+    $q$, _schema, _name || '_attempt', _name || '_attempt_succeeded', _name || '_attempt_failed',
+         _name || '_task_id', _name || '_attempt_id')
+  into has_success, num_attempts, num_failures using _root_id;
+end;
+$function$;
+  -- internal.sql_attempt_facts(_schema text, _name text, _root_id bigint, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.start_process(_schema text, _name text, _supervisor text, _column text, _value bigint, _at timestamp with time zone DEFAULT NULL::timestamp with time zone, OUT root_id bigint, OUT created boolean)
+ RETURNS record
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  select r.root_id, r.created into root_id, created from internal.create_process_root(_schema, _name, _column, _value) r;
+  if created then
+    perform internal.enqueue_supervisor_run(_supervisor, _name || '_task_id', root_id, _at);
+  end if;
+end;
+$function$;
+  -- internal.start_process(_schema text, _name text, _supervisor text, _column text, _value bigint, _at timestamp with time zone, OUT root_id bigint, OUT created boolean): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION internal.start_provider_call(payload jsonb)
@@ -5245,6 +5095,17 @@ $function$;
   -- internal.start_provider_call(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.supervisor_progress(_status text, _extra jsonb DEFAULT NULL::jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select jsonb_build_object('success', true, 'payload', jsonb_build_object('status', _status) || coalesce(_extra, '{}'))
+$function$;
+  -- internal.supervisor_progress(_status text, _extra jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION internal.unknown_outcome_prefix()
  RETURNS text

@@ -21,7 +21,7 @@ afterAll(async () => {
 const OURS = `n.nspname not in ('pg_catalog', 'information_schema', 'pg_toast', 'graphile_migrate')
               and n.nspname not like 'pg\\_temp\\_%' and n.nspname not like 'pg\\_toast\\_temp\\_%'`;
 
-describe.each(['worker', 'app', 'api'] as const)('%s role', (role) => {
+describe.each(['worker', 'app', 'api'] as const)('%s database user', (dbUser) => {
   it('has no privilege on any table, view or sequence', async () => {
     const { rows } = await db.query(
       `select format('%I.%I', n.nspname, c.relname) as relation, c.relkind
@@ -31,11 +31,11 @@ describe.each(['worker', 'app', 'api'] as const)('%s role', (role) => {
                     then has_sequence_privilege($1, c.oid, 'usage, select, update')
                     else has_table_privilege($1, c.oid, 'select, insert, update, delete, truncate, references, trigger')
                end)`,
-      [db.roles[role]],
+      [db.dbUsers[dbUser]],
     );
     expect(rows).toEqual([]);
     // And the catalog is right: a direct read is refused.
-    await expect(db.pool(role).query('select * from queues.task limit 1')).rejects.toMatchObject({ code: '42501' });
+    await expect(db.pool(dbUser).query('select * from queues.task limit 1')).rejects.toMatchObject({ code: '42501' });
   });
 
   it('may execute exactly the functions in sql/role-allowlist.json', async () => {
@@ -44,29 +44,29 @@ describe.each(['worker', 'app', 'api'] as const)('%s role', (role) => {
          from pg_proc p join pg_namespace n on n.oid = p.pronamespace
         where ${OURS} and has_function_privilege($1, p.oid, 'execute')
         order by 1`,
-      [db.roles[role]],
+      [db.dbUsers[dbUser]],
     );
-    expect(rows.map((r) => r.fn).sort()).toEqual([...allowlist[role]].sort());
+    expect(rows.map((r) => r.fn).sort()).toEqual([...allowlist[dbUser]].sort());
   });
 
   it('cannot create temporary objects', async () => {
-    await expect(db.pool(role).query('create temp table shadow (x int)')).rejects.toMatchObject({
+    await expect(db.pool(dbUser).query('create temp table shadow (x int)')).rejects.toMatchObject({
       code: '42501',
       message: expect.stringMatching(/permission denied to create temporary tables/),
     });
     await expect(
-      db.pool(role).query(`create function pg_temp.evil(jsonb) returns jsonb language sql as $$ select $1 $$`),
+      db.pool(dbUser).query(`create function pg_temp.evil(jsonb) returns jsonb language sql as $$ select $1 $$`),
     ).rejects.toMatchObject({ code: '42501' });
   });
 });
 
-describe.each(['app', 'api'] as const)('%s role and task types', (role) => {
+describe.each(['app', 'api'] as const)('%s database user and task types', (dbUser) => {
   it('may enqueue every task type but the worker-only ones of sql/role-allowlist.json', async () => {
     const types = (await db.query<{ task_type: string }>('select task_type from queues.task_type order by 1')).rows.map(
       (r) => r.task_type,
     );
     const refused: string[] = [];
-    const client = await db.pool(role).connect();
+    const client = await db.pool(dbUser).connect();
     try {
       for (const t of types) {
         await client.query('begin');

@@ -143,8 +143,8 @@ describe('cancel', () => {
 
   it('the worker and app roles may not cancel', async () => {
     const id = await enqueue();
-    for (const role of ['worker', 'app'] as const) {
-      await expect(db.pool(role).query('select * from admin.cancel_tasks($1)', [[id]])).rejects.toMatchObject({
+    for (const dbUser of ['worker', 'app'] as const) {
+      await expect(db.pool(dbUser).query('select * from admin.cancel_tasks($1)', [[id]])).rejects.toMatchObject({
         code: '42501',
       });
     }

@@ -145,12 +145,12 @@ describe('ended processes delete nothing', () => {
   });
 
   it('the app and API roles may not ask whether a deletion is scheduled', async () => {
-    for (const role of ['app', 'api'] as const) {
-      await expect(db.pool(role).query(`select files.check_file_delete_signing('{}')`)).rejects.toMatchObject({
+    for (const dbUser of ['app', 'api'] as const) {
+      await expect(db.pool(dbUser).query(`select files.check_file_delete_signing('{}')`)).rejects.toMatchObject({
         code: '42501',
       });
       await expect(
-        db.pool(role).query(`select files.is_file_delete_scheduled('recordings', 'x')`),
+        db.pool(dbUser).query(`select files.is_file_delete_scheduled('recordings', 'x')`),
       ).rejects.toMatchObject({ code: '42501' });
     }
   });

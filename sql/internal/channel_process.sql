@@ -3,6 +3,8 @@
 -- internal.channel_process; its own file keeps only its decisions (what the kickoff
 -- accepts, what the provider is sent) and thin named wrappers over these blocks.
 --
+-- The supervisor is built from the blocks of sql/internal/process_supervisor.sql.
+--
 -- A channel process <schema>.<name> has these tables (internal.create_channel_process_tables
 -- makes all but the root):
 --   <name>_task               the root, created by the process (its domain columns)
@@ -160,22 +162,6 @@ $$;
 
 -- Effects -------------------------------------------------------------------------------
 
--- Locks the root row FOR NO KEY UPDATE (it serialises supervisors; inserting a fact that
--- references the root takes FOR KEY SHARE, which does not wait on it). False: no such root.
-create or replace function internal.lock_channel_process_root(_schema text, _name text, _root_id bigint)
-  returns boolean
-  language plpgsql volatile
-  set search_path = pg_catalog, pg_temp
-as $$
-declare
-  _found integer;
-begin
-  execute format('select 1 from %I.%I t where t.%I = $1 for no key update', _schema, _name || '_task', _name || '_task_id')
-    into _found using _root_id;
-  return _found is not null;
-end;
-$$;
-
 -- Records a failure for every attempt whose channel task the queue gave up on without an
 -- outcome (internal.queue_gave_up_message); returns how many.
 create or replace function internal.close_given_up_channel_attempts(_schema text, _name text, _root_id bigint)
@@ -202,23 +188,6 @@ begin
          _name || '_task_id', _name || '_attempt_id')
   into _closed using _root_id;
   return _closed;
-end;
-$$;
-
--- Appends a terminal fact (_reason NULL: succeeded). A second call changes nothing.
-create or replace function internal.record_channel_process_outcome(_schema text, _name text, _root_id bigint, _reason text)
-  returns void
-  language plpgsql volatile
-  set search_path = pg_catalog, pg_temp
-as $$
-begin
-  if _reason is null then
-    execute format('insert into %I.%I (%I) values ($1) on conflict do nothing', _schema, _name || '_task_succeeded', _name || '_task_id')
-      using _root_id;
-  else
-    execute format('insert into %I.%I (%I, reason) values ($1, $2) on conflict do nothing', _schema, _name || '_task_failed', _name || '_task_id')
-      using _root_id, _reason;
-  end if;
 end;
 $$;
 
@@ -261,10 +230,7 @@ create or replace function internal.enqueue_channel_supervisor(_p internal.chann
   set search_path = pg_catalog, pg_temp
 as $$
 begin
-  perform queues.enqueue_internal('db_function', jsonb_build_object(
-    'task_type', 'db_function',
-    'db_function', _p.supervisor,
-    _p.process_name || '_task_id', _root_id), coalesce(_at, now()));
+  perform internal.enqueue_supervisor_run(_p.supervisor, _p.process_name || '_task_id', _root_id, _at);
 end;
 $$;
 
@@ -283,58 +249,51 @@ create or replace function internal.run_channel_supervisor(_schema text, _name t
 as $$
 declare
   _p internal.channel_process := internal.get_channel_process(_schema, _name);
-  _root_key text := _name || '_task_id';
-  _task_id bigint := internal.id_from_payload(payload, _root_key);
+  _run record := internal.open_supervisor_run(_schema, _name, _p.supervisor, payload);
+  _task_id bigint := _run.root_id;
   _facts record;
   _attempt_id bigint;
-  _next_check_at timestamptz;
 begin
   if _task_id is null then
-    return internal.validation_failure(format('%s must be a positive integer', _root_key));
-  end if;
-  perform internal.assert_read_committed(_p.supervisor);
-  -- Lock, then read: facts read after the lock wait include what the last holder committed.
-  if not internal.lock_channel_process_root(_schema, _name, _task_id) then
-    return internal.validation_failure(format('%s %s not found', _name || '_task', _task_id));
+    return _run.refusal;
   end if;
   perform internal.close_given_up_channel_attempts(_schema, _name, _task_id);
   _facts := internal.channel_process_facts(_schema, _name, _task_id);
 
   if _facts.has_task_succeeded then
-    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
+    return internal.supervisor_progress('succeeded');
   end if;
   if _facts.task_failure is not null then
     return jsonb_build_object('status', _facts.task_failure);
   end if;
   if _facts.has_success then
-    perform internal.record_channel_process_outcome(_schema, _name, _task_id, null);
-    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
+    perform internal.record_process_outcome(_schema, _name, _task_id, null);
+    return internal.supervisor_progress('succeeded');
   end if;
   if _facts.has_unknown_outcome then
-    perform internal.record_channel_process_outcome(_schema, _name, _task_id, 'delivery_outcome_unknown');
+    perform internal.record_process_outcome(_schema, _name, _task_id, 'delivery_outcome_unknown');
     return jsonb_build_object('status', 'delivery_outcome_unknown');
   end if;
   if _facts.num_failures >= _p.max_attempts then
-    perform internal.record_channel_process_outcome(_schema, _name, _task_id, 'max_attempts_reached');
+    perform internal.record_process_outcome(_schema, _name, _task_id, 'max_attempts_reached');
     return jsonb_build_object('status', 'max_attempts_reached',
                               'payload', jsonb_build_object('num_failures', _facts.num_failures));
   end if;
   if _facts.num_runs >= _p.max_supervisor_runs then
-    perform internal.record_channel_process_outcome(_schema, _name, _task_id, 'run_limit_reached');
+    perform internal.record_process_outcome(_schema, _name, _task_id, 'run_limit_reached');
     return jsonb_build_object('status', 'run_limit_reached',
                               'payload', jsonb_build_object('num_runs', _facts.num_runs));
   end if;
 
-  execute format('insert into %I.%I (%I) values ($1)', _schema, _name || '_supervisor_run', _root_key) using _task_id;
+  perform internal.record_supervisor_run(_schema, _name, _task_id);
   if _facts.num_outstanding = 0 then
     _attempt_id := internal.schedule_channel_attempt(_p, _task_id);
   end if;
-  _next_check_at := now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds);
-  perform internal.enqueue_channel_supervisor(_p, _task_id, _next_check_at);
-  return jsonb_build_object('success', true, 'payload', jsonb_build_object(
-    'status', case when _attempt_id is null then 'waiting_for_attempt' else 'attempt_scheduled' end,
-    _name || '_attempt_id', _attempt_id,
-    'next_check_at', _next_check_at));
+  return internal.supervisor_progress(
+    case when _attempt_id is null then 'waiting_for_attempt' else 'attempt_scheduled' end,
+    jsonb_build_object(_name || '_attempt_id', _attempt_id,
+                       'next_check_at', internal.schedule_next_supervisor_run(_p.supervisor, _name || '_task_id', _task_id,
+                                                                              _facts.num_runs, _p.backoff_cap_seconds)));
 end;
 $$;
 

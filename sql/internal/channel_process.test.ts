@@ -31,8 +31,8 @@ beforeAll(async () => {
     writeFileSync(join(dir, path), content);
   }
   const migration = resolveIncludes(readFileSync(join(dir, 'migrations/current/230-notify-send_webhook.sql'), 'utf8'))
-    .replaceAll(':DATABASE_WORKER', db.roles.worker)
-    .replaceAll(':DATABASE_APP', db.roles.app);
+    .replaceAll(':DATABASE_WORKER', db.dbUsers.worker)
+    .replaceAll(':DATABASE_APP', db.dbUsers.app);
   await db.query(`begin;\n${migration}\ncommit;`);
 });
 afterAll(async () => {

@@ -23,8 +23,8 @@ beforeAll(async () => {
     create function fixture.returns_text(payload jsonb) returns text language sql as $$ select 'x' $$;
     create function fixture.two_args(payload jsonb, n int) returns jsonb language sql as $$ select payload $$;
     revoke execute on all functions in schema fixture from public;
-    grant usage on schema fixture to ${db.roles.worker};
-    grant execute on function fixture.record(jsonb), fixture.unregistered(jsonb) to ${db.roles.worker};
+    grant usage on schema fixture to ${db.dbUsers.worker};
+    grant execute on function fixture.record(jsonb), fixture.unregistered(jsonb) to ${db.dbUsers.worker};
     select internal.register_runnable_function('fixture.record(jsonb)');
     select internal.register_runnable_function('fixture.not_granted(jsonb)');
   `);

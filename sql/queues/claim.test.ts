@@ -290,7 +290,7 @@ describe('claim semantics', () => {
     const { rows: leases } = await db.query(
       'select worker_id, expires_at - leased_at as length from queues.task_lease',
     );
-    expect(leases).toEqual([{ worker_id: db.roles.worker, length: { minutes: 5 } }]);
+    expect(leases).toEqual([{ worker_id: db.dbUsers.worker, length: { minutes: 5 } }]);
     expect((await db.pool('worker').query('select * from queues.dequeue_next_available_task()')).rows).toEqual([]);
   });
 

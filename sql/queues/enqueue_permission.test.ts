@@ -49,20 +49,20 @@ const FORGED: [string, string, Record<string, unknown>][] = [
   ['sms', 'sms', { to_number: '+14155550100', body: 'premium' }],
 ];
 
-describe.each(['app', 'api'] as const)('as %s', (role) => {
+describe.each(['app', 'api'] as const)('as %s', (dbUser) => {
   it.each(FORGED)('queues.enqueue refuses %s with 42501, nothing written', async (_label, taskType, payload) => {
     const before = await rowCounts(db, ['queues', 'files', 'comms']);
     await expect(
-      db.pool(role).query('select queues.enqueue($1, $2::jsonb)', [taskType, JSON.stringify(payload)]),
+      db.pool(dbUser).query('select queues.enqueue($1, $2::jsonb)', [taskType, JSON.stringify(payload)]),
     ).rejects.toMatchObject({
       code: '42501',
-      message: `task_type '${taskType}' may be enqueued only by the database's own processes, not by ${db.roles[role]}`,
+      message: `task_type '${taskType}' may be enqueued only by the database's own processes, not by ${db.dbUsers[dbUser]}`,
     });
     expect(await rowCounts(db, ['queues', 'files', 'comms'])).toEqual(before);
   });
 
   it('a public task type is still enqueued', async () => {
-    const { rows } = await db.pool(role).query(`select queues.enqueue('product_resync', '{"store_id": 1}') as id`);
+    const { rows } = await db.pool(dbUser).query(`select queues.enqueue('product_resync', '{"store_id": 1}') as id`);
     expect(Number(rows[0].id)).toBeGreaterThan(0);
   });
 });
@@ -87,10 +87,10 @@ describe('enqueue_many', () => {
   });
 
   it('generate_staggered_tasks (app and API) cannot reach internal types either', async () => {
-    for (const role of ['app', 'api'] as const) {
+    for (const dbUser of ['app', 'api'] as const) {
       await expect(
         db
-          .pool(role)
+          .pool(dbUser)
           .query(`select * from schedules.generate_staggered_tasks('db_function', $1, now(), '1 day', 2)`, [
             JSON.stringify([{ db_function: 'internal.noop' }, { db_function: 'internal.noop' }]),
           ]),
@@ -106,8 +106,8 @@ describe('the owner and its SQL', () => {
   });
 
   it('queues.enqueue_internal has no grant: app, api and worker are refused', async () => {
-    for (const role of ['app', 'api', 'worker'] as const) {
-      await expect(db.pool(role).query(`select queues.enqueue_internal('db_function', '{}')`)).rejects.toMatchObject({
+    for (const dbUser of ['app', 'api', 'worker'] as const) {
+      await expect(db.pool(dbUser).query(`select queues.enqueue_internal('db_function', '{}')`)).rejects.toMatchObject({
         code: '42501',
       });
     }

@@ -108,9 +108,9 @@ describe('pause and resume', () => {
     expect((await db.query(`select count(*)::int as n from queues.task_type_paused`)).rows[0].n).toBe(0);
   });
 
-  it('only the API role may pause: the worker and app roles get 42501', async () => {
-    for (const role of ['worker', 'app'] as const) {
-      await expect(db.pool(role).query(`select admin.pause_task_type('email')`)).rejects.toMatchObject({
+  it('only the API database user may pause: the worker and app database users get 42501', async () => {
+    for (const dbUser of ['worker', 'app'] as const) {
+      await expect(db.pool(dbUser).query(`select admin.pause_task_type('email')`)).rejects.toMatchObject({
         code: '42501',
       });
     }

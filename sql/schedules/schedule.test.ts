@@ -221,11 +221,11 @@ describe('upsert_schedule', () => {
     ['api', 'db_function', { db_function: 'internal.noop' }],
     ['app', 'file_delete', { bucket: 'b-bucket', object_key: 'someone/else' }],
     ['api', 'sms', { to_number: '+14155550100', body: 'hi' }],
-  ] as const)('as %s, a %s schedule is refused with 42501, nothing written', async (role, taskType, payload) => {
+  ] as const)('as %s, a %s schedule is refused with 42501, nothing written', async (dbUser, taskType, payload) => {
     const before = await rowCounts(db, ['schedules', 'queues']);
     await expect(
       db
-        .pool(role)
+        .pool(dbUser)
         .query('select * from schedules.upsert_schedule($1, $2, $3, $4, null, null)', [
           'evil',
           '* * * * *',
@@ -254,21 +254,23 @@ describe('upsert_schedule', () => {
 
 describe('privileges', () => {
   it('the clock variants and helpers are owner only', async () => {
-    for (const role of ['app', 'api', 'worker'] as const) {
+    for (const dbUser of ['app', 'api', 'worker'] as const) {
       await expect(
         db
-          .pool(role)
+          .pool(dbUser)
           .query(
             `select * from schedules.upsert_schedule_at(now(), 'x', '* * * * *', 'analytics_refresh', '{}', null, null)`,
           ),
       ).rejects.toMatchObject({ code: '42501' });
-      await expect(db.pool(role).query(`select schedules.schedule_supervisor_at(now(), '{}')`)).rejects.toMatchObject({
+      await expect(db.pool(dbUser).query(`select schedules.schedule_supervisor_at(now(), '{}')`)).rejects.toMatchObject(
+        {
+          code: '42501',
+        },
+      );
+      await expect(db.pool(dbUser).query(`select schedules.next_fire_time('* * * * *', now())`)).rejects.toMatchObject({
         code: '42501',
       });
-      await expect(db.pool(role).query(`select schedules.next_fire_time('* * * * *', now())`)).rejects.toMatchObject({
-        code: '42501',
-      });
-      await expect(db.pool(role).query(`select * from schedules.schedule`)).rejects.toMatchObject({ code: '42501' });
+      await expect(db.pool(dbUser).query(`select * from schedules.schedule`)).rejects.toMatchObject({ code: '42501' });
     }
     // The worker may run the supervisor but not manage schedules.
     await expect(

@@ -59,7 +59,7 @@ export interface DriveResult {
   clock: Date;
 }
 
-/** Runs a worker-role function through internal.run_function and returns its result. */
+/** Runs a function as the worker database user through internal.run_function and returns its result. */
 export async function runAsWorker(db: TestDatabase, name: string, payload: unknown): Promise<Payload> {
   const { rows } = await db
     .pool('worker')

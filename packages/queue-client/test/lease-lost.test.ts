@@ -20,8 +20,8 @@ beforeAll(async () => {
       return '{"success": true}';
     end $$;
     revoke execute on all functions in schema fixture_c from public;
-    grant usage on schema fixture_c to ${db.roles.worker};
-    grant execute on function fixture_c.touch_fact(jsonb) to ${db.roles.worker};
+    grant usage on schema fixture_c to ${db.dbUsers.worker};
+    grant execute on function fixture_c.touch_fact(jsonb) to ${db.dbUsers.worker};
     select internal.register_runnable_function('fixture_c.touch_fact(jsonb)');
   `);
   app = connect({ connectionString: db.url('app') });

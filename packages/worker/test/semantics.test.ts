@@ -23,7 +23,7 @@ const workers: Worker[] = [];
 beforeAll(async () => {
   db = await createTestDatabase();
   await installFixtures(db);
-  const worker = db.roles.worker;
+  const worker = db.dbUsers.worker;
   await db.query(`
     create schema fixture_sem;
     create sequence fixture_sem.success_tries;

@@ -276,7 +276,7 @@ describe('worker loop', () => {
         if (kills < 20) {
           const { rowCount } = await root.query(
             `select pg_terminate_backend(pid) from pg_stat_activity where usename = $1 and datname = current_database()`,
-            [db.roles.worker],
+            [db.dbUsers.worker],
           );
           kills += rowCount ? 1 : 0;
           await new Promise((r) => setTimeout(r, 100));

@@ -149,7 +149,13 @@ async function main(): Promise<number> {
     const template = 'bench_template';
     await provisionDatabase(server, template, { fresh: true, quiet: true });
     const results = await runBench(
-      { rootUrl: server.rootUrl, roles: server.roles, rolePasswords: server.rolePasswords, template, prefix: 'bench_' },
+      {
+        rootUrl: server.rootUrl,
+        dbUsers: server.dbUsers,
+        dbUserPasswords: server.dbUserPasswords,
+        template,
+        prefix: 'bench_',
+      },
       options,
     );
     const info: RunInfo = {

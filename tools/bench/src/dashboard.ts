@@ -8,7 +8,7 @@
  */
 import pg from 'pg';
 
-/** The statements GET /api/overview/live runs (packages/api/src/app.ts): every poll. */
+/** The statements GET /api/overview/live runs (packages/web/src/app.ts): every poll. */
 export const LIVE_SQL = ['select * from admin.list_queues()'];
 /** The statements GET /api/overview runs, in its order: the first poll, then every WINDOW_EVERY-th. */
 export const OVERVIEW_SQL = [
@@ -18,7 +18,7 @@ export const OVERVIEW_SQL = [
   'select * from admin.capacity(null)',
   'select * from admin.list_queues()',
 ];
-/** packages/api/public/app.js PENDING_REFRESH_MS and WINDOW_REFRESH_MS / PENDING_REFRESH_MS. */
+/** packages/web/public/app.js PENDING_REFRESH_MS and WINDOW_REFRESH_MS / PENDING_REFRESH_MS. */
 export const POLL_INTERVAL_MS = 5000;
 export const WINDOW_EVERY = 12;
 export const DASHBOARDS = 20;

@@ -11,7 +11,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { execFile } from 'node:child_process';
 import pg from 'pg';
-import { hardenDatabase, withDatabase, type RoleNames, type RolePasswords } from '@org/db-tools';
+import { hardenDatabase, withDatabase, type DbUserNames, type DbUserPasswords } from '@org/db-tools';
 import { startFakeResend } from '@org/providers/testing';
 import { Runner, withTimeout, type RunnerResult } from './child.js';
 import type { RunnerConfig } from './runners/protocol.js';
@@ -40,8 +40,8 @@ export type WorkloadId = (typeof WORKLOADS)[number];
 /** A server to benchmark on, with a migrated template database of our schema. */
 export interface BenchServer {
   rootUrl: string;
-  roles: RoleNames;
-  rolePasswords: RolePasswords;
+  dbUsers: DbUserNames;
+  dbUserPasswords: DbUserPasswords;
   template: string;
   /** Prefix of the databases this run creates (dropped as it goes). */
   prefix: string;
@@ -215,15 +215,15 @@ class Harness {
   /** A fresh database for one measurement of `system` (ours: cloned from the template). */
   async freshDb(system: SystemName | 'plain', label: string): Promise<Db> {
     const name = `${this.server.prefix}${++this.#dbSeq}_${label}`.slice(0, 63);
-    const { roles, rolePasswords: pw } = this.server;
+    const { dbUsers, dbUserPasswords: pw } = this.server;
     await withClient(this.server.rootUrl, async (root) => {
       const id = root.escapeIdentifier(name);
       await root.query(`drop database if exists ${id} with (force)`);
       if (system === 'ours') {
         await root.query(
-          `create database ${id} template ${root.escapeIdentifier(this.server.template)} owner ${root.escapeIdentifier(roles.owner)}`,
+          `create database ${id} template ${root.escapeIdentifier(this.server.template)} owner ${root.escapeIdentifier(dbUsers.owner)}`,
         );
-        await hardenDatabase(root, name, roles);
+        await hardenDatabase(root, name, dbUsers);
       } else {
         await root.query(`create database ${id}`);
       }
@@ -231,9 +231,9 @@ class Harness {
     const db: Db = {
       name,
       root: this.rootOf(name),
-      owner: withDatabase(this.server.rootUrl, name, roles.owner, pw.owner),
-      worker: withDatabase(this.server.rootUrl, name, roles.worker, pw.worker),
-      app: withDatabase(this.server.rootUrl, name, roles.app, pw.app),
+      owner: withDatabase(this.server.rootUrl, name, dbUsers.owner, pw.owner),
+      worker: withDatabase(this.server.rootUrl, name, dbUsers.worker, pw.worker),
+      app: withDatabase(this.server.rootUrl, name, dbUsers.app, pw.app),
     };
     if (system === 'ours') {
       await withClient(db.owner, (c) =>
@@ -259,7 +259,7 @@ class Harness {
     return new Runner(`${system} ${label}`, node, script, config);
   }
 
-  /** Enqueue URL: ours as the app role, peers as root on their own database. */
+  /** Enqueue URL: ours as the app database user, peers as root on their own database. */
   enqueueUrl(system: SystemName, db: Db): string {
     return system === 'ours' ? db.app : db.root;
   }
@@ -644,8 +644,8 @@ class Harness {
         processes: 1,
         metric: 'dashboard_drain_polled',
         prepare: (db) => {
-          const { roles, rolePasswords } = this.server;
-          pollers = new DashboardPollers(withDatabase(this.server.rootUrl, db.name, roles.api, rolePasswords.api));
+          const { dbUsers, dbUserPasswords } = this.server;
+          pollers = new DashboardPollers(withDatabase(this.server.rootUrl, db.name, dbUsers.api, dbUserPasswords.api));
           pollers.start();
           return Promise.resolve();
         },

@@ -350,7 +350,7 @@ ${settings}
   stdin/stdout (ready → go → stop → result). Ours runs on the machine's Node (${info.versions.node}),
   the peers on the Node 22 binary of the \`node\` dev dependency (${info.versions.node22}), since
   graphile-worker 0.18 and pg-boss 12 require Node 22.
-- **Roles**: ours enqueues as the app role and works as the worker role (least privilege, as in
+- **Database users**: ours enqueues as the app database user and works as the worker database user (least privilege, as in
   production). The peers use the superuser on their own database (they create their schema).
 - **Clocks**: enqueue rates are timed inside the producer from the start signal (connections
   already open) to the last call's answer. Drains are timed by the harness from the start
@@ -384,7 +384,7 @@ ${settings}
    table never holds history; pg-boss keeps completed jobs in its \`job\` table for
    \`deleteAfterSeconds\` (7 days by default) and deletes them in maintenance.
 6. **Supervisor processes** (ours only): ${o.processes.toLocaleString('en-US')} \`comms.send_email\`
-   calls (as the app role) kick off email processes; with \`internal.setting backoff_scale = 0.002\`
+   calls (as the app database user) kick off email processes; with \`internal.setting backoff_scale = 0.002\`
    one worker process (concurrency ${o.workerConcurrency}; \`db_function\` and \`email\` task types,
    the Resend SDK pointed at the in-process fake Resend server) drives each to
    \`comms.send_email_task_succeeded\`. Timed from the start signal to the last success fact.

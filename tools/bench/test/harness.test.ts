@@ -28,8 +28,8 @@ describe('benchmark harness (smoke)', () => {
     const results: BenchResults = await runBench(
       {
         rootUrl: ctx.rootUrl,
-        roles: ctx.roles,
-        rolePasswords: ctx.rolePasswords,
+        dbUsers: ctx.dbUsers,
+        dbUserPasswords: ctx.dbUserPasswords,
         template: ctx.template,
         prefix: `${ctx.prefix}bench_`,
       },

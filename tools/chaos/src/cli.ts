@@ -10,7 +10,7 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { dataRoot, openServer, provisionDatabase, repoRoot, type DatabaseUrls } from '@org/db-tools';
 import { installFixtures } from './fixtures.js';
-import { quietPool, sleep, waitFor, type ChaosDb, type Result, type Role } from './harness.js';
+import { quietPool, sleep, waitFor, type ChaosDb, type Result, type DbUser } from './harness.js';
 import { SCENARIOS } from './scenarios/index.js';
 
 const say = (line: string) => process.stdout.write(`${line}\n`);
@@ -26,16 +26,16 @@ function pgCtl(dataDir: string, args: string[]): void {
   if (res.status !== 0) throw new Error(`pg_ctl ${args.join(' ')} failed: ${res.stderr || res.stdout}`);
 }
 
-function chaosDb(urls: DatabaseUrls, roles: ChaosDb['roles']): ChaosDb {
-  const pools = new Map<Role, pg.Pool>();
-  const pool = (role: Role) => {
-    let p = pools.get(role);
-    if (!p) pools.set(role, (p = quietPool(urls[role], 10)));
+function chaosDb(urls: DatabaseUrls, dbUsers: ChaosDb['dbUsers']): ChaosDb {
+  const pools = new Map<DbUser, pg.Pool>();
+  const pool = (dbUser: DbUser) => {
+    let p = pools.get(dbUser);
+    if (!p) pools.set(dbUser, (p = quietPool(urls[dbUser], 10)));
     return p;
   };
   return {
-    roles,
-    url: (role) => urls[role],
+    dbUsers,
+    url: (dbUser) => urls[dbUser],
     pool,
     query: (sql, params) => pool('owner').query(sql, params),
   };
@@ -69,7 +69,7 @@ async function main(): Promise<number> {
   const results: { id: number; title: string; result: Result; seconds: number }[] = [];
   try {
     const urls = await provisionDatabase(server, 'chaos', { fresh: true, quiet: true });
-    db = chaosDb(urls, server.roles);
+    db = chaosDb(urls, server.dbUsers);
     await installFixtures(db);
     const restartServer = async () => {
       restarted = true;
@@ -96,9 +96,9 @@ async function main(): Promise<number> {
       say(`  (${seconds} s)`);
     }
   } finally {
-    for (const role of ['owner', 'worker', 'app', 'api', 'root'] as Role[])
+    for (const dbUser of ['owner', 'worker', 'app', 'api', 'root'] as DbUser[])
       await db
-        ?.pool(role)
+        ?.pool(dbUser)
         .end()
         .catch(() => {});
     if (restarted) {

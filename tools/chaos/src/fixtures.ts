@@ -9,7 +9,7 @@ import type { ChaosDb } from './harness.js';
 export async function installFixtures(db: ChaosDb): Promise<void> {
   const exists = await db.query(`select 1 from pg_namespace where nspname = 'chaos'`);
   if (exists.rowCount) return;
-  const worker = db.roles.worker;
+  const worker = db.dbUsers.worker;
   await db.query(`
     create schema chaos;
     create table chaos.effect (task_key text not null, created_at timestamptz not null default now());

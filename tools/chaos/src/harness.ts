@@ -1,5 +1,5 @@
 /**
- * What every scenario gets: a migrated database (one pool per role), the chaos fixtures,
+ * What every scenario gets: a migrated database (one pool per database user), the chaos fixtures,
  * a few waiting helpers, and the checks a scenario reports. The CLI builds the context on
  * its own embedded server (and can restart it); the vitest files build it on a
  * `createTestDatabase()` database.
@@ -7,13 +7,13 @@
 import { isDeepStrictEqual } from 'node:util';
 import pg from 'pg';
 
-export type Role = 'root' | 'owner' | 'worker' | 'app' | 'api';
+export type DbUser = 'root' | 'owner' | 'worker' | 'app' | 'api';
 
 /** The database a scenario runs against (a TestDatabase from @org/db-tools/testing fits). */
 export interface ChaosDb {
-  roles: { owner: string; worker: string; app: string; api: string };
-  url(role: Role): string;
-  pool(role: Role): pg.Pool;
+  dbUsers: { owner: string; worker: string; app: string; api: string };
+  url(dbUser: DbUser): string;
+  pool(dbUser: DbUser): pg.Pool;
   /** As the owner. */
   query<R extends pg.QueryResultRow = pg.QueryResultRow>(sql: string, params?: unknown[]): Promise<pg.QueryResult<R>>;
 }

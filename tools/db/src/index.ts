@@ -1,7 +1,13 @@
 export { startEmbedded, destroyEmbedded, freePort, type EmbeddedServer } from './embedded.js';
 export { migrateDatabase, migrateSettings } from './migrate.js';
 export { repoRoot, dataRoot } from './paths.js';
-export { ensureRoles, hardenDatabase, roleNamesFromEnv, type RoleNames, type RolePasswords } from './roles.js';
+export {
+  ensureDbUsers,
+  hardenDatabase,
+  dbUserNamesFromEnv,
+  type DbUserNames,
+  type DbUserPasswords,
+} from './db-users.js';
 export {
   openServer,
   provisionDatabase,

@@ -7,7 +7,7 @@
 import pg from 'pg';
 import type { Settings } from 'graphile-migrate';
 import { committedMigrations, compileMigration } from './migration-files.js';
-import type { RoleNames } from './roles.js';
+import type { DbUserNames } from './db-users.js';
 import { dumpSchema, unifiedDiff } from './schema-dump.js';
 
 /** The committed history the baseline replaced, in order. */
@@ -46,8 +46,8 @@ const GRAPHILE_MIGRATE_LOCK = '4727445306447283';
 
 export type LegacyOutcome = 'not-legacy' | 'replaced';
 
-/** The role names behind the settings' placeholders. */
-export function rolesFromSettings(settings: Settings): RoleNames {
+/** The database user names behind the settings' placeholders. */
+export function dbUsersFromSettings(settings: Settings): DbUserNames {
   const p = settings.placeholders ?? {};
   const get = (key: string) => {
     const value = p[key];
@@ -116,8 +116,8 @@ export async function replaceLegacyHistory(
       }
 
       // What the baseline builds, here: drop our schemas, run the baseline, dump, undo.
-      const roles = rolesFromSettings(settings);
-      const actual = await dumpSchema(client, roles);
+      const dbUsers = dbUsersFromSettings(settings);
+      const actual = await dumpSchema(client, dbUsers);
       await client.query('savepoint baseline_check');
       const { rows: schemas } = await client.query<{ name: string }>(
         `select quote_ident(nspname) as name from pg_namespace
@@ -125,7 +125,7 @@ export async function replaceLegacyHistory(
       );
       for (const { name } of schemas) await client.query(`drop schema ${name} cascade`);
       await client.query(await compileMigration(settings, baseline));
-      const expected = await dumpSchema(client, roles);
+      const expected = await dumpSchema(client, dbUsers);
       await client.query('rollback to savepoint baseline_check');
       const diff = unifiedDiff(expected, actual, [`what ${BASELINE_FILENAME} builds`, 'this database']);
       if (diff) {

@@ -7,10 +7,10 @@ import { migrate, watch, type Settings } from 'graphile-migrate';
 import { clearAllPools } from 'graphile-migrate/dist/pgReal.js';
 import { replaceLegacyHistory } from './legacy.js';
 import { repoRoot } from './paths.js';
-import { placeholders, type RoleNames } from './roles.js';
+import { placeholders, type DbUserNames } from './db-users.js';
 
 /**
- * graphile-migrate settings from the repository's .gmrc, with the connections and role
+ * graphile-migrate settings from the repository's .gmrc, with the connections and database user
  * placeholders given here instead of read from the environment.
  */
 export function migrateSettings(options: {
@@ -18,7 +18,7 @@ export function migrateSettings(options: {
   /** A superuser connection to another database; graphile-migrate needs it only for reset and commit. */
   rootUrl?: string;
   shadowUrl?: string;
-  roles: RoleNames;
+  dbUsers: DbUserNames;
   quiet?: boolean;
 }): Promise<Settings> {
   const root = repoRoot();
@@ -28,8 +28,8 @@ export function migrateSettings(options: {
     connectionString: options.ownerUrl,
     ...(options.rootUrl ? { rootConnectionString: options.rootUrl } : {}),
     migrationsFolder: join(root, 'migrations'),
-    databaseOwner: options.roles.owner,
-    placeholders: { ...file.placeholders, ...placeholders(options.roles) },
+    databaseOwner: options.dbUsers.owner,
+    placeholders: { ...file.placeholders, ...placeholders(options.dbUsers) },
   };
   if (options.shadowUrl) settings.shadowConnectionString = options.shadowUrl;
   if (options.quiet) settings.logger = quietLogger();

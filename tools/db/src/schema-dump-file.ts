@@ -4,7 +4,7 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
 import { repoRoot } from './paths.js';
-import type { RoleNames } from './roles.js';
+import type { DbUserNames } from './db-users.js';
 import { dumpSchema, unifiedDiff } from './schema-dump.js';
 
 export function schemaDumpPath(): string {
@@ -12,11 +12,11 @@ export function schemaDumpPath(): string {
 }
 
 /** Dumps the database at `url` (a migrated database) with its own client. */
-export async function dumpDatabase(url: string, roles: RoleNames): Promise<string> {
+export async function dumpDatabase(url: string, dbUsers: DbUserNames): Promise<string> {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   try {
-    return await dumpSchema(client, roles);
+    return await dumpSchema(client, dbUsers);
   } finally {
     await client.end();
   }
@@ -28,11 +28,11 @@ export async function dumpDatabase(url: string, roles: RoleNames): Promise<strin
  */
 export async function writeSchemaDump(
   url: string,
-  roles: RoleNames,
+  dbUsers: DbUserNames,
   options: { check?: boolean; path?: string } = {},
 ): Promise<{ path: string; changed: boolean; diff: string }> {
   const path = options.path ?? schemaDumpPath();
-  const dump = await dumpDatabase(url, roles);
+  const dump = await dumpDatabase(url, dbUsers);
   const committed = existsSync(path) ? readFileSync(path, 'utf8') : '';
   const diff = unifiedDiff(committed, dump, ['migrations/schema.sql (committed)', 'the migrated database']);
   if (!options.check && diff) writeFileSync(path, dump);

@@ -4,7 +4,7 @@
 // printed as their placeholder names (:DATABASE_OWNER, ...) so the dump does not depend
 // on the cluster. It is meant to be read and diffed, not executed.
 import type pg from 'pg';
-import type { RoleNames } from './roles.js';
+import type { DbUserNames } from './db-users.js';
 
 /** Schemas that are not ours: PostgreSQL's own and graphile-migrate's bookkeeping. */
 const NOT_OURS = `nspname in ('pg_catalog', 'information_schema', 'graphile_migrate')
@@ -15,13 +15,13 @@ export const SCHEMA_DUMP_HEADER =
   '-- tools/db/src/schema-dump.ts (`npm run schema-dump`, also run by `npm run codegen` and\n' +
   '-- `npm run dev`). Never edit it by hand; a test fails when it is stale.\n';
 
-/** Prints role names as their placeholders. */
-function roleNamer(roles: RoleNames): (name: string) => string {
+/** Prints our database users' names as their placeholders. */
+function dbUserNamer(dbUsers: DbUserNames): (name: string) => string {
   const byName = new Map<string, string>([
-    [roles.owner, ':DATABASE_OWNER'],
-    [roles.worker, ':DATABASE_WORKER'],
-    [roles.app, ':DATABASE_APP'],
-    [roles.api, ':DATABASE_API'],
+    [dbUsers.owner, ':DATABASE_OWNER'],
+    [dbUsers.worker, ':DATABASE_WORKER'],
+    [dbUsers.app, ':DATABASE_APP'],
+    [dbUsers.api, ':DATABASE_API'],
   ]);
   return (name) => (name === '' || name === '-' ? 'PUBLIC' : (byName.get(name) ?? name));
 }
@@ -73,8 +73,8 @@ function quoteLiteral(text: string): string {
 }
 
 /** Dumps every object of our schemas through `client` (any role that can read the catalog). */
-export async function dumpSchema(client: pg.ClientBase, roles: RoleNames): Promise<string> {
-  const role = roleNamer(roles);
+export async function dumpSchema(client: pg.ClientBase, dbUsers: DbUserNames): Promise<string> {
+  const role = dbUserNamer(dbUsers);
   const out: string[] = [SCHEMA_DUMP_HEADER];
   const q = async <R extends pg.QueryResultRow>(sql: string): Promise<R[]> => (await client.query<R>(sql)).rows;
 

@@ -4,13 +4,13 @@ import { destroyEmbedded, startEmbedded } from './embedded.js';
 import { migrateDatabase, migrateSettings } from './migrate.js';
 import { dataRoot } from './paths.js';
 import {
-  ensureRoles,
+  ensureDbUsers,
   generatePasswords,
   hardenDatabase,
-  roleNamesFromEnv,
-  type RoleNames,
-  type RolePasswords,
-} from './roles.js';
+  dbUserNamesFromEnv,
+  type DbUserNames,
+  type DbUserPasswords,
+} from './db-users.js';
 import { withDatabase } from './urls.js';
 
 /**
@@ -21,13 +21,13 @@ export interface DatabaseServer {
   kind: 'embedded' | 'external';
   /** A superuser (or CREATEROLE + CREATEDB) connection to a maintenance database. */
   rootUrl: string;
-  roles: RoleNames;
-  rolePasswords: RolePasswords;
+  dbUsers: DbUserNames;
+  dbUserPasswords: DbUserPasswords;
   /** Stops an embedded server (keeps its data unless `destroy`); no-op for external. */
   stop(options?: { destroy?: boolean }): Promise<void>;
 }
 
-/** Connection strings for one database, one per role. */
+/** Connection strings for one database, one per database user. */
 export interface DatabaseUrls {
   database: string;
   root: string;
@@ -45,16 +45,16 @@ export async function openServer(options: {
   port?: number;
   log?: (line: string) => void;
 }): Promise<DatabaseServer> {
-  const roles = roleNamesFromEnv();
+  const dbUsers = dbUserNamesFromEnv();
   if (options.adminUrl) {
-    // The roles' passwords are set on every provisioning: from the environment when
+    // The database users' passwords are set on every provisioning: from the environment when
     // given, otherwise new random ones (printed by `npm start`).
     const generated = generatePasswords();
     return {
       kind: 'external',
       rootUrl: options.adminUrl,
-      roles,
-      rolePasswords: {
+      dbUsers,
+      dbUserPasswords: {
         owner: process.env.DATABASE_OWNER_PASSWORD ?? generated.owner,
         worker: process.env.DATABASE_WORKER_PASSWORD ?? generated.worker,
         app: process.env.DATABASE_APP_PASSWORD ?? generated.app,
@@ -71,21 +71,21 @@ export async function openServer(options: {
   return {
     kind: 'embedded',
     rootUrl: embedded.rootUrl,
-    roles,
-    rolePasswords: embedded.rolePasswords,
+    dbUsers,
+    dbUserPasswords: embedded.dbUserPasswords,
     stop: (stopOptions) => (stopOptions?.destroy ? destroyEmbedded(embedded) : embedded.stop()),
   };
 }
 
 export function databaseUrls(server: DatabaseServer, database: string): DatabaseUrls {
-  const { roles, rolePasswords: pw } = server;
+  const { dbUsers, dbUserPasswords: pw } = server;
   return {
     database,
     root: withDatabase(server.rootUrl, database),
-    owner: withDatabase(server.rootUrl, database, roles.owner, pw.owner),
-    worker: withDatabase(server.rootUrl, database, roles.worker, pw.worker),
-    app: withDatabase(server.rootUrl, database, roles.app, pw.app),
-    api: withDatabase(server.rootUrl, database, roles.api, pw.api),
+    owner: withDatabase(server.rootUrl, database, dbUsers.owner, pw.owner),
+    worker: withDatabase(server.rootUrl, database, dbUsers.worker, pw.worker),
+    app: withDatabase(server.rootUrl, database, dbUsers.app, pw.app),
+    api: withDatabase(server.rootUrl, database, dbUsers.api, pw.api),
   };
 }
 
@@ -100,7 +100,7 @@ export async function withRootClient<T>(server: DatabaseServer, fn: (client: pg.
 }
 
 /**
- * Makes sure the roles exist and `database` exists, is hardened and is migrated
+ * Makes sure the database users exist and `database` exists, is hardened and is migrated
  * (committed migrations, then migrations/current/ unless `current: false`). With `fresh`, an
  * existing database of that name is dropped first.
  */
@@ -110,20 +110,20 @@ export async function provisionDatabase(
   options: { fresh?: boolean; current?: boolean; quiet?: boolean } = {},
 ): Promise<DatabaseUrls> {
   await withRootClient(server, async (root) => {
-    await ensureRoles(root, server.roles, server.rolePasswords);
+    await ensureDbUsers(root, server.dbUsers, server.dbUserPasswords);
     const db = root.escapeIdentifier(database);
     if (options.fresh) await root.query(`drop database if exists ${db} with (force)`);
     const { rowCount } = await root.query('select 1 from pg_database where datname = $1', [database]);
     if (rowCount === 0) {
-      await root.query(`create database ${db} owner ${root.escapeIdentifier(server.roles.owner)}`);
+      await root.query(`create database ${db} owner ${root.escapeIdentifier(server.dbUsers.owner)}`);
     }
-    await hardenDatabase(root, database, server.roles);
+    await hardenDatabase(root, database, server.dbUsers);
   });
   const urls = databaseUrls(server, database);
   const settings = await migrateSettings({
     ownerUrl: urls.owner,
     rootUrl: server.rootUrl,
-    roles: server.roles,
+    dbUsers: server.dbUsers,
     quiet: options.quiet,
   });
   await migrateDatabase(settings, { current: options.current });

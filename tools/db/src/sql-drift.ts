@@ -6,7 +6,7 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import pg from 'pg';
-import type { RoleNames } from './roles.js';
+import type { DbUserNames } from './db-users.js';
 import { dumpSchema, unifiedDiff } from './schema-dump.js';
 
 /** A file with this line is not part of the migrations (an example its test loads). */
@@ -51,7 +51,7 @@ export interface Drift {
  */
 export async function findSqlDrift(options: {
   url: string;
-  roles: RoleNames;
+  dbUsers: DbUserNames;
   files: SqlFile[];
   compile: (file: SqlFile) => Promise<string>;
 }): Promise<Drift[]> {
@@ -76,9 +76,9 @@ export async function findSqlDrift(options: {
     let failed = false;
     let after: string;
     try {
-      before = await dumpSchema(client, options.roles);
+      before = await dumpSchema(client, options.dbUsers);
       for (const { sql } of compiled) if ((await apply(sql)) !== undefined) failed = true;
-      after = await dumpSchema(client, options.roles);
+      after = await dumpSchema(client, options.dbUsers);
     } finally {
       await client.query('rollback');
     }
@@ -93,7 +93,7 @@ export async function findSqlDrift(options: {
           drifts.push({ file: file.name, error });
           continue;
         }
-        const dump = await dumpSchema(client, options.roles);
+        const dump = await dumpSchema(client, options.dbUsers);
         const diff = unifiedDiff(before, dump, ['the migrated database', `after applying sql/${file.name}`]);
         if (diff) drifts.push({ file: file.name, diff });
       } finally {

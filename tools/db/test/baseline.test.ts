@@ -34,7 +34,7 @@ async function settingsFor(db: TestDatabase, migrationsFolder = join(repoRoot(),
   const settings = await migrateSettings({
     ownerUrl: db.url('owner'),
     rootUrl: inject('queueTestServer').rootUrl,
-    roles: db.roles,
+    dbUsers: db.dbUsers,
     quiet: true,
   });
   settings.migrationsFolder = migrationsFolder;
@@ -90,8 +90,8 @@ describe('the baseline', () => {
     const legacy = await migratedWith(folderWith(legacyFiles()));
     const baseline = await migratedWith(folderWith([join(repoRoot(), 'migrations', 'committed', BASELINE_FILENAME)]));
     const diff = unifiedDiff(
-      await dumpDatabase(legacy.url('owner'), legacy.roles),
-      await dumpDatabase(baseline.url('owner'), baseline.roles),
+      await dumpDatabase(legacy.url('owner'), legacy.dbUsers),
+      await dumpDatabase(baseline.url('owner'), baseline.dbUsers),
       ['legacy 000001-000005', BASELINE_FILENAME],
     );
     expect(diff, diff).toBe('');
@@ -133,8 +133,8 @@ describe('a database migrated with the legacy history', () => {
     expect(history[0].previous_hash).toBeNull();
     const fresh = await database();
     const diff = unifiedDiff(
-      await dumpDatabase(fresh.url('owner'), fresh.roles),
-      await dumpDatabase(db.url('owner'), db.roles),
+      await dumpDatabase(fresh.url('owner'), fresh.dbUsers),
+      await dumpDatabase(db.url('owner'), db.dbUsers),
       ['fresh database', 'upgraded legacy database'],
     );
     expect(diff, diff).toBe('');
@@ -207,9 +207,9 @@ describe('npm run migrate', () => {
       env: {
         ...process.env,
         DATABASE_URL: db.url('owner'),
-        DATABASE_WORKER: db.roles.worker,
-        DATABASE_APP: db.roles.app,
-        DATABASE_API: db.roles.api,
+        DATABASE_WORKER: db.dbUsers.worker,
+        DATABASE_APP: db.dbUsers.app,
+        DATABASE_API: db.dbUsers.api,
       },
       encoding: 'utf8',
     });
@@ -230,7 +230,7 @@ describe('npm run migrate', () => {
     });
     expect(bad.status).toBe(1);
     expect(bad.stderr).toBe(
-      'migrate failed: set DATABASE_WORKER, DATABASE_APP, DATABASE_API (the role names the migrations grant to)\n',
+      'migrate failed: set DATABASE_WORKER, DATABASE_APP, DATABASE_API (the database user names the migrations grant to)\n',
     );
   });
 });

@@ -43,8 +43,8 @@ describe('migrations/current/', () => {
     const settings = await migrateSettings({
       ownerUrl: db.url('owner'),
       rootUrl: ctx.rootUrl,
-      shadowUrl: withDatabase(ctx.rootUrl, `${db.name}_shadow`, db.roles.owner, ctx.rolePasswords.owner),
-      roles: db.roles,
+      shadowUrl: withDatabase(ctx.rootUrl, `${db.name}_shadow`, db.dbUsers.owner, ctx.dbUserPasswords.owner),
+      dbUsers: db.dbUsers,
       quiet: true,
     });
     settings.migrationsFolder = folder;

@@ -131,7 +131,7 @@ function uses(files: string[]): Map<string, string[]> {
 describe('package dependencies', () => {
   it('finds the workspaces and their files', () => {
     expect(workspaces.map((w) => w.pkg.name)).toEqual(
-      expect.arrayContaining(['@org/worker', '@org/api', '@org/config', '@org/providers', '@org/db-tools']),
+      expect.arrayContaining(['@org/worker', '@org/web', '@org/config', '@org/providers', '@org/db-tools']),
     );
     const worker = workspaces.find((w) => w.pkg.name === '@org/worker')!;
     expect(worker.prod.map((f) => relative(worker.dir, f))).toContain('src/main.ts');

@@ -51,7 +51,7 @@ beforeAll(async () => {
   const settings = await migrateSettings({
     ownerUrl: db.url('owner'),
     rootUrl: ctx.rootUrl,
-    roles: db.roles,
+    dbUsers: db.dbUsers,
     quiet: true,
   });
   settings.migrationsFolder = migrations;
@@ -60,7 +60,7 @@ beforeAll(async () => {
     databaseUrl: db.url('owner'),
     sqlFolders: [],
     clientPackages: [pkg],
-    schemaDump: { roles: db.roles, path: join(tmp, 'schema.sql') },
+    schemaDump: { dbUsers: db.dbUsers, path: join(tmp, 'schema.sql') },
     log: (line) => lines.push(line),
     onCycle: (error) => cycles.push(error),
     debounceMs: 50,

@@ -47,7 +47,7 @@ describe('embedded PostgreSQL', () => {
     const restarted = await startEmbedded({ dataDir });
     last = restarted;
     expect(restarted.rootUrl).toBe(first.rootUrl);
-    expect(restarted.rolePasswords).toEqual(first.rolePasswords);
+    expect(restarted.dbUserPasswords).toEqual(first.dbUserPasswords);
     expect(await query(restarted.rootUrl, 'select x from kept')).toEqual([{ x: 42 }]);
   });
 });

@@ -29,7 +29,7 @@ async function settingsFor(db: TestDatabase, migrationsFolder = join(repoRoot(),
   const settings = await migrateSettings({
     ownerUrl: db.url('owner'),
     rootUrl: inject('queueTestServer').rootUrl,
-    roles: db.roles,
+    dbUsers: db.dbUsers,
     quiet: true,
   });
   settings.migrationsFolder = migrationsFolder;
@@ -183,6 +183,6 @@ describe('migrations/current/ as the check reads it', () => {
     ]);
     expect(migrations[1].sql).toContain('create or replace function queues.forbid_fact_update()');
     expect(migrations[1].sql).not.toContain('--!include');
-    expect(migrations[2].sql).toContain(`to ${db.roles.api};`);
+    expect(migrations[2].sql).toContain(`to ${db.dbUsers.api};`);
   });
 });

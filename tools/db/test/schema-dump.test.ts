@@ -20,18 +20,18 @@ afterAll(async () => {
 
 describe('migrations/schema.sql', () => {
   it('is what the migrated template holds (run `npm run schema-dump` when this fails)', async () => {
-    const { diff } = await writeSchemaDump(db.url('owner'), db.roles, { check: true });
+    const { diff } = await writeSchemaDump(db.url('owner'), db.dbUsers, { check: true });
     expect(diff, `migrations/schema.sql is stale; run npm run schema-dump (or codegen). Diff:\n${diff}`).toBe('');
   });
 });
 
 describe('the schema dump', () => {
   it('is deterministic, names roles by placeholder, and covers every kind of object', async () => {
-    const first = await dumpDatabase(db.url('owner'), db.roles);
-    const second = await dumpDatabase(db.url('root'), db.roles);
+    const first = await dumpDatabase(db.url('owner'), db.dbUsers);
+    const second = await dumpDatabase(db.url('root'), db.dbUsers);
     expect(second).toBe(first);
     expect(first.startsWith(SCHEMA_DUMP_HEADER)).toBe(true);
-    for (const name of Object.values(db.roles)) expect(first).not.toMatch(new RegExp(`\\b${name}\\b`));
+    for (const name of Object.values(db.dbUsers)) expect(first).not.toMatch(new RegExp(`\\b${name}\\b`));
     expect(first).toContain('grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)');
     expect(first).toContain('default privileges for :DATABASE_OWNER on routines');
     expect(first).toMatch(
@@ -64,8 +64,8 @@ describe('the schema dump', () => {
         `create table queues.dump_probe_2026 partition of queues.dump_probe for values from ('2026-01-01') to ('2027-01-01')`,
       );
       await client.query(`comment on column queues.dump_probe.id is 'probe id'`);
-      await client.query(`grant select (id) on queues.dump_probe to ${client.escapeIdentifier(db.roles.api)}`);
-      const dump = await (await import('../src/schema-dump.js')).dumpSchema(client, db.roles);
+      await client.query(`grant select (id) on queues.dump_probe to ${client.escapeIdentifier(db.dbUsers.api)}`);
+      const dump = await (await import('../src/schema-dump.js')).dumpSchema(client, db.dbUsers);
       await client.query('rollback');
       expect(dump).toContain(`create type queues.dump_probe_mood as enum ('calm', 'busy');`);
       expect(dump).toContain(
@@ -89,7 +89,7 @@ describe('the schema dump', () => {
     expect(start).toBeGreaterThan(0);
     const stale = join(tmp, 'stale.sql');
     writeFileSync(stale, committed.slice(0, start) + committed.slice(end + 2));
-    const { diff, changed } = await writeSchemaDump(db.url('owner'), db.roles, { check: true, path: stale });
+    const { diff, changed } = await writeSchemaDump(db.url('owner'), db.dbUsers, { check: true, path: stale });
     expect(changed).toBe(true);
     expect(diff).toMatch(/^\+CREATE OR REPLACE FUNCTION queues\.fail_task\(/m);
     expect(
@@ -99,8 +99,8 @@ describe('the schema dump', () => {
         .filter((line) => line.startsWith('-')),
     ).toEqual([]);
     // Without `check` the file is rewritten, and then it is up to date.
-    expect((await writeSchemaDump(db.url('owner'), db.roles, { path: stale })).changed).toBe(true);
-    expect((await writeSchemaDump(db.url('owner'), db.roles, { path: stale, check: true })).diff).toBe('');
+    expect((await writeSchemaDump(db.url('owner'), db.dbUsers, { path: stale })).changed).toBe(true);
+    expect((await writeSchemaDump(db.url('owner'), db.dbUsers, { path: stale, check: true })).diff).toBe('');
   });
 
   it('a database changed outside the migrations differs from the committed dump', async () => {
@@ -108,7 +108,7 @@ describe('the schema dump', () => {
     try {
       await client.query('begin');
       await client.query(`alter table queues.worker add column dump_probe text`);
-      const dump = await (await import('../src/schema-dump.js')).dumpSchema(client, db.roles);
+      const dump = await (await import('../src/schema-dump.js')).dumpSchema(client, db.dbUsers);
       await client.query('rollback');
       const diff = unifiedDiff(readFileSync(schemaDumpPath(), 'utf8'), dump);
       expect(diff).toMatch(/^\+ {2}dump_probe text,$/m);

@@ -16,7 +16,7 @@ beforeAll(async () => {
   const settings = await migrateSettings({
     ownerUrl: db.url('owner'),
     rootUrl: inject('queueTestServer').rootUrl,
-    roles: db.roles,
+    dbUsers: db.dbUsers,
     quiet: true,
   });
   compile = (file) => compileMigration(settings, { path: join(sqlDir, file.name), text: file.text });
@@ -25,7 +25,7 @@ afterAll(async () => {
   await db?.drop();
 });
 
-const drift = (files: SqlFile[]) => findSqlDrift({ url: db.url('owner'), roles: db.roles, files, compile });
+const drift = (files: SqlFile[]) => findSqlDrift({ url: db.url('owner'), dbUsers: db.dbUsers, files, compile });
 
 describe('sql/', () => {
   it('holds exactly what the migrations applied (include a changed file from migrations/current/ when this fails)', async () => {

@@ -3,7 +3,7 @@
 import type { TestDatabase } from '@org/db-tools/testing';
 
 export async function installFixtures(db: TestDatabase): Promise<void> {
-  const worker = db.roles.worker;
+  const worker = db.dbUsers.worker;
   await db.query(`
     create schema fixture;
     create table fixture.effect (task_key text not null, created_at timestamptz not null default now());
@@ -59,9 +59,9 @@ export async function installFixtures(db: TestDatabase): Promise<void> {
 
 /** Internal task types (queues.internal_task_type) are enqueued by the owner, as its SQL would; others by the app. */
 export async function enqueue(db: TestDatabase, taskType: string, payload: unknown): Promise<string> {
-  const role = ['db_function', 'email', 'sms', 'file_delete'].includes(taskType) ? 'owner' : 'app';
+  const dbUser = ['db_function', 'email', 'sms', 'file_delete'].includes(taskType) ? 'owner' : 'app';
   const { rows } = await db
-    .pool(role)
+    .pool(dbUser)
     .query('select queues.enqueue($1, $2::jsonb) as id', [taskType, JSON.stringify(payload)]);
   return rows[0].id;
 }

@@ -44,7 +44,7 @@ export const scenario: Scenario = {
         const { rows } = await db.pool('root').query(
           `select application_name, state, pg_terminate_backend(pid) as done from pg_stat_activity
             where usename = $1 and datname = current_database() and ${filter}`,
-          [db.roles.worker],
+          [db.dbUsers.worker],
         );
         for (const row of rows) {
           if (!row.done) continue;

@@ -5,7 +5,7 @@
 import { startFakeResend } from '@org/providers/testing';
 import { createResendEmailProvider } from '@org/providers';
 import { createLogger, dbFunctionProcessor, handlerTaskProcessor, ProcessorRegistry, Worker } from '@org/worker';
-import { dropPending, lastTaskId, Report, waitFor, type ChaosDb, type Role, type Scenario } from '../harness.js';
+import { dropPending, lastTaskId, Report, waitFor, type ChaosDb, type DbUser, type Scenario } from '../harness.js';
 
 type Expect = { code: string | RegExp; message: RegExp } | { validation: RegExp } | { status: number; message: RegExp };
 
@@ -64,9 +64,9 @@ const INJECTION = `x'); drop table queues.task; --`;
 
 function sqlCases(db: ChaosDb): SqlCase[] {
   const q =
-    (role: Role, sql: string, params: unknown[] = []) =>
+    (dbUser: DbUser, sql: string, params: unknown[] = []) =>
     () =>
-      db.pool(role).query(sql, params);
+      db.pool(dbUser).query(sql, params);
   const enqueue = (type: unknown, payload: unknown, more = '') =>
     q('app', `select queues.enqueue($1, $2::jsonb${more})`, [type, payload]);
   const many = (tasks: unknown) => q('app', 'select * from queues.enqueue_many($1::jsonb)', [tasks]);
@@ -247,7 +247,7 @@ function sqlCases(db: ChaosDb): SqlCase[] {
     },
     {
       surface: 'enqueue',
-      name: 'enqueue as the worker role (forbidden)',
+      name: 'enqueue as the worker database user (forbidden)',
       run: q('worker', `select queues.enqueue('db_function', '{}'::jsonb)`),
       expect: { code: '42501', message: /permission denied for function enqueue/ },
     },
@@ -861,16 +861,16 @@ export const scenario: Scenario = {
     };
     for (const c of sqlCases(db)) await one(c);
 
-    // API requests, when @org/api is there.
+    // API requests, when @org/web is there.
     let api: { inject: Parameters<typeof apiCases>[0]; close(): Promise<void>; ready(): Promise<unknown> } | undefined;
     try {
-      const mod = (await import('@org/api')) as unknown as { createApi: (c: Record<string, unknown>) => typeof api };
+      const mod = (await import('@org/web')) as unknown as { createApi: (c: Record<string, unknown>) => typeof api };
       const token = 'chaos-api-token-0123456789';
       api = mod.createApi({ databaseUrl: db.url('api'), apiToken: token, logLevel: 'silent' })!;
       await api.ready();
       for (const c of apiCases((o) => api!.inject(o), token)) await one(c);
     } catch (error) {
-      r.check('api: @org/api could be loaded', false, (error as Error).message);
+      r.check('api: @org/web could be loaded', false, (error as Error).message);
     } finally {
       await api?.close();
     }

@@ -4,13 +4,13 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { repoRoot } from '@org/db-tools';
-import { Report, type ChaosDb, type Role, type Scenario } from '../harness.js';
+import { Report, type ChaosDb, type DbUser, type Scenario } from '../harness.js';
 
 const OURS = `n.nspname not in ('pg_catalog', 'information_schema', 'pg_toast', 'graphile_migrate', 'chaos')
               and n.nspname not like 'pg\\_temp\\_%' and n.nspname not like 'pg\\_toast\\_temp\\_%'`;
 
-async function sweep(db: ChaosDb, r: Report, role: 'worker' | 'app' | 'api', allowlist: string[]) {
-  const name = db.roles[role];
+async function sweep(db: ChaosDb, r: Report, dbUser: 'worker' | 'app' | 'api', allowlist: string[]) {
+  const name = db.dbUsers[dbUser];
   const fns = (
     await db.query<{ fn: string }>(
       `select p.oid::regprocedure::text as fn from pg_proc p join pg_namespace n on n.oid = p.pronamespace
@@ -20,7 +20,7 @@ async function sweep(db: ChaosDb, r: Report, role: 'worker' | 'app' | 'api', all
   ).rows.map((x) => x.fn);
   const extra = fns.filter((f) => !allowlist.includes(f));
   const missing = allowlist.filter((f) => !fns.includes(f));
-  r.equal(`${role}: executable functions = allowlist`, { extra, missing }, { extra: [], missing: [] });
+  r.equal(`${dbUser}: executable functions = allowlist`, { extra, missing }, { extra: [], missing: [] });
   const relations = (
     await db.query(
       `select format('%I.%I', n.nspname, c.relname) as rel from pg_class c join pg_namespace n on n.oid = c.relnamespace
@@ -30,16 +30,16 @@ async function sweep(db: ChaosDb, r: Report, role: 'worker' | 'app' | 'api', all
       [name],
     )
   ).rows.map((x) => x.rel);
-  r.equal(`${role}: no table, view or sequence privilege`, relations, []);
+  r.equal(`${dbUser}: no table, view or sequence privilege`, relations, []);
   const schemasCreate = (
     await db.query(`select n.nspname from pg_namespace n where ${OURS} and has_schema_privilege($1, n.oid, 'create')`, [
       name,
     ])
   ).rows.map((x) => x.nspname);
-  r.equal(`${role}: may create in no schema`, schemasCreate, []);
+  r.equal(`${dbUser}: may create in no schema`, schemasCreate, []);
   const temp = (await db.query(`select has_database_privilege($1, current_database(), 'temp') as t`, [name])).rows[0]!
     .t;
-  r.equal(`${role}: no TEMP on the database`, temp, false);
+  r.equal(`${dbUser}: no TEMP on the database`, temp, false);
   return fns.length;
 }
 
@@ -65,8 +65,8 @@ export const scenario: Scenario = {
       string,
       string[]
     >;
-    for (const role of ['worker', 'app', 'api'] as const)
-      r.figure(`${role}: executable functions`, await sweep(db, r, role, allowlist[role] ?? []));
+    for (const dbUser of ['worker', 'app', 'api'] as const)
+      r.figure(`${dbUser}: executable functions`, await sweep(db, r, dbUser, allowlist[dbUser] ?? []));
 
     const definers = (
       await db.query<{ fn: string; oid: number; config: string[] | null; src: string; nargs: number }>(
@@ -103,8 +103,8 @@ export const scenario: Scenario = {
     // pg_temp function shadowing every security definer function.
     let attempts = 0;
     let succeeded = 0;
-    for (const role of ['worker', 'app', 'api'] as Role[]) {
-      const client = await db.pool(role).connect();
+    for (const dbUser of ['worker', 'app', 'api'] as DbUser[]) {
+      const client = await db.pool(dbUser).connect();
       try {
         const tries = [
           ...[...tableNames].map((t) => `create temp table ${t} (x int)`),
@@ -121,14 +121,14 @@ export const scenario: Scenario = {
             if (!sql.startsWith('set ')) succeeded++;
           } catch (e) {
             if ((e as { code?: string }).code !== '42501')
-              r.check(`${role}: shadow attempt refused with 42501`, false, `${sql}: ${(e as Error).message}`);
+              r.check(`${dbUser}: shadow attempt refused with 42501`, false, `${sql}: ${(e as Error).message}`);
           }
         }
         // With its search_path pointing at pg_temp first, the definer functions still run
         // with their own path: a call resolves to our function, not a shadow.
         const probe = await client.query(`select current_setting('search_path') as p`);
         r.check(
-          `${role}: temp shadows refused (TEMP revoked)`,
+          `${dbUser}: temp shadows refused (TEMP revoked)`,
           succeeded === 0,
           `${succeeded} created; session search_path ${probe.rows[0].p}`,
         );
@@ -136,7 +136,7 @@ export const scenario: Scenario = {
         client.release(true);
       }
     }
-    r.figure('shadowing attempts (tables + functions, 3 roles)', attempts);
+    r.figure('shadowing attempts (tables + functions, 3 database users)', attempts);
     r.figure('shadowing attempts that succeeded', succeeded);
 
     // Worker-only work: as the app and the API, every way to make the worker act for them
@@ -159,13 +159,13 @@ export const scenario: Scenario = {
     let hostile = 0;
     let allowed = 0;
     const tasksBefore = (await db.query<{ n: number }>('select count(*)::int as n from queues.task')).rows[0]!.n;
-    for (const role of ['app', 'api'] as const) {
+    for (const dbUser of ['app', 'api'] as const) {
       const tries: [string, string, unknown[]][] = [];
       for (const t of internalTypes) {
         const payload = JSON.stringify(forged[t] ?? {});
-        tries.push([`${role}: queues.enqueue('${t}')`, 'select queues.enqueue($1, $2::jsonb)', [t, payload]]);
+        tries.push([`${dbUser}: queues.enqueue('${t}')`, 'select queues.enqueue($1, $2::jsonb)', [t, payload]]);
         tries.push([
-          `${role}: queues.enqueue_many with '${t}'`,
+          `${dbUser}: queues.enqueue_many with '${t}'`,
           'select * from queues.enqueue_many($1::jsonb)',
           [
             JSON.stringify([
@@ -175,12 +175,12 @@ export const scenario: Scenario = {
           ],
         ]);
         tries.push([
-          `${role}: schedules.upsert_schedule('${t}')`,
+          `${dbUser}: schedules.upsert_schedule('${t}')`,
           `select * from schedules.upsert_schedule('chaos-evil', '* * * * *', $1, $2::jsonb, null, null)`,
           [t, payload],
         ]);
         tries.push([
-          `${role}: schedules.generate_staggered_tasks('${t}')`,
+          `${dbUser}: schedules.generate_staggered_tasks('${t}')`,
           `select * from schedules.generate_staggered_tasks($1, $2::jsonb, now(), '1 day', 1)`,
           [t, JSON.stringify([forged[t] ?? {}])],
         ]);
@@ -192,25 +192,25 @@ export const scenario: Scenario = {
         'files.file_deletion_supervisor',
       ]) {
         tries.push([
-          `${role}: ${fn}(forged) called directly`,
+          `${dbUser}: ${fn}(forged) called directly`,
           `select ${fn}($1::jsonb)`,
           [JSON.stringify({ original_payload: { file_deletion_attempt_id: 1, send_sms_attempt_id: 1 } })],
         ]);
       }
       tries.push([
-        `${role}: internal.run_function('files.record_file_delete_success')`,
+        `${dbUser}: internal.run_function('files.record_file_delete_success')`,
         'select internal.run_function($1, $2::jsonb)',
         ['files.record_file_delete_success', '{}'],
       ]);
       tries.push([
-        `${role}: queues.enqueue_internal`,
+        `${dbUser}: queues.enqueue_internal`,
         `select queues.enqueue_internal('db_function', '{}'::jsonb)`,
         [],
       ]);
       for (const [label, sql, params] of tries) {
         hostile++;
         try {
-          await db.pool(role).query(sql, params);
+          await db.pool(dbUser).query(sql, params);
           allowed++;
           r.check(`${label}: refused`, false, 'it succeeded');
         } catch (e) {

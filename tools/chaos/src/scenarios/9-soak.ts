@@ -110,7 +110,7 @@ export const scenario: Scenario = {
           await db.pool('root').query(
             `select coalesce(wait_event_type || ':' || wait_event, 'running') as w, count(*)::int as n
                from pg_stat_activity where usename = $1 and state = 'active' group by 1`,
-            [db.roles.worker],
+            [db.dbUsers.worker],
           )
         ).rows) {
           waits[w.w] = (waits[w.w] ?? 0) + w.n;

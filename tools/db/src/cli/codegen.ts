@@ -15,7 +15,7 @@ async function main(): Promise<void> {
   try {
     const urls = await provisionDatabase(server, 'queue_codegen', { fresh: true, quiet: true });
     await generateClients(urls.owner, (line) => process.stdout.write(`${line}\n`));
-    const dump = await writeSchemaDump(urls.owner, server.roles);
+    const dump = await writeSchemaDump(urls.owner, server.dbUsers);
     process.stdout.write(`${dump.path}: ${dump.changed ? 'written' : 'up to date'}\n`);
   } finally {
     await server.stop();

@@ -12,13 +12,13 @@ import { schemaDumpPath } from '../schema-dump-file.js';
 async function main(): Promise<void> {
   const log = (line: string) => process.stdout.write(`[dev] ${line}\n`);
   const { server, urls } = await openDevServer({ quiet: true });
-  const settings = await migrateSettings({ ownerUrl: urls.owner, rootUrl: server.rootUrl, roles: server.roles });
+  const settings = await migrateSettings({ ownerUrl: urls.owner, rootUrl: server.rootUrl, dbUsers: server.dbUsers });
   const loop = startDevLoop({
     settings,
     databaseUrl: urls.owner,
     sqlFolders: [join(repoRoot(), 'sql')],
     clientPackages: clientPackages(),
-    schemaDump: { roles: server.roles, path: schemaDumpPath() },
+    schemaDump: { dbUsers: server.dbUsers, path: schemaDumpPath() },
     log,
   });
   await loop.ready;

@@ -14,7 +14,7 @@ async function main(): Promise<number> {
   });
   try {
     const urls = await provisionDatabase(server, 'queue_schema_dump', { fresh: true, quiet: true });
-    const result = await writeSchemaDump(urls.owner, server.roles, { check });
+    const result = await writeSchemaDump(urls.owner, server.dbUsers, { check });
     process.stdout.write(result.diff ? result.diff : `${result.path}: ${result.changed ? 'written' : 'up to date'}\n`);
     return check && result.diff ? 1 : 0;
   } finally {

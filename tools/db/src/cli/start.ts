@@ -93,7 +93,7 @@ async function main(): Promise<number> {
     filesLine = `files service: ${workerEnv.FILES_SERVICE_URL}`;
   }
   others.push(
-    start('packages/api/dist/cli.js', [], {
+    start('packages/web/dist/cli.js', [], {
       ...process.env,
       DATABASE_URL: urls.api,
       API_TOKEN: apiToken,

@@ -1,10 +1,10 @@
-import type { RoleNames, RolePasswords } from '../roles.js';
+import type { DbUserNames, DbUserPasswords } from '../db-users.js';
 
 /** What the global setup hands to test files (vitest `provide` / `inject`). */
 export interface TestServerContext {
   rootUrl: string;
-  roles: RoleNames;
-  rolePasswords: RolePasswords;
+  dbUsers: DbUserNames;
+  dbUserPasswords: DbUserPasswords;
   /** The migrated template database. */
   template: string;
   /** Test databases are named with this prefix. */

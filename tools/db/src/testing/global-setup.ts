@@ -17,8 +17,8 @@ export default async function setup(project: TestProject): Promise<() => Promise
   }
   const context: TestServerContext = {
     rootUrl: server.rootUrl,
-    roles: server.roles,
-    rolePasswords: server.rolePasswords,
+    dbUsers: server.dbUsers,
+    dbUserPasswords: server.dbUserPasswords,
     template,
     prefix: `queue_test_${runId}_`,
   };

@@ -1,3 +1,3 @@
-export { createTestDatabase, type TestDatabase, type Role } from './test-database.js';
+export { createTestDatabase, type TestDatabase, type DbUser } from './test-database.js';
 export type { TestServerContext } from './context.js';
 export { explainNested, planNodes, sharedBuffers, type NestedPlan, type PlanNode } from './explain.js';

@@ -1,20 +1,20 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { inject } from 'vitest';
-import { hardenDatabase, type RoleNames } from '../roles.js';
+import { hardenDatabase, type DbUserNames } from '../db-users.js';
 import { withDatabase } from '../urls.js';
 import './context.js';
 
-export type Role = keyof RoleNames | 'root';
+export type DbUser = keyof DbUserNames | 'root';
 
 export interface TestDatabase {
   name: string;
-  roles: RoleNames;
-  url(role: Role): string;
-  /** A pool connected as `role` (cached; closed by drop()). */
-  pool(role: Role): pg.Pool;
-  /** A single new client connected as `role` (closed by drop() unless ended before). */
-  client(role: Role): Promise<pg.Client>;
+  dbUsers: DbUserNames;
+  url(dbUser: DbUser): string;
+  /** A pool connected as `dbUser` (cached; closed by drop()). */
+  pool(dbUser: DbUser): pg.Pool;
+  /** A single new client connected as `dbUser` (closed by drop() unless ended before). */
+  client(dbUser: DbUser): Promise<pg.Client>;
   /** Runs a query as the owner. */
   query<R extends pg.QueryResultRow = pg.QueryResultRow>(sql: string, params?: unknown[]): Promise<pg.QueryResult<R>>;
   drop(): Promise<void>;
@@ -32,36 +32,36 @@ export async function createTestDatabase(options: { empty?: boolean } = {}): Pro
   try {
     const template = options.empty ? '' : ` template ${admin.escapeIdentifier(ctx.template)}`;
     await admin.query(
-      `create database ${admin.escapeIdentifier(name)}${template} owner ${admin.escapeIdentifier(ctx.roles.owner)}`,
+      `create database ${admin.escapeIdentifier(name)}${template} owner ${admin.escapeIdentifier(ctx.dbUsers.owner)}`,
     );
-    await hardenDatabase(admin, name, ctx.roles);
+    await hardenDatabase(admin, name, ctx.dbUsers);
   } finally {
     await admin.end();
   }
 
-  const url = (role: Role): string =>
-    role === 'root'
+  const url = (dbUser: DbUser): string =>
+    dbUser === 'root'
       ? withDatabase(ctx.rootUrl, name)
-      : withDatabase(ctx.rootUrl, name, ctx.roles[role], ctx.rolePasswords[role]);
-  const pools = new Map<Role, pg.Pool>();
+      : withDatabase(ctx.rootUrl, name, ctx.dbUsers[dbUser], ctx.dbUserPasswords[dbUser]);
+  const pools = new Map<DbUser, pg.Pool>();
   const clients = new Set<pg.Client>();
-  const pool = (role: Role): pg.Pool => {
-    let p = pools.get(role);
+  const pool = (dbUser: DbUser): pg.Pool => {
+    let p = pools.get(dbUser);
     if (!p) {
-      p = new pg.Pool({ connectionString: url(role), max: 10 });
+      p = new pg.Pool({ connectionString: url(dbUser), max: 10 });
       p.on('error', () => {}); // idle clients killed by drop(): nothing to do
-      pools.set(role, p);
+      pools.set(dbUser, p);
     }
     return p;
   };
 
   return {
     name,
-    roles: ctx.roles,
+    dbUsers: ctx.dbUsers,
     url,
     pool,
-    async client(role) {
-      const c = new pg.Client({ connectionString: url(role) });
+    async client(dbUser) {
+      const c = new pg.Client({ connectionString: url(dbUser) });
       c.on('error', () => {});
       await c.connect();
       clients.add(c);

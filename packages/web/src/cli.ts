@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// queue-api: the operations API, dashboard and /metrics. Settings from the environment
+// queue-web: the web server: the operations REST API, dashboard and /metrics. Settings from the environment
 // (see --help). Exit codes: 0 stopped cleanly, 1 crashed, 2 bad configuration.
 import { createApi } from './app.js';
 import { API_CONFIG } from './config.js';
@@ -17,7 +17,7 @@ async function main(): Promise<number> {
     if (process.channel) process.once('disconnect', () => resolve());
   });
   const address = await app.listen({ host: config.host, port: config.port });
-  app.log.info({ event: 'listening', address }, `queue-api listening on ${address}`);
+  app.log.info({ event: 'listening', address }, `queue-web listening on ${address}`);
   await stop;
   app.log.info({ event: 'stopping' }, 'stopping');
   await app.close();
@@ -28,7 +28,7 @@ main().then(
   (code) => process.exit(code),
   (error: unknown) => {
     process.stderr.write(
-      `queue-api crashed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+      `queue-web crashed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
     );
     process.exit(1);
   },

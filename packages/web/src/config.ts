@@ -32,7 +32,7 @@ export interface ApiConfig {
 }
 
 export const API_CONFIG = defineConfig({
-  program: 'queue-api',
+  program: 'queue-web',
   summary: 'The operations REST API, dashboard and /metrics.',
   settings: {
     databaseUrl: {

@@ -52,7 +52,7 @@ const PROGRAMS: Record<string, { reads: string[]; requires: string[] }> = {
     reads: [...WORKER_SETTINGS.map((s) => s.env), ...PROVIDER_ENV_VARS, ...MENU_PLATFORM_ENV_VARS],
     requires: ['DATABASE_URL'],
   },
-  'node packages/api/dist/cli.js': { reads: API_SETTINGS.map((s) => s.env), requires: ['DATABASE_URL', 'API_TOKEN'] },
+  'node packages/web/dist/cli.js': { reads: API_SETTINGS.map((s) => s.env), requires: ['DATABASE_URL', 'API_TOKEN'] },
   'node tools/db/dist/cli/migrate.js': {
     reads: [...migrateEnv, 'DATABASE_OWNER', 'ROOT_DATABASE_URL'],
     requires: migrateEnv,
@@ -176,7 +176,7 @@ describe('Kubernetes manifests', () => {
     expect(job.metadata.name).toBe('queue-migrate');
     const url = (w: Doc) => containers(w)[0].env!.find((e) => e.name === 'DATABASE_URL')!.valueFrom!.secretKeyRef!.key;
     expect(url(job)).toBe('owner-url');
-    expect(url(workloads.find((w) => w.metadata.name === 'queue-api'))).toBe('api-url');
+    expect(url(workloads.find((w) => w.metadata.name === 'queue-web'))).toBe('api-url');
     for (const w of workloads.filter((x) => x.metadata.labels?.['app.kubernetes.io/component'] === 'worker'))
       expect(url(w)).toBe('worker-url');
   });
@@ -197,13 +197,13 @@ describe('Kubernetes manifests', () => {
   });
 
   it('the API Service selects the API pods on their named port; probes hit real routes', () => {
-    const api = workloads.find((w) => w.metadata.name === 'queue-api');
-    const service = docs.find((d) => d.kind === 'Service' && d.metadata.name === 'queue-api');
+    const api = workloads.find((w) => w.metadata.name === 'queue-web');
+    const service = docs.find((d) => d.kind === 'Service' && d.metadata.name === 'queue-web');
     for (const [k, v] of Object.entries(service.spec.selector)) expect(api.spec.template.metadata.labels[k]).toBe(v);
     const container = containers(api)[0];
     const port = container.ports!.find((p) => p.name === service.spec.ports[0].targetPort)!;
     expect(String(port.containerPort)).toBe(container.env!.find((e) => e.name === 'API_PORT')!.value);
-    const app = readFileSync(join(root, 'packages', 'api', 'src', 'app.ts'), 'utf8');
+    const app = readFileSync(join(root, 'packages', 'web', 'src', 'app.ts'), 'utf8');
     for (const probe of [container as Doc].flatMap((c) => [c.readinessProbe, c.livenessProbe])) {
       expect(app).toContain(`app.get('${probe.httpGet.path}'`);
     }

@@ -43,10 +43,10 @@ const programs = () => ({
     },
     ready: 'worker_started',
   },
-  'queue-api': {
+  'queue-web': {
     cli: fileURLToPath(new URL('../dist/cli.js', import.meta.url)),
     env: { DATABASE_URL: db.url('api'), API_TOKEN: 'a-token-of-enough-length', API_PORT: '0' },
-    ready: 'queue-api listening on',
+    ready: 'queue-web listening on',
   },
   'files-service': {
     cli: cliOf('@org/files-service'),
@@ -101,7 +101,7 @@ describe('one log shape', () => {
     }
     // The lines each program writes when it is up, so the loop above saw real output.
     expect(seen.get('queue-worker')!.some((r) => r.event === 'worker_started')).toBe(true);
-    expect(seen.get('queue-api')!.some((r) => r.event === 'listening')).toBe(true);
+    expect(seen.get('queue-web')!.some((r) => r.event === 'listening')).toBe(true);
     expect(seen.get('files-service')!.some((r) => r.event === 'listening')).toBe(true);
   });
 

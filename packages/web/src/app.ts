@@ -1,6 +1,6 @@
 /**
- * The operations API: REST endpoints over the admin functions (sql/admin), the dashboard
- * (static files in packages/api/public) and GET /metrics. Every mutating request needs
+ * The web server: the operations REST API over the admin functions (sql/admin), the dashboard
+ * (static files in packages/web/public) and GET /metrics. Every mutating request needs
  * `Authorization: Bearer <API_TOKEN>`; every bad request gets a 4xx with a JSON message.
  */
 import { readdirSync, readFileSync } from 'node:fs';
@@ -205,7 +205,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   const logger =
     options.logger ??
     createLogger({
-      service: 'queue-api',
+      service: 'queue-web',
       level: config.logLevel,
       ...(config.logFormat ? { format: config.logFormat } : {}),
     });
@@ -214,7 +214,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   const app: FastifyInstance = Fastify({ loggerInstance, bodyLimit: 2 * 1024 * 1024, trustProxy: false });
   const pool =
     options.pool ??
-    connect({ connectionString: config.databaseUrl, max: config.poolSize, applicationName: 'queue-api' });
+    connect({ connectionString: config.databaseUrl, max: config.poolSize, applicationName: 'queue-web' });
   if (!options.pool) app.addHook('onClose', async () => pool.end());
   const store = new Store(pool);
 
@@ -228,7 +228,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
       );
       return reply
         .code(401)
-        .header('www-authenticate', 'Bearer realm="queue-api"')
+        .header('www-authenticate', 'Bearer realm="queue-web"')
         .send({ error: 'unauthorized', message: 'Authorization: Bearer <API_TOKEN> is required for this request' });
     }
   });

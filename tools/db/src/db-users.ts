@@ -2,59 +2,59 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 
 /**
- * The three database roles. They are cluster-wide, so they are created here, outside
+ * The database users (PostgreSQL roles with LOGIN). They are cluster-wide, so they are created here, outside
  * migrations, and migrations refer to them through graphile-migrate placeholders.
  *   owner   runs migrations and owns every object
  *   worker  worker_service_user: no table privileges, EXECUTE on what the worker calls
  *   app     applications: may enqueue and kick off business processes
  *   api     the admin REST API: read-only views plus the few admin functions it needs
  */
-export interface RoleNames {
+export interface DbUserNames {
   owner: string;
   worker: string;
   app: string;
   api: string;
 }
 
-export type RolePasswords = Record<keyof RoleNames, string>;
+export type DbUserPasswords = Record<keyof DbUserNames, string>;
 
 const ROLE_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 
-export function roleNamesFromEnv(env: NodeJS.ProcessEnv = process.env): RoleNames {
-  const names: RoleNames = {
+export function dbUserNamesFromEnv(env: NodeJS.ProcessEnv = process.env): DbUserNames {
+  const names: DbUserNames = {
     owner: env.DATABASE_OWNER ?? 'queue_owner',
     worker: env.DATABASE_WORKER ?? 'worker_service_user',
     app: env.DATABASE_APP ?? 'queue_app_user',
     api: env.DATABASE_API ?? 'queue_api_user',
   };
-  for (const key of Object.keys(names) as (keyof RoleNames)[]) {
+  for (const key of Object.keys(names) as (keyof DbUserNames)[]) {
     const name = names[key];
     if (!ROLE_NAME.test(name)) {
-      throw new Error(`role name for ${key} must match ${ROLE_NAME}, got ${JSON.stringify(name)}`);
+      throw new Error(`database user name for ${key} must match ${ROLE_NAME}, got ${JSON.stringify(name)}`);
     }
   }
   return names;
 }
 
-export function generatePasswords(): RolePasswords {
+export function generatePasswords(): DbUserPasswords {
   const make = () => randomBytes(18).toString('base64url');
   return { owner: make(), worker: make(), app: make(), api: make() };
 }
 
 /** The placeholders the migrations use, for graphile-migrate settings. */
-export function placeholders(roles: RoleNames): Record<string, string> {
-  return { ':DATABASE_WORKER': roles.worker, ':DATABASE_APP': roles.app, ':DATABASE_API': roles.api };
+export function placeholders(dbUsers: DbUserNames): Record<string, string> {
+  return { ':DATABASE_WORKER': dbUsers.worker, ':DATABASE_APP': dbUsers.app, ':DATABASE_API': dbUsers.api };
 }
 
-/** Creates the roles if missing (login, no other attributes) and sets their passwords. */
-export async function ensureRoles(root: pg.Client, roles: RoleNames, passwords: RolePasswords): Promise<void> {
+/** Creates the database users if missing (login, no other attributes) and sets their passwords. */
+export async function ensureDbUsers(root: pg.Client, dbUsers: DbUserNames, passwords: DbUserPasswords): Promise<void> {
   // Two callers may provision at once (test workers): serialise on an advisory lock.
   await root.query('select pg_advisory_lock(hashtext($1))', ['queue-roles']);
   try {
-    for (const key of Object.keys(roles) as (keyof RoleNames)[]) {
-      const name = root.escapeIdentifier(roles[key]);
+    for (const key of Object.keys(dbUsers) as (keyof DbUserNames)[]) {
+      const name = root.escapeIdentifier(dbUsers[key]);
       const password = root.escapeLiteral(passwords[key]);
-      const { rowCount } = await root.query('select 1 from pg_roles where rolname = $1', [roles[key]]);
+      const { rowCount } = await root.query('select 1 from pg_roles where rolname = $1', [dbUsers[key]]);
       if (rowCount === 0) {
         await root.query(`create role ${name} login password ${password}`);
       } else {
@@ -68,14 +68,14 @@ export async function ensureRoles(root: pg.Client, roles: RoleNames, passwords: 
 
 /**
  * Database-level hardening, applied to every database we create (CREATE DATABASE does
- * not copy a template's ACL): PUBLIC loses CONNECT and TEMP, our roles get CONNECT.
+ * not copy a template's ACL): PUBLIC loses CONNECT and TEMP, our database users get CONNECT.
  */
-export async function hardenDatabase(root: pg.Client, database: string, roles: RoleNames): Promise<void> {
+export async function hardenDatabase(root: pg.Client, database: string, dbUsers: DbUserNames): Promise<void> {
   const db = root.escapeIdentifier(database);
-  const owner = root.escapeIdentifier(roles.owner);
+  const owner = root.escapeIdentifier(dbUsers.owner);
   await root.query(`revoke all on database ${db} from public`);
   await root.query(`grant all on database ${db} to ${owner}`);
   await root.query(
-    `grant connect on database ${db} to ${owner}, ${[roles.worker, roles.app, roles.api].map((r) => root.escapeIdentifier(r)).join(', ')}`,
+    `grant connect on database ${db} to ${owner}, ${[dbUsers.worker, dbUsers.app, dbUsers.api].map((r) => root.escapeIdentifier(r)).join(', ')}`,
   );
 }

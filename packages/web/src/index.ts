@@ -1,3 +1,3 @@
-// @org/api: the operations REST API, dashboard and metrics.
+// @org/web: the web server: the operations REST API, dashboard and metrics.
 export { createApi, TASK_STATES, type ApiConfigInput, type CreateApiOptions } from './app.js';
 export { loadApiConfig, helpText, ConfigError, API_CONFIG, API_SETTINGS, type ApiConfig } from './config.js';

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { chromium } from 'playwright-core';
 import { openServer, provisionDatabase, repoRoot } from '@org/db-tools';
-import { createApi } from '@org/api';
+import { createApi } from '@org/web';
 
 const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
 const TOKEN = 'screenshots-token-0123456789';
