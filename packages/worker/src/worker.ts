@@ -2,7 +2,7 @@
  * The worker: claim -> local queue -> start -> processor -> completer, N at a time.
  *
  *   loop        claims (only the task types of its roles, up to 500 per call) into a local
- *               queue of about a second of work, up to `prefetch` tasks (default 500),
+ *               queue of about 250 ms of work, up to `prefetch` tasks (default 500),
  *               refilled when it is half empty; starts tasks as slots free; then waits
  *               for a notification, a freed slot or the poll interval
  *   starts      a task runs once the statement marking its start is written to a
@@ -59,7 +59,7 @@ const MAX_CLAIM = 500;
  * lately), up to `prefetch`: hundreds of quick tasks, only a few slow ones, so a worker
  * that dies strands little work and a backlog is shared between workers.
  */
-export const LOCAL_QUEUE_MS = 1000;
+export const LOCAL_QUEUE_MS = 250;
 
 export interface WorkerOptions extends Omit<WorkerConfig, 'logLevel'> {
   registry: ProcessorRegistry;

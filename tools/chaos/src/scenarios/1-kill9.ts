@@ -119,9 +119,10 @@ export const scenario: Scenario = {
       )
     ).rows;
     // Provider calls per attempt (the attempt id is the Idempotency-Key).
+    // The key ends with the attempt id (the provider namespaces it: "<namespace>:<schema>:<table>:<id>").
     const calls = new Map<string, number>();
     for (const req of resend.requests) {
-      const key = String(req.headers['idempotency-key'] ?? '');
+      const key = String(req.headers['idempotency-key'] ?? '').split(':').pop()!;
       calls.set(key, (calls.get(key) ?? 0) + 1);
     }
     const killsHolding = new Map<string, number>();
@@ -146,7 +147,22 @@ export const scenario: Scenario = {
     r.figure('max outstanding attempts per email root (sampled)', maxOutstanding);
     r.check('load ran without enqueue errors', load.errors.length === 0, load.errors.slice(0, 3).join('; '));
     r.check('every task completed (0 lost)', drained && tally.open === 0, `${tally.open} open of ${tally.total}`);
-    r.equal('every task succeeded', { failed: tally.failed, abandoned: tally.abandoned }, { failed: 0, abandoned: 0 });
+    const failures =
+      tally.failed + tally.abandoned > 0
+        ? (
+            await db.query(
+              `select t.task_type, c.outcome, (select e.error_message from queues.error e where e.task_id = t.task_id order by e.error_id desc limit 1) as error
+                 from queues.task t join queues.task_completed c using (task_id)
+                where t.task_id > $1 and c.outcome <> 'succeeded' limit 5`,
+              [fromId],
+            )
+          ).rows
+        : [];
+    r.check(
+      'every task succeeded',
+      tally.failed === 0 && tally.abandoned === 0,
+      `failed ${tally.failed}, abandoned ${tally.abandoned} ${JSON.stringify(failures)}`,
+    );
     r.equal('every step took effect exactly once', effects, { duplicated: 0, missing: 0 });
     r.check(
       'every email process succeeded',
