@@ -50,7 +50,7 @@ class Group {
 
   constructor() {
     this.written = new Promise((resolve, reject) => {
-      this.settleWritten = (error) => (error === undefined ? resolve() : reject(error as Error));
+      this.settleWritten = (error) => (error === undefined ? resolve() : reject(error));
     });
     this.answer = new Promise((resolve, reject) => {
       this.settleAnswer = (lost) => (lost instanceof Error ? reject(lost) : resolve(lost));
