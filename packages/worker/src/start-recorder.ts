@@ -45,7 +45,7 @@ class Group {
   readonly tasks: ClaimedTask[] = [];
   readonly written: Promise<void>;
   readonly answer: Promise<Set<string>>;
-  settleWritten!: (error?: unknown) => void;
+  settleWritten!: (error?: Error) => void;
   settleAnswer!: (lost: Set<string> | Error) => void;
 
   constructor() {
