@@ -241,10 +241,7 @@ export async function settleTasks(
 export async function markStarted(db: Queryable, leases: LeaseRef[]): Promise<Id[]> {
   if (leases.length === 0) return [];
   const rows = await mapErrors(
-    taskMarkStarted.run(
-      { taskIds: leases.map((l) => l.taskId), taskLeaseIds: leases.map((l) => l.taskLeaseId) },
-      db,
-    ),
+    taskMarkStarted.run({ taskIds: leases.map((l) => l.taskId), taskLeaseIds: leases.map((l) => l.taskLeaseId) }, db),
   );
   return rows.map((r) => r.taskId);
 }

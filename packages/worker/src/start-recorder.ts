@@ -45,12 +45,12 @@ class Group {
   readonly tasks: ClaimedTask[] = [];
   readonly written: Promise<void>;
   readonly answer: Promise<Set<string>>;
-  settleWritten!: (error?: unknown) => void;
+  settleWritten!: (error?: Error) => void;
   settleAnswer!: (lost: Set<string> | Error) => void;
 
   constructor() {
     this.written = new Promise((resolve, reject) => {
-      this.settleWritten = (error) => (error === undefined ? resolve() : reject(error as Error));
+      this.settleWritten = (error) => (error === undefined ? resolve() : reject(error));
     });
     this.answer = new Promise((resolve, reject) => {
       this.settleAnswer = (lost) => (lost instanceof Error ? reject(lost) : resolve(lost));

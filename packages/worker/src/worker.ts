@@ -228,11 +228,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     // it: give it two seconds. (Its lease is released; the process exiting closes it.)
     let endTimer: NodeJS.Timeout | undefined;
     await Promise.race([
-      Promise.all([
-        this.#completer.drain().then(() => this.#completer.close()),
-        this.#starts.close(),
-        this.pool.end(),
-      ]),
+      Promise.all([this.#completer.drain().then(() => this.#completer.close()), this.#starts.close(), this.pool.end()]),
       new Promise<void>((resolve) => (endTimer = setTimeout(resolve, 2000))),
     ]);
     clearTimeout(endTimer);
@@ -439,12 +435,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     });
   }
 
-  async #process(
-    running: Running,
-    log: Logger,
-    free: () => void,
-    written: Promise<void> | undefined,
-  ): Promise<void> {
+  async #process(running: Running, log: Logger, free: () => void, written: Promise<void> | undefined): Promise<void> {
     const { task, controller } = running;
     // The task runs only once its start is on its way to the database: the queue then
     // knows it was started, even if this process dies while running it.

@@ -122,7 +122,9 @@ export const scenario: Scenario = {
     // The key ends with the attempt id (the provider namespaces it: "<namespace>:<schema>:<table>:<id>").
     const calls = new Map<string, number>();
     for (const req of resend.requests) {
-      const key = String(req.headers['idempotency-key'] ?? '').split(':').pop()!;
+      const key = String(req.headers['idempotency-key'] ?? '')
+        .split(':')
+        .pop()!;
       calls.set(key, (calls.get(key) ?? 0) + 1);
     }
     const killsHolding = new Map<string, number>();
