@@ -112,6 +112,13 @@ export class Worker extends EventEmitter<WorkerEvents> {
   #claimFailures = 0;
   /** The last claim came back short: no more work until a notification or the poll. */
   #drained = false;
+  /**
+   * The last claim brought a task back whose earlier lease ended without completion (a
+   * suspect of a dead worker, perhaps): the queue hands out one suspect per claim, so the
+   * loop claims again as soon as there is room rather than when the local queue is half
+   * empty.
+   */
+  #recovering = false;
   /** Moving average of how long a task keeps its slot, ms (undefined until one ran). */
   #slotMs: number | undefined;
 
@@ -278,7 +285,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       const room = capacity - this.#busy - this.#waiting.length;
       // A freed slot is no reason to claim again right after a claim found the queue
       // empty: that waits for a notification or the poll interval.
-      if (room > 0 && this.#waiting.length <= lowWater && !this.#drained) {
+      if (room > 0 && (this.#waiting.length <= lowWater || this.#recovering) && !this.#drained) {
         // Tasks that finish together free their slots in the same turn of the event
         // loop: let them, and claim for all of them in one call.
         if (this.#busy > 0) await new Promise((resolve) => setImmediate(resolve));
@@ -288,6 +295,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
           if (claimed.length > 0) await this.#release(claimed);
           break;
         }
+        this.#recovering = claimed.some((t) => t.leaseCount > 1);
         this.#waiting.push(...claimed);
         this.#startWaiting();
         // A full batch means more work is likely waiting: claim again at once.
