@@ -1,7 +1,10 @@
 // Capacity per role against a fixture with known numbers (time moved by passing the
 // clock to the owner-only capacity_at), and its independence from history.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, explainNested, planNodes, sharedBuffers, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, explainNested, planNodes, sharedBuffers, type PlanNode, type TestDatabase } from '@org/db-tools/testing';
+
+/** The table a plan node reads; a history partition counts as its parent (task_p0 is task). */
+const relationOf = (n: PlanNode): string => (n['Relation Name'] ?? '').replace(/_(p\d+|default)$/, '');
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -16,7 +19,10 @@ const NOW = '2030-01-01T12:00:00Z';
 async function resetQueue(): Promise<void> {
   await db.query('delete from queues.worker');
   await db.query('alter table queues.task disable trigger forbid_update');
-  await db.query('truncate queues.task cascade');
+  await db.query(
+    // History tables have no foreign keys between them (partitioned by task_id): name each one.
+    'truncate queues.task, queues.task_lease, queues.task_completed, queues.error, queues.task_lease_extension, queues.task_lease_release, queues.task_lease_revocation, queues.task_attempt_failed, queues.task_redriven, queues.task_pending, queues.resource_lease',
+  );
   await db.query('alter table queues.task enable trigger forbid_update');
 }
 
@@ -190,17 +196,21 @@ describe('history', () => {
     // History is never scanned: the facts are reached by the completion-time index
     // (the window's rows) and by primary key.
     const seqScans = nodes.filter(
-      (n) => n['Node Type'] === 'Seq Scan' && ['task', 'task_lease', 'task_completed'].includes(n['Relation Name'] ?? ''),
+      (n) =>
+        n['Node Type'] === 'Seq Scan' &&
+        ['task', 'task_lease', 'task_completed'].includes(relationOf(n)) &&
+        // The default partition (empty unless maintenance fell behind) costs nothing to scan.
+        !(n['Relation Name']?.endsWith('_default') && sharedBuffers(n) === 0),
     );
     expect(seqScans).toEqual([]);
-    const completedScans = nodes.filter((n) => n['Relation Name'] === 'task_completed');
+    const completedScans = nodes.filter((n) => relationOf(n) === 'task_completed');
     expect(completedScans.length).toBeGreaterThan(0);
     for (const node of completedScans) {
       expect(node['Node Type'], 'task_completed is read by index').toMatch(/Index/);
       expect(node['Actual Rows'], 'only the window’s completions').toBeLessThanOrEqual(10);
     }
     for (const node of nodes) {
-      if (['task', 'task_lease'].includes(node['Relation Name'] ?? '')) {
+      if (['task', 'task_lease'].includes(relationOf(node))) {
         expect(node['Actual Rows'], `${node['Node Type']} on ${node['Relation Name']}`).toBeLessThanOrEqual(10);
       }
     }

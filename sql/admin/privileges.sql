@@ -23,7 +23,8 @@ grant execute on function
   admin.list_stale_leases(),
   admin.process_timeline(text, bigint),
   admin.list_process_roots(text, integer, bigint),
-  admin.list_processes()
+  admin.list_processes(),
+  admin.history_status()
 to :DATABASE_API;
 
 grant execute on function queues.enqueue(text, jsonb, timestamptz, integer, text, integer) to :DATABASE_API;

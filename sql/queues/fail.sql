@@ -38,8 +38,10 @@ begin
     end if;
     if exists (select 1 from queues.task_lease l
                 where l.task_id = _task_id and l.task_lease_id > _task_lease_id)
-       or exists (select 1 from queues.task_lease_release r where r.task_lease_id = _task_lease_id)
-       or exists (select 1 from queues.task_lease_revocation v where v.task_lease_id = _task_lease_id) then
+       or exists (select 1 from queues.task_lease_release r
+                   where r.task_id = _task_id and r.task_lease_id = _task_lease_id)
+       or exists (select 1 from queues.task_lease_revocation v
+                   where v.task_id = _task_id and v.task_lease_id = _task_lease_id) then
       raise exception 'lease % is no longer the current lease of task %', _task_lease_id, _task_id
         using errcode = '55000', hint = 'Another worker claimed the task after this lease expired.';
     end if;

@@ -82,8 +82,8 @@ begin
     returning p.task_id, p.current_lease_id, p.available_at, p.resource_key
   ),
   recorded as (
-    insert into queues.task_lease_extension (task_lease_id, extended_at, expires_at)
-    select e.current_lease_id, _now, e.available_at from extended e
+    insert into queues.task_lease_extension (task_id, task_lease_id, extended_at, expires_at)
+    select e.task_id, e.current_lease_id, _now, e.available_at from extended e
   ),
   key_extended as (
     update queues.resource_lease r
@@ -141,8 +141,8 @@ begin
     returning p.task_id, i.task_lease_id, p.resource_key
   ),
   recorded as (
-    insert into queues.task_lease_release (task_lease_id)
-    select r.task_lease_id from released r
+    insert into queues.task_lease_release (task_id, task_lease_id)
+    select r.task_id, r.task_lease_id from released r
     on conflict do nothing
   ),
   key_freed as (
