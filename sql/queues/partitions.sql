@@ -144,16 +144,22 @@ begin
   select * into _setting from queues.history_setting;
   perform set_config('lock_timeout', _setting.lock_timeout_ms || 'ms', true);
 
-  -- 1. Ahead of need. A set starts where the highest one ends, or above any task that
-  -- fell into the default partition (it cannot overlap rows there).
-  select coalesce(max(p.upper_bound), 0) into _highest from queues.history_partitions() p where not p.is_default;
-  select greatest(_highest, coalesce(max(d.task_id) + 1, 0)) into _highest from queues.task_default d;
+  -- 1. Ahead of need.
+  -- Ranges are never reused: above every set there is or was, and above any task in the
+  -- default partition (a new set cannot overlap rows there).
+  select greatest(coalesce(max(p.upper_bound), 0),
+                  coalesce((select max(d.upper_bound) from queues.history_partition_dropped d), 0),
+                  coalesce((select max(t.task_id) + 1 from queues.task_default t), 0))
+    into _highest
+    from queues.history_partitions() p where not p.is_default;
   while _highest < _last_id + 1 + _setting.partitions_ahead::bigint * _setting.partition_size loop
     _lower := _highest;
     begin
       perform queues.create_history_partition(_lower, _lower + _setting.partition_size);
       _created := _created || jsonb_build_array(jsonb_build_array(_lower, _lower + _setting.partition_size));
-    exception when lock_not_available or deadlock_detected then
+    -- check_violation: a task landed in the default partition, in this range, since it
+    -- was read above; the next run starts above it.
+    exception when lock_not_available or deadlock_detected or check_violation then
       _skipped := _skipped || jsonb_build_object('create', jsonb_build_array(_lower, _lower + _setting.partition_size),
                                                  'reason', sqlerrm);
       exit;
