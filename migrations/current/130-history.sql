@@ -212,3 +212,28 @@ $convert$;
 --!include admin/history.sql
 --!include queues/privileges.sql
 --!include admin/privileges.sql
+
+-- Partition maintenance every 10 minutes, run by our own schedules supervisor as a
+-- db_function task (sql/schedules): installed enabled, once (an operator's later
+-- changes, such as disabling it, are kept when this file runs again). Like every
+-- schedule it runs once a supervisor task is pending: deploys call
+-- schedules.ensure_schedule_supervisor() after migrating (`npm start` does), and any
+-- schedule change starts it. Nothing is enqueued here, so a fresh database holds no task.
+do $$
+declare
+  _message text := schedules.schedule_definition_error(
+    'queue_history_maintenance', '*/10 * * * *', 'db_function',
+    '{"db_function": "queues.maintain_history"}', 100, 'skip');
+  _schedule_id bigint;
+begin
+  if _message is not null then
+    raise exception 'schedule queue_history_maintenance: %', _message;
+  end if;
+  if exists (select 1 from schedules.schedule s where s.name = 'queue_history_maintenance') then
+    return;
+  end if;
+  insert into schedules.schedule (name) values ('queue_history_maintenance') returning schedule_id into _schedule_id;
+  perform schedules.append_schedule_version(
+    now(), _schedule_id, '*/10 * * * *', 'db_function', '{"db_function": "queues.maintain_history"}', 100, 'skip', true);
+end;
+$$;

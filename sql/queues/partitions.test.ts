@@ -188,7 +188,8 @@ describe('partition maintenance', () => {
     await maintain();
     const { rows: left } = await db.query(
       `select p.lower_bound from queues.history_partitions() p
-        where not p.is_default and p.upper_bound <= queues.last_task_id()`,
+        where not p.is_default and p.upper_bound <= queues.last_task_id()
+          and not exists (select 1 from queues.task_pending tp where tp.task_id >= p.lower_bound and tp.task_id < p.upper_bound)`,
     );
     expect(left).toEqual([]);
     const { rows: created } = await db.query(
@@ -208,5 +209,39 @@ describe('partition maintenance', () => {
     expect(status.partitions.length).toBeGreaterThan(1);
     expect(status.partitions[0]).toMatchObject({ total_bytes: expect.any(Number), is_default: false });
     expect(status.dropped_sets).toBeGreaterThan(0);
+  });
+
+  it('runs from its own schedule: the schedules supervisor enqueues the maintenance step every 10 minutes', async () => {
+    const { rows: installed } = await db.query(
+      `select v.cron, v.task_type, v.payload, v.priority from schedules.schedule s, schedules.current_version(s.schedule_id) v
+        where s.name = 'queue_history_maintenance'`,
+    );
+    expect(installed).toEqual([
+      { cron: '*/10 * * * *', task_type: 'db_function', payload: { db_function: 'queues.maintain_history' }, priority: 100 },
+    ]);
+    // Test databases start with it disabled (tools/db/src/testing/global-setup.ts).
+    await db.pool('app').query(`select schedules.enable_schedule('queue_history_maintenance')`);
+    const { rows: supervisor } = await db.query(
+      `select t.task_id, t.scheduled_at from queues.task t join schedules.supervisor_task s using (task_id)
+        where exists (select 1 from queues.task_pending p where p.task_id = t.task_id)`,
+    );
+    expect(supervisor).toHaveLength(1);
+    // The supervisor runs at the next fire time and enqueues the maintenance step.
+    const at = supervisor[0].scheduled_at as Date;
+    const { rows: run } = await db.query(`select schedules.schedule_supervisor_at($1, '{}'::jsonb) as r`, [at]);
+    expect(run[0].r).toBeDefined();
+    const { rows: step } = await db.query(
+      `select r.task_id, t.payload from schedules.schedule_run r join schedules.schedule s using (schedule_id)
+         join queues.task t on t.task_id = r.task_id
+        where s.name = 'queue_history_maintenance' and r.outcome = 'enqueued'`,
+    );
+    expect(step).toHaveLength(1);
+    expect(step[0].payload).toEqual({ db_function: 'queues.maintain_history' });
+    // The worker runs it like any db_function task.
+    const { rows: result } = await db
+      .pool('worker')
+      .query(`select internal.run_function($1 ->> 'db_function', $1) as r`, [step[0].payload]);
+    expect(result[0].r).toMatchObject({ created: expect.any(Array), dropped: expect.any(Array), kept: expect.any(Number) });
+    await db.pool('app').query(`select schedules.disable_schedule('queue_history_maintenance')`);
   });
 });

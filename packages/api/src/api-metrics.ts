@@ -12,11 +12,12 @@ const PENDING_STATES = ['scheduled', 'ready', 'running', 'retrying'];
 const WINDOW = 3600;
 
 export async function renderApiMetrics(store: Store): Promise<string> {
-  const [types, counts, stats, capacity] = await Promise.all([
+  const [types, counts, stats, capacity, history] = await Promise.all([
     store.taskTypes(),
     store.counts(WINDOW),
     store.completionStats(WINDOW),
     store.capacity(),
+    store.history(),
   ]);
   const out = new Exposition();
 
@@ -55,5 +56,25 @@ export async function renderApiMetrics(store: Store): Promise<string> {
     const needed = { 1: c.workers_needed.for_1_hour, 4: c.workers_needed.for_4_hours, 8: c.workers_needed.for_8_hours };
     for (const [hours, n] of Object.entries(needed)) if (n !== null) out.sample('queue_workers_needed', { task_type: c.task_type, hours }, n);
   }
+
+  // History partitions and retention (docs/operations.md, "Retention and partitions").
+  out.family('queue_history_partitions', 'gauge', 'Partition sets of the queue history (the default partition not counted).');
+  out.sample('queue_history_partitions', {}, history.partitions.filter((p) => !p.is_default).length);
+  out.family('queue_history_partition_bytes', 'gauge', 'Bytes (tables, TOAST, indexes) of each partition set over every history table.');
+  for (const p of history.partitions) {
+    out.sample('queue_history_partition_bytes', { lower_bound: p.lower_bound ?? 'default', upper_bound: p.upper_bound ?? 'default' }, p.total_bytes);
+  }
+  out.family('queue_history_default_partition_tasks', 'gauge', 'Tasks in the default partition (0 unless maintenance fell behind).');
+  out.sample('queue_history_default_partition_tasks', {}, history.default_partition_tasks);
+  out.family('queue_history_retention_seconds', 'gauge', 'Retention window: a set is dropped this long after its newest completion.');
+  out.sample('queue_history_retention_seconds', {}, history.retention_seconds);
+  out.family('queue_history_oldest_task_timestamp_seconds', 'gauge', 'Enqueue time of the oldest retained task (absent with no task).');
+  if (history.oldest_enqueued_at) out.sample('queue_history_oldest_task_timestamp_seconds', {}, Date.parse(history.oldest_enqueued_at) / 1000);
+  out.family('queue_history_oldest_task_id', 'gauge', 'Id of the oldest retained task (absent with no task).');
+  if (history.oldest_task_id !== null) out.sample('queue_history_oldest_task_id', {}, history.oldest_task_id);
+  out.family('queue_history_next_drop_timestamp_seconds', 'gauge', 'When the next partition set leaves the window (absent while none is due or it holds pending tasks).');
+  if (history.next_drop?.drop_after) out.sample('queue_history_next_drop_timestamp_seconds', {}, Date.parse(history.next_drop.drop_after) / 1000);
+  out.family('queue_history_dropped_sets', 'gauge', 'Partition sets dropped by retention so far.');
+  out.sample('queue_history_dropped_sets', {}, history.dropped_sets);
   return out.toString();
 }
