@@ -45,7 +45,39 @@ drop trigger if exists forbid_update on queues.history_partition_dropped;
 create trigger forbid_update before update on queues.history_partition_dropped
   for each statement execute function queues.forbid_fact_update();
 
+-- Retention of business processes' own facts, off by default: a row per process turns it
+-- on (sql/internal/retention.sql).
+create table if not exists internal.process_retention (
+  process    text primary key
+             check (process in ('send_email', 'send_sms', 'file_deletion', 'account_deletion', 'account_anonymization')),
+  retention  interval not null check (retention > interval '0'),
+  updated_at timestamptz not null default now()
+);
+comment on table internal.process_retention is
+  'Retention window of finished business processes, per process; no row: kept forever (the default).';
+
+-- What domain retention removed: one row per process per run that pruned roots.
+create table if not exists internal.process_pruned (
+  process_pruned_id bigint generated always as identity primary key,
+  process         text not null,
+  first_root_id   bigint not null,
+  last_root_id    bigint not null check (last_root_id >= first_root_id),
+  roots           integer not null check (roots > 0),
+  finished_before timestamptz not null,
+  pruned_at       timestamptz not null default now()
+);
+create index if not exists process_pruned_process_idx on internal.process_pruned (process, last_root_id);
+comment on table internal.process_pruned is
+  'Append-only: finished process roots pruned by domain retention (ids first_root_id..last_root_id, not every id in between).';
+drop trigger if exists forbid_update on internal.process_pruned;
+create trigger forbid_update before update on internal.process_pruned
+  for each statement execute function queues.forbid_fact_update();
+
 --!include queues/partitions.sql
+--!include internal/retention.sql
+--!include comms/retention.sql
+--!include files/retention.sql
+--!include accounts/retention.sql
 
 -- The conversion. Tables are converted as they are (columns, defaults, checks and
 -- identity are copied with LIKE), so columns added by earlier files are kept.
@@ -210,8 +242,12 @@ $convert$;
 --!include admin/capacity.sql
 --!include admin/metrics.sql
 --!include admin/history.sql
+--!include admin/processes.sql
 --!include queues/privileges.sql
 --!include admin/privileges.sql
+--!include comms/privileges.sql
+--!include files/privileges.sql
+--!include accounts/privileges.sql
 
 -- Partition maintenance every 10 minutes, run by our own schedules supervisor as a
 -- db_function task (sql/schedules): installed enabled, once (an operator's later

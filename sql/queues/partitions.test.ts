@@ -240,7 +240,7 @@ describe('partition maintenance', () => {
     // The worker runs it like any db_function task.
     const { rows: result } = await db
       .pool('worker')
-      .query(`select internal.run_function($1 ->> 'db_function', $1) as r`, [step[0].payload]);
+      .query(`select internal.run_function($1::jsonb ->> 'db_function', $1::jsonb) as r`, [step[0].payload]);
     expect(result[0].r).toMatchObject({ created: expect.any(Array), dropped: expect.any(Array), kept: expect.any(Number) });
     await db.pool('app').query(`select schedules.disable_schedule('queue_history_maintenance')`);
   });
