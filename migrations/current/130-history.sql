@@ -225,6 +225,15 @@ begin
     end loop;
     execute format('create trigger forbid_update before update on queues.%I
                       for each statement execute function queues.forbid_fact_update()', _table);
+    -- Any other trigger of the old table (e.g. one run on TRUNCATE), as it was defined.
+    for _index in
+      select pg_get_triggerdef(t.oid) as relname from pg_trigger t
+       where t.tgrelid = format('queues.%I', _table || '_unpartitioned')::regclass
+         and not t.tgisinternal and t.tgname <> 'forbid_update'
+    loop
+      execute replace(_index.relname, format(' ON queues.%I ', _table || '_unpartitioned'),
+                      format(' ON queues.%I ', _table));
+    end loop;
   end loop;
 
   -- One statement: the old tables reference each other.

@@ -21,6 +21,8 @@ try {
   const owner = new pg.Pool({ connectionString: urls.owner, max: 1 });
   const app = new pg.Pool({ connectionString: urls.app, max: 1 });
   const worker = new pg.Pool({ connectionString: urls.worker, max: 1 });
+  // Idle connections die when the server stops at the end: nothing to report.
+  for (const pool of [owner, app, worker]) pool.on('error', () => {});
   await owner.query(`insert into queues.task_type (task_type) values ('bench') on conflict do nothing`);
   const started = performance.now();
   for (let done = 0; done < N; done += 1000) {
@@ -38,8 +40,12 @@ try {
             sum(pg_table_size(p.relid))::bigint as table_bytes,
             sum(pg_indexes_size(p.relid))::bigint as index_bytes
        from unnest($1::text[]) t(name)
-       cross join lateral pg_partition_tree(format('queues.%I', t.name)::regclass) p
-      where p.isleaf
+       -- Every leaf partition of a partitioned table; a plain table is its own leaf.
+       cross join lateral (
+         select p.relid from pg_partition_tree(format('queues.%I', t.name)::regclass) p where p.isleaf
+         union all
+         select c.oid from pg_class c where c.oid = format('queues.%I', t.name)::regclass and c.relkind = 'r'
+       ) p
       group by t.name order by array_position($1::text[], t.name)`,
     [TABLES],
   );
@@ -54,6 +60,8 @@ try {
     console.log(`${r.name.padEnd(22)} | ${perMillion(r.table_bytes).padStart(16)} | ${perMillion(r.index_bytes).padStart(16)}`);
   }
   console.log(`${'total'.padEnd(22)} | ${perMillion(tableSum).padStart(16)} | ${perMillion(indexSum).padStart(16)}`);
+  const { rows: worker_id } = await owner.query('select avg(pg_column_size(worker_id))::numeric(6,1) as b from queues.task_lease');
+  console.log(`worker_id on each lease: ${worker_id[0].b} bytes on average (a text id of ${WORKER_ID.length} characters)`);
   await Promise.all([owner.end(), app.end(), worker.end()]);
 } finally {
   await server.stop({ destroy: true });
