@@ -21,9 +21,6 @@
 --   workers_needed_1h/4h/8h   ceil(pending / (tasks_per_worker_hour * hours)); 0 when
 --                         nothing is pending; null without a rate
 
-drop function if exists admin.capacity_at(timestamptz, text, integer, integer);
-drop function if exists admin.capacity(text);
-
 create or replace function admin.capacity_at(
   _now                timestamptz,
   _task_type          text,

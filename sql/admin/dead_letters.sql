@@ -3,8 +3,6 @@
 -- these wrappers add paging and validation, so the API role needs EXECUTE on admin
 -- functions only.
 
-drop function if exists admin.list_dead_letters(text, integer, bigint);
-
 -- Dead letters newest first, optionally of one _task_type, _limit per page (default 50,
 -- at most 500), older than _before_task_id.
 create or replace function admin.list_dead_letters(

@@ -2,9 +2,6 @@
 -- and the API's /metrics. Both read completions through task_completed_completed_at_idx
 -- (cost follows the window, not history) and probe task and task_lease by primary key.
 
-drop function if exists admin.throughput_at(timestamptz, integer, integer);
-drop function if exists admin.throughput(integer, integer);
-
 -- Completions per _bucket_seconds bucket over the last _window_seconds (defaults: one
 -- hour in one-minute buckets; at most 1440 buckets), by task type and outcome. Buckets
 -- without completions are left out.
@@ -59,9 +56,6 @@ create or replace function admin.duration_buckets() returns double precision[]
   language sql immutable parallel safe
   set search_path = pg_catalog, pg_temp
 as $$ select array[0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300]::double precision[] $$;
-
-drop function if exists admin.completion_stats_at(timestamptz, integer);
-drop function if exists admin.completion_stats(integer);
 
 -- Completions in the last _window_seconds (default 3600) by task type and outcome, with
 -- the durations of leased completions (completed_at - leased_at of the completing lease):

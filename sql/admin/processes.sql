@@ -62,8 +62,6 @@ begin
 end;
 $$;
 
-drop function if exists admin.process_timeline(text, bigint);
-
 -- Every fact of one root, oldest first: started, supervisor_run, attempt,
 -- attempt_succeeded, attempt_failed, succeeded, failed; for a root that domain retention
 -- pruned (internal.process_pruned), one 'pruned' row instead. `detail` is the fact row as JSON
@@ -155,8 +153,6 @@ begin
   end if;
 end;
 $$;
-
-drop function if exists admin.list_process_roots(text, integer, bigint);
 
 -- Roots of one process newest first, _limit per page (default 50, at most 500), older
 -- than _before_root_id, with their status (succeeded, failed or running) and the root

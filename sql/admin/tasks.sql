@@ -2,9 +2,6 @@
 -- and counts by type and state. The *_at functions take the clock (owner only, for
 -- tests); the API calls the wrappers, which pass now().
 
-drop function if exists admin.list_tasks_at(timestamptz, text, text, integer, bigint);
-drop function if exists admin.list_tasks(text, text, integer, bigint);
-
 -- Tasks newest first, optionally of one _task_type and in one _state (admin.task_states()),
 -- _limit per page (default 50, at most 500), older than _before_task_id (the last id of
 -- the previous page). Pending states read queues.task_pending (bounded by pending work);

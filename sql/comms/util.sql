@@ -20,8 +20,3 @@ create or replace function comms.is_e164_number(_number text)
 as $$
   select _number is not null and _number ~ '^\+[1-9][0-9]{6,14}$'
 $$;
-
--- Replaced by the shared helpers in sql/internal/process_support.sql.
-drop function if exists comms.id_from_payload(jsonb, text);
-drop function if exists comms.validation_failure(text);
-drop function if exists comms.assert_read_committed(text);

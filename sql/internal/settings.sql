@@ -1,13 +1,7 @@
--- Operational settings, owner-managed. Not facts: a knob an operator (or a test) turns.
+-- Operational settings, owner-managed (the table internal.setting): a knob an operator
+-- (or a test) turns.
 --   backoff_scale  multiplies every supervisor backoff (default 1). 0.01 turns the
 --                  5 s first retry into 50 ms, for tests and the demo.
-
-create table if not exists internal.setting (
-  name       text primary key check (name in ('backoff_scale')),
-  value      text not null,
-  updated_at timestamptz not null default now()
-);
-comment on table internal.setting is 'Operational settings (owner only). See sql/internal/settings.sql.';
 
 -- The wait before a supervisor's next check: 5 s * 2^_exponent, at most _cap_seconds,
 -- times backoff_scale.

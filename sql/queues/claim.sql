@@ -12,9 +12,6 @@
 -- 'abandoned' with an error
 -- instead of being leased again, so a task that kills its worker cannot loop forever.
 
-drop function if exists queues.claim_tasks_at(timestamptz, text, integer, text[], integer);
-drop function if exists queues.claim_tasks(text, integer, text[], integer);
-
 create or replace function queues.claim_tasks_at(
   _now           timestamptz,
   _worker_id     text,

@@ -1,4 +1,5 @@
 -- EXAMPLE, not part of the migrations: the seed's task chain as db_function steps.
+-- schema-drift: not migrated (tools/db/src/sql-drift.ts skips this file)
 -- chain_example.test.ts loads this file into its own test database (replacing
 -- :DATABASE_WORKER) to show and test chaining; copy the pattern into a real domain.
 --

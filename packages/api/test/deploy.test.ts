@@ -52,16 +52,16 @@ const PROGRAMS: Record<string, { reads: string[]; requires: string[] }> = {
     requires: ['DATABASE_URL'],
   },
   'node packages/api/dist/cli.js': { reads: API_SETTINGS.map((s) => s.env), requires: ['DATABASE_URL', 'API_TOKEN'] },
-  'npx --no-install graphile-migrate migrate': { reads: migrateEnv, requires: migrateEnv },
+  'node tools/db/dist/cli/migrate.js': { reads: [...migrateEnv, 'DATABASE_OWNER', 'ROOT_DATABASE_URL'], requires: migrateEnv },
 };
 
 /** A command's program exists: dist/x.js of a package is built from src/x.ts; a bin is installed. */
 function assertRunnable(command: string[]): void {
   if (command[0] === 'node') {
-    const m = /^packages\/([^/]+)\/dist\/(.+)\.js$/.exec(command[1]!);
+    const m = /^(packages|tools)\/([^/]+)\/dist\/(.+)\.js$/.exec(command[1]!);
     expect(m, `${command[1]} is a built file of a package`).not.toBeNull();
-    expect(existsSync(join(root, 'packages', m![1]!, 'src', `${m![2]}.ts`)), `packages/${m![1]}/src/${m![2]}.ts`).toBe(true);
-    expect(existsSync(join(root, 'packages', m![1]!, 'tsconfig.json'))).toBe(true);
+    expect(existsSync(join(root, m![1]!, m![2]!, 'src', `${m![3]}.ts`)), `${m![1]}/${m![2]}/src/${m![3]}.ts`).toBe(true);
+    expect(existsSync(join(root, m![1]!, m![2]!, 'tsconfig.json'))).toBe(true);
   } else if (command[0] === 'npx') {
     const bin = command.find((c, i) => i > 0 && !c.startsWith('-'))!;
     const pkg = JSON.parse(readFileSync(join(root, 'node_modules', bin, 'package.json'), 'utf8'));
@@ -97,7 +97,11 @@ describe('Dockerfile', () => {
 
 describe('Kubernetes manifests', () => {
   it('one worker Deployment per role, with replicas, claiming that role', () => {
-    const schema = readFileSync(join(root, 'sql', 'queues', 'schema.sql'), 'utf8');
+    // Task types are registered by the migrations (the baseline's inserts, and later ones).
+    const committed = join(root, 'migrations', 'committed');
+    const schema = readdirSync(committed)
+      .map((f) => readFileSync(join(committed, f), 'utf8'))
+      .join('\n');
     const byRole = new Map<string, Doc>();
     for (const d of workloads.filter((w) => w.metadata.labels?.['app.kubernetes.io/component'] === 'worker')) {
       const role = containers(d)[0]!.env!.find((e) => e.name === 'WORKER_ROLE')!.value!;

@@ -3,16 +3,20 @@ import chokidar from 'chokidar';
 import { watch as applyCurrent, type Settings } from 'graphile-migrate';
 import { clearAllPools } from 'graphile-migrate/dist/pgReal.js';
 import { runPgtyped } from './codegen.js';
+import type { RoleNames } from './roles.js';
+import { writeSchemaDump } from './schema-dump-file.js';
 
 export interface DevLoopOptions {
   settings: Settings;
-  /** The database the loop applies current.sql to and generates types from (owner). */
+  /** The database the loop applies the current migration to and generates types from (owner). */
   databaseUrl: string;
-  /** Folders holding SQL that current.sql may include (watched recursively). */
+  /** Folders holding SQL that the current migration may include (watched recursively). */
   sqlFolders: string[];
   /** Client packages (folders with pgtyped.json) to regenerate. */
   clientPackages: string[];
   log: (line: string) => void;
+  /** Rewrite this schema dump (migrations/schema.sql) after every cycle. */
+  schemaDump?: { roles: RoleNames; path: string };
   /** Called after every cycle, with the error if it failed. */
   onCycle?: (error: Error | undefined) => void;
   debounceMs?: number;
@@ -25,8 +29,9 @@ export interface DevLoop {
 }
 
 /**
- * The edit loop: on every save of current.sql, of an included SQL file, or of a client's
- * query file, re-apply current.sql and regenerate the typed clients. A failing cycle is
+ * The edit loop: on every save of a file of migrations/current/, of an included SQL file,
+ * or of a client's query file, re-apply the current migration, regenerate the typed
+ * clients and (with `schemaDump`) the schema dump. A failing cycle is
  * logged and the loop waits for the next save.
  */
 export function startDevLoop(options: DevLoopOptions): DevLoop {
@@ -48,7 +53,11 @@ export function startDevLoop(options: DevLoopOptions): DevLoop {
         const output = await runPgtyped({ cwd: pkg, config: 'pgtyped.json', databaseUrl: options.databaseUrl });
         for (const line of output.split('\n')) if (line.startsWith('Saved')) log(line);
       }
-      log('current.sql applied; clients up to date');
+      if (options.schemaDump) {
+        const { changed } = await writeSchemaDump(options.databaseUrl, options.schemaDump.roles, { path: options.schemaDump.path });
+        if (changed) log(`${options.schemaDump.path} rewritten`);
+      }
+      log('current migration applied; clients and schema dump up to date');
     } catch (error) {
       failure = error instanceof Error ? error : new Error(String(error));
       log(`cycle failed, waiting for the next save:\n${failure.message}`);

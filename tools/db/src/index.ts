@@ -5,3 +5,9 @@ export { ensureRoles, hardenDatabase, roleNamesFromEnv, type RoleNames, type Rol
 export { openServer, provisionDatabase, databaseUrls, withRootClient, type DatabaseServer, type DatabaseUrls } from './server.js';
 export { withDatabase, redactUrl } from './urls.js';
 export { openDevServer, DEV_DATABASE } from './dev-server.js';
+export { dumpSchema, unifiedDiff } from './schema-dump.js';
+export { writeSchemaDump, schemaDumpPath } from './schema-dump-file.js';
+export { replaceLegacyHistory, LEGACY_HISTORY, BASELINE_FILENAME } from './legacy.js';
+export { checkMigrationLocks, lockMarkers, HOT_TABLES } from './migration-locks.js';
+export { findSqlDrift, sqlFiles } from './sql-drift.js';
+export { compiledMigrations, compileMigration } from './migration-files.js';

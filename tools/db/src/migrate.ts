@@ -1,10 +1,11 @@
 import { join } from 'node:path';
 import { Logger } from '@graphile/logger';
-import { readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import JSON5 from 'json5';
 import { migrate, watch, type Settings } from 'graphile-migrate';
 // Not re-exported by the package index; see migrateDatabase.
 import { clearAllPools } from 'graphile-migrate/dist/pgReal.js';
+import { replaceLegacyHistory } from './legacy.js';
 import { repoRoot } from './paths.js';
 import { placeholders, type RoleNames } from './roles.js';
 
@@ -14,7 +15,8 @@ import { placeholders, type RoleNames } from './roles.js';
  */
 export async function migrateSettings(options: {
   ownerUrl: string;
-  rootUrl: string;
+  /** A superuser connection to another database; graphile-migrate needs it only for reset and commit. */
+  rootUrl?: string;
   shadowUrl?: string;
   roles: RoleNames;
   quiet?: boolean;
@@ -24,7 +26,7 @@ export async function migrateSettings(options: {
   const settings: Settings = {
     ...file,
     connectionString: options.ownerUrl,
-    rootConnectionString: options.rootUrl,
+    ...(options.rootUrl ? { rootConnectionString: options.rootUrl } : {}),
     migrationsFolder: join(root, 'migrations'),
     databaseOwner: options.roles.owner,
     placeholders: { ...file.placeholders, ...placeholders(options.roles) },
@@ -40,11 +42,27 @@ function quietLogger(): Logger {
   });
 }
 
-/** Applies the committed migrations, then (unless `current` is false) current.sql once. */
-export async function migrateDatabase(settings: Settings, options: { current?: boolean } = {}): Promise<void> {
+/**
+ * Applies the committed migrations, then (unless `current` is false) the current
+ * migration (migrations/current/) once. A database migrated with the history the
+ * baseline replaced is moved onto the baseline first (see legacy.ts).
+ */
+export async function migrateDatabase(
+  settings: Settings,
+  options: { current?: boolean; log?: (line: string) => void } = {},
+): Promise<void> {
   try {
+    await replaceLegacyHistory(settings, options.log);
     await migrate(settings);
-    if (options.current !== false) await watch(settings, true);
+    if (options.current !== false) {
+      // Without migrations/current/ (git keeps no empty folder) graphile-migrate would
+      // write migrations/current.sql, which cannot coexist with current/ files added later.
+      const folder = settings.migrationsFolder ?? 'migrations';
+      if (!existsSync(join(folder, 'current')) && !existsSync(join(folder, 'current.sql'))) {
+        mkdirSync(join(folder, 'current'));
+      }
+      await watch(settings, true);
+    }
   } finally {
     // graphile-migrate keeps each pool 200 ms after use, and exits the process if one of
     // its idle connections errors (say, the server stops): release them now.

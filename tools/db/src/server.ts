@@ -94,7 +94,7 @@ export async function withRootClient<T>(server: DatabaseServer, fn: (client: pg.
 
 /**
  * Makes sure the roles exist and `database` exists, is hardened and is migrated
- * (committed migrations, then current.sql unless `current: false`). With `fresh`, an
+ * (committed migrations, then migrations/current/ unless `current: false`). With `fresh`, an
  * existing database of that name is dropped first.
  */
 export async function provisionDatabase(

@@ -1,5 +1,6 @@
-// `npm run dev`'s loop: saving current.sql re-applies it, and saving a query file
-// regenerates its typed client; a broken save is reported and the loop carries on.
+// `npm run dev`'s loop: saving current.sql re-applies it and rewrites the schema dump,
+// and saving a query file regenerates its typed client; a broken save is reported and
+// the loop carries on.
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -54,6 +55,7 @@ beforeAll(async () => {
     databaseUrl: db.url('owner'),
     sqlFolders: [],
     clientPackages: [pkg],
+    schemaDump: { roles: db.roles, path: join(tmp, 'schema.sql') },
     log: (line) => lines.push(line),
     onCycle: (error) => cycles.push(error),
     debounceMs: 50,
@@ -80,6 +82,7 @@ describe('dev loop', () => {
     expect(await done).toBeUndefined();
     const { rows } = await db.query(`select queues.dev_probe(3) as probe`);
     expect(rows[0].probe).toBe('xxx');
+    expect(readFileSync(join(tmp, 'schema.sql'), 'utf8')).toContain('CREATE OR REPLACE FUNCTION queues.dev_probe(_n integer)');
 
     done = nextCycle();
     writeFileSync(

@@ -1,7 +1,9 @@
 // `npm run codegen`: a fresh database on the development server (embedded unless
-// DATABASE_URL), migrated with committed migrations and current.sql, then pgtyped for
-// every client package. Fails on any pgtyped error.
+// DATABASE_URL), migrated with committed migrations and migrations/current/, then pgtyped
+// for every client package and the schema dump (migrations/schema.sql). Fails on any
+// pgtyped error.
 import { generateClients } from '../codegen.js';
+import { writeSchemaDump } from '../schema-dump-file.js';
 import { openServer, provisionDatabase } from '../server.js';
 
 async function main(): Promise<void> {
@@ -13,6 +15,8 @@ async function main(): Promise<void> {
   try {
     const urls = await provisionDatabase(server, 'queue_codegen', { fresh: true, quiet: true });
     await generateClients(urls.owner, (line) => process.stdout.write(`${line}\n`));
+    const dump = await writeSchemaDump(urls.owner, server.roles);
+    process.stdout.write(`${dump.path}: ${dump.changed ? 'written' : 'up to date'}\n`);
   } finally {
     await server.stop();
   }

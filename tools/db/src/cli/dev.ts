@@ -1,11 +1,13 @@
 // `npm run dev`: the development database (embedded unless DATABASE_URL) with
-// current.sql re-applied and the typed clients regenerated on every save.
+// migrations/current/ re-applied, and the typed clients and migrations/schema.sql
+// regenerated, on every save.
 import { join } from 'node:path';
 import { clientPackages } from '../codegen.js';
 import { startDevLoop } from '../dev-loop.js';
 import { openDevServer } from '../dev-server.js';
 import { migrateSettings } from '../migrate.js';
 import { repoRoot } from '../paths.js';
+import { schemaDumpPath } from '../schema-dump-file.js';
 
 async function main(): Promise<void> {
   const log = (line: string) => process.stdout.write(`[dev] ${line}\n`);
@@ -16,10 +18,11 @@ async function main(): Promise<void> {
     databaseUrl: urls.owner,
     sqlFolders: [join(repoRoot(), 'sql')],
     clientPackages: clientPackages(),
+    schemaDump: { roles: server.roles, path: schemaDumpPath() },
     log,
   });
   await loop.ready;
-  log(`watching migrations/current.sql, sql/ and the clients' queries; database ${urls.owner}`);
+  log(`watching migrations/current/, sql/ and the clients' queries; database ${urls.owner}`);
   const stop = async () => {
     await loop.close();
     await server.stop();

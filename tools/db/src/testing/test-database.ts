@@ -7,7 +7,6 @@ import './context.js';
 
 export type Role = keyof RoleNames | 'root';
 
-/** A database of its own for one test file, cloned from the migrated template. */
 export interface TestDatabase {
   name: string;
   roles: RoleNames;
@@ -21,15 +20,18 @@ export interface TestDatabase {
   drop(): Promise<void>;
 }
 
-export async function createTestDatabase(): Promise<TestDatabase> {
+/**
+ * A database of its own for one test file: a clone of the migrated template, or with
+ * `empty`, a new database with nothing migrated (hardened the same way).
+ */
+export async function createTestDatabase(options: { empty?: boolean } = {}): Promise<TestDatabase> {
   const ctx = inject('queueTestServer');
   const name = `${ctx.prefix}${randomBytes(5).toString('hex')}`;
   const admin = new pg.Client({ connectionString: ctx.rootUrl });
   await admin.connect();
   try {
-    await admin.query(
-      `create database ${admin.escapeIdentifier(name)} template ${admin.escapeIdentifier(ctx.template)} owner ${admin.escapeIdentifier(ctx.roles.owner)}`,
-    );
+    const template = options.empty ? '' : ` template ${admin.escapeIdentifier(ctx.template)}`;
+    await admin.query(`create database ${admin.escapeIdentifier(name)}${template} owner ${admin.escapeIdentifier(ctx.roles.owner)}`);
     await hardenDatabase(admin, name, ctx.roles);
   } finally {
     await admin.end();

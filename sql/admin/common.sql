@@ -1,16 +1,5 @@
--- admin: what the operations API (packages/api) reads and calls. Every function here is
--- a security definer over the queue's and the domains' tables: the API role
--- (:DATABASE_API) has no table privileges, only EXECUTE on the functions listed in
--- sql/admin/privileges.sql.
---
--- Cost rule for everything here: proportional to pending work, to a recent window of
--- completions, or to one task's facts; never to the whole history.
-
-create schema if not exists admin;
-revoke all on schema admin from public;
-
--- Throughput and durations over a recent window read completions by time.
-create index if not exists task_completed_completed_at_idx on queues.task_completed (completed_at);
+-- Helpers shared by the admin functions: task states, page sizes, task type filters.
+-- Called only from definer functions: no grants.
 
 -- The state of a task that is not completed, from its claim-index row at _now:
 --   ready      claimable now (scheduled time reached; no live lease)

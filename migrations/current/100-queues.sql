@@ -1,1 +1,0 @@
--- Queue core changes (sql/queues, sql/internal). Include changed files here.

@@ -1,1 +1,0 @@
--- Business domains (sql/comms, sql/files, sql/accounts, sql/api). Include changed files here.

@@ -1,1 +1,0 @@
--- Operations: admin functions for the REST API (sql/admin), schedules (sql/schedules).

@@ -1,0 +1,6046 @@
+-- The schema the migrations build (committed + current), generated from the catalog by
+-- tools/db/src/schema-dump.ts (`npm run schema-dump`, also run by `npm run codegen` and
+-- `npm run dev`). Never edit it by hand; a test fails when it is stale.
+
+-- Schemas
+
+create schema accounts;
+  owner :DATABASE_OWNER
+  grant CREATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  grant USAGE to :DATABASE_WORKER (by :DATABASE_OWNER)
+create schema admin;
+  owner :DATABASE_OWNER
+  grant CREATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  grant USAGE to :DATABASE_API (by :DATABASE_OWNER)
+create schema api;
+  owner :DATABASE_OWNER
+  grant CREATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  grant USAGE to :DATABASE_APP (by :DATABASE_OWNER)
+create schema comms;
+  owner :DATABASE_OWNER
+  grant CREATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  grant USAGE to :DATABASE_APP (by :DATABASE_OWNER)
+  grant USAGE to :DATABASE_WORKER (by :DATABASE_OWNER)
+create schema files;
+  owner :DATABASE_OWNER
+  grant CREATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  grant USAGE to :DATABASE_APP (by :DATABASE_OWNER)
+  grant USAGE to :DATABASE_WORKER (by :DATABASE_OWNER)
+create schema internal;
+  owner :DATABASE_OWNER
+  grant CREATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  grant USAGE to :DATABASE_WORKER (by :DATABASE_OWNER)
+create schema learning;
+  owner :DATABASE_OWNER
+  grant CREATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create schema public;
+  owner pg_database_owner
+  grant CREATE, USAGE to pg_database_owner (by pg_database_owner)
+  grant USAGE to PUBLIC (by pg_database_owner)
+comment on schema public is 'standard public schema';
+create schema queues;
+  owner :DATABASE_OWNER
+  grant CREATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  grant USAGE to :DATABASE_API (by :DATABASE_OWNER)
+  grant USAGE to :DATABASE_APP (by :DATABASE_OWNER)
+  grant USAGE to :DATABASE_WORKER (by :DATABASE_OWNER)
+create schema schedules;
+  owner :DATABASE_OWNER
+  grant CREATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  grant USAGE to :DATABASE_API (by :DATABASE_OWNER)
+  grant USAGE to :DATABASE_APP (by :DATABASE_OWNER)
+  grant USAGE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+-- Default privileges
+
+default privileges for :DATABASE_OWNER on routines
+  grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+-- Tables
+
+create table accounts.account (
+  account_id bigint generated always as identity not null,
+  email text,
+  display_name text,
+  created_at timestamp with time zone default now() not null,
+  constraint account_account_id_not_null NOT NULL account_id,
+  constraint account_created_at_not_null NOT NULL created_at,
+  constraint account_display_name_check CHECK ((length(display_name) <= 200)),
+  constraint account_email_check CHECK ((length(email) <= 320)),
+  constraint account_pkey PRIMARY KEY (account_id)
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table accounts.account is 'Domain data, not a fact table: accounts.anonymize_account overwrites the personal fields.';
+CREATE UNIQUE INDEX account_pkey ON accounts.account USING btree (account_id);
+
+create table accounts.account_anonymization_attempt (
+  account_anonymization_attempt_id bigint generated always as identity not null,
+  account_anonymization_task_id bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint account_anonymization_attem_account_anonymization_atte_not_null NOT NULL account_anonymization_attempt_id,
+  constraint account_anonymization_attem_account_anonymization_task_not_null NOT NULL account_anonymization_task_id,
+  constraint account_anonymization_attempt_account_anonymization_task_i_fkey FOREIGN KEY (account_anonymization_task_id) REFERENCES accounts.account_anonymization_task(account_anonymization_task_id) ON DELETE CASCADE,
+  constraint account_anonymization_attempt_created_at_not_null NOT NULL created_at,
+  constraint account_anonymization_attempt_pkey PRIMARY KEY (account_anonymization_attempt_id)
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX account_anonymization_attempt_pkey ON accounts.account_anonymization_attempt USING btree (account_anonymization_attempt_id);
+CREATE INDEX account_anonymization_attempt_task_idx ON accounts.account_anonymization_attempt USING btree (account_anonymization_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON accounts.account_anonymization_attempt FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table accounts.account_anonymization_attempt_failed (
+  account_anonymization_attempt_id bigint not null,
+  error_message text not null,
+  created_at timestamp with time zone default now() not null,
+  constraint account_anonymization_atte_account_anonymization_atte_not_null2 NOT NULL account_anonymization_attempt_id,
+  constraint account_anonymization_attemp_account_anonymization_attemp_fkey1 FOREIGN KEY (account_anonymization_attempt_id) REFERENCES accounts.account_anonymization_attempt(account_anonymization_attempt_id) ON DELETE CASCADE,
+  constraint account_anonymization_attempt_failed_created_at_not_null NOT NULL created_at,
+  constraint account_anonymization_attempt_failed_error_message_not_null NOT NULL error_message,
+  constraint account_anonymization_attempt_failed_pkey PRIMARY KEY (account_anonymization_attempt_id)
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX account_anonymization_attempt_failed_pkey ON accounts.account_anonymization_attempt_failed USING btree (account_anonymization_attempt_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON accounts.account_anonymization_attempt_failed FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table accounts.account_anonymization_attempt_succeeded (
+  account_anonymization_attempt_id bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint account_anonymization_atte_account_anonymization_atte_not_null1 NOT NULL account_anonymization_attempt_id,
+  constraint account_anonymization_attempt_account_anonymization_attemp_fkey FOREIGN KEY (account_anonymization_attempt_id) REFERENCES accounts.account_anonymization_attempt(account_anonymization_attempt_id) ON DELETE CASCADE,
+  constraint account_anonymization_attempt_succeeded_created_at_not_null NOT NULL created_at,
+  constraint account_anonymization_attempt_succeeded_pkey PRIMARY KEY (account_anonymization_attempt_id)
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX account_anonymization_attempt_succeeded_pkey ON accounts.account_anonymization_attempt_succeeded USING btree (account_anonymization_attempt_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON accounts.account_anonymization_attempt_succeeded FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table accounts.account_anonymization_task (
+  account_anonymization_task_id bigint generated always as identity not null,
+  account_id bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint account_anonymization_task_account_anonymization_task__not_null NOT NULL account_anonymization_task_id,
+  constraint account_anonymization_task_account_id_fkey FOREIGN KEY (account_id) REFERENCES accounts.account(account_id) ON DELETE RESTRICT,
+  constraint account_anonymization_task_account_id_key UNIQUE (account_id),
+  constraint account_anonymization_task_account_id_not_null NOT NULL account_id,
+  constraint account_anonymization_task_created_at_not_null NOT NULL created_at,
+  constraint account_anonymization_task_pkey PRIMARY KEY (account_anonymization_task_id)
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX account_anonymization_task_account_id_key ON accounts.account_anonymization_task USING btree (account_id);
+CREATE UNIQUE INDEX account_anonymization_task_pkey ON accounts.account_anonymization_task USING btree (account_anonymization_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON accounts.account_anonymization_task FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table accounts.account_anonymization_task_failed (
+  account_anonymization_task_id bigint not null,
+  reason text not null,
+  created_at timestamp with time zone default now() not null,
+  constraint account_anonymization_task_account_anonymization_task_not_null1 NOT NULL account_anonymization_task_id,
+  constraint account_anonymization_task_fa_account_anonymization_task_i_fkey FOREIGN KEY (account_anonymization_task_id) REFERENCES accounts.account_anonymization_task(account_anonymization_task_id) ON DELETE CASCADE,
+  constraint account_anonymization_task_failed_created_at_not_null NOT NULL created_at,
+  constraint account_anonymization_task_failed_pkey PRIMARY KEY (account_anonymization_task_id),
+  constraint account_anonymization_task_failed_reason_not_null NOT NULL reason
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX account_anonymization_task_failed_pkey ON accounts.account_anonymization_task_failed USING btree (account_anonymization_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON accounts.account_anonymization_task_failed FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table accounts.account_anonymization_task_succeeded (
+  account_anonymization_task_id bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint account_anonymization_task__account_anonymization_task_not_null NOT NULL account_anonymization_task_id,
+  constraint account_anonymization_task_su_account_anonymization_task_i_fkey FOREIGN KEY (account_anonymization_task_id) REFERENCES accounts.account_anonymization_task(account_anonymization_task_id) ON DELETE CASCADE,
+  constraint account_anonymization_task_succeeded_created_at_not_null NOT NULL created_at,
+  constraint account_anonymization_task_succeeded_pkey PRIMARY KEY (account_anonymization_task_id)
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX account_anonymization_task_succeeded_pkey ON accounts.account_anonymization_task_succeeded USING btree (account_anonymization_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON accounts.account_anonymization_task_succeeded FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table accounts.account_deletion_supervisor_run (
+  account_deletion_supervisor_run_id bigint generated always as identity not null,
+  account_deletion_task_id bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint account_deletion_supervisor_account_deletion_superviso_not_null NOT NULL account_deletion_supervisor_run_id,
+  constraint account_deletion_supervisor_r_account_deletion_task_id_not_null NOT NULL account_deletion_task_id,
+  constraint account_deletion_supervisor_run_account_deletion_task_id_fkey FOREIGN KEY (account_deletion_task_id) REFERENCES accounts.account_deletion_task(account_deletion_task_id) ON DELETE CASCADE,
+  constraint account_deletion_supervisor_run_created_at_not_null NOT NULL created_at,
+  constraint account_deletion_supervisor_run_pkey PRIMARY KEY (account_deletion_supervisor_run_id)
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX account_deletion_supervisor_run_pkey ON accounts.account_deletion_supervisor_run USING btree (account_deletion_supervisor_run_id);
+CREATE INDEX account_deletion_supervisor_run_task_idx ON accounts.account_deletion_supervisor_run USING btree (account_deletion_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON accounts.account_deletion_supervisor_run FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table accounts.account_deletion_task (
+  account_deletion_task_id bigint generated always as identity not null,
+  account_id bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint account_deletion_task_account_deletion_task_id_not_null NOT NULL account_deletion_task_id,
+  constraint account_deletion_task_account_id_fkey FOREIGN KEY (account_id) REFERENCES accounts.account(account_id) ON DELETE RESTRICT,
+  constraint account_deletion_task_account_id_key UNIQUE (account_id),
+  constraint account_deletion_task_account_id_not_null NOT NULL account_id,
+  constraint account_deletion_task_created_at_not_null NOT NULL created_at,
+  constraint account_deletion_task_pkey PRIMARY KEY (account_deletion_task_id)
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX account_deletion_task_account_id_key ON accounts.account_deletion_task USING btree (account_id);
+CREATE UNIQUE INDEX account_deletion_task_pkey ON accounts.account_deletion_task USING btree (account_deletion_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON accounts.account_deletion_task FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table accounts.account_deletion_task_failed (
+  account_deletion_task_id bigint not null,
+  reason text not null,
+  created_at timestamp with time zone default now() not null,
+  constraint account_deletion_task_failed_account_deletion_task_id_fkey FOREIGN KEY (account_deletion_task_id) REFERENCES accounts.account_deletion_task(account_deletion_task_id) ON DELETE CASCADE,
+  constraint account_deletion_task_failed_account_deletion_task_id_not_null NOT NULL account_deletion_task_id,
+  constraint account_deletion_task_failed_created_at_not_null NOT NULL created_at,
+  constraint account_deletion_task_failed_pkey PRIMARY KEY (account_deletion_task_id),
+  constraint account_deletion_task_failed_reason_not_null NOT NULL reason
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX account_deletion_task_failed_pkey ON accounts.account_deletion_task_failed USING btree (account_deletion_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON accounts.account_deletion_task_failed FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table accounts.account_deletion_task_succeeded (
+  account_deletion_task_id bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint account_deletion_task_succeed_account_deletion_task_id_not_null NOT NULL account_deletion_task_id,
+  constraint account_deletion_task_succeeded_account_deletion_task_id_fkey FOREIGN KEY (account_deletion_task_id) REFERENCES accounts.account_deletion_task(account_deletion_task_id) ON DELETE CASCADE,
+  constraint account_deletion_task_succeeded_created_at_not_null NOT NULL created_at,
+  constraint account_deletion_task_succeeded_pkey PRIMARY KEY (account_deletion_task_id)
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX account_deletion_task_succeeded_pkey ON accounts.account_deletion_task_succeeded USING btree (account_deletion_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON accounts.account_deletion_task_succeeded FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table accounts.account_flag (
+  account_id bigint not null,
+  flag text not null,
+  created_at timestamp with time zone default now() not null,
+  constraint account_flag_account_id_fkey FOREIGN KEY (account_id) REFERENCES accounts.account(account_id) ON DELETE CASCADE,
+  constraint account_flag_account_id_not_null NOT NULL account_id,
+  constraint account_flag_created_at_not_null NOT NULL created_at,
+  constraint account_flag_flag_check CHECK ((flag = ANY (ARRAY['deleted'::text, 'anonymized'::text]))),
+  constraint account_flag_flag_not_null NOT NULL flag,
+  constraint account_flag_pkey PRIMARY KEY (account_id, flag)
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX account_flag_pkey ON accounts.account_flag USING btree (account_id, flag);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON accounts.account_flag FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table accounts.anonymization_failure_injection (
+  account_id bigint not null,
+  error_message text not null,
+  constraint anonymization_failure_injection_account_id_fkey FOREIGN KEY (account_id) REFERENCES accounts.account(account_id) ON DELETE CASCADE,
+  constraint anonymization_failure_injection_account_id_not_null NOT NULL account_id,
+  constraint anonymization_failure_injection_error_message_not_null NOT NULL error_message,
+  constraint anonymization_failure_injection_pkey PRIMARY KEY (account_id)
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX anonymization_failure_injection_pkey ON accounts.anonymization_failure_injection USING btree (account_id);
+
+create table comms.email_message (
+  message_id bigint not null,
+  from_address text not null,
+  to_address text not null,
+  subject text not null,
+  html text not null,
+  text_body text,
+  reply_to text,
+  constraint email_message_from_address_check CHECK (((length(from_address) >= 3) AND (length(from_address) <= 320))),
+  constraint email_message_from_address_not_null NOT NULL from_address,
+  constraint email_message_html_check CHECK ((length(html) <= 1000000)),
+  constraint email_message_html_not_null NOT NULL html,
+  constraint email_message_message_id_fkey FOREIGN KEY (message_id) REFERENCES comms.message(message_id) ON DELETE CASCADE,
+  constraint email_message_message_id_not_null NOT NULL message_id,
+  constraint email_message_pkey PRIMARY KEY (message_id),
+  constraint email_message_reply_to_check CHECK (((length(reply_to) >= 3) AND (length(reply_to) <= 320))),
+  constraint email_message_subject_check CHECK (((length(subject) >= 1) AND (length(subject) <= 998))),
+  constraint email_message_subject_not_null NOT NULL subject,
+  constraint email_message_text_body_check CHECK ((length(text_body) <= 1000000)),
+  constraint email_message_to_address_check CHECK (((length(to_address) >= 3) AND (length(to_address) <= 320))),
+  constraint email_message_to_address_not_null NOT NULL to_address
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX email_message_pkey ON comms.email_message USING btree (message_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON comms.email_message FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table comms.message (
+  message_id bigint generated always as identity not null,
+  channel text not null,
+  idempotency_key text,
+  created_at timestamp with time zone default now() not null,
+  constraint message_channel_check CHECK ((channel = ANY (ARRAY['email'::text, 'sms'::text]))),
+  constraint message_channel_not_null NOT NULL channel,
+  constraint message_created_at_not_null NOT NULL created_at,
+  constraint message_idempotency_key_check CHECK (((length(idempotency_key) >= 1) AND (length(idempotency_key) <= 200))),
+  constraint message_idempotency_key_key UNIQUE (idempotency_key),
+  constraint message_message_id_not_null NOT NULL message_id,
+  constraint message_pkey PRIMARY KEY (message_id)
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table comms.message is 'One message to send, on one channel. Written once by a kickoff.';
+CREATE UNIQUE INDEX message_idempotency_key_key ON comms.message USING btree (idempotency_key);
+CREATE UNIQUE INDEX message_pkey ON comms.message USING btree (message_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON comms.message FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table comms.send_email_attempt (
+  send_email_attempt_id bigint generated always as identity not null,
+  send_email_task_id bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint send_email_attempt_created_at_not_null NOT NULL created_at,
+  constraint send_email_attempt_pkey PRIMARY KEY (send_email_attempt_id),
+  constraint send_email_attempt_send_email_attempt_id_not_null NOT NULL send_email_attempt_id,
+  constraint send_email_attempt_send_email_task_id_fkey FOREIGN KEY (send_email_task_id) REFERENCES comms.send_email_task(send_email_task_id) ON DELETE CASCADE,
+  constraint send_email_attempt_send_email_task_id_not_null NOT NULL send_email_task_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX send_email_attempt_pkey ON comms.send_email_attempt USING btree (send_email_attempt_id);
+CREATE INDEX send_email_attempt_task_idx ON comms.send_email_attempt USING btree (send_email_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON comms.send_email_attempt FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table comms.send_email_attempt_failed (
+  send_email_attempt_id bigint not null,
+  error_message text not null,
+  created_at timestamp with time zone default now() not null,
+  constraint send_email_attempt_failed_created_at_not_null NOT NULL created_at,
+  constraint send_email_attempt_failed_error_message_not_null NOT NULL error_message,
+  constraint send_email_attempt_failed_pkey PRIMARY KEY (send_email_attempt_id),
+  constraint send_email_attempt_failed_send_email_attempt_id_fkey FOREIGN KEY (send_email_attempt_id) REFERENCES comms.send_email_attempt(send_email_attempt_id) ON DELETE CASCADE,
+  constraint send_email_attempt_failed_send_email_attempt_id_not_null NOT NULL send_email_attempt_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX send_email_attempt_failed_pkey ON comms.send_email_attempt_failed USING btree (send_email_attempt_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON comms.send_email_attempt_failed FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table comms.send_email_attempt_succeeded (
+  send_email_attempt_id bigint not null,
+  worker_payload jsonb,
+  created_at timestamp with time zone default now() not null,
+  constraint send_email_attempt_succeeded_created_at_not_null NOT NULL created_at,
+  constraint send_email_attempt_succeeded_pkey PRIMARY KEY (send_email_attempt_id),
+  constraint send_email_attempt_succeeded_send_email_attempt_id_fkey FOREIGN KEY (send_email_attempt_id) REFERENCES comms.send_email_attempt(send_email_attempt_id) ON DELETE CASCADE,
+  constraint send_email_attempt_succeeded_send_email_attempt_id_not_null NOT NULL send_email_attempt_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX send_email_attempt_succeeded_pkey ON comms.send_email_attempt_succeeded USING btree (send_email_attempt_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON comms.send_email_attempt_succeeded FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table comms.send_email_supervisor_run (
+  send_email_supervisor_run_id bigint generated always as identity not null,
+  send_email_task_id bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint send_email_supervisor_run_created_at_not_null NOT NULL created_at,
+  constraint send_email_supervisor_run_pkey PRIMARY KEY (send_email_supervisor_run_id),
+  constraint send_email_supervisor_run_send_email_supervisor_run_id_not_null NOT NULL send_email_supervisor_run_id,
+  constraint send_email_supervisor_run_send_email_task_id_fkey FOREIGN KEY (send_email_task_id) REFERENCES comms.send_email_task(send_email_task_id) ON DELETE CASCADE,
+  constraint send_email_supervisor_run_send_email_task_id_not_null NOT NULL send_email_task_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX send_email_supervisor_run_pkey ON comms.send_email_supervisor_run USING btree (send_email_supervisor_run_id);
+CREATE INDEX send_email_supervisor_run_task_idx ON comms.send_email_supervisor_run USING btree (send_email_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON comms.send_email_supervisor_run FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table comms.send_email_task (
+  send_email_task_id bigint generated always as identity not null,
+  message_id bigint not null,
+  scheduled_at timestamp with time zone default now() not null,
+  created_at timestamp with time zone default now() not null,
+  constraint send_email_task_created_at_not_null NOT NULL created_at,
+  constraint send_email_task_message_id_fkey FOREIGN KEY (message_id) REFERENCES comms.email_message(message_id) ON DELETE RESTRICT,
+  constraint send_email_task_message_id_key UNIQUE (message_id),
+  constraint send_email_task_message_id_not_null NOT NULL message_id,
+  constraint send_email_task_pkey PRIMARY KEY (send_email_task_id),
+  constraint send_email_task_scheduled_at_not_null NOT NULL scheduled_at,
+  constraint send_email_task_send_email_task_id_not_null NOT NULL send_email_task_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX send_email_task_message_id_key ON comms.send_email_task USING btree (message_id);
+CREATE UNIQUE INDEX send_email_task_pkey ON comms.send_email_task USING btree (send_email_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON comms.send_email_task FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table comms.send_email_task_failed (
+  send_email_task_id bigint not null,
+  reason text not null,
+  created_at timestamp with time zone default now() not null,
+  constraint send_email_task_failed_created_at_not_null NOT NULL created_at,
+  constraint send_email_task_failed_pkey PRIMARY KEY (send_email_task_id),
+  constraint send_email_task_failed_reason_not_null NOT NULL reason,
+  constraint send_email_task_failed_send_email_task_id_fkey FOREIGN KEY (send_email_task_id) REFERENCES comms.send_email_task(send_email_task_id) ON DELETE CASCADE,
+  constraint send_email_task_failed_send_email_task_id_not_null NOT NULL send_email_task_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX send_email_task_failed_pkey ON comms.send_email_task_failed USING btree (send_email_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON comms.send_email_task_failed FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table comms.send_email_task_succeeded (
+  send_email_task_id bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint send_email_task_succeeded_created_at_not_null NOT NULL created_at,
+  constraint send_email_task_succeeded_pkey PRIMARY KEY (send_email_task_id),
+  constraint send_email_task_succeeded_send_email_task_id_fkey FOREIGN KEY (send_email_task_id) REFERENCES comms.send_email_task(send_email_task_id) ON DELETE CASCADE,
+  constraint send_email_task_succeeded_send_email_task_id_not_null NOT NULL send_email_task_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX send_email_task_succeeded_pkey ON comms.send_email_task_succeeded USING btree (send_email_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON comms.send_email_task_succeeded FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table comms.send_sms_attempt (
+  send_sms_attempt_id bigint generated always as identity not null,
+  send_sms_task_id bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint send_sms_attempt_created_at_not_null NOT NULL created_at,
+  constraint send_sms_attempt_pkey PRIMARY KEY (send_sms_attempt_id),
+  constraint send_sms_attempt_send_sms_attempt_id_not_null NOT NULL send_sms_attempt_id,
+  constraint send_sms_attempt_send_sms_task_id_fkey FOREIGN KEY (send_sms_task_id) REFERENCES comms.send_sms_task(send_sms_task_id) ON DELETE CASCADE,
+  constraint send_sms_attempt_send_sms_task_id_not_null NOT NULL send_sms_task_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX send_sms_attempt_pkey ON comms.send_sms_attempt USING btree (send_sms_attempt_id);
+CREATE INDEX send_sms_attempt_task_idx ON comms.send_sms_attempt USING btree (send_sms_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON comms.send_sms_attempt FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table comms.send_sms_attempt_failed (
+  send_sms_attempt_id bigint not null,
+  error_message text not null,
+  created_at timestamp with time zone default now() not null,
+  constraint send_sms_attempt_failed_created_at_not_null NOT NULL created_at,
+  constraint send_sms_attempt_failed_error_message_not_null NOT NULL error_message,
+  constraint send_sms_attempt_failed_pkey PRIMARY KEY (send_sms_attempt_id),
+  constraint send_sms_attempt_failed_send_sms_attempt_id_fkey FOREIGN KEY (send_sms_attempt_id) REFERENCES comms.send_sms_attempt(send_sms_attempt_id) ON DELETE CASCADE,
+  constraint send_sms_attempt_failed_send_sms_attempt_id_not_null NOT NULL send_sms_attempt_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX send_sms_attempt_failed_pkey ON comms.send_sms_attempt_failed USING btree (send_sms_attempt_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON comms.send_sms_attempt_failed FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table comms.send_sms_attempt_succeeded (
+  send_sms_attempt_id bigint not null,
+  worker_payload jsonb,
+  created_at timestamp with time zone default now() not null,
+  constraint send_sms_attempt_succeeded_created_at_not_null NOT NULL created_at,
+  constraint send_sms_attempt_succeeded_pkey PRIMARY KEY (send_sms_attempt_id),
+  constraint send_sms_attempt_succeeded_send_sms_attempt_id_fkey FOREIGN KEY (send_sms_attempt_id) REFERENCES comms.send_sms_attempt(send_sms_attempt_id) ON DELETE CASCADE,
+  constraint send_sms_attempt_succeeded_send_sms_attempt_id_not_null NOT NULL send_sms_attempt_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX send_sms_attempt_succeeded_pkey ON comms.send_sms_attempt_succeeded USING btree (send_sms_attempt_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON comms.send_sms_attempt_succeeded FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table comms.send_sms_supervisor_run (
+  send_sms_supervisor_run_id bigint generated always as identity not null,
+  send_sms_task_id bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint send_sms_supervisor_run_created_at_not_null NOT NULL created_at,
+  constraint send_sms_supervisor_run_pkey PRIMARY KEY (send_sms_supervisor_run_id),
+  constraint send_sms_supervisor_run_send_sms_supervisor_run_id_not_null NOT NULL send_sms_supervisor_run_id,
+  constraint send_sms_supervisor_run_send_sms_task_id_fkey FOREIGN KEY (send_sms_task_id) REFERENCES comms.send_sms_task(send_sms_task_id) ON DELETE CASCADE,
+  constraint send_sms_supervisor_run_send_sms_task_id_not_null NOT NULL send_sms_task_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX send_sms_supervisor_run_pkey ON comms.send_sms_supervisor_run USING btree (send_sms_supervisor_run_id);
+CREATE INDEX send_sms_supervisor_run_task_idx ON comms.send_sms_supervisor_run USING btree (send_sms_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON comms.send_sms_supervisor_run FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table comms.send_sms_task (
+  send_sms_task_id bigint generated always as identity not null,
+  message_id bigint not null,
+  scheduled_at timestamp with time zone default now() not null,
+  created_at timestamp with time zone default now() not null,
+  constraint send_sms_task_created_at_not_null NOT NULL created_at,
+  constraint send_sms_task_message_id_fkey FOREIGN KEY (message_id) REFERENCES comms.sms_message(message_id) ON DELETE RESTRICT,
+  constraint send_sms_task_message_id_key UNIQUE (message_id),
+  constraint send_sms_task_message_id_not_null NOT NULL message_id,
+  constraint send_sms_task_pkey PRIMARY KEY (send_sms_task_id),
+  constraint send_sms_task_scheduled_at_not_null NOT NULL scheduled_at,
+  constraint send_sms_task_send_sms_task_id_not_null NOT NULL send_sms_task_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX send_sms_task_message_id_key ON comms.send_sms_task USING btree (message_id);
+CREATE UNIQUE INDEX send_sms_task_pkey ON comms.send_sms_task USING btree (send_sms_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON comms.send_sms_task FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table comms.send_sms_task_failed (
+  send_sms_task_id bigint not null,
+  reason text not null,
+  created_at timestamp with time zone default now() not null,
+  constraint send_sms_task_failed_created_at_not_null NOT NULL created_at,
+  constraint send_sms_task_failed_pkey PRIMARY KEY (send_sms_task_id),
+  constraint send_sms_task_failed_reason_not_null NOT NULL reason,
+  constraint send_sms_task_failed_send_sms_task_id_fkey FOREIGN KEY (send_sms_task_id) REFERENCES comms.send_sms_task(send_sms_task_id) ON DELETE CASCADE,
+  constraint send_sms_task_failed_send_sms_task_id_not_null NOT NULL send_sms_task_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX send_sms_task_failed_pkey ON comms.send_sms_task_failed USING btree (send_sms_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON comms.send_sms_task_failed FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table comms.send_sms_task_succeeded (
+  send_sms_task_id bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint send_sms_task_succeeded_created_at_not_null NOT NULL created_at,
+  constraint send_sms_task_succeeded_pkey PRIMARY KEY (send_sms_task_id),
+  constraint send_sms_task_succeeded_send_sms_task_id_fkey FOREIGN KEY (send_sms_task_id) REFERENCES comms.send_sms_task(send_sms_task_id) ON DELETE CASCADE,
+  constraint send_sms_task_succeeded_send_sms_task_id_not_null NOT NULL send_sms_task_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX send_sms_task_succeeded_pkey ON comms.send_sms_task_succeeded USING btree (send_sms_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON comms.send_sms_task_succeeded FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table comms.sms_message (
+  message_id bigint not null,
+  to_number text not null,
+  from_number text,
+  body text not null,
+  constraint sms_message_body_check CHECK (((length(body) >= 1) AND (length(body) <= 1600))),
+  constraint sms_message_body_not_null NOT NULL body,
+  constraint sms_message_from_number_check CHECK ((from_number ~ '^\+[1-9][0-9]{6,14}$'::text)),
+  constraint sms_message_message_id_fkey FOREIGN KEY (message_id) REFERENCES comms.message(message_id) ON DELETE CASCADE,
+  constraint sms_message_message_id_not_null NOT NULL message_id,
+  constraint sms_message_pkey PRIMARY KEY (message_id),
+  constraint sms_message_to_number_check CHECK ((to_number ~ '^\+[1-9][0-9]{6,14}$'::text)),
+  constraint sms_message_to_number_not_null NOT NULL to_number
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX sms_message_pkey ON comms.sms_message USING btree (message_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON comms.sms_message FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table files.file (
+  file_id bigint generated always as identity not null,
+  account_id bigint not null,
+  bucket text not null,
+  object_key text not null,
+  created_at timestamp with time zone default now() not null,
+  constraint file_account_id_fkey FOREIGN KEY (account_id) REFERENCES accounts.account(account_id) ON DELETE RESTRICT,
+  constraint file_account_id_not_null NOT NULL account_id,
+  constraint file_bucket_check CHECK ((bucket ~ '^[a-z0-9][a-z0-9._-]{1,221}[a-z0-9]$'::text)),
+  constraint file_bucket_not_null NOT NULL bucket,
+  constraint file_created_at_not_null NOT NULL created_at,
+  constraint file_file_id_not_null NOT NULL file_id,
+  constraint file_object_key_check CHECK (((length(object_key) >= 1) AND (length(object_key) <= 1024))),
+  constraint file_object_key_not_null NOT NULL object_key,
+  constraint file_pkey PRIMARY KEY (file_id)
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE INDEX file_account_idx ON files.file USING btree (account_id);
+CREATE UNIQUE INDEX file_pkey ON files.file USING btree (file_id);
+
+create table files.file_deletion_attempt (
+  file_deletion_attempt_id bigint generated always as identity not null,
+  file_deletion_task_id bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint file_deletion_attempt_created_at_not_null NOT NULL created_at,
+  constraint file_deletion_attempt_file_deletion_attempt_id_not_null NOT NULL file_deletion_attempt_id,
+  constraint file_deletion_attempt_file_deletion_task_id_fkey FOREIGN KEY (file_deletion_task_id) REFERENCES files.file_deletion_task(file_deletion_task_id) ON DELETE CASCADE,
+  constraint file_deletion_attempt_file_deletion_task_id_not_null NOT NULL file_deletion_task_id,
+  constraint file_deletion_attempt_pkey PRIMARY KEY (file_deletion_attempt_id)
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX file_deletion_attempt_pkey ON files.file_deletion_attempt USING btree (file_deletion_attempt_id);
+CREATE INDEX file_deletion_attempt_task_idx ON files.file_deletion_attempt USING btree (file_deletion_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON files.file_deletion_attempt FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table files.file_deletion_attempt_failed (
+  file_deletion_attempt_id bigint not null,
+  error_message text not null,
+  created_at timestamp with time zone default now() not null,
+  constraint file_deletion_attempt_failed_created_at_not_null NOT NULL created_at,
+  constraint file_deletion_attempt_failed_error_message_not_null NOT NULL error_message,
+  constraint file_deletion_attempt_failed_file_deletion_attempt_id_fkey FOREIGN KEY (file_deletion_attempt_id) REFERENCES files.file_deletion_attempt(file_deletion_attempt_id) ON DELETE CASCADE,
+  constraint file_deletion_attempt_failed_file_deletion_attempt_id_not_null NOT NULL file_deletion_attempt_id,
+  constraint file_deletion_attempt_failed_pkey PRIMARY KEY (file_deletion_attempt_id)
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX file_deletion_attempt_failed_pkey ON files.file_deletion_attempt_failed USING btree (file_deletion_attempt_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON files.file_deletion_attempt_failed FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table files.file_deletion_attempt_succeeded (
+  file_deletion_attempt_id bigint not null,
+  worker_payload jsonb,
+  created_at timestamp with time zone default now() not null,
+  constraint file_deletion_attempt_succeed_file_deletion_attempt_id_not_null NOT NULL file_deletion_attempt_id,
+  constraint file_deletion_attempt_succeeded_created_at_not_null NOT NULL created_at,
+  constraint file_deletion_attempt_succeeded_file_deletion_attempt_id_fkey FOREIGN KEY (file_deletion_attempt_id) REFERENCES files.file_deletion_attempt(file_deletion_attempt_id) ON DELETE CASCADE,
+  constraint file_deletion_attempt_succeeded_pkey PRIMARY KEY (file_deletion_attempt_id)
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX file_deletion_attempt_succeeded_pkey ON files.file_deletion_attempt_succeeded USING btree (file_deletion_attempt_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON files.file_deletion_attempt_succeeded FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table files.file_deletion_supervisor_run (
+  file_deletion_supervisor_run_id bigint generated always as identity not null,
+  file_deletion_task_id bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint file_deletion_supervisor_ru_file_deletion_supervisor_r_not_null NOT NULL file_deletion_supervisor_run_id,
+  constraint file_deletion_supervisor_run_created_at_not_null NOT NULL created_at,
+  constraint file_deletion_supervisor_run_file_deletion_task_id_fkey FOREIGN KEY (file_deletion_task_id) REFERENCES files.file_deletion_task(file_deletion_task_id) ON DELETE CASCADE,
+  constraint file_deletion_supervisor_run_file_deletion_task_id_not_null NOT NULL file_deletion_task_id,
+  constraint file_deletion_supervisor_run_pkey PRIMARY KEY (file_deletion_supervisor_run_id)
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX file_deletion_supervisor_run_pkey ON files.file_deletion_supervisor_run USING btree (file_deletion_supervisor_run_id);
+CREATE INDEX file_deletion_supervisor_run_task_idx ON files.file_deletion_supervisor_run USING btree (file_deletion_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON files.file_deletion_supervisor_run FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table files.file_deletion_task (
+  file_deletion_task_id bigint generated always as identity not null,
+  file_id bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint file_deletion_task_created_at_not_null NOT NULL created_at,
+  constraint file_deletion_task_file_deletion_task_id_not_null NOT NULL file_deletion_task_id,
+  constraint file_deletion_task_file_id_fkey FOREIGN KEY (file_id) REFERENCES files.file(file_id) ON DELETE RESTRICT,
+  constraint file_deletion_task_file_id_key UNIQUE (file_id),
+  constraint file_deletion_task_file_id_not_null NOT NULL file_id,
+  constraint file_deletion_task_pkey PRIMARY KEY (file_deletion_task_id)
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX file_deletion_task_file_id_key ON files.file_deletion_task USING btree (file_id);
+CREATE UNIQUE INDEX file_deletion_task_pkey ON files.file_deletion_task USING btree (file_deletion_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON files.file_deletion_task FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table files.file_deletion_task_failed (
+  file_deletion_task_id bigint not null,
+  reason text not null,
+  created_at timestamp with time zone default now() not null,
+  constraint file_deletion_task_failed_created_at_not_null NOT NULL created_at,
+  constraint file_deletion_task_failed_file_deletion_task_id_fkey FOREIGN KEY (file_deletion_task_id) REFERENCES files.file_deletion_task(file_deletion_task_id) ON DELETE CASCADE,
+  constraint file_deletion_task_failed_file_deletion_task_id_not_null NOT NULL file_deletion_task_id,
+  constraint file_deletion_task_failed_pkey PRIMARY KEY (file_deletion_task_id),
+  constraint file_deletion_task_failed_reason_not_null NOT NULL reason
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX file_deletion_task_failed_pkey ON files.file_deletion_task_failed USING btree (file_deletion_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON files.file_deletion_task_failed FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table files.file_deletion_task_succeeded (
+  file_deletion_task_id bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint file_deletion_task_succeeded_created_at_not_null NOT NULL created_at,
+  constraint file_deletion_task_succeeded_file_deletion_task_id_fkey FOREIGN KEY (file_deletion_task_id) REFERENCES files.file_deletion_task(file_deletion_task_id) ON DELETE CASCADE,
+  constraint file_deletion_task_succeeded_file_deletion_task_id_not_null NOT NULL file_deletion_task_id,
+  constraint file_deletion_task_succeeded_pkey PRIMARY KEY (file_deletion_task_id)
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX file_deletion_task_succeeded_pkey ON files.file_deletion_task_succeeded USING btree (file_deletion_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON files.file_deletion_task_succeeded FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table files.file_metadata (
+  file_metadata_id bigint generated always as identity not null,
+  file_id bigint not null,
+  metadata jsonb not null,
+  created_at timestamp with time zone default now() not null,
+  constraint file_metadata_created_at_not_null NOT NULL created_at,
+  constraint file_metadata_file_id_fkey FOREIGN KEY (file_id) REFERENCES files.file(file_id) ON DELETE CASCADE,
+  constraint file_metadata_file_id_not_null NOT NULL file_id,
+  constraint file_metadata_file_metadata_id_not_null NOT NULL file_metadata_id,
+  constraint file_metadata_metadata_check CHECK ((jsonb_typeof(metadata) = 'object'::text)),
+  constraint file_metadata_metadata_not_null NOT NULL metadata,
+  constraint file_metadata_pkey PRIMARY KEY (file_metadata_id)
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table files.file_metadata is 'Append-only metadata documents per file; the row with the highest id is current (files.current_file_metadata).';
+CREATE INDEX file_metadata_file_idx ON files.file_metadata USING btree (file_id, file_metadata_id DESC);
+CREATE UNIQUE INDEX file_metadata_pkey ON files.file_metadata USING btree (file_metadata_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON files.file_metadata FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table internal.runnable_function (
+  function_schema text not null,
+  function_name text not null,
+  registered_at timestamp with time zone default now() not null,
+  constraint runnable_function_function_name_not_null NOT NULL function_name,
+  constraint runnable_function_function_schema_not_null NOT NULL function_schema,
+  constraint runnable_function_pkey PRIMARY KEY (function_schema, function_name),
+  constraint runnable_function_registered_at_not_null NOT NULL registered_at
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table internal.runnable_function is 'Allowlist of internal.run_function. Register with internal.register_runnable_function(regprocedure).';
+CREATE UNIQUE INDEX runnable_function_pkey ON internal.runnable_function USING btree (function_schema, function_name);
+
+create table internal.setting (
+  name text not null,
+  value text not null,
+  updated_at timestamp with time zone default now() not null,
+  constraint setting_name_check CHECK ((name = 'backoff_scale'::text)),
+  constraint setting_name_not_null NOT NULL name,
+  constraint setting_pkey PRIMARY KEY (name),
+  constraint setting_updated_at_not_null NOT NULL updated_at,
+  constraint setting_value_not_null NOT NULL value
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table internal.setting is 'Operational settings (owner only). See sql/internal/settings.sql.';
+CREATE UNIQUE INDEX setting_pkey ON internal.setting USING btree (name);
+
+create table learning.cue (
+  cue_id bigint generated always as identity not null,
+  prompt text not null,
+  created_at timestamp with time zone default now() not null,
+  constraint cue_created_at_not_null NOT NULL created_at,
+  constraint cue_cue_id_not_null NOT NULL cue_id,
+  constraint cue_pkey PRIMARY KEY (cue_id),
+  constraint cue_prompt_check CHECK (((length(prompt) >= 1) AND (length(prompt) <= 2000))),
+  constraint cue_prompt_not_null NOT NULL prompt
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX cue_pkey ON learning.cue USING btree (cue_id);
+
+create table learning.profile (
+  profile_id bigint generated always as identity not null,
+  account_id bigint not null,
+  display_name text,
+  created_at timestamp with time zone default now() not null,
+  constraint profile_account_id_fkey FOREIGN KEY (account_id) REFERENCES accounts.account(account_id) ON DELETE RESTRICT,
+  constraint profile_account_id_not_null NOT NULL account_id,
+  constraint profile_created_at_not_null NOT NULL created_at,
+  constraint profile_display_name_check CHECK ((length(display_name) <= 200)),
+  constraint profile_pkey PRIMARY KEY (profile_id),
+  constraint profile_profile_id_not_null NOT NULL profile_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE INDEX profile_account_idx ON learning.profile USING btree (account_id);
+CREATE UNIQUE INDEX profile_pkey ON learning.profile USING btree (profile_id);
+
+create table learning.profile_cue_recording (
+  profile_cue_recording_id bigint generated always as identity not null,
+  profile_id bigint not null,
+  cue_id bigint not null,
+  file_id bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint profile_cue_recording_created_at_not_null NOT NULL created_at,
+  constraint profile_cue_recording_cue_id_fkey FOREIGN KEY (cue_id) REFERENCES learning.cue(cue_id) ON DELETE RESTRICT,
+  constraint profile_cue_recording_cue_id_not_null NOT NULL cue_id,
+  constraint profile_cue_recording_file_id_fkey FOREIGN KEY (file_id) REFERENCES files.file(file_id) ON DELETE RESTRICT,
+  constraint profile_cue_recording_file_id_not_null NOT NULL file_id,
+  constraint profile_cue_recording_pkey PRIMARY KEY (profile_cue_recording_id),
+  constraint profile_cue_recording_profile_cue_recording_id_not_null NOT NULL profile_cue_recording_id,
+  constraint profile_cue_recording_profile_id_fkey FOREIGN KEY (profile_id) REFERENCES learning.profile(profile_id) ON DELETE RESTRICT,
+  constraint profile_cue_recording_profile_id_not_null NOT NULL profile_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE INDEX profile_cue_recording_file_idx ON learning.profile_cue_recording USING btree (file_id);
+CREATE UNIQUE INDEX profile_cue_recording_pkey ON learning.profile_cue_recording USING btree (profile_cue_recording_id);
+CREATE INDEX profile_cue_recording_profile_idx ON learning.profile_cue_recording USING btree (profile_id);
+
+create table queues.error (
+  error_id bigint generated always as identity not null,
+  task_id bigint not null,
+  task_lease_id bigint,
+  error_message text not null,
+  created_at timestamp with time zone default now() not null,
+  constraint error_created_at_not_null NOT NULL created_at,
+  constraint error_error_id_not_null NOT NULL error_id,
+  constraint error_error_message_not_null NOT NULL error_message,
+  constraint error_pkey PRIMARY KEY (error_id),
+  constraint error_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
+  constraint error_task_id_not_null NOT NULL task_id,
+  constraint error_task_lease_id_fkey FOREIGN KEY (task_lease_id) REFERENCES queues.task_lease(task_lease_id) ON DELETE CASCADE
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.error is 'Append-only operational errors reported against a task.';
+CREATE UNIQUE INDEX error_pkey ON queues.error USING btree (error_id);
+CREATE INDEX error_task_id_idx ON queues.error USING btree (task_id);
+CREATE INDEX error_task_lease_id_idx ON queues.error USING btree (task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.error FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.resource_lease (
+  resource_key text not null,
+  task_id bigint not null,
+  expires_at timestamp with time zone not null,
+  constraint resource_lease_expires_at_not_null NOT NULL expires_at,
+  constraint resource_lease_pkey PRIMARY KEY (resource_key),
+  constraint resource_lease_resource_key_not_null NOT NULL resource_key,
+  constraint resource_lease_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
+  constraint resource_lease_task_id_not_null NOT NULL task_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.resource_lease is 'Derived: the task holding each resource key and until when.';
+CREATE UNIQUE INDEX resource_lease_pkey ON queues.resource_lease USING btree (resource_key);
+
+create table queues.task (
+  task_id bigint generated always as identity not null,
+  task_type text not null,
+  payload jsonb not null,
+  priority integer default 0 not null,
+  resource_key text,
+  max_attempts integer default 1 not null,
+  enqueued_at timestamp with time zone default now() not null,
+  scheduled_at timestamp with time zone default now() not null,
+  constraint task_enqueued_at_not_null NOT NULL enqueued_at,
+  constraint task_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
+  constraint task_max_attempts_not_null NOT NULL max_attempts,
+  constraint task_payload_check CHECK ((jsonb_typeof(payload) = 'object'::text)),
+  constraint task_payload_not_null NOT NULL payload,
+  constraint task_pkey PRIMARY KEY (task_id),
+  constraint task_priority_check CHECK (((priority >= '-1000'::integer) AND (priority <= 1000))),
+  constraint task_priority_not_null NOT NULL priority,
+  constraint task_resource_key_check CHECK (((length(resource_key) >= 1) AND (length(resource_key) <= 200))),
+  constraint task_scheduled_at_not_null NOT NULL scheduled_at,
+  constraint task_task_id_not_null NOT NULL task_id,
+  constraint task_task_type_fkey FOREIGN KEY (task_type) REFERENCES queues.task_type(task_type) ON DELETE RESTRICT,
+  constraint task_task_type_not_null NOT NULL task_type
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task is 'A unit of work. Immutable: state lives in task_lease, task_completed and error.';
+CREATE UNIQUE INDEX task_pkey ON queues.task USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_attempt_failed (
+  task_attempt_failed_id bigint generated always as identity not null,
+  task_id bigint not null,
+  task_lease_id bigint,
+  failed_at timestamp with time zone default now() not null,
+  retry_at timestamp with time zone not null,
+  constraint task_attempt_failed_failed_at_not_null NOT NULL failed_at,
+  constraint task_attempt_failed_pkey PRIMARY KEY (task_attempt_failed_id),
+  constraint task_attempt_failed_retry_at_not_null NOT NULL retry_at,
+  constraint task_attempt_failed_task_attempt_failed_id_not_null NOT NULL task_attempt_failed_id,
+  constraint task_attempt_failed_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
+  constraint task_attempt_failed_task_id_not_null NOT NULL task_id,
+  constraint task_attempt_failed_task_lease_id_fkey FOREIGN KEY (task_lease_id) REFERENCES queues.task_lease(task_lease_id) ON DELETE CASCADE
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_attempt_failed is 'Append-only: a failed attempt of a task that will be retried.';
+CREATE UNIQUE INDEX task_attempt_failed_pkey ON queues.task_attempt_failed USING btree (task_attempt_failed_id);
+CREATE INDEX task_attempt_failed_task_idx ON queues.task_attempt_failed USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_attempt_failed FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_completed (
+  task_id bigint not null,
+  task_lease_id bigint,
+  completed_at timestamp with time zone default now() not null,
+  outcome text not null,
+  constraint task_completed_completed_at_not_null NOT NULL completed_at,
+  constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text]))),
+  constraint task_completed_outcome_not_null NOT NULL outcome,
+  constraint task_completed_pkey PRIMARY KEY (task_id),
+  constraint task_completed_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
+  constraint task_completed_task_id_not_null NOT NULL task_id,
+  constraint task_completed_task_lease_id_fkey FOREIGN KEY (task_lease_id) REFERENCES queues.task_lease(task_lease_id) ON DELETE CASCADE
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_completed is 'Terminal fact: a completed task is never claimed again.';
+CREATE INDEX task_completed_completed_at_idx ON queues.task_completed USING btree (completed_at);
+CREATE INDEX task_completed_lease_idx ON queues.task_completed USING btree (task_lease_id);
+CREATE UNIQUE INDEX task_completed_pkey ON queues.task_completed USING btree (task_id);
+CREATE INDEX task_completed_unsuccessful_idx ON queues.task_completed USING btree (completed_at DESC) WHERE (outcome <> 'succeeded'::text);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_completed FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_lease (
+  task_lease_id bigint generated always as identity not null,
+  task_id bigint not null,
+  worker_id text not null,
+  leased_at timestamp with time zone default now() not null,
+  expires_at timestamp with time zone not null,
+  constraint task_lease_check CHECK ((expires_at > leased_at)),
+  constraint task_lease_expires_at_not_null NOT NULL expires_at,
+  constraint task_lease_leased_at_not_null NOT NULL leased_at,
+  constraint task_lease_pkey PRIMARY KEY (task_lease_id),
+  constraint task_lease_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
+  constraint task_lease_task_id_not_null NOT NULL task_id,
+  constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
+  constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
+  constraint task_lease_worker_id_not_null NOT NULL worker_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_lease is 'Append-only: one row per claim of a task.';
+CREATE UNIQUE INDEX task_lease_pkey ON queues.task_lease USING btree (task_lease_id);
+CREATE INDEX task_lease_task_id_idx ON queues.task_lease USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_lease_extension (
+  task_lease_extension_id bigint generated always as identity not null,
+  task_lease_id bigint not null,
+  extended_at timestamp with time zone default now() not null,
+  expires_at timestamp with time zone not null,
+  constraint task_lease_extension_check CHECK ((expires_at > extended_at)),
+  constraint task_lease_extension_expires_at_not_null NOT NULL expires_at,
+  constraint task_lease_extension_extended_at_not_null NOT NULL extended_at,
+  constraint task_lease_extension_pkey PRIMARY KEY (task_lease_extension_id),
+  constraint task_lease_extension_task_lease_extension_id_not_null NOT NULL task_lease_extension_id,
+  constraint task_lease_extension_task_lease_id_fkey FOREIGN KEY (task_lease_id) REFERENCES queues.task_lease(task_lease_id) ON DELETE CASCADE,
+  constraint task_lease_extension_task_lease_id_not_null NOT NULL task_lease_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_lease_extension is 'Append-only: a lease extended by its worker''s heartbeat.';
+CREATE INDEX task_lease_extension_lease_idx ON queues.task_lease_extension USING btree (task_lease_id);
+CREATE UNIQUE INDEX task_lease_extension_pkey ON queues.task_lease_extension USING btree (task_lease_extension_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_extension FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_lease_release (
+  task_lease_id bigint not null,
+  released_at timestamp with time zone default now() not null,
+  constraint task_lease_release_pkey PRIMARY KEY (task_lease_id),
+  constraint task_lease_release_released_at_not_null NOT NULL released_at,
+  constraint task_lease_release_task_lease_id_fkey FOREIGN KEY (task_lease_id) REFERENCES queues.task_lease(task_lease_id) ON DELETE CASCADE,
+  constraint task_lease_release_task_lease_id_not_null NOT NULL task_lease_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_lease_release is 'Append-only: a lease released by its worker before expiry.';
+CREATE UNIQUE INDEX task_lease_release_pkey ON queues.task_lease_release USING btree (task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_release FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_lease_revocation (
+  task_lease_id bigint not null,
+  revoked_at timestamp with time zone default now() not null,
+  reason text not null,
+  constraint task_lease_revocation_pkey PRIMARY KEY (task_lease_id),
+  constraint task_lease_revocation_reason_not_null NOT NULL reason,
+  constraint task_lease_revocation_revoked_at_not_null NOT NULL revoked_at,
+  constraint task_lease_revocation_task_lease_id_fkey FOREIGN KEY (task_lease_id) REFERENCES queues.task_lease(task_lease_id) ON DELETE CASCADE,
+  constraint task_lease_revocation_task_lease_id_not_null NOT NULL task_lease_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_lease_revocation is 'Append-only: a lease revoked because its worker stopped heartbeating.';
+CREATE UNIQUE INDEX task_lease_revocation_pkey ON queues.task_lease_revocation USING btree (task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_revocation FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_pending (
+  task_id bigint not null,
+  task_type text not null,
+  priority integer not null,
+  scheduled_at timestamp with time zone not null,
+  resource_key text,
+  available_at timestamp with time zone not null,
+  current_lease_id bigint,
+  lease_count integer default 0 not null,
+  released_count integer default 0 not null,
+  max_attempts integer default 1 not null,
+  failed_attempts integer default 0 not null,
+  constraint task_pending_available_at_not_null NOT NULL available_at,
+  constraint task_pending_failed_attempts_not_null NOT NULL failed_attempts,
+  constraint task_pending_lease_count_not_null NOT NULL lease_count,
+  constraint task_pending_max_attempts_not_null NOT NULL max_attempts,
+  constraint task_pending_pkey PRIMARY KEY (task_id),
+  constraint task_pending_priority_not_null NOT NULL priority,
+  constraint task_pending_released_count_not_null NOT NULL released_count,
+  constraint task_pending_scheduled_at_not_null NOT NULL scheduled_at,
+  constraint task_pending_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
+  constraint task_pending_task_id_not_null NOT NULL task_id,
+  constraint task_pending_task_type_not_null NOT NULL task_type
+) with (autovacuum_vacuum_cost_delay=0, autovacuum_vacuum_scale_factor=0, autovacuum_vacuum_threshold=1000, fillfactor=80);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_pending is 'Derived claim index: tasks not yet completed. Rebuild with queues.rebuild_task_pending().';
+CREATE INDEX task_pending_claim_idx ON queues.task_pending USING btree (priority DESC, scheduled_at, task_id);
+CREATE UNIQUE INDEX task_pending_pkey ON queues.task_pending USING btree (task_id);
+CREATE TRIGGER notify_task_ready AFTER INSERT ON queues.task_pending FOR EACH STATEMENT EXECUTE FUNCTION queues.notify_task_ready();
+
+create table queues.task_redriven (
+  task_id bigint not null,
+  new_task_id bigint not null,
+  redriven_at timestamp with time zone default now() not null,
+  constraint task_redriven_new_task_id_fkey FOREIGN KEY (new_task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
+  constraint task_redriven_new_task_id_not_null NOT NULL new_task_id,
+  constraint task_redriven_pkey PRIMARY KEY (task_id),
+  constraint task_redriven_redriven_at_not_null NOT NULL redriven_at,
+  constraint task_redriven_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
+  constraint task_redriven_task_id_not_null NOT NULL task_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_redriven is 'Append-only: a dead-lettered task redriven as new_task_id.';
+CREATE UNIQUE INDEX task_redriven_pkey ON queues.task_redriven USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_redriven FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_type (
+  task_type text not null,
+  description text default ''::text not null,
+  registered_at timestamp with time zone default now() not null,
+  constraint task_type_description_not_null NOT NULL description,
+  constraint task_type_pkey PRIMARY KEY (task_type),
+  constraint task_type_registered_at_not_null NOT NULL registered_at,
+  constraint task_type_task_type_check CHECK ((task_type ~ '^[a-z][a-z0-9_]{0,62}$'::text)),
+  constraint task_type_task_type_not_null NOT NULL task_type
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_type is 'Task types a worker may be asked to process; queues.enqueue rejects any other.';
+CREATE UNIQUE INDEX task_type_pkey ON queues.task_type USING btree (task_type);
+
+create table queues.worker (
+  worker_id text not null,
+  task_types text[] not null,
+  started_at timestamp with time zone default now() not null,
+  last_seen_at timestamp with time zone default now() not null,
+  stopped_at timestamp with time zone,
+  constraint worker_last_seen_at_not_null NOT NULL last_seen_at,
+  constraint worker_pkey PRIMARY KEY (worker_id),
+  constraint worker_started_at_not_null NOT NULL started_at,
+  constraint worker_task_types_not_null NOT NULL task_types,
+  constraint worker_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
+  constraint worker_worker_id_not_null NOT NULL worker_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.worker is 'Workers and their last heartbeat (mutable registry).';
+CREATE UNIQUE INDEX worker_pkey ON queues.worker USING btree (worker_id);
+
+create table schedules.schedule (
+  schedule_id bigint generated always as identity not null,
+  name text not null,
+  created_at timestamp with time zone default now() not null,
+  constraint schedule_created_at_not_null NOT NULL created_at,
+  constraint schedule_name_check CHECK ((name ~ '^[a-z][a-z0-9_.-]{0,99}$'::text)),
+  constraint schedule_name_key UNIQUE (name),
+  constraint schedule_name_not_null NOT NULL name,
+  constraint schedule_pkey PRIMARY KEY (schedule_id),
+  constraint schedule_schedule_id_not_null NOT NULL schedule_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table schedules.schedule is 'A named recurring schedule. Its definition lives in schedule_version.';
+CREATE UNIQUE INDEX schedule_name_key ON schedules.schedule USING btree (name);
+CREATE UNIQUE INDEX schedule_pkey ON schedules.schedule USING btree (schedule_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON schedules.schedule FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table schedules.schedule_run (
+  schedule_run_id bigint generated always as identity not null,
+  schedule_id bigint not null,
+  schedule_version_id bigint not null,
+  fire_at timestamp with time zone not null,
+  first_fire_at timestamp with time zone not null,
+  outcome text not null,
+  task_id bigint,
+  enqueued_at timestamp with time zone default now() not null,
+  constraint schedule_run_check CHECK ((first_fire_at <= fire_at)),
+  constraint schedule_run_check1 CHECK (((outcome = 'enqueued'::text) = (task_id IS NOT NULL))),
+  constraint schedule_run_enqueued_at_not_null NOT NULL enqueued_at,
+  constraint schedule_run_fire_at_not_null NOT NULL fire_at,
+  constraint schedule_run_first_fire_at_not_null NOT NULL first_fire_at,
+  constraint schedule_run_outcome_check CHECK ((outcome = ANY (ARRAY['enqueued'::text, 'skipped'::text]))),
+  constraint schedule_run_outcome_not_null NOT NULL outcome,
+  constraint schedule_run_pkey PRIMARY KEY (schedule_run_id),
+  constraint schedule_run_schedule_id_fire_at_key UNIQUE (schedule_id, fire_at),
+  constraint schedule_run_schedule_id_fkey FOREIGN KEY (schedule_id) REFERENCES schedules.schedule(schedule_id) ON DELETE CASCADE,
+  constraint schedule_run_schedule_id_not_null NOT NULL schedule_id,
+  constraint schedule_run_schedule_run_id_not_null NOT NULL schedule_run_id,
+  constraint schedule_run_schedule_version_id_fkey FOREIGN KEY (schedule_version_id) REFERENCES schedules.schedule_version(schedule_version_id) ON DELETE CASCADE,
+  constraint schedule_run_schedule_version_id_not_null NOT NULL schedule_version_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table schedules.schedule_run is 'Append-only: fire times handled by the supervisor, enqueued (with the task) or skipped.';
+CREATE UNIQUE INDEX schedule_run_pkey ON schedules.schedule_run USING btree (schedule_run_id);
+CREATE UNIQUE INDEX schedule_run_schedule_id_fire_at_key ON schedules.schedule_run USING btree (schedule_id, fire_at);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON schedules.schedule_run FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table schedules.schedule_version (
+  schedule_version_id bigint generated always as identity not null,
+  schedule_id bigint not null,
+  cron text not null,
+  task_type text not null,
+  payload jsonb not null,
+  priority integer not null,
+  missed_run_policy text not null,
+  enabled boolean not null,
+  fires_after timestamp with time zone not null,
+  created_at timestamp with time zone default now() not null,
+  constraint schedule_version_created_at_not_null NOT NULL created_at,
+  constraint schedule_version_cron_check CHECK (((length(cron) >= 1) AND (length(cron) <= 200))),
+  constraint schedule_version_cron_not_null NOT NULL cron,
+  constraint schedule_version_enabled_not_null NOT NULL enabled,
+  constraint schedule_version_fires_after_not_null NOT NULL fires_after,
+  constraint schedule_version_missed_run_policy_check CHECK ((missed_run_policy = ANY (ARRAY['skip'::text, 'catch_up_once'::text]))),
+  constraint schedule_version_missed_run_policy_not_null NOT NULL missed_run_policy,
+  constraint schedule_version_payload_check CHECK ((jsonb_typeof(payload) = 'object'::text)),
+  constraint schedule_version_payload_not_null NOT NULL payload,
+  constraint schedule_version_pkey PRIMARY KEY (schedule_version_id),
+  constraint schedule_version_priority_check CHECK (((priority >= '-1000'::integer) AND (priority <= 1000))),
+  constraint schedule_version_priority_not_null NOT NULL priority,
+  constraint schedule_version_schedule_id_fkey FOREIGN KEY (schedule_id) REFERENCES schedules.schedule(schedule_id) ON DELETE CASCADE,
+  constraint schedule_version_schedule_id_not_null NOT NULL schedule_id,
+  constraint schedule_version_schedule_version_id_not_null NOT NULL schedule_version_id,
+  constraint schedule_version_task_type_fkey FOREIGN KEY (task_type) REFERENCES queues.task_type(task_type) ON DELETE RESTRICT,
+  constraint schedule_version_task_type_not_null NOT NULL task_type
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table schedules.schedule_version is 'Append-only: each definition of a schedule. The newest row per schedule is in force.';
+CREATE UNIQUE INDEX schedule_version_pkey ON schedules.schedule_version USING btree (schedule_version_id);
+CREATE INDEX schedule_version_schedule_idx ON schedules.schedule_version USING btree (schedule_id, schedule_version_id DESC);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON schedules.schedule_version FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table schedules.supervisor_task (
+  task_id bigint not null,
+  scheduled_at timestamp with time zone not null,
+  enqueued_at timestamp with time zone default now() not null,
+  constraint supervisor_task_enqueued_at_not_null NOT NULL enqueued_at,
+  constraint supervisor_task_pkey PRIMARY KEY (task_id),
+  constraint supervisor_task_scheduled_at_not_null NOT NULL scheduled_at,
+  constraint supervisor_task_task_id_not_null NOT NULL task_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table schedules.supervisor_task is 'Append-only: schedule_supervisor tasks enqueued; the pending one is found through queues.task_pending.';
+CREATE UNIQUE INDEX supervisor_task_pkey ON schedules.supervisor_task USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON schedules.supervisor_task FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+-- Views
+
+create view queues.dead_letter as
+ SELECT t.task_id,
+    t.task_type,
+    t.payload,
+    c.outcome,
+    c.completed_at,
+    ( SELECT e.error_message
+           FROM queues.error e
+          WHERE e.task_id = t.task_id
+          ORDER BY e.error_id DESC
+         LIMIT 1) AS last_error,
+    ( SELECT count(*)::integer AS count
+           FROM queues.task_lease l
+          WHERE l.task_id = t.task_id) AS attempts
+   FROM queues.task_completed c
+     JOIN queues.task t ON t.task_id = c.task_id
+  WHERE c.outcome <> 'succeeded'::text AND (c.outcome = 'abandoned'::text OR c.outcome = 'failed'::text AND NOT t.payload ? 'error_handler'::text) AND NOT (EXISTS ( SELECT 1
+           FROM queues.task_redriven r
+          WHERE r.task_id = t.task_id));
+  -- columns:
+  --  task_id bigint
+  --  task_type text
+  --  payload jsonb
+  --  outcome text
+  --  completed_at timestamp with time zone
+  --  last_error text
+  --  attempts integer
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on view queues.dead_letter is 'Tasks that ended failed or abandoned with no handler to deal with it, not yet redriven.';
+
+create view queues.stale_lease as
+ SELECT task_id,
+    task_lease_id,
+    worker_id,
+    last_seen_at,
+    expires_at
+   FROM queues.stale_leases_at(now(), 600) stale_leases_at(task_id, task_lease_id, worker_id, last_seen_at, expires_at);
+  -- columns:
+  --  task_id bigint
+  --  task_lease_id bigint
+  --  worker_id text
+  --  last_seen_at timestamp with time zone
+  --  expires_at timestamp with time zone
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on view queues.stale_lease is 'Live leases held by workers not seen for 10 minutes.';
+
+create view queues.task_lease_effective as
+ SELECT l.task_lease_id,
+    l.task_id,
+    l.worker_id,
+    l.leased_at,
+    COALESCE(r.released_at, v.revoked_at, e.expires_at, l.expires_at) AS expires_at,
+    r.released_at,
+    COALESCE(e.extensions, 0) AS extensions,
+    v.revoked_at
+   FROM queues.task_lease l
+     LEFT JOIN queues.task_lease_release r ON r.task_lease_id = l.task_lease_id
+     LEFT JOIN queues.task_lease_revocation v ON v.task_lease_id = l.task_lease_id
+     LEFT JOIN LATERAL ( SELECT max(x.expires_at) AS expires_at,
+            count(*)::integer AS extensions
+           FROM queues.task_lease_extension x
+          WHERE x.task_lease_id = l.task_lease_id) e ON true;
+  -- columns:
+  --  task_lease_id bigint
+  --  task_id bigint
+  --  worker_id text
+  --  leased_at timestamp with time zone
+  --  expires_at timestamp with time zone
+  --  released_at timestamp with time zone
+  --  extensions integer
+  --  revoked_at timestamp with time zone
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on view queues.task_lease_effective is 'Leases with their effective expiry (releases and heartbeats applied).';
+
+-- Sequences
+
+create sequence accounts.account_account_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of accounts.account.account_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence accounts.account_anonymization_attempt_account_anonymization_attempt_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of accounts.account_anonymization_attempt.account_anonymization_attempt_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence accounts.account_anonymization_task_account_anonymization_task_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of accounts.account_anonymization_task.account_anonymization_task_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence accounts.account_deletion_supervisor_r_account_deletion_supervisor_r_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of accounts.account_deletion_supervisor_run.account_deletion_supervisor_run_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence accounts.account_deletion_task_account_deletion_task_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of accounts.account_deletion_task.account_deletion_task_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence comms.message_message_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of comms.message.message_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence comms.send_email_attempt_send_email_attempt_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of comms.send_email_attempt.send_email_attempt_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence comms.send_email_supervisor_run_send_email_supervisor_run_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of comms.send_email_supervisor_run.send_email_supervisor_run_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence comms.send_email_task_send_email_task_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of comms.send_email_task.send_email_task_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence comms.send_sms_attempt_send_sms_attempt_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of comms.send_sms_attempt.send_sms_attempt_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence comms.send_sms_supervisor_run_send_sms_supervisor_run_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of comms.send_sms_supervisor_run.send_sms_supervisor_run_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence comms.send_sms_task_send_sms_task_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of comms.send_sms_task.send_sms_task_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence files.file_deletion_attempt_file_deletion_attempt_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of files.file_deletion_attempt.file_deletion_attempt_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence files.file_deletion_supervisor_run_file_deletion_supervisor_run_i_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of files.file_deletion_supervisor_run.file_deletion_supervisor_run_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence files.file_deletion_task_file_deletion_task_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of files.file_deletion_task.file_deletion_task_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence files.file_file_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of files.file.file_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence files.file_metadata_file_metadata_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of files.file_metadata.file_metadata_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence learning.cue_cue_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of learning.cue.cue_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence learning.profile_cue_recording_profile_cue_recording_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of learning.profile_cue_recording.profile_cue_recording_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence learning.profile_profile_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of learning.profile.profile_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence queues.error_error_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of queues.error.error_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence queues.task_attempt_failed_task_attempt_failed_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of queues.task_attempt_failed.task_attempt_failed_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence queues.task_lease_extension_task_lease_extension_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of queues.task_lease_extension.task_lease_extension_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence queues.task_lease_task_lease_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of queues.task_lease.task_lease_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence queues.task_task_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of queues.task.task_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence schedules.schedule_run_schedule_run_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of schedules.schedule_run.schedule_run_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence schedules.schedule_schedule_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of schedules.schedule.schedule_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence schedules.schedule_version_schedule_version_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of schedules.schedule_version.schedule_version_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+-- Functions
+
+CREATE OR REPLACE FUNCTION accounts.account_anonymization_max_attempts()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select 3 $function$;
+  -- accounts.account_anonymization_max_attempts(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.account_anonymization_supervisor(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _task_id bigint := internal.id_from_payload(payload, 'account_anonymization_task_id');
+  _facts record;
+  _error text;
+  _next_check_at timestamptz;
+begin
+  if _task_id is null then
+    return internal.validation_failure('account_anonymization_task_id must be a positive integer');
+  end if;
+  perform internal.assert_read_committed('accounts.account_anonymization_supervisor');
+  if not accounts.lock_account_anonymization_task(_task_id) then
+    return internal.validation_failure(format('account_anonymization_task %s not found', _task_id));
+  end if;
+
+  _facts := accounts.account_anonymization_supervisor_facts(_task_id);
+
+  if _facts.has_task_succeeded then
+    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
+  end if;
+  if _facts.task_failure is not null then
+    return jsonb_build_object('status', _facts.task_failure);
+  end if;
+  if _facts.has_success then
+    perform accounts.record_account_anonymization_task_succeeded(_task_id);
+    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
+  end if;
+  if _facts.num_failures >= accounts.account_anonymization_max_attempts() then
+    perform accounts.record_account_anonymization_task_failed(_task_id, 'max_attempts_reached');
+    return jsonb_build_object('status', 'max_attempts_reached');
+  end if;
+
+  _error := accounts.run_account_anonymization_attempt(_task_id, _facts.account_id);
+  if _error is null then
+    perform accounts.record_account_anonymization_task_succeeded(_task_id);
+    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
+  end if;
+  if _facts.num_failures + 1 >= accounts.account_anonymization_max_attempts() then
+    perform accounts.record_account_anonymization_task_failed(_task_id, 'max_attempts_reached');
+    return jsonb_build_object('status', 'max_attempts_reached', 'payload', jsonb_build_object('error', _error));
+  end if;
+  _next_check_at := accounts.schedule_account_anonymization_recheck(_task_id, _facts.num_failures + 1);
+  return jsonb_build_object('success', true, 'payload', jsonb_build_object(
+    'status', 'attempt_failed', 'error', _error, 'next_check_at', _next_check_at));
+end;
+$function$;
+  -- accounts.account_anonymization_supervisor(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.account_anonymization_supervisor_facts(_task_id bigint, OUT account_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer)
+ RETURNS record
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select t.account_id,
+         accounts.has_account_anonymization_task_succeeded(t.account_anonymization_task_id),
+         accounts.get_account_anonymization_task_failure(t.account_anonymization_task_id),
+         accounts.has_account_anonymization_succeeded_attempt(t.account_anonymization_task_id),
+         accounts.count_account_anonymization_attempts(t.account_anonymization_task_id),
+         accounts.count_account_anonymization_failed_attempts(t.account_anonymization_task_id)
+    from accounts.account_anonymization_task t
+   where t.account_anonymization_task_id = _task_id
+$function$;
+  -- accounts.account_anonymization_supervisor_facts(_task_id bigint, OUT account_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.account_deletion_max_supervisor_runs()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select 100 $function$;
+  -- accounts.account_deletion_max_supervisor_runs(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.account_deletion_supervisor(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _task_id bigint := internal.id_from_payload(payload, 'account_deletion_task_id');
+  _facts record;
+  _status text;
+  _reason text;
+  _next_check_at timestamptz;
+begin
+  if _task_id is null then
+    return internal.validation_failure('account_deletion_task_id must be a positive integer');
+  end if;
+  perform internal.assert_read_committed('accounts.account_deletion_supervisor');
+  if not accounts.lock_account_deletion_task(_task_id) then
+    return internal.validation_failure(format('account_deletion_task %s not found', _task_id));
+  end if;
+
+  _facts := accounts.account_deletion_supervisor_facts(_task_id);
+
+  -- Terminal states.
+  if _facts.has_task_succeeded then
+    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
+  end if;
+  if _facts.task_failure is not null then
+    return jsonb_build_object('status', 'failed', 'payload', jsonb_build_object('reason', _facts.task_failure));
+  end if;
+  if _facts.num_files_deleted = _facts.num_files and _facts.is_anonymized then
+    perform accounts.record_account_deletion_task_succeeded(_task_id);
+    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
+  end if;
+  _reason := case
+    when cardinality(_facts.stuck_file_ids) > 0
+      then format('file deletion stuck for file_id %s', array_to_string(_facts.stuck_file_ids, ', '))
+    when _facts.is_anonymization_stuck
+      then format('account anonymization stuck for account_id %s', _facts.account_id)
+    when _facts.num_runs >= accounts.account_deletion_max_supervisor_runs()
+      then format('run_limit_reached after %s runs', _facts.num_runs)
+  end;
+  if _reason is not null then
+    perform accounts.record_account_deletion_task_failed(_task_id, _reason);
+    return jsonb_build_object('status', 'failed', 'payload', jsonb_build_object('reason', _reason));
+  end if;
+
+  -- Progress: files first, then anonymization.
+  perform accounts.record_account_deletion_supervisor_run(_task_id);
+  if _facts.num_files_without_task > 0 then
+    perform accounts.start_account_file_deletions(_facts.account_id);
+    _status := 'file_deletions_started';
+  elsif _facts.num_files_deleted < _facts.num_files then
+    _status := 'waiting_for_file_deletions';
+  elsif not _facts.has_anonymization_task then
+    perform accounts.kickoff_account_anonymization(_facts.account_id);
+    _status := 'anonymization_started';
+  else
+    _status := 'waiting_for_anonymization';
+  end if;
+  _next_check_at := accounts.schedule_account_deletion_recheck(_task_id, _facts.num_runs + 1);
+  return jsonb_build_object('success', true, 'payload', jsonb_build_object(
+    'status', _status, 'next_check_at', _next_check_at));
+end;
+$function$;
+  -- accounts.account_deletion_supervisor(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.account_deletion_supervisor_facts(_task_id bigint, OUT account_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT num_runs integer, OUT num_files integer, OUT num_files_without_task integer, OUT num_files_deleted integer, OUT stuck_file_ids bigint[], OUT has_anonymization_task boolean, OUT is_anonymized boolean, OUT is_anonymization_stuck boolean)
+ RETURNS record
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select t.account_id,
+         accounts.has_account_deletion_task_succeeded(t.account_deletion_task_id),
+         accounts.get_account_deletion_task_failure(t.account_deletion_task_id),
+         accounts.count_account_deletion_supervisor_runs(t.account_deletion_task_id),
+         ff.num_files, ff.num_files_without_task, ff.num_files_deleted, ff.stuck_file_ids,
+         accounts.has_account_anonymization_task(t.account_id),
+         accounts.is_account_anonymized(t.account_id),
+         accounts.is_account_anonymization_stuck(t.account_id)
+    from accounts.account_deletion_task t
+    cross join lateral files.account_file_deletion_facts(t.account_id) ff
+   where t.account_deletion_task_id = _task_id
+$function$;
+  -- accounts.account_deletion_supervisor_facts(_task_id bigint, OUT account_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT num_runs integer, OUT num_files integer, OUT num_files_without_task integer, OUT num_files_deleted integer, OUT stuck_file_ids bigint[], OUT has_anonymization_task boolean, OUT is_anonymized boolean, OUT is_anonymization_stuck boolean): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.anonymize_account(_account_id bigint)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _injected text;
+begin
+  select i.error_message into _injected
+    from accounts.anonymization_failure_injection i where i.account_id = _account_id;
+  if _injected is not null then
+    raise exception 'anonymization of account % failed: %', _account_id, _injected using errcode = 'P0001';
+  end if;
+  update accounts.account a set email = null, display_name = null
+   where a.account_id = _account_id;
+  update learning.profile p set display_name = null
+   where p.account_id = _account_id;
+  insert into accounts.account_flag (account_id, flag) values (_account_id, 'anonymized')
+  on conflict do nothing;
+end;
+$function$;
+  -- accounts.anonymize_account(_account_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.count_account_anonymization_attempts(_task_id bigint)
+ RETURNS integer
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select count(*)::integer from accounts.account_anonymization_attempt a
+   where a.account_anonymization_task_id = _task_id
+$function$;
+  -- accounts.count_account_anonymization_attempts(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.count_account_anonymization_failed_attempts(_task_id bigint)
+ RETURNS integer
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select count(*)::integer from accounts.account_anonymization_attempt a
+    join accounts.account_anonymization_attempt_failed f using (account_anonymization_attempt_id)
+   where a.account_anonymization_task_id = _task_id
+$function$;
+  -- accounts.count_account_anonymization_failed_attempts(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.count_account_deletion_supervisor_runs(_task_id bigint)
+ RETURNS integer
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select count(*)::integer from accounts.account_deletion_supervisor_run r
+   where r.account_deletion_task_id = _task_id
+$function$;
+  -- accounts.count_account_deletion_supervisor_runs(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.get_account_anonymization_task_failure(_task_id bigint)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select t.reason from accounts.account_anonymization_task_failed t
+   where t.account_anonymization_task_id = _task_id
+$function$;
+  -- accounts.get_account_anonymization_task_failure(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.get_account_deletion_task_failure(_task_id bigint)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select t.reason from accounts.account_deletion_task_failed t where t.account_deletion_task_id = _task_id
+$function$;
+  -- accounts.get_account_deletion_task_failure(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.has_account_anonymization_succeeded_attempt(_task_id bigint)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select exists (
+    select 1 from accounts.account_anonymization_attempt a
+      join accounts.account_anonymization_attempt_succeeded s using (account_anonymization_attempt_id)
+     where a.account_anonymization_task_id = _task_id)
+$function$;
+  -- accounts.has_account_anonymization_succeeded_attempt(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.has_account_anonymization_task(_account_id bigint)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select exists (select 1 from accounts.account_anonymization_task t where t.account_id = _account_id)
+$function$;
+  -- accounts.has_account_anonymization_task(_account_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.has_account_anonymization_task_succeeded(_task_id bigint)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select exists (select 1 from accounts.account_anonymization_task_succeeded t
+                  where t.account_anonymization_task_id = _task_id)
+$function$;
+  -- accounts.has_account_anonymization_task_succeeded(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.has_account_deletion_task_succeeded(_task_id bigint)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select exists (select 1 from accounts.account_deletion_task_succeeded t where t.account_deletion_task_id = _task_id)
+$function$;
+  -- accounts.has_account_deletion_task_succeeded(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.is_account_anonymization_stuck(_account_id bigint)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select coalesce((
+    select accounts.get_account_anonymization_task_failure(t.account_anonymization_task_id) is not null
+           or accounts.count_account_anonymization_failed_attempts(t.account_anonymization_task_id)
+                >= accounts.account_anonymization_max_attempts()
+      from accounts.account_anonymization_task t
+     where t.account_id = _account_id), false)
+$function$;
+  -- accounts.is_account_anonymization_stuck(_account_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.is_account_anonymized(_account_id bigint)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select exists (select 1 from accounts.account_anonymization_task t
+                  where t.account_id = _account_id
+                    and accounts.has_account_anonymization_task_succeeded(t.account_anonymization_task_id))
+$function$;
+  -- accounts.is_account_anonymized(_account_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.kickoff_account_anonymization(_account_id bigint)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _task_id bigint;
+begin
+  insert into accounts.account_anonymization_task (account_id) values (_account_id)
+  on conflict (account_id) do nothing
+  returning account_anonymization_task_id into _task_id;
+  if _task_id is null then
+    return (select t.account_anonymization_task_id from accounts.account_anonymization_task t
+             where t.account_id = _account_id);
+  end if;
+  perform queues.enqueue('db_function', jsonb_build_object(
+    'task_type', 'db_function',
+    'db_function', 'accounts.account_anonymization_supervisor',
+    'account_anonymization_task_id', _task_id));
+  return _task_id;
+end;
+$function$;
+  -- accounts.kickoff_account_anonymization(_account_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.kickoff_account_deletion(_account_id bigint, OUT account_deletion_task_id bigint, OUT validation_failure_message text)
+ RETURNS record
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _account_id is null then
+    validation_failure_message := 'account_id is required';
+    return;
+  end if;
+  if not exists (select 1 from accounts.account a where a.account_id = _account_id) then
+    validation_failure_message := format('account %s not found', _account_id);
+    return;
+  end if;
+
+  insert into accounts.account_deletion_task (account_id) values (_account_id)
+  on conflict (account_id) do nothing
+  returning account_deletion_task.account_deletion_task_id into account_deletion_task_id;
+  if account_deletion_task_id is null then
+    select t.account_deletion_task_id into account_deletion_task_id
+      from accounts.account_deletion_task t where t.account_id = _account_id;
+    return;
+  end if;
+
+  insert into accounts.account_flag (account_id, flag) values (_account_id, 'deleted')
+  on conflict do nothing;
+  perform queues.enqueue('db_function', jsonb_build_object(
+    'task_type', 'db_function',
+    'db_function', 'accounts.account_deletion_supervisor',
+    'account_deletion_task_id', account_deletion_task_id));
+end;
+$function$;
+  -- accounts.kickoff_account_deletion(_account_id bigint, OUT account_deletion_task_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.lock_account_anonymization_task(_task_id bigint)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  perform 1 from accounts.account_anonymization_task t
+   where t.account_anonymization_task_id = _task_id
+     for no key update;
+  return found;
+end;
+$function$;
+  -- accounts.lock_account_anonymization_task(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.lock_account_deletion_task(_task_id bigint)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  perform 1 from accounts.account_deletion_task t where t.account_deletion_task_id = _task_id
+     for no key update;
+  return found;
+end;
+$function$;
+  -- accounts.lock_account_deletion_task(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.record_account_anonymization_task_failed(_task_id bigint, _reason text)
+ RETURNS void
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  insert into accounts.account_anonymization_task_failed (account_anonymization_task_id, reason) values (_task_id, _reason)
+  on conflict do nothing
+$function$;
+  -- accounts.record_account_anonymization_task_failed(_task_id bigint, _reason text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.record_account_anonymization_task_succeeded(_task_id bigint)
+ RETURNS void
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  insert into accounts.account_anonymization_task_succeeded (account_anonymization_task_id) values (_task_id)
+  on conflict do nothing
+$function$;
+  -- accounts.record_account_anonymization_task_succeeded(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.record_account_deletion_supervisor_run(_task_id bigint)
+ RETURNS void
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  insert into accounts.account_deletion_supervisor_run (account_deletion_task_id) values (_task_id)
+$function$;
+  -- accounts.record_account_deletion_supervisor_run(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.record_account_deletion_task_failed(_task_id bigint, _reason text)
+ RETURNS void
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  insert into accounts.account_deletion_task_failed (account_deletion_task_id, reason) values (_task_id, _reason)
+  on conflict do nothing
+$function$;
+  -- accounts.record_account_deletion_task_failed(_task_id bigint, _reason text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.record_account_deletion_task_succeeded(_task_id bigint)
+ RETURNS void
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  insert into accounts.account_deletion_task_succeeded (account_deletion_task_id) values (_task_id)
+  on conflict do nothing
+$function$;
+  -- accounts.record_account_deletion_task_succeeded(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.run_account_anonymization_attempt(_task_id bigint, _account_id bigint)
+ RETURNS text
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _attempt_id bigint;
+  _error text;
+begin
+  insert into accounts.account_anonymization_attempt (account_anonymization_task_id) values (_task_id)
+  returning account_anonymization_attempt_id into _attempt_id;
+  begin
+    perform accounts.anonymize_account(_account_id);
+  exception when others then
+    _error := left(sqlerrm, 2000);
+  end;
+  if _error is null then
+    insert into accounts.account_anonymization_attempt_succeeded (account_anonymization_attempt_id) values (_attempt_id);
+  else
+    insert into accounts.account_anonymization_attempt_failed (account_anonymization_attempt_id, error_message)
+    values (_attempt_id, _error);
+  end if;
+  return _error;
+end;
+$function$;
+  -- accounts.run_account_anonymization_attempt(_task_id bigint, _account_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.schedule_account_anonymization_recheck(_task_id bigint, _num_failures integer)
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _next_check_at timestamptz := now() + internal.backoff(_num_failures, 3600);
+begin
+  perform queues.enqueue('db_function', jsonb_build_object(
+    'task_type', 'db_function',
+    'db_function', 'accounts.account_anonymization_supervisor',
+    'account_anonymization_task_id', _task_id), _next_check_at);
+  return _next_check_at;
+end;
+$function$;
+  -- accounts.schedule_account_anonymization_recheck(_task_id bigint, _num_failures integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.schedule_account_deletion_recheck(_task_id bigint, _num_runs integer)
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _next_check_at timestamptz :=
+    now() + internal.backoff(_num_runs - 1, 600);
+begin
+  perform queues.enqueue('db_function', jsonb_build_object(
+    'task_type', 'db_function',
+    'db_function', 'accounts.account_deletion_supervisor',
+    'account_deletion_task_id', _task_id), _next_check_at);
+  return _next_check_at;
+end;
+$function$;
+  -- accounts.schedule_account_deletion_recheck(_task_id bigint, _num_runs integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.start_account_file_deletions(_account_id bigint)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _file_id bigint;
+  _started integer := 0;
+begin
+  for _file_id in
+    select f.file_id from files.file f
+     where f.account_id = _account_id
+       and not exists (select 1 from files.file_deletion_task t where t.file_id = f.file_id)
+     order by f.file_id
+  loop
+    perform files.kickoff_file_deletion(_file_id);
+    _started := _started + 1;
+  end loop;
+  return _started;
+end;
+$function$;
+  -- accounts.start_account_file_deletions(_account_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.assert_process_root(_process text, _root_id bigint)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _found boolean;
+begin
+  if _process is null then
+    raise exception 'process must not be null' using errcode = '22004';
+  end if;
+  if not exists (select 1 from admin.processes() p where p.process = _process) then
+    raise exception 'unknown process %; expected one of %', quote_literal(left(_process, 100)),
+      (select string_agg(p.process, ', ') from admin.processes() p) using errcode = '22023';
+  end if;
+  if _root_id is null then
+    raise exception 'root_id must not be null' using errcode = '22004';
+  end if;
+  execute format('select exists (select 1 from %s r where r.%I = $1)',
+                 admin.process_table(_process, '_task'), _process || '_task_id')
+    into _found using _root_id;
+  if not _found then
+    raise exception '% % does not exist', _process, _root_id using errcode = '23503';
+  end if;
+end;
+$function$;
+  -- admin.assert_process_root(_process text, _root_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.assert_task_type(_task_type text)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _task_type is not null
+     and not exists (select 1 from queues.task_type t where t.task_type = _task_type) then
+    raise exception 'unknown task_type %', quote_literal(left(_task_type, 100))
+      using errcode = '22023', hint = 'Known task types are listed in queues.task_type.';
+  end if;
+end;
+$function$;
+  -- admin.assert_task_type(_task_type text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.capacity(_task_type text DEFAULT NULL::text)
+ RETURNS TABLE(task_type text, pending bigint, ready bigint, running bigint, active_workers bigint, completed_in_window bigint, window_workers bigint, window_seconds integer, tasks_per_worker_hour double precision, estimated_hours_to_drain double precision, workers_needed_1h bigint, workers_needed_4h bigint, workers_needed_8h bigint)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from admin.capacity_at(now(), _task_type, 3600, 600)
+$function$;
+  -- admin.capacity(_task_type text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.capacity_at(_now timestamp with time zone, _task_type text, _window_seconds integer, _dead_after_seconds integer)
+ RETURNS TABLE(task_type text, pending bigint, ready bigint, running bigint, active_workers bigint, completed_in_window bigint, window_workers bigint, window_seconds integer, tasks_per_worker_hour double precision, estimated_hours_to_drain double precision, workers_needed_1h bigint, workers_needed_4h bigint, workers_needed_8h bigint)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _window integer := coalesce(_window_seconds, 3600);
+  _dead_after integer := coalesce(_dead_after_seconds, 600);
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  if _task_type is not null
+     and not exists (select 1 from queues.task_type t where t.task_type = _task_type) then
+    raise exception 'unknown task_type %', quote_literal(left(_task_type, 100))
+      using errcode = '23503', hint = 'Known task types are listed in queues.task_type.';
+  end if;
+  if _window not between 60 and 604800 then
+    raise exception 'window_seconds must be between 60 and 604800 (7 days), got %', _window
+      using errcode = '22023';
+  end if;
+  if _dead_after not between 10 and 86400 then
+    raise exception 'dead_after_seconds must be between 10 and 86400, got %', _dead_after
+      using errcode = '22023';
+  end if;
+
+  return query
+  with types as (
+    select t.task_type from queues.task_type t
+     where _task_type is null or t.task_type = _task_type
+  ),
+  queue as (
+    select p.task_type,
+           count(*) as pending,
+           count(*) filter (where p.available_at <= _now) as ready,
+           count(*) filter (where p.available_at > _now and p.current_lease_id is not null) as running
+      from queues.task_pending p
+     where _task_type is null or p.task_type = _task_type
+     group by p.task_type
+  ),
+  recent as (
+    -- Completions in the window by completed_at (index range scan); each is joined to its
+    -- task and lease by primary key (lateral + limit 1 keeps these nested loops).
+    select t.task_type, count(*) as completed, count(distinct l.worker_id) as workers
+      from queues.task_completed c
+     cross join lateral (select x.task_type from queues.task x where x.task_id = c.task_id limit 1) t
+      left join lateral (select y.worker_id from queues.task_lease y
+                          where y.task_lease_id = c.task_lease_id limit 1) l on true
+     where c.completed_at > _now - make_interval(secs => _window)
+       and c.completed_at <= _now
+       and (_task_type is null or t.task_type = _task_type)
+     group by t.task_type
+  ),
+  workers as (
+    select r.task_type, count(*) as active
+      from queues.worker w
+     cross join lateral unnest(w.task_types) as r(task_type)
+     where w.stopped_at is null
+       and w.last_seen_at > _now - make_interval(secs => _dead_after)
+     group by r.task_type
+  ),
+  figures as (
+    select ty.task_type,
+           coalesce(q.pending, 0) as pending,
+           coalesce(q.ready, 0) as ready,
+           coalesce(q.running, 0) as running,
+           coalesce(w.active, 0) as active,
+           coalesce(r.completed, 0) as completed,
+           coalesce(r.workers, 0) as workers,
+           case when coalesce(r.completed, 0) > 0 and r.workers > 0
+                then r.completed::double precision / (r.workers * (_window / 3600.0))
+           end as rate
+      from types ty
+      left join queue q on q.task_type = ty.task_type
+      left join recent r on r.task_type = ty.task_type
+      left join workers w on w.task_type = ty.task_type
+  )
+  select f.task_type, f.pending, f.ready, f.running, f.active, f.completed, f.workers, _window,
+         f.rate,
+         case when f.pending = 0 then 0
+              when f.rate is null or f.active = 0 then null
+              else f.pending / (f.rate * f.active) end,
+         case when f.pending = 0 then 0 when f.rate is not null then ceil(f.pending / (f.rate * 1))::bigint end,
+         case when f.pending = 0 then 0 when f.rate is not null then ceil(f.pending / (f.rate * 4))::bigint end,
+         case when f.pending = 0 then 0 when f.rate is not null then ceil(f.pending / (f.rate * 8))::bigint end
+    from figures f
+   order by f.task_type;
+end;
+$function$;
+  -- admin.capacity_at(_now timestamp with time zone, _task_type text, _window_seconds integer, _dead_after_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.completion_stats(_window_seconds integer DEFAULT NULL::integer)
+ RETURNS TABLE(task_type text, outcome text, completed bigint, timed bigint, duration_sum double precision, duration_buckets bigint[])
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from admin.completion_stats_at(now(), _window_seconds)
+$function$;
+  -- admin.completion_stats(_window_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.completion_stats_at(_now timestamp with time zone, _window_seconds integer)
+ RETURNS TABLE(task_type text, outcome text, completed bigint, timed bigint, duration_sum double precision, duration_buckets bigint[])
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _window integer := coalesce(_window_seconds, 3600);
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  if _window not between 60 and 604800 then
+    raise exception 'window_seconds must be between 60 and 604800 (7 days), got %', _window
+      using errcode = '22023';
+  end if;
+  return query
+  with recent as (
+    select t.task_type, c.outcome, extract(epoch from c.completed_at - l.leased_at)::double precision as seconds
+      from queues.task_completed c
+     cross join lateral (select x.task_type from queues.task x where x.task_id = c.task_id limit 1) t
+      left join lateral (select y.leased_at from queues.task_lease y
+                          where y.task_lease_id = c.task_lease_id limit 1) l on true
+     where c.completed_at > _now - make_interval(secs => _window) and c.completed_at <= _now
+  ),
+  totals as (
+    select r.task_type, r.outcome, count(*) as completed, count(r.seconds) as timed,
+           coalesce(sum(r.seconds), 0) as duration_sum
+      from recent r
+     group by r.task_type, r.outcome
+  ),
+  buckets as (
+    select b.task_type, b.outcome, array_agg(b.n order by b.i) as counts
+      from (select r.task_type, r.outcome, u.i, count(*) filter (where r.seconds <= u.b) as n
+              from recent r
+             cross join unnest(admin.duration_buckets()) with ordinality as u(b, i)
+             group by 1, 2, 3) b
+     group by b.task_type, b.outcome
+  )
+  select t.task_type, t.outcome, t.completed, t.timed, t.duration_sum, b.counts
+    from totals t
+    join buckets b on b.task_type = t.task_type and b.outcome = t.outcome
+   order by 1, 2;
+end;
+$function$;
+  -- admin.completion_stats_at(_now timestamp with time zone, _window_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.duration_buckets()
+ RETURNS double precision[]
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select array[0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300]::double precision[] $function$;
+  -- admin.duration_buckets(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.get_task(_task_id bigint)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select admin.get_task_at(now(), _task_id)
+$function$;
+  -- admin.get_task(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.get_task_at(_now timestamp with time zone, _task_id bigint)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _result jsonb;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  if _task_id is null then
+    raise exception 'task_id must not be null' using errcode = '22004';
+  end if;
+
+  select jsonb_build_object(
+           'task', to_jsonb(t) || jsonb_build_object(
+             'state', coalesce(c.outcome,
+                               admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now)),
+             'available_at', p.available_at,
+             'current_lease_id', p.current_lease_id),
+           'leases', coalesce((
+             select jsonb_agg(jsonb_build_object(
+                      'task_lease_id', l.task_lease_id, 'worker_id', l.worker_id,
+                      'leased_at', l.leased_at, 'expires_at', l.expires_at,
+                      'released_at', l.released_at, 'revoked_at', l.revoked_at, 'extensions', l.extensions,
+                      'live', coalesce(l.task_lease_id = p.current_lease_id and p.available_at > _now, false))
+                      order by l.task_lease_id)
+               from queues.task_lease_effective l where l.task_id = t.task_id), '[]'::jsonb),
+           'errors', coalesce((
+             select jsonb_agg(to_jsonb(e) - 'task_id' order by e.error_id)
+               from queues.error e where e.task_id = t.task_id), '[]'::jsonb),
+           'completion', case when c.task_id is not null then to_jsonb(c) - 'task_id' end)
+    into _result
+    from queues.task t
+    left join queues.task_pending p on p.task_id = t.task_id
+    left join queues.task_completed c on c.task_id = t.task_id
+   where t.task_id = _task_id;
+
+  if _result is null then
+    raise exception 'task % does not exist', _task_id using errcode = '23503';
+  end if;
+  return _result || admin.task_retry_facts(_task_id);
+end;
+$function$;
+  -- admin.get_task_at(_now timestamp with time zone, _task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.list_dead_letters(_task_type text DEFAULT NULL::text, _limit integer DEFAULT NULL::integer, _before_task_id bigint DEFAULT NULL::bigint)
+ RETURNS TABLE(task_id bigint, task_type text, payload jsonb, outcome text, completed_at timestamp with time zone, last_error text, attempts integer)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _page integer := admin.page_limit(_limit);
+begin
+  perform admin.assert_task_type(_task_type);
+  if _before_task_id is not null and _before_task_id < 1 then
+    raise exception 'before_task_id must be a positive task id, got %', _before_task_id
+      using errcode = '22023';
+  end if;
+  return query
+  select d.task_id, d.task_type, d.payload, d.outcome, d.completed_at, d.last_error, d.attempts::integer
+    from queues.dead_letter d
+   where (_task_type is null or d.task_type = _task_type)
+     and (_before_task_id is null or d.task_id < _before_task_id)
+   order by d.task_id desc
+   limit _page;
+end;
+$function$;
+  -- admin.list_dead_letters(_task_type text, _limit integer, _before_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.list_process_roots(_process text, _limit integer DEFAULT NULL::integer, _before_root_id bigint DEFAULT NULL::bigint)
+ RETURNS TABLE(root_id bigint, created_at timestamp with time zone, status text, subject jsonb)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _page integer := admin.page_limit(_limit);
+  _key text := _process || '_task_id';
+begin
+  if _process is null then
+    raise exception 'process must not be null' using errcode = '22004';
+  end if;
+  if not exists (select 1 from admin.processes() p where p.process = _process) then
+    raise exception 'unknown process %; expected one of %', quote_literal(left(_process, 100)),
+      (select string_agg(p.process, ', ') from admin.processes() p) using errcode = '22023';
+  end if;
+  if _before_root_id is not null and _before_root_id < 1 then
+    raise exception 'before_root_id must be a positive id, got %', _before_root_id using errcode = '22023';
+  end if;
+  return query execute format(
+    'select r.%1$I, r.created_at,
+            case when exists (select 1 from %3$s s where s.%1$I = r.%1$I) then ''succeeded''
+                 when exists (select 1 from %4$s x where x.%1$I = r.%1$I) then ''failed''
+                 else ''running'' end,
+            to_jsonb(r) - %1$L - ''created_at''
+       from %2$s r
+      where $1 is null or r.%1$I < $1
+      order by r.%1$I desc
+      limit $2',
+    _key, admin.process_table(_process, '_task'),
+    admin.process_table(_process, '_task_succeeded'), admin.process_table(_process, '_task_failed'))
+  using _before_root_id, _page;
+end;
+$function$;
+  -- admin.list_process_roots(_process text, _limit integer, _before_root_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.list_processes()
+ RETURNS TABLE(process text)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select p.process from admin.processes() p order by 1
+$function$;
+  -- admin.list_processes(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.list_stale_leases()
+ RETURNS TABLE(task_id bigint, task_lease_id bigint, worker_id text, last_seen_at timestamp with time zone, expires_at timestamp with time zone)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  return query
+  select s.task_id, s.task_lease_id, s.worker_id, s.last_seen_at, s.expires_at
+    from queues.stale_lease s
+   order by s.task_id
+   limit 1000;
+end;
+$function$;
+  -- admin.list_stale_leases(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.list_task_types()
+ RETURNS TABLE(task_type text, description text)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select t.task_type, t.description from queues.task_type t order by t.task_type
+$function$;
+  -- admin.list_task_types(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.list_tasks(_task_type text DEFAULT NULL::text, _state text DEFAULT NULL::text, _limit integer DEFAULT NULL::integer, _before_task_id bigint DEFAULT NULL::bigint)
+ RETURNS TABLE(task_id bigint, task_type text, state text, priority integer, resource_key text, max_attempts integer, lease_count integer, enqueued_at timestamp with time zone, scheduled_at timestamp with time zone, available_at timestamp with time zone, completed_at timestamp with time zone)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from admin.list_tasks_at(now(), _task_type, _state, _limit, _before_task_id)
+$function$;
+  -- admin.list_tasks(_task_type text, _state text, _limit integer, _before_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.list_tasks_at(_now timestamp with time zone, _task_type text, _state text, _limit integer, _before_task_id bigint)
+ RETURNS TABLE(task_id bigint, task_type text, state text, priority integer, resource_key text, max_attempts integer, lease_count integer, enqueued_at timestamp with time zone, scheduled_at timestamp with time zone, available_at timestamp with time zone, completed_at timestamp with time zone)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _page integer := admin.page_limit(_limit);
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  perform admin.assert_task_type(_task_type);
+  if _state is not null and not (_state = any (admin.task_states())) then
+    raise exception 'unknown state %; expected one of %', quote_literal(left(_state, 100)),
+      array_to_string(admin.task_states(), ', ') using errcode = '22023';
+  end if;
+  if _before_task_id is not null and _before_task_id < 1 then
+    raise exception 'before_task_id must be a positive task id, got %', _before_task_id
+      using errcode = '22023';
+  end if;
+
+  if _state in ('scheduled', 'ready', 'running', 'retrying') then
+    return query
+    select p.task_id, p.task_type, _state, p.priority, t.resource_key, t.max_attempts, p.lease_count,
+           t.enqueued_at, p.scheduled_at, p.available_at, null::timestamptz
+      from queues.task_pending p
+     -- lateral + limit 1: one primary-key probe per listed task
+     cross join lateral (select * from queues.task x where x.task_id = p.task_id limit 1) t
+     where (_task_type is null or p.task_type = _task_type)
+       and (_before_task_id is null or p.task_id < _before_task_id)
+       and admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now) = _state
+     order by p.task_id desc
+     limit _page;
+  elsif _state is not null then
+    return query
+    select c.task_id, t.task_type, c.outcome, t.priority, t.resource_key, t.max_attempts,
+           (select count(*)::integer from queues.task_lease l where l.task_id = c.task_id),
+           t.enqueued_at, t.scheduled_at, null::timestamptz, c.completed_at
+      from queues.task_completed c
+     cross join lateral (select * from queues.task x where x.task_id = c.task_id limit 1) t
+     where c.outcome = _state
+       and (_task_type is null or t.task_type = _task_type)
+       and (_before_task_id is null or c.task_id < _before_task_id)
+     order by c.task_id desc
+     limit _page;
+  else
+    return query
+    select t.task_id, t.task_type,
+           coalesce(c.outcome, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now)),
+           t.priority, t.resource_key, t.max_attempts,
+           coalesce(p.lease_count,
+                    (select count(*)::integer from queues.task_lease l where l.task_id = t.task_id)),
+           t.enqueued_at, t.scheduled_at, p.available_at, c.completed_at
+      from queues.task t
+      left join queues.task_pending p on p.task_id = t.task_id
+      left join queues.task_completed c on c.task_id = t.task_id
+     where (_task_type is null or t.task_type = _task_type)
+       and (_before_task_id is null or t.task_id < _before_task_id)
+     order by t.task_id desc
+     limit _page;
+  end if;
+end;
+$function$;
+  -- admin.list_tasks_at(_now timestamp with time zone, _task_type text, _state text, _limit integer, _before_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.page_limit(_limit integer, _default integer DEFAULT 50)
+ RETURNS integer
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _limit is null then
+    return _default;
+  end if;
+  if _limit not between 1 and 500 then
+    raise exception 'limit must be between 1 and 500, got %', _limit using errcode = '22023';
+  end if;
+  return _limit;
+end;
+$function$;
+  -- admin.page_limit(_limit integer, _default integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.pending_state(_available_at timestamp with time zone, _current_lease_id bigint, _lease_count integer, _now timestamp with time zone)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select case
+           when _available_at <= _now then 'ready'
+           when _current_lease_id is not null then 'running'
+           when _lease_count > 0 then 'retrying'
+           else 'scheduled'
+         end
+$function$;
+  -- admin.pending_state(_available_at timestamp with time zone, _current_lease_id bigint, _lease_count integer, _now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.process_table(_process text, _suffix text)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select format('%I.%I', n.nspname, c.relname)
+    from admin.processes() p
+    join pg_namespace n on n.nspname = p.schema_name
+    join pg_class c on c.relnamespace = n.oid and c.relname = p.process || _suffix and c.relkind = 'r'
+   where p.process = _process
+$function$;
+  -- admin.process_table(_process text, _suffix text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.process_timeline(_process text, _root_id bigint)
+ RETURNS TABLE(at timestamp with time zone, process text, root_id bigint, fact text, attempt_id bigint, detail jsonb)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _key text := _process || '_task_id';
+  _attempt_key text := _process || '_attempt_id';
+  _attempt text;
+  _parts text[] := '{}';
+  _table text;
+  _child record;
+begin
+  perform admin.assert_process_root(_process, _root_id);
+  _attempt := admin.process_table(_process, '_attempt');
+
+  _parts := _parts || format(
+    'select f.created_at, %L::text, %s::bigint, %L::text, null::bigint, to_jsonb(f) - %L - ''created_at''
+       from %s f where f.%I = $1',
+    _process, _root_id, 'started', _key, admin.process_table(_process, '_task'), _key);
+  foreach _table in array array['_supervisor_run', '_task_succeeded', '_task_failed'] loop
+    if admin.process_table(_process, _table) is not null then
+      _parts := _parts || format(
+        'select f.created_at, %L::text, %s::bigint, %L::text, null::bigint,
+                to_jsonb(f) - %L - %L - ''created_at''
+           from %s f where f.%I = $1',
+        _process, _root_id,
+        case _table when '_supervisor_run' then 'supervisor_run'
+                    when '_task_succeeded' then 'succeeded' else 'failed' end,
+        _key, _process || _table || '_id', admin.process_table(_process, _table), _key);
+    end if;
+  end loop;
+  if _attempt is not null then
+    _parts := _parts || format(
+      'select f.created_at, %L::text, %s::bigint, ''attempt''::text, f.%I, to_jsonb(f) - %L - %L - ''created_at''
+         from %s f where f.%I = $1',
+      _process, _root_id, _attempt_key, _key, _attempt_key, _attempt, _key);
+    foreach _table in array array['_attempt_succeeded', '_attempt_failed'] loop
+      if admin.process_table(_process, _table) is not null then
+        _parts := _parts || format(
+          'select f.created_at, %L::text, %s::bigint, %L::text, f.%I, to_jsonb(f) - %L - ''created_at''
+             from %s f join %s a on a.%I = f.%I where a.%I = $1',
+          _process, _root_id, substr(_table, 2), _attempt_key, _attempt_key,
+          admin.process_table(_process, _table), _attempt, _attempt_key, _attempt_key, _key);
+      end if;
+    end loop;
+  end if;
+
+  return query execute
+    'select * from (' || array_to_string(_parts, ' union all ') || ') t order by 1, 4'
+    using _root_id;
+
+  -- An account deletion's children, by account.
+  if _process = 'account_deletion' then
+    for _child in
+      select 'account_anonymization' as process, x.account_anonymization_task_id as root_id
+        from accounts.account_deletion_task d
+        join accounts.account_anonymization_task x on x.account_id = d.account_id
+       where d.account_deletion_task_id = _root_id
+      union all
+      select 'file_deletion', fd.file_deletion_task_id
+        from accounts.account_deletion_task d
+        join files.file f on f.account_id = d.account_id
+        join files.file_deletion_task fd on fd.file_id = f.file_id
+       where d.account_deletion_task_id = _root_id
+    loop
+      return query select * from admin.process_timeline(_child.process, _child.root_id);
+    end loop;
+  end if;
+end;
+$function$;
+  -- admin.process_timeline(_process text, _root_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.processes()
+ RETURNS TABLE(process text, schema_name text)
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  values ('send_email', 'comms'), ('send_sms', 'comms'), ('file_deletion', 'files'),
+         ('account_deletion', 'accounts'), ('account_anonymization', 'accounts')
+$function$;
+  -- admin.processes(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.recover_stale_leases(_dead_after_seconds integer DEFAULT NULL::integer)
+ RETURNS TABLE(task_id bigint, task_lease_id bigint, worker_id text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _dead_after integer := coalesce(_dead_after_seconds, 600);
+begin
+  if _dead_after not between 10 and 86400 then
+    raise exception 'dead_after_seconds must be between 10 and 86400, got %', _dead_after
+      using errcode = '22023';
+  end if;
+  return query
+  select r.task_id, r.task_lease_id, r.worker_id from queues.recover_stale_leases(_dead_after) r;
+end;
+$function$;
+  -- admin.recover_stale_leases(_dead_after_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.redrive_task(_task_id bigint)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _task_id is null then
+    raise exception 'task_id must not be null' using errcode = '22004';
+  end if;
+  return queues.redrive_task(_task_id);
+end;
+$function$;
+  -- admin.redrive_task(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.task_counts(_window_seconds integer DEFAULT NULL::integer)
+ RETURNS TABLE(task_type text, state text, count bigint)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from admin.task_counts_at(now(), _window_seconds)
+$function$;
+  -- admin.task_counts(_window_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.task_counts_at(_now timestamp with time zone, _window_seconds integer)
+ RETURNS TABLE(task_type text, state text, count bigint)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _window integer := coalesce(_window_seconds, 86400);
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  if _window not between 60 and 2592000 then
+    raise exception 'window_seconds must be between 60 and 2592000 (30 days), got %', _window
+      using errcode = '22023';
+  end if;
+  return query
+  select p.task_type, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now) as state,
+         count(*)
+    from queues.task_pending p
+   group by 1, 2
+  union all
+  select t.task_type, c.outcome, count(*)
+    from queues.task_completed c
+   -- lateral + limit 1: a primary-key probe per completion in the window
+   cross join lateral (select x.task_type from queues.task x where x.task_id = c.task_id limit 1) t
+   where c.completed_at > _now - make_interval(secs => _window)
+     and c.completed_at <= _now
+   group by 1, 2
+   order by 1, 2;
+end;
+$function$;
+  -- admin.task_counts_at(_now timestamp with time zone, _window_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.task_retry_facts(_task_id bigint)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  return jsonb_build_object(
+    'failed_attempts', coalesce((
+      select jsonb_agg(jsonb_build_object('task_lease_id', f.task_lease_id, 'failed_at', f.failed_at,
+                                          'retry_at', f.retry_at) order by f.failed_at)
+        from queues.task_attempt_failed f where f.task_id = _task_id), '[]'::jsonb),
+    'redriven_to', (select r.new_task_id from queues.task_redriven r where r.task_id = _task_id limit 1),
+    'redriven_from', (select r.task_id from queues.task_redriven r where r.new_task_id = _task_id limit 1));
+end;
+$function$;
+  -- admin.task_retry_facts(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.task_states()
+ RETURNS text[]
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select array['scheduled', 'ready', 'running', 'retrying',
+               'succeeded', 'failed', 'abandoned', 'cancelled']
+$function$;
+  -- admin.task_states(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.throughput(_window_seconds integer DEFAULT NULL::integer, _bucket_seconds integer DEFAULT NULL::integer)
+ RETURNS TABLE(bucket_start timestamp with time zone, task_type text, outcome text, completed bigint)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from admin.throughput_at(now(), _window_seconds, _bucket_seconds)
+$function$;
+  -- admin.throughput(_window_seconds integer, _bucket_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.throughput_at(_now timestamp with time zone, _window_seconds integer, _bucket_seconds integer)
+ RETURNS TABLE(bucket_start timestamp with time zone, task_type text, outcome text, completed bigint)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _window integer := coalesce(_window_seconds, 3600);
+  _bucket integer := coalesce(_bucket_seconds, 60);
+  _start timestamptz;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  if _window not between 60 and 604800 then
+    raise exception 'window_seconds must be between 60 and 604800 (7 days), got %', _window
+      using errcode = '22023';
+  end if;
+  if _bucket not between 10 and _window then
+    raise exception 'bucket_seconds must be between 10 and window_seconds (%), got %', _window, _bucket
+      using errcode = '22023';
+  end if;
+  if _window / _bucket > 1440 then
+    raise exception 'at most 1440 buckets, got %', _window / _bucket using errcode = '54000';
+  end if;
+  _start := _now - make_interval(secs => _window);
+  return query
+  select _start + make_interval(secs => _bucket * floor(extract(epoch from c.completed_at - _start) / _bucket)),
+         t.task_type, c.outcome, count(*)
+    from queues.task_completed c
+   cross join lateral (select x.task_type from queues.task x where x.task_id = c.task_id limit 1) t
+   where c.completed_at > _start and c.completed_at <= _now
+   group by 1, 2, 3
+   order by 1, 2, 3;
+end;
+$function$;
+  -- admin.throughput_at(_now timestamp with time zone, _window_seconds integer, _bucket_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION api.request_account_deletion(_account_id bigint, OUT account_deletion_task_id bigint, OUT validation_failure_message text)
+ RETURNS record
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _kickoff record;
+begin
+  _kickoff := accounts.kickoff_account_deletion(_account_id);
+  account_deletion_task_id := _kickoff.account_deletion_task_id;
+  validation_failure_message := _kickoff.validation_failure_message;
+end;
+$function$;
+  -- api.request_account_deletion(_account_id bigint, OUT account_deletion_task_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.count_send_email_attempts(_send_email_task_id bigint)
+ RETURNS integer
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select count(*)::integer from comms.send_email_attempt a
+   where a.send_email_task_id = _send_email_task_id
+$function$;
+  -- comms.count_send_email_attempts(_send_email_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.count_send_email_failed_attempts(_send_email_task_id bigint)
+ RETURNS integer
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select count(*)::integer from comms.send_email_attempt a
+    join comms.send_email_attempt_failed f using (send_email_attempt_id)
+   where a.send_email_task_id = _send_email_task_id
+     and not exists (select 1 from comms.send_email_attempt_succeeded s
+                      where s.send_email_attempt_id = a.send_email_attempt_id)
+$function$;
+  -- comms.count_send_email_failed_attempts(_send_email_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.count_send_email_outstanding_attempts(_send_email_task_id bigint)
+ RETURNS integer
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select count(*)::integer from comms.send_email_attempt a
+   where a.send_email_task_id = _send_email_task_id
+     and not exists (select 1 from comms.send_email_attempt_succeeded s
+                      where s.send_email_attempt_id = a.send_email_attempt_id)
+     and not exists (select 1 from comms.send_email_attempt_failed f
+                      where f.send_email_attempt_id = a.send_email_attempt_id)
+$function$;
+  -- comms.count_send_email_outstanding_attempts(_send_email_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.count_send_email_supervisor_runs(_send_email_task_id bigint)
+ RETURNS integer
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select count(*)::integer from comms.send_email_supervisor_run r
+   where r.send_email_task_id = _send_email_task_id
+$function$;
+  -- comms.count_send_email_supervisor_runs(_send_email_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.count_send_sms_attempts(_send_sms_task_id bigint)
+ RETURNS integer
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select count(*)::integer from comms.send_sms_attempt a
+   where a.send_sms_task_id = _send_sms_task_id
+$function$;
+  -- comms.count_send_sms_attempts(_send_sms_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.count_send_sms_failed_attempts(_send_sms_task_id bigint)
+ RETURNS integer
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select count(*)::integer from comms.send_sms_attempt a
+    join comms.send_sms_attempt_failed f using (send_sms_attempt_id)
+   where a.send_sms_task_id = _send_sms_task_id
+     and not exists (select 1 from comms.send_sms_attempt_succeeded s
+                      where s.send_sms_attempt_id = a.send_sms_attempt_id)
+$function$;
+  -- comms.count_send_sms_failed_attempts(_send_sms_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.count_send_sms_outstanding_attempts(_send_sms_task_id bigint)
+ RETURNS integer
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select count(*)::integer from comms.send_sms_attempt a
+   where a.send_sms_task_id = _send_sms_task_id
+     and not exists (select 1 from comms.send_sms_attempt_succeeded s
+                      where s.send_sms_attempt_id = a.send_sms_attempt_id)
+     and not exists (select 1 from comms.send_sms_attempt_failed f
+                      where f.send_sms_attempt_id = a.send_sms_attempt_id)
+$function$;
+  -- comms.count_send_sms_outstanding_attempts(_send_sms_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.count_send_sms_supervisor_runs(_send_sms_task_id bigint)
+ RETURNS integer
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select count(*)::integer from comms.send_sms_supervisor_run r
+   where r.send_sms_task_id = _send_sms_task_id
+$function$;
+  -- comms.count_send_sms_supervisor_runs(_send_sms_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.get_email_payload(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _attempt_id bigint := internal.id_from_payload(payload, 'send_email_attempt_id');
+  _provider_payload jsonb;
+begin
+  if _attempt_id is null then
+    return internal.validation_failure('send_email_attempt_id must be a positive integer');
+  end if;
+  if exists (select 1 from comms.send_email_attempt_succeeded s where s.send_email_attempt_id = _attempt_id)
+     or exists (select 1 from comms.send_email_attempt_failed f where f.send_email_attempt_id = _attempt_id) then
+    return internal.validation_failure(format('send_email_attempt %s already has an outcome; not sending it again', _attempt_id));
+  end if;
+
+  select jsonb_strip_nulls(jsonb_build_object(
+           'message_id', m.message_id,
+           'idempotency_key', a.send_email_attempt_id::text,
+           'from_address', m.from_address,
+           'to_address', m.to_address,
+           'subject', m.subject,
+           'html', m.html,
+           'text', m.text_body,
+           'reply_to', m.reply_to))
+    into _provider_payload
+    from comms.send_email_attempt a
+    join comms.send_email_task t using (send_email_task_id)
+    join comms.email_message m using (message_id)
+   where a.send_email_attempt_id = _attempt_id;
+
+  if _provider_payload is null then
+    return internal.validation_failure(format('send_email_attempt %s not found', _attempt_id));
+  end if;
+  return jsonb_build_object('success', true, 'payload', _provider_payload);
+end;
+$function$;
+  -- comms.get_email_payload(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.get_send_email_task_failure(_send_email_task_id bigint)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select t.reason from comms.send_email_task_failed t
+   where t.send_email_task_id = _send_email_task_id
+$function$;
+  -- comms.get_send_email_task_failure(_send_email_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.get_send_sms_task_failure(_send_sms_task_id bigint)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select t.reason from comms.send_sms_task_failed t
+   where t.send_sms_task_id = _send_sms_task_id
+$function$;
+  -- comms.get_send_sms_task_failure(_send_sms_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.get_sms_payload(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _attempt_id bigint := internal.id_from_payload(payload, 'send_sms_attempt_id');
+  _provider_payload jsonb;
+begin
+  if _attempt_id is null then
+    return internal.validation_failure('send_sms_attempt_id must be a positive integer');
+  end if;
+  if exists (select 1 from comms.send_sms_attempt_succeeded s where s.send_sms_attempt_id = _attempt_id)
+     or exists (select 1 from comms.send_sms_attempt_failed f where f.send_sms_attempt_id = _attempt_id) then
+    return internal.validation_failure(format('send_sms_attempt %s already has an outcome; not sending it again', _attempt_id));
+  end if;
+
+  select jsonb_strip_nulls(jsonb_build_object(
+           'message_id', m.message_id,
+           'idempotency_key', a.send_sms_attempt_id::text,
+           'to_number', m.to_number,
+           'from_number', m.from_number,
+           'body', m.body))
+    into _provider_payload
+    from comms.send_sms_attempt a
+    join comms.send_sms_task t using (send_sms_task_id)
+    join comms.sms_message m using (message_id)
+   where a.send_sms_attempt_id = _attempt_id;
+
+  if _provider_payload is null then
+    return internal.validation_failure(format('send_sms_attempt %s not found', _attempt_id));
+  end if;
+  return jsonb_build_object('success', true, 'payload', _provider_payload);
+end;
+$function$;
+  -- comms.get_sms_payload(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.has_send_email_succeeded_attempt(_send_email_task_id bigint)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select exists (
+    select 1 from comms.send_email_attempt a
+      join comms.send_email_attempt_succeeded s using (send_email_attempt_id)
+     where a.send_email_task_id = _send_email_task_id)
+$function$;
+  -- comms.has_send_email_succeeded_attempt(_send_email_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.has_send_email_task_succeeded(_send_email_task_id bigint)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select exists (select 1 from comms.send_email_task_succeeded t
+                  where t.send_email_task_id = _send_email_task_id)
+$function$;
+  -- comms.has_send_email_task_succeeded(_send_email_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.has_send_sms_succeeded_attempt(_send_sms_task_id bigint)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select exists (
+    select 1 from comms.send_sms_attempt a
+      join comms.send_sms_attempt_succeeded s using (send_sms_attempt_id)
+     where a.send_sms_task_id = _send_sms_task_id)
+$function$;
+  -- comms.has_send_sms_succeeded_attempt(_send_sms_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.has_send_sms_task_succeeded(_send_sms_task_id bigint)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select exists (select 1 from comms.send_sms_task_succeeded t
+                  where t.send_sms_task_id = _send_sms_task_id)
+$function$;
+  -- comms.has_send_sms_task_succeeded(_send_sms_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.is_e164_number(_number text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select _number is not null and _number ~ '^\+[1-9][0-9]{6,14}$'
+$function$;
+  -- comms.is_e164_number(_number text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.is_email_address(_address text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select _address is not null and length(_address) <= 320
+     and _address ~ '^(?!\.)(?!.*\.\.)([A-Za-z0-9_''+\-\.]*)[A-Za-z0-9_+-]@([A-Za-z0-9][A-Za-z0-9\-]*\.)+[A-Za-z]{2,}$'
+$function$;
+  -- comms.is_email_address(_address text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.kickoff_send_email(_message_id bigint, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, OUT send_email_task_id bigint, OUT validation_failure_message text)
+ RETURNS record
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _at timestamptz := coalesce(_scheduled_at, now());
+begin
+  if _message_id is null then
+    validation_failure_message := 'message_id is required';
+    return;
+  end if;
+  if not exists (select 1 from comms.email_message m where m.message_id = _message_id) then
+    validation_failure_message := format('email message %s not found', _message_id);
+    return;
+  end if;
+
+  insert into comms.send_email_task (message_id, scheduled_at) values (_message_id, _at)
+  on conflict (message_id) do nothing
+  returning send_email_task.send_email_task_id into send_email_task_id;
+
+  if send_email_task_id is null then
+    -- Already kicked off: its supervisor is running. No-op.
+    select t.send_email_task_id into send_email_task_id
+      from comms.send_email_task t where t.message_id = _message_id;
+    return;
+  end if;
+
+  perform queues.enqueue('db_function', jsonb_build_object(
+    'task_type', 'db_function',
+    'db_function', 'comms.send_email_supervisor',
+    'send_email_task_id', send_email_task_id), _at);
+end;
+$function$;
+  -- comms.kickoff_send_email(_message_id bigint, _scheduled_at timestamp with time zone, OUT send_email_task_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.kickoff_send_sms(_message_id bigint, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, OUT send_sms_task_id bigint, OUT validation_failure_message text)
+ RETURNS record
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _at timestamptz := coalesce(_scheduled_at, now());
+begin
+  if _message_id is null then
+    validation_failure_message := 'message_id is required';
+    return;
+  end if;
+  if not exists (select 1 from comms.sms_message m where m.message_id = _message_id) then
+    validation_failure_message := format('sms message %s not found', _message_id);
+    return;
+  end if;
+
+  insert into comms.send_sms_task (message_id, scheduled_at) values (_message_id, _at)
+  on conflict (message_id) do nothing
+  returning send_sms_task.send_sms_task_id into send_sms_task_id;
+
+  if send_sms_task_id is null then
+    -- Already kicked off: its supervisor is running. No-op.
+    select t.send_sms_task_id into send_sms_task_id
+      from comms.send_sms_task t where t.message_id = _message_id;
+    return;
+  end if;
+
+  perform queues.enqueue('db_function', jsonb_build_object(
+    'task_type', 'db_function',
+    'db_function', 'comms.send_sms_supervisor',
+    'send_sms_task_id', send_sms_task_id), _at);
+end;
+$function$;
+  -- comms.kickoff_send_sms(_message_id bigint, _scheduled_at timestamp with time zone, OUT send_sms_task_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.lock_send_email_task(_send_email_task_id bigint)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  perform 1 from comms.send_email_task t
+   where t.send_email_task_id = _send_email_task_id
+     for no key update;
+  return found;
+end;
+$function$;
+  -- comms.lock_send_email_task(_send_email_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.lock_send_sms_task(_send_sms_task_id bigint)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  perform 1 from comms.send_sms_task t
+   where t.send_sms_task_id = _send_sms_task_id
+     for no key update;
+  return found;
+end;
+$function$;
+  -- comms.lock_send_sms_task(_send_sms_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.record_email_failure(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'send_email_attempt_id');
+begin
+  if _attempt_id is null then
+    return internal.validation_failure('original_payload.send_email_attempt_id must be a positive integer');
+  end if;
+  if not exists (select 1 from comms.send_email_attempt a where a.send_email_attempt_id = _attempt_id) then
+    return internal.validation_failure(format('send_email_attempt %s not found', _attempt_id));
+  end if;
+  insert into comms.send_email_attempt_failed (send_email_attempt_id, error_message)
+  select _attempt_id, left(coalesce(nullif(payload ->> 'error', ''), 'unknown error'), 2000)
+   where not exists (select 1 from comms.send_email_attempt_succeeded s
+                      where s.send_email_attempt_id = _attempt_id)
+  on conflict do nothing;
+  return jsonb_build_object('success', true);
+end;
+$function$;
+  -- comms.record_email_failure(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.record_email_success(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'send_email_attempt_id');
+begin
+  if _attempt_id is null then
+    return internal.validation_failure('original_payload.send_email_attempt_id must be a positive integer');
+  end if;
+  if not exists (select 1 from comms.send_email_attempt a where a.send_email_attempt_id = _attempt_id) then
+    return internal.validation_failure(format('send_email_attempt %s not found', _attempt_id));
+  end if;
+  insert into comms.send_email_attempt_succeeded (send_email_attempt_id, worker_payload)
+  values (_attempt_id, payload -> 'worker_payload')
+  on conflict do nothing;
+  return jsonb_build_object('success', true);
+end;
+$function$;
+  -- comms.record_email_success(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.record_send_email_supervisor_run(_send_email_task_id bigint)
+ RETURNS void
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  insert into comms.send_email_supervisor_run (send_email_task_id) values (_send_email_task_id)
+$function$;
+  -- comms.record_send_email_supervisor_run(_send_email_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.record_send_email_task_failed(_send_email_task_id bigint, _reason text)
+ RETURNS void
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  insert into comms.send_email_task_failed (send_email_task_id, reason) values (_send_email_task_id, _reason)
+  on conflict do nothing
+$function$;
+  -- comms.record_send_email_task_failed(_send_email_task_id bigint, _reason text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.record_send_email_task_succeeded(_send_email_task_id bigint)
+ RETURNS void
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  insert into comms.send_email_task_succeeded (send_email_task_id) values (_send_email_task_id)
+  on conflict do nothing
+$function$;
+  -- comms.record_send_email_task_succeeded(_send_email_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.record_send_sms_supervisor_run(_send_sms_task_id bigint)
+ RETURNS void
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  insert into comms.send_sms_supervisor_run (send_sms_task_id) values (_send_sms_task_id)
+$function$;
+  -- comms.record_send_sms_supervisor_run(_send_sms_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.record_send_sms_task_failed(_send_sms_task_id bigint, _reason text)
+ RETURNS void
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  insert into comms.send_sms_task_failed (send_sms_task_id, reason) values (_send_sms_task_id, _reason)
+  on conflict do nothing
+$function$;
+  -- comms.record_send_sms_task_failed(_send_sms_task_id bigint, _reason text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.record_send_sms_task_succeeded(_send_sms_task_id bigint)
+ RETURNS void
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  insert into comms.send_sms_task_succeeded (send_sms_task_id) values (_send_sms_task_id)
+  on conflict do nothing
+$function$;
+  -- comms.record_send_sms_task_succeeded(_send_sms_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.record_sms_failure(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'send_sms_attempt_id');
+begin
+  if _attempt_id is null then
+    return internal.validation_failure('original_payload.send_sms_attempt_id must be a positive integer');
+  end if;
+  if not exists (select 1 from comms.send_sms_attempt a where a.send_sms_attempt_id = _attempt_id) then
+    return internal.validation_failure(format('send_sms_attempt %s not found', _attempt_id));
+  end if;
+  insert into comms.send_sms_attempt_failed (send_sms_attempt_id, error_message)
+  select _attempt_id, left(coalesce(nullif(payload ->> 'error', ''), 'unknown error'), 2000)
+   where not exists (select 1 from comms.send_sms_attempt_succeeded s
+                      where s.send_sms_attempt_id = _attempt_id)
+  on conflict do nothing;
+  return jsonb_build_object('success', true);
+end;
+$function$;
+  -- comms.record_sms_failure(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.record_sms_success(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'send_sms_attempt_id');
+begin
+  if _attempt_id is null then
+    return internal.validation_failure('original_payload.send_sms_attempt_id must be a positive integer');
+  end if;
+  if not exists (select 1 from comms.send_sms_attempt a where a.send_sms_attempt_id = _attempt_id) then
+    return internal.validation_failure(format('send_sms_attempt %s not found', _attempt_id));
+  end if;
+  insert into comms.send_sms_attempt_succeeded (send_sms_attempt_id, worker_payload)
+  values (_attempt_id, payload -> 'worker_payload')
+  on conflict do nothing;
+  return jsonb_build_object('success', true);
+end;
+$function$;
+  -- comms.record_sms_success(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.schedule_email_attempt(_send_email_task_id bigint)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _attempt_id bigint;
+begin
+  insert into comms.send_email_attempt (send_email_task_id) values (_send_email_task_id)
+  returning send_email_attempt_id into _attempt_id;
+
+  perform queues.enqueue('email', jsonb_build_object(
+    'task_type', 'email',
+    'send_email_task_id', _send_email_task_id,
+    'send_email_attempt_id', _attempt_id,
+    'before_handler', 'comms.get_email_payload',
+    'success_handler', 'comms.record_email_success',
+    'error_handler', 'comms.record_email_failure'));
+  return _attempt_id;
+end;
+$function$;
+  -- comms.schedule_email_attempt(_send_email_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.schedule_send_email_recheck(_send_email_task_id bigint, _num_runs integer)
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _next_check_at timestamptz :=
+    now() + internal.backoff(_num_runs - 1, 3600);
+begin
+  perform queues.enqueue('db_function', jsonb_build_object(
+    'task_type', 'db_function',
+    'db_function', 'comms.send_email_supervisor',
+    'send_email_task_id', _send_email_task_id), _next_check_at);
+  return _next_check_at;
+end;
+$function$;
+  -- comms.schedule_send_email_recheck(_send_email_task_id bigint, _num_runs integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.schedule_send_sms_recheck(_send_sms_task_id bigint, _num_runs integer)
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _next_check_at timestamptz :=
+    now() + internal.backoff(_num_runs - 1, 3600);
+begin
+  perform queues.enqueue('db_function', jsonb_build_object(
+    'task_type', 'db_function',
+    'db_function', 'comms.send_sms_supervisor',
+    'send_sms_task_id', _send_sms_task_id), _next_check_at);
+  return _next_check_at;
+end;
+$function$;
+  -- comms.schedule_send_sms_recheck(_send_sms_task_id bigint, _num_runs integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.schedule_sms_attempt(_send_sms_task_id bigint)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _attempt_id bigint;
+begin
+  insert into comms.send_sms_attempt (send_sms_task_id) values (_send_sms_task_id)
+  returning send_sms_attempt_id into _attempt_id;
+
+  perform queues.enqueue('sms', jsonb_build_object(
+    'task_type', 'sms',
+    'send_sms_task_id', _send_sms_task_id,
+    'send_sms_attempt_id', _attempt_id,
+    'before_handler', 'comms.get_sms_payload',
+    'success_handler', 'comms.record_sms_success',
+    'error_handler', 'comms.record_sms_failure'));
+  return _attempt_id;
+end;
+$function$;
+  -- comms.schedule_sms_attempt(_send_sms_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.send_email(_from_address text, _to_address text, _subject text, _html text, _text text DEFAULT NULL::text, _reply_to text DEFAULT NULL::text, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _idempotency_key text DEFAULT NULL::text, OUT message_id bigint, OUT send_email_task_id bigint, OUT validation_failure_message text)
+ RETURNS record
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _kickoff record;
+begin
+  validation_failure_message := case
+    when _from_address is null or length(_from_address) not between 3 and 320
+      then 'from_address is required (3 to 320 characters)'
+    when not comms.is_email_address(_to_address)
+      then 'to_address must be an email address'
+    when _subject is null or length(_subject) not between 1 and 998
+      then 'subject is required (1 to 998 characters)'
+    when _html is null or length(_html) > 1000000
+      then 'html is required (at most 1000000 characters)'
+    when length(_text) > 1000000
+      then 'text must be at most 1000000 characters'
+    when _reply_to is not null and not comms.is_email_address(_reply_to)
+      then 'reply_to must be an email address'
+    when _idempotency_key is not null and length(_idempotency_key) not between 1 and 200
+      then 'idempotency_key must be 1 to 200 characters'
+  end;
+  if validation_failure_message is not null then
+    return;
+  end if;
+
+  insert into comms.message (channel, idempotency_key) values ('email', _idempotency_key)
+  on conflict (idempotency_key) do nothing
+  returning message.message_id into message_id;
+
+  if message_id is null then
+    -- A repeated request: return what the first one created.
+    select m.message_id, t.send_email_task_id into message_id, send_email_task_id
+      from comms.message m
+      left join comms.send_email_task t on t.message_id = m.message_id
+     where m.idempotency_key = _idempotency_key;
+    if send_email_task_id is null then
+      message_id := null;
+      validation_failure_message := 'idempotency_key was already used for a message on another channel';
+    end if;
+    return;
+  end if;
+
+  insert into comms.email_message (message_id, from_address, to_address, subject, html, text_body, reply_to)
+  values (message_id, _from_address, _to_address, _subject, _html, _text, _reply_to);
+
+  _kickoff := comms.kickoff_send_email(message_id, _scheduled_at);
+  send_email_task_id := _kickoff.send_email_task_id;
+end;
+$function$;
+  -- comms.send_email(_from_address text, _to_address text, _subject text, _html text, _text text, _reply_to text, _scheduled_at timestamp with time zone, _idempotency_key text, OUT message_id bigint, OUT send_email_task_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.send_email_max_attempts()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select 3 $function$;
+  -- comms.send_email_max_attempts(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.send_email_max_supervisor_runs()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select 30 $function$;
+  -- comms.send_email_max_supervisor_runs(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.send_email_supervisor(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _task_id bigint := internal.id_from_payload(payload, 'send_email_task_id');
+  _facts record;
+  _attempt_id bigint;
+  _next_check_at timestamptz;
+begin
+  -- 1. Validation.
+  if _task_id is null then
+    return internal.validation_failure('send_email_task_id must be a positive integer');
+  end if;
+  perform internal.assert_read_committed('comms.send_email_supervisor');
+
+  -- 2. Lock the root, then read facts (in this order: facts read after the lock wait
+  --    include everything the previous holder committed).
+  if not comms.lock_send_email_task(_task_id) then
+    return internal.validation_failure(format('send_email_task %s not found', _task_id));
+  end if;
+
+  -- 3. Facts.
+  _facts := comms.send_email_supervisor_facts(_task_id);
+
+  -- 4. Logic and effects. Terminal states first.
+  if _facts.has_task_succeeded then
+    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
+  end if;
+  if _facts.task_failure is not null then
+    return jsonb_build_object('status', _facts.task_failure);
+  end if;
+  if _facts.has_success then
+    perform comms.record_send_email_task_succeeded(_task_id);
+    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
+  end if;
+  if _facts.num_failures >= comms.send_email_max_attempts() then
+    perform comms.record_send_email_task_failed(_task_id, 'max_attempts_reached');
+    return jsonb_build_object('status', 'max_attempts_reached',
+                              'payload', jsonb_build_object('num_failures', _facts.num_failures));
+  end if;
+  if _facts.num_runs >= comms.send_email_max_supervisor_runs() then
+    perform comms.record_send_email_task_failed(_task_id, 'run_limit_reached');
+    return jsonb_build_object('status', 'run_limit_reached',
+                              'payload', jsonb_build_object('num_runs', _facts.num_runs));
+  end if;
+
+  perform comms.record_send_email_supervisor_run(_task_id);
+
+  -- At most one attempt in flight.
+  if _facts.num_outstanding = 0 then
+    _attempt_id := comms.schedule_email_attempt(_task_id);
+  end if;
+
+  _next_check_at := comms.schedule_send_email_recheck(_task_id, _facts.num_runs + 1);
+  return jsonb_build_object('success', true, 'payload', jsonb_build_object(
+    'status', case when _attempt_id is null then 'waiting_for_attempt' else 'attempt_scheduled' end,
+    'send_email_attempt_id', _attempt_id,
+    'next_check_at', _next_check_at));
+end;
+$function$;
+  -- comms.send_email_supervisor(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.send_email_supervisor_facts(_send_email_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone)
+ RETURNS record
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select comms.has_send_email_task_succeeded(t.send_email_task_id),
+         comms.get_send_email_task_failure(t.send_email_task_id),
+         comms.has_send_email_succeeded_attempt(t.send_email_task_id),
+         comms.count_send_email_attempts(t.send_email_task_id),
+         comms.count_send_email_failed_attempts(t.send_email_task_id),
+         comms.count_send_email_outstanding_attempts(t.send_email_task_id),
+         comms.count_send_email_supervisor_runs(t.send_email_task_id),
+         t.scheduled_at
+    from comms.send_email_task t
+   where t.send_email_task_id = _send_email_task_id
+$function$;
+  -- comms.send_email_supervisor_facts(_send_email_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.send_sms(_to_number text, _body text, _from_number text DEFAULT NULL::text, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _idempotency_key text DEFAULT NULL::text, OUT message_id bigint, OUT send_sms_task_id bigint, OUT validation_failure_message text)
+ RETURNS record
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _kickoff record;
+begin
+  validation_failure_message := case
+    when not comms.is_e164_number(_to_number)
+      then 'to_number must be an E.164 number such as +14155550100'
+    when _body is null or length(_body) not between 1 and 1600
+      then 'body is required (1 to 1600 characters)'
+    when _from_number is not null and not comms.is_e164_number(_from_number)
+      then 'from_number must be an E.164 number such as +14155550100'
+    when _idempotency_key is not null and length(_idempotency_key) not between 1 and 200
+      then 'idempotency_key must be 1 to 200 characters'
+  end;
+  if validation_failure_message is not null then
+    return;
+  end if;
+
+  insert into comms.message (channel, idempotency_key) values ('sms', _idempotency_key)
+  on conflict (idempotency_key) do nothing
+  returning message.message_id into message_id;
+
+  if message_id is null then
+    -- A repeated request: return what the first one created.
+    select m.message_id, t.send_sms_task_id into message_id, send_sms_task_id
+      from comms.message m
+      left join comms.send_sms_task t on t.message_id = m.message_id
+     where m.idempotency_key = _idempotency_key;
+    if send_sms_task_id is null then
+      message_id := null;
+      validation_failure_message := 'idempotency_key was already used for a message on another channel';
+    end if;
+    return;
+  end if;
+
+  insert into comms.sms_message (message_id, to_number, from_number, body)
+  values (message_id, _to_number, _from_number, _body);
+
+  _kickoff := comms.kickoff_send_sms(message_id, _scheduled_at);
+  send_sms_task_id := _kickoff.send_sms_task_id;
+end;
+$function$;
+  -- comms.send_sms(_to_number text, _body text, _from_number text, _scheduled_at timestamp with time zone, _idempotency_key text, OUT message_id bigint, OUT send_sms_task_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.send_sms_max_attempts()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select 3 $function$;
+  -- comms.send_sms_max_attempts(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.send_sms_max_supervisor_runs()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select 30 $function$;
+  -- comms.send_sms_max_supervisor_runs(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.send_sms_supervisor(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _task_id bigint := internal.id_from_payload(payload, 'send_sms_task_id');
+  _facts record;
+  _attempt_id bigint;
+  _next_check_at timestamptz;
+begin
+  -- 1. Validation.
+  if _task_id is null then
+    return internal.validation_failure('send_sms_task_id must be a positive integer');
+  end if;
+  perform internal.assert_read_committed('comms.send_sms_supervisor');
+
+  -- 2. Lock the root, then read facts (in this order: facts read after the lock wait
+  --    include everything the previous holder committed).
+  if not comms.lock_send_sms_task(_task_id) then
+    return internal.validation_failure(format('send_sms_task %s not found', _task_id));
+  end if;
+
+  -- 3. Facts.
+  _facts := comms.send_sms_supervisor_facts(_task_id);
+
+  -- 4. Logic and effects. Terminal states first.
+  if _facts.has_task_succeeded then
+    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
+  end if;
+  if _facts.task_failure is not null then
+    return jsonb_build_object('status', _facts.task_failure);
+  end if;
+  if _facts.has_success then
+    perform comms.record_send_sms_task_succeeded(_task_id);
+    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
+  end if;
+  if _facts.num_failures >= comms.send_sms_max_attempts() then
+    perform comms.record_send_sms_task_failed(_task_id, 'max_attempts_reached');
+    return jsonb_build_object('status', 'max_attempts_reached',
+                              'payload', jsonb_build_object('num_failures', _facts.num_failures));
+  end if;
+  if _facts.num_runs >= comms.send_sms_max_supervisor_runs() then
+    perform comms.record_send_sms_task_failed(_task_id, 'run_limit_reached');
+    return jsonb_build_object('status', 'run_limit_reached',
+                              'payload', jsonb_build_object('num_runs', _facts.num_runs));
+  end if;
+
+  perform comms.record_send_sms_supervisor_run(_task_id);
+
+  -- At most one attempt in flight.
+  if _facts.num_outstanding = 0 then
+    _attempt_id := comms.schedule_sms_attempt(_task_id);
+  end if;
+
+  _next_check_at := comms.schedule_send_sms_recheck(_task_id, _facts.num_runs + 1);
+  return jsonb_build_object('success', true, 'payload', jsonb_build_object(
+    'status', case when _attempt_id is null then 'waiting_for_attempt' else 'attempt_scheduled' end,
+    'send_sms_attempt_id', _attempt_id,
+    'next_check_at', _next_check_at));
+end;
+$function$;
+  -- comms.send_sms_supervisor(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.send_sms_supervisor_facts(_send_sms_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone)
+ RETURNS record
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select comms.has_send_sms_task_succeeded(t.send_sms_task_id),
+         comms.get_send_sms_task_failure(t.send_sms_task_id),
+         comms.has_send_sms_succeeded_attempt(t.send_sms_task_id),
+         comms.count_send_sms_attempts(t.send_sms_task_id),
+         comms.count_send_sms_failed_attempts(t.send_sms_task_id),
+         comms.count_send_sms_outstanding_attempts(t.send_sms_task_id),
+         comms.count_send_sms_supervisor_runs(t.send_sms_task_id),
+         t.scheduled_at
+    from comms.send_sms_task t
+   where t.send_sms_task_id = _send_sms_task_id
+$function$;
+  -- comms.send_sms_supervisor_facts(_send_sms_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.account_file_deletion_facts(_account_id bigint, OUT num_files integer, OUT num_files_without_task integer, OUT num_files_deleted integer, OUT stuck_file_ids bigint[])
+ RETURNS record
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select count(*)::integer,
+         count(*) filter (where t.file_deletion_task_id is null)::integer,
+         count(*) filter (where files.has_file_deletion_task_succeeded(t.file_deletion_task_id))::integer,
+         coalesce(array_agg(f.file_id order by f.file_id)
+                    filter (where t.file_deletion_task_id is not null and files.is_file_deletion_stuck(f.file_id)),
+                  '{}')
+    from files.file f
+    left join files.file_deletion_task t on t.file_id = f.file_id
+   where f.account_id = _account_id
+$function$;
+  -- files.account_file_deletion_facts(_account_id bigint, OUT num_files integer, OUT num_files_without_task integer, OUT num_files_deleted integer, OUT stuck_file_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.count_file_deletion_attempts(_file_deletion_task_id bigint)
+ RETURNS integer
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select count(*)::integer from files.file_deletion_attempt a
+   where a.file_deletion_task_id = _file_deletion_task_id
+$function$;
+  -- files.count_file_deletion_attempts(_file_deletion_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.count_file_deletion_failed_attempts(_file_deletion_task_id bigint)
+ RETURNS integer
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select count(*)::integer from files.file_deletion_attempt a
+    join files.file_deletion_attempt_failed f using (file_deletion_attempt_id)
+   where a.file_deletion_task_id = _file_deletion_task_id
+     and not exists (select 1 from files.file_deletion_attempt_succeeded s
+                      where s.file_deletion_attempt_id = a.file_deletion_attempt_id)
+$function$;
+  -- files.count_file_deletion_failed_attempts(_file_deletion_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.count_file_deletion_outstanding_attempts(_file_deletion_task_id bigint)
+ RETURNS integer
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select count(*)::integer from files.file_deletion_attempt a
+   where a.file_deletion_task_id = _file_deletion_task_id
+     and not exists (select 1 from files.file_deletion_attempt_succeeded s
+                      where s.file_deletion_attempt_id = a.file_deletion_attempt_id)
+     and not exists (select 1 from files.file_deletion_attempt_failed f
+                      where f.file_deletion_attempt_id = a.file_deletion_attempt_id)
+$function$;
+  -- files.count_file_deletion_outstanding_attempts(_file_deletion_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.count_file_deletion_supervisor_runs(_file_deletion_task_id bigint)
+ RETURNS integer
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select count(*)::integer from files.file_deletion_supervisor_run r
+   where r.file_deletion_task_id = _file_deletion_task_id
+$function$;
+  -- files.count_file_deletion_supervisor_runs(_file_deletion_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.current_file_metadata(_file_id bigint)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select coalesce(
+    (select m.metadata from files.file_metadata m
+      where m.file_id = _file_id order by m.file_metadata_id desc limit 1),
+    '{}'::jsonb)
+$function$;
+  -- files.current_file_metadata(_file_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.file_deletion_max_attempts()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select 5 $function$;
+  -- files.file_deletion_max_attempts(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.file_deletion_max_supervisor_runs()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select 40 $function$;
+  -- files.file_deletion_max_supervisor_runs(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.file_deletion_supervisor(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _task_id bigint := internal.id_from_payload(payload, 'file_deletion_task_id');
+  _facts record;
+  _attempt_id bigint;
+  _next_check_at timestamptz;
+begin
+  if _task_id is null then
+    return internal.validation_failure('file_deletion_task_id must be a positive integer');
+  end if;
+  perform internal.assert_read_committed('files.file_deletion_supervisor');
+  if not files.lock_file_deletion_task(_task_id) then
+    return internal.validation_failure(format('file_deletion_task %s not found', _task_id));
+  end if;
+
+  _facts := files.file_deletion_supervisor_facts(_task_id);
+
+  if _facts.has_task_succeeded then
+    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
+  end if;
+  if _facts.task_failure is not null then
+    return jsonb_build_object('status', _facts.task_failure);
+  end if;
+  if _facts.has_success then
+    perform files.record_file_deletion_task_succeeded(_task_id);
+    return jsonb_build_object('success', true, 'payload', jsonb_build_object('status', 'succeeded'));
+  end if;
+  if _facts.num_failures >= files.file_deletion_max_attempts() then
+    perform files.record_file_deletion_task_failed(_task_id, 'max_attempts_reached');
+    return jsonb_build_object('status', 'max_attempts_reached',
+                              'payload', jsonb_build_object('num_failures', _facts.num_failures));
+  end if;
+  if _facts.num_runs >= files.file_deletion_max_supervisor_runs() then
+    perform files.record_file_deletion_task_failed(_task_id, 'run_limit_reached');
+    return jsonb_build_object('status', 'run_limit_reached',
+                              'payload', jsonb_build_object('num_runs', _facts.num_runs));
+  end if;
+
+  perform files.record_file_deletion_supervisor_run(_task_id);
+  if _facts.num_outstanding = 0 then
+    _attempt_id := files.schedule_file_deletion_attempt(_task_id, _facts.file_id);
+  end if;
+  _next_check_at := files.schedule_file_deletion_recheck(_task_id, _facts.num_runs + 1);
+  return jsonb_build_object('success', true, 'payload', jsonb_build_object(
+    'status', case when _attempt_id is null then 'waiting_for_attempt' else 'attempt_scheduled' end,
+    'file_deletion_attempt_id', _attempt_id,
+    'next_check_at', _next_check_at));
+end;
+$function$;
+  -- files.file_deletion_supervisor(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.file_deletion_supervisor_facts(_file_deletion_task_id bigint, OUT file_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer)
+ RETURNS record
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select t.file_id,
+         files.has_file_deletion_task_succeeded(t.file_deletion_task_id),
+         files.get_file_deletion_task_failure(t.file_deletion_task_id),
+         files.has_file_deletion_succeeded_attempt(t.file_deletion_task_id),
+         files.count_file_deletion_attempts(t.file_deletion_task_id),
+         files.count_file_deletion_failed_attempts(t.file_deletion_task_id),
+         files.count_file_deletion_outstanding_attempts(t.file_deletion_task_id),
+         files.count_file_deletion_supervisor_runs(t.file_deletion_task_id)
+    from files.file_deletion_task t
+   where t.file_deletion_task_id = _file_deletion_task_id
+$function$;
+  -- files.file_deletion_supervisor_facts(_file_deletion_task_id bigint, OUT file_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.get_file_delete_payload(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _attempt_id bigint := internal.id_from_payload(payload, 'file_deletion_attempt_id');
+  _provider_payload jsonb;
+begin
+  if _attempt_id is null then
+    return internal.validation_failure('file_deletion_attempt_id must be a positive integer');
+  end if;
+  if exists (select 1 from files.file_deletion_attempt_succeeded s where s.file_deletion_attempt_id = _attempt_id)
+     or exists (select 1 from files.file_deletion_attempt_failed f where f.file_deletion_attempt_id = _attempt_id) then
+    return internal.validation_failure(format('file_deletion_attempt %s already has an outcome; not deleting again', _attempt_id));
+  end if;
+  select jsonb_build_object(
+           'file_id', f.file_id,
+           'idempotency_key', a.file_deletion_attempt_id::text,
+           'bucket', f.bucket,
+           'object_key', f.object_key)
+    into _provider_payload
+    from files.file_deletion_attempt a
+    join files.file_deletion_task t using (file_deletion_task_id)
+    join files.file f on f.file_id = t.file_id
+   where a.file_deletion_attempt_id = _attempt_id;
+  if _provider_payload is null then
+    return internal.validation_failure(format('file_deletion_attempt %s not found', _attempt_id));
+  end if;
+  return jsonb_build_object('success', true, 'payload', _provider_payload);
+end;
+$function$;
+  -- files.get_file_delete_payload(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.get_file_deletion_task_failure(_file_deletion_task_id bigint)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select t.reason from files.file_deletion_task_failed t
+   where t.file_deletion_task_id = _file_deletion_task_id
+$function$;
+  -- files.get_file_deletion_task_failure(_file_deletion_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.has_file_deletion_succeeded_attempt(_file_deletion_task_id bigint)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select exists (
+    select 1 from files.file_deletion_attempt a
+      join files.file_deletion_attempt_succeeded s using (file_deletion_attempt_id)
+     where a.file_deletion_task_id = _file_deletion_task_id)
+$function$;
+  -- files.has_file_deletion_succeeded_attempt(_file_deletion_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.has_file_deletion_task_succeeded(_file_deletion_task_id bigint)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select exists (select 1 from files.file_deletion_task_succeeded t
+                  where t.file_deletion_task_id = _file_deletion_task_id)
+$function$;
+  -- files.has_file_deletion_task_succeeded(_file_deletion_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.is_file_deleted(_file_id bigint)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select coalesce((files.current_file_metadata(_file_id) ->> 'deleted')::boolean, false)
+$function$;
+  -- files.is_file_deleted(_file_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.is_file_deletion_stuck(_file_id bigint)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select coalesce((
+    select files.get_file_deletion_task_failure(t.file_deletion_task_id) is not null
+           or files.count_file_deletion_failed_attempts(t.file_deletion_task_id) >= files.file_deletion_max_attempts()
+      from files.file_deletion_task t
+     where t.file_id = _file_id), false)
+$function$;
+  -- files.is_file_deletion_stuck(_file_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.kickoff_file_deletion(_file_id bigint, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, OUT file_deletion_task_id bigint, OUT validation_failure_message text)
+ RETURNS record
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _file_id is null then
+    validation_failure_message := 'file_id is required';
+    return;
+  end if;
+  if not exists (select 1 from files.file f where f.file_id = _file_id) then
+    validation_failure_message := format('file %s not found', _file_id);
+    return;
+  end if;
+
+  insert into files.file_deletion_task (file_id) values (_file_id)
+  on conflict (file_id) do nothing
+  returning file_deletion_task.file_deletion_task_id into file_deletion_task_id;
+
+  if file_deletion_task_id is null then
+    select t.file_deletion_task_id into file_deletion_task_id
+      from files.file_deletion_task t where t.file_id = _file_id;
+    return;
+  end if;
+
+  perform queues.enqueue('db_function', jsonb_build_object(
+    'task_type', 'db_function',
+    'db_function', 'files.file_deletion_supervisor',
+    'file_deletion_task_id', file_deletion_task_id), coalesce(_scheduled_at, now()));
+end;
+$function$;
+  -- files.kickoff_file_deletion(_file_id bigint, _scheduled_at timestamp with time zone, OUT file_deletion_task_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.lock_file_deletion_task(_file_deletion_task_id bigint)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  perform 1 from files.file_deletion_task t
+   where t.file_deletion_task_id = _file_deletion_task_id
+     for no key update;
+  return found;
+end;
+$function$;
+  -- files.lock_file_deletion_task(_file_deletion_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.mark_file_deleted(_file_id bigint)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  perform 1 from files.file f where f.file_id = _file_id for no key update;
+  if not found then
+    raise exception 'file % not found', _file_id using errcode = '23503';
+  end if;
+  if not files.is_file_deleted(_file_id) then
+    insert into files.file_metadata (file_id, metadata)
+    values (_file_id, files.current_file_metadata(_file_id)
+                      || jsonb_build_object('deleted', true, 'deleted_at', now()));
+  end if;
+end;
+$function$;
+  -- files.mark_file_deleted(_file_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.record_file_delete_failure(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'file_deletion_attempt_id');
+begin
+  if _attempt_id is null then
+    return internal.validation_failure('original_payload.file_deletion_attempt_id must be a positive integer');
+  end if;
+  if not exists (select 1 from files.file_deletion_attempt a where a.file_deletion_attempt_id = _attempt_id) then
+    return internal.validation_failure(format('file_deletion_attempt %s not found', _attempt_id));
+  end if;
+  insert into files.file_deletion_attempt_failed (file_deletion_attempt_id, error_message)
+  select _attempt_id, left(coalesce(nullif(payload ->> 'error', ''), 'unknown error'), 2000)
+   where not exists (select 1 from files.file_deletion_attempt_succeeded s
+                      where s.file_deletion_attempt_id = _attempt_id)
+  on conflict do nothing;
+  return jsonb_build_object('success', true);
+end;
+$function$;
+  -- files.record_file_delete_failure(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.record_file_delete_success(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'file_deletion_attempt_id');
+  _file_id bigint;
+begin
+  if _attempt_id is null then
+    return internal.validation_failure('original_payload.file_deletion_attempt_id must be a positive integer');
+  end if;
+  select t.file_id into _file_id
+    from files.file_deletion_attempt a join files.file_deletion_task t using (file_deletion_task_id)
+   where a.file_deletion_attempt_id = _attempt_id;
+  if _file_id is null then
+    return internal.validation_failure(format('file_deletion_attempt %s not found', _attempt_id));
+  end if;
+  insert into files.file_deletion_attempt_succeeded (file_deletion_attempt_id, worker_payload)
+  values (_attempt_id, payload -> 'worker_payload')
+  on conflict do nothing;
+  perform files.mark_file_deleted(_file_id);
+  return jsonb_build_object('success', true);
+end;
+$function$;
+  -- files.record_file_delete_success(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.record_file_deletion_supervisor_run(_file_deletion_task_id bigint)
+ RETURNS void
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  insert into files.file_deletion_supervisor_run (file_deletion_task_id) values (_file_deletion_task_id)
+$function$;
+  -- files.record_file_deletion_supervisor_run(_file_deletion_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.record_file_deletion_task_failed(_file_deletion_task_id bigint, _reason text)
+ RETURNS void
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  insert into files.file_deletion_task_failed (file_deletion_task_id, reason) values (_file_deletion_task_id, _reason)
+  on conflict do nothing
+$function$;
+  -- files.record_file_deletion_task_failed(_file_deletion_task_id bigint, _reason text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.record_file_deletion_task_succeeded(_file_deletion_task_id bigint)
+ RETURNS void
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  insert into files.file_deletion_task_succeeded (file_deletion_task_id) values (_file_deletion_task_id)
+  on conflict do nothing
+$function$;
+  -- files.record_file_deletion_task_succeeded(_file_deletion_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.schedule_file_deletion_attempt(_file_deletion_task_id bigint, _file_id bigint)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _attempt_id bigint;
+begin
+  insert into files.file_deletion_attempt (file_deletion_task_id) values (_file_deletion_task_id)
+  returning file_deletion_attempt_id into _attempt_id;
+
+  perform queues.enqueue('file_delete', jsonb_build_object(
+    'task_type', 'file_delete',
+    'file_deletion_task_id', _file_deletion_task_id,
+    'file_deletion_attempt_id', _attempt_id,
+    'file_id', _file_id,
+    'before_handler', 'files.get_file_delete_payload',
+    'success_handler', 'files.record_file_delete_success',
+    'error_handler', 'files.record_file_delete_failure'));
+  return _attempt_id;
+end;
+$function$;
+  -- files.schedule_file_deletion_attempt(_file_deletion_task_id bigint, _file_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.schedule_file_deletion_recheck(_file_deletion_task_id bigint, _num_runs integer)
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _next_check_at timestamptz :=
+    now() + internal.backoff(_num_runs - 1, 3600);
+begin
+  perform queues.enqueue('db_function', jsonb_build_object(
+    'task_type', 'db_function',
+    'db_function', 'files.file_deletion_supervisor',
+    'file_deletion_task_id', _file_deletion_task_id), _next_check_at);
+  return _next_check_at;
+end;
+$function$;
+  -- files.schedule_file_deletion_recheck(_file_deletion_task_id bigint, _num_runs integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.assert_read_committed(_function_name text)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if current_setting('transaction_isolation') <> 'read committed' then
+    raise exception '% must run under READ COMMITTED, not %', _function_name,
+      upper(current_setting('transaction_isolation'))
+      using errcode = '25000',
+            detail = 'Under REPEATABLE READ or SERIALIZABLE the lock on the root row does not stop double scheduling: facts read after the lock wait come from a snapshot taken before it.',
+            hint = 'Call supervisors in a READ COMMITTED transaction (the default).';
+  end if;
+end;
+$function$;
+  -- internal.assert_read_committed(_function_name text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.backoff(_exponent integer, _cap_seconds integer)
+ RETURNS interval
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select make_interval(secs =>
+    least(_cap_seconds, 5 * power(2, greatest(coalesce(_exponent, 0), 0)))
+    * coalesce((select s.value::numeric from internal.setting s where s.name = 'backoff_scale'), 1))
+$function$;
+  -- internal.backoff(_exponent integer, _cap_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.id_from_payload(_payload jsonb, _key text)
+ RETURNS bigint
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select case
+    when jsonb_typeof(_payload) = 'object'
+     and jsonb_typeof(_payload -> _key) in ('number', 'string')
+     and (_payload ->> _key) ~ '^[1-9][0-9]{0,17}$'
+    then (_payload ->> _key)::bigint
+  end
+$function$;
+  -- internal.id_from_payload(_payload jsonb, _key text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.noop(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ IMMUTABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select jsonb_build_object('success', true) $function$;
+  -- internal.noop(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.register_runnable_function(_function regprocedure)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _proc record;
+begin
+  if _function is null then
+    raise exception 'function must not be null' using errcode = '22004';
+  end if;
+  select n.nspname, p.proname, p.prorettype, p.pronargs, p.proargtypes[0] as argtype, p.prokind
+    into _proc
+    from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+   where p.oid = _function;
+  if _proc.nspname in ('pg_catalog', 'information_schema') or _proc.nspname like 'pg\_%' then
+    raise exception 'functions in % cannot be runnable', _proc.nspname using errcode = '42501';
+  end if;
+  if _proc.prokind <> 'f' or _proc.pronargs <> 1 or _proc.argtype <> 'jsonb'::regtype
+     or _proc.prorettype <> 'jsonb'::regtype then
+    raise exception '% must be a function taking one jsonb argument and returning jsonb', _function
+      using errcode = '22023';
+  end if;
+  if _proc.nspname !~ '^[a-z_][a-z0-9_]*$' or _proc.proname !~ '^[a-z_][a-z0-9_]*$' then
+    raise exception '% must have a lowercase schema.name made of a-z, 0-9 and _', _function
+      using errcode = '22023';
+  end if;
+  insert into internal.runnable_function (function_schema, function_name)
+  values (_proc.nspname, _proc.proname)
+  on conflict do nothing;
+end;
+$function$;
+  -- internal.register_runnable_function(_function regprocedure): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.resolve_runnable_function(_function_name text)
+ RETURNS regprocedure
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _parts text[];
+  _oid regprocedure;
+begin
+  if _function_name is null then
+    raise exception 'function_name must not be null' using errcode = '22004';
+  end if;
+  _parts := regexp_match(_function_name, '^([a-z_][a-z0-9_]{0,62})\.([a-z_][a-z0-9_]{0,62})$');
+  if _parts is null then
+    raise exception 'invalid function_name %: expected schema.function in lowercase letters, digits and _, with no argument list',
+      quote_literal(left(_function_name, 100)) using errcode = '22023';
+  end if;
+  if _parts[1] in ('pg_catalog', 'information_schema') or _parts[1] like 'pg\_%' then
+    raise exception 'function % is in a system or temporary schema and is never runnable',
+      _function_name using errcode = '42501';
+  end if;
+  _oid := to_regprocedure(format('%I.%I(jsonb)', _parts[1], _parts[2]));
+  if _oid is null then
+    raise exception 'function %(jsonb) does not exist', _function_name using errcode = '42883';
+  end if;
+  if not exists (select 1 from internal.runnable_function r
+                  where r.function_schema = _parts[1] and r.function_name = _parts[2]) then
+    raise exception 'function % is not registered as runnable', _function_name
+      using errcode = '42501',
+            hint = 'Register it in a migration: select internal.register_runnable_function(''schema.name(jsonb)'');';
+  end if;
+  if (select p.prorettype from pg_proc p where p.oid = _oid) <> 'jsonb'::regtype then
+    raise exception 'function % does not return jsonb', _function_name using errcode = '42804';
+  end if;
+  return _oid;
+end;
+$function$;
+  -- internal.resolve_runnable_function(_function_name text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.run_function(function_name text, payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _oid regprocedure := internal.resolve_runnable_function(function_name);
+  _schema name;
+  _name name;
+  _result jsonb;
+begin
+  if not has_function_privilege(_oid, 'execute') then
+    raise exception 'permission denied: % may not execute %', current_user, function_name
+      using errcode = '42501';
+  end if;
+  select n.nspname, p.proname into _schema, _name
+    from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+   where p.oid = _oid;
+  execute format('select %I.%I($1::jsonb)', _schema, _name) into _result using payload;
+  return _result;
+end;
+$function$;
+  -- internal.run_function(function_name text, payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.validation_failure(_message text)
+ RETURNS jsonb
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select jsonb_build_object('success', false, 'validation_failure_message', _message)
+$function$;
+  -- internal.validation_failure(_message text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.assert_lease_pairs(_task_ids bigint[], _task_lease_ids bigint[])
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _task_ids is null or _task_lease_ids is null then
+    raise exception 'task_ids and task_lease_ids must not be null' using errcode = '22004';
+  end if;
+  if cardinality(_task_ids) <> cardinality(_task_lease_ids) then
+    raise exception 'task_ids and task_lease_ids must have the same length (% and %)',
+      cardinality(_task_ids), cardinality(_task_lease_ids) using errcode = '22023';
+  end if;
+  if cardinality(_task_ids) > 1000 then
+    raise exception 'at most 1000 leases per call, got %', cardinality(_task_ids) using errcode = '54000';
+  end if;
+  if array_position(_task_ids, null) is not null or array_position(_task_lease_ids, null) is not null then
+    raise exception 'task_ids and task_lease_ids must not contain null' using errcode = '22004';
+  end if;
+end;
+$function$;
+  -- queues.assert_lease_pairs(_task_ids bigint[], _task_lease_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.assert_valid_task(_task_type text, _payload jsonb, _priority integer, _resource_key text, _max_attempts integer, _where text DEFAULT ''::text)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _task_type is null then
+    raise exception '%task_type must not be null', _where using errcode = '22004';
+  end if;
+  if not exists (select 1 from queues.task_type t where t.task_type = _task_type) then
+    raise exception '%unknown task_type %', _where, quote_literal(left(_task_type, 100))
+      using errcode = '22023',
+            hint = 'Known task types are listed in queues.task_type.';
+  end if;
+  if _payload is null then
+    raise exception '%payload must not be null', _where using errcode = '22004';
+  end if;
+  if jsonb_typeof(_payload) <> 'object' then
+    raise exception '%payload must be a JSON object, got %', _where, jsonb_typeof(_payload)
+      using errcode = '22023';
+  end if;
+  if pg_column_size(_payload) > queues.max_payload_bytes() then
+    raise exception '%payload is % bytes, over the limit of % bytes',
+      _where, pg_column_size(_payload), queues.max_payload_bytes()
+      using errcode = '54000';
+  end if;
+  if _priority is not null and _priority not between -1000 and 1000 then
+    raise exception '%priority must be between -1000 and 1000, got %', _where, _priority
+      using errcode = '22023';
+  end if;
+  if _resource_key is not null and length(_resource_key) not between 1 and 200 then
+    raise exception '%resource_key must be 1 to 200 characters', _where using errcode = '22023';
+  end if;
+  if _max_attempts is not null and _max_attempts not between 1 and 100 then
+    raise exception '%max_attempts must be between 1 and 100, got %', _where, _max_attempts
+      using errcode = '22023';
+  end if;
+end;
+$function$;
+  -- queues.assert_valid_task(_task_type text, _payload jsonb, _priority integer, _resource_key text, _max_attempts integer, _where text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.claim_tasks(_worker_id text, _limit integer DEFAULT NULL::integer, _task_types text[] DEFAULT NULL::text[], _lease_seconds integer DEFAULT NULL::integer, _max_leases integer DEFAULT NULL::integer)
+ RETURNS TABLE(task_id bigint, task_type text, payload jsonb, priority integer, resource_key text, max_attempts integer, enqueued_at timestamp with time zone, scheduled_at timestamp with time zone, task_lease_id bigint, leased_at timestamp with time zone, expires_at timestamp with time zone, lease_count integer)
+ LANGUAGE sql
+ SECURITY DEFINER ROWS 10
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from queues.claim_tasks_at(now(), _worker_id, coalesce(_limit, 1), _task_types,
+                                      coalesce(_lease_seconds, 300), coalesce(_max_leases, 5))
+$function$;
+  -- queues.claim_tasks(_worker_id text, _limit integer, _task_types text[], _lease_seconds integer, _max_leases integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.claim_tasks_at(_now timestamp with time zone, _worker_id text, _limit integer, _task_types text[], _lease_seconds integer, _max_leases integer)
+ RETURNS TABLE(task_id bigint, task_type text, payload jsonb, priority integer, resource_key text, max_attempts integer, enqueued_at timestamp with time zone, scheduled_at timestamp with time zone, task_lease_id bigint, leased_at timestamp with time zone, expires_at timestamp with time zone, lease_count integer)
+ LANGUAGE plpgsql
+ SECURITY DEFINER ROWS 10
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  if _worker_id is null or length(_worker_id) not between 1 and 200 then
+    raise exception 'worker_id must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  if _limit is null or _limit not between 1 and 1000 then
+    raise exception 'limit must be between 1 and 1000, got %', coalesce(_limit::text, 'null')
+      using errcode = '22023';
+  end if;
+  if _lease_seconds is null or _lease_seconds not between 1 and 86400 then
+    raise exception 'lease_seconds must be between 1 and 86400, got %',
+      coalesce(_lease_seconds::text, 'null') using errcode = '22023';
+  end if;
+  if _max_leases is null or _max_leases not between 1 and 100 then
+    raise exception 'max_leases must be between 1 and 100, got %', coalesce(_max_leases::text, 'null')
+      using errcode = '22023';
+  end if;
+  if _task_types is not null and cardinality(_task_types) = 0 then
+    raise exception 'task_types must be null (any type) or name at least one type'
+      using errcode = '22023';
+  end if;
+
+  return query
+  with picked as (
+    -- SKIP LOCKED skips rows another claimer holds; the update below makes any claimer
+    -- that arrives after our commit re-check available_at on the new row version.
+    select p.task_id, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
+           -- Leases that ended neither by a release nor by a reported failed attempt:
+           -- they expired (or were revoked) while a worker held them.
+           p.lease_count - p.released_count - p.failed_attempts >= _max_leases as poisoned,
+           p.lease_count - p.released_count - p.failed_attempts as expired_leases
+      from queues.task_pending p
+     where p.available_at <= _now
+       and (_task_types is null or p.task_type = any (_task_types))
+       -- Tasks whose resource key another task holds wait (the upsert below decides).
+       and (p.resource_key is null or not exists (
+             select 1 from queues.resource_lease r
+              where r.resource_key = p.resource_key and r.expires_at > _now and r.task_id <> p.task_id))
+     order by p.priority desc, p.scheduled_at, p.task_id
+     limit _limit
+       for update skip locked
+  ),
+  -- Resource keys: one task per key in this batch, and only if no other task holds the
+  -- key. The upsert decides on the newest committed row (not this statement's snapshot),
+  -- so two claimers never both take a key.
+  -- Suspects (tasks whose last lease expired: their worker may have died of them) are
+  -- leased one per claim, so the tasks a crashed worker held, which all come back at the
+  -- same moment, do not all land in one worker again beside the task that crashed it.
+  allowed as (
+    select pk.task_id, pk.resource_key, pk.priority, pk.scheduled_at
+      from (select pk.*,
+                   row_number() over (partition by pk.expired_leases > 0
+                                      order by pk.priority desc, pk.scheduled_at, pk.task_id) as rank
+              from picked pk
+             where not pk.poisoned) pk
+     where pk.expired_leases = 0 or pk.rank = 1
+  ),
+  keyed as (
+    select k.task_id, k.resource_key
+      from (select distinct on (pk.resource_key) pk.task_id, pk.resource_key
+              from allowed pk
+             where pk.resource_key is not null
+             order by pk.resource_key, pk.priority desc, pk.scheduled_at, pk.task_id) k
+     -- Skip a key another transaction is working on (see queues.lock_resource_keys):
+     -- a claim never waits, so it cannot be part of a deadlock.
+     where pg_try_advisory_xact_lock(20251, hashtext(k.resource_key))
+  ),
+  key_taken as (
+    insert into queues.resource_lease as r (resource_key, task_id, expires_at)
+    select k.resource_key, k.task_id, _now + make_interval(secs => _lease_seconds) from keyed k
+    on conflict (resource_key) do update
+       set task_id = excluded.task_id, expires_at = excluded.expires_at
+     where r.expires_at <= _now or r.task_id = excluded.task_id
+    returning r.task_id
+  ),
+  eligible as (
+    select pk.task_id
+      from allowed pk
+     where pk.resource_key is null or pk.task_id in (select kt.task_id from key_taken kt)
+  ),
+  abandoned_error as (
+    insert into queues.error (task_id, task_lease_id, error_message)
+    select pk.task_id, pk.current_lease_id,
+           format('abandoned: %s leases expired without completion (max_leases %s)', pk.expired_leases, _max_leases)
+      from picked pk where pk.poisoned
+  ),
+  abandoned as (
+    insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome)
+    select pk.task_id, pk.current_lease_id, _now, 'abandoned' from picked pk where pk.poisoned
+  ),
+  abandoned_removed as (
+    delete from queues.task_pending p
+     where p.task_id = any (array(select pk.task_id from picked pk where pk.poisoned))
+  ),
+  leased as (
+    insert into queues.task_lease (task_id, worker_id, leased_at, expires_at)
+    select e.task_id, _worker_id, _now, _now + make_interval(secs => _lease_seconds)
+      from eligible e
+    returning *
+  ),
+  -- Plan shapes below are chosen so that cost follows the claimed rows only, whatever
+  -- the planner estimates for _limit: `= any(array(...))` probes the primary key, and
+  -- the lateral `limit 1` keeps the task lookup a nested loop over the claimed ids.
+  moved as (
+    update queues.task_pending p
+       set available_at = _now + make_interval(secs => _lease_seconds),
+           current_lease_id = (select l.task_lease_id from leased l where l.task_id = p.task_id),
+           lease_count = p.lease_count + 1
+     where p.task_id = any (array(select l.task_id from leased l))
+    returning p.task_id, p.lease_count
+  )
+  select t.task_id, t.task_type, t.payload, t.priority, t.resource_key, t.max_attempts,
+         t.enqueued_at, t.scheduled_at, l.task_lease_id, l.leased_at, l.expires_at, m.lease_count
+    from leased l
+    join moved m on m.task_id = l.task_id
+   cross join lateral (
+     select * from queues.task t where t.task_id = l.task_id limit 1
+   ) t
+   order by t.priority desc, t.scheduled_at, t.task_id;
+end;
+$function$;
+  -- queues.claim_tasks_at(_now timestamp with time zone, _worker_id text, _limit integer, _task_types text[], _lease_seconds integer, _max_leases integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.complete_task(_task_id bigint, _task_lease_id bigint DEFAULT NULL::bigint, _outcome text DEFAULT NULL::text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _result text;
+begin
+  if _task_id is null then
+    raise exception 'task_id must not be null' using errcode = '22004';
+  end if;
+  select c.result into _result
+    from queues.complete_tasks(array[_task_id], array[_task_lease_id], array[_outcome]) c;
+  if _result = 'unknown_task' then
+    raise exception 'task % does not exist', _task_id using errcode = '23503';
+  elsif _result = 'lease_lost' then
+    raise exception 'lease % is no longer the current lease of task %', _task_lease_id, _task_id
+      using errcode = '55000', hint = 'Another worker claimed the task after this lease expired.';
+  end if;
+  return _result in ('completed', 'retry_scheduled');
+end;
+$function$;
+  -- queues.complete_task(_task_id bigint, _task_lease_id bigint, _outcome text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.complete_tasks(_task_ids bigint[], _task_lease_ids bigint[] DEFAULT NULL::bigint[], _outcomes text[] DEFAULT NULL::text[])
+ RETURNS TABLE(task_id bigint, result text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+declare
+  _bad text;
+begin
+  if _task_ids is null then
+    raise exception 'task_ids must not be null' using errcode = '22004';
+  end if;
+  if cardinality(_task_ids) > 1000 then
+    raise exception 'at most 1000 tasks per call, got %', cardinality(_task_ids) using errcode = '54000';
+  end if;
+  if array_position(_task_ids, null) is not null then
+    raise exception 'task_ids must not contain null' using errcode = '22004';
+  end if;
+  if _task_lease_ids is not null and cardinality(_task_lease_ids) <> cardinality(_task_ids) then
+    raise exception 'task_lease_ids must have one element per task (% tasks, % lease ids)',
+      cardinality(_task_ids), cardinality(_task_lease_ids) using errcode = '22023';
+  end if;
+  if _outcomes is not null and cardinality(_outcomes) <> cardinality(_task_ids) then
+    raise exception 'outcomes must have one element per task (% tasks, % outcomes)',
+      cardinality(_task_ids), cardinality(_outcomes) using errcode = '22023';
+  end if;
+  select o into _bad from unnest(_outcomes) o
+   where o is not null and o not in ('succeeded', 'failed', 'abandoned', 'cancelled') limit 1;
+  if found then
+    raise exception 'unknown outcome %; expected succeeded, failed, abandoned or cancelled',
+      quote_literal(left(_bad, 100)) using errcode = '22023';
+  end if;
+  if (select count(distinct t) <> count(*) from unnest(_task_ids) t) then
+    raise exception 'task_ids must not repeat a task' using errcode = '22023';
+  end if;
+
+  perform queues.lock_resource_keys(_task_ids);
+
+  return query
+  with input as (
+    select i.task_id, i.task_lease_id, coalesce(i.outcome, 'succeeded') as outcome, i.ord
+      from unnest(_task_ids,
+                  coalesce(_task_lease_ids, array_fill(null::bigint, array[cardinality(_task_ids)])),
+                  coalesce(_outcomes, array_fill(null::text, array[cardinality(_task_ids)])))
+           with ordinality as i(task_id, task_lease_id, outcome, ord)
+  ),
+  -- The pending rows this call may act on, locked: a concurrent claim skips them, a
+  -- concurrent completion waits and then finds nothing.
+  held as (
+    select p.task_id, p.current_lease_id, p.resource_key, i.task_lease_id, i.outcome,
+           i.outcome = 'failed' and p.failed_attempts + 1 < p.max_attempts as retry,
+           p.failed_attempts
+      from queues.task_pending p
+      join input i on i.task_id = p.task_id
+     where i.task_lease_id is null or p.current_lease_id = i.task_lease_id
+       for update of p
+  ),
+  -- Simple retries: a failed attempt with attempts left runs again after a backoff.
+  retry_facts as (
+    insert into queues.task_attempt_failed (task_id, task_lease_id, failed_at, retry_at)
+    select h.task_id, h.current_lease_id, now(), now() + internal.backoff(h.failed_attempts, 3600)
+      from held h where h.retry
+    returning task_id, retry_at
+  ),
+  retried as (
+    update queues.task_pending p
+       set available_at = (select r.retry_at from retry_facts r where r.task_id = p.task_id),
+           current_lease_id = null,
+           failed_attempts = p.failed_attempts + 1
+     where p.task_id = any (array(select r.task_id from retry_facts r))
+    returning p.task_id
+  ),
+  removed as (
+    delete from queues.task_pending p
+     where p.task_id = any (array(select h.task_id from held h where not h.retry))
+    returning p.task_id
+  ),
+  completed as (
+    insert into queues.task_completed (task_id, task_lease_id, outcome)
+    select h.task_id, coalesce(h.task_lease_id, h.current_lease_id), h.outcome
+      from held h where not h.retry
+    on conflict do nothing
+    returning task_completed.task_id
+  ),
+  -- The task's resource key (if any) is free again, whether it completed or waits to retry.
+  unlocked as (
+    delete from queues.resource_lease r
+     using held h
+     where h.resource_key is not null and r.resource_key = h.resource_key and r.task_id = h.task_id
+  )
+  select i.task_id,
+         case
+           when c.task_id is not null then 'completed'
+           when rt.task_id is not null then 'retry_scheduled'
+           -- Completed under another lease: the caller's lease was taken over, and its
+           -- transaction must not commit as if it had completed the task.
+           when exists (select 1 from queues.task_completed tc
+                         where tc.task_id = i.task_id
+                           and i.task_lease_id is not null
+                           and tc.task_lease_id is distinct from i.task_lease_id)
+             then 'lease_lost'
+           when exists (select 1 from queues.task_completed tc where tc.task_id = i.task_id)
+             then 'already_completed'
+           when not exists (select 1 from queues.task t where t.task_id = i.task_id)
+             then 'unknown_task'
+           else 'lease_lost'
+         end
+    from input i
+    left join completed c on c.task_id = i.task_id
+    left join retried rt on rt.task_id = i.task_id
+   order by i.ord;
+end;
+$function$;
+  -- queues.complete_tasks(_task_ids bigint[], _task_lease_ids bigint[], _outcomes text[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.dequeue_next_available_task(_worker_id text DEFAULT NULL::text, _lease_seconds integer DEFAULT NULL::integer)
+ RETURNS SETOF queues.task
+ LANGUAGE sql
+ SECURITY DEFINER ROWS 1
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  -- The columns of queues.task, in table order.
+  select c.task_id, c.task_type, c.payload, c.priority, c.resource_key, c.max_attempts,
+         c.enqueued_at, c.scheduled_at
+    from queues.claim_tasks_at(now(), coalesce(_worker_id, session_user::text), 1, null,
+                               coalesce(_lease_seconds, 300), 5) c
+$function$;
+  -- queues.dequeue_next_available_task(_worker_id text, _lease_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _task queues.task;
+begin
+  perform queues.assert_valid_task(_task_type, _payload, _priority, _resource_key, _max_attempts);
+
+  insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
+  values (_task_type, _payload, coalesce(_priority, 0), _resource_key,
+          coalesce(_max_attempts, 1), coalesce(_scheduled_at, now()))
+  returning * into _task;
+
+  insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
+  values (_task.task_id, _task.task_type, _task.priority, _task.scheduled_at,
+          _task.resource_key, _task.scheduled_at, _task.max_attempts);
+
+  return _task.task_id;
+end;
+$function$;
+  -- queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.enqueue_many(_tasks jsonb)
+ RETURNS TABLE(task_id bigint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _problem record;
+begin
+  if _tasks is null then
+    raise exception 'tasks must not be null' using errcode = '22004';
+  end if;
+  if jsonb_typeof(_tasks) <> 'array' then
+    raise exception 'tasks must be a JSON array, got %', jsonb_typeof(_tasks) using errcode = '22023';
+  end if;
+  if jsonb_array_length(_tasks) > 10000 then
+    raise exception 'at most 10000 tasks per call, got %', jsonb_array_length(_tasks)
+      using errcode = '54000';
+  end if;
+
+  -- Every element checked in one set-based pass (as queues.assert_valid_task checks a
+  -- single task); the first problem, in input order, is raised.
+  select p.idx, p.code, p.message into _problem
+    from (
+      select e.ordinality - 1 as idx, c.code, c.message
+        from jsonb_array_elements(_tasks) with ordinality e
+        cross join lateral (
+          select case
+            when jsonb_typeof(e.value) <> 'object' then '22023'
+            when u.keys is not null then '22023'
+            when e.value ->> 'task_type' is null then '22004'
+            when t.task_type is null then '22023'
+            when e.value -> 'payload' is null then '22004'
+            when jsonb_typeof(e.value -> 'payload') <> 'object' then '22023'
+            when pg_column_size(e.value -> 'payload') > queues.max_payload_bytes() then '54000'
+            when (e.value ->> 'priority')::integer not between -1000 and 1000 then '22023'
+            when length(e.value ->> 'resource_key') not between 1 and 200 then '22023'
+            when (e.value ->> 'max_attempts')::integer not between 1 and 100 then '22023'
+          end as code,
+          case
+            when jsonb_typeof(e.value) <> 'object' then format('must be a JSON object, got %s', jsonb_typeof(e.value))
+            when u.keys is not null then format('unknown field(s) %s', left(u.keys, 200))
+            when e.value ->> 'task_type' is null then 'task_type must not be null'
+            when t.task_type is null then format('unknown task_type %s', quote_literal(left(e.value ->> 'task_type', 100)))
+            when e.value -> 'payload' is null then 'payload must not be null'
+            when jsonb_typeof(e.value -> 'payload') <> 'object' then format('payload must be a JSON object, got %s', jsonb_typeof(e.value -> 'payload'))
+            when pg_column_size(e.value -> 'payload') > queues.max_payload_bytes() then
+              format('payload is %s bytes, over the limit of %s bytes', pg_column_size(e.value -> 'payload'), queues.max_payload_bytes())
+            when (e.value ->> 'priority')::integer not between -1000 and 1000 then
+              format('priority must be between -1000 and 1000, got %s', e.value ->> 'priority')
+            when length(e.value ->> 'resource_key') not between 1 and 200 then 'resource_key must be 1 to 200 characters'
+            when (e.value ->> 'max_attempts')::integer not between 1 and 100 then
+              format('max_attempts must be between 1 and 100, got %s', e.value ->> 'max_attempts')
+          end as message
+          from (select 1) one
+          left join lateral (
+            select string_agg(k, ', ') as keys
+              from jsonb_object_keys(case when jsonb_typeof(e.value) = 'object' then e.value else '{}' end) k
+             where k not in ('task_type', 'payload', 'scheduled_at', 'priority', 'resource_key', 'max_attempts')
+          ) u on true
+          left join queues.task_type t
+            on jsonb_typeof(e.value) = 'object' and t.task_type = e.value ->> 'task_type'
+        ) c
+    ) p
+   where p.code is not null
+   order by p.idx
+   limit 1;
+  if found and _problem.message like 'unknown task_type%' then
+    raise exception 'tasks[%]: %', _problem.idx, _problem.message using errcode = _problem.code,
+      hint = 'Known task types are listed in queues.task_type.';
+  elsif found then
+    raise exception 'tasks[%]: %', _problem.idx, _problem.message using errcode = _problem.code;
+  end if;
+
+  return query
+  with input as (
+    select e.ordinality - 1 as idx, r.*
+      from jsonb_array_elements(_tasks) with ordinality e,
+           jsonb_to_record(e.value) as r(task_type text, payload jsonb, scheduled_at timestamptz,
+                                         priority integer, resource_key text, max_attempts integer)
+  ),
+  inserted as (
+    insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
+    select c.task_type, c.payload, coalesce(c.priority, 0), c.resource_key,
+           coalesce(c.max_attempts, 1), coalesce(c.scheduled_at, now())
+      from input c
+     order by c.idx
+    returning *
+  ),
+  pending as (
+    insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
+    select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts
+      from inserted i
+  )
+  select i.task_id from inserted i order by i.task_id;
+end;
+$function$;
+  -- queues.enqueue_many(_tasks jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.extend_leases(_task_ids bigint[], _task_lease_ids bigint[], _lease_seconds integer DEFAULT NULL::integer)
+ RETURNS TABLE(task_id bigint, task_lease_id bigint, expires_at timestamp with time zone)
+ LANGUAGE sql
+ SECURITY DEFINER ROWS 10
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from queues.extend_leases_at(now(), _task_ids, _task_lease_ids, coalesce(_lease_seconds, 300))
+$function$;
+  -- queues.extend_leases(_task_ids bigint[], _task_lease_ids bigint[], _lease_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.extend_leases_at(_now timestamp with time zone, _task_ids bigint[], _task_lease_ids bigint[], _lease_seconds integer)
+ RETURNS TABLE(task_id bigint, task_lease_id bigint, expires_at timestamp with time zone)
+ LANGUAGE plpgsql
+ SECURITY DEFINER ROWS 10
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+begin
+  perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
+  perform queues.lock_resource_keys(_task_ids);
+  if _lease_seconds is null or _lease_seconds not between 1 and 86400 then
+    raise exception 'lease_seconds must be between 1 and 86400, got %',
+      coalesce(_lease_seconds::text, 'null') using errcode = '22023';
+  end if;
+
+  return query
+  with extended as (
+    update queues.task_pending p
+       set available_at = _now + make_interval(secs => _lease_seconds)
+      from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)
+     where p.task_id = i.task_id
+       and p.current_lease_id = i.task_lease_id
+    returning p.task_id, p.current_lease_id, p.available_at, p.resource_key
+  ),
+  recorded as (
+    insert into queues.task_lease_extension (task_lease_id, extended_at, expires_at)
+    select e.current_lease_id, _now, e.available_at from extended e
+  ),
+  key_extended as (
+    update queues.resource_lease r
+       set expires_at = e.available_at
+      from extended e
+     where e.resource_key is not null and r.resource_key = e.resource_key and r.task_id = e.task_id
+  )
+  select e.task_id, e.current_lease_id, e.available_at from extended e;
+end;
+$function$;
+  -- queues.extend_leases_at(_now timestamp with time zone, _task_ids bigint[], _task_lease_ids bigint[], _lease_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.fail_task(_task_id bigint, _error_message text, _task_lease_id bigint DEFAULT NULL::bigint)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _error_id bigint;
+  _message text := _error_message;
+begin
+  if _task_id is null then
+    raise exception 'task_id must not be null' using errcode = '22004';
+  end if;
+  if _message is null or btrim(_message) = '' then
+    raise exception 'error_message must not be empty' using errcode = '22004';
+  end if;
+  if not exists (select 1 from queues.task t where t.task_id = _task_id) then
+    raise exception 'task % does not exist', _task_id using errcode = '23503';
+  end if;
+  if _task_lease_id is not null then
+    if not exists (select 1 from queues.task_lease l
+                    where l.task_lease_id = _task_lease_id and l.task_id = _task_id) then
+      raise exception 'lease % does not belong to task %', _task_lease_id, _task_id
+        using errcode = '22023';
+    end if;
+    if exists (select 1 from queues.task_lease l
+                where l.task_id = _task_id and l.task_lease_id > _task_lease_id)
+       or exists (select 1 from queues.task_lease_release r where r.task_lease_id = _task_lease_id)
+       or exists (select 1 from queues.task_lease_revocation v where v.task_lease_id = _task_lease_id) then
+      raise exception 'lease % is no longer the current lease of task %', _task_lease_id, _task_id
+        using errcode = '55000', hint = 'Another worker claimed the task after this lease expired.';
+    end if;
+  end if;
+  if length(_message) > queues.max_error_message_length() then
+    _message := left(_message, queues.max_error_message_length()) || ' [truncated]';
+  end if;
+
+  insert into queues.error (task_id, task_lease_id, error_message)
+  values (_task_id, _task_lease_id, _message)
+  returning error_id into _error_id;
+  return _error_id;
+end;
+$function$;
+  -- queues.fail_task(_task_id bigint, _error_message text, _task_lease_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.forbid_fact_update()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  raise exception '%.% is append-only: rows are never updated', tg_table_schema, tg_table_name
+    using errcode = '55000';
+end;
+$function$;
+  -- queues.forbid_fact_update(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.lock_resource_keys(_task_ids bigint[])
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _key text;
+begin
+  for _key in
+    select distinct p.resource_key
+      from queues.task_pending p
+     where p.task_id = any (_task_ids) and p.resource_key is not null
+     order by 1
+  loop
+    perform pg_advisory_xact_lock(20251, hashtext(_key));
+  end loop;
+end;
+$function$;
+  -- queues.lock_resource_keys(_task_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.max_error_message_length()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select 10000 $function$;
+  -- queues.max_error_message_length(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.max_payload_bytes()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select 1048576 $function$;
+  -- queues.max_payload_bytes(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.notify_task_ready()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  perform pg_notify('queues_task_ready', '');
+  return null;
+end;
+$function$;
+  -- queues.notify_task_ready(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.rebuild_task_pending()
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _count bigint;
+begin
+  lock table queues.task_pending, queues.resource_lease in exclusive mode;
+  delete from queues.task_pending;
+  delete from queues.resource_lease;
+  insert into queues.task_pending
+    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
+     lease_count, released_count, max_attempts, failed_attempts)
+  select t.task_id, t.task_type, t.priority, t.scheduled_at, t.resource_key,
+         greatest(t.scheduled_at,
+                  -- a lease ended by a failed attempt gives way to the attempt's retry time
+                  case when f.task_lease_id is null or f.task_lease_id < l.task_lease_id then l.expires_at end,
+                  f.retry_at),
+         -- A lease ended by a release, a revocation or a later failed attempt is not held.
+         case when l.released_at is null and l.revoked_at is null
+                   and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id)
+              then l.task_lease_id end,
+         coalesce(l.lease_count, 0), coalesce(l.released_count, 0),
+         t.max_attempts, coalesce(f.failed_attempts, 0)
+    from queues.task t
+    left join lateral (
+      select le.task_lease_id, le.expires_at, le.released_at, le.revoked_at,
+             count(*) over () :: integer as lease_count,
+             count(le.released_at) over () :: integer as released_count
+        from queues.task_lease_effective le
+       where le.task_id = t.task_id
+       order by le.task_lease_id desc
+       limit 1
+    ) l on true
+    left join lateral (
+      select a.retry_at, a.task_lease_id, count(*) over () :: integer as failed_attempts
+        from queues.task_attempt_failed a
+       where a.task_id = t.task_id
+       order by a.task_attempt_failed_id desc
+       limit 1
+    ) f on true
+   where not exists (select 1 from queues.task_completed c where c.task_id = t.task_id);
+  get diagnostics _count = row_count;
+
+  -- Each resource key held by a live lease, as the claim left it.
+  insert into queues.resource_lease (resource_key, task_id, expires_at)
+  select distinct on (p.resource_key) p.resource_key, p.task_id, p.available_at
+    from queues.task_pending p
+   where p.resource_key is not null and p.current_lease_id is not null
+   order by p.resource_key, p.available_at desc;
+  return _count;
+end;
+$function$;
+  -- queues.rebuild_task_pending(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.record_worker_heartbeat(_worker_id text, _task_types text[])
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _worker_id is null or length(_worker_id) not between 1 and 200 then
+    raise exception 'worker_id must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  if _task_types is null or cardinality(_task_types) = 0 or array_position(_task_types, null) is not null then
+    raise exception 'task_types must name at least one task type' using errcode = '22023';
+  end if;
+  insert into queues.worker as w (worker_id, task_types)
+  values (_worker_id, _task_types)
+  on conflict (worker_id) do update
+     set task_types = excluded.task_types, last_seen_at = now(), stopped_at = null;
+end;
+$function$;
+  -- queues.record_worker_heartbeat(_worker_id text, _task_types text[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.record_worker_stopped(_worker_id text)
+ RETURNS void
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  update queues.worker set stopped_at = now(), last_seen_at = now() where worker_id = _worker_id
+$function$;
+  -- queues.record_worker_stopped(_worker_id text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.recover_stale_leases(_dead_after_seconds integer DEFAULT NULL::integer)
+ RETURNS TABLE(task_id bigint, task_lease_id bigint, worker_id text)
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from queues.recover_stale_leases_at(now(), coalesce(_dead_after_seconds, 600))
+$function$;
+  -- queues.recover_stale_leases(_dead_after_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.recover_stale_leases_at(_now timestamp with time zone, _dead_after_seconds integer)
+ RETURNS TABLE(task_id bigint, task_lease_id bigint, worker_id text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+begin
+  if _dead_after_seconds is null or _dead_after_seconds not between 1 and 604800 then
+    raise exception 'dead_after_seconds must be between 1 and 604800, got %', coalesce(_dead_after_seconds::text, 'null')
+      using errcode = '22023';
+  end if;
+  perform queues.lock_resource_keys(array(select s.task_id from queues.stale_leases_at(_now, _dead_after_seconds) s));
+  return query
+  with stale as (
+    select s.task_id, s.task_lease_id, s.worker_id from queues.stale_leases_at(_now, _dead_after_seconds) s
+  ),
+  revoked as (
+    update queues.task_pending p
+       set available_at = _now, current_lease_id = null
+      from stale s
+     where p.task_id = s.task_id and p.current_lease_id = s.task_lease_id
+    returning p.task_id, s.task_lease_id, s.worker_id, p.resource_key
+  ),
+  recorded as (
+    insert into queues.task_lease_revocation (task_lease_id, revoked_at, reason)
+    select r.task_lease_id, _now, format('worker %s not seen for %s s', r.worker_id, _dead_after_seconds) from revoked r
+  ),
+  key_freed as (
+    delete from queues.resource_lease k
+     using revoked r
+     where r.resource_key is not null and k.resource_key = r.resource_key and k.task_id = r.task_id
+  )
+  select r.task_id, r.task_lease_id, r.worker_id from revoked r;
+  if found then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+end;
+$function$;
+  -- queues.recover_stale_leases_at(_now timestamp with time zone, _dead_after_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.redrive_task(_task_id bigint)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _task queues.task;
+  _new_task_id bigint;
+begin
+  if _task_id is null then
+    raise exception 'task_id must not be null' using errcode = '22004';
+  end if;
+  select * into _task from queues.task t where t.task_id = _task_id;
+  if not found then
+    raise exception 'task % does not exist', _task_id using errcode = '23503';
+  end if;
+  -- Serialise redrives of one task on its completion row.
+  perform 1 from queues.task_completed c where c.task_id = _task_id for update;
+  if exists (select 1 from queues.task_redriven r where r.task_id = _task_id) then
+    raise exception 'task % was already redriven', _task_id using errcode = '22023';
+  end if;
+  if not exists (select 1 from queues.dead_letter d where d.task_id = _task_id) then
+    raise exception 'task % is not a dead letter', _task_id using errcode = '22023',
+      hint = 'Only tasks that completed failed (without an error handler) or abandoned can be redriven.';
+  end if;
+  _new_task_id := queues.enqueue(_task.task_type, _task.payload, now(), _task.priority,
+                                 _task.resource_key, _task.max_attempts);
+  insert into queues.task_redriven (task_id, new_task_id) values (_task_id, _new_task_id);
+  return _new_task_id;
+end;
+$function$;
+  -- queues.redrive_task(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.release_leases(_task_ids bigint[], _task_lease_ids bigint[])
+ RETURNS TABLE(task_id bigint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER ROWS 10
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+declare
+  _released bigint[];
+begin
+  perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
+  perform queues.lock_resource_keys(_task_ids);
+
+  with released as (
+    update queues.task_pending p
+       set available_at = now(),
+           -- A released lease is no longer held: its worker can neither extend it nor
+           -- complete or record against it.
+           current_lease_id = null,
+           released_count = p.released_count + 1
+      from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)
+     where p.task_id = i.task_id
+       and p.current_lease_id = i.task_lease_id
+    returning p.task_id, i.task_lease_id, p.resource_key
+  ),
+  recorded as (
+    insert into queues.task_lease_release (task_lease_id)
+    select r.task_lease_id from released r
+    on conflict do nothing
+  ),
+  key_freed as (
+    delete from queues.resource_lease k
+     using released r
+     where r.resource_key is not null and k.resource_key = r.resource_key and k.task_id = r.task_id
+  )
+  select array_agg(r.task_id order by r.task_id) into _released from released r;
+
+  if _released is not null then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+  return query select unnest(coalesce(_released, '{}'));
+end;
+$function$;
+  -- queues.release_leases(_task_ids bigint[], _task_lease_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.stale_leases_at(_now timestamp with time zone, _dead_after_seconds integer)
+ RETURNS TABLE(task_id bigint, task_lease_id bigint, worker_id text, last_seen_at timestamp with time zone, expires_at timestamp with time zone)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select p.task_id, p.current_lease_id, l.worker_id, w.last_seen_at, p.available_at
+    from queues.task_pending p
+    join queues.task_lease l on l.task_lease_id = p.current_lease_id
+    join queues.worker w on w.worker_id = l.worker_id
+   where p.available_at > _now
+     and w.stopped_at is null
+     and w.last_seen_at < _now - make_interval(secs => _dead_after_seconds)
+$function$;
+  -- queues.stale_leases_at(_now timestamp with time zone, _dead_after_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.append_schedule_version(_now timestamp with time zone, _schedule_id bigint, _cron text, _task_type text, _payload jsonb, _priority integer, _missed_run_policy text, _enabled boolean)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _current schedules.schedule_version := schedules.current_version(_schedule_id);
+  _id bigint;
+begin
+  if _current.schedule_version_id is not null
+     and (_current.cron, _current.task_type, _current.payload, _current.priority,
+          _current.missed_run_policy, _current.enabled)
+         is not distinct from (_cron, _task_type, _payload, _priority, _missed_run_policy, _enabled) then
+    return _current.schedule_version_id;
+  end if;
+  insert into schedules.schedule_version
+    (schedule_id, cron, task_type, payload, priority, missed_run_policy, enabled, fires_after, created_at)
+  values (_schedule_id, _cron, _task_type, _payload, _priority, _missed_run_policy, _enabled,
+          case when _current.schedule_version_id is null or (_enabled and not _current.enabled)
+                    or _current.cron <> _cron
+               then _now else _current.fires_after end,
+          _now)
+  returning schedule_version_id into _id;
+  return _id;
+end;
+$function$;
+  -- schedules.append_schedule_version(_now timestamp with time zone, _schedule_id bigint, _cron text, _task_type text, _payload jsonb, _priority integer, _missed_run_policy text, _enabled boolean): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.cron_day_matches(_day timestamp without time zone, _doms integer[], _dows integer[], _dom_restricted boolean, _dow_restricted boolean)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select case when _dom_restricted and _dow_restricted
+              then extract(day from _day)::integer = any (_doms) or extract(dow from _day)::integer = any (_dows)
+              else extract(day from _day)::integer = any (_doms) and extract(dow from _day)::integer = any (_dows)
+         end
+$function$;
+  -- schedules.cron_day_matches(_day timestamp without time zone, _doms integer[], _dows integer[], _dom_restricted boolean, _dow_restricted boolean): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.cron_error(_cron text)
+ RETURNS text
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _cron is null then
+    return 'cron is required';
+  end if;
+  perform schedules.parse_cron(_cron);
+  if schedules.next_fire_time(_cron, '2000-01-01 00:00:00+00') is null then
+    return format('cron %s never fires (no month has such a day)', quote_literal(left(_cron, 100)));
+  end if;
+  return null;
+exception
+  when sqlstate '22023' or sqlstate '22004' then
+    return sqlerrm;
+end;
+$function$;
+  -- schedules.cron_error(_cron text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.cron_search_horizon()
+ RETURNS interval
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select interval '30 years' $function$;
+  -- schedules.cron_search_horizon(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.current_version(_schedule_id bigint)
+ RETURNS schedules.schedule_version
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select v.* from schedules.schedule_version v
+   where v.schedule_id = _schedule_id
+   order by v.schedule_version_id desc
+   limit 1
+$function$;
+  -- schedules.current_version(_schedule_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.disable_schedule(_name text, OUT schedule_id bigint, OUT schedule_version_id bigint, OUT validation_failure_message text)
+ RETURNS record
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from schedules.set_schedule_enabled_at(now(), _name, false)
+$function$;
+  -- schedules.disable_schedule(_name text, OUT schedule_id bigint, OUT schedule_version_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.enable_schedule(_name text, OUT schedule_id bigint, OUT schedule_version_id bigint, OUT validation_failure_message text)
+ RETURNS record
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from schedules.set_schedule_enabled_at(now(), _name, true)
+$function$;
+  -- schedules.enable_schedule(_name text, OUT schedule_id bigint, OUT schedule_version_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.enqueue_schedule_run(_version schedules.schedule_version, _fire_at timestamp with time zone, _first_fire_at timestamp with time zone, _now timestamp with time zone)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _task_id bigint;
+begin
+  _task_id := queues.enqueue(_version.task_type, _version.payload, _fire_at, _version.priority);
+  insert into schedules.schedule_run
+    (schedule_id, schedule_version_id, fire_at, first_fire_at, outcome, task_id, enqueued_at)
+  values (_version.schedule_id, _version.schedule_version_id, _fire_at, _first_fire_at,
+          'enqueued', _task_id, _now);
+  return _task_id;
+end;
+$function$;
+  -- schedules.enqueue_schedule_run(_version schedules.schedule_version, _fire_at timestamp with time zone, _first_fire_at timestamp with time zone, _now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.ensure_schedule_supervisor()
+ RETURNS bigint
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select schedules.ensure_schedule_supervisor_at(now())
+$function$;
+  -- schedules.ensure_schedule_supervisor(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.ensure_schedule_supervisor_at(_now timestamp with time zone)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  perform pg_advisory_xact_lock(schedules.supervisor_lock_key());
+  return schedules.plan_supervisor_at(_now, schedules.supervisor_wake_at(_now));
+end;
+$function$;
+  -- schedules.ensure_schedule_supervisor_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.generate_staggered_tasks(_task_type text, _payloads jsonb, _start timestamp with time zone, _period interval, _batches integer, _priority integer DEFAULT NULL::integer)
+ RETURNS TABLE(batch integer, scheduled_at timestamp with time zone, task_count integer)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _n integer;
+  _bad record;
+begin
+  if _task_type is null then
+    raise exception 'task_type must not be null' using errcode = '22004';
+  end if;
+  if not exists (select 1 from queues.task_type t where t.task_type = _task_type) then
+    raise exception 'unknown task_type %', quote_literal(left(_task_type, 100)) using errcode = '22023';
+  end if;
+  if _payloads is null then
+    raise exception 'payloads must not be null' using errcode = '22004';
+  end if;
+  if jsonb_typeof(_payloads) <> 'array' then
+    raise exception 'payloads must be a JSON array, got %', jsonb_typeof(_payloads) using errcode = '22023';
+  end if;
+  _n := jsonb_array_length(_payloads);
+  if _n > 10000 then
+    raise exception 'at most 10000 payloads per call, got %', _n using errcode = '54000';
+  end if;
+  select e.ordinality - 1 as idx, jsonb_typeof(e.value) as kind into _bad
+    from jsonb_array_elements(_payloads) with ordinality e
+   where jsonb_typeof(e.value) <> 'object'
+   order by e.ordinality limit 1;
+  if found then
+    raise exception 'payloads[%] must be a JSON object, got %', _bad.idx, _bad.kind using errcode = '22023';
+  end if;
+  if _start is null then
+    raise exception 'start must not be null' using errcode = '22004';
+  end if;
+  if _period is null then
+    raise exception 'period must not be null' using errcode = '22004';
+  end if;
+  if extract(year from _period) <> 0 or extract(month from _period) <> 0 then
+    raise exception 'period must be given in days, hours, minutes or seconds, not months or years (their length varies), got %', _period
+      using errcode = '22023';
+  end if;
+  if _period <= interval '0' or _period > interval '366 days' then
+    raise exception 'period must be more than 0 and at most 366 days, got %', _period using errcode = '22023';
+  end if;
+  if _batches is null then
+    raise exception 'batches must not be null' using errcode = '22004';
+  end if;
+  if _batches not between 1 and 1000 then
+    raise exception 'batches must be between 1 and 1000, got %', _batches using errcode = '22023';
+  end if;
+  if _priority is not null and _priority not between -1000 and 1000 then
+    raise exception 'priority must be between -1000 and 1000, got %', _priority using errcode = '22023';
+  end if;
+
+  -- Element j (0-based) goes to batch b(j): the first r = N mod K batches hold q + 1 =
+  -- ceil(N / K) elements, the rest q = floor(N / K).
+  perform queues.enqueue_many(coalesce((
+    select jsonb_agg(jsonb_build_object(
+             'task_type', _task_type, 'payload', a.value, 'priority', coalesce(_priority, 0),
+             'scheduled_at', _start + (a.b - 1) * (_period / _batches))
+           order by a.j)
+      from (
+        select e.ordinality - 1 as j, e.value,
+               case when e.ordinality - 1 < (_n % _batches) * (_n / _batches + 1)
+                    then (e.ordinality - 1) / (_n / _batches + 1) + 1
+                    else (_n % _batches) + (e.ordinality - 1 - (_n % _batches) * (_n / _batches + 1))
+                                           / nullif(_n / _batches, 0) + 1
+               end::integer as b
+          from jsonb_array_elements(_payloads) with ordinality e
+      ) a), '[]'::jsonb));
+
+  return query
+  select i, _start + (i - 1) * (_period / _batches),
+         (_n / _batches + case when i <= _n % _batches then 1 else 0 end)::integer
+    from generate_series(1, _batches) i
+   order by i;
+end;
+$function$;
+  -- schedules.generate_staggered_tasks(_task_type text, _payloads jsonb, _start timestamp with time zone, _period interval, _batches integer, _priority integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.last_fire_at(_schedule_id bigint)
+ RETURNS timestamp with time zone
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select r.fire_at from schedules.schedule_run r
+   where r.schedule_id = _schedule_id
+   order by r.fire_at desc
+   limit 1
+$function$;
+  -- schedules.last_fire_at(_schedule_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.list_schedules()
+ RETURNS TABLE(schedule_id bigint, name text, cron text, task_type text, payload jsonb, priority integer, missed_run_policy text, enabled boolean, last_fire_at timestamp with time zone, next_fire_at timestamp with time zone, created_at timestamp with time zone, updated_at timestamp with time zone)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select s.schedule_id, s.name, v.cron, v.task_type, v.payload, v.priority, v.missed_run_policy,
+         v.enabled, schedules.last_fire_at(s.schedule_id), schedules.next_due_fire_at(s.schedule_id),
+         s.created_at, v.created_at
+    from schedules.schedule s
+   cross join lateral schedules.current_version(s.schedule_id) v
+   order by s.name
+$function$;
+  -- schedules.list_schedules(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.max_supervisor_sleep()
+ RETURNS interval
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select interval '1 hour' $function$;
+  -- schedules.max_supervisor_sleep(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.next_due_fire_at(_schedule_id bigint)
+ RETURNS timestamp with time zone
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select case when v.enabled
+              then schedules.next_fire_time(v.cron, greatest(v.fires_after, schedules.last_fire_at(_schedule_id)))
+         end
+    from schedules.current_version(_schedule_id) v
+$function$;
+  -- schedules.next_due_fire_at(_schedule_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.next_fire_time(_cron text, _after timestamp with time zone)
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _c record := schedules.parse_cron(_cron);
+  _t timestamp;
+  _limit timestamp;
+  _h integer;
+  _m integer;
+begin
+  if _after is null then
+    raise exception 'after must not be null' using errcode = '22004';
+  end if;
+  _t := date_trunc('minute', _after at time zone 'UTC') + interval '1 minute';
+  _limit := _t + schedules.cron_search_horizon();
+  loop
+    if _t > _limit then
+      return null;
+    end if;
+    if not extract(month from _t)::integer = any (_c.months) then
+      _t := date_trunc('month', _t) + interval '1 month';
+      continue;
+    end if;
+    if not schedules.cron_day_matches(_t, _c.doms, _c.dows, _c.dom_restricted, _c.dow_restricted) then
+      _t := date_trunc('day', _t) + interval '1 day';
+      continue;
+    end if;
+    if not extract(hour from _t)::integer = any (_c.hours) then
+      select min(h) into _h from unnest(_c.hours) h where h > extract(hour from _t)::integer;
+      _t := case when _h is null then date_trunc('day', _t) + interval '1 day'
+                 else date_trunc('day', _t) + make_interval(hours => _h) end;
+      continue;
+    end if;
+    select min(m) into _m from unnest(_c.minutes) m where m >= extract(minute from _t)::integer;
+    if _m is null then
+      _t := date_trunc('hour', _t) + interval '1 hour';
+      continue;
+    end if;
+    return (date_trunc('hour', _t) + make_interval(mins => _m)) at time zone 'UTC';
+  end loop;
+end;
+$function$;
+  -- schedules.next_fire_time(_cron text, _after timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.parse_cron(_cron text, OUT minutes integer[], OUT hours integer[], OUT doms integer[], OUT months integer[], OUT dows integer[], OUT dom_restricted boolean, OUT dow_restricted boolean)
+ RETURNS record
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _fields text[];
+begin
+  if _cron is null then
+    raise exception 'cron must not be null' using errcode = '22004';
+  end if;
+  _fields := regexp_split_to_array(btrim(_cron, E' \t\n\r'), E'[ \t]+');
+  if btrim(_cron, E' \t\n\r') = '' or cardinality(_fields) <> 5 then
+    raise exception 'cron must have 5 fields (minute hour day-of-month month day-of-week), got % in %',
+      case when btrim(_cron, E' \t\n\r') = '' then 0 else cardinality(_fields) end,
+      quote_literal(left(_cron, 100))
+      using errcode = '22023';
+  end if;
+  minutes := schedules.parse_cron_field(_fields[1], 'minute', 0, 59);
+  hours   := schedules.parse_cron_field(_fields[2], 'hour', 0, 23);
+  doms    := schedules.parse_cron_field(_fields[3], 'day-of-month', 1, 31);
+  months  := schedules.parse_cron_field(_fields[4], 'month', 1, 12);
+  dows    := array(select distinct case when d = 7 then 0 else d end
+                     from unnest(case when _fields[5] ~ '^\*'
+                                      then schedules.parse_cron_field(_fields[5], 'day-of-week', 0, 6)
+                                      else schedules.parse_cron_field(_fields[5], 'day-of-week', 0, 7) end) d
+                    order by 1);
+  dom_restricted := _fields[3] !~ '^\*';
+  dow_restricted := _fields[5] !~ '^\*';
+end;
+$function$;
+  -- schedules.parse_cron(_cron text, OUT minutes integer[], OUT hours integer[], OUT doms integer[], OUT months integer[], OUT dows integer[], OUT dom_restricted boolean, OUT dow_restricted boolean): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.parse_cron_field(_field text, _name text, _min integer, _max integer)
+ RETURNS integer[]
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _item text;
+  _parts text[];
+  _lo integer;
+  _hi integer;
+  _step integer;
+  _values integer[] := '{}';
+begin
+  foreach _item in array string_to_array(_field, ',') loop
+    -- (range)(/step)?, range: * | a | a-b
+    _parts := regexp_match(_item, '^(\*|([0-9]{1,4})(?:-([0-9]{1,4}))?)(?:/([0-9]{1,4}))?$');
+    if _parts is null then
+      raise exception 'cron % field: % is not a number, a range a-b, * or a step x/n',
+        _name, quote_literal(left(_item, 50))
+        using errcode = '22023',
+              hint = 'Fields are: minute hour day-of-month month day-of-week, e.g. ''*/15 0-6 * * 1-5''.';
+    end if;
+    if _parts[1] = '*' then
+      _lo := _min;
+      _hi := _max;
+    else
+      _lo := _parts[2]::integer;
+      _hi := coalesce(_parts[3]::integer, case when _parts[4] is null then _lo else _max end);
+      if _lo not between _min and _max then
+        raise exception 'cron % field: % is out of range %-%', _name, _lo, _min, _max using errcode = '22023';
+      end if;
+      if _hi not between _min and _max then
+        raise exception 'cron % field: % is out of range %-%', _name, _hi, _min, _max using errcode = '22023';
+      end if;
+      if _hi < _lo then
+        raise exception 'cron % field: range %-% goes backwards', _name, _lo, _hi using errcode = '22023';
+      end if;
+    end if;
+    _step := coalesce(_parts[4]::integer, 1);
+    if _step < 1 then
+      raise exception 'cron % field: step must be at least 1, got %', _name, _step using errcode = '22023';
+    end if;
+    _values := _values || array(select generate_series(_lo, _hi, _step));
+  end loop;
+  return array(select distinct v from unnest(_values) v order by v);
+end;
+$function$;
+  -- schedules.parse_cron_field(_field text, _name text, _min integer, _max integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.pending_supervisor_task(_now timestamp with time zone, OUT task_id bigint, OUT available_at timestamp with time zone)
+ RETURNS record
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select p.task_id, p.available_at
+    from queues.task_pending p
+   where p.task_id = any (array(select s.task_id from schedules.supervisor_task s
+                                 order by s.task_id desc limit 100))
+     and (p.current_lease_id is null or p.available_at <= _now)
+   order by p.available_at, p.task_id
+   limit 1
+$function$;
+  -- schedules.pending_supervisor_task(_now timestamp with time zone, OUT task_id bigint, OUT available_at timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.plan_supervisor_at(_now timestamp with time zone, _wake timestamp with time zone)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _pending record;
+  _task_id bigint;
+begin
+  select * into _pending from schedules.pending_supervisor_task(_now);
+  if _wake is null then
+    return _pending.task_id;
+  end if;
+  if _pending.task_id is not null and _pending.available_at <= _wake then
+    return _pending.task_id;
+  end if;
+  _task_id := queues.enqueue('db_function',
+    jsonb_build_object('task_type', 'db_function', 'db_function', 'schedules.schedule_supervisor'),
+    _wake, 100, null, 3);
+  insert into schedules.supervisor_task (task_id, scheduled_at, enqueued_at) values (_task_id, _wake, _now);
+  return _task_id;
+end;
+$function$;
+  -- schedules.plan_supervisor_at(_now timestamp with time zone, _wake timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.prev_fire_time(_cron text, _before timestamp with time zone)
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _c record := schedules.parse_cron(_cron);
+  _b timestamp;
+  _t timestamp;
+  _limit timestamp;
+  _h integer;
+  _m integer;
+begin
+  if _before is null then
+    raise exception 'before must not be null' using errcode = '22004';
+  end if;
+  _b := _before at time zone 'UTC';
+  _t := date_trunc('minute', _b);
+  if _t = _b then
+    _t := _t - interval '1 minute';
+  end if;
+  _limit := _t - schedules.cron_search_horizon();
+  loop
+    if _t < _limit then
+      return null;
+    end if;
+    if not extract(month from _t)::integer = any (_c.months) then
+      _t := date_trunc('month', _t) - interval '1 minute';
+      continue;
+    end if;
+    if not schedules.cron_day_matches(_t, _c.doms, _c.dows, _c.dom_restricted, _c.dow_restricted) then
+      _t := date_trunc('day', _t) - interval '1 minute';
+      continue;
+    end if;
+    if not extract(hour from _t)::integer = any (_c.hours) then
+      select max(h) into _h from unnest(_c.hours) h where h < extract(hour from _t)::integer;
+      _t := case when _h is null then date_trunc('day', _t) - interval '1 minute'
+                 else date_trunc('day', _t) + make_interval(hours => _h, mins => 59) end;
+      continue;
+    end if;
+    select max(m) into _m from unnest(_c.minutes) m where m <= extract(minute from _t)::integer;
+    if _m is null then
+      _t := date_trunc('hour', _t) - interval '1 minute';
+      continue;
+    end if;
+    return (date_trunc('hour', _t) + make_interval(mins => _m)) at time zone 'UTC';
+  end loop;
+end;
+$function$;
+  -- schedules.prev_fire_time(_cron text, _before timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.run_schedule_at(_now timestamp with time zone, _schedule_id bigint)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _name text;
+  _v schedules.schedule_version;
+  _first timestamptz;
+  _last timestamptz;
+  _from timestamptz;
+  _fire timestamptz;
+  _enqueued jsonb := '[]';
+  _skipped jsonb;
+  _task_id bigint;
+begin
+  select s.name into _name from schedules.schedule s where s.schedule_id = _schedule_id for no key update;
+  _v := schedules.current_version(_schedule_id);
+  if _name is null or not coalesce(_v.enabled, false) then
+    return null;
+  end if;
+  _from := greatest(_v.fires_after, schedules.last_fire_at(_schedule_id));
+  _first := schedules.next_fire_time(_v.cron, _from);
+  if _first is null or _first > _now then
+    return null;
+  end if;
+
+  if _v.missed_run_policy = 'catch_up_once' then
+    -- The latest fire time at or before now (at least _first).
+    _last := schedules.prev_fire_time(_v.cron, _now + interval '1 microsecond');
+    _task_id := schedules.enqueue_schedule_run(_v, _last, _first, _now);
+    _enqueued := jsonb_build_array(jsonb_build_object(
+      'fire_at', _last, 'first_fire_at', _first, 'task_id', _task_id));
+  else
+    if _first < _now - schedules.skip_grace_period() then
+      _last := schedules.prev_fire_time(_v.cron, _now - schedules.skip_grace_period());
+      insert into schedules.schedule_run
+        (schedule_id, schedule_version_id, fire_at, first_fire_at, outcome, task_id, enqueued_at)
+      values (_schedule_id, _v.schedule_version_id, _last, _first, 'skipped', null, _now);
+      _skipped := jsonb_build_object('first_fire_at', _first, 'fire_at', _last);
+      _from := _last;
+    end if;
+    -- Within the grace window: each fire time is its own run (at most grace / 1 minute).
+    loop
+      _fire := schedules.next_fire_time(_v.cron, _from);
+      exit when _fire is null or _fire > _now;
+      _task_id := schedules.enqueue_schedule_run(_v, _fire, _fire, _now);
+      _enqueued := _enqueued || jsonb_build_object('fire_at', _fire, 'first_fire_at', _fire, 'task_id', _task_id);
+      _from := _fire;
+    end loop;
+  end if;
+  return jsonb_build_object('name', _name, 'enqueued', _enqueued, 'skipped', _skipped);
+end;
+$function$;
+  -- schedules.run_schedule_at(_now timestamp with time zone, _schedule_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.schedule_definition_error(_name text, _cron text, _task_type text, _payload jsonb, _priority integer, _missed_run_policy text)
+ RETURNS text
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _error text;
+begin
+  if _name is null or _name !~ '^[a-z][a-z0-9_.-]{0,99}$' then
+    return 'name is required: 1 to 100 characters, lowercase letters, digits, _ . or -, starting with a letter';
+  end if;
+  _error := schedules.cron_error(_cron);
+  if _error is not null then
+    return _error;
+  end if;
+  if _task_type is null then
+    return 'task_type is required';
+  end if;
+  if not exists (select 1 from queues.task_type t where t.task_type = _task_type) then
+    return format('unknown task_type %s', quote_literal(left(_task_type, 100)));
+  end if;
+  if _payload is null or jsonb_typeof(_payload) <> 'object' then
+    return 'payload is required and must be a JSON object';
+  end if;
+  if pg_column_size(_payload) > queues.max_payload_bytes() then
+    return format('payload is %s bytes, over the limit of %s bytes', pg_column_size(_payload), queues.max_payload_bytes());
+  end if;
+  if _task_type = 'db_function' then
+    begin
+      perform internal.resolve_runnable_function(_payload ->> 'db_function');
+    exception when others then
+      return format('payload.db_function must name a runnable function: %s', sqlerrm);
+    end;
+  end if;
+  if _priority is not null and _priority not between -1000 and 1000 then
+    return format('priority must be between -1000 and 1000, got %s', _priority);
+  end if;
+  if _missed_run_policy is not null and _missed_run_policy not in ('skip', 'catch_up_once') then
+    return format('missed_run_policy must be ''skip'' or ''catch_up_once'', got %s',
+                  quote_literal(left(_missed_run_policy, 50)));
+  end if;
+  return null;
+end;
+$function$;
+  -- schedules.schedule_definition_error(_name text, _cron text, _task_type text, _payload jsonb, _priority integer, _missed_run_policy text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.schedule_supervisor(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select schedules.schedule_supervisor_at(now(), payload)
+$function$;
+  -- schedules.schedule_supervisor(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.schedule_supervisor_at(_now timestamp with time zone, payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _schedule record;
+  _run jsonb;
+  _runs jsonb := '[]';
+  _errors jsonb := '[]';
+  _enqueued integer := 0;
+  _skipped integer := 0;
+  _wake timestamptz;
+  _next_task_id bigint;
+  _result jsonb;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  perform pg_advisory_xact_lock(schedules.supervisor_lock_key());
+
+  for _schedule in select s.schedule_id, s.name from schedules.schedule s order by s.schedule_id loop
+    begin
+      _run := schedules.run_schedule_at(_now, _schedule.schedule_id);
+      if _run is not null then
+        _runs := _runs || _run;
+        _enqueued := _enqueued + jsonb_array_length(_run -> 'enqueued');
+        _skipped := _skipped + case when _run -> 'skipped' = 'null' then 0 else 1 end;
+      end if;
+    exception when others then
+      _errors := _errors || jsonb_build_object('name', _schedule.name, 'error', sqlerrm, 'sqlstate', sqlstate);
+    end;
+  end loop;
+
+  _wake := schedules.supervisor_wake_at(_now);
+  _next_task_id := schedules.plan_supervisor_at(_now, _wake);
+  _result := jsonb_build_object(
+    'status', 'ok', 'runs', _runs, 'enqueued', _enqueued, 'skipped', _skipped,
+    'next_supervisor_task_id', _next_task_id, 'next_run_at', _wake);
+  if jsonb_array_length(_errors) > 0 then
+    return jsonb_build_object('success', false,
+      'error', format('%s schedule(s) failed: %s', jsonb_array_length(_errors), _errors::text),
+      'payload', _result || jsonb_build_object('errors', _errors));
+  end if;
+  return jsonb_build_object('success', true, 'payload', _result);
+end;
+$function$;
+  -- schedules.schedule_supervisor_at(_now timestamp with time zone, payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.set_schedule_enabled_at(_now timestamp with time zone, _name text, _enabled boolean, OUT schedule_id bigint, OUT schedule_version_id bigint, OUT validation_failure_message text)
+ RETURNS record
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _v schedules.schedule_version;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  if _enabled is null then
+    raise exception 'enabled must not be null' using errcode = '22004';
+  end if;
+  perform pg_advisory_xact_lock(schedules.supervisor_lock_key()); -- before the row lock, as above
+  select s.schedule_id into schedule_id from schedules.schedule s where s.name = _name for no key update;
+  if schedule_id is null then
+    validation_failure_message := format('no schedule named %s', coalesce(quote_literal(left(_name, 100)), 'null'));
+    return;
+  end if;
+  _v := schedules.current_version(schedule_id);
+  schedule_version_id := schedules.append_schedule_version(
+    _now, schedule_id, _v.cron, _v.task_type, _v.payload, _v.priority, _v.missed_run_policy, _enabled);
+  if _enabled then
+    perform schedules.ensure_schedule_supervisor_at(_now);
+  end if;
+end;
+$function$;
+  -- schedules.set_schedule_enabled_at(_now timestamp with time zone, _name text, _enabled boolean, OUT schedule_id bigint, OUT schedule_version_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.skip_grace_period()
+ RETURNS interval
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select interval '10 minutes' $function$;
+  -- schedules.skip_grace_period(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.supervisor_lock_key()
+ RETURNS bigint
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select 7305871629419384611::bigint $function$;
+  -- schedules.supervisor_lock_key(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.supervisor_wake_at(_now timestamp with time zone)
+ RETURNS timestamp with time zone
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select least(greatest(min(n.fire_at), _now), _now + schedules.max_supervisor_sleep())
+    from schedules.schedule s
+   cross join lateral (select schedules.next_due_fire_at(s.schedule_id) as fire_at) n
+  having count(n.fire_at) > 0
+$function$;
+  -- schedules.supervisor_wake_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.upsert_schedule(_name text, _cron text, _task_type text, _payload jsonb, _priority integer DEFAULT NULL::integer, _missed_run_policy text DEFAULT NULL::text, OUT schedule_id bigint, OUT schedule_version_id bigint, OUT validation_failure_message text)
+ RETURNS record
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from schedules.upsert_schedule_at(now(), _name, _cron, _task_type, _payload, _priority, _missed_run_policy)
+$function$;
+  -- schedules.upsert_schedule(_name text, _cron text, _task_type text, _payload jsonb, _priority integer, _missed_run_policy text, OUT schedule_id bigint, OUT schedule_version_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.upsert_schedule_at(_now timestamp with time zone, _name text, _cron text, _task_type text, _payload jsonb, _priority integer DEFAULT NULL::integer, _missed_run_policy text DEFAULT NULL::text, OUT schedule_id bigint, OUT schedule_version_id bigint, OUT validation_failure_message text)
+ RETURNS record
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _enabled boolean;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  validation_failure_message := schedules.schedule_definition_error(
+    _name, _cron, _task_type, _payload, _priority, _missed_run_policy);
+  if validation_failure_message is not null then
+    return;
+  end if;
+
+  -- The supervisor's lock first, then the schedule row: the supervisor takes them in
+  -- this order too, so an edit and a supervisor run never deadlock.
+  perform pg_advisory_xact_lock(schedules.supervisor_lock_key());
+  insert into schedules.schedule (name, created_at) values (_name, _now) on conflict (name) do nothing;
+  select s.schedule_id into schedule_id from schedules.schedule s where s.name = _name for no key update;
+  _enabled := coalesce((schedules.current_version(schedule_id)).enabled, true);
+  schedule_version_id := schedules.append_schedule_version(
+    _now, schedule_id, btrim(_cron), _task_type, _payload, coalesce(_priority, 0),
+    coalesce(_missed_run_policy, 'skip'), _enabled);
+  perform schedules.ensure_schedule_supervisor_at(_now);
+end;
+$function$;
+  -- schedules.upsert_schedule_at(_now timestamp with time zone, _name text, _cron text, _task_type text, _payload jsonb, _priority integer, _missed_run_policy text, OUT schedule_id bigint, OUT schedule_version_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
