@@ -8,8 +8,8 @@
 -- expire. A long queue of tasks blocked on one key is re-read by each claim.
 --
 -- Poison tasks: a task that comes up for claiming after _max_leases leases expired
--- without completion (releases and reported failed attempts excepted) is completed as
--- 'abandoned' with an error
+-- without completion (releases, reported failed attempts and leases of tasks never
+-- started excepted, see queues.task_lease_started) is completed as 'abandoned' with an error
 -- instead of being leased again, so a task that kills its worker cannot loop forever.
 
 create or replace function queues.claim_tasks_at(
@@ -68,31 +68,75 @@ begin
   end if;
 
   return query
-  with picked as (
+  with candidate as (
+    -- Ready tasks without a lease, per task type, from task_pending_ready_idx in claim
+    -- order: rows leased by anyone are not in that index, and scheduled_at <= _now lets
+    -- the scan stop (or skip to the next priority) at the first future task. (For a row
+    -- without a lease available_at >= scheduled_at, so the extra bound changes nothing.)
     -- SKIP LOCKED skips rows another claimer holds; the update below makes any claimer
-    -- that arrives after our commit re-check available_at on the new row version.
-    select p.task_id, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
-           -- Leases that ended neither by a release nor by a reported failed attempt:
-           -- they expired (or were revoked) while a worker held them.
-           p.lease_count - p.released_count - p.failed_attempts >= _max_leases as poisoned,
-           p.lease_count - p.released_count - p.failed_attempts as expired_leases
-      from queues.task_pending p
-     where p.available_at <= _now
-       and (_task_types is null or p.task_type = any (_task_types))
-       -- Tasks whose resource key another task holds wait (the upsert below decides).
-       and (p.resource_key is null or not exists (
-             select 1 from queues.resource_lease r
-              where r.resource_key = p.resource_key and r.expires_at > _now and r.task_id <> p.task_id))
-     order by p.priority desc, p.scheduled_at, p.task_id
-     limit _limit
-       for update skip locked
+    -- that arrives after our commit re-check current_lease_id on the new row version.
+    select r.*
+      from (select distinct u.task_type
+              from unnest(coalesce(_task_types, array(select tt.task_type from queues.task_type tt))) as u(task_type)) ty
+     cross join lateral (
+       select p.task_id, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
+              p.lease_count - p.released_count - p.failed_attempts - p.unstarted_count as ended_leases
+         from queues.task_pending p
+        where p.task_type = ty.task_type
+          and p.current_lease_id is null
+          and p.scheduled_at <= _now
+          and p.available_at <= _now
+          -- Tasks whose resource key another task holds wait (the upsert below decides).
+          and (p.resource_key is null or not exists (
+                select 1 from queues.resource_lease r
+                 where r.resource_key = p.resource_key and r.expires_at > _now and r.task_id <> p.task_id))
+        order by p.priority desc, p.scheduled_at, p.task_id
+        limit _limit
+          for update skip locked
+     ) r
+    union all
+    -- Tasks whose lease expired (their worker died or stopped heartbeating), from
+    -- task_pending_leased_idx: only expired leases are read.
+    select x.*
+      from (
+        select p.task_id, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
+               p.lease_count - p.released_count - p.failed_attempts - p.unstarted_count as ended_leases
+          from queues.task_pending p
+         where p.current_lease_id is not null
+           and p.available_at <= _now
+           and (_task_types is null or p.task_type = any (_task_types))
+           and (p.resource_key is null or not exists (
+                 select 1 from queues.resource_lease r
+                  where r.resource_key = p.resource_key and r.expires_at > _now and r.task_id <> p.task_id))
+         order by p.available_at
+         limit _limit
+           for update skip locked
+      ) x
+  ),
+  picked as (
+    -- Of the candidates (locked until commit), the first _limit in claim order. An expired
+    -- lease counts towards abandonment (and makes the task a suspect) only if its task
+    -- was started: a task that waited in a dead worker's local queue is not suspect.
+    select c.task_id, c.current_lease_id, c.resource_key, c.priority, c.scheduled_at,
+           c.ended_leases - c.unstarted_expiry::integer >= _max_leases as poisoned,
+           c.ended_leases - c.unstarted_expiry::integer as expired_leases
+      from (
+        select c.*,
+               c.current_lease_id is not null and not exists (
+                 select 1 from queues.task_lease_started s
+                  where s.task_id = c.task_id and s.task_lease_id = c.current_lease_id) as unstarted_expiry
+          from candidate c
+         order by c.priority desc, c.scheduled_at, c.task_id
+         limit _limit
+      ) c
   ),
   -- Resource keys: one task per key in this batch, and only if no other task holds the
   -- key. The upsert decides on the newest committed row (not this statement's snapshot),
   -- so two claimers never both take a key.
-  -- Suspects (tasks whose last lease expired: their worker may have died of them) are
-  -- leased one per claim, so the tasks a crashed worker held, which all come back at the
-  -- same moment, do not all land in one worker again beside the task that crashed it.
+  -- Suspects (tasks a started lease of which expired: their worker may have died of them)
+  -- are leased one per claim, so the tasks a crashed worker was running, which all come
+  -- back at the same moment, do not all land in one worker again beside the task that
+  -- crashed it.
   allowed as (
     select pk.task_id, pk.resource_key, pk.priority, pk.scheduled_at
       from (select pk.*,
@@ -145,23 +189,27 @@ begin
       from eligible e
     returning *
   ),
-  -- Plan shapes below are chosen so that cost follows the claimed rows only, whatever
-  -- the planner estimates for _limit: `= any(array(...))` probes the primary key, and
-  -- the lateral `limit 1` keeps the task lookup a nested loop over the claimed ids.
+  -- Set-based: each claimed row is probed by primary key once, for its new lease (the
+  -- leases drive a nested loop; no CTE is joined to another CTE, whose row estimates
+  -- would make that join quadratic). SET expressions read the row as it was: a lease
+  -- still current here expired, and counts as unstarted if its task never started.
   moved as (
     update queues.task_pending p
        set available_at = _now + make_interval(secs => _lease_seconds),
-           current_lease_id = (select l.task_lease_id from leased l where l.task_id = p.task_id),
-           lease_count = p.lease_count + 1
-     where p.task_id = any (array(select l.task_id from leased l))
-    returning p.task_id, p.lease_count
+           current_lease_id = l.task_lease_id,
+           lease_count = p.lease_count + 1,
+           unstarted_count = p.unstarted_count + (p.current_lease_id is not null and not exists (
+             select 1 from queues.task_lease_started s
+              where s.task_id = p.task_id and s.task_lease_id = p.current_lease_id))::integer
+      from leased l
+     where p.task_id = l.task_id
+    returning p.task_id, p.lease_count, l.task_lease_id, l.leased_at, l.expires_at
   )
   select t.task_id, t.task_type, t.payload, t.priority, t.resource_key, t.max_attempts,
-         t.enqueued_at, t.scheduled_at, l.task_lease_id, l.leased_at, l.expires_at, m.lease_count
-    from leased l
-    join moved m on m.task_id = l.task_id
+         t.enqueued_at, t.scheduled_at, m.task_lease_id, m.leased_at, m.expires_at, m.lease_count
+    from moved m
    cross join lateral (
-     select * from queues.task t where t.task_id = l.task_id limit 1
+     select * from queues.task t where t.task_id = m.task_id limit 1
    ) t
    order by t.priority desc, t.scheduled_at, t.task_id;
 end;

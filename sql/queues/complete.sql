@@ -79,7 +79,9 @@ begin
            p.failed_attempts
       from queues.task_pending p
       join input i on i.task_id = p.task_id
-     where i.task_lease_id is null or p.current_lease_id = i.task_lease_id
+     -- A primary-key probe per task, whatever the planner estimates for the input.
+     where p.task_id = any (_task_ids)
+       and (i.task_lease_id is null or p.current_lease_id = i.task_lease_id)
        for update of p
   ),
   -- Simple retries: a failed attempt with attempts left runs again after a backoff.
@@ -91,10 +93,12 @@ begin
   ),
   retried as (
     update queues.task_pending p
-       set available_at = (select r.retry_at from retry_facts r where r.task_id = p.task_id),
+       set available_at = r.retry_at,
            current_lease_id = null,
            failed_attempts = p.failed_attempts + 1
-     where p.task_id = any (array(select r.task_id from retry_facts r))
+      from retry_facts r
+     where p.task_id = r.task_id
+       and p.task_id = any (array(select r2.task_id from retry_facts r2))
     returning p.task_id
   ),
   removed as (

@@ -21,12 +21,18 @@ async function enqueue(): Promise<string> {
   return rows[0].id;
 }
 
-/** Claims as the owner at now + `seconds` (to move time), with max_leases `maxLeases`. */
-async function claimAt(seconds: number, worker = 'w', maxLeases = 5): Promise<Lease[]> {
+/**
+ * Claims as the owner at now + `seconds` (to move time), with max_leases `maxLeases`; the
+ * claimed tasks are marked started (as the worker's completer does before a task runs)
+ * unless `started` is false (they wait in a local queue).
+ */
+async function claimAt(seconds: number, worker = 'w', maxLeases = 5, started = true): Promise<Lease[]> {
   const { rows } = await db.query<Lease>(
-    `select task_id, task_lease_id, lease_count
-       from queues.claim_tasks_at(now() + make_interval(secs => $1), $2, 100, null, 60, $3)`,
-    [seconds, worker, maxLeases],
+    `with c as (select * from queues.claim_tasks_at(now() + make_interval(secs => $1), $2, 100, null, 60, $3)),
+          s as (insert into queues.task_lease_started (task_id, task_lease_id)
+                select task_id, task_lease_id from c where $4)
+     select task_id, task_lease_id, lease_count from c`,
+    [seconds, worker, maxLeases, started],
   );
   return rows;
 }
@@ -173,6 +179,37 @@ describe('poison tasks', () => {
     expect(first.map((l) => l.task_id).sort()).toEqual([crashed[0], fresh].sort());
     expect((await claimAt(61, 'w2')).map((l) => l.task_id)).toEqual([crashed[1]]);
     expect((await claimAt(61, 'w3')).map((l) => l.task_id)).toEqual([crashed[2]]);
+  });
+
+  it('leases of tasks never started (a dead worker\'s local queue) count neither as expired nor as suspects', async () => {
+    await db.query('delete from queues.task_pending');
+    const queued = [await enqueue(), await enqueue(), await enqueue()];
+    const maxLeases = 2;
+    // Claimed into a local queue four times over, never started, the worker dying each time.
+    for (let i = 0; i < 4; i++) {
+      const claimed = await claimAt(61 * i, `queue-${i}`, maxLeases, false);
+      // Not suspects: all three come back in one claim, not one per claim.
+      expect(claimed.map((l) => l.task_id).sort()).toEqual([...queued].sort());
+    }
+    // Started once and expired: now a suspect (one per claim), but not abandoned yet.
+    const started = await claimAt(61 * 4, 'runs', maxLeases, true);
+    expect(started).toHaveLength(3);
+    expect(await claimAt(61 * 5, 'next', maxLeases, true)).toHaveLength(1);
+    expect((await db.query('select count(*)::int as n from queues.task_completed where task_id = any($1::bigint[])', [queued])).rows[0].n).toBe(0);
+    // The suspect's second started lease expires: abandoned after max_leases started leases.
+    await claimAt(61 * 6, 'next', maxLeases, true);
+    const { rows } = await db.query(`select count(*)::int as n from queues.task_completed where outcome = 'abandoned' and task_id = any($1::bigint[])`, [queued]);
+    expect(rows[0].n).toBe(1);
+    // Rebuilding the claim index from the facts keeps the counts.
+    const snapshot = async () =>
+      (await db.query(
+        'select task_id, lease_count, unstarted_count, released_count, failed_attempts from queues.task_pending where task_id = any($1::bigint[]) order by task_id',
+        [queued],
+      )).rows;
+    const before = await snapshot();
+    expect(before.map((r) => r.unstarted_count)).toEqual([4, 4]);
+    await db.query('select queues.rebuild_task_pending()');
+    expect(await snapshot()).toEqual(before);
   });
 
   it('failed attempts of a retried task are not expired leases: no abandonment for them', async () => {

@@ -16,7 +16,7 @@ begin
   delete from queues.resource_lease;
   insert into queues.task_pending
     (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
-     lease_count, released_count, max_attempts, failed_attempts)
+     lease_count, released_count, max_attempts, failed_attempts, unstarted_count)
   select t.task_id, t.task_type, t.priority, t.scheduled_at, t.resource_key,
          greatest(t.scheduled_at,
                   -- a lease ended by a failed attempt gives way to the attempt's retry time
@@ -27,7 +27,18 @@ begin
                    and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id)
               then l.task_lease_id end,
          coalesce(l.lease_count, 0), coalesce(l.released_count, 0),
-         t.max_attempts, coalesce(f.failed_attempts, 0)
+         t.max_attempts, coalesce(f.failed_attempts, 0),
+         -- Leases that ended unstarted: neither released, nor ended by a failed attempt,
+         -- nor started, nor the lease still held (a claim counts that one when it expires).
+         (select count(*)::integer
+            from queues.task_lease_effective u
+           where u.task_id = t.task_id
+             and u.released_at is null
+             and not exists (select 1 from queues.task_lease_started s
+                              where s.task_id = u.task_id and s.task_lease_id = u.task_lease_id)
+             and not exists (select 1 from queues.task_attempt_failed a where a.task_lease_id = u.task_lease_id)
+             and not (u.task_lease_id = l.task_lease_id and l.revoked_at is null
+                      and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id)))
     from queues.task t
     left join lateral (
       select le.task_lease_id, le.expires_at, le.released_at, le.revoked_at,

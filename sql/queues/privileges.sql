@@ -17,6 +17,7 @@ grant execute on function
   queues.dequeue_next_available_task(text, integer),
   queues.complete_task(bigint, bigint, text),
   queues.complete_tasks(bigint[], bigint[], text[]),
+  queues.settle_tasks(bigint[], bigint[], bigint[], bigint[], text[], bigint[], text[]),
   queues.fail_task(bigint, text, bigint),
   queues.record_worker_heartbeat(text, text[]),
   queues.record_worker_stopped(text)

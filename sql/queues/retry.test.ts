@@ -20,8 +20,10 @@ async function enqueue(payload: Record<string, unknown>, maxAttempts = 1, type =
 
 async function claimAt(seconds: number, taskId: string) {
   const { rows } = await db.query(
-    `select task_id, task_lease_id from queues.claim_tasks_at(now() + make_interval(secs => $1), 'w', 100, null, 60, 5)
-      where task_id = $2`,
+    // Every claimed task is started (as the worker's completer marks it before it runs).
+    `with c as (select * from queues.claim_tasks_at(now() + make_interval(secs => $1), 'w', 100, null, 60, 5)),
+          s as (insert into queues.task_lease_started (task_id, task_lease_id) select task_id, task_lease_id from c)
+     select task_id, task_lease_id from c where task_id = $2`,
     [seconds, taskId],
   );
   return rows[0] as { task_id: string; task_lease_id: string } | undefined;

@@ -55,7 +55,7 @@ select * from queues.stale_leases_at(now(), 600);
 comment on view queues.stale_lease is 'Live leases held by workers not seen for 10 minutes.';
 
 -- Revokes the stale leases (see stale_leases_at): their tasks are claimable at once. A
--- revocation counts as an expired lease towards abandoning the task, and the revoked
+-- revocation of a started task counts as an expired lease towards abandoning it, and the revoked
 -- worker can no longer complete or record against it. Returns what was revoked.
 create or replace function queues.recover_stale_leases_at(_now timestamptz, _dead_after_seconds integer)
   returns table (task_id bigint, task_lease_id bigint, worker_id text)
@@ -76,7 +76,11 @@ begin
   ),
   revoked as (
     update queues.task_pending p
-       set available_at = _now, current_lease_id = null
+       set available_at = _now, current_lease_id = null,
+           -- A lease whose task never started does not count towards abandonment.
+           unstarted_count = p.unstarted_count + (not exists (
+             select 1 from queues.task_lease_started st
+              where st.task_id = p.task_id and st.task_lease_id = s.task_lease_id))::integer
       from stale s
      where p.task_id = s.task_id and p.current_lease_id = s.task_lease_id
     returning p.task_id, s.task_lease_id, s.worker_id, p.resource_key

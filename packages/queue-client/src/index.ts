@@ -13,6 +13,7 @@ export {
   failTask,
   releaseLeases,
   runFunction,
+  settleTasks,
   type ClaimOptions,
   type ClaimedTask,
   type Completion,
@@ -22,6 +23,7 @@ export {
   type JsonObject,
   type LeaseRef,
   type NewTask,
+  type Settlement,
   type Task,
 } from './tasks.js';
 export { recordWorkerHeartbeat, recordWorkerStopped } from './workers.js';

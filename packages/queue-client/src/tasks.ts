@@ -26,6 +26,7 @@ import {
   taskExtendLeases,
   taskFail,
   taskReleaseLeases,
+  taskSettle,
 } from './queries/task.queries.js';
 import type { Queryable } from './connection.js';
 import { mapErrors } from './errors.js';
@@ -181,6 +182,45 @@ export async function completeTasks(
   );
   const byId = new Map(rows.map((r) => [r.taskId, r.result as CompletionResult]));
   return completions.map((c) => ({ taskId: c.taskId, result: byId.get(String(c.taskId)) ?? 'unknown_task' }));
+}
+
+/** A completion with the error messages recorded beside it (only if it is accepted). */
+export interface Settlement extends Completion {
+  errors?: string[];
+}
+
+/**
+ * The worker's completer, in one statement (queues.settle_tasks): marks the leases of
+ * `starts` started (a lease no longer current comes back in `lost`: that task must not
+ * run) and completes `completions`, each with its error rows, fenced by its lease.
+ */
+export async function settleTasks(
+  db: Queryable,
+  starts: LeaseRef[],
+  completions: Settlement[],
+): Promise<{ lost: Id[]; results: { taskId: Id; result: CompletionResult }[] }> {
+  if (starts.length === 0 && completions.length === 0) return { lost: [], results: [] };
+  const errors = completions.flatMap((c) => (c.errors ?? []).map((message) => ({ taskId: c.taskId, message })));
+  const rows = await mapErrors(
+    taskSettle.run(
+      {
+        startedTaskIds: starts.map((s) => s.taskId),
+        startedLeaseIds: starts.map((s) => s.taskLeaseId),
+        taskIds: completions.map((c) => c.taskId),
+        taskLeaseIds: completions.map((c) => c.taskLeaseId ?? null) as string[],
+        outcomes: completions.map((c) => c.outcome ?? null) as string[],
+        errorTaskIds: errors.map((e) => e.taskId),
+        errorMessages: errors.map((e) => e.message),
+      },
+      db,
+    ),
+  );
+  const lost = rows.filter((r) => r.kind === 'start' && r.result !== 'started').map((r) => r.taskId);
+  const byId = new Map(rows.filter((r) => r.kind === 'complete').map((r) => [r.taskId, r.result as CompletionResult]));
+  return {
+    lost,
+    results: completions.map((c) => ({ taskId: c.taskId, result: byId.get(String(c.taskId)) ?? 'unknown_task' })),
+  };
 }
 
 /** A lease a worker holds: the pair that fences every call made on its behalf. */

@@ -1,12 +1,10 @@
 /**
- * Recording a task's end: an optional error row, then the completion, fenced by the
- * lease. Both go through the caller's transaction when one is given, so a processor can
- * commit its effects and the completion together.
+ * How the worker reads errors: a lost lease (nothing of ours may be recorded), a
+ * transient failure of the connection or server (nothing is recorded, the task runs
+ * again), or anything else (recorded against the task). The completer and the worker
+ * classify every error with these, in one place.
  */
-import type pg from 'pg';
-import { QueueError, completeTask, failTask, withTransaction, type ClaimedTask, type Queryable } from '@org/queue-client';
-import { batcherFor } from './completion-batcher.js';
-import type { TaskReport } from './processor.js';
+import { QueueError, type ClaimedTask } from '@org/queue-client';
 
 /** Thrown when the task's lease was taken over: nothing of ours may be recorded. */
 export class LeaseLostError extends Error {
@@ -18,40 +16,6 @@ export class LeaseLostError extends Error {
 
 export function isLeaseLost(error: unknown): boolean {
   return error instanceof LeaseLostError || (error instanceof QueueError && error.kind === 'lease_lost');
-}
-
-/** Records `report.error` (and `extraErrors`) against the task and completes it, on `db`. */
-export async function recordCompletion(
-  db: Queryable,
-  task: ClaimedTask,
-  report: TaskReport,
-  extraErrors: string[] = [],
-): Promise<TaskReport> {
-  try {
-    for (const message of [report.error, ...extraErrors]) {
-      if (message) await failTask(db, { taskId: task.taskId, errorMessage: message, taskLeaseId: task.taskLeaseId });
-    }
-    await completeTask(db, { taskId: task.taskId, taskLeaseId: task.taskLeaseId, outcome: report.outcome });
-  } catch (error) {
-    if (isLeaseLost(error)) throw new LeaseLostError(task);
-    throw error;
-  }
-  return report;
-}
-
-/**
- * recordCompletion in a transaction of its own. Without an error to record, the
- * completion joins the pool's batch (see CompletionBatcher): one statement for every
- * task finishing in the same turn of the event loop.
- */
-export async function finish(pool: pg.Pool, task: ClaimedTask, report: TaskReport, extraErrors: string[] = []): Promise<TaskReport> {
-  if (report.error || extraErrors.length > 0) {
-    return withTransaction(pool, (tx) => recordCompletion(tx, task, report, extraErrors));
-  }
-  const result = await batcherFor(pool).complete(task, report.outcome);
-  if (result === 'lease_lost') throw new LeaseLostError(task);
-  if (result === 'unknown_task') throw new Error(`task ${task.taskId} does not exist`);
-  return report;
 }
 
 export function errorMessage(error: unknown): string {
@@ -82,4 +46,9 @@ export function isTransient(error: unknown): boolean {
   }
   const message = cause instanceof Error ? cause.message : '';
   return /connection terminated|connection error|not queryable|timeout exceeded when trying to connect|connection ended/i.test(message);
+}
+
+/** An error message as the database accepts it: text cannot hold NUL bytes. */
+export function storableMessage(message: string): string {
+  return message.replaceAll('\u0000', '\\u0000');
 }

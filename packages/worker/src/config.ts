@@ -87,7 +87,7 @@ export const SETTINGS: Setting[] = [
     env: 'PREFETCH',
     flag: 'prefetch',
     key: 'prefetch',
-    help: 'claimed tasks kept waiting to start beside the running ones (default 0)',
+    help: 'claimed tasks kept waiting to start beside the running ones, a local queue (default 500)',
     schema: int(0, 10_000),
   },
   {
@@ -152,6 +152,7 @@ export const SETTINGS: Setting[] = [
 const DEFAULTS: Omit<WorkerConfig, 'databaseUrl' | 'workerId'> = {
   roles: null,
   concurrency: 10,
+  prefetch: 500,
   pollIntervalMs: 2000,
   heartbeatIntervalMs: 30_000,
   leaseSeconds: 300,

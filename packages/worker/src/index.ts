@@ -1,12 +1,13 @@
 // @org/worker: the thin typed executor. Embed it (new Worker({...})) or run its CLI.
 export { loadConfig, helpText, ConfigError, type WorkerConfig } from './config.js';
 export { createLogger, type Logger } from './logger.js';
-export { ProcessorRegistry, type Processor, type TaskContext, type TaskReport } from './processor.js';
-export { dbFunctionProcessor } from './processors/db-function.js';
+export { ProcessorRegistry, type Processor, type TaskContext, type TaskOutcome, type TaskReport } from './processor.js';
+export { dbFunctionProcessor, dbFunctionStep } from './processors/db-function.js';
 export { handlerTaskProcessor } from './processors/handler-task.js';
 export { HandlerInvoker } from './handler-invoker.js';
-export { LeaseLostError, finish, recordCompletion, isTransient } from './completion.js';
+export { LeaseLostError, isTransient } from './completion.js';
+export { Completer, type Settled } from './completer.js';
 export { defaultRegistry } from './registry.js';
-export { Worker, type WorkerOptions } from './worker.js';
+export { Worker, DEFAULT_PREFETCH, type WorkerOptions } from './worker.js';
 export { runWorkerCli, runWorkerMain, type WorkerMainOptions } from './main.js';
 export { ProcessSupervisor, type SupervisorOptions } from './supervisor.js';

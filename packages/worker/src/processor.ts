@@ -1,19 +1,22 @@
 /**
- * Processors run one claimed task each. The worker picks a processor by task_type from a
- * ProcessorRegistry; apps register their own beside the built-in ones:
+ * Processors run one claimed task each and return what happened; they never record it.
+ * The worker hands the result to its completer, which records it (error rows, then the
+ * completion, fenced by the lease) in batches on its own connection. The worker picks a
+ * processor by task_type from a ProcessorRegistry; apps register their own beside the
+ * built-in ones:
  *
  *   registry.register('fax', handlerTaskProcessor(myFaxProvider));
  *
- * A processor MUST complete the task it is given (through `finish`), success or failure:
- * lease expiry is only for crashed workers. The worker completes it as failed if the
- * processor throws.
+ * A processor that throws is recorded as failed ('worker error: ...'), unless the error
+ * is a lost connection (the task runs again) or a lost lease (nothing is recorded).
  */
 import type pg from 'pg';
-import type { ClaimedTask, CompletionOutcome } from '@org/queue-client';
+import type { ClaimedTask, CompletionOutcome, Queryable } from '@org/queue-client';
 import type { Logger } from './logger.js';
 
 export interface TaskContext {
   task: ClaimedTask;
+  /** For reads and for calls outside the completion's transaction (a before_handler). */
   pool: pg.Pool;
   log: Logger;
   /** Aborted when the lease is lost or shutdown gives up on the task. */
@@ -29,10 +32,28 @@ export interface TaskReport {
   note?: string;
 }
 
+/** What a processor returns: the completion to record, with its error rows. */
+export interface TaskOutcome extends TaskReport {
+  /** More error rows, recorded after `error`. */
+  extraErrors?: string[];
+  /**
+   * Writes that must commit together with the completion (a success handler, a pure SQL
+   * step): run by the completer in the completion's transaction, in a savepoint of their
+   * own, just before the completion. They may return a different outcome. If the
+   * completion is refused (the lease was lost) they are rolled back.
+   */
+  effects?: (tx: Queryable) => Promise<TaskOutcome | void>;
+  /**
+   * The outcome to record instead when `effects` raise (their writes are rolled back).
+   * Default: failed, with the error message.
+   */
+  onEffectsError?: (error: unknown) => TaskOutcome;
+}
+
 export interface Processor {
   /** For logs: "db_function", "handler:resend", ... */
   readonly name: string;
-  process(context: TaskContext): Promise<TaskReport>;
+  process(context: TaskContext): Promise<TaskOutcome>;
 }
 
 export class ProcessorRegistry {

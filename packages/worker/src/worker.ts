@@ -1,10 +1,11 @@
 /**
- * The worker: claim -> dispatch by task_type -> processor -> completion, N at a time.
+ * The worker: claim -> local queue -> start -> processor -> completer, N at a time.
  *
- *   loop        claims (only the task types of its roles) into a local queue of up to
- *               `prefetch` tasks beside the running ones, starts a processor per task
- *               as slots free, then waits for a notification, a freed slot or the poll
- *               interval
+ *   loop        claims (only the task types of its roles, up to 500 per call) into a local
+ *               queue of up to `prefetch` tasks (default 500), refilled when it is half
+ *               empty; starts tasks as slots free, each once the completer has recorded
+ *               its start; then waits for a notification, a freed slot or the poll interval
+ *   completer   records starts and outcomes in batches on its own connection (completer.ts)
  *   heartbeat   reports the worker alive (queues.worker) and extends the leases of running
  *               tasks; a lease missing from the answer was lost, and that task's signal is
  *               aborted (its completion would be refused)
@@ -12,18 +13,28 @@
  *   stop()      stops claiming, waits up to the grace period for running tasks, releases
  *               the leases of the rest so other workers take them at once
  *
- * Invariant: every claimed task is completed by its processor (success or failure), or
- * its lease is released or left to expire when the database cannot be reached. A task is
- * never recorded as failed because of a connection error.
+ * Invariant: every claimed task is completed (success or failure), or its lease is
+ * released or left to expire when the database cannot be reached. A task is never
+ * recorded as failed because of a connection error.
+ *
+ * Crash exposure: a worker killed with SIGKILL takes its running tasks and its local
+ * queue with it. Their leases expire (or are revoked as stale) and the tasks run again
+ * elsewhere; those that never started count neither as suspects nor towards abandonment.
  */
 import { EventEmitter } from 'node:events';
 import pg from 'pg';
 import { claimTasks, extendLeases, recordWorkerHeartbeat, recordWorkerStopped, releaseLeases, type ClaimedTask } from '@org/queue-client';
-import { errorMessage, finish, isLeaseLost, isTransient } from './completion.js';
+import { Completer } from './completer.js';
+import { errorMessage, isLeaseLost, isTransient } from './completion.js';
 import type { WorkerConfig } from './config.js';
 import { TaskListener } from './listener.js';
 import type { Logger } from './logger.js';
-import type { ProcessorRegistry, TaskReport } from './processor.js';
+import type { ProcessorRegistry, TaskOutcome, TaskReport } from './processor.js';
+
+/** The local queue's size when none is configured (graphile-worker's default too). */
+export const DEFAULT_PREFETCH = 500;
+/** Most tasks per claim (queues.claim_tasks accepts up to 1000). */
+const MAX_CLAIM = 500;
 
 export interface WorkerOptions extends Omit<WorkerConfig, 'logLevel'> {
   registry: ProcessorRegistry;
@@ -53,7 +64,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #options: WorkerOptions;
   readonly #log: Logger;
   readonly #taskTypes: string[];
+  readonly #completer: Completer;
+  /** Started (or starting) tasks until their outcome is recorded, by lease id. */
   readonly #running = new Map<string, Running>();
+  /** Slots in use: tasks starting or in their processor. */
+  #busy = 0;
   /** Claimed, not started yet (the local queue). */
   #waiting: ClaimedTask[] = [];
   readonly #listener: TaskListener;
@@ -63,6 +78,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   #loop: Promise<void> | undefined;
   #heartbeat: NodeJS.Timeout | undefined;
   #claimFailures = 0;
+  /** The last claim came back short: no more work until a notification or the poll. */
+  #drained = false;
 
   constructor(options: WorkerOptions) {
     super();
@@ -81,16 +98,21 @@ export class Worker extends EventEmitter<WorkerEvents> {
     // A connection that dies while checked out emits 'error' on its client too; the query
     // in flight rejects and is handled there, so this only keeps the process alive.
     this.pool.on('connect', (client) => client.on('error', () => {}));
-    this.#listener = new TaskListener(options.databaseUrl, this.#log, () => this.#signal(), options.pollIntervalMs);
+    this.#completer = new Completer(options.databaseUrl, this.#log);
+    this.#listener = new TaskListener(options.databaseUrl, this.#log, () => this.#notified(), options.pollIntervalMs);
   }
 
   listener(): TaskListener {
     return this.#listener;
   }
 
+  get #prefetch(): number {
+    return this.#options.prefetch ?? DEFAULT_PREFETCH;
+  }
+
   async start(): Promise<void> {
     this.#log.info(
-      { event: 'worker_started', roles: this.#taskTypes, concurrency: this.#options.concurrency },
+      { event: 'worker_started', roles: this.#taskTypes, concurrency: this.#options.concurrency, prefetch: this.#prefetch },
       `worker started for ${this.#taskTypes.join(', ')}`,
     );
     await this.#listener.start();
@@ -108,7 +130,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     await this.#loop;
     // Tasks claimed but not started go back at once.
     const unstarted = this.#waiting.splice(0);
-    if (unstarted.length > 0) await this.#releaseUnstarted(unstarted);
+    if (unstarted.length > 0) await this.#release(unstarted);
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
       Promise.allSettled([...this.#running.values()].map((r) => r.done)),
@@ -142,9 +164,18 @@ export class Worker extends EventEmitter<WorkerEvents> {
     // A step stuck in SQL keeps its connection checked out, and pool.end() would wait for
     // it: give it two seconds. (Its lease is released; the process exiting closes it.)
     let endTimer: NodeJS.Timeout | undefined;
-    await Promise.race([this.pool.end(), new Promise<void>((resolve) => (endTimer = setTimeout(resolve, 2000)))]);
+    await Promise.race([
+      Promise.all([this.#completer.drain().then(() => this.#completer.close()), this.pool.end()]),
+      new Promise<void>((resolve) => (endTimer = setTimeout(resolve, 2000))),
+    ]);
     clearTimeout(endTimer);
     this.#log.info({ event: 'worker_stopped', unfinished: left.length }, 'worker stopped');
+  }
+
+  /** New work was announced (NOTIFY, or the listener's poll): worth a claim. */
+  #notified(): void {
+    this.#drained = false;
+    this.#signal();
   }
 
   #signal(): void {
@@ -154,55 +185,64 @@ export class Worker extends EventEmitter<WorkerEvents> {
     wake?.();
   }
 
-  #sleep(ms: number): Promise<void> {
-    if (this.#woken || this.#stopping) return Promise.resolve();
+  /** Waits `ms` or until woken; true when woken. */
+  #sleep(ms: number): Promise<boolean> {
+    if (this.#woken || this.#stopping) return Promise.resolve(true);
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
         this.#wake = undefined;
-        resolve();
+        resolve(false);
       }, ms);
       this.#wake = () => {
         clearTimeout(timer);
-        resolve();
+        resolve(true);
       };
     });
   }
 
   async #run(): Promise<void> {
     const { concurrency, pollIntervalMs } = this.#options;
-    // Up to `prefetch` claimed tasks (default 0) wait in a local queue beside the running
-    // ones, so a freed slot starts the next task at once while the next claim is under
-    // way. Waiting tasks are heartbeated too, but they hold leases: if this worker dies,
-    // their leases expire with it and count towards abandoning them.
-    const capacity = concurrency + (this.#options.prefetch ?? 0);
+    // The local queue holds up to `prefetch` claimed tasks beside the running ones, so a
+    // freed slot starts the next task at once and one claim serves hundreds of tasks. It
+    // is refilled when it is half empty, before it runs dry. Queued tasks hold leases
+    // (heartbeated like running ones); if this worker dies they come back when those
+    // expire, and since they never started they are not suspects.
+    const prefetch = this.#prefetch;
+    const capacity = concurrency + prefetch;
+    const lowWater = Math.floor(prefetch / 2);
     while (!this.#stopping) {
       this.#woken = false;
-      if (this.#running.size + this.#waiting.length < capacity) {
+      const room = capacity - this.#busy - this.#waiting.length;
+      // A freed slot is no reason to claim again right after a claim found the queue
+      // empty: that waits for a notification or the poll interval.
+      if (room > 0 && this.#waiting.length <= lowWater && !this.#drained) {
         // Tasks that finish together free their slots in the same turn of the event
         // loop: let them, and claim for all of them in one call.
-        if (this.#running.size > 0) await new Promise((resolve) => setImmediate(resolve));
-        const limit = capacity - this.#running.size - this.#waiting.length;
-        const claimed = await this.#claim(limit);
+        if (this.#busy > 0) await new Promise((resolve) => setImmediate(resolve));
+        const limit = Math.min(MAX_CLAIM, capacity - this.#busy - this.#waiting.length);
+        const claimed = limit > 0 ? await this.#claim(limit) : [];
         if (this.#stopping) {
-          if (claimed.length > 0) await this.#releaseUnstarted(claimed);
+          if (claimed.length > 0) await this.#release(claimed);
           break;
         }
         this.#waiting.push(...claimed);
         this.#startWaiting();
         // A full batch means more work is likely waiting: claim again at once.
         if (claimed.length === limit && claimed.length > 0) continue;
+        this.#drained = this.#claimFailures === 0;
         if (this.#claimFailures > 0) {
           await this.#sleep(Math.min(pollIntervalMs, 100 * 2 ** Math.min(this.#claimFailures, 6)));
           continue;
         }
       }
-      await this.#sleep(pollIntervalMs);
+      // The poll interval passed without a wake-up: look again.
+      if (!(await this.#sleep(pollIntervalMs))) this.#drained = false;
     }
   }
 
   /** Starts waiting tasks while there are free slots. */
   #startWaiting(): void {
-    while (this.#running.size < this.#options.concurrency && this.#waiting.length > 0) {
+    while (this.#busy < this.#options.concurrency && this.#waiting.length > 0) {
       this.#start(this.#waiting.shift()!);
     }
   }
@@ -227,7 +267,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
   }
 
-  async #releaseUnstarted(tasks: ClaimedTask[]): Promise<void> {
+  async #release(tasks: ClaimedTask[]): Promise<void> {
     try {
       await releaseLeases(this.pool, tasks.map((t) => ({ taskId: t.taskId, taskLeaseId: t.taskLeaseId })));
     } catch (error) {
@@ -238,25 +278,90 @@ export class Worker extends EventEmitter<WorkerEvents> {
   #start(task: ClaimedTask): void {
     const log = this.#log.child({ task_id: task.taskId, task_type: task.taskType, task_lease_id: task.taskLeaseId });
     const controller = new AbortController();
-    const startedAt = Date.now();
-    log.info({ event: 'task_started', lease_count: task.leaseCount }, 'task started');
-    const running: Running = { task, controller, startedAt, lost: false, released: false, done: Promise.resolve() };
-    this.#running.set(task.taskId, running);
-    running.done = this.#process(running, log).finally(() => {
-      this.#running.delete(task.taskId);
+    const running: Running = { task, controller, startedAt: Date.now(), lost: false, released: false, done: Promise.resolve() };
+    this.#running.set(task.taskLeaseId, running);
+    this.#busy++;
+    let freed = false;
+    const free = () => {
+      if (freed) return;
+      freed = true;
+      this.#busy--;
       if (!this.#stopping) this.#startWaiting();
       this.#signal(); // a slot is free
+    };
+    running.done = this.#process(running, log, free).finally(() => {
+      free();
+      this.#running.delete(task.taskLeaseId);
     });
   }
 
-  async #process(running: Running, log: Logger): Promise<void> {
-    const { task, controller, startedAt } = running;
-    const processor = this.#options.registry.get(task.taskType);
+  async #process(running: Running, log: Logger, free: () => void): Promise<void> {
+    const { task, controller } = running;
+    // The task runs only once its start is recorded: the queue then knows it was started.
+    let held: boolean;
     try {
-      const report = processor
+      held = await this.#completer.start(task);
+    } catch (error) {
+      log.warn({ event: 'start_failed', err: errorMessage(error) }, 'could not record the start; the task runs again later');
+      if (!isTransient(error)) await this.#release([task]);
+      return;
+    }
+    if (!held) {
+      log.warn({ event: 'lease_lost' }, 'lease lost before the task started; not run');
+      this.emit('lease_lost', task);
+      return;
+    }
+    running.startedAt = Date.now();
+    log.info({ event: 'task_started', lease_count: task.leaseCount }, 'task started');
+    const processor = this.#options.registry.get(task.taskType);
+    let outcome: TaskOutcome;
+    try {
+      outcome = processor
         ? await processor.process({ task, pool: this.pool, log, signal: controller.signal })
-        : await finish(this.pool, task, { outcome: 'failed', error: `no processor for task type ${task.taskType}` });
+        : { outcome: 'failed', error: `no processor for task type ${task.taskType}` };
+    } catch (error) {
+      const durationMs = Date.now() - running.startedAt;
+      if (running.released) {
+        log.info({ event: 'task_released', duration_ms: durationMs }, 'released at shutdown; runs again elsewhere');
+        return;
+      }
+      if (isLeaseLost(error)) {
+        log.warn({ event: 'lease_lost', duration_ms: durationMs }, 'lease lost to another worker; nothing recorded');
+        this.emit('lease_lost', task);
+        return;
+      }
+      if (isTransient(error)) {
+        log.warn({ event: 'task_interrupted', duration_ms: durationMs, err: errorMessage(error) }, 'database unavailable; task will run again');
+        await this.#release([task]);
+        return;
+      }
+      log.error({ event: 'task_crashed', duration_ms: durationMs, err: errorMessage(error) }, 'processor threw');
+      outcome = { outcome: 'failed', error: `worker error: ${errorMessage(error)}` };
+    }
+    // The slot is free once the processor is done; the completer records the outcome
+    // beside the next tasks.
+    free();
+    await this.#record(running, log, outcome);
+  }
+
+  async #record(running: Running, log: Logger, outcome: TaskOutcome): Promise<void> {
+    const { task, startedAt } = running;
+    try {
+      const { result, report } = await this.#completer.complete(task, outcome);
       const durationMs = Date.now() - startedAt;
+      if (result === 'lease_lost') {
+        if (running.released) {
+          log.info({ event: 'task_released', duration_ms: durationMs }, 'released at shutdown; runs again elsewhere');
+        } else {
+          log.warn({ event: 'lease_lost', duration_ms: durationMs }, 'lease lost to another worker; nothing recorded');
+          this.emit('lease_lost', task);
+        }
+        return;
+      }
+      if (result === 'unknown_task') {
+        log.error({ event: 'completion_failed', duration_ms: durationMs }, `task ${task.taskId} does not exist`);
+        return;
+      }
       const level = report.outcome === 'succeeded' ? 'info' : 'warn';
       log[level](
         { event: 'task_completed', outcome: report.outcome, duration_ms: durationMs, error: report.error, note: report.note },
@@ -265,22 +370,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
       this.emit('completed', task, report, durationMs);
     } catch (error) {
       const durationMs = Date.now() - startedAt;
-      if (running.released) {
-        log.info({ event: 'task_released', duration_ms: durationMs }, 'released at shutdown; runs again elsewhere');
-      } else if (isLeaseLost(error)) {
-        log.warn({ event: 'lease_lost', duration_ms: durationMs }, 'lease lost to another worker; nothing recorded');
-        this.emit('lease_lost', task);
-      } else if (isTransient(error)) {
+      if (isTransient(error)) {
         log.warn({ event: 'task_interrupted', duration_ms: durationMs, err: errorMessage(error) }, 'database unavailable; task will run again');
-        await this.#releaseUnstarted([task]);
+        await this.#release([task]);
       } else {
-        log.error({ event: 'task_crashed', duration_ms: durationMs, err: errorMessage(error) }, 'processor threw');
-        try {
-          const report = await finish(this.pool, task, { outcome: 'failed', error: `worker error: ${errorMessage(error)}` });
-          this.emit('completed', task, report, durationMs);
-        } catch (second) {
-          log.error({ event: 'completion_failed', err: errorMessage(second) }, 'could not complete; the lease will expire');
-        }
+        log.error({ event: 'completion_failed', err: errorMessage(error) }, 'could not complete; the lease will expire');
       }
     }
   }
@@ -296,20 +390,22 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   async #beat(): Promise<void> {
     await this.#reportIn();
-    const leases = [...this.#running.values()].filter((r) => !r.lost);
+    const leases = [...this.#running.values()].filter((r) => !r.lost && !r.released);
     const waiting = [...this.#waiting];
     if (leases.length === 0 && waiting.length === 0) return;
     try {
-      const extended = await extendLeases(
-        this.pool,
-        [...leases.map((r) => r.task), ...waiting].map((t) => ({ taskId: t.taskId, taskLeaseId: t.taskLeaseId })),
-        this.#options.leaseSeconds,
-      );
+      const all = [...leases.map((r) => r.task), ...waiting].map((t) => ({ taskId: t.taskId, taskLeaseId: t.taskLeaseId }));
+      const extended = [];
+      // queues.extend_leases takes up to 1000 leases per call.
+      for (let i = 0; i < all.length; i += 1000) {
+        extended.push(...(await extendLeases(this.pool, all.slice(i, i + 1000), this.#options.leaseSeconds)));
+      }
       const kept = new Set(extended.map((e) => e.taskLeaseId));
       // A waiting task whose lease was lost is dropped before it starts.
-      this.#waiting = this.#waiting.filter((t) => !waiting.includes(t) || kept.has(t.taskLeaseId));
+      const dropped = new Set(waiting.filter((t) => !kept.has(t.taskLeaseId)));
+      if (dropped.size > 0) this.#waiting = this.#waiting.filter((t) => !dropped.has(t));
       for (const r of leases) {
-        if (!kept.has(r.task.taskLeaseId) && this.#running.has(r.task.taskId)) {
+        if (!kept.has(r.task.taskLeaseId) && this.#running.get(r.task.taskLeaseId) === r) {
           r.lost = true;
           r.controller.abort(new Error('lease lost'));
           this.#log.warn(

@@ -6,19 +6,22 @@ import type pg from 'pg';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { claimTasks, connect, type ClaimedTask } from '@org/queue-client';
 import type { Provider } from '@org/handler-types';
-import { createLogger, dbFunctionProcessor, handlerTaskProcessor, LeaseLostError, type Processor } from '../src/index.js';
+import { Completer, createLogger, dbFunctionProcessor, handlerTaskProcessor, LeaseLostError, type Processor, type TaskReport } from '../src/index.js';
 import { effects, enqueue, factsOf, handlerCalls, installFixtures } from './support/fixtures.js';
 
 let db: TestDatabase;
 let pool: pg.Pool;
+let completer: Completer;
 const log = createLogger('silent');
 
 beforeAll(async () => {
   db = await createTestDatabase();
   await installFixtures(db);
   pool = connect({ connectionString: db.url('worker') });
+  completer = new Completer(db.url('worker'), log);
 });
 afterAll(async () => {
+  await completer?.close();
   await pool?.end();
   await db?.drop();
 });
@@ -29,11 +32,28 @@ async function claimOne(taskType: string): Promise<ClaimedTask> {
   return task;
 }
 
+/** The lease is already lost, so no start is recorded: the processor runs anyway and its outcome is refused. */
+async function processWithoutStart(processor: Processor, task: ClaimedTask): Promise<TaskReport> {
+  const outcome = await processor.process({ task, pool, log, signal: new AbortController().signal });
+  const { result, report } = await completer.complete(task, outcome);
+  if (result === 'lease_lost') throw new LeaseLostError(task);
+  return report;
+}
+
+/** Runs the processor as the worker does: start recorded, processor, outcome recorded by the completer. */
+async function process(processor: Processor, task: ClaimedTask): Promise<TaskReport> {
+  expect(await completer.start(task)).toBe(true);
+  const outcome = await processor.process({ task, pool, log, signal: new AbortController().signal });
+  const { result, report } = await completer.complete(task, outcome);
+  if (result === 'lease_lost') throw new LeaseLostError(task);
+  return report;
+}
+
 async function run(processor: Processor, taskType: string, payload: Record<string, unknown>) {
   const id = await enqueue(db, taskType, payload);
   const task = await claimOne(taskType);
   expect(task.taskId).toBe(id);
-  const report = await processor.process({ task, pool, log, signal: new AbortController().signal });
+  const report = await process(processor, task);
   return { id, report, facts: await factsOf(db, id) };
 }
 
@@ -130,7 +150,7 @@ describe('db_function processor', () => {
     const task = await claimOne('db_function');
     // Another worker takes the task after this lease "expires".
     await db.query(`select * from queues.claim_tasks_at(now() + interval '10 minutes', 'thief', 1, null, 60, 5)`);
-    await expect(processor.process({ task, pool, log, signal: new AbortController().signal })).rejects.toBeInstanceOf(LeaseLostError);
+    await expect(processWithoutStart(processor, task)).rejects.toBeInstanceOf(LeaseLostError);
     expect(await effects(db, 'stolen')).toBe(0);
     expect(await factsOf(db, id)).toEqual({ outcome: null, errors: [], leases: 2 });
   });
@@ -247,7 +267,7 @@ describe('handler processor', () => {
     const id = await enqueue(db, 'test_channel', { ...handlers, before: { success: true, payload: { to: 'i@example.com' } } });
     const task = await claimOne('test_channel');
     await db.query(`select * from queues.claim_tasks_at(now() + interval '10 minutes', 'thief', 1, array['test_channel'], 60, 5)`);
-    await expect(processor.process({ task, pool, log, signal: new AbortController().signal })).rejects.toBeInstanceOf(LeaseLostError);
+    await expect(processWithoutStart(processor, task)).rejects.toBeInstanceOf(LeaseLostError);
     expect(await handlerCalls(db)).toEqual([]);
     expect((await factsOf(db, id)).outcome).toBeNull();
   });

@@ -5,7 +5,7 @@ import { z } from 'zod';
 import pg from 'pg';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import type { Provider } from '@org/handler-types';
-import { createLogger, dbFunctionProcessor, finish, handlerTaskProcessor, ProcessorRegistry, Worker, type WorkerOptions } from '../src/index.js';
+import { createLogger, dbFunctionProcessor, handlerTaskProcessor, ProcessorRegistry, Worker, type WorkerOptions } from '../src/index.js';
 import { effects, enqueue, eventually, installFixtures } from './support/fixtures.js';
 
 let db: TestDatabase;
@@ -112,10 +112,10 @@ describe('worker loop', () => {
     const started: string[] = [];
     const registry = new ProcessorRegistry().register('slow', {
       name: 'slow',
-      async process({ task, pool, signal }) {
+      async process({ task, signal }) {
         started.push(task.taskId);
         await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
-        return finish(pool, task, { outcome: 'failed', error: 'stopped' });
+        return { outcome: 'failed', error: 'stopped' };
       },
     });
     const ids: string[] = [];

@@ -10,28 +10,30 @@
  * such processes. SIGTERM / SIGINT: graceful stop, exit 0.
  */
 import { providersFromEnv } from '@org/providers';
-import { runFunction, withTransaction } from '@org/queue-client';
-import { defaultRegistry, finish, recordCompletion, runWorkerCli, type Logger } from '@org/worker';
+import { runFunction } from '@org/queue-client';
+import { defaultRegistry, runWorkerCli, type Logger } from '@org/worker';
 
 const registry = (logger: Logger) =>
   defaultRegistry(providersFromEnv(process.env, logger))
     .register('slow', {
       name: 'slow',
-      async process({ task, pool, signal }) {
+      async process({ task, signal }) {
         const ms = Number(task.payload.ms ?? 1000);
         await new Promise<void>((resolve) => {
           const timer = setTimeout(resolve, ms);
           signal.addEventListener('abort', () => (clearTimeout(timer), resolve()), { once: true });
         });
-        if (signal.aborted) return finish(pool, task, { outcome: 'failed', error: 'aborted' });
-        if (task.payload.fail) return finish(pool, task, { outcome: 'failed', error: 'slow task failed on purpose' });
+        if (signal.aborted) return { outcome: 'failed', error: 'aborted' };
+        if (task.payload.fail) return { outcome: 'failed', error: 'slow task failed on purpose' };
         if (task.payload.record) {
-          return withTransaction(pool, async (tx) => {
-            await runFunction(tx, 'chaos.record', task.payload);
-            return recordCompletion(tx, task, { outcome: 'succeeded' });
-          });
+          return {
+            outcome: 'succeeded',
+            effects: async (tx) => {
+              await runFunction(tx, 'chaos.record', task.payload);
+            },
+          };
         }
-        return finish(pool, task, { outcome: 'succeeded' });
+        return { outcome: 'succeeded' };
       },
     })
     .register('crash', {

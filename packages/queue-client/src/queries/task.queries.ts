@@ -229,6 +229,43 @@ const taskCompleteManyIR: any = {"usedParamSet":{"taskIds":true,"taskLeaseIds":t
 export const taskCompleteMany = new PreparedQuery<ITaskCompleteManyParams,ITaskCompleteManyResult>(taskCompleteManyIR);
 
 
+/** 'TaskSettle' parameters type */
+export interface ITaskSettleParams {
+  errorMessages?: stringArray | null | void;
+  errorTaskIds?: NumberOrStringArray | null | void;
+  outcomes?: stringArray | null | void;
+  startedLeaseIds: NumberOrStringArray;
+  startedTaskIds: NumberOrStringArray;
+  taskIds: NumberOrStringArray;
+  taskLeaseIds?: NumberOrStringArray | null | void;
+}
+
+/** 'TaskSettle' return type */
+export interface ITaskSettleResult {
+  kind: string;
+  result: string;
+  taskId: string;
+}
+
+/** 'TaskSettle' query type */
+export interface ITaskSettleQuery {
+  params: ITaskSettleParams;
+  result: ITaskSettleResult;
+}
+
+const taskSettleIR: any = {"usedParamSet":{"startedTaskIds":true,"startedLeaseIds":true,"taskIds":true,"taskLeaseIds":true,"outcomes":true,"errorTaskIds":true,"errorMessages":true},"params":[{"name":"startedTaskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":99,"b":114}]},{"name":"startedLeaseIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":127,"b":143}]},{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":156,"b":164}]},{"name":"taskLeaseIds","required":false,"transform":{"type":"scalar"},"locs":[{"a":204,"b":216}]},{"name":"outcomes","required":false,"transform":{"type":"scalar"},"locs":[{"a":229,"b":237}]},{"name":"errorTaskIds","required":false,"transform":{"type":"scalar"},"locs":[{"a":248,"b":260}]},{"name":"errorMessages","required":false,"transform":{"type":"scalar"},"locs":[{"a":273,"b":286}]}],"statement":"select s.task_id as \"taskId!\", s.kind as \"kind!\", s.result as \"result!\"\n  from queues.settle_tasks(:startedTaskIds!::bigint[], :startedLeaseIds!::bigint[], :taskIds!::bigint[],\n                           :taskLeaseIds::bigint[], :outcomes::text[], :errorTaskIds::bigint[], :errorMessages::text[]) s"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select s.task_id as "taskId!", s.kind as "kind!", s.result as "result!"
+ *   from queues.settle_tasks(:startedTaskIds!::bigint[], :startedLeaseIds!::bigint[], :taskIds!::bigint[],
+ *                            :taskLeaseIds::bigint[], :outcomes::text[], :errorTaskIds::bigint[], :errorMessages::text[]) s
+ * ```
+ */
+export const taskSettle = new PreparedQuery<ITaskSettleParams,ITaskSettleResult>(taskSettleIR);
+
+
 /** 'TaskFail' parameters type */
 export interface ITaskFailParams {
   errorMessage: string;

@@ -47,6 +47,11 @@ select queues.complete_task(:taskId!::bigint, :taskLeaseId::bigint, :outcome::te
 select c.task_id as "taskId!", c.result as "result!"
   from queues.complete_tasks(:taskIds!::bigint[], :taskLeaseIds::bigint[], :outcomes::text[]) c;
 
+/* @name TaskSettle */
+select s.task_id as "taskId!", s.kind as "kind!", s.result as "result!"
+  from queues.settle_tasks(:startedTaskIds!::bigint[], :startedLeaseIds!::bigint[], :taskIds!::bigint[],
+                           :taskLeaseIds::bigint[], :outcomes::text[], :errorTaskIds::bigint[], :errorMessages::text[]) s;
+
 /* @name TaskFail */
 select queues.fail_task(:taskId!::bigint, :errorMessage!::text, :taskLeaseId::bigint) as "errorId!";
 

@@ -8,29 +8,30 @@
  *
  * A before_handler that fails, returns a validation failure or a malformed envelope, or
  * whose payload the provider's schema rejects, leads to an error row and the
- * error_handler, with no provider call. The success or error handler, the error row and
- * the completion commit in one transaction, fenced by the lease. Handler names are
+ * error_handler, with no provider call. The success or error handler runs as the
+ * completion's effects: it, the error row and the completion commit in one transaction,
+ * fenced by the lease (see Completer). Handler names are
  * optional; without a before_handler the provider gets the task payload minus the
  * handler names. A connection failure records nothing: the task runs again (providers
  * get the same idempotency key).
  */
 import { handlerTaskPayload, type Provider } from '@org/handler-types';
-import { withTransaction, type JsonObject } from '@org/queue-client';
-import { errorMessage, finish, isLeaseLost, isTransient, LeaseLostError, recordCompletion } from '../completion.js';
+import type { JsonObject } from '@org/queue-client';
+import { errorMessage, isTransient } from '../completion.js';
 import { failureOf, HandlerInvoker } from '../handler-invoker.js';
-import type { Processor, TaskContext, TaskReport } from '../processor.js';
+import type { Processor, TaskContext, TaskOutcome } from '../processor.js';
 
 const HANDLER_FIELDS = ['task_type', 'before_handler', 'success_handler', 'error_handler'];
 
 export function handlerTaskProcessor<P>(provider: Provider<P>): Processor {
   return {
     name: `handler:${provider.name}`,
-    async process(context: TaskContext): Promise<TaskReport> {
+    async process(context: TaskContext): Promise<TaskOutcome> {
       const { task, pool } = context;
       const handlers = handlerTaskPayload.safeParse(task.payload);
       if (!handlers.success) {
         const problem = handlers.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ');
-        return finish(pool, task, { outcome: 'failed', error: `invalid handler names in payload: ${problem}` });
+        return { outcome: 'failed', error: `invalid handler names in payload: ${problem}` };
       }
       const { before_handler: before, success_handler: onSuccess, error_handler: onError } = handlers.data;
       const original = task.payload;
@@ -73,52 +74,44 @@ export function handlerTaskProcessor<P>(provider: Provider<P>): Processor {
       }
 
       // 3. Success facts and the completion, together.
-      try {
-        return await withTransaction(pool, async (tx) => {
-          if (!onSuccess) return recordCompletion(tx, task, { outcome: 'succeeded' });
-          const result = await invoker.on(tx).call(onSuccess, {
+      if (!onSuccess) return { outcome: 'succeeded' };
+      return {
+        outcome: 'succeeded',
+        async effects(tx): Promise<TaskOutcome> {
+          const result = await new HandlerInvoker(tx).call(onSuccess, {
             original_payload: original,
             worker_payload: (workerPayload ?? null) as JsonObject,
           });
           const failure = result.ok ? failureOf(onSuccess, result.envelope) : result.error;
-          return recordCompletion(tx, task, failure ? { outcome: 'failed', error: failure } : { outcome: 'succeeded' });
-        });
-      } catch (error) {
-        if (isLeaseLost(error)) throw error instanceof LeaseLostError ? error : new LeaseLostError(task);
-        // The provider call happened; the task runs again and the provider sees the same
-        // idempotency key.
-        if (isTransient(error)) throw error;
-        return finish(pool, task, {
+          return failure ? { outcome: 'failed', error: failure } : { outcome: 'succeeded' };
+        },
+        // The provider call happened; the success handler's writes rolled back.
+        onEffectsError: (error) => ({
           outcome: 'failed',
           error: `${provider.name} succeeded but ${onSuccess} raised: ${errorMessage(error)}`,
-        });
-      }
+        }),
+      };
     },
   };
 }
 
 /** The failure path: error row, error_handler, completion, in one transaction. */
-async function fail(
-  { task, pool }: TaskContext,
-  invoker: HandlerInvoker,
+function fail(
+  { task }: TaskContext,
+  _invoker: HandlerInvoker,
   onError: string | undefined,
   message: string,
-): Promise<TaskReport> {
-  const report: TaskReport = { outcome: 'failed', error: message };
-  try {
-    return await withTransaction(pool, async (tx) => {
-      const extra: string[] = [];
-      if (onError) {
-        const result = await invoker.on(tx).call(onError, { original_payload: task.payload, error: message });
-        const failure = result.ok ? failureOf(onError, result.envelope) : result.error;
-        if (failure) extra.push(failure);
-      }
-      return recordCompletion(tx, task, report, extra);
-    });
-  } catch (error) {
-    if (isLeaseLost(error)) throw error instanceof LeaseLostError ? error : new LeaseLostError(task);
-    if (isTransient(error)) throw error;
+): TaskOutcome {
+  if (!onError) return { outcome: 'failed', error: message };
+  return {
+    outcome: 'failed',
+    error: message,
+    async effects(tx): Promise<TaskOutcome> {
+      const result = await new HandlerInvoker(tx).call(onError, { original_payload: task.payload, error: message });
+      const failure = result.ok ? failureOf(onError, result.envelope) : result.error;
+      return { outcome: 'failed', error: message, extraErrors: failure ? [failure] : [] };
+    },
     // The error handler raised: its writes rolled back; record both errors and complete.
-    return finish(pool, task, report, [`${onError} raised: ${errorMessage(error)}`]);
-  }
+    onEffectsError: (error) => ({ outcome: 'failed', error: message, extraErrors: [`${onError} raised: ${errorMessage(error)}`] }),
+  };
 }

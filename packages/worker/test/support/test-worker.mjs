@@ -3,7 +3,7 @@
 //   slow   waits payload.ms (default 1000) milliseconds, then completes
 //   crash  kills its own process with SIGKILL (a poison task)
 // TEST_DIE_BEFORE_READY=1: a supervised child exits 1 before it is ready (a broken install).
-import { ProcessorRegistry, dbFunctionProcessor, finish, runWorkerCli } from '@org/worker';
+import { ProcessorRegistry, dbFunctionProcessor, runWorkerCli } from '@org/worker';
 
 if (process.env.TEST_DIE_BEFORE_READY === '1' && process.env.QUEUE_WORKER_SUPERVISED === '1') process.exit(1);
 
@@ -12,13 +12,13 @@ const registry = () =>
     .register('db_function', dbFunctionProcessor())
     .register('slow', {
       name: 'slow',
-      async process({ task, pool, signal }) {
+      async process({ task, signal }) {
         const ms = Number(task.payload.ms ?? 1000);
         await new Promise((resolve) => {
           const timer = setTimeout(resolve, ms);
           signal.addEventListener('abort', () => clearTimeout(timer) || resolve(undefined), { once: true });
         });
-        return finish(pool, task, { outcome: signal.aborted ? 'failed' : 'succeeded', error: signal.aborted ? 'aborted' : undefined });
+        return signal.aborted ? { outcome: 'failed', error: 'aborted' } : { outcome: 'succeeded' };
       },
     })
     .register('crash', {

@@ -2,8 +2,8 @@
  * Our queue's runner (the machine's Node). Enqueues as the app role through
  * @org/queue-client; works as the worker role with the real Worker class.
  *
- *   kind 'noop'         task type 'bench', a processor that only completes the task
- *                       (finish(): begin; queues.complete_task; commit)
+ *   kind 'noop'         task type 'bench', a processor that returns 'succeeded' (the
+ *                       worker's completer records it in its batch)
  *   kind 'db_function'  task type 'db_function' with {"db_function":"internal.noop"},
  *                       the built-in dbFunctionProcessor
  *   kind 'email'        db_function + email (supervisor processes), Resend SDK pointed
@@ -14,7 +14,6 @@ import { connect, enqueue, enqueueMany } from '@org/queue-client';
 import {
   createLogger,
   dbFunctionProcessor,
-  finish,
   handlerTaskProcessor,
   ProcessorRegistry,
   Worker,
@@ -70,11 +69,11 @@ async function runWork(config: WorkConfig, ctl: Control): Promise<Record<string,
   let handled = 0;
   const noop: Processor = {
     name: 'bench-noop',
-    async process({ task, pool }) {
+    async process({ task }) {
       handled++;
       const t = (task.payload as { t?: unknown }).t;
       if (config.latency && typeof t === 'number') latencies.push(Date.now() - t);
-      return finish(pool, task, { outcome: 'succeeded' });
+      return { outcome: 'succeeded' };
     },
   };
   const registry = new ProcessorRegistry();
@@ -113,8 +112,7 @@ async function runWork(config: WorkConfig, ctl: Control): Promise<Record<string,
     roles,
     workerId: config.workerId || `bench-${randomUUID()}`,
     concurrency: config.concurrency,
-    prefetch: config.concurrency,
-    // The CLI's defaults, except the log level (see BENCHMARKS.md).
+    // The CLI's defaults (a local queue of 500), except the log level (see BENCHMARKS.md).
     pollIntervalMs: 2000,
     heartbeatIntervalMs: 30_000,
     leaseSeconds: 300,

@@ -1,0 +1,74 @@
+// Drains a backlog with the real Worker (README defaults, a no-op processor) in this
+// process, and prints the rate and the SQL per task (pg_stat_statements). Run it under
+// `node --cpu-prof --cpu-prof-dir=/tmp/prof` to see the worker's CPU per task.
+//   node tools/bench/probes/worker-drain.mjs [tasks=20000] [concurrency=10] [prefetch=500]
+import pg from 'pg';
+import { openServer, provisionDatabase, withRootClient } from '@org/db-tools';
+import { enqueueMany } from '@org/queue-client';
+import { createLogger, ProcessorRegistry, Worker } from '@org/worker';
+
+const TASKS = Number(process.argv[2] ?? 20000);
+const CONCURRENCY = Number(process.argv[3] ?? 10);
+const PREFETCH = Number(process.argv[4] ?? 500);
+const name = `bench-drain-${process.pid}`;
+let server = await openServer({ name });
+await withRootClient(server, async (root) => {
+  await root.query(`alter system set shared_preload_libraries = 'pg_stat_statements'`);
+  await root.query(`alter system set pg_stat_statements.track = 'all'`);
+});
+await server.stop();
+server = await openServer({ name });
+try {
+  const urls = await provisionDatabase(server, 'probe', { fresh: true, quiet: true, current: true });
+  const rootUrl = new URL(server.rootUrl);
+  rootUrl.pathname = '/probe';
+  const root = new pg.Pool({ connectionString: rootUrl.toString(), max: 1 });
+  await root.query('create extension if not exists pg_stat_statements');
+  await root.query(`insert into queues.task_type (task_type) values ('bench') on conflict do nothing`);
+  const app = new pg.Pool({ connectionString: urls.app, max: 2 });
+  for (let s = 0; s < TASKS; s += 1000) await enqueueMany(app, Array.from({ length: Math.min(1000, TASKS - s) }, (_, i) => ({ taskType: 'bench', payload: { n: s + i } })));
+  await root.query('vacuum analyze');
+  await root.query('select pg_stat_statements_reset()');
+  let handled = 0;
+  let finished;
+  const allDone = new Promise((resolve) => (finished = resolve));
+  const registry = new ProcessorRegistry().register('bench', {
+    name: 'noop',
+    async process() {
+      if (++handled === TASKS) finished();
+      return { outcome: 'succeeded' };
+    },
+  });
+  const worker = new Worker({
+    databaseUrl: urls.worker, roles: ['bench'], workerId: 'probe', concurrency: CONCURRENCY, prefetch: PREFETCH,
+    pollIntervalMs: 2000, heartbeatIntervalMs: 30_000, leaseSeconds: 300, maxLeases: 5, shutdownGraceMs: 25_000,
+    registry, logger: createLogger('warn', process.stderr),
+  });
+  const cpu0 = process.cpuUsage();
+  const t = performance.now();
+  await worker.start();
+  await allDone;
+  // Until every completion is recorded.
+  for (;;) {
+    const { rows } = await root.query('select count(*)::int as n from queues.task_completed');
+    if (rows[0].n >= TASKS) break;
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  const seconds = (performance.now() - t) / 1000;
+  const cpu = process.cpuUsage(cpu0);
+  await worker.stop();
+  console.log(`drain ${TASKS} tasks, concurrency ${CONCURRENCY}, prefetch ${PREFETCH}: ${Math.round(TASKS / seconds)} tasks/s; ` +
+    `worker process CPU ${(((cpu.user + cpu.system) / TASKS)).toFixed(1)} µs per task; peak RSS ${Math.round(process.resourceUsage().maxRSS / 1024)} MB`);
+  const { rows } = await root.query(`
+    select calls, round((total_exec_time * 1000 / $1)::numeric, 1) as us_per_task,
+           round((total_exec_time / calls)::numeric, 3) as ms_per_call,
+           regexp_replace(left(query, 100), '\\s+', ' ', 'g') as query
+      from pg_stat_statements
+     where query not ilike '%pg_stat_statements%' and query not ilike '%count(*)::int as n from queues.task_completed%'
+     order by total_exec_time desc limit 12`, [TASKS]);
+  console.table(rows);
+  await app.end();
+  await root.end();
+} finally {
+  await server.stop({ destroy: true });
+}
