@@ -7,10 +7,21 @@
 -- new table, a copy of every row and a swap of names, so the conversion below takes
 -- ACCESS EXCLUSIVE on queues.task, task_lease, task_completed, error,
 -- task_lease_extension, task_lease_release, task_lease_revocation, task_attempt_failed,
--- task_redriven, task_pending and resource_lease until the migration commits: claims,
+-- task_redriven, task_lease_started, task_pending and resource_lease until the migration
+-- commits: claims,
 -- completions and enqueues wait for the copy (about 10 s per million tasks of history).
 -- Once converted, running this file again changes nothing.
 set local lock_timeout = '5s';
+-- lock: access exclusive on queues.task: converted to a partitioned table (new table, copy, swap of names) once; no lock when already converted
+-- lock: access exclusive on queues.task_lease: converted to a partitioned table (new table, copy, swap of names) once; no lock when already converted
+-- lock: access exclusive on queues.task_completed: converted to a partitioned table (new table, copy, swap of names) once; no lock when already converted
+-- lock: access exclusive on queues.error: converted to a partitioned table (new table, copy, swap of names) once; no lock when already converted
+-- lock: access exclusive on queues.task_lease_extension: converted to a partitioned table (new table, copy, swap of names) once; no lock when already converted
+-- lock: access exclusive on queues.task_lease_release: converted to a partitioned table (new table, copy, swap of names) once; no lock when already converted
+-- lock: access exclusive on queues.task_lease_revocation: converted to a partitioned table (new table, copy, swap of names) once; no lock when already converted
+-- lock: access exclusive on queues.task_attempt_failed: converted to a partitioned table (new table, copy, swap of names) once; no lock when already converted
+-- lock: access exclusive on queues.task_pending: held while its task's tables are converted, so no claim sees half a swap; its foreign key to task is dropped
+-- lock: access exclusive on queues.resource_lease: held while its task's tables are converted, so no claim sees half a swap; its foreign key to task is dropped
 
 -- Retention and partition sizing (one row; owner only). See docs/operations.md.
 create table if not exists queues.history_setting (
@@ -166,6 +177,7 @@ begin
   alter table queues.task_attempt_failed add constraint task_attempt_failed_pkey
     primary key (task_id, task_attempt_failed_id);
   alter table queues.task_redriven add constraint task_redriven_pkey primary key (task_id);
+  alter table queues.task_lease_started add constraint task_lease_started_pkey primary key (task_id, task_lease_id);
 
   -- Partition sets for the rows there are, plus the sets ahead, plus a default
   -- partition per table so that an enqueue never fails if maintenance fell behind.
@@ -242,7 +254,7 @@ end;
 $convert$;
 
 -- Lease facts carry their task's id, so lookups by lease are pruned to one partition.
---!include queues/lease_effective.sql
+--!include queues/task_lease_effective.sql
 --!include queues/dead_letter.sql
 --!include queues/claim.sql
 --!include queues/lease.sql
@@ -252,11 +264,8 @@ $convert$;
 --!include admin/metrics.sql
 --!include admin/history.sql
 --!include admin/processes.sql
+-- Grants again what the conversion dropped and recreated (dequeue_next_available_task).
 --!include queues/privileges.sql
---!include admin/privileges.sql
---!include comms/privileges.sql
---!include files/privileges.sql
---!include accounts/privileges.sql
 
 -- Partition maintenance every 10 minutes, run by our own schedules supervisor as a
 -- db_function task (sql/schedules): installed enabled, once (an operator's later

@@ -15,8 +15,3 @@ to :DATABASE_WORKER;
 
 select internal.register_runnable_function('accounts.account_deletion_supervisor(jsonb)');
 select internal.register_runnable_function('accounts.account_anonymization_supervisor(jsonb)');
-
--- Retention of finished processes (sql/accounts/retention.sql), off by default; runnable so a
--- schedule can apply it.
-grant execute on function accounts.prune_finished_processes(jsonb) to :DATABASE_WORKER;
-select internal.register_runnable_function('accounts.prune_finished_processes(jsonb)');

@@ -26,3 +26,9 @@ create or replace function accounts.prune_finished_processes(_payload jsonb)
 as $$
   select accounts.prune_finished_processes_at(now(), 10000)
 $$;
+
+-- The worker runs it (from a schedule) through internal.run_function. Granted here, beside
+-- the function, so that a migration including sql/accounts/privileges.sql before this file
+-- does not name a function that does not exist yet.
+grant execute on function accounts.prune_finished_processes(jsonb) to :DATABASE_WORKER;
+select internal.register_runnable_function('accounts.prune_finished_processes(jsonb)');

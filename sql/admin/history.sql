@@ -10,3 +10,6 @@ create or replace function admin.history_status()
 as $$
   select queues.history_status_at(now())
 $$;
+
+-- Granted here, beside the function (see sql/queues/partitions.sql for why).
+grant execute on function admin.history_status() to :DATABASE_API;

@@ -23,8 +23,7 @@ grant execute on function
   admin.list_stale_leases(),
   admin.process_timeline(text, bigint),
   admin.list_process_roots(text, integer, bigint),
-  admin.list_processes(),
-  admin.history_status()
+  admin.list_processes()
 to :DATABASE_API;
 
 grant execute on function queues.enqueue(text, jsonb, timestamptz, integer, text, integer) to :DATABASE_API;

@@ -33,8 +33,3 @@ grant execute on function
   comms.send_email(text, text, text, text, text, text, timestamptz, text),
   comms.send_sms(text, text, text, timestamptz, text)
 to :DATABASE_APP;
-
--- Retention of finished processes (sql/comms/retention.sql), off by default; runnable so a
--- schedule can apply it.
-grant execute on function comms.prune_finished_processes(jsonb) to :DATABASE_WORKER;
-select internal.register_runnable_function('comms.prune_finished_processes(jsonb)');

@@ -20,8 +20,3 @@ select internal.register_runnable_function('files.record_file_delete_success(jso
 select internal.register_runnable_function('files.record_file_delete_failure(jsonb)');
 
 grant execute on function files.kickoff_file_deletion(bigint, timestamptz) to :DATABASE_APP;
-
--- Retention of finished processes (sql/files/retention.sql), off by default; runnable so a
--- schedule can apply it.
-grant execute on function files.prune_finished_processes(jsonb) to :DATABASE_WORKER;
-select internal.register_runnable_function('files.prune_finished_processes(jsonb)');

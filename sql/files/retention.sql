@@ -22,3 +22,9 @@ create or replace function files.prune_finished_processes(_payload jsonb)
 as $$
   select files.prune_finished_processes_at(now(), 10000)
 $$;
+
+-- The worker runs it (from a schedule) through internal.run_function. Granted here, beside
+-- the function, so that a migration including sql/files/privileges.sql before this file
+-- does not name a function that does not exist yet.
+grant execute on function files.prune_finished_processes(jsonb) to :DATABASE_WORKER;
+select internal.register_runnable_function('files.prune_finished_processes(jsonb)');

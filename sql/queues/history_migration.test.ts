@@ -194,7 +194,7 @@ describe('converting a database with history', () => {
          from unnest(queues.history_tables()) t(name)
          join pg_class c on c.oid = format('queues.%I', t.name)::regclass`,
     );
-    expect(rows).toHaveLength(9);
+    expect(rows).toHaveLength(10);
     for (const row of rows) {
       expect(row, row.name).toMatchObject({ relkind: 'p', key: 'RANGE (task_id)' });
       // The set holding the rows, the sets ahead (2 by default), the default partition.

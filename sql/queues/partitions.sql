@@ -21,7 +21,8 @@ create or replace function queues.history_tables() returns text[]
   set search_path = pg_catalog, pg_temp
 as $$
   select array['task', 'task_lease', 'task_completed', 'error', 'task_lease_extension',
-               'task_lease_release', 'task_lease_revocation', 'task_attempt_failed', 'task_redriven']
+               'task_lease_release', 'task_lease_revocation', 'task_attempt_failed', 'task_redriven',
+               'task_lease_started']
 $$;
 
 -- The partition of _table holding [_lower, _upper) is named <table>_p<lower>.
@@ -287,3 +288,12 @@ begin
       from queues.history_partitions() p), '[]'));
 end;
 $$;
+
+-- The worker runs maintenance as the db_function task of its schedule; operators read the
+-- status through admin.history_status(). Everything else here is owner only. Granted
+-- here, beside the functions, so that a migration including sql/queues/privileges.sql
+-- before this file does not name a function that does not exist yet.
+revoke execute on function queues.maintain_history_at(timestamptz), queues.history_status_at(timestamptz),
+  queues.history_partitions(), queues.create_history_partition(bigint, bigint) from public;
+grant execute on function queues.maintain_history(jsonb) to :DATABASE_WORKER;
+select internal.register_runnable_function('queues.maintain_history(jsonb)');

@@ -27,7 +27,3 @@ grant execute on function
   queues.enqueue(text, jsonb, timestamptz, integer, text, integer),
   queues.enqueue_many(jsonb)
 to :DATABASE_APP;
-
--- History maintenance runs as a db_function task of its schedule (sql/queues/partitions.sql).
-grant execute on function queues.maintain_history(jsonb) to :DATABASE_WORKER;
-select internal.register_runnable_function('queues.maintain_history(jsonb)');
