@@ -20,6 +20,7 @@ set local lock_timeout = '5s';
 -- lock: access exclusive on queues.task_lease_release: converted to a partitioned table (new table, copy, swap of names) once; no lock when already converted
 -- lock: access exclusive on queues.task_lease_revocation: converted to a partitioned table (new table, copy, swap of names) once; no lock when already converted
 -- lock: access exclusive on queues.task_attempt_failed: converted to a partitioned table (new table, copy, swap of names) once; no lock when already converted
+-- lock: access exclusive on queues.task_type: dropping the old tables drops their foreign keys to it, once
 -- lock: access exclusive on queues.task_pending: held while its task's tables are converted, so no claim sees half a swap; its foreign key to task is dropped
 -- lock: access exclusive on queues.resource_lease: held while its task's tables are converted, so no claim sees half a swap; its foreign key to task is dropped
 
@@ -252,6 +253,22 @@ begin
   execute 'drop table ' || (select string_agg(format('queues.%I', t || '_unpartitioned'), ', ') from unnest(_tables) t);
 end;
 $convert$;
+
+-- TRUNCATE queues.task empties every history table: no foreign key is left for CASCADE
+-- to follow (replaces the version of migrations/current/120-hotpath.sql, which left the
+-- cold facts to their foreign keys).
+create or replace function queues.truncate_task_facts() returns trigger
+  language plpgsql
+  set search_path = pg_catalog, pg_temp
+as $$
+begin
+  truncate queues.task_pending, queues.resource_lease, queues.task_lease, queues.task_completed,
+           queues.error, queues.task_lease_extension, queues.task_lease_release,
+           queues.task_lease_revocation, queues.task_attempt_failed, queues.task_redriven,
+           queues.task_lease_started;
+  return null;
+end;
+$$;
 
 -- Lease facts carry their task's id, so lookups by lease are pruned to one partition.
 --!include queues/task_lease_effective.sql

@@ -243,10 +243,7 @@ describe('poison tasks', () => {
 describe('rebuild', () => {
   it('rebuilding the claim index keeps heartbeats, releases and counts', async () => {
     await db.query('delete from queues.task_pending');
-    await db.query(
-    // History tables have no foreign keys between them (partitioned by task_id): name each one.
-    'truncate queues.task, queues.task_lease, queues.task_completed, queues.error, queues.task_lease_extension, queues.task_lease_release, queues.task_lease_revocation, queues.task_attempt_failed, queues.task_redriven, queues.task_pending, queues.resource_lease',
-  );
+    await db.query('truncate queues.task cascade');
     await enqueue();
     await enqueue();
     const leases = await claimAt(0, 'w');

@@ -35,7 +35,7 @@ describe('the schema dump', () => {
     expect(first).toContain('grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)');
     expect(first).toContain('default privileges for :DATABASE_OWNER on routines');
     expect(first).toMatch(/create table queues\.task_pending \([\s\S]*?\) with \(autovacuum_vacuum_cost_delay=0, autovacuum_vacuum_scale_factor=0, autovacuum_vacuum_threshold=1000, fillfactor=80\);/);
-    expect(first).toContain('CREATE INDEX task_pending_claim_idx ON queues.task_pending USING btree (priority DESC, scheduled_at, task_id);');
+    expect(first).toContain('CREATE INDEX task_pending_ready_idx ON queues.task_pending USING btree (task_type, priority DESC, scheduled_at, task_id) WHERE (current_lease_id IS NULL);');
     expect(first).toContain('CREATE TRIGGER notify_task_ready AFTER INSERT ON queues.task_pending FOR EACH STATEMENT EXECUTE FUNCTION queues.notify_task_ready();');
     expect(first).toContain('  task_id bigint generated always as identity not null');
     expect(first).toContain('create view queues.task_lease_effective as');
