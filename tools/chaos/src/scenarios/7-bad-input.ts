@@ -289,7 +289,7 @@ export const scenario: Scenario = {
     delete changed['queues.error'];
     r.check('worker cases: each failed task has an error row', done && errorsAdded >= n, `${errorsAdded} error rows for ${n} tasks`);
     r.equal('worker cases: only the tasks\' own facts changed', changed, {
-      'queues.task': n, 'queues.task_completed': n, 'queues.task_lease': n,
+      'queues.task': n, 'queues.task_completed': n, 'queues.task_lease': n, 'queues.task_lease_started': n,
     });
     r.figure('cases', r.checks.length - 3);
     for (const [surface, count] of Object.entries(bySurface)) r.figure(`cases: ${surface}`, count);
