@@ -71,6 +71,10 @@ begin
     raise exception 'lease_seconds must be between 1 and 86400, got %',
       coalesce(_lease_seconds::text, 'null') using errcode = '22023';
   end if;
+  -- The rows first, in task_id order, as complete_tasks locks them (a primary-key probe of
+  -- `= any`): a heartbeat and a completion batch that share tasks then wait for each other
+  -- instead of deadlocking.
+  perform 1 from queues.task_pending p where p.task_id = any (_task_ids) order by p.task_id for no key update;
 
   return query
   with extended as (
