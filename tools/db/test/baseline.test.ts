@@ -4,6 +4,7 @@
 import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { claimTasks, completeTasks, enqueue } from '@org/queue-client';
 import { migrate, type Settings } from 'graphile-migrate';
 import { clearAllPools } from 'graphile-migrate/dist/pgReal.js';
 import { afterAll, describe, expect, inject, it } from 'vitest';
@@ -131,27 +132,24 @@ describe('a database migrated with the legacy history', () => {
     // The data is there.
     expect(await queueFacts(owner)).toEqual(before);
 
-    // The queue works: the worker claims what is ready (the pending and the released
-    // tasks) and completes it; the scheduled one waits; the app enqueues.
+    // The queue works, through the client apps and the worker use: the worker claims what
+    // is ready (the pending and the released tasks) and completes it; the scheduled one
+    // waits; the app enqueues, and that task is claimed next.
     const worker = db.pool('worker');
-    const { rows: claimed } = await worker.query<{ task_id: string; task_lease_id: string }>(
-      `select task_id::text, task_lease_id::text from queues.claim_tasks('upgraded-worker', 10, array['db_function'], 300, 5) order by task_id`,
-    );
+    const claimed = await claimTasks(worker, { workerId: 'upgraded-worker', limit: 10, taskTypes: ['db_function'] });
     const ready = Object.entries(seeded.states)
       .filter(([, state]) => state === 'pending' || state === 'released')
       .map(([id]) => id)
       .sort((a, b) => Number(a) - Number(b));
-    expect(claimed.map((c) => c.task_id)).toEqual(ready);
-    const { rows: completed } = await worker.query<{ n: number }>(
-      'select count(*) filter (where ok)::int as n from unnest($1::bigint[], $2::bigint[]) as c(t, l), lateral queues.complete_task(c.t, c.l, null) as ok',
-      [claimed.map((c) => c.task_id), claimed.map((c) => c.task_lease_id)],
+    expect(claimed.map((c) => c.taskId).sort((a, b) => Number(a) - Number(b))).toEqual(ready);
+    const results = await completeTasks(
+      worker,
+      claimed.map((c) => ({ taskId: c.taskId, taskLeaseId: c.taskLeaseId })),
     );
-    expect(completed[0]!.n).toBe(ready.length);
-    const { rows: enqueued } = await db.pool('app').query<{ id: string }>(
-      `select queues.enqueue('db_function', '{"db_function": "internal.noop"}'::jsonb)::text as id`,
-    );
-    const { rows: next } = await worker.query<{ task_id: string }>(`select task_id::text from queues.claim_tasks('upgraded-worker', 10, null, 300, 5)`);
-    expect(next.map((r) => r.task_id)).toEqual([enqueued[0]!.id]);
+    expect(results.map((r) => r.result)).toEqual(ready.map(() => 'completed'));
+    const id = await enqueue(db.pool('app'), { taskType: 'db_function', payload: { db_function: 'internal.noop' } });
+    const next = await claimTasks(worker, { workerId: 'upgraded-worker', limit: 10 });
+    expect(next.map((t) => t.taskId)).toEqual([id]);
 
     // Migrating again changes nothing.
     expect(await replaceLegacyHistory(await settingsFor(db))).toBe('not-legacy');
