@@ -80,9 +80,13 @@ create index if not exists task_pending_leased_idx
   where current_lease_id is not null;
 drop index if exists queues.task_pending_claim_idx;
 
+drop function if exists queues.settle_tasks(bigint[], bigint[], bigint[], bigint[], text[], bigint[], text[]);
+--!include queues/enqueue.sql
 --!include queues/claim.sql
 --!include queues/complete.sql
 --!include queues/settle.sql
+--!include queues/steps.sql
 --!include queues/workers.sql
 --!include queues/maintenance.sql
 --!include queues/privileges.sql
+--!include queues/privileges-hot-path.sql

@@ -7,7 +7,8 @@
 -- new table, a copy of every row and a swap of names, so the conversion below takes
 -- ACCESS EXCLUSIVE on queues.task, task_lease, task_completed, error,
 -- task_lease_extension, task_lease_release, task_lease_revocation, task_attempt_failed,
--- task_redriven, task_lease_started, task_pending and resource_lease until the migration
+-- task_redriven, task_lease_started, task_interruption, task_pending and resource_lease
+-- until the migration
 -- commits: claims,
 -- completions and enqueues wait for the copy (about 10 s per million tasks of history).
 -- Once converted, running this file again changes nothing.
@@ -156,8 +157,11 @@ begin
                                             including generated including comments including storage%s)
          partition by range (task_id)',
       _table, _table || '_unpartitioned',
-      case when _table in ('task_lease_extension', 'task_lease_release', 'task_lease_revocation')
+      case when not exists (select 1 from pg_attribute a
+                             where a.attrelid = format('queues.%I', _table || '_unpartitioned')::regclass
+                               and a.attname = 'task_id' and not a.attisdropped)
            then ', task_id bigint not null' else '' end);
+    execute format('alter table queues.%I alter column task_id set not null', _table);
     execute format('comment on table queues.%I is %L', _table,
                    obj_description(format('queues.%I', _table || '_unpartitioned')::regclass, 'pg_class'));
   end loop;
@@ -179,6 +183,7 @@ begin
     primary key (task_id, task_attempt_failed_id);
   alter table queues.task_redriven add constraint task_redriven_pkey primary key (task_id);
   alter table queues.task_lease_started add constraint task_lease_started_pkey primary key (task_id, task_lease_id);
+  alter table queues.task_interruption add constraint task_interruption_pkey primary key (task_id, task_lease_id);
 
   -- Partition sets for the rows there are, plus the sets ahead, plus a default
   -- partition per table so that an enqueue never fails if maintenance fell behind.
@@ -197,7 +202,10 @@ begin
 
   -- The rows, identity values as they were.
   foreach _table in array _tables loop
-    if _table in ('task_lease_extension', 'task_lease_release', 'task_lease_revocation') then
+    if not exists (select 1 from pg_attribute a
+                    where a.attrelid = format('queues.%I', _table || '_unpartitioned')::regclass
+                      and a.attname = 'task_id' and not a.attisdropped) then
+      -- task_id is new (appended last): filled from the lease.
       execute format('insert into queues.%I overriding system value
                         select o.*, l.task_id from queues.%I o
                           join queues.task_lease_unpartitioned l on l.task_lease_id = o.task_lease_id',
@@ -265,7 +273,7 @@ begin
   truncate queues.task_pending, queues.resource_lease, queues.task_lease, queues.task_completed,
            queues.error, queues.task_lease_extension, queues.task_lease_release,
            queues.task_lease_revocation, queues.task_attempt_failed, queues.task_redriven,
-           queues.task_lease_started;
+           queues.task_lease_started, queues.task_interruption;
   return null;
 end;
 $$;

@@ -176,8 +176,10 @@ begin
       from picked pk where pk.poisoned
   ),
   abandoned as (
+    -- No lease: the claimer abandoning the task does not hold one, so the last holder's
+    -- fenced completion is refused as lease_lost.
     insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome)
-    select pk.task_id, pk.current_lease_id, _now, 'abandoned' from picked pk where pk.poisoned
+    select pk.task_id, null, _now, 'abandoned' from picked pk where pk.poisoned
   ),
   abandoned_removed as (
     delete from queues.task_pending p

@@ -4,23 +4,29 @@
 -- is the task's newest one. A worker whose lease expired and was re-claimed by another
 -- worker gets 'lease_lost' and changes nothing.
 
--- Completes a batch. Parallel arrays: _task_lease_ids and _outcomes may be null (no
--- fencing, outcome 'succeeded') or have one element per task (elements may be null).
--- A 'failed' outcome for a task with max_attempts > 1 and attempts left is not terminal:
--- the attempt is recorded (queues.task_attempt_failed) and the task runs again after an
--- exponential backoff (internal.backoff).
+-- Completes a batch. Parallel arrays: _task_lease_ids, _outcomes and _retries may be
+-- null (no fencing, outcome 'succeeded', retries allowed) or have one element per task
+-- (elements may be null).
+-- A 'failed' outcome for a task with max_attempts > 1 and attempts left is not terminal
+-- unless its _retries element is false (a failure no retry can mend, such as a
+-- validation failure): the attempt is recorded (queues.task_attempt_failed) and the task
+-- runs again after an exponential backoff (internal.backoff).
+-- A keyed task's lease completes only while the task holds its resource key.
 -- Returns one row per input task, in input order: result is
 --   'completed'          this call completed it
 --   'retry_scheduled'    a failed attempt of a task that runs again
---   'already_completed'  it was completed before, under the same lease or without one
---                        (idempotent; nothing changed)
---   'lease_lost'         _task_lease_id is not the task's current lease, or the task was
---                        completed under another lease (nothing changed)
+--   'already_completed'  it was completed before by a caller passing the same lease, or
+--                        this call passes none (idempotent; nothing changed)
+--   'lease_lost'         _task_lease_id is not the task's current lease, its resource key
+--                        went to another task, or the task was completed by anyone not
+--                        passing this lease: another worker, an unfenced caller, or the
+--                        queue abandoning it (nothing changed)
 --   'unknown_task'       no such task
 create or replace function queues.complete_tasks(
   _task_ids       bigint[],
   _task_lease_ids bigint[] default null,
-  _outcomes       text[] default null
+  _outcomes       text[] default null,
+  _retries        boolean[] default null
 ) returns table (task_id bigint, result text)
   language plpgsql volatile
   security definer
@@ -57,6 +63,10 @@ begin
     raise exception 'unknown outcome %; expected succeeded, failed, abandoned or cancelled',
       quote_literal(left(_bad, 100)) using errcode = '22023';
   end if;
+  if _retries is not null and cardinality(_retries) <> cardinality(_task_ids) then
+    raise exception 'retries must have one element per task (% tasks, % retries)',
+      cardinality(_task_ids), cardinality(_retries) using errcode = '22023';
+  end if;
   if (select count(distinct t) <> count(*) from unnest(_task_ids) t) then
     raise exception 'task_ids must not repeat a task' using errcode = '22023';
   end if;
@@ -65,23 +75,30 @@ begin
 
   return query
   with input as (
-    select i.task_id, i.task_lease_id, coalesce(i.outcome, 'succeeded') as outcome, i.ord
+    select i.task_id, i.task_lease_id, coalesce(i.outcome, 'succeeded') as outcome,
+           coalesce(i.retry, true) as may_retry, i.ord
       from unnest(_task_ids,
                   coalesce(_task_lease_ids, array_fill(null::bigint, array[cardinality(_task_ids)])),
-                  coalesce(_outcomes, array_fill(null::text, array[cardinality(_task_ids)])))
-           with ordinality as i(task_id, task_lease_id, outcome, ord)
+                  coalesce(_outcomes, array_fill(null::text, array[cardinality(_task_ids)])),
+                  coalesce(_retries, array_fill(null::boolean, array[cardinality(_task_ids)])))
+           with ordinality as i(task_id, task_lease_id, outcome, retry, ord)
   ),
   -- The pending rows this call may act on, locked: a concurrent claim skips them, a
   -- concurrent completion waits and then finds nothing.
   held as (
     select p.task_id, p.current_lease_id, p.resource_key, i.task_lease_id, i.outcome,
-           i.outcome = 'failed' and p.failed_attempts + 1 < p.max_attempts as retry,
+           i.outcome = 'failed' and i.may_retry and p.failed_attempts + 1 < p.max_attempts as retry,
            p.failed_attempts
       from queues.task_pending p
       join input i on i.task_id = p.task_id
      -- A primary-key probe per task, whatever the planner estimates for the input.
      where p.task_id = any (_task_ids)
-       and (i.task_lease_id is null or p.current_lease_id = i.task_lease_id)
+       and (i.task_lease_id is null
+            or (p.current_lease_id = i.task_lease_id
+                -- A keyed task completes under its lease only while it holds its key.
+                and (p.resource_key is null
+                     or exists (select 1 from queues.resource_lease r
+                                 where r.resource_key = p.resource_key and r.task_id = p.task_id))))
        for update of p
   ),
   -- Simple retries: a failed attempt with attempts left runs again after a backoff.
@@ -108,7 +125,9 @@ begin
   ),
   completed as (
     insert into queues.task_completed (task_id, task_lease_id, outcome)
-    select h.task_id, coalesce(h.task_lease_id, h.current_lease_id), h.outcome
+    -- The lease the caller held; null when it passed none. A fenced caller is told
+    -- 'already_completed' only for a completion made under its own lease.
+    select h.task_id, h.task_lease_id, h.outcome
       from held h where not h.retry
     on conflict do nothing
     returning task_completed.task_id
@@ -166,8 +185,11 @@ begin
   if _result = 'unknown_task' then
     raise exception 'task % does not exist', _task_id using errcode = '23503';
   elsif _result = 'lease_lost' then
+    -- The queue's lease-loss marker: SQLSTATE 55000 with schema queues and constraint
+    -- task_lease_current (clients read lease loss from it, not from 55000 alone).
     raise exception 'lease % is no longer the current lease of task %', _task_lease_id, _task_id
-      using errcode = '55000', hint = 'Another worker claimed the task after this lease expired.';
+      using errcode = '55000', schema = 'queues', constraint = 'task_lease_current',
+            hint = 'Another worker claimed the task after this lease expired, or it was completed without this lease.';
   end if;
   return _result in ('completed', 'retry_scheduled');
 end;

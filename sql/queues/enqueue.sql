@@ -7,6 +7,21 @@ create or replace function queues.max_payload_bytes() returns integer
   set search_path = pg_catalog, pg_temp
 as $$ select 1048576 $$;
 
+-- And so is their nesting: a payload nested deeper than queues.max_payload_depth()
+-- containers (objects and arrays) is refused, since parsers that recurse (the worker's
+-- among them) would run out of stack.
+create or replace function queues.max_payload_depth() returns integer
+  language sql immutable parallel safe
+  set search_path = pg_catalog, pg_temp
+as $$ select 64 $$;
+
+-- True when some value of _payload sits inside more than queues.max_payload_depth()
+-- containers (the jsonpath level must be a literal: 65 = max_payload_depth() + 1).
+create or replace function queues.is_payload_too_deep(_payload jsonb) returns boolean
+  language sql immutable parallel safe
+  set search_path = pg_catalog, pg_temp
+as $$ select jsonb_path_exists(_payload, 'strict $.**{65}') $$;
+
 -- Validates one task's fields; raises a clear error naming the offending field.
 -- _where prefixes messages ('' for a single task, 'tasks[3]: ' in a batch).
 create or replace function queues.assert_valid_task(
@@ -37,6 +52,10 @@ begin
       _where, pg_column_size(_payload), queues.max_payload_bytes()
       using errcode = '54000';
   end if;
+  if queues.is_payload_too_deep(_payload) then
+    raise exception '%payload is nested deeper than % levels', _where, queues.max_payload_depth()
+      using errcode = '54000';
+  end if;
   if _priority is not null and _priority not between -1000 and 1000 then
     raise exception '%priority must be between -1000 and 1000, got %', _where, _priority
       using errcode = '22023';
@@ -51,8 +70,46 @@ begin
 end;
 $$;
 
+-- The core of queues.enqueue, for the public functions and SQL callers that decide who
+-- may enqueue before they call it (no grants): validates one task and inserts it and its
+-- claim-index row in one statement. Returns its task_id.
+create or replace function queues.enqueue_task(
+  _task_type    text,
+  _payload      jsonb,
+  _scheduled_at timestamptz,
+  _priority     integer,
+  _resource_key text,
+  _max_attempts integer
+) returns bigint
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _task_id bigint;
+begin
+  perform queues.assert_valid_task(_task_type, _payload, _priority, _resource_key, _max_attempts);
+  if _scheduled_at is not null and not isfinite(_scheduled_at) then
+    raise exception 'scheduled_at must be a finite time, got %', _scheduled_at using errcode = '22023';
+  end if;
+
+  with inserted as (
+    insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
+    values (_task_type, _payload, coalesce(_priority, 0), _resource_key,
+            coalesce(_max_attempts, 1), coalesce(_scheduled_at, now()))
+    returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts
+  )
+  insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
+  select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts
+    from inserted i
+  returning task_id into _task_id;
+
+  return _task_id;
+end;
+$$;
+
 -- Enqueue one task; returns its task_id. NULL arguments take the defaults (now, 0,
 -- no resource key, one attempt), since generated clients send undefined as NULL.
+-- A thin wrapper over queues.enqueue_task.
 create or replace function queues.enqueue(
   _task_type    text,
   _payload      jsonb,
@@ -65,21 +122,8 @@ create or replace function queues.enqueue(
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
-declare
-  _task queues.task;
 begin
-  perform queues.assert_valid_task(_task_type, _payload, _priority, _resource_key, _max_attempts);
-
-  insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
-  values (_task_type, _payload, coalesce(_priority, 0), _resource_key,
-          coalesce(_max_attempts, 1), coalesce(_scheduled_at, now()))
-  returning * into _task;
-
-  insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
-  values (_task.task_id, _task.task_type, _task.priority, _task.scheduled_at,
-          _task.resource_key, _task.scheduled_at, _task.max_attempts);
-
-  return _task.task_id;
+  return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts);
 end;
 $$;
 
@@ -87,10 +131,11 @@ $$;
 --   {"task_type": "...", "payload": {...}, "scheduled_at"?: "...", "priority"?: 0,
 --    "resource_key"?: "...", "max_attempts"?: 1}
 -- Returns the task_ids in input order. All or nothing: one bad element rejects the batch.
-create or replace function queues.enqueue_many(_tasks jsonb)
+-- The core of queues.enqueue_many (no grants; see queues.enqueue_task): one validation
+-- statement and one insert statement per batch.
+create or replace function queues.enqueue_tasks(_tasks jsonb)
   returns table (task_id bigint)
   language plpgsql volatile
-  security definer
   set search_path = pg_catalog, pg_temp
 as $$
 declare
@@ -122,6 +167,8 @@ begin
             when e.value -> 'payload' is null then '22004'
             when jsonb_typeof(e.value -> 'payload') <> 'object' then '22023'
             when pg_column_size(e.value -> 'payload') > queues.max_payload_bytes() then '54000'
+            when queues.is_payload_too_deep(e.value -> 'payload') then '54000'
+            when not isfinite((e.value ->> 'scheduled_at')::timestamptz) then '22023'
             when (e.value ->> 'priority')::integer not between -1000 and 1000 then '22023'
             when length(e.value ->> 'resource_key') not between 1 and 200 then '22023'
             when (e.value ->> 'max_attempts')::integer not between 1 and 100 then '22023'
@@ -135,6 +182,10 @@ begin
             when jsonb_typeof(e.value -> 'payload') <> 'object' then format('payload must be a JSON object, got %s', jsonb_typeof(e.value -> 'payload'))
             when pg_column_size(e.value -> 'payload') > queues.max_payload_bytes() then
               format('payload is %s bytes, over the limit of %s bytes', pg_column_size(e.value -> 'payload'), queues.max_payload_bytes())
+            when queues.is_payload_too_deep(e.value -> 'payload') then
+              format('payload is nested deeper than %s levels', queues.max_payload_depth())
+            when not isfinite((e.value ->> 'scheduled_at')::timestamptz) then
+              format('scheduled_at must be a finite time, got %s', e.value ->> 'scheduled_at')
             when (e.value ->> 'priority')::integer not between -1000 and 1000 then
               format('priority must be between -1000 and 1000, got %s', e.value ->> 'priority')
             when length(e.value ->> 'resource_key') not between 1 and 200 then 'resource_key must be 1 to 200 characters'
@@ -182,5 +233,17 @@ begin
       from inserted i
   )
   select i.task_id from inserted i order by i.task_id;
+end;
+$$;
+
+-- Enqueue many tasks (see queues.enqueue_tasks); a thin wrapper over it.
+create or replace function queues.enqueue_many(_tasks jsonb)
+  returns table (task_id bigint)
+  language plpgsql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+begin
+  return query select t.task_id from queues.enqueue_tasks(_tasks) t;
 end;
 $$;

@@ -1,7 +1,7 @@
 -- queues.fail_task: record an operational error against a task. Append-only and not
 -- terminal: the worker completes the task afterwards (supervisors decide on retries).
 -- Fenced like completion: with _task_lease_id, only the task's newest lease, neither
--- released nor revoked, may record.
+-- released nor revoked, of a task not completed by anyone else, may record.
 
 create or replace function queues.max_error_message_length() returns integer
   language sql immutable parallel safe
@@ -41,9 +41,14 @@ begin
        or exists (select 1 from queues.task_lease_release r
                    where r.task_id = _task_id and r.task_lease_id = _task_lease_id)
        or exists (select 1 from queues.task_lease_revocation v
-                   where v.task_id = _task_id and v.task_lease_id = _task_lease_id) then
+                   where v.task_id = _task_id and v.task_lease_id = _task_lease_id)
+       -- Completed by anyone not passing this lease (another worker, an unfenced call,
+       -- the queue abandoning it): the holder's run is over.
+       or exists (select 1 from queues.task_completed c
+                   where c.task_id = _task_id and c.task_lease_id is distinct from _task_lease_id) then
       raise exception 'lease % is no longer the current lease of task %', _task_lease_id, _task_id
-        using errcode = '55000', hint = 'Another worker claimed the task after this lease expired.';
+        using errcode = '55000', schema = 'queues', constraint = 'task_lease_current',
+              hint = 'Another worker claimed the task after this lease expired.';
     end if;
   end if;
   if length(_message) > queues.max_error_message_length() then

@@ -170,6 +170,13 @@ beforeAll(async () => {
   const { rows } = await owner.query(`select relkind from pg_class where oid = 'queues.task'::regclass`);
   expect(rows[0].relkind).toBe('r');
 
+  // The current files before 130 include today's sql/queues functions, which write
+  // task_id on the lease facts; a database migrated by an older release has the functions
+  // of that release instead. Give these tables the column those functions write (the
+  // conversion keeps an existing task_id column, and fills it from the lease otherwise).
+  for (const table of ['task_lease_extension', 'task_lease_release', 'task_lease_revocation']) {
+    await owner.query(`alter table queues.${table} add column if not exists task_id bigint`);
+  }
   await populate();
   at = (await owner.query(`select (now() + interval '1 s')::text as at`)).rows[0].at;
   before = await snapshot(at);
@@ -194,7 +201,7 @@ describe('converting a database with history', () => {
          from unnest(queues.history_tables()) t(name)
          join pg_class c on c.oid = format('queues.%I', t.name)::regclass`,
     );
-    expect(rows).toHaveLength(10);
+    expect(rows).toHaveLength(11);
     for (const row of rows) {
       expect(row, row.name).toMatchObject({ relkind: 'p', key: 'RANGE (task_id)' });
       // The set holding the rows, the sets ahead (2 by default), the default partition.

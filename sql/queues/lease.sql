@@ -51,7 +51,7 @@ $$;
 -- Extends each given lease that is still its task's current lease to _now + _lease_seconds
 -- and appends a queues.task_lease_extension fact. Parallel arrays of task and lease ids.
 -- Returns the leases extended; a lease missing from the result was lost (the task was
--- re-claimed after an expiry, or completed).
+-- re-claimed after an expiry, or completed, or its resource key went to another task).
 create or replace function queues.extend_leases_at(
   _now            timestamptz,
   _task_ids       bigint[],
@@ -83,6 +83,12 @@ begin
       from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)
      where p.task_id = i.task_id
        and p.current_lease_id = i.task_lease_id
+       -- A keyed task extends only while it holds its key: once an expired lease's key
+       -- went to another task (which may hold it still, or have completed), the lease
+       -- is lost and must not come back to life beside the other task's.
+       and (p.resource_key is null
+            or exists (select 1 from queues.resource_lease r
+                        where r.resource_key = p.resource_key and r.task_id = p.task_id))
     returning p.task_id, p.current_lease_id, p.available_at, p.resource_key
   ),
   recorded as (

@@ -212,6 +212,27 @@ describe('poison tasks', () => {
     expect(await snapshot()).toEqual(before);
   });
 
+  it('a dead worker process\'s leases are revoked at once: its started task is a suspect, its queued ones are not', async () => {
+    await db.query('delete from queues.task_pending');
+    const ids = [await enqueue(), await enqueue(), await enqueue()];
+    const leases = await claimAt(0, 'died-1', 5, false);
+    expect(leases).toHaveLength(3);
+    // One of them started; the other two waited in the local queue.
+    await db.query('insert into queues.task_lease_started (task_id, task_lease_id) values ($1, $2)', [leases[0]!.task_id, leases[0]!.task_lease_id]);
+    await expect(db.pool('worker').query('select * from queues.revoke_worker_leases($1)', [''])).rejects.toMatchObject({ code: '22023' });
+    const { rows } = await db.pool('worker').query('select task_id from queues.revoke_worker_leases($1) order by task_id', ['died-1']);
+    expect(rows.map((r) => r.task_id)).toEqual([...ids].sort());
+    // Claimable at once (the 60 s leases have not expired); one suspect per claim, and the
+    // two never started are not suspects, so all three come back in one claim.
+    const first = await claimAt(1, 'next');
+    expect(first.map((l) => l.task_id).sort()).toEqual([...ids].sort());
+    const { rows: counts } = await db.query(
+      'select task_id, unstarted_count from queues.task_pending where task_id = any($1::bigint[]) order by task_id', [ids]);
+    expect(counts.map((c) => c.unstarted_count)).toEqual(ids.map((id) => (id === leases[0]!.task_id ? 0 : 1)));
+    // Nothing is left to revoke.
+    expect((await db.pool('worker').query('select * from queues.revoke_worker_leases($1)', ['died-1'])).rows).toEqual([]);
+  });
+
   it('failed attempts of a retried task are not expired leases: no abandonment for them', async () => {
     await db.query('delete from queues.task_pending');
     const { rows } = await db.pool('app').query(

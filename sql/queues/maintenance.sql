@@ -2,8 +2,9 @@
 
 -- Rebuilds queues.task_pending and queues.resource_lease from the facts: every task
 -- without a completion, available at its scheduled time, the retry time of its last
--- failed attempt, or the effective expiry of its newest lease (heartbeats, releases and
--- revocations applied), whichever is latest. Returns the number of pending tasks.
+-- failed attempt, the retry time of its last transient interruption, or the effective
+-- expiry of its newest lease (heartbeats, releases and revocations applied), whichever is
+-- latest. Returns the number of pending tasks.
 create or replace function queues.rebuild_task_pending() returns bigint
   language plpgsql volatile
   set search_path = pg_catalog, pg_temp
@@ -16,12 +17,14 @@ begin
   delete from queues.resource_lease;
   insert into queues.task_pending
     (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
-     lease_count, released_count, max_attempts, failed_attempts, unstarted_count)
+     lease_count, released_count, max_attempts, failed_attempts, unstarted_count, interrupted_count)
   select t.task_id, t.task_type, t.priority, t.scheduled_at, t.resource_key,
          greatest(t.scheduled_at,
                   -- a lease ended by a failed attempt gives way to the attempt's retry time
                   case when f.task_lease_id is null or f.task_lease_id < l.task_lease_id then l.expires_at end,
-                  f.retry_at),
+                  f.retry_at,
+                  -- a lease ended by a transient interruption gives way to its retry time
+                  i.retry_at),
          -- A lease ended by a release, a revocation or a later failed attempt is not held.
          case when l.released_at is null and l.revoked_at is null
                    and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id)
@@ -38,7 +41,8 @@ begin
                               where s.task_id = u.task_id and s.task_lease_id = u.task_lease_id)
              and not exists (select 1 from queues.task_attempt_failed a where a.task_lease_id = u.task_lease_id)
              and not (u.task_lease_id = l.task_lease_id and l.revoked_at is null
-                      and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id)))
+                      and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id))),
+         coalesce(i.interrupted_count, 0)
     from queues.task t
     left join lateral (
       select le.task_lease_id, le.expires_at, le.released_at, le.revoked_at,
@@ -56,6 +60,11 @@ begin
        order by a.task_attempt_failed_id desc
        limit 1
     ) f on true
+    left join lateral (
+      select max(x.retry_at) as retry_at, count(*)::integer as interrupted_count
+        from queues.task_interruption x
+       where x.task_id = t.task_id
+    ) i on true
    where not exists (select 1 from queues.task_completed c where c.task_id = t.task_id);
   get diagnostics _count = row_count;
 

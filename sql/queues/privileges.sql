@@ -1,5 +1,6 @@
 -- Who may call what in queues. Roles come from placeholders (see .gmrc):
---   :DATABASE_WORKER  the worker: claim, extend and release leases, complete, fail.
+--   :DATABASE_WORKER  the worker: claim, extend and release leases, complete, fail,
+--                     interrupt (a transient error).
 --                     No table privileges.
 --   :DATABASE_APP     applications: enqueue.
 -- Every function starts with EXECUTE revoked from PUBLIC; grants are explicit.
@@ -16,10 +17,10 @@ grant execute on function
   queues.release_leases(bigint[], bigint[]),
   queues.dequeue_next_available_task(text, integer),
   queues.complete_task(bigint, bigint, text),
-  queues.complete_tasks(bigint[], bigint[], text[]),
-  queues.settle_tasks(bigint[], bigint[], bigint[], bigint[], text[], bigint[], text[]),
+  queues.complete_tasks(bigint[], bigint[], text[], boolean[]),
   queues.fail_task(bigint, text, bigint),
-  queues.record_worker_heartbeat(text, text[]),
+  queues.interrupt_task(bigint, bigint, text, integer),
+  queues.record_worker_heartbeat(text, text[], integer),
   queues.record_worker_stopped(text)
 to :DATABASE_WORKER;
 

@@ -6,7 +6,7 @@
 -- against its task in the same transaction, only if this call completed the task or
 -- scheduled its retry (a refused completion records nothing).
 --   _started_task_ids, _started_lease_ids   parallel: leases whose tasks are about to run
---   _task_ids, _task_lease_ids, _outcomes   parallel: as queues.complete_tasks
+--   _task_ids, _task_lease_ids, _outcomes, _retries   parallel: as queues.complete_tasks
 --   _error_task_ids, _error_messages        parallel: errors, any number per completed task
 -- Returns one row per start (kind 'start', result 'started' or 'lease_lost': the lease is
 -- no longer the task's current one, and the task must not run) and one per completion
@@ -17,6 +17,7 @@ create or replace function queues.settle_tasks(
   _task_ids          bigint[],
   _task_lease_ids    bigint[] default null,
   _outcomes          text[] default null,
+  _retries           boolean[] default null,
   _error_task_ids    bigint[] default null,
   _error_messages    text[] default null
 ) returns table (task_id bigint, kind text, result text)
@@ -77,7 +78,7 @@ begin
   return query
   with done as (
     select c.task_id, c.result, row_number() over () as ord
-      from queues.complete_tasks(_task_ids, _task_lease_ids, _outcomes) c
+      from queues.complete_tasks(_task_ids, _task_lease_ids, _outcomes, _retries) c
   ),
   leases as (
     select l.task_id, l.task_lease_id

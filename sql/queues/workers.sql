@@ -2,9 +2,14 @@
 -- a worker not seen for a while is presumed dead, and the live leases it holds can be
 -- revoked at once instead of waiting for them to expire.
 
--- Called by each worker on start and on every heartbeat tick.
-create or replace function queues.record_worker_heartbeat(_worker_id text, _task_types text[])
-  returns void
+-- Called by each worker on start and on every heartbeat tick, with the interval of its
+-- heartbeats (null: the default, 30 s), from which stale recovery derives how long the
+-- worker may be silent. At most 1000 task types, each a task type name.
+create or replace function queues.record_worker_heartbeat(
+  _worker_id             text,
+  _task_types            text[],
+  _heartbeat_interval_ms integer default null
+) returns void
   language plpgsql volatile
   security definer
   set search_path = pg_catalog, pg_temp
@@ -16,12 +21,33 @@ begin
   if _task_types is null or cardinality(_task_types) = 0 or array_position(_task_types, null) is not null then
     raise exception 'task_types must name at least one task type' using errcode = '22023';
   end if;
-  insert into queues.worker as w (worker_id, task_types)
-  values (_worker_id, _task_types)
+  if cardinality(_task_types) > 1000 then
+    raise exception 'task_types names % types, over the limit of 1000', cardinality(_task_types)
+      using errcode = '54000';
+  end if;
+  if exists (select 1 from unnest(_task_types) t where t !~ '^[a-z][a-z0-9_]{0,62}$') then
+    raise exception 'task_types must be task type names (a-z, 0-9, _, at most 63 characters)'
+      using errcode = '22023';
+  end if;
+  if _heartbeat_interval_ms is not null and _heartbeat_interval_ms not between 1 and 86400000 then
+    raise exception 'heartbeat_interval_ms must be between 1 and 86400000, got %', _heartbeat_interval_ms
+      using errcode = '22023';
+  end if;
+  insert into queues.worker as w (worker_id, task_types, heartbeat_interval_ms)
+  values (_worker_id, _task_types, _heartbeat_interval_ms)
   on conflict (worker_id) do update
-     set task_types = excluded.task_types, last_seen_at = now(), stopped_at = null;
+     set task_types = excluded.task_types, last_seen_at = now(), stopped_at = null,
+         heartbeat_interval_ms = excluded.heartbeat_interval_ms;
 end;
 $$;
+
+-- How long a worker may be silent before it is taken for dead, whatever shorter bound a
+-- caller asks for: three of its heartbeat intervals (30 s when it did not say).
+create or replace function queues.worker_silence_bound(_heartbeat_interval_ms integer)
+  returns interval
+  language sql immutable parallel safe
+  set search_path = pg_catalog, pg_temp
+as $$ select make_interval(secs => 3 * coalesce(_heartbeat_interval_ms, 30000) / 1000.0) $$;
 
 -- Called by a worker that stops cleanly.
 create or replace function queues.record_worker_stopped(_worker_id text)
@@ -34,6 +60,8 @@ as $$
 $$;
 
 -- Live leases held by workers not seen for _dead_after_seconds (and not stopped), at _now.
+-- A bound shorter than the worker's own (queues.worker_silence_bound: three heartbeat
+-- intervals) is raised to it: a worker between two heartbeats is never stale.
 create or replace function queues.stale_leases_at(_now timestamptz, _dead_after_seconds integer)
   returns table (task_id bigint, task_lease_id bigint, worker_id text, last_seen_at timestamptz, expires_at timestamptz)
   language sql stable
@@ -46,7 +74,8 @@ as $$
     join queues.worker w on w.worker_id = l.worker_id
    where p.available_at > _now
      and w.stopped_at is null
-     and w.last_seen_at < _now - make_interval(secs => _dead_after_seconds)
+     and w.last_seen_at < _now - greatest(make_interval(secs => _dead_after_seconds),
+                                          queues.worker_silence_bound(w.heartbeat_interval_ms))
 $$;
 
 -- The stale leases now, for workers presumed dead after 10 minutes of silence.
@@ -108,4 +137,59 @@ create or replace function queues.recover_stale_leases(_dead_after_seconds integ
   set search_path = pg_catalog, pg_temp
 as $$
   select * from queues.recover_stale_leases_at(now(), coalesce(_dead_after_seconds, 600))
+$$;
+
+-- Revokes every lease a worker still holds, at once: called by the worker's process
+-- supervisor when one of its processes died (its worker id is known and it can no longer
+-- complete anything). Its tasks are claimable at once instead of when their leases expire
+-- (a dead process's local queue is not left waiting); as with stale recovery, the
+-- revocation of a started task counts as an expired lease (and makes it a suspect), that
+-- of a task never started does not. Returns what was revoked; wakes listening workers.
+create or replace function queues.revoke_worker_leases(_worker_id text)
+  returns table (task_id bigint, task_lease_id bigint)
+  language plpgsql volatile
+  rows 10
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+begin
+  if _worker_id is null or length(_worker_id) not between 1 and 200 then
+    raise exception 'worker_id must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  perform queues.lock_resource_keys(array(
+    select p.task_id from queues.task_pending p
+      join queues.task_lease l on l.task_lease_id = p.current_lease_id
+     where p.current_lease_id is not null and l.worker_id = _worker_id));
+  return query
+  with held as (
+    select p.task_id, p.current_lease_id as task_lease_id
+      from queues.task_pending p
+      join queues.task_lease l on l.task_lease_id = p.current_lease_id
+     where p.current_lease_id is not null and l.worker_id = _worker_id
+  ),
+  revoked as (
+    update queues.task_pending p
+       set available_at = now(), current_lease_id = null,
+           unstarted_count = p.unstarted_count + (not exists (
+             select 1 from queues.task_lease_started st
+              where st.task_id = p.task_id and st.task_lease_id = h.task_lease_id))::integer
+      from held h
+     where p.task_id = h.task_id and p.current_lease_id = h.task_lease_id
+    returning p.task_id, h.task_lease_id, p.resource_key
+  ),
+  recorded as (
+    insert into queues.task_lease_revocation (task_id, task_lease_id, revoked_at, reason)
+    select r.task_id, r.task_lease_id, now(), format('worker %s died', _worker_id) from revoked r
+  ),
+  key_freed as (
+    delete from queues.resource_lease k
+     using revoked r
+     where r.resource_key is not null and k.resource_key = r.resource_key and k.task_id = r.task_id
+  )
+  select r.task_id, r.task_lease_id from revoked r;
+  if found then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+end;
 $$;

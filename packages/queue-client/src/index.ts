@@ -1,7 +1,7 @@
 // @org/queue-client: typed access to the queue functions. Generated queries stay inside
 // the package; this is everything it exports.
 export { connect, withTransaction, type ConnectOptions, type Queryable } from './connection.js';
-export { QueueError, type QueueErrorKind } from './errors.js';
+export { LEASE_LOST_CONSTRAINT, QueueError, type QueueErrorKind } from './errors.js';
 export {
   claimTasks,
   completeTask,
@@ -11,8 +11,10 @@ export {
   enqueueMany,
   extendLeases,
   failTask,
+  interruptTask,
   releaseLeases,
   runFunction,
+  runSteps,
   settleTasks,
   type ClaimOptions,
   type ClaimedTask,
@@ -20,10 +22,13 @@ export {
   type CompletionOutcome,
   type CompletionResult,
   type Id,
+  type InterruptResult,
   type JsonObject,
   type LeaseRef,
   type NewTask,
   type Settlement,
+  type Step,
+  type StepResult,
   type Task,
 } from './tasks.js';
-export { recordWorkerHeartbeat, recordWorkerStopped } from './workers.js';
+export { recordWorkerHeartbeat, recordWorkerStopped, revokeWorkerLeases } from './workers.js';

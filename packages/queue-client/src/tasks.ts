@@ -25,7 +25,9 @@ import {
   taskEnqueueMany,
   taskExtendLeases,
   taskFail,
+  taskInterrupt,
   taskReleaseLeases,
+  taskRunSteps,
   taskSettle,
 } from './queries/task.queries.js';
 import type { Queryable } from './connection.js';
@@ -87,6 +89,11 @@ export interface Completion {
   /** The lease the caller holds: completion is refused once a newer lease exists. */
   taskLeaseId?: Id;
   outcome?: CompletionOutcome;
+  /**
+   * false: a 'failed' outcome is final even with attempts left (a failure no retry can
+   * mend, such as a validation failure). Default true.
+   */
+  retry?: boolean;
 }
 
 export type CompletionResult = 'completed' | 'retry_scheduled' | 'already_completed' | 'lease_lost' | 'unknown_task';
@@ -176,6 +183,7 @@ export async function completeTasks(
         taskIds: completions.map((c) => c.taskId),
         taskLeaseIds: completions.map((c) => c.taskLeaseId ?? null) as string[],
         outcomes: completions.map((c) => c.outcome ?? null) as string[],
+        retries: completions.map((c) => c.retry ?? null) as boolean[],
       },
       db,
     ),
@@ -209,6 +217,7 @@ export async function settleTasks(
         taskIds: completions.map((c) => c.taskId),
         taskLeaseIds: completions.map((c) => c.taskLeaseId ?? null) as string[],
         outcomes: completions.map((c) => c.outcome ?? null) as string[],
+        retries: completions.map((c) => c.retry ?? null) as boolean[],
         errorTaskIds: errors.map((e) => e.taskId),
         errorMessages: errors.map((e) => e.message),
       },
@@ -221,6 +230,48 @@ export async function settleTasks(
     lost,
     results: completions.map((c) => ({ taskId: c.taskId, result: byId.get(String(c.taskId)) ?? 'unknown_task' })),
   };
+}
+
+/** A db_function step to run in the database (see runSteps). */
+export interface Step extends LeaseRef {
+  functionName: string;
+  payload: JsonObject;
+}
+
+export interface StepResult {
+  taskId: Id;
+  /** As a completion's result, or 'transient': rolled back, nothing recorded; run it again. */
+  result: CompletionResult | 'transient';
+  outcome: CompletionOutcome | null;
+  error: string | null;
+  note: string | null;
+}
+
+/**
+ * Runs db_function steps in the database in one call (queues.run_steps): each step and
+ * its completion in a subtransaction of their own, fenced by the lease. One result per
+ * step, in input order.
+ */
+export async function runSteps(db: Queryable, steps: Step[]): Promise<StepResult[]> {
+  if (steps.length === 0) return [];
+  const rows = await mapErrors(
+    taskRunSteps.run(
+      {
+        taskIds: steps.map((s) => s.taskId),
+        taskLeaseIds: steps.map((s) => s.taskLeaseId),
+        functionNames: steps.map((s) => s.functionName),
+        payloads: steps.map((s) => s.payload),
+      },
+      db,
+    ),
+  );
+  return rows.map((r) => ({
+    taskId: r.taskId,
+    result: r.result as StepResult['result'],
+    outcome: r.outcome as CompletionOutcome | null,
+    error: r.error,
+    note: r.note,
+  }));
 }
 
 /** A lease a worker holds: the pair that fences every call made on its behalf. */
@@ -267,6 +318,21 @@ export async function failTask(
   const [row] = await mapErrors(taskFail.run(failure, db));
   if (!row) throw new Error('queues.fail_task returned no row');
   return row.errorId;
+}
+
+export type InterruptResult = 'retry_scheduled' | 'abandoned' | 'lease_lost' | 'unknown_task';
+
+/**
+ * A run cut short by a transient error (deadlock, serialization failure, lost
+ * connection): records the error, ends the lease and schedules the task again after a
+ * backoff, or abandons it once it was interrupted `maxInterruptions` times (default 5).
+ */
+export async function interruptTask(
+  db: Queryable,
+  interruption: { taskId: Id; taskLeaseId: Id; errorMessage: string; maxInterruptions?: number },
+): Promise<InterruptResult> {
+  const [row] = await mapErrors(taskInterrupt.run(interruption, db));
+  return (row?.result ?? 'unknown_task') as InterruptResult;
 }
 
 /** Runs a registered function through internal.run_function; returns its jsonb result. */

@@ -7,17 +7,22 @@
  * the tasks about to start (a task runs only once its start is recorded, so the queue
  * knows which claimed tasks were started; see queues.task_lease_started).
  *
- * Completions with effects (writes that commit with the completion) run in the round
- * trip's transaction, each in a savepoint with its own fenced completion: if its lease was
- * lost, its effects roll back and nothing else is disturbed. The batch commits once.
+ * Steps (db_function tasks) of a round run in the database in one queues.run_steps call,
+ * each with its completion in a subtransaction.
+ *
+ * Completions with effects (writes that commit with the completion) run each in a short
+ * transaction of its own with its fenced completion: if its lease was lost, its effects
+ * roll back. (One transaction for a whole batch of effects would hold the row locks of
+ * its first completions until its last effects ran, and a heartbeat that must extend those
+ * leases would wait for it.)
  *
  * Errors: a transient failure (connection, server) rejects the whole round trip and
  * records nothing (its tasks run again); any other failure of a batch is retried one
  * task at a time, so one bad completion cannot sink the others.
  */
 import pg from 'pg';
-import { settleTasks, type ClaimedTask, type CompletionResult, type Queryable, type Settlement } from '@org/queue-client';
-import { errorMessage, isTransient, storableMessage } from './completion.js';
+import { runSteps, settleTasks, type ClaimedTask, type CompletionResult, type Queryable, type Settlement } from '@org/queue-client';
+import { errorMessage, isTransient, sanitizeMessage } from './completion.js';
 import type { Logger } from './logger.js';
 import type { TaskOutcome, TaskReport } from './processor.js';
 
@@ -40,6 +45,8 @@ interface PendingStart {
 interface PendingCompletion {
   task: ClaimedTask;
   outcome: TaskOutcome;
+  /** Answered (its effects committed): never recorded again, even if its round fails later. */
+  answered?: boolean;
   resolve: (settled: Settled) => void;
   reject: (error: unknown) => void;
 }
@@ -49,8 +56,14 @@ class Lane {
   flushing: Promise<void> | undefined;
   scheduled = false;
 
-  constructor(databaseUrl: string, name: string, log: Logger) {
-    this.pool = new pg.Pool({ connectionString: databaseUrl, max: 1, application_name: name, keepAlive: true });
+  constructor(databaseUrl: string, name: string, log: Logger, statementTimeoutMs: number) {
+    this.pool = new pg.Pool({
+      connectionString: databaseUrl,
+      max: 1,
+      application_name: name,
+      keepAlive: true,
+      statement_timeout: statementTimeoutMs,
+    });
     this.pool.on('error', (error) => log.warn({ event: 'pool_error', err: error.message }, `${name}: connection lost`));
     this.pool.on('connect', (client) => client.on('error', () => {}));
   }
@@ -63,10 +76,10 @@ export class Completer {
   #starts: PendingStart[] = [];
   #completions: PendingCompletion[] = [];
 
-  constructor(databaseUrl: string, log: Logger) {
+  constructor(databaseUrl: string, log: Logger, statementTimeoutMs = 300_000) {
     this.#log = log;
-    this.#ends = new Lane(databaseUrl, 'queue-worker-completer', log);
-    this.#startLane = new Lane(databaseUrl, 'queue-worker-starter', log);
+    this.#ends = new Lane(databaseUrl, 'queue-worker-completer', log, statementTimeoutMs);
+    this.#startLane = new Lane(databaseUrl, 'queue-worker-starter', log, statementTimeoutMs);
   }
 
   /** Records that `task` starts; resolves false when its lease is no longer held (it must not run). */
@@ -130,7 +143,7 @@ export class Completer {
         }
         this.#log.warn({ event: 'completion_batch_failed', err: errorMessage(error) }, 'batch refused; recording one task at a time');
         for (const s of starts) await this.#round(lane, [s], []).catch((e: unknown) => s.reject(e));
-        for (const c of completions) await this.#round(lane, [], [c]).catch((e: unknown) => c.reject(e));
+        for (const c of completions.filter((x) => !x.answered)) await this.#round(lane, [], [c]).catch((e: unknown) => c.reject(e));
       }
     }
   }
@@ -139,15 +152,15 @@ export class Completer {
   async #round(lane: Lane, starts: PendingStart[], completions: PendingCompletion[]): Promise<void> {
     const client = await lane.pool.connect();
     let broken: Error | undefined;
-    const withEffects = completions.filter((c) => c.outcome.effects);
+    const steps = completions.filter((c) => c.outcome.step);
+    const withEffects = completions.filter((c) => !c.outcome.step && c.outcome.effects);
     const plain: { pending: PendingCompletion; outcome: TaskOutcome }[] = completions
-      .filter((c) => !c.outcome.effects)
+      .filter((c) => !c.outcome.step && !c.outcome.effects)
       .map((c) => ({ pending: c, outcome: c.outcome }));
-    const settledWithEffects: { pending: PendingCompletion; settled: Settled }[] = [];
+    const ranSteps: { pending: PendingCompletion; settled?: Settled; transient?: Error }[] = [];
     try {
-      if (withEffects.length > 0) await client.query('begin');
       for (const c of withEffects) {
-        await client.query('savepoint effects');
+        await client.query('begin');
         let outcome: TaskOutcome = c.outcome;
         try {
           const changed = await c.outcome.effects!(client as Queryable);
@@ -155,13 +168,42 @@ export class Completer {
           const { results } = await settleTasks(client, [], [settlement(c.task, outcome)]);
           const result = results[0]!.result;
           // Refused: the effects must not commit either.
-          await client.query(accepted(result) ? 'release savepoint effects' : 'rollback to savepoint effects');
-          settledWithEffects.push({ pending: c, settled: { result, report: reportOf(outcome) } });
+          await client.query(accepted(result) ? 'commit' : 'rollback');
+          c.answered = true;
+          c.resolve({ result, report: reportOf(outcome) });
         } catch (error) {
           if (isTransient(error)) throw error;
-          await client.query('rollback to savepoint effects');
+          await client.query('rollback');
           const fallback = c.outcome.onEffectsError?.(error) ?? { outcome: 'failed', error: `effects raised: ${errorMessage(error)}` };
           plain.push({ pending: c, outcome: fallback });
+        }
+      }
+      if (steps.length > 0) {
+        const results = await runSteps(
+          client,
+          steps.map((c) => ({
+            taskId: c.task.taskId,
+            taskLeaseId: c.task.taskLeaseId,
+            functionName: c.outcome.step!.functionName,
+            payload: c.task.payload,
+          })),
+        );
+        steps.forEach((c, i) => {
+          const r = results[i]!;
+          if (r.result === 'transient') {
+            ranSteps.push({ pending: c, transient: Object.assign(new Error(r.error ?? 'step rolled back'), { code: '40001' }) });
+            return;
+          }
+          const report: TaskReport = { outcome: r.outcome ?? c.outcome.outcome };
+          if (r.error !== null) report.error = r.error;
+          if (r.note !== null) report.note = r.note;
+          ranSteps.push({ pending: c, settled: { result: r.result, report } });
+        });
+        // Committed with the call: answered now, whatever happens to the rest of the round.
+        for (const { pending, settled, transient } of ranSteps.splice(0)) {
+          pending.answered = true;
+          if (settled) pending.resolve(settled);
+          else pending.reject(transient);
         }
       }
       const { lost, results } = await settleTasks(
@@ -169,16 +211,19 @@ export class Completer {
         starts.map((s) => ({ taskId: s.task.taskId, taskLeaseId: s.task.taskLeaseId })),
         plain.map((p) => settlement(p.pending.task, p.outcome)),
       );
-      if (withEffects.length > 0) await client.query('commit');
       const lostIds = new Set(lost);
       for (const s of starts) s.resolve(!lostIds.has(s.task.taskId));
       plain.forEach((p, i) => p.pending.resolve({ result: results[i]!.result, report: reportOf(p.outcome) }));
-      for (const { pending, settled } of settledWithEffects) pending.resolve(settled);
+      for (const { pending, settled, transient } of ranSteps) {
+        if (settled) pending.resolve(settled);
+        else pending.reject(transient);
+      }
     } catch (error) {
-      if (withEffects.length > 0 && !isTransient(error)) {
-        await client.query('rollback').catch((e: unknown) => (broken = e as Error));
-      } else if (isTransient(error)) {
+      if (isTransient(error)) {
         broken = error as Error;
+      } else {
+        // Whatever was left open is rolled back (already-committed effects stay).
+        await client.query('rollback').catch((e: unknown) => (broken = e as Error));
       }
       throw error;
     } finally {
@@ -188,8 +233,9 @@ export class Completer {
   }
 }
 
+/** Effects commit only when this very call completed the task or scheduled its retry. */
 function accepted(result: CompletionResult): boolean {
-  return result === 'completed' || result === 'retry_scheduled' || result === 'already_completed';
+  return result === 'completed' || result === 'retry_scheduled';
 }
 
 function reportOf(outcome: TaskOutcome): TaskReport {
@@ -202,6 +248,9 @@ function reportOf(outcome: TaskOutcome): TaskReport {
 function settlement(task: ClaimedTask, outcome: TaskOutcome): Settlement {
   const errors = [outcome.error, ...(outcome.extraErrors ?? [])]
     .filter((m): m is string => typeof m === 'string' && m.trim() !== '')
-    .map(storableMessage);
-  return { taskId: task.taskId, taskLeaseId: task.taskLeaseId, outcome: outcome.outcome, errors };
+    .map(sanitizeMessage);
+  const settlement: Settlement = { taskId: task.taskId, taskLeaseId: task.taskLeaseId, outcome: outcome.outcome, errors };
+  // A failure no retry can mend: no retry even with attempts left.
+  if (outcome.final) settlement.retry = false;
+  return settlement;
 }

@@ -20,6 +20,11 @@ export interface WorkerConfig {
   leaseSeconds: number;
   maxLeases: number;
   shutdownGraceMs: number;
+  /**
+   * statement_timeout of the worker's connections: a db_function step or handler blocked
+   * on a lock fails after this long instead of being heartbeated forever (default 300000).
+   */
+  statementTimeoutMs?: number;
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   /** Serve Prometheus metrics on this port (GET /metrics); none when unset. */
   metricsPort?: number;
@@ -118,6 +123,13 @@ export const SETTINGS: Setting[] = [
     key: 'shutdownGraceMs',
     help: 'on SIGTERM/SIGINT, wait this long for running tasks before releasing them (default 25000)',
     schema: int(0, 3_600_000),
+  },
+  {
+    env: 'STATEMENT_TIMEOUT_MS',
+    flag: 'statement-timeout-ms',
+    key: 'statementTimeoutMs',
+    help: 'a statement of a step or handler running longer fails the task (default 300000)',
+    schema: int(100, 86_400_000),
   },
   {
     env: 'METRICS_PORT',

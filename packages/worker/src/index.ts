@@ -5,9 +5,9 @@ export { ProcessorRegistry, type Processor, type TaskContext, type TaskOutcome, 
 export { dbFunctionProcessor, dbFunctionStep } from './processors/db-function.js';
 export { handlerTaskProcessor } from './processors/handler-task.js';
 export { HandlerInvoker } from './handler-invoker.js';
-export { LeaseLostError, isTransient } from './completion.js';
+export { LeaseLostError, classifyError, errorMessage, isLeaseLost, isTransient, sanitizeMessage, type ErrorClass } from './error-class.js';
 export { Completer, type Settled } from './completer.js';
 export { defaultRegistry } from './registry.js';
-export { Worker, DEFAULT_PREFETCH, type WorkerOptions } from './worker.js';
+export { DEFAULT_PREFETCH, DEFAULT_STATEMENT_TIMEOUT_MS, Worker, type WorkerOptions } from './worker.js';
 export { runWorkerCli, runWorkerMain, type WorkerMainOptions } from './main.js';
 export { ProcessSupervisor, type SupervisorOptions } from './supervisor.js';

@@ -9,6 +9,8 @@
  * SIGTERM / SIGINT stop gracefully. Exit codes: 0 stopped cleanly, 1 crashed, 2 bad
  * configuration.
  */
+import pg from 'pg';
+import { revokeWorkerLeases } from '@org/queue-client';
 import { ConfigError, helpText, loadConfig, type WorkerConfig } from './config.js';
 import { createLogger, maskUrl, type Logger } from './logger.js';
 import type { ProcessorRegistry } from './processor.js';
@@ -153,6 +155,18 @@ async function runSupervisor(config: WorkerConfig, logger: Logger, argv: string[
     spares: config.spares ?? 1,
     workerIdPrefix: config.workerId,
     logger,
+    // A dead process's leases (its running tasks and its local queue) are revoked at once.
+    onDeath: async (workerId) => {
+      const client = new pg.Client({ connectionString: config.databaseUrl, application_name: 'queue-worker-supervisor' });
+      client.on('error', () => {});
+      await client.connect();
+      try {
+        const revoked = await revokeWorkerLeases(client, workerId);
+        logger.info({ event: 'leases_revoked', worker_id: workerId, count: revoked }, `revoked ${revoked} lease(s) of ${workerId}`);
+      } finally {
+        await client.end().catch(() => {});
+      }
+    },
   });
   void stopRequested(logger, (reason) => supervisor.stop(reason)).then((reason) => supervisor.stop(reason));
   return supervisor.run();

@@ -30,6 +30,11 @@ export interface TaskReport {
   error?: string;
   /** A descriptive non-success status or validation message from SQL, logged. */
   note?: string;
+  /**
+   * A failure no retry can mend (a validation failure): completed 'failed' even when the
+   * task has attempts left (max_attempts).
+   */
+  final?: boolean;
 }
 
 /** What a processor returns: the completion to record, with its error rows. */
@@ -44,6 +49,13 @@ export interface TaskOutcome extends TaskReport {
    */
   effects?: (tx: Queryable) => Promise<TaskOutcome | void>;
   /**
+   * A pure SQL step to run in the database instead of `effects`
+   * (internal.run_function(functionName, the task's payload)): the completer runs the steps
+   * of a round in one queues.run_steps call, each with its completion in a subtransaction;
+   * the step's envelope decides the outcome recorded (see db-function.ts).
+   */
+  step?: { functionName: string };
+  /**
    * The outcome to record instead when `effects` raise (their writes are rolled back).
    * Default: failed, with the error message.
    */
@@ -53,6 +65,11 @@ export interface TaskOutcome extends TaskReport {
 export interface Processor {
   /** For logs: "db_function", "handler:resend", ... */
   readonly name: string;
+  /**
+   * The processor does nothing outside the database (it returns a `step`): its start is
+   * recorded with its completion, so the worker runs it without recording the start first.
+   */
+  readonly startsWithCompletion?: boolean;
   process(context: TaskContext): Promise<TaskOutcome>;
 }
 

@@ -42,6 +42,8 @@ export interface SupervisorOptions {
   /** Worker ids are `<workerIdPrefix>-<n>`. */
   workerIdPrefix: string;
   logger: Logger;
+  /** Called when a working process died: give back what it held (its leases). */
+  onDeath?: (workerId: string) => Promise<void>;
 }
 
 interface Child {
@@ -201,6 +203,12 @@ export class ProcessSupervisor {
       return;
     }
     this.#log.error(fields, `worker process ${child.workerId ?? child.n} died (${signal ?? `exit code ${code}`}); replacing it`);
+    if (was === 'active' && child.workerId && this.#options.onDeath) {
+      const workerId = child.workerId;
+      this.#options.onDeath(workerId).catch((error: unknown) =>
+        this.#log.warn({ event: 'revoke_failed', worker_id: workerId, err: (error as Error).message }, 'could not revoke the dead process\'s leases; they will expire'),
+      );
+    }
     if (was === 'starting') {
       this.#startFailures++;
       if (this.#startFailures >= MAX_START_FAILURES) {

@@ -13,9 +13,15 @@
  *   stop()      stops claiming, waits up to the grace period for running tasks, releases
  *               the leases of the rest so other workers take them at once
  *
- * Invariant: every claimed task is completed (success or failure), or its lease is
- * released or left to expire when the database cannot be reached. A task is never
- * recorded as failed because of a connection error.
+ * Invariant: every started task is completed (success or failure), or its run is
+ * interrupted (a transient error: counted, the task runs again after a backoff),
+ * released, or its lease left to expire when the database cannot be reached. A task is
+ * never recorded as failed because of a connection error. What an error means is decided
+ * in error-class.ts only.
+ *
+ * One run of a task at a time: running tasks are keyed by lease, and a lease of a task
+ * this worker is still running (its earlier lease was revoked or expired, and the worker
+ * claimed the task again) waits in the local queue until the earlier run has ended.
  *
  * Crash exposure: a worker killed with SIGKILL takes its running tasks and its local
  * queue with it. Their leases expire (or are revoked as stale) and the tasks run again
@@ -23,9 +29,18 @@
  */
 import { EventEmitter } from 'node:events';
 import pg from 'pg';
-import { claimTasks, extendLeases, recordWorkerHeartbeat, recordWorkerStopped, releaseLeases, type ClaimedTask } from '@org/queue-client';
+import {
+  claimTasks,
+  extendLeases,
+  interruptTask,
+  recordWorkerHeartbeat,
+  recordWorkerStopped,
+  releaseLeases,
+  type ClaimedTask,
+} from '@org/queue-client';
 import { Completer } from './completer.js';
-import { errorMessage, isLeaseLost, isTransient } from './completion.js';
+import { StepRunner } from './step-runner.js';
+import { classifyError, errorMessage } from './error-class.js';
 import type { WorkerConfig } from './config.js';
 import { TaskListener } from './listener.js';
 import type { Logger } from './logger.js';
@@ -40,6 +55,9 @@ export interface WorkerOptions extends Omit<WorkerConfig, 'logLevel'> {
   registry: ProcessorRegistry;
   logger: Logger;
 }
+
+/** statement_timeout of the worker's connections unless `statementTimeoutMs` says otherwise. */
+export const DEFAULT_STATEMENT_TIMEOUT_MS = 300_000;
 
 interface Running {
   task: ClaimedTask;
@@ -65,8 +83,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #log: Logger;
   readonly #taskTypes: string[];
   readonly #completer: Completer;
+  readonly #steps: StepRunner;
   /** Started (or starting) tasks until their outcome is recorded, by lease id. */
   readonly #running = new Map<string, Running>();
+  /** How many runs of each task are in #running (a second waits in the local queue). */
+  readonly #runningTasks = new Map<string, number>();
   /** Slots in use: tasks starting or in their processor. */
   #busy = 0;
   /** Claimed, not started yet (the local queue). */
@@ -92,13 +113,16 @@ export class Worker extends EventEmitter<WorkerEvents> {
       max: options.concurrency + 2,
       application_name: 'queue-worker',
       keepAlive: true,
+      // A step or handler blocked on a lock fails instead of being heartbeated forever.
+      statement_timeout: options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS,
     });
     // An idle connection that dies (server restart, pg_terminate_backend) must not crash us.
     this.pool.on('error', (error) => this.#log.warn({ event: 'pool_error', err: error.message }, 'idle connection lost'));
     // A connection that dies while checked out emits 'error' on its client too; the query
     // in flight rejects and is handled there, so this only keeps the process alive.
     this.pool.on('connect', (client) => client.on('error', () => {}));
-    this.#completer = new Completer(options.databaseUrl, this.#log);
+    this.#completer = new Completer(options.databaseUrl, this.#log, options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS);
+    this.#steps = new StepRunner(this.pool);
     this.#listener = new TaskListener(options.databaseUrl, this.#log, () => this.#notified(), options.pollIntervalMs);
   }
 
@@ -240,11 +264,23 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
   }
 
-  /** Starts waiting tasks while there are free slots. */
+  /**
+   * Starts waiting tasks while there are free slots. A task this worker is still running
+   * under an earlier lease stays waiting (heartbeated) until that run ends.
+   */
   #startWaiting(): void {
     while (this.#busy < this.#options.concurrency && this.#waiting.length > 0) {
-      this.#start(this.#waiting.shift()!);
+      // A task this worker still runs under an earlier lease waits (heartbeated) until
+      // that run ends.
+      const next = this.#runningTasks.size === 0 ? 0 : this.#waiting.findIndex((t) => !this.#runningTasks.has(t.taskId));
+      if (next < 0) return;
+      this.#start(this.#waiting.splice(next, 1)[0]!);
     }
+  }
+
+  #isRunningTask(taskId: string): boolean {
+    for (const r of this.#running.values()) if (r.task.taskId === taskId) return true;
+    return false;
   }
 
   async #claim(limit: number): Promise<ClaimedTask[]> {
@@ -280,6 +316,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const controller = new AbortController();
     const running: Running = { task, controller, startedAt: Date.now(), lost: false, released: false, done: Promise.resolve() };
     this.#running.set(task.taskLeaseId, running);
+    this.#runningTasks.set(task.taskId, (this.#runningTasks.get(task.taskId) ?? 0) + 1);
     this.#busy++;
     let freed = false;
     const free = () => {
@@ -290,20 +327,28 @@ export class Worker extends EventEmitter<WorkerEvents> {
       this.#signal(); // a slot is free
     };
     running.done = this.#process(running, log, free).finally(() => {
-      free();
       this.#running.delete(task.taskLeaseId);
+      const runs = (this.#runningTasks.get(task.taskId) ?? 1) - 1;
+      if (runs > 0) this.#runningTasks.set(task.taskId, runs);
+      else this.#runningTasks.delete(task.taskId);
+      free();
+      // The run is over: a later lease of the same task may start now.
+      if (!this.#stopping) this.#startWaiting();
     });
   }
 
   async #process(running: Running, log: Logger, free: () => void): Promise<void> {
     const { task, controller } = running;
     // The task runs only once its start is recorded: the queue then knows it was started.
+    // (A step that runs in the database records its start with its completion.)
+    const processor = this.#options.registry.get(task.taskType);
     let held: boolean;
     try {
-      held = await this.#completer.start(task);
+      held = processor?.startsWithCompletion ? true : await this.#completer.start(task);
     } catch (error) {
+      // Nothing of the run happened: the lease is given back (or expires), not counted.
       log.warn({ event: 'start_failed', err: errorMessage(error) }, 'could not record the start; the task runs again later');
-      if (!isTransient(error)) await this.#release([task]);
+      await this.#release([task]);
       return;
     }
     if (!held) {
@@ -313,7 +358,6 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
     running.startedAt = Date.now();
     log.info({ event: 'task_started', lease_count: task.leaseCount }, 'task started');
-    const processor = this.#options.registry.get(task.taskType);
     let outcome: TaskOutcome;
     try {
       outcome = processor
@@ -325,29 +369,33 @@ export class Worker extends EventEmitter<WorkerEvents> {
         log.info({ event: 'task_released', duration_ms: durationMs }, 'released at shutdown; runs again elsewhere');
         return;
       }
-      if (isLeaseLost(error)) {
+      const kind = classifyError(error);
+      if (kind === 'lease_lost') {
         log.warn({ event: 'lease_lost', duration_ms: durationMs }, 'lease lost to another worker; nothing recorded');
         this.emit('lease_lost', task);
         return;
       }
-      if (isTransient(error)) {
-        log.warn({ event: 'task_interrupted', duration_ms: durationMs, err: errorMessage(error) }, 'database unavailable; task will run again');
-        await this.#release([task]);
+      if (kind === 'transient') {
+        log.warn({ event: 'task_interrupted', duration_ms: durationMs, err: errorMessage(error) }, 'transient error; task will run again');
+        await this.#interrupt(task, errorMessage(error), log);
         return;
       }
       log.error({ event: 'task_crashed', duration_ms: durationMs, err: errorMessage(error) }, 'processor threw');
       outcome = { outcome: 'failed', error: `worker error: ${errorMessage(error)}` };
     }
-    // The slot is free once the processor is done; the completer records the outcome
-    // beside the next tasks.
-    free();
+    // A step keeps its slot while it runs in the database. Otherwise the slot is free
+    // once the processor is done, and the completer records the outcome beside the
+    // next tasks.
+    if (!outcome.step) free();
     await this.#record(running, log, outcome);
   }
 
   async #record(running: Running, log: Logger, outcome: TaskOutcome): Promise<void> {
     const { task, startedAt } = running;
     try {
-      const { result, report } = await this.#completer.complete(task, outcome);
+      const { result, report } = outcome.step
+        ? await this.#steps.run(task, outcome.step.functionName)
+        : await this.#completer.complete(task, outcome);
       const durationMs = Date.now() - startedAt;
       if (result === 'lease_lost') {
         if (running.released) {
@@ -370,19 +418,52 @@ export class Worker extends EventEmitter<WorkerEvents> {
       this.emit('completed', task, report, durationMs);
     } catch (error) {
       const durationMs = Date.now() - startedAt;
-      if (isTransient(error)) {
-        log.warn({ event: 'task_interrupted', duration_ms: durationMs, err: errorMessage(error) }, 'database unavailable; task will run again');
-        await this.#release([task]);
+      if (running.released) {
+        log.info({ event: 'task_released', duration_ms: durationMs }, 'released at shutdown; runs again elsewhere');
+      } else if (classifyError(error) === 'transient') {
+        log.warn({ event: 'task_interrupted', duration_ms: durationMs, err: errorMessage(error) }, 'transient error; task will run again');
+        await this.#interrupt(task, errorMessage(error), log);
+      } else if (outcome.step) {
+        // The step's call failed as a whole (a statement timeout): record the failure.
+        try {
+          const { report } = await this.#completer.complete(task, {
+            outcome: 'failed',
+            error: `${outcome.step.functionName} raised: ${errorMessage(error)}`,
+          });
+          this.emit('completed', task, report, durationMs);
+        } catch (second) {
+          log.error({ event: 'completion_failed', err: errorMessage(second) }, 'could not complete; the lease will expire');
+        }
       } else {
         log.error({ event: 'completion_failed', err: errorMessage(error) }, 'could not complete; the lease will expire');
       }
     }
   }
 
+  /**
+   * A run cut short by a transient error: recorded and counted by the queue, which runs the
+   * task again after a backoff or abandons it once this keeps happening (MAX_LEASES
+   * times). If even that cannot be recorded, the lease expires, which counts too.
+   */
+  async #interrupt(task: ClaimedTask, message: string, log: Logger): Promise<void> {
+    try {
+      const result = await interruptTask(this.pool, {
+        taskId: task.taskId,
+        taskLeaseId: task.taskLeaseId,
+        errorMessage: message,
+        maxInterruptions: this.#options.maxLeases,
+      });
+      log[result === 'abandoned' ? 'error' : 'info']({ event: 'task_interruption_recorded', result }, `interruption recorded: ${result}`);
+      if (result === 'lease_lost') this.emit('lease_lost', task);
+    } catch (error) {
+      log.warn({ event: 'interrupt_failed', err: errorMessage(error) }, 'could not record the interruption; the lease will expire');
+    }
+  }
+
   /** Tells the registry this worker is alive (queues.worker); failures are only logged. */
   async #reportIn(): Promise<void> {
     try {
-      await recordWorkerHeartbeat(this.pool, this.#options.workerId, this.#taskTypes);
+      await recordWorkerHeartbeat(this.pool, this.#options.workerId, this.#taskTypes, this.#options.heartbeatIntervalMs);
     } catch (error) {
       this.#log.warn({ event: 'registry_failed', err: errorMessage(error) }, 'could not report to the worker registry');
     }

@@ -1,4 +1,5 @@
 /** BENCHMARKS.md from one run's results. */
+import { existsSync, readFileSync } from 'node:fs';
 import type { BenchOptions, BenchResults, Subject, SystemName } from './harness.js';
 import { summarize, type Summary } from './stats.js';
 import { BATCH_SIZE } from './runners/pgboss-config.js';
@@ -162,6 +163,12 @@ function perTrial(results: BenchResults, options: BenchOptions): string {
   return lines.join('\n');
 }
 
+/** The profile section (tools/bench/where-time-goes.md): measured with the probes, not by this run. */
+function whereTimeGoes(): string {
+  const path = new URL('../where-time-goes.md', import.meta.url);
+  return existsSync(path) ? readFileSync(path, 'utf8').trimEnd() + '\n' : '';
+}
+
 export function renderReport(results: BenchResults, info: RunInfo): string {
   const o = info.options;
   const n = o.tasks.toLocaleString('en-US');
@@ -196,6 +203,7 @@ below for the spread.
 
 ${anomalies}
 
+${whereTimeGoes()}
 ## Versions and machine
 
 | | |
@@ -276,15 +284,15 @@ ${settings}
 ### Configurations
 
 **Ours** (\`tools/bench/src/runners/ours.ts\`): the real \`Worker\` class of @org/worker with the CLI
-defaults (concurrency ${o.workerConcurrency}, poll interval 2000 ms as the fallback to LISTEN/NOTIFY,
-heartbeat 30 s, lease 300 s, max leases 5) and a local queue of as many claimed tasks as the
-concurrency (\`PREFETCH=10\`; the CLI default is 0), log level \`warn\` (the CLI default is \`info\`, two log lines per task). The no-op
-handler for drains and latency is a processor registered for a task type \`bench\` that calls
-\`finish(pool, task, { outcome: 'succeeded' })\`: the cheapest path the worker offers (a
-\`db_function\` task with \`internal.noop\` runs the step and its completion in one transaction,
-see 7). Each task therefore costs its share of one \`queues.claim_tasks\` call (up to the free
-room in the local queue) and of one \`queues.complete_tasks\` call (completions finishing in the
-same event-loop turn go together).
+defaults (concurrency ${o.workerConcurrency}, a local queue of 500 claimed tasks (\`PREFETCH\`), poll interval 2000 ms as the fallback
+to LISTEN/NOTIFY, heartbeat 30 s, lease 300 s, max leases 5), log level \`warn\` (the CLI default
+is \`info\`, two log lines per task). The no-op handler for drains and latency is a processor
+registered for a task type \`bench\` that returns \`{ outcome: 'succeeded' }\`. Each task costs its
+share of one \`queues.claim_tasks\` call (up to 500 tasks, when the local queue is half empty),
+of one \`queues.settle_tasks\` call that records the starts of the tasks starting together, and
+of one that records the outcomes gathered while the previous one ran (hundreds per call, on the
+completer's own connection). \`db_function\` steps (7) run in the database, many per
+\`queues.run_steps\` call, each with its completion in a subtransaction.
 
 **graphile-worker ${info.versions['graphile-worker']}** (\`runners/graphile.ts\`): \`run()\` with
 \`${graphileConfig}\` (the batching options of its performance page:

@@ -52,12 +52,22 @@ export async function installFixtures(db: ChaosDb): Promise<void> {
       return coalesce(payload->'original_payload'->'error_result', '{"success": true}'::jsonb);
     end $$;
 
+    -- Task code raising the SQLSTATE and message of payload.code / payload.message (or, as
+    -- a success handler, of its original payload's): 55000, 40P01, anything.
+    create function chaos.raise(payload jsonb) returns jsonb
+      language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
+    declare
+      _p jsonb := case when payload ? 'original_payload' then payload->'original_payload' else payload end;
+    begin
+      raise exception '%', coalesce(_p->>'message', 'raised') using errcode = coalesce(_p->>'code', 'P0001');
+    end $$;
+
     revoke execute on all functions in schema chaos from public;
     grant usage on schema chaos to ${worker};
     grant execute on all functions in schema chaos to ${worker};
     select internal.register_runnable_function(f::regprocedure)
       from unnest(array['chaos.step(jsonb)', 'chaos.nothing(jsonb)', 'chaos.record(jsonb)', 'chaos.before(jsonb)',
-                        'chaos.on_success(jsonb)', 'chaos.on_error(jsonb)']) f;
+                        'chaos.on_success(jsonb)', 'chaos.on_error(jsonb)', 'chaos.raise(jsonb)']) f;
     insert into queues.task_type (task_type, description) values
       ('slow', 'chaos: waits payload.ms, then completes (or fails, or records a fact)'),
       ('crash', 'chaos: kills its worker with SIGKILL'),

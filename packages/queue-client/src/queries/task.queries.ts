@@ -7,7 +7,11 @@ export type NumberOrString = number | string;
 
 export type NumberOrStringArray = (NumberOrString)[];
 
+export type booleanArray = (boolean)[];
+
 export type stringArray = (string)[];
+
+export type unknownArray = (unknown)[];
 
 /** 'TaskEnqueue' parameters type */
 export interface ITaskEnqueueParams {
@@ -201,6 +205,7 @@ export const taskComplete = new PreparedQuery<ITaskCompleteParams,ITaskCompleteR
 /** 'TaskCompleteMany' parameters type */
 export interface ITaskCompleteManyParams {
   outcomes?: stringArray | null | void;
+  retries?: booleanArray | null | void;
   taskIds: NumberOrStringArray;
   taskLeaseIds?: NumberOrStringArray | null | void;
 }
@@ -217,13 +222,13 @@ export interface ITaskCompleteManyQuery {
   result: ITaskCompleteManyResult;
 }
 
-const taskCompleteManyIR: any = {"usedParamSet":{"taskIds":true,"taskLeaseIds":true,"outcomes":true},"params":[{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":82,"b":90}]},{"name":"taskLeaseIds","required":false,"transform":{"type":"scalar"},"locs":[{"a":103,"b":115}]},{"name":"outcomes","required":false,"transform":{"type":"scalar"},"locs":[{"a":128,"b":136}]}],"statement":"select c.task_id as \"taskId!\", c.result as \"result!\"\n  from queues.complete_tasks(:taskIds!::bigint[], :taskLeaseIds::bigint[], :outcomes::text[]) c"};
+const taskCompleteManyIR: any = {"usedParamSet":{"taskIds":true,"taskLeaseIds":true,"outcomes":true,"retries":true},"params":[{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":82,"b":90}]},{"name":"taskLeaseIds","required":false,"transform":{"type":"scalar"},"locs":[{"a":103,"b":115}]},{"name":"outcomes","required":false,"transform":{"type":"scalar"},"locs":[{"a":128,"b":136}]},{"name":"retries","required":false,"transform":{"type":"scalar"},"locs":[{"a":147,"b":154}]}],"statement":"select c.task_id as \"taskId!\", c.result as \"result!\"\n  from queues.complete_tasks(:taskIds!::bigint[], :taskLeaseIds::bigint[], :outcomes::text[], :retries::boolean[]) c"};
 
 /**
  * Query generated from SQL:
  * ```
  * select c.task_id as "taskId!", c.result as "result!"
- *   from queues.complete_tasks(:taskIds!::bigint[], :taskLeaseIds::bigint[], :outcomes::text[]) c
+ *   from queues.complete_tasks(:taskIds!::bigint[], :taskLeaseIds::bigint[], :outcomes::text[], :retries::boolean[]) c
  * ```
  */
 export const taskCompleteMany = new PreparedQuery<ITaskCompleteManyParams,ITaskCompleteManyResult>(taskCompleteManyIR);
@@ -234,6 +239,7 @@ export interface ITaskSettleParams {
   errorMessages?: stringArray | null | void;
   errorTaskIds?: NumberOrStringArray | null | void;
   outcomes?: stringArray | null | void;
+  retries?: booleanArray | null | void;
   startedLeaseIds: NumberOrStringArray;
   startedTaskIds: NumberOrStringArray;
   taskIds: NumberOrStringArray;
@@ -253,17 +259,53 @@ export interface ITaskSettleQuery {
   result: ITaskSettleResult;
 }
 
-const taskSettleIR: any = {"usedParamSet":{"startedTaskIds":true,"startedLeaseIds":true,"taskIds":true,"taskLeaseIds":true,"outcomes":true,"errorTaskIds":true,"errorMessages":true},"params":[{"name":"startedTaskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":99,"b":114}]},{"name":"startedLeaseIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":127,"b":143}]},{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":156,"b":164}]},{"name":"taskLeaseIds","required":false,"transform":{"type":"scalar"},"locs":[{"a":204,"b":216}]},{"name":"outcomes","required":false,"transform":{"type":"scalar"},"locs":[{"a":229,"b":237}]},{"name":"errorTaskIds","required":false,"transform":{"type":"scalar"},"locs":[{"a":248,"b":260}]},{"name":"errorMessages","required":false,"transform":{"type":"scalar"},"locs":[{"a":273,"b":286}]}],"statement":"select s.task_id as \"taskId!\", s.kind as \"kind!\", s.result as \"result!\"\n  from queues.settle_tasks(:startedTaskIds!::bigint[], :startedLeaseIds!::bigint[], :taskIds!::bigint[],\n                           :taskLeaseIds::bigint[], :outcomes::text[], :errorTaskIds::bigint[], :errorMessages::text[]) s"};
+const taskSettleIR: any = {"usedParamSet":{"startedTaskIds":true,"startedLeaseIds":true,"taskIds":true,"taskLeaseIds":true,"outcomes":true,"retries":true,"errorTaskIds":true,"errorMessages":true},"params":[{"name":"startedTaskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":99,"b":114}]},{"name":"startedLeaseIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":127,"b":143}]},{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":156,"b":164}]},{"name":"taskLeaseIds","required":false,"transform":{"type":"scalar"},"locs":[{"a":204,"b":216}]},{"name":"outcomes","required":false,"transform":{"type":"scalar"},"locs":[{"a":229,"b":237}]},{"name":"retries","required":false,"transform":{"type":"scalar"},"locs":[{"a":248,"b":255}]},{"name":"errorTaskIds","required":false,"transform":{"type":"scalar"},"locs":[{"a":296,"b":308}]},{"name":"errorMessages","required":false,"transform":{"type":"scalar"},"locs":[{"a":321,"b":334}]}],"statement":"select s.task_id as \"taskId!\", s.kind as \"kind!\", s.result as \"result!\"\n  from queues.settle_tasks(:startedTaskIds!::bigint[], :startedLeaseIds!::bigint[], :taskIds!::bigint[],\n                           :taskLeaseIds::bigint[], :outcomes::text[], :retries::boolean[],\n                           :errorTaskIds::bigint[], :errorMessages::text[]) s"};
 
 /**
  * Query generated from SQL:
  * ```
  * select s.task_id as "taskId!", s.kind as "kind!", s.result as "result!"
  *   from queues.settle_tasks(:startedTaskIds!::bigint[], :startedLeaseIds!::bigint[], :taskIds!::bigint[],
- *                            :taskLeaseIds::bigint[], :outcomes::text[], :errorTaskIds::bigint[], :errorMessages::text[]) s
+ *                            :taskLeaseIds::bigint[], :outcomes::text[], :retries::boolean[],
+ *                            :errorTaskIds::bigint[], :errorMessages::text[]) s
  * ```
  */
 export const taskSettle = new PreparedQuery<ITaskSettleParams,ITaskSettleResult>(taskSettleIR);
+
+
+/** 'TaskRunSteps' parameters type */
+export interface ITaskRunStepsParams {
+  functionNames: stringArray;
+  payloads: unknownArray;
+  taskIds: NumberOrStringArray;
+  taskLeaseIds: NumberOrStringArray;
+}
+
+/** 'TaskRunSteps' return type */
+export interface ITaskRunStepsResult {
+  error: string | null;
+  note: string | null;
+  outcome: string | null;
+  result: string;
+  taskId: string;
+}
+
+/** 'TaskRunSteps' query type */
+export interface ITaskRunStepsQuery {
+  params: ITaskRunStepsParams;
+  result: ITaskRunStepsResult;
+}
+
+const taskRunStepsIR: any = {"usedParamSet":{"taskIds":true,"taskLeaseIds":true,"functionNames":true,"payloads":true},"params":[{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":105,"b":113}]},{"name":"taskLeaseIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":126,"b":139}]},{"name":"functionNames","required":true,"transform":{"type":"scalar"},"locs":[{"a":152,"b":166}]},{"name":"payloads","required":true,"transform":{"type":"scalar"},"locs":[{"a":177,"b":186}]}],"statement":"select s.task_id as \"taskId!\", s.result as \"result!\", s.outcome, s.error, s.note\n  from queues.run_steps(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :functionNames!::text[], :payloads!::jsonb[]) s"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select s.task_id as "taskId!", s.result as "result!", s.outcome, s.error, s.note
+ *   from queues.run_steps(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :functionNames!::text[], :payloads!::jsonb[]) s
+ * ```
+ */
+export const taskRunSteps = new PreparedQuery<ITaskRunStepsParams,ITaskRunStepsResult>(taskRunStepsIR);
 
 
 /** 'TaskFail' parameters type */
@@ -293,6 +335,36 @@ const taskFailIR: any = {"usedParamSet":{"taskId":true,"errorMessage":true,"task
  * ```
  */
 export const taskFail = new PreparedQuery<ITaskFailParams,ITaskFailResult>(taskFailIR);
+
+
+/** 'TaskInterrupt' parameters type */
+export interface ITaskInterruptParams {
+  errorMessage: string;
+  maxInterruptions?: number | null | void;
+  taskId: NumberOrString;
+  taskLeaseId: NumberOrString;
+}
+
+/** 'TaskInterrupt' return type */
+export interface ITaskInterruptResult {
+  result: string;
+}
+
+/** 'TaskInterrupt' query type */
+export interface ITaskInterruptQuery {
+  params: ITaskInterruptParams;
+  result: ITaskInterruptResult;
+}
+
+const taskInterruptIR: any = {"usedParamSet":{"taskId":true,"taskLeaseId":true,"errorMessage":true,"maxInterruptions":true},"params":[{"name":"taskId","required":true,"transform":{"type":"scalar"},"locs":[{"a":29,"b":36}]},{"name":"taskLeaseId","required":true,"transform":{"type":"scalar"},"locs":[{"a":47,"b":59}]},{"name":"errorMessage","required":true,"transform":{"type":"scalar"},"locs":[{"a":70,"b":83}]},{"name":"maxInterruptions","required":false,"transform":{"type":"scalar"},"locs":[{"a":92,"b":108}]}],"statement":"select queues.interrupt_task(:taskId!::bigint, :taskLeaseId!::bigint, :errorMessage!::text, :maxInterruptions::integer) as \"result!\""};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select queues.interrupt_task(:taskId!::bigint, :taskLeaseId!::bigint, :errorMessage!::text, :maxInterruptions::integer) as "result!"
+ * ```
+ */
+export const taskInterrupt = new PreparedQuery<ITaskInterruptParams,ITaskInterruptResult>(taskInterruptIR);
 
 
 /** 'TaskExtendLeases' parameters type */

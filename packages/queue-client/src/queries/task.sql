@@ -45,15 +45,23 @@ select queues.complete_task(:taskId!::bigint, :taskLeaseId::bigint, :outcome::te
 
 /* @name TaskCompleteMany */
 select c.task_id as "taskId!", c.result as "result!"
-  from queues.complete_tasks(:taskIds!::bigint[], :taskLeaseIds::bigint[], :outcomes::text[]) c;
+  from queues.complete_tasks(:taskIds!::bigint[], :taskLeaseIds::bigint[], :outcomes::text[], :retries::boolean[]) c;
 
 /* @name TaskSettle */
 select s.task_id as "taskId!", s.kind as "kind!", s.result as "result!"
   from queues.settle_tasks(:startedTaskIds!::bigint[], :startedLeaseIds!::bigint[], :taskIds!::bigint[],
-                           :taskLeaseIds::bigint[], :outcomes::text[], :errorTaskIds::bigint[], :errorMessages::text[]) s;
+                           :taskLeaseIds::bigint[], :outcomes::text[], :retries::boolean[],
+                           :errorTaskIds::bigint[], :errorMessages::text[]) s;
+
+/* @name TaskRunSteps */
+select s.task_id as "taskId!", s.result as "result!", s.outcome, s.error, s.note
+  from queues.run_steps(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :functionNames!::text[], :payloads!::jsonb[]) s;
 
 /* @name TaskFail */
 select queues.fail_task(:taskId!::bigint, :errorMessage!::text, :taskLeaseId::bigint) as "errorId!";
+
+/* @name TaskInterrupt */
+select queues.interrupt_task(:taskId!::bigint, :taskLeaseId!::bigint, :errorMessage!::text, :maxInterruptions::integer) as "result!";
 
 /* @name TaskExtendLeases */
 select e.task_id as "taskId!", e.task_lease_id as "taskLeaseId!", e.expires_at as "expiresAt!"

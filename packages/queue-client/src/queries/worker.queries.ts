@@ -5,6 +5,7 @@ export type stringArray = (string)[];
 
 /** 'WorkerHeartbeat' parameters type */
 export interface IWorkerHeartbeatParams {
+  heartbeatIntervalMs?: number | null | void;
   taskTypes: stringArray;
   workerId: string;
 }
@@ -20,12 +21,12 @@ export interface IWorkerHeartbeatQuery {
   result: IWorkerHeartbeatResult;
 }
 
-const workerHeartbeatIR: any = {"usedParamSet":{"workerId":true,"taskTypes":true},"params":[{"name":"workerId","required":true,"transform":{"type":"scalar"},"locs":[{"a":38,"b":47}]},{"name":"taskTypes","required":true,"transform":{"type":"scalar"},"locs":[{"a":56,"b":66}]}],"statement":"select queues.record_worker_heartbeat(:workerId!::text, :taskTypes!::text[]) as \"recorded\""};
+const workerHeartbeatIR: any = {"usedParamSet":{"workerId":true,"taskTypes":true,"heartbeatIntervalMs":true},"params":[{"name":"workerId","required":true,"transform":{"type":"scalar"},"locs":[{"a":38,"b":47}]},{"name":"taskTypes","required":true,"transform":{"type":"scalar"},"locs":[{"a":56,"b":66}]},{"name":"heartbeatIntervalMs","required":false,"transform":{"type":"scalar"},"locs":[{"a":77,"b":96}]}],"statement":"select queues.record_worker_heartbeat(:workerId!::text, :taskTypes!::text[], :heartbeatIntervalMs::integer) as \"recorded\""};
 
 /**
  * Query generated from SQL:
  * ```
- * select queues.record_worker_heartbeat(:workerId!::text, :taskTypes!::text[]) as "recorded"
+ * select queues.record_worker_heartbeat(:workerId!::text, :taskTypes!::text[], :heartbeatIntervalMs::integer) as "recorded"
  * ```
  */
 export const workerHeartbeat = new PreparedQuery<IWorkerHeartbeatParams,IWorkerHeartbeatResult>(workerHeartbeatIR);
@@ -56,5 +57,34 @@ const workerStoppedIR: any = {"usedParamSet":{"workerId":true},"params":[{"name"
  * ```
  */
 export const workerStopped = new PreparedQuery<IWorkerStoppedParams,IWorkerStoppedResult>(workerStoppedIR);
+
+
+/** 'WorkerRevokeLeases' parameters type */
+export interface IWorkerRevokeLeasesParams {
+  workerId: string;
+}
+
+/** 'WorkerRevokeLeases' return type */
+export interface IWorkerRevokeLeasesResult {
+  taskId: string;
+  taskLeaseId: string;
+}
+
+/** 'WorkerRevokeLeases' query type */
+export interface IWorkerRevokeLeasesQuery {
+  params: IWorkerRevokeLeasesParams;
+  result: IWorkerRevokeLeasesResult;
+}
+
+const workerRevokeLeasesIR: any = {"usedParamSet":{"workerId":true},"params":[{"name":"workerId","required":true,"transform":{"type":"scalar"},"locs":[{"a":100,"b":109}]}],"statement":"select r.task_id as \"taskId!\", r.task_lease_id as \"taskLeaseId!\"\n  from queues.revoke_worker_leases(:workerId!::text) r"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select r.task_id as "taskId!", r.task_lease_id as "taskLeaseId!"
+ *   from queues.revoke_worker_leases(:workerId!::text) r
+ * ```
+ */
+export const workerRevokeLeases = new PreparedQuery<IWorkerRevokeLeasesParams,IWorkerRevokeLeasesResult>(workerRevokeLeasesIR);
 
 

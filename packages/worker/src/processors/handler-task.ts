@@ -12,12 +12,16 @@
  * completion's effects: it, the error row and the completion commit in one transaction,
  * fenced by the lease (see Completer). Handler names are
  * optional; without a before_handler the provider gets the task payload minus the
- * handler names. A connection failure records nothing: the task runs again (providers
- * get the same idempotency key).
+ * handler names. A transient error (connection, deadlock, serialization) records nothing
+ * of the run: the worker interrupts it (counted; the task runs again after a backoff and
+ * is abandoned once this keeps happening), and the provider gets the same idempotency key
+ * (the before handler's, from the attempt). A validation failure from the before handler
+ * is final (never retried). Messages are sanitized (error-class.ts) before they reach
+ * the error handler or an error row.
  */
 import { handlerTaskPayload, type Provider } from '@org/handler-types';
 import type { JsonObject } from '@org/queue-client';
-import { errorMessage, isTransient } from '../completion.js';
+import { errorMessage, isTransient, sanitizeMessage } from '../error-class.js';
 import { failureOf, HandlerInvoker } from '../handler-invoker.js';
 import type { Processor, TaskContext, TaskOutcome } from '../processor.js';
 
@@ -49,7 +53,8 @@ export function handlerTaskProcessor<P>(provider: Provider<P>): Processor {
         }
         if (!result.ok) return fail(context, invoker, onError, result.error);
         const failure = failureOf(before, result.envelope);
-        if (failure) return fail(context, invoker, onError, failure);
+        // A validation failure is final: no retry would find the input valid.
+        if (failure) return fail(context, invoker, onError, failure, result.envelope.outcome === 'invalid');
         input = result.envelope.payload;
       } else {
         input = Object.fromEntries(Object.entries(original).filter(([key]) => !HANDLER_FIELDS.includes(key)));
@@ -100,18 +105,21 @@ function fail(
   { task }: TaskContext,
   _invoker: HandlerInvoker,
   onError: string | undefined,
-  message: string,
+  unsafeMessage: string,
+  final = false,
 ): TaskOutcome {
-  if (!onError) return { outcome: 'failed', error: message };
+  // The error handler and the error row get the same message, one PostgreSQL can store.
+  const message = sanitizeMessage(unsafeMessage);
+  const base: TaskOutcome = final ? { outcome: 'failed', error: message, final } : { outcome: 'failed', error: message };
+  if (!onError) return base;
   return {
-    outcome: 'failed',
-    error: message,
+    ...base,
     async effects(tx): Promise<TaskOutcome> {
       const result = await new HandlerInvoker(tx).call(onError, { original_payload: task.payload, error: message });
       const failure = result.ok ? failureOf(onError, result.envelope) : result.error;
-      return { outcome: 'failed', error: message, extraErrors: failure ? [failure] : [] };
+      return { ...base, extraErrors: failure ? [failure] : [] };
     },
     // The error handler raised: its writes rolled back; record both errors and complete.
-    onEffectsError: (error) => ({ outcome: 'failed', error: message, extraErrors: [`${onError} raised: ${errorMessage(error)}`] }),
+    onEffectsError: (error) => ({ ...base, extraErrors: [`${onError} raised: ${errorMessage(error)}`] }),
   };
 }

@@ -22,12 +22,17 @@ export const scenario: Scenario = {
       LEASE_SECONDS: '30', LOG_LEVEL: 'info', ...extra,
     });
 
-    // a) Within the grace period: 10 tasks, 4 slots, each 1.5 s; SIGTERM once 4 run.
+    // a) Within the grace period: 10 tasks, 4 slots, each 1.5 s; the worker claims all 10
+    // into its local queue (PREFETCH default); SIGTERM once 4 run.
     const ids = await enqueue(10, 1500);
     const graceMs = 8000;
+    const started = async () =>
+      (await one(db, 'select count(*)::int as n from queues.task_lease_started where task_id = any($1::bigint[])', [ids])).n as number;
     const a = startWorker({ env: env({ CONCURRENCY: '4', SHUTDOWN_GRACE_MS: String(graceMs) }), script: 'entry', prefix: 's5a' });
     try {
-      await waitFor(async () => (await leased(a.id)) === 4, 20_000, 50);
+      await waitFor(async () => (await leased(a.id)) === 10 && (await started()) === 4, 20_000, 50);
+      const queuedReleased = async () =>
+        (await one(db, `select count(*)::int as n from queues.task_lease_release r join queues.task_lease l using (task_lease_id) where l.task_id = any($1::bigint[])`, [ids])).n as number;
       const signalled = Date.now();
       a.process.kill('SIGTERM');
       const exit = await a.exited;
@@ -45,7 +50,8 @@ export const scenario: Scenario = {
         succeeded: outcomes.filter((o) => o === 'succeeded').length,
         open: outcomes.filter((o) => o === null).length,
       }, { succeeded: 4, open: 6 });
-      r.equal('a) no claim after the signal', await leased(a.id), 4);
+      r.equal('a) no claim after the signal (10 claimed before it: 4 running, 6 queued)', await leased(a.id), 10);
+      r.equal('a) the 6 queued tasks were released at once, never started', { released: await queuedReleased(), started: await started() }, { released: 6, started: 4 });
       r.check('a) logged worker_stopping ... worker_stopped', events.includes('worker_stopping') && events.at(-1) === 'worker_stopped', JSON.stringify(events.slice(-3)));
     } finally {
       killAll([a]);

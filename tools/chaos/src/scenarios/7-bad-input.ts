@@ -13,19 +13,26 @@ type Expect =
   | { status: number; message: RegExp };
 
 interface SqlCase {
-  surface: 'enqueue' | 'kickoff' | 'run_function' | 'api';
+  surface: 'enqueue' | 'kickoff' | 'run_function' | 'api' | 'worker functions';
   name: string;
   run: () => Promise<unknown>;
   expect: Expect;
 }
 
 interface WorkerCase {
-  surface: 'result envelope' | 'handler result' | 'db_function payload';
+  surface: 'result envelope' | 'handler result' | 'db_function payload' | 'task code errors' | 'provider errors';
   name: string;
   taskType: 'db_function' | 'email';
   payload: Record<string, unknown>;
   error: RegExp;
   providerCalls: number;
+  /** Expected outcome (default failed), leases (default 1) and interruptions (default 0). */
+  outcome?: string;
+  leases?: number;
+  interruptions?: number;
+  maxAttempts?: number;
+  /** The fake Resend fails the call with this message (run one at a time, after the others). */
+  providerFailure?: string;
 }
 
 const SCHEMAS = ['queues', 'internal', 'comms', 'files', 'accounts', 'api', 'admin', 'schedules', 'learning'];
@@ -53,6 +60,7 @@ function diff(before: Record<string, number>, after: Record<string, number>): Re
 }
 
 const TEN_MB = 'x'.repeat(10 * 1024 * 1024);
+const DEEP = `${'{"a":'.repeat(5000)}1${'}'.repeat(5000)}`;
 const INJECTION = `x'); drop table queues.task; --`;
 
 function sqlCases(db: ChaosDb): SqlCase[] {
@@ -88,6 +96,11 @@ function sqlCases(db: ChaosDb): SqlCase[] {
     { surface: 'enqueue', name: 'enqueue_many: one bad element rejects the batch', run: many('[{"task_type": "db_function", "payload": {}}, {"task_type": "nope", "payload": {}}]'), expect: { code: '22023', message: /tasks\[1\]: unknown task_type 'nope'/ } },
     { surface: 'enqueue', name: 'enqueue_many: priority of the wrong type', run: many('[{"task_type": "db_function", "payload": {}, "priority": "high"}]'), expect: { code: '22P02', message: /integer/ } },
     { surface: 'enqueue', name: 'enqueue_many: 10001 tasks', run: many(JSON.stringify(Array.from({ length: 10001 }, () => ({ task_type: 'db_function', payload: {} })))), expect: { code: '54000', message: /at most 10000 tasks per call/ } },
+    { surface: 'enqueue', name: 'scheduled_at infinity', run: q('app', `select queues.enqueue('db_function', '{}'::jsonb, 'infinity')`), expect: { code: '22023', message: /scheduled_at must be a finite time/ } },
+    { surface: 'enqueue', name: 'scheduled_at -infinity', run: q('app', `select queues.enqueue('db_function', '{}'::jsonb, '-infinity')`), expect: { code: '22023', message: /scheduled_at must be a finite time/ } },
+    { surface: 'enqueue', name: 'enqueue_many: scheduled_at infinity', run: many('[{"task_type": "db_function", "payload": {}, "scheduled_at": "infinity"}]'), expect: { code: '22023', message: /tasks\[0\]: scheduled_at must be a finite time/ } },
+    { surface: 'enqueue', name: 'payload nested 5000 deep', run: enqueue('db_function', DEEP), expect: { code: '54000', message: /payload is nested deeper than 64 levels/ } },
+    { surface: 'enqueue', name: 'enqueue_many: payload nested 5000 deep', run: many(`[{"task_type": "db_function", "payload": ${DEEP}}]`), expect: { code: '54000', message: /tasks\[0\]: payload is nested deeper than 64 levels/ } },
     { surface: 'enqueue', name: 'enqueue as the worker role (forbidden)', run: q('worker', `select queues.enqueue('db_function', '{}'::jsonb)`), expect: { code: '42501', message: /permission denied for function enqueue/ } },
     // kickoff functions
     { surface: 'kickoff', name: 'send_email: null to_address', run: email('a@example.com', null, 'S', 'H'), expect: { validation: /to_address must be an email address/ } },
@@ -114,6 +127,13 @@ function sqlCases(db: ChaosDb): SqlCase[] {
     { surface: 'run_function', name: 'unknown function', run: run('comms.nope'), expect: { code: '42883', message: /does not exist/ } },
     { surface: 'run_function', name: 'existing but not registered', run: run('queues.rebuild_task_pending'), expect: { code: /^42/, message: /does not exist|not registered/ } },
     { surface: 'run_function', name: 'null name', run: run(null), expect: { code: '22004', message: /function_name must not be null/ } },
+    // functions only the worker calls
+    { surface: 'worker functions', name: 'record_worker_heartbeat: 100,000 task types', run: q('worker', `select queues.record_worker_heartbeat('s7-many', $1::text[], 1000)`, [Array.from({ length: 100_000 }, (_, i) => `t${i}`)]), expect: { code: '54000', message: /over the limit of 1000/ } },
+    { surface: 'worker functions', name: 'record_worker_heartbeat: task type not a name', run: q('worker', `select queues.record_worker_heartbeat('s7-bad', array[$1], 1000)`, [INJECTION]), expect: { code: '22023', message: /task_types must be task type names/ } },
+    { surface: 'worker functions', name: 'record_worker_heartbeat: heartbeat interval 0', run: q('worker', `select queues.record_worker_heartbeat('s7-zero', array['email'], 0)`), expect: { code: '22023', message: /heartbeat_interval_ms must be between/ } },
+    { surface: 'worker functions', name: 'fail_task: NUL byte in the message (the worker sanitizes first)', run: q('worker', 'select queues.fail_task(1, $1)', ['bad\u0000byte']), expect: { code: '22021', message: /0x00/ } },
+    { surface: 'worker functions', name: 'interrupt_task: empty message', run: q('worker', `select queues.interrupt_task(1, 1, ' ')`), expect: { code: '22004', message: /error_message must not be empty/ } },
+    { surface: 'worker functions', name: 'complete_tasks: retries of the wrong length', run: q('worker', `select * from queues.complete_tasks(array[1]::bigint[], null, null, array[true, false])`), expect: { code: '22023', message: /retries must have one element per task/ } },
     { surface: 'run_function', name: 'zero-width space in the name', run: run('internal.no\u200bop'), expect: { code: '22023', message: /invalid function_name/ } },
   ];
 }
@@ -145,6 +165,21 @@ const WORKER_CASES: WorkerCase[] = [
   bad('email', 'before handler name not runnable', { ...handlers, before_handler: 'pg_catalog.pg_sleep' }, /./, 'handler result'),
   bad('email', 'handler name of the wrong type', { ...handlers, before_handler: 42 }, /invalid handler names/, 'handler result'),
   bad('email', 'success handler returns a malformed result', { ...handlers, before: { ...goodEmail, idempotency_key: 'chaos-7-success' }, success_result: 'garbage' }, /./, 'handler result', 1),
+  // Task code raising SQLSTATEs that look like the queue's: a task failure, recorded once.
+  bad('db_function', 'step raises 55000 (like the append-only trigger)', { db_function: 'chaos.raise', code: '55000', message: 'queues.task is append-only: rows are never updated' }, /chaos\.raise raised: queues\.task is append-only/, 'task code errors'),
+  bad('email', 'success handler raises 55000 after the provider call', { ...handlers, success_handler: 'chaos.raise', code: '55000', message: 'currval of sequence is not yet defined in this session', before: { ...goodEmail, idempotency_key: 'chaos-7-55000' } }, /succeeded but chaos\.raise raised: currval/, 'task code errors', 1),
+  {
+    ...bad('db_function', 'step always deadlocks (40P01): abandoned after MAX_LEASES interruptions', { db_function: 'chaos.raise', code: '40P01', message: 'deadlock detected' }, /abandoned: 5 transient errors \(max 5\); the last: deadlock detected/, 'task code errors'),
+    outcome: 'abandoned', leases: 5, interruptions: 4,
+  },
+  {
+    ...bad('db_function', 'validation failure with max_attempts 3: not retried', { db_function: 'chaos.step', key: 's7-invalid-retry', result: { success: false, validation_failure_message: 'no such account' } }, /chaos\.step: validation failure: no such account/, 'task code errors'),
+    maxAttempts: 3,
+  },
+  {
+    ...bad('email', 'provider error with a NUL byte and an unpaired surrogate', { ...handlers, before: { ...goodEmail, idempotency_key: 'chaos-7-nul' } }, /mailbox\ufffd full \ufffd/, 'provider errors', 1),
+    providerFailure: 'mailbox\u0000 full \ud800',
+  },
 ];
 
 function apiCases(inject: (o: { method: string; url: string; payload?: string; headers?: Record<string, string> }) => Promise<{ statusCode: number; body: string }>, token: string): SqlCase[] {
@@ -243,9 +278,15 @@ export const scenario: Scenario = {
     const resend = await startFakeResend();
     const before = await rowCounts(db);
     const ids: string[] = [];
-    for (const c of WORKER_CASES) {
-      ids.push(String((await db.pool('app').query('select queues.enqueue($1, $2::jsonb) as id', [c.taskType, JSON.stringify(c.payload)])).rows[0].id));
-    }
+    const enqueueCase = async (c: WorkerCase) =>
+      String(
+        (await db.pool('app').query('select queues.enqueue($1, $2::jsonb, null, null, null, $3) as id', [c.taskType, JSON.stringify(c.payload), c.maxAttempts ?? null]))
+          .rows[0].id,
+      );
+    const completedAll = async (taskIds: string[]) =>
+      (await db.query('select count(*)::int as n from queues.task_completed where task_id = any($1::bigint[])', [taskIds])).rows[0]!.n === taskIds.length;
+    const firstPhase = WORKER_CASES.filter((c) => !c.providerFailure);
+    for (const c of firstPhase) ids.push(await enqueueCase(c));
     const worker = new Worker({
       databaseUrl: db.url('worker'), roles: ['db_function', 'email'], workerId: `s7-${process.pid}`, concurrency: 4, pollIntervalMs: 100,
       heartbeatIntervalMs: 2000, leaseSeconds: 30, maxLeases: 5, shutdownGraceMs: 2000, logger: createLogger('silent'),
@@ -254,10 +295,15 @@ export const scenario: Scenario = {
         .register('email', handlerTaskProcessor(createResendEmailProvider({ apiKey: 're_chaos_key', baseUrl: resend.url }))),
     });
     await worker.start();
-    const done = await waitFor(
-      async () => (await db.query('select count(*)::int as n from queues.task_completed where task_id = any($1::bigint[])', [ids])).rows[0]!.n === ids.length,
-      60_000,
-    );
+    let done = await waitFor(() => completedAll(ids), 60_000);
+    // Provider failures, one at a time: the fake fails the next call.
+    for (const c of WORKER_CASES.filter((x) => x.providerFailure)) {
+      resend.failNext(1, 500, c.providerFailure);
+      const id = await enqueueCase(c);
+      ids.push(id);
+      done = (await waitFor(() => completedAll([id]), 30_000)) && done;
+    }
+    const cases = [...firstPhase, ...WORKER_CASES.filter((x) => x.providerFailure)];
     await worker.stop();
     await resend.close();
     const facts = (
@@ -272,24 +318,31 @@ export const scenario: Scenario = {
       const key = String(req.headers['idempotency-key'] ?? '');
       calls.set(key, (calls.get(key) ?? 0) + 1);
     }
-    WORKER_CASES.forEach((c, i) => {
+    const leases = new Map(
+      (await db.query<{ id: string; n: number }>('select task_id::text as id, count(*)::int as n from queues.task_lease where task_id = any($1::bigint[]) group by 1', [ids])).rows.map((x) => [x.id, x.n]),
+    );
+    cases.forEach((c, i) => {
       const f = facts.find((x) => x.id === ids[i])!;
       const error = (f.errors ?? []).join(' | ');
       const key = String((c.payload.before as { idempotency_key?: string } | undefined)?.idempotency_key ?? '');
       const providerCalls = key ? (calls.get(key) ?? 0) : 0;
       bySurface[c.surface] = (bySurface[c.surface] ?? 0) + 1;
-      const ok = f.outcome === 'failed' && c.error.test(error) && error.length > 0 && providerCalls === c.providerCalls;
-      if (r.check(`${c.surface}: ${c.name}`, ok, `${f.outcome}: ${error.slice(0, 200)}; provider calls ${providerCalls}`)) passed++;
+      const leaseCount = leases.get(ids[i]!) ?? 0;
+      const ok =
+        f.outcome === (c.outcome ?? 'failed') && c.error.test(error) && error.length > 0 && providerCalls === c.providerCalls && leaseCount === (c.leases ?? 1);
+      if (r.check(`${c.surface}: ${c.name}`, ok, `${f.outcome}: ${error.slice(0, 200)}; provider calls ${providerCalls}; leases ${leaseCount}`)) passed++;
     });
-    r.check('worker cases: no provider call beyond the expected ones', resend.requests.length === WORKER_CASES.reduce((s, c) => s + c.providerCalls, 0), `${resend.requests.length} calls`);
+    r.check('worker cases: no provider call beyond the expected ones', resend.requests.length === cases.reduce((s, c) => s + c.providerCalls, 0), `${resend.requests.length} calls`);
     // Nothing but the tasks' own queue facts changed (handler_call rows are the error handlers').
     const changed = diff(before, await rowCounts(db));
-    const n = WORKER_CASES.length;
+    const n = cases.length;
     const errorsAdded = changed['queues.error'] ?? 0;
     delete changed['queues.error'];
     r.check('worker cases: each failed task has an error row', done && errorsAdded >= n, `${errorsAdded} error rows for ${n} tasks`);
+    const interruptions = cases.reduce((s, c) => s + (c.interruptions ?? 0), 0);
     r.equal('worker cases: only the tasks\' own facts changed', changed, {
-      'queues.task': n, 'queues.task_completed': n, 'queues.task_lease': n, 'queues.task_lease_started': n,
+      'queues.task': n, 'queues.task_completed': n, 'queues.task_lease': cases.reduce((s, c) => s + (c.leases ?? 1), 0),
+      ...(interruptions > 0 ? { 'queues.task_interruption': interruptions, 'queues.task_lease_release': interruptions } : {}),
     });
     r.figure('cases', r.checks.length - 3);
     for (const [surface, count] of Object.entries(bySurface)) r.figure(`cases: ${surface}`, count);

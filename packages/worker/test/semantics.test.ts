@@ -1,0 +1,327 @@
+// The real Worker against a real PostgreSQL where task code and the queue's answers
+// meet: task errors that look like lease loss, completions made by someone else, a
+// second lease of a task the worker is still running, transient errors that never end,
+// validation failures with attempts left, unprintable error messages, steps blocked on
+// a lock.
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
+import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import type { Provider } from '@org/handler-types';
+import {
+  createLogger,
+  dbFunctionProcessor,
+  handlerTaskProcessor,
+  ProcessorRegistry,
+  Worker,
+  type WorkerOptions,
+} from '../src/index.js';
+import { effects, eventually, factsOf, handlerCalls, installFixtures } from './support/fixtures.js';
+
+let db: TestDatabase;
+const workers: Worker[] = [];
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  await installFixtures(db);
+  const worker = db.roles.worker;
+  await db.query(`
+    create schema fixture_sem;
+    create sequence fixture_sem.success_tries;
+    -- Task code that raises whatever SQLSTATE and message the payload names (directly,
+    -- or from a success handler's original payload).
+    create function fixture_sem.raise(payload jsonb) returns jsonb
+      language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
+    declare
+      _code text := coalesce(payload->>'code', payload->'original_payload'->>'success_code');
+    begin
+      raise exception '%', coalesce(payload->>'message', payload->'original_payload'->>'success_message', 'raised')
+        using errcode = _code;
+    end $$;
+    -- A step that updates a fact table: the append-only trigger raises 55000.
+    create function fixture_sem.touch_fact(payload jsonb) returns jsonb
+      language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
+    begin
+      update queues.task set priority = priority where task_id = -1;
+      return '{"success": true}';
+    end $$;
+    -- A success handler whose first call fails with a serialization failure (40001).
+    create function fixture_sem.flaky_success(payload jsonb) returns jsonb
+      language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
+    begin
+      if nextval('fixture_sem.success_tries') = 1 then
+        raise exception 'could not serialize access' using errcode = '40001';
+      end if;
+      insert into fixture.handler_call values ('success', payload);
+      return '{"success": true}';
+    end $$;
+    revoke execute on all functions in schema fixture_sem from public;
+    grant usage on schema fixture_sem to ${worker};
+    grant execute on all functions in schema fixture_sem to ${worker};
+    grant usage, select on sequence fixture_sem.success_tries to ${worker};
+    select internal.register_runnable_function(f::regprocedure)
+      from unnest(array['fixture_sem.raise(jsonb)', 'fixture_sem.touch_fact(jsonb)', 'fixture_sem.flaky_success(jsonb)']) f;
+    -- Supervisor and retry backoffs in milliseconds rather than seconds.
+    insert into internal.setting (name, value) values ('backoff_scale', '0.001')
+      on conflict (name) do update set value = excluded.value;
+  `);
+});
+afterEach(async () => {
+  await Promise.all(workers.splice(0).map((w) => w.stop(0)));
+});
+afterAll(async () => {
+  await db?.drop();
+});
+
+async function enqueue(taskType: string, payload: unknown, maxAttempts: number | null = null): Promise<string> {
+  const { rows } = await db
+    .pool('app')
+    .query('select queues.enqueue($1, $2::jsonb, null, null, null, $3) as id', [taskType, JSON.stringify(payload), maxAttempts]);
+  return rows[0].id;
+}
+
+/** A provider that records each call and, while `gate` is closed, waits for it. */
+function recordingProvider(options: { fail?: string } = {}) {
+  const calls: { to: string; key: string | undefined; taskId: string }[] = [];
+  let running = 0;
+  let maxRunning = 0;
+  let open!: () => void;
+  let gate: Promise<void> | undefined;
+  const provider: Provider<{ to: string; idempotency_key?: string }> = {
+    name: 'recording',
+    payloadSchema: z.strictObject({ to: z.string(), idempotency_key: z.string().optional() }),
+    async send(payload, context) {
+      calls.push({ to: payload.to, key: payload.idempotency_key, taskId: context.taskId });
+      running++;
+      maxRunning = Math.max(maxRunning, running);
+      try {
+        if (gate) await gate;
+        if (options.fail) throw new Error(options.fail);
+        return { ok: true };
+      } finally {
+        running--;
+      }
+    },
+  };
+  return {
+    provider,
+    calls,
+    maxRunning: () => maxRunning,
+    close: () => {
+      gate = new Promise((resolve) => (open = resolve));
+    },
+    open: () => open(),
+  };
+}
+
+async function startWorker(registry: ProcessorRegistry, overrides: Partial<WorkerOptions> = {}): Promise<Worker> {
+  const worker = new Worker({
+    databaseUrl: db.url('worker'),
+    roles: null,
+    workerId: `sem-${Math.random().toString(36).slice(2, 8)}`,
+    concurrency: 4,
+    pollIntervalMs: 100,
+    heartbeatIntervalMs: 500,
+    leaseSeconds: 2,
+    maxLeases: 3,
+    shutdownGraceMs: 500,
+    logger: createLogger('silent'),
+    registry,
+    ...overrides,
+  });
+  workers.push(worker);
+  await worker.start();
+  return worker;
+}
+
+const completed = (id: string) => async () => (await factsOf(db, id)).outcome !== null;
+
+describe('task errors are not lease loss (item 1)', () => {
+  it('a db_function raising 55000 (the append-only trigger) is a task failure, recorded once with its message', async () => {
+    await startWorker(new ProcessorRegistry().register('db_function', dbFunctionProcessor()));
+    const id = await enqueue('db_function', { db_function: 'fixture_sem.touch_fact' });
+    await eventually(completed(id), 'the step to complete', 15_000);
+    const facts = await factsOf(db, id);
+    expect(facts.outcome).toBe('failed');
+    expect(facts.leases).toBe(1);
+    expect(facts.errors).toHaveLength(1);
+    expect(facts.errors[0]).toMatch(/fixture_sem.touch_fact raised: queues.task is append-only/);
+  });
+
+  it('a success handler raising 55000 after the provider call: one provider call, a failure with the message', async () => {
+    const rec = recordingProvider();
+    await startWorker(new ProcessorRegistry().register('test_channel', handlerTaskProcessor(rec.provider)));
+    const id = await enqueue('test_channel', {
+      before_handler: 'fixture.before',
+      before: { success: true, payload: { to: 'sms-once' } },
+      success_handler: 'fixture_sem.raise',
+      success_code: '55000',
+      success_message: 'currval of sequence is not yet defined in this session',
+    });
+    await eventually(completed(id), 'the task to complete', 15_000);
+    const facts = await factsOf(db, id);
+    expect(rec.calls.filter((c) => c.taskId === id)).toHaveLength(1);
+    expect(facts.outcome).toBe('failed');
+    expect(facts.leases).toBe(1);
+    expect(facts.errors).toEqual([
+      expect.stringMatching(/succeeded but fixture_sem.raise raised: currval of sequence is not yet defined/),
+    ]);
+  });
+});
+
+describe('a completion made by someone else (item 2)', () => {
+  it('the task abandoned by another claimer while its step runs: lease_lost, the step’s effects roll back', async () => {
+    const worker = await startWorker(new ProcessorRegistry().register('db_function', dbFunctionProcessor()), { leaseSeconds: 30 });
+    const lost: string[] = [];
+    const done: string[] = [];
+    worker.on('lease_lost', (task) => lost.push(task.taskId));
+    worker.on('completed', (task, report) => done.push(`${task.taskId}:${report.outcome}`));
+    const id = await enqueue('db_function', { db_function: 'fixture.step', key: 'abandoned-under-me', sleep: 1.5 });
+    await eventually(async () => (await factsOf(db, id)).leases === 1, 'the worker to lease the task');
+    // Only a started lease counts towards abandonment: wait until the worker recorded the start.
+    await eventually(
+      async () => (await db.query('select 1 from queues.task_lease_started where task_id = $1', [id])).rowCount === 1,
+      'the worker to start the step',
+    );
+    // Another claimer (with a clock an hour ahead) finds the lease expired and abandons the task.
+    await db.query(`select * from queues.claim_tasks_at(now() + interval '1 hour', 'other', 10, null, 60, 1)`);
+    expect((await factsOf(db, id)).outcome).toBe('abandoned');
+    await eventually(async () => lost.length + done.length > 0, 'the worker to finish the step');
+    expect(done).toEqual([]);
+    expect(lost).toEqual([id]);
+    expect(await effects(db, 'abandoned-under-me')).toBe(0);
+  });
+});
+
+describe('one run of a task at a time (item 4)', () => {
+  it('a second lease of a task the worker is still running is not started until the first run ends', async () => {
+    const rec = recordingProvider();
+    rec.close();
+    await startWorker(new ProcessorRegistry().register('test_channel', handlerTaskProcessor(rec.provider)), {
+      leaseSeconds: 30,
+      heartbeatIntervalMs: 1000,
+      workerId: 'sem-twice',
+    });
+    const id = await enqueue('test_channel', { to: 'twice?' });
+    await eventually(async () => rec.calls.length === 1, 'the provider call');
+    // The worker is taken for dead (last seen an hour ago) and its lease revoked; it is
+    // still running the task, and claims it again.
+    const client = await db.client('owner');
+    try {
+      await client.query('begin');
+      await client.query(`update queues.worker set last_seen_at = now() - interval '1 hour' where worker_id = 'sem-twice'`);
+      const revoked = await client.query(`select * from queues.recover_stale_leases_at(now(), 10)`);
+      expect(revoked.rows.map((r) => r.task_id)).toEqual([id]);
+      await client.query('commit');
+    } finally {
+      await client.end();
+    }
+    await eventually(async () => (await factsOf(db, id)).leases === 2, 'the worker to claim the task again');
+    // Give the second lease time to start if it were going to.
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(rec.maxRunning()).toBe(1);
+    rec.open();
+    await eventually(completed(id), 'the task to complete');
+    expect(rec.maxRunning()).toBe(1);
+    expect((await factsOf(db, id)).outcome).toBe('succeeded');
+  });
+});
+
+describe('transient errors are bounded (item 8)', () => {
+  it('a step that always deadlocks ends dead-lettered with its error, not in an endless loop', async () => {
+    await startWorker(new ProcessorRegistry().register('db_function', dbFunctionProcessor()));
+    const id = await enqueue('db_function', { db_function: 'fixture_sem.raise', code: '40P01', message: 'deadlock detected' });
+    await eventually(completed(id), 'the always-deadlocking step to end', 20_000);
+    const facts = await factsOf(db, id);
+    expect(['failed', 'abandoned']).toContain(facts.outcome);
+    expect(facts.errors.at(-1)).toMatch(/deadlock detected/);
+  });
+
+  it('a transient failure after the provider call: the retry sends the same idempotency key', async () => {
+    const rec = recordingProvider();
+    await startWorker(new ProcessorRegistry().register('test_channel', handlerTaskProcessor(rec.provider)));
+    await handlerCalls(db);
+    const id = await enqueue('test_channel', {
+      before_handler: 'fixture.before',
+      success_handler: 'fixture_sem.flaky_success',
+      before: { success: true, payload: { to: 'once', idempotency_key: 'attempt-77' } },
+    });
+    await eventually(completed(id), 'the task to complete', 15_000);
+    expect((await factsOf(db, id)).outcome).toBe('succeeded');
+    const keys = rec.calls.filter((c) => c.taskId === id).map((c) => c.key);
+    expect(keys.length).toBeGreaterThanOrEqual(2);
+    expect(new Set(keys)).toEqual(new Set(['attempt-77']));
+    expect((await handlerCalls(db)).filter((c) => c.kind === 'success')).toHaveLength(1);
+  });
+});
+
+describe('validation failures are not retried (item 9)', () => {
+  it('a db_function returning validation_failure_message with max_attempts 3 runs once', async () => {
+    await startWorker(new ProcessorRegistry().register('db_function', dbFunctionProcessor()));
+    const id = await enqueue(
+      'db_function',
+      { db_function: 'fixture.step', key: 'invalid-once', result: { success: false, validation_failure_message: 'no such account' } },
+      3,
+    );
+    await eventually(completed(id), 'the step to complete', 15_000);
+    // Give a retry (backoff scaled to milliseconds) the time to happen if it were going to.
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(await effects(db, 'invalid-once')).toBe(1);
+    const facts = await factsOf(db, id);
+    expect(facts.outcome).toBe('failed');
+    expect(facts.leases).toBe(1);
+    expect(facts.errors).toEqual(['fixture.step: validation failure: no such account']);
+  });
+});
+
+describe('error messages are sanitized at the worker boundary (item 10)', () => {
+  it('a NUL byte in a provider’s error: the message is kept, the error handler runs, the task fails once', async () => {
+    const rec = recordingProvider({ fail: 'bounced:\u0000 mailbox \ud800 full' });
+    await startWorker(new ProcessorRegistry().register('test_channel', handlerTaskProcessor(rec.provider)));
+    await handlerCalls(db);
+    const id = await enqueue('test_channel', { to: 'nul', error_handler: 'fixture.on_error' });
+    await eventually(completed(id), 'the task to complete', 15_000);
+    const facts = await factsOf(db, id);
+    expect(facts.outcome).toBe('failed');
+    expect(facts.leases).toBe(1);
+    expect(facts.errors).toHaveLength(1);
+    expect(facts.errors[0]).toMatch(/^recording: bounced:.* mailbox .* full$/);
+    expect(facts.errors[0]).not.toContain('\u0000');
+    const calls = await handlerCalls(db);
+    expect(calls.map((c) => c.kind)).toEqual(['error']);
+    expect(calls[0]!.body.error).toBe(facts.errors[0]);
+  });
+
+  it('a huge error message is kept, capped', async () => {
+    const rec = recordingProvider({ fail: 'x'.repeat(200_000) });
+    await startWorker(new ProcessorRegistry().register('test_channel', handlerTaskProcessor(rec.provider)));
+    const id = await enqueue('test_channel', { to: 'huge', error_handler: 'fixture.on_error' });
+    await eventually(completed(id), 'the task to complete', 15_000);
+    const facts = await factsOf(db, id);
+    expect(facts.outcome).toBe('failed');
+    expect(facts.errors).toHaveLength(1);
+    expect(facts.errors[0]!.length).toBeLessThanOrEqual(10_000 + 20);
+    expect(facts.errors[0]).toMatch(/^recording: xxxx/);
+  });
+});
+
+describe('a step blocked on a lock (item 11)', () => {
+  it('fails with the statement timeout instead of being heartbeated forever', async () => {
+    const locker = await db.client('owner');
+    try {
+      await locker.query('begin');
+      await locker.query('lock table fixture.effect in access exclusive mode');
+      await startWorker(new ProcessorRegistry().register('db_function', dbFunctionProcessor()), {
+        leaseSeconds: 30,
+        statementTimeoutMs: 1000,
+      });
+      const id = await enqueue('db_function', { db_function: 'fixture.step', key: 'blocked' });
+      await eventually(completed(id), 'the blocked step to fail', 15_000);
+      const facts = await factsOf(db, id);
+      expect(facts.outcome).toBe('failed');
+      expect(facts.errors[0]).toMatch(/statement timeout/);
+    } finally {
+      await locker.query('rollback');
+      await locker.end();
+    }
+  });
+});

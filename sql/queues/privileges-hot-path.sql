@@ -1,0 +1,12 @@
+-- Grants of the worker's hot-path functions (settle, steps, revocation of a dead
+-- process's leases); included after the files that define them. queues/privileges.sql
+-- revokes EXECUTE from PUBLIC on every queue function first.
+
+revoke execute on all functions in schema queues from public;
+
+grant execute on function
+  queues.settle_tasks(bigint[], bigint[], bigint[], bigint[], text[], boolean[], bigint[], text[]),
+  queues.run_steps(bigint[], bigint[], text[], jsonb[]),
+  queues.parse_envelope(jsonb),
+  queues.revoke_worker_leases(text)
+to :DATABASE_WORKER;

@@ -1,0 +1,89 @@
+// The hot facts have no foreign keys (migrations/current/120-hotpath.sql says why): the
+// queue's security-definer functions are their only writers, and they must never leave a
+// fact pointing at a task or lease that does not exist. A concurrent workload of
+// claims, starts, completions (fenced, some failed and retried), heartbeats, releases and
+// expiries, then every relation the dropped keys enforced is checked.
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await createTestDatabase();
+});
+afterAll(async () => {
+  await db?.drop();
+});
+
+const ORPHANS: [string, string][] = [
+  ['task_pending -> task', 'select count(*) from queues.task_pending p where not exists (select 1 from queues.task t where t.task_id = p.task_id)'],
+  ['task_lease -> task', 'select count(*) from queues.task_lease l where not exists (select 1 from queues.task t where t.task_id = l.task_id)'],
+  ['task_completed -> task', 'select count(*) from queues.task_completed c where not exists (select 1 from queues.task t where t.task_id = c.task_id)'],
+  ['task_completed -> task_lease of the same task', `select count(*) from queues.task_completed c where c.task_lease_id is not null
+      and not exists (select 1 from queues.task_lease l where l.task_lease_id = c.task_lease_id and l.task_id = c.task_id)`],
+  ['task_lease_started -> task_lease of the same task', `select count(*) from queues.task_lease_started s
+      where not exists (select 1 from queues.task_lease l where l.task_lease_id = s.task_lease_id and l.task_id = s.task_id)`],
+  ['task_lease_extension -> task_lease', 'select count(*) from queues.task_lease_extension x where not exists (select 1 from queues.task_lease l where l.task_lease_id = x.task_lease_id)'],
+  ['task_lease_release -> task_lease', 'select count(*) from queues.task_lease_release r where not exists (select 1 from queues.task_lease l where l.task_lease_id = r.task_lease_id)'],
+  ['error -> task_lease of the same task', `select count(*) from queues.error e where e.task_lease_id is not null
+      and not exists (select 1 from queues.task_lease l where l.task_lease_id = e.task_lease_id and l.task_id = e.task_id)`],
+  ['task_attempt_failed -> task_lease', `select count(*) from queues.task_attempt_failed a where a.task_lease_id is not null
+      and not exists (select 1 from queues.task_lease l where l.task_lease_id = a.task_lease_id and l.task_id = a.task_id)`],
+  ['task_pending.current_lease_id -> task_lease of the same task', `select count(*) from queues.task_pending p where p.current_lease_id is not null
+      and not exists (select 1 from queues.task_lease l where l.task_lease_id = p.current_lease_id and l.task_id = p.task_id)`],
+];
+
+it('no orphan facts after a concurrent workload of claims, starts, completions, retries, heartbeats, releases and expiries', async () => {
+  const app = db.pool('app');
+  await app.query(
+    `select count(*) from queues.enqueue_many((select jsonb_agg(jsonb_build_object('task_type', 'db_function',
+        'payload', jsonb_build_object('n', i), 'max_attempts', 1 + i % 3)) from generate_series(1, 3000) i))`,
+  );
+  const worker = db.pool('worker');
+  const claimer = async (w: number) => {
+    for (let round = 0; round < 40; round++) {
+      const { rows } = await worker.query(`select task_id, task_lease_id from queues.claim_tasks($1, 50, null, 60, 5)`, [`w${w}`]);
+      if (rows.length === 0) break;
+      const ids = rows.map((r) => r.task_id);
+      const leases = rows.map((r) => r.task_lease_id);
+      const third = Math.ceil(rows.length / 3);
+      // Start two thirds; of those, complete some (some failed), extend and release others.
+      await worker.query('select * from queues.settle_tasks($1::bigint[], $2::bigint[], $3::bigint[])', [ids.slice(0, 2 * third), leases.slice(0, 2 * third), []]);
+      await worker.query(
+        `select * from queues.settle_tasks('{}', '{}', $1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::text[])`,
+        [ids.slice(0, third), leases.slice(0, third), ids.slice(0, third).map((_, i) => (i % 4 === 0 ? 'failed' : 'succeeded')),
+         ids.slice(0, third).filter((_, i) => i % 4 === 0), ids.slice(0, third).filter((_, i) => i % 4 === 0).map(() => 'failed on purpose')],
+      );
+      await worker.query('select * from queues.extend_leases($1::bigint[], $2::bigint[], 60)', [ids.slice(third, 2 * third), leases.slice(third, 2 * third)]);
+      await worker.query('select * from queues.release_leases($1::bigint[], $2::bigint[])', [ids.slice(2 * third), leases.slice(2 * third)]);
+      // A late completion with a lease that was released: refused, writes nothing.
+      await worker.query('select * from queues.complete_tasks($1::bigint[], $2::bigint[])', [ids.slice(2 * third, 2 * third + 1), leases.slice(2 * third, 2 * third + 1)]);
+    }
+  };
+  await Promise.all(Array.from({ length: 6 }, (_, w) => claimer(w)));
+  // Leases left to expire, then claimed and completed by the owner's clock (abandonments too).
+  for (let i = 1; i <= 6; i++) {
+    await db.query(`select * from queues.claim_tasks_at(now() + make_interval(mins => $1 * 2), 'late', 1000, null, 60, 2)`, [i]);
+  }
+  for (const [name, sql] of ORPHANS) {
+    const { rows } = await db.query(sql);
+    expect({ relation: name, orphans: Number(rows[0].count) }).toEqual({ relation: name, orphans: 0 });
+  }
+  // The workload did reach every kind of fact.
+  const { rows } = await db.query(`select
+      (select count(*) from queues.task_completed)::int as completed,
+      (select count(*) from queues.task_attempt_failed)::int as retried,
+      (select count(*) from queues.task_lease_release)::int as released,
+      (select count(*) from queues.task_lease_extension)::int as extended,
+      (select count(*) from queues.task_lease_started)::int as started,
+      (select count(*) from queues.error)::int as errors`);
+  for (const [kind, n] of Object.entries(rows[0] as Record<string, number>)) expect(n, kind).toBeGreaterThan(0);
+});
+
+it('truncating queues.task truncates the facts that no longer have keys to it', async () => {
+  await db.query('truncate queues.task cascade');
+  const { rows } = await db.query(`select
+      (select count(*) from queues.task_pending) + (select count(*) from queues.task_lease) + (select count(*) from queues.task_completed)
+      + (select count(*) from queues.task_lease_started) + (select count(*) from queues.task_lease_extension)
+      + (select count(*) from queues.task_lease_release) + (select count(*) from queues.error) as n`);
+  expect(Number(rows[0].n)).toBe(0);
+});

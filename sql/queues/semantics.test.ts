@@ -1,0 +1,282 @@
+// The queue's answers where task code, other claimers, late heartbeats and stale
+// recovery meet: lease loss named only by the queue, fenced completions after someone
+// else completed the task, resource keys and expired leases, stale bounds derived from
+// each worker's heartbeat interval, and bounded inputs.
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await createTestDatabase();
+});
+afterAll(async () => {
+  await db?.drop();
+});
+beforeEach(async () => {
+  await db.query('delete from queues.task_pending; delete from queues.resource_lease');
+});
+
+interface Lease {
+  task_id: string;
+  task_lease_id: string;
+  resource_key?: string | null;
+}
+
+async function enqueue(resourceKey: string | null = null, maxAttempts: number | null = null): Promise<string> {
+  const { rows } = await db
+    .pool('app')
+    .query(`select queues.enqueue('db_function', '{"db_function": "internal.noop"}', null, null, $1, $2) as id`, [
+      resourceKey,
+      maxAttempts,
+    ]);
+  return rows[0].id;
+}
+
+/** Claims as the owner at now + `seconds`, with 60 s leases. */
+async function claimAt(seconds: number, worker = 'w', limit = 1, maxLeases = 5): Promise<Lease[]> {
+  const { rows } = await db.query<Lease>(
+    `select c.task_id, c.task_lease_id, c.resource_key from queues.claim_tasks_at(now() + make_interval(secs => $1), $2, $3, null, 60, $4) c`,
+    [seconds, worker, limit, maxLeases],
+  );
+  return rows;
+}
+
+async function extendAt(seconds: number, leases: Lease[]): Promise<Lease[]> {
+  const { rows } = await db.query<Lease>(
+    `select task_id, task_lease_id from queues.extend_leases_at(now() + make_interval(secs => $1), $2::bigint[], $3::bigint[], 60)`,
+    [seconds, leases.map((l) => l.task_id), leases.map((l) => l.task_lease_id)],
+  );
+  return rows;
+}
+
+async function completeMany(leases: Lease[]): Promise<string[]> {
+  const { rows } = await db
+    .pool('worker')
+    .query('select result from queues.complete_tasks($1::bigint[], $2::bigint[])', [
+      leases.map((l) => l.task_id),
+      leases.map((l) => l.task_lease_id),
+    ]);
+  return rows.map((r) => r.result);
+}
+
+const count = async (sql: string, params: unknown[] = []) => (await db.query(sql, params)).rows[0].n as number;
+
+describe('lease loss is the queue’s own answer', () => {
+  it('complete_task and fail_task mark lease loss (schema queues, constraint task_lease_current); an append-only trigger does not', async () => {
+    const id = await enqueue();
+    const [stale] = await claimAt(0, 'stale');
+    await claimAt(61, 'fresh');
+    const worker = db.pool('worker');
+    await expect(worker.query('select queues.complete_task($1, $2)', [id, stale!.task_lease_id])).rejects.toMatchObject({
+      code: '55000',
+      schema: 'queues',
+      constraint: 'task_lease_current',
+    });
+    await expect(worker.query('select queues.fail_task($1, $2, $3)', [id, 'late', stale!.task_lease_id])).rejects.toMatchObject({
+      code: '55000',
+      schema: 'queues',
+      constraint: 'task_lease_current',
+    });
+    // The same SQLSTATE from the append-only trigger (which task code can reach) carries no marker.
+    const error = await db.query('update queues.task set priority = 1 where false').catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: '55000' });
+    expect((error as { constraint?: string }).constraint).toBeUndefined();
+  });
+});
+
+describe('a fenced completion after someone else completed the task', () => {
+  it('abandoned by another claimer: the holder’s fenced completion is lease_lost, not already_completed', async () => {
+    const id = await enqueue();
+    const [holder] = await claimAt(0, 'holder');
+    // Another claimer finds the lease expired and abandons the task (max_leases 1).
+    expect(await claimAt(61, 'other', 1, 1)).toEqual([]);
+    expect((await db.query('select outcome from queues.task_completed where task_id = $1', [id])).rows).toEqual([
+      { outcome: 'abandoned' },
+    ]);
+    expect(await completeMany([holder!])).toEqual(['lease_lost']);
+    await expect(db.pool('worker').query('select queues.complete_task($1, $2)', [id, holder!.task_lease_id])).rejects.toMatchObject({
+      code: '55000',
+    });
+    // Nor may it record an error against the task someone else completed.
+    await expect(
+      db.pool('worker').query('select queues.fail_task($1, $2, $3)', [id, 'late', holder!.task_lease_id]),
+    ).rejects.toMatchObject({ code: '55000', constraint: 'task_lease_current' });
+  });
+
+  it('completed without a lease by someone else: the holder’s fenced completion is lease_lost', async () => {
+    const id = await enqueue();
+    const [holder] = await claimAt(0, 'holder');
+    await db.pool('worker').query(`select * from queues.complete_tasks(array[$1]::bigint[], null, array['cancelled'])`, [id]);
+    expect(await completeMany([holder!])).toEqual(['lease_lost']);
+    await expect(db.pool('worker').query('select queues.complete_task($1, $2)', [id, holder!.task_lease_id])).rejects.toMatchObject({
+      code: '55000',
+    });
+  });
+
+  it('the holder repeating its own completion is still already_completed (idempotent)', async () => {
+    await enqueue();
+    const [holder] = await claimAt(0, 'holder');
+    expect(await completeMany([holder!])).toEqual(['completed']);
+    expect(await completeMany([holder!])).toEqual(['already_completed']);
+  });
+});
+
+describe('resource keys and late heartbeats', () => {
+  it('the exact race: T1 misses its heartbeat, T2 takes key K, T1’s late heartbeat and completion are refused', async () => {
+    const t1 = await enqueue('K');
+    const [l1] = await claimAt(0, 'w1');
+    expect(l1!.task_id).toBe(t1);
+    // Two more tasks on K, ahead of T1 in claim order.
+    const [t2, t3] = await Promise.all(
+      [10, 5].map(async (priority) => {
+        const { rows } = await db
+          .pool('app')
+          .query(`select queues.enqueue('db_function', '{"db_function": "internal.noop"}', null, $1, 'K') as id`, [priority]);
+        return rows[0].id as string;
+      }),
+    );
+    // T1's lease expired at 60 s; at 61 s T2 takes K.
+    const [l2] = await claimAt(61, 'w2', 10);
+    expect(l2!.task_id).toBe(t2);
+    // T1's heartbeat arrives late: its lease must not come back to life.
+    expect(await extendAt(62, [l1!])).toEqual([]);
+    // K stays T2's: neither T3 nor T1 is claimed while T2's lease lives.
+    expect(await claimAt(63, 'w3', 10)).toEqual([]);
+    expect(await completeMany([l1!])).toEqual(['lease_lost']);
+    expect(await count('select count(*)::int as n from queues.task_completed where task_id = $1', [t1])).toBe(0);
+    expect(t3).toBeDefined();
+  });
+
+  it('T1 expired, T2 took K and completed: T1 can neither extend nor complete', async () => {
+    const t1 = await enqueue('K2', null);
+    const [l1] = await claimAt(0, 'w1');
+    expect(l1!.task_id).toBe(t1);
+    // A second task on the key, scheduled first in order by priority.
+    const { rows } = await db
+      .pool('app')
+      .query(`select queues.enqueue('db_function', '{"db_function": "internal.noop"}', null, 10, 'K2') as id`);
+    const t2 = rows[0].id as string;
+    const [l2] = await claimAt(61, 'w2');
+    expect(l2!.task_id).toBe(t2);
+    expect(await extendAt(62, [l1!])).toEqual([]);
+    expect(await completeMany([l2!])).toEqual(['completed']);
+    expect(await extendAt(63, [l1!])).toEqual([]);
+    expect(await completeMany([l1!])).toEqual(['lease_lost']);
+  });
+
+  it('an expired lease whose key nobody took is still extended', async () => {
+    await enqueue('K3');
+    const [l1] = await claimAt(0, 'w1');
+    expect(await extendAt(70, [l1!])).toHaveLength(1);
+    expect(await completeMany([l1!])).toEqual(['completed']);
+  });
+
+  it('concurrently: 20 keys, claimers and late heartbeats never give two tasks live leases on one key', async () => {
+    const keys = Array.from({ length: 20 }, (_, i) => `key-${i}`);
+    for (const key of keys) for (let i = 0; i < 3; i++) await enqueue(key);
+    // Rounds of the clock, 40 s apart with 60 s leases: a holder that skips a round's
+    // heartbeat is expired by the next one. Each round, four claimers and the holders'
+    // on-time heartbeats run concurrently, then the late heartbeats arrive.
+    const held: Lease[] = [];
+    let contested = 0;
+    let doubleHeld = 0;
+    for (let round = 1; round <= 12; round++) {
+      const at = round * 40;
+      const mine = held.splice(0);
+      const late = mine.filter((_, i) => (i + round) % 3 === 0);
+      const onTime = mine.filter((_, i) => (i + round) % 3 !== 0);
+      const [claims, extended] = await Promise.all([
+        Promise.all([0, 1, 2, 3].map((c) => claimAt(at, `c${c}`, 3))),
+        extendAt(at - 30, onTime),
+      ]);
+      const claimedKeys = new Set(claims.flat().map((l) => l.resource_key));
+      contested += late.filter((l) => claimedKeys.has(l.resource_key)).length;
+      const revived = await extendAt(at + 1, late);
+      // The invariant at this moment of the clock: one live lease per key.
+      doubleHeld += await count(
+        `select count(*)::int as n from (
+           select p.resource_key from queues.task_pending p
+            where p.resource_key like 'key-%' and p.current_lease_id is not null
+              and p.available_at > now() + make_interval(secs => $1)
+            group by p.resource_key having count(*) > 1) x`,
+        [at + 1],
+      );
+      const alive = [...extended, ...revived].map((l) => mine.find((m) => m.task_lease_id === l.task_lease_id)!);
+      // Half of the live holders complete, the others go on.
+      await completeMany(alive.filter((_, i) => i % 2 === 0));
+      held.push(...alive.filter((_, i) => i % 2 === 1), ...claims.flat());
+    }
+    expect(contested).toBeGreaterThan(0);
+    expect(doubleHeld).toBe(0);
+  });
+});
+
+describe('stale recovery', () => {
+  it('a worker heartbeating every 30 s is not stale 11 s after its last heartbeat, whatever bound is asked', async () => {
+    const id = await enqueue();
+    const worker = db.pool('worker');
+    // No interval given: the documented default of 30 s is assumed.
+    await worker.query(`select queues.record_worker_heartbeat('healthy', array['db_function'])`);
+    const [lease] = (await worker.query(`select task_id, task_lease_id from queues.claim_tasks('healthy', 1, null, 300)`)).rows;
+    expect(lease.task_id).toBe(id);
+    const revoked = await db.query(`select * from queues.recover_stale_leases_at(now() + interval '11 seconds', 10)`);
+    expect(revoked.rows).toEqual([]);
+    // Silent for longer than three of its heartbeat intervals, it is stale.
+    const late = await db.query(`select task_id from queues.recover_stale_leases_at(now() + interval '91 seconds', 10)`);
+    expect(late.rows).toEqual([{ task_id: id }]);
+  });
+
+  it('admin.recover_stale_leases does not revoke a worker that heartbeats within its own interval', async () => {
+    const id = await enqueue();
+    const worker = db.pool('worker');
+    await worker.query(`select queues.record_worker_heartbeat('slow-beat', array['db_function'], 60000)`);
+    await worker.query(`select task_id from queues.claim_tasks('slow-beat', 1, null, 300)`);
+    await db.query(`update queues.worker set last_seen_at = now() - interval '20 seconds' where worker_id = 'slow-beat'`);
+    const { rows } = await db.pool('owner').query(`select * from admin.recover_stale_leases(10)`);
+    expect(rows).toEqual([]);
+    expect(await count('select count(*)::int as n from queues.task_pending where task_id = $1 and current_lease_id is not null', [id])).toBe(1);
+  });
+});
+
+describe('bounded inputs', () => {
+  it.each(['infinity', '-infinity'])('enqueue refuses scheduled_at %s, writes nothing', async (when) => {
+    const before = await count('select count(*)::int as n from queues.task');
+    await expect(
+      db.pool('app').query(`select queues.enqueue('db_function', '{}', $1::timestamptz)`, [when]),
+    ).rejects.toMatchObject({ code: '22023', message: expect.stringContaining('scheduled_at') });
+    await expect(
+      db.pool('app').query('select * from queues.enqueue_many($1::jsonb)', [
+        JSON.stringify([{ task_type: 'db_function', payload: {}, scheduled_at: when }]),
+      ]),
+    ).rejects.toMatchObject({ code: '22023', message: expect.stringContaining('tasks[0]: scheduled_at') });
+    expect(await count('select count(*)::int as n from queues.task')).toBe(before);
+  });
+
+  it('enqueue refuses JSON nested deeper than the limit, writes nothing', async () => {
+    const before = await count('select count(*)::int as n from queues.task');
+    const deep = '{"a":'.repeat(5000) + '1' + '}'.repeat(5000);
+    await expect(db.pool('app').query(`select queues.enqueue('db_function', $1::jsonb)`, [deep])).rejects.toMatchObject({
+      code: '54000',
+      message: expect.stringContaining('nested deeper than'),
+    });
+    const deepArray = `{"a":${'['.repeat(200)}1${']'.repeat(200)}}`;
+    await expect(
+      db.pool('app').query('select * from queues.enqueue_many($1::jsonb)', [`[{"task_type": "db_function", "payload": ${deepArray}}]`]),
+    ).rejects.toMatchObject({ code: '54000', message: expect.stringContaining('tasks[0]: payload is nested deeper than') });
+    expect(await count('select count(*)::int as n from queues.task')).toBe(before);
+    // Nesting within the limit is fine.
+    const ok = '{"a":'.repeat(30) + '1' + '}'.repeat(30);
+    await expect(db.pool('app').query(`select queues.enqueue('db_function', $1::jsonb)`, [ok])).resolves.toBeTruthy();
+  });
+
+  it('record_worker_heartbeat refuses a task-type list over the limit', async () => {
+    const types = Array.from({ length: 100_000 }, (_, i) => `t${i}`);
+    await expect(
+      db.pool('worker').query(`select queues.record_worker_heartbeat('many', $1::text[], 30000)`, [types]),
+    ).rejects.toMatchObject({ code: '54000' });
+    await expect(
+      db.pool('worker').query(`select queues.record_worker_heartbeat('long', array[repeat('x', 1000)], 30000)`),
+    ).rejects.toMatchObject({ code: '22023' });
+    expect(await count(`select count(*)::int as n from queues.worker where worker_id in ('many', 'long')`)).toBe(0);
+  });
+});
