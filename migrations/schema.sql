@@ -1186,6 +1186,97 @@ create table queues.task_default partition of queues.task (
 CREATE UNIQUE INDEX task_default_pkey ON queues.task_default USING btree (task_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
+create table queues.task_interruption (
+  task_lease_id bigint not null,
+  task_id bigint not null,
+  interrupted_at timestamp with time zone default now() not null,
+  retry_at timestamp with time zone not null,
+  error_message text not null,
+  constraint task_interruption_error_message_not_null NOT NULL error_message,
+  constraint task_interruption_interrupted_at_not_null NOT NULL interrupted_at,
+  constraint task_interruption_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_interruption_retry_at_not_null NOT NULL retry_at,
+  constraint task_interruption_task_id_not_null NOT NULL task_id,
+  constraint task_interruption_task_lease_id_not_null NOT NULL task_lease_id
+) partition by RANGE (task_id);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_interruption is 'Append-only: a lease ended by a transient error; the task runs again at retry_at.';
+CREATE UNIQUE INDEX task_interruption_pkey ON ONLY queues.task_interruption USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_interruption FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_interruption_default partition of queues.task_interruption (
+  task_lease_id bigint not null,
+  task_id bigint not null,
+  interrupted_at timestamp with time zone default now() not null,
+  retry_at timestamp with time zone not null,
+  error_message text not null,
+  constraint task_interruption_default_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_interruption_error_message_not_null NOT NULL error_message,
+  constraint task_interruption_interrupted_at_not_null NOT NULL interrupted_at,
+  constraint task_interruption_retry_at_not_null NOT NULL retry_at,
+  constraint task_interruption_task_id_not_null NOT NULL task_id,
+  constraint task_interruption_task_lease_id_not_null NOT NULL task_lease_id
+) DEFAULT;
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_interruption_default_pkey ON queues.task_interruption_default USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_interruption_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_interruption_p0 partition of queues.task_interruption (
+  task_lease_id bigint not null,
+  task_id bigint not null,
+  interrupted_at timestamp with time zone default now() not null,
+  retry_at timestamp with time zone not null,
+  error_message text not null,
+  constraint task_interruption_error_message_not_null NOT NULL error_message,
+  constraint task_interruption_interrupted_at_not_null NOT NULL interrupted_at,
+  constraint task_interruption_p0_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_interruption_retry_at_not_null NOT NULL retry_at,
+  constraint task_interruption_task_id_not_null NOT NULL task_id,
+  constraint task_interruption_task_lease_id_not_null NOT NULL task_lease_id
+) FOR VALUES FROM ('0') TO ('1000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_interruption_p0_pkey ON queues.task_interruption_p0 USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_interruption_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_interruption_p1000000 partition of queues.task_interruption (
+  task_lease_id bigint not null,
+  task_id bigint not null,
+  interrupted_at timestamp with time zone default now() not null,
+  retry_at timestamp with time zone not null,
+  error_message text not null,
+  constraint task_interruption_error_message_not_null NOT NULL error_message,
+  constraint task_interruption_interrupted_at_not_null NOT NULL interrupted_at,
+  constraint task_interruption_p1000000_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_interruption_retry_at_not_null NOT NULL retry_at,
+  constraint task_interruption_task_id_not_null NOT NULL task_id,
+  constraint task_interruption_task_lease_id_not_null NOT NULL task_lease_id
+) FOR VALUES FROM ('1000000') TO ('2000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_interruption_p1000000_pkey ON queues.task_interruption_p1000000 USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_interruption_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_interruption_p2000000 partition of queues.task_interruption (
+  task_lease_id bigint not null,
+  task_id bigint not null,
+  interrupted_at timestamp with time zone default now() not null,
+  retry_at timestamp with time zone not null,
+  error_message text not null,
+  constraint task_interruption_error_message_not_null NOT NULL error_message,
+  constraint task_interruption_interrupted_at_not_null NOT NULL interrupted_at,
+  constraint task_interruption_p2000000_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_interruption_retry_at_not_null NOT NULL retry_at,
+  constraint task_interruption_task_id_not_null NOT NULL task_id,
+  constraint task_interruption_task_lease_id_not_null NOT NULL task_lease_id
+) FOR VALUES FROM ('2000000') TO ('3000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_interruption_p2000000_pkey ON queues.task_interruption_p2000000 USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_interruption_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
 create table queues.task_lease (
   task_lease_id bigint generated always as identity not null,
   task_id bigint not null,
@@ -1702,9 +1793,11 @@ create table queues.task_pending (
   released_count integer default 0 not null,
   max_attempts integer default 1 not null,
   failed_attempts integer default 0 not null,
+  interrupted_count integer default 0 not null,
   unstarted_count integer default 0 not null,
   constraint task_pending_available_at_not_null NOT NULL available_at,
   constraint task_pending_failed_attempts_not_null NOT NULL failed_attempts,
+  constraint task_pending_interrupted_count_not_null NOT NULL interrupted_count,
   constraint task_pending_lease_count_not_null NOT NULL lease_count,
   constraint task_pending_max_attempts_not_null NOT NULL max_attempts,
   constraint task_pending_pkey PRIMARY KEY (task_id),
@@ -1815,6 +1908,8 @@ create table queues.worker (
   started_at timestamp with time zone default now() not null,
   last_seen_at timestamp with time zone default now() not null,
   stopped_at timestamp with time zone,
+  heartbeat_interval_ms integer,
+  constraint worker_heartbeat_interval_ms_check CHECK (((heartbeat_interval_ms >= 1) AND (heartbeat_interval_ms <= 86400000))),
   constraint worker_last_seen_at_not_null NOT NULL last_seen_at,
   constraint worker_pkey PRIMARY KEY (worker_id),
   constraint worker_started_at_not_null NOT NULL started_at,
@@ -5353,6 +5448,10 @@ begin
       _where, pg_column_size(_payload), queues.max_payload_bytes()
       using errcode = '54000';
   end if;
+  if queues.is_payload_too_deep(_payload) then
+    raise exception '%payload is nested deeper than % levels', _where, queues.max_payload_depth()
+      using errcode = '54000';
+  end if;
   if _priority is not null and _priority not between -1000 and 1000 then
     raise exception '%priority must be between -1000 and 1000, got %', _where, _priority
       using errcode = '22023';
@@ -5523,8 +5622,10 @@ begin
       from picked pk where pk.poisoned
   ),
   abandoned as (
+    -- No lease: the claimer abandoning the task does not hold one, so the last holder's
+    -- fenced completion is refused as lease_lost.
     insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome)
-    select pk.task_id, pk.current_lease_id, _now, 'abandoned' from picked pk where pk.poisoned
+    select pk.task_id, null, _now, 'abandoned' from picked pk where pk.poisoned
   ),
   abandoned_removed as (
     delete from queues.task_pending p
@@ -5581,8 +5682,11 @@ begin
   if _result = 'unknown_task' then
     raise exception 'task % does not exist', _task_id using errcode = '23503';
   elsif _result = 'lease_lost' then
+    -- The queue's lease-loss marker: SQLSTATE 55000 with schema queues and constraint
+    -- task_lease_current (clients read lease loss from it, not from 55000 alone).
     raise exception 'lease % is no longer the current lease of task %', _task_lease_id, _task_id
-      using errcode = '55000', hint = 'Another worker claimed the task after this lease expired.';
+      using errcode = '55000', schema = 'queues', constraint = 'task_lease_current',
+            hint = 'Another worker claimed the task after this lease expired, or it was completed without this lease.';
   end if;
   return _result in ('completed', 'retry_scheduled');
 end;
@@ -5591,7 +5695,7 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.complete_tasks(_task_ids bigint[], _task_lease_ids bigint[] DEFAULT NULL::bigint[], _outcomes text[] DEFAULT NULL::text[])
+CREATE OR REPLACE FUNCTION queues.complete_tasks(_task_ids bigint[], _task_lease_ids bigint[] DEFAULT NULL::bigint[], _outcomes text[] DEFAULT NULL::text[], _retries boolean[] DEFAULT NULL::boolean[])
  RETURNS TABLE(task_id bigint, result text)
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -5625,6 +5729,10 @@ begin
     raise exception 'unknown outcome %; expected succeeded, failed, abandoned or cancelled',
       quote_literal(left(_bad, 100)) using errcode = '22023';
   end if;
+  if _retries is not null and cardinality(_retries) <> cardinality(_task_ids) then
+    raise exception 'retries must have one element per task (% tasks, % retries)',
+      cardinality(_task_ids), cardinality(_retries) using errcode = '22023';
+  end if;
   if (select count(distinct t) <> count(*) from unnest(_task_ids) t) then
     raise exception 'task_ids must not repeat a task' using errcode = '22023';
   end if;
@@ -5633,23 +5741,30 @@ begin
 
   return query
   with input as (
-    select i.task_id, i.task_lease_id, coalesce(i.outcome, 'succeeded') as outcome, i.ord
+    select i.task_id, i.task_lease_id, coalesce(i.outcome, 'succeeded') as outcome,
+           coalesce(i.retry, true) as may_retry, i.ord
       from unnest(_task_ids,
                   coalesce(_task_lease_ids, array_fill(null::bigint, array[cardinality(_task_ids)])),
-                  coalesce(_outcomes, array_fill(null::text, array[cardinality(_task_ids)])))
-           with ordinality as i(task_id, task_lease_id, outcome, ord)
+                  coalesce(_outcomes, array_fill(null::text, array[cardinality(_task_ids)])),
+                  coalesce(_retries, array_fill(null::boolean, array[cardinality(_task_ids)])))
+           with ordinality as i(task_id, task_lease_id, outcome, retry, ord)
   ),
   -- The pending rows this call may act on, locked: a concurrent claim skips them, a
   -- concurrent completion waits and then finds nothing.
   held as (
     select p.task_id, p.current_lease_id, p.resource_key, i.task_lease_id, i.outcome,
-           i.outcome = 'failed' and p.failed_attempts + 1 < p.max_attempts as retry,
+           i.outcome = 'failed' and i.may_retry and p.failed_attempts + 1 < p.max_attempts as retry,
            p.failed_attempts
       from queues.task_pending p
       join input i on i.task_id = p.task_id
      -- A primary-key probe per task, whatever the planner estimates for the input.
      where p.task_id = any (_task_ids)
-       and (i.task_lease_id is null or p.current_lease_id = i.task_lease_id)
+       and (i.task_lease_id is null
+            or (p.current_lease_id = i.task_lease_id
+                -- A keyed task completes under its lease only while it holds its key.
+                and (p.resource_key is null
+                     or exists (select 1 from queues.resource_lease r
+                                 where r.resource_key = p.resource_key and r.task_id = p.task_id))))
        for update of p
   ),
   -- Simple retries: a failed attempt with attempts left runs again after a backoff.
@@ -5676,7 +5791,9 @@ begin
   ),
   completed as (
     insert into queues.task_completed (task_id, task_lease_id, outcome)
-    select h.task_id, coalesce(h.task_lease_id, h.current_lease_id), h.outcome
+    -- The lease the caller held; null when it passed none. A fenced caller is told
+    -- 'already_completed' only for a completion made under its own lease.
+    select h.task_id, h.task_lease_id, h.outcome
       from held h where not h.retry
     on conflict do nothing
     returning task_completed.task_id
@@ -5710,7 +5827,7 @@ begin
    order by i.ord;
 end;
 $function$;
-  -- queues.complete_tasks(_task_ids bigint[], _task_lease_ids bigint[], _outcomes text[]): owner :DATABASE_OWNER
+  -- queues.complete_tasks(_task_ids bigint[], _task_lease_ids bigint[], _outcomes text[], _retries boolean[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
@@ -5766,21 +5883,8 @@ CREATE OR REPLACE FUNCTION queues.enqueue(_task_type text, _payload jsonb, _sche
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-declare
-  _task queues.task;
 begin
-  perform queues.assert_valid_task(_task_type, _payload, _priority, _resource_key, _max_attempts);
-
-  insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
-  values (_task_type, _payload, coalesce(_priority, 0), _resource_key,
-          coalesce(_max_attempts, 1), coalesce(_scheduled_at, now()))
-  returning * into _task;
-
-  insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
-  values (_task.task_id, _task.task_type, _task.priority, _task.scheduled_at,
-          _task.resource_key, _task.scheduled_at, _task.max_attempts);
-
-  return _task.task_id;
+  return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts);
 end;
 $function$;
   -- queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer): owner :DATABASE_OWNER
@@ -5792,6 +5896,49 @@ CREATE OR REPLACE FUNCTION queues.enqueue_many(_tasks jsonb)
  RETURNS TABLE(task_id bigint)
  LANGUAGE plpgsql
  SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  return query select t.task_id from queues.enqueue_tasks(_tasks) t;
+end;
+$function$;
+  -- queues.enqueue_many(_tasks jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _task_id bigint;
+begin
+  perform queues.assert_valid_task(_task_type, _payload, _priority, _resource_key, _max_attempts);
+  if _scheduled_at is not null and not isfinite(_scheduled_at) then
+    raise exception 'scheduled_at must be a finite time, got %', _scheduled_at using errcode = '22023';
+  end if;
+
+  with inserted as (
+    insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
+    values (_task_type, _payload, coalesce(_priority, 0), _resource_key,
+            coalesce(_max_attempts, 1), coalesce(_scheduled_at, now()))
+    returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts
+  )
+  insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
+  select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts
+    from inserted i
+  returning task_id into _task_id;
+
+  return _task_id;
+end;
+$function$;
+  -- queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.enqueue_tasks(_tasks jsonb)
+ RETURNS TABLE(task_id bigint)
+ LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
@@ -5823,6 +5970,8 @@ begin
             when e.value -> 'payload' is null then '22004'
             when jsonb_typeof(e.value -> 'payload') <> 'object' then '22023'
             when pg_column_size(e.value -> 'payload') > queues.max_payload_bytes() then '54000'
+            when queues.is_payload_too_deep(e.value -> 'payload') then '54000'
+            when not isfinite((e.value ->> 'scheduled_at')::timestamptz) then '22023'
             when (e.value ->> 'priority')::integer not between -1000 and 1000 then '22023'
             when length(e.value ->> 'resource_key') not between 1 and 200 then '22023'
             when (e.value ->> 'max_attempts')::integer not between 1 and 100 then '22023'
@@ -5836,6 +5985,10 @@ begin
             when jsonb_typeof(e.value -> 'payload') <> 'object' then format('payload must be a JSON object, got %s', jsonb_typeof(e.value -> 'payload'))
             when pg_column_size(e.value -> 'payload') > queues.max_payload_bytes() then
               format('payload is %s bytes, over the limit of %s bytes', pg_column_size(e.value -> 'payload'), queues.max_payload_bytes())
+            when queues.is_payload_too_deep(e.value -> 'payload') then
+              format('payload is nested deeper than %s levels', queues.max_payload_depth())
+            when not isfinite((e.value ->> 'scheduled_at')::timestamptz) then
+              format('scheduled_at must be a finite time, got %s', e.value ->> 'scheduled_at')
             when (e.value ->> 'priority')::integer not between -1000 and 1000 then
               format('priority must be between -1000 and 1000, got %s', e.value ->> 'priority')
             when length(e.value ->> 'resource_key') not between 1 and 200 then 'resource_key must be 1 to 200 characters'
@@ -5885,8 +6038,7 @@ begin
   select i.task_id from inserted i order by i.task_id;
 end;
 $function$;
-  -- queues.enqueue_many(_tasks jsonb): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- queues.enqueue_tasks(_tasks jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.extend_leases(_task_ids bigint[], _task_lease_ids bigint[], _lease_seconds integer DEFAULT NULL::integer)
@@ -5915,6 +6067,10 @@ begin
     raise exception 'lease_seconds must be between 1 and 86400, got %',
       coalesce(_lease_seconds::text, 'null') using errcode = '22023';
   end if;
+  -- The rows first, in task_id order, as complete_tasks locks them (a primary-key probe of
+  -- `= any`): a heartbeat and a completion batch that share tasks then wait for each other
+  -- instead of deadlocking.
+  perform 1 from queues.task_pending p where p.task_id = any (_task_ids) order by p.task_id for no key update;
 
   return query
   with extended as (
@@ -5923,6 +6079,12 @@ begin
       from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)
      where p.task_id = i.task_id
        and p.current_lease_id = i.task_lease_id
+       -- A keyed task extends only while it holds its key: once an expired lease's key
+       -- went to another task (which may hold it still, or have completed), the lease
+       -- is lost and must not come back to life beside the other task's.
+       and (p.resource_key is null
+            or exists (select 1 from queues.resource_lease r
+                        where r.resource_key = p.resource_key and r.task_id = p.task_id))
     returning p.task_id, p.current_lease_id, p.available_at, p.resource_key
   ),
   recorded as (
@@ -5971,9 +6133,14 @@ begin
        or exists (select 1 from queues.task_lease_release r
                    where r.task_id = _task_id and r.task_lease_id = _task_lease_id)
        or exists (select 1 from queues.task_lease_revocation v
-                   where v.task_id = _task_id and v.task_lease_id = _task_lease_id) then
+                   where v.task_id = _task_id and v.task_lease_id = _task_lease_id)
+       -- Completed by anyone not passing this lease (another worker, an unfenced call,
+       -- the queue abandoning it): the holder's run is over.
+       or exists (select 1 from queues.task_completed c
+                   where c.task_id = _task_id and c.task_lease_id is distinct from _task_lease_id) then
       raise exception 'lease % is no longer the current lease of task %', _task_lease_id, _task_id
-        using errcode = '55000', hint = 'Another worker claimed the task after this lease expired.';
+        using errcode = '55000', schema = 'queues', constraint = 'task_lease_current',
+              hint = 'Another worker claimed the task after this lease expired.';
     end if;
   end if;
   if length(_message) > queues.max_error_message_length() then
@@ -6104,9 +6271,103 @@ CREATE OR REPLACE FUNCTION queues.history_tables()
 AS $function$
   select array['task', 'task_lease', 'task_completed', 'error', 'task_lease_extension',
                'task_lease_release', 'task_lease_revocation', 'task_attempt_failed', 'task_redriven',
-               'task_lease_started']
+               'task_lease_started', 'task_interruption']
 $function$;
   -- queues.history_tables(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.interrupt_task(_task_id bigint, _task_lease_id bigint, _error_message text, _max_interruptions integer DEFAULT NULL::integer)
+ RETURNS text
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select queues.interrupt_task_at(now(), _task_id, _task_lease_id, _error_message, coalesce(_max_interruptions, 5))
+$function$;
+  -- queues.interrupt_task(_task_id bigint, _task_lease_id bigint, _error_message text, _max_interruptions integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.interrupt_task_at(_now timestamp with time zone, _task_id bigint, _task_lease_id bigint, _error_message text, _max_interruptions integer)
+ RETURNS text
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _pending queues.task_pending;
+  _message text := _error_message;
+  _retry_at timestamptz;
+begin
+  if _now is null or _task_id is null or _task_lease_id is null then
+    raise exception 'now, task_id and task_lease_id must not be null' using errcode = '22004';
+  end if;
+  if _message is null or btrim(_message) = '' then
+    raise exception 'error_message must not be empty' using errcode = '22004';
+  end if;
+  if _max_interruptions is null or _max_interruptions not between 1 and 100 then
+    raise exception 'max_interruptions must be between 1 and 100, got %', coalesce(_max_interruptions::text, 'null')
+      using errcode = '22023';
+  end if;
+  if length(_message) > queues.max_error_message_length() then
+    _message := left(_message, queues.max_error_message_length()) || ' [truncated]';
+  end if;
+
+  perform queues.lock_resource_keys(array[_task_id]);
+  select p.* into _pending
+    from queues.task_pending p
+   where p.task_id = _task_id
+     and p.current_lease_id = _task_lease_id
+     and (p.resource_key is null
+          or exists (select 1 from queues.resource_lease r
+                      where r.resource_key = p.resource_key and r.task_id = p.task_id))
+     for update;
+  if not found then
+    if not exists (select 1 from queues.task t where t.task_id = _task_id) then
+      return 'unknown_task';
+    end if;
+    return 'lease_lost';
+  end if;
+
+  delete from queues.resource_lease r
+   where _pending.resource_key is not null and r.resource_key = _pending.resource_key and r.task_id = _task_id;
+
+  if _pending.interrupted_count + 1 >= _max_interruptions then
+    insert into queues.error (task_id, task_lease_id, error_message)
+    values (_task_id, _task_lease_id,
+            format('abandoned: %s transient errors (max %s); the last: %s',
+                   _pending.interrupted_count + 1, _max_interruptions, _message));
+    insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome)
+    values (_task_id, _task_lease_id, _now, 'abandoned');
+    delete from queues.task_pending p where p.task_id = _task_id;
+    return 'abandoned';
+  end if;
+
+  _retry_at := _now + internal.backoff(_pending.interrupted_count, 300) / 5;
+  insert into queues.task_lease_release (task_id, task_lease_id, released_at) values (_task_id, _task_lease_id, _now)
+  on conflict do nothing;
+  insert into queues.task_interruption (task_lease_id, task_id, interrupted_at, retry_at, error_message)
+  values (_task_lease_id, _task_id, _now, _retry_at, _message);
+  -- Counted as a release (it is not an expired lease) and as an interruption.
+  update queues.task_pending p
+     set available_at = _retry_at,
+         current_lease_id = null,
+         released_count = p.released_count + 1,
+         interrupted_count = p.interrupted_count + 1
+   where p.task_id = _task_id;
+  return 'retry_scheduled';
+end;
+$function$;
+  -- queues.interrupt_task_at(_now timestamp with time zone, _task_id bigint, _task_lease_id bigint, _error_message text, _max_interruptions integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.is_payload_too_deep(_payload jsonb)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select jsonb_path_exists(_payload, 'strict $.**{65}') $function$;
+  -- queues.is_payload_too_deep(_payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.last_task_id()
@@ -6282,6 +6543,15 @@ AS $function$ select 1048576 $function$;
   -- queues.max_payload_bytes(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.max_payload_depth()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select 64 $function$;
+  -- queues.max_payload_depth(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.notify_task_ready()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -6294,6 +6564,73 @@ end;
 $function$;
   -- queues.notify_task_ready(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.parse_envelope(_result jsonb, OUT outcome text, OUT message text)
+ RETURNS record
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _extra text;
+  _error text;
+  _invalid text;
+begin
+  if _result is null or jsonb_typeof(_result) = 'null' then
+    outcome := 'malformed'; message := 'malformed result envelope: expected an object, got null'; return;
+  end if;
+  if jsonb_typeof(_result) <> 'object' then
+    outcome := 'malformed';
+    message := format('malformed result envelope: expected an object, got %s',
+                      case jsonb_typeof(_result) when 'array' then 'an array' else 'a ' || jsonb_typeof(_result) end);
+    return;
+  end if;
+  if _result ? 'status' and _result ? 'success' then
+    outcome := 'malformed'; message := 'malformed result envelope: has both "status" and "success"'; return;
+  end if;
+  if _result ? 'status' then
+    select string_agg(k, ', ') into _extra from jsonb_object_keys(_result) k where k not in ('status', 'payload');
+    if _extra is not null then
+      outcome := 'malformed'; message := format('malformed result envelope: unrecognized key(s) %s', _extra); return;
+    end if;
+    if jsonb_typeof(_result -> 'status') <> 'string' or length(_result ->> 'status') not between 1 and 200 then
+      outcome := 'malformed'; message := 'malformed result envelope: status must be a string of 1 to 200 characters'; return;
+    end if;
+    if _result ->> 'status' = 'succeeded' then outcome := 'succeeded'; else outcome := 'status'; message := _result ->> 'status'; end if;
+    return;
+  end if;
+  if _result ? 'success' then
+    select string_agg(k, ', ') into _extra from jsonb_object_keys(_result) k
+     where k not in ('success', 'error', 'validation_failure_message', 'payload');
+    if _extra is not null then
+      outcome := 'malformed'; message := format('malformed result envelope: unrecognized key(s) %s', _extra); return;
+    end if;
+    if jsonb_typeof(_result -> 'success') <> 'boolean' then
+      outcome := 'malformed'; message := 'malformed result envelope: success must be a boolean'; return;
+    end if;
+    if coalesce(jsonb_typeof(_result -> 'error'), 'null') not in ('string', 'null')
+       or coalesce(jsonb_typeof(_result -> 'validation_failure_message'), 'null') not in ('string', 'null')
+       or length(_result ->> 'error') > 100000 or length(_result ->> 'validation_failure_message') > 100000 then
+      outcome := 'malformed'; message := 'malformed result envelope: error and validation_failure_message must be strings'; return;
+    end if;
+    _error := nullif(btrim(coalesce(_result ->> 'error', '')), '');
+    _invalid := nullif(btrim(coalesce(_result ->> 'validation_failure_message', '')), '');
+    if _error is not null then outcome := 'error'; message := _result ->> 'error'; return; end if;
+    if _invalid is not null then outcome := 'invalid'; message := _result ->> 'validation_failure_message'; return; end if;
+    if not (_result ->> 'success')::boolean then
+      outcome := 'malformed';
+      message := 'malformed result envelope: success is false but neither error nor validation_failure_message is set';
+      return;
+    end if;
+    outcome := 'succeeded';
+    return;
+  end if;
+  outcome := 'malformed'; message := 'malformed result envelope: needs "status" or "success"';
+end;
+$function$;
+  -- queues.parse_envelope(_result jsonb, OUT outcome text, OUT message text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.rebuild_task_pending()
  RETURNS bigint
@@ -6308,12 +6645,14 @@ begin
   delete from queues.resource_lease;
   insert into queues.task_pending
     (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
-     lease_count, released_count, max_attempts, failed_attempts, unstarted_count)
+     lease_count, released_count, max_attempts, failed_attempts, unstarted_count, interrupted_count)
   select t.task_id, t.task_type, t.priority, t.scheduled_at, t.resource_key,
          greatest(t.scheduled_at,
                   -- a lease ended by a failed attempt gives way to the attempt's retry time
                   case when f.task_lease_id is null or f.task_lease_id < l.task_lease_id then l.expires_at end,
-                  f.retry_at),
+                  f.retry_at,
+                  -- a lease ended by a transient interruption gives way to its retry time
+                  i.retry_at),
          -- A lease ended by a release, a revocation or a later failed attempt is not held.
          case when l.released_at is null and l.revoked_at is null
                    and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id)
@@ -6330,7 +6669,8 @@ begin
                               where s.task_id = u.task_id and s.task_lease_id = u.task_lease_id)
              and not exists (select 1 from queues.task_attempt_failed a where a.task_lease_id = u.task_lease_id)
              and not (u.task_lease_id = l.task_lease_id and l.revoked_at is null
-                      and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id)))
+                      and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id))),
+         coalesce(i.interrupted_count, 0)
     from queues.task t
     left join lateral (
       select le.task_lease_id, le.expires_at, le.released_at, le.revoked_at,
@@ -6348,6 +6688,11 @@ begin
        order by a.task_attempt_failed_id desc
        limit 1
     ) f on true
+    left join lateral (
+      select max(x.retry_at) as retry_at, count(*)::integer as interrupted_count
+        from queues.task_interruption x
+       where x.task_id = t.task_id
+    ) i on true
    where not exists (select 1 from queues.task_completed c where c.task_id = t.task_id);
   get diagnostics _count = row_count;
 
@@ -6363,7 +6708,7 @@ $function$;
   -- queues.rebuild_task_pending(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.record_worker_heartbeat(_worker_id text, _task_types text[])
+CREATE OR REPLACE FUNCTION queues.record_worker_heartbeat(_worker_id text, _task_types text[], _heartbeat_interval_ms integer DEFAULT NULL::integer)
  RETURNS void
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -6376,13 +6721,26 @@ begin
   if _task_types is null or cardinality(_task_types) = 0 or array_position(_task_types, null) is not null then
     raise exception 'task_types must name at least one task type' using errcode = '22023';
   end if;
-  insert into queues.worker as w (worker_id, task_types)
-  values (_worker_id, _task_types)
+  if cardinality(_task_types) > 1000 then
+    raise exception 'task_types names % types, over the limit of 1000', cardinality(_task_types)
+      using errcode = '54000';
+  end if;
+  if exists (select 1 from unnest(_task_types) t where t !~ '^[a-z][a-z0-9_]{0,62}$') then
+    raise exception 'task_types must be task type names (a-z, 0-9, _, at most 63 characters)'
+      using errcode = '22023';
+  end if;
+  if _heartbeat_interval_ms is not null and _heartbeat_interval_ms not between 1 and 86400000 then
+    raise exception 'heartbeat_interval_ms must be between 1 and 86400000, got %', _heartbeat_interval_ms
+      using errcode = '22023';
+  end if;
+  insert into queues.worker as w (worker_id, task_types, heartbeat_interval_ms)
+  values (_worker_id, _task_types, _heartbeat_interval_ms)
   on conflict (worker_id) do update
-     set task_types = excluded.task_types, last_seen_at = now(), stopped_at = null;
+     set task_types = excluded.task_types, last_seen_at = now(), stopped_at = null,
+         heartbeat_interval_ms = excluded.heartbeat_interval_ms;
 end;
 $function$;
-  -- queues.record_worker_heartbeat(_worker_id text, _task_types text[]): owner :DATABASE_OWNER
+  -- queues.record_worker_heartbeat(_worker_id text, _task_types text[], _heartbeat_interval_ms integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
@@ -6537,7 +6895,138 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.settle_tasks(_started_task_ids bigint[], _started_lease_ids bigint[], _task_ids bigint[], _task_lease_ids bigint[] DEFAULT NULL::bigint[], _outcomes text[] DEFAULT NULL::text[], _error_task_ids bigint[] DEFAULT NULL::bigint[], _error_messages text[] DEFAULT NULL::text[])
+CREATE OR REPLACE FUNCTION queues.revoke_worker_leases(_worker_id text)
+ RETURNS TABLE(task_id bigint, task_lease_id bigint)
+ LANGUAGE plpgsql
+ SECURITY DEFINER ROWS 10
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+begin
+  if _worker_id is null or length(_worker_id) not between 1 and 200 then
+    raise exception 'worker_id must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  perform queues.lock_resource_keys(array(
+    select p.task_id from queues.task_pending p
+      join queues.task_lease l on l.task_lease_id = p.current_lease_id
+     where p.current_lease_id is not null and l.worker_id = _worker_id));
+  return query
+  with held as (
+    select p.task_id, p.current_lease_id as task_lease_id
+      from queues.task_pending p
+      join queues.task_lease l on l.task_lease_id = p.current_lease_id
+     where p.current_lease_id is not null and l.worker_id = _worker_id
+  ),
+  revoked as (
+    update queues.task_pending p
+       set available_at = now(), current_lease_id = null,
+           unstarted_count = p.unstarted_count + (not exists (
+             select 1 from queues.task_lease_started st
+              where st.task_id = p.task_id and st.task_lease_id = h.task_lease_id))::integer
+      from held h
+     where p.task_id = h.task_id and p.current_lease_id = h.task_lease_id
+    returning p.task_id, h.task_lease_id, p.resource_key
+  ),
+  recorded as (
+    insert into queues.task_lease_revocation (task_id, task_lease_id, revoked_at, reason)
+    select r.task_id, r.task_lease_id, now(), format('worker %s died', _worker_id) from revoked r
+  ),
+  key_freed as (
+    delete from queues.resource_lease k
+     using revoked r
+     where r.resource_key is not null and k.resource_key = r.resource_key and k.task_id = r.task_id
+  )
+  select r.task_id, r.task_lease_id from revoked r;
+  if found then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+end;
+$function$;
+  -- queues.revoke_worker_leases(_worker_id text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.run_steps(_task_ids bigint[], _task_lease_ids bigint[], _function_names text[], _payloads jsonb[])
+ RETURNS TABLE(task_id bigint, result text, outcome text, error text, note text)
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+declare
+  _i integer;
+  _id bigint;
+  _lease bigint;
+  _name text;
+  _env record;
+  _outcome text;
+  _error text;
+  _note text;
+  _done text;
+begin
+  if _task_ids is null or _task_lease_ids is null or _function_names is null or _payloads is null then
+    raise exception 'task_ids, task_lease_ids, function_names and payloads must not be null' using errcode = '22004';
+  end if;
+  if cardinality(_task_lease_ids) <> cardinality(_task_ids) or cardinality(_function_names) <> cardinality(_task_ids)
+     or cardinality(_payloads) <> cardinality(_task_ids) then
+    raise exception 'task_lease_ids, function_names and payloads must have one element per task' using errcode = '22023';
+  end if;
+  if cardinality(_task_ids) > 1000 then
+    raise exception 'at most 1000 steps per call, got %', cardinality(_task_ids) using errcode = '54000';
+  end if;
+  for _i in 1 .. cardinality(_task_ids) loop
+    _id := _task_ids[_i];
+    _lease := _task_lease_ids[_i];
+    _name := _function_names[_i];
+    _outcome := null; _error := null; _note := null; _done := null;
+    begin
+      -- Recorded first: a lease no longer held is not run.
+      select s.result into _done from queues.settle_tasks(array[_id], array[_lease], '{}') s;
+      if _done = 'started' then
+        select * into _env from queues.parse_envelope(internal.run_function(_name, _payloads[_i]));
+        case _env.outcome
+          when 'malformed' then
+            raise exception '%: %', _name, _env.message using errcode = 'QSTEP';
+          when 'succeeded' then _outcome := 'succeeded';
+          when 'status' then _outcome := 'succeeded'; _note := 'status ' || _env.message;
+          when 'invalid' then _outcome := 'failed'; _error := format('%s: validation failure: %s', _name, _env.message); _note := _env.message;
+          else _outcome := 'failed'; _error := format('%s: %s', _name, _env.message);
+        end case;
+        select s.result into _done
+          from queues.settle_tasks('{}', '{}', array[_id], array[_lease], array[_outcome],
+                                   -- A validation failure is final: no retry.
+                                   array[case when _env.outcome = 'invalid' then false end],
+                                   case when _error is null then '{}'::bigint[] else array[_id] end,
+                                   case when _error is null then '{}'::text[] else array[_error] end) s;
+        if _done not in ('completed', 'retry_scheduled') then
+          -- Refused (the lease was lost meanwhile): the step's writes must not commit.
+          raise exception 'refused: %', _done using errcode = 'QREFU';
+        end if;
+      end if;
+    exception
+      when sqlstate 'QREFU' then
+        _outcome := null; _error := null; _note := null;
+      when serialization_failure or deadlock_detected then
+        _done := 'transient'; _outcome := null; _error := sqlerrm; _note := null;
+      when others then
+        -- Rolled back; record why, in a subtransaction of its own.
+        _outcome := 'failed';
+        _error := case when sqlstate = 'QSTEP' then sqlerrm else format('%s raised: %s', _name, sqlerrm) end;
+        _note := null;
+        select s.result into _done
+          from queues.settle_tasks('{}', '{}', array[_id], array[_lease], array['failed'], null, array[_id], array[_error]) s;
+    end;
+    if _done = 'started' then
+      _done := 'lease_lost';
+    end if;
+    return query select _id, _done, _outcome, _error, _note;
+  end loop;
+end;
+$function$;
+  -- queues.run_steps(_task_ids bigint[], _task_lease_ids bigint[], _function_names text[], _payloads jsonb[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.settle_tasks(_started_task_ids bigint[], _started_lease_ids bigint[], _task_ids bigint[], _task_lease_ids bigint[] DEFAULT NULL::bigint[], _outcomes text[] DEFAULT NULL::text[], _retries boolean[] DEFAULT NULL::boolean[], _error_task_ids bigint[] DEFAULT NULL::bigint[], _error_messages text[] DEFAULT NULL::text[])
  RETURNS TABLE(task_id bigint, kind text, result text)
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -6596,7 +7085,7 @@ begin
   return query
   with done as (
     select c.task_id, c.result, row_number() over () as ord
-      from queues.complete_tasks(_task_ids, _task_lease_ids, _outcomes) c
+      from queues.complete_tasks(_task_ids, _task_lease_ids, _outcomes, _retries) c
   ),
   leases as (
     select l.task_id, l.task_lease_id
@@ -6617,7 +7106,7 @@ begin
   select d.task_id, 'complete'::text, d.result from done d order by d.ord;
 end;
 $function$;
-  -- queues.settle_tasks(_started_task_ids bigint[], _started_lease_ids bigint[], _task_ids bigint[], _task_lease_ids bigint[], _outcomes text[], _error_task_ids bigint[], _error_messages text[]): owner :DATABASE_OWNER
+  -- queues.settle_tasks(_started_task_ids bigint[], _started_lease_ids bigint[], _task_ids bigint[], _task_lease_ids bigint[], _outcomes text[], _retries boolean[], _error_task_ids bigint[], _error_messages text[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
@@ -6633,7 +7122,8 @@ AS $function$
     join queues.worker w on w.worker_id = l.worker_id
    where p.available_at > _now
      and w.stopped_at is null
-     and w.last_seen_at < _now - make_interval(secs => _dead_after_seconds)
+     and w.last_seen_at < _now - greatest(make_interval(secs => _dead_after_seconds),
+                                          queues.worker_silence_bound(w.heartbeat_interval_ms))
 $function$;
   -- queues.stale_leases_at(_now timestamp with time zone, _dead_after_seconds integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -6647,11 +7137,20 @@ begin
   truncate queues.task_pending, queues.resource_lease, queues.task_lease, queues.task_completed,
            queues.error, queues.task_lease_extension, queues.task_lease_release,
            queues.task_lease_revocation, queues.task_attempt_failed, queues.task_redriven,
-           queues.task_lease_started;
+           queues.task_lease_started, queues.task_interruption;
   return null;
 end;
 $function$;
   -- queues.truncate_task_facts(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.worker_silence_bound(_heartbeat_interval_ms integer)
+ RETURNS interval
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select make_interval(secs => 3 * coalesce(_heartbeat_interval_ms, 30000) / 1000.0) $function$;
+  -- queues.worker_silence_bound(_heartbeat_interval_ms integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION schedules.append_schedule_version(_now timestamp with time zone, _schedule_id bigint, _cron text, _task_type text, _payload jsonb, _priority integer, _missed_run_policy text, _enabled boolean)
