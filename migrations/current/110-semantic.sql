@@ -1,6 +1,8 @@
 -- Semantics of the queue (issue 12): error classification, fencing, resource keys vs
 -- late heartbeats, stale recovery, transient errors, validation failures, input limits.
 set local lock_timeout = '5s';
+-- lock: access exclusive on queues.task_pending: adds the interrupted_count column (instant, no rewrite), briefly
+-- lock: access exclusive on queues.worker: adds the heartbeat_interval_ms column (instant, no rewrite), briefly
 
 -- Each worker's heartbeat interval, so stale recovery can tell a silent worker from one
 -- that is merely between heartbeats (null: the documented default, 30 s).

@@ -49,7 +49,7 @@ it('no orphan facts after a concurrent workload of claims, starts, completions, 
       // Start two thirds; of those, complete some (some failed), extend and release others.
       await worker.query('select * from queues.settle_tasks($1::bigint[], $2::bigint[], $3::bigint[])', [ids.slice(0, 2 * third), leases.slice(0, 2 * third), []]);
       await worker.query(
-        `select * from queues.settle_tasks('{}', '{}', $1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::text[])`,
+        `select * from queues.settle_tasks('{}', '{}', $1::bigint[], $2::bigint[], $3::text[], null, $4::bigint[], $5::text[])`,
         [ids.slice(0, third), leases.slice(0, third), ids.slice(0, third).map((_, i) => (i % 4 === 0 ? 'failed' : 'succeeded')),
          ids.slice(0, third).filter((_, i) => i % 4 === 0), ids.slice(0, third).filter((_, i) => i % 4 === 0).map(() => 'failed on purpose')],
       );

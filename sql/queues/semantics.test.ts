@@ -88,6 +88,8 @@ describe('a fenced completion after someone else completed the task', () => {
   it('abandoned by another claimer: the holder’s fenced completion is lease_lost, not already_completed', async () => {
     const id = await enqueue();
     const [holder] = await claimAt(0, 'holder');
+    // The holder started it (only a started lease that expires counts towards abandoning).
+    await db.query('insert into queues.task_lease_started (task_id, task_lease_id) values ($1, $2)', [id, holder!.task_lease_id]);
     // Another claimer finds the lease expired and abandons the task (max_leases 1).
     expect(await claimAt(61, 'other', 1, 1)).toEqual([]);
     expect((await db.query('select outcome from queues.task_completed where task_id = $1', [id])).rows).toEqual([
