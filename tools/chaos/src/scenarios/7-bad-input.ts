@@ -342,6 +342,8 @@ export const scenario: Scenario = {
     const interruptions = cases.reduce((s, c) => s + (c.interruptions ?? 0), 0);
     r.equal('worker cases: only the tasks\' own facts changed', changed, {
       'queues.task': n, 'queues.task_completed': n, 'queues.task_lease': cases.reduce((s, c) => s + (c.leases ?? 1), 0),
+      // Every lease's task was started (the worker records the start before it runs).
+      'queues.task_lease_started': cases.reduce((s, c) => s + (c.leases ?? 1), 0),
       ...(interruptions > 0 ? { 'queues.task_interruption': interruptions, 'queues.task_lease_release': interruptions } : {}),
     });
     r.figure('cases', r.checks.length - 3);
