@@ -31,6 +31,9 @@ alter table queues.task_lease_release drop constraint if exists task_lease_relea
 alter table queues.error drop constraint if exists error_task_lease_id_fkey;
 alter table queues.task_lease_revocation drop constraint if exists task_lease_revocation_task_lease_id_fkey;
 alter table queues.task_attempt_failed drop constraint if exists task_attempt_failed_task_lease_id_fkey;
+-- (A table that refers to a lease keeps task_id with a key to queues.task and no key to
+-- queues.task_lease, so that the trigger below can truncate queues.task_lease.)
+alter table queues.task_interruption drop constraint if exists task_interruption_task_lease_id_fkey;
 
 -- Without the foreign keys, TRUNCATE queues.task ... CASCADE would leave these facts
 -- behind: truncating queues.task truncates them too (retention tooling and tests rely on it).

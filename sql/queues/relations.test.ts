@@ -28,6 +28,8 @@ const ORPHANS: [string, string][] = [
       and not exists (select 1 from queues.task_lease l where l.task_lease_id = e.task_lease_id and l.task_id = e.task_id)`],
   ['task_attempt_failed -> task_lease', `select count(*) from queues.task_attempt_failed a where a.task_lease_id is not null
       and not exists (select 1 from queues.task_lease l where l.task_lease_id = a.task_lease_id and l.task_id = a.task_id)`],
+  ['task_interruption -> task_lease of the same task', `select count(*) from queues.task_interruption i
+      where not exists (select 1 from queues.task_lease l where l.task_lease_id = i.task_lease_id and l.task_id = i.task_id)`],
   ['task_pending.current_lease_id -> task_lease of the same task', `select count(*) from queues.task_pending p where p.current_lease_id is not null
       and not exists (select 1 from queues.task_lease l where l.task_lease_id = p.current_lease_id and l.task_id = p.task_id)`],
 ];

@@ -12,7 +12,10 @@ interface Case {
 }
 
 const CASES: Case[] = [
-  { name: 'complete (db_function step)', taskType: 'db_function', payload: (key) => ({ db_function: 'chaos.step', key, sleep: 1 }), action: 'complete' },
+  // The step runs in the database (queues.run_steps), where SIGSTOP of the worker does not
+  // reach it: it outlasts the 2 s lease, so the stopped worker's call ends after the task
+  // was taken over, and its completion is refused.
+  { name: 'complete (db_function step)', taskType: 'db_function', payload: (key) => ({ db_function: 'chaos.step', key, sleep: 3 }), action: 'complete' },
   { name: 'fail (error row + failed completion)', taskType: 'slow', payload: (key) => ({ key, ms: 1200, fail: true }), action: 'fail' },
   { name: 'record (a business fact with the completion)', taskType: 'slow', payload: (key) => ({ key, ms: 1200, record: true }), action: 'record' },
 ];
