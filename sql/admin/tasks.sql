@@ -314,7 +314,7 @@ begin
       select jsonb_agg(jsonb_build_object('task_lease_id', x.task_lease_id, 'extended_at', x.extended_at,
                                           'expires_at', x.expires_at) order by x.task_lease_extension_id)
         from queues.task_lease l
-        join queues.task_lease_extension x on x.task_lease_id = l.task_lease_id
+        join queues.task_lease_extension x on x.task_id = l.task_id and x.task_lease_id = l.task_lease_id
        where l.task_id = _task_id), '[]'));
 end;
 $$;
