@@ -4,6 +4,7 @@ import type { BenchOptions, BenchResults, Subject, SystemName } from './harness.
 import { summarize, type Summary } from './stats.js';
 import { BATCH_SIZE } from './runners/pgboss-config.js';
 import { GRAPHILE_PRESET } from './runners/graphile-config.js';
+import { ENDPOINT_GROUPS } from './history-scale.js';
 
 export interface RunInfo {
   mode: 'quick' | 'full';
@@ -158,7 +159,49 @@ function rows(o: BenchOptions): Row[] {
       unit: '%',
       higherIsBetter: false,
     },
+    ...historyScaleRows(o),
   ];
+}
+
+/** Workload 12 (opt-in, BENCH_HISTORY): each figure with the history, against the same without. */
+function historyScaleRows(o: BenchOptions): Row[] {
+  const n = o.tasks.toLocaleString('en-US');
+  const h = (o.historyScaleRows ?? 0).toLocaleString('en-US');
+  const none = (metric: string) => ({ metric, subject: 'ours' as Subject, label: 'no history' });
+  const out: Row[] = [
+    {
+      metric: 'history_scale_drain_none',
+      label: `12. Drain ${n}, no history`,
+      unit: 'tasks/s',
+      higherIsBetter: true,
+    },
+    {
+      metric: 'history_scale_drain_full',
+      label: `12. Drain ${n} with ${h} completed in history`,
+      unit: 'tasks/s',
+      higherIsBetter: true,
+      target: { text: '≥ 0.9× the drain with none', ok: (r) => r >= 0.9, reference: none('history_scale_drain_none') },
+    },
+  ];
+  for (const [group, { label }] of Object.entries(ENDPOINT_GROUPS)) {
+    out.push(
+      { metric: `history_api_${group}_none`, label: `12. API ${label}, no history`, unit: 'ms', higherIsBetter: false },
+      {
+        metric: `history_api_${group}_full`,
+        label: `12. API ${label}, ${h} in history`,
+        unit: 'ms',
+        higherIsBetter: false,
+        target: { text: '≤ 2× its time with none', ok: (r) => r <= 2, reference: none(`history_api_${group}_none`) },
+      },
+    );
+  }
+  out.push({
+    metric: 'history_scale_fill_s',
+    label: `12. Writing ${h} completed tasks into the partitions (generate_series, as the owner)`,
+    unit: 's',
+    higherIsBetter: false,
+  });
+  return out;
 }
 
 function fmt(v: number, unit: string): string {
