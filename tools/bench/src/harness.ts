@@ -654,13 +654,20 @@ class Harness {
         );
       }
       // One email process root, for the process timeline group (its supervisor task stays pending).
-      await withClient(db.app, (c) =>
-        c.query(`select comms.send_email('Bench <bench@example.com>', 'user@example.com', 'Hello', '<p>Hello</p>')`),
-      );
+      const rootId = await withClient(db.app, async (c) => {
+        const { rows: sent } = await c.query<{ id: string }>(
+          `select send_email_task_id as id
+             from comms.send_email('Bench <bench@example.com>', 'user@example.com', 'Hello', '<p>Hello</p>')`,
+        );
+        return Number(sent[0]!.id);
+      });
       await this.enqueue('ours', db, 'batch', n);
       await withClient(db.root, (c) => c.query('vacuum analyze'));
       const { roles, rolePasswords } = this.server;
-      const times = await timeEndpoints(withDatabase(this.server.rootUrl, db.name, roles.api, rolePasswords.api));
+      const times = await timeEndpoints(
+        withDatabase(this.server.rootUrl, db.name, roles.api, rolePasswords.api),
+        rootId,
+      );
       for (const [group, ms] of Object.entries(times)) this.record(`history_api_${group}_${label}`, 'ours', trial, ms);
       this.log(
         `  ours endpoints with ${rows} in history (median ms): ${Object.entries(times)

@@ -40,7 +40,7 @@ export const ENDPOINT_GROUPS: Record<string, { label: string; sql: string[] }> =
     label: 'process timeline (GET /api/processes/send_email and one root)',
     sql: [
       "select * from admin.list_process_roots_ranked('send_email', 50, null)",
-      "select * from admin.process_timeline('send_email', (select max(send_email_task_id) from comms.send_email_task))",
+      "select * from admin.process_timeline('send_email', $1)",
     ],
   },
   history: { label: 'history (GET /api/history)', sql: ['select admin.history_status()'] },
@@ -49,8 +49,11 @@ export const ENDPOINT_GROUPS: Record<string, { label: string; sql: string[] }> =
 const WARMUP = 3;
 const ITERATIONS = 15;
 
-/** The median ms of one call of each group's statements, on one connection as `apiUrl`. */
-export async function timeEndpoints(apiUrl: string): Promise<Record<string, number>> {
+/**
+ * The median ms of one call of each group's statements, on one connection as `apiUrl`;
+ * `$1` in a statement is `rootId`, the email process root whose timeline is read.
+ */
+export async function timeEndpoints(apiUrl: string, rootId: number): Promise<Record<string, number>> {
   const client = new pg.Client({ connectionString: apiUrl, application_name: 'bench-history-api' });
   await client.connect();
   try {
@@ -59,7 +62,7 @@ export async function timeEndpoints(apiUrl: string): Promise<Record<string, numb
       const times: number[] = [];
       for (let i = 0; i < WARMUP + ITERATIONS; i++) {
         const started = performance.now();
-        for (const statement of sql) await client.query(statement);
+        for (const statement of sql) await client.query(statement, statement.includes('$1') ? [rootId] : []);
         if (i >= WARMUP) times.push(performance.now() - started);
       }
       times.sort((a, b) => a - b);

@@ -450,6 +450,17 @@ ${settings}
    (\`resync_slow\`, over 60 s), after which \`admin.capacity_at\` over the last 60 s must give
    a \`tasks_per_worker_hour\` within 15% of the measured rate and, for the next day's
    1,000-task backlog, the \`workers_needed\` (1/4/8 h) the measured rate gives (± 1).
+12. **History at scale** (ours only, opt-in, tools/bench/src/history-scale.ts): left out
+   unless \`BENCH_HISTORY\` is set, e.g. \`BENCH_HISTORY=10000000 npm run bench -- --systems ours
+   --workloads drain,history_scale\` (the default run stays within its 20 minutes; the fill of
+   10,000,000 tasks alone takes minutes). On one fresh database, \`BENCH_HISTORY\` completed tasks
+   (a lease and a completion each, every 1,000th failed) are written as the owner straight
+   into the history partitions with \`generate_series\`, one statement per table per partition
+   set, then \`vacuum analyze\`; on another, none. On each: one email process root, the backlog
+   of 3a, then the statements behind each endpoint group of the API and dashboard (counts,
+   capacity, task list, dead letters, process timeline, history) as the API role, the median
+   of 15 calls after 3 warm-up calls, then the drain of 3a. Targets: the drain with the
+   history ≥ 0.9× the drain without; each endpoint group ≤ 2× its time without.
 
 ### Configurations
 
