@@ -1379,6 +1379,7 @@ comment on table queues.task_completed is 'Terminal fact: a completed task is ne
 CREATE INDEX task_completed_completed_at_idx ON ONLY queues.task_completed USING btree (completed_at);
 CREATE UNIQUE INDEX task_completed_pkey ON ONLY queues.task_completed USING btree (task_id);
 CREATE INDEX task_completed_unsuccessful_idx ON ONLY queues.task_completed USING btree (completed_at DESC) WHERE (outcome <> 'succeeded'::text);
+CREATE INDEX task_completed_unsuccessful_task_idx ON ONLY queues.task_completed USING btree (task_id) WHERE (outcome <> 'succeeded'::text);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_completed FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.task_completed_default partition of queues.task_completed (
@@ -1397,6 +1398,7 @@ create table queues.task_completed_default partition of queues.task_completed (
 CREATE INDEX task_completed_default_completed_at_idx ON queues.task_completed_default USING btree (completed_at DESC) WHERE (outcome <> 'succeeded'::text);
 CREATE INDEX task_completed_default_completed_at_idx1 ON queues.task_completed_default USING btree (completed_at);
 CREATE UNIQUE INDEX task_completed_default_pkey ON queues.task_completed_default USING btree (task_id);
+CREATE INDEX task_completed_default_task_id_idx ON queues.task_completed_default USING btree (task_id) WHERE (outcome <> 'succeeded'::text);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_completed_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.task_completed_p0 partition of queues.task_completed (
@@ -1415,6 +1417,7 @@ create table queues.task_completed_p0 partition of queues.task_completed (
 CREATE INDEX task_completed_p0_completed_at_idx ON queues.task_completed_p0 USING btree (completed_at DESC) WHERE (outcome <> 'succeeded'::text);
 CREATE INDEX task_completed_p0_completed_at_idx1 ON queues.task_completed_p0 USING btree (completed_at);
 CREATE UNIQUE INDEX task_completed_p0_pkey ON queues.task_completed_p0 USING btree (task_id);
+CREATE INDEX task_completed_p0_task_id_idx ON queues.task_completed_p0 USING btree (task_id) WHERE (outcome <> 'succeeded'::text);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_completed_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.task_completed_p1000000 partition of queues.task_completed (
@@ -1433,6 +1436,7 @@ create table queues.task_completed_p1000000 partition of queues.task_completed (
 CREATE INDEX task_completed_p1000000_completed_at_idx ON queues.task_completed_p1000000 USING btree (completed_at DESC) WHERE (outcome <> 'succeeded'::text);
 CREATE INDEX task_completed_p1000000_completed_at_idx1 ON queues.task_completed_p1000000 USING btree (completed_at);
 CREATE UNIQUE INDEX task_completed_p1000000_pkey ON queues.task_completed_p1000000 USING btree (task_id);
+CREATE INDEX task_completed_p1000000_task_id_idx ON queues.task_completed_p1000000 USING btree (task_id) WHERE (outcome <> 'succeeded'::text);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_completed_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.task_completed_p2000000 partition of queues.task_completed (
@@ -1451,6 +1455,7 @@ create table queues.task_completed_p2000000 partition of queues.task_completed (
 CREATE INDEX task_completed_p2000000_completed_at_idx ON queues.task_completed_p2000000 USING btree (completed_at DESC) WHERE (outcome <> 'succeeded'::text);
 CREATE INDEX task_completed_p2000000_completed_at_idx1 ON queues.task_completed_p2000000 USING btree (completed_at);
 CREATE UNIQUE INDEX task_completed_p2000000_pkey ON queues.task_completed_p2000000 USING btree (task_id);
+CREATE INDEX task_completed_p2000000_task_id_idx ON queues.task_completed_p2000000 USING btree (task_id) WHERE (outcome <> 'succeeded'::text);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_completed_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.task_default partition of queues.task (
@@ -2535,7 +2540,7 @@ create materialized view menus.store_analytics as
 CREATE UNIQUE INDEX store_analytics_store_idx ON menus.store_analytics USING btree (store_id);
 
 create view queues.dead_letter as
- SELECT t.task_id,
+ SELECT c.task_id,
     t.task_type,
     t.payload,
     c.outcome,
@@ -3189,7 +3194,7 @@ CREATE OR REPLACE FUNCTION accounts.prune_finished_processes(_payload jsonb)
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select accounts.prune_finished_processes_at(now(), 10000)
+  select jsonb_build_object('success', true, 'payload', accounts.prune_finished_processes_at(now(), 10000))
 $function$;
   -- accounts.prune_finished_processes(_payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -5212,7 +5217,7 @@ CREATE OR REPLACE FUNCTION comms.prune_finished_processes(_payload jsonb)
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select comms.prune_finished_processes_at(now(), 10000)
+  select jsonb_build_object('success', true, 'payload', comms.prune_finished_processes_at(now(), 10000))
 $function$;
   -- comms.prune_finished_processes(_payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -5685,7 +5690,7 @@ CREATE OR REPLACE FUNCTION files.prune_finished_processes(_payload jsonb)
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select files.prune_finished_processes_at(now(), 10000)
+  select jsonb_build_object('success', true, 'payload', files.prune_finished_processes_at(now(), 10000))
 $function$;
   -- files.prune_finished_processes(_payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -8000,7 +8005,7 @@ CREATE OR REPLACE FUNCTION queues.maintain_history(_payload jsonb)
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select queues.maintain_history_at(now())
+  select jsonb_build_object('success', true, 'payload', queues.maintain_history_at(now()))
 $function$;
   -- queues.maintain_history(_payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)

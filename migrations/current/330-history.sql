@@ -181,6 +181,9 @@ begin
   create index task_completed_unsuccessful_idx
     on queues.task_completed (completed_at desc) where outcome <> 'succeeded';
   create index task_completed_completed_at_idx on queues.task_completed (completed_at);
+  -- Dead letters and the task list filtered by a failed outcome, newest first: a page
+  -- costs its own rows, however rare failures are and however long the history.
+  create index task_completed_unsuccessful_task_idx on queues.task_completed (task_id) where outcome <> 'succeeded';
   alter table queues.error add constraint error_pkey primary key (task_id, error_id);
   alter table queues.task_lease_extension add constraint task_lease_extension_pkey
     primary key (task_id, task_lease_id, task_lease_extension_id);

@@ -24,7 +24,7 @@ create or replace function accounts.prune_finished_processes(_payload jsonb)
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
-  select accounts.prune_finished_processes_at(now(), 10000)
+  select jsonb_build_object('success', true, 'payload', accounts.prune_finished_processes_at(now(), 10000))
 $$;
 
 -- The worker runs it (from a schedule) through internal.run_function. Granted here, beside

@@ -192,8 +192,24 @@ describe('keyset pagination at 1,000,000 rows', () => {
     expect(rowsRead(deep, 'task')).toBeLessThanOrEqual(50);
   });
 
-  it('an outcome: task_completed by its key, newest first', async () => {
+  it('a failed outcome: the unsuccessful completions by task id, newest first', async () => {
     const nodes = await plan([null, 'failed', 50, 500000, null, null, null, null, null, null]);
+    expect(seqScans(nodes)).toEqual([]);
+    expect(
+      nodes.some(
+        (n) =>
+          relationOf(n) === 'task_completed' &&
+          indexOf(n) === 'task_completed_unsuccessful_task_idx' &&
+          n['Scan Direction'] === 'Backward',
+      ),
+    ).toBe(true);
+    // Every 50th task failed: a page of 50 reads its 50 completions (the partial index
+    // holds only the unsuccessful ones), not the 50 × 50 around them.
+    expect(rowsRead(nodes, 'task_completed')).toBeLessThanOrEqual(50);
+  });
+
+  it('succeeded: task_completed by its key, newest first', async () => {
+    const nodes = await plan([null, 'succeeded', 50, 500000, null, null, null, null, null, null]);
     expect(seqScans(nodes)).toEqual([]);
     expect(
       nodes.some(
@@ -203,9 +219,19 @@ describe('keyset pagination at 1,000,000 rows', () => {
           n['Scan Direction'] === 'Backward',
       ),
     ).toBe(true);
-    // Every 50th task failed: a page of 50 passes over 50 × 50 completions (the filter's
-    // selectivity times the page), not the million behind them.
-    expect(rowsRead(nodes, 'task_completed')).toBeLessThanOrEqual(50 * 50 + 50);
+    // 49 of every 50 succeeded: a page passes over about 51 completions.
+    expect(rowsRead(nodes, 'task_completed')).toBeLessThanOrEqual(60);
+  });
+
+  it('dead letters: a page reads its own completions, not the history around them', async () => {
+    const plans = await explainNested(root, 'select * from admin.list_dead_letters(null, 50, 500000)');
+    const inner = plans.find((p) => p.query.includes('queues.dead_letter'));
+    expect(inner, 'the dead letter statement was explained').toBeDefined();
+    const nodes = planNodes(inner!.plan);
+    expect(seqScans(nodes)).toEqual([]);
+    expect(nodes.some((n) => indexOf(n) === 'task_completed_unsuccessful_task_idx')).toBe(true);
+    expect(rowsRead(nodes, 'task_completed')).toBeLessThanOrEqual(50);
+    expect((await db.query('select * from admin.list_dead_letters(null, 50, 500000)')).rows).toHaveLength(50);
   });
 
   it("a resource key: its partial index, only that key's rows", async () => {

@@ -20,7 +20,7 @@ create or replace function files.prune_finished_processes(_payload jsonb)
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
-  select files.prune_finished_processes_at(now(), 10000)
+  select jsonb_build_object('success', true, 'payload', files.prune_finished_processes_at(now(), 10000))
 $$;
 
 -- The worker runs it (from a schedule) through internal.run_function. Granted here, beside

@@ -145,7 +145,12 @@ describe('business facts and retention', () => {
     const { rows } = await db
       .pool('worker')
       .query(`select internal.run_function('comms.prune_finished_processes', '{}'::jsonb) as r`);
-    expect(rows[0].r).toEqual({ send_email: 0, send_sms: 0 });
+    // A success envelope, as the worker's steps read it, with the counts as its payload.
+    expect(rows[0].r).toEqual({ success: true, payload: { send_email: 0, send_sms: 0 } });
+    const { rows: envelope } = await db
+      .pool('worker')
+      .query('select outcome from queues.parse_envelope($1::jsonb)', [rows[0].r]);
+    expect(envelope[0].outcome).toBe('succeeded');
     await expect(db.pool('app').query(`select comms.prune_finished_processes('{}'::jsonb)`)).rejects.toMatchObject({
       code: '42501',
     });

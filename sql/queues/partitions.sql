@@ -228,14 +228,15 @@ begin
 end;
 $$;
 
--- The schedule's step (a db_function task): maintain_history_at(now()).
+-- The schedule's step (a db_function task): maintain_history_at(now()), its report as the
+-- payload of a success envelope (what the worker's steps read).
 create or replace function queues.maintain_history(_payload jsonb)
   returns jsonb
   language sql volatile
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
-  select queues.maintain_history_at(now())
+  select jsonb_build_object('success', true, 'payload', queues.maintain_history_at(now()))
 $$;
 
 -- What operators watch: the settings, the sets, the oldest retained task, and the next

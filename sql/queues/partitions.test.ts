@@ -225,7 +225,10 @@ describe('partition maintenance', () => {
     const { rows } = await db
       .pool('worker')
       .query(`select internal.run_function('queues.maintain_history', '{}'::jsonb) as r`);
-    expect(rows[0].r).toMatchObject({ created: expect.any(Array), dropped: expect.any(Array) });
+    expect(rows[0].r).toMatchObject({
+      success: true,
+      payload: { created: expect.any(Array), dropped: expect.any(Array) },
+    });
     await expect(db.pool('worker').query('select queues.maintain_history_at(now())')).rejects.toMatchObject({
       code: '42501',
     });
@@ -274,10 +277,14 @@ describe('partition maintenance', () => {
       .pool('worker')
       .query(`select internal.run_function($1::jsonb ->> 'db_function', $1::jsonb) as r`, [step[0].payload]);
     expect(result[0].r).toMatchObject({
-      created: expect.any(Array),
-      dropped: expect.any(Array),
-      kept: expect.any(Number),
+      success: true,
+      payload: { created: expect.any(Array), dropped: expect.any(Array), kept: expect.any(Number) },
     });
+    // The envelope the worker's steps accept (queues.run_steps reads it so).
+    const { rows: envelope } = await db
+      .pool('worker')
+      .query('select outcome, message from queues.parse_envelope($1::jsonb)', [result[0].r]);
+    expect(envelope[0]).toEqual({ outcome: 'succeeded', message: null });
     await db.pool('app').query(`select schedules.disable_schedule('queue_history_maintenance')`);
   });
 });
