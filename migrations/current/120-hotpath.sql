@@ -20,6 +20,15 @@ set local lock_timeout = '5s';
 -- first, so a task_id range partitioning of the facts keeps them local.
 -- Locks: dropping a foreign key takes ACCESS EXCLUSIVE on the referencing table and
 -- SHARE ROW EXCLUSIVE on the referenced one, briefly (lock_timeout above).
+-- lock: access exclusive on queues.task: dropping its foreign keys (or one pointing at it), briefly
+-- lock: access exclusive on queues.task_lease: dropping its foreign keys (or one pointing at it), briefly
+-- lock: access exclusive on queues.task_completed: dropping its foreign keys (or one pointing at it), briefly
+-- lock: access exclusive on queues.task_pending: dropping its foreign keys (or one pointing at it), briefly
+-- lock: access exclusive on queues.task_lease_extension: dropping its foreign keys (or one pointing at it), briefly
+-- lock: access exclusive on queues.task_lease_release: dropping its foreign keys (or one pointing at it), briefly
+-- lock: access exclusive on queues.error: dropping its foreign keys (or one pointing at it), briefly
+-- lock: access exclusive on queues.task_lease_revocation: dropping its foreign keys (or one pointing at it), briefly
+-- lock: access exclusive on queues.task_attempt_failed: dropping its foreign keys (or one pointing at it), briefly
 alter table queues.task_lease drop constraint if exists task_lease_task_id_fkey;
 alter table queues.task_completed drop constraint if exists task_completed_task_id_fkey;
 alter table queues.task_completed drop constraint if exists task_completed_task_lease_id_fkey;

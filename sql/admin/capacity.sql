@@ -87,7 +87,7 @@ begin
       from queues.task_completed c
      cross join lateral (select x.task_type from queues.task x where x.task_id = c.task_id limit 1) t
       left join lateral (select y.worker_id from queues.task_lease y
-                          where y.task_lease_id = c.task_lease_id limit 1) l on true
+                          where y.task_id = c.task_id and y.task_lease_id = c.task_lease_id limit 1) l on true
      where c.completed_at > _now - make_interval(secs => _window)
        and c.completed_at <= _now
        and (_task_type is null or t.task_type = _task_type)

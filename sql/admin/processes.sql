@@ -63,7 +63,8 @@ end;
 $$;
 
 -- Every fact of one root, oldest first: started, supervisor_run, attempt,
--- attempt_succeeded, attempt_failed, succeeded, failed. `detail` is the fact row as JSON
+-- attempt_succeeded, attempt_failed, succeeded, failed; for a root that domain retention
+-- pruned (internal.process_pruned), one 'pruned' row instead. `detail` is the fact row as JSON
 -- without its keys and timestamp. An account deletion also shows its children: the
 -- account's anonymization and the deletions of the account's files (their `process` and
 -- `root_id` say which).
@@ -80,8 +81,21 @@ declare
   _parts text[] := '{}';
   _table text;
   _child record;
+  _pruned internal.process_pruned;
 begin
-  perform admin.assert_process_root(_process, _root_id);
+  begin
+    perform admin.assert_process_root(_process, _root_id);
+  exception when foreign_key_violation then
+    -- A root that domain retention removed: one 'pruned' row says when and why.
+    _pruned := internal.process_root_pruned(_process, _root_id);
+    if _pruned.process_pruned_id is null then
+      raise;
+    end if;
+    return query select _pruned.pruned_at, _process, _root_id, 'pruned'::text, null::bigint,
+                        jsonb_build_object('finished_before', _pruned.finished_before,
+                                           'pruned_at', _pruned.pruned_at);
+    return;
+  end;
   _attempt := admin.process_table(_process, '_attempt');
 
   _parts := _parts || format(

@@ -12,7 +12,8 @@
 --   _enqueued_from/_to    enqueued_at in [from, to)
 --   _payload_path/_value  payload #> path = value (a JSON value)
 -- Which table drives the walk: pending states walk queues.task_pending (bounded by
--- pending work); outcomes walk queues.task_completed by key; a resource key walks
+-- pending work); outcomes walk queues.task_completed by key (failed and abandoned ones
+-- by task_completed_unsuccessful_task_idx, which holds only those); a resource key walks
 -- task_resource_key_idx; otherwise queues.task by its primary key, newest first. Every
 -- walk stops after _limit matches, so its cost is the rows it has to pass over to find
 -- them: a filter that matches only old or rare tasks (a payload value, a worker gone for
@@ -314,7 +315,7 @@ begin
       select jsonb_agg(jsonb_build_object('task_lease_id', x.task_lease_id, 'extended_at', x.extended_at,
                                           'expires_at', x.expires_at) order by x.task_lease_extension_id)
         from queues.task_lease l
-        join queues.task_lease_extension x on x.task_lease_id = l.task_lease_id
+        join queues.task_lease_extension x on x.task_id = l.task_id and x.task_lease_id = l.task_lease_id
        where l.task_id = _task_id), '[]'));
 end;
 $$;

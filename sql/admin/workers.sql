@@ -17,7 +17,7 @@ as $$
     -- live leases: the pending rows under a lease that has not expired (bounded by pending work)
     select l.worker_id, count(*) as n
       from queues.task_pending p
-      join queues.task_lease l on l.task_lease_id = p.current_lease_id
+      join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
      where p.available_at > _now
      group by 1
   )
@@ -96,8 +96,8 @@ begin
     returning p.task_id, s.task_lease_id, s.worker_id, p.resource_key
   ),
   recorded as (
-    insert into queues.task_lease_revocation (task_lease_id, revoked_at, reason)
-    select r.task_lease_id, _now, format('worker %s not seen for %s s (recovered from the dashboard)', r.worker_id, _dead)
+    insert into queues.task_lease_revocation (task_id, task_lease_id, revoked_at, reason)
+    select r.task_id, r.task_lease_id, _now, format('worker %s not seen for %s s (recovered from the dashboard)', r.worker_id, _dead)
       from revoked r
   ),
   key_freed as (

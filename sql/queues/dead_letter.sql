@@ -4,8 +4,10 @@
 -- error_handler in its payload (a task with an error handler hands its failures to a
 -- supervisor, which retries on its own), and it has not been redriven.
 
+-- task_id is the completion's, so that a page's bound and order (task_id < $n order by
+-- task_id desc) walk task_completed_unsuccessful_task_idx from the bound down.
 create or replace view queues.dead_letter as
-select t.task_id, t.task_type, t.payload, c.outcome, c.completed_at,
+select c.task_id, t.task_type, t.payload, c.outcome, c.completed_at,
        (select e.error_message from queues.error e where e.task_id = t.task_id
          order by e.error_id desc limit 1) as last_error,
        (select count(*)::integer from queues.task_lease l where l.task_id = t.task_id) as attempts

@@ -38,8 +38,10 @@ begin
     end if;
     if exists (select 1 from queues.task_lease l
                 where l.task_id = _task_id and l.task_lease_id > _task_lease_id)
-       or exists (select 1 from queues.task_lease_release r where r.task_lease_id = _task_lease_id)
-       or exists (select 1 from queues.task_lease_revocation v where v.task_lease_id = _task_lease_id)
+       or exists (select 1 from queues.task_lease_release r
+                   where r.task_id = _task_id and r.task_lease_id = _task_lease_id)
+       or exists (select 1 from queues.task_lease_revocation v
+                   where v.task_id = _task_id and v.task_lease_id = _task_lease_id)
        -- Completed by anyone not passing this lease (another worker, an unfenced call,
        -- the queue abandoning it): the holder's run is over.
        or exists (select 1 from queues.task_completed c

@@ -75,7 +75,7 @@ begin
   end if;
 
   _retry_at := _now + internal.backoff(_pending.interrupted_count, 300) / 5;
-  insert into queues.task_lease_release (task_lease_id, released_at) values (_task_lease_id, _now)
+  insert into queues.task_lease_release (task_id, task_lease_id, released_at) values (_task_id, _task_lease_id, _now)
   on conflict do nothing;
   insert into queues.task_interruption (task_lease_id, task_id, interrupted_at, retry_at, error_message)
   values (_task_lease_id, _task_id, _now, _retry_at, _message);

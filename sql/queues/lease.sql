@@ -71,6 +71,10 @@ begin
     raise exception 'lease_seconds must be between 1 and 86400, got %',
       coalesce(_lease_seconds::text, 'null') using errcode = '22023';
   end if;
+  -- The rows first, in task_id order, as complete_tasks locks them (a primary-key probe of
+  -- `= any`): a heartbeat and a completion batch that share tasks then wait for each other
+  -- instead of deadlocking.
+  perform 1 from queues.task_pending p where p.task_id = any (_task_ids) order by p.task_id for no key update;
 
   return query
   with extended as (
@@ -88,8 +92,8 @@ begin
     returning p.task_id, p.current_lease_id, p.available_at, p.resource_key
   ),
   recorded as (
-    insert into queues.task_lease_extension (task_lease_id, extended_at, expires_at)
-    select e.current_lease_id, _now, e.available_at from extended e
+    insert into queues.task_lease_extension (task_id, task_lease_id, extended_at, expires_at)
+    select e.task_id, e.current_lease_id, _now, e.available_at from extended e
   ),
   key_extended as (
     update queues.resource_lease r
@@ -147,8 +151,8 @@ begin
     returning p.task_id, i.task_lease_id, p.resource_key
   ),
   recorded as (
-    insert into queues.task_lease_release (task_lease_id)
-    select r.task_lease_id from released r
+    insert into queues.task_lease_release (task_id, task_lease_id)
+    select r.task_id, r.task_lease_id from released r
     on conflict do nothing
   ),
   key_freed as (

@@ -40,7 +40,7 @@ begin
              and u.released_at is null
              and not exists (select 1 from queues.task_lease_started s
                               where s.task_id = u.task_id and s.task_lease_id = u.task_lease_id)
-             and not exists (select 1 from queues.task_attempt_failed a where a.task_lease_id = u.task_lease_id)
+             and not exists (select 1 from queues.task_attempt_failed a where a.task_id = u.task_id and a.task_lease_id = u.task_lease_id)
              and not (u.task_lease_id = l.task_lease_id and l.revoked_at is null
                       and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id))),
          coalesce(i.interrupted_count, 0)

@@ -70,7 +70,7 @@ create or replace function queues.stale_leases_at(_now timestamptz, _dead_after_
 as $$
   select p.task_id, p.current_lease_id, l.worker_id, w.last_seen_at, p.available_at
     from queues.task_pending p
-    join queues.task_lease l on l.task_lease_id = p.current_lease_id
+    join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
     join queues.worker w on w.worker_id = l.worker_id
    where p.available_at > _now
      and w.stopped_at is null
@@ -115,8 +115,8 @@ begin
     returning p.task_id, s.task_lease_id, s.worker_id, p.resource_key
   ),
   recorded as (
-    insert into queues.task_lease_revocation (task_lease_id, revoked_at, reason)
-    select r.task_lease_id, _now, format('worker %s not seen for %s s', r.worker_id, _dead_after_seconds) from revoked r
+    insert into queues.task_lease_revocation (task_id, task_lease_id, revoked_at, reason)
+    select r.task_id, r.task_lease_id, _now, format('worker %s not seen for %s s', r.worker_id, _dead_after_seconds) from revoked r
   ),
   key_freed as (
     delete from queues.resource_lease k
@@ -159,13 +159,13 @@ begin
   end if;
   perform queues.lock_resource_keys(array(
     select p.task_id from queues.task_pending p
-      join queues.task_lease l on l.task_lease_id = p.current_lease_id
+      join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
      where p.current_lease_id is not null and l.worker_id = _worker_id));
   return query
   with held as (
     select p.task_id, p.current_lease_id as task_lease_id
       from queues.task_pending p
-      join queues.task_lease l on l.task_lease_id = p.current_lease_id
+      join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
      where p.current_lease_id is not null and l.worker_id = _worker_id
   ),
   revoked as (
@@ -179,8 +179,8 @@ begin
     returning p.task_id, h.task_lease_id, p.resource_key
   ),
   recorded as (
-    insert into queues.task_lease_revocation (task_lease_id, revoked_at, reason)
-    select r.task_lease_id, now(), format('worker %s died', _worker_id) from revoked r
+    insert into queues.task_lease_revocation (task_id, task_lease_id, revoked_at, reason)
+    select r.task_id, r.task_lease_id, now(), format('worker %s died', _worker_id) from revoked r
   ),
   key_freed as (
     delete from queues.resource_lease k

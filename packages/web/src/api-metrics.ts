@@ -17,12 +17,13 @@ const WINDOW = 3600;
 const DURATION_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
 
 export async function renderApiMetrics(store: Store): Promise<{ text: string; contentType: string }> {
-  const [types, counts, stats, capacity, queues] = await Promise.all([
+  const [types, counts, stats, capacity, queues, history] = await Promise.all([
     store.taskTypes(),
     store.counts(WINDOW),
     store.completionStats(WINDOW),
     store.capacity(),
     store.queues(),
+    store.history(),
   ]);
   const registry = new Registry();
   const gauge = (name: string, help: string, labelNames: string[]) =>
@@ -99,5 +100,46 @@ export async function renderApiMetrics(store: Store): Promise<{ text: string; co
     };
     for (const [hours, n] of Object.entries(byHours)) if (n !== null) needed.set({ task_type: c.task_type, hours }, n);
   }
+
+  // History partitions and retention (docs/operations.md, "Retention and partitions").
+  gauge('queue_history_partitions', 'Partition sets of the queue history (the default partition not counted).', []).set(
+    history.partitions.filter((p) => !p.is_default).length,
+  );
+  const partitionBytes = gauge(
+    'queue_history_partition_bytes',
+    'Bytes (tables, TOAST, indexes) of each partition set over every history table.',
+    ['lower_bound', 'upper_bound'],
+  );
+  for (const p of history.partitions) {
+    partitionBytes.set(
+      { lower_bound: p.lower_bound ?? 'default', upper_bound: p.upper_bound ?? 'default' },
+      p.total_bytes,
+    );
+  }
+  gauge(
+    'queue_history_default_partition_tasks',
+    'Tasks in the default partition (0 unless maintenance fell behind).',
+    [],
+  ).set(history.default_partition_tasks);
+  gauge(
+    'queue_history_retention_seconds',
+    'Retention window: a set is dropped this long after its newest completion.',
+    [],
+  ).set(history.retention_seconds);
+  const oldestAt = gauge(
+    'queue_history_oldest_task_timestamp_seconds',
+    'Enqueue time of the oldest retained task (absent with no task).',
+    [],
+  );
+  if (history.oldest_enqueued_at) oldestAt.set(Date.parse(history.oldest_enqueued_at) / 1000);
+  const oldestId = gauge('queue_history_oldest_task_id', 'Id of the oldest retained task (absent with no task).', []);
+  if (history.oldest_task_id !== null) oldestId.set(history.oldest_task_id);
+  const nextDrop = gauge(
+    'queue_history_next_drop_timestamp_seconds',
+    'When the next partition set leaves the window (absent while none is due or it holds pending tasks).',
+    [],
+  );
+  if (history.next_drop?.drop_after) nextDrop.set(Date.parse(history.next_drop.drop_after) / 1000);
+  gauge('queue_history_dropped_sets', 'Partition sets dropped by retention so far.', []).set(history.dropped_sets);
   return { text: await registry.metrics(), contentType: registry.contentType };
 }

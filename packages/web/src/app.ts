@@ -442,6 +442,8 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   });
 
   // --- dead letters --------------------------------------------------------------------
+  app.get('/api/history', async () => store.history());
+
   app.get('/api/dead-letters', async (request) => {
     const q = parse(deadLetterQuery, request.query, 'query');
     const deadLetters = await store.deadLetters({ taskType: q.task_type, limit: q.limit, before: q.before });

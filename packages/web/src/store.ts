@@ -7,6 +7,7 @@ import { enqueue, listTaskResults } from '@org/queue-client';
 import { capacityList } from './queries/capacity.queries.js';
 import { deadLetterList } from './queries/dead_letter.queries.js';
 import { leaseRecoverStale, leaseStaleList } from './queries/lease.queries.js';
+import { historyStatus } from './queries/history.queries.js';
 import { completionStatsList, throughputList } from './queries/metrics.queries.js';
 import { processList, processRootRankedList, processTimeline, processTree } from './queries/process.queries.js';
 import { queueList, queuePause, queueResume, workerList, workerRecover } from './queries/queue.queries.js';
@@ -56,6 +57,34 @@ export interface NewTaskInput {
   priority?: number;
   resource_key?: string;
   max_attempts?: number;
+}
+
+/** admin.history_status(): see docs/operations.md, "Retention and partitions". */
+export interface HistoryStatus {
+  retention_seconds: number;
+  partition_size: number;
+  partitions_ahead: number;
+  last_task_id: number;
+  oldest_task_id: number | null;
+  oldest_enqueued_at: string | null;
+  default_partition_tasks: number;
+  next_drop: {
+    lower_bound: number;
+    upper_bound: number;
+    pending_tasks: number;
+    last_completed_at: string | null;
+    drop_after: string | null;
+  } | null;
+  dropped_sets: number;
+  last_dropped_at: string | null;
+  partitions: {
+    lower_bound: number | null;
+    upper_bound: number | null;
+    name: string;
+    estimated_tasks: number;
+    total_bytes: number;
+    is_default: boolean;
+  }[];
 }
 
 export class Store {
@@ -231,6 +260,12 @@ export class Store {
       this.pool,
     );
     return rows.map((r) => ({ batch: r.batch, scheduled_at: r.scheduledAt, task_count: r.taskCount }));
+  }
+
+  /** Partition sets of the queue's history, retention settings and the next drop (admin.history_status). */
+  async history(): Promise<HistoryStatus> {
+    const [row] = await historyStatus.run(undefined, this.pool);
+    return row?.status as HistoryStatus;
   }
 
   async processes(): Promise<string[]> {

@@ -80,6 +80,7 @@ export function benchOptions(quick: boolean, log: (line: string) => void): Omit<
         latencyRate: 20,
         latencyDurationMs: 5_000,
         historyRows: 100_000,
+        historyScaleRows: historyScaleRows(),
         processes: 200,
         pgbenchSeconds: 3,
         pgbenchClients: 10,
@@ -94,11 +95,21 @@ export function benchOptions(quick: boolean, log: (line: string) => void): Omit<
         latencyRate: 20,
         latencyDurationMs: 15_000,
         historyRows: 1_000_000,
+        historyScaleRows: historyScaleRows(),
         processes: 2_000,
         pgbenchSeconds: 10,
         pgbenchClients: 10,
         log,
       };
+}
+
+/** Workload 12's history size from BENCH_HISTORY (unset or 0: the workload is left out). */
+function historyScaleRows(): number {
+  const raw = process.env.BENCH_HISTORY ?? '0';
+  const rows = Number(raw);
+  if (!Number.isInteger(rows) || rows < 0 || rows > 100_000_000)
+    throw new Error(`BENCH_HISTORY must be a whole number of tasks from 0 to 100000000, got ${raw}`);
+  return rows;
 }
 
 function packageVersion(name: string): string {

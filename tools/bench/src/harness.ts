@@ -18,6 +18,7 @@ import type { RunnerConfig } from './runners/protocol.js';
 import { percentile } from './stats.js';
 import { resyncWorkload } from './resync.js';
 import { DashboardPollers, DASHBOARDS, POLL_INTERVAL_MS } from './dashboard.js';
+import { fillHistory, timeEndpoints } from './history-scale.js';
 
 export const SYSTEMS = ['ours', 'graphile-worker', 'pg-boss'] as const;
 export type SystemName = (typeof SYSTEMS)[number];
@@ -34,6 +35,7 @@ export const WORKLOADS = [
   'steps',
   'resync',
   'dashboard',
+  'history_scale',
 ] as const;
 export type WorkloadId = (typeof WORKLOADS)[number];
 
@@ -57,6 +59,8 @@ export interface BenchOptions {
   latencyRate: number;
   latencyDurationMs: number;
   historyRows: number;
+  /** Workload 12's history (completed tasks); 0 leaves it out (opt-in: BENCH_HISTORY). */
+  historyScaleRows?: number;
   processes: number;
   pgbenchSeconds: number;
   pgbenchClients: number;
@@ -631,6 +635,85 @@ class Harness {
   }
 
   /**
+   * Workload 12 (history-scale.ts): with `rows` completed tasks in history (0: none), the
+   * API's endpoint groups timed as the API role, then the drain of `tasks` tasks.
+   */
+  async historyScale(trial: number, rows: number, label: 'none' | 'full'): Promise<void> {
+    const n = this.options.tasks;
+    const db = await this.freshDb('ours', `history_scale_${label}`);
+    try {
+      if (rows > 0) {
+        const fillS = await fillHistory(db.owner, rows, (line) => this.log(line));
+        const t0 = performance.now();
+        await withClient(db.root, (c) => c.query('vacuum analyze'));
+        const vacuumS = (performance.now() - t0) / 1000;
+        this.record('history_scale_fill_s', 'ours', trial, fillS);
+        this.record('history_scale_vacuum_s', 'ours', trial, vacuumS);
+        this.log(
+          `  history: ${rows} completed tasks written in ${fillS.toFixed(1)} s, vacuum analyze ${vacuumS.toFixed(1)} s`,
+        );
+      }
+      // One email process root, for the process timeline group (its supervisor task stays pending).
+      const rootId = await withClient(db.app, async (c) => {
+        const { rows: sent } = await c.query<{ id: string }>(
+          `select send_email_task_id as id
+             from comms.send_email('Bench <bench@example.com>', 'user@example.com', 'Hello', '<p>Hello</p>')`,
+        );
+        return Number(sent[0]!.id);
+      });
+      await this.enqueue('ours', db, 'batch', n);
+      await withClient(db.root, (c) => c.query('vacuum analyze'));
+      const { roles, rolePasswords } = this.server;
+      const times = await timeEndpoints(
+        withDatabase(this.server.rootUrl, db.name, roles.api, rolePasswords.api),
+        rootId,
+      );
+      for (const [group, ms] of Object.entries(times)) this.record(`history_api_${group}_${label}`, 'ours', trial, ms);
+      this.log(
+        `  ours endpoints with ${rows} in history (median ms): ${Object.entries(times)
+          .map(([g, ms]) => `${g} ${ms.toFixed(1)}`)
+          .join(', ')}`,
+      );
+      await this.checkpoint();
+      const runner = this.spawn('ours', `history_scale ${label} worker`, {
+        mode: 'work',
+        url: db.worker,
+        workerId: `bench-ours-history-scale-${label}`,
+        concurrency: this.options.workerConcurrency,
+        latency: false,
+      });
+      let result: RunnerResult;
+      let elapsedMs: number;
+      try {
+        await withTimeout(runner.ready, 60_000, 'history_scale worker ready');
+        const started = performance.now();
+        runner.go();
+        const done = await this.waitFor(db, COMPLETED_SQL.ours, [], rows + n, 600_000, 'history_scale drain');
+        elapsedMs = done.at - started;
+        runner.stop();
+        result = await runner.finish(60_000);
+      } finally {
+        runner.kill();
+      }
+      const handled = result.handled as number;
+      const completed = (await this.count('ours', db, COMPLETED_SQL, n)) - rows;
+      this.checks.push({ trial, subject: 'ours', workload: `history_scale_${label}`, expected: n, completed, handled });
+      if (completed !== n || handled !== n)
+        this.anomaly(
+          trial,
+          'ours',
+          `history_scale_${label}`,
+          `completed ${completed}, handled ${handled}, expected ${n}`,
+        );
+      const rate = (n / elapsedMs) * 1000;
+      this.record(`history_scale_drain_${label}`, 'ours', trial, rate);
+      this.log(`  ours drain with ${rows} completed in history: ${rate.toFixed(0)} tasks/s`);
+    } finally {
+      await this.dropDb(db);
+    }
+  }
+
+  /**
    * The dashboard's cost (see dashboard.ts): the same drain alone and with DASHBOARDS
    * dashboards polling the overview; records the throughput lost per dashboard (%), the
    * mean time of one poll, and one dashboard's share of a database core (poll ÷ interval).
@@ -829,6 +912,15 @@ export async function runBench(server: BenchServer, options: BenchOptions): Prom
     if (oursIncluded && has('processes')) await guarded('ours', 'processes', () => h.supervisorProcesses(trial));
     if (oursIncluded && has('resync')) await guarded('ours', 'resync', () => resyncWorkload(h, trial, options));
     if (oursIncluded && has('dashboard')) await guarded('ours', 'dashboard', () => h.dashboard(trial));
+    if (oursIncluded && has('history_scale')) {
+      const rows = options.historyScaleRows ?? 0;
+      if (rows > 0) {
+        await guarded('ours', 'history_scale_none', () => h.historyScale(trial, 0, 'none'));
+        await guarded('ours', 'history_scale_full', () => h.historyScale(trial, rows, 'full'));
+      } else if (trial === 1) {
+        h.log('history_scale: left out (opt-in: BENCH_HISTORY=<completed tasks in history>, e.g. 10000000)');
+      }
+    }
   }
 
   return {

@@ -4,6 +4,7 @@ import type { BenchOptions, BenchResults, Subject, SystemName } from './harness.
 import { summarize, type Summary } from './stats.js';
 import { BATCH_SIZE } from './runners/pgboss-config.js';
 import { GRAPHILE_PRESET } from './runners/graphile-config.js';
+import { ENDPOINT_GROUPS } from './history-scale.js';
 
 export interface RunInfo {
   mode: 'quick' | 'full';
@@ -158,7 +159,49 @@ function rows(o: BenchOptions): Row[] {
       unit: '%',
       higherIsBetter: false,
     },
+    ...historyScaleRows(o),
   ];
+}
+
+/** Workload 12 (opt-in, BENCH_HISTORY): each figure with the history, against the same without. */
+function historyScaleRows(o: BenchOptions): Row[] {
+  const n = o.tasks.toLocaleString('en-US');
+  const h = (o.historyScaleRows ?? 0).toLocaleString('en-US');
+  const none = (metric: string) => ({ metric, subject: 'ours' as Subject, label: 'no history' });
+  const out: Row[] = [
+    {
+      metric: 'history_scale_drain_none',
+      label: `12. Drain ${n}, no history`,
+      unit: 'tasks/s',
+      higherIsBetter: true,
+    },
+    {
+      metric: 'history_scale_drain_full',
+      label: `12. Drain ${n} with ${h} completed in history`,
+      unit: 'tasks/s',
+      higherIsBetter: true,
+      target: { text: '≥ 0.9× the drain with none', ok: (r) => r >= 0.9, reference: none('history_scale_drain_none') },
+    },
+  ];
+  for (const [group, { label }] of Object.entries(ENDPOINT_GROUPS)) {
+    out.push(
+      { metric: `history_api_${group}_none`, label: `12. API ${label}, no history`, unit: 'ms', higherIsBetter: false },
+      {
+        metric: `history_api_${group}_full`,
+        label: `12. API ${label}, ${h} in history`,
+        unit: 'ms',
+        higherIsBetter: false,
+        target: { text: '≤ 2× its time with none', ok: (r) => r <= 2, reference: none(`history_api_${group}_none`) },
+      },
+    );
+  }
+  out.push({
+    metric: 'history_scale_fill_s',
+    label: `12. Writing ${h} completed tasks into the partitions (generate_series, as the owner)`,
+    unit: 's',
+    higherIsBetter: false,
+  });
+  return out;
 }
 
 function fmt(v: number, unit: string): string {
@@ -407,6 +450,17 @@ ${settings}
    (\`resync_slow\`, over 60 s), after which \`admin.capacity_at\` over the last 60 s must give
    a \`tasks_per_worker_hour\` within 15% of the measured rate and, for the next day's
    1,000-task backlog, the \`workers_needed\` (1/4/8 h) the measured rate gives (± 1).
+12. **History at scale** (ours only, opt-in, tools/bench/src/history-scale.ts): left out
+   unless \`BENCH_HISTORY\` is set, e.g. \`BENCH_HISTORY=10000000 npm run bench -- --systems ours
+   --workloads drain,history_scale\` (the default run stays within its 20 minutes; the fill of
+   10,000,000 tasks alone takes minutes). On one fresh database, \`BENCH_HISTORY\` completed tasks
+   (a lease and a completion each, every 1,000th failed) are written as the owner straight
+   into the history partitions with \`generate_series\`, one statement per table per partition
+   set, then \`vacuum analyze\`; on another, none. On each: one email process root, the backlog
+   of 3a, then the statements behind each endpoint group of the API and dashboard (counts,
+   capacity, task list, dead letters, process timeline, history) as the API role, the median
+   of 15 calls after 3 warm-up calls, then the drain of 3a. Targets: the drain with the
+   history ≥ 0.9× the drain without; each endpoint group ≤ 2× its time without.
 
 ### Configurations
 

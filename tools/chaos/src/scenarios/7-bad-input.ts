@@ -41,7 +41,7 @@ const VOLATILE = new Set(['queues.worker', 'queues.task_lease_extension']);
 export async function rowCounts(db: ChaosDb): Promise<Record<string, number>> {
   const { rows } = await db.query<{ t: string }>(
     `select format('%I.%I', n.nspname, c.relname) as t from pg_class c join pg_namespace n on n.oid = c.relnamespace
-      where c.relkind in ('r', 'p') and n.nspname = any($1) order by 1`,
+      where c.relkind in ('r', 'p') and not c.relispartition and n.nspname = any($1) order by 1`,
     [SCHEMAS],
   );
   const parts = rows.map((r) => `select '${r.t}' as t, count(*)::int as n from ${r.t}`);

@@ -1,6 +1,7 @@
 // vitest globalSetup: one PostgreSQL server per test run (embedded in .data/test-<pid>,
 // or the admin DATABASE_URL), with a migrated template database that every test file
 // clones (see createTestDatabase).
+import pg from 'pg';
 import type { TestProject } from 'vitest/node';
 import { openServer, provisionDatabase, withRootClient } from '../server.js';
 import type { TestServerContext } from './context.js';
@@ -10,7 +11,22 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const server = await openServer({ name: `test-${runId}`, adminUrl: process.env.DATABASE_URL });
   const template = `queue_template_${runId}`;
   try {
-    await provisionDatabase(server, template, { fresh: true, quiet: true });
+    const urls = await provisionDatabase(server, template, { fresh: true, quiet: true });
+    // Test databases start quiet: the history maintenance schedule the migration installs
+    // (every 10 minutes, forever) would keep a schedules supervisor alive in every test
+    // that drives schedules to the end. Tests of that schedule enable it.
+    const owner = new pg.Client({ connectionString: urls.owner });
+    await owner.connect();
+    try {
+      await owner.query(
+        `select schedules.append_schedule_version(now(), v.schedule_id, v.cron, v.task_type, v.payload,
+                                                  v.priority, v.missed_run_policy, false)
+           from schedules.schedule s, schedules.current_version(s.schedule_id) v
+          where s.name = 'queue_history_maintenance'`,
+      );
+    } finally {
+      await owner.end();
+    }
   } catch (error) {
     await server.stop({ destroy: true });
     throw error;

@@ -1,0 +1,2 @@
+/* @name HistoryStatus */
+select admin.history_status() as "status!";

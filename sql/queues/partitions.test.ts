@@ -1,0 +1,290 @@
+// Partition maintenance (sql/queues/partitions.sql): sets are created ahead of need,
+// dropped whole when every task in them is completed and older than the retention
+// window, kept while one task is pending, and maintenance never stops the queue.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+
+let db: TestDatabase;
+const SIZE = 10;
+let base: number;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  // Small sets, starting above every set the migration made.
+  const { rows } = await db.query(
+    `select max(upper_bound) as top from queues.history_partitions() where not is_default`,
+  );
+  base = Number(rows[0].top);
+  await db.query(`update queues.history_setting set partition_size = $1, partitions_ahead = 2`, [SIZE]);
+  await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [base - 1]);
+});
+afterAll(async () => {
+  await db?.drop();
+});
+
+type Result = { created: [number, number][]; dropped: [number, number][]; skipped: unknown[]; kept: number };
+const maintain = async (at = 'now()'): Promise<Result> =>
+  (await db.query(`select queues.maintain_history_at(${at}) as r`)).rows[0].r;
+
+async function enqueue(n: number): Promise<string[]> {
+  // As the owner: db_function tasks are enqueued only by the database's own processes.
+  const { rows } = await db.pool('owner').query('select task_id from queues.enqueue_many($1::jsonb)', [
+    JSON.stringify(
+      Array.from({ length: n }, (_, i) => ({
+        task_type: 'db_function',
+        payload: { db_function: 'internal.noop', i },
+      })),
+    ),
+  ]);
+  return rows.map((r) => r.task_id);
+}
+async function claimAll(): Promise<Map<string, string>> {
+  const { rows } = await db.query(
+    `select task_id, task_lease_id from queues.claim_tasks_at(now(), 'w', 1000, null, 300, 5)`,
+  );
+  return new Map(rows.map((r) => [r.task_id, r.task_lease_id]));
+}
+async function complete(leases: Map<string, string>, ids: string[]) {
+  const { rows } = await db
+    .pool('worker')
+    .query('select result from queues.complete_tasks($1::bigint[], $2::bigint[])', [
+      ids,
+      ids.map((id) => leases.get(id)),
+    ]);
+  expect(rows.every((r) => r.result === 'completed')).toBe(true);
+}
+const tasksIn = async (lo: number, hi: number) =>
+  Number(
+    (await db.query('select count(*) from queues.task where task_id >= $1 and task_id < $2', [lo, hi])).rows[0].count,
+  );
+
+/** Facts whose task, or whose lease, does not exist (no foreign keys hold these). */
+async function orphans(): Promise<unknown[]> {
+  const { rows } = await db.query(`
+    select 'task_lease' as fact, x.task_id from queues.task_lease x where not exists (select 1 from queues.task t where t.task_id = x.task_id)
+    union all select 'task_completed', x.task_id from queues.task_completed x
+     where not exists (select 1 from queues.task t where t.task_id = x.task_id)
+        or (x.task_lease_id is not null and not exists (select 1 from queues.task_lease l where l.task_id = x.task_id and l.task_lease_id = x.task_lease_id))
+    union all select 'error', x.task_id from queues.error x
+     where not exists (select 1 from queues.task t where t.task_id = x.task_id)
+        or (x.task_lease_id is not null and not exists (select 1 from queues.task_lease l where l.task_id = x.task_id and l.task_lease_id = x.task_lease_id))
+    union all select 'task_lease_extension', x.task_id from queues.task_lease_extension x
+     where not exists (select 1 from queues.task_lease l where l.task_id = x.task_id and l.task_lease_id = x.task_lease_id)
+    union all select 'task_lease_release', x.task_id from queues.task_lease_release x
+     where not exists (select 1 from queues.task_lease l where l.task_id = x.task_id and l.task_lease_id = x.task_lease_id)
+    union all select 'task_lease_revocation', x.task_id from queues.task_lease_revocation x
+     where not exists (select 1 from queues.task_lease l where l.task_id = x.task_id and l.task_lease_id = x.task_lease_id)
+    union all select 'task_attempt_failed', x.task_id from queues.task_attempt_failed x
+     where not exists (select 1 from queues.task t where t.task_id = x.task_id)
+    union all select 'task_redriven', x.task_id from queues.task_redriven x
+     where not exists (select 1 from queues.task t where t.task_id = x.task_id)
+        or not exists (select 1 from queues.task t where t.task_id = x.new_task_id)
+    union all select 'task_pending', x.task_id from queues.task_pending x
+     where not exists (select 1 from queues.task t where t.task_id = x.task_id)
+        or exists (select 1 from queues.task_completed c where c.task_id = x.task_id)`);
+  return rows;
+}
+
+describe('partition maintenance', () => {
+  it('creates sets ahead of the last task id, and drops empty sets below it', async () => {
+    const first = await maintain();
+    expect(first.created).toEqual([
+      [base, base + SIZE],
+      [base + SIZE, base + 2 * SIZE],
+    ]);
+    // The migration's big sets below the last task id hold nothing: dropped.
+    expect(first.dropped.length).toBeGreaterThan(0);
+    expect(first.dropped.every(([, hi]) => hi <= base)).toBe(true);
+    // Nothing more to do.
+    expect(await maintain()).toMatchObject({ created: [], dropped: [], skipped: [] });
+    const { rows } = await db.query(
+      `select c.relname from pg_class c where c.relname like 'task_lease_revocation_p%' and c.relnamespace = 'queues'::regnamespace order by 1`,
+    );
+    expect(rows.map((r) => r.relname)).toEqual(
+      expect.arrayContaining([`task_lease_revocation_p${base}`, `task_lease_revocation_p${base + SIZE}`]),
+    );
+  });
+
+  it('drops a set whose tasks all completed before the window; one pending task keeps its set', async () => {
+    const setA = await enqueue(SIZE);
+    expect(Number(setA[0])).toBe(base);
+    await maintain();
+    const setB = await enqueue(SIZE);
+    const [extra] = await enqueue(1); // the last task id moves past both sets
+    const leases = await claimAll();
+    await complete(leases, [...setA, extra]);
+    const pending = setB[3];
+    await complete(
+      leases,
+      setB.filter((id) => id !== pending),
+    );
+    await db.query(`select queues.fail_task($1, 'noted', $2)`, [setA[0], leases.get(setA[0])]).catch(() => undefined);
+    expect(await orphans()).toEqual([]);
+
+    // Inside the window: nothing goes.
+    expect((await maintain(`now() + interval '6 days'`)).dropped).toEqual([]);
+    // After it: set A goes whole; set B stays for its pending task.
+    const later = await maintain(`now() + interval '8 days'`);
+    expect(later.dropped).toEqual([[base, base + SIZE]]);
+    expect(await tasksIn(base, base + SIZE)).toBe(0);
+    expect(await tasksIn(base + SIZE, base + 2 * SIZE)).toBe(SIZE);
+    await expect(db.query('select admin.get_task($1)', [setA[0]])).rejects.toMatchObject({ code: '23503' });
+    const { rows: dropped } = await db.query(
+      `select lower_bound, upper_bound, tasks from queues.history_partition_dropped where lower_bound = $1`,
+      [base],
+    );
+    expect(dropped).toEqual([{ lower_bound: String(base), upper_bound: String(base + SIZE), tasks: String(SIZE) }]);
+
+    // The pending task is still claimable and completes; then its set goes too.
+    await complete(leases, [pending]);
+    const last = await maintain(`now() + interval '8 days'`);
+    expect(last.dropped).toEqual([[base + SIZE, base + 2 * SIZE]]);
+    expect(await orphans()).toEqual([]);
+  });
+
+  it('a task that fell into the default partition is kept, and new sets start above it', async () => {
+    const { rows } = await db.query(
+      `select max(upper_bound) as top from queues.history_partitions() where not is_default`,
+    );
+    const top = Number(rows[0].top);
+    await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [top + 4]);
+    const [id] = await enqueue(1);
+    expect(Number(id)).toBe(top + 5);
+    const { rows: where } = await db.query(
+      'select tableoid::regclass::text as part from queues.task where task_id = $1',
+      [id],
+    );
+    expect(where[0].part).toBe('queues.task_default');
+    const result = await maintain(`now() + interval '30 days'`);
+    expect(result.created[0]).toEqual([top + 6, top + 6 + SIZE]);
+    expect(await tasksIn(top + 5, top + 6)).toBe(1);
+    const status = (await db.pool('api').query('select admin.history_status() as s')).rows[0].s;
+    expect(status).toMatchObject({ default_partition_tasks: 1, partition_size: SIZE, retention_seconds: 7 * 86400 });
+  });
+
+  it('claims and completions on other connections proceed while maintenance creates and drops sets', async () => {
+    await db.query(`update queues.history_setting set retention = interval '0', partitions_ahead = 1`);
+    await maintain();
+    const owner = db.pool('owner');
+    const worker = db.pool('worker');
+    let done = false;
+    const results: string[] = [];
+    const maintenanceRuns: Result[] = [];
+    const loop = (async () => {
+      for (let round = 0; round < 40; round++) {
+        await owner.query('select queues.enqueue_many($1::jsonb)', [
+          JSON.stringify(
+            Array.from({ length: 3 }, () => ({ task_type: 'db_function', payload: { db_function: 'internal.noop' } })),
+          ),
+        ]);
+        const { rows } = await worker.query(
+          `select task_id, task_lease_id from queues.claim_tasks('w2', 100, null, 300, 5)`,
+        );
+        const { rows: completed } = await worker.query(
+          'select result from queues.complete_tasks($1::bigint[], $2::bigint[])',
+          [rows.map((r) => r.task_id), rows.map((r) => r.task_lease_id)],
+        );
+        results.push(...completed.map((r) => r.result));
+      }
+      done = true;
+    })();
+    const maintenance = (async () => {
+      const client = await db.client('owner');
+      try {
+        while (!done) {
+          maintenanceRuns.push((await client.query('select queues.maintain_history_at(now()) as r')).rows[0].r);
+        }
+      } finally {
+        await client.end();
+      }
+    })();
+    await Promise.all([loop, maintenance]);
+
+    // Every task the loop claimed completed; nothing is left pending but the default
+    // partition's task from the test before.
+    expect(results.length).toBeGreaterThanOrEqual(100);
+    expect(new Set(results)).toEqual(new Set(['completed']));
+    // Maintenance did its work meanwhile (sets created for the new ids, finished ones dropped).
+    expect(maintenanceRuns.reduce((n, r) => n + r.created.length + r.dropped.length, 0)).toBeGreaterThan(0);
+    expect(await orphans()).toEqual([]);
+    // Once the loop has stopped, one run drops every finished set below the last id.
+    await maintain();
+    const { rows: left } = await db.query(
+      `select p.lower_bound from queues.history_partitions() p
+        where not p.is_default and p.upper_bound <= queues.last_task_id()
+          and not exists (select 1 from queues.task_pending tp where tp.task_id >= p.lower_bound and tp.task_id < p.upper_bound)`,
+    );
+    expect(left).toEqual([]);
+    const { rows: created } = await db.query(
+      `select count(*)::int as n from queues.history_partitions() where not is_default and lower_bound > queues.last_task_id()`,
+    );
+    expect(created[0].n).toBeGreaterThanOrEqual(1);
+  });
+
+  it('is a runnable db_function for the worker, and the API sees partitions and the next drop', async () => {
+    const { rows } = await db
+      .pool('worker')
+      .query(`select internal.run_function('queues.maintain_history', '{}'::jsonb) as r`);
+    expect(rows[0].r).toMatchObject({
+      success: true,
+      payload: { created: expect.any(Array), dropped: expect.any(Array) },
+    });
+    await expect(db.pool('worker').query('select queues.maintain_history_at(now())')).rejects.toMatchObject({
+      code: '42501',
+    });
+    await expect(db.pool('api').query('select queues.history_status_at(now())')).rejects.toMatchObject({
+      code: '42501',
+    });
+    const status = (await db.pool('api').query('select admin.history_status() as s')).rows[0].s;
+    expect(status.partitions.length).toBeGreaterThan(1);
+    expect(status.partitions[0]).toMatchObject({ total_bytes: expect.any(Number), is_default: false });
+    expect(status.dropped_sets).toBeGreaterThan(0);
+  });
+
+  it('runs from its own schedule: the schedules supervisor enqueues the maintenance step every 10 minutes', async () => {
+    const { rows: installed } = await db.query(
+      `select v.cron, v.task_type, v.payload, v.priority from schedules.schedule s, schedules.current_version(s.schedule_id) v
+        where s.name = 'queue_history_maintenance'`,
+    );
+    expect(installed).toEqual([
+      {
+        cron: '*/10 * * * *',
+        task_type: 'db_function',
+        payload: { db_function: 'queues.maintain_history' },
+        priority: 100,
+      },
+    ]);
+    // Test databases start with it disabled (tools/db/src/testing/global-setup.ts).
+    await db.pool('app').query(`select schedules.enable_schedule('queue_history_maintenance')`);
+    const { rows: supervisor } = await db.query(
+      `select t.task_id, t.scheduled_at from queues.task t join schedules.supervisor_task s using (task_id)
+        where exists (select 1 from queues.task_pending p where p.task_id = t.task_id)`,
+    );
+    expect(supervisor).toHaveLength(1);
+    // The supervisor runs at the next fire time and enqueues the maintenance step.
+    const at = supervisor[0].scheduled_at as Date;
+    const { rows: run } = await db.query(`select schedules.schedule_supervisor_at($1, '{}'::jsonb) as r`, [at]);
+    expect(run[0].r).toBeDefined();
+    const { rows: step } = await db.query(
+      `select r.task_id, t.payload from schedules.schedule_run r join schedules.schedule s using (schedule_id)
+         join queues.task t on t.task_id = r.task_id
+        where s.name = 'queue_history_maintenance' and r.outcome = 'enqueued'`,
+    );
+    expect(step).toHaveLength(1);
+    expect(step[0].payload).toEqual({ db_function: 'queues.maintain_history' });
+    // The worker runs it like any db_function task.
+    const { rows: result } = await db
+      .pool('worker')
+      .query(`select internal.run_function($1::jsonb ->> 'db_function', $1::jsonb) as r`, [step[0].payload]);
+    expect(result[0].r).toMatchObject({
+      success: true,
+      payload: { created: expect.any(Array), dropped: expect.any(Array), kept: expect.any(Number) },
+    });
+    // The envelope the worker's steps accept (queues.run_steps reads it so).
+    const { rows: envelope } = await db
+      .pool('worker')
+      .query('select outcome, message from queues.parse_envelope($1::jsonb)', [result[0].r]);
+    expect(envelope[0]).toEqual({ outcome: 'succeeded', message: null });
+    await db.pool('app').query(`select schedules.disable_schedule('queue_history_maintenance')`);
+  });
+});

@@ -1,0 +1,296 @@
+// 10. Partition maintenance under chaos: history sets of 100 task ids with a 3-second
+// retention, so that maintenance creates and drops sets all through the run, while
+// workers are killed with SIGKILL and PostgreSQL is restarted twice. Every enqueued task
+// must complete exactly once or still be there; a dropped set may hold only tasks that
+// completed before the window.
+import { Report, round, sleep, waitFor, type Scenario } from '../harness.js';
+import { fastEnv, killAll, startWorker, stopWorker, type WorkerProcess } from '../workers.js';
+
+const PARTITION_SIZE = 100;
+const RETENTION_SECONDS = 3;
+
+interface MaintenanceResult {
+  created: unknown[];
+  dropped: unknown[];
+  skipped: unknown[];
+}
+
+export const scenario: Scenario = {
+  id: 10,
+  name: 'history',
+  title: 'kill -9 workers and restart PostgreSQL while history partitions are created and dropped',
+  fast: false,
+  async run({ db, quick, log, restartServer }) {
+    const r = new Report();
+    if (!restartServer) return { figures: {}, checks: [], skipped: 'needs a server the harness owns (CLI only)' };
+    const seconds = quick ? 25 : 60;
+    const tag = `s10-${Date.now().toString(36)}`;
+    const owner = db.pool('owner');
+    const before = (
+      await owner.query(
+        'select partition_size, partitions_ahead, retention::text as retention, lock_timeout_ms from queues.history_setting',
+      )
+    ).rows[0];
+
+    // Small sets and a short window. Task ids restart above every set made so far, so the
+    // scenario's tasks fall into the small sets only.
+    await owner.query(
+      `update queues.history_setting
+          set partition_size = $1, partitions_ahead = 2, retention = make_interval(secs => $2), lock_timeout_ms = 100`,
+      [PARTITION_SIZE, RETENTION_SECONDS],
+    );
+    const top = Number(
+      (
+        await owner.query(
+          `select greatest(coalesce(max(upper_bound), 0), (select coalesce(max(task_id), 0) + 1 from queues.task)) as top
+             from queues.history_partitions() where not is_default`,
+        )
+      ).rows[0].top,
+    );
+    await owner.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [top]);
+    const firstDrop = Number(
+      (
+        await owner.query(
+          'select coalesce(max(history_partition_dropped_id), 0) as id from queues.history_partition_dropped',
+        )
+      ).rows[0].id,
+    );
+    await owner.query('select queues.maintain_history_at(now())');
+
+    const env = fastEnv(db.url('worker'), { WORKER_ROLE: 'db_function' });
+    const workers: WorkerProcess[] = [];
+    const all: WorkerProcess[] = [];
+    const spawn = () => {
+      const w = startWorker({ env, prefix: 's10' });
+      workers.push(w);
+      all.push(w);
+    };
+    for (let i = 0; i < 3; i++) spawn();
+
+    // The load: 5 steps every 200 ms, each recorded with its id. A call that failed (the
+    // server restarting) may still have committed: its keys are "uncertain".
+    const ids: number[] = [];
+    const keys: string[] = [];
+    const uncertain: string[] = [];
+    let enqueueErrors = 0;
+    let running = true;
+    let n = 0;
+    const load = (async () => {
+      while (running) {
+        const t0 = Date.now();
+        const batch = Array.from({ length: 5 }, () => `${tag}-${n++}`);
+        try {
+          const { rows: enqueued } = await owner.query('select task_id from queues.enqueue_many($1::jsonb)', [
+            JSON.stringify(
+              batch.map((key) => ({
+                task_type: 'db_function',
+                payload: { db_function: 'chaos.step', key, sleep: Math.round(Math.random() * 50) / 1000 },
+              })),
+            ),
+          ]);
+          // Each id with its key, read back (retried while the server restarts).
+          let rows: { task_id: string; key: string }[] = [];
+          await waitFor(
+            async () => {
+              rows = (
+                await owner.query(
+                  `select task_id, payload->>'key' as key from queues.task where task_id = any($1::bigint[])`,
+                  [enqueued.map((e) => e.task_id)],
+                )
+              ).rows;
+              return true;
+            },
+            60_000,
+            100,
+          );
+          if (rows.length < enqueued.length) uncertain.push(...batch);
+          for (const row of rows) {
+            ids.push(Number(row.task_id));
+            keys.push(row.key);
+          }
+        } catch {
+          enqueueErrors++;
+          uncertain.push(...batch);
+        }
+        await sleep(Math.max(0, 200 - (Date.now() - t0)));
+      }
+    })();
+
+    // Maintenance as the schedule runs it (queues.maintain_history), every 300 ms.
+    const maintenance = { runs: 0, errors: 0, created: 0, dropped: 0, skipped: 0, okAfterLastRestart: 0 };
+    let lastRestartAt = 0;
+    let maintaining = true;
+    const maintainer = (async () => {
+      while (maintaining) {
+        try {
+          const { rows } = await owner.query<{ r: MaintenanceResult }>('select queues.maintain_history_at(now()) as r');
+          const res = rows[0]!.r;
+          maintenance.runs++;
+          maintenance.created += res.created.length;
+          maintenance.dropped += res.dropped.length;
+          maintenance.skipped += res.skipped.length;
+          if (lastRestartAt > 0) maintenance.okAfterLastRestart++;
+        } catch {
+          maintenance.errors++;
+        }
+        await sleep(300);
+      }
+    })();
+
+    // Chaos: SIGKILL a worker every 2-3 s (a new one replaces it); restart PostgreSQL at a
+    // third and at two thirds of the run.
+    let kills = 0;
+    const restarts: number[] = [];
+    const started = Date.now();
+    try {
+      const restartAt = [started + (seconds * 1000) / 3, started + (seconds * 2000) / 3];
+      while (Date.now() - started < seconds * 1000) {
+        await sleep(2000 + Math.random() * 1000);
+        if (restartAt.length > 0 && Date.now() >= restartAt[0]!) {
+          restartAt.shift();
+          const t0 = Date.now();
+          lastRestartAt = 0;
+          await restartServer();
+          restarts.push(Date.now() - t0);
+          lastRestartAt = Date.now();
+          maintenance.okAfterLastRestart = 0;
+          continue;
+        }
+        const victim = workers[Math.floor(Math.random() * workers.length)]!;
+        victim.process.kill('SIGKILL');
+        await victim.exited;
+        workers.splice(workers.indexOf(victim), 1);
+        kills++;
+        spawn();
+      }
+    } finally {
+      running = false;
+      await load;
+    }
+    log(`  ${kills} kills, ${restarts.length} restarts in ${Math.round((Date.now() - started) / 1000)} s; draining`);
+
+    // Drained: every recorded task still in queues.task is completed (a dropped one was).
+    const open = async () =>
+      Number(
+        (
+          await owner.query(
+            `select count(*) as n from unnest($1::bigint[]) i(id)
+               join queues.task t on t.task_id = i.id
+              where not exists (select 1 from queues.task_completed c where c.task_id = i.id)`,
+            [ids],
+          )
+        ).rows[0].n,
+      );
+    const drained = await waitFor(async () => (await open()) === 0, 90_000, 250);
+    // One more window, so that the last sets can go too while workers are still up.
+    await sleep((RETENTION_SECONDS + 1) * 1000);
+    maintaining = false;
+    await maintainer;
+    const exits = await Promise.all(workers.map((w) => stopWorker(w)));
+    killAll(all);
+
+    const outcome = (
+      await owner.query(
+        `with x as (select * from unnest($1::bigint[], $2::text[]) x(id, key)),
+              dropped as (select * from queues.history_partition_dropped d where d.history_partition_dropped_id > $3),
+              placed as (
+                select x.id, x.key,
+                       exists (select 1 from queues.task t where t.task_id = x.id) as present,
+                       (select d.dropped_at from dropped d where x.id >= d.lower_bound and x.id < d.upper_bound) as dropped_at
+                  from x)
+         select count(*) filter (where not present and dropped_at is null)::int as lost,
+                count(*) filter (where dropped_at is not null)::int as in_dropped_sets,
+                count(*) filter (where present)::int as present,
+                -- A dropped task whose step had not committed before the drop minus the
+                -- window: it was pending (or too recent) when its set went.
+                count(*) filter (where dropped_at is not null and not exists (
+                  select 1 from chaos.effect e
+                   where e.task_key = p.key and e.created_at <= p.dropped_at - make_interval(secs => $4)))::int
+                  as dropped_not_completed_in_time,
+                count(*) filter (where present and exists (
+                  select 1 from queues.task_completed c where c.task_id = p.id and c.outcome <> 'succeeded'))::int
+                  as not_succeeded
+           from placed p`,
+        [ids, keys, firstDrop, RETENTION_SECONDS],
+      )
+    ).rows[0];
+    const effects = (
+      await owner.query(
+        `with k as (select unnest($1::text[]) as key),
+              u as (select unnest($2::text[]) as key),
+              e as (select task_key, count(*) as n from chaos.effect where task_key like $3 || '-%' group by task_key)
+         select (select count(*) from k where not exists (select 1 from e where e.task_key = k.key))::int as missing,
+                (select count(*) from e where e.n > 1)::int as duplicated,
+                (select count(*) from u join e on e.task_key = u.key)::int as uncertain_ran`,
+        [keys, uncertain, tag],
+      )
+    ).rows[0];
+    const drops = (
+      await owner.query(
+        `select count(*)::int as sets, coalesce(sum(tasks), 0)::int as tasks,
+                count(*) filter (where last_completed_at > dropped_at - make_interval(secs => $2))::int as too_recent,
+                count(*) filter (where lower_bound >= $3)::int as scenario_sets
+           from queues.history_partition_dropped where history_partition_dropped_id > $1`,
+        [firstDrop, RETENTION_SECONDS, top],
+      )
+    ).rows[0];
+    const status = (await owner.query('select queues.history_status_at(now()) as s')).rows[0].s;
+
+    r.figure('duration (s)', seconds);
+    r.figure('partition size (task ids) / retention (s)', `${PARTITION_SIZE} / ${RETENTION_SECONDS}`);
+    r.figure('tasks enqueued (recorded)', ids.length);
+    r.figure('enqueue calls refused while down', enqueueErrors);
+    r.figure('tasks of refused calls that ran anyway', effects.uncertain_ran);
+    r.figure('worker kills (SIGKILL)', kills);
+    r.figure('PostgreSQL restarts (s each)', restarts.map((ms) => round(ms / 1000, 2)).join(', ') || 'none');
+    r.figure('maintenance runs / failed (server down)', `${maintenance.runs} / ${maintenance.errors}`);
+    r.figure('sets created / dropped by maintenance', `${maintenance.created} / ${maintenance.dropped}`);
+    r.figure('steps skipped (lock timeout, retried next run)', maintenance.skipped);
+    r.figure('tasks in dropped sets', outcome.in_dropped_sets);
+    r.figure('tasks still in history', outcome.present);
+    r.figure('tasks in the default partition', status.default_partition_tasks);
+    r.figure('lost tasks', outcome.lost);
+    r.figure('pending tasks dropped', outcome.dropped_not_completed_in_time);
+
+    r.check(
+      "maintenance created and dropped sets holding this run's tasks",
+      maintenance.created > 0 && drops.scenario_sets > 0 && outcome.in_dropped_sets > 0,
+      JSON.stringify({ created: maintenance.created, drops }),
+    );
+    r.check(
+      'maintenance ran again after the last restart',
+      restarts.length === 2 && maintenance.okAfterLastRestart > 0,
+      JSON.stringify({ restarts: restarts.length, okAfterLastRestart: maintenance.okAfterLastRestart }),
+    );
+    r.check('every task completed or is still there (0 lost)', drained && outcome.lost === 0, JSON.stringify(outcome));
+    r.equal(
+      '0 pending tasks dropped: a dropped set held only tasks completed before the window',
+      outcome.dropped_not_completed_in_time,
+      0,
+    );
+    r.equal('every dropped set completed before the window (its own record)', drops.too_recent, 0);
+    r.equal(
+      'every step took effect exactly once',
+      { missing: effects.missing, duplicated: effects.duplicated },
+      {
+        missing: 0,
+        duplicated: 0,
+      },
+    );
+    r.equal('no task failed or was abandoned', outcome.not_succeeded, 0);
+    r.equal('no task fell into the default partition', Number(status.default_partition_tasks), 0);
+    r.check(
+      'surviving workers stopped with exit 0',
+      exits.every((e) => e.code === 0),
+      JSON.stringify(exits),
+    );
+
+    await owner.query(
+      `update queues.history_setting
+          set partition_size = $1, partitions_ahead = $2, retention = $3, lock_timeout_ms = $4`,
+      [before.partition_size, before.partitions_ahead, before.retention, before.lock_timeout_ms],
+    );
+    await owner.query('delete from queues.task_pending where task_id = any($1::bigint[])', [ids]);
+    return r.result();
+  },
+};
