@@ -314,8 +314,7 @@ create table comms.send_email_attempt (
   constraint send_email_attempt_pkey PRIMARY KEY (send_email_attempt_id),
   constraint send_email_attempt_send_email_attempt_id_not_null NOT NULL send_email_attempt_id,
   constraint send_email_attempt_send_email_task_id_fkey FOREIGN KEY (send_email_task_id) REFERENCES comms.send_email_task(send_email_task_id) ON DELETE CASCADE,
-  constraint send_email_attempt_send_email_task_id_not_null NOT NULL send_email_task_id,
-  constraint send_email_attempt_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE SET NULL
+  constraint send_email_attempt_send_email_task_id_not_null NOT NULL send_email_task_id
 );
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -425,8 +424,7 @@ create table comms.send_sms_attempt (
   constraint send_sms_attempt_pkey PRIMARY KEY (send_sms_attempt_id),
   constraint send_sms_attempt_send_sms_attempt_id_not_null NOT NULL send_sms_attempt_id,
   constraint send_sms_attempt_send_sms_task_id_fkey FOREIGN KEY (send_sms_task_id) REFERENCES comms.send_sms_task(send_sms_task_id) ON DELETE CASCADE,
-  constraint send_sms_attempt_send_sms_task_id_not_null NOT NULL send_sms_task_id,
-  constraint send_sms_attempt_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE SET NULL
+  constraint send_sms_attempt_send_sms_task_id_not_null NOT NULL send_sms_task_id
 );
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -577,8 +575,7 @@ create table files.file_deletion_attempt (
   constraint file_deletion_attempt_file_deletion_attempt_id_not_null NOT NULL file_deletion_attempt_id,
   constraint file_deletion_attempt_file_deletion_task_id_fkey FOREIGN KEY (file_deletion_task_id) REFERENCES files.file_deletion_task(file_deletion_task_id) ON DELETE CASCADE,
   constraint file_deletion_attempt_file_deletion_task_id_not_null NOT NULL file_deletion_task_id,
-  constraint file_deletion_attempt_pkey PRIMARY KEY (file_deletion_attempt_id),
-  constraint file_deletion_attempt_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE SET NULL
+  constraint file_deletion_attempt_pkey PRIMARY KEY (file_deletion_attempt_id)
 );
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -746,13 +743,54 @@ create table internal.channel_process (
 comment on table internal.channel_process is 'Channel processes run by internal.run_channel_supervisor: names (tables <schema>.<name>_task, _attempt, ...) and limits. Configuration, not a fact table.';
 CREATE UNIQUE INDEX channel_process_pkey ON internal.channel_process USING btree (process_schema, process_name);
 
+create table internal.process_pruned (
+  process_pruned_id bigint generated always as identity not null,
+  process text not null,
+  first_root_id bigint not null,
+  last_root_id bigint not null,
+  roots integer not null,
+  finished_before timestamp with time zone not null,
+  pruned_at timestamp with time zone default now() not null,
+  constraint process_pruned_check CHECK ((last_root_id >= first_root_id)),
+  constraint process_pruned_finished_before_not_null NOT NULL finished_before,
+  constraint process_pruned_first_root_id_not_null NOT NULL first_root_id,
+  constraint process_pruned_last_root_id_not_null NOT NULL last_root_id,
+  constraint process_pruned_pkey PRIMARY KEY (process_pruned_id),
+  constraint process_pruned_process_not_null NOT NULL process,
+  constraint process_pruned_process_pruned_id_not_null NOT NULL process_pruned_id,
+  constraint process_pruned_pruned_at_not_null NOT NULL pruned_at,
+  constraint process_pruned_roots_check CHECK ((roots > 0)),
+  constraint process_pruned_roots_not_null NOT NULL roots
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table internal.process_pruned is 'Append-only: finished process roots pruned by domain retention (ids first_root_id..last_root_id, not every id in between).';
+CREATE UNIQUE INDEX process_pruned_pkey ON internal.process_pruned USING btree (process_pruned_id);
+CREATE INDEX process_pruned_process_idx ON internal.process_pruned USING btree (process, last_root_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON internal.process_pruned FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table internal.process_retention (
+  process text not null,
+  retention interval not null,
+  updated_at timestamp with time zone default now() not null,
+  constraint process_retention_pkey PRIMARY KEY (process),
+  constraint process_retention_process_check CHECK ((process = ANY (ARRAY['send_email'::text, 'send_sms'::text, 'file_deletion'::text, 'account_deletion'::text, 'account_anonymization'::text]))),
+  constraint process_retention_process_not_null NOT NULL process,
+  constraint process_retention_retention_check CHECK ((retention > '00:00:00'::interval)),
+  constraint process_retention_retention_not_null NOT NULL retention,
+  constraint process_retention_updated_at_not_null NOT NULL updated_at
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table internal.process_retention is 'Retention window of finished business processes, per process; no row: kept forever (the default).';
+CREATE UNIQUE INDEX process_retention_pkey ON internal.process_retention USING btree (process);
+
 create table internal.provider_call_started (
   task_id bigint not null,
   task_lease_id bigint not null,
   started_at timestamp with time zone default now() not null,
   constraint provider_call_started_pkey PRIMARY KEY (task_id, task_lease_id),
   constraint provider_call_started_started_at_not_null NOT NULL started_at,
-  constraint provider_call_started_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
   constraint provider_call_started_task_id_not_null NOT NULL task_id,
   constraint provider_call_started_task_lease_id_not_null NOT NULL task_lease_id
 );
@@ -981,17 +1019,128 @@ create table queues.error (
   constraint error_created_at_not_null NOT NULL created_at,
   constraint error_error_id_not_null NOT NULL error_id,
   constraint error_error_message_not_null NOT NULL error_message,
-  constraint error_pkey PRIMARY KEY (error_id),
-  constraint error_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
+  constraint error_pkey PRIMARY KEY (task_id, error_id),
   constraint error_task_id_not_null NOT NULL task_id
-);
+) partition by RANGE (task_id);
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on table queues.error is 'Append-only operational errors reported against a task.';
-CREATE UNIQUE INDEX error_pkey ON queues.error USING btree (error_id);
-CREATE INDEX error_task_id_idx ON queues.error USING btree (task_id);
-CREATE INDEX error_task_lease_id_idx ON queues.error USING btree (task_lease_id);
+CREATE UNIQUE INDEX error_pkey ON ONLY queues.error USING btree (task_id, error_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.error FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.error_default partition of queues.error (
+  error_id bigint generated always as identity not null,
+  task_id bigint not null,
+  task_lease_id bigint,
+  error_message text not null,
+  created_at timestamp with time zone default now() not null,
+  constraint error_created_at_not_null NOT NULL created_at,
+  constraint error_default_pkey PRIMARY KEY (task_id, error_id),
+  constraint error_error_id_not_null NOT NULL error_id,
+  constraint error_error_message_not_null NOT NULL error_message,
+  constraint error_task_id_not_null NOT NULL task_id
+) DEFAULT;
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX error_default_pkey ON queues.error_default USING btree (task_id, error_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.error_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.error_p0 partition of queues.error (
+  error_id bigint generated always as identity not null,
+  task_id bigint not null,
+  task_lease_id bigint,
+  error_message text not null,
+  created_at timestamp with time zone default now() not null,
+  constraint error_created_at_not_null NOT NULL created_at,
+  constraint error_error_id_not_null NOT NULL error_id,
+  constraint error_error_message_not_null NOT NULL error_message,
+  constraint error_p0_pkey PRIMARY KEY (task_id, error_id),
+  constraint error_task_id_not_null NOT NULL task_id
+) FOR VALUES FROM ('0') TO ('1000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX error_p0_pkey ON queues.error_p0 USING btree (task_id, error_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.error_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.error_p1000000 partition of queues.error (
+  error_id bigint generated always as identity not null,
+  task_id bigint not null,
+  task_lease_id bigint,
+  error_message text not null,
+  created_at timestamp with time zone default now() not null,
+  constraint error_created_at_not_null NOT NULL created_at,
+  constraint error_error_id_not_null NOT NULL error_id,
+  constraint error_error_message_not_null NOT NULL error_message,
+  constraint error_p1000000_pkey PRIMARY KEY (task_id, error_id),
+  constraint error_task_id_not_null NOT NULL task_id
+) FOR VALUES FROM ('1000000') TO ('2000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX error_p1000000_pkey ON queues.error_p1000000 USING btree (task_id, error_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.error_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.error_p2000000 partition of queues.error (
+  error_id bigint generated always as identity not null,
+  task_id bigint not null,
+  task_lease_id bigint,
+  error_message text not null,
+  created_at timestamp with time zone default now() not null,
+  constraint error_created_at_not_null NOT NULL created_at,
+  constraint error_error_id_not_null NOT NULL error_id,
+  constraint error_error_message_not_null NOT NULL error_message,
+  constraint error_p2000000_pkey PRIMARY KEY (task_id, error_id),
+  constraint error_task_id_not_null NOT NULL task_id
+) FOR VALUES FROM ('2000000') TO ('3000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX error_p2000000_pkey ON queues.error_p2000000 USING btree (task_id, error_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.error_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.history_partition_dropped (
+  history_partition_dropped_id bigint generated always as identity not null,
+  lower_bound bigint not null,
+  upper_bound bigint not null,
+  tasks bigint not null,
+  last_completed_at timestamp with time zone,
+  dropped_at timestamp with time zone default now() not null,
+  constraint history_partition_dropped_check CHECK ((upper_bound > lower_bound)),
+  constraint history_partition_dropped_dropped_at_not_null NOT NULL dropped_at,
+  constraint history_partition_dropped_history_partition_dropped_id_not_null NOT NULL history_partition_dropped_id,
+  constraint history_partition_dropped_lower_bound_not_null NOT NULL lower_bound,
+  constraint history_partition_dropped_pkey PRIMARY KEY (history_partition_dropped_id),
+  constraint history_partition_dropped_tasks_not_null NOT NULL tasks,
+  constraint history_partition_dropped_upper_bound_not_null NOT NULL upper_bound
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.history_partition_dropped is 'Append-only: partition sets of queue history dropped by retention (task ids [lower_bound, upper_bound)).';
+CREATE UNIQUE INDEX history_partition_dropped_pkey ON queues.history_partition_dropped USING btree (history_partition_dropped_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.history_partition_dropped FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.history_setting (
+  singleton boolean default true not null,
+  partition_size bigint default 1000000 not null,
+  partitions_ahead integer default 2 not null,
+  retention interval default '7 days'::interval not null,
+  lock_timeout_ms integer default 100 not null,
+  updated_at timestamp with time zone default now() not null,
+  constraint history_setting_lock_timeout_ms_check CHECK (((lock_timeout_ms >= 1) AND (lock_timeout_ms <= 60000))),
+  constraint history_setting_lock_timeout_ms_not_null NOT NULL lock_timeout_ms,
+  constraint history_setting_partition_size_check CHECK (((partition_size >= 1) AND (partition_size <= '1000000000000'::bigint))),
+  constraint history_setting_partition_size_not_null NOT NULL partition_size,
+  constraint history_setting_partitions_ahead_check CHECK (((partitions_ahead >= 1) AND (partitions_ahead <= 1000))),
+  constraint history_setting_partitions_ahead_not_null NOT NULL partitions_ahead,
+  constraint history_setting_pkey PRIMARY KEY (singleton),
+  constraint history_setting_retention_check CHECK ((retention >= '00:00:00'::interval)),
+  constraint history_setting_retention_not_null NOT NULL retention,
+  constraint history_setting_singleton_check CHECK (singleton),
+  constraint history_setting_singleton_not_null NOT NULL singleton,
+  constraint history_setting_updated_at_not_null NOT NULL updated_at
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.history_setting is 'Retention window and partition sizing of the queue''s history (one row). See sql/queues/partitions.sql.';
+CREATE UNIQUE INDEX history_setting_pkey ON queues.history_setting USING btree (singleton);
 
 create table queues.internal_task_type (
   task_type text not null,
@@ -1013,7 +1162,6 @@ create table queues.resource_lease (
   constraint resource_lease_expires_at_not_null NOT NULL expires_at,
   constraint resource_lease_pkey PRIMARY KEY (resource_key),
   constraint resource_lease_resource_key_not_null NOT NULL resource_key,
-  constraint resource_lease_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
   constraint resource_lease_task_id_not_null NOT NULL task_id
 );
   owner :DATABASE_OWNER
@@ -1043,12 +1191,12 @@ create table queues.task (
   constraint task_task_id_not_null NOT NULL task_id,
   constraint task_task_type_fkey FOREIGN KEY (task_type) REFERENCES queues.task_type(task_type) ON DELETE RESTRICT,
   constraint task_task_type_not_null NOT NULL task_type
-);
+) partition by RANGE (task_id);
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on table queues.task is 'A unit of work. Immutable: state lives in task_lease, task_completed and error.';
-CREATE UNIQUE INDEX task_pkey ON queues.task USING btree (task_id);
-CREATE INDEX task_resource_key_idx ON queues.task USING btree (resource_key, task_id) WHERE (resource_key IS NOT NULL);
+CREATE UNIQUE INDEX task_pkey ON ONLY queues.task USING btree (task_id);
+CREATE INDEX task_resource_key_idx ON ONLY queues.task USING btree (resource_key, task_id) WHERE (resource_key IS NOT NULL);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 CREATE TRIGGER truncate_task_facts AFTER TRUNCATE ON queues.task FOR EACH STATEMENT EXECUTE FUNCTION queues.truncate_task_facts();
 
@@ -1059,18 +1207,84 @@ create table queues.task_attempt_failed (
   failed_at timestamp with time zone default now() not null,
   retry_at timestamp with time zone not null,
   constraint task_attempt_failed_failed_at_not_null NOT NULL failed_at,
-  constraint task_attempt_failed_pkey PRIMARY KEY (task_attempt_failed_id),
+  constraint task_attempt_failed_pkey PRIMARY KEY (task_id, task_attempt_failed_id),
   constraint task_attempt_failed_retry_at_not_null NOT NULL retry_at,
   constraint task_attempt_failed_task_attempt_failed_id_not_null NOT NULL task_attempt_failed_id,
-  constraint task_attempt_failed_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
   constraint task_attempt_failed_task_id_not_null NOT NULL task_id
-);
+) partition by RANGE (task_id);
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on table queues.task_attempt_failed is 'Append-only: a failed attempt of a task that will be retried.';
-CREATE UNIQUE INDEX task_attempt_failed_pkey ON queues.task_attempt_failed USING btree (task_attempt_failed_id);
-CREATE INDEX task_attempt_failed_task_idx ON queues.task_attempt_failed USING btree (task_id);
+CREATE UNIQUE INDEX task_attempt_failed_pkey ON ONLY queues.task_attempt_failed USING btree (task_id, task_attempt_failed_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_attempt_failed FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_attempt_failed_default partition of queues.task_attempt_failed (
+  task_attempt_failed_id bigint generated always as identity not null,
+  task_id bigint not null,
+  task_lease_id bigint,
+  failed_at timestamp with time zone default now() not null,
+  retry_at timestamp with time zone not null,
+  constraint task_attempt_failed_default_pkey PRIMARY KEY (task_id, task_attempt_failed_id),
+  constraint task_attempt_failed_failed_at_not_null NOT NULL failed_at,
+  constraint task_attempt_failed_retry_at_not_null NOT NULL retry_at,
+  constraint task_attempt_failed_task_attempt_failed_id_not_null NOT NULL task_attempt_failed_id,
+  constraint task_attempt_failed_task_id_not_null NOT NULL task_id
+) DEFAULT;
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_attempt_failed_default_pkey ON queues.task_attempt_failed_default USING btree (task_id, task_attempt_failed_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_attempt_failed_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_attempt_failed_p0 partition of queues.task_attempt_failed (
+  task_attempt_failed_id bigint generated always as identity not null,
+  task_id bigint not null,
+  task_lease_id bigint,
+  failed_at timestamp with time zone default now() not null,
+  retry_at timestamp with time zone not null,
+  constraint task_attempt_failed_failed_at_not_null NOT NULL failed_at,
+  constraint task_attempt_failed_p0_pkey PRIMARY KEY (task_id, task_attempt_failed_id),
+  constraint task_attempt_failed_retry_at_not_null NOT NULL retry_at,
+  constraint task_attempt_failed_task_attempt_failed_id_not_null NOT NULL task_attempt_failed_id,
+  constraint task_attempt_failed_task_id_not_null NOT NULL task_id
+) FOR VALUES FROM ('0') TO ('1000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_attempt_failed_p0_pkey ON queues.task_attempt_failed_p0 USING btree (task_id, task_attempt_failed_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_attempt_failed_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_attempt_failed_p1000000 partition of queues.task_attempt_failed (
+  task_attempt_failed_id bigint generated always as identity not null,
+  task_id bigint not null,
+  task_lease_id bigint,
+  failed_at timestamp with time zone default now() not null,
+  retry_at timestamp with time zone not null,
+  constraint task_attempt_failed_failed_at_not_null NOT NULL failed_at,
+  constraint task_attempt_failed_p1000000_pkey PRIMARY KEY (task_id, task_attempt_failed_id),
+  constraint task_attempt_failed_retry_at_not_null NOT NULL retry_at,
+  constraint task_attempt_failed_task_attempt_failed_id_not_null NOT NULL task_attempt_failed_id,
+  constraint task_attempt_failed_task_id_not_null NOT NULL task_id
+) FOR VALUES FROM ('1000000') TO ('2000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_attempt_failed_p1000000_pkey ON queues.task_attempt_failed_p1000000 USING btree (task_id, task_attempt_failed_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_attempt_failed_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_attempt_failed_p2000000 partition of queues.task_attempt_failed (
+  task_attempt_failed_id bigint generated always as identity not null,
+  task_id bigint not null,
+  task_lease_id bigint,
+  failed_at timestamp with time zone default now() not null,
+  retry_at timestamp with time zone not null,
+  constraint task_attempt_failed_failed_at_not_null NOT NULL failed_at,
+  constraint task_attempt_failed_p2000000_pkey PRIMARY KEY (task_id, task_attempt_failed_id),
+  constraint task_attempt_failed_retry_at_not_null NOT NULL retry_at,
+  constraint task_attempt_failed_task_attempt_failed_id_not_null NOT NULL task_attempt_failed_id,
+  constraint task_attempt_failed_task_id_not_null NOT NULL task_id
+) FOR VALUES FROM ('2000000') TO ('3000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_attempt_failed_p2000000_pkey ON queues.task_attempt_failed_p2000000 USING btree (task_id, task_attempt_failed_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_attempt_failed_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.task_cancelled (
   task_id bigint not null,
@@ -1080,14 +1294,73 @@ create table queues.task_cancelled (
   constraint task_cancelled_pkey PRIMARY KEY (task_id),
   constraint task_cancelled_reason_check CHECK ((length(reason) <= 500)),
   constraint task_cancelled_reason_not_null NOT NULL reason,
-  constraint task_cancelled_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
   constraint task_cancelled_task_id_not_null NOT NULL task_id
-);
+) partition by RANGE (task_id);
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on table queues.task_cancelled is 'Append-only: why a task was completed as cancelled.';
-CREATE UNIQUE INDEX task_cancelled_pkey ON queues.task_cancelled USING btree (task_id);
+CREATE UNIQUE INDEX task_cancelled_pkey ON ONLY queues.task_cancelled USING btree (task_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_cancelled FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_cancelled_default partition of queues.task_cancelled (
+  task_id bigint not null,
+  reason text default ''::text not null,
+  cancelled_at timestamp with time zone default now() not null,
+  constraint task_cancelled_cancelled_at_not_null NOT NULL cancelled_at,
+  constraint task_cancelled_default_pkey PRIMARY KEY (task_id),
+  constraint task_cancelled_reason_check CHECK ((length(reason) <= 500)),
+  constraint task_cancelled_reason_not_null NOT NULL reason,
+  constraint task_cancelled_task_id_not_null NOT NULL task_id
+) DEFAULT;
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_cancelled_default_pkey ON queues.task_cancelled_default USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_cancelled_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_cancelled_p0 partition of queues.task_cancelled (
+  task_id bigint not null,
+  reason text default ''::text not null,
+  cancelled_at timestamp with time zone default now() not null,
+  constraint task_cancelled_cancelled_at_not_null NOT NULL cancelled_at,
+  constraint task_cancelled_p0_pkey PRIMARY KEY (task_id),
+  constraint task_cancelled_reason_check CHECK ((length(reason) <= 500)),
+  constraint task_cancelled_reason_not_null NOT NULL reason,
+  constraint task_cancelled_task_id_not_null NOT NULL task_id
+) FOR VALUES FROM ('0') TO ('1000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_cancelled_p0_pkey ON queues.task_cancelled_p0 USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_cancelled_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_cancelled_p1000000 partition of queues.task_cancelled (
+  task_id bigint not null,
+  reason text default ''::text not null,
+  cancelled_at timestamp with time zone default now() not null,
+  constraint task_cancelled_cancelled_at_not_null NOT NULL cancelled_at,
+  constraint task_cancelled_p1000000_pkey PRIMARY KEY (task_id),
+  constraint task_cancelled_reason_check CHECK ((length(reason) <= 500)),
+  constraint task_cancelled_reason_not_null NOT NULL reason,
+  constraint task_cancelled_task_id_not_null NOT NULL task_id
+) FOR VALUES FROM ('1000000') TO ('2000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_cancelled_p1000000_pkey ON queues.task_cancelled_p1000000 USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_cancelled_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_cancelled_p2000000 partition of queues.task_cancelled (
+  task_id bigint not null,
+  reason text default ''::text not null,
+  cancelled_at timestamp with time zone default now() not null,
+  constraint task_cancelled_cancelled_at_not_null NOT NULL cancelled_at,
+  constraint task_cancelled_p2000000_pkey PRIMARY KEY (task_id),
+  constraint task_cancelled_reason_check CHECK ((length(reason) <= 500)),
+  constraint task_cancelled_reason_not_null NOT NULL reason,
+  constraint task_cancelled_task_id_not_null NOT NULL task_id
+) FOR VALUES FROM ('2000000') TO ('3000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_cancelled_p2000000_pkey ON queues.task_cancelled_p2000000 USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_cancelled_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.task_completed (
   task_id bigint not null,
@@ -1099,15 +1372,120 @@ create table queues.task_completed (
   constraint task_completed_outcome_not_null NOT NULL outcome,
   constraint task_completed_pkey PRIMARY KEY (task_id),
   constraint task_completed_task_id_not_null NOT NULL task_id
-);
+) partition by RANGE (task_id);
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on table queues.task_completed is 'Terminal fact: a completed task is never claimed again.';
-CREATE INDEX task_completed_completed_at_idx ON queues.task_completed USING btree (completed_at);
-CREATE INDEX task_completed_lease_idx ON queues.task_completed USING btree (task_lease_id);
-CREATE UNIQUE INDEX task_completed_pkey ON queues.task_completed USING btree (task_id);
-CREATE INDEX task_completed_unsuccessful_idx ON queues.task_completed USING btree (completed_at DESC) WHERE (outcome <> 'succeeded'::text);
+CREATE INDEX task_completed_completed_at_idx ON ONLY queues.task_completed USING btree (completed_at);
+CREATE UNIQUE INDEX task_completed_pkey ON ONLY queues.task_completed USING btree (task_id);
+CREATE INDEX task_completed_unsuccessful_idx ON ONLY queues.task_completed USING btree (completed_at DESC) WHERE (outcome <> 'succeeded'::text);
+CREATE INDEX task_completed_unsuccessful_task_idx ON ONLY queues.task_completed USING btree (task_id) WHERE (outcome <> 'succeeded'::text);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_completed FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_completed_default partition of queues.task_completed (
+  task_id bigint not null,
+  task_lease_id bigint,
+  completed_at timestamp with time zone default now() not null,
+  outcome text not null,
+  constraint task_completed_completed_at_not_null NOT NULL completed_at,
+  constraint task_completed_default_pkey PRIMARY KEY (task_id),
+  constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text]))),
+  constraint task_completed_outcome_not_null NOT NULL outcome,
+  constraint task_completed_task_id_not_null NOT NULL task_id
+) DEFAULT;
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE INDEX task_completed_default_completed_at_idx ON queues.task_completed_default USING btree (completed_at DESC) WHERE (outcome <> 'succeeded'::text);
+CREATE INDEX task_completed_default_completed_at_idx1 ON queues.task_completed_default USING btree (completed_at);
+CREATE UNIQUE INDEX task_completed_default_pkey ON queues.task_completed_default USING btree (task_id);
+CREATE INDEX task_completed_default_task_id_idx ON queues.task_completed_default USING btree (task_id) WHERE (outcome <> 'succeeded'::text);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_completed_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_completed_p0 partition of queues.task_completed (
+  task_id bigint not null,
+  task_lease_id bigint,
+  completed_at timestamp with time zone default now() not null,
+  outcome text not null,
+  constraint task_completed_completed_at_not_null NOT NULL completed_at,
+  constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text]))),
+  constraint task_completed_outcome_not_null NOT NULL outcome,
+  constraint task_completed_p0_pkey PRIMARY KEY (task_id),
+  constraint task_completed_task_id_not_null NOT NULL task_id
+) FOR VALUES FROM ('0') TO ('1000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE INDEX task_completed_p0_completed_at_idx ON queues.task_completed_p0 USING btree (completed_at DESC) WHERE (outcome <> 'succeeded'::text);
+CREATE INDEX task_completed_p0_completed_at_idx1 ON queues.task_completed_p0 USING btree (completed_at);
+CREATE UNIQUE INDEX task_completed_p0_pkey ON queues.task_completed_p0 USING btree (task_id);
+CREATE INDEX task_completed_p0_task_id_idx ON queues.task_completed_p0 USING btree (task_id) WHERE (outcome <> 'succeeded'::text);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_completed_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_completed_p1000000 partition of queues.task_completed (
+  task_id bigint not null,
+  task_lease_id bigint,
+  completed_at timestamp with time zone default now() not null,
+  outcome text not null,
+  constraint task_completed_completed_at_not_null NOT NULL completed_at,
+  constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text]))),
+  constraint task_completed_outcome_not_null NOT NULL outcome,
+  constraint task_completed_p1000000_pkey PRIMARY KEY (task_id),
+  constraint task_completed_task_id_not_null NOT NULL task_id
+) FOR VALUES FROM ('1000000') TO ('2000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE INDEX task_completed_p1000000_completed_at_idx ON queues.task_completed_p1000000 USING btree (completed_at DESC) WHERE (outcome <> 'succeeded'::text);
+CREATE INDEX task_completed_p1000000_completed_at_idx1 ON queues.task_completed_p1000000 USING btree (completed_at);
+CREATE UNIQUE INDEX task_completed_p1000000_pkey ON queues.task_completed_p1000000 USING btree (task_id);
+CREATE INDEX task_completed_p1000000_task_id_idx ON queues.task_completed_p1000000 USING btree (task_id) WHERE (outcome <> 'succeeded'::text);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_completed_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_completed_p2000000 partition of queues.task_completed (
+  task_id bigint not null,
+  task_lease_id bigint,
+  completed_at timestamp with time zone default now() not null,
+  outcome text not null,
+  constraint task_completed_completed_at_not_null NOT NULL completed_at,
+  constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text]))),
+  constraint task_completed_outcome_not_null NOT NULL outcome,
+  constraint task_completed_p2000000_pkey PRIMARY KEY (task_id),
+  constraint task_completed_task_id_not_null NOT NULL task_id
+) FOR VALUES FROM ('2000000') TO ('3000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE INDEX task_completed_p2000000_completed_at_idx ON queues.task_completed_p2000000 USING btree (completed_at DESC) WHERE (outcome <> 'succeeded'::text);
+CREATE INDEX task_completed_p2000000_completed_at_idx1 ON queues.task_completed_p2000000 USING btree (completed_at);
+CREATE UNIQUE INDEX task_completed_p2000000_pkey ON queues.task_completed_p2000000 USING btree (task_id);
+CREATE INDEX task_completed_p2000000_task_id_idx ON queues.task_completed_p2000000 USING btree (task_id) WHERE (outcome <> 'succeeded'::text);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_completed_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_default partition of queues.task (
+  task_id bigint generated always as identity not null,
+  task_type text not null,
+  payload jsonb not null,
+  priority integer default 0 not null,
+  resource_key text,
+  max_attempts integer default 1 not null,
+  enqueued_at timestamp with time zone default now() not null,
+  scheduled_at timestamp with time zone default now() not null,
+  constraint task_default_pkey PRIMARY KEY (task_id),
+  constraint task_enqueued_at_not_null NOT NULL enqueued_at,
+  constraint task_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
+  constraint task_max_attempts_not_null NOT NULL max_attempts,
+  constraint task_payload_check CHECK ((jsonb_typeof(payload) = 'object'::text)),
+  constraint task_payload_not_null NOT NULL payload,
+  constraint task_priority_check CHECK (((priority >= '-1000'::integer) AND (priority <= 1000))),
+  constraint task_priority_not_null NOT NULL priority,
+  constraint task_resource_key_check CHECK (((length(resource_key) >= 1) AND (length(resource_key) <= 200))),
+  constraint task_scheduled_at_not_null NOT NULL scheduled_at,
+  constraint task_task_id_not_null NOT NULL task_id,
+  constraint task_task_type_fkey FOREIGN KEY (task_type) REFERENCES queues.task_type(task_type) ON DELETE RESTRICT,
+  constraint task_task_type_not_null NOT NULL task_type
+) DEFAULT;
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_default_pkey ON queues.task_default USING btree (task_id);
+CREATE INDEX task_default_resource_key_task_id_idx ON queues.task_default USING btree (resource_key, task_id) WHERE (resource_key IS NOT NULL);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.task_interruption (
   task_lease_id bigint not null,
@@ -1117,18 +1495,88 @@ create table queues.task_interruption (
   error_message text not null,
   constraint task_interruption_error_message_not_null NOT NULL error_message,
   constraint task_interruption_interrupted_at_not_null NOT NULL interrupted_at,
-  constraint task_interruption_pkey PRIMARY KEY (task_lease_id),
+  constraint task_interruption_pkey PRIMARY KEY (task_id, task_lease_id),
   constraint task_interruption_retry_at_not_null NOT NULL retry_at,
-  constraint task_interruption_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
   constraint task_interruption_task_id_not_null NOT NULL task_id,
   constraint task_interruption_task_lease_id_not_null NOT NULL task_lease_id
-);
+) partition by RANGE (task_id);
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on table queues.task_interruption is 'Append-only: a lease ended by a transient error; the task runs again at retry_at.';
-CREATE UNIQUE INDEX task_interruption_pkey ON queues.task_interruption USING btree (task_lease_id);
-CREATE INDEX task_interruption_task_idx ON queues.task_interruption USING btree (task_id);
+CREATE UNIQUE INDEX task_interruption_pkey ON ONLY queues.task_interruption USING btree (task_id, task_lease_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_interruption FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_interruption_default partition of queues.task_interruption (
+  task_lease_id bigint not null,
+  task_id bigint not null,
+  interrupted_at timestamp with time zone default now() not null,
+  retry_at timestamp with time zone not null,
+  error_message text not null,
+  constraint task_interruption_default_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_interruption_error_message_not_null NOT NULL error_message,
+  constraint task_interruption_interrupted_at_not_null NOT NULL interrupted_at,
+  constraint task_interruption_retry_at_not_null NOT NULL retry_at,
+  constraint task_interruption_task_id_not_null NOT NULL task_id,
+  constraint task_interruption_task_lease_id_not_null NOT NULL task_lease_id
+) DEFAULT;
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_interruption_default_pkey ON queues.task_interruption_default USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_interruption_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_interruption_p0 partition of queues.task_interruption (
+  task_lease_id bigint not null,
+  task_id bigint not null,
+  interrupted_at timestamp with time zone default now() not null,
+  retry_at timestamp with time zone not null,
+  error_message text not null,
+  constraint task_interruption_error_message_not_null NOT NULL error_message,
+  constraint task_interruption_interrupted_at_not_null NOT NULL interrupted_at,
+  constraint task_interruption_p0_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_interruption_retry_at_not_null NOT NULL retry_at,
+  constraint task_interruption_task_id_not_null NOT NULL task_id,
+  constraint task_interruption_task_lease_id_not_null NOT NULL task_lease_id
+) FOR VALUES FROM ('0') TO ('1000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_interruption_p0_pkey ON queues.task_interruption_p0 USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_interruption_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_interruption_p1000000 partition of queues.task_interruption (
+  task_lease_id bigint not null,
+  task_id bigint not null,
+  interrupted_at timestamp with time zone default now() not null,
+  retry_at timestamp with time zone not null,
+  error_message text not null,
+  constraint task_interruption_error_message_not_null NOT NULL error_message,
+  constraint task_interruption_interrupted_at_not_null NOT NULL interrupted_at,
+  constraint task_interruption_p1000000_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_interruption_retry_at_not_null NOT NULL retry_at,
+  constraint task_interruption_task_id_not_null NOT NULL task_id,
+  constraint task_interruption_task_lease_id_not_null NOT NULL task_lease_id
+) FOR VALUES FROM ('1000000') TO ('2000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_interruption_p1000000_pkey ON queues.task_interruption_p1000000 USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_interruption_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_interruption_p2000000 partition of queues.task_interruption (
+  task_lease_id bigint not null,
+  task_id bigint not null,
+  interrupted_at timestamp with time zone default now() not null,
+  retry_at timestamp with time zone not null,
+  error_message text not null,
+  constraint task_interruption_error_message_not_null NOT NULL error_message,
+  constraint task_interruption_interrupted_at_not_null NOT NULL interrupted_at,
+  constraint task_interruption_p2000000_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_interruption_retry_at_not_null NOT NULL retry_at,
+  constraint task_interruption_task_id_not_null NOT NULL task_id,
+  constraint task_interruption_task_lease_id_not_null NOT NULL task_lease_id
+) FOR VALUES FROM ('2000000') TO ('3000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_interruption_p2000000_pkey ON queues.task_interruption_p2000000 USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_interruption_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.task_lease (
   task_lease_id bigint generated always as identity not null,
@@ -1139,65 +1587,345 @@ create table queues.task_lease (
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
   constraint task_lease_leased_at_not_null NOT NULL leased_at,
-  constraint task_lease_pkey PRIMARY KEY (task_lease_id),
+  constraint task_lease_pkey PRIMARY KEY (task_id, task_lease_id),
   constraint task_lease_task_id_not_null NOT NULL task_id,
   constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
   constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
   constraint task_lease_worker_id_not_null NOT NULL worker_id
-);
+) partition by RANGE (task_id);
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on table queues.task_lease is 'Append-only: one row per claim of a task.';
-CREATE UNIQUE INDEX task_lease_pkey ON queues.task_lease USING btree (task_lease_id);
-CREATE INDEX task_lease_task_id_idx ON queues.task_lease USING btree (task_id);
+CREATE UNIQUE INDEX task_lease_pkey ON ONLY queues.task_lease USING btree (task_id, task_lease_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_lease_default partition of queues.task_lease (
+  task_lease_id bigint generated always as identity not null,
+  task_id bigint not null,
+  worker_id text not null,
+  leased_at timestamp with time zone default now() not null,
+  expires_at timestamp with time zone not null,
+  constraint task_lease_check CHECK ((expires_at > leased_at)),
+  constraint task_lease_default_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_lease_expires_at_not_null NOT NULL expires_at,
+  constraint task_lease_leased_at_not_null NOT NULL leased_at,
+  constraint task_lease_task_id_not_null NOT NULL task_id,
+  constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
+  constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
+  constraint task_lease_worker_id_not_null NOT NULL worker_id
+) DEFAULT;
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_lease_default_pkey ON queues.task_lease_default USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.task_lease_extension (
   task_lease_extension_id bigint generated always as identity not null,
   task_lease_id bigint not null,
   extended_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
+  task_id bigint not null,
   constraint task_lease_extension_check CHECK ((expires_at > extended_at)),
   constraint task_lease_extension_expires_at_not_null NOT NULL expires_at,
   constraint task_lease_extension_extended_at_not_null NOT NULL extended_at,
-  constraint task_lease_extension_pkey PRIMARY KEY (task_lease_extension_id),
+  constraint task_lease_extension_pkey PRIMARY KEY (task_id, task_lease_id, task_lease_extension_id),
+  constraint task_lease_extension_task_id_not_null NOT NULL task_id,
   constraint task_lease_extension_task_lease_extension_id_not_null NOT NULL task_lease_extension_id,
   constraint task_lease_extension_task_lease_id_not_null NOT NULL task_lease_id
-);
+) partition by RANGE (task_id);
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on table queues.task_lease_extension is 'Append-only: a lease extended by its worker''s heartbeat.';
-CREATE INDEX task_lease_extension_lease_idx ON queues.task_lease_extension USING btree (task_lease_id);
-CREATE UNIQUE INDEX task_lease_extension_pkey ON queues.task_lease_extension USING btree (task_lease_extension_id);
+CREATE UNIQUE INDEX task_lease_extension_pkey ON ONLY queues.task_lease_extension USING btree (task_id, task_lease_id, task_lease_extension_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_extension FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_lease_extension_default partition of queues.task_lease_extension (
+  task_lease_extension_id bigint generated always as identity not null,
+  task_lease_id bigint not null,
+  extended_at timestamp with time zone default now() not null,
+  expires_at timestamp with time zone not null,
+  task_id bigint not null,
+  constraint task_lease_extension_check CHECK ((expires_at > extended_at)),
+  constraint task_lease_extension_default_pkey PRIMARY KEY (task_id, task_lease_id, task_lease_extension_id),
+  constraint task_lease_extension_expires_at_not_null NOT NULL expires_at,
+  constraint task_lease_extension_extended_at_not_null NOT NULL extended_at,
+  constraint task_lease_extension_task_id_not_null NOT NULL task_id,
+  constraint task_lease_extension_task_lease_extension_id_not_null NOT NULL task_lease_extension_id,
+  constraint task_lease_extension_task_lease_id_not_null NOT NULL task_lease_id
+) DEFAULT;
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_lease_extension_default_pkey ON queues.task_lease_extension_default USING btree (task_id, task_lease_id, task_lease_extension_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_extension_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_lease_extension_p0 partition of queues.task_lease_extension (
+  task_lease_extension_id bigint generated always as identity not null,
+  task_lease_id bigint not null,
+  extended_at timestamp with time zone default now() not null,
+  expires_at timestamp with time zone not null,
+  task_id bigint not null,
+  constraint task_lease_extension_check CHECK ((expires_at > extended_at)),
+  constraint task_lease_extension_expires_at_not_null NOT NULL expires_at,
+  constraint task_lease_extension_extended_at_not_null NOT NULL extended_at,
+  constraint task_lease_extension_p0_pkey PRIMARY KEY (task_id, task_lease_id, task_lease_extension_id),
+  constraint task_lease_extension_task_id_not_null NOT NULL task_id,
+  constraint task_lease_extension_task_lease_extension_id_not_null NOT NULL task_lease_extension_id,
+  constraint task_lease_extension_task_lease_id_not_null NOT NULL task_lease_id
+) FOR VALUES FROM ('0') TO ('1000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_lease_extension_p0_pkey ON queues.task_lease_extension_p0 USING btree (task_id, task_lease_id, task_lease_extension_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_extension_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_lease_extension_p1000000 partition of queues.task_lease_extension (
+  task_lease_extension_id bigint generated always as identity not null,
+  task_lease_id bigint not null,
+  extended_at timestamp with time zone default now() not null,
+  expires_at timestamp with time zone not null,
+  task_id bigint not null,
+  constraint task_lease_extension_check CHECK ((expires_at > extended_at)),
+  constraint task_lease_extension_expires_at_not_null NOT NULL expires_at,
+  constraint task_lease_extension_extended_at_not_null NOT NULL extended_at,
+  constraint task_lease_extension_p1000000_pkey PRIMARY KEY (task_id, task_lease_id, task_lease_extension_id),
+  constraint task_lease_extension_task_id_not_null NOT NULL task_id,
+  constraint task_lease_extension_task_lease_extension_id_not_null NOT NULL task_lease_extension_id,
+  constraint task_lease_extension_task_lease_id_not_null NOT NULL task_lease_id
+) FOR VALUES FROM ('1000000') TO ('2000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_lease_extension_p1000000_pkey ON queues.task_lease_extension_p1000000 USING btree (task_id, task_lease_id, task_lease_extension_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_extension_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_lease_extension_p2000000 partition of queues.task_lease_extension (
+  task_lease_extension_id bigint generated always as identity not null,
+  task_lease_id bigint not null,
+  extended_at timestamp with time zone default now() not null,
+  expires_at timestamp with time zone not null,
+  task_id bigint not null,
+  constraint task_lease_extension_check CHECK ((expires_at > extended_at)),
+  constraint task_lease_extension_expires_at_not_null NOT NULL expires_at,
+  constraint task_lease_extension_extended_at_not_null NOT NULL extended_at,
+  constraint task_lease_extension_p2000000_pkey PRIMARY KEY (task_id, task_lease_id, task_lease_extension_id),
+  constraint task_lease_extension_task_id_not_null NOT NULL task_id,
+  constraint task_lease_extension_task_lease_extension_id_not_null NOT NULL task_lease_extension_id,
+  constraint task_lease_extension_task_lease_id_not_null NOT NULL task_lease_id
+) FOR VALUES FROM ('2000000') TO ('3000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_lease_extension_p2000000_pkey ON queues.task_lease_extension_p2000000 USING btree (task_id, task_lease_id, task_lease_extension_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_extension_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_lease_p0 partition of queues.task_lease (
+  task_lease_id bigint generated always as identity not null,
+  task_id bigint not null,
+  worker_id text not null,
+  leased_at timestamp with time zone default now() not null,
+  expires_at timestamp with time zone not null,
+  constraint task_lease_check CHECK ((expires_at > leased_at)),
+  constraint task_lease_expires_at_not_null NOT NULL expires_at,
+  constraint task_lease_leased_at_not_null NOT NULL leased_at,
+  constraint task_lease_p0_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_lease_task_id_not_null NOT NULL task_id,
+  constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
+  constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
+  constraint task_lease_worker_id_not_null NOT NULL worker_id
+) FOR VALUES FROM ('0') TO ('1000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_lease_p0_pkey ON queues.task_lease_p0 USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_lease_p1000000 partition of queues.task_lease (
+  task_lease_id bigint generated always as identity not null,
+  task_id bigint not null,
+  worker_id text not null,
+  leased_at timestamp with time zone default now() not null,
+  expires_at timestamp with time zone not null,
+  constraint task_lease_check CHECK ((expires_at > leased_at)),
+  constraint task_lease_expires_at_not_null NOT NULL expires_at,
+  constraint task_lease_leased_at_not_null NOT NULL leased_at,
+  constraint task_lease_p1000000_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_lease_task_id_not_null NOT NULL task_id,
+  constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
+  constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
+  constraint task_lease_worker_id_not_null NOT NULL worker_id
+) FOR VALUES FROM ('1000000') TO ('2000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_lease_p1000000_pkey ON queues.task_lease_p1000000 USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_lease_p2000000 partition of queues.task_lease (
+  task_lease_id bigint generated always as identity not null,
+  task_id bigint not null,
+  worker_id text not null,
+  leased_at timestamp with time zone default now() not null,
+  expires_at timestamp with time zone not null,
+  constraint task_lease_check CHECK ((expires_at > leased_at)),
+  constraint task_lease_expires_at_not_null NOT NULL expires_at,
+  constraint task_lease_leased_at_not_null NOT NULL leased_at,
+  constraint task_lease_p2000000_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_lease_task_id_not_null NOT NULL task_id,
+  constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
+  constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
+  constraint task_lease_worker_id_not_null NOT NULL worker_id
+) FOR VALUES FROM ('2000000') TO ('3000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_lease_p2000000_pkey ON queues.task_lease_p2000000 USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.task_lease_release (
   task_lease_id bigint not null,
   released_at timestamp with time zone default now() not null,
-  constraint task_lease_release_pkey PRIMARY KEY (task_lease_id),
+  task_id bigint not null,
+  constraint task_lease_release_pkey PRIMARY KEY (task_id, task_lease_id),
   constraint task_lease_release_released_at_not_null NOT NULL released_at,
+  constraint task_lease_release_task_id_not_null NOT NULL task_id,
   constraint task_lease_release_task_lease_id_not_null NOT NULL task_lease_id
-);
+) partition by RANGE (task_id);
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on table queues.task_lease_release is 'Append-only: a lease released by its worker before expiry.';
-CREATE UNIQUE INDEX task_lease_release_pkey ON queues.task_lease_release USING btree (task_lease_id);
+CREATE UNIQUE INDEX task_lease_release_pkey ON ONLY queues.task_lease_release USING btree (task_id, task_lease_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_release FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_lease_release_default partition of queues.task_lease_release (
+  task_lease_id bigint not null,
+  released_at timestamp with time zone default now() not null,
+  task_id bigint not null,
+  constraint task_lease_release_default_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_lease_release_released_at_not_null NOT NULL released_at,
+  constraint task_lease_release_task_id_not_null NOT NULL task_id,
+  constraint task_lease_release_task_lease_id_not_null NOT NULL task_lease_id
+) DEFAULT;
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_lease_release_default_pkey ON queues.task_lease_release_default USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_release_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_lease_release_p0 partition of queues.task_lease_release (
+  task_lease_id bigint not null,
+  released_at timestamp with time zone default now() not null,
+  task_id bigint not null,
+  constraint task_lease_release_p0_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_lease_release_released_at_not_null NOT NULL released_at,
+  constraint task_lease_release_task_id_not_null NOT NULL task_id,
+  constraint task_lease_release_task_lease_id_not_null NOT NULL task_lease_id
+) FOR VALUES FROM ('0') TO ('1000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_lease_release_p0_pkey ON queues.task_lease_release_p0 USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_release_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_lease_release_p1000000 partition of queues.task_lease_release (
+  task_lease_id bigint not null,
+  released_at timestamp with time zone default now() not null,
+  task_id bigint not null,
+  constraint task_lease_release_p1000000_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_lease_release_released_at_not_null NOT NULL released_at,
+  constraint task_lease_release_task_id_not_null NOT NULL task_id,
+  constraint task_lease_release_task_lease_id_not_null NOT NULL task_lease_id
+) FOR VALUES FROM ('1000000') TO ('2000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_lease_release_p1000000_pkey ON queues.task_lease_release_p1000000 USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_release_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_lease_release_p2000000 partition of queues.task_lease_release (
+  task_lease_id bigint not null,
+  released_at timestamp with time zone default now() not null,
+  task_id bigint not null,
+  constraint task_lease_release_p2000000_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_lease_release_released_at_not_null NOT NULL released_at,
+  constraint task_lease_release_task_id_not_null NOT NULL task_id,
+  constraint task_lease_release_task_lease_id_not_null NOT NULL task_lease_id
+) FOR VALUES FROM ('2000000') TO ('3000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_lease_release_p2000000_pkey ON queues.task_lease_release_p2000000 USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_release_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.task_lease_revocation (
   task_lease_id bigint not null,
   revoked_at timestamp with time zone default now() not null,
   reason text not null,
-  constraint task_lease_revocation_pkey PRIMARY KEY (task_lease_id),
+  task_id bigint not null,
+  constraint task_lease_revocation_pkey PRIMARY KEY (task_id, task_lease_id),
   constraint task_lease_revocation_reason_not_null NOT NULL reason,
   constraint task_lease_revocation_revoked_at_not_null NOT NULL revoked_at,
+  constraint task_lease_revocation_task_id_not_null NOT NULL task_id,
   constraint task_lease_revocation_task_lease_id_not_null NOT NULL task_lease_id
-);
+) partition by RANGE (task_id);
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on table queues.task_lease_revocation is 'Append-only: a lease revoked because its worker stopped heartbeating.';
-CREATE UNIQUE INDEX task_lease_revocation_pkey ON queues.task_lease_revocation USING btree (task_lease_id);
+CREATE UNIQUE INDEX task_lease_revocation_pkey ON ONLY queues.task_lease_revocation USING btree (task_id, task_lease_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_revocation FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_lease_revocation_default partition of queues.task_lease_revocation (
+  task_lease_id bigint not null,
+  revoked_at timestamp with time zone default now() not null,
+  reason text not null,
+  task_id bigint not null,
+  constraint task_lease_revocation_default_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_lease_revocation_reason_not_null NOT NULL reason,
+  constraint task_lease_revocation_revoked_at_not_null NOT NULL revoked_at,
+  constraint task_lease_revocation_task_id_not_null NOT NULL task_id,
+  constraint task_lease_revocation_task_lease_id_not_null NOT NULL task_lease_id
+) DEFAULT;
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_lease_revocation_default_pkey ON queues.task_lease_revocation_default USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_revocation_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_lease_revocation_p0 partition of queues.task_lease_revocation (
+  task_lease_id bigint not null,
+  revoked_at timestamp with time zone default now() not null,
+  reason text not null,
+  task_id bigint not null,
+  constraint task_lease_revocation_p0_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_lease_revocation_reason_not_null NOT NULL reason,
+  constraint task_lease_revocation_revoked_at_not_null NOT NULL revoked_at,
+  constraint task_lease_revocation_task_id_not_null NOT NULL task_id,
+  constraint task_lease_revocation_task_lease_id_not_null NOT NULL task_lease_id
+) FOR VALUES FROM ('0') TO ('1000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_lease_revocation_p0_pkey ON queues.task_lease_revocation_p0 USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_revocation_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_lease_revocation_p1000000 partition of queues.task_lease_revocation (
+  task_lease_id bigint not null,
+  revoked_at timestamp with time zone default now() not null,
+  reason text not null,
+  task_id bigint not null,
+  constraint task_lease_revocation_p1000000_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_lease_revocation_reason_not_null NOT NULL reason,
+  constraint task_lease_revocation_revoked_at_not_null NOT NULL revoked_at,
+  constraint task_lease_revocation_task_id_not_null NOT NULL task_id,
+  constraint task_lease_revocation_task_lease_id_not_null NOT NULL task_lease_id
+) FOR VALUES FROM ('1000000') TO ('2000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_lease_revocation_p1000000_pkey ON queues.task_lease_revocation_p1000000 USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_revocation_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_lease_revocation_p2000000 partition of queues.task_lease_revocation (
+  task_lease_id bigint not null,
+  revoked_at timestamp with time zone default now() not null,
+  reason text not null,
+  task_id bigint not null,
+  constraint task_lease_revocation_p2000000_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_lease_revocation_reason_not_null NOT NULL reason,
+  constraint task_lease_revocation_revoked_at_not_null NOT NULL revoked_at,
+  constraint task_lease_revocation_task_id_not_null NOT NULL task_id,
+  constraint task_lease_revocation_task_lease_id_not_null NOT NULL task_lease_id
+) FOR VALUES FROM ('2000000') TO ('3000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_lease_revocation_p2000000_pkey ON queues.task_lease_revocation_p2000000 USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_revocation_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.task_lease_started (
   task_id bigint not null,
@@ -1207,12 +1935,155 @@ create table queues.task_lease_started (
   constraint task_lease_started_started_at_not_null NOT NULL started_at,
   constraint task_lease_started_task_id_not_null NOT NULL task_id,
   constraint task_lease_started_task_lease_id_not_null NOT NULL task_lease_id
-);
+) partition by RANGE (task_id);
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on table queues.task_lease_started is 'Append-only: a lease whose task its worker started.';
-CREATE UNIQUE INDEX task_lease_started_pkey ON queues.task_lease_started USING btree (task_id, task_lease_id);
+CREATE UNIQUE INDEX task_lease_started_pkey ON ONLY queues.task_lease_started USING btree (task_id, task_lease_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_started FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_lease_started_default partition of queues.task_lease_started (
+  task_id bigint not null,
+  task_lease_id bigint not null,
+  started_at timestamp with time zone default now() not null,
+  constraint task_lease_started_default_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_lease_started_started_at_not_null NOT NULL started_at,
+  constraint task_lease_started_task_id_not_null NOT NULL task_id,
+  constraint task_lease_started_task_lease_id_not_null NOT NULL task_lease_id
+) DEFAULT;
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_lease_started_default_pkey ON queues.task_lease_started_default USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_started_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_lease_started_p0 partition of queues.task_lease_started (
+  task_id bigint not null,
+  task_lease_id bigint not null,
+  started_at timestamp with time zone default now() not null,
+  constraint task_lease_started_p0_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_lease_started_started_at_not_null NOT NULL started_at,
+  constraint task_lease_started_task_id_not_null NOT NULL task_id,
+  constraint task_lease_started_task_lease_id_not_null NOT NULL task_lease_id
+) FOR VALUES FROM ('0') TO ('1000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_lease_started_p0_pkey ON queues.task_lease_started_p0 USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_started_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_lease_started_p1000000 partition of queues.task_lease_started (
+  task_id bigint not null,
+  task_lease_id bigint not null,
+  started_at timestamp with time zone default now() not null,
+  constraint task_lease_started_p1000000_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_lease_started_started_at_not_null NOT NULL started_at,
+  constraint task_lease_started_task_id_not_null NOT NULL task_id,
+  constraint task_lease_started_task_lease_id_not_null NOT NULL task_lease_id
+) FOR VALUES FROM ('1000000') TO ('2000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_lease_started_p1000000_pkey ON queues.task_lease_started_p1000000 USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_started_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_lease_started_p2000000 partition of queues.task_lease_started (
+  task_id bigint not null,
+  task_lease_id bigint not null,
+  started_at timestamp with time zone default now() not null,
+  constraint task_lease_started_p2000000_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_lease_started_started_at_not_null NOT NULL started_at,
+  constraint task_lease_started_task_id_not_null NOT NULL task_id,
+  constraint task_lease_started_task_lease_id_not_null NOT NULL task_lease_id
+) FOR VALUES FROM ('2000000') TO ('3000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_lease_started_p2000000_pkey ON queues.task_lease_started_p2000000 USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_started_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_p0 partition of queues.task (
+  task_id bigint generated always as identity not null,
+  task_type text not null,
+  payload jsonb not null,
+  priority integer default 0 not null,
+  resource_key text,
+  max_attempts integer default 1 not null,
+  enqueued_at timestamp with time zone default now() not null,
+  scheduled_at timestamp with time zone default now() not null,
+  constraint task_enqueued_at_not_null NOT NULL enqueued_at,
+  constraint task_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
+  constraint task_max_attempts_not_null NOT NULL max_attempts,
+  constraint task_p0_pkey PRIMARY KEY (task_id),
+  constraint task_payload_check CHECK ((jsonb_typeof(payload) = 'object'::text)),
+  constraint task_payload_not_null NOT NULL payload,
+  constraint task_priority_check CHECK (((priority >= '-1000'::integer) AND (priority <= 1000))),
+  constraint task_priority_not_null NOT NULL priority,
+  constraint task_resource_key_check CHECK (((length(resource_key) >= 1) AND (length(resource_key) <= 200))),
+  constraint task_scheduled_at_not_null NOT NULL scheduled_at,
+  constraint task_task_id_not_null NOT NULL task_id,
+  constraint task_task_type_fkey FOREIGN KEY (task_type) REFERENCES queues.task_type(task_type) ON DELETE RESTRICT,
+  constraint task_task_type_not_null NOT NULL task_type
+) FOR VALUES FROM ('0') TO ('1000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_p0_pkey ON queues.task_p0 USING btree (task_id);
+CREATE INDEX task_p0_resource_key_task_id_idx ON queues.task_p0 USING btree (resource_key, task_id) WHERE (resource_key IS NOT NULL);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_p1000000 partition of queues.task (
+  task_id bigint generated always as identity not null,
+  task_type text not null,
+  payload jsonb not null,
+  priority integer default 0 not null,
+  resource_key text,
+  max_attempts integer default 1 not null,
+  enqueued_at timestamp with time zone default now() not null,
+  scheduled_at timestamp with time zone default now() not null,
+  constraint task_enqueued_at_not_null NOT NULL enqueued_at,
+  constraint task_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
+  constraint task_max_attempts_not_null NOT NULL max_attempts,
+  constraint task_p1000000_pkey PRIMARY KEY (task_id),
+  constraint task_payload_check CHECK ((jsonb_typeof(payload) = 'object'::text)),
+  constraint task_payload_not_null NOT NULL payload,
+  constraint task_priority_check CHECK (((priority >= '-1000'::integer) AND (priority <= 1000))),
+  constraint task_priority_not_null NOT NULL priority,
+  constraint task_resource_key_check CHECK (((length(resource_key) >= 1) AND (length(resource_key) <= 200))),
+  constraint task_scheduled_at_not_null NOT NULL scheduled_at,
+  constraint task_task_id_not_null NOT NULL task_id,
+  constraint task_task_type_fkey FOREIGN KEY (task_type) REFERENCES queues.task_type(task_type) ON DELETE RESTRICT,
+  constraint task_task_type_not_null NOT NULL task_type
+) FOR VALUES FROM ('1000000') TO ('2000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_p1000000_pkey ON queues.task_p1000000 USING btree (task_id);
+CREATE INDEX task_p1000000_resource_key_task_id_idx ON queues.task_p1000000 USING btree (resource_key, task_id) WHERE (resource_key IS NOT NULL);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_p2000000 partition of queues.task (
+  task_id bigint generated always as identity not null,
+  task_type text not null,
+  payload jsonb not null,
+  priority integer default 0 not null,
+  resource_key text,
+  max_attempts integer default 1 not null,
+  enqueued_at timestamp with time zone default now() not null,
+  scheduled_at timestamp with time zone default now() not null,
+  constraint task_enqueued_at_not_null NOT NULL enqueued_at,
+  constraint task_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
+  constraint task_max_attempts_not_null NOT NULL max_attempts,
+  constraint task_p2000000_pkey PRIMARY KEY (task_id),
+  constraint task_payload_check CHECK ((jsonb_typeof(payload) = 'object'::text)),
+  constraint task_payload_not_null NOT NULL payload,
+  constraint task_priority_check CHECK (((priority >= '-1000'::integer) AND (priority <= 1000))),
+  constraint task_priority_not_null NOT NULL priority,
+  constraint task_resource_key_check CHECK (((length(resource_key) >= 1) AND (length(resource_key) <= 200))),
+  constraint task_scheduled_at_not_null NOT NULL scheduled_at,
+  constraint task_task_id_not_null NOT NULL task_id,
+  constraint task_task_type_fkey FOREIGN KEY (task_type) REFERENCES queues.task_type(task_type) ON DELETE RESTRICT,
+  constraint task_task_type_not_null NOT NULL task_type
+) FOR VALUES FROM ('2000000') TO ('3000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_p2000000_pkey ON queues.task_p2000000 USING btree (task_id);
+CREATE INDEX task_p2000000_resource_key_task_id_idx ON queues.task_p2000000 USING btree (resource_key, task_id) WHERE (resource_key IS NOT NULL);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.task_pending (
   task_id bigint not null,
@@ -1253,18 +2124,72 @@ create table queues.task_redriven (
   task_id bigint not null,
   new_task_id bigint not null,
   redriven_at timestamp with time zone default now() not null,
-  constraint task_redriven_new_task_id_fkey FOREIGN KEY (new_task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
   constraint task_redriven_new_task_id_not_null NOT NULL new_task_id,
   constraint task_redriven_pkey PRIMARY KEY (task_id),
   constraint task_redriven_redriven_at_not_null NOT NULL redriven_at,
-  constraint task_redriven_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
   constraint task_redriven_task_id_not_null NOT NULL task_id
-);
+) partition by RANGE (task_id);
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on table queues.task_redriven is 'Append-only: a dead-lettered task redriven as new_task_id.';
-CREATE UNIQUE INDEX task_redriven_pkey ON queues.task_redriven USING btree (task_id);
+CREATE UNIQUE INDEX task_redriven_pkey ON ONLY queues.task_redriven USING btree (task_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_redriven FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_redriven_default partition of queues.task_redriven (
+  task_id bigint not null,
+  new_task_id bigint not null,
+  redriven_at timestamp with time zone default now() not null,
+  constraint task_redriven_default_pkey PRIMARY KEY (task_id),
+  constraint task_redriven_new_task_id_not_null NOT NULL new_task_id,
+  constraint task_redriven_redriven_at_not_null NOT NULL redriven_at,
+  constraint task_redriven_task_id_not_null NOT NULL task_id
+) DEFAULT;
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_redriven_default_pkey ON queues.task_redriven_default USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_redriven_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_redriven_p0 partition of queues.task_redriven (
+  task_id bigint not null,
+  new_task_id bigint not null,
+  redriven_at timestamp with time zone default now() not null,
+  constraint task_redriven_new_task_id_not_null NOT NULL new_task_id,
+  constraint task_redriven_p0_pkey PRIMARY KEY (task_id),
+  constraint task_redriven_redriven_at_not_null NOT NULL redriven_at,
+  constraint task_redriven_task_id_not_null NOT NULL task_id
+) FOR VALUES FROM ('0') TO ('1000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_redriven_p0_pkey ON queues.task_redriven_p0 USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_redriven_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_redriven_p1000000 partition of queues.task_redriven (
+  task_id bigint not null,
+  new_task_id bigint not null,
+  redriven_at timestamp with time zone default now() not null,
+  constraint task_redriven_new_task_id_not_null NOT NULL new_task_id,
+  constraint task_redriven_p1000000_pkey PRIMARY KEY (task_id),
+  constraint task_redriven_redriven_at_not_null NOT NULL redriven_at,
+  constraint task_redriven_task_id_not_null NOT NULL task_id
+) FOR VALUES FROM ('1000000') TO ('2000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_redriven_p1000000_pkey ON queues.task_redriven_p1000000 USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_redriven_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_redriven_p2000000 partition of queues.task_redriven (
+  task_id bigint not null,
+  new_task_id bigint not null,
+  redriven_at timestamp with time zone default now() not null,
+  constraint task_redriven_new_task_id_not_null NOT NULL new_task_id,
+  constraint task_redriven_p2000000_pkey PRIMARY KEY (task_id),
+  constraint task_redriven_redriven_at_not_null NOT NULL redriven_at,
+  constraint task_redriven_task_id_not_null NOT NULL task_id
+) FOR VALUES FROM ('2000000') TO ('3000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_redriven_p2000000_pkey ON queues.task_redriven_p2000000 USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_redriven_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.task_result (
   task_id bigint not null,
@@ -1274,29 +2199,139 @@ create table queues.task_result (
   constraint task_result_pkey PRIMARY KEY (task_id, task_lease_id),
   constraint task_result_recorded_at_not_null NOT NULL recorded_at,
   constraint task_result_result_not_null NOT NULL result,
-  constraint task_result_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
   constraint task_result_task_id_not_null NOT NULL task_id,
   constraint task_result_task_lease_id_not_null NOT NULL task_lease_id
-);
+) partition by RANGE (task_id);
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on table queues.task_result is 'Append-only: the result a task''s run recorded, per lease.';
-CREATE UNIQUE INDEX task_result_pkey ON queues.task_result USING btree (task_id, task_lease_id);
+CREATE UNIQUE INDEX task_result_pkey ON ONLY queues.task_result USING btree (task_id, task_lease_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_result FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_result_default partition of queues.task_result (
+  task_id bigint not null,
+  task_lease_id bigint not null,
+  result jsonb not null,
+  recorded_at timestamp with time zone default now() not null,
+  constraint task_result_default_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_result_recorded_at_not_null NOT NULL recorded_at,
+  constraint task_result_result_not_null NOT NULL result,
+  constraint task_result_task_id_not_null NOT NULL task_id,
+  constraint task_result_task_lease_id_not_null NOT NULL task_lease_id
+) DEFAULT;
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_result_default_pkey ON queues.task_result_default USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_result_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_result_p0 partition of queues.task_result (
+  task_id bigint not null,
+  task_lease_id bigint not null,
+  result jsonb not null,
+  recorded_at timestamp with time zone default now() not null,
+  constraint task_result_p0_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_result_recorded_at_not_null NOT NULL recorded_at,
+  constraint task_result_result_not_null NOT NULL result,
+  constraint task_result_task_id_not_null NOT NULL task_id,
+  constraint task_result_task_lease_id_not_null NOT NULL task_lease_id
+) FOR VALUES FROM ('0') TO ('1000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_result_p0_pkey ON queues.task_result_p0 USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_result_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_result_p1000000 partition of queues.task_result (
+  task_id bigint not null,
+  task_lease_id bigint not null,
+  result jsonb not null,
+  recorded_at timestamp with time zone default now() not null,
+  constraint task_result_p1000000_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_result_recorded_at_not_null NOT NULL recorded_at,
+  constraint task_result_result_not_null NOT NULL result,
+  constraint task_result_task_id_not_null NOT NULL task_id,
+  constraint task_result_task_lease_id_not_null NOT NULL task_lease_id
+) FOR VALUES FROM ('1000000') TO ('2000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_result_p1000000_pkey ON queues.task_result_p1000000 USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_result_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_result_p2000000 partition of queues.task_result (
+  task_id bigint not null,
+  task_lease_id bigint not null,
+  result jsonb not null,
+  recorded_at timestamp with time zone default now() not null,
+  constraint task_result_p2000000_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint task_result_recorded_at_not_null NOT NULL recorded_at,
+  constraint task_result_result_not_null NOT NULL result,
+  constraint task_result_task_id_not_null NOT NULL task_id,
+  constraint task_result_task_lease_id_not_null NOT NULL task_lease_id
+) FOR VALUES FROM ('2000000') TO ('3000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_result_p2000000_pkey ON queues.task_result_p2000000 USING btree (task_id, task_lease_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_result_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.task_run_now (
   task_id bigint not null,
   requested_at timestamp with time zone default now() not null,
   constraint task_run_now_pkey PRIMARY KEY (task_id),
   constraint task_run_now_requested_at_not_null NOT NULL requested_at,
-  constraint task_run_now_task_id_fkey FOREIGN KEY (task_id) REFERENCES queues.task(task_id) ON DELETE CASCADE,
   constraint task_run_now_task_id_not_null NOT NULL task_id
-);
+) partition by RANGE (task_id);
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on table queues.task_run_now is 'Append-only: a scheduled task asked to run at requested_at instead of its scheduled time.';
-CREATE UNIQUE INDEX task_run_now_pkey ON queues.task_run_now USING btree (task_id);
+CREATE UNIQUE INDEX task_run_now_pkey ON ONLY queues.task_run_now USING btree (task_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_run_now FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_run_now_default partition of queues.task_run_now (
+  task_id bigint not null,
+  requested_at timestamp with time zone default now() not null,
+  constraint task_run_now_default_pkey PRIMARY KEY (task_id),
+  constraint task_run_now_requested_at_not_null NOT NULL requested_at,
+  constraint task_run_now_task_id_not_null NOT NULL task_id
+) DEFAULT;
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_run_now_default_pkey ON queues.task_run_now_default USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_run_now_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_run_now_p0 partition of queues.task_run_now (
+  task_id bigint not null,
+  requested_at timestamp with time zone default now() not null,
+  constraint task_run_now_p0_pkey PRIMARY KEY (task_id),
+  constraint task_run_now_requested_at_not_null NOT NULL requested_at,
+  constraint task_run_now_task_id_not_null NOT NULL task_id
+) FOR VALUES FROM ('0') TO ('1000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_run_now_p0_pkey ON queues.task_run_now_p0 USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_run_now_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_run_now_p1000000 partition of queues.task_run_now (
+  task_id bigint not null,
+  requested_at timestamp with time zone default now() not null,
+  constraint task_run_now_p1000000_pkey PRIMARY KEY (task_id),
+  constraint task_run_now_requested_at_not_null NOT NULL requested_at,
+  constraint task_run_now_task_id_not_null NOT NULL task_id
+) FOR VALUES FROM ('1000000') TO ('2000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_run_now_p1000000_pkey ON queues.task_run_now_p1000000 USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_run_now_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_run_now_p2000000 partition of queues.task_run_now (
+  task_id bigint not null,
+  requested_at timestamp with time zone default now() not null,
+  constraint task_run_now_p2000000_pkey PRIMARY KEY (task_id),
+  constraint task_run_now_requested_at_not_null NOT NULL requested_at,
+  constraint task_run_now_task_id_not_null NOT NULL task_id
+) FOR VALUES FROM ('2000000') TO ('3000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_run_now_p2000000_pkey ON queues.task_run_now_p2000000 USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_run_now_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.task_type (
   task_type text not null,
@@ -1505,7 +2540,7 @@ create materialized view menus.store_analytics as
 CREATE UNIQUE INDEX store_analytics_store_idx ON menus.store_analytics USING btree (store_id);
 
 create view queues.dead_letter as
- SELECT t.task_id,
+ SELECT c.task_id,
     t.task_type,
     t.payload,
     c.outcome,
@@ -1562,12 +2597,12 @@ create view queues.task_lease_effective as
     COALESCE(e.extensions, 0) AS extensions,
     v.revoked_at
    FROM queues.task_lease l
-     LEFT JOIN queues.task_lease_release r ON r.task_lease_id = l.task_lease_id
-     LEFT JOIN queues.task_lease_revocation v ON v.task_lease_id = l.task_lease_id
+     LEFT JOIN queues.task_lease_release r ON r.task_id = l.task_id AND r.task_lease_id = l.task_lease_id
+     LEFT JOIN queues.task_lease_revocation v ON v.task_id = l.task_id AND v.task_lease_id = l.task_lease_id
      LEFT JOIN LATERAL ( SELECT max(x.expires_at) AS expires_at,
             count(*)::integer AS extensions
            FROM queues.task_lease_extension x
-          WHERE x.task_lease_id = l.task_lease_id) e ON true;
+          WHERE x.task_id = l.task_id AND x.task_lease_id = l.task_lease_id) e ON true;
   -- columns:
   --  task_lease_id bigint
   --  task_id bigint
@@ -1651,6 +2686,10 @@ create sequence files.file_metadata_file_metadata_id_seq as bigint start 1 incre
   identity of files.file_metadata.file_metadata_id
   owner :DATABASE_OWNER
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence internal.process_pruned_process_pruned_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of internal.process_pruned.process_pruned_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence learning.cue_cue_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
   identity of learning.cue.cue_id
   owner :DATABASE_OWNER
@@ -1677,6 +2716,10 @@ create sequence menus.store_store_id_seq as bigint start 1 increment 1 minvalue 
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence queues.error_error_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
   identity of queues.error.error_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence queues.history_partition_dropped_history_partition_dropped_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of queues.history_partition_dropped.history_partition_dropped_id
   owner :DATABASE_OWNER
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence queues.task_attempt_failed_task_attempt_failed_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
@@ -1914,6 +2957,32 @@ $function$;
   -- accounts.kickoff_account_deletion(_account_id bigint, OUT account_deletion_task_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION accounts.prune_finished_processes(_payload jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select jsonb_build_object('success', true, 'payload', accounts.prune_finished_processes_at(now(), 10000))
+$function$;
+  -- accounts.prune_finished_processes(_payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.prune_finished_processes_at(_now timestamp with time zone, _limit integer)
+ RETURNS jsonb
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select jsonb_build_object(
+    'account_deletion',
+    (select count(*) from internal.prune_finished_roots('accounts', 'account_deletion', _now, _limit)),
+    'account_anonymization',
+    (select count(*) from internal.prune_finished_roots('accounts', 'account_anonymization', _now, _limit)))
+$function$;
+  -- accounts.prune_finished_processes_at(_now timestamp with time zone, _limit integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION admin.assert_process_root(_process text, _root_id bigint)
  RETURNS void
  LANGUAGE plpgsql
@@ -2147,7 +3216,7 @@ begin
       from queues.task_completed c
      cross join lateral (select x.task_type from queues.task x where x.task_id = c.task_id limit 1) t
       left join lateral (select y.worker_id from queues.task_lease y
-                          where y.task_lease_id = c.task_lease_id limit 1) l on true
+                          where y.task_id = c.task_id and y.task_lease_id = c.task_lease_id limit 1) l on true
      where c.completed_at > _now - make_interval(secs => _window)
        and c.completed_at <= _now
        and (_task_type is null or t.task_type = _task_type)
@@ -2226,7 +3295,7 @@ begin
       from queues.task_completed c
      cross join lateral (select x.task_type from queues.task x where x.task_id = c.task_id limit 1) t
       left join lateral (select y.leased_at from queues.task_lease y
-                          where y.task_lease_id = c.task_lease_id limit 1) l on true
+                          where y.task_id = c.task_id and y.task_lease_id = c.task_lease_id limit 1) l on true
      where c.completed_at > _now - make_interval(secs => _window) and c.completed_at <= _now
   ),
   totals as (
@@ -2352,6 +3421,18 @@ begin
 end;
 $function$;
   -- admin.get_task_at(_now timestamp with time zone, _task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.history_status()
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select queues.history_status_at(now())
+$function$;
+  -- admin.history_status(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.list_dead_letters(_task_type text DEFAULT NULL::text, _limit integer DEFAULT NULL::integer, _before_task_id bigint DEFAULT NULL::bigint)
@@ -2729,7 +3810,7 @@ AS $function$
     -- live leases: the pending rows under a lease that has not expired (bounded by pending work)
     select l.worker_id, count(*) as n
       from queues.task_pending p
-      join queues.task_lease l on l.task_lease_id = p.current_lease_id
+      join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
      where p.available_at > _now
      group by 1
   )
@@ -2933,8 +4014,21 @@ declare
   _parts text[] := '{}';
   _table text;
   _child record;
+  _pruned internal.process_pruned;
 begin
-  perform admin.assert_process_root(_process, _root_id);
+  begin
+    perform admin.assert_process_root(_process, _root_id);
+  exception when foreign_key_violation then
+    -- A root that domain retention removed: one 'pruned' row says when and why.
+    _pruned := internal.process_root_pruned(_process, _root_id);
+    if _pruned.process_pruned_id is null then
+      raise;
+    end if;
+    return query select _pruned.pruned_at, _process, _root_id, 'pruned'::text, null::bigint,
+                        jsonb_build_object('finished_before', _pruned.finished_before,
+                                           'pruned_at', _pruned.pruned_at);
+    return;
+  end;
   _attempt := admin.process_table(_process, '_attempt');
 
   _parts := _parts || format(
@@ -3198,8 +4292,8 @@ begin
     returning p.task_id, s.task_lease_id, s.worker_id, p.resource_key
   ),
   recorded as (
-    insert into queues.task_lease_revocation (task_lease_id, revoked_at, reason)
-    select r.task_lease_id, _now, format('worker %s not seen for %s s (recovered from the dashboard)', r.worker_id, _dead)
+    insert into queues.task_lease_revocation (task_id, task_lease_id, revoked_at, reason)
+    select r.task_id, r.task_lease_id, _now, format('worker %s not seen for %s s (recovered from the dashboard)', r.worker_id, _dead)
       from revoked r
   ),
   key_freed as (
@@ -3466,7 +4560,7 @@ begin
       select jsonb_agg(jsonb_build_object('task_lease_id', x.task_lease_id, 'extended_at', x.extended_at,
                                           'expires_at', x.expires_at) order by x.task_lease_extension_id)
         from queues.task_lease l
-        join queues.task_lease_extension x on x.task_lease_id = l.task_lease_id
+        join queues.task_lease_extension x on x.task_id = l.task_id and x.task_lease_id = l.task_lease_id
        where l.task_id = _task_id), '[]'));
 end;
 $function$;
@@ -3741,6 +4835,39 @@ begin
 end;
 $function$;
   -- comms.kickoff_send_sms(_message_id bigint, _scheduled_at timestamp with time zone, OUT send_sms_task_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.prune_finished_processes(_payload jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select jsonb_build_object('success', true, 'payload', comms.prune_finished_processes_at(now(), 10000))
+$function$;
+  -- comms.prune_finished_processes(_payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.prune_finished_processes_at(_now timestamp with time zone, _limit integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _email bigint[];
+  _sms bigint[];
+begin
+  select coalesce(array_agg((p.root ->> 'message_id')::bigint), '{}') into _email
+    from internal.prune_finished_roots('comms', 'send_email', _now, _limit) p;
+  select coalesce(array_agg((p.root ->> 'message_id')::bigint), '{}') into _sms
+    from internal.prune_finished_roots('comms', 'send_sms', _now, _limit) p;
+  -- Their messages go with them (email_message and sms_message cascade).
+  delete from comms.message m where m.message_id = any (_email || _sms);
+  return jsonb_build_object('send_email', cardinality(_email), 'send_sms', cardinality(_sms));
+end;
+$function$;
+  -- comms.prune_finished_processes_at(_now timestamp with time zone, _limit integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION comms.record_email_failure(payload jsonb)
@@ -4183,6 +5310,29 @@ $function$;
   -- files.mark_file_deleted(_file_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION files.prune_finished_processes(_payload jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select jsonb_build_object('success', true, 'payload', files.prune_finished_processes_at(now(), 10000))
+$function$;
+  -- files.prune_finished_processes(_payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.prune_finished_processes_at(_now timestamp with time zone, _limit integer)
+ RETURNS jsonb
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select jsonb_build_object('file_deletion',
+    (select count(*) from internal.prune_finished_roots('files', 'file_deletion', _now, _limit)))
+$function$;
+  -- files.prune_finished_processes_at(_now timestamp with time zone, _limit integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION files.record_file_delete_failure(payload jsonb)
  RETURNS jsonb
  LANGUAGE sql
@@ -4573,6 +5723,20 @@ $function$;
   -- internal.open_supervisor_run(_schema text, _name text, _supervisor text, _payload jsonb, OUT root_id bigint, OUT refusal jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION internal.process_root_pruned(_process text, _root_id bigint)
+ RETURNS internal.process_pruned
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select p.* from internal.process_pruned p
+   where p.process = _process and _root_id between p.first_root_id and p.last_root_id
+   order by p.process_pruned_id desc
+   limit 1
+$function$;
+  -- internal.process_root_pruned(_process text, _root_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION internal.process_terminal_facts(_schema text, _name text, _root_id bigint, OUT has_task_succeeded boolean, OUT task_failure text)
  RETURNS record
  LANGUAGE plpgsql
@@ -4587,6 +5751,58 @@ begin
 end;
 $function$;
   -- internal.process_terminal_facts(_schema text, _name text, _root_id bigint, OUT has_task_succeeded boolean, OUT task_failure text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.prune_finished_roots(_schema text, _process text, _now timestamp with time zone, _limit integer)
+ RETURNS TABLE(root_id bigint, root jsonb)
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+declare
+  _retention interval;
+  _key text := _process || '_task_id';
+  _deleted jsonb;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  if _limit is null or _limit not between 1 and 100000 then
+    raise exception 'limit must be between 1 and 100000, got %', coalesce(_limit::text, 'null') using errcode = '22023';
+  end if;
+  select r.retention into _retention from internal.process_retention r where r.process = _process;
+  if _retention is null then
+    return;
+  end if;
+  -- Table names from the catalog, quoted with %I; values through `using`.
+  if to_regclass(format('%I.%I', _schema, _process || '_task')) is null
+     or to_regclass(format('%I.%I', _schema, _process || '_task_succeeded')) is null
+     or to_regclass(format('%I.%I', _schema, _process || '_task_failed')) is null then
+    raise exception 'no process %.%', _schema, _process using errcode = '22023';
+  end if;
+  execute format(
+    'with done as (
+       select r.%1$I as id from %2$I.%3$I r
+        where exists (select 1 from %2$I.%4$I s where s.%1$I = r.%1$I and s.created_at < $1)
+           or exists (select 1 from %2$I.%5$I f where f.%1$I = r.%1$I and f.created_at < $1)
+        order by r.%1$I
+        limit $2
+     ),
+     gone as (
+       delete from %2$I.%3$I r using done d where r.%1$I = d.id returning r.*
+     )
+     select coalesce(jsonb_agg(to_jsonb(g) order by g.%1$I), ''[]'') from gone g',
+    _key, _schema, _process || '_task', _process || '_task_succeeded', _process || '_task_failed')
+    into _deleted using _now - _retention, _limit;
+  if jsonb_array_length(_deleted) > 0 then
+    insert into internal.process_pruned (process, first_root_id, last_root_id, roots, finished_before, pruned_at)
+    values (_process, (_deleted -> 0 ->> _key)::bigint, (_deleted -> -1 ->> _key)::bigint,
+            jsonb_array_length(_deleted), _now - _retention, _now);
+  end if;
+  return query select (d ->> _key)::bigint, d from jsonb_array_elements(_deleted) d;
+end;
+$function$;
+  -- internal.prune_finished_roots(_schema text, _process text, _now timestamp with time zone, _limit integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION internal.queue_gave_up_message(_task_id bigint)
@@ -6019,6 +7235,36 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.create_history_partition(_lower bigint, _upper bigint)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _table text;
+  _name text;
+  _created boolean := false;
+begin
+  if _lower is null or _upper is null or _lower < 0 or _upper <= _lower then
+    raise exception 'partition bounds must satisfy 0 <= lower < upper, got [%, %)', _lower, _upper
+      using errcode = '22023';
+  end if;
+  foreach _table in array queues.history_tables() loop
+    _name := queues.history_partition_name(_table, _lower);
+    if to_regclass(format('queues.%I', _name)) is null then
+      execute format('create table queues.%I partition of queues.%I for values from (%s) to (%s)',
+                     _name, _table, _lower, _upper);
+      execute format('create trigger forbid_update before update on queues.%I
+                        for each statement execute function queues.forbid_fact_update()', _name);
+      _created := true;
+    end if;
+  end loop;
+  return _created;
+end;
+$function$;
+  -- queues.create_history_partition(_lower bigint, _upper bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.dequeue_next_available_task(_worker_id text DEFAULT NULL::text, _lease_seconds integer DEFAULT NULL::integer)
  RETURNS SETOF queues.task
  LANGUAGE sql
@@ -6240,6 +7486,10 @@ begin
     raise exception 'lease_seconds must be between 1 and 86400, got %',
       coalesce(_lease_seconds::text, 'null') using errcode = '22023';
   end if;
+  -- The rows first, in task_id order, as complete_tasks locks them (a primary-key probe of
+  -- `= any`): a heartbeat and a completion batch that share tasks then wait for each other
+  -- instead of deadlocking.
+  perform 1 from queues.task_pending p where p.task_id = any (_task_ids) order by p.task_id for no key update;
 
   return query
   with extended as (
@@ -6257,8 +7507,8 @@ begin
     returning p.task_id, p.current_lease_id, p.available_at, p.resource_key
   ),
   recorded as (
-    insert into queues.task_lease_extension (task_lease_id, extended_at, expires_at)
-    select e.current_lease_id, _now, e.available_at from extended e
+    insert into queues.task_lease_extension (task_id, task_lease_id, extended_at, expires_at)
+    select e.task_id, e.current_lease_id, _now, e.available_at from extended e
   ),
   key_extended as (
     update queues.resource_lease r
@@ -6299,8 +7549,10 @@ begin
     end if;
     if exists (select 1 from queues.task_lease l
                 where l.task_id = _task_id and l.task_lease_id > _task_lease_id)
-       or exists (select 1 from queues.task_lease_release r where r.task_lease_id = _task_lease_id)
-       or exists (select 1 from queues.task_lease_revocation v where v.task_lease_id = _task_lease_id)
+       or exists (select 1 from queues.task_lease_release r
+                   where r.task_id = _task_id and r.task_lease_id = _task_lease_id)
+       or exists (select 1 from queues.task_lease_revocation v
+                   where v.task_id = _task_id and v.task_lease_id = _task_lease_id)
        -- Completed by anyone not passing this lease (another worker, an unfenced call,
        -- the queue abandoning it): the holder's run is over.
        or exists (select 1 from queues.task_completed c
@@ -6335,6 +7587,112 @@ begin
 end;
 $function$;
   -- queues.forbid_fact_update(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.history_partition_name(_table text, _lower bigint)
+ RETURNS text
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select _table || '_p' || _lower::text
+$function$;
+  -- queues.history_partition_name(_table text, _lower bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.history_partitions()
+ RETURNS TABLE(lower_bound bigint, upper_bound bigint, partition_name text, estimated_tasks bigint, total_bytes bigint, is_default boolean)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  with parts as (
+    select c.relname, pg_get_expr(c.relpartbound, c.oid) as bound, c.reltuples
+      from pg_inherits i
+      join pg_class c on c.oid = i.inhrelid
+     where i.inhparent = 'queues.task'::regclass
+  ),
+  bounds as (
+    select p.relname, p.reltuples,
+           (regexp_match(p.bound, 'FROM \(''?(-?\d+)''?\) TO \(''?(-?\d+)''?\)')) as b,
+           p.bound = 'DEFAULT' as is_default
+      from parts p
+  )
+  select b.b[1]::bigint, b.b[2]::bigint, b.relname,
+         greatest(b.reltuples, 0)::bigint,
+         (select coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
+            from unnest(queues.history_tables()) t(name)
+            join pg_class c on c.relnamespace = 'queues'::regnamespace
+                           and c.relname = case when b.is_default then t.name || '_default'
+                                                else queues.history_partition_name(t.name, b.b[1]::bigint) end),
+         b.is_default
+    from bounds b
+   order by b.is_default, b.b[1]::bigint
+$function$;
+  -- queues.history_partitions(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.history_status_at(_now timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _setting queues.history_setting;
+  _last_id bigint := queues.last_task_id();
+  _next record;
+  _next_json jsonb;
+begin
+  select * into _setting from queues.history_setting;
+  select p.lower_bound, p.upper_bound,
+         (select max(c.completed_at) from queues.task_completed c
+           where c.task_id >= p.lower_bound and c.task_id < p.upper_bound) as last_completed_at,
+         (select count(*) from queues.task_pending tp
+           where tp.task_id >= p.lower_bound and tp.task_id < p.upper_bound) as pending
+    into _next
+    from queues.history_partitions() p
+   where not p.is_default and p.upper_bound <= _last_id
+   order by p.lower_bound
+   limit 1;
+  if found then
+    _next_json := jsonb_build_object(
+      'lower_bound', _next.lower_bound, 'upper_bound', _next.upper_bound,
+      'pending_tasks', _next.pending,
+      'last_completed_at', _next.last_completed_at,
+      'drop_after', case when _next.pending = 0 then coalesce(_next.last_completed_at + _setting.retention, _now) end);
+  end if;
+  return jsonb_build_object(
+    'retention_seconds', extract(epoch from _setting.retention)::bigint,
+    'partition_size', _setting.partition_size,
+    'partitions_ahead', _setting.partitions_ahead,
+    'last_task_id', _last_id,
+    'oldest_task_id', (select min(t.task_id) from queues.task t),
+    'oldest_enqueued_at', (select t.enqueued_at from queues.task t order by t.task_id limit 1),
+    'default_partition_tasks', (select count(*) from queues.task_default),
+    'next_drop', _next_json,
+    'dropped_sets', (select count(*) from queues.history_partition_dropped),
+    'last_dropped_at', (select max(d.dropped_at) from queues.history_partition_dropped d),
+    'partitions', coalesce((select jsonb_agg(jsonb_build_object(
+        'lower_bound', p.lower_bound, 'upper_bound', p.upper_bound, 'name', p.partition_name,
+        'estimated_tasks', p.estimated_tasks, 'total_bytes', p.total_bytes, 'is_default', p.is_default))
+      from queues.history_partitions() p), '[]'));
+end;
+$function$;
+  -- queues.history_status_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.history_tables()
+ RETURNS text[]
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select array['task', 'task_lease', 'task_completed', 'error', 'task_lease_extension',
+               'task_lease_release', 'task_lease_revocation', 'task_attempt_failed', 'task_redriven',
+               'task_lease_started', 'task_interruption', 'task_cancelled', 'task_result', 'task_run_now']
+$function$;
+  -- queues.history_tables(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.interrupt_task(_task_id bigint, _task_lease_id bigint, _error_message text, _max_interruptions integer DEFAULT NULL::integer)
@@ -6405,7 +7763,7 @@ begin
   end if;
 
   _retry_at := _now + internal.backoff(_pending.interrupted_count, 300) / 5;
-  insert into queues.task_lease_release (task_lease_id, released_at) values (_task_lease_id, _now)
+  insert into queues.task_lease_release (task_id, task_lease_id, released_at) values (_task_id, _task_lease_id, _now)
   on conflict do nothing;
   insert into queues.task_interruption (task_lease_id, task_id, interrupted_at, retry_at, error_message)
   values (_task_lease_id, _task_id, _now, _retry_at, _message);
@@ -6467,6 +7825,17 @@ AS $function$ select jsonb_path_exists(_payload, 'strict $.**{65}') $function$;
   -- queues.is_payload_too_deep(_payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.last_task_id()
+ RETURNS bigint
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select coalesce(pg_sequence_last_value(pg_get_serial_sequence('queues.task', 'task_id')::regclass), 0)
+$function$;
+  -- queues.last_task_id(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.list_task_results(_task_id bigint)
  RETURNS TABLE(task_lease_id bigint, result jsonb, recorded_at timestamp with time zone)
  LANGUAGE sql
@@ -6502,6 +7871,129 @@ begin
 end;
 $function$;
   -- queues.lock_resource_keys(_task_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.maintain_history(_payload jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select jsonb_build_object('success', true, 'payload', queues.maintain_history_at(now()))
+$function$;
+  -- queues.maintain_history(_payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.maintain_history_at(_now timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET lock_timeout TO '100ms'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _setting queues.history_setting;
+  _last_id bigint := queues.last_task_id();
+  _highest bigint;
+  _lower bigint;
+  _created jsonb := '[]';
+  _dropped jsonb := '[]';
+  _skipped jsonb := '[]';
+  _kept integer := 0;
+  _set record;
+  _names text[];
+  _tasks bigint;
+  _last_completed timestamptz;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  select * into _setting from queues.history_setting;
+  perform set_config('lock_timeout', _setting.lock_timeout_ms || 'ms', true);
+
+  -- 1. Ahead of need.
+  -- Ranges are never reused: above every set there is or was, and above any task in the
+  -- default partition (a new set cannot overlap rows there).
+  select greatest(coalesce(max(p.upper_bound), 0),
+                  coalesce((select max(d.upper_bound) from queues.history_partition_dropped d), 0),
+                  coalesce((select max(t.task_id) + 1 from queues.task_default t), 0))
+    into _highest
+    from queues.history_partitions() p where not p.is_default;
+  while _highest < _last_id + 1 + _setting.partitions_ahead::bigint * _setting.partition_size loop
+    _lower := _highest;
+    begin
+      perform queues.create_history_partition(_lower, _lower + _setting.partition_size);
+      _created := _created || jsonb_build_array(jsonb_build_array(_lower, _lower + _setting.partition_size));
+    -- check_violation: a task landed in the default partition, in this range, since it
+    -- was read above; the next run starts above it.
+    exception when lock_not_available or deadlock_detected or check_violation then
+      _skipped := _skipped || jsonb_build_object('create', jsonb_build_array(_lower, _lower + _setting.partition_size),
+                                                 'reason', sqlerrm);
+      exit;
+    end;
+    _highest := _lower + _setting.partition_size;
+  end loop;
+
+  -- 2. Expired sets, oldest first.
+  for _set in
+    select p.lower_bound, p.upper_bound from queues.history_partitions() p
+     where not p.is_default and p.upper_bound <= _last_id
+     order by p.lower_bound
+  loop
+    -- Cheap checks first, without strong locks: a pending task, or a recent completion.
+    if exists (select 1 from queues.task_pending tp
+                where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound) then
+      _kept := _kept + 1;
+      continue;
+    end if;
+    select max(c.completed_at) into _last_completed from queues.task_completed c
+     where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound;
+    if _last_completed > _now - _setting.retention then
+      _kept := _kept + 1;
+      continue;
+    end if;
+    -- Every task completed, from the facts (one scan of the set's two partitions).
+    select count(*) into _tasks from queues.task t
+     where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound;
+    if exists (select 1 from queues.task t
+                where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound
+                  and not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)) then
+      _kept := _kept + 1;
+      continue;
+    end if;
+
+    _names := array(select format('queues.%I', queues.history_partition_name(t.name, _set.lower_bound))
+                      from unnest(queues.history_tables()) t(name));
+    begin
+      -- Under the lock, no transaction that wrote to the set is still open: check again
+      -- what could have changed (a task enqueued with an id handed out before the check).
+      execute 'lock table ' || array_to_string(_names, ', ') || ' in access exclusive mode';
+      if exists (select 1 from queues.task_pending tp
+                  where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
+         or exists (select 1 from queues.task_completed c
+                     where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound
+                       and c.completed_at > _now - _setting.retention) then
+        -- Roll the block back, which gives the locks back at once.
+        raise exception 'set [%, %) changed since it was checked', _set.lower_bound, _set.upper_bound
+          using errcode = 'QH001';
+      end if;
+      execute 'drop table ' || array_to_string(_names, ', ');
+      insert into queues.history_partition_dropped (lower_bound, upper_bound, tasks, last_completed_at, dropped_at)
+      values (_set.lower_bound, _set.upper_bound, _tasks, _last_completed, _now);
+      _dropped := _dropped || jsonb_build_array(jsonb_build_array(_set.lower_bound, _set.upper_bound));
+    exception
+      when sqlstate 'QH001' then
+        _kept := _kept + 1;
+      when lock_not_available or deadlock_detected then
+      _skipped := _skipped || jsonb_build_object('drop', jsonb_build_array(_set.lower_bound, _set.upper_bound),
+                                                 'reason', sqlerrm);
+    end;
+  end loop;
+
+  return jsonb_build_object('created', _created, 'dropped', _dropped, 'skipped', _skipped, 'kept', _kept);
+end;
+$function$;
+  -- queues.maintain_history_at(_now timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.mark_started(_task_ids bigint[], _task_lease_ids bigint[])
@@ -6693,7 +8185,7 @@ begin
              and u.released_at is null
              and not exists (select 1 from queues.task_lease_started s
                               where s.task_id = u.task_id and s.task_lease_id = u.task_lease_id)
-             and not exists (select 1 from queues.task_attempt_failed a where a.task_lease_id = u.task_lease_id)
+             and not exists (select 1 from queues.task_attempt_failed a where a.task_id = u.task_id and a.task_lease_id = u.task_lease_id)
              and not (u.task_lease_id = l.task_lease_id and l.revoked_at is null
                       and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id))),
          coalesce(i.interrupted_count, 0)
@@ -6848,8 +8340,8 @@ begin
     returning p.task_id, s.task_lease_id, s.worker_id, p.resource_key
   ),
   recorded as (
-    insert into queues.task_lease_revocation (task_lease_id, revoked_at, reason)
-    select r.task_lease_id, _now, format('worker %s not seen for %s s', r.worker_id, _dead_after_seconds) from revoked r
+    insert into queues.task_lease_revocation (task_id, task_lease_id, revoked_at, reason)
+    select r.task_id, r.task_lease_id, _now, format('worker %s not seen for %s s', r.worker_id, _dead_after_seconds) from revoked r
   ),
   key_freed as (
     delete from queues.resource_lease k
@@ -6926,8 +8418,8 @@ begin
     returning p.task_id, i.task_lease_id, p.resource_key
   ),
   recorded as (
-    insert into queues.task_lease_release (task_lease_id)
-    select r.task_lease_id from released r
+    insert into queues.task_lease_release (task_id, task_lease_id)
+    select r.task_id, r.task_lease_id from released r
     on conflict do nothing
   ),
   key_freed as (
@@ -6960,13 +8452,13 @@ begin
   end if;
   perform queues.lock_resource_keys(array(
     select p.task_id from queues.task_pending p
-      join queues.task_lease l on l.task_lease_id = p.current_lease_id
+      join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
      where p.current_lease_id is not null and l.worker_id = _worker_id));
   return query
   with held as (
     select p.task_id, p.current_lease_id as task_lease_id
       from queues.task_pending p
-      join queues.task_lease l on l.task_lease_id = p.current_lease_id
+      join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
      where p.current_lease_id is not null and l.worker_id = _worker_id
   ),
   revoked as (
@@ -6980,8 +8472,8 @@ begin
     returning p.task_id, h.task_lease_id, p.resource_key
   ),
   recorded as (
-    insert into queues.task_lease_revocation (task_lease_id, revoked_at, reason)
-    select r.task_lease_id, now(), format('worker %s died', _worker_id) from revoked r
+    insert into queues.task_lease_revocation (task_id, task_lease_id, revoked_at, reason)
+    select r.task_id, r.task_lease_id, now(), format('worker %s died', _worker_id) from revoked r
   ),
   key_freed as (
     delete from queues.resource_lease k
@@ -7178,7 +8670,7 @@ CREATE OR REPLACE FUNCTION queues.stale_leases_at(_now timestamp with time zone,
 AS $function$
   select p.task_id, p.current_lease_id, l.worker_id, w.last_seen_at, p.available_at
     from queues.task_pending p
-    join queues.task_lease l on l.task_lease_id = p.current_lease_id
+    join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
     join queues.worker w on w.worker_id = l.worker_id
    where p.available_at > _now
      and w.stopped_at is null
@@ -7194,8 +8686,11 @@ CREATE OR REPLACE FUNCTION queues.truncate_task_facts()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 begin
-  truncate queues.task_pending, queues.task_lease, queues.task_completed, queues.task_lease_extension,
-           queues.task_lease_release, queues.task_lease_revocation, queues.task_lease_started;
+  truncate queues.task_pending, queues.resource_lease, queues.task_lease, queues.task_completed,
+           queues.error, queues.task_lease_extension, queues.task_lease_release,
+           queues.task_lease_revocation, queues.task_attempt_failed, queues.task_redriven,
+           queues.task_lease_started, queues.task_interruption, queues.task_cancelled,
+           queues.task_result, queues.task_run_now;
   return null;
 end;
 $function$;

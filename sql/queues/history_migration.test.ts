@@ -10,8 +10,8 @@ import { hardenDatabase, migrateDatabase, migrateSettings, repoRoot, withDatabas
 
 const ctx = inject('queueTestServer');
 const name = `${ctx.prefix}history_migration`;
-const url = (role: 'owner' | 'worker' | 'app' | 'api') =>
-  withDatabase(ctx.rootUrl, name, ctx.roles[role], ctx.rolePasswords[role]);
+const url = (dbUser: 'owner' | 'worker' | 'app' | 'api') =>
+  withDatabase(ctx.rootUrl, name, ctx.dbUsers[dbUser], ctx.dbUserPasswords[dbUser]);
 let owner: pg.Client;
 let worker: pg.Client;
 let app: pg.Client;
@@ -21,7 +21,7 @@ async function migrate(folder: string): Promise<void> {
   const settings = await migrateSettings({
     ownerUrl: url('owner'),
     rootUrl: ctx.rootUrl,
-    roles: ctx.roles,
+    dbUsers: ctx.dbUsers,
     quiet: true,
   });
   settings.migrationsFolder = folder;
@@ -176,8 +176,10 @@ beforeAll(async () => {
   const root = new pg.Client({ connectionString: ctx.rootUrl });
   await root.connect();
   try {
-    await root.query(`create database ${root.escapeIdentifier(name)} owner ${root.escapeIdentifier(ctx.roles.owner)}`);
-    await hardenDatabase(root, name, ctx.roles);
+    await root.query(
+      `create database ${root.escapeIdentifier(name)} owner ${root.escapeIdentifier(ctx.dbUsers.owner)}`,
+    );
+    await hardenDatabase(root, name, ctx.dbUsers);
   } finally {
     await root.end();
   }

@@ -663,9 +663,9 @@ class Harness {
       });
       await this.enqueue('ours', db, 'batch', n);
       await withClient(db.root, (c) => c.query('vacuum analyze'));
-      const { roles, rolePasswords } = this.server;
+      const { dbUsers, dbUserPasswords } = this.server;
       const times = await timeEndpoints(
-        withDatabase(this.server.rootUrl, db.name, roles.api, rolePasswords.api),
+        withDatabase(this.server.rootUrl, db.name, dbUsers.api, dbUserPasswords.api),
         rootId,
       );
       for (const [group, ms] of Object.entries(times)) this.record(`history_api_${group}_${label}`, 'ours', trial, ms);

@@ -151,7 +151,7 @@ async function main(): Promise<number> {
             `select l.pid, l.waitstart, extract(epoch from clock_timestamp() - l.waitstart) * 1000 as ms, a.query
                from pg_locks l join pg_stat_activity a on a.pid = l.pid
               where not l.granted and l.waitstart is not null and a.usename = $1`,
-            [server.roles.worker],
+            [server.dbUsers.worker],
           );
           for (const r of rows) {
             const key = `${r.pid}@${new Date(r.waitstart).toISOString()}`;
