@@ -1,0 +1,87 @@
+// The start recorder: a task's start is marked (queues.task_lease_started) by a statement
+// written before the task runs, one statement for the starts of one turn of the event
+// loop; leases that are no longer current are reported, not marked.
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import type pg from 'pg';
+import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { claimTasks, completeTask, connect, type ClaimedTask } from '@org/queue-client';
+import { createLogger, StartRecorder } from '../src/index.js';
+import { enqueue, installFixtures } from './support/fixtures.js';
+
+let db: TestDatabase;
+let pool: pg.Pool;
+let starts: StartRecorder;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  await installFixtures(db);
+  pool = connect({ connectionString: db.url('worker') });
+  starts = new StartRecorder(db.url('worker'), createLogger('silent'), 10_000);
+});
+afterAll(async () => {
+  await starts?.close();
+  await pool?.end();
+  await db?.drop();
+});
+
+async function claim(n: number): Promise<ClaimedTask[]> {
+  for (let i = 0; i < n; i++) await enqueue(db, 'test_channel', { i });
+  return claimTasks(pool, { workerId: 'recorder-test', limit: n, taskTypes: ['test_channel'] });
+}
+
+async function marked(tasks: ClaimedTask[]): Promise<string[]> {
+  const { rows } = await db.query(
+    `select task_lease_id::text as id from queues.task_lease_started where task_lease_id = any($1::bigint[]) order by 1`,
+    [tasks.map((t) => t.taskLeaseId)],
+  );
+  return rows.map((r) => r.id as string);
+}
+
+it('marks the starts asked for in one turn of the event loop with one statement', async () => {
+  const tasks = await claim(3);
+  expect(tasks).toHaveLength(3);
+  const records = tasks.map((t) => starts.record([t]));
+  // One group: the three share the promise of one written statement.
+  expect(new Set(records.map((r) => r.written)).size).toBe(1);
+  await Promise.all(records.map((r) => r.written));
+  const answers = await Promise.all(records.map((r) => r.answer));
+  expect(answers.every((lost) => lost.size === 0)).toBe(true);
+  expect(await marked(tasks)).toEqual(tasks.map((t) => t.taskLeaseId).sort());
+  await db.query(`delete from queues.task_pending where task_type = 'test_channel'`);
+});
+
+it('reports a lease taken over before the start and a task completed first, and marks neither', async () => {
+  await enqueue(db, 'test_channel', { n: 'taken over' });
+  // A lease of one second: it expires, and another claimer takes the task over.
+  const [takenOver] = await claimTasks(pool, {
+    workerId: 'recorder-test',
+    limit: 1,
+    taskTypes: ['test_channel'],
+    leaseSeconds: 1,
+  });
+  const [completed, held] = await claim(2);
+  const { rows } = await db.query(
+    `select task_id::text from queues.claim_tasks_at(now() + interval '1 minute', 'other', 10, array['test_channel'], 60, 5)`,
+  );
+  expect(rows.map((r) => r.task_id as string)).toEqual([takenOver.taskId]);
+  await completeTask(pool, { taskId: completed.taskId, taskLeaseId: completed.taskLeaseId, outcome: 'succeeded' });
+  const record = starts.record([takenOver, completed, held]);
+  await record.written;
+  expect([...(await record.answer)].sort()).toEqual([takenOver.taskLeaseId, completed.taskLeaseId].sort());
+  expect(await marked([takenOver, completed, held])).toEqual([held.taskLeaseId]);
+  await db.query(`delete from queues.task_pending where task_type = 'test_channel'`);
+});
+
+it('refuses mismatched or oversized input with a clear error', async () => {
+  await expect(
+    db.pool('worker').query(`select queues.mark_started(array[1, 2]::bigint[], array[1]::bigint[])`),
+  ).rejects.toThrow(/same length/);
+  await expect(
+    db
+      .pool('worker')
+      .query(
+        `select queues.mark_started(array(select generate_series(1, 1001))::bigint[], array(select generate_series(1, 1001))::bigint[])`,
+      ),
+  ).rejects.toThrow(/at most 1000/);
+  await expect(db.pool('app').query(`select queues.mark_started('{}', '{}')`)).rejects.toThrow(/permission denied/);
+});
