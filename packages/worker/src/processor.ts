@@ -67,11 +67,6 @@ export interface TaskOutcome extends TaskReport {
 export interface Processor {
   /** For logs: "db_function", "handler:resend", ... */
   readonly name: string;
-  /**
-   * The processor does nothing outside the database (it returns a `step`): its start is
-   * recorded with its completion, so the worker runs it without recording the start first.
-   */
-  readonly startsWithCompletion?: boolean;
   process(context: TaskContext): Promise<TaskOutcome>;
 }
 

@@ -340,32 +340,28 @@ export class Worker extends EventEmitter<WorkerEvents> {
       starting.push(this.#admit(this.#waiting.splice(next, 1)[0]!));
     }
     if (starting.length === 0) return;
-    // One statement marks every task starting now; a step that runs in the database
-    // records its start with its completion (queues.run_steps).
-    const marked = starting.filter((r) => !this.#options.registry.get(r.task.taskType)?.startsWithCompletion);
-    const record = marked.length > 0 ? this.#starts.record(marked.map((r) => r.task)) : undefined;
-    if (record) {
-      record.answer.then(
-        (lost) => {
-          for (const r of marked) {
-            // A task already finished was completed before its mark arrived: nothing to stop.
-            if (!lost.has(r.task.taskLeaseId) || r.lost || this.#running.get(r.task.taskLeaseId) !== r) continue;
-            r.lost = true;
-            r.controller.abort(new Error('lease lost'));
-            this.#log.warn(
-              { event: 'lease_lost', task_id: r.task.taskId, task_type: r.task.taskType },
-              'lease taken over before the task started; aborting it',
-            );
-          }
-        },
-        (error: unknown) =>
+    // One statement marks every task starting now, steps that run in the database too.
+    const record = this.#starts.record(starting.map((r) => r.task));
+    record.answer.then(
+      (lost) => {
+        for (const r of starting) {
+          // A task already finished was completed before its mark arrived: nothing to stop.
+          if (!lost.has(r.task.taskLeaseId) || r.lost || this.#running.get(r.task.taskLeaseId) !== r) continue;
+          r.lost = true;
+          r.controller.abort(new Error('lease lost'));
           this.#log.warn(
-            { event: 'start_unconfirmed', err: errorMessage(error), tasks: marked.length },
-            'the database did not confirm the starts; completions stay fenced by lease',
-          ),
-      );
-    }
-    for (const r of starting) this.#launch(r, marked.includes(r) ? record?.written : undefined);
+            { event: 'lease_lost', task_id: r.task.taskId, task_type: r.task.taskType },
+            'lease taken over before the task started; aborting it',
+          );
+        }
+      },
+      (error: unknown) =>
+        this.#log.warn(
+          { event: 'start_unconfirmed', err: errorMessage(error), tasks: starting.length },
+          'the database did not confirm the starts; completions stay fenced by lease',
+        ),
+    );
+    for (const r of starting) this.#launch(r, record.written);
   }
 
   async #claim(limit: number): Promise<ClaimedTask[]> {
@@ -418,8 +414,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
     return running;
   }
 
-  /** Runs an admitted task once its start is written (`written`; none for a step). */
-  #launch(running: Running, written: Promise<void> | undefined): void {
+  /** Runs an admitted task once its start is written. */
+  #launch(running: Running, written: Promise<void>): void {
     const { task } = running;
     const log = this.#log.child({ task_id: task.taskId, task_type: task.taskType, task_lease_id: task.taskLeaseId });
     let freed = false;
@@ -443,7 +439,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     });
   }
 
-  async #process(running: Running, log: Logger, free: () => void, written: Promise<void> | undefined): Promise<void> {
+  async #process(running: Running, log: Logger, free: () => void, written: Promise<void>): Promise<void> {
     const { task, controller } = running;
     // The task runs only once its start is on its way to the database: the queue then
     // knows it was started, even if this process dies while running it.
