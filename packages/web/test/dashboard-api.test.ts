@@ -5,6 +5,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { createApi } from '../src/index.js';
+import { enqueueAsOwner, WORKER_ONLY } from './support/worker-only.js';
 
 const TOKEN = 'test-token-dashboard-0123456789';
 const auth = { authorization: `Bearer ${TOKEN}` };
@@ -36,25 +37,8 @@ async function reset(): Promise<void> {
 const post = (url: string, payload?: unknown, headers: Record<string, string> = auth) =>
   app.inject({ method: 'POST', url, payload: payload as never, headers });
 const get = (url: string) => app.inject({ method: 'GET', url });
-/** Worker-only task types (queues.internal_task_type): the REST API refuses them (403). */
-const WORKER_ONLY = new Set(['db_function', 'email', 'sms', 'file_delete']);
-/** A fixture task of a worker-only type, enqueued as the owner's SQL does (queues.enqueue_internal). */
-async function enqueueAsOwner(body: Record<string, unknown>): Promise<number> {
-  const { rows } = await db.query(
-    `select queues.enqueue_internal($1, $2::jsonb, $3::timestamptz, $4::integer, $5, $6::integer)::text as id`,
-    [
-      body.task_type,
-      JSON.stringify(body.payload ?? {}),
-      body.scheduled_at ?? null,
-      body.priority ?? null,
-      body.resource_key ?? null,
-      body.max_attempts ?? null,
-    ],
-  );
-  return Number(rows[0].id);
-}
 async function create(body: Record<string, unknown>): Promise<number> {
-  if (WORKER_ONLY.has(body.task_type as string)) return enqueueAsOwner(body);
+  if (WORKER_ONLY.has(body.task_type as string)) return enqueueAsOwner(db, body);
   const res = await post('/api/tasks', body);
   expect(res.statusCode, res.body).toBe(201);
   return res.json().task_id;

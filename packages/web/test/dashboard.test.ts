@@ -14,6 +14,7 @@ import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { createLogger, dbFunctionProcessor, ProcessorRegistry, Worker, WorkerMetrics } from '@org/worker';
 import { createApi } from '../src/index.js';
+import { enqueueAsOwner, WORKER_ONLY } from './support/worker-only.js';
 
 const CHROMIUM = '/usr/bin/chromium';
 const TOKEN = 'dashboard-token-0123456789';
@@ -62,25 +63,8 @@ afterAll(async () => {
   if (userDataDir) rmSync(userDataDir, { recursive: true, force: true });
 });
 
-/** Worker-only task types (queues.internal_task_type): the REST API refuses them (403). */
-const WORKER_ONLY = new Set(['db_function', 'email', 'sms', 'file_delete']);
-/** A fixture task of a worker-only type, enqueued as the owner's SQL does (queues.enqueue_internal). */
-async function enqueueAsOwner(body: Record<string, unknown>): Promise<number> {
-  const { rows } = await db.query(
-    `select queues.enqueue_internal($1, $2::jsonb, $3::timestamptz, $4::integer, $5, $6::integer)::text as id`,
-    [
-      body.task_type,
-      JSON.stringify(body.payload ?? {}),
-      body.scheduled_at ?? null,
-      body.priority ?? null,
-      body.resource_key ?? null,
-      body.max_attempts ?? null,
-    ],
-  );
-  return Number(rows[0].id);
-}
 async function enqueue(body: Record<string, unknown>): Promise<number> {
-  if (WORKER_ONLY.has(body.task_type as string)) return enqueueAsOwner(body);
+  if (WORKER_ONLY.has(body.task_type as string)) return enqueueAsOwner(db, body);
   const res = await fetch(`${base}/api/tasks`, {
     method: 'POST',
     headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
