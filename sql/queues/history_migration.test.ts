@@ -1,5 +1,5 @@
-// migrations/current/330-history.sql converts a database that already holds history:
-// a database migrated up to the file before it, with tasks in every state, is converted,
+// migrations/committed/000004 (partitioned history) converts a database that already holds
+// history: a database migrated up to the migration before it, with tasks in every state, is converted,
 // and every task reads the same afterwards and the queue keeps working.
 import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -28,17 +28,20 @@ async function migrate(folder: string): Promise<void> {
   await migrateDatabase(settings);
 }
 
-/** A migrations folder holding the committed migrations and the current files before 330. */
-function folderBefore330(): string {
+/** The number of the migration that partitions the history. */
+const HISTORY_MIGRATION = 4;
+
+/** A migrations folder holding the committed migrations before the one that partitions the history. */
+function folderBeforeHistory(): string {
   const root = repoRoot();
   scratch = mkdtempSync(join(tmpdir(), 'history-migration-'));
   const folder = join(scratch, 'migrations');
   mkdirSync(join(folder, 'current'), { recursive: true });
-  symlinkSync(join(root, 'migrations', 'committed'), join(folder, 'committed'));
+  mkdirSync(join(folder, 'committed'), { recursive: true });
   symlinkSync(join(root, 'sql'), join(folder, 'fixtures'));
-  for (const file of readdirSync(join(root, 'migrations', 'current'))) {
-    if (Number.parseInt(file, 10) < 330) {
-      cpSync(join(root, 'migrations', 'current', file), join(folder, 'current', file));
+  for (const file of readdirSync(join(root, 'migrations', 'committed'))) {
+    if (Number.parseInt(file, 10) < HISTORY_MIGRATION) {
+      cpSync(join(root, 'migrations', 'committed', file), join(folder, 'committed', file));
     }
   }
   return folder;
@@ -183,7 +186,7 @@ beforeAll(async () => {
   } finally {
     await root.end();
   }
-  await migrate(folderBefore330());
+  await migrate(folderBeforeHistory());
   owner = new pg.Client({ connectionString: url('owner') });
   worker = new pg.Client({ connectionString: url('worker') });
   app = new pg.Client({ connectionString: url('app') });
@@ -191,7 +194,7 @@ beforeAll(async () => {
   const { rows } = await owner.query(`select relkind from pg_class where oid = 'queues.task'::regclass`);
   expect(rows[0].relkind).toBe('r');
 
-  // The current files before 330 include today's sql/queues functions, which write
+  // The migrations before it include today's sql/queues functions, which write
   // task_id on the lease facts; a database migrated by an older release has the functions
   // of that release instead. Give these tables the column those functions write (the
   // conversion keeps an existing task_id column, and fills it from the lease otherwise).

@@ -1,7 +1,7 @@
 -- History partitions: queues.task and every fact table keyed by task are range-partitioned
 -- by task_id, all on the same bounds (a "partition set"). Old history leaves by dropping a
 -- whole set, never by row-by-row DELETE. Settings: queues.history_setting; what was
--- dropped: queues.history_partition_dropped (both in migrations/current/330-history.sql).
+-- dropped: queues.history_partition_dropped (both in migrations/committed/000004).
 --
 -- Why task_id and not time: every fact carries task_id, so a row is routed without an
 -- extra column; a task and all its facts sit in the same set, so a set can be dropped

@@ -1,4 +1,4 @@
-// The hot facts have no foreign keys (migrations/current/120-hotpath.sql says why): the
+// The hot facts have no foreign keys (migrations/committed/000003, file 120-hotpath.sql, says why): the
 // queue's security-definer functions are their only writers, and they must never leave a
 // fact pointing at a task or lease that does not exist. A concurrent workload of
 // claims, starts, completions (fenced, some failed and retried), heartbeats, releases and
