@@ -244,15 +244,16 @@ describe('poison tasks', () => {
     expect(await snapshot()).toEqual(before);
   });
 
-  it("a dead worker process's leases are revoked at once: its started task is a suspect, its queued ones are not", async () => {
+  it("a dead worker process's leases are revoked at once: its queued tasks are claimable at once, its started task is a suspect that waits for its lease's expiry", async () => {
     await db.query('delete from queues.task_pending');
     const ids = [await enqueue(), await enqueue(), await enqueue()];
     const leases = await claimAt(0, 'died-1', 5, false);
     expect(leases).toHaveLength(3);
     // One of them started; the other two waited in the local queue.
+    const suspect = leases[0]!.task_id;
     await db.query('insert into queues.task_lease_started (task_id, task_lease_id) values ($1, $2)', [
-      leases[0].task_id,
-      leases[0].task_lease_id,
+      suspect,
+      leases[0]!.task_lease_id,
     ]);
     await expect(db.pool('worker').query('select * from queues.revoke_worker_leases($1)', [''])).rejects.toMatchObject({
       code: '22023',
@@ -261,15 +262,28 @@ describe('poison tasks', () => {
       .pool('worker')
       .query('select task_id from queues.revoke_worker_leases($1) order by task_id', ['died-1']);
     expect(rows.map((r) => r.task_id)).toEqual([...ids].sort());
-    // Claimable at once (the 60 s leases have not expired); one suspect per claim, and the
-    // two never started are not suspects, so all three come back in one claim.
+    // Every lease is fenced at once: the dead process's completions are refused.
+    const { rows: fenced } = await db
+      .pool('worker')
+      .query('select result from queues.complete_tasks($1::bigint[], $2::bigint[], array[$3])', [
+        [suspect],
+        [leases[0]!.task_lease_id],
+        'succeeded',
+      ]);
+    expect(fenced[0].result).toBe('lease_lost');
+    // The two never started are claimable at once (the 60 s leases have not expired) and
+    // are not suspects; the started one is not claimable before its lease would have
+    // expired, so a task that kills its process does not kill the next one at once.
     const first = await claimAt(1, 'next');
-    expect(first.map((l) => l.task_id).sort()).toEqual([...ids].sort());
+    expect(first.map((l) => l.task_id).sort()).toEqual(ids.filter((id) => id !== suspect).sort());
+    expect(await claimAt(30, 'next')).toEqual([]);
+    const second = await claimAt(60, 'next');
+    expect(second.map((l) => l.task_id)).toEqual([suspect]);
     const { rows: counts } = await db.query(
       'select task_id, unstarted_count from queues.task_pending where task_id = any($1::bigint[]) order by task_id',
       [ids],
     );
-    expect(counts.map((c) => c.unstarted_count)).toEqual(ids.map((id) => (id === leases[0].task_id ? 0 : 1)));
+    expect(counts.map((c) => c.unstarted_count)).toEqual([...ids].sort().map((id) => (id === suspect ? 0 : 1)));
     // Nothing is left to revoke.
     expect((await db.pool('worker').query('select * from queues.revoke_worker_leases($1)', ['died-1'])).rows).toEqual(
       [],

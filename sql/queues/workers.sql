@@ -141,10 +141,13 @@ $$;
 
 -- Revokes every lease a worker still holds, at once: called by the worker's process
 -- supervisor when one of its processes died (its worker id is known and it can no longer
--- complete anything). Its tasks are claimable at once instead of when their leases expire
--- (a dead process's local queue is not left waiting); as with stale recovery, the
--- revocation of a started task counts as an expired lease (and makes it a suspect), that
--- of a task never started does not. Returns what was revoked; wakes listening workers.
+-- complete anything). The tasks it never started (its local queue) are claimable at once
+-- instead of when their leases expire, and their revocation does not count towards
+-- abandonment. The tasks it had started count an expired lease and are suspects (one of
+-- them may have killed the process): they stay unclaimable until their leases would have
+-- expired, as without a supervisor, so a poison task's crash loop is paced by its lease
+-- and the supervisor's spares keep up with the deaths instead of all dying in a second.
+-- Returns what was revoked; wakes listening workers.
 create or replace function queues.revoke_worker_leases(_worker_id text)
   returns table (task_id bigint, task_lease_id bigint)
   language plpgsql volatile
@@ -163,17 +166,19 @@ begin
      where p.current_lease_id is not null and l.worker_id = _worker_id));
   return query
   with held as (
-    select p.task_id, p.current_lease_id as task_lease_id
+    select p.task_id, p.current_lease_id as task_lease_id,
+           exists (select 1 from queues.task_lease_started st
+                    where st.task_id = p.task_id and st.task_lease_id = p.current_lease_id) as started
       from queues.task_pending p
       join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
      where p.current_lease_id is not null and l.worker_id = _worker_id
   ),
   revoked as (
+    -- available_at of a leased row is its lease's expiry (heartbeats included).
     update queues.task_pending p
-       set available_at = now(), current_lease_id = null,
-           unstarted_count = p.unstarted_count + (not exists (
-             select 1 from queues.task_lease_started st
-              where st.task_id = p.task_id and st.task_lease_id = h.task_lease_id))::integer
+       set available_at = case when h.started then p.available_at else now() end,
+           current_lease_id = null,
+           unstarted_count = p.unstarted_count + (not h.started)::integer
       from held h
      where p.task_id = h.task_id and p.current_lease_id = h.task_lease_id
     returning p.task_id, h.task_lease_id, p.resource_key
