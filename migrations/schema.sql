@@ -8456,17 +8456,19 @@ begin
      where p.current_lease_id is not null and l.worker_id = _worker_id));
   return query
   with held as (
-    select p.task_id, p.current_lease_id as task_lease_id
+    select p.task_id, p.current_lease_id as task_lease_id,
+           exists (select 1 from queues.task_lease_started st
+                    where st.task_id = p.task_id and st.task_lease_id = p.current_lease_id) as started
       from queues.task_pending p
       join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
      where p.current_lease_id is not null and l.worker_id = _worker_id
   ),
   revoked as (
+    -- available_at of a leased row is its lease's expiry (heartbeats included).
     update queues.task_pending p
-       set available_at = now(), current_lease_id = null,
-           unstarted_count = p.unstarted_count + (not exists (
-             select 1 from queues.task_lease_started st
-              where st.task_id = p.task_id and st.task_lease_id = h.task_lease_id))::integer
+       set available_at = case when h.started then p.available_at else now() end,
+           current_lease_id = null,
+           unstarted_count = p.unstarted_count + (not h.started)::integer
       from held h
      where p.task_id = h.task_id and p.current_lease_id = h.task_lease_id
     returning p.task_id, h.task_lease_id, p.resource_key
