@@ -15,7 +15,7 @@ import {
   type ChaosDb,
   type Scenario,
 } from '../harness.js';
-import { killAll, startWorker, stopWorker, type WorkerProcess } from '../workers.js';
+import { killAll, logLines, startWorker, stopWorker, type WorkerProcess } from '../workers.js';
 
 const MAX_LEASES = 3;
 type Mode = 'supervised' | 'restarted';
@@ -87,6 +87,7 @@ async function phase(db: ChaosDb, n: number, poison: boolean, tag: string, mode:
     100,
   );
   const seconds = (Date.now() - started) / 1000;
+  if (process.env.CHAOS_TRACE) await trace(db, fromId, started, `${tag} ${mode} poison=${poison}`, supervisor);
   // The poison tasks: wait for their abandonment (their leases must expire first).
   const abandoned = poison
     ? await waitFor(
@@ -124,6 +125,42 @@ async function phase(db: ChaosDb, n: number, poison: boolean, tag: string, mode:
   const tally = await taskTally(db, fromId, `t.task_type = 'db_function'`);
   await dropPending(db, fromId);
   return { seconds, rate: n / seconds, done, abandoned, deaths, poisonFacts, tally, stoppedCleanly };
+}
+
+/**
+ * CHAOS_TRACE=1: a phase's timeline, to see where a drop comes from. Normal tasks
+ * completed per half second, each lease of a poison task (when it was taken and started,
+ * and how many tasks its claim took), and the supervisor's child deaths, in seconds from
+ * the phase's start.
+ */
+async function trace(db: ChaosDb, fromId: number, started: number, label: string, supervisor?: WorkerProcess) {
+  const t0 = new Date(started).toISOString();
+  const since = (column: string) => `round(extract(epoch from ${column} - $2::timestamptz)::numeric, 2)::float8`;
+  const done = await db.query(
+    `select (floor(extract(epoch from c.completed_at - $2::timestamptz) * 2) / 2)::float8 as s, count(*)::int as n
+       from queues.task t join queues.task_completed c using (task_id)
+      where t.task_id > $1 and t.task_type = 'db_function' group by 1 order by 1`,
+    [fromId, t0],
+  );
+  const leases = await db.query(
+    `select t.task_type, ${since('l.leased_at')} as leased, l.worker_id,
+            (select ${since('st.started_at')} from queues.task_lease_started st
+              where st.task_id = l.task_id and st.task_lease_id = l.task_lease_id) as started,
+            (select count(*)::int from queues.task_lease l2
+              where l2.worker_id = l.worker_id and l2.leased_at = l.leased_at) as claimed
+       from queues.task t join queues.task_lease l using (task_id)
+      where t.task_id > $1 and t.task_type in ('crash', 'oom') order by l.leased_at`,
+    [fromId, t0],
+  );
+  const lines = [`trace ${label}`, `  done per 0.5 s: ${done.rows.map((r) => `${r.s}:${r.n}`).join(' ')}`];
+  for (const r of leases.rows)
+    lines.push(`  ${r.task_type} leased ${r.leased} started ${r.started} (claim of ${r.claimed}) by ${r.worker_id}`);
+  for (const line of logLines(supervisor?.output() ?? ''))
+    if (line.event === 'child_exited')
+      lines.push(
+        `  death ${((Date.parse(String(line.time)) - started) / 1000).toFixed(2)} ${typeof line.worker_id === 'string' ? line.worker_id : ''}`,
+      );
+  process.stdout.write(`${lines.join('\n')}\n`);
 }
 
 type Phase = Awaited<ReturnType<typeof phase>>;
