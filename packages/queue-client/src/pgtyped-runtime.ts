@@ -3,8 +3,15 @@
  * at run time: PreparedQuery, for queries whose parameters are all scalars (ours are: an
  * array travels as one parameter, `:ids::bigint[]`). @pgtyped/runtime itself loads the
  * pgtyped SQL parser (antlr) on import, several MB of heap the generated code never uses;
- * the build points the compiled clients here instead (scripts/use-runtime-shim.mjs), and
+ * the build points the compiled clients here instead (scripts/use-runtime-shim.mjs; also
+ * those of @org/menu-sync, through the export `@org/queue-client/pgtyped-runtime`), and
  * the generated .ts files stay as pgtyped wrote them.
+ *
+ * Rows come from node-postgres as arrays (`rowMode: 'array'`) and are built here as
+ * objects keyed by the column names without pgtyped's `!`/`?` hints: one object per row,
+ * every row of a query of one shape (renaming keys with `delete` would turn each row into
+ * a slow dictionary-mode object several times its size; a worker holds hundreds of
+ * claimed tasks at once).
  */
 
 interface QueryIR {
@@ -13,22 +20,33 @@ interface QueryIR {
   statement: string;
 }
 
-interface Connection {
-  query(text: string, values: unknown[]): Promise<{ rows: Record<string, unknown>[]; rowCount: number | null }>;
+interface ArrayQuery {
+  text: string;
+  values: unknown[];
+  rowMode: 'array';
 }
 
-/** `name!` and `name?` column aliases (pgtyped's nullability hints) become `name`. */
-function mapQueryResultRows<T>(rows: Record<string, unknown>[]): T[] {
-  for (const row of rows) {
-    for (const column in row) {
-      const last = column[column.length - 1];
-      if (last === '!' || last === '?') {
-        row[column.slice(0, -1)] = row[column];
-        delete row[column];
-      }
-    }
+interface Connection {
+  query(query: ArrayQuery): Promise<{ rows: unknown[][]; fields: { name: string }[]; rowCount: number | null }>;
+}
+
+/** The key of a column: its name without pgtyped's nullability hint (`name!`, `name?`). */
+function keyOf(column: string): string {
+  const last = column[column.length - 1];
+  return last === '!' || last === '?' ? column.slice(0, -1) : column;
+}
+
+/** Array rows as objects keyed by column (all rows of one shape). */
+function mapQueryResultRows<T>(rows: unknown[][], fields: { name: string }[]): T[] {
+  const keys = fields.map((f) => keyOf(f.name));
+  const objects = new Array<T>(rows.length);
+  for (let r = 0; r < rows.length; r++) {
+    const row = rows[r]!;
+    const object: Record<string, unknown> = {};
+    for (let c = 0; c < keys.length; c++) object[keys[c]!] = row[c];
+    objects[r] = object as T;
   }
-  return rows as T[];
+  return objects;
 }
 
 export class PreparedQuery<TParamType, TResultType> {
@@ -56,16 +74,16 @@ export class PreparedQuery<TParamType, TResultType> {
   }
 
   run = async (params: TParamType, connection: Connection): Promise<TResultType[]> => {
-    const result = await connection.query(this.#text, this.#bindings(params));
-    return mapQueryResultRows<TResultType>(result.rows);
+    const result = await connection.query({ text: this.#text, values: this.#bindings(params), rowMode: 'array' });
+    return mapQueryResultRows<TResultType>(result.rows, result.fields);
   };
 
   runWithCounts = async (
     params: TParamType,
     connection: Connection,
   ): Promise<{ result: TResultType[]; rowCount: number | null }> => {
-    const result = await connection.query(this.#text, this.#bindings(params));
-    return { result: mapQueryResultRows<TResultType>(result.rows), rowCount: result.rowCount };
+    const result = await connection.query({ text: this.#text, values: this.#bindings(params), rowMode: 'array' });
+    return { result: mapQueryResultRows<TResultType>(result.rows, result.fields), rowCount: result.rowCount };
   };
 
   #bindings(params: TParamType): unknown[] {
