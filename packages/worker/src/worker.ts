@@ -48,6 +48,7 @@ import type { WorkerConfig } from './config.js';
 import { TaskListener } from './listener.js';
 import type { Logger } from './logger.js';
 import type { ProcessorRegistry, TaskOutcome, TaskReport } from './processor.js';
+import { taskLogger } from './task-logger.js';
 import { bindToTask, traceClaim, traceStep, traceTask, traceWorkerEvents } from './tracing.js';
 
 /** The local queue's size when none is configured (graphile-worker's default too). */
@@ -417,7 +418,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   /** Runs an admitted task once its start is written. */
   #launch(running: Running, written: Promise<void>): void {
     const { task } = running;
-    const log = this.#log.child({ task_id: task.taskId, task_type: task.taskType, task_lease_id: task.taskLeaseId });
+    const log = taskLogger(this.#log, task);
     let freed = false;
     const free = () => {
       if (freed) return;
