@@ -12,7 +12,12 @@
  * every row of a query of one shape (renaming keys with `delete` would turn each row into
  * a slow dictionary-mode object several times its size; a worker holds hundreds of
  * claimed tasks at once).
+ *
+ * `timestamptz` columns are parsed here (parseTimestamptz) when they have PostgreSQL's
+ * usual ISO form, without the regular expressions of node-postgres's parser (each claimed
+ * task has four); any other form goes to node-postgres's parser.
  */
+import pg from 'pg';
 
 interface QueryIR {
   usedParamSet: Record<string, boolean>;
@@ -24,10 +29,70 @@ interface ArrayQuery {
   text: string;
   values: unknown[];
   rowMode: 'array';
+  types: typeof TYPES;
 }
 
 interface Connection {
   query(query: ArrayQuery): Promise<{ rows: unknown[][]; fields: { name: string }[]; rowCount: number | null }>;
+}
+
+const TIMESTAMPTZ = 1184;
+
+/** node-postgres's type parsers, but timestamptz in text form through parseTimestamptz. */
+const TYPES = {
+  getTypeParser(oid: number, format?: string): unknown {
+    if (oid === TIMESTAMPTZ && (format === undefined || format === 'text')) return parseTimestamptz;
+    return format === 'binary' ? pg.types.getTypeParser(oid, 'binary') : pg.types.getTypeParser(oid, 'text');
+  },
+};
+
+/** The value of the decimal digits of `text` from `start` to `end`, or -1 if one is not a digit. */
+function digits(text: string, start: number, end: number): number {
+  let value = 0;
+  for (let i = start; i < end; i++) {
+    const d = text.charCodeAt(i) - 48;
+    if (d < 0 || d > 9) return -1;
+    value = value * 10 + d;
+  }
+  return value;
+}
+
+/**
+ * A timestamptz in PostgreSQL's ISO output (`2026-01-02 03:04:05.123456+00`, the offset
+ * as `+HH`, `+HH:MM` or `+HH:MM:SS`; years 1000-9999, no BC), as node-postgres would parse
+ * it (milliseconds truncated), without allocating anything but the Date. Any other form
+ * (infinity, BC, other years) goes to node-postgres's own parser.
+ */
+export function parseTimestamptz(text: string): unknown {
+  const n = text.length;
+  if (n >= 22 && text[4] === '-' && text[7] === '-' && text[10] === ' ' && text[13] === ':' && text[16] === ':') {
+    const year = digits(text, 0, 4);
+    const month = digits(text, 5, 7);
+    const day = digits(text, 8, 10);
+    const hour = digits(text, 11, 13);
+    const minute = digits(text, 14, 16);
+    const second = digits(text, 17, 19);
+    let at = 19;
+    let ms = 0;
+    if (text[at] === '.') {
+      const start = ++at;
+      while (at < n && at - start < 6 && text.charCodeAt(at) >= 48 && text.charCodeAt(at) <= 57) at++;
+      const fraction = at - start;
+      if (fraction > 0) ms = digits(text, start, start + Math.min(fraction, 3)) * 10 ** Math.max(0, 3 - fraction);
+    }
+    const sign = text[at] === '+' ? 1 : text[at] === '-' ? -1 : 0;
+    const rest = n - at - 1; // after the sign: HH, HH:MM or HH:MM:SS
+    if (year >= 1000 && month >= 0 && day >= 0 && hour >= 0 && minute >= 0 && second >= 0 && sign !== 0) {
+      const offHours = rest === 2 || rest === 5 || rest === 8 ? digits(text, at + 1, at + 3) : -1;
+      const offMinutes = rest >= 5 ? (text[at + 3] === ':' ? digits(text, at + 4, at + 6) : -1) : 0;
+      const offSeconds = rest === 8 ? (text[at + 6] === ':' ? digits(text, at + 7, at + 9) : -1) : 0;
+      if (offHours >= 0 && offMinutes >= 0 && offSeconds >= 0) {
+        const offset = sign * (offHours * 3600 + offMinutes * 60 + offSeconds) * 1000;
+        return new Date(Date.UTC(year, month - 1, day, hour, minute, second, ms) - offset);
+      }
+    }
+  }
+  return (pg.types.getTypeParser(TIMESTAMPTZ, 'text') as (value: string) => unknown)(text);
 }
 
 /** The key of a column: its name without pgtyped's nullability hint (`name!`, `name?`). */
@@ -74,7 +139,12 @@ export class PreparedQuery<TParamType, TResultType> {
   }
 
   run = async (params: TParamType, connection: Connection): Promise<TResultType[]> => {
-    const result = await connection.query({ text: this.#text, values: this.#bindings(params), rowMode: 'array' });
+    const result = await connection.query({
+      text: this.#text,
+      values: this.#bindings(params),
+      rowMode: 'array',
+      types: TYPES,
+    });
     return mapQueryResultRows<TResultType>(result.rows, result.fields);
   };
 
@@ -82,7 +152,12 @@ export class PreparedQuery<TParamType, TResultType> {
     params: TParamType,
     connection: Connection,
   ): Promise<{ result: TResultType[]; rowCount: number | null }> => {
-    const result = await connection.query({ text: this.#text, values: this.#bindings(params), rowMode: 'array' });
+    const result = await connection.query({
+      text: this.#text,
+      values: this.#bindings(params),
+      rowMode: 'array',
+      types: TYPES,
+    });
     return { result: mapQueryResultRows<TResultType>(result.rows, result.fields), rowCount: result.rowCount };
   };
 

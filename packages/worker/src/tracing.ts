@@ -12,8 +12,8 @@
  * Attributes: queue.task.id, queue.task.type, queue.task.lease_id, queue.worker.id,
  * queue.task.outcome (succeeded, failed, abandoned, cancelled, lease_lost, released;
  * none when the database connection failed and the task will run again) and queue.task.error when one was recorded. With no SDK registered, every
- * function here checks one flag and calls straight through: no span, no context, no
- * allocation beyond the closure the caller already made. @opentelemetry/api itself is
+ * function here checks one flag and calls straight through (not even a promise of its
+ * own): no span, no context, no allocation beyond the closure the caller already made. @opentelemetry/api itself is
  * loaded only once an SDK has registered a tracer provider (which it does through the
  * API's global, read here without loading the API).
  */
@@ -53,6 +53,15 @@ export function tracingEnabled(): boolean {
 
 const tracer = (): Tracer => api().trace.getTracer(TRACER_NAME);
 
+/** `run()`, a synchronous throw included as a rejection (as an async function would). */
+function call<T>(run: () => Promise<T>): Promise<T> {
+  try {
+    return run();
+  } catch (error) {
+    return Promise.reject(error as Error);
+  }
+}
+
 /** Task spans by task id, from the claim to the end of the task. */
 const taskSpans = new Map<string, Span>();
 /** Tasks whose processing runs inside traceTask. */
@@ -62,8 +71,11 @@ const started = new Set<string>();
  * Runs a claim (`claim` returns the claimed tasks) and opens one task span per claimed
  * task, started when the claim started, each with a `queue.claim` child covering the call.
  */
-export async function traceClaim(workerId: string, claim: () => Promise<ClaimedTask[]>): Promise<ClaimedTask[]> {
-  if (!tracingEnabled()) return claim();
+export function traceClaim(workerId: string, claim: () => Promise<ClaimedTask[]>): Promise<ClaimedTask[]> {
+  return tracingEnabled() ? tracedClaim(workerId, claim) : call(claim);
+}
+
+async function tracedClaim(workerId: string, claim: () => Promise<ClaimedTask[]>): Promise<ClaimedTask[]> {
   const { context, trace, SpanKind } = api();
   const claimedAt = new Date();
   const tasks = await claim();
@@ -96,9 +108,12 @@ export async function traceClaim(workerId: string, claim: () => Promise<ClaimedT
  * Runs a task's processing (`run`) inside its task span, and ends the span when `run`
  * settles. The outcome comes from taskOutcome (called by the worker's events).
  */
-export async function traceTask<T>(task: ClaimedTask, run: () => Promise<T>): Promise<T> {
+export function traceTask<T>(task: ClaimedTask, run: () => Promise<T>): Promise<T> {
   const span = taskSpans.get(task.taskId);
-  if (!span) return run();
+  return span ? tracedTask(task, span, run) : call(run);
+}
+
+async function tracedTask<T>(task: ClaimedTask, span: Span, run: () => Promise<T>): Promise<T> {
   const { context, trace } = api();
   started.add(task.taskId);
   try {
@@ -128,8 +143,11 @@ export function taskOutcome(taskId: string, outcome: string, error?: string): vo
  * Runs one step of a task (`queue.handler`, `queue.provider`, `queue.complete`) as a
  * child of the current span. Without an SDK, or outside a task, it only calls `run`.
  */
-export async function traceStep<T>(name: string, attributes: Attributes, run: () => Promise<T>): Promise<T> {
-  if (!tracingEnabled() || !api().trace.getActiveSpan()) return run();
+export function traceStep<T>(name: string, attributes: Attributes, run: () => Promise<T>): Promise<T> {
+  return tracingEnabled() && api().trace.getActiveSpan() ? tracedStep(name, attributes, run) : call(run);
+}
+
+async function tracedStep<T>(name: string, attributes: Attributes, run: () => Promise<T>): Promise<T> {
   const { SpanStatusCode } = api();
   return tracer().startActiveSpan(name, { attributes }, async (span) => {
     try {
