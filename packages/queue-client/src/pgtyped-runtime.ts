@@ -7,11 +7,12 @@
  * those of @org/menu-sync, through the export `@org/queue-client/pgtyped-runtime`), and
  * the generated .ts files stay as pgtyped wrote them.
  *
- * Rows come from node-postgres as arrays (`rowMode: 'array'`) and are built here as
- * objects keyed by the column names without pgtyped's `!`/`?` hints: one object per row,
- * every row of a query of one shape (renaming keys with `delete` would turn each row into
- * a slow dictionary-mode object several times its size; a worker holds hundreds of
- * claimed tasks at once).
+ * Rows: pgtyped's nullability hints in column aliases (`as "taskId!"`) are taken out of
+ * the statement sent (`as "taskId"`), so node-postgres builds each row with its final
+ * keys: one object per row, every row of a query of one shape. (@pgtyped/runtime renames
+ * the keys of every row with `delete`, which turns each row into a slow dictionary-mode
+ * object several times its size; a worker holds hundreds of claimed tasks at once.) A
+ * hint the statement still carries (an alias without `as`) is mapped from the rows.
  *
  * `timestamptz` columns are parsed here (parseTimestamptz) when they have PostgreSQL's
  * usual ISO form, without the regular expressions of node-postgres's parser (each claimed
@@ -25,15 +26,16 @@ interface QueryIR {
   statement: string;
 }
 
-interface ArrayQuery {
+interface Query {
   text: string;
   values: unknown[];
-  rowMode: 'array';
   types: typeof TYPES;
 }
 
 interface Connection {
-  query(query: ArrayQuery): Promise<{ rows: unknown[][]; fields: { name: string }[]; rowCount: number | null }>;
+  query(
+    query: Query,
+  ): Promise<{ rows: Record<string, unknown>[]; fields: { name: string }[]; rowCount: number | null }>;
 }
 
 const TIMESTAMPTZ = 1184;
@@ -95,23 +97,32 @@ export function parseTimestamptz(text: string): unknown {
   return (pg.types.getTypeParser(TIMESTAMPTZ, 'text') as (value: string) => unknown)(text);
 }
 
-/** The key of a column: its name without pgtyped's nullability hint (`name!`, `name?`). */
-function keyOf(column: string): string {
+/** Whether a column name ends with a pgtyped nullability hint (`name!`, `name?`). */
+function hinted(column: string): boolean {
   const last = column[column.length - 1];
-  return last === '!' || last === '?' ? column.slice(0, -1) : column;
+  return last === '!' || last === '?';
 }
 
-/** Array rows as objects keyed by column (all rows of one shape). */
-function mapQueryResultRows<T>(rows: unknown[][], fields: { name: string }[]): T[] {
-  const keys = fields.map((f) => keyOf(f.name));
-  const objects = new Array<T>(rows.length);
-  for (let r = 0; r < rows.length; r++) {
-    const row = rows[r]!;
+/** A string literal (left as it is), or an alias with a hint, `as "name!"` (sent as `as "name"`). */
+const HINTED_ALIAS = /('(?:[^']|'')*')|(\bas\s+)"((?:[^"]|"")+?)[!?]"/gi;
+
+/** `statement` with the hints taken out of its aliases. */
+function withoutHints(statement: string): string {
+  return statement.replace(HINTED_ALIAS, (match, literal: string | undefined, as: string, name: string) =>
+    literal === undefined ? `${as}"${name}"` : match,
+  );
+}
+
+/** The rows with their keys free of hints (new objects, all of one shape), or the rows themselves. */
+function mapQueryResultRows<T>(rows: Record<string, unknown>[], fields: { name: string }[]): T[] {
+  if (!fields.some((f) => hinted(f.name))) return rows as T[];
+  const columns = fields.map((f) => f.name);
+  const keys = columns.map((c) => (hinted(c) ? c.slice(0, -1) : c));
+  return rows.map((row) => {
     const object: Record<string, unknown> = {};
-    for (let c = 0; c < keys.length; c++) object[keys[c]!] = row[c];
-    objects[r] = object as T;
-  }
-  return objects;
+    for (let c = 0; c < keys.length; c++) object[keys[c]!] = row[columns[c]!];
+    return object as T;
+  });
 }
 
 export class PreparedQuery<TParamType, TResultType> {
@@ -134,7 +145,7 @@ export class PreparedQuery<TParamType, TResultType> {
       text += queryIR.statement.slice(at, interval.a) + interval.sub;
       at = interval.b + 1;
     }
-    this.#text = text + queryIR.statement.slice(at);
+    this.#text = withoutHints(text + queryIR.statement.slice(at));
     this.#names = used.map((p) => p.name);
   }
 
@@ -142,7 +153,6 @@ export class PreparedQuery<TParamType, TResultType> {
     const result = await connection.query({
       text: this.#text,
       values: this.#bindings(params),
-      rowMode: 'array',
       types: TYPES,
     });
     return mapQueryResultRows<TResultType>(result.rows, result.fields);
@@ -155,7 +165,6 @@ export class PreparedQuery<TParamType, TResultType> {
     const result = await connection.query({
       text: this.#text,
       values: this.#bindings(params),
-      rowMode: 'array',
       types: TYPES,
     });
     return { result: mapQueryResultRows<TResultType>(result.rows, result.fields), rowCount: result.rowCount };
