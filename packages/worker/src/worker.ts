@@ -506,7 +506,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
     // once the processor is done, and the completer records the outcome beside the
     // next tasks.
     if (!outcome.step) free();
-    await this.#record(running, log, outcome);
+    // Returned, not awaited: this frame is let go while the completion is under way.
+    return this.#record(running, log, outcome);
   }
 
   /**
