@@ -65,7 +65,10 @@ const CENSOR = '[redacted]';
 
 /** `copy` (made from `value` on first use: same prototype, so an Error stays an Error) with `key` set. */
 function withKey(copy: object | undefined, value: object, key: string, next: unknown): object {
-  copy ??= Object.create(Object.getPrototypeOf(value), Object.getOwnPropertyDescriptors(value)) as object;
+  copy ??= Object.create(
+    Object.getPrototypeOf(value) as object | null,
+    Object.getOwnPropertyDescriptors(value),
+  ) as object;
   Object.defineProperty(copy, key, { value: next, enumerable: true, writable: true, configurable: true });
   return copy;
 }
@@ -121,7 +124,7 @@ type ChildOf = (this: Logger, bindings: Bindings, options?: ChildLoggerOptions) 
  * never see a child's bindings.
  */
 function redactingChildren(logger: Logger): Logger {
-  const child = logger.child as unknown as ChildOf;
+  const child = Reflect.get(logger, 'child') as ChildOf;
   const redacting: ChildOf = function (bindings, options) {
     return child.call(this, redactSecrets(bindings), options);
   };

@@ -13,7 +13,8 @@
  * queue.task.outcome (succeeded, failed, abandoned, cancelled, lease_lost, released;
  * none when the database connection failed and the task will run again) and queue.task.error when one was recorded. With no SDK registered, every
  * function here checks one flag and calls straight through (not even a promise of its
- * own): no span, no context, no allocation beyond the closure the caller already made. @opentelemetry/api itself is
+ * own; a `run` that throws instead of rejecting throws to the caller): no span, no
+ * context, no allocation beyond the closure the caller already made. @opentelemetry/api itself is
  * loaded only once an SDK has registered a tracer provider (which it does through the
  * API's global, read here without loading the API).
  */
@@ -53,15 +54,6 @@ export function tracingEnabled(): boolean {
 
 const tracer = (): Tracer => api().trace.getTracer(TRACER_NAME);
 
-/** `run()`, a synchronous throw included as a rejection (as an async function would). */
-function call<T>(run: () => Promise<T>): Promise<T> {
-  try {
-    return run();
-  } catch (error) {
-    return Promise.reject(error as Error);
-  }
-}
-
 /** Task spans by task id, from the claim to the end of the task. */
 const taskSpans = new Map<string, Span>();
 /** Tasks whose processing runs inside traceTask. */
@@ -72,7 +64,7 @@ const started = new Set<string>();
  * task, started when the claim started, each with a `queue.claim` child covering the call.
  */
 export function traceClaim(workerId: string, claim: () => Promise<ClaimedTask[]>): Promise<ClaimedTask[]> {
-  return tracingEnabled() ? tracedClaim(workerId, claim) : call(claim);
+  return tracingEnabled() ? tracedClaim(workerId, claim) : claim();
 }
 
 async function tracedClaim(workerId: string, claim: () => Promise<ClaimedTask[]>): Promise<ClaimedTask[]> {
@@ -110,7 +102,7 @@ async function tracedClaim(workerId: string, claim: () => Promise<ClaimedTask[]>
  */
 export function traceTask<T>(task: ClaimedTask, run: () => Promise<T>): Promise<T> {
   const span = taskSpans.get(task.taskId);
-  return span ? tracedTask(task, span, run) : call(run);
+  return span ? tracedTask(task, span, run) : run();
 }
 
 async function tracedTask<T>(task: ClaimedTask, span: Span, run: () => Promise<T>): Promise<T> {
@@ -144,7 +136,7 @@ export function taskOutcome(taskId: string, outcome: string, error?: string): vo
  * child of the current span. Without an SDK, or outside a task, it only calls `run`.
  */
 export function traceStep<T>(name: string, attributes: Attributes, run: () => Promise<T>): Promise<T> {
-  return tracingEnabled() && api().trace.getActiveSpan() ? tracedStep(name, attributes, run) : call(run);
+  return tracingEnabled() && api().trace.getActiveSpan() ? tracedStep(name, attributes, run) : run();
 }
 
 async function tracedStep<T>(name: string, attributes: Attributes, run: () => Promise<T>): Promise<T> {
