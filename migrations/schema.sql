@@ -1096,6 +1096,22 @@ create table queues.error_p2000000 partition of queues.error (
 CREATE UNIQUE INDEX error_p2000000_pkey ON queues.error_p2000000 USING btree (task_id, error_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.error_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
+create table queues.history_partition_created (
+  lower_bound bigint not null,
+  upper_bound bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint history_partition_created_check CHECK ((upper_bound > lower_bound)),
+  constraint history_partition_created_created_at_not_null NOT NULL created_at,
+  constraint history_partition_created_lower_bound_not_null NOT NULL lower_bound,
+  constraint history_partition_created_pkey PRIMARY KEY (lower_bound),
+  constraint history_partition_created_upper_bound_not_null NOT NULL upper_bound
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.history_partition_created is 'Append-only: partition sets of queue history created by maintenance (task ids [lower_bound, upper_bound)).';
+CREATE UNIQUE INDEX history_partition_created_pkey ON queues.history_partition_created USING btree (lower_bound);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.history_partition_created FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
 create table queues.history_partition_dropped (
   history_partition_dropped_id bigint generated always as identity not null,
   lower_bound bigint not null,
@@ -3429,10 +3445,120 @@ CREATE OR REPLACE FUNCTION admin.history_status()
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select queues.history_status_at(now())
+  select admin.history_status_at(now())
 $function$;
   -- admin.history_status(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.history_status_at(_now timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _status jsonb;
+  _last_id bigint;
+  _next_lower bigint;
+  _p record;
+  _first record;
+  _newest bigint;
+  _bytes record;
+  _pending bigint;
+  _tasks bigint;
+  _parts jsonb := '[]';
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  _status := queues.history_status_at(_now);
+  _last_id := (_status ->> 'last_task_id')::bigint;
+  _next_lower := (_status -> 'next_drop' ->> 'lower_bound')::bigint;
+
+  for _p in
+    select p.*, c.created_at
+      from queues.history_partitions() p
+      left join queues.history_partition_created c on c.lower_bound = p.lower_bound and not p.is_default
+     order by p.is_default, p.lower_bound
+  loop
+    -- Each set's partitions by name (queues.history_partition_name), sized one by one.
+    select coalesce(sum(pg_table_size(c.oid)), 0)::bigint as table_bytes,
+           coalesce(sum(pg_indexes_size(c.oid)), 0)::bigint as index_bytes
+      into _bytes
+      from unnest(queues.history_tables()) t(name)
+      join pg_class c on c.relnamespace = 'queues'::regnamespace
+                     and c.relname = case when _p.is_default then t.name || '_default'
+                                          else queues.history_partition_name(t.name, _p.lower_bound) end;
+    if _p.is_default then
+      select t.task_id, t.enqueued_at into _first from queues.task_default t order by t.task_id limit 1;
+      select max(t.task_id), count(*) into _newest, _tasks from queues.task_default t;
+      _pending := (select count(*) from queues.task_default t
+                    where not exists (select 1 from queues.task_completed c where c.task_id = t.task_id));
+    else
+      -- Primary-key probes, pruned to the set's partition at run time.
+      select t.task_id, t.enqueued_at into _first from queues.task t
+       where t.task_id >= _p.lower_bound and t.task_id < _p.upper_bound
+       order by t.task_id limit 1;
+      select t.task_id into _newest from queues.task t
+       where t.task_id >= _p.lower_bound and t.task_id < _p.upper_bound
+       order by t.task_id desc limit 1;
+      _tasks := coalesce(_newest - _first.task_id + 1, 0);
+      _pending := (select count(*) from queues.task_pending tp
+                    where tp.task_id >= _p.lower_bound and tp.task_id < _p.upper_bound);
+    end if;
+    _parts := _parts || jsonb_build_array(jsonb_build_object(
+      'lower_bound', _p.lower_bound, 'upper_bound', _p.upper_bound, 'name', _p.partition_name,
+      'is_default', _p.is_default, 'estimated_tasks', _p.estimated_tasks, 'total_bytes', _p.total_bytes,
+      'table_bytes', _bytes.table_bytes, 'index_bytes', _bytes.index_bytes,
+      'tasks', _tasks, 'first_task_id', _first.task_id, 'first_enqueued_at', _first.enqueued_at,
+      'last_task_id', _newest, 'pending_tasks', _pending, 'created_at', _p.created_at,
+      'state', case when _p.is_default then 'default'
+                    when _p.lower_bound > _last_id then 'ahead'
+                    when _p.upper_bound > _last_id then 'current'
+                    when _p.lower_bound = _next_lower then 'next_drop'
+                    else 'retained' end));
+  end loop;
+
+  return _status || jsonb_build_object(
+    'now', _now,
+    'lock_timeout_ms', (select s.lock_timeout_ms from queues.history_setting s),
+    'partitions', _parts,
+    'totals', (select jsonb_build_object(
+                 'sets', count(*) filter (where not (x ->> 'is_default')::boolean),
+                 'tasks', coalesce(sum((x ->> 'tasks')::bigint), 0),
+                 'table_bytes', coalesce(sum((x ->> 'table_bytes')::bigint), 0),
+                 'index_bytes', coalesce(sum((x ->> 'index_bytes')::bigint), 0),
+                 'total_bytes', coalesce(sum((x ->> 'total_bytes')::bigint), 0))
+                 from jsonb_array_elements(_parts) x),
+    'recent_drops', coalesce((
+      select jsonb_agg(jsonb_build_object(
+               'lower_bound', d.lower_bound, 'upper_bound', d.upper_bound, 'tasks', d.tasks,
+               'last_completed_at', d.last_completed_at, 'dropped_at', d.dropped_at)
+             order by d.history_partition_dropped_id desc)
+        from (select * from queues.history_partition_dropped x
+               order by x.history_partition_dropped_id desc limit 10) d), '[]'),
+    'maintenance', (
+      select jsonb_build_object(
+               'schedule', s.name, 'cron', s.cron, 'enabled', s.enabled,
+               'next_fire_at', s.next_fire_at, 'last_fire_at', s.last_fire_at,
+               'last_run', (
+                 select jsonb_build_object(
+                          'fire_at', r.fire_at, 'outcome', r.outcome, 'task_id', r.task_id,
+                          'task_state', coalesce(
+                            (select c.outcome from queues.task_completed c where c.task_id = r.task_id),
+                            (select admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now)
+                               from queues.task_pending p where p.task_id = r.task_id)),
+                          'report', (select x.result -> 'payload' from queues.task_result x
+                                      where x.task_id = r.task_id order by x.task_lease_id desc limit 1))
+                   from schedules.schedule_run r
+                  where r.schedule_id = s.schedule_id
+                  order by r.fire_at desc limit 1))
+        from schedules.list_schedules() s
+       where s.name = 'queue_history_maintenance'));
+end;
+$function$;
+  -- admin.history_status_at(_now timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.list_dead_letters(_task_type text DEFAULT NULL::text, _limit integer DEFAULT NULL::integer, _before_task_id bigint DEFAULT NULL::bigint)
@@ -4061,6 +4187,20 @@ begin
           admin.process_table(_process, _table), _attempt, _attempt_key, _attempt_key, _key);
       end if;
     end loop;
+    if exists (select 1 from pg_attribute a
+                where a.attrelid = _attempt::regclass and a.attname = 'task_id' and not a.attisdropped) then
+      -- history_partition_dropped has a row per dropped set: a few hundred a year.
+      _parts := _parts || format(
+        'select d.dropped_at, %L::text, %s::bigint, ''queue_history_pruned''::text, null::bigint,
+                jsonb_build_object(''task_ids'', jsonb_agg(a.task_id order by a.task_id),
+                                   ''lower_bound'', d.lower_bound, ''upper_bound'', d.upper_bound,
+                                   ''last_completed_at'', d.last_completed_at, ''dropped_at'', d.dropped_at)
+           from %s a
+           join queues.history_partition_dropped d on a.task_id >= d.lower_bound and a.task_id < d.upper_bound
+          where a.%I = $1
+          group by d.history_partition_dropped_id',
+        _process, _root_id, _attempt, _key);
+    end if;
   end if;
 
   return query execute
@@ -7259,6 +7399,10 @@ begin
       _created := true;
     end if;
   end loop;
+  if _created then
+    insert into queues.history_partition_created (lower_bound, upper_bound)
+    values (_lower, _upper) on conflict (lower_bound) do nothing;
+  end if;
   return _created;
 end;
 $function$;

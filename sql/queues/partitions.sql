@@ -1,7 +1,8 @@
 -- History partitions: queues.task and every fact table keyed by task are range-partitioned
 -- by task_id, all on the same bounds (a "partition set"). Old history leaves by dropping a
 -- whole set, never by row-by-row DELETE. Settings: queues.history_setting; what was
--- dropped: queues.history_partition_dropped (both in migrations/committed/000004).
+-- dropped: queues.history_partition_dropped (both in migrations/committed/000004); when
+-- each set was created: queues.history_partition_created.
 --
 -- Why task_id and not time: every fact carries task_id, so a row is routed without an
 -- extra column; a task and all its facts sit in the same set, so a set can be dropped
@@ -35,8 +36,8 @@ $$;
 
 -- Creates the partition set [_lower, _upper) of every history table (those that exist
 -- already are kept). Each partition refuses updates like its parent: a statement trigger
--- on the parent does not fire for a statement that names the partition. Returns whether
--- anything was created. Owner only.
+-- on the parent does not fire for a statement that names the partition. Records when in
+-- queues.history_partition_created. Returns whether anything was created. Owner only.
 create or replace function queues.create_history_partition(_lower bigint, _upper bigint)
   returns boolean
   language plpgsql volatile
@@ -61,6 +62,10 @@ begin
       _created := true;
     end if;
   end loop;
+  if _created then
+    insert into queues.history_partition_created (lower_bound, upper_bound)
+    values (_lower, _upper) on conflict (lower_bound) do nothing;
+  end if;
   return _created;
 end;
 $$;
