@@ -505,27 +505,6 @@ it('History: each partition set with its state and oldest task, the next drop an
   expect(await page.locator('[data-testid=timeline] tr[data-fact=queue_history_pruned]').count()).toBe(1);
   expect(await page.getByTestId('pruned-task').textContent()).toContain(`task #${emailTask} (pruned)`);
 
-  // Without partition sets (the API's answer with its sets taken out), the page says so.
-  await page.route('**/api/history', async (route) => {
-    const response = await route.fetch();
-    const status = (await response.json()) as { partitions: { is_default: boolean }[] };
-    await route.fulfill({ response, json: { ...status, partitions: status.partitions.filter((p) => p.is_default) } });
-  });
-  await page.goto(`${base}/#/history`);
-  await page.getByTestId('no-sets').waitFor();
-  expect(await page.locator('[data-testid=history-sets] tr[data-state=default]').count()).toBe(1);
-  await page.unroute('**/api/history');
-  // An API error is shown like on the other pages.
-  await page.route('**/api/history', (route) =>
-    route.fulfill({
-      status: 503,
-      contentType: 'application/json',
-      body: JSON.stringify({ message: 'history unavailable' }),
-    }),
-  );
-  await page.reload(); // the same hash: a new document
-  await page.locator('main [role=alert]', { hasText: 'history unavailable' }).waitFor();
-  await page.unroute('**/api/history');
   expect(errors).toEqual([]);
 });
 
