@@ -1122,7 +1122,7 @@ create table queues.history_setting (
   partition_size bigint default 1000000 not null,
   partitions_ahead integer default 2 not null,
   retention interval default '7 days'::interval not null,
-  lock_timeout_ms integer default 100 not null,
+  lock_timeout_ms integer default 50 not null,
   updated_at timestamp with time zone default now() not null,
   constraint history_setting_lock_timeout_ms_check CHECK (((lock_timeout_ms >= 1) AND (lock_timeout_ms <= 60000))),
   constraint history_setting_lock_timeout_ms_not_null NOT NULL lock_timeout_ms,
@@ -6851,6 +6851,38 @@ $function$;
   -- queues.assert_valid_task(_task_type text, _payload jsonb, _priority integer, _resource_key text, _max_attempts integer, _where text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.attach_history_partition(_table text, _lower bigint, _upper bigint)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _name text;
+begin
+  if _table is null or _table <> all (queues.history_tables()) then
+    raise exception 'table must name a history table (queues.history_tables()), got %',
+      coalesce(quote_literal(left(_table, 100)), 'null') using errcode = '22023';
+  end if;
+  if _lower is null or _upper is null or _lower < 0 or _upper <= _lower then
+    raise exception 'partition bounds must satisfy 0 <= lower < upper, got [%, %)', _lower, _upper
+      using errcode = '22023';
+  end if;
+  _name := queues.history_partition_name(_table, _lower);
+  if to_regclass(format('queues.%I', _name)) is not null then
+    return false;
+  end if;
+  execute format('create table queues.%I (like queues.%I including defaults including constraints including indexes including storage)',
+                 _name, _table);
+  execute format('create trigger forbid_update before update on queues.%I
+                    for each statement execute function queues.forbid_fact_update()', _name);
+  execute format('alter table queues.%I attach partition queues.%I for values from (%s) to (%s)',
+                 _table, _name, _lower, _upper);
+  return true;
+end;
+$function$;
+  -- queues.attach_history_partition(_table text, _lower bigint, _upper bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.claim_tasks(_worker_id text, _limit integer DEFAULT NULL::integer, _task_types text[] DEFAULT NULL::text[], _lease_seconds integer DEFAULT NULL::integer, _max_leases integer DEFAULT NULL::integer)
  RETURNS TABLE(task_id bigint, task_type text, payload jsonb, priority integer, resource_key text, max_attempts integer, enqueued_at timestamp with time zone, scheduled_at timestamp with time zone, task_lease_id bigint, leased_at timestamp with time zone, expires_at timestamp with time zone, lease_count integer)
  LANGUAGE sql
@@ -7242,22 +7274,16 @@ CREATE OR REPLACE FUNCTION queues.create_history_partition(_lower bigint, _upper
 AS $function$
 declare
   _table text;
-  _name text;
   _created boolean := false;
 begin
   if _lower is null or _upper is null or _lower < 0 or _upper <= _lower then
     raise exception 'partition bounds must satisfy 0 <= lower < upper, got [%, %)', _lower, _upper
       using errcode = '22023';
   end if;
-  foreach _table in array queues.history_tables() loop
-    _name := queues.history_partition_name(_table, _lower);
-    if to_regclass(format('queues.%I', _name)) is null then
-      execute format('create table queues.%I partition of queues.%I for values from (%s) to (%s)',
-                     _name, _table, _lower, _upper);
-      execute format('create trigger forbid_update before update on queues.%I
-                        for each statement execute function queues.forbid_fact_update()', _name);
-      _created := true;
-    end if;
+  for _table in
+    select t.name from unnest(queues.history_tables()) with ordinality t(name, n) order by t.name = 'task', t.n
+  loop
+    _created := queues.attach_history_partition(_table, _lower, _upper) or _created;
   end loop;
   return _created;
 end;
@@ -7589,6 +7615,22 @@ $function$;
   -- queues.forbid_fact_update(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.history_partition_bounds()
+ RETURNS TABLE(table_name text, partition_name text, lower_bound bigint, upper_bound bigint)
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select t.name, c.relname::text, m.b[1]::bigint, m.b[2]::bigint
+    from unnest(queues.history_tables()) t(name)
+    join pg_inherits i on i.inhparent = to_regclass(format('queues.%I', t.name))
+    join pg_class c on c.oid = i.inhrelid
+   cross join lateral regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \(''?(-?\d+)''?\) TO \(''?(-?\d+)''?\)') as m(b)
+   where m.b is not null
+$function$;
+  -- queues.history_partition_bounds(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.history_partition_name(_table text, _lower bigint)
  RETURNS text
  LANGUAGE sql
@@ -7888,112 +7930,226 @@ $function$;
 CREATE OR REPLACE FUNCTION queues.maintain_history_at(_now timestamp with time zone)
  RETURNS jsonb
  LANGUAGE plpgsql
- SET lock_timeout TO '100ms'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
-  _setting queues.history_setting;
-  _last_id bigint := queues.last_task_id();
-  _highest bigint;
-  _lower bigint;
   _created jsonb := '[]';
   _dropped jsonb := '[]';
   _skipped jsonb := '[]';
   _kept integer := 0;
+  _step jsonb;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  -- Each step changes the catalog or ends the run; the bound only guards against a bug.
+  for _i in 1 .. 100000 loop
+    _step := queues.maintain_history_step_at(_now);
+    case _step ->> 'action'
+      when 'set_created' then
+        _created := _created || jsonb_build_array(jsonb_build_array(_step -> 'lower_bound', _step -> 'upper_bound'));
+      when 'set_dropped' then
+        _dropped := _dropped || jsonb_build_array(jsonb_build_array(_step -> 'lower_bound', _step -> 'upper_bound'));
+      when 'skipped', 'busy' then
+        _skipped := _skipped || jsonb_build_array(_step);
+      else
+        null;
+    end case;
+    _kept := coalesce((_step ->> 'kept')::integer, _kept);
+    exit when not (_step ->> 'more')::boolean;
+  end loop;
+  return jsonb_build_object('created', _created, 'dropped', _dropped, 'skipped', _skipped, 'kept', _kept);
+end;
+$function$;
+  -- queues.maintain_history_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.maintain_history_step(_payload jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select jsonb_build_object('success', true, 'payload', queues.maintain_history_step_at(now()))
+$function$;
+  -- queues.maintain_history_step(_payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.maintain_history_step_at(_now timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET lock_timeout TO '50ms'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _setting queues.history_setting;
+  _last_id bigint;
+  _doing text;
+  _table text;
+  _name text;
+  _lower bigint;
+  _upper bigint;
+  _truncate boolean;
+  _kept integer := 0;
   _set record;
-  _names text[];
   _tasks bigint;
   _last_completed timestamptz;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
   end if;
+  if not pg_try_advisory_xact_lock(20252, 1) then
+    return jsonb_build_object('action', 'busy', 'more', false);
+  end if;
   select * into _setting from queues.history_setting;
   perform set_config('lock_timeout', _setting.lock_timeout_ms || 'ms', true);
+  _last_id := queues.last_task_id();
 
-  -- 1. Ahead of need.
-  -- Ranges are never reused: above every set there is or was, and above any task in the
-  -- default partition (a new set cannot overlap rows there).
-  select greatest(coalesce(max(p.upper_bound), 0),
-                  coalesce((select max(d.upper_bound) from queues.history_partition_dropped d), 0),
-                  coalesce((select max(t.task_id) + 1 from queues.task_default t), 0))
-    into _highest
-    from queues.history_partitions() p where not p.is_default;
-  while _highest < _last_id + 1 + _setting.partitions_ahead::bigint * _setting.partition_size loop
-    _lower := _highest;
-    begin
-      perform queues.create_history_partition(_lower, _lower + _setting.partition_size);
-      _created := _created || jsonb_build_array(jsonb_build_array(_lower, _lower + _setting.partition_size));
-    -- check_violation: a task landed in the default partition, in this range, since it
-    -- was read above; the next run starts above it.
-    exception when lock_not_available or deadlock_detected or check_violation then
-      _skipped := _skipped || jsonb_build_object('create', jsonb_build_array(_lower, _lower + _setting.partition_size),
-                                                 'reason', sqlerrm);
-      exit;
-    end;
-    _highest := _lower + _setting.partition_size;
-  end loop;
-
-  -- 2. Expired sets, oldest first.
-  for _set in
-    select p.lower_bound, p.upper_bound from queues.history_partitions() p
-     where not p.is_default and p.upper_bound <= _last_id
-     order by p.lower_bound
-  loop
-    -- Cheap checks first, without strong locks: a pending task, or a recent completion.
-    if exists (select 1 from queues.task_pending tp
-                where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound) then
-      _kept := _kept + 1;
-      continue;
-    end if;
-    select max(c.completed_at) into _last_completed from queues.task_completed c
-     where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound;
-    if _last_completed > _now - _setting.retention then
-      _kept := _kept + 1;
-      continue;
-    end if;
-    -- Every task completed, from the facts (one scan of the set's two partitions).
-    select count(*) into _tasks from queues.task t
-     where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound;
-    if exists (select 1 from queues.task t
-                where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound
-                  and not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)) then
-      _kept := _kept + 1;
-      continue;
-    end if;
-
-    _names := array(select format('queues.%I', queues.history_partition_name(t.name, _set.lower_bound))
-                      from unnest(queues.history_tables()) t(name));
-    begin
-      -- Under the lock, no transaction that wrote to the set is still open: check again
-      -- what could have changed (a task enqueued with an id handed out before the check).
-      execute 'lock table ' || array_to_string(_names, ', ') || ' in access exclusive mode';
-      if exists (select 1 from queues.task_pending tp
-                  where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
-         or exists (select 1 from queues.task_completed c
-                     where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound
-                       and c.completed_at > _now - _setting.retention) then
-        -- Roll the block back, which gives the locks back at once.
-        raise exception 'set [%, %) changed since it was checked', _set.lower_bound, _set.upper_bound
-          using errcode = 'QH001';
+  begin
+    -- 1. Ahead of need: a half made set, unless a task fell into the default partition in
+    --    its range (maintenance fell behind while it was half made): then task's
+    --    partition cannot be attached, the set stays as it is (its tables keep the facts
+    --    of those tasks) and new sets start above it.
+    with b as (select * from queues.history_partition_bounds())
+    select h.lower_bound, h.upper_bound into _lower, _upper
+      from (select distinct b.lower_bound, b.upper_bound from b) h
+     where not exists (select 1 from b x where x.table_name = 'task' and x.lower_bound = h.lower_bound)
+       and not exists (select 1 from queues.history_partition_dropped d where d.lower_bound = h.lower_bound)
+       and not exists (select 1 from queues.task_default t where t.task_id >= h.lower_bound and t.task_id < h.upper_bound)
+     order by h.lower_bound
+     limit 1;
+    if _lower is null then
+      -- A new set. Ranges are never reused: above every partition there is or was, and
+      -- above any task in the default partition (a new set cannot overlap rows there).
+      select greatest(coalesce((select max(b.upper_bound) from queues.history_partition_bounds() b), 0),
+                      coalesce((select max(d.upper_bound) from queues.history_partition_dropped d), 0),
+                      coalesce((select max(t.task_id) + 1 from queues.task_default t), 0))
+        into _lower;
+      if _lower < _last_id + 1 + _setting.partitions_ahead::bigint * _setting.partition_size then
+        _upper := _lower + _setting.partition_size;
+      else
+        _lower := null;
       end if;
-      execute 'drop table ' || array_to_string(_names, ', ');
-      insert into queues.history_partition_dropped (lower_bound, upper_bound, tasks, last_completed_at, dropped_at)
-      values (_set.lower_bound, _set.upper_bound, _tasks, _last_completed, _now);
-      _dropped := _dropped || jsonb_build_array(jsonb_build_array(_set.lower_bound, _set.upper_bound));
-    exception
-      when sqlstate 'QH001' then
-        _kept := _kept + 1;
-      when lock_not_available or deadlock_detected then
-      _skipped := _skipped || jsonb_build_object('drop', jsonb_build_array(_set.lower_bound, _set.upper_bound),
-                                                 'reason', sqlerrm);
-    end;
-  end loop;
+    end if;
+    if _lower is not null then
+      select t.name into _table
+        from unnest(queues.history_tables()) with ordinality t(name, n)
+       where to_regclass(format('queues.%I', queues.history_partition_name(t.name, _lower))) is null
+       order by t.name = 'task', t.n
+       limit 1;
+      _doing := format('attach queues.%I', queues.history_partition_name(_table, _lower));
+      perform queues.attach_history_partition(_table, _lower, _upper);
+      return jsonb_build_object('action', case when _table = 'task' then 'set_created' else 'attached' end,
+                                'table', queues.history_partition_name(_table, _lower),
+                                'lower_bound', _lower, 'upper_bound', _upper, 'more', true);
+    end if;
 
-  return jsonb_build_object('created', _created, 'dropped', _dropped, 'skipped', _skipped, 'kept', _kept);
+    -- 2. A table detached from a dropped set (named as a partition, no longer one). Its
+    --    drop locks only itself, so its files are unlinked under no lock the queue waits
+    --    for; but dropping a foreign key (task's, to task_type) takes ACCESS EXCLUSIVE on
+    --    the table it references, so such a table is truncated first (under its own lock)
+    --    and that drop is a catalog change only.
+    select c.relname,
+           pg_relation_size(c.oid) > 0 and exists (select 1 from pg_constraint k where k.conrelid = c.oid and k.contype = 'f')
+      into _name, _truncate
+      from pg_class c
+      join unnest(queues.history_tables()) t(name)
+        on c.relname = queues.history_partition_name(t.name, substring(c.relname from '_p([0-9]{1,18})$')::bigint)
+     where c.relnamespace = 'queues'::regnamespace and c.relkind = 'r' and not c.relispartition
+       and exists (select 1 from queues.history_partition_dropped d
+                    where d.lower_bound = substring(c.relname from '_p([0-9]{1,18})$')::bigint)
+     order by c.relname
+     limit 1;
+    if _name is not null then
+      if _truncate then
+        _doing := format('truncate queues.%I', _name);
+        execute format('truncate queues.%I', _name);
+        return jsonb_build_object('action', 'truncated', 'table', _name, 'more', true);
+      end if;
+      _doing := format('drop queues.%I', _name);
+      execute format('drop table queues.%I', _name);
+      return jsonb_build_object('action', 'dropped_table', 'table', _name, 'more', true);
+    end if;
+
+    -- 3. A fact table's partition of a dropped set: detached, a catalog change.
+    select b.table_name, b.partition_name, b.lower_bound, b.upper_bound into _table, _name, _lower, _upper
+      from queues.history_partition_bounds() b
+     where exists (select 1 from queues.history_partition_dropped d
+                    where d.lower_bound = b.lower_bound and d.upper_bound = b.upper_bound)
+     order by b.lower_bound, b.table_name
+     limit 1;
+    if _name is not null then
+      _doing := format('detach queues.%I', _name);
+      execute format('alter table queues.%I detach partition queues.%I', _table, _name);
+      return jsonb_build_object('action', 'detached', 'table', _name, 'lower_bound', _lower, 'upper_bound', _upper,
+                                'more', true);
+    end if;
+
+    -- 4. Expired sets, oldest first.
+    for _set in
+      select p.lower_bound, p.upper_bound from queues.history_partitions() p
+       where not p.is_default and p.upper_bound <= _last_id
+       order by p.lower_bound
+    loop
+      -- Cheap checks first, without strong locks: a pending task, or a recent completion.
+      if exists (select 1 from queues.task_pending tp
+                  where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound) then
+        _kept := _kept + 1;
+        continue;
+      end if;
+      select max(c.completed_at) into _last_completed from queues.task_completed c
+       where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound;
+      if _last_completed > _now - _setting.retention then
+        _kept := _kept + 1;
+        continue;
+      end if;
+      -- Every task completed, from the facts (one scan of the set's two partitions).
+      select count(*) into _tasks from queues.task t
+       where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound;
+      if exists (select 1 from queues.task t
+                  where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound
+                    and not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)) then
+        _kept := _kept + 1;
+        continue;
+      end if;
+
+      _name := queues.history_partition_name('task', _set.lower_bound);
+      _doing := format('detach queues.%I', _name);
+      begin
+        -- Detaching holds ACCESS EXCLUSIVE on queues.task and the partition, so no
+        -- transaction that wrote to the set or read it to complete a task is still open:
+        -- check again what could have changed (a task enqueued with an id handed out
+        -- before the checks, and its completion).
+        execute format('alter table queues.task detach partition queues.%I', _name);
+        if exists (select 1 from queues.task_pending tp
+                    where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
+           or exists (select 1 from queues.task_completed c
+                       where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound
+                         and c.completed_at > _now - _setting.retention) then
+          -- Roll the block back, which attaches the partition again.
+          raise exception 'set [%, %) changed since it was checked', _set.lower_bound, _set.upper_bound
+            using errcode = 'QH001';
+        end if;
+        insert into queues.history_partition_dropped (lower_bound, upper_bound, tasks, last_completed_at, dropped_at)
+        values (_set.lower_bound, _set.upper_bound, _tasks, _last_completed, _now);
+        return jsonb_build_object('action', 'set_dropped', 'table', _name, 'lower_bound', _set.lower_bound,
+                                  'upper_bound', _set.upper_bound, 'tasks', _tasks, 'kept', _kept, 'more', true);
+      exception
+        when sqlstate 'QH001' then
+          _kept := _kept + 1;
+      end;
+    end loop;
+  exception
+    -- check_violation: a task landed in a default partition, in the range being made,
+    -- since it was read above; the next run starts above it.
+    when lock_not_available or deadlock_detected or check_violation then
+      return jsonb_build_object('action', 'skipped', 'step', _doing, 'reason', sqlerrm, 'kept', _kept, 'more', false);
+  end;
+  return jsonb_build_object('action', 'none', 'kept', _kept, 'more', false);
 end;
 $function$;
-  -- queues.maintain_history_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- queues.maintain_history_step_at(_now timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.mark_started(_task_ids bigint[], _task_lease_ids bigint[])
