@@ -1581,9 +1581,10 @@ CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_interruption_p2000000 
 create table queues.task_lease (
   task_lease_id bigint generated always as identity not null,
   task_id bigint not null,
-  worker_id text not null,
+  worker_id text,
   leased_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
+  worker_key integer,
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
   constraint task_lease_leased_at_not_null NOT NULL leased_at,
@@ -1591,10 +1592,12 @@ create table queues.task_lease (
   constraint task_lease_task_id_not_null NOT NULL task_id,
   constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
   constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
-  constraint task_lease_worker_id_not_null NOT NULL worker_id
+  constraint task_lease_worker_named CHECK (((worker_key IS NOT NULL) OR (worker_id IS NOT NULL))) NOT VALID
 ) partition by RANGE (task_id);
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on column queues.task_lease.worker_id is 'The worker that took the lease, on leases written before worker_key; null since.';
+comment on column queues.task_lease.worker_key is 'The worker that took the lease (queues.worker_name); null on leases written before, which have worker_id.';
 comment on table queues.task_lease is 'Append-only: one row per claim of a task.';
 CREATE UNIQUE INDEX task_lease_pkey ON ONLY queues.task_lease USING btree (task_id, task_lease_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
@@ -1602,9 +1605,10 @@ CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease FOR EACH STATEME
 create table queues.task_lease_default partition of queues.task_lease (
   task_lease_id bigint generated always as identity not null,
   task_id bigint not null,
-  worker_id text not null,
+  worker_id text,
   leased_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
+  worker_key integer,
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_default_pkey PRIMARY KEY (task_id, task_lease_id),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
@@ -1612,7 +1616,7 @@ create table queues.task_lease_default partition of queues.task_lease (
   constraint task_lease_task_id_not_null NOT NULL task_id,
   constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
   constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
-  constraint task_lease_worker_id_not_null NOT NULL worker_id
+  constraint task_lease_worker_named CHECK (((worker_key IS NOT NULL) OR (worker_id IS NOT NULL))) NOT VALID
 ) DEFAULT;
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -1718,9 +1722,10 @@ CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_extension_p20000
 create table queues.task_lease_p0 partition of queues.task_lease (
   task_lease_id bigint generated always as identity not null,
   task_id bigint not null,
-  worker_id text not null,
+  worker_id text,
   leased_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
+  worker_key integer,
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
   constraint task_lease_leased_at_not_null NOT NULL leased_at,
@@ -1728,7 +1733,7 @@ create table queues.task_lease_p0 partition of queues.task_lease (
   constraint task_lease_task_id_not_null NOT NULL task_id,
   constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
   constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
-  constraint task_lease_worker_id_not_null NOT NULL worker_id
+  constraint task_lease_worker_named CHECK (((worker_key IS NOT NULL) OR (worker_id IS NOT NULL))) NOT VALID
 ) FOR VALUES FROM ('0') TO ('1000000');
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -1738,9 +1743,10 @@ CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_p0 FOR EACH STAT
 create table queues.task_lease_p1000000 partition of queues.task_lease (
   task_lease_id bigint generated always as identity not null,
   task_id bigint not null,
-  worker_id text not null,
+  worker_id text,
   leased_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
+  worker_key integer,
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
   constraint task_lease_leased_at_not_null NOT NULL leased_at,
@@ -1748,7 +1754,7 @@ create table queues.task_lease_p1000000 partition of queues.task_lease (
   constraint task_lease_task_id_not_null NOT NULL task_id,
   constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
   constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
-  constraint task_lease_worker_id_not_null NOT NULL worker_id
+  constraint task_lease_worker_named CHECK (((worker_key IS NOT NULL) OR (worker_id IS NOT NULL))) NOT VALID
 ) FOR VALUES FROM ('1000000') TO ('2000000');
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -1758,9 +1764,10 @@ CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_p1000000 FOR EAC
 create table queues.task_lease_p2000000 partition of queues.task_lease (
   task_lease_id bigint generated always as identity not null,
   task_id bigint not null,
-  worker_id text not null,
+  worker_id text,
   leased_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
+  worker_key integer,
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
   constraint task_lease_leased_at_not_null NOT NULL leased_at,
@@ -1768,7 +1775,7 @@ create table queues.task_lease_p2000000 partition of queues.task_lease (
   constraint task_lease_task_id_not_null NOT NULL task_id,
   constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
   constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
-  constraint task_lease_worker_id_not_null NOT NULL worker_id
+  constraint task_lease_worker_named CHECK (((worker_key IS NOT NULL) OR (worker_id IS NOT NULL))) NOT VALID
 ) FOR VALUES FROM ('2000000') TO ('3000000');
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -2402,6 +2409,22 @@ create table queues.worker (
 comment on table queues.worker is 'Workers and their last heartbeat (mutable registry).';
 CREATE UNIQUE INDEX worker_pkey ON queues.worker USING btree (worker_id);
 
+create table queues.worker_name (
+  worker_key integer generated always as identity not null,
+  worker_id text not null,
+  constraint worker_name_pkey PRIMARY KEY (worker_key),
+  constraint worker_name_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
+  constraint worker_name_worker_id_key UNIQUE (worker_id),
+  constraint worker_name_worker_id_not_null NOT NULL worker_id,
+  constraint worker_name_worker_key_not_null NOT NULL worker_key
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.worker_name is 'Append-only: each worker id that took a lease, once, with the key its leases name it by (queues.task_lease.worker_key).';
+CREATE UNIQUE INDEX worker_name_pkey ON queues.worker_name USING btree (worker_key);
+CREATE UNIQUE INDEX worker_name_worker_id_key ON queues.worker_name USING btree (worker_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.worker_name FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
 create table schedules.schedule (
   schedule_id bigint generated always as identity not null,
   name text not null,
@@ -2590,7 +2613,9 @@ comment on view queues.stale_lease is 'Live leases held by workers not seen for 
 create view queues.task_lease_effective as
  SELECT l.task_lease_id,
     l.task_id,
-    l.worker_id,
+    COALESCE(l.worker_id, ( SELECT n.worker_id
+           FROM queues.worker_name n
+          WHERE n.worker_key = l.worker_key)) AS worker_id,
     l.leased_at,
     COALESCE(r.released_at, v.revoked_at, e.expires_at, l.expires_at) AS expires_at,
     r.released_at,
@@ -2740,6 +2765,10 @@ create sequence queues.task_task_id_seq as bigint start 1 increment 1 minvalue 1
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence queues.task_type_paused_task_type_paused_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
   identity of queues.task_type_paused.task_type_paused_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence queues.worker_name_worker_key_seq as integer start 1 increment 1 minvalue 1 maxvalue 2147483647 cache 1;
+  identity of queues.worker_name.worker_key
   owner :DATABASE_OWNER
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence schedules.schedule_run_schedule_run_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
@@ -3212,10 +3241,13 @@ begin
   recent as (
     -- Completions in the window by completed_at (index range scan); each is joined to its
     -- task and lease by primary key (lateral + limit 1 keeps these nested loops).
-    select t.task_type, count(*) as completed, count(distinct l.worker_id) as workers
+    -- A lease names its worker by key (queues.worker_name), or by id if written before
+    -- that key existed: a worker counts once per way it is named (twice, for one window,
+    -- if it ran across that migration).
+    select t.task_type, count(*) as completed, count(distinct (l.worker_key, l.worker_id)) as workers
       from queues.task_completed c
      cross join lateral (select x.task_type from queues.task x where x.task_id = c.task_id limit 1) t
-      left join lateral (select y.worker_id from queues.task_lease y
+      left join lateral (select y.worker_key, y.worker_id from queues.task_lease y
                           where y.task_id = c.task_id and y.task_lease_id = c.task_lease_id limit 1) l on true
      where c.completed_at > _now - make_interval(secs => _window)
        and c.completed_at <= _now
@@ -3706,6 +3738,7 @@ declare
   _page integer := admin.page_limit(_limit);
   _filters text := '';
   _sql text;
+  _worker_key integer;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -3739,7 +3772,10 @@ begin
 
   if _task_type is not null then _filters := _filters || ' and t.task_type = $2'; end if;
   if _worker_id is not null then
-    _filters := _filters || ' and exists (select 1 from queues.task_lease l where l.task_id = t.task_id and l.worker_id = $6)';
+    -- A lease names its worker by key (queues.worker_name), or by id if written before.
+    select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+    _filters := _filters || ' and exists (select 1 from queues.task_lease l where l.task_id = t.task_id
+                                             and (l.worker_key = $12 or l.worker_id = $6))';
   end if;
   if _resource_key is not null then _filters := _filters || ' and t.resource_key = $7'; end if;
   if _enqueued_from is not null then _filters := _filters || ' and t.enqueued_at >= $8'; end if;
@@ -3782,7 +3818,7 @@ begin
   end if;
   return query execute _sql
     using _now, _task_type, _state, _before_task_id, _page, _worker_id, _resource_key,
-          _enqueued_from, _enqueued_to, _payload_path, _payload_value;
+          _enqueued_from, _enqueued_to, _payload_path, _payload_value, _worker_key;
 end;
 $function$;
   -- admin.list_tasks_at(_now timestamp with time zone, _task_type text, _state text, _limit integer, _before_task_id bigint, _worker_id text, _resource_key text, _enqueued_from timestamp with time zone, _enqueued_to timestamp with time zone, _payload_path text[], _payload_value jsonb): owner :DATABASE_OWNER
@@ -3808,9 +3844,11 @@ CREATE OR REPLACE FUNCTION admin.list_workers_at(_now timestamp with time zone, 
 AS $function$
   with in_flight as (
     -- live leases: the pending rows under a lease that has not expired (bounded by pending work)
-    select l.worker_id, count(*) as n
+    select coalesce(l.worker_id, n.worker_id) as worker_id, count(*) as n
       from queues.task_pending p
       join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
+      -- a lease names its worker by key (queues.worker_name), or by id if written before
+      left join queues.worker_name n on n.worker_key = l.worker_key
      where p.available_at > _now
      group by 1
   )
@@ -6906,6 +6944,8 @@ CREATE OR REPLACE FUNCTION queues.claim_tasks_at(_now timestamp with time zone, 
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
+declare
+  _worker_key integer;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -6928,6 +6968,18 @@ begin
   if _task_types is not null and cardinality(_task_types) = 0 then
     raise exception 'task_types must be null (any type) or name at least one type'
       using errcode = '22023';
+  end if;
+  -- A lease names its worker by key (queues.worker_name: each worker id kept once, an
+  -- integer on every lease instead of the id's text). One probe of the id's unique index;
+  -- the first claim of a worker id adds it (a concurrent first claim waits, then reads it).
+  select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+  if _worker_key is null then
+    insert into queues.worker_name (worker_id) values (_worker_id)
+    on conflict (worker_id) do nothing
+    returning worker_key into _worker_key;
+    if _worker_key is null then
+      select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+    end if;
   end if;
 
   return query
@@ -7049,8 +7101,8 @@ begin
      where p.task_id = any (array(select pk.task_id from picked pk where pk.poisoned))
   ),
   leased as (
-    insert into queues.task_lease (task_id, worker_id, leased_at, expires_at)
-    select e.task_id, _worker_id, _now, _now + make_interval(secs => _lease_seconds)
+    insert into queues.task_lease (task_id, worker_key, leased_at, expires_at)
+    select e.task_id, _worker_key, _now, _now + make_interval(secs => _lease_seconds)
       from eligible e
     returning *
   ),
@@ -8602,20 +8654,24 @@ CREATE OR REPLACE FUNCTION queues.revoke_worker_leases(_worker_id text)
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
+declare
+  _worker_key integer;
 begin
   if _worker_id is null or length(_worker_id) not between 1 and 200 then
     raise exception 'worker_id must be 1 to 200 characters' using errcode = '22023';
   end if;
+  -- A lease names its worker by key (queues.worker_name), or by id if written before.
+  select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
   perform queues.lock_resource_keys(array(
     select p.task_id from queues.task_pending p
       join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
-     where p.current_lease_id is not null and l.worker_id = _worker_id));
+     where p.current_lease_id is not null and (l.worker_key = _worker_key or l.worker_id = _worker_id)));
   return query
   with held as (
     select p.task_id, p.current_lease_id as task_lease_id
       from queues.task_pending p
       join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
-     where p.current_lease_id is not null and l.worker_id = _worker_id
+     where p.current_lease_id is not null and (l.worker_key = _worker_key or l.worker_id = _worker_id)
   ),
   revoked as (
     update queues.task_pending p
@@ -8824,10 +8880,12 @@ CREATE OR REPLACE FUNCTION queues.stale_leases_at(_now timestamp with time zone,
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select p.task_id, p.current_lease_id, l.worker_id, w.last_seen_at, p.available_at
+  select p.task_id, p.current_lease_id, w.worker_id, w.last_seen_at, p.available_at
     from queues.task_pending p
     join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
-    join queues.worker w on w.worker_id = l.worker_id
+    -- A lease names its worker by key (queues.worker_name), or by id if written before.
+    left join queues.worker_name n on n.worker_key = l.worker_key
+    join queues.worker w on w.worker_id = coalesce(l.worker_id, n.worker_id)
    where p.available_at > _now
      and w.stopped_at is null
      and w.last_seen_at < _now - greatest(make_interval(secs => _dead_after_seconds),
