@@ -73,6 +73,8 @@ async function main(): Promise<void> {
     const urls = await provisionDatabase(server, 'bytes', { fresh: true, quiet: true });
     const pool = (url: string) => {
       const p = new pg.Pool({ connectionString: url, max: claimers + 1, application_name: 'bench-bytes' });
+      // Idle connections end with the server.
+      p.on('error', () => {});
       pools.push(p);
       return p;
     };
