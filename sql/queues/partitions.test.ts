@@ -125,6 +125,37 @@ describe('partition maintenance', () => {
     );
   });
 
+  it('a set made by maintenance (standalone tables, then attached) matches its parents', async () => {
+    // Columns, constraints (checks, not-null, primary key, foreign key), indexes, and the
+    // trigger that refuses updates, for every history table's partition of the first set.
+    const { rows } = await db.query(
+      `with t as (select name, to_regclass(format('queues.%I', name)) as parent,
+                         to_regclass(format('queues.%I', queues.history_partition_name(name, $1))) as part
+                    from unnest(queues.history_tables()) name),
+            shape as (
+              select t.name, r.rel = t.part as is_part,
+                     (select array_agg(format('%s %s %s %s', a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attidentity) order by a.attname)
+                        from pg_attribute a where a.attrelid = r.rel and a.attnum > 0 and not a.attisdropped) as columns,
+                     (select array_agg(d order by d)
+                        from (select replace(pg_get_constraintdef(k.oid), ' NOT VALID', '') as d
+                                from pg_constraint k where k.conrelid = r.rel) k) as constraints,
+                     (select array_agg(d order by d)
+                        from (select i.indisunique || substring(pg_get_indexdef(i.indexrelid) from ' USING .*') as d
+                                from pg_index i where i.indrelid = r.rel) i) as indexes
+                from t cross join lateral (values (t.parent), (t.part)) r(rel))
+       select p.name from shape p join shape c on c.name = p.name and c.is_part and not p.is_part
+        where p.columns is distinct from c.columns or p.constraints is distinct from c.constraints
+           or p.indexes is distinct from c.indexes
+           or not exists (select 1 from pg_trigger g join t on g.tgrelid = t.part
+                           where t.name = p.name and g.tgname = 'forbid_update')`,
+      [base],
+    );
+    expect(rows).toEqual([]);
+    await expect(db.query(`update queues.task_lease_p${base} set expires_at = expires_at`)).rejects.toMatchObject({
+      code: '55000',
+    });
+  });
+
   it('drops a set whose tasks all completed before the window; one pending task keeps its set', async () => {
     const setA = await enqueue(SIZE);
     expect(Number(setA[0])).toBe(base);
