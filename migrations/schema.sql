@@ -1138,7 +1138,7 @@ create table queues.history_setting (
   partition_size bigint default 1000000 not null,
   partitions_ahead integer default 2 not null,
   retention interval default '7 days'::interval not null,
-  lock_timeout_ms integer default 100 not null,
+  lock_timeout_ms integer default 50 not null,
   updated_at timestamp with time zone default now() not null,
   constraint history_setting_lock_timeout_ms_check CHECK (((lock_timeout_ms >= 1) AND (lock_timeout_ms <= 60000))),
   constraint history_setting_lock_timeout_ms_not_null NOT NULL lock_timeout_ms,
@@ -1597,9 +1597,10 @@ CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_interruption_p2000000 
 create table queues.task_lease (
   task_lease_id bigint generated always as identity not null,
   task_id bigint not null,
-  worker_id text not null,
+  worker_id text,
   leased_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
+  worker_key integer,
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
   constraint task_lease_leased_at_not_null NOT NULL leased_at,
@@ -1607,10 +1608,12 @@ create table queues.task_lease (
   constraint task_lease_task_id_not_null NOT NULL task_id,
   constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
   constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
-  constraint task_lease_worker_id_not_null NOT NULL worker_id
+  constraint task_lease_worker_named CHECK (((worker_key IS NOT NULL) OR (worker_id IS NOT NULL))) NOT VALID
 ) partition by RANGE (task_id);
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on column queues.task_lease.worker_id is 'The worker that took the lease, on leases written before worker_key; null since.';
+comment on column queues.task_lease.worker_key is 'The worker that took the lease (queues.worker_name); null on leases written before, which have worker_id.';
 comment on table queues.task_lease is 'Append-only: one row per claim of a task.';
 CREATE UNIQUE INDEX task_lease_pkey ON ONLY queues.task_lease USING btree (task_id, task_lease_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
@@ -1618,9 +1621,10 @@ CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease FOR EACH STATEME
 create table queues.task_lease_default partition of queues.task_lease (
   task_lease_id bigint generated always as identity not null,
   task_id bigint not null,
-  worker_id text not null,
+  worker_id text,
   leased_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
+  worker_key integer,
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_default_pkey PRIMARY KEY (task_id, task_lease_id),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
@@ -1628,7 +1632,7 @@ create table queues.task_lease_default partition of queues.task_lease (
   constraint task_lease_task_id_not_null NOT NULL task_id,
   constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
   constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
-  constraint task_lease_worker_id_not_null NOT NULL worker_id
+  constraint task_lease_worker_named CHECK (((worker_key IS NOT NULL) OR (worker_id IS NOT NULL))) NOT VALID
 ) DEFAULT;
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -1734,9 +1738,10 @@ CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_extension_p20000
 create table queues.task_lease_p0 partition of queues.task_lease (
   task_lease_id bigint generated always as identity not null,
   task_id bigint not null,
-  worker_id text not null,
+  worker_id text,
   leased_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
+  worker_key integer,
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
   constraint task_lease_leased_at_not_null NOT NULL leased_at,
@@ -1744,7 +1749,7 @@ create table queues.task_lease_p0 partition of queues.task_lease (
   constraint task_lease_task_id_not_null NOT NULL task_id,
   constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
   constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
-  constraint task_lease_worker_id_not_null NOT NULL worker_id
+  constraint task_lease_worker_named CHECK (((worker_key IS NOT NULL) OR (worker_id IS NOT NULL))) NOT VALID
 ) FOR VALUES FROM ('0') TO ('1000000');
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -1754,9 +1759,10 @@ CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_p0 FOR EACH STAT
 create table queues.task_lease_p1000000 partition of queues.task_lease (
   task_lease_id bigint generated always as identity not null,
   task_id bigint not null,
-  worker_id text not null,
+  worker_id text,
   leased_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
+  worker_key integer,
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
   constraint task_lease_leased_at_not_null NOT NULL leased_at,
@@ -1764,7 +1770,7 @@ create table queues.task_lease_p1000000 partition of queues.task_lease (
   constraint task_lease_task_id_not_null NOT NULL task_id,
   constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
   constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
-  constraint task_lease_worker_id_not_null NOT NULL worker_id
+  constraint task_lease_worker_named CHECK (((worker_key IS NOT NULL) OR (worker_id IS NOT NULL))) NOT VALID
 ) FOR VALUES FROM ('1000000') TO ('2000000');
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -1774,9 +1780,10 @@ CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_p1000000 FOR EAC
 create table queues.task_lease_p2000000 partition of queues.task_lease (
   task_lease_id bigint generated always as identity not null,
   task_id bigint not null,
-  worker_id text not null,
+  worker_id text,
   leased_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
+  worker_key integer,
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
   constraint task_lease_leased_at_not_null NOT NULL leased_at,
@@ -1784,7 +1791,7 @@ create table queues.task_lease_p2000000 partition of queues.task_lease (
   constraint task_lease_task_id_not_null NOT NULL task_id,
   constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
   constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
-  constraint task_lease_worker_id_not_null NOT NULL worker_id
+  constraint task_lease_worker_named CHECK (((worker_key IS NOT NULL) OR (worker_id IS NOT NULL))) NOT VALID
 ) FOR VALUES FROM ('2000000') TO ('3000000');
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -2418,6 +2425,22 @@ create table queues.worker (
 comment on table queues.worker is 'Workers and their last heartbeat (mutable registry).';
 CREATE UNIQUE INDEX worker_pkey ON queues.worker USING btree (worker_id);
 
+create table queues.worker_name (
+  worker_key integer generated always as identity not null,
+  worker_id text not null,
+  constraint worker_name_pkey PRIMARY KEY (worker_key),
+  constraint worker_name_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
+  constraint worker_name_worker_id_key UNIQUE (worker_id),
+  constraint worker_name_worker_id_not_null NOT NULL worker_id,
+  constraint worker_name_worker_key_not_null NOT NULL worker_key
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.worker_name is 'Append-only: each worker id that took a lease, once, with the key its leases name it by (queues.task_lease.worker_key).';
+CREATE UNIQUE INDEX worker_name_pkey ON queues.worker_name USING btree (worker_key);
+CREATE UNIQUE INDEX worker_name_worker_id_key ON queues.worker_name USING btree (worker_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.worker_name FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
 create table schedules.schedule (
   schedule_id bigint generated always as identity not null,
   name text not null,
@@ -2606,7 +2629,9 @@ comment on view queues.stale_lease is 'Live leases held by workers not seen for 
 create view queues.task_lease_effective as
  SELECT l.task_lease_id,
     l.task_id,
-    l.worker_id,
+    COALESCE(l.worker_id, ( SELECT n.worker_id
+           FROM queues.worker_name n
+          WHERE n.worker_key = l.worker_key)) AS worker_id,
     l.leased_at,
     COALESCE(r.released_at, v.revoked_at, e.expires_at, l.expires_at) AS expires_at,
     r.released_at,
@@ -2756,6 +2781,10 @@ create sequence queues.task_task_id_seq as bigint start 1 increment 1 minvalue 1
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence queues.task_type_paused_task_type_paused_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
   identity of queues.task_type_paused.task_type_paused_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence queues.worker_name_worker_key_seq as integer start 1 increment 1 minvalue 1 maxvalue 2147483647 cache 1;
+  identity of queues.worker_name.worker_key
   owner :DATABASE_OWNER
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence schedules.schedule_run_schedule_run_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
@@ -3228,10 +3257,13 @@ begin
   recent as (
     -- Completions in the window by completed_at (index range scan); each is joined to its
     -- task and lease by primary key (lateral + limit 1 keeps these nested loops).
-    select t.task_type, count(*) as completed, count(distinct l.worker_id) as workers
+    -- A lease names its worker by key (queues.worker_name), or by id if written before
+    -- that key existed: a worker counts once per way it is named (twice, for one window,
+    -- if it ran across that migration).
+    select t.task_type, count(*) as completed, count(distinct (l.worker_key, l.worker_id)) as workers
       from queues.task_completed c
      cross join lateral (select x.task_type from queues.task x where x.task_id = c.task_id limit 1) t
-      left join lateral (select y.worker_id from queues.task_lease y
+      left join lateral (select y.worker_key, y.worker_id from queues.task_lease y
                           where y.task_id = c.task_id and y.task_lease_id = c.task_lease_id limit 1) l on true
      where c.completed_at > _now - make_interval(secs => _window)
        and c.completed_at <= _now
@@ -3832,6 +3864,7 @@ declare
   _page integer := admin.page_limit(_limit);
   _filters text := '';
   _sql text;
+  _worker_key integer;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -3865,7 +3898,10 @@ begin
 
   if _task_type is not null then _filters := _filters || ' and t.task_type = $2'; end if;
   if _worker_id is not null then
-    _filters := _filters || ' and exists (select 1 from queues.task_lease l where l.task_id = t.task_id and l.worker_id = $6)';
+    -- A lease names its worker by key (queues.worker_name), or by id if written before.
+    select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+    _filters := _filters || ' and exists (select 1 from queues.task_lease l where l.task_id = t.task_id
+                                             and (l.worker_key = $12 or l.worker_id = $6))';
   end if;
   if _resource_key is not null then _filters := _filters || ' and t.resource_key = $7'; end if;
   if _enqueued_from is not null then _filters := _filters || ' and t.enqueued_at >= $8'; end if;
@@ -3908,7 +3944,7 @@ begin
   end if;
   return query execute _sql
     using _now, _task_type, _state, _before_task_id, _page, _worker_id, _resource_key,
-          _enqueued_from, _enqueued_to, _payload_path, _payload_value;
+          _enqueued_from, _enqueued_to, _payload_path, _payload_value, _worker_key;
 end;
 $function$;
   -- admin.list_tasks_at(_now timestamp with time zone, _task_type text, _state text, _limit integer, _before_task_id bigint, _worker_id text, _resource_key text, _enqueued_from timestamp with time zone, _enqueued_to timestamp with time zone, _payload_path text[], _payload_value jsonb): owner :DATABASE_OWNER
@@ -3934,9 +3970,11 @@ CREATE OR REPLACE FUNCTION admin.list_workers_at(_now timestamp with time zone, 
 AS $function$
   with in_flight as (
     -- live leases: the pending rows under a lease that has not expired (bounded by pending work)
-    select l.worker_id, count(*) as n
+    select coalesce(l.worker_id, n.worker_id) as worker_id, count(*) as n
       from queues.task_pending p
       join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
+      -- a lease names its worker by key (queues.worker_name), or by id if written before
+      left join queues.worker_name n on n.worker_key = l.worker_key
      where p.available_at > _now
      group by 1
   )
@@ -6991,6 +7029,38 @@ $function$;
   -- queues.assert_valid_task(_task_type text, _payload jsonb, _priority integer, _resource_key text, _max_attempts integer, _where text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.attach_history_partition(_table text, _lower bigint, _upper bigint)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _name text;
+begin
+  if _table is null or _table <> all (queues.history_tables()) then
+    raise exception 'table must name a history table (queues.history_tables()), got %',
+      coalesce(quote_literal(left(_table, 100)), 'null') using errcode = '22023';
+  end if;
+  if _lower is null or _upper is null or _lower < 0 or _upper <= _lower then
+    raise exception 'partition bounds must satisfy 0 <= lower < upper, got [%, %)', _lower, _upper
+      using errcode = '22023';
+  end if;
+  _name := queues.history_partition_name(_table, _lower);
+  if to_regclass(format('queues.%I', _name)) is not null then
+    return false;
+  end if;
+  execute format('create table queues.%I (like queues.%I including defaults including constraints including indexes including storage)',
+                 _name, _table);
+  execute format('create trigger forbid_update before update on queues.%I
+                    for each statement execute function queues.forbid_fact_update()', _name);
+  execute format('alter table queues.%I attach partition queues.%I for values from (%s) to (%s)',
+                 _table, _name, _lower, _upper);
+  return true;
+end;
+$function$;
+  -- queues.attach_history_partition(_table text, _lower bigint, _upper bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.claim_tasks(_worker_id text, _limit integer DEFAULT NULL::integer, _task_types text[] DEFAULT NULL::text[], _lease_seconds integer DEFAULT NULL::integer, _max_leases integer DEFAULT NULL::integer)
  RETURNS TABLE(task_id bigint, task_type text, payload jsonb, priority integer, resource_key text, max_attempts integer, enqueued_at timestamp with time zone, scheduled_at timestamp with time zone, task_lease_id bigint, leased_at timestamp with time zone, expires_at timestamp with time zone, lease_count integer)
  LANGUAGE sql
@@ -7014,6 +7084,8 @@ CREATE OR REPLACE FUNCTION queues.claim_tasks_at(_now timestamp with time zone, 
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
+declare
+  _worker_key integer;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -7036,6 +7108,18 @@ begin
   if _task_types is not null and cardinality(_task_types) = 0 then
     raise exception 'task_types must be null (any type) or name at least one type'
       using errcode = '22023';
+  end if;
+  -- A lease names its worker by key (queues.worker_name: each worker id kept once, an
+  -- integer on every lease instead of the id's text). One probe of the id's unique index;
+  -- the first claim of a worker id adds it (a concurrent first claim waits, then reads it).
+  select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+  if _worker_key is null then
+    insert into queues.worker_name (worker_id) values (_worker_id)
+    on conflict (worker_id) do nothing
+    returning worker_key into _worker_key;
+    if _worker_key is null then
+      select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+    end if;
   end if;
 
   return query
@@ -7157,8 +7241,8 @@ begin
      where p.task_id = any (array(select pk.task_id from picked pk where pk.poisoned))
   ),
   leased as (
-    insert into queues.task_lease (task_id, worker_id, leased_at, expires_at)
-    select e.task_id, _worker_id, _now, _now + make_interval(secs => _lease_seconds)
+    insert into queues.task_lease (task_id, worker_key, leased_at, expires_at)
+    select e.task_id, _worker_key, _now, _now + make_interval(secs => _lease_seconds)
       from eligible e
     returning *
   ),
@@ -7382,22 +7466,16 @@ CREATE OR REPLACE FUNCTION queues.create_history_partition(_lower bigint, _upper
 AS $function$
 declare
   _table text;
-  _name text;
   _created boolean := false;
 begin
   if _lower is null or _upper is null or _lower < 0 or _upper <= _lower then
     raise exception 'partition bounds must satisfy 0 <= lower < upper, got [%, %)', _lower, _upper
       using errcode = '22023';
   end if;
-  foreach _table in array queues.history_tables() loop
-    _name := queues.history_partition_name(_table, _lower);
-    if to_regclass(format('queues.%I', _name)) is null then
-      execute format('create table queues.%I partition of queues.%I for values from (%s) to (%s)',
-                     _name, _table, _lower, _upper);
-      execute format('create trigger forbid_update before update on queues.%I
-                        for each statement execute function queues.forbid_fact_update()', _name);
-      _created := true;
-    end if;
+  for _table in
+    select t.name from unnest(queues.history_tables()) with ordinality t(name, n) order by t.name = 'task', t.n
+  loop
+    _created := queues.attach_history_partition(_table, _lower, _upper) or _created;
   end loop;
   if _created then
     insert into queues.history_partition_created (lower_bound, upper_bound)
@@ -7733,6 +7811,22 @@ $function$;
   -- queues.forbid_fact_update(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.history_partition_bounds()
+ RETURNS TABLE(table_name text, partition_name text, lower_bound bigint, upper_bound bigint)
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select t.name, c.relname::text, m.b[1]::bigint, m.b[2]::bigint
+    from unnest(queues.history_tables()) t(name)
+    join pg_inherits i on i.inhparent = to_regclass(format('queues.%I', t.name))
+    join pg_class c on c.oid = i.inhrelid
+   cross join lateral regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \(''?(-?\d+)''?\) TO \(''?(-?\d+)''?\)') as m(b)
+   where m.b is not null
+$function$;
+  -- queues.history_partition_bounds(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.history_partition_name(_table text, _lower bigint)
  RETURNS text
  LANGUAGE sql
@@ -8032,112 +8126,226 @@ $function$;
 CREATE OR REPLACE FUNCTION queues.maintain_history_at(_now timestamp with time zone)
  RETURNS jsonb
  LANGUAGE plpgsql
- SET lock_timeout TO '100ms'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
-  _setting queues.history_setting;
-  _last_id bigint := queues.last_task_id();
-  _highest bigint;
-  _lower bigint;
   _created jsonb := '[]';
   _dropped jsonb := '[]';
   _skipped jsonb := '[]';
   _kept integer := 0;
+  _step jsonb;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  -- Each step changes the catalog or ends the run; the bound only guards against a bug.
+  for _i in 1 .. 100000 loop
+    _step := queues.maintain_history_step_at(_now);
+    case _step ->> 'action'
+      when 'set_created' then
+        _created := _created || jsonb_build_array(jsonb_build_array(_step -> 'lower_bound', _step -> 'upper_bound'));
+      when 'set_dropped' then
+        _dropped := _dropped || jsonb_build_array(jsonb_build_array(_step -> 'lower_bound', _step -> 'upper_bound'));
+      when 'skipped', 'busy' then
+        _skipped := _skipped || jsonb_build_array(_step);
+      else
+        null;
+    end case;
+    _kept := coalesce((_step ->> 'kept')::integer, _kept);
+    exit when not (_step ->> 'more')::boolean;
+  end loop;
+  return jsonb_build_object('created', _created, 'dropped', _dropped, 'skipped', _skipped, 'kept', _kept);
+end;
+$function$;
+  -- queues.maintain_history_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.maintain_history_step(_payload jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select jsonb_build_object('success', true, 'payload', queues.maintain_history_step_at(now()))
+$function$;
+  -- queues.maintain_history_step(_payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.maintain_history_step_at(_now timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET lock_timeout TO '50ms'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _setting queues.history_setting;
+  _last_id bigint;
+  _doing text;
+  _table text;
+  _name text;
+  _lower bigint;
+  _upper bigint;
+  _truncate boolean;
+  _kept integer := 0;
   _set record;
-  _names text[];
   _tasks bigint;
   _last_completed timestamptz;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
   end if;
+  if not pg_try_advisory_xact_lock(20252, 1) then
+    return jsonb_build_object('action', 'busy', 'more', false);
+  end if;
   select * into _setting from queues.history_setting;
   perform set_config('lock_timeout', _setting.lock_timeout_ms || 'ms', true);
+  _last_id := queues.last_task_id();
 
-  -- 1. Ahead of need.
-  -- Ranges are never reused: above every set there is or was, and above any task in the
-  -- default partition (a new set cannot overlap rows there).
-  select greatest(coalesce(max(p.upper_bound), 0),
-                  coalesce((select max(d.upper_bound) from queues.history_partition_dropped d), 0),
-                  coalesce((select max(t.task_id) + 1 from queues.task_default t), 0))
-    into _highest
-    from queues.history_partitions() p where not p.is_default;
-  while _highest < _last_id + 1 + _setting.partitions_ahead::bigint * _setting.partition_size loop
-    _lower := _highest;
-    begin
-      perform queues.create_history_partition(_lower, _lower + _setting.partition_size);
-      _created := _created || jsonb_build_array(jsonb_build_array(_lower, _lower + _setting.partition_size));
-    -- check_violation: a task landed in the default partition, in this range, since it
-    -- was read above; the next run starts above it.
-    exception when lock_not_available or deadlock_detected or check_violation then
-      _skipped := _skipped || jsonb_build_object('create', jsonb_build_array(_lower, _lower + _setting.partition_size),
-                                                 'reason', sqlerrm);
-      exit;
-    end;
-    _highest := _lower + _setting.partition_size;
-  end loop;
-
-  -- 2. Expired sets, oldest first.
-  for _set in
-    select p.lower_bound, p.upper_bound from queues.history_partitions() p
-     where not p.is_default and p.upper_bound <= _last_id
-     order by p.lower_bound
-  loop
-    -- Cheap checks first, without strong locks: a pending task, or a recent completion.
-    if exists (select 1 from queues.task_pending tp
-                where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound) then
-      _kept := _kept + 1;
-      continue;
-    end if;
-    select max(c.completed_at) into _last_completed from queues.task_completed c
-     where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound;
-    if _last_completed > _now - _setting.retention then
-      _kept := _kept + 1;
-      continue;
-    end if;
-    -- Every task completed, from the facts (one scan of the set's two partitions).
-    select count(*) into _tasks from queues.task t
-     where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound;
-    if exists (select 1 from queues.task t
-                where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound
-                  and not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)) then
-      _kept := _kept + 1;
-      continue;
-    end if;
-
-    _names := array(select format('queues.%I', queues.history_partition_name(t.name, _set.lower_bound))
-                      from unnest(queues.history_tables()) t(name));
-    begin
-      -- Under the lock, no transaction that wrote to the set is still open: check again
-      -- what could have changed (a task enqueued with an id handed out before the check).
-      execute 'lock table ' || array_to_string(_names, ', ') || ' in access exclusive mode';
-      if exists (select 1 from queues.task_pending tp
-                  where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
-         or exists (select 1 from queues.task_completed c
-                     where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound
-                       and c.completed_at > _now - _setting.retention) then
-        -- Roll the block back, which gives the locks back at once.
-        raise exception 'set [%, %) changed since it was checked', _set.lower_bound, _set.upper_bound
-          using errcode = 'QH001';
+  begin
+    -- 1. Ahead of need: a half made set, unless a task fell into the default partition in
+    --    its range (maintenance fell behind while it was half made): then task's
+    --    partition cannot be attached, the set stays as it is (its tables keep the facts
+    --    of those tasks) and new sets start above it.
+    with b as (select * from queues.history_partition_bounds())
+    select h.lower_bound, h.upper_bound into _lower, _upper
+      from (select distinct b.lower_bound, b.upper_bound from b) h
+     where not exists (select 1 from b x where x.table_name = 'task' and x.lower_bound = h.lower_bound)
+       and not exists (select 1 from queues.history_partition_dropped d where d.lower_bound = h.lower_bound)
+       and not exists (select 1 from queues.task_default t where t.task_id >= h.lower_bound and t.task_id < h.upper_bound)
+     order by h.lower_bound
+     limit 1;
+    if _lower is null then
+      -- A new set. Ranges are never reused: above every partition there is or was, and
+      -- above any task in the default partition (a new set cannot overlap rows there).
+      select greatest(coalesce((select max(b.upper_bound) from queues.history_partition_bounds() b), 0),
+                      coalesce((select max(d.upper_bound) from queues.history_partition_dropped d), 0),
+                      coalesce((select max(t.task_id) + 1 from queues.task_default t), 0))
+        into _lower;
+      if _lower < _last_id + 1 + _setting.partitions_ahead::bigint * _setting.partition_size then
+        _upper := _lower + _setting.partition_size;
+      else
+        _lower := null;
       end if;
-      execute 'drop table ' || array_to_string(_names, ', ');
-      insert into queues.history_partition_dropped (lower_bound, upper_bound, tasks, last_completed_at, dropped_at)
-      values (_set.lower_bound, _set.upper_bound, _tasks, _last_completed, _now);
-      _dropped := _dropped || jsonb_build_array(jsonb_build_array(_set.lower_bound, _set.upper_bound));
-    exception
-      when sqlstate 'QH001' then
-        _kept := _kept + 1;
-      when lock_not_available or deadlock_detected then
-      _skipped := _skipped || jsonb_build_object('drop', jsonb_build_array(_set.lower_bound, _set.upper_bound),
-                                                 'reason', sqlerrm);
-    end;
-  end loop;
+    end if;
+    if _lower is not null then
+      select t.name into _table
+        from unnest(queues.history_tables()) with ordinality t(name, n)
+       where to_regclass(format('queues.%I', queues.history_partition_name(t.name, _lower))) is null
+       order by t.name = 'task', t.n
+       limit 1;
+      _doing := format('attach queues.%I', queues.history_partition_name(_table, _lower));
+      perform queues.attach_history_partition(_table, _lower, _upper);
+      return jsonb_build_object('action', case when _table = 'task' then 'set_created' else 'attached' end,
+                                'table', queues.history_partition_name(_table, _lower),
+                                'lower_bound', _lower, 'upper_bound', _upper, 'more', true);
+    end if;
 
-  return jsonb_build_object('created', _created, 'dropped', _dropped, 'skipped', _skipped, 'kept', _kept);
+    -- 2. A table detached from a dropped set (named as a partition, no longer one). Its
+    --    drop locks only itself, so its files are unlinked under no lock the queue waits
+    --    for; but dropping a foreign key (task's, to task_type) takes ACCESS EXCLUSIVE on
+    --    the table it references, so such a table is truncated first (under its own lock)
+    --    and that drop is a catalog change only.
+    select c.relname,
+           pg_relation_size(c.oid) > 0 and exists (select 1 from pg_constraint k where k.conrelid = c.oid and k.contype = 'f')
+      into _name, _truncate
+      from pg_class c
+      join unnest(queues.history_tables()) t(name)
+        on c.relname = queues.history_partition_name(t.name, substring(c.relname from '_p([0-9]{1,18})$')::bigint)
+     where c.relnamespace = 'queues'::regnamespace and c.relkind = 'r' and not c.relispartition
+       and exists (select 1 from queues.history_partition_dropped d
+                    where d.lower_bound = substring(c.relname from '_p([0-9]{1,18})$')::bigint)
+     order by c.relname
+     limit 1;
+    if _name is not null then
+      if _truncate then
+        _doing := format('truncate queues.%I', _name);
+        execute format('truncate queues.%I', _name);
+        return jsonb_build_object('action', 'truncated', 'table', _name, 'more', true);
+      end if;
+      _doing := format('drop queues.%I', _name);
+      execute format('drop table queues.%I', _name);
+      return jsonb_build_object('action', 'dropped_table', 'table', _name, 'more', true);
+    end if;
+
+    -- 3. A fact table's partition of a dropped set: detached, a catalog change.
+    select b.table_name, b.partition_name, b.lower_bound, b.upper_bound into _table, _name, _lower, _upper
+      from queues.history_partition_bounds() b
+     where exists (select 1 from queues.history_partition_dropped d
+                    where d.lower_bound = b.lower_bound and d.upper_bound = b.upper_bound)
+     order by b.lower_bound, b.table_name
+     limit 1;
+    if _name is not null then
+      _doing := format('detach queues.%I', _name);
+      execute format('alter table queues.%I detach partition queues.%I', _table, _name);
+      return jsonb_build_object('action', 'detached', 'table', _name, 'lower_bound', _lower, 'upper_bound', _upper,
+                                'more', true);
+    end if;
+
+    -- 4. Expired sets, oldest first.
+    for _set in
+      select p.lower_bound, p.upper_bound from queues.history_partitions() p
+       where not p.is_default and p.upper_bound <= _last_id
+       order by p.lower_bound
+    loop
+      -- Cheap checks first, without strong locks: a pending task, or a recent completion.
+      if exists (select 1 from queues.task_pending tp
+                  where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound) then
+        _kept := _kept + 1;
+        continue;
+      end if;
+      select max(c.completed_at) into _last_completed from queues.task_completed c
+       where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound;
+      if _last_completed > _now - _setting.retention then
+        _kept := _kept + 1;
+        continue;
+      end if;
+      -- Every task completed, from the facts (one scan of the set's two partitions).
+      select count(*) into _tasks from queues.task t
+       where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound;
+      if exists (select 1 from queues.task t
+                  where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound
+                    and not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)) then
+        _kept := _kept + 1;
+        continue;
+      end if;
+
+      _name := queues.history_partition_name('task', _set.lower_bound);
+      _doing := format('detach queues.%I', _name);
+      begin
+        -- Detaching holds ACCESS EXCLUSIVE on queues.task and the partition, so no
+        -- transaction that wrote to the set or read it to complete a task is still open:
+        -- check again what could have changed (a task enqueued with an id handed out
+        -- before the checks, and its completion).
+        execute format('alter table queues.task detach partition queues.%I', _name);
+        if exists (select 1 from queues.task_pending tp
+                    where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
+           or exists (select 1 from queues.task_completed c
+                       where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound
+                         and c.completed_at > _now - _setting.retention) then
+          -- Roll the block back, which attaches the partition again.
+          raise exception 'set [%, %) changed since it was checked', _set.lower_bound, _set.upper_bound
+            using errcode = 'QH001';
+        end if;
+        insert into queues.history_partition_dropped (lower_bound, upper_bound, tasks, last_completed_at, dropped_at)
+        values (_set.lower_bound, _set.upper_bound, _tasks, _last_completed, _now);
+        return jsonb_build_object('action', 'set_dropped', 'table', _name, 'lower_bound', _set.lower_bound,
+                                  'upper_bound', _set.upper_bound, 'tasks', _tasks, 'kept', _kept, 'more', true);
+      exception
+        when sqlstate 'QH001' then
+          _kept := _kept + 1;
+      end;
+    end loop;
+  exception
+    -- check_violation: a task landed in a default partition, in the range being made,
+    -- since it was read above; the next run starts above it.
+    when lock_not_available or deadlock_detected or check_violation then
+      return jsonb_build_object('action', 'skipped', 'step', _doing, 'reason', sqlerrm, 'kept', _kept, 'more', false);
+  end;
+  return jsonb_build_object('action', 'none', 'kept', _kept, 'more', false);
 end;
 $function$;
-  -- queues.maintain_history_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- queues.maintain_history_step_at(_now timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.mark_started(_task_ids bigint[], _task_lease_ids bigint[])
@@ -8590,14 +8798,18 @@ CREATE OR REPLACE FUNCTION queues.revoke_worker_leases(_worker_id text)
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
+declare
+  _worker_key integer;
 begin
   if _worker_id is null or length(_worker_id) not between 1 and 200 then
     raise exception 'worker_id must be 1 to 200 characters' using errcode = '22023';
   end if;
+  -- A lease names its worker by key (queues.worker_name), or by id if written before.
+  select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
   perform queues.lock_resource_keys(array(
     select p.task_id from queues.task_pending p
       join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
-     where p.current_lease_id is not null and l.worker_id = _worker_id));
+     where p.current_lease_id is not null and (l.worker_key = _worker_key or l.worker_id = _worker_id)));
   return query
   with held as (
     select p.task_id, p.current_lease_id as task_lease_id,
@@ -8605,7 +8817,7 @@ begin
                     where st.task_id = p.task_id and st.task_lease_id = p.current_lease_id) as started
       from queues.task_pending p
       join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
-     where p.current_lease_id is not null and l.worker_id = _worker_id
+     where p.current_lease_id is not null and (l.worker_key = _worker_key or l.worker_id = _worker_id)
   ),
   revoked as (
     -- available_at of a leased row is its lease's expiry (heartbeats included).
@@ -8814,10 +9026,12 @@ CREATE OR REPLACE FUNCTION queues.stale_leases_at(_now timestamp with time zone,
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select p.task_id, p.current_lease_id, l.worker_id, w.last_seen_at, p.available_at
+  select p.task_id, p.current_lease_id, w.worker_id, w.last_seen_at, p.available_at
     from queues.task_pending p
     join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
-    join queues.worker w on w.worker_id = l.worker_id
+    -- A lease names its worker by key (queues.worker_name), or by id if written before.
+    left join queues.worker_name n on n.worker_key = l.worker_key
+    join queues.worker w on w.worker_id = coalesce(l.worker_id, n.worker_id)
    where p.available_at > _now
      and w.stopped_at is null
      and w.last_seen_at < _now - greatest(make_interval(secs => _dead_after_seconds),

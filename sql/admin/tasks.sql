@@ -52,6 +52,7 @@ declare
   _page integer := admin.page_limit(_limit);
   _filters text := '';
   _sql text;
+  _worker_key integer;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -85,7 +86,10 @@ begin
 
   if _task_type is not null then _filters := _filters || ' and t.task_type = $2'; end if;
   if _worker_id is not null then
-    _filters := _filters || ' and exists (select 1 from queues.task_lease l where l.task_id = t.task_id and l.worker_id = $6)';
+    -- A lease names its worker by key (queues.worker_name), or by id if written before.
+    select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+    _filters := _filters || ' and exists (select 1 from queues.task_lease l where l.task_id = t.task_id
+                                             and (l.worker_key = $12 or l.worker_id = $6))';
   end if;
   if _resource_key is not null then _filters := _filters || ' and t.resource_key = $7'; end if;
   if _enqueued_from is not null then _filters := _filters || ' and t.enqueued_at >= $8'; end if;
@@ -128,7 +132,7 @@ begin
   end if;
   return query execute _sql
     using _now, _task_type, _state, _before_task_id, _page, _worker_id, _resource_key,
-          _enqueued_from, _enqueued_to, _payload_path, _payload_value;
+          _enqueued_from, _enqueued_to, _payload_path, _payload_value, _worker_key;
 end;
 $$;
 
