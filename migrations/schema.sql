@@ -8236,6 +8236,10 @@ begin
        limit 1;
       _doing := format('attach queues.%I', queues.history_partition_name(_table, _lower));
       perform queues.attach_history_partition(_table, _lower, _upper);
+      if _table = 'task' then
+        insert into queues.history_partition_created (lower_bound, upper_bound)
+        values (_lower, _upper) on conflict (lower_bound) do nothing;
+      end if;
       return jsonb_build_object('action', case when _table = 'task' then 'set_created' else 'attached' end,
                                 'table', queues.history_partition_name(_table, _lower),
                                 'lower_bound', _lower, 'upper_bound', _upper, 'more', true);
