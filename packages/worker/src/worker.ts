@@ -48,6 +48,7 @@ import type { WorkerConfig } from './config.js';
 import { TaskListener } from './listener.js';
 import type { Logger } from './logger.js';
 import type { ProcessorRegistry, TaskOutcome, TaskReport } from './processor.js';
+import { taskLogger } from './task-logger.js';
 import { bindToTask, traceClaim, traceStep, traceTask, traceWorkerEvents } from './tracing.js';
 
 /** The local queue's size when none is configured (graphile-worker's default too). */
@@ -71,12 +72,18 @@ export const DEFAULT_STATEMENT_TIMEOUT_MS = 300_000;
 
 interface Running {
   task: ClaimedTask;
-  controller: AbortController;
+  /** Made when the processor asks for its signal or the run is aborted (abortRun): ~1.5 KB each. */
+  controller?: AbortController;
   startedAt: number;
   lost: boolean;
   /** Released at shutdown: the processor's late results are expected to be refused. */
   released: boolean;
   done: Promise<void>;
+}
+
+/** Aborts a run's signal (made now if nobody asked for it yet, so a later look sees it aborted). */
+function abortRun(running: Running, reason: Error): void {
+  (running.controller ??= new AbortController()).abort(reason);
 }
 
 export interface WorkerEvents {
@@ -222,7 +229,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
           'could not release leases; they will expire',
         );
       }
-      for (const r of left) r.controller.abort(new Error('worker shutting down'));
+      for (const r of left) abortRun(r, new Error('worker shutting down'));
     }
     clearInterval(this.#heartbeat);
     await this.#listener.stop();
@@ -334,10 +341,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
     while (this.#busy < this.#options.concurrency && this.#waiting.length > 0) {
       // A task this worker still runs under an earlier lease waits (heartbeated) until
       // that run ends.
-      const next =
-        this.#runningTasks.size === 0 ? 0 : this.#waiting.findIndex((t) => !this.#runningTasks.has(t.taskId));
-      if (next < 0) break;
-      starting.push(this.#admit(this.#waiting.splice(next, 1)[0]!));
+      let next = 0;
+      while (next < this.#waiting.length && this.#runningTasks.has(this.#waiting[next]!.taskId)) next++;
+      if (next === this.#waiting.length) break;
+      starting.push(this.#admit(next === 0 ? this.#waiting.shift()! : this.#waiting.splice(next, 1)[0]!));
     }
     if (starting.length === 0) return;
     // One statement marks every task starting now, steps that run in the database too.
@@ -348,7 +355,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
           // A task already finished was completed before its mark arrived: nothing to stop.
           if (!lost.has(r.task.taskLeaseId) || r.lost || this.#running.get(r.task.taskLeaseId) !== r) continue;
           r.lost = true;
-          r.controller.abort(new Error('lease lost'));
+          abortRun(r, new Error('lease lost'));
           this.#log.warn(
             { event: 'lease_lost', task_id: r.task.taskId, task_type: r.task.taskType },
             'lease taken over before the task started; aborting it',
@@ -399,10 +406,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   /** Takes a slot for `task`: it counts as running from now on. */
   #admit(task: ClaimedTask): Running {
-    const controller = new AbortController();
     const running: Running = {
       task,
-      controller,
       startedAt: Date.now(),
       lost: false,
       released: false,
@@ -417,7 +422,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   /** Runs an admitted task once its start is written. */
   #launch(running: Running, written: Promise<void>): void {
     const { task } = running;
-    const log = this.#log.child({ task_id: task.taskId, task_type: task.taskType, task_lease_id: task.taskLeaseId });
+    const log = taskLogger(this.#log, task);
     let freed = false;
     const free = () => {
       if (freed) return;
@@ -440,7 +445,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   }
 
   async #process(running: Running, log: Logger, free: () => void, written: Promise<void>): Promise<void> {
-    const { task, controller } = running;
+    const { task } = running;
     // The task runs only once its start is on its way to the database: the queue then
     // knows it was started, even if this process dies while running it.
     const processor = this.#options.registry.get(task.taskType);
@@ -465,7 +470,14 @@ export class Worker extends EventEmitter<WorkerEvents> {
     let outcome: TaskOutcome;
     try {
       outcome = processor
-        ? await processor.process({ task, pool: this.pool, log, signal: controller.signal })
+        ? await processor.process({
+            task,
+            pool: this.pool,
+            log,
+            get signal() {
+              return (running.controller ??= new AbortController()).signal;
+            },
+          })
         : { outcome: 'failed', error: `no processor for task type ${task.taskType}` };
     } catch (error) {
       const durationMs = Date.now() - running.startedAt;
@@ -494,7 +506,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
     // once the processor is done, and the completer records the outcome beside the
     // next tasks.
     if (!outcome.step) free();
-    await this.#record(running, log, outcome);
+    // Returned, not awaited: this frame is let go while the completion is under way.
+    return this.#record(running, log, outcome);
   }
 
   /**
@@ -641,7 +654,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       for (const r of leases) {
         if (!kept.has(r.task.taskLeaseId) && this.#running.get(r.task.taskLeaseId) === r) {
           r.lost = true;
-          r.controller.abort(new Error('lease lost'));
+          abortRun(r, new Error('lease lost'));
           this.#log.warn(
             { event: 'lease_lost', task_id: r.task.taskId, task_type: r.task.taskType },
             'heartbeat found the lease taken over; aborting the task',
