@@ -116,7 +116,8 @@ as $$
            row_number() over (order by s.lower_bound desc) as n
       from queues.history_sets() s
      where not s.is_default
-       and s.lower_bound <= queues.last_task_id()
+       -- once, not once per set (a call reads the sequence's catalog entry)
+       and s.lower_bound <= (select queues.last_task_id())
        and (_before is null or s.lower_bound < _before)
   )
   select coalesce((select b.lower_bound from s b where b.n = 2), a.lower_bound), a.upper_bound
