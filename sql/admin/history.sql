@@ -4,9 +4,10 @@
 -- retained task, the next set retention will drop (queues.history_status_at,
 -- sql/queues/partitions.sql) and the recent drops.
 --
--- Cost: catalog reads, and per partition set two primary-key probes (its oldest and
--- newest task) and a range count of its pending tasks in queues.task_pending (the claim
--- index: its cost follows pending work, never history). No scan of history.
+-- Cost: catalog reads, the sizes of every partition (each sized once), and per partition
+-- set two primary-key probes (its oldest and newest task) and a range count of its
+-- pending tasks in queues.task_pending (the claim index: its cost follows pending work,
+-- never history), all in one statement. No scan of history.
 
 -- The status at _now: queues.history_status_at(_now) with these keys added or extended:
 --   now                  _now
@@ -43,64 +44,58 @@ declare
   _status jsonb;
   _last_id bigint;
   _next_lower bigint;
-  _p record;
-  _first record;
-  _newest bigint;
-  _bytes record;
-  _pending bigint;
-  _tasks bigint;
-  _parts jsonb := '[]';
+  _default record;
+  _parts jsonb;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
   end if;
-  _status := queues.history_status_at(_now);
+  _status := queues.history_summary_at(_now);
   _last_id := (_status ->> 'last_task_id')::bigint;
   _next_lower := (_status -> 'next_drop' ->> 'lower_bound')::bigint;
 
-  for _p in
-    select p.*, c.created_at
-      from queues.history_partitions() p
-      left join queues.history_partition_created c on c.lower_bound = p.lower_bound and not p.is_default
-     order by p.is_default, p.lower_bound
-  loop
-    -- Each set's partitions by name (queues.history_partition_name), sized one by one.
-    select coalesce(sum(pg_table_size(c.oid)), 0)::bigint as table_bytes,
-           coalesce(sum(pg_indexes_size(c.oid)), 0)::bigint as index_bytes
-      into _bytes
-      from unnest(queues.history_tables()) t(name)
-      join pg_class c on c.relnamespace = 'queues'::regnamespace
-                     and c.relname = case when _p.is_default then t.name || '_default'
-                                          else queues.history_partition_name(t.name, _p.lower_bound) end;
-    if _p.is_default then
-      select t.task_id, t.enqueued_at into _first from queues.task_default t order by t.task_id limit 1;
-      select max(t.task_id), count(*) into _newest, _tasks from queues.task_default t;
-      _pending := (select count(*) from queues.task_default t
-                    where not exists (select 1 from queues.task_completed c where c.task_id = t.task_id));
-    else
-      -- Primary-key probes, pruned to the set's partition at run time.
-      select t.task_id, t.enqueued_at into _first from queues.task t
-       where t.task_id >= _p.lower_bound and t.task_id < _p.upper_bound
-       order by t.task_id limit 1;
-      select t.task_id into _newest from queues.task t
-       where t.task_id >= _p.lower_bound and t.task_id < _p.upper_bound
-       order by t.task_id desc limit 1;
-      _tasks := coalesce(_newest - _first.task_id + 1, 0);
-      _pending := (select count(*) from queues.task_pending tp
-                    where tp.task_id >= _p.lower_bound and tp.task_id < _p.upper_bound);
-    end if;
-    _parts := _parts || jsonb_build_array(jsonb_build_object(
-      'lower_bound', _p.lower_bound, 'upper_bound', _p.upper_bound, 'name', _p.partition_name,
-      'is_default', _p.is_default, 'estimated_tasks', _p.estimated_tasks, 'total_bytes', _p.total_bytes,
-      'table_bytes', _bytes.table_bytes, 'index_bytes', _bytes.index_bytes,
-      'tasks', _tasks, 'first_task_id', _first.task_id, 'first_enqueued_at', _first.enqueued_at,
-      'last_task_id', _newest, 'pending_tasks', _pending, 'created_at', _p.created_at,
-      'state', case when _p.is_default then 'default'
-                    when _p.lower_bound > _last_id then 'ahead'
-                    when _p.upper_bound > _last_id then 'current'
-                    when _p.lower_bound = _next_lower then 'next_drop'
-                    else 'retained' end));
-  end loop;
+  -- The default partition, read by itself (normally empty).
+  select (select t.task_id from queues.task_default t order by t.task_id limit 1) as first_task_id,
+         (select t.enqueued_at from queues.task_default t order by t.task_id limit 1) as first_enqueued_at,
+         (select max(t.task_id) from queues.task_default t) as last_task_id,
+         (select count(*) from queues.task_default t) as tasks,
+         (select count(*) from queues.task_default t
+           where not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)) as pending_tasks
+    into _default;
+
+  -- One statement for every set: sizes once per partition (queues.history_partition_sizes),
+  -- and per set two primary-key probes (its oldest and newest task; each lateral's
+  -- partitions are opened once and pruned per set at run time) and a range count of
+  -- queues.task_pending.
+  select coalesce(jsonb_agg(jsonb_build_object(
+           'lower_bound', p.lower_bound, 'upper_bound', p.upper_bound, 'name', p.partition_name,
+           'is_default', p.is_default, 'estimated_tasks', p.estimated_tasks,
+           'total_bytes', p.table_bytes + p.index_bytes,
+           'table_bytes', p.table_bytes, 'index_bytes', p.index_bytes,
+           'tasks', case when p.is_default then _default.tasks
+                         else coalesce(n.task_id - f.task_id + 1, 0) end,
+           'first_task_id', case when p.is_default then _default.first_task_id else f.task_id end,
+           'first_enqueued_at', case when p.is_default then _default.first_enqueued_at else f.enqueued_at end,
+           'last_task_id', case when p.is_default then _default.last_task_id else n.task_id end,
+           'pending_tasks', case when p.is_default then _default.pending_tasks else pe.pending end,
+           'created_at', c.created_at,
+           'state', case when p.is_default then 'default'
+                         when p.lower_bound > _last_id then 'ahead'
+                         when p.upper_bound > _last_id then 'current'
+                         when p.lower_bound = _next_lower then 'next_drop'
+                         else 'retained' end)
+           order by p.is_default, p.lower_bound), '[]')
+    into _parts
+    from queues.history_partition_sizes() p
+    left join queues.history_partition_created c on c.lower_bound = p.lower_bound and not p.is_default
+    left join lateral (select t.task_id, t.enqueued_at from queues.task t
+                        where t.task_id >= p.lower_bound and t.task_id < p.upper_bound
+                        order by t.task_id limit 1) f on not p.is_default
+    left join lateral (select t.task_id from queues.task t
+                        where t.task_id >= p.lower_bound and t.task_id < p.upper_bound
+                        order by t.task_id desc limit 1) n on not p.is_default
+    left join lateral (select count(*) as pending from queues.task_pending tp
+                        where tp.task_id >= p.lower_bound and tp.task_id < p.upper_bound) pe on not p.is_default;
 
   return _status || jsonb_build_object(
     'now', _now,

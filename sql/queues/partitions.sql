@@ -14,13 +14,17 @@
 --   queues.attach_history_partition(t, lo, hi) one table's partition of a set, owner only
 --   queues.create_history_partition(lo, hi)    one set [lo, hi), owner only
 --   queues.history_partition_bounds()          every table's partitions and their bounds
---   queues.history_partitions()                the sets, bounds, sizes, oldest/newest task
+--   queues.history_sets()                      the sets' bounds, from the catalog only
+--   queues.history_walk(_before)               the id ranges a newest-first read walks
+--   queues.history_partition_sizes()           the sets with table and index bytes
+--   queues.history_partitions()                the sets with their total bytes
 --   queues.maintain_history_step_at(_now)      one short step of maintenance; owner only
 --   queues.maintain_history_step(payload)      the same at now(), a runnable db_function
 --                                              (the schedule's: one transaction per step)
 --   queues.maintain_history_at(_now)           every step in one transaction; owner only
 --   queues.maintain_history(payload)           the same at now(), a runnable db_function
---   queues.history_status()                    settings and what the next drop waits for
+--   queues.history_summary_at(_now)            settings, oldest task, what the next drop waits for
+--   queues.history_status_at(_now)             the same with the sets and their sizes
 --
 -- Locks. The claim and the completion read queues.task, task_lease_started and
 -- task_completed through generic plans, which lock every partition of those tables,
@@ -55,9 +59,11 @@ as $$
 $$;
 
 -- The partition of _table holding [_lower, _upper) is named <table>_p<lower>.
+-- No SET clause: a function with one is never inlined, and the status pages name every
+-- partition of every set with it (196 calls at 14 sets). It names no object, so the
+-- search path cannot change what it does (like admin.pending_state).
 create or replace function queues.history_partition_name(_table text, _lower bigint) returns text
   language sql immutable parallel safe
-  set search_path = pg_catalog, pg_temp
 as $$
   select _table || '_p' || _lower::text
 $$;
@@ -144,6 +150,80 @@ as $$
 $$;
 
 -- The partition sets of queues.task (the other tables follow the same bounds), lowest
+-- first, with the default partition (lower and upper null) last: bounds and the planner's
+-- estimate of their tasks only, from the catalog (no relation is opened). What the list
+-- endpoints walk and maintenance reads; queues.history_partitions() adds sizes.
+create or replace function queues.history_sets()
+  returns table (lower_bound bigint, upper_bound bigint, partition_name text,
+                 estimated_tasks bigint, is_default boolean)
+  language sql stable
+  set search_path = pg_catalog, pg_temp
+as $$
+  -- A bound reads FOR VALUES FROM ('<lower>') TO ('<upper>'), or DEFAULT. It holds no
+  -- column, so it is deparsed without opening the partition (relation 0), and its two
+  -- quoted values are the 2nd and 4th fields between quotes (a regular expression took
+  -- 10 us a row).
+  select nullif(split_part(b.bound, '''', 2), '')::bigint, nullif(split_part(b.bound, '''', 4), '')::bigint,
+         b.relname::text, greatest(b.reltuples, 0)::bigint, b.bound = 'DEFAULT'
+    from (select c.relname, c.reltuples, pg_get_expr(c.relpartbound, 0) as bound
+            from pg_inherits i
+            join pg_class c on c.oid = i.inhrelid
+           where i.inhparent = 'queues.task'::regclass) b
+   order by b.bound = 'DEFAULT', 1
+$$;
+
+-- The task id ranges [lower_bound, upper_bound) that a newest-first read of history
+-- walks, newest first: the sets that can hold a task below _before (null: any) and not
+-- above the last task id handed out (sets above it hold none), upper bounds capped at
+-- _before. Each range is one set, except the first, which spans the two newest: the set
+-- being filled may have begun a moment ago, and two partitions per table cost the planner
+-- about what one does, so a page usually takes one statement. A reader that gives each
+-- range's bounds to its statement as values gets a plan of these partitions only.
+create or replace function queues.history_walk(_before bigint)
+  returns table (lower_bound bigint, upper_bound bigint)
+  language sql stable
+  set search_path = pg_catalog, pg_temp
+as $$
+  with s as (
+    select s.lower_bound, least(s.upper_bound, _before) as upper_bound,
+           row_number() over (order by s.lower_bound desc) as n
+      from queues.history_sets() s
+     where not s.is_default
+       -- once, not once per set (a call reads the sequence's catalog entry)
+       and s.lower_bound <= (select queues.last_task_id())
+       and (_before is null or s.lower_bound < _before)
+  )
+  select coalesce((select b.lower_bound from s b where b.n = 2), a.lower_bound), a.upper_bound
+    from s a where a.n = 1
+  union all
+  select s.lower_bound, s.upper_bound from s where s.n > 2
+  order by 1 desc
+$$;
+
+-- queues.history_sets() with each set's bytes summed over every history table: tables
+-- with their TOAST (pg_table_size) and indexes (pg_indexes_size). Each partition is sized
+-- once, looked up by name (queues.history_partition_name) through the catalog's name
+-- index; sizing opens each partition and its indexes, so this is the one place that
+-- costs per partition: callers read it once per answer.
+create or replace function queues.history_partition_sizes()
+  returns table (lower_bound bigint, upper_bound bigint, partition_name text,
+                 estimated_tasks bigint, is_default boolean, table_bytes bigint, index_bytes bigint)
+  language sql stable
+  set search_path = pg_catalog, pg_temp
+as $$
+  select s.lower_bound, s.upper_bound, s.partition_name, s.estimated_tasks, s.is_default,
+         coalesce(sum(pg_table_size(c.oid)), 0)::bigint,
+         coalesce(sum(pg_indexes_size(c.oid)), 0)::bigint
+    from queues.history_sets() s
+   cross join unnest(queues.history_tables()) t(name)
+    left join pg_class c on c.relnamespace = 'queues'::regnamespace
+                        and c.relname = case when s.is_default then t.name || '_default'
+                                             else queues.history_partition_name(t.name, s.lower_bound) end
+   group by s.lower_bound, s.upper_bound, s.partition_name, s.estimated_tasks, s.is_default
+   order by s.is_default, s.lower_bound
+$$;
+
+-- The partition sets of queues.task (the other tables follow the same bounds), lowest
 -- first, with the default partition (lower and upper null) last. Sizes are summed over
 -- every history table (tables, TOAST and indexes); tasks is the planner's estimate.
 create or replace function queues.history_partitions()
@@ -153,28 +233,10 @@ create or replace function queues.history_partitions()
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
-  with parts as (
-    select c.relname, pg_get_expr(c.relpartbound, c.oid) as bound, c.reltuples
-      from pg_inherits i
-      join pg_class c on c.oid = i.inhrelid
-     where i.inhparent = 'queues.task'::regclass
-  ),
-  bounds as (
-    select p.relname, p.reltuples,
-           (regexp_match(p.bound, 'FROM \(''?(-?\d+)''?\) TO \(''?(-?\d+)''?\)')) as b,
-           p.bound = 'DEFAULT' as is_default
-      from parts p
-  )
-  select b.b[1]::bigint, b.b[2]::bigint, b.relname,
-         greatest(b.reltuples, 0)::bigint,
-         (select coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
-            from unnest(queues.history_tables()) t(name)
-            join pg_class c on c.relnamespace = 'queues'::regnamespace
-                           and c.relname = case when b.is_default then t.name || '_default'
-                                                else queues.history_partition_name(t.name, b.b[1]::bigint) end),
-         b.is_default
-    from bounds b
-   order by b.is_default, b.b[1]::bigint
+  select p.lower_bound, p.upper_bound, p.partition_name, p.estimated_tasks,
+         p.table_bytes + p.index_bytes, p.is_default
+    from queues.history_partition_sizes() p
+   order by p.is_default, p.lower_bound
 $$;
 
 -- The last task id handed out (0 before the first task).
@@ -454,55 +516,91 @@ as $$
   select jsonb_build_object('success', true, 'payload', queues.maintain_history_step_at(now()))
 $$;
 
--- What operators watch: the settings, the sets, the oldest retained task, and the next
--- drop (the lowest set below the last task id with its newest completion: it can go at
--- last_completed_at + retention, unless it holds pending tasks).
-create or replace function queues.history_status_at(_now timestamptz)
+-- What operators watch, without the list of sets: the settings, the oldest retained task,
+-- and the next drop (the lowest set below the last task id with its newest completion: it
+-- can go at last_completed_at + retention, unless it holds pending tasks). Each read of
+-- a partitioned table is pruned at plan time to the set it needs (EXECUTE with the set's
+-- bounds as values), so the cost does not grow with the number of sets beyond the catalog
+-- read of their bounds.
+create or replace function queues.history_summary_at(_now timestamptz)
   returns jsonb
   language plpgsql stable
-  security definer
   set search_path = pg_catalog, pg_temp
 as $$
 declare
   _setting queues.history_setting;
   _last_id bigint := queues.last_task_id();
+  _set record;
   _next record;
   _next_json jsonb;
+  _oldest_id bigint;
+  _oldest_at timestamptz;
+  _default_id bigint;
+  _default_at timestamptz;
+  _last_completed timestamptz;
+  _pending bigint;
 begin
   select * into _setting from queues.history_setting;
-  select p.lower_bound, p.upper_bound,
-         (select max(c.completed_at) from queues.task_completed c
-           where c.task_id >= p.lower_bound and c.task_id < p.upper_bound) as last_completed_at,
-         (select count(*) from queues.task_pending tp
-           where tp.task_id >= p.lower_bound and tp.task_id < p.upper_bound) as pending
-    into _next
-    from queues.history_partitions() p
-   where not p.is_default and p.upper_bound <= _last_id
-   order by p.lower_bound
+  -- The oldest task: in the lowest set that holds one (or in the default partition).
+  for _set in
+    select s.lower_bound, s.upper_bound from queues.history_sets() s
+     where not s.is_default and s.lower_bound <= _last_id
+     order by s.lower_bound
+  loop
+    execute 'select t.task_id, t.enqueued_at from queues.task t
+              where t.task_id >= $1 and t.task_id < $2 order by t.task_id limit 1'
+      into _oldest_id, _oldest_at using _set.lower_bound, _set.upper_bound;
+    exit when _oldest_id is not null;
+  end loop;
+  select t.task_id, t.enqueued_at into _default_id, _default_at from queues.task_default t order by t.task_id limit 1;
+  if _default_id < _oldest_id or _oldest_id is null then
+    _oldest_id := _default_id;
+    _oldest_at := _default_at;
+  end if;
+
+  select s.lower_bound, s.upper_bound into _next
+    from queues.history_sets() s
+   where not s.is_default and s.upper_bound <= _last_id
+   order by s.lower_bound
    limit 1;
   if found then
+    execute 'select max(c.completed_at) from queues.task_completed c where c.task_id >= $1 and c.task_id < $2'
+      into _last_completed using _next.lower_bound, _next.upper_bound;
+    _pending := (select count(*) from queues.task_pending tp
+                  where tp.task_id >= _next.lower_bound and tp.task_id < _next.upper_bound);
     _next_json := jsonb_build_object(
       'lower_bound', _next.lower_bound, 'upper_bound', _next.upper_bound,
-      'pending_tasks', _next.pending,
-      'last_completed_at', _next.last_completed_at,
-      'drop_after', case when _next.pending = 0 then coalesce(_next.last_completed_at + _setting.retention, _now) end);
+      'pending_tasks', _pending,
+      'last_completed_at', _last_completed,
+      'drop_after', case when _pending = 0 then coalesce(_last_completed + _setting.retention, _now) end);
   end if;
   return jsonb_build_object(
     'retention_seconds', extract(epoch from _setting.retention)::bigint,
     'partition_size', _setting.partition_size,
     'partitions_ahead', _setting.partitions_ahead,
     'last_task_id', _last_id,
-    'oldest_task_id', (select min(t.task_id) from queues.task t),
-    'oldest_enqueued_at', (select t.enqueued_at from queues.task t order by t.task_id limit 1),
+    'oldest_task_id', _oldest_id,
+    'oldest_enqueued_at', _oldest_at,
     'default_partition_tasks', (select count(*) from queues.task_default),
     'next_drop', _next_json,
     'dropped_sets', (select count(*) from queues.history_partition_dropped),
-    'last_dropped_at', (select max(d.dropped_at) from queues.history_partition_dropped d),
+    'last_dropped_at', (select max(d.dropped_at) from queues.history_partition_dropped d));
+end;
+$$;
+
+-- queues.history_summary_at(_now) and the sets with their sizes (queues.history_partitions()).
+create or replace function queues.history_status_at(_now timestamptz)
+  returns jsonb
+  language sql stable
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+  select queues.history_summary_at(_now) || jsonb_build_object(
     'partitions', coalesce((select jsonb_agg(jsonb_build_object(
         'lower_bound', p.lower_bound, 'upper_bound', p.upper_bound, 'name', p.partition_name,
-        'estimated_tasks', p.estimated_tasks, 'total_bytes', p.total_bytes, 'is_default', p.is_default))
-      from queues.history_partitions() p), '[]'));
-end;
+        'estimated_tasks', p.estimated_tasks, 'total_bytes', p.total_bytes, 'is_default', p.is_default)
+        order by p.is_default, p.lower_bound)
+      from queues.history_partitions() p), '[]'))
 $$;
 
 -- The worker runs maintenance as the db_function task of its schedule; operators read the
@@ -510,8 +608,10 @@ $$;
 -- here, beside the functions, so that a migration including sql/queues/privileges.sql
 -- before this file does not name a function that does not exist yet.
 revoke execute on function queues.maintain_history_at(timestamptz), queues.maintain_history_step_at(timestamptz),
-  queues.history_status_at(timestamptz), queues.history_partitions(), queues.history_partition_bounds(),
-  queues.create_history_partition(bigint, bigint), queues.attach_history_partition(text, bigint, bigint) from public;
+  queues.history_status_at(timestamptz), queues.history_summary_at(timestamptz), queues.history_partitions(),
+  queues.history_partition_bounds(), queues.history_sets(), queues.history_partition_sizes(),
+  queues.history_walk(bigint), queues.create_history_partition(bigint, bigint),
+  queues.attach_history_partition(text, bigint, bigint) from public;
 grant execute on function queues.maintain_history(jsonb), queues.maintain_history_step(jsonb) to :DATABASE_WORKER;
 select internal.register_runnable_function('queues.maintain_history(jsonb)');
 select internal.register_runnable_function('queues.maintain_history_step(jsonb)');
