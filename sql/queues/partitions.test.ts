@@ -339,7 +339,7 @@ describe('partition maintenance', () => {
       expect(next.map((d) => d.action)).toContain('set_created');
       expect(next.at(-1)).toMatchObject({ action: 'none', more: false });
       // The set is recorded as created when its task partition is attached, its last.
-      const made = next.find((d) => d.action === 'set_created') as { lower_bound: number };
+      const made = next.find((d) => d.action === 'set_created') as unknown as { lower_bound: number };
       const { rows: created } = await db.query(
         'select count(*)::int as n from queues.history_partition_created where lower_bound = $1',
         [made.lower_bound],

@@ -124,7 +124,7 @@ type ChildOf = (this: Logger, bindings: Bindings, options?: ChildLoggerOptions) 
  * never see a child's bindings.
  */
 function redactingChildren(logger: Logger): Logger {
-  const child = Reflect.get(logger, 'child') as ChildOf;
+  const child = Reflect.get(logger, 'child') as unknown as ChildOf;
   const redacting: ChildOf = function (bindings, options) {
     return child.call(this, redactSecrets(bindings), options);
   };
