@@ -1096,6 +1096,22 @@ create table queues.error_p2000000 partition of queues.error (
 CREATE UNIQUE INDEX error_p2000000_pkey ON queues.error_p2000000 USING btree (task_id, error_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.error_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
+create table queues.history_partition_created (
+  lower_bound bigint not null,
+  upper_bound bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint history_partition_created_check CHECK ((upper_bound > lower_bound)),
+  constraint history_partition_created_created_at_not_null NOT NULL created_at,
+  constraint history_partition_created_lower_bound_not_null NOT NULL lower_bound,
+  constraint history_partition_created_pkey PRIMARY KEY (lower_bound),
+  constraint history_partition_created_upper_bound_not_null NOT NULL upper_bound
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.history_partition_created is 'Append-only: partition sets of queue history created by maintenance (task ids [lower_bound, upper_bound)).';
+CREATE UNIQUE INDEX history_partition_created_pkey ON queues.history_partition_created USING btree (lower_bound);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.history_partition_created FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
 create table queues.history_partition_dropped (
   history_partition_dropped_id bigint generated always as identity not null,
   lower_bound bigint not null,
@@ -1122,7 +1138,7 @@ create table queues.history_setting (
   partition_size bigint default 1000000 not null,
   partitions_ahead integer default 2 not null,
   retention interval default '7 days'::interval not null,
-  lock_timeout_ms integer default 100 not null,
+  lock_timeout_ms integer default 50 not null,
   updated_at timestamp with time zone default now() not null,
   constraint history_setting_lock_timeout_ms_check CHECK (((lock_timeout_ms >= 1) AND (lock_timeout_ms <= 60000))),
   constraint history_setting_lock_timeout_ms_not_null NOT NULL lock_timeout_ms,
@@ -1581,9 +1597,10 @@ CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_interruption_p2000000 
 create table queues.task_lease (
   task_lease_id bigint generated always as identity not null,
   task_id bigint not null,
-  worker_id text not null,
+  worker_id text,
   leased_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
+  worker_key integer,
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
   constraint task_lease_leased_at_not_null NOT NULL leased_at,
@@ -1591,10 +1608,12 @@ create table queues.task_lease (
   constraint task_lease_task_id_not_null NOT NULL task_id,
   constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
   constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
-  constraint task_lease_worker_id_not_null NOT NULL worker_id
+  constraint task_lease_worker_named CHECK (((worker_key IS NOT NULL) OR (worker_id IS NOT NULL))) NOT VALID
 ) partition by RANGE (task_id);
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on column queues.task_lease.worker_id is 'The worker that took the lease, on leases written before worker_key; null since.';
+comment on column queues.task_lease.worker_key is 'The worker that took the lease (queues.worker_name); null on leases written before, which have worker_id.';
 comment on table queues.task_lease is 'Append-only: one row per claim of a task.';
 CREATE UNIQUE INDEX task_lease_pkey ON ONLY queues.task_lease USING btree (task_id, task_lease_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
@@ -1602,9 +1621,10 @@ CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease FOR EACH STATEME
 create table queues.task_lease_default partition of queues.task_lease (
   task_lease_id bigint generated always as identity not null,
   task_id bigint not null,
-  worker_id text not null,
+  worker_id text,
   leased_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
+  worker_key integer,
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_default_pkey PRIMARY KEY (task_id, task_lease_id),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
@@ -1612,7 +1632,7 @@ create table queues.task_lease_default partition of queues.task_lease (
   constraint task_lease_task_id_not_null NOT NULL task_id,
   constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
   constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
-  constraint task_lease_worker_id_not_null NOT NULL worker_id
+  constraint task_lease_worker_named CHECK (((worker_key IS NOT NULL) OR (worker_id IS NOT NULL))) NOT VALID
 ) DEFAULT;
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -1718,9 +1738,10 @@ CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_extension_p20000
 create table queues.task_lease_p0 partition of queues.task_lease (
   task_lease_id bigint generated always as identity not null,
   task_id bigint not null,
-  worker_id text not null,
+  worker_id text,
   leased_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
+  worker_key integer,
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
   constraint task_lease_leased_at_not_null NOT NULL leased_at,
@@ -1728,7 +1749,7 @@ create table queues.task_lease_p0 partition of queues.task_lease (
   constraint task_lease_task_id_not_null NOT NULL task_id,
   constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
   constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
-  constraint task_lease_worker_id_not_null NOT NULL worker_id
+  constraint task_lease_worker_named CHECK (((worker_key IS NOT NULL) OR (worker_id IS NOT NULL))) NOT VALID
 ) FOR VALUES FROM ('0') TO ('1000000');
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -1738,9 +1759,10 @@ CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_p0 FOR EACH STAT
 create table queues.task_lease_p1000000 partition of queues.task_lease (
   task_lease_id bigint generated always as identity not null,
   task_id bigint not null,
-  worker_id text not null,
+  worker_id text,
   leased_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
+  worker_key integer,
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
   constraint task_lease_leased_at_not_null NOT NULL leased_at,
@@ -1748,7 +1770,7 @@ create table queues.task_lease_p1000000 partition of queues.task_lease (
   constraint task_lease_task_id_not_null NOT NULL task_id,
   constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
   constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
-  constraint task_lease_worker_id_not_null NOT NULL worker_id
+  constraint task_lease_worker_named CHECK (((worker_key IS NOT NULL) OR (worker_id IS NOT NULL))) NOT VALID
 ) FOR VALUES FROM ('1000000') TO ('2000000');
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -1758,9 +1780,10 @@ CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_p1000000 FOR EAC
 create table queues.task_lease_p2000000 partition of queues.task_lease (
   task_lease_id bigint generated always as identity not null,
   task_id bigint not null,
-  worker_id text not null,
+  worker_id text,
   leased_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
+  worker_key integer,
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
   constraint task_lease_leased_at_not_null NOT NULL leased_at,
@@ -1768,7 +1791,7 @@ create table queues.task_lease_p2000000 partition of queues.task_lease (
   constraint task_lease_task_id_not_null NOT NULL task_id,
   constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
   constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
-  constraint task_lease_worker_id_not_null NOT NULL worker_id
+  constraint task_lease_worker_named CHECK (((worker_key IS NOT NULL) OR (worker_id IS NOT NULL))) NOT VALID
 ) FOR VALUES FROM ('2000000') TO ('3000000');
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -2402,6 +2425,22 @@ create table queues.worker (
 comment on table queues.worker is 'Workers and their last heartbeat (mutable registry).';
 CREATE UNIQUE INDEX worker_pkey ON queues.worker USING btree (worker_id);
 
+create table queues.worker_name (
+  worker_key integer generated always as identity not null,
+  worker_id text not null,
+  constraint worker_name_pkey PRIMARY KEY (worker_key),
+  constraint worker_name_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
+  constraint worker_name_worker_id_key UNIQUE (worker_id),
+  constraint worker_name_worker_id_not_null NOT NULL worker_id,
+  constraint worker_name_worker_key_not_null NOT NULL worker_key
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.worker_name is 'Append-only: each worker id that took a lease, once, with the key its leases name it by (queues.task_lease.worker_key).';
+CREATE UNIQUE INDEX worker_name_pkey ON queues.worker_name USING btree (worker_key);
+CREATE UNIQUE INDEX worker_name_worker_id_key ON queues.worker_name USING btree (worker_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.worker_name FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
 create table schedules.schedule (
   schedule_id bigint generated always as identity not null,
   name text not null,
@@ -2590,7 +2629,9 @@ comment on view queues.stale_lease is 'Live leases held by workers not seen for 
 create view queues.task_lease_effective as
  SELECT l.task_lease_id,
     l.task_id,
-    l.worker_id,
+    COALESCE(l.worker_id, ( SELECT n.worker_id
+           FROM queues.worker_name n
+          WHERE n.worker_key = l.worker_key)) AS worker_id,
     l.leased_at,
     COALESCE(r.released_at, v.revoked_at, e.expires_at, l.expires_at) AS expires_at,
     r.released_at,
@@ -2740,6 +2781,10 @@ create sequence queues.task_task_id_seq as bigint start 1 increment 1 minvalue 1
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence queues.task_type_paused_task_type_paused_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
   identity of queues.task_type_paused.task_type_paused_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence queues.worker_name_worker_key_seq as integer start 1 increment 1 minvalue 1 maxvalue 2147483647 cache 1;
+  identity of queues.worker_name.worker_key
   owner :DATABASE_OWNER
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence schedules.schedule_run_schedule_run_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
@@ -3212,10 +3257,13 @@ begin
   recent as (
     -- Completions in the window by completed_at (index range scan); each is joined to its
     -- task and lease by primary key (lateral + limit 1 keeps these nested loops).
-    select t.task_type, count(*) as completed, count(distinct l.worker_id) as workers
+    -- A lease names its worker by key (queues.worker_name), or by id if written before
+    -- that key existed: a worker counts once per way it is named (twice, for one window,
+    -- if it ran across that migration).
+    select t.task_type, count(*) as completed, count(distinct (l.worker_key, l.worker_id)) as workers
       from queues.task_completed c
      cross join lateral (select x.task_type from queues.task x where x.task_id = c.task_id limit 1) t
-      left join lateral (select y.worker_id from queues.task_lease y
+      left join lateral (select y.worker_key, y.worker_id from queues.task_lease y
                           where y.task_id = c.task_id and y.task_lease_id = c.task_lease_id limit 1) l on true
      where c.completed_at > _now - make_interval(secs => _window)
        and c.completed_at <= _now
@@ -3429,10 +3477,114 @@ CREATE OR REPLACE FUNCTION admin.history_status()
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select queues.history_status_at(now())
+  select admin.history_status_at(now())
 $function$;
   -- admin.history_status(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.history_status_at(_now timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _status jsonb;
+  _last_id bigint;
+  _next_lower bigint;
+  _default record;
+  _parts jsonb;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  _status := queues.history_summary_at(_now);
+  _last_id := (_status ->> 'last_task_id')::bigint;
+  _next_lower := (_status -> 'next_drop' ->> 'lower_bound')::bigint;
+
+  -- The default partition, read by itself (normally empty).
+  select (select t.task_id from queues.task_default t order by t.task_id limit 1) as first_task_id,
+         (select t.enqueued_at from queues.task_default t order by t.task_id limit 1) as first_enqueued_at,
+         (select max(t.task_id) from queues.task_default t) as last_task_id,
+         (select count(*) from queues.task_default t) as tasks,
+         (select count(*) from queues.task_default t
+           where not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)) as pending_tasks
+    into _default;
+
+  -- One statement for every set: sizes once per partition (queues.history_partition_sizes),
+  -- and per set two primary-key probes (its oldest and newest task; each lateral's
+  -- partitions are opened once and pruned per set at run time) and a range count of
+  -- queues.task_pending.
+  select coalesce(jsonb_agg(jsonb_build_object(
+           'lower_bound', p.lower_bound, 'upper_bound', p.upper_bound, 'name', p.partition_name,
+           'is_default', p.is_default, 'estimated_tasks', p.estimated_tasks,
+           'total_bytes', p.table_bytes + p.index_bytes,
+           'table_bytes', p.table_bytes, 'index_bytes', p.index_bytes,
+           'tasks', case when p.is_default then _default.tasks
+                         else coalesce(n.task_id - f.task_id + 1, 0) end,
+           'first_task_id', case when p.is_default then _default.first_task_id else f.task_id end,
+           'first_enqueued_at', case when p.is_default then _default.first_enqueued_at else f.enqueued_at end,
+           'last_task_id', case when p.is_default then _default.last_task_id else n.task_id end,
+           'pending_tasks', case when p.is_default then _default.pending_tasks else pe.pending end,
+           'created_at', c.created_at,
+           'state', case when p.is_default then 'default'
+                         when p.lower_bound > _last_id then 'ahead'
+                         when p.upper_bound > _last_id then 'current'
+                         when p.lower_bound = _next_lower then 'next_drop'
+                         else 'retained' end)
+           order by p.is_default, p.lower_bound), '[]')
+    into _parts
+    from queues.history_partition_sizes() p
+    left join queues.history_partition_created c on c.lower_bound = p.lower_bound and not p.is_default
+    left join lateral (select t.task_id, t.enqueued_at from queues.task t
+                        where t.task_id >= p.lower_bound and t.task_id < p.upper_bound
+                        order by t.task_id limit 1) f on not p.is_default
+    left join lateral (select t.task_id from queues.task t
+                        where t.task_id >= p.lower_bound and t.task_id < p.upper_bound
+                        order by t.task_id desc limit 1) n on not p.is_default
+    left join lateral (select count(*) as pending from queues.task_pending tp
+                        where tp.task_id >= p.lower_bound and tp.task_id < p.upper_bound) pe on not p.is_default;
+
+  return _status || jsonb_build_object(
+    'now', _now,
+    'lock_timeout_ms', (select s.lock_timeout_ms from queues.history_setting s),
+    'partitions', _parts,
+    'totals', (select jsonb_build_object(
+                 'sets', count(*) filter (where not (x ->> 'is_default')::boolean),
+                 'tasks', coalesce(sum((x ->> 'tasks')::bigint), 0),
+                 'table_bytes', coalesce(sum((x ->> 'table_bytes')::bigint), 0),
+                 'index_bytes', coalesce(sum((x ->> 'index_bytes')::bigint), 0),
+                 'total_bytes', coalesce(sum((x ->> 'total_bytes')::bigint), 0))
+                 from jsonb_array_elements(_parts) x),
+    'recent_drops', coalesce((
+      select jsonb_agg(jsonb_build_object(
+               'lower_bound', d.lower_bound, 'upper_bound', d.upper_bound, 'tasks', d.tasks,
+               'last_completed_at', d.last_completed_at, 'dropped_at', d.dropped_at)
+             order by d.history_partition_dropped_id desc)
+        from (select * from queues.history_partition_dropped x
+               order by x.history_partition_dropped_id desc limit 10) d), '[]'),
+    'maintenance', (
+      select jsonb_build_object(
+               'schedule', s.name, 'cron', s.cron, 'enabled', s.enabled,
+               'next_fire_at', s.next_fire_at, 'last_fire_at', s.last_fire_at,
+               'last_run', (
+                 select jsonb_build_object(
+                          'fire_at', r.fire_at, 'outcome', r.outcome, 'task_id', r.task_id,
+                          'task_state', coalesce(
+                            (select c.outcome from queues.task_completed c where c.task_id = r.task_id),
+                            (select admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now)
+                               from queues.task_pending p where p.task_id = r.task_id)),
+                          'report', (select x.result -> 'payload' from queues.task_result x
+                                      where x.task_id = r.task_id order by x.task_lease_id desc limit 1))
+                   from schedules.schedule_run r
+                  where r.schedule_id = s.schedule_id
+                  order by r.fire_at desc limit 1))
+        from schedules.list_schedules() s
+       where s.name = 'queue_history_maintenance'));
+end;
+$function$;
+  -- admin.history_status_at(_now timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.list_dead_letters(_task_type text DEFAULT NULL::text, _limit integer DEFAULT NULL::integer, _before_task_id bigint DEFAULT NULL::bigint)
@@ -3443,19 +3595,52 @@ CREATE OR REPLACE FUNCTION admin.list_dead_letters(_task_type text DEFAULT NULL:
 AS $function$
 declare
   _page integer := admin.page_limit(_limit);
+  _lower bigint;
+  _upper bigint;
+  _found bigint;
+  _remaining integer;
 begin
   perform admin.assert_task_type(_task_type);
   if _before_task_id is not null and _before_task_id < 1 then
     raise exception 'before_task_id must be a positive task id, got %', _before_task_id
       using errcode = '22023';
   end if;
-  return query
-  select d.task_id, d.task_type, d.payload, d.outcome, d.completed_at, d.last_error, d.attempts::integer
-    from queues.dead_letter d
-   where (_task_type is null or d.task_type = _task_type)
-     and (_before_task_id is null or d.task_id < _before_task_id)
-   order by d.task_id desc
-   limit _page;
+  if exists (select 1 from queues.task_default) then
+    return query
+    select d.task_id, d.task_type, d.payload, d.outcome, d.completed_at, d.last_error, d.attempts::integer
+      from queues.dead_letter d
+     where (_task_type is null or d.task_type = _task_type)
+       and (_before_task_id is null or d.task_id < _before_task_id)
+     order by d.task_id desc
+     limit _page;
+    return;
+  end if;
+  _remaining := _page;
+  for _lower, _upper in select w.lower_bound, w.upper_bound from queues.history_walk(_before_task_id) w loop
+    return query
+    select c.task_id, t.task_type, t.payload, c.outcome, c.completed_at,
+           (select e.error_message from queues.error e
+             where e.task_id = t.task_id and e.task_id >= _lower and e.task_id < _upper
+             order by e.error_id desc limit 1),
+           (select count(*)::integer from queues.task_lease l
+             where l.task_id = t.task_id and l.task_id >= _lower and l.task_id < _upper)
+      from queues.task_completed c
+      join queues.task t on t.task_id = c.task_id and t.task_id >= _lower and t.task_id < _upper
+     -- The view's outcome test, written so that the planner counts the failed and
+     -- abandoned completions once (the view's two tests of outcome multiply into an
+     -- estimate of one row per set, which chose to sort the set's whole list).
+     where c.outcome in ('abandoned', 'failed')
+       and (c.outcome = 'abandoned' or not t.payload ? 'error_handler')
+       and not exists (select 1 from queues.task_redriven r
+                        where r.task_id = t.task_id and r.task_id >= _lower and r.task_id < _upper)
+       and c.task_id >= _lower and c.task_id < _upper
+       and (_task_type is null or t.task_type = _task_type)
+     order by c.task_id desc
+     limit _remaining;
+    get diagnostics _found = row_count;
+    _remaining := _remaining - _found;
+    exit when _remaining <= 0;
+  end loop;
 end;
 $function$;
   -- admin.list_dead_letters(_task_type text, _limit integer, _before_task_id bigint): owner :DATABASE_OWNER
@@ -3706,6 +3891,11 @@ declare
   _page integer := admin.page_limit(_limit);
   _filters text := '';
   _sql text;
+  _worker_key integer;
+  _lower bigint;
+  _upper bigint;
+  _found bigint;
+  _remaining integer;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -3739,7 +3929,11 @@ begin
 
   if _task_type is not null then _filters := _filters || ' and t.task_type = $2'; end if;
   if _worker_id is not null then
-    _filters := _filters || ' and exists (select 1 from queues.task_lease l where l.task_id = t.task_id and l.worker_id = $6)';
+    -- A lease names its worker by key (queues.worker_name), or by id if written before.
+    select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+    _filters := _filters || ' and exists (select 1 from queues.task_lease l where l.task_id = t.task_id
+                                             and (l.worker_key = $14 or l.worker_id = $6)
+                                             and ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13))';
   end if;
   if _resource_key is not null then _filters := _filters || ' and t.resource_key = $7'; end if;
   if _enqueued_from is not null then _filters := _filters || ' and t.enqueued_at >= $8'; end if;
@@ -3758,12 +3952,16 @@ begin
               limit $5';
   elsif _state is not null then
     _sql := 'select c.task_id, t.task_type, c.outcome, t.priority, t.resource_key, t.max_attempts,
-                    (select count(*)::integer from queues.task_lease l where l.task_id = c.task_id),
+                    (select count(*)::integer from queues.task_lease l where l.task_id = c.task_id
+                        and ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13)),
                     t.enqueued_at, t.scheduled_at, null::timestamptz, c.completed_at
                from queues.task_completed c
-              cross join lateral (select * from queues.task x where x.task_id = c.task_id limit 1) t
+              cross join lateral (select * from queues.task x where x.task_id = c.task_id
+                                     and ($12::bigint is null or x.task_id >= $12) and ($13::bigint is null or x.task_id < $13)
+                                   limit 1) t
               where c.outcome = $3
-                and ($4::bigint is null or c.task_id < $4)' || _filters || '
+                and ($4::bigint is null or c.task_id < $4)
+                and ($12::bigint is null or c.task_id >= $12) and ($13::bigint is null or c.task_id < $13)' || _filters || '
               order by c.task_id desc
               limit $5';
   else
@@ -3771,18 +3969,34 @@ begin
                     coalesce(c.outcome, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, $1)),
                     t.priority, t.resource_key, t.max_attempts,
                     coalesce(p.lease_count,
-                             (select count(*)::integer from queues.task_lease l where l.task_id = t.task_id)),
+                             (select count(*)::integer from queues.task_lease l where l.task_id = t.task_id
+                                 and ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13))),
                     t.enqueued_at, t.scheduled_at, p.available_at, c.completed_at
                from queues.task t
                left join queues.task_pending p on p.task_id = t.task_id
                left join queues.task_completed c on c.task_id = t.task_id
-              where ($4::bigint is null or t.task_id < $4)' || _filters || '
+                 and ($12::bigint is null or c.task_id >= $12) and ($13::bigint is null or c.task_id < $13)
+              where ($4::bigint is null or t.task_id < $4)
+                and ($12::bigint is null or t.task_id >= $12) and ($13::bigint is null or t.task_id < $13)' || _filters || '
               order by t.task_id desc
               limit $5';
   end if;
-  return query execute _sql
-    using _now, _task_type, _state, _before_task_id, _page, _worker_id, _resource_key,
-          _enqueued_from, _enqueued_to, _payload_path, _payload_value;
+
+  if _state in ('scheduled', 'ready', 'running', 'retrying') or exists (select 1 from queues.task_default) then
+    return query execute _sql
+      using _now, _task_type, _state, _before_task_id, _page, _worker_id, _resource_key,
+            _enqueued_from, _enqueued_to, _payload_path, _payload_value, null::bigint, null::bigint, _worker_key;
+    return;
+  end if;
+  _remaining := _page;
+  for _lower, _upper in select w.lower_bound, w.upper_bound from queues.history_walk(_before_task_id) w loop
+    return query execute _sql
+      using _now, _task_type, _state, _before_task_id, _remaining, _worker_id, _resource_key,
+            _enqueued_from, _enqueued_to, _payload_path, _payload_value, _lower, _upper, _worker_key;
+    get diagnostics _found = row_count;
+    _remaining := _remaining - _found;
+    exit when _remaining <= 0;
+  end loop;
 end;
 $function$;
   -- admin.list_tasks_at(_now timestamp with time zone, _task_type text, _state text, _limit integer, _before_task_id bigint, _worker_id text, _resource_key text, _enqueued_from timestamp with time zone, _enqueued_to timestamp with time zone, _payload_path text[], _payload_value jsonb): owner :DATABASE_OWNER
@@ -3808,9 +4022,11 @@ CREATE OR REPLACE FUNCTION admin.list_workers_at(_now timestamp with time zone, 
 AS $function$
   with in_flight as (
     -- live leases: the pending rows under a lease that has not expired (bounded by pending work)
-    select l.worker_id, count(*) as n
+    select coalesce(l.worker_id, n.worker_id) as worker_id, count(*) as n
       from queues.task_pending p
       join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
+      -- a lease names its worker by key (queues.worker_name), or by id if written before
+      left join queues.worker_name n on n.worker_key = l.worker_key
      where p.available_at > _now
      group by 1
   )
@@ -4061,6 +4277,20 @@ begin
           admin.process_table(_process, _table), _attempt, _attempt_key, _attempt_key, _key);
       end if;
     end loop;
+    if exists (select 1 from pg_attribute a
+                where a.attrelid = _attempt::regclass and a.attname = 'task_id' and not a.attisdropped) then
+      -- history_partition_dropped has a row per dropped set: a few hundred a year.
+      _parts := _parts || format(
+        'select d.dropped_at, %L::text, %s::bigint, ''queue_history_pruned''::text, null::bigint,
+                jsonb_build_object(''task_ids'', jsonb_agg(a.task_id order by a.task_id),
+                                   ''lower_bound'', d.lower_bound, ''upper_bound'', d.upper_bound,
+                                   ''last_completed_at'', d.last_completed_at, ''dropped_at'', d.dropped_at)
+           from %s a
+           join queues.history_partition_dropped d on a.task_id >= d.lower_bound and a.task_id < d.upper_bound
+          where a.%I = $1
+          group by d.history_partition_dropped_id',
+        _process, _root_id, _attempt, _key);
+    end if;
   end if;
 
   return query execute
@@ -6851,6 +7081,38 @@ $function$;
   -- queues.assert_valid_task(_task_type text, _payload jsonb, _priority integer, _resource_key text, _max_attempts integer, _where text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.attach_history_partition(_table text, _lower bigint, _upper bigint)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _name text;
+begin
+  if _table is null or _table <> all (queues.history_tables()) then
+    raise exception 'table must name a history table (queues.history_tables()), got %',
+      coalesce(quote_literal(left(_table, 100)), 'null') using errcode = '22023';
+  end if;
+  if _lower is null or _upper is null or _lower < 0 or _upper <= _lower then
+    raise exception 'partition bounds must satisfy 0 <= lower < upper, got [%, %)', _lower, _upper
+      using errcode = '22023';
+  end if;
+  _name := queues.history_partition_name(_table, _lower);
+  if to_regclass(format('queues.%I', _name)) is not null then
+    return false;
+  end if;
+  execute format('create table queues.%I (like queues.%I including defaults including constraints including indexes including storage)',
+                 _name, _table);
+  execute format('create trigger forbid_update before update on queues.%I
+                    for each statement execute function queues.forbid_fact_update()', _name);
+  execute format('alter table queues.%I attach partition queues.%I for values from (%s) to (%s)',
+                 _table, _name, _lower, _upper);
+  return true;
+end;
+$function$;
+  -- queues.attach_history_partition(_table text, _lower bigint, _upper bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.claim_tasks(_worker_id text, _limit integer DEFAULT NULL::integer, _task_types text[] DEFAULT NULL::text[], _lease_seconds integer DEFAULT NULL::integer, _max_leases integer DEFAULT NULL::integer)
  RETURNS TABLE(task_id bigint, task_type text, payload jsonb, priority integer, resource_key text, max_attempts integer, enqueued_at timestamp with time zone, scheduled_at timestamp with time zone, task_lease_id bigint, leased_at timestamp with time zone, expires_at timestamp with time zone, lease_count integer)
  LANGUAGE sql
@@ -6874,6 +7136,8 @@ CREATE OR REPLACE FUNCTION queues.claim_tasks_at(_now timestamp with time zone, 
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
+declare
+  _worker_key integer;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -6896,6 +7160,18 @@ begin
   if _task_types is not null and cardinality(_task_types) = 0 then
     raise exception 'task_types must be null (any type) or name at least one type'
       using errcode = '22023';
+  end if;
+  -- A lease names its worker by key (queues.worker_name: each worker id kept once, an
+  -- integer on every lease instead of the id's text). One probe of the id's unique index;
+  -- the first claim of a worker id adds it (a concurrent first claim waits, then reads it).
+  select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+  if _worker_key is null then
+    insert into queues.worker_name (worker_id) values (_worker_id)
+    on conflict (worker_id) do nothing
+    returning worker_key into _worker_key;
+    if _worker_key is null then
+      select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+    end if;
   end if;
 
   return query
@@ -7017,8 +7293,8 @@ begin
      where p.task_id = any (array(select pk.task_id from picked pk where pk.poisoned))
   ),
   leased as (
-    insert into queues.task_lease (task_id, worker_id, leased_at, expires_at)
-    select e.task_id, _worker_id, _now, _now + make_interval(secs => _lease_seconds)
+    insert into queues.task_lease (task_id, worker_key, leased_at, expires_at)
+    select e.task_id, _worker_key, _now, _now + make_interval(secs => _lease_seconds)
       from eligible e
     returning *
   ),
@@ -7242,23 +7518,21 @@ CREATE OR REPLACE FUNCTION queues.create_history_partition(_lower bigint, _upper
 AS $function$
 declare
   _table text;
-  _name text;
   _created boolean := false;
 begin
   if _lower is null or _upper is null or _lower < 0 or _upper <= _lower then
     raise exception 'partition bounds must satisfy 0 <= lower < upper, got [%, %)', _lower, _upper
       using errcode = '22023';
   end if;
-  foreach _table in array queues.history_tables() loop
-    _name := queues.history_partition_name(_table, _lower);
-    if to_regclass(format('queues.%I', _name)) is null then
-      execute format('create table queues.%I partition of queues.%I for values from (%s) to (%s)',
-                     _name, _table, _lower, _upper);
-      execute format('create trigger forbid_update before update on queues.%I
-                        for each statement execute function queues.forbid_fact_update()', _name);
-      _created := true;
-    end if;
+  for _table in
+    select t.name from unnest(queues.history_tables()) with ordinality t(name, n) order by t.name = 'task', t.n
+  loop
+    _created := queues.attach_history_partition(_table, _lower, _upper) or _created;
   end loop;
+  if _created then
+    insert into queues.history_partition_created (lower_bound, upper_bound)
+    values (_lower, _upper) on conflict (lower_bound) do nothing;
+  end if;
   return _created;
 end;
 $function$;
@@ -7589,15 +7863,50 @@ $function$;
   -- queues.forbid_fact_update(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.history_partition_bounds()
+ RETURNS TABLE(table_name text, partition_name text, lower_bound bigint, upper_bound bigint)
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select t.name, c.relname::text, m.b[1]::bigint, m.b[2]::bigint
+    from unnest(queues.history_tables()) t(name)
+    join pg_inherits i on i.inhparent = to_regclass(format('queues.%I', t.name))
+    join pg_class c on c.oid = i.inhrelid
+   cross join lateral regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \(''?(-?\d+)''?\) TO \(''?(-?\d+)''?\)') as m(b)
+   where m.b is not null
+$function$;
+  -- queues.history_partition_bounds(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.history_partition_name(_table text, _lower bigint)
  RETURNS text
  LANGUAGE sql
  IMMUTABLE PARALLEL SAFE
- SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select _table || '_p' || _lower::text
 $function$;
   -- queues.history_partition_name(_table text, _lower bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.history_partition_sizes()
+ RETURNS TABLE(lower_bound bigint, upper_bound bigint, partition_name text, estimated_tasks bigint, is_default boolean, table_bytes bigint, index_bytes bigint)
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select s.lower_bound, s.upper_bound, s.partition_name, s.estimated_tasks, s.is_default,
+         coalesce(sum(pg_table_size(c.oid)), 0)::bigint,
+         coalesce(sum(pg_indexes_size(c.oid)), 0)::bigint
+    from queues.history_sets() s
+   cross join unnest(queues.history_tables()) t(name)
+    left join pg_class c on c.relnamespace = 'queues'::regnamespace
+                        and c.relname = case when s.is_default then t.name || '_default'
+                                             else queues.history_partition_name(t.name, s.lower_bound) end
+   group by s.lower_bound, s.upper_bound, s.partition_name, s.estimated_tasks, s.is_default
+   order by s.is_default, s.lower_bound
+$function$;
+  -- queues.history_partition_sizes(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.history_partitions()
@@ -7606,80 +7915,118 @@ CREATE OR REPLACE FUNCTION queues.history_partitions()
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  with parts as (
-    select c.relname, pg_get_expr(c.relpartbound, c.oid) as bound, c.reltuples
-      from pg_inherits i
-      join pg_class c on c.oid = i.inhrelid
-     where i.inhparent = 'queues.task'::regclass
-  ),
-  bounds as (
-    select p.relname, p.reltuples,
-           (regexp_match(p.bound, 'FROM \(''?(-?\d+)''?\) TO \(''?(-?\d+)''?\)')) as b,
-           p.bound = 'DEFAULT' as is_default
-      from parts p
-  )
-  select b.b[1]::bigint, b.b[2]::bigint, b.relname,
-         greatest(b.reltuples, 0)::bigint,
-         (select coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
-            from unnest(queues.history_tables()) t(name)
-            join pg_class c on c.relnamespace = 'queues'::regnamespace
-                           and c.relname = case when b.is_default then t.name || '_default'
-                                                else queues.history_partition_name(t.name, b.b[1]::bigint) end),
-         b.is_default
-    from bounds b
-   order by b.is_default, b.b[1]::bigint
+  select p.lower_bound, p.upper_bound, p.partition_name, p.estimated_tasks,
+         p.table_bytes + p.index_bytes, p.is_default
+    from queues.history_partition_sizes() p
+   order by p.is_default, p.lower_bound
 $function$;
   -- queues.history_partitions(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.history_sets()
+ RETURNS TABLE(lower_bound bigint, upper_bound bigint, partition_name text, estimated_tasks bigint, is_default boolean)
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  -- A bound reads FOR VALUES FROM ('<lower>') TO ('<upper>'), or DEFAULT. It holds no
+  -- column, so it is deparsed without opening the partition (relation 0), and its two
+  -- quoted values are the 2nd and 4th fields between quotes (a regular expression took
+  -- 10 us a row).
+  select nullif(split_part(b.bound, '''', 2), '')::bigint, nullif(split_part(b.bound, '''', 4), '')::bigint,
+         b.relname::text, greatest(b.reltuples, 0)::bigint, b.bound = 'DEFAULT'
+    from (select c.relname, c.reltuples, pg_get_expr(c.relpartbound, 0) as bound
+            from pg_inherits i
+            join pg_class c on c.oid = i.inhrelid
+           where i.inhparent = 'queues.task'::regclass) b
+   order by b.bound = 'DEFAULT', 1
+$function$;
+  -- queues.history_sets(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.history_status_at(_now timestamp with time zone)
  RETURNS jsonb
- LANGUAGE plpgsql
+ LANGUAGE sql
  STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select queues.history_summary_at(_now) || jsonb_build_object(
+    'partitions', coalesce((select jsonb_agg(jsonb_build_object(
+        'lower_bound', p.lower_bound, 'upper_bound', p.upper_bound, 'name', p.partition_name,
+        'estimated_tasks', p.estimated_tasks, 'total_bytes', p.total_bytes, 'is_default', p.is_default)
+        order by p.is_default, p.lower_bound)
+      from queues.history_partitions() p), '[]'))
+$function$;
+  -- queues.history_status_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.history_summary_at(_now timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
   _setting queues.history_setting;
   _last_id bigint := queues.last_task_id();
+  _set record;
   _next record;
   _next_json jsonb;
+  _oldest_id bigint;
+  _oldest_at timestamptz;
+  _default_id bigint;
+  _default_at timestamptz;
+  _last_completed timestamptz;
+  _pending bigint;
 begin
   select * into _setting from queues.history_setting;
-  select p.lower_bound, p.upper_bound,
-         (select max(c.completed_at) from queues.task_completed c
-           where c.task_id >= p.lower_bound and c.task_id < p.upper_bound) as last_completed_at,
-         (select count(*) from queues.task_pending tp
-           where tp.task_id >= p.lower_bound and tp.task_id < p.upper_bound) as pending
-    into _next
-    from queues.history_partitions() p
-   where not p.is_default and p.upper_bound <= _last_id
-   order by p.lower_bound
+  -- The oldest task: in the lowest set that holds one (or in the default partition).
+  for _set in
+    select s.lower_bound, s.upper_bound from queues.history_sets() s
+     where not s.is_default and s.lower_bound <= _last_id
+     order by s.lower_bound
+  loop
+    execute 'select t.task_id, t.enqueued_at from queues.task t
+              where t.task_id >= $1 and t.task_id < $2 order by t.task_id limit 1'
+      into _oldest_id, _oldest_at using _set.lower_bound, _set.upper_bound;
+    exit when _oldest_id is not null;
+  end loop;
+  select t.task_id, t.enqueued_at into _default_id, _default_at from queues.task_default t order by t.task_id limit 1;
+  if _default_id < _oldest_id or _oldest_id is null then
+    _oldest_id := _default_id;
+    _oldest_at := _default_at;
+  end if;
+
+  select s.lower_bound, s.upper_bound into _next
+    from queues.history_sets() s
+   where not s.is_default and s.upper_bound <= _last_id
+   order by s.lower_bound
    limit 1;
   if found then
+    execute 'select max(c.completed_at) from queues.task_completed c where c.task_id >= $1 and c.task_id < $2'
+      into _last_completed using _next.lower_bound, _next.upper_bound;
+    _pending := (select count(*) from queues.task_pending tp
+                  where tp.task_id >= _next.lower_bound and tp.task_id < _next.upper_bound);
     _next_json := jsonb_build_object(
       'lower_bound', _next.lower_bound, 'upper_bound', _next.upper_bound,
-      'pending_tasks', _next.pending,
-      'last_completed_at', _next.last_completed_at,
-      'drop_after', case when _next.pending = 0 then coalesce(_next.last_completed_at + _setting.retention, _now) end);
+      'pending_tasks', _pending,
+      'last_completed_at', _last_completed,
+      'drop_after', case when _pending = 0 then coalesce(_last_completed + _setting.retention, _now) end);
   end if;
   return jsonb_build_object(
     'retention_seconds', extract(epoch from _setting.retention)::bigint,
     'partition_size', _setting.partition_size,
     'partitions_ahead', _setting.partitions_ahead,
     'last_task_id', _last_id,
-    'oldest_task_id', (select min(t.task_id) from queues.task t),
-    'oldest_enqueued_at', (select t.enqueued_at from queues.task t order by t.task_id limit 1),
+    'oldest_task_id', _oldest_id,
+    'oldest_enqueued_at', _oldest_at,
     'default_partition_tasks', (select count(*) from queues.task_default),
     'next_drop', _next_json,
     'dropped_sets', (select count(*) from queues.history_partition_dropped),
-    'last_dropped_at', (select max(d.dropped_at) from queues.history_partition_dropped d),
-    'partitions', coalesce((select jsonb_agg(jsonb_build_object(
-        'lower_bound', p.lower_bound, 'upper_bound', p.upper_bound, 'name', p.partition_name,
-        'estimated_tasks', p.estimated_tasks, 'total_bytes', p.total_bytes, 'is_default', p.is_default))
-      from queues.history_partitions() p), '[]'));
+    'last_dropped_at', (select max(d.dropped_at) from queues.history_partition_dropped d));
 end;
 $function$;
-  -- queues.history_status_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- queues.history_summary_at(_now timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.history_tables()
@@ -7693,6 +8040,30 @@ AS $function$
                'task_lease_started', 'task_interruption', 'task_cancelled', 'task_result', 'task_run_now']
 $function$;
   -- queues.history_tables(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.history_walk(_before bigint)
+ RETURNS TABLE(lower_bound bigint, upper_bound bigint)
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  with s as (
+    select s.lower_bound, least(s.upper_bound, _before) as upper_bound,
+           row_number() over (order by s.lower_bound desc) as n
+      from queues.history_sets() s
+     where not s.is_default
+       -- once, not once per set (a call reads the sequence's catalog entry)
+       and s.lower_bound <= (select queues.last_task_id())
+       and (_before is null or s.lower_bound < _before)
+  )
+  select coalesce((select b.lower_bound from s b where b.n = 2), a.lower_bound), a.upper_bound
+    from s a where a.n = 1
+  union all
+  select s.lower_bound, s.upper_bound from s where s.n > 2
+  order by 1 desc
+$function$;
+  -- queues.history_walk(_before bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.interrupt_task(_task_id bigint, _task_lease_id bigint, _error_message text, _max_interruptions integer DEFAULT NULL::integer)
@@ -7888,112 +8259,230 @@ $function$;
 CREATE OR REPLACE FUNCTION queues.maintain_history_at(_now timestamp with time zone)
  RETURNS jsonb
  LANGUAGE plpgsql
- SET lock_timeout TO '100ms'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
-  _setting queues.history_setting;
-  _last_id bigint := queues.last_task_id();
-  _highest bigint;
-  _lower bigint;
   _created jsonb := '[]';
   _dropped jsonb := '[]';
   _skipped jsonb := '[]';
   _kept integer := 0;
+  _step jsonb;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  -- Each step changes the catalog or ends the run; the bound only guards against a bug.
+  for _i in 1 .. 100000 loop
+    _step := queues.maintain_history_step_at(_now);
+    case _step ->> 'action'
+      when 'set_created' then
+        _created := _created || jsonb_build_array(jsonb_build_array(_step -> 'lower_bound', _step -> 'upper_bound'));
+      when 'set_dropped' then
+        _dropped := _dropped || jsonb_build_array(jsonb_build_array(_step -> 'lower_bound', _step -> 'upper_bound'));
+      when 'skipped', 'busy' then
+        _skipped := _skipped || jsonb_build_array(_step);
+      else
+        null;
+    end case;
+    _kept := coalesce((_step ->> 'kept')::integer, _kept);
+    exit when not (_step ->> 'more')::boolean;
+  end loop;
+  return jsonb_build_object('created', _created, 'dropped', _dropped, 'skipped', _skipped, 'kept', _kept);
+end;
+$function$;
+  -- queues.maintain_history_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.maintain_history_step(_payload jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select jsonb_build_object('success', true, 'payload', queues.maintain_history_step_at(now()))
+$function$;
+  -- queues.maintain_history_step(_payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.maintain_history_step_at(_now timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET lock_timeout TO '50ms'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _setting queues.history_setting;
+  _last_id bigint;
+  _doing text;
+  _table text;
+  _name text;
+  _lower bigint;
+  _upper bigint;
+  _truncate boolean;
+  _kept integer := 0;
   _set record;
-  _names text[];
   _tasks bigint;
   _last_completed timestamptz;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
   end if;
+  if not pg_try_advisory_xact_lock(20252, 1) then
+    return jsonb_build_object('action', 'busy', 'more', false);
+  end if;
   select * into _setting from queues.history_setting;
   perform set_config('lock_timeout', _setting.lock_timeout_ms || 'ms', true);
+  _last_id := queues.last_task_id();
 
-  -- 1. Ahead of need.
-  -- Ranges are never reused: above every set there is or was, and above any task in the
-  -- default partition (a new set cannot overlap rows there).
-  select greatest(coalesce(max(p.upper_bound), 0),
-                  coalesce((select max(d.upper_bound) from queues.history_partition_dropped d), 0),
-                  coalesce((select max(t.task_id) + 1 from queues.task_default t), 0))
-    into _highest
-    from queues.history_partitions() p where not p.is_default;
-  while _highest < _last_id + 1 + _setting.partitions_ahead::bigint * _setting.partition_size loop
-    _lower := _highest;
-    begin
-      perform queues.create_history_partition(_lower, _lower + _setting.partition_size);
-      _created := _created || jsonb_build_array(jsonb_build_array(_lower, _lower + _setting.partition_size));
-    -- check_violation: a task landed in the default partition, in this range, since it
-    -- was read above; the next run starts above it.
-    exception when lock_not_available or deadlock_detected or check_violation then
-      _skipped := _skipped || jsonb_build_object('create', jsonb_build_array(_lower, _lower + _setting.partition_size),
-                                                 'reason', sqlerrm);
-      exit;
-    end;
-    _highest := _lower + _setting.partition_size;
-  end loop;
-
-  -- 2. Expired sets, oldest first.
-  for _set in
-    select p.lower_bound, p.upper_bound from queues.history_partitions() p
-     where not p.is_default and p.upper_bound <= _last_id
-     order by p.lower_bound
-  loop
-    -- Cheap checks first, without strong locks: a pending task, or a recent completion.
-    if exists (select 1 from queues.task_pending tp
-                where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound) then
-      _kept := _kept + 1;
-      continue;
-    end if;
-    select max(c.completed_at) into _last_completed from queues.task_completed c
-     where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound;
-    if _last_completed > _now - _setting.retention then
-      _kept := _kept + 1;
-      continue;
-    end if;
-    -- Every task completed, from the facts (one scan of the set's two partitions).
-    select count(*) into _tasks from queues.task t
-     where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound;
-    if exists (select 1 from queues.task t
-                where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound
-                  and not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)) then
-      _kept := _kept + 1;
-      continue;
-    end if;
-
-    _names := array(select format('queues.%I', queues.history_partition_name(t.name, _set.lower_bound))
-                      from unnest(queues.history_tables()) t(name));
-    begin
-      -- Under the lock, no transaction that wrote to the set is still open: check again
-      -- what could have changed (a task enqueued with an id handed out before the check).
-      execute 'lock table ' || array_to_string(_names, ', ') || ' in access exclusive mode';
-      if exists (select 1 from queues.task_pending tp
-                  where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
-         or exists (select 1 from queues.task_completed c
-                     where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound
-                       and c.completed_at > _now - _setting.retention) then
-        -- Roll the block back, which gives the locks back at once.
-        raise exception 'set [%, %) changed since it was checked', _set.lower_bound, _set.upper_bound
-          using errcode = 'QH001';
+  begin
+    -- 1. Ahead of need: a half made set, unless a task fell into the default partition in
+    --    its range (maintenance fell behind while it was half made): then task's
+    --    partition cannot be attached, the set stays as it is (its tables keep the facts
+    --    of those tasks) and new sets start above it.
+    with b as (select * from queues.history_partition_bounds())
+    select h.lower_bound, h.upper_bound into _lower, _upper
+      from (select distinct b.lower_bound, b.upper_bound from b) h
+     where not exists (select 1 from b x where x.table_name = 'task' and x.lower_bound = h.lower_bound)
+       and not exists (select 1 from queues.history_partition_dropped d where d.lower_bound = h.lower_bound)
+       and not exists (select 1 from queues.task_default t where t.task_id >= h.lower_bound and t.task_id < h.upper_bound)
+     order by h.lower_bound
+     limit 1;
+    if _lower is null then
+      -- A new set. Ranges are never reused: above every partition there is or was, and
+      -- above any task in the default partition (a new set cannot overlap rows there).
+      select greatest(coalesce((select max(b.upper_bound) from queues.history_partition_bounds() b), 0),
+                      coalesce((select max(d.upper_bound) from queues.history_partition_dropped d), 0),
+                      coalesce((select max(t.task_id) + 1 from queues.task_default t), 0))
+        into _lower;
+      if _lower < _last_id + 1 + _setting.partitions_ahead::bigint * _setting.partition_size then
+        _upper := _lower + _setting.partition_size;
+      else
+        _lower := null;
       end if;
-      execute 'drop table ' || array_to_string(_names, ', ');
-      insert into queues.history_partition_dropped (lower_bound, upper_bound, tasks, last_completed_at, dropped_at)
-      values (_set.lower_bound, _set.upper_bound, _tasks, _last_completed, _now);
-      _dropped := _dropped || jsonb_build_array(jsonb_build_array(_set.lower_bound, _set.upper_bound));
-    exception
-      when sqlstate 'QH001' then
-        _kept := _kept + 1;
-      when lock_not_available or deadlock_detected then
-      _skipped := _skipped || jsonb_build_object('drop', jsonb_build_array(_set.lower_bound, _set.upper_bound),
-                                                 'reason', sqlerrm);
-    end;
-  end loop;
+    end if;
+    if _lower is not null then
+      select t.name into _table
+        from unnest(queues.history_tables()) with ordinality t(name, n)
+       where to_regclass(format('queues.%I', queues.history_partition_name(t.name, _lower))) is null
+       order by t.name = 'task', t.n
+       limit 1;
+      _doing := format('attach queues.%I', queues.history_partition_name(_table, _lower));
+      perform queues.attach_history_partition(_table, _lower, _upper);
+      if _table = 'task' then
+        insert into queues.history_partition_created (lower_bound, upper_bound)
+        values (_lower, _upper) on conflict (lower_bound) do nothing;
+      end if;
+      return jsonb_build_object('action', case when _table = 'task' then 'set_created' else 'attached' end,
+                                'table', queues.history_partition_name(_table, _lower),
+                                'lower_bound', _lower, 'upper_bound', _upper, 'more', true);
+    end if;
 
-  return jsonb_build_object('created', _created, 'dropped', _dropped, 'skipped', _skipped, 'kept', _kept);
+    -- 2. A table detached from a dropped set (named as a partition, no longer one). Its
+    --    drop locks only itself, so its files are unlinked under no lock the queue waits
+    --    for; but dropping a foreign key (task's, to task_type) takes ACCESS EXCLUSIVE on
+    --    the table it references, so such a table is truncated first (under its own lock)
+    --    and that drop is a catalog change only.
+    select c.relname,
+           pg_relation_size(c.oid) > 0 and exists (select 1 from pg_constraint k where k.conrelid = c.oid and k.contype = 'f')
+      into _name, _truncate
+      from pg_class c
+      join unnest(queues.history_tables()) t(name)
+        on c.relname = queues.history_partition_name(t.name, substring(c.relname from '_p([0-9]{1,18})$')::bigint)
+     where c.relnamespace = 'queues'::regnamespace and c.relkind = 'r' and not c.relispartition
+       and exists (select 1 from queues.history_partition_dropped d
+                    where d.lower_bound = substring(c.relname from '_p([0-9]{1,18})$')::bigint)
+     order by c.relname
+     limit 1;
+    if _name is not null then
+      if _truncate then
+        _doing := format('truncate queues.%I', _name);
+        execute format('truncate queues.%I', _name);
+        return jsonb_build_object('action', 'truncated', 'table', _name, 'more', true);
+      end if;
+      _doing := format('drop queues.%I', _name);
+      execute format('drop table queues.%I', _name);
+      return jsonb_build_object('action', 'dropped_table', 'table', _name, 'more', true);
+    end if;
+
+    -- 3. A fact table's partition of a dropped set: detached, a catalog change.
+    select b.table_name, b.partition_name, b.lower_bound, b.upper_bound into _table, _name, _lower, _upper
+      from queues.history_partition_bounds() b
+     where exists (select 1 from queues.history_partition_dropped d
+                    where d.lower_bound = b.lower_bound and d.upper_bound = b.upper_bound)
+     order by b.lower_bound, b.table_name
+     limit 1;
+    if _name is not null then
+      _doing := format('detach queues.%I', _name);
+      execute format('alter table queues.%I detach partition queues.%I', _table, _name);
+      return jsonb_build_object('action', 'detached', 'table', _name, 'lower_bound', _lower, 'upper_bound', _upper,
+                                'more', true);
+    end if;
+
+    -- 4. Expired sets, oldest first.
+    for _set in
+      select p.lower_bound, p.upper_bound from queues.history_partitions() p
+       where not p.is_default and p.upper_bound <= _last_id
+       order by p.lower_bound
+    loop
+      -- Cheap checks first, without strong locks: a pending task, or a recent completion.
+      if exists (select 1 from queues.task_pending tp
+                  where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound) then
+        _kept := _kept + 1;
+        continue;
+      end if;
+      select max(c.completed_at) into _last_completed from queues.task_completed c
+       where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound;
+      if _last_completed > _now - _setting.retention then
+        _kept := _kept + 1;
+        continue;
+      end if;
+      -- Every task completed, from the facts (one scan of the set's two partitions).
+      select count(*) into _tasks from queues.task t
+       where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound;
+      if exists (select 1 from queues.task t
+                  where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound
+                    and not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)) then
+        _kept := _kept + 1;
+        continue;
+      end if;
+
+      _name := queues.history_partition_name('task', _set.lower_bound);
+      _doing := format('detach queues.%I', _name);
+      begin
+        -- Detaching holds ACCESS EXCLUSIVE on queues.task and the partition, so no
+        -- transaction that wrote to the set or read it to complete a task is still open:
+        -- check again what could have changed (a task enqueued with an id handed out
+        -- before the checks, and its completion).
+        execute format('alter table queues.task detach partition queues.%I', _name);
+        if exists (select 1 from queues.task_pending tp
+                    where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
+           or exists (select 1 from queues.task_completed c
+                       where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound
+                         and c.completed_at > _now - _setting.retention) then
+          -- Roll the block back, which attaches the partition again.
+          raise exception 'set [%, %) changed since it was checked', _set.lower_bound, _set.upper_bound
+            using errcode = 'QH001';
+        end if;
+        insert into queues.history_partition_dropped (lower_bound, upper_bound, tasks, last_completed_at, dropped_at)
+        values (_set.lower_bound, _set.upper_bound, _tasks, _last_completed, _now);
+        return jsonb_build_object('action', 'set_dropped', 'table', _name, 'lower_bound', _set.lower_bound,
+                                  'upper_bound', _set.upper_bound, 'tasks', _tasks, 'kept', _kept, 'more', true);
+      exception
+        when sqlstate 'QH001' then
+          _kept := _kept + 1;
+      end;
+    end loop;
+  exception
+    -- check_violation: a task landed in a default partition, in the range being made,
+    -- since it was read above; the next run starts above it.
+    when lock_not_available or deadlock_detected or check_violation then
+      return jsonb_build_object('action', 'skipped', 'step', _doing, 'reason', sqlerrm, 'kept', _kept, 'more', false);
+  end;
+  return jsonb_build_object('action', 'none', 'kept', _kept, 'more', false);
 end;
 $function$;
-  -- queues.maintain_history_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- queues.maintain_history_step_at(_now timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.mark_started(_task_ids bigint[], _task_lease_ids bigint[])
@@ -8446,14 +8935,18 @@ CREATE OR REPLACE FUNCTION queues.revoke_worker_leases(_worker_id text)
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
+declare
+  _worker_key integer;
 begin
   if _worker_id is null or length(_worker_id) not between 1 and 200 then
     raise exception 'worker_id must be 1 to 200 characters' using errcode = '22023';
   end if;
+  -- A lease names its worker by key (queues.worker_name), or by id if written before.
+  select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
   perform queues.lock_resource_keys(array(
     select p.task_id from queues.task_pending p
       join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
-     where p.current_lease_id is not null and l.worker_id = _worker_id));
+     where p.current_lease_id is not null and (l.worker_key = _worker_key or l.worker_id = _worker_id)));
   return query
   with held as (
     select p.task_id, p.current_lease_id as task_lease_id,
@@ -8461,7 +8954,7 @@ begin
                     where st.task_id = p.task_id and st.task_lease_id = p.current_lease_id) as started
       from queues.task_pending p
       join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
-     where p.current_lease_id is not null and l.worker_id = _worker_id
+     where p.current_lease_id is not null and (l.worker_key = _worker_key or l.worker_id = _worker_id)
   ),
   revoked as (
     -- available_at of a leased row is its lease's expiry (heartbeats included).
@@ -8670,10 +9163,12 @@ CREATE OR REPLACE FUNCTION queues.stale_leases_at(_now timestamp with time zone,
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select p.task_id, p.current_lease_id, l.worker_id, w.last_seen_at, p.available_at
+  select p.task_id, p.current_lease_id, w.worker_id, w.last_seen_at, p.available_at
     from queues.task_pending p
     join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
-    join queues.worker w on w.worker_id = l.worker_id
+    -- A lease names its worker by key (queues.worker_name), or by id if written before.
+    left join queues.worker_name n on n.worker_key = l.worker_key
+    join queues.worker w on w.worker_id = coalesce(l.worker_id, n.worker_id)
    where p.available_at > _now
      and w.stopped_at is null
      and w.last_seen_at < _now - greatest(make_interval(secs => _dead_after_seconds),

@@ -68,6 +68,11 @@ $$;
 -- without its keys and timestamp. An account deletion also shows its children: the
 -- account's anonymization and the deletions of the account's files (their `process` and
 -- `root_id` say which).
+-- The queue tasks a process names (an attempt's task_id: the channel task that carried
+-- it) may be gone while the process's facts stay: retention dropped the partition set
+-- that held them (queues.history_partition_dropped). For each such set, one
+-- 'queue_history_pruned' row at the time of the drop, with detail {task_ids (this root's
+-- tasks in the set), lower_bound, upper_bound, last_completed_at, dropped_at}.
 create or replace function admin.process_timeline(_process text, _root_id bigint)
   returns table (at timestamptz, process text, root_id bigint, fact text, attempt_id bigint, detail jsonb)
   language plpgsql stable
@@ -128,6 +133,20 @@ begin
           admin.process_table(_process, _table), _attempt, _attempt_key, _attempt_key, _key);
       end if;
     end loop;
+    if exists (select 1 from pg_attribute a
+                where a.attrelid = _attempt::regclass and a.attname = 'task_id' and not a.attisdropped) then
+      -- history_partition_dropped has a row per dropped set: a few hundred a year.
+      _parts := _parts || format(
+        'select d.dropped_at, %L::text, %s::bigint, ''queue_history_pruned''::text, null::bigint,
+                jsonb_build_object(''task_ids'', jsonb_agg(a.task_id order by a.task_id),
+                                   ''lower_bound'', d.lower_bound, ''upper_bound'', d.upper_bound,
+                                   ''last_completed_at'', d.last_completed_at, ''dropped_at'', d.dropped_at)
+           from %s a
+           join queues.history_partition_dropped d on a.task_id >= d.lower_bound and a.task_id < d.upper_bound
+          where a.%I = $1
+          group by d.history_partition_dropped_id',
+        _process, _root_id, _attempt, _key);
+    end if;
   end if;
 
   return query execute

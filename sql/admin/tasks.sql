@@ -19,6 +19,14 @@
 -- them: a filter that matches only old or rare tasks (a payload value, a worker gone for
 -- a week, a time range far back) reads the newer tasks in between. The statement is
 -- built from constant fragments; every value is a parameter.
+-- History is partitioned by task id (sql/queues/partitions.sql), so the newest tasks sit
+-- in the newest partition set. Outcomes and the unfiltered list run the statement once
+-- per set, newest first, from the set holding the last task id handed out (sets above it
+-- hold no task), until the page is full: each run has the set's bounds as values, so the
+-- planner reads one partition of each table ($12, $13) instead of planning, opening and
+-- locking every partition of task, task_completed and task_lease, and merging them all
+-- for the newest 50. A task in the default partition (outside every set; normally none)
+-- makes the statement run once over everything, with no bounds, as before sets.
 create or replace function admin.list_tasks_at(
   _now            timestamptz,
   _task_type      text,
@@ -52,6 +60,11 @@ declare
   _page integer := admin.page_limit(_limit);
   _filters text := '';
   _sql text;
+  _worker_key integer;
+  _lower bigint;
+  _upper bigint;
+  _found bigint;
+  _remaining integer;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -85,7 +98,11 @@ begin
 
   if _task_type is not null then _filters := _filters || ' and t.task_type = $2'; end if;
   if _worker_id is not null then
-    _filters := _filters || ' and exists (select 1 from queues.task_lease l where l.task_id = t.task_id and l.worker_id = $6)';
+    -- A lease names its worker by key (queues.worker_name), or by id if written before.
+    select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+    _filters := _filters || ' and exists (select 1 from queues.task_lease l where l.task_id = t.task_id
+                                             and (l.worker_key = $14 or l.worker_id = $6)
+                                             and ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13))';
   end if;
   if _resource_key is not null then _filters := _filters || ' and t.resource_key = $7'; end if;
   if _enqueued_from is not null then _filters := _filters || ' and t.enqueued_at >= $8'; end if;
@@ -104,12 +121,16 @@ begin
               limit $5';
   elsif _state is not null then
     _sql := 'select c.task_id, t.task_type, c.outcome, t.priority, t.resource_key, t.max_attempts,
-                    (select count(*)::integer from queues.task_lease l where l.task_id = c.task_id),
+                    (select count(*)::integer from queues.task_lease l where l.task_id = c.task_id
+                        and ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13)),
                     t.enqueued_at, t.scheduled_at, null::timestamptz, c.completed_at
                from queues.task_completed c
-              cross join lateral (select * from queues.task x where x.task_id = c.task_id limit 1) t
+              cross join lateral (select * from queues.task x where x.task_id = c.task_id
+                                     and ($12::bigint is null or x.task_id >= $12) and ($13::bigint is null or x.task_id < $13)
+                                   limit 1) t
               where c.outcome = $3
-                and ($4::bigint is null or c.task_id < $4)' || _filters || '
+                and ($4::bigint is null or c.task_id < $4)
+                and ($12::bigint is null or c.task_id >= $12) and ($13::bigint is null or c.task_id < $13)' || _filters || '
               order by c.task_id desc
               limit $5';
   else
@@ -117,18 +138,34 @@ begin
                     coalesce(c.outcome, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, $1)),
                     t.priority, t.resource_key, t.max_attempts,
                     coalesce(p.lease_count,
-                             (select count(*)::integer from queues.task_lease l where l.task_id = t.task_id)),
+                             (select count(*)::integer from queues.task_lease l where l.task_id = t.task_id
+                                 and ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13))),
                     t.enqueued_at, t.scheduled_at, p.available_at, c.completed_at
                from queues.task t
                left join queues.task_pending p on p.task_id = t.task_id
                left join queues.task_completed c on c.task_id = t.task_id
-              where ($4::bigint is null or t.task_id < $4)' || _filters || '
+                 and ($12::bigint is null or c.task_id >= $12) and ($13::bigint is null or c.task_id < $13)
+              where ($4::bigint is null or t.task_id < $4)
+                and ($12::bigint is null or t.task_id >= $12) and ($13::bigint is null or t.task_id < $13)' || _filters || '
               order by t.task_id desc
               limit $5';
   end if;
-  return query execute _sql
-    using _now, _task_type, _state, _before_task_id, _page, _worker_id, _resource_key,
-          _enqueued_from, _enqueued_to, _payload_path, _payload_value;
+
+  if _state in ('scheduled', 'ready', 'running', 'retrying') or exists (select 1 from queues.task_default) then
+    return query execute _sql
+      using _now, _task_type, _state, _before_task_id, _page, _worker_id, _resource_key,
+            _enqueued_from, _enqueued_to, _payload_path, _payload_value, null::bigint, null::bigint, _worker_key;
+    return;
+  end if;
+  _remaining := _page;
+  for _lower, _upper in select w.lower_bound, w.upper_bound from queues.history_walk(_before_task_id) w loop
+    return query execute _sql
+      using _now, _task_type, _state, _before_task_id, _remaining, _worker_id, _resource_key,
+            _enqueued_from, _enqueued_to, _payload_path, _payload_value, _lower, _upper, _worker_key;
+    get diagnostics _found = row_count;
+    _remaining := _remaining - _found;
+    exit when _remaining <= 0;
+  end loop;
 end;
 $$;
 

@@ -1,7 +1,9 @@
 // The task list's filters and its keyset pagination at scale: every filter returns what
 // it should, bad filters are refused, and with 1,000,000 history rows a page walks an
 // index newest first and touches about a page of rows, whatever the depth (plans read
-// with explainNested; shapes and row counts asserted, never times).
+// with explainNested; shapes and row counts asserted, never times). Pages read history
+// set by set, newest first: paging through tasks spread over several partition sets
+// gives the rows a single statement over every partition gives.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   createTestDatabase,
@@ -159,6 +161,9 @@ describe('keyset pagination at 1,000,000 rows', () => {
     expect(inner, 'the list statement was explained').toBeDefined();
     return planNodes(inner!.plan);
   }
+  /** The partitions of `relation` a plan reads (task_p0, task_p1000000, ...). */
+  const partitionsOf = (nodes: PlanNode[], relation: string) =>
+    new Set(nodes.filter((n) => relationOf(n) === relation).map((n) => n['Relation Name']));
   const seqScans = (nodes: PlanNode[]) =>
     nodes.filter(
       (n) =>
@@ -187,9 +192,15 @@ describe('keyset pagination at 1,000,000 rows', () => {
       ),
     ).toBe(true);
     expect(rowsRead(first, 'task')).toBeLessThanOrEqual(50);
+    // The newest page's statement has the two newest sets' bounds as values (the history
+    // holds sets [0, 1000000) and [1000000, 2000000)); a deep page's, its own set's.
+    expect(partitionsOf(first, 'task')).toEqual(new Set(['task_p0', 'task_p1000000']));
     const deep = await plan([null, null, 50, 300000, null, null, null, null, null, null]);
     expect(seqScans(deep)).toEqual([]);
     expect(rowsRead(deep, 'task')).toBeLessThanOrEqual(50);
+    for (const table of ['task', 'task_completed', 'task_lease']) {
+      expect([...partitionsOf(deep, table)].every((name) => name === `${table}_p0`)).toBe(true);
+    }
   });
 
   it('a failed outcome: the unsuccessful completions by task id, newest first', async () => {
@@ -225,12 +236,13 @@ describe('keyset pagination at 1,000,000 rows', () => {
 
   it('dead letters: a page reads its own completions, not the history around them', async () => {
     const plans = await explainNested(root, 'select * from admin.list_dead_letters(null, 50, 500000)');
-    const inner = plans.find((p) => p.query.includes('queues.dead_letter'));
-    expect(inner, 'the dead letter statement was explained').toBeDefined();
-    const nodes = planNodes(inner!.plan);
+    const inner = plans.filter((p) => p.query.includes('queues.task_redriven'));
+    expect(inner, 'one dead letter statement, for the set of task 500000').toHaveLength(1);
+    const nodes = planNodes(inner[0]!.plan);
     expect(seqScans(nodes)).toEqual([]);
     expect(nodes.some((n) => indexOf(n) === 'task_completed_unsuccessful_task_idx')).toBe(true);
     expect(rowsRead(nodes, 'task_completed')).toBeLessThanOrEqual(50);
+    expect(partitionsOf(nodes, 'task_completed')).toEqual(new Set(['task_completed_p0']));
     expect((await db.query('select * from admin.list_dead_letters(null, 50, 500000)')).rows).toHaveLength(50);
   });
 
@@ -252,5 +264,99 @@ describe('keyset pagination at 1,000,000 rows', () => {
     expect(perLoop.length).toBeGreaterThan(0);
     expect(Math.max(...perLoop)).toBeLessThanOrEqual(20);
     expect(await list({ state: 'ready' })).toHaveLength(20);
+  });
+});
+
+describe('pages across partition sets', () => {
+  // 36 tasks over four sets of 10 ids; every third failed (every other one of those with
+  // an error handler, so no dead letter), every seventh abandoned, four pending; one
+  // failed task redriven, errors on some. The third set holds no failed task.
+  const SIZE = 10;
+  let base: number;
+  type Row = Record<string, unknown>;
+  const api = () => db.pool('api');
+  /** Every page of `sql` (args, then limit and before as the last two), concatenated. */
+  async function pages(sql: (n: number) => string, args: unknown[], limit: number): Promise<Row[]> {
+    const all: Row[] = [];
+    for (let before: unknown = null; ; ) {
+      const { rows } = await api().query(sql(args.length), [...args, limit, before]);
+      expect(rows.length).toBeLessThanOrEqual(limit);
+      all.push(...rows);
+      if (rows.length < limit) return all;
+      before = rows[rows.length - 1]!.task_id;
+    }
+  }
+  const listTasks = (n: number) =>
+    `select * from admin.list_tasks($1, $2, $${n + 1}, $${n + 2}, null, null, null, null, null, null)`;
+  const listDeadLetters = (n: number) => `select * from admin.list_dead_letters($1, $${n + 1}, $${n + 2})`;
+
+  beforeAll(async () => {
+    await db.query('alter table queues.task disable trigger forbid_update');
+    await db.query('truncate queues.task cascade');
+    await db.query('alter table queues.task enable trigger forbid_update');
+    const { rows } = await db.query(`select max(upper_bound) as top from queues.history_sets() where not is_default`);
+    base = Number(rows[0].top);
+    for (let lower = base; lower < base + 4 * SIZE; lower += SIZE) {
+      await db.query('select queues.create_history_partition($1, $2)', [lower, lower + SIZE]);
+    }
+    await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [base - 1]);
+    await db.query(`
+      with t as (
+        insert into queues.task (task_type, payload, enqueued_at, scheduled_at)
+        select case when g % 2 = 0 then 'email' else 'sms' end,
+               case when g % 6 = 3 then jsonb_build_object('n', g, 'error_handler', 'x') else jsonb_build_object('n', g) end,
+               '2029-12-31T00:00:00Z', '2029-12-31T00:00:00Z'
+          from generate_series(0, 35) g
+        returning task_id
+      )
+      insert into queues.task_completed (task_id, completed_at, outcome)
+      select task_id, '2029-12-31T12:00:00Z',
+             case when (task_id - ${base}) % 7 = 0 then 'abandoned'
+                  when (task_id - ${base}) % 3 = 0 and (task_id - ${base}) / 10 <> 2 then 'failed'
+                  else 'succeeded' end
+        from t where task_id - ${base} not in (5, 15, 26, 34)`);
+    await db.query('select queues.rebuild_task_pending()');
+    await db.query(`insert into queues.error (task_id, error_message)
+                    select g, 'boom ' || g from generate_series(${base}, ${base + 35}, 4) g`);
+    await db.query(`insert into queues.task_redriven (task_id, new_task_id) values ($1, $2)`, [base + 9, base + 33]);
+  });
+
+  it('tasks, outcomes and dead letters page across set boundaries as one statement over every set does', async () => {
+    // The reference: the same statements over every partition at once, taken by the
+    // functions when the default partition holds a task (below).
+    const walked = new Map<string, Row[]>();
+    const cases: [string, (n: number) => string, unknown[]][] = [
+      ['all', listTasks, [null, null]],
+      ['failed', listTasks, [null, 'failed']],
+      ['succeeded', listTasks, [null, 'succeeded']],
+      ['sms', listTasks, ['sms', null]],
+      ['dead letters', listDeadLetters, [null]],
+      ['email dead letters', listDeadLetters, ['email']],
+    ];
+    for (const [name, sql, args] of cases) {
+      const whole = await pages(sql, args, 500);
+      for (const limit of [1, 3, 7]) expect(await pages(sql, args, limit), `${name} by ${limit}`).toEqual(whole);
+      walked.set(name, whole);
+    }
+    const ids = (name: string) => walked.get(name)!.map((r) => Number(r.task_id));
+    expect(ids('all')).toEqual(Array.from({ length: 36 }, (_, i) => base + 35 - i));
+    expect(ids('failed').every((id) => id - base < 20 || id - base >= 30)).toBe(true);
+    expect(ids('failed').length).toBeGreaterThan(5);
+    // Dead letters are the view's rows, newest first, page by page.
+    const { rows: view } = await db.query('select * from queues.dead_letter order by task_id desc');
+    expect(walked.get('dead letters')).toEqual(view);
+    expect(ids('dead letters')).not.toContain(base + 9); // redriven
+    expect(ids('dead letters')).not.toContain(base + 3); // failed with an error handler
+    expect(walked.get('dead letters')!.some((r) => r.last_error !== null)).toBe(true);
+
+    // A task in the default partition: the functions read every partition in one
+    // statement, as before sets; the tasks in sets come back the same.
+    await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [base + 4 * SIZE + 5]);
+    await db.pool('owner').query(`select queues.enqueue('email', '{"late": true}'::jsonb)`);
+    expect(Number((await db.query('select count(*) from queues.task_default')).rows[0].count)).toBe(1);
+    for (const [name, sql, args] of cases) {
+      const whole = (await pages(sql, args, 4)).filter((r) => Number(r.task_id) < base + 4 * SIZE);
+      expect(whole, `${name}, one statement`).toEqual(walked.get(name));
+    }
   });
 });

@@ -82,9 +82,31 @@ describe('business facts and retention', () => {
     expect(result.dropped.length).toBeGreaterThan(0);
     expect(await count('select count(*) as n from queues.task')).toBe(0);
 
-    // The domains' timelines read the same, and a new process runs end to end.
-    expect(await timeline('send_email', email)).toEqual(before);
-    expect(await timeline('account_deletion', deletion.deletion)).toEqual(beforeDeletion);
+    // The domains' timelines keep every fact, plus one row per dropped set that held
+    // queue tasks their attempts name; and a new process runs end to end.
+    const queueTaskIds = async (table: string, key: string, id: number) =>
+      (await db.query(`select task_id::int as id from ${table} where ${key} = $1 order by 1`, [id])).rows.map(
+        (r) => r.id,
+      );
+    const pruned = (rows: { fact: string; detail: { task_ids?: number[] } }[]) =>
+      rows.filter((r) => r.fact === 'queue_history_pruned').flatMap((r) => r.detail.task_ids);
+    const after = await timeline('send_email', email);
+    expect(after.filter((r) => r.fact !== 'queue_history_pruned')).toEqual(before);
+    expect(pruned(after)).toEqual(await queueTaskIds('comms.send_email_attempt', 'send_email_task_id', email));
+    const afterDeletion = await timeline('account_deletion', deletion.deletion);
+    expect(afterDeletion.filter((r) => r.fact !== 'queue_history_pruned')).toEqual(beforeDeletion);
+    const fileDeletions = (
+      await db.query(
+        `select fd.file_deletion_task_id::int as id from files.file_deletion_task fd join files.file f using (file_id)
+          where f.account_id = $1`,
+        [deletion.account],
+      )
+    ).rows;
+    expect(fileDeletions).toHaveLength(1);
+    expect(pruned(afterDeletion)).toEqual(
+      await queueTaskIds('files.file_deletion_attempt', 'file_deletion_task_id', fileDeletions[0].id),
+    );
+    expect(pruned(afterDeletion).length).toBeGreaterThan(0);
     const next = await sendEmail('grace@example.com');
     await drive(db);
     expect(

@@ -6,6 +6,8 @@
 
 -- task_id is the completion's, so that a page's bound and order (task_id < $n order by
 -- task_id desc) walk task_completed_unsuccessful_task_idx from the bound down.
+-- admin.list_dead_letters (sql/admin/dead_letters.sql) repeats this definition with the
+-- bounds of one partition set: change both together.
 create or replace view queues.dead_letter as
 select c.task_id, t.task_type, t.payload, c.outcome, c.completed_at,
        (select e.error_message from queues.error e where e.task_id = t.task_id

@@ -1,7 +1,7 @@
 // The operations dashboard: plain ES modules, no build step, nothing loaded from outside
 // this server (the Content-Security-Policy allows only this origin). Hash routes:
 //   #/ overview · #/tasks · #/task/<id> · #/dead-letters · #/queues · #/workers ·
-//   #/schedules · #/processes · #/process/<name>/<root id>
+//   #/schedules · #/processes · #/process/<name>/<root id> · #/history
 // Data is rendered with textContent only. Pages refresh their data in place by short
 // polling (REFRESH_MS) while the tab is visible, keeping selections and form input.
 const main = document.getElementById('main');
@@ -201,7 +201,7 @@ function table(headers, rows, attrs = {}) {
             'th',
             {
               class:
-                /^(#|count|pending|ready|running|retrying|scheduled|workers|tasks|hours|need|in flight|attempts|depth)/i.test(
+                /^(#|count|pending|ready|running|retrying|scheduled|workers|tasks|hours|need|in flight|attempts|depth|bytes)/i.test(
                   x,
                 )
                   ? 'num'
@@ -873,12 +873,15 @@ function leaseEnd(l, t) {
 async function taskPage(id) {
   const body = h('div');
   const out = h('p', { role: 'status', 'data-testid': 'action-result' });
-  put(main, h('h1', { 'data-testid': 'task-title' }, `Task #${id}`), out, body);
+  // This page's own heading: a refresh that ends after navigating away writes to it, not
+  // to the next page's.
+  const title = h('h1', { 'data-testid': 'task-title' }, `Task #${id}`);
+  put(main, title, out, body);
   await live(async () => {
     const [t] = await Promise.all([api(`/api/tasks/${encodeURIComponent(id)}`), showPaused()]);
     const task = t.task;
     put(
-      main.querySelector('h1'),
+      title,
       `Task #${task.task_id} `,
       stateBadge(task.state),
       t.type_paused ? [' ', h('span', { class: 'state state-paused' }, `${task.task_type} paused`)] : null,
@@ -1446,12 +1449,42 @@ function treeNode(node) {
   );
 }
 
+/**
+ * What retention dropped of a process's queue tasks (its queue_history_pruned facts): the
+ * task ids, their set and when, or null when nothing was dropped.
+ */
+function prunedNotice(pruned) {
+  if (!pruned.length) return null;
+  return h(
+    'div',
+    { class: 'notice', role: 'note', 'data-testid': 'pruned-notice' },
+    h('strong', {}, 'Queue history pruned. '),
+    'Retention dropped the queue’s records (leases, errors, completions) of these tasks; the process’s own facts below are kept. ',
+    h('a', { href: '#/history' }, 'History and retention'),
+    h(
+      'ul',
+      {},
+      pruned.map((f) =>
+        h(
+          'li',
+          { 'data-dropped-at': f.detail.dropped_at },
+          `${f.process} #${f.root_id}: task${f.detail.task_ids.length === 1 ? '' : 's'} `,
+          f.detail.task_ids.map((t) => `#${t}`).join(', '),
+          ` (set of task ids ${f.detail.lower_bound}–${f.detail.upper_bound - 1}) dropped ${fmtTime(f.detail.dropped_at)}`,
+        ),
+      ),
+    ),
+  );
+}
+
 async function processPage(name, id) {
   const tree = h('div'),
+    notice = h('div'),
     timeline = h('div');
   put(
     main,
     h('h1', {}, `${name} #${id}`),
+    notice,
     section('Supervision tree', tree),
     section('Fact timeline (all nodes, millisecond times)', timeline),
   );
@@ -1462,6 +1495,16 @@ async function processPage(name, id) {
     ]);
     put(tree, h('ul', { class: 'tree', 'data-testid': 'process-tree' }, treeNode(data.tree)));
     const facts = [...data.timeline].sort((a, b) => new Date(a.at) - new Date(b.at));
+    const pruned = facts.filter((f) => f.fact === 'queue_history_pruned');
+    const prunedIds = new Set(pruned.flatMap((f) => f.detail.task_ids));
+    put(notice, prunedNotice(pruned));
+    // An attempt names the queue task that carried it: a link while the queue keeps it.
+    const queueTask = (f) =>
+      f.fact === 'attempt' && f.detail?.task_id
+        ? prunedIds.has(f.detail.task_id)
+          ? h('span', { class: 'muted', 'data-testid': 'pruned-task' }, `task #${f.detail.task_id} (pruned) `)
+          : h('span', {}, 'task ', taskLink(f.detail.task_id), ' ')
+        : null;
     put(
       timeline,
       table(
@@ -1469,15 +1512,246 @@ async function processPage(name, id) {
         facts.map((f) =>
           h(
             'tr',
-            {},
+            { 'data-fact': f.fact },
             timeCell(f.at),
             h('td', {}, h('a', { href: `#/process/${f.process}/${f.root_id}` }, `${f.process} #${f.root_id}`)),
             h('td', {}, stateBadge(f.fact)),
             h('td', {}, f.attempt_id ?? ''),
-            h('td', {}, Object.keys(f.detail ?? {}).length ? h('code', {}, JSON.stringify(f.detail)) : ''),
+            h(
+              'td',
+              {},
+              queueTask(f),
+              Object.keys(f.detail ?? {}).length ? h('code', {}, JSON.stringify(f.detail)) : '',
+            ),
           ),
         ),
         { 'data-testid': 'timeline' },
+      ),
+    );
+  }, SLOW_REFRESH_MS);
+}
+
+// --- history and retention -------------------------------------------------------------
+/** 1536 → '1.5 kB' (powers of 1024, as pg_size_pretty). */
+function fmtBytes(n) {
+  if (n === null || n === undefined) return '—';
+  const units = ['B', 'kB', 'MB', 'GB', 'TB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024;
+    i++;
+  }
+  return `${i ? n.toFixed(1) : n} ${units[i]}`;
+}
+/** 604800 → '7 d', 5400 → '1.5 h'. */
+function fmtWindow(seconds) {
+  if (seconds >= 86_400) return `${+(seconds / 86_400).toFixed(1)} d`;
+  if (seconds >= 3600) return `${+(seconds / 3600).toFixed(1)} h`;
+  if (seconds >= 60) return `${+(seconds / 60).toFixed(1)} min`;
+  return `${seconds} s`;
+}
+const SET_STATES = {
+  ahead: ['ahead', 'created ahead of need: no task yet'],
+  current: ['current', 'new tasks land here'],
+  next_drop: ['next to drop', 'the oldest set below the last task id: retention drops it first'],
+  retained: ['retained', 'kept until the sets below it are dropped and its window has passed'],
+  default: ['default', 'tasks outside every set (should be empty)'],
+};
+const setRange = (p) => (p.is_default ? 'default partition' : `${p.lower_bound}–${p.upper_bound - 1}`);
+
+/** Why the next set is not dropped yet, or when it goes. */
+function nextDropText(status) {
+  const next = status.next_drop;
+  if (!next) return 'Nothing to drop: no set lies wholly below the last task id yet.';
+  const range = `Set ${next.lower_bound}–${next.upper_bound - 1}`;
+  if (next.pending_tasks > 0)
+    return [
+      h('strong', {}, `${range} waits for ${next.pending_tasks} pending task${next.pending_tasks === 1 ? '' : 's'}. `),
+      'A set is dropped only when every task in it is completed, however old it is.',
+    ];
+  const why = next.last_completed_at
+    ? `its newest completion (${fmtTime(next.last_completed_at)}) plus the ${fmtWindow(status.retention_seconds)} window`
+    : 'it holds no completed task';
+  if (new Date(next.drop_after) > new Date(status.now))
+    return [h('strong', {}, `${range} can be dropped from ${fmtTime(next.drop_after)}: `), why, '.'];
+  const m = status.maintenance;
+  return [
+    h('strong', {}, `${range} is due (${why}): `),
+    !m
+      ? 'no maintenance schedule is installed; run select queues.maintain_history_at(now()) as the owner.'
+      : m.enabled
+        ? `the next maintenance run drops it (${fmtTime(m.next_fire_at)}).`
+        : 'but the maintenance schedule is disabled.',
+  ];
+}
+
+function maintenanceText(m) {
+  if (!m) return h('span', { class: 'error' }, 'no queue_history_maintenance schedule');
+  const run = m.last_run;
+  const report = run?.report;
+  return [
+    h('code', {}, m.cron),
+    ' ',
+    stateBadge(m.enabled ? 'enabled' : 'disabled'),
+    m.enabled ? ` · next ${fmtTime(m.next_fire_at)}` : '',
+    h(
+      'div',
+      { class: 'muted small', 'data-testid': 'maintenance-last-run' },
+      run
+        ? [
+            `last run ${fmtTime(run.fire_at)} `,
+            run.task_id
+              ? [taskLink(run.task_id), ' ', stateBadge(run.task_state ?? 'unknown')]
+              : stateBadge(run.outcome),
+            report
+              ? ` · created ${report.created.length}, dropped ${report.dropped.length}, kept ${report.kept}` +
+                (report.skipped.length ? `, skipped ${report.skipped.length} (locks busy)` : '')
+              : '',
+          ]
+        : 'never ran',
+    ),
+  ];
+}
+
+async function historyPage() {
+  await showPaused();
+  const settings = h('div'),
+    next = h('p', { 'data-testid': 'next-drop' }),
+    sets = h('div'),
+    drops = h('div');
+  put(
+    main,
+    h('h1', {}, 'History and retention'),
+    h(
+      'p',
+      { class: 'muted' },
+      'The queue’s history (every task and its facts) is kept in partition sets of task ids. Retention drops a whole set once every task in it is completed and its newest completion is older than the window; nothing is deleted row by row. Sizes are read from the catalog; task counts are the ids handed out in each set.',
+    ),
+    section('Retention and maintenance', settings),
+    section('Next drop', next),
+    section('Partition sets', sets),
+    section('Recent drops', drops),
+  );
+  await live(async () => {
+    const s = await api('/api/history');
+    const oldest = s.oldest_task_id
+      ? h(
+          'span',
+          { 'data-testid': 'oldest-task' },
+          taskLink(s.oldest_task_id),
+          ` enqueued ${fmtTime(s.oldest_enqueued_at)} (${fmtAge((new Date(s.now) - new Date(s.oldest_enqueued_at)) / 1000)} ago)`,
+        )
+      : h('span', { class: 'muted', 'data-testid': 'oldest-task' }, 'no task retained');
+    const fields = [
+      ['retention window', `${fmtWindow(s.retention_seconds)} after a set’s newest completion`],
+      ['set size', `${s.partition_size} task ids`],
+      ['sets kept ahead', s.partitions_ahead],
+      ['lock timeout', `${s.lock_timeout_ms} ms (a step that waits longer is skipped until the next run)`],
+      ['maintenance schedule', maintenanceText(s.maintenance)],
+      ['last task id', s.last_task_id],
+      ['oldest retained task', oldest],
+      [
+        'default partition',
+        s.default_partition_tasks
+          ? h('span', { class: 'error' }, `${s.default_partition_tasks} tasks: maintenance fell behind`)
+          : '0 tasks',
+      ],
+      ['sets dropped so far', s.dropped_sets],
+    ];
+    put(
+      settings,
+      h(
+        'table',
+        { class: 'fields', 'data-testid': 'history-settings' },
+        h(
+          'tbody',
+          {},
+          fields.map(([k, v]) => h('tr', {}, h('th', {}, k), h('td', {}, v))),
+        ),
+      ),
+    );
+    put(next, nextDropText(s));
+    const rows = s.partitions.map((p) =>
+      h(
+        'tr',
+        { 'data-lower-bound': p.lower_bound ?? 'default', 'data-state': p.state },
+        h('td', { title: p.is_default ? p.name : `[${p.lower_bound}, ${p.upper_bound}) · ${p.name}` }, setRange(p)),
+        h(
+          'td',
+          { title: SET_STATES[p.state]?.[1] ?? '' },
+          h('span', { class: `state state-${p.state}` }, SET_STATES[p.state]?.[0] ?? p.state),
+        ),
+        p.created_at
+          ? timeCell(p.created_at)
+          : h('td', { class: 'muted', title: 'made before creation times were recorded' }, '—'),
+        h('td', { class: 'num' }, p.tasks),
+        h('td', { class: 'num' }, p.pending_tasks || ''),
+        h(
+          'td',
+          {},
+          p.first_task_id
+            ? [taskLink(p.first_task_id), ' ', h('span', { class: 'muted small' }, fmtTime(p.first_enqueued_at))]
+            : '',
+        ),
+        h('td', { class: 'num' }, fmtBytes(p.table_bytes)),
+        h('td', { class: 'num' }, fmtBytes(p.index_bytes)),
+        h('td', { class: 'num' }, fmtBytes(p.total_bytes)),
+      ),
+    );
+    const t = s.totals;
+    put(
+      sets,
+      s.partitions.some((p) => !p.is_default)
+        ? null
+        : h(
+            'p',
+            { class: 'error', 'data-testid': 'no-sets' },
+            'No partition sets yet: every new task goes to the default partition until the next maintenance run creates them.',
+          ),
+      table(
+        [
+          'task ids',
+          'state',
+          'created',
+          'tasks',
+          'pending',
+          'oldest task',
+          'bytes: tables',
+          'bytes: indexes',
+          'bytes: total',
+        ],
+        [
+          ...rows,
+          h(
+            'tr',
+            { class: 'totals', 'data-testid': 'history-totals' },
+            h('th', {}, `${t.sets} set${t.sets === 1 ? '' : 's'}`),
+            h('td', { colspan: 2 }),
+            h('td', { class: 'num' }, t.tasks),
+            h('td', { colspan: 2 }),
+            h('td', { class: 'num' }, fmtBytes(t.table_bytes)),
+            h('td', { class: 'num' }, fmtBytes(t.index_bytes)),
+            h('td', { class: 'num' }, fmtBytes(t.total_bytes)),
+          ),
+        ],
+        { 'data-testid': 'history-sets' },
+      ),
+    );
+    put(
+      drops,
+      table(
+        ['task ids', 'tasks', 'newest completion', 'dropped'],
+        s.recent_drops.map((d) =>
+          h(
+            'tr',
+            { 'data-lower-bound': d.lower_bound },
+            h('td', {}, `${d.lower_bound}–${d.upper_bound - 1}`),
+            h('td', { class: 'num' }, d.tasks),
+            timeCell(d.last_completed_at),
+            timeCell(d.dropped_at),
+          ),
+        ),
+        { 'data-testid': 'recent-drops' },
       ),
     );
   }, SLOW_REFRESH_MS);
@@ -1506,6 +1780,7 @@ async function route() {
     else if (parts[0] === 'schedules') await schedules();
     else if (parts[0] === 'processes') await processes(params);
     else if (parts[0] === 'process' && parts[1] && parts[2]) await processPage(parts[1], parts[2]);
+    else if (parts[0] === 'history') await historyPage();
     else put(main, h('p', {}, 'No such page. ', h('a', { href: '#/' }, 'Overview')));
   } catch (error) {
     fail(error);

@@ -63,9 +63,10 @@ async function seed(urls) {
         }
       }
     }
-    // A backlog: ready, scheduled, running tasks.
+    // A backlog: ready, scheduled, running tasks. Channel and db_function tasks are
+    // worker-only types: enqueued as the owner, as the database's own processes do.
     for (let i = 0; i < 40; i += 1)
-      await q(app, `select queues.enqueue('email', $1::jsonb)`, [
+      await q(owner, `select queues.enqueue('email', $1::jsonb)`, [
         JSON.stringify({ to: `user${i}@example.com`, campaign: 'november' }),
       ]);
     for (let i = 0; i < 12; i += 1)
@@ -82,7 +83,7 @@ async function seed(urls) {
     await q(worker, `select * from queues.claim_tasks('worker-a-1', 3, '{email}', 300)`);
     // A stale worker holding a lease.
     await q(worker, `select queues.record_worker_heartbeat('worker-c-7', '{sms}')`);
-    await q(app, `select queues.enqueue('sms', '{"to": "+14155550100"}'::jsonb)`);
+    await q(owner, `select queues.enqueue('sms', '{"to": "+14155550100"}'::jsonb)`);
     await q(worker, `select * from queues.claim_tasks('worker-c-7', 1, '{sms}', 3600)`);
     await q(
       owner,
@@ -90,7 +91,7 @@ async function seed(urls) {
     );
     // A dead letter with its error.
     const [dead] = await q(
-      app,
+      owner,
       `select queues.enqueue('db_function', '{"db_function": "internal.noop", "order_id": 4711}'::jsonb) as task_id`,
     );
     const [lease] = await q(
@@ -200,6 +201,7 @@ async function main() {
       ['schedules', '#/schedules', '[data-testid=schedules]', true],
       ['processes', '#/processes?process=account_deletion', '[data-testid=process-roots]', true],
       ['process-tree', `#/process/account_deletion/${ids.accountTaskId}`, '[data-testid=process-tree]', true],
+      ['history', '#/history', '[data-testid=history-sets]', true],
     ];
     await page.goto(`${base}/#/`);
     for (const [name, hash, ready, unlocked] of shots) {

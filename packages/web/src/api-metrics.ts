@@ -110,12 +110,19 @@ export async function renderApiMetrics(store: Store): Promise<{ text: string; co
     'Bytes (tables, TOAST, indexes) of each partition set over every history table.',
     ['lower_bound', 'upper_bound'],
   );
+  const partitionTasks = gauge(
+    'queue_history_partition_tasks',
+    "Tasks of each partition set (task ids handed out from its oldest to its newest task; the default partition's count).",
+    ['lower_bound', 'upper_bound'],
+  );
   for (const p of history.partitions) {
-    partitionBytes.set(
-      { lower_bound: p.lower_bound ?? 'default', upper_bound: p.upper_bound ?? 'default' },
-      p.total_bytes,
-    );
+    const labels = { lower_bound: p.lower_bound ?? 'default', upper_bound: p.upper_bound ?? 'default' };
+    partitionBytes.set(labels, p.total_bytes);
+    partitionTasks.set(labels, p.tasks);
   }
+  const bytes = gauge('queue_history_bytes', 'Bytes of the whole history: tables (with TOAST) or indexes.', ['kind']);
+  bytes.set({ kind: 'table' }, history.totals.table_bytes);
+  bytes.set({ kind: 'index' }, history.totals.index_bytes);
   gauge(
     'queue_history_default_partition_tasks',
     'Tasks in the default partition (0 unless maintenance fell behind).',
@@ -126,20 +133,37 @@ export async function renderApiMetrics(store: Store): Promise<{ text: string; co
     'Retention window: a set is dropped this long after its newest completion.',
     [],
   ).set(history.retention_seconds);
-  const oldestAt = gauge(
+  // A gauge without labels reads 0 until set, so one that may have no value is
+  // registered only when it has one: absent, not 0 (a next drop at 0 would read as overdue).
+  const optional = (name: string, help: string, value: number | null | undefined) => {
+    if (value !== null && value !== undefined) gauge(name, help, []).set(value);
+  };
+  const seconds = (iso: string | null | undefined) => (iso ? Date.parse(iso) / 1000 : null);
+  optional(
     'queue_history_oldest_task_timestamp_seconds',
     'Enqueue time of the oldest retained task (absent with no task).',
-    [],
+    seconds(history.oldest_enqueued_at),
   );
-  if (history.oldest_enqueued_at) oldestAt.set(Date.parse(history.oldest_enqueued_at) / 1000);
-  const oldestId = gauge('queue_history_oldest_task_id', 'Id of the oldest retained task (absent with no task).', []);
-  if (history.oldest_task_id !== null) oldestId.set(history.oldest_task_id);
-  const nextDrop = gauge(
+  optional(
+    'queue_history_oldest_task_id',
+    'Id of the oldest retained task (absent with no task).',
+    history.oldest_task_id,
+  );
+  optional(
     'queue_history_next_drop_timestamp_seconds',
     'When the next partition set leaves the window (absent while none is due or it holds pending tasks).',
-    [],
+    seconds(history.next_drop?.drop_after),
   );
-  if (history.next_drop?.drop_after) nextDrop.set(Date.parse(history.next_drop.drop_after) / 1000);
+  optional(
+    'queue_history_next_drop_pending_tasks',
+    'Pending tasks in the next set to drop: above 0, they keep it, however old (absent without a set to drop).',
+    history.next_drop?.pending_tasks,
+  );
+  optional(
+    'queue_history_last_drop_timestamp_seconds',
+    'When retention last dropped a partition set (absent before the first drop).',
+    seconds(history.last_dropped_at),
+  );
   gauge('queue_history_dropped_sets', 'Partition sets dropped by retention so far.', []).set(history.dropped_sets);
   return { text: await registry.metrics(), contentType: registry.contentType };
 }

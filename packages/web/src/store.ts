@@ -59,11 +59,16 @@ export interface NewTaskInput {
   max_attempts?: number;
 }
 
+/** A partition set's place relative to the last task id (admin.history_status). */
+export type HistorySetState = 'ahead' | 'current' | 'next_drop' | 'retained' | 'default';
+
 /** admin.history_status(): see docs/operations.md, "Retention and partitions". */
 export interface HistoryStatus {
+  now: string;
   retention_seconds: number;
   partition_size: number;
   partitions_ahead: number;
+  lock_timeout_ms: number;
   last_task_id: number;
   oldest_task_id: number | null;
   oldest_enqueued_at: string | null;
@@ -81,10 +86,43 @@ export interface HistoryStatus {
     lower_bound: number | null;
     upper_bound: number | null;
     name: string;
-    estimated_tasks: number;
-    total_bytes: number;
     is_default: boolean;
+    state: HistorySetState;
+    estimated_tasks: number;
+    /** Task ids handed out from the set's oldest to its newest task (the default partition: its count). */
+    tasks: number;
+    first_task_id: number | null;
+    first_enqueued_at: string | null;
+    last_task_id: number | null;
+    pending_tasks: number;
+    /** Null for sets made before creations were recorded. */
+    created_at: string | null;
+    table_bytes: number;
+    index_bytes: number;
+    total_bytes: number;
   }[];
+  totals: { sets: number; tasks: number; table_bytes: number; index_bytes: number; total_bytes: number };
+  recent_drops: {
+    lower_bound: number;
+    upper_bound: number;
+    tasks: number;
+    last_completed_at: string | null;
+    dropped_at: string;
+  }[];
+  maintenance: {
+    schedule: string;
+    cron: string;
+    enabled: boolean;
+    next_fire_at: string | null;
+    last_fire_at: string | null;
+    last_run: {
+      fire_at: string;
+      outcome: string;
+      task_id: number | null;
+      task_state: string | null;
+      report: { created: [number, number][]; dropped: [number, number][]; skipped: unknown[]; kept: number } | null;
+    } | null;
+  } | null;
 }
 
 export class Store {

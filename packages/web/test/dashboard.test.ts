@@ -3,7 +3,9 @@
 // (links are links), the page says when it is read-only, a task enqueued by the test
 // appears without a reload, a pending task is cancelled, a paused task type is not
 // claimed by a running Worker until resumed, a dead-lettered task is redriven and run, and
-// a process tree shows its stuck child. The browser may reach nothing but the API's origin.
+// a process tree shows its stuck child, the History page shows the partition sets, the
+// next drop and what blocks it, and a timeline says which of its queue tasks retention
+// dropped. The browser may reach nothing but the API's origin.
 // A missing browser FAILS this file (CI installs it: apt-get install -y chromium).
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -223,6 +225,7 @@ it('clicks through every page from the navigation; every navigation entry is a l
     ['Workers', 'Workers'],
     ['Schedules', 'Schedules'],
     ['Processes', 'Processes'],
+    ['History', 'History and retention'],
     ['Overview', 'Queue overview'],
   ];
   expect(await nav.count()).toBe(pages.length);
@@ -417,6 +420,92 @@ it('opens a process tree with a stuck child, listed first among the account dele
   );
   await link.click();
   await page.locator('h1', { hasText: `file_deletion #${fds[0].id}` }).waitFor();
+});
+
+it('History: each partition set with its state and oldest task, the next drop and why it waits, recent drops; a process timeline says which queue tasks were pruned', async () => {
+  const errors: string[] = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  // Sets of 10 ids above the migration's: the earlier tests' tasks stay in the first set.
+  const { rows: top } = await db.query(
+    `select max(upper_bound) as top from queues.history_partitions() where not is_default`,
+  );
+  const lo = Number(top[0].top); // the first id of the new sets
+  await db.query(`update queues.history_setting set partition_size = 10`);
+  await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [lo - 1]);
+  await db.query('select queues.maintain_history_at(now())');
+  // A send_email process in [lo, lo + 10): its supervisor ran once (an attempt and its
+  // email task); then every task of the set is cancelled, so the set is all completed.
+  const { rows: sent } = await db
+    .pool('app')
+    .query<{ id: string }>(
+      `select send_email_task_id as id from comms.send_email('from@example.com', 'old@example.com', 'Old', '<p>old</p>')`,
+    );
+  const rootId = sent[0].id;
+  await db.query(
+    `select internal.run_function('comms.send_email_supervisor', jsonb_build_object('send_email_task_id', $1::bigint))`,
+    [rootId],
+  );
+  const emailTask = Number(
+    (await db.query('select task_id from comms.send_email_attempt where send_email_task_id = $1', [rootId])).rows[0]
+      .task_id,
+  );
+  await db.query(
+    `select admin.cancel_tasks(array(select task_id from queues.task_pending where task_id >= $1 and task_id < $2), 'old')`,
+    [lo, lo + 10],
+  );
+  // The next task lands in the following set; past the window, retention drops the first.
+  await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [lo + 10]);
+  const known = await enqueue({ task_type: 'product_resync', payload: { history: true } });
+  expect(known).toBe(lo + 11);
+  const { rows: ran } = await db.query(`select queues.maintain_history_at(now() + interval '8 days') as r`);
+  expect(ran[0].r.dropped).toContainEqual([lo, lo + 10]);
+  const { rows: first } = await db.query(
+    `select p.lower_bound, (select count(*)::int from queues.task_pending tp
+                             where tp.task_id >= p.lower_bound and tp.task_id < p.upper_bound) as pending,
+            (select min(task_id)::int from queues.task) as oldest
+       from queues.history_partitions() p where not p.is_default order by p.lower_bound limit 1`,
+  );
+  expect(first[0].pending).toBeGreaterThan(0); // earlier tests left tasks pending there
+
+  await page.goto(`${base}/#/history`);
+  const sets = page.getByTestId('history-sets');
+  const oldestSet = sets.locator(`tr[data-lower-bound="${first[0].lower_bound}"]`);
+  await oldestSet.waitFor();
+  expect(await oldestSet.getAttribute('data-state')).toBe('next_drop');
+  expect(await oldestSet.textContent()).toContain('next to drop');
+  expect(await oldestSet.locator('td').nth(4).textContent()).toBe(String(first[0].pending));
+  expect(await page.getByTestId('next-drop').textContent()).toContain(
+    `waits for ${first[0].pending} pending task${first[0].pending === 1 ? '' : 's'}`,
+  );
+  const current = sets.locator(`tr[data-lower-bound="${lo + 10}"]`);
+  expect(await current.getAttribute('data-state')).toBe('current');
+  expect(await current.getByRole('link').textContent()).toBe(`#${known}`);
+  expect(await page.getByTestId('recent-drops').locator(`tr[data-lower-bound="${lo}"]`).textContent()).toContain(
+    `${lo}–${lo + 9}`,
+  );
+  expect(await page.getByTestId('history-settings').textContent()).toContain('10 task ids');
+  await page
+    .getByTestId('oldest-task')
+    .getByRole('link', { name: `#${first[0].oldest}` })
+    .click();
+  await page.locator('h1', { hasText: `Task #${first[0].oldest}` }).waitFor();
+
+  // The process's timeline still renders, and says which of its queue tasks went.
+  await page.goto(`${base}/#/process/send_email/${rootId}`);
+  const notice = page.getByTestId('pruned-notice');
+  await notice.waitFor();
+  // The task page's refresh, still running when we left it, wrote nothing here.
+  expect(await page.locator('main h1').textContent()).toBe(`send_email #${rootId}`);
+  expect(await notice.textContent()).toMatch(
+    new RegExp(
+      `Queue history pruned.*send_email #${rootId}: task #${emailTask} \\(set of task ids ${lo}–${lo + 9}\\) dropped`,
+    ),
+  );
+  expect(await page.locator('[data-testid=timeline] tr[data-fact=started]').count()).toBe(1);
+  expect(await page.locator('[data-testid=timeline] tr[data-fact=queue_history_pruned]').count()).toBe(1);
+  expect(await page.getByTestId('pruned-task').textContent()).toContain(`task #${emailTask} (pruned)`);
+
+  expect(errors).toEqual([]);
 });
 
 it('loaded nothing from outside the API origin', () => {

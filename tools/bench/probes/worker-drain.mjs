@@ -2,9 +2,12 @@
 // process, and prints the rate and the SQL per task (pg_stat_statements). Run it under
 // `node --cpu-prof --cpu-prof-dir=/tmp/prof` to see the worker's CPU per task.
 //   node tools/bench/probes/worker-drain.mjs [tasks=20000] [concurrency=10] [prefetch=500]
+// HISTORY=<n> first writes n completed tasks into the history partitions (as workload 12
+// does), to see what a history and its number of partition sets cost per statement.
 import pg from 'pg';
 import { openServer, provisionDatabase, withRootClient } from '@org/db-tools';
 import { enqueueMany } from '@org/queue-client';
+import { fillHistory } from '../dist/history-scale.js';
 import { createLogger, ProcessorRegistry, Worker } from '@org/worker';
 
 const TASKS = Number(process.argv[2] ?? 20000);
@@ -23,8 +26,14 @@ try {
   const rootUrl = new URL(server.rootUrl);
   rootUrl.pathname = '/probe';
   const root = new pg.Pool({ connectionString: rootUrl.toString(), max: 1 });
+  root.on('error', () => {}); // the server's stop at the end
   await root.query('create extension if not exists pg_stat_statements');
   await root.query(`insert into queues.task_type (task_type) values ('bench') on conflict do nothing`);
+  const history = Number(process.env.HISTORY ?? 0);
+  if (process.env.SET_SIZE)
+    await root.query('update queues.history_setting set partition_size = $1', [process.env.SET_SIZE]);
+  if (history > 0) await fillHistory(urls.owner, history, (line) => console.log(line));
+  const { rows: from } = await root.query('select coalesce(max(task_id), 0) as id from queues.task');
   const app = new pg.Pool({ connectionString: urls.app, max: 2 });
   for (let s = 0; s < TASKS; s += 1000)
     await enqueueMany(
@@ -63,7 +72,9 @@ try {
   await allDone;
   // Until every completion is recorded.
   for (;;) {
-    const { rows } = await root.query('select count(*)::int as n from queues.task_completed');
+    const { rows } = await root.query('select count(*)::int as n from queues.task_completed where task_id > $1', [
+      from[0].id,
+    ]);
     if (rows[0].n >= TASKS) break;
     await new Promise((r) => setTimeout(r, 5));
   }
@@ -80,7 +91,7 @@ try {
            round((total_exec_time / calls)::numeric, 3) as ms_per_call,
            regexp_replace(left(query, 100), '\\s+', ' ', 'g') as query
       from pg_stat_statements
-     where query not ilike '%pg_stat_statements%' and query not ilike '%count(*)::int as n from queues.task_completed%'
+     where query not ilike '%pg_stat_statements%' and query not ilike '%count(*)::int as n from queues.task_completed%' and query not ilike '%history%'
      order by total_exec_time desc limit 12`,
     [TASKS],
   );

@@ -18,7 +18,7 @@ import type { RunnerConfig } from './runners/protocol.js';
 import { percentile } from './stats.js';
 import { resyncWorkload } from './resync.js';
 import { DashboardPollers, DASHBOARDS, POLL_INTERVAL_MS } from './dashboard.js';
-import { fillHistory, timeEndpoints } from './history-scale.js';
+import { fillHistory, fillRecent, timeEndpoints } from './history-scale.js';
 
 export const SYSTEMS = ['ours', 'graphile-worker', 'pg-boss'] as const;
 export type SystemName = (typeof SYSTEMS)[number];
@@ -672,6 +672,7 @@ class Harness {
           `  history: ${rows} completed tasks written in ${fillS.toFixed(1)} s, vacuum analyze ${vacuumS.toFixed(1)} s`,
         );
       }
+      await fillRecent(db.owner);
       // One email process root, for the process timeline group (its supervisor task stays pending).
       const rootId = await withClient(db.app, async (c) => {
         const { rows: sent } = await c.query<{ id: string }>(
@@ -683,6 +684,7 @@ class Harness {
       const fromId = await this.lastTaskId(db);
       await this.enqueue('ours', db, 'batch', n);
       await withClient(db.root, (c) => c.query('vacuum analyze'));
+      await this.checkpoint();
       const { dbUsers, dbUserPasswords } = this.server;
       const times = await timeEndpoints(
         withDatabase(this.server.rootUrl, db.name, dbUsers.api, dbUserPasswords.api),

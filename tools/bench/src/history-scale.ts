@@ -7,9 +7,13 @@
  *   queues.task, queues.task_lease and queues.task_completed, one statement per table per
  *   partition set (sets of the default size, made first with
  *   queues.create_history_partition), then `vacuum analyze`;
+ * - on both databases, the same recent activity (fillRecent: RECENT tasks completed a few
+ *   minutes ago, every 10th failed), so that each list answers a full page with and
+ *   without the history, and the comparison is of what the history adds;
  * - the statements behind each endpoint group of the REST API and dashboard (counts,
- *   capacity, task list, dead letters, process timeline, history), as the API role: a
- *   few warm-up calls, then the median of ITERATIONS timed calls of the whole group;
+ *   capacity, task list, dead letters, process timeline, history), as the API role, after
+ *   a checkpoint (the fill's dirty pages are written first, as before the drain): a few
+ *   warm-up calls, then the median of ITERATIONS timed calls of the whole group;
  * - the drain of `tasks` tasks by one worker process, as workload 3a.
  */
 import pg from 'pg';
@@ -132,6 +136,39 @@ export async function fillHistory(ownerUrl: string, rows: number, log: (line: st
     await client.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [rows]);
     await client.query(`select setval(pg_get_serial_sequence('queues.task_lease', 'task_lease_id'), $1)`, [rows]);
     return (performance.now() - started) / 1000;
+  } finally {
+    await client.end();
+  }
+}
+
+/** Recent tasks written on both databases of workload 12 before the endpoints are timed. */
+export const RECENT = 1_000;
+
+/**
+ * Writes RECENT tasks after the history (ids from the sequence), leased and completed a few
+ * minutes ago, every 10th failed (RECENT / 10 dead letters), as the owner.
+ */
+export async function fillRecent(ownerUrl: string): Promise<void> {
+  const client = new pg.Client({ connectionString: ownerUrl, application_name: 'bench-history-recent' });
+  await client.connect();
+  try {
+    await client.query(
+      `with t as (
+         insert into queues.task (task_type, payload, enqueued_at, scheduled_at)
+         select 'bench', jsonb_build_object('recent', g), now() - interval '10 minutes', now() - interval '10 minutes'
+           from generate_series(1, $1::integer) g
+         returning task_id
+       ), l as (
+         insert into queues.task_lease (task_id, worker_id, leased_at, expires_at)
+         select task_id, 'recent', now() - interval '9 minutes', now() - interval '4 minutes' from t
+         returning task_id, task_lease_id
+       )
+       insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome)
+       select task_id, task_lease_id, now() - interval '8 minutes',
+              case when task_id % 10 = 0 then 'failed' else 'succeeded' end
+         from l`,
+      [RECENT],
+    );
   } finally {
     await client.end();
   }
