@@ -83,7 +83,7 @@ function isRecord(v: unknown): v is Record<string, unknown> {
  * values, and `req.headers.authorization`: a copy when anything was censored, `value`
  * itself otherwise (nothing is allocated then).
  */
-function censor<T extends object>(value: T, depth: number, isReq = false): T {
+function censor<T extends object>(value: T, depth: number): T {
   let copy: object | undefined;
   for (const key in value) {
     if (!Object.hasOwn(value, key)) continue;
@@ -91,11 +91,22 @@ function censor<T extends object>(value: T, depth: number, isReq = false): T {
     if (v === undefined) continue;
     let next = v;
     if (SECRET.has(key)) next = CENSOR;
-    else if (depth > 1 && isRecord(v)) next = censor(v, depth - 1, key === 'req');
-    else if (isReq && key === 'headers' && isRecord(v)) next = censor(v, 1);
+    else if (depth > 1 && isRecord(v)) next = key === 'req' ? censorRequest(v) : censor(v, depth - 1);
     if (next !== v) copy = withKey(copy, value, key, next);
   }
   return (copy ?? value) as T;
+}
+
+/**
+ * A request (a plain object, or a raw http.IncomingMessage whose `headers` is a getter of
+ * its prototype, as a serializer will read it) with its secret keys and its
+ * `headers.authorization` censored.
+ */
+function censorRequest<T extends Record<string, unknown>>(req: T): T {
+  const censored = censor(req, 1);
+  const headers = req.headers;
+  if (!isRecord(headers) || headers.authorization === undefined) return censored;
+  return withKey(censored === req ? undefined : censored, req, 'headers', censor(headers, 1)) as T;
 }
 
 /**

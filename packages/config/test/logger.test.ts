@@ -92,11 +92,19 @@ describe('createLogger', () => {
       deep: { a: { password: 'three levels down: not a path we redact' } },
     };
     log.info(fields, 'one');
+    // A raw request keeps its headers behind a getter of its prototype (http.IncomingMessage).
+    class RawRequest {
+      method = 'GET';
+      get headers() {
+        return { authorization: 'Bearer r1', host: 'h' };
+      }
+    }
+    log.info({ req: new RawRequest() }, 'raw');
     log
       .child({ apiKey: 'k1', task_id: '7', nested: { secret: 's1' } })
       .child({ step: 2 })
       .warn('two');
-    const [one, two] = out
+    const [one, raw, two] = out
       .text()
       .trim()
       .split('\n')
@@ -108,8 +116,9 @@ describe('createLogger', () => {
       err: { type: 'Error', message: 'boom', password: '[redacted]', code: 'E1' },
       deep: { a: { password: 'three levels down: not a path we redact' } },
     });
+    expect(raw).toMatchObject({ req: { method: 'GET', headers: { authorization: '[redacted]', host: 'h' } } });
     expect(two).toMatchObject({ apiKey: '[redacted]', task_id: '7', nested: { secret: '[redacted]' }, step: 2 });
-    expect(out.text()).not.toMatch(/t1|pw@|Bearer|p1|k1|s1/);
+    expect(out.text()).not.toMatch(/t1|pw@|Bearer|p1|k1|s1|r1/);
     // The caller's objects are as they were.
     expect(fields.config.databaseUrl).toBe('postgres://u:pw@h/db');
     expect(fields.req.headers.authorization).toBe('Bearer z');
