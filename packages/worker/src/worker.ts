@@ -42,7 +42,7 @@ import {
 } from '@org/queue-client';
 import { Completer } from './completer.js';
 import { StartRecorder } from './start-recorder.js';
-import { StepRunner } from './step-runner.js';
+import { MAX_STEPS_PER_CALL, StepRunner } from './step-runner.js';
 import { classifyError, errorMessage } from './error-class.js';
 import type { WorkerConfig } from './config.js';
 import { TaskListener } from './listener.js';
@@ -69,8 +69,21 @@ export interface WorkerOptions extends Omit<WorkerConfig, 'logLevel'> {
 /** statement_timeout of the worker's connections unless `statementTimeoutMs` says otherwise. */
 export const DEFAULT_STATEMENT_TIMEOUT_MS = 300_000;
 
+/**
+ * One slot shared by the steps of one queues.run_steps call: tasks whose processor
+ * `runsSteps` start many at a time in a slot, and the slot is free once all are answered.
+ */
+interface StepSlot {
+  /** Tasks of the call not answered yet. */
+  holders: number;
+  readonly size: number;
+  readonly startedAt: number;
+}
+
 interface Running {
   task: ClaimedTask;
+  /** The shared slot of a step started with others (see StepSlot). */
+  slot?: StepSlot;
   controller: AbortController;
   startedAt: number;
   lost: boolean;
@@ -331,13 +344,19 @@ export class Worker extends EventEmitter<WorkerEvents> {
    */
   #startWaiting(): void {
     const starting: Running[] = [];
+    // Steps: the local queue spread over the slots (see #admitSteps).
+    const stepBatch = Math.min(
+      MAX_STEPS_PER_CALL,
+      Math.max(1, Math.ceil(this.#waiting.length / this.#options.concurrency)),
+    );
     while (this.#busy < this.#options.concurrency && this.#waiting.length > 0) {
       // A task this worker still runs under an earlier lease waits (heartbeated) until
       // that run ends.
       const next =
         this.#runningTasks.size === 0 ? 0 : this.#waiting.findIndex((t) => !this.#runningTasks.has(t.taskId));
       if (next < 0) break;
-      starting.push(this.#admit(this.#waiting.splice(next, 1)[0]!));
+      if (this.#runsSteps(this.#waiting[next]!)) starting.push(...this.#admitSteps(next, stepBatch));
+      else starting.push(this.#admit(this.#waiting.splice(next, 1)[0]!));
     }
     if (starting.length === 0) return;
     // One statement marks every task starting now, steps that run in the database too.
@@ -346,7 +365,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
       (lost) => {
         for (const r of starting) {
           // A task already finished was completed before its mark arrived: nothing to stop.
-          if (!lost.has(r.task.taskLeaseId) || r.lost || this.#running.get(r.task.taskLeaseId) !== r) continue;
+          // A step needs no stopping: queues.run_steps fences it by its lease, and its mark
+          // may well arrive after the call completed it.
+          if (!lost.has(r.task.taskLeaseId) || r.lost || r.slot || this.#running.get(r.task.taskLeaseId) !== r)
+            continue;
           r.lost = true;
           r.controller.abort(new Error('lease lost'));
           this.#log.warn(
@@ -397,8 +419,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
   }
 
-  /** Takes a slot for `task`: it counts as running from now on. */
-  #admit(task: ClaimedTask): Running {
+  /** Takes a slot for `task` (or a place in a shared `slot`): it counts as running from now on. */
+  #admit(task: ClaimedTask, slot?: StepSlot): Running {
     const controller = new AbortController();
     const running: Running = {
       task,
@@ -408,10 +430,45 @@ export class Worker extends EventEmitter<WorkerEvents> {
       released: false,
       done: Promise.resolve(),
     };
+    if (slot) running.slot = slot;
     this.#running.set(task.taskLeaseId, running);
     this.#runningTasks.set(task.taskId, (this.#runningTasks.get(task.taskId) ?? 0) + 1);
-    this.#busy++;
+    if (!slot) this.#busy++;
     return running;
+  }
+
+  #runsSteps(task: ClaimedTask): boolean {
+    return this.#options.registry.get(task.taskType)?.runsSteps === true;
+  }
+
+  /**
+   * Takes one slot for steps: the waiting step tasks from `from` on (up to `size`, skipping
+   * tasks this worker still runs under an earlier lease) run in one queues.run_steps call.
+   * The size spreads the local queue over the slots, so slow steps keep their parallelism
+   * (the local queue holds few of them: about LOCAL_QUEUE_MS of work) while cheap ones
+   * share a call and a commit by the dozen.
+   */
+  #admitSteps(from: number, size: number): Running[] {
+    const picked: ClaimedTask[] = [];
+    const taken = new Set<string>();
+    const rest = this.#waiting.slice(0, from);
+    for (const task of this.#waiting.slice(from)) {
+      if (
+        picked.length < size &&
+        this.#runsSteps(task) &&
+        !this.#runningTasks.has(task.taskId) &&
+        !taken.has(task.taskId)
+      ) {
+        picked.push(task);
+        taken.add(task.taskId);
+      } else {
+        rest.push(task);
+      }
+    }
+    this.#waiting = rest;
+    const slot: StepSlot = { holders: picked.length, size: picked.length, startedAt: Date.now() };
+    this.#busy++;
+    return picked.map((task) => this.#admit(task, slot));
   }
 
   /** Runs an admitted task once its start is written. */
@@ -422,8 +479,18 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const free = () => {
       if (freed) return;
       freed = true;
-      const slotMs = Date.now() - running.startedAt;
-      this.#slotMs = this.#slotMs === undefined ? slotMs : 0.9 * this.#slotMs + 0.1 * slotMs;
+      const { slot } = running;
+      if (slot) {
+        // The shared slot is free once every step of its call is answered; each step
+        // counts for its share of the call's time.
+        if (--slot.holders > 0) return;
+        const slotMs = (Date.now() - slot.startedAt) / slot.size;
+        const keep = 0.9 ** slot.size;
+        this.#slotMs = this.#slotMs === undefined ? slotMs : keep * this.#slotMs + (1 - keep) * slotMs;
+      } else {
+        const slotMs = Date.now() - running.startedAt;
+        this.#slotMs = this.#slotMs === undefined ? slotMs : 0.9 * this.#slotMs + 0.1 * slotMs;
+      }
       this.#busy--;
       if (!this.#stopping) this.#startWaiting();
       this.#signal(); // a slot is free
@@ -514,7 +581,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       const step = outcome.step;
       const { result, report } = step
         ? await traceStep('queue.handler', { 'queue.handler.name': step.functionName }, () =>
-            this.#steps.run(task, step.functionName),
+            this.#steps.run(task, step.functionName, running.slot),
           ).then((answer) =>
             // The step's completion commits in the same call (queues.run_steps).
             traceStep('queue.complete', { 'queue.task.outcome': answer.report.outcome }, () => Promise.resolve(answer)),
