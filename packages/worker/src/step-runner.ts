@@ -3,11 +3,13 @@
  * writes and its completion commit together or not at all, fenced by the lease).
  *
  * The worker hands over the steps of one slot together (`batch`: the tasks it took from its
- * local queue for that slot, see worker.ts): they go in one call, on one connection. Steps
- * without a batch (a processor that returns a `step` without declaring `runsSteps`) that
- * are asked for in the same turn of the event loop share calls of about 10 ms, judged from
- * the time steps took so far (one step per call while they are slow, up to 500 while they
- * are fast), run in parallel on the worker's pool.
+ * local queue for that slot, see worker.ts): they go in one call, on one connection. How
+ * many a slot takes is `batchSize`: the local queue spread over the slots, or more, up to
+ * about CALL_BUDGET_MS of steps at the pace calls had so far, up to MAX_STEPS_PER_CALL. So
+ * slow steps keep their parallelism, and cheap ones share a round trip and a commit by the
+ * hundred. Steps without a batch (a processor that returns a `step` without declaring
+ * `runsSteps`) that are asked for in the same turn of the event loop share calls of the
+ * same budget, run in parallel on the worker's pool.
  *
  * A call that fails as a whole (its connection died, the statement timed out) records
  * nothing for its steps. A transient failure is every step's (they run again); any other
@@ -27,18 +29,27 @@ interface PendingStep {
   reject: (error: unknown) => void;
 }
 
-/** Target time of one call of unbatched steps, and the most steps in one call. */
-const CALL_BUDGET_MS = 10;
+/** Target time of one call, and the most steps in one call. */
+export const CALL_BUDGET_MS = 200;
 export const MAX_STEPS_PER_CALL = 500;
 
 export class StepRunner {
   /** Steps asked for in this turn, by batch (undefined: no batch). */
   #pending = new Map<object | undefined, PendingStep[]>();
   #scheduled = false;
-  /** Moving average of a step's time in an unbatched call, ms (starts pessimistic: one per call). */
+  /** Moving average of a step's share of its call's time, ms (starts pessimistic: one per call). */
   #stepMs = CALL_BUDGET_MS;
 
   constructor(private readonly pool: pg.Pool) {}
+
+  /**
+   * How many of `waiting` step tasks one of `slots` slots should take: at least its share,
+   * and as many as fit in CALL_BUDGET_MS at the pace of the calls so far.
+   */
+  batchSize(waiting: number, slots: number): number {
+    const byTime = Math.floor(CALL_BUDGET_MS / Math.max(this.#stepMs, 0.01));
+    return Math.max(1, Math.min(MAX_STEPS_PER_CALL, waiting, Math.max(Math.ceil(waiting / slots), byTime)));
+  }
 
   /** Runs the step; steps of one `batch` go in one call. */
   run(task: ClaimedTask, functionName: string, batch?: object): Promise<Settled> {
@@ -61,18 +72,15 @@ export class StepRunner {
     for (const [batch, steps] of pending) {
       if (batch !== undefined) {
         for (let i = 0; i < steps.length; i += MAX_STEPS_PER_CALL)
-          void this.#call(steps.slice(i, i + MAX_STEPS_PER_CALL), false);
+          void this.#call(steps.slice(i, i + MAX_STEPS_PER_CALL));
         continue;
       }
-      const size = Math.max(
-        1,
-        Math.min(MAX_STEPS_PER_CALL, Math.floor(CALL_BUDGET_MS / Math.max(this.#stepMs, 0.01))),
-      );
-      for (let i = 0; i < steps.length; i += size) void this.#call(steps.slice(i, i + size), true);
+      const size = this.batchSize(steps.length, steps.length);
+      for (let i = 0; i < steps.length; i += size) void this.#call(steps.slice(i, i + size));
     }
   }
 
-  async #call(steps: PendingStep[], timed: boolean): Promise<void> {
+  async #call(steps: PendingStep[], timed = true): Promise<void> {
     const started = performance.now();
     let results;
     try {

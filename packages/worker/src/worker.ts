@@ -42,11 +42,11 @@ import {
 } from '@org/queue-client';
 import { Completer } from './completer.js';
 import { StartRecorder } from './start-recorder.js';
-import { MAX_STEPS_PER_CALL, StepRunner } from './step-runner.js';
+import { StepRunner } from './step-runner.js';
 import { classifyError, errorMessage } from './error-class.js';
 import type { WorkerConfig } from './config.js';
 import { TaskListener } from './listener.js';
-import type { Logger } from './logger.js';
+import { lazyChild, type Logger } from './logger.js';
 import type { ProcessorRegistry, TaskOutcome, TaskReport } from './processor.js';
 import { bindToTask, traceClaim, traceStep, traceTask, traceWorkerEvents } from './tracing.js';
 
@@ -344,11 +344,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
    */
   #startWaiting(): void {
     const starting: Running[] = [];
-    // Steps: the local queue spread over the slots (see #admitSteps).
-    const stepBatch = Math.min(
-      MAX_STEPS_PER_CALL,
-      Math.max(1, Math.ceil(this.#waiting.length / this.#options.concurrency)),
-    );
+    // How many steps one slot takes (see StepRunner.batchSize).
+    const stepBatch = this.#steps.batchSize(this.#waiting.length, this.#options.concurrency);
     while (this.#busy < this.#options.concurrency && this.#waiting.length > 0) {
       // A task this worker still runs under an earlier lease waits (heartbeated) until
       // that run ends.
@@ -444,9 +441,6 @@ export class Worker extends EventEmitter<WorkerEvents> {
   /**
    * Takes one slot for steps: the waiting step tasks from `from` on (up to `size`, skipping
    * tasks this worker still runs under an earlier lease) run in one queues.run_steps call.
-   * The size spreads the local queue over the slots, so slow steps keep their parallelism
-   * (the local queue holds few of them: about LOCAL_QUEUE_MS of work) while cheap ones
-   * share a call and a commit by the dozen.
    */
   #admitSteps(from: number, size: number): Running[] {
     const picked: ClaimedTask[] = [];
@@ -474,7 +468,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   /** Runs an admitted task once its start is written. */
   #launch(running: Running, written: Promise<void>): void {
     const { task } = running;
-    const log = this.#log.child({ task_id: task.taskId, task_type: task.taskType, task_lease_id: task.taskLeaseId });
+    const log = lazyChild(this.#log, { task_id: task.taskId, task_type: task.taskType, task_lease_id: task.taskLeaseId });
     let freed = false;
     const free = () => {
       if (freed) return;

@@ -4,6 +4,7 @@
 // track = all, so the statements inside run_steps are listed). Run it under
 // `node --cpu-prof --cpu-prof-dir=/tmp/prof` to see the worker's CPU per step.
 //   node tools/bench/probes/steps-drain.mjs [steps=20000] [concurrency=10] [prefetch=500]
+import { readFileSync, readdirSync } from 'node:fs';
 import pg from 'pg';
 import { openServer, provisionDatabase, withRootClient } from '@org/db-tools';
 import { enqueueMany } from '@org/queue-client';
@@ -13,6 +14,25 @@ const STEPS = Number(process.argv[2] ?? 20000);
 const CONCURRENCY = Number(process.argv[3] ?? 10);
 const PREFETCH = Number(process.argv[4] ?? 500);
 const name = `bench-steps-${process.pid}`;
+
+/** CPU time (µs) of the PostgreSQL server: the postmaster and every process it started. */
+function serverCpuMicros(postmaster) {
+  const tick = 1e6 / 100; // USER_HZ
+  let total = 0;
+  for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      // fields[1] is ppid; utime, stime are fields 11 and 12 (0-based, after the name);
+      // cutime, cstime 13 and 14 count children that exited.
+      if (Number(pid) !== postmaster && Number(fields[1]) !== postmaster) continue;
+      total += (Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])) * tick;
+    } catch {
+      // the process ended
+    }
+  }
+  return total;
+}
 let server = await openServer({ name });
 await withRootClient(server, async (root) => {
   await root.query(`alter system set shared_preload_libraries = 'pg_stat_statements'`);
@@ -53,17 +73,31 @@ try {
     registry,
     logger: createLogger('warn', process.stderr),
   });
+  const { rows: dir } = await root.query('show data_directory');
+  const postmaster = Number(readFileSync(`${dir[0].data_directory}/postmaster.pid`, 'utf8').split('\n')[0]);
+  const server0 = serverCpuMicros(postmaster);
   const cpu0 = process.cpuUsage();
   const t = performance.now();
+  const window0 = process.hrtime.bigint() / 1000n;
   await worker.start();
+  // Until no step is pending (a cheap probe: the first row of an index, every 10 ms).
   for (;;) {
-    const { rows } = await root.query('select count(*)::int as n from queues.task_completed');
-    if (rows[0].n >= STEPS) break;
-    await new Promise((r) => setTimeout(r, 5));
+    const { rows } = await root.query('select exists (select 1 from queues.task_pending) as busy');
+    if (!rows[0].busy) break;
+    await new Promise((r) => setTimeout(r, 10));
   }
   const seconds = (performance.now() - t) / 1000;
+  // The drain's window in the clock of --cpu-prof's timestamps (µs), for tools that read the profile.
+  console.error(`cpu-prof window ${window0} ${process.hrtime.bigint() / 1000n}`);
   const cpu = process.cpuUsage(cpu0);
+  const serverCpu = serverCpuMicros(postmaster) - server0;
   await worker.stop();
+  if (globalThis.__sizes) {
+    const sizes = globalThis.__sizes;
+    const hist = {};
+    for (const n of sizes) hist[n < 5 ? n : n < 20 ? '5-19' : n < 50 ? '20-49' : n < 100 ? '50-99' : '100+'] = (hist[n < 5 ? n : n < 20 ? '5-19' : n < 50 ? '20-49' : n < 100 ? '50-99' : '100+'] ?? 0) + 1;
+    console.log('run_steps sizes', JSON.stringify(hist));
+  }
   const { rows: bad } = await root.query(
     `select (select count(*) from queues.error)::int as errors,
             (select count(*) from queues.task_completed where outcome <> 'succeeded')::int as not_succeeded,
@@ -72,6 +106,7 @@ try {
   console.log(
     `drain ${STEPS} steps, concurrency ${CONCURRENCY}, prefetch ${PREFETCH}: ${Math.round(STEPS / seconds)} steps/s; ` +
       `worker process CPU ${((cpu.user + cpu.system) / STEPS).toFixed(1)} µs per step; ` +
+      `server CPU ${(serverCpu / STEPS).toFixed(1)} µs per step; ` +
       `errors ${bad[0].errors}, not succeeded ${bad[0].not_succeeded}, leases ${bad[0].leases}`,
   );
   const { rows } = await root.query(
@@ -81,7 +116,7 @@ try {
            round((total_exec_time / calls)::numeric, 3) as ms_per_call,
            regexp_replace(left(query, 110), '\\s+', ' ', 'g') as query
       from pg_stat_statements
-     where query not ilike '%pg_stat_statements%' and query not ilike '%count(*)::int as n from queues.task_completed%'
+     where query not ilike '%pg_stat_statements%' and query not ilike '%exists (select 1 from queues.task_pending) as busy%'
      order by total_exec_time desc limit 25`,
     [STEPS],
   );
