@@ -92,12 +92,6 @@ try {
   const cpu = process.cpuUsage(cpu0);
   const serverCpu = serverCpuMicros(postmaster) - server0;
   await worker.stop();
-  if (globalThis.__sizes) {
-    const sizes = globalThis.__sizes;
-    const hist = {};
-    for (const n of sizes) hist[n < 5 ? n : n < 20 ? '5-19' : n < 50 ? '20-49' : n < 100 ? '50-99' : '100+'] = (hist[n < 5 ? n : n < 20 ? '5-19' : n < 50 ? '20-49' : n < 100 ? '50-99' : '100+'] ?? 0) + 1;
-    console.log('run_steps sizes', JSON.stringify(hist));
-  }
   const { rows: bad } = await root.query(
     `select (select count(*) from queues.error)::int as errors,
             (select count(*) from queues.task_completed where outcome <> 'succeeded')::int as not_succeeded,
