@@ -7315,11 +7315,10 @@ CREATE OR REPLACE FUNCTION queues.current_leases(_task_ids bigint[], _task_lease
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select coalesce(array_agg(p.task_id is not null order by i.ord), '{}')
+  select coalesce(array_agg(coalesce((select p.current_lease_id from queues.task_pending p
+                                       where p.task_id = i.task_id) = i.task_lease_id, false)
+                            order by i.ord), '{}')
     from unnest(_task_ids, _task_lease_ids) with ordinality as i(task_id, task_lease_id, ord)
-    left join queues.task_pending p
-      on p.task_id = i.task_id and p.current_lease_id = i.task_lease_id
-     and p.task_id = any (_task_ids)
 $function$;
   -- queues.current_leases(_task_ids bigint[], _task_lease_ids bigint[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)

@@ -88,18 +88,18 @@ $$;
 
 -- For each (_task_ids[i], _task_lease_ids[i]): whether the lease is still the task's
 -- current one (read only: no lock, no fact), in input order. One primary-key probe per
--- task (`= any`), whatever the planner estimates for the input.
+-- task: the subquery names the primary key only (with the lease in its condition, the
+-- planner scanned every leased row through task_pending_leased_idx for each task).
 create or replace function queues.current_leases(_task_ids bigint[], _task_lease_ids bigint[])
   returns boolean[]
   language sql stable
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
-  select coalesce(array_agg(p.task_id is not null order by i.ord), '{}')
+  select coalesce(array_agg(coalesce((select p.current_lease_id from queues.task_pending p
+                                       where p.task_id = i.task_id) = i.task_lease_id, false)
+                            order by i.ord), '{}')
     from unnest(_task_ids, _task_lease_ids) with ordinality as i(task_id, task_lease_id, ord)
-    left join queues.task_pending p
-      on p.task_id = i.task_id and p.current_lease_id = i.task_lease_id
-     and p.task_id = any (_task_ids)
 $$;
 
 -- Runs one db_function step with its completion, in a subtransaction of their own:
