@@ -257,7 +257,8 @@ $$;
 --      changed another step's task), everything above is rolled back and every step runs
 --      again one by one with queues.run_step, which fences each on its own.
 -- A step sees the writes of the steps before it in the call; it does not see their
--- completions (they are written at the end).
+-- completions (they are written at the end). The call is one transaction: now() is the
+-- call's start for every step in it (the worker keeps a call to about 200 ms of steps).
 -- Runs as the caller (security invoker): steps have the worker's privileges, not the owner's.
 -- Returns one row per step, in input order: result as queues.complete_tasks ('completed',
 -- 'retry_scheduled', 'lease_lost', ...) or 'transient' (a serialization failure or deadlock
