@@ -527,22 +527,22 @@ describe('server-side steps (queues.run_steps)', () => {
     const before = await count('select count(*)::int as n from queues.task_completed');
     const call = (ids: unknown, leases: unknown, names: unknown, payloads: unknown) =>
       db.pool('worker').query('select * from queues.run_steps($1, $2, $3, $4)', [ids, leases, names, payloads]);
-    await expect(call(null, [lease!.task_lease_id], ['internal.noop'], [{}])).rejects.toMatchObject({
+    await expect(call(null, [lease.task_lease_id], ['internal.noop'], [{}])).rejects.toMatchObject({
       code: '22004',
       message: expect.stringContaining('must not be null'),
     });
-    await expect(call([id], [lease!.task_lease_id], ['internal.noop', 'internal.noop'], [{}])).rejects.toMatchObject({
+    await expect(call([id], [lease.task_lease_id], ['internal.noop', 'internal.noop'], [{}])).rejects.toMatchObject({
       code: '22023',
       message: expect.stringContaining('one element per task'),
     });
     await expect(
-      call([id, null], [lease!.task_lease_id, 1], ['internal.noop', 'internal.noop'], [{}, {}]),
+      call([id, null], [lease.task_lease_id, 1], ['internal.noop', 'internal.noop'], [{}, {}]),
     ).rejects.toMatchObject({
       code: '22004',
       message: expect.stringContaining('must not contain null'),
     });
     await expect(
-      call([id, id], [lease!.task_lease_id, lease!.task_lease_id], ['internal.noop', 'internal.noop'], [{}, {}]),
+      call([id, id], [lease.task_lease_id, lease.task_lease_id], ['internal.noop', 'internal.noop'], [{}, {}]),
     ).rejects.toMatchObject({ code: '22023', message: 'task_ids must not repeat a task' });
     const many = Array.from({ length: 1001 }, (_, i) => i + 1);
     await expect(
@@ -560,7 +560,7 @@ describe('server-side steps (queues.run_steps)', () => {
         .pool('worker')
         .query(`select * from queues.complete_steps($1, $2, '{succeeded}', null, '{}', '{}', '{"[1]"}')`, [
           [id],
-          [lease!.task_lease_id],
+          [lease.task_lease_id],
         ]),
     ).rejects.toMatchObject({ code: '22023', message: 'results must be JSON objects' });
     await expect(

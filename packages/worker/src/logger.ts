@@ -42,5 +42,7 @@ export function lazyChild(parent: Logger, bindings: Record<string, unknown>): Lo
       const value: unknown = Reflect.get(logger, property, logger);
       return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(logger) : value;
     },
+    set: (_target, property, value) => Reflect.set(real(), property, value),
+    has: (_target, property) => Reflect.has(real(), property),
   });
 }

@@ -468,7 +468,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
   /** Runs an admitted task once its start is written. */
   #launch(running: Running, written: Promise<void>): void {
     const { task } = running;
-    const log = lazyChild(this.#log, { task_id: task.taskId, task_type: task.taskType, task_lease_id: task.taskLeaseId });
+    const log = lazyChild(this.#log, {
+      task_id: task.taskId,
+      task_type: task.taskType,
+      task_lease_id: task.taskLeaseId,
+    });
     let freed = false;
     const free = () => {
       if (freed) return;

@@ -32,7 +32,9 @@ try {
   let timed = 0;
   for (let round = 0; round <= ROUNDS; round++) {
     const t = performance.now();
-    const { rows } = await root.query(`select * from queues.claim_tasks('probe', $1, array['db_function'], 300, 5)`, [N]);
+    const { rows } = await root.query(`select * from queues.claim_tasks('probe', $1, array['db_function'], 300, 5)`, [
+      N,
+    ]);
     if (round === ROUNDS && process.env.EXPLAIN !== '0') {
       await root.query(`load 'auto_explain'`);
       await root.query(`set auto_explain.log_min_duration = 0`);
@@ -49,7 +51,9 @@ try {
     // The first rounds plan and warm the caches.
     if (round >= 5 && round < ROUNDS) timed += performance.now() - t;
   }
-  console.log(`claim ${N} + run_steps ${N}: ${Math.round(((ROUNDS - 5) * N * 1000) / timed)} steps/s on one connection`);
+  console.log(
+    `claim ${N} + run_steps ${N}: ${Math.round(((ROUNDS - 5) * N * 1000) / timed)} steps/s on one connection`,
+  );
   await root.end();
   await owner.end();
 } finally {
