@@ -70,8 +70,21 @@ export interface WorkerOptions extends Omit<WorkerConfig, 'logLevel'> {
 /** statement_timeout of the worker's connections unless `statementTimeoutMs` says otherwise. */
 export const DEFAULT_STATEMENT_TIMEOUT_MS = 300_000;
 
+/**
+ * One slot shared by the steps of one queues.run_steps call: tasks whose processor
+ * `runsSteps` start many at a time in a slot, and the slot is free once all are answered.
+ */
+interface StepSlot {
+  /** Tasks of the call not answered yet. */
+  holders: number;
+  readonly size: number;
+  readonly startedAt: number;
+}
+
 interface Running {
   task: ClaimedTask;
+  /** The shared slot of a step started with others (see StepSlot). */
+  slot?: StepSlot;
   /** Made when the processor asks for its signal or the run is aborted (abortRun): ~1.5 KB each. */
   controller?: AbortController;
   startedAt: number;
@@ -338,13 +351,16 @@ export class Worker extends EventEmitter<WorkerEvents> {
    */
   #startWaiting(): void {
     const starting: Running[] = [];
+    // How many steps one slot takes (see StepRunner.batchSize).
+    const stepBatch = this.#steps.batchSize(this.#waiting.length, this.#options.concurrency);
     while (this.#busy < this.#options.concurrency && this.#waiting.length > 0) {
       // A task this worker still runs under an earlier lease waits (heartbeated) until
       // that run ends.
-      let next = 0;
-      while (next < this.#waiting.length && this.#runningTasks.has(this.#waiting[next]!.taskId)) next++;
-      if (next === this.#waiting.length) break;
-      starting.push(this.#admit(next === 0 ? this.#waiting.shift()! : this.#waiting.splice(next, 1)[0]!));
+      const next =
+        this.#runningTasks.size === 0 ? 0 : this.#waiting.findIndex((t) => !this.#runningTasks.has(t.taskId));
+      if (next < 0) break;
+      if (this.#runsSteps(this.#waiting[next]!)) starting.push(...this.#admitSteps(next, stepBatch));
+      else starting.push(this.#admit(this.#waiting.splice(next, 1)[0]!));
     }
     if (starting.length === 0) return;
     // One statement marks every task starting now, steps that run in the database too.
@@ -353,7 +369,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
       (lost) => {
         for (const r of starting) {
           // A task already finished was completed before its mark arrived: nothing to stop.
-          if (!lost.has(r.task.taskLeaseId) || r.lost || this.#running.get(r.task.taskLeaseId) !== r) continue;
+          // A step needs no stopping: queues.run_steps fences it by its lease, and its mark
+          // may well arrive after the call completed it.
+          if (!lost.has(r.task.taskLeaseId) || r.lost || r.slot || this.#running.get(r.task.taskLeaseId) !== r)
+            continue;
           r.lost = true;
           abortRun(r, new Error('lease lost'));
           this.#log.warn(
@@ -404,8 +423,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
   }
 
-  /** Takes a slot for `task`: it counts as running from now on. */
-  #admit(task: ClaimedTask): Running {
+  /** Takes a slot for `task` (or a place in a shared `slot`): it counts as running from now on. */
+  #admit(task: ClaimedTask, slot?: StepSlot): Running {
     const running: Running = {
       task,
       startedAt: Date.now(),
@@ -413,10 +432,42 @@ export class Worker extends EventEmitter<WorkerEvents> {
       released: false,
       done: Promise.resolve(),
     };
+    if (slot) running.slot = slot;
     this.#running.set(task.taskLeaseId, running);
     this.#runningTasks.set(task.taskId, (this.#runningTasks.get(task.taskId) ?? 0) + 1);
-    this.#busy++;
+    if (!slot) this.#busy++;
     return running;
+  }
+
+  #runsSteps(task: ClaimedTask): boolean {
+    return this.#options.registry.get(task.taskType)?.runsSteps === true;
+  }
+
+  /**
+   * Takes one slot for steps: the waiting step tasks from `from` on (up to `size`, skipping
+   * tasks this worker still runs under an earlier lease) run in one queues.run_steps call.
+   */
+  #admitSteps(from: number, size: number): Running[] {
+    const picked: ClaimedTask[] = [];
+    const taken = new Set<string>();
+    const rest = this.#waiting.slice(0, from);
+    for (const task of this.#waiting.slice(from)) {
+      if (
+        picked.length < size &&
+        this.#runsSteps(task) &&
+        !this.#runningTasks.has(task.taskId) &&
+        !taken.has(task.taskId)
+      ) {
+        picked.push(task);
+        taken.add(task.taskId);
+      } else {
+        rest.push(task);
+      }
+    }
+    this.#waiting = rest;
+    const slot: StepSlot = { holders: picked.length, size: picked.length, startedAt: Date.now() };
+    this.#busy++;
+    return picked.map((task) => this.#admit(task, slot));
   }
 
   /** Runs an admitted task once its start is written. */
@@ -427,8 +478,18 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const free = () => {
       if (freed) return;
       freed = true;
-      const slotMs = Date.now() - running.startedAt;
-      this.#slotMs = this.#slotMs === undefined ? slotMs : 0.9 * this.#slotMs + 0.1 * slotMs;
+      const { slot } = running;
+      if (slot) {
+        // The shared slot is free once every step of its call is answered; each step
+        // counts for its share of the call's time.
+        if (--slot.holders > 0) return;
+        const slotMs = (Date.now() - slot.startedAt) / slot.size;
+        const keep = 0.9 ** slot.size;
+        this.#slotMs = this.#slotMs === undefined ? slotMs : keep * this.#slotMs + (1 - keep) * slotMs;
+      } else {
+        const slotMs = Date.now() - running.startedAt;
+        this.#slotMs = this.#slotMs === undefined ? slotMs : 0.9 * this.#slotMs + 0.1 * slotMs;
+      }
       this.#busy--;
       if (!this.#stopping) this.#startWaiting();
       this.#signal(); // a slot is free
@@ -527,7 +588,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       const step = outcome.step;
       const { result, report } = step
         ? await traceStep('queue.handler', { 'queue.handler.name': step.functionName }, () =>
-            this.#steps.run(task, step.functionName),
+            this.#steps.run(task, step.functionName, running.slot),
           ).then((answer) =>
             // The step's completion commits in the same call (queues.run_steps).
             traceStep('queue.complete', { 'queue.task.outcome': answer.report.outcome }, () => Promise.resolve(answer)),

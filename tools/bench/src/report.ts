@@ -476,7 +476,8 @@ share of one \`queues.claim_tasks\` call (up to 500 tasks, when the local queue 
 of one \`queues.settle_tasks\` call that records the starts of the tasks starting together, and
 of one that records the outcomes gathered while the previous one ran (hundreds per call, on the
 completer's own connection). \`db_function\` steps (7) run in the database, many per
-\`queues.run_steps\` call, each with its completion in a subtransaction.
+\`queues.run_steps\` call (a slot takes a share of the local queue): the steps of one function
+in one statement, their completions and results in one more.
 
 **graphile-worker ${info.versions['graphile-worker']}** (\`runners/graphile.ts\`): \`run()\` with
 \`${graphileConfig}\` (the batching options of its performance page:

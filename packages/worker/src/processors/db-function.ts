@@ -1,10 +1,11 @@
 /**
  * db_function tasks: internal.run_function(payload.db_function, payload).
  *
- * The step runs in the database (queues.run_steps, many steps per call, batched by the
- * completer): its writes and the task's completion commit in one subtransaction, so a
- * pure SQL step happens exactly once: if the lease was lost meanwhile, the completion is
- * refused and the step rolls back. Outcomes, by the envelope the function returns:
+ * The step runs in the database (queues.run_steps, many steps per call: the worker starts
+ * many db_function tasks in one slot, `runsSteps`): its writes and the task's completion
+ * commit together, so a pure SQL step happens exactly once: if the lease was lost
+ * meanwhile, the completion is refused and the step rolls back. Outcomes, by the envelope
+ * the function returns:
  *   success / status "succeeded"   completed 'succeeded'
  *   other status                   completed 'succeeded', the status logged (descriptive, not fatal)
  *   validation_failure_message     effects kept, error row, completed 'failed', never retried
@@ -87,6 +88,7 @@ async function repeatCalls(
 export function dbFunctionProcessor(): Processor {
   return {
     name: 'db_function',
+    runsSteps: true,
     process(context: TaskContext): Promise<TaskOutcome> {
       const outcome = dbFunctionStep(context.task);
       // dbFunctionStep checked the payload: repeat is a boolean when there is a step.
