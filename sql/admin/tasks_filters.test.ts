@@ -238,7 +238,7 @@ describe('keyset pagination at 1,000,000 rows', () => {
     const plans = await explainNested(root, 'select * from admin.list_dead_letters(null, 50, 500000)');
     const inner = plans.filter((p) => p.query.includes('queues.task_redriven'));
     expect(inner, 'one dead letter statement, for the set of task 500000').toHaveLength(1);
-    const nodes = planNodes(inner[0]!.plan);
+    const nodes = planNodes(inner[0].plan);
     expect(seqScans(nodes)).toEqual([]);
     expect(nodes.some((n) => indexOf(n) === 'task_completed_unsuccessful_task_idx')).toBe(true);
     expect(rowsRead(nodes, 'task_completed')).toBeLessThanOrEqual(50);
@@ -278,7 +278,7 @@ describe('pages across partition sets', () => {
   /** Every page of `sql` (args, then limit and before as the last two), concatenated. */
   async function pages(sql: (n: number) => string, args: unknown[], limit: number): Promise<Row[]> {
     const all: Row[] = [];
-    for (let before: unknown = null; ; ) {
+    for (let before: unknown = null; ;) {
       const { rows } = await api().query(sql(args.length), [...args, limit, before]);
       expect(rows.length).toBeLessThanOrEqual(limit);
       all.push(...rows);

@@ -250,10 +250,10 @@ describe('poison tasks', () => {
     const leases = await claimAt(0, 'died-1', 5, false);
     expect(leases).toHaveLength(3);
     // One of them started; the other two waited in the local queue.
-    const suspect = leases[0]!.task_id;
+    const suspect = leases[0].task_id;
     await db.query('insert into queues.task_lease_started (task_id, task_lease_id) values ($1, $2)', [
       suspect,
-      leases[0]!.task_lease_id,
+      leases[0].task_lease_id,
     ]);
     await expect(db.pool('worker').query('select * from queues.revoke_worker_leases($1)', [''])).rejects.toMatchObject({
       code: '22023',
@@ -267,7 +267,7 @@ describe('poison tasks', () => {
       .pool('worker')
       .query('select result from queues.complete_tasks($1::bigint[], $2::bigint[], array[$3])', [
         [suspect],
-        [leases[0]!.task_lease_id],
+        [leases[0].task_lease_id],
         'succeeded',
       ]);
     expect(fenced[0].result).toBe('lease_lost');
