@@ -5,13 +5,13 @@
 
 -- Dead letters newest first, optionally of one _task_type, _limit per page (default 50,
 -- at most 500), older than _before_task_id.
--- The rows of queues.dead_letter (sql/queues/dead_letter.sql), read set by set: its
--- definition is repeated here with the bounds of one partition set ($4, $5) on every
--- partitioned table it reads, and run for each set newest first, from the set holding the
--- last task id handed out, until the page is full (as admin.list_tasks_at does, for the
--- same reason: each run plans, opens and locks one partition per table, not all of them).
--- A task in the default partition (normally none) makes it read the view once, whole.
--- sql/admin/tasks_filters.test.ts checks that both give the same rows.
+-- The rows of queues.dead_letter (sql/queues/dead_letter.sql), read range by range of
+-- queues.history_walk, newest first, until the page is full (as admin.list_tasks_at does,
+-- for the same reason): the view's definition is repeated here with the range's bounds on
+-- every partitioned table it reads, and each statement is planned with the bounds as
+-- values (custom plans, plan_cache_mode below), so it plans, opens and locks the range's
+-- partitions only. With null bounds (a task in the default partition) it reads every
+-- partition. sql/admin/tasks_filters.test.ts checks that both give the view's rows.
 create or replace function admin.list_dead_letters(
   _task_type      text default null,
   _limit          integer default null,
@@ -28,6 +28,9 @@ create or replace function admin.list_dead_letters(
   language plpgsql stable
   security definer
   set search_path = pg_catalog, pg_temp
+  -- A generic plan cannot prune at plan time (it locks every partition) and, without the
+  -- bounds' values, chose to merge-join a whole set's tasks.
+  set plan_cache_mode = force_custom_plan
 as $$
 declare
   _page integer := admin.page_limit(_limit);
@@ -41,35 +44,32 @@ begin
     raise exception 'before_task_id must be a positive task id, got %', _before_task_id
       using errcode = '22023';
   end if;
-  if exists (select 1 from queues.task_default) then
-    return query
-    select d.task_id, d.task_type, d.payload, d.outcome, d.completed_at, d.last_error, d.attempts::integer
-      from queues.dead_letter d
-     where (_task_type is null or d.task_type = _task_type)
-       and (_before_task_id is null or d.task_id < _before_task_id)
-     order by d.task_id desc
-     limit _page;
-    return;
-  end if;
   _remaining := _page;
-  for _lower, _upper in select w.lower_bound, w.upper_bound from queues.history_walk(_before_task_id) w loop
+  for _lower, _upper in
+    select w.lower_bound, w.upper_bound from queues.history_walk(_before_task_id) w
+     order by w.lower_bound desc nulls first
+  loop
     return query
     select c.task_id, t.task_type, t.payload, c.outcome, c.completed_at,
            (select e.error_message from queues.error e
-             where e.task_id = t.task_id and e.task_id >= _lower and e.task_id < _upper
+             where e.task_id = t.task_id
+               and (_lower is null or e.task_id >= _lower) and (_upper is null or e.task_id < _upper)
              order by e.error_id desc limit 1),
            (select count(*)::integer from queues.task_lease l
-             where l.task_id = t.task_id and l.task_id >= _lower and l.task_id < _upper)
+             where l.task_id = t.task_id
+               and (_lower is null or l.task_id >= _lower) and (_upper is null or l.task_id < _upper))
       from queues.task_completed c
-      join queues.task t on t.task_id = c.task_id and t.task_id >= _lower and t.task_id < _upper
+      join queues.task t on t.task_id = c.task_id
+                        and (_lower is null or t.task_id >= _lower) and (_upper is null or t.task_id < _upper)
      -- The view's outcome test, written so that the planner counts the failed and
      -- abandoned completions once (the view's two tests of outcome multiply into an
-     -- estimate of one row per set, which chose to sort the set's whole list).
+     -- estimate of one row per set, which chose to sort every dead letter of the range).
      where c.outcome in ('abandoned', 'failed')
        and (c.outcome = 'abandoned' or not t.payload ? 'error_handler')
        and not exists (select 1 from queues.task_redriven r
-                        where r.task_id = t.task_id and r.task_id >= _lower and r.task_id < _upper)
-       and c.task_id >= _lower and c.task_id < _upper
+                        where r.task_id = t.task_id
+                          and (_lower is null or r.task_id >= _lower) and (_upper is null or r.task_id < _upper))
+       and (_lower is null or c.task_id >= _lower) and (_upper is null or c.task_id < _upper)
        and (_task_type is null or t.task_type = _task_type)
      order by c.task_id desc
      limit _remaining;
