@@ -278,7 +278,7 @@ describe('pages across partition sets', () => {
   /** Every page of `sql` (args, then limit and before as the last two), concatenated. */
   async function pages(sql: (n: number) => string, args: unknown[], limit: number): Promise<Row[]> {
     const all: Row[] = [];
-    for (let before: unknown = null; ; ) {
+    for (let before: unknown = null; ;) {
       const { rows } = await api().query(sql(args.length), [...args, limit, before]);
       expect(rows.length).toBeLessThanOrEqual(limit);
       all.push(...rows);
