@@ -1138,7 +1138,7 @@ create table queues.history_setting (
   partition_size bigint default 1000000 not null,
   partitions_ahead integer default 2 not null,
   retention interval default '7 days'::interval not null,
-  lock_timeout_ms integer default 100 not null,
+  lock_timeout_ms integer default 50 not null,
   updated_at timestamp with time zone default now() not null,
   constraint history_setting_lock_timeout_ms_check CHECK (((lock_timeout_ms >= 1) AND (lock_timeout_ms <= 60000))),
   constraint history_setting_lock_timeout_ms_not_null NOT NULL lock_timeout_ms,
@@ -1597,9 +1597,10 @@ CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_interruption_p2000000 
 create table queues.task_lease (
   task_lease_id bigint generated always as identity not null,
   task_id bigint not null,
-  worker_id text not null,
+  worker_id text,
   leased_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
+  worker_key integer,
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
   constraint task_lease_leased_at_not_null NOT NULL leased_at,
@@ -1607,10 +1608,12 @@ create table queues.task_lease (
   constraint task_lease_task_id_not_null NOT NULL task_id,
   constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
   constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
-  constraint task_lease_worker_id_not_null NOT NULL worker_id
+  constraint task_lease_worker_named CHECK (((worker_key IS NOT NULL) OR (worker_id IS NOT NULL))) NOT VALID
 ) partition by RANGE (task_id);
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on column queues.task_lease.worker_id is 'The worker that took the lease, on leases written before worker_key; null since.';
+comment on column queues.task_lease.worker_key is 'The worker that took the lease (queues.worker_name); null on leases written before, which have worker_id.';
 comment on table queues.task_lease is 'Append-only: one row per claim of a task.';
 CREATE UNIQUE INDEX task_lease_pkey ON ONLY queues.task_lease USING btree (task_id, task_lease_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
@@ -1618,9 +1621,10 @@ CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease FOR EACH STATEME
 create table queues.task_lease_default partition of queues.task_lease (
   task_lease_id bigint generated always as identity not null,
   task_id bigint not null,
-  worker_id text not null,
+  worker_id text,
   leased_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
+  worker_key integer,
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_default_pkey PRIMARY KEY (task_id, task_lease_id),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
@@ -1628,7 +1632,7 @@ create table queues.task_lease_default partition of queues.task_lease (
   constraint task_lease_task_id_not_null NOT NULL task_id,
   constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
   constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
-  constraint task_lease_worker_id_not_null NOT NULL worker_id
+  constraint task_lease_worker_named CHECK (((worker_key IS NOT NULL) OR (worker_id IS NOT NULL))) NOT VALID
 ) DEFAULT;
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -1734,9 +1738,10 @@ CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_extension_p20000
 create table queues.task_lease_p0 partition of queues.task_lease (
   task_lease_id bigint generated always as identity not null,
   task_id bigint not null,
-  worker_id text not null,
+  worker_id text,
   leased_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
+  worker_key integer,
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
   constraint task_lease_leased_at_not_null NOT NULL leased_at,
@@ -1744,7 +1749,7 @@ create table queues.task_lease_p0 partition of queues.task_lease (
   constraint task_lease_task_id_not_null NOT NULL task_id,
   constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
   constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
-  constraint task_lease_worker_id_not_null NOT NULL worker_id
+  constraint task_lease_worker_named CHECK (((worker_key IS NOT NULL) OR (worker_id IS NOT NULL))) NOT VALID
 ) FOR VALUES FROM ('0') TO ('1000000');
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -1754,9 +1759,10 @@ CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_p0 FOR EACH STAT
 create table queues.task_lease_p1000000 partition of queues.task_lease (
   task_lease_id bigint generated always as identity not null,
   task_id bigint not null,
-  worker_id text not null,
+  worker_id text,
   leased_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
+  worker_key integer,
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
   constraint task_lease_leased_at_not_null NOT NULL leased_at,
@@ -1764,7 +1770,7 @@ create table queues.task_lease_p1000000 partition of queues.task_lease (
   constraint task_lease_task_id_not_null NOT NULL task_id,
   constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
   constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
-  constraint task_lease_worker_id_not_null NOT NULL worker_id
+  constraint task_lease_worker_named CHECK (((worker_key IS NOT NULL) OR (worker_id IS NOT NULL))) NOT VALID
 ) FOR VALUES FROM ('1000000') TO ('2000000');
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -1774,9 +1780,10 @@ CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_p1000000 FOR EAC
 create table queues.task_lease_p2000000 partition of queues.task_lease (
   task_lease_id bigint generated always as identity not null,
   task_id bigint not null,
-  worker_id text not null,
+  worker_id text,
   leased_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
+  worker_key integer,
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
   constraint task_lease_leased_at_not_null NOT NULL leased_at,
@@ -1784,7 +1791,7 @@ create table queues.task_lease_p2000000 partition of queues.task_lease (
   constraint task_lease_task_id_not_null NOT NULL task_id,
   constraint task_lease_task_lease_id_not_null NOT NULL task_lease_id,
   constraint task_lease_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
-  constraint task_lease_worker_id_not_null NOT NULL worker_id
+  constraint task_lease_worker_named CHECK (((worker_key IS NOT NULL) OR (worker_id IS NOT NULL))) NOT VALID
 ) FOR VALUES FROM ('2000000') TO ('3000000');
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -2418,6 +2425,22 @@ create table queues.worker (
 comment on table queues.worker is 'Workers and their last heartbeat (mutable registry).';
 CREATE UNIQUE INDEX worker_pkey ON queues.worker USING btree (worker_id);
 
+create table queues.worker_name (
+  worker_key integer generated always as identity not null,
+  worker_id text not null,
+  constraint worker_name_pkey PRIMARY KEY (worker_key),
+  constraint worker_name_worker_id_check CHECK (((length(worker_id) >= 1) AND (length(worker_id) <= 200))),
+  constraint worker_name_worker_id_key UNIQUE (worker_id),
+  constraint worker_name_worker_id_not_null NOT NULL worker_id,
+  constraint worker_name_worker_key_not_null NOT NULL worker_key
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.worker_name is 'Append-only: each worker id that took a lease, once, with the key its leases name it by (queues.task_lease.worker_key).';
+CREATE UNIQUE INDEX worker_name_pkey ON queues.worker_name USING btree (worker_key);
+CREATE UNIQUE INDEX worker_name_worker_id_key ON queues.worker_name USING btree (worker_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.worker_name FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
 create table schedules.schedule (
   schedule_id bigint generated always as identity not null,
   name text not null,
@@ -2606,7 +2629,9 @@ comment on view queues.stale_lease is 'Live leases held by workers not seen for 
 create view queues.task_lease_effective as
  SELECT l.task_lease_id,
     l.task_id,
-    l.worker_id,
+    COALESCE(l.worker_id, ( SELECT n.worker_id
+           FROM queues.worker_name n
+          WHERE n.worker_key = l.worker_key)) AS worker_id,
     l.leased_at,
     COALESCE(r.released_at, v.revoked_at, e.expires_at, l.expires_at) AS expires_at,
     r.released_at,
@@ -2756,6 +2781,10 @@ create sequence queues.task_task_id_seq as bigint start 1 increment 1 minvalue 1
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence queues.task_type_paused_task_type_paused_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
   identity of queues.task_type_paused.task_type_paused_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence queues.worker_name_worker_key_seq as integer start 1 increment 1 minvalue 1 maxvalue 2147483647 cache 1;
+  identity of queues.worker_name.worker_key
   owner :DATABASE_OWNER
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence schedules.schedule_run_schedule_run_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
@@ -3228,10 +3257,13 @@ begin
   recent as (
     -- Completions in the window by completed_at (index range scan); each is joined to its
     -- task and lease by primary key (lateral + limit 1 keeps these nested loops).
-    select t.task_type, count(*) as completed, count(distinct l.worker_id) as workers
+    -- A lease names its worker by key (queues.worker_name), or by id if written before
+    -- that key existed: a worker counts once per way it is named (twice, for one window,
+    -- if it ran across that migration).
+    select t.task_type, count(*) as completed, count(distinct (l.worker_key, l.worker_id)) as workers
       from queues.task_completed c
      cross join lateral (select x.task_type from queues.task x where x.task_id = c.task_id limit 1) t
-      left join lateral (select y.worker_id from queues.task_lease y
+      left join lateral (select y.worker_key, y.worker_id from queues.task_lease y
                           where y.task_id = c.task_id and y.task_lease_id = c.task_lease_id limit 1) l on true
      where c.completed_at > _now - make_interval(secs => _window)
        and c.completed_at <= _now
@@ -3560,7 +3592,10 @@ CREATE OR REPLACE FUNCTION admin.list_dead_letters(_task_type text DEFAULT NULL:
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
- SET plan_cache_mode TO 'force_custom_plan'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_sort TO 'off'
+ SET enable_hashjoin TO 'off'
+ SET enable_mergejoin TO 'off'
 AS $function$
 declare
   _page integer := admin.page_limit(_limit);
@@ -3576,30 +3611,32 @@ begin
   end if;
   _remaining := _page;
   for _lower, _upper in
-    select w.lower_bound, w.upper_bound from queues.history_walk(_before_task_id) w
+    -- A range without bounds (a task in the default partition): every task id.
+    select coalesce(w.lower_bound, -9223372036854775808), coalesce(w.upper_bound, 9223372036854775807)
+      from queues.history_walk(_before_task_id) w
      order by w.lower_bound desc nulls first
   loop
     return query
     select c.task_id, t.task_type, t.payload, c.outcome, c.completed_at,
            (select e.error_message from queues.error e
-             where e.task_id = t.task_id
-               and (_lower is null or e.task_id >= _lower) and (_upper is null or e.task_id < _upper)
+             where e.task_id = c.task_id
+               and e.task_id >= _lower and e.task_id < _upper
              order by e.error_id desc limit 1),
            (select count(*)::integer from queues.task_lease l
-             where l.task_id = t.task_id
-               and (_lower is null or l.task_id >= _lower) and (_upper is null or l.task_id < _upper))
+             where l.task_id = c.task_id
+               and l.task_id >= _lower and l.task_id < _upper)
       from queues.task_completed c
-      join queues.task t on t.task_id = c.task_id
-                        and (_lower is null or t.task_id >= _lower) and (_upper is null or t.task_id < _upper)
-     -- The view's outcome test, written so that the planner counts the failed and
-     -- abandoned completions once (the view's two tests of outcome multiply into an
-     -- estimate of one row per set, which chose to sort every dead letter of the range).
+     -- lateral + limit 1: the completions drive, each task probed by key
+     cross join lateral (select x.task_type, x.payload from queues.task x
+                          where x.task_id = c.task_id and x.task_id >= _lower and x.task_id < _upper
+                          limit 1) t
+     -- The view's outcome test, in a form the partial index's predicate follows from.
      where c.outcome in ('abandoned', 'failed')
        and (c.outcome = 'abandoned' or not t.payload ? 'error_handler')
        and not exists (select 1 from queues.task_redriven r
-                        where r.task_id = t.task_id
-                          and (_lower is null or r.task_id >= _lower) and (_upper is null or r.task_id < _upper))
-       and (_lower is null or c.task_id >= _lower) and (_upper is null or c.task_id < _upper)
+                        where r.task_id = c.task_id
+                          and r.task_id >= _lower and r.task_id < _upper)
+       and c.task_id >= _lower and c.task_id < _upper
        and (_task_type is null or t.task_type = _task_type)
      order by c.task_id desc
      limit _remaining;
@@ -3857,6 +3894,7 @@ declare
   _page integer := admin.page_limit(_limit);
   _filters text := '';
   _sql text;
+  _worker_key integer;
   _lower bigint;
   _upper bigint;
   _found bigint;
@@ -3894,8 +3932,11 @@ begin
 
   if _task_type is not null then _filters := _filters || ' and t.task_type = $2'; end if;
   if _worker_id is not null then
-    _filters := _filters || ' and exists (select 1 from queues.task_lease l where l.task_id = t.task_id and l.worker_id = $6
-                                            and ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13))';
+    -- A lease names its worker by key (queues.worker_name), or by id if written before.
+    select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+    _filters := _filters || ' and exists (select 1 from queues.task_lease l where l.task_id = t.task_id
+                                             and (l.worker_key = $14 or l.worker_id = $6)
+                                             and ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13))';
   end if;
   if _resource_key is not null then _filters := _filters || ' and t.resource_key = $7'; end if;
   if _enqueued_from is not null then _filters := _filters || ' and t.enqueued_at >= $8'; end if;
@@ -3947,7 +3988,7 @@ begin
   if _state in ('scheduled', 'ready', 'running', 'retrying') then
     return query execute _sql
       using _now, _task_type, _state, _before_task_id, _page, _worker_id, _resource_key,
-            _enqueued_from, _enqueued_to, _payload_path, _payload_value, null::bigint, null::bigint;
+            _enqueued_from, _enqueued_to, _payload_path, _payload_value, null::bigint, null::bigint, _worker_key;
     return;
   end if;
   _remaining := _page;
@@ -3957,7 +3998,7 @@ begin
   loop
     return query execute _sql
       using _now, _task_type, _state, _before_task_id, _remaining, _worker_id, _resource_key,
-            _enqueued_from, _enqueued_to, _payload_path, _payload_value, _lower, _upper;
+            _enqueued_from, _enqueued_to, _payload_path, _payload_value, _lower, _upper, _worker_key;
     get diagnostics _found = row_count;
     _remaining := _remaining - _found;
     exit when _remaining <= 0;
@@ -3987,9 +4028,11 @@ CREATE OR REPLACE FUNCTION admin.list_workers_at(_now timestamp with time zone, 
 AS $function$
   with in_flight as (
     -- live leases: the pending rows under a lease that has not expired (bounded by pending work)
-    select l.worker_id, count(*) as n
+    select coalesce(l.worker_id, n.worker_id) as worker_id, count(*) as n
       from queues.task_pending p
       join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
+      -- a lease names its worker by key (queues.worker_name), or by id if written before
+      left join queues.worker_name n on n.worker_key = l.worker_key
      where p.available_at > _now
      group by 1
   )
@@ -7044,6 +7087,38 @@ $function$;
   -- queues.assert_valid_task(_task_type text, _payload jsonb, _priority integer, _resource_key text, _max_attempts integer, _where text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.attach_history_partition(_table text, _lower bigint, _upper bigint)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _name text;
+begin
+  if _table is null or _table <> all (queues.history_tables()) then
+    raise exception 'table must name a history table (queues.history_tables()), got %',
+      coalesce(quote_literal(left(_table, 100)), 'null') using errcode = '22023';
+  end if;
+  if _lower is null or _upper is null or _lower < 0 or _upper <= _lower then
+    raise exception 'partition bounds must satisfy 0 <= lower < upper, got [%, %)', _lower, _upper
+      using errcode = '22023';
+  end if;
+  _name := queues.history_partition_name(_table, _lower);
+  if to_regclass(format('queues.%I', _name)) is not null then
+    return false;
+  end if;
+  execute format('create table queues.%I (like queues.%I including defaults including constraints including indexes including storage)',
+                 _name, _table);
+  execute format('create trigger forbid_update before update on queues.%I
+                    for each statement execute function queues.forbid_fact_update()', _name);
+  execute format('alter table queues.%I attach partition queues.%I for values from (%s) to (%s)',
+                 _table, _name, _lower, _upper);
+  return true;
+end;
+$function$;
+  -- queues.attach_history_partition(_table text, _lower bigint, _upper bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.claim_tasks(_worker_id text, _limit integer DEFAULT NULL::integer, _task_types text[] DEFAULT NULL::text[], _lease_seconds integer DEFAULT NULL::integer, _max_leases integer DEFAULT NULL::integer)
  RETURNS TABLE(task_id bigint, task_type text, payload jsonb, priority integer, resource_key text, max_attempts integer, enqueued_at timestamp with time zone, scheduled_at timestamp with time zone, task_lease_id bigint, leased_at timestamp with time zone, expires_at timestamp with time zone, lease_count integer)
  LANGUAGE sql
@@ -7067,6 +7142,8 @@ CREATE OR REPLACE FUNCTION queues.claim_tasks_at(_now timestamp with time zone, 
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
+declare
+  _worker_key integer;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -7089,6 +7166,18 @@ begin
   if _task_types is not null and cardinality(_task_types) = 0 then
     raise exception 'task_types must be null (any type) or name at least one type'
       using errcode = '22023';
+  end if;
+  -- A lease names its worker by key (queues.worker_name: each worker id kept once, an
+  -- integer on every lease instead of the id's text). One probe of the id's unique index;
+  -- the first claim of a worker id adds it (a concurrent first claim waits, then reads it).
+  select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+  if _worker_key is null then
+    insert into queues.worker_name (worker_id) values (_worker_id)
+    on conflict (worker_id) do nothing
+    returning worker_key into _worker_key;
+    if _worker_key is null then
+      select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+    end if;
   end if;
 
   return query
@@ -7210,8 +7299,8 @@ begin
      where p.task_id = any (array(select pk.task_id from picked pk where pk.poisoned))
   ),
   leased as (
-    insert into queues.task_lease (task_id, worker_id, leased_at, expires_at)
-    select e.task_id, _worker_id, _now, _now + make_interval(secs => _lease_seconds)
+    insert into queues.task_lease (task_id, worker_key, leased_at, expires_at)
+    select e.task_id, _worker_key, _now, _now + make_interval(secs => _lease_seconds)
       from eligible e
     returning *
   ),
@@ -7261,6 +7350,50 @@ AS $function$
 $function$;
   -- queues.claimable_task_types(_task_types text[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.complete_steps(_task_ids bigint[], _task_lease_ids bigint[], _outcomes text[], _retries boolean[], _error_task_ids bigint[], _error_messages text[], _results jsonb[])
+ RETURNS TABLE(task_id bigint, result text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+begin
+  if _task_ids is null or _task_lease_ids is null or _results is null then
+    raise exception 'task_ids, task_lease_ids and results must not be null' using errcode = '22004';
+  end if;
+  if cardinality(_task_lease_ids) <> cardinality(_task_ids) or cardinality(_results) <> cardinality(_task_ids) then
+    raise exception 'task_lease_ids and results must have one element per task (% tasks, % lease ids, % results)',
+      cardinality(_task_ids), cardinality(_task_lease_ids), cardinality(_results) using errcode = '22023';
+  end if;
+  if array_position(_task_lease_ids, null) is not null then
+    raise exception 'task_lease_ids must not contain null: a step completes under its lease' using errcode = '22004';
+  end if;
+  if exists (select 1 from unnest(_results) r where jsonb_typeof(r) <> 'object') then
+    raise exception 'results must be JSON objects' using errcode = '22023';
+  end if;
+  if exists (select 1 from unnest(_results) r where pg_column_size(r) > queues.max_payload_bytes()) then
+    raise exception 'a result is over the limit of % bytes', queues.max_payload_bytes() using errcode = '54000';
+  end if;
+  return query
+  with done as (
+    select s.task_id, s.result, row_number() over () as ord
+      from queues.settle_tasks('{}', '{}', _task_ids, _task_lease_ids, _outcomes, _retries,
+                               _error_task_ids, _error_messages) s
+  ),
+  kept as (
+    insert into queues.task_result (task_id, task_lease_id, result)
+    select r.task_id, r.task_lease_id, r.result
+      from unnest(_task_ids, _task_lease_ids, _results) as r(task_id, task_lease_id, result)
+      join done d on d.task_id = r.task_id and d.result in ('completed', 'retry_scheduled')
+     where r.result is not null
+  )
+  select d.task_id, d.result from done d order by d.ord;
+end;
+$function$;
+  -- queues.complete_steps(_task_ids bigint[], _task_lease_ids bigint[], _outcomes text[], _retries boolean[], _error_task_ids bigint[], _error_messages text[], _results jsonb[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.complete_task(_task_id bigint, _task_lease_id bigint DEFAULT NULL::bigint, _outcome text DEFAULT NULL::text)
  RETURNS boolean
@@ -7435,22 +7568,16 @@ CREATE OR REPLACE FUNCTION queues.create_history_partition(_lower bigint, _upper
 AS $function$
 declare
   _table text;
-  _name text;
   _created boolean := false;
 begin
   if _lower is null or _upper is null or _lower < 0 or _upper <= _lower then
     raise exception 'partition bounds must satisfy 0 <= lower < upper, got [%, %)', _lower, _upper
       using errcode = '22023';
   end if;
-  foreach _table in array queues.history_tables() loop
-    _name := queues.history_partition_name(_table, _lower);
-    if to_regclass(format('queues.%I', _name)) is null then
-      execute format('create table queues.%I partition of queues.%I for values from (%s) to (%s)',
-                     _name, _table, _lower, _upper);
-      execute format('create trigger forbid_update before update on queues.%I
-                        for each statement execute function queues.forbid_fact_update()', _name);
-      _created := true;
-    end if;
+  for _table in
+    select t.name from unnest(queues.history_tables()) with ordinality t(name, n) order by t.name = 'task', t.n
+  loop
+    _created := queues.attach_history_partition(_table, _lower, _upper) or _created;
   end loop;
   if _created then
     insert into queues.history_partition_created (lower_bound, upper_bound)
@@ -7461,6 +7588,21 @@ end;
 $function$;
   -- queues.create_history_partition(_lower bigint, _upper bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.current_leases(_task_ids bigint[], _task_lease_ids bigint[])
+ RETURNS boolean[]
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select coalesce(array_agg(coalesce((select p.current_lease_id from queues.task_pending p
+                                       where p.task_id = i.task_id) = i.task_lease_id, false)
+                            order by i.ord), '{}')
+    from unnest(_task_ids, _task_lease_ids) with ordinality as i(task_id, task_lease_id, ord)
+$function$;
+  -- queues.current_leases(_task_ids bigint[], _task_lease_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.dequeue_next_available_task(_worker_id text DEFAULT NULL::text, _lease_seconds integer DEFAULT NULL::integer)
  RETURNS SETOF queues.task
@@ -7784,6 +7926,22 @@ begin
 end;
 $function$;
   -- queues.forbid_fact_update(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.history_partition_bounds()
+ RETURNS TABLE(table_name text, partition_name text, lower_bound bigint, upper_bound bigint)
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select t.name, c.relname::text, m.b[1]::bigint, m.b[2]::bigint
+    from unnest(queues.history_tables()) t(name)
+    join pg_inherits i on i.inhparent = to_regclass(format('queues.%I', t.name))
+    join pg_class c on c.oid = i.inhrelid
+   cross join lateral regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \(''?(-?\d+)''?\) TO \(''?(-?\d+)''?\)') as m(b)
+   where m.b is not null
+$function$;
+  -- queues.history_partition_bounds(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.history_partition_name(_table text, _lower bigint)
@@ -8172,112 +8330,230 @@ $function$;
 CREATE OR REPLACE FUNCTION queues.maintain_history_at(_now timestamp with time zone)
  RETURNS jsonb
  LANGUAGE plpgsql
- SET lock_timeout TO '100ms'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
-  _setting queues.history_setting;
-  _last_id bigint := queues.last_task_id();
-  _highest bigint;
-  _lower bigint;
   _created jsonb := '[]';
   _dropped jsonb := '[]';
   _skipped jsonb := '[]';
   _kept integer := 0;
+  _step jsonb;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  -- Each step changes the catalog or ends the run; the bound only guards against a bug.
+  for _i in 1 .. 100000 loop
+    _step := queues.maintain_history_step_at(_now);
+    case _step ->> 'action'
+      when 'set_created' then
+        _created := _created || jsonb_build_array(jsonb_build_array(_step -> 'lower_bound', _step -> 'upper_bound'));
+      when 'set_dropped' then
+        _dropped := _dropped || jsonb_build_array(jsonb_build_array(_step -> 'lower_bound', _step -> 'upper_bound'));
+      when 'skipped', 'busy' then
+        _skipped := _skipped || jsonb_build_array(_step);
+      else
+        null;
+    end case;
+    _kept := coalesce((_step ->> 'kept')::integer, _kept);
+    exit when not (_step ->> 'more')::boolean;
+  end loop;
+  return jsonb_build_object('created', _created, 'dropped', _dropped, 'skipped', _skipped, 'kept', _kept);
+end;
+$function$;
+  -- queues.maintain_history_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.maintain_history_step(_payload jsonb)
+ RETURNS jsonb
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select jsonb_build_object('success', true, 'payload', queues.maintain_history_step_at(now()))
+$function$;
+  -- queues.maintain_history_step(_payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.maintain_history_step_at(_now timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET lock_timeout TO '50ms'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _setting queues.history_setting;
+  _last_id bigint;
+  _doing text;
+  _table text;
+  _name text;
+  _lower bigint;
+  _upper bigint;
+  _truncate boolean;
+  _kept integer := 0;
   _set record;
-  _names text[];
   _tasks bigint;
   _last_completed timestamptz;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
   end if;
+  if not pg_try_advisory_xact_lock(20252, 1) then
+    return jsonb_build_object('action', 'busy', 'more', false);
+  end if;
   select * into _setting from queues.history_setting;
   perform set_config('lock_timeout', _setting.lock_timeout_ms || 'ms', true);
+  _last_id := queues.last_task_id();
 
-  -- 1. Ahead of need.
-  -- Ranges are never reused: above every set there is or was, and above any task in the
-  -- default partition (a new set cannot overlap rows there).
-  select greatest(coalesce(max(p.upper_bound), 0),
-                  coalesce((select max(d.upper_bound) from queues.history_partition_dropped d), 0),
-                  coalesce((select max(t.task_id) + 1 from queues.task_default t), 0))
-    into _highest
-    from queues.history_sets() p where not p.is_default;
-  while _highest < _last_id + 1 + _setting.partitions_ahead::bigint * _setting.partition_size loop
-    _lower := _highest;
-    begin
-      perform queues.create_history_partition(_lower, _lower + _setting.partition_size);
-      _created := _created || jsonb_build_array(jsonb_build_array(_lower, _lower + _setting.partition_size));
-    -- check_violation: a task landed in the default partition, in this range, since it
-    -- was read above; the next run starts above it.
-    exception when lock_not_available or deadlock_detected or check_violation then
-      _skipped := _skipped || jsonb_build_object('create', jsonb_build_array(_lower, _lower + _setting.partition_size),
-                                                 'reason', sqlerrm);
-      exit;
-    end;
-    _highest := _lower + _setting.partition_size;
-  end loop;
-
-  -- 2. Expired sets, oldest first.
-  for _set in
-    select p.lower_bound, p.upper_bound from queues.history_sets() p
-     where not p.is_default and p.upper_bound <= _last_id
-     order by p.lower_bound
-  loop
-    -- Cheap checks first, without strong locks: a pending task, or a recent completion.
-    if exists (select 1 from queues.task_pending tp
-                where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound) then
-      _kept := _kept + 1;
-      continue;
-    end if;
-    select max(c.completed_at) into _last_completed from queues.task_completed c
-     where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound;
-    if _last_completed > _now - _setting.retention then
-      _kept := _kept + 1;
-      continue;
-    end if;
-    -- Every task completed, from the facts (one scan of the set's two partitions).
-    select count(*) into _tasks from queues.task t
-     where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound;
-    if exists (select 1 from queues.task t
-                where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound
-                  and not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)) then
-      _kept := _kept + 1;
-      continue;
-    end if;
-
-    _names := array(select format('queues.%I', queues.history_partition_name(t.name, _set.lower_bound))
-                      from unnest(queues.history_tables()) t(name));
-    begin
-      -- Under the lock, no transaction that wrote to the set is still open: check again
-      -- what could have changed (a task enqueued with an id handed out before the check).
-      execute 'lock table ' || array_to_string(_names, ', ') || ' in access exclusive mode';
-      if exists (select 1 from queues.task_pending tp
-                  where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
-         or exists (select 1 from queues.task_completed c
-                     where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound
-                       and c.completed_at > _now - _setting.retention) then
-        -- Roll the block back, which gives the locks back at once.
-        raise exception 'set [%, %) changed since it was checked', _set.lower_bound, _set.upper_bound
-          using errcode = 'QH001';
+  begin
+    -- 1. Ahead of need: a half made set, unless a task fell into the default partition in
+    --    its range (maintenance fell behind while it was half made): then task's
+    --    partition cannot be attached, the set stays as it is (its tables keep the facts
+    --    of those tasks) and new sets start above it.
+    with b as (select * from queues.history_partition_bounds())
+    select h.lower_bound, h.upper_bound into _lower, _upper
+      from (select distinct b.lower_bound, b.upper_bound from b) h
+     where not exists (select 1 from b x where x.table_name = 'task' and x.lower_bound = h.lower_bound)
+       and not exists (select 1 from queues.history_partition_dropped d where d.lower_bound = h.lower_bound)
+       and not exists (select 1 from queues.task_default t where t.task_id >= h.lower_bound and t.task_id < h.upper_bound)
+     order by h.lower_bound
+     limit 1;
+    if _lower is null then
+      -- A new set. Ranges are never reused: above every partition there is or was, and
+      -- above any task in the default partition (a new set cannot overlap rows there).
+      select greatest(coalesce((select max(b.upper_bound) from queues.history_partition_bounds() b), 0),
+                      coalesce((select max(d.upper_bound) from queues.history_partition_dropped d), 0),
+                      coalesce((select max(t.task_id) + 1 from queues.task_default t), 0))
+        into _lower;
+      if _lower < _last_id + 1 + _setting.partitions_ahead::bigint * _setting.partition_size then
+        _upper := _lower + _setting.partition_size;
+      else
+        _lower := null;
       end if;
-      execute 'drop table ' || array_to_string(_names, ', ');
-      insert into queues.history_partition_dropped (lower_bound, upper_bound, tasks, last_completed_at, dropped_at)
-      values (_set.lower_bound, _set.upper_bound, _tasks, _last_completed, _now);
-      _dropped := _dropped || jsonb_build_array(jsonb_build_array(_set.lower_bound, _set.upper_bound));
-    exception
-      when sqlstate 'QH001' then
-        _kept := _kept + 1;
-      when lock_not_available or deadlock_detected then
-      _skipped := _skipped || jsonb_build_object('drop', jsonb_build_array(_set.lower_bound, _set.upper_bound),
-                                                 'reason', sqlerrm);
-    end;
-  end loop;
+    end if;
+    if _lower is not null then
+      select t.name into _table
+        from unnest(queues.history_tables()) with ordinality t(name, n)
+       where to_regclass(format('queues.%I', queues.history_partition_name(t.name, _lower))) is null
+       order by t.name = 'task', t.n
+       limit 1;
+      _doing := format('attach queues.%I', queues.history_partition_name(_table, _lower));
+      perform queues.attach_history_partition(_table, _lower, _upper);
+      if _table = 'task' then
+        insert into queues.history_partition_created (lower_bound, upper_bound)
+        values (_lower, _upper) on conflict (lower_bound) do nothing;
+      end if;
+      return jsonb_build_object('action', case when _table = 'task' then 'set_created' else 'attached' end,
+                                'table', queues.history_partition_name(_table, _lower),
+                                'lower_bound', _lower, 'upper_bound', _upper, 'more', true);
+    end if;
 
-  return jsonb_build_object('created', _created, 'dropped', _dropped, 'skipped', _skipped, 'kept', _kept);
+    -- 2. A table detached from a dropped set (named as a partition, no longer one). Its
+    --    drop locks only itself, so its files are unlinked under no lock the queue waits
+    --    for; but dropping a foreign key (task's, to task_type) takes ACCESS EXCLUSIVE on
+    --    the table it references, so such a table is truncated first (under its own lock)
+    --    and that drop is a catalog change only.
+    select c.relname,
+           pg_relation_size(c.oid) > 0 and exists (select 1 from pg_constraint k where k.conrelid = c.oid and k.contype = 'f')
+      into _name, _truncate
+      from pg_class c
+      join unnest(queues.history_tables()) t(name)
+        on c.relname = queues.history_partition_name(t.name, substring(c.relname from '_p([0-9]{1,18})$')::bigint)
+     where c.relnamespace = 'queues'::regnamespace and c.relkind = 'r' and not c.relispartition
+       and exists (select 1 from queues.history_partition_dropped d
+                    where d.lower_bound = substring(c.relname from '_p([0-9]{1,18})$')::bigint)
+     order by c.relname
+     limit 1;
+    if _name is not null then
+      if _truncate then
+        _doing := format('truncate queues.%I', _name);
+        execute format('truncate queues.%I', _name);
+        return jsonb_build_object('action', 'truncated', 'table', _name, 'more', true);
+      end if;
+      _doing := format('drop queues.%I', _name);
+      execute format('drop table queues.%I', _name);
+      return jsonb_build_object('action', 'dropped_table', 'table', _name, 'more', true);
+    end if;
+
+    -- 3. A fact table's partition of a dropped set: detached, a catalog change.
+    select b.table_name, b.partition_name, b.lower_bound, b.upper_bound into _table, _name, _lower, _upper
+      from queues.history_partition_bounds() b
+     where exists (select 1 from queues.history_partition_dropped d
+                    where d.lower_bound = b.lower_bound and d.upper_bound = b.upper_bound)
+     order by b.lower_bound, b.table_name
+     limit 1;
+    if _name is not null then
+      _doing := format('detach queues.%I', _name);
+      execute format('alter table queues.%I detach partition queues.%I', _table, _name);
+      return jsonb_build_object('action', 'detached', 'table', _name, 'lower_bound', _lower, 'upper_bound', _upper,
+                                'more', true);
+    end if;
+
+    -- 4. Expired sets, oldest first.
+    for _set in
+      select p.lower_bound, p.upper_bound from queues.history_partitions() p
+       where not p.is_default and p.upper_bound <= _last_id
+       order by p.lower_bound
+    loop
+      -- Cheap checks first, without strong locks: a pending task, or a recent completion.
+      if exists (select 1 from queues.task_pending tp
+                  where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound) then
+        _kept := _kept + 1;
+        continue;
+      end if;
+      select max(c.completed_at) into _last_completed from queues.task_completed c
+       where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound;
+      if _last_completed > _now - _setting.retention then
+        _kept := _kept + 1;
+        continue;
+      end if;
+      -- Every task completed, from the facts (one scan of the set's two partitions).
+      select count(*) into _tasks from queues.task t
+       where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound;
+      if exists (select 1 from queues.task t
+                  where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound
+                    and not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)) then
+        _kept := _kept + 1;
+        continue;
+      end if;
+
+      _name := queues.history_partition_name('task', _set.lower_bound);
+      _doing := format('detach queues.%I', _name);
+      begin
+        -- Detaching holds ACCESS EXCLUSIVE on queues.task and the partition, so no
+        -- transaction that wrote to the set or read it to complete a task is still open:
+        -- check again what could have changed (a task enqueued with an id handed out
+        -- before the checks, and its completion).
+        execute format('alter table queues.task detach partition queues.%I', _name);
+        if exists (select 1 from queues.task_pending tp
+                    where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
+           or exists (select 1 from queues.task_completed c
+                       where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound
+                         and c.completed_at > _now - _setting.retention) then
+          -- Roll the block back, which attaches the partition again.
+          raise exception 'set [%, %) changed since it was checked', _set.lower_bound, _set.upper_bound
+            using errcode = 'QH001';
+        end if;
+        insert into queues.history_partition_dropped (lower_bound, upper_bound, tasks, last_completed_at, dropped_at)
+        values (_set.lower_bound, _set.upper_bound, _tasks, _last_completed, _now);
+        return jsonb_build_object('action', 'set_dropped', 'table', _name, 'lower_bound', _set.lower_bound,
+                                  'upper_bound', _set.upper_bound, 'tasks', _tasks, 'kept', _kept, 'more', true);
+      exception
+        when sqlstate 'QH001' then
+          _kept := _kept + 1;
+      end;
+    end loop;
+  exception
+    -- check_violation: a task landed in a default partition, in the range being made,
+    -- since it was read above; the next run starts above it.
+    when lock_not_available or deadlock_detected or check_violation then
+      return jsonb_build_object('action', 'skipped', 'step', _doing, 'reason', sqlerrm, 'kept', _kept, 'more', false);
+  end;
+  return jsonb_build_object('action', 'none', 'kept', _kept, 'more', false);
 end;
 $function$;
-  -- queues.maintain_history_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- queues.maintain_history_step_at(_now timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.mark_started(_task_ids bigint[], _task_lease_ids bigint[])
@@ -8730,14 +9006,18 @@ CREATE OR REPLACE FUNCTION queues.revoke_worker_leases(_worker_id text)
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
+declare
+  _worker_key integer;
 begin
   if _worker_id is null or length(_worker_id) not between 1 and 200 then
     raise exception 'worker_id must be 1 to 200 characters' using errcode = '22023';
   end if;
+  -- A lease names its worker by key (queues.worker_name), or by id if written before.
+  select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
   perform queues.lock_resource_keys(array(
     select p.task_id from queues.task_pending p
       join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
-     where p.current_lease_id is not null and l.worker_id = _worker_id));
+     where p.current_lease_id is not null and (l.worker_key = _worker_key or l.worker_id = _worker_id)));
   return query
   with held as (
     select p.task_id, p.current_lease_id as task_lease_id,
@@ -8745,7 +9025,7 @@ begin
                     where st.task_id = p.task_id and st.task_lease_id = p.current_lease_id) as started
       from queues.task_pending p
       join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
-     where p.current_lease_id is not null and l.worker_id = _worker_id
+     where p.current_lease_id is not null and (l.worker_key = _worker_key or l.worker_id = _worker_id)
   ),
   revoked as (
     -- available_at of a leased row is its lease's expiry (heartbeats included).
@@ -8776,6 +9056,69 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.run_step(_task_id bigint, _task_lease_id bigint, _function_name text, _payload jsonb, OUT result text, OUT outcome text, OUT error text, OUT note text)
+ RETURNS record
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _env record;
+  _raw jsonb;
+begin
+  begin
+    -- A lease no longer held is not run.
+    result := case when queues.is_current_lease(_task_id, _task_lease_id) then 'started' else 'lease_lost' end;
+    if result = 'started' then
+      _raw := internal.run_function(_function_name, _payload);
+      select * into _env from queues.parse_envelope(_raw);
+      if _env.outcome = 'malformed' then
+        raise exception '%: %', _function_name, _env.message using errcode = 'QSTEP';
+      end if;
+      -- The function's envelope is kept as the run's result (queues.task_result), fenced by
+      -- the lease, before the completion.
+      perform queues.record_task_result(_task_id, _task_lease_id, _raw);
+      case _env.outcome
+        when 'succeeded' then outcome := 'succeeded';
+        when 'status' then outcome := 'succeeded'; note := 'status ' || _env.message;
+        when 'invalid' then
+          outcome := 'failed'; error := format('%s: validation failure: %s', _function_name, _env.message);
+          note := _env.message;
+        else outcome := 'failed'; error := format('%s: %s', _function_name, _env.message);
+      end case;
+      select s.result into result
+        from queues.settle_tasks('{}', '{}', array[_task_id], array[_task_lease_id], array[outcome],
+                                 -- A validation failure is final: no retry.
+                                 array[case when _env.outcome = 'invalid' then false end],
+                                 case when error is null then '{}'::bigint[] else array[_task_id] end,
+                                 case when error is null then '{}'::text[] else array[error] end) s;
+      if result not in ('completed', 'retry_scheduled') then
+        -- Refused (the lease was lost meanwhile): the step's writes must not commit.
+        raise exception 'refused: %', result using errcode = 'QREFU';
+      end if;
+    end if;
+  exception
+    when sqlstate 'QREFU' then
+      outcome := null; error := null; note := null;
+    when serialization_failure or deadlock_detected then
+      result := 'transient'; outcome := null; error := sqlerrm; note := null;
+    when others then
+      -- Rolled back; record why, in a subtransaction of its own.
+      outcome := 'failed';
+      error := case when sqlstate = 'QSTEP' then sqlerrm else format('%s raised: %s', _function_name, sqlerrm) end;
+      note := null;
+      select s.result into result
+        from queues.settle_tasks('{}', '{}', array[_task_id], array[_task_lease_id], array['failed'], null,
+                                 array[_task_id], array[error]) s;
+  end;
+  if result = 'started' then
+    result := 'lease_lost';
+  end if;
+end;
+$function$;
+  -- queues.run_step(_task_id bigint, _task_lease_id bigint, _function_name text, _payload jsonb, OUT result text, OUT outcome text, OUT error text, OUT note text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.run_steps(_task_ids bigint[], _task_lease_ids bigint[], _function_names text[], _payloads jsonb[])
  RETURNS TABLE(task_id bigint, result text, outcome text, error text, note text)
  LANGUAGE plpgsql
@@ -8783,16 +9126,35 @@ CREATE OR REPLACE FUNCTION queues.run_steps(_task_ids bigint[], _task_lease_ids 
 AS $function$
 #variable_conflict use_column
 declare
+  _n integer;
+  _held boolean[];
+  -- Per step, in input order.
+  _result text[];
+  _outcome text[];
+  _error text[];
+  _note text[];
+  _retry boolean[];
+  -- The envelope to keep, for steps completed by the final statement (null otherwise).
+  _kept jsonb[];
+  _batched boolean[];
+  -- Functions resolved in this call: name, statement that runs a group, or why it cannot run.
+  _names text[] := '{}';
+  _calls text[] := '{}';
+  _problems text[] := '{}';
+  _oid regprocedure;
+  _call text;
+  _problem text;
   _i integer;
-  _id bigint;
-  _lease bigint;
+  _j integer;
+  _k integer;
+  _m integer;
   _name text;
-  _env record;
+  _raws jsonb[];
   _raw jsonb;
-  _outcome text;
-  _error text;
-  _note text;
-  _done text;
+  _env record;
+  _one record;
+  _ids bigint[];
+  _settled text[];
 begin
   if _task_ids is null or _task_lease_ids is null or _function_names is null or _payloads is null then
     raise exception 'task_ids, task_lease_ids, function_names and payloads must not be null' using errcode = '22004';
@@ -8804,60 +9166,165 @@ begin
   if cardinality(_task_ids) > 1000 then
     raise exception 'at most 1000 steps per call, got %', cardinality(_task_ids) using errcode = '54000';
   end if;
-  for _i in 1 .. cardinality(_task_ids) loop
-    _id := _task_ids[_i];
-    _lease := _task_lease_ids[_i];
-    _name := _function_names[_i];
-    _outcome := null; _error := null; _note := null; _done := null;
-    begin
-      -- A lease no longer held is not run.
-      _done := case when queues.is_current_lease(_id, _lease) then 'started' else 'lease_lost' end;
-      if _done = 'started' then
-        _raw := internal.run_function(_name, _payloads[_i]);
-        select * into _env from queues.parse_envelope(_raw);
-        case _env.outcome
-          when 'malformed' then
-            raise exception '%: %', _name, _env.message using errcode = 'QSTEP';
-          else
-            -- The function's envelope is kept as the run's result (queues.task_result),
-            -- fenced by the lease, before the completion.
-            perform queues.record_task_result(_id, _lease, _raw);
-        end case;
-        case _env.outcome
-          when 'succeeded' then _outcome := 'succeeded';
-          when 'status' then _outcome := 'succeeded'; _note := 'status ' || _env.message;
-          when 'invalid' then _outcome := 'failed'; _error := format('%s: validation failure: %s', _name, _env.message); _note := _env.message;
-          else _outcome := 'failed'; _error := format('%s: %s', _name, _env.message);
-        end case;
-        select s.result into _done
-          from queues.settle_tasks('{}', '{}', array[_id], array[_lease], array[_outcome],
-                                   -- A validation failure is final: no retry.
-                                   array[case when _env.outcome = 'invalid' then false end],
-                                   case when _error is null then '{}'::bigint[] else array[_id] end,
-                                   case when _error is null then '{}'::text[] else array[_error] end) s;
-        if _done not in ('completed', 'retry_scheduled') then
-          -- Refused (the lease was lost meanwhile): the step's writes must not commit.
-          raise exception 'refused: %', _done using errcode = 'QREFU';
-        end if;
+  if array_position(_task_ids, null) is not null or array_position(_task_lease_ids, null) is not null then
+    raise exception 'task_ids and task_lease_ids must not contain null' using errcode = '22004';
+  end if;
+  if (select count(distinct t) <> count(*) from unnest(_task_ids) t) then
+    raise exception 'task_ids must not repeat a task' using errcode = '22023';
+  end if;
+  _n := cardinality(_task_ids);
+  if _n = 0 then
+    return;
+  end if;
+  _held := queues.current_leases(_task_ids, _task_lease_ids);
+  _result := array_fill(null::text, array[_n]);
+  _outcome := _result;
+  _error := _result;
+  _note := _result;
+  _retry := array_fill(null::boolean, array[_n]);
+  _batched := array_fill(false, array[_n]);
+  _kept := array_fill(null::jsonb, array[_n]);
+
+  begin
+    _i := 1;
+    while _i <= _n loop
+      if not _held[_i] then
+        -- Not run.
+        _result[_i] := 'lease_lost';
+        _i := _i + 1;
+        continue;
       end if;
-    exception
-      when sqlstate 'QREFU' then
-        _outcome := null; _error := null; _note := null;
-      when serialization_failure or deadlock_detected then
-        _done := 'transient'; _outcome := null; _error := sqlerrm; _note := null;
-      when others then
-        -- Rolled back; record why, in a subtransaction of its own.
-        _outcome := 'failed';
-        _error := case when sqlstate = 'QSTEP' then sqlerrm else format('%s raised: %s', _name, sqlerrm) end;
-        _note := null;
-        select s.result into _done
-          from queues.settle_tasks('{}', '{}', array[_id], array[_lease], array['failed'], null, array[_id], array[_error]) s;
-    end;
-    if _done = 'started' then
-      _done := 'lease_lost';
+      _name := _function_names[_i];
+      _j := _i;
+      while _j < _n and _held[_j + 1] and _function_names[_j + 1] is not distinct from _name loop
+        _j := _j + 1;
+      end loop;
+
+      _k := array_position(_names, _name);
+      if _k is null then
+        -- Resolved as internal.run_function does, once per call.
+        begin
+          _oid := internal.resolve_runnable_function(_name);
+          if not has_function_privilege(_oid, 'execute') then
+            raise exception 'permission denied: % may not execute %', current_user, _name using errcode = '42501';
+          end if;
+          select format('select array_agg(%I.%I(u.payload) order by u.ord) from unnest($1::jsonb[]) with ordinality as u(payload, ord)',
+                        n.nspname, p.proname)
+            into _call
+            from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+           where p.oid = _oid;
+          _problem := null;
+        exception when others then
+          _call := null;
+          _problem := format('%s raised: %s', _name, sqlerrm);
+        end;
+        _names := _names || _name;
+        _calls := _calls || _call;
+        _problems := _problems || _problem;
+        _k := cardinality(_names);
+      end if;
+
+      if _problems[_k] is not null then
+        -- Cannot run (unknown, unregistered, not allowed): failed, nothing ran.
+        for _m in _i .. _j loop
+          _outcome[_m] := 'failed';
+          _error[_m] := _problems[_k];
+          _batched[_m] := true;
+        end loop;
+      else
+        begin
+          execute _calls[_k] into _raws using _payloads[_i:_j];
+          _m := _i;
+          foreach _raw in array _raws loop
+            if _raw = '{"success": true}'::jsonb then
+              _outcome[_m] := 'succeeded';
+            else
+              select * into _env from queues.parse_envelope(_raw);
+              case _env.outcome
+                when 'succeeded' then _outcome[_m] := 'succeeded';
+                when 'status' then _outcome[_m] := 'succeeded'; _note[_m] := 'status ' || _env.message;
+                when 'invalid' then
+                  _outcome[_m] := 'failed'; _error[_m] := format('%s: validation failure: %s', _name, _env.message);
+                  _note[_m] := _env.message;
+                  -- A validation failure is final: no retry.
+                  _retry[_m] := false;
+                when 'error' then _outcome[_m] := 'failed'; _error[_m] := format('%s: %s', _name, _env.message);
+                else
+                  -- Malformed: this step rolls back, so the group runs again one by one.
+                  raise exception 'malformed envelope' using errcode = 'QSTEP';
+              end case;
+            end if;
+            _kept[_m] := _raw;
+            _batched[_m] := true;
+            _m := _m + 1;
+          end loop;
+        exception when others then
+          -- The group is rolled back: its steps run one by one, each with its completion.
+          for _m in _i .. _j loop
+            _outcome[_m] := null; _error[_m] := null; _note[_m] := null; _retry[_m] := null;
+            _kept[_m] := null; _batched[_m] := false;
+            select * into _one from queues.run_step(_task_ids[_m], _task_lease_ids[_m], _name, _payloads[_m]);
+            _result[_m] := _one.result;
+            _outcome[_m] := _one.outcome;
+            _error[_m] := _one.error;
+            _note[_m] := _one.note;
+          end loop;
+        end;
+      end if;
+      _i := _j + 1;
+    end loop;
+
+    -- The completions (and kept envelopes) of every step that ran in a group, in one statement.
+    if true = any (_batched) then
+      select array_agg(c.task_id order by c.ord), array_agg(c.result order by c.ord)
+        into _ids, _settled
+        from queues.complete_steps(
+               array(select s.task_id from unnest(_task_ids, _batched) with ordinality as s(task_id, batched, ord)
+                      where s.batched order by s.ord),
+               array(select s.lease from unnest(_task_lease_ids, _batched) with ordinality as s(lease, batched, ord)
+                      where s.batched order by s.ord),
+               array(select s.outcome from unnest(_outcome, _batched) with ordinality as s(outcome, batched, ord)
+                      where s.batched order by s.ord),
+               array(select s.retry from unnest(_retry, _batched) with ordinality as s(retry, batched, ord)
+                      where s.batched order by s.ord),
+               array(select s.task_id from unnest(_task_ids, _error, _batched) with ordinality as s(task_id, error, batched, ord)
+                      where s.batched and s.error is not null order by s.ord),
+               array(select s.error from unnest(_error, _batched) with ordinality as s(error, batched, ord)
+                      where s.batched and s.error is not null order by s.ord),
+               array(select s.kept from unnest(_kept, _batched) with ordinality as s(kept, batched, ord)
+                      where s.batched order by s.ord)
+             ) with ordinality as c(task_id, result, ord);
+      if exists (select 1 from unnest(_settled) r where r not in ('completed', 'retry_scheduled')) then
+        -- A completion refused: the writes of its step must not commit. Roll back and run
+        -- every step one by one.
+        raise exception 'a completion was refused' using errcode = 'QREFU';
+      end if;
+      _m := 1;
+      for _i in 1 .. _n loop
+        if _batched[_i] then
+          if _ids[_m] <> _task_ids[_i] then
+            raise exception 'completions out of order' using errcode = 'XX000';
+          end if;
+          _result[_i] := _settled[_m];
+          _m := _m + 1;
+        end if;
+      end loop;
     end if;
-    return query select _id, _done, _outcome, _error, _note;
-  end loop;
+  exception when others then
+    -- Everything above is rolled back: the steps run one by one, each fenced on its own.
+    for _i in 1 .. _n loop
+      select * into _one from queues.run_step(_task_ids[_i], _task_lease_ids[_i], _function_names[_i], _payloads[_i]);
+      _result[_i] := _one.result;
+      _outcome[_i] := _one.outcome;
+      _error[_i] := _one.error;
+      _note[_i] := _one.note;
+    end loop;
+  end;
+
+  return query
+  select s.task_id, s.result, s.outcome, s.error, s.note
+    from unnest(_task_ids, _result, _outcome, _error, _note) with ordinality as s(task_id, result, outcome, error, note, ord)
+   order by s.ord;
 end;
 $function$;
   -- queues.run_steps(_task_ids bigint[], _task_lease_ids bigint[], _function_names text[], _payloads jsonb[]): owner :DATABASE_OWNER
@@ -8954,10 +9421,12 @@ CREATE OR REPLACE FUNCTION queues.stale_leases_at(_now timestamp with time zone,
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select p.task_id, p.current_lease_id, l.worker_id, w.last_seen_at, p.available_at
+  select p.task_id, p.current_lease_id, w.worker_id, w.last_seen_at, p.available_at
     from queues.task_pending p
     join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
-    join queues.worker w on w.worker_id = l.worker_id
+    -- A lease names its worker by key (queues.worker_name), or by id if written before.
+    left join queues.worker_name n on n.worker_key = l.worker_key
+    join queues.worker w on w.worker_id = coalesce(l.worker_id, n.worker_id)
    where p.available_at > _now
      and w.stopped_at is null
      and w.last_seen_at < _now - greatest(make_interval(secs => _dead_after_seconds),

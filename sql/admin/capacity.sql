@@ -83,10 +83,13 @@ begin
   recent as (
     -- Completions in the window by completed_at (index range scan); each is joined to its
     -- task and lease by primary key (lateral + limit 1 keeps these nested loops).
-    select t.task_type, count(*) as completed, count(distinct l.worker_id) as workers
+    -- A lease names its worker by key (queues.worker_name), or by id if written before
+    -- that key existed: a worker counts once per way it is named (twice, for one window,
+    -- if it ran across that migration).
+    select t.task_type, count(*) as completed, count(distinct (l.worker_key, l.worker_id)) as workers
       from queues.task_completed c
      cross join lateral (select x.task_type from queues.task x where x.task_id = c.task_id limit 1) t
-      left join lateral (select y.worker_id from queues.task_lease y
+      left join lateral (select y.worker_key, y.worker_id from queues.task_lease y
                           where y.task_id = c.task_id and y.task_lease_id = c.task_lease_id limit 1) l on true
      where c.completed_at > _now - make_interval(secs => _window)
        and c.completed_at <= _now

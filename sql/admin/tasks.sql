@@ -59,6 +59,7 @@ declare
   _page integer := admin.page_limit(_limit);
   _filters text := '';
   _sql text;
+  _worker_key integer;
   _lower bigint;
   _upper bigint;
   _found bigint;
@@ -96,8 +97,11 @@ begin
 
   if _task_type is not null then _filters := _filters || ' and t.task_type = $2'; end if;
   if _worker_id is not null then
-    _filters := _filters || ' and exists (select 1 from queues.task_lease l where l.task_id = t.task_id and l.worker_id = $6
-                                            and ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13))';
+    -- A lease names its worker by key (queues.worker_name), or by id if written before.
+    select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+    _filters := _filters || ' and exists (select 1 from queues.task_lease l where l.task_id = t.task_id
+                                             and (l.worker_key = $14 or l.worker_id = $6)
+                                             and ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13))';
   end if;
   if _resource_key is not null then _filters := _filters || ' and t.resource_key = $7'; end if;
   if _enqueued_from is not null then _filters := _filters || ' and t.enqueued_at >= $8'; end if;
@@ -149,7 +153,7 @@ begin
   if _state in ('scheduled', 'ready', 'running', 'retrying') then
     return query execute _sql
       using _now, _task_type, _state, _before_task_id, _page, _worker_id, _resource_key,
-            _enqueued_from, _enqueued_to, _payload_path, _payload_value, null::bigint, null::bigint;
+            _enqueued_from, _enqueued_to, _payload_path, _payload_value, null::bigint, null::bigint, _worker_key;
     return;
   end if;
   _remaining := _page;
@@ -159,7 +163,7 @@ begin
   loop
     return query execute _sql
       using _now, _task_type, _state, _before_task_id, _remaining, _worker_id, _resource_key,
-            _enqueued_from, _enqueued_to, _payload_path, _payload_value, _lower, _upper;
+            _enqueued_from, _enqueued_to, _payload_path, _payload_value, _lower, _upper, _worker_key;
     get diagnostics _found = row_count;
     _remaining := _remaining - _found;
     exit when _remaining <= 0;

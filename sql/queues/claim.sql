@@ -43,6 +43,8 @@ create or replace function queues.claim_tasks_at(
   set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
+declare
+  _worker_key integer;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -65,6 +67,18 @@ begin
   if _task_types is not null and cardinality(_task_types) = 0 then
     raise exception 'task_types must be null (any type) or name at least one type'
       using errcode = '22023';
+  end if;
+  -- A lease names its worker by key (queues.worker_name: each worker id kept once, an
+  -- integer on every lease instead of the id's text). One probe of the id's unique index;
+  -- the first claim of a worker id adds it (a concurrent first claim waits, then reads it).
+  select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+  if _worker_key is null then
+    insert into queues.worker_name (worker_id) values (_worker_id)
+    on conflict (worker_id) do nothing
+    returning worker_key into _worker_key;
+    if _worker_key is null then
+      select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+    end if;
   end if;
 
   return query
@@ -186,8 +200,8 @@ begin
      where p.task_id = any (array(select pk.task_id from picked pk where pk.poisoned))
   ),
   leased as (
-    insert into queues.task_lease (task_id, worker_id, leased_at, expires_at)
-    select e.task_id, _worker_id, _now, _now + make_interval(secs => _lease_seconds)
+    insert into queues.task_lease (task_id, worker_key, leased_at, expires_at)
+    select e.task_id, _worker_key, _now, _now + make_interval(secs => _lease_seconds)
       from eligible e
     returning *
   ),

@@ -298,10 +298,37 @@ describe('claim semantics', () => {
       .query('select task_id, task_type, payload from queues.dequeue_next_available_task()');
     expect(rows).toEqual([{ task_id: id, task_type: 'db_function', payload: { db_function: 'internal.noop', n: 0 } }]);
     const { rows: leases } = await db.query(
-      'select worker_id, expires_at - leased_at as length from queues.task_lease',
+      'select worker_id, expires_at - leased_at as length from queues.task_lease_effective',
     );
     expect(leases).toEqual([{ worker_id: db.dbUsers.worker, length: { minutes: 5 } }]);
     expect((await db.pool('worker').query('select * from queues.dequeue_next_available_task()')).rows).toEqual([]);
+  });
+
+  it('a lease names its worker by key: each worker id is kept once, in queues.worker_name', async () => {
+    await resetQueue();
+    await enqueueNoops(3);
+    const id = 'host-4242-a1b2c3-1';
+    await claim(id, 1, 60);
+    await claim(id, 2, 60);
+    const { rows: names } = await db.query(
+      'select worker_key, worker_id from queues.worker_name where worker_id = $1',
+      [id],
+    );
+    expect(names).toHaveLength(1);
+    // The integer on every lease, not the id's text; the views give the id back.
+    const { rows: leases } = await db.query(
+      `select l.worker_key, l.worker_id, e.worker_id as named
+         from queues.task_lease l join queues.task_lease_effective e using (task_id, task_lease_id)
+        where l.worker_key = $1`,
+      [names[0].worker_key],
+    );
+    expect(leases).toEqual(Array(3).fill({ worker_key: names[0].worker_key, worker_id: null, named: id }));
+    // A lease names its worker one way or the other (leases written before the key have the id).
+    await expect(
+      db.query(
+        `insert into queues.task_lease (task_id, leased_at, expires_at) values (1, now(), now() + interval '1 minute')`,
+      ),
+    ).rejects.toMatchObject({ code: '23514', constraint: 'task_lease_worker_named' });
   });
 
   it('lease length defaults to 5 minutes and is configurable per call', async () => {
@@ -339,7 +366,13 @@ describe('claim semantics', () => {
   });
 
   it('facts are append-only: updating a task, lease, completion or error is refused', async () => {
-    const columns = { task: 'payload', task_lease: 'worker_id', task_completed: 'outcome', error: 'error_message' };
+    const columns = {
+      task: 'payload',
+      task_lease: 'worker_id',
+      task_completed: 'outcome',
+      error: 'error_message',
+      worker_name: 'worker_id',
+    };
     for (const [table, column] of Object.entries(columns)) {
       await expect(db.query(`update queues.${table} set ${column} = ${column}`)).rejects.toMatchObject({
         code: '55000',

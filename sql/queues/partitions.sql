@@ -10,16 +10,44 @@
 -- and ids only grow, so a set whose range lies below the id sequence receives no new
 -- task. docs/operations.md ("Retention and partitions") has the full reasoning.
 --
---   queues.history_tables()                 the partitioned tables, parent first
---   queues.create_history_partition(lo, hi) one set [lo, hi), owner only
---   queues.history_sets()                   the sets' bounds, from the catalog only
---   queues.history_walk(_before)            the id ranges a newest-first read walks
---   queues.history_partition_sizes()        the sets with table and index bytes
---   queues.history_partitions()             the sets with their total bytes
---   queues.maintain_history_at(_now)        create ahead, drop expired; owner only
---   queues.maintain_history(payload)        the same at now(), a runnable db_function
---   queues.history_summary_at(_now)         settings, oldest task, what the next drop waits for
---   queues.history_status_at(_now)          the same with the sets and their sizes
+--   queues.history_tables()                    the partitioned tables, parent first
+--   queues.attach_history_partition(t, lo, hi) one table's partition of a set, owner only
+--   queues.create_history_partition(lo, hi)    one set [lo, hi), owner only
+--   queues.history_partition_bounds()          every table's partitions and their bounds
+--   queues.history_sets()                      the sets' bounds, from the catalog only
+--   queues.history_walk(_before)               the id ranges a newest-first read walks
+--   queues.history_partition_sizes()           the sets with table and index bytes
+--   queues.history_partitions()                the sets with their total bytes
+--   queues.maintain_history_step_at(_now)      one short step of maintenance; owner only
+--   queues.maintain_history_step(payload)      the same at now(), a runnable db_function
+--                                              (the schedule's: one transaction per step)
+--   queues.maintain_history_at(_now)           every step in one transaction; owner only
+--   queues.maintain_history(payload)           the same at now(), a runnable db_function
+--   queues.history_summary_at(_now)            settings, oldest task, what the next drop waits for
+--   queues.history_status_at(_now)             the same with the sets and their sizes
+--
+-- Locks. The claim and the completion read queues.task, task_lease_started and
+-- task_completed through generic plans, which lock every partition of those tables,
+-- default included, and every writer takes ROW EXCLUSIVE on the parents. So each step
+-- takes at most one lock that the hot path waits for, in the order the hot path takes its
+-- own (parent, then partition, then default), waits for it at most lock_timeout_ms, and
+-- holds it only for a catalog change, in a transaction of its own when run by the
+-- schedule (queues.maintain_history_step with "repeat"): a claim waits at most
+-- lock_timeout_ms plus that change. Measured locks (PostgreSQL 18):
+--   create table .. partition of     ACCESS EXCLUSIVE on the parent and its default: not used
+--   create table (like ..) + attach  SHARE UPDATE EXCLUSIVE on the parent (no conflict with
+--                                    DML), ACCESS EXCLUSIVE on the default partition (a
+--                                    conflict only for task, task_lease_started and
+--                                    task_completed, whose defaults the hot path's plans lock)
+--   detach partition                 ACCESS EXCLUSIVE on the parent, default and partition;
+--                                    catalog only (no scan); detach concurrently is refused
+--                                    while a default partition exists, and in a function
+--   drop table (attached partition)  the same plus unlinking its files under those locks:
+--                                    not used; a detached table is dropped instead, which
+--                                    locks only itself, except a table with a foreign key
+--                                    (task's to task_type), whose drop takes ACCESS
+--                                    EXCLUSIVE on task_type: it is truncated first (under
+--                                    its own lock only), so that drop is a catalog change
 
 create or replace function queues.history_tables() returns text[]
   language sql immutable parallel safe
@@ -40,9 +68,46 @@ as $$
   select _table || '_p' || _lower::text
 $$;
 
+-- Makes the partition [_lower, _upper) of the history table _table unless it exists: a
+-- standalone table like its parent (columns, defaults, constraints, indexes) with the
+-- trigger that refuses updates (a statement trigger on the parent does not fire for a
+-- statement that names the partition), then attached to the parent. Attaching takes
+-- SHARE UPDATE EXCLUSIVE on the parent where `create table .. partition of` takes ACCESS
+-- EXCLUSIVE, and the new table is empty, so nothing is scanned. Returns whether it made
+-- the partition. Owner only.
+create or replace function queues.attach_history_partition(_table text, _lower bigint, _upper bigint)
+  returns boolean
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _name text;
+begin
+  if _table is null or _table <> all (queues.history_tables()) then
+    raise exception 'table must name a history table (queues.history_tables()), got %',
+      coalesce(quote_literal(left(_table, 100)), 'null') using errcode = '22023';
+  end if;
+  if _lower is null or _upper is null or _lower < 0 or _upper <= _lower then
+    raise exception 'partition bounds must satisfy 0 <= lower < upper, got [%, %)', _lower, _upper
+      using errcode = '22023';
+  end if;
+  _name := queues.history_partition_name(_table, _lower);
+  if to_regclass(format('queues.%I', _name)) is not null then
+    return false;
+  end if;
+  execute format('create table queues.%I (like queues.%I including defaults including constraints including indexes including storage)',
+                 _name, _table);
+  execute format('create trigger forbid_update before update on queues.%I
+                    for each statement execute function queues.forbid_fact_update()', _name);
+  execute format('alter table queues.%I attach partition queues.%I for values from (%s) to (%s)',
+                 _table, _name, _lower, _upper);
+  return true;
+end;
+$$;
+
 -- Creates the partition set [_lower, _upper) of every history table (those that exist
--- already are kept). Each partition refuses updates like its parent: a statement trigger
--- on the parent does not fire for a statement that names the partition. Records when in
+-- already are kept), task's last: a set is in use once task has its partition. One
+-- transaction; maintenance makes a set one table per step instead. Records when in
 -- queues.history_partition_created. Returns whether anything was created. Owner only.
 create or replace function queues.create_history_partition(_lower bigint, _upper bigint)
   returns boolean
@@ -51,22 +116,16 @@ create or replace function queues.create_history_partition(_lower bigint, _upper
 as $$
 declare
   _table text;
-  _name text;
   _created boolean := false;
 begin
   if _lower is null or _upper is null or _lower < 0 or _upper <= _lower then
     raise exception 'partition bounds must satisfy 0 <= lower < upper, got [%, %)', _lower, _upper
       using errcode = '22023';
   end if;
-  foreach _table in array queues.history_tables() loop
-    _name := queues.history_partition_name(_table, _lower);
-    if to_regclass(format('queues.%I', _name)) is null then
-      execute format('create table queues.%I partition of queues.%I for values from (%s) to (%s)',
-                     _name, _table, _lower, _upper);
-      execute format('create trigger forbid_update before update on queues.%I
-                        for each statement execute function queues.forbid_fact_update()', _name);
-      _created := true;
-    end if;
+  for _table in
+    select t.name from unnest(queues.history_tables()) with ordinality t(name, n) order by t.name = 'task', t.n
+  loop
+    _created := queues.attach_history_partition(_table, _lower, _upper) or _created;
   end loop;
   if _created then
     insert into queues.history_partition_created (lower_bound, upper_bound)
@@ -74,6 +133,20 @@ begin
   end if;
   return _created;
 end;
+$$;
+
+-- Every partition of every history table but the defaults, with its bounds. Owner only.
+create or replace function queues.history_partition_bounds()
+  returns table (table_name text, partition_name text, lower_bound bigint, upper_bound bigint)
+  language sql stable
+  set search_path = pg_catalog, pg_temp
+as $$
+  select t.name, c.relname::text, m.b[1]::bigint, m.b[2]::bigint
+    from unnest(queues.history_tables()) t(name)
+    join pg_inherits i on i.inhparent = to_regclass(format('queues.%I', t.name))
+    join pg_class c on c.oid = i.inhrelid
+   cross join lateral regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \(''?(-?\d+)''?\) TO \(''?(-?\d+)''?\)') as m(b)
+   where m.b is not null
 $$;
 
 -- The partition sets of queues.task (the other tables follow the same bounds), lowest
@@ -182,129 +255,252 @@ as $$
   select coalesce(pg_sequence_last_value(pg_get_serial_sequence('queues.task', 'task_id')::regclass), 0)
 $$;
 
--- Partition maintenance at _now, with short locks only:
--- 1. Creates partition sets ahead of need, of partition_size task ids each, until the
---    sets above the last task id handed out cover partitions_ahead * partition_size ids.
--- 2. Drops each set whose whole range lies below the last task id (no new task can land
---    in it), that holds no pending task (queues.task_pending, then every task checked
---    against its completion), and whose newest completion is older than the retention
---    window. A set with one pending task is kept, however old.
--- Each step runs with lock_timeout = lock_timeout_ms; a step that cannot get its locks
--- in time is skipped and tried again by the next run. Drops are recorded in
--- queues.history_partition_dropped. Returns what it did:
---   {"created": [[lo, hi], ...], "dropped": [[lo, hi], ...], "skipped": [{...}], "kept": n}
-create or replace function queues.maintain_history_at(_now timestamptz)
+-- One step of partition maintenance at _now: the first of these that has work to do,
+-- with at most one lock the queue waits for (see "Locks" above), taken with
+-- lock_timeout = lock_timeout_ms:
+-- 1. Sets ahead of need, one table per step: first a set left half made (some table has
+--    its partition, task not yet; task's is made last), then a new set above every range
+--    there is or was and above any task in the default partition, of partition_size task
+--    ids, while the sets above the last task id handed out cover less than
+--    partitions_ahead * partition_size ids.
+-- 2. A table detached from a dropped set is dropped (truncated first if it has rows and
+--    a foreign key).
+-- 3. A fact table's partition of a dropped set is detached.
+-- 4. The oldest set that may go is dropped, starting with its task partition, which is
+--    detached (the set's tasks are gone from then on; steps 3 and 2 take its facts and the
+--    detached tables away): a set goes when its whole range lies below the last task id
+--    (no new task can land in it), it holds no pending task (queues.task_pending, then
+--    every task checked against its completion), and its newest completion is older than
+--    the retention window. A set with one pending task is kept, however old.
+-- Drops are recorded in queues.history_partition_dropped. A step that cannot get its lock
+-- in time (or finds a task fell into the default partition in the range it makes) is
+-- rolled back and reported skipped; the next run tries again. Returns
+--   {"action": "attached" | "set_created" | "dropped_table" | "truncated" | "detached" |
+--              "set_dropped" | "none" | "skipped" | "busy",
+--    "table", "lower_bound", "upper_bound", "tasks", "reason": as they apply,
+--    "kept": sets below the last task id kept so far, "more": whether to call again}
+-- "busy": another maintenance step is in flight (one maintainer at a time). Owner only.
+create or replace function queues.maintain_history_step_at(_now timestamptz)
   returns jsonb
   language plpgsql volatile
   -- Restored when the function returns: the caller's transaction keeps its own timeout.
-  set lock_timeout = '100ms'
+  set lock_timeout = '50ms'
   set search_path = pg_catalog, pg_temp
 as $$
 declare
   _setting queues.history_setting;
-  _last_id bigint := queues.last_task_id();
-  _highest bigint;
+  _last_id bigint;
+  _doing text;
+  _table text;
+  _name text;
   _lower bigint;
-  _created jsonb := '[]';
-  _dropped jsonb := '[]';
-  _skipped jsonb := '[]';
+  _upper bigint;
+  _truncate boolean;
   _kept integer := 0;
   _set record;
-  _names text[];
   _tasks bigint;
   _last_completed timestamptz;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
   end if;
+  if not pg_try_advisory_xact_lock(20252, 1) then
+    return jsonb_build_object('action', 'busy', 'more', false);
+  end if;
   select * into _setting from queues.history_setting;
   perform set_config('lock_timeout', _setting.lock_timeout_ms || 'ms', true);
+  _last_id := queues.last_task_id();
 
-  -- 1. Ahead of need.
-  -- Ranges are never reused: above every set there is or was, and above any task in the
-  -- default partition (a new set cannot overlap rows there).
-  select greatest(coalesce(max(p.upper_bound), 0),
-                  coalesce((select max(d.upper_bound) from queues.history_partition_dropped d), 0),
-                  coalesce((select max(t.task_id) + 1 from queues.task_default t), 0))
-    into _highest
-    from queues.history_sets() p where not p.is_default;
-  while _highest < _last_id + 1 + _setting.partitions_ahead::bigint * _setting.partition_size loop
-    _lower := _highest;
-    begin
-      perform queues.create_history_partition(_lower, _lower + _setting.partition_size);
-      _created := _created || jsonb_build_array(jsonb_build_array(_lower, _lower + _setting.partition_size));
-    -- check_violation: a task landed in the default partition, in this range, since it
-    -- was read above; the next run starts above it.
-    exception when lock_not_available or deadlock_detected or check_violation then
-      _skipped := _skipped || jsonb_build_object('create', jsonb_build_array(_lower, _lower + _setting.partition_size),
-                                                 'reason', sqlerrm);
-      exit;
-    end;
-    _highest := _lower + _setting.partition_size;
-  end loop;
-
-  -- 2. Expired sets, oldest first.
-  for _set in
-    select p.lower_bound, p.upper_bound from queues.history_sets() p
-     where not p.is_default and p.upper_bound <= _last_id
-     order by p.lower_bound
-  loop
-    -- Cheap checks first, without strong locks: a pending task, or a recent completion.
-    if exists (select 1 from queues.task_pending tp
-                where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound) then
-      _kept := _kept + 1;
-      continue;
-    end if;
-    select max(c.completed_at) into _last_completed from queues.task_completed c
-     where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound;
-    if _last_completed > _now - _setting.retention then
-      _kept := _kept + 1;
-      continue;
-    end if;
-    -- Every task completed, from the facts (one scan of the set's two partitions).
-    select count(*) into _tasks from queues.task t
-     where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound;
-    if exists (select 1 from queues.task t
-                where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound
-                  and not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)) then
-      _kept := _kept + 1;
-      continue;
-    end if;
-
-    _names := array(select format('queues.%I', queues.history_partition_name(t.name, _set.lower_bound))
-                      from unnest(queues.history_tables()) t(name));
-    begin
-      -- Under the lock, no transaction that wrote to the set is still open: check again
-      -- what could have changed (a task enqueued with an id handed out before the check).
-      execute 'lock table ' || array_to_string(_names, ', ') || ' in access exclusive mode';
-      if exists (select 1 from queues.task_pending tp
-                  where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
-         or exists (select 1 from queues.task_completed c
-                     where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound
-                       and c.completed_at > _now - _setting.retention) then
-        -- Roll the block back, which gives the locks back at once.
-        raise exception 'set [%, %) changed since it was checked', _set.lower_bound, _set.upper_bound
-          using errcode = 'QH001';
+  begin
+    -- 1. Ahead of need: a half made set, unless a task fell into the default partition in
+    --    its range (maintenance fell behind while it was half made): then task's
+    --    partition cannot be attached, the set stays as it is (its tables keep the facts
+    --    of those tasks) and new sets start above it.
+    with b as (select * from queues.history_partition_bounds())
+    select h.lower_bound, h.upper_bound into _lower, _upper
+      from (select distinct b.lower_bound, b.upper_bound from b) h
+     where not exists (select 1 from b x where x.table_name = 'task' and x.lower_bound = h.lower_bound)
+       and not exists (select 1 from queues.history_partition_dropped d where d.lower_bound = h.lower_bound)
+       and not exists (select 1 from queues.task_default t where t.task_id >= h.lower_bound and t.task_id < h.upper_bound)
+     order by h.lower_bound
+     limit 1;
+    if _lower is null then
+      -- A new set. Ranges are never reused: above every partition there is or was, and
+      -- above any task in the default partition (a new set cannot overlap rows there).
+      select greatest(coalesce((select max(b.upper_bound) from queues.history_partition_bounds() b), 0),
+                      coalesce((select max(d.upper_bound) from queues.history_partition_dropped d), 0),
+                      coalesce((select max(t.task_id) + 1 from queues.task_default t), 0))
+        into _lower;
+      if _lower < _last_id + 1 + _setting.partitions_ahead::bigint * _setting.partition_size then
+        _upper := _lower + _setting.partition_size;
+      else
+        _lower := null;
       end if;
-      execute 'drop table ' || array_to_string(_names, ', ');
-      insert into queues.history_partition_dropped (lower_bound, upper_bound, tasks, last_completed_at, dropped_at)
-      values (_set.lower_bound, _set.upper_bound, _tasks, _last_completed, _now);
-      _dropped := _dropped || jsonb_build_array(jsonb_build_array(_set.lower_bound, _set.upper_bound));
-    exception
-      when sqlstate 'QH001' then
-        _kept := _kept + 1;
-      when lock_not_available or deadlock_detected then
-      _skipped := _skipped || jsonb_build_object('drop', jsonb_build_array(_set.lower_bound, _set.upper_bound),
-                                                 'reason', sqlerrm);
-    end;
-  end loop;
+    end if;
+    if _lower is not null then
+      select t.name into _table
+        from unnest(queues.history_tables()) with ordinality t(name, n)
+       where to_regclass(format('queues.%I', queues.history_partition_name(t.name, _lower))) is null
+       order by t.name = 'task', t.n
+       limit 1;
+      _doing := format('attach queues.%I', queues.history_partition_name(_table, _lower));
+      perform queues.attach_history_partition(_table, _lower, _upper);
+      if _table = 'task' then
+        insert into queues.history_partition_created (lower_bound, upper_bound)
+        values (_lower, _upper) on conflict (lower_bound) do nothing;
+      end if;
+      return jsonb_build_object('action', case when _table = 'task' then 'set_created' else 'attached' end,
+                                'table', queues.history_partition_name(_table, _lower),
+                                'lower_bound', _lower, 'upper_bound', _upper, 'more', true);
+    end if;
 
+    -- 2. A table detached from a dropped set (named as a partition, no longer one). Its
+    --    drop locks only itself, so its files are unlinked under no lock the queue waits
+    --    for; but dropping a foreign key (task's, to task_type) takes ACCESS EXCLUSIVE on
+    --    the table it references, so such a table is truncated first (under its own lock)
+    --    and that drop is a catalog change only.
+    select c.relname,
+           pg_relation_size(c.oid) > 0 and exists (select 1 from pg_constraint k where k.conrelid = c.oid and k.contype = 'f')
+      into _name, _truncate
+      from pg_class c
+      join unnest(queues.history_tables()) t(name)
+        on c.relname = queues.history_partition_name(t.name, substring(c.relname from '_p([0-9]{1,18})$')::bigint)
+     where c.relnamespace = 'queues'::regnamespace and c.relkind = 'r' and not c.relispartition
+       and exists (select 1 from queues.history_partition_dropped d
+                    where d.lower_bound = substring(c.relname from '_p([0-9]{1,18})$')::bigint)
+     order by c.relname
+     limit 1;
+    if _name is not null then
+      if _truncate then
+        _doing := format('truncate queues.%I', _name);
+        execute format('truncate queues.%I', _name);
+        return jsonb_build_object('action', 'truncated', 'table', _name, 'more', true);
+      end if;
+      _doing := format('drop queues.%I', _name);
+      execute format('drop table queues.%I', _name);
+      return jsonb_build_object('action', 'dropped_table', 'table', _name, 'more', true);
+    end if;
+
+    -- 3. A fact table's partition of a dropped set: detached, a catalog change.
+    select b.table_name, b.partition_name, b.lower_bound, b.upper_bound into _table, _name, _lower, _upper
+      from queues.history_partition_bounds() b
+     where exists (select 1 from queues.history_partition_dropped d
+                    where d.lower_bound = b.lower_bound and d.upper_bound = b.upper_bound)
+     order by b.lower_bound, b.table_name
+     limit 1;
+    if _name is not null then
+      _doing := format('detach queues.%I', _name);
+      execute format('alter table queues.%I detach partition queues.%I', _table, _name);
+      return jsonb_build_object('action', 'detached', 'table', _name, 'lower_bound', _lower, 'upper_bound', _upper,
+                                'more', true);
+    end if;
+
+    -- 4. Expired sets, oldest first.
+    for _set in
+      select p.lower_bound, p.upper_bound from queues.history_partitions() p
+       where not p.is_default and p.upper_bound <= _last_id
+       order by p.lower_bound
+    loop
+      -- Cheap checks first, without strong locks: a pending task, or a recent completion.
+      if exists (select 1 from queues.task_pending tp
+                  where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound) then
+        _kept := _kept + 1;
+        continue;
+      end if;
+      select max(c.completed_at) into _last_completed from queues.task_completed c
+       where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound;
+      if _last_completed > _now - _setting.retention then
+        _kept := _kept + 1;
+        continue;
+      end if;
+      -- Every task completed, from the facts (one scan of the set's two partitions).
+      select count(*) into _tasks from queues.task t
+       where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound;
+      if exists (select 1 from queues.task t
+                  where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound
+                    and not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)) then
+        _kept := _kept + 1;
+        continue;
+      end if;
+
+      _name := queues.history_partition_name('task', _set.lower_bound);
+      _doing := format('detach queues.%I', _name);
+      begin
+        -- Detaching holds ACCESS EXCLUSIVE on queues.task and the partition, so no
+        -- transaction that wrote to the set or read it to complete a task is still open:
+        -- check again what could have changed (a task enqueued with an id handed out
+        -- before the checks, and its completion).
+        execute format('alter table queues.task detach partition queues.%I', _name);
+        if exists (select 1 from queues.task_pending tp
+                    where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
+           or exists (select 1 from queues.task_completed c
+                       where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound
+                         and c.completed_at > _now - _setting.retention) then
+          -- Roll the block back, which attaches the partition again.
+          raise exception 'set [%, %) changed since it was checked', _set.lower_bound, _set.upper_bound
+            using errcode = 'QH001';
+        end if;
+        insert into queues.history_partition_dropped (lower_bound, upper_bound, tasks, last_completed_at, dropped_at)
+        values (_set.lower_bound, _set.upper_bound, _tasks, _last_completed, _now);
+        return jsonb_build_object('action', 'set_dropped', 'table', _name, 'lower_bound', _set.lower_bound,
+                                  'upper_bound', _set.upper_bound, 'tasks', _tasks, 'kept', _kept, 'more', true);
+      exception
+        when sqlstate 'QH001' then
+          _kept := _kept + 1;
+      end;
+    end loop;
+  exception
+    -- check_violation: a task landed in a default partition, in the range being made,
+    -- since it was read above; the next run starts above it.
+    when lock_not_available or deadlock_detected or check_violation then
+      return jsonb_build_object('action', 'skipped', 'step', _doing, 'reason', sqlerrm, 'kept', _kept, 'more', false);
+  end;
+  return jsonb_build_object('action', 'none', 'kept', _kept, 'more', false);
+end;
+$$;
+
+-- Partition maintenance at _now, every step of queues.maintain_history_step_at in one
+-- transaction, until none is left or one is skipped: its locks are held until that
+-- transaction ends, so this is for tests and for running it by hand; the schedule runs
+-- each step in a transaction of its own (queues.maintain_history_step). Returns
+--   {"created": [[lo, hi], ...], "dropped": [[lo, hi], ...], "skipped": [{...}], "kept": n}
+create or replace function queues.maintain_history_at(_now timestamptz)
+  returns jsonb
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _created jsonb := '[]';
+  _dropped jsonb := '[]';
+  _skipped jsonb := '[]';
+  _kept integer := 0;
+  _step jsonb;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  -- Each step changes the catalog or ends the run; the bound only guards against a bug.
+  for _i in 1 .. 100000 loop
+    _step := queues.maintain_history_step_at(_now);
+    case _step ->> 'action'
+      when 'set_created' then
+        _created := _created || jsonb_build_array(jsonb_build_array(_step -> 'lower_bound', _step -> 'upper_bound'));
+      when 'set_dropped' then
+        _dropped := _dropped || jsonb_build_array(jsonb_build_array(_step -> 'lower_bound', _step -> 'upper_bound'));
+      when 'skipped', 'busy' then
+        _skipped := _skipped || jsonb_build_array(_step);
+      else
+        null;
+    end case;
+    _kept := coalesce((_step ->> 'kept')::integer, _kept);
+    exit when not (_step ->> 'more')::boolean;
+  end loop;
   return jsonb_build_object('created', _created, 'dropped', _dropped, 'skipped', _skipped, 'kept', _kept);
 end;
 $$;
 
--- The schedule's step (a db_function task): maintain_history_at(now()), its report as the
--- payload of a success envelope (what the worker's steps read).
+-- A db_function step: maintain_history_at(now()), every step in the caller's transaction
+-- (for a one-off run; the schedule runs queues.maintain_history_step).
 create or replace function queues.maintain_history(_payload jsonb)
   returns jsonb
   language sql volatile
@@ -312,6 +508,20 @@ create or replace function queues.maintain_history(_payload jsonb)
   set search_path = pg_catalog, pg_temp
 as $$
   select jsonb_build_object('success', true, 'payload', queues.maintain_history_at(now()))
+$$;
+
+-- The schedule's step: one step of maintenance (maintain_history_step_at(now())), its
+-- report as the payload of a success envelope. The schedule's payload asks the worker to
+-- call it again while the report says "more" ("repeat": true, see the worker's
+-- db_function processor), each call a transaction of its own, so that no step's lock is
+-- held while another step runs.
+create or replace function queues.maintain_history_step(_payload jsonb)
+  returns jsonb
+  language sql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+  select jsonb_build_object('success', true, 'payload', queues.maintain_history_step_at(now()))
 $$;
 
 -- What operators watch, without the list of sets: the settings, the oldest retained task,
@@ -405,9 +615,11 @@ $$;
 -- status through admin.history_status(). Everything else here is owner only. Granted
 -- here, beside the functions, so that a migration including sql/queues/privileges.sql
 -- before this file does not name a function that does not exist yet.
-revoke execute on function queues.maintain_history_at(timestamptz), queues.history_status_at(timestamptz),
-  queues.history_summary_at(timestamptz), queues.history_partitions(), queues.history_sets(),
-  queues.history_partition_sizes(), queues.history_walk(bigint), queues.create_history_partition(bigint, bigint)
-  from public;
-grant execute on function queues.maintain_history(jsonb) to :DATABASE_WORKER;
+revoke execute on function queues.maintain_history_at(timestamptz), queues.maintain_history_step_at(timestamptz),
+  queues.history_status_at(timestamptz), queues.history_summary_at(timestamptz), queues.history_partitions(),
+  queues.history_partition_bounds(), queues.history_sets(), queues.history_partition_sizes(),
+  queues.history_walk(bigint), queues.create_history_partition(bigint, bigint),
+  queues.attach_history_partition(text, bigint, bigint) from public;
+grant execute on function queues.maintain_history(jsonb), queues.maintain_history_step(jsonb) to :DATABASE_WORKER;
 select internal.register_runnable_function('queues.maintain_history(jsonb)');
+select internal.register_runnable_function('queues.maintain_history_step(jsonb)');

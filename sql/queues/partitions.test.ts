@@ -1,6 +1,10 @@
 // Partition maintenance (sql/queues/partitions.sql): sets are created ahead of need,
 // dropped whole when every task in them is completed and older than the retention
-// window, kept while one task is pending, and maintenance never stops the queue.
+// window, kept while one task is pending, and maintenance never stops the queue: run as
+// the schedule runs it (one step per transaction), claims and completions proceed, and a
+// step that meets a long transaction gives up after lock_timeout_ms instead of queueing
+// the queue behind its lock request.
+import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 
@@ -25,6 +29,22 @@ afterAll(async () => {
 type Result = { created: [number, number][]; dropped: [number, number][]; skipped: unknown[]; kept: number };
 const maintain = async (at = 'now()'): Promise<Result> =>
   (await db.query(`select queues.maintain_history_at(${at}) as r`)).rows[0].r;
+
+type Step = { action: string; table?: string; step?: string; reason?: string; more: boolean };
+/**
+ * Maintenance as the schedule's task runs it (the worker's db_function processor with
+ * "repeat"): queues.maintain_history_step through internal.run_function as the worker,
+ * each call a transaction of its own, again while it reports more. Returns every step.
+ */
+async function maintainAsScheduled(worker: pg.Pool | pg.ClientBase): Promise<Step[]> {
+  const steps: Step[] = [];
+  for (;;) {
+    const { rows } = await worker.query(`select internal.run_function('queues.maintain_history_step', '{}') as r`);
+    expect(rows[0].r).toMatchObject({ success: true });
+    steps.push(rows[0].r.payload);
+    if (!rows[0].r.payload.more) return steps;
+  }
+}
 
 async function enqueue(n: number): Promise<string[]> {
   // As the owner: db_function tasks are enqueued only by the database's own processes.
@@ -105,6 +125,37 @@ describe('partition maintenance', () => {
     );
   });
 
+  it('a set made by maintenance (standalone tables, then attached) matches its parents', async () => {
+    // Columns, constraints (checks, not-null, primary key, foreign key), indexes, and the
+    // trigger that refuses updates, for every history table's partition of the first set.
+    const { rows } = await db.query(
+      `with t as (select name, to_regclass(format('queues.%I', name)) as parent,
+                         to_regclass(format('queues.%I', queues.history_partition_name(name, $1))) as part
+                    from unnest(queues.history_tables()) name),
+            shape as (
+              select t.name, r.rel = t.part as is_part,
+                     (select array_agg(format('%s %s %s %s', a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attidentity) order by a.attname)
+                        from pg_attribute a where a.attrelid = r.rel and a.attnum > 0 and not a.attisdropped) as columns,
+                     (select array_agg(d order by d)
+                        from (select replace(pg_get_constraintdef(k.oid), ' NOT VALID', '') as d
+                                from pg_constraint k where k.conrelid = r.rel) k) as constraints,
+                     (select array_agg(d order by d)
+                        from (select i.indisunique || substring(pg_get_indexdef(i.indexrelid) from ' USING .*') as d
+                                from pg_index i where i.indrelid = r.rel) i) as indexes
+                from t cross join lateral (values (t.parent), (t.part)) r(rel))
+       select p.name from shape p join shape c on c.name = p.name and c.is_part and not p.is_part
+        where p.columns is distinct from c.columns or p.constraints is distinct from c.constraints
+           or p.indexes is distinct from c.indexes
+           or not exists (select 1 from pg_trigger g join t on g.tgrelid = t.part
+                           where t.name = p.name and g.tgname = 'forbid_update')`,
+      [base],
+    );
+    expect(rows).toEqual([]);
+    await expect(db.query(`update queues.task_lease_p${base} set expires_at = expires_at`)).rejects.toMatchObject({
+      code: '55000',
+    });
+  });
+
   it('drops a set whose tasks all completed before the window; one pending task keeps its set', async () => {
     const setA = await enqueue(SIZE);
     expect(Number(setA[0])).toBe(base);
@@ -169,7 +220,7 @@ describe('partition maintenance', () => {
     const worker = db.pool('worker');
     let done = false;
     const results: string[] = [];
-    const maintenanceRuns: Result[] = [];
+    const maintenanceSteps: Step[] = [];
     const loop = (async () => {
       for (let round = 0; round < 40; round++) {
         await owner.query('select queues.enqueue_many($1::jsonb)', [
@@ -188,12 +239,11 @@ describe('partition maintenance', () => {
       }
       done = true;
     })();
+    // Maintenance as the schedule runs it, one step per transaction, on its own connection.
     const maintenance = (async () => {
-      const client = await db.client('owner');
+      const client = await db.client('worker');
       try {
-        while (!done) {
-          maintenanceRuns.push((await client.query('select queues.maintain_history_at(now()) as r')).rows[0].r);
-        }
+        while (!done) maintenanceSteps.push(...(await maintainAsScheduled(client)));
       } finally {
         await client.end();
       }
@@ -204,8 +254,11 @@ describe('partition maintenance', () => {
     // partition's task from the test before.
     expect(results.length).toBeGreaterThanOrEqual(100);
     expect(new Set(results)).toEqual(new Set(['completed']));
-    // Maintenance did its work meanwhile (sets created for the new ids, finished ones dropped).
-    expect(maintenanceRuns.reduce((n, r) => n + r.created.length + r.dropped.length, 0)).toBeGreaterThan(0);
+    // Maintenance did its work meanwhile: sets made for the new ids one table at a time,
+    // finished ones detached and dropped table by table.
+    const actions = new Set(maintenanceSteps.map((m) => m.action));
+    for (const action of ['attached', 'set_created', 'set_dropped', 'detached', 'truncated', 'dropped_table'])
+      expect(actions).toContain(action);
     expect(await orphans()).toEqual([]);
     // Once the loop has stopped, one run drops every finished set below the last id.
     await maintain();
@@ -219,6 +272,84 @@ describe('partition maintenance', () => {
       `select count(*)::int as n from queues.history_partitions() where not is_default and lower_bound > queues.last_task_id()`,
     );
     expect(created[0].n).toBeGreaterThanOrEqual(1);
+    // Nothing detached is left behind, and every set is whole, but one that was half made
+    // when tasks of its range fell into the default partition (ids outran maintenance,
+    // which is what this loop does with sets of 10 ids): that one stays as it is.
+    const { rows: loose } = await db.query(
+      `select relname from pg_class where relnamespace = 'queues'::regnamespace and relkind = 'r'
+          and not relispartition and relname ~ '_p[0-9]+$'`,
+    );
+    expect(loose).toEqual([]);
+    const { rows: sets } = await db.query(
+      `select b.lower_bound from queues.history_partition_bounds() b
+        group by b.lower_bound, b.upper_bound
+       having count(*) <> cardinality(queues.history_tables())
+          and not exists (select 1 from queues.task_default t where t.task_id >= b.lower_bound and t.task_id < b.upper_bound)`,
+    );
+    expect(sets).toEqual([]);
+  });
+
+  it('a step that meets a long claim transaction gives up after lock_timeout_ms, the claims queued behind it proceed, and the next run does it', async () => {
+    await maintain();
+    // A long lock timeout, so that the waits can be watched; a new set to make.
+    await db.query(`update queues.history_setting set lock_timeout_ms = 1000, partitions_ahead = 2`);
+    await enqueue(2);
+    const long = await db.client('worker');
+    const steps = await db.client('worker');
+    const second = await db.client('worker');
+    try {
+      // The long transaction: a claim, left open (its locks include every partition of
+      // task_lease_started, default included, which attaching that table's partition
+      // must lock alone).
+      await long.query('begin');
+      const { rows: held } = await long.query(`select task_id from queues.claim_tasks('w-long', 1)`);
+      expect(held).toHaveLength(1);
+      const pid = async (c: pg.ClientBase) => (await c.query('select pg_backend_pid() as p')).rows[0].p as number;
+      const [stepsPid, secondPid] = [await pid(steps), await pid(second)];
+      const blockedBy = async (p: number) =>
+        (await db.query('select pg_blocking_pids($1) as b', [p])).rows[0].b as number[];
+      // Polls the catalog (one round trip each) until the condition holds.
+      const until = async (condition: () => Promise<boolean>) => {
+        while (!(await condition()));
+      };
+
+      const run = maintainAsScheduled(steps);
+      // The step that needs the conflicting lock waits (behind the long transaction)...
+      await until(async () => (await blockedBy(stepsPid)).length > 0);
+      // ...and a claim that comes now queues behind the step's lock request.
+      const claim = second.query(`select task_id from queues.claim_tasks('w-second', 1)`);
+      await until(async () => (await blockedBy(secondPid)).includes(stepsPid));
+
+      // The step gives up at its lock timeout (rolled back, the run ends), and the claim
+      // goes on while the long transaction is still open.
+      const done = await run;
+      expect(done.slice(0, -1).every((d) => d.action === 'attached')).toBe(true);
+      expect(done.at(-1)).toMatchObject({
+        action: 'skipped',
+        step: expect.stringMatching(/^attach queues\.task_lease_started_p\d+$/),
+        reason: expect.stringMatching(/lock timeout/),
+        more: false,
+      });
+      expect((await claim).rows).toHaveLength(1);
+      expect((await long.query('select 1 as open')).rows).toEqual([{ open: 1 }]);
+      await long.query('commit');
+
+      // The next run makes the rest of the set.
+      const next = await maintainAsScheduled(steps);
+      expect(next.map((d) => d.action)).toContain('set_created');
+      expect(next.at(-1)).toMatchObject({ action: 'none', more: false });
+      // The set is recorded as created when its task partition is attached, its last.
+      const made = next.find((d) => d.action === 'set_created') as unknown as { lower_bound: number };
+      const { rows: created } = await db.query(
+        'select count(*)::int as n from queues.history_partition_created where lower_bound = $1',
+        [made.lower_bound],
+      );
+      expect(created[0].n).toBe(1);
+    } finally {
+      await long.query('rollback').catch(() => undefined);
+      for (const c of [long, steps, second]) await c.end();
+      await db.query(`update queues.history_setting set lock_timeout_ms = default`);
+    }
   });
 
   it('is a runnable db_function for the worker, and the API sees partitions and the next drop', async () => {
@@ -229,9 +360,8 @@ describe('partition maintenance', () => {
       success: true,
       payload: { created: expect.any(Array), dropped: expect.any(Array) },
     });
-    await expect(db.pool('worker').query('select queues.maintain_history_at(now())')).rejects.toMatchObject({
-      code: '42501',
-    });
+    for (const owned of ['maintain_history_at(now())', 'maintain_history_step_at(now())'])
+      await expect(db.pool('worker').query(`select queues.${owned}`)).rejects.toMatchObject({ code: '42501' });
     await expect(db.pool('api').query('select queues.history_status_at(now())')).rejects.toMatchObject({
       code: '42501',
     });
@@ -250,7 +380,7 @@ describe('partition maintenance', () => {
       {
         cron: '*/10 * * * *',
         task_type: 'db_function',
-        payload: { db_function: 'queues.maintain_history' },
+        payload: { db_function: 'queues.maintain_history_step', repeat: true },
         priority: 100,
       },
     ]);
@@ -271,14 +401,14 @@ describe('partition maintenance', () => {
         where s.name = 'queue_history_maintenance' and r.outcome = 'enqueued'`,
     );
     expect(step).toHaveLength(1);
-    expect(step[0].payload).toEqual({ db_function: 'queues.maintain_history' });
-    // The worker runs it like any db_function task.
+    expect(step[0].payload).toEqual({ db_function: 'queues.maintain_history_step', repeat: true });
+    // The worker runs it like any db_function task with "repeat": called again while more.
     const { rows: result } = await db
       .pool('worker')
       .query(`select internal.run_function($1::jsonb ->> 'db_function', $1::jsonb) as r`, [step[0].payload]);
     expect(result[0].r).toMatchObject({
       success: true,
-      payload: { created: expect.any(Array), dropped: expect.any(Array), kept: expect.any(Number) },
+      payload: { action: expect.any(String), more: expect.any(Boolean) },
     });
     // The envelope the worker's steps accept (queues.run_steps reads it so).
     const { rows: envelope } = await db

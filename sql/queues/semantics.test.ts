@@ -318,3 +318,260 @@ describe('bounded inputs', () => {
     expect(await count(`select count(*)::int as n from queues.worker where worker_id in ('many', 'long')`)).toBe(0);
   });
 });
+
+describe('server-side steps (queues.run_steps)', () => {
+  beforeAll(async () => {
+    const worker = db.dbUsers.worker;
+    await db.query(`
+      create schema fixture_steps;
+      create table fixture_steps.effect (task_key text not null);
+      -- Counts runs whether or not they commit (a sequence is not rolled back).
+      create sequence fixture_steps.runs;
+      -- A step with an effect; the payload says what else it does and what it returns.
+      create function fixture_steps.step(payload jsonb) returns jsonb
+        language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
+      begin
+        perform nextval('fixture_steps.runs');
+        insert into fixture_steps.effect (task_key) values (payload->>'key');
+        if payload ? 'complete' then
+          -- Task code that completes another task, without its lease.
+          perform queues.complete_task((payload->>'complete')::bigint, null, 'cancelled');
+        end if;
+        if payload ? 'code' then
+          raise exception '%', payload->>'message' using errcode = payload->>'code';
+        end if;
+        return coalesce(payload->'result', '{"success": true}');
+      end $$;
+      revoke execute on all functions in schema fixture_steps from public;
+      grant usage on schema fixture_steps to ${worker};
+      grant execute on all functions in schema fixture_steps to ${worker};
+      grant usage on sequence fixture_steps.runs to ${worker};
+      select internal.register_runnable_function('fixture_steps.step(jsonb)');
+    `);
+  });
+
+  async function enqueueStep(payload: Record<string, unknown>, maxAttempts: number | null = null): Promise<string> {
+    const { rows } = await db
+      .pool('owner')
+      .query(`select queues.enqueue('db_function', $1::jsonb, null, null, null, $2) as id`, [
+        JSON.stringify({ db_function: 'fixture_steps.step', ...payload }),
+        maxAttempts,
+      ]);
+    return rows[0].id;
+  }
+
+  /** Claims the given tasks (every pending one) and runs them in one call, as the worker. */
+  async function runSteps(ids: string[], functionName = 'fixture_steps.step', names?: string[]) {
+    const leases = (await claimAt(0, 'steps', ids.length)).sort((a, b) => Number(a.task_id) - Number(b.task_id));
+    expect(leases.map((l) => l.task_id)).toEqual(ids);
+    const payloads = await db.query(
+      'select payload from queues.task where task_id = any($1::bigint[]) order by task_id',
+      [ids],
+    );
+    const { rows } = await db
+      .pool('worker')
+      .query('select task_id, result, outcome, error, note from queues.run_steps($1, $2, $3, $4)', [
+        ids,
+        leases.map((l) => l.task_lease_id),
+        names ?? ids.map(() => functionName),
+        payloads.rows.map((r) => r.payload),
+      ]);
+    return rows;
+  }
+
+  const runs = async () =>
+    (await db.query('select last_value::int as n, is_called from fixture_steps.runs')).rows.map((r) =>
+      r.is_called ? r.n : 0,
+    )[0] as number;
+  const effectsOf = async (key: string) =>
+    count('select count(*)::int as n from fixture_steps.effect where task_key = $1', [key]);
+
+  it('well-formed envelopes: each step runs once, its effects commit with its completion, results and errors per task', async () => {
+    const ids = [
+      await enqueueStep({ key: 'ok' }),
+      await enqueueStep({ key: 'status', result: { status: 'max_attempts_reached' } }),
+      await enqueueStep(
+        { key: 'invalid', result: { success: false, validation_failure_message: 'no such account' } },
+        3,
+      ),
+      await enqueueStep({ key: 'error', result: { success: false, error: 'provider down' } }, 3),
+    ];
+    const before = await runs();
+    expect(await runSteps(ids)).toEqual([
+      { task_id: ids[0], result: 'completed', outcome: 'succeeded', error: null, note: null },
+      { task_id: ids[1], result: 'completed', outcome: 'succeeded', error: null, note: 'status max_attempts_reached' },
+      {
+        task_id: ids[2],
+        // A validation failure is final, attempts left or not.
+        result: 'completed',
+        outcome: 'failed',
+        error: 'fixture_steps.step: validation failure: no such account',
+        note: 'no such account',
+      },
+      {
+        task_id: ids[3],
+        result: 'retry_scheduled',
+        outcome: 'failed',
+        error: 'fixture_steps.step: provider down',
+        note: null,
+      },
+    ]);
+    expect(await runs()).toBe(before + 4);
+    for (const key of ['ok', 'status', 'invalid', 'error']) expect(await effectsOf(key)).toBe(1);
+    const { rows: results } = await db.query(
+      'select task_id, result from queues.task_result where task_id = any($1::bigint[]) order by task_id',
+      [ids],
+    );
+    expect(results.map((r) => r.result)).toEqual([
+      { success: true },
+      { status: 'max_attempts_reached' },
+      { success: false, validation_failure_message: 'no such account' },
+      { success: false, error: 'provider down' },
+    ]);
+    const { rows: errors } = await db.query(
+      'select task_id, error_message from queues.error where task_id = any($1::bigint[]) order by task_id',
+      [ids],
+    );
+    expect(errors).toEqual([
+      { task_id: ids[2], error_message: 'fixture_steps.step: validation failure: no such account' },
+      { task_id: ids[3], error_message: 'fixture_steps.step: provider down' },
+    ]);
+  });
+
+  it('a step that raises, a malformed envelope, a deadlock: each rolls back only its own step; the others commit once', async () => {
+    const ids = [
+      await enqueueStep({ key: 'before' }),
+      await enqueueStep({ key: 'raises', code: 'P0001', message: 'disk on fire' }),
+      await enqueueStep({ key: 'malformed', result: { done: true } }),
+      await enqueueStep({ key: 'deadlock', code: '40P01', message: 'deadlock detected' }),
+      await enqueueStep({ key: 'after' }),
+    ];
+    const before = await runs();
+    expect(await runSteps(ids)).toEqual([
+      { task_id: ids[0], result: 'completed', outcome: 'succeeded', error: null, note: null },
+      {
+        task_id: ids[1],
+        result: 'completed',
+        outcome: 'failed',
+        error: 'fixture_steps.step raised: disk on fire',
+        note: null,
+      },
+      {
+        task_id: ids[2],
+        result: 'completed',
+        outcome: 'failed',
+        error: 'fixture_steps.step: malformed result envelope: needs "status" or "success"',
+        note: null,
+      },
+      // Rolled back, nothing recorded: the worker interrupts the run and it runs again.
+      { task_id: ids[3], result: 'transient', outcome: null, error: 'deadlock detected', note: null },
+      { task_id: ids[4], result: 'completed', outcome: 'succeeded', error: null, note: null },
+    ]);
+    // Some steps ran more than once (the call ran them together, then one by one), but the
+    // effects of each committed once, and only those of the steps that succeeded.
+    expect(await runs()).toBeGreaterThan(before + 5);
+    expect(await effectsOf('before')).toBe(1);
+    expect(await effectsOf('after')).toBe(1);
+    for (const key of ['raises', 'malformed', 'deadlock']) expect(await effectsOf(key)).toBe(0);
+    expect(await count('select count(*)::int as n from queues.task_pending where task_id = $1', [ids[3]])).toBe(1);
+    expect(
+      await count('select count(*)::int as n from queues.task_result where task_id = any($1::bigint[])', [ids]),
+    ).toBe(2);
+  });
+
+  it('a lease lost before the call is not run; one lost during the call is not completed and its effects roll back', async () => {
+    const taken = await enqueueStep({ key: 'taken' });
+    const completer = await enqueueStep({ key: 'completer' });
+    const victim = await enqueueStep({ key: 'victim' });
+    const ids = [taken, completer, victim];
+    const leases = (await claimAt(0, 'steps', 3)).sort((a, b) => Number(a.task_id) - Number(b.task_id));
+    // Taken over before the call: completed by someone else.
+    await db.query(`select queues.complete_task($1, null, 'cancelled')`, [taken]);
+    const { rows } = await db
+      .pool('worker')
+      .query('select task_id, result, outcome from queues.run_steps($1, $2, $3, $4)', [
+        ids,
+        leases.map((l) => l.task_lease_id),
+        ids.map(() => 'fixture_steps.step'),
+        // The last step is completed by the one before it (task code, in the same transaction).
+        [{ key: 'taken' }, { key: 'completer', complete: Number(victim) }, { key: 'victim' }],
+      ]);
+    expect(rows).toEqual([
+      { task_id: taken, result: 'lease_lost', outcome: null },
+      { task_id: completer, result: 'completed', outcome: 'succeeded' },
+      { task_id: victim, result: 'lease_lost', outcome: null },
+    ]);
+    expect(await effectsOf('taken')).toBe(0);
+    expect(await effectsOf('completer')).toBe(1);
+    expect(await effectsOf('victim')).toBe(0);
+    const { rows: outcomes } = await db.query(
+      'select task_id, outcome from queues.task_completed where task_id = any($1::bigint[]) order by task_id',
+      [ids],
+    );
+    expect(outcomes.map((r) => r.outcome)).toEqual(['cancelled', 'succeeded', 'cancelled']);
+  });
+
+  it('a function that cannot run fails its own steps only', async () => {
+    const ids = [await enqueue(), await enqueue(), await enqueue()];
+    const rows = await runSteps(ids, undefined, ['internal.noop', 'fixture_steps.nope', 'internal.noop']);
+    expect(rows.map((r) => [r.result, r.outcome, r.error])).toEqual([
+      ['completed', 'succeeded', null],
+      ['completed', 'failed', 'fixture_steps.nope raised: function fixture_steps.nope(jsonb) does not exist'],
+      ['completed', 'succeeded', null],
+    ]);
+  });
+
+  it('bad input is refused with a clear error and writes nothing', async () => {
+    const id = await enqueue();
+    const [lease] = await claimAt(0, 'steps', 1);
+    const before = await count('select count(*)::int as n from queues.task_completed');
+    const call = (ids: unknown, leases: unknown, names: unknown, payloads: unknown) =>
+      db.pool('worker').query('select * from queues.run_steps($1, $2, $3, $4)', [ids, leases, names, payloads]);
+    await expect(call(null, [lease.task_lease_id], ['internal.noop'], [{}])).rejects.toMatchObject({
+      code: '22004',
+      message: expect.stringContaining('must not be null'),
+    });
+    await expect(call([id], [lease.task_lease_id], ['internal.noop', 'internal.noop'], [{}])).rejects.toMatchObject({
+      code: '22023',
+      message: expect.stringContaining('one element per task'),
+    });
+    await expect(
+      call([id, null], [lease.task_lease_id, 1], ['internal.noop', 'internal.noop'], [{}, {}]),
+    ).rejects.toMatchObject({
+      code: '22004',
+      message: expect.stringContaining('must not contain null'),
+    });
+    await expect(
+      call([id, id], [lease.task_lease_id, lease.task_lease_id], ['internal.noop', 'internal.noop'], [{}, {}]),
+    ).rejects.toMatchObject({ code: '22023', message: 'task_ids must not repeat a task' });
+    const many = Array.from({ length: 1001 }, (_, i) => i + 1);
+    await expect(
+      call(
+        many,
+        many,
+        many.map(() => 'internal.noop'),
+        many.map(() => ({})),
+      ),
+    ).rejects.toMatchObject({
+      code: '54000',
+    });
+    await expect(
+      db
+        .pool('worker')
+        .query(`select * from queues.complete_steps($1, $2, '{succeeded}', null, '{}', '{}', '{"[1]"}')`, [
+          [id],
+          [lease.task_lease_id],
+        ]),
+    ).rejects.toMatchObject({ code: '22023', message: 'results must be JSON objects' });
+    await expect(
+      db
+        .pool('worker')
+        .query(`select * from queues.complete_steps($1, '{null}', '{succeeded}', null, '{}', '{}', '{null}')`, [[id]]),
+    ).rejects.toMatchObject({
+      code: '22004',
+      message: expect.stringContaining('task_lease_ids must not contain null'),
+    });
+    expect(await count('select count(*)::int as n from queues.task_completed')).toBe(before);
+    expect(await count('select count(*)::int as n from queues.task_pending where task_id = $1', [id])).toBe(1);
+  });
+});

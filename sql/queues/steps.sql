@@ -1,4 +1,11 @@
 -- Server-side steps: db_function tasks run in the database, many per call.
+--
+--   queues.parse_envelope(result)            a step function's result envelope, read
+--   queues.is_current_lease(task, lease)     read only: is the lease still current
+--   queues.current_leases(tasks, leases)     the same for many, one boolean each
+--   queues.run_step(task, lease, fn, payload)   one step with its completion (the reference)
+--   queues.complete_steps(...)               the completions and results of many steps
+--   queues.run_steps(tasks, leases, fns, payloads)   many steps in one call (the worker's)
 
 -- Reads a function's result envelope (the worker's parseEnvelope, in SQL):
 --   {status: text, payload?}                                   succeeded | status
@@ -78,22 +85,185 @@ as $$
                   where p.task_id = _task_id and p.current_lease_id = _task_lease_id)
 $$;
 
--- Runs db_function steps claimed by the caller, in order, each in a subtransaction of its
--- own with its completion: internal.run_function(payload.db_function, payload), then the
--- completion fenced by the lease (queues.settle_tasks), so a step's writes and its
--- completion commit together or not at all, exactly once. Outcomes as the worker's
--- db_function processor: success and status complete 'succeeded' (a status is returned
--- as note); error and validation failure keep the writes and complete 'failed' with an
--- error row; a malformed envelope or an exception rolls the step back, then completes
--- 'failed' with an error row. A step whose lease is no longer held is not run. The
--- caller marks the steps started before the call (queues.settle_tasks, as the worker's
--- start recorder does for every task), so a step's lease counts as started while it runs. A
--- well-formed envelope is kept as the step's result (queues.record_task_result) before
--- its completion.
+
+-- For each (_task_ids[i], _task_lease_ids[i]): whether the lease is still the task's
+-- current one (read only: no lock, no fact), in input order. One primary-key probe per
+-- task: the subquery names the primary key only (with the lease in its condition, the
+-- planner scanned every leased row through task_pending_leased_idx for each task).
+create or replace function queues.current_leases(_task_ids bigint[], _task_lease_ids bigint[])
+  returns boolean[]
+  language sql stable
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+  select coalesce(array_agg(coalesce((select p.current_lease_id from queues.task_pending p
+                                       where p.task_id = i.task_id) = i.task_lease_id, false)
+                            order by i.ord), '{}')
+    from unnest(_task_ids, _task_lease_ids) with ordinality as i(task_id, task_lease_id, ord)
+$$;
+
+-- Runs one db_function step with its completion, in a subtransaction of their own:
+-- internal.run_function(_function_name, _payload), then the completion fenced by the lease
+-- (queues.settle_tasks), so the step's writes and its completion commit together or not
+-- at all, exactly once. Outcomes as the worker's db_function processor: success and
+-- status complete 'succeeded' (a status is returned as note); error and validation failure
+-- keep the writes and complete 'failed' with an error row (a validation failure is never
+-- retried); a malformed envelope or an exception rolls the step back, then completes
+-- 'failed' with an error row. A step whose lease is no longer held is not run. A
+-- well-formed envelope is kept as the step's result (queues.record_task_result) before its
+-- completion. queues.run_steps runs many steps faster and falls back to this one.
+-- Runs as the caller (security invoker): the step has the worker's privileges.
+-- result: as queues.complete_tasks ('completed', 'retry_scheduled', 'lease_lost', ...) or
+-- 'transient' (a serialization failure or deadlock rolled the step back and recorded
+-- nothing: release the lease, it runs again).
+create or replace function queues.run_step(
+  _task_id bigint, _task_lease_id bigint, _function_name text, _payload jsonb,
+  out result text, out outcome text, out error text, out note text
+)
+  language plpgsql volatile
+  security invoker
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _env record;
+  _raw jsonb;
+begin
+  begin
+    -- A lease no longer held is not run.
+    result := case when queues.is_current_lease(_task_id, _task_lease_id) then 'started' else 'lease_lost' end;
+    if result = 'started' then
+      _raw := internal.run_function(_function_name, _payload);
+      select * into _env from queues.parse_envelope(_raw);
+      if _env.outcome = 'malformed' then
+        raise exception '%: %', _function_name, _env.message using errcode = 'QSTEP';
+      end if;
+      -- The function's envelope is kept as the run's result (queues.task_result), fenced by
+      -- the lease, before the completion.
+      perform queues.record_task_result(_task_id, _task_lease_id, _raw);
+      case _env.outcome
+        when 'succeeded' then outcome := 'succeeded';
+        when 'status' then outcome := 'succeeded'; note := 'status ' || _env.message;
+        when 'invalid' then
+          outcome := 'failed'; error := format('%s: validation failure: %s', _function_name, _env.message);
+          note := _env.message;
+        else outcome := 'failed'; error := format('%s: %s', _function_name, _env.message);
+      end case;
+      select s.result into result
+        from queues.settle_tasks('{}', '{}', array[_task_id], array[_task_lease_id], array[outcome],
+                                 -- A validation failure is final: no retry.
+                                 array[case when _env.outcome = 'invalid' then false end],
+                                 case when error is null then '{}'::bigint[] else array[_task_id] end,
+                                 case when error is null then '{}'::text[] else array[error] end) s;
+      if result not in ('completed', 'retry_scheduled') then
+        -- Refused (the lease was lost meanwhile): the step's writes must not commit.
+        raise exception 'refused: %', result using errcode = 'QREFU';
+      end if;
+    end if;
+  exception
+    when sqlstate 'QREFU' then
+      outcome := null; error := null; note := null;
+    when serialization_failure or deadlock_detected then
+      result := 'transient'; outcome := null; error := sqlerrm; note := null;
+    when others then
+      -- Rolled back; record why, in a subtransaction of its own.
+      outcome := 'failed';
+      error := case when sqlstate = 'QSTEP' then sqlerrm else format('%s raised: %s', _function_name, sqlerrm) end;
+      note := null;
+      select s.result into result
+        from queues.settle_tasks('{}', '{}', array[_task_id], array[_task_lease_id], array['failed'], null,
+                                 array[_task_id], array[error]) s;
+  end;
+  if result = 'started' then
+    result := 'lease_lost';
+  end if;
+end;
+$$;
+
+-- Completes steps that ran in the caller's transaction (queues.run_steps): as
+-- queues.settle_tasks (fenced by lease, retries, error rows only for completions this call
+-- made), and keeps _results[i] (the step's envelope; NULL for none) as the task's result
+-- (queues.task_result) only if this call completed the task or scheduled its retry.
+-- Returns one row per task, in input order, with the result of queues.complete_tasks.
+-- Refuses: a lease id missing (22004), arrays of different lengths, a result that is not
+-- a JSON object (22023), a result over queues.max_payload_bytes() (54000).
+create or replace function queues.complete_steps(
+  _task_ids       bigint[],
+  _task_lease_ids bigint[],
+  _outcomes       text[],
+  _retries        boolean[],
+  _error_task_ids bigint[],
+  _error_messages text[],
+  _results        jsonb[]
+) returns table (task_id bigint, result text)
+  language plpgsql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+begin
+  if _task_ids is null or _task_lease_ids is null or _results is null then
+    raise exception 'task_ids, task_lease_ids and results must not be null' using errcode = '22004';
+  end if;
+  if cardinality(_task_lease_ids) <> cardinality(_task_ids) or cardinality(_results) <> cardinality(_task_ids) then
+    raise exception 'task_lease_ids and results must have one element per task (% tasks, % lease ids, % results)',
+      cardinality(_task_ids), cardinality(_task_lease_ids), cardinality(_results) using errcode = '22023';
+  end if;
+  if array_position(_task_lease_ids, null) is not null then
+    raise exception 'task_lease_ids must not contain null: a step completes under its lease' using errcode = '22004';
+  end if;
+  if exists (select 1 from unnest(_results) r where jsonb_typeof(r) <> 'object') then
+    raise exception 'results must be JSON objects' using errcode = '22023';
+  end if;
+  if exists (select 1 from unnest(_results) r where pg_column_size(r) > queues.max_payload_bytes()) then
+    raise exception 'a result is over the limit of % bytes', queues.max_payload_bytes() using errcode = '54000';
+  end if;
+  return query
+  with done as (
+    select s.task_id, s.result, row_number() over () as ord
+      from queues.settle_tasks('{}', '{}', _task_ids, _task_lease_ids, _outcomes, _retries,
+                               _error_task_ids, _error_messages) s
+  ),
+  kept as (
+    insert into queues.task_result (task_id, task_lease_id, result)
+    select r.task_id, r.task_lease_id, r.result
+      from unnest(_task_ids, _task_lease_ids, _results) as r(task_id, task_lease_id, result)
+      join done d on d.task_id = r.task_id and d.result in ('completed', 'retry_scheduled')
+     where r.result is not null
+  )
+  select d.task_id, d.result from done d order by d.ord;
+end;
+$$;
+
+-- Runs db_function steps claimed by the caller, in input order, in one call, with the
+-- guarantees of queues.run_step for each: a step's writes and its completion commit
+-- together or not at all, exactly once; an error is recorded against its own task and
+-- rolls back only its own step; a step whose lease is no longer held is not run, and one
+-- whose lease is lost before the call ends is not completed and its writes do not commit.
+-- The caller marks the steps started before the call (as the worker's start recorder does
+-- for every task).
+--
+-- How (the cost per step is a function call, not a statement per step):
+--   1. queues.current_leases: the steps whose lease is held (the others: 'lease_lost').
+--   2. Consecutive steps of one function form a group, run in one statement
+--      (select array_agg(f(payload)) ...) in a subtransaction; the function is resolved and
+--      its EXECUTE privilege checked once per call, as internal.run_function does. If the
+--      statement raises (a step raised, deadlocked, ...) or an envelope is malformed, the
+--      group is rolled back and its steps run one by one (queues.run_step), each with its
+--      own completion.
+--   3. One statement completes the steps of every group that ran whole and keeps their
+--      envelopes as results (queues.complete_steps). No lock is held on a step's task
+--      while it runs (heartbeats and revocations are not held up); so if any of these
+--      completions is refused (the lease was taken over during the call, or a step
+--      changed another step's task), everything above is rolled back and every step runs
+--      again one by one with queues.run_step, which fences each on its own.
+-- A step sees the writes of the steps before it in the call; it does not see their
+-- completions (they are written at the end). The call is one transaction: now() is the
+-- call's start for every step in it (the worker keeps a call to about 200 ms of steps).
 -- Runs as the caller (security invoker): steps have the worker's privileges, not the owner's.
--- Returns one row per step: result as queues.complete_tasks ('completed', 'retry_scheduled',
--- 'lease_lost', ...) or 'transient' (a serialization failure or deadlock rolled the step
--- back and recorded nothing: release the lease, it runs again), with outcome, error, note.
+-- Returns one row per step, in input order: result as queues.complete_tasks ('completed',
+-- 'retry_scheduled', 'lease_lost', ...) or 'transient' (a serialization failure or deadlock
+-- rolled the step back and recorded nothing: release the lease, it runs again), with
+-- outcome, error, note.
 create or replace function queues.run_steps(_task_ids bigint[], _task_lease_ids bigint[], _function_names text[], _payloads jsonb[])
   returns table (task_id bigint, result text, outcome text, error text, note text)
   language plpgsql volatile
@@ -102,16 +272,35 @@ create or replace function queues.run_steps(_task_ids bigint[], _task_lease_ids 
 as $$
 #variable_conflict use_column
 declare
+  _n integer;
+  _held boolean[];
+  -- Per step, in input order.
+  _result text[];
+  _outcome text[];
+  _error text[];
+  _note text[];
+  _retry boolean[];
+  -- The envelope to keep, for steps completed by the final statement (null otherwise).
+  _kept jsonb[];
+  _batched boolean[];
+  -- Functions resolved in this call: name, statement that runs a group, or why it cannot run.
+  _names text[] := '{}';
+  _calls text[] := '{}';
+  _problems text[] := '{}';
+  _oid regprocedure;
+  _call text;
+  _problem text;
   _i integer;
-  _id bigint;
-  _lease bigint;
+  _j integer;
+  _k integer;
+  _m integer;
   _name text;
-  _env record;
+  _raws jsonb[];
   _raw jsonb;
-  _outcome text;
-  _error text;
-  _note text;
-  _done text;
+  _env record;
+  _one record;
+  _ids bigint[];
+  _settled text[];
 begin
   if _task_ids is null or _task_lease_ids is null or _function_names is null or _payloads is null then
     raise exception 'task_ids, task_lease_ids, function_names and payloads must not be null' using errcode = '22004';
@@ -123,59 +312,164 @@ begin
   if cardinality(_task_ids) > 1000 then
     raise exception 'at most 1000 steps per call, got %', cardinality(_task_ids) using errcode = '54000';
   end if;
-  for _i in 1 .. cardinality(_task_ids) loop
-    _id := _task_ids[_i];
-    _lease := _task_lease_ids[_i];
-    _name := _function_names[_i];
-    _outcome := null; _error := null; _note := null; _done := null;
-    begin
-      -- A lease no longer held is not run.
-      _done := case when queues.is_current_lease(_id, _lease) then 'started' else 'lease_lost' end;
-      if _done = 'started' then
-        _raw := internal.run_function(_name, _payloads[_i]);
-        select * into _env from queues.parse_envelope(_raw);
-        case _env.outcome
-          when 'malformed' then
-            raise exception '%: %', _name, _env.message using errcode = 'QSTEP';
-          else
-            -- The function's envelope is kept as the run's result (queues.task_result),
-            -- fenced by the lease, before the completion.
-            perform queues.record_task_result(_id, _lease, _raw);
-        end case;
-        case _env.outcome
-          when 'succeeded' then _outcome := 'succeeded';
-          when 'status' then _outcome := 'succeeded'; _note := 'status ' || _env.message;
-          when 'invalid' then _outcome := 'failed'; _error := format('%s: validation failure: %s', _name, _env.message); _note := _env.message;
-          else _outcome := 'failed'; _error := format('%s: %s', _name, _env.message);
-        end case;
-        select s.result into _done
-          from queues.settle_tasks('{}', '{}', array[_id], array[_lease], array[_outcome],
-                                   -- A validation failure is final: no retry.
-                                   array[case when _env.outcome = 'invalid' then false end],
-                                   case when _error is null then '{}'::bigint[] else array[_id] end,
-                                   case when _error is null then '{}'::text[] else array[_error] end) s;
-        if _done not in ('completed', 'retry_scheduled') then
-          -- Refused (the lease was lost meanwhile): the step's writes must not commit.
-          raise exception 'refused: %', _done using errcode = 'QREFU';
-        end if;
+  if array_position(_task_ids, null) is not null or array_position(_task_lease_ids, null) is not null then
+    raise exception 'task_ids and task_lease_ids must not contain null' using errcode = '22004';
+  end if;
+  if (select count(distinct t) <> count(*) from unnest(_task_ids) t) then
+    raise exception 'task_ids must not repeat a task' using errcode = '22023';
+  end if;
+  _n := cardinality(_task_ids);
+  if _n = 0 then
+    return;
+  end if;
+  _held := queues.current_leases(_task_ids, _task_lease_ids);
+  _result := array_fill(null::text, array[_n]);
+  _outcome := _result;
+  _error := _result;
+  _note := _result;
+  _retry := array_fill(null::boolean, array[_n]);
+  _batched := array_fill(false, array[_n]);
+  _kept := array_fill(null::jsonb, array[_n]);
+
+  begin
+    _i := 1;
+    while _i <= _n loop
+      if not _held[_i] then
+        -- Not run.
+        _result[_i] := 'lease_lost';
+        _i := _i + 1;
+        continue;
       end if;
-    exception
-      when sqlstate 'QREFU' then
-        _outcome := null; _error := null; _note := null;
-      when serialization_failure or deadlock_detected then
-        _done := 'transient'; _outcome := null; _error := sqlerrm; _note := null;
-      when others then
-        -- Rolled back; record why, in a subtransaction of its own.
-        _outcome := 'failed';
-        _error := case when sqlstate = 'QSTEP' then sqlerrm else format('%s raised: %s', _name, sqlerrm) end;
-        _note := null;
-        select s.result into _done
-          from queues.settle_tasks('{}', '{}', array[_id], array[_lease], array['failed'], null, array[_id], array[_error]) s;
-    end;
-    if _done = 'started' then
-      _done := 'lease_lost';
+      _name := _function_names[_i];
+      _j := _i;
+      while _j < _n and _held[_j + 1] and _function_names[_j + 1] is not distinct from _name loop
+        _j := _j + 1;
+      end loop;
+
+      _k := array_position(_names, _name);
+      if _k is null then
+        -- Resolved as internal.run_function does, once per call.
+        begin
+          _oid := internal.resolve_runnable_function(_name);
+          if not has_function_privilege(_oid, 'execute') then
+            raise exception 'permission denied: % may not execute %', current_user, _name using errcode = '42501';
+          end if;
+          select format('select array_agg(%I.%I(u.payload) order by u.ord) from unnest($1::jsonb[]) with ordinality as u(payload, ord)',
+                        n.nspname, p.proname)
+            into _call
+            from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+           where p.oid = _oid;
+          _problem := null;
+        exception when others then
+          _call := null;
+          _problem := format('%s raised: %s', _name, sqlerrm);
+        end;
+        _names := _names || _name;
+        _calls := _calls || _call;
+        _problems := _problems || _problem;
+        _k := cardinality(_names);
+      end if;
+
+      if _problems[_k] is not null then
+        -- Cannot run (unknown, unregistered, not allowed): failed, nothing ran.
+        for _m in _i .. _j loop
+          _outcome[_m] := 'failed';
+          _error[_m] := _problems[_k];
+          _batched[_m] := true;
+        end loop;
+      else
+        begin
+          execute _calls[_k] into _raws using _payloads[_i:_j];
+          _m := _i;
+          foreach _raw in array _raws loop
+            if _raw = '{"success": true}'::jsonb then
+              _outcome[_m] := 'succeeded';
+            else
+              select * into _env from queues.parse_envelope(_raw);
+              case _env.outcome
+                when 'succeeded' then _outcome[_m] := 'succeeded';
+                when 'status' then _outcome[_m] := 'succeeded'; _note[_m] := 'status ' || _env.message;
+                when 'invalid' then
+                  _outcome[_m] := 'failed'; _error[_m] := format('%s: validation failure: %s', _name, _env.message);
+                  _note[_m] := _env.message;
+                  -- A validation failure is final: no retry.
+                  _retry[_m] := false;
+                when 'error' then _outcome[_m] := 'failed'; _error[_m] := format('%s: %s', _name, _env.message);
+                else
+                  -- Malformed: this step rolls back, so the group runs again one by one.
+                  raise exception 'malformed envelope' using errcode = 'QSTEP';
+              end case;
+            end if;
+            _kept[_m] := _raw;
+            _batched[_m] := true;
+            _m := _m + 1;
+          end loop;
+        exception when others then
+          -- The group is rolled back: its steps run one by one, each with its completion.
+          for _m in _i .. _j loop
+            _outcome[_m] := null; _error[_m] := null; _note[_m] := null; _retry[_m] := null;
+            _kept[_m] := null; _batched[_m] := false;
+            select * into _one from queues.run_step(_task_ids[_m], _task_lease_ids[_m], _name, _payloads[_m]);
+            _result[_m] := _one.result;
+            _outcome[_m] := _one.outcome;
+            _error[_m] := _one.error;
+            _note[_m] := _one.note;
+          end loop;
+        end;
+      end if;
+      _i := _j + 1;
+    end loop;
+
+    -- The completions (and kept envelopes) of every step that ran in a group, in one statement.
+    if true = any (_batched) then
+      select array_agg(c.task_id order by c.ord), array_agg(c.result order by c.ord)
+        into _ids, _settled
+        from queues.complete_steps(
+               array(select s.task_id from unnest(_task_ids, _batched) with ordinality as s(task_id, batched, ord)
+                      where s.batched order by s.ord),
+               array(select s.lease from unnest(_task_lease_ids, _batched) with ordinality as s(lease, batched, ord)
+                      where s.batched order by s.ord),
+               array(select s.outcome from unnest(_outcome, _batched) with ordinality as s(outcome, batched, ord)
+                      where s.batched order by s.ord),
+               array(select s.retry from unnest(_retry, _batched) with ordinality as s(retry, batched, ord)
+                      where s.batched order by s.ord),
+               array(select s.task_id from unnest(_task_ids, _error, _batched) with ordinality as s(task_id, error, batched, ord)
+                      where s.batched and s.error is not null order by s.ord),
+               array(select s.error from unnest(_error, _batched) with ordinality as s(error, batched, ord)
+                      where s.batched and s.error is not null order by s.ord),
+               array(select s.kept from unnest(_kept, _batched) with ordinality as s(kept, batched, ord)
+                      where s.batched order by s.ord)
+             ) with ordinality as c(task_id, result, ord);
+      if exists (select 1 from unnest(_settled) r where r not in ('completed', 'retry_scheduled')) then
+        -- A completion refused: the writes of its step must not commit. Roll back and run
+        -- every step one by one.
+        raise exception 'a completion was refused' using errcode = 'QREFU';
+      end if;
+      _m := 1;
+      for _i in 1 .. _n loop
+        if _batched[_i] then
+          if _ids[_m] <> _task_ids[_i] then
+            raise exception 'completions out of order' using errcode = 'XX000';
+          end if;
+          _result[_i] := _settled[_m];
+          _m := _m + 1;
+        end if;
+      end loop;
     end if;
-    return query select _id, _done, _outcome, _error, _note;
-  end loop;
+  exception when others then
+    -- Everything above is rolled back: the steps run one by one, each fenced on its own.
+    for _i in 1 .. _n loop
+      select * into _one from queues.run_step(_task_ids[_i], _task_lease_ids[_i], _function_names[_i], _payloads[_i]);
+      _result[_i] := _one.result;
+      _outcome[_i] := _one.outcome;
+      _error[_i] := _one.error;
+      _note[_i] := _one.note;
+    end loop;
+  end;
+
+  return query
+  select s.task_id, s.result, s.outcome, s.error, s.note
+    from unnest(_task_ids, _result, _outcome, _error, _note) with ordinality as s(task_id, result, outcome, error, note, ord)
+   order by s.ord;
 end;
 $$;

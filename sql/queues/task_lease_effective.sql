@@ -1,8 +1,12 @@
 -- Each lease with the expiry in force: released, else revoked, else the newest
--- extension's, else as claimed. Lease facts are joined on (task_id, task_lease_id), their
--- primary keys, so a task's leases are read from its own partition set.
+-- extension's, else as claimed; and its worker's id (a lease names its worker by key in
+-- queues.worker_name, or, written before that, by id). Lease facts are joined on
+-- (task_id, task_lease_id), their primary keys, so a task's leases are read from its own
+-- partition set.
 create or replace view queues.task_lease_effective as
-select l.task_lease_id, l.task_id, l.worker_id, l.leased_at,
+select l.task_lease_id, l.task_id,
+       coalesce(l.worker_id, (select n.worker_id from queues.worker_name n where n.worker_key = l.worker_key)) as worker_id,
+       l.leased_at,
        coalesce(r.released_at, v.revoked_at, e.expires_at, l.expires_at) as expires_at,
        r.released_at,
        coalesce(e.extensions, 0) as extensions,

@@ -68,10 +68,12 @@ create or replace function queues.stale_leases_at(_now timestamptz, _dead_after_
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
-  select p.task_id, p.current_lease_id, l.worker_id, w.last_seen_at, p.available_at
+  select p.task_id, p.current_lease_id, w.worker_id, w.last_seen_at, p.available_at
     from queues.task_pending p
     join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
-    join queues.worker w on w.worker_id = l.worker_id
+    -- A lease names its worker by key (queues.worker_name), or by id if written before.
+    left join queues.worker_name n on n.worker_key = l.worker_key
+    join queues.worker w on w.worker_id = coalesce(l.worker_id, n.worker_id)
    where p.available_at > _now
      and w.stopped_at is null
      and w.last_seen_at < _now - greatest(make_interval(secs => _dead_after_seconds),
@@ -156,14 +158,18 @@ create or replace function queues.revoke_worker_leases(_worker_id text)
   set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
+declare
+  _worker_key integer;
 begin
   if _worker_id is null or length(_worker_id) not between 1 and 200 then
     raise exception 'worker_id must be 1 to 200 characters' using errcode = '22023';
   end if;
+  -- A lease names its worker by key (queues.worker_name), or by id if written before.
+  select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
   perform queues.lock_resource_keys(array(
     select p.task_id from queues.task_pending p
       join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
-     where p.current_lease_id is not null and l.worker_id = _worker_id));
+     where p.current_lease_id is not null and (l.worker_key = _worker_key or l.worker_id = _worker_id)));
   return query
   with held as (
     select p.task_id, p.current_lease_id as task_lease_id,
@@ -171,7 +177,7 @@ begin
                     where st.task_id = p.task_id and st.task_lease_id = p.current_lease_id) as started
       from queues.task_pending p
       join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
-     where p.current_lease_id is not null and l.worker_id = _worker_id
+     where p.current_lease_id is not null and (l.worker_key = _worker_key or l.worker_id = _worker_id)
   ),
   revoked as (
     -- available_at of a leased row is its lease's expiry (heartbeats included).

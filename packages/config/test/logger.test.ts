@@ -79,6 +79,43 @@ describe('createLogger', () => {
     expect(JSON.parse(auto.text())).toMatchObject({ level: 'debug', msg: 'quiet' });
   });
 
+  it('redacts secrets in fields, one level down, in errors and in child bindings, leaving the objects given as they were', () => {
+    const out = memory();
+    const log = createLogger({ service: 'probe', format: 'json', destination: out.stream });
+    const err = Object.assign(new Error('boom'), { password: 'p1', code: 'E1' });
+    const fields = {
+      event: 'x',
+      token: 't1',
+      config: { databaseUrl: 'postgres://u:pw@h/db', port: 5432 },
+      req: { headers: { authorization: 'Bearer z', host: 'h' } },
+      err,
+      deep: { a: { password: 'three levels down: not a path we redact' } },
+    };
+    log.info(fields, 'one');
+    log
+      .child({ apiKey: 'k1', task_id: '7', nested: { secret: 's1' } })
+      .child({ step: 2 })
+      .warn('two');
+    const [one, two] = out
+      .text()
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(one).toMatchObject({
+      token: '[redacted]',
+      config: { databaseUrl: '[redacted]', port: 5432 },
+      req: { headers: { authorization: '[redacted]', host: 'h' } },
+      err: { type: 'Error', message: 'boom', password: '[redacted]', code: 'E1' },
+      deep: { a: { password: 'three levels down: not a path we redact' } },
+    });
+    expect(two).toMatchObject({ apiKey: '[redacted]', task_id: '7', nested: { secret: '[redacted]' }, step: 2 });
+    expect(out.text()).not.toMatch(/t1|pw@|Bearer|p1|k1|s1/);
+    // The caller's objects are as they were.
+    expect(fields.config.databaseUrl).toBe('postgres://u:pw@h/db');
+    expect(fields.req.headers.authorization).toBe('Bearer z');
+    expect(err.password).toBe('p1');
+  });
+
   it('respects the level', () => {
     const out = memory();
     const log = createLogger({ service: 'probe', level: 'warn', destination: out.stream });

@@ -13,9 +13,14 @@ export const functionName = z
     'must be schema.function in lowercase letters, digits and _',
   );
 
-/** A pure database step: internal.run_function(payload.db_function, payload). */
+/**
+ * A pure database step: internal.run_function(payload.db_function, payload). With
+ * `repeat: true` the worker calls it again, each call its own transaction, while its
+ * envelope's payload says `more: true` (packages/worker/src/processors/db-function.ts).
+ */
 export const dbFunctionPayload = z.looseObject({
   db_function: functionName,
+  repeat: z.boolean().optional(),
 });
 export type DbFunctionPayload = z.infer<typeof dbFunctionPayload>;
 

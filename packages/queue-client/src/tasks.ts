@@ -150,7 +150,9 @@ export async function claimTasks(db: Queryable, options: ClaimOptions): Promise<
       db,
     ),
   );
-  return rows.map((r) => ({ ...r, payload: asObject(r.payload) }));
+  // The rows themselves become the tasks, no copy: a worker holds hundreds of them.
+  for (const r of rows) r.payload = asObject(r.payload);
+  return rows as ClaimedTask[];
 }
 
 /** The seeds' single claim: one ready task with a new lease, or null. */
@@ -261,9 +263,9 @@ export interface StepResult {
 }
 
 /**
- * Runs db_function steps in the database in one call (queues.run_steps): each step and
- * its completion in a subtransaction of their own, fenced by the lease. One result per
- * step, in input order.
+ * Runs db_function steps in the database in one call (queues.run_steps): each step's
+ * writes commit with its completion, fenced by the lease; a step that raises is rolled
+ * back alone. One result per step, in input order.
  */
 export async function runSteps(db: Queryable, steps: Step[]): Promise<StepResult[]> {
   if (steps.length === 0) return [];

@@ -14,7 +14,8 @@ import {
   runFunction,
   withTransaction,
 } from '../src/index.js';
-import type pg from 'pg';
+import { parseTimestamptz } from '../src/pgtyped-runtime.js';
+import pg from 'pg';
 
 let db: TestDatabase;
 let app: pg.Pool;
@@ -170,6 +171,36 @@ describe('queue client', () => {
     const { rows } = await db.query(`select payload->>'in' as p from queues.task order by task_id desc limit 2`);
     expect((await db.query('select count(*)::int as n from queues.task')).rows[0].n).toBe(before + 1);
     expect(rows[0].p).toBe('committed');
+  });
+
+  it('reads timestamptz as node-postgres does, in every time zone and form', async () => {
+    const standard = pg.types.getTypeParser(1184, 'text') as (text: string) => unknown;
+    const time = (v: unknown) => (v instanceof Date ? v.getTime() : v);
+    const forms = [
+      '2026-11-24 00:51:02.123456+00',
+      '2026-11-24 00:51:02+00',
+      '2026-11-24 00:51:02.5+05:30',
+      '2026-11-24 00:51:02.05-03',
+      '1999-12-31 23:59:59.999999+14',
+      '2026-01-01 00:00:00+05:30:15',
+      'infinity',
+      '-infinity',
+      '0099-01-01 00:00:00+00',
+      '0099-01-01 00:00:00+00 BC',
+    ];
+    for (const text of forms) expect([text, time(parseTimestamptz(text))]).toEqual([text, time(standard(text))]);
+    // What the server sends, in a zone with a minutes offset: the same instants either way.
+    const client = await worker.connect();
+    try {
+      await client.query(`set time zone 'Asia/Kathmandu'`);
+      const { rows } = await client.query<{ t: string }>({
+        text: `select (timestamptz '2026-03-01 12:00:00.123456+00' + n * interval '37 days 1.000271 seconds')::text as t
+                 from generate_series(-400, 400) n`,
+      });
+      for (const { t } of rows) expect([t, time(parseTimestamptz(t))]).toEqual([t, time(standard(t))]);
+    } finally {
+      client.release(true);
+    }
   });
 
   it('connect refuses to start without a database URL', () => {

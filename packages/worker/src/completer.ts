@@ -252,6 +252,8 @@ function accepted(result: CompletionResult): boolean {
   return result === 'completed' || result === 'retry_scheduled';
 }
 
+const NO_ERRORS: string[] = [];
+
 function reportOf(outcome: TaskOutcome): TaskReport {
   const report: TaskReport = { outcome: outcome.outcome };
   if (outcome.error !== undefined) report.error = outcome.error;
@@ -260,9 +262,13 @@ function reportOf(outcome: TaskOutcome): TaskReport {
 }
 
 function settlement(task: ClaimedTask, outcome: TaskOutcome): Settlement {
-  const errors = [outcome.error, ...(outcome.extraErrors ?? [])]
-    .filter((m): m is string => typeof m === 'string' && m.trim() !== '')
-    .map(sanitizeMessage);
+  // Most outcomes carry no error: no arrays made for them.
+  const errors =
+    outcome.error === undefined && outcome.extraErrors === undefined
+      ? NO_ERRORS
+      : [outcome.error, ...(outcome.extraErrors ?? [])]
+          .filter((m): m is string => typeof m === 'string' && m.trim() !== '')
+          .map(sanitizeMessage);
   const settlement: Settlement = {
     taskId: task.taskId,
     taskLeaseId: task.taskLeaseId,

@@ -80,7 +80,7 @@ export const WORKER_CONFIG = defineConfig({
       flag: 'worker-id',
       default: () => `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`,
       defaultText: 'host-pid-random',
-      help: 'written on every lease and in the worker registry',
+      help: 'names its leases (kept once, in queues.worker_name) and its worker registry row',
       schema: z.string().trim().min(1, 'must not be empty').max(200, 'must be at most 200 characters'),
     },
     concurrency: {

@@ -14,10 +14,17 @@
  *   const server = await serveWorkerMetrics(metrics, { port: 9464 });   // GET /metrics, node:http
  *
  * Each WorkerMetrics has its own registry, so several workers in one process do not mix.
+ * prom-client is loaded by the first WorkerMetrics: a worker without METRICS_PORT never
+ * loads it (about 1.5 MB of heap).
  */
+import { createRequire } from 'node:module';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type * as PromClient from 'prom-client';
+
+const require = createRequire(import.meta.url);
+let promClient: typeof PromClient | undefined;
+const prom = (): typeof PromClient => (promClient ??= require('prom-client') as typeof PromClient);
 
 /** The duration bucket bounds (seconds), the same as admin.duration_buckets() in SQL. */
 export const DURATION_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
@@ -40,10 +47,12 @@ export interface WorkerEventSource {
 }
 
 export class WorkerMetrics {
-  readonly registry = new Registry();
+  readonly registry: PromClient.Registry;
   readonly #inFlight = new Set<string>();
 
   constructor(worker: WorkerEventSource, labels: Record<string, string> = {}) {
+    const { Counter, Gauge, Histogram, Registry } = prom();
+    this.registry = new Registry();
     this.registry.setDefaultLabels(labels);
     const registers = [this.registry];
     const claimed = new Counter({

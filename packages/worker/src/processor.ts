@@ -52,9 +52,9 @@ export interface TaskOutcome extends TaskReport {
   effects?: (tx: Queryable) => Promise<TaskOutcome | void>;
   /**
    * A pure SQL step to run in the database instead of `effects`
-   * (internal.run_function(functionName, the task's payload)): the completer runs the steps
-   * of a round in one queues.run_steps call, each with its completion in a subtransaction;
-   * the step's envelope decides the outcome recorded (see db-function.ts).
+   * (internal.run_function(functionName, the task's payload)): many steps run in one
+   * queues.run_steps call, each step's writes committing with its completion; the step's
+   * envelope decides the outcome recorded (see db-function.ts).
    */
   step?: { functionName: string };
   /**
@@ -67,6 +67,12 @@ export interface TaskOutcome extends TaskReport {
 export interface Processor {
   /** For logs: "db_function", "handler:resend", ... */
   readonly name: string;
+  /**
+   * Every outcome of this processor is a `step` (or a failure found without I/O, such as a
+   * malformed payload): its tasks do nothing outside the database. The worker then starts
+   * many of them in one slot and runs their steps in one queues.run_steps call.
+   */
+  readonly runsSteps?: boolean;
   process(context: TaskContext): Promise<TaskOutcome>;
 }
 

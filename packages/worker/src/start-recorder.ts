@@ -94,10 +94,12 @@ export class StartRecorder {
         this.#next();
       });
     }
-    const ours = new Set(tasks.map((t) => t.taskLeaseId));
     return {
       written: group.written,
-      answer: group.answer.then((lost) => new Set([...lost].filter((id) => ours.has(id)))),
+      // Usually none was lost: then the group's (empty) answer is everyone's.
+      answer: group.answer.then((lost) =>
+        lost.size === 0 ? lost : new Set(tasks.filter((t) => lost.has(t.taskLeaseId)).map((t) => t.taskLeaseId)),
+      ),
     };
   }
 
@@ -126,12 +128,15 @@ export class StartRecorder {
   }
 
   #send(client: pg.Client, tasks: ClaimedTask[]): Promise<Set<string>> {
-    const byTask = new Map(tasks.map((t) => [t.taskId, t.taskLeaseId]));
     this.#inFlight++;
     const answer = markStarted(
       client,
       tasks.map((t) => ({ taskId: t.taskId, taskLeaseId: t.taskLeaseId })),
-    ).then((lost) => new Set(lost.map((taskId) => byTask.get(taskId)!)));
+    ).then((lost) => {
+      if (lost.length === 0) return new Set<string>();
+      const byTask = new Map(tasks.map((t) => [t.taskId, t.taskLeaseId]));
+      return new Set(lost.map((taskId) => byTask.get(taskId)!));
+    });
     const answered = () => {
       this.#inFlight--;
       this.#next();

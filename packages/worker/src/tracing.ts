@@ -12,35 +12,47 @@
  * Attributes: queue.task.id, queue.task.type, queue.task.lease_id, queue.worker.id,
  * queue.task.outcome (succeeded, failed, abandoned, cancelled, lease_lost, released;
  * none when the database connection failed and the task will run again) and queue.task.error when one was recorded. With no SDK registered, every
- * function here checks one flag and calls straight through: no span, no context, no
- * allocation beyond the closure the caller already made.
+ * function here checks one flag and calls straight through (not even a promise of its
+ * own; a `run` that throws instead of rejecting throws to the caller): no span, no
+ * context, no allocation beyond the closure the caller already made. @opentelemetry/api itself is
+ * loaded only once an SDK has registered a tracer provider (which it does through the
+ * API's global, read here without loading the API).
  */
-import {
-  context,
-  ProxyTracerProvider,
-  SpanKind,
-  SpanStatusCode,
-  trace,
-  type Attributes,
-  type Span,
-  type Tracer,
-} from '@opentelemetry/api';
+import { createRequire } from 'node:module';
+import type * as OTel from '@opentelemetry/api';
+import type { Attributes, Span, Tracer, TracerProvider } from '@opentelemetry/api';
 import type { ClaimedTask } from '@org/queue-client';
 import type { Worker } from './worker.js';
 
 const TRACER_NAME = '@org/worker';
 
+/** Where @opentelemetry/api 1.x keeps the globals an SDK registers (its tracer provider as `trace`). */
+const OTEL_GLOBAL = Symbol.for('opentelemetry.js.api.1');
+
+const require = createRequire(import.meta.url);
+let otel: typeof OTel | undefined;
 /** The API's no-op provider (what an unset global delegates to). */
-const NOOP_PROVIDER = new ProxyTracerProvider().getDelegate();
+let noopProvider: TracerProvider | undefined;
+
+/** @opentelemetry/api, loaded on first use (only once a provider is registered). */
+function api(): typeof OTel {
+  if (otel) return otel;
+  otel = require('@opentelemetry/api') as typeof OTel;
+  noopProvider = new otel.ProxyTracerProvider().getDelegate();
+  return otel;
+}
 
 /** True when an SDK's TracerProvider is registered globally. */
 export function tracingEnabled(): boolean {
+  const registered = (globalThis as { [OTEL_GLOBAL]?: { trace?: unknown } })[OTEL_GLOBAL];
+  if (registered?.trace === undefined) return false;
+  const { trace, ProxyTracerProvider } = api();
   const provider = trace.getTracerProvider();
   const delegate = provider instanceof ProxyTracerProvider ? provider.getDelegate() : provider;
-  return delegate !== NOOP_PROVIDER;
+  return delegate !== noopProvider;
 }
 
-const tracer = (): Tracer => trace.getTracer(TRACER_NAME);
+const tracer = (): Tracer => api().trace.getTracer(TRACER_NAME);
 
 /** Task spans by task id, from the claim to the end of the task. */
 const taskSpans = new Map<string, Span>();
@@ -51,8 +63,12 @@ const started = new Set<string>();
  * Runs a claim (`claim` returns the claimed tasks) and opens one task span per claimed
  * task, started when the claim started, each with a `queue.claim` child covering the call.
  */
-export async function traceClaim(workerId: string, claim: () => Promise<ClaimedTask[]>): Promise<ClaimedTask[]> {
-  if (!tracingEnabled()) return claim();
+export function traceClaim(workerId: string, claim: () => Promise<ClaimedTask[]>): Promise<ClaimedTask[]> {
+  return tracingEnabled() ? tracedClaim(workerId, claim) : claim();
+}
+
+async function tracedClaim(workerId: string, claim: () => Promise<ClaimedTask[]>): Promise<ClaimedTask[]> {
+  const { context, trace, SpanKind } = api();
   const claimedAt = new Date();
   const tasks = await claim();
   const ended = new Date();
@@ -84,9 +100,13 @@ export async function traceClaim(workerId: string, claim: () => Promise<ClaimedT
  * Runs a task's processing (`run`) inside its task span, and ends the span when `run`
  * settles. The outcome comes from taskOutcome (called by the worker's events).
  */
-export async function traceTask<T>(task: ClaimedTask, run: () => Promise<T>): Promise<T> {
+export function traceTask<T>(task: ClaimedTask, run: () => Promise<T>): Promise<T> {
   const span = taskSpans.get(task.taskId);
-  if (!span) return run();
+  return span ? tracedTask(task, span, run) : run();
+}
+
+async function tracedTask<T>(task: ClaimedTask, span: Span, run: () => Promise<T>): Promise<T> {
+  const { context, trace } = api();
   started.add(task.taskId);
   try {
     return await context.with(trace.setSpan(context.active(), span), run);
@@ -101,6 +121,7 @@ export async function traceTask<T>(task: ClaimedTask, run: () => Promise<T>): Pr
 export function taskOutcome(taskId: string, outcome: string, error?: string): void {
   const span = taskSpans.get(taskId);
   if (!span) return;
+  const { SpanStatusCode } = api();
   span.setAttribute('queue.task.outcome', outcome);
   if (error) {
     span.setAttribute('queue.task.error', error);
@@ -114,8 +135,12 @@ export function taskOutcome(taskId: string, outcome: string, error?: string): vo
  * Runs one step of a task (`queue.handler`, `queue.provider`, `queue.complete`) as a
  * child of the current span. Without an SDK, or outside a task, it only calls `run`.
  */
-export async function traceStep<T>(name: string, attributes: Attributes, run: () => Promise<T>): Promise<T> {
-  if (!tracingEnabled() || !trace.getActiveSpan()) return run();
+export function traceStep<T>(name: string, attributes: Attributes, run: () => Promise<T>): Promise<T> {
+  return tracingEnabled() && api().trace.getActiveSpan() ? tracedStep(name, attributes, run) : run();
+}
+
+async function tracedStep<T>(name: string, attributes: Attributes, run: () => Promise<T>): Promise<T> {
+  const { SpanStatusCode } = api();
   return tracer().startActiveSpan(name, { attributes }, async (span) => {
     try {
       return await run();
@@ -154,6 +179,7 @@ export function traceWorkerEvents(worker: Worker): void {
  * completer runs effects in batches).
  */
 export function bindToTask<F extends (...args: never[]) => unknown>(fn: F): F {
-  if (!tracingEnabled() || !trace.getActiveSpan()) return fn;
+  if (!tracingEnabled() || !api().trace.getActiveSpan()) return fn;
+  const { context } = api();
   return context.bind(context.active(), fn);
 }

@@ -48,6 +48,7 @@ import type { WorkerConfig } from './config.js';
 import { TaskListener } from './listener.js';
 import type { Logger } from './logger.js';
 import type { ProcessorRegistry, TaskOutcome, TaskReport } from './processor.js';
+import { taskLogger } from './task-logger.js';
 import { bindToTask, traceClaim, traceStep, traceTask, traceWorkerEvents } from './tracing.js';
 
 /** The local queue's size when none is configured (graphile-worker's default too). */
@@ -69,14 +70,33 @@ export interface WorkerOptions extends Omit<WorkerConfig, 'logLevel'> {
 /** statement_timeout of the worker's connections unless `statementTimeoutMs` says otherwise. */
 export const DEFAULT_STATEMENT_TIMEOUT_MS = 300_000;
 
+/**
+ * One slot shared by the steps of one queues.run_steps call: tasks whose processor
+ * `runsSteps` start many at a time in a slot, and the slot is free once all are answered.
+ */
+interface StepSlot {
+  /** Tasks of the call not answered yet. */
+  holders: number;
+  readonly size: number;
+  readonly startedAt: number;
+}
+
 interface Running {
   task: ClaimedTask;
-  controller: AbortController;
+  /** The shared slot of a step started with others (see StepSlot). */
+  slot?: StepSlot;
+  /** Made when the processor asks for its signal or the run is aborted (abortRun): ~1.5 KB each. */
+  controller?: AbortController;
   startedAt: number;
   lost: boolean;
   /** Released at shutdown: the processor's late results are expected to be refused. */
   released: boolean;
   done: Promise<void>;
+}
+
+/** Aborts a run's signal (made now if nobody asked for it yet, so a later look sees it aborted). */
+function abortRun(running: Running, reason: Error): void {
+  (running.controller ??= new AbortController()).abort(reason);
 }
 
 export interface WorkerEvents {
@@ -222,7 +242,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
           'could not release leases; they will expire',
         );
       }
-      for (const r of left) r.controller.abort(new Error('worker shutting down'));
+      for (const r of left) abortRun(r, new Error('worker shutting down'));
     }
     clearInterval(this.#heartbeat);
     await this.#listener.stop();
@@ -331,13 +351,16 @@ export class Worker extends EventEmitter<WorkerEvents> {
    */
   #startWaiting(): void {
     const starting: Running[] = [];
+    // How many steps one slot takes (see StepRunner.batchSize).
+    const stepBatch = this.#steps.batchSize(this.#waiting.length, this.#options.concurrency);
     while (this.#busy < this.#options.concurrency && this.#waiting.length > 0) {
       // A task this worker still runs under an earlier lease waits (heartbeated) until
       // that run ends.
       const next =
         this.#runningTasks.size === 0 ? 0 : this.#waiting.findIndex((t) => !this.#runningTasks.has(t.taskId));
       if (next < 0) break;
-      starting.push(this.#admit(this.#waiting.splice(next, 1)[0]!));
+      if (this.#runsSteps(this.#waiting[next]!)) starting.push(...this.#admitSteps(next, stepBatch));
+      else starting.push(this.#admit(this.#waiting.splice(next, 1)[0]!));
     }
     if (starting.length === 0) return;
     // One statement marks every task starting now, steps that run in the database too.
@@ -346,9 +369,12 @@ export class Worker extends EventEmitter<WorkerEvents> {
       (lost) => {
         for (const r of starting) {
           // A task already finished was completed before its mark arrived: nothing to stop.
-          if (!lost.has(r.task.taskLeaseId) || r.lost || this.#running.get(r.task.taskLeaseId) !== r) continue;
+          // A step needs no stopping: queues.run_steps fences it by its lease, and its mark
+          // may well arrive after the call completed it.
+          if (!lost.has(r.task.taskLeaseId) || r.lost || r.slot || this.#running.get(r.task.taskLeaseId) !== r)
+            continue;
           r.lost = true;
-          r.controller.abort(new Error('lease lost'));
+          abortRun(r, new Error('lease lost'));
           this.#log.warn(
             { event: 'lease_lost', task_id: r.task.taskId, task_type: r.task.taskType },
             'lease taken over before the task started; aborting it',
@@ -397,33 +423,73 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
   }
 
-  /** Takes a slot for `task`: it counts as running from now on. */
-  #admit(task: ClaimedTask): Running {
-    const controller = new AbortController();
+  /** Takes a slot for `task` (or a place in a shared `slot`): it counts as running from now on. */
+  #admit(task: ClaimedTask, slot?: StepSlot): Running {
     const running: Running = {
       task,
-      controller,
       startedAt: Date.now(),
       lost: false,
       released: false,
       done: Promise.resolve(),
     };
+    if (slot) running.slot = slot;
     this.#running.set(task.taskLeaseId, running);
     this.#runningTasks.set(task.taskId, (this.#runningTasks.get(task.taskId) ?? 0) + 1);
-    this.#busy++;
+    if (!slot) this.#busy++;
     return running;
+  }
+
+  #runsSteps(task: ClaimedTask): boolean {
+    return this.#options.registry.get(task.taskType)?.runsSteps === true;
+  }
+
+  /**
+   * Takes one slot for steps: the waiting step tasks from `from` on (up to `size`, skipping
+   * tasks this worker still runs under an earlier lease) run in one queues.run_steps call.
+   */
+  #admitSteps(from: number, size: number): Running[] {
+    const picked: ClaimedTask[] = [];
+    const taken = new Set<string>();
+    const rest = this.#waiting.slice(0, from);
+    for (const task of this.#waiting.slice(from)) {
+      if (
+        picked.length < size &&
+        this.#runsSteps(task) &&
+        !this.#runningTasks.has(task.taskId) &&
+        !taken.has(task.taskId)
+      ) {
+        picked.push(task);
+        taken.add(task.taskId);
+      } else {
+        rest.push(task);
+      }
+    }
+    this.#waiting = rest;
+    const slot: StepSlot = { holders: picked.length, size: picked.length, startedAt: Date.now() };
+    this.#busy++;
+    return picked.map((task) => this.#admit(task, slot));
   }
 
   /** Runs an admitted task once its start is written. */
   #launch(running: Running, written: Promise<void>): void {
     const { task } = running;
-    const log = this.#log.child({ task_id: task.taskId, task_type: task.taskType, task_lease_id: task.taskLeaseId });
+    const log = taskLogger(this.#log, task);
     let freed = false;
     const free = () => {
       if (freed) return;
       freed = true;
-      const slotMs = Date.now() - running.startedAt;
-      this.#slotMs = this.#slotMs === undefined ? slotMs : 0.9 * this.#slotMs + 0.1 * slotMs;
+      const { slot } = running;
+      if (slot) {
+        // The shared slot is free once every step of its call is answered; each step
+        // counts for its share of the call's time.
+        if (--slot.holders > 0) return;
+        const slotMs = (Date.now() - slot.startedAt) / slot.size;
+        const keep = 0.9 ** slot.size;
+        this.#slotMs = this.#slotMs === undefined ? slotMs : keep * this.#slotMs + (1 - keep) * slotMs;
+      } else {
+        const slotMs = Date.now() - running.startedAt;
+        this.#slotMs = this.#slotMs === undefined ? slotMs : 0.9 * this.#slotMs + 0.1 * slotMs;
+      }
       this.#busy--;
       if (!this.#stopping) this.#startWaiting();
       this.#signal(); // a slot is free
@@ -440,7 +506,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   }
 
   async #process(running: Running, log: Logger, free: () => void, written: Promise<void>): Promise<void> {
-    const { task, controller } = running;
+    const { task } = running;
     // The task runs only once its start is on its way to the database: the queue then
     // knows it was started, even if this process dies while running it.
     const processor = this.#options.registry.get(task.taskType);
@@ -465,7 +531,14 @@ export class Worker extends EventEmitter<WorkerEvents> {
     let outcome: TaskOutcome;
     try {
       outcome = processor
-        ? await processor.process({ task, pool: this.pool, log, signal: controller.signal })
+        ? await processor.process({
+            task,
+            pool: this.pool,
+            log,
+            get signal() {
+              return (running.controller ??= new AbortController()).signal;
+            },
+          })
         : { outcome: 'failed', error: `no processor for task type ${task.taskType}` };
     } catch (error) {
       const durationMs = Date.now() - running.startedAt;
@@ -494,7 +567,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
     // once the processor is done, and the completer records the outcome beside the
     // next tasks.
     if (!outcome.step) free();
-    await this.#record(running, log, outcome);
+    // Returned, not awaited: this frame is let go while the completion is under way.
+    return this.#record(running, log, outcome);
   }
 
   /**
@@ -514,7 +588,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       const step = outcome.step;
       const { result, report } = step
         ? await traceStep('queue.handler', { 'queue.handler.name': step.functionName }, () =>
-            this.#steps.run(task, step.functionName),
+            this.#steps.run(task, step.functionName, running.slot),
           ).then((answer) =>
             // The step's completion commits in the same call (queues.run_steps).
             traceStep('queue.complete', { 'queue.task.outcome': answer.report.outcome }, () => Promise.resolve(answer)),
@@ -641,7 +715,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       for (const r of leases) {
         if (!kept.has(r.task.taskLeaseId) && this.#running.get(r.task.taskLeaseId) === r) {
           r.lost = true;
-          r.controller.abort(new Error('lease lost'));
+          abortRun(r, new Error('lease lost'));
           this.#log.warn(
             { event: 'lease_lost', task_id: r.task.taskId, task_type: r.task.taskType },
             'heartbeat found the lease taken over; aborting the task',

@@ -1,6 +1,9 @@
 // The worker's Prometheus metrics (prom-client): every Worker event counted under the
-// documented names and labels, served by node:http at GET /metrics.
+// documented names and labels, served by node:http at GET /metrics. And what the worker
+// loads only when its configuration asks for it (prom-client among others).
+import { execFileSync } from 'node:child_process';
 import { EventEmitter } from 'node:events';
+import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { serveWorkerMetrics, WorkerMetrics } from '@org/worker';
 
@@ -58,5 +61,40 @@ describe('WorkerMetrics', () => {
     expect(await ma.value('queue_worker_tasks_claimed_total', { task_type: 'email' })).toBe(1);
     expect(await mb.value('queue_worker_tasks_claimed_total', { task_type: 'email' })).toBe(0);
     expect(await mb.render()).not.toContain('worker_id="a"');
+  });
+
+  it('prom-client, OpenTelemetry, pino-pretty and the pgtyped parser load only when asked for', () => {
+    // A fresh process: what importing the worker (and making a Worker and a JSON logger)
+    // loads, then what making metrics, a pretty logger and registering a tracer loads.
+    const snippet = `
+      import { createRequire } from 'node:module';
+      import { EventEmitter } from 'node:events';
+      const loaded = () => {
+        const names = Object.keys(createRequire(process.cwd() + '/x.js').cache);
+        return ['antlr4ts', '@pgtyped/parser', '@pgtyped/runtime', 'prom-client', 'pino-pretty', '@opentelemetry/api']
+          .filter((p) => names.some((n) => n.includes('/node_modules/' + p + '/')));
+      };
+      const w = await import('@org/worker');
+      const logger = w.createLogger('info', undefined, 'json');
+      new w.Worker({ databaseUrl: 'postgres://nobody@127.0.0.1:1/none', roles: ['db_function'], workerId: 'w',
+        concurrency: 1, pollIntervalMs: 1000, heartbeatIntervalMs: 1000, leaseSeconds: 30, maxLeases: 5,
+        shutdownGraceMs: 0, registry: new w.ProcessorRegistry().register('db_function', w.dbFunctionProcessor()), logger });
+      const before = loaded();
+      new w.WorkerMetrics(new EventEmitter());
+      w.createLogger('info', undefined, 'pretty');
+      const { trace } = await import('@opentelemetry/api');
+      const { BasicTracerProvider } = await import('@opentelemetry/sdk-trace-base');
+      trace.setGlobalTracerProvider(new BasicTracerProvider());
+      const { tracingEnabled } = await import('./dist/tracing.js');
+      console.log(JSON.stringify({ before, enabled: tracingEnabled(), after: loaded() }));
+    `;
+    const out = execFileSync(process.execPath, ['--input-type=module', '-e', snippet], {
+      cwd: fileURLToPath(new URL('..', import.meta.url)),
+      encoding: 'utf8',
+    });
+    const { before, enabled, after } = JSON.parse(out) as { before: string[]; enabled: boolean; after: string[] };
+    expect(before).toEqual([]);
+    expect(enabled).toBe(true);
+    expect(after).toEqual(['prom-client', 'pino-pretty', '@opentelemetry/api']);
   });
 });

@@ -86,7 +86,9 @@ const events = (s: Child, event: string) => logLines(s.output()).filter((l) => l
 const started = (s: Child) => events(s, 'child_started') as { pid: number; slot: number; worker_id: string }[];
 const leasesOf = async (taskId: string) =>
   (
-    await db.query('select worker_id from queues.task_lease where task_id = $1 order by task_lease_id', [taskId])
+    await db.query('select worker_id from queues.task_lease_effective where task_id = $1 order by task_lease_id', [
+      taskId,
+    ])
   ).rows.map((r) => r.worker_id as string);
 
 describe('PROCESSES: the pool', () => {

@@ -34,7 +34,9 @@ function worker(env: Record<string, string> = {}): Child {
 
 const leasesOf = async (taskId: string) =>
   (
-    await db.query('select worker_id from queues.task_lease where task_id = $1 order by task_lease_id', [taskId])
+    await db.query('select worker_id from queues.task_lease_effective where task_id = $1 order by task_lease_id', [
+      taskId,
+    ])
   ).rows.map((r) => r.worker_id as string);
 
 describe('worker process', () => {
@@ -45,7 +47,7 @@ describe('worker process', () => {
     const started = () => logLines(child.output()).filter((l) => l.event === 'task_started').length;
     await eventually(() => started() === 2, 'two tasks running');
     const leasedBefore = (
-      await db.query(`select count(*)::int as n from queues.task_lease where worker_id = 'child-0'`)
+      await db.query(`select count(*)::int as n from queues.task_lease_effective where worker_id = 'child-0'`)
     ).rows[0].n;
     child.process.kill('SIGTERM');
     const exit = await child.exited;
@@ -55,8 +57,9 @@ describe('worker process', () => {
     expect(outcomes.filter((o) => o === null)).toHaveLength(2);
     expect(started()).toBe(2);
     // No claim after the signal, and the tasks it had queued but not started are free now.
-    const leasedAfter = (await db.query(`select count(*)::int as n from queues.task_lease where worker_id = 'child-0'`))
-      .rows[0].n;
+    const leasedAfter = (
+      await db.query(`select count(*)::int as n from queues.task_lease_effective where worker_id = 'child-0'`)
+    ).rows[0].n;
     expect(leasedAfter).toBe(leasedBefore);
     const claimable = await db
       .pool('worker')

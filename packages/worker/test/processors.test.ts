@@ -185,6 +185,42 @@ describe('db_function processor', () => {
     }
   });
 
+  it('"repeat": called again while it says more, each call a transaction of its own, outside the completion', async () => {
+    const { id, report, facts } = await run(processor, 'db_function', {
+      db_function: 'fixture.repeat',
+      repeat: true,
+      key: 'repeat-3',
+      times: 3,
+    });
+    expect(report).toEqual({ outcome: 'succeeded' });
+    expect(facts).toEqual({ outcome: 'succeeded', errors: [], leases: 1 });
+    // Three calls, three transactions (the effects are keyed by transaction id).
+    const { rows } = await db.query(
+      `select count(distinct task_key)::int as n from fixture.effect where task_key like 'repeat-3#%'`,
+    );
+    expect(rows).toEqual([{ n: 3 }]);
+    expect((await db.query('select result from queues.task_result where task_id = $1', [id])).rows).toEqual([
+      { result: { success: true, payload: { calls: 3, last: { call: 3, more: false } } } },
+    ]);
+  });
+
+  it('"repeat": an error envelope ends the calls and fails the task; the calls before it stay committed', async () => {
+    const { facts } = await run(processor, 'db_function', {
+      db_function: 'fixture.repeat',
+      repeat: true,
+      key: 'repeat-fail',
+      times: 5,
+      fail_at: 2,
+    });
+    expect(facts).toEqual({ outcome: 'failed', errors: ['fixture.repeat: gave up at call 2'], leases: 1 });
+    const { rows } = await db.query(
+      `select count(*)::int as n from fixture.effect where task_key like 'repeat-fail#%'`,
+    );
+    expect(rows).toEqual([{ n: 2 }]);
+    const { facts: bad } = await run(processor, 'db_function', { db_function: 'fixture.repeat', repeat: 'yes' });
+    expect(bad.errors[0]).toMatch(/invalid db_function payload: repeat: /);
+  });
+
   it('exactly once: when the lease was taken over, the step and its completion roll back together', async () => {
     const id = await enqueue(db, 'db_function', step('stolen'));
     const task = await claimOne('db_function');

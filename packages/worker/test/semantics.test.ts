@@ -44,6 +44,14 @@ beforeAll(async () => {
       update queues.task set priority = priority where task_id = -1;
       return '{"success": true}';
     end $$;
+    -- A step that records the transaction it ran in.
+    create table fixture_sem.step_xact (task_key text not null, xact bigint not null);
+    create function fixture_sem.record_xact(payload jsonb) returns jsonb
+      language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
+    begin
+      insert into fixture_sem.step_xact values (payload->>'key', txid_current());
+      return '{"success": true}';
+    end $$;
     -- A success handler whose first call fails with a serialization failure (40001).
     create function fixture_sem.flaky_success(payload jsonb) returns jsonb
       language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
@@ -59,7 +67,8 @@ beforeAll(async () => {
     grant execute on all functions in schema fixture_sem to ${worker};
     grant usage, select on sequence fixture_sem.success_tries to ${worker};
     select internal.register_runnable_function(f::regprocedure)
-      from unnest(array['fixture_sem.raise(jsonb)', 'fixture_sem.touch_fact(jsonb)', 'fixture_sem.flaky_success(jsonb)']) f;
+      from unnest(array['fixture_sem.raise(jsonb)', 'fixture_sem.touch_fact(jsonb)', 'fixture_sem.flaky_success(jsonb)',
+                        'fixture_sem.record_xact(jsonb)']) f;
     -- Supervisor and retry backoffs in milliseconds rather than seconds.
     insert into internal.setting (name, value) values ('backoff_scale', '0.001')
       on conflict (name) do update set value = excluded.value;
@@ -321,21 +330,41 @@ describe('error messages are sanitized at the worker boundary (item 10)', () => 
   });
 });
 
+describe('steps share calls', () => {
+  it('the steps one slot takes run in one call: one transaction for many steps', async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 20; i++)
+      ids.push(await enqueue('db_function', { db_function: 'fixture_sem.record_xact', key: `x${i}` }));
+    await startWorker(new ProcessorRegistry().register('db_function', dbFunctionProcessor()), { concurrency: 1 });
+    await eventually(async () => (await Promise.all(ids.map((id) => completed(id)()))).every(Boolean), 'the steps');
+    const { rows } = await db.query(
+      `select count(*)::int as steps, count(distinct xact)::int as calls from fixture_sem.step_xact where task_key like 'x%'`,
+    );
+    expect(rows[0].steps).toBe(20);
+    expect(rows[0].calls).toBeLessThanOrEqual(10);
+  });
+});
+
 describe('a step blocked on a lock (item 11)', () => {
-  it('fails with the statement timeout instead of being heartbeated forever', async () => {
+  it('fails with the statement timeout instead of being heartbeated forever; a step in the same call is not failed with it', async () => {
     const locker = await db.client('owner');
     try {
       await locker.query('begin');
       await locker.query('lock table fixture.effect in access exclusive mode');
+      // Both are claimed together and run in one call (one slot, concurrency 1).
+      const id = await enqueue('db_function', { db_function: 'fixture.step', key: 'blocked' });
+      const beside = await enqueue('db_function', { db_function: 'fixture_sem.record_xact', key: 'beside-blocked' });
       await startWorker(new ProcessorRegistry().register('db_function', dbFunctionProcessor()), {
         leaseSeconds: 30,
         statementTimeoutMs: 1000,
+        concurrency: 1,
       });
-      const id = await enqueue('db_function', { db_function: 'fixture.step', key: 'blocked' });
       await eventually(completed(id), 'the blocked step to fail', 15_000);
       const facts = await factsOf(db, id);
       expect(facts.outcome).toBe('failed');
       expect(facts.errors[0]).toMatch(/statement timeout/);
+      await eventually(completed(beside), 'the other step to complete');
+      expect(await factsOf(db, beside)).toEqual({ outcome: 'succeeded', errors: [], leases: 1 });
     } finally {
       await locker.query('rollback');
       await locker.end();

@@ -398,7 +398,8 @@ ${settings}
 - **Clocks**: enqueue rates are timed inside the producer from the start signal (connections
   already open) to the last call's answer. Drains are timed by the harness from the start
   signal to the first poll (every 20 ms, one \`count(*)\` on the queue's own table) that sees
-  every task completed; the worker process is started and ready before the signal, and the
+  every task completed (with a history, 5 and 12, the count reads only the completions of
+  the tasks after the history, so the poll does not count millions of rows); the worker process is started and ready before the signal, and the
   library's start (\`worker.start()\`, \`run()\`, \`boss.work()\`) happens after it, for all three.
   Before each timed phase the harness runs \`vacuum analyze\` (drains) and \`checkpoint\`.
 - **Correctness**: after each drain the harness checks that the handler ran exactly once per
@@ -475,7 +476,8 @@ share of one \`queues.claim_tasks\` call (up to 500 tasks, when the local queue 
 of one \`queues.settle_tasks\` call that records the starts of the tasks starting together, and
 of one that records the outcomes gathered while the previous one ran (hundreds per call, on the
 completer's own connection). \`db_function\` steps (7) run in the database, many per
-\`queues.run_steps\` call, each with its completion in a subtransaction.
+\`queues.run_steps\` call (a slot takes a share of the local queue): the steps of one function
+in one statement, their completions and results in one more.
 
 **graphile-worker ${info.versions['graphile-worker']}** (\`runners/graphile.ts\`): \`run()\` with
 \`${graphileConfig}\` (the batching options of its performance page:

@@ -6,14 +6,16 @@
 // tasks are enqueued at 70% of it for --minutes, with history sets sized to
 // --partition-minutes of tasks at that rate and a --retention-minutes window. Maintenance
 // runs from its installed schedule (every 10 minutes, through the schedules supervisor
-// and the workers); --maintain-seconds N also runs it every N s from here (for short runs
-// with short sets). Sampled every --sample-seconds: database and history size, dead
-// tuples of the queue's tables, backlog and throughput; every 100 ms: lock waits of the
-// worker role's backends (pg_locks.waitstart), by path (claim, settle/complete, other);
-// and the server's log_lock_waits lines (every wait longer than deadlock_timeout, 1 s by
-// default, left so: a shorter one makes the deadlock check run in the workers' backends
-// before maintenance's own lock_timeout gives its locks back). Prints the samples and a
-// summary; exits 1 when the backlog did not drain or a task did not succeed.
+// and the workers); --maintain-seconds N also enqueues the schedule's task (its task type
+// and payload, as installed) every N s, so the workers run it as they run the schedule's
+// (for short runs with short sets). Sampled every --sample-seconds: database and history
+// size, dead tuples of the queue's tables, backlog and throughput; every 100 ms: lock waits
+// of the worker role's backends (pg_locks.waitstart), by path (claim, settle/complete,
+// other), with the relation waited for and what the blocking backend was running; and the
+// server's log_lock_waits lines (every wait longer than deadlock_timeout, 1 s by default,
+// left so: a shorter one makes the deadlock check run in the workers' backends before
+// maintenance's own lock_timeout gives its locks back). Prints the samples and a summary;
+// exits 1 when the backlog did not drain or a task did not succeed.
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -142,13 +144,18 @@ async function main(): Promise<number> {
 
     // Lock waits of the worker role's backends, every 100 ms: the longest wait seen per
     // (backend, wait start), by path.
-    const waitsSeen = new Map<string, { path: string; ms: number; query: string }>();
+    type Wait = { path: string; ms: number; query: string; on: string; blocker: string };
+    const waitsSeen = new Map<string, Wait>();
     let sampling = true;
     const lockSampler = (async () => {
       while (sampling) {
         try {
+          // The lock waited for (relation and mode), and what the first blocking backend runs.
           const { rows } = await root.query(
-            `select l.pid, l.waitstart, extract(epoch from clock_timestamp() - l.waitstart) * 1000 as ms, a.query
+            `select l.pid, l.waitstart, extract(epoch from clock_timestamp() - l.waitstart) * 1000 as ms, a.query,
+                    coalesce(l.relation::regclass::text, l.locktype) || ' ' || l.mode as on,
+                    (select coalesce(b.state, '') || ': ' || left(b.query, 80) from pg_stat_activity b
+                      where b.pid = (pg_blocking_pids(l.pid))[1]) as blocker
                from pg_locks l join pg_stat_activity a on a.pid = l.pid
               where not l.granted and l.waitstart is not null and a.usename = $1`,
             [server.dbUsers.worker],
@@ -157,7 +164,14 @@ async function main(): Promise<number> {
             const key = `${r.pid}@${new Date(r.waitstart).toISOString()}`;
             const ms = Number(r.ms);
             const seen = waitsSeen.get(key);
-            if (!seen || seen.ms < ms) waitsSeen.set(key, { path: pathOf(r.query), ms, query: String(r.query) });
+            if (!seen || seen.ms < ms)
+              waitsSeen.set(key, {
+                path: pathOf(r.query),
+                ms,
+                query: String(r.query),
+                on: String(r.on),
+                blocker: String(r.blocker ?? ''),
+              });
           }
         } catch {
           // keep sampling
@@ -165,11 +179,22 @@ async function main(): Promise<number> {
         await sleep(100);
       }
     })();
+    // The maintenance schedule's task as installed, enqueued every --maintain-seconds:
+    // the workers run it as they run the schedule's.
+    const { rows: maintenanceTask } = await owner.query(
+      `select v.task_type, v.payload from schedules.schedule s, schedules.current_version(s.schedule_id) v
+        where s.name = 'queue_history_maintenance'`,
+    );
     let maintaining = maintainSeconds > 0;
     const maintainer = (async () => {
       while (maintaining) {
         await sleep(maintainSeconds * 1000);
-        if (maintaining) await owner.query('select queues.maintain_history_at(now())').catch(() => {});
+        if (maintaining)
+          await owner
+            .query('select queues.enqueue_many($1::jsonb)', [
+              JSON.stringify([{ ...maintenanceTask[0], priority: 100 }]),
+            ])
+            .catch(() => {});
       }
     })();
 
@@ -253,6 +278,7 @@ async function main(): Promise<number> {
     );
 
     const waits = [...waitsSeen.values()];
+    const cell = (text: string, max: number) => text.split('\n')[0]!.replace(/\|/g, '\\|').slice(0, max);
     const max = (p: string) => round(Math.max(0, ...waits.filter((w) => w.path === p).map((w) => w.ms)), 1);
     const first = samples[0];
     const last = samples.at(-1);
@@ -275,9 +301,15 @@ async function main(): Promise<number> {
     out(
       `| lock waits ≥ 100 ms on the claim path (sampled) | ${waits.filter((w) => w.path === 'claim' && w.ms >= 100).length} |`,
     );
+    // The longest waits of each path: the lock waited for and what held it.
+    for (const p of ['claim', 'settle', 'other'])
+      for (const w of waits
+        .filter((x) => x.path === p)
+        .sort((a, b) => b.ms - a.ms)
+        .slice(0, 2))
+        out(`|   ${p} ${round(w.ms, 1)} ms on ${cell(w.on, 80)} | blocked by ${cell(w.blocker, 120)} |`);
     out(`| log_lock_waits lines (waits ≥ deadlock_timeout, any role) | ${lockLog.length} |`);
     out(`| deadlocks (pg_stat_database) | ${deadlocks} |`);
-    const cell = (text: string, max: number) => text.split('\n')[0]!.replace(/\|/g, '\\|').slice(0, max);
     // Deadlocks first, then the first waits.
     const shown = [
       ...lockLog.filter((l) => /deadlock/.test(l.line)),

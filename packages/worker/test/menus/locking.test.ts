@@ -66,7 +66,7 @@ it('16 claimers, 8 stores, 6 resyncs each: at most one running task per store, e
     select count(*)::int as tasks,
            count(*) filter (where c.outcome = 'succeeded')::int as succeeded,
            (select count(*)::int from queues.task_lease) as leases,
-           (select count(distinct worker_id)::int from queues.task_lease) as claimers
+           (select count(distinct worker_id)::int from queues.task_lease_effective) as claimers
       from queues.task t join queues.task_completed c using (task_id)`);
   expect(rows).toEqual([{ tasks: 48, succeeded: 48, leases: 48, claimers: rows[0].claimers }]);
   expect(rows[0].claimers).toBeGreaterThan(1);

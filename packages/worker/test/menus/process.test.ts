@@ -156,7 +156,7 @@ it('SIGKILL mid-resync: the store stays locked until stale recovery; then anothe
   ).toBe(5);
   const { rows: leases } = await db.query(
     `select l.worker_id, v.task_lease_id is not null as revoked, r.task_lease_id is not null as has_result
-       from queues.task_lease l left join queues.task_lease_revocation v using (task_lease_id)
+       from queues.task_lease_effective l left join queues.task_lease_revocation v using (task_lease_id)
        left join queues.task_result r using (task_lease_id) where l.task_id = $1 order by l.task_lease_id`,
     [id],
   );

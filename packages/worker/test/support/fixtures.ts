@@ -19,6 +19,21 @@ export async function installFixtures(db: TestDatabase): Promise<void> {
       return case when payload ? 'result' then payload->'result' else '{"success": true}'::jsonb end;
     end $$;
 
+    -- A step done in short transactions ("repeat"): one effect per call, keyed by its
+    -- transaction id; says "more" until payload.times calls were made.
+    create function fixture.repeat(payload jsonb) returns jsonb
+      language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
+    declare
+      _calls integer;
+    begin
+      insert into fixture.effect (task_key) values ((payload->>'key') || '#' || pg_current_xact_id()::text);
+      select count(*) into _calls from fixture.effect where task_key like (payload->>'key') || '#%';
+      if payload ? 'fail_at' and _calls = (payload->>'fail_at')::int then
+        return jsonb_build_object('success', false, 'error', 'gave up at call ' || _calls);
+      end if;
+      return jsonb_build_object('success', true, 'payload', jsonb_build_object('call', _calls, 'more', _calls < (payload->>'times')::int));
+    end $$;
+
     -- A function returning SQL NULL.
     create function fixture.nothing(payload jsonb) returns jsonb
       language sql security definer set search_path = pg_catalog, pg_temp as $$ select null::jsonb $$;
@@ -49,7 +64,7 @@ export async function installFixtures(db: TestDatabase): Promise<void> {
     grant usage on schema fixture to ${worker};
     grant execute on all functions in schema fixture to ${worker};
     select internal.register_runnable_function(f::regprocedure)
-      from unnest(array['fixture.step(jsonb)', 'fixture.nothing(jsonb)', 'fixture.before(jsonb)',
+      from unnest(array['fixture.step(jsonb)', 'fixture.repeat(jsonb)', 'fixture.nothing(jsonb)', 'fixture.before(jsonb)',
                         'fixture.on_success(jsonb)', 'fixture.on_error(jsonb)']) f;
     insert into queues.task_type (task_type, description) values
       ('test_channel', 'worker tests: a handler task with a test provider'),

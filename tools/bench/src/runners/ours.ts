@@ -97,6 +97,7 @@ async function runWork(config: WorkConfig, ctl: Control): Promise<Record<string,
     const dbFunction = dbFunctionProcessor();
     registry.register('db_function', {
       name: dbFunction.name,
+      runsSteps: dbFunction.runsSteps,
       process: (context) => {
         handled++;
         return dbFunction.process(context);

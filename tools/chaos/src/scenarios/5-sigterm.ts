@@ -18,7 +18,8 @@ export const scenario: Scenario = {
       ).rows.map((x) => x.task_id as string);
     };
     const leased = async (workerId: string) =>
-      (await one(db, 'select count(*)::int as n from queues.task_lease where worker_id = $1', [workerId])).n as number;
+      (await one(db, 'select count(*)::int as n from queues.task_lease_effective where worker_id = $1', [workerId]))
+        .n as number;
     const env = (extra: Record<string, string>) => ({
       DATABASE_URL: db.url('worker'),
       WORKER_ROLE: 'slow',

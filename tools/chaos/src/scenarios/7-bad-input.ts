@@ -35,8 +35,11 @@ interface WorkerCase {
 }
 
 const SCHEMAS = ['queues', 'internal', 'comms', 'files', 'accounts', 'api', 'admin', 'schedules', 'learning'];
-/** Written by any worker that runs (registry, heartbeats): not touched by the cases themselves. */
-const VOLATILE = new Set(['queues.worker', 'queues.task_lease_extension']);
+/**
+ * Written by any worker that runs (registry, the key of its worker id on its first claim,
+ * heartbeats): not touched by the cases themselves.
+ */
+const VOLATILE = new Set(['queues.worker', 'queues.worker_name', 'queues.task_lease_extension']);
 
 export async function rowCounts(db: ChaosDb): Promise<Record<string, number>> {
   const { rows } = await db.query<{ t: string }>(
