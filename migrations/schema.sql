@@ -3592,6 +3592,10 @@ CREATE OR REPLACE FUNCTION admin.list_dead_letters(_task_type text DEFAULT NULL:
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_sort TO 'off'
+ SET enable_hashjoin TO 'off'
+ SET enable_mergejoin TO 'off'
 AS $function$
 declare
   _page integer := admin.page_limit(_limit);
@@ -3605,34 +3609,33 @@ begin
     raise exception 'before_task_id must be a positive task id, got %', _before_task_id
       using errcode = '22023';
   end if;
-  if exists (select 1 from queues.task_default) then
-    return query
-    select d.task_id, d.task_type, d.payload, d.outcome, d.completed_at, d.last_error, d.attempts::integer
-      from queues.dead_letter d
-     where (_task_type is null or d.task_type = _task_type)
-       and (_before_task_id is null or d.task_id < _before_task_id)
-     order by d.task_id desc
-     limit _page;
-    return;
-  end if;
   _remaining := _page;
-  for _lower, _upper in select w.lower_bound, w.upper_bound from queues.history_walk(_before_task_id) w loop
+  for _lower, _upper in
+    -- A range without bounds (a task in the default partition): every task id.
+    select coalesce(w.lower_bound, -9223372036854775808), coalesce(w.upper_bound, 9223372036854775807)
+      from queues.history_walk(_before_task_id) w
+     order by w.lower_bound desc nulls first
+  loop
     return query
     select c.task_id, t.task_type, t.payload, c.outcome, c.completed_at,
            (select e.error_message from queues.error e
-             where e.task_id = t.task_id and e.task_id >= _lower and e.task_id < _upper
+             where e.task_id = c.task_id
+               and e.task_id >= _lower and e.task_id < _upper
              order by e.error_id desc limit 1),
            (select count(*)::integer from queues.task_lease l
-             where l.task_id = t.task_id and l.task_id >= _lower and l.task_id < _upper)
+             where l.task_id = c.task_id
+               and l.task_id >= _lower and l.task_id < _upper)
       from queues.task_completed c
-      join queues.task t on t.task_id = c.task_id and t.task_id >= _lower and t.task_id < _upper
-     -- The view's outcome test, written so that the planner counts the failed and
-     -- abandoned completions once (the view's two tests of outcome multiply into an
-     -- estimate of one row per set, which chose to sort the set's whole list).
+     -- lateral + limit 1: the completions drive, each task probed by key
+     cross join lateral (select x.task_type, x.payload from queues.task x
+                          where x.task_id = c.task_id and x.task_id >= _lower and x.task_id < _upper
+                          limit 1) t
+     -- The view's outcome test, in a form the partial index's predicate follows from.
      where c.outcome in ('abandoned', 'failed')
        and (c.outcome = 'abandoned' or not t.payload ? 'error_handler')
        and not exists (select 1 from queues.task_redriven r
-                        where r.task_id = t.task_id and r.task_id >= _lower and r.task_id < _upper)
+                        where r.task_id = c.task_id
+                          and r.task_id >= _lower and r.task_id < _upper)
        and c.task_id >= _lower and c.task_id < _upper
        and (_task_type is null or t.task_type = _task_type)
      order by c.task_id desc
@@ -3982,14 +3985,17 @@ begin
               limit $5';
   end if;
 
-  if _state in ('scheduled', 'ready', 'running', 'retrying') or exists (select 1 from queues.task_default) then
+  if _state in ('scheduled', 'ready', 'running', 'retrying') then
     return query execute _sql
       using _now, _task_type, _state, _before_task_id, _page, _worker_id, _resource_key,
             _enqueued_from, _enqueued_to, _payload_path, _payload_value, null::bigint, null::bigint, _worker_key;
     return;
   end if;
   _remaining := _page;
-  for _lower, _upper in select w.lower_bound, w.upper_bound from queues.history_walk(_before_task_id) w loop
+  for _lower, _upper in
+    select w.lower_bound, w.upper_bound from queues.history_walk(_before_task_id) w
+     order by w.lower_bound desc nulls first
+  loop
     return query execute _sql
       using _now, _task_type, _state, _before_task_id, _remaining, _worker_id, _resource_key,
             _enqueued_from, _enqueued_to, _payload_path, _payload_value, _lower, _upper, _worker_key;
@@ -8115,12 +8121,18 @@ AS $function$
        -- once, not once per set (a call reads the sequence's catalog entry)
        and s.lower_bound <= (select queues.last_task_id())
        and (_before is null or s.lower_bound < _before)
-  )
-  select coalesce((select b.lower_bound from s b where b.n = 2), a.lower_bound), a.upper_bound
-    from s a where a.n = 1
+  ),
+  walk as (
+    select coalesce((select b.lower_bound from s b where b.n = 2), a.lower_bound) as lower_bound, a.upper_bound
+      from s a where a.n = 1
+    union all
+    select s.lower_bound, s.upper_bound from s where s.n > 2
+  ),
+  spill as (select exists (select 1 from queues.task_default) as any)
+  select w.lower_bound, w.upper_bound from walk w, spill where not spill.any
   union all
-  select s.lower_bound, s.upper_bound from s where s.n > 2
-  order by 1 desc
+  select null, _before from spill where spill.any
+  order by 1 desc nulls first
 $function$;
   -- queues.history_walk(_before bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)

@@ -20,13 +20,12 @@
 -- a week, a time range far back) reads the newer tasks in between. The statement is
 -- built from constant fragments; every value is a parameter.
 -- History is partitioned by task id (sql/queues/partitions.sql), so the newest tasks sit
--- in the newest partition set. Outcomes and the unfiltered list run the statement once
--- per set, newest first, from the set holding the last task id handed out (sets above it
--- hold no task), until the page is full: each run has the set's bounds as values, so the
--- planner reads one partition of each table ($12, $13) instead of planning, opening and
--- locking every partition of task, task_completed and task_lease, and merging them all
--- for the newest 50. A task in the default partition (outside every set; normally none)
--- makes the statement run once over everything, with no bounds, as before sets.
+-- in the newest partition set. Every walk but the pending states' runs the statement once
+-- per range of queues.history_walk (a set, or the two newest), newest first, until the
+-- page is full: each run has the range's bounds as values ($12, $13), so the planner reads
+-- the range's partitions of task, task_completed and task_lease instead of planning,
+-- opening and locking all of them and merging every set for the newest 50. Null bounds
+-- (the pending states; a task in the default partition) read every partition at once.
 create or replace function admin.list_tasks_at(
   _now            timestamptz,
   _task_type      text,
@@ -151,14 +150,17 @@ begin
               limit $5';
   end if;
 
-  if _state in ('scheduled', 'ready', 'running', 'retrying') or exists (select 1 from queues.task_default) then
+  if _state in ('scheduled', 'ready', 'running', 'retrying') then
     return query execute _sql
       using _now, _task_type, _state, _before_task_id, _page, _worker_id, _resource_key,
             _enqueued_from, _enqueued_to, _payload_path, _payload_value, null::bigint, null::bigint, _worker_key;
     return;
   end if;
   _remaining := _page;
-  for _lower, _upper in select w.lower_bound, w.upper_bound from queues.history_walk(_before_task_id) w loop
+  for _lower, _upper in
+    select w.lower_bound, w.upper_bound from queues.history_walk(_before_task_id) w
+     order by w.lower_bound desc nulls first
+  loop
     return query execute _sql
       using _now, _task_type, _state, _before_task_id, _remaining, _worker_id, _resource_key,
             _enqueued_from, _enqueued_to, _payload_path, _payload_value, _lower, _upper, _worker_key;

@@ -177,8 +177,10 @@ $$;
 -- above the last task id handed out (sets above it hold none), upper bounds capped at
 -- _before. Each range is one set, except the first, which spans the two newest: the set
 -- being filled may have begun a moment ago, and two partitions per table cost the planner
--- about what one does, so a page usually takes one statement. A reader that gives each
+-- little more than one, so a page usually takes one statement. A reader that gives each
 -- range's bounds to its statement as values gets a plan of these partitions only.
+-- While the default partition holds a task (outside every set; normally none), one range
+-- instead, (null, _before): everything below _before, in one statement.
 create or replace function queues.history_walk(_before bigint)
   returns table (lower_bound bigint, upper_bound bigint)
   language sql stable
@@ -192,12 +194,18 @@ as $$
        -- once, not once per set (a call reads the sequence's catalog entry)
        and s.lower_bound <= (select queues.last_task_id())
        and (_before is null or s.lower_bound < _before)
-  )
-  select coalesce((select b.lower_bound from s b where b.n = 2), a.lower_bound), a.upper_bound
-    from s a where a.n = 1
+  ),
+  walk as (
+    select coalesce((select b.lower_bound from s b where b.n = 2), a.lower_bound) as lower_bound, a.upper_bound
+      from s a where a.n = 1
+    union all
+    select s.lower_bound, s.upper_bound from s where s.n > 2
+  ),
+  spill as (select exists (select 1 from queues.task_default) as any)
+  select w.lower_bound, w.upper_bound from walk w, spill where not spill.any
   union all
-  select s.lower_bound, s.upper_bound from s where s.n > 2
-  order by 1 desc
+  select null, _before from spill where spill.any
+  order by 1 desc nulls first
 $$;
 
 -- queues.history_sets() with each set's bytes summed over every history table: tables
