@@ -22,6 +22,7 @@ import {
   taskCompleteMany,
   taskDequeueNextAvailable,
   taskEnqueue,
+  taskEnqueueAndCommit,
   taskEnqueueMany,
   taskExtendLeases,
   taskFail,
@@ -31,6 +32,7 @@ import {
   taskSettle,
   taskMarkStarted,
 } from './queries/task.queries.js';
+import pg from 'pg';
 import type { Queryable } from './connection.js';
 import { mapErrors } from './errors.js';
 
@@ -103,21 +105,31 @@ function asObject(value: unknown): JsonObject {
   return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as JsonObject) : {};
 }
 
-/** Adds a task; returns its id. */
+/**
+ * Adds a task; returns its id.
+ *
+ * On a pool the call is its own transaction: `queues.enqueue_and_commit` commits the
+ * task, then wakes the workers in a second transaction that writes nothing, so concurrent
+ * callers do not commit one at a time behind PostgreSQL's notification lock (see
+ * sql/queues/enqueue.sql). On a client (say inside `withTransaction`) it joins the
+ * client's transaction and the wake-up goes out at its commit, one per transaction
+ * however many tasks it enqueues.
+ */
 export async function enqueue(db: Queryable, task: NewTask): Promise<Id> {
-  const [row] = await mapErrors(
-    taskEnqueue.run(
-      {
-        taskType: task.taskType,
-        payload: JSON.stringify(task.payload),
-        scheduledAt: task.scheduledAt,
-        priority: task.priority,
-        resourceKey: task.resourceKey,
-        maxAttempts: task.maxAttempts,
-      },
-      db,
-    ),
-  );
+  const params = {
+    taskType: task.taskType,
+    payload: JSON.stringify(task.payload),
+    scheduledAt: task.scheduledAt,
+    priority: task.priority,
+    resourceKey: task.resourceKey,
+    maxAttempts: task.maxAttempts,
+  };
+  if (db instanceof pg.Pool) {
+    const [row] = await mapErrors(taskEnqueueAndCommit.run(params, db));
+    if (!row?._task_id) throw new Error('queues.enqueue_and_commit returned no task id');
+    return row._task_id;
+  }
+  const [row] = await mapErrors(taskEnqueue.run(params, db));
   if (!row) throw new Error('queues.enqueue returned no row');
   return row.taskId;
 }

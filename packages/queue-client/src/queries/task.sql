@@ -10,6 +10,12 @@ select queues.enqueue(
   :resourceKey::text, :maxAttempts::integer
 ) as "taskId!";
 
+/* @name TaskEnqueueAndCommit */
+call queues.enqueue_and_commit(
+  :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
+  :resourceKey::text, :maxAttempts::integer
+);
+
 /* @name TaskEnqueueMany */
 select e.task_id as "taskId!"
   from queues.enqueue_many(:tasks!::jsonb) e;
