@@ -7206,12 +7206,14 @@ $function$;
 
 CREATE OR REPLACE FUNCTION queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer, _notify boolean DEFAULT true)
  RETURNS bigint
- LANGUAGE sql
+ LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts,
-                             true, coalesce(_notify, true))
+begin
+  return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts,
+                             true, coalesce(_notify, true));
+end;
 $function$;
   -- queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _notify boolean): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
@@ -7236,11 +7238,13 @@ $procedure$;
 
 CREATE OR REPLACE FUNCTION queues.enqueue_internal(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer)
  RETURNS bigint
- LANGUAGE sql
+ LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts)
+begin
+  return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts);
+end;
 $function$;
   -- queues.enqueue_internal(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -7263,29 +7267,10 @@ CREATE OR REPLACE FUNCTION queues.enqueue_task(_task_type text, _payload jsonb, 
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
-  _internal boolean;
   _task_id bigint;
 begin
   if _task_type is null then
     raise exception 'task_type must not be null' using errcode = '22004';
-  end if;
-  -- One probe of queues.task_type answers both "known?" and "internal?".
-  if queues.is_snapshot_per_transaction() then
-    select exists (select 1 from queues.internal_task_type i where i.task_type = t.task_type)
-      into _internal
-      from queues.task_type t where t.task_type = _task_type
-       for key share of t;
-  else
-    select exists (select 1 from queues.internal_task_type i where i.task_type = t.task_type)
-      into _internal
-      from queues.task_type t where t.task_type = _task_type;
-  end if;
-  if not found then
-    raise exception 'unknown task_type %', quote_literal(left(_task_type, 100))
-      using errcode = '22023', hint = 'Known task types are listed in queues.task_type.';
-  end if;
-  if _internal and _public then
-    perform queues.assert_may_enqueue(_task_type);
   end if;
   if _payload is null then
     raise exception 'payload must not be null' using errcode = '22004';
@@ -7312,26 +7297,31 @@ begin
   if not isfinite(_scheduled_at) then
     raise exception 'scheduled_at must be a finite time, got %', _scheduled_at using errcode = '22023';
   end if;
+  if current_setting('transaction_isolation') <> 'read committed' then
+    perform from queues.task_type t where t.task_type = _task_type for key share;
+  end if;
 
-  -- The type is read again in this statement, whose snapshot is taken after it holds its
-  -- lock on queues.task: a type deleted since the probe above is not used (the delete
-  -- waited for that lock, see queues.guard_task_type_in_use).
   with inserted as (
     insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
-    select _task_type, _payload, coalesce(_priority, 0), _resource_key,
+    select t.task_type, _payload, coalesce(_priority, 0), _resource_key,
            coalesce(_max_attempts, 1), coalesce(_scheduled_at, now())
-     where exists (select 1 from queues.task_type t where t.task_type = _task_type)
+      from queues.task_type t
+     where t.task_type = _task_type
+       and (not _public
+            or not exists (select 1 from queues.internal_task_type i where i.task_type = t.task_type)
+            or queues.is_owner_session())
     returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts
   )
   insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
   select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts
     from inserted i
   returning task_id into _task_id;
+
   if _task_id is null then
+    perform queues.assert_may_enqueue(_task_type);
     raise exception 'unknown task_type %', quote_literal(left(_task_type, 100))
       using errcode = '22023', hint = 'Known task types are listed in queues.task_type.';
   end if;
-
   -- A task scheduled later wakes nobody now: workers poll for it.
   if _notify and (_scheduled_at is null or _scheduled_at <= now()) then
     perform pg_notify('queues_task_ready', '');
@@ -7364,10 +7354,12 @@ begin
       using errcode = '54000';
   end if;
   _refuse_internal := coalesce(_public, false) and not queues.is_owner_session();
-  if queues.is_snapshot_per_transaction() then
-    perform 1 from queues.task_type t
+  -- Under REPEATABLE READ or SERIALIZABLE, lock the types FOR KEY SHARE (see
+  -- queues.enqueue_task).
+  if current_setting('transaction_isolation') <> 'read committed' then
+    perform from queues.task_type t
      where t.task_type in (select e.value ->> 'task_type' from jsonb_array_elements(_tasks) e)
-       for key share of t;
+       for key share;
   end if;
 
   with input as (
@@ -7820,15 +7812,6 @@ AS $function$
     from pg_namespace n where n.nspname = 'queues'
 $function$;
   -- queues.is_owner_session(): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION queues.is_snapshot_per_transaction()
- RETURNS boolean
- LANGUAGE sql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$ select current_setting('transaction_isolation') <> 'read committed' $function$;
-  -- queues.is_snapshot_per_transaction(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.last_task_id()

@@ -3,11 +3,11 @@
 -- The owner's SQL (supervisors, handlers, kickoffs, schedules) calls the grant-less
 -- queues.enqueue_internal. The worker never enqueues.
 --
--- What one enqueue costs (BENCHMARKS.md, "where a task's time goes"): one lookup of the
--- task type, one statement inserting the task and its claim-index row, and one
--- pg_notify. A batch is one statement whatever its size: the rows are checked inside the
--- insert (the first bad one, in input order, raises and the statement writes nothing),
--- the task types once per call. queues.task has no foreign key to queues.task_type: it
+-- What one enqueue costs (BENCHMARKS.md, "where a task's time goes"): its fields checked
+-- as plain expressions, one statement that reads the task type and inserts the task and
+-- its claim-index row, and one pg_notify. A batch is one statement whatever its size:
+-- the rows are checked inside the insert (the first bad one, in input order, raises and
+-- the statement writes nothing), the task types once per call. queues.task has no foreign key to queues.task_type: it
 -- locked the type's row (FOR KEY SHARE, a MultiXact once callers overlap) for every task;
 -- queues.guard_task_type_in_use (triggers.sql) refuses deleting or renaming a type in use.
 --
@@ -35,25 +35,23 @@ create or replace function queues.max_payload_depth() returns integer
   set search_path = pg_catalog, pg_temp
 as $$ select 64 $$;
 
--- True when the caller's transaction sees one snapshot for all its statements
--- (REPEATABLE READ, SERIALIZABLE): such an enqueue locks its task types (FOR KEY SHARE),
--- as the foreign key did, so that a type deleted after its snapshot was taken is a
--- serialization failure rather than a task of a type that no longer exists. Under READ
--- COMMITTED the insert re-reads the type in its own statement instead (see
--- queues.guard_task_type_in_use).
-create or replace function queues.is_snapshot_per_transaction() returns boolean
-  language sql stable
-  set search_path = pg_catalog, pg_temp
-as $$ select current_setting('transaction_isolation') <> 'read committed' $$;
-
 -- The core of the single enqueue (no grants): validates one task and inserts it and its
 -- claim-index row in one statement; returns its task_id. _public: called for an app or
 -- the API (queues.enqueue), so internal task types are refused (42501) unless the
 -- session is the owner's. _notify: send the wake-up (false: the caller sends it after
--- its commit, see queues.enqueue_and_commit). Checks, in order: the task type (NULL,
--- refused, unknown), then the payload (NULL, not an object, over the size limit, nested
--- too deep), priority, resource key, max attempts, scheduled time. NULL arguments take
--- the defaults (now, 0, no resource key, one attempt).
+-- its commit, see queues.enqueue_and_commit). NULL arguments take the defaults (now, 0,
+-- no resource key, one attempt).
+--
+-- Checks, in order: task_type NULL; the payload (NULL, not an object, over the size
+-- limit, nested too deep), priority, resource key, max attempts, scheduled time (plain
+-- expressions, no statement); then the insert, which reads the type (and, for _public,
+-- whether it is internal) in its own statement: when it inserts nothing, the type is
+-- unknown (22023) or refused (42501). The insert's snapshot is taken once it holds its
+-- lock on queues.task, so a type deleted meanwhile is not used (the delete waits for
+-- that lock, see queues.guard_task_type_in_use). Under REPEATABLE READ or SERIALIZABLE
+-- the snapshot is the transaction's, older than the lock: the type's row is locked FOR
+-- KEY SHARE first, as the foreign key did, so that a type deleted since is a
+-- serialization failure rather than a task of a type that is gone.
 create or replace function queues.enqueue_task(
   _task_type    text,
   _payload      jsonb,
@@ -68,29 +66,10 @@ create or replace function queues.enqueue_task(
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _internal boolean;
   _task_id bigint;
 begin
   if _task_type is null then
     raise exception 'task_type must not be null' using errcode = '22004';
-  end if;
-  -- One probe of queues.task_type answers both "known?" and "internal?".
-  if queues.is_snapshot_per_transaction() then
-    select exists (select 1 from queues.internal_task_type i where i.task_type = t.task_type)
-      into _internal
-      from queues.task_type t where t.task_type = _task_type
-       for key share of t;
-  else
-    select exists (select 1 from queues.internal_task_type i where i.task_type = t.task_type)
-      into _internal
-      from queues.task_type t where t.task_type = _task_type;
-  end if;
-  if not found then
-    raise exception 'unknown task_type %', quote_literal(left(_task_type, 100))
-      using errcode = '22023', hint = 'Known task types are listed in queues.task_type.';
-  end if;
-  if _internal and _public then
-    perform queues.assert_may_enqueue(_task_type);
   end if;
   if _payload is null then
     raise exception 'payload must not be null' using errcode = '22004';
@@ -117,26 +96,31 @@ begin
   if not isfinite(_scheduled_at) then
     raise exception 'scheduled_at must be a finite time, got %', _scheduled_at using errcode = '22023';
   end if;
+  if current_setting('transaction_isolation') <> 'read committed' then
+    perform from queues.task_type t where t.task_type = _task_type for key share;
+  end if;
 
-  -- The type is read again in this statement, whose snapshot is taken after it holds its
-  -- lock on queues.task: a type deleted since the probe above is not used (the delete
-  -- waited for that lock, see queues.guard_task_type_in_use).
   with inserted as (
     insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
-    select _task_type, _payload, coalesce(_priority, 0), _resource_key,
+    select t.task_type, _payload, coalesce(_priority, 0), _resource_key,
            coalesce(_max_attempts, 1), coalesce(_scheduled_at, now())
-     where exists (select 1 from queues.task_type t where t.task_type = _task_type)
+      from queues.task_type t
+     where t.task_type = _task_type
+       and (not _public
+            or not exists (select 1 from queues.internal_task_type i where i.task_type = t.task_type)
+            or queues.is_owner_session())
     returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts
   )
   insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
   select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts
     from inserted i
   returning task_id into _task_id;
+
   if _task_id is null then
+    perform queues.assert_may_enqueue(_task_type);
     raise exception 'unknown task_type %', quote_literal(left(_task_type, 100))
       using errcode = '22023', hint = 'Known task types are listed in queues.task_type.';
   end if;
-
   -- A task scheduled later wakes nobody now: workers poll for it.
   if _notify and (_scheduled_at is null or _scheduled_at <= now()) then
     perform pg_notify('queues_task_ready', '');
@@ -158,12 +142,14 @@ create or replace function queues.enqueue(
   _max_attempts integer default null,
   _notify       boolean default true
 ) returns bigint
-  language sql volatile
+  language plpgsql volatile
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
-  select queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts,
-                             true, coalesce(_notify, true))
+begin
+  return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts,
+                             true, coalesce(_notify, true));
+end;
 $$;
 
 -- queues.enqueue, then COMMIT, then the wake-up in a transaction of its own; returns the
@@ -208,11 +194,13 @@ create or replace function queues.enqueue_internal(
   _resource_key text default null,
   _max_attempts integer default null
 ) returns bigint
-  language sql volatile
+  language plpgsql volatile
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
-  select queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts)
+begin
+  return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts);
+end;
 $$;
 
 -- Raises the problem found in element _idx of a batch (queues.enqueue_tasks):
@@ -268,10 +256,12 @@ begin
       using errcode = '54000';
   end if;
   _refuse_internal := coalesce(_public, false) and not queues.is_owner_session();
-  if queues.is_snapshot_per_transaction() then
-    perform 1 from queues.task_type t
+  -- Under REPEATABLE READ or SERIALIZABLE, lock the types FOR KEY SHARE (see
+  -- queues.enqueue_task).
+  if current_setting('transaction_isolation') <> 'read committed' then
+    perform from queues.task_type t
      where t.task_type in (select e.value ->> 'task_type' from jsonb_array_elements(_tasks) e)
-       for key share of t;
+       for key share;
   end if;
 
   with input as (

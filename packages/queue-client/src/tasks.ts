@@ -106,6 +106,21 @@ function asObject(value: unknown): JsonObject {
 }
 
 /**
+ * `db` as the generated queries' connection, running them as a named (prepared)
+ * statement: each connection parses and analyses it once, then only binds and executes
+ * (about 30 µs less server time per call on the one-by-one enqueue). PostgreSQL re-analyses
+ * it by itself when a migration replaces the function or procedure it calls.
+ */
+function preparedAs(name: string, db: Queryable) {
+  return {
+    query: async (text: string, values: unknown[]) => {
+      const result = await db.query<Record<string, unknown>>({ name, text, values });
+      return { rows: result.rows, rowCount: result.rowCount ?? 0 };
+    },
+  };
+}
+
+/**
  * Adds a task; returns its id.
  *
  * On a pool the call is its own transaction: `queues.enqueue_and_commit` commits the
@@ -125,11 +140,13 @@ export async function enqueue(db: Queryable, task: NewTask): Promise<Id> {
     maxAttempts: task.maxAttempts,
   };
   if (db instanceof pg.Pool) {
-    const [row] = await mapErrors(taskEnqueueAndCommit.run(params, db));
+    const [row] = await mapErrors(
+      taskEnqueueAndCommit.run(params, preparedAs('queue_client_task_enqueue_and_commit', db)),
+    );
     if (!row?._task_id) throw new Error('queues.enqueue_and_commit returned no task id');
     return row._task_id;
   }
-  const [row] = await mapErrors(taskEnqueue.run(params, db));
+  const [row] = await mapErrors(taskEnqueue.run(params, preparedAs('queue_client_task_enqueue', db)));
   if (!row) throw new Error('queues.enqueue returned no row');
   return row.taskId;
 }
