@@ -2,10 +2,13 @@
 // batches of 1,000 as the app database user, with pg_stat_statements (track = all, so the
 // statements inside the queue's functions are listed), the rows and WAL written per task,
 // the notifications a listener receives, and what the callers wait on (pg_stat_activity
-// sampled every 5 ms). Then one enqueue and one batch of 1,000 under auto_explain (nested
-// statements, triggers, buffers, WAL). Not part of the benchmark; evidence for BENCHMARKS.md.
+// sampled every 5 ms); then the CPU per task of the server process and of the caller, one
+// caller at a time; then one enqueue and one batch of 1,000 under auto_explain (nested
+// statements, triggers, buffers, WAL). Not part of the benchmark; evidence for
+// BENCHMARKS.md ("where a task's time goes").
 //
 //   node tools/bench/probes/enqueue-profile.mjs [single=4000] [batches=20] [explain=1]
+import { readFileSync } from 'node:fs';
 import pg from 'pg';
 import { openServer, provisionDatabase, withRootClient } from '@org/db-tools';
 import { enqueue, enqueueMany } from '@org/queue-client';
@@ -14,6 +17,7 @@ const SINGLE = Number(process.argv[2] ?? 4000);
 const BATCHES = Number(process.argv[3] ?? 20);
 const EXPLAIN = (process.argv[4] ?? '1') === '1';
 const CALLERS = 10;
+const CLOCK_TICKS = 100; // USER_HZ: /proc/<pid>/stat counts CPU time in these
 const name = `bench-enqueue-${process.pid}`;
 
 let server = await openServer({ name, log: process.env.PROBE_LOG ? (l) => console.error(l) : undefined });
@@ -40,6 +44,12 @@ try {
   let notifications = 0;
   listener.on('notification', () => notifications++);
   await listener.query('listen queues_task_ready');
+  // CPU time (user + system, ms) of server processes, from /proc.
+  const cpuMs = (pids) =>
+    pids.reduce((sum, p) => {
+      const f = readFileSync(`/proc/${p}/stat`, 'utf8').split(') ')[1].split(' ');
+      return sum + ((Number(f[11]) + Number(f[12])) * 1000) / CLOCK_TICKS;
+    }, 0);
   const settle = () => new Promise((resolve) => setTimeout(resolve, 1100));
 
   // WAL from the insert position (exact, whoever wrote it); rows by counting and
@@ -104,6 +114,11 @@ try {
   notifications = 0;
   await root.query('select pg_stat_statements_reset()');
   let before = await counters();
+  const appPids = (
+    await root.query(`select array_agg(pid) as pids from pg_stat_activity where usename = $1`, [server.dbUsers.app])
+  ).rows[0].pids;
+  const cpu0 = cpuMs(appPids);
+  const c0 = process.cpuUsage();
   let stopSampler = sampler();
   let t = performance.now();
   let next = 0;
@@ -116,10 +131,15 @@ try {
     }),
   );
   let elapsed = (performance.now() - t) / 1000;
+  const c1 = process.cpuUsage(c0);
+  const serverUs = ((cpuMs(appPids) - cpu0) * 1000) / SINGLE;
   let waits = await stopSampler();
   await settle();
   console.log(`enqueue one by one, ${CALLERS} callers: ${Math.round(SINGLE / elapsed)} tasks/s`);
   console.log('per task:', delta(before, await counters(), SINGLE), 'notifications received:', notifications);
+  console.log(
+    `CPU per task: the callers' ${appPids.length} server processes ${Math.round(serverUs)} µs, the probe ${Math.round((c1.user + c1.system) / SINGLE)} µs`,
+  );
   console.log('app connections, share of samples:', waits);
   await top('enqueue one by one', SINGLE);
 
@@ -150,7 +170,37 @@ try {
   await settle();
   console.log(`\none transaction of 10 enqueues: ${notifications} notification(s)`);
 
-  // 4. auto_explain of one enqueue and of one batch of 1,000.
+  // 4. CPU per task, one caller on a pool of one connection (so its server process is
+  // known): the server process's CPU from /proc (user + system), the probe's own from
+  // process.cpuUsage(). Waits (commits, locks) cost no CPU, so these hold up better than
+  // rates on a loaded machine.
+  const one = new pg.Pool({ connectionString: urls.app, max: 1 });
+  one.on('error', () => {});
+  const pid = (await one.query('select pg_backend_pid() as pid')).rows[0].pid;
+  const serverMs = () => cpuMs([pid]);
+  const cpu = async (label, tasks, run) => {
+    const s0 = serverMs();
+    const c0 = process.cpuUsage();
+    await run();
+    const c = process.cpuUsage(c0);
+    console.log(
+      `${label}: server ${Math.round(((serverMs() - s0) * 1000) / tasks)} µs, client ${Math.round((c.user + c.system) / tasks)} µs per task`,
+    );
+  };
+  console.log('');
+  await cpu('CPU, enqueue one by one (1 caller)', SINGLE, async () => {
+    for (let i = 0; i < SINGLE; i++) await enqueue(one, { taskType: 'bench', payload: { n: i } });
+  });
+  await cpu('CPU, enqueue in batches of 1000 (1 caller)', BATCHES * 1000, async () => {
+    for (let b = 0; b < BATCHES; b++)
+      await enqueueMany(
+        one,
+        Array.from({ length: 1000 }, (_, i) => ({ taskType: 'bench', payload: { n: b * 1000 + i } })),
+      );
+  });
+  await one.end();
+
+  // 5. auto_explain of one enqueue and of one batch of 1,000.
   if (EXPLAIN) {
     const e = await root.connect();
     e.on('notice', (n) => console.log(n.message));
