@@ -7269,6 +7269,9 @@ AS $function$
 declare
   _task_id bigint;
 begin
+  if _public and exists (select 1 from queues.internal_task_type i where i.task_type = _task_type) then
+    perform queues.assert_may_enqueue(_task_type);
+  end if;
   if _task_type is null then
     raise exception 'task_type must not be null' using errcode = '22004';
   end if;
@@ -7307,9 +7310,6 @@ begin
            coalesce(_max_attempts, 1), coalesce(_scheduled_at, now())
       from queues.task_type t
      where t.task_type = _task_type
-       and (not _public
-            or not exists (select 1 from queues.internal_task_type i where i.task_type = t.task_type)
-            or queues.is_owner_session())
     returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts
   )
   insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
@@ -7318,7 +7318,6 @@ begin
   returning task_id into _task_id;
 
   if _task_id is null then
-    perform queues.assert_may_enqueue(_task_type);
     raise exception 'unknown task_type %', quote_literal(left(_task_type, 100))
       using errcode = '22023', hint = 'Known task types are listed in queues.task_type.';
   end if;
@@ -7341,7 +7340,7 @@ AS $function$
 declare
   _ids bigint[];
   _ready boolean;
-  _refuse_internal boolean;
+  _refused record;
 begin
   if _tasks is null then
     raise exception 'tasks must not be null' using errcode = '22004';
@@ -7353,7 +7352,18 @@ begin
     raise exception 'at most 10000 tasks per call, got %', jsonb_array_length(_tasks)
       using errcode = '54000';
   end if;
-  _refuse_internal := coalesce(_public, false) and not queues.is_owner_session();
+  -- A worker-only task type anywhere refuses the batch before any element is read
+  -- further (the first such element is named), unless the session is the owner's.
+  if _public and not queues.is_owner_session() then
+    select e.ordinality - 1 as idx, e.value ->> 'task_type' as task_type into _refused
+      from jsonb_array_elements(_tasks) with ordinality e
+     where e.value ->> 'task_type' in (select i.task_type from queues.internal_task_type i)
+     order by e.ordinality
+     limit 1;
+    if found then
+      perform queues.assert_may_enqueue(_refused.task_type, format('tasks[%s]: ', _refused.idx));
+    end if;
+  end if;
   -- Under REPEATABLE READ or SERIALIZABLE, lock the types FOR KEY SHARE (see
   -- queues.enqueue_task).
   if current_setting('transaction_isolation') <> 'read committed' then
@@ -7373,8 +7383,8 @@ begin
       from jsonb_array_elements(_tasks) with ordinality e
   ),
   checked as (
-    -- The problem of each element as '<SQLSTATE> <message>', NULL when it has none; the
-    -- same checks, in the same order, as queues.enqueue_task.
+    -- The problem of each element as '<SQLSTATE> <message>', NULL when it has none: its
+    -- shape (an object of known fields), then the checks of queues.enqueue_task.
     select c.*,
            case
              when jsonb_typeof(c.element) <> 'object' then
@@ -7385,8 +7395,6 @@ begin
              when c.task_type is null then '22004 task_type must not be null'
              when c.task_type not in (select t.task_type from queues.task_type t) then
                '22023 unknown task_type ' || quote_literal(left(c.task_type, 100))
-             when _refuse_internal and c.task_type in (select i.task_type from queues.internal_task_type i) then
-               '42501 ' || c.task_type
              when c.payload is null then '22004 payload must not be null'
              when jsonb_typeof(c.payload) <> 'object' then
                '22023 payload must be a JSON object, got ' || jsonb_typeof(c.payload)
@@ -8134,9 +8142,6 @@ begin
   if _problem like '22023 unknown task_type%' then
     raise exception 'tasks[%]: %', _idx, substr(_problem, 7) using errcode = '22023',
       hint = 'Known task types are listed in queues.task_type.';
-  elsif left(_problem, 5) = '42501' then
-    -- queues.assert_may_enqueue words the refusal.
-    perform queues.assert_may_enqueue(substr(_problem, 7), format('tasks[%s]: ', _idx));
   end if;
   raise exception 'tasks[%]: %', _idx, substr(_problem, 7) using errcode = left(_problem, 5);
 end;

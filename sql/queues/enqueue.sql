@@ -3,11 +3,12 @@
 -- The owner's SQL (supervisors, handlers, kickoffs, schedules) calls the grant-less
 -- queues.enqueue_internal. The worker never enqueues.
 --
--- What one enqueue costs (BENCHMARKS.md, "where a task's time goes"): its fields checked
--- as plain expressions, one statement that reads the task type and inserts the task and
--- its claim-index row, and one pg_notify. A batch is one statement whatever its size:
--- the rows are checked inside the insert (the first bad one, in input order, raises and
--- the statement writes nothing), the task types once per call. queues.task has no foreign key to queues.task_type: it
+-- What one enqueue costs (BENCHMARKS.md, "where a task's time goes"): for an app, one
+-- probe of queues.internal_task_type; its fields checked as plain expressions; one
+-- statement that reads the task type and inserts the task and its claim-index row; one
+-- pg_notify. A batch is one insert statement whatever its size: the rows are checked
+-- inside it (the first bad one, in input order, raises and the statement writes
+-- nothing), the task types read once per call. queues.task has no foreign key to queues.task_type: it
 -- locked the type's row (FOR KEY SHARE, a MultiXact once callers overlap) for every task;
 -- queues.guard_task_type_in_use (triggers.sql) refuses deleting or renaming a type in use.
 --
@@ -42,11 +43,12 @@ as $$ select 64 $$;
 -- its commit, see queues.enqueue_and_commit). NULL arguments take the defaults (now, 0,
 -- no resource key, one attempt).
 --
--- Checks, in order: task_type NULL; the payload (NULL, not an object, over the size
--- limit, nested too deep), priority, resource key, max attempts, scheduled time (plain
--- expressions, no statement); then the insert, which reads the type (and, for _public,
--- whether it is internal) in its own statement: when it inserts nothing, the type is
--- unknown (22023) or refused (42501). The insert's snapshot is taken once it holds its
+-- Checks, in order: for _public, a worker-only task type (refused before anything else
+-- is read, as queues.assert_may_enqueue words it); task_type NULL; the payload (NULL, not
+-- an object, over the size limit, nested too deep), priority, resource key, max
+-- attempts, scheduled time (plain expressions, no statement); then the insert, which
+-- reads the type in its own statement: when it inserts nothing, the type is unknown
+-- (22023). The insert's snapshot is taken once it holds its
 -- lock on queues.task, so a type deleted meanwhile is not used (the delete waits for
 -- that lock, see queues.guard_task_type_in_use). Under REPEATABLE READ or SERIALIZABLE
 -- the snapshot is the transaction's, older than the lock: the type's row is locked FOR
@@ -68,6 +70,9 @@ as $$
 declare
   _task_id bigint;
 begin
+  if _public and exists (select 1 from queues.internal_task_type i where i.task_type = _task_type) then
+    perform queues.assert_may_enqueue(_task_type);
+  end if;
   if _task_type is null then
     raise exception 'task_type must not be null' using errcode = '22004';
   end if;
@@ -106,9 +111,6 @@ begin
            coalesce(_max_attempts, 1), coalesce(_scheduled_at, now())
       from queues.task_type t
      where t.task_type = _task_type
-       and (not _public
-            or not exists (select 1 from queues.internal_task_type i where i.task_type = t.task_type)
-            or queues.is_owner_session())
     returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts
   )
   insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
@@ -117,7 +119,6 @@ begin
   returning task_id into _task_id;
 
   if _task_id is null then
-    perform queues.assert_may_enqueue(_task_type);
     raise exception 'unknown task_type %', quote_literal(left(_task_type, 100))
       using errcode = '22023', hint = 'Known task types are listed in queues.task_type.';
   end if;
@@ -214,9 +215,6 @@ begin
   if _problem like '22023 unknown task_type%' then
     raise exception 'tasks[%]: %', _idx, substr(_problem, 7) using errcode = '22023',
       hint = 'Known task types are listed in queues.task_type.';
-  elsif left(_problem, 5) = '42501' then
-    -- queues.assert_may_enqueue words the refusal.
-    perform queues.assert_may_enqueue(substr(_problem, 7), format('tasks[%s]: ', _idx));
   end if;
   raise exception 'tasks[%]: %', _idx, substr(_problem, 7) using errcode = left(_problem, 5);
 end;
@@ -227,13 +225,14 @@ $$;
 --    "resource_key"?: "...", "max_attempts"?: 1}
 -- Returns the task_ids in input order. All or nothing: the first bad element, in input
 -- order, raises an error naming it (tasks[i]: ...) and nothing is written. _public as in
--- queues.enqueue_task: internal task types are refused (42501) unless the session is
--- the owner's. The core of queues.enqueue_many (no grants).
+-- queues.enqueue_task: a worker-only task type anywhere in the batch is refused (42501)
+-- first, unless the session is the owner's. The core of queues.enqueue_many (no grants).
 --
--- One statement: each element is checked as it is inserted (a CASE that calls
--- queues.raise_enqueue_problem only for a bad element), the task types against
--- queues.task_type and queues.internal_task_type once per call (hashed subplans), then
--- the tasks' claim-index rows, and one wake-up if any task is ready now.
+-- One statement inserts the batch: each element is checked as it is inserted (a CASE
+-- that calls queues.raise_enqueue_problem only for a bad element), its task type against
+-- queues.task_type read once per call (a hashed subplan), then the tasks' claim-index
+-- rows; then one wake-up if any task is ready now. For _public, one statement before it
+-- looks for worker-only types (queues.internal_task_type, also read once).
 create or replace function queues.enqueue_tasks(_tasks jsonb, _public boolean default false)
   returns table (task_id bigint)
   language plpgsql volatile
@@ -243,7 +242,7 @@ as $$
 declare
   _ids bigint[];
   _ready boolean;
-  _refuse_internal boolean;
+  _refused record;
 begin
   if _tasks is null then
     raise exception 'tasks must not be null' using errcode = '22004';
@@ -255,7 +254,18 @@ begin
     raise exception 'at most 10000 tasks per call, got %', jsonb_array_length(_tasks)
       using errcode = '54000';
   end if;
-  _refuse_internal := coalesce(_public, false) and not queues.is_owner_session();
+  -- A worker-only task type anywhere refuses the batch before any element is read
+  -- further (the first such element is named), unless the session is the owner's.
+  if _public and not queues.is_owner_session() then
+    select e.ordinality - 1 as idx, e.value ->> 'task_type' as task_type into _refused
+      from jsonb_array_elements(_tasks) with ordinality e
+     where e.value ->> 'task_type' in (select i.task_type from queues.internal_task_type i)
+     order by e.ordinality
+     limit 1;
+    if found then
+      perform queues.assert_may_enqueue(_refused.task_type, format('tasks[%s]: ', _refused.idx));
+    end if;
+  end if;
   -- Under REPEATABLE READ or SERIALIZABLE, lock the types FOR KEY SHARE (see
   -- queues.enqueue_task).
   if current_setting('transaction_isolation') <> 'read committed' then
@@ -275,8 +285,8 @@ begin
       from jsonb_array_elements(_tasks) with ordinality e
   ),
   checked as (
-    -- The problem of each element as '<SQLSTATE> <message>', NULL when it has none; the
-    -- same checks, in the same order, as queues.enqueue_task.
+    -- The problem of each element as '<SQLSTATE> <message>', NULL when it has none: its
+    -- shape (an object of known fields), then the checks of queues.enqueue_task.
     select c.*,
            case
              when jsonb_typeof(c.element) <> 'object' then
@@ -287,8 +297,6 @@ begin
              when c.task_type is null then '22004 task_type must not be null'
              when c.task_type not in (select t.task_type from queues.task_type t) then
                '22023 unknown task_type ' || quote_literal(left(c.task_type, 100))
-             when _refuse_internal and c.task_type in (select i.task_type from queues.internal_task_type i) then
-               '42501 ' || c.task_type
              when c.payload is null then '22004 payload must not be null'
              when jsonb_typeof(c.payload) <> 'object' then
                '22023 payload must be a JSON object, got ' || jsonb_typeof(c.payload)

@@ -291,6 +291,13 @@ describe('enqueue bad input', () => {
       /unsupported Unicode escape/,
     ],
     [
+      'worker-only type with a bad payload (refused before the payload is read)',
+      `select queues.enqueue('email', $1::jsonb, 'infinity', 5000)`,
+      ['[1]'],
+      '42501',
+      /^task_type 'email' may be enqueued only by the database's own processes/,
+    ],
+    [
       'injection in task_type',
       `select queues.enqueue($1, '{}')`,
       ["sms'); drop table queues.task; --"],
@@ -365,13 +372,13 @@ describe('enqueue bad input', () => {
       /^tasks\[1\]: unknown task_type 'nope'$/,
     ],
     [
-      'the first problem in input order wins, whatever its kind',
+      'a worker-only type anywhere is refused before any element is read',
       [
         { task_type: 'product_resync', payload: {}, priority: 5000 },
-        { task_type: 'email', payload: {} },
+        { task_type: 'email', payload: 7 },
       ],
-      '22023',
-      /^tasks\[0\]: priority must be between -1000 and 1000, got 5000$/,
+      '42501',
+      /^tasks\[1\]: task_type 'email' may be enqueued only by the database's own processes/,
     ],
     [
       'one bad row after 500 good ones',

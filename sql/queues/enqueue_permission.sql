@@ -5,10 +5,10 @@
 -- kickoffs, schedules the owner installs), through the grant-less
 -- queues.enqueue_internal; apps start processes through their kickoff functions. The
 -- public queues.enqueue and queues.enqueue_many refuse internal types with 42501 unless
--- the session itself is the owner's (migrations, operators at psql). Both look the task
--- type up once per call: queues.enqueue_task probes queues.task_type and
--- queues.internal_task_type together, queues.enqueue_tasks checks each element against
--- both tables read once (hashed) and asks queues.is_owner_session() once per batch.
+-- the session itself is the owner's (migrations, operators at psql). Both refuse before
+-- they read anything else: queues.enqueue_task probes queues.internal_task_type once,
+-- queues.enqueue_tasks asks queues.is_owner_session() once per batch and then checks
+-- every element's type against queues.internal_task_type read once (hashed).
 
 -- True when _task_type may be enqueued only by the owner's SQL.
 create or replace function queues.is_internal_task_type(_task_type text)
