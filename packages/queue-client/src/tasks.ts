@@ -161,8 +161,10 @@ export async function enqueueMany(db: Queryable, tasks: NewTask[]): Promise<Id[]
     resource_key: t.resourceKey,
     max_attempts: t.maxAttempts,
   }));
-  const rows = await mapErrors(taskEnqueueMany.run({ tasks: JSON.stringify(json) }, db));
-  return rows.map((r) => r.taskId);
+  // The ids come back as one array in input order: one row to send and parse, not one per task.
+  const [row] = await mapErrors(taskEnqueueMany.run({ tasks: JSON.stringify(json) }, db));
+  if (!row) throw new Error('queues.enqueue_many returned no row');
+  return row.taskIds;
 }
 
 /** Claims up to `limit` ready tasks, each with a new lease. */

@@ -90,7 +90,7 @@ export interface ITaskEnqueueManyParams {
 
 /** 'TaskEnqueueMany' return type */
 export interface ITaskEnqueueManyResult {
-  taskId: string;
+  taskIds: stringArray;
 }
 
 /** 'TaskEnqueueMany' query type */
@@ -99,13 +99,13 @@ export interface ITaskEnqueueManyQuery {
   result: ITaskEnqueueManyResult;
 }
 
-const taskEnqueueManyIR: any = {"usedParamSet":{"tasks":true},"params":[{"name":"tasks","required":true,"transform":{"type":"scalar"},"locs":[{"a":57,"b":63}]}],"statement":"select e.task_id as \"taskId!\"\n  from queues.enqueue_many(:tasks!::jsonb) e"};
+const taskEnqueueManyIR: any = {"usedParamSet":{"tasks":true},"params":[{"name":"tasks","required":true,"transform":{"type":"scalar"},"locs":[{"a":98,"b":104}]}],"statement":"select coalesce(array_agg(e.task_id order by e.n), '{}') as \"taskIds!\"\n  from queues.enqueue_many(:tasks!::jsonb) with ordinality e(task_id, n)"};
 
 /**
  * Query generated from SQL:
  * ```
- * select e.task_id as "taskId!"
- *   from queues.enqueue_many(:tasks!::jsonb) e
+ * select coalesce(array_agg(e.task_id order by e.n), '{}') as "taskIds!"
+ *   from queues.enqueue_many(:tasks!::jsonb) with ordinality e(task_id, n)
  * ```
  */
 export const taskEnqueueMany = new PreparedQuery<ITaskEnqueueManyParams,ITaskEnqueueManyResult>(taskEnqueueManyIR);

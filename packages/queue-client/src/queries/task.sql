@@ -17,8 +17,8 @@ call queues.enqueue_and_commit(
 );
 
 /* @name TaskEnqueueMany */
-select e.task_id as "taskId!"
-  from queues.enqueue_many(:tasks!::jsonb) e;
+select coalesce(array_agg(e.task_id order by e.n), '{}') as "taskIds!"
+  from queues.enqueue_many(:tasks!::jsonb) with ordinality e(task_id, n);
 
 /* @name TaskClaim */
 select c.task_id       as "taskId!",
