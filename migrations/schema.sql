@@ -7334,6 +7334,7 @@ $function$;
 CREATE OR REPLACE FUNCTION queues.enqueue_tasks(_tasks jsonb, _public boolean DEFAULT false)
  RETURNS TABLE(task_id bigint)
  LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
