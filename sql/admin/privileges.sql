@@ -40,4 +40,6 @@ grant execute on function
   admin.list_process_roots_ranked(text, integer, bigint)
 to :DATABASE_API;
 
-grant execute on function queues.enqueue(text, jsonb, timestamptz, integer, text, integer) to :DATABASE_API;
+grant execute on function queues.enqueue(text, jsonb, timestamptz, integer, text, integer, boolean) to :DATABASE_API;
+grant execute on procedure queues.enqueue_and_commit(text, jsonb, timestamptz, integer, text, integer, bigint)
+  to :DATABASE_API;

@@ -2,6 +2,23 @@
 -- @org/queue-client; they refuse internal task types (sql/queues/enqueue_permission.sql).
 -- The owner's SQL (supervisors, handlers, kickoffs, schedules) calls the grant-less
 -- queues.enqueue_internal. The worker never enqueues.
+--
+-- What one enqueue costs (BENCHMARKS.md, "where a task's time goes"): for an app, one
+-- probe of queues.internal_task_type; its fields checked as plain expressions; one
+-- statement that reads the task type and inserts the task and its claim-index row; one
+-- pg_notify. A batch is one insert statement whatever its size: the rows are checked
+-- inside it (the first bad one, in input order, raises and the statement writes
+-- nothing), the task types read once per call. queues.task has no foreign key to queues.task_type: it
+-- locked the type's row (FOR KEY SHARE, a MultiXact once callers overlap) for every task;
+-- queues.guard_task_type_in_use (triggers.sql) refuses deleting or renaming a type in use.
+--
+-- Wake-ups: an enqueue that adds a task ready now sends NOTIFY queues_task_ready, and
+-- PostgreSQL folds identical notifications of one transaction into one at commit. A
+-- notifying commit holds a database-wide lock from just before its commit record until
+-- it ends, so notifying transactions commit one at a time, each waiting for its own WAL
+-- flush. queues.enqueue_and_commit (for callers outside a transaction block: the
+-- client's enqueue on a pool) commits the task first, without the lock, and notifies in
+-- a second transaction that writes no data and so does not wait for a flush.
 
 -- Payloads are limited so one bad caller cannot fill the table or the worker's memory.
 create or replace function queues.max_payload_bytes() returns integer
@@ -11,77 +28,41 @@ as $$ select 1048576 $$;
 
 -- And so is their nesting: a payload nested deeper than queues.max_payload_depth()
 -- containers (objects and arrays) is refused, since parsers that recurse (the worker's
--- among them) would run out of stack.
+-- among them) would run out of stack. The test is jsonb_path_exists(payload,
+-- 'strict $.**{65}'), written out where it is used (65 = max_payload_depth() + 1: a
+-- jsonpath level must be a literal).
 create or replace function queues.max_payload_depth() returns integer
   language sql immutable parallel safe
   set search_path = pg_catalog, pg_temp
 as $$ select 64 $$;
 
--- True when some value of _payload sits inside more than queues.max_payload_depth()
--- containers (the jsonpath level must be a literal: 65 = max_payload_depth() + 1).
-create or replace function queues.is_payload_too_deep(_payload jsonb) returns boolean
-  language sql immutable parallel safe
-  set search_path = pg_catalog, pg_temp
-as $$ select jsonb_path_exists(_payload, 'strict $.**{65}') $$;
-
--- Validates one task's fields; raises a clear error naming the offending field.
--- _where prefixes messages ('' for a single task, 'tasks[3]: ' in a batch).
-create or replace function queues.assert_valid_task(
-  _task_type text, _payload jsonb, _priority integer, _resource_key text,
-  _max_attempts integer, _where text default ''
-) returns void
-  language plpgsql stable
-  set search_path = pg_catalog, pg_temp
-as $$
-begin
-  if _task_type is null then
-    raise exception '%task_type must not be null', _where using errcode = '22004';
-  end if;
-  if not exists (select 1 from queues.task_type t where t.task_type = _task_type) then
-    raise exception '%unknown task_type %', _where, quote_literal(left(_task_type, 100))
-      using errcode = '22023',
-            hint = 'Known task types are listed in queues.task_type.';
-  end if;
-  if _payload is null then
-    raise exception '%payload must not be null', _where using errcode = '22004';
-  end if;
-  if jsonb_typeof(_payload) <> 'object' then
-    raise exception '%payload must be a JSON object, got %', _where, jsonb_typeof(_payload)
-      using errcode = '22023';
-  end if;
-  if pg_column_size(_payload) > queues.max_payload_bytes() then
-    raise exception '%payload is % bytes, over the limit of % bytes',
-      _where, pg_column_size(_payload), queues.max_payload_bytes()
-      using errcode = '54000';
-  end if;
-  if queues.is_payload_too_deep(_payload) then
-    raise exception '%payload is nested deeper than % levels', _where, queues.max_payload_depth()
-      using errcode = '54000';
-  end if;
-  if _priority is not null and _priority not between -1000 and 1000 then
-    raise exception '%priority must be between -1000 and 1000, got %', _where, _priority
-      using errcode = '22023';
-  end if;
-  if _resource_key is not null and length(_resource_key) not between 1 and 200 then
-    raise exception '%resource_key must be 1 to 200 characters', _where using errcode = '22023';
-  end if;
-  if _max_attempts is not null and _max_attempts not between 1 and 100 then
-    raise exception '%max_attempts must be between 1 and 100, got %', _where, _max_attempts
-      using errcode = '22023';
-  end if;
-end;
-$$;
-
--- The core of queues.enqueue, for the public functions and SQL callers that decide who
--- may enqueue before they call it (no grants): validates one task and inserts it and its
--- claim-index row in one statement. Returns its task_id.
+-- The core of the single enqueue (no grants): validates one task and inserts it and its
+-- claim-index row in one statement; returns its task_id. _public: called for an app or
+-- the API (queues.enqueue), so internal task types are refused (42501) unless the
+-- session is the owner's. _notify: send the wake-up (false: the caller sends it after
+-- its commit, see queues.enqueue_and_commit). NULL arguments take the defaults (now, 0,
+-- no resource key, one attempt).
+--
+-- Checks, in order: for _public, a worker-only task type (refused before anything else
+-- is read, as queues.assert_may_enqueue words it); task_type NULL; the payload (NULL, not
+-- an object, over the size limit, nested too deep), priority, resource key, max
+-- attempts, scheduled time (plain expressions, no statement); then the insert, which
+-- reads the type in its own statement: when it inserts nothing, the type is unknown
+-- (22023). The insert's snapshot is taken once it holds its
+-- lock on queues.task, so a type deleted meanwhile is not used (the delete waits for
+-- that lock, see queues.guard_task_type_in_use). Under REPEATABLE READ or SERIALIZABLE
+-- the snapshot is the transaction's, older than the lock: the type's row is locked FOR
+-- KEY SHARE first, as the foreign key did, so that a type deleted since is a
+-- serialization failure rather than a task of a type that is gone.
 create or replace function queues.enqueue_task(
   _task_type    text,
   _payload      jsonb,
   _scheduled_at timestamptz,
   _priority     integer,
   _resource_key text,
-  _max_attempts integer
+  _max_attempts integer,
+  _public       boolean default false,
+  _notify       boolean default true
 ) returns bigint
   language plpgsql volatile
   set search_path = pg_catalog, pg_temp
@@ -89,15 +70,47 @@ as $$
 declare
   _task_id bigint;
 begin
-  perform queues.assert_valid_task(_task_type, _payload, _priority, _resource_key, _max_attempts);
-  if _scheduled_at is not null and not isfinite(_scheduled_at) then
+  if _public and exists (select 1 from queues.internal_task_type i where i.task_type = _task_type) then
+    perform queues.assert_may_enqueue(_task_type);
+  end if;
+  if _task_type is null then
+    raise exception 'task_type must not be null' using errcode = '22004';
+  end if;
+  if _payload is null then
+    raise exception 'payload must not be null' using errcode = '22004';
+  end if;
+  if jsonb_typeof(_payload) <> 'object' then
+    raise exception 'payload must be a JSON object, got %', jsonb_typeof(_payload) using errcode = '22023';
+  end if;
+  if pg_column_size(_payload) > queues.max_payload_bytes() then
+    raise exception 'payload is % bytes, over the limit of % bytes', pg_column_size(_payload), queues.max_payload_bytes()
+      using errcode = '54000';
+  end if;
+  if jsonb_path_exists(_payload, 'strict $.**{65}') then
+    raise exception 'payload is nested deeper than % levels', queues.max_payload_depth() using errcode = '54000';
+  end if;
+  if _priority not between -1000 and 1000 then
+    raise exception 'priority must be between -1000 and 1000, got %', _priority using errcode = '22023';
+  end if;
+  if length(_resource_key) not between 1 and 200 then
+    raise exception 'resource_key must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  if _max_attempts not between 1 and 100 then
+    raise exception 'max_attempts must be between 1 and 100, got %', _max_attempts using errcode = '22023';
+  end if;
+  if not isfinite(_scheduled_at) then
     raise exception 'scheduled_at must be a finite time, got %', _scheduled_at using errcode = '22023';
+  end if;
+  if current_setting('transaction_isolation') <> 'read committed' then
+    perform from queues.task_type t where t.task_type = _task_type for key share;
   end if;
 
   with inserted as (
     insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
-    values (_task_type, _payload, coalesce(_priority, 0), _resource_key,
-            coalesce(_max_attempts, 1), coalesce(_scheduled_at, now()))
+    select t.task_type, _payload, coalesce(_priority, 0), _resource_key,
+           coalesce(_max_attempts, 1), coalesce(_scheduled_at, now())
+      from queues.task_type t
+     where t.task_type = _task_type
     returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts
   )
   insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
@@ -105,28 +118,68 @@ begin
     from inserted i
   returning task_id into _task_id;
 
+  if _task_id is null then
+    raise exception 'unknown task_type %', quote_literal(left(_task_type, 100))
+      using errcode = '22023', hint = 'Known task types are listed in queues.task_type.';
+  end if;
+  -- A task scheduled later wakes nobody now: workers poll for it.
+  if _notify and (_scheduled_at is null or _scheduled_at <= now()) then
+    perform pg_notify('queues_task_ready', '');
+  end if;
   return _task_id;
 end;
 $$;
 
--- Enqueue one task for an app; returns its task_id. NULL arguments take the defaults (now,
--- 0, no resource key, one attempt), since generated clients send undefined as NULL.
--- Refuses internal task types (42501), then a thin wrapper over queues.enqueue_task.
+-- Enqueue one task for an app or the API; returns its task_id. NULL arguments take the
+-- defaults (now, 0, no resource key, one attempt), since generated clients send undefined
+-- as NULL. Refuses internal task types (42501). _notify => false leaves the wake-up to
+-- the caller (queues.enqueue_and_commit sends it after the commit).
 create or replace function queues.enqueue(
   _task_type    text,
   _payload      jsonb,
   _scheduled_at timestamptz default null,
   _priority     integer default null,
   _resource_key text default null,
-  _max_attempts integer default null
+  _max_attempts integer default null,
+  _notify       boolean default true
 ) returns bigint
   language plpgsql volatile
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
 begin
-  perform queues.assert_may_enqueue(_task_type);
-  return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts);
+  return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts,
+                             true, coalesce(_notify, true));
+end;
+$$;
+
+-- queues.enqueue, then COMMIT, then the wake-up in a transaction of its own; returns the
+-- task_id in _task_id. For callers outside a transaction block (CALL inside one fails
+-- with 2D000, invalid transaction termination): the client's enqueue on a pool. The
+-- task's commit takes no notification lock, so concurrent callers share WAL flushes; the
+-- wake-up's transaction writes no data and does not wait for a flush (see the top of
+-- this file). Crash between the two: the task is committed and found by the workers'
+-- poll instead.
+-- Not security definer and no SET clause: PostgreSQL allows COMMIT in a procedure only
+-- without them. It runs with the caller's rights and search_path, names every object
+-- with its schema, and does nothing a caller could not do itself.
+create or replace procedure queues.enqueue_and_commit(
+  _task_type    text,
+  _payload      jsonb,
+  _scheduled_at timestamptz default null,
+  _priority     integer default null,
+  _resource_key text default null,
+  _max_attempts integer default null,
+  inout _task_id bigint default null
+)
+  language plpgsql
+as $$
+begin
+  _task_id := queues.enqueue(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts, false);
+  commit;
+  if _scheduled_at is null or _scheduled_at operator(pg_catalog.<=) pg_catalog.now() then
+    perform pg_catalog.pg_notify('queues_task_ready', '');
+  end if;
 end;
 $$;
 
@@ -151,19 +204,49 @@ begin
 end;
 $$;
 
--- Enqueue many tasks in one statement. _tasks is a JSON array of objects:
---   {"task_type": "...", "payload": {...}, "scheduled_at"?: "...", "priority"?: 0,
---    "resource_key"?: "...", "max_attempts"?: 1}
--- Returns the task_ids in input order. All or nothing: one bad element rejects the batch.
--- The core of queues.enqueue_many (no grants; see queues.enqueue_task): one validation
--- statement and one insert statement per batch.
-create or replace function queues.enqueue_tasks(_tasks jsonb)
-  returns table (task_id bigint)
+-- Raises the problem found in element _idx of a batch (queues.enqueue_tasks):
+-- _problem is '<SQLSTATE> <message>'. Returns nothing; typed jsonb so it can stand in a
+-- select list for the payload it refuses.
+create or replace function queues.raise_enqueue_problem(_idx bigint, _problem text) returns jsonb
   language plpgsql volatile
   set search_path = pg_catalog, pg_temp
 as $$
+begin
+  if _problem like '22023 unknown task_type%' then
+    raise exception 'tasks[%]: %', _idx, substr(_problem, 7) using errcode = '22023',
+      hint = 'Known task types are listed in queues.task_type.';
+  end if;
+  raise exception 'tasks[%]: %', _idx, substr(_problem, 7) using errcode = left(_problem, 5);
+end;
+$$;
+
+-- Enqueue many tasks in one statement. _tasks is a JSON array of objects:
+--   {"task_type": "...", "payload": {...}, "scheduled_at"?: "...", "priority"?: 0,
+--    "resource_key"?: "...", "max_attempts"?: 1}
+-- Returns the task_ids in input order. All or nothing: the first bad element, in input
+-- order, raises an error naming it (tasks[i]: ...) and nothing is written. _public as in
+-- queues.enqueue_task: a worker-only task type anywhere in the batch is refused (42501)
+-- first, unless the session is the owner's. The core of queues.enqueue_many (no grants).
+--
+-- One statement inserts the batch: each element is checked as it is inserted (a CASE
+-- that calls queues.raise_enqueue_problem only for a bad element), its task type against
+-- queues.task_type read once per call (a hashed subplan), then the tasks' claim-index
+-- rows; then one wake-up if any task is ready now. For _public, one statement before it
+-- looks for worker-only types (queues.internal_task_type, also read once).
+create or replace function queues.enqueue_tasks(_tasks jsonb, _public boolean default false)
+  returns table (task_id bigint)
+  language plpgsql volatile
+  -- Planned once per connection, not per call: the plan is the same for any batch (the
+  -- elements in order, hashed lookups of the task types), and planning the insert took
+  -- a few milliseconds of each of a connection's first five batches.
+  set plan_cache_mode = force_generic_plan
+  set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
 declare
-  _problem record;
+  _ids bigint[];
+  _ready boolean;
+  _refused record;
 begin
   if _tasks is null then
     raise exception 'tasks must not be null' using errcode = '22004';
@@ -175,101 +258,100 @@ begin
     raise exception 'at most 10000 tasks per call, got %', jsonb_array_length(_tasks)
       using errcode = '54000';
   end if;
-
-  -- Every element checked in one set-based pass (as queues.assert_valid_task checks a
-  -- single task); the first problem, in input order, is raised.
-  select p.idx, p.code, p.message into _problem
-    from (
-      select e.ordinality - 1 as idx, c.code, c.message
-        from jsonb_array_elements(_tasks) with ordinality e
-        cross join lateral (
-          select case
-            when jsonb_typeof(e.value) <> 'object' then '22023'
-            when u.keys is not null then '22023'
-            when e.value ->> 'task_type' is null then '22004'
-            when t.task_type is null then '22023'
-            when e.value -> 'payload' is null then '22004'
-            when jsonb_typeof(e.value -> 'payload') <> 'object' then '22023'
-            when pg_column_size(e.value -> 'payload') > queues.max_payload_bytes() then '54000'
-            when queues.is_payload_too_deep(e.value -> 'payload') then '54000'
-            when not isfinite((e.value ->> 'scheduled_at')::timestamptz) then '22023'
-            when (e.value ->> 'priority')::integer not between -1000 and 1000 then '22023'
-            when length(e.value ->> 'resource_key') not between 1 and 200 then '22023'
-            when (e.value ->> 'max_attempts')::integer not between 1 and 100 then '22023'
-          end as code,
-          case
-            when jsonb_typeof(e.value) <> 'object' then format('must be a JSON object, got %s', jsonb_typeof(e.value))
-            when u.keys is not null then format('unknown field(s) %s', left(u.keys, 200))
-            when e.value ->> 'task_type' is null then 'task_type must not be null'
-            when t.task_type is null then format('unknown task_type %s', quote_literal(left(e.value ->> 'task_type', 100)))
-            when e.value -> 'payload' is null then 'payload must not be null'
-            when jsonb_typeof(e.value -> 'payload') <> 'object' then format('payload must be a JSON object, got %s', jsonb_typeof(e.value -> 'payload'))
-            when pg_column_size(e.value -> 'payload') > queues.max_payload_bytes() then
-              format('payload is %s bytes, over the limit of %s bytes', pg_column_size(e.value -> 'payload'), queues.max_payload_bytes())
-            when queues.is_payload_too_deep(e.value -> 'payload') then
-              format('payload is nested deeper than %s levels', queues.max_payload_depth())
-            when not isfinite((e.value ->> 'scheduled_at')::timestamptz) then
-              format('scheduled_at must be a finite time, got %s', e.value ->> 'scheduled_at')
-            when (e.value ->> 'priority')::integer not between -1000 and 1000 then
-              format('priority must be between -1000 and 1000, got %s', e.value ->> 'priority')
-            when length(e.value ->> 'resource_key') not between 1 and 200 then 'resource_key must be 1 to 200 characters'
-            when (e.value ->> 'max_attempts')::integer not between 1 and 100 then
-              format('max_attempts must be between 1 and 100, got %s', e.value ->> 'max_attempts')
-          end as message
-          from (select 1) one
-          left join lateral (
-            select string_agg(k, ', ') as keys
-              from jsonb_object_keys(case when jsonb_typeof(e.value) = 'object' then e.value else '{}' end) k
-             where k not in ('task_type', 'payload', 'scheduled_at', 'priority', 'resource_key', 'max_attempts')
-          ) u on true
-          left join queues.task_type t
-            on jsonb_typeof(e.value) = 'object' and t.task_type = e.value ->> 'task_type'
-        ) c
-    ) p
-   where p.code is not null
-   order by p.idx
-   limit 1;
-  if found and _problem.message like 'unknown task_type%' then
-    raise exception 'tasks[%]: %', _problem.idx, _problem.message using errcode = _problem.code,
-      hint = 'Known task types are listed in queues.task_type.';
-  elsif found then
-    raise exception 'tasks[%]: %', _problem.idx, _problem.message using errcode = _problem.code;
+  -- A worker-only task type anywhere refuses the batch before any element is read
+  -- further (the first such element is named), unless the session is the owner's.
+  if _public and not queues.is_owner_session() then
+    select e.ordinality - 1 as idx, e.value ->> 'task_type' as task_type into _refused
+      from jsonb_array_elements(_tasks) with ordinality e
+     where e.value ->> 'task_type' in (select i.task_type from queues.internal_task_type i)
+     order by e.ordinality
+     limit 1;
+    if found then
+      perform queues.assert_may_enqueue(_refused.task_type, format('tasks[%s]: ', _refused.idx));
+    end if;
+  end if;
+  -- Under REPEATABLE READ or SERIALIZABLE, lock the types FOR KEY SHARE (see
+  -- queues.enqueue_task).
+  if current_setting('transaction_isolation') <> 'read committed' then
+    perform from queues.task_type t
+     where t.task_type in (select e.value ->> 'task_type' from jsonb_array_elements(_tasks) e)
+       for key share;
   end if;
 
-  return query
   with input as (
-    select e.ordinality - 1 as idx, r.*
-      from jsonb_array_elements(_tasks) with ordinality e,
-           jsonb_to_record(e.value) as r(task_type text, payload jsonb, scheduled_at timestamptz,
-                                         priority integer, resource_key text, max_attempts integer)
+    select e.ordinality - 1 as idx, e.value as element,
+           e.value ->> 'task_type' as task_type,
+           e.value -> 'payload' as payload,
+           (e.value ->> 'scheduled_at')::timestamptz as scheduled_at,
+           (e.value ->> 'priority')::integer as priority,
+           e.value ->> 'resource_key' as resource_key,
+           (e.value ->> 'max_attempts')::integer as max_attempts
+      from jsonb_array_elements(_tasks) with ordinality e
+  ),
+  checked as (
+    -- The problem of each element as '<SQLSTATE> <message>', NULL when it has none: its
+    -- shape (an object of known fields), then the checks of queues.enqueue_task.
+    select c.*,
+           case
+             when jsonb_typeof(c.element) <> 'object' then
+               '22023 must be a JSON object, got ' || jsonb_typeof(c.element)
+             when c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts}'::text[] <> '{}' then
+               '22023 unknown field(s) ' || left((select string_agg(k, ', ') from jsonb_object_keys(
+                 c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts}'::text[]) k), 200)
+             when c.task_type is null then '22004 task_type must not be null'
+             when c.task_type not in (select t.task_type from queues.task_type t) then
+               '22023 unknown task_type ' || quote_literal(left(c.task_type, 100))
+             when c.payload is null then '22004 payload must not be null'
+             when jsonb_typeof(c.payload) <> 'object' then
+               '22023 payload must be a JSON object, got ' || jsonb_typeof(c.payload)
+             when pg_column_size(c.payload) > queues.max_payload_bytes() then
+               format('54000 payload is %s bytes, over the limit of %s bytes', pg_column_size(c.payload), queues.max_payload_bytes())
+             -- Nesting deeper than 64 levels takes over 512 bytes (an uncompressed value,
+             -- as c.payload is: just taken out of the batch), so smaller ones are not walked.
+             when pg_column_size(c.payload) > 512 and jsonb_path_exists(c.payload, 'strict $.**{65}') then
+               format('54000 payload is nested deeper than %s levels', queues.max_payload_depth())
+             when c.priority not between -1000 and 1000 then
+               '22023 priority must be between -1000 and 1000, got ' || c.priority
+             when length(c.resource_key) not between 1 and 200 then '22023 resource_key must be 1 to 200 characters'
+             when c.max_attempts not between 1 and 100 then
+               '22023 max_attempts must be between 1 and 100, got ' || c.max_attempts
+             when not isfinite(c.scheduled_at) then
+               '22023 scheduled_at must be a finite time, got ' || c.scheduled_at
+           end as problem
+      from input c
   ),
   inserted as (
     insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
-    select c.task_type, c.payload, coalesce(c.priority, 0), c.resource_key,
-           coalesce(c.max_attempts, 1), coalesce(c.scheduled_at, now())
-      from input c
+    select c.task_type,
+           case when c.problem is null then c.payload else queues.raise_enqueue_problem(c.idx, c.problem) end,
+           coalesce(c.priority, 0), c.resource_key, coalesce(c.max_attempts, 1), coalesce(c.scheduled_at, now())
+      from checked c
      order by c.idx
-    returning *
+    returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts
   ),
   pending as (
     insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
     select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts
       from inserted i
   )
-  select i.task_id from inserted i order by i.task_id;
+  select array_agg(i.task_id order by i.task_id), bool_or(i.scheduled_at <= now())
+    into _ids, _ready
+    from inserted i;
+
+  if _ready then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+  return query select u.id from unnest(_ids) u(id);
 end;
 $$;
 
--- Enqueue many tasks (see queues.enqueue_tasks). Refuses internal task types (42501), as
--- queues.enqueue, then a thin wrapper over queues.enqueue_tasks.
+-- Enqueue many tasks (see queues.enqueue_tasks), for an app or the API: refuses internal
+-- task types (42501), as queues.enqueue.
 create or replace function queues.enqueue_many(_tasks jsonb)
   returns table (task_id bigint)
-  language plpgsql volatile
+  language sql volatile
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
-begin
-  perform queues.assert_may_enqueue_many(_tasks);
-  return query select t.task_id from queues.enqueue_tasks(_tasks) t;
-end;
+  select t.task_id from queues.enqueue_tasks(_tasks, true) t
 $$;

@@ -63,19 +63,166 @@ describe('enqueue', () => {
     ]);
     expect(stored[2].scheduled_at.toISOString()).toBe('2030-01-01T00:00:00.000Z');
   });
+});
 
-  it('wakes listeners with one notification per statement, not one per task', async () => {
-    const listener = await db.client('owner');
-    const received: string[] = [];
-    listener.on('notification', (n) => received.push(n.channel));
-    await listener.query('listen queues_task_ready');
-    const tasks = Array.from({ length: 100 }, (_, i) => ({ task_type: 'product_resync', payload: { i } }));
-    await db.pool('app').query('select count(*) from queues.enqueue_many($1::jsonb)', [JSON.stringify(tasks)]);
+// A listener on a connection of its own. A round trip on the listening connection delivers
+// anything already sent to it; received() returns the count since the last call.
+async function listen() {
+  const listener = await db.client('owner');
+  let count = 0;
+  listener.on('notification', (n) => {
+    if (n.channel === 'queues_task_ready') count++;
+  });
+  await listener.query('listen queues_task_ready');
+  return {
+    async received() {
+      await listener.query('select 1');
+      const n = count;
+      count = 0;
+      return n;
+    },
+    end: () => listener.end(),
+  };
+}
+
+const later = () => new Date(Date.now() + 3_600_000).toISOString();
+
+describe('wake-ups (NOTIFY queues_task_ready)', () => {
+  it('one per transaction: a batch, several one-by-one enqueues, a mix; none for tasks scheduled later', async () => {
+    const listener = await listen();
+    const app = await db.client('app');
+    const batch = (n: number, extra: Record<string, unknown> = {}) =>
+      JSON.stringify(Array.from({ length: n }, (_, i) => ({ task_type: 'product_resync', payload: { i }, ...extra })));
+    try {
+      await app.query('select count(*) from queues.enqueue_many($1::jsonb)', [batch(100)]);
+      expect(await listener.received()).toBe(1);
+
+      await app.query('begin');
+      for (let i = 0; i < 5; i++) await app.query(`select queues.enqueue('product_resync', $1::jsonb)`, [`{"i":${i}}`]);
+      await app.query('select count(*) from queues.enqueue_many($1::jsonb)', [batch(3)]);
+      expect(await listener.received()).toBe(0); // nothing before the commit
+      await app.query('commit');
+      expect(await listener.received()).toBe(1);
+
+      await app.query(`select queues.enqueue('product_resync', '{}', $1)`, [later()]);
+      await app.query('select count(*) from queues.enqueue_many($1::jsonb)', [batch(3, { scheduled_at: later() })]);
+      await app.query(`select queues.enqueue('product_resync', '{}', _notify => false)`);
+      expect(await listener.received()).toBe(0);
+      await app.query('select count(*) from queues.enqueue_many($1::jsonb)', [
+        JSON.stringify([
+          { task_type: 'product_resync', payload: {}, scheduled_at: later() },
+          { task_type: 'product_resync', payload: {} },
+        ]),
+      ]);
+      expect(await listener.received()).toBe(1);
+    } finally {
+      await app.end();
+      await listener.end();
+    }
+  });
+
+  it('enqueue_and_commit commits the task, then wakes once; inside a transaction block it refuses (2D000)', async () => {
+    const listener = await listen();
+    const app = await db.client('app');
+    try {
+      const { rows } = await app.query(`call queues.enqueue_and_commit('product_resync', '{"via": "call"}')`);
+      expect(Number(rows[0]._task_id)).toBeGreaterThan(0);
+      expect(await listener.received()).toBe(1);
+      // Committed: another session sees it, and the caller is not left in a transaction.
+      const { rows: seen } = await db.query(
+        'select payload from queues.task_pending p join queues.task t using (task_id) where task_id = $1',
+        [rows[0]._task_id],
+      );
+      expect(seen).toEqual([{ payload: { via: 'call' } }]);
+      expect(app.getTransactionStatus()).toBe('I');
+
+      await app.query(`call queues.enqueue_and_commit('product_resync', '{}', $1)`, [later()]);
+      expect(await listener.received()).toBe(0);
+
+      const before = await counts();
+      await app.query('begin');
+      await expect(app.query(`call queues.enqueue_and_commit('product_resync', '{}')`)).rejects.toMatchObject({
+        code: '2D000',
+      });
+      await app.query('rollback');
+      await expect(app.query(`call queues.enqueue_and_commit('email', '{}')`)).rejects.toMatchObject({
+        code: '42501',
+      });
+      expect(await counts()).toEqual(before);
+      expect(await listener.received()).toBe(0);
+    } finally {
+      await app.end();
+      await listener.end();
+    }
+  });
+});
+
+describe('task types in use', () => {
+  it('cannot be deleted, renamed or truncated away (23503); an unused one can be deleted', async () => {
     await db.pool('app').query(`select queues.enqueue('product_resync', '{}')`);
-    // A round trip on the listening connection delivers anything already sent to it.
-    await listener.query('select 1');
-    expect(received).toEqual(['queues_task_ready', 'queues_task_ready']);
-    await listener.end();
+    for (const sql of [
+      `delete from queues.task_type where task_type = 'product_resync'`,
+      `update queues.task_type set task_type = 'product_resync_2' where task_type = 'product_resync'`,
+      'truncate queues.task_type cascade',
+    ]) {
+      await expect(db.query(sql), sql).rejects.toMatchObject({
+        code: '23503',
+        message: expect.stringMatching(/^task_type '\w+' is named by tasks in queues.task$/),
+      });
+    }
+    await db.query(`update queues.task_type set description = 'still here' where task_type = 'product_resync'`);
+    await db.query(`insert into queues.task_type (task_type) values ('unused_probe')`);
+    await db.query(`delete from queues.task_type where task_type = 'unused_probe'`);
+  });
+
+  it('a delete waits for the transactions enqueueing tasks, and an enqueue waits for the delete', async () => {
+    await db.query(`insert into queues.task_type (task_type) values ('guard_probe'), ('guard_probe_2')`);
+    const app = await db.client('app');
+    const owner = await db.client('owner');
+    try {
+      await owner.query(`set lock_timeout = '200ms'`);
+      await app.query(`set lock_timeout = '200ms'`);
+      // An uncommitted enqueue holds the delete off; once it commits the delete is refused.
+      await app.query('begin');
+      await app.query(`select queues.enqueue('guard_probe', '{}')`);
+      await expect(owner.query(`delete from queues.task_type where task_type = 'guard_probe'`)).rejects.toMatchObject({
+        code: '55P03',
+      });
+      await app.query('commit');
+      await expect(owner.query(`delete from queues.task_type where task_type = 'guard_probe'`)).rejects.toMatchObject({
+        code: '23503',
+      });
+      // An uncommitted delete holds enqueues off; once it commits the type is unknown.
+      await owner.query('begin');
+      await owner.query(`delete from queues.task_type where task_type = 'guard_probe_2'`);
+      await expect(app.query(`select queues.enqueue('guard_probe_2', '{}')`)).rejects.toMatchObject({ code: '55P03' });
+      await owner.query('commit');
+      await expect(app.query(`select queues.enqueue('guard_probe_2', '{}')`)).rejects.toMatchObject({
+        code: '22023',
+        message: "unknown task_type 'guard_probe_2'",
+      });
+      // Under REPEATABLE READ an enqueue locks its types, as the foreign key did: a type
+      // deleted after the transaction's snapshot is a serialization failure, not a task
+      // of a type that is gone.
+      for (const [type, enqueueSql] of [
+        ['guard_probe_3', `select queues.enqueue('guard_probe_3', '{}')`],
+        ['guard_probe_4', `select queues.enqueue_many('[{"task_type": "guard_probe_4", "payload": {}}]')`],
+      ]) {
+        await db.query('insert into queues.task_type (task_type) values ($1)', [type]);
+        await app.query('begin isolation level repeatable read');
+        await app.query('select 1'); // takes the snapshot
+        await owner.query('delete from queues.task_type where task_type = $1', [type]);
+        await expect(app.query(enqueueSql), enqueueSql).rejects.toMatchObject({ code: '40001' });
+        await app.query('rollback');
+      }
+      const { rows } = await db.query(
+        `select count(*)::int as n from queues.task t where not exists (select 1 from queues.task_type y where y.task_type = t.task_type)`,
+      );
+      expect(rows[0].n).toBe(0);
+    } finally {
+      await app.end();
+      await owner.end();
+    }
   });
 });
 
@@ -142,6 +289,13 @@ describe('enqueue bad input', () => {
       ['{"a":"\\u0000"}'],
       '22P05',
       /unsupported Unicode escape/,
+    ],
+    [
+      'worker-only type with a bad payload (refused before the payload is read)',
+      `select queues.enqueue('email', $1::jsonb, 'infinity', 5000)`,
+      ['[1]'],
+      '42501',
+      /^task_type 'email' may be enqueued only by the database's own processes/,
     ],
     [
       'injection in task_type',
@@ -216,6 +370,36 @@ describe('enqueue bad input', () => {
       [{ task_type: 'product_resync', payload: {} }, { task_type: 'nope', payload: {} }, 5],
       '22023',
       /^tasks\[1\]: unknown task_type 'nope'$/,
+    ],
+    [
+      'a worker-only type anywhere is refused before any element is read',
+      [
+        { task_type: 'product_resync', payload: {}, priority: 5000 },
+        { task_type: 'email', payload: 7 },
+      ],
+      '42501',
+      /^tasks\[1\]: task_type 'email' may be enqueued only by the database's own processes/,
+    ],
+    [
+      'one bad row after 500 good ones',
+      [
+        ...Array.from({ length: 500 }, (_, i) => ({ task_type: 'product_resync', payload: { i } })),
+        { task_type: 'product_resync', payload: {}, resource_key: '' },
+      ],
+      '22023',
+      /^tasks\[500\]: resource_key must be 1 to 200 characters$/,
+    ],
+    [
+      'payload nested 65 deep',
+      [{ task_type: 'product_resync', payload: JSON.parse('{"a":'.repeat(65) + '1' + '}'.repeat(65)) }],
+      '54000',
+      /^tasks\[0\]: payload is nested deeper than 64 levels$/,
+    ],
+    [
+      'scheduled_at infinity',
+      [{ task_type: 'product_resync', payload: {}, scheduled_at: 'infinity' }],
+      '22023',
+      /^tasks\[0\]: scheduled_at must be a finite time, got infinity$/,
     ],
     [
       'over 10,000 tasks',

@@ -5,7 +5,10 @@
 -- kickoffs, schedules the owner installs), through the grant-less
 -- queues.enqueue_internal; apps start processes through their kickoff functions. The
 -- public queues.enqueue and queues.enqueue_many refuse internal types with 42501 unless
--- the session itself is the owner's (migrations, operators at psql).
+-- the session itself is the owner's (migrations, operators at psql). Both refuse before
+-- they read anything else: queues.enqueue_task probes queues.internal_task_type once,
+-- queues.enqueue_tasks asks queues.is_owner_session() once per batch and then checks
+-- every element's type against queues.internal_task_type read once (hashed).
 
 -- True when _task_type may be enqueued only by the owner's SQL.
 create or replace function queues.is_internal_task_type(_task_type text)
@@ -28,7 +31,7 @@ as $$
 $$;
 
 -- Raises 42501 when the caller may not enqueue _task_type (_where prefixes the message,
--- 'tasks[3]: ' in a batch). Unknown or NULL types pass: queues.assert_valid_task names them.
+-- 'tasks[3]: ' in a batch). Unknown or NULL types pass: queues.enqueue_task names them.
 create or replace function queues.assert_may_enqueue(_task_type text, _where text default '')
   returns void
   language plpgsql stable
@@ -41,32 +44,6 @@ begin
       using errcode = '42501',
             detail = 'Channel tasks (email, sms, file_delete) and db_function steps act with the owner''s authority.',
             hint = 'Start the business process through its kickoff function (comms.send_email, comms.send_sms, files.kickoff_file_deletion, api.request_account_deletion).';
-  end if;
-end;
-$$;
-
--- The batch form of queues.assert_may_enqueue: the first element, in input order, whose
--- task_type is internal. Anything that is not an array of objects passes (the batch
--- validation reports it).
-create or replace function queues.assert_may_enqueue_many(_tasks jsonb)
-  returns void
-  language plpgsql stable
-  set search_path = pg_catalog, pg_temp
-as $$
-declare
-  _first record;
-begin
-  if jsonb_typeof(_tasks) is distinct from 'array' or queues.is_owner_session() then
-    return;
-  end if;
-  select e.ordinality - 1 as idx, e.value ->> 'task_type' as task_type into _first
-    from jsonb_array_elements(_tasks) with ordinality e
-    join queues.internal_task_type i
-      on jsonb_typeof(e.value) = 'object' and i.task_type = e.value ->> 'task_type'
-   order by e.ordinality
-   limit 1;
-  if found then
-    perform queues.assert_may_enqueue(_first.task_type, format('tasks[%s]: ', _first.idx));
   end if;
 end;
 $$;

@@ -76,6 +76,9 @@ begin
     from queues.task_pending p
    where p.resource_key is not null and p.current_lease_id is not null
    order by p.resource_key, p.available_at desc;
+  if _count > 0 then
+    perform pg_notify('queues_task_ready', '');
+  end if;
   return _count;
 end;
 $$;

@@ -25,6 +25,10 @@ grant execute on function
 to :DATABASE_WORKER;
 
 grant execute on function
-  queues.enqueue(text, jsonb, timestamptz, integer, text, integer),
+  queues.enqueue(text, jsonb, timestamptz, integer, text, integer, boolean),
   queues.enqueue_many(jsonb)
 to :DATABASE_APP;
+-- The client's enqueue on a pool (commit, then the wake-up; sql/queues/enqueue.sql).
+revoke execute on all procedures in schema queues from public;
+grant execute on procedure queues.enqueue_and_commit(text, jsonb, timestamptz, integer, text, integer, bigint)
+  to :DATABASE_APP;

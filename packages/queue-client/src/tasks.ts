@@ -22,6 +22,7 @@ import {
   taskCompleteMany,
   taskDequeueNextAvailable,
   taskEnqueue,
+  taskEnqueueAndCommit,
   taskEnqueueMany,
   taskExtendLeases,
   taskFail,
@@ -31,6 +32,7 @@ import {
   taskSettle,
   taskMarkStarted,
 } from './queries/task.queries.js';
+import pg from 'pg';
 import type { Queryable } from './connection.js';
 import { mapErrors } from './errors.js';
 
@@ -103,21 +105,48 @@ function asObject(value: unknown): JsonObject {
   return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as JsonObject) : {};
 }
 
-/** Adds a task; returns its id. */
+/**
+ * `db` as the generated queries' connection, running them as a named (prepared)
+ * statement: each connection parses and analyses it once, then only binds and executes
+ * (about 30 µs less server time per call on the one-by-one enqueue). PostgreSQL re-analyses
+ * it by itself when a migration replaces the function or procedure it calls.
+ */
+function preparedAs(name: string, db: Queryable) {
+  return {
+    query: async (text: string, values: unknown[]) => {
+      const result = await db.query<Record<string, unknown>>({ name, text, values });
+      return { rows: result.rows, rowCount: result.rowCount ?? 0 };
+    },
+  };
+}
+
+/**
+ * Adds a task; returns its id.
+ *
+ * On a pool the call is its own transaction: `queues.enqueue_and_commit` commits the
+ * task, then wakes the workers in a second transaction that writes nothing, so concurrent
+ * callers do not commit one at a time behind PostgreSQL's notification lock (see
+ * sql/queues/enqueue.sql). On a client (say inside `withTransaction`) it joins the
+ * client's transaction and the wake-up goes out at its commit, one per transaction
+ * however many tasks it enqueues.
+ */
 export async function enqueue(db: Queryable, task: NewTask): Promise<Id> {
-  const [row] = await mapErrors(
-    taskEnqueue.run(
-      {
-        taskType: task.taskType,
-        payload: JSON.stringify(task.payload),
-        scheduledAt: task.scheduledAt,
-        priority: task.priority,
-        resourceKey: task.resourceKey,
-        maxAttempts: task.maxAttempts,
-      },
-      db,
-    ),
-  );
+  const params = {
+    taskType: task.taskType,
+    payload: JSON.stringify(task.payload),
+    scheduledAt: task.scheduledAt,
+    priority: task.priority,
+    resourceKey: task.resourceKey,
+    maxAttempts: task.maxAttempts,
+  };
+  if (db instanceof pg.Pool) {
+    const [row] = await mapErrors(
+      taskEnqueueAndCommit.run(params, preparedAs('queue_client_task_enqueue_and_commit', db)),
+    );
+    if (!row?._task_id) throw new Error('queues.enqueue_and_commit returned no task id');
+    return row._task_id;
+  }
+  const [row] = await mapErrors(taskEnqueue.run(params, preparedAs('queue_client_task_enqueue', db)));
   if (!row) throw new Error('queues.enqueue returned no row');
   return row.taskId;
 }
@@ -132,8 +161,10 @@ export async function enqueueMany(db: Queryable, tasks: NewTask[]): Promise<Id[]
     resource_key: t.resourceKey,
     max_attempts: t.maxAttempts,
   }));
-  const rows = await mapErrors(taskEnqueueMany.run({ tasks: JSON.stringify(json) }, db));
-  return rows.map((r) => r.taskId);
+  // The ids come back as one array in input order: one row to send and parse, not one per task.
+  const [row] = await mapErrors(taskEnqueueMany.run({ tasks: JSON.stringify(json) }, db));
+  if (!row) throw new Error('queues.enqueue_many returned no row');
+  return row.taskIds;
 }
 
 /** Claims up to `limit` ready tasks, each with a new lease. */

@@ -203,6 +203,37 @@ describe('queue client', () => {
     }
   });
 
+  it('enqueue on a pool commits, then wakes workers (enqueue_and_commit); in a transaction, once at its commit', async () => {
+    const listener = await db.client('owner');
+    let received = 0;
+    listener.on('notification', () => received++);
+    await listener.query('listen queues_task_ready');
+    // A round trip on the listening connection delivers anything already sent to it.
+    const count = async () => {
+      await listener.query('select 1');
+      const n = received;
+      received = 0;
+      return n;
+    };
+    try {
+      const taskId = await enqueue(app, { taskType: 'product_resync', payload: { via: 'pool' } });
+      expect(await count()).toBe(1);
+      const { rows } = await db
+        .pool('root')
+        .query(`select query from pg_stat_activity where application_name = 'client-test-app' and state = 'idle'`);
+      expect(rows.map((r) => (r.query as string).trim().split('(')[0])).toContain('call queues.enqueue_and_commit');
+      expect((await db.query('select 1 from queues.task where task_id = $1', [taskId])).rowCount).toBe(1);
+
+      await withTransaction(app, async (tx) => {
+        for (let i = 0; i < 3; i++) await enqueue(tx, { taskType: 'product_resync', payload: { i } });
+        expect(await count()).toBe(0);
+      });
+      expect(await count()).toBe(1);
+    } finally {
+      await listener.end();
+    }
+  });
+
   it('connect refuses to start without a database URL', () => {
     const saved = process.env.DATABASE_URL;
     delete process.env.DATABASE_URL;

@@ -410,7 +410,8 @@ ${settings}
 
 1. **Enqueue one by one**: ${n} tasks, one call per task, ${o.enqueueConcurrency} concurrent
    callers on a pool of ${o.enqueueConcurrency} connections. Ours: \`enqueue()\` of
-   @org/queue-client (\`queues.enqueue\`); graphile-worker: \`WorkerUtils.addJob\`; pg-boss: \`send\`.
+   @org/queue-client on the pool (\`queues.enqueue_and_commit\`: the task's commit, then its
+   NOTIFY in a transaction of its own); graphile-worker: \`WorkerUtils.addJob\`; pg-boss: \`send\`.
 2. **Enqueue in batches** of ${o.batchSize.toLocaleString('en-US')}: one caller. Ours:
    \`enqueueMany()\` (\`queues.enqueue_many\`); graphile-worker: \`addJobs\`; pg-boss: \`insert\`.
 3. **Drain** a backlog of ${n} tasks (enqueued in batches, not timed) with 1 worker process ×
@@ -420,7 +421,7 @@ ${settings}
    never waiting for earlier ones), for ${o.latencyDurationMs / 1000} s. Each task carries
    \`Date.now()\` at enqueue; the handler records \`Date.now() − t\` when it starts. Nearest-rank
    percentiles over ${Math.floor((o.latencyRate * o.latencyDurationMs) / 1000)} tasks per trial.
-   Ours is woken by LISTEN/NOTIFY (\`queues_task_ready\`, one NOTIFY per enqueue statement).
+   Ours is woken by LISTEN/NOTIFY (\`queues_task_ready\`, one NOTIFY per transaction that enqueues a task ready now).
 5. **History** (ours only): ${o.historyRows.toLocaleString('en-US')} tasks, each with a lease and a
    \`task_completed\` row, written in bulk by the owner (as in \`sql/queues/claim.test.ts\`),
    then \`vacuum analyze\`, then the drain of 3a. Compared with ours in 3a of the same run.

@@ -41,7 +41,7 @@ describe('the schema dump', () => {
       'CREATE INDEX task_pending_ready_idx ON queues.task_pending USING btree (task_type, priority DESC, scheduled_at, task_id) WHERE (current_lease_id IS NULL);',
     );
     expect(first).toContain(
-      'CREATE TRIGGER notify_task_ready AFTER INSERT ON queues.task_pending FOR EACH STATEMENT EXECUTE FUNCTION queues.notify_task_ready();',
+      'CREATE TRIGGER guard_task_type_in_use BEFORE DELETE OR UPDATE OF task_type ON queues.task_type FOR EACH ROW EXECUTE FUNCTION queues.guard_task_type_in_use();',
     );
     expect(first).toContain('  task_id bigint generated always as identity not null');
     expect(first).toContain('create view queues.task_lease_effective as');

@@ -48,6 +48,41 @@ const taskEnqueueIR: any = {"usedParamSet":{"taskType":true,"payload":true,"sche
 export const taskEnqueue = new PreparedQuery<ITaskEnqueueParams,ITaskEnqueueResult>(taskEnqueueIR);
 
 
+/** 'TaskEnqueueAndCommit' parameters type */
+export interface ITaskEnqueueAndCommitParams {
+  maxAttempts?: number | null | void;
+  payload: unknown;
+  priority?: number | null | void;
+  resourceKey?: string | null | void;
+  scheduledAt?: DateOrString | null | void;
+  taskType: string;
+}
+
+/** 'TaskEnqueueAndCommit' return type */
+export interface ITaskEnqueueAndCommitResult {
+  _task_id: string | null;
+}
+
+/** 'TaskEnqueueAndCommit' query type */
+export interface ITaskEnqueueAndCommitQuery {
+  params: ITaskEnqueueAndCommitParams;
+  result: ITaskEnqueueAndCommitResult;
+}
+
+const taskEnqueueAndCommitIR: any = {"usedParamSet":{"taskType":true,"payload":true,"scheduledAt":true,"priority":true,"resourceKey":true,"maxAttempts":true},"params":[{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":34,"b":43}]},{"name":"payload","required":true,"transform":{"type":"scalar"},"locs":[{"a":52,"b":60}]},{"name":"scheduledAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":70,"b":81}]},{"name":"priority","required":false,"transform":{"type":"scalar"},"locs":[{"a":97,"b":105}]},{"name":"resourceKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":119,"b":130}]},{"name":"maxAttempts","required":false,"transform":{"type":"scalar"},"locs":[{"a":139,"b":150}]}],"statement":"call queues.enqueue_and_commit(\n  :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,\n  :resourceKey::text, :maxAttempts::integer\n)"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * call queues.enqueue_and_commit(
+ *   :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
+ *   :resourceKey::text, :maxAttempts::integer
+ * )
+ * ```
+ */
+export const taskEnqueueAndCommit = new PreparedQuery<ITaskEnqueueAndCommitParams,ITaskEnqueueAndCommitResult>(taskEnqueueAndCommitIR);
+
+
 /** 'TaskEnqueueMany' parameters type */
 export interface ITaskEnqueueManyParams {
   tasks: unknown;
@@ -55,7 +90,7 @@ export interface ITaskEnqueueManyParams {
 
 /** 'TaskEnqueueMany' return type */
 export interface ITaskEnqueueManyResult {
-  taskId: string;
+  taskIds: stringArray;
 }
 
 /** 'TaskEnqueueMany' query type */
@@ -64,13 +99,13 @@ export interface ITaskEnqueueManyQuery {
   result: ITaskEnqueueManyResult;
 }
 
-const taskEnqueueManyIR: any = {"usedParamSet":{"tasks":true},"params":[{"name":"tasks","required":true,"transform":{"type":"scalar"},"locs":[{"a":57,"b":63}]}],"statement":"select e.task_id as \"taskId!\"\n  from queues.enqueue_many(:tasks!::jsonb) e"};
+const taskEnqueueManyIR: any = {"usedParamSet":{"tasks":true},"params":[{"name":"tasks","required":true,"transform":{"type":"scalar"},"locs":[{"a":98,"b":104}]}],"statement":"select coalesce(array_agg(e.task_id order by e.n), '{}') as \"taskIds!\"\n  from queues.enqueue_many(:tasks!::jsonb) with ordinality e(task_id, n)"};
 
 /**
  * Query generated from SQL:
  * ```
- * select e.task_id as "taskId!"
- *   from queues.enqueue_many(:tasks!::jsonb) e
+ * select coalesce(array_agg(e.task_id order by e.n), '{}') as "taskIds!"
+ *   from queues.enqueue_many(:tasks!::jsonb) with ordinality e(task_id, n)
  * ```
  */
 export const taskEnqueueMany = new PreparedQuery<ITaskEnqueueManyParams,ITaskEnqueueManyResult>(taskEnqueueManyIR);

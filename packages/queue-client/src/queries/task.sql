@@ -10,9 +10,15 @@ select queues.enqueue(
   :resourceKey::text, :maxAttempts::integer
 ) as "taskId!";
 
+/* @name TaskEnqueueAndCommit */
+call queues.enqueue_and_commit(
+  :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
+  :resourceKey::text, :maxAttempts::integer
+);
+
 /* @name TaskEnqueueMany */
-select e.task_id as "taskId!"
-  from queues.enqueue_many(:tasks!::jsonb) e;
+select coalesce(array_agg(e.task_id order by e.n), '{}') as "taskIds!"
+  from queues.enqueue_many(:tasks!::jsonb) with ordinality e(task_id, n);
 
 /* @name TaskClaim */
 select c.task_id       as "taskId!",
