@@ -1205,7 +1205,6 @@ create table queues.task (
   constraint task_resource_key_check CHECK (((length(resource_key) >= 1) AND (length(resource_key) <= 200))),
   constraint task_scheduled_at_not_null NOT NULL scheduled_at,
   constraint task_task_id_not_null NOT NULL task_id,
-  constraint task_task_type_fkey FOREIGN KEY (task_type) REFERENCES queues.task_type(task_type) ON DELETE RESTRICT,
   constraint task_task_type_not_null NOT NULL task_type
 ) partition by RANGE (task_id);
   owner :DATABASE_OWNER
@@ -1494,7 +1493,6 @@ create table queues.task_default partition of queues.task (
   constraint task_resource_key_check CHECK (((length(resource_key) >= 1) AND (length(resource_key) <= 200))),
   constraint task_scheduled_at_not_null NOT NULL scheduled_at,
   constraint task_task_id_not_null NOT NULL task_id,
-  constraint task_task_type_fkey FOREIGN KEY (task_type) REFERENCES queues.task_type(task_type) ON DELETE RESTRICT,
   constraint task_task_type_not_null NOT NULL task_type
 ) DEFAULT;
   owner :DATABASE_OWNER
@@ -2041,7 +2039,6 @@ create table queues.task_p0 partition of queues.task (
   constraint task_resource_key_check CHECK (((length(resource_key) >= 1) AND (length(resource_key) <= 200))),
   constraint task_scheduled_at_not_null NOT NULL scheduled_at,
   constraint task_task_id_not_null NOT NULL task_id,
-  constraint task_task_type_fkey FOREIGN KEY (task_type) REFERENCES queues.task_type(task_type) ON DELETE RESTRICT,
   constraint task_task_type_not_null NOT NULL task_type
 ) FOR VALUES FROM ('0') TO ('1000000');
   owner :DATABASE_OWNER
@@ -2070,7 +2067,6 @@ create table queues.task_p1000000 partition of queues.task (
   constraint task_resource_key_check CHECK (((length(resource_key) >= 1) AND (length(resource_key) <= 200))),
   constraint task_scheduled_at_not_null NOT NULL scheduled_at,
   constraint task_task_id_not_null NOT NULL task_id,
-  constraint task_task_type_fkey FOREIGN KEY (task_type) REFERENCES queues.task_type(task_type) ON DELETE RESTRICT,
   constraint task_task_type_not_null NOT NULL task_type
 ) FOR VALUES FROM ('1000000') TO ('2000000');
   owner :DATABASE_OWNER
@@ -2099,7 +2095,6 @@ create table queues.task_p2000000 partition of queues.task (
   constraint task_resource_key_check CHECK (((length(resource_key) >= 1) AND (length(resource_key) <= 200))),
   constraint task_scheduled_at_not_null NOT NULL scheduled_at,
   constraint task_task_id_not_null NOT NULL task_id,
-  constraint task_task_type_fkey FOREIGN KEY (task_type) REFERENCES queues.task_type(task_type) ON DELETE RESTRICT,
   constraint task_task_type_not_null NOT NULL task_type
 ) FOR VALUES FROM ('2000000') TO ('3000000');
   owner :DATABASE_OWNER
@@ -2141,7 +2136,6 @@ comment on table queues.task_pending is 'Derived claim index: tasks not yet comp
 CREATE INDEX task_pending_leased_idx ON queues.task_pending USING btree (available_at) WHERE (current_lease_id IS NOT NULL);
 CREATE UNIQUE INDEX task_pending_pkey ON queues.task_pending USING btree (task_id);
 CREATE INDEX task_pending_ready_idx ON queues.task_pending USING btree (task_type, priority DESC, scheduled_at, task_id) WHERE (current_lease_id IS NULL);
-CREATE TRIGGER notify_task_ready AFTER INSERT ON queues.task_pending FOR EACH STATEMENT EXECUTE FUNCTION queues.notify_task_ready();
 
 create table queues.task_redriven (
   task_id bigint not null,
@@ -2370,6 +2364,8 @@ create table queues.task_type (
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on table queues.task_type is 'Task types a worker may be asked to process; queues.enqueue rejects any other.';
 CREATE UNIQUE INDEX task_type_pkey ON queues.task_type USING btree (task_type);
+CREATE TRIGGER guard_task_type_in_use BEFORE DELETE OR UPDATE OF task_type ON queues.task_type FOR EACH ROW EXECUTE FUNCTION queues.guard_task_type_in_use();
+CREATE TRIGGER guard_task_type_in_use_truncate BEFORE TRUNCATE ON queues.task_type FOR EACH STATEMENT EXECUTE FUNCTION queues.guard_task_type_in_use();
 
 create table queues.task_type_paused (
   task_type_paused_id bigint generated always as identity not null,
@@ -7014,79 +7010,6 @@ $function$;
   -- queues.assert_may_enqueue(_task_type text, _where text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.assert_may_enqueue_many(_tasks jsonb)
- RETURNS void
- LANGUAGE plpgsql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-declare
-  _first record;
-begin
-  if jsonb_typeof(_tasks) is distinct from 'array' or queues.is_owner_session() then
-    return;
-  end if;
-  select e.ordinality - 1 as idx, e.value ->> 'task_type' as task_type into _first
-    from jsonb_array_elements(_tasks) with ordinality e
-    join queues.internal_task_type i
-      on jsonb_typeof(e.value) = 'object' and i.task_type = e.value ->> 'task_type'
-   order by e.ordinality
-   limit 1;
-  if found then
-    perform queues.assert_may_enqueue(_first.task_type, format('tasks[%s]: ', _first.idx));
-  end if;
-end;
-$function$;
-  -- queues.assert_may_enqueue_many(_tasks jsonb): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION queues.assert_valid_task(_task_type text, _payload jsonb, _priority integer, _resource_key text, _max_attempts integer, _where text DEFAULT ''::text)
- RETURNS void
- LANGUAGE plpgsql
- STABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-begin
-  if _task_type is null then
-    raise exception '%task_type must not be null', _where using errcode = '22004';
-  end if;
-  if not exists (select 1 from queues.task_type t where t.task_type = _task_type) then
-    raise exception '%unknown task_type %', _where, quote_literal(left(_task_type, 100))
-      using errcode = '22023',
-            hint = 'Known task types are listed in queues.task_type.';
-  end if;
-  if _payload is null then
-    raise exception '%payload must not be null', _where using errcode = '22004';
-  end if;
-  if jsonb_typeof(_payload) <> 'object' then
-    raise exception '%payload must be a JSON object, got %', _where, jsonb_typeof(_payload)
-      using errcode = '22023';
-  end if;
-  if pg_column_size(_payload) > queues.max_payload_bytes() then
-    raise exception '%payload is % bytes, over the limit of % bytes',
-      _where, pg_column_size(_payload), queues.max_payload_bytes()
-      using errcode = '54000';
-  end if;
-  if queues.is_payload_too_deep(_payload) then
-    raise exception '%payload is nested deeper than % levels', _where, queues.max_payload_depth()
-      using errcode = '54000';
-  end if;
-  if _priority is not null and _priority not between -1000 and 1000 then
-    raise exception '%priority must be between -1000 and 1000, got %', _where, _priority
-      using errcode = '22023';
-  end if;
-  if _resource_key is not null and length(_resource_key) not between 1 and 200 then
-    raise exception '%resource_key must be 1 to 200 characters', _where using errcode = '22023';
-  end if;
-  if _max_attempts is not null and _max_attempts not between 1 and 100 then
-    raise exception '%max_attempts must be between 1 and 100, got %', _where, _max_attempts
-      using errcode = '22023';
-  end if;
-end;
-$function$;
-  -- queues.assert_valid_task(_task_type text, _payload jsonb, _priority integer, _resource_key text, _max_attempts integer, _where text): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
 CREATE OR REPLACE FUNCTION queues.attach_history_partition(_table text, _lower bigint, _upper bigint)
  RETURNS boolean
  LANGUAGE plpgsql
@@ -7620,18 +7543,34 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer)
+CREATE OR REPLACE FUNCTION queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer, _notify boolean DEFAULT true)
  RETURNS bigint
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 begin
-  perform queues.assert_may_enqueue(_task_type);
-  return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts);
+  return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts,
+                             true, coalesce(_notify, true));
 end;
 $function$;
-  -- queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer): owner :DATABASE_OWNER
+  -- queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _notify boolean): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE PROCEDURE queues.enqueue_and_commit(IN _task_type text, IN _payload jsonb, IN _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, IN _priority integer DEFAULT NULL::integer, IN _resource_key text DEFAULT NULL::text, IN _max_attempts integer DEFAULT NULL::integer, INOUT _task_id bigint DEFAULT NULL::bigint)
+ LANGUAGE plpgsql
+AS $procedure$
+begin
+  _task_id := queues.enqueue(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts, false);
+  commit;
+  if _scheduled_at is null or _scheduled_at operator(pg_catalog.<=) pg_catalog.now() then
+    perform pg_catalog.pg_notify('queues_task_ready', '');
+  end if;
+end;
+$procedure$;
+  -- queues.enqueue_and_commit(IN _task_type text, IN _payload jsonb, IN _scheduled_at timestamp with time zone, IN _priority integer, IN _resource_key text, IN _max_attempts integer, INOUT _task_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -7651,20 +7590,17 @@ $function$;
 
 CREATE OR REPLACE FUNCTION queues.enqueue_many(_tasks jsonb)
  RETURNS TABLE(task_id bigint)
- LANGUAGE plpgsql
+ LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-begin
-  perform queues.assert_may_enqueue_many(_tasks);
-  return query select t.task_id from queues.enqueue_tasks(_tasks) t;
-end;
+  select t.task_id from queues.enqueue_tasks(_tasks, true) t
 $function$;
   -- queues.enqueue_many(_tasks jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer)
+CREATE OR REPLACE FUNCTION queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean DEFAULT false, _notify boolean DEFAULT true)
  RETURNS bigint
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -7672,15 +7608,47 @@ AS $function$
 declare
   _task_id bigint;
 begin
-  perform queues.assert_valid_task(_task_type, _payload, _priority, _resource_key, _max_attempts);
-  if _scheduled_at is not null and not isfinite(_scheduled_at) then
+  if _public and exists (select 1 from queues.internal_task_type i where i.task_type = _task_type) then
+    perform queues.assert_may_enqueue(_task_type);
+  end if;
+  if _task_type is null then
+    raise exception 'task_type must not be null' using errcode = '22004';
+  end if;
+  if _payload is null then
+    raise exception 'payload must not be null' using errcode = '22004';
+  end if;
+  if jsonb_typeof(_payload) <> 'object' then
+    raise exception 'payload must be a JSON object, got %', jsonb_typeof(_payload) using errcode = '22023';
+  end if;
+  if pg_column_size(_payload) > queues.max_payload_bytes() then
+    raise exception 'payload is % bytes, over the limit of % bytes', pg_column_size(_payload), queues.max_payload_bytes()
+      using errcode = '54000';
+  end if;
+  if jsonb_path_exists(_payload, 'strict $.**{65}') then
+    raise exception 'payload is nested deeper than % levels', queues.max_payload_depth() using errcode = '54000';
+  end if;
+  if _priority not between -1000 and 1000 then
+    raise exception 'priority must be between -1000 and 1000, got %', _priority using errcode = '22023';
+  end if;
+  if length(_resource_key) not between 1 and 200 then
+    raise exception 'resource_key must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  if _max_attempts not between 1 and 100 then
+    raise exception 'max_attempts must be between 1 and 100, got %', _max_attempts using errcode = '22023';
+  end if;
+  if not isfinite(_scheduled_at) then
     raise exception 'scheduled_at must be a finite time, got %', _scheduled_at using errcode = '22023';
+  end if;
+  if current_setting('transaction_isolation') <> 'read committed' then
+    perform from queues.task_type t where t.task_type = _task_type for key share;
   end if;
 
   with inserted as (
     insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
-    values (_task_type, _payload, coalesce(_priority, 0), _resource_key,
-            coalesce(_max_attempts, 1), coalesce(_scheduled_at, now()))
+    select t.task_type, _payload, coalesce(_priority, 0), _resource_key,
+           coalesce(_max_attempts, 1), coalesce(_scheduled_at, now())
+      from queues.task_type t
+     where t.task_type = _task_type
     returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts
   )
   insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
@@ -7688,19 +7656,31 @@ begin
     from inserted i
   returning task_id into _task_id;
 
+  if _task_id is null then
+    raise exception 'unknown task_type %', quote_literal(left(_task_type, 100))
+      using errcode = '22023', hint = 'Known task types are listed in queues.task_type.';
+  end if;
+  -- A task scheduled later wakes nobody now: workers poll for it.
+  if _notify and (_scheduled_at is null or _scheduled_at <= now()) then
+    perform pg_notify('queues_task_ready', '');
+  end if;
   return _task_id;
 end;
 $function$;
-  -- queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer): owner :DATABASE_OWNER
+  -- queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean, _notify boolean): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.enqueue_tasks(_tasks jsonb)
+CREATE OR REPLACE FUNCTION queues.enqueue_tasks(_tasks jsonb, _public boolean DEFAULT false)
  RETURNS TABLE(task_id bigint)
  LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+#variable_conflict use_column
 declare
-  _problem record;
+  _ids bigint[];
+  _ready boolean;
+  _refused record;
 begin
   if _tasks is null then
     raise exception 'tasks must not be null' using errcode = '22004';
@@ -7712,91 +7692,93 @@ begin
     raise exception 'at most 10000 tasks per call, got %', jsonb_array_length(_tasks)
       using errcode = '54000';
   end if;
-
-  -- Every element checked in one set-based pass (as queues.assert_valid_task checks a
-  -- single task); the first problem, in input order, is raised.
-  select p.idx, p.code, p.message into _problem
-    from (
-      select e.ordinality - 1 as idx, c.code, c.message
-        from jsonb_array_elements(_tasks) with ordinality e
-        cross join lateral (
-          select case
-            when jsonb_typeof(e.value) <> 'object' then '22023'
-            when u.keys is not null then '22023'
-            when e.value ->> 'task_type' is null then '22004'
-            when t.task_type is null then '22023'
-            when e.value -> 'payload' is null then '22004'
-            when jsonb_typeof(e.value -> 'payload') <> 'object' then '22023'
-            when pg_column_size(e.value -> 'payload') > queues.max_payload_bytes() then '54000'
-            when queues.is_payload_too_deep(e.value -> 'payload') then '54000'
-            when not isfinite((e.value ->> 'scheduled_at')::timestamptz) then '22023'
-            when (e.value ->> 'priority')::integer not between -1000 and 1000 then '22023'
-            when length(e.value ->> 'resource_key') not between 1 and 200 then '22023'
-            when (e.value ->> 'max_attempts')::integer not between 1 and 100 then '22023'
-          end as code,
-          case
-            when jsonb_typeof(e.value) <> 'object' then format('must be a JSON object, got %s', jsonb_typeof(e.value))
-            when u.keys is not null then format('unknown field(s) %s', left(u.keys, 200))
-            when e.value ->> 'task_type' is null then 'task_type must not be null'
-            when t.task_type is null then format('unknown task_type %s', quote_literal(left(e.value ->> 'task_type', 100)))
-            when e.value -> 'payload' is null then 'payload must not be null'
-            when jsonb_typeof(e.value -> 'payload') <> 'object' then format('payload must be a JSON object, got %s', jsonb_typeof(e.value -> 'payload'))
-            when pg_column_size(e.value -> 'payload') > queues.max_payload_bytes() then
-              format('payload is %s bytes, over the limit of %s bytes', pg_column_size(e.value -> 'payload'), queues.max_payload_bytes())
-            when queues.is_payload_too_deep(e.value -> 'payload') then
-              format('payload is nested deeper than %s levels', queues.max_payload_depth())
-            when not isfinite((e.value ->> 'scheduled_at')::timestamptz) then
-              format('scheduled_at must be a finite time, got %s', e.value ->> 'scheduled_at')
-            when (e.value ->> 'priority')::integer not between -1000 and 1000 then
-              format('priority must be between -1000 and 1000, got %s', e.value ->> 'priority')
-            when length(e.value ->> 'resource_key') not between 1 and 200 then 'resource_key must be 1 to 200 characters'
-            when (e.value ->> 'max_attempts')::integer not between 1 and 100 then
-              format('max_attempts must be between 1 and 100, got %s', e.value ->> 'max_attempts')
-          end as message
-          from (select 1) one
-          left join lateral (
-            select string_agg(k, ', ') as keys
-              from jsonb_object_keys(case when jsonb_typeof(e.value) = 'object' then e.value else '{}' end) k
-             where k not in ('task_type', 'payload', 'scheduled_at', 'priority', 'resource_key', 'max_attempts')
-          ) u on true
-          left join queues.task_type t
-            on jsonb_typeof(e.value) = 'object' and t.task_type = e.value ->> 'task_type'
-        ) c
-    ) p
-   where p.code is not null
-   order by p.idx
-   limit 1;
-  if found and _problem.message like 'unknown task_type%' then
-    raise exception 'tasks[%]: %', _problem.idx, _problem.message using errcode = _problem.code,
-      hint = 'Known task types are listed in queues.task_type.';
-  elsif found then
-    raise exception 'tasks[%]: %', _problem.idx, _problem.message using errcode = _problem.code;
+  -- A worker-only task type anywhere refuses the batch before any element is read
+  -- further (the first such element is named), unless the session is the owner's.
+  if _public and not queues.is_owner_session() then
+    select e.ordinality - 1 as idx, e.value ->> 'task_type' as task_type into _refused
+      from jsonb_array_elements(_tasks) with ordinality e
+     where e.value ->> 'task_type' in (select i.task_type from queues.internal_task_type i)
+     order by e.ordinality
+     limit 1;
+    if found then
+      perform queues.assert_may_enqueue(_refused.task_type, format('tasks[%s]: ', _refused.idx));
+    end if;
+  end if;
+  -- Under REPEATABLE READ or SERIALIZABLE, lock the types FOR KEY SHARE (see
+  -- queues.enqueue_task).
+  if current_setting('transaction_isolation') <> 'read committed' then
+    perform from queues.task_type t
+     where t.task_type in (select e.value ->> 'task_type' from jsonb_array_elements(_tasks) e)
+       for key share;
   end if;
 
-  return query
   with input as (
-    select e.ordinality - 1 as idx, r.*
-      from jsonb_array_elements(_tasks) with ordinality e,
-           jsonb_to_record(e.value) as r(task_type text, payload jsonb, scheduled_at timestamptz,
-                                         priority integer, resource_key text, max_attempts integer)
+    select e.ordinality - 1 as idx, e.value as element,
+           e.value ->> 'task_type' as task_type,
+           e.value -> 'payload' as payload,
+           (e.value ->> 'scheduled_at')::timestamptz as scheduled_at,
+           (e.value ->> 'priority')::integer as priority,
+           e.value ->> 'resource_key' as resource_key,
+           (e.value ->> 'max_attempts')::integer as max_attempts
+      from jsonb_array_elements(_tasks) with ordinality e
+  ),
+  checked as (
+    -- The problem of each element as '<SQLSTATE> <message>', NULL when it has none: its
+    -- shape (an object of known fields), then the checks of queues.enqueue_task.
+    select c.*,
+           case
+             when jsonb_typeof(c.element) <> 'object' then
+               '22023 must be a JSON object, got ' || jsonb_typeof(c.element)
+             when c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts}'::text[] <> '{}' then
+               '22023 unknown field(s) ' || left((select string_agg(k, ', ') from jsonb_object_keys(
+                 c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts}'::text[]) k), 200)
+             when c.task_type is null then '22004 task_type must not be null'
+             when c.task_type not in (select t.task_type from queues.task_type t) then
+               '22023 unknown task_type ' || quote_literal(left(c.task_type, 100))
+             when c.payload is null then '22004 payload must not be null'
+             when jsonb_typeof(c.payload) <> 'object' then
+               '22023 payload must be a JSON object, got ' || jsonb_typeof(c.payload)
+             when pg_column_size(c.payload) > queues.max_payload_bytes() then
+               format('54000 payload is %s bytes, over the limit of %s bytes', pg_column_size(c.payload), queues.max_payload_bytes())
+             -- Nesting deeper than 64 levels takes over 512 bytes (an uncompressed value,
+             -- as c.payload is: just taken out of the batch), so smaller ones are not walked.
+             when pg_column_size(c.payload) > 512 and jsonb_path_exists(c.payload, 'strict $.**{65}') then
+               format('54000 payload is nested deeper than %s levels', queues.max_payload_depth())
+             when c.priority not between -1000 and 1000 then
+               '22023 priority must be between -1000 and 1000, got ' || c.priority
+             when length(c.resource_key) not between 1 and 200 then '22023 resource_key must be 1 to 200 characters'
+             when c.max_attempts not between 1 and 100 then
+               '22023 max_attempts must be between 1 and 100, got ' || c.max_attempts
+             when not isfinite(c.scheduled_at) then
+               '22023 scheduled_at must be a finite time, got ' || c.scheduled_at
+           end as problem
+      from input c
   ),
   inserted as (
     insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
-    select c.task_type, c.payload, coalesce(c.priority, 0), c.resource_key,
-           coalesce(c.max_attempts, 1), coalesce(c.scheduled_at, now())
-      from input c
+    select c.task_type,
+           case when c.problem is null then c.payload else queues.raise_enqueue_problem(c.idx, c.problem) end,
+           coalesce(c.priority, 0), c.resource_key, coalesce(c.max_attempts, 1), coalesce(c.scheduled_at, now())
+      from checked c
      order by c.idx
-    returning *
+    returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts
   ),
   pending as (
     insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
     select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts
       from inserted i
   )
-  select i.task_id from inserted i order by i.task_id;
+  select array_agg(i.task_id order by i.task_id), bool_or(i.scheduled_at <= now())
+    into _ids, _ready
+    from inserted i;
+
+  if _ready then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+  return query select u.id from unnest(_ids) u(id);
 end;
 $function$;
-  -- queues.enqueue_tasks(_tasks jsonb): owner :DATABASE_OWNER
+  -- queues.enqueue_tasks(_tasks jsonb, _public boolean): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.extend_leases(_task_ids bigint[], _task_lease_ids bigint[], _lease_seconds integer DEFAULT NULL::integer)
@@ -7926,6 +7908,33 @@ begin
 end;
 $function$;
   -- queues.forbid_fact_update(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.guard_task_type_in_use()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _type text;
+begin
+  if tg_op = 'UPDATE' and new.task_type = old.task_type then
+    return new;
+  end if;
+  lock table queues.task in share mode;
+  if tg_op = 'TRUNCATE' then
+    select t.task_type into _type from queues.task t limit 1;
+  else
+    select t.task_type into _type from queues.task t where t.task_type = old.task_type limit 1;
+  end if;
+  if found then
+    raise exception 'task_type % is named by tasks in queues.task', quote_literal(_type)
+      using errcode = '23503', schema = 'queues', table = 'task_type';
+  end if;
+  return case tg_op when 'DELETE' then old when 'UPDATE' then new end;
+end;
+$function$;
+  -- queues.guard_task_type_in_use(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.history_partition_bounds()
@@ -8256,15 +8265,6 @@ AS $function$
     from pg_namespace n where n.nspname = 'queues'
 $function$;
   -- queues.is_owner_session(): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION queues.is_payload_too_deep(_payload jsonb)
- RETURNS boolean
- LANGUAGE sql
- IMMUTABLE PARALLEL SAFE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$ select jsonb_path_exists(_payload, 'strict $.**{65}') $function$;
-  -- queues.is_payload_too_deep(_payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.last_task_id()
@@ -8616,19 +8616,6 @@ AS $function$ select 64 $function$;
   -- queues.max_payload_depth(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.notify_task_ready()
- RETURNS trigger
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-begin
-  perform pg_notify('queues_task_ready', '');
-  return null;
-end;
-$function$;
-  -- queues.notify_task_ready(): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
 CREATE OR REPLACE FUNCTION queues.parse_envelope(_result jsonb, OUT outcome text, OUT message text)
  RETURNS record
  LANGUAGE plpgsql
@@ -8709,6 +8696,22 @@ $function$;
   -- queues.paused_task_types(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.raise_enqueue_problem(_idx bigint, _problem text)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _problem like '22023 unknown task_type%' then
+    raise exception 'tasks[%]: %', _idx, substr(_problem, 7) using errcode = '22023',
+      hint = 'Known task types are listed in queues.task_type.';
+  end if;
+  raise exception 'tasks[%]: %', _idx, substr(_problem, 7) using errcode = left(_problem, 5);
+end;
+$function$;
+  -- queues.raise_enqueue_problem(_idx bigint, _problem text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.rebuild_task_pending()
  RETURNS bigint
  LANGUAGE plpgsql
@@ -8781,6 +8784,9 @@ begin
     from queues.task_pending p
    where p.resource_key is not null and p.current_lease_id is not null
    order by p.resource_key, p.available_at desc;
+  if _count > 0 then
+    perform pg_notify('queues_task_ready', '');
+  end if;
   return _count;
 end;
 $function$;
