@@ -8451,9 +8451,9 @@ begin
 
     -- 2. A table detached from a dropped set (named as a partition, no longer one). Its
     --    drop locks only itself, so its files are unlinked under no lock the queue waits
-    --    for; but dropping a foreign key (task's, to task_type) takes ACCESS EXCLUSIVE on
-    --    the table it references, so such a table is truncated first (under its own lock)
-    --    and that drop is a catalog change only.
+    --    for; but dropping a foreign key takes ACCESS EXCLUSIVE on the table it
+    --    references, so a table with one (none has today) is truncated first (under its
+    --    own lock) and that drop is a catalog change only.
     select c.relname,
            pg_relation_size(c.oid) > 0 and exists (select 1 from pg_constraint k where k.conrelid = c.oid and k.contype = 'f')
       into _name, _truncate

@@ -255,10 +255,12 @@ describe('partition maintenance', () => {
     expect(results.length).toBeGreaterThanOrEqual(100);
     expect(new Set(results)).toEqual(new Set(['completed']));
     // Maintenance did its work meanwhile: sets made for the new ids one table at a time,
-    // finished ones detached and dropped table by table.
+    // finished ones detached and dropped table by table. No history table has a foreign
+    // key, so none needed truncating before its drop.
     const actions = new Set(maintenanceSteps.map((m) => m.action));
-    for (const action of ['attached', 'set_created', 'set_dropped', 'detached', 'truncated', 'dropped_table'])
+    for (const action of ['attached', 'set_created', 'set_dropped', 'detached', 'dropped_table'])
       expect(actions).toContain(action);
+    expect(actions).not.toContain('truncated');
     expect(await orphans()).toEqual([]);
     // Once the loop has stopped, one run drops every finished set below the last id.
     await maintain();
