@@ -113,9 +113,12 @@ function asObject(value: unknown): JsonObject {
  */
 function preparedAs(name: string, db: Queryable) {
   return {
-    query: async (text: string, values: unknown[]) => {
-      const result = await db.query<Record<string, unknown>>({ name, text, values });
-      return { rows: result.rows, rowCount: result.rowCount ?? 0 };
+    // The runtime shim passes one query config (text, values and its type parsers); the
+    // generated code's declared connection type passes text and values.
+    query: async (query: string | pg.QueryConfig, values?: unknown[]) => {
+      const config = typeof query === 'string' ? { text: query, values } : query;
+      const result = await db.query<Record<string, unknown>>({ ...config, name });
+      return { rows: result.rows, fields: result.fields, rowCount: result.rowCount ?? 0 };
     },
   };
 }
