@@ -3,6 +3,7 @@
 // name (collation "C"), ACL items are sorted, OIDs never appear, and our roles are
 // printed as their placeholder names (:DATABASE_OWNER, ...) so the dump does not depend
 // on the cluster. It is meant to be read and diffed, not executed.
+import { structuredPatch } from 'diff';
 import type pg from 'pg';
 import type { DbUserNames } from './db-users.js';
 
@@ -417,7 +418,11 @@ export async function dumpSchema(client: pg.ClientBase, dbUsers: DbUserNames): P
   );
 }
 
-/** A unified diff of two texts (Myers' algorithm), with `context` lines around changes; '' when equal. */
+/**
+ * A unified diff of two texts, with `context` lines around changes; '' when equal.
+ * The diff itself is jsdiff's (linear memory in the size of the texts, so a whole
+ * schema dump against an empty file is cheap).
+ */
 export function unifiedDiff(
   a: string,
   b: string,
@@ -425,103 +430,16 @@ export function unifiedDiff(
   context = 3,
 ): string {
   if (a === b) return '';
-  const x = a.split('\n');
-  const y = b.split('\n');
-  // Trim the common prefix and suffix so the search only sees the changed middle.
-  let start = 0;
-  while (start < x.length && start < y.length && x[start] === y[start]) start++;
-  let endX = x.length;
-  let endY = y.length;
-  while (endX > start && endY > start && x[endX - 1] === y[endY - 1]) {
-    endX--;
-    endY--;
-  }
-  const xs = x.slice(start, endX);
-  const ys = y.slice(start, endY);
-  const n = xs.length;
-  const m = ys.length;
-  const max = n + m;
-  const v = new Map<number, number>([[1, 0]]);
-  const trace: Map<number, number>[] = [];
-  outer: for (let d = 0; d <= max; d++) {
-    trace.push(new Map(v));
-    for (let k = -d; k <= d; k += 2) {
-      let i =
-        k === -d || (k !== d && (v.get(k - 1) ?? -1) < (v.get(k + 1) ?? -1))
-          ? (v.get(k + 1) ?? 0)
-          : (v.get(k - 1) ?? 0) + 1;
-      let j = i - k;
-      while (i < n && j < m && xs[i] === ys[j]) {
-        i++;
-        j++;
-      }
-      v.set(k, i);
-      if (i >= n && j >= m) break outer;
-    }
-  }
-  // Walk back through the trace to get the edit script.
-  type Op = { op: ' ' | '-' | '+'; text: string };
-  const ops: Op[] = [];
-  let i = n;
-  let j = m;
-  for (let d = trace.length - 1; d >= 0; d--) {
-    const vd = trace[d]!;
-    const k = i - j;
-    const prevK = k === -d || (k !== d && (vd.get(k - 1) ?? -1) < (vd.get(k + 1) ?? -1)) ? k + 1 : k - 1;
-    const prevI = vd.get(prevK) ?? 0;
-    const prevJ = prevI - prevK;
-    while (i > prevI && j > prevJ) {
-      ops.push({ op: ' ', text: xs[--i]! });
-      j--;
-    }
-    if (d > 0) {
-      if (i === prevI) ops.push({ op: '+', text: ys[--j]! });
-      else ops.push({ op: '-', text: xs[--i]! });
-    }
-  }
-  ops.reverse();
-  const all: Op[] = [
-    ...x.slice(0, start).map((text) => ({ op: ' ' as const, text })),
-    ...ops,
-    ...x.slice(endX).map((text) => ({ op: ' ' as const, text })),
-  ];
-  // Group into hunks.
   const lines = [`--- ${labels[0]}`, `+++ ${labels[1]}`];
-  let ai = 0;
-  let bi = 0;
-  let idx = 0;
-  while (idx < all.length) {
-    if (all[idx]!.op === ' ') {
-      idx++;
-      ai++;
-      bi++;
-      continue;
-    }
-    const hunkStart = Math.max(0, idx - context);
-    let hunkEnd = idx;
-    let quiet = 0;
-    for (let t = idx; t < all.length; t++) {
-      if (all[t]!.op === ' ') {
-        quiet++;
-        if (quiet > context * 2) break;
-      } else {
-        quiet = 0;
-        hunkEnd = t;
-      }
-    }
-    hunkEnd = Math.min(all.length - 1, hunkEnd + context);
-    const before = idx - hunkStart;
-    const aStart = ai - before;
-    const bStart = bi - before;
-    const body = all.slice(hunkStart, hunkEnd + 1);
-    const aLen = body.filter((o) => o.op !== '+').length;
-    const bLen = body.filter((o) => o.op !== '-').length;
-    lines.push(`@@ -${aStart + 1},${aLen} +${bStart + 1},${bLen} @@`, ...body.map((o) => `${o.op}${o.text}`));
-    for (let t = idx; t <= hunkEnd; t++) {
-      if (all[t]!.op !== '+') ai++;
-      if (all[t]!.op !== '-') bi++;
-    }
-    idx = hunkEnd + 1;
+  // Both texts end in a newline for the comparison, so a missing final newline does not
+  // turn the last line into a change; it gets a line of its own instead.
+  const endLine = (text: string) => (text === '' || text.endsWith('\n') ? text : `${text}\n`);
+  const patch = structuredPatch(labels[0], labels[1], endLine(a), endLine(b), undefined, undefined, { context });
+  // An empty side of a hunk is numbered by the line before it, as diff -u does.
+  const range = (start: number, count: number) => `${count === 0 ? start - 1 : start},${count}`;
+  for (const hunk of patch.hunks) {
+    lines.push(`@@ -${range(hunk.oldStart, hunk.oldLines)} +${range(hunk.newStart, hunk.newLines)} @@`, ...hunk.lines);
   }
+  if (patch.hunks.length === 0) lines.push('\\ the texts differ only in the newline at the end');
   return lines.join('\n') + '\n';
 }

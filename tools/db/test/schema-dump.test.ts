@@ -151,4 +151,30 @@ describe('unifiedDiff', () => {
       ['--- x', '+++ y', '@@ -1,3 +1,2 @@', ' a', ' b', '-c', ''].join('\n'),
     );
   });
+
+  it('diffs a whole dump against an empty file, and reports a difference in the final newline alone', () => {
+    // A dump of tens of thousands of lines against a file that does not exist yet (the
+    // first `npm run dev` cycle): every line is an insertion.
+    const dump = Array.from({ length: 40_000 }, (_, i) => `line ${i}`).join('\n') + '\n';
+    const diff = unifiedDiff('', dump, ['x', 'y']).split('\n');
+    expect(diff.slice(0, 4)).toEqual(['--- x', '+++ y', '@@ -0,0 +1,40000 @@', '+line 0']);
+    expect(diff.filter((line) => line.startsWith('+line'))).toHaveLength(40_000);
+
+    const changed = dump.replace('line 20000\n', 'line twenty thousand\n');
+    expect(unifiedDiff(dump, changed, ['x', 'y'], 1)).toBe(
+      [
+        '--- x',
+        '+++ y',
+        '@@ -20000,3 +20000,3 @@',
+        ' line 19999',
+        '-line 20000',
+        '+line twenty thousand',
+        ' line 20001',
+        '',
+      ].join('\n'),
+    );
+    expect(unifiedDiff('a\nb', 'a\nb\n', ['x', 'y'])).toBe(
+      ['--- x', '+++ y', '\\ the texts differ only in the newline at the end', ''].join('\n'),
+    );
+  });
 });
