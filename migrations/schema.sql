@@ -7030,6 +7030,14 @@ begin
   if to_regclass(format('queues.%I', _name)) is not null then
     return false;
   end if;
+  -- No row may be routed to the parent while the partition is attached. A writer that
+  -- routed its row before the attach committed would send it to the default partition,
+  -- wait there for the attach's lock, and then fail the default's new constraint ("new
+  -- row for relation .._default violates partition constraint") when its row falls in
+  -- the new range (a set made after tasks reached its ids). SHARE waits for the writers
+  -- in flight and holds new ones at the parent until commit; they then route with the
+  -- new partition.
+  execute format('lock table queues.%I in share mode', _table);
   execute format('create table queues.%I (like queues.%I including defaults including constraints including indexes including storage)',
                  _name, _table);
   execute format('create trigger forbid_update before update on queues.%I

@@ -29,8 +29,8 @@
 -- Locks. The claim and the completion read queues.task, task_lease_started and
 -- task_completed through generic plans, which lock every partition of those tables,
 -- default included, and every writer takes ROW EXCLUSIVE on the parents. So each step
--- takes at most one lock that the hot path waits for, in the order the hot path takes its
--- own (parent, then partition, then default), waits for it at most lock_timeout_ms, and
+-- locks one table (its parent, the partition, the default) in the order the hot path
+-- takes its own (parent, then partition, then default), waits at most lock_timeout_ms, and
 -- holds it only for a catalog change, in a transaction of its own when run by the
 -- schedule (queues.maintain_history_step with "repeat"): a claim waits at most
 -- lock_timeout_ms plus that change. Measured locks (PostgreSQL 18):
@@ -39,6 +39,10 @@
 --                                    DML), ACCESS EXCLUSIVE on the default partition (a
 --                                    conflict only for task, task_lease_started and
 --                                    task_completed, whose defaults the hot path's plans lock)
+--                                    and, taken first, SHARE on the parent: writers of that
+--                                    table wait for the attach (a writer that routed its row
+--                                    before the attach commits would fail on the default's
+--                                    new constraint; see attach_history_partition)
 --   detach partition                 ACCESS EXCLUSIVE on the parent, default and partition;
 --                                    catalog only (no scan); detach concurrently is refused
 --                                    while a default partition exists, and in a function
@@ -95,6 +99,14 @@ begin
   if to_regclass(format('queues.%I', _name)) is not null then
     return false;
   end if;
+  -- No row may be routed to the parent while the partition is attached. A writer that
+  -- routed its row before the attach committed would send it to the default partition,
+  -- wait there for the attach's lock, and then fail the default's new constraint ("new
+  -- row for relation .._default violates partition constraint") when its row falls in
+  -- the new range (a set made after tasks reached its ids). SHARE waits for the writers
+  -- in flight and holds new ones at the parent until commit; they then route with the
+  -- new partition.
+  execute format('lock table queues.%I in share mode', _table);
   execute format('create table queues.%I (like queues.%I including defaults including constraints including indexes including storage)',
                  _name, _table);
   execute format('create trigger forbid_update before update on queues.%I
@@ -256,7 +268,7 @@ as $$
 $$;
 
 -- One step of partition maintenance at _now: the first of these that has work to do,
--- with at most one lock the queue waits for (see "Locks" above), taken with
+-- locking one table only (see "Locks" above), its locks taken with
 -- lock_timeout = lock_timeout_ms:
 -- 1. Sets ahead of need, one table per step: first a set left half made (some table has
 --    its partition, task not yet; task's is made last), then a new set above every range

@@ -237,8 +237,10 @@ describe('partition maintenance', () => {
         );
         results.push(...completed.map((r) => r.result));
       }
+    })().finally(() => {
+      // Also when the loop fails: the maintenance loop stops with it.
       done = true;
-    })();
+    });
     // Maintenance as the schedule runs it, one step per transaction, on its own connection.
     const maintenance = (async () => {
       const client = await db.client('worker');
@@ -300,9 +302,9 @@ describe('partition maintenance', () => {
     const steps = await db.client('worker');
     const second = await db.client('worker');
     try {
-      // The long transaction: a claim, left open (its locks include every partition of
-      // task_lease_started, default included, which attaching that table's partition
-      // must lock alone).
+      // The long transaction: a claim, left open (it wrote into task_lease, whose parent
+      // attaching that table's partition locks against writers, and it holds every
+      // partition of task_lease_started, default included).
       await long.query('begin');
       const { rows: held } = await long.query(`select task_id from queues.claim_tasks('w-long', 1)`);
       expect(held).toHaveLength(1);
@@ -328,7 +330,7 @@ describe('partition maintenance', () => {
       expect(done.slice(0, -1).every((d) => d.action === 'attached')).toBe(true);
       expect(done.at(-1)).toMatchObject({
         action: 'skipped',
-        step: expect.stringMatching(/^attach queues\.task_lease_started_p\d+$/),
+        step: expect.stringMatching(/^attach queues\.task_lease_p\d+$/),
         reason: expect.stringMatching(/lock timeout/),
         more: false,
       });
@@ -351,6 +353,58 @@ describe('partition maintenance', () => {
       await long.query('rollback').catch(() => undefined);
       for (const c of [long, steps, second]) await c.end();
       await db.query(`update queues.history_setting set lock_timeout_ms = default`);
+    }
+  });
+
+  it('a claim whose lease falls into a partition being attached waits for the attach and writes into the new partition', async () => {
+    // A task in the default partition, above every set there is or was, and the lease
+    // table's partition for its range attached in a transaction left open: the claim
+    // routes its lease only once the attach has committed (a claim that routed before
+    // would meet the default partition's new constraint and fail).
+    const { rows: top } = await db.query(
+      `select greatest((select max(upper_bound) from queues.history_partition_bounds()),
+                       (select max(upper_bound) from queues.history_partition_dropped),
+                       queues.last_task_id()) + 1000 as lo`,
+    );
+    const lo = Number(top[0].lo);
+    await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [lo]);
+    const [id] = await enqueue(1);
+    const attach = await db.client('owner');
+    const claimer = await db.client('worker');
+    try {
+      await attach.query('begin');
+      await attach.query(`select queues.attach_history_partition('task_lease', $1, $2)`, [lo, lo + SIZE]);
+      const attachPid = (await attach.query('select pg_backend_pid() as p')).rows[0].p as number;
+      const claimerPid = (await claimer.query('select pg_backend_pid() as p')).rows[0].p as number;
+      const claim = claimer.query(
+        `select task_id, task_lease_id from queues.claim_tasks('w-attach', 1000, null, 300, 5)`,
+      );
+      let settled: unknown;
+      claim.then(
+        (r) => (settled = r.rows),
+        (e: unknown) => (settled = e),
+      );
+      // Until the claim waits for the attach (it must not finish before).
+      while (
+        !((await db.query('select pg_blocking_pids($1) as b', [claimerPid])).rows[0].b as number[]).includes(attachPid)
+      ) {
+        expect(settled).toBeUndefined();
+      }
+      await attach.query('commit');
+      const { rows } = await claim;
+      expect(rows.map((r) => r.task_id)).toContain(id);
+      const { rows: where } = await db.query(
+        'select tableoid::regclass::text as part from queues.task_lease where task_id = $1',
+        [id],
+      );
+      expect(where).toEqual([{ part: `queues.task_lease_p${lo}` }]);
+      await complete(
+        new Map(rows.map((r) => [r.task_id, r.task_lease_id])),
+        rows.map((r) => r.task_id),
+      );
+    } finally {
+      await attach.query('rollback').catch(() => undefined);
+      for (const c of [attach, claimer]) await c.end();
     }
   });
 
