@@ -2,9 +2,11 @@
 -- for every task it runs, in the instant the task starts, so the queue knows which of a
 -- dead worker's leases were started (those count towards abandonment and make their task
 -- a suspect; the leases of tasks that only waited in its local queue count for nothing).
--- Only a lease that is still its task's current lease is marked. Returns the task ids
--- whose lease was no longer current: taken over by another worker, or already completed
--- (the completion of a fast task may commit before the mark of its start).
+-- A lease that is still its task's current lease is marked, and so is one that its own
+-- settlement already ended (completed, failed an attempt, interrupted): the completion
+-- of a fast task, or a step that ran in the database, may commit before the mark of its
+-- start, and that task did start. Returns the task ids whose lease was neither: taken
+-- over by another worker (revoked, expired) or released.
 -- Set-based and lean (one statement, no per-row work): it runs once per group of tasks
 -- starting together, so its cost is paid per task.
 create or replace function queues.mark_started(_task_ids bigint[], _task_lease_ids bigint[])
@@ -28,12 +30,27 @@ begin
       from input i
       join queues.task_pending p on p.task_id = i.task_id and p.current_lease_id = i.task_lease_id
   ),
+  -- Only the few inputs that are not held are looked up in the outcomes.
+  ended as (
+    select i.task_id, i.task_lease_id
+      from input i
+     where not exists (select 1 from held h where h.task_id = i.task_id and h.task_lease_id = i.task_lease_id)
+       and (exists (select 1 from queues.task_completed c
+                     where c.task_id = i.task_id and c.task_lease_id = i.task_lease_id)
+            or exists (select 1 from queues.task_attempt_failed f
+                        where f.task_id = i.task_id and f.task_lease_id = i.task_lease_id)
+            or exists (select 1 from queues.task_interruption x
+                        where x.task_id = i.task_id and x.task_lease_id = i.task_lease_id))
+  ),
   marked as (
     insert into queues.task_lease_started (task_id, task_lease_id)
     select h.task_id, h.task_lease_id from held h
+    union all
+    select e.task_id, e.task_lease_id from ended e
     on conflict do nothing
   )
   select i.task_id from input i
-   where not exists (select 1 from held h where h.task_id = i.task_id and h.task_lease_id = i.task_lease_id);
+   where not exists (select 1 from held h where h.task_id = i.task_id and h.task_lease_id = i.task_lease_id)
+     and not exists (select 1 from ended e where e.task_id = i.task_id and e.task_lease_id = i.task_lease_id);
 end;
 $$;
