@@ -7235,21 +7235,29 @@ begin
       from eligible e
     returning *
   ),
-  -- Set-based: each claimed row is probed by primary key once, for its new lease (the
-  -- leases drive a nested loop; no CTE is joined to another CTE, whose row estimates
-  -- would make that join quadratic). SET expressions read the row as it was: a lease
+  -- Set-based, and one plan whatever the statistics say: the claimed rows are found by
+  -- primary key from the array of their ids (an index condition), and each row's new
+  -- lease is looked up in a map of the leases by task id. A join of task_pending to
+  -- the leases would be planned from task_pending's statistics, and statistics taken
+  -- when a busy queue had just drained (many pages, nearly no live rows) made the
+  -- planner scan the whole table and compare every row with every lease (seconds per
+  -- claim once the queue filled again). SET expressions read the row as it was: a lease
   -- still current here expired, and counts as unstarted if its task never started.
+  lease_map as (
+    select jsonb_object_agg(l.task_id::text, l.task_lease_id) as leases from leased l
+  ),
   moved as (
     update queues.task_pending p
        set available_at = _now + make_interval(secs => _lease_seconds),
-           current_lease_id = l.task_lease_id,
+           current_lease_id = (m.leases ->> p.task_id::text)::bigint,
            lease_count = p.lease_count + 1,
            unstarted_count = p.unstarted_count + (p.current_lease_id is not null and not exists (
              select 1 from queues.task_lease_started s
               where s.task_id = p.task_id and s.task_lease_id = p.current_lease_id))::integer
-      from leased l
-     where p.task_id = l.task_id
-    returning p.task_id, p.lease_count, l.task_lease_id, l.leased_at, l.expires_at
+      from lease_map m
+     where p.task_id = any (array(select l.task_id from leased l))
+    returning p.task_id, p.lease_count, p.current_lease_id as task_lease_id, _now as leased_at,
+              p.available_at as expires_at
   )
   select t.task_id, t.task_type, t.payload, t.priority, t.resource_key, t.max_attempts,
          t.enqueued_at, t.scheduled_at, m.task_lease_id, m.leased_at, m.expires_at, m.lease_count
@@ -8574,38 +8582,28 @@ AS $function$
 #variable_conflict use_column
 begin
   perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
+  -- One pass over the input, each pair probed by key (subqueries, so no join of the input
+  -- to a table or of one CTE to another is planned from row estimates; a statement of
+  -- 500 starts stays linear). Only pairs that are not held are looked up in the outcomes.
   return query
   with input as (
-    select i.task_id, i.task_lease_id
+    select i.task_id, i.task_lease_id,
+           exists (select 1 from queues.task_pending p
+                    where p.task_id = i.task_id and p.current_lease_id = i.task_lease_id)
+           or exists (select 1 from queues.task_completed c
+                       where c.task_id = i.task_id and c.task_lease_id = i.task_lease_id)
+           or exists (select 1 from queues.task_attempt_failed f
+                       where f.task_id = i.task_id and f.task_lease_id = i.task_lease_id)
+           or exists (select 1 from queues.task_interruption x
+                       where x.task_id = i.task_id and x.task_lease_id = i.task_lease_id) as started
       from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)
-  ),
-  held as (
-    select i.task_id, i.task_lease_id
-      from input i
-      join queues.task_pending p on p.task_id = i.task_id and p.current_lease_id = i.task_lease_id
-  ),
-  -- Only the few inputs that are not held are looked up in the outcomes.
-  ended as (
-    select i.task_id, i.task_lease_id
-      from input i
-     where not exists (select 1 from held h where h.task_id = i.task_id and h.task_lease_id = i.task_lease_id)
-       and (exists (select 1 from queues.task_completed c
-                     where c.task_id = i.task_id and c.task_lease_id = i.task_lease_id)
-            or exists (select 1 from queues.task_attempt_failed f
-                        where f.task_id = i.task_id and f.task_lease_id = i.task_lease_id)
-            or exists (select 1 from queues.task_interruption x
-                        where x.task_id = i.task_id and x.task_lease_id = i.task_lease_id))
   ),
   marked as (
     insert into queues.task_lease_started (task_id, task_lease_id)
-    select h.task_id, h.task_lease_id from held h
-    union all
-    select e.task_id, e.task_lease_id from ended e
+    select i.task_id, i.task_lease_id from input i where i.started
     on conflict do nothing
   )
-  select i.task_id from input i
-   where not exists (select 1 from held h where h.task_id = i.task_id and h.task_lease_id = i.task_lease_id)
-     and not exists (select 1 from ended e where e.task_id = i.task_id and e.task_lease_id = i.task_lease_id);
+  select i.task_id from input i where not i.started;
 end;
 $function$;
   -- queues.mark_started(_task_ids bigint[], _task_lease_ids bigint[]): owner :DATABASE_OWNER

@@ -205,21 +205,29 @@ begin
       from eligible e
     returning *
   ),
-  -- Set-based: each claimed row is probed by primary key once, for its new lease (the
-  -- leases drive a nested loop; no CTE is joined to another CTE, whose row estimates
-  -- would make that join quadratic). SET expressions read the row as it was: a lease
+  -- Set-based, and one plan whatever the statistics say: the claimed rows are found by
+  -- primary key from the array of their ids (an index condition), and each row's new
+  -- lease is looked up in a map of the leases by task id. A join of task_pending to
+  -- the leases would be planned from task_pending's statistics, and statistics taken
+  -- when a busy queue had just drained (many pages, nearly no live rows) made the
+  -- planner scan the whole table and compare every row with every lease (seconds per
+  -- claim once the queue filled again). SET expressions read the row as it was: a lease
   -- still current here expired, and counts as unstarted if its task never started.
+  lease_map as (
+    select jsonb_object_agg(l.task_id::text, l.task_lease_id) as leases from leased l
+  ),
   moved as (
     update queues.task_pending p
        set available_at = _now + make_interval(secs => _lease_seconds),
-           current_lease_id = l.task_lease_id,
+           current_lease_id = (m.leases ->> p.task_id::text)::bigint,
            lease_count = p.lease_count + 1,
            unstarted_count = p.unstarted_count + (p.current_lease_id is not null and not exists (
              select 1 from queues.task_lease_started s
               where s.task_id = p.task_id and s.task_lease_id = p.current_lease_id))::integer
-      from leased l
-     where p.task_id = l.task_id
-    returning p.task_id, p.lease_count, l.task_lease_id, l.leased_at, l.expires_at
+      from lease_map m
+     where p.task_id = any (array(select l.task_id from leased l))
+    returning p.task_id, p.lease_count, p.current_lease_id as task_lease_id, _now as leased_at,
+              p.available_at as expires_at
   )
   select t.task_id, t.task_type, t.payload, t.priority, t.resource_key, t.max_attempts,
          t.enqueued_at, t.scheduled_at, m.task_lease_id, m.leased_at, m.expires_at, m.lease_count

@@ -410,6 +410,89 @@ describe('history', () => {
     expect((await db.query(`select current_setting('autovacuum_naptime') as v`)).rows[0].v).toBe('10s');
   });
 
+  it('the hot path reads about the rows it handles whatever the statistics say: vacuumed while the queue was nearly empty, then 20,000 ready', async () => {
+    await resetQueue();
+    // Statistics taken when a busy queue has just drained (as autovacuum takes them):
+    // the table keeps its pages (one live row at its end), nearly none of them hold a
+    // live row. Then the queue fills again; each statement's generic plan is made with
+    // those statistics.
+    await db.query('alter table queues.task_pending set (autovacuum_enabled = false)');
+    const root = await db.client('root');
+    try {
+      const drained = await enqueueNoops(20_000);
+      await db.query('delete from queues.task_pending where task_id <> $1', [drained.at(-1)]);
+      await db.query('vacuum analyze queues.task_pending');
+      await enqueueNoops(20_000);
+
+      const N = 500;
+      /** task_pending is read by key for the rows at hand: never scanned whole, never joined row by row against them. */
+      const expectKeyed = (plans: { query: string; plan: PlanNode }[], what: string) => {
+        expect(plans.length, `${what} was explained`).toBeGreaterThan(0);
+        for (const { query, plan } of plans) {
+          const nodes = planNodes(plan);
+          const pendingRows = nodes
+            .filter((n) => relationOf(n) === 'task_pending' && n['Node Type'] !== 'ModifyTable')
+            .reduce((sum, n) => sum + (n['Actual Rows'] ?? 0) * (n['Actual Loops'] ?? 1), 0);
+          expect(pendingRows, `${what}: task_pending rows read by ${query.slice(0, 80)}`).toBeLessThanOrEqual(3 * N);
+          const joinFiltered = Math.max(0, ...nodes.map((n) => Number(n['Rows Removed by Join Filter'] ?? 0)));
+          expect(joinFiltered, `${what}: rows removed by a join filter in ${query.slice(0, 80)}`).toBeLessThan(N);
+        }
+      };
+
+      const claimPlans = await explainNested(root, `select * from queues.claim_tasks('stats', ${N}, null, 60)`);
+      expectKeyed(claimPlans, 'claim');
+      const { rows: leases } = await db.query<{ task_id: string; lease_id: string }>(
+        `select task_id::text, current_lease_id::text as lease_id from queues.task_pending where current_lease_id is not null`,
+      );
+      expect(leases).toHaveLength(N);
+      const ids = leases.map((l) => l.task_id);
+      const leaseIds = leases.map((l) => l.lease_id);
+      expectKeyed(
+        await explainNested(root, 'select * from queues.mark_started($1::bigint[], $2::bigint[])', [ids, leaseIds]),
+        'mark_started',
+      );
+      expectKeyed(
+        await explainNested(root, 'select * from queues.extend_leases($1::bigint[], $2::bigint[], 60)', [
+          ids,
+          leaseIds,
+        ]),
+        'extend_leases',
+      );
+      // Half settled as the completer settles, half as steps complete (with results).
+      const half = N / 2;
+      expectKeyed(
+        await explainNested(
+          root,
+          `select * from queues.settle_tasks('{}', '{}', $1::bigint[], $2::bigint[], array_fill('succeeded'::text, array[${half}]))`,
+          [ids.slice(0, half), leaseIds.slice(0, half)],
+        ),
+        'settle_tasks',
+      );
+      expectKeyed(
+        await explainNested(
+          root,
+          `select * from queues.complete_steps($1::bigint[], $2::bigint[], array_fill('succeeded'::text, array[${half}]),
+             array_fill(null::boolean, array[${half}]), '{}', '{}', array_fill('{"kept": true}'::jsonb, array[${half}]))`,
+          [ids.slice(half), leaseIds.slice(half)],
+        ),
+        'complete_steps',
+      );
+      const { rows: results } = await db.query(
+        `select count(*)::int as n from queues.task_result where task_id = any($1::bigint[])`,
+        [ids.slice(half)],
+      );
+      expect(results[0].n).toBe(half);
+      const { rows: left } = await db.query(
+        `select count(*)::int as n from queues.task_pending where task_id = any($1::bigint[])`,
+        [ids],
+      );
+      expect(left[0].n).toBe(0);
+    } finally {
+      await root.end();
+      await db.query('alter table queues.task_pending reset (autovacuum_enabled)');
+    }
+  });
+
   it('with 200,000 completed tasks, a claim touches no completed rows and about the same buffers', async () => {
     await resetQueue();
     const root = await db.client('root');

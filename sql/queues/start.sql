@@ -20,37 +20,27 @@ as $$
 #variable_conflict use_column
 begin
   perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
+  -- One pass over the input, each pair probed by key (subqueries, so no join of the input
+  -- to a table or of one CTE to another is planned from row estimates; a statement of
+  -- 500 starts stays linear). Only pairs that are not held are looked up in the outcomes.
   return query
   with input as (
-    select i.task_id, i.task_lease_id
+    select i.task_id, i.task_lease_id,
+           exists (select 1 from queues.task_pending p
+                    where p.task_id = i.task_id and p.current_lease_id = i.task_lease_id)
+           or exists (select 1 from queues.task_completed c
+                       where c.task_id = i.task_id and c.task_lease_id = i.task_lease_id)
+           or exists (select 1 from queues.task_attempt_failed f
+                       where f.task_id = i.task_id and f.task_lease_id = i.task_lease_id)
+           or exists (select 1 from queues.task_interruption x
+                       where x.task_id = i.task_id and x.task_lease_id = i.task_lease_id) as started
       from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)
-  ),
-  held as (
-    select i.task_id, i.task_lease_id
-      from input i
-      join queues.task_pending p on p.task_id = i.task_id and p.current_lease_id = i.task_lease_id
-  ),
-  -- Only the few inputs that are not held are looked up in the outcomes.
-  ended as (
-    select i.task_id, i.task_lease_id
-      from input i
-     where not exists (select 1 from held h where h.task_id = i.task_id and h.task_lease_id = i.task_lease_id)
-       and (exists (select 1 from queues.task_completed c
-                     where c.task_id = i.task_id and c.task_lease_id = i.task_lease_id)
-            or exists (select 1 from queues.task_attempt_failed f
-                        where f.task_id = i.task_id and f.task_lease_id = i.task_lease_id)
-            or exists (select 1 from queues.task_interruption x
-                        where x.task_id = i.task_id and x.task_lease_id = i.task_lease_id))
   ),
   marked as (
     insert into queues.task_lease_started (task_id, task_lease_id)
-    select h.task_id, h.task_lease_id from held h
-    union all
-    select e.task_id, e.task_lease_id from ended e
+    select i.task_id, i.task_lease_id from input i where i.started
     on conflict do nothing
   )
-  select i.task_id from input i
-   where not exists (select 1 from held h where h.task_id = i.task_id and h.task_lease_id = i.task_lease_id)
-     and not exists (select 1 from ended e where e.task_id = i.task_id and e.task_lease_id = i.task_lease_id);
+  select i.task_id from input i where not i.started;
 end;
 $$;

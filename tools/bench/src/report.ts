@@ -455,7 +455,7 @@ ${settings}
 12. **History at scale** (ours only, opt-in, tools/bench/src/history-scale.ts): left out
    unless \`BENCH_HISTORY\` is set, e.g. \`BENCH_HISTORY=10000000 npm run bench -- --systems ours
    --workloads drain,history_scale\` (the default run stays within its 20 minutes; the fill of
-   10,000,000 tasks alone takes minutes). On one fresh database, \`BENCH_HISTORY\` completed tasks
+   10,000,000 tasks alone takes minutes, so this workload runs in the first trial only). On one fresh database, \`BENCH_HISTORY\` completed tasks
    (a lease and a completion each, every 1,000th failed) are written as the owner straight
    into the history partitions with \`generate_series\`, one statement per table per partition
    set, then \`vacuum analyze\`; on another, none. On each: the same recent activity (1,000
