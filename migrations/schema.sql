@@ -2133,7 +2133,7 @@ create table queues.task_pending (
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on table queues.task_pending is 'Derived claim index: tasks not yet completed. Rebuild with queues.rebuild_task_pending().';
-CREATE INDEX task_pending_leased_idx ON queues.task_pending USING btree (available_at) WHERE (current_lease_id IS NOT NULL);
+CREATE INDEX task_pending_lease_expiry_idx ON queues.task_pending USING btree (available_at) WHERE (current_lease_id > 0);
 CREATE UNIQUE INDEX task_pending_pkey ON queues.task_pending USING btree (task_id);
 CREATE INDEX task_pending_ready_idx ON queues.task_pending USING btree (task_type, priority DESC, scheduled_at, task_id) WHERE (current_lease_id IS NULL);
 
@@ -7140,13 +7140,14 @@ begin
      ) r
     union all
     -- Tasks whose lease expired (their worker died or stopped heartbeating), from
-    -- task_pending_leased_idx: only expired leases are read.
+    -- task_pending_lease_expiry_idx (its predicate is current_lease_id > 0, see
+    -- migrations/current/520-hot-path-plans.sql): only expired leases are read.
     select x.*
       from (
         select p.task_id, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
                p.lease_count - p.released_count - p.failed_attempts - p.unstarted_count as ended_leases
           from queues.task_pending p
-         where p.current_lease_id is not null
+         where p.current_lease_id > 0
            and p.available_at <= _now
            and (_task_types is null or p.task_type = any (_task_types))
            and (p.resource_key is null or not exists (
@@ -7828,13 +7829,17 @@ begin
   -- instead of deadlocking.
   perform 1 from queues.task_pending p where p.task_id = any (_task_ids) order by p.task_id for no key update;
 
+  -- The rows by primary key from the array of ids, each row's lease looked up in a map of
+  -- the input: no join of the input to task_pending, whose plan would follow
+  -- task_pending's statistics (see queues.claim_tasks_at's moved).
   return query
   with extended as (
     update queues.task_pending p
        set available_at = _now + make_interval(secs => _lease_seconds)
-      from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)
-     where p.task_id = i.task_id
-       and p.current_lease_id = i.task_lease_id
+      from (select jsonb_object_agg(i.task_id::text, i.task_lease_id) as leases
+              from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)) m
+     where p.task_id = any (_task_ids)
+       and p.current_lease_id = (m.leases ->> p.task_id::text)::bigint
        -- A keyed task extends only while it holds its key: once an expired lease's key
        -- went to another task (which may hold it still, or have completed), the lease
        -- is lost and must not come back to life beside the other task's.
@@ -9044,7 +9049,7 @@ begin
   perform queues.lock_resource_keys(array(
     select p.task_id from queues.task_pending p
       join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
-     where p.current_lease_id is not null and (l.worker_key = _worker_key or l.worker_id = _worker_id)));
+     where p.current_lease_id > 0 and (l.worker_key = _worker_key or l.worker_id = _worker_id)));
   return query
   with held as (
     select p.task_id, p.current_lease_id as task_lease_id,
@@ -9052,7 +9057,7 @@ begin
                     where st.task_id = p.task_id and st.task_lease_id = p.current_lease_id) as started
       from queues.task_pending p
       join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
-     where p.current_lease_id is not null and (l.worker_key = _worker_key or l.worker_id = _worker_id)
+     where p.current_lease_id > 0 and (l.worker_key = _worker_key or l.worker_id = _worker_id)
   ),
   revoked as (
     -- available_at of a leased row is its lease's expiry (heartbeats included).

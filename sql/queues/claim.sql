@@ -110,13 +110,14 @@ begin
      ) r
     union all
     -- Tasks whose lease expired (their worker died or stopped heartbeating), from
-    -- task_pending_leased_idx: only expired leases are read.
+    -- task_pending_lease_expiry_idx (its predicate is current_lease_id > 0, see
+    -- migrations/current/520-hot-path-plans.sql): only expired leases are read.
     select x.*
       from (
         select p.task_id, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
                p.lease_count - p.released_count - p.failed_attempts - p.unstarted_count as ended_leases
           from queues.task_pending p
-         where p.current_lease_id is not null
+         where p.current_lease_id > 0
            and p.available_at <= _now
            and (_task_types is null or p.task_type = any (_task_types))
            and (p.resource_key is null or not exists (

@@ -76,13 +76,17 @@ begin
   -- instead of deadlocking.
   perform 1 from queues.task_pending p where p.task_id = any (_task_ids) order by p.task_id for no key update;
 
+  -- The rows by primary key from the array of ids, each row's lease looked up in a map of
+  -- the input: no join of the input to task_pending, whose plan would follow
+  -- task_pending's statistics (see queues.claim_tasks_at's moved).
   return query
   with extended as (
     update queues.task_pending p
        set available_at = _now + make_interval(secs => _lease_seconds)
-      from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)
-     where p.task_id = i.task_id
-       and p.current_lease_id = i.task_lease_id
+      from (select jsonb_object_agg(i.task_id::text, i.task_lease_id) as leases
+              from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)) m
+     where p.task_id = any (_task_ids)
+       and p.current_lease_id = (m.leases ->> p.task_id::text)::bigint
        -- A keyed task extends only while it holds its key: once an expired lease's key
        -- went to another task (which may hold it still, or have completed), the lease
        -- is lost and must not come back to life beside the other task's.

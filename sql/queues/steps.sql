@@ -89,7 +89,7 @@ $$;
 -- For each (_task_ids[i], _task_lease_ids[i]): whether the lease is still the task's
 -- current one (read only: no lock, no fact), in input order. One primary-key probe per
 -- task: the subquery names the primary key only (with the lease in its condition, the
--- planner scanned every leased row through task_pending_leased_idx for each task).
+-- planner scanned every leased row through the index of leased rows for each task).
 create or replace function queues.current_leases(_task_ids bigint[], _task_lease_ids bigint[])
   returns boolean[]
   language sql stable

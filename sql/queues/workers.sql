@@ -169,7 +169,7 @@ begin
   perform queues.lock_resource_keys(array(
     select p.task_id from queues.task_pending p
       join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
-     where p.current_lease_id is not null and (l.worker_key = _worker_key or l.worker_id = _worker_id)));
+     where p.current_lease_id > 0 and (l.worker_key = _worker_key or l.worker_id = _worker_id)));
   return query
   with held as (
     select p.task_id, p.current_lease_id as task_lease_id,
@@ -177,7 +177,7 @@ begin
                     where st.task_id = p.task_id and st.task_lease_id = p.current_lease_id) as started
       from queues.task_pending p
       join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
-     where p.current_lease_id is not null and (l.worker_key = _worker_key or l.worker_id = _worker_id)
+     where p.current_lease_id > 0 and (l.worker_key = _worker_key or l.worker_id = _worker_id)
   ),
   revoked as (
     -- available_at of a leased row is its lease's expiry (heartbeats included).
