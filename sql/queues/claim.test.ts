@@ -435,7 +435,9 @@ describe('history', () => {
             .filter((n) => relationOf(n) === 'task_pending' && n['Node Type'] !== 'ModifyTable')
             .reduce(
               (sum, n) =>
-                sum + ((n['Actual Rows'] ?? 0) + Number(n['Rows Removed by Filter'] ?? 0)) * (n['Actual Loops'] ?? 1),
+                sum +
+                (Number(n['Actual Rows'] ?? 0) + Number(n['Rows Removed by Filter'] ?? 0)) *
+                  Number(n['Actual Loops'] ?? 1),
               0,
             );
           expect(pendingRows, `${what}: task_pending rows read by ${query.slice(0, 80)}`).toBeLessThanOrEqual(3 * N);
