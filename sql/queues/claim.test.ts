@@ -465,6 +465,21 @@ describe('history', () => {
         ]),
         'extend_leases',
       );
+      // Ten released (as a worker gives back its local queue at shutdown), then claimed again.
+      expectKeyed(
+        await explainNested(root, 'select * from queues.release_leases($1::bigint[], $2::bigint[])', [
+          ids.slice(0, 10),
+          leaseIds.slice(0, 10),
+        ]),
+        'release_leases',
+      );
+      const { rows: again } = await db.query<{ task_id: string; task_lease_id: string }>(
+        `select task_id::text, task_lease_id::text from queues.claim_tasks('stats', 10, null, 60) where task_id = any($1::bigint[])`,
+        [ids.slice(0, 10)],
+      );
+      expect(again.map((r) => r.task_id).sort()).toEqual(ids.slice(0, 10).sort());
+      for (const r of again) leaseIds[ids.indexOf(r.task_id)] = r.task_lease_id;
+
       // Half settled as the completer settles, half as steps complete (with results).
       const half = N / 2;
       expectKeyed(

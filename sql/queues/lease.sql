@@ -142,6 +142,8 @@ begin
   perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
   perform queues.lock_resource_keys(_task_ids);
 
+  -- The rows by primary key from the array of ids, each row's lease looked up in a map of
+  -- the input (see queues.extend_leases_at).
   with released as (
     update queues.task_pending p
        set available_at = now(),
@@ -149,10 +151,11 @@ begin
            -- complete or record against it.
            current_lease_id = null,
            released_count = p.released_count + 1
-      from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)
-     where p.task_id = i.task_id
-       and p.current_lease_id = i.task_lease_id
-    returning p.task_id, i.task_lease_id, p.resource_key
+      from (select jsonb_object_agg(i.task_id::text, i.task_lease_id) as leases
+              from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)) m
+     where p.task_id = any (_task_ids)
+       and p.current_lease_id = (m.leases ->> p.task_id::text)::bigint
+    returning p.task_id, (m.leases ->> p.task_id::text)::bigint as task_lease_id, p.resource_key
   ),
   recorded as (
     insert into queues.task_lease_release (task_id, task_lease_id)
