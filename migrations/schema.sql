@@ -7030,14 +7030,19 @@ begin
   if to_regclass(format('queues.%I', _name)) is not null then
     return false;
   end if;
-  -- No row may be routed to the parent while the partition is attached. A writer that
-  -- routed its row before the attach committed would send it to the default partition,
-  -- wait there for the attach's lock, and then fail the default's new constraint ("new
-  -- row for relation .._default violates partition constraint") when its row falls in
-  -- the new range (a set made after tasks reached its ids). SHARE waits for the writers
-  -- in flight and holds new ones at the parent until commit; they then route with the
-  -- new partition.
-  execute format('lock table queues.%I in share mode', _table);
+  -- A range within reach of the task ids handed out (within one set's width, or the
+  -- 10,000 tasks a statement may enqueue, above the last one) may receive rows while it
+  -- is attached: a writer that routed its row before the attach committed would send it
+  -- to the default partition, wait there for the attach's lock, and then fail the
+  -- default's new constraint ("new row for relation .._default violates partition
+  -- constraint"). For such a range (a set made late), SHARE on the parent first: it waits
+  -- for the writers in flight and holds new ones at the parent until commit; they then
+  -- route with the new partition. A set made ahead of need, as maintenance makes them,
+  -- is out of reach and needs no lock that writers wait for (under a steady load of
+  -- writers, SHARE would rarely be had within lock_timeout_ms).
+  if _lower <= queues.last_task_id() + greatest(_upper - _lower, 10000) then
+    execute format('lock table queues.%I in share mode', _table);
+  end if;
   execute format('create table queues.%I (like queues.%I including defaults including constraints including indexes including storage)',
                  _name, _table);
   execute format('create trigger forbid_update before update on queues.%I
@@ -8997,6 +9002,8 @@ begin
   perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
   perform queues.lock_resource_keys(_task_ids);
 
+  -- The rows by primary key from the array of ids, each row's lease looked up in a map of
+  -- the input (see queues.extend_leases_at).
   with released as (
     update queues.task_pending p
        set available_at = now(),
@@ -9004,10 +9011,11 @@ begin
            -- complete or record against it.
            current_lease_id = null,
            released_count = p.released_count + 1
-      from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)
-     where p.task_id = i.task_id
-       and p.current_lease_id = i.task_lease_id
-    returning p.task_id, i.task_lease_id, p.resource_key
+      from (select jsonb_object_agg(i.task_id::text, i.task_lease_id) as leases
+              from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)) m
+     where p.task_id = any (_task_ids)
+       and p.current_lease_id = (m.leases ->> p.task_id::text)::bigint
+    returning p.task_id, (m.leases ->> p.task_id::text)::bigint as task_lease_id, p.resource_key
   ),
   recorded as (
     insert into queues.task_lease_release (task_id, task_lease_id)

@@ -39,10 +39,11 @@
 --                                    DML), ACCESS EXCLUSIVE on the default partition (a
 --                                    conflict only for task, task_lease_started and
 --                                    task_completed, whose defaults the hot path's plans lock)
---                                    and, taken first, SHARE on the parent: writers of that
---                                    table wait for the attach (a writer that routed its row
---                                    before the attach commits would fail on the default's
---                                    new constraint; see attach_history_partition)
+--                                    and, for a set made late (its range within reach of the
+--                                    ids handed out), SHARE on the parent first: writers of
+--                                    that table wait for the attach (a writer that routed its
+--                                    row before the attach commits would fail on the
+--                                    default's new constraint; see attach_history_partition)
 --   detach partition                 ACCESS EXCLUSIVE on the parent, default and partition;
 --                                    catalog only (no scan); detach concurrently is refused
 --                                    while a default partition exists, and in a function
@@ -99,14 +100,19 @@ begin
   if to_regclass(format('queues.%I', _name)) is not null then
     return false;
   end if;
-  -- No row may be routed to the parent while the partition is attached. A writer that
-  -- routed its row before the attach committed would send it to the default partition,
-  -- wait there for the attach's lock, and then fail the default's new constraint ("new
-  -- row for relation .._default violates partition constraint") when its row falls in
-  -- the new range (a set made after tasks reached its ids). SHARE waits for the writers
-  -- in flight and holds new ones at the parent until commit; they then route with the
-  -- new partition.
-  execute format('lock table queues.%I in share mode', _table);
+  -- A range within reach of the task ids handed out (within one set's width, or the
+  -- 10,000 tasks a statement may enqueue, above the last one) may receive rows while it
+  -- is attached: a writer that routed its row before the attach committed would send it
+  -- to the default partition, wait there for the attach's lock, and then fail the
+  -- default's new constraint ("new row for relation .._default violates partition
+  -- constraint"). For such a range (a set made late), SHARE on the parent first: it waits
+  -- for the writers in flight and holds new ones at the parent until commit; they then
+  -- route with the new partition. A set made ahead of need, as maintenance makes them,
+  -- is out of reach and needs no lock that writers wait for (under a steady load of
+  -- writers, SHARE would rarely be had within lock_timeout_ms).
+  if _lower <= queues.last_task_id() + greatest(_upper - _lower, 10000) then
+    execute format('lock table queues.%I in share mode', _table);
+  end if;
   execute format('create table queues.%I (like queues.%I including defaults including constraints including indexes including storage)',
                  _name, _table);
   execute format('create trigger forbid_update before update on queues.%I

@@ -408,6 +408,36 @@ describe('partition maintenance', () => {
     }
   });
 
+  it('a set made ahead of need is attached while a claim transaction that wrote leases is still open', async () => {
+    // Out of reach of the ids handed out: no writer can route a row into it, so attaching
+    // takes no lock that writers hold (a steady load of writers would starve it).
+    const { rows: top } = await db.query(
+      `select greatest((select max(upper_bound) from queues.history_partition_bounds()),
+                       (select max(upper_bound) from queues.history_partition_dropped),
+                       queues.last_task_id()) + 1000000 as lo`,
+    );
+    const lo = Number(top[0].lo);
+    await enqueue(1);
+    const writer = await db.client('worker');
+    const attach = await db.client('owner');
+    try {
+      await writer.query('begin');
+      const { rows: claimed } = await writer.query(`select task_id from queues.claim_tasks('w-open', 1)`);
+      expect(claimed).toHaveLength(1);
+      await attach.query(`set lock_timeout = '2s'`);
+      const { rows } = await attach.query(`select queues.attach_history_partition('task_lease', $1, $2) as made`, [
+        lo,
+        lo + SIZE,
+      ]);
+      expect(rows[0].made).toBe(true);
+      // The claim is still open (it held its locks throughout) and commits.
+      await writer.query('commit');
+    } finally {
+      await writer.query('rollback').catch(() => undefined);
+      for (const c of [writer, attach]) await c.end();
+    }
+  });
+
   it('is a runnable db_function for the worker, and the API sees partitions and the next drop', async () => {
     const { rows } = await db
       .pool('worker')
