@@ -8590,30 +8590,50 @@ CREATE OR REPLACE FUNCTION queues.mark_started(_task_ids bigint[], _task_lease_i
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
+declare
+  _not_held bigint[];
+  _not_held_leases bigint[];
 begin
   perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
-  -- One pass over the input, each pair probed by key (subqueries, so no join of the input
-  -- to a table or of one CTE to another is planned from row estimates; a statement of
-  -- 500 starts stays linear). Only pairs that are not held are looked up in the outcomes.
-  return query
+  -- One pass over the input, each pair probed by primary key (a subquery, so no join of
+  -- the input to task_pending is planned from its statistics; a statement of 500 starts
+  -- stays linear). Marks the held leases; collects the others.
   with input as (
     select i.task_id, i.task_lease_id,
            exists (select 1 from queues.task_pending p
-                    where p.task_id = i.task_id and p.current_lease_id = i.task_lease_id)
-           or exists (select 1 from queues.task_completed c
-                       where c.task_id = i.task_id and c.task_lease_id = i.task_lease_id)
-           or exists (select 1 from queues.task_attempt_failed f
-                       where f.task_id = i.task_id and f.task_lease_id = i.task_lease_id)
-           or exists (select 1 from queues.task_interruption x
-                       where x.task_id = i.task_id and x.task_lease_id = i.task_lease_id) as started
+                    where p.task_id = i.task_id and p.current_lease_id = i.task_lease_id) as held
       from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)
   ),
   marked as (
     insert into queues.task_lease_started (task_id, task_lease_id)
-    select i.task_id, i.task_lease_id from input i where i.started
+    select i.task_id, i.task_lease_id from input i where i.held
     on conflict do nothing
   )
-  select i.task_id from input i where not i.started;
+  select array_agg(i.task_id), array_agg(i.task_lease_id) into _not_held, _not_held_leases
+    from input i where not i.held;
+  if _not_held is null then
+    return;
+  end if;
+  -- The few that are not held (normally none): a lease that its own settlement already
+  -- ended is marked too. A statement of its own, run only then: its plan locks every
+  -- partition of three history tables, which the attach of a new partition must wait for.
+  return query
+  with ended as (
+    select i.task_id, i.task_lease_id,
+           exists (select 1 from queues.task_completed c
+                    where c.task_id = i.task_id and c.task_lease_id = i.task_lease_id)
+           or exists (select 1 from queues.task_attempt_failed f
+                       where f.task_id = i.task_id and f.task_lease_id = i.task_lease_id)
+           or exists (select 1 from queues.task_interruption x
+                       where x.task_id = i.task_id and x.task_lease_id = i.task_lease_id) as started
+      from unnest(_not_held, _not_held_leases) as i(task_id, task_lease_id)
+  ),
+  marked as (
+    insert into queues.task_lease_started (task_id, task_lease_id)
+    select e.task_id, e.task_lease_id from ended e where e.started
+    on conflict do nothing
+  )
+  select e.task_id from ended e where not e.started;
 end;
 $function$;
   -- queues.mark_started(_task_ids bigint[], _task_lease_ids bigint[]): owner :DATABASE_OWNER
