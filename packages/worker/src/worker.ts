@@ -320,7 +320,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
         this.#startWaiting();
         // A full batch means more work is likely waiting: claim again at once.
         if (claimed.length === limit && claimed.length > 0) continue;
-        this.#drained = this.#claimFailures === 0;
+        // So does a suspect: the queue hands out one per claim, and a dead worker's
+        // suspects would otherwise come back one per poll interval.
+        this.#drained = this.#claimFailures === 0 && !this.#recovering;
         if (this.#claimFailures > 0) {
           await this.#sleep(Math.min(pollIntervalMs, 100 * 2 ** Math.min(this.#claimFailures, 6)));
           continue;

@@ -259,6 +259,40 @@ describe('worker loop', () => {
     expect(await effects(db, 'after-listen-kill')).toBe(1);
   });
 
+  it("a dead worker's started tasks (suspects, one per claim) run back to back, not one per poll interval", async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 6; i++)
+      ids.push(await enqueue(db, 'db_function', { db_function: 'fixture.step', key: `suspect-${i}` }));
+    // A worker that claimed them with 1 s leases, started them, and died.
+    const { rows } = await db.query<{ task_id: string; task_lease_id: string }>(
+      `select task_id::text, task_lease_id::text
+         from queues.claim_tasks_at(now(), 'w-dead', 100, array['db_function'], 1, 5) where task_id = any($1::bigint[])`,
+      [ids],
+    );
+    expect(rows).toHaveLength(6);
+    await db
+      .pool('worker')
+      .query('select queues.mark_started($1::bigint[], $2::bigint[])', [
+        rows.map((r) => r.task_id),
+        rows.map((r) => r.task_lease_id),
+      ]);
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    // Polling is ten minutes away and nothing notifies: the worker claims again after each
+    // suspect it gets.
+    const registry = new ProcessorRegistry().register('db_function', dbFunctionProcessor());
+    await startWorker({ registry, pollIntervalMs: 600_000 });
+    await eventually(
+      async () =>
+        (
+          await db.query('select count(*)::int as n from queues.task_completed where task_id = any($1::bigint[])', [
+            ids,
+          ])
+        ).rows[0].n === 6,
+      'six suspects completed',
+    );
+    for (let i = 0; i < 6; i++) expect(await effects(db, `suspect-${i}`)).toBe(1);
+  });
+
   it('survives its connections being killed repeatedly: nothing lost, nothing completed twice', async () => {
     const registry = new ProcessorRegistry().register('db_function', dbFunctionProcessor());
     const ids: string[] = [];
