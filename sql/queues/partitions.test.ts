@@ -78,6 +78,17 @@ const tasksIn = async (lo: number, hi: number) =>
     (await db.query('select count(*) from queues.task where task_id >= $1 and task_id < $2', [lo, hi])).rows[0].count,
   );
 
+/** A task id `offset` above every set there is or was and above the last task id handed out. */
+async function aboveEveryRange(offset: number): Promise<number> {
+  const { rows } = await db.query(
+    `select greatest((select max(upper_bound) from queues.history_partition_bounds()),
+                     (select max(upper_bound) from queues.history_partition_dropped),
+                     queues.last_task_id()) + $1::bigint as lo`,
+    [offset],
+  );
+  return Number(rows[0].lo);
+}
+
 /** Facts whose task, or whose lease, does not exist (no foreign keys hold these). */
 async function orphans(): Promise<unknown[]> {
   const { rows } = await db.query(`
@@ -361,12 +372,7 @@ describe('partition maintenance', () => {
     // table's partition for its range attached in a transaction left open: the claim
     // routes its lease only once the attach has committed (a claim that routed before
     // would meet the default partition's new constraint and fail).
-    const { rows: top } = await db.query(
-      `select greatest((select max(upper_bound) from queues.history_partition_bounds()),
-                       (select max(upper_bound) from queues.history_partition_dropped),
-                       queues.last_task_id()) + 1000 as lo`,
-    );
-    const lo = Number(top[0].lo);
+    const lo = await aboveEveryRange(1000);
     await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [lo]);
     const [id] = await enqueue(1);
     const attach = await db.client('owner');
@@ -411,12 +417,7 @@ describe('partition maintenance', () => {
   it('a set made ahead of need is attached while a claim transaction that wrote leases is still open', async () => {
     // Out of reach of the ids handed out: no writer can route a row into it, so attaching
     // takes no lock that writers hold (a steady load of writers would starve it).
-    const { rows: top } = await db.query(
-      `select greatest((select max(upper_bound) from queues.history_partition_bounds()),
-                       (select max(upper_bound) from queues.history_partition_dropped),
-                       queues.last_task_id()) + 1000000 as lo`,
-    );
-    const lo = Number(top[0].lo);
+    const lo = await aboveEveryRange(1_000_000);
     await enqueue(1);
     const writer = await db.client('worker');
     const attach = await db.client('owner');
