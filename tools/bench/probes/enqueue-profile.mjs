@@ -10,7 +10,8 @@
 //   node tools/bench/probes/enqueue-profile.mjs [single=4000] [batches=20] [explain=1]
 import { readFileSync } from 'node:fs';
 import pg from 'pg';
-import { openServer, provisionDatabase, withRootClient } from '@org/db-tools';
+import { provisionDatabase } from '@org/db-tools';
+import { openStatementsServer } from './statements-server.mjs';
 import { enqueue, enqueueMany } from '@org/queue-client';
 
 const SINGLE = Number(process.argv[2] ?? 4000);
@@ -20,13 +21,9 @@ const CALLERS = 10;
 const CLOCK_TICKS = 100; // USER_HZ: /proc/<pid>/stat counts CPU time in these
 const name = `bench-enqueue-${process.pid}`;
 
-let server = await openServer({ name, log: process.env.PROBE_LOG ? (l) => console.error(l) : undefined });
-await withRootClient(server, async (root) => {
-  await root.query(`alter system set shared_preload_libraries = pg_stat_statements, auto_explain`);
-  await root.query(`alter system set pg_stat_statements.track = 'all'`);
+const server = await openStatementsServer(name, {
+  log: process.env.PROBE_LOG ? (l) => console.error(l) : undefined,
 });
-await server.stop();
-server = await openServer({ name, log: process.env.PROBE_LOG ? (l) => console.error(l) : undefined });
 try {
   const urls = await provisionDatabase(server, 'probe', { fresh: true, quiet: true, current: true });
   const rootUrl = new URL(server.rootUrl);

@@ -6,7 +6,8 @@
 //   node tools/bench/probes/sql-ceiling.mjs [N=500] [tasks=40000] [connections=1]
 //   WITH_FKS=1 puts back the foreign keys from the hot facts (to measure what they cost).
 import pg from 'pg';
-import { openServer, provisionDatabase, withRootClient } from '@org/db-tools';
+import { provisionDatabase } from '@org/db-tools';
+import { openStatementsServer } from './statements-server.mjs';
 import { claimTasks, completeTasks, enqueue, enqueueMany } from '@org/queue-client';
 
 const N = Number(process.argv[2] ?? 500);
@@ -14,13 +15,7 @@ const TASKS = Number(process.argv[3] ?? 40000);
 const CONNECTIONS = Number(process.argv[4] ?? 1);
 const name = `bench-ceiling-${process.pid}`;
 
-let server = await openServer({ name });
-await withRootClient(server, async (root) => {
-  await root.query(`alter system set shared_preload_libraries = 'pg_stat_statements'`);
-  await root.query(`alter system set pg_stat_statements.track = 'all'`);
-});
-await server.stop();
-server = await openServer({ name });
+const server = await openStatementsServer(name);
 try {
   const urls = await provisionDatabase(server, 'probe', { fresh: true, quiet: true, current: true });
   const rootUrl = new URL(server.rootUrl);

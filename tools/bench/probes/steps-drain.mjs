@@ -6,7 +6,8 @@
 //   node tools/bench/probes/steps-drain.mjs [steps=20000] [concurrency=10] [prefetch=500]
 import { readFileSync, readdirSync } from 'node:fs';
 import pg from 'pg';
-import { openServer, provisionDatabase, withRootClient } from '@org/db-tools';
+import { provisionDatabase } from '@org/db-tools';
+import { openStatementsServer } from './statements-server.mjs';
 import { enqueueMany } from '@org/queue-client';
 import { createLogger, dbFunctionProcessor, ProcessorRegistry, Worker } from '@org/worker';
 
@@ -33,13 +34,7 @@ function serverCpuMicros(postmaster) {
   }
   return total;
 }
-let server = await openServer({ name });
-await withRootClient(server, async (root) => {
-  await root.query(`alter system set shared_preload_libraries = 'pg_stat_statements'`);
-  await root.query(`alter system set pg_stat_statements.track = 'all'`);
-});
-await server.stop();
-server = await openServer({ name });
+const server = await openStatementsServer(name);
 try {
   const urls = await provisionDatabase(server, 'probe', { fresh: true, quiet: true, current: true });
   const rootUrl = new URL(server.rootUrl);

@@ -5,7 +5,8 @@
 // HISTORY=<n> first writes n completed tasks into the history partitions (as workload 12
 // does), to see what a history and its number of partition sets cost per statement.
 import pg from 'pg';
-import { openServer, provisionDatabase, withRootClient } from '@org/db-tools';
+import { provisionDatabase } from '@org/db-tools';
+import { openStatementsServer } from './statements-server.mjs';
 import { enqueueMany } from '@org/queue-client';
 import { fillHistory } from '../dist/history-scale.js';
 import { createLogger, ProcessorRegistry, Worker } from '@org/worker';
@@ -14,13 +15,7 @@ const TASKS = Number(process.argv[2] ?? 20000);
 const CONCURRENCY = Number(process.argv[3] ?? 10);
 const PREFETCH = Number(process.argv[4] ?? 500);
 const name = `bench-drain-${process.pid}`;
-let server = await openServer({ name });
-await withRootClient(server, async (root) => {
-  await root.query(`alter system set shared_preload_libraries = 'pg_stat_statements'`);
-  await root.query(`alter system set pg_stat_statements.track = 'all'`);
-});
-await server.stop();
-server = await openServer({ name });
+const server = await openStatementsServer(name);
 try {
   const urls = await provisionDatabase(server, 'probe', { fresh: true, quiet: true, current: true });
   const rootUrl = new URL(server.rootUrl);
