@@ -1138,7 +1138,7 @@ create table queues.history_setting (
   partition_size bigint default 1000000 not null,
   partitions_ahead integer default 2 not null,
   retention interval default '7 days'::interval not null,
-  lock_timeout_ms integer default 50 not null,
+  lock_timeout_ms integer default 2000 not null,
   updated_at timestamp with time zone default now() not null,
   constraint history_setting_lock_timeout_ms_check CHECK (((lock_timeout_ms >= 1) AND (lock_timeout_ms <= 60000))),
   constraint history_setting_lock_timeout_ms_not_null NOT NULL lock_timeout_ms,
@@ -7035,14 +7035,21 @@ begin
   -- is attached: a writer that routed its row before the attach committed would send it
   -- to the default partition, wait there for the attach's lock, and then fail the
   -- default's new constraint ("new row for relation .._default violates partition
-  -- constraint"). For such a range (a set made late), SHARE on the parent first: it waits
-  -- for the writers in flight and holds new ones at the parent until commit; they then
-  -- route with the new partition. A set made ahead of need, as maintenance makes them,
-  -- is out of reach and needs no lock that writers wait for (under a steady load of
-  -- writers, SHARE would rarely be had within lock_timeout_ms).
-  if _lower <= queues.last_task_id() + greatest(_upper - _lower, 10000) then
-    execute format('lock table queues.%I in share mode', _table);
-  end if;
+  -- constraint"). For such a range (a set made late), SHARE on the parent: taken when no
+  -- writer is in flight, it holds new ones at the parent until commit; they then route
+  -- with the new partition. A set made ahead of need, as maintenance makes them, is out
+  -- of reach and needs no lock that writers wait for (under a steady load of writers, a
+  -- moment without one is rare).
+  -- Its locks first (queues.lock_history_tables: taken between transactions, never
+  -- queued for): the parent, SHARE UPDATE EXCLUSIVE (what attaching takes; SHARE for a
+  -- set made late), then the default partition, ACCESS EXCLUSIVE (attaching checks it
+  -- holds no row of the range).
+  perform queues.lock_history_tables(
+    array[_table, _table || '_default'],
+    array[case when _lower <= queues.last_task_id() + greatest(_upper - _lower, 10000) then 'share'
+               else 'share update exclusive' end,
+          'access exclusive'],
+    (select s.lock_timeout_ms from queues.history_setting s));
   execute format('create table queues.%I (like queues.%I including defaults including constraints including indexes including storage)',
                  _name, _table);
   execute format('create trigger forbid_update before update on queues.%I
@@ -8320,6 +8327,62 @@ $function$;
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.lock_history_tables(_tables text[], _modes text[], _within_ms integer)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _deadline timestamptz;
+  _tries integer := 0;
+begin
+  if _tables is null or _modes is null or cardinality(_tables) = 0 or cardinality(_tables) <> cardinality(_modes) then
+    raise exception 'tables and modes must be non-empty arrays of the same length' using errcode = '22023';
+  end if;
+  if exists (select 1 from unnest(_modes) m where m is null or m not in ('share update exclusive', 'share', 'access exclusive')) then
+    raise exception 'a lock mode must be share update exclusive, share or access exclusive, got %', _modes
+      using errcode = '22023';
+  end if;
+  if exists (select 1 from unnest(_tables) t where t is null or to_regclass(format('queues.%I', t)) is null) then
+    raise exception 'every table must name a table in schema queues, got %', _tables using errcode = '22023';
+  end if;
+  if _within_ms is null or _within_ms < 0 then
+    raise exception 'within_ms must be 0 or more, got %', _within_ms using errcode = '22023';
+  end if;
+  -- A transaction that already holds a lock of this kind (steps run together, as in
+  -- queues.maintain_history_at, or a partition made earlier in it) keeps the queue
+  -- waiting while it tries, and a holder in its way may be waiting for it: it tries for
+  -- at most 50 ms then.
+  if exists (select 1 from pg_locks l
+              where l.pid = pg_backend_pid() and l.locktype = 'relation' and l.granted
+                and l.mode in ('ShareUpdateExclusiveLock', 'ShareLock', 'ShareRowExclusiveLock',
+                               'ExclusiveLock', 'AccessExclusiveLock')) then
+    _within_ms := least(_within_ms, 50);
+  end if;
+  _deadline := clock_timestamp() + make_interval(secs => _within_ms / 1000.0);
+  loop
+    _tries := _tries + 1;
+    begin
+      for _i in 1 .. cardinality(_tables) loop
+        -- The mode is one of the three above (checked), the table quoted as an identifier.
+        execute format('lock table only queues.%I in %s mode nowait', _tables[_i], _modes[_i]);
+      end loop;
+      return _tries;
+    exception
+      when lock_not_available then
+        null; -- the block's locks are given back with it
+    end;
+    exit when clock_timestamp() >= _deadline;
+    perform pg_sleep((1 + random() * 3) / 1000.0);
+  end loop;
+  raise exception 'could not lock % in % tries over % ms: other transactions held them throughout',
+    array_to_string(_tables, ', '), _tries, _within_ms
+    using errcode = '55P03';
+end;
+$function$;
+  -- queues.lock_history_tables(_tables text[], _modes text[], _within_ms integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.lock_resource_keys(_task_ids bigint[])
  RETURNS void
  LANGUAGE plpgsql
@@ -8429,7 +8492,6 @@ begin
     return jsonb_build_object('action', 'busy', 'more', false);
   end if;
   select * into _setting from queues.history_setting;
-  perform set_config('lock_timeout', _setting.lock_timeout_ms || 'ms', true);
   _last_id := queues.last_task_id();
 
   begin
@@ -8511,6 +8573,9 @@ begin
      limit 1;
     if _name is not null then
       _doing := format('detach queues.%I', _name);
+      perform queues.lock_history_tables(array[_table, _name, _table || '_default'],
+                                         array['access exclusive', 'access exclusive', 'access exclusive'],
+                                         _setting.lock_timeout_ms);
       execute format('alter table queues.%I detach partition queues.%I', _table, _name);
       return jsonb_build_object('action', 'detached', 'table', _name, 'lower_bound', _lower, 'upper_bound', _upper,
                                 'more', true);
@@ -8551,6 +8616,9 @@ begin
         -- transaction that wrote to the set or read it to complete a task is still open:
         -- check again what could have changed (a task enqueued with an id handed out
         -- before the checks, and its completion).
+        perform queues.lock_history_tables(array['task', _name, 'task_default'],
+                                           array['access exclusive', 'access exclusive', 'access exclusive'],
+                                           _setting.lock_timeout_ms);
         execute format('alter table queues.task detach partition queues.%I', _name);
         if exists (select 1 from queues.task_pending tp
                     where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)

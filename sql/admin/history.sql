@@ -11,7 +11,7 @@
 
 -- The status at _now: queues.history_status_at(_now) with these keys added or extended:
 --   now                  _now
---   lock_timeout_ms      the longest maintenance waits for a lock
+--   lock_timeout_ms      how long a maintenance step keeps asking for its locks
 --   partitions[]         each set, lowest first, the default partition last:
 --     lower_bound, upper_bound, name, is_default, estimated_tasks (planner), total_bytes,
 --     table_bytes, index_bytes  tables with TOAST / indexes, summed over every history table

@@ -11,6 +11,7 @@
 -- task. docs/operations.md ("Retention and partitions") has the full reasoning.
 --
 --   queues.history_tables()                    the partitioned tables, parent first
+--   queues.lock_history_tables(t, m, ms)       a step's locks, never queued for, owner only
 --   queues.attach_history_partition(t, lo, hi) one table's partition of a set, owner only
 --   queues.create_history_partition(lo, hi)    one set [lo, hi), owner only
 --   queues.history_partition_bounds()          every table's partitions and their bounds
@@ -30,10 +31,11 @@
 -- task_completed through generic plans, which lock every partition of those tables,
 -- default included, and every writer takes ROW EXCLUSIVE on the parents. So each step
 -- locks one table (its parent, the partition, the default) in the order the hot path
--- takes its own (parent, then partition, then default), waits at most lock_timeout_ms, and
--- holds it only for a catalog change, in a transaction of its own when run by the
--- schedule (queues.maintain_history_step with "repeat"): a claim waits at most
--- lock_timeout_ms plus that change. Measured locks (PostgreSQL 18):
+-- takes its own (parent, then partition, then default), never waiting in a lock queue
+-- (queues.lock_history_tables: asked for without waiting, again every few ms, for up to
+-- lock_timeout_ms), and holds the locks only for a catalog change, in a transaction of
+-- its own when run by the schedule (queues.maintain_history_step with "repeat"): a claim
+-- waits behind maintenance only for that change. Measured locks (PostgreSQL 18):
 --   create table .. partition of     ACCESS EXCLUSIVE on the parent and its default: not used
 --   create table (like ..) + attach  SHARE UPDATE EXCLUSIVE on the parent (no conflict with
 --                                    DML), ACCESS EXCLUSIVE on the default partition (a
@@ -73,6 +75,73 @@ as $$
   select _table || '_p' || _lower::text
 $$;
 
+-- Takes the locks of one maintenance step, _modes[i] on queues._tables[i] (only the
+-- table named: a partitioned parent's partitions are not locked with it), in order,
+-- without ever waiting in a lock queue: each try asks for every lock with NOWAIT, and a
+-- try that meets a holder gives back what it took and tries again 1 to 4 ms later, until
+-- the locks are had or _within_ms has passed (then lock_not_available, 55P03, naming the
+-- tables and the tries). Why not wait: a lock request that waits holds every later
+-- request behind it, so a claim would queue behind maintenance for as long as the
+-- longest transaction in flight keeps maintenance waiting (a batch of server-side steps
+-- holds task's partitions for tens of milliseconds; under a steady load one is always in
+-- flight, so a waiting request rarely got its lock within a short lock_timeout). Asking
+-- without waiting takes the moments between transactions and leaves the queue's own
+-- order alone (but see the 50 ms below). Modes: 'share update exclusive', 'share',
+-- 'access exclusive'. Returns the tries it took. Owner only.
+create or replace function queues.lock_history_tables(_tables text[], _modes text[], _within_ms integer)
+  returns integer
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _deadline timestamptz;
+  _tries integer := 0;
+begin
+  if _tables is null or _modes is null or cardinality(_tables) = 0 or cardinality(_tables) <> cardinality(_modes) then
+    raise exception 'tables and modes must be non-empty arrays of the same length' using errcode = '22023';
+  end if;
+  if exists (select 1 from unnest(_modes) m where m is null or m not in ('share update exclusive', 'share', 'access exclusive')) then
+    raise exception 'a lock mode must be share update exclusive, share or access exclusive, got %', _modes
+      using errcode = '22023';
+  end if;
+  if exists (select 1 from unnest(_tables) t where t is null or to_regclass(format('queues.%I', t)) is null) then
+    raise exception 'every table must name a table in schema queues, got %', _tables using errcode = '22023';
+  end if;
+  if _within_ms is null or _within_ms < 0 then
+    raise exception 'within_ms must be 0 or more, got %', _within_ms using errcode = '22023';
+  end if;
+  -- A transaction that already holds a lock of this kind (steps run together, as in
+  -- queues.maintain_history_at, or a partition made earlier in it) keeps the queue
+  -- waiting while it tries, and a holder in its way may be waiting for it: it tries for
+  -- at most 50 ms then.
+  if exists (select 1 from pg_locks l
+              where l.pid = pg_backend_pid() and l.locktype = 'relation' and l.granted
+                and l.mode in ('ShareUpdateExclusiveLock', 'ShareLock', 'ShareRowExclusiveLock',
+                               'ExclusiveLock', 'AccessExclusiveLock')) then
+    _within_ms := least(_within_ms, 50);
+  end if;
+  _deadline := clock_timestamp() + make_interval(secs => _within_ms / 1000.0);
+  loop
+    _tries := _tries + 1;
+    begin
+      for _i in 1 .. cardinality(_tables) loop
+        -- The mode is one of the three above (checked), the table quoted as an identifier.
+        execute format('lock table only queues.%I in %s mode nowait', _tables[_i], _modes[_i]);
+      end loop;
+      return _tries;
+    exception
+      when lock_not_available then
+        null; -- the block's locks are given back with it
+    end;
+    exit when clock_timestamp() >= _deadline;
+    perform pg_sleep((1 + random() * 3) / 1000.0);
+  end loop;
+  raise exception 'could not lock % in % tries over % ms: other transactions held them throughout',
+    array_to_string(_tables, ', '), _tries, _within_ms
+    using errcode = '55P03';
+end;
+$$;
+
 -- Makes the partition [_lower, _upper) of the history table _table unless it exists: a
 -- standalone table like its parent (columns, defaults, constraints, indexes) with the
 -- trigger that refuses updates (a statement trigger on the parent does not fire for a
@@ -105,14 +174,21 @@ begin
   -- is attached: a writer that routed its row before the attach committed would send it
   -- to the default partition, wait there for the attach's lock, and then fail the
   -- default's new constraint ("new row for relation .._default violates partition
-  -- constraint"). For such a range (a set made late), SHARE on the parent first: it waits
-  -- for the writers in flight and holds new ones at the parent until commit; they then
-  -- route with the new partition. A set made ahead of need, as maintenance makes them,
-  -- is out of reach and needs no lock that writers wait for (under a steady load of
-  -- writers, SHARE would rarely be had within lock_timeout_ms).
-  if _lower <= queues.last_task_id() + greatest(_upper - _lower, 10000) then
-    execute format('lock table queues.%I in share mode', _table);
-  end if;
+  -- constraint"). For such a range (a set made late), SHARE on the parent: taken when no
+  -- writer is in flight, it holds new ones at the parent until commit; they then route
+  -- with the new partition. A set made ahead of need, as maintenance makes them, is out
+  -- of reach and needs no lock that writers wait for (under a steady load of writers, a
+  -- moment without one is rare).
+  -- Its locks first (queues.lock_history_tables: taken between transactions, never
+  -- queued for): the parent, SHARE UPDATE EXCLUSIVE (what attaching takes; SHARE for a
+  -- set made late), then the default partition, ACCESS EXCLUSIVE (attaching checks it
+  -- holds no row of the range).
+  perform queues.lock_history_tables(
+    array[_table, _table || '_default'],
+    array[case when _lower <= queues.last_task_id() + greatest(_upper - _lower, 10000) then 'share'
+               else 'share update exclusive' end,
+          'access exclusive'],
+    (select s.lock_timeout_ms from queues.history_setting s));
   execute format('create table queues.%I (like queues.%I including defaults including constraints including indexes including storage)',
                  _name, _table);
   execute format('create trigger forbid_update before update on queues.%I
@@ -274,8 +350,8 @@ as $$
 $$;
 
 -- One step of partition maintenance at _now: the first of these that has work to do,
--- locking one table only (see "Locks" above), its locks taken with
--- lock_timeout = lock_timeout_ms:
+-- locking one table only (see "Locks" above), its locks taken between the queue's
+-- transactions within lock_timeout_ms (queues.lock_history_tables):
 -- 1. Sets ahead of need, one table per step: first a set left half made (some table has
 --    its partition, task not yet; task's is made last), then a new set above every range
 --    there is or was and above any task in the default partition, of partition_size task
@@ -301,7 +377,8 @@ $$;
 create or replace function queues.maintain_history_step_at(_now timestamptz)
   returns jsonb
   language plpgsql volatile
-  -- Restored when the function returns: the caller's transaction keeps its own timeout.
+  -- A bound for any other lock a statement here might wait for (its own are taken
+  -- first, without waiting); restored when the function returns.
   set lock_timeout = '50ms'
   set search_path = pg_catalog, pg_temp
 as $$
@@ -326,7 +403,6 @@ begin
     return jsonb_build_object('action', 'busy', 'more', false);
   end if;
   select * into _setting from queues.history_setting;
-  perform set_config('lock_timeout', _setting.lock_timeout_ms || 'ms', true);
   _last_id := queues.last_task_id();
 
   begin
@@ -408,6 +484,9 @@ begin
      limit 1;
     if _name is not null then
       _doing := format('detach queues.%I', _name);
+      perform queues.lock_history_tables(array[_table, _name, _table || '_default'],
+                                         array['access exclusive', 'access exclusive', 'access exclusive'],
+                                         _setting.lock_timeout_ms);
       execute format('alter table queues.%I detach partition queues.%I', _table, _name);
       return jsonb_build_object('action', 'detached', 'table', _name, 'lower_bound', _lower, 'upper_bound', _upper,
                                 'more', true);
@@ -448,6 +527,9 @@ begin
         -- transaction that wrote to the set or read it to complete a task is still open:
         -- check again what could have changed (a task enqueued with an id handed out
         -- before the checks, and its completion).
+        perform queues.lock_history_tables(array['task', _name, 'task_default'],
+                                           array['access exclusive', 'access exclusive', 'access exclusive'],
+                                           _setting.lock_timeout_ms);
         execute format('alter table queues.task detach partition queues.%I', _name);
         if exists (select 1 from queues.task_pending tp
                     where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
@@ -637,7 +719,8 @@ revoke execute on function queues.maintain_history_at(timestamptz), queues.maint
   queues.history_status_at(timestamptz), queues.history_summary_at(timestamptz), queues.history_partitions(),
   queues.history_partition_bounds(), queues.history_sets(), queues.history_partition_sizes(),
   queues.history_walk(bigint), queues.create_history_partition(bigint, bigint),
-  queues.attach_history_partition(text, bigint, bigint) from public;
+  queues.attach_history_partition(text, bigint, bigint), queues.lock_history_tables(text[], text[], integer)
+  from public;
 grant execute on function queues.maintain_history(jsonb), queues.maintain_history_step(jsonb) to :DATABASE_WORKER;
 select internal.register_runnable_function('queues.maintain_history(jsonb)');
 select internal.register_runnable_function('queues.maintain_history_step(jsonb)');

@@ -2,8 +2,8 @@
 // dropped whole when every task in them is completed and older than the retention
 // window, kept while one task is pending, and maintenance never stops the queue: run as
 // the schedule runs it (one step per transaction), claims and completions proceed, and a
-// step that meets a long transaction gives up after lock_timeout_ms instead of queueing
-// the queue behind its lock request.
+// step never queues for its locks: it takes them between the queue's transactions, or
+// gives up after lock_timeout_ms, and no claim waits behind its request.
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
@@ -73,6 +73,9 @@ async function complete(leases: Map<string, string>, ids: string[]) {
     ]);
   expect(rows.every((r) => r.result === 'completed')).toBe(true);
 }
+/** Settings that leave a set to make: one more set ahead of the last task id than there is. */
+const oneSetMoreAhead = `partitions_ahead = (select count(*) + 1 from queues.history_sets()
+                                             where not is_default and lower_bound > queues.last_task_id())`;
 const tasksIn = async (lo: number, hi: number) =>
   Number(
     (await db.query('select count(*) from queues.task where task_id >= $1 and task_id < $2', [lo, hi])).rows[0].count,
@@ -304,11 +307,12 @@ describe('partition maintenance', () => {
     expect(sets).toEqual([]);
   });
 
-  it('a step that meets a long claim transaction gives up after lock_timeout_ms, the claims queued behind it proceed, and the next run does it', async () => {
+  it('a step never queues for its locks: a claim that comes while it waits for a long claim transaction goes on, and the step takes its locks once that transaction ends', async () => {
     await maintain();
-    // A long lock timeout, so that the waits can be watched; a new set to make.
-    await db.query(`update queues.history_setting set lock_timeout_ms = 1000, partitions_ahead = 2`);
+    // A long window, longer than the test: the step must get its locks by the end of the
+    // long transaction, not by giving up.
     await enqueue(2);
+    await db.query(`update queues.history_setting set lock_timeout_ms = 60000, ${oneSetMoreAhead}`);
     const long = await db.client('worker');
     const steps = await db.client('worker');
     const second = await db.client('worker');
@@ -323,38 +327,42 @@ describe('partition maintenance', () => {
       const [stepsPid, secondPid] = [await pid(steps), await pid(second)];
       const blockedBy = async (p: number) =>
         (await db.query('select pg_blocking_pids($1) as b', [p])).rows[0].b as number[];
-      // Polls the catalog (one round trip each) until the condition holds.
-      const until = async (condition: () => Promise<boolean>) => {
-        while (!(await condition()));
-      };
+      // In a step: it holds maintenance's advisory lock (queues.maintain_history_step_at).
+      const inStep = async (p: number) =>
+        (
+          await db.query(
+            `select exists (select 1 from pg_locks where pid = $1 and locktype = 'advisory'
+                               and classid = 20252 and objid = 1 and granted) as held`,
+            [p],
+          )
+        ).rows[0].held as boolean;
 
-      const run = maintainAsScheduled(steps);
-      // The step that needs the conflicting lock waits (behind the long transaction)...
-      await until(async () => (await blockedBy(stepsPid)).length > 0);
-      // ...and a claim that comes now queues behind the step's lock request.
-      const claim = second.query(`select task_id from queues.claim_tasks('w-second', 1)`);
-      await until(async () => (await blockedBy(secondPid)).includes(stepsPid));
-
-      // The step gives up at its lock timeout (rolled back, the run ends), and the claim
-      // goes on while the long transaction is still open.
-      const done = await run;
-      expect(done.slice(0, -1).every((d) => d.action === 'attached')).toBe(true);
-      expect(done.at(-1)).toMatchObject({
-        action: 'skipped',
-        step: expect.stringMatching(/^attach queues\.task_lease_p\d+$/),
-        reason: expect.stringMatching(/lock timeout/),
-        more: false,
-      });
+      let ended = false;
+      const run = maintainAsScheduled(steps).finally(() => (ended = true));
+      // The step meets the long transaction and tries again and again: it is not in the
+      // lock queue (nobody is blocked by it, it is blocked by nobody).
+      while (!ended && !(await inStep(stepsPid)));
+      expect(ended).toBe(false);
+      expect(await blockedBy(stepsPid)).toEqual([]);
+      // A claim that comes now is never held behind the step.
+      let claimed = false;
+      const claim = second
+        .query(`select task_id from queues.claim_tasks('w-second', 1)`)
+        .finally(() => (claimed = true));
+      while (!claimed) expect(await blockedBy(secondPid)).not.toContain(stepsPid);
       expect((await claim).rows).toHaveLength(1);
+      // The step is still trying while the long transaction is open...
+      expect(ended).toBe(false);
       expect((await long.query('select 1 as open')).rows).toEqual([{ open: 1 }]);
       await long.query('commit');
 
-      // The next run makes the rest of the set.
-      const next = await maintainAsScheduled(steps);
-      expect(next.map((d) => d.action)).toContain('set_created');
-      expect(next.at(-1)).toMatchObject({ action: 'none', more: false });
+      // ...and takes its locks once it has ended: the run makes the whole set.
+      const done = await run;
+      expect(done.map((d) => d.action)).toContain('set_created');
+      expect(done.filter((d) => d.action === 'skipped')).toEqual([]);
+      expect(done.at(-1)).toMatchObject({ action: 'none', more: false });
       // The set is recorded as created when its task partition is attached, its last.
-      const made = next.find((d) => d.action === 'set_created') as unknown as { lower_bound: number };
+      const made = done.find((d) => d.action === 'set_created') as unknown as { lower_bound: number };
       const { rows: created } = await db.query(
         'select count(*)::int as n from queues.history_partition_created where lower_bound = $1',
         [made.lower_bound],
@@ -363,7 +371,94 @@ describe('partition maintenance', () => {
     } finally {
       await long.query('rollback').catch(() => undefined);
       for (const c of [long, steps, second]) await c.end();
-      await db.query(`update queues.history_setting set lock_timeout_ms = default`);
+      await db.query(`update queues.history_setting set lock_timeout_ms = default, partitions_ahead = 2`);
+    }
+  });
+
+  it('a step that cannot take its locks within lock_timeout_ms is skipped, and the next run does it', async () => {
+    await maintain();
+    await enqueue(2);
+    await db.query(`update queues.history_setting set lock_timeout_ms = 200, ${oneSetMoreAhead}`);
+    const long = await db.client('worker');
+    const steps = await db.client('worker');
+    try {
+      await long.query('begin');
+      expect((await long.query(`select task_id from queues.claim_tasks('w-long', 1)`)).rows).toHaveLength(1);
+      const done = await maintainAsScheduled(steps);
+      expect(done.slice(0, -1).map((d) => d.action)).toEqual(done.slice(0, -1).map(() => 'attached'));
+      expect(done.at(-1)).toMatchObject({
+        action: 'skipped',
+        step: expect.stringMatching(/^attach queues\.task_lease_p\d+$/),
+        reason: expect.stringMatching(/^could not lock task_lease, task_lease_default in \d+ tries over 200 ms/),
+        more: false,
+      });
+      await long.query('commit');
+      const next = await maintainAsScheduled(steps);
+      expect(next.map((d) => d.action)).toContain('set_created');
+      expect(next.at(-1)).toMatchObject({ action: 'none', more: false });
+    } finally {
+      await long.query('rollback').catch(() => undefined);
+      for (const c of [long, steps]) await c.end();
+      await db.query(`update queues.history_setting set lock_timeout_ms = default, partitions_ahead = 2`);
+    }
+  });
+
+  it("queues.lock_history_tables refuses what it cannot lock safely, and is the owner's only", async () => {
+    const refused = async (sql: string) =>
+      (await db.query(sql).catch((e: { message: string }) => e)) as { message?: string; code?: string };
+    for (const [sql, message] of [
+      [`select queues.lock_history_tables(array['task'], array['exclusive'], 10)`, /lock mode must be/],
+      [`select queues.lock_history_tables(array['task'], array['access share'], 10)`, /lock mode must be/],
+      [
+        `select queues.lock_history_tables(array['task; drop table x'], array['share'], 10)`,
+        /must name a table in schema queues/,
+      ],
+      [`select queues.lock_history_tables(array['nope'], array['share'], 10)`, /must name a table in schema queues/],
+      [`select queues.lock_history_tables(array['task', 'task_default'], array['share'], 10)`, /same length/],
+      [`select queues.lock_history_tables(array[]::text[], array[]::text[], 10)`, /same length/],
+      [`select queues.lock_history_tables(array['task'], array['share'], -1)`, /within_ms must be 0 or more/],
+    ] as const) {
+      const e = await refused(sql);
+      expect(e.code, sql).toBe('22023');
+      expect(e.message).toMatch(message);
+    }
+    // Inside a transaction the locks are held until it ends; a try that meets a holder
+    // gives back what it took (here: task_default, taken before task_lease_default).
+    const other = await db.client('owner');
+    try {
+      await other.query('begin');
+      await other.query('lock table only queues.task_lease_default in access share mode');
+      const e = await refused(
+        `select queues.lock_history_tables(array['task_default', 'task_lease_default'], array['access exclusive', 'access exclusive'], 30)`,
+      );
+      expect(e.code).toBe('55P03');
+      expect(e.message).toMatch(/^could not lock task_default, task_lease_default in \d+ tries over 30 ms/);
+      await other.query('lock table only queues.task_default in access share mode nowait');
+      // A transaction that already holds such a lock (steps run together) tries for 50 ms
+      // at most: the queue may be waiting for it, and the holder in its way may be too.
+      const owner = await db.client('owner');
+      try {
+        await owner.query('begin');
+        await owner.query(`select queues.lock_history_tables(array['task_type'], array['share update exclusive'], 0)`);
+        const capped = (await owner
+          .query(`select queues.lock_history_tables(array['task_lease_default'], array['access exclusive'], 60000)`)
+          .catch((x: { message: string; code: string }) => x)) as { message?: string; code?: string };
+        expect(capped.code).toBe('55P03');
+        expect(capped.message).toMatch(/^could not lock task_lease_default in \d+ tries over 50 ms/);
+      } finally {
+        await owner.query('rollback');
+        await owner.end();
+      }
+    } finally {
+      await other.query('rollback');
+      await other.end();
+    }
+    for (const role of ['worker', 'app', 'api'] as const) {
+      const e = (await db
+        .pool(role)
+        .query(`select queues.lock_history_tables(array['task'], array['share'], 10)`)
+        .catch((x: { code: string }) => x)) as { code?: string };
+      expect(e.code, role).toBe('42501');
     }
   });
 

@@ -60,7 +60,7 @@ describe('history', () => {
     expect(set.total_bytes).toBeGreaterThan(0);
 
     // Each set: its state, tasks, oldest task, pending tasks, creation, and bytes split.
-    expect(body.lock_timeout_ms).toBe(50);
+    expect(body.lock_timeout_ms).toBe(2000);
     expect(set).toMatchObject({
       state: 'next_drop',
       tasks: 10,
