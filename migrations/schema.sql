@@ -6091,17 +6091,23 @@ AS $function$
 declare
   _ak text := _name || '_attempt_id';
   _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', _ak);
-  _exists integer;
+  _root_id bigint;
+  _recorded integer;
 begin
   if _attempt_id is null then
     return internal.validation_failure(format('original_payload.%s must be a positive integer', _ak));
   end if;
-  execute format('select 1 from %I.%I a where a.%I = $1', _schema, _name || '_attempt', _ak) into _exists using _attempt_id;
-  if _exists is null then
+  execute format('select a.%I from %I.%I a where a.%I = $1', _name || '_task_id', _schema, _name || '_attempt', _ak)
+    into _root_id using _attempt_id;
+  if _root_id is null then
     return internal.validation_failure(format('%s %s not found', _name || '_attempt', _attempt_id));
   end if;
-  execute format('insert into %I.%I (%I, worker_payload) values ($1, $2) on conflict do nothing', _schema, _name || '_attempt_succeeded', _ak)
-    using _attempt_id, payload -> 'worker_payload';
+  execute format('insert into %I.%I (%I, worker_payload) values ($1, $2) on conflict do nothing returning 1',
+                 _schema, _name || '_attempt_succeeded', _ak)
+    into _recorded using _attempt_id, payload -> 'worker_payload';
+  if _recorded is not null then
+    perform internal.enqueue_channel_supervisor(internal.get_channel_process(_schema, _name), _root_id, null);
+  end if;
   return jsonb_build_object('success', true);
 end;
 $function$;
@@ -7594,7 +7600,8 @@ AS $procedure$
 begin
   _task_id := queues.enqueue(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts, false);
   commit;
-  if _scheduled_at is null or _scheduled_at operator(pg_catalog.<=) pg_catalog.now() then
+  if _scheduled_at is null
+     or _scheduled_at operator(pg_catalog.<=) (pg_catalog.now() operator(pg_catalog.+) interval '1 minute') then
     perform pg_catalog.pg_notify('queues_task_ready', '');
   end if;
 end;
@@ -7689,8 +7696,8 @@ begin
     raise exception 'unknown task_type %', quote_literal(left(_task_type, 100))
       using errcode = '22023', hint = 'Known task types are listed in queues.task_type.';
   end if;
-  -- A task scheduled later wakes nobody now: workers poll for it.
-  if _notify and (_scheduled_at is null or _scheduled_at <= now()) then
+  -- A task due more than a minute ahead wakes nobody now: workers poll for it.
+  if _notify and (_scheduled_at is null or _scheduled_at <= now() + interval '1 minute') then
     perform pg_notify('queues_task_ready', '');
   end if;
   return _task_id;
@@ -7797,7 +7804,7 @@ begin
     select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts
       from inserted i
   )
-  select array_agg(i.task_id order by i.task_id), bool_or(i.scheduled_at <= now())
+  select array_agg(i.task_id order by i.task_id), bool_or(i.scheduled_at <= now() + interval '1 minute')
     into _ids, _ready
     from inserted i;
 
@@ -8330,6 +8337,7 @@ $function$;
 CREATE OR REPLACE FUNCTION queues.lock_history_tables(_tables text[], _modes text[], _within_ms integer)
  RETURNS integer
  LANGUAGE plpgsql
+ SET lock_timeout TO '50ms'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
@@ -8375,6 +8383,20 @@ begin
     exit when clock_timestamp() >= _deadline;
     perform pg_sleep((1 + random() * 3) / 1000.0);
   end loop;
+  -- A last try waits in the queue, for at most 50 ms (restored on return): transactions
+  -- that follow one another without a moment between (one connection's statements
+  -- back to back) are waited for, and whatever queues behind this try waits no longer.
+  _tries := _tries + 1;
+  perform set_config('lock_timeout', greatest(least(_within_ms, 50), 1) || 'ms', true);
+  begin
+    for _i in 1 .. cardinality(_tables) loop
+      execute format('lock table only queues.%I in %s mode', _tables[_i], _modes[_i]);
+    end loop;
+    return _tries;
+  exception
+    when lock_not_available then
+      null;
+  end;
   raise exception 'could not lock % in % tries over % ms: other transactions held them throughout',
     array_to_string(_tables, ', '), _tries, _within_ms
     using errcode = '55P03';
@@ -8734,6 +8756,51 @@ CREATE OR REPLACE FUNCTION queues.max_payload_depth()
 AS $function$ select 64 $function$;
   -- queues.max_payload_depth(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.next_claim_in_ms(_task_types text[] DEFAULT NULL::text[])
+ RETURNS integer
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  with recursive types as (
+    select distinct u.task_type
+      from unnest(coalesce(queues.claimable_task_types(_task_types),
+                           array(select tt.task_type from queues.task_type tt))) as u(task_type)
+     where u.task_type is not null
+  ),
+  priorities (task_type, priority) as (
+    select ty.task_type,
+           (select p.priority from queues.task_pending p
+             where p.task_type = ty.task_type and p.current_lease_id is null
+             order by p.priority desc limit 1)
+      from types ty
+    union all
+    select pr.task_type,
+           (select p.priority from queues.task_pending p
+             where p.task_type = pr.task_type and p.current_lease_id is null and p.priority < pr.priority
+             order by p.priority desc limit 1)
+      from priorities pr
+     where pr.priority is not null
+  )
+  -- (greatest would turn "none" into 0: it ignores nulls; beyond about 24 days, the
+  -- integer's largest value)
+  select case when min(n.scheduled_at) is not null
+              then least(greatest(ceil(extract(epoch from min(n.scheduled_at) - clock_timestamp()) * 1000), 0),
+                         2147483647)::integer end
+    from priorities pr
+   cross join lateral (
+     select p.scheduled_at from queues.task_pending p
+      where p.task_type = pr.task_type and p.current_lease_id is null and p.priority = pr.priority
+        and p.scheduled_at > clock_timestamp()
+      order by p.scheduled_at
+      limit 1
+   ) n
+   where pr.priority is not null
+$function$;
+  -- queues.next_claim_in_ms(_task_types text[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.parse_envelope(_result jsonb, OUT outcome text, OUT message text)
  RETURNS record

@@ -31,11 +31,12 @@
 -- task_completed through generic plans, which lock every partition of those tables,
 -- default included, and every writer takes ROW EXCLUSIVE on the parents. So each step
 -- locks one table (its parent, the partition, the default) in the order the hot path
--- takes its own (parent, then partition, then default), never waiting in a lock queue
+-- takes its own (parent, then partition, then default), without waiting in a lock queue
 -- (queues.lock_history_tables: asked for without waiting, again every few ms, for up to
--- lock_timeout_ms), and holds the locks only for a catalog change, in a transaction of
--- its own when run by the schedule (queues.maintain_history_step with "repeat"): a claim
--- waits behind maintenance only for that change. Measured locks (PostgreSQL 18):
+-- lock_timeout_ms, then one last try that waits at most 50 ms), and holds the locks only
+-- for a catalog change, in a transaction of its own when run by the schedule
+-- (queues.maintain_history_step with "repeat"): a claim waits behind maintenance at most
+-- 50 ms plus that change. Measured locks (PostgreSQL 18):
 --   create table .. partition of     ACCESS EXCLUSIVE on the parent and its default: not used
 --   create table (like ..) + attach  SHARE UPDATE EXCLUSIVE on the parent (no conflict with
 --                                    DML), ACCESS EXCLUSIVE on the default partition (a
@@ -77,20 +78,22 @@ $$;
 
 -- Takes the locks of one maintenance step, _modes[i] on queues._tables[i] (only the
 -- table named: a partitioned parent's partitions are not locked with it), in order,
--- without ever waiting in a lock queue: each try asks for every lock with NOWAIT, and a
+-- without waiting in a lock queue until its last try: each try asks for every lock with NOWAIT, and a
 -- try that meets a holder gives back what it took and tries again 1 to 4 ms later, until
--- the locks are had or _within_ms has passed (then lock_not_available, 55P03, naming the
--- tables and the tries). Why not wait: a lock request that waits holds every later
+-- the locks are had or _within_ms has passed; then one last try waits in the queue for at
+-- most 50 ms, and failing that, lock_not_available (55P03, naming the tables and the
+-- tries). Why not wait: a lock request that waits holds every later
 -- request behind it, so a claim would queue behind maintenance for as long as the
 -- longest transaction in flight keeps maintenance waiting (a batch of server-side steps
 -- holds task's partitions for tens of milliseconds; under a steady load one is always in
 -- flight, so a waiting request rarely got its lock within a short lock_timeout). Asking
 -- without waiting takes the moments between transactions and leaves the queue's own
--- order alone (but see the 50 ms below). Modes: 'share update exclusive', 'share',
+-- order alone (but see the two 50 ms below). Modes: 'share update exclusive', 'share',
 -- 'access exclusive'. Returns the tries it took. Owner only.
 create or replace function queues.lock_history_tables(_tables text[], _modes text[], _within_ms integer)
   returns integer
   language plpgsql volatile
+  set lock_timeout = '50ms'
   set search_path = pg_catalog, pg_temp
 as $$
 declare
@@ -136,6 +139,20 @@ begin
     exit when clock_timestamp() >= _deadline;
     perform pg_sleep((1 + random() * 3) / 1000.0);
   end loop;
+  -- A last try waits in the queue, for at most 50 ms (restored on return): transactions
+  -- that follow one another without a moment between (one connection's statements
+  -- back to back) are waited for, and whatever queues behind this try waits no longer.
+  _tries := _tries + 1;
+  perform set_config('lock_timeout', greatest(least(_within_ms, 50), 1) || 'ms', true);
+  begin
+    for _i in 1 .. cardinality(_tables) loop
+      execute format('lock table only queues.%I in %s mode', _tables[_i], _modes[_i]);
+    end loop;
+    return _tries;
+  exception
+    when lock_not_available then
+      null;
+  end;
   raise exception 'could not lock % in % tries over % ms: other transactions held them throughout',
     array_to_string(_tables, ', '), _tries, _within_ms
     using errcode = '55P03';

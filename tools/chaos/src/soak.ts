@@ -220,6 +220,7 @@ async function main(): Promise<number> {
                   (select coalesce(sum(total_bytes), 0) from queues.history_partitions())::bigint as history_bytes,
                   (select count(*) from queues.history_partitions() where not is_default)::int as sets,
                   (select count(*) from queues.history_partition_dropped)::int as dropped,
+                  (select count(*) from queues.task_default)::int as in_default,
                   (select coalesce(sum(n_dead_tup), 0) from pg_stat_user_tables where schemaname = 'queues')::bigint as dead,
                   (select coalesce(max(n_dead_tup), 0) from pg_stat_user_tables where schemaname = 'queues' and relname = 'task_pending')::bigint as dead_pending`,
         )
@@ -309,6 +310,9 @@ async function main(): Promise<number> {
       `| history size first → last sample (MB) | ${round(Number(first?.history_bytes ?? 0) / 1048576)} → ${round(Number(last?.history_bytes ?? 0) / 1048576)} |`,
     );
     out(`| history sets at the end / dropped during the run | ${last?.sets ?? 0} / ${last?.dropped ?? 0} |`);
+    out(
+      `| tasks in the default partition, most over samples | ${Math.max(0, ...samples.map((x) => Number(x.in_default)))} |`,
+    );
     out(`| dead tuples in queues, max over samples | ${Math.max(0, ...samples.map((s) => Number(s.dead)))} |`);
     out(
       `| lock waits sampled (worker role): count; max ms claim / settle / other | ${waits.length}; ${max('claim')} / ${max('settle')} / ${max('other')} |`,
