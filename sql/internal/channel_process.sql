@@ -334,7 +334,10 @@ end;
 $$;
 
 -- The success handler: body {original_payload, worker_payload}; records the attempt's
--- success. A second delivery changes nothing.
+-- success, and enqueues a supervisor run due at once, so the process ends now rather
+-- than at its next backoff (5 s or more later; the run already scheduled then finds the
+-- process ended and does nothing). A second delivery changes nothing. A failure wakes
+-- nobody: the backoff is the pause before the next attempt.
 create or replace function internal.record_channel_attempt_success(_schema text, _name text, payload jsonb)
   returns jsonb
   language plpgsql volatile
@@ -343,17 +346,23 @@ as $$
 declare
   _ak text := _name || '_attempt_id';
   _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', _ak);
-  _exists integer;
+  _root_id bigint;
+  _recorded integer;
 begin
   if _attempt_id is null then
     return internal.validation_failure(format('original_payload.%s must be a positive integer', _ak));
   end if;
-  execute format('select 1 from %I.%I a where a.%I = $1', _schema, _name || '_attempt', _ak) into _exists using _attempt_id;
-  if _exists is null then
+  execute format('select a.%I from %I.%I a where a.%I = $1', _name || '_task_id', _schema, _name || '_attempt', _ak)
+    into _root_id using _attempt_id;
+  if _root_id is null then
     return internal.validation_failure(format('%s %s not found', _name || '_attempt', _attempt_id));
   end if;
-  execute format('insert into %I.%I (%I, worker_payload) values ($1, $2) on conflict do nothing', _schema, _name || '_attempt_succeeded', _ak)
-    using _attempt_id, payload -> 'worker_payload';
+  execute format('insert into %I.%I (%I, worker_payload) values ($1, $2) on conflict do nothing returning 1',
+                 _schema, _name || '_attempt_succeeded', _ak)
+    into _recorded using _attempt_id, payload -> 'worker_payload';
+  if _recorded is not null then
+    perform internal.enqueue_channel_supervisor(internal.get_channel_process(_schema, _name), _root_id, null);
+  end if;
   return jsonb_build_object('success', true);
 end;
 $$;

@@ -275,6 +275,60 @@ as $$
                                       coalesce(_lease_seconds, 300), coalesce(_max_leases, 5))
 $$;
 
+-- When a worker whose claim came back short should look again: the milliseconds until
+-- the earliest task of _task_types (null: any type; paused types left out, as the claim
+-- leaves them out) without a lease is scheduled, counted from the database's clock; null
+-- when no such task is scheduled later than now (at most 2,147,483,647, about 24 days,
+-- for a task further ahead). Workers sleep until then, or their poll interval,
+-- whichever comes first, so a task scheduled a moment ahead (a supervisor's next run
+-- after its backoff) starts when it is due, not at the next poll; its enqueue woke them
+-- (queues.enqueue notifies for tasks due within a minute) so that they ask. Not seen: a
+-- retry's backoff (available_at of a task scheduled in the past), which the next poll
+-- finds. Cost: per task type, one probe of task_pending_ready_idx per priority in use (a
+-- loose scan of the distinct priorities, then the earliest future task of each),
+-- whatever the number of tasks scheduled.
+create or replace function queues.next_claim_in_ms(_task_types text[] default null)
+  returns integer
+  language sql stable
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+  with recursive types as (
+    select distinct u.task_type
+      from unnest(coalesce(queues.claimable_task_types(_task_types),
+                           array(select tt.task_type from queues.task_type tt))) as u(task_type)
+     where u.task_type is not null
+  ),
+  priorities (task_type, priority) as (
+    select ty.task_type,
+           (select p.priority from queues.task_pending p
+             where p.task_type = ty.task_type and p.current_lease_id is null
+             order by p.priority desc limit 1)
+      from types ty
+    union all
+    select pr.task_type,
+           (select p.priority from queues.task_pending p
+             where p.task_type = pr.task_type and p.current_lease_id is null and p.priority < pr.priority
+             order by p.priority desc limit 1)
+      from priorities pr
+     where pr.priority is not null
+  )
+  -- (greatest would turn "none" into 0: it ignores nulls; beyond about 24 days, the
+  -- integer's largest value)
+  select case when min(n.scheduled_at) is not null
+              then least(greatest(ceil(extract(epoch from min(n.scheduled_at) - clock_timestamp()) * 1000), 0),
+                         2147483647)::integer end
+    from priorities pr
+   cross join lateral (
+     select p.scheduled_at from queues.task_pending p
+      where p.task_type = pr.task_type and p.current_lease_id is null and p.priority = pr.priority
+        and p.scheduled_at > clock_timestamp()
+      order by p.scheduled_at
+      limit 1
+   ) n
+   where pr.priority is not null
+$$;
+
 -- The seeds' single claim: one ready task with a new lease, or no row.
 create or replace function queues.dequeue_next_available_task(
   _worker_id     text default null,

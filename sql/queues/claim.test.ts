@@ -256,6 +256,50 @@ describe('claim semantics', () => {
     expect((await claimAt(3601)).map((r) => r.task_id)).toEqual([rows[0].id]);
   });
 
+  it('next_claim_in_ms: the time until the earliest unleased task of the types asked for is due, over every priority', async () => {
+    await resetQueue();
+    const next = async (types: string[] | null, role: 'worker' | 'app' = 'worker') =>
+      (await db.pool(role).query('select queues.next_claim_in_ms($1::text[]) as ms', [types])).rows[0].ms as
+        number | null;
+    const minutes = (n: number) => n * 60_000;
+    expect(await next(null)).toBeNull();
+    // A ready task is not waited for: it can be claimed now.
+    await db.pool('owner').query(`select queues.enqueue('email', '{}')`);
+    expect(await next(null)).toBeNull();
+    // sms: in an hour at priority 10, in 10 minutes at 0, in 20 minutes at -5; email in 2 hours.
+    await db.pool('owner').query(
+      `select queues.enqueue('sms', '{}', now() + interval '1 hour', 10),
+              queues.enqueue('sms', '{}', now() + interval '10 minutes', 0),
+              queues.enqueue('sms', '{}', now() + interval '20 minutes', -5),
+              queues.enqueue('email', '{}', now() + interval '2 hours')`,
+    );
+    const sms = await next(['sms']);
+    expect(sms).toBeGreaterThan(minutes(9));
+    expect(sms).toBeLessThanOrEqual(minutes(10));
+    expect(await next(['email'])).toBeGreaterThan(minutes(119));
+    expect(await next(null)).toBeLessThanOrEqual(minutes(10));
+    expect(await next(['email', 'sms'])).toBeLessThanOrEqual(minutes(10));
+    expect(await next(['file_delete'])).toBeNull();
+    // A year ahead: the integer's largest value, not an overflow.
+    await db.pool('owner').query(`select queues.enqueue('file_delete', '{}', now() + interval '1 year')`);
+    expect(await next(['file_delete'])).toBe(2147483647);
+    // A leased task is not waited for: with the 10-minute task leased, the next is in 20.
+    expect((await claimAt(601, 'w-clock', 1, ['sms'])).length).toBe(1);
+    const leased = await next(['sms']);
+    expect(leased).toBeGreaterThan(minutes(19));
+    expect(leased).toBeLessThanOrEqual(minutes(20));
+    // A paused type is not waited for either, as the claim does not take it.
+    await db.query(`select admin.pause_task_type('sms', 'test')`);
+    try {
+      expect(await next(['sms'])).toBeNull();
+      expect(await next(null)).toBeGreaterThan(minutes(119));
+    } finally {
+      await db.query(`select admin.resume_task_type('sms')`);
+    }
+    // The worker's question only: an application cannot ask it.
+    await expect(next(null, 'app')).rejects.toMatchObject({ code: '42501' });
+  });
+
   it('claims in scheduled_at order, then task_id', async () => {
     await resetQueue();
     const offsets = [-3, -1, -2, -2, -5];

@@ -12,8 +12,12 @@
 -- locked the type's row (FOR KEY SHARE, a MultiXact once callers overlap) for every task;
 -- queues.guard_task_type_in_use (triggers.sql) refuses deleting or renaming a type in use.
 --
--- Wake-ups: an enqueue that adds a task ready now sends NOTIFY queues_task_ready, and
+-- Wake-ups: an enqueue that adds a task due within a minute (ready now, or scheduled a
+-- moment ahead, like a supervisor's next run) sends NOTIFY queues_task_ready, and
 -- PostgreSQL folds identical notifications of one transaction into one at commit. A
+-- worker that finds nothing ready asks when the next task is due
+-- (queues.next_claim_in_ms) and looks again then; a task due later is found by a
+-- worker's poll, which asks the same. A
 -- notifying commit holds a database-wide lock from just before its commit record until
 -- it ends, so notifying transactions commit one at a time, each waiting for its own WAL
 -- flush. queues.enqueue_and_commit (for callers outside a transaction block: the
@@ -122,8 +126,8 @@ begin
     raise exception 'unknown task_type %', quote_literal(left(_task_type, 100))
       using errcode = '22023', hint = 'Known task types are listed in queues.task_type.';
   end if;
-  -- A task scheduled later wakes nobody now: workers poll for it.
-  if _notify and (_scheduled_at is null or _scheduled_at <= now()) then
+  -- A task due more than a minute ahead wakes nobody now: workers poll for it.
+  if _notify and (_scheduled_at is null or _scheduled_at <= now() + interval '1 minute') then
     perform pg_notify('queues_task_ready', '');
   end if;
   return _task_id;
@@ -177,7 +181,8 @@ as $$
 begin
   _task_id := queues.enqueue(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts, false);
   commit;
-  if _scheduled_at is null or _scheduled_at operator(pg_catalog.<=) pg_catalog.now() then
+  if _scheduled_at is null
+     or _scheduled_at operator(pg_catalog.<=) (pg_catalog.now() operator(pg_catalog.+) interval '1 minute') then
     perform pg_catalog.pg_notify('queues_task_ready', '');
   end if;
 end;
@@ -334,7 +339,7 @@ begin
     select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts
       from inserted i
   )
-  select array_agg(i.task_id order by i.task_id), bool_or(i.scheduled_at <= now())
+  select array_agg(i.task_id order by i.task_id), bool_or(i.scheduled_at <= now() + interval '1 minute')
     into _ids, _ready
     from inserted i;
 

@@ -86,9 +86,11 @@ async function listen() {
 }
 
 const later = () => new Date(Date.now() + 3_600_000).toISOString();
+// Due within the minute that still wakes the workers (they then ask when it is due).
+const soon = () => new Date(Date.now() + 30_000).toISOString();
 
 describe('wake-ups (NOTIFY queues_task_ready)', () => {
-  it('one per transaction: a batch, several one-by-one enqueues, a mix; none for tasks scheduled later', async () => {
+  it('one per transaction: a batch, several one-by-one enqueues, a mix; none for tasks due more than a minute ahead', async () => {
     const listener = await listen();
     const app = await db.client('app');
     const batch = (n: number, extra: Record<string, unknown> = {}) =>
@@ -114,6 +116,14 @@ describe('wake-ups (NOTIFY queues_task_ready)', () => {
           { task_type: 'product_resync', payload: {} },
         ]),
       ]);
+      expect(await listener.received()).toBe(1);
+
+      // A task due within the minute wakes the workers, by any path.
+      await app.query(`select queues.enqueue('product_resync', '{}', $1)`, [soon()]);
+      expect(await listener.received()).toBe(1);
+      await app.query('select count(*) from queues.enqueue_many($1::jsonb)', [batch(2, { scheduled_at: soon() })]);
+      expect(await listener.received()).toBe(1);
+      await app.query(`call queues.enqueue_and_commit('product_resync', '{}', $1)`, [soon()]);
       expect(await listener.received()).toBe(1);
     } finally {
       await app.end();

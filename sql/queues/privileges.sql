@@ -1,6 +1,7 @@
 -- Who may call what in queues. Roles come from placeholders (see .gmrc):
---   :DATABASE_WORKER  the worker: claim, extend and release leases, complete, fail,
---                     interrupt (a transient error).
+--   :DATABASE_WORKER  the worker: claim (and ask when the next scheduled task is due),
+--                     extend and release leases, complete, fail, interrupt (a transient
+--                     error).
 --                     No table privileges.
 --   :DATABASE_APP     applications: enqueue.
 -- Every function starts with EXECUTE revoked from PUBLIC; grants are explicit.
@@ -13,6 +14,7 @@ grant usage on schema queues to :DATABASE_WORKER, :DATABASE_APP;
 
 grant execute on function
   queues.claim_tasks(text, integer, text[], integer, integer),
+  queues.next_claim_in_ms(text[]),
   queues.extend_leases(bigint[], bigint[], integer),
   queues.release_leases(bigint[], bigint[]),
   queues.dequeue_next_available_task(text, integer),

@@ -4,6 +4,7 @@ export { connect, withTransaction, type ConnectOptions, type Queryable } from '.
 export { LEASE_LOST_CONSTRAINT, QueueError, type QueueErrorKind } from './errors.js';
 export {
   claimTasks,
+  nextClaimInMs,
   completeTask,
   completeTasks,
   dequeueNextAvailableTask,

@@ -18,6 +18,7 @@
 import { functionRun } from './queries/function.queries.js';
 import {
   taskClaim,
+  taskNextClaimIn,
   taskComplete,
   taskCompleteMany,
   taskDequeueNextAvailable,
@@ -187,6 +188,16 @@ export async function claimTasks(db: Queryable, options: ClaimOptions): Promise<
   // The rows themselves become the tasks, no copy: a worker holds hundreds of them.
   for (const r of rows) r.payload = asObject(r.payload);
   return rows as ClaimedTask[];
+}
+
+/**
+ * Milliseconds until the earliest task of `taskTypes` (null: any) without a lease is
+ * scheduled, by the database's clock; null when none is scheduled later than now. A
+ * worker whose claim came back short sleeps until then (or its poll interval).
+ */
+export async function nextClaimInMs(db: Queryable, taskTypes: string[] | null = null): Promise<number | null> {
+  const [row] = await mapErrors(taskNextClaimIn.run({ taskTypes }, db));
+  return row?.ms ?? null;
 }
 
 /** The seeds' single claim: one ready task with a new lease, or null. */

@@ -101,7 +101,7 @@ export const WORKER_CONFIG = defineConfig({
       env: 'POLL_INTERVAL_MS',
       flag: 'poll-interval-ms',
       default: '2000',
-      help: 'look for work this often when no notification arrives',
+      help: 'look for work this often when no notification arrives (sooner when a task is scheduled before then)',
       schema: wholeNumber(10, 3_600_000),
     },
     heartbeatIntervalMs: {

@@ -35,6 +35,7 @@ import {
   claimTasks,
   extendLeases,
   interruptTask,
+  nextClaimInMs,
   recordWorkerHeartbeat,
   recordWorkerStopped,
   releaseLeases,
@@ -53,6 +54,8 @@ import { bindToTask, traceClaim, traceStep, traceTask, traceWorkerEvents } from 
 
 /** The local queue's size when none is configured (graphile-worker's default too). */
 export const DEFAULT_PREFETCH = 500;
+/** How long after a scheduled task is due a worker that waited for it claims again. */
+const DUE_MARGIN_MS = 5;
 /** Most tasks per claim (queues.claim_tasks accepts up to 1000). */
 const MAX_CLAIM = 500;
 /**
@@ -130,8 +133,13 @@ export class Worker extends EventEmitter<WorkerEvents> {
   #loop: Promise<void> | undefined;
   #heartbeat: NodeJS.Timeout | undefined;
   #claimFailures = 0;
-  /** The last claim came back short: no more work until a notification or the poll. */
+  /**
+   * The last claim came back short: no more work until a notification, the poll, or the
+   * next scheduled task's time (#lookAgainAt).
+   */
   #drained = false;
+  /** When a drained worker claims again (performance.now() ms): its poll, or sooner. */
+  #lookAgainAt = 0;
   /**
    * The last claim brought a task back whose earlier lease ended without completion (a
    * suspect of a dead worker, perhaps): the queue hands out one suspect per claim, so the
@@ -327,9 +335,12 @@ export class Worker extends EventEmitter<WorkerEvents> {
           await this.#sleep(Math.min(pollIntervalMs, 100 * 2 ** Math.min(this.#claimFailures, 6)));
           continue;
         }
+        // Look again at the poll interval, or when the next scheduled task is due.
+        if (this.#drained) this.#lookAgainAt = performance.now() + (await this.#nextClaimIn(pollIntervalMs));
       }
-      // The poll interval passed without a wake-up: look again.
-      if (!(await this.#sleep(pollIntervalMs))) this.#drained = false;
+      // The time to look again passed without a wake-up: look again.
+      const wait = this.#drained ? Math.max(0, this.#lookAgainAt - performance.now()) : pollIntervalMs;
+      if (!(await this.#sleep(wait))) this.#drained = false;
     }
   }
 
@@ -411,6 +422,23 @@ export class Worker extends EventEmitter<WorkerEvents> {
       this.#claimFailures++;
       this.#log.warn({ event: 'claim_failed', attempt: this.#claimFailures, err: errorMessage(error) }, 'claim failed');
       return [];
+    }
+  }
+
+  /**
+   * Milliseconds until the next task of this worker's types is scheduled (the database's
+   * answer, queues.next_claim_in_ms) plus DUE_MARGIN_MS, at most `pollIntervalMs`; `pollIntervalMs` when
+   * none is, or when the question fails (the poll covers it).
+   */
+  async #nextClaimIn(pollIntervalMs: number): Promise<number> {
+    try {
+      const ms = await nextClaimInMs(this.pool, this.#taskTypes);
+      // A few ms late, not early: a timer may fire up to 1 ms before its time, and a
+      // claim that comes before the task is due misses it until the poll.
+      return ms === null ? pollIntervalMs : Math.min(ms + DUE_MARGIN_MS, pollIntervalMs);
+    } catch (error) {
+      this.#log.debug({ event: 'next_claim_failed', err: errorMessage(error) }, 'could not ask for the next due task');
+      return pollIntervalMs;
     }
   }
 

@@ -259,6 +259,39 @@ describe('worker loop', () => {
     expect(await effects(db, 'after-listen-kill')).toBe(1);
   });
 
+  it('a task scheduled a moment ahead starts when it is due, not at the next poll', async () => {
+    const scheduled = async (key: string, notify: boolean) =>
+      (
+        await db
+          .pool('owner')
+          .query(
+            `select queues.enqueue('db_function', $1::jsonb, clock_timestamp() + interval '1.5 seconds', _notify => $2) as id`,
+            [JSON.stringify({ db_function: 'fixture.step', key }), notify],
+          )
+      ).rows[0].id as string;
+    const completed = async (id: string) =>
+      (
+        await db.query(
+          `select c.completed_at >= t.scheduled_at as after_its_time
+             from queues.task_completed c join queues.task t using (task_id) where c.task_id = $1`,
+          [id],
+        )
+      ).rows[0]?.after_its_time === true;
+    // Enqueued before the worker starts, without a notification: the worker's first claim
+    // finds nothing ready and asks when the next task is due.
+    const quiet = await scheduled('scheduled-quiet', false);
+    const registry = new ProcessorRegistry().register('db_function', dbFunctionProcessor());
+    await startWorker({ registry, pollIntervalMs: 600_000 });
+    // Polling is ten minutes away.
+    await eventually(() => completed(quiet), 'the quietly scheduled task ran once due');
+    // Enqueued while the worker sleeps: the notification (due within a minute) wakes it,
+    // it finds nothing ready yet, and looks again when the task is due.
+    const woken = await scheduled('scheduled-woken', true);
+    await eventually(() => completed(woken), 'the task scheduled while the worker slept ran once due');
+    expect(await effects(db, 'scheduled-quiet')).toBe(1);
+    expect(await effects(db, 'scheduled-woken')).toBe(1);
+  });
+
   it("a dead worker's started tasks (suspects, one per claim) run back to back, not one per poll interval", async () => {
     const ids: string[] = [];
     for (let i = 0; i < 6; i++)

@@ -165,6 +165,33 @@ const taskClaimIR: any = {"usedParamSet":{"workerId":true,"limit":true,"taskType
 export const taskClaim = new PreparedQuery<ITaskClaimParams,ITaskClaimResult>(taskClaimIR);
 
 
+/** 'TaskNextClaimIn' parameters type */
+export interface ITaskNextClaimInParams {
+  taskTypes?: stringArray | null | void;
+}
+
+/** 'TaskNextClaimIn' return type */
+export interface ITaskNextClaimInResult {
+  ms: number | null;
+}
+
+/** 'TaskNextClaimIn' query type */
+export interface ITaskNextClaimInQuery {
+  params: ITaskNextClaimInParams;
+  result: ITaskNextClaimInResult;
+}
+
+const taskNextClaimInIR: any = {"usedParamSet":{"taskTypes":true},"params":[{"name":"taskTypes","required":false,"transform":{"type":"scalar"},"locs":[{"a":31,"b":40}]}],"statement":"select queues.next_claim_in_ms(:taskTypes::text[]) as \"ms\""};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select queues.next_claim_in_ms(:taskTypes::text[]) as "ms"
+ * ```
+ */
+export const taskNextClaimIn = new PreparedQuery<ITaskNextClaimInParams,ITaskNextClaimInResult>(taskNextClaimInIR);
+
+
 /** 'TaskDequeueNextAvailable' parameters type */
 export interface ITaskDequeueNextAvailableParams {
   leaseSeconds?: number | null | void;

@@ -35,6 +35,9 @@ select c.task_id       as "taskId!",
        c.lease_count   as "leaseCount!"
   from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer, :maxLeases::integer) c;
 
+/* @name TaskNextClaimIn */
+select queues.next_claim_in_ms(:taskTypes::text[]) as "ms";
+
 /* @name TaskDequeueNextAvailable */
 select t.task_id      as "taskId!",
        t.task_type    as "taskType!",

@@ -1,0 +1,40 @@
+// What the History page (admin.history_status) costs per partition set: the status and
+// its parts timed with 3, 10 and 20 sets of a few tasks each (the cost of a set does not
+// depend on its rows: sizing opens its 14 partitions and their indexes).
+//   node tools/bench/probes/history-status.mjs [repeats=200]
+import pg from 'pg';
+import { openServer, provisionDatabase } from '@org/db-tools';
+
+const REPEATS = Number(process.argv[2] ?? 200);
+const server = await openServer({ name: `bench-history-status-${process.pid}` });
+try {
+  const urls = await provisionDatabase(server, 'probe', { fresh: true, quiet: true, current: true });
+  const owner = new pg.Pool({ connectionString: urls.owner, max: 1 });
+  const time = async (sql) => {
+    await owner.query(sql);
+    const t = performance.now();
+    for (let i = 0; i < REPEATS; i++) await owner.query(sql);
+    return ((performance.now() - t) / REPEATS).toFixed(2);
+  };
+  await owner.query('update queues.history_setting set partition_size = 100, partitions_ahead = 2');
+  for (const sets of [3, 10, 20]) {
+    // Tasks up to the set that makes `sets` sets below the last id, then maintenance.
+    await owner.query(
+      `select setval(pg_get_serial_sequence('queues.task', 'task_id'),
+                         (select min(lower_bound) from queues.history_sets() where not is_default) + $1 * 100)`,
+      [sets],
+    );
+    await owner.query(`select queues.enqueue_internal('db_function', '{"db_function": "internal.noop"}')`);
+    await owner.query('select queues.maintain_history_at(now())');
+    const { rows } = await owner.query('select count(*)::int as n from queues.history_sets() where not is_default');
+    console.log(
+      `${rows[0].n} sets: status ${await time('select admin.history_status_at(now())')} ms, ` +
+        `summary ${await time('select queues.history_summary_at(now())')} ms, ` +
+        `sizes ${await time('select count(*) from queues.history_partition_sizes()')} ms, ` +
+        `sets ${await time('select count(*) from queues.history_sets()')} ms`,
+    );
+  }
+  await owner.end();
+} finally {
+  await server.stop();
+}
