@@ -132,6 +132,40 @@ describe('send email: the seed checklist', () => {
     expect(rows).toEqual([{ error_message: 'provider 503' }]);
   });
 
+  it('a successful attempt ends the process at once: its success handler enqueues a supervisor run due now', async () => {
+    const sent = await sendEmail();
+    const root = sent.send_email_task_id!;
+    // The clock stays one second ahead: no backoff (5 s and more) is ever reached.
+    const soon = () => new Date(Date.now() + 1000);
+    const ours = async () => (await claimDue(db, soon())).filter((t) => Number(t.payload.send_email_task_id) === root);
+    const [first] = await ours();
+    expect((await processTask(db, first)).result).toMatchObject({ payload: { status: 'attempt_scheduled' } });
+    const [email] = await ours();
+    expect(email.task_type).toBe('email');
+    await processTask(db, email);
+    // Due now, not at the backoff: the run that ends the process.
+    const [run] = await ours();
+    expect(run).toMatchObject({ task_type: 'db_function' });
+    expect((await processTask(db, run)).result).toEqual({ success: true, payload: { status: 'succeeded' } });
+    expect(await succeededTask(root)).toBe(true);
+    // The run the first one scheduled after its backoff is still there; when due, it finds
+    // the process ended and enqueues nothing.
+    const left = await pendingFor(db, 'send_email_task_id', root);
+    expect(left).toHaveLength(1);
+    const later = (await claimDue(db, new Date(Date.now() + 60_000))).filter(
+      (t) => Number(t.payload.send_email_task_id) === root,
+    );
+    expect(later.map((t) => t.task_id)).toEqual([left[0].task_id]);
+    expect((await processTask(db, later[0])).result).toEqual({ success: true, payload: { status: 'succeeded' } });
+    expect(await pendingFor(db, 'send_email_task_id', root)).toEqual([]);
+    // A second delivery of the success enqueues no run.
+    expect(
+      await runAsWorker(db, 'comms.record_email_success', { original_payload: email.payload, worker_payload: {} }),
+    ).toEqual({ success: true });
+    expect(await pendingFor(db, 'send_email_task_id', root)).toEqual([]);
+    expect(await facts(root)).toMatchObject({ has_task_succeeded: true, num_attempts: 1 });
+  });
+
   it('max attempts: three failures end in send_email_task_failed and nothing more is enqueued', async () => {
     const sent = await sendEmail();
     const { processed } = await driveRoot(sent.send_email_task_id!, () => ({ ok: false, error: 'mailbox full' }));
