@@ -1,0 +1,61 @@
+// The completer's completions with effects (completer.ts): each in a transaction of its
+// own, several side by side, so one whose effects wait does not hold the others back.
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { claimTasks } from '@org/queue-client';
+import { Completer, createLogger } from '../src/index.js';
+import { enqueue, factsOf, installFixtures } from './support/fixtures.js';
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await createTestDatabase();
+  await installFixtures(db);
+});
+afterAll(async () => {
+  await db?.drop();
+});
+
+it('a completion whose effects wait holds back neither the other completions with effects nor their commits', async () => {
+  const ids: string[] = [];
+  for (let i = 0; i < 3; i++) ids.push(await enqueue(db, 'db_function', { i }));
+  const tasks = await claimTasks(db.pool('worker'), {
+    workerId: 'completer-test',
+    limit: 3,
+    taskTypes: ['db_function'],
+  });
+  expect(tasks.map((t) => t.taskId).sort()).toEqual([...ids].sort());
+  const holder = await db.client('owner');
+  const completer = new Completer(db.url('worker'), createLogger('silent'));
+  try {
+    // The first task's effects wait for an advisory lock the test holds.
+    await holder.query('select pg_advisory_lock(4242)');
+    const [slow, ...rest] = tasks;
+    const slowDone = completer.complete(slow, {
+      outcome: 'succeeded',
+      effects: async (client) => {
+        await client.query('select pg_advisory_xact_lock(4242)');
+      },
+    });
+    // Asked for in the same turn: one round of the completer.
+    const others = rest.map((t) =>
+      completer.complete(t, {
+        outcome: 'succeeded',
+        effects: async (client) => {
+          await client.query('select 1');
+        },
+      }),
+    );
+    // The others commit while the first still waits (one connection would take them in
+    // turn, behind it).
+    for (const settled of await Promise.all(others)) expect(settled.result).toBe('completed');
+    for (const t of rest) expect((await factsOf(db, t.taskId)).outcome).toBe('succeeded');
+    expect((await factsOf(db, slow.taskId)).outcome).toBeNull();
+    await holder.query('select pg_advisory_unlock(4242)');
+    expect((await slowDone).result).toBe('completed');
+    expect((await factsOf(db, slow.taskId)).outcome).toBe('succeeded');
+  } finally {
+    await holder.query('select pg_advisory_unlock_all()');
+    await holder.end();
+    await completer.close();
+  }
+});
