@@ -18,14 +18,18 @@ try {
   };
   await owner.query('update queues.history_setting set partition_size = 100, partitions_ahead = 2');
   for (const sets of [3, 10, 20]) {
-    // Tasks up to the set that makes `sets` sets below the last id, then maintenance.
-    await owner.query(
-      `select setval(pg_get_serial_sequence('queues.task', 'task_id'),
-                         (select min(lower_bound) from queues.history_sets() where not is_default) + $1 * 100)`,
-      [sets],
-    );
-    await owner.query(`select queues.enqueue_internal('db_function', '{"db_function": "internal.noop"}')`);
-    await owner.query('select queues.maintain_history_at(now())');
+    // One pending task in each set up to `sets` (a set without one would be dropped).
+    while (
+      (
+        await owner.query(
+          'select count(*)::int as n from queues.history_sets() where not is_default and lower_bound <= queues.last_task_id()',
+        )
+      ).rows[0].n < sets
+    ) {
+      await owner.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), queues.last_task_id() + 100)`);
+      await owner.query(`select queues.enqueue_internal('db_function', '{"db_function": "internal.noop"}')`);
+      await owner.query('select queues.maintain_history_at(now())');
+    }
     const { rows } = await owner.query('select count(*)::int as n from queues.history_sets() where not is_default');
     console.log(
       `${rows[0].n} sets: status ${await time('select admin.history_status_at(now())')} ms, ` +
