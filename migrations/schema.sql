@@ -8010,8 +8010,8 @@ CREATE OR REPLACE FUNCTION queues.history_partition_sizes()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select s.lower_bound, s.upper_bound, s.partition_name, s.estimated_tasks, s.is_default,
-         coalesce(sum(pg_table_size(c.oid)), 0)::bigint,
-         coalesce(sum(pg_indexes_size(c.oid)), 0)::bigint
+         coalesce(sum(pg_relation_size(c.oid) + coalesce(pg_relation_size(nullif(c.reltoastrelid, 0)), 0)), 0)::bigint,
+         coalesce(sum((select sum(pg_relation_size(i.indexrelid)) from pg_index i where i.indrelid = c.oid)), 0)::bigint
     from queues.history_sets() s
    cross join unnest(queues.history_tables()) t(name)
     left join pg_class c on c.relnamespace = 'queues'::regnamespace

@@ -319,8 +319,10 @@ as $$
   order by 1 desc nulls first
 $$;
 
--- queues.history_sets() with each set's bytes summed over every history table: tables
--- with their TOAST (pg_table_size) and indexes (pg_indexes_size). Each partition is sized
+-- queues.history_sets() with each set's bytes summed over every history table: the data
+-- of tables with their TOAST, and of their indexes (each relation's main fork: its free
+-- space and visibility maps, a fraction of a percent, are left out, which halves the
+-- files looked at). Each partition is sized
 -- once, looked up by name (queues.history_partition_name) through the catalog's name
 -- index; sizing opens each partition and its indexes, so this is the one place that
 -- costs per partition: callers read it once per answer.
@@ -331,8 +333,8 @@ create or replace function queues.history_partition_sizes()
   set search_path = pg_catalog, pg_temp
 as $$
   select s.lower_bound, s.upper_bound, s.partition_name, s.estimated_tasks, s.is_default,
-         coalesce(sum(pg_table_size(c.oid)), 0)::bigint,
-         coalesce(sum(pg_indexes_size(c.oid)), 0)::bigint
+         coalesce(sum(pg_relation_size(c.oid) + coalesce(pg_relation_size(nullif(c.reltoastrelid, 0)), 0)), 0)::bigint,
+         coalesce(sum((select sum(pg_relation_size(i.indexrelid)) from pg_index i where i.indrelid = c.oid)), 0)::bigint
     from queues.history_sets() s
    cross join unnest(queues.history_tables()) t(name)
     left join pg_class c on c.relnamespace = 'queues'::regnamespace
