@@ -195,7 +195,10 @@ export class Completer {
     }
   }
 
-  /** One round: completions with effects (side by side, each its own transaction), the steps in one run_steps call, then one settle_tasks statement for the rest. */
+  /**
+   * One round: completions with effects (side by side, each its own transaction), the
+   * steps in one run_steps call, then one settle_tasks statement for the rest.
+   */
   async #round(lane: Lane, completions: PendingCompletion[]): Promise<void> {
     const client = await lane.pool.connect();
     let broken: Error | undefined;
@@ -225,7 +228,10 @@ export class Completer {
           effectsClient.release(lost);
         }
       });
-      await Promise.all(lanes);
+      // Every lane ends before the round goes on or fails: a completion still in flight
+      // is answered by its own lane, never also rejected with the round.
+      const failed = (await Promise.allSettled(lanes)).find((r) => r.status === 'rejected');
+      if (failed) throw failed.reason;
       if (steps.length > 0) {
         const results = await runSteps(
           client,
