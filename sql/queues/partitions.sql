@@ -11,7 +11,7 @@
 -- task. docs/operations.md ("Retention and partitions") has the full reasoning.
 --
 --   queues.history_tables()                    the partitioned tables, parent first
---   queues.lock_history_tables(t, m, ms)       a step's locks, never queued for, owner only
+--   queues.lock_history_tables(t, m, ms)       a step's locks, between transactions; owner only
 --   queues.attach_history_partition(t, lo, hi) one table's partition of a set, owner only
 --   queues.create_history_partition(lo, hi)    one set [lo, hi), owner only
 --   queues.history_partition_bounds()          every table's partitions and their bounds
@@ -76,20 +76,20 @@ as $$
   select _table || '_p' || _lower::text
 $$;
 
--- Takes the locks of one maintenance step, _modes[i] on queues._tables[i] (only the
--- table named: a partitioned parent's partitions are not locked with it), in order,
--- without waiting in a lock queue until its last try: each try asks for every lock with NOWAIT, and a
--- try that meets a holder gives back what it took and tries again 1 to 4 ms later, until
--- the locks are had or _within_ms has passed; then one last try waits in the queue for at
--- most 50 ms, and failing that, lock_not_available (55P03, naming the tables and the
--- tries). Why not wait: a lock request that waits holds every later
--- request behind it, so a claim would queue behind maintenance for as long as the
--- longest transaction in flight keeps maintenance waiting (a batch of server-side steps
--- holds task's partitions for tens of milliseconds; under a steady load one is always in
--- flight, so a waiting request rarely got its lock within a short lock_timeout). Asking
--- without waiting takes the moments between transactions and leaves the queue's own
--- order alone (but see the two 50 ms below). Modes: 'share update exclusive', 'share',
--- 'access exclusive'. Returns the tries it took. Owner only.
+-- Takes the locks of one maintenance step, _modes[i] on queues._tables[i] (only the table
+-- named: a partitioned parent's partitions are not locked with it), in order, without
+-- waiting in a lock queue until its last try: each try asks for every lock with NOWAIT,
+-- and a try that meets a holder gives back what it took and tries again 1 to 4 ms later,
+-- until the locks are had or _within_ms has passed; then one last try waits in the queue
+-- for at most 50 ms, and failing that, lock_not_available (55P03, naming the tables and
+-- the tries). Why not wait: a lock request that waits holds every later request behind
+-- it, so a claim would queue behind maintenance for as long as the longest transaction in
+-- flight keeps maintenance waiting (a batch of server-side steps holds task's partitions
+-- for tens of milliseconds; under a steady load one is always in flight, so a waiting
+-- request rarely got its lock within a short lock_timeout). Asking without waiting takes
+-- the moments between transactions and leaves the queue's own order alone (but see the
+-- two 50 ms below). Modes: 'share update exclusive', 'share', 'access exclusive'. Returns
+-- the tries it took. Owner only.
 create or replace function queues.lock_history_tables(_tables text[], _modes text[], _within_ms integer)
   returns integer
   language plpgsql volatile
