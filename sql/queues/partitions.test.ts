@@ -228,7 +228,7 @@ describe('partition maintenance', () => {
   });
 
   it('claims and completions on other connections proceed while maintenance creates and drops sets', async () => {
-    await db.query(`update queues.history_setting set retention = interval '0', partitions_ahead = 1`);
+    await db.query(`update queues.history_setting set retention = interval '0', partitions_ahead = 2`);
     await maintain();
     const owner = db.pool('owner');
     const worker = db.pool('worker');
@@ -254,6 +254,9 @@ describe('partition maintenance', () => {
           [rows.map((r) => r.task_id), rows.map((r) => r.task_lease_id)],
         );
         results.push(...completed.map((r) => r.result));
+        // A moment between rounds, as between a worker's statements: maintenance takes
+        // its locks in such moments (queues.lock_history_tables).
+        await new Promise((resolve) => setTimeout(resolve, 2));
       }
     })().finally(() => {
       // Also when the loop fails: the maintenance loop stops with it.
