@@ -8343,6 +8343,7 @@ AS $function$
 declare
   _deadline timestamptz;
   _tries integer := 0;
+  _last boolean;
 begin
   if _tables is null or _modes is null or cardinality(_tables) = 0 or cardinality(_tables) <> cardinality(_modes) then
     raise exception 'tables and modes must be non-empty arrays of the same length' using errcode = '22023';
@@ -8370,33 +8371,28 @@ begin
   _deadline := clock_timestamp() + make_interval(secs => _within_ms / 1000.0);
   loop
     _tries := _tries + 1;
+    -- The last try, once the window has passed, waits in the queue for at most 50 ms
+    -- (restored on return): transactions that follow one another without a moment
+    -- between (one connection's statements back to back) are waited for, and whatever
+    -- queues behind this try waits no longer.
+    _last := clock_timestamp() >= _deadline;
+    if _last then
+      perform set_config('lock_timeout', greatest(least(_within_ms, 50), 1) || 'ms', true);
+    end if;
     begin
       for _i in 1 .. cardinality(_tables) loop
         -- The mode is one of the three above (checked), the table quoted as an identifier.
-        execute format('lock table only queues.%I in %s mode nowait', _tables[_i], _modes[_i]);
+        execute format('lock table only queues.%I in %s mode%s', _tables[_i], _modes[_i],
+                       case when _last then '' else ' nowait' end);
       end loop;
       return _tries;
     exception
       when lock_not_available then
         null; -- the block's locks are given back with it
     end;
-    exit when clock_timestamp() >= _deadline;
+    exit when _last;
     perform pg_sleep((1 + random() * 3) / 1000.0);
   end loop;
-  -- A last try waits in the queue, for at most 50 ms (restored on return): transactions
-  -- that follow one another without a moment between (one connection's statements
-  -- back to back) are waited for, and whatever queues behind this try waits no longer.
-  _tries := _tries + 1;
-  perform set_config('lock_timeout', greatest(least(_within_ms, 50), 1) || 'ms', true);
-  begin
-    for _i in 1 .. cardinality(_tables) loop
-      execute format('lock table only queues.%I in %s mode', _tables[_i], _modes[_i]);
-    end loop;
-    return _tries;
-  exception
-    when lock_not_available then
-      null;
-  end;
   raise exception 'could not lock % in % tries over % ms: other transactions held them throughout',
     array_to_string(_tables, ', '), _tries, _within_ms
     using errcode = '55P03';
