@@ -1133,6 +1133,28 @@ comment on table queues.history_partition_dropped is 'Append-only: partition set
 CREATE UNIQUE INDEX history_partition_dropped_pkey ON queues.history_partition_dropped USING btree (history_partition_dropped_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.history_partition_dropped FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
+create table queues.history_set_measured (
+  lower_bound bigint not null,
+  upper_bound bigint not null,
+  first_task_id bigint,
+  first_enqueued_at timestamp with time zone,
+  last_task_id bigint,
+  table_bytes bigint not null,
+  index_bytes bigint not null,
+  measured_at timestamp with time zone not null,
+  constraint history_set_measured_check CHECK ((upper_bound > lower_bound)),
+  constraint history_set_measured_index_bytes_not_null NOT NULL index_bytes,
+  constraint history_set_measured_lower_bound_not_null NOT NULL lower_bound,
+  constraint history_set_measured_measured_at_not_null NOT NULL measured_at,
+  constraint history_set_measured_pkey PRIMARY KEY (lower_bound),
+  constraint history_set_measured_table_bytes_not_null NOT NULL table_bytes,
+  constraint history_set_measured_upper_bound_not_null NOT NULL upper_bound
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.history_set_measured is 'Derived: bytes and oldest and newest task of the partition sets that are done, measured by maintenance (queues.measure_history_sets).';
+CREATE UNIQUE INDEX history_set_measured_pkey ON queues.history_set_measured USING btree (lower_bound);
+
 create table queues.history_setting (
   singleton boolean default true not null,
   partition_size bigint default 1000000 not null,
@@ -3490,6 +3512,10 @@ declare
   _last_id bigint;
   _next_lower bigint;
   _default record;
+  _sets jsonb;
+  _set record;
+  _first record;
+  _probes jsonb := '{}';
   _parts jsonb;
 begin
   if _now is null then
@@ -3508,39 +3534,79 @@ begin
            where not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)) as pending_tasks
     into _default;
 
-  -- One statement for every set: sizes once per partition (queues.history_partition_sizes),
-  -- and per set two primary-key probes (its oldest and newest task; each lateral's
-  -- partitions are opened once and pruned per set at run time) and a range count of
-  -- queues.task_pending.
+  -- Every set once, with its pending count (a range count of queues.task_pending) and its
+  -- row of queues.history_set_measured if it is done (its range below the last task id,
+  -- no pending task) and maintenance measured it.
   select coalesce(jsonb_agg(jsonb_build_object(
-           'lower_bound', p.lower_bound, 'upper_bound', p.upper_bound, 'name', p.partition_name,
-           'is_default', p.is_default, 'estimated_tasks', p.estimated_tasks,
-           'total_bytes', p.table_bytes + p.index_bytes,
-           'table_bytes', p.table_bytes, 'index_bytes', p.index_bytes,
-           'tasks', case when p.is_default then _default.tasks
-                         else coalesce(n.task_id - f.task_id + 1, 0) end,
-           'first_task_id', case when p.is_default then _default.first_task_id else f.task_id end,
-           'first_enqueued_at', case when p.is_default then _default.first_enqueued_at else f.enqueued_at end,
-           'last_task_id', case when p.is_default then _default.last_task_id else n.task_id end,
-           'pending_tasks', case when p.is_default then _default.pending_tasks else pe.pending end,
-           'created_at', c.created_at,
-           'state', case when p.is_default then 'default'
-                         when p.lower_bound > _last_id then 'ahead'
-                         when p.upper_bound > _last_id then 'current'
-                         when p.lower_bound = _next_lower then 'next_drop'
-                         else 'retained' end)
-           order by p.is_default, p.lower_bound), '[]')
-    into _parts
-    from queues.history_partition_sizes() p
+           'lower_bound', p.lower_bound, 'upper_bound', p.upper_bound, 'partition_name', p.partition_name,
+           'estimated_tasks', p.estimated_tasks, 'is_default', p.is_default, 'created_at', c.created_at,
+           'pending', pe.pending, 'measured', m.lower_bound is not null, 'first_task_id', m.first_task_id,
+           'first_enqueued_at', m.first_enqueued_at, 'last_task_id', m.last_task_id,
+           'table_bytes', m.table_bytes, 'index_bytes', m.index_bytes, 'measured_at', m.measured_at)), '[]')
+    into _sets
+    from queues.history_sets() p
     left join queues.history_partition_created c on c.lower_bound = p.lower_bound and not p.is_default
-    left join lateral (select t.task_id, t.enqueued_at from queues.task t
-                        where t.task_id >= p.lower_bound and t.task_id < p.upper_bound
-                        order by t.task_id limit 1) f on not p.is_default
-    left join lateral (select t.task_id from queues.task t
-                        where t.task_id >= p.lower_bound and t.task_id < p.upper_bound
-                        order by t.task_id desc limit 1) n on not p.is_default
-    left join lateral (select count(*) as pending from queues.task_pending tp
-                        where tp.task_id >= p.lower_bound and tp.task_id < p.upper_bound) pe on not p.is_default;
+   cross join lateral (select count(*) as pending from queues.task_pending tp
+                        where not p.is_default and tp.task_id >= p.lower_bound and tp.task_id < p.upper_bound) pe
+    left join queues.history_set_measured m
+      on m.lower_bound = p.lower_bound and m.upper_bound = p.upper_bound
+     and not p.is_default and p.upper_bound <= _last_id and pe.pending = 0;
+
+  -- The oldest and newest task of each set that is not measured and may hold one (not
+  -- above the last task id), by primary key, each read given its set's bounds as values
+  -- so that it is planned for that set's partition only.
+  for _set in
+    select x.lower_bound, x.upper_bound
+      from jsonb_to_recordset(_sets) x(lower_bound bigint, upper_bound bigint, is_default boolean, measured boolean)
+     where not x.is_default and not x.measured and x.lower_bound <= _last_id
+  loop
+    execute 'select (select t.task_id from queues.task t where t.task_id >= $1 and t.task_id < $2
+                      order by t.task_id limit 1) as first_task_id,
+                    (select t.enqueued_at from queues.task t where t.task_id >= $1 and t.task_id < $2
+                      order by t.task_id limit 1) as first_enqueued_at,
+                    (select t.task_id from queues.task t where t.task_id >= $1 and t.task_id < $2
+                      order by t.task_id desc limit 1) as last_task_id'
+      into _first using _set.lower_bound, _set.upper_bound;
+    _probes := _probes || jsonb_build_object(_set.lower_bound::text, to_jsonb(_first));
+  end loop;
+
+  -- The answer: sizes from the measurement, or from one queues.history_set_bytes call for
+  -- every set that is not measured.
+  with s as (
+    select x.*, coalesce(x.first_task_id, (_probes -> x.lower_bound::text ->> 'first_task_id')::bigint) as first_id,
+           coalesce(x.first_enqueued_at, (_probes -> x.lower_bound::text ->> 'first_enqueued_at')::timestamptz) as first_at,
+           coalesce(x.last_task_id, (_probes -> x.lower_bound::text ->> 'last_task_id')::bigint) as last_id
+      from jsonb_to_recordset(_sets) x(lower_bound bigint, upper_bound bigint, partition_name text,
+                                       estimated_tasks bigint, is_default boolean, created_at timestamptz,
+                                       pending bigint, measured boolean, first_task_id bigint,
+                                       first_enqueued_at timestamptz, last_task_id bigint, table_bytes bigint,
+                                       index_bytes bigint, measured_at timestamptz)
+  ),
+  sized as (
+    select * from queues.history_set_bytes(array(select s.lower_bound from s where not s.measured))
+  )
+  select coalesce(jsonb_agg(jsonb_build_object(
+           'lower_bound', s.lower_bound, 'upper_bound', s.upper_bound, 'name', s.partition_name,
+           'is_default', s.is_default, 'estimated_tasks', s.estimated_tasks,
+           'total_bytes', coalesce(s.table_bytes, b.table_bytes) + coalesce(s.index_bytes, b.index_bytes),
+           'table_bytes', coalesce(s.table_bytes, b.table_bytes),
+           'index_bytes', coalesce(s.index_bytes, b.index_bytes),
+           'tasks', case when s.is_default then _default.tasks else coalesce(s.last_id - s.first_id + 1, 0) end,
+           'first_task_id', case when s.is_default then _default.first_task_id else s.first_id end,
+           'first_enqueued_at', case when s.is_default then _default.first_enqueued_at else s.first_at end,
+           'last_task_id', case when s.is_default then _default.last_task_id else s.last_id end,
+           'pending_tasks', case when s.is_default then _default.pending_tasks else s.pending end,
+           'measured_at', s.measured_at,
+           'created_at', s.created_at,
+           'state', case when s.is_default then 'default'
+                         when s.lower_bound > _last_id then 'ahead'
+                         when s.upper_bound > _last_id then 'current'
+                         when s.lower_bound = _next_lower then 'next_drop'
+                         else 'retained' end)
+           order by s.is_default, s.lower_bound), '[]')
+    into _parts
+    from s
+    left join sized b on not s.measured and b.lower_bound is not distinct from s.lower_bound;
 
   return _status || jsonb_build_object(
     'now', _now,
@@ -8009,15 +8075,12 @@ CREATE OR REPLACE FUNCTION queues.history_partition_sizes()
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+  with s as (select * from queues.history_sets())
   select s.lower_bound, s.upper_bound, s.partition_name, s.estimated_tasks, s.is_default,
-         coalesce(sum(pg_relation_size(c.oid) + coalesce(pg_relation_size(nullif(c.reltoastrelid, 0)), 0)), 0)::bigint,
-         coalesce(sum((select sum(pg_relation_size(i.indexrelid)) from pg_index i where i.indrelid = c.oid)), 0)::bigint
-    from queues.history_sets() s
-   cross join unnest(queues.history_tables()) t(name)
-    left join pg_class c on c.relnamespace = 'queues'::regnamespace
-                        and c.relname = case when s.is_default then t.name || '_default'
-                                             else queues.history_partition_name(t.name, s.lower_bound) end
-   group by s.lower_bound, s.upper_bound, s.partition_name, s.estimated_tasks, s.is_default
+         b.table_bytes, b.index_bytes
+    from s
+    join queues.history_set_bytes(array(select s.lower_bound from s)) b
+      on b.lower_bound is not distinct from s.lower_bound
    order by s.is_default, s.lower_bound
 $function$;
   -- queues.history_partition_sizes(): owner :DATABASE_OWNER
@@ -8035,6 +8098,25 @@ AS $function$
    order by p.is_default, p.lower_bound
 $function$;
   -- queues.history_partitions(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.history_set_bytes(_lower_bounds bigint[])
+ RETURNS TABLE(lower_bound bigint, table_bytes bigint, index_bytes bigint)
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select l.lower_bound,
+         coalesce(sum(pg_relation_size(c.oid) + coalesce(pg_relation_size(nullif(c.reltoastrelid, 0)), 0)), 0)::bigint,
+         coalesce(sum((select sum(pg_relation_size(i.indexrelid)) from pg_index i where i.indrelid = c.oid)), 0)::bigint
+    from unnest(_lower_bounds) l(lower_bound)
+   cross join unnest(queues.history_tables()) t(name)
+    left join pg_class c on c.relnamespace = 'queues'::regnamespace
+                        and c.relname = case when l.lower_bound is null then t.name || '_default'
+                                             else queues.history_partition_name(t.name, l.lower_bound) end
+   group by l.lower_bound
+$function$;
+  -- queues.history_set_bytes(_lower_bounds bigint[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.history_sets()
@@ -8502,6 +8584,7 @@ declare
   _set record;
   _tasks bigint;
   _last_completed timestamptz;
+  _measured integer;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -8601,7 +8684,7 @@ begin
 
     -- 4. Expired sets, oldest first.
     for _set in
-      select p.lower_bound, p.upper_bound from queues.history_partitions() p
+      select p.lower_bound, p.upper_bound from queues.history_sets() p
        where not p.is_default and p.upper_bound <= _last_id
        order by p.lower_bound
     loop
@@ -8656,13 +8739,16 @@ begin
           _kept := _kept + 1;
       end;
     end loop;
+
+    -- 5. Nothing left to change: the sets that are done are measured for the readers.
+    _measured := queues.measure_history_sets(_now);
   exception
     -- check_violation: a task landed in a default partition, in the range being made,
     -- since it was read above; the next run starts above it.
     when lock_not_available or deadlock_detected or check_violation then
       return jsonb_build_object('action', 'skipped', 'step', _doing, 'reason', sqlerrm, 'kept', _kept, 'more', false);
   end;
-  return jsonb_build_object('action', 'none', 'kept', _kept, 'more', false);
+  return jsonb_build_object('action', 'none', 'kept', _kept, 'measured', _measured, 'more', false);
 end;
 $function$;
   -- queues.maintain_history_step_at(_now timestamp with time zone): owner :DATABASE_OWNER
@@ -8751,6 +8837,60 @@ CREATE OR REPLACE FUNCTION queues.max_payload_depth()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$ select 64 $function$;
   -- queues.max_payload_depth(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.measure_history_sets(_now timestamp with time zone)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _last_id bigint := queues.last_task_id();
+  _written integer;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  delete from queues.history_set_measured m
+   where not exists (select 1 from queues.history_sets() s
+                      where s.lower_bound = m.lower_bound and s.upper_bound = m.upper_bound);
+  with done as (
+    select s.lower_bound, s.upper_bound
+      from queues.history_sets() s
+     where not s.is_default and s.upper_bound <= _last_id
+       and not exists (select 1 from queues.task_pending tp
+                        where tp.task_id >= s.lower_bound and tp.task_id < s.upper_bound)
+  ),
+  measured as (
+    select d.lower_bound, d.upper_bound, f.task_id as first_task_id, f.enqueued_at as first_enqueued_at,
+           n.task_id as last_task_id, b.table_bytes, b.index_bytes
+      from done d
+      join queues.history_set_bytes(array(select d.lower_bound from done d)) b on b.lower_bound = d.lower_bound
+      left join lateral (select t.task_id, t.enqueued_at from queues.task t
+                          where t.task_id >= d.lower_bound and t.task_id < d.upper_bound
+                          order by t.task_id limit 1) f on true
+      left join lateral (select t.task_id from queues.task t
+                          where t.task_id >= d.lower_bound and t.task_id < d.upper_bound
+                          order by t.task_id desc limit 1) n on true
+  )
+  insert into queues.history_set_measured as m
+         (lower_bound, upper_bound, first_task_id, first_enqueued_at, last_task_id, table_bytes, index_bytes,
+          measured_at)
+  select x.lower_bound, x.upper_bound, x.first_task_id, x.first_enqueued_at, x.last_task_id, x.table_bytes,
+         x.index_bytes, _now
+    from measured x
+  on conflict (lower_bound) do update
+     set upper_bound = excluded.upper_bound, first_task_id = excluded.first_task_id,
+         first_enqueued_at = excluded.first_enqueued_at, last_task_id = excluded.last_task_id,
+         table_bytes = excluded.table_bytes, index_bytes = excluded.index_bytes, measured_at = excluded.measured_at
+   where (m.upper_bound, m.first_task_id, m.first_enqueued_at, m.last_task_id, m.table_bytes, m.index_bytes)
+         is distinct from (excluded.upper_bound, excluded.first_task_id, excluded.first_enqueued_at,
+                           excluded.last_task_id, excluded.table_bytes, excluded.index_bytes);
+  get diagnostics _written = row_count;
+  return _written;
+end;
+$function$;
+  -- queues.measure_history_sets(_now timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.next_claim_in_ms(_task_types text[] DEFAULT NULL::text[])

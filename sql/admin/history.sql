@@ -4,10 +4,13 @@
 -- retained task, the next set retention will drop (queues.history_status_at,
 -- sql/queues/partitions.sql) and the recent drops.
 --
--- Cost: catalog reads, the sizes of every partition (each sized once), and per partition
--- set two primary-key probes (its oldest and newest task) and a range count of its
--- pending tasks in queues.task_pending (the claim index: its cost follows pending work,
--- never history), all in one statement. No scan of history.
+-- Cost: catalog reads, and per partition set a range count of its pending tasks in
+-- queues.task_pending (the claim index: its cost follows pending work, never history) and
+-- a row of queues.history_set_measured for a set that is done (every task completed, its
+-- range below the last task id: maintenance measured it), or else its sizes (each of its
+-- partitions opened) and three primary-key reads (its oldest and newest task) planned for
+-- its partition alone. Only the sets still filling (normally the current one and those
+-- ahead) are opened on each read. No scan of history.
 
 -- The status at _now: queues.history_status_at(_now) with these keys added or extended:
 --   now                  _now
@@ -21,6 +24,9 @@
 --                               rolled back); the default partition: its exact count
 --     first_task_id, first_enqueued_at, last_task_id   the set's oldest and newest task
 --     pending_tasks             tasks in it not completed (queues.task_pending)
+--     measured_at               when maintenance measured the set's bytes and tasks
+--                               (queues.history_set_measured: a set below the last task
+--                               id with no pending task); null: measured for this answer
 --     created_at                when maintenance created it (queues.history_partition_created);
 --                               null for sets made before creations were recorded
 --     state                     ahead (above the last task id), current (holds the last
@@ -45,6 +51,10 @@ declare
   _last_id bigint;
   _next_lower bigint;
   _default record;
+  _sets jsonb;
+  _set record;
+  _first record;
+  _probes jsonb := '{}';
   _parts jsonb;
 begin
   if _now is null then
@@ -63,39 +73,79 @@ begin
            where not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)) as pending_tasks
     into _default;
 
-  -- One statement for every set: sizes once per partition (queues.history_partition_sizes),
-  -- and per set two primary-key probes (its oldest and newest task; each lateral's
-  -- partitions are opened once and pruned per set at run time) and a range count of
-  -- queues.task_pending.
+  -- Every set once, with its pending count (a range count of queues.task_pending) and its
+  -- row of queues.history_set_measured if it is done (its range below the last task id,
+  -- no pending task) and maintenance measured it.
   select coalesce(jsonb_agg(jsonb_build_object(
-           'lower_bound', p.lower_bound, 'upper_bound', p.upper_bound, 'name', p.partition_name,
-           'is_default', p.is_default, 'estimated_tasks', p.estimated_tasks,
-           'total_bytes', p.table_bytes + p.index_bytes,
-           'table_bytes', p.table_bytes, 'index_bytes', p.index_bytes,
-           'tasks', case when p.is_default then _default.tasks
-                         else coalesce(n.task_id - f.task_id + 1, 0) end,
-           'first_task_id', case when p.is_default then _default.first_task_id else f.task_id end,
-           'first_enqueued_at', case when p.is_default then _default.first_enqueued_at else f.enqueued_at end,
-           'last_task_id', case when p.is_default then _default.last_task_id else n.task_id end,
-           'pending_tasks', case when p.is_default then _default.pending_tasks else pe.pending end,
-           'created_at', c.created_at,
-           'state', case when p.is_default then 'default'
-                         when p.lower_bound > _last_id then 'ahead'
-                         when p.upper_bound > _last_id then 'current'
-                         when p.lower_bound = _next_lower then 'next_drop'
-                         else 'retained' end)
-           order by p.is_default, p.lower_bound), '[]')
-    into _parts
-    from queues.history_partition_sizes() p
+           'lower_bound', p.lower_bound, 'upper_bound', p.upper_bound, 'partition_name', p.partition_name,
+           'estimated_tasks', p.estimated_tasks, 'is_default', p.is_default, 'created_at', c.created_at,
+           'pending', pe.pending, 'measured', m.lower_bound is not null, 'first_task_id', m.first_task_id,
+           'first_enqueued_at', m.first_enqueued_at, 'last_task_id', m.last_task_id,
+           'table_bytes', m.table_bytes, 'index_bytes', m.index_bytes, 'measured_at', m.measured_at)), '[]')
+    into _sets
+    from queues.history_sets() p
     left join queues.history_partition_created c on c.lower_bound = p.lower_bound and not p.is_default
-    left join lateral (select t.task_id, t.enqueued_at from queues.task t
-                        where t.task_id >= p.lower_bound and t.task_id < p.upper_bound
-                        order by t.task_id limit 1) f on not p.is_default
-    left join lateral (select t.task_id from queues.task t
-                        where t.task_id >= p.lower_bound and t.task_id < p.upper_bound
-                        order by t.task_id desc limit 1) n on not p.is_default
-    left join lateral (select count(*) as pending from queues.task_pending tp
-                        where tp.task_id >= p.lower_bound and tp.task_id < p.upper_bound) pe on not p.is_default;
+   cross join lateral (select count(*) as pending from queues.task_pending tp
+                        where not p.is_default and tp.task_id >= p.lower_bound and tp.task_id < p.upper_bound) pe
+    left join queues.history_set_measured m
+      on m.lower_bound = p.lower_bound and m.upper_bound = p.upper_bound
+     and not p.is_default and p.upper_bound <= _last_id and pe.pending = 0;
+
+  -- The oldest and newest task of each set that is not measured and may hold one (not
+  -- above the last task id), by primary key, each read given its set's bounds as values
+  -- so that it is planned for that set's partition only.
+  for _set in
+    select x.lower_bound, x.upper_bound
+      from jsonb_to_recordset(_sets) x(lower_bound bigint, upper_bound bigint, is_default boolean, measured boolean)
+     where not x.is_default and not x.measured and x.lower_bound <= _last_id
+  loop
+    execute 'select (select t.task_id from queues.task t where t.task_id >= $1 and t.task_id < $2
+                      order by t.task_id limit 1) as first_task_id,
+                    (select t.enqueued_at from queues.task t where t.task_id >= $1 and t.task_id < $2
+                      order by t.task_id limit 1) as first_enqueued_at,
+                    (select t.task_id from queues.task t where t.task_id >= $1 and t.task_id < $2
+                      order by t.task_id desc limit 1) as last_task_id'
+      into _first using _set.lower_bound, _set.upper_bound;
+    _probes := _probes || jsonb_build_object(_set.lower_bound::text, to_jsonb(_first));
+  end loop;
+
+  -- The answer: sizes from the measurement, or from one queues.history_set_bytes call for
+  -- every set that is not measured.
+  with s as (
+    select x.*, coalesce(x.first_task_id, (_probes -> x.lower_bound::text ->> 'first_task_id')::bigint) as first_id,
+           coalesce(x.first_enqueued_at, (_probes -> x.lower_bound::text ->> 'first_enqueued_at')::timestamptz) as first_at,
+           coalesce(x.last_task_id, (_probes -> x.lower_bound::text ->> 'last_task_id')::bigint) as last_id
+      from jsonb_to_recordset(_sets) x(lower_bound bigint, upper_bound bigint, partition_name text,
+                                       estimated_tasks bigint, is_default boolean, created_at timestamptz,
+                                       pending bigint, measured boolean, first_task_id bigint,
+                                       first_enqueued_at timestamptz, last_task_id bigint, table_bytes bigint,
+                                       index_bytes bigint, measured_at timestamptz)
+  ),
+  sized as (
+    select * from queues.history_set_bytes(array(select s.lower_bound from s where not s.measured))
+  )
+  select coalesce(jsonb_agg(jsonb_build_object(
+           'lower_bound', s.lower_bound, 'upper_bound', s.upper_bound, 'name', s.partition_name,
+           'is_default', s.is_default, 'estimated_tasks', s.estimated_tasks,
+           'total_bytes', coalesce(s.table_bytes, b.table_bytes) + coalesce(s.index_bytes, b.index_bytes),
+           'table_bytes', coalesce(s.table_bytes, b.table_bytes),
+           'index_bytes', coalesce(s.index_bytes, b.index_bytes),
+           'tasks', case when s.is_default then _default.tasks else coalesce(s.last_id - s.first_id + 1, 0) end,
+           'first_task_id', case when s.is_default then _default.first_task_id else s.first_id end,
+           'first_enqueued_at', case when s.is_default then _default.first_enqueued_at else s.first_at end,
+           'last_task_id', case when s.is_default then _default.last_task_id else s.last_id end,
+           'pending_tasks', case when s.is_default then _default.pending_tasks else s.pending end,
+           'measured_at', s.measured_at,
+           'created_at', s.created_at,
+           'state', case when s.is_default then 'default'
+                         when s.lower_bound > _last_id then 'ahead'
+                         when s.upper_bound > _last_id then 'current'
+                         when s.lower_bound = _next_lower then 'next_drop'
+                         else 'retained' end)
+           order by s.is_default, s.lower_bound), '[]')
+    into _parts
+    from s
+    left join sized b on not s.measured and b.lower_bound is not distinct from s.lower_bound;
 
   return _status || jsonb_build_object(
     'now', _now,

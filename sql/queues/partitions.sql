@@ -17,7 +17,10 @@
 --   queues.history_partition_bounds()          every table's partitions and their bounds
 --   queues.history_sets()                      the sets' bounds, from the catalog only
 --   queues.history_walk(_before)               the id ranges a newest-first read walks
+--   queues.history_set_bytes(lower_bounds)     the table and index bytes of the sets given
 --   queues.history_partition_sizes()           the sets with table and index bytes
+--   queues.measure_history_sets(_now)          the sets that are done, measured for readers
+--                                              (queues.history_set_measured); owner only
 --   queues.history_partitions()                the sets with their total bytes
 --   queues.maintain_history_step_at(_now)      one short step of maintenance; owner only
 --   queues.maintain_history_step(payload)      the same at now(), a runnable db_function
@@ -315,29 +318,107 @@ as $$
   order by 1 desc nulls first
 $$;
 
--- queues.history_sets() with each set's bytes summed over every history table: the data
--- of tables with their TOAST, and of their indexes (each relation's main fork: its free
--- space and visibility maps, a fraction of a percent, are left out, which halves the
--- files looked at). Each partition is sized
--- once, looked up by name (queues.history_partition_name) through the catalog's name
--- index; sizing opens each partition and its indexes, so this is the one place that
--- costs per partition: callers read it once per answer.
+-- The bytes of the sets whose lower bounds are given (a null element: the default
+-- partitions), summed over every history table: the data of tables with their TOAST, and
+-- of their indexes (each relation's main fork: its free space and visibility maps, a
+-- fraction of a percent, are left out, which halves the files looked at). Each partition
+-- is looked up by name (queues.history_partition_name) through the catalog's name index;
+-- sizing opens each partition and its indexes (a lock and a file size each, about 50
+-- relations a set), so this is the one place that costs per partition: callers pass
+-- every set they need in one call (one plan).
+create or replace function queues.history_set_bytes(_lower_bounds bigint[])
+  returns table (lower_bound bigint, table_bytes bigint, index_bytes bigint)
+  language sql stable
+  set search_path = pg_catalog, pg_temp
+as $$
+  select l.lower_bound,
+         coalesce(sum(pg_relation_size(c.oid) + coalesce(pg_relation_size(nullif(c.reltoastrelid, 0)), 0)), 0)::bigint,
+         coalesce(sum((select sum(pg_relation_size(i.indexrelid)) from pg_index i where i.indrelid = c.oid)), 0)::bigint
+    from unnest(_lower_bounds) l(lower_bound)
+   cross join unnest(queues.history_tables()) t(name)
+    left join pg_class c on c.relnamespace = 'queues'::regnamespace
+                        and c.relname = case when l.lower_bound is null then t.name || '_default'
+                                             else queues.history_partition_name(t.name, l.lower_bound) end
+   group by l.lower_bound
+$$;
+
+-- queues.history_sets() with each set's bytes (queues.history_set_bytes), every set sized
+-- on each call: the History page reads queues.history_set_measured for the sets that are
+-- done instead (admin.history_status_at).
 create or replace function queues.history_partition_sizes()
   returns table (lower_bound bigint, upper_bound bigint, partition_name text,
                  estimated_tasks bigint, is_default boolean, table_bytes bigint, index_bytes bigint)
   language sql stable
   set search_path = pg_catalog, pg_temp
 as $$
+  with s as (select * from queues.history_sets())
   select s.lower_bound, s.upper_bound, s.partition_name, s.estimated_tasks, s.is_default,
-         coalesce(sum(pg_relation_size(c.oid) + coalesce(pg_relation_size(nullif(c.reltoastrelid, 0)), 0)), 0)::bigint,
-         coalesce(sum((select sum(pg_relation_size(i.indexrelid)) from pg_index i where i.indrelid = c.oid)), 0)::bigint
-    from queues.history_sets() s
-   cross join unnest(queues.history_tables()) t(name)
-    left join pg_class c on c.relnamespace = 'queues'::regnamespace
-                        and c.relname = case when s.is_default then t.name || '_default'
-                                             else queues.history_partition_name(t.name, s.lower_bound) end
-   group by s.lower_bound, s.upper_bound, s.partition_name, s.estimated_tasks, s.is_default
+         b.table_bytes, b.index_bytes
+    from s
+    join queues.history_set_bytes(array(select s.lower_bound from s)) b
+      on b.lower_bound is not distinct from s.lower_bound
    order by s.is_default, s.lower_bound
+$$;
+
+-- Measures the sets that are done into queues.history_set_measured: every set whose range
+-- lies below the last task id and that holds no pending task, with its bytes
+-- (queues.history_set_bytes) and its oldest and newest task. Such a set's tables change
+-- only by a rare late fact (a redrive, a revocation or start mark that arrives after the
+-- completion) until it is dropped, so a reader that answers often (the History page, every
+-- dashboard's poll and /metrics) takes its figures from here and sizes only the sets still
+-- filling. A row is written only when a figure changed; rows of sets no longer there are
+-- deleted. Maintenance calls it at the end of each run (queues.maintain_history_step_at).
+-- Returns the number of sets whose figures were written. Owner only.
+create or replace function queues.measure_history_sets(_now timestamptz)
+  returns integer
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _last_id bigint := queues.last_task_id();
+  _written integer;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  delete from queues.history_set_measured m
+   where not exists (select 1 from queues.history_sets() s
+                      where s.lower_bound = m.lower_bound and s.upper_bound = m.upper_bound);
+  with done as (
+    select s.lower_bound, s.upper_bound
+      from queues.history_sets() s
+     where not s.is_default and s.upper_bound <= _last_id
+       and not exists (select 1 from queues.task_pending tp
+                        where tp.task_id >= s.lower_bound and tp.task_id < s.upper_bound)
+  ),
+  measured as (
+    select d.lower_bound, d.upper_bound, f.task_id as first_task_id, f.enqueued_at as first_enqueued_at,
+           n.task_id as last_task_id, b.table_bytes, b.index_bytes
+      from done d
+      join queues.history_set_bytes(array(select d.lower_bound from done d)) b on b.lower_bound = d.lower_bound
+      left join lateral (select t.task_id, t.enqueued_at from queues.task t
+                          where t.task_id >= d.lower_bound and t.task_id < d.upper_bound
+                          order by t.task_id limit 1) f on true
+      left join lateral (select t.task_id from queues.task t
+                          where t.task_id >= d.lower_bound and t.task_id < d.upper_bound
+                          order by t.task_id desc limit 1) n on true
+  )
+  insert into queues.history_set_measured as m
+         (lower_bound, upper_bound, first_task_id, first_enqueued_at, last_task_id, table_bytes, index_bytes,
+          measured_at)
+  select x.lower_bound, x.upper_bound, x.first_task_id, x.first_enqueued_at, x.last_task_id, x.table_bytes,
+         x.index_bytes, _now
+    from measured x
+  on conflict (lower_bound) do update
+     set upper_bound = excluded.upper_bound, first_task_id = excluded.first_task_id,
+         first_enqueued_at = excluded.first_enqueued_at, last_task_id = excluded.last_task_id,
+         table_bytes = excluded.table_bytes, index_bytes = excluded.index_bytes, measured_at = excluded.measured_at
+   where (m.upper_bound, m.first_task_id, m.first_enqueued_at, m.last_task_id, m.table_bytes, m.index_bytes)
+         is distinct from (excluded.upper_bound, excluded.first_task_id, excluded.first_enqueued_at,
+                           excluded.last_task_id, excluded.table_bytes, excluded.index_bytes);
+  get diagnostics _written = row_count;
+  return _written;
+end;
 $$;
 
 -- The partition sets of queues.task (the other tables follow the same bounds), lowest
@@ -381,12 +462,15 @@ $$;
 --    (no new task can land in it), it holds no pending task (queues.task_pending, then
 --    every task checked against its completion), and its newest completion is older than
 --    the retention window. A set with one pending task is kept, however old.
+-- 5. With nothing else to do: the sets that are done are measured for the History page
+--    (queues.measure_history_sets).
 -- Drops are recorded in queues.history_partition_dropped. A step that cannot get its lock
 -- in time (or finds a task fell into the default partition in the range it makes) is
 -- rolled back and reported skipped; the next run tries again. Returns
 --   {"action": "attached" | "set_created" | "dropped_table" | "truncated" | "detached" |
 --              "set_dropped" | "none" | "skipped" | "busy",
 --    "table", "lower_bound", "upper_bound", "tasks", "reason": as they apply,
+--    "measured": with "none", the sets whose figures step 5 wrote,
 --    "kept": sets below the last task id kept so far, "more": whether to call again}
 -- "busy": another maintenance step is in flight (one maintainer at a time). Owner only.
 create or replace function queues.maintain_history_step_at(_now timestamptz)
@@ -410,6 +494,7 @@ declare
   _set record;
   _tasks bigint;
   _last_completed timestamptz;
+  _measured integer;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -509,7 +594,7 @@ begin
 
     -- 4. Expired sets, oldest first.
     for _set in
-      select p.lower_bound, p.upper_bound from queues.history_partitions() p
+      select p.lower_bound, p.upper_bound from queues.history_sets() p
        where not p.is_default and p.upper_bound <= _last_id
        order by p.lower_bound
     loop
@@ -564,13 +649,16 @@ begin
           _kept := _kept + 1;
       end;
     end loop;
+
+    -- 5. Nothing left to change: the sets that are done are measured for the readers.
+    _measured := queues.measure_history_sets(_now);
   exception
     -- check_violation: a task landed in a default partition, in the range being made,
     -- since it was read above; the next run starts above it.
     when lock_not_available or deadlock_detected or check_violation then
       return jsonb_build_object('action', 'skipped', 'step', _doing, 'reason', sqlerrm, 'kept', _kept, 'more', false);
   end;
-  return jsonb_build_object('action', 'none', 'kept', _kept, 'more', false);
+  return jsonb_build_object('action', 'none', 'kept', _kept, 'measured', _measured, 'more', false);
 end;
 $$;
 
@@ -733,6 +821,7 @@ $$;
 revoke execute on function queues.maintain_history_at(timestamptz), queues.maintain_history_step_at(timestamptz),
   queues.history_status_at(timestamptz), queues.history_summary_at(timestamptz), queues.history_partitions(),
   queues.history_partition_bounds(), queues.history_sets(), queues.history_partition_sizes(),
+  queues.history_set_bytes(bigint[]), queues.measure_history_sets(timestamptz),
   queues.history_walk(bigint), queues.create_history_partition(bigint, bigint),
   queues.attach_history_partition(text, bigint, bigint), queues.lock_history_tables(text[], text[], integer)
   from public;

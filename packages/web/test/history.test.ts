@@ -172,4 +172,82 @@ describe('history', () => {
       report: { created: expect.any(Array), dropped: [], skipped: [], kept: 1 },
     });
   });
+
+  it('a set that is done is read from its measurement by maintenance; a set still filling is sized on each read', async () => {
+    // A fresh set S of 10 ids; one more task above it puts S below the last id.
+    const { rows } = await db.query(
+      `select max(upper_bound) as top from queues.history_partitions() where not is_default`,
+    );
+    const base = Number(rows[0].top);
+    await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [base - 1]);
+    await db.query('select queues.maintain_history_at(now())');
+    const { rows: ids } = await db
+      .pool('owner')
+      .query('select task_id from queues.enqueue_many($1::jsonb)', [
+        JSON.stringify(Array.from({ length: 11 }, () => ({ task_type: 'email', payload: { n: 1 } }))),
+      ]);
+    const inS = ids.slice(0, 10).map((r) => Number(r.task_id));
+    expect(inS[0]).toBe(base);
+    const complete = (taskIds: number[], outcome: string) =>
+      db
+        .pool('worker')
+        .query(`select queues.complete_tasks($1::bigint[], null, array_fill($2::text, array[$3::int]))`, [
+          taskIds,
+          outcome,
+          taskIds.length,
+        ]);
+    await complete(inS.slice(0, 9), 'succeeded');
+    const setS = async () =>
+      (await app.inject({ method: 'GET', url: '/api/history' }))
+        .json()
+        .partitions.find((p: { lower_bound: number }) => p.lower_bound === base);
+    const liveBytes = async () =>
+      (
+        await db.query('select table_bytes, index_bytes from queues.history_partition_sizes() where lower_bound = $1', [
+          base,
+        ])
+      ).rows.map((r) => ({ table_bytes: Number(r.table_bytes), index_bytes: Number(r.index_bytes) }))[0];
+
+    // A pending task: sized and probed on each read, even after a maintenance run.
+    await db.query('select queues.maintain_history_at(now())');
+    expect(await setS()).toMatchObject({ pending_tasks: 1, measured_at: null, tasks: 10, first_task_id: base });
+    // Done, but not measured yet: still read live.
+    await complete([inS[9]], 'failed');
+    expect(await setS()).toMatchObject({ pending_tasks: 0, measured_at: null, tasks: 10, last_task_id: base + 9 });
+    // Maintenance measures it; the reads give what the live sizing gives.
+    const { rows: ran } = await db.query(`select queues.maintain_history_step_at(now()) as r`);
+    expect(ran[0].r).toMatchObject({ action: 'none', measured: expect.any(Number) });
+    expect(ran[0].r.measured).toBeGreaterThanOrEqual(1);
+    const measured = await setS();
+    expect(measured).toMatchObject({
+      state: 'retained',
+      pending_tasks: 0,
+      tasks: 10,
+      first_task_id: base,
+      last_task_id: base + 9,
+      measured_at: expect.any(String),
+      ...(await liveBytes()),
+    });
+    // Nothing changed: the next run writes nothing.
+    const { rows: again } = await db.query(`select queues.maintain_history_step_at(now()) as r`);
+    expect(again[0].r).toMatchObject({ action: 'none', measured: 0 });
+
+    // A late fact in S (the failed task redriven: a task_redriven row in S's partition)
+    // shows at the next maintenance run, not before.
+    await db.pool('api').query('select admin.redrive_task($1)', [inS[9]]);
+    const grown = await liveBytes();
+    expect(grown.table_bytes).toBeGreaterThan(measured.table_bytes);
+    expect(await setS()).toMatchObject({ table_bytes: measured.table_bytes, measured_at: measured.measured_at });
+    const { rows: third } = await db.query(`select queues.maintain_history_step_at(now()) as r`);
+    expect(third[0].r).toMatchObject({ action: 'none', measured: 1 });
+    expect(await setS()).toMatchObject({ ...grown, pending_tasks: 0, tasks: 10, measured_at: expect.any(String) });
+
+    // A dropped set's measurement goes with it.
+    await db.query(`select queues.maintain_history_at(now() + interval '8 days')`);
+    const { rows: left } = await db.query(
+      'select lower_bound from queues.history_set_measured where lower_bound = $1',
+      [base],
+    );
+    expect(left).toEqual([]);
+  });
 });

@@ -10,6 +10,7 @@
  * - on both databases, the same recent activity (fillRecent: RECENT tasks completed a few
  *   minutes ago, every 10th failed), so that each list answers a full page with and
  *   without the history, and the comparison is of what the history adds;
+ * - one run of history maintenance, as its schedule makes every 10 minutes;
  * - the statements behind each endpoint group of the REST API and dashboard (counts,
  *   capacity, task list, dead letters, process timeline, history), as the API role, after
  *   a checkpoint (the fill's dirty pages are written first, as before the drain): a few

@@ -460,7 +460,8 @@ ${settings}
    into the history partitions with \`generate_series\`, one statement per table per partition
    set, then \`vacuum analyze\`; on another, none. On each: the same recent activity (1,000
    tasks completed minutes ago, every 10th failed, so each list answers a full page on both),
-   one email process root, the backlog of 3a, a checkpoint, then the statements behind each
+   one email process root, the backlog of 3a, one run of history maintenance (as its schedule
+   makes every 10 minutes), a checkpoint, then the statements behind each
    endpoint group of the API and dashboard (counts, capacity, task list, dead letters,
    process timeline, history) as the API role, the median of 15 calls after 3 warm-up
    calls, then the drain of 3a. Targets: the drain with the
