@@ -59,6 +59,7 @@ export class Runner {
   readonly pid: number;
   readonly #child: ChildProcess;
   readonly #stderr: string[] = [];
+  readonly #exited: Promise<void>;
 
   constructor(
     readonly label: string,
@@ -67,7 +68,12 @@ export class Runner {
     config: RunnerConfig,
   ) {
     hookExit();
-    const child = spawn(nodeBinary, [script, JSON.stringify(config)], { stdio: ['pipe', 'pipe', 'pipe'] });
+    // BENCH_RUNNER_NODE_ARGS: options for each runner's node, e.g. "--cpu-prof
+    // --cpu-prof-dir=/tmp/prof" to profile the workers (NODE_OPTIONS refuses --cpu-prof).
+    const nodeArgs = (process.env.BENCH_RUNNER_NODE_ARGS ?? '').split(/\s+/).filter(Boolean);
+    const child = spawn(nodeBinary, [...nodeArgs, script, JSON.stringify(config)], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
     this.#child = child;
     this.pid = child.pid ?? -1;
     live.add(child);
@@ -102,6 +108,7 @@ export class Runner {
       if (this.#stderr.length > 40) this.#stderr.shift();
     });
     child.stdin.on('error', () => {});
+    this.#exited = new Promise((resolve) => child.once('exit', () => resolve()));
     child.on('exit', (code, signal) => {
       live.delete(child);
       if (!settled) {
@@ -122,10 +129,16 @@ export class Runner {
     if (this.#child.exitCode === null && this.#child.signalCode === null) this.#child.kill('SIGKILL');
   }
 
-  /** Waits for the result (bounded), killing the process if it does not come. */
+  /**
+   * Waits for the result (bounded), then for the process to exit by itself (a few seconds:
+   * a runner started with --cpu-prof writes its profile as it exits), killing it if either
+   * does not come.
+   */
   async finish(timeoutMs: number): Promise<RunnerResult> {
     try {
-      return await withTimeout(this.result, timeoutMs, `${this.label} result`);
+      const result = await withTimeout(this.result, timeoutMs, `${this.label} result`);
+      await withTimeout(this.#exited, 5_000, `${this.label} exit`).catch(() => {});
+      return result;
     } finally {
       this.kill();
     }

@@ -18,7 +18,7 @@ import type { RunnerConfig } from './runners/protocol.js';
 import { percentile } from './stats.js';
 import { resyncWorkload } from './resync.js';
 import { DashboardPollers, DASHBOARDS, POLL_INTERVAL_MS } from './dashboard.js';
-import { fillHistory, fillRecent, timeEndpoints } from './history-scale.js';
+import { fillHistory, fillRecent, HISTORY_DRAINS, timeEndpoints } from './history-scale.js';
 
 export const SYSTEMS = ['ours', 'graphile-worker', 'pg-boss'] as const;
 export type SystemName = (typeof SYSTEMS)[number];
@@ -699,40 +699,59 @@ class Harness {
           .map(([g, ms]) => `${g} ${ms.toFixed(1)}`)
           .join(', ')}`,
       );
-      await this.checkpoint();
-      const runner = this.spawn('ours', `history_scale ${label} worker`, {
-        mode: 'work',
-        url: db.worker,
-        workerId: `bench-ours-history-scale-${label}`,
-        concurrency: this.options.workerConcurrency,
-        latency: false,
-      });
-      let result: RunnerResult;
-      let elapsedMs: number;
-      try {
-        await withTimeout(runner.ready, 60_000, 'history_scale worker ready');
-        const started = performance.now();
-        runner.go();
-        const done = await this.waitFor(db, COMPLETED_AFTER_SQL, [fromId], n, 600_000, 'history_scale drain');
-        elapsedMs = done.at - started;
-        runner.stop();
-        result = await runner.finish(60_000);
-      } finally {
-        runner.kill();
-      }
-      const handled = result.handled as number;
-      const completed = await this.completedAfter(db, fromId);
-      this.checks.push({ trial, subject: 'ours', workload: `history_scale_${label}`, expected: n, completed, handled });
-      if (completed !== n || handled !== n)
-        this.anomaly(
+      // The drain, HISTORY_DRAINS times (each on a fresh backlog of n tasks, after vacuum
+      // and a checkpoint): one drain of 20,000 tasks lasts about a second and a half, and
+      // its rate alone varied from 0.8x to 1.3x between runs. Rounds are recorded as
+      // trials 1 to HISTORY_DRAINS of the metric (the workload runs in trial 1 only).
+      for (let round = 1; round <= HISTORY_DRAINS; round++) {
+        let from = fromId;
+        if (round > 1) {
+          from = await this.lastTaskId(db);
+          await this.enqueue('ours', db, 'batch', n);
+          await withClient(db.root, (c) => c.query('vacuum analyze'));
+        }
+        await this.checkpoint();
+        const runner = this.spawn('ours', `history_scale ${label} worker`, {
+          mode: 'work',
+          url: db.worker,
+          workerId: `bench-ours-history-scale-${label}-${round}`,
+          concurrency: this.options.workerConcurrency,
+          latency: false,
+        });
+        let result: RunnerResult;
+        let elapsedMs: number;
+        try {
+          await withTimeout(runner.ready, 60_000, 'history_scale worker ready');
+          const started = performance.now();
+          runner.go();
+          const done = await this.waitFor(db, COMPLETED_AFTER_SQL, [from], n, 600_000, 'history_scale drain');
+          elapsedMs = done.at - started;
+          runner.stop();
+          result = await runner.finish(60_000);
+        } finally {
+          runner.kill();
+        }
+        const handled = result.handled as number;
+        const completed = await this.completedAfter(db, from);
+        this.checks.push({
           trial,
-          'ours',
-          `history_scale_${label}`,
-          `completed ${completed}, handled ${handled}, expected ${n}`,
-        );
-      const rate = (n / elapsedMs) * 1000;
-      this.record(`history_scale_drain_${label}`, 'ours', trial, rate);
-      this.log(`  ours drain with ${rows} completed in history: ${rate.toFixed(0)} tasks/s`);
+          subject: 'ours',
+          workload: `history_scale_${label}`,
+          expected: n,
+          completed,
+          handled,
+        });
+        if (completed !== n || handled !== n)
+          this.anomaly(
+            trial,
+            'ours',
+            `history_scale_${label}`,
+            `completed ${completed}, handled ${handled}, expected ${n}`,
+          );
+        const rate = (n / elapsedMs) * 1000;
+        this.record(`history_scale_drain_${label}`, 'ours', round, rate);
+        this.log(`  ours drain ${round} with ${rows} completed in history: ${rate.toFixed(0)} tasks/s`);
+      }
     } finally {
       await this.dropDb(db);
     }

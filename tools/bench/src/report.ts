@@ -464,7 +464,9 @@ ${settings}
    makes every 10 minutes), a checkpoint, then the statements behind each
    endpoint group of the API and dashboard (counts, capacity, task list, dead letters,
    process timeline, history) as the API role, the median of 15 calls after 3 warm-up
-   calls, then the drain of 3a. Targets: the drain with the
+   calls, then the drain of 3a, three times (each on a new backlog, after \`vacuum analyze\` and a
+   checkpoint; one drain lasts about 1.5 s, and single drains varied from 0.8× to 1.3× between
+   runs): the median, the rounds listed as trials 1 to 3 in the per-trial values. Targets: the drain with the
    history ≥ 0.9× the drain without; each endpoint group ≤ 2× its time without.
 
 ### Configurations
