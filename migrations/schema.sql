@@ -9746,6 +9746,74 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.settle_with_handler(_task_id bigint, _task_lease_id bigint, _outcome text, _errors text[], _retry boolean, _handler text, _body jsonb, _mode text, _raised_prefix text, OUT result text, OUT outcome text, OUT errors text[])
+ RETURNS record
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _env record;
+  _failure text;
+begin
+  if _task_id is null or _task_lease_id is null or _handler is null or _mode is null then
+    raise exception 'task_id, task_lease_id, handler and mode must not be null' using errcode = '22004';
+  end if;
+  if _mode not in ('success', 'error') then
+    raise exception 'mode must be success or error, not %', _mode using errcode = '22023';
+  end if;
+  if _outcome is distinct from (case _mode when 'success' then 'succeeded' else 'failed' end) then
+    raise exception 'a % handler completes % tasks, not %', _mode,
+      (case _mode when 'success' then 'succeeded' else 'failed' end), coalesce(_outcome, 'null')
+      using errcode = '22023';
+  end if;
+  if exists (select 1 from unnest(_errors) m where m is null or btrim(m) = '') then
+    raise exception 'errors must not be empty' using errcode = '22004';
+  end if;
+  outcome := _outcome;
+  errors := coalesce(_errors, '{}');
+  begin
+    begin
+      select * into _env from queues.parse_envelope(internal.run_function(_handler, _body));
+      _failure := case _env.outcome
+                    when 'succeeded' then null
+                    when 'invalid' then format('%s: validation failure: %s', _handler, _env.message)
+                    when 'status' then format('%s: status %s', _handler, _env.message)
+                    else format('%s: %s', _handler, _env.message) end;
+    exception
+      when serialization_failure or deadlock_detected then
+        raise;
+      when others then
+        -- Its writes are rolled back with the subtransaction.
+        _failure := coalesce(_raised_prefix, '') || sqlerrm;
+    end;
+    if _failure is not null then
+      if length(_failure) > 8000 then
+        _failure := left(_failure, 8000) || ' [truncated]';
+      end if;
+      if _mode = 'success' then
+        outcome := 'failed';
+        errors := array[_failure];
+      else
+        errors := errors || _failure;
+      end if;
+    end if;
+    select s.result into result
+      from queues.settle_tasks('{}', '{}', array[_task_id], array[_task_lease_id], array[outcome], array[_retry],
+                               array_fill(_task_id, array[cardinality(errors)]), errors) s;
+    if result not in ('completed', 'retry_scheduled') then
+      -- Refused: the handler's writes must not commit either.
+      raise exception 'refused: %', result using errcode = 'QREFU';
+    end if;
+  exception
+    when sqlstate 'QREFU' then
+      null;
+  end;
+end;
+$function$;
+  -- queues.settle_with_handler(_task_id bigint, _task_lease_id bigint, _outcome text, _errors text[], _retry boolean, _handler text, _body jsonb, _mode text, _raised_prefix text, OUT result text, OUT outcome text, OUT errors text[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.stale_leases_at(_now timestamp with time zone, _dead_after_seconds integer)
  RETURNS TABLE(task_id bigint, task_lease_id bigint, worker_id text, last_seen_at timestamp with time zone, expires_at timestamp with time zone)
  LANGUAGE sql

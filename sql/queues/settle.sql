@@ -1,5 +1,7 @@
 -- The worker's completer: one call per round trip that marks tasks started and completes
--- others, with their error rows. Owner-run (security definer) like every queue writer.
+-- others, with their error rows (queues.settle_tasks, owner-run: security definer like
+-- every queue writer); and a completion with its handler in one statement
+-- (queues.settle_with_handler, run as the worker).
 
 -- Marks leases started (see queues.task_lease_started) and completes tasks (see
 -- queues.complete_tasks: fenced by lease, retries, results), recording each error message
@@ -99,3 +101,98 @@ begin
   select d.task_id, 'complete'::text, d.result from done d order by d.ord;
 end;
 $$;
+
+-- A completion and its handler in one statement: the worker's completion of a handler task
+-- (a success handler after the provider's call, an error handler after its failure), with
+-- no transaction left open between round trips. Runs internal.run_function(_handler,
+-- _body) in a subtransaction, reads its envelope (queues.parse_envelope), and records the
+-- completion fenced by the lease (queues.settle_tasks):
+--   _mode 'success' (_outcome 'succeeded'): a handler failure (an error, a validation
+--     failure, a status or a malformed envelope) fails the task with that failure as its
+--     error, the handler's writes kept; a handler that raises fails the task with
+--     _raised_prefix followed by the message, its writes rolled back;
+--   _mode 'error' (_outcome 'failed', _errors the task's errors, _retry false for a
+--     failure no retry can mend): a handler failure, or _raised_prefix and the message of
+--     a raise (its writes rolled back), is one more error row.
+-- If the completion is refused (the lease was lost), nothing of it commits, the handler's
+-- writes included. A serialization failure or deadlock is raised: nothing is recorded and
+-- the task runs again. Returns the completion's result (as queues.complete_tasks) with
+-- the outcome and the errors recorded (or refused). Messages are cut at 8,000 characters
+-- (as the worker's). Runs as the caller (security invoker): the handler has the worker's
+-- privileges, not the owner's.
+create or replace function queues.settle_with_handler(
+  _task_id bigint, _task_lease_id bigint, _outcome text, _errors text[], _retry boolean,
+  _handler text, _body jsonb, _mode text, _raised_prefix text,
+  out result text, out outcome text, out errors text[]
+)
+  language plpgsql volatile
+  security invoker
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _env record;
+  _failure text;
+begin
+  if _task_id is null or _task_lease_id is null or _handler is null or _mode is null then
+    raise exception 'task_id, task_lease_id, handler and mode must not be null' using errcode = '22004';
+  end if;
+  if _mode not in ('success', 'error') then
+    raise exception 'mode must be success or error, not %', _mode using errcode = '22023';
+  end if;
+  if _outcome is distinct from (case _mode when 'success' then 'succeeded' else 'failed' end) then
+    raise exception 'a % handler completes % tasks, not %', _mode,
+      (case _mode when 'success' then 'succeeded' else 'failed' end), coalesce(_outcome, 'null')
+      using errcode = '22023';
+  end if;
+  if exists (select 1 from unnest(_errors) m where m is null or btrim(m) = '') then
+    raise exception 'errors must not be empty' using errcode = '22004';
+  end if;
+  outcome := _outcome;
+  errors := coalesce(_errors, '{}');
+  begin
+    begin
+      select * into _env from queues.parse_envelope(internal.run_function(_handler, _body));
+      _failure := case _env.outcome
+                    when 'succeeded' then null
+                    when 'invalid' then format('%s: validation failure: %s', _handler, _env.message)
+                    when 'status' then format('%s: status %s', _handler, _env.message)
+                    else format('%s: %s', _handler, _env.message) end;
+    exception
+      when serialization_failure or deadlock_detected then
+        raise;
+      when others then
+        -- Its writes are rolled back with the subtransaction.
+        _failure := coalesce(_raised_prefix, '') || sqlerrm;
+    end;
+    if _failure is not null then
+      if length(_failure) > 8000 then
+        _failure := left(_failure, 8000) || ' [truncated]';
+      end if;
+      if _mode = 'success' then
+        outcome := 'failed';
+        errors := array[_failure];
+      else
+        errors := errors || _failure;
+      end if;
+    end if;
+    select s.result into result
+      from queues.settle_tasks('{}', '{}', array[_task_id], array[_task_lease_id], array[outcome], array[_retry],
+                               array_fill(_task_id, array[cardinality(errors)]), errors) s;
+    if result not in ('completed', 'retry_scheduled') then
+      -- Refused: the handler's writes must not commit either.
+      raise exception 'refused: %', result using errcode = 'QREFU';
+    end if;
+  exception
+    when sqlstate 'QREFU' then
+      null;
+  end;
+end;
+$$;
+
+-- Granted here, beside the function, so that a migration including
+-- queues/privileges-hot-path.sql before this one does not name a function that does not
+-- exist yet.
+revoke execute on function
+  queues.settle_with_handler(bigint, bigint, text, text[], boolean, text, jsonb, text, text) from public;
+grant execute on function
+  queues.settle_with_handler(bigint, bigint, text, text[], boolean, text, jsonb, text, text) to :DATABASE_WORKER;

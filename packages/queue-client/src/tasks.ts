@@ -31,6 +31,7 @@ import {
   taskReleaseLeases,
   taskRunSteps,
   taskSettle,
+  taskSettleWithHandler,
   taskMarkStarted,
 } from './queries/task.queries.js';
 import pg from 'pg';
@@ -280,7 +281,52 @@ export async function settleTasks(
   };
 }
 
-/** A db_function step to run in the database (see runSteps). */
+/** A handler that runs with its task's completion (see settleWithHandler). */
+export interface CompletionHandler {
+  /** The runnable function (internal.run_function) and its argument. */
+  functionName: string;
+  body: JsonObject;
+  /**
+   * 'success': the task succeeded and the handler records it (a handler failure fails the
+   * task); 'error': the task failed and the handler deals with it (a handler failure is
+   * one more error row).
+   */
+  mode: 'success' | 'error';
+  /** What precedes the message of a raise in the error recorded. */
+  raisedPrefix: string;
+}
+
+/**
+ * A completion and its handler in one statement (queues.settle_with_handler): the handler
+ * runs in a subtransaction, its envelope decides the outcome and errors recorded, and the
+ * completion is fenced by the lease; if it is refused, nothing commits. Returns the result
+ * with the outcome and errors recorded (or refused).
+ */
+export async function settleWithHandler(
+  db: Queryable,
+  completion: Settlement & { taskLeaseId: Id; outcome: 'succeeded' | 'failed' },
+  handler: CompletionHandler,
+): Promise<{ result: CompletionResult; outcome: CompletionOutcome; errors: string[] }> {
+  const rows = await mapErrors(
+    taskSettleWithHandler.run(
+      {
+        taskId: completion.taskId,
+        taskLeaseId: completion.taskLeaseId,
+        outcome: completion.outcome,
+        errors: completion.errors ?? [],
+        retry: completion.retry ?? null,
+        handler: handler.functionName,
+        body: handler.body,
+        mode: handler.mode,
+        raisedPrefix: handler.raisedPrefix,
+      },
+      db,
+    ),
+  );
+  const row = rows[0]!;
+  return { result: row.result as CompletionResult, outcome: row.outcome as CompletionOutcome, errors: row.errors };
+}
+
 /**
  * Marks the leases started (queues.mark_started); returns the task ids whose lease was no
  * longer current (taken over, or already completed).

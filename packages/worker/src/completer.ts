@@ -11,7 +11,8 @@
  *
  * Completions with effects (writes that commit with the completion) run each in a short
  * transaction of its own with its fenced completion: if its lease was lost, its effects
- * roll back. (One transaction for a whole batch of effects would hold the row locks of
+ * roll back. A completion with a handler (a success or error handler) is one statement,
+ * queues.settle_with_handler, which runs the handler and the completion together. (One transaction for a whole batch of effects would hold the row locks of
  * its first completions until its last effects ran, and a heartbeat that must extend those
  * leases would wait for it.) They run on EFFECT_CONNECTIONS connections of their own side
  * by side: one after another on one connection, each commit's wait for the disk capped
@@ -27,6 +28,7 @@ import {
   recordTaskResult,
   runSteps,
   settleTasks,
+  settleWithHandler,
   type ClaimedTask,
   type CompletionResult,
   type Settlement,
@@ -196,6 +198,44 @@ export class Completer {
   }
 
   /**
+   * One completion with its handler, in one statement on `client`
+   * (queues.settle_with_handler): the handler's writes and the fenced completion commit
+   * together or not at all, and no transaction stays open between round trips. A failure
+   * of the statement itself (not of the handler, which it records) fails the task.
+   */
+  async #withHandler(
+    client: pg.PoolClient,
+    c: PendingCompletion,
+    plain: { pending: PendingCompletion; outcome: TaskOutcome }[],
+  ): Promise<void> {
+    const handler = c.outcome.handler!;
+    try {
+      const { result, outcome, errors } = await settleWithHandler(
+        client,
+        {
+          ...settlement(c.task, c.outcome),
+          taskLeaseId: c.task.taskLeaseId,
+          outcome: c.outcome.outcome === 'succeeded' ? 'succeeded' : 'failed',
+        },
+        handler,
+      );
+      c.answered = true;
+      const report: TaskReport = { outcome };
+      if (errors[0] !== undefined) report.error = errors[0];
+      c.resolve({ result, report });
+    } catch (error) {
+      if (isTransient(error)) throw error;
+      plain.push({
+        pending: c,
+        outcome: {
+          outcome: 'failed',
+          error: `${handler.functionName} with the completion raised: ${errorMessage(error)}`,
+        },
+      });
+    }
+  }
+
+  /**
    * One round: completions with effects (side by side, each its own transaction), the
    * steps in one run_steps call, then one settle_tasks statement for the rest.
    */
@@ -204,7 +244,8 @@ export class Completer {
     let broken: Error | undefined;
     const steps = completions.filter((c) => c.outcome.step);
     // A result to keep (queues.task_result) is recorded in the completion's transaction.
-    const ownTransaction = (c: PendingCompletion) => !c.outcome.step && (c.outcome.effects || c.outcome.result);
+    const ownTransaction = (c: PendingCompletion) =>
+      !c.outcome.step && (c.outcome.handler || c.outcome.effects || c.outcome.result);
     const withEffects = completions.filter(ownTransaction);
     const plain: { pending: PendingCompletion; outcome: TaskOutcome }[] = completions
       .filter((c) => !c.outcome.step && !ownTransaction(c))
@@ -218,8 +259,10 @@ export class Completer {
         const effectsClient = await this.#effects.connect();
         let lost: Error | undefined;
         try {
-          for (let c = queue.shift(); c !== undefined; c = queue.shift())
-            await this.#withEffects(effectsClient, c, plain);
+          for (let c = queue.shift(); c !== undefined; c = queue.shift()) {
+            if (c.outcome.handler) await this.#withHandler(effectsClient, c, plain);
+            else await this.#withEffects(effectsClient, c, plain);
+          }
         } catch (error) {
           // Whatever state the connection is in, it is not reused.
           lost = error as Error;

@@ -11,7 +11,7 @@
  * is a lost connection (the task runs again) or a lost lease (nothing is recorded).
  */
 import type pg from 'pg';
-import type { ClaimedTask, CompletionOutcome, JsonObject, Queryable } from '@org/queue-client';
+import type { ClaimedTask, CompletionHandler, CompletionOutcome, JsonObject, Queryable } from '@org/queue-client';
 import type { Logger } from './logger.js';
 
 export interface TaskContext {
@@ -57,6 +57,12 @@ export interface TaskOutcome extends TaskReport {
    * envelope decides the outcome recorded (see db-function.ts).
    */
   step?: { functionName: string };
+  /**
+   * A handler to run with the completion instead of `effects`, in the database in one
+   * statement (queues.settle_with_handler: no transaction open across round trips): its
+   * envelope decides the outcome and errors recorded (see CompletionHandler).
+   */
+  handler?: CompletionHandler;
   /**
    * The outcome to record instead when `effects` raise (their writes are rolled back).
    * Default: failed, with the error message.

@@ -606,6 +606,15 @@ export class Worker extends EventEmitter<WorkerEvents> {
    * error handlers) run by the completer in its own batch stay children of the task span.
    */
   #completeTraced(task: ClaimedTask, outcome: TaskOutcome) {
+    const handler = outcome.handler;
+    if (handler)
+      // The handler and the completion are one statement (queues.settle_with_handler): a
+      // `queue.handler` span for it, then the completion's, as for a step.
+      return traceStep('queue.handler', { 'queue.handler.name': handler.functionName }, () =>
+        this.#completer.complete(task, outcome),
+      ).then((answer) =>
+        traceStep('queue.complete', { 'queue.task.outcome': answer.report.outcome }, () => Promise.resolve(answer)),
+      );
     const bound = outcome.effects ? { ...outcome, effects: bindToTask(outcome.effects) } : outcome;
     return traceStep('queue.complete', { 'queue.task.outcome': outcome.outcome }, () =>
       this.#completer.complete(task, bound),

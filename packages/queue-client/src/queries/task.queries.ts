@@ -335,6 +335,46 @@ const taskSettleIR: any = {"usedParamSet":{"startedTaskIds":true,"startedLeaseId
 export const taskSettle = new PreparedQuery<ITaskSettleParams,ITaskSettleResult>(taskSettleIR);
 
 
+/** 'TaskSettleWithHandler' parameters type */
+export interface ITaskSettleWithHandlerParams {
+  body: unknown;
+  errors: stringArray;
+  handler: string;
+  mode: string;
+  outcome: string;
+  raisedPrefix: string;
+  retry?: boolean | null | void;
+  taskId: NumberOrString;
+  taskLeaseId: NumberOrString;
+}
+
+/** 'TaskSettleWithHandler' return type */
+export interface ITaskSettleWithHandlerResult {
+  errors: stringArray;
+  outcome: string;
+  result: string;
+}
+
+/** 'TaskSettleWithHandler' query type */
+export interface ITaskSettleWithHandlerQuery {
+  params: ITaskSettleWithHandlerParams;
+  result: ITaskSettleWithHandlerResult;
+}
+
+const taskSettleWithHandlerIR: any = {"usedParamSet":{"taskId":true,"taskLeaseId":true,"outcome":true,"errors":true,"retry":true,"handler":true,"body":true,"mode":true,"raisedPrefix":true},"params":[{"name":"taskId","required":true,"transform":{"type":"scalar"},"locs":[{"a":111,"b":118}]},{"name":"taskLeaseId","required":true,"transform":{"type":"scalar"},"locs":[{"a":129,"b":141}]},{"name":"outcome","required":true,"transform":{"type":"scalar"},"locs":[{"a":152,"b":160}]},{"name":"errors","required":true,"transform":{"type":"scalar"},"locs":[{"a":169,"b":176}]},{"name":"retry","required":false,"transform":{"type":"scalar"},"locs":[{"a":221,"b":226}]},{"name":"handler","required":true,"transform":{"type":"scalar"},"locs":[{"a":238,"b":246}]},{"name":"body","required":true,"transform":{"type":"scalar"},"locs":[{"a":255,"b":260}]},{"name":"mode","required":true,"transform":{"type":"scalar"},"locs":[{"a":270,"b":275}]},{"name":"raisedPrefix","required":true,"transform":{"type":"scalar"},"locs":[{"a":318,"b":331}]}],"statement":"select s.result as \"result!\", s.outcome as \"outcome!\", s.errors as \"errors!\"\n  from queues.settle_with_handler(:taskId!::bigint, :taskLeaseId!::bigint, :outcome!::text, :errors!::text[],\n                                  :retry::boolean, :handler!::text, :body!::jsonb, :mode!::text,\n                                  :raisedPrefix!::text) s"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select s.result as "result!", s.outcome as "outcome!", s.errors as "errors!"
+ *   from queues.settle_with_handler(:taskId!::bigint, :taskLeaseId!::bigint, :outcome!::text, :errors!::text[],
+ *                                   :retry::boolean, :handler!::text, :body!::jsonb, :mode!::text,
+ *                                   :raisedPrefix!::text) s
+ * ```
+ */
+export const taskSettleWithHandler = new PreparedQuery<ITaskSettleWithHandlerParams,ITaskSettleWithHandlerResult>(taskSettleWithHandlerIR);
+
+
 /** 'TaskMarkStarted' parameters type */
 export interface ITaskMarkStartedParams {
   taskIds: NumberOrStringArray;

@@ -62,6 +62,12 @@ select s.task_id as "taskId!", s.kind as "kind!", s.result as "result!"
                            :taskLeaseIds::bigint[], :outcomes::text[], :retries::boolean[],
                            :errorTaskIds::bigint[], :errorMessages::text[]) s;
 
+/* @name TaskSettleWithHandler */
+select s.result as "result!", s.outcome as "outcome!", s.errors as "errors!"
+  from queues.settle_with_handler(:taskId!::bigint, :taskLeaseId!::bigint, :outcome!::text, :errors!::text[],
+                                  :retry::boolean, :handler!::text, :body!::jsonb, :mode!::text,
+                                  :raisedPrefix!::text) s;
+
 /* @name TaskMarkStarted */
 select s as "taskId!" from queues.mark_started(:taskIds!::bigint[], :taskLeaseIds!::bigint[]) s;
 

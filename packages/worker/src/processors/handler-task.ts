@@ -8,9 +8,9 @@
  *
  * A before_handler that fails, returns a validation failure or a malformed envelope, or
  * whose payload the provider's schema rejects, leads to an error row and the
- * error_handler, with no provider call. The success or error handler runs as the
- * completion's effects: it, the error row and the completion commit in one transaction,
- * fenced by the lease (see Completer). Handler names are
+ * error_handler, with no provider call. The success or error handler runs with the
+ * completion in one statement (queues.settle_with_handler): it, the error row and the
+ * completion commit in one transaction, fenced by the lease (see Completer). Handler names are
  * optional; without a before_handler the provider gets the task payload minus the
  * handler names, unless the provider requires a before_handler (file deletion). A
  * transient error (connection, deadlock, serialization) records nothing of the run: the
@@ -104,23 +104,18 @@ export function handlerTaskProcessor<P>(provider: Provider<P>): Processor {
         return fail(context, invoker, onError, `${provider.name}: ${errorMessage(error)}`);
       }
 
-      // 3. Success facts and the completion, together.
+      // 3. Success facts and the completion, together, in one statement: a handler failure
+      //    fails the task; a raise rolls its writes back and fails the task (the provider
+      //    call happened).
       if (!onSuccess) return { outcome: 'succeeded' };
       return {
         outcome: 'succeeded',
-        async effects(tx): Promise<TaskOutcome> {
-          const result = await new HandlerInvoker(tx).call(onSuccess, {
-            original_payload: original,
-            worker_payload: workerPayload ?? null,
-          });
-          const failure = result.ok ? failureOf(onSuccess, result.envelope) : result.error;
-          return failure ? { outcome: 'failed', error: failure } : { outcome: 'succeeded' };
+        handler: {
+          functionName: onSuccess,
+          body: { original_payload: original, worker_payload: workerPayload ?? null },
+          mode: 'success',
+          raisedPrefix: `${provider.name} succeeded but ${onSuccess} raised: `,
         },
-        // The provider call happened; the success handler's writes rolled back.
-        onEffectsError: (error) => ({
-          outcome: 'failed',
-          error: `${provider.name} succeeded but ${onSuccess} raised: ${errorMessage(error)}`,
-        }),
       };
     },
   };
@@ -140,14 +135,15 @@ function fail(
     ? { outcome: 'failed', error: message, final }
     : { outcome: 'failed', error: message };
   if (!onError) return base;
+  // The error handler with the completion, in one statement: its failure, or its raise
+  // (its writes rolled back), is one more error row.
   return {
     ...base,
-    async effects(tx): Promise<TaskOutcome> {
-      const result = await new HandlerInvoker(tx).call(onError, { original_payload: task.payload, error: message });
-      const failure = result.ok ? failureOf(onError, result.envelope) : result.error;
-      return { ...base, extraErrors: failure ? [failure] : [] };
+    handler: {
+      functionName: onError,
+      body: { original_payload: task.payload, error: message },
+      mode: 'error',
+      raisedPrefix: `${onError} raised: `,
     },
-    // The error handler raised: its writes rolled back; record both errors and complete.
-    onEffectsError: (error) => ({ ...base, extraErrors: [`${onError} raised: ${errorMessage(error)}`] }),
   };
 }
