@@ -83,9 +83,10 @@ async function settle(
 /** What the database holds for the task: its completion, its error rows, the handler's writes. */
 async function facts(taskId: string) {
   const { rows: completed } = await db.query('select outcome from queues.task_completed where task_id = $1', [taskId]);
-  const { rows: errors } = await db.query('select error_message as message from queues.error where task_id = $1 order by error_id', [
-    taskId,
-  ]);
+  const { rows: errors } = await db.query(
+    'select error_message as message from queues.error where task_id = $1 order by error_id',
+    [taskId],
+  );
   const { rows: calls } = await db.query('select handler from fixture_swh.call where task_key = $1', [taskId]);
   const { rows: pending } = await db.query('select 1 from queues.task_pending where task_id = $1', [taskId]);
   return {
