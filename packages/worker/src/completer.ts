@@ -11,12 +11,14 @@
  *
  * Completions with effects (writes that commit with the completion) run each in a short
  * transaction of its own with its fenced completion: if its lease was lost, its effects
- * roll back. A completion with a handler (a success or error handler) is one statement,
- * queues.settle_with_handler, which runs the handler and the completion together. (One transaction for a whole batch of effects would hold the row locks of
+ * roll back. (One transaction for a whole batch of effects would hold the row locks of
  * its first completions until its last effects ran, and a heartbeat that must extend those
- * leases would wait for it.) They run on EFFECT_CONNECTIONS connections of their own side
- * by side: one after another on one connection, each commit's wait for the disk capped
- * a worker at about 90 email completions a second.
+ * leases would wait for it.) A completion with a handler (a handler task's success or
+ * error handler) is one statement, queues.settle_with_handler, which runs the handler and
+ * the completion together: no transaction stays open between round trips. Both run on
+ * EFFECT_CONNECTIONS connections of their own side by side: one after another on one
+ * connection, each commit's wait for the disk capped a worker at about 90 email
+ * completions a second.
  *
  * Errors: a transient failure (connection, server) rejects the whole round trip and
  * records nothing (its tasks run again); any other failure of a batch is retried one

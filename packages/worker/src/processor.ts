@@ -44,9 +44,9 @@ export interface TaskOutcome extends TaskReport {
   /** More error rows, recorded after `error`. */
   extraErrors?: string[];
   /**
-   * Writes that must commit together with the completion (a success handler, a pure SQL
-   * step): run by the completer in the completion's transaction, in a savepoint of their
-   * own, just before the completion. They may return a different outcome. If the
+   * Writes that must commit together with the completion (a processor's own SQL): run by
+   * the completer in the completion's transaction, just before the completion. (Handler
+   * tasks use `handler`, db_function tasks `step`.) They may return a different outcome. If the
    * completion is refused (the lease was lost) they are rolled back.
    */
   effects?: (tx: Queryable) => Promise<TaskOutcome | void>;

@@ -10,8 +10,8 @@
  * whose payload the provider's schema rejects, leads to an error row and the
  * error_handler, with no provider call. The success or error handler runs with the
  * completion in one statement (queues.settle_with_handler): it, the error row and the
- * completion commit in one transaction, fenced by the lease (see Completer). Handler names are
- * optional; without a before_handler the provider gets the task payload minus the
+ * completion commit in one transaction, fenced by the lease (see Completer). Handler
+ * names are optional; without a before_handler the provider gets the task payload minus the
  * handler names, unless the provider requires a before_handler (file deletion). A
  * transient error (connection, deadlock, serialization) records nothing of the run: the
  * worker interrupts it (counted; the task runs again after a backoff and is abandoned once
