@@ -255,8 +255,11 @@ describe('partition maintenance', () => {
         );
         results.push(...completed.map((r) => r.result));
         // A moment between rounds, as between a worker's statements: maintenance takes
-        // its locks in such moments (queues.lock_history_tables).
-        await new Promise((resolve) => setTimeout(resolve, 2));
+        // its locks in such moments (queues.lock_history_tables). Longer while its last
+        // step was skipped: on a loaded machine a round's statements can leave it no
+        // moment in its whole window, run after run.
+        const skipped = maintenanceSteps.at(-1)?.action === 'skipped';
+        await new Promise((resolve) => setTimeout(resolve, skipped ? 25 : 2));
       }
     })().finally(() => {
       // Also when the loop fails: the maintenance loop stops with it.
@@ -281,7 +284,8 @@ describe('partition maintenance', () => {
     // finished ones detached and dropped table by table. No history table has a foreign
     // key, so none needed truncating before its drop.
     const actions = new Set(maintenanceSteps.map((m) => m.action));
-    for (const action of needed) expect(actions).toContain(action);
+    const lastSkips = JSON.stringify(maintenanceSteps.filter((m) => m.action === 'skipped').slice(-3));
+    for (const action of needed) expect(actions, `last skipped steps: ${lastSkips}`).toContain(action);
     expect(actions).not.toContain('truncated');
     expect(await orphans()).toEqual([]);
     // Once the loop has stopped, one run drops every finished set below the last id.
