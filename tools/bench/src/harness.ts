@@ -609,6 +609,41 @@ class Harness {
     };
   }
 
+  /**
+   * Drains the tasks enqueued after `fromId` (options.tasks of them) with one worker
+   * process, as workload 3a, and checks that each was completed and handled exactly once
+   * (an anomaly otherwise); returns tasks/s.
+   */
+  async drainAfter(db: Db, fromId: string, trial: number, workload: string, workerId: string): Promise<number> {
+    const n = this.options.tasks;
+    const runner = this.spawn('ours', `${workload} worker`, {
+      mode: 'work',
+      url: db.worker,
+      workerId,
+      concurrency: this.options.workerConcurrency,
+      latency: false,
+    });
+    let result: RunnerResult;
+    let elapsedMs: number;
+    try {
+      await withTimeout(runner.ready, 60_000, `${workload} worker ready`);
+      const started = performance.now();
+      runner.go();
+      const done = await this.waitFor(db, COMPLETED_AFTER_SQL, [fromId], n, 600_000, `${workload} drain`);
+      elapsedMs = done.at - started;
+      runner.stop();
+      result = await runner.finish(60_000);
+    } finally {
+      runner.kill();
+    }
+    const handled = result.handled as number;
+    const completed = await this.completedAfter(db, fromId);
+    this.checks.push({ trial, subject: 'ours', workload, expected: n, completed, handled });
+    if (completed !== n || handled !== n)
+      this.anomaly(trial, 'ours', workload, `completed ${completed}, handled ${handled}, expected ${n}`);
+    return (n / elapsedMs) * 1000;
+  }
+
   /** History drain: the completion count starts at the history size. */
   async historyDrain(trial: number): Promise<void> {
     const rows = this.options.historyRows;
@@ -620,32 +655,7 @@ class Harness {
       await this.enqueue('ours', db, 'batch', n);
       await withClient(db.root, (c) => c.query('vacuum analyze'));
       await this.checkpoint();
-      const runner = this.spawn('ours', 'history worker', {
-        mode: 'work',
-        url: db.worker,
-        workerId: 'bench-ours-history',
-        concurrency: this.options.workerConcurrency,
-        latency: false,
-      });
-      let result: RunnerResult;
-      let elapsedMs: number;
-      try {
-        await withTimeout(runner.ready, 60_000, 'history worker ready');
-        const started = performance.now();
-        runner.go();
-        const done = await this.waitFor(db, COMPLETED_AFTER_SQL, [fromId], n, 600_000, 'history drain');
-        elapsedMs = done.at - started;
-        runner.stop();
-        result = await runner.finish(60_000);
-      } finally {
-        runner.kill();
-      }
-      const handled = result.handled as number;
-      const completed = await this.completedAfter(db, fromId);
-      this.checks.push({ trial, subject: 'ours', workload: 'history_drain', expected: n, completed, handled });
-      if (completed !== n || handled !== n)
-        this.anomaly(trial, 'ours', 'history_drain', `completed ${completed}, handled ${handled}, expected ${n}`);
-      const rate = (n / elapsedMs) * 1000;
+      const rate = await this.drainAfter(db, fromId, trial, 'history_drain', 'bench-ours-history');
       this.record('history_drain', 'ours', trial, rate);
       this.log(`  ours drain with ${rows} completed in history: ${rate.toFixed(0)} tasks/s`);
     } finally {
@@ -711,44 +721,13 @@ class Harness {
           await withClient(db.root, (c) => c.query('vacuum analyze'));
         }
         await this.checkpoint();
-        const runner = this.spawn('ours', `history_scale ${label} worker`, {
-          mode: 'work',
-          url: db.worker,
-          workerId: `bench-ours-history-scale-${label}-${round}`,
-          concurrency: this.options.workerConcurrency,
-          latency: false,
-        });
-        let result: RunnerResult;
-        let elapsedMs: number;
-        try {
-          await withTimeout(runner.ready, 60_000, 'history_scale worker ready');
-          const started = performance.now();
-          runner.go();
-          const done = await this.waitFor(db, COMPLETED_AFTER_SQL, [from], n, 600_000, 'history_scale drain');
-          elapsedMs = done.at - started;
-          runner.stop();
-          result = await runner.finish(60_000);
-        } finally {
-          runner.kill();
-        }
-        const handled = result.handled as number;
-        const completed = await this.completedAfter(db, from);
-        this.checks.push({
+        const rate = await this.drainAfter(
+          db,
+          from,
           trial,
-          subject: 'ours',
-          workload: `history_scale_${label}`,
-          expected: n,
-          completed,
-          handled,
-        });
-        if (completed !== n || handled !== n)
-          this.anomaly(
-            trial,
-            'ours',
-            `history_scale_${label}`,
-            `completed ${completed}, handled ${handled}, expected ${n}`,
-          );
-        const rate = (n / elapsedMs) * 1000;
+          `history_scale_${label}`,
+          `bench-ours-history-scale-${label}-${round}`,
+        );
         this.record(`history_scale_drain_${label}`, 'ours', round, rate);
         this.log(`  ours drain ${round} with ${rows} completed in history: ${rate.toFixed(0)} tasks/s`);
       }
