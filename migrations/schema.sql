@@ -1180,6 +1180,19 @@ create table queues.history_setting (
 comment on table queues.history_setting is 'Retention window and partition sizing of the queue''s history (one row). See sql/queues/partitions.sql.';
 CREATE UNIQUE INDEX history_setting_pkey ON queues.history_setting USING btree (singleton);
 
+create table queues.history_step_skipped (
+  skipped_at timestamp with time zone default clock_timestamp() not null,
+  step text not null,
+  reason text not null,
+  constraint history_step_skipped_reason_not_null NOT NULL reason,
+  constraint history_step_skipped_skipped_at_not_null NOT NULL skipped_at,
+  constraint history_step_skipped_step_not_null NOT NULL step
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.history_step_skipped is 'Maintenance steps that were skipped (no free moment for their locks within lock_timeout_ms), with the reason; rows older than a day are deleted by maintenance.';
+CREATE INDEX history_step_skipped_skipped_at ON queues.history_step_skipped USING btree (skipped_at);
+
 create table queues.internal_task_type (
   task_type text not null,
   reason text not null,
@@ -8219,6 +8232,9 @@ begin
     'default_partition_tasks', (select count(*) from queues.task_default),
     'next_drop', _next_json,
     'dropped_sets', (select count(*) from queues.history_partition_dropped),
+    'skipped_steps_last_hour', (select count(*) from queues.history_step_skipped k where k.skipped_at > _now - interval '1 hour'),
+    'last_skipped_step', (select jsonb_build_object('skipped_at', k.skipped_at, 'step', k.step, 'reason', k.reason)
+                            from queues.history_step_skipped k order by k.skipped_at desc limit 1),
     'last_dropped_at', (select max(d.dropped_at) from queues.history_partition_dropped d));
 end;
 $function$;
@@ -8531,7 +8547,8 @@ begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
   end if;
-  -- Each step changes the catalog or ends the run; the bound only guards against a bug.
+  -- Each step changes the catalog or ends the run (skips end it after 5 within a minute);
+  -- the bound only guards against a bug.
   for _i in 1 .. 100000 loop
     _step := queues.maintain_history_step_at(_now);
     case _step ->> 'action'
@@ -8620,6 +8637,37 @@ begin
       else
         _lower := null;
       end if;
+    end if;
+    if _lower is not null and _lower <= _last_id + _setting.partition_size then
+      -- Late: less than one set's width of ids is left before the ids handed out reach
+      -- the set (maintenance fell behind). Made table by table, it could be outrun: a task given an id in its range before
+      -- task's partition exists falls into the default partition, its facts into theirs,
+      -- and the next table's attach fails on them. So the whole set is made in this one
+      -- step, under locks that keep every writer of history out (SHARE on each parent,
+      -- ACCESS EXCLUSIVE on each default), starting above the last id read under them:
+      -- no task of its range exists, and none can be written until it commits. The ids
+      -- handed out before it fall into the default partitions (queues.history_summary_at
+      -- counts them).
+      _doing := format('make the set from %s at once (late)', _lower);
+      perform queues.lock_history_tables(
+        array(select x from unnest(queues.history_tables()) t(name), lateral (values (t.name), (t.name || '_default')) v(x)),
+        array(select m from unnest(queues.history_tables()) t(name), lateral (values ('share'), ('access exclusive')) v(m)),
+        _setting.lock_timeout_ms);
+      _last_id := queues.last_task_id();
+      if exists (select 1 from queues.history_partition_bounds() b where b.lower_bound = _lower)
+         and not exists (select 1 from queues.task_default t where t.task_id >= _lower and t.task_id < _upper) then
+        null; -- a half made set that no task has reached: finished as it is
+      else
+        select greatest(coalesce((select max(b.upper_bound) from queues.history_partition_bounds() b), 0),
+                        coalesce((select max(d.upper_bound) from queues.history_partition_dropped d), 0),
+                        coalesce((select max(t.task_id) + 1 from queues.task_default t), 0),
+                        _last_id + 1)
+          into _lower;
+        _upper := _lower + _setting.partition_size;
+      end if;
+      perform queues.create_history_partition(_lower, _upper);
+      return jsonb_build_object('action', 'set_created', 'table', queues.history_partition_name('task', _lower),
+                                'lower_bound', _lower, 'upper_bound', _upper, 'late', true, 'more', true);
     end if;
     if _lower is not null then
       select t.name into _table
@@ -8742,11 +8790,17 @@ begin
 
     -- 5. Nothing left to change: the sets that are done are measured for the readers.
     _measured := queues.measure_history_sets(_now);
+    delete from queues.history_step_skipped k where k.skipped_at < _now - interval '1 day';
   exception
     -- check_violation: a task landed in a default partition, in the range being made,
     -- since it was read above; the next run starts above it.
+    --    The skip is recorded, and the run goes on (a later try may find its moment)
+    --    until 5 steps have been skipped within a minute.
     when lock_not_available or deadlock_detected or check_violation then
-      return jsonb_build_object('action', 'skipped', 'step', _doing, 'reason', sqlerrm, 'kept', _kept, 'more', false);
+      insert into queues.history_step_skipped (step, reason) values (coalesce(_doing, 'a step'), sqlerrm);
+      return jsonb_build_object('action', 'skipped', 'step', _doing, 'reason', sqlerrm, 'kept', _kept,
+                                'more', (select count(*) from queues.history_step_skipped k
+                                          where k.skipped_at > clock_timestamp() - interval '1 minute') < 5);
   end;
   return jsonb_build_object('action', 'none', 'kept', _kept, 'measured', _measured, 'more', false);
 end;

@@ -452,7 +452,8 @@ $$;
 --    its partition, task not yet; task's is made last), then a new set above every range
 --    there is or was and above any task in the default partition, of partition_size task
 --    ids, while the sets above the last task id handed out cover less than
---    partitions_ahead * partition_size ids.
+--    partitions_ahead * partition_size ids. A set less than partition_size ids above the
+--    last id (maintenance fell behind) is made whole in one step instead, above the last id.
 -- 2. A table detached from a dropped set is dropped (truncated first if it has rows and
 --    a foreign key).
 -- 3. A fact table's partition of a dropped set is detached.
@@ -466,10 +467,11 @@ $$;
 --    (queues.measure_history_sets).
 -- Drops are recorded in queues.history_partition_dropped. A step that cannot get its lock
 -- in time (or finds a task fell into the default partition in the range it makes) is
--- rolled back and reported skipped; the next run tries again. Returns
+-- rolled back, recorded in queues.history_step_skipped and reported skipped; the run goes
+-- on ("more") until 5 steps have been skipped within a minute. Returns
 --   {"action": "attached" | "set_created" | "dropped_table" | "truncated" | "detached" |
 --              "set_dropped" | "none" | "skipped" | "busy",
---    "table", "lower_bound", "upper_bound", "tasks", "reason": as they apply,
+--    "table", "lower_bound", "upper_bound", "tasks", "reason", "late": as they apply,
 --    "measured": with "none", the sets whose figures step 5 wrote,
 --    "kept": sets below the last task id kept so far, "more": whether to call again}
 -- "busy": another maintenance step is in flight (one maintainer at a time). Owner only.
@@ -530,6 +532,37 @@ begin
       else
         _lower := null;
       end if;
+    end if;
+    if _lower is not null and _lower <= _last_id + _setting.partition_size then
+      -- Late: less than one set's width of ids is left before the ids handed out reach
+      -- the set (maintenance fell behind). Made table by table, it could be outrun: a task given an id in its range before
+      -- task's partition exists falls into the default partition, its facts into theirs,
+      -- and the next table's attach fails on them. So the whole set is made in this one
+      -- step, under locks that keep every writer of history out (SHARE on each parent,
+      -- ACCESS EXCLUSIVE on each default), starting above the last id read under them:
+      -- no task of its range exists, and none can be written until it commits. The ids
+      -- handed out before it fall into the default partitions (queues.history_summary_at
+      -- counts them).
+      _doing := format('make the set from %s at once (late)', _lower);
+      perform queues.lock_history_tables(
+        array(select x from unnest(queues.history_tables()) t(name), lateral (values (t.name), (t.name || '_default')) v(x)),
+        array(select m from unnest(queues.history_tables()) t(name), lateral (values ('share'), ('access exclusive')) v(m)),
+        _setting.lock_timeout_ms);
+      _last_id := queues.last_task_id();
+      if exists (select 1 from queues.history_partition_bounds() b where b.lower_bound = _lower)
+         and not exists (select 1 from queues.task_default t where t.task_id >= _lower and t.task_id < _upper) then
+        null; -- a half made set that no task has reached: finished as it is
+      else
+        select greatest(coalesce((select max(b.upper_bound) from queues.history_partition_bounds() b), 0),
+                        coalesce((select max(d.upper_bound) from queues.history_partition_dropped d), 0),
+                        coalesce((select max(t.task_id) + 1 from queues.task_default t), 0),
+                        _last_id + 1)
+          into _lower;
+        _upper := _lower + _setting.partition_size;
+      end if;
+      perform queues.create_history_partition(_lower, _upper);
+      return jsonb_build_object('action', 'set_created', 'table', queues.history_partition_name('task', _lower),
+                                'lower_bound', _lower, 'upper_bound', _upper, 'late', true, 'more', true);
     end if;
     if _lower is not null then
       select t.name into _table
@@ -652,11 +685,17 @@ begin
 
     -- 5. Nothing left to change: the sets that are done are measured for the readers.
     _measured := queues.measure_history_sets(_now);
+    delete from queues.history_step_skipped k where k.skipped_at < _now - interval '1 day';
   exception
     -- check_violation: a task landed in a default partition, in the range being made,
     -- since it was read above; the next run starts above it.
+    --    The skip is recorded, and the run goes on (a later try may find its moment)
+    --    until 5 steps have been skipped within a minute.
     when lock_not_available or deadlock_detected or check_violation then
-      return jsonb_build_object('action', 'skipped', 'step', _doing, 'reason', sqlerrm, 'kept', _kept, 'more', false);
+      insert into queues.history_step_skipped (step, reason) values (coalesce(_doing, 'a step'), sqlerrm);
+      return jsonb_build_object('action', 'skipped', 'step', _doing, 'reason', sqlerrm, 'kept', _kept,
+                                'more', (select count(*) from queues.history_step_skipped k
+                                          where k.skipped_at > clock_timestamp() - interval '1 minute') < 5);
   end;
   return jsonb_build_object('action', 'none', 'kept', _kept, 'measured', _measured, 'more', false);
 end;
@@ -682,7 +721,8 @@ begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
   end if;
-  -- Each step changes the catalog or ends the run; the bound only guards against a bug.
+  -- Each step changes the catalog or ends the run (skips end it after 5 within a minute);
+  -- the bound only guards against a bug.
   for _i in 1 .. 100000 loop
     _step := queues.maintain_history_step_at(_now);
     case _step ->> 'action'
@@ -795,6 +835,9 @@ begin
     'default_partition_tasks', (select count(*) from queues.task_default),
     'next_drop', _next_json,
     'dropped_sets', (select count(*) from queues.history_partition_dropped),
+    'skipped_steps_last_hour', (select count(*) from queues.history_step_skipped k where k.skipped_at > _now - interval '1 hour'),
+    'last_skipped_step', (select jsonb_build_object('skipped_at', k.skipped_at, 'step', k.step, 'reason', k.reason)
+                            from queues.history_step_skipped k order by k.skipped_at desc limit 1),
     'last_dropped_at', (select max(d.dropped_at) from queues.history_partition_dropped d));
 end;
 $$;

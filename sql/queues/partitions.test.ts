@@ -36,8 +36,7 @@ type Step = { action: string; table?: string; step?: string; reason?: string; mo
  * "repeat"): queues.maintain_history_step through internal.run_function as the worker,
  * each call a transaction of its own, again while it reports more. Returns every step.
  */
-async function maintainAsScheduled(worker: pg.Pool | pg.ClientBase): Promise<Step[]> {
-  const steps: Step[] = [];
+async function maintainAsScheduled(worker: pg.Pool | pg.ClientBase, steps: Step[] = []): Promise<Step[]> {
   for (;;) {
     const { rows } = await worker.query(`select internal.run_function('queues.maintain_history_step', '{}') as r`);
     expect(rows[0].r).toMatchObject({ success: true });
@@ -73,13 +72,15 @@ async function complete(leases: Map<string, string>, ids: string[]) {
     ]);
   expect(rows.every((r) => r.result === 'completed')).toBe(true);
 }
-/** Settings that leave a set to make: one more set ahead of the last task id than there is. */
-const oneSetMoreAhead = `partitions_ahead = (select count(*) + 1 from queues.history_sets()
-                                             where not is_default and lower_bound > queues.last_task_id())`;
+/** Settings that leave one set to make: the ids ahead of the last task id, in sets, plus one. */
+const oneSetMoreAhead = `partitions_ahead = ((select max(upper_bound) from queues.history_partition_bounds())
+                                             - queues.last_task_id() - 1) / partition_size + 1`;
 const tasksIn = async (lo: number, hi: number) =>
   Number(
     (await db.query('select count(*) from queues.task where task_id >= $1 and task_id < $2', [lo, hi])).rows[0].count,
   );
+
+const defaultTasks = async () => Number((await db.query('select count(*) from queues.task_default')).rows[0].count);
 
 /** A task id `offset` above every set there is or was and above the last task id handed out. */
 async function aboveEveryRange(offset: number): Promise<number> {
@@ -207,7 +208,86 @@ describe('partition maintenance', () => {
     expect(await orphans()).toEqual([]);
   });
 
+  it('a set maintenance is late for is made whole in one step, above the last task id: tasks enqueued next land in it', async () => {
+    const top = await aboveEveryRange(0);
+    // Ids past every set: maintenance fell behind, a task went to the default partition.
+    await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [top + 4]);
+    const [spilled] = await enqueue(1);
+    const step = (await db.query('select queues.maintain_history_step_at(now()) as r')).rows[0].r;
+    // Made table by table, the set would start at the next id and tasks enqueued between
+    // its steps would land in the default partitions, in its range, and fail its next
+    // attach. It is made in one step, every table at once.
+    expect(step).toMatchObject({
+      action: 'set_created',
+      late: true,
+      lower_bound: top + 6,
+      upper_bound: top + 6 + SIZE,
+    });
+    const { rows: tables } = await db.query(
+      'select count(*)::int as n from queues.history_partition_bounds() where lower_bound = $1',
+      [top + 6],
+    );
+    expect(tables[0].n).toBe((await db.query('select cardinality(queues.history_tables()) as n')).rows[0].n);
+    const ids = await enqueue(2);
+    const leases = await claimAll();
+    await complete(leases, ids);
+    const { rows: where } = await db.query(
+      `select tableoid::regclass::text as part from queues.task where task_id = any($1::bigint[])
+       union all select tableoid::regclass::text from queues.task_lease where task_id = any($1::bigint[])
+       union all select tableoid::regclass::text from queues.task_completed where task_id = any($1::bigint[])`,
+      [ids],
+    );
+    expect(new Set(where.map((r) => r.part))).toEqual(
+      new Set([`queues.task_p${top + 6}`, `queues.task_lease_p${top + 6}`, `queues.task_completed_p${top + 6}`]),
+    );
+    // The rest of the run makes the sets ahead table by table, and skips nothing.
+    const rest = await maintain();
+    expect(rest.skipped).toEqual([]);
+    expect(await tasksIn(Number(spilled), Number(spilled) + 1)).toBe(1);
+    await complete(
+      leases,
+      [spilled].filter((id) => leases.has(id)),
+    );
+  });
+
+  it('a half made set is finished in one step when no task has reached it, and passed over when one has', async () => {
+    const owner = db.pool('owner');
+    const step = async () => (await db.query('select queues.maintain_history_step_at(now()) as r')).rows[0].r;
+    const whole = async (lower: number) =>
+      (
+        await db.query(
+          `select count(*) = cardinality(queues.history_tables()) as whole
+             from queues.history_partition_bounds() where lower_bound = $1`,
+          [lower],
+        )
+      ).rows[0].whole as boolean;
+    // Reached: a task of its range fell into the default partition.
+    let top = await aboveEveryRange(0);
+    await owner.query('select queues.attach_history_partition($1, $2, $3)', ['task_lease', top, top + SIZE]);
+    await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [top + 4]);
+    const [reached] = await enqueue(1);
+    expect(await step()).toMatchObject({ action: 'set_created', late: true, lower_bound: top + SIZE });
+    expect(await whole(top + SIZE)).toBe(true);
+    expect(await whole(top)).toBe(false);
+    expect(await tasksIn(Number(reached), Number(reached) + 1)).toBe(1);
+    await maintain();
+    // Not reached: ids handed out up to just below it.
+    top = await aboveEveryRange(0);
+    await owner.query('select queues.attach_history_partition($1, $2, $3)', ['task_lease', top, top + SIZE]);
+    await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [top - 1]);
+    expect(await step()).toMatchObject({ action: 'set_created', late: true, lower_bound: top });
+    expect(await whole(top)).toBe(true);
+    const [next] = await enqueue(1);
+    const { rows: where } = await db.query(
+      'select tableoid::regclass::text as part from queues.task where task_id = $1',
+      [next],
+    );
+    expect(where[0].part).toBe(`queues.task_p${top}`);
+    await maintain();
+  });
+
   it('a task that fell into the default partition is kept, and new sets start above it', async () => {
+    const before = await defaultTasks();
     const { rows } = await db.query(
       `select max(upper_bound) as top from queues.history_partitions() where not is_default`,
     );
@@ -224,12 +304,21 @@ describe('partition maintenance', () => {
     expect(result.created[0]).toEqual([top + 6, top + 6 + SIZE]);
     expect(await tasksIn(top + 5, top + 6)).toBe(1);
     const status = (await db.pool('api').query('select admin.history_status() as s')).rows[0].s;
-    expect(status).toMatchObject({ default_partition_tasks: 1, partition_size: SIZE, retention_seconds: 7 * 86400 });
+    expect(status).toMatchObject({
+      default_partition_tasks: before + 1,
+      partition_size: SIZE,
+      retention_seconds: 7 * 86400,
+    });
   });
 
   it('claims and completions on other connections proceed while maintenance creates and drops sets', async () => {
-    await db.query(`update queues.history_setting set retention = interval '0', partitions_ahead = 2`);
+    // Sets of 100 ids: a set fills in about 33 rounds, while maintenance makes one in 14
+    // steps; with sets of 10 ids, making sets would leave maintenance no moment to drop.
+    await db.query(
+      `update queues.history_setting set retention = interval '0', partitions_ahead = 2, partition_size = 100`,
+    );
     await maintain();
+    const spilled = await defaultTasks();
     const owner = db.pool('owner');
     const worker = db.pool('worker');
     let done = false;
@@ -239,8 +328,24 @@ describe('partition maintenance', () => {
     // machine may run the rounds faster than the steps), within 2,000 rounds.
     const needed = ['attached', 'set_created', 'set_dropped', 'detached', 'dropped_table'];
     const seenAll = () => needed.every((a) => maintenanceSteps.some((m) => m.action === a));
+    // Room for a round's tasks in the sets made: ids above it would fall into the default
+    // partition. Sets of 10 ids fill faster than maintenance makes them on a loaded
+    // machine, so the loop waits for room (at most 10 s) as a worker's rate stays within
+    // what its maintenance keeps up with; ids that outrun the sets are another test's.
+    const room = async () =>
+      Number(
+        (
+          await owner.query(
+            `select coalesce(max(upper_bound), 0) - 1 - queues.last_task_id() as room
+               from queues.history_partition_bounds() where table_name = 'task'`,
+          )
+        ).rows[0].room,
+      );
     const loop = (async () => {
       for (let round = 0; round < 40 || (!seenAll() && round < 2000); round++) {
+        for (let waited = 0; (await room()) < 3 && waited < 10_000; waited += 5) {
+          await new Promise((resolve) => setTimeout(resolve, 5));
+        }
         await owner.query('select queues.enqueue_many($1::jsonb)', [
           JSON.stringify(
             Array.from({ length: 3 }, () => ({ task_type: 'db_function', payload: { db_function: 'internal.noop' } })),
@@ -255,11 +360,8 @@ describe('partition maintenance', () => {
         );
         results.push(...completed.map((r) => r.result));
         // A moment between rounds, as between a worker's statements: maintenance takes
-        // its locks in such moments (queues.lock_history_tables). Longer while its last
-        // step was skipped: on a loaded machine a round's statements can leave it no
-        // moment in its whole window, run after run.
-        const skipped = maintenanceSteps.at(-1)?.action === 'skipped';
-        await new Promise((resolve) => setTimeout(resolve, skipped ? 25 : 2));
+        // its locks in such moments (queues.lock_history_tables).
+        await new Promise((resolve) => setTimeout(resolve, 2));
       }
     })().finally(() => {
       // Also when the loop fails: the maintenance loop stops with it.
@@ -269,16 +371,17 @@ describe('partition maintenance', () => {
     const maintenance = (async () => {
       const client = await db.client('worker');
       try {
-        while (!done) maintenanceSteps.push(...(await maintainAsScheduled(client)));
+        // Each step is seen as it is done: while the loop runs, a run may not end.
+        while (!done) await maintainAsScheduled(client, maintenanceSteps);
       } finally {
         await client.end();
       }
     })();
     await Promise.all([loop, maintenance]);
 
-    // Every task the loop claimed completed; nothing is left pending but the default
-    // partition's task from the test before.
+    // Every task the loop claimed completed, and none fell into the default partition.
     expect(results.length).toBeGreaterThanOrEqual(100);
+    expect(await defaultTasks()).toBe(spilled);
     expect(new Set(results)).toEqual(new Set(['completed']));
     // Maintenance did its work meanwhile: sets made for the new ids one table at a time,
     // finished ones detached and dropped table by table. No history table has a foreign
@@ -300,9 +403,8 @@ describe('partition maintenance', () => {
       `select count(*)::int as n from queues.history_partitions() where not is_default and lower_bound > queues.last_task_id()`,
     );
     expect(created[0].n).toBeGreaterThanOrEqual(1);
-    // Nothing detached is left behind, and every set is whole, but one that was half made
-    // when tasks of its range fell into the default partition (ids outran maintenance,
-    // which is what this loop does with sets of 10 ids): that one stays as it is.
+    // Nothing detached is left behind, and every set is whole, but one left half made
+    // when a task of its range fell into the default partition (a test before).
     const { rows: loose } = await db.query(
       `select relname from pg_class where relnamespace = 'queues'::regnamespace and relkind = 'r'
           and not relispartition and relname ~ '_p[0-9]+$'`,
@@ -315,6 +417,7 @@ describe('partition maintenance', () => {
           and not exists (select 1 from queues.task_default t where t.task_id >= b.lower_bound and t.task_id < b.upper_bound)`,
     );
     expect(sets).toEqual([]);
+    await db.query(`update queues.history_setting set partition_size = $1`, [SIZE]);
   });
 
   it('a step never queues for its locks: a claim that comes while it waits for a long claim transaction goes on, and the step takes its locks once that transaction ends', async () => {
@@ -394,13 +497,33 @@ describe('partition maintenance', () => {
     try {
       await long.query('begin');
       expect((await long.query(`select task_id from queues.claim_tasks('w-long', 1)`)).rows).toHaveLength(1);
+      // Skips counted from here (the table keeps a day of them).
+      await db.query('delete from queues.history_step_skipped');
       const done = await maintainAsScheduled(steps);
-      expect(done.slice(0, -1).map((d) => d.action)).toEqual(done.slice(0, -1).map(() => 'attached'));
-      expect(done.at(-1)).toMatchObject({
-        action: 'skipped',
-        step: expect.stringMatching(/^attach queues\.task_lease_p\d+$/),
-        reason: expect.stringMatching(/^could not lock task_lease, task_lease_default in \d+ tries over 200 ms/),
-        more: false,
+      // Tables it could lock are attached; the one the long transaction writes is tried
+      // again after each skip, until 5 skips within a minute end the run.
+      const skips = done.filter((d) => d.action === 'skipped');
+      expect(done.map((d) => d.action).filter((a) => a !== 'skipped')).toEqual(
+        done.filter((d) => d.action !== 'skipped').map(() => 'attached'),
+      );
+      expect(skips).toHaveLength(5);
+      for (const [i, skip] of skips.entries()) {
+        expect(skip).toMatchObject({
+          action: 'skipped',
+          step: expect.stringMatching(/^attach queues\.task_lease_p\d+$/),
+          reason: expect.stringMatching(/^could not lock task_lease, task_lease_default in \d+ tries over 200 ms/),
+          more: i < 4,
+        });
+      }
+      // Each skip is recorded with its reason, and the status shows the last.
+      const { rows: recorded } = await db.query(
+        'select step, reason from queues.history_step_skipped order by skipped_at',
+      );
+      expect(recorded).toEqual(skips.map((d) => ({ step: d.step, reason: d.reason })));
+      const status = (await db.pool('api').query('select admin.history_status() as s')).rows[0].s;
+      expect(status).toMatchObject({
+        skipped_steps_last_hour: 5,
+        last_skipped_step: { step: skips[4].step, reason: skips[4].reason },
       });
       await long.query('commit');
       const next = await maintainAsScheduled(steps);

@@ -1646,7 +1646,7 @@ async function historyPage() {
       ['retention window', `${fmtWindow(s.retention_seconds)} after a set’s newest completion`],
       ['set size', `${s.partition_size} task ids`],
       ['sets kept ahead', s.partitions_ahead],
-      ['lock timeout', `${s.lock_timeout_ms} ms (a step that waits longer is skipped until the next run)`],
+      ['lock timeout', `${s.lock_timeout_ms} ms (a step that finds no free moment in it is skipped and tried again)`],
       ['maintenance schedule', maintenanceText(s.maintenance)],
       ['last task id', s.last_task_id],
       ['oldest retained task', oldest],
@@ -1657,6 +1657,16 @@ async function historyPage() {
           : '0 tasks',
       ],
       ['sets dropped so far', s.dropped_sets],
+      [
+        'skipped steps, last hour',
+        s.last_skipped_step
+          ? h(
+              'span',
+              { 'data-testid': 'skipped-steps' },
+              `${s.skipped_steps_last_hour}; last ${fmtTime(s.last_skipped_step.skipped_at)}: ${s.last_skipped_step.step} (${s.last_skipped_step.reason})`,
+            )
+          : h('span', { 'data-testid': 'skipped-steps' }, '0'),
+      ],
     ];
     put(
       settings,

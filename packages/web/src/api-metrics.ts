@@ -165,5 +165,10 @@ export async function renderApiMetrics(store: Store): Promise<{ text: string; co
     seconds(history.last_dropped_at),
   );
   gauge('queue_history_dropped_sets', 'Partition sets dropped by retention so far.', []).set(history.dropped_sets);
+  gauge(
+    'queue_history_skipped_steps_last_hour',
+    'Maintenance steps skipped in the last hour: no moment free of the queue for their locks within lock_timeout_ms.',
+    [],
+  ).set(history.skipped_steps_last_hour);
   return { text: await registry.metrics(), contentType: registry.contentType };
 }

@@ -82,6 +82,9 @@ export interface HistoryStatus {
   } | null;
   dropped_sets: number;
   last_dropped_at: string | null;
+  /** Maintenance steps skipped in the last hour (no free moment for their locks). */
+  skipped_steps_last_hour: number;
+  last_skipped_step: { skipped_at: string; step: string; reason: string } | null;
   partitions: {
     lower_bound: number | null;
     upper_bound: number | null;

@@ -467,6 +467,10 @@ it('History: each partition set with its state and oldest task, the next drop an
   );
   expect(first[0].pending).toBeGreaterThan(0); // earlier tests left tasks pending there
 
+  await db.query(`delete from queues.history_step_skipped`);
+  await db.query(
+    `insert into queues.history_step_skipped (step, reason) values ('detach queues.task_p7', 'could not lock task')`,
+  );
   await page.goto(`${base}/#/history`);
   const sets = page.getByTestId('history-sets');
   const oldestSet = sets.locator(`tr[data-lower-bound="${first[0].lower_bound}"]`);
@@ -484,6 +488,9 @@ it('History: each partition set with its state and oldest task, the next drop an
     `${lo}–${lo + 9}`,
   );
   expect(await page.getByTestId('history-settings').textContent()).toContain('10 task ids');
+  expect(await page.getByTestId('skipped-steps').textContent()).toMatch(
+    /^1; last .+: detach queues\.task_p7 \(could not lock task\)$/,
+  );
   await page
     .getByTestId('oldest-task')
     .getByRole('link', { name: `#${first[0].oldest}` })

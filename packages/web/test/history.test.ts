@@ -40,6 +40,13 @@ describe('history', () => {
     await db.pool('worker').query(`select queues.complete_tasks($1::bigint[], null, null)`, [firstSet]);
     // The migration's empty sets below the last id go; the completed set stays (recent).
     await db.query('select queues.maintain_history_at(now())');
+    // A step skipped an hour and a half ago, and one now: the last hour counts one.
+    await db.query(`delete from queues.history_step_skipped`);
+    await db.query(
+      `insert into queues.history_step_skipped (skipped_at, step, reason)
+       values (now() - interval '90 minutes', 'detach queues.task_p1', 'could not lock'),
+              (now(), 'attach queues.task_lease_p2', 'could not lock task_lease')`,
+    );
 
     const res = await app.inject({ method: 'GET', url: '/api/history' });
     expect(res.statusCode, res.body).toBe(200);
@@ -51,6 +58,8 @@ describe('history', () => {
       last_task_id: base + 14,
       default_partition_tasks: 0,
       next_drop: { lower_bound: base, upper_bound: base + 10, pending_tasks: 0 },
+      skipped_steps_last_hour: 1,
+      last_skipped_step: { step: 'attach queues.task_lease_p2', reason: 'could not lock task_lease' },
     });
     const dropAfter = Date.parse(body.next_drop.drop_after);
     const lastCompleted = Date.parse(body.next_drop.last_completed_at);
@@ -110,6 +119,7 @@ describe('history', () => {
     );
     expect(metrics).toMatch(/^queue_history_partitions \d+$/m);
     expect(metrics).toContain('queue_history_default_partition_tasks 0');
+    expect(metrics).toContain('queue_history_skipped_steps_last_hour 1');
     expect(metrics).toContain(`queue_history_oldest_task_id ${base}`);
     expect(metrics).toContain(`queue_history_next_drop_timestamp_seconds ${dropAfter / 1000}`);
     expect(metrics).toContain('queue_history_retention_seconds 604800');
