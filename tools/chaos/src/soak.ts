@@ -221,6 +221,7 @@ async function main(): Promise<number> {
                   (select count(*) from queues.history_partitions() where not is_default)::int as sets,
                   (select count(*) from queues.history_partition_dropped)::int as dropped,
                   (select count(*) from queues.task_default)::int as in_default,
+                  (select count(*) from queues.history_step_skipped)::int as skipped,
                   (select coalesce(sum(n_dead_tup), 0) from pg_stat_user_tables where schemaname = 'queues')::bigint as dead,
                   (select coalesce(max(n_dead_tup), 0) from pg_stat_user_tables where schemaname = 'queues' and relname = 'task_pending')::bigint as dead_pending`,
         )
@@ -314,6 +315,13 @@ async function main(): Promise<number> {
       `| tasks in the default partition, most over samples | ${Math.max(0, ...samples.map((x) => Number(x.in_default)))} |`,
     );
     out(`| dead tuples in queues, max over samples | ${Math.max(0, ...samples.map((s) => Number(s.dead)))} |`);
+    // Maintenance steps skipped (no free moment for their locks), by kind of step.
+    const { rows: skips } = await owner.query(
+      `select regexp_replace(step, '_p[0-9]+', '_p<n>') as step, count(*)::int as n, min(reason) as reason
+         from queues.history_step_skipped group by 1 order by 2 desc`,
+    );
+    out(`| maintenance steps skipped | ${skips.reduce((sum, r) => sum + r.n, 0)} |`);
+    for (const r of skips) out(`|   ${cell(r.step, 80)} × ${r.n} | ${cell(r.reason, 120)} |`);
     out(
       `| lock waits sampled (worker role): count; max ms claim / settle / other | ${waits.length}; ${max('claim')} / ${max('settle')} / ${max('other')} |`,
     );
