@@ -535,14 +535,14 @@ begin
     end if;
     if _lower is not null and _lower <= _last_id + _setting.partition_size then
       -- Late: less than one set's width of ids is left before the ids handed out reach
-      -- the set (maintenance fell behind). Made table by table, it could be outrun: a task given an id in its range before
-      -- task's partition exists falls into the default partition, its facts into theirs,
-      -- and the next table's attach fails on them. So the whole set is made in this one
-      -- step, under locks that keep every writer of history out (SHARE on each parent,
-      -- ACCESS EXCLUSIVE on each default), starting above the last id read under them:
-      -- no task of its range exists, and none can be written until it commits. The ids
-      -- handed out before it fall into the default partitions (queues.history_summary_at
-      -- counts them).
+      -- the set (maintenance fell behind). Made table by table, it could be outrun: a
+      -- task given an id in its range before task's partition exists falls into the
+      -- default partition, its facts into theirs, and the next table's attach fails on
+      -- them, run after run. So the whole set is made in this one step, under locks
+      -- that keep every writer of history out (SHARE on each parent, ACCESS EXCLUSIVE on
+      -- each default), starting above the last id read under them: no task of its range
+      -- exists, and none can be written until it commits. The ids handed out before it
+      -- fall into the default partitions (queues.history_summary_at counts them).
       _doing := format('make the set from %s at once (late)', _lower);
       perform queues.lock_history_tables(
         array(select x from unnest(queues.history_tables()) t(name), lateral (values (t.name), (t.name || '_default')) v(x)),
@@ -688,9 +688,9 @@ begin
     delete from queues.history_step_skipped k where k.skipped_at < _now - interval '1 day';
   exception
     -- check_violation: a task landed in a default partition, in the range being made,
-    -- since it was read above; the next run starts above it.
-    --    The skip is recorded, and the run goes on (a later try may find its moment)
-    --    until 5 steps have been skipped within a minute.
+    -- since it was read above; the next step starts above it. The skip is recorded, and
+    -- the run goes on (a later try may find its moment) until 5 steps have been skipped
+    -- within a minute.
     when lock_not_available or deadlock_detected or check_violation then
       insert into queues.history_step_skipped (step, reason) values (coalesce(_doing, 'a step'), sqlerrm);
       return jsonb_build_object('action', 'skipped', 'step', _doing, 'reason', sqlerrm, 'kept', _kept,
