@@ -103,6 +103,7 @@ declare
   _deadline timestamptz;
   _tries integer := 0;
   _last boolean;
+  _last_until timestamptz;
 begin
   if _tables is null or _modes is null or cardinality(_tables) = 0 or cardinality(_tables) <> cardinality(_modes) then
     raise exception 'tables and modes must be non-empty arrays of the same length' using errcode = '22023';
@@ -134,12 +135,16 @@ begin
     -- (restored on return): transactions that follow one another without a moment
     -- between (one connection's statements back to back) are waited for, and whatever
     -- queues behind this try waits no longer.
+    -- The 50 ms are for the whole try, however many tables it locks (each lock waits
+    -- only for what is left of them).
     _last := clock_timestamp() >= _deadline;
-    if _last then
-      perform set_config('lock_timeout', greatest(least(_within_ms, 50), 1) || 'ms', true);
-    end if;
+    _last_until := clock_timestamp() + make_interval(secs => greatest(least(_within_ms, 50), 1) / 1000.0);
     begin
       for _i in 1 .. cardinality(_tables) loop
+        if _last then
+          perform set_config('lock_timeout',
+            greatest(ceil(extract(epoch from _last_until - clock_timestamp()) * 1000), 1)::integer || 'ms', true);
+        end if;
         -- The mode is one of the three above (checked), the table quoted as an identifier.
         execute format('lock table only queues.%I in %s mode%s', _tables[_i], _modes[_i],
                        case when _last then '' else ' nowait' end);
