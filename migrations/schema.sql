@@ -7022,6 +7022,54 @@ $function$;
   -- menus.task_store(_payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.adopt_history_range(_lower bigint, _upper bigint)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _table text;
+  _name text;
+  _columns text;
+  _moved bigint;
+  _tasks bigint := 0;
+begin
+  if _lower is null or _upper is null or _lower < 0 or _upper <= _lower then
+    raise exception 'range bounds must satisfy 0 <= lower < upper, got [%, %)', _lower, _upper
+      using errcode = '22023';
+  end if;
+  for _table in
+    select t.name from unnest(queues.history_tables()) with ordinality t(name, n) order by t.name = 'task', t.n
+  loop
+    _name := queues.history_partition_name(_table, _lower);
+    continue when to_regclass(format('queues.%I', _name)) is not null;
+    execute format('create table queues.%I (like queues.%I including defaults including constraints including indexes including storage)',
+                   _name, _table);
+    execute format('create trigger forbid_update before update on queues.%I
+                      for each statement execute function queues.forbid_fact_update()', _name);
+    -- The parent's columns by name (each quoted as an identifier), in its order.
+    select string_agg(format('%I', a.attname), ', ' order by a.attnum) into _columns
+      from pg_attribute a
+     where a.attrelid = format('queues.%I', _table)::regclass and a.attnum > 0 and not a.attisdropped;
+    execute format('with moved as (delete from queues.%I where task_id >= $1 and task_id < $2 returning %s)
+                    insert into queues.%I (%s) select %s from moved',
+                   _table || '_default', _columns, _name, _columns, _columns)
+      using _lower, _upper;
+    get diagnostics _moved = row_count;
+    if _table = 'task' then
+      _tasks := _moved;
+    end if;
+    execute format('alter table queues.%I attach partition queues.%I for values from (%s) to (%s)',
+                   _table, _name, _lower, _upper);
+  end loop;
+  insert into queues.history_partition_created (lower_bound, upper_bound)
+  values (_lower, _upper) on conflict (lower_bound) do nothing;
+  return _tasks;
+end;
+$function$;
+  -- queues.adopt_history_range(_lower bigint, _upper bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.assert_current_lease(_task_id bigint, _task_lease_id bigint)
  RETURNS void
  LANGUAGE plpgsql
@@ -8546,6 +8594,7 @@ declare
   _created jsonb := '[]';
   _dropped jsonb := '[]';
   _skipped jsonb := '[]';
+  _adopted jsonb := '[]';
   _kept integer := 0;
   _step jsonb;
 begin
@@ -8561,6 +8610,8 @@ begin
         _created := _created || jsonb_build_array(jsonb_build_array(_step -> 'lower_bound', _step -> 'upper_bound'));
       when 'set_dropped' then
         _dropped := _dropped || jsonb_build_array(jsonb_build_array(_step -> 'lower_bound', _step -> 'upper_bound'));
+      when 'set_adopted' then
+        _adopted := _adopted || jsonb_build_array(jsonb_build_array(_step -> 'lower_bound', _step -> 'upper_bound'));
       when 'skipped', 'busy' then
         _skipped := _skipped || jsonb_build_array(_step);
       else
@@ -8569,7 +8620,8 @@ begin
     _kept := coalesce((_step ->> 'kept')::integer, _kept);
     exit when not (_step ->> 'more')::boolean;
   end loop;
-  return jsonb_build_object('created', _created, 'dropped', _dropped, 'skipped', _skipped, 'kept', _kept);
+  return jsonb_build_object('created', _created, 'dropped', _dropped, 'adopted', _adopted, 'skipped', _skipped,
+                            'kept', _kept);
 end;
 $function$;
   -- queues.maintain_history_at(_now timestamp with time zone): owner :DATABASE_OWNER
@@ -8607,6 +8659,9 @@ declare
   _tasks bigint;
   _last_completed timestamptz;
   _measured integer;
+  _spilled bigint;
+  _gap_lower bigint;
+  _gap_upper bigint;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -8689,6 +8744,46 @@ begin
       return jsonb_build_object('action', case when _table = 'task' then 'set_created' else 'attached' end,
                                 'table', queues.history_partition_name(_table, _lower),
                                 'lower_bound', _lower, 'upper_bound', _upper, 'more', true);
+    end if;
+
+    -- 1b. Tasks in the default partition (ids handed out while no set covered them): the
+    --    range around the lowest is made a set, its rows moved out of the default
+    --    partitions (queues.adopt_history_range), so that retention drops them with it
+    --    and pending ones stay claimable. The range: a half made set's own (finished so),
+    --    or the gap between the ranges there are or were, below the lowest range above
+    --    the task and cut after its 2,000th task (a step moves at most that many tasks,
+    --    with their facts, under its locks). Not while no range lies above the task: the
+    --    ids may still be handed out, and step 1 makes the set above them first.
+    select t.task_id into _spilled from queues.task_default t order by t.task_id limit 1;
+    if _spilled is not null then
+      with r as (
+        select b.lower_bound, b.upper_bound from queues.history_partition_bounds() b
+        union all
+        select d.lower_bound, d.upper_bound from queues.history_partition_dropped d
+      )
+      select (select min(r.lower_bound) from r where r.lower_bound <= _spilled and r.upper_bound > _spilled),
+             (select max(r.upper_bound) from r where r.lower_bound <= _spilled and r.upper_bound > _spilled),
+             coalesce((select max(r.upper_bound) from r where r.upper_bound <= _spilled), 0),
+             (select min(r.lower_bound) from r where r.lower_bound > _spilled)
+        into _lower, _upper, _gap_lower, _gap_upper;
+      if _lower is null and _gap_upper is not null then
+        -- The gap, cut after its 2,000th task.
+        _lower := _gap_lower;
+        _upper := least(_gap_upper,
+                        coalesce((select t.task_id from queues.task_default t
+                                   where t.task_id >= _spilled and t.task_id < _gap_upper
+                                   order by t.task_id offset 2000 limit 1), _gap_upper));
+      end if;
+      if _upper is not null and not exists (select 1 from queues.history_partition_dropped d where d.lower_bound = _lower) then
+        _doing := format('adopt the default partitions'' tasks in [%s, %s)', _lower, _upper);
+        perform queues.lock_history_tables(
+          array(select x from unnest(queues.history_tables()) t(name), lateral (values (t.name), (t.name || '_default')) v(x)),
+          array(select m from unnest(queues.history_tables()) t(name), lateral (values ('share'), ('access exclusive')) v(m)),
+          _setting.lock_timeout_ms);
+        _tasks := queues.adopt_history_range(_lower, _upper);
+        return jsonb_build_object('action', 'set_adopted', 'table', queues.history_partition_name('task', _lower),
+                                  'lower_bound', _lower, 'upper_bound', _upper, 'tasks', _tasks, 'more', true);
+      end if;
     end if;
 
     -- 2. A table detached from a dropped set (named as a partition, no longer one). Its

@@ -250,6 +250,61 @@ begin
 end;
 $$;
 
+-- Makes [_lower, _upper) a set from rows that fell into the default partitions (tasks
+-- given ids while no set covered them, and their facts): for each history table without
+-- a partition of that range, a standalone table like its parent, the range's rows moved
+-- into it from the table's default partition (deleted there and inserted here, in this
+-- transaction), then attached. Nothing is lost or seen twice: readers of the parent see
+-- each row in the default until this commits and in the new partition after. The caller
+-- holds every history table's parent (SHARE) and default (ACCESS EXCLUSIVE), so no row of
+-- the range is written meanwhile. Records the set in queues.history_partition_created.
+-- Returns the tasks moved. Owner only.
+create or replace function queues.adopt_history_range(_lower bigint, _upper bigint)
+  returns bigint
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _table text;
+  _name text;
+  _columns text;
+  _moved bigint;
+  _tasks bigint := 0;
+begin
+  if _lower is null or _upper is null or _lower < 0 or _upper <= _lower then
+    raise exception 'range bounds must satisfy 0 <= lower < upper, got [%, %)', _lower, _upper
+      using errcode = '22023';
+  end if;
+  for _table in
+    select t.name from unnest(queues.history_tables()) with ordinality t(name, n) order by t.name = 'task', t.n
+  loop
+    _name := queues.history_partition_name(_table, _lower);
+    continue when to_regclass(format('queues.%I', _name)) is not null;
+    execute format('create table queues.%I (like queues.%I including defaults including constraints including indexes including storage)',
+                   _name, _table);
+    execute format('create trigger forbid_update before update on queues.%I
+                      for each statement execute function queues.forbid_fact_update()', _name);
+    -- The parent's columns by name (each quoted as an identifier), in its order.
+    select string_agg(format('%I', a.attname), ', ' order by a.attnum) into _columns
+      from pg_attribute a
+     where a.attrelid = format('queues.%I', _table)::regclass and a.attnum > 0 and not a.attisdropped;
+    execute format('with moved as (delete from queues.%I where task_id >= $1 and task_id < $2 returning %s)
+                    insert into queues.%I (%s) select %s from moved',
+                   _table || '_default', _columns, _name, _columns, _columns)
+      using _lower, _upper;
+    get diagnostics _moved = row_count;
+    if _table = 'task' then
+      _tasks := _moved;
+    end if;
+    execute format('alter table queues.%I attach partition queues.%I for values from (%s) to (%s)',
+                   _table, _name, _lower, _upper);
+  end loop;
+  insert into queues.history_partition_created (lower_bound, upper_bound)
+  values (_lower, _upper) on conflict (lower_bound) do nothing;
+  return _tasks;
+end;
+$$;
+
 -- Every partition of every history table but the defaults, with its bounds. Owner only.
 create or replace function queues.history_partition_bounds()
   returns table (table_name text, partition_name text, lower_bound bigint, upper_bound bigint)
@@ -459,6 +514,9 @@ $$;
 --    ids, while the sets above the last task id handed out cover less than
 --    partitions_ahead * partition_size ids. A set less than partition_size ids above the
 --    last id (maintenance fell behind) is made whole in one step instead, above the last id.
+-- 1b. Tasks in the default partition (ids handed out while no set covered them) are made
+--    a set with their facts, at most 2,000 tasks per step: a half made set they fell into
+--    is finished so, or a range of the gap they lie in (queues.adopt_history_range).
 -- 2. A table detached from a dropped set is dropped (truncated first if it has rows and
 --    a foreign key).
 -- 3. A fact table's partition of a dropped set is detached.
@@ -474,7 +532,7 @@ $$;
 -- in time (or finds a task fell into the default partition in the range it makes) is
 -- rolled back, recorded in queues.history_step_skipped and reported skipped; the run goes
 -- on ("more") until 5 steps have been skipped within a minute. Returns
---   {"action": "attached" | "set_created" | "dropped_table" | "truncated" | "detached" |
+--   {"action": "attached" | "set_created" | "set_adopted" | "dropped_table" | "truncated" | "detached" |
 --              "set_dropped" | "none" | "skipped" | "busy",
 --    "table", "lower_bound", "upper_bound", "tasks", "reason", "late": as they apply,
 --    "measured": with "none", the sets whose figures step 5 wrote,
@@ -502,6 +560,9 @@ declare
   _tasks bigint;
   _last_completed timestamptz;
   _measured integer;
+  _spilled bigint;
+  _gap_lower bigint;
+  _gap_upper bigint;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -584,6 +645,46 @@ begin
       return jsonb_build_object('action', case when _table = 'task' then 'set_created' else 'attached' end,
                                 'table', queues.history_partition_name(_table, _lower),
                                 'lower_bound', _lower, 'upper_bound', _upper, 'more', true);
+    end if;
+
+    -- 1b. Tasks in the default partition (ids handed out while no set covered them): the
+    --    range around the lowest is made a set, its rows moved out of the default
+    --    partitions (queues.adopt_history_range), so that retention drops them with it
+    --    and pending ones stay claimable. The range: a half made set's own (finished so),
+    --    or the gap between the ranges there are or were, below the lowest range above
+    --    the task and cut after its 2,000th task (a step moves at most that many tasks,
+    --    with their facts, under its locks). Not while no range lies above the task: the
+    --    ids may still be handed out, and step 1 makes the set above them first.
+    select t.task_id into _spilled from queues.task_default t order by t.task_id limit 1;
+    if _spilled is not null then
+      with r as (
+        select b.lower_bound, b.upper_bound from queues.history_partition_bounds() b
+        union all
+        select d.lower_bound, d.upper_bound from queues.history_partition_dropped d
+      )
+      select (select min(r.lower_bound) from r where r.lower_bound <= _spilled and r.upper_bound > _spilled),
+             (select max(r.upper_bound) from r where r.lower_bound <= _spilled and r.upper_bound > _spilled),
+             coalesce((select max(r.upper_bound) from r where r.upper_bound <= _spilled), 0),
+             (select min(r.lower_bound) from r where r.lower_bound > _spilled)
+        into _lower, _upper, _gap_lower, _gap_upper;
+      if _lower is null and _gap_upper is not null then
+        -- The gap, cut after its 2,000th task.
+        _lower := _gap_lower;
+        _upper := least(_gap_upper,
+                        coalesce((select t.task_id from queues.task_default t
+                                   where t.task_id >= _spilled and t.task_id < _gap_upper
+                                   order by t.task_id offset 2000 limit 1), _gap_upper));
+      end if;
+      if _upper is not null and not exists (select 1 from queues.history_partition_dropped d where d.lower_bound = _lower) then
+        _doing := format('adopt the default partitions'' tasks in [%s, %s)', _lower, _upper);
+        perform queues.lock_history_tables(
+          array(select x from unnest(queues.history_tables()) t(name), lateral (values (t.name), (t.name || '_default')) v(x)),
+          array(select m from unnest(queues.history_tables()) t(name), lateral (values ('share'), ('access exclusive')) v(m)),
+          _setting.lock_timeout_ms);
+        _tasks := queues.adopt_history_range(_lower, _upper);
+        return jsonb_build_object('action', 'set_adopted', 'table', queues.history_partition_name('task', _lower),
+                                  'lower_bound', _lower, 'upper_bound', _upper, 'tasks', _tasks, 'more', true);
+      end if;
     end if;
 
     -- 2. A table detached from a dropped set (named as a partition, no longer one). Its
@@ -720,6 +821,7 @@ declare
   _created jsonb := '[]';
   _dropped jsonb := '[]';
   _skipped jsonb := '[]';
+  _adopted jsonb := '[]';
   _kept integer := 0;
   _step jsonb;
 begin
@@ -735,6 +837,8 @@ begin
         _created := _created || jsonb_build_array(jsonb_build_array(_step -> 'lower_bound', _step -> 'upper_bound'));
       when 'set_dropped' then
         _dropped := _dropped || jsonb_build_array(jsonb_build_array(_step -> 'lower_bound', _step -> 'upper_bound'));
+      when 'set_adopted' then
+        _adopted := _adopted || jsonb_build_array(jsonb_build_array(_step -> 'lower_bound', _step -> 'upper_bound'));
       when 'skipped', 'busy' then
         _skipped := _skipped || jsonb_build_array(_step);
       else
@@ -743,7 +847,8 @@ begin
     _kept := coalesce((_step ->> 'kept')::integer, _kept);
     exit when not (_step ->> 'more')::boolean;
   end loop;
-  return jsonb_build_object('created', _created, 'dropped', _dropped, 'skipped', _skipped, 'kept', _kept);
+  return jsonb_build_object('created', _created, 'dropped', _dropped, 'adopted', _adopted, 'skipped', _skipped,
+                            'kept', _kept);
 end;
 $$;
 
@@ -871,7 +976,8 @@ revoke execute on function queues.maintain_history_at(timestamptz), queues.maint
   queues.history_partition_bounds(), queues.history_sets(), queues.history_partition_sizes(),
   queues.history_set_bytes(bigint[]), queues.measure_history_sets(timestamptz),
   queues.history_walk(bigint), queues.create_history_partition(bigint, bigint),
-  queues.attach_history_partition(text, bigint, bigint), queues.lock_history_tables(text[], text[], integer)
+  queues.attach_history_partition(text, bigint, bigint), queues.lock_history_tables(text[], text[], integer),
+  queues.adopt_history_range(bigint, bigint)
   from public;
 grant execute on function queues.maintain_history(jsonb), queues.maintain_history_step(jsonb) to :DATABASE_WORKER;
 select internal.register_runnable_function('queues.maintain_history(jsonb)');

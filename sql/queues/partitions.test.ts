@@ -26,7 +26,13 @@ afterAll(async () => {
   await db?.drop();
 });
 
-type Result = { created: [number, number][]; dropped: [number, number][]; skipped: unknown[]; kept: number };
+type Result = {
+  created: [number, number][];
+  dropped: [number, number][];
+  adopted: [number, number][];
+  skipped: unknown[];
+  kept: number;
+};
 const maintain = async (at = 'now()'): Promise<Result> =>
   (await db.query(`select queues.maintain_history_at(${at}) as r`)).rows[0].r;
 
@@ -270,7 +276,15 @@ describe('partition maintenance', () => {
     expect(await whole(top + SIZE)).toBe(true);
     expect(await whole(top)).toBe(false);
     expect(await tasksIn(Number(reached), Number(reached) + 1)).toBe(1);
-    await maintain();
+    // The next run finishes it, moving the task out of the default partition into it.
+    const { adopted } = await maintain();
+    expect(adopted).toEqual([[top, top + SIZE]]);
+    expect(await whole(top)).toBe(true);
+    const { rows: moved } = await db.query(
+      'select tableoid::regclass::text as part from queues.task where task_id = $1',
+      [reached],
+    );
+    expect(moved).toEqual([{ part: `queues.task_p${top}` }]);
     // Not reached: ids handed out up to just below it.
     top = await aboveEveryRange(0);
     await owner.query('select queues.attach_history_partition($1, $2, $3)', ['task_lease', top, top + SIZE]);
@@ -286,29 +300,75 @@ describe('partition maintenance', () => {
     await maintain();
   });
 
-  it('a task that fell into the default partition is kept, and new sets start above it', async () => {
-    const before = await defaultTasks();
-    const { rows } = await db.query(
-      `select max(upper_bound) as top from queues.history_partitions() where not is_default`,
-    );
-    const top = Number(rows[0].top);
+  it('tasks that fell into the default partition are moved with their facts into sets of their gap, 2,000 a step; pending ones stay claimable; retention drops those sets', async () => {
+    const top = await aboveEveryRange(0);
+    const step = async (at = 'now()') =>
+      (await db.query(`select queues.maintain_history_step_at(${at}) as r`)).rows[0].r;
+    const partOf = async (table: string, ids: string[]) =>
+      (
+        await db.query(
+          `select distinct tableoid::regclass::text as part from queues.${table} where task_id = any($1::bigint[])`,
+          [ids],
+        )
+      ).rows.map((r) => r.part);
+    // Ids past every set: 2,003 tasks fall into the default partition; some are claimed,
+    // one of them completed, so their leases, starts and completion fall there too.
     await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [top + 4]);
-    const [id] = await enqueue(1);
-    expect(Number(id)).toBe(top + 5);
-    const { rows: where } = await db.query(
-      'select tableoid::regclass::text as part from queues.task where task_id = $1',
-      [id],
-    );
-    expect(where[0].part).toBe('queues.task_default');
-    const result = await maintain(`now() + interval '30 days'`);
-    expect(result.created[0]).toEqual([top + 6, top + 6 + SIZE]);
-    expect(await tasksIn(top + 5, top + 6)).toBe(1);
+    const ids = await enqueue(2003);
+    expect(Number(ids[0])).toBe(top + 5);
+    expect(await partOf('task', ids)).toEqual(['queues.task_default']);
+    const leases = await claimAll();
+    const [done, running] = [ids[0], ids[1]];
+    expect(leases.has(done) && leases.has(running)).toBe(true);
+    await db.pool('worker').query('select queues.mark_started($1::bigint[], $2::bigint[])', [
+      [done, running],
+      [leases.get(done), leases.get(running)],
+    ]);
+    await complete(leases, [done]);
+    expect(await partOf('task_completed', [done])).toEqual(['queues.task_completed_default']);
+
+    // First the set above the last id (late), so no id can land in the gap any more...
+    const last = top + 4 + 2003;
+    expect(await step()).toMatchObject({ action: 'set_created', late: true, lower_bound: last + 1 });
+    // ...then the gap [top, last + 1), 2,000 tasks a step: the first 2,000, then the rest.
+    const cut = Number(ids[2000]);
+    // (after the sets ahead: making those comes first)
+    const run: Step[] = [];
+    for (let next = await step(); ; next = await step()) {
+      run.push(next);
+      if (!next.more) break;
+    }
+    expect(run.filter((r) => r.action === 'set_adopted')).toMatchObject([
+      { lower_bound: top, upper_bound: cut, tasks: 2000 },
+      { lower_bound: cut, upper_bound: last + 1, tasks: 3 },
+    ]);
+    expect(await defaultTasks()).toBe(0);
+    expect(await partOf('task', ids.slice(0, 2000))).toEqual([`queues.task_p${top}`]);
+    expect(await partOf('task', ids.slice(2000))).toEqual([`queues.task_p${cut}`]);
+    for (const table of ['task_lease', 'task_lease_started'])
+      expect(await partOf(table, [done, running])).toEqual([`queues.${table}_p${top}`]);
+    expect(await partOf('task_completed', [done])).toEqual([`queues.task_completed_p${top}`]);
+    expect(await tasksIn(top, last + 1)).toBe(2003);
+    expect(await orphans()).toEqual([]);
     const status = (await db.pool('api').query('select admin.history_status() as s')).rows[0].s;
-    expect(status).toMatchObject({
-      default_partition_tasks: before + 1,
-      partition_size: SIZE,
-      retention_seconds: 7 * 86400,
-    });
+    expect(status).toMatchObject({ default_partition_tasks: 0 });
+
+    // The running task completes on its lease, the rest complete too; once an id above
+    // them is handed out and the window has passed, retention drops both sets whole.
+    await enqueue(1);
+    await complete(
+      leases,
+      [...leases.keys()].filter((id) => id !== done),
+    );
+    for (let more = await claimAll(); more.size > 0; more = await claimAll()) await complete(more, [...more.keys()]);
+    const later = await maintain(`now() + interval '8 days'`);
+    expect(later.dropped).toEqual(
+      expect.arrayContaining([
+        [top, cut],
+        [cut, last + 1],
+      ]),
+    );
+    expect(await tasksIn(top, last + 1)).toBe(0);
   });
 
   it('claims and completions on other connections proceed while maintenance creates and drops sets', async () => {
@@ -403,8 +463,8 @@ describe('partition maintenance', () => {
       `select count(*)::int as n from queues.history_partitions() where not is_default and lower_bound > queues.last_task_id()`,
     );
     expect(created[0].n).toBeGreaterThanOrEqual(1);
-    // Nothing detached is left behind, and every set is whole, but one left half made
-    // when a task of its range fell into the default partition (a test before).
+    // Nothing detached is left behind, and every set is whole (sets half made when a
+    // task of their range fell into the default partition were finished by moving it).
     const { rows: loose } = await db.query(
       `select relname from pg_class where relnamespace = 'queues'::regnamespace and relkind = 'r'
           and not relispartition and relname ~ '_p[0-9]+$'`,
@@ -413,8 +473,7 @@ describe('partition maintenance', () => {
     const { rows: sets } = await db.query(
       `select b.lower_bound from queues.history_partition_bounds() b
         group by b.lower_bound, b.upper_bound
-       having count(*) <> cardinality(queues.history_tables())
-          and not exists (select 1 from queues.task_default t where t.task_id >= b.lower_bound and t.task_id < b.upper_bound)`,
+       having count(*) <> cardinality(queues.history_tables())`,
     );
     expect(sets).toEqual([]);
     await db.query(`update queues.history_setting set partition_size = $1`, [SIZE]);
