@@ -563,6 +563,12 @@ declare
   _spilled bigint;
   _gap_lower bigint;
   _gap_upper bigint;
+  -- The locks that keep every writer of history out (a late set, a move out of the
+  -- default partitions): SHARE on each parent, ACCESS EXCLUSIVE on its default.
+  _writers_out text[] := array(select x from unnest(queues.history_tables()) t(name),
+                                 lateral (values (t.name), (t.name || '_default')) v(x));
+  _writers_out_modes text[] := array(select m from unnest(queues.history_tables()) t(name),
+                                       lateral (values ('share'), ('access exclusive')) v(m));
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -576,8 +582,8 @@ begin
   begin
     -- 1. Ahead of need: a half made set, unless a task fell into the default partition in
     --    its range (maintenance fell behind while it was half made): then task's
-    --    partition cannot be attached, the set stays as it is (its tables keep the facts
-    --    of those tasks) and new sets start above it.
+    --    partition cannot be attached, new sets start above it, and step 1b finishes it
+    --    by moving those tasks into it.
     with b as (select * from queues.history_partition_bounds())
     select h.lower_bound, h.upper_bound into _lower, _upper
       from (select distinct b.lower_bound, b.upper_bound from b) h
@@ -610,10 +616,7 @@ begin
       -- exists, and none can be written until it commits. The ids handed out before it
       -- fall into the default partitions (queues.history_summary_at counts them).
       _doing := format('make the set from %s at once (late)', _lower);
-      perform queues.lock_history_tables(
-        array(select x from unnest(queues.history_tables()) t(name), lateral (values (t.name), (t.name || '_default')) v(x)),
-        array(select m from unnest(queues.history_tables()) t(name), lateral (values ('share'), ('access exclusive')) v(m)),
-        _setting.lock_timeout_ms);
+      perform queues.lock_history_tables(_writers_out, _writers_out_modes, _setting.lock_timeout_ms);
       _last_id := queues.last_task_id();
       if exists (select 1 from queues.history_partition_bounds() b where b.lower_bound = _lower)
          and not exists (select 1 from queues.task_default t where t.task_id >= _lower and t.task_id < _upper) then
@@ -677,10 +680,7 @@ begin
       end if;
       if _upper is not null and not exists (select 1 from queues.history_partition_dropped d where d.lower_bound = _lower) then
         _doing := format('adopt the default partitions'' tasks in [%s, %s)', _lower, _upper);
-        perform queues.lock_history_tables(
-          array(select x from unnest(queues.history_tables()) t(name), lateral (values (t.name), (t.name || '_default')) v(x)),
-          array(select m from unnest(queues.history_tables()) t(name), lateral (values ('share'), ('access exclusive')) v(m)),
-          _setting.lock_timeout_ms);
+        perform queues.lock_history_tables(_writers_out, _writers_out_modes, _setting.lock_timeout_ms);
         _tasks := queues.adopt_history_range(_lower, _upper);
         return jsonb_build_object('action', 'set_adopted', 'table', queues.history_partition_name('task', _lower),
                                   'lower_bound', _lower, 'upper_bound', _upper, 'tasks', _tasks, 'more', true);
