@@ -86,6 +86,25 @@ const tasksIn = async (lo: number, hi: number) =>
     (await db.query('select count(*) from queues.task where task_id >= $1 and task_id < $2', [lo, hi])).rows[0].count,
   );
 
+/**
+ * Maintenance at `at`, run again (at most 50 times, 100 ms apart) until it has dropped
+ * every set of `sets`: a run ends early once its steps have met a lock 5 times (on a
+ * loaded machine, autovacuum of a table whose rows just moved holds one, and a step does
+ * not queue for it). Returns what the runs dropped and skipped.
+ */
+async function maintainUntilDropped(at: string, sets: [number, number][]) {
+  const dropped: [number, number][] = [];
+  const skipped: unknown[] = [];
+  for (let run = 0; run < 50; run++) {
+    const result = await maintain(at);
+    dropped.push(...result.dropped);
+    skipped.push(...result.skipped);
+    if (sets.every(([lo, hi]) => dropped.some(([l, h]) => l === lo && h === hi))) break;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  return { dropped, skipped };
+}
+
 const defaultTasks = async () => Number((await db.query('select count(*) from queues.task_default')).rows[0].count);
 
 /** A task id `offset` above every set there is or was and above the last task id handed out. */
@@ -361,8 +380,11 @@ describe('partition maintenance', () => {
       [...leases.keys()].filter((id) => id !== done),
     );
     for (let more = await claimAll(); more.size > 0; more = await claimAll()) await complete(more, [...more.keys()]);
-    const later = await maintain(`now() + interval '8 days'`);
-    expect(later.dropped).toEqual(
+    const later = await maintainUntilDropped(`now() + interval '8 days'`, [
+      [top, cut],
+      [cut, last + 1],
+    ]);
+    expect(later.dropped, `skipped: ${JSON.stringify(later.skipped.slice(-3))}`).toEqual(
       expect.arrayContaining([
         [top, cut],
         [cut, last + 1],
