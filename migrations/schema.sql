@@ -7043,10 +7043,7 @@ begin
   loop
     _name := queues.history_partition_name(_table, _lower);
     continue when to_regclass(format('queues.%I', _name)) is not null;
-    execute format('create table queues.%I (like queues.%I including defaults including constraints including indexes including storage)',
-                   _name, _table);
-    execute format('create trigger forbid_update before update on queues.%I
-                      for each statement execute function queues.forbid_fact_update()', _name);
+    perform queues.create_history_table(_table, _name);
     -- The parent's columns by name (each quoted as an identifier), in its order.
     select string_agg(format('%I', a.attname), ', ' order by a.attnum) into _columns
       from pg_attribute a
@@ -7183,10 +7180,7 @@ begin
                else 'share update exclusive' end,
           'access exclusive'],
     (select s.lock_timeout_ms from queues.history_setting s));
-  execute format('create table queues.%I (like queues.%I including defaults including constraints including indexes including storage)',
-                 _name, _table);
-  execute format('create trigger forbid_update before update on queues.%I
-                    for each statement execute function queues.forbid_fact_update()', _name);
+  perform queues.create_history_table(_table, _name);
   execute format('alter table queues.%I attach partition queues.%I for values from (%s) to (%s)',
                  _table, _name, _lower, _upper);
   return true;
@@ -7672,6 +7666,21 @@ begin
 end;
 $function$;
   -- queues.create_history_partition(_lower bigint, _upper bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.create_history_table(_table text, _name text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  execute format('create table queues.%I (like queues.%I including defaults including constraints including indexes including storage)',
+                 _name, _table);
+  execute format('create trigger forbid_update before update on queues.%I
+                    for each statement execute function queues.forbid_fact_update()', _name);
+end;
+$function$;
+  -- queues.create_history_table(_table text, _name text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.current_leases(_task_ids bigint[], _task_lease_ids bigint[])

@@ -12,8 +12,11 @@
 --
 --   queues.history_tables()                    the partitioned tables, parent first
 --   queues.lock_history_tables(t, m, ms)       a step's locks, between transactions; owner only
+--   queues.create_history_table(t, name)       a standalone table like t, to attach; owner only
 --   queues.attach_history_partition(t, lo, hi) one table's partition of a set, owner only
 --   queues.create_history_partition(lo, hi)    one set [lo, hi), owner only
+--   queues.adopt_history_range(lo, hi)         a set [lo, hi) of rows in the default
+--                                              partitions, moved out of them; owner only
 --   queues.history_partition_bounds()          every table's partitions and their bounds
 --   queues.history_sets()                      the sets' bounds, from the catalog only
 --   queues.history_walk(_before)               the id ranges a newest-first read walks
@@ -163,6 +166,23 @@ begin
 end;
 $$;
 
+-- Creates queues._name, a standalone table like the history table _table (columns,
+-- defaults, constraints, indexes) with the trigger that refuses updates (a statement
+-- trigger on the parent does not fire for a statement that names the partition), to be
+-- attached as its partition. Owner only.
+create or replace function queues.create_history_table(_table text, _name text)
+  returns void
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+begin
+  execute format('create table queues.%I (like queues.%I including defaults including constraints including indexes including storage)',
+                 _name, _table);
+  execute format('create trigger forbid_update before update on queues.%I
+                    for each statement execute function queues.forbid_fact_update()', _name);
+end;
+$$;
+
 -- Makes the partition [_lower, _upper) of the history table _table unless it exists: a
 -- standalone table like its parent (columns, defaults, constraints, indexes) with the
 -- trigger that refuses updates (a statement trigger on the parent does not fire for a
@@ -210,10 +230,7 @@ begin
                else 'share update exclusive' end,
           'access exclusive'],
     (select s.lock_timeout_ms from queues.history_setting s));
-  execute format('create table queues.%I (like queues.%I including defaults including constraints including indexes including storage)',
-                 _name, _table);
-  execute format('create trigger forbid_update before update on queues.%I
-                    for each statement execute function queues.forbid_fact_update()', _name);
+  perform queues.create_history_table(_table, _name);
   execute format('alter table queues.%I attach partition queues.%I for values from (%s) to (%s)',
                  _table, _name, _lower, _upper);
   return true;
@@ -280,10 +297,7 @@ begin
   loop
     _name := queues.history_partition_name(_table, _lower);
     continue when to_regclass(format('queues.%I', _name)) is not null;
-    execute format('create table queues.%I (like queues.%I including defaults including constraints including indexes including storage)',
-                   _name, _table);
-    execute format('create trigger forbid_update before update on queues.%I
-                      for each statement execute function queues.forbid_fact_update()', _name);
+    perform queues.create_history_table(_table, _name);
     -- The parent's columns by name (each quoted as an identifier), in its order.
     select string_agg(format('%I', a.attname), ', ' order by a.attnum) into _columns
       from pg_attribute a
@@ -977,7 +991,7 @@ revoke execute on function queues.maintain_history_at(timestamptz), queues.maint
   queues.history_set_bytes(bigint[]), queues.measure_history_sets(timestamptz),
   queues.history_walk(bigint), queues.create_history_partition(bigint, bigint),
   queues.attach_history_partition(text, bigint, bigint), queues.lock_history_tables(text[], text[], integer),
-  queues.adopt_history_range(bigint, bigint)
+  queues.adopt_history_range(bigint, bigint), queues.create_history_table(text, text)
   from public;
 grant execute on function queues.maintain_history(jsonb), queues.maintain_history_step(jsonb) to :DATABASE_WORKER;
 select internal.register_runnable_function('queues.maintain_history(jsonb)');
