@@ -617,6 +617,34 @@ describe('partition maintenance', () => {
     }
   });
 
+  it("queues.adopt_history_range refuses bad bounds and is the owner's only, as are the other steps' functions", async () => {
+    for (const sql of [
+      'select queues.adopt_history_range(null, 10)',
+      'select queues.adopt_history_range(-1, 10)',
+      'select queues.adopt_history_range(10, 10)',
+      'select queues.adopt_history_range(10, 5)',
+    ]) {
+      const e = (await db.query(sql).catch((x: { message: string; code: string }) => x)) as {
+        message?: string;
+        code?: string;
+      };
+      expect(e.code, sql).toBe('22023');
+      expect(e.message).toMatch(/^range bounds must satisfy 0 <= lower < upper/);
+    }
+    for (const role of ['worker', 'app', 'api'] as const)
+      for (const sql of [
+        'select queues.adopt_history_range(0, 10)',
+        `select queues.create_history_table('task', 'task_x')`,
+        `select queues.maintain_history_step_at(now())`,
+      ]) {
+        const e = (await db
+          .pool(role)
+          .query(sql)
+          .catch((x: { code: string }) => x)) as { code?: string };
+        expect(e.code, `${role}: ${sql}`).toBe('42501');
+      }
+  });
+
   it("queues.lock_history_tables refuses what it cannot lock safely, and is the owner's only", async () => {
     const refused = async (sql: string) =>
       (await db.query(sql).catch((e: { message: string }) => e)) as { message?: string; code?: string };
