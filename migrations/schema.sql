@@ -8922,6 +8922,7 @@ CREATE OR REPLACE FUNCTION queues.mark_started(_task_ids bigint[], _task_lease_i
  LANGUAGE plpgsql
  SECURITY DEFINER ROWS 1
  SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
@@ -8932,11 +8933,14 @@ begin
   perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
   -- One pass over the input, each pair probed by primary key (a subquery, so no join of
   -- the input to task_pending is planned from its statistics; a statement of 500 starts
-  -- stays linear). Marks the held leases; collects the others.
+  -- stays linear). Marks the held leases; collects the others. Each probe is a scalar
+  -- subquery, not EXISTS: the planner may turn an EXISTS into a hashed subplan, which reads
+  -- the whole table once per call, and this plan is made once per connection, from
+  -- whatever the statistics said then (a small table at the time).
   with input as (
     select i.task_id, i.task_lease_id,
-           exists (select 1 from queues.task_pending p
-                    where p.task_id = i.task_id and p.current_lease_id = i.task_lease_id) as held
+           coalesce((select true from queues.task_pending p
+                      where p.task_id = i.task_id and p.current_lease_id = i.task_lease_id), false) as held
       from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)
   ),
   marked as (
@@ -8955,12 +8959,14 @@ begin
   return query
   with ended as (
     select i.task_id, i.task_lease_id,
-           exists (select 1 from queues.task_completed c
-                    where c.task_id = i.task_id and c.task_lease_id = i.task_lease_id)
-           or exists (select 1 from queues.task_attempt_failed f
-                       where f.task_id = i.task_id and f.task_lease_id = i.task_lease_id)
-           or exists (select 1 from queues.task_interruption x
-                       where x.task_id = i.task_id and x.task_lease_id = i.task_lease_id) as started
+           -- Probes by primary key (scalar subqueries, as above: as an EXISTS, this read
+           -- the whole of task_completed, 3.4 ms a call at 20,000 completed tasks).
+           coalesce((select true from queues.task_completed c
+                      where c.task_id = i.task_id and c.task_lease_id = i.task_lease_id), false)
+           or coalesce((select true from queues.task_attempt_failed f
+                         where f.task_id = i.task_id and f.task_lease_id = i.task_lease_id limit 1), false)
+           or coalesce((select true from queues.task_interruption x
+                         where x.task_id = i.task_id and x.task_lease_id = i.task_lease_id limit 1), false) as started
       from unnest(_not_held, _not_held_leases) as i(task_id, task_lease_id)
   ),
   marked as (
