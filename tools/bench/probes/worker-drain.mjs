@@ -4,6 +4,7 @@
 //   node tools/bench/probes/worker-drain.mjs [tasks=20000] [concurrency=10] [prefetch=500]
 // HISTORY=<n> first writes n completed tasks into the history partitions (as workload 12
 // does), to see what a history and its number of partition sets cost per statement.
+import { readdirSync, readFileSync } from 'node:fs';
 import pg from 'pg';
 import { provisionDatabase } from '@org/db-tools';
 import { openStatementsServer } from './statements-server.mjs';
@@ -15,6 +16,22 @@ const TASKS = Number(process.argv[2] ?? 20000);
 const CONCURRENCY = Number(process.argv[3] ?? 10);
 const PREFETCH = Number(process.argv[4] ?? 500);
 const name = `bench-drain-${process.pid}`;
+
+/** CPU time (µs) of every PostgreSQL process on the machine, from /proc (clock ticks of 10 ms). */
+function postgresCpuMicros() {
+  let ticks = 0;
+  for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      if (!stat.includes('(postgres)')) continue;
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      ticks += Number(fields[11]) + Number(fields[12]); // utime, stime
+    } catch {
+      // The process ended meanwhile.
+    }
+  }
+  return ticks * 10_000;
+}
 const server = await openStatementsServer(name);
 try {
   const urls = await provisionDatabase(server, 'probe', { fresh: true, quiet: true, current: true });
@@ -62,6 +79,7 @@ try {
     logger: createLogger('warn', process.stderr),
   });
   const cpu0 = process.cpuUsage();
+  const server0 = postgresCpuMicros();
   const t = performance.now();
   await worker.start();
   await allDone;
@@ -75,10 +93,12 @@ try {
   }
   const seconds = (performance.now() - t) / 1000;
   const cpu = process.cpuUsage(cpu0);
+  const serverCpu = postgresCpuMicros() - server0;
   await worker.stop();
   console.log(
     `drain ${TASKS} tasks, concurrency ${CONCURRENCY}, prefetch ${PREFETCH}: ${Math.round(TASKS / seconds)} tasks/s; ` +
-      `worker process CPU ${((cpu.user + cpu.system) / TASKS).toFixed(1)} µs per task; peak RSS ${Math.round(process.resourceUsage().maxRSS / 1024)} MB`,
+      `worker process CPU ${((cpu.user + cpu.system) / TASKS).toFixed(1)} µs per task; ` +
+      `PostgreSQL CPU ${(serverCpu / TASKS).toFixed(1)} µs per task; peak RSS ${Math.round(process.resourceUsage().maxRSS / 1024)} MB`,
   );
   const { rows } = await root.query(
     `
