@@ -1,8 +1,12 @@
 // 10. Partition maintenance under chaos: history sets of 100 task ids with a 3-second
 // retention, so that maintenance creates and drops sets all through the run, while
-// workers are killed with SIGKILL and PostgreSQL is restarted twice. Every enqueued task
-// must complete exactly once or still be there; a dropped set may hold only tasks that
-// completed before the window.
+// workers are killed with SIGKILL and PostgreSQL is restarted twice. Halfway, maintenance
+// pauses and task ids jump past every set, so that the tasks of the next seconds fall
+// into the default partitions (as when ids outrun maintenance) and are claimed, run and
+// completed there; once it resumes, maintenance must move them, with their facts, into
+// sets of their own. Every enqueued task must complete exactly once or still be there; a
+// dropped set may hold only tasks that completed before the window; none is left in the
+// default partitions.
 import { Report, round, sleep, waitFor, type Scenario } from '../harness.js';
 import { fastEnv, killAll, startWorker, stopWorker, type WorkerProcess } from '../workers.js';
 
@@ -13,6 +17,9 @@ const RETENTION_SECONDS = 3;
 interface MaintenanceStep {
   action: string;
   more: boolean;
+  tasks?: number;
+  lower_bound?: number;
+  upper_bound?: number;
 }
 
 export const scenario: Scenario = {
@@ -119,11 +126,29 @@ export const scenario: Scenario = {
     // Maintenance as the schedule runs it (queues.maintain_history_step, called again while
     // it says more, each step a transaction of its own), a run every 300 ms: a restart or a
     // failure between two steps leaves a set half made or half dropped for the next run.
-    const maintenance = { runs: 0, errors: 0, created: 0, dropped: 0, skipped: 0, okAfterLastRestart: 0 };
+    const maintenance = {
+      runs: 0,
+      errors: 0,
+      created: 0,
+      dropped: 0,
+      /** The ranges of the sets made of tasks moved out of the default partitions. */
+      adopted: [] as [number, number][],
+      adoptedTasks: 0,
+      skipped: 0,
+      okAfterLastRestart: 0,
+    };
     let lastRestartAt = 0;
     let maintaining = true;
+    // While paused, no run starts; `inRun` says whether one is under way.
+    let paused = false;
+    let inRun = false;
     const maintainer = (async () => {
       while (maintaining) {
+        if (paused) {
+          await sleep(50);
+          continue;
+        }
+        inRun = true;
         try {
           for (;;) {
             const { rows } = await owner.query<{ r: MaintenanceStep }>(
@@ -132,6 +157,10 @@ export const scenario: Scenario = {
             const step = rows[0]!.r;
             if (step.action === 'set_created') maintenance.created++;
             if (step.action === 'set_dropped') maintenance.dropped++;
+            if (step.action === 'set_adopted') {
+              maintenance.adopted.push([Number(step.lower_bound), Number(step.upper_bound)]);
+              maintenance.adoptedTasks += Number(step.tasks ?? 0);
+            }
             if (step.action === 'skipped') maintenance.skipped++;
             if (!step.more) break;
           }
@@ -139,6 +168,8 @@ export const scenario: Scenario = {
           if (lastRestartAt > 0) maintenance.okAfterLastRestart++;
         } catch {
           maintenance.errors++;
+        } finally {
+          inRun = false;
         }
         await sleep(300);
       }
@@ -149,10 +180,68 @@ export const scenario: Scenario = {
     let kills = 0;
     const restarts: number[] = [];
     const started = Date.now();
+    // The pause: the first id past the sets, and how many tasks of the default partitions
+    // were leased and waiting when maintenance resumed.
+    let gap: { from: number; leasedAtMove: number; waitingAtMove: number } | undefined;
     try {
       const restartAt = [started + (seconds * 1000) / 3, started + (seconds * 2000) / 3];
       while (Date.now() - started < seconds * 1000) {
         await sleep(2000 + Math.random() * 1000);
+        if (gap === undefined && Date.now() - started >= (seconds * 1000) / 2) {
+          paused = true;
+          await waitFor(() => Promise.resolve(!inRun), 60_000, 20);
+          const { rows } = await owner.query(
+            `select coalesce(max(upper_bound), 0) as top from queues.history_partitions() where not is_default`,
+          );
+          // Past every set, not on a set boundary.
+          const from = Number(rows[0].top) + 10 * PARTITION_SIZE + 37;
+          await owner.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1, false)`, [from]);
+          // Beside the load: five tasks that run for 4 s (running, or waiting for a new
+          // lease after a kill, when their tasks are moved) and five due in 4 s (waiting).
+          const extra = [
+            ...Array.from({ length: 5 }, (_, i) => ({ key: `${tag}-gap-slow-${i}`, sleep: 4, after: 0 })),
+            ...Array.from({ length: 5 }, (_, i) => ({ key: `${tag}-gap-later-${i}`, sleep: 0, after: 4 })),
+          ];
+          const { rows: enqueued } = await owner.query<{ task_id: string }>(
+            'select task_id from queues.enqueue_many($1::jsonb)',
+            [
+              JSON.stringify(
+                extra.map((x) => ({
+                  task_type: 'db_function',
+                  payload: { db_function: 'chaos.step', key: x.key, sleep: x.sleep },
+                  scheduled_at: new Date(Date.now() + x.after * 1000).toISOString(),
+                })),
+              ),
+            ],
+          );
+          // In input order (enqueue_many returns the ids in the order of its elements).
+          enqueued.forEach((row, i) => {
+            ids.push(Number(row.task_id));
+            keys.push(extra[i]!.key);
+          });
+          // The load goes on (about 25 tasks a second) and workers run them, one of them
+          // killed meanwhile.
+          await sleep(1200);
+          const victim = workers[Math.floor(Math.random() * workers.length)]!;
+          victim.process.kill('SIGKILL');
+          await victim.exited;
+          workers.splice(workers.indexOf(victim), 1);
+          kills++;
+          spawn();
+          await sleep(1200);
+          const { rows: last } = await owner.query(
+            `select count(*) filter (where p.current_lease_id is not null)::int as leased,
+                    count(*) filter (where p.task_id is not null and p.current_lease_id is null)::int as waiting
+               from queues.task_default t left join queues.task_pending p using (task_id)`,
+          );
+          gap = {
+            from,
+            leasedAtMove: last[0].leased,
+            waitingAtMove: last[0].waiting,
+          };
+          paused = false;
+          continue;
+        }
         if (restartAt.length > 0 && Date.now() >= restartAt[0]!) {
           restartAt.shift();
           const t0 = Date.now();
@@ -203,11 +292,15 @@ export const scenario: Scenario = {
               placed as (
                 select x.id, x.key,
                        exists (select 1 from queues.task t where t.task_id = x.id) as present,
-                       (select d.dropped_at from dropped d where x.id >= d.lower_bound and x.id < d.upper_bound) as dropped_at
+                       (select d.dropped_at from dropped d where x.id >= d.lower_bound and x.id < d.upper_bound) as dropped_at,
+                       exists (select 1 from unnest($5::bigint[], $6::bigint[]) a(lo, hi)
+                                where x.id >= a.lo and x.id < a.hi) as moved
                   from x)
          select count(*) filter (where not present and dropped_at is null)::int as lost,
                 count(*) filter (where dropped_at is not null)::int as in_dropped_sets,
                 count(*) filter (where present)::int as present,
+                count(*) filter (where p.moved)::int as moved,
+                count(*) filter (where p.moved and dropped_at is not null)::int as moved_dropped,
                 -- A dropped task whose step had not committed before the drop minus the
                 -- window: it was pending (or too recent) when its set went.
                 count(*) filter (where dropped_at is not null and not exists (
@@ -218,7 +311,14 @@ export const scenario: Scenario = {
                   select 1 from queues.task_completed c where c.task_id = p.id and c.outcome <> 'succeeded'))::int
                   as not_succeeded
            from placed p`,
-        [ids, keys, firstDrop, RETENTION_SECONDS],
+        [
+          ids,
+          keys,
+          firstDrop,
+          RETENTION_SECONDS,
+          maintenance.adopted.map(([lo]) => lo),
+          maintenance.adopted.map(([, hi]) => hi),
+        ],
       )
     ).rows[0];
     const effects = (
@@ -255,7 +355,16 @@ export const scenario: Scenario = {
     r.figure('steps skipped (lock timeout, retried next run)', maintenance.skipped);
     r.figure('tasks in dropped sets', outcome.in_dropped_sets);
     r.figure('tasks still in history', outcome.present);
-    r.figure('tasks in the default partition', status.default_partition_tasks);
+    r.figure(
+      'tasks moved out of the default partitions (enqueued while ids ran past the sets) / sets made of them',
+      `${outcome.moved} / ${maintenance.adopted.length}`,
+    );
+    r.figure(
+      'of them pending when maintenance resumed: leased / waiting',
+      gap ? `${gap.leasedAtMove} / ${gap.waitingAtMove}` : 'n/a',
+    );
+    r.figure('of them, dropped with their set after the window', outcome.moved_dropped);
+    r.figure('tasks in the default partition at the end', status.default_partition_tasks);
     r.figure('lost tasks', outcome.lost);
     r.figure('pending tasks dropped', outcome.dropped_not_completed_in_time);
 
@@ -285,7 +394,21 @@ export const scenario: Scenario = {
       },
     );
     r.equal('no task failed or was abandoned', outcome.not_succeeded, 0);
-    r.equal('no task fell into the default partition', Number(status.default_partition_tasks), 0);
+    r.check(
+      'tasks fell into the default partitions while ids ran past the sets, some still pending, and maintenance moved them out',
+      gap !== undefined &&
+        gap.leasedAtMove + gap.waitingAtMove > 0 &&
+        outcome.moved > 0 &&
+        outcome.moved === maintenance.adoptedTasks,
+      JSON.stringify({
+        gap,
+        moved: outcome.moved,
+        adopted: maintenance.adopted,
+        adoptedTasks: maintenance.adoptedTasks,
+      }),
+    );
+    r.equal('the moved tasks were dropped with their set after the window', outcome.moved_dropped, outcome.moved);
+    r.equal('no task left in the default partitions', Number(status.default_partition_tasks), 0);
     r.check(
       'surviving workers stopped with exit 0',
       exits.every((e) => e.code === 0),
