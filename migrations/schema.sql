@@ -7189,6 +7189,44 @@ $function$;
   -- queues.attach_history_partition(_table text, _lower bigint, _upper bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.cancel_autovacuum(_tables text[])
+ RETURNS integer
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _pid integer;
+  _cancelled integer := 0;
+begin
+  for _pid in
+    select distinct l.pid
+      from pg_locks l
+      join pg_stat_activity a on a.pid = l.pid
+      join pg_class c on c.oid = l.relation
+     where l.locktype = 'relation' and l.granted
+       and l.database = (select d.oid from pg_database d where d.datname = current_database())
+       -- An autovacuum worker runs as no role: its usesysid is null, and a role without
+       -- pg_read_all_stats sees its backend_type as null too (it is shown to those with it).
+       and a.usesysid is null and coalesce(a.backend_type, 'autovacuum worker') = 'autovacuum worker'
+       and c.relnamespace = 'queues'::regnamespace and c.relname = any (_tables)
+       and age(c.relfrozenxid) < current_setting('autovacuum_freeze_max_age')::bigint
+       and mxid_age(c.relminmxid) < current_setting('autovacuum_multixact_freeze_max_age')::bigint
+  loop
+    begin
+      if pg_cancel_backend(_pid) then
+        _cancelled := _cancelled + 1;
+      end if;
+    exception
+      when insufficient_privilege then
+        return _cancelled;
+    end;
+  end loop;
+  return _cancelled;
+end;
+$function$;
+  -- queues.cancel_autovacuum(_tables text[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.claim_tasks(_worker_id text, _limit integer DEFAULT NULL::integer, _task_types text[] DEFAULT NULL::text[], _lease_seconds integer DEFAULT NULL::integer, _max_leases integer DEFAULT NULL::integer)
  RETURNS TABLE(task_id bigint, task_type text, payload jsonb, priority integer, resource_key text, max_attempts integer, enqueued_at timestamp with time zone, scheduled_at timestamp with time zone, task_lease_id bigint, leased_at timestamp with time zone, expires_at timestamp with time zone, lease_count integer)
  LANGUAGE sql
@@ -8500,6 +8538,7 @@ declare
   _tries integer := 0;
   _last boolean;
   _last_until timestamptz;
+  _autovacuum_cancelled boolean := false;
 begin
   if _tables is null or _modes is null or cardinality(_tables) = 0 or cardinality(_tables) <> cardinality(_modes) then
     raise exception 'tables and modes must be non-empty arrays of the same length' using errcode = '22023';
@@ -8548,7 +8587,12 @@ begin
       return _tries;
     exception
       when lock_not_available then
-        null; -- the block's locks are given back with it
+        -- The block's locks are given back with it. An autovacuum in the way is cancelled
+        -- (once per call); the next try, a few ms later, finds the table free.
+        if not _autovacuum_cancelled then
+          _autovacuum_cancelled := true;
+          perform queues.cancel_autovacuum(_tables);
+        end if;
     end;
     exit when _last;
     perform pg_sleep((1 + random() * 3) / 1000.0);

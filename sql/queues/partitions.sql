@@ -12,6 +12,7 @@
 --
 --   queues.history_tables()                    the partitioned tables, parent first
 --   queues.lock_history_tables(t, m, ms)       a step's locks, between transactions; owner only
+--   queues.cancel_autovacuum(t)                cancels autovacuum of tables a step must lock; owner only
 --   queues.create_history_table(t, name)       a standalone table like t, to attach; owner only
 --   queues.attach_history_partition(t, lo, hi) one table's partition of a set, owner only
 --   queues.create_history_partition(lo, hi)    one set [lo, hi), owner only
@@ -82,6 +83,52 @@ as $$
   select _table || '_p' || _lower::text
 $$;
 
+-- Cancels the autovacuum workers that hold a lock on one of _tables (names in schema
+-- queues) in this database, as PostgreSQL itself does for a lock request that has waited
+-- deadlock_timeout (1 s): a maintenance step never waits that long (claims would queue
+-- behind it), so without this a long autovacuum of a default partition or of a set kept
+-- every step that must lock that table skipping until it ended. Autovacuum comes back
+-- later. An autovacuum that prevents wraparound (the table's age past
+-- autovacuum_freeze_max_age or autovacuum_multixact_freeze_max_age) is left alone, as
+-- PostgreSQL leaves it. Needs membership in pg_signal_autovacuum_worker (PostgreSQL 18;
+-- the owner gets it when the database users are provisioned, docs/operations.md);
+-- without it, nothing is cancelled. Returns how many were cancelled. Owner only.
+create or replace function queues.cancel_autovacuum(_tables text[])
+  returns integer
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _pid integer;
+  _cancelled integer := 0;
+begin
+  for _pid in
+    select distinct l.pid
+      from pg_locks l
+      join pg_stat_activity a on a.pid = l.pid
+      join pg_class c on c.oid = l.relation
+     where l.locktype = 'relation' and l.granted
+       and l.database = (select d.oid from pg_database d where d.datname = current_database())
+       -- An autovacuum worker runs as no role: its usesysid is null, and a role without
+       -- pg_read_all_stats sees its backend_type as null too (it is shown to those with it).
+       and a.usesysid is null and coalesce(a.backend_type, 'autovacuum worker') = 'autovacuum worker'
+       and c.relnamespace = 'queues'::regnamespace and c.relname = any (_tables)
+       and age(c.relfrozenxid) < current_setting('autovacuum_freeze_max_age')::bigint
+       and mxid_age(c.relminmxid) < current_setting('autovacuum_multixact_freeze_max_age')::bigint
+  loop
+    begin
+      if pg_cancel_backend(_pid) then
+        _cancelled := _cancelled + 1;
+      end if;
+    exception
+      when insufficient_privilege then
+        return _cancelled;
+    end;
+  end loop;
+  return _cancelled;
+end;
+$$;
+
 -- Takes the locks of one maintenance step, _modes[i] on queues._tables[i] (only the table
 -- named: a partitioned parent's partitions are not locked with it), in order, without
 -- waiting in a lock queue until its last try: each try asks for every lock with NOWAIT,
@@ -107,6 +154,7 @@ declare
   _tries integer := 0;
   _last boolean;
   _last_until timestamptz;
+  _autovacuum_cancelled boolean := false;
 begin
   if _tables is null or _modes is null or cardinality(_tables) = 0 or cardinality(_tables) <> cardinality(_modes) then
     raise exception 'tables and modes must be non-empty arrays of the same length' using errcode = '22023';
@@ -155,7 +203,12 @@ begin
       return _tries;
     exception
       when lock_not_available then
-        null; -- the block's locks are given back with it
+        -- The block's locks are given back with it. An autovacuum in the way is cancelled
+        -- (once per call); the next try, a few ms later, finds the table free.
+        if not _autovacuum_cancelled then
+          _autovacuum_cancelled := true;
+          perform queues.cancel_autovacuum(_tables);
+        end if;
     end;
     exit when _last;
     perform pg_sleep((1 + random() * 3) / 1000.0);
@@ -991,7 +1044,8 @@ revoke execute on function queues.maintain_history_at(timestamptz), queues.maint
   queues.history_set_bytes(bigint[]), queues.measure_history_sets(timestamptz),
   queues.history_walk(bigint), queues.create_history_partition(bigint, bigint),
   queues.attach_history_partition(text, bigint, bigint), queues.lock_history_tables(text[], text[], integer),
-  queues.adopt_history_range(bigint, bigint), queues.create_history_table(text, text)
+  queues.adopt_history_range(bigint, bigint), queues.create_history_table(text, text),
+  queues.cancel_autovacuum(text[])
   from public;
 grant execute on function queues.maintain_history(jsonb), queues.maintain_history_step(jsonb) to :DATABASE_WORKER;
 select internal.register_runnable_function('queues.maintain_history(jsonb)');

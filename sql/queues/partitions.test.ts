@@ -617,6 +617,105 @@ describe('partition maintenance', () => {
     }
   });
 
+  it('a step blocked by an autovacuum of a table it must lock cancels it; an owner without pg_signal_autovacuum_worker skips instead', async () => {
+    await maintain();
+    const root = await db.client('root');
+    const owner = (await db.query<{ name: string }>('select current_user as name')).rows[0].name;
+    const ownerRole = root.escapeIdentifier(owner);
+    // An autovacuum of task_default that lasts: dead rows on a few hundred pages, and a
+    // pause of 100 ms after every page.
+    await db.query(`alter table queues.task_default set (autovacuum_vacuum_threshold = 0,
+      autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_cost_delay = 100, autovacuum_vacuum_cost_limit = 1)`);
+    const far = '1000000000000000';
+    await db.query(
+      `insert into queues.task_default (task_id, task_type, payload) overriding system value
+       select g, 'db_function', '{"db_function": "internal.noop"}' from generate_series(${far}::bigint, ${far}::bigint + 29999) g`,
+    );
+    await db.query(`delete from queues.task_default where task_id >= ${far}::bigint`);
+    const vacuuming = async () =>
+      (
+        await root.query<{ pid: number }>(
+          `select pid from pg_stat_activity
+            where backend_type = 'autovacuum worker' and datname = current_database() and query ilike '%task_default%'`,
+        )
+      ).rows[0]?.pid;
+    const step = async () =>
+      (await db.query<{ r: Step }>('select queues.maintain_history_step_at(now()) as r')).rows[0].r;
+    /** Steps of the set being made until the one that attaches task's partition, the last (set_created). */
+    const stepToTask = async () => {
+      for (let i = 0; i < 20; i++) {
+        const r = await step();
+        if (r.action !== 'attached' || /^task_p\d+$/.test(r.table ?? '')) return r;
+      }
+      throw new Error('no step tried to attach a partition of task');
+    };
+    try {
+      let pid: number | undefined;
+      for (let i = 0; i < 450 && pid === undefined; i++) {
+        pid = await vacuuming();
+        if (pid === undefined) await new Promise((resolve) => setTimeout(resolve, 200));
+      }
+      expect(pid, 'autovacuum started on task_default').toBeDefined();
+      await db.query(`update queues.history_setting set lock_timeout_ms = 200, ${oneSetMoreAhead}`);
+
+      // Without the role: the step cannot cancel it, and is skipped.
+      await root.query(`revoke pg_signal_autovacuum_worker from ${ownerRole}`);
+      try {
+        expect(await stepToTask()).toMatchObject({
+          action: 'skipped',
+          step: expect.stringMatching(/^attach queues\.task_p\d+$/),
+          reason: expect.stringMatching(/^could not lock task, task_default in \d+ tries over 200 ms/),
+        });
+        expect(await vacuuming()).toBe(pid);
+      } finally {
+        await root.query(`grant pg_signal_autovacuum_worker to ${ownerRole}`);
+      }
+
+      // With it: the step cancels the autovacuum, takes its locks and attaches.
+      expect(await stepToTask()).toMatchObject({ action: 'set_created' });
+      const { rows: still } = await root.query(
+        `select 1 from pg_stat_activity where pid = $1 and query ilike '%task_default%'`,
+        [pid],
+      );
+      expect(still, 'the autovacuum of task_default was cancelled').toEqual([]);
+      // Only autovacuum is cancelled: a manual VACUUM of the same table holds the lock too,
+      // and the step is skipped.
+      await db.query('alter table queues.task_default set (autovacuum_enabled = false)');
+      const manual = await db.client('owner');
+      try {
+        await manual.query('set vacuum_cost_delay = 100; set vacuum_cost_limit = 1');
+        const running = manual.query('vacuum queues.task_default').catch(() => undefined);
+        for (let i = 0; i < 50; i++) {
+          const { rows } = await root.query(
+            `select 1 from pg_locks l join pg_stat_activity a using (pid)
+              where a.query = 'vacuum queues.task_default' and l.relation = 'queues.task_default'::regclass and l.granted`,
+          );
+          if (rows.length > 0) break;
+          await new Promise((resolve) => setTimeout(resolve, 20));
+        }
+        await db.query(`update queues.history_setting set ${oneSetMoreAhead}`);
+        expect(await stepToTask()).toMatchObject({
+          action: 'skipped',
+          step: expect.stringMatching(/^attach queues\.task_p\d+$/),
+        });
+        await root.query(
+          `select pg_cancel_backend(pid) from pg_stat_activity where query = 'vacuum queues.task_default'`,
+        );
+        await running;
+      } finally {
+        await manual.end();
+      }
+    } finally {
+      await db.query(`alter table queues.task_default reset (autovacuum_enabled, autovacuum_vacuum_threshold,
+        autovacuum_vacuum_scale_factor, autovacuum_vacuum_cost_delay, autovacuum_vacuum_cost_limit)`);
+      await db.query(`delete from queues.task_default where task_id >= ${far}::bigint`);
+      await db.query('vacuum queues.task_default');
+      await db.query(`update queues.history_setting set lock_timeout_ms = default, partitions_ahead = 2`);
+      await root.end();
+    }
+    await maintain();
+  });
+
   it("queues.adopt_history_range refuses bad bounds and is the owner's only, as are the other steps' functions", async () => {
     for (const sql of [
       'select queues.adopt_history_range(null, 10)',

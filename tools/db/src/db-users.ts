@@ -61,9 +61,26 @@ export async function ensureDbUsers(root: pg.Client, dbUsers: DbUserNames, passw
         await root.query(`alter role ${name} login password ${password}`);
       }
     }
+    await allowAutovacuumCancel(root, dbUsers.owner);
   } finally {
     await root.query('select pg_advisory_unlock(hashtext($1))', ['queue-roles']);
   }
+}
+
+/**
+ * Lets the owner cancel autovacuum workers (pg_signal_autovacuum_worker, PostgreSQL 18):
+ * history maintenance cancels an autovacuum that holds a table it must lock
+ * (queues.cancel_autovacuum), as PostgreSQL does for a lock that waited deadlock_timeout.
+ * Only a superuser, or a role that may grant that role, can give it; otherwise (or before
+ * PostgreSQL 18) the owner goes without, and maintenance waits for autovacuum to end.
+ */
+async function allowAutovacuumCancel(root: pg.Client, owner: string): Promise<void> {
+  const { rows } = await root.query<{ may: boolean }>(
+    `select exists (select 1 from pg_roles where rolname = 'pg_signal_autovacuum_worker')
+            and ((select rolsuper from pg_roles where rolname = current_user)
+                 or pg_has_role(current_user, 'pg_signal_autovacuum_worker', 'usage with admin option')) as may`,
+  );
+  if (rows[0]?.may) await root.query(`grant pg_signal_autovacuum_worker to ${root.escapeIdentifier(owner)}`);
 }
 
 /**
