@@ -8010,6 +8010,9 @@ CREATE OR REPLACE FUNCTION queues.extend_leases_at(_now timestamp with time zone
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
+declare
+  _locked bigint[];
+  _other bigint[] := '{}';
 begin
   perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
   perform queues.lock_resource_keys(_task_ids);
@@ -8017,10 +8020,16 @@ begin
     raise exception 'lease_seconds must be between 1 and 86400, got %',
       coalesce(_lease_seconds::text, 'null') using errcode = '22023';
   end if;
-  -- The rows first, in task_id order, as complete_tasks locks them (a primary-key probe of
-  -- `= any`): a heartbeat and a completion batch that share tasks then wait for each other
-  -- instead of deadlocking.
-  perform 1 from queues.task_pending p where p.task_id = any (_task_ids) order by p.task_id for no key update;
+  -- The rows first (a primary-key probe of `= any`), skipping those another transaction
+  -- holds. A heartbeat that waited for a row held the rows it had already locked
+  -- meanwhile, so a completion batch in flight made it wait, and the completions of its
+  -- other tasks waited for it in turn (up to 3 s in a soak: RELIABILITY.md, scenario 10).
+  _locked := array(select p.task_id from queues.task_pending p
+                    where p.task_id = any (_task_ids) order by p.task_id for no key update skip locked);
+  -- The others: rows held elsewhere, and tasks no longer pending (normally none).
+  if cardinality(_locked) < cardinality(_task_ids) then
+    _other := array(select i.id from unnest(_task_ids) i(id) except select l.id from unnest(_locked) l(id));
+  end if;
 
   -- The rows by primary key from the array of ids, each row's lease looked up in a map of
   -- the input: no join of the input to task_pending, whose plan would follow
@@ -8031,7 +8040,7 @@ begin
        set available_at = _now + make_interval(secs => _lease_seconds)
       from (select jsonb_object_agg(i.task_id::text, i.task_lease_id) as leases
               from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)) m
-     where p.task_id = any (_task_ids)
+     where p.task_id = any (_locked)
        and p.current_lease_id = (m.leases ->> p.task_id::text)::bigint
        -- A keyed task extends only while it holds its key: once an expired lease's key
        -- went to another task (which may hold it still, or have completed), the lease
@@ -8040,6 +8049,19 @@ begin
             or exists (select 1 from queues.resource_lease r
                         where r.resource_key = p.resource_key and r.task_id = p.task_id))
     returning p.task_id, p.current_lease_id, p.available_at, p.resource_key
+  ),
+  -- The rows another transaction holds, as last committed: a lease still current there
+  -- (with its key, for a keyed task) is still held.
+  left_as_is as (
+    select p.task_id, p.current_lease_id, p.available_at
+      from queues.task_pending p,
+           (select jsonb_object_agg(i.task_id::text, i.task_lease_id) as leases
+              from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)) m
+     where p.task_id = any (_other)
+       and p.current_lease_id = (m.leases ->> p.task_id::text)::bigint
+       and (p.resource_key is null
+            or exists (select 1 from queues.resource_lease r
+                        where r.resource_key = p.resource_key and r.task_id = p.task_id))
   ),
   recorded as (
     insert into queues.task_lease_extension (task_id, task_lease_id, extended_at, expires_at)
@@ -8051,7 +8073,9 @@ begin
       from extended e
      where e.resource_key is not null and r.resource_key = e.resource_key and r.task_id = e.task_id
   )
-  select e.task_id, e.current_lease_id, e.available_at from extended e;
+  select e.task_id, e.current_lease_id, e.available_at from extended e
+  union all
+  select l.task_id, l.current_lease_id, l.available_at from left_as_is l;
 end;
 $function$;
   -- queues.extend_leases_at(_now timestamp with time zone, _task_ids bigint[], _task_lease_ids bigint[], _lease_seconds integer): owner :DATABASE_OWNER

@@ -50,7 +50,10 @@ $$;
 
 -- Extends each given lease that is still its task's current lease to _now + _lease_seconds
 -- and appends a queues.task_lease_extension fact. Parallel arrays of task and lease ids.
--- Returns the leases extended; a lease missing from the result was lost (the task was
+-- Never waits for a task's row: a lease whose row another transaction holds (a completion
+-- of that task in flight, usually) is left as it is, its expiry unchanged, and returned
+-- as still held; the next heartbeat extends it if it still is. Returns the leases still
+-- held, extended or left; a lease missing from the result was lost (the task was
 -- re-claimed after an expiry, or completed, or its resource key went to another task).
 create or replace function queues.extend_leases_at(
   _now            timestamptz,
@@ -64,6 +67,9 @@ create or replace function queues.extend_leases_at(
   set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
+declare
+  _locked bigint[];
+  _other bigint[] := '{}';
 begin
   perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
   perform queues.lock_resource_keys(_task_ids);
@@ -71,10 +77,16 @@ begin
     raise exception 'lease_seconds must be between 1 and 86400, got %',
       coalesce(_lease_seconds::text, 'null') using errcode = '22023';
   end if;
-  -- The rows first, in task_id order, as complete_tasks locks them (a primary-key probe of
-  -- `= any`): a heartbeat and a completion batch that share tasks then wait for each other
-  -- instead of deadlocking.
-  perform 1 from queues.task_pending p where p.task_id = any (_task_ids) order by p.task_id for no key update;
+  -- The rows first (a primary-key probe of `= any`), skipping those another transaction
+  -- holds. A heartbeat that waited for a row held the rows it had already locked
+  -- meanwhile, so a completion batch in flight made it wait, and the completions of its
+  -- other tasks waited for it in turn (up to 3 s in a soak: RELIABILITY.md, scenario 10).
+  _locked := array(select p.task_id from queues.task_pending p
+                    where p.task_id = any (_task_ids) order by p.task_id for no key update skip locked);
+  -- The others: rows held elsewhere, and tasks no longer pending (normally none).
+  if cardinality(_locked) < cardinality(_task_ids) then
+    _other := array(select i.id from unnest(_task_ids) i(id) except select l.id from unnest(_locked) l(id));
+  end if;
 
   -- The rows by primary key from the array of ids, each row's lease looked up in a map of
   -- the input: no join of the input to task_pending, whose plan would follow
@@ -85,7 +97,7 @@ begin
        set available_at = _now + make_interval(secs => _lease_seconds)
       from (select jsonb_object_agg(i.task_id::text, i.task_lease_id) as leases
               from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)) m
-     where p.task_id = any (_task_ids)
+     where p.task_id = any (_locked)
        and p.current_lease_id = (m.leases ->> p.task_id::text)::bigint
        -- A keyed task extends only while it holds its key: once an expired lease's key
        -- went to another task (which may hold it still, or have completed), the lease
@@ -94,6 +106,19 @@ begin
             or exists (select 1 from queues.resource_lease r
                         where r.resource_key = p.resource_key and r.task_id = p.task_id))
     returning p.task_id, p.current_lease_id, p.available_at, p.resource_key
+  ),
+  -- The rows another transaction holds, as last committed: a lease still current there
+  -- (with its key, for a keyed task) is still held.
+  left_as_is as (
+    select p.task_id, p.current_lease_id, p.available_at
+      from queues.task_pending p,
+           (select jsonb_object_agg(i.task_id::text, i.task_lease_id) as leases
+              from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)) m
+     where p.task_id = any (_other)
+       and p.current_lease_id = (m.leases ->> p.task_id::text)::bigint
+       and (p.resource_key is null
+            or exists (select 1 from queues.resource_lease r
+                        where r.resource_key = p.resource_key and r.task_id = p.task_id))
   ),
   recorded as (
     insert into queues.task_lease_extension (task_id, task_lease_id, extended_at, expires_at)
@@ -105,7 +130,9 @@ begin
       from extended e
      where e.resource_key is not null and r.resource_key = e.resource_key and r.task_id = e.task_id
   )
-  select e.task_id, e.current_lease_id, e.available_at from extended e;
+  select e.task_id, e.current_lease_id, e.available_at from extended e
+  union all
+  select l.task_id, l.current_lease_id, l.available_at from left_as_is l;
 end;
 $$;
 

@@ -83,6 +83,51 @@ describe('heartbeats', () => {
     expect(rows).toEqual([]);
   });
 
+  it('a heartbeat never waits for a row: a lease whose completion is in flight is returned unchanged, the others extended', async () => {
+    await enqueue();
+    await enqueue();
+    const leases = await claimAt(0, 'beating');
+    expect(leases).toHaveLength(2);
+    const [completing, other] = leases as [Lease, Lease];
+    const completer = await db.client('worker');
+    const heart = await db.client('worker');
+    const beat = (which: Lease[]) =>
+      heart.query<{ task_id: string; seconds: number }>(
+        `select task_id, round(extract(epoch from expires_at - now()))::int as seconds
+           from queues.extend_leases($1::bigint[], $2::bigint[], 600) order by task_id`,
+        [which.map((l) => l.task_id), which.map((l) => l.task_lease_id)],
+      );
+    try {
+      // The completion holds its row until it commits; a heartbeat that waited for it
+      // would hit this lock_timeout.
+      await heart.query(`set lock_timeout = '200ms'`);
+      await completer.query('begin');
+      const { rows: done } = await completer.query(
+        'select result from queues.complete_tasks(array[$1]::bigint[], array[$2]::bigint[])',
+        [completing.task_id, completing.task_lease_id],
+      );
+      expect(done).toEqual([{ result: 'completed' }]);
+      const held = await beat(leases);
+      expect(held.rows.map((r) => r.task_id)).toEqual([completing.task_id, other.task_id].sort());
+      const seconds = Object.fromEntries(held.rows.map((r) => [r.task_id, r.seconds]));
+      // Left as claimed (a 60-second lease), and extended to 600 s.
+      expect(seconds[completing.task_id]).toBeLessThanOrEqual(60);
+      expect(seconds[other.task_id]).toBeGreaterThan(590);
+      await completer.query('commit');
+      // Once the completion committed, its lease is gone: the next heartbeat says so.
+      expect((await beat(leases)).rows.map((r) => r.task_id)).toEqual([other.task_id]);
+      const { rows: facts } = await db.query(
+        'select task_id, count(*)::int as n from queues.task_lease_extension where task_id = any($1::bigint[]) group by 1',
+        [leases.map((l) => l.task_id)],
+      );
+      expect(facts).toEqual([{ task_id: other.task_id, n: 2 }]);
+    } finally {
+      await completer.query('rollback').catch(() => undefined);
+      await completer.end();
+      await heart.end();
+    }
+  });
+
   it('rejects mismatched or oversized arguments', async () => {
     const worker = db.pool('worker');
     await expect(worker.query(`select * from queues.extend_leases('{1,2}', '{1}')`)).rejects.toMatchObject({
