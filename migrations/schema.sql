@@ -8035,11 +8035,14 @@ begin
   -- the input: no join of the input to task_pending, whose plan would follow
   -- task_pending's statistics (see queues.claim_tasks_at's moved).
   return query
-  with extended as (
+  with m as (
+    select jsonb_object_agg(i.task_id::text, i.task_lease_id) as leases
+      from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)
+  ),
+  extended as (
     update queues.task_pending p
        set available_at = _now + make_interval(secs => _lease_seconds)
-      from (select jsonb_object_agg(i.task_id::text, i.task_lease_id) as leases
-              from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)) m
+      from m
      where p.task_id = any (_locked)
        and p.current_lease_id = (m.leases ->> p.task_id::text)::bigint
        -- A keyed task extends only while it holds its key: once an expired lease's key
@@ -8054,9 +8057,7 @@ begin
   -- (with its key, for a keyed task) is still held.
   left_as_is as (
     select p.task_id, p.current_lease_id, p.available_at
-      from queues.task_pending p,
-           (select jsonb_object_agg(i.task_id::text, i.task_lease_id) as leases
-              from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)) m
+      from queues.task_pending p, m
      where p.task_id = any (_other)
        and p.current_lease_id = (m.leases ->> p.task_id::text)::bigint
        and (p.resource_key is null
