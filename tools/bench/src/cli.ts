@@ -2,6 +2,8 @@
 /**
  * npm run bench [-- --quick] [--trials N] [--systems ours,graphile-worker,pg-boss]
  *                [--workloads drain,latency,...] [--out FILE] [--json FILE] [--no-write]
+ * npm run bench -- --render   (BENCHMARKS.md again from the last run's JSON, after an edit of
+ *                              tools/bench/where-time-goes.md; runs nothing)
  *
  * Starts one embedded PostgreSQL (default settings, durability on, autovacuum_naptime 10s) in
  * .data/bench-<pid>, migrates a template database of our schema, runs the workloads (see harness.ts), writes
@@ -24,6 +26,7 @@ interface Args {
   out: string;
   json: string;
   write: boolean;
+  render: boolean;
 }
 
 function parseArgs(argv: string[]): Args {
@@ -34,6 +37,7 @@ function parseArgs(argv: string[]): Args {
     out: join(repoRoot(), 'BENCHMARKS.md'),
     json: join(repoRoot(), 'tools', 'bench', 'results', 'last-run.json'),
     write: true,
+    render: false,
   };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
@@ -49,11 +53,12 @@ function parseArgs(argv: string[]): Args {
     else if (arg === '--out') args.out = value();
     else if (arg === '--json') args.json = value();
     else if (arg === '--no-write') args.write = false;
+    else if (arg === '--render') args.render = true;
     else if (arg === '--help' || arg === '-h') {
       process.stdout.write(
         readFileSync(new URL(import.meta.url), 'utf8')
           .split('\n')
-          .slice(1, 9)
+          .slice(1, 11)
           .join('\n') + '\n',
       );
       process.exit(0);
@@ -132,9 +137,20 @@ function packageVersion(name: string): string {
   }
 }
 
+/** The report again from the JSON of a run (its times revived as dates), nothing run. */
+function render(args: Args, log: (line: string) => void): number {
+  const { info, results } = JSON.parse(readFileSync(args.json, 'utf8'), (key, value: unknown) =>
+    /At$/.test(key) && typeof value === 'string' ? new Date(value) : value,
+  ) as { info: RunInfo; results: Parameters<typeof renderReport>[0] };
+  writeFileSync(args.out, renderReport(results, info));
+  log(`wrote ${args.out} from ${args.json}`);
+  return 0;
+}
+
 async function main(): Promise<number> {
   const args = parseArgs(process.argv.slice(2));
   const log = (line: string) => process.stderr.write(`${line}\n`);
+  if (args.render) return render(args, log);
   const base = benchOptions(args.quick, log);
   const options: BenchOptions = {
     ...base,
