@@ -76,9 +76,11 @@ export async function ensureDbUsers(root: pg.Client, dbUsers: DbUserNames, passw
  */
 async function allowAutovacuumCancel(root: pg.Client, owner: string): Promise<void> {
   const { rows } = await root.query<{ may: boolean }>(
-    `select exists (select 1 from pg_roles where rolname = 'pg_signal_autovacuum_worker')
-            and ((select rolsuper from pg_roles where rolname = current_user)
-                 or pg_has_role(current_user, 'pg_signal_autovacuum_worker', 'usage with admin option')) as may`,
+    // A CASE, so that pg_has_role is never asked about a role that does not exist.
+    `select case when exists (select 1 from pg_roles where rolname = 'pg_signal_autovacuum_worker')
+                 then (select rolsuper from pg_roles where rolname = current_user)
+                      or pg_has_role(current_user, 'pg_signal_autovacuum_worker', 'usage with admin option')
+                 else false end as may`,
   );
   if (rows[0]?.may) await root.query(`grant pg_signal_autovacuum_worker to ${root.escapeIdentifier(owner)}`);
 }
