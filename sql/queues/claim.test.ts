@@ -605,7 +605,10 @@ describe('history', () => {
                 Number(n['Actual Loops'] ?? 1),
             0,
           );
-      expect(plans.some((p) => p.query.includes('task_completed')), 'the ended leases were looked up').toBe(true);
+      expect(
+        plans.some((p) => p.query.includes('task_completed')),
+        'the ended leases were looked up',
+      ).toBe(true);
       expect(read('task_completed'), 'task_completed rows read for 10 marks').toBeLessThanOrEqual(10);
     } finally {
       await root.end();
