@@ -4,10 +4,8 @@
 // pg_locks every 10 ms for the worker's backends waiting on a lock. Prints the rate and, per
 // statement kind, the samples that found one waiting and the longest wait seen.
 //   node tools/bench/probes/heartbeat-waits.mjs [tasks=40000] [concurrency=10] [prefetch=500]
-import pg from 'pg';
-import { openServer, provisionDatabase } from '@org/db-tools';
-import { enqueueMany } from '@org/queue-client';
-import { createLogger, ProcessorRegistry, Worker } from '@org/worker';
+import { openServer } from '@org/db-tools';
+import { enqueueBacklog, noopWorker, probeDatabase } from './drain-fixture.mjs';
 
 const TASKS = Number(process.argv[2] ?? 40000);
 const CONCURRENCY = Number(process.argv[3] ?? 10);
@@ -15,42 +13,13 @@ const PREFETCH = Number(process.argv[4] ?? 500);
 const HEARTBEAT_MS = Number(process.env.HEARTBEAT_MS ?? 100);
 const server = await openServer({ name: `bench-heartbeat-${process.pid}` });
 try {
-  const urls = await provisionDatabase(server, 'probe', { fresh: true, quiet: true, current: true });
-  const rootUrl = new URL(server.rootUrl);
-  rootUrl.pathname = '/probe';
-  const root = new pg.Client({ connectionString: rootUrl.toString() });
-  await root.connect();
-  await root.query(`insert into queues.task_type (task_type) values ('bench') on conflict do nothing`);
-  const app = new pg.Pool({ connectionString: urls.app, max: 2 });
-  for (let s = 0; s < TASKS; s += 1000)
-    await enqueueMany(
-      app,
-      Array.from({ length: Math.min(1000, TASKS - s) }, (_, i) => ({ taskType: 'bench', payload: { n: s + i } })),
-    );
-  await root.query('vacuum analyze');
-  let handled = 0;
-  let finished;
-  const allDone = new Promise((resolve) => (finished = resolve));
-  const registry = new ProcessorRegistry().register('bench', {
-    name: 'noop',
-    async process() {
-      if (++handled === TASKS) finished();
-      return { outcome: 'succeeded' };
-    },
-  });
-  const worker = new Worker({
-    databaseUrl: urls.worker,
-    roles: ['bench'],
-    workerId: 'probe',
+  const { urls, root } = await probeDatabase(server);
+  await enqueueBacklog(urls, root, TASKS);
+  const { worker, allDone } = noopWorker(urls, {
+    tasks: TASKS,
     concurrency: CONCURRENCY,
     prefetch: PREFETCH,
-    pollIntervalMs: 2000,
     heartbeatIntervalMs: HEARTBEAT_MS,
-    leaseSeconds: 300,
-    maxLeases: 5,
-    shutdownGraceMs: 25_000,
-    registry,
-    logger: createLogger('warn', process.stderr),
   });
   const waits = new Map(); // kind -> { samples, longestMs }
   let sampling = true;
@@ -90,7 +59,6 @@ try {
     const w = waits.get(kind) ?? { samples: 0, longestMs: 0 };
     console.log(`${kind}: ${w.samples} samples waiting on a lock, longest ${w.longestMs.toFixed(1)} ms`);
   }
-  await app.end();
   await root.end();
 } finally {
   await server.stop({ destroy: true });

@@ -5,12 +5,9 @@
 // HISTORY=<n> first writes n completed tasks into the history partitions (as workload 12
 // does), to see what a history and its number of partition sets cost per statement.
 import { readdirSync, readFileSync } from 'node:fs';
-import pg from 'pg';
-import { provisionDatabase } from '@org/db-tools';
 import { openStatementsServer } from './statements-server.mjs';
-import { enqueueMany } from '@org/queue-client';
+import { enqueueBacklog, noopWorker, probeDatabase } from './drain-fixture.mjs';
 import { fillHistory } from '../dist/history-scale.js';
-import { createLogger, ProcessorRegistry, Worker } from '@org/worker';
 
 const TASKS = Number(process.argv[2] ?? 20000);
 const CONCURRENCY = Number(process.argv[3] ?? 10);
@@ -34,50 +31,16 @@ function postgresCpuMicros() {
 }
 const server = await openStatementsServer(name);
 try {
-  const urls = await provisionDatabase(server, 'probe', { fresh: true, quiet: true, current: true });
-  const rootUrl = new URL(server.rootUrl);
-  rootUrl.pathname = '/probe';
-  const root = new pg.Pool({ connectionString: rootUrl.toString(), max: 1 });
-  root.on('error', () => {}); // the server's stop at the end
+  const { urls, root } = await probeDatabase(server);
   await root.query('create extension if not exists pg_stat_statements');
-  await root.query(`insert into queues.task_type (task_type) values ('bench') on conflict do nothing`);
   const history = Number(process.env.HISTORY ?? 0);
   if (process.env.SET_SIZE)
     await root.query('update queues.history_setting set partition_size = $1', [process.env.SET_SIZE]);
   if (history > 0) await fillHistory(urls.owner, history, (line) => console.log(line));
   const { rows: from } = await root.query('select coalesce(max(task_id), 0) as id from queues.task');
-  const app = new pg.Pool({ connectionString: urls.app, max: 2 });
-  for (let s = 0; s < TASKS; s += 1000)
-    await enqueueMany(
-      app,
-      Array.from({ length: Math.min(1000, TASKS - s) }, (_, i) => ({ taskType: 'bench', payload: { n: s + i } })),
-    );
-  await root.query('vacuum analyze');
+  await enqueueBacklog(urls, root, TASKS);
   await root.query('select pg_stat_statements_reset()');
-  let handled = 0;
-  let finished;
-  const allDone = new Promise((resolve) => (finished = resolve));
-  const registry = new ProcessorRegistry().register('bench', {
-    name: 'noop',
-    async process() {
-      if (++handled === TASKS) finished();
-      return { outcome: 'succeeded' };
-    },
-  });
-  const worker = new Worker({
-    databaseUrl: urls.worker,
-    roles: ['bench'],
-    workerId: 'probe',
-    concurrency: CONCURRENCY,
-    prefetch: PREFETCH,
-    pollIntervalMs: 2000,
-    heartbeatIntervalMs: 30_000,
-    leaseSeconds: 300,
-    maxLeases: 5,
-    shutdownGraceMs: 25_000,
-    registry,
-    logger: createLogger('warn', process.stderr),
-  });
+  const { worker, allDone } = noopWorker(urls, { tasks: TASKS, concurrency: CONCURRENCY, prefetch: PREFETCH });
   const cpu0 = process.cpuUsage();
   const server0 = postgresCpuMicros();
   const t = performance.now();
@@ -111,7 +74,6 @@ try {
     [TASKS],
   );
   console.table(rows);
-  await app.end();
   await root.end();
 } finally {
   await server.stop({ destroy: true });

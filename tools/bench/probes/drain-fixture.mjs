@@ -1,0 +1,61 @@
+// What the drain probes share: a database with the 'bench' task type, a backlog of its
+// tasks, and the real Worker draining them with a no-op processor (README defaults).
+import pg from 'pg';
+import { provisionDatabase } from '@org/db-tools';
+import { enqueueMany } from '@org/queue-client';
+import { createLogger, ProcessorRegistry, Worker } from '@org/worker';
+
+/** The database `probe` on `server`, migrated, and a superuser pool on it (one connection). */
+export async function probeDatabase(server) {
+  const urls = await provisionDatabase(server, 'probe', { fresh: true, quiet: true, current: true });
+  const rootUrl = new URL(server.rootUrl);
+  rootUrl.pathname = '/probe';
+  const root = new pg.Pool({ connectionString: rootUrl.toString(), max: 1 });
+  root.on('error', () => {}); // the server's stop at the end
+  await root.query(`insert into queues.task_type (task_type) values ('bench') on conflict do nothing`);
+  return { urls, root };
+}
+
+/** Enqueues `tasks` bench tasks as the app, 1,000 per call, then vacuums and analyzes. */
+export async function enqueueBacklog(urls, root, tasks) {
+  const app = new pg.Pool({ connectionString: urls.app, max: 2 });
+  try {
+    for (let s = 0; s < tasks; s += 1000)
+      await enqueueMany(
+        app,
+        Array.from({ length: Math.min(1000, tasks - s) }, (_, i) => ({ taskType: 'bench', payload: { n: s + i } })),
+      );
+  } finally {
+    await app.end();
+  }
+  await root.query('vacuum analyze');
+}
+
+/** A Worker of the bench tasks with a no-op processor; `allDone` resolves once it ran `tasks`. */
+export function noopWorker(urls, { tasks, concurrency, prefetch, heartbeatIntervalMs = 30_000 }) {
+  let handled = 0;
+  let finished;
+  const allDone = new Promise((resolve) => (finished = resolve));
+  const registry = new ProcessorRegistry().register('bench', {
+    name: 'noop',
+    async process() {
+      if (++handled === tasks) finished();
+      return { outcome: 'succeeded' };
+    },
+  });
+  const worker = new Worker({
+    databaseUrl: urls.worker,
+    roles: ['bench'],
+    workerId: 'probe',
+    concurrency,
+    prefetch,
+    pollIntervalMs: 2000,
+    heartbeatIntervalMs,
+    leaseSeconds: 300,
+    maxLeases: 5,
+    shutdownGraceMs: 25_000,
+    registry,
+    logger: createLogger('warn', process.stderr),
+  });
+  return { worker, allDone };
+}
