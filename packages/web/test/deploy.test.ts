@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { API_SETTINGS } from '../src/config.js';
-import { SETTINGS as WORKER_SETTINGS } from '@org/worker';
+import { SETTINGS as WORKER_SETTINGS } from '@org/worker/command';
 import { PROVIDER_ENV_VARS } from '@org/providers';
 import { MENU_PLATFORM_ENV_VARS } from '@org/menu-sync';
 

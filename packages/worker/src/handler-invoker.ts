@@ -2,8 +2,9 @@
  * Calls a task's handlers (before_handler, success_handler, error_handler) through
  * internal.run_function and normalises what they return with the envelope schema.
  */
-import { parseEnvelope, type Envelope } from '@org/handler-types';
+import type { Envelope } from '@org/handler-types';
 import { runFunction, type JsonObject, type Queryable } from '@org/queue-client';
+import { handlerTypes } from './handler-types.js';
 import { traceStep } from './tracing.js';
 
 export type HandlerResult = { ok: true; envelope: Envelope } | { ok: false; error: string };
@@ -19,6 +20,7 @@ export class HandlerInvoker {
     const result = await traceStep('queue.handler', { 'queue.handler.name': name }, () =>
       runFunction(this.db, name, body),
     );
+    const { parseEnvelope } = await handlerTypes();
     const parsed = parseEnvelope(result);
     return parsed.ok ? { ok: true, envelope: parsed.envelope } : { ok: false, error: `${name}: ${parsed.error}` };
   }

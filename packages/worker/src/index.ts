@@ -1,5 +1,6 @@
-// @org/worker: the thin typed executor. Embed it (new Worker({...})) or run its CLI.
-export { loadConfig, helpText, ConfigError, SETTINGS, WORKER_CONFIG, type WorkerConfig } from './config.js';
+// @org/worker: the thin typed executor. Embed it (new Worker({...})) or run its CLI; the
+// command line's settings, main and built-in registry are '@org/worker/command'.
+export type { WorkerConfig } from './config.js';
 export { createLogger, type Logger } from './logger.js';
 export {
   WorkerMetrics,
@@ -23,7 +24,5 @@ export {
 } from './error-class.js';
 export { Completer, type Settled } from './completer.js';
 export { StartRecorder, type StartRecord } from './start-recorder.js';
-export { defaultRegistry } from './registry.js';
 export { DEFAULT_PREFETCH, DEFAULT_STATEMENT_TIMEOUT_MS, Worker, type WorkerOptions } from './worker.js';
-export { runWorkerCli, runWorkerMain, type WorkerMainOptions } from './main.js';
 export { ProcessPool, type ProcessPoolOptions } from './process-pool.js';

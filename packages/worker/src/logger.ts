@@ -1,4 +1,7 @@
-import { createLogger as createSharedLogger, maskUrl, type LogFormat, type Logger } from '@org/config';
+// The logger alone (pino), not the settings parser of @org/config's root (zod): a process
+// that embeds the worker loads only what it runs.
+import type { LogFormat } from '@org/config';
+import { createLogger as createSharedLogger, maskUrl, type Logger } from '@org/config/logger';
 
 export type { Logger };
 export { maskUrl };

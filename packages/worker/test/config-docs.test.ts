@@ -3,7 +3,7 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { expect, it } from 'vitest';
-import { helpText, WORKER_CONFIG } from '@org/worker';
+import { helpText, WORKER_CONFIG } from '@org/worker/command';
 
 const readme = readFileSync(fileURLToPath(new URL('../../../README.md', import.meta.url)), 'utf8');
 

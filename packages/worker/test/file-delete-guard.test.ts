@@ -11,7 +11,8 @@ import {
   createLocalSmsOutboxProvider,
   createLocalStorageDeleteProvider,
 } from '@org/providers';
-import { createLogger, defaultRegistry, Worker } from '../src/index.js';
+import { defaultRegistry } from '../src/command.js';
+import { createLogger, Worker } from '../src/index.js';
 import { enqueue, eventually, factsOf } from './support/fixtures.js';
 
 let db: TestDatabase;

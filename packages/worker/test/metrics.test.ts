@@ -97,4 +97,48 @@ describe('WorkerMetrics', () => {
     expect(enabled).toBe(true);
     expect(after).toEqual(['prom-client', 'pino-pretty', '@opentelemetry/api']);
   });
+
+  it('importing the worker loads neither zod nor the menu platform; the first db_function task loads zod', () => {
+    // ES modules are not in require's cache: a loader hook posts every module's URL.
+    const hooks = `export async function initialize({ port }) { globalThis.port = port; }
+      export async function load(url, context, next) { globalThis.port.postMessage(url); return next(url, context); }`;
+    const snippet = `
+      import { register } from 'node:module';
+      import { MessageChannel } from 'node:worker_threads';
+      const { port1, port2 } = new MessageChannel();
+      const urls = [];
+      port1.on('message', (url) => urls.push(url));
+      port1.unref();
+      register('data:text/javascript,' + encodeURIComponent(${JSON.stringify(hooks)}),
+        { data: { port: port2 }, transferList: [port2] });
+      const settle = () => new Promise((resolve) => setTimeout(resolve, 50));
+      const loaded = () => ['/node_modules/zod/', '/menu-sync/', '/config/dist/settings.js', '/handler-types/']
+        .filter((part) => urls.some((url) => url.includes(part)));
+      const w = await import('@org/worker');
+      new w.Worker({ databaseUrl: 'postgres://nobody@127.0.0.1:1/none', roles: ['db_function'], workerId: 'w',
+        concurrency: 1, pollIntervalMs: 1000, heartbeatIntervalMs: 1000, leaseSeconds: 30, maxLeases: 5,
+        shutdownGraceMs: 0, registry: new w.ProcessorRegistry().register('db_function', w.dbFunctionProcessor()),
+        logger: w.createLogger('info', undefined, 'json') });
+      await settle();
+      const before = loaded();
+      const step = await w.dbFunctionStep({ payload: { db_function: 'internal.noop' } });
+      const invalid = await w.dbFunctionStep({ payload: { db_function: 42 } });
+      await settle();
+      console.log(JSON.stringify({ before, step, invalid: invalid.outcome, after: loaded() }));
+    `;
+    const out = execFileSync(process.execPath, ['--input-type=module', '-e', snippet], {
+      cwd: fileURLToPath(new URL('..', import.meta.url)),
+      encoding: 'utf8',
+    });
+    const { before, step, invalid, after } = JSON.parse(out) as {
+      before: string[];
+      step: unknown;
+      invalid: string;
+      after: string[];
+    };
+    expect(before).toEqual([]);
+    expect(step).toEqual({ outcome: 'succeeded', step: { functionName: 'internal.noop' } });
+    expect(invalid).toBe('failed');
+    expect(after).toEqual(['/node_modules/zod/', '/handler-types/']);
+  });
 });

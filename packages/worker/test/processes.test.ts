@@ -14,7 +14,8 @@ import {
   type FakeResend,
   type FakeTwilio,
 } from '@org/providers/testing';
-import { createLogger, defaultRegistry, Worker } from '../src/index.js';
+import { defaultRegistry } from '../src/command.js';
+import { createLogger, Worker } from '../src/index.js';
 import { eventually } from './support/fixtures.js';
 
 let db: TestDatabase;

@@ -11,7 +11,8 @@
  */
 import { providersFromEnv } from '@org/providers';
 import { runFunction } from '@org/queue-client';
-import { defaultRegistry, runWorkerCli, type Logger } from '@org/worker';
+import type { Logger } from '@org/worker';
+import { defaultRegistry, runWorkerCli } from '@org/worker/command';
 
 const registry = (logger: Logger) =>
   defaultRegistry(providersFromEnv(process.env, logger))

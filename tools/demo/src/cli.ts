@@ -8,7 +8,8 @@ import { dirname, join } from 'node:path';
 import pg from 'pg';
 import { dataRoot, openDevServer } from '@org/db-tools';
 import { providersFromEnv } from '@org/providers';
-import { createLogger, defaultRegistry, Worker } from '@org/worker';
+import { createLogger, Worker } from '@org/worker';
+import { defaultRegistry } from '@org/worker/command';
 import { runMenuChainDemo } from './menu-chain.js';
 
 interface Process {

@@ -6,7 +6,8 @@
 import pg from 'pg';
 import { enableLocalSchedules, type DatabaseUrls } from '@org/db-tools';
 import { createHttpMenuPlatform, MENU_ROLES, startFakeMenuPlatform } from '@org/menu-sync';
-import { createLogger, defaultRegistry, Worker } from '@org/worker';
+import { createLogger, Worker } from '@org/worker';
+import { defaultRegistry } from '@org/worker/command';
 import { providersFromEnv } from '@org/providers';
 
 const say = (line: string) => process.stdout.write(`${line}\n`);

@@ -27,16 +27,17 @@
  * committed stays committed even if the completion is refused, so such a function must
  * be safe to run again, and twice at once.
  */
-import { dbFunctionPayload, parseEnvelope } from '@org/handler-types';
 import { runFunction, type JsonObject } from '@org/queue-client';
 import type { Processor, TaskContext, TaskOutcome } from '../processor.js';
+import { handlerTypes } from '../handler-types.js';
 import { traceStep } from '../tracing.js';
 
 /** The most calls of a repeated function per task. */
 export const MAX_REPEAT_CALLS = 1000;
 
 /** The outcome of a db_function step, or the reason it is not runnable. */
-export function dbFunctionStep(task: TaskContext['task']): TaskOutcome {
+export async function dbFunctionStep(task: TaskContext['task']): Promise<TaskOutcome> {
+  const { dbFunctionPayload } = await handlerTypes();
   const payload = dbFunctionPayload.safeParse(task.payload);
   if (!payload.success) {
     const problem = payload.error.issues.map((i) => `${i.path.join('.') || 'payload'}: ${i.message}`).join('; ');
@@ -54,6 +55,7 @@ async function repeatCalls(
   functionName: string,
   payload: JsonObject,
 ): Promise<TaskOutcome> {
+  const { parseEnvelope } = await handlerTypes();
   let calls = 0;
   let last: unknown;
   let note: string | undefined;
@@ -89,10 +91,10 @@ export function dbFunctionProcessor(): Processor {
   return {
     name: 'db_function',
     runsSteps: true,
-    process(context: TaskContext): Promise<TaskOutcome> {
-      const outcome = dbFunctionStep(context.task);
+    async process(context: TaskContext): Promise<TaskOutcome> {
+      const outcome = await dbFunctionStep(context.task);
       // dbFunctionStep checked the payload: repeat is a boolean when there is a step.
-      if (!outcome.step || context.task.payload.repeat !== true) return Promise.resolve(outcome);
+      if (!outcome.step || context.task.payload.repeat !== true) return outcome;
       return repeatCalls(context, outcome.step.functionName, context.task.payload);
     },
   };

@@ -22,9 +22,10 @@
  * the task type's delivery mode (provider-call.ts): an at-most-once call already started
  * by an earlier lease is not repeated; the task fails with an "unknown outcome" error.
  */
-import { handlerTaskPayload, type Provider } from '@org/handler-types';
+import type { Provider } from '@org/handler-types';
 import { errorMessage, isTransient, sanitizeMessage } from '../error-class.js';
 import { failureOf, HandlerInvoker } from '../handler-invoker.js';
+import { handlerTypes } from '../handler-types.js';
 import type { Processor, TaskContext, TaskOutcome } from '../processor.js';
 import { startProviderCall } from './provider-call.js';
 import { traceStep } from '../tracing.js';
@@ -36,6 +37,7 @@ export function handlerTaskProcessor<P>(provider: Provider<P>): Processor {
     name: `handler:${provider.name}`,
     async process(context: TaskContext): Promise<TaskOutcome> {
       const { task, pool } = context;
+      const { handlerTaskPayload } = await handlerTypes();
       const handlers = handlerTaskPayload.safeParse(task.payload);
       if (!handlers.success) {
         const problem = handlers.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ');

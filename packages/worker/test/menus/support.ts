@@ -1,7 +1,8 @@
 // Shared pieces of the menu-sync tests: a test database with fast retries, the fake menu
 // platform, in-process workers running the real processors, and fact readers.
 import type { TestDatabase } from '@org/db-tools/testing';
-import { createLogger, defaultRegistry, Worker } from '@org/worker';
+import { createLogger, Worker } from '@org/worker';
+import { defaultRegistry } from '@org/worker/command';
 import { createHttpMenuPlatform, type FakeMenuPlatform } from '@org/menu-sync';
 
 /** Retries 1000x sooner (5 ms, 10 ms, ...) so a test sees every attempt of a task. */

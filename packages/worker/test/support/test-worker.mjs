@@ -3,7 +3,8 @@
 //   slow   waits payload.ms (default 1000) milliseconds, then completes
 //   crash  kills its own process with SIGKILL (a poison task)
 // TEST_DIE_BEFORE_READY=1: a pool member exits 1 before it is ready (a broken install).
-import { ProcessorRegistry, dbFunctionProcessor, runWorkerCli } from '@org/worker';
+import { ProcessorRegistry, dbFunctionProcessor } from '@org/worker';
+import { runWorkerCli } from '@org/worker/command';
 
 if (process.env.TEST_DIE_BEFORE_READY === '1' && process.env.QUEUE_WORKER_POOL_MEMBER === '1') process.exit(1);
 
