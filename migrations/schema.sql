@@ -5278,6 +5278,68 @@ $function$;
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION comms.send_email_close_given_up_attempts(_root_id bigint)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+    declare
+      _closed integer;
+    begin
+      with closed as (
+        insert into comms.send_email_attempt_failed (send_email_attempt_id, error_message)
+        select a.send_email_attempt_id, internal.queue_gave_up_message(a.task_id)
+          from comms.send_email_attempt a
+         where a.send_email_task_id = _root_id
+           and (select true from comms.send_email_attempt_succeeded s where s.send_email_attempt_id = a.send_email_attempt_id) is null
+           and (select true from comms.send_email_attempt_failed f where f.send_email_attempt_id = a.send_email_attempt_id) is null
+           and internal.queue_gave_up_message(a.task_id) is not null
+        on conflict do nothing
+        returning 1)
+      select count(*)::integer into _closed from closed;
+      return _closed;
+    end;
+    $function$;
+  -- comms.send_email_close_given_up_attempts(_root_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.send_email_process_facts(_root_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT has_unknown_outcome boolean)
+ RETURNS record
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+    begin
+      -- One pass over the root's attempts (its index), each attempt's outcomes probed by
+      -- primary key (scalar subqueries: no join order for the planner to get wrong), once
+      -- (materialized: each probe is used by several aggregates).
+      with attempt as materialized (
+        select (select true from comms.send_email_attempt_succeeded s where s.send_email_attempt_id = a.send_email_attempt_id) as succeeded,
+               (select f.error_message from comms.send_email_attempt_failed f where f.send_email_attempt_id = a.send_email_attempt_id) as failure
+          from comms.send_email_attempt a
+         where a.send_email_task_id = _root_id
+      )
+      select (select true from comms.send_email_task_succeeded x where x.send_email_task_id = _root_id) is not null,
+             (select x.reason from comms.send_email_task_failed x where x.send_email_task_id = _root_id),
+             coalesce(bool_or(a.succeeded), false),
+             count(*)::integer,
+             (count(*) filter (where a.succeeded is null and a.failure is not null))::integer,
+             (count(*) filter (where a.succeeded is null and a.failure is null))::integer,
+             (select count(*)::integer from comms.send_email_supervisor_run r where r.send_email_task_id = _root_id),
+             coalesce(bool_or(a.succeeded is null and a.failure is not null
+                              and internal.is_unknown_outcome(a.failure)), false)
+        into has_task_succeeded, task_failure, has_success, num_attempts, num_failures, num_outstanding,
+             num_runs, has_unknown_outcome
+        from attempt a;
+    end;
+    $function$;
+  -- comms.send_email_process_facts(_root_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT has_unknown_outcome boolean): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION comms.send_email_supervisor(payload jsonb)
  RETURNS jsonb
  LANGUAGE sql
@@ -5352,6 +5414,68 @@ end;
 $function$;
   -- comms.send_sms(_to_number text, _body text, _from_number text, _scheduled_at timestamp with time zone, _idempotency_key text, OUT message_id bigint, OUT send_sms_task_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.send_sms_close_given_up_attempts(_root_id bigint)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+    declare
+      _closed integer;
+    begin
+      with closed as (
+        insert into comms.send_sms_attempt_failed (send_sms_attempt_id, error_message)
+        select a.send_sms_attempt_id, internal.queue_gave_up_message(a.task_id)
+          from comms.send_sms_attempt a
+         where a.send_sms_task_id = _root_id
+           and (select true from comms.send_sms_attempt_succeeded s where s.send_sms_attempt_id = a.send_sms_attempt_id) is null
+           and (select true from comms.send_sms_attempt_failed f where f.send_sms_attempt_id = a.send_sms_attempt_id) is null
+           and internal.queue_gave_up_message(a.task_id) is not null
+        on conflict do nothing
+        returning 1)
+      select count(*)::integer into _closed from closed;
+      return _closed;
+    end;
+    $function$;
+  -- comms.send_sms_close_given_up_attempts(_root_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.send_sms_process_facts(_root_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT has_unknown_outcome boolean)
+ RETURNS record
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+    begin
+      -- One pass over the root's attempts (its index), each attempt's outcomes probed by
+      -- primary key (scalar subqueries: no join order for the planner to get wrong), once
+      -- (materialized: each probe is used by several aggregates).
+      with attempt as materialized (
+        select (select true from comms.send_sms_attempt_succeeded s where s.send_sms_attempt_id = a.send_sms_attempt_id) as succeeded,
+               (select f.error_message from comms.send_sms_attempt_failed f where f.send_sms_attempt_id = a.send_sms_attempt_id) as failure
+          from comms.send_sms_attempt a
+         where a.send_sms_task_id = _root_id
+      )
+      select (select true from comms.send_sms_task_succeeded x where x.send_sms_task_id = _root_id) is not null,
+             (select x.reason from comms.send_sms_task_failed x where x.send_sms_task_id = _root_id),
+             coalesce(bool_or(a.succeeded), false),
+             count(*)::integer,
+             (count(*) filter (where a.succeeded is null and a.failure is not null))::integer,
+             (count(*) filter (where a.succeeded is null and a.failure is null))::integer,
+             (select count(*)::integer from comms.send_sms_supervisor_run r where r.send_sms_task_id = _root_id),
+             coalesce(bool_or(a.succeeded is null and a.failure is not null
+                              and internal.is_unknown_outcome(a.failure)), false)
+        into has_task_succeeded, task_failure, has_success, num_attempts, num_failures, num_outstanding,
+             num_runs, has_unknown_outcome
+        from attempt a;
+    end;
+    $function$;
+  -- comms.send_sms_process_facts(_root_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT has_unknown_outcome boolean): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION comms.send_sms_supervisor(payload jsonb)
@@ -5441,6 +5565,68 @@ AS $function$
    where t.file_deletion_task_id = _file_deletion_task_id
 $function$;
   -- files.file_delete_attempt_payload(_file_deletion_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.file_deletion_close_given_up_attempts(_root_id bigint)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+    declare
+      _closed integer;
+    begin
+      with closed as (
+        insert into files.file_deletion_attempt_failed (file_deletion_attempt_id, error_message)
+        select a.file_deletion_attempt_id, internal.queue_gave_up_message(a.task_id)
+          from files.file_deletion_attempt a
+         where a.file_deletion_task_id = _root_id
+           and (select true from files.file_deletion_attempt_succeeded s where s.file_deletion_attempt_id = a.file_deletion_attempt_id) is null
+           and (select true from files.file_deletion_attempt_failed f where f.file_deletion_attempt_id = a.file_deletion_attempt_id) is null
+           and internal.queue_gave_up_message(a.task_id) is not null
+        on conflict do nothing
+        returning 1)
+      select count(*)::integer into _closed from closed;
+      return _closed;
+    end;
+    $function$;
+  -- files.file_deletion_close_given_up_attempts(_root_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.file_deletion_process_facts(_root_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT has_unknown_outcome boolean)
+ RETURNS record
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+    begin
+      -- One pass over the root's attempts (its index), each attempt's outcomes probed by
+      -- primary key (scalar subqueries: no join order for the planner to get wrong), once
+      -- (materialized: each probe is used by several aggregates).
+      with attempt as materialized (
+        select (select true from files.file_deletion_attempt_succeeded s where s.file_deletion_attempt_id = a.file_deletion_attempt_id) as succeeded,
+               (select f.error_message from files.file_deletion_attempt_failed f where f.file_deletion_attempt_id = a.file_deletion_attempt_id) as failure
+          from files.file_deletion_attempt a
+         where a.file_deletion_task_id = _root_id
+      )
+      select (select true from files.file_deletion_task_succeeded x where x.file_deletion_task_id = _root_id) is not null,
+             (select x.reason from files.file_deletion_task_failed x where x.file_deletion_task_id = _root_id),
+             coalesce(bool_or(a.succeeded), false),
+             count(*)::integer,
+             (count(*) filter (where a.succeeded is null and a.failure is not null))::integer,
+             (count(*) filter (where a.succeeded is null and a.failure is null))::integer,
+             (select count(*)::integer from files.file_deletion_supervisor_run r where r.file_deletion_task_id = _root_id),
+             coalesce(bool_or(a.succeeded is null and a.failure is not null
+                              and internal.is_unknown_outcome(a.failure)), false)
+        into has_task_succeeded, task_failure, has_success, num_attempts, num_failures, num_outstanding,
+             num_runs, has_unknown_outcome
+        from attempt a;
+    end;
+    $function$;
+  -- files.file_deletion_process_facts(_root_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT has_unknown_outcome boolean): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION files.file_deletion_supervisor(payload jsonb)
@@ -5748,24 +5934,7 @@ CREATE OR REPLACE FUNCTION internal.channel_process_facts(_schema text, _name te
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 begin
-  execute format($q$
-    select exists (select 1 from %1$I.%2$I x where x.%8$I = $1),
-           (select x.reason from %1$I.%3$I x where x.%8$I = $1),
-           exists (select 1 from %1$I.%4$I a join %1$I.%5$I s using (%9$I) where a.%8$I = $1),
-           (select count(*)::integer from %1$I.%4$I a where a.%8$I = $1),
-           (select count(*)::integer from %1$I.%4$I a join %1$I.%6$I f using (%9$I)
-             where a.%8$I = $1 and not exists (select 1 from %1$I.%5$I s where s.%9$I = a.%9$I)),
-           (select count(*)::integer from %1$I.%4$I a
-             where a.%8$I = $1
-               and not exists (select 1 from %1$I.%5$I s where s.%9$I = a.%9$I)
-               and not exists (select 1 from %1$I.%6$I f where f.%9$I = a.%9$I)),
-           (select count(*)::integer from %1$I.%7$I r where r.%8$I = $1),
-           exists (select 1 from %1$I.%4$I a join %1$I.%6$I f using (%9$I)
-                    where a.%8$I = $1 and internal.is_unknown_outcome(f.error_message)
-                      and not exists (select 1 from %1$I.%5$I s where s.%9$I = a.%9$I))
-    $q$, _schema, _name || '_task_succeeded', _name || '_task_failed', _name || '_attempt',
-         _name || '_attempt_succeeded', _name || '_attempt_failed', _name || '_supervisor_run',
-         _name || '_task_id', _name || '_attempt_id')
+  execute format('select * from %I.%I($1)', _schema, _name || '_process_facts')
   into has_task_succeeded, task_failure, has_success, num_attempts, num_failures, num_outstanding,
        num_runs, has_unknown_outcome
   using _root_id;
@@ -5782,21 +5951,7 @@ AS $function$
 declare
   _closed integer;
 begin
-  execute format($q$
-    with closed as (
-      insert into %1$I.%4$I (%6$I, error_message)
-      select a.%6$I, internal.queue_gave_up_message(a.task_id)
-        from %1$I.%2$I a
-       where a.%5$I = $1
-         and internal.queue_gave_up_message(a.task_id) is not null
-         and not exists (select 1 from %1$I.%3$I s where s.%6$I = a.%6$I)
-         and not exists (select 1 from %1$I.%4$I f where f.%6$I = a.%6$I)
-      on conflict do nothing
-      returning 1)
-    select count(*)::integer from closed
-    $q$, _schema, _name || '_attempt', _name || '_attempt_succeeded', _name || '_attempt_failed',
-         _name || '_task_id', _name || '_attempt_id')
-  into _closed using _root_id;
+  execute format('select %I.%I($1)', _schema, _name || '_close_given_up_attempts') into _closed using _root_id;
   return _closed;
 end;
 $function$;
@@ -5818,6 +5973,94 @@ begin
 end;
 $function$;
   -- internal.count_supervisor_runs(_schema text, _name text, _root_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.create_channel_process_functions(_schema text, _name text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  execute format($f$
+    create or replace function %1$I.%10$I(
+      _root_id bigint,
+      out has_task_succeeded  boolean,
+      out task_failure        text,
+      out has_success         boolean,
+      out num_attempts        integer,
+      out num_failures        integer,
+      out num_outstanding     integer,
+      out num_runs            integer,
+      out has_unknown_outcome boolean
+    )
+      language plpgsql stable
+      set search_path = pg_catalog, pg_temp
+      set plan_cache_mode = force_generic_plan
+      -- Every row is read by key; the plan is made once per connection, perhaps while
+      -- the tables were small (see sql/CONVENTIONS.md).
+      set enable_seqscan = off
+    as $body$
+    begin
+      -- One pass over the root's attempts (its index), each attempt's outcomes probed by
+      -- primary key (scalar subqueries: no join order for the planner to get wrong), once
+      -- (materialized: each probe is used by several aggregates).
+      with attempt as materialized (
+        select (select true from %1$I.%5$I s where s.%9$I = a.%9$I) as succeeded,
+               (select f.error_message from %1$I.%6$I f where f.%9$I = a.%9$I) as failure
+          from %1$I.%4$I a
+         where a.%8$I = _root_id
+      )
+      select (select true from %1$I.%2$I x where x.%8$I = _root_id) is not null,
+             (select x.reason from %1$I.%3$I x where x.%8$I = _root_id),
+             coalesce(bool_or(a.succeeded), false),
+             count(*)::integer,
+             (count(*) filter (where a.succeeded is null and a.failure is not null))::integer,
+             (count(*) filter (where a.succeeded is null and a.failure is null))::integer,
+             (select count(*)::integer from %1$I.%7$I r where r.%8$I = _root_id),
+             coalesce(bool_or(a.succeeded is null and a.failure is not null
+                              and internal.is_unknown_outcome(a.failure)), false)
+        into has_task_succeeded, task_failure, has_success, num_attempts, num_failures, num_outstanding,
+             num_runs, has_unknown_outcome
+        from attempt a;
+    end;
+    $body$
+    $f$, _schema, _name || '_task_succeeded', _name || '_task_failed', _name || '_attempt',
+         _name || '_attempt_succeeded', _name || '_attempt_failed', _name || '_supervisor_run',
+         _name || '_task_id', _name || '_attempt_id', _name || '_process_facts');
+  execute format($f$
+    create or replace function %1$I.%7$I(_root_id bigint)
+      returns integer
+      language plpgsql volatile
+      set search_path = pg_catalog, pg_temp
+      set plan_cache_mode = force_generic_plan
+      -- Every row is read by key; the plan is made once per connection, perhaps while
+      -- the tables were small (see sql/CONVENTIONS.md).
+      set enable_seqscan = off
+    as $body$
+    declare
+      _closed integer;
+    begin
+      with closed as (
+        insert into %1$I.%4$I (%6$I, error_message)
+        select a.%6$I, internal.queue_gave_up_message(a.task_id)
+          from %1$I.%2$I a
+         where a.%5$I = _root_id
+           and (select true from %1$I.%3$I s where s.%6$I = a.%6$I) is null
+           and (select true from %1$I.%4$I f where f.%6$I = a.%6$I) is null
+           and internal.queue_gave_up_message(a.task_id) is not null
+        on conflict do nothing
+        returning 1)
+      select count(*)::integer into _closed from closed;
+      return _closed;
+    end;
+    $body$
+    $f$, _schema, _name || '_attempt', _name || '_attempt_succeeded', _name || '_attempt_failed',
+         _name || '_task_id', _name || '_attempt_id', _name || '_close_given_up_attempts');
+  execute format('revoke execute on function %I.%I(bigint) from public', _schema, _name || '_process_facts');
+  execute format('revoke execute on function %I.%I(bigint) from public', _schema, _name || '_close_given_up_attempts');
+end;
+$function$;
+  -- internal.create_channel_process_functions(_schema text, _name text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION internal.create_channel_process_tables(_schema text, _name text)
@@ -6249,6 +6492,7 @@ begin
          error_handler = excluded.error_handler, max_attempts = excluded.max_attempts,
          max_supervisor_runs = excluded.max_supervisor_runs, backoff_cap_seconds = excluded.backoff_cap_seconds,
          attempt_payload = excluded.attempt_payload;
+  perform internal.create_channel_process_functions(_schema, _name);
 end;
 $function$;
   -- internal.register_channel_process(_schema text, _name text, _task_type text, _supervisor text, _before_handler text, _success_handler text, _error_handler text, _max_attempts integer, _max_supervisor_runs integer, _backoff_cap_seconds integer, _attempt_payload regprocedure): owner :DATABASE_OWNER

@@ -14,8 +14,12 @@
 --   <name>_task_succeeded     <name>_task_failed      terminal facts
 -- Keys: <name>_task_id, <name>_attempt_id. Table names reach dynamic SQL only through
 -- format('%I.%I') from a registered row whose tables were found in the catalog.
+-- Registration also makes the two functions every supervisor run calls, as static SQL
+-- over those tables (internal.create_channel_process_functions):
+--   <name>_process_facts      <name>_close_given_up_attempts
 
--- Registers (or updates) a channel process. Raises 22023 naming a missing table.
+-- Registers (or updates) a channel process, and (re)makes its functions
+-- (internal.create_channel_process_functions). Raises 22023 naming a missing table.
 -- _attempt_payload: optional function (root id bigint) returning jsonb fields added to
 -- each channel task's payload (file deletion adds the file_id).
 create or replace function internal.register_channel_process(
@@ -48,6 +52,7 @@ begin
          error_handler = excluded.error_handler, max_attempts = excluded.max_attempts,
          max_supervisor_runs = excluded.max_supervisor_runs, backoff_cap_seconds = excluded.backoff_cap_seconds,
          attempt_payload = excluded.attempt_payload;
+  perform internal.create_channel_process_functions(_schema, _name);
 end;
 $$;
 
@@ -100,6 +105,99 @@ begin
 end;
 $$;
 
+-- The functions of a channel process that every supervisor run calls, made from its
+-- table names once (at registration) instead of on every call: their SQL is static, so a
+-- connection plans it once and keeps the plan. (Built per call with format() and EXECUTE,
+-- planning these two statements was about 90% of the database's CPU per email process.)
+-- Identifiers reach the text only through format('%I'). Owner only, like the tables.
+--   <schema>.<name>_process_facts(root_id)           the facts (internal.channel_process_facts)
+--   <schema>.<name>_close_given_up_attempts(root_id) internal.close_given_up_channel_attempts
+create or replace function internal.create_channel_process_functions(_schema text, _name text)
+  returns void
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+begin
+  execute format($f$
+    create or replace function %1$I.%10$I(
+      _root_id bigint,
+      out has_task_succeeded  boolean,
+      out task_failure        text,
+      out has_success         boolean,
+      out num_attempts        integer,
+      out num_failures        integer,
+      out num_outstanding     integer,
+      out num_runs            integer,
+      out has_unknown_outcome boolean
+    )
+      language plpgsql stable
+      set search_path = pg_catalog, pg_temp
+      set plan_cache_mode = force_generic_plan
+      -- Every row is read by key; the plan is made once per connection, perhaps while
+      -- the tables were small (see sql/CONVENTIONS.md).
+      set enable_seqscan = off
+    as $body$
+    begin
+      -- One pass over the root's attempts (its index), each attempt's outcomes probed by
+      -- primary key (scalar subqueries: no join order for the planner to get wrong), once
+      -- (materialized: each probe is used by several aggregates).
+      with attempt as materialized (
+        select (select true from %1$I.%5$I s where s.%9$I = a.%9$I) as succeeded,
+               (select f.error_message from %1$I.%6$I f where f.%9$I = a.%9$I) as failure
+          from %1$I.%4$I a
+         where a.%8$I = _root_id
+      )
+      select (select true from %1$I.%2$I x where x.%8$I = _root_id) is not null,
+             (select x.reason from %1$I.%3$I x where x.%8$I = _root_id),
+             coalesce(bool_or(a.succeeded), false),
+             count(*)::integer,
+             (count(*) filter (where a.succeeded is null and a.failure is not null))::integer,
+             (count(*) filter (where a.succeeded is null and a.failure is null))::integer,
+             (select count(*)::integer from %1$I.%7$I r where r.%8$I = _root_id),
+             coalesce(bool_or(a.succeeded is null and a.failure is not null
+                              and internal.is_unknown_outcome(a.failure)), false)
+        into has_task_succeeded, task_failure, has_success, num_attempts, num_failures, num_outstanding,
+             num_runs, has_unknown_outcome
+        from attempt a;
+    end;
+    $body$
+    $f$, _schema, _name || '_task_succeeded', _name || '_task_failed', _name || '_attempt',
+         _name || '_attempt_succeeded', _name || '_attempt_failed', _name || '_supervisor_run',
+         _name || '_task_id', _name || '_attempt_id', _name || '_process_facts');
+  execute format($f$
+    create or replace function %1$I.%7$I(_root_id bigint)
+      returns integer
+      language plpgsql volatile
+      set search_path = pg_catalog, pg_temp
+      set plan_cache_mode = force_generic_plan
+      -- Every row is read by key; the plan is made once per connection, perhaps while
+      -- the tables were small (see sql/CONVENTIONS.md).
+      set enable_seqscan = off
+    as $body$
+    declare
+      _closed integer;
+    begin
+      with closed as (
+        insert into %1$I.%4$I (%6$I, error_message)
+        select a.%6$I, internal.queue_gave_up_message(a.task_id)
+          from %1$I.%2$I a
+         where a.%5$I = _root_id
+           and (select true from %1$I.%3$I s where s.%6$I = a.%6$I) is null
+           and (select true from %1$I.%4$I f where f.%6$I = a.%6$I) is null
+           and internal.queue_gave_up_message(a.task_id) is not null
+        on conflict do nothing
+        returning 1)
+      select count(*)::integer into _closed from closed;
+      return _closed;
+    end;
+    $body$
+    $f$, _schema, _name || '_attempt', _name || '_attempt_succeeded', _name || '_attempt_failed',
+         _name || '_task_id', _name || '_attempt_id', _name || '_close_given_up_attempts');
+  execute format('revoke execute on function %I.%I(bigint) from public', _schema, _name || '_process_facts');
+  execute format('revoke execute on function %I.%I(bigint) from public', _schema, _name || '_close_given_up_attempts');
+end;
+$$;
+
 -- The registered process; raises 22023 when there is none.
 create or replace function internal.get_channel_process(_schema text, _name text)
   returns internal.channel_process
@@ -120,7 +218,8 @@ $$;
 -- Facts ---------------------------------------------------------------------------------
 
 -- Everything a supervisor decides on, for one root. An attempt with both outcomes counts
--- as succeeded; an outstanding attempt has neither.
+-- as succeeded; an outstanding attempt has neither. Reads through the process's own
+-- <name>_process_facts (internal.create_channel_process_functions).
 create or replace function internal.channel_process_facts(
   _schema text, _name text, _root_id bigint,
   out has_task_succeeded  boolean,
@@ -136,24 +235,7 @@ create or replace function internal.channel_process_facts(
   set search_path = pg_catalog, pg_temp
 as $$
 begin
-  execute format($q$
-    select exists (select 1 from %1$I.%2$I x where x.%8$I = $1),
-           (select x.reason from %1$I.%3$I x where x.%8$I = $1),
-           exists (select 1 from %1$I.%4$I a join %1$I.%5$I s using (%9$I) where a.%8$I = $1),
-           (select count(*)::integer from %1$I.%4$I a where a.%8$I = $1),
-           (select count(*)::integer from %1$I.%4$I a join %1$I.%6$I f using (%9$I)
-             where a.%8$I = $1 and not exists (select 1 from %1$I.%5$I s where s.%9$I = a.%9$I)),
-           (select count(*)::integer from %1$I.%4$I a
-             where a.%8$I = $1
-               and not exists (select 1 from %1$I.%5$I s where s.%9$I = a.%9$I)
-               and not exists (select 1 from %1$I.%6$I f where f.%9$I = a.%9$I)),
-           (select count(*)::integer from %1$I.%7$I r where r.%8$I = $1),
-           exists (select 1 from %1$I.%4$I a join %1$I.%6$I f using (%9$I)
-                    where a.%8$I = $1 and internal.is_unknown_outcome(f.error_message)
-                      and not exists (select 1 from %1$I.%5$I s where s.%9$I = a.%9$I))
-    $q$, _schema, _name || '_task_succeeded', _name || '_task_failed', _name || '_attempt',
-         _name || '_attempt_succeeded', _name || '_attempt_failed', _name || '_supervisor_run',
-         _name || '_task_id', _name || '_attempt_id')
+  execute format('select * from %I.%I($1)', _schema, _name || '_process_facts')
   into has_task_succeeded, task_failure, has_success, num_attempts, num_failures, num_outstanding,
        num_runs, has_unknown_outcome
   using _root_id;
@@ -163,7 +245,8 @@ $$;
 -- Effects -------------------------------------------------------------------------------
 
 -- Records a failure for every attempt whose channel task the queue gave up on without an
--- outcome (internal.queue_gave_up_message); returns how many.
+-- outcome (internal.queue_gave_up_message); returns how many. Through the process's own
+-- <name>_close_given_up_attempts (internal.create_channel_process_functions).
 create or replace function internal.close_given_up_channel_attempts(_schema text, _name text, _root_id bigint)
   returns integer
   language plpgsql volatile
@@ -172,21 +255,7 @@ as $$
 declare
   _closed integer;
 begin
-  execute format($q$
-    with closed as (
-      insert into %1$I.%4$I (%6$I, error_message)
-      select a.%6$I, internal.queue_gave_up_message(a.task_id)
-        from %1$I.%2$I a
-       where a.%5$I = $1
-         and internal.queue_gave_up_message(a.task_id) is not null
-         and not exists (select 1 from %1$I.%3$I s where s.%6$I = a.%6$I)
-         and not exists (select 1 from %1$I.%4$I f where f.%6$I = a.%6$I)
-      on conflict do nothing
-      returning 1)
-    select count(*)::integer from closed
-    $q$, _schema, _name || '_attempt', _name || '_attempt_succeeded', _name || '_attempt_failed',
-         _name || '_task_id', _name || '_attempt_id')
-  into _closed using _root_id;
+  execute format('select %I.%I($1)', _schema, _name || '_close_given_up_attempts') into _closed using _root_id;
   return _closed;
 end;
 $$;

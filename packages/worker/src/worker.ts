@@ -24,6 +24,8 @@
  * One run of a task at a time: running tasks are keyed by lease, and a lease of a task
  * this worker is still running (its earlier lease was revoked or expired, and the worker
  * claimed the task again) waits in the local queue until the earlier run has ended.
+ * Likewise one call at a time for steps of the same task type and payload (the runs of
+ * one process supervisor): a second waits until the first one's call is answered.
  *
  * Crash exposure: a worker killed with SIGKILL takes its running tasks and its local
  * queue with it. Their leases expire (or are revoked as stale) and the tasks run again
@@ -88,6 +90,8 @@ interface Running {
   task: ClaimedTask;
   /** The shared slot of a step started with others (see StepSlot). */
   slot?: StepSlot;
+  /** A step's key (see Worker.#stepKey), held in #stepCalls until its call is answered. */
+  stepKey?: string;
   /** Made when the processor asks for its signal or the run is aborted (abortRun): ~1.5 KB each. */
   controller?: AbortController;
   startedAt: number;
@@ -122,6 +126,14 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #running = new Map<string, Running>();
   /** How many runs of each task are in #running (a second waits in the local queue). */
   readonly #runningTasks = new Map<string, number>();
+  /**
+   * Steps in calls under way, by step key: the task type and payload. Runs of one process
+   * supervisor have the same payload and lock the same root row, so a second one waits in
+   * the local queue until the first one's call is answered, rather than in the database,
+   * where it would hold up every other step of its call (and the calls waiting on those).
+   */
+  readonly #stepCalls = new Map<string, number>();
+  readonly #stepKeys = new WeakMap<ClaimedTask, string>();
   /** Slots in use: tasks starting or in their processor. */
   #busy = 0;
   /** Claimed, not started yet (the local queue). */
@@ -368,9 +380,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const stepBatch = this.#steps.batchSize(this.#waiting.length, this.#options.concurrency);
     while (this.#busy < this.#options.concurrency && this.#waiting.length > 0) {
       // A task this worker still runs under an earlier lease waits (heartbeated) until
-      // that run ends.
+      // that run ends; so does a step whose key is in a call under way.
       const next =
-        this.#runningTasks.size === 0 ? 0 : this.#waiting.findIndex((t) => !this.#runningTasks.has(t.taskId));
+        this.#runningTasks.size === 0 && this.#stepCalls.size === 0
+          ? 0
+          : this.#waiting.findIndex((t) => this.#startable(t));
       if (next < 0) break;
       if (this.#runsSteps(this.#waiting[next]!)) starting.push(...this.#admitSteps(next, stepBatch));
       else starting.push(this.#admit(this.#waiting.splice(next, 1)[0]!));
@@ -473,21 +487,33 @@ export class Worker extends EventEmitter<WorkerEvents> {
     return this.#options.registry.get(task.taskType)?.runsSteps === true;
   }
 
+  /** A step's key: its task type and payload (jsonb's text of a value is always the same). */
+  #stepKey(task: ClaimedTask): string {
+    let key = this.#stepKeys.get(task);
+    if (key === undefined) {
+      key = `${task.taskType}\u0000${JSON.stringify(task.payload)}`;
+      this.#stepKeys.set(task, key);
+    }
+    return key;
+  }
+
+  /** Whether `task` may start now (see #runningTasks and #stepCalls). */
+  #startable(task: ClaimedTask): boolean {
+    if (this.#runningTasks.has(task.taskId)) return false;
+    return this.#stepCalls.size === 0 || !this.#runsSteps(task) || !this.#stepCalls.has(this.#stepKey(task));
+  }
+
   /**
    * Takes one slot for steps: the waiting step tasks from `from` on (up to `size`, skipping
-   * tasks this worker still runs under an earlier lease) run in one queues.run_steps call.
+   * tasks this worker still runs under an earlier lease and steps whose key is in a call
+   * under way) run in one queues.run_steps call.
    */
   #admitSteps(from: number, size: number): Running[] {
     const picked: ClaimedTask[] = [];
     const taken = new Set<string>();
     const rest = this.#waiting.slice(0, from);
     for (const task of this.#waiting.slice(from)) {
-      if (
-        picked.length < size &&
-        this.#runsSteps(task) &&
-        !this.#runningTasks.has(task.taskId) &&
-        !taken.has(task.taskId)
-      ) {
+      if (picked.length < size && this.#runsSteps(task) && this.#startable(task) && !taken.has(task.taskId)) {
         picked.push(task);
         taken.add(task.taskId);
       } else {
@@ -497,7 +523,13 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#waiting = rest;
     const slot: StepSlot = { holders: picked.length, size: picked.length, startedAt: Date.now() };
     this.#busy++;
-    return picked.map((task) => this.#admit(task, slot));
+    // Steps of one key in this call run one after the other in its transaction: no wait.
+    return picked.map((task) => {
+      const running = this.#admit(task, slot);
+      running.stepKey = this.#stepKey(task);
+      this.#stepCalls.set(running.stepKey, (this.#stepCalls.get(running.stepKey) ?? 0) + 1);
+      return running;
+    });
   }
 
   /** Runs an admitted task once its start is written. */
@@ -529,6 +561,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
       const runs = (this.#runningTasks.get(task.taskId) ?? 1) - 1;
       if (runs > 0) this.#runningTasks.set(task.taskId, runs);
       else this.#runningTasks.delete(task.taskId);
+      if (running.stepKey !== undefined) {
+        const calls = (this.#stepCalls.get(running.stepKey) ?? 1) - 1;
+        if (calls > 0) this.#stepCalls.set(running.stepKey, calls);
+        else this.#stepCalls.delete(running.stepKey);
+      }
       free();
       // The run is over: a later lease of the same task may start now.
       if (!this.#stopping) this.#startWaiting();

@@ -52,6 +52,18 @@ beforeAll(async () => {
       insert into fixture_sem.step_xact values (payload->>'key', txid_current());
       return '{"success": true}';
     end $$;
+    -- A step that holds a row for a while and never waits for it (NOWAIT raises 55P03):
+    -- the runs of one process supervisor lock their root the same way.
+    create table fixture_sem.root (id integer primary key);
+    insert into fixture_sem.root values (1);
+    create function fixture_sem.hold_root(payload jsonb) returns jsonb
+      language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
+    begin
+      perform 1 from fixture_sem.root where id = 1 for update nowait;
+      insert into fixture_sem.step_xact values ('hold_root', txid_current());
+      perform pg_sleep(0.2);
+      return '{"success": true}';
+    end $$;
     -- A success handler whose first call fails with a serialization failure (40001).
     create function fixture_sem.flaky_success(payload jsonb) returns jsonb
       language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
@@ -68,7 +80,7 @@ beforeAll(async () => {
     grant usage, select on sequence fixture_sem.success_tries to ${worker};
     select internal.register_runnable_function(f::regprocedure)
       from unnest(array['fixture_sem.raise(jsonb)', 'fixture_sem.touch_fact(jsonb)', 'fixture_sem.flaky_success(jsonb)',
-                        'fixture_sem.record_xact(jsonb)']) f;
+                        'fixture_sem.record_xact(jsonb)', 'fixture_sem.hold_root(jsonb)']) f;
     -- Supervisor and retry backoffs in milliseconds rather than seconds.
     insert into internal.setting (name, value) values ('backoff_scale', '0.001')
       on conflict (name) do update set value = excluded.value;
@@ -342,6 +354,24 @@ describe('steps share calls', () => {
     );
     expect(rows[0].steps).toBe(20);
     expect(rows[0].calls).toBeLessThanOrEqual(10);
+  });
+});
+
+describe('steps of one payload', () => {
+  it('run one call at a time: a second waits in the local queue, not on the first one’s locks', async () => {
+    // Four identical steps, four slots: one call each unless the worker holds back those
+    // whose twin is in a call under way. A step in a call of its own while its twin's call
+    // holds the row would raise 55P03 (NOWAIT) and fail.
+    const ids: string[] = [];
+    for (let i = 0; i < 4; i++) ids.push(await enqueue('db_function', { db_function: 'fixture_sem.hold_root' }));
+    await startWorker(new ProcessorRegistry().register('db_function', dbFunctionProcessor()), { concurrency: 4 });
+    await eventually(async () => (await Promise.all(ids.map((id) => completed(id)()))).every(Boolean), 'the steps');
+    const facts = await Promise.all(ids.map((id) => factsOf(db, id)));
+    expect(facts.map((f) => [f.outcome, f.errors])).toEqual(ids.map(() => ['succeeded', []]));
+    const { rows } = await db.query(
+      `select count(*)::int as runs from fixture_sem.step_xact where task_key = 'hold_root'`,
+    );
+    expect(rows[0].runs).toBe(4);
   });
 });
 

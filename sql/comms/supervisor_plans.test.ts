@@ -1,0 +1,127 @@
+// What a supervisor run costs the database: a channel process's facts and the closing of
+// attempts the queue gave up on are static SQL in the process's own functions
+// (internal.create_channel_process_functions), planned once per connection, and that one
+// plan keeps reading by key after the tables grew under it.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestDatabase, explainNested, planNodes, type TestDatabase } from '@org/db-tools/testing';
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await createTestDatabase();
+});
+afterAll(async () => {
+  await db?.drop();
+});
+
+const sendEmails = async (n: number): Promise<number[]> => {
+  const { rows } = await db.pool('app').query<{ id: number }>(
+    `select (comms.send_email('Team <team@example.com>', 'user' || g || '@example.com', 'Hello', '<p>Hi</p>'))
+              .send_email_task_id::int as id
+       from generate_series(1, $1::int) g`,
+    [n],
+  );
+  return rows.map((r) => r.id);
+};
+
+/** Rows a plan's scans of `table` returned or read and threw away, over all their loops. */
+const rowsRead = (plans: Awaited<ReturnType<typeof explainNested>>, table: string) =>
+  plans
+    .flatMap(({ plan }) => planNodes(plan))
+    .filter((n) => n['Relation Name'] === table && n['Node Type'] !== 'ModifyTable')
+    .reduce(
+      (sum, n) =>
+        sum +
+        (Number(n['Actual Rows'] ?? 0) + Number(n['Rows Removed by Filter'] ?? 0)) * Number(n['Actual Loops'] ?? 1),
+      0,
+    );
+
+describe('channel process functions', () => {
+  it('every registered process has its own functions, which nobody but the owner may call', async () => {
+    const { rows } = await db.query<{ fn: string; exists: boolean; public: boolean; worker: boolean }>(
+      `select format('%s.%s', p.process_schema, p.process_name || f.suffix) as fn,
+              to_regprocedure(format('%I.%I(bigint)', p.process_schema, p.process_name || f.suffix)) is not null as exists,
+              has_function_privilege('public', to_regprocedure(format('%I.%I(bigint)', p.process_schema, p.process_name || f.suffix)), 'execute') as public,
+              has_function_privilege($1, to_regprocedure(format('%I.%I(bigint)', p.process_schema, p.process_name || f.suffix)), 'execute') as worker
+         from internal.channel_process p
+        cross join (values ('_process_facts'), ('_close_given_up_attempts')) f(suffix)
+        order by 1`,
+      [db.dbUsers.worker],
+    );
+    expect(rows.map((r) => [r.fn, r.exists])).toEqual([
+      ['comms.send_email_close_given_up_attempts', true],
+      ['comms.send_email_process_facts', true],
+      ['comms.send_sms_close_given_up_attempts', true],
+      ['comms.send_sms_process_facts', true],
+      ['files.file_deletion_close_given_up_attempts', true],
+      ['files.file_deletion_process_facts', true],
+    ]);
+    expect(rows.filter((r) => r.public !== false || r.worker !== false)).toEqual([]);
+  });
+
+  it('a connection plans the facts once, and that plan reads by key after the tables grew', async () => {
+    const [first] = await sendEmails(1);
+    const root = await db.client('root');
+    try {
+      // The plans are made now, while the process tables hold one root and no attempt.
+      const facts = (id: number) =>
+        root.query('select * from internal.channel_process_facts($1, $2, $3)', ['comms', 'send_email', id]);
+      const close = (id: number) =>
+        root.query('select internal.close_given_up_channel_attempts($1, $2, $3) as n', ['comms', 'send_email', id]);
+      expect((await facts(first)).rows[0]).toMatchObject({ num_attempts: 0, has_success: false });
+      expect((await close(first)).rows[0].n).toBe(0);
+
+      // Then 2,000 roots, each with an attempt that succeeded and one that failed.
+      const ids = await sendEmails(2_000);
+      await db.query(
+        `insert into comms.send_email_attempt (send_email_task_id) select unnest($1::bigint[]) from generate_series(1, 2)`,
+        [ids],
+      );
+      await db.query(
+        `insert into comms.send_email_attempt_succeeded (send_email_attempt_id)
+         select min(send_email_attempt_id) from comms.send_email_attempt group by send_email_task_id`,
+      );
+      await db.query(
+        `insert into comms.send_email_attempt_failed (send_email_attempt_id, error_message)
+         select max(send_email_attempt_id), 'provider said no' from comms.send_email_attempt group by send_email_task_id`,
+      );
+      await db.query(
+        'analyze comms.send_email_attempt, comms.send_email_attempt_succeeded, comms.send_email_attempt_failed',
+      );
+
+      const last = ids[ids.length - 1];
+      const plans = await explainNested(root, 'select * from internal.channel_process_facts($1, $2, $3)', [
+        'comms',
+        'send_email',
+        last,
+      ]);
+      expect(plans.some((p) => p.query.includes('send_email_attempt_succeeded'))).toBe(true);
+      for (const table of ['send_email_attempt', 'send_email_attempt_succeeded', 'send_email_attempt_failed'])
+        expect(rowsRead(plans, table), `${table} rows read for one root's facts`).toBeLessThanOrEqual(2);
+      const closing = await explainNested(root, 'select internal.close_given_up_channel_attempts($1, $2, $3)', [
+        'comms',
+        'send_email',
+        last,
+      ]);
+      for (const table of ['send_email_attempt', 'send_email_attempt_succeeded', 'send_email_attempt_failed'])
+        expect(rowsRead(closing, table), `${table} rows read closing one root's attempts`).toBeLessThanOrEqual(2);
+
+      // The facts are right for the grown root: two attempts, one succeeded, one failed.
+      expect((await facts(last)).rows[0]).toMatchObject({
+        has_success: true,
+        num_attempts: 2,
+        num_failures: 1,
+        num_outstanding: 0,
+        has_unknown_outcome: false,
+      });
+      // And the connection kept the plans: the statements are in its plan cache, not
+      // planned again on each call as dynamic SQL would be.
+      const { rows: cached } = await root.query<{ n: number }>(
+        `select count(*)::int as n from pg_backend_memory_contexts
+          where name = 'CachedPlanSource' and ident like '%send_email_attempt_succeeded%'`,
+      );
+      expect(cached[0].n, 'cached plans that read send_email_attempt_succeeded').toBeGreaterThanOrEqual(2);
+    } finally {
+      await root.end();
+    }
+  });
+});

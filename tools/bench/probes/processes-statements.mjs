@@ -1,0 +1,107 @@
+// Runs the email processes of workload 6 (2,000 comms.send_email, one worker of 10, the
+// Resend SDK against the fake server, backoff_scale 0.002) in this process on a server
+// with pg_stat_statements, and prints the rate, the CPU per process of the worker and of
+// PostgreSQL, and the statements that took the most time (nested ones included).
+//   node tools/bench/probes/processes-statements.mjs [processes=2000] [concurrency=10]
+import { readdirSync, readFileSync } from 'node:fs';
+import pg from 'pg';
+import { createResendEmailProvider } from '@org/providers';
+import { startFakeResend } from '@org/providers/testing';
+import { createLogger, dbFunctionProcessor, handlerTaskProcessor, ProcessorRegistry, Worker } from '@org/worker';
+import { openStatementsServer } from './statements-server.mjs';
+import { probeDatabase } from './drain-fixture.mjs';
+
+const PROCESSES = Number(process.argv[2] ?? 2000);
+const CONCURRENCY = Number(process.argv[3] ?? 10);
+
+/** CPU time (µs) of every PostgreSQL process on the machine, from /proc (clock ticks of 10 ms). */
+function postgresCpuMicros() {
+  let ticks = 0;
+  for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      if (!stat.includes('(postgres)')) continue;
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      ticks += Number(fields[11]) + Number(fields[12]);
+    } catch {
+      // The process ended meanwhile.
+    }
+  }
+  return ticks * 10_000;
+}
+
+const server = await openStatementsServer(`bench-processes-${process.pid}`);
+const resend = await startFakeResend();
+try {
+  const { urls, root } = await probeDatabase(server);
+  await root.query('create extension if not exists pg_stat_statements');
+  // Planning time too: the channel processes' statements are dynamic SQL, planned per call.
+  await root.query(`alter system set pg_stat_statements.track_planning = on`);
+  await root.query('select pg_reload_conf()');
+  await root.query(`insert into internal.setting (name, value) values ('backoff_scale', '0.002')`);
+  const app = new pg.Client({ connectionString: urls.app });
+  await app.connect();
+  await app.query(
+    `select comms.send_email('Bench <bench@example.com>', 'user' || g || '@example.com', 'Hello', '<p>Hello</p>')
+       from generate_series(1, $1::int) g`,
+    [PROCESSES],
+  );
+  await app.end();
+  await root.query('vacuum analyze');
+  await root.query('select pg_stat_statements_reset()');
+  const registry = new ProcessorRegistry()
+    .register('db_function', dbFunctionProcessor())
+    .register('email', handlerTaskProcessor(createResendEmailProvider({ apiKey: 're_probe', baseUrl: resend.url })));
+  const worker = new Worker({
+    databaseUrl: urls.worker,
+    roles: ['db_function', 'email'],
+    workerId: 'probe',
+    concurrency: CONCURRENCY,
+    pollIntervalMs: 2000,
+    heartbeatIntervalMs: 30_000,
+    leaseSeconds: 300,
+    maxLeases: 5,
+    shutdownGraceMs: 25_000,
+    registry,
+    logger: createLogger('warn', process.stderr),
+  });
+  const cpu0 = process.cpuUsage();
+  const server0 = postgresCpuMicros();
+  const t = performance.now();
+  await worker.start();
+  for (;;) {
+    const { rows } = await root.query(
+      `select (select count(*) from comms.send_email_task_succeeded)::int
+            + (select count(*) from comms.send_email_task_failed)::int as n`,
+    );
+    if (rows[0].n >= PROCESSES) break;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  const seconds = (performance.now() - t) / 1000;
+  const cpu = process.cpuUsage(cpu0);
+  const serverCpu = postgresCpuMicros() - server0;
+  await worker.stop();
+  const { rows: counts } = await root.query(`select count(*)::int as tasks from queues.task`);
+  console.log(
+    `${PROCESSES} email processes, concurrency ${CONCURRENCY}: ${(PROCESSES / seconds).toFixed(1)} processes/s, ` +
+      `${(counts[0].tasks / PROCESSES).toFixed(1)} tasks per process; ` +
+      `this process's CPU ${((cpu.user + cpu.system) / PROCESSES).toFixed(0)} µs per process (worker and fake Resend); ` +
+      `PostgreSQL CPU ${(serverCpu / PROCESSES).toFixed(0)} µs per process`,
+  );
+  const { rows } = await root.query(
+    `
+    select calls, round((total_exec_time * 1000 / $1)::numeric, 1) as us_per_process,
+           round((total_exec_time / nullif(calls, 0))::numeric, 3) as ms_per_call,
+           round((total_plan_time * 1000 / $1)::numeric, 1) as plan_us_per_process,
+           regexp_replace(left(query, 90), '\\s+', ' ', 'g') as query
+      from pg_stat_statements
+     where query not ilike '%pg_stat_statements%' and query not ilike '%send_email_task_succeeded)::int%'
+     order by ${process.env.SORT === 'plan' ? 'total_plan_time' : 'total_exec_time + total_plan_time'} desc limit 25`,
+    [PROCESSES],
+  );
+  console.table(rows);
+  await root.end();
+} finally {
+  await resend.close?.();
+  await server.stop({ destroy: true });
+}
