@@ -1,5 +1,7 @@
 // What the drain probes share: a database with the 'bench' task type, a backlog of its
-// tasks, and the real Worker draining them with a no-op processor (README defaults).
+// tasks, and the real Worker draining them with a no-op processor (README defaults); the
+// CPU time of the PostgreSQL processes.
+import { readdirSync, readFileSync } from 'node:fs';
 import pg from 'pg';
 import { provisionDatabase } from '@org/db-tools';
 import { enqueueMany } from '@org/queue-client';
@@ -58,4 +60,20 @@ export function noopWorker(urls, { tasks, concurrency, prefetch, heartbeatInterv
     logger: createLogger('warn', process.stderr),
   });
   return { worker, allDone };
+}
+
+/** CPU time (µs) of every PostgreSQL process on the machine, from /proc (clock ticks of 10 ms). */
+export function postgresCpuMicros() {
+  let ticks = 0;
+  for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      if (!stat.includes('(postgres)')) continue;
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      ticks += Number(fields[11]) + Number(fields[12]); // utime, stime
+    } catch {
+      // The process ended meanwhile.
+    }
+  }
+  return ticks * 10_000;
 }

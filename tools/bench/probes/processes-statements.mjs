@@ -3,32 +3,16 @@
 // with pg_stat_statements, and prints the rate, the CPU per process of the worker and of
 // PostgreSQL, and the statements that took the most time (nested ones included).
 //   node tools/bench/probes/processes-statements.mjs [processes=2000] [concurrency=10]
-import { readdirSync, readFileSync } from 'node:fs';
+// SORT=plan lists the statements that took the most time to plan instead.
 import pg from 'pg';
 import { createResendEmailProvider } from '@org/providers';
 import { startFakeResend } from '@org/providers/testing';
 import { createLogger, dbFunctionProcessor, handlerTaskProcessor, ProcessorRegistry, Worker } from '@org/worker';
 import { openStatementsServer } from './statements-server.mjs';
-import { probeDatabase } from './drain-fixture.mjs';
+import { postgresCpuMicros, probeDatabase } from './drain-fixture.mjs';
 
 const PROCESSES = Number(process.argv[2] ?? 2000);
 const CONCURRENCY = Number(process.argv[3] ?? 10);
-
-/** CPU time (µs) of every PostgreSQL process on the machine, from /proc (clock ticks of 10 ms). */
-function postgresCpuMicros() {
-  let ticks = 0;
-  for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-      if (!stat.includes('(postgres)')) continue;
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      ticks += Number(fields[11]) + Number(fields[12]);
-    } catch {
-      // The process ended meanwhile.
-    }
-  }
-  return ticks * 10_000;
-}
 
 const server = await openStatementsServer(`bench-processes-${process.pid}`);
 const resend = await startFakeResend();

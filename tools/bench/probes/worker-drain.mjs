@@ -4,9 +4,8 @@
 //   node tools/bench/probes/worker-drain.mjs [tasks=20000] [concurrency=10] [prefetch=500]
 // HISTORY=<n> first writes n completed tasks into the history partitions (as workload 12
 // does), to see what a history and its number of partition sets cost per statement.
-import { readdirSync, readFileSync } from 'node:fs';
 import { openStatementsServer } from './statements-server.mjs';
-import { enqueueBacklog, noopWorker, probeDatabase } from './drain-fixture.mjs';
+import { enqueueBacklog, noopWorker, postgresCpuMicros, probeDatabase } from './drain-fixture.mjs';
 import { fillHistory } from '../dist/history-scale.js';
 
 const TASKS = Number(process.argv[2] ?? 20000);
@@ -14,21 +13,6 @@ const CONCURRENCY = Number(process.argv[3] ?? 10);
 const PREFETCH = Number(process.argv[4] ?? 500);
 const name = `bench-drain-${process.pid}`;
 
-/** CPU time (µs) of every PostgreSQL process on the machine, from /proc (clock ticks of 10 ms). */
-function postgresCpuMicros() {
-  let ticks = 0;
-  for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-      if (!stat.includes('(postgres)')) continue;
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      ticks += Number(fields[11]) + Number(fields[12]); // utime, stime
-    } catch {
-      // The process ended meanwhile.
-    }
-  }
-  return ticks * 10_000;
-}
 const server = await openStatementsServer(name);
 try {
   const { urls, root } = await probeDatabase(server);

@@ -437,8 +437,9 @@ ${settings}
    1 process × ${o.workerConcurrency} with the built-in \`dbFunctionProcessor\` (the step and its
    completion commit in one transaction).
 8. **Worker RSS**: the peak resident set (\`process.resourceUsage().maxRSS\`) of each worker
-   process, read when it stops after the drains of 3a and 3b. Ours runs on Node 20, the peers
-   on Node 22, whose baseline differs by a few MB.
+   process, read when it stops after the drains of 3a and 3b. Ours runs on Node ${info.versions.node}, the
+   peers on ${info.versions.node22} (under \`npm run bench\`, the machine's Node is the \`node\` dev
+   dependency's, so both are the same binary).
 9. **Limit line**: \`pgbench ${'-n -M prepared'} -c ${o.pgbenchClients} -j ${Math.min(2, o.pgbenchClients)} -T ${o.pgbenchSeconds}\` with a
    one-statement script \`insert into bench_insert (payload) values ('{"n": 1}')\` (a table with an
    identity primary key, a jsonb column and a timestamptz default), on a fresh database of the
