@@ -108,7 +108,8 @@ $$;
 -- The functions of a channel process that every supervisor run calls, made from its
 -- table names once (at registration) instead of on every call: their SQL is static, so a
 -- connection plans it once and keeps the plan. (Built per call with format() and EXECUTE,
--- planning these two statements was about 90% of the database's CPU per email process.)
+-- planning these two statements took most of the database's time per email process:
+-- BENCHMARKS.md, "where a task's time goes".)
 -- Identifiers reach the text only through format('%I'). Owner only, like the tables.
 --   <schema>.<name>_process_facts(root_id)           the facts (internal.channel_process_facts)
 --   <schema>.<name>_close_given_up_attempts(root_id) internal.close_given_up_channel_attempts
