@@ -88,10 +88,8 @@ interface StepSlot {
 
 interface Running {
   task: ClaimedTask;
-  /** The shared slot of a step started with others (see StepSlot). */
+  /** The shared slot of a step started with others (see StepSlot); its key is in #stepCalls. */
   slot?: StepSlot;
-  /** A step's key (see Worker.#stepKey), held in #stepCalls until its call is answered. */
-  stepKey?: string;
   /** Made when the processor asks for its signal or the run is aborted (abortRun): ~1.5 KB each. */
   controller?: AbortController;
   startedAt: number;
@@ -524,12 +522,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const slot: StepSlot = { holders: picked.length, size: picked.length, startedAt: Date.now() };
     this.#busy++;
     // Steps of one key in this call run one after the other in its transaction: no wait.
-    return picked.map((task) => {
-      const running = this.#admit(task, slot);
-      running.stepKey = this.#stepKey(task);
-      this.#stepCalls.set(running.stepKey, (this.#stepCalls.get(running.stepKey) ?? 0) + 1);
-      return running;
-    });
+    for (const task of picked) {
+      const key = this.#stepKey(task);
+      this.#stepCalls.set(key, (this.#stepCalls.get(key) ?? 0) + 1);
+    }
+    return picked.map((task) => this.#admit(task, slot));
   }
 
   /** Runs an admitted task once its start is written. */
@@ -561,10 +558,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
       const runs = (this.#runningTasks.get(task.taskId) ?? 1) - 1;
       if (runs > 0) this.#runningTasks.set(task.taskId, runs);
       else this.#runningTasks.delete(task.taskId);
-      if (running.stepKey !== undefined) {
-        const calls = (this.#stepCalls.get(running.stepKey) ?? 1) - 1;
-        if (calls > 0) this.#stepCalls.set(running.stepKey, calls);
-        else this.#stepCalls.delete(running.stepKey);
+      if (running.slot) {
+        const key = this.#stepKey(task);
+        const calls = (this.#stepCalls.get(key) ?? 1) - 1;
+        if (calls > 0) this.#stepCalls.set(key, calls);
+        else this.#stepCalls.delete(key);
       }
       free();
       // The run is over: a later lease of the same task may start now.

@@ -33,6 +33,28 @@ export async function enqueueBacklog(urls, root, tasks) {
   await root.query('vacuum analyze');
 }
 
+/**
+ * The real Worker as the probes run it: the CLI's defaults (a long lease, a rare
+ * heartbeat unless `heartbeatIntervalMs` says otherwise), warnings only, as the worker
+ * database user; `prefetch` undefined is the default local queue.
+ */
+export function probeWorker(urls, registry, roles, { concurrency, prefetch, heartbeatIntervalMs = 30_000 }) {
+  return new Worker({
+    databaseUrl: urls.worker,
+    roles,
+    workerId: 'probe',
+    concurrency,
+    prefetch,
+    pollIntervalMs: 2000,
+    heartbeatIntervalMs,
+    leaseSeconds: 300,
+    maxLeases: 5,
+    shutdownGraceMs: 25_000,
+    registry,
+    logger: createLogger('warn', process.stderr),
+  });
+}
+
 /** A Worker of the bench tasks with a no-op processor; `allDone` resolves once it ran `tasks`. */
 export function noopWorker(urls, { tasks, concurrency, prefetch, heartbeatIntervalMs = 30_000 }) {
   let handled = 0;
@@ -45,20 +67,7 @@ export function noopWorker(urls, { tasks, concurrency, prefetch, heartbeatInterv
       return { outcome: 'succeeded' };
     },
   });
-  const worker = new Worker({
-    databaseUrl: urls.worker,
-    roles: ['bench'],
-    workerId: 'probe',
-    concurrency,
-    prefetch,
-    pollIntervalMs: 2000,
-    heartbeatIntervalMs,
-    leaseSeconds: 300,
-    maxLeases: 5,
-    shutdownGraceMs: 25_000,
-    registry,
-    logger: createLogger('warn', process.stderr),
-  });
+  const worker = probeWorker(urls, registry, ['bench'], { concurrency, prefetch, heartbeatIntervalMs });
   return { worker, allDone };
 }
 

@@ -7,9 +7,9 @@
 import pg from 'pg';
 import { createResendEmailProvider } from '@org/providers';
 import { startFakeResend } from '@org/providers/testing';
-import { createLogger, dbFunctionProcessor, handlerTaskProcessor, ProcessorRegistry, Worker } from '@org/worker';
+import { dbFunctionProcessor, handlerTaskProcessor, ProcessorRegistry } from '@org/worker';
 import { openStatementsServer } from './statements-server.mjs';
-import { postgresCpuMicros, probeDatabase } from './drain-fixture.mjs';
+import { postgresCpuMicros, probeDatabase, probeWorker } from './drain-fixture.mjs';
 
 const PROCESSES = Number(process.argv[2] ?? 2000);
 const CONCURRENCY = Number(process.argv[3] ?? 10);
@@ -36,19 +36,7 @@ try {
   const registry = new ProcessorRegistry()
     .register('db_function', dbFunctionProcessor())
     .register('email', handlerTaskProcessor(createResendEmailProvider({ apiKey: 're_probe', baseUrl: resend.url })));
-  const worker = new Worker({
-    databaseUrl: urls.worker,
-    roles: ['db_function', 'email'],
-    workerId: 'probe',
-    concurrency: CONCURRENCY,
-    pollIntervalMs: 2000,
-    heartbeatIntervalMs: 30_000,
-    leaseSeconds: 300,
-    maxLeases: 5,
-    shutdownGraceMs: 25_000,
-    registry,
-    logger: createLogger('warn', process.stderr),
-  });
+  const worker = probeWorker(urls, registry, ['db_function', 'email'], { concurrency: CONCURRENCY });
   const cpu0 = process.cpuUsage();
   const server0 = postgresCpuMicros();
   const t = performance.now();

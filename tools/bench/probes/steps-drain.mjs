@@ -9,7 +9,8 @@ import pg from 'pg';
 import { provisionDatabase } from '@org/db-tools';
 import { openStatementsServer } from './statements-server.mjs';
 import { enqueueMany } from '@org/queue-client';
-import { createLogger, dbFunctionProcessor, ProcessorRegistry, Worker } from '@org/worker';
+import { dbFunctionProcessor, ProcessorRegistry } from '@org/worker';
+import { probeWorker } from './drain-fixture.mjs';
 
 const STEPS = Number(process.argv[2] ?? 20000);
 const CONCURRENCY = Number(process.argv[3] ?? 10);
@@ -54,20 +55,7 @@ try {
   await root.query('vacuum analyze');
   await root.query('select pg_stat_statements_reset()');
   const registry = new ProcessorRegistry().register('db_function', dbFunctionProcessor());
-  const worker = new Worker({
-    databaseUrl: urls.worker,
-    roles: ['db_function'],
-    workerId: 'probe',
-    concurrency: CONCURRENCY,
-    prefetch: PREFETCH,
-    pollIntervalMs: 2000,
-    heartbeatIntervalMs: 30_000,
-    leaseSeconds: 300,
-    maxLeases: 5,
-    shutdownGraceMs: 25_000,
-    registry,
-    logger: createLogger('warn', process.stderr),
-  });
+  const worker = probeWorker(urls, registry, ['db_function'], { concurrency: CONCURRENCY, prefetch: PREFETCH });
   const { rows: dir } = await root.query('show data_directory');
   const postmaster = Number(readFileSync(`${dir[0].data_directory}/postmaster.pid`, 'utf8').split('\n')[0]);
   const server0 = serverCpuMicros(postmaster);
