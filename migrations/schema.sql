@@ -356,6 +356,7 @@ create table comms.send_email_supervisor_run (
   send_email_supervisor_run_id bigint generated always as identity not null,
   send_email_task_id bigint not null,
   created_at timestamp with time zone default now() not null,
+  next_task_id bigint,
   constraint send_email_supervisor_run_created_at_not_null NOT NULL created_at,
   constraint send_email_supervisor_run_pkey PRIMARY KEY (send_email_supervisor_run_id),
   constraint send_email_supervisor_run_send_email_supervisor_run_id_not_null NOT NULL send_email_supervisor_run_id,
@@ -466,6 +467,7 @@ create table comms.send_sms_supervisor_run (
   send_sms_supervisor_run_id bigint generated always as identity not null,
   send_sms_task_id bigint not null,
   created_at timestamp with time zone default now() not null,
+  next_task_id bigint,
   constraint send_sms_supervisor_run_created_at_not_null NOT NULL created_at,
   constraint send_sms_supervisor_run_pkey PRIMARY KEY (send_sms_supervisor_run_id),
   constraint send_sms_supervisor_run_send_sms_supervisor_run_id_not_null NOT NULL send_sms_supervisor_run_id,
@@ -617,6 +619,7 @@ create table files.file_deletion_supervisor_run (
   file_deletion_supervisor_run_id bigint generated always as identity not null,
   file_deletion_task_id bigint not null,
   created_at timestamp with time zone default now() not null,
+  next_task_id bigint,
   constraint file_deletion_supervisor_ru_file_deletion_supervisor_r_not_null NOT NULL file_deletion_supervisor_run_id,
   constraint file_deletion_supervisor_run_created_at_not_null NOT NULL created_at,
   constraint file_deletion_supervisor_run_file_deletion_task_id_fkey FOREIGN KEY (file_deletion_task_id) REFERENCES files.file_deletion_task(file_deletion_task_id) ON DELETE CASCADE,
@@ -5278,6 +5281,41 @@ $function$;
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION comms.send_email_attempt_refusal(_attempt_id bigint, _verb text)
+ RETURNS text
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+    declare
+      _root_id bigint;
+      _has_outcome boolean;
+      _facts record;
+    begin
+      select a.send_email_task_id,
+             (select true from comms.send_email_attempt_succeeded s where s.send_email_attempt_id = a.send_email_attempt_id) is not null
+             or (select true from comms.send_email_attempt_failed f where f.send_email_attempt_id = a.send_email_attempt_id) is not null
+        into _root_id, _has_outcome
+        from comms.send_email_attempt a where a.send_email_attempt_id = _attempt_id;
+      if _root_id is null then
+        return 'send_email_attempt' || ' ' || _attempt_id || ' not found';
+      end if;
+      if _has_outcome then
+        return 'send_email_attempt' || ' ' || _attempt_id || ' already has an outcome; not ' || _verb || ' it again';
+      end if;
+      _facts := comms.send_email_process_facts(_root_id);
+      if _facts.has_task_succeeded or _facts.task_failure is not null then
+        return 'send_email_task' || ' ' || _root_id || ' already ended (' || coalesce(_facts.task_failure, 'succeeded')
+               || '); not ' || _verb || ' attempt ' || _attempt_id;
+      end if;
+      return null;
+    end;
+    $function$;
+  -- comms.send_email_attempt_refusal(_attempt_id bigint, _verb text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION comms.send_email_close_given_up_attempts(_root_id bigint)
  RETURNS integer
  LANGUAGE plpgsql
@@ -5338,6 +5376,155 @@ AS $function$
     end;
     $function$;
   -- comms.send_email_process_facts(_root_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT has_unknown_outcome boolean): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.send_email_record_attempt_failure(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+    declare
+      _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'send_email_attempt_id');
+    begin
+      if _attempt_id is null then
+        return internal.validation_failure('original_payload.' || 'send_email_attempt_id' || ' must be a positive integer');
+      end if;
+      perform 1 from comms.send_email_attempt a where a.send_email_attempt_id = _attempt_id;
+      if not found then
+        return internal.validation_failure('send_email_attempt' || ' ' || _attempt_id || ' not found');
+      end if;
+      insert into comms.send_email_attempt_failed (send_email_attempt_id, error_message)
+      select _attempt_id, left(coalesce(nullif(payload ->> 'error', ''), 'unknown error'), 2000)
+       where (select true from comms.send_email_attempt_succeeded s where s.send_email_attempt_id = _attempt_id) is null
+      on conflict do nothing;
+      return jsonb_build_object('success', true);
+    end;
+    $function$;
+  -- comms.send_email_record_attempt_failure(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.send_email_record_attempt_success(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+    declare
+      _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'send_email_attempt_id');
+      _root_id bigint;
+      _next_task_id bigint;
+    begin
+      if _attempt_id is null then
+        return internal.validation_failure('original_payload.' || 'send_email_attempt_id' || ' must be a positive integer');
+      end if;
+      select a.send_email_task_id into _root_id from comms.send_email_attempt a where a.send_email_attempt_id = _attempt_id;
+      if _root_id is null then
+        return internal.validation_failure('send_email_attempt' || ' ' || _attempt_id || ' not found');
+      end if;
+      insert into comms.send_email_attempt_succeeded (send_email_attempt_id, worker_payload) values (_attempt_id, payload -> 'worker_payload')
+      on conflict do nothing;
+      if found then
+        -- Wake the supervisor now: the run the last run scheduled after its backoff, made
+        -- due now while no worker has taken it (it then runs after this transaction
+        -- commits); else a new run due now. Runs of a root hold its lock one after the
+        -- other, so the last run's next task has the highest id.
+        select max(r.next_task_id) into _next_task_id from comms.send_email_supervisor_run r where r.send_email_task_id = _root_id;
+        if _next_task_id is null or not queues.hasten_task(_next_task_id) then
+          perform internal.enqueue_channel_supervisor(internal.get_channel_process('comms', 'send_email'), _root_id, null);
+        end if;
+      end if;
+      return jsonb_build_object('success', true);
+    end;
+    $function$;
+  -- comms.send_email_record_attempt_success(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.send_email_supervise(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+    declare
+      _p internal.channel_process := internal.get_channel_process('comms', 'send_email');
+      _task_id bigint := internal.id_from_payload(payload, 'send_email_task_id');
+      _facts record;
+      _attempt_id bigint;
+      _queue_task_id bigint;
+      _next_at timestamptz;
+      _next_task_id bigint;
+    begin
+      if _task_id is null then
+        return internal.validation_failure('send_email_task_id' || ' must be a positive integer');
+      end if;
+      perform internal.assert_read_committed(_p.supervisor);
+      -- Lock, then read: facts read after the lock wait include what the last holder
+      -- committed. FOR NO KEY UPDATE: inserting a fact that references the root takes FOR
+      -- KEY SHARE, which does not wait on it.
+      perform 1 from comms.send_email_task t where t.send_email_task_id = _task_id for no key update;
+      if not found then
+        return internal.validation_failure('send_email_task' || ' ' || _task_id || ' not found');
+      end if;
+      _facts := comms.send_email_process_facts(_task_id);
+      -- An attempt the queue gave up on is among the outstanding ones: closed with a
+      -- failure, then the facts read again.
+      if _facts.num_outstanding > 0 and comms.send_email_close_given_up_attempts(_task_id) > 0 then
+        _facts := comms.send_email_process_facts(_task_id);
+      end if;
+
+      if _facts.has_task_succeeded then
+        return internal.supervisor_progress('succeeded');
+      end if;
+      if _facts.task_failure is not null then
+        return jsonb_build_object('status', _facts.task_failure);
+      end if;
+      if _facts.has_success then
+        insert into comms.send_email_task_succeeded (send_email_task_id) values (_task_id) on conflict do nothing;
+        return internal.supervisor_progress('succeeded');
+      end if;
+      if _facts.has_unknown_outcome then
+        insert into comms.send_email_task_failed (send_email_task_id, reason) values (_task_id, 'delivery_outcome_unknown') on conflict do nothing;
+        return jsonb_build_object('status', 'delivery_outcome_unknown');
+      end if;
+      if _facts.num_failures >= _p.max_attempts then
+        insert into comms.send_email_task_failed (send_email_task_id, reason) values (_task_id, 'max_attempts_reached') on conflict do nothing;
+        return jsonb_build_object('status', 'max_attempts_reached',
+                                  'payload', jsonb_build_object('num_failures', _facts.num_failures));
+      end if;
+      if _facts.num_runs >= _p.max_supervisor_runs then
+        insert into comms.send_email_task_failed (send_email_task_id, reason) values (_task_id, 'run_limit_reached') on conflict do nothing;
+        return jsonb_build_object('status', 'run_limit_reached',
+                                  'payload', jsonb_build_object('num_runs', _facts.num_runs));
+      end if;
+
+      if _facts.num_outstanding = 0 then
+        -- The attempt's id is drawn first (the task's payload names it), its row written
+        -- after the enqueue (it names the queue task).
+        _attempt_id := nextval(pg_get_serial_sequence('comms.send_email_attempt', 'send_email_attempt_id'));
+        _queue_task_id := queues.enqueue_internal(_p.task_type, coalesce('{}'::jsonb, '{}') || jsonb_build_object(
+          'task_type', _p.task_type,
+          'send_email_task_id', _task_id,
+          'send_email_attempt_id', _attempt_id,
+          'before_handler', _p.before_handler,
+          'success_handler', _p.success_handler,
+          'error_handler', _p.error_handler));
+        insert into comms.send_email_attempt (send_email_attempt_id, send_email_task_id, task_id) overriding system value
+        values (_attempt_id, _task_id, _queue_task_id);
+      end if;
+      _next_at := now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds);
+      _next_task_id := internal.enqueue_supervisor_run(_p.supervisor, 'send_email_task_id', _task_id, _next_at);
+      -- The run, with the run it scheduled: the success handler wakes that one.
+      insert into comms.send_email_supervisor_run (send_email_task_id, next_task_id) values (_task_id, _next_task_id);
+      return internal.supervisor_progress(
+        case when _attempt_id is null then 'waiting_for_attempt' else 'attempt_scheduled' end,
+        jsonb_build_object('send_email_attempt_id', _attempt_id, 'next_check_at', _next_at));
+    end;
+    $function$;
+  -- comms.send_email_supervise(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION comms.send_email_supervisor(payload jsonb)
@@ -5416,6 +5603,41 @@ $function$;
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION comms.send_sms_attempt_refusal(_attempt_id bigint, _verb text)
+ RETURNS text
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+    declare
+      _root_id bigint;
+      _has_outcome boolean;
+      _facts record;
+    begin
+      select a.send_sms_task_id,
+             (select true from comms.send_sms_attempt_succeeded s where s.send_sms_attempt_id = a.send_sms_attempt_id) is not null
+             or (select true from comms.send_sms_attempt_failed f where f.send_sms_attempt_id = a.send_sms_attempt_id) is not null
+        into _root_id, _has_outcome
+        from comms.send_sms_attempt a where a.send_sms_attempt_id = _attempt_id;
+      if _root_id is null then
+        return 'send_sms_attempt' || ' ' || _attempt_id || ' not found';
+      end if;
+      if _has_outcome then
+        return 'send_sms_attempt' || ' ' || _attempt_id || ' already has an outcome; not ' || _verb || ' it again';
+      end if;
+      _facts := comms.send_sms_process_facts(_root_id);
+      if _facts.has_task_succeeded or _facts.task_failure is not null then
+        return 'send_sms_task' || ' ' || _root_id || ' already ended (' || coalesce(_facts.task_failure, 'succeeded')
+               || '); not ' || _verb || ' attempt ' || _attempt_id;
+      end if;
+      return null;
+    end;
+    $function$;
+  -- comms.send_sms_attempt_refusal(_attempt_id bigint, _verb text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION comms.send_sms_close_given_up_attempts(_root_id bigint)
  RETURNS integer
  LANGUAGE plpgsql
@@ -5476,6 +5698,155 @@ AS $function$
     end;
     $function$;
   -- comms.send_sms_process_facts(_root_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT has_unknown_outcome boolean): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.send_sms_record_attempt_failure(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+    declare
+      _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'send_sms_attempt_id');
+    begin
+      if _attempt_id is null then
+        return internal.validation_failure('original_payload.' || 'send_sms_attempt_id' || ' must be a positive integer');
+      end if;
+      perform 1 from comms.send_sms_attempt a where a.send_sms_attempt_id = _attempt_id;
+      if not found then
+        return internal.validation_failure('send_sms_attempt' || ' ' || _attempt_id || ' not found');
+      end if;
+      insert into comms.send_sms_attempt_failed (send_sms_attempt_id, error_message)
+      select _attempt_id, left(coalesce(nullif(payload ->> 'error', ''), 'unknown error'), 2000)
+       where (select true from comms.send_sms_attempt_succeeded s where s.send_sms_attempt_id = _attempt_id) is null
+      on conflict do nothing;
+      return jsonb_build_object('success', true);
+    end;
+    $function$;
+  -- comms.send_sms_record_attempt_failure(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.send_sms_record_attempt_success(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+    declare
+      _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'send_sms_attempt_id');
+      _root_id bigint;
+      _next_task_id bigint;
+    begin
+      if _attempt_id is null then
+        return internal.validation_failure('original_payload.' || 'send_sms_attempt_id' || ' must be a positive integer');
+      end if;
+      select a.send_sms_task_id into _root_id from comms.send_sms_attempt a where a.send_sms_attempt_id = _attempt_id;
+      if _root_id is null then
+        return internal.validation_failure('send_sms_attempt' || ' ' || _attempt_id || ' not found');
+      end if;
+      insert into comms.send_sms_attempt_succeeded (send_sms_attempt_id, worker_payload) values (_attempt_id, payload -> 'worker_payload')
+      on conflict do nothing;
+      if found then
+        -- Wake the supervisor now: the run the last run scheduled after its backoff, made
+        -- due now while no worker has taken it (it then runs after this transaction
+        -- commits); else a new run due now. Runs of a root hold its lock one after the
+        -- other, so the last run's next task has the highest id.
+        select max(r.next_task_id) into _next_task_id from comms.send_sms_supervisor_run r where r.send_sms_task_id = _root_id;
+        if _next_task_id is null or not queues.hasten_task(_next_task_id) then
+          perform internal.enqueue_channel_supervisor(internal.get_channel_process('comms', 'send_sms'), _root_id, null);
+        end if;
+      end if;
+      return jsonb_build_object('success', true);
+    end;
+    $function$;
+  -- comms.send_sms_record_attempt_success(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.send_sms_supervise(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+    declare
+      _p internal.channel_process := internal.get_channel_process('comms', 'send_sms');
+      _task_id bigint := internal.id_from_payload(payload, 'send_sms_task_id');
+      _facts record;
+      _attempt_id bigint;
+      _queue_task_id bigint;
+      _next_at timestamptz;
+      _next_task_id bigint;
+    begin
+      if _task_id is null then
+        return internal.validation_failure('send_sms_task_id' || ' must be a positive integer');
+      end if;
+      perform internal.assert_read_committed(_p.supervisor);
+      -- Lock, then read: facts read after the lock wait include what the last holder
+      -- committed. FOR NO KEY UPDATE: inserting a fact that references the root takes FOR
+      -- KEY SHARE, which does not wait on it.
+      perform 1 from comms.send_sms_task t where t.send_sms_task_id = _task_id for no key update;
+      if not found then
+        return internal.validation_failure('send_sms_task' || ' ' || _task_id || ' not found');
+      end if;
+      _facts := comms.send_sms_process_facts(_task_id);
+      -- An attempt the queue gave up on is among the outstanding ones: closed with a
+      -- failure, then the facts read again.
+      if _facts.num_outstanding > 0 and comms.send_sms_close_given_up_attempts(_task_id) > 0 then
+        _facts := comms.send_sms_process_facts(_task_id);
+      end if;
+
+      if _facts.has_task_succeeded then
+        return internal.supervisor_progress('succeeded');
+      end if;
+      if _facts.task_failure is not null then
+        return jsonb_build_object('status', _facts.task_failure);
+      end if;
+      if _facts.has_success then
+        insert into comms.send_sms_task_succeeded (send_sms_task_id) values (_task_id) on conflict do nothing;
+        return internal.supervisor_progress('succeeded');
+      end if;
+      if _facts.has_unknown_outcome then
+        insert into comms.send_sms_task_failed (send_sms_task_id, reason) values (_task_id, 'delivery_outcome_unknown') on conflict do nothing;
+        return jsonb_build_object('status', 'delivery_outcome_unknown');
+      end if;
+      if _facts.num_failures >= _p.max_attempts then
+        insert into comms.send_sms_task_failed (send_sms_task_id, reason) values (_task_id, 'max_attempts_reached') on conflict do nothing;
+        return jsonb_build_object('status', 'max_attempts_reached',
+                                  'payload', jsonb_build_object('num_failures', _facts.num_failures));
+      end if;
+      if _facts.num_runs >= _p.max_supervisor_runs then
+        insert into comms.send_sms_task_failed (send_sms_task_id, reason) values (_task_id, 'run_limit_reached') on conflict do nothing;
+        return jsonb_build_object('status', 'run_limit_reached',
+                                  'payload', jsonb_build_object('num_runs', _facts.num_runs));
+      end if;
+
+      if _facts.num_outstanding = 0 then
+        -- The attempt's id is drawn first (the task's payload names it), its row written
+        -- after the enqueue (it names the queue task).
+        _attempt_id := nextval(pg_get_serial_sequence('comms.send_sms_attempt', 'send_sms_attempt_id'));
+        _queue_task_id := queues.enqueue_internal(_p.task_type, coalesce('{}'::jsonb, '{}') || jsonb_build_object(
+          'task_type', _p.task_type,
+          'send_sms_task_id', _task_id,
+          'send_sms_attempt_id', _attempt_id,
+          'before_handler', _p.before_handler,
+          'success_handler', _p.success_handler,
+          'error_handler', _p.error_handler));
+        insert into comms.send_sms_attempt (send_sms_attempt_id, send_sms_task_id, task_id) overriding system value
+        values (_attempt_id, _task_id, _queue_task_id);
+      end if;
+      _next_at := now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds);
+      _next_task_id := internal.enqueue_supervisor_run(_p.supervisor, 'send_sms_task_id', _task_id, _next_at);
+      -- The run, with the run it scheduled: the success handler wakes that one.
+      insert into comms.send_sms_supervisor_run (send_sms_task_id, next_task_id) values (_task_id, _next_task_id);
+      return internal.supervisor_progress(
+        case when _attempt_id is null then 'waiting_for_attempt' else 'attempt_scheduled' end,
+        jsonb_build_object('send_sms_attempt_id', _attempt_id, 'next_check_at', _next_at));
+    end;
+    $function$;
+  -- comms.send_sms_supervise(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION comms.send_sms_supervisor(payload jsonb)
@@ -5567,6 +5938,41 @@ $function$;
   -- files.file_delete_attempt_payload(_file_deletion_task_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION files.file_deletion_attempt_refusal(_attempt_id bigint, _verb text)
+ RETURNS text
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+    declare
+      _root_id bigint;
+      _has_outcome boolean;
+      _facts record;
+    begin
+      select a.file_deletion_task_id,
+             (select true from files.file_deletion_attempt_succeeded s where s.file_deletion_attempt_id = a.file_deletion_attempt_id) is not null
+             or (select true from files.file_deletion_attempt_failed f where f.file_deletion_attempt_id = a.file_deletion_attempt_id) is not null
+        into _root_id, _has_outcome
+        from files.file_deletion_attempt a where a.file_deletion_attempt_id = _attempt_id;
+      if _root_id is null then
+        return 'file_deletion_attempt' || ' ' || _attempt_id || ' not found';
+      end if;
+      if _has_outcome then
+        return 'file_deletion_attempt' || ' ' || _attempt_id || ' already has an outcome; not ' || _verb || ' it again';
+      end if;
+      _facts := files.file_deletion_process_facts(_root_id);
+      if _facts.has_task_succeeded or _facts.task_failure is not null then
+        return 'file_deletion_task' || ' ' || _root_id || ' already ended (' || coalesce(_facts.task_failure, 'succeeded')
+               || '); not ' || _verb || ' attempt ' || _attempt_id;
+      end if;
+      return null;
+    end;
+    $function$;
+  -- files.file_deletion_attempt_refusal(_attempt_id bigint, _verb text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION files.file_deletion_close_given_up_attempts(_root_id bigint)
  RETURNS integer
  LANGUAGE plpgsql
@@ -5627,6 +6033,155 @@ AS $function$
     end;
     $function$;
   -- files.file_deletion_process_facts(_root_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT has_unknown_outcome boolean): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.file_deletion_record_attempt_failure(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+    declare
+      _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'file_deletion_attempt_id');
+    begin
+      if _attempt_id is null then
+        return internal.validation_failure('original_payload.' || 'file_deletion_attempt_id' || ' must be a positive integer');
+      end if;
+      perform 1 from files.file_deletion_attempt a where a.file_deletion_attempt_id = _attempt_id;
+      if not found then
+        return internal.validation_failure('file_deletion_attempt' || ' ' || _attempt_id || ' not found');
+      end if;
+      insert into files.file_deletion_attempt_failed (file_deletion_attempt_id, error_message)
+      select _attempt_id, left(coalesce(nullif(payload ->> 'error', ''), 'unknown error'), 2000)
+       where (select true from files.file_deletion_attempt_succeeded s where s.file_deletion_attempt_id = _attempt_id) is null
+      on conflict do nothing;
+      return jsonb_build_object('success', true);
+    end;
+    $function$;
+  -- files.file_deletion_record_attempt_failure(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.file_deletion_record_attempt_success(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+    declare
+      _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', 'file_deletion_attempt_id');
+      _root_id bigint;
+      _next_task_id bigint;
+    begin
+      if _attempt_id is null then
+        return internal.validation_failure('original_payload.' || 'file_deletion_attempt_id' || ' must be a positive integer');
+      end if;
+      select a.file_deletion_task_id into _root_id from files.file_deletion_attempt a where a.file_deletion_attempt_id = _attempt_id;
+      if _root_id is null then
+        return internal.validation_failure('file_deletion_attempt' || ' ' || _attempt_id || ' not found');
+      end if;
+      insert into files.file_deletion_attempt_succeeded (file_deletion_attempt_id, worker_payload) values (_attempt_id, payload -> 'worker_payload')
+      on conflict do nothing;
+      if found then
+        -- Wake the supervisor now: the run the last run scheduled after its backoff, made
+        -- due now while no worker has taken it (it then runs after this transaction
+        -- commits); else a new run due now. Runs of a root hold its lock one after the
+        -- other, so the last run's next task has the highest id.
+        select max(r.next_task_id) into _next_task_id from files.file_deletion_supervisor_run r where r.file_deletion_task_id = _root_id;
+        if _next_task_id is null or not queues.hasten_task(_next_task_id) then
+          perform internal.enqueue_channel_supervisor(internal.get_channel_process('files', 'file_deletion'), _root_id, null);
+        end if;
+      end if;
+      return jsonb_build_object('success', true);
+    end;
+    $function$;
+  -- files.file_deletion_record_attempt_success(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.file_deletion_supervise(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+    declare
+      _p internal.channel_process := internal.get_channel_process('files', 'file_deletion');
+      _task_id bigint := internal.id_from_payload(payload, 'file_deletion_task_id');
+      _facts record;
+      _attempt_id bigint;
+      _queue_task_id bigint;
+      _next_at timestamptz;
+      _next_task_id bigint;
+    begin
+      if _task_id is null then
+        return internal.validation_failure('file_deletion_task_id' || ' must be a positive integer');
+      end if;
+      perform internal.assert_read_committed(_p.supervisor);
+      -- Lock, then read: facts read after the lock wait include what the last holder
+      -- committed. FOR NO KEY UPDATE: inserting a fact that references the root takes FOR
+      -- KEY SHARE, which does not wait on it.
+      perform 1 from files.file_deletion_task t where t.file_deletion_task_id = _task_id for no key update;
+      if not found then
+        return internal.validation_failure('file_deletion_task' || ' ' || _task_id || ' not found');
+      end if;
+      _facts := files.file_deletion_process_facts(_task_id);
+      -- An attempt the queue gave up on is among the outstanding ones: closed with a
+      -- failure, then the facts read again.
+      if _facts.num_outstanding > 0 and files.file_deletion_close_given_up_attempts(_task_id) > 0 then
+        _facts := files.file_deletion_process_facts(_task_id);
+      end if;
+
+      if _facts.has_task_succeeded then
+        return internal.supervisor_progress('succeeded');
+      end if;
+      if _facts.task_failure is not null then
+        return jsonb_build_object('status', _facts.task_failure);
+      end if;
+      if _facts.has_success then
+        insert into files.file_deletion_task_succeeded (file_deletion_task_id) values (_task_id) on conflict do nothing;
+        return internal.supervisor_progress('succeeded');
+      end if;
+      if _facts.has_unknown_outcome then
+        insert into files.file_deletion_task_failed (file_deletion_task_id, reason) values (_task_id, 'delivery_outcome_unknown') on conflict do nothing;
+        return jsonb_build_object('status', 'delivery_outcome_unknown');
+      end if;
+      if _facts.num_failures >= _p.max_attempts then
+        insert into files.file_deletion_task_failed (file_deletion_task_id, reason) values (_task_id, 'max_attempts_reached') on conflict do nothing;
+        return jsonb_build_object('status', 'max_attempts_reached',
+                                  'payload', jsonb_build_object('num_failures', _facts.num_failures));
+      end if;
+      if _facts.num_runs >= _p.max_supervisor_runs then
+        insert into files.file_deletion_task_failed (file_deletion_task_id, reason) values (_task_id, 'run_limit_reached') on conflict do nothing;
+        return jsonb_build_object('status', 'run_limit_reached',
+                                  'payload', jsonb_build_object('num_runs', _facts.num_runs));
+      end if;
+
+      if _facts.num_outstanding = 0 then
+        -- The attempt's id is drawn first (the task's payload names it), its row written
+        -- after the enqueue (it names the queue task).
+        _attempt_id := nextval(pg_get_serial_sequence('files.file_deletion_attempt', 'file_deletion_attempt_id'));
+        _queue_task_id := queues.enqueue_internal(_p.task_type, coalesce(files.file_delete_attempt_payload(_task_id), '{}') || jsonb_build_object(
+          'task_type', _p.task_type,
+          'file_deletion_task_id', _task_id,
+          'file_deletion_attempt_id', _attempt_id,
+          'before_handler', _p.before_handler,
+          'success_handler', _p.success_handler,
+          'error_handler', _p.error_handler));
+        insert into files.file_deletion_attempt (file_deletion_attempt_id, file_deletion_task_id, task_id) overriding system value
+        values (_attempt_id, _task_id, _queue_task_id);
+      end if;
+      _next_at := now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds);
+      _next_task_id := internal.enqueue_supervisor_run(_p.supervisor, 'file_deletion_task_id', _task_id, _next_at);
+      -- The run, with the run it scheduled: the success handler wakes that one.
+      insert into files.file_deletion_supervisor_run (file_deletion_task_id, next_task_id) values (_task_id, _next_task_id);
+      return internal.supervisor_progress(
+        case when _attempt_id is null then 'waiting_for_attempt' else 'attempt_scheduled' end,
+        jsonb_build_object('file_deletion_attempt_id', _attempt_id, 'next_check_at', _next_at));
+    end;
+    $function$;
+  -- files.file_deletion_supervise(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION files.file_deletion_supervisor(payload jsonb)
@@ -5900,28 +6455,10 @@ CREATE OR REPLACE FUNCTION internal.channel_attempt_refusal(_schema text, _name 
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
-  _root_id bigint;
-  _has_outcome boolean;
-  _facts record;
+  _refusal text;
 begin
-  execute format($q$
-    select a.%4$I,
-           exists (select 1 from %1$I.%2$I s where s.%5$I = a.%5$I) or exists (select 1 from %1$I.%3$I f where f.%5$I = a.%5$I)
-      from %1$I.%6$I a where a.%5$I = $1
-    $q$, _schema, _name || '_attempt_succeeded', _name || '_attempt_failed', _name || '_task_id', _name || '_attempt_id', _name || '_attempt')
-  into _root_id, _has_outcome using _attempt_id;
-  if _root_id is null then
-    return format('%s %s not found', _name || '_attempt', _attempt_id);
-  end if;
-  if _has_outcome then
-    return format('%s %s already has an outcome; not %s it again', _name || '_attempt', _attempt_id, _verb);
-  end if;
-  _facts := internal.channel_process_facts(_schema, _name, _root_id);
-  if _facts.has_task_succeeded or _facts.task_failure is not null then
-    return format('%s %s already ended (%s); not %s attempt %s', _name || '_task', _root_id,
-                  coalesce(_facts.task_failure, 'succeeded'), _verb, _attempt_id);
-  end if;
-  return null;
+  execute format('select %I.%I($1, $2)', _schema, _name || '_attempt_refusal') into _refusal using _attempt_id, _verb;
+  return _refusal;
 end;
 $function$;
   -- internal.channel_attempt_refusal(_schema text, _name text, _attempt_id bigint, _verb text): owner :DATABASE_OWNER
@@ -5980,9 +6517,35 @@ CREATE OR REPLACE FUNCTION internal.create_channel_process_functions(_schema tex
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+declare
+  _p internal.channel_process := internal.get_channel_process(_schema, _name);
+  _suffixes text[] := array['_process_facts', '_close_given_up_attempts', '_supervise', '_attempt_refusal',
+                            '_record_attempt_success', '_record_attempt_failure'];
+  -- The names every template below refers to, by position.
+  _names text[] := array[
+    _schema,                                      -- 1
+    _name || '_task',                             -- 2  the root
+    _name || '_supervisor_run',                   -- 3
+    _name || '_attempt',                          -- 4
+    _name || '_attempt_succeeded',                -- 5
+    _name || '_attempt_failed',                   -- 6
+    _name || '_task_succeeded',                   -- 7
+    _name || '_task_failed',                      -- 8
+    _name || '_task_id',                          -- 9  the root's key
+    _name || '_attempt_id',                       -- 10 the attempt's key
+    _name,                                        -- 11
+    _name || _suffixes[1], _name || _suffixes[2], _name || _suffixes[3],    -- 12, 13, 14
+    _name || _suffixes[4], _name || _suffixes[5], _name || _suffixes[6],    -- 15, 16, 17
+    -- 18: the fields the process adds to each channel task's payload (its attempt_payload)
+    coalesce((select format('%I.%I(_task_id)', n.nspname, f.proname)
+                from pg_proc f join pg_namespace n on n.oid = f.pronamespace
+               where f.oid = _p.attempt_payload), '''{}''::jsonb'),
+    format('%I.%I', _schema, _name || '_attempt')  -- 19 the attempt table, for its sequence
+  ];
+  _suffix text;
 begin
   execute format($f$
-    create or replace function %1$I.%10$I(
+    create or replace function %1$I.%12$I(
       _root_id bigint,
       out has_task_succeeded  boolean,
       out task_failure        text,
@@ -6005,18 +6568,18 @@ begin
       -- primary key (scalar subqueries: no join order for the planner to get wrong), once
       -- (materialized: each probe is used by several aggregates).
       with attempt as materialized (
-        select (select true from %1$I.%5$I s where s.%9$I = a.%9$I) as succeeded,
-               (select f.error_message from %1$I.%6$I f where f.%9$I = a.%9$I) as failure
+        select (select true from %1$I.%5$I s where s.%10$I = a.%10$I) as succeeded,
+               (select f.error_message from %1$I.%6$I f where f.%10$I = a.%10$I) as failure
           from %1$I.%4$I a
-         where a.%8$I = _root_id
+         where a.%9$I = _root_id
       )
-      select (select true from %1$I.%2$I x where x.%8$I = _root_id) is not null,
-             (select x.reason from %1$I.%3$I x where x.%8$I = _root_id),
+      select (select true from %1$I.%7$I x where x.%9$I = _root_id) is not null,
+             (select x.reason from %1$I.%8$I x where x.%9$I = _root_id),
              coalesce(bool_or(a.succeeded), false),
              count(*)::integer,
              (count(*) filter (where a.succeeded is null and a.failure is not null))::integer,
              (count(*) filter (where a.succeeded is null and a.failure is null))::integer,
-             (select count(*)::integer from %1$I.%7$I r where r.%8$I = _root_id),
+             (select count(*)::integer from %1$I.%3$I r where r.%9$I = _root_id),
              coalesce(bool_or(a.succeeded is null and a.failure is not null
                               and internal.is_unknown_outcome(a.failure)), false)
         into has_task_succeeded, task_failure, has_success, num_attempts, num_failures, num_outstanding,
@@ -6024,11 +6587,10 @@ begin
         from attempt a;
     end;
     $body$
-    $f$, _schema, _name || '_task_succeeded', _name || '_task_failed', _name || '_attempt',
-         _name || '_attempt_succeeded', _name || '_attempt_failed', _name || '_supervisor_run',
-         _name || '_task_id', _name || '_attempt_id', _name || '_process_facts');
+    $f$, variadic _names);
+
   execute format($f$
-    create or replace function %1$I.%7$I(_root_id bigint)
+    create or replace function %1$I.%13$I(_root_id bigint)
       returns integer
       language plpgsql volatile
       set search_path = pg_catalog, pg_temp
@@ -6041,12 +6603,12 @@ begin
       _closed integer;
     begin
       with closed as (
-        insert into %1$I.%4$I (%6$I, error_message)
-        select a.%6$I, internal.queue_gave_up_message(a.task_id)
-          from %1$I.%2$I a
-         where a.%5$I = _root_id
-           and (select true from %1$I.%3$I s where s.%6$I = a.%6$I) is null
-           and (select true from %1$I.%4$I f where f.%6$I = a.%6$I) is null
+        insert into %1$I.%6$I (%10$I, error_message)
+        select a.%10$I, internal.queue_gave_up_message(a.task_id)
+          from %1$I.%4$I a
+         where a.%9$I = _root_id
+           and (select true from %1$I.%5$I s where s.%10$I = a.%10$I) is null
+           and (select true from %1$I.%6$I f where f.%10$I = a.%10$I) is null
            and internal.queue_gave_up_message(a.task_id) is not null
         on conflict do nothing
         returning 1)
@@ -6054,10 +6616,204 @@ begin
       return _closed;
     end;
     $body$
-    $f$, _schema, _name || '_attempt', _name || '_attempt_succeeded', _name || '_attempt_failed',
-         _name || '_task_id', _name || '_attempt_id', _name || '_close_given_up_attempts');
-  execute format('revoke execute on function %I.%I(bigint) from public', _schema, _name || '_process_facts');
-  execute format('revoke execute on function %I.%I(bigint) from public', _schema, _name || '_close_given_up_attempts');
+    $f$, variadic _names);
+
+  execute format($f$
+    create or replace function %1$I.%14$I(payload jsonb)
+      returns jsonb
+      language plpgsql volatile
+      set search_path = pg_catalog, pg_temp
+      set plan_cache_mode = force_generic_plan
+      -- Every row is read by key; the plan is made once per connection, perhaps while
+      -- the tables were small (see sql/CONVENTIONS.md).
+      set enable_seqscan = off
+    as $body$
+    declare
+      _p internal.channel_process := internal.get_channel_process(%1$L, %11$L);
+      _task_id bigint := internal.id_from_payload(payload, %9$L);
+      _facts record;
+      _attempt_id bigint;
+      _queue_task_id bigint;
+      _next_at timestamptz;
+      _next_task_id bigint;
+    begin
+      if _task_id is null then
+        return internal.validation_failure(%9$L || ' must be a positive integer');
+      end if;
+      perform internal.assert_read_committed(_p.supervisor);
+      -- Lock, then read: facts read after the lock wait include what the last holder
+      -- committed. FOR NO KEY UPDATE: inserting a fact that references the root takes FOR
+      -- KEY SHARE, which does not wait on it.
+      perform 1 from %1$I.%2$I t where t.%9$I = _task_id for no key update;
+      if not found then
+        return internal.validation_failure(%2$L || ' ' || _task_id || ' not found');
+      end if;
+      _facts := %1$I.%12$I(_task_id);
+      -- An attempt the queue gave up on is among the outstanding ones: closed with a
+      -- failure, then the facts read again.
+      if _facts.num_outstanding > 0 and %1$I.%13$I(_task_id) > 0 then
+        _facts := %1$I.%12$I(_task_id);
+      end if;
+
+      if _facts.has_task_succeeded then
+        return internal.supervisor_progress('succeeded');
+      end if;
+      if _facts.task_failure is not null then
+        return jsonb_build_object('status', _facts.task_failure);
+      end if;
+      if _facts.has_success then
+        insert into %1$I.%7$I (%9$I) values (_task_id) on conflict do nothing;
+        return internal.supervisor_progress('succeeded');
+      end if;
+      if _facts.has_unknown_outcome then
+        insert into %1$I.%8$I (%9$I, reason) values (_task_id, 'delivery_outcome_unknown') on conflict do nothing;
+        return jsonb_build_object('status', 'delivery_outcome_unknown');
+      end if;
+      if _facts.num_failures >= _p.max_attempts then
+        insert into %1$I.%8$I (%9$I, reason) values (_task_id, 'max_attempts_reached') on conflict do nothing;
+        return jsonb_build_object('status', 'max_attempts_reached',
+                                  'payload', jsonb_build_object('num_failures', _facts.num_failures));
+      end if;
+      if _facts.num_runs >= _p.max_supervisor_runs then
+        insert into %1$I.%8$I (%9$I, reason) values (_task_id, 'run_limit_reached') on conflict do nothing;
+        return jsonb_build_object('status', 'run_limit_reached',
+                                  'payload', jsonb_build_object('num_runs', _facts.num_runs));
+      end if;
+
+      if _facts.num_outstanding = 0 then
+        -- The attempt's id is drawn first (the task's payload names it), its row written
+        -- after the enqueue (it names the queue task).
+        _attempt_id := nextval(pg_get_serial_sequence(%19$L, %10$L));
+        _queue_task_id := queues.enqueue_internal(_p.task_type, coalesce(%18$s, '{}') || jsonb_build_object(
+          'task_type', _p.task_type,
+          %9$L, _task_id,
+          %10$L, _attempt_id,
+          'before_handler', _p.before_handler,
+          'success_handler', _p.success_handler,
+          'error_handler', _p.error_handler));
+        insert into %1$I.%4$I (%10$I, %9$I, task_id) overriding system value
+        values (_attempt_id, _task_id, _queue_task_id);
+      end if;
+      _next_at := now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds);
+      _next_task_id := internal.enqueue_supervisor_run(_p.supervisor, %9$L, _task_id, _next_at);
+      -- The run, with the run it scheduled: the success handler wakes that one.
+      insert into %1$I.%3$I (%9$I, next_task_id) values (_task_id, _next_task_id);
+      return internal.supervisor_progress(
+        case when _attempt_id is null then 'waiting_for_attempt' else 'attempt_scheduled' end,
+        jsonb_build_object(%10$L, _attempt_id, 'next_check_at', _next_at));
+    end;
+    $body$
+    $f$, variadic _names);
+
+  execute format($f$
+    create or replace function %1$I.%15$I(_attempt_id bigint, _verb text)
+      returns text
+      language plpgsql stable
+      set search_path = pg_catalog, pg_temp
+      set plan_cache_mode = force_generic_plan
+      -- Every row is read by key; the plan is made once per connection, perhaps while
+      -- the tables were small (see sql/CONVENTIONS.md).
+      set enable_seqscan = off
+    as $body$
+    declare
+      _root_id bigint;
+      _has_outcome boolean;
+      _facts record;
+    begin
+      select a.%9$I,
+             (select true from %1$I.%5$I s where s.%10$I = a.%10$I) is not null
+             or (select true from %1$I.%6$I f where f.%10$I = a.%10$I) is not null
+        into _root_id, _has_outcome
+        from %1$I.%4$I a where a.%10$I = _attempt_id;
+      if _root_id is null then
+        return %4$L || ' ' || _attempt_id || ' not found';
+      end if;
+      if _has_outcome then
+        return %4$L || ' ' || _attempt_id || ' already has an outcome; not ' || _verb || ' it again';
+      end if;
+      _facts := %1$I.%12$I(_root_id);
+      if _facts.has_task_succeeded or _facts.task_failure is not null then
+        return %2$L || ' ' || _root_id || ' already ended (' || coalesce(_facts.task_failure, 'succeeded')
+               || '); not ' || _verb || ' attempt ' || _attempt_id;
+      end if;
+      return null;
+    end;
+    $body$
+    $f$, variadic _names);
+
+  execute format($f$
+    create or replace function %1$I.%16$I(payload jsonb)
+      returns jsonb
+      language plpgsql volatile
+      set search_path = pg_catalog, pg_temp
+      set plan_cache_mode = force_generic_plan
+      -- Every row is read by key; the plan is made once per connection, perhaps while
+      -- the tables were small (see sql/CONVENTIONS.md).
+      set enable_seqscan = off
+    as $body$
+    declare
+      _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', %10$L);
+      _root_id bigint;
+      _next_task_id bigint;
+    begin
+      if _attempt_id is null then
+        return internal.validation_failure('original_payload.' || %10$L || ' must be a positive integer');
+      end if;
+      select a.%9$I into _root_id from %1$I.%4$I a where a.%10$I = _attempt_id;
+      if _root_id is null then
+        return internal.validation_failure(%4$L || ' ' || _attempt_id || ' not found');
+      end if;
+      insert into %1$I.%5$I (%10$I, worker_payload) values (_attempt_id, payload -> 'worker_payload')
+      on conflict do nothing;
+      if found then
+        -- Wake the supervisor now: the run the last run scheduled after its backoff, made
+        -- due now while no worker has taken it (it then runs after this transaction
+        -- commits); else a new run due now. Runs of a root hold its lock one after the
+        -- other, so the last run's next task has the highest id.
+        select max(r.next_task_id) into _next_task_id from %1$I.%3$I r where r.%9$I = _root_id;
+        if _next_task_id is null or not queues.hasten_task(_next_task_id) then
+          perform internal.enqueue_channel_supervisor(internal.get_channel_process(%1$L, %11$L), _root_id, null);
+        end if;
+      end if;
+      return jsonb_build_object('success', true);
+    end;
+    $body$
+    $f$, variadic _names);
+
+  execute format($f$
+    create or replace function %1$I.%17$I(payload jsonb)
+      returns jsonb
+      language plpgsql volatile
+      set search_path = pg_catalog, pg_temp
+      set plan_cache_mode = force_generic_plan
+      -- Every row is read by key; the plan is made once per connection, perhaps while
+      -- the tables were small (see sql/CONVENTIONS.md).
+      set enable_seqscan = off
+    as $body$
+    declare
+      _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', %10$L);
+    begin
+      if _attempt_id is null then
+        return internal.validation_failure('original_payload.' || %10$L || ' must be a positive integer');
+      end if;
+      perform 1 from %1$I.%4$I a where a.%10$I = _attempt_id;
+      if not found then
+        return internal.validation_failure(%4$L || ' ' || _attempt_id || ' not found');
+      end if;
+      insert into %1$I.%6$I (%10$I, error_message)
+      select _attempt_id, left(coalesce(nullif(payload ->> 'error', ''), 'unknown error'), 2000)
+       where (select true from %1$I.%5$I s where s.%10$I = _attempt_id) is null
+      on conflict do nothing;
+      return jsonb_build_object('success', true);
+    end;
+    $body$
+    $f$, variadic _names);
+
+  foreach _suffix in array _suffixes loop
+    execute format('revoke execute on function %s from public',
+                   (select p.oid::regprocedure from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+                     where n.nspname = _schema and p.proname = _name || _suffix));
+  end loop;
 end;
 $function$;
   -- internal.create_channel_process_functions(_schema text, _name text): owner :DATABASE_OWNER
@@ -6079,13 +6835,17 @@ begin
     raise exception 'channel process %.%: create its root table %.% first', _schema, _name, _schema, _name || '_task'
       using errcode = '22023';
   end if;
-  execute format('create table if not exists %I.%I (id bigint generated always as identity primary key,
+  execute format('create table if not exists %I.%I (%I bigint generated always as identity primary key,
                     %I bigint not null references %s on delete cascade, created_at timestamptz not null default now())',
-                 _schema, _name || '_supervisor_run', _rk, _root);
+                 _schema, _name || '_supervisor_run', _name || '_supervisor_run_id', _rk, _root);
+  -- next_task_id: the queue task of the run this run scheduled. Queue tasks are named
+  -- without foreign keys (here and in <name>_attempt.task_id): history retention drops
+  -- whole partitions of queues.task.
+  execute format('alter table %I.%I add column if not exists next_task_id bigint', _schema, _name || '_supervisor_run');
   execute format('create index if not exists %I on %I.%I (%I)', _name || '_supervisor_run_task_idx', _schema, _name || '_supervisor_run', _rk);
   execute format('create table if not exists %s (%I bigint generated always as identity primary key,
                     %I bigint not null references %s on delete cascade,
-                    task_id bigint references queues.task on delete set null,
+                    task_id bigint,
                     created_at timestamptz not null default now())', _attempt, _ak, _rk, _root);
   execute format('create index if not exists %I on %s (%I)', _name || '_attempt_task_idx', _attempt, _rk);
   execute format('create table if not exists %I.%I (%I bigint primary key references %s on delete cascade,
@@ -6155,12 +6915,12 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION internal.enqueue_supervisor_run(_supervisor text, _root_key text, _root_id bigint, _at timestamp with time zone)
- RETURNS void
+ RETURNS bigint
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 begin
-  perform queues.enqueue_internal('db_function', jsonb_build_object(
+  return queues.enqueue_internal('db_function', jsonb_build_object(
     'task_type', 'db_function',
     'db_function', _supervisor,
     _root_key, _root_id), coalesce(_at, now()));
@@ -6381,25 +7141,10 @@ CREATE OR REPLACE FUNCTION internal.record_channel_attempt_failure(_schema text,
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
-  _ak text := _name || '_attempt_id';
-  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', _ak);
-  _exists integer;
+  _result jsonb;
 begin
-  if _attempt_id is null then
-    return internal.validation_failure(format('original_payload.%s must be a positive integer', _ak));
-  end if;
-  execute format('select 1 from %I.%I a where a.%I = $1', _schema, _name || '_attempt', _ak) into _exists using _attempt_id;
-  if _exists is null then
-    return internal.validation_failure(format('%s %s not found', _name || '_attempt', _attempt_id));
-  end if;
-  execute format($q$
-    insert into %1$I.%2$I (%4$I, error_message)
-    select $1, left(coalesce(nullif($2, ''), 'unknown error'), 2000)
-     where not exists (select 1 from %1$I.%3$I s where s.%4$I = $1)
-    on conflict do nothing
-    $q$, _schema, _name || '_attempt_failed', _name || '_attempt_succeeded', _ak)
-    using _attempt_id, payload ->> 'error';
-  return jsonb_build_object('success', true);
+  execute format('select %I.%I($1)', _schema, _name || '_record_attempt_failure') into _result using payload;
+  return _result;
 end;
 $function$;
   -- internal.record_channel_attempt_failure(_schema text, _name text, payload jsonb): owner :DATABASE_OWNER
@@ -6411,26 +7156,10 @@ CREATE OR REPLACE FUNCTION internal.record_channel_attempt_success(_schema text,
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
-  _ak text := _name || '_attempt_id';
-  _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', _ak);
-  _root_id bigint;
-  _recorded integer;
+  _result jsonb;
 begin
-  if _attempt_id is null then
-    return internal.validation_failure(format('original_payload.%s must be a positive integer', _ak));
-  end if;
-  execute format('select a.%I from %I.%I a where a.%I = $1', _name || '_task_id', _schema, _name || '_attempt', _ak)
-    into _root_id using _attempt_id;
-  if _root_id is null then
-    return internal.validation_failure(format('%s %s not found', _name || '_attempt', _attempt_id));
-  end if;
-  execute format('insert into %I.%I (%I, worker_payload) values ($1, $2) on conflict do nothing returning 1',
-                 _schema, _name || '_attempt_succeeded', _ak)
-    into _recorded using _attempt_id, payload -> 'worker_payload';
-  if _recorded is not null then
-    perform internal.enqueue_channel_supervisor(internal.get_channel_process(_schema, _name), _root_id, null);
-  end if;
-  return jsonb_build_object('success', true);
+  execute format('select %I.%I($1)', _schema, _name || '_record_attempt_success') into _result using payload;
+  return _result;
 end;
 $function$;
   -- internal.record_channel_attempt_success(_schema text, _name text, payload jsonb): owner :DATABASE_OWNER
@@ -6481,6 +7210,12 @@ begin
         using errcode = '22023';
     end if;
   end loop;
+  if not exists (select 1 from pg_attribute a
+                  where a.attrelid = to_regclass(format('%I.%I', _schema, _name || '_supervisor_run'))
+                    and a.attname = 'next_task_id' and not a.attisdropped) then
+    raise exception 'channel process %.%: table %.% has no column next_task_id (internal.create_channel_process_tables adds it)',
+      _schema, _name, _schema, _name || '_supervisor_run' using errcode = '22023';
+  end if;
   insert into internal.channel_process as p
     (process_schema, process_name, task_type, supervisor, before_handler, success_handler, error_handler,
      max_attempts, max_supervisor_runs, backoff_cap_seconds, attempt_payload)
@@ -6581,52 +7316,10 @@ CREATE OR REPLACE FUNCTION internal.run_channel_supervisor(_schema text, _name t
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
-  _p internal.channel_process := internal.get_channel_process(_schema, _name);
-  _run record := internal.open_supervisor_run(_schema, _name, _p.supervisor, payload);
-  _task_id bigint := _run.root_id;
-  _facts record;
-  _attempt_id bigint;
+  _result jsonb;
 begin
-  if _task_id is null then
-    return _run.refusal;
-  end if;
-  perform internal.close_given_up_channel_attempts(_schema, _name, _task_id);
-  _facts := internal.channel_process_facts(_schema, _name, _task_id);
-
-  if _facts.has_task_succeeded then
-    return internal.supervisor_progress('succeeded');
-  end if;
-  if _facts.task_failure is not null then
-    return jsonb_build_object('status', _facts.task_failure);
-  end if;
-  if _facts.has_success then
-    perform internal.record_process_outcome(_schema, _name, _task_id, null);
-    return internal.supervisor_progress('succeeded');
-  end if;
-  if _facts.has_unknown_outcome then
-    perform internal.record_process_outcome(_schema, _name, _task_id, 'delivery_outcome_unknown');
-    return jsonb_build_object('status', 'delivery_outcome_unknown');
-  end if;
-  if _facts.num_failures >= _p.max_attempts then
-    perform internal.record_process_outcome(_schema, _name, _task_id, 'max_attempts_reached');
-    return jsonb_build_object('status', 'max_attempts_reached',
-                              'payload', jsonb_build_object('num_failures', _facts.num_failures));
-  end if;
-  if _facts.num_runs >= _p.max_supervisor_runs then
-    perform internal.record_process_outcome(_schema, _name, _task_id, 'run_limit_reached');
-    return jsonb_build_object('status', 'run_limit_reached',
-                              'payload', jsonb_build_object('num_runs', _facts.num_runs));
-  end if;
-
-  perform internal.record_supervisor_run(_schema, _name, _task_id);
-  if _facts.num_outstanding = 0 then
-    _attempt_id := internal.schedule_channel_attempt(_p, _task_id);
-  end if;
-  return internal.supervisor_progress(
-    case when _attempt_id is null then 'waiting_for_attempt' else 'attempt_scheduled' end,
-    jsonb_build_object(_name || '_attempt_id', _attempt_id,
-                       'next_check_at', internal.schedule_next_supervisor_run(_p.supervisor, _name || '_task_id', _task_id,
-                                                                              _facts.num_runs, _p.backoff_cap_seconds)));
+  execute format('select %I.%I($1)', _schema, _name || '_supervise') into _result using payload;
+  return _result;
 end;
 $function$;
   -- internal.run_channel_supervisor(_schema text, _name text, payload jsonb): owner :DATABASE_OWNER
@@ -6737,37 +7430,6 @@ begin
 end;
 $function$;
   -- internal.run_sql_process_supervisor(_schema text, _name text, _supervisor text, payload jsonb, _work regprocedure, _work_column text, _max_attempts integer, _backoff_cap_seconds integer): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION internal.schedule_channel_attempt(_p internal.channel_process, _root_id bigint)
- RETURNS bigint
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-declare
-  _attempt text := format('%I.%I', _p.process_schema, _p.process_name || '_attempt');
-  _ak text := _p.process_name || '_attempt_id';
-  _attempt_id bigint := nextval(pg_get_serial_sequence(_attempt, _ak));
-  _extra jsonb := '{}';
-  _queue_task_id bigint;
-begin
-  if _p.attempt_payload is not null then
-    execute format('select %s($1)', _p.attempt_payload::regproc) into _extra using _root_id;
-  end if;
-  _queue_task_id := queues.enqueue_internal(_p.task_type, coalesce(_extra, '{}') || jsonb_build_object(
-    'task_type', _p.task_type,
-    _p.process_name || '_task_id', _root_id,
-    _ak, _attempt_id,
-    'before_handler', _p.before_handler,
-    'success_handler', _p.success_handler,
-    'error_handler', _p.error_handler));
-  execute format('insert into %s (%I, %I, task_id) overriding system value values ($1, $2, $3)',
-                 _attempt, _ak, _p.process_name || '_task_id')
-    using _attempt_id, _root_id, _queue_task_id;
-  return _attempt_id;
-end;
-$function$;
-  -- internal.schedule_channel_attempt(_p internal.channel_process, _root_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION internal.schedule_next_supervisor_run(_supervisor text, _root_key text, _root_id bigint, _exponent integer, _cap_seconds integer)
@@ -8418,6 +9080,34 @@ begin
 end;
 $function$;
   -- queues.guard_task_type_in_use(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.hasten_task(_task_id bigint)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _available_at timestamptz;
+begin
+  -- A claim that holds the row commits first; then the row is re-read, leased, and skipped.
+  select p.available_at into _available_at
+    from queues.task_pending p
+   where p.task_id = _task_id and p.current_lease_id is null and p.lease_count = 0
+     for update;
+  if not found then
+    return false;
+  end if;
+  if _available_at > now() then
+    insert into queues.task_run_now (task_id, requested_at) values (_task_id, now())
+    on conflict (task_id) do nothing;
+    update queues.task_pending p set available_at = now(), scheduled_at = now() where p.task_id = _task_id;
+    perform pg_notify('queues_task_ready', '');
+  end if;
+  return true;
+end;
+$function$;
+  -- queues.hasten_task(_task_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.history_partition_bounds()

@@ -132,7 +132,7 @@ describe('send email: the seed checklist', () => {
     expect(rows).toEqual([{ error_message: 'provider 503' }]);
   });
 
-  it('a successful attempt ends the process at once: its success handler enqueues a supervisor run due now', async () => {
+  it('a successful attempt ends the process at once: its success handler makes the scheduled run due now', async () => {
     const sent = await sendEmail();
     const root = sent.send_email_task_id!;
     // The clock stays one second ahead: no backoff (5 s and more) is ever reached.
@@ -140,23 +140,24 @@ describe('send email: the seed checklist', () => {
     const ours = async () => (await claimDue(db, soon())).filter((t) => Number(t.payload.send_email_task_id) === root);
     const [first] = await ours();
     expect((await processTask(db, first)).result).toMatchObject({ payload: { status: 'attempt_scheduled' } });
+    // The run it scheduled after its backoff, recorded with the run.
+    const [scheduled] = (await pendingFor(db, 'send_email_task_id', root)).filter((t) => t.task_type === 'db_function');
+    const { rows: runs } = await db.query<{ next_task_id: string }>(
+      'select next_task_id::text from comms.send_email_supervisor_run where send_email_task_id = $1',
+      [root],
+    );
+    expect(runs).toEqual([{ next_task_id: scheduled.task_id }]);
     const [email] = await ours();
     expect(email.task_type).toBe('email');
     await processTask(db, email);
-    // Due now, not at the backoff: the run that ends the process.
+    // That same run is now due, and it is the only one: no second run beside it.
+    expect((await pendingFor(db, 'send_email_task_id', root)).map((t) => t.task_id)).toEqual([scheduled.task_id]);
+    const { rows: asked } = await db.query('select 1 from queues.task_run_now where task_id = $1', [scheduled.task_id]);
+    expect(asked).toHaveLength(1);
     const [run] = await ours();
-    expect(run).toMatchObject({ task_type: 'db_function' });
+    expect(run.task_id).toBe(scheduled.task_id);
     expect((await processTask(db, run)).result).toEqual({ success: true, payload: { status: 'succeeded' } });
     expect(await succeededTask(root)).toBe(true);
-    // The run the first one scheduled after its backoff is still there; when due, it finds
-    // the process ended and enqueues nothing.
-    const left = await pendingFor(db, 'send_email_task_id', root);
-    expect(left).toHaveLength(1);
-    const later = (await claimDue(db, new Date(Date.now() + 60_000))).filter(
-      (t) => Number(t.payload.send_email_task_id) === root,
-    );
-    expect(later.map((t) => t.task_id)).toEqual([left[0].task_id]);
-    expect((await processTask(db, later[0])).result).toEqual({ success: true, payload: { status: 'succeeded' } });
     expect(await pendingFor(db, 'send_email_task_id', root)).toEqual([]);
     // A second delivery of the success enqueues no run.
     expect(
@@ -164,6 +165,34 @@ describe('send email: the seed checklist', () => {
     ).toEqual({ success: true });
     expect(await pendingFor(db, 'send_email_task_id', root)).toEqual([]);
     expect(await facts(root)).toMatchObject({ has_task_succeeded: true, num_attempts: 1 });
+  });
+
+  it('a success whose scheduled run a worker already took enqueues a run due now beside it', async () => {
+    const sent = await sendEmail();
+    const root = sent.send_email_task_id!;
+    const ours = async (at: Date) =>
+      (await claimDue(db, at)).filter((t) => Number(t.payload.send_email_task_id) === root);
+    const [first] = await ours(new Date(Date.now() + 1000));
+    await processTask(db, first);
+    // A clock past the backoff: the email and the scheduled run are taken together.
+    const taken = await ours(new Date(Date.now() + 60_000));
+    const email = taken.find((t) => t.task_type === 'email')!;
+    const scheduled = taken.find((t) => t.task_type === 'db_function')!;
+    await processTask(db, email);
+    // The taken run is left as it is (its worker runs it); a new one is due now.
+    const { rows: asked } = await db.query('select 1 from queues.task_run_now where task_id = $1', [scheduled.task_id]);
+    expect(asked).toEqual([]);
+    const pending = await pendingFor(db, 'send_email_task_id', root);
+    expect(pending.map((t) => t.task_id).sort()).toEqual([scheduled.task_id, expect.any(String)].sort());
+    const woken = pending.find((t) => t.task_id !== scheduled.task_id)!;
+    expect(woken.task_type).toBe('db_function');
+    expect(woken.scheduled_at.getTime()).toBeLessThanOrEqual(Date.now());
+    // Both runs end the process; the second finds it ended.
+    expect((await processTask(db, scheduled)).result).toEqual({ success: true, payload: { status: 'succeeded' } });
+    const [again] = await ours(new Date(Date.now() + 1000));
+    expect(again.task_id).toBe(woken.task_id);
+    expect((await processTask(db, again)).result).toEqual({ success: true, payload: { status: 'succeeded' } });
+    expect(await pendingFor(db, 'send_email_task_id', root)).toEqual([]);
   });
 
   it('max attempts: three failures end in send_email_task_failed and nothing more is enqueued', async () => {

@@ -1,7 +1,7 @@
-// What a supervisor run costs the database: a channel process's facts and the closing of
-// attempts the queue gave up on are static SQL in the process's own functions
-// (internal.create_channel_process_functions), planned once per connection, and that one
-// plan keeps reading by key after the tables grew under it.
+// What a supervisor run costs the database: a channel process's supervisor, facts,
+// closing of attempts the queue gave up on and handlers' bookkeeping are static SQL in
+// the process's own functions (internal.create_channel_process_functions), planned once
+// per connection, and that one plan keeps reading by key after the tables grew under it.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, explainNested, planNodes, type TestDatabase } from '@org/db-tools/testing';
 
@@ -37,24 +37,30 @@ const rowsRead = (plans: Awaited<ReturnType<typeof explainNested>>, table: strin
 
 describe('channel process functions', () => {
   it('every registered process has its own functions, which nobody but the owner may call', async () => {
+    const functions = [
+      ['_process_facts', 'bigint'],
+      ['_close_given_up_attempts', 'bigint'],
+      ['_supervise', 'jsonb'],
+      ['_attempt_refusal', 'bigint, text'],
+      ['_record_attempt_success', 'jsonb'],
+      ['_record_attempt_failure', 'jsonb'],
+    ];
     const { rows } = await db.query<{ fn: string; exists: boolean; public: boolean; worker: boolean }>(
-      `select format('%s.%s', p.process_schema, p.process_name || f.suffix) as fn,
-              to_regprocedure(format('%I.%I(bigint)', p.process_schema, p.process_name || f.suffix)) is not null as exists,
-              has_function_privilege('public', to_regprocedure(format('%I.%I(bigint)', p.process_schema, p.process_name || f.suffix)), 'execute') as public,
-              has_function_privilege($1, to_regprocedure(format('%I.%I(bigint)', p.process_schema, p.process_name || f.suffix)), 'execute') as worker
-         from internal.channel_process p
-        cross join (values ('_process_facts'), ('_close_given_up_attempts')) f(suffix)
-        order by 1`,
-      [db.dbUsers.worker],
+      `with f as (
+         select format('%s.%s', p.process_schema, p.process_name || f.suffix) as fn,
+                to_regprocedure(format('%I.%I(%s)', p.process_schema, p.process_name || f.suffix, f.args)) as oid
+           from internal.channel_process p
+          cross join jsonb_to_recordset($2::jsonb) f(suffix text, args text))
+       select fn, oid is not null as exists,
+              has_function_privilege('public', oid, 'execute') as public,
+              has_function_privilege($1, oid, 'execute') as worker
+         from f order by 1`,
+      [db.dbUsers.worker, JSON.stringify(functions.map(([suffix, args]) => ({ suffix, args })))],
     );
-    expect(rows.map((r) => [r.fn, r.exists])).toEqual([
-      ['comms.send_email_close_given_up_attempts', true],
-      ['comms.send_email_process_facts', true],
-      ['comms.send_sms_close_given_up_attempts', true],
-      ['comms.send_sms_process_facts', true],
-      ['files.file_deletion_close_given_up_attempts', true],
-      ['files.file_deletion_process_facts', true],
-    ]);
+    const processes = ['comms.send_email', 'comms.send_sms', 'files.file_deletion'];
+    expect(rows.map((r) => [r.fn, r.exists])).toEqual(
+      processes.flatMap((p) => functions.map(([suffix]) => [p + suffix, true])).sort(),
+    );
     expect(rows.filter((r) => r.public !== false || r.worker !== false)).toEqual([]);
   });
 

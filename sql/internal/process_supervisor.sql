@@ -118,14 +118,14 @@ end;
 $$;
 
 -- Enqueues a run of _supervisor (a db_function task) for the root _root_key = _root_id
--- at _at (NULL: now).
+-- at _at (NULL: now); returns its task id.
 create or replace function internal.enqueue_supervisor_run(_supervisor text, _root_key text, _root_id bigint, _at timestamptz)
-  returns void
+  returns bigint
   language plpgsql volatile
   set search_path = pg_catalog, pg_temp
 as $$
 begin
-  perform queues.enqueue_internal('db_function', jsonb_build_object(
+  return queues.enqueue_internal('db_function', jsonb_build_object(
     'task_type', 'db_function',
     'db_function', _supervisor,
     _root_key, _root_id), coalesce(_at, now()));

@@ -3,7 +3,8 @@
 // with pg_stat_statements, and prints the rate, the CPU per process of the worker and of
 // PostgreSQL, and the statements that took the most time (nested ones included).
 //   node tools/bench/probes/processes-statements.mjs [processes=2000] [concurrency=10]
-// SORT=plan lists the statements that took the most time to plan instead.
+// SORT=plan lists the statements that took the most time to plan instead; TOP=n lists n
+// statements (25).
 import pg from 'pg';
 import { createResendEmailProvider } from '@org/providers';
 import { startFakeResend } from '@org/providers/testing';
@@ -62,13 +63,13 @@ try {
   );
   const { rows } = await root.query(
     `
-    select calls, round((total_exec_time * 1000 / $1)::numeric, 1) as us_per_process,
+    select calls, plans, round((total_exec_time * 1000 / $1)::numeric, 1) as us_per_process,
            round((total_exec_time / nullif(calls, 0))::numeric, 3) as ms_per_call,
            round((total_plan_time * 1000 / $1)::numeric, 1) as plan_us_per_process,
            regexp_replace(left(query, 90), '\\s+', ' ', 'g') as query
       from pg_stat_statements
      where query not ilike '%pg_stat_statements%' and query not ilike '%send_email_task_succeeded)::int%'
-     order by ${process.env.SORT === 'plan' ? 'total_plan_time' : 'total_exec_time + total_plan_time'} desc limit 25`,
+     order by ${process.env.SORT === 'plan' ? 'total_plan_time' : 'total_exec_time + total_plan_time'} desc limit ${Number(process.env.TOP ?? 25)}`,
     [PROCESSES],
   );
   console.table(rows);
