@@ -5427,12 +5427,19 @@ AS $function$
       insert into comms.send_email_attempt_succeeded (send_email_attempt_id, worker_payload) values (_attempt_id, payload -> 'worker_payload')
       on conflict do nothing;
       if found then
-        -- Wake the supervisor now: the run the last run scheduled after its backoff, made
-        -- due now while no worker has taken it (it then runs after this transaction
-        -- commits); else a new run due now. Runs of a root hold its lock one after the
-        -- other, so the last run's next task has the highest id.
-        select max(r.next_task_id) into _next_task_id from comms.send_email_supervisor_run r where r.send_email_task_id = _root_id;
-        if _next_task_id is null or not queues.hasten_task(_next_task_id) then
+        -- Wake the supervisor, so the process ends now rather than at its backoff. With
+        -- the root's lock (never waited for: a run under way holds it), no run is under
+        -- way, and any run that starts waits for this transaction to commit, then sees the
+        -- success. So the run the last run scheduled (runs hold the lock one after the
+        -- other, so its task has the highest id) will see it: made due now when no worker
+        -- has taken it yet, left to its worker when one has. A new run due now is enqueued
+        -- when a run holds the lock (it may have read the facts already) or that task is
+        -- no longer pending (it ended without scheduling another).
+        perform 1 from comms.send_email_task t where t.send_email_task_id = _root_id for no key update skip locked;
+        if found then
+          select max(r.next_task_id) into _next_task_id from comms.send_email_supervisor_run r where r.send_email_task_id = _root_id;
+        end if;
+        if _next_task_id is null or queues.hasten_task(_next_task_id) = 'not_pending' then
           perform internal.enqueue_channel_supervisor(internal.get_channel_process('comms', 'send_email'), _root_id, null);
         end if;
       end if;
@@ -5749,12 +5756,19 @@ AS $function$
       insert into comms.send_sms_attempt_succeeded (send_sms_attempt_id, worker_payload) values (_attempt_id, payload -> 'worker_payload')
       on conflict do nothing;
       if found then
-        -- Wake the supervisor now: the run the last run scheduled after its backoff, made
-        -- due now while no worker has taken it (it then runs after this transaction
-        -- commits); else a new run due now. Runs of a root hold its lock one after the
-        -- other, so the last run's next task has the highest id.
-        select max(r.next_task_id) into _next_task_id from comms.send_sms_supervisor_run r where r.send_sms_task_id = _root_id;
-        if _next_task_id is null or not queues.hasten_task(_next_task_id) then
+        -- Wake the supervisor, so the process ends now rather than at its backoff. With
+        -- the root's lock (never waited for: a run under way holds it), no run is under
+        -- way, and any run that starts waits for this transaction to commit, then sees the
+        -- success. So the run the last run scheduled (runs hold the lock one after the
+        -- other, so its task has the highest id) will see it: made due now when no worker
+        -- has taken it yet, left to its worker when one has. A new run due now is enqueued
+        -- when a run holds the lock (it may have read the facts already) or that task is
+        -- no longer pending (it ended without scheduling another).
+        perform 1 from comms.send_sms_task t where t.send_sms_task_id = _root_id for no key update skip locked;
+        if found then
+          select max(r.next_task_id) into _next_task_id from comms.send_sms_supervisor_run r where r.send_sms_task_id = _root_id;
+        end if;
+        if _next_task_id is null or queues.hasten_task(_next_task_id) = 'not_pending' then
           perform internal.enqueue_channel_supervisor(internal.get_channel_process('comms', 'send_sms'), _root_id, null);
         end if;
       end if;
@@ -6084,12 +6098,19 @@ AS $function$
       insert into files.file_deletion_attempt_succeeded (file_deletion_attempt_id, worker_payload) values (_attempt_id, payload -> 'worker_payload')
       on conflict do nothing;
       if found then
-        -- Wake the supervisor now: the run the last run scheduled after its backoff, made
-        -- due now while no worker has taken it (it then runs after this transaction
-        -- commits); else a new run due now. Runs of a root hold its lock one after the
-        -- other, so the last run's next task has the highest id.
-        select max(r.next_task_id) into _next_task_id from files.file_deletion_supervisor_run r where r.file_deletion_task_id = _root_id;
-        if _next_task_id is null or not queues.hasten_task(_next_task_id) then
+        -- Wake the supervisor, so the process ends now rather than at its backoff. With
+        -- the root's lock (never waited for: a run under way holds it), no run is under
+        -- way, and any run that starts waits for this transaction to commit, then sees the
+        -- success. So the run the last run scheduled (runs hold the lock one after the
+        -- other, so its task has the highest id) will see it: made due now when no worker
+        -- has taken it yet, left to its worker when one has. A new run due now is enqueued
+        -- when a run holds the lock (it may have read the facts already) or that task is
+        -- no longer pending (it ended without scheduling another).
+        perform 1 from files.file_deletion_task t where t.file_deletion_task_id = _root_id for no key update skip locked;
+        if found then
+          select max(r.next_task_id) into _next_task_id from files.file_deletion_supervisor_run r where r.file_deletion_task_id = _root_id;
+        end if;
+        if _next_task_id is null or queues.hasten_task(_next_task_id) = 'not_pending' then
           perform internal.enqueue_channel_supervisor(internal.get_channel_process('files', 'file_deletion'), _root_id, null);
         end if;
       end if;
@@ -6766,12 +6787,19 @@ begin
       insert into %1$I.%5$I (%10$I, worker_payload) values (_attempt_id, payload -> 'worker_payload')
       on conflict do nothing;
       if found then
-        -- Wake the supervisor now: the run the last run scheduled after its backoff, made
-        -- due now while no worker has taken it (it then runs after this transaction
-        -- commits); else a new run due now. Runs of a root hold its lock one after the
-        -- other, so the last run's next task has the highest id.
-        select max(r.next_task_id) into _next_task_id from %1$I.%3$I r where r.%9$I = _root_id;
-        if _next_task_id is null or not queues.hasten_task(_next_task_id) then
+        -- Wake the supervisor, so the process ends now rather than at its backoff. With
+        -- the root's lock (never waited for: a run under way holds it), no run is under
+        -- way, and any run that starts waits for this transaction to commit, then sees the
+        -- success. So the run the last run scheduled (runs hold the lock one after the
+        -- other, so its task has the highest id) will see it: made due now when no worker
+        -- has taken it yet, left to its worker when one has. A new run due now is enqueued
+        -- when a run holds the lock (it may have read the facts already) or that task is
+        -- no longer pending (it ended without scheduling another).
+        perform 1 from %1$I.%2$I t where t.%9$I = _root_id for no key update skip locked;
+        if found then
+          select max(r.next_task_id) into _next_task_id from %1$I.%3$I r where r.%9$I = _root_id;
+        end if;
+        if _next_task_id is null or queues.hasten_task(_next_task_id) = 'not_pending' then
           perform internal.enqueue_channel_supervisor(internal.get_channel_process(%1$L, %11$L), _root_id, null);
         end if;
       end if;
@@ -9083,28 +9111,31 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.hasten_task(_task_id bigint)
- RETURNS boolean
+ RETURNS text
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
-  _available_at timestamptz;
+  _pending record;
 begin
-  -- A claim that holds the row commits first; then the row is re-read, leased, and skipped.
-  select p.available_at into _available_at
+  -- A claim that holds the row commits first; the row is then read as it left it.
+  select p.available_at, p.current_lease_id is null and p.lease_count = 0 as untaken into _pending
     from queues.task_pending p
-   where p.task_id = _task_id and p.current_lease_id is null and p.lease_count = 0
+   where p.task_id = _task_id
      for update;
   if not found then
-    return false;
+    return 'not_pending';
   end if;
-  if _available_at > now() then
+  if not _pending.untaken then
+    return 'taken';
+  end if;
+  if _pending.available_at > now() then
     insert into queues.task_run_now (task_id, requested_at) values (_task_id, now())
     on conflict (task_id) do nothing;
     update queues.task_pending p set available_at = now(), scheduled_at = now() where p.task_id = _task_id;
     perform pg_notify('queues_task_ready', '');
   end if;
-  return true;
+  return 'hastened';
 end;
 $function$;
   -- queues.hasten_task(_task_id bigint): owner :DATABASE_OWNER

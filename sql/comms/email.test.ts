@@ -167,7 +167,7 @@ describe('send email: the seed checklist', () => {
     expect(await facts(root)).toMatchObject({ has_task_succeeded: true, num_attempts: 1 });
   });
 
-  it('a success whose scheduled run a worker already took enqueues a run due now beside it', async () => {
+  it('a success whose scheduled run a worker already took leaves that run to end the process', async () => {
     const sent = await sendEmail();
     const root = sent.send_email_task_id!;
     const ours = async (at: Date) =>
@@ -179,20 +179,58 @@ describe('send email: the seed checklist', () => {
     const email = taken.find((t) => t.task_type === 'email')!;
     const scheduled = taken.find((t) => t.task_type === 'db_function')!;
     await processTask(db, email);
-    // The taken run is left as it is (its worker runs it); a new one is due now.
+    // No run holds the root, so the taken run will see the success: nothing else is due.
     const { rows: asked } = await db.query('select 1 from queues.task_run_now where task_id = $1', [scheduled.task_id]);
     expect(asked).toEqual([]);
-    const pending = await pendingFor(db, 'send_email_task_id', root);
-    expect(pending.map((t) => t.task_id).sort()).toEqual([scheduled.task_id, expect.any(String)].sort());
-    const woken = pending.find((t) => t.task_id !== scheduled.task_id)!;
-    expect(woken.task_type).toBe('db_function');
-    expect(woken.scheduled_at.getTime()).toBeLessThanOrEqual(Date.now());
-    // Both runs end the process; the second finds it ended.
+    expect((await pendingFor(db, 'send_email_task_id', root)).map((t) => t.task_id)).toEqual([scheduled.task_id]);
     expect((await processTask(db, scheduled)).result).toEqual({ success: true, payload: { status: 'succeeded' } });
-    const [again] = await ours(new Date(Date.now() + 1000));
-    expect(again.task_id).toBe(woken.task_id);
-    expect((await processTask(db, again)).result).toEqual({ success: true, payload: { status: 'succeeded' } });
     expect(await pendingFor(db, 'send_email_task_id', root)).toEqual([]);
+  });
+
+  it('a success while a run holds the root enqueues a run due now beside it', async () => {
+    const sent = await sendEmail();
+    const root = sent.send_email_task_id!;
+    const ours = async () =>
+      (await claimDue(db, new Date(Date.now() + 1000))).filter((t) => Number(t.payload.send_email_task_id) === root);
+    const [first] = await ours();
+    await processTask(db, first);
+    const [email] = await ours();
+    // A run under way: it holds the root and may have read the facts before the success.
+    const run = await db.client('owner');
+    try {
+      await run.query('begin');
+      await run.query('select 1 from comms.send_email_task where send_email_task_id = $1 for no key update', [root]);
+      await processTask(db, email);
+      await run.query('commit');
+    } finally {
+      await run.end();
+    }
+    const pending = await pendingFor(db, 'send_email_task_id', root);
+    expect(pending).toHaveLength(2);
+    const woken = pending.find((t) => t.scheduled_at.getTime() <= Date.now())!;
+    expect(woken.task_type).toBe('db_function');
+    const [now] = await ours();
+    expect(now.task_id).toBe(woken.task_id);
+    expect((await processTask(db, now)).result).toEqual({ success: true, payload: { status: 'succeeded' } });
+  });
+
+  it('a success after the scheduled run ended without a successor enqueues a run due now', async () => {
+    const sent = await sendEmail();
+    const root = sent.send_email_task_id!;
+    const ours = async () =>
+      (await claimDue(db, new Date(Date.now() + 1000))).filter((t) => Number(t.payload.send_email_task_id) === root);
+    const [first] = await ours();
+    await processTask(db, first);
+    const [scheduled] = (await pendingFor(db, 'send_email_task_id', root)).filter((t) => t.task_type === 'db_function');
+    // The queue gave the scheduled run up (here: cancelled from the dashboard).
+    await db.pool('api').query('select * from admin.cancel_tasks($1::bigint[])', [[scheduled.task_id]]);
+    const [email] = await ours();
+    await processTask(db, email);
+    const [woken] = await pendingFor(db, 'send_email_task_id', root);
+    expect(woken.task_id).not.toBe(scheduled.task_id);
+    const [now] = await ours();
+    expect(now.task_id).toBe(woken.task_id);
+    expect((await processTask(db, now)).result).toEqual({ success: true, payload: { status: 'succeeded' } });
   });
 
   it('max attempts: three failures end in send_email_task_failed and nothing more is enqueued', async () => {

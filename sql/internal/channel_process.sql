@@ -382,12 +382,19 @@ begin
       insert into %1$I.%5$I (%10$I, worker_payload) values (_attempt_id, payload -> 'worker_payload')
       on conflict do nothing;
       if found then
-        -- Wake the supervisor now: the run the last run scheduled after its backoff, made
-        -- due now while no worker has taken it (it then runs after this transaction
-        -- commits); else a new run due now. Runs of a root hold its lock one after the
-        -- other, so the last run's next task has the highest id.
-        select max(r.next_task_id) into _next_task_id from %1$I.%3$I r where r.%9$I = _root_id;
-        if _next_task_id is null or not queues.hasten_task(_next_task_id) then
+        -- Wake the supervisor, so the process ends now rather than at its backoff. With
+        -- the root's lock (never waited for: a run under way holds it), no run is under
+        -- way, and any run that starts waits for this transaction to commit, then sees the
+        -- success. So the run the last run scheduled (runs hold the lock one after the
+        -- other, so its task has the highest id) will see it: made due now when no worker
+        -- has taken it yet, left to its worker when one has. A new run due now is enqueued
+        -- when a run holds the lock (it may have read the facts already) or that task is
+        -- no longer pending (it ended without scheduling another).
+        perform 1 from %1$I.%2$I t where t.%9$I = _root_id for no key update skip locked;
+        if found then
+          select max(r.next_task_id) into _next_task_id from %1$I.%3$I r where r.%9$I = _root_id;
+        end if;
+        if _next_task_id is null or queues.hasten_task(_next_task_id) = 'not_pending' then
           perform internal.enqueue_channel_supervisor(internal.get_channel_process(%1$L, %11$L), _root_id, null);
         end if;
       end if;
@@ -551,9 +558,11 @@ $$;
 -- The success handler: body {original_payload, worker_payload}; records the attempt's
 -- success and wakes the supervisor, so the process ends now rather than at its next
 -- backoff (5 s or more later): the run the last run scheduled is made due now
--- (queues.hasten_task, recorded in queues.task_run_now) while no worker has taken it, and
--- a new run due now is enqueued when one has. A second delivery changes nothing. A
--- failure wakes nobody: the backoff is the pause before the next attempt.
+-- (queues.hasten_task, recorded in queues.task_run_now) while no worker has taken it, or
+-- left to the worker that has; a new run due now is enqueued only when a run holds the
+-- root at that moment or the scheduled run is no longer pending. A second delivery
+-- changes nothing. A failure wakes nobody: the backoff is the pause before the next
+-- attempt.
 create or replace function internal.record_channel_attempt_success(_schema text, _name text, payload jsonb)
   returns jsonb
   language plpgsql volatile

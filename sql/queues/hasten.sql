@@ -3,35 +3,39 @@
 -- this way, rather than enqueue another run beside it). Owner only (no grant); the
 -- dashboard's "run now" is admin.run_tasks_now.
 
--- Makes task _task_id due now if no worker has ever taken it (no lease so far) and it is
--- not completed; returns true then. It locks the task's claim-index row until the
--- caller's transaction ends: claims skip locked rows, so the task runs after that
--- transaction commits, and sees what it wrote. When the task was not yet due, records
--- queues.task_run_now and sends the wake-up. False when the task was taken (it is
--- running, or it ran and waits for a retry), is completed, or is unknown: the caller
--- must wake its work another way.
+-- Makes task _task_id due now if no worker has ever taken it. Returns:
+--   'hastened'     no lease so far: due now (queues.task_run_now recorded and the wake-up
+--                  sent when it was not yet due). Its claim-index row stays locked until
+--                  the caller's transaction ends, and claims skip locked rows, so the task
+--                  runs after that transaction commits and sees what it wrote.
+--   'taken'        a worker holds it, or it ran and waits for a retry: it runs (again) in
+--                  its own time; left as it is.
+--   'not_pending'  completed, or no such task.
 create or replace function queues.hasten_task(_task_id bigint)
-  returns boolean
+  returns text
   language plpgsql volatile
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _available_at timestamptz;
+  _pending record;
 begin
-  -- A claim that holds the row commits first; then the row is re-read, leased, and skipped.
-  select p.available_at into _available_at
+  -- A claim that holds the row commits first; the row is then read as it left it.
+  select p.available_at, p.current_lease_id is null and p.lease_count = 0 as untaken into _pending
     from queues.task_pending p
-   where p.task_id = _task_id and p.current_lease_id is null and p.lease_count = 0
+   where p.task_id = _task_id
      for update;
   if not found then
-    return false;
+    return 'not_pending';
   end if;
-  if _available_at > now() then
+  if not _pending.untaken then
+    return 'taken';
+  end if;
+  if _pending.available_at > now() then
     insert into queues.task_run_now (task_id, requested_at) values (_task_id, now())
     on conflict (task_id) do nothing;
     update queues.task_pending p set available_at = now(), scheduled_at = now() where p.task_id = _task_id;
     perform pg_notify('queues_task_ready', '');
   end if;
-  return true;
+  return 'hastened';
 end;
 $$;

@@ -1,6 +1,6 @@
 // queues.hasten_task: a task no worker has taken is made due now, with its fact; the
 // task is claimed only after the hastening transaction commits; a taken, completed or
-// unknown task is left alone; only the owner's SQL may call it.
+// unknown task is left alone and named so; only the owner's SQL may call it.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 
@@ -19,8 +19,8 @@ const enqueue = async (inSeconds: number): Promise<string> =>
       [inSeconds],
     )
   ).rows[0].id;
-const hasten = async (taskId: string): Promise<boolean> =>
-  (await db.query<{ ok: boolean }>('select queues.hasten_task($1) as ok', [taskId])).rows[0].ok;
+const hasten = async (taskId: string): Promise<string> =>
+  (await db.query<{ state: string }>('select queues.hasten_task($1) as state', [taskId])).rows[0].state;
 const claimNow = async (): Promise<{ task_id: string; task_lease_id: string }[]> =>
   (
     await db.query<{ task_id: string; task_lease_id: string }>(
@@ -35,7 +35,7 @@ describe('queues.hasten_task', () => {
   it('makes a scheduled task due now and records the request', async () => {
     const id = await enqueue(3600);
     expect(await claimNow()).toEqual([]);
-    expect(await hasten(id)).toBe(true);
+    expect(await hasten(id)).toBe('hastened');
     expect(await runNowFacts(id)).toHaveLength(1);
     const claimed = await claimNow();
     expect(claimed.map((t) => t.task_id)).toEqual([id]);
@@ -44,7 +44,7 @@ describe('queues.hasten_task', () => {
 
   it('a task already due stays as it is and counts as woken', async () => {
     const id = await enqueue(0);
-    expect(await hasten(id)).toBe(true);
+    expect(await hasten(id)).toBe('hastened');
     expect(await runNowFacts(id)).toEqual([]);
     const claimed = await claimNow();
     expect(claimed.map((t) => t.task_id)).toEqual([id]);
@@ -56,7 +56,7 @@ describe('queues.hasten_task', () => {
     const tx = await db.client('owner');
     try {
       await tx.query('begin');
-      expect((await tx.query('select queues.hasten_task($1) as ok', [id])).rows[0].ok).toBe(true);
+      expect((await tx.query('select queues.hasten_task($1) as state', [id])).rows[0].state).toBe('hastened');
       // Due now inside the transaction, yet a claim beside it skips the locked row.
       expect(await claimNow()).toEqual([]);
       await tx.query('commit');
@@ -71,10 +71,10 @@ describe('queues.hasten_task', () => {
   it('leaves a taken, a completed and an unknown task alone', async () => {
     const id = await enqueue(0);
     const [claimed] = await claimNow();
-    expect(await hasten(id)).toBe(false);
+    expect(await hasten(id)).toBe('taken');
     await db.query('select queues.complete_task($1, $2, $3)', [id, claimed.task_lease_id, 'succeeded']);
-    expect(await hasten(id)).toBe(false);
-    expect(await hasten('999999999')).toBe(false);
+    expect(await hasten(id)).toBe('not_pending');
+    expect(await hasten('999999999')).toBe('not_pending');
     expect(await runNowFacts(id)).toEqual([]);
   });
 
@@ -86,7 +86,7 @@ describe('queues.hasten_task', () => {
       await claimer.query(
         `select * from queues.claim_tasks_at(_now => now(), _worker_id => 'w2', _limit => 1, _task_types => null::text[], _lease_seconds => 60, _max_leases => 100)`,
       );
-      const hastened = db.query<{ ok: boolean }>('select queues.hasten_task($1) as ok', [id]);
+      const hastened = db.query<{ state: string }>('select queues.hasten_task($1) as state', [id]);
       // The hastening statement waits on the claim's row lock until the claim commits.
       for (;;) {
         const { rows } = await db.query<{ waiting: boolean }>(
@@ -97,7 +97,7 @@ describe('queues.hasten_task', () => {
         await new Promise((r) => setTimeout(r, 10));
       }
       await claimer.query('commit');
-      expect((await hastened).rows[0].ok).toBe(false);
+      expect((await hastened).rows[0].state).toBe('taken');
     } finally {
       await claimer.end();
     }
