@@ -111,7 +111,7 @@ begin
     union all
     -- Tasks whose lease expired (their worker died or stopped heartbeating), from
     -- task_pending_lease_expiry_idx (its predicate is current_lease_id > 0, see
-    -- migrations/current/520-hot-path-plans.sql): only expired leases are read.
+    -- migration 000005, section 520-hot-path-plans.sql): only expired leases are read.
     select x.*
       from (
         select p.task_id, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
