@@ -68,6 +68,9 @@ const succeededTask = async (taskId: number) =>
 /** Drives only this root's tasks (other tests' roots are left alone). */
 const driveRoot = (taskId: number, provider?: DriveOptions['provider']) =>
   drive(db, { provider, rootKey: 'send_email_task_id', rootId: taskId });
+/** Claims what is due at `at` (default: one second ahead, before any backoff), keeps this root's tasks. */
+const claimRoot = async (root: number, at = new Date(Date.now() + 1000)) =>
+  (await claimDue(db, at)).filter((t) => Number(t.payload.send_email_task_id) === root);
 
 describe('send email: the seed checklist', () => {
   it('happy path: one attempt, the provider accepts it, the task succeeds', async () => {
@@ -136,8 +139,7 @@ describe('send email: the seed checklist', () => {
     const sent = await sendEmail();
     const root = sent.send_email_task_id!;
     // The clock stays one second ahead: no backoff (5 s and more) is ever reached.
-    const soon = () => new Date(Date.now() + 1000);
-    const ours = async () => (await claimDue(db, soon())).filter((t) => Number(t.payload.send_email_task_id) === root);
+    const ours = () => claimRoot(root);
     const [first] = await ours();
     expect((await processTask(db, first)).result).toMatchObject({ payload: { status: 'attempt_scheduled' } });
     // The run it scheduled after its backoff, recorded with the run.
@@ -170,8 +172,7 @@ describe('send email: the seed checklist', () => {
   it('a success whose scheduled run a worker already took leaves that run to end the process', async () => {
     const sent = await sendEmail();
     const root = sent.send_email_task_id!;
-    const ours = async (at: Date) =>
-      (await claimDue(db, at)).filter((t) => Number(t.payload.send_email_task_id) === root);
+    const ours = (at: Date) => claimRoot(root, at);
     const [first] = await ours(new Date(Date.now() + 1000));
     await processTask(db, first);
     // A clock past the backoff: the email and the scheduled run are taken together.
@@ -190,8 +191,7 @@ describe('send email: the seed checklist', () => {
   it('a success while a run holds the root enqueues a run due now beside it', async () => {
     const sent = await sendEmail();
     const root = sent.send_email_task_id!;
-    const ours = async () =>
-      (await claimDue(db, new Date(Date.now() + 1000))).filter((t) => Number(t.payload.send_email_task_id) === root);
+    const ours = () => claimRoot(root);
     const [first] = await ours();
     await processTask(db, first);
     const [email] = await ours();
@@ -217,8 +217,7 @@ describe('send email: the seed checklist', () => {
   it('a success after the scheduled run ended without a successor enqueues a run due now', async () => {
     const sent = await sendEmail();
     const root = sent.send_email_task_id!;
-    const ours = async () =>
-      (await claimDue(db, new Date(Date.now() + 1000))).filter((t) => Number(t.payload.send_email_task_id) === root);
+    const ours = () => claimRoot(root);
     const [first] = await ours();
     await processTask(db, first);
     const [scheduled] = (await pendingFor(db, 'send_email_task_id', root)).filter((t) => t.task_type === 'db_function');

@@ -137,7 +137,7 @@ declare
   _p internal.channel_process := internal.get_channel_process(_schema, _name);
   _suffixes text[] := array['_process_facts', '_close_given_up_attempts', '_supervise', '_attempt_refusal',
                             '_record_attempt_success', '_record_attempt_failure'];
-  -- The names every template below refers to, by position.
+  -- The names (and the settings) every template below refers to, by position.
   _names text[] := array[
     _schema,                                      -- 1
     _name || '_task',                             -- 2  the root
@@ -156,7 +156,10 @@ declare
     coalesce((select format('%I.%I(_task_id)', n.nspname, f.proname)
                 from pg_proc f join pg_namespace n on n.oid = f.pronamespace
                where f.oid = _p.attempt_payload), '''{}''::jsonb'),
-    format('%I.%I', _schema, _name || '_attempt')  -- 19 the attempt table, for its sequence
+    format('%I.%I', _schema, _name || '_attempt'),  -- 19 the attempt table, for its sequence
+    -- 20: the settings of every function. Every row is read by key, and a plan is made
+    -- once per connection, perhaps while the tables were small (see sql/CONVENTIONS.md).
+    'set search_path = pg_catalog, pg_temp set plan_cache_mode = force_generic_plan set enable_seqscan = off'
   ];
   _suffix text;
 begin
@@ -173,11 +176,7 @@ begin
       out has_unknown_outcome boolean
     )
       language plpgsql stable
-      set search_path = pg_catalog, pg_temp
-      set plan_cache_mode = force_generic_plan
-      -- Every row is read by key; the plan is made once per connection, perhaps while
-      -- the tables were small (see sql/CONVENTIONS.md).
-      set enable_seqscan = off
+      %20$s
     as $body$
     begin
       -- One pass over the root's attempts (its index), each attempt's outcomes probed by
@@ -209,11 +208,7 @@ begin
     create or replace function %1$I.%13$I(_root_id bigint)
       returns integer
       language plpgsql volatile
-      set search_path = pg_catalog, pg_temp
-      set plan_cache_mode = force_generic_plan
-      -- Every row is read by key; the plan is made once per connection, perhaps while
-      -- the tables were small (see sql/CONVENTIONS.md).
-      set enable_seqscan = off
+      %20$s
     as $body$
     declare
       _closed integer;
@@ -238,11 +233,7 @@ begin
     create or replace function %1$I.%14$I(payload jsonb)
       returns jsonb
       language plpgsql volatile
-      set search_path = pg_catalog, pg_temp
-      set plan_cache_mode = force_generic_plan
-      -- Every row is read by key; the plan is made once per connection, perhaps while
-      -- the tables were small (see sql/CONVENTIONS.md).
-      set enable_seqscan = off
+      %20$s
     as $body$
     declare
       _p internal.channel_process := internal.get_channel_process(%1$L, %11$L);
@@ -325,11 +316,7 @@ begin
     create or replace function %1$I.%15$I(_attempt_id bigint, _verb text)
       returns text
       language plpgsql stable
-      set search_path = pg_catalog, pg_temp
-      set plan_cache_mode = force_generic_plan
-      -- Every row is read by key; the plan is made once per connection, perhaps while
-      -- the tables were small (see sql/CONVENTIONS.md).
-      set enable_seqscan = off
+      %20$s
     as $body$
     declare
       _root_id bigint;
@@ -361,11 +348,7 @@ begin
     create or replace function %1$I.%16$I(payload jsonb)
       returns jsonb
       language plpgsql volatile
-      set search_path = pg_catalog, pg_temp
-      set plan_cache_mode = force_generic_plan
-      -- Every row is read by key; the plan is made once per connection, perhaps while
-      -- the tables were small (see sql/CONVENTIONS.md).
-      set enable_seqscan = off
+      %20$s
     as $body$
     declare
       _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', %10$L);
@@ -407,11 +390,7 @@ begin
     create or replace function %1$I.%17$I(payload jsonb)
       returns jsonb
       language plpgsql volatile
-      set search_path = pg_catalog, pg_temp
-      set plan_cache_mode = force_generic_plan
-      -- Every row is read by key; the plan is made once per connection, perhaps while
-      -- the tables were small (see sql/CONVENTIONS.md).
-      set enable_seqscan = off
+      %20$s
     as $body$
     declare
       _attempt_id bigint := internal.id_from_payload(payload -> 'original_payload', %10$L);
