@@ -83,7 +83,7 @@ describe('a successful attempt wakes the scheduled supervisor run', () => {
       [roots],
     );
     expect(perRoot).toEqual(
-      roots.toSorted().map((root) => ({ root, tasks: 3, pending: 0, hastened: 1, due_before_backoff: true })),
+      [...roots].sort().map((root) => ({ root, tasks: 3, pending: 0, hastened: 1, due_before_backoff: true })),
     );
   });
 });
