@@ -149,6 +149,12 @@ describe('send email: the seed checklist', () => {
       [root],
     );
     expect(runs).toEqual([{ next_task_id: scheduled.task_id }]);
+    // The process's timeline shows it with the run.
+    const { rows: timeline } = await db.query<{ detail: { next_task_id: number } }>(
+      `select detail from admin.process_timeline('send_email', $1) where fact = 'supervisor_run'`,
+      [root],
+    );
+    expect(timeline.map((f) => String(f.detail.next_task_id))).toEqual([scheduled.task_id]);
     const [email] = await ours();
     expect(email.task_type).toBe('email');
     await processTask(db, email);
