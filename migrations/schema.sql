@@ -6501,21 +6501,6 @@ $function$;
   -- internal.channel_process_facts(_schema text, _name text, _root_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT has_unknown_outcome boolean): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION internal.close_given_up_channel_attempts(_schema text, _name text, _root_id bigint)
- RETURNS integer
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-declare
-  _closed integer;
-begin
-  execute format('select %I.%I($1)', _schema, _name || '_close_given_up_attempts') into _closed using _root_id;
-  return _closed;
-end;
-$function$;
-  -- internal.close_given_up_channel_attempts(_schema text, _name text, _root_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
 CREATE OR REPLACE FUNCTION internal.count_supervisor_runs(_schema text, _name text, _root_id bigint)
  RETURNS integer
  LANGUAGE plpgsql

@@ -64,6 +64,20 @@ describe('channel process functions', () => {
     expect(rows.filter((r) => r.public !== false || r.worker !== false)).toEqual([]);
   });
 
+  it('registration refuses a run table without next_task_id, naming it, and registers nothing', async () => {
+    await db.query('create schema if not exists plans_probe');
+    await db.query('create table plans_probe.bare_task (bare_task_id bigint generated always as identity primary key)');
+    await db.query(`select internal.create_channel_process_tables('plans_probe', 'bare')`);
+    await db.query('alter table plans_probe.bare_supervisor_run drop column next_task_id');
+    await expect(
+      db.query(
+        `select internal.register_channel_process('plans_probe', 'bare', 'email', 'plans_probe.s', null, null, null, 3, 30)`,
+      ),
+    ).rejects.toThrow(/plans_probe\.bare_supervisor_run has no column next_task_id/);
+    const { rows } = await db.query(`select 1 from internal.channel_process where process_schema = 'plans_probe'`);
+    expect(rows).toEqual([]);
+  });
+
   it('a connection plans the facts once, and that plan reads by key after the tables grew', async () => {
     const [first] = await sendEmails(1);
     const root = await db.client('root');
@@ -71,8 +85,7 @@ describe('channel process functions', () => {
       // The plans are made now, while the process tables hold one root and no attempt.
       const facts = (id: number) =>
         root.query('select * from internal.channel_process_facts($1, $2, $3)', ['comms', 'send_email', id]);
-      const close = (id: number) =>
-        root.query('select internal.close_given_up_channel_attempts($1, $2, $3) as n', ['comms', 'send_email', id]);
+      const close = (id: number) => root.query('select comms.send_email_close_given_up_attempts($1) as n', [id]);
       expect((await facts(first)).rows[0]).toMatchObject({ num_attempts: 0, has_success: false });
       expect((await close(first)).rows[0].n).toBe(0);
 
@@ -103,11 +116,7 @@ describe('channel process functions', () => {
       expect(plans.some((p) => p.query.includes('send_email_attempt_succeeded'))).toBe(true);
       for (const table of ['send_email_attempt', 'send_email_attempt_succeeded', 'send_email_attempt_failed'])
         expect(rowsRead(plans, table), `${table} rows read for one root's facts`).toBeLessThanOrEqual(2);
-      const closing = await explainNested(root, 'select internal.close_given_up_channel_attempts($1, $2, $3)', [
-        'comms',
-        'send_email',
-        last,
-      ]);
+      const closing = await explainNested(root, 'select comms.send_email_close_given_up_attempts($1)', [last]);
       for (const table of ['send_email_attempt', 'send_email_attempt_succeeded', 'send_email_attempt_failed'])
         expect(rowsRead(closing, table), `${table} rows read closing one root's attempts`).toBeLessThanOrEqual(2);
 

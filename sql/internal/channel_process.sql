@@ -123,7 +123,9 @@ $$;
 -- Identifiers reach the text only through format('%I'), literals through format('%L').
 -- Owner only, like the tables; the generic functions below call them.
 --   <name>_process_facts(root_id)             the facts (internal.channel_process_facts)
---   <name>_close_given_up_attempts(root_id)   internal.close_given_up_channel_attempts
+--   <name>_close_given_up_attempts(root_id)   records a failure for every outstanding attempt
+--                                             whose channel task the queue gave up on
+--                                             (internal.queue_gave_up_message); how many
 --   <name>_supervise(payload)                 the supervisor (internal.run_channel_supervisor)
 --   <name>_attempt_refusal(attempt_id, verb)  internal.channel_attempt_refusal
 --   <name>_record_attempt_success(payload)    internal.record_channel_attempt_success
@@ -466,21 +468,6 @@ end;
 $$;
 
 -- Effects -------------------------------------------------------------------------------
-
--- Records a failure for every attempt whose channel task the queue gave up on without an
--- outcome (internal.queue_gave_up_message); returns how many.
-create or replace function internal.close_given_up_channel_attempts(_schema text, _name text, _root_id bigint)
-  returns integer
-  language plpgsql volatile
-  set search_path = pg_catalog, pg_temp
-as $$
-declare
-  _closed integer;
-begin
-  execute format('select %I.%I($1)', _schema, _name || '_close_given_up_attempts') into _closed using _root_id;
-  return _closed;
-end;
-$$;
 
 -- Enqueues a supervisor run of the root at _at (NULL: now).
 create or replace function internal.enqueue_channel_supervisor(_p internal.channel_process, _root_id bigint, _at timestamptz)
