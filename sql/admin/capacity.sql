@@ -3,8 +3,9 @@
 --
 -- Cost: pending/ready/running count queues.task_pending (bounded by pending work);
 -- throughput reads only the completions of the last _window_seconds, through
--- task_completed_completed_at_idx, with primary-key probes into task and task_lease for
--- each of them; active workers read queues.worker. Nothing scans history.
+-- task_completed_completed_at_idx, and the leases of the tasks enqueued in that window
+-- (a range of task_lease's primary key; a primary-key probe for a completion of an older
+-- task); active workers read queues.worker. Nothing scans history.
 --
 -- Figures:
 --   pending               tasks not completed (scheduled, ready, running, retrying)
@@ -43,11 +44,17 @@ create or replace function admin.capacity_at(
 )
   language plpgsql stable
   security definer
+  -- The window's completions meet the leases of the window's tasks in one hash join: a
+  -- nested loop would probe task_lease once per completion (the CTE's row estimate is a
+  -- guess). The lateral probes of older completions stay nested loops, the only plan
+  -- they have.
+  set enable_nestloop = off
   set search_path = pg_catalog, pg_temp
 as $$
 declare
   _window integer := coalesce(_window_seconds, 3600);
   _dead_after integer := coalesce(_dead_after_seconds, 600);
+  _first bigint;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -66,6 +73,7 @@ begin
       using errcode = '22023';
   end if;
 
+  _first := admin.first_task_id_after(_now - make_interval(secs => _window));
   return query
   with types as (
     select t.task_type from queues.task_type t
@@ -80,21 +88,37 @@ begin
      where _task_type is null or p.task_type = _task_type
      group by p.task_type
   ),
+  -- Completions in the window by completed_at (index range scan), with their type
+  -- (admin.completions_between).
+  completion as materialized (
+    select c.task_id, c.task_lease_id, c.task_type
+      from admin.completions_between(_now - make_interval(secs => _window), _now) c
+     where _task_type is null or c.task_type = _task_type
+  ),
+  -- The worker of each completing lease. The leases of tasks enqueued in the window (ids
+  -- from _first on) are one range of task_lease's primary key, joined at once; a
+  -- completion of an older task probes its lease by primary key. A lease names its
+  -- worker by key (queues.worker_name), or by id if written before that key existed: a
+  -- worker counts once per way it is named (twice, for one window, if it ran across
+  -- that migration). A completion without a lease (cancelled, abandoned) names none.
+  completion_worker as (
+    select distinct x.task_type, x.worker_key, x.worker_id
+      from (select c.task_type, l.worker_key, l.worker_id
+              from completion c
+              join queues.task_lease l on l.task_id = c.task_id and l.task_lease_id = c.task_lease_id
+             where c.task_id >= _first and l.task_id >= _first
+            union all
+            select c.task_type, l.worker_key, l.worker_id
+              from completion c
+             cross join lateral (select y.worker_key, y.worker_id from queues.task_lease y
+                                  where y.task_id = c.task_id and y.task_lease_id = c.task_lease_id limit 1) l
+             where c.task_id < _first) x
+  ),
   recent as (
-    -- Completions in the window by completed_at (index range scan); each is joined to its
-    -- task and lease by primary key (lateral + limit 1 keeps these nested loops).
-    -- A lease names its worker by key (queues.worker_name), or by id if written before
-    -- that key existed: a worker counts once per way it is named (twice, for one window,
-    -- if it ran across that migration).
-    select t.task_type, count(*) as completed, count(distinct (l.worker_key, l.worker_id)) as workers
-      from queues.task_completed c
-     cross join lateral (select x.task_type from queues.task x where x.task_id = c.task_id limit 1) t
-      left join lateral (select y.worker_key, y.worker_id from queues.task_lease y
-                          where y.task_id = c.task_id and y.task_lease_id = c.task_lease_id limit 1) l on true
-     where c.completed_at > _now - make_interval(secs => _window)
-       and c.completed_at <= _now
-       and (_task_type is null or t.task_type = _task_type)
-     group by t.task_type
+    select c.task_type, count(*) as completed,
+           (select count(*) from completion_worker w where w.task_type = c.task_type) as workers
+      from completion c
+     group by c.task_type
   ),
   workers as (
     select r.task_type, count(*) as active

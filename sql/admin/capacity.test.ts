@@ -30,6 +30,24 @@ async function resetQueue(): Promise<void> {
   await db.query('alter table queues.task enable trigger forbid_update');
 }
 
+/** `n` email tasks enqueued a minute before `at`, leased by `worker` and completed at `at`. */
+const completed = async (n: number, worker: string, at: string) => {
+  await db.query(
+    `with t as (
+       insert into queues.task (task_type, payload, enqueued_at, scheduled_at)
+       select 'email', jsonb_build_object('n', g), $2::timestamptz - interval '1 minute', $2::timestamptz - interval '1 minute'
+         from generate_series(1, $1) g returning task_id
+     ), l as (
+       insert into queues.task_lease (task_id, worker_id, leased_at, expires_at)
+       select task_id, $3, $2::timestamptz - interval '10 seconds', $2::timestamptz + interval '5 minutes' from t
+       returning task_id, task_lease_id
+     )
+     insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
+     select task_id, task_lease_id, $2::timestamptz, 'succeeded', 'email' from l`,
+    [n, at, worker],
+  );
+};
+
 /**
  * The fixture, written as facts by the owner at explicit times around NOW:
  *   email: 10 completions 30 min before NOW (6 by w-a, 4 by w-b), 5 completions 2 h before
@@ -39,22 +57,6 @@ async function resetQueue(): Promise<void> {
  */
 async function fixture(): Promise<void> {
   await resetQueue();
-  const completed = async (n: number, worker: string, at: string) => {
-    await db.query(
-      `with t as (
-         insert into queues.task (task_type, payload, enqueued_at, scheduled_at)
-         select 'email', jsonb_build_object('n', g), $2::timestamptz - interval '1 minute', $2::timestamptz - interval '1 minute'
-           from generate_series(1, $1) g returning task_id
-       ), l as (
-         insert into queues.task_lease (task_id, worker_id, leased_at, expires_at)
-         select task_id, $3, $2::timestamptz - interval '10 seconds', $2::timestamptz + interval '5 minutes' from t
-         returning task_id, task_lease_id
-       )
-       insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome)
-       select task_id, task_lease_id, $2::timestamptz, 'succeeded' from l`,
-      [n, at, worker],
-    );
-  };
   await completed(6, 'w-a', '2030-01-01T11:30:00Z');
   await completed(4, 'w-b', '2030-01-01T11:30:00Z');
   await completed(5, 'w-a', '2030-01-01T10:00:00Z');
@@ -180,7 +182,7 @@ describe('history', () => {
     const measure = async () => {
       await db.query('analyze queues.task, queues.task_lease, queues.task_completed, queues.task_pending');
       const plans = await explainNested(root, `select * from admin.capacity_at($1, null, 3600, 600)`, [NOW]);
-      const inner = plans.find((p) => p.query.includes('from queues.task_completed c'));
+      const inner = plans.find((p) => p.query.includes('admin.completions_between('));
       expect(inner, 'the capacity statement inside capacity_at was explained').toBeDefined();
       return inner!;
     };
@@ -192,14 +194,14 @@ describe('history', () => {
         select case when g % 2 = 0 then 'email' else 'sms' end, jsonb_build_object('n', g),
                '2029-12-31T00:00:00Z', '2029-12-31T00:00:00Z'
           from generate_series(1, 200000) g
-        returning task_id
+        returning task_id, task_type
       ), l as (
         insert into queues.task_lease (task_id, worker_id, leased_at, expires_at)
         select task_id, 'old', '2029-12-31T00:00:00Z', '2029-12-31T00:05:00Z' from t
         returning task_id, task_lease_id
       )
-      insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome)
-      select task_id, task_lease_id, '2029-12-31T00:01:00Z', 'succeeded' from l`);
+      insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
+      select l.task_id, l.task_lease_id, '2029-12-31T00:01:00Z', 'succeeded', t.task_type from l join t using (task_id)`);
     const after = await measure();
 
     const nodes = planNodes(after.plan);
@@ -234,5 +236,42 @@ describe('history', () => {
     for (const node of completedScans) expect(sharedBuffers(node)).toBeLessThanOrEqual(5);
     expect(sharedBuffers(after.plan)).toBeLessThanOrEqual(sharedBuffers(before.plan) + 10 * 2 * 4);
     await root.end();
+  });
+
+  it('with history enqueued before the window (lower ids, the same partitions), it reads the leases of the window only', async () => {
+    await resetQueue();
+    await db.query(`
+      with t as (
+        insert into queues.task (task_type, payload, enqueued_at, scheduled_at)
+        select 'email', jsonb_build_object('n', g), '2029-12-31T00:00:00Z', '2029-12-31T00:00:00Z'
+          from generate_series(1, 200000) g
+        returning task_id, task_type
+      ), l as (
+        insert into queues.task_lease (task_id, worker_id, leased_at, expires_at)
+        select task_id, 'old', '2029-12-31T00:00:00Z', '2029-12-31T00:05:00Z' from t
+        returning task_id, task_lease_id
+      )
+      insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
+      select l.task_id, l.task_lease_id, '2029-12-31T00:01:00Z', 'succeeded', t.task_type from l join t using (task_id)`);
+    await completed(6, 'w-a', '2030-01-01T11:30:00Z');
+    await completed(4, 'w-b', '2030-01-01T11:30:00Z');
+    await db.query('analyze queues.task, queues.task_lease, queues.task_completed, queues.task_pending');
+    const root = await db.client('root');
+    const plans = await explainNested(root, `select * from admin.capacity_at($1, 'email', 3600, 600)`, [NOW]);
+    await root.end();
+    const inner = plans.find((p) => p.query.includes('admin.completions_between('));
+    expect(inner, 'the capacity statement inside capacity_at was explained').toBeDefined();
+    const nodes = planNodes(inner!.plan);
+    const historyReads = nodes.filter(
+      (n) =>
+        ['task', 'task_lease', 'task_completed'].includes(relationOf(n)) &&
+        n['Node Type'] !== 'ModifyTable' &&
+        Number(n['Actual Rows'] ?? 0) > 10,
+    );
+    expect(historyReads.map((n) => `${n['Node Type']} on ${n['Relation Name']}`)).toEqual([]);
+    const leaseReads = nodes.filter((n) => relationOf(n) === 'task_lease');
+    expect(leaseReads.length, 'the leases are read').toBeGreaterThan(0);
+    const answer = await capacityAt('email');
+    expect(answer[0]).toMatchObject({ completed_in_window: 10, window_workers: 2 });
   });
 });

@@ -35,7 +35,7 @@ describe('queue depth', () => {
     }
     await db.query('select queues.rebuild_task_pending()');
     await db.query(
-      `insert into queues.task_completed (task_id, completed_at, outcome) values ($1, '2030-01-01T11:40:00Z', 'succeeded')`,
+      `insert into queues.task_completed (task_id, completed_at, outcome, task_type) values ($1, '2030-01-01T11:40:00Z', 'succeeded', 'email')`,
       [ids[0]],
     );
     await db.query('delete from queues.task_pending where task_id = $1', [ids[0]]);
@@ -132,9 +132,10 @@ describe('schedules', () => {
     for (const at of ['10:00:30', '11:00:30', '12:00:30'])
       await db.query(`select schedules.run_schedule_at($1, $2)`, [`2030-01-01T${at}Z`, s[0].schedule_id]);
     const first = await db.query(`select task_id from schedules.schedule_run order by fire_at limit 1`);
-    await db.query(`insert into queues.task_completed (task_id, outcome) values ($1, 'failed')`, [
-      first.rows[0].task_id,
-    ]);
+    await db.query(
+      `insert into queues.task_completed (task_id, outcome, task_type) select task_id, 'failed', task_type from queues.task where task_id = $1`,
+      [first.rows[0].task_id],
+    );
     // The role-based system's schedules (menus.*, installed disabled) are listed beside it.
     const all = (await db.query(`select name, enabled, last_runs from admin.list_schedules_at($1, 2)`, [NOW])).rows;
     const rows = all.filter((r) => r.name === 'reports.hourly');

@@ -28,7 +28,7 @@ begin
   perform queues.lock_resource_keys(_task_ids);
   return query
   with locked as (
-    select p.task_id, p.resource_key,
+    select p.task_id, p.task_type, p.resource_key,
            (p.current_lease_id is not null and p.available_at > _now) as held
       from queues.task_pending p
      where p.task_id = any (_task_ids)
@@ -36,8 +36,8 @@ begin
        for update
   ),
   completed as (
-    insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome)
-    select l.task_id, null, _now, 'cancelled' from locked l where not l.held
+    insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
+    select l.task_id, null, _now, 'cancelled', l.task_type from locked l where not l.held
     returning task_id
   ),
   reasons as (

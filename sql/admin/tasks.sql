@@ -240,7 +240,8 @@ begin
            'errors', coalesce((
              select jsonb_agg(to_jsonb(e) - 'task_id' order by e.error_id)
                from queues.error e where e.task_id = t.task_id), '[]'::jsonb),
-           'completion', case when c.task_id is not null then to_jsonb(c) - 'task_id' end)
+           -- task_type is the task's own, given above.
+           'completion', case when c.task_id is not null then to_jsonb(c) - 'task_id' - 'task_type' end)
     into _result
     from queues.task t
     left join queues.task_pending p on p.task_id = t.task_id
@@ -289,12 +290,8 @@ begin
     from queues.task_pending p
    group by 1, 2
   union all
-  select t.task_type, c.outcome, count(*)
-    from queues.task_completed c
-   -- lateral + limit 1: a primary-key probe per completion in the window
-   cross join lateral (select x.task_type from queues.task x where x.task_id = c.task_id limit 1) t
-   where c.completed_at > _now - make_interval(secs => _window)
-     and c.completed_at <= _now
+  select c.task_type, c.outcome, count(*)
+    from admin.completions_between(_now - make_interval(secs => _window), _now) c
    group by 1, 2
    order by 1, 2;
 end;

@@ -131,10 +131,10 @@ describe('keyset pagination at 1,000,000 rows', () => {
                case when g % 10 = 0 then 'store:' || (g % 1000) end,
                '2029-12-31T00:00:00Z'::timestamptz + make_interval(secs => g / 100.0), '2029-12-31T00:00:00Z'
           from generate_series(1, 1000000) g
-        returning task_id
+        returning task_id, task_type
       )
-      insert into queues.task_completed (task_id, completed_at, outcome)
-      select task_id, '2029-12-31T12:00:00Z', case when task_id % 50 = 0 then 'failed' else 'succeeded' end from t`);
+      insert into queues.task_completed (task_id, completed_at, outcome, task_type)
+      select task_id, '2029-12-31T12:00:00Z', case when task_id % 50 = 0 then 'failed' else 'succeeded' end, task_type from t`);
     await db.query(`select queues.enqueue('email', '{"fresh": true}'::jsonb) from generate_series(1, 20)`);
     await db.query('vacuum analyze queues.task, queues.task_completed, queues.task_pending');
     root = await db.client('root');
@@ -307,13 +307,14 @@ describe('pages across partition sets', () => {
                case when g % 6 = 3 then jsonb_build_object('n', g, 'error_handler', 'x') else jsonb_build_object('n', g) end,
                '2029-12-31T00:00:00Z', '2029-12-31T00:00:00Z'
           from generate_series(0, 35) g
-        returning task_id
+        returning task_id, task_type
       )
-      insert into queues.task_completed (task_id, completed_at, outcome)
+      insert into queues.task_completed (task_id, completed_at, outcome, task_type)
       select task_id, '2029-12-31T12:00:00Z',
              case when (task_id - ${base}) % 7 = 0 then 'abandoned'
                   when (task_id - ${base}) % 3 = 0 and (task_id - ${base}) / 10 <> 2 then 'failed'
-                  else 'succeeded' end
+                  else 'succeeded' end,
+             task_type
         from t where task_id - ${base} not in (5, 15, 26, 34)`);
     await db.query('select queues.rebuild_task_pending()');
     await db.query(`insert into queues.error (task_id, error_message)

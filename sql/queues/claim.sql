@@ -193,8 +193,9 @@ begin
   abandoned as (
     -- No lease: the claimer abandoning the task does not hold one, so the last holder's
     -- fenced completion is refused as lease_lost.
-    insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome)
-    select pk.task_id, null, _now, 'abandoned' from picked pk where pk.poisoned
+    insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
+    select pk.task_id, null, _now, 'abandoned', (select t.task_type from queues.task t where t.task_id = pk.task_id)
+      from picked pk where pk.poisoned
   ),
   abandoned_removed as (
     delete from queues.task_pending p

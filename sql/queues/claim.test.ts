@@ -650,8 +650,8 @@ describe('history', () => {
         select task_id, 'old', now() - interval '1 day', now() - interval '1 day' + interval '5 minutes' from t
         returning task_id, task_lease_id
       )
-      insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome)
-      select task_id, task_lease_id, now() - interval '1 day', 'succeeded' from l`);
+      insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
+      select task_id, task_lease_id, now() - interval '1 day', 'succeeded', 'db_function' from l`);
     await db.query('analyze queues.task, queues.task_lease, queues.task_completed');
     const after = await measure();
 

@@ -86,7 +86,7 @@ begin
   -- The pending rows this call may act on, locked: a concurrent claim skips them, a
   -- concurrent completion waits and then finds nothing.
   held as (
-    select p.task_id, p.current_lease_id, p.resource_key, i.task_lease_id, i.outcome,
+    select p.task_id, p.task_type, p.current_lease_id, p.resource_key, i.task_lease_id, i.outcome,
            i.outcome = 'failed' and i.may_retry and p.failed_attempts + 1 < p.max_attempts as retry,
            p.failed_attempts
       from queues.task_pending p
@@ -124,10 +124,10 @@ begin
     returning p.task_id
   ),
   completed as (
-    insert into queues.task_completed (task_id, task_lease_id, outcome)
+    insert into queues.task_completed (task_id, task_lease_id, outcome, task_type)
     -- The lease the caller held; null when it passed none. A fenced caller is told
     -- 'already_completed' only for a completion made under its own lease.
-    select h.task_id, h.task_lease_id, h.outcome
+    select h.task_id, h.task_lease_id, h.outcome, h.task_type
       from held h where not h.retry
     on conflict do nothing
     returning task_completed.task_id

@@ -128,7 +128,10 @@ describe('the owner and its SQL', () => {
   it('a dead-lettered channel task is redriven by the API (redrive is the owner SQL)', async () => {
     const { rows } = await db.query(`select queues.enqueue('email', '{"send_email_attempt_id": 999}') as id`);
     const id = rows[0].id as string;
-    await db.query(`insert into queues.task_completed (task_id, outcome) values ($1, 'abandoned')`, [id]);
+    await db.query(
+      `insert into queues.task_completed (task_id, outcome, task_type) values ($1, 'abandoned', 'email')`,
+      [id],
+    );
     await db.query('delete from queues.task_pending where task_id = $1', [id]);
     const { rows: r } = await db.pool('api').query('select admin.redrive_task($1) as new_id', [id]);
     expect(Number(r[0].new_id)).toBeGreaterThan(Number(id));

@@ -68,8 +68,8 @@ begin
     values (_task_id, _task_lease_id,
             format('abandoned: %s transient errors (max %s); the last: %s',
                    _pending.interrupted_count + 1, _max_interruptions, _message));
-    insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome)
-    values (_task_id, _task_lease_id, _now, 'abandoned');
+    insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
+    values (_task_id, _task_lease_id, _now, 'abandoned', _pending.task_type);
     delete from queues.task_pending p where p.task_id = _task_id;
     return 'abandoned';
   end if;

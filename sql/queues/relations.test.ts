@@ -28,6 +28,11 @@ const ORPHANS: [string, string][] = [
     'select count(*) from queues.task_completed c where not exists (select 1 from queues.task t where t.task_id = c.task_id)',
   ],
   [
+    'task_completed.task_type = its task type',
+    `select count(*) from queues.task_completed c
+      where c.task_type is distinct from (select t.task_type from queues.task t where t.task_id = c.task_id)`,
+  ],
+  [
     'task_completed -> task_lease of the same task',
     `select count(*) from queues.task_completed c where c.task_lease_id is not null
       and not exists (select 1 from queues.task_lease l where l.task_lease_id = c.task_lease_id and l.task_id = c.task_id)`,

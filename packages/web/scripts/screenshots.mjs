@@ -50,8 +50,8 @@ async function seed(urls) {
           const outcome = i === 0 && m % 11 === 0 ? 'failed' : 'succeeded';
           await q(
             owner,
-            `insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome) values ($1, $2, $3, $4)`,
-            [task_id, lease.task_lease_id, at.toISOString(), outcome],
+            `insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type) values ($1, $2, $3, $4, $5)`,
+            [task_id, lease.task_lease_id, at.toISOString(), outcome, type],
           );
           await q(owner, `delete from queues.task_pending where task_id = $1`, [task_id]);
           if (outcome === 'failed')

@@ -597,8 +597,8 @@ class Harness {
              select task_id, 'history', now() - interval '1 day', now() - interval '1 day' + interval '5 minutes' from t
              returning task_id, task_lease_id
            )
-           insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome)
-           select task_id, task_lease_id, now() - interval '1 day', 'succeeded' from l`,
+           insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
+           select task_id, task_lease_id, now() - interval '1 day', 'succeeded', 'bench' from l`,
           [rows],
         );
       });

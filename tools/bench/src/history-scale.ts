@@ -125,9 +125,9 @@ export async function fillHistory(ownerUrl: string, rows: number, log: (line: st
         [from, to],
       );
       await client.query(
-        `insert into ${completed} (task_id, task_lease_id, completed_at, outcome)
+        `insert into ${completed} (task_id, task_lease_id, completed_at, outcome, task_type)
          select g, g, now() - interval '1 day' + interval '1 minute',
-                case when g % 1000 = 0 then 'failed' else 'succeeded' end
+                case when g % 1000 = 0 then 'failed' else 'succeeded' end, 'bench'
            from generate_series($1::bigint, $2::bigint) g`,
         [from, to],
       );
@@ -168,9 +168,9 @@ export async function fillRecent(ownerUrl: string): Promise<void> {
          select task_id, 'recent', now() - interval '9 minutes', now() - interval '4 minutes' from t
          returning task_id, task_lease_id
        )
-       insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome)
+       insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
        select task_id, task_lease_id, now() - interval '8 minutes',
-              case when task_id % 10 = 0 then 'failed' else 'succeeded' end
+              case when task_id % 10 = 0 then 'failed' else 'succeeded' end, 'bench'
          from l`,
       [RECENT],
     );
