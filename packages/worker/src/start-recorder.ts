@@ -80,19 +80,24 @@ export class StartRecorder {
   }
 
   /**
-   * Marks `tasks` started. The starts asked for in one turn of the event loop go in one
-   * statement, written at the end of that turn (or, when PIPELINE_DEPTH statements are
-   * unanswered, when the next answer comes).
+   * Marks `tasks` started. While earlier marks are unanswered (a busy worker), the starts
+   * asked for in one turn of the event loop go in one statement, written at the end of
+   * that turn (or, when PIPELINE_DEPTH statements are unanswered, when the next answer
+   * comes). When none is, the statement is written as soon as the code running now is
+   * done (a microtask): a task picked up by an idle worker does not wait behind the rest
+   * of the turn (its other I/O, such as the loop's next question to the database).
    */
   record(tasks: ClaimedTask[]): StartRecord {
     const group = (this.#waiting ??= new Group());
     group.tasks.push(...tasks);
     if (!this.#scheduled) {
       this.#scheduled = true;
-      setImmediate(() => {
+      const send = () => {
         this.#scheduled = false;
         this.#next();
-      });
+      };
+      if (this.#inFlight === 0) queueMicrotask(send);
+      else setImmediate(send);
     }
     return {
       written: group.written,

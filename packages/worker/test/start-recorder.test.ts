@@ -1,6 +1,7 @@
 // The start recorder: a task's start is marked (queues.task_lease_started) by a statement
-// written before the task runs, one statement for the starts of one turn of the event
-// loop; leases that are no longer current are reported, not marked.
+// written before the task runs: at once when no mark is unanswered, else one statement
+// for the starts of one turn of the event loop; leases that are no longer current are
+// reported, not marked.
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type pg from 'pg';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
@@ -47,6 +48,25 @@ it('marks the starts asked for in one turn of the event loop with one statement'
   const answers = await Promise.all(records.map((r) => r.answer));
   expect(answers.every((lost) => lost.size === 0)).toBe(true);
   expect(await marked(tasks)).toEqual(tasks.map((t) => t.taskLeaseId).sort());
+  await db.query(`delete from queues.task_pending where task_type = 'test_channel'`);
+});
+
+it('writes at once when no mark is unanswered (a pickup), and batches the turn while one is', async () => {
+  const [first, second, third] = await claim(3);
+  // Idle: the statement goes out before the turn's other callbacks (setImmediate) run.
+  let turnEnded = false;
+  setImmediate(() => (turnEnded = true));
+  const idle = starts.record([first]);
+  await idle.written;
+  expect(turnEnded).toBe(false);
+  // Busy (the first mark is unanswered: its answer needs a round trip, and only
+  // microtasks ran since): starts asked for apart in one turn share one statement.
+  const busy = starts.record([second]);
+  await Promise.resolve();
+  const later = starts.record([third]);
+  expect(later.written).toBe(busy.written);
+  await Promise.all([idle.answer, busy.answer, later.answer]);
+  expect(await marked([first, second, third])).toEqual([first, second, third].map((t) => t.taskLeaseId).sort());
   await db.query(`delete from queues.task_pending where task_type = 'test_channel'`);
 });
 
