@@ -93,7 +93,7 @@ begin
       from (select distinct u.task_type
               from unnest(coalesce(_task_types, array(select tt.task_type from queues.task_type tt))) as u(task_type)) ty
      cross join lateral (
-       select p.task_id, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
+       select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
               p.lease_count - p.released_count - p.failed_attempts - p.unstarted_count as ended_leases
          from queues.task_pending p
         where p.task_type = ty.task_type
@@ -114,7 +114,7 @@ begin
     -- migration 000005, section 520-hot-path-plans.sql): only expired leases are read.
     select x.*
       from (
-        select p.task_id, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
+        select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
                p.lease_count - p.released_count - p.failed_attempts - p.unstarted_count as ended_leases
           from queues.task_pending p
          where p.current_lease_id > 0
@@ -132,7 +132,7 @@ begin
     -- Of the candidates (locked until commit), the first _limit in claim order. An expired
     -- lease counts towards abandonment (and makes the task a suspect) only if its task
     -- was started: a task that waited in a dead worker's local queue is not suspect.
-    select c.task_id, c.current_lease_id, c.resource_key, c.priority, c.scheduled_at,
+    select c.task_id, c.task_type, c.current_lease_id, c.resource_key, c.priority, c.scheduled_at,
            c.ended_leases - c.unstarted_expiry::integer >= _max_leases as poisoned,
            c.ended_leases - c.unstarted_expiry::integer as expired_leases
       from (
@@ -194,8 +194,7 @@ begin
     -- No lease: the claimer abandoning the task does not hold one, so the last holder's
     -- fenced completion is refused as lease_lost.
     insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
-    select pk.task_id, null, _now, 'abandoned', (select t.task_type from queues.task t where t.task_id = pk.task_id)
-      from picked pk where pk.poisoned
+    select pk.task_id, null, _now, 'abandoned', pk.task_type from picked pk where pk.poisoned
   ),
   abandoned_removed as (
     delete from queues.task_pending p
