@@ -6,14 +6,18 @@
 import pg from 'pg';
 import { enqueue } from '@org/queue-client';
 import { openServer } from '@org/db-tools';
+import { openStatementsServer } from './statements-server.mjs';
 import { probeDatabase, probeWorker } from './drain-fixture.mjs';
 import { ProcessorRegistry } from '@org/worker';
 
 const TASKS = Number(process.argv[2] ?? 300);
 const RATE = Number(process.argv[3] ?? 20);
-const server = await openServer({ name: `bench-pickup-${process.pid}` });
+// STATEMENTS=1: with pg_stat_statements (track = all), listed at the end.
+const STATEMENTS = Boolean(process.env.STATEMENTS);
+const server = await (STATEMENTS ? openStatementsServer : (name) => openServer({ name }))(`bench-pickup-${process.pid}`);
 try {
   const { urls, root } = await probeDatabase(server);
+  if (STATEMENTS) await root.query('create extension if not exists pg_stat_statements');
   const stages = new Map(); // n -> { start, enqueued, notified, claimed, run }
   let current;
   const registry = new ProcessorRegistry().register('bench', {
@@ -52,6 +56,7 @@ try {
   const app = new pg.Pool({ connectionString: urls.app, max: 4 });
   (await app.connect()).release();
   await new Promise((r) => setTimeout(r, 1000));
+  if (STATEMENTS) await root.query('select pg_stat_statements_reset()');
   for (let n = 0; n < TASKS; n++) {
     const s = { start: performance.now() };
     stages.set(n, s);
@@ -64,6 +69,15 @@ try {
   await worker.stop();
   await app.end();
   await listener.end();
+  if (STATEMENTS) {
+    const { rows } = await root.query(
+      `select calls, round((total_exec_time / calls)::numeric, 3) as ms_per_call,
+              regexp_replace(left(query, 90), '\\s+', ' ', 'g') as query
+         from pg_stat_statements where query not ilike '%pg_stat_statements%'
+        order by total_exec_time desc limit 15`,
+    );
+    console.table(rows);
+  }
   await root.end();
   const rows = [...stages.values()].filter((s) => s.run !== undefined);
   const pct = (xs, p) => {
