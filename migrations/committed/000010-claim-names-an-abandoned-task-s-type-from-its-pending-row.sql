@@ -1,0 +1,359 @@
+--! Previous: sha1:bf9db861ec8cf7c2ed9360c38664b219eada4595
+--! Hash: sha1:41c73a0c8584853c477c97eaa5146d307e6fb7bd
+--! Message: claim names an abandoned task's type from its pending row
+
+--! split: 100-claim-names-abandoned-type-from-pending.sql
+-- A claim that abandons a poison task names its type from the claim index row it already
+-- read (queues.task_pending), not from queues.task: the claim's plan no longer reads a
+-- partitioned table it does not otherwise need.
+set local lock_timeout = '5s';
+
+--! Included queues/claim.sql
+-- Claiming: queues.claim_tasks (batch), queues.dequeue_next_available_task (the seeds'
+-- single claim), both on top of queues.claim_tasks_at, which takes the clock as an
+-- argument so tests can move time forward. Only the owner may call claim_tasks_at:
+-- a worker that chose its own clock could take live leases.
+--
+-- Resource keys: at most one task per resource_key is leased at a time; the others wait
+-- (they are skipped, not failed) until the holder completes, releases or lets its lease
+-- expire. A long queue of tasks blocked on one key is re-read by each claim.
+--
+-- Poison tasks: a task that comes up for claiming after _max_leases leases expired
+-- without completion (releases, reported failed attempts and leases of tasks never
+-- started excepted, see queues.task_lease_started) is completed as 'abandoned' with an error
+-- instead of being leased again, so a task that kills its worker cannot loop forever.
+
+create or replace function queues.claim_tasks_at(
+  _now           timestamptz,
+  _worker_id     text,
+  _limit         integer,
+  _task_types    text[],
+  _lease_seconds integer,
+  _max_leases    integer
+) returns table (
+  task_id       bigint,
+  task_type     text,
+  payload       jsonb,
+  priority      integer,
+  resource_key  text,
+  max_attempts  integer,
+  enqueued_at   timestamptz,
+  scheduled_at  timestamptz,
+  task_lease_id bigint,
+  leased_at     timestamptz,
+  expires_at    timestamptz,
+  lease_count   integer
+)
+  language plpgsql volatile
+  rows 10
+  security definer
+  -- Planned once, not per call: the statements below have one good plan whatever the
+  -- arguments (index order with a LIMIT; primary-key probes), and planning was about
+  -- 40% of the call's cost.
+  set plan_cache_mode = force_generic_plan
+  set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+  _worker_key integer;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  if _worker_id is null or length(_worker_id) not between 1 and 200 then
+    raise exception 'worker_id must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  if _limit is null or _limit not between 1 and 1000 then
+    raise exception 'limit must be between 1 and 1000, got %', coalesce(_limit::text, 'null')
+      using errcode = '22023';
+  end if;
+  if _lease_seconds is null or _lease_seconds not between 1 and 86400 then
+    raise exception 'lease_seconds must be between 1 and 86400, got %',
+      coalesce(_lease_seconds::text, 'null') using errcode = '22023';
+  end if;
+  if _max_leases is null or _max_leases not between 1 and 100 then
+    raise exception 'max_leases must be between 1 and 100, got %', coalesce(_max_leases::text, 'null')
+      using errcode = '22023';
+  end if;
+  if _task_types is not null and cardinality(_task_types) = 0 then
+    raise exception 'task_types must be null (any type) or name at least one type'
+      using errcode = '22023';
+  end if;
+  -- A lease names its worker by key (queues.worker_name: each worker id kept once, an
+  -- integer on every lease instead of the id's text). One probe of the id's unique index;
+  -- the first claim of a worker id adds it (a concurrent first claim waits, then reads it).
+  select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+  if _worker_key is null then
+    insert into queues.worker_name (worker_id) values (_worker_id)
+    on conflict (worker_id) do nothing
+    returning worker_key into _worker_key;
+    if _worker_key is null then
+      select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+    end if;
+  end if;
+
+  return query
+  with candidate as (
+    -- Ready tasks without a lease, per task type, from task_pending_ready_idx in claim
+    -- order: rows leased by anyone are not in that index, and scheduled_at <= _now lets
+    -- the scan stop (or skip to the next priority) at the first future task. (For a row
+    -- without a lease available_at >= scheduled_at, so the extra bound changes nothing.)
+    -- SKIP LOCKED skips rows another claimer holds; the update below makes any claimer
+    -- that arrives after our commit re-check current_lease_id on the new row version.
+    select r.*
+      from (select distinct u.task_type
+              from unnest(coalesce(_task_types, array(select tt.task_type from queues.task_type tt))) as u(task_type)) ty
+     cross join lateral (
+       select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
+              p.lease_count - p.released_count - p.failed_attempts - p.unstarted_count as ended_leases
+         from queues.task_pending p
+        where p.task_type = ty.task_type
+          and p.current_lease_id is null
+          and p.scheduled_at <= _now
+          and p.available_at <= _now
+          -- Tasks whose resource key another task holds wait (the upsert below decides).
+          and (p.resource_key is null or not exists (
+                select 1 from queues.resource_lease r
+                 where r.resource_key = p.resource_key and r.expires_at > _now and r.task_id <> p.task_id))
+        order by p.priority desc, p.scheduled_at, p.task_id
+        limit _limit
+          for update skip locked
+     ) r
+    union all
+    -- Tasks whose lease expired (their worker died or stopped heartbeating), from
+    -- task_pending_lease_expiry_idx (its predicate is current_lease_id > 0, see
+    -- migration 000005, section 520-hot-path-plans.sql): only expired leases are read.
+    select x.*
+      from (
+        select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
+               p.lease_count - p.released_count - p.failed_attempts - p.unstarted_count as ended_leases
+          from queues.task_pending p
+         where p.current_lease_id > 0
+           and p.available_at <= _now
+           and (_task_types is null or p.task_type = any (_task_types))
+           and (p.resource_key is null or not exists (
+                 select 1 from queues.resource_lease r
+                  where r.resource_key = p.resource_key and r.expires_at > _now and r.task_id <> p.task_id))
+         order by p.available_at
+         limit _limit
+           for update skip locked
+      ) x
+  ),
+  picked as (
+    -- Of the candidates (locked until commit), the first _limit in claim order. An expired
+    -- lease counts towards abandonment (and makes the task a suspect) only if its task
+    -- was started: a task that waited in a dead worker's local queue is not suspect.
+    select c.task_id, c.task_type, c.current_lease_id, c.resource_key, c.priority, c.scheduled_at,
+           c.ended_leases - c.unstarted_expiry::integer >= _max_leases as poisoned,
+           c.ended_leases - c.unstarted_expiry::integer as expired_leases
+      from (
+        select c.*,
+               c.current_lease_id is not null and not exists (
+                 select 1 from queues.task_lease_started s
+                  where s.task_id = c.task_id and s.task_lease_id = c.current_lease_id) as unstarted_expiry
+          from candidate c
+         order by c.priority desc, c.scheduled_at, c.task_id
+         limit _limit
+      ) c
+  ),
+  -- Resource keys: one task per key in this batch, and only if no other task holds the
+  -- key. The upsert decides on the newest committed row (not this statement's snapshot),
+  -- so two claimers never both take a key.
+  -- Suspects (tasks a started lease of which expired: their worker may have died of them)
+  -- are leased one per claim, so the tasks a crashed worker was running, which all come
+  -- back at the same moment, do not all land in one worker again beside the task that
+  -- crashed it.
+  allowed as (
+    select pk.task_id, pk.resource_key, pk.priority, pk.scheduled_at
+      from (select pk.*,
+                   row_number() over (partition by pk.expired_leases > 0
+                                      order by pk.priority desc, pk.scheduled_at, pk.task_id) as rank
+              from picked pk
+             where not pk.poisoned) pk
+     where pk.expired_leases = 0 or pk.rank = 1
+  ),
+  keyed as (
+    select k.task_id, k.resource_key
+      from (select distinct on (pk.resource_key) pk.task_id, pk.resource_key
+              from allowed pk
+             where pk.resource_key is not null
+             order by pk.resource_key, pk.priority desc, pk.scheduled_at, pk.task_id) k
+     -- Skip a key another transaction is working on (see queues.lock_resource_keys):
+     -- a claim never waits, so it cannot be part of a deadlock.
+     where pg_try_advisory_xact_lock(20251, hashtext(k.resource_key))
+  ),
+  key_taken as (
+    insert into queues.resource_lease as r (resource_key, task_id, expires_at)
+    select k.resource_key, k.task_id, _now + make_interval(secs => _lease_seconds) from keyed k
+    on conflict (resource_key) do update
+       set task_id = excluded.task_id, expires_at = excluded.expires_at
+     where r.expires_at <= _now or r.task_id = excluded.task_id
+    returning r.task_id
+  ),
+  eligible as (
+    select pk.task_id
+      from allowed pk
+     where pk.resource_key is null or pk.task_id in (select kt.task_id from key_taken kt)
+  ),
+  abandoned_error as (
+    insert into queues.error (task_id, task_lease_id, error_message)
+    select pk.task_id, pk.current_lease_id,
+           format('abandoned: %s leases expired without completion (max_leases %s)', pk.expired_leases, _max_leases)
+      from picked pk where pk.poisoned
+  ),
+  abandoned as (
+    -- No lease: the claimer abandoning the task does not hold one, so the last holder's
+    -- fenced completion is refused as lease_lost.
+    insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
+    select pk.task_id, null, _now, 'abandoned', pk.task_type from picked pk where pk.poisoned
+  ),
+  abandoned_removed as (
+    delete from queues.task_pending p
+     where p.task_id = any (array(select pk.task_id from picked pk where pk.poisoned))
+  ),
+  leased as (
+    insert into queues.task_lease (task_id, worker_key, leased_at, expires_at)
+    select e.task_id, _worker_key, _now, _now + make_interval(secs => _lease_seconds)
+      from eligible e
+    returning *
+  ),
+  -- Set-based, and one plan whatever the statistics say: the claimed rows are found by
+  -- primary key from the array of their ids (an index condition), and each row's new
+  -- lease is looked up in a map of the leases by task id. A join of task_pending to
+  -- the leases would be planned from task_pending's statistics, and statistics taken
+  -- when a busy queue had just drained (many pages, nearly no live rows) made the
+  -- planner scan the whole table and compare every row with every lease (seconds per
+  -- claim once the queue filled again). SET expressions read the row as it was: a lease
+  -- still current here expired, and counts as unstarted if its task never started.
+  lease_map as (
+    select jsonb_object_agg(l.task_id::text, l.task_lease_id) as leases from leased l
+  ),
+  moved as (
+    update queues.task_pending p
+       set available_at = _now + make_interval(secs => _lease_seconds),
+           current_lease_id = (m.leases ->> p.task_id::text)::bigint,
+           lease_count = p.lease_count + 1,
+           unstarted_count = p.unstarted_count + (p.current_lease_id is not null and not exists (
+             select 1 from queues.task_lease_started s
+              where s.task_id = p.task_id and s.task_lease_id = p.current_lease_id))::integer
+      from lease_map m
+     where p.task_id = any (array(select l.task_id from leased l))
+    returning p.task_id, p.lease_count, p.current_lease_id as task_lease_id, _now as leased_at,
+              p.available_at as expires_at
+  )
+  select t.task_id, t.task_type, t.payload, t.priority, t.resource_key, t.max_attempts,
+         t.enqueued_at, t.scheduled_at, m.task_lease_id, m.leased_at, m.expires_at, m.lease_count
+    from moved m
+   cross join lateral (
+     select * from queues.task t where t.task_id = m.task_id limit 1
+   ) t
+   order by t.priority desc, t.scheduled_at, t.task_id;
+end;
+$$;
+
+-- Claim up to _limit ready tasks (optionally only of _task_types) for _worker_id, each
+-- with a new lease of _lease_seconds (default 300). Ready: not completed, scheduled_at
+-- reached, no live lease. Order: priority desc, scheduled_at, task_id. Tasks that had
+-- _max_leases (default 5) leases expire are abandoned instead (see above).
+create or replace function queues.claim_tasks(
+  _worker_id     text,
+  _limit         integer default null,
+  _task_types    text[] default null,
+  _lease_seconds integer default null,
+  _max_leases    integer default null
+) returns table (
+  task_id       bigint,
+  task_type     text,
+  payload       jsonb,
+  priority      integer,
+  resource_key  text,
+  max_attempts  integer,
+  enqueued_at   timestamptz,
+  scheduled_at  timestamptz,
+  task_lease_id bigint,
+  leased_at     timestamptz,
+  expires_at    timestamptz,
+  lease_count   integer
+)
+  language sql volatile
+  rows 10
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+  -- Paused task types are left out (queues.claimable_task_types).
+  select * from queues.claim_tasks_at(now(), _worker_id, coalesce(_limit, 1),
+                                      queues.claimable_task_types(_task_types),
+                                      coalesce(_lease_seconds, 300), coalesce(_max_leases, 5))
+$$;
+
+-- When a worker whose claim came back short should look again: the milliseconds until
+-- the earliest task of _task_types (null: any type; paused types left out, as the claim
+-- leaves them out) without a lease is scheduled, counted from the database's clock; null
+-- when no such task is scheduled later than now (at most 2,147,483,647, about 24 days,
+-- for a task further ahead). Workers sleep until then, or their poll interval,
+-- whichever comes first, so a task scheduled a moment ahead (a supervisor's next run
+-- after its backoff) starts when it is due, not at the next poll; its enqueue woke them
+-- (queues.enqueue notifies for tasks due within a minute) so that they ask. Not seen: a
+-- retry's backoff (available_at of a task scheduled in the past), which the next poll
+-- finds. Cost: per task type, one probe of task_pending_ready_idx per priority in use (a
+-- loose scan of the distinct priorities, then the earliest future task of each),
+-- whatever the number of tasks scheduled.
+create or replace function queues.next_claim_in_ms(_task_types text[] default null)
+  returns integer
+  language sql stable
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+  with recursive types as (
+    select distinct u.task_type
+      from unnest(coalesce(queues.claimable_task_types(_task_types),
+                           array(select tt.task_type from queues.task_type tt))) as u(task_type)
+     where u.task_type is not null
+  ),
+  priorities (task_type, priority) as (
+    select ty.task_type,
+           (select p.priority from queues.task_pending p
+             where p.task_type = ty.task_type and p.current_lease_id is null
+             order by p.priority desc limit 1)
+      from types ty
+    union all
+    select pr.task_type,
+           (select p.priority from queues.task_pending p
+             where p.task_type = pr.task_type and p.current_lease_id is null and p.priority < pr.priority
+             order by p.priority desc limit 1)
+      from priorities pr
+     where pr.priority is not null
+  )
+  -- (greatest would turn "none" into 0: it ignores nulls; beyond about 24 days, the
+  -- integer's largest value)
+  select case when min(n.scheduled_at) is not null
+              then least(greatest(ceil(extract(epoch from min(n.scheduled_at) - clock_timestamp()) * 1000), 0),
+                         2147483647)::integer end
+    from priorities pr
+   cross join lateral (
+     select p.scheduled_at from queues.task_pending p
+      where p.task_type = pr.task_type and p.current_lease_id is null and p.priority = pr.priority
+        and p.scheduled_at > clock_timestamp()
+      order by p.scheduled_at
+      limit 1
+   ) n
+   where pr.priority is not null
+$$;
+
+-- The seeds' single claim: one ready task with a new lease, or no row.
+create or replace function queues.dequeue_next_available_task(
+  _worker_id     text default null,
+  _lease_seconds integer default null
+) returns setof queues.task
+  language sql volatile
+  rows 1
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+  -- The columns of queues.task, in table order.
+  select c.task_id, c.task_type, c.payload, c.priority, c.resource_key, c.max_attempts,
+         c.enqueued_at, c.scheduled_at
+    from queues.claim_tasks_at(now(), coalesce(_worker_id, session_user::text), 1,
+                               queues.claimable_task_types(null), coalesce(_lease_seconds, 300), 5) c
+$$;
+--! EndIncluded queues/claim.sql
