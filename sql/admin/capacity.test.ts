@@ -139,6 +139,28 @@ describe('capacity', () => {
     });
   });
 
+  it('a completion without a lease (cancelled) counts as completed, not as a worker', async () => {
+    const { rows } = await db.query(
+      `with t as (
+         insert into queues.task (task_type, payload, enqueued_at, scheduled_at)
+         values ('email', '{}', $1::timestamptz - interval '20 minutes', $1::timestamptz - interval '20 minutes')
+         returning task_id, task_type
+       )
+       insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
+       select task_id, null, $1::timestamptz - interval '10 minutes', 'cancelled', task_type from t
+       returning task_id`,
+      [NOW],
+    );
+    try {
+      expect(await capacityAt('email')).toMatchObject([
+        { completed_in_window: 11, window_workers: 2, tasks_per_worker_hour: 5.5 },
+      ]);
+    } finally {
+      await db.query('delete from queues.task_completed where task_id = $1', [rows[0].task_id]);
+      await db.query('delete from queues.task where task_id = $1', [rows[0].task_id]);
+    }
+  });
+
   it('moving the clock moves the window: an hour later the throughput is unknown', async () => {
     const { rows } = await db.query(
       `select completed_in_window::int, tasks_per_worker_hour, workers_needed_1h, active_workers::int
