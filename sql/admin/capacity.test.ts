@@ -197,6 +197,24 @@ describe('capacity', () => {
   });
 });
 
+/** 200,000 tasks (email and sms) enqueued, leased and completed a day before NOW, as facts. */
+async function history(): Promise<void> {
+  await db.query(`
+    with t as (
+      insert into queues.task (task_type, payload, enqueued_at, scheduled_at)
+      select case when g % 2 = 0 then 'email' else 'sms' end, jsonb_build_object('n', g),
+             '2029-12-31T00:00:00Z', '2029-12-31T00:00:00Z'
+        from generate_series(1, 200000) g
+      returning task_id, task_type
+    ), l as (
+      insert into queues.task_lease (task_id, worker_id, leased_at, expires_at)
+      select task_id, 'old', '2029-12-31T00:00:00Z', '2029-12-31T00:05:00Z' from t
+      returning task_id, task_lease_id
+    )
+    insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
+    select l.task_id, l.task_lease_id, '2029-12-31T00:01:00Z', 'succeeded', t.task_type from l join t using (task_id)`);
+}
+
 describe('history', () => {
   it('with 200,000 completed history rows, capacity reads only the window and about the same buffers', async () => {
     await fixture();
@@ -210,20 +228,7 @@ describe('history', () => {
     };
     const before = await measure();
 
-    await db.query(`
-      with t as (
-        insert into queues.task (task_type, payload, enqueued_at, scheduled_at)
-        select case when g % 2 = 0 then 'email' else 'sms' end, jsonb_build_object('n', g),
-               '2029-12-31T00:00:00Z', '2029-12-31T00:00:00Z'
-          from generate_series(1, 200000) g
-        returning task_id, task_type
-      ), l as (
-        insert into queues.task_lease (task_id, worker_id, leased_at, expires_at)
-        select task_id, 'old', '2029-12-31T00:00:00Z', '2029-12-31T00:05:00Z' from t
-        returning task_id, task_lease_id
-      )
-      insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
-      select l.task_id, l.task_lease_id, '2029-12-31T00:01:00Z', 'succeeded', t.task_type from l join t using (task_id)`);
+    await history();
     const after = await measure();
 
     const nodes = planNodes(after.plan);
@@ -262,19 +267,7 @@ describe('history', () => {
 
   it('with history enqueued before the window (lower ids, the same partitions), it reads the leases of the window only', async () => {
     await resetQueue();
-    await db.query(`
-      with t as (
-        insert into queues.task (task_type, payload, enqueued_at, scheduled_at)
-        select 'email', jsonb_build_object('n', g), '2029-12-31T00:00:00Z', '2029-12-31T00:00:00Z'
-          from generate_series(1, 200000) g
-        returning task_id, task_type
-      ), l as (
-        insert into queues.task_lease (task_id, worker_id, leased_at, expires_at)
-        select task_id, 'old', '2029-12-31T00:00:00Z', '2029-12-31T00:05:00Z' from t
-        returning task_id, task_lease_id
-      )
-      insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
-      select l.task_id, l.task_lease_id, '2029-12-31T00:01:00Z', 'succeeded', t.task_type from l join t using (task_id)`);
+    await history();
     await completed(6, 'w-a', '2030-01-01T11:30:00Z');
     await completed(4, 'w-b', '2030-01-01T11:30:00Z');
     await db.query('analyze queues.task, queues.task_lease, queues.task_completed, queues.task_pending');
