@@ -14,7 +14,9 @@ const TASKS = Number(process.argv[2] ?? 300);
 const RATE = Number(process.argv[3] ?? 20);
 // STATEMENTS=1: with pg_stat_statements (track = all), listed at the end.
 const STATEMENTS = Boolean(process.env.STATEMENTS);
-const server = await (STATEMENTS ? openStatementsServer : (name) => openServer({ name }))(`bench-pickup-${process.pid}`);
+const server = await (STATEMENTS ? openStatementsServer : (name) => openServer({ name }))(
+  `bench-pickup-${process.pid}`,
+);
 try {
   const { urls, root } = await probeDatabase(server);
   if (STATEMENTS) await root.query('create extension if not exists pg_stat_statements');
