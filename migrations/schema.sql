@@ -4809,16 +4809,9 @@ begin
      order by p.task_id
        for update
   ),
-  recorded as (
-    insert into queues.task_run_now (task_id, requested_at)
-    select l.task_id, _now from locked l where l.state = 'scheduled'
-    on conflict (task_id) do nothing
-    returning task_id
-  ),
   moved as (
-    update queues.task_pending p set available_at = _now, scheduled_at = _now
-     where p.task_id = any (array(select r.task_id from recorded r))
-    returning p.task_id
+    select m as task_id
+      from queues.run_scheduled_now(_now, array(select l.task_id from locked l where l.state = 'scheduled')) m
   )
   select i.task_id,
          case when m.task_id is not null then 'run_now'
@@ -4829,9 +4822,6 @@ begin
     left join locked l on l.task_id = i.task_id
     left join moved m on m.task_id = i.task_id
    order by i.n;
-  if exists (select 1 from queues.task_pending p where p.task_id = any (_task_ids) and p.available_at = _now) then
-    perform pg_notify('queues_task_ready', '');
-  end if;
 end;
 $function$;
   -- admin.run_tasks_now_at(_now timestamp with time zone, _task_ids bigint[]): owner :DATABASE_OWNER
@@ -9129,12 +9119,8 @@ begin
   if not _pending.untaken then
     return 'taken';
   end if;
-  if _pending.available_at > now() then
-    insert into queues.task_run_now (task_id, requested_at) values (_task_id, now())
-    on conflict (task_id) do nothing;
-    update queues.task_pending p set available_at = now(), scheduled_at = now() where p.task_id = _task_id;
-    perform pg_notify('queues_task_ready', '');
-  end if;
+  -- Nothing to do when it is due already.
+  perform queues.run_scheduled_now(now(), array[_task_id]);
   return 'hastened';
 end;
 $function$;
@@ -10589,6 +10575,41 @@ $function$;
   -- queues.revoke_worker_leases(_worker_id text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.run_scheduled_now(_now timestamp with time zone, _task_ids bigint[])
+ RETURNS SETOF bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  return query
+  with locked as (
+    select p.task_id
+      from queues.task_pending p
+     where p.task_id = any (_task_ids)
+       and p.available_at > _now and p.current_lease_id is null and p.lease_count = 0
+     order by p.task_id
+       for update
+  ),
+  recorded as (
+    insert into queues.task_run_now (task_id, requested_at)
+    select l.task_id, _now from locked l
+    on conflict (task_id) do nothing
+    returning task_id
+  ),
+  moved as (
+    update queues.task_pending p set available_at = _now, scheduled_at = _now
+     where p.task_id = any (array(select r.task_id from recorded r))
+    returning p.task_id
+  )
+  select m.task_id from moved m;
+  if found then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+end;
+$function$;
+  -- queues.run_scheduled_now(_now timestamp with time zone, _task_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.run_step(_task_id bigint, _task_lease_id bigint, _function_name text, _payload jsonb, OUT result text, OUT outcome text, OUT error text, OUT note text)
  RETURNS record

@@ -105,9 +105,10 @@ begin
 end;
 $$;
 
--- Runs scheduled tasks (never leased, scheduled_at in the future) now: records
--- queues.task_run_now and makes the claim-index row claimable at _now. Rows, in input
--- order: run_now | not_scheduled (ready, running, retrying) | already_completed | unknown_task
+-- Runs scheduled tasks (never leased, scheduled_at in the future) now
+-- (queues.run_scheduled_now: records queues.task_run_now and makes the claim-index row
+-- claimable at _now). Rows, in input order:
+--   run_now | not_scheduled (ready, running, retrying) | already_completed | unknown_task
 create or replace function admin.run_tasks_now_at(_now timestamptz, _task_ids bigint[])
   returns table (task_id bigint, result text)
   language plpgsql volatile
@@ -128,16 +129,9 @@ begin
      order by p.task_id
        for update
   ),
-  recorded as (
-    insert into queues.task_run_now (task_id, requested_at)
-    select l.task_id, _now from locked l where l.state = 'scheduled'
-    on conflict (task_id) do nothing
-    returning task_id
-  ),
   moved as (
-    update queues.task_pending p set available_at = _now, scheduled_at = _now
-     where p.task_id = any (array(select r.task_id from recorded r))
-    returning p.task_id
+    select m as task_id
+      from queues.run_scheduled_now(_now, array(select l.task_id from locked l where l.state = 'scheduled')) m
   )
   select i.task_id,
          case when m.task_id is not null then 'run_now'
@@ -148,9 +142,6 @@ begin
     left join locked l on l.task_id = i.task_id
     left join moved m on m.task_id = i.task_id
    order by i.n;
-  if exists (select 1 from queues.task_pending p where p.task_id = any (_task_ids) and p.available_at = _now) then
-    perform pg_notify('queues_task_ready', '');
-  end if;
 end;
 $$;
 
