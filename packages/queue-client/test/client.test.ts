@@ -203,6 +203,63 @@ describe('queue client', () => {
     }
   });
 
+  it('gives a claimed task the times node-postgres would parse from its rows, as Dates and in its JSON', async () => {
+    const standard = pg.types.getTypeParser(1184, 'text') as (text: string) => Date;
+    const scheduled = ['2020-02-29 23:59:59.123999+00', '1960-01-01 00:00:00.000999+00', '2026-11-24 10:00:00+05:30'];
+    const { rows: enqueued } = await db.query<{ id: string }>(
+      'select id::text from queues.enqueue_many($1::jsonb) id',
+      [JSON.stringify(scheduled.map((at, n) => ({ task_type: 'product_resync', payload: { n }, scheduled_at: at })))],
+    );
+    const claimed = await claimTasks(worker, {
+      workerId: 'w-times',
+      limit: 10,
+      taskTypes: ['product_resync'],
+      leaseSeconds: 45,
+    });
+    const mine = claimed.filter((t) => enqueued.some((e) => e.id === t.taskId));
+    expect(mine).toHaveLength(3);
+    const { rows } = await db.query<Record<string, string>>(
+      `select t.task_id::text as "taskId", t.enqueued_at::text as "enqueuedAt", t.scheduled_at::text as "scheduledAt",
+              l.leased_at::text as "leasedAt", l.expires_at::text as "expiresAt"
+         from queues.task t join queues.task_lease l using (task_id)
+        where t.task_id = any ($1::bigint[])`,
+      [mine.map((t) => t.taskId)],
+    );
+    for (const task of mine) {
+      const row = rows.find((r) => r.taskId === task.taskId)!;
+      for (const key of ['enqueuedAt', 'scheduledAt', 'leasedAt', 'expiresAt'] as const) {
+        expect(task[key]).toBeInstanceOf(Date);
+        expect([task.taskId, key, task[key].toISOString()]).toEqual([
+          task.taskId,
+          key,
+          standard(row[key]).toISOString(),
+        ]);
+      }
+      expect(task.expiresAt.getTime() - task.leasedAt.getTime()).toBe(45_000);
+      // Each read is a Date of its own: changing one does not change the task.
+      task.scheduledAt.setTime(0);
+      expect(task.scheduledAt.getTime()).not.toBe(0);
+      expect(JSON.parse(JSON.stringify(task))).toEqual({
+        taskId: task.taskId,
+        taskType: 'product_resync',
+        payload: task.payload,
+        priority: 0,
+        resourceKey: null,
+        maxAttempts: 1,
+        enqueuedAt: task.enqueuedAt.toISOString(),
+        scheduledAt: task.scheduledAt.toISOString(),
+        taskLeaseId: task.taskLeaseId,
+        leasedAt: task.leasedAt.toISOString(),
+        expiresAt: task.expiresAt.toISOString(),
+        leaseCount: 1,
+      });
+    }
+    await completeTasks(
+      worker,
+      mine.map((t) => ({ taskId: t.taskId, taskLeaseId: t.taskLeaseId, outcome: 'succeeded' as const })),
+    );
+  });
+
   it('enqueue on a pool commits, then wakes workers (enqueue_and_commit); in a transaction, once at its commit', async () => {
     const listener = await db.client('owner');
     let received = 0;

@@ -122,15 +122,15 @@ export interface ITaskClaimParams {
 
 /** 'TaskClaim' return type */
 export interface ITaskClaimResult {
-  enqueuedAt: Date;
-  expiresAt: Date;
+  enqueuedAtMs: number;
+  expiresAtMs: number;
   leaseCount: number;
-  leasedAt: Date;
+  leasedAtMs: number;
   maxAttempts: number;
   payload: unknown;
   priority: number;
   resourceKey: string | null;
-  scheduledAt: Date;
+  scheduledAtMs: number;
   taskId: string;
   taskLeaseId: string;
   taskType: string;
@@ -142,7 +142,7 @@ export interface ITaskClaimQuery {
   result: ITaskClaimResult;
 }
 
-const taskClaimIR: any = {"usedParamSet":{"workerId":true,"limit":true,"taskTypes":true,"leaseSeconds":true,"maxLeases":true},"params":[{"name":"workerId","required":true,"transform":{"type":"scalar"},"locs":[{"a":506,"b":515}]},{"name":"limit","required":false,"transform":{"type":"scalar"},"locs":[{"a":524,"b":529}]},{"name":"taskTypes","required":false,"transform":{"type":"scalar"},"locs":[{"a":541,"b":550}]},{"name":"leaseSeconds","required":false,"transform":{"type":"scalar"},"locs":[{"a":561,"b":573}]},{"name":"maxLeases","required":false,"transform":{"type":"scalar"},"locs":[{"a":585,"b":594}]}],"statement":"select c.task_id       as \"taskId!\",\n       c.task_type     as \"taskType!\",\n       c.payload       as \"payload!\",\n       c.priority      as \"priority!\",\n       c.resource_key  as \"resourceKey\",\n       c.max_attempts  as \"maxAttempts!\",\n       c.enqueued_at   as \"enqueuedAt!\",\n       c.scheduled_at  as \"scheduledAt!\",\n       c.task_lease_id as \"taskLeaseId!\",\n       c.leased_at     as \"leasedAt!\",\n       c.expires_at    as \"expiresAt!\",\n       c.lease_count   as \"leaseCount!\"\n  from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer, :maxLeases::integer) c"};
+const taskClaimIR: any = {"usedParamSet":{"workerId":true,"limit":true,"taskTypes":true,"leaseSeconds":true,"maxLeases":true},"params":[{"name":"workerId","required":true,"transform":{"type":"scalar"},"locs":[{"a":752,"b":761}]},{"name":"limit","required":false,"transform":{"type":"scalar"},"locs":[{"a":770,"b":775}]},{"name":"taskTypes","required":false,"transform":{"type":"scalar"},"locs":[{"a":787,"b":796}]},{"name":"leaseSeconds","required":false,"transform":{"type":"scalar"},"locs":[{"a":807,"b":819}]},{"name":"maxLeases","required":false,"transform":{"type":"scalar"},"locs":[{"a":831,"b":840}]}],"statement":"select c.task_id       as \"taskId!\",\n       c.task_type     as \"taskType!\",\n       c.payload       as \"payload!\",\n       c.priority      as \"priority!\",\n       c.resource_key  as \"resourceKey\",\n       c.max_attempts  as \"maxAttempts!\",\n       round(date_part('epoch', date_trunc('milliseconds', c.enqueued_at)) * 1000) as \"enqueuedAtMs!\",\n       round(date_part('epoch', date_trunc('milliseconds', c.scheduled_at)) * 1000) as \"scheduledAtMs!\",\n       c.task_lease_id as \"taskLeaseId!\",\n       round(date_part('epoch', date_trunc('milliseconds', c.leased_at)) * 1000) as \"leasedAtMs!\",\n       round(date_part('epoch', date_trunc('milliseconds', c.expires_at)) * 1000) as \"expiresAtMs!\",\n       c.lease_count   as \"leaseCount!\"\n  from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer, :maxLeases::integer) c"};
 
 /**
  * Query generated from SQL:
@@ -153,11 +153,11 @@ const taskClaimIR: any = {"usedParamSet":{"workerId":true,"limit":true,"taskType
  *        c.priority      as "priority!",
  *        c.resource_key  as "resourceKey",
  *        c.max_attempts  as "maxAttempts!",
- *        c.enqueued_at   as "enqueuedAt!",
- *        c.scheduled_at  as "scheduledAt!",
+ *        round(date_part('epoch', date_trunc('milliseconds', c.enqueued_at)) * 1000) as "enqueuedAtMs!",
+ *        round(date_part('epoch', date_trunc('milliseconds', c.scheduled_at)) * 1000) as "scheduledAtMs!",
  *        c.task_lease_id as "taskLeaseId!",
- *        c.leased_at     as "leasedAt!",
- *        c.expires_at    as "expiresAt!",
+ *        round(date_part('epoch', date_trunc('milliseconds', c.leased_at)) * 1000) as "leasedAtMs!",
+ *        round(date_part('epoch', date_trunc('milliseconds', c.expires_at)) * 1000) as "expiresAtMs!",
  *        c.lease_count   as "leaseCount!"
  *   from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer, :maxLeases::integer) c
  * ```

@@ -27,11 +27,11 @@ select c.task_id       as "taskId!",
        c.priority      as "priority!",
        c.resource_key  as "resourceKey",
        c.max_attempts  as "maxAttempts!",
-       c.enqueued_at   as "enqueuedAt!",
-       c.scheduled_at  as "scheduledAt!",
+       round(date_part('epoch', date_trunc('milliseconds', c.enqueued_at)) * 1000) as "enqueuedAtMs!",
+       round(date_part('epoch', date_trunc('milliseconds', c.scheduled_at)) * 1000) as "scheduledAtMs!",
        c.task_lease_id as "taskLeaseId!",
-       c.leased_at     as "leasedAt!",
-       c.expires_at    as "expiresAt!",
+       round(date_part('epoch', date_trunc('milliseconds', c.leased_at)) * 1000) as "leasedAtMs!",
+       round(date_part('epoch', date_trunc('milliseconds', c.expires_at)) * 1000) as "expiresAtMs!",
        c.lease_count   as "leaseCount!"
   from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer, :maxLeases::integer) c;
 
