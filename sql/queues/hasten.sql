@@ -50,6 +50,7 @@ $$;
 --   'taken'        a worker holds it, or it ran and waits for a retry: it runs (again) in
 --                  its own time; left as it is.
 --   'not_pending'  completed, or no such task.
+-- A null id is refused (22004).
 create or replace function queues.hasten_task(_task_id bigint)
   returns text
   language plpgsql volatile
@@ -58,6 +59,9 @@ as $$
 declare
   _pending record;
 begin
+  if _task_id is null then
+    raise exception 'task_id must not be null' using errcode = '22004';
+  end if;
   -- A claim that holds the row commits first; the row is then read as it left it.
   select p.available_at, p.current_lease_id is null and p.lease_count = 0 as untaken into _pending
     from queues.task_pending p

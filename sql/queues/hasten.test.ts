@@ -78,6 +78,13 @@ describe('queues.hasten_task', () => {
     expect(await runNowFacts(id)).toEqual([]);
   });
 
+  it('refuses a null task id with a clear error', async () => {
+    await expect(db.query('select queues.hasten_task(null)')).rejects.toMatchObject({
+      code: '22004',
+      message: 'task_id must not be null',
+    });
+  });
+
   it('waits for a claim that holds the row, then finds the task taken', async () => {
     const id = await enqueue(0);
     const claimer = await db.client('owner');
