@@ -385,7 +385,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
           : this.#waiting.findIndex((t) => this.#startable(t));
       if (next < 0) break;
       if (this.#runsSteps(this.#waiting[next]!)) starting.push(...this.#admitSteps(next, stepBatch));
-      else starting.push(this.#admit(this.#waiting.splice(next, 1)[0]!));
+      else starting.push(this.#admit(next === 0 ? this.#waiting.shift()! : this.#waiting.splice(next, 1)[0]!));
     }
     if (starting.length === 0) return;
     // One statement marks every task starting now, steps that run in the database too.
@@ -553,7 +553,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
       if (!this.#stopping) this.#startWaiting();
       this.#signal(); // a slot is free
     };
-    running.done = traceTask(task, () => this.#process(running, log, free, written)).finally(() => {
+    // (then, not finally: #process never rejects, and finally keeps two closures of its
+    // own per task alive until the completion is recorded.)
+    const ended = () => {
       this.#running.delete(task.taskLeaseId);
       const runs = (this.#runningTasks.get(task.taskId) ?? 1) - 1;
       if (runs > 0) this.#runningTasks.set(task.taskId, runs);
@@ -567,7 +569,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
       free();
       // The run is over: a later lease of the same task may start now.
       if (!this.#stopping) this.#startWaiting();
-    });
+    };
+    running.done = traceTask(task, () => this.#process(running, log, free, written)).then(ended, ended);
   }
 
   async #process(running: Running, log: Logger, free: () => void, written: Promise<void>): Promise<void> {
