@@ -50,9 +50,9 @@ import { classifyError, errorMessage } from './error-class.js';
 import type { WorkerConfig } from './config.js';
 import { TaskListener } from './listener.js';
 import type { Logger } from './logger.js';
-import type { ProcessorRegistry, TaskOutcome, TaskReport } from './processor.js';
+import type { ProcessorRegistry, TaskContext, TaskOutcome, TaskReport } from './processor.js';
 import { taskLogger } from './task-logger.js';
-import { bindToTask, traceClaim, traceStep, traceTask, traceWorkerEvents } from './tracing.js';
+import { bindToTask, traceClaim, traceStep, traceTask, traceWorkerEvents, tracingEnabled } from './tracing.js';
 
 /** The local queue's size when none is configured (graphile-worker's default too). */
 export const DEFAULT_PREFETCH = 500;
@@ -96,7 +96,47 @@ interface Running {
   lost: boolean;
   /** Released at shutdown: the processor's late results are expected to be refused. */
   released: boolean;
+  /** Its slot (or its share of a shared one) was given back (Worker.#free). */
+  freed: boolean;
+  /** The task's logger (task-logger.ts), made when first used: see runLog. */
+  log?: Logger;
+  /** Settles once the run is over: its outcome recorded, or the run given up. */
   done: Promise<void>;
+}
+
+/** What a run's `done` is until it is launched (it ends with the run from then on). */
+const NOT_STARTED = Promise.resolve();
+
+/** The task's logger (`task_id`, `task_type`, `task_lease_id` bound), made on first use. */
+function runLog(running: Running, parent: Logger): Logger {
+  return (running.log ??= taskLogger(parent, running.task));
+}
+
+/**
+ * What a processor gets (TaskContext): one small object per task, its logger and signal
+ * made when first asked for (an object literal with a getter made a closure and an
+ * accessor of its own for every task).
+ */
+class Context implements TaskContext {
+  readonly task: ClaimedTask;
+  readonly pool: pg.Pool;
+  readonly #running: Running;
+  readonly #parentLog: Logger;
+
+  constructor(running: Running, pool: pg.Pool, parentLog: Logger) {
+    this.task = running.task;
+    this.pool = pool;
+    this.#running = running;
+    this.#parentLog = parentLog;
+  }
+
+  get log(): Logger {
+    return runLog(this.#running, this.#parentLog);
+  }
+
+  get signal(): AbortSignal {
+    return (this.#running.controller ??= new AbortController()).signal;
+  }
 }
 
 /** Aborts a run's signal (made now if nobody asked for it yet, so a later look sees it aborted). */
@@ -472,7 +512,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
       startedAt: Date.now(),
       lost: false,
       released: false,
-      done: Promise.resolve(),
+      freed: false,
+      done: NOT_STARTED,
     };
     if (slot) running.slot = slot;
     this.#running.set(task.taskLeaseId, running);
@@ -529,121 +570,137 @@ export class Worker extends EventEmitter<WorkerEvents> {
     return picked.map((task) => this.#admit(task, slot));
   }
 
-  /** Runs an admitted task once its start is written. */
+  /**
+   * Runs an admitted task once its start is written. The run is over when #process
+   * settles: #process, or #record once the outcome is on its way, calls #ended last.
+   */
   #launch(running: Running, written: Promise<void>): void {
-    const { task } = running;
-    const log = taskLogger(this.#log, task);
-    let freed = false;
-    const free = () => {
-      if (freed) return;
-      freed = true;
-      const { slot } = running;
-      if (slot) {
-        // The shared slot is free once every step of its call is answered; each step
-        // counts for its share of the call's time.
-        if (--slot.holders > 0) return;
-        const slotMs = (Date.now() - slot.startedAt) / slot.size;
-        const keep = 0.9 ** slot.size;
-        this.#slotMs = this.#slotMs === undefined ? slotMs : keep * this.#slotMs + (1 - keep) * slotMs;
-      } else {
-        const slotMs = Date.now() - running.startedAt;
-        this.#slotMs = this.#slotMs === undefined ? slotMs : 0.9 * this.#slotMs + 0.1 * slotMs;
-      }
-      this.#busy--;
-      if (!this.#stopping) this.#startWaiting();
-      this.#signal(); // a slot is free
-    };
-    // (then, not finally: #process never rejects, and finally keeps two closures of its
-    // own per task alive until the completion is recorded.)
-    const ended = () => {
-      this.#running.delete(task.taskLeaseId);
-      const runs = (this.#runningTasks.get(task.taskId) ?? 1) - 1;
-      if (runs > 0) this.#runningTasks.set(task.taskId, runs);
-      else this.#runningTasks.delete(task.taskId);
-      if (running.slot) {
-        const key = this.#stepKey(task);
-        const calls = (this.#stepCalls.get(key) ?? 1) - 1;
-        if (calls > 0) this.#stepCalls.set(key, calls);
-        else this.#stepCalls.delete(key);
-      }
-      free();
-      // The run is over: a later lease of the same task may start now.
-      if (!this.#stopping) this.#startWaiting();
-    };
-    running.done = traceTask(task, () => this.#process(running, log, free, written)).then(ended, ended);
+    running.done = traceTask(running.task, () => this.#process(running, written));
   }
 
-  async #process(running: Running, log: Logger, free: () => void, written: Promise<void>): Promise<void> {
+  /** Gives back the run's slot (or its share of a shared one), once. */
+  #free(running: Running): void {
+    if (running.freed) return;
+    running.freed = true;
+    const { slot } = running;
+    if (slot) {
+      // The shared slot is free once every step of its call is answered; each step
+      // counts for its share of the call's time.
+      if (--slot.holders > 0) return;
+      const slotMs = (Date.now() - slot.startedAt) / slot.size;
+      const keep = 0.9 ** slot.size;
+      this.#slotMs = this.#slotMs === undefined ? slotMs : keep * this.#slotMs + (1 - keep) * slotMs;
+    } else {
+      const slotMs = Date.now() - running.startedAt;
+      this.#slotMs = this.#slotMs === undefined ? slotMs : 0.9 * this.#slotMs + 0.1 * slotMs;
+    }
+    this.#busy--;
+    if (!this.#stopping) this.#startWaiting();
+    this.#signal(); // a slot is free
+  }
+
+  /** The run is over: it leaves #running, and a later lease of the same task may start. */
+  #ended(running: Running): void {
     const { task } = running;
-    // The task runs only once its start is on its way to the database: the queue then
-    // knows it was started, even if this process dies while running it.
-    const processor = this.#options.registry.get(task.taskType);
-    try {
-      await written;
-    } catch (error) {
-      // Nothing of the run happened: the lease is given back (or expires), not counted.
-      log.warn(
-        { event: 'start_failed', err: errorMessage(error) },
-        'could not record the start; the task runs again later',
-      );
-      await this.#release([task]);
-      return;
+    this.#running.delete(task.taskLeaseId);
+    const runs = (this.#runningTasks.get(task.taskId) ?? 1) - 1;
+    if (runs > 0) this.#runningTasks.set(task.taskId, runs);
+    else this.#runningTasks.delete(task.taskId);
+    if (running.slot) {
+      const key = this.#stepKey(task);
+      const calls = (this.#stepCalls.get(key) ?? 1) - 1;
+      if (calls > 0) this.#stepCalls.set(key, calls);
+      else this.#stepCalls.delete(key);
     }
-    if (running.lost) {
-      log.warn({ event: 'lease_lost' }, 'lease lost before the task started; not run');
-      this.emit('lease_lost', task);
-      return;
-    }
-    running.startedAt = Date.now();
-    log.info({ event: 'task_started', lease_count: task.leaseCount }, 'task started');
-    let outcome: TaskOutcome;
+    this.#free(running);
+    if (!this.#stopping) this.#startWaiting();
+  }
+
+  /** The run's task logger (made on first use: a line the level drops never makes it). */
+  #taskLog(running: Running): Logger {
+    return runLog(running, this.#log);
+  }
+
+  /**
+   * Runs the processor and hands its outcome to #record, which ends the run once the
+   * outcome is recorded; a run given up before (its start not written, its lease lost,
+   * released at shutdown, a transient error) ends here.
+   */
+  async #process(running: Running, written: Promise<void>): Promise<void> {
+    const { task } = running;
+    let recording = false;
     try {
-      outcome = processor
-        ? await processor.process({
-            task,
-            pool: this.pool,
-            log,
-            get signal() {
-              return (running.controller ??= new AbortController()).signal;
-            },
-          })
-        : { outcome: 'failed', error: `no processor for task type ${task.taskType}` };
-    } catch (error) {
-      const durationMs = Date.now() - running.startedAt;
-      if (running.released) {
-        log.info({ event: 'task_released', duration_ms: durationMs }, 'released at shutdown; runs again elsewhere');
+      // The task runs only once its start is on its way to the database: the queue then
+      // knows it was started, even if this process dies while running it.
+      const processor = this.#options.registry.get(task.taskType);
+      try {
+        await written;
+      } catch (error) {
+        // Nothing of the run happened: the lease is given back (or expires), not counted.
+        this.#taskLog(running).warn(
+          { event: 'start_failed', err: errorMessage(error) },
+          'could not record the start; the task runs again later',
+        );
+        await this.#release([task]);
         return;
       }
-      const kind = classifyError(error);
-      if (kind === 'lease_lost') {
-        log.warn({ event: 'lease_lost', duration_ms: durationMs }, 'lease lost to another worker; nothing recorded');
+      if (running.lost) {
+        this.#taskLog(running).warn({ event: 'lease_lost' }, 'lease lost before the task started; not run');
         this.emit('lease_lost', task);
         return;
       }
-      if (kind === 'transient') {
-        log.warn(
-          { event: 'task_interrupted', duration_ms: durationMs, err: errorMessage(error) },
-          'transient error; task will run again',
-        );
-        await this.#interrupt(task, errorMessage(error), log);
-        return;
+      running.startedAt = Date.now();
+      // Checked first, so that a line the level drops is not even built (two per task).
+      if (this.#log.isLevelEnabled('info'))
+        this.#taskLog(running).info({ event: 'task_started', lease_count: task.leaseCount }, 'task started');
+      let outcome: TaskOutcome;
+      try {
+        outcome = processor
+          ? await processor.process(new Context(running, this.pool, this.#log))
+          : { outcome: 'failed', error: `no processor for task type ${task.taskType}` };
+      } catch (error) {
+        const durationMs = Date.now() - running.startedAt;
+        const log = this.#taskLog(running);
+        if (running.released) {
+          log.info({ event: 'task_released', duration_ms: durationMs }, 'released at shutdown; runs again elsewhere');
+          return;
+        }
+        const kind = classifyError(error);
+        if (kind === 'lease_lost') {
+          log.warn({ event: 'lease_lost', duration_ms: durationMs }, 'lease lost to another worker; nothing recorded');
+          this.emit('lease_lost', task);
+          return;
+        }
+        if (kind === 'transient') {
+          log.warn(
+            { event: 'task_interrupted', duration_ms: durationMs, err: errorMessage(error) },
+            'transient error; task will run again',
+          );
+          await this.#interrupt(running, errorMessage(error));
+          return;
+        }
+        log.error({ event: 'task_crashed', duration_ms: durationMs, err: errorMessage(error) }, 'processor threw');
+        outcome = { outcome: 'failed', error: `worker error: ${errorMessage(error)}` };
       }
-      log.error({ event: 'task_crashed', duration_ms: durationMs, err: errorMessage(error) }, 'processor threw');
-      outcome = { outcome: 'failed', error: `worker error: ${errorMessage(error)}` };
+      // A step keeps its slot while it runs in the database. Otherwise the slot is free
+      // once the processor is done, and the completer records the outcome beside the
+      // next tasks.
+      if (!outcome.step) this.#free(running);
+      recording = true;
+      // Returned, not awaited: this frame is let go while the completion is under way.
+      return this.#record(running, outcome);
+    } finally {
+      if (!recording) this.#ended(running);
     }
-    // A step keeps its slot while it runs in the database. Otherwise the slot is free
-    // once the processor is done, and the completer records the outcome beside the
-    // next tasks.
-    if (!outcome.step) free();
-    // Returned, not awaited: this frame is let go while the completion is under way.
-    return this.#record(running, log, outcome);
   }
 
   /**
    * The completion as a `queue.complete` child of the task's span; effects (success and
    * error handlers) run by the completer in its own batch stay children of the task span.
+   * Without tracing, the completion alone.
    */
   #completeTraced(task: ClaimedTask, outcome: TaskOutcome) {
+    if (!tracingEnabled()) return this.#completer.complete(task, outcome);
     const handler = outcome.handler;
     if (handler)
       // The handler and the completion are one statement (queues.settle_with_handler): a
@@ -659,7 +716,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
     );
   }
 
-  async #record(running: Running, log: Logger, outcome: TaskOutcome): Promise<void> {
+  /** Records the outcome (the completer, or the step's call), then ends the run. */
+  async #record(running: Running, outcome: TaskOutcome): Promise<void> {
     const { task, startedAt } = running;
     try {
       const step = outcome.step;
@@ -674,31 +732,42 @@ export class Worker extends EventEmitter<WorkerEvents> {
       const durationMs = Date.now() - startedAt;
       if (result === 'lease_lost') {
         if (running.released) {
-          log.info({ event: 'task_released', duration_ms: durationMs }, 'released at shutdown; runs again elsewhere');
+          this.#taskLog(running).info(
+            { event: 'task_released', duration_ms: durationMs },
+            'released at shutdown; runs again elsewhere',
+          );
         } else {
-          log.warn({ event: 'lease_lost', duration_ms: durationMs }, 'lease lost to another worker; nothing recorded');
+          this.#taskLog(running).warn(
+            { event: 'lease_lost', duration_ms: durationMs },
+            'lease lost to another worker; nothing recorded',
+          );
           this.emit('lease_lost', task);
         }
         return;
       }
       if (result === 'unknown_task') {
-        log.error({ event: 'completion_failed', duration_ms: durationMs }, `task ${task.taskId} does not exist`);
+        this.#taskLog(running).error(
+          { event: 'completion_failed', duration_ms: durationMs },
+          `task ${task.taskId} does not exist`,
+        );
         return;
       }
       const level = report.outcome === 'succeeded' ? 'info' : 'warn';
-      log[level](
-        {
-          event: 'task_completed',
-          outcome: report.outcome,
-          duration_ms: durationMs,
-          error: report.error,
-          note: report.note,
-        },
-        `task ${report.outcome}`,
-      );
+      if (this.#log.isLevelEnabled(level))
+        this.#taskLog(running)[level](
+          {
+            event: 'task_completed',
+            outcome: report.outcome,
+            duration_ms: durationMs,
+            error: report.error,
+            note: report.note,
+          },
+          `task ${report.outcome}`,
+        );
       this.emit('completed', task, report, durationMs);
     } catch (error) {
       const durationMs = Date.now() - startedAt;
+      const log = this.#taskLog(running);
       if (running.released) {
         log.info({ event: 'task_released', duration_ms: durationMs }, 'released at shutdown; runs again elsewhere');
       } else if (classifyError(error) === 'transient') {
@@ -706,7 +775,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
           { event: 'task_interrupted', duration_ms: durationMs, err: errorMessage(error) },
           'transient error; task will run again',
         );
-        await this.#interrupt(task, errorMessage(error), log);
+        await this.#interrupt(running, errorMessage(error));
       } else if (outcome.step) {
         // The step's call failed as a whole (a statement timeout): record the failure.
         try {
@@ -727,6 +796,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
           'could not complete; the lease will expire',
         );
       }
+    } finally {
+      this.#ended(running);
     }
   }
 
@@ -735,7 +806,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
    * task again after a backoff or abandons it once this keeps happening (MAX_LEASES
    * times). If even that cannot be recorded, the lease expires, which counts too.
    */
-  async #interrupt(task: ClaimedTask, message: string, log: Logger): Promise<void> {
+  async #interrupt(running: Running, message: string): Promise<void> {
+    const { task } = running;
     try {
       const result = await interruptTask(this.pool, {
         taskId: task.taskId,
@@ -743,13 +815,13 @@ export class Worker extends EventEmitter<WorkerEvents> {
         errorMessage: message,
         maxInterruptions: this.#options.maxLeases,
       });
-      log[result === 'abandoned' ? 'error' : 'info'](
+      this.#taskLog(running)[result === 'abandoned' ? 'error' : 'info'](
         { event: 'task_interruption_recorded', result },
         `interruption recorded: ${result}`,
       );
       if (result === 'lease_lost') this.emit('lease_lost', task);
     } catch (error) {
-      log.warn(
+      this.#taskLog(running).warn(
         { event: 'interrupt_failed', err: errorMessage(error) },
         'could not record the interruption; the lease will expire',
       );
