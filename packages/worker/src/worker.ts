@@ -174,6 +174,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #stepKeys = new WeakMap<ClaimedTask, string>();
   /** Slots in use: tasks starting or in their processor. */
   #busy = 0;
+  /** A #startWaiting is due at the end of the code running now (#startSoon). */
+  #startScheduled = false;
   /** Claimed, not started yet (the local queue). */
   #waiting: ClaimedTask[] = [];
   readonly #listener: TaskListener;
@@ -409,6 +411,21 @@ export class Worker extends EventEmitter<WorkerEvents> {
   }
 
   /**
+   * #startWaiting once the code running now is done (a microtask): tasks that finish
+   * together (the processors of one start, the completions of one round trip) free their
+   * slots one after another, and their successors then start in one call, not one call
+   * each with its own start record and answer.
+   */
+  #startSoon(): void {
+    if (this.#startScheduled || this.#stopping) return;
+    this.#startScheduled = true;
+    queueMicrotask(() => {
+      this.#startScheduled = false;
+      if (!this.#stopping) this.#startWaiting();
+    });
+  }
+
+  /**
    * Starts waiting tasks while there are free slots. A task this worker is still running
    * under an earlier lease stays waiting (heartbeated) until that run ends.
    */
@@ -595,7 +612,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       this.#slotMs = this.#slotMs === undefined ? slotMs : 0.9 * this.#slotMs + 0.1 * slotMs;
     }
     this.#busy--;
-    if (!this.#stopping) this.#startWaiting();
+    this.#startSoon();
     this.#signal(); // a slot is free
   }
 
@@ -613,7 +630,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       else this.#stepCalls.delete(key);
     }
     this.#free(running);
-    if (!this.#stopping) this.#startWaiting();
+    this.#startSoon();
   }
 
   /** The run's task logger (made on first use: a line the level drops never makes it). */
