@@ -14,11 +14,12 @@
  *   const server = await serveWorkerMetrics(metrics, { port: 9464 });   // GET /metrics, node:http
  *
  * Each WorkerMetrics has its own registry, so several workers in one process do not mix.
- * prom-client is loaded by the first WorkerMetrics: a worker without METRICS_PORT never
- * loads it (about 1.5 MB of heap).
+ * prom-client is loaded by the first WorkerMetrics and node:http by the first server: a
+ * worker without METRICS_PORT loads neither (about 1.5 and 1.8 MB of heap; a larger heap
+ * also lets the garbage of a busy worker grow larger before it is collected).
  */
 import { createRequire } from 'node:module';
-import { createServer, type Server } from 'node:http';
+import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type * as PromClient from 'prom-client';
 
@@ -159,6 +160,7 @@ export async function serveWorkerMetrics(
   metrics: WorkerMetrics,
   options: { port?: number; host?: string } = {},
 ): Promise<WorkerMetricsServer> {
+  const { createServer } = await import('node:http');
   const server = createServer((request, response) => {
     if (request.method === 'GET' && request.url?.split('?')[0] === '/metrics') {
       metrics.render().then(

@@ -63,7 +63,7 @@ describe('WorkerMetrics', () => {
     expect(await mb.render()).not.toContain('worker_id="a"');
   });
 
-  it('prom-client, OpenTelemetry, pino-pretty and the pgtyped parser load only when asked for', () => {
+  it('prom-client, node:http, OpenTelemetry, pino-pretty and the pgtyped parser load only when asked for', () => {
     // A fresh process: what importing the worker (and making a Worker and a JSON logger)
     // loads, then what making metrics, a pretty logger and registering a tracer loads.
     const snippet = `
@@ -72,7 +72,8 @@ describe('WorkerMetrics', () => {
       const loaded = () => {
         const names = Object.keys(createRequire(process.cwd() + '/x.js').cache);
         return ['antlr4ts', '@pgtyped/parser', '@pgtyped/runtime', 'prom-client', 'pino-pretty', '@opentelemetry/api']
-          .filter((p) => names.some((n) => n.includes('/node_modules/' + p + '/')));
+          .filter((p) => names.some((n) => n.includes('/node_modules/' + p + '/')))
+          .concat(process.moduleLoadList.includes('NativeModule http') ? ['node:http'] : []);
       };
       const w = await import('@org/worker');
       const logger = w.createLogger('info', undefined, 'json');
@@ -80,7 +81,8 @@ describe('WorkerMetrics', () => {
         concurrency: 1, pollIntervalMs: 1000, heartbeatIntervalMs: 1000, leaseSeconds: 30, maxLeases: 5,
         shutdownGraceMs: 0, registry: new w.ProcessorRegistry().register('db_function', w.dbFunctionProcessor()), logger });
       const before = loaded();
-      new w.WorkerMetrics(new EventEmitter());
+      const server = await w.serveWorkerMetrics(new w.WorkerMetrics(new EventEmitter()), { port: 0 });
+      await server.close();
       w.createLogger('info', undefined, 'pretty');
       const { trace } = await import('@opentelemetry/api');
       const { BasicTracerProvider } = await import('@opentelemetry/sdk-trace-base');
@@ -95,7 +97,7 @@ describe('WorkerMetrics', () => {
     const { before, enabled, after } = JSON.parse(out) as { before: string[]; enabled: boolean; after: string[] };
     expect(before).toEqual([]);
     expect(enabled).toBe(true);
-    expect(after).toEqual(['prom-client', 'pino-pretty', '@opentelemetry/api']);
+    expect(after).toEqual(['prom-client', 'pino-pretty', '@opentelemetry/api', 'node:http']);
   });
 
   it('importing the worker loads neither zod nor the menu platform; the first db_function task loads zod', () => {
