@@ -187,7 +187,7 @@ export async function claimTasks(db: Queryable, options: ClaimOptions): Promise<
       db,
     ),
   );
-  return rows.map((r) => new HeldTask(r));
+  return rows.map((r) => new CompactClaimedTask(r));
 }
 
 /**
@@ -195,12 +195,11 @@ export async function claimTasks(db: Queryable, options: ClaimOptions): Promise<
  * epoch (the claim's statement returns them so, truncated to the millisecond as a parsed
  * timestamptz would be), each made into a Date when read. A worker holds hundreds of
  * claimed tasks at once, long enough for many of them to outlive a young-generation
- * collection; a Date is about a hundred bytes of heap, and four of them per task (with
- * those the parser made of the rows) were a third of what a drain moved into the old
- * generation, and so of the resident memory it grew to. JSON (toJSON) and the property
- * names are those of ClaimedTask.
+ * collection, and what outlives one counts in the worker's resident memory: a Date is
+ * about a hundred bytes of heap, a number in a field sixteen. JSON (toJSON) and the
+ * property names are those of ClaimedTask.
  */
-class HeldTask implements ClaimedTask {
+class CompactClaimedTask implements ClaimedTask {
   readonly taskId: Id;
   readonly taskType: string;
   readonly payload: JsonObject;

@@ -113,9 +113,8 @@ function runLog(running: Running, parent: Logger): Logger {
 }
 
 /**
- * What a processor gets (TaskContext): one small object per task, its logger and signal
- * made when first asked for (an object literal with a getter made a closure and an
- * accessor of its own for every task).
+ * What a processor gets (TaskContext): one small object per task, whose logger and signal
+ * are made when first asked for, by getters of the class (no closure per task).
  */
 class Context implements TaskContext {
   readonly task: ClaimedTask;
