@@ -53,5 +53,5 @@ try {
   console.log(`tasks in the default partition after the run: ${await inDefault()}`);
   await Promise.all([owner.end(), worker.end(), app.end()]);
 } finally {
-  await server.stop();
+  await server.stop({ destroy: true });
 }

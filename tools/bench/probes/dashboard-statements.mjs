@@ -44,5 +44,5 @@ try {
   console.table(rows);
   await root.end();
 } finally {
-  await server.stop();
+  await server.stop({ destroy: true });
 }

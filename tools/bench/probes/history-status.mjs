@@ -43,5 +43,5 @@ try {
   }
   await owner.end();
 } finally {
-  await server.stop();
+  await server.stop({ destroy: true });
 }

@@ -106,7 +106,7 @@ try {
   console.log(`${rows.length} of ${TASKS} tasks picked up; ms after the enqueue call began:`);
   console.table(table);
 } finally {
-  await server.stop();
+  await server.stop({ destroy: true });
 }
 if (globalThis.__imm) {
   const xs = globalThis.__imm.sort((a, b) => a - b);
