@@ -65,7 +65,7 @@ describe('WorkerMetrics', () => {
 
   it('prom-client, node:http, OpenTelemetry, pino-pretty and the pgtyped parser load only when asked for', () => {
     // A fresh process: what importing the worker (and making a Worker and a JSON logger)
-    // loads, then what making metrics, a pretty logger and registering a tracer loads.
+    // loads, then what making and serving metrics, a pretty logger and a tracer load.
     const snippet = `
       import { createRequire } from 'node:module';
       import { EventEmitter } from 'node:events';
