@@ -68,6 +68,12 @@ export interface Task {
   scheduledAt: Date;
 }
 
+/**
+ * A task with its lease. In what claimTasks returns, the four times (enqueuedAt,
+ * scheduledAt, leasedAt, expiresAt) are getters, each read a new Date: a spread
+ * (`{ ...task }`) or structuredClone copies the other fields only, while JSON.stringify
+ * (and so a logger) writes them all.
+ */
 export interface ClaimedTask extends Task {
   taskLeaseId: Id;
   leasedAt: Date;
