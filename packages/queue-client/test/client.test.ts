@@ -239,6 +239,17 @@ describe('queue client', () => {
       // Each read is a Date of its own: changing one does not change the task.
       task.scheduledAt.setTime(0);
       expect(task.scheduledAt.getTime()).not.toBe(0);
+      // The times are getters (ClaimedTask's doc): a spread has the other fields only.
+      expect(Object.keys({ ...task }).sort()).toEqual([
+        'leaseCount',
+        'maxAttempts',
+        'payload',
+        'priority',
+        'resourceKey',
+        'taskId',
+        'taskLeaseId',
+        'taskType',
+      ]);
       expect(JSON.parse(JSON.stringify(task))).toEqual({
         taskId: task.taskId,
         taskType: 'product_resync',
