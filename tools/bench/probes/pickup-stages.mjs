@@ -108,17 +108,3 @@ try {
 } finally {
   await server.stop({ destroy: true });
 }
-if (globalThis.__imm) {
-  const xs = globalThis.__imm.sort((a, b) => a - b);
-  console.log(
-    'setImmediate delay p50',
-    xs[Math.floor(xs.length / 2)].toFixed(3),
-    'p99',
-    xs[Math.floor(xs.length * 0.99)].toFixed(3),
-  );
-}
-for (const k of ['__send', '__flush'])
-  if (globalThis[k]) {
-    const xs = globalThis[k].sort((a, b) => a - b);
-    console.log(k, 'p50', xs[Math.floor(xs.length / 2)].toFixed(3), 'p99', xs[Math.floor(xs.length * 0.99)].toFixed(3));
-  }
