@@ -564,7 +564,7 @@ class Harness {
       for (const p of [50, 95, 99]) this.record(`latency_p${p}`, system, trial, percentile(latencies, p));
       this.record('latency_max', system, trial, Math.max(...latencies));
       this.log(
-        `  ${system} pickup latency: p50 ${percentile(latencies, 50)} ms, p95 ${percentile(latencies, 95)} ms, p99 ${percentile(latencies, 99)} ms (${latencies.length} tasks)`,
+        `  ${system} pickup latency: p50 ${percentile(latencies, 50).toFixed(2)} ms, p95 ${percentile(latencies, 95).toFixed(2)} ms, p99 ${percentile(latencies, 99).toFixed(2)} ms (${latencies.length} tasks)`,
       );
     } finally {
       await this.dropDb(db);

@@ -419,7 +419,9 @@ ${settings}
 4. **Pickup latency**: one worker process (concurrency ${o.workerConcurrency}) idle and listening;
    a producer process enqueues ${o.latencyRate} tasks/s, open loop (each call on schedule,
    never waiting for earlier ones), for ${o.latencyDurationMs / 1000} s. Each task carries
-   \`Date.now()\` at enqueue; the handler records \`Date.now() − t\` when it starts. Nearest-rank
+   the wall clock at enqueue, in milliseconds with a fraction (\`performance.timeOrigin +
+   performance.now()\`, where \`Date.now()\` would round a pickup of a few milliseconds to a
+   whole one); the handler records the wall clock minus that when it starts. Nearest-rank
    percentiles over ${Math.floor((o.latencyRate * o.latencyDurationMs) / 1000)} tasks per trial.
    Ours is woken by LISTEN/NOTIFY (\`queues_task_ready\`, one NOTIFY per transaction that enqueues a task ready now).
 5. **History** (ours only): ${o.historyRows.toLocaleString('en-US')} tasks, each with a lease and a

@@ -11,6 +11,7 @@ import {
   inParallel,
   main,
   openLoop,
+  wallClockMs,
   type Control,
   type EnqueueConfig,
   type ProduceConfig,
@@ -51,7 +52,7 @@ async function runProduce(config: ProduceConfig, ctl: Control): Promise<Record<s
   try {
     (await pool.connect()).release();
     await ctl.ready();
-    return await openLoop(config.rate, config.durationMs, (i) => utils.addJob('bench', { n: i, t: Date.now() }));
+    return await openLoop(config.rate, config.durationMs, (i) => utils.addJob('bench', { n: i, t: wallClockMs() }));
   } finally {
     await utils.release();
     await pool.end();
@@ -64,7 +65,7 @@ async function runWork(config: WorkConfig, ctl: Control): Promise<Record<string,
   const bench: Task = (payload) => {
     handled++;
     const t = (payload as { t?: unknown }).t;
-    if (config.latency && typeof t === 'number') latencies.push(Date.now() - t);
+    if (config.latency && typeof t === 'number') latencies.push(wallClockMs() - t);
     return Promise.resolve();
   };
   await ctl.ready();

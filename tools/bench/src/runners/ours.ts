@@ -23,6 +23,7 @@ import {
   inParallel,
   main,
   openLoop,
+  wallClockMs,
   type Control,
   type EnqueueConfig,
   type ProduceConfig,
@@ -68,7 +69,7 @@ async function runProduce(config: ProduceConfig, ctl: Control): Promise<Record<s
     (await pool.connect()).release();
     await ctl.ready();
     return await openLoop(config.rate, config.durationMs, (i) =>
-      enqueue(pool, { taskType: 'bench', payload: { n: i, t: Date.now() } }),
+      enqueue(pool, { taskType: 'bench', payload: { n: i, t: wallClockMs() } }),
     );
   } finally {
     await pool.end();
@@ -83,7 +84,7 @@ async function runWork(config: WorkConfig, ctl: Control): Promise<Record<string,
     process({ task }) {
       handled++;
       const t = (task.payload as { t?: unknown }).t;
-      if (config.latency && typeof t === 'number') latencies.push(Date.now() - t);
+      if (config.latency && typeof t === 'number') latencies.push(wallClockMs() - t);
       return Promise.resolve({ outcome: 'succeeded' as const });
     },
   };

@@ -11,6 +11,7 @@ import {
   inParallel,
   main,
   openLoop,
+  wallClockMs,
   type Control,
   type EnqueueConfig,
   type ProduceConfig,
@@ -61,7 +62,7 @@ async function runProduce(config: ProduceConfig, ctl: Control): Promise<Record<s
   try {
     await b.getQueue(QUEUE);
     await ctl.ready();
-    return await openLoop(config.rate, config.durationMs, (i) => b.send(QUEUE, { n: i, t: Date.now() }));
+    return await openLoop(config.rate, config.durationMs, (i) => b.send(QUEUE, { n: i, t: wallClockMs() }));
   } finally {
     await b.stop({ graceful: false });
   }
@@ -77,7 +78,7 @@ async function runWork(config: WorkConfig, ctl: Control): Promise<Record<string,
     QUEUE,
     { batchSize: BATCH_SIZE, localConcurrency: config.concurrency, burstWhenBatchFull: true },
     (jobs) => {
-      const now = Date.now();
+      const now = wallClockMs();
       for (const job of jobs) {
         handled++;
         if (config.latency && typeof job.data.t === 'number') latencies.push(now - job.data.t);
