@@ -18,6 +18,6 @@ describe('wallClockMs', () => {
     expect(readings.some((ms) => !Number.isInteger(ms))).toBe(true);
     // Readings taken one after another differ, and never go back.
     expect(new Set(readings).size).toBeGreaterThan(1);
-    for (let i = 1; i < readings.length; i++) expect(readings[i]!).toBeGreaterThanOrEqual(readings[i - 1]!);
+    for (let i = 1; i < readings.length; i++) expect(readings[i]).toBeGreaterThanOrEqual(readings[i - 1]);
   });
 });
