@@ -2,6 +2,7 @@
 // the package; this is everything it exports.
 export { connect, withTransaction, type ConnectOptions, type Queryable } from './connection.js';
 export { LEASE_LOST_CONSTRAINT, QueueError, type QueueErrorKind } from './errors.js';
+export { isResultTypeChange } from './prepared.js';
 export {
   claimTasks,
   nextClaimInMs,

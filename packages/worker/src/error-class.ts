@@ -11,7 +11,10 @@
  *   transient   the run was cut short by something outside the task: the connection or
  *               the server failed (SQLSTATE classes 08 and 57P, 53300, driver errors
  *               without a SQLSTATE), or the transaction lost a deadlock (40P01) or a
- *               serialization conflict (40001). The run is interrupted
+ *               serialization conflict (40001), or PostgreSQL refused one of the queue
+ *               client's prepared statements because a migration changed its result
+ *               columns (0A000 from the plan cache; the client prepares it again under a
+ *               new name, see queue-client's prepared.ts). The run is interrupted
  *               (queues.interrupt_task): it counts, and runs again after a backoff, and the
  *               task is abandoned with its error once this keeps happening.
  *   task        anything else: the task failed, recorded once with its message.
@@ -21,7 +24,7 @@
  * stored would roll back the error handler's facts and lose the message.
  */
 import type { ClaimedTask } from '@org/queue-client';
-import { QueueError } from '@org/queue-client';
+import { QueueError, isResultTypeChange } from '@org/queue-client';
 
 export type ErrorClass = 'lease_lost' | 'transient' | 'task';
 
@@ -40,6 +43,7 @@ const TRANSIENT_MESSAGE =
 export function classifyError(error: unknown): ErrorClass {
   if (error instanceof LeaseLostError) return 'lease_lost';
   const cause = error instanceof QueueError ? error.cause : error;
+  if (isResultTypeChange(cause)) return 'transient';
   const code = (cause as { code?: unknown } | null)?.code;
   if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) {
     return code.startsWith('08') || code.startsWith('57P') || code === '53300' || code === '40001' || code === '40P01'

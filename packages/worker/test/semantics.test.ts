@@ -7,7 +7,9 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import type { Provider } from '@org/handler-types';
+import { QueueError } from '@org/queue-client';
 import {
+  classifyError,
   createLogger,
   dbFunctionProcessor,
   handlerTaskProcessor,
@@ -191,6 +193,46 @@ describe('task errors are not lease loss (item 1)', () => {
     expect(facts.errors).toEqual([
       expect.stringMatching(/succeeded but fixture_sem.raise raised: currval of sequence is not yet defined/),
     ]);
+  });
+});
+
+describe('a prepared statement refused after a migration', () => {
+  it('PostgreSQL refusing a prepared statement whose result columns changed is transient', async () => {
+    await db.query(`create function fixture_sem.columns() returns table (a integer) language sql as $$ select 1 $$`);
+    const client = await db.client('owner');
+    try {
+      const statement = { name: 'fixture_sem_columns', text: 'select * from fixture_sem.columns()' };
+      await client.query(statement);
+      await db.query(`
+        drop function fixture_sem.columns();
+        create function fixture_sem.columns() returns table (a integer, b integer) language sql as $$ select 1, 2 $$`);
+      const refused = await client.query(statement).then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      expect(classifyError(refused)).toBe('transient');
+      expect(classifyError(new QueueError('refused', 'database', '0A000', { cause: refused }))).toBe('transient');
+    } finally {
+      await client.end();
+    }
+  });
+
+  it('a success handler raising the same SQLSTATE and message is the task’s failure, recorded once', async () => {
+    const rec = recordingProvider();
+    await startWorker(new ProcessorRegistry().register('test_channel', handlerTaskProcessor(rec.provider)));
+    const id = await enqueue('test_channel', {
+      before_handler: 'fixture.before',
+      before: { success: true, payload: { to: 'sms-plan-cache' } },
+      success_handler: 'fixture_sem.raise',
+      success_code: '0A000',
+      success_message: 'cached plan must not change result type',
+    });
+    await eventually(completed(id), 'the task to complete', 15_000);
+    const facts = await factsOf(db, id);
+    expect(rec.calls.filter((c) => c.taskId === id)).toHaveLength(1);
+    expect(facts.outcome).toBe('failed');
+    expect(facts.leases).toBe(1);
+    expect(facts.errors).toEqual([expect.stringMatching(/raised: cached plan must not change result type/)]);
   });
 });
 
