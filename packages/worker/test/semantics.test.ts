@@ -163,6 +163,28 @@ async function startWorker(registry: ProcessorRegistry, overrides: Partial<Worke
 
 const completed = (id: string) => async () => (await factsOf(db, id)).outcome !== null;
 
+/**
+ * A channel task whose success handler raises `code` with `message` after the provider
+ * call: one provider call, and the task failed once with that message.
+ */
+async function expectSuccessHandlerFailure(code: string, message: string, recorded: RegExp): Promise<void> {
+  const rec = recordingProvider();
+  await startWorker(new ProcessorRegistry().register('test_channel', handlerTaskProcessor(rec.provider)));
+  const id = await enqueue('test_channel', {
+    before_handler: 'fixture.before',
+    before: { success: true, payload: { to: `sms-${code}` } },
+    success_handler: 'fixture_sem.raise',
+    success_code: code,
+    success_message: message,
+  });
+  await eventually(completed(id), 'the task to complete', 15_000);
+  const facts = await factsOf(db, id);
+  expect(rec.calls.filter((c) => c.taskId === id)).toHaveLength(1);
+  expect(facts.outcome).toBe('failed');
+  expect(facts.leases).toBe(1);
+  expect(facts.errors).toEqual([expect.stringMatching(recorded)]);
+}
+
 describe('task errors are not lease loss (item 1)', () => {
   it('a db_function raising 55000 (the append-only trigger) is a task failure, recorded once with its message', async () => {
     await startWorker(new ProcessorRegistry().register('db_function', dbFunctionProcessor()));
@@ -176,23 +198,11 @@ describe('task errors are not lease loss (item 1)', () => {
   });
 
   it('a success handler raising 55000 after the provider call: one provider call, a failure with the message', async () => {
-    const rec = recordingProvider();
-    await startWorker(new ProcessorRegistry().register('test_channel', handlerTaskProcessor(rec.provider)));
-    const id = await enqueue('test_channel', {
-      before_handler: 'fixture.before',
-      before: { success: true, payload: { to: 'sms-once' } },
-      success_handler: 'fixture_sem.raise',
-      success_code: '55000',
-      success_message: 'currval of sequence is not yet defined in this session',
-    });
-    await eventually(completed(id), 'the task to complete', 15_000);
-    const facts = await factsOf(db, id);
-    expect(rec.calls.filter((c) => c.taskId === id)).toHaveLength(1);
-    expect(facts.outcome).toBe('failed');
-    expect(facts.leases).toBe(1);
-    expect(facts.errors).toEqual([
-      expect.stringMatching(/succeeded but fixture_sem.raise raised: currval of sequence is not yet defined/),
-    ]);
+    await expectSuccessHandlerFailure(
+      '55000',
+      'currval of sequence is not yet defined in this session',
+      /succeeded but fixture_sem.raise raised: currval of sequence is not yet defined/,
+    );
   });
 });
 
@@ -218,21 +228,11 @@ describe('a prepared statement refused after a migration', () => {
   });
 
   it('a success handler raising the same SQLSTATE and message is the task’s failure, recorded once', async () => {
-    const rec = recordingProvider();
-    await startWorker(new ProcessorRegistry().register('test_channel', handlerTaskProcessor(rec.provider)));
-    const id = await enqueue('test_channel', {
-      before_handler: 'fixture.before',
-      before: { success: true, payload: { to: 'sms-plan-cache' } },
-      success_handler: 'fixture_sem.raise',
-      success_code: '0A000',
-      success_message: 'cached plan must not change result type',
-    });
-    await eventually(completed(id), 'the task to complete', 15_000);
-    const facts = await factsOf(db, id);
-    expect(rec.calls.filter((c) => c.taskId === id)).toHaveLength(1);
-    expect(facts.outcome).toBe('failed');
-    expect(facts.leases).toBe(1);
-    expect(facts.errors).toEqual([expect.stringMatching(/raised: cached plan must not change result type/)]);
+    await expectSuccessHandlerFailure(
+      '0A000',
+      'cached plan must not change result type',
+      /raised: cached plan must not change result type/,
+    );
   });
 });
 
