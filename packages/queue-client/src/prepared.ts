@@ -6,12 +6,14 @@
  *
  * PostgreSQL re-analyses a prepared statement by itself when a migration replaces the
  * function it calls, but refuses it for good once the statement's result columns changed
- * ("cached plan must not change result type", SQLSTATE 0A000). A worker that outlives such
- * a migration would then fail every claim until restarted. So on that refusal every
- * statement is prepared again under a new name (the next generation, on each connection
- * at its next use), and a call on a pool is tried again at once: the refusal comes before
- * anything ran. A call on a client is not tried again, since the refusal aborted any
- * transaction the client is in; its next call uses the new name.
+ * ("cached plan must not change result type", SQLSTATE 0A000): a client would fail every
+ * call of it until reconnected (the worker's start and completion connections among them),
+ * and a pool, which drops a connection after an error, would fail one call per connection.
+ * So on that refusal every statement is prepared again under a new name (the next
+ * generation, on each connection at its next use), and a call on a pool is tried again at
+ * once: the refusal comes before anything ran. A call on a client is not tried again,
+ * since the refusal aborted any transaction the client is in; its next call uses the new
+ * name.
  */
 import pg from 'pg';
 import type { Queryable } from './connection.js';
