@@ -38,11 +38,16 @@ export async function enqueueBacklog(urls, root, tasks) {
  * heartbeat unless `heartbeatIntervalMs` says otherwise), warnings only, as the worker
  * database user; `prefetch` undefined is the default local queue.
  */
-export function probeWorker(urls, registry, roles, { concurrency, prefetch, heartbeatIntervalMs = 30_000 }) {
+export function probeWorker(
+  urls,
+  registry,
+  roles,
+  { concurrency, prefetch, heartbeatIntervalMs = 30_000, workerId = 'probe' },
+) {
   return new Worker({
     databaseUrl: urls.worker,
     roles,
-    workerId: 'probe',
+    workerId,
     concurrency,
     prefetch,
     pollIntervalMs: 2000,
@@ -56,7 +61,7 @@ export function probeWorker(urls, registry, roles, { concurrency, prefetch, hear
 }
 
 /** A Worker of the bench tasks with a no-op processor; `allDone` resolves once it ran `tasks`. */
-export function noopWorker(urls, { tasks, concurrency, prefetch, heartbeatIntervalMs = 30_000 }) {
+export function noopWorker(urls, { tasks, concurrency, prefetch, heartbeatIntervalMs = 30_000, workerId }) {
   let handled = 0;
   let finished;
   const allDone = new Promise((resolve) => (finished = resolve));
@@ -67,7 +72,7 @@ export function noopWorker(urls, { tasks, concurrency, prefetch, heartbeatInterv
       return { outcome: 'succeeded' };
     },
   });
-  const worker = probeWorker(urls, registry, ['bench'], { concurrency, prefetch, heartbeatIntervalMs });
+  const worker = probeWorker(urls, registry, ['bench'], { concurrency, prefetch, heartbeatIntervalMs, workerId });
   return { worker, allDone };
 }
 
@@ -85,4 +90,12 @@ export function postgresCpuMicros() {
     }
   }
   return ticks * 10_000;
+}
+
+/** The machine's idle and busy CPU time (µs, all cores) from /proc/stat. */
+export function machineCpuMicros() {
+  const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
+  const idle = fields[3] + fields[4]; // idle, iowait
+  const total = fields.slice(0, 8).reduce((a, b) => a + b, 0); // up to steal
+  return { idle: idle * 10_000, busy: (total - idle) * 10_000 };
 }

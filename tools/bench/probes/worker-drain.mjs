@@ -4,9 +4,30 @@
 //   node tools/bench/probes/worker-drain.mjs [tasks=20000] [concurrency=10] [prefetch=500]
 // HISTORY=<n> first writes n completed tasks into the history partitions (as workload 12
 // does), to see what a history and its number of partition sets cost per statement.
+// WORKERS=<n> drains with n worker processes (this one and n − 1 children, as workload 3b
+// runs two), and adds the CPU of all of them and how idle the machine was.
+import { fork } from 'node:child_process';
 import { openStatementsServer } from './statements-server.mjs';
-import { enqueueBacklog, noopWorker, postgresCpuMicros, probeDatabase } from './drain-fixture.mjs';
+import { enqueueBacklog, machineCpuMicros, noopWorker, postgresCpuMicros, probeDatabase } from './drain-fixture.mjs';
 import { fillHistory } from '../dist/history-scale.js';
+
+// A child: one more worker on the same database until told to stop; answers with its CPU.
+if (process.env.DRAIN_CHILD) {
+  const { urls, concurrency, prefetch, workerId } = JSON.parse(process.env.DRAIN_CHILD);
+  const { worker } = noopWorker(urls, { tasks: Infinity, concurrency, prefetch, workerId });
+  process.send('ready');
+  process.on('message', async (message) => {
+    if (message === 'go') {
+      process.send({ cpu0: process.cpuUsage() });
+      await worker.start();
+    } else if (message === 'stop') {
+      await worker.stop();
+      process.send({ cpu: process.cpuUsage() });
+      process.disconnect();
+    }
+  });
+  await new Promise(() => {}); // until the parent disconnects
+}
 
 const TASKS = Number(process.argv[2] ?? 20000);
 const CONCURRENCY = Number(process.argv[3] ?? 10);
@@ -24,12 +45,34 @@ try {
   const { rows: from } = await root.query('select coalesce(max(task_id), 0) as id from queues.task');
   await enqueueBacklog(urls, root, TASKS);
   await root.query('select pg_stat_statements_reset()');
+  const WORKERS = Number(process.env.WORKERS ?? 1);
+  const children = await Promise.all(
+    Array.from({ length: WORKERS - 1 }, (_, i) => {
+      const child = fork(new URL(import.meta.url).pathname, [], {
+        env: {
+          ...process.env,
+          DRAIN_CHILD: JSON.stringify({
+            urls,
+            concurrency: CONCURRENCY,
+            prefetch: PREFETCH,
+            workerId: `probe-${i + 2}`,
+          }),
+        },
+      });
+      return new Promise((resolve) => child.once('message', () => resolve(child)));
+    }),
+  );
+  const answer = (child) => new Promise((resolve) => child.once('message', resolve));
   const { worker, allDone } = noopWorker(urls, { tasks: TASKS, concurrency: CONCURRENCY, prefetch: PREFETCH });
   const cpu0 = process.cpuUsage();
   const server0 = postgresCpuMicros();
+  const machine0 = machineCpuMicros();
   const t = performance.now();
+  const started = children.map(answer);
+  for (const child of children) child.send('go');
+  const childCpu0 = await Promise.all(started);
   await worker.start();
-  await allDone;
+  if (WORKERS === 1) await allDone;
   // Until every completion is recorded.
   for (;;) {
     const { rows } = await root.query('select count(*)::int as n from queues.task_completed where task_id > $1', [
@@ -41,11 +84,23 @@ try {
   const seconds = (performance.now() - t) / 1000;
   const cpu = process.cpuUsage(cpu0);
   const serverCpu = postgresCpuMicros() - server0;
+  const machine1 = machineCpuMicros();
+  let childCpu = 0;
+  for (const [i, child] of children.entries()) {
+    const stopped = answer(child);
+    child.send('stop');
+    const { cpu: used } = await stopped;
+    const { cpu0: before } = childCpu0[i];
+    childCpu += used.user + used.system - before.user - before.system;
+  }
   await worker.stop();
+  const idle = machine1.idle - machine0.idle;
+  const busy = machine1.busy - machine0.busy;
   console.log(
-    `drain ${TASKS} tasks, concurrency ${CONCURRENCY}, prefetch ${PREFETCH}: ${Math.round(TASKS / seconds)} tasks/s; ` +
-      `worker process CPU ${((cpu.user + cpu.system) / TASKS).toFixed(1)} µs per task; ` +
-      `PostgreSQL CPU ${(serverCpu / TASKS).toFixed(1)} µs per task; peak RSS ${Math.round(process.resourceUsage().maxRSS / 1024)} MB`,
+    `drain ${TASKS} tasks, ${WORKERS} worker process(es), concurrency ${CONCURRENCY}, prefetch ${PREFETCH}: ${Math.round(TASKS / seconds)} tasks/s; ` +
+      `worker process${WORKERS > 1 ? 'es' : ''} CPU ${((cpu.user + cpu.system + childCpu) / TASKS).toFixed(1)} µs per task; ` +
+      `PostgreSQL CPU ${(serverCpu / TASKS).toFixed(1)} µs per task; machine idle ${((100 * idle) / (idle + busy)).toFixed(0)}%; ` +
+      `peak RSS ${Math.round(process.resourceUsage().maxRSS / 1024)} MB`,
   );
   const { rows } = await root.query(
     `
