@@ -8,7 +8,16 @@ import { isResultTypeChange, prepared } from '../src/prepared.js';
 let db: TestDatabase;
 beforeAll(async () => {
   db = await createTestDatabase();
-  await db.query('create schema scratch');
+  await db.query(`
+    create schema scratch;
+    -- scratch.<_name>() returning one integer column per name in _columns (1, 2, ...).
+    create function scratch.define(_name text, _columns text[]) returns void language plpgsql as $$
+    begin
+      execute format('drop function if exists scratch.%I()', _name);
+      execute format('create function scratch.%I() returns table (%s) language sql as %L', _name,
+                     (select string_agg(format('%I integer', c), ', ') from unnest(_columns) c),
+                     'select ' || (select string_agg(i::text, ', ') from generate_series(1, cardinality(_columns)) i));
+    end $$;`);
 });
 afterAll(async () => {
   await db?.drop();
@@ -16,10 +25,7 @@ afterAll(async () => {
 
 /** scratch.<name>() returning the columns given (a migration replacing it). */
 async function defineFunction(name: string, columns: string[]): Promise<void> {
-  await db.query(`drop function if exists scratch.${name}()`);
-  const list = columns.map((c) => `${c} integer`).join(', ');
-  const values = columns.map((_, i) => String(i + 1)).join(', ');
-  await db.query(`create function scratch.${name}() returns table (${list}) language sql as $$ select ${values} $$`);
+  await db.query('select scratch.define($1, $2)', [name, columns]);
 }
 
 describe('prepared statements', () => {
