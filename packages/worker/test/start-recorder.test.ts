@@ -1,13 +1,15 @@
 // The start recorder: a task's start is marked (queues.task_lease_started) by a statement
 // written before the task runs: at once when no mark is unanswered, else one statement
 // for the starts of one turn of the event loop; leases that are no longer current are
-// reported, not marked.
+// reported, not marked; a start written before its process is killed is recorded.
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type pg from 'pg';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { claimTasks, completeTask, connect, type ClaimedTask } from '@org/queue-client';
 import { createLogger, StartRecorder } from '../src/index.js';
-import { enqueue, installFixtures } from './support/fixtures.js';
+import { enqueue, eventually, installFixtures } from './support/fixtures.js';
 
 let db: TestDatabase;
 let pool: pg.Pool;
@@ -90,6 +92,46 @@ it('reports a lease taken over before the start and does not mark it; a task com
   // The completed task did start: its mark, arriving after its completion, is recorded.
   expect([...(await record.answer)]).toEqual([takenOver.taskLeaseId]);
   expect(await marked([takenOver, completed, held])).toEqual([completed.taskLeaseId, held.taskLeaseId].sort());
+  await db.query(`delete from queues.task_pending where task_type = 'test_channel'`);
+});
+
+/**
+ * Runs a process (the built worker) that records the start of `task` and kills itself
+ * with SIGKILL: once the start is written (`afterWritten`), or at once, before it is.
+ */
+function recordAndDie(task: ClaimedTask, afterWritten: boolean): Promise<NodeJS.Signals | null> {
+  const snippet = `
+    import { createLogger, StartRecorder } from './dist/index.js';
+    const starts = new StartRecorder(process.env.START_URL, createLogger('silent'), 10000);
+    const record = starts.record([JSON.parse(process.env.START_TASK)]);
+    if (process.env.AFTER_WRITTEN === '1') await record.written;
+    process.kill(process.pid, 'SIGKILL');
+  `;
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      ['--input-type=module', '-e', snippet],
+      {
+        cwd: fileURLToPath(new URL('..', import.meta.url)),
+        env: {
+          ...process.env,
+          START_URL: db.url('worker'),
+          START_TASK: JSON.stringify({ taskId: task.taskId, taskLeaseId: task.taskLeaseId }),
+          AFTER_WRITTEN: afterWritten ? '1' : '0',
+        },
+      },
+      (error) => resolve((error as { signal?: NodeJS.Signals } | null)?.signal ?? null),
+    );
+  });
+}
+
+it('a start written before the process is killed (SIGKILL) is recorded; one not yet written is not', async () => {
+  const [written, unwritten] = await claim(2);
+  expect(await recordAndDie(written, true)).toBe('SIGKILL');
+  expect(await recordAndDie(unwritten, false)).toBe('SIGKILL');
+  // The statement written before the kill reaches the server and commits.
+  await eventually(async () => (await marked([written])).length === 1, 'the written start to be recorded', 10_000);
+  expect(await marked([written, unwritten])).toEqual([written.taskLeaseId]);
   await db.query(`delete from queues.task_pending where task_type = 'test_channel'`);
 });
 
