@@ -17,6 +17,7 @@
  */
 import pg from 'pg';
 import type { Queryable } from './connection.js';
+import { QueueError } from './errors.js';
 
 /** Bumped when PostgreSQL refused a prepared statement whose result columns changed. */
 let generation = 0;
@@ -27,12 +28,14 @@ function nameIn(name: string, of: number): string {
 
 /**
  * PostgreSQL's refusal to run a prepared statement whose result columns changed since it
- * was prepared: raised by the plan cache itself (its routine), so code that raises the same
- * SQLSTATE and message (a handler's RAISE) is not taken for it.
+ * was prepared (as node-postgres raised it, or as the cause of the QueueError the client
+ * raised for it): raised by the plan cache itself (its routine), so code that raises the
+ * same SQLSTATE and message (a handler's RAISE) is not taken for it.
  */
 export function isResultTypeChange(error: unknown): boolean {
-  const e = error as { code?: unknown; routine?: unknown } | null;
-  return error instanceof Error && e?.code === '0A000' && e.routine === 'RevalidateCachedQuery';
+  const raised = error instanceof QueueError ? error.cause : error;
+  const e = raised as { code?: unknown; routine?: unknown } | null;
+  return raised instanceof Error && e?.code === '0A000' && e.routine === 'RevalidateCachedQuery';
 }
 
 /** `db` as the generated queries' connection, running their statement as the prepared `name`. */

@@ -26,7 +26,7 @@
  * the flush, are not affected.
  */
 import pg from 'pg';
-import { markStarted, type ClaimedTask } from '@org/queue-client';
+import { isResultTypeChange, markStarted, type ClaimedTask } from '@org/queue-client';
 import { errorMessage } from './error-class.js';
 import type { Logger } from './logger.js';
 
@@ -134,10 +134,15 @@ export class StartRecorder {
 
   #send(client: pg.Client, tasks: ClaimedTask[]): Promise<Set<string>> {
     this.#inFlight++;
-    const answer = markStarted(
-      client,
-      tasks.map((t) => ({ taskId: t.taskId, taskLeaseId: t.taskLeaseId })),
-    ).then((lost) => {
+    const leases = tasks.map((t) => ({ taskId: t.taskId, taskLeaseId: t.taskLeaseId }));
+    // A migration changed the marking statement's result columns: PostgreSQL refused the
+    // statement this connection had prepared, before it ran. The tasks have started, so
+    // the marks are sent again (prepared anew): late, but recorded.
+    const marked = markStarted(client, leases).catch((error: unknown) => {
+      if (isResultTypeChange(error)) return markStarted(client, leases);
+      throw error;
+    });
+    const answer = marked.then((lost) => {
       if (lost.length === 0) return new Set<string>();
       const byTask = new Map(tasks.map((t) => [t.taskId, t.taskLeaseId]));
       return new Set(lost.map((taskId) => byTask.get(taskId)!));

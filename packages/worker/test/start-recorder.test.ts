@@ -5,7 +5,7 @@
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import type pg from 'pg';
+import pg from 'pg';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { claimTasks, completeTask, connect, type ClaimedTask } from '@org/queue-client';
 import { createLogger, StartRecorder } from '../src/index.js';
@@ -147,4 +147,30 @@ it('refuses mismatched or oversized input with a clear error', async () => {
       ),
   ).rejects.toThrow(/at most 1000/);
   await expect(db.pool('app').query(`select queues.mark_started('{}', '{}')`)).rejects.toThrow(/permission denied/);
+});
+
+it('marks a start whose statement PostgreSQL refused after a migration changed its result columns', async () => {
+  const [before, after] = await claim(2);
+  // The recorder's connection prepares the marking statement.
+  await starts.record([before]).answer;
+  // A migration: queues.mark_started now answers numeric ids instead of bigint ones.
+  const worker = pg.escapeIdentifier(db.dbUsers.worker);
+  await db.query(`
+    alter function queues.mark_started(bigint[], bigint[]) rename to mark_started_before;
+    create function queues.mark_started(_task_ids bigint[], _task_lease_ids bigint[]) returns setof numeric
+      language sql security definer set search_path = pg_catalog, pg_temp
+      as $$ select s::numeric from queues.mark_started_before(_task_ids, _task_lease_ids) s $$;
+    revoke execute on function queues.mark_started(bigint[], bigint[]) from public;
+    grant execute on function queues.mark_started(bigint[], bigint[]) to ${worker};`);
+  try {
+    const record = starts.record([after]);
+    await record.written;
+    expect((await record.answer).size).toBe(0);
+    expect(await marked([before, after])).toEqual([before.taskLeaseId, after.taskLeaseId].sort());
+  } finally {
+    await db.query(`
+      drop function queues.mark_started(bigint[], bigint[]);
+      alter function queues.mark_started_before(bigint[], bigint[]) rename to mark_started;`);
+    await db.query(`delete from queues.task_pending where task_type = 'test_channel'`);
+  }
 });
