@@ -21,12 +21,15 @@
  * completions a second.
  *
  * Errors: a transient failure (connection, server) rejects the whole round trip and
- * records nothing (its tasks run again); any other failure of a batch is retried one
- * task at a time, so one bad completion cannot sink the others.
+ * records nothing (its tasks run again); a statement PostgreSQL refused because a
+ * migration changed its result columns (nothing ran) is sent again once, prepared anew;
+ * any other failure of a batch is retried one task at a time, so one bad completion
+ * cannot sink the others.
  */
 import pg from 'pg';
 import {
   QueueError,
+  isResultTypeChange,
   recordTaskResult,
   runSteps,
   settleTasks,
@@ -135,6 +138,17 @@ export class Completer {
       try {
         await this.#round(lane, completions);
       } catch (error) {
+        if (isResultTypeChange(error)) {
+          // A migration changed a statement's result columns, and PostgreSQL refused the
+          // statement this connection had prepared, before it ran: the round again, its
+          // statements prepared anew (see queue-client's prepared.ts), rather than
+          // interrupting tasks that succeeded.
+          const left = completions.filter((c) => !c.answered);
+          await this.#round(lane, left).catch((again: unknown) => {
+            for (const c of left.filter((x) => !x.answered)) c.reject(again);
+          });
+          continue;
+        }
         if (isTransient(error) || completions.length === 1) {
           for (const c of completions) c.reject(error);
           continue;

@@ -1,6 +1,8 @@
 // The completer's completions with effects (completer.ts): each in a transaction of its
-// own, several side by side, so one whose effects wait does not hold the others back.
+// own, several side by side, so one whose effects wait does not hold the others back;
+// and completions whose statement PostgreSQL refused after a migration are sent again.
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import pg from 'pg';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { claimTasks } from '@org/queue-client';
 import { Completer, createLogger } from '../src/index.js';
@@ -56,6 +58,48 @@ it('a completion whose effects wait holds back neither the other completions wit
   } finally {
     await holder.query('select pg_advisory_unlock_all()');
     await holder.end();
+    await completer.close();
+  }
+});
+
+it('records completions whose statement PostgreSQL refused after a migration changed its result columns', async () => {
+  for (let i = 0; i < 4; i++) await enqueue(db, 'db_function', { migrated: i });
+  const [first, ...rest] = await claimTasks(db.pool('worker'), {
+    workerId: 'completer-migration-test',
+    limit: 4,
+    taskTypes: ['db_function'],
+  });
+  const completer = new Completer(db.url('worker'), createLogger('silent'));
+  try {
+    // The completer's connection prepares the settling statement.
+    expect((await completer.complete(first, { outcome: 'succeeded' })).result).toBe('completed');
+    // A migration: queues.settle_tasks now answers its result as varchar instead of text.
+    const worker = pg.escapeIdentifier(db.dbUsers.worker);
+    await db.query(`
+      alter function queues.settle_tasks(bigint[], bigint[], bigint[], bigint[], text[], boolean[], bigint[], text[])
+        rename to settle_tasks_before;
+      create function queues.settle_tasks(
+        _started_task_ids bigint[], _started_lease_ids bigint[], _task_ids bigint[],
+        _task_lease_ids bigint[] default null, _outcomes text[] default null, _retries boolean[] default null,
+        _error_task_ids bigint[] default null, _error_messages text[] default null
+      ) returns table (task_id bigint, kind text, result varchar)
+        language sql security definer set search_path = pg_catalog, pg_temp
+        as $$ select * from queues.settle_tasks_before(_started_task_ids, _started_lease_ids, _task_ids,
+                                                       _task_lease_ids, _outcomes, _retries, _error_task_ids, _error_messages) $$;
+      revoke execute on function queues.settle_tasks(bigint[], bigint[], bigint[], bigint[], text[], boolean[], bigint[], text[]) from public;
+      grant execute on function queues.settle_tasks(bigint[], bigint[], bigint[], bigint[], text[], boolean[], bigint[], text[]) to ${worker};`);
+    try {
+      // One round for the three: refused once, sent again, recorded; none interrupted.
+      const settled = await Promise.all(rest.map((t) => completer.complete(t, { outcome: 'succeeded' })));
+      expect(settled.map((s) => s.result)).toEqual(['completed', 'completed', 'completed']);
+      for (const t of rest) expect((await factsOf(db, t.taskId)).outcome).toBe('succeeded');
+    } finally {
+      await db.query(`
+        drop function queues.settle_tasks(bigint[], bigint[], bigint[], bigint[], text[], boolean[], bigint[], text[]);
+        alter function queues.settle_tasks_before(bigint[], bigint[], bigint[], bigint[], text[], boolean[], bigint[], text[])
+          rename to settle_tasks;`);
+    }
+  } finally {
     await completer.close();
   }
 });
