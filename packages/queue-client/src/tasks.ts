@@ -8,11 +8,13 @@
  *   completed  the terminal fact: the task is never claimed again (queues.task_completed)
  *   error      an operational error reported against a task (queues.error)
  *
- * States, derived from the facts
+ * States, derived from the facts (docs/glossary.md, "Task states"; admin.task_states())
  *   scheduled  not completed, scheduledAt in the future
  *   ready      not completed, scheduledAt reached, no live lease      -> claimed by claimTasks
  *   running    not completed, a live lease                           -> completed, or ready
  *                                                                        again when it expires
+ *   retrying   not completed, a failed attempt or an interruption    -> ready at its retry time
+ *              waiting for its retry time
  *   completed  outcome succeeded | failed | abandoned | cancelled     (terminal)
  */
 import { functionRun } from './queries/function.queries.js';
