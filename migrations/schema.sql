@@ -7143,12 +7143,22 @@ CREATE OR REPLACE FUNCTION internal.queue_gave_up_message(_task_id bigint)
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select left(format('the queue gave up on %s task %s (%s)%s', t.task_type, t.task_id, c.outcome,
-                     coalesce(': ' || (select e.error_message from queues.error e
-                                        where e.task_id = t.task_id order by e.error_id desc limit 1), '')), 2000)
-    from queues.task t
-    join queues.task_completed c on c.task_id = t.task_id
-   where t.task_id = _task_id
+  select left(coalesce((select format('%slease %s started the provider call at %s and no outcome was recorded; ',
+                                      internal.unknown_outcome_prefix(), s.task_lease_id, s.started_at)
+                          from internal.provider_call_started s
+                         where s.task_id = k.task_id
+                         order by s.task_lease_id limit 1), '')
+              || case when t.task_id is null
+                      then format('the queue gave up on task %s: its history was dropped by retention before its attempt had an outcome',
+                                  k.task_id)
+                      else format('the queue gave up on %s task %s (%s)%s', t.task_type, t.task_id, c.outcome,
+                                  coalesce(': ' || (select e.error_message from queues.error e
+                                                     where e.task_id = t.task_id order by e.error_id desc limit 1), ''))
+                 end, 2000)
+    from (select _task_id as task_id) k
+    left join queues.task t on t.task_id = k.task_id
+    left join queues.task_completed c on c.task_id = t.task_id
+   where k.task_id is not null and (t.task_id is null or c.task_id is not null)
 $function$;
   -- internal.queue_gave_up_message(_task_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
