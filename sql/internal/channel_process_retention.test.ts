@@ -138,7 +138,7 @@ describe('a running channel process whose attempt task retention dropped', () =>
         error_message: `the queue gave up on task ${taskId}: its history was dropped by retention before its attempt had an outcome`,
       },
     ]);
-    expect(await signing()).toEqual({ scheduled: false });
+    expect(await signing()).toEqual({ scheduled: false, lease_seconds_left: null });
     const { rows: stuck } = await db.query('select files.is_file_deletion_stuck($1) as stuck', [fileId]);
     expect(stuck[0].stuck).toBe(true);
     expect(await pendingFor(db, 'file_deletion_task_id', rootId)).toEqual([]);
