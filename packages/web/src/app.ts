@@ -405,11 +405,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
     const q = parse(listQuery, request.query, 'query');
     // Whether a value appears in any payload is the payload's content: operators only.
     if (q.payload_path !== undefined && !(request.apiUser && allows(request.apiUser.level, 'operator'))) {
-      throw new Refused(
-        403,
-        'forbidden',
-        'payload search by value (payload_path, payload_value) needs an operator',
-      );
+      throw new Refused(403, 'forbidden', 'payload search by value (payload_path, payload_value) needs an operator');
     }
     const tasks = await store.listTasks({
       taskType: q.task_type,

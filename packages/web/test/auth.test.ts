@@ -268,7 +268,10 @@ describe('credentials', () => {
       expect(res.statusCode, route.url).toBe(401);
     }
     expect(await snapshot()).toEqual(before);
-    expect((await openApp.inject({ method: 'GET', url: '/api/tasks', headers: bearer('wrong-token-0123456789') })).statusCode).toBe(401);
+    expect(
+      (await openApp.inject({ method: 'GET', url: '/api/tasks', headers: bearer('wrong-token-0123456789') }))
+        .statusCode,
+    ).toBe(401);
     expect((await openApp.inject({ method: 'GET', url: '/api/session' })).json()).toEqual({
       user: null,
       level: null,
@@ -370,14 +373,17 @@ describe('audit trail', () => {
       await app.inject({ method: 'GET', url: `/api/audit?limit=1&before=${paged.next_before}`, headers: AS_READER })
     ).json();
     expect(next.changes[0].action).toBe('cancel_tasks');
-    expect((await app.inject({ method: 'GET', url: '/api/audit?task_id=x', headers: AS_READER })).statusCode).toBe(
-      400,
-    );
+    expect((await app.inject({ method: 'GET', url: '/api/audit?task_id=x', headers: AS_READER })).statusCode).toBe(400);
   });
 
   it('the API database user cannot update, delete or insert facts, and nobody may update one', async () => {
     const f = await fixture();
-    await app.inject({ method: 'POST', url: '/api/tasks/cancel', headers: AS_OPERATOR, payload: { task_ids: [f.task] } });
+    await app.inject({
+      method: 'POST',
+      url: '/api/tasks/cancel',
+      headers: AS_OPERATOR,
+      payload: { task_ids: [f.task] },
+    });
     const api = db.pool('api');
     for (const sql of [
       `update admin.api_change set user_name = 'mallory'`,

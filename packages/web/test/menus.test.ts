@@ -187,7 +187,11 @@ describe("GET /api/tasks/capacity/product_resync and a task's results", () => {
         recorded_at: expect.any(String),
       },
     ]);
-    const pending = await app.inject({ method: 'GET', headers: auth, url: `/api/tasks/${Number(done[0].task_id) + 11}` });
+    const pending = await app.inject({
+      method: 'GET',
+      headers: auth,
+      url: `/api/tasks/${Number(done[0].task_id) + 11}`,
+    });
     expect(pending.json().results).toEqual([]);
   });
 });
