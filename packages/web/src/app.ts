@@ -732,14 +732,14 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   // --- who is asking, and the audit trail -------------------------------------------------
   // The dashboard asks this first: 200 with the user (null: an anonymous reader while reads
   // are open), 401 when it must log in.
-  app.get('/api/session', async (request) => {
+  app.get('/api/session', (request) => {
     parse(z.object({}).strict(), request.query, 'query');
-    return {
+    return Promise.resolve({
       user: request.apiUser?.name ?? null,
       level: request.apiUser?.level ?? null,
       can_change: Boolean(request.apiUser && allows(request.apiUser.level, 'operator')),
       open_reads: openReads,
-    };
+    });
   });
 
   app.get('/api/audit', async (request) => {

@@ -125,7 +125,7 @@ function fill(route: RouteInfo, f: Fixture): string {
   };
   return route.url.replace(/:([A-Za-z_]+)/g, (_m, name: string) => {
     expect(values, `a value for :${name} in ${route.url}`).toHaveProperty(name);
-    return values[name]!;
+    return values[name];
   });
 }
 
@@ -293,7 +293,7 @@ describe('audit trail', () => {
       expect(res.statusCode, `${route.method} ${url}: ${res.body}`).toBeLessThan(300);
       const after = await facts();
       expect(after.length, `${route.method} ${route.url} leaves one fact`).toBe(before + 1);
-      const fact = after[after.length - 1]!;
+      const fact = after[after.length - 1];
       expect(fact).toMatchObject({
         user_name: 'olga',
         user_level: 'operator',
@@ -411,7 +411,7 @@ describe('audit trail', () => {
     const ok = ['olga', 'operator', 'req-1', 'POST', '/api/x', 'do_x', [1, 1, 2], null, null, null, '{}', '{}'];
     const { rows } = await call(ok);
     expect(rows).toHaveLength(1);
-    expect((await facts())[0]!.task_ids).toEqual(['1', '2']);
+    expect((await facts())[0].task_ids).toEqual(['1', '2']);
     for (const [index, value, code] of [
       [0, null, '22004'],
       [1, 'admin', '22023'],

@@ -81,7 +81,7 @@ it('asks for a credential first and shows no data before it; a wrong token is re
     `select queues.enqueue('store_discovery', '{"secret": "s3cr3t"}') as id`,
   );
   await logOut();
-  await page.goto(`${base}/#/task/${rows[0]!.id}`);
+  await page.goto(`${base}/#/task/${rows[0].id}`);
   await page.reload();
   await page.getByTestId('login-form').waitFor();
   expect(await page.locator('main').textContent()).not.toContain('s3cr3t');
@@ -99,7 +99,7 @@ it('a read user sees the pages, who is logged in and the level, and no change ca
   const { rows } = await db.query<{ id: string }>(
     `select queues.enqueue('store_discovery', '{"n": 1}', now() + interval '1 hour') as id`,
   );
-  const id = rows[0]!.id;
+  const id = rows[0].id;
   await logOut();
   await page.goto(`${base}/#/task/${id}`);
   await logIn('', READER.token);
@@ -128,7 +128,7 @@ it('a read user sees the pages, who is logged in and the level, and no change ca
 
 it('an operator logs in with name and token, cancels a task, and the change is in the audit trail', async () => {
   const { rows } = await db.query<{ id: string }>(`select queues.enqueue('store_discovery', '{"n": 2}') as id`);
-  const id = rows[0]!.id;
+  const id = rows[0].id;
   await logOut();
   await page.goto(`${base}/#/task/${id}`);
   await logIn(OPERATOR.name, OPERATOR.token);
