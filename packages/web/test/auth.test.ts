@@ -338,6 +338,57 @@ describe('audit trail', () => {
     expect(await snapshot()).toEqual(before);
   });
 
+  it('no change without its fact: when the fact cannot be written, the change rolls back', async () => {
+    const f = await fixture();
+    const before = await snapshot();
+    await db.query(`revoke execute on function admin.record_api_change(
+      text, text, text, text, text, text, bigint[], text, text, text, jsonb, jsonb) from "${db.dbUsers.api}"`);
+    try {
+      for (const [url, body] of [
+        ['/api/tasks/cancel', { task_ids: [f.task] }],
+        ['/api/queues/store_discovery/pause', {}],
+        ['/api/tasks', { task_type: 'store_discovery', payload: {} }],
+        [`/api/dead-letters/${f.dead}/redrive`, undefined],
+      ] as const) {
+        const res = await app.inject({ method: 'POST', url, headers: AS_OPERATOR, payload: body as never });
+        expect(res.statusCode, `${url}: ${res.body}`).toBe(403);
+        expect(res.json().message).toMatch(/record_api_change/);
+      }
+    } finally {
+      await db.query(`grant execute on function admin.record_api_change(
+        text, text, text, text, text, text, bigint[], text, text, text, jsonb, jsonb) to "${db.dbUsers.api}"`);
+    }
+    expect(await snapshot()).toEqual(before);
+  });
+
+  it('concurrent changes of one task: each request leaves its own fact with its own answer, and one cancelled it', async () => {
+    const f = await fixture();
+    const results = await Promise.all(
+      Array.from({ length: 20 }, () =>
+        app.inject({
+          method: 'POST',
+          url: '/api/tasks/cancel',
+          headers: AS_OPERATOR,
+          payload: { task_ids: [f.task] },
+        }),
+      ),
+    );
+    expect(results.map((r) => r.statusCode)).toEqual(Array(20).fill(200));
+    const all = await facts();
+    expect(all).toHaveLength(20);
+    expect(new Set(all.map((x) => x.request_id))).toEqual(new Set(results.map((r) => r.headers['x-request-id'])));
+    // Each fact holds its own request's answer.
+    const byRequest = new Map(results.map((r) => [r.headers['x-request-id'], r.json()]));
+    for (const fact of all) expect(fact.answer).toEqual(byRequest.get(fact.request_id));
+    const outcomes = all.map((x) => (x.answer as { results: { result: string }[] }).results[0].result);
+    expect(outcomes.filter((o) => o === 'cancelled')).toHaveLength(1);
+    const { rows } = await db.query<{ n: number }>(
+      `select count(*)::int as n from queues.task_completed where task_id = $1 and outcome = 'cancelled'`,
+      [f.task],
+    );
+    expect(rows[0].n).toBe(1);
+  });
+
   it('GET /api/audit lists the changes newest first, and those of one task', async () => {
     const f = await fixture();
     const cancel = await app.inject({
