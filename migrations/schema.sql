@@ -280,7 +280,7 @@ create table admin.api_change (
   constraint api_change_changed_at_not_null NOT NULL changed_at,
   constraint api_change_input_check CHECK ((jsonb_typeof(input) = 'object'::text)),
   constraint api_change_input_not_null NOT NULL input,
-  constraint api_change_method_check CHECK ((method = ANY (ARRAY['POST'::text, 'PUT'::text, 'PATCH'::text, 'DELETE'::text]))),
+  constraint api_change_method_check CHECK ((method = ANY (ARRAY['POST'::text, 'PUT'::text, 'PATCH'::text, 'DELETE'::text, 'CLI'::text]))),
   constraint api_change_method_not_null NOT NULL method,
   constraint api_change_pkey PRIMARY KEY (api_change_id),
   constraint api_change_request_id_check CHECK (((length(request_id) >= 1) AND (length(request_id) <= 200))),
@@ -4681,8 +4681,9 @@ begin
   if _method is null then
     raise exception 'method must not be null' using errcode = '22004';
   end if;
-  if _method not in ('POST', 'PUT', 'PATCH', 'DELETE') then
-    raise exception 'method must be POST, PUT, PATCH or DELETE, got %', quote_literal(_method) using errcode = '22023';
+  -- CLI: a change made with the `queue` command line (route: the command, e.g. 'queue cancel').
+  if _method not in ('POST', 'PUT', 'PATCH', 'DELETE', 'CLI') then
+    raise exception 'method must be POST, PUT, PATCH, DELETE or CLI, got %', quote_literal(_method) using errcode = '22023';
   end if;
   if _route is null then
     raise exception 'route must not be null' using errcode = '22004';

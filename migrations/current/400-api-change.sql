@@ -10,7 +10,7 @@ create table if not exists admin.api_change (
   user_name     text not null check (length(user_name) between 1 and 100),
   user_level    text not null check (user_level in ('read', 'operator')),
   request_id    text not null check (length(request_id) between 1 and 200),
-  method        text not null check (method in ('POST', 'PUT', 'PATCH', 'DELETE')),
+  method        text not null check (method in ('POST', 'PUT', 'PATCH', 'DELETE', 'CLI')),
   route         text not null check (length(route) between 1 and 200),
   action        text not null check (action ~ '^[a-z][a-z0-9_]{0,62}$'),
   task_ids      bigint[] not null default '{}',

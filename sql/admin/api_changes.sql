@@ -53,8 +53,9 @@ begin
   if _method is null then
     raise exception 'method must not be null' using errcode = '22004';
   end if;
-  if _method not in ('POST', 'PUT', 'PATCH', 'DELETE') then
-    raise exception 'method must be POST, PUT, PATCH or DELETE, got %', quote_literal(_method) using errcode = '22023';
+  -- CLI: a change made with the `queue` command line (route: the command, e.g. 'queue cancel').
+  if _method not in ('POST', 'PUT', 'PATCH', 'DELETE', 'CLI') then
+    raise exception 'method must be POST, PUT, PATCH, DELETE or CLI, got %', quote_literal(_method) using errcode = '22023';
   end if;
   if _route is null then
     raise exception 'route must not be null' using errcode = '22004';
