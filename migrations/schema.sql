@@ -7501,8 +7501,19 @@ $function$;
 
 CREATE OR REPLACE FUNCTION internal.start_provider_call(payload jsonb)
  RETURNS jsonb
- LANGUAGE plpgsql
+ LANGUAGE sql
  SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select internal.start_provider_call_at(now(), payload)
+$function$;
+  -- internal.start_provider_call(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.start_provider_call_at(_now timestamp with time zone, payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
@@ -7512,6 +7523,9 @@ declare
   _mode text;
   _started record;
 begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
   if _task_id is null or _lease_id is null then
     return internal.validation_failure('task_id and task_lease_id must be positive integers');
   end if;
@@ -7519,12 +7533,9 @@ begin
   if _task_type is null then
     return internal.validation_failure(format('task %s not found', _task_id));
   end if;
-  -- The live lease of an open task: the newest lease, not expired, no completion.
-  if not exists (select 1 from queues.task_lease l
-                  where l.task_lease_id = _lease_id and l.task_id = _task_id and l.expires_at > now()
-                    and not exists (select 1 from queues.task_lease n
-                                     where n.task_id = _task_id and n.task_lease_id > _lease_id))
-     or exists (select 1 from queues.task_completed c where c.task_id = _task_id) then
+  -- The live lease of an open task: its current lease (a completed task has none), not
+  -- expired, heartbeats applied; judged as the completion that follows the call is fenced.
+  if not coalesce(queues.current_lease_expiry(_task_id, _lease_id) > _now, false) then
     return internal.validation_failure(format('lease %s is not the live lease of task %s; not calling the provider', _lease_id, _task_id));
   end if;
 
@@ -7549,9 +7560,8 @@ begin
   return jsonb_build_object('success', true, 'payload', jsonb_build_object('delivery_mode', _mode, 'proceed', true));
 end;
 $function$;
-  -- internal.start_provider_call(payload jsonb): owner :DATABASE_OWNER
+  -- internal.start_provider_call_at(_now timestamp with time zone, payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION internal.supervisor_progress(_status text, _extra jsonb DEFAULT NULL::jsonb)
  RETURNS jsonb
@@ -8645,6 +8655,19 @@ $function$;
   -- queues.create_history_table(_table text, _name text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.current_lease_expiry(_task_id bigint, _task_lease_id bigint)
+ RETURNS timestamp with time zone
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select case when p.current_lease_id = _task_lease_id then p.available_at end
+    from queues.task_pending p
+   where p.task_id = _task_id
+$function$;
+  -- queues.current_lease_expiry(_task_id bigint, _task_lease_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.current_leases(_task_ids bigint[], _task_lease_ids bigint[])
  RETURNS boolean[]
  LANGUAGE sql
@@ -9449,8 +9472,7 @@ CREATE OR REPLACE FUNCTION queues.is_current_lease(_task_id bigint, _task_lease_
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select exists (select 1 from queues.task_pending p
-                  where p.task_id = _task_id and p.current_lease_id = _task_lease_id)
+  select queues.current_lease_expiry(_task_id, _task_lease_id) is not null
 $function$;
   -- queues.is_current_lease(_task_id bigint, _task_lease_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)

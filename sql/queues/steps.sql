@@ -1,6 +1,7 @@
 -- Server-side steps: db_function tasks run in the database, many per call.
 --
 --   queues.parse_envelope(result)            a step function's result envelope, read
+--   queues.current_lease_expiry(task, lease)  read only: the expiry of the task's current lease
 --   queues.is_current_lease(task, lease)     read only: is the lease still current
 --   queues.current_leases(tasks, leases)     the same for many, one boolean each
 --   queues.run_step(task, lease, fn, payload)   one step with its completion (the reference)
@@ -73,16 +74,36 @@ begin
 end;
 $$;
 
+-- The expiry in force of _task_lease_id if it is still the current lease of _task_id, else
+-- NULL (read only: no lock, no fact). The one definition of a task's current lease: the
+-- lease queues.task_pending names (a claim sets it; a completion, a retry, a release or a
+-- revocation ends it; a later claim replaces it), with the expiry heartbeats moved
+-- (task_pending.available_at, which queues.extend_leases_at keeps; the claim's
+-- task_lease.expires_at is only the first). The completions are fenced by the same row
+-- (queues.complete_tasks, which also asks a keyed task to hold its key); a lease is live
+-- while this is later than now (internal.start_provider_call_at).
+-- A primary-key probe: the lease is compared in the select list, not the condition.
+create or replace function queues.current_lease_expiry(_task_id bigint, _task_lease_id bigint)
+  returns timestamptz
+  language sql stable
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+  select case when p.current_lease_id = _task_lease_id then p.available_at end
+    from queues.task_pending p
+   where p.task_id = _task_id
+$$;
+
 -- Whether _task_lease_id is still the current lease of _task_id (read only: no lock, no
--- fact). The worker's steps check it before they run.
+-- fact), expired or not (queues.current_lease_expiry). The worker's steps check it before
+-- they run.
 create or replace function queues.is_current_lease(_task_id bigint, _task_lease_id bigint)
   returns boolean
   language sql stable
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
-  select exists (select 1 from queues.task_pending p
-                  where p.task_id = _task_id and p.current_lease_id = _task_lease_id)
+  select queues.current_lease_expiry(_task_id, _task_lease_id) is not null
 $$;
 
 
