@@ -4,3 +4,5 @@ set local lock_timeout = '5s';
 
 --!include queues/steps.sql
 --!include internal/delivery.sql
+--!include queues/privileges-hot-path.sql
+--!include admin/task_actions.sql

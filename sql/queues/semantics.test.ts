@@ -467,9 +467,9 @@ describe('server-side steps (queues.run_steps)', () => {
       { task_id: ids[3], result: 'transient', outcome: null, error: 'deadlock detected', note: null },
       { task_id: ids[4], result: 'completed', outcome: 'succeeded', error: null, note: null },
     ]);
-    // Some steps ran more than once (the call ran them together, then one by one), but the
-    // effects of each committed once, and only those of the steps that succeeded.
-    expect(await runs()).toBeGreaterThan(before + 5);
+    // Each step ran once; the effects of each committed once, and only those of the steps
+    // that succeeded.
+    expect(await runs()).toBe(before + 5);
     expect(await effectsOf('before')).toBe(1);
     expect(await effectsOf('after')).toBe(1);
     for (const key of ['raises', 'malformed', 'deadlock']) expect(await effectsOf(key)).toBe(0);
@@ -509,6 +509,73 @@ describe('server-side steps (queues.run_steps)', () => {
       [ids],
     );
     expect(outcomes.map((r) => r.outcome)).toEqual(['cancelled', 'succeeded', 'cancelled']);
+  });
+
+  it('a step that raises runs once: a raise rolls back its own step, not the others, and runs nothing again', async () => {
+    const ids = [
+      await enqueueStep({ key: 'once-a' }),
+      await enqueueStep({ key: 'once-raises', code: '55000', message: 'object not in prerequisite state' }),
+      await enqueueStep({ key: 'once-b' }),
+    ];
+    const before = await runs();
+    expect((await runSteps(ids)).map((r) => [r.result, r.outcome, r.error])).toEqual([
+      ['completed', 'succeeded', null],
+      ['completed', 'failed', 'fixture_steps.step raised: object not in prerequisite state'],
+      ['completed', 'succeeded', null],
+    ]);
+    expect(await runs()).toBe(before + 3);
+    expect(await effectsOf('once-a')).toBe(1);
+    expect(await effectsOf('once-raises')).toBe(0);
+    expect(await effectsOf('once-b')).toBe(1);
+  });
+
+  it('three steps and one that completes the task of a step before it: four bodies run, each once', async () => {
+    const ids = [
+      await enqueueStep({ key: 'meddled' }),
+      await enqueueStep({ key: 'good-2' }),
+      await enqueueStep({ key: 'good-3' }),
+    ];
+    ids.push(await enqueueStep({ key: 'meddler', complete: Number(ids[0]) }));
+    const before = await runs();
+    const rows = await runSteps(ids);
+    expect(await runs()).toBe(before + 4);
+    expect(rows.map((r) => [r.result, r.outcome])).toEqual([
+      ['completed', 'succeeded'],
+      ['completed', 'succeeded'],
+      ['completed', 'succeeded'],
+      // Rolled back and answered transient: it runs again under a new lease, when the task
+      // it completes is complete.
+      ['transient', null],
+    ]);
+    expect(rows[3].error).toMatch(/changed the task of a step that ran before it/);
+    for (const key of ['meddled', 'good-2', 'good-3']) expect(await effectsOf(key)).toBe(1);
+    expect(await effectsOf('meddler')).toBe(0);
+    const { rows: outcomes } = await db.query(
+      'select task_id, outcome from queues.task_completed where task_id = any($1::bigint[]) order by task_id',
+      [ids],
+    );
+    // The first step completed under its own lease, with its writes; not cancelled.
+    expect(outcomes.map((r) => r.outcome)).toEqual(['succeeded', 'succeeded', 'succeeded']);
+    expect(await count('select count(*)::int as n from queues.task_pending where task_id = $1', [ids[3]])).toBe(1);
+  });
+
+  it('a step that completes its own task is rolled back and fails, once', async () => {
+    const id = await enqueueStep({ key: 'self' });
+    const before = await runs();
+    const [lease] = await claimAt(0, 'steps', 1);
+    expect(lease.task_id).toBe(id);
+    const { rows } = await db
+      .pool('worker')
+      .query('select task_id, result, outcome, error from queues.run_steps($1, $2, $3, $4)', [
+        [id],
+        [lease.task_lease_id],
+        ['fixture_steps.step'],
+        [{ key: 'self', complete: Number(id) }],
+      ]);
+    expect(await runs()).toBe(before + 1);
+    expect(rows.map((r) => [r.result, r.outcome])).toEqual([['completed', 'failed']]);
+    expect(rows[0].error).toMatch(/changed its own task/);
+    expect(await effectsOf('self')).toBe(0);
   });
 
   it('a function that cannot run fails its own steps only', async () => {
