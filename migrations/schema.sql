@@ -9545,47 +9545,6 @@ $function$;
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.lock_current_leases(_task_ids bigint[], _task_lease_ids bigint[])
- RETURNS boolean[]
- LANGUAGE plpgsql
- SECURITY DEFINER
- SET plan_cache_mode TO 'force_generic_plan'
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-declare
-  _held boolean[];
-begin
-  perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
-  perform queues.lock_resource_keys(_task_ids);
-  -- The rows by primary key from the array of ids, each row's lease looked up in a map of
-  -- the input (see queues.extend_leases_at).
-  with locked as materialized (
-    select p.task_id, p.current_lease_id, p.resource_key
-      from queues.task_pending p
-     where p.task_id = any (_task_ids)
-     order by p.task_id
-       for no key update
-  ),
-  held as (
-    select l.task_id
-      from locked l,
-           (select jsonb_object_agg(i.task_id::text, i.task_lease_id) as leases
-              from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)) m
-     where l.current_lease_id = (m.leases ->> l.task_id::text)::bigint
-       and (l.resource_key is null
-            or exists (select 1 from queues.resource_lease r
-                        where r.resource_key = l.resource_key and r.task_id = l.task_id))
-  )
-  select coalesce(array_agg(i.task_id = any (array(select h.task_id from held h)) order by i.ord), '{}')
-    into _held
-    from unnest(_task_ids) with ordinality as i(task_id, ord);
-  return _held;
-end;
-$function$;
-  -- queues.lock_current_leases(_task_ids bigint[], _task_lease_ids bigint[]): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
-
 CREATE OR REPLACE FUNCTION queues.lock_history_tables(_tables text[], _modes text[], _within_ms integer)
  RETURNS integer
  LANGUAGE plpgsql
@@ -10821,7 +10780,7 @@ begin
   if _n = 0 then
     return;
   end if;
-  _held := queues.lock_current_leases(_task_ids, _task_lease_ids);
+  _held := queues.current_leases(_task_ids, _task_lease_ids);
   _result := array_fill(null::text, array[_n]);
   _outcome := _result;
   _error := _result;
@@ -10963,8 +10922,7 @@ begin
                       where s.batched order by s.ord)
              ) with ordinality as c(task_id, result, ord);
       if exists (select 1 from unnest(_settled) r where r not in ('completed', 'retry_scheduled')) then
-        -- Cannot happen while the rows are locked and every change of the call's tasks is
-        -- caught above; if it does, a step's writes must not commit without its completion.
+        -- A lease taken during the call: its step's writes must not commit.
         raise exception 'a completion of the call was refused' using errcode = 'QREFU';
       end if;
       _m := 1;
@@ -10979,13 +10937,21 @@ begin
       end loop;
     end if;
   exception when sqlstate 'QREFU' then
-    -- Everything above is rolled back, nothing recorded: every step that ran runs again.
+    -- Everything above is rolled back, nothing recorded: the refused steps are answered as
+    -- refused; every other step that ran runs again under a new lease.
+    _m := 1;
     for _i in 1 .. _n loop
       if _batched[_i] then
-        _result[_i] := 'transient';
+        if _settled[_m] not in ('completed', 'retry_scheduled') then
+          _result[_i] := _settled[_m];
+          _error[_i] := null;
+        else
+          _result[_i] := 'transient';
+          _error[_i] := 'a completion of another step of the call was refused (its lease was taken); the call was rolled back';
+        end if;
         _outcome[_i] := null;
-        _error[_i] := 'a completion of the call was refused; the call was rolled back';
         _note[_i] := null;
+        _m := _m + 1;
       end if;
     end loop;
   end;

@@ -12,7 +12,6 @@ grant execute on function
   queues.current_leases(bigint[], bigint[]),
   queues.parse_envelope(jsonb),
   queues.is_current_lease(bigint, bigint),
-  queues.lock_current_leases(bigint[], bigint[]),
   queues.max_payload_bytes(),
   queues.mark_started(bigint[], bigint[]),
   queues.revoke_worker_leases(text)

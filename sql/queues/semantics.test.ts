@@ -333,6 +333,10 @@ describe('server-side steps (queues.run_steps)', () => {
       begin
         perform nextval('fixture_steps.runs');
         insert into fixture_steps.effect (task_key) values (payload->>'key');
+        if payload ? 'wait' then
+          -- Waits for the test (an advisory lock it holds).
+          perform pg_advisory_xact_lock_shared((payload->>'wait')::bigint);
+        end if;
         if payload ? 'complete' then
           -- Task code that completes another task, without its lease.
           perform queues.complete_task((payload->>'complete')::bigint, null, 'cancelled');
@@ -576,6 +580,57 @@ describe('server-side steps (queues.run_steps)', () => {
     expect(rows.map((r) => [r.result, r.outcome])).toEqual([['completed', 'failed']]);
     expect(rows[0].error).toMatch(/changed its own task/);
     expect(await effectsOf('self')).toBe(0);
+  });
+
+  it('a lease taken by another transaction during the call: that step refused, the others rolled back once, none run twice', async () => {
+    const ids = [
+      await enqueueStep({ key: 'taken-mid-call' }),
+      await enqueueStep({ key: 'waits', wait: 7001 }),
+      await enqueueStep({ key: 'after-wait' }),
+    ];
+    const leases = (await claimAt(0, 'steps', 3)).sort((a, b) => Number(a.task_id) - Number(b.task_id));
+    expect(leases.map((l) => l.task_id)).toEqual(ids);
+    const payloads = await db.query(
+      'select payload from queues.task where task_id = any($1::bigint[]) order by task_id',
+      [ids],
+    );
+    const gate = await db.client('owner');
+    await gate.query('select pg_advisory_lock(7001)');
+    const runner = await db.client('worker');
+    const pid = Number((await runner.query('select pg_backend_pid() as pid')).rows[0].pid);
+    const before = await runs();
+    const call = runner.query('select task_id, result, outcome, error from queues.run_steps($1, $2, $3, $4)', [
+      ids,
+      leases.map((l) => l.task_lease_id),
+      ids.map(() => 'fixture_steps.step'),
+      payloads.rows.map((r) => r.payload),
+    ]);
+    for (let i = 0; ; i++) {
+      const { rows } = await db.query('select cardinality(pg_blocking_pids($1)) > 0 as waits', [pid]);
+      if (rows[0].waits) break;
+      if (i > 2000) throw new Error('the call never reached the waiting step');
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    // The first step ran; its lease is given back meanwhile (a release, as at shutdown).
+    await db.query('select * from queues.release_leases($1::bigint[], $2::bigint[])', [
+      [ids[0]],
+      [leases[0].task_lease_id],
+    ]);
+    await gate.query('select pg_advisory_unlock(7001)');
+    const { rows } = await call;
+    expect(rows.map((r) => [r.task_id, r.result, r.outcome])).toEqual([
+      [ids[0], 'lease_lost', null],
+      [ids[1], 'transient', null],
+      [ids[2], 'transient', null],
+    ]);
+    expect(rows[1].error).toMatch(/refused/);
+    expect(await runs()).toBe(before + 3);
+    for (const key of ['taken-mid-call', 'waits', 'after-wait']) expect(await effectsOf(key)).toBe(0);
+    expect(
+      await count('select count(*)::int as n from queues.task_completed where task_id = any($1::bigint[])', [ids]),
+    ).toBe(0);
+    await runner.end();
+    await gate.end();
   });
 
   it('a function that cannot run fails its own steps only', async () => {

@@ -255,51 +255,6 @@ begin
 end;
 $$;
 
--- Locks the pending rows of the given tasks until the caller's transaction ends (their
--- resource keys first, in the global order of queues.lock_resource_keys, then the rows by
--- task id, as a completion takes them), waiting for a row another transaction holds, and
--- answers for each (_task_ids[i], _task_lease_ids[i]), in input order, whether the lease
--- is the task's current one and, for a keyed task, holds its key (as queues.complete_tasks
--- fences a completion). Until the caller commits, no other transaction can end, take or
--- revoke those leases; a heartbeat leaves them as they are (queues.extend_leases_at).
-create or replace function queues.lock_current_leases(_task_ids bigint[], _task_lease_ids bigint[])
-  returns boolean[]
-  language plpgsql volatile
-  security definer
-  set plan_cache_mode = force_generic_plan
-  set search_path = pg_catalog, pg_temp
-as $$
-declare
-  _held boolean[];
-begin
-  perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
-  perform queues.lock_resource_keys(_task_ids);
-  -- The rows by primary key from the array of ids, each row's lease looked up in a map of
-  -- the input (see queues.extend_leases_at).
-  with locked as materialized (
-    select p.task_id, p.current_lease_id, p.resource_key
-      from queues.task_pending p
-     where p.task_id = any (_task_ids)
-     order by p.task_id
-       for no key update
-  ),
-  held as (
-    select l.task_id
-      from locked l,
-           (select jsonb_object_agg(i.task_id::text, i.task_lease_id) as leases
-              from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)) m
-     where l.current_lease_id = (m.leases ->> l.task_id::text)::bigint
-       and (l.resource_key is null
-            or exists (select 1 from queues.resource_lease r
-                        where r.resource_key = l.resource_key and r.task_id = l.task_id))
-  )
-  select coalesce(array_agg(i.task_id = any (array(select h.task_id from held h)) order by i.ord), '{}')
-    into _held
-    from unnest(_task_ids) with ordinality as i(task_id, ord);
-  return _held;
-end;
-$$;
-
 -- Runs db_function steps claimed by the caller, in input order, in one call, with the
 -- guarantees of queues.run_step for each: its body runs once; its writes and its
 -- completion commit together or not at all, exactly once; an error is recorded against its
@@ -309,10 +264,9 @@ $$;
 --
 -- How (the cost per step is a subtransaction and a call planned for it, not a statement
 -- of the queue's):
---   1. queues.lock_current_leases: the steps whose lease is held (the others:
---      'lease_lost', not run), their rows and keys locked until the call commits, so no
---      other transaction can end or take one of these leases meanwhile (a revocation or a
---      completion from elsewhere waits for the call; a heartbeat leaves the lease as it is).
+--   1. queues.current_leases: the steps whose lease is held (the others: 'lease_lost',
+--      not run). No lock is held on a step's task while it runs: a heartbeat, a release
+--      at shutdown or a revocation is not held up by a long call.
 --   2. Each step in a subtransaction of its own (a BEGIN ... EXCEPTION block): its
 --      function (resolved and its EXECUTE privilege checked once per call, as
 --      internal.run_function does), then its envelope read. A raise, a malformed envelope
@@ -320,10 +274,14 @@ $$;
 --      completed 'failed' with the others; a serialization failure or a deadlock rolls it
 --      back and records nothing ('transient'). Nothing runs a step twice.
 --   3. One statement completes every step that ran and keeps its envelope as its result
---      (queues.complete_steps).
--- A step can still change the tasks of the call (task code that completes or releases a
--- task). The call watches its own updates and deletes of queues.task_pending (the
--- transaction's counts, pg_stat_get_xact_tuples_updated and _deleted; every step is
+--      (queues.complete_steps). If one of these completions is refused (another
+--      transaction took the lease during the call: an expiry claimed, a revocation), the
+--      writes of its step must not commit: the whole call is rolled back, that step is
+--      answered as refused ('lease_lost'), and every other step that ran 'transient'
+--      (nothing recorded; it runs again under a new lease).
+-- A step can also change the tasks of the call itself (task code that completes or
+-- releases a task). The call watches its own updates and deletes of queues.task_pending
+-- (the transaction's counts, pg_stat_get_xact_tuples_updated and _deleted; every step is
 -- watched when track_counts is off): after a step that made any, each step runs only if
 -- its lease is still current (else 'lease_lost'), and a step that changed its own task is
 -- rolled back and completed 'failed', one that changed the task of a step before it (whose
@@ -400,7 +358,7 @@ begin
   if _n = 0 then
     return;
   end if;
-  _held := queues.lock_current_leases(_task_ids, _task_lease_ids);
+  _held := queues.current_leases(_task_ids, _task_lease_ids);
   _result := array_fill(null::text, array[_n]);
   _outcome := _result;
   _error := _result;
@@ -542,8 +500,7 @@ begin
                       where s.batched order by s.ord)
              ) with ordinality as c(task_id, result, ord);
       if exists (select 1 from unnest(_settled) r where r not in ('completed', 'retry_scheduled')) then
-        -- Cannot happen while the rows are locked and every change of the call's tasks is
-        -- caught above; if it does, a step's writes must not commit without its completion.
+        -- A lease taken during the call: its step's writes must not commit.
         raise exception 'a completion of the call was refused' using errcode = 'QREFU';
       end if;
       _m := 1;
@@ -558,13 +515,21 @@ begin
       end loop;
     end if;
   exception when sqlstate 'QREFU' then
-    -- Everything above is rolled back, nothing recorded: every step that ran runs again.
+    -- Everything above is rolled back, nothing recorded: the refused steps are answered as
+    -- refused; every other step that ran runs again under a new lease.
+    _m := 1;
     for _i in 1 .. _n loop
       if _batched[_i] then
-        _result[_i] := 'transient';
+        if _settled[_m] not in ('completed', 'retry_scheduled') then
+          _result[_i] := _settled[_m];
+          _error[_i] := null;
+        else
+          _result[_i] := 'transient';
+          _error[_i] := 'a completion of another step of the call was refused (its lease was taken); the call was rolled back';
+        end if;
         _outcome[_i] := null;
-        _error[_i] := 'a completion of the call was refused; the call was rolled back';
         _note[_i] := null;
+        _m := _m + 1;
       end if;
     end loop;
   end;
