@@ -6512,6 +6512,80 @@ $function$;
   -- internal.backoff(_exponent integer, _cap_seconds integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION internal.build_call_runnable()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _cases text;
+begin
+  select string_agg(format('    when %L then return %I.%I(payload);',
+                           r.function_schema || '.' || r.function_name, r.function_schema, r.function_name),
+                    e'\n' order by r.function_schema, r.function_name)
+    into _cases
+    from internal.runnable_function r;
+  execute format($f$
+create or replace function internal.call_runnable(function_name text, payload jsonb)
+  returns jsonb
+  language plpgsql volatile
+  security invoker
+  set search_path = pg_catalog, pg_temp
+as $body$
+begin
+  case function_name
+%s
+    else
+      raise exception 'function %% is not registered as runnable', function_name using errcode = '42883';
+  end case;
+end;
+$body$
+$f$, coalesce(_cases, '    when null then return null;'));
+end;
+$function$;
+  -- internal.build_call_runnable(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.call_runnable(function_name text, payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  case function_name
+    when 'accounts.account_anonymization_supervisor' then return accounts.account_anonymization_supervisor(payload);
+    when 'accounts.account_deletion_supervisor' then return accounts.account_deletion_supervisor(payload);
+    when 'accounts.prune_finished_processes' then return accounts.prune_finished_processes(payload);
+    when 'comms.get_email_payload' then return comms.get_email_payload(payload);
+    when 'comms.get_sms_payload' then return comms.get_sms_payload(payload);
+    when 'comms.prune_finished_processes' then return comms.prune_finished_processes(payload);
+    when 'comms.record_email_failure' then return comms.record_email_failure(payload);
+    when 'comms.record_email_success' then return comms.record_email_success(payload);
+    when 'comms.record_sms_failure' then return comms.record_sms_failure(payload);
+    when 'comms.record_sms_success' then return comms.record_sms_success(payload);
+    when 'comms.send_email_supervisor' then return comms.send_email_supervisor(payload);
+    when 'comms.send_sms_supervisor' then return comms.send_sms_supervisor(payload);
+    when 'files.check_file_delete_signing' then return files.check_file_delete_signing(payload);
+    when 'files.file_deletion_supervisor' then return files.file_deletion_supervisor(payload);
+    when 'files.get_file_delete_payload' then return files.get_file_delete_payload(payload);
+    when 'files.prune_finished_processes' then return files.prune_finished_processes(payload);
+    when 'files.record_file_delete_failure' then return files.record_file_delete_failure(payload);
+    when 'files.record_file_delete_success' then return files.record_file_delete_success(payload);
+    when 'internal.noop' then return internal.noop(payload);
+    when 'internal.start_provider_call' then return internal.start_provider_call(payload);
+    when 'menus.generate_todays_resync' then return menus.generate_todays_resync(payload);
+    when 'queues.maintain_history' then return queues.maintain_history(payload);
+    when 'queues.maintain_history_step' then return queues.maintain_history_step(payload);
+    when 'schedules.schedule_supervisor' then return schedules.schedule_supervisor(payload);
+    else
+      raise exception 'function % is not registered as runnable', function_name using errcode = '42883';
+  end case;
+end;
+$function$;
+  -- internal.call_runnable(function_name text, payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION internal.channel_attempt_refusal(_schema text, _name text, _attempt_id bigint, _verb text DEFAULT 'sending'::text)
  RETURNS text
  LANGUAGE plpgsql
@@ -7298,6 +7372,9 @@ begin
   insert into internal.runnable_function (function_schema, function_name)
   values (_proc.nspname, _proc.proname)
   on conflict do nothing;
+  if found then
+    perform internal.build_call_runnable();
+  end if;
 end;
 $function$;
   -- internal.register_runnable_function(_function regprocedure): owner :DATABASE_OWNER
@@ -10736,7 +10813,7 @@ declare
   _kept jsonb[];
   -- Ran (or could not run): completed by the final statement.
   _batched boolean[];
-  -- Functions resolved in this call: name, statement that runs one step, or why it cannot run.
+  -- Functions resolved in this call: name, name if it can run, or why it cannot.
   _names text[] := '{}';
   _calls text[] := '{}';
   _problems text[] := '{}';
@@ -10814,10 +10891,7 @@ begin
           if not has_function_privilege(_oid, 'execute') then
             raise exception 'permission denied: % may not execute %', current_user, _name using errcode = '42501';
           end if;
-          select format('select %I.%I($1)', n.nspname, p.proname)
-            into _call
-            from pg_proc p join pg_namespace n on n.oid = p.pronamespace
-           where p.oid = _oid;
+          _call := _name;
           _problem := null;
         exception when others then
           _call := null;
@@ -10839,7 +10913,9 @@ begin
 
       _changes := pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending);
       begin
-        execute _calls[_k] into _raw using _payloads[_i];
+        -- A static call per registered function (internal.build_call_runnable), planned
+        -- once per session; the name was resolved and checked above.
+        _raw := internal.call_runnable(_name, _payloads[_i]);
         if _raw = '{"success": true}'::jsonb then
           _kind := 'succeeded';
         else

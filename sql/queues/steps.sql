@@ -262,14 +262,15 @@ $$;
 -- run. The caller marks the steps started before the call (as the worker's start recorder
 -- does for every task).
 --
--- How (the cost per step is a subtransaction and a call planned for it, not a statement
--- of the queue's):
+-- How (the cost per step is a subtransaction and a function call, not a statement of the
+-- queue's):
 --   1. queues.current_leases: the steps whose lease is held (the others: 'lease_lost',
 --      not run). No lock is held on a step's task while it runs: a heartbeat, a release
 --      at shutdown or a revocation is not held up by a long call.
 --   2. Each step in a subtransaction of its own (a BEGIN ... EXCEPTION block): its
 --      function (resolved and its EXECUTE privilege checked once per call, as
---      internal.run_function does), then its envelope read. A raise, a malformed envelope
+--      internal.run_function does; called through internal.call_runnable, whose static
+--      calls keep their plans), then its envelope read. A raise, a malformed envelope
 --      or a result over queues.max_payload_bytes() rolls back that step only, which is
 --      completed 'failed' with the others; a serialization failure or a deadlock rolls it
 --      back and records nothing ('transient'). Nothing runs a step twice.
@@ -314,7 +315,7 @@ declare
   _kept jsonb[];
   -- Ran (or could not run): completed by the final statement.
   _batched boolean[];
-  -- Functions resolved in this call: name, statement that runs one step, or why it cannot run.
+  -- Functions resolved in this call: name, name if it can run, or why it cannot.
   _names text[] := '{}';
   _calls text[] := '{}';
   _problems text[] := '{}';
@@ -392,10 +393,7 @@ begin
           if not has_function_privilege(_oid, 'execute') then
             raise exception 'permission denied: % may not execute %', current_user, _name using errcode = '42501';
           end if;
-          select format('select %I.%I($1)', n.nspname, p.proname)
-            into _call
-            from pg_proc p join pg_namespace n on n.oid = p.pronamespace
-           where p.oid = _oid;
+          _call := _name;
           _problem := null;
         exception when others then
           _call := null;
@@ -417,7 +415,9 @@ begin
 
       _changes := pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending);
       begin
-        execute _calls[_k] into _raw using _payloads[_i];
+        -- A static call per registered function (internal.build_call_runnable), planned
+        -- once per session; the name was resolved and checked above.
+        _raw := internal.call_runnable(_name, _payloads[_i]);
         if _raw = '{"success": true}'::jsonb then
           _kind := 'succeeded';
         else
