@@ -3209,6 +3209,9 @@ CREATE OR REPLACE FUNCTION admin.cancel_tasks_at(_now timestamp with time zone, 
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
+declare
+  _locked bigint[];
+  _cancelled bigint[];
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -3220,7 +3223,6 @@ begin
   -- Same lock order as the claim (resource keys first), then the pending rows: a claim
   -- that took a row first makes it 'running' here; a claim after us skips it.
   perform queues.lock_resource_keys(_task_ids);
-  return query
   with locked as (
     select p.task_id, p.task_type, p.resource_key,
            (p.current_lease_id is not null and p.available_at > _now) as held
@@ -3245,14 +3247,20 @@ begin
     delete from queues.resource_lease k
      where k.task_id = any (array(select c.task_id from completed c))
   )
+  select coalesce(array_agg(l.task_id), '{}'), coalesce((select array_agg(c.task_id) from completed c), '{}')
+    into _locked, _cancelled
+    from locked l;
+
+  -- A statement after the locks (see above).
+  return query
   select i.task_id,
          case when c.task_id is not null then 'cancelled'
               when l.task_id is not null then 'running'
               when exists (select 1 from queues.task_completed x where x.task_id = i.task_id) then 'already_completed'
               else 'unknown_task' end
     from unnest(_task_ids) with ordinality as i(task_id, n)
-    left join locked l on l.task_id = i.task_id
-    left join completed c on c.task_id = i.task_id
+    left join unnest(_locked) as l(task_id) on l.task_id = i.task_id
+    left join unnest(_cancelled) as c(task_id) on c.task_id = i.task_id
    order by i.n;
 end;
 $function$;
@@ -4847,6 +4855,7 @@ begin
   foreach _id in array _task_ids loop
     task_id := _id;
     new_task_id := null;
+    perform 1 from queues.task_completed c where c.task_id = _id for update;
     if not exists (select 1 from queues.task t where t.task_id = _id) then
       result := 'unknown_task';
     elsif not exists (select 1 from queues.dead_letter d where d.task_id = _id) then
@@ -4949,12 +4958,14 @@ CREATE OR REPLACE FUNCTION admin.run_tasks_now_at(_now timestamp with time zone,
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
+declare
+  _locked bigint[];
+  _moved bigint[];
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
   end if;
   perform admin.assert_task_ids(_task_ids);
-  return query
   with locked as (
     select p.task_id, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now) as state
       from queues.task_pending p
@@ -4966,14 +4977,20 @@ begin
     select m as task_id
       from queues.run_scheduled_now(_now, array(select l.task_id from locked l where l.state = 'scheduled')) m
   )
+  select coalesce(array_agg(l.task_id), '{}'), coalesce((select array_agg(m.task_id) from moved m), '{}')
+    into _locked, _moved
+    from locked l;
+
+  -- A statement after the locks (see admin.cancel_tasks_at).
+  return query
   select i.task_id,
          case when m.task_id is not null then 'run_now'
               when l.task_id is not null then 'not_scheduled'
               when exists (select 1 from queues.task_completed x where x.task_id = i.task_id) then 'already_completed'
               else 'unknown_task' end
     from unnest(_task_ids) with ordinality as i(task_id, n)
-    left join locked l on l.task_id = i.task_id
-    left join moved m on m.task_id = i.task_id
+    left join unnest(_locked) as l(task_id) on l.task_id = i.task_id
+    left join unnest(_moved) as m(task_id) on m.task_id = i.task_id
    order by i.n;
 end;
 $function$;
@@ -6671,6 +6688,80 @@ $function$;
   -- internal.backoff(_exponent integer, _cap_seconds integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION internal.build_call_runnable()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _cases text;
+begin
+  select string_agg(format('    when %L then return %I.%I(payload);',
+                           r.function_schema || '.' || r.function_name, r.function_schema, r.function_name),
+                    e'\n' order by r.function_schema, r.function_name)
+    into _cases
+    from internal.runnable_function r;
+  execute format($f$
+create or replace function internal.call_runnable(function_name text, payload jsonb)
+  returns jsonb
+  language plpgsql volatile
+  security invoker
+  set search_path = pg_catalog, pg_temp
+as $body$
+begin
+  case function_name
+%s
+    else
+      raise exception 'function %% is not registered as runnable', function_name using errcode = '42883';
+  end case;
+end;
+$body$
+$f$, coalesce(_cases, '    when null then return null;'));
+end;
+$function$;
+  -- internal.build_call_runnable(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.call_runnable(function_name text, payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  case function_name
+    when 'accounts.account_anonymization_supervisor' then return accounts.account_anonymization_supervisor(payload);
+    when 'accounts.account_deletion_supervisor' then return accounts.account_deletion_supervisor(payload);
+    when 'accounts.prune_finished_processes' then return accounts.prune_finished_processes(payload);
+    when 'comms.get_email_payload' then return comms.get_email_payload(payload);
+    when 'comms.get_sms_payload' then return comms.get_sms_payload(payload);
+    when 'comms.prune_finished_processes' then return comms.prune_finished_processes(payload);
+    when 'comms.record_email_failure' then return comms.record_email_failure(payload);
+    when 'comms.record_email_success' then return comms.record_email_success(payload);
+    when 'comms.record_sms_failure' then return comms.record_sms_failure(payload);
+    when 'comms.record_sms_success' then return comms.record_sms_success(payload);
+    when 'comms.send_email_supervisor' then return comms.send_email_supervisor(payload);
+    when 'comms.send_sms_supervisor' then return comms.send_sms_supervisor(payload);
+    when 'files.check_file_delete_signing' then return files.check_file_delete_signing(payload);
+    when 'files.file_deletion_supervisor' then return files.file_deletion_supervisor(payload);
+    when 'files.get_file_delete_payload' then return files.get_file_delete_payload(payload);
+    when 'files.prune_finished_processes' then return files.prune_finished_processes(payload);
+    when 'files.record_file_delete_failure' then return files.record_file_delete_failure(payload);
+    when 'files.record_file_delete_success' then return files.record_file_delete_success(payload);
+    when 'internal.noop' then return internal.noop(payload);
+    when 'internal.start_provider_call' then return internal.start_provider_call(payload);
+    when 'menus.generate_todays_resync' then return menus.generate_todays_resync(payload);
+    when 'queues.maintain_history' then return queues.maintain_history(payload);
+    when 'queues.maintain_history_step' then return queues.maintain_history_step(payload);
+    when 'schedules.schedule_supervisor' then return schedules.schedule_supervisor(payload);
+    else
+      raise exception 'function % is not registered as runnable', function_name using errcode = '42883';
+  end case;
+end;
+$function$;
+  -- internal.call_runnable(function_name text, payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION internal.channel_attempt_refusal(_schema text, _name text, _attempt_id bigint, _verb text DEFAULT 'sending'::text)
  RETURNS text
  LANGUAGE plpgsql
@@ -7467,6 +7558,9 @@ begin
   insert into internal.runnable_function (function_schema, function_name)
   values (_proc.nspname, _proc.proname)
   on conflict do nothing;
+  if found then
+    perform internal.build_call_runnable();
+  end if;
 end;
 $function$;
   -- internal.register_runnable_function(_function regprocedure): owner :DATABASE_OWNER
@@ -7687,8 +7781,19 @@ $function$;
 
 CREATE OR REPLACE FUNCTION internal.start_provider_call(payload jsonb)
  RETURNS jsonb
- LANGUAGE plpgsql
+ LANGUAGE sql
  SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select internal.start_provider_call_at(now(), payload)
+$function$;
+  -- internal.start_provider_call(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.start_provider_call_at(_now timestamp with time zone, payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
@@ -7698,6 +7803,9 @@ declare
   _mode text;
   _started record;
 begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
   if _task_id is null or _lease_id is null then
     return internal.validation_failure('task_id and task_lease_id must be positive integers');
   end if;
@@ -7705,12 +7813,9 @@ begin
   if _task_type is null then
     return internal.validation_failure(format('task %s not found', _task_id));
   end if;
-  -- The live lease of an open task: the newest lease, not expired, no completion.
-  if not exists (select 1 from queues.task_lease l
-                  where l.task_lease_id = _lease_id and l.task_id = _task_id and l.expires_at > now()
-                    and not exists (select 1 from queues.task_lease n
-                                     where n.task_id = _task_id and n.task_lease_id > _lease_id))
-     or exists (select 1 from queues.task_completed c where c.task_id = _task_id) then
+  -- The live lease of an open task: its current lease (a completed task has none), not
+  -- expired, heartbeats applied; judged as the completion that follows the call is fenced.
+  if not coalesce(queues.current_lease_expiry(_task_id, _lease_id) > _now, false) then
     return internal.validation_failure(format('lease %s is not the live lease of task %s; not calling the provider', _lease_id, _task_id));
   end if;
 
@@ -7735,9 +7840,8 @@ begin
   return jsonb_build_object('success', true, 'payload', jsonb_build_object('delivery_mode', _mode, 'proceed', true));
 end;
 $function$;
-  -- internal.start_provider_call(payload jsonb): owner :DATABASE_OWNER
+  -- internal.start_provider_call_at(_now timestamp with time zone, payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION internal.supervisor_progress(_status text, _extra jsonb DEFAULT NULL::jsonb)
  RETURNS jsonb
@@ -8831,6 +8935,19 @@ $function$;
   -- queues.create_history_table(_table text, _name text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.current_lease_expiry(_task_id bigint, _task_lease_id bigint)
+ RETURNS timestamp with time zone
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select case when p.current_lease_id = _task_lease_id then p.available_at end
+    from queues.task_pending p
+   where p.task_id = _task_id
+$function$;
+  -- queues.current_lease_expiry(_task_id bigint, _task_lease_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.current_leases(_task_ids bigint[], _task_lease_ids bigint[])
  RETURNS boolean[]
  LANGUAGE sql
@@ -9635,8 +9752,7 @@ CREATE OR REPLACE FUNCTION queues.is_current_lease(_task_id bigint, _task_lease_
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select exists (select 1 from queues.task_pending p
-                  where p.task_id = _task_id and p.current_lease_id = _task_lease_id)
+  select queues.current_lease_expiry(_task_id, _task_lease_id) is not null
 $function$;
   -- queues.is_current_lease(_task_id bigint, _task_lease_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -10207,6 +10323,7 @@ CREATE OR REPLACE FUNCTION queues.max_payload_bytes()
 AS $function$ select 1048576 $function$;
   -- queues.max_payload_bytes(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.max_payload_depth()
  RETURNS integer
@@ -10878,10 +10995,11 @@ declare
   _error text[];
   _note text[];
   _retry boolean[];
-  -- The envelope to keep, for steps completed by the final statement (null otherwise).
+  -- The envelope to keep (null for none).
   _kept jsonb[];
+  -- Ran (or could not run): completed by the final statement.
   _batched boolean[];
-  -- Functions resolved in this call: name, statement that runs a group, or why it cannot run.
+  -- Functions resolved in this call: name, name if it can run, or why it cannot.
   _names text[] := '{}';
   _calls text[] := '{}';
   _problems text[] := '{}';
@@ -10889,16 +11007,21 @@ declare
   _call text;
   _problem text;
   _i integer;
-  _j integer;
   _k integer;
   _m integer;
   _name text;
-  _raws jsonb[];
   _raw jsonb;
   _env record;
-  _one record;
+  _kind text;
   _ids bigint[];
   _settled text[];
+  _max_bytes integer := queues.max_payload_bytes();
+  -- The transaction's own updates and deletes of queues.task_pending (see above).
+  _pending regclass := 'queues.task_pending'::regclass;
+  _counted boolean := current_setting('track_counts')::boolean;
+  _changes_at_start bigint;
+  _changes bigint;
+  _current boolean[];
 begin
   if _task_ids is null or _task_lease_ids is null or _function_names is null or _payloads is null then
     raise exception 'task_ids, task_lease_ids, function_names and payloads must not be null' using errcode = '22004';
@@ -10928,21 +11051,23 @@ begin
   _retry := array_fill(null::boolean, array[_n]);
   _batched := array_fill(false, array[_n]);
   _kept := array_fill(null::jsonb, array[_n]);
+  _changes_at_start := pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending);
 
   begin
-    _i := 1;
-    while _i <= _n loop
+    for _i in 1 .. _n loop
       if not _held[_i] then
         -- Not run.
         _result[_i] := 'lease_lost';
-        _i := _i + 1;
+        continue;
+      end if;
+      -- A step before it changed pending rows: is this lease still current?
+      if (not _counted
+          or pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending) <> _changes_at_start)
+         and not queues.is_current_lease(_task_ids[_i], _task_lease_ids[_i]) then
+        _result[_i] := 'lease_lost';
         continue;
       end if;
       _name := _function_names[_i];
-      _j := _i;
-      while _j < _n and _held[_j + 1] and _function_names[_j + 1] is not distinct from _name loop
-        _j := _j + 1;
-      end loop;
 
       _k := array_position(_names, _name);
       if _k is null then
@@ -10952,11 +11077,7 @@ begin
           if not has_function_privilege(_oid, 'execute') then
             raise exception 'permission denied: % may not execute %', current_user, _name using errcode = '42501';
           end if;
-          select format('select array_agg(%I.%I(u.payload) order by u.ord) from unnest($1::jsonb[]) with ordinality as u(payload, ord)',
-                        n.nspname, p.proname)
-            into _call
-            from pg_proc p join pg_namespace n on n.oid = p.pronamespace
-           where p.oid = _oid;
+          _call := _name;
           _problem := null;
         exception when others then
           _call := null;
@@ -10970,55 +11091,79 @@ begin
 
       if _problems[_k] is not null then
         -- Cannot run (unknown, unregistered, not allowed): failed, nothing ran.
-        for _m in _i .. _j loop
-          _outcome[_m] := 'failed';
-          _error[_m] := _problems[_k];
-          _batched[_m] := true;
-        end loop;
-      else
-        begin
-          execute _calls[_k] into _raws using _payloads[_i:_j];
-          _m := _i;
-          foreach _raw in array _raws loop
-            if _raw = '{"success": true}'::jsonb then
-              _outcome[_m] := 'succeeded';
-            else
-              select * into _env from queues.parse_envelope(_raw);
-              case _env.outcome
-                when 'succeeded' then _outcome[_m] := 'succeeded';
-                when 'status' then _outcome[_m] := 'succeeded'; _note[_m] := 'status ' || _env.message;
-                when 'invalid' then
-                  _outcome[_m] := 'failed'; _error[_m] := format('%s: validation failure: %s', _name, _env.message);
-                  _note[_m] := _env.message;
-                  -- A validation failure is final: no retry.
-                  _retry[_m] := false;
-                when 'error' then _outcome[_m] := 'failed'; _error[_m] := format('%s: %s', _name, _env.message);
-                else
-                  -- Malformed: this step rolls back, so the group runs again one by one.
-                  raise exception 'malformed envelope' using errcode = 'QSTEP';
-              end case;
-            end if;
-            _kept[_m] := _raw;
-            _batched[_m] := true;
-            _m := _m + 1;
-          end loop;
-        exception when others then
-          -- The group is rolled back: its steps run one by one, each with its completion.
-          for _m in _i .. _j loop
-            _outcome[_m] := null; _error[_m] := null; _note[_m] := null; _retry[_m] := null;
-            _kept[_m] := null; _batched[_m] := false;
-            select * into _one from queues.run_step(_task_ids[_m], _task_lease_ids[_m], _name, _payloads[_m]);
-            _result[_m] := _one.result;
-            _outcome[_m] := _one.outcome;
-            _error[_m] := _one.error;
-            _note[_m] := _one.note;
-          end loop;
-        end;
+        _outcome[_i] := 'failed';
+        _error[_i] := _problems[_k];
+        _batched[_i] := true;
+        continue;
       end if;
-      _i := _j + 1;
+
+      _changes := pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending);
+      begin
+        -- A static call per registered function (internal.build_call_runnable), planned
+        -- once per session; the name was resolved and checked above.
+        _raw := internal.call_runnable(_name, _payloads[_i]);
+        if _raw = '{"success": true}'::jsonb then
+          _kind := 'succeeded';
+        else
+          select * into _env from queues.parse_envelope(_raw);
+          _kind := _env.outcome;
+          if _kind = 'malformed' then
+            raise exception '%: %', _name, _env.message using errcode = 'QSTEP';
+          end if;
+          if pg_column_size(_raw) > _max_bytes then
+            raise exception 'result is % bytes, over the limit of % bytes', pg_column_size(_raw), _max_bytes
+              using errcode = '54000';
+          end if;
+        end if;
+        if not _counted
+           or pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending) <> _changes then
+          -- The step updated or deleted pending rows: its own task, and those of the steps
+          -- before it whose completions are still to be written, must be as they were.
+          _current := queues.current_leases(
+            array(select s.task_id from unnest(_task_ids, _batched) with ordinality as s(task_id, batched, ord)
+                   where s.batched and s.ord < _i order by s.ord) || _task_ids[_i],
+            array(select s.lease from unnest(_task_lease_ids, _batched) with ordinality as s(lease, batched, ord)
+                   where s.batched and s.ord < _i order by s.ord) || _task_lease_ids[_i]);
+          if not _current[cardinality(_current)] then
+            raise exception '%: the step changed its own task (completed, failed or released it); the call that runs a step completes it',
+              _name using errcode = 'QSTEP';
+          end if;
+          if false = any (_current) then
+            raise exception '%: the step changed the task of a step that ran before it in the same call; it runs again after that completion',
+              _name using errcode = 'QMEDL';
+          end if;
+        end if;
+        -- Past every check: the step stands.
+        case _kind
+          when 'succeeded' then _outcome[_i] := 'succeeded';
+          when 'status' then _outcome[_i] := 'succeeded'; _note[_i] := 'status ' || _env.message;
+          when 'invalid' then
+            _outcome[_i] := 'failed'; _error[_i] := format('%s: validation failure: %s', _name, _env.message);
+            _note[_i] := _env.message;
+            -- A validation failure is final: no retry.
+            _retry[_i] := false;
+          else _outcome[_i] := 'failed'; _error[_i] := format('%s: %s', _name, _env.message);
+        end case;
+        _kept[_i] := _raw;
+        _batched[_i] := true;
+      exception
+        when sqlstate 'QMEDL' then
+          -- Rolled back, nothing recorded.
+          _result[_i] := 'transient';
+          _error[_i] := sqlerrm;
+        when serialization_failure or deadlock_detected then
+          -- Rolled back, nothing recorded: it runs again.
+          _result[_i] := 'transient';
+          _error[_i] := sqlerrm;
+        when others then
+          -- Rolled back: completed 'failed', with why.
+          _outcome[_i] := 'failed';
+          _error[_i] := case when sqlstate = 'QSTEP' then sqlerrm else format('%s raised: %s', _name, sqlerrm) end;
+          _batched[_i] := true;
+      end;
     end loop;
 
-    -- The completions (and kept envelopes) of every step that ran in a group, in one statement.
+    -- The completions (and kept envelopes) of every step that ran, in one statement.
     if true = any (_batched) then
       select array_agg(c.task_id order by c.ord), array_agg(c.result order by c.ord)
         into _ids, _settled
@@ -11039,9 +11184,8 @@ begin
                       where s.batched order by s.ord)
              ) with ordinality as c(task_id, result, ord);
       if exists (select 1 from unnest(_settled) r where r not in ('completed', 'retry_scheduled')) then
-        -- A completion refused: the writes of its step must not commit. Roll back and run
-        -- every step one by one.
-        raise exception 'a completion was refused' using errcode = 'QREFU';
+        -- A lease taken during the call: its step's writes must not commit.
+        raise exception 'a completion of the call was refused' using errcode = 'QREFU';
       end if;
       _m := 1;
       for _i in 1 .. _n loop
@@ -11054,14 +11198,23 @@ begin
         end if;
       end loop;
     end if;
-  exception when others then
-    -- Everything above is rolled back: the steps run one by one, each fenced on its own.
+  exception when sqlstate 'QREFU' then
+    -- Everything above is rolled back, nothing recorded: the refused steps are answered as
+    -- refused; every other step that ran runs again under a new lease.
+    _m := 1;
     for _i in 1 .. _n loop
-      select * into _one from queues.run_step(_task_ids[_i], _task_lease_ids[_i], _function_names[_i], _payloads[_i]);
-      _result[_i] := _one.result;
-      _outcome[_i] := _one.outcome;
-      _error[_i] := _one.error;
-      _note[_i] := _one.note;
+      if _batched[_i] then
+        if _settled[_m] not in ('completed', 'retry_scheduled') then
+          _result[_i] := _settled[_m];
+          _error[_i] := null;
+        else
+          _result[_i] := 'transient';
+          _error[_i] := 'a completion of another step of the call was refused (its lease was taken); the call was rolled back';
+        end if;
+        _outcome[_i] := null;
+        _note[_i] := null;
+        _m := _m + 1;
+      end if;
     end loop;
   end;
 
