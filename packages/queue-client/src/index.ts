@@ -11,6 +11,7 @@ export {
   dequeueNextAvailableTask,
   enqueue,
   enqueueMany,
+  enqueueUnique,
   extendLeases,
   failTask,
   interruptTask,
@@ -35,6 +36,10 @@ export {
   type Step,
   type StepResult,
   type Task,
+  type EnqueueOutcome,
+  type UniqueEnqueueResult,
+  type UniqueOptions,
+  type UniquePolicy,
 } from './tasks.js';
 export { listTaskResults, recordTaskResult, type TaskResult } from './results.js';
 export { recordWorkerHeartbeat, recordWorkerStopped, revokeWorkerLeases } from './workers.js';
