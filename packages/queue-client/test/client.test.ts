@@ -309,7 +309,7 @@ describe('queue client', () => {
         payload: task.payload,
         priority: 0,
         resourceKey: null,
-        maxAttempts: 1,
+        maxAttempts: 25,
         enqueuedAt: task.enqueuedAt.toISOString(),
         scheduledAt: task.scheduledAt.toISOString(),
         taskLeaseId: task.taskLeaseId,
