@@ -22,8 +22,10 @@
 -- queues.task_unique_key holds, per key, the newest task enqueued with it; its row is
 -- what concurrent enqueuers of one key lock (FOR UPDATE), one after another, so 16 at
 -- once leave one task. A row whose task is no longer pending counts as no row; such rows
--- are removed by queues.prune_task_unique_keys and the whole table is rebuilt from the
--- facts by queues.rebuild_task_unique_key. An enqueue without a key never reads it: the
+-- (and the facts of tasks whose history partitions were dropped) are removed by
+-- queues.prune_task_unique_keys, which the owner runs (it is not scheduled: until it
+-- runs, the table keeps one row per key ever used), and the whole table is rebuilt from
+-- the facts by queues.rebuild_task_unique_key. An enqueue without a key never reads it: the
 -- plain queues.enqueue is unchanged.
 --
 -- Under REPEATABLE READ or SERIALIZABLE, an enqueuer whose snapshot misses another's
