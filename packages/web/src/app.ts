@@ -216,8 +216,29 @@ const newTask = z
     priority: z.number().int('priority must be an integer').min(-1000).max(1000).optional(),
     resource_key: z.string().min(1).max(200).optional(),
     max_attempts: z.number().int('max_attempts must be an integer').min(1).max(100).optional(),
+    // A unique task (sql/queues/unique.sql): at most one pending task per key.
+    unique_key: z
+      .string()
+      .min(1, 'unique_key must be 1 to 200 characters')
+      .max(200, 'unique_key must be 1 to 200 characters')
+      .optional(),
+    unique_policy: z
+      .enum(['skip', 'replace', 'debounce'], { error: "unique_policy must be 'skip', 'replace' or 'debounce'" })
+      .optional(),
+    unique_period_seconds: z
+      .number('unique_period_seconds must be a number')
+      .min(0, 'unique_period_seconds must not be negative')
+      .max(31_536_000, 'unique_period_seconds must be at most a year')
+      .optional(),
   })
-  .strict();
+  .strict()
+  .refine(
+    (t) => t.unique_key !== undefined || (t.unique_policy === undefined && t.unique_period_seconds === undefined),
+    {
+      message: 'unique_policy and unique_period_seconds need a unique_key',
+      path: ['unique_key'],
+    },
+  );
 
 const recoverBody = z
   .object({ dead_after_seconds: z.number().int().min(10).max(86_400).optional() })
@@ -444,6 +465,21 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
 
   app.post('/api/tasks', async (request, reply) => {
     const body = parse(newTask, request.body, 'body');
+    if (body.unique_key !== undefined) {
+      const uniqueKey = body.unique_key;
+      const answer = await change(request, 'create_task', async (tx) => {
+        const made = await tx.createUniqueTask({ ...body, unique_key: uniqueKey });
+        const { payload: _payload, ...input } = body;
+        const taskIds = [made.task_id, ...(made.replaced_task_id ? [made.replaced_task_id] : [])];
+        return { answer: made, taskIds, taskType: body.task_type, input };
+      });
+      request.log.info(
+        { event: 'task_created', task_id: answer.task_id, task_type: body.task_type, outcome: answer.outcome },
+        'unique task enqueued',
+      );
+      // 201 when a task was created (inserted, or replacing the pending one); 200 when skipped.
+      return reply.code(answer.outcome === 'skipped' ? 200 : 201).send(answer);
+    }
     const { task_id: taskId } = await change(request, 'create_task', async (tx) => {
       const id = await tx.createTask(body);
       const { payload: _payload, ...input } = body;
@@ -728,6 +764,37 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   app.get('/api/schedules', async (request) => {
     const q = parse(z.object({ runs: intString('runs', 1, 20).optional() }).strict(), request.query, 'query');
     return { schedules: await store.schedules(q.runs) };
+  });
+
+  // Create or update a schedule (schedules.upsert_schedule): the cron is read on the wall
+  // clock of time_zone (an IANA name, default UTC). A bad definition (an unknown zone, a
+  // malformed cron) is 400 and writes nothing; a worker-only task type is 403.
+  app.put('/api/schedules/:name', async (request) => {
+    const { name } = parse(z.object({ name: scheduleName }), request.params, 'path');
+    const body = parse(
+      z
+        .object({
+          cron: z.string('cron must be a string'),
+          task_type: taskType,
+          payload: z.record(z.string(), z.unknown(), { error: 'payload must be a JSON object' }).optional(),
+          priority: z.number().int('priority must be an integer').min(-1000).max(1000).optional(),
+          missed_run_policy: z.string().optional(),
+          time_zone: z.string('time_zone must be a string').optional(),
+        })
+        .strict(),
+      request.body,
+      'body',
+    );
+    const answer = await change(request, 'upsert_schedule', async (tx) => {
+      const problem = await tx.upsertSchedule({ name, ...body, payload: body.payload ?? {} });
+      // A refused definition changed nothing, so no fact (the transaction rolls back).
+      if (problem) throw new BadRequest(problem);
+      const { payload: _payload, ...input } = body;
+      const schedule = (await tx.schedules(1)).find((s) => s.name === name);
+      return { answer: { schedule }, scheduleName: name, taskType: body.task_type, input };
+    });
+    request.log.info({ event: 'schedule_upserted', name, time_zone: body.time_zone ?? 'UTC' }, 'schedule upserted');
+    return answer;
   });
 
   for (const [action, enabled] of [
