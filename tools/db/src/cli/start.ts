@@ -9,6 +9,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
+import { registerAppTasks } from '../app-tasks.js';
 import { enableLocalSchedules } from '../local-schedules.js';
 import { repoRoot } from '../paths.js';
 import type { DatabaseUrls } from '../server.js';
@@ -68,6 +69,14 @@ async function main(): Promise<number> {
     runner.send('stop');
     await done;
   };
+  // The app's task types (TASKS_DIR, default ./tasks), registered as the owner.
+  let taskLines: string[];
+  try {
+    taskLines = await registerAppTasks(urls.owner);
+  } catch (error) {
+    await stopDatabase();
+    throw error;
+  }
   const schedules = await enableLocalSchedules(urls.api);
   const apiToken = process.env.API_TOKEN ?? randomBytes(24).toString('hex');
   const apiPort = process.env.API_PORT ?? '3000';
@@ -115,6 +124,7 @@ async function main(): Promise<number> {
       process.env.MENU_PLATFORM_URL
         ? `menu platform: ${process.env.MENU_PLATFORM_URL}`
         : 'menu platform: local mode, a fake one inside the worker (set MENU_PLATFORM_URL for a real one)',
+      ...taskLines,
       'Starting the worker; Ctrl-C stops everything.',
       '',
     ].join('\n'),
