@@ -69,7 +69,9 @@ async function main(argv: string[]): Promise<number> {
     );
     const files = new Map(tasks.map((t) => [t.definition.name, t.file]));
     for (const { taskType, created } of registered) {
-      process.stdout.write(`task type ${taskType} (${files.get(taskType)}): ${created ? 'registered' : 'already registered'}\n`);
+      process.stdout.write(
+        `task type ${taskType} (${files.get(taskType)}): ${created ? 'registered' : 'already registered'}\n`,
+      );
     }
     return 0;
   } catch (error) {
@@ -85,7 +87,9 @@ async function main(argv: string[]): Promise<number> {
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (error: unknown) => {
-    process.stderr.write(`queue-tasks crashed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    process.stderr.write(
+      `queue-tasks crashed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+    );
     process.exit(1);
   },
 );

@@ -75,8 +75,9 @@ export interface TaskDefinitionInput<Name extends string, Schema extends z.ZodTy
 }
 
 /** A definition, as defineTask returns it. */
-export interface TaskDefinition<Name extends string = string, Schema extends z.ZodType = z.ZodType>
-  extends Readonly<TaskDefinitionInput<Name, Schema>> {
+export interface TaskDefinition<Name extends string = string, Schema extends z.ZodType = z.ZodType> extends Readonly<
+  TaskDefinitionInput<Name, Schema>
+> {
   readonly [TASK_DEFINITION]: true;
 }
 
@@ -106,14 +107,19 @@ export function defineTask<const Name extends string, Schema extends z.ZodType>(
   if (input.description !== undefined && (typeof input.description !== 'string' || input.description.length > 1000)) {
     problems.push('description must be a string of at most 1000 characters');
   }
-  if (input.maxAttempts !== undefined && !(Number.isInteger(input.maxAttempts) && input.maxAttempts >= 1 && input.maxAttempts <= 100)) {
+  if (
+    input.maxAttempts !== undefined &&
+    !(Number.isInteger(input.maxAttempts) && input.maxAttempts >= 1 && input.maxAttempts <= 100)
+  ) {
     problems.push(`maxAttempts must be a whole number from 1 to 100, got ${String(input.maxAttempts)}`);
   }
   if (
     input.timeoutMs !== undefined &&
     !(Number.isInteger(input.timeoutMs) && input.timeoutMs >= 1 && input.timeoutMs <= 2_147_483_647)
   ) {
-    problems.push(`timeoutMs must be a whole number of milliseconds from 1 to 2147483647, got ${String(input.timeoutMs)}`);
+    problems.push(
+      `timeoutMs must be a whole number of milliseconds from 1 to 2147483647, got ${String(input.timeoutMs)}`,
+    );
   }
   if (problems.length > 0) throw new TypeError(`invalid ${where}: ${problems.join('; ')}`);
   return Object.freeze({ ...input, [TASK_DEFINITION]: true as const });
@@ -222,7 +228,7 @@ export function typedEnqueue<const Defs extends readonly AnyTaskDefinition[]>(de
       ...rest,
       taskType: task.taskType,
       // As given: the worker parses it again (defaults and transforms apply there).
-      payload: task.payload as JsonObject,
+      payload: task.payload,
       maxAttempts: maxAttempts ?? definition.maxAttempts,
     });
   };

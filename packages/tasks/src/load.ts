@@ -81,7 +81,9 @@ export async function loadTasks(dir: string): Promise<LoadedTask[]> {
     for (const definition of definitions) {
       const other = byName.get(definition.name);
       if (other !== undefined) {
-        throw new TaskLoadError(`task ${JSON.stringify(definition.name)} is defined twice: in ${other} and in ${shown}`);
+        throw new TaskLoadError(
+          `task ${JSON.stringify(definition.name)} is defined twice: in ${other} and in ${shown}`,
+        );
       }
       byName.set(definition.name, shown);
       loaded.push({ definition, file: shown });

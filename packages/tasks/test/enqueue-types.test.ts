@@ -87,13 +87,16 @@ export const send = (app: Queryable) => enqueueTask(app, { taskType: 'fax', payl
     host.fileExists = (name) => sources.has(name) || fileExists(name);
     host.getSourceFile = (name, language, onError, create) => {
       const text = sources.get(name);
-      return text === undefined ? getSourceFile(name, language, onError, create) : ts.createSourceFile(name, text, language);
+      return text === undefined
+        ? getSourceFile(name, language, onError, create)
+        : ts.createSourceFile(name, text, language);
     };
     const program = ts.createProgram([...sources.keys()], options, host);
     const errors = new Map<string, string[]>([...sources.keys()].map((name) => [name.slice(here.length + 1), []]));
     for (const d of ts.getPreEmitDiagnostics(program)) {
       const name = d.file?.fileName;
-      if (name && sources.has(name)) errors.get(name.slice(here.length + 1))!.push(ts.flattenDiagnosticMessageText(d.messageText, '\n'));
+      if (name && sources.has(name))
+        errors.get(name.slice(here.length + 1))!.push(ts.flattenDiagnosticMessageText(d.messageText, '\n'));
     }
     return errors;
   }

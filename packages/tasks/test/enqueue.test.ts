@@ -44,7 +44,12 @@ it('enqueues a valid payload as the app, with the definition maxAttempts unless 
   expect(rows).toEqual([
     { task_id: first, task_type: 'fax', payload: { to: '+15550100', pages: 2 }, max_attempts: 4 },
     { task_id: second, task_type: 'fax', payload: { to: '+15550100', pages: 1 }, max_attempts: 2 },
-    { task_id: third, task_type: 'order', payload: { items: [{ sku: 'a', quantity: 1 }] }, max_attempts: expect.any(Number) },
+    {
+      task_id: third,
+      task_type: 'order',
+      payload: { items: [{ sku: 'a', quantity: 1 }] },
+      max_attempts: expect.any(Number),
+    },
   ]);
 });
 
@@ -62,7 +67,12 @@ it('joins the caller transaction like the queue client enqueue', async () => {
 it('refuses a payload the schema rejects before the database, naming each field, writing nothing', async () => {
   const before = await taskCount();
   const cases: [unknown, string, unknown, string][] = [
-    ['fax', 'pages', { to: '+15550100', pages: 'two' }, 'invalid fax payload: pages: Invalid input: expected number, received string'],
+    [
+      'fax',
+      'pages',
+      { to: '+15550100', pages: 'two' },
+      'invalid fax payload: pages: Invalid input: expected number, received string',
+    ],
     ['fax', 'to', { pages: 1 }, 'invalid fax payload: to: Invalid input: expected string, received undefined'],
     [
       'fax',
@@ -73,10 +83,20 @@ it('refuses a payload the schema rejects before the database, naming each field,
     [
       'order',
       'nested',
-      { items: [{ sku: 'a', quantity: 1 }, { sku: 7, quantity: 1 }] },
+      {
+        items: [
+          { sku: 'a', quantity: 1 },
+          { sku: 7, quantity: 1 },
+        ],
+      },
       'invalid order payload: items[1].sku: Invalid input: expected string, received number',
     ],
-    ['order', 'root', 'not an object', 'invalid order payload: (payload): Invalid input: expected object, received string'],
+    [
+      'order',
+      'root',
+      'not an object',
+      'invalid order payload: (payload): Invalid input: expected object, received string',
+    ],
   ];
   for (const [taskType, , payload, message] of cases) {
     const error = await enqueueTask(db.pool('app'), { taskType, payload } as never).catch((e: unknown) => e);
@@ -89,9 +109,10 @@ it('refuses a payload the schema rejects before the database, naming each field,
 
 it('refuses a task type it has no definition of, writing nothing', async () => {
   const before = await taskCount();
-  await expect(
-    enqueueTask(db.pool('app'), { taskType: 'telex', payload: {} } as never),
-  ).rejects.toMatchObject({ kind: 'invalid_input', message: 'no definition of task type "telex" among fax, order' });
+  await expect(enqueueTask(db.pool('app'), { taskType: 'telex', payload: {} } as never)).rejects.toMatchObject({
+    kind: 'invalid_input',
+    message: 'no definition of task type "telex" among fax, order',
+  });
   expect(await taskCount()).toBe(before);
 });
 

@@ -24,9 +24,9 @@ function steps(): { text: string; code: string; lang: string }[] {
   const section = readme.slice(start, end);
   const found = [...section.matchAll(/^(\d+)\. (.*)\n\n {3}```(\w+)\n([\s\S]*?)\n {3}```$/gm)];
   return found.map((m) => ({
-    text: m[2]!,
-    lang: m[3]!,
-    code: m[4]!
+    text: m[2],
+    lang: m[3],
+    code: m[4]
       .split('\n')
       .map((line) => line.replace(/^ {3}/, ''))
       .join('\n'),
@@ -36,7 +36,7 @@ function steps(): { text: string; code: string; lang: string }[] {
 /** Splits a shell command line into words (single and double quotes; no expansions). */
 function shellWords(line: string): string[] {
   const words: string[] = [];
-  for (const m of line.matchAll(/'([^']*)'|"([^"]*)"|(\S+)/g)) words.push(m[1] ?? m[2] ?? m[3]!);
+  for (const m of line.matchAll(/'([^']*)'|"([^"]*)"|(\S+)/g)) words.push(m[1] ?? m[2] ?? m[3]);
   return words;
 }
 
@@ -70,8 +70,8 @@ function start(script: string, env: NodeJS.ProcessEnv, onOutput?: (text: string)
     env: { PATH: process.env.PATH ?? '', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  child.stdout!.on('data', (d: Buffer) => onOutput?.(d.toString()));
-  child.stderr!.on('data', (d: Buffer) => onOutput?.(d.toString()));
+  child.stdout.on('data', (d: Buffer) => onOutput?.(d.toString()));
+  child.stderr.on('data', (d: Buffer) => onOutput?.(d.toString()));
   children.push(child);
   return child;
 }
@@ -96,19 +96,21 @@ it('takes four steps and one hand-written file, and the task runs', async () => 
   expect(steps()).toHaveLength(4);
 
   // 1. Install: this checkout, built.
-  expect(install!.code).toMatch(/^git clone .* && cd pg-task-queue && npm ci$/);
+  expect(install.code).toMatch(/^git clone .* && cd pg-task-queue && npm ci$/);
 
   // 2. The one file.
-  const file = /^Write `([^`]+)`:$/.exec(write!.text)?.[1];
+  const file = /^Write `([^`]+)`:$/.exec(write.text)?.[1];
   expect(file).toBe('tasks/fax.ts');
-  expect(write!.lang).toBe('ts');
-  app.write(file!, `${write!.code}\n`);
+  expect(write.lang).toBe('ts');
+  app.write(file!, `${write.code}\n`);
 
   // 3. `API_TOKEN=... npm start`: its environment, then what npm start runs on its database.
-  const words = shellWords(run!.code);
+  const words = shellWords(run.code);
   const assignments = words.filter((w) => /^[A-Z_]+=/.test(w));
   expect(words.slice(assignments.length)).toEqual(['npm', 'start']);
-  const startEnv = Object.fromEntries(assignments.map((a) => [a.slice(0, a.indexOf('=')), a.slice(a.indexOf('=') + 1)]));
+  const startEnv = Object.fromEntries(
+    assignments.map((a) => [a.slice(0, a.indexOf('=')), a.slice(a.indexOf('=') + 1)]),
+  );
   const registered = await registerAppTasks(db.url('owner'), {
     cwd: app.dir,
     env: { PATH: process.env.PATH ?? '', ...startEnv },
@@ -120,24 +122,33 @@ it('takes four steps and one hand-written file, and the task runs', async () => 
     (text) => (workerOutput += text),
   );
   const port = await freePort();
-  const web = start('packages/web/dist/cli.js', {
-    ...startEnv,
-    DATABASE_URL: db.url('api'),
-    API_PORT: String(port),
-    API_HOST: '127.0.0.1',
-    LOG_LEVEL: 'warn',
-  }, (text) => (webOutput += text));
+  const web = start(
+    'packages/web/dist/cli.js',
+    {
+      ...startEnv,
+      DATABASE_URL: db.url('api'),
+      API_PORT: String(port),
+      API_HOST: '127.0.0.1',
+      LOG_LEVEL: 'warn',
+    },
+    (text) => (webOutput += text),
+  );
 
   // 4. The README's curl request, sent to this test's web server.
-  const curl = shellWords(enqueue!.code);
+  const curl = shellWords(enqueue.code);
   expect(curl[0]).toBe('curl');
-  const request = { method: 'GET', url: '', headers: {} as Record<string, string>, body: undefined as string | undefined };
+  const request = {
+    method: 'GET',
+    url: '',
+    headers: {} as Record<string, string>,
+    body: undefined as string | undefined,
+  };
   for (let i = 1; i < curl.length; i++) {
-    const word = curl[i]!;
+    const word = curl[i];
     if (word === '-sS') continue;
     else if (word === '-X') request.method = curl[++i]!;
     else if (word === '-H') {
-      const header = curl[++i]!;
+      const header = curl[++i];
       request.headers[header.slice(0, header.indexOf(':')).trim()] = header.slice(header.indexOf(':') + 1).trim();
     } else if (word === '-d') request.body = curl[++i]!;
     else if (/^https?:\/\//.test(word)) request.url = word;

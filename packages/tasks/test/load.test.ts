@@ -43,7 +43,7 @@ it('loads TypeScript task files with their own imports, skipping helpers, declar
   );
   const tasks = await loadTasks(resolveTasksDir('tasks', a.dir)!);
   expect(tasks.map((t) => t.definition.name)).toEqual(['fax', 'ping', 'pong']);
-  const fax = tasks[0]!.definition;
+  const fax = tasks[0].definition;
   expect(fax.payload.safeParse({ to: 1 }).success).toBe(false);
   await expect(
     fax.run(
@@ -80,7 +80,9 @@ it('names both files defining one task type', async () => {
   const a = app();
   a.write('tasks/a.ts', FAX.replace("import { greeting } from './_shared.js';", 'const greeting = (s: string) => s;'));
   a.write('tasks/b.ts', FAX.replace("import { greeting } from './_shared.js';", 'const greeting = (s: string) => s;'));
-  await expect(loadTasks(`${a.dir}/tasks`)).rejects.toThrow(/task "fax" is defined twice: in .*tasks\/a\.ts and in .*tasks\/b\.ts/);
+  await expect(loadTasks(`${a.dir}/tasks`)).rejects.toThrow(
+    /task "fax" is defined twice: in .*tasks\/a\.ts and in .*tasks\/b\.ts/,
+  );
 });
 
 it('names the file whose definition is invalid, and what is wrong with it', async () => {
@@ -97,9 +99,7 @@ it('names the file whose definition is invalid, and what is wrong with it', asyn
 });
 
 it('defineTask checks each field', () => {
-  expect(() =>
-    defineTask({ name: 'fax', payload: {} as never, run: undefined as never, timeoutMs: 1.5 }),
-  ).toThrow(
+  expect(() => defineTask({ name: 'fax', payload: {} as never, run: undefined as never, timeoutMs: 1.5 })).toThrow(
     'invalid task "fax": payload must be a zod schema, such as z.object({ ... }); run must be a function (payload, ctx) => ...; timeoutMs must be a whole number of milliseconds from 1 to 2147483647, got 1.5',
   );
 });

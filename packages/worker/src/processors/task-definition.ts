@@ -81,7 +81,9 @@ export function registerTaskDefinitions(
 ): ProcessorRegistry {
   for (const definition of definitions) {
     if (registry.get(definition.name)) {
-      throw new Error(`task ${definition.name}: a built-in processor already handles this task type; choose another name`);
+      throw new Error(
+        `task ${definition.name}: a built-in processor already handles this task type; choose another name`,
+      );
     }
     registry.register(definition.name, taskDefinitionProcessor(definition));
   }
