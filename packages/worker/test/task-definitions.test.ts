@@ -2,11 +2,16 @@
 // validated with the definition's schema before run (a failure names the field and is
 // never retried), run's result is kept, a throw is retried while attempts remain, and
 // timeoutMs fails a run that takes too long and aborts its signal.
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
 import { z } from 'zod';
+import { dataRoot } from '@org/db-tools';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { defineTask, registerTasks, typedEnqueue } from '@org/tasks';
 import { createLogger, ProcessorRegistry, registerTaskDefinitions, Worker } from '../src/index.js';
+import { startChild } from './support/child.js';
 import { eventually, factsOf } from './support/fixtures.js';
 
 let db: TestDatabase;
@@ -144,4 +149,27 @@ it('refuses a definition named like a built-in task type', () => {
   expect(() => registerTaskDefinitions(registry, [email])).toThrow(
     'task email: a built-in processor already handles this task type; choose another name',
   );
+});
+
+it('queue-worker stops with exit code 2 and names the file when the task folder cannot be loaded', async () => {
+  const cli = fileURLToPath(new URL('../dist/cli.js', import.meta.url));
+  // Inside the checkout, so that the task files resolve zod and @org/tasks as an app's would.
+  mkdirSync(dataRoot(), { recursive: true });
+  const app = mkdtempSync(join(dataRoot(), 'worker-tasks-'));
+  try {
+    mkdirSync(join(app, 'tasks'));
+    writeFileSync(join(app, 'tasks', 'fax.ts'), 'export const notATask: number = 1;\n');
+    const cases: [Record<string, string>, RegExp][] = [
+      [{ TASKS_DIR: join(app, 'tasks') }, /tasks\/fax\.ts exports no task definition/],
+      [{ TASKS_DIR: join(app, 'missing') }, /TASKS_DIR: .*\/missing is not a folder/],
+    ];
+    for (const [env, message] of cases) {
+      const child = startChild({ DATABASE_URL: db.url('worker'), ...env }, cli);
+      const exit = await child.exited;
+      expect(child.output()).toMatch(message);
+      expect(exit.code).toBe(2);
+    }
+  } finally {
+    rmSync(app, { recursive: true, force: true });
+  }
 });
