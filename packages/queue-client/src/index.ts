@@ -44,3 +44,4 @@ export {
 } from './tasks.js';
 export { listTaskResults, recordTaskResult, type TaskResult } from './results.js';
 export { recordWorkerHeartbeat, recordWorkerStopped, revokeWorkerLeases } from './workers.js';
+export { registerTaskTypes, type TaskTypeRegistration } from './task-types.js';

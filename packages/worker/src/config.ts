@@ -49,6 +49,8 @@ export interface WorkerConfig {
   processes?: number;
   /** With `processes`: started processes kept waiting to replace a dead one at once (default 1). */
   spares?: number;
+  /** The app's task folder (defineTask files; @org/tasks/load); unset: ./tasks when it exists. */
+  tasksDir?: string;
 }
 
 const TASK_TYPE = /^[a-z][a-z0-9_]{0,62}$/;
@@ -160,6 +162,13 @@ export const WORKER_CONFIG = defineConfig({
       defaultText: '1',
       help: 'with PROCESSES: processes started ahead, waiting to take over from a dead one at once',
       schema: wholeNumber(0, 8),
+    },
+    tasksDir: {
+      env: 'TASKS_DIR',
+      flag: 'tasks-dir',
+      defaultText: './tasks when it exists',
+      help: 'the folder of task definitions (defineTask files, TypeScript or JavaScript) to load and run',
+      schema: z.string().trim().min(1, 'must not be empty'),
     },
   },
   refine(config, report) {

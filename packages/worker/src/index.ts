@@ -12,6 +12,7 @@ export {
 export { ProcessorRegistry, type Processor, type TaskContext, type TaskOutcome, type TaskReport } from './processor.js';
 export { dbFunctionProcessor, dbFunctionStep } from './processors/db-function.js';
 export { handlerTaskProcessor } from './processors/handler-task.js';
+export { registerTaskDefinitions, taskDefinitionProcessor } from './processors/task-definition.js';
 export { HandlerInvoker } from './handler-invoker.js';
 export {
   LeaseLostError,

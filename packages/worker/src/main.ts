@@ -20,7 +20,7 @@ import { Worker } from './worker.js';
 
 export interface WorkerMainOptions {
   /** The processors; called once per worker process, after the configuration is read. */
-  registry(logger: Logger): ProcessorRegistry;
+  registry(logger: Logger, config: WorkerConfig): ProcessorRegistry | Promise<ProcessorRegistry>;
   argv?: string[];
   env?: NodeJS.ProcessEnv;
 }
@@ -80,9 +80,13 @@ function stopRequested(logger: Logger, onAgain?: (reason: string) => void): Prom
 }
 
 /** The processors, or null after writing why they cannot serve this configuration. */
-function buildRegistry(config: WorkerConfig, logger: Logger, options: WorkerMainOptions): ProcessorRegistry | null {
+async function buildRegistry(
+  config: WorkerConfig,
+  logger: Logger,
+  options: WorkerMainOptions,
+): Promise<ProcessorRegistry | null> {
   try {
-    const registry = options.registry(logger);
+    const registry = await options.registry(logger, config);
     registry.claimable(config.roles);
     return registry;
   } catch (error) {
@@ -126,7 +130,7 @@ async function work(
 }
 
 async function runSingle(config: WorkerConfig, logger: Logger, options: WorkerMainOptions): Promise<number> {
-  const registry = buildRegistry(config, logger, options);
+  const registry = await buildRegistry(config, logger, options);
   if (!registry) return 2;
   // Signal handlers first: a SIGTERM during start-up still means a graceful stop.
   const stop = stopRequested(logger);
@@ -137,7 +141,7 @@ async function runSingle(config: WorkerConfig, logger: Logger, options: WorkerMa
 
 async function runPoolMember(config: WorkerConfig, logger: Logger, options: WorkerMainOptions): Promise<number> {
   const stop = stopRequested(logger);
-  const registry = buildRegistry(config, logger, options);
+  const registry = await buildRegistry(config, logger, options);
   if (!registry) return 2;
   const activated = new Promise<PoolMessage>((resolve) =>
     process.on('message', (message: PoolMessage) => message?.type === 'activate' && resolve(message)),
