@@ -18,6 +18,9 @@
 import pg from 'pg';
 import type { WorkerStatus } from './worker.js';
 
+/** How long the readiness check's database connection and query may take, by default. */
+export const HEALTH_CHECK_TIMEOUT_MS = 2000;
+
 export interface HealthSource {
   status(): WorkerStatus;
 }
@@ -25,7 +28,7 @@ export interface HealthSource {
 export interface WorkerHealthOptions {
   /** The database the worker claims from. */
   databaseUrl: string;
-  /** The database check fails after this long (connect and query); default 2000 ms. */
+  /** The database check fails after this long (connect and query); default HEALTH_CHECK_TIMEOUT_MS. */
   timeoutMs?: number;
   /** A claim loop that began no turn for this long is stuck; default max(3 × poll interval, 60 s). */
   stallMs?: number;
@@ -102,7 +105,7 @@ export class WorkerHealth {
     const now = performance.now();
     const cacheMs = this.#options.cacheMs ?? 1000;
     if (this.#database && now - this.#database.at < cacheMs) return this.#database.result;
-    const result = pingDatabase(this.#options.databaseUrl, this.#options.timeoutMs ?? 2000);
+    const result = pingDatabase(this.#options.databaseUrl, this.#options.timeoutMs ?? HEALTH_CHECK_TIMEOUT_MS);
     this.#database = { at: now, result };
     // The next caller after the check ends starts from its end, not its start.
     void result.then(() => {

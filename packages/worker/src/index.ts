@@ -33,6 +33,7 @@ export {
   type WorkerStatus,
 } from './worker.js';
 export {
+  HEALTH_CHECK_TIMEOUT_MS,
   WorkerHealth,
   type HealthCheck,
   type HealthReport,
