@@ -82,8 +82,9 @@ const PROD_ONLY = /\bnpm (ci|install|prune)\b[^&;]*--omit=dev/;
 /** A stage's node_modules holds production dependencies only: pruned after any full install, here or in its base. */
 function productionOnly(stage: Stage): boolean {
   const runs = stage.steps.filter((s) => s.op === 'RUN').map((s) => s.args);
-  const lastDev = runs.findLastIndex((r) => DEV_INSTALL.test(r));
-  const lastProd = runs.findLastIndex((r) => PROD_ONLY.test(r));
+  const last = (re: RegExp) => runs.reduce((found, r, i) => (re.test(r) ? i : found), -1);
+  const lastDev = last(DEV_INSTALL);
+  const lastProd = last(PROD_ONLY);
   if (lastProd >= 0) return lastProd >= lastDev && !DEV_INSTALL.test(runs[lastProd].split(PROD_ONLY)[2] ?? '');
   if (lastDev >= 0) return false;
   const base = stageNamed(stage.from);
@@ -369,7 +370,7 @@ describe('Kubernetes manifests', () => {
       const env = (n: string): string | undefined => c.env.find((e: EnvVar) => e.name === n)?.value;
       // The health port: METRICS_PORT set (the worker serves none by default), a named
       // container port equal to it, Prometheus told where to scrape.
-      expect(defaults.metricsPort.default, 'METRICS_PORT is off by default').toBeUndefined();
+      expect('default' in defaults.metricsPort, 'METRICS_PORT is off by default').toBe(false);
       const metricsPort = Number(env('METRICS_PORT'));
       expect(metricsPort, `${name} METRICS_PORT`).toBeGreaterThan(0);
       const port = c.ports?.find((p: { name?: string }) => p.name === 'metrics');
