@@ -210,7 +210,9 @@ describe('Dockerfile', () => {
       .flatMap((r) => [...r.matchAll(/\b((?:packages|tools)\/[\w-]+)(?=\s|$)/g)].map((m) => m[1]))
       .filter((dir) => workspaceDirs.includes(dir));
     expect(removed.length).toBeGreaterThan(0);
-    const needed = new Set(['packages/worker', 'packages/web', 'tools/db'].flatMap((d) => [...runtimeWorkspaces(d)]));
+    const needed = new Set(
+      ['packages/worker', 'packages/web', 'packages/cli', 'tools/db'].flatMap((d) => [...runtimeWorkspaces(d)]),
+    );
     for (const dir of removed) expect(needed.has(dir), `${dir} is removed but needed at run time`).toBe(false);
   });
 
