@@ -6,6 +6,7 @@
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '@org/db-tools';
+import { WorkerHealth, type WorkerStatus } from '@org/worker';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { enqueue, eventually, installFixtures } from './support/fixtures.js';
 import { startChild, type Child } from './support/child.js';
@@ -144,5 +145,56 @@ describe('worker health port', () => {
     } finally {
       await proxy.close();
     }
+  });
+});
+
+describe('WorkerHealth', () => {
+  const running: WorkerStatus = {
+    state: 'running',
+    loopRunning: true,
+    msSinceLoopTurn: 5,
+    claimFailures: 0,
+    running: 0,
+    waiting: 0,
+    pollIntervalMs: 1000,
+  };
+  const health = (status: Partial<WorkerStatus>, databaseUrl = db.url('worker')) =>
+    new WorkerHealth({ status: () => ({ ...running, ...status }) }, { databaseUrl });
+  const failing = async (status: Partial<WorkerStatus>, databaseUrl?: string) =>
+    Object.entries((await health(status, databaseUrl).ready()).checks)
+      .filter(([, c]) => !c.ok)
+      .map(([name]) => name);
+
+  it('is ready only when running, turning, claiming and reaching its database', async () => {
+    expect(await health({}).ready()).toMatchObject({ status: 'ok', state: 'running' });
+    expect(await failing({ claimFailures: 2 })).toEqual(['claims']);
+    // A loop with no turn for max(3 × poll interval, 60 s) is stuck.
+    expect(await failing({ msSinceLoopTurn: 59_000 })).toEqual([]);
+    expect(await failing({ msSinceLoopTurn: 61_000 })).toEqual(['claim_loop']);
+    expect(await failing({ msSinceLoopTurn: 61_000, pollIntervalMs: 30_000 })).toEqual([]);
+    expect(await failing({ loopRunning: false })).toEqual(['claim_loop']);
+    const closed = `postgres://nobody:x@127.0.0.1:${await freePort()}/none`;
+    expect(await failing({}, closed)).toEqual(['database']);
+    // Starting or stopping: not ready, and no connection is opened to find out.
+    expect(await failing({ state: 'starting', loopRunning: false, msSinceLoopTurn: null }, closed)).toEqual([
+      'state',
+      'claim_loop',
+      'database',
+    ]);
+    expect((await health({ state: 'stopping' }).ready()).checks.database).toEqual({
+      ok: false,
+      detail: 'not checked: not running',
+    });
+  });
+
+  it('is alive while it runs, starts and stops, not when its claim loop ended on its own', () => {
+    for (const state of ['created', 'starting', 'running', 'stopping'] as const)
+      expect(health({ state, loopRunning: state !== 'created' && state !== 'starting' }).live().status, state).toBe(
+        'ok',
+      );
+    expect(health({ state: 'stopping', loopRunning: false }).live().status).toBe('ok');
+    const ended = health({ loopRunning: false }).live();
+    expect(ended.status).toBe('unavailable');
+    expect(ended.checks.claim_loop).toEqual({ ok: false, detail: 'the claim loop ended without a stop' });
   });
 });
