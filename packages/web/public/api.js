@@ -2,7 +2,9 @@
 // from its schemas) as a list of operations by tag, each with its parameters, request body
 // and answers. Everything is local: no CDN, no script but this one. Text goes in with
 // textContent only.
+// The dashboard's credential of this tab (app.js): a token, with a user name or without.
 const TOKEN_KEY = 'queue-api-token';
+const USER_KEY = 'queue-api-user';
 const main = document.getElementById('reference');
 
 /** An element with text and children. */
@@ -91,10 +93,21 @@ function render(doc) {
   if (location.hash) document.getElementById(location.hash.slice(1))?.setAttribute('open', '');
 }
 
-async function load() {
+/** The Authorization header of the dashboard's credential (Basic with a name, else Bearer), if any. */
+function authorization() {
   const token = sessionStorage.getItem(TOKEN_KEY);
+  if (!token) return {};
+  const name = sessionStorage.getItem(USER_KEY);
+  if (!name) return { authorization: `Bearer ${token}` };
+  const bytes = new TextEncoder().encode(`${name}:${token}`);
+  return { authorization: `Basic ${btoa(String.fromCharCode(...bytes))}` };
+}
+
+async function load() {
   try {
-    const response = await fetch('/api/openapi.json', token ? { headers: { authorization: `Bearer ${token}` } } : {});
+    const response = await fetch('/api/openapi.json', { headers: authorization() });
+    if (response.status === 401)
+      throw new Error('The API needs a credential: log in on the dashboard first, then come back.');
     if (!response.ok) throw new Error(`GET /api/openapi.json answered ${response.status}`);
     render(await response.json());
   } catch (error) {

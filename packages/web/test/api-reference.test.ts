@@ -13,6 +13,7 @@ import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { createApi } from '../src/index.js';
 
 const CHROMIUM = '/usr/bin/chromium';
+const TOKEN = 'reference-token-0123456789';
 
 let db: TestDatabase;
 let app: FastifyInstance;
@@ -25,7 +26,7 @@ const external: string[] = [];
 beforeAll(async () => {
   expect(existsSync(CHROMIUM), `${CHROMIUM} is missing: install it with apt-get install -y chromium`).toBe(true);
   db = await createTestDatabase();
-  app = createApi({ databaseUrl: db.url('api'), apiToken: 'reference-token-0123456789', logLevel: 'silent' });
+  app = createApi({ databaseUrl: db.url('api'), apiToken: TOKEN, logLevel: 'silent' });
   base = await app.listen({ host: '127.0.0.1', port: 0 });
   userDataDir = mkdtempSync(join(tmpdir(), 'queue-api-reference-'));
   context = await chromium.launchPersistentContext(userDataDir, {
@@ -58,7 +59,9 @@ it('is linked from the dashboard and lists every operation of the document, offl
   await page.waitForURL(`${base}/api.html`);
   await page.locator('main h1', { hasText: 'pg-task-queue operations API' }).waitFor();
 
-  const doc = (await (await fetch(`${base}/api/openapi.json`)).json()) as {
+  const doc = (await (
+    await fetch(`${base}/api/openapi.json`, { headers: { authorization: `Bearer ${TOKEN}` } })
+  ).json()) as {
     paths: Record<string, Record<string, { operationId: string }>>;
   };
   const expected = Object.entries(doc.paths).flatMap(([path, ops]) =>

@@ -23,7 +23,7 @@ beforeAll(async () => {
   db = await createTestDatabase();
   app = createApi({ databaseUrl: db.url('api'), apiToken: TOKEN, logLevel: 'silent' });
   await app.ready();
-  const res = await app.inject({ method: 'GET', url: '/api/openapi.json' });
+  const res = await app.inject({ method: 'GET', url: '/api/openapi.json', headers: auth });
   expect(res.statusCode).toBe(200);
   expect(res.headers['content-type']).toMatch(/^application\/json/);
   doc = res.json();
@@ -221,7 +221,7 @@ describe('the OpenAPI document', () => {
           const res = await app.inject({
             method: method.toUpperCase() as 'GET',
             url,
-            headers: method === 'post' ? auth : {},
+            headers: auth,
             ...(call.body === undefined ? {} : { payload: call.body as object }),
           });
           const documented = op.responses[String(res.statusCode)] as
