@@ -201,7 +201,11 @@ const depthQuery = z
   .strict();
 const schedulesQuery = z.object({ runs: intString('runs', 1, 20).optional() }).strict();
 
-/** Every request schema the routes parse with, for the OpenAPI document (openapi.ts). */
+/**
+ * Every request schema the routes parse with, for the OpenAPI document (openapi.ts). (The
+ * redrive, resume and schedule handlers spell taskIdParams, taskTypeParams, scheduleParams
+ * and emptyBody out inline: the same schemas.)
+ */
 const API_SCHEMAS = {
   listQuery,
   newTask,
@@ -505,7 +509,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   });
 
   app.post('/api/dead-letters/:id/redrive', async (request, reply) => {
-    const { id: taskId } = parse(taskIdParams, request.params, 'path');
+    const { id: taskId } = parse(z.object({ id: id('task id') }), request.params, 'path');
     const newTaskId = await store.redrive(taskId);
     request.log.info({ event: 'task_redriven', task_id: taskId, new_task_id: newTaskId }, 'dead letter redriven');
     return reply.code(201).send({ task_id: taskId, new_task_id: newTaskId });
@@ -533,8 +537,8 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   });
 
   app.post('/api/queues/:task_type/resume', async (request) => {
-    const { task_type } = parse(taskTypeParams, request.params, 'path');
-    parse(emptyBody, request.body ?? undefined, 'body');
+    const { task_type } = parse(z.object({ task_type: taskType }), request.params, 'path');
+    parse(z.object({}).strict().optional(), request.body ?? undefined, 'body');
     const resumed = await store.resume(task_type);
     request.log.info({ event: 'task_type_resumed', task_type, was_paused: resumed }, 'claiming resumed');
     return { task_type, paused: false, was_paused: resumed };
@@ -564,8 +568,8 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
     ['disable', false],
   ] as const) {
     app.post(`/api/schedules/:name/${action}`, async (request, reply) => {
-      const { name } = parse(scheduleParams, request.params, 'path');
-      parse(emptyBody, request.body ?? undefined, 'body');
+      const { name } = parse(z.object({ name: scheduleName }), request.params, 'path');
+      parse(z.object({}).strict().optional(), request.body ?? undefined, 'body');
       const problem = await store.setScheduleEnabled(name, enabled);
       if (problem) return reply.code(404).send({ error: 'not_found', message: problem });
       request.log.info({ event: enabled ? 'schedule_enabled' : 'schedule_disabled', name }, `schedule ${action}d`);
