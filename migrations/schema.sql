@@ -258,6 +258,48 @@ create table accounts.anonymization_failure_injection (
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 CREATE UNIQUE INDEX anonymization_failure_injection_pkey ON accounts.anonymization_failure_injection USING btree (account_id);
 
+create table admin.api_change (
+  api_change_id bigint generated always as identity not null,
+  changed_at timestamp with time zone default now() not null,
+  user_name text not null,
+  user_level text not null,
+  request_id text not null,
+  method text not null,
+  route text not null,
+  action text not null,
+  task_ids bigint[] default '{}'::bigint[] not null,
+  task_type text,
+  schedule_name text,
+  worker_id text,
+  input jsonb default '{}'::jsonb not null,
+  answer jsonb not null,
+  constraint api_change_action_check CHECK ((action ~ '^[a-z][a-z0-9_]{0,62}$'::text)),
+  constraint api_change_action_not_null NOT NULL action,
+  constraint api_change_answer_not_null NOT NULL answer,
+  constraint api_change_api_change_id_not_null NOT NULL api_change_id,
+  constraint api_change_changed_at_not_null NOT NULL changed_at,
+  constraint api_change_input_check CHECK ((jsonb_typeof(input) = 'object'::text)),
+  constraint api_change_input_not_null NOT NULL input,
+  constraint api_change_method_check CHECK ((method = ANY (ARRAY['POST'::text, 'PUT'::text, 'PATCH'::text, 'DELETE'::text]))),
+  constraint api_change_method_not_null NOT NULL method,
+  constraint api_change_pkey PRIMARY KEY (api_change_id),
+  constraint api_change_request_id_check CHECK (((length(request_id) >= 1) AND (length(request_id) <= 200))),
+  constraint api_change_request_id_not_null NOT NULL request_id,
+  constraint api_change_route_check CHECK (((length(route) >= 1) AND (length(route) <= 200))),
+  constraint api_change_route_not_null NOT NULL route,
+  constraint api_change_task_ids_not_null NOT NULL task_ids,
+  constraint api_change_user_level_check CHECK ((user_level = ANY (ARRAY['read'::text, 'operator'::text]))),
+  constraint api_change_user_level_not_null NOT NULL user_level,
+  constraint api_change_user_name_check CHECK (((length(user_name) >= 1) AND (length(user_name) <= 100))),
+  constraint api_change_user_name_not_null NOT NULL user_name
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table admin.api_change is 'Facts: one row per change made through the operations API (admin.record_api_change), in the change''s own transaction. Read with admin.list_api_changes.';
+CREATE UNIQUE INDEX api_change_pkey ON admin.api_change USING btree (api_change_id);
+CREATE INDEX api_change_task_ids ON admin.api_change USING gin (task_ids);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON admin.api_change FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
 create table comms.email_message (
   message_id bigint not null,
   from_address text not null,
@@ -2724,6 +2766,10 @@ create sequence accounts.account_deletion_task_account_deletion_task_id_seq as b
   identity of accounts.account_deletion_task.account_deletion_task_id
   owner :DATABASE_OWNER
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence admin.api_change_api_change_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of admin.api_change.api_change_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence comms.message_message_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
   identity of comms.message.message_id
   owner :DATABASE_OWNER
@@ -3707,6 +3753,44 @@ $function$;
   -- admin.history_status_at(_now timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION admin.list_api_changes(_task_id bigint, _limit integer, _before_id bigint)
+ RETURNS TABLE(api_change_id bigint, changed_at timestamp with time zone, user_name text, user_level text, request_id text, method text, route text, action text, task_ids bigint[], task_type text, schedule_name text, worker_id text, input jsonb, answer jsonb)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _n integer := coalesce(_limit, 50);
+begin
+  if _n < 1 or _n > 500 then
+    raise exception 'limit must be between 1 and 500, got %', _n using errcode = '22023';
+  end if;
+  if _task_id is null then
+    -- Newest first by the primary key, stopping after _n rows.
+    return query
+      select c.api_change_id, c.changed_at, c.user_name, c.user_level, c.request_id, c.method, c.route,
+             c.action, c.task_ids, c.task_type, c.schedule_name, c.worker_id, c.input, c.answer
+        from admin.api_change c
+       where c.api_change_id < coalesce(_before_id, 9223372036854775807)
+       order by c.api_change_id desc
+       limit _n;
+  else
+    -- The GIN index on task_ids finds the changes that named the task.
+    return query
+      select c.api_change_id, c.changed_at, c.user_name, c.user_level, c.request_id, c.method, c.route,
+             c.action, c.task_ids, c.task_type, c.schedule_name, c.worker_id, c.input, c.answer
+        from admin.api_change c
+       where c.task_ids @> array[_task_id]
+         and c.api_change_id < coalesce(_before_id, 9223372036854775807)
+       order by c.api_change_id desc
+       limit _n;
+  end if;
+end;
+$function$;
+  -- admin.list_api_changes(_task_id bigint, _limit integer, _before_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION admin.list_dead_letters(_task_type text DEFAULT NULL::text, _limit integer DEFAULT NULL::integer, _before_task_id bigint DEFAULT NULL::bigint)
  RETURNS TABLE(task_id bigint, task_type text, payload jsonb, outcome text, completed_at timestamp with time zone, last_error text, attempts integer)
  LANGUAGE plpgsql
@@ -4565,6 +4649,74 @@ begin
 end;
 $function$;
   -- admin.queue_depth_at(_now timestamp with time zone, _window_seconds integer, _bucket_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.record_api_change(_user_name text, _user_level text, _request_id text, _method text, _route text, _action text, _task_ids bigint[], _task_type text, _schedule_name text, _worker_id text, _input jsonb, _answer jsonb)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _id bigint;
+begin
+  if _user_name is null then
+    raise exception 'user_name must not be null' using errcode = '22004';
+  end if;
+  if length(_user_name) not between 1 and 100 then
+    raise exception 'user_name must be 1 to 100 characters' using errcode = '22023';
+  end if;
+  if _user_level is null then
+    raise exception 'user_level must not be null' using errcode = '22004';
+  end if;
+  if _user_level not in ('read', 'operator') then
+    raise exception 'user_level must be read or operator, got %', quote_literal(_user_level) using errcode = '22023';
+  end if;
+  if _request_id is null then
+    raise exception 'request_id must not be null' using errcode = '22004';
+  end if;
+  if length(_request_id) not between 1 and 200 then
+    raise exception 'request_id must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  if _method is null then
+    raise exception 'method must not be null' using errcode = '22004';
+  end if;
+  if _method not in ('POST', 'PUT', 'PATCH', 'DELETE') then
+    raise exception 'method must be POST, PUT, PATCH or DELETE, got %', quote_literal(_method) using errcode = '22023';
+  end if;
+  if _route is null then
+    raise exception 'route must not be null' using errcode = '22004';
+  end if;
+  if length(_route) not between 1 and 200 then
+    raise exception 'route must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  if _action is null then
+    raise exception 'action must not be null' using errcode = '22004';
+  end if;
+  if _action !~ '^[a-z][a-z0-9_]{0,62}$' then
+    raise exception 'action must be a lowercase name such as cancel_tasks, got %', quote_literal(_action) using errcode = '22023';
+  end if;
+  if _input is not null and jsonb_typeof(_input) <> 'object' then
+    raise exception 'input must be a JSON object, got %', jsonb_typeof(_input) using errcode = '22023';
+  end if;
+  if _answer is null then
+    raise exception 'answer must not be null' using errcode = '22004';
+  end if;
+  if _task_ids is not null and array_position(_task_ids, null) is not null then
+    raise exception 'task_ids must not contain NULL' using errcode = '22004';
+  end if;
+  insert into admin.api_change
+    (user_name, user_level, request_id, method, route, action, task_ids, task_type, schedule_name, worker_id, input, answer)
+  values
+    (_user_name, _user_level, _request_id, _method, _route, _action,
+     coalesce((select array_agg(distinct t order by t) from unnest(_task_ids) t), '{}'),
+     _task_type, _schedule_name, _worker_id, coalesce(_input, '{}'::jsonb), _answer)
+  returning api_change_id into _id;
+  return _id;
+end;
+$function$;
+  -- admin.record_api_change(_user_name text, _user_level text, _request_id text, _method text, _route text, _action text, _task_ids bigint[], _task_type text, _schedule_name text, _worker_id text, _input jsonb, _answer jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.recover_stale_leases(_dead_after_seconds integer DEFAULT NULL::integer)

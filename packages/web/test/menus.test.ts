@@ -169,7 +169,7 @@ describe("GET /api/tasks/capacity/product_resync and a task's results", () => {
       ]);
       await db.query(`select queues.complete_task($1, $2, 'succeeded')`, [t.task_id, t.task_lease_id]);
     }
-    const res = await app.inject({ method: 'GET', url: '/api/tasks/capacity/product_resync' });
+    const res = await app.inject({ method: 'GET', headers: auth, url: '/api/tasks/capacity/product_resync' });
     expect(res.statusCode, res.body).toBe(200);
     expect(res.json()).toMatchObject({
       task_type: 'product_resync',
@@ -179,7 +179,7 @@ describe("GET /api/tasks/capacity/product_resync and a task's results", () => {
       workers_needed: { for_1_hour: 2, for_4_hours: 1, for_8_hours: 1 },
     });
 
-    const task = await app.inject({ method: 'GET', url: `/api/tasks/${done[0].task_id}` });
+    const task = await app.inject({ method: 'GET', headers: auth, url: `/api/tasks/${done[0].task_id}` });
     expect(task.json().results).toEqual([
       {
         task_lease_id: Number(done[0].task_lease_id),
@@ -187,7 +187,11 @@ describe("GET /api/tasks/capacity/product_resync and a task's results", () => {
         recorded_at: expect.any(String),
       },
     ]);
-    const pending = await app.inject({ method: 'GET', url: `/api/tasks/${Number(done[0].task_id) + 11}` });
+    const pending = await app.inject({
+      method: 'GET',
+      headers: auth,
+      url: `/api/tasks/${Number(done[0].task_id) + 11}`,
+    });
     expect(pending.json().results).toEqual([]);
   });
 });
