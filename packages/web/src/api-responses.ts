@@ -242,4 +242,31 @@ export const responses = {
     ),
   }),
   ok: z.object({ ok: z.literal(true) }),
+  session: z.object({
+    user: z.string().nullable().describe('the user the credential names; null for an anonymous reader (open reads)'),
+    level: z.enum(['read', 'operator']).nullable(),
+    can_change: z.boolean(),
+    open_reads: z.boolean(),
+  }),
+  audit: z.object({
+    changes: z.array(
+      z.object({
+        api_change_id: id,
+        changed_at: timestamp,
+        user_name: z.string(),
+        user_level: z.string(),
+        request_id: z.string(),
+        method: z.string(),
+        route: z.string(),
+        action: z.string(),
+        task_ids: z.array(id),
+        task_type: z.string().nullable(),
+        schedule_name: z.string().nullable(),
+        worker_id: z.string().nullable(),
+        input: json,
+        answer: json,
+      }),
+    ),
+    next_before: id.nullable(),
+  }),
 } as const;

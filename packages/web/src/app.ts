@@ -268,6 +268,13 @@ const depthQuery = z
   })
   .strict();
 const schedulesQuery = z.object({ runs: intString('runs', 1, 20).optional() }).strict();
+const auditQuery = z
+  .object({
+    task_id: id('task_id').optional(),
+    limit: intString('limit', 1, 500).optional(),
+    before: id('before').optional(),
+  })
+  .strict();
 
 /**
  * Every request schema the routes parse with, for the OpenAPI document (openapi.ts). (The
@@ -298,6 +305,7 @@ const API_SCHEMAS = {
   processParams,
   processRootsQuery,
   processRootParams,
+  auditQuery,
 };
 export type ApiSchemas = typeof API_SCHEMAS;
 
@@ -787,7 +795,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   // The dashboard asks this first: 200 with the user (null: an anonymous reader while reads
   // are open), 401 when it must log in.
   app.get('/api/session', (request) => {
-    parse(z.object({}).strict(), request.query, 'query');
+    parse(emptyQuery, request.query, 'query');
     return Promise.resolve({
       user: request.apiUser?.name ?? null,
       level: request.apiUser?.level ?? null,
@@ -797,17 +805,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   });
 
   app.get('/api/audit', async (request) => {
-    const q = parse(
-      z
-        .object({
-          task_id: id('task_id').optional(),
-          limit: intString('limit', 1, 500).optional(),
-          before: id('before').optional(),
-        })
-        .strict(),
-      request.query,
-      'query',
-    );
+    const q = parse(auditQuery, request.query, 'query');
     const changes = await store.apiChanges({ taskId: q.task_id, limit: q.limit, before: q.before });
     const limit = q.limit ?? 50;
     return {
@@ -848,7 +846,11 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   });
 
   // The OpenAPI 3.1 document of every route above (openapi.ts).
-  registerOpenApi(app, API_SCHEMAS);
+  registerOpenApi(
+    app,
+    API_SCHEMAS,
+    (method, url) => routesOf(app).find((r) => r.method === method && r.url === url)?.access,
+  );
 
   // --- dashboard -----------------------------------------------------------------------
   const files = new Map<string, { body: Buffer; type: string }>();

@@ -315,6 +315,22 @@ export function operations(s: ApiSchemas): Operation[] {
     },
     {
       method: 'get',
+      path: '/api/session',
+      tag: 'access',
+      summary: 'Who the credential names, its level, and whether reads are open',
+      query: s.emptyQuery,
+      answers: ok(responses.session),
+    },
+    {
+      method: 'get',
+      path: '/api/audit',
+      tag: 'access',
+      summary: 'The audit trail: every change made through the API, newest first (task_id: those naming a task)',
+      query: s.auditQuery,
+      answers: ok(responses.audit),
+    },
+    {
+      method: 'get',
       path: '/api/openapi.json',
       tag: 'monitoring',
       summary: 'This document',
@@ -382,8 +398,11 @@ const ERRORS: Record<number, string> = {
   500: 'Internal error (see the server log)',
 };
 
+/** Who may call a route (app.ts's access levels); unknown: read for GET, operator otherwise. */
+export type AccessOf = (method: string, url: string) => 'public' | 'read' | 'operator' | undefined;
+
 /** The OpenAPI 3.1 document for the operations. */
-export function openApiDocument(ops: Operation[], version: string): JsonSchema {
+export function openApiDocument(ops: Operation[], version: string, accessOf: AccessOf = () => undefined): JsonSchema {
   const paths: Record<string, Record<string, JsonSchema>> = {};
   const error = { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } };
   for (const op of ops) {
@@ -401,7 +420,10 @@ export function openApiDocument(ops: Operation[], version: string): JsonSchema {
       answers[String(status)] ??= { description: ERRORS[status], content: error };
     }
     if (op.body) answers['415'] ??= { description: ERRORS[415], content: error };
-    if (op.change) answers['401'] = { description: 'No credential, or a wrong one', content: error };
+    const access = accessOf(op.method.toUpperCase(), op.path) ?? (op.change ? 'operator' : 'read');
+    if (access !== 'public') answers['401'] = { description: 'No credential, or a wrong one', content: error };
+    if (access === 'operator')
+      answers['403'] = { description: 'The credential is read-only: changes need an operator', content: error };
     const operation: JsonSchema = {
       operationId: `${op.method}${op.path
         .replace(/[:{}]/g, '')
@@ -411,8 +433,8 @@ export function openApiDocument(ops: Operation[], version: string): JsonSchema {
         .join('')}`,
       summary: op.summary,
       tags: [op.tag],
-      'x-access': op.change ? 'operator' : 'read',
-      ...(op.change ? { security: [{ bearer: [] }] } : {}),
+      'x-access': access,
+      security: access === 'public' ? [] : [{ bearer: [] }, { basic: [] }],
     };
     const params = [...parameters(op.params, 'path'), ...parameters(op.query, 'query')];
     if (params.length > 0) operation.parameters = params;
@@ -431,23 +453,31 @@ export function openApiDocument(ops: Operation[], version: string): JsonSchema {
       title: 'pg-task-queue operations API',
       version,
       description:
-        'The REST API of the queue\'s web server: tasks, dead letters, queues, workers, schedules, processes and monitoring. Errors are JSON ({"error", "message"}) with a 4xx or 5xx status. Operations marked x-access "operator" change something and need `Authorization: Bearer <token>`.',
+        'The REST API of the queue\'s web server: tasks, dead letters, queues, workers, schedules, processes and monitoring. Errors are JSON ({"error", "message"}) with a 4xx or 5xx status. The x-access of each operation says who may call it: public (anyone), read (any user) or operator; a credential is `Authorization: Bearer <token>` or Basic with the user name.',
     },
     jsonSchemaDialect: 'https://json-schema.org/draft/2020-12/schema',
     tags: [...new Set(ops.map((op) => op.tag))].map((name) => ({ name })),
     paths,
     components: {
       schemas: { Error: jsonSchema(errorBody, 'output') },
-      securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } },
+      securitySchemes: {
+        bearer: { type: 'http', scheme: 'bearer', description: 'a user token (API_TOKEN or one of API_USERS)' },
+        basic: { type: 'http', scheme: 'basic', description: 'user name and token' },
+      },
     },
   };
 }
 
 /** Serves the document at GET /api/openapi.json (made on the first request). */
-export function registerOpenApi(app: FastifyInstance, schemas: ApiSchemas, version = '0.1.0'): void {
+export function registerOpenApi(
+  app: FastifyInstance,
+  schemas: ApiSchemas,
+  accessOf: AccessOf = () => undefined,
+  version = '0.1.0',
+): void {
   let document: string | undefined;
   app.get('/api/openapi.json', async (_request, reply) => {
-    document ??= JSON.stringify(openApiDocument(operations(schemas), version));
+    document ??= JSON.stringify(openApiDocument(operations(schemas), version, accessOf));
     return reply.header('content-type', 'application/json; charset=utf-8').send(document);
   });
 }
