@@ -18,6 +18,7 @@ import { allows, Credentials, type Level, type Principal } from './auth.js';
 import { configuredUsers, type ApiConfig } from './config.js';
 import { fromDatabaseError } from './http-errors.js';
 import { registerMenuRoutes } from './menus-routes.js';
+import { registerOpenApi } from './openapi.js';
 import { renderApiMetrics } from './api-metrics.js';
 import { Store } from './store.js';
 
@@ -261,6 +262,74 @@ const staggeredBody = z
   })
   .strict();
 
+const emptyQuery = z.object({}).strict();
+const emptyBody = z.object({}).strict().optional();
+const taskIdParams = z.object({ id: id('task id') });
+const taskTypeParams = z.object({ task_type: taskType });
+const roleParams = z.object({ role: z.string().regex(TASK_TYPE, 'role must be a task type such as email') });
+const workerIdParams = z.object({ worker_id: workerId });
+const scheduleParams = z.object({ name: scheduleName });
+const processName = z.string().regex(/^[a-z_]{1,60}$/, 'process must be a process name such as send_email');
+const processParams = z.object({ process: processName });
+const processRootParams = z.object({ process: processName, rootId: id('root id') });
+const processRootsQuery = z
+  .object({ limit: intString('limit', 1, 500).optional(), before: id('before').optional() })
+  .strict();
+const countsQuery = z.object({ window_seconds: intString('window_seconds', 60, 2_592_000).optional() }).strict();
+const throughputQuery = z
+  .object({
+    window_seconds: intString('window_seconds', 60, 604_800).optional(),
+    bucket_seconds: intString('bucket_seconds', 10, 604_800).optional(),
+  })
+  .strict();
+const depthQuery = z
+  .object({
+    window_seconds: intString('window_seconds', 60, 86_400).optional(),
+    bucket_seconds: intString('bucket_seconds', 10, 86_400).optional(),
+  })
+  .strict();
+const schedulesQuery = z.object({ runs: intString('runs', 1, 20).optional() }).strict();
+const auditQuery = z
+  .object({
+    task_id: id('task_id').optional(),
+    limit: intString('limit', 1, 500).optional(),
+    before: id('before').optional(),
+  })
+  .strict();
+
+/**
+ * Every request schema the routes parse with, for the OpenAPI document (openapi.ts). (The
+ * redrive, resume and schedule handlers spell taskIdParams, taskTypeParams, scheduleParams
+ * and emptyBody out inline: the same schemas.)
+ */
+const API_SCHEMAS = {
+  listQuery,
+  newTask,
+  countsQuery,
+  emptyQuery,
+  roleParams,
+  throughputQuery,
+  recoverBody,
+  staggeredBody,
+  cancelBody,
+  runNowBody,
+  depthQuery,
+  taskIdParams,
+  deadLetterQuery,
+  redriveBody,
+  taskTypeParams,
+  pauseBody,
+  emptyBody,
+  workerIdParams,
+  schedulesQuery,
+  scheduleParams,
+  processParams,
+  processRootsQuery,
+  processRootParams,
+  auditQuery,
+};
+export type ApiSchemas = typeof API_SCHEMAS;
+
 class BadRequest extends Error {
   readonly statusCode = 400;
 }
@@ -490,11 +559,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   });
 
   app.get('/api/tasks/counts', async (request) => {
-    const q = parse(
-      z.object({ window_seconds: intString('window_seconds', 60, 2_592_000).optional() }).strict(),
-      request.query,
-      'query',
-    );
+    const q = parse(countsQuery, request.query, 'query');
     const counts = await store.counts(q.window_seconds);
     const byType: Record<string, Record<string, number>> = {};
     for (const c of counts) (byType[c.task_type] ??= {})[c.state] = c.count;
@@ -504,31 +569,18 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   app.get('/api/tasks/types', async () => ({ task_types: await store.taskTypes() }));
 
   app.get('/api/tasks/capacity', async (request) => {
-    parse(z.object({}).strict(), request.query, 'query');
+    parse(emptyQuery, request.query, 'query');
     return { capacity: await store.capacity() };
   });
 
   app.get('/api/tasks/capacity/:role', async (request) => {
-    const { role } = parse(
-      z.object({ role: z.string().regex(TASK_TYPE, 'role must be a task type such as email') }),
-      request.params,
-      'path',
-    );
+    const { role } = parse(roleParams, request.params, 'path');
     const [capacity] = await store.capacity(role);
     return capacity;
   });
 
   app.get('/api/tasks/throughput', async (request) => {
-    const q = parse(
-      z
-        .object({
-          window_seconds: intString('window_seconds', 60, 604_800).optional(),
-          bucket_seconds: intString('bucket_seconds', 10, 604_800).optional(),
-        })
-        .strict(),
-      request.query,
-      'query',
-    );
+    const q = parse(throughputQuery, request.query, 'query');
     return {
       window_seconds: q.window_seconds ?? 3600,
       bucket_seconds: q.bucket_seconds ?? 60,
@@ -619,16 +671,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   });
 
   app.get('/api/tasks/depth', async (request) => {
-    const q = parse(
-      z
-        .object({
-          window_seconds: intString('window_seconds', 60, 86_400).optional(),
-          bucket_seconds: intString('bucket_seconds', 10, 86_400).optional(),
-        })
-        .strict(),
-      request.query,
-      'query',
-    );
+    const q = parse(depthQuery, request.query, 'query');
     return {
       window_seconds: q.window_seconds ?? 3600,
       bucket_seconds: q.bucket_seconds ?? 60,
@@ -639,14 +682,14 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   // The overview's live part, polled every 5 s: pending work by type and state, pauses and
   // live workers per type (one read of the claim index).
   app.get('/api/overview/live', async (request) => {
-    parse(z.object({}).strict(), request.query, 'query');
+    parse(emptyQuery, request.query, 'query');
     return { generated_at: new Date().toISOString(), queues: await store.queues() };
   });
 
   // Everything the overview shows, in one request (the page reads it every minute: its
   // windows read recent completions).
   app.get('/api/overview', async (request) => {
-    parse(z.object({}).strict(), request.query, 'query');
+    parse(emptyQuery, request.query, 'query');
     const [counts, throughput, depth, capacity, queues] = await Promise.all([
       store.counts(),
       store.throughput(3600, 60),
@@ -666,7 +709,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   });
 
   app.get('/api/tasks/:id', async (request) => {
-    const { id: taskId } = parse(z.object({ id: id('task id') }), request.params, 'path');
+    const { id: taskId } = parse(taskIdParams, request.params, 'path');
     return store.getTask(taskId);
   });
 
@@ -718,7 +761,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   app.get('/api/queues', async () => ({ queues: await store.queues() }));
 
   app.post('/api/queues/:task_type/pause', async (request) => {
-    const { task_type } = parse(z.object({ task_type: taskType }), request.params, 'path');
+    const { task_type } = parse(taskTypeParams, request.params, 'path');
     const body = parse(pauseBody, request.body ?? undefined, 'body');
     const answer = await change(request, 'pause_task_type', async (tx) => {
       const pauseId = await tx.pause(task_type, body?.reason);
@@ -742,7 +785,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   app.get('/api/workers', async () => ({ workers: await store.workers() }));
 
   app.post('/api/workers/:worker_id/recover-stale', async (request) => {
-    const { worker_id } = parse(z.object({ worker_id: workerId }), request.params, 'path');
+    const { worker_id } = parse(workerIdParams, request.params, 'path');
     const body = parse(recoverBody, request.body ?? undefined, 'body');
     const { recovered } = await change(request, 'recover_worker_leases', async (tx) => {
       const leases = await tx.recoverWorker(worker_id, body?.dead_after_seconds);
@@ -762,7 +805,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
 
   // --- schedules -----------------------------------------------------------------------
   app.get('/api/schedules', async (request) => {
-    const q = parse(z.object({ runs: intString('runs', 1, 20).optional() }).strict(), request.query, 'query');
+    const q = parse(schedulesQuery, request.query, 'query');
     return { schedules: await store.schedules(q.runs) };
   });
 
@@ -819,7 +862,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   // The dashboard asks this first: 200 with the user (null: an anonymous reader while reads
   // are open), 401 when it must log in.
   app.get('/api/session', (request) => {
-    parse(z.object({}).strict(), request.query, 'query');
+    parse(emptyQuery, request.query, 'query');
     return Promise.resolve({
       user: request.apiUser?.name ?? null,
       level: request.apiUser?.level ?? null,
@@ -829,17 +872,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   });
 
   app.get('/api/audit', async (request) => {
-    const q = parse(
-      z
-        .object({
-          task_id: id('task_id').optional(),
-          limit: intString('limit', 1, 500).optional(),
-          before: id('before').optional(),
-        })
-        .strict(),
-      request.query,
-      'query',
-    );
+    const q = parse(auditQuery, request.query, 'query');
     const changes = await store.apiChanges({ taskId: q.task_id, limit: q.limit, before: q.before });
     const limit = q.limit ?? 50;
     return {
@@ -852,28 +885,13 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   app.get('/api/processes', async () => ({ processes: await store.processes() }));
 
   app.get('/api/processes/:process', async (request) => {
-    const { process } = parse(
-      z.object({ process: z.string().regex(/^[a-z_]{1,60}$/, 'process must be a process name such as send_email') }),
-      request.params,
-      'path',
-    );
-    const q = parse(
-      z.object({ limit: intString('limit', 1, 500).optional(), before: id('before').optional() }).strict(),
-      request.query,
-      'query',
-    );
+    const { process } = parse(processParams, request.params, 'path');
+    const q = parse(processRootsQuery, request.query, 'query');
     return { process, roots: await store.processRootsRanked(process, q.limit, q.before) };
   });
 
   app.get('/api/processes/:process/:rootId', async (request) => {
-    const p = parse(
-      z.object({
-        process: z.string().regex(/^[a-z_]{1,60}$/, 'process must be a process name such as send_email'),
-        rootId: id('root id'),
-      }),
-      request.params,
-      'path',
-    );
+    const p = parse(processRootParams, request.params, 'path');
     const [tree, timeline] = await Promise.all([
       store.processTree(p.process, p.rootId),
       store.processTimeline(p.process, p.rootId),
@@ -893,6 +911,13 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
     await store.taskTypes();
     return { ok: true };
   });
+
+  // The OpenAPI 3.1 document of every route above (openapi.ts).
+  registerOpenApi(
+    app,
+    API_SCHEMAS,
+    (method, url) => routesOf(app).find((r) => r.method === method && r.url === url)?.access,
+  );
 
   // --- dashboard -----------------------------------------------------------------------
   const files = new Map<string, { body: Buffer; type: string }>();

@@ -40,7 +40,7 @@ export interface WorkerConfig {
   logLevel: LogLevel;
   /** json, pretty, or auto (pretty on a terminal); default auto. */
   logFormat?: LogFormat;
-  /** Serve Prometheus metrics on this port (GET /metrics); none when unset. */
+  /** Serve GET /metrics (Prometheus), /healthz and /readyz on this port; none when unset. */
   metricsPort?: number;
   /**
    * Run this many worker processes in a process pool (the CLI process), which replaces
@@ -146,7 +146,7 @@ export const WORKER_CONFIG = defineConfig({
       env: 'METRICS_PORT',
       flag: 'metrics-port',
       defaultText: 'off',
-      help: 'serve Prometheus metrics at /metrics on this port; in a process pool, process i serves METRICS_PORT + i',
+      help: 'serve /metrics (Prometheus), /healthz (alive) and /readyz (ready to claim) on this port; in a process pool, process i serves METRICS_PORT + i',
       schema: wholeNumber(1, 65535),
     },
     processes: {

@@ -13,6 +13,7 @@ import pg from 'pg';
 import { revokeWorkerLeases } from '@org/queue-client';
 import { commandConfig, ConfigError, type WorkerConfig } from './config.js';
 import { createLogger, maskUrl, type Logger } from './logger.js';
+import { WorkerHealth } from './health.js';
 import { serveWorkerMetrics, WorkerMetrics } from './metrics.js';
 import type { ProcessorRegistry } from './processor.js';
 import { ProcessPool, POOL_MEMBER_ENV, type ChildMessage, type PoolMessage } from './process-pool.js';
@@ -100,11 +101,13 @@ async function buildRegistry(
   }
 }
 
+/** The health port: /metrics, /healthz and /readyz on METRICS_PORT (health.ts). */
 async function serveMetrics(worker: Worker, config: WorkerConfig, port: number | undefined, logger: Logger) {
   if (port === undefined) return undefined;
   const metrics = new WorkerMetrics(worker, { worker_id: config.workerId });
-  const server = await serveWorkerMetrics(metrics, { host: '0.0.0.0', port });
-  logger.info({ event: 'metrics', port }, `metrics on :${port}/metrics`);
+  const health = new WorkerHealth(worker, { databaseUrl: config.databaseUrl });
+  const server = await serveWorkerMetrics(metrics, { host: '0.0.0.0', port, health });
+  logger.info({ event: 'metrics', port }, `metrics, /healthz and /readyz on :${port}`);
   return server;
 }
 
