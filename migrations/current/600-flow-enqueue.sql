@@ -27,7 +27,6 @@ drop function if exists queues.enqueue_task(text, jsonb, timestamptz, integer, t
 
 --!include queues/enqueue.sql
 --!include queues/unique.sql
---!include queues/privileges.sql
 --!include internal/process_supervisor.sql
 --!include internal/channel_process.sql
 
@@ -53,6 +52,4 @@ drop function if exists schedules.list_schedules();
 --!include schedules/cron.sql
 --!include schedules/schedule.sql
 --!include schedules/supervisor.sql
---!include schedules/privileges.sql
 --!include admin/schedules.sql
---!include admin/privileges.sql
