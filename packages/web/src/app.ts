@@ -302,6 +302,18 @@ const auditQuery = z
  * redrive, resume and schedule handlers spell taskIdParams, taskTypeParams, scheduleParams
  * and emptyBody out inline: the same schemas.)
  */
+/** PUT /api/schedules/:name: a schedule's definition (schedules.upsert_schedule). */
+const scheduleBody = z
+  .object({
+    cron: z.string('cron must be a string'),
+    task_type: taskType,
+    payload: z.record(z.string(), z.unknown(), { error: 'payload must be a JSON object' }).optional(),
+    priority: z.number().int('priority must be an integer').min(-1000).max(1000).optional(),
+    missed_run_policy: z.string().optional(),
+    time_zone: z.string('time_zone must be a string').optional(),
+  })
+  .strict();
+
 const API_SCHEMAS = {
   listQuery,
   newTask,
@@ -323,6 +335,7 @@ const API_SCHEMAS = {
   workerIdParams,
   schedulesQuery,
   scheduleParams,
+  scheduleBody,
   processParams,
   processRootsQuery,
   processRootParams,
@@ -814,20 +827,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   // malformed cron) is 400 and writes nothing; a worker-only task type is 403.
   app.put('/api/schedules/:name', async (request) => {
     const { name } = parse(z.object({ name: scheduleName }), request.params, 'path');
-    const body = parse(
-      z
-        .object({
-          cron: z.string('cron must be a string'),
-          task_type: taskType,
-          payload: z.record(z.string(), z.unknown(), { error: 'payload must be a JSON object' }).optional(),
-          priority: z.number().int('priority must be an integer').min(-1000).max(1000).optional(),
-          missed_run_policy: z.string().optional(),
-          time_zone: z.string('time_zone must be a string').optional(),
-        })
-        .strict(),
-      request.body,
-      'body',
-    );
+    const body = parse(scheduleBody, request.body, 'body');
     const answer = await change(request, 'upsert_schedule', async (tx) => {
       const problem = await tx.upsertSchedule({ name, ...body, payload: body.payload ?? {} });
       // A refused definition changed nothing, so no fact (the transaction rolls back).
