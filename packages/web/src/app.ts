@@ -415,7 +415,14 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
     options.pool ??
     connect({ connectionString: config.databaseUrl, max: config.poolSize, applicationName: 'queue-web' });
   if (!options.pool) app.addHook('onClose', async () => pool.end());
-  const store = new Store(pool);
+  // Reads (every GET but readiness) go to the read replica when one is configured, so the
+  // dashboard's searches and timelines do not load the database the workers claim from;
+  // changes (`change`, below) always run on the primary, in a transaction with their fact.
+  const readPool = config.readDatabaseUrl
+    ? connect({ connectionString: config.readDatabaseUrl, max: config.poolSize, applicationName: 'queue-web-reads' })
+    : undefined;
+  if (readPool) app.addHook('onClose', async () => readPool.end());
+  const store = new Store(readPool ?? pool);
 
   // Every route needs a credential unless it is public, or a read while reads are open; a
   // change needs an operator. A request that presents a credential must present a right one.
@@ -908,7 +915,8 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   });
   app.get('/healthz', PUBLIC, () => Promise.resolve({ ok: true }));
   app.get('/readyz', PUBLIC, async () => {
-    await store.taskTypes();
+    // Ready when the primary answers (changes need it), and the replica too if reads go there.
+    await Promise.all([new Store(pool).taskTypes(), readPool ? store.taskTypes() : null]);
     return { ok: true };
   });
 
