@@ -9,10 +9,15 @@
  *
  * So a call whose connection got that notice was cut short by another process's crash:
  * the run was innocent, and the worker gives its lease back once the server answers
- * again (a release: it counts neither towards MAX_LEASES nor as an interruption). A step
- * call whose connection died without a word (no SQLSTATE, no notice) may have crashed the
- * server itself: its lease is left to expire, which counts towards MAX_LEASES, so a step
- * that crashes PostgreSQL each time it runs is abandoned like one that kills its worker.
+ * again (a release: it counts neither towards MAX_LEASES nor as an interruption); so does
+ * a call that never reached the server (no connection). A step call whose connection
+ * died without a word (no SQLSTATE, no notice) may have crashed the server itself: its
+ * lease is left to expire, which counts towards MAX_LEASES, so a step that crashes
+ * PostgreSQL each time it runs is abandoned like one that kills its worker.
+ *
+ * Only the step runner and the completer know the connection of a failed call (they
+ * check one out for it); a processor's own queries go through the worker's pool, so
+ * their errors are not told apart, and a run cut short there is interrupted as before.
  */
 import type pg from 'pg';
 import { QueueError } from '@org/queue-client';
@@ -23,21 +28,18 @@ export const CRASH_SHUTDOWN = '57P02';
 const noticed = new WeakSet<object>();
 const innocent = new WeakSet<object>();
 const notRun = new WeakSet<object>();
-/** When a connection of this process last got the crash notice (Date.now(); 0: never). */
-let lastNoticeAt = 0;
+/**
+ * Refusals of a connection: nothing was sent. 57P03 cannot_connect_now (the server is
+ * starting up, recovering from a crash, or shutting down); no server listening.
+ */
+const NOT_CONNECTED_SQLSTATES = ['57P03'];
+const NOT_CONNECTED_NODE_CODES = ['ECONNREFUSED'];
 
 /** Watches `client` for the crash notice (call once per connection, when it is made). */
 export function watchCrashNotice(client: pg.ClientBase): void {
   client.on('notice', (notice: { code?: string }) => {
-    if (notice.code !== CRASH_SHUTDOWN) return;
-    noticed.add(client);
-    lastNoticeAt = Date.now();
+    if (notice.code === CRASH_SHUTDOWN) noticed.add(client);
   });
-}
-
-/** Whether a connection of this process got the crash notice within the last `ms`. */
-export function crashNoticedWithin(ms: number): boolean {
-  return lastNoticeAt > 0 && Date.now() - lastNoticeAt <= ms;
 }
 
 /** Marks `error` as raised before the call was sent (no connection): nothing of it ran. */
@@ -46,9 +48,12 @@ export function noteNotRun<E>(error: E): E {
   return error;
 }
 
-/** Whether `error` was raised before its call was sent (see noteNotRun). */
+/** Whether `error` was raised before its call was sent (see noteNotRun), or is a refused connection. */
 export function wasNotRun(error: unknown): boolean {
-  return error !== null && typeof error === 'object' && notRun.has(error);
+  if (error === null || typeof error !== 'object') return false;
+  if (notRun.has(error)) return true;
+  const code = sqlstate(error);
+  return code !== undefined && (NOT_CONNECTED_SQLSTATES.includes(code) || NOT_CONNECTED_NODE_CODES.includes(code));
 }
 
 /**

@@ -6,7 +6,12 @@
  *               refilled when it is half empty; starts tasks as slots free; then waits
  *               for a notification, a freed slot or the poll interval
  *   starts      a task runs once the statement marking its start is written to a
- *               pipelined connection of its own (start-recorder.ts): no round trip
+ *               pipelined connection of its own (start-recorder.ts): no round trip; a
+ *               step (which runs in the database and might crash it) once its mark,
+ *               committed synchronously, is answered
+ *   crashes     a run cut short by another process's crash of PostgreSQL gives its
+ *               lease back once the server answers; a step call whose backend died
+ *               without a word leaves its lease to expire (crash-notice.ts)
  *   completer   records outcomes in batches on its own connection (completer.ts)
  *   heartbeat   reports the worker alive (queues.worker) and extends the leases of running
  *               tasks; a lease missing from the answer was lost, and that task's signal is
@@ -47,13 +52,7 @@ import { Completer } from './completer.js';
 import { StartRecorder } from './start-recorder.js';
 import { StepRunner } from './step-runner.js';
 import { classifyError, errorMessage, isTransient } from './error-class.js';
-import {
-  crashNoticedWithin,
-  isCrashOfAnotherProcess,
-  isSilentConnectionLoss,
-  wasNotRun,
-  watchCrashNotice,
-} from './crash-notice.js';
+import { isCrashOfAnotherProcess, isSilentConnectionLoss, wasNotRun, watchCrashNotice } from './crash-notice.js';
 import type { WorkerConfig } from './config.js';
 import { TaskListener } from './listener.js';
 import type { Logger } from './logger.js';
@@ -735,7 +734,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
           return;
         }
         if (kind === 'transient') {
-          if (this.#cutShortByCrash(error, false)) {
+          if (this.#cutShortByCrash(error)) {
             log.warn(
               { event: 'crash_elsewhere', duration_ms: durationMs, err: errorMessage(error) },
               'PostgreSQL crashed (another process); the lease is given back once it answers',
@@ -841,7 +840,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       const log = this.#taskLog(running);
       if (running.released) {
         log.info({ event: 'task_released', duration_ms: durationMs }, 'released at shutdown; runs again elsewhere');
-      } else if (classifyError(error) === 'transient' && this.#cutShortByCrash(error, outcome.step !== undefined)) {
+      } else if (classifyError(error) === 'transient' && this.#cutShortByCrash(error)) {
         log.warn(
           { event: 'crash_elsewhere', duration_ms: durationMs, err: errorMessage(error) },
           'PostgreSQL crashed (another process); the lease is given back once it answers',
@@ -889,13 +888,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
   /**
    * Whether a transient `error` of a run comes from a crash of PostgreSQL that the run did
    * not cause (crash-notice.ts): its connection got the notice of another process's crash,
-   * or its call never reached the server. A task that runs in the worker (`step` false)
-   * cannot crash the server: any transient error while the server recovers from a crash
-   * (a notice on any connection of this process within CRASH_RECOVERY_MS) is the crash's.
+   * or its call never reached the server.
    */
-  #cutShortByCrash(error: unknown, step: boolean): boolean {
-    if (isCrashOfAnotherProcess(error) || wasNotRun(error)) return true;
-    return !step && crashNoticedWithin(CRASH_RECOVERY_MS);
+  #cutShortByCrash(error: unknown): boolean {
+    return isCrashOfAnotherProcess(error) || wasNotRun(error);
   }
 
   /**
