@@ -40,14 +40,13 @@ it('a synchronous standby replays every committed write, and takes writes once p
     [standby.name],
   );
   expect(replication).toEqual([{ sync_state: 'sync', state: 'streaming' }]);
-  expect((await query<{ r: boolean }>(standby.rootUrl, 'select pg_is_in_recovery() as r'))[0]!.r).toBe(true);
+  expect((await query<{ r: boolean }>(standby.rootUrl, 'select pg_is_in_recovery() as r'))[0].r).toBe(true);
 
   await query(server.rootUrl, 'create table standby_probe (n int primary key)');
   // Each commit returns once the standby has flushed it (synchronous_commit = on).
   for (let i = 1; i <= 200; i++) await query(server.rootUrl, 'insert into standby_probe values ($1)', [i]);
-  const primaryLsn = (
-    await query<{ lsn: string }>(server.rootUrl, 'select pg_current_wal_flush_lsn()::text as lsn')
-  )[0]!.lsn;
+  const primaryLsn = (await query<{ lsn: string }>(server.rootUrl, 'select pg_current_wal_flush_lsn()::text as lsn'))[0]
+    .lsn;
   // Flushed on the standby is not yet replayed: wait for the replay to reach the primary's LSN.
   for (let i = 0; i < 300; i++) {
     const [row] = await query<{ caught_up: boolean }>(
@@ -55,7 +54,7 @@ it('a synchronous standby replays every committed write, and takes writes once p
       'select pg_last_wal_replay_lsn() >= $1::pg_lsn as caught_up',
       [primaryLsn],
     );
-    if (row!.caught_up) break;
+    if (row.caught_up) break;
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
   const [replayed] = await query<{ n: number; total: number }>(
@@ -70,5 +69,5 @@ it('a synchronous standby replays every committed write, and takes writes once p
   await query(server.rootUrl, 'select pg_reload_conf()');
   await standby.promote();
   await query(standby.rootUrl, 'insert into standby_probe values (201)');
-  expect((await query<{ n: number }>(standby.rootUrl, 'select count(*)::int as n from standby_probe'))[0]!.n).toBe(201);
+  expect((await query<{ n: number }>(standby.rootUrl, 'select count(*)::int as n from standby_probe'))[0].n).toBe(201);
 });
