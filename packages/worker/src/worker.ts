@@ -908,6 +908,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
       try {
         await releaseLeases(this.pool, [{ taskId: task.taskId, taskLeaseId: task.taskLeaseId }]);
         this.emit('released', [task.taskId]);
+        // Claimable again at once: look for it now, not at the next poll.
+        this.#notified();
         return;
       } catch (error) {
         if (this.#stopping || Date.now() > deadline || !isTransient(error)) {
