@@ -39,6 +39,7 @@ import {
   type Settlement,
 } from '@org/queue-client';
 import { errorMessage, isTransient, sanitizeMessage } from './completion.js';
+import { noteCrash, watchCrashNotice } from './crash-notice.js';
 import type { Logger } from './logger.js';
 import type { TaskOutcome, TaskReport } from './processor.js';
 
@@ -77,7 +78,10 @@ class Lane {
       statement_timeout: statementTimeoutMs,
     });
     this.pool.on('error', (error) => log.warn({ event: 'pool_error', err: error.message }, `${name}: connection lost`));
-    this.pool.on('connect', (client) => client.on('error', () => {}));
+    this.pool.on('connect', (client) => {
+      client.on('error', () => {});
+      watchCrashNotice(client);
+    });
   }
 }
 
@@ -280,6 +284,7 @@ export class Completer {
             else await this.#withEffects(effectsClient, c, plain);
           }
         } catch (error) {
+          noteCrash(error, effectsClient);
           // Whatever state the connection is in, it is not reused.
           lost = error as Error;
           throw error;
@@ -333,6 +338,7 @@ export class Completer {
         else pending.reject(transient);
       }
     } catch (error) {
+      noteCrash(error, client);
       if (isTransient(error)) {
         broken = error as Error;
       } else {

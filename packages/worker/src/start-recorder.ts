@@ -1,6 +1,7 @@
 /**
- * Records that tasks start, in the same instant they start, without waiting for the
- * database's answer.
+ * Records that tasks start, in the same instant they start: without waiting for the
+ * database's answer for tasks that run in the worker, and durably before they run for
+ * steps (see below).
  *
  * The queue must know which claimed tasks were started: when a worker dies, the leases of
  * its running tasks count towards abandonment and make those tasks suspects, while the
@@ -20,10 +21,18 @@
  * connection, committed first); the worker aborts those of them still running, and their
  * completions are refused by the lease fence anyway.
  *
- * The connection commits asynchronously (synchronous_commit off): a mark costs no WAL
- * flush. If PostgreSQL itself crashes, the marks of the last moments before the crash may
- * be lost, and those leases then count as never started; completions, which do wait for
+ * A worker has two recorders. The marks of tasks that run in the worker commit
+ * asynchronously (synchronous_commit off): a mark costs no WAL flush, and the task runs as
+ * soon as its mark is written. If PostgreSQL itself crashes, the marks of the last moments
+ * before the crash may be lost, and those leases then count as never started; such a task
+ * cannot have caused the crash (it ran in the worker), and completions, which do wait for
  * the flush, are not affected.
+ *
+ * The marks of steps (db_function tasks, which run inside PostgreSQL and may crash it)
+ * commit synchronously, and a step runs only once its mark is answered: flushed to disk
+ * (and to a synchronous standby) before the step can crash the server, so the lease of a
+ * step that crashes PostgreSQL counts as started and towards MAX_LEASES (see
+ * crash-notice.ts). Under load one such mark covers the steps of many calls.
  */
 import pg from 'pg';
 import { isResultTypeChange, markStarted, type ClaimedTask } from '@org/queue-client';
@@ -73,10 +82,14 @@ export class StartRecorder {
   /** Starts asked for while the pipeline was full (or the connection was down). */
   #waiting: Group | undefined;
 
-  constructor(databaseUrl: string, log: Logger, statementTimeoutMs: number) {
+  readonly #synchronous: boolean;
+
+  /** `synchronous`: marks commit synchronously (for steps); otherwise asynchronously. */
+  constructor(databaseUrl: string, log: Logger, statementTimeoutMs: number, options: { synchronous?: boolean } = {}) {
     this.#databaseUrl = databaseUrl;
     this.#log = log;
     this.#statementTimeoutMs = statementTimeoutMs;
+    this.#synchronous = options.synchronous === true;
   }
 
   /**
@@ -180,10 +193,10 @@ export class StartRecorder {
     this.#connecting ??= (async () => {
       const client = new pg.Client({
         connectionString: this.#databaseUrl,
-        application_name: 'queue-worker-starter',
+        application_name: this.#synchronous ? 'queue-worker-step-starter' : 'queue-worker-starter',
         keepAlive: true,
         statement_timeout: this.#statementTimeoutMs,
-        options: '-c synchronous_commit=off',
+        options: `-c synchronous_commit=${this.#synchronous ? 'on' : 'off'}`,
         pipeline: true,
       });
       client.on('error', (error) => {

@@ -12,13 +12,15 @@
  * same budget, run in parallel on the worker's pool.
  *
  * A call that fails as a whole (its connection died, the statement timed out) records
- * nothing for its steps. A transient failure is every step's (they run again); any other
+ * nothing for its steps; its error tells whether another server process's crash cut it
+ * short (crash-notice.ts). A transient failure is every step's (they run again); any other
  * failure of a call of several steps (one step blocked past the statement timeout) sends
  * each of its steps again in a call of its own, so one slow step cannot fail the others.
  */
 import type pg from 'pg';
 import { runSteps, type ClaimedTask } from '@org/queue-client';
 import type { Settled } from './completer.js';
+import { noteCrash, noteNotRun } from './crash-notice.js';
 import { isTransient } from './error-class.js';
 import type { TaskReport } from './processor.js';
 
@@ -83,9 +85,17 @@ export class StepRunner {
   async #call(steps: PendingStep[], timed = true): Promise<void> {
     const started = performance.now();
     let results;
+    let client: pg.PoolClient;
+    try {
+      client = await this.pool.connect();
+    } catch (error) {
+      // No connection: none of the steps ran.
+      for (const s of steps) s.reject(noteNotRun(error));
+      return;
+    }
     try {
       results = await runSteps(
-        this.pool,
+        client,
         steps.map((s) => ({
           taskId: s.task.taskId,
           taskLeaseId: s.task.taskLeaseId,
@@ -93,7 +103,11 @@ export class StepRunner {
           payload: s.task.payload,
         })),
       );
+      client.release();
     } catch (error) {
+      // Cut short by another server process's crash, or not (see crash-notice.ts).
+      noteCrash(error, client);
+      client.release(isTransient(error) ? (error as Error) : undefined);
       if (steps.length > 1 && !isTransient(error)) {
         // Nothing of the call was recorded: each step again, alone.
         for (const s of steps) await this.#call([s], false);

@@ -6,7 +6,12 @@
  *               refilled when it is half empty; starts tasks as slots free; then waits
  *               for a notification, a freed slot or the poll interval
  *   starts      a task runs once the statement marking its start is written to a
- *               pipelined connection of its own (start-recorder.ts): no round trip
+ *               pipelined connection of its own (start-recorder.ts): no round trip; a
+ *               step (which runs in the database and might crash it) once its mark,
+ *               committed synchronously, is answered
+ *   crashes     a run cut short by another process's crash of PostgreSQL gives its
+ *               lease back once the server answers; a step call whose backend died
+ *               without a word leaves its lease to expire (crash-notice.ts)
  *   completer   records outcomes in batches on its own connection (completer.ts)
  *   heartbeat   reports the worker alive (queues.worker) and extends the leases of running
  *               tasks; a lease missing from the answer was lost, and that task's signal is
@@ -46,7 +51,8 @@ import {
 import { Completer } from './completer.js';
 import { StartRecorder } from './start-recorder.js';
 import { StepRunner } from './step-runner.js';
-import { classifyError, errorMessage } from './error-class.js';
+import { classifyError, errorMessage, isTransient } from './error-class.js';
+import { isCrashOfAnotherProcess, isSilentConnectionLoss, wasNotRun, watchCrashNotice } from './crash-notice.js';
 import type { WorkerConfig } from './config.js';
 import { TaskListener } from './listener.js';
 import type { Logger } from './logger.js';
@@ -54,6 +60,12 @@ import type { ProcessorRegistry, TaskContext, TaskOutcome, TaskReport } from './
 import { taskLogger } from './task-logger.js';
 import { bindToTask, traceClaim, traceStep, traceTask, traceWorkerEvents, tracingEnabled } from './tracing.js';
 
+/**
+ * How long after a crash of PostgreSQL the worker tries to give back the leases of runs
+ * the crash cut short (the server replays its WAL meanwhile), and how often.
+ */
+const CRASH_RECOVERY_MS = 30_000;
+const RELEASE_RETRY_MS = 200;
 /** The local queue's size when none is configured (graphile-worker's default too). */
 export const DEFAULT_PREFETCH = 500;
 /** How long after a scheduled task is due a worker that waited for it claims again. */
@@ -175,6 +187,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #taskTypes: string[];
   readonly #completer: Completer;
   readonly #starts: StartRecorder;
+  /** The marks of steps: committed synchronously, answered before the steps run. */
+  readonly #stepStarts: StartRecorder;
   readonly #steps: StepRunner;
   /** Started (or starting) tasks until their outcome is recorded, by lease id. */
   readonly #running = new Map<string, Running>();
@@ -243,7 +257,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
     );
     // A connection that dies while checked out emits 'error' on its client too; the query
     // in flight rejects and is handled there, so this only keeps the process alive.
-    this.pool.on('connect', (client) => client.on('error', () => {}));
+    // It also watches for the notice of a crash of another server process (crash-notice.ts).
+    this.pool.on('connect', (client) => {
+      client.on('error', () => {});
+      watchCrashNotice(client);
+    });
     this.#completer = new Completer(
       options.databaseUrl,
       this.#log,
@@ -253,6 +271,12 @@ export class Worker extends EventEmitter<WorkerEvents> {
       options.databaseUrl,
       this.#log,
       options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS,
+    );
+    this.#stepStarts = new StartRecorder(
+      options.databaseUrl,
+      this.#log,
+      options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS,
+      { synchronous: true },
     );
     this.#steps = new StepRunner(this.pool);
     this.#listener = new TaskListener(options.databaseUrl, this.#log, () => this.#notified(), options.pollIntervalMs);
@@ -362,7 +386,12 @@ export class Worker extends EventEmitter<WorkerEvents> {
     // it: give it two seconds. (Its lease is released; the process exiting closes it.)
     let endTimer: NodeJS.Timeout | undefined;
     await Promise.race([
-      Promise.all([this.#completer.drain().then(() => this.#completer.close()), this.#starts.close(), this.pool.end()]),
+      Promise.all([
+        this.#completer.drain().then(() => this.#completer.close()),
+        this.#starts.close(),
+        this.#stepStarts.close(),
+        this.pool.end(),
+      ]),
       new Promise<void>((resolve) => (endTimer = setTimeout(resolve, 2000))),
     ]);
     clearTimeout(endTimer);
@@ -494,11 +523,21 @@ export class Worker extends EventEmitter<WorkerEvents> {
       else starting.push(this.#admit(next === 0 ? this.#waiting.shift()! : this.#waiting.splice(next, 1)[0]!));
     }
     if (starting.length === 0) return;
-    // One statement marks every task starting now, steps that run in the database too.
-    const record = this.#starts.record(starting.map((r) => r.task));
+    // One statement marks every task starting now in the worker, and one (committed
+    // synchronously, answered before they run) the steps, which run in the database and
+    // might crash it (start-recorder.ts).
+    const steps = starting.filter((r) => r.slot);
+    const inWorker = steps.length === 0 ? starting : starting.filter((r) => !r.slot);
+    if (steps.length > 0) {
+      const record = this.#stepStarts.record(steps.map((r) => r.task));
+      const answered = record.answer.then(() => {});
+      for (const r of steps) this.#launch(r, answered);
+    }
+    if (inWorker.length === 0) return;
+    const record = this.#starts.record(inWorker.map((r) => r.task));
     record.answer.then(
       (lost) => {
-        for (const r of starting) {
+        for (const r of inWorker) {
           // A task already finished was completed before its mark arrived: nothing to stop.
           // A step needs no stopping: queues.run_steps fences it by its lease, and its mark
           // may well arrive after the call completed it.
@@ -514,11 +553,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
       },
       (error: unknown) =>
         this.#log.warn(
-          { event: 'start_unconfirmed', err: errorMessage(error), tasks: starting.length },
+          { event: 'start_unconfirmed', err: errorMessage(error), tasks: inWorker.length },
           'the database did not confirm the starts; completions stay fenced by lease',
         ),
     );
-    for (const r of starting) this.#launch(r, record.written);
+    for (const r of inWorker) this.#launch(r, record.written);
   }
 
   async #claim(limit: number): Promise<ClaimedTask[]> {
@@ -612,13 +651,19 @@ export class Worker extends EventEmitter<WorkerEvents> {
    * Takes one slot for steps: the waiting step tasks from `from` on (up to `size`, skipping
    * tasks this worker still runs under an earlier lease and steps whose key is in a call
    * under way) run in one queues.run_steps call.
+   *
+   * A step leased before (its earlier lease ended without completion: a suspect, perhaps
+   * the step that crashed PostgreSQL and every call with it) runs in a call of its own, so
+   * a step that crashes the server again takes no other step with it, and the steps that
+   * shared its first call are not counted as suspects again and again until abandoned.
    */
   #admitSteps(from: number, size: number): Running[] {
     const picked: ClaimedTask[] = [];
     const taken = new Set<string>();
     const rest = this.#waiting.slice(0, from);
     for (const task of this.#waiting.slice(from)) {
-      if (picked.length < size && this.#runsSteps(task) && this.#startable(task) && !taken.has(task.taskId)) {
+      const alone = picked.length > 0 && (task.leaseCount > 1 || picked[0]!.leaseCount > 1);
+      if (picked.length < size && !alone && this.#runsSteps(task) && this.#startable(task) && !taken.has(task.taskId)) {
         picked.push(task);
         taken.add(task.taskId);
       } else {
@@ -702,12 +747,13 @@ export class Worker extends EventEmitter<WorkerEvents> {
       try {
         await written;
       } catch (error) {
-        // Nothing of the run happened: the lease is given back (or expires), not counted.
+        // Nothing of the run happened: the lease is given back (once the database answers
+        // again), not counted.
         this.#taskLog(running).warn(
           { event: 'start_failed', err: errorMessage(error) },
           'could not record the start; the task runs again later',
         );
-        await this.#release([task]);
+        await this.#releaseWhenBack(running);
         return;
       }
       if (running.lost) {
@@ -738,6 +784,14 @@ export class Worker extends EventEmitter<WorkerEvents> {
           return;
         }
         if (kind === 'transient') {
+          if (this.#cutShortByCrash(error)) {
+            log.warn(
+              { event: 'crash_elsewhere', duration_ms: durationMs, err: errorMessage(error) },
+              'PostgreSQL crashed (another process); the lease is given back once it answers',
+            );
+            await this.#releaseWhenBack(running);
+            return;
+          }
           log.warn(
             { event: 'task_interrupted', duration_ms: durationMs, err: errorMessage(error) },
             'transient error; task will run again',
@@ -836,6 +890,20 @@ export class Worker extends EventEmitter<WorkerEvents> {
       const log = this.#taskLog(running);
       if (running.released) {
         log.info({ event: 'task_released', duration_ms: durationMs }, 'released at shutdown; runs again elsewhere');
+      } else if (classifyError(error) === 'transient' && this.#cutShortByCrash(error)) {
+        log.warn(
+          { event: 'crash_elsewhere', duration_ms: durationMs, err: errorMessage(error) },
+          'PostgreSQL crashed (another process); the lease is given back once it answers',
+        );
+        await this.#releaseWhenBack(running);
+      } else if (classifyError(error) === 'transient' && outcome.step && isSilentConnectionLoss(error)) {
+        // Its backend died without a word: perhaps of this very call. Like a worker that
+        // died, the lease is left to expire and counts towards MAX_LEASES; the steps of
+        // the call run again, each a suspect in a call of its own.
+        log.warn(
+          { event: 'step_connection_died', duration_ms: durationMs, err: errorMessage(error) },
+          "the step call's connection died without a word (it may have crashed PostgreSQL); the lease will expire",
+        );
       } else if (classifyError(error) === 'transient') {
         log.warn(
           { event: 'task_interrupted', duration_ms: durationMs, err: errorMessage(error) },
@@ -864,6 +932,45 @@ export class Worker extends EventEmitter<WorkerEvents> {
       }
     } finally {
       this.#ended(running);
+    }
+  }
+
+  /**
+   * Whether a transient `error` of a run comes from a crash of PostgreSQL that the run did
+   * not cause (crash-notice.ts): its connection got the notice of another process's crash,
+   * or its call never reached the server.
+   */
+  #cutShortByCrash(error: unknown): boolean {
+    return isCrashOfAnotherProcess(error) || wasNotRun(error);
+  }
+
+  /**
+   * Gives the lease back once the database answers again (a crash of PostgreSQL: the
+   * server is recovering). A release does not count: the task runs again at once, and
+   * neither this lease nor an interruption counts towards abandonment. Tried every
+   * RELEASE_RETRY_MS for up to CRASH_RECOVERY_MS (once when stopping); after that, the
+   * lease expires.
+   */
+  async #releaseWhenBack(running: Running): Promise<void> {
+    const { task } = running;
+    const deadline = Date.now() + CRASH_RECOVERY_MS;
+    for (;;) {
+      try {
+        await releaseLeases(this.pool, [{ taskId: task.taskId, taskLeaseId: task.taskLeaseId }]);
+        this.emit('released', [task.taskId]);
+        // Claimable again at once: look for it now, not at the next poll.
+        this.#notified();
+        return;
+      } catch (error) {
+        if (this.#stopping || Date.now() > deadline || !isTransient(error)) {
+          this.#taskLog(running).warn(
+            { event: 'release_failed', err: errorMessage(error) },
+            'could not release; the lease will expire',
+          );
+          return;
+        }
+      }
+      await new Promise((resolve) => setTimeout(resolve, RELEASE_RETRY_MS));
     }
   }
 

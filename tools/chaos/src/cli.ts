@@ -7,10 +7,10 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import pg from 'pg';
-import { dataRoot, openServer, provisionDatabase, repoRoot, type DatabaseUrls } from '@org/db-tools';
+import { dataRoot, openServer, provisionDatabase, repoRoot } from '@org/db-tools';
 import { installFixtures } from './fixtures.js';
-import { quietPool, sleep, waitFor, type ChaosDb, type Result, type DbUser } from './harness.js';
+import { sleep, waitFor, type ChaosDb, type Result, type DbUser } from './harness.js';
+import { chaosDb } from './own-server.js';
 import { SCENARIOS } from './scenarios/index.js';
 
 const say = (line: string) => process.stdout.write(`${line}\n`);
@@ -24,21 +24,6 @@ function pgCtl(dataDir: string, args: string[]): void {
       ? spawnSync('runuser', ['-u', 'postgres', '--', cmd, ...full], { encoding: 'utf8' })
       : spawnSync(cmd, full, { encoding: 'utf8' });
   if (res.status !== 0) throw new Error(`pg_ctl ${args.join(' ')} failed: ${res.stderr || res.stdout}`);
-}
-
-function chaosDb(urls: DatabaseUrls, dbUsers: ChaosDb['dbUsers']): ChaosDb {
-  const pools = new Map<DbUser, pg.Pool>();
-  const pool = (dbUser: DbUser) => {
-    let p = pools.get(dbUser);
-    if (!p) pools.set(dbUser, (p = quietPool(urls[dbUser], 10)));
-    return p;
-  };
-  return {
-    dbUsers,
-    url: (dbUser) => urls[dbUser],
-    pool,
-    query: (sql, params) => pool('owner').query(sql, params),
-  };
 }
 
 function table(result: Result): string[] {
@@ -81,7 +66,7 @@ async function main(): Promise<number> {
       const t0 = Date.now();
       let result: Result;
       try {
-        result = await s.run({ db, quick: values.quick, log: say, restartServer });
+        result = await s.run({ db, quick: values.quick, log: say, restartServer, ownsServer: true });
       } catch (error) {
         result = {
           figures: {},

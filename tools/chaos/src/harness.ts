@@ -25,6 +25,11 @@ export interface ChaosContext {
   log: (line: string) => void;
   /** Restarts PostgreSQL (pg_ctl restart -m fast); only when the harness owns the server. */
   restartServer?: () => Promise<void>;
+  /**
+   * The server is this run's alone: a scenario may crash it (SIGKILL a backend, which
+   * makes the postmaster reset every connection). Not so on the shared test server.
+   */
+  ownsServer?: boolean;
 }
 
 export interface Check {

@@ -30,6 +30,10 @@ export function startLoad(options: {
   let running = true;
   const load: Load = { steps: 0, emails: 0, errors: [], stop: async () => {} };
   const [min, max] = options.stepSleep ?? [0, 0];
+  // Keys are never used twice: an enqueue whose commit the server made but whose answer
+  // was lost (a crash, a restart) counts as failed here, yet its tasks exist.
+  let nextKey = 0;
+  let nextEmail = 0;
   const loop = (async () => {
     for (let tick = 0; running && tick < options.maxTicks; tick++) {
       const started = Date.now();
@@ -38,7 +42,7 @@ export function startLoad(options: {
         for (let i = 0; i < options.stepsPerTick; i++) {
           const payload: Record<string, unknown> = {
             db_function: 'chaos.step',
-            key: `${options.tag}-${load.steps + i}`,
+            key: `${options.tag}-${nextKey++}`,
           };
           if (max > 0) payload.sleep = Math.round((min + Math.random() * (max - min)) * 1000) / 1000;
           tasks.push({ task_type: 'db_function', payload });
@@ -50,7 +54,7 @@ export function startLoad(options: {
         for (let i = 0; i < (options.emailsPerTick ?? 0); i++) {
           const { rows } = await options.app.query(
             `select * from comms.send_email('Chaos <chaos@example.com>', $1, 'Chaos', '<p>chaos</p>')`,
-            [`${options.tag}-${load.emails}@example.com`],
+            [`${options.tag}-${nextEmail++}@example.com`],
           );
           if (rows[0].validation_failure_message) load.errors.push(rows[0].validation_failure_message);
           load.emails++;

@@ -26,3 +26,4 @@ export { findSqlDrift, sqlFiles } from './sql-drift.js';
 export { compiledMigrations, compileMigration } from './migration-files.js';
 export { enableLocalSchedules, LOCAL_SCHEDULES } from './local-schedules.js';
 export { registerAppTasks } from './app-tasks.js';
+export { startStandby, postgresBinDir, runPostgresBinary, type Standby, type StandbyOptions } from './standby.js';

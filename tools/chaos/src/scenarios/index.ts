@@ -9,5 +9,6 @@ import { scenario as s7 } from './7-bad-input.js';
 import { scenario as s8 } from './8-privileges.js';
 import { scenario as s9 } from './9-soak.js';
 import { scenario as s10 } from './10-history.js';
+import { scenario as s11 } from './11-backend-crash.js';
 
-export const SCENARIOS: Scenario[] = [s1, s2, s3, s4, s5, s6, s7, s8, s9, s10];
+export const SCENARIOS: Scenario[] = [s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11];
