@@ -2623,6 +2623,130 @@ create materialized view menus.store_analytics as
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 CREATE UNIQUE INDEX store_analytics_store_idx ON menus.store_analytics USING btree (store_id);
 
+create view public.v_worker_capacity as
+ SELECT task_type AS role,
+    pending AS pending_tasks,
+    ready AS ready_tasks,
+    running AS running_tasks,
+    active_workers,
+    tasks_per_worker_hour,
+    estimated_hours_to_drain,
+    workers_needed_1h,
+    workers_needed_4h,
+    workers_needed_8h,
+    completed_in_window,
+    window_workers,
+    window_seconds
+   FROM admin.capacity() c(task_type, pending, ready, running, active_workers, completed_in_window, window_workers, window_seconds, tasks_per_worker_hour, estimated_hours_to_drain, workers_needed_1h, workers_needed_4h, workers_needed_8h);
+  -- columns:
+  --  role text
+  --  pending_tasks bigint
+  --  ready_tasks bigint
+  --  running_tasks bigint
+  --  active_workers bigint
+  --  tasks_per_worker_hour double precision
+  --  estimated_hours_to_drain double precision
+  --  workers_needed_1h bigint
+  --  workers_needed_4h bigint
+  --  workers_needed_8h bigint
+  --  completed_in_window bigint
+  --  window_workers bigint
+  --  window_seconds integer
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  grant SELECT to :DATABASE_API (by :DATABASE_OWNER)
+comment on view public.v_worker_capacity is 'The role-based specification''s capacity view: admin.capacity() per role (task type), in its column names.';
+
+create view public.worker_tasks as
+ SELECT t.task_id AS id,
+    t.task_type AS role,
+        CASE
+            WHEN (t.payload ->> 'store_id'::text) ~ '^[0-9]{1,18}$'::text THEN (t.payload ->> 'store_id'::text)::bigint
+            ELSE NULL::bigint
+        END AS dispensary_id,
+        CASE
+            WHEN jsonb_typeof(t.payload -> 'platform'::text) = 'string'::text THEN "left"(t.payload ->> 'platform'::text, 100)
+            ELSE NULL::text
+        END AS platform,
+        CASE
+            WHEN c.outcome = 'succeeded'::text THEN 'completed'::text
+            WHEN c.outcome = ANY (ARRAY['failed'::text, 'abandoned'::text, 'validation_failed'::text]) THEN 'failed'::text
+            WHEN c.outcome IS NOT NULL THEN c.outcome
+            WHEN p.current_lease_id IS NULL THEN 'pending'::text
+            WHEN p.available_at <= now() THEN 'stale'::text
+            WHEN w.last_seen_at < (now() - make_interval(secs => ((3 * COALESCE(w.heartbeat_interval_ms, 30000))::numeric / 1000.0)::double precision)) AND w.stopped_at IS NULL THEN 'stale'::text
+            WHEN st.started_at IS NULL THEN 'claimed'::text
+            ELSE 'running'::text
+        END AS status,
+    t.priority,
+    t.scheduled_at AS scheduled_for,
+    l.worker_id,
+    l.leased_at AS claimed_at,
+    st.started_at,
+    c.completed_at,
+        CASE
+            WHEN c.task_id IS NULL AND p.current_lease_id = l.task_lease_id AND w.last_seen_at IS NOT NULL THEN w.last_seen_at
+            ELSE GREATEST(l.leased_at, st.started_at, ( SELECT max(x.extended_at) AS max
+               FROM queues.task_lease_extension x
+              WHERE x.task_id = l.task_id AND x.task_lease_id = l.task_lease_id))
+        END AS last_heartbeat_at,
+    ( SELECT r.result
+           FROM queues.task_result r
+          WHERE r.task_id = t.task_id
+          ORDER BY r.task_lease_id DESC
+         LIMIT 1) AS result,
+    ( SELECT e.error_message
+           FROM queues.error e
+          WHERE e.task_id = t.task_id
+          ORDER BY e.error_id DESC
+         LIMIT 1) AS error_message,
+    COALESCE(p.failed_attempts, ( SELECT count(*)::integer AS count
+           FROM queues.task_attempt_failed f
+          WHERE f.task_id = t.task_id)) AS retry_count,
+    t.max_attempts - 1 AS max_retries,
+    t.enqueued_at AS created_at,
+    GREATEST(t.enqueued_at, l.leased_at, st.started_at, c.completed_at) AS updated_at,
+    c.outcome
+   FROM queues.task t
+     LEFT JOIN queues.task_pending p ON p.task_id = t.task_id
+     LEFT JOIN queues.task_completed c ON c.task_id = t.task_id
+     LEFT JOIN LATERAL ( SELECT y.task_id,
+            y.task_lease_id,
+            y.leased_at,
+            COALESCE(y.worker_id, ( SELECT n.worker_id
+                   FROM queues.worker_name n
+                  WHERE n.worker_key = y.worker_key)) AS worker_id
+           FROM queues.task_lease y
+          WHERE y.task_id = t.task_id
+          ORDER BY y.task_lease_id DESC
+         LIMIT 1) l ON true
+     LEFT JOIN queues.task_lease_started st ON st.task_id = l.task_id AND st.task_lease_id = l.task_lease_id
+     LEFT JOIN queues.worker w ON w.worker_id = l.worker_id;
+  -- columns:
+  --  id bigint
+  --  role text
+  --  dispensary_id bigint
+  --  platform text
+  --  status text
+  --  priority integer
+  --  scheduled_for timestamp with time zone
+  --  worker_id text
+  --  claimed_at timestamp with time zone
+  --  started_at timestamp with time zone
+  --  completed_at timestamp with time zone
+  --  last_heartbeat_at timestamp with time zone
+  --  result jsonb
+  --  error_message text
+  --  retry_count integer
+  --  max_retries integer
+  --  created_at timestamp with time zone
+  --  updated_at timestamp with time zone
+  --  outcome text
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  grant SELECT to :DATABASE_API (by :DATABASE_OWNER)
+comment on view public.worker_tasks is 'The role-based specification''s worker_tasks table as a read-only view over the queue''s facts, with its statuses.';
+
 create view queues.dead_letter as
  SELECT c.task_id,
     t.task_type,
@@ -3305,32 +3429,70 @@ begin
   -- Completions in the window by completed_at (index range scan), with their type
   -- (admin.completions_between).
   completion as materialized (
-    select c.task_id, c.task_lease_id, c.task_type
+    select c.task_id, c.task_lease_id, c.task_type, c.completed_at
       from admin.completions_between(_now - make_interval(secs => _window), _now) c
      where _task_type is null or c.task_type = _task_type
   ),
-  -- The worker of each completing lease. The leases of tasks enqueued in the window (ids
-  -- from _first on) are one range of task_lease's primary key, joined at once; a
-  -- completion of an older task probes its lease by primary key. A lease names its
-  -- worker by key (queues.worker_name), or by id if written before that key existed: a
-  -- worker counts once per way it is named (twice, for one window, if it ran across
-  -- that migration). A completion without a lease (cancelled, abandoned) names none.
-  completion_worker as (
-    select distinct x.task_type, x.worker_key, x.worker_id
-      from (select c.task_type, l.worker_key, l.worker_id
+  -- The run of each completing lease: its worker, its start (the start mark, else the
+  -- lease) and its end. The leases of tasks enqueued in the window (ids from _first on)
+  -- are one range of task_lease's primary key, joined at once; a completion of an older
+  -- task probes its lease by primary key; each start mark is a primary-key probe (a scalar
+  -- subquery). A lease names its worker by key (queues.worker_name), or by id if written
+  -- before that key existed: a worker counts once per way it is named (twice, for one
+  -- window, if it ran across that migration). A completion without a lease (cancelled,
+  -- abandoned) names none and ran nowhere.
+  completion_run as (
+    select x.task_type, x.worker_key, x.worker_id,
+           greatest(x.run_from, _now - make_interval(secs => _window)) as run_from, x.run_to
+      from (select c.task_type, l.worker_key, l.worker_id, c.completed_at as run_to,
+                   coalesce((select st.started_at from queues.task_lease_started st
+                              where st.task_id = c.task_id and st.task_lease_id = c.task_lease_id),
+                            l.leased_at) as run_from
               from completion c
               join queues.task_lease l on l.task_id = c.task_id and l.task_lease_id = c.task_lease_id
              where c.task_id >= _first and l.task_id >= _first
             union all
-            select c.task_type, l.worker_key, l.worker_id
+            select c.task_type, l.worker_key, l.worker_id, c.completed_at,
+                   coalesce((select st.started_at from queues.task_lease_started st
+                              where st.task_id = c.task_id and st.task_lease_id = c.task_lease_id),
+                            l.leased_at)
               from completion c
-             cross join lateral (select y.worker_key, y.worker_id from queues.task_lease y
+             cross join lateral (select y.worker_key, y.worker_id, y.leased_at from queues.task_lease y
                                   where y.task_id = c.task_id and y.task_lease_id = c.task_lease_id limit 1) l
              where c.task_id < _first) x
   ),
+  -- Busy time per type and worker: the union of its runs (gaps and islands: a run that
+  -- starts after every earlier run of the worker ended opens a new island).
+  run_marked as (
+    select r.*,
+           max(r.run_to) over (partition by r.task_type, r.worker_key, r.worker_id
+                               order by r.run_from, r.run_to
+                               rows between unbounded preceding and 1 preceding) as before_to
+      from completion_run r
+  ),
+  run_island as (
+    select m.*,
+           count(*) filter (where m.before_to is null or m.run_from > m.before_to)
+             over (partition by m.task_type, m.worker_key, m.worker_id order by m.run_from, m.run_to
+                   rows between unbounded preceding and current row) as island
+      from run_marked m
+  ),
+  busy as (
+    select i.task_type,
+           count(distinct (i.worker_key, i.worker_id)) as workers,
+           sum(i.runs) as runs,
+           sum(extract(epoch from i.island_to - i.island_from)) as seconds
+      from (select r.task_type, r.worker_key, r.worker_id, count(*) as runs,
+                   min(r.run_from) as island_from, max(r.run_to) as island_to
+              from run_island r
+             group by r.task_type, r.worker_key, r.worker_id, r.island) i
+     group by i.task_type
+  ),
   recent as (
     select c.task_type, count(*) as completed,
-           (select count(*) from completion_worker w where w.task_type = c.task_type) as workers
+           coalesce((select b.workers from busy b where b.task_type = c.task_type), 0) as workers,
+           (select b.runs from busy b where b.task_type = c.task_type) as runs,
+           (select b.seconds from busy b where b.task_type = c.task_type) as busy_seconds
       from completion c
      group by c.task_type
   ),
@@ -3350,8 +3512,8 @@ begin
            coalesce(w.active, 0) as active,
            coalesce(r.completed, 0) as completed,
            coalesce(r.workers, 0) as workers,
-           case when coalesce(r.completed, 0) > 0 and r.workers > 0
-                then r.completed::double precision / (r.workers * (_window / 3600.0))
+           case when r.runs > 0 and r.busy_seconds > 0
+                then r.runs::double precision / (r.busy_seconds::double precision / 3600.0)
            end as rate
       from types ty
       left join queue q on q.task_type = ty.task_type
@@ -3360,9 +3522,9 @@ begin
   )
   select f.task_type, f.pending, f.ready, f.running, f.active, f.completed, f.workers, _window,
          f.rate,
-         case when f.pending = 0 then 0
+         case when f.ready = 0 then 0
               when f.rate is null or f.active = 0 then null
-              else f.pending / (f.rate * f.active) end,
+              else f.ready / (f.rate * f.active) end,
          case when f.pending = 0 then 0 when f.rate is not null then ceil(f.pending / (f.rate * 1))::bigint end,
          case when f.pending = 0 then 0 when f.rate is not null then ceil(f.pending / (f.rate * 4))::bigint end,
          case when f.pending = 0 then 0 when f.rate is not null then ceil(f.pending / (f.rate * 8))::bigint end
@@ -7946,6 +8108,37 @@ $function$;
   -- menus.task_store(_payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION public.generate_resync_tasks(_batches integer, _date date)
+ RETURNS TABLE(batch integer, scheduled_at timestamp with time zone, task_count integer)
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from menus.generate_resync_tasks(_batches, _date)
+$function$;
+  -- public.generate_resync_tasks(_batches integer, _date date): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION public.recover_stale_tasks(threshold_minutes integer DEFAULT NULL::integer)
+ RETURNS TABLE(task_id bigint, task_lease_id bigint, worker_id text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _minutes integer := coalesce(threshold_minutes, 10);
+begin
+  if _minutes not between 1 and 1440 then
+    raise exception 'threshold_minutes must be between 1 and 1440, got %', _minutes using errcode = '22023';
+  end if;
+  return query select r.task_id, r.task_lease_id, r.worker_id from admin.recover_stale_leases(_minutes * 60) r;
+end;
+$function$;
+  -- public.recover_stale_tasks(threshold_minutes integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.adopt_history_range(_lower bigint, _upper bigint)
  RETURNS bigint
  LANGUAGE plpgsql
@@ -8512,7 +8705,7 @@ begin
 
   return query
   with input as (
-    select i.task_id, i.task_lease_id, coalesce(i.outcome, 'succeeded') as outcome,
+    select i.task_id, i.task_lease_id, i.outcome,
            coalesce(i.retry, true) as may_retry, i.ord
       from unnest(_task_ids,
                   coalesce(_task_lease_ids, array_fill(null::bigint, array[cardinality(_task_ids)])),
@@ -8523,9 +8716,27 @@ begin
   -- The pending rows this call may act on, locked: a concurrent claim skips them, a
   -- concurrent completion waits and then finds nothing.
   held as (
-    select p.task_id, p.task_type, p.current_lease_id, p.resource_key, i.task_lease_id, i.outcome,
-           i.outcome = 'failed' and i.may_retry and p.failed_attempts + 1 < p.max_attempts as retry,
-           p.failed_attempts
+    select h.task_id, h.task_type, h.current_lease_id, h.resource_key, h.task_lease_id, h.outcome,
+           h.outcome = 'failed' and h.may_retry and h.failed_attempts + 1 < h.max_attempts as retry,
+           h.failed_attempts
+      from (
+    select p.task_id, p.task_type, p.current_lease_id, p.resource_key, i.task_lease_id, i.may_retry,
+           p.failed_attempts, p.max_attempts,
+           case
+             when i.outcome is not null then i.outcome
+             -- The default: an error of the current run makes it a failure (evaluated only
+             -- for a null outcome; the worker always names its outcome).
+             when exists (select 1 from queues.error e
+                           where e.task_id = p.task_id
+                             and (e.task_lease_id = p.current_lease_id
+                                  or (e.task_lease_id is null
+                                      and e.created_at >= coalesce(
+                                            (select l.leased_at from queues.task_lease l
+                                              where l.task_id = p.task_id and l.task_lease_id = p.current_lease_id),
+                                            (select t.enqueued_at from queues.task t where t.task_id = p.task_id)))))
+               then 'failed'
+             else 'succeeded'
+           end as outcome
       from queues.task_pending p
       join input i on i.task_id = p.task_id
      -- A primary-key probe per task, whatever the planner estimates for the input.
@@ -8537,6 +8748,7 @@ begin
                      or exists (select 1 from queues.resource_lease r
                                  where r.resource_key = p.resource_key and r.task_id = p.task_id))))
        for update of p
+      ) h
   ),
   -- Simple retries: a failed attempt with attempts left runs again after a backoff.
   retry_facts as (
@@ -10164,13 +10376,13 @@ begin
     if _result ->> 'status' = 'succeeded' then outcome := 'succeeded'; else outcome := 'status'; message := _result ->> 'status'; end if;
     return;
   end if;
-  if _result ? 'success' then
+  if _result ? 'success' or _result ? 'error' or _result ? 'validation_failure_message' then
     select string_agg(k, ', ') into _extra from jsonb_object_keys(_result) k
      where k not in ('success', 'error', 'validation_failure_message', 'payload');
     if _extra is not null then
       outcome := 'malformed'; message := format('malformed result envelope: unrecognized key(s) %s', _extra); return;
     end if;
-    if jsonb_typeof(_result -> 'success') <> 'boolean' then
+    if _result ? 'success' and jsonb_typeof(_result -> 'success') <> 'boolean' then
       outcome := 'malformed'; message := 'malformed result envelope: success must be a boolean'; return;
     end if;
     if coalesce(jsonb_typeof(_result -> 'error'), 'null') not in ('string', 'null')
@@ -10182,6 +10394,11 @@ begin
     _invalid := nullif(btrim(coalesce(_result ->> 'validation_failure_message', '')), '');
     if _error is not null then outcome := 'error'; message := _result ->> 'error'; return; end if;
     if _invalid is not null then outcome := 'invalid'; message := _result ->> 'validation_failure_message'; return; end if;
+    if not (_result ? 'success') then
+      outcome := 'malformed';
+      message := 'malformed result envelope: needs "status" or "success", or a non-empty error or validation_failure_message';
+      return;
+    end if;
     if not (_result ->> 'success')::boolean then
       outcome := 'malformed';
       message := 'malformed result envelope: success is false but neither error nor validation_failure_message is set';

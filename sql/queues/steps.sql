@@ -10,6 +10,8 @@
 -- Reads a function's result envelope (the worker's parseEnvelope, in SQL):
 --   {status: text, payload?}                                   succeeded | status
 --   {success: bool, error?, validation_failure_message?, payload?}   succeeded | error | invalid
+--   {error: text, payload?} or {validation_failure_message: text, payload?}, without
+--     success (the supervisors specification's `{"error": "missing_task_id"}`)   error | invalid
 -- outcome is 'succeeded', 'status', 'error', 'invalid' or 'malformed' (message says why).
 create or replace function queues.parse_envelope(_result jsonb, out outcome text, out message text)
   language plpgsql immutable
@@ -43,13 +45,13 @@ begin
     if _result ->> 'status' = 'succeeded' then outcome := 'succeeded'; else outcome := 'status'; message := _result ->> 'status'; end if;
     return;
   end if;
-  if _result ? 'success' then
+  if _result ? 'success' or _result ? 'error' or _result ? 'validation_failure_message' then
     select string_agg(k, ', ') into _extra from jsonb_object_keys(_result) k
      where k not in ('success', 'error', 'validation_failure_message', 'payload');
     if _extra is not null then
       outcome := 'malformed'; message := format('malformed result envelope: unrecognized key(s) %s', _extra); return;
     end if;
-    if jsonb_typeof(_result -> 'success') <> 'boolean' then
+    if _result ? 'success' and jsonb_typeof(_result -> 'success') <> 'boolean' then
       outcome := 'malformed'; message := 'malformed result envelope: success must be a boolean'; return;
     end if;
     if coalesce(jsonb_typeof(_result -> 'error'), 'null') not in ('string', 'null')
@@ -61,6 +63,11 @@ begin
     _invalid := nullif(btrim(coalesce(_result ->> 'validation_failure_message', '')), '');
     if _error is not null then outcome := 'error'; message := _result ->> 'error'; return; end if;
     if _invalid is not null then outcome := 'invalid'; message := _result ->> 'validation_failure_message'; return; end if;
+    if not (_result ? 'success') then
+      outcome := 'malformed';
+      message := 'malformed result envelope: needs "status" or "success", or a non-empty error or validation_failure_message';
+      return;
+    end if;
     if not (_result ->> 'success')::boolean then
       outcome := 'malformed';
       message := 'malformed result envelope: success is false but neither error nor validation_failure_message is set';
