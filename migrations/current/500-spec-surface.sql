@@ -4,6 +4,7 @@ set local lock_timeout = '5s';
 -- worker-hour; envelopes that only report an error; fail_task then complete_task keeps
 -- the failure.
 --!include admin/capacity.sql
+--!include admin/tasks.sql
 --!include queues/steps.sql
 --!include queues/complete.sql
 --!include public/role_based_worker.sql

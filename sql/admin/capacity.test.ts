@@ -160,7 +160,7 @@ describe('capacity', () => {
            from queues.task_completed c where c.completed_at = '2030-01-01T11:40:00Z'`,
       );
       const [row] = await capacityAt('email');
-      expect(row!.tasks_per_worker_hour).toBeCloseTo(6 / (22 / 3600), 9);
+      expect(row.tasks_per_worker_hour).toBeCloseTo(6 / (22 / 3600), 9);
     } finally {
       await fixture();
     }

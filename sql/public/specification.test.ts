@@ -119,11 +119,11 @@ describe('role-based-worker-system.md: worker_tasks, health checks and stale rec
     await enqueue('spec_role', 2);
     const claimed = await claim('spec_role', 'spec-live', 2);
     await db.query(`insert into queues.task_lease_started (task_id, task_lease_id) values ($1, $2)`, [
-      claimed[1]!.task_id,
-      claimed[1]!.task_lease_id,
+      claimed[1].task_id,
+      claimed[1].task_lease_id,
     ]);
-    ids.claimed = [claimed[0]!.task_id];
-    ids.running = [claimed[1]!.task_id];
+    ids.claimed = [claimed[0].task_id];
+    ids.running = [claimed[1].task_id];
     // completed and failed, through the specification's worker contract (as the worker)
     const done = await enqueue('spec_role', 2);
     const doneLeases = await claim('spec_role', 'spec-live', 2);
@@ -131,8 +131,8 @@ describe('role-based-worker-system.md: worker_tasks, health checks and stale rec
     await db.pool('worker').query('select queues.complete_task($1)', [done[0]]);
     await db.pool('worker').query(`select queues.fail_task($1, 'boom')`, [done[1]]);
     await db.pool('worker').query('select queues.complete_task($1)', [done[1]]);
-    ids.completed = [done[0]!];
-    ids.failed = [done[1]!];
+    ids.completed = [done[0]];
+    ids.failed = [done[1]];
     // stale: held by a worker silent for 20 minutes
     const staleTask = await enqueue('spec_role', 1, 0, { store_id: 42, platform: 'dutchie' });
     await claim('spec_role', 'spec-dead', 1);
@@ -152,19 +152,17 @@ describe('role-based-worker-system.md: worker_tasks, health checks and stale rec
   });
 
   it('each task in the columns of the document’s worker_tasks table', async () => {
-    const { rows } = await db
-      .pool('api')
-      .query(
-        `select id, role, dispensary_id, platform, status, worker_id, claimed_at is not null as claimed,
+    const { rows } = await db.pool('api').query(
+      `select id, role, dispensary_id, platform, status, worker_id, claimed_at is not null as claimed,
                 started_at is not null as started, completed_at is not null as completed, error_message,
                 retry_count, max_retries
            from worker_tasks where role = 'spec_role' order by id`,
-      );
+    );
     const byId = Object.fromEntries(rows.map((r) => [r.id, r]));
-    expect(byId[ids.failed![0]!]).toMatchObject({ status: 'failed', error_message: 'boom', completed: true });
-    expect(byId[ids.running![0]!]).toMatchObject({ status: 'running', worker_id: 'spec-live', started: true });
-    expect(byId[ids.claimed![0]!]).toMatchObject({ status: 'claimed', worker_id: 'spec-live', started: false });
-    expect(byId[ids.stale![0]!]).toMatchObject({
+    expect(byId[ids.failed[0]]).toMatchObject({ status: 'failed', error_message: 'boom', completed: true });
+    expect(byId[ids.running[0]]).toMatchObject({ status: 'running', worker_id: 'spec-live', started: true });
+    expect(byId[ids.claimed[0]]).toMatchObject({ status: 'claimed', worker_id: 'spec-live', started: false });
+    expect(byId[ids.stale[0]]).toMatchObject({
       status: 'stale',
       worker_id: 'spec-dead',
       dispensary_id: '42',
@@ -190,8 +188,8 @@ describe('role-based-worker-system.md: worker_tasks, health checks and stale rec
   it('recover_stale_tasks(threshold_minutes): the dead worker’s task is pending again', async () => {
     // "-- recover_stale_tasks(threshold_minutes)"
     const { rows } = await db.pool('api').query('SELECT * FROM recover_stale_tasks(10);');
-    expect(rows).toEqual([{ task_id: ids.stale![0], task_lease_id: expect.any(String), worker_id: 'spec-dead' }]);
-    const { rows: after } = await db.pool('api').query('select status from worker_tasks where id = $1', [ids.stale![0]]);
+    expect(rows).toEqual([{ task_id: ids.stale[0], task_lease_id: expect.any(String), worker_id: 'spec-dead' }]);
+    const { rows: after } = await db.pool('api').query('select status from worker_tasks where id = $1', [ids.stale[0]]);
     expect(after).toEqual([{ status: 'pending' }]);
     // The live worker's tasks are left alone, whatever the threshold.
     expect((await db.pool('api').query('SELECT * FROM recover_stale_tasks(1);')).rows).toEqual([]);
@@ -213,7 +211,9 @@ describe('role-based-worker-system.md: daily resync generation', () => {
     await db.query(
       `insert into menus.store_products_discovered (store_id, product_count) select store_id, 1 from menus.store`,
     );
-    const { rows } = await db.pool('app').query('SELECT generate_resync_tasks(6, CURRENT_DATE); -- 6 batches = every 4 hours');
+    const { rows } = await db
+      .pool('app')
+      .query('SELECT generate_resync_tasks(6, CURRENT_DATE); -- 6 batches = every 4 hours');
     expect(rows).toHaveLength(6);
     const { rows: tasks } = await db.query(
       `select count(*)::int as n from queues.task where task_type = 'product_resync'`,
@@ -265,7 +265,7 @@ describe('supervisors.md: a supervisor that returns {"error": "missing_task_id"}
       .pool('worker')
       .query('select * from queues.run_step($1, $2, $3, $4::jsonb)', [
         taskId,
-        lease!.task_lease_id,
+        lease.task_lease_id,
         payload.db_function,
         JSON.stringify(payload),
       ]);
@@ -329,11 +329,13 @@ describe('queues-and-worker.md: record failure, then always complete', () => {
     const { rows: twice } = await db.query<{ id: string }>(
       `select queues.enqueue('spec_contract', '{}', null, null, null, 2) as id`,
     );
-    const retried = twice[0]!.id;
+    const retried = twice[0].id;
     await claim('spec_contract', 'spec-contract', 1);
     await db.pool('worker').query(`select queues.fail_task($1, 'boom')`, [retried]);
     await db.pool('worker').query('select queues.complete_task($1)', [retried]);
-    expect((await db.query('select count(*)::int as n from queues.task_attempt_failed where task_id = $1', [retried])).rows).toEqual([{ n: 1 }]);
+    expect(
+      (await db.query('select count(*)::int as n from queues.task_attempt_failed where task_id = $1', [retried])).rows,
+    ).toEqual([{ n: 1 }]);
     await db.query(
       `select * from queues.claim_tasks_at(now() + interval '2 hours', 'spec-contract', 1, array['spec_contract'], 60, 5)`,
     );
