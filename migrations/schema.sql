@@ -1422,7 +1422,7 @@ create table queues.task_completed (
   outcome text not null,
   task_type text,
   constraint task_completed_completed_at_not_null NOT NULL completed_at,
-  constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text]))),
+  constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text, 'validation_failed'::text]))) NOT VALID,
   constraint task_completed_outcome_not_null NOT NULL outcome,
   constraint task_completed_pkey PRIMARY KEY (task_id),
   constraint task_completed_task_id_not_null NOT NULL task_id,
@@ -1446,7 +1446,7 @@ create table queues.task_completed_default partition of queues.task_completed (
   task_type text,
   constraint task_completed_completed_at_not_null NOT NULL completed_at,
   constraint task_completed_default_pkey PRIMARY KEY (task_id),
-  constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text]))),
+  constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text, 'validation_failed'::text]))) NOT VALID,
   constraint task_completed_outcome_not_null NOT NULL outcome,
   constraint task_completed_task_id_not_null NOT NULL task_id,
   constraint task_completed_task_type_named CHECK ((task_type IS NOT NULL)) NOT VALID
@@ -1466,7 +1466,7 @@ create table queues.task_completed_p0 partition of queues.task_completed (
   outcome text not null,
   task_type text,
   constraint task_completed_completed_at_not_null NOT NULL completed_at,
-  constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text]))),
+  constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text, 'validation_failed'::text]))) NOT VALID,
   constraint task_completed_outcome_not_null NOT NULL outcome,
   constraint task_completed_p0_pkey PRIMARY KEY (task_id),
   constraint task_completed_task_id_not_null NOT NULL task_id,
@@ -1487,7 +1487,7 @@ create table queues.task_completed_p1000000 partition of queues.task_completed (
   outcome text not null,
   task_type text,
   constraint task_completed_completed_at_not_null NOT NULL completed_at,
-  constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text]))),
+  constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text, 'validation_failed'::text]))) NOT VALID,
   constraint task_completed_outcome_not_null NOT NULL outcome,
   constraint task_completed_p1000000_pkey PRIMARY KEY (task_id),
   constraint task_completed_task_id_not_null NOT NULL task_id,
@@ -1508,7 +1508,7 @@ create table queues.task_completed_p2000000 partition of queues.task_completed (
   outcome text not null,
   task_type text,
   constraint task_completed_completed_at_not_null NOT NULL completed_at,
-  constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text]))),
+  constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text, 'validation_failed'::text]))) NOT VALID,
   constraint task_completed_outcome_not_null NOT NULL outcome,
   constraint task_completed_p2000000_pkey PRIMARY KEY (task_id),
   constraint task_completed_task_id_not_null NOT NULL task_id,
@@ -5116,7 +5116,7 @@ CREATE OR REPLACE FUNCTION admin.task_states()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select array['scheduled', 'ready', 'running', 'retrying',
-               'succeeded', 'failed', 'abandoned', 'cancelled']
+               'succeeded', 'failed', 'abandoned', 'cancelled', 'validation_failed']
 $function$;
   -- admin.task_states(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -8709,9 +8709,9 @@ begin
       cardinality(_task_ids), cardinality(_outcomes) using errcode = '22023';
   end if;
   select o into _bad from unnest(_outcomes) o
-   where o is not null and o not in ('succeeded', 'failed', 'abandoned', 'cancelled') limit 1;
+   where o is not null and o not in ('succeeded', 'failed', 'abandoned', 'cancelled', 'validation_failed') limit 1;
   if found then
-    raise exception 'unknown outcome %; expected succeeded, failed, abandoned or cancelled',
+    raise exception 'unknown outcome %; expected succeeded, failed, abandoned, cancelled or validation_failed',
       quote_literal(left(_bad, 100)) using errcode = '22023';
   end if;
   if _retries is not null and cardinality(_retries) <> cardinality(_task_ids) then
@@ -10877,7 +10877,8 @@ begin
         when 'succeeded' then outcome := 'succeeded';
         when 'status' then outcome := 'succeeded'; note := 'status ' || _env.message;
         when 'invalid' then
-          outcome := 'failed'; error := format('%s: validation failure: %s', _function_name, _env.message);
+          -- Its own outcome: final, never retried, not a dead letter.
+          outcome := 'validation_failed'; error := format('%s: validation failure: %s', _function_name, _env.message);
           note := _env.message;
         else outcome := 'failed'; error := format('%s: %s', _function_name, _env.message);
       end case;
@@ -11040,7 +11041,7 @@ begin
                 when 'succeeded' then _outcome[_m] := 'succeeded';
                 when 'status' then _outcome[_m] := 'succeeded'; _note[_m] := 'status ' || _env.message;
                 when 'invalid' then
-                  _outcome[_m] := 'failed'; _error[_m] := format('%s: validation failure: %s', _name, _env.message);
+                  _outcome[_m] := 'validation_failed'; _error[_m] := format('%s: validation failure: %s', _name, _env.message);
                   _note[_m] := _env.message;
                   -- A validation failure is final: no retry.
                   _retry[_m] := false;
@@ -11226,9 +11227,10 @@ begin
   if _mode not in ('success', 'error') then
     raise exception 'mode must be success or error, not %', _mode using errcode = '22023';
   end if;
-  if _outcome is distinct from (case _mode when 'success' then 'succeeded' else 'failed' end) then
+  if not (_outcome is not distinct from 'succeeded' and _mode = 'success'
+          or _outcome in ('failed', 'validation_failed') and _mode = 'error') then
     raise exception 'a % handler completes % tasks, not %', _mode,
-      (case _mode when 'success' then 'succeeded' else 'failed' end), coalesce(_outcome, 'null')
+      (case _mode when 'success' then 'succeeded' else 'failed or validation_failed' end), coalesce(_outcome, 'null')
       using errcode = '22023';
   end if;
   if exists (select 1 from unnest(_errors) m where m is null or btrim(m) = '') then

@@ -295,6 +295,82 @@ describe('supervisors.md: a supervisor that returns {"error": "missing_task_id"}
   });
 });
 
+describe('queues-and-worker.md: a validation_failure_message is "non-retriable", a business outcome', () => {
+  beforeAll(async () => {
+    const worker = db.dbUsers.worker;
+    // A kickoff-style step that returns "a human-readable validation_failure_message
+    // instead of raising for invalid input".
+    await db.query(`
+      create schema spec_accounts;
+      create function spec_accounts.kickoff_foo(payload jsonb) returns jsonb
+        language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+      begin
+        return jsonb_build_object('success', false, 'validation_failure_message', 'account 7 not found');
+      end $$;
+      revoke execute on all functions in schema spec_accounts from public;
+      grant usage on schema spec_accounts to ${worker};
+      grant execute on all functions in schema spec_accounts to ${worker};
+      select internal.register_runnable_function('spec_accounts.kickoff_foo(jsonb)');
+    `);
+  });
+
+  it('completes validation_failed: final with attempts left, its message kept, not a dead letter', async () => {
+    const payload = { task_type: 'db_function', db_function: 'spec_accounts.kickoff_foo' };
+    const { rows: enq } = await db.query<{ id: string }>(
+      `select queues.enqueue('db_function', $1::jsonb, null, null, null, 3) as id`,
+      [JSON.stringify(payload)],
+    );
+    const taskId = enq[0].id;
+    const [lease] = (await claim('db_function', 'spec-steps', 10)).filter((l) => l.task_id === taskId);
+    const { rows } = await db
+      .pool('worker')
+      .query('select * from queues.run_step($1, $2, $3, $4::jsonb)', [
+        taskId,
+        lease.task_lease_id,
+        payload.db_function,
+        JSON.stringify(payload),
+      ]);
+    expect(rows).toEqual([
+      {
+        result: 'completed',
+        outcome: 'validation_failed',
+        error: 'spec_accounts.kickoff_foo: validation failure: account 7 not found',
+        note: 'account 7 not found',
+      },
+    ]);
+    expect((await db.query('select outcome from queues.task_completed where task_id = $1', [taskId])).rows).toEqual([
+      { outcome: 'validation_failed' },
+    ]);
+    expect((await db.query('select 1 from queues.dead_letter where task_id = $1', [taskId])).rows).toEqual([]);
+    // Visible: the operations API lists it by its outcome, and worker_tasks shows it failed.
+    const { rows: listed } = await db
+      .pool('api')
+      .query(`select task_id, state from admin.list_tasks(null, 'validation_failed')`);
+    expect(listed).toEqual([{ task_id: taskId, state: 'validation_failed' }]);
+    expect(
+      (await db.pool('api').query('select status, outcome from worker_tasks where id = $1', [taskId])).rows,
+    ).toEqual([{ status: 'failed', outcome: 'validation_failed' }]);
+  });
+
+  it('a caller may complete a task validation_failed; it is never retried', async () => {
+    await taskType('spec_invalid');
+    const { rows: enq } = await db.query<{ id: string }>(
+      `select queues.enqueue('spec_invalid', '{}', null, null, null, 3) as id`,
+    );
+    await claim('spec_invalid', 'spec-invalid', 1);
+    expect(
+      (
+        await db
+          .pool('worker')
+          .query(`select queues.complete_task($1, null, 'validation_failed') as done`, [enq[0].id])
+      ).rows,
+    ).toEqual([{ done: true }]);
+    expect(
+      (await db.query('select count(*)::int as n from queues.task_pending where task_id = $1', [enq[0].id])).rows,
+    ).toEqual([{ n: 0 }]);
+  });
+});
+
 describe('queues-and-worker.md: record failure, then always complete', () => {
   // "Record failure (if error): call queues.fail_task(task_id, message) for
   // observability. Complete: Always call queues.complete_task(task_id) after

@@ -16,6 +16,8 @@
 -- unless its _retries element is false (a failure no retry can mend, such as a
 -- validation failure): the attempt is recorded (queues.task_attempt_failed) and the task
 -- runs again after an exponential backoff (internal.backoff).
+-- 'validation_failed' (a validation_failure_message: a business outcome no retry can
+-- mend) is final too, and, unlike 'failed', never a dead letter.
 -- A keyed task's lease completes only while the task holds its resource key.
 -- Returns one row per input task, in input order: result is
 --   'completed'          this call completed it
@@ -63,9 +65,9 @@ begin
       cardinality(_task_ids), cardinality(_outcomes) using errcode = '22023';
   end if;
   select o into _bad from unnest(_outcomes) o
-   where o is not null and o not in ('succeeded', 'failed', 'abandoned', 'cancelled') limit 1;
+   where o is not null and o not in ('succeeded', 'failed', 'abandoned', 'cancelled', 'validation_failed') limit 1;
   if found then
-    raise exception 'unknown outcome %; expected succeeded, failed, abandoned or cancelled',
+    raise exception 'unknown outcome %; expected succeeded, failed, abandoned, cancelled or validation_failed',
       quote_literal(left(_bad, 100)) using errcode = '22023';
   end if;
   if _retries is not null and cardinality(_retries) <> cardinality(_task_ids) then

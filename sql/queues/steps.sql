@@ -113,9 +113,10 @@ $$;
 -- internal.run_function(_function_name, _payload), then the completion fenced by the lease
 -- (queues.settle_tasks), so the step's writes and its completion commit together or not
 -- at all, exactly once. Outcomes as the worker's db_function processor: success and
--- status complete 'succeeded' (a status is returned as note); error and validation failure
--- keep the writes and complete 'failed' with an error row (a validation failure is never
--- retried); a malformed envelope or an exception rolls the step back, then completes
+-- status complete 'succeeded' (a status is returned as note); an error keeps the writes and
+-- completes 'failed' with an error row; a validation failure keeps the writes and
+-- completes 'validation_failed' with an error row (final: never retried, not a dead
+-- letter); a malformed envelope or an exception rolls the step back, then completes
 -- 'failed' with an error row. A step whose lease is no longer held is not run. A
 -- well-formed envelope is kept as the step's result (queues.record_task_result) before its
 -- completion. queues.run_steps runs many steps faster and falls back to this one.
@@ -151,7 +152,8 @@ begin
         when 'succeeded' then outcome := 'succeeded';
         when 'status' then outcome := 'succeeded'; note := 'status ' || _env.message;
         when 'invalid' then
-          outcome := 'failed'; error := format('%s: validation failure: %s', _function_name, _env.message);
+          -- Its own outcome: final, never retried, not a dead letter.
+          outcome := 'validation_failed'; error := format('%s: validation failure: %s', _function_name, _env.message);
           note := _env.message;
         else outcome := 'failed'; error := format('%s: %s', _function_name, _env.message);
       end case;
@@ -397,7 +399,7 @@ begin
                 when 'succeeded' then _outcome[_m] := 'succeeded';
                 when 'status' then _outcome[_m] := 'succeeded'; _note[_m] := 'status ' || _env.message;
                 when 'invalid' then
-                  _outcome[_m] := 'failed'; _error[_m] := format('%s: validation failure: %s', _name, _env.message);
+                  _outcome[_m] := 'validation_failed'; _error[_m] := format('%s: validation failure: %s', _name, _env.message);
                   _note[_m] := _env.message;
                   -- A validation failure is final: no retry.
                   _retry[_m] := false;

@@ -13,7 +13,7 @@
  *   ready      not completed, scheduledAt reached, no live lease      -> claimed by claimTasks
  *   running    not completed, a live lease                           -> completed, or ready
  *                                                                        again when it expires
- *   completed  outcome succeeded | failed | abandoned | cancelled     (terminal)
+ *   completed  outcome succeeded | failed | abandoned | cancelled | validation_failed   (terminal)
  */
 import { functionRun } from './queries/function.queries.js';
 import {
@@ -95,7 +95,12 @@ export interface ClaimOptions {
   maxLeases?: number;
 }
 
-export type CompletionOutcome = 'succeeded' | 'failed' | 'abandoned' | 'cancelled';
+/**
+ * How a task ended. validation_failed: its function or before handler returned a
+ * validation_failure_message, a business outcome no retry can mend: final, and not a
+ * dead letter (failed and abandoned tasks are).
+ */
+export type CompletionOutcome = 'succeeded' | 'failed' | 'abandoned' | 'cancelled' | 'validation_failed';
 
 export interface Completion {
   taskId: Id;
@@ -364,7 +369,7 @@ export interface CompletionHandler {
  */
 export async function settleWithHandler(
   db: Queryable,
-  completion: Settlement & { taskLeaseId: Id; outcome: 'succeeded' | 'failed' },
+  completion: Settlement & { taskLeaseId: Id; outcome: 'succeeded' | 'failed' | 'validation_failed' },
   handler: CompletionHandler,
 ): Promise<{ result: CompletionResult; outcome: CompletionOutcome; errors: string[] }> {
   const rows = await mapErrors(

@@ -37,6 +37,7 @@ export const TASK_STATES = [
   'failed',
   'abandoned',
   'cancelled',
+  'validation_failed',
 ] as const;
 
 /**
