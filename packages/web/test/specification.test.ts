@@ -152,3 +152,23 @@ describe('POST /api/tasks with the specification’s body (the columns of worker
     expect((await db.query('select count(*)::int as n from queues.task')).rows[0].n).toBe(before);
   });
 });
+
+describe('a validation failure: visible as its own outcome, not a dead letter', () => {
+  it('GET /api/tasks?state=validation_failed, the task and the counts show it; /api/dead-letters does not', async () => {
+    const [invalid] = await enqueue(1);
+    const [failed] = await enqueue(1);
+    await claim('w-invalid');
+    await db.pool('worker').query(`select queues.fail_task($1, 'account 7 not found')`, [invalid]);
+    await db.pool('worker').query(`select queues.complete_task($1, null, 'validation_failed')`, [invalid]);
+    await db.pool('worker').query(`select queues.complete_task($1, null, 'failed')`, [failed]);
+    expect(await ids('/api/tasks?state=validation_failed')).toEqual([invalid]);
+    const task = (await get(`/api/tasks/${invalid}`)).json();
+    expect(task.task.state).toBe('validation_failed');
+    expect(task.errors.map((e: { error_message: string }) => e.error_message)).toEqual(['account 7 not found']);
+    expect((await get('/api/tasks/counts')).json().by_type.store_discovery).toMatchObject({ validation_failed: 1 });
+    const dead = (await get('/api/dead-letters')).json();
+    const deadIds = JSON.stringify(dead);
+    expect(deadIds).toContain(`"task_id":${failed}`);
+    expect(deadIds).not.toContain(`"task_id":${invalid}`);
+  });
+});
