@@ -22,6 +22,7 @@ export default [
   project('providers', 'packages/providers', ['test/**/*.test.ts']),
   project('files-service', 'packages/files-service', ['test/**/*.test.ts']),
   project('web', 'packages/web', ['test/**/*.test.ts']),
+  project('cli', 'packages/cli', ['test/**/*.test.ts']),
   project('bench', 'tools/bench', ['test/**/*.test.ts']),
   project('chaos', 'tools/chaos', ['test/**/*.test.ts']),
   project('db-tools', 'tools/db', ['test/**/*.test.ts']),

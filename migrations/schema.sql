@@ -6123,12 +6123,16 @@ CREATE OR REPLACE FUNCTION files.check_file_delete_signing(payload jsonb)
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+declare
+  _left interval;
 begin
   if jsonb_typeof(payload -> 'bucket') is distinct from 'string' or jsonb_typeof(payload -> 'object_key') is distinct from 'string' then
     return internal.validation_failure('bucket and object_key must be strings');
   end if;
+  _left := files.file_delete_lease_left(payload ->> 'bucket', payload ->> 'object_key');
   return jsonb_build_object('success', true, 'payload', jsonb_build_object(
-    'scheduled', files.is_file_delete_scheduled(payload ->> 'bucket', payload ->> 'object_key')));
+    'scheduled', _left is not null,
+    'lease_seconds_left', extract(epoch from _left)));
 end;
 $function$;
   -- files.check_file_delete_signing(payload jsonb): owner :DATABASE_OWNER
@@ -6159,6 +6163,37 @@ AS $function$
    where t.file_deletion_task_id = _file_deletion_task_id
 $function$;
   -- files.file_delete_attempt_payload(_file_deletion_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION files.file_delete_lease_left(_bucket text, _object_key text)
+ RETURNS interval
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select max(l.expires_at - now())
+    from files.file f
+    join files.file_deletion_task t on t.file_id = f.file_id
+    join files.file_deletion_attempt a on a.file_deletion_task_id = t.file_deletion_task_id
+    -- The task's newest lease with its effective expiry (a task has one live lease at most).
+    cross join lateral (
+      select e.expires_at from queues.task_lease_effective e
+       where e.task_id = a.task_id
+       order by e.task_lease_id desc
+       limit 1
+    ) l
+   where f.bucket = _bucket and f.object_key = _object_key
+     and l.expires_at > now()
+     and not exists (select 1 from queues.task_completed c where c.task_id = a.task_id)
+     and not exists (select 1 from files.file_deletion_attempt_succeeded s
+                      where s.file_deletion_attempt_id = a.file_deletion_attempt_id)
+     and not exists (select 1 from files.file_deletion_attempt_failed x
+                      where x.file_deletion_attempt_id = a.file_deletion_attempt_id)
+     and not exists (select 1 from files.file_deletion_task_succeeded ts where ts.file_deletion_task_id = t.file_deletion_task_id)
+     and not exists (select 1 from files.file_deletion_task_failed tf where tf.file_deletion_task_id = t.file_deletion_task_id)
+     and not files.has_account_deletion_failed(f.account_id)
+$function$;
+  -- files.file_delete_lease_left(_bucket text, _object_key text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION files.file_deletion_attempt_refusal(_attempt_id bigint, _verb text)
@@ -6495,19 +6530,7 @@ CREATE OR REPLACE FUNCTION files.is_file_delete_scheduled(_bucket text, _object_
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select exists (
-    select 1
-      from files.file f
-      join files.file_deletion_task t on t.file_id = f.file_id
-      join files.file_deletion_attempt a on a.file_deletion_task_id = t.file_deletion_task_id
-     where f.bucket = _bucket and f.object_key = _object_key
-       and not exists (select 1 from files.file_deletion_attempt_succeeded s
-                        where s.file_deletion_attempt_id = a.file_deletion_attempt_id)
-       and not exists (select 1 from files.file_deletion_attempt_failed x
-                        where x.file_deletion_attempt_id = a.file_deletion_attempt_id)
-       and not exists (select 1 from files.file_deletion_task_succeeded ts where ts.file_deletion_task_id = t.file_deletion_task_id)
-       and not exists (select 1 from files.file_deletion_task_failed tf where tf.file_deletion_task_id = t.file_deletion_task_id)
-       and not files.has_account_deletion_failed(f.account_id))
+  select files.file_delete_lease_left(_bucket, _object_key) is not null
 $function$;
   -- files.is_file_delete_scheduled(_bucket text, _object_key text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -7326,12 +7349,22 @@ CREATE OR REPLACE FUNCTION internal.queue_gave_up_message(_task_id bigint)
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select left(format('the queue gave up on %s task %s (%s)%s', t.task_type, t.task_id, c.outcome,
-                     coalesce(': ' || (select e.error_message from queues.error e
-                                        where e.task_id = t.task_id order by e.error_id desc limit 1), '')), 2000)
-    from queues.task t
-    join queues.task_completed c on c.task_id = t.task_id
-   where t.task_id = _task_id
+  select left(coalesce((select format('%slease %s started the provider call at %s and no outcome was recorded; ',
+                                      internal.unknown_outcome_prefix(), s.task_lease_id, s.started_at)
+                          from internal.provider_call_started s
+                         where s.task_id = k.task_id
+                         order by s.task_lease_id limit 1), '')
+              || case when t.task_id is null
+                      then format('the queue gave up on task %s: its history was dropped by retention before its attempt had an outcome',
+                                  k.task_id)
+                      else format('the queue gave up on %s task %s (%s)%s', t.task_type, t.task_id, c.outcome,
+                                  coalesce(': ' || (select e.error_message from queues.error e
+                                                     where e.task_id = t.task_id order by e.error_id desc limit 1), ''))
+                 end, 2000)
+    from (select _task_id as task_id) k
+    left join queues.task t on t.task_id = k.task_id
+    left join queues.task_completed c on c.task_id = t.task_id
+   where k.task_id is not null and (t.task_id is null or c.task_id is not null)
 $function$;
   -- internal.queue_gave_up_message(_task_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)

@@ -111,6 +111,11 @@ describe('ended processes delete nothing', () => {
         payload: { scheduled: boolean };
       };
     const signable = async () => (await check(`a/${accountId}/0`)).payload.scheduled;
+    // Queued, no worker performs it yet: nothing to sign. A worker claims it: signable.
+    expect(await signable()).toBe(false);
+    const [task] = (await claimDue(db, new Date(clock.getTime() + 1000))).filter(
+      (t) => t.task_type === 'file_delete' && t.payload.file_id === fileId,
+    );
     expect(await signable()).toBe(true);
     expect((await check('a/other')).payload.scheduled).toBe(false);
     expect(await runAsWorker(db, 'files.check_file_delete_signing', { bucket: 'recordings' })).toEqual({
@@ -127,9 +132,6 @@ describe('ended processes delete nothing', () => {
       [del.rows[0].account_deletion_task_id],
     );
     expect(await signable()).toBe(false);
-    const [task] = (await claimDue(db, new Date(clock.getTime() + 1000))).filter(
-      (t) => t.task_type === 'file_delete' && t.payload.file_id === fileId,
-    );
     let called = 0;
     const done = await processTask(db, task, () => {
       called++;

@@ -49,20 +49,41 @@ end;
 $$;
 
 -- Why the queue gave up on a channel task, or NULL while it has not: the task is
--- completed (abandoned after its leases expired, dead-lettered, failed because its
--- success or error handler raised) although its attempt has no outcome. Supervisors
+-- completed (abandoned after its leases expired, dead-lettered, cancelled, failed because
+-- its success or error handler raised) although its attempt has no outcome. Supervisors
 -- record this as the attempt's failure at their next run.
+--
+-- A task that is no longer in queues.task was given up on too: history retention drops a
+-- task only with its whole partition set, and only once every task in the set has a
+-- completion (queues.maintain_history_at), so a task that is gone was completed, at
+-- least the retention window ago, and its attempt got no outcome from it. A supervisor
+-- silent for that long (db_function paused) still sees its attempt end.
+--
+-- When an at-most-once provider call was started for the task
+-- (internal.provider_call_started, which retention keeps), the call may have happened:
+-- the message then starts with internal.unknown_outcome_prefix(), so the supervisor ends
+-- the process delivery_outcome_unknown instead of calling again.
 create or replace function internal.queue_gave_up_message(_task_id bigint)
   returns text
   language sql stable
   set search_path = pg_catalog, pg_temp
 as $$
-  select left(format('the queue gave up on %s task %s (%s)%s', t.task_type, t.task_id, c.outcome,
-                     coalesce(': ' || (select e.error_message from queues.error e
-                                        where e.task_id = t.task_id order by e.error_id desc limit 1), '')), 2000)
-    from queues.task t
-    join queues.task_completed c on c.task_id = t.task_id
-   where t.task_id = _task_id
+  select left(coalesce((select format('%slease %s started the provider call at %s and no outcome was recorded; ',
+                                      internal.unknown_outcome_prefix(), s.task_lease_id, s.started_at)
+                          from internal.provider_call_started s
+                         where s.task_id = k.task_id
+                         order by s.task_lease_id limit 1), '')
+              || case when t.task_id is null
+                      then format('the queue gave up on task %s: its history was dropped by retention before its attempt had an outcome',
+                                  k.task_id)
+                      else format('the queue gave up on %s task %s (%s)%s', t.task_type, t.task_id, c.outcome,
+                                  coalesce(': ' || (select e.error_message from queues.error e
+                                                     where e.task_id = t.task_id order by e.error_id desc limit 1), ''))
+                 end, 2000)
+    from (select _task_id as task_id) k
+    left join queues.task t on t.task_id = k.task_id
+    left join queues.task_completed c on c.task_id = t.task_id
+   where k.task_id is not null and (t.task_id is null or c.task_id is not null)
 $$;
 
 -- True when an attempt's error is the worker's "unknown outcome" failure of an

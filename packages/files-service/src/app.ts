@@ -44,20 +44,23 @@ export interface FilesServiceOptions {
 }
 
 /**
- * Asks the database whether (bucket, object_key) has a deletion in flight: a file row
- * with a file_delete attempt that has no outcome, in a process that has not ended
- * (files.check_file_delete_signing through internal.run_function).
+ * Asks the database how long (bucket, object_key) may be deleted for: the seconds left on
+ * the live lease of the file_delete attempt deleting it (an attempt without an outcome, in
+ * a process that has not ended, whose task a worker holds now), or undefined when none
+ * may (files.check_file_delete_signing through internal.run_function).
  */
-async function isScheduledForDeletion(
+async function deletionLeaseSecondsLeft(
   db: ReturnType<typeof connect>,
   bucket: string,
   objectKey: string,
-): Promise<boolean> {
+): Promise<number | undefined> {
   const result = (await runFunction(db, 'files.check_file_delete_signing', { bucket, object_key: objectKey })) as {
     success?: boolean;
-    payload?: { scheduled?: boolean };
+    payload?: { scheduled?: boolean; lease_seconds_left?: number | string | null };
   } | null;
-  return result?.success === true && result.payload?.scheduled === true;
+  if (result?.success !== true || result.payload?.scheduled !== true) return undefined;
+  const left = Number(result.payload.lease_seconds_left);
+  return Number.isFinite(left) ? left : undefined;
 }
 
 const sha256 = (s: string) => createHash('sha256').update(s, 'utf8').digest();
@@ -76,8 +79,9 @@ function reply4xx(reply: FastifyReply, statusCode: number, message: string, code
  * - `POST /v1/signed-delete-urls` `{ bucket, object_key }` with `Authorization: Bearer <token>`
  *   → 200 `{ url, expires_at }`; 401 without or with a wrong token; 400 for a bad body or an
  *   implausible key; 403 for a bucket not configured; 403 `{ code: "not_scheduled" }` when
- *   the database has no deletion in flight for the object (files.check_file_delete_signing);
- *   404 `{ code: "unknown_object" }` when
+ *   no worker holds a live lease on a deletion attempt of the object
+ *   (files.check_file_delete_signing); the URL expires with that lease, or after
+ *   `urlTtlSeconds` when sooner; 404 `{ code: "unknown_object" }` when
  *   the object is not in the bucket (the file_delete provider counts that as already
  *   deleted); 502 when storage cannot be asked.
  */
@@ -143,10 +147,13 @@ export function createFilesService(config: FilesServiceConfig, options: FilesSer
       return reply4xx(reply, 403, `bucket ${JSON.stringify(bucket)} is not one this service signs for (FILES_BUCKETS)`);
     }
 
-    // Only what the database scheduled: a token holder cannot delete any object it names.
-    let scheduled: boolean;
+    // Only what a worker is deleting now: a token holder cannot delete any object it names,
+    // and the URL is valid no longer than the attempt's lease (storage checks only the
+    // signature and its expiry).
+    const askedAt = Date.now();
+    let leaseSecondsLeft: number | undefined;
     try {
-      scheduled = await isScheduledForDeletion(db, bucket, object_key);
+      leaseSecondsLeft = await deletionLeaseSecondsLeft(db, bucket, object_key);
     } catch (err) {
       request.log.error(
         { bucket, err: { message: (err as Error).message, code: (err as { code?: unknown }).code } },
@@ -156,7 +163,10 @@ export function createFilesService(config: FilesServiceConfig, options: FilesSer
         .code(502)
         .send({ statusCode: 502, error: 'Bad Gateway', message: 'the database could not be asked' });
     }
-    if (!scheduled) {
+    // Whole seconds (V4 URLs count in seconds), from when the database was asked.
+    const lifetimeSeconds =
+      leaseSecondsLeft === undefined ? 0 : Math.min(cfg.urlTtlSeconds, Math.floor(leaseSecondsLeft));
+    if (lifetimeSeconds < 1) {
       request.log.warn({ bucket }, 'refused: no deletion scheduled for this object');
       return reply4xx(
         reply,
@@ -186,7 +196,16 @@ export function createFilesService(config: FilesServiceConfig, options: FilesSer
       );
     }
 
-    const expires = new Date(Math.floor(Date.now() / 1000) * 1000 + cfg.urlTtlSeconds * 1000);
+    const expires = new Date(Math.floor(askedAt / 1000) * 1000 + lifetimeSeconds * 1000);
+    if (expires.getTime() <= Date.now()) {
+      request.log.warn({ bucket }, "refused: the attempt's lease ended while storage was asked");
+      return reply4xx(
+        reply,
+        403,
+        `no deletion is scheduled for ${JSON.stringify(object_key)} in bucket ${JSON.stringify(bucket)}`,
+        NOT_SCHEDULED_CODE,
+      );
+    }
     const [url] = await file.getSignedUrl({ version: 'v4', action: 'delete', expires });
     request.log.info({ bucket, expires_at: expires.toISOString() }, 'signed delete url issued');
     return reply.code(200).send({ url, expires_at: expires.toISOString() });

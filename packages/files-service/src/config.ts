@@ -39,7 +39,7 @@ export const filesServiceConfigSchema = z.object({
   credentials: serviceAccountSchema,
   /** GCS endpoint for the SDK and the signed URLs (an emulator or fake); default Google's. */
   apiEndpoint: z.url({ protocol: /^https?$/, error: 'must be an http(s) URL' }).optional(),
-  /** Lifetime of a signed URL in seconds (default 300, at most 7 days). */
+  /** Longest lifetime of a signed URL in seconds (default 300, at most 7 days); never past the attempt's lease. */
   urlTtlSeconds: z.number().int().min(1).max(604800).default(300),
   port: z.number().int().min(0).max(65535).default(8787),
   host: z.string().min(1).default('127.0.0.1'),
@@ -135,7 +135,7 @@ export const FILES_CONFIG = defineConfig({
     urlTtlSeconds: {
       env: 'FILES_SIGNED_URL_TTL_SECONDS',
       default: '300',
-      help: 'lifetime of a signed URL in seconds, at most 7 days',
+      help: "longest lifetime of a signed URL in seconds, at most 7 days; never past the deleting attempt's lease",
       schema: wholeNumber(1, 604800),
     },
     port: { env: 'FILES_SERVICE_PORT', default: '8787', help: 'port to listen on', schema: wholeNumber(0, 65535) },

@@ -11,13 +11,14 @@ let gcs: FakeGcs;
 let app: FastifyInstance;
 beforeAll(async () => {
   db = await createTestDatabase();
-  // The objects these tests sign for have a deletion in flight in the database.
-  await scheduleDeletions(db, 'user-uploads', [
-    'users/7/recording 1.wav',
-    'users/7/missing.wav',
-    'users/7/other.wav',
-    'a.txt',
-  ]);
+  // The objects these tests sign for have a deletion in flight in the database, held by a
+  // worker for longer than the service's URL lifetime (300 s).
+  await scheduleDeletions(
+    db,
+    'user-uploads',
+    ['users/7/recording 1.wav', 'users/7/missing.wav', 'users/7/other.wav', 'a.txt'],
+    3600,
+  );
   gcs = await startFakeGcs({ publicKey: account.publicKey });
   app = createFilesService(testConfig(account.credentials, gcs.url, db.url('worker')), { logger: false });
   await app.ready();
@@ -89,6 +90,24 @@ describe('files service', () => {
     const res = await sign(body);
     expect(res.statusCode).toBe(400);
     expect(res.json().message).toMatch(message);
+  });
+
+  it('400 for a body nested thousands of levels deep (as deep as the body limit allows)', async () => {
+    for (const payload of [
+      '['.repeat(8000) + ']'.repeat(8000),
+      '{"bucket":' + '['.repeat(8000) + ']'.repeat(8000) + ',"object_key":"a"}',
+      '{"bucket":"user-uploads","object_key":"a","__proto__":' + '{"a":'.repeat(1500) + '1' + '}'.repeat(1500) + '}',
+    ]) {
+      const res = await app.inject({
+        method: 'POST',
+        url: '/v1/signed-delete-urls',
+        headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+        payload,
+      });
+      expect(res.statusCode, res.body).toBe(400);
+      expect(res.json().message).toEqual(expect.any(String));
+    }
+    expect(gcs.requests).toHaveLength(0);
   });
 
   it('400 for a body that is not JSON', async () => {

@@ -2,6 +2,7 @@
 // the package; this is everything it exports.
 export { connect, withTransaction, type ConnectOptions, type Queryable } from './connection.js';
 export { LEASE_LOST_CONSTRAINT, QueueError, type QueueErrorKind } from './errors.js';
+export { isNestedDeeperThan, MAX_PAYLOAD_DEPTH } from './json.js';
 export { isResultTypeChange } from './prepared.js';
 export {
   claimTasks,

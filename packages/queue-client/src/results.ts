@@ -5,6 +5,7 @@
  */
 import type { Queryable } from './connection.js';
 import { mapErrors } from './errors.js';
+import { toJsonText } from './json.js';
 import { taskResultList, taskResultRecord } from './queries/result.queries.js';
 import type { Id, JsonObject } from './tasks.js';
 
@@ -25,7 +26,11 @@ export async function recordTaskResult(
 ): Promise<void> {
   await mapErrors(
     taskResultRecord.run(
-      { taskId: String(input.taskId), taskLeaseId: String(input.taskLeaseId), result: JSON.stringify(input.result) },
+      {
+        taskId: String(input.taskId),
+        taskLeaseId: String(input.taskLeaseId),
+        result: toJsonText(input.result, 'result'),
+      },
       db,
     ),
   );

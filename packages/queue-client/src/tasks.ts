@@ -8,11 +8,13 @@
  *   completed  the terminal fact: the task is never claimed again (queues.task_completed)
  *   error      an operational error reported against a task (queues.error)
  *
- * States, derived from the facts
+ * States, derived from the facts (docs/glossary.md, "Task states"; admin.task_states())
  *   scheduled  not completed, scheduledAt in the future
  *   ready      not completed, scheduledAt reached, no live lease      -> claimed by claimTasks
  *   running    not completed, a live lease                           -> completed, or ready
  *                                                                        again when it expires
+ *   retrying   not completed, a failed attempt or an interruption    -> ready at its retry time
+ *              waiting for its retry time
  *   completed  outcome succeeded | failed | abandoned | cancelled | validation_failed   (terminal)
  */
 import { functionRun } from './queries/function.queries.js';
@@ -38,6 +40,7 @@ import {
 import pg from 'pg';
 import type { Queryable } from './connection.js';
 import { mapErrors } from './errors.js';
+import { isNestedDeeperThan, MAX_PAYLOAD_DEPTH, serialisationError, toJsonText } from './json.js';
 import { prepared } from './prepared.js';
 
 /** A bigint id, as a decimal string (PostgreSQL bigint exceeds JavaScript's safe integers). */
@@ -133,7 +136,7 @@ function asObject(value: unknown): JsonObject {
 export async function enqueue(db: Queryable, task: NewTask): Promise<Id> {
   const params = {
     taskType: task.taskType,
-    payload: JSON.stringify(task.payload),
+    payload: toJsonText(task.payload, 'payload', MAX_PAYLOAD_DEPTH),
     scheduledAt: task.scheduledAt,
     priority: task.priority,
     resourceKey: task.resourceKey,
@@ -162,7 +165,17 @@ export async function enqueueMany(db: Queryable, tasks: NewTask[]): Promise<Id[]
     max_attempts: t.maxAttempts,
   }));
   // The ids come back as one array in input order: one row to send and parse, not one per task.
-  const [row] = await mapErrors(taskEnqueueMany.run({ tasks: JSON.stringify(json) }, db));
+  let text: string;
+  try {
+    text = JSON.stringify(json);
+  } catch (err) {
+    // Name the task whose payload is too deep, in the database's words (queues.enqueue_many).
+    const i = tasks.findIndex((t) => isNestedDeeperThan(t.payload, MAX_PAYLOAD_DEPTH));
+    throw i >= 0
+      ? serialisationError(err, tasks[i]!.payload, `tasks[${i}]: payload`, MAX_PAYLOAD_DEPTH)
+      : serialisationError(err, json, 'tasks');
+  }
+  const [row] = await mapErrors(taskEnqueueMany.run({ tasks: text }, db));
   if (!row) throw new Error('queues.enqueue_many returned no row');
   return row.taskIds;
 }
@@ -511,6 +524,6 @@ export async function interruptTask(
 
 /** Runs a registered function through internal.run_function; returns its jsonb result. */
 export async function runFunction(db: Queryable, functionName: string, payload: JsonObject): Promise<unknown> {
-  const [row] = await mapErrors(functionRun.run({ functionName, payload: JSON.stringify(payload) }, db));
+  const [row] = await mapErrors(functionRun.run({ functionName, payload: toJsonText(payload, 'payload') }, db));
   return row?.result ?? null;
 }

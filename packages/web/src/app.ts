@@ -10,7 +10,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRepl
 import type pg from 'pg';
 import { createLogger, type Logger } from '@org/config';
 import { z } from 'zod';
-import { connect } from '@org/queue-client';
+import { connect, isNestedDeeperThan, MAX_PAYLOAD_DEPTH } from '@org/queue-client';
 import { bearerMatches } from './auth.js';
 import type { ApiConfig } from './config.js';
 import { fromDatabaseError } from './http-errors.js';
@@ -241,6 +241,15 @@ class BadRequest extends Error {
   readonly statusCode = 400;
 }
 
+/**
+ * How deep a request body may be nested: a task payload at the database's limit
+ * (MAX_PAYLOAD_DEPTH) inside the deepest body that carries one (POST
+ * /api/tasks/generate/staggered: body.payloads[i]). Deeper bodies are refused with 413
+ * before any route reads them: serialising one again (JSON.stringify recurses) would run
+ * out of stack.
+ */
+export const MAX_BODY_DEPTH = MAX_PAYLOAD_DEPTH + 2;
+
 /** Parses `value` with `schema`, or throws a 400 naming each bad field. */
 function parse<T extends z.ZodType>(schema: T, value: unknown, where: string): z.output<T> {
   const result = schema.safeParse(value ?? {});
@@ -295,6 +304,16 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
         .code(401)
         .header('www-authenticate', 'Bearer realm="queue-web"')
         .send({ error: 'unauthorized', message: 'Authorization: Bearer <API_TOKEN> is required for this request' });
+    }
+  });
+
+  // Every JSON body, before any route sees it: JSON.parse does not recurse, the rest does.
+  app.addHook('preValidation', async (request: FastifyRequest, reply: FastifyReply) => {
+    if (typeof request.body === 'object' && request.body !== null && isNestedDeeperThan(request.body, MAX_BODY_DEPTH)) {
+      return reply.code(413).send({
+        error: 'too_large',
+        message: `body is nested deeper than ${MAX_BODY_DEPTH} levels (a task payload may be nested ${MAX_PAYLOAD_DEPTH} levels deep)`,
+      });
     }
   });
 

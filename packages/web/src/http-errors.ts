@@ -1,3 +1,5 @@
+import { QueueError } from '@org/queue-client';
+
 /** Database errors (sql/CONVENTIONS.md errcodes) mapped to HTTP statuses. */
 export interface HttpError {
   status: number;
@@ -19,10 +21,23 @@ const BY_SQLSTATE: Record<string, [number, string]> = {
   '23505': [409, 'conflict'], // done already (e.g. a date's resync generated twice)
 };
 
-/** The HTTP answer for a database error, or undefined when it is not one we map (500). */
+/** QueueErrors the client raises itself (no SQLSTATE): what it refused to send. */
+const BY_CLIENT_KIND: Record<string, [number, string]> = {
+  invalid_input: [400, 'invalid_input'],
+  too_large: [413, 'too_large'],
+};
+
+/**
+ * The HTTP answer for a database error, or for a QueueError the client raised before
+ * sending (a payload it cannot serialise), or undefined when it is not one we map (500).
+ */
 export function fromDatabaseError(error: unknown): HttpError | undefined {
   if (typeof error !== 'object' || error === null) return undefined;
   const code = (error as { code?: unknown }).code;
+  if (error instanceof QueueError && code === undefined) {
+    const byKind = BY_CLIENT_KIND[error.kind];
+    return byKind && { status: byKind[0], error: byKind[1], message: error.message };
+  }
   if (typeof code !== 'string') return undefined;
   // Any other data exception (class 22: NUL in JSON, bad escapes, ...) is bad input too.
   const mapped =

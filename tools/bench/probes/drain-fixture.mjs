@@ -99,3 +99,41 @@ export function machineCpuMicros() {
   const total = fields.slice(0, 8).reduce((a, b) => a + b, 0); // up to steal
   return { idle: idle * 10_000, busy: (total - idle) * 10_000 };
 }
+
+/**
+ * What the database has written so far: WAL bytes (the insert position) and, per table
+ * (history partitions added up under their parent's name), heap rows inserted, updated and
+ * deleted from `pg_stat_user_tables`. Read it after the writers' connections have closed
+ * (a backend reports its counters when it ends, or at most every second).
+ */
+export async function writtenSoFar(root) {
+  const { rows: wal } = await root.query(`select (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint as bytes`);
+  const { rows } = await root.query(`
+    select regexp_replace(schemaname || '.' || relname, '_(p[0-9]+|default)$', '') as table_name,
+           sum(n_tup_ins)::bigint as ins, sum(n_tup_upd)::bigint as upd, sum(n_tup_del)::bigint as del
+      from pg_stat_user_tables
+     group by 1`);
+  return { wal: Number(wal[0].bytes), tables: new Map(rows.map((r) => [r.table_name, r])) };
+}
+
+/** Rows and WAL bytes per task between two `writtenSoFar` readings, per table that wrote. */
+export function writtenPerTask(before, after, tasks) {
+  const perTable = [];
+  let rows = 0;
+  for (const [name, a] of after.tables) {
+    const b = before.tables.get(name) ?? { ins: 0, upd: 0, del: 0 };
+    const ins = Number(a.ins) - Number(b.ins);
+    const upd = Number(a.upd) - Number(b.upd);
+    const del = Number(a.del) - Number(b.del);
+    if (ins + upd + del === 0) continue;
+    rows += ins + upd + del;
+    perTable.push({
+      table: name,
+      inserted: (ins / tasks).toFixed(3),
+      updated: (upd / tasks).toFixed(3),
+      deleted: (del / tasks).toFixed(3),
+    });
+  }
+  perTable.sort((x, y) => x.table.localeCompare(y.table));
+  return { rowsPerTask: rows / tasks, walBytesPerTask: (after.wal - before.wal) / tasks, perTable };
+}

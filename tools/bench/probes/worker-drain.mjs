@@ -5,10 +5,20 @@
 // HISTORY=<n> first writes n completed tasks into the history partitions (as workload 12
 // does), to see what a history and its number of partition sets cost per statement.
 // WORKERS=<n> drains with n worker processes (this one and n − 1 children, as workload 3b
-// runs two), and adds the CPU of all of them and how idle the machine was.
+// runs two), and adds the CPU of all of them and how idle the machine was. It also prints
+// what the drain wrote: heap rows (inserts + updates + deletes, pg_stat_user_tables) and
+// WAL bytes per task, per table, counted from after the backlog was enqueued.
 import { fork } from 'node:child_process';
 import { openStatementsServer } from './statements-server.mjs';
-import { enqueueBacklog, machineCpuMicros, noopWorker, postgresCpuMicros, probeDatabase } from './drain-fixture.mjs';
+import {
+  enqueueBacklog,
+  machineCpuMicros,
+  noopWorker,
+  postgresCpuMicros,
+  probeDatabase,
+  writtenPerTask,
+  writtenSoFar,
+} from './drain-fixture.mjs';
 import { fillHistory } from '../dist/history-scale.js';
 
 // A child: one more worker on the same database until told to stop; answers with its CPU.
@@ -45,6 +55,8 @@ try {
   const { rows: from } = await root.query('select coalesce(max(task_id), 0) as id from queues.task');
   await enqueueBacklog(urls, root, TASKS);
   await root.query('select pg_stat_statements_reset()');
+  await new Promise((r) => setTimeout(r, 1200)); // the enqueuers' counters reported
+  const written0 = await writtenSoFar(root);
   const WORKERS = Number(process.env.WORKERS ?? 1);
   const children = await Promise.all(
     Array.from({ length: WORKERS - 1 }, (_, i) => {
@@ -94,6 +106,8 @@ try {
     childCpu += used.user + used.system - before.user - before.system;
   }
   await worker.stop();
+  await new Promise((r) => setTimeout(r, 1200)); // every backend's counters reported
+  const written = writtenPerTask(written0, await writtenSoFar(root), TASKS);
   const idle = machine1.idle - machine0.idle;
   const busy = machine1.busy - machine0.busy;
   console.log(
@@ -113,6 +127,10 @@ try {
     [TASKS],
   );
   console.table(rows);
+  console.log(
+    `written during the drain: ${written.rowsPerTask.toFixed(2)} heap rows and ${Math.round(written.walBytesPerTask)} WAL bytes per task`,
+  );
+  console.table(written.perTable);
   await root.end();
 } finally {
   await server.stop({ destroy: true });

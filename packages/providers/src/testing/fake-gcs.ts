@@ -9,6 +9,11 @@ export interface FakeGcsOptions {
    * must carry a valid V4 signature (`GOOG4-RSA-SHA256`), else 403 SignatureDoesNotMatch.
    */
   publicKey?: string | KeyObject;
+  /**
+   * The clock signed URLs are checked against, in milliseconds (default Date.now): a test
+   * moves it to use a URL after its expiry without waiting.
+   */
+  now?: () => number;
 }
 
 /** `url` is the endpoint: `new Storage({ apiEndpoint: fake.url })`, files-service's GCS_API_ENDPOINT. */
@@ -46,7 +51,7 @@ const strictEncode = (s: string) =>
   encodeURIComponent(s).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
 
 /** Checks a V4 signed request; returns the error reply, or undefined when it is valid. */
-function checkSignedUrl(req: RecordedRequest, publicKey: KeyObject | undefined): Reply | undefined {
+function checkSignedUrl(req: RecordedRequest, publicKey: KeyObject | undefined, now: () => number): Reply | undefined {
   const q = req.query;
   const missing = SIGNED_PARAMS.filter((p) => !q[p]);
   if (missing.length > 0) return xmlError(403, 'AccessDenied', `Anonymous caller: missing ${missing.join(', ')}`);
@@ -57,7 +62,7 @@ function checkSignedUrl(req: RecordedRequest, publicKey: KeyObject | undefined):
   if (!date || !Number.isInteger(expires)) return xmlError(400, 'InvalidArgument', 'Bad X-Goog-Date or X-Goog-Expires');
   const [, y, mo, d, h, mi, s] = date;
   const signedAt = Date.UTC(Number(y), Number(mo) - 1, Number(d), Number(h), Number(mi), Number(s));
-  if (Date.now() > signedAt + expires * 1000)
+  if (now() > signedAt + expires * 1000)
     return xmlError(400, 'ExpiredToken', 'Invalid argument. The signed URL has expired.');
   if (!publicKey) return undefined;
 
@@ -150,7 +155,7 @@ export async function startFakeGcs(options: FakeGcsOptions = {}): Promise<FakeGc
         const bucket = decodeURIComponent(parts[0] ?? '');
         const name = parts.slice(1).map(decodeURIComponent).join('/');
         if (!bucket || !name) return xmlError(400, 'InvalidArgument', 'DELETE needs /<bucket>/<object>');
-        const bad = checkSignedUrl(req, publicKey);
+        const bad = checkSignedUrl(req, publicKey, options.now ?? Date.now);
         if (bad) return bad;
         const failure = takeFailure();
         if (failure)

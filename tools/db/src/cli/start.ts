@@ -10,6 +10,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { enableLocalSchedules } from '../local-schedules.js';
+import { portInUse } from '../port-check.js';
 import { repoRoot } from '../paths.js';
 import type { DatabaseUrls } from '../server.js';
 
@@ -47,6 +48,18 @@ async function main(): Promise<number> {
     return supervise(start('packages/worker/dist/cli.js', workerArgs, process.env), []);
   }
 
+  const apiPort = process.env.API_PORT ?? '3000';
+  const apiHost = process.env.API_HOST ?? '127.0.0.1';
+  // A second `npm start` beside a first: the embedded database is shared (see
+  // startEmbedded), the web server's port is taken. Run a second worker on the shared
+  // database, and say so, rather than crash on EADDRINUSE.
+  const webPortTaken = apiPort !== '0' && (await portInUse(apiHost, Number(apiPort)));
+  if (webPortTaken)
+    process.stdout.write(
+      `http://${apiHost}:${apiPort}/ is already in use (another npm start?): this one runs a second worker ` +
+        `on the same embedded database, without a dashboard. Set API_PORT to serve one here too.\n`,
+    );
+
   // The database runs in a process group of its own, so a terminal's Ctrl-C reaches
   // the worker and the API but not PostgreSQL: the worker finishes its running tasks
   // against a live database, then the database is stopped.
@@ -70,8 +83,6 @@ async function main(): Promise<number> {
   };
   const schedules = await enableLocalSchedules(urls.api);
   const apiToken = process.env.API_TOKEN ?? randomBytes(24).toString('hex');
-  const apiPort = process.env.API_PORT ?? '3000';
-  const apiHost = process.env.API_HOST ?? '127.0.0.1';
   const workerEnv: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: urls.worker };
   const others: ChildProcess[] = [];
 
@@ -92,15 +103,16 @@ async function main(): Promise<number> {
     workerEnv.FILES_SERVICE_TOKEN = filesToken;
     filesLine = `files service: ${workerEnv.FILES_SERVICE_URL}`;
   }
-  others.push(
-    start('packages/web/dist/cli.js', [], {
-      ...process.env,
-      DATABASE_URL: urls.api,
-      API_TOKEN: apiToken,
-      API_PORT: apiPort,
-      API_HOST: apiHost,
-    }),
-  );
+  if (!webPortTaken)
+    others.push(
+      start('packages/web/dist/cli.js', [], {
+        ...process.env,
+        DATABASE_URL: urls.api,
+        API_TOKEN: apiToken,
+        API_PORT: apiPort,
+        API_HOST: apiHost,
+      }),
+    );
 
   process.stdout.write(
     [
@@ -109,7 +121,9 @@ async function main(): Promise<number> {
       `  worker ${urls.worker}`,
       `  app    ${urls.app}`,
       `  api    ${urls.api}`,
-      `Dashboard and REST API: http://${apiHost}:${apiPort}/  (token for changes: ${apiToken})`,
+      webPortTaken
+        ? `Dashboard and REST API: not started here (http://${apiHost}:${apiPort}/ is in use)`
+        : `Dashboard and REST API: http://${apiHost}:${apiPort}/  (token for changes: ${apiToken})`,
       filesLine,
       `schedules enabled (local mode): ${schedules.join(', ')}`,
       process.env.MENU_PLATFORM_URL
