@@ -359,11 +359,8 @@ describe('queues-and-worker.md: a validation_failure_message is "non-retriable",
     );
     await claim('spec_invalid', 'spec-invalid', 1);
     expect(
-      (
-        await db
-          .pool('worker')
-          .query(`select queues.complete_task($1, null, 'validation_failed') as done`, [enq[0].id])
-      ).rows,
+      (await db.pool('worker').query(`select queues.complete_task($1, null, 'validation_failed') as done`, [enq[0].id]))
+        .rows,
     ).toEqual([{ done: true }]);
     expect(
       (await db.query('select count(*)::int as n from queues.task_pending where task_id = $1', [enq[0].id])).rows,
