@@ -109,6 +109,10 @@ export interface Completion {
   taskId: Id;
   /** The lease the caller holds: completion is refused once a newer lease exists. */
   taskLeaseId?: Id;
+  /**
+   * Omitted: 'failed' when an error was recorded against the task during its current run
+   * (failTask, the seeds' "record failure, then always complete"), else 'succeeded'.
+   */
   outcome?: CompletionOutcome;
   /**
    * false: a 'failed' outcome is final even with attempts left (a failure no retry can
