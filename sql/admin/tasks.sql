@@ -9,7 +9,8 @@
 --   _state                one of admin.task_states(), or a status of the role-based
 --                         specification (its worker_tasks table; public.worker_tasks):
 --                         pending    scheduled, ready or retrying (no live lease)
---                         claimed    running (a live lease; a run not yet started too)
+--                         claimed    running, its run not started (no start mark), its
+--                                    worker not silent
 --                         completed  succeeded
 --                         stale      held by a lease that expired uncompleted, or whose
 --                                    worker is silent for longer than three of its
@@ -124,16 +125,20 @@ begin
   if _enqueued_to is not null then _filters := _filters || ' and t.enqueued_at < $9'; end if;
   if _payload_path is not null then _filters := _filters || ' and t.payload #> $10 = $11'; end if;
 
-  if _state = 'stale' then
-    -- A lease is held (current_lease_id) and either expired or its worker is silent.
-    _filters := _filters || ' and p.current_lease_id is not null
-                              and (p.available_at <= $1
-                                   or exists (select 1 from queues.task_lease l
-                                                left join queues.worker_name n on n.worker_key = l.worker_key
-                                                join queues.worker w on w.worker_id = coalesce(l.worker_id, n.worker_id)
-                                               where l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
-                                                 and w.stopped_at is null
-                                                 and w.last_seen_at < $1 - queues.worker_silence_bound(w.heartbeat_interval_ms)))';
+  if _state in ('stale', 'claimed') then
+    -- stale: a lease is held (current_lease_id) and either expired or its worker is
+    -- silent. claimed: a live lease of a worker that is not silent, whose run has not
+    -- started (public.worker_tasks says the same).
+    _filters := _filters || case _state when 'stale' then ' and p.current_lease_id is not null and (p.available_at <= $1 or '
+                                        else ' and not exists (select 1 from queues.task_lease_started st
+                                                                where st.task_id = p.task_id and st.task_lease_id = p.current_lease_id)
+                                               and not (' end
+                         || 'exists (select 1 from queues.task_lease l
+                                       left join queues.worker_name n on n.worker_key = l.worker_key
+                                       join queues.worker w on w.worker_id = coalesce(l.worker_id, n.worker_id)
+                                      where l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
+                                        and w.stopped_at is null
+                                        and w.last_seen_at < $1 - queues.worker_silence_bound(w.heartbeat_interval_ms)))';
   end if;
   if _pending_walk then
     _sql := 'select p.task_id, p.task_type, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, $1),

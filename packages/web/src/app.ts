@@ -43,7 +43,8 @@ export const TASK_STATES = [
 /**
  * The task statuses of the role-based specification (its worker_tasks table), accepted as
  * `state` filters beside ours (admin.list_tasks): pending = scheduled, ready or retrying;
- * claimed = running; completed = succeeded; stale = held by an expired lease or a silent
+ * claimed = running, its run not started (no start mark) and its worker not silent;
+ * completed = succeeded; stale = held by an expired lease or a silent
  * worker. failed, running and cancelled are ours already. Rows carry our own states.
  */
 export const SPEC_TASK_STATUSES = ['pending', 'claimed', 'completed', 'stale'] as const;

@@ -54,7 +54,15 @@ describe('GET /api/tasks?state=<the specification’s status>', () => {
   beforeAll(async () => {
     await enqueue(2);
     await db.query(`select queues.record_worker_heartbeat('live', '{store_discovery}', 30000)`);
-    task.claimed = await claim('live');
+    const held = await claim('live');
+    // One of the two started: claimed is the other (a live lease, no start mark).
+    await db.query(
+      `insert into queues.task_lease_started (task_id, task_lease_id)
+       select task_id, current_lease_id from queues.task_pending where task_id = $1`,
+      [held[0]],
+    );
+    task.running = [held[0]];
+    task.claimed = [held[1]];
     const done = await enqueue(1);
     await claim('live');
     await db.pool('worker').query('select queues.complete_task($1)', [done[0]]);
@@ -67,9 +75,10 @@ describe('GET /api/tasks?state=<the specification’s status>', () => {
     task.pending = [...(await enqueue(1)), ...(await enqueue(1, 3600))];
   });
 
-  it.each(['pending', 'claimed', 'completed', 'stale'])('state=%s answers its tasks', async (state) => {
-    const expected = state === 'claimed' ? [...task.claimed, ...task.stale].sort((a, b) => a - b) : task[state];
-    // claimed is "a worker holds it": the dead worker's task is held too, until recovered.
+  it.each(['pending', 'claimed', 'running', 'completed', 'stale'])('state=%s answers its tasks', async (state) => {
+    // running is ours: every live lease, the dead worker's too (until recovered).
+    const expected =
+      state === 'running' ? [...task.running, ...task.claimed, ...task.stale].sort((a, b) => a - b) : task[state];
     expect(await ids(`/api/tasks?state=${state}`)).toEqual(expected);
   });
 
