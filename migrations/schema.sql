@@ -258,6 +258,48 @@ create table accounts.anonymization_failure_injection (
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 CREATE UNIQUE INDEX anonymization_failure_injection_pkey ON accounts.anonymization_failure_injection USING btree (account_id);
 
+create table admin.api_change (
+  api_change_id bigint generated always as identity not null,
+  changed_at timestamp with time zone default now() not null,
+  user_name text not null,
+  user_level text not null,
+  request_id text not null,
+  method text not null,
+  route text not null,
+  action text not null,
+  task_ids bigint[] default '{}'::bigint[] not null,
+  task_type text,
+  schedule_name text,
+  worker_id text,
+  input jsonb default '{}'::jsonb not null,
+  answer jsonb not null,
+  constraint api_change_action_check CHECK ((action ~ '^[a-z][a-z0-9_]{0,62}$'::text)),
+  constraint api_change_action_not_null NOT NULL action,
+  constraint api_change_answer_not_null NOT NULL answer,
+  constraint api_change_api_change_id_not_null NOT NULL api_change_id,
+  constraint api_change_changed_at_not_null NOT NULL changed_at,
+  constraint api_change_input_check CHECK ((jsonb_typeof(input) = 'object'::text)),
+  constraint api_change_input_not_null NOT NULL input,
+  constraint api_change_method_check CHECK ((method = ANY (ARRAY['POST'::text, 'PUT'::text, 'PATCH'::text, 'DELETE'::text, 'CLI'::text]))),
+  constraint api_change_method_not_null NOT NULL method,
+  constraint api_change_pkey PRIMARY KEY (api_change_id),
+  constraint api_change_request_id_check CHECK (((length(request_id) >= 1) AND (length(request_id) <= 200))),
+  constraint api_change_request_id_not_null NOT NULL request_id,
+  constraint api_change_route_check CHECK (((length(route) >= 1) AND (length(route) <= 200))),
+  constraint api_change_route_not_null NOT NULL route,
+  constraint api_change_task_ids_not_null NOT NULL task_ids,
+  constraint api_change_user_level_check CHECK ((user_level = ANY (ARRAY['read'::text, 'operator'::text]))),
+  constraint api_change_user_level_not_null NOT NULL user_level,
+  constraint api_change_user_name_check CHECK (((length(user_name) >= 1) AND (length(user_name) <= 100))),
+  constraint api_change_user_name_not_null NOT NULL user_name
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table admin.api_change is 'Facts: one row per change made through the operations API (admin.record_api_change), in the change''s own transaction. Read with admin.list_api_changes.';
+CREATE UNIQUE INDEX api_change_pkey ON admin.api_change USING btree (api_change_id);
+CREATE INDEX api_change_task_ids ON admin.api_change USING gin (task_ids);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON admin.api_change FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
 create table comms.email_message (
   message_id bigint not null,
   from_address text not null,
@@ -2848,6 +2890,10 @@ create sequence accounts.account_deletion_task_account_deletion_task_id_seq as b
   identity of accounts.account_deletion_task.account_deletion_task_id
   owner :DATABASE_OWNER
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence admin.api_change_api_change_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of admin.api_change.api_change_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence comms.message_message_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
   identity of comms.message.message_id
   owner :DATABASE_OWNER
@@ -3287,6 +3333,9 @@ CREATE OR REPLACE FUNCTION admin.cancel_tasks_at(_now timestamp with time zone, 
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
+declare
+  _locked bigint[];
+  _cancelled bigint[];
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -3298,7 +3347,6 @@ begin
   -- Same lock order as the claim (resource keys first), then the pending rows: a claim
   -- that took a row first makes it 'running' here; a claim after us skips it.
   perform queues.lock_resource_keys(_task_ids);
-  return query
   with locked as (
     select p.task_id, p.task_type, p.resource_key,
            (p.current_lease_id is not null and p.available_at > _now) as held
@@ -3323,14 +3371,20 @@ begin
     delete from queues.resource_lease k
      where k.task_id = any (array(select c.task_id from completed c))
   )
+  select coalesce(array_agg(l.task_id), '{}'), coalesce((select array_agg(c.task_id) from completed c), '{}')
+    into _locked, _cancelled
+    from locked l;
+
+  -- A statement after the locks (see above).
+  return query
   select i.task_id,
          case when c.task_id is not null then 'cancelled'
               when l.task_id is not null then 'running'
               when exists (select 1 from queues.task_completed x where x.task_id = i.task_id) then 'already_completed'
               else 'unknown_task' end
     from unnest(_task_ids) with ordinality as i(task_id, n)
-    left join locked l on l.task_id = i.task_id
-    left join completed c on c.task_id = i.task_id
+    left join unnest(_locked) as l(task_id) on l.task_id = i.task_id
+    left join unnest(_cancelled) as c(task_id) on c.task_id = i.task_id
    order by i.n;
 end;
 $function$;
@@ -3867,6 +3921,44 @@ begin
 end;
 $function$;
   -- admin.history_status_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.list_api_changes(_task_id bigint, _limit integer, _before_id bigint)
+ RETURNS TABLE(api_change_id bigint, changed_at timestamp with time zone, user_name text, user_level text, request_id text, method text, route text, action text, task_ids bigint[], task_type text, schedule_name text, worker_id text, input jsonb, answer jsonb)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _n integer := coalesce(_limit, 50);
+begin
+  if _n < 1 or _n > 500 then
+    raise exception 'limit must be between 1 and 500, got %', _n using errcode = '22023';
+  end if;
+  if _task_id is null then
+    -- Newest first by the primary key, stopping after _n rows.
+    return query
+      select c.api_change_id, c.changed_at, c.user_name, c.user_level, c.request_id, c.method, c.route,
+             c.action, c.task_ids, c.task_type, c.schedule_name, c.worker_id, c.input, c.answer
+        from admin.api_change c
+       where c.api_change_id < coalesce(_before_id, 9223372036854775807)
+       order by c.api_change_id desc
+       limit _n;
+  else
+    -- The GIN index on task_ids finds the changes that named the task.
+    return query
+      select c.api_change_id, c.changed_at, c.user_name, c.user_level, c.request_id, c.method, c.route,
+             c.action, c.task_ids, c.task_type, c.schedule_name, c.worker_id, c.input, c.answer
+        from admin.api_change c
+       where c.task_ids @> array[_task_id]
+         and c.api_change_id < coalesce(_before_id, 9223372036854775807)
+       order by c.api_change_id desc
+       limit _n;
+  end if;
+end;
+$function$;
+  -- admin.list_api_changes(_task_id bigint, _limit integer, _before_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.list_dead_letters(_task_type text DEFAULT NULL::text, _limit integer DEFAULT NULL::integer, _before_task_id bigint DEFAULT NULL::bigint)
@@ -4754,6 +4846,75 @@ $function$;
   -- admin.queue_depth_at(_now timestamp with time zone, _window_seconds integer, _bucket_seconds integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION admin.record_api_change(_user_name text, _user_level text, _request_id text, _method text, _route text, _action text, _task_ids bigint[], _task_type text, _schedule_name text, _worker_id text, _input jsonb, _answer jsonb)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _id bigint;
+begin
+  if _user_name is null then
+    raise exception 'user_name must not be null' using errcode = '22004';
+  end if;
+  if length(_user_name) not between 1 and 100 then
+    raise exception 'user_name must be 1 to 100 characters' using errcode = '22023';
+  end if;
+  if _user_level is null then
+    raise exception 'user_level must not be null' using errcode = '22004';
+  end if;
+  if _user_level not in ('read', 'operator') then
+    raise exception 'user_level must be read or operator, got %', quote_literal(_user_level) using errcode = '22023';
+  end if;
+  if _request_id is null then
+    raise exception 'request_id must not be null' using errcode = '22004';
+  end if;
+  if length(_request_id) not between 1 and 200 then
+    raise exception 'request_id must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  if _method is null then
+    raise exception 'method must not be null' using errcode = '22004';
+  end if;
+  -- CLI: a change made with the `queue` command line (route: the command, e.g. 'queue cancel').
+  if _method not in ('POST', 'PUT', 'PATCH', 'DELETE', 'CLI') then
+    raise exception 'method must be POST, PUT, PATCH, DELETE or CLI, got %', quote_literal(_method) using errcode = '22023';
+  end if;
+  if _route is null then
+    raise exception 'route must not be null' using errcode = '22004';
+  end if;
+  if length(_route) not between 1 and 200 then
+    raise exception 'route must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  if _action is null then
+    raise exception 'action must not be null' using errcode = '22004';
+  end if;
+  if _action !~ '^[a-z][a-z0-9_]{0,62}$' then
+    raise exception 'action must be a lowercase name such as cancel_tasks, got %', quote_literal(_action) using errcode = '22023';
+  end if;
+  if _input is not null and jsonb_typeof(_input) <> 'object' then
+    raise exception 'input must be a JSON object, got %', jsonb_typeof(_input) using errcode = '22023';
+  end if;
+  if _answer is null then
+    raise exception 'answer must not be null' using errcode = '22004';
+  end if;
+  if _task_ids is not null and array_position(_task_ids, null) is not null then
+    raise exception 'task_ids must not contain NULL' using errcode = '22004';
+  end if;
+  insert into admin.api_change
+    (user_name, user_level, request_id, method, route, action, task_ids, task_type, schedule_name, worker_id, input, answer)
+  values
+    (_user_name, _user_level, _request_id, _method, _route, _action,
+     coalesce((select array_agg(distinct t order by t) from unnest(_task_ids) t), '{}'),
+     _task_type, _schedule_name, _worker_id, coalesce(_input, '{}'::jsonb), _answer)
+  returning api_change_id into _id;
+  return _id;
+end;
+$function$;
+  -- admin.record_api_change(_user_name text, _user_level text, _request_id text, _method text, _route text, _action text, _task_ids bigint[], _task_type text, _schedule_name text, _worker_id text, _input jsonb, _answer jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION admin.recover_stale_leases(_dead_after_seconds integer DEFAULT NULL::integer)
  RETURNS TABLE(task_id bigint, task_lease_id bigint, worker_id text)
  LANGUAGE plpgsql
@@ -4881,6 +5042,7 @@ begin
   foreach _id in array _task_ids loop
     task_id := _id;
     new_task_id := null;
+    perform 1 from queues.task_completed c where c.task_id = _id for update;
     if not exists (select 1 from queues.task t where t.task_id = _id) then
       result := 'unknown_task';
     elsif not exists (select 1 from queues.dead_letter d where d.task_id = _id) then
@@ -4983,12 +5145,14 @@ CREATE OR REPLACE FUNCTION admin.run_tasks_now_at(_now timestamp with time zone,
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
+declare
+  _locked bigint[];
+  _moved bigint[];
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
   end if;
   perform admin.assert_task_ids(_task_ids);
-  return query
   with locked as (
     select p.task_id, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now) as state
       from queues.task_pending p
@@ -5000,14 +5164,20 @@ begin
     select m as task_id
       from queues.run_scheduled_now(_now, array(select l.task_id from locked l where l.state = 'scheduled')) m
   )
+  select coalesce(array_agg(l.task_id), '{}'), coalesce((select array_agg(m.task_id) from moved m), '{}')
+    into _locked, _moved
+    from locked l;
+
+  -- A statement after the locks (see admin.cancel_tasks_at).
+  return query
   select i.task_id,
          case when m.task_id is not null then 'run_now'
               when l.task_id is not null then 'not_scheduled'
               when exists (select 1 from queues.task_completed x where x.task_id = i.task_id) then 'already_completed'
               else 'unknown_task' end
     from unnest(_task_ids) with ordinality as i(task_id, n)
-    left join locked l on l.task_id = i.task_id
-    left join moved m on m.task_id = i.task_id
+    left join unnest(_locked) as l(task_id) on l.task_id = i.task_id
+    left join unnest(_moved) as m(task_id) on m.task_id = i.task_id
    order by i.n;
 end;
 $function$;
@@ -6705,6 +6875,80 @@ $function$;
   -- internal.backoff(_exponent integer, _cap_seconds integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION internal.build_call_runnable()
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _cases text;
+begin
+  select string_agg(format('    when %L then return %I.%I(payload);',
+                           r.function_schema || '.' || r.function_name, r.function_schema, r.function_name),
+                    e'\n' order by r.function_schema, r.function_name)
+    into _cases
+    from internal.runnable_function r;
+  execute format($f$
+create or replace function internal.call_runnable(function_name text, payload jsonb)
+  returns jsonb
+  language plpgsql volatile
+  security invoker
+  set search_path = pg_catalog, pg_temp
+as $body$
+begin
+  case function_name
+%s
+    else
+      raise exception 'function %% is not registered as runnable', function_name using errcode = '42883';
+  end case;
+end;
+$body$
+$f$, coalesce(_cases, '    when null then return null;'));
+end;
+$function$;
+  -- internal.build_call_runnable(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.call_runnable(function_name text, payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  case function_name
+    when 'accounts.account_anonymization_supervisor' then return accounts.account_anonymization_supervisor(payload);
+    when 'accounts.account_deletion_supervisor' then return accounts.account_deletion_supervisor(payload);
+    when 'accounts.prune_finished_processes' then return accounts.prune_finished_processes(payload);
+    when 'comms.get_email_payload' then return comms.get_email_payload(payload);
+    when 'comms.get_sms_payload' then return comms.get_sms_payload(payload);
+    when 'comms.prune_finished_processes' then return comms.prune_finished_processes(payload);
+    when 'comms.record_email_failure' then return comms.record_email_failure(payload);
+    when 'comms.record_email_success' then return comms.record_email_success(payload);
+    when 'comms.record_sms_failure' then return comms.record_sms_failure(payload);
+    when 'comms.record_sms_success' then return comms.record_sms_success(payload);
+    when 'comms.send_email_supervisor' then return comms.send_email_supervisor(payload);
+    when 'comms.send_sms_supervisor' then return comms.send_sms_supervisor(payload);
+    when 'files.check_file_delete_signing' then return files.check_file_delete_signing(payload);
+    when 'files.file_deletion_supervisor' then return files.file_deletion_supervisor(payload);
+    when 'files.get_file_delete_payload' then return files.get_file_delete_payload(payload);
+    when 'files.prune_finished_processes' then return files.prune_finished_processes(payload);
+    when 'files.record_file_delete_failure' then return files.record_file_delete_failure(payload);
+    when 'files.record_file_delete_success' then return files.record_file_delete_success(payload);
+    when 'internal.noop' then return internal.noop(payload);
+    when 'internal.start_provider_call' then return internal.start_provider_call(payload);
+    when 'menus.generate_todays_resync' then return menus.generate_todays_resync(payload);
+    when 'queues.maintain_history' then return queues.maintain_history(payload);
+    when 'queues.maintain_history_step' then return queues.maintain_history_step(payload);
+    when 'schedules.schedule_supervisor' then return schedules.schedule_supervisor(payload);
+    else
+      raise exception 'function % is not registered as runnable', function_name using errcode = '42883';
+  end case;
+end;
+$function$;
+  -- internal.call_runnable(function_name text, payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION internal.channel_attempt_refusal(_schema text, _name text, _attempt_id bigint, _verb text DEFAULT 'sending'::text)
  RETURNS text
  LANGUAGE plpgsql
@@ -7501,6 +7745,9 @@ begin
   insert into internal.runnable_function (function_schema, function_name)
   values (_proc.nspname, _proc.proname)
   on conflict do nothing;
+  if found then
+    perform internal.build_call_runnable();
+  end if;
 end;
 $function$;
   -- internal.register_runnable_function(_function regprocedure): owner :DATABASE_OWNER
@@ -7721,8 +7968,19 @@ $function$;
 
 CREATE OR REPLACE FUNCTION internal.start_provider_call(payload jsonb)
  RETURNS jsonb
- LANGUAGE plpgsql
+ LANGUAGE sql
  SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select internal.start_provider_call_at(now(), payload)
+$function$;
+  -- internal.start_provider_call(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION internal.start_provider_call_at(_now timestamp with time zone, payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
@@ -7732,6 +7990,9 @@ declare
   _mode text;
   _started record;
 begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
   if _task_id is null or _lease_id is null then
     return internal.validation_failure('task_id and task_lease_id must be positive integers');
   end if;
@@ -7739,12 +8000,9 @@ begin
   if _task_type is null then
     return internal.validation_failure(format('task %s not found', _task_id));
   end if;
-  -- The live lease of an open task: the newest lease, not expired, no completion.
-  if not exists (select 1 from queues.task_lease l
-                  where l.task_lease_id = _lease_id and l.task_id = _task_id and l.expires_at > now()
-                    and not exists (select 1 from queues.task_lease n
-                                     where n.task_id = _task_id and n.task_lease_id > _lease_id))
-     or exists (select 1 from queues.task_completed c where c.task_id = _task_id) then
+  -- The live lease of an open task: its current lease (a completed task has none), not
+  -- expired, heartbeats applied; judged as the completion that follows the call is fenced.
+  if not coalesce(queues.current_lease_expiry(_task_id, _lease_id) > _now, false) then
     return internal.validation_failure(format('lease %s is not the live lease of task %s; not calling the provider', _lease_id, _task_id));
   end if;
 
@@ -7769,9 +8027,8 @@ begin
   return jsonb_build_object('success', true, 'payload', jsonb_build_object('delivery_mode', _mode, 'proceed', true));
 end;
 $function$;
-  -- internal.start_provider_call(payload jsonb): owner :DATABASE_OWNER
+  -- internal.start_provider_call_at(_now timestamp with time zone, payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION internal.supervisor_progress(_status text, _extra jsonb DEFAULT NULL::jsonb)
  RETURNS jsonb
@@ -8915,6 +9172,19 @@ $function$;
   -- queues.create_history_table(_table text, _name text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.current_lease_expiry(_task_id bigint, _task_lease_id bigint)
+ RETURNS timestamp with time zone
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select case when p.current_lease_id = _task_lease_id then p.available_at end
+    from queues.task_pending p
+   where p.task_id = _task_id
+$function$;
+  -- queues.current_lease_expiry(_task_id bigint, _task_lease_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.current_leases(_task_ids bigint[], _task_lease_ids bigint[])
  RETURNS boolean[]
  LANGUAGE sql
@@ -9719,8 +9989,7 @@ CREATE OR REPLACE FUNCTION queues.is_current_lease(_task_id bigint, _task_lease_
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select exists (select 1 from queues.task_pending p
-                  where p.task_id = _task_id and p.current_lease_id = _task_lease_id)
+  select queues.current_lease_expiry(_task_id, _task_lease_id) is not null
 $function$;
   -- queues.is_current_lease(_task_id bigint, _task_lease_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -10291,6 +10560,7 @@ CREATE OR REPLACE FUNCTION queues.max_payload_bytes()
 AS $function$ select 1048576 $function$;
   -- queues.max_payload_bytes(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.max_payload_depth()
  RETURNS integer
@@ -10968,10 +11238,11 @@ declare
   _error text[];
   _note text[];
   _retry boolean[];
-  -- The envelope to keep, for steps completed by the final statement (null otherwise).
+  -- The envelope to keep (null for none).
   _kept jsonb[];
+  -- Ran (or could not run): completed by the final statement.
   _batched boolean[];
-  -- Functions resolved in this call: name, statement that runs a group, or why it cannot run.
+  -- Functions resolved in this call: name, name if it can run, or why it cannot.
   _names text[] := '{}';
   _calls text[] := '{}';
   _problems text[] := '{}';
@@ -10979,16 +11250,21 @@ declare
   _call text;
   _problem text;
   _i integer;
-  _j integer;
   _k integer;
   _m integer;
   _name text;
-  _raws jsonb[];
   _raw jsonb;
   _env record;
-  _one record;
+  _kind text;
   _ids bigint[];
   _settled text[];
+  _max_bytes integer := queues.max_payload_bytes();
+  -- The transaction's own updates and deletes of queues.task_pending (see above).
+  _pending regclass := 'queues.task_pending'::regclass;
+  _counted boolean := current_setting('track_counts')::boolean;
+  _changes_at_start bigint;
+  _changes bigint;
+  _current boolean[];
 begin
   if _task_ids is null or _task_lease_ids is null or _function_names is null or _payloads is null then
     raise exception 'task_ids, task_lease_ids, function_names and payloads must not be null' using errcode = '22004';
@@ -11018,21 +11294,23 @@ begin
   _retry := array_fill(null::boolean, array[_n]);
   _batched := array_fill(false, array[_n]);
   _kept := array_fill(null::jsonb, array[_n]);
+  _changes_at_start := pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending);
 
   begin
-    _i := 1;
-    while _i <= _n loop
+    for _i in 1 .. _n loop
       if not _held[_i] then
         -- Not run.
         _result[_i] := 'lease_lost';
-        _i := _i + 1;
+        continue;
+      end if;
+      -- A step before it changed pending rows: is this lease still current?
+      if (not _counted
+          or pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending) <> _changes_at_start)
+         and not queues.is_current_lease(_task_ids[_i], _task_lease_ids[_i]) then
+        _result[_i] := 'lease_lost';
         continue;
       end if;
       _name := _function_names[_i];
-      _j := _i;
-      while _j < _n and _held[_j + 1] and _function_names[_j + 1] is not distinct from _name loop
-        _j := _j + 1;
-      end loop;
 
       _k := array_position(_names, _name);
       if _k is null then
@@ -11042,11 +11320,7 @@ begin
           if not has_function_privilege(_oid, 'execute') then
             raise exception 'permission denied: % may not execute %', current_user, _name using errcode = '42501';
           end if;
-          select format('select array_agg(%I.%I(u.payload) order by u.ord) from unnest($1::jsonb[]) with ordinality as u(payload, ord)',
-                        n.nspname, p.proname)
-            into _call
-            from pg_proc p join pg_namespace n on n.oid = p.pronamespace
-           where p.oid = _oid;
+          _call := _name;
           _problem := null;
         exception when others then
           _call := null;
@@ -11060,55 +11334,79 @@ begin
 
       if _problems[_k] is not null then
         -- Cannot run (unknown, unregistered, not allowed): failed, nothing ran.
-        for _m in _i .. _j loop
-          _outcome[_m] := 'failed';
-          _error[_m] := _problems[_k];
-          _batched[_m] := true;
-        end loop;
-      else
-        begin
-          execute _calls[_k] into _raws using _payloads[_i:_j];
-          _m := _i;
-          foreach _raw in array _raws loop
-            if _raw = '{"success": true}'::jsonb then
-              _outcome[_m] := 'succeeded';
-            else
-              select * into _env from queues.parse_envelope(_raw);
-              case _env.outcome
-                when 'succeeded' then _outcome[_m] := 'succeeded';
-                when 'status' then _outcome[_m] := 'succeeded'; _note[_m] := 'status ' || _env.message;
-                when 'invalid' then
-                  _outcome[_m] := 'validation_failed'; _error[_m] := format('%s: validation failure: %s', _name, _env.message);
-                  _note[_m] := _env.message;
-                  -- A validation failure is final: no retry.
-                  _retry[_m] := false;
-                when 'error' then _outcome[_m] := 'failed'; _error[_m] := format('%s: %s', _name, _env.message);
-                else
-                  -- Malformed: this step rolls back, so the group runs again one by one.
-                  raise exception 'malformed envelope' using errcode = 'QSTEP';
-              end case;
-            end if;
-            _kept[_m] := _raw;
-            _batched[_m] := true;
-            _m := _m + 1;
-          end loop;
-        exception when others then
-          -- The group is rolled back: its steps run one by one, each with its completion.
-          for _m in _i .. _j loop
-            _outcome[_m] := null; _error[_m] := null; _note[_m] := null; _retry[_m] := null;
-            _kept[_m] := null; _batched[_m] := false;
-            select * into _one from queues.run_step(_task_ids[_m], _task_lease_ids[_m], _name, _payloads[_m]);
-            _result[_m] := _one.result;
-            _outcome[_m] := _one.outcome;
-            _error[_m] := _one.error;
-            _note[_m] := _one.note;
-          end loop;
-        end;
+        _outcome[_i] := 'failed';
+        _error[_i] := _problems[_k];
+        _batched[_i] := true;
+        continue;
       end if;
-      _i := _j + 1;
+
+      _changes := pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending);
+      begin
+        -- A static call per registered function (internal.build_call_runnable), planned
+        -- once per session; the name was resolved and checked above.
+        _raw := internal.call_runnable(_name, _payloads[_i]);
+        if _raw = '{"success": true}'::jsonb then
+          _kind := 'succeeded';
+        else
+          select * into _env from queues.parse_envelope(_raw);
+          _kind := _env.outcome;
+          if _kind = 'malformed' then
+            raise exception '%: %', _name, _env.message using errcode = 'QSTEP';
+          end if;
+          if pg_column_size(_raw) > _max_bytes then
+            raise exception 'result is % bytes, over the limit of % bytes', pg_column_size(_raw), _max_bytes
+              using errcode = '54000';
+          end if;
+        end if;
+        if not _counted
+           or pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending) <> _changes then
+          -- The step updated or deleted pending rows: its own task, and those of the steps
+          -- before it whose completions are still to be written, must be as they were.
+          _current := queues.current_leases(
+            array(select s.task_id from unnest(_task_ids, _batched) with ordinality as s(task_id, batched, ord)
+                   where s.batched and s.ord < _i order by s.ord) || _task_ids[_i],
+            array(select s.lease from unnest(_task_lease_ids, _batched) with ordinality as s(lease, batched, ord)
+                   where s.batched and s.ord < _i order by s.ord) || _task_lease_ids[_i]);
+          if not _current[cardinality(_current)] then
+            raise exception '%: the step changed its own task (completed, failed or released it); the call that runs a step completes it',
+              _name using errcode = 'QSTEP';
+          end if;
+          if false = any (_current) then
+            raise exception '%: the step changed the task of a step that ran before it in the same call; it runs again after that completion',
+              _name using errcode = 'QMEDL';
+          end if;
+        end if;
+        -- Past every check: the step stands.
+        case _kind
+          when 'succeeded' then _outcome[_i] := 'succeeded';
+          when 'status' then _outcome[_i] := 'succeeded'; _note[_i] := 'status ' || _env.message;
+          when 'invalid' then
+            _outcome[_i] := 'validation_failed'; _error[_i] := format('%s: validation failure: %s', _name, _env.message);
+            _note[_i] := _env.message;
+            -- A validation failure is final: no retry.
+            _retry[_i] := false;
+          else _outcome[_i] := 'failed'; _error[_i] := format('%s: %s', _name, _env.message);
+        end case;
+        _kept[_i] := _raw;
+        _batched[_i] := true;
+      exception
+        when sqlstate 'QMEDL' then
+          -- Rolled back, nothing recorded.
+          _result[_i] := 'transient';
+          _error[_i] := sqlerrm;
+        when serialization_failure or deadlock_detected then
+          -- Rolled back, nothing recorded: it runs again.
+          _result[_i] := 'transient';
+          _error[_i] := sqlerrm;
+        when others then
+          -- Rolled back: completed 'failed', with why.
+          _outcome[_i] := 'failed';
+          _error[_i] := case when sqlstate = 'QSTEP' then sqlerrm else format('%s raised: %s', _name, sqlerrm) end;
+          _batched[_i] := true;
+      end;
     end loop;
 
-    -- The completions (and kept envelopes) of every step that ran in a group, in one statement.
+    -- The completions (and kept envelopes) of every step that ran, in one statement.
     if true = any (_batched) then
       select array_agg(c.task_id order by c.ord), array_agg(c.result order by c.ord)
         into _ids, _settled
@@ -11129,9 +11427,8 @@ begin
                       where s.batched order by s.ord)
              ) with ordinality as c(task_id, result, ord);
       if exists (select 1 from unnest(_settled) r where r not in ('completed', 'retry_scheduled')) then
-        -- A completion refused: the writes of its step must not commit. Roll back and run
-        -- every step one by one.
-        raise exception 'a completion was refused' using errcode = 'QREFU';
+        -- A lease taken during the call: its step's writes must not commit.
+        raise exception 'a completion of the call was refused' using errcode = 'QREFU';
       end if;
       _m := 1;
       for _i in 1 .. _n loop
@@ -11144,14 +11441,23 @@ begin
         end if;
       end loop;
     end if;
-  exception when others then
-    -- Everything above is rolled back: the steps run one by one, each fenced on its own.
+  exception when sqlstate 'QREFU' then
+    -- Everything above is rolled back, nothing recorded: the refused steps are answered as
+    -- refused; every other step that ran runs again under a new lease.
+    _m := 1;
     for _i in 1 .. _n loop
-      select * into _one from queues.run_step(_task_ids[_i], _task_lease_ids[_i], _function_names[_i], _payloads[_i]);
-      _result[_i] := _one.result;
-      _outcome[_i] := _one.outcome;
-      _error[_i] := _one.error;
-      _note[_i] := _one.note;
+      if _batched[_i] then
+        if _settled[_m] not in ('completed', 'retry_scheduled') then
+          _result[_i] := _settled[_m];
+          _error[_i] := null;
+        else
+          _result[_i] := 'transient';
+          _error[_i] := 'a completion of another step of the call was refused (its lease was taken); the call was rolled back';
+        end if;
+        _outcome[_i] := null;
+        _note[_i] := null;
+        _m := _m + 1;
+      end if;
     end loop;
   end;
 

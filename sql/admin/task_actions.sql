@@ -8,6 +8,10 @@
 -- with the reason) and leaves the claim index, in one transaction. A task under a live
 -- lease is not cancelled ('running': its worker will complete it). Rows, in input order:
 --   cancelled | running | already_completed | unknown_task
+-- The answers for the tasks it did not lock are read by a statement of their own, after
+-- the locks: a completion this call waited for (its row gone when the wait ended) is
+-- committed by then, and seen; the statement that waited saw the tables as they were
+-- when it started, without it ('unknown_task' for a task that exists).
 create or replace function admin.cancel_tasks_at(_now timestamptz, _task_ids bigint[], _reason text)
   returns table (task_id bigint, result text)
   language plpgsql volatile
@@ -15,6 +19,9 @@ create or replace function admin.cancel_tasks_at(_now timestamptz, _task_ids big
   set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
+declare
+  _locked bigint[];
+  _cancelled bigint[];
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -26,7 +33,6 @@ begin
   -- Same lock order as the claim (resource keys first), then the pending rows: a claim
   -- that took a row first makes it 'running' here; a claim after us skips it.
   perform queues.lock_resource_keys(_task_ids);
-  return query
   with locked as (
     select p.task_id, p.task_type, p.resource_key,
            (p.current_lease_id is not null and p.available_at > _now) as held
@@ -51,14 +57,20 @@ begin
     delete from queues.resource_lease k
      where k.task_id = any (array(select c.task_id from completed c))
   )
+  select coalesce(array_agg(l.task_id), '{}'), coalesce((select array_agg(c.task_id) from completed c), '{}')
+    into _locked, _cancelled
+    from locked l;
+
+  -- A statement after the locks (see above).
+  return query
   select i.task_id,
          case when c.task_id is not null then 'cancelled'
               when l.task_id is not null then 'running'
               when exists (select 1 from queues.task_completed x where x.task_id = i.task_id) then 'already_completed'
               else 'unknown_task' end
     from unnest(_task_ids) with ordinality as i(task_id, n)
-    left join locked l on l.task_id = i.task_id
-    left join completed c on c.task_id = i.task_id
+    left join unnest(_locked) as l(task_id) on l.task_id = i.task_id
+    left join unnest(_cancelled) as c(task_id) on c.task_id = i.task_id
    order by i.n;
 end;
 $$;
@@ -109,6 +121,8 @@ $$;
 -- (queues.run_scheduled_now: records queues.task_run_now and makes the claim-index row
 -- claimable at _now). Rows, in input order:
 --   run_now | not_scheduled (ready, running, retrying) | already_completed | unknown_task
+-- The answers for the tasks it did not lock are read after the locks, by a statement of
+-- their own (as admin.cancel_tasks_at's).
 create or replace function admin.run_tasks_now_at(_now timestamptz, _task_ids bigint[])
   returns table (task_id bigint, result text)
   language plpgsql volatile
@@ -116,12 +130,14 @@ create or replace function admin.run_tasks_now_at(_now timestamptz, _task_ids bi
   set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
+declare
+  _locked bigint[];
+  _moved bigint[];
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
   end if;
   perform admin.assert_task_ids(_task_ids);
-  return query
   with locked as (
     select p.task_id, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now) as state
       from queues.task_pending p
@@ -133,14 +149,20 @@ begin
     select m as task_id
       from queues.run_scheduled_now(_now, array(select l.task_id from locked l where l.state = 'scheduled')) m
   )
+  select coalesce(array_agg(l.task_id), '{}'), coalesce((select array_agg(m.task_id) from moved m), '{}')
+    into _locked, _moved
+    from locked l;
+
+  -- A statement after the locks (see admin.cancel_tasks_at).
+  return query
   select i.task_id,
          case when m.task_id is not null then 'run_now'
               when l.task_id is not null then 'not_scheduled'
               when exists (select 1 from queues.task_completed x where x.task_id = i.task_id) then 'already_completed'
               else 'unknown_task' end
     from unnest(_task_ids) with ordinality as i(task_id, n)
-    left join locked l on l.task_id = i.task_id
-    left join moved m on m.task_id = i.task_id
+    left join unnest(_locked) as l(task_id) on l.task_id = i.task_id
+    left join unnest(_moved) as m(task_id) on m.task_id = i.task_id
    order by i.n;
 end;
 $$;
@@ -156,6 +178,9 @@ $$;
 
 -- Redrives dead letters (queues.redrive_task for each). Rows, in input order:
 --   redriven (new_task_id set) | not_a_dead_letter | unknown_task
+-- Each task is judged after its completion row is locked (as queues.redrive_task
+-- serialises redrives), by statements that start after the lock: a redrive of the same
+-- task that this one waited for is seen ('not_a_dead_letter'), not refused as an error.
 create or replace function admin.redrive_tasks(_task_ids bigint[])
   returns table (task_id bigint, result text, new_task_id bigint)
   language plpgsql volatile
@@ -169,6 +194,7 @@ begin
   foreach _id in array _task_ids loop
     task_id := _id;
     new_task_id := null;
+    perform 1 from queues.task_completed c where c.task_id = _id for update;
     if not exists (select 1 from queues.task t where t.task_id = _id) then
       result := 'unknown_task';
     elsif not exists (select 1 from queues.dead_letter d where d.task_id = _id) then

@@ -212,3 +212,155 @@ describe('redrive many', () => {
     });
   });
 });
+
+describe('answers after waiting for a completion', () => {
+  beforeEach(reset);
+
+  /** A connection of its own, and its backend's pid. */
+  async function session(dbUser: 'api' | 'worker') {
+    const client = await db.client(dbUser);
+    const pid = Number((await client.query('select pg_backend_pid() as pid')).rows[0].pid);
+    return { client, pid };
+  }
+
+  /** Until the backend `pid` waits for a lock another one holds. */
+  async function blocked(pid: number): Promise<void> {
+    for (let i = 0; i < 2000; i++) {
+      const { rows } = await db.query('select cardinality(pg_blocking_pids($1)) > 0 as waits', [pid]);
+      if (rows[0].waits) return;
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    throw new Error(`backend ${pid} never waited`);
+  }
+
+  const claimAll = async (n: number) =>
+    (
+      await db
+        .pool('worker')
+        .query<{ task_id: string; task_lease_id: string }>(`select * from queues.claim_tasks('w1', $1, null, 300)`, [n])
+    ).rows.map((r) => ({ id: Number(r.task_id), lease: r.task_lease_id }));
+
+  it('cancel: a task whose completion commits while the cancel waits for it is already_completed, never unknown_task', async () => {
+    const ids: number[] = [];
+    for (let i = 0; i < 40; i++) ids.push(await enqueue());
+    // The first 20 run under a worker's lease; the others are ready.
+    const leased = await claimAll(20);
+    const completer = await session('worker');
+    const canceller = await session('api');
+    await completer.client.query('begin');
+    await completer.client.query(`select * from queues.complete_tasks($1::bigint[], $2::bigint[])`, [
+      leased.map((l) => l.id),
+      leased.map((l) => l.lease),
+    ]);
+    const pending = canceller.client.query<{ task_id: string; result: string }>(
+      'select * from admin.cancel_tasks($1)',
+      [ids],
+    );
+    await blocked(canceller.pid);
+    await completer.client.query('commit');
+    const answers = results((await pending).rows);
+    const completed = new Set(leased.map((l) => l.id));
+    expect(answers).toEqual(ids.map((id) => [id, completed.has(id) ? 'already_completed' : 'cancelled']));
+    const { rows } = await db.query(
+      `select outcome, count(*)::int as n from queues.task_completed group by outcome order by outcome`,
+    );
+    expect(rows).toEqual([
+      { outcome: 'cancelled', n: 20 },
+      { outcome: 'succeeded', n: 20 },
+    ]);
+  });
+
+  it('cancel racing completions: 300 running tasks, every answer right for the task as it ended', async () => {
+    const ids: number[] = [];
+    for (let i = 0; i < 300; i++) ids.push(await enqueue());
+    const leased = await claimAll(300);
+    expect(leased).toHaveLength(300);
+    const completers = await Promise.all([session('worker'), session('worker'), session('worker')]);
+    const cancellers = await Promise.all([session('api'), session('api'), session('api')]);
+    const answers: [number, string][] = [];
+    let done = false;
+    // Each completer takes every third task, five at a time, and holds its completion
+    // open a moment, so cancels arrive while it holds the rows.
+    const completing = completers.map(async ({ client }, c) => {
+      const mine = leased.filter((_, i) => i % 3 === c);
+      for (let i = 0; i < mine.length; i += 5) {
+        const batch = mine.slice(i, i + 5);
+        await client.query('begin');
+        await client.query(`select * from queues.complete_tasks($1::bigint[], $2::bigint[])`, [
+          batch.map((l) => l.id),
+          batch.map((l) => l.lease),
+        ]);
+        await client.query('select pg_sleep(0.002)');
+        await client.query('commit');
+      }
+    });
+    // Cancellers ask for windows of 30 tasks around the completers' progress, until all completed.
+    const cancelling = cancellers.map(async ({ client }, c) => {
+      let round = 0;
+      while (!done) {
+        const from = (round * 7 + c * 11) % 270;
+        round++;
+        const { rows } = await client.query<{ task_id: string; result: string }>(
+          'select * from admin.cancel_tasks($1)',
+          [ids.slice(from, from + 30)],
+        );
+        answers.push(...(results(rows) as [number, string][]));
+      }
+    });
+    await Promise.all(completing);
+    done = true;
+    await Promise.all(cancelling);
+    // Every task was running until its worker completed it: a cancel finds it running
+    // (its lease live) or completed, never cancels it, and never calls it unknown.
+    const tally = new Map<string, number>();
+    for (const [, result] of answers) tally.set(result, (tally.get(result) ?? 0) + 1);
+    expect([...tally.keys()].sort()).toEqual(
+      [...tally.keys()].filter((k) => k === 'running' || k === 'already_completed').sort(),
+    );
+    expect(tally.get('unknown_task') ?? 0).toBe(0);
+    const { rows } = await db.query(
+      `select outcome, count(*)::int as n from queues.task_completed group by outcome order by outcome`,
+    );
+    expect(rows).toEqual([{ outcome: 'succeeded', n: 300 }]);
+  });
+
+  it('run now: a task completed while the call waits for it is already_completed', async () => {
+    const ids: number[] = [];
+    for (let i = 0; i < 20; i++) ids.push(await enqueue('email', '1 day'));
+    const gone = ids.filter((_, i) => i % 2 === 0);
+    const completer = await session('worker');
+    const caller = await session('api');
+    await completer.client.query('begin');
+    await completer.client.query(`select * from queues.complete_tasks($1::bigint[], null, $2::text[])`, [
+      gone,
+      gone.map(() => 'cancelled'),
+    ]);
+    const pending = caller.client.query<{ task_id: string; result: string }>('select * from admin.run_tasks_now($1)', [
+      ids,
+    ]);
+    await blocked(caller.pid);
+    await completer.client.query('commit');
+    const done = new Set(gone);
+    expect(results((await pending).rows)).toEqual(
+      ids.map((id) => [id, done.has(id) ? 'already_completed' : 'run_now']),
+    );
+  });
+
+  it('redrive: a second redrive of one dead letter that waited for the first answers not_a_dead_letter', async () => {
+    const id = await enqueue('db_function');
+    const [lease] = await claimAll(1);
+    await db.pool('worker').query(`select * from queues.complete_tasks($1, $2, '{failed}')`, [[id], [lease.lease]]);
+    const first = await session('api');
+    const second = await session('api');
+    await first.client.query('begin');
+    const redriven = await first.client.query('select * from admin.redrive_tasks($1)', [[id]]);
+    expect(redriven.rows.map((r) => r.result)).toEqual(['redriven']);
+    const pending = second.client.query('select * from admin.redrive_tasks($1)', [[id]]);
+    await blocked(second.pid);
+    await first.client.query('commit');
+    expect((await pending).rows.map((r) => [Number(r.task_id), r.result, r.new_task_id])).toEqual([
+      [id, 'not_a_dead_letter', null],
+    ]);
+    expect((await db.query('select count(*)::int as n from queues.task_redriven')).rows[0].n).toBe(1);
+  });
+});

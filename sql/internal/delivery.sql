@@ -30,12 +30,14 @@ as $$ select 'unknown outcome: ' $$;
 -- proceed}}: at_least_once → proceed, nothing recorded; at_most_once → records
 -- provider_call_started for this lease and proceeds, unless an earlier lease of the task
 -- started the call: then proceed is false and payload.error says why (the worker fails
--- the task with it instead of calling). A lease that is not the task's live lease, or
--- a completed task, is a validation failure (nothing recorded, no call).
-create or replace function internal.start_provider_call(payload jsonb)
+-- the task with it instead of calling). A lease that is not the task's live lease (its
+-- current lease, as queues.current_lease_expiry defines it, with heartbeats applied, not
+-- expired at _now), or a completed task, is a validation failure (nothing recorded, no
+-- call). Owner only, so tests can move the clock; the worker calls
+-- internal.start_provider_call, which passes now().
+create or replace function internal.start_provider_call_at(_now timestamptz, payload jsonb)
   returns jsonb
   language plpgsql volatile
-  security definer
   set search_path = pg_catalog, pg_temp
 as $$
 declare
@@ -45,6 +47,9 @@ declare
   _mode text;
   _started record;
 begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
   if _task_id is null or _lease_id is null then
     return internal.validation_failure('task_id and task_lease_id must be positive integers');
   end if;
@@ -52,12 +57,9 @@ begin
   if _task_type is null then
     return internal.validation_failure(format('task %s not found', _task_id));
   end if;
-  -- The live lease of an open task: the newest lease, not expired, no completion.
-  if not exists (select 1 from queues.task_lease l
-                  where l.task_lease_id = _lease_id and l.task_id = _task_id and l.expires_at > now()
-                    and not exists (select 1 from queues.task_lease n
-                                     where n.task_id = _task_id and n.task_lease_id > _lease_id))
-     or exists (select 1 from queues.task_completed c where c.task_id = _task_id) then
+  -- The live lease of an open task: its current lease (a completed task has none), not
+  -- expired, heartbeats applied; judged as the completion that follows the call is fenced.
+  if not coalesce(queues.current_lease_expiry(_task_id, _lease_id) > _now, false) then
     return internal.validation_failure(format('lease %s is not the live lease of task %s; not calling the provider', _lease_id, _task_id));
   end if;
 
@@ -81,4 +83,14 @@ begin
   on conflict do nothing;
   return jsonb_build_object('success', true, 'payload', jsonb_build_object('delivery_mode', _mode, 'proceed', true));
 end;
+$$;
+
+-- internal.start_provider_call_at at now(): what the worker runs before a provider call.
+create or replace function internal.start_provider_call(payload jsonb)
+  returns jsonb
+  language sql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+  select internal.start_provider_call_at(now(), payload)
 $$;

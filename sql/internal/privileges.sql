@@ -10,7 +10,8 @@ grant execute on function
   internal.run_function(text, jsonb),
   internal.resolve_runnable_function(text),
   internal.noop(jsonb),
-  internal.start_provider_call(jsonb)
+  internal.start_provider_call(jsonb),
+  internal.call_runnable(text, jsonb)
 to :DATABASE_WORKER;
 
 select internal.register_runnable_function('internal.noop(jsonb)');

@@ -36,6 +36,48 @@ begin
   insert into internal.runnable_function (function_schema, function_name)
   values (_proc.nspname, _proc.proname)
   on conflict do nothing;
+  if found then
+    perform internal.build_call_runnable();
+  end if;
+end;
+$$;
+
+-- (Re)builds internal.call_runnable(function_name text, payload jsonb) returns jsonb from
+-- internal.runnable_function: one static call per registered function, chosen by its
+-- name (schema.name), so that each call's plan is kept for the session (an EXECUTE is
+-- planned on every call). A name it does not list raises 42883. Security invoker: the
+-- caller needs EXECUTE on the target itself. queues.run_steps calls it for each step.
+-- internal.register_runnable_function calls this; its grants (internal/privileges.sql)
+-- stay with the function.
+create or replace function internal.build_call_runnable()
+  returns void
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _cases text;
+begin
+  select string_agg(format('    when %L then return %I.%I(payload);',
+                           r.function_schema || '.' || r.function_name, r.function_schema, r.function_name),
+                    e'\n' order by r.function_schema, r.function_name)
+    into _cases
+    from internal.runnable_function r;
+  execute format($f$
+create or replace function internal.call_runnable(function_name text, payload jsonb)
+  returns jsonb
+  language plpgsql volatile
+  security invoker
+  set search_path = pg_catalog, pg_temp
+as $body$
+begin
+  case function_name
+%s
+    else
+      raise exception 'function %% is not registered as runnable', function_name using errcode = '42883';
+  end case;
+end;
+$body$
+$f$, coalesce(_cases, '    when null then return null;'));
 end;
 $$;
 

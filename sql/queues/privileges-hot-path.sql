@@ -12,6 +12,7 @@ grant execute on function
   queues.current_leases(bigint[], bigint[]),
   queues.parse_envelope(jsonb),
   queues.is_current_lease(bigint, bigint),
+  queues.max_payload_bytes(),
   queues.mark_started(bigint[], bigint[]),
   queues.revoke_worker_leases(text)
 to :DATABASE_WORKER;

@@ -333,6 +333,10 @@ describe('server-side steps (queues.run_steps)', () => {
       begin
         perform nextval('fixture_steps.runs');
         insert into fixture_steps.effect (task_key) values (payload->>'key');
+        if payload ? 'wait' then
+          -- Waits for the test (an advisory lock it holds).
+          perform pg_advisory_xact_lock_shared((payload->>'wait')::bigint);
+        end if;
         if payload ? 'complete' then
           -- Task code that completes another task, without its lease.
           perform queues.complete_task((payload->>'complete')::bigint, null, 'cancelled');
@@ -467,9 +471,9 @@ describe('server-side steps (queues.run_steps)', () => {
       { task_id: ids[3], result: 'transient', outcome: null, error: 'deadlock detected', note: null },
       { task_id: ids[4], result: 'completed', outcome: 'succeeded', error: null, note: null },
     ]);
-    // Some steps ran more than once (the call ran them together, then one by one), but the
-    // effects of each committed once, and only those of the steps that succeeded.
-    expect(await runs()).toBeGreaterThan(before + 5);
+    // Each step ran once; the effects of each committed once, and only those of the steps
+    // that succeeded.
+    expect(await runs()).toBe(before + 5);
     expect(await effectsOf('before')).toBe(1);
     expect(await effectsOf('after')).toBe(1);
     for (const key of ['raises', 'malformed', 'deadlock']) expect(await effectsOf(key)).toBe(0);
@@ -509,6 +513,124 @@ describe('server-side steps (queues.run_steps)', () => {
       [ids],
     );
     expect(outcomes.map((r) => r.outcome)).toEqual(['cancelled', 'succeeded', 'cancelled']);
+  });
+
+  it('a step that raises runs once: a raise rolls back its own step, not the others, and runs nothing again', async () => {
+    const ids = [
+      await enqueueStep({ key: 'once-a' }),
+      await enqueueStep({ key: 'once-raises', code: '55000', message: 'object not in prerequisite state' }),
+      await enqueueStep({ key: 'once-b' }),
+    ];
+    const before = await runs();
+    expect((await runSteps(ids)).map((r) => [r.result, r.outcome, r.error])).toEqual([
+      ['completed', 'succeeded', null],
+      ['completed', 'failed', 'fixture_steps.step raised: object not in prerequisite state'],
+      ['completed', 'succeeded', null],
+    ]);
+    expect(await runs()).toBe(before + 3);
+    expect(await effectsOf('once-a')).toBe(1);
+    expect(await effectsOf('once-raises')).toBe(0);
+    expect(await effectsOf('once-b')).toBe(1);
+  });
+
+  it('three steps and one that completes the task of a step before it: four bodies run, each once', async () => {
+    const ids = [
+      await enqueueStep({ key: 'meddled' }),
+      await enqueueStep({ key: 'good-2' }),
+      await enqueueStep({ key: 'good-3' }),
+    ];
+    ids.push(await enqueueStep({ key: 'meddler', complete: Number(ids[0]) }));
+    const before = await runs();
+    const rows = await runSteps(ids);
+    expect(await runs()).toBe(before + 4);
+    expect(rows.map((r) => [r.result, r.outcome])).toEqual([
+      ['completed', 'succeeded'],
+      ['completed', 'succeeded'],
+      ['completed', 'succeeded'],
+      // Rolled back and answered transient: it runs again under a new lease, when the task
+      // it completes is complete.
+      ['transient', null],
+    ]);
+    expect(rows[3].error).toMatch(/changed the task of a step that ran before it/);
+    for (const key of ['meddled', 'good-2', 'good-3']) expect(await effectsOf(key)).toBe(1);
+    expect(await effectsOf('meddler')).toBe(0);
+    const { rows: outcomes } = await db.query(
+      'select task_id, outcome from queues.task_completed where task_id = any($1::bigint[]) order by task_id',
+      [ids],
+    );
+    // The first step completed under its own lease, with its writes; not cancelled.
+    expect(outcomes.map((r) => r.outcome)).toEqual(['succeeded', 'succeeded', 'succeeded']);
+    expect(await count('select count(*)::int as n from queues.task_pending where task_id = $1', [ids[3]])).toBe(1);
+  });
+
+  it('a step that completes its own task is rolled back and fails, once', async () => {
+    const id = await enqueueStep({ key: 'self' });
+    const before = await runs();
+    const [lease] = await claimAt(0, 'steps', 1);
+    expect(lease.task_id).toBe(id);
+    const { rows } = await db
+      .pool('worker')
+      .query('select task_id, result, outcome, error from queues.run_steps($1, $2, $3, $4)', [
+        [id],
+        [lease.task_lease_id],
+        ['fixture_steps.step'],
+        [{ key: 'self', complete: Number(id) }],
+      ]);
+    expect(await runs()).toBe(before + 1);
+    expect(rows.map((r) => [r.result, r.outcome])).toEqual([['completed', 'failed']]);
+    expect(rows[0].error).toMatch(/changed its own task/);
+    expect(await effectsOf('self')).toBe(0);
+  });
+
+  it('a lease taken by another transaction during the call: that step refused, the others rolled back once, none run twice', async () => {
+    const ids = [
+      await enqueueStep({ key: 'taken-mid-call' }),
+      await enqueueStep({ key: 'waits', wait: 7001 }),
+      await enqueueStep({ key: 'after-wait' }),
+    ];
+    const leases = (await claimAt(0, 'steps', 3)).sort((a, b) => Number(a.task_id) - Number(b.task_id));
+    expect(leases.map((l) => l.task_id)).toEqual(ids);
+    const payloads = await db.query(
+      'select payload from queues.task where task_id = any($1::bigint[]) order by task_id',
+      [ids],
+    );
+    const gate = await db.client('owner');
+    await gate.query('select pg_advisory_lock(7001)');
+    const runner = await db.client('worker');
+    const pid = Number((await runner.query('select pg_backend_pid() as pid')).rows[0].pid);
+    const before = await runs();
+    const call = runner.query('select task_id, result, outcome, error from queues.run_steps($1, $2, $3, $4)', [
+      ids,
+      leases.map((l) => l.task_lease_id),
+      ids.map(() => 'fixture_steps.step'),
+      payloads.rows.map((r) => r.payload),
+    ]);
+    for (let i = 0; ; i++) {
+      const { rows } = await db.query('select cardinality(pg_blocking_pids($1)) > 0 as waits', [pid]);
+      if (rows[0].waits) break;
+      if (i > 2000) throw new Error('the call never reached the waiting step');
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    // The first step ran; its lease is given back meanwhile (a release, as at shutdown).
+    await db.query('select * from queues.release_leases($1::bigint[], $2::bigint[])', [
+      [ids[0]],
+      [leases[0].task_lease_id],
+    ]);
+    await gate.query('select pg_advisory_unlock(7001)');
+    const { rows } = await call;
+    expect(rows.map((r) => [r.task_id, r.result, r.outcome])).toEqual([
+      [ids[0], 'lease_lost', null],
+      [ids[1], 'transient', null],
+      [ids[2], 'transient', null],
+    ]);
+    expect(rows[1].error).toMatch(/refused/);
+    expect(await runs()).toBe(before + 3);
+    for (const key of ['taken-mid-call', 'waits', 'after-wait']) expect(await effectsOf(key)).toBe(0);
+    expect(
+      await count('select count(*)::int as n from queues.task_completed where task_id = any($1::bigint[])', [ids]),
+    ).toBe(0);
+    await runner.end();
+    await gate.end();
   });
 
   it('a function that cannot run fails its own steps only', async () => {

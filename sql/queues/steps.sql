@@ -1,6 +1,7 @@
 -- Server-side steps: db_function tasks run in the database, many per call.
 --
 --   queues.parse_envelope(result)            a step function's result envelope, read
+--   queues.current_lease_expiry(task, lease)  read only: the expiry of the task's current lease
 --   queues.is_current_lease(task, lease)     read only: is the lease still current
 --   queues.current_leases(tasks, leases)     the same for many, one boolean each
 --   queues.run_step(task, lease, fn, payload)   one step with its completion (the reference)
@@ -80,16 +81,36 @@ begin
 end;
 $$;
 
+-- The expiry in force of _task_lease_id if it is still the current lease of _task_id, else
+-- NULL (read only: no lock, no fact). The one definition of a task's current lease: the
+-- lease queues.task_pending names (a claim sets it; a completion, a retry, a release or a
+-- revocation ends it; a later claim replaces it), with the expiry heartbeats moved
+-- (task_pending.available_at, which queues.extend_leases_at keeps; the claim's
+-- task_lease.expires_at is only the first). The completions are fenced by the same row
+-- (queues.complete_tasks, which also asks a keyed task to hold its key); a lease is live
+-- while this is later than now (internal.start_provider_call_at).
+-- A primary-key probe: the lease is compared in the select list, not the condition.
+create or replace function queues.current_lease_expiry(_task_id bigint, _task_lease_id bigint)
+  returns timestamptz
+  language sql stable
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+  select case when p.current_lease_id = _task_lease_id then p.available_at end
+    from queues.task_pending p
+   where p.task_id = _task_id
+$$;
+
 -- Whether _task_lease_id is still the current lease of _task_id (read only: no lock, no
--- fact). The worker's steps check it before they run.
+-- fact), expired or not (queues.current_lease_expiry). The worker's steps check it before
+-- they run.
 create or replace function queues.is_current_lease(_task_id bigint, _task_lease_id bigint)
   returns boolean
   language sql stable
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
-  select exists (select 1 from queues.task_pending p
-                  where p.task_id = _task_id and p.current_lease_id = _task_lease_id)
+  select queues.current_lease_expiry(_task_id, _task_lease_id) is not null
 $$;
 
 
@@ -244,35 +265,45 @@ end;
 $$;
 
 -- Runs db_function steps claimed by the caller, in input order, in one call, with the
--- guarantees of queues.run_step for each: a step's writes and its completion commit
--- together or not at all, exactly once; an error is recorded against its own task and
--- rolls back only its own step; a step whose lease is no longer held is not run, and one
--- whose lease is lost before the call ends is not completed and its writes do not commit.
--- The caller marks the steps started before the call (as the worker's start recorder does
--- for every task).
+-- guarantees of queues.run_step for each: its body runs once; its writes and its
+-- completion commit together or not at all, exactly once; an error is recorded against its
+-- own task and rolls back only its own step; a step whose lease is no longer held is not
+-- run. The caller marks the steps started before the call (as the worker's start recorder
+-- does for every task).
 --
--- How (the cost per step is a function call, not a statement per step):
---   1. queues.current_leases: the steps whose lease is held (the others: 'lease_lost').
---   2. Consecutive steps of one function form a group, run in one statement
---      (select array_agg(f(payload)) ...) in a subtransaction; the function is resolved and
---      its EXECUTE privilege checked once per call, as internal.run_function does. If the
---      statement raises (a step raised, deadlocked, ...) or an envelope is malformed, the
---      group is rolled back and its steps run one by one (queues.run_step), each with its
---      own completion.
---   3. One statement completes the steps of every group that ran whole and keeps their
---      envelopes as results (queues.complete_steps). No lock is held on a step's task
---      while it runs (heartbeats and revocations are not held up); so if any of these
---      completions is refused (the lease was taken over during the call, or a step
---      changed another step's task), everything above is rolled back and every step runs
---      again one by one with queues.run_step, which fences each on its own.
+-- How (the cost per step is a subtransaction and a function call, not a statement of the
+-- queue's):
+--   1. queues.current_leases: the steps whose lease is held (the others: 'lease_lost',
+--      not run). No lock is held on a step's task while it runs: a heartbeat, a release
+--      at shutdown or a revocation is not held up by a long call.
+--   2. Each step in a subtransaction of its own (a BEGIN ... EXCEPTION block): its
+--      function (resolved and its EXECUTE privilege checked once per call, as
+--      internal.run_function does; called through internal.call_runnable, whose static
+--      calls keep their plans), then its envelope read. A raise, a malformed envelope
+--      or a result over queues.max_payload_bytes() rolls back that step only, which is
+--      completed 'failed' with the others; a serialization failure or a deadlock rolls it
+--      back and records nothing ('transient'). Nothing runs a step twice.
+--   3. One statement completes every step that ran and keeps its envelope as its result
+--      (queues.complete_steps). If one of these completions is refused (another
+--      transaction took the lease during the call: an expiry claimed, a revocation), the
+--      writes of its step must not commit: the whole call is rolled back, that step is
+--      answered as refused ('lease_lost'), and every other step that ran 'transient'
+--      (nothing recorded; it runs again under a new lease).
+-- A step can also change the tasks of the call itself (task code that completes or
+-- releases a task). The call watches its own updates and deletes of queues.task_pending
+-- (the transaction's counts, pg_stat_get_xact_tuples_updated and _deleted; every step is
+-- watched when track_counts is off): after a step that made any, each step runs only if
+-- its lease is still current (else 'lease_lost'), and a step that changed its own task is
+-- rolled back and completed 'failed', one that changed the task of a step before it (whose
+-- completion is still to be written) is rolled back and answered 'transient' (it runs
+-- again under a new lease, after that task's completion).
 -- A step sees the writes of the steps before it in the call; it does not see their
 -- completions (they are written at the end). The call is one transaction: now() is the
 -- call's start for every step in it (the worker keeps a call to about 200 ms of steps).
 -- Runs as the caller (security invoker): steps have the worker's privileges, not the owner's.
 -- Returns one row per step, in input order: result as queues.complete_tasks ('completed',
--- 'retry_scheduled', 'lease_lost', ...) or 'transient' (a serialization failure or deadlock
--- rolled the step back and recorded nothing: release the lease, it runs again), with
--- outcome, error, note.
+-- 'retry_scheduled', 'lease_lost', ...) or 'transient' (the step was rolled back and
+-- nothing recorded: release the lease, it runs again), with outcome, error, note.
 create or replace function queues.run_steps(_task_ids bigint[], _task_lease_ids bigint[], _function_names text[], _payloads jsonb[])
   returns table (task_id bigint, result text, outcome text, error text, note text)
   language plpgsql volatile
@@ -289,10 +320,11 @@ declare
   _error text[];
   _note text[];
   _retry boolean[];
-  -- The envelope to keep, for steps completed by the final statement (null otherwise).
+  -- The envelope to keep (null for none).
   _kept jsonb[];
+  -- Ran (or could not run): completed by the final statement.
   _batched boolean[];
-  -- Functions resolved in this call: name, statement that runs a group, or why it cannot run.
+  -- Functions resolved in this call: name, name if it can run, or why it cannot.
   _names text[] := '{}';
   _calls text[] := '{}';
   _problems text[] := '{}';
@@ -300,16 +332,21 @@ declare
   _call text;
   _problem text;
   _i integer;
-  _j integer;
   _k integer;
   _m integer;
   _name text;
-  _raws jsonb[];
   _raw jsonb;
   _env record;
-  _one record;
+  _kind text;
   _ids bigint[];
   _settled text[];
+  _max_bytes integer := queues.max_payload_bytes();
+  -- The transaction's own updates and deletes of queues.task_pending (see above).
+  _pending regclass := 'queues.task_pending'::regclass;
+  _counted boolean := current_setting('track_counts')::boolean;
+  _changes_at_start bigint;
+  _changes bigint;
+  _current boolean[];
 begin
   if _task_ids is null or _task_lease_ids is null or _function_names is null or _payloads is null then
     raise exception 'task_ids, task_lease_ids, function_names and payloads must not be null' using errcode = '22004';
@@ -339,21 +376,23 @@ begin
   _retry := array_fill(null::boolean, array[_n]);
   _batched := array_fill(false, array[_n]);
   _kept := array_fill(null::jsonb, array[_n]);
+  _changes_at_start := pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending);
 
   begin
-    _i := 1;
-    while _i <= _n loop
+    for _i in 1 .. _n loop
       if not _held[_i] then
         -- Not run.
         _result[_i] := 'lease_lost';
-        _i := _i + 1;
+        continue;
+      end if;
+      -- A step before it changed pending rows: is this lease still current?
+      if (not _counted
+          or pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending) <> _changes_at_start)
+         and not queues.is_current_lease(_task_ids[_i], _task_lease_ids[_i]) then
+        _result[_i] := 'lease_lost';
         continue;
       end if;
       _name := _function_names[_i];
-      _j := _i;
-      while _j < _n and _held[_j + 1] and _function_names[_j + 1] is not distinct from _name loop
-        _j := _j + 1;
-      end loop;
 
       _k := array_position(_names, _name);
       if _k is null then
@@ -363,11 +402,7 @@ begin
           if not has_function_privilege(_oid, 'execute') then
             raise exception 'permission denied: % may not execute %', current_user, _name using errcode = '42501';
           end if;
-          select format('select array_agg(%I.%I(u.payload) order by u.ord) from unnest($1::jsonb[]) with ordinality as u(payload, ord)',
-                        n.nspname, p.proname)
-            into _call
-            from pg_proc p join pg_namespace n on n.oid = p.pronamespace
-           where p.oid = _oid;
+          _call := _name;
           _problem := null;
         exception when others then
           _call := null;
@@ -381,55 +416,79 @@ begin
 
       if _problems[_k] is not null then
         -- Cannot run (unknown, unregistered, not allowed): failed, nothing ran.
-        for _m in _i .. _j loop
-          _outcome[_m] := 'failed';
-          _error[_m] := _problems[_k];
-          _batched[_m] := true;
-        end loop;
-      else
-        begin
-          execute _calls[_k] into _raws using _payloads[_i:_j];
-          _m := _i;
-          foreach _raw in array _raws loop
-            if _raw = '{"success": true}'::jsonb then
-              _outcome[_m] := 'succeeded';
-            else
-              select * into _env from queues.parse_envelope(_raw);
-              case _env.outcome
-                when 'succeeded' then _outcome[_m] := 'succeeded';
-                when 'status' then _outcome[_m] := 'succeeded'; _note[_m] := 'status ' || _env.message;
-                when 'invalid' then
-                  _outcome[_m] := 'validation_failed'; _error[_m] := format('%s: validation failure: %s', _name, _env.message);
-                  _note[_m] := _env.message;
-                  -- A validation failure is final: no retry.
-                  _retry[_m] := false;
-                when 'error' then _outcome[_m] := 'failed'; _error[_m] := format('%s: %s', _name, _env.message);
-                else
-                  -- Malformed: this step rolls back, so the group runs again one by one.
-                  raise exception 'malformed envelope' using errcode = 'QSTEP';
-              end case;
-            end if;
-            _kept[_m] := _raw;
-            _batched[_m] := true;
-            _m := _m + 1;
-          end loop;
-        exception when others then
-          -- The group is rolled back: its steps run one by one, each with its completion.
-          for _m in _i .. _j loop
-            _outcome[_m] := null; _error[_m] := null; _note[_m] := null; _retry[_m] := null;
-            _kept[_m] := null; _batched[_m] := false;
-            select * into _one from queues.run_step(_task_ids[_m], _task_lease_ids[_m], _name, _payloads[_m]);
-            _result[_m] := _one.result;
-            _outcome[_m] := _one.outcome;
-            _error[_m] := _one.error;
-            _note[_m] := _one.note;
-          end loop;
-        end;
+        _outcome[_i] := 'failed';
+        _error[_i] := _problems[_k];
+        _batched[_i] := true;
+        continue;
       end if;
-      _i := _j + 1;
+
+      _changes := pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending);
+      begin
+        -- A static call per registered function (internal.build_call_runnable), planned
+        -- once per session; the name was resolved and checked above.
+        _raw := internal.call_runnable(_name, _payloads[_i]);
+        if _raw = '{"success": true}'::jsonb then
+          _kind := 'succeeded';
+        else
+          select * into _env from queues.parse_envelope(_raw);
+          _kind := _env.outcome;
+          if _kind = 'malformed' then
+            raise exception '%: %', _name, _env.message using errcode = 'QSTEP';
+          end if;
+          if pg_column_size(_raw) > _max_bytes then
+            raise exception 'result is % bytes, over the limit of % bytes', pg_column_size(_raw), _max_bytes
+              using errcode = '54000';
+          end if;
+        end if;
+        if not _counted
+           or pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending) <> _changes then
+          -- The step updated or deleted pending rows: its own task, and those of the steps
+          -- before it whose completions are still to be written, must be as they were.
+          _current := queues.current_leases(
+            array(select s.task_id from unnest(_task_ids, _batched) with ordinality as s(task_id, batched, ord)
+                   where s.batched and s.ord < _i order by s.ord) || _task_ids[_i],
+            array(select s.lease from unnest(_task_lease_ids, _batched) with ordinality as s(lease, batched, ord)
+                   where s.batched and s.ord < _i order by s.ord) || _task_lease_ids[_i]);
+          if not _current[cardinality(_current)] then
+            raise exception '%: the step changed its own task (completed, failed or released it); the call that runs a step completes it',
+              _name using errcode = 'QSTEP';
+          end if;
+          if false = any (_current) then
+            raise exception '%: the step changed the task of a step that ran before it in the same call; it runs again after that completion',
+              _name using errcode = 'QMEDL';
+          end if;
+        end if;
+        -- Past every check: the step stands.
+        case _kind
+          when 'succeeded' then _outcome[_i] := 'succeeded';
+          when 'status' then _outcome[_i] := 'succeeded'; _note[_i] := 'status ' || _env.message;
+          when 'invalid' then
+            _outcome[_i] := 'validation_failed'; _error[_i] := format('%s: validation failure: %s', _name, _env.message);
+            _note[_i] := _env.message;
+            -- A validation failure is final: no retry.
+            _retry[_i] := false;
+          else _outcome[_i] := 'failed'; _error[_i] := format('%s: %s', _name, _env.message);
+        end case;
+        _kept[_i] := _raw;
+        _batched[_i] := true;
+      exception
+        when sqlstate 'QMEDL' then
+          -- Rolled back, nothing recorded.
+          _result[_i] := 'transient';
+          _error[_i] := sqlerrm;
+        when serialization_failure or deadlock_detected then
+          -- Rolled back, nothing recorded: it runs again.
+          _result[_i] := 'transient';
+          _error[_i] := sqlerrm;
+        when others then
+          -- Rolled back: completed 'failed', with why.
+          _outcome[_i] := 'failed';
+          _error[_i] := case when sqlstate = 'QSTEP' then sqlerrm else format('%s raised: %s', _name, sqlerrm) end;
+          _batched[_i] := true;
+      end;
     end loop;
 
-    -- The completions (and kept envelopes) of every step that ran in a group, in one statement.
+    -- The completions (and kept envelopes) of every step that ran, in one statement.
     if true = any (_batched) then
       select array_agg(c.task_id order by c.ord), array_agg(c.result order by c.ord)
         into _ids, _settled
@@ -450,9 +509,8 @@ begin
                       where s.batched order by s.ord)
              ) with ordinality as c(task_id, result, ord);
       if exists (select 1 from unnest(_settled) r where r not in ('completed', 'retry_scheduled')) then
-        -- A completion refused: the writes of its step must not commit. Roll back and run
-        -- every step one by one.
-        raise exception 'a completion was refused' using errcode = 'QREFU';
+        -- A lease taken during the call: its step's writes must not commit.
+        raise exception 'a completion of the call was refused' using errcode = 'QREFU';
       end if;
       _m := 1;
       for _i in 1 .. _n loop
@@ -465,14 +523,23 @@ begin
         end if;
       end loop;
     end if;
-  exception when others then
-    -- Everything above is rolled back: the steps run one by one, each fenced on its own.
+  exception when sqlstate 'QREFU' then
+    -- Everything above is rolled back, nothing recorded: the refused steps are answered as
+    -- refused; every other step that ran runs again under a new lease.
+    _m := 1;
     for _i in 1 .. _n loop
-      select * into _one from queues.run_step(_task_ids[_i], _task_lease_ids[_i], _function_names[_i], _payloads[_i]);
-      _result[_i] := _one.result;
-      _outcome[_i] := _one.outcome;
-      _error[_i] := _one.error;
-      _note[_i] := _one.note;
+      if _batched[_i] then
+        if _settled[_m] not in ('completed', 'retry_scheduled') then
+          _result[_i] := _settled[_m];
+          _error[_i] := null;
+        else
+          _result[_i] := 'transient';
+          _error[_i] := 'a completion of another step of the call was refused (its lease was taken); the call was rolled back';
+        end if;
+        _outcome[_i] := null;
+        _note[_i] := null;
+        _m := _m + 1;
+      end if;
     end loop;
   end;
 

@@ -3,10 +3,18 @@
  * (DATABASE_URL, or --database-url) and goes through the same typed queries as the REST
  * API (`Store` of @org/web), so the CLI can do what the API can and nothing more.
  * `migrate` connects as the owner and runs the committed migrations.
+ *
+ * Every change (enqueue, cancel, run-now, redrive, pause, resume, schedules enable and
+ * disable) is recorded in the audit trail as the API records its own (admin.api_change,
+ * method CLI, user `cli:<OS user>`), in the change's transaction: no change without its
+ * fact, and a refused change leaves none.
  */
+import { randomUUID } from 'node:crypto';
+import { userInfo } from 'node:os';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import pg from 'pg';
-import { Store, TASK_STATES, type ActionResult } from '@org/web';
+import { withTransaction } from '@org/queue-client';
+import { Store, TASK_STATES, type ActionResult, type ApiChangeInput } from '@org/web';
 import { json, record, table, type Io } from './output.js';
 
 /** Exit codes (also in `queue help`). */
@@ -113,8 +121,16 @@ interface TaskDetail {
   results?: Record<string, unknown>[];
 }
 
+/** What a change did, for its audit fact (as the API's `change` in @org/web's app.ts). */
+type Made<T> = Pick<ApiChangeInput, 'taskIds' | 'taskType' | 'scheduleName' | 'input'> & { answer: T };
+
+/** A change refused by a check inside its transaction: rolled back, no fact, exit 3. */
+class Refusal extends Error {}
+
 interface Context {
   store: () => Store;
+  /** Runs `run` and records its audit fact in one transaction; resolves to its answer. */
+  change: <T>(command: string, action: string, run: (tx: Store) => Promise<Made<T>>) => Promise<T>;
   options: Options;
   io: Io;
 }
@@ -200,40 +216,70 @@ const COMMANDS: Record<string, (ctx: Context, args: string[]) => Promise<number>
     const scheduledAt = ctx.options['scheduled-at'];
     if (scheduledAt !== undefined && Number.isNaN(Date.parse(scheduledAt)))
       throw new UsageError(`--scheduled-at must be an ISO 8601 time, got '${scheduledAt}'`);
-    const taskId = await ctx.store().createTask({
+    const task = {
       task_type: taskType,
       payload: payload as Record<string, unknown>,
       scheduled_at: scheduledAt,
       priority: whole('--priority', ctx.options.priority, -1000, 1000),
       max_attempts: whole('--max-attempts', ctx.options['max-attempts'], 1, 100),
       resource_key: ctx.options['resource-key'],
+    };
+    const taskId = await ctx.change('queue enqueue', 'create_task', async (tx) => {
+      const id = await tx.createTask(task);
+      // The payload stays out of the audit trail (it may hold personal data), as the API's does.
+      const { payload: _payload, ...input } = task;
+      return { answer: id, taskIds: [id], taskType, input };
     });
     ctx.io.stdout(ctx.options.json ? json({ task_id: taskId }) : `${taskId}\n`);
     return EXIT.ok;
   },
 
   async cancel(ctx, args) {
-    return actionAnswers(ctx, await ctx.store().cancel(taskIds(args), ctx.options.reason), 'cancelled');
+    const ids = taskIds(args);
+    const results = await ctx.change('queue cancel', 'cancel_tasks', async (tx) => {
+      const answer = await tx.cancel(ids, ctx.options.reason);
+      return { answer, taskIds: ids, input: { task_ids: ids, reason: ctx.options.reason } };
+    });
+    return actionAnswers(ctx, results, 'cancelled');
   },
 
   async 'run-now'(ctx, args) {
-    return actionAnswers(ctx, await ctx.store().runNow(taskIds(args)), 'run_now');
+    const ids = taskIds(args);
+    const results = await ctx.change('queue run-now', 'run_tasks_now', async (tx) => ({
+      answer: await tx.runNow(ids),
+      taskIds: ids,
+      input: { task_ids: ids },
+    }));
+    return actionAnswers(ctx, results, 'run_now');
   },
 
   async redrive(ctx, args) {
-    return actionAnswers(ctx, await ctx.store().redriveMany(taskIds(args)), 'redriven');
+    const ids = taskIds(args);
+    const results = await ctx.change('queue redrive', 'redrive_tasks', async (tx) => {
+      const answer = await tx.redriveMany(ids);
+      const made = answer.flatMap((r) => (r.new_task_id ? [r.new_task_id] : []));
+      return { answer, taskIds: [...ids, ...made], input: { task_ids: ids } };
+    });
+    return actionAnswers(ctx, results, 'redriven');
   },
 
   async pause(ctx, args) {
     const taskType = one(args, 'task type');
-    const pauseId = await ctx.store().pause(taskType, ctx.options.reason);
+    const pauseId = await ctx.change('queue pause', 'pause_task_type', async (tx) => ({
+      answer: await tx.pause(taskType, ctx.options.reason),
+      taskType,
+      input: { reason: ctx.options.reason },
+    }));
     ctx.io.stdout(ctx.options.json ? json({ task_type: taskType, pause_id: pauseId }) : `paused ${taskType}\n`);
     return EXIT.ok;
   },
 
   async resume(ctx, args) {
     const taskType = one(args, 'task type');
-    const resumed = await ctx.store().resume(taskType);
+    const resumed = await ctx.change('queue resume', 'resume_task_type', async (tx) => ({
+      answer: await tx.resume(taskType),
+      taskType,
+    }));
     ctx.io.stdout(
       ctx.options.json
         ? json({ task_type: taskType, resumed })
@@ -283,12 +329,13 @@ const COMMANDS: Record<string, (ctx: Context, args: string[]) => Promise<number>
 };
 
 async function setSchedule(ctx: Context, name: string, enabled: boolean): Promise<number> {
-  const refusal = await ctx.store().setScheduleEnabled(name, enabled);
-  if (refusal) {
-    ctx.io.stderr(`queue: ${refusal}\n`);
-    return EXIT.refused;
-  }
   const word = enabled ? 'enabled' : 'disabled';
+  await ctx.change(`queue schedules ${enabled ? 'enable' : 'disable'}`, `${word.slice(0, -1)}_schedule`, async (tx) => {
+    const refusal = await tx.setScheduleEnabled(name, enabled);
+    // No such schedule: nothing changed, so no fact (the transaction rolls back).
+    if (refusal) throw new Refusal(refusal);
+    return { answer: { name, enabled }, scheduleName: name };
+  });
   ctx.io.stdout(ctx.options.json ? json({ name, enabled }) : `${word} ${name}\n`);
   return EXIT.ok;
 }
@@ -341,15 +388,37 @@ export async function runCli(argv: string[], env: NodeJS.ProcessEnv, io: Io): Pr
       throw new UsageError(`unknown command '${words.slice(0, 2).join(' ')}'; commands: ${known}`);
     }
     if (!url) throw new UsageError("set DATABASE_URL (or --database-url) to the api database user's URL");
-    const store = () => {
-      pool ??= new pg.Pool({ connectionString: url, max: 2, application_name: 'queue-cli' });
-      return new Store(pool);
-    };
-    return await command({ store, options, io }, words.slice(name.split(' ').length));
+    const connected = () => (pool ??= new pg.Pool({ connectionString: url, max: 2, application_name: 'queue-cli' }));
+    const store = () => new Store(connected());
+    const user = `cli:${env.USER ?? env.LOGNAME ?? userInfo().username}`.slice(0, 100);
+    const change: Context['change'] = (command, action, run) =>
+      withTransaction(connected(), async (client) => {
+        const tx = new Store(client);
+        const made = await run(tx);
+        await tx.recordChange({
+          userName: user,
+          userLevel: 'operator',
+          requestId: randomUUID(),
+          method: 'CLI',
+          route: command,
+          action,
+          taskIds: made.taskIds,
+          taskType: made.taskType,
+          scheduleName: made.scheduleName,
+          input: made.input,
+          answer: made.answer,
+        });
+        return made.answer;
+      });
+    return await command({ store, change, options, io }, words.slice(name.split(' ').length));
   } catch (error) {
     if (error instanceof UsageError) {
       io.stderr(`queue: ${error.message}\nRun 'queue help' for the commands.\n`);
       return EXIT.usage;
+    }
+    if (error instanceof Refusal) {
+      io.stderr(`queue: ${error.message}\n`);
+      return EXIT.refused;
     }
     const exit = databaseExit(error);
     io.stderr(`queue: ${error instanceof Error ? error.message : String(error)}\n`);

@@ -214,6 +214,35 @@ describe('queue', () => {
     expect(unknown.stderr).toMatch(/no.such.schedule/);
   });
 
+  it('every change leaves one audit fact naming the OS user and the command; a refused change leaves none', async () => {
+    const facts = async () =>
+      (
+        await db.query<{ user_name: string; method: string; route: string; action: string; task_ids: string[] }>(
+          `select user_name, method, route, action, task_ids from admin.api_change order by api_change_id`,
+        )
+      ).rows;
+    const before = (await facts()).length;
+    const env = { ...api, USER: 'alice' };
+    const made = await queue(['enqueue', 'cli_test', '--payload', '{"email": "a@example.com"}'], env);
+    const id = Number(made.stdout.trim());
+    expect((await queue(['cancel', String(id)], env)).code).toBe(0);
+    expect((await queue(['pause', 'cli_test'], env)).code).toBe(0);
+    expect((await queue(['resume', 'cli_test'], env)).code).toBe(0);
+    expect((await queue(['schedules', 'disable', 'no.such.schedule'], env)).code).toBe(3);
+    expect((await queue(['enqueue', 'email'], env)).code).toBe(3);
+    const after = (await facts()).slice(before);
+    expect(after.map((f) => [f.user_name, f.method, f.route, f.action])).toEqual([
+      ['cli:alice', 'CLI', 'queue enqueue', 'create_task'],
+      ['cli:alice', 'CLI', 'queue cancel', 'cancel_tasks'],
+      ['cli:alice', 'CLI', 'queue pause', 'pause_task_type'],
+      ['cli:alice', 'CLI', 'queue resume', 'resume_task_type'],
+    ]);
+    expect(after[0]?.task_ids.map(Number)).toEqual([id]);
+    // The payload (personal data) stays out of the trail.
+    const { rows } = await db.query(`select input::text from admin.api_change where route = 'queue enqueue'`);
+    expect(rows.every((r) => !String(r.input).includes('a@example.com'))).toBe(true);
+  });
+
   it('migrate: runs the committed migrations on an empty database as the owner, and again without change', async () => {
     const empty = await createTestDatabase({ empty: true });
     try {

@@ -1,7 +1,9 @@
 // The operations dashboard: plain ES modules, no build step, nothing loaded from outside
 // this server (the Content-Security-Policy allows only this origin). Hash routes:
 //   #/ overview · #/tasks · #/task/<id> · #/dead-letters · #/queues · #/workers ·
-//   #/schedules · #/processes · #/process/<name>/<root id> · #/history
+//   #/schedules · #/processes · #/process/<name>/<root id> · #/history · #/audit
+// Every read and change carries the credential given at the login screen (kept in this
+// tab's sessionStorage only); GET /api/session says who that is and whether they may change.
 // Data is rendered with textContent only. Pages refresh their data in place by short
 // polling (REFRESH_MS) while the tab is visible, keeping selections and form input.
 const main = document.getElementById('main');
@@ -18,6 +20,7 @@ const STATES = [
 ];
 const PENDING = ['scheduled', 'ready', 'running', 'retrying'];
 const TOKEN_KEY = 'queue-api-token';
+const USER_KEY = 'queue-api-user';
 const REFRESH_MS = 2000;
 /** Pages that read the whole claim index (overview, queues, workers: cost follows pending work) refresh this often. */
 const PENDING_REFRESH_MS = 5000;
@@ -56,52 +59,132 @@ function put(el, ...children) {
   );
 }
 
+// --- credentials -----------------------------------------------------------------------
+function token() {
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+/** The Authorization header for the credential of this tab: Basic with a name, else Bearer. */
+function authorization() {
+  const t = token();
+  if (!t) return null;
+  const name = sessionStorage.getItem(USER_KEY);
+  if (!name) return `Bearer ${t}`;
+  const bytes = new TextEncoder().encode(`${name}:${t}`);
+  return `Basic ${btoa(String.fromCharCode(...bytes))}`;
+}
+function forget() {
+  sessionStorage.removeItem(TOKEN_KEY);
+  sessionStorage.removeItem(USER_KEY);
+}
+
 async function api(path, options = {}) {
-  const res = await fetch(path, options);
+  const auth = authorization();
+  const headers = { ...(options.headers ?? {}), ...(auth ? { authorization: auth } : {}) };
+  const res = await fetch(path, { ...options, headers });
   const body = res.headers.get('content-type')?.includes('json') ? await res.json() : await res.text();
+  if (res.status === 401 && path !== '/api/session') {
+    // The credential was refused (or is needed): back to the login.
+    forget();
+    session = null;
+    boot('The credential was refused: log in again.');
+  }
   if (!res.ok) throw Object.assign(new Error(body?.message ?? `HTTP ${res.status}`), { status: res.status });
   return body;
 }
 
-// --- access: read-only until the API token is given -------------------------------------
-function token() {
-  return sessionStorage.getItem(TOKEN_KEY);
-}
-const canWrite = () => Boolean(token());
-const READ_ONLY_TITLE = 'Read-only: unlock with the API token (top of the page)';
+// --- access: who is logged in, and what they may do -------------------------------------
+/** GET /api/session: {user, level, can_change, open_reads}; null until known or when a login is needed. */
+let session = null;
+const canWrite = () => Boolean(session?.can_change);
+const READ_ONLY_TITLE = 'Read-only: changes need an operator (log in at the top of the page)';
 
-function showAccess() {
-  const el = document.getElementById('access');
-  if (token()) {
-    el.className = 'access unlocked';
-    put(
-      el,
-      h('span', { 'data-testid': 'access-state' }, 'Actions enabled: API token kept in this tab only. '),
-      h(
-        'a',
-        {
-          href: '#',
-          'data-testid': 'forget-token',
-          onclick: (e) => {
-            e.preventDefault();
-            sessionStorage.removeItem(TOKEN_KEY);
-            showAccess();
-            route();
-          },
-        },
-        'Lock (forget token)',
-      ),
-    );
-    return;
-  }
+/** The name and token fields and their form; `onDone` runs after a login that worked. */
+function loginForm({ testid, inputTestid, nameTestid, button, error }) {
+  const name = h('input', {
+    name: 'user',
+    placeholder: 'name (optional)',
+    autocomplete: 'username',
+    size: 14,
+    'data-testid': nameTestid,
+    'aria-label': 'user name',
+  });
   const input = h('input', {
     type: 'password',
     name: 'token',
     placeholder: 'API token',
     autocomplete: 'off',
-    'data-testid': 'token-input',
+    'data-testid': inputTestid,
     'aria-label': 'API token',
   });
+  return h(
+    'form',
+    {
+      class: 'inline',
+      'data-testid': testid,
+      onsubmit: async (e) => {
+        e.preventDefault();
+        if (!input.value.trim()) return;
+        sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+        if (name.value.trim()) sessionStorage.setItem(USER_KEY, name.value.trim());
+        else sessionStorage.removeItem(USER_KEY);
+        input.value = '';
+        const ok = await loadSession();
+        if (!ok) {
+          forget();
+          await loadSession();
+          put(error, 'The name or token was refused.');
+          return;
+        }
+        showAccess();
+        route();
+      },
+    },
+    h('label', {}, 'name', name),
+    h('label', {}, 'token', input),
+    h('button', { type: 'submit' }, button),
+  );
+}
+
+function showAccess() {
+  const el = document.getElementById('access');
+  if (!session) {
+    el.className = 'access locked';
+    put(el, h('span', { 'data-testid': 'access-state' }, 'Not logged in.'));
+    return;
+  }
+  if (session.user) {
+    el.className = `access ${session.can_change ? 'unlocked' : 'locked'}`;
+    put(
+      el,
+      h(
+        'span',
+        { 'data-testid': 'access-state' },
+        'Logged in as ',
+        h('strong', { 'data-testid': 'access-user' }, session.user),
+        ' (',
+        h('span', { 'data-testid': 'access-level' }, session.level),
+        session.can_change
+          ? '). Actions enabled: the credential is kept in this tab only. '
+          : '). Read-only: actions are disabled. ',
+      ),
+      h(
+        'a',
+        {
+          href: '#',
+          'data-testid': 'forget-token',
+          onclick: async (e) => {
+            e.preventDefault();
+            forget();
+            await boot();
+          },
+        },
+        'Log out',
+      ),
+    );
+    return;
+  }
+  // Reads are open and nobody is logged in.
+  const error = h('span', { class: 'error', role: 'alert', 'data-testid': 'token-error' });
   el.className = 'access locked';
   put(
     el,
@@ -109,46 +192,93 @@ function showAccess() {
       'span',
       { 'data-testid': 'access-state' },
       h('strong', {}, 'Read-only. '),
-      'Cancel, pause, redrive and the other actions need the API token: ',
+      "Cancel, pause, redrive and the other actions need an operator's API token: ",
       h('code', {}, 'npm start'),
       ' prints it; a deployment sets it as ',
       h('code', {}, 'API_TOKEN'),
+      ' or in ',
+      h('code', {}, 'API_USERS'),
       '.',
     ),
-    h(
-      'form',
-      {
-        class: 'inline',
-        'data-testid': 'token-form',
-        onsubmit: (e) => {
-          e.preventDefault();
-          if (!input.value.trim()) return;
-          sessionStorage.setItem(TOKEN_KEY, input.value.trim());
-          showAccess();
-          route();
-        },
-      },
-      input,
-      h('button', { type: 'submit' }, 'Unlock'),
+    loginForm({
+      testid: 'token-form',
+      inputTestid: 'token-input',
+      nameTestid: 'token-user',
+      button: 'Unlock',
+      error,
+    }),
+    error,
+  );
+}
+
+/** Reads GET /api/session with this tab's credential; false when it is refused (401). */
+async function loadSession() {
+  try {
+    session = await api('/api/session');
+    return true;
+  } catch (error) {
+    session = null;
+    if (error.status === 401) return false;
+    throw error;
+  }
+}
+
+/** The login screen, shown instead of a page while a credential is needed. */
+function showLogin(message) {
+  generation++;
+  showAccess();
+  const error = h('p', { class: 'error', role: 'alert', 'data-testid': 'login-error' }, message ?? '');
+  put(
+    main,
+    h('h1', {}, 'Log in'),
+    section(
+      null,
+      h(
+        'p',
+        {},
+        'This dashboard needs an API credential: a token, with its user name or without. ',
+        h('code', {}, 'npm start'),
+        ' prints the local ones; a deployment sets them in ',
+        h('code', {}, 'API_USERS'),
+        ' (or ',
+        h('code', {}, 'API_TOKEN'),
+        ' for one operator). It is kept in this tab only.',
+      ),
+      loginForm({
+        testid: 'login-form',
+        inputTestid: 'login-token',
+        nameTestid: 'login-name',
+        button: 'Log in',
+        error,
+      }),
+      error,
     ),
   );
 }
 
-async function mutate(path, body) {
+/** Asks who this tab is; shows the login when needed, else the page. */
+async function boot(message) {
   try {
-    return await api(path, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${token()}`, 'content-type': 'application/json' },
-      body: JSON.stringify(body ?? {}),
-    });
-  } catch (error) {
-    if (error.status === 401) {
-      sessionStorage.removeItem(TOKEN_KEY);
-      showAccess();
-      error.message = `${error.message} (the token was refused: unlock again)`;
+    if (!(await loadSession())) {
+      if (token()) {
+        forget();
+        return boot('The credential was refused: log in again.');
+      }
+      return showLogin(message);
     }
-    throw error;
+  } catch (error) {
+    return fail(error);
   }
+  showAccess();
+  return route();
+}
+
+async function mutate(path, body) {
+  return api(path, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body ?? {}),
+  });
 }
 
 /** A button for a mutation: disabled while read-only; runs `action`, shows its outcome in `out`. */
@@ -649,6 +779,12 @@ async function tasks(params) {
     payload_path: text('payload_path', 'e.g. send_email_task_id'),
     payload_value: text('payload_value', 'JSON or text'),
   };
+  // Searching payloads by value is for operators only (the API answers 403 to others).
+  if (!canWrite())
+    for (const k of ['payload_path', 'payload_value']) {
+      inputs[k].disabled = true;
+      inputs[k].title = 'Payload search by value needs an operator';
+    }
   const filters = h(
     'form',
     {
@@ -888,9 +1024,15 @@ async function taskPage(id) {
   // This page's own heading: a refresh that ends after navigating away writes to it, not
   // to the next page's.
   const title = h('h1', { 'data-testid': 'task-title' }, `Task #${id}`);
-  put(main, title, out, body);
+  const changes = h('div');
+  put(main, title, out, body, section('Changes made through the API', changes));
   await live(async () => {
-    const [t] = await Promise.all([api(`/api/tasks/${encodeURIComponent(id)}`), showPaused()]);
+    const [t, audit] = await Promise.all([
+      api(`/api/tasks/${encodeURIComponent(id)}`),
+      api(`/api/audit?task_id=${encodeURIComponent(id)}&limit=100`),
+      showPaused(),
+    ]);
+    put(changes, auditTable(audit.changes, 'task-audit'));
     const task = t.task;
     put(
       title,
@@ -1779,8 +1921,87 @@ async function historyPage() {
   }, SLOW_REFRESH_MS);
 }
 
+// --- audit -----------------------------------------------------------------------------
+/** What a change targeted, in words: its queue, schedule, worker and tasks (linked). */
+function auditTarget(c) {
+  const parts = [];
+  if (c.task_type) parts.push(h('a', { href: `#/tasks?task_type=${encodeURIComponent(c.task_type)}` }, c.task_type));
+  if (c.schedule_name) parts.push(h('a', { href: '#/schedules' }, `schedule ${c.schedule_name}`));
+  if (c.worker_id)
+    parts.push(h('a', { href: `#/tasks?worker_id=${encodeURIComponent(c.worker_id)}` }, `worker ${c.worker_id}`));
+  const shown = c.task_ids.slice(0, 10);
+  if (shown.length)
+    parts.push([
+      shown.map((t) => [taskLink(t), ' ']),
+      c.task_ids.length > shown.length ? `and ${c.task_ids.length - shown.length} more` : '',
+    ]);
+  return parts.flatMap((p, i) => (i ? [' · ', p] : [p]));
+}
+
+/** The changes (GET /api/audit), newest first. */
+function auditTable(changes, testid) {
+  return table(
+    ['at', 'user', 'action', 'target', 'request', 'answer'],
+    changes.map((c) =>
+      h(
+        'tr',
+        { 'data-change-id': c.api_change_id },
+        timeCell(c.changed_at),
+        h(
+          'td',
+          {},
+          h('span', { 'data-testid': 'audit-user' }, c.user_name),
+          h('div', { class: 'muted small' }, c.user_level),
+        ),
+        h('td', { 'data-testid': 'audit-action' }, c.action),
+        h('td', {}, auditTarget(c)),
+        h('td', { class: 'small' }, `${c.method} ${c.route}`, h('div', { class: 'muted' }, c.request_id)),
+        h(
+          'td',
+          {},
+          h(
+            'details',
+            {},
+            h('summary', {}, 'answer'),
+            h('pre', {}, json(c.answer)),
+            Object.keys(c.input ?? {}).length
+              ? [h('p', { class: 'muted small' }, 'input'), h('pre', {}, json(c.input))]
+              : null,
+          ),
+        ),
+      ),
+    ),
+    { 'data-testid': testid },
+  );
+}
+
+async function auditPage(params) {
+  await showPaused();
+  const before = params.get('before');
+  const list = h('div');
+  const older = h('p');
+  put(
+    main,
+    h('h1', {}, 'Audit'),
+    h(
+      'p',
+      { class: 'muted' },
+      'Every change made through the API (cancel, run now, redrive, pause, resume, schedules, stale recovery, new and generated tasks), newest first: who made it, when, the request and what it answered. Refused requests change nothing and are not listed (the API log has them).',
+    ),
+    section(null, list, older),
+  );
+  await live(async () => {
+    const q = new URLSearchParams({ limit: '100' });
+    if (before) q.set('before', before);
+    const data = await api(`/api/audit?${q}`);
+    put(list, auditTable(data.changes, 'audit-list'));
+    put(older, data.next_before ? h('a', { href: `#/audit?before=${data.next_before}` }, 'Older changes') : null);
+  }, SLOW_REFRESH_MS);
+}
+
 // --- router ----------------------------------------------------------------------------
 async function route() {
+  if (!session) return;
   generation++;
   const [path, query = ''] = location.hash.replace(/^#/, '').split('?');
   const params = new URLSearchParams(query);
@@ -1803,11 +2024,11 @@ async function route() {
     else if (parts[0] === 'processes') await processes(params);
     else if (parts[0] === 'process' && parts[1] && parts[2]) await processPage(parts[1], parts[2]);
     else if (parts[0] === 'history') await historyPage();
+    else if (parts[0] === 'audit') await auditPage(params);
     else put(main, h('p', {}, 'No such page. ', h('a', { href: '#/' }, 'Overview')));
   } catch (error) {
     fail(error);
   }
 }
 window.addEventListener('hashchange', route);
-showAccess();
-route();
+boot();

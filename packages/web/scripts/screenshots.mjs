@@ -15,6 +15,8 @@ import { createApi } from '@org/web';
 
 const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
 const TOKEN = 'screenshots-token-0123456789';
+/** A read-only user's token: the shots marked not unlocked are taken logged in as it. */
+const VIEWER_TOKEN = 'screenshots-viewer-0123456789';
 const OUT = join(repoRoot(), 'docs', 'screenshots');
 const say = (line) => process.stdout.write(`${line}\n`);
 
@@ -183,7 +185,12 @@ async function main() {
   try {
     const urls = await provisionDatabase(server, 'screenshots', { fresh: true, quiet: true });
     const ids = await seed(urls);
-    api = createApi({ databaseUrl: urls.api, apiToken: TOKEN, logLevel: 'silent' });
+    api = createApi({
+      databaseUrl: urls.api,
+      apiToken: TOKEN,
+      users: [{ name: 'viewer', level: 'read', token: VIEWER_TOKEN }],
+      logLevel: 'silent',
+    });
     const base = await api.listen({ host: '127.0.0.1', port: 0 });
     browser = await chromium.launch({
       executablePath: CHROMIUM,
@@ -205,10 +212,7 @@ async function main() {
     ];
     await page.goto(`${base}/#/`);
     for (const [name, hash, ready, unlocked] of shots) {
-      await page.evaluate(
-        ([t, on]) => (on ? sessionStorage.setItem('queue-api-token', t) : sessionStorage.removeItem('queue-api-token')),
-        [TOKEN, unlocked],
-      );
+      await page.evaluate(([t]) => sessionStorage.setItem('queue-api-token', t), [unlocked ? TOKEN : VIEWER_TOKEN]);
       await page.goto(`${base}/${hash}`);
       await page.reload();
       await page.locator(ready).first().waitFor();

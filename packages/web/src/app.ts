@@ -1,8 +1,11 @@
 /**
  * The web server: the operations REST API over the admin functions (sql/admin), the dashboard
- * (static files in packages/web/public) and GET /metrics. Every mutating request needs
- * `Authorization: Bearer <API_TOKEN>`; every bad request gets a 4xx with a JSON message.
+ * (static files in packages/web/public) and GET /metrics. Every API route needs a credential
+ * (auth.ts): a `read` user may read, an `operator` may also change; `openReads` lets GET
+ * routes answer without one. Every change is recorded as a fact (admin.api_change) in its
+ * own transaction. Every bad request gets a 4xx with a JSON message.
  */
+import { randomUUID } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { extname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -10,9 +13,9 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRepl
 import type pg from 'pg';
 import { createLogger, type Logger } from '@org/config';
 import { z } from 'zod';
-import { connect, isNestedDeeperThan, MAX_PAYLOAD_DEPTH } from '@org/queue-client';
-import { bearerMatches } from './auth.js';
-import type { ApiConfig } from './config.js';
+import { connect, isNestedDeeperThan, MAX_PAYLOAD_DEPTH, withTransaction } from '@org/queue-client';
+import { allows, Credentials, type Level, type Principal } from './auth.js';
+import { configuredUsers, type ApiConfig } from './config.js';
 import { fromDatabaseError } from './http-errors.js';
 import { registerMenuRoutes } from './menus-routes.js';
 import { renderApiMetrics } from './api-metrics.js';
@@ -25,7 +28,72 @@ export interface CreateApiOptions {
   logger?: Logger;
 }
 
-export type ApiConfigInput = Pick<ApiConfig, 'databaseUrl' | 'apiToken'> & Partial<ApiConfig>;
+export type ApiConfigInput = Pick<ApiConfig, 'databaseUrl'> & Partial<ApiConfig>;
+
+/**
+ * Who may call a route: `public` (anyone: probes, metrics, the dashboard's static files),
+ * `read` or `operator`. Unset: `read` for GET and HEAD, `operator` for anything else. Set it
+ * in a route's options: `app.get(url, { config: { access: 'public' } }, handler)`.
+ */
+export type Access = 'public' | Level;
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    access?: Access;
+  }
+  interface FastifyRequest {
+    /** The user the request's credential names; null when none was needed or given (open reads). */
+    apiUser: Principal | null;
+  }
+}
+
+/** A route of the app, as registered. */
+export interface RouteInfo {
+  method: string;
+  url: string;
+  access: Access;
+}
+
+const ROUTES = new WeakMap<FastifyInstance, RouteInfo[]>();
+
+/** Every route registered on an app made by createApi (HEAD routes Fastify adds left out). */
+export function routesOf(app: FastifyInstance): RouteInfo[] {
+  return [...(ROUTES.get(app) ?? [])];
+}
+
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+const defaultAccess = (method: string): Level => (SAFE_METHODS.has(method) ? 'read' : 'operator');
+
+/** A refusal with its status, raised inside a change so that its transaction rolls back. */
+class Refused extends Error {
+  constructor(
+    readonly statusCode: number,
+    readonly error: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** What a change route made, recorded with its answer (admin.record_api_change). */
+export interface ChangeMade<T> {
+  /** The response body, recorded as the fact's answer. */
+  answer: T;
+  /** The tasks the change targeted or made. */
+  taskIds?: number[];
+  taskType?: string;
+  scheduleName?: string;
+  workerId?: string;
+  /** The request's parameters worth keeping (no payloads). */
+  input?: Record<string, unknown>;
+}
+
+/** Runs a change and records its fact in one transaction; returns the change's answer. */
+export type Change = <T>(
+  request: FastifyRequest,
+  action: string,
+  run: (store: Store) => Promise<ChangeMade<T>>,
+) => Promise<T>;
 
 const TASK_TYPE = /^[a-z][a-z0-9_]{0,62}$/;
 export const TASK_STATES = [
@@ -275,6 +343,8 @@ const CONTENT_TYPES: Record<string, string> = {
 const CSP =
   "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
 
+const PUBLIC = { config: { access: 'public' as const } };
+
 export function createApi(configInput: ApiConfigInput, options: CreateApiOptions = {}): FastifyInstance {
   const config = { host: '127.0.0.1', port: 3000, logLevel: 'info', poolSize: 10, ...configInput };
   const logger =
@@ -286,27 +356,92 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
     });
   // Typed as Fastify's base logger, so the app is a plain FastifyInstance (not one generic over pino's Logger).
   const loggerInstance: FastifyBaseLogger = logger;
-  const app: FastifyInstance = Fastify({ loggerInstance, bodyLimit: 2 * 1024 * 1024, trustProxy: false });
+  const credentials = new Credentials(configuredUsers(config));
+  const openReads = config.openReads ?? false;
+  const app: FastifyInstance = Fastify({
+    loggerInstance,
+    bodyLimit: 2 * 1024 * 1024,
+    trustProxy: false,
+    // A request id unique across restarts: the audit trail names it.
+    genReqId: () => randomUUID(),
+  });
+  const routes: RouteInfo[] = [];
+  ROUTES.set(app, routes);
+  app.addHook('onRoute', (route) => {
+    for (const method of [route.method].flat()) {
+      if (method === 'HEAD') continue; // the HEAD twin Fastify adds to each GET
+      routes.push({ method, url: route.url, access: route.config?.access ?? defaultAccess(method) });
+    }
+  });
+  app.decorateRequest('apiUser', null);
   const pool =
     options.pool ??
     connect({ connectionString: config.databaseUrl, max: config.poolSize, applicationName: 'queue-web' });
   if (!options.pool) app.addHook('onClose', async () => pool.end());
   const store = new Store(pool);
 
-  // Every mutating request needs the token; reads are open (bind to a private interface).
+  // Every route needs a credential unless it is public, or a read while reads are open; a
+  // change needs an operator. A request that presents a credential must present a right one.
   app.addHook('onRequest', async (request: FastifyRequest, reply: FastifyReply) => {
-    if (request.method === 'GET' || request.method === 'HEAD' || request.method === 'OPTIONS') return;
-    if (!bearerMatches(request.headers.authorization, config.apiToken)) {
+    reply.header('x-request-id', request.id);
+    const access = request.routeOptions.config?.access ?? defaultAccess(request.method);
+    if (access === 'public') return;
+    const header = request.headers.authorization;
+    if (header === undefined && access === 'read' && openReads) return;
+    const user = credentials.authenticate(header);
+    if (!user) {
       request.log.warn(
-        { event: 'unauthorized', method: request.method, url: request.url },
-        'missing or wrong API token',
+        { event: 'unauthorized', method: request.method, url: request.url.split('?')[0] },
+        header === undefined ? 'no API credential' : 'wrong API credential',
       );
       return reply
         .code(401)
         .header('www-authenticate', 'Bearer realm="queue-web"')
-        .send({ error: 'unauthorized', message: 'Authorization: Bearer <API_TOKEN> is required for this request' });
+        .send({
+          error: 'unauthorized',
+          message:
+            header === undefined
+              ? 'this request needs a credential: Authorization: Bearer <token> (or Basic with name:token)'
+              : 'the credential was refused (unknown or wrong token): send Authorization: Bearer <token>',
+        });
+    }
+    request.apiUser = user;
+    if (!allows(user.level, access)) {
+      request.log.warn(
+        { event: 'forbidden', user: user.name, method: request.method, url: request.url.split('?')[0] },
+        'API user may not make this request',
+      );
+      return reply.code(403).send({
+        error: 'forbidden',
+        message: `user ${user.name} has level ${user.level}; this request needs an ${access}`,
+      });
     }
   });
+
+  const change: Change = async (request, action, run) => {
+    const user = request.apiUser;
+    // The hook lets no change through without an operator; this keeps it so if a route says otherwise.
+    if (!user || !allows(user.level, 'operator')) throw new Refused(403, 'forbidden', 'changes need an operator');
+    return withTransaction(pool, async (client) => {
+      const tx = new Store(client);
+      const made = await run(tx);
+      await tx.recordChange({
+        userName: user.name,
+        userLevel: user.level,
+        requestId: String(request.id),
+        method: request.method,
+        route: request.routeOptions.url ?? request.url.split('?')[0]!,
+        action,
+        taskIds: made.taskIds,
+        taskType: made.taskType,
+        scheduleName: made.scheduleName,
+        workerId: made.workerId,
+        input: made.input,
+        answer: made.answer,
+      });
+      return made.answer;
+    });
+  };
 
   // Every JSON body, before any route sees it: JSON.parse does not recurse, the rest does.
   app.addHook('preValidation', async (request: FastifyRequest, reply: FastifyReply) => {
@@ -319,6 +454,9 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   });
 
   app.setErrorHandler((error: unknown, request, reply) => {
+    if (error instanceof Refused) {
+      return reply.code(error.statusCode).send({ error: error.error, message: error.message });
+    }
     if (error instanceof BadRequest) {
       return reply.code(400).send({ error: 'invalid_input', message: error.message });
     }
@@ -350,6 +488,10 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   // --- tasks ---------------------------------------------------------------------------
   app.get('/api/tasks', async (request) => {
     const q = parse(listQuery, request.query, 'query');
+    // Whether a value appears in any payload is the payload's content: operators only.
+    if (q.payload_path !== undefined && !(request.apiUser && allows(request.apiUser.level, 'operator'))) {
+      throw new Refused(403, 'forbidden', 'payload search by value (payload_path, payload_value) needs an operator');
+    }
     const tasks = await store.listTasks({
       taskType: q.task_type,
       state: q.state,
@@ -368,7 +510,11 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
 
   app.post('/api/tasks', async (request, reply) => {
     const body = newTaskBody(request.body);
-    const taskId = await store.createTask(body);
+    const { task_id: taskId } = await change(request, 'create_task', async (tx) => {
+      const id = await tx.createTask(body);
+      const { payload: _payload, ...input } = body;
+      return { answer: { task_id: id }, taskIds: [id], taskType: body.task_type, input };
+    });
     request.log.info({ event: 'task_created', task_id: taskId, task_type: body.task_type }, 'task created');
     return reply.code(201).send({ task_id: taskId });
   });
@@ -424,9 +570,12 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
 
   app.post('/api/tasks/recover-stale', async (request) => {
     const body = parse(recoverBody, request.body ?? undefined, 'body');
-    const recovered = await store.recoverStale(
-      body?.threshold_minutes === undefined ? body?.dead_after_seconds : body.threshold_minutes * 60,
-    );
+    const deadAfterSeconds =
+      body?.threshold_minutes === undefined ? body?.dead_after_seconds : body.threshold_minutes * 60;
+    const { recovered } = await change(request, 'recover_stale_leases', async (tx) => {
+      const leases = await tx.recoverStale(deadAfterSeconds);
+      return { answer: { recovered: leases }, taskIds: leases.map((l) => l.task_id), input: body ?? {} };
+    });
     request.log.info({ event: 'stale_recovered', count: recovered.length }, 'stale leases recovered');
     return { recovered };
   });
@@ -435,45 +584,70 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   // (default a day) in `batches` batches starting at start_at (default now).
   app.post('/api/tasks/generate/staggered', async (request, reply) => {
     const body = parse(staggeredBody, request.body, 'body');
-    const batches = await store.generateStaggered({
-      taskType: body.task_type,
-      payloads: body.payloads,
-      startAt: body.start_at ?? new Date().toISOString(),
-      periodSeconds: body.period_seconds ?? 86_400,
-      batches: body.batches,
-      priority: body.priority,
+    const answer = await change(request, 'generate_staggered_tasks', async (tx) => {
+      const batches = await tx.generateStaggered({
+        taskType: body.task_type,
+        payloads: body.payloads,
+        startAt: body.start_at ?? new Date().toISOString(),
+        periodSeconds: body.period_seconds ?? 86_400,
+        batches: body.batches,
+        priority: body.priority,
+      });
+      const total = batches.reduce((sum, b) => sum + b.task_count, 0);
+      const { payloads, ...input } = body;
+      return {
+        answer: { task_type: body.task_type, tasks: total, batches },
+        taskType: body.task_type,
+        input: { ...input, payload_count: payloads.length },
+      };
     });
-    const total = batches.reduce((sum, b) => sum + b.task_count, 0);
     request.log.info(
-      { event: 'staggered_generated', task_type: body.task_type, tasks: total, batches: batches.length },
+      { event: 'staggered_generated', task_type: body.task_type, tasks: answer.tasks, batches: answer.batches.length },
       'staggered batches generated',
     );
-    return reply.code(201).send({ task_type: body.task_type, tasks: total, batches });
+    return reply.code(201).send(answer);
   });
 
-  registerMenuRoutes(app, { pool, parse });
+  registerMenuRoutes(app, { parse, change });
   // Bulk actions: a selection (task_ids) or a filter with a limit. Each answers per task.
   app.post('/api/tasks/cancel', async (request) => {
     const body = parse(cancelBody, request.body, 'body');
-    const results = body.task_ids
-      ? await store.cancel(body.task_ids, body.reason)
-      : await store.cancelMatching({
-          taskType: body.filter!.task_type,
-          state: body.filter!.state,
-          limit: body.limit!,
-          reason: body.reason,
-        });
-    const cancelled = results.filter((r) => r.result === 'cancelled').length;
-    request.log.info({ event: 'tasks_cancelled', count: cancelled, asked: results.length }, 'tasks cancelled');
-    return { cancelled, results };
+    const answer = await change(request, body.task_ids ? 'cancel_tasks' : 'cancel_tasks_matching', async (tx) => {
+      const results = body.task_ids
+        ? await tx.cancel(body.task_ids, body.reason)
+        : await tx.cancelMatching({
+            taskType: body.filter!.task_type,
+            state: body.filter!.state,
+            limit: body.limit!,
+            reason: body.reason,
+          });
+      const cancelled = results.filter((r) => r.result === 'cancelled').length;
+      return {
+        answer: { cancelled, results },
+        taskIds: results.map((r) => r.task_id),
+        taskType: body.filter?.task_type,
+        input: body,
+      };
+    });
+    request.log.info(
+      { event: 'tasks_cancelled', count: answer.cancelled, asked: answer.results.length },
+      'tasks cancelled',
+    );
+    return answer;
   });
 
   app.post('/api/tasks/run-now', async (request) => {
     const body = parse(runNowBody, request.body, 'body');
-    const results = await store.runNow(body.task_ids);
-    const runNow = results.filter((r) => r.result === 'run_now').length;
-    request.log.info({ event: 'tasks_run_now', count: runNow, asked: results.length }, 'scheduled tasks run now');
-    return { run_now: runNow, results };
+    const answer = await change(request, 'run_tasks_now', async (tx) => {
+      const results = await tx.runNow(body.task_ids);
+      const runNow = results.filter((r) => r.result === 'run_now').length;
+      return { answer: { run_now: runNow, results }, taskIds: results.map((r) => r.task_id), input: body };
+    });
+    request.log.info(
+      { event: 'tasks_run_now', count: answer.run_now, asked: answer.results.length },
+      'scheduled tasks run now',
+    );
+    return answer;
   });
 
   app.get('/api/tasks/depth', async (request) => {
@@ -543,19 +717,33 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
 
   app.post('/api/dead-letters/:id/redrive', async (request, reply) => {
     const { id: taskId } = parse(z.object({ id: id('task id') }), request.params, 'path');
-    const newTaskId = await store.redrive(taskId);
+    const { new_task_id: newTaskId } = await change(request, 'redrive_task', async (tx) => {
+      const made = await tx.redrive(taskId);
+      return { answer: { task_id: taskId, new_task_id: made }, taskIds: [taskId, made], input: { task_id: taskId } };
+    });
     request.log.info({ event: 'task_redriven', task_id: taskId, new_task_id: newTaskId }, 'dead letter redriven');
     return reply.code(201).send({ task_id: taskId, new_task_id: newTaskId });
   });
 
   app.post('/api/dead-letters/redrive', async (request) => {
     const body = parse(redriveBody, request.body, 'body');
-    const results = body.task_ids
-      ? await store.redriveMany(body.task_ids)
-      : await store.redriveMatching({ taskType: body.filter!.task_type, limit: body.limit! });
-    const redriven = results.filter((r) => r.result === 'redriven').length;
-    request.log.info({ event: 'tasks_redriven', count: redriven, asked: results.length }, 'dead letters redriven');
-    return { redriven, results };
+    const answer = await change(request, body.task_ids ? 'redrive_tasks' : 'redrive_tasks_matching', async (tx) => {
+      const results = body.task_ids
+        ? await tx.redriveMany(body.task_ids)
+        : await tx.redriveMatching({ taskType: body.filter!.task_type, limit: body.limit! });
+      const redriven = results.filter((r) => r.result === 'redriven').length;
+      return {
+        answer: { redriven, results },
+        taskIds: results.flatMap((r) => (r.new_task_id ? [r.task_id, r.new_task_id] : [r.task_id])),
+        taskType: body.filter?.task_type,
+        input: body,
+      };
+    });
+    request.log.info(
+      { event: 'tasks_redriven', count: answer.redriven, asked: answer.results.length },
+      'dead letters redriven',
+    );
+    return answer;
   });
 
   // --- queue controls and workers ------------------------------------------------------
@@ -564,17 +752,23 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   app.post('/api/queues/:task_type/pause', async (request) => {
     const { task_type } = parse(z.object({ task_type: taskType }), request.params, 'path');
     const body = parse(pauseBody, request.body ?? undefined, 'body');
-    const pauseId = await store.pause(task_type, body?.reason);
-    request.log.info({ event: 'task_type_paused', task_type, pause_id: pauseId }, 'claiming paused');
-    return { task_type, paused: true, pause_id: pauseId };
+    const answer = await change(request, 'pause_task_type', async (tx) => {
+      const pauseId = await tx.pause(task_type, body?.reason);
+      return { answer: { task_type, paused: true, pause_id: pauseId }, taskType: task_type, input: body ?? {} };
+    });
+    request.log.info({ event: 'task_type_paused', task_type, pause_id: answer.pause_id }, 'claiming paused');
+    return answer;
   });
 
   app.post('/api/queues/:task_type/resume', async (request) => {
     const { task_type } = parse(z.object({ task_type: taskType }), request.params, 'path');
     parse(z.object({}).strict().optional(), request.body ?? undefined, 'body');
-    const resumed = await store.resume(task_type);
-    request.log.info({ event: 'task_type_resumed', task_type, was_paused: resumed }, 'claiming resumed');
-    return { task_type, paused: false, was_paused: resumed };
+    const answer = await change(request, 'resume_task_type', async (tx) => {
+      const resumed = await tx.resume(task_type);
+      return { answer: { task_type, paused: false, was_paused: resumed }, taskType: task_type };
+    });
+    request.log.info({ event: 'task_type_resumed', task_type, was_paused: answer.was_paused }, 'claiming resumed');
+    return answer;
   });
 
   app.get('/api/workers', async () => ({ workers: await store.workers() }));
@@ -582,7 +776,15 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   app.post('/api/workers/:worker_id/recover-stale', async (request) => {
     const { worker_id } = parse(z.object({ worker_id: workerId }), request.params, 'path');
     const body = parse(recoverBody, request.body ?? undefined, 'body');
-    const recovered = await store.recoverWorker(worker_id, body?.dead_after_seconds);
+    const { recovered } = await change(request, 'recover_worker_leases', async (tx) => {
+      const leases = await tx.recoverWorker(worker_id, body?.dead_after_seconds);
+      return {
+        answer: { worker_id, recovered: leases },
+        taskIds: leases.map((l) => l.task_id),
+        workerId: worker_id,
+        input: body ?? {},
+      };
+    });
     request.log.info(
       { event: 'stale_recovered', worker_id, count: recovered.length },
       'stale leases of a worker recovered',
@@ -600,15 +802,52 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
     ['enable', true],
     ['disable', false],
   ] as const) {
-    app.post(`/api/schedules/:name/${action}`, async (request, reply) => {
+    app.post(`/api/schedules/:name/${action}`, async (request) => {
       const { name } = parse(z.object({ name: scheduleName }), request.params, 'path');
       parse(z.object({}).strict().optional(), request.body ?? undefined, 'body');
-      const problem = await store.setScheduleEnabled(name, enabled);
-      if (problem) return reply.code(404).send({ error: 'not_found', message: problem });
+      const answer = await change(request, `${action}_schedule`, async (tx) => {
+        const problem = await tx.setScheduleEnabled(name, enabled);
+        // No such schedule: nothing changed, so no fact (the transaction rolls back).
+        if (problem) throw new Refused(404, 'not_found', problem);
+        return { answer: { name, enabled }, scheduleName: name };
+      });
       request.log.info({ event: enabled ? 'schedule_enabled' : 'schedule_disabled', name }, `schedule ${action}d`);
-      return { name, enabled };
+      return answer;
     });
   }
+
+  // --- who is asking, and the audit trail -------------------------------------------------
+  // The dashboard asks this first: 200 with the user (null: an anonymous reader while reads
+  // are open), 401 when it must log in.
+  app.get('/api/session', (request) => {
+    parse(z.object({}).strict(), request.query, 'query');
+    return Promise.resolve({
+      user: request.apiUser?.name ?? null,
+      level: request.apiUser?.level ?? null,
+      can_change: Boolean(request.apiUser && allows(request.apiUser.level, 'operator')),
+      open_reads: openReads,
+    });
+  });
+
+  app.get('/api/audit', async (request) => {
+    const q = parse(
+      z
+        .object({
+          task_id: id('task_id').optional(),
+          limit: intString('limit', 1, 500).optional(),
+          before: id('before').optional(),
+        })
+        .strict(),
+      request.query,
+      'query',
+    );
+    const changes = await store.apiChanges({ taskId: q.task_id, limit: q.limit, before: q.before });
+    const limit = q.limit ?? 50;
+    return {
+      changes,
+      next_before: changes.length === limit ? changes[changes.length - 1]!.api_change_id : null,
+    };
+  });
 
   // --- processes -----------------------------------------------------------------------
   app.get('/api/processes', async () => ({ processes: await store.processes() }));
@@ -644,12 +883,14 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   });
 
   // --- monitoring ----------------------------------------------------------------------
-  app.get('/metrics', async (_request, reply) => {
+  // Public: Prometheus scrapes it without a credential; it holds counts per task type and
+  // durations, no payload, id or user (docs/operations.md, "Credentials").
+  app.get('/metrics', PUBLIC, async (_request, reply) => {
     const { text, contentType } = await renderApiMetrics(store);
     return reply.header('content-type', contentType).send(text);
   });
-  app.get('/healthz', () => Promise.resolve({ ok: true }));
-  app.get('/readyz', async () => {
+  app.get('/healthz', PUBLIC, () => Promise.resolve({ ok: true }));
+  app.get('/readyz', PUBLIC, async () => {
     await store.taskTypes();
     return { ok: true };
   });
@@ -670,8 +911,9 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
       .header('cache-control', 'no-cache')
       .send(file.body);
   };
-  if (files.has('index.html')) app.get('/', serve('index.html'));
-  for (const name of files.keys()) app.get(`/${name}`, serve(name));
+  // The dashboard's files hold no data: they load without a credential and show the login.
+  if (files.has('index.html')) app.get('/', PUBLIC, serve('index.html'));
+  for (const name of files.keys()) app.get(`/${name}`, PUBLIC, serve(name));
 
   return app;
 }

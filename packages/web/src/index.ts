@@ -1,4 +1,13 @@
 // @org/web: the web server: the operations REST API, dashboard and metrics.
-export { createApi, TASK_STATES, type ApiConfigInput, type CreateApiOptions } from './app.js';
+export {
+  createApi,
+  routesOf,
+  TASK_STATES,
+  type Access,
+  type ApiConfigInput,
+  type CreateApiOptions,
+  type RouteInfo,
+} from './app.js';
+export { parseUsers, type ApiUser, type Level, type Principal } from './auth.js';
 export { loadApiConfig, helpText, ConfigError, API_CONFIG, API_SETTINGS, type ApiConfig } from './config.js';
-export { Store, type ActionResult, type NewTaskInput, type TaskListFilter } from './store.js';
+export { Store, type ActionResult, type ApiChangeInput, type NewTaskInput, type TaskListFilter } from './store.js';

@@ -4,6 +4,7 @@
  */
 import type pg from 'pg';
 import { enqueue, listTaskResults } from '@org/queue-client';
+import { apiChangeList, apiChangeRecord } from './queries/audit.queries.js';
 import { capacityList } from './queries/capacity.queries.js';
 import { deadLetterList } from './queries/dead_letter.queries.js';
 import { leaseRecoverStale, leaseStaleList } from './queries/lease.queries.js';
@@ -128,8 +129,64 @@ export interface HistoryStatus {
   } | null;
 }
 
+/** One change made through the API, as admin.record_api_change records it. */
+export interface ApiChangeInput {
+  userName: string;
+  userLevel: string;
+  requestId: string;
+  method: string;
+  route: string;
+  action: string;
+  taskIds?: number[];
+  taskType?: string;
+  scheduleName?: string;
+  workerId?: string;
+  input?: Record<string, unknown>;
+  answer: unknown;
+}
+
 export class Store {
-  constructor(readonly pool: pg.Pool) {}
+  /** A pool, or a client inside a transaction (the changes: see `change` in app.ts). */
+  constructor(readonly pool: pg.Pool | pg.PoolClient) {}
+
+  /** Records a change made through the API (admin.record_api_change); returns the fact's id. */
+  async recordChange(change: ApiChangeInput): Promise<number> {
+    const [row] = await apiChangeRecord.run(
+      {
+        ...change,
+        taskIds: change.taskIds,
+        // pg would send a JS array as a PostgreSQL array: serialise the JSON ourselves.
+        input: JSON.stringify(change.input ?? {}),
+        answer: JSON.stringify(change.answer ?? null),
+      },
+      this.pool,
+    );
+    return num(row!.apiChangeId);
+  }
+
+  /** The changes made through the API, newest first; those that named taskId when given. */
+  async apiChanges(filter: { taskId?: number; limit?: number; before?: number }) {
+    const rows = await apiChangeList.run(
+      { taskId: filter.taskId, limit: filter.limit, beforeId: filter.before },
+      this.pool,
+    );
+    return rows.map((r) => ({
+      api_change_id: num(r.apiChangeId),
+      changed_at: r.changedAt,
+      user_name: r.userName,
+      user_level: r.userLevel,
+      request_id: r.requestId,
+      method: r.method,
+      route: r.route,
+      action: r.action,
+      task_ids: r.taskIds.map(num),
+      task_type: r.taskType,
+      schedule_name: r.scheduleName,
+      worker_id: r.workerId,
+      input: r.input,
+      answer: r.answer,
+    }));
+  }
 
   async listTasks(filter: TaskListFilter) {
     const rows = await taskList.run(

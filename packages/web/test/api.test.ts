@@ -36,7 +36,7 @@ async function taskCount(): Promise<number> {
 
 const post = (url: string, payload?: unknown, headers: Record<string, string> = auth) =>
   app.inject({ method: 'POST', url, payload: payload as never, headers });
-const get = (url: string) => app.inject({ method: 'GET', url });
+const get = (url: string, headers: Record<string, string> = auth) => app.inject({ method: 'GET', url, headers });
 
 /** Enqueues through the API; returns the id. */
 async function create(body: Record<string, unknown>): Promise<number> {
@@ -83,7 +83,8 @@ describe('auth', () => {
     expect(await taskCount()).toBe(before);
   });
 
-  it('reads need no token', async () => {
+  it('reads need a token too', async () => {
+    expect((await get('/api/tasks', {})).statusCode).toBe(401);
     expect((await get('/api/tasks')).statusCode).toBe(200);
   });
 });
@@ -535,6 +536,7 @@ describe('configuration', () => {
       logLevel: 'info',
       logFormat: 'auto',
       poolSize: 10,
+      openReads: false,
     });
     try {
       loadApiConfig({ DATABASE_URL: 'mysql://x', API_TOKEN: 'short', API_PORT: '70000', LOG_LEVEL: 'loud' });
@@ -558,7 +560,7 @@ describe('configuration', () => {
     });
     expect(run.status).toBe(2);
     expect(run.stderr).toMatch(/DATABASE_URL: is required/);
-    expect(run.stderr).toMatch(/API_TOKEN: is required/);
+    expect(run.stderr).toMatch(/API_TOKEN, API_USERS or API_USERS_FILE: is required/);
     expect(run.stderr).toMatch(/API_PORT: must be a whole number/);
   });
 

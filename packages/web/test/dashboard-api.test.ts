@@ -36,7 +36,7 @@ async function reset(): Promise<void> {
 
 const post = (url: string, payload?: unknown, headers: Record<string, string> = auth) =>
   app.inject({ method: 'POST', url, payload: payload as never, headers });
-const get = (url: string) => app.inject({ method: 'GET', url });
+const get = (url: string) => app.inject({ method: 'GET', url, headers: auth });
 async function create(body: Record<string, unknown>): Promise<number> {
   if (WORKER_ONLY.has(body.task_type as string)) return enqueueAsOwner(db, body);
   const res = await post('/api/tasks', body);

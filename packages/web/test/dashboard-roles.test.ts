@@ -21,7 +21,12 @@ let userDataDir: string;
 beforeAll(async () => {
   expect(existsSync(CHROMIUM), `${CHROMIUM} is missing: install it with apt-get install -y chromium`).toBe(true);
   db = await createTestDatabase();
-  app = createApi({ databaseUrl: db.url('api'), apiToken: 'dashboard-roles-token-0123', logLevel: 'silent' });
+  app = createApi({
+    databaseUrl: db.url('api'),
+    apiToken: 'dashboard-roles-token-0123',
+    openReads: true, // read without logging in (dashboard-login.test.ts covers the login)
+    logLevel: 'silent',
+  });
   base = await app.listen({ host: '127.0.0.1', port: 0 });
   userDataDir = mkdtempSync(join(tmpdir(), 'queue-dashboard-roles-'));
   context = await chromium.launchPersistentContext(userDataDir, {

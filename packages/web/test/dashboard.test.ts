@@ -32,7 +32,9 @@ const external: string[] = [];
 beforeAll(async () => {
   expect(existsSync(CHROMIUM), `${CHROMIUM} is missing: install it with apt-get install -y chromium`).toBe(true);
   db = await createTestDatabase();
-  app = createApi({ databaseUrl: db.url('api'), apiToken: TOKEN, logLevel: 'silent' });
+  // Reads open (API_OPEN_READS=true): these pages are read without logging in and unlocked
+  // for changes with the operator's token; dashboard-login.test.ts covers the login screen.
+  app = createApi({ databaseUrl: db.url('api'), apiToken: TOKEN, openReads: true, logLevel: 'silent' });
   base = await app.listen({ host: '127.0.0.1', port: 0 });
   userDataDir = mkdtempSync(join(tmpdir(), 'queue-dashboard-'));
   context = await chromium.launchPersistentContext(userDataDir, {
@@ -226,6 +228,7 @@ it('clicks through every page from the navigation; every navigation entry is a l
     ['Schedules', 'Schedules'],
     ['Processes', 'Processes'],
     ['History', 'History and retention'],
+    ['Audit', 'Audit'],
     ['Overview', 'Queue overview'],
   ];
   expect(await nav.count()).toBe(pages.length);

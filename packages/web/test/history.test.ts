@@ -9,10 +9,12 @@ import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { createApi } from '../src/index.js';
 
 let db: TestDatabase;
+const READ_TOKEN = 'test-token-0123456789abcdef';
+const READ = { authorization: `Bearer ${READ_TOKEN}` };
 let app: FastifyInstance;
 beforeAll(async () => {
   db = await createTestDatabase();
-  app = createApi({ databaseUrl: db.url('api'), apiToken: 'test-token-0123456789abcdef', logLevel: 'silent' });
+  app = createApi({ databaseUrl: db.url('api'), apiToken: READ_TOKEN, logLevel: 'silent' });
   await app.ready();
 });
 afterAll(async () => {
@@ -48,7 +50,7 @@ describe('history', () => {
               (now(), 'attach queues.task_lease_p2', 'could not lock task_lease')`,
     );
 
-    const res = await app.inject({ method: 'GET', url: '/api/history' });
+    const res = await app.inject({ method: 'GET', headers: READ, url: '/api/history' });
     expect(res.statusCode, res.body).toBe(200);
     const body = res.json();
     expect(body).toMatchObject({
@@ -113,7 +115,7 @@ describe('history', () => {
       last_run: null,
     });
 
-    const metrics = (await app.inject({ method: 'GET', url: '/metrics' })).body;
+    const metrics = (await app.inject({ method: 'GET', headers: READ, url: '/metrics' })).body;
     expect(metrics).toContain(
       `queue_history_partition_bytes{lower_bound="${base}",upper_bound="${base + 10}"} ${set.total_bytes}`,
     );
@@ -139,7 +141,7 @@ describe('history', () => {
     expect(ran[0].r.dropped).toEqual([[base, base + 10]]);
     await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [base + 25]);
 
-    const body = (await app.inject({ method: 'GET', url: '/api/history' })).json();
+    const body = (await app.inject({ method: 'GET', headers: READ, url: '/api/history' })).json();
     expect(body.next_drop).toMatchObject({ lower_bound: base + 10, pending_tasks: 5, drop_after: null });
     expect(body.partitions.find((p: { lower_bound: number }) => p.lower_bound === base + 10)).toMatchObject({
       state: 'next_drop',
@@ -147,7 +149,7 @@ describe('history', () => {
     });
     expect(body.oldest_task_id).toBe(base + 10);
     expect(body.recent_drops[0]).toMatchObject({ lower_bound: base, upper_bound: base + 10, tasks: 10 });
-    const metrics = (await app.inject({ method: 'GET', url: '/metrics' })).body;
+    const metrics = (await app.inject({ method: 'GET', headers: READ, url: '/metrics' })).body;
     expect(metrics).toContain('queue_history_next_drop_pending_tasks 5');
     expect(metrics).not.toMatch(/^queue_history_next_drop_timestamp_seconds /m);
     expect(metrics).toContain(
@@ -161,7 +163,7 @@ describe('history', () => {
         where exists (select 1 from queues.task_pending p where p.task_id = t.task_id)`,
     );
     await db.query(`select schedules.schedule_supervisor_at($1, '{}'::jsonb)`, [sup[0].scheduled_at]);
-    const pendingRun = (await app.inject({ method: 'GET', url: '/api/history' })).json().maintenance;
+    const pendingRun = (await app.inject({ method: 'GET', headers: READ, url: '/api/history' })).json().maintenance;
     expect(pendingRun).toMatchObject({ enabled: true, last_run: { outcome: 'enqueued', report: null } });
     const step = pendingRun.last_run.task_id;
     const { rows: leases } = await db.query(
@@ -175,7 +177,7 @@ describe('history', () => {
         [step],
         [leases[0].task_lease_id],
       ]);
-    const done = (await app.inject({ method: 'GET', url: '/api/history' })).json().maintenance;
+    const done = (await app.inject({ method: 'GET', headers: READ, url: '/api/history' })).json().maintenance;
     expect(done.last_run).toMatchObject({
       task_id: step,
       task_state: 'succeeded',
@@ -208,7 +210,7 @@ describe('history', () => {
         ]);
     await complete(inS.slice(0, 9), 'succeeded');
     const setS = async () =>
-      (await app.inject({ method: 'GET', url: '/api/history' }))
+      (await app.inject({ method: 'GET', headers: READ, url: '/api/history' }))
         .json()
         .partitions.find((p: { lower_bound: number }) => p.lower_bound === base);
     const liveBytes = async () =>

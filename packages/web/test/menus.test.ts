@@ -170,7 +170,7 @@ describe("GET /api/tasks/capacity/product_resync and a task's results", () => {
       ]);
       await db.query(`select queues.complete_task($1, $2, 'succeeded')`, [t.task_id, t.task_lease_id]);
     }
-    const res = await app.inject({ method: 'GET', url: '/api/tasks/capacity/product_resync' });
+    const res = await app.inject({ method: 'GET', headers: auth, url: '/api/tasks/capacity/product_resync' });
     expect(res.statusCode, res.body).toBe(200);
     const capacity = res.json();
     expect(capacity).toMatchObject({ task_type: 'product_resync', pending_tasks: 6, active_workers: 2 });
@@ -182,7 +182,7 @@ describe("GET /api/tasks/capacity/product_resync and a task's results", () => {
       for_8_hours: Math.ceil(6 / (rate * 8)),
     });
 
-    const task = await app.inject({ method: 'GET', url: `/api/tasks/${done[0].task_id}` });
+    const task = await app.inject({ method: 'GET', headers: auth, url: `/api/tasks/${done[0].task_id}` });
     expect(task.json().results).toEqual([
       {
         task_lease_id: Number(done[0].task_lease_id),
@@ -190,7 +190,11 @@ describe("GET /api/tasks/capacity/product_resync and a task's results", () => {
         recorded_at: expect.any(String),
       },
     ]);
-    const pending = await app.inject({ method: 'GET', url: `/api/tasks/${Number(done[0].task_id) + 11}` });
+    const pending = await app.inject({
+      method: 'GET',
+      headers: auth,
+      url: `/api/tasks/${Number(done[0].task_id) + 11}`,
+    });
     expect(pending.json().results).toEqual([]);
   });
 });

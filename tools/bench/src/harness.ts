@@ -155,6 +155,33 @@ interface Db {
   app: string;
 }
 
+/**
+ * What a database has written so far: the cluster's WAL insert position, and heap rows
+ * inserted, updated and deleted per table of this database (pg_stat_user_tables; history
+ * partitions added up under their parent's name). A backend reports its counters when it
+ * ends or at most every second, so read it after the writers have stopped and a pause.
+ */
+interface Written {
+  wal: number;
+  tables: Map<string, number>;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function writtenSoFar(url: string): Promise<Written> {
+  return withClient(url, async (c) => {
+    const { rows: wal } = await c.query<{ bytes: string }>(
+      `select (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint as bytes`,
+    );
+    const { rows } = await c.query<{ table_name: string; n: string }>(
+      `select regexp_replace(schemaname || '.' || relname, '_(p[0-9]+|default)$', '') as table_name,
+              sum(n_tup_ins + n_tup_upd + n_tup_del)::bigint as n
+         from pg_stat_user_tables group by 1`,
+    );
+    return { wal: Number(wal[0]!.bytes), tables: new Map(rows.map((r) => [r.table_name, Number(r.n)])) };
+  });
+}
+
 async function withClient<T>(url: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
   const client = new pg.Client({ connectionString: url });
   client.on('error', () => {});
@@ -443,6 +470,8 @@ class Harness {
           kind,
         }),
       );
+      await sleep(1200); // the enqueuers' counters reported
+      const written0 = await writtenSoFar(db.root);
       let results: RunnerResult[];
       let elapsedMs: number;
       try {
@@ -491,6 +520,22 @@ class Harness {
       }
       const rate = (n / elapsedMs) * 1000;
       this.record(opts.metric, system, trial, rate);
+      // What the drain wrote, per task: the runners have exited (their backends reported).
+      await sleep(1200);
+      const written1 = await writtenSoFar(db.root);
+      const perTable: string[] = [];
+      let rowsWritten = 0;
+      for (const [table, count] of written1.tables) {
+        const d = count - (written0.tables.get(table) ?? 0);
+        if (d <= 0) continue;
+        rowsWritten += d;
+        perTable.push(`${table} ${(d / n).toFixed(3)}`);
+      }
+      this.record(`${opts.metric}_rows_per_task`, system, trial, rowsWritten / n);
+      this.record(`${opts.metric}_wal_per_task`, system, trial, (written1.wal - written0.wal) / n);
+      this.log(
+        `  ${system} ${opts.metric}: ${(rowsWritten / n).toFixed(2)} heap rows and ${((written1.wal - written0.wal) / n).toFixed(0)} WAL bytes per task; rows per task by table: ${perTable.sort().join(', ')}`,
+      );
       const rss = results.map((r) => r.maxRssKb / 1024);
       if (opts.rssMetric) this.record(opts.rssMetric, system, trial, Math.max(...rss));
       this.log(

@@ -63,6 +63,32 @@ function rows(o: BenchOptions): Row[] {
       target: { text: '≥ 2× best peer', ok: (r) => r >= 2 },
     },
     {
+      metric: 'drain_1p_rows_per_task',
+      label: '3c. Heap rows written per task during 3a (inserts + updates + deletes; per table in the log)',
+      unit: 'rows',
+      higherIsBetter: false,
+      target: { text: '≤ ½ best peer', ok: (r) => r <= 0.5 },
+    },
+    {
+      metric: 'drain_1p_wal_per_task',
+      label: '3c. WAL written per task during 3a',
+      unit: 'bytes',
+      higherIsBetter: false,
+      target: { text: '≤ ½ best peer', ok: (r) => r <= 0.5 },
+    },
+    {
+      metric: 'drain_2p_rows_per_task',
+      label: '3c. Heap rows written per task during 3b',
+      unit: 'rows',
+      higherIsBetter: false,
+    },
+    {
+      metric: 'drain_2p_wal_per_task',
+      label: '3c. WAL written per task during 3b',
+      unit: 'bytes',
+      higherIsBetter: false,
+    },
+    {
       metric: 'latency_p50',
       label: `4. Pickup latency p50 (${o.latencyRate}/s open loop)`,
       unit: 'ms',

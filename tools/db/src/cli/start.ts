@@ -82,7 +82,12 @@ async function main(): Promise<number> {
     await done;
   };
   const schedules = await enableLocalSchedules(urls.api);
-  const apiToken = process.env.API_TOKEN ?? randomBytes(24).toString('hex');
+  // Local credentials: an operator (API_TOKEN, the user api-token) and, unless API_USERS or
+  // API_USERS_FILE names the users, a read-only user `viewer`; each token new unless given.
+  const apiToken = process.env.API_TOKEN || randomBytes(24).toString('hex');
+  const ownUsers = Boolean(process.env.API_USERS || process.env.API_USERS_FILE);
+  const viewerToken = randomBytes(24).toString('hex');
+  const apiUsers = ownUsers ? process.env.API_USERS : `viewer:read:${viewerToken}`;
   const workerEnv: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: urls.worker };
   const others: ChildProcess[] = [];
 
@@ -109,6 +114,7 @@ async function main(): Promise<number> {
         ...process.env,
         DATABASE_URL: urls.api,
         API_TOKEN: apiToken,
+        ...(apiUsers ? { API_USERS: apiUsers } : {}),
         API_PORT: apiPort,
         API_HOST: apiHost,
       }),
@@ -121,9 +127,17 @@ async function main(): Promise<number> {
       `  worker ${urls.worker}`,
       `  app    ${urls.app}`,
       `  api    ${urls.api}`,
-      webPortTaken
-        ? `Dashboard and REST API: not started here (http://${apiHost}:${apiPort}/ is in use)`
-        : `Dashboard and REST API: http://${apiHost}:${apiPort}/  (token for changes: ${apiToken})`,
+      ...(webPortTaken
+        ? [`Dashboard and REST API: not started here (http://${apiHost}:${apiPort}/ is in use)`]
+        : [
+            `Dashboard and REST API: http://${apiHost}:${apiPort}/  (log in with a token; reads need one too${
+              process.env.API_OPEN_READS === 'true' ? ', except that API_OPEN_READS=true opens them' : ''
+            })`,
+            `  operator  api-token  token ${apiToken}  (may read and change)`,
+            ownUsers
+              ? '  and the users of API_USERS / API_USERS_FILE, with the tokens given there'
+              : `  read      viewer     token ${viewerToken}  (may read only)`,
+          ]),
       filesLine,
       `schedules enabled (local mode): ${schedules.join(', ')}`,
       process.env.MENU_PLATFORM_URL
