@@ -23,7 +23,7 @@ afterAll(async () => {
 
 const post = (url: string, payload?: unknown) =>
   app.inject({ method: 'POST', url, payload: payload as never, headers: auth });
-const get = (url: string) => app.inject({ method: 'GET', url });
+const get = (url: string) => app.inject({ method: 'GET', url, headers: auth });
 const ids = async (url: string) => {
   const res = await get(url);
   expect(res.statusCode, res.body).toBe(200);
