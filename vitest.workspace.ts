@@ -19,6 +19,7 @@ export default [
   project('handler-types', 'packages/handler-types', ['test/**/*.test.ts']),
   project('config', 'packages/config', ['test/**/*.test.ts']),
   project('worker', 'packages/worker', ['test/**/*.test.ts']),
+  project('tasks', 'packages/tasks', ['test/**/*.test.ts']),
   project('providers', 'packages/providers', ['test/**/*.test.ts']),
   project('files-service', 'packages/files-service', ['test/**/*.test.ts']),
   project('web', 'packages/web', ['test/**/*.test.ts']),

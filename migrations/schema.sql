@@ -2492,6 +2492,33 @@ comment on table queues.task_type_resumed is 'Append-only: the end of a pause.';
 CREATE UNIQUE INDEX task_type_resumed_pkey ON queues.task_type_resumed USING btree (task_type_paused_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_type_resumed FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
+create table queues.task_unique (
+  task_id bigint not null,
+  unique_key text not null,
+  enqueued_at timestamp with time zone default now() not null,
+  constraint task_unique_enqueued_at_not_null NOT NULL enqueued_at,
+  constraint task_unique_pkey PRIMARY KEY (task_id),
+  constraint task_unique_task_id_not_null NOT NULL task_id,
+  constraint task_unique_unique_key_check CHECK (((length(unique_key) >= 1) AND (length(unique_key) <= 200))),
+  constraint task_unique_unique_key_not_null NOT NULL unique_key
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_unique is 'Append-only: the unique key a task was enqueued with (queues.enqueue_unique). Rows of tasks whose history was dropped are removed by queues.prune_task_unique_keys().';
+CREATE UNIQUE INDEX task_unique_pkey ON queues.task_unique USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_unique FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_unique_key (
+  unique_key text not null,
+  task_id bigint,
+  constraint task_unique_key_pkey PRIMARY KEY (unique_key),
+  constraint task_unique_key_unique_key_not_null NOT NULL unique_key
+) with (autovacuum_vacuum_cost_delay=0, autovacuum_vacuum_scale_factor=0, autovacuum_vacuum_threshold=1000, fillfactor=80);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_unique_key is 'Derived: per unique key, the newest task enqueued with it; the key is free once that task is no longer pending. Rebuild with queues.rebuild_task_unique_key().';
+CREATE UNIQUE INDEX task_unique_key_pkey ON queues.task_unique_key USING btree (unique_key);
+
 create table queues.worker (
   worker_id text not null,
   task_types text[] not null,
@@ -2588,6 +2615,7 @@ create table schedules.schedule_version (
   enabled boolean not null,
   fires_after timestamp with time zone not null,
   created_at timestamp with time zone default now() not null,
+  time_zone text default 'UTC'::text not null,
   constraint schedule_version_created_at_not_null NOT NULL created_at,
   constraint schedule_version_cron_check CHECK (((length(cron) >= 1) AND (length(cron) <= 200))),
   constraint schedule_version_cron_not_null NOT NULL cron,
@@ -2604,10 +2632,12 @@ create table schedules.schedule_version (
   constraint schedule_version_schedule_id_not_null NOT NULL schedule_id,
   constraint schedule_version_schedule_version_id_not_null NOT NULL schedule_version_id,
   constraint schedule_version_task_type_fkey FOREIGN KEY (task_type) REFERENCES queues.task_type(task_type) ON DELETE RESTRICT,
-  constraint schedule_version_task_type_not_null NOT NULL task_type
+  constraint schedule_version_task_type_not_null NOT NULL task_type,
+  constraint schedule_version_time_zone_not_null NOT NULL time_zone
 );
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on column schedules.schedule_version.time_zone is 'IANA time zone whose wall clock the cron is read on (schedules.next_fire_time(cron, after, time_zone)).';
 comment on table schedules.schedule_version is 'Append-only: each definition of a schedule. The newest row per schedule is in force.';
 CREATE UNIQUE INDEX schedule_version_pkey ON schedules.schedule_version USING btree (schedule_version_id);
 CREATE INDEX schedule_version_schedule_idx ON schedules.schedule_version USING btree (schedule_id, schedule_version_id DESC);
@@ -4169,7 +4199,7 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.list_schedules(_runs integer DEFAULT NULL::integer)
- RETURNS TABLE(name text, cron text, task_type text, payload jsonb, priority integer, missed_run_policy text, enabled boolean, last_fire_at timestamp with time zone, next_fire_at timestamp with time zone, updated_at timestamp with time zone, last_runs jsonb)
+ RETURNS TABLE(name text, cron text, task_type text, payload jsonb, priority integer, missed_run_policy text, enabled boolean, last_fire_at timestamp with time zone, next_fire_at timestamp with time zone, updated_at timestamp with time zone, last_runs jsonb, time_zone text)
  LANGUAGE sql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -4181,7 +4211,7 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.list_schedules_at(_now timestamp with time zone, _runs integer)
- RETURNS TABLE(name text, cron text, task_type text, payload jsonb, priority integer, missed_run_policy text, enabled boolean, last_fire_at timestamp with time zone, next_fire_at timestamp with time zone, updated_at timestamp with time zone, last_runs jsonb)
+ RETURNS TABLE(name text, cron text, task_type text, payload jsonb, priority integer, missed_run_policy text, enabled boolean, last_fire_at timestamp with time zone, next_fire_at timestamp with time zone, updated_at timestamp with time zone, last_runs jsonb, time_zone text)
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -4208,7 +4238,8 @@ begin
              from (select * from schedules.schedule_run x
                     where x.schedule_id = s.schedule_id
                     order by x.fire_at desc limit _n) r
-             left join queues.task_completed c on c.task_id = r.task_id), '[]')
+             left join queues.task_completed c on c.task_id = r.task_id), '[]'),
+         s.time_zone
     from schedules.list_schedules() s;
 end;
 $function$;
@@ -5901,7 +5932,10 @@ AS $function$
           'send_email_attempt_id', _attempt_id,
           'before_handler', _p.before_handler,
           'success_handler', _p.success_handler,
-          'error_handler', _p.error_handler));
+          'error_handler', _p.error_handler),
+          -- One run: the process retries through a new attempt, never a task retry
+          -- (a retried send would call the provider again outside the process's count).
+          _max_attempts => 1);
         insert into comms.send_email_attempt (send_email_attempt_id, send_email_task_id, task_id) overriding system value
         values (_attempt_id, _task_id, _queue_task_id);
       end if;
@@ -6230,7 +6264,10 @@ AS $function$
           'send_sms_attempt_id', _attempt_id,
           'before_handler', _p.before_handler,
           'success_handler', _p.success_handler,
-          'error_handler', _p.error_handler));
+          'error_handler', _p.error_handler),
+          -- One run: the process retries through a new attempt, never a task retry
+          -- (a retried send would call the provider again outside the process's count).
+          _max_attempts => 1);
         insert into comms.send_sms_attempt (send_sms_attempt_id, send_sms_task_id, task_id) overriding system value
         values (_attempt_id, _task_id, _queue_task_id);
       end if;
@@ -6607,7 +6644,10 @@ AS $function$
           'file_deletion_attempt_id', _attempt_id,
           'before_handler', _p.before_handler,
           'success_handler', _p.success_handler,
-          'error_handler', _p.error_handler));
+          'error_handler', _p.error_handler),
+          -- One run: the process retries through a new attempt, never a task retry
+          -- (a retried send would call the provider again outside the process's count).
+          _max_attempts => 1);
         insert into files.file_deletion_attempt (file_deletion_attempt_id, file_deletion_task_id, task_id) overriding system value
         values (_attempt_id, _task_id, _queue_task_id);
       end if;
@@ -7167,7 +7207,10 @@ begin
           %10$L, _attempt_id,
           'before_handler', _p.before_handler,
           'success_handler', _p.success_handler,
-          'error_handler', _p.error_handler));
+          'error_handler', _p.error_handler),
+          -- One run: the process retries through a new attempt, never a task retry
+          -- (a retried send would call the provider again outside the process's count).
+          _max_attempts => 1);
         insert into %1$I.%4$I (%10$I, %9$I, task_id) overriding system value
         values (_attempt_id, _task_id, _queue_task_id);
       end if;
@@ -7395,7 +7438,7 @@ begin
   return queues.enqueue_internal('db_function', jsonb_build_object(
     'task_type', 'db_function',
     'db_function', _supervisor,
-    _root_key, _root_id), coalesce(_at, now()));
+    _root_key, _root_id), coalesce(_at, now()), _max_attempts => 1);
 end;
 $function$;
   -- internal.enqueue_supervisor_run(_supervisor text, _root_key text, _root_id bigint, _at timestamp with time zone): owner :DATABASE_OWNER
@@ -9200,6 +9243,15 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.default_max_attempts()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select 25 $function$;
+  -- queues.default_max_attempts(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.dequeue_next_available_task(_worker_id text DEFAULT NULL::text, _lease_seconds integer DEFAULT NULL::integer)
  RETURNS SETOF queues.task
  LANGUAGE sql
@@ -9274,7 +9326,7 @@ $function$;
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean DEFAULT false, _notify boolean DEFAULT true)
+CREATE OR REPLACE FUNCTION queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean DEFAULT false, _notify boolean DEFAULT true, _check_only boolean DEFAULT false)
  RETURNS bigint
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -9313,6 +9365,13 @@ begin
   if not isfinite(_scheduled_at) then
     raise exception 'scheduled_at must be a finite time, got %', _scheduled_at using errcode = '22023';
   end if;
+  if _check_only then
+    if not exists (select 1 from queues.task_type t where t.task_type = _task_type) then
+      raise exception 'unknown task_type %', quote_literal(left(_task_type, 100))
+        using errcode = '22023', hint = 'Known task types are listed in queues.task_type.';
+    end if;
+    return null;
+  end if;
   if current_setting('transaction_isolation') <> 'read committed' then
     perform from queues.task_type t where t.task_type = _task_type for key share;
   end if;
@@ -9320,7 +9379,7 @@ begin
   with inserted as (
     insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
     select t.task_type, _payload, coalesce(_priority, 0), _resource_key,
-           coalesce(_max_attempts, 1), coalesce(_scheduled_at, now())
+           coalesce(_max_attempts, queues.default_max_attempts()), coalesce(_scheduled_at, now())
       from queues.task_type t
      where t.task_type = _task_type
     returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts
@@ -9341,7 +9400,7 @@ begin
   return _task_id;
 end;
 $function$;
-  -- queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean, _notify boolean): owner :DATABASE_OWNER
+  -- queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean, _notify boolean, _check_only boolean): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.enqueue_tasks(_tasks jsonb, _public boolean DEFAULT false)
@@ -9377,6 +9436,12 @@ begin
     if found then
       perform queues.assert_may_enqueue(_refused.task_type, format('tasks[%s]: ', _refused.idx));
     end if;
+  end if;
+  -- A batch naming a unique key goes element by element (sql/queues/unique.sql); a batch
+  -- without one pays only this walk of its elements' keys.
+  if jsonb_path_exists(_tasks, 'lax $[*] ? (exists(@.unique_key) || exists(@.unique_policy) || exists(@.unique_period))') then
+    return query select u.task_id from queues.enqueue_tasks_one_by_one(_tasks, _public) u;
+    return;
   end if;
   -- Under REPEATABLE READ or SERIALIZABLE, lock the types FOR KEY SHARE (see
   -- queues.enqueue_task).
@@ -9432,7 +9497,7 @@ begin
     insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
     select c.task_type,
            case when c.problem is null then c.payload else queues.raise_enqueue_problem(c.idx, c.problem) end,
-           coalesce(c.priority, 0), c.resource_key, coalesce(c.max_attempts, 1), coalesce(c.scheduled_at, now())
+           coalesce(c.priority, 0), c.resource_key, coalesce(c.max_attempts, queues.default_max_attempts()), coalesce(c.scheduled_at, now())
       from checked c
      order by c.idx
     returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts
@@ -9453,6 +9518,175 @@ begin
 end;
 $function$;
   -- queues.enqueue_tasks(_tasks jsonb, _public boolean): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.enqueue_tasks_one_by_one(_tasks jsonb, _public boolean)
+ RETURNS TABLE(task_id bigint)
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+declare
+  _idx bigint := -1;
+  _e jsonb;
+  _id bigint;
+  _ids bigint[] := '{}';
+  _state text;
+  _message text;
+  _hint text;
+  _fields constant text[] := '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,unique_key,unique_policy,unique_period}';
+begin
+  begin
+    for _e in select x.value from jsonb_array_elements(_tasks) x loop
+      _idx := _idx + 1;
+      if jsonb_typeof(_e) <> 'object' then
+        raise exception 'must be a JSON object, got %', jsonb_typeof(_e) using errcode = '22023';
+      end if;
+      if _e - _fields <> '{}' then
+        raise exception 'unknown field(s) %',
+          left((select string_agg(k, ', ') from jsonb_object_keys(_e - _fields) k), 200) using errcode = '22023';
+      end if;
+      if _e ->> 'unique_key' is null then
+        if _e ->> 'unique_policy' is not null or _e ->> 'unique_period' is not null then
+          raise exception 'unique_key must not be null when unique_policy or unique_period is given'
+            using errcode = '22004';
+        end if;
+        _id := queues.enqueue_task(_e ->> 'task_type', _e -> 'payload', (_e ->> 'scheduled_at')::timestamptz,
+                                   (_e ->> 'priority')::integer, _e ->> 'resource_key',
+                                   (_e ->> 'max_attempts')::integer, _public, false);
+      else
+        select u.task_id into _id
+          from queues.enqueue_unique_task(_e ->> 'task_type', _e -> 'payload', _e ->> 'unique_key',
+                                          _e ->> 'unique_policy', (_e ->> 'unique_period')::interval,
+                                          (_e ->> 'scheduled_at')::timestamptz, (_e ->> 'priority')::integer,
+                                          _e ->> 'resource_key', (_e ->> 'max_attempts')::integer,
+                                          _public, false) u;
+      end if;
+      _ids := _ids || _id;
+    end loop;
+  exception when others then
+    get stacked diagnostics _state = returned_sqlstate, _message = message_text, _hint = pg_exception_hint;
+    raise exception 'tasks[%]: %', _idx, _message using errcode = _state, hint = _hint;
+  end;
+  if exists (select 1 from queues.task_pending p
+              where p.task_id = any (_ids) and p.scheduled_at <= now() + interval '1 minute') then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+  return query select u.id from unnest(_ids) with ordinality u(id, n) order by u.n;
+end;
+$function$;
+  -- queues.enqueue_tasks_one_by_one(_tasks jsonb, _public boolean): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.enqueue_unique(_task_type text, _payload jsonb, _unique_key text, _unique_policy text DEFAULT NULL::text, _unique_period interval DEFAULT NULL::interval, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer)
+ RETURNS TABLE(task_id bigint, outcome text, replaced_task_id bigint)
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select u.task_id, u.outcome, u.replaced_task_id
+    from queues.enqueue_unique_task(_task_type, _payload, _unique_key, _unique_policy, _unique_period,
+                                    _scheduled_at, _priority, _resource_key, _max_attempts, true, true) u
+$function$;
+  -- queues.enqueue_unique(_task_type text, _payload jsonb, _unique_key text, _unique_policy text, _unique_period interval, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.enqueue_unique_internal(_task_type text, _payload jsonb, _unique_key text, _unique_policy text DEFAULT NULL::text, _unique_period interval DEFAULT NULL::interval, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer)
+ RETURNS TABLE(task_id bigint, outcome text, replaced_task_id bigint)
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select u.task_id, u.outcome, u.replaced_task_id
+    from queues.enqueue_unique_task(_task_type, _payload, _unique_key, _unique_policy, _unique_period,
+                                    _scheduled_at, _priority, _resource_key, _max_attempts) u
+$function$;
+  -- queues.enqueue_unique_internal(_task_type text, _payload jsonb, _unique_key text, _unique_policy text, _unique_period interval, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.enqueue_unique_task(_task_type text, _payload jsonb, _unique_key text, _unique_policy text, _unique_period interval, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean DEFAULT false, _notify boolean DEFAULT true, OUT task_id bigint, OUT outcome text, OUT replaced_task_id bigint)
+ RETURNS record
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_variable
+declare
+  _policy text := coalesce(_unique_policy, 'skip');
+  _at timestamptz := _scheduled_at;
+  _old bigint;
+  _held boolean;
+begin
+  if _public and queues.is_internal_task_type(_task_type) then
+    perform queues.assert_may_enqueue(_task_type);
+  end if;
+  if _unique_key is null then
+    raise exception 'unique_key must not be null' using errcode = '22004';
+  end if;
+  if length(_unique_key) not between 1 and 200 then
+    raise exception 'unique_key must be 1 to 200 characters, got %', length(_unique_key) using errcode = '22023';
+  end if;
+  if _policy not in ('skip', 'replace', 'debounce') then
+    raise exception 'unique_policy must be ''skip'', ''replace'' or ''debounce'', got %', quote_literal(left(_policy, 50))
+      using errcode = '22023';
+  end if;
+  if _policy = 'debounce' then
+    if _unique_period is null then
+      raise exception 'unique_period must not be null with the debounce policy' using errcode = '22004';
+    end if;
+    if not isfinite(_unique_period) or _unique_period < interval '0' then
+      raise exception 'unique_period must be a finite, non-negative interval, got %', _unique_period
+        using errcode = '22023';
+    end if;
+    if not isfinite(_scheduled_at) then
+      raise exception 'scheduled_at must be a finite time, got %', _scheduled_at using errcode = '22023';
+    end if;
+    _at := coalesce(_scheduled_at, now()) + _unique_period;
+  elsif _unique_period is not null then
+    raise exception 'unique_period applies only to the debounce policy, not %', quote_literal(_policy)
+      using errcode = '22023';
+  end if;
+  -- Every check of a plain enqueue, writing nothing.
+  perform queues.enqueue_task(_task_type, _payload, _at, _priority, _resource_key, _max_attempts,
+                              _public, false, true);
+
+  -- The key's row, locked: a concurrent enqueuer of the key waits here until this
+  -- transaction ends, then sees its task. The insert of a new key waits for a concurrent
+  -- insert of the same key to commit and then does nothing; the loop then locks that row.
+  loop
+    select k.task_id into _old from queues.task_unique_key k where k.unique_key = _unique_key for update;
+    exit when found;
+    insert into queues.task_unique_key (unique_key, task_id) values (_unique_key, null) on conflict do nothing;
+    exit when found;
+  end loop;
+  if _old is not null then
+    select (p.current_lease_id is not null and p.available_at > now()) into _held
+      from queues.task_pending p where p.task_id = _old;
+    if not found then
+      _old := null;
+    end if;
+  end if;
+
+  if _old is not null and _policy = 'skip' then
+    task_id := _old;
+    outcome := 'skipped';
+    return;
+  end if;
+
+  task_id := queues.enqueue_task(_task_type, _payload, _at, _priority, _resource_key, _max_attempts,
+                                 _public, _notify);
+  insert into queues.task_unique (task_id, unique_key) values (task_id, _unique_key);
+  update queues.task_unique_key k set task_id = enqueue_unique_task.task_id where k.unique_key = _unique_key;
+  outcome := 'inserted';
+  if _old is not null and not _held
+     and queues.supersede_task(_old, format('replaced by task %s (unique key %s)', task_id, quote_literal(_unique_key))) then
+    outcome := 'replaced';
+    replaced_task_id := _old;
+  end if;
+end;
+$function$;
+  -- queues.enqueue_unique_task(_task_type text, _payload jsonb, _unique_key text, _unique_policy text, _unique_period interval, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean, _notify boolean, OUT task_id bigint, OUT outcome text, OUT replaced_task_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.extend_leases(_task_ids bigint[], _task_lease_ids bigint[], _lease_seconds integer DEFAULT NULL::integer)
@@ -10755,6 +10989,31 @@ $function$;
   -- queues.paused_task_types(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.prune_task_unique_keys(_limit integer DEFAULT 10000)
+ RETURNS integer
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _n integer;
+begin
+  delete from queues.task_unique u
+   where u.task_id < coalesce((select min(t.task_id) from queues.task t), 9223372036854775807);
+  with stale as (
+    select k.unique_key from queues.task_unique_key k
+     where k.task_id is not null
+       and not exists (select 1 from queues.task_pending p where p.task_id = k.task_id)
+     limit coalesce(_limit, 10000)
+       for update skip locked
+  )
+  delete from queues.task_unique_key k using stale s where k.unique_key = s.unique_key;
+  get diagnostics _n = row_count;
+  return _n;
+end;
+$function$;
+  -- queues.prune_task_unique_keys(_limit integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.raise_enqueue_problem(_idx bigint, _problem text)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -10850,6 +11109,28 @@ begin
 end;
 $function$;
   -- queues.rebuild_task_pending(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.rebuild_task_unique_key()
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _n bigint;
+begin
+  lock table queues.task_unique_key in exclusive mode;
+  delete from queues.task_unique_key;
+  insert into queues.task_unique_key (unique_key, task_id)
+  select distinct on (u.unique_key) u.unique_key, u.task_id
+    from queues.task_pending p
+    join queues.task_unique u on u.task_id = p.task_id
+   order by u.unique_key, u.task_id desc;
+  get diagnostics _n = row_count;
+  return _n;
+end;
+$function$;
+  -- queues.rebuild_task_unique_key(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.record_task_result(_task_id bigint, _task_lease_id bigint, _result jsonb)
@@ -11016,6 +11297,93 @@ end;
 $function$;
   -- queues.redrive_task(_task_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.register_task_types(_task_types jsonb)
+ RETURNS TABLE(task_type text, created boolean)
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+declare
+  _element     jsonb;
+  _index       integer := 0;
+  _name        text;
+  _description text;
+begin
+  if _task_types is null then
+    raise exception 'task_types must not be null' using errcode = '22004';
+  end if;
+  if jsonb_typeof(_task_types) <> 'array' then
+    raise exception 'task_types must be a JSON array, got %', jsonb_typeof(_task_types) using errcode = '22023';
+  end if;
+  if jsonb_array_length(_task_types) > 1000 then
+    raise exception 'task_types has % elements, over the limit of 1000', jsonb_array_length(_task_types)
+      using errcode = '54000';
+  end if;
+  for _element in select e from jsonb_array_elements(_task_types) e loop
+    if jsonb_typeof(_element) <> 'object' then
+      raise exception 'task_types[%] must be an object, got %', _index, jsonb_typeof(_element) using errcode = '22023';
+    end if;
+    if exists (select 1 from jsonb_object_keys(_element) k where k not in ('task_type', 'description')) then
+      raise exception 'task_types[%]: unknown field(s) %', _index,
+        (select string_agg(k, ', ' order by k) from jsonb_object_keys(_element) k where k not in ('task_type', 'description'))
+        using errcode = '22023';
+    end if;
+    if jsonb_typeof(_element->'task_type') is distinct from 'string' then
+      raise exception 'task_types[%].task_type must be a string', _index using errcode = '22023';
+    end if;
+    _name := _element->>'task_type';
+    if _name !~ '^[a-z][a-z0-9_]{0,62}$' then
+      raise exception 'task_types[%].task_type must be a-z, 0-9 and _, starting with a letter, at most 63 characters, got %',
+        _index, quote_literal(left(_name, 100)) using errcode = '22023';
+    end if;
+    if _element ? 'description' and jsonb_typeof(_element->'description') not in ('string', 'null') then
+      raise exception 'task_types[%].description must be a string', _index using errcode = '22023';
+    end if;
+    _description := coalesce(_element->>'description', '');
+    if length(_description) > 1000 then
+      raise exception 'task_types[%].description is % characters, over the limit of 1000', _index, length(_description)
+        using errcode = '54000';
+    end if;
+    if exists (select 1 from queues.internal_task_type i where i.task_type = _name) then
+      raise exception 'task_types[%].task_type % is a worker-only task type of the queue; choose another name',
+        _index, quote_literal(_name) using errcode = '42501';
+    end if;
+    _index := _index + 1;
+  end loop;
+
+  return query
+  with wanted as (
+    select distinct on (e->>'task_type') e->>'task_type' as name, coalesce(e->>'description', '') as description
+      from jsonb_array_elements(_task_types) with ordinality as a(e, n)
+     order by e->>'task_type', n desc
+  ),
+  inserted as (
+    insert into queues.task_type as t (task_type, description)
+    select w.name, w.description from wanted w
+    on conflict on constraint task_type_pkey do nothing
+    returning t.task_type
+  ),
+  -- A description given replaces the type's own (an update of description alone: no
+  -- lock that enqueues wait for, see queues.guard_task_type_in_use).
+  described as (
+    update queues.task_type t
+       set description = w.description
+      from wanted w
+     where t.task_type = w.name
+       and w.description <> ''
+       and t.description is distinct from w.description
+       and w.name not in (select i.task_type from inserted i)
+    returning t.task_type
+  )
+  select w.name, w.name in (select i.task_type from inserted i)
+    from wanted w
+   order by w.name;
+end;
+$function$;
+  -- queues.register_task_types(_task_types jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on function queues.register_task_types(_task_types jsonb) is 'Registers the task types an app''s task definitions declare (owner only): inserts missing ones, updates descriptions, never deletes.';
 
 CREATE OR REPLACE FUNCTION queues.release_leases(_task_ids bigint[], _task_lease_ids bigint[])
  RETURNS TABLE(task_id bigint)
@@ -11644,6 +12012,31 @@ $function$;
   -- queues.stale_leases_at(_now timestamp with time zone, _dead_after_seconds integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.supersede_task(_task_id bigint, _reason text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _p record;
+begin
+  perform queues.lock_resource_keys(array[_task_id]);
+  select p.task_type, (p.current_lease_id is not null and p.available_at > now()) as held into _p
+    from queues.task_pending p where p.task_id = _task_id for update;
+  if not found or _p.held then
+    return false;
+  end if;
+  insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
+  values (_task_id, null, now(), 'cancelled', _p.task_type);
+  insert into queues.task_cancelled (task_id, reason, cancelled_at) values (_task_id, left(_reason, 500), now());
+  delete from queues.task_pending p where p.task_id = _task_id;
+  delete from queues.resource_lease k where k.task_id = _task_id;
+  return true;
+end;
+$function$;
+  -- queues.supersede_task(_task_id bigint, _reason text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.truncate_task_facts()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -11670,33 +12063,34 @@ AS $function$ select make_interval(secs => 3 * coalesce(_heartbeat_interval_ms, 
   -- queues.worker_silence_bound(_heartbeat_interval_ms integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION schedules.append_schedule_version(_now timestamp with time zone, _schedule_id bigint, _cron text, _task_type text, _payload jsonb, _priority integer, _missed_run_policy text, _enabled boolean)
+CREATE OR REPLACE FUNCTION schedules.append_schedule_version(_now timestamp with time zone, _schedule_id bigint, _cron text, _task_type text, _payload jsonb, _priority integer, _missed_run_policy text, _enabled boolean, _time_zone text DEFAULT NULL::text)
  RETURNS bigint
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
   _current schedules.schedule_version := schedules.current_version(_schedule_id);
+  _zone text := coalesce(_time_zone, _current.time_zone, 'UTC');
   _id bigint;
 begin
   if _current.schedule_version_id is not null
      and (_current.cron, _current.task_type, _current.payload, _current.priority,
-          _current.missed_run_policy, _current.enabled)
-         is not distinct from (_cron, _task_type, _payload, _priority, _missed_run_policy, _enabled) then
+          _current.missed_run_policy, _current.enabled, _current.time_zone)
+         is not distinct from (_cron, _task_type, _payload, _priority, _missed_run_policy, _enabled, _zone) then
     return _current.schedule_version_id;
   end if;
   insert into schedules.schedule_version
-    (schedule_id, cron, task_type, payload, priority, missed_run_policy, enabled, fires_after, created_at)
+    (schedule_id, cron, task_type, payload, priority, missed_run_policy, enabled, fires_after, created_at, time_zone)
   values (_schedule_id, _cron, _task_type, _payload, _priority, _missed_run_policy, _enabled,
           case when _current.schedule_version_id is null or (_enabled and not _current.enabled)
-                    or _current.cron <> _cron
+                    or _current.cron <> _cron or _current.time_zone <> _zone
                then _now else _current.fires_after end,
-          _now)
+          _now, _zone)
   returning schedule_version_id into _id;
   return _id;
 end;
 $function$;
-  -- schedules.append_schedule_version(_now timestamp with time zone, _schedule_id bigint, _cron text, _task_type text, _payload jsonb, _priority integer, _missed_run_policy text, _enabled boolean): owner :DATABASE_OWNER
+  -- schedules.append_schedule_version(_now timestamp with time zone, _schedule_id bigint, _cron text, _task_type text, _payload jsonb, _priority integer, _missed_run_policy text, _enabled boolean, _time_zone text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION schedules.cron_day_matches(_day timestamp without time zone, _doms integer[], _dows integer[], _dom_restricted boolean, _dow_restricted boolean)
@@ -11934,14 +12328,14 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION schedules.list_schedules()
- RETURNS TABLE(schedule_id bigint, name text, cron text, task_type text, payload jsonb, priority integer, missed_run_policy text, enabled boolean, last_fire_at timestamp with time zone, next_fire_at timestamp with time zone, created_at timestamp with time zone, updated_at timestamp with time zone)
+ RETURNS TABLE(schedule_id bigint, name text, cron text, task_type text, payload jsonb, priority integer, missed_run_policy text, enabled boolean, last_fire_at timestamp with time zone, next_fire_at timestamp with time zone, created_at timestamp with time zone, updated_at timestamp with time zone, time_zone text)
  LANGUAGE sql
  STABLE SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select s.schedule_id, s.name, v.cron, v.task_type, v.payload, v.priority, v.missed_run_policy,
          v.enabled, schedules.last_fire_at(s.schedule_id), schedules.next_due_fire_at(s.schedule_id),
-         s.created_at, v.created_at
+         s.created_at, v.created_at, v.time_zone
     from schedules.schedule s
    cross join lateral schedules.current_version(s.schedule_id) v
    order by s.name
@@ -11967,7 +12361,8 @@ CREATE OR REPLACE FUNCTION schedules.next_due_fire_at(_schedule_id bigint)
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select case when v.enabled
-              then schedules.next_fire_time(v.cron, greatest(v.fires_after, schedules.last_fire_at(_schedule_id)))
+              then schedules.next_fire_time(v.cron, greatest(v.fires_after, schedules.last_fire_at(_schedule_id)),
+                                            v.time_zone)
          end
     from schedules.current_version(_schedule_id) v
 $function$;
@@ -12020,6 +12415,54 @@ begin
 end;
 $function$;
   -- schedules.next_fire_time(_cron text, _after timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.next_fire_time(_cron text, _after timestamp with time zone, _time_zone text)
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _every_hour boolean;
+  _o interval;
+  _w timestamp;
+  _i timestamptz;
+  _best timestamptz;
+begin
+  if _time_zone is null or _time_zone = 'UTC' then
+    return schedules.next_fire_time(_cron, _after);
+  end if;
+  if _after is null then
+    raise exception 'after must not be null' using errcode = '22004';
+  end if;
+  _every_hour := cardinality((schedules.parse_cron(_cron)).hours) = 24;
+  _o := schedules.zone_offset(_after, _time_zone);
+  -- Wall times are walked as if they were UTC instants.
+  _w := schedules.next_fire_time(_cron, (_after at time zone _time_zone) at time zone 'UTC') at time zone 'UTC';
+  if _w is null then
+    return null;
+  end if;
+  _i := (_w at time zone 'UTC') - _o;
+  if _i - _after <= interval '7 days'
+     and schedules.zone_offset(_i, _time_zone) = _o
+     and schedules.zone_offset(_after - interval '3 hours', _time_zone) = _o then
+    return _i;
+  end if;
+  _w := schedules.next_fire_time(_cron,
+          ((_after at time zone _time_zone) - interval '3 hours 1 minute') at time zone 'UTC') at time zone 'UTC';
+  while _w is not null and (_best is null or _w <= (_best at time zone _time_zone) + interval '3 hours') loop
+    foreach _i in array schedules.wall_fire_instants(_w, _time_zone, _every_hour) loop
+      if _i > _after and (_best is null or _i < _best) then
+        _best := _i;
+      end if;
+    end loop;
+    _w := schedules.next_fire_time(_cron, _w at time zone 'UTC') at time zone 'UTC';
+  end loop;
+  return _best;
+end;
+$function$;
+  -- schedules.next_fire_time(_cron text, _after timestamp with time zone, _time_zone text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION schedules.parse_cron(_cron text, OUT minutes integer[], OUT hours integer[], OUT doms integer[], OUT months integer[], OUT dows integer[], OUT dom_restricted boolean, OUT dow_restricted boolean)
@@ -12204,6 +12647,53 @@ $function$;
   -- schedules.prev_fire_time(_cron text, _before timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION schedules.prev_fire_time(_cron text, _before timestamp with time zone, _time_zone text)
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _every_hour boolean;
+  _o interval;
+  _w timestamp;
+  _i timestamptz;
+  _best timestamptz;
+begin
+  if _time_zone is null or _time_zone = 'UTC' then
+    return schedules.prev_fire_time(_cron, _before);
+  end if;
+  if _before is null then
+    raise exception 'before must not be null' using errcode = '22004';
+  end if;
+  _every_hour := cardinality((schedules.parse_cron(_cron)).hours) = 24;
+  _o := schedules.zone_offset(_before, _time_zone);
+  _w := schedules.prev_fire_time(_cron, (_before at time zone _time_zone) at time zone 'UTC') at time zone 'UTC';
+  if _w is null then
+    return null;
+  end if;
+  _i := (_w at time zone 'UTC') - _o;
+  if _before - _i <= interval '7 days'
+     and schedules.zone_offset(_i, _time_zone) = _o
+     and schedules.zone_offset(_i - interval '3 hours', _time_zone) = _o then
+    return _i;
+  end if;
+  _w := schedules.prev_fire_time(_cron,
+          ((_before at time zone _time_zone) + interval '3 hours 1 minute') at time zone 'UTC') at time zone 'UTC';
+  while _w is not null and (_best is null or _w >= (_best at time zone _time_zone) - interval '3 hours') loop
+    foreach _i in array schedules.wall_fire_instants(_w, _time_zone, _every_hour) loop
+      if _i < _before and (_best is null or _i > _best) then
+        _best := _i;
+      end if;
+    end loop;
+    _w := schedules.prev_fire_time(_cron, _w at time zone 'UTC') at time zone 'UTC';
+  end loop;
+  return _best;
+end;
+$function$;
+  -- schedules.prev_fire_time(_cron text, _before timestamp with time zone, _time_zone text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION schedules.run_schedule_at(_now timestamp with time zone, _schedule_id bigint)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -12226,20 +12716,20 @@ begin
     return null;
   end if;
   _from := greatest(_v.fires_after, schedules.last_fire_at(_schedule_id));
-  _first := schedules.next_fire_time(_v.cron, _from);
+  _first := schedules.next_fire_time(_v.cron, _from, _v.time_zone);
   if _first is null or _first > _now then
     return null;
   end if;
 
   if _v.missed_run_policy = 'catch_up_once' then
     -- The latest fire time at or before now (at least _first).
-    _last := schedules.prev_fire_time(_v.cron, _now + interval '1 microsecond');
+    _last := schedules.prev_fire_time(_v.cron, _now + interval '1 microsecond', _v.time_zone);
     _task_id := schedules.enqueue_schedule_run(_v, _last, _first, _now);
     _enqueued := jsonb_build_array(jsonb_build_object(
       'fire_at', _last, 'first_fire_at', _first, 'task_id', _task_id));
   else
     if _first < _now - schedules.skip_grace_period() then
-      _last := schedules.prev_fire_time(_v.cron, _now - schedules.skip_grace_period());
+      _last := schedules.prev_fire_time(_v.cron, _now - schedules.skip_grace_period(), _v.time_zone);
       insert into schedules.schedule_run
         (schedule_id, schedule_version_id, fire_at, first_fire_at, outcome, task_id, enqueued_at)
       values (_schedule_id, _v.schedule_version_id, _last, _first, 'skipped', null, _now);
@@ -12248,7 +12738,7 @@ begin
     end if;
     -- Within the grace window: each fire time is its own run (at most grace / 1 minute).
     loop
-      _fire := schedules.next_fire_time(_v.cron, _from);
+      _fire := schedules.next_fire_time(_v.cron, _from, _v.time_zone);
       exit when _fire is null or _fire > _now;
       _task_id := schedules.enqueue_schedule_run(_v, _fire, _fire, _now);
       _enqueued := _enqueued || jsonb_build_object('fire_at', _fire, 'first_fire_at', _fire, 'task_id', _task_id);
@@ -12261,7 +12751,7 @@ $function$;
   -- schedules.run_schedule_at(_now timestamp with time zone, _schedule_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION schedules.schedule_definition_error(_name text, _cron text, _task_type text, _payload jsonb, _priority integer, _missed_run_policy text)
+CREATE OR REPLACE FUNCTION schedules.schedule_definition_error(_name text, _cron text, _task_type text, _payload jsonb, _priority integer, _missed_run_policy text, _time_zone text DEFAULT NULL::text)
  RETURNS text
  LANGUAGE plpgsql
  STABLE
@@ -12276,6 +12766,12 @@ begin
   _error := schedules.cron_error(_cron);
   if _error is not null then
     return _error;
+  end if;
+  if _time_zone is not null then
+    _error := schedules.time_zone_error(_time_zone);
+    if _error is not null then
+      return _error;
+    end if;
   end if;
   if _task_type is null then
     return 'task_type is required';
@@ -12306,7 +12802,7 @@ begin
   return null;
 end;
 $function$;
-  -- schedules.schedule_definition_error(_name text, _cron text, _task_type text, _payload jsonb, _priority integer, _missed_run_policy text): owner :DATABASE_OWNER
+  -- schedules.schedule_definition_error(_name text, _cron text, _task_type text, _payload jsonb, _priority integer, _missed_run_policy text, _time_zone text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION schedules.schedule_supervisor(payload jsonb)
@@ -12395,7 +12891,8 @@ begin
   end if;
   _v := schedules.current_version(schedule_id);
   schedule_version_id := schedules.append_schedule_version(
-    _now, schedule_id, _v.cron, _v.task_type, _v.payload, _v.priority, _v.missed_run_policy, _enabled);
+    _now, schedule_id, _v.cron, _v.task_type, _v.payload, _v.priority, _v.missed_run_policy, _enabled,
+    _v.time_zone);
   if _enabled then
     perform schedules.ensure_schedule_supervisor_at(_now);
   end if;
@@ -12436,7 +12933,23 @@ $function$;
   -- schedules.supervisor_wake_at(_now timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION schedules.upsert_schedule(_name text, _cron text, _task_type text, _payload jsonb, _priority integer DEFAULT NULL::integer, _missed_run_policy text DEFAULT NULL::text, OUT schedule_id bigint, OUT schedule_version_id bigint, OUT validation_failure_message text)
+CREATE OR REPLACE FUNCTION schedules.time_zone_error(_time_zone text)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select case
+           when _time_zone is null then 'time_zone must not be null'
+           when not exists (select 1 from pg_catalog.pg_timezone_names z where z.name = _time_zone)
+             then format('time_zone must be an IANA time zone name such as ''Europe/Berlin'' or ''UTC'', got %s',
+                         quote_literal(left(_time_zone, 100)))
+         end
+$function$;
+  -- schedules.time_zone_error(_time_zone text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.upsert_schedule(_name text, _cron text, _task_type text, _payload jsonb, _priority integer DEFAULT NULL::integer, _missed_run_policy text DEFAULT NULL::text, _time_zone text DEFAULT NULL::text, OUT schedule_id bigint, OUT schedule_version_id bigint, OUT validation_failure_message text)
  RETURNS record
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -12448,15 +12961,16 @@ begin
   -- install, with schedules.upsert_schedule_at in a migration.
   perform queues.assert_may_enqueue(_task_type);
   select * into schedule_id, schedule_version_id, validation_failure_message
-    from schedules.upsert_schedule_at(now(), _name, _cron, _task_type, _payload, _priority, _missed_run_policy);
+    from schedules.upsert_schedule_at(now(), _name, _cron, _task_type, _payload, _priority, _missed_run_policy,
+                                      _time_zone);
 end;
 $function$;
-  -- schedules.upsert_schedule(_name text, _cron text, _task_type text, _payload jsonb, _priority integer, _missed_run_policy text, OUT schedule_id bigint, OUT schedule_version_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
+  -- schedules.upsert_schedule(_name text, _cron text, _task_type text, _payload jsonb, _priority integer, _missed_run_policy text, _time_zone text, OUT schedule_id bigint, OUT schedule_version_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION schedules.upsert_schedule_at(_now timestamp with time zone, _name text, _cron text, _task_type text, _payload jsonb, _priority integer DEFAULT NULL::integer, _missed_run_policy text DEFAULT NULL::text, OUT schedule_id bigint, OUT schedule_version_id bigint, OUT validation_failure_message text)
+CREATE OR REPLACE FUNCTION schedules.upsert_schedule_at(_now timestamp with time zone, _name text, _cron text, _task_type text, _payload jsonb, _priority integer DEFAULT NULL::integer, _missed_run_policy text DEFAULT NULL::text, _time_zone text DEFAULT NULL::text, OUT schedule_id bigint, OUT schedule_version_id bigint, OUT validation_failure_message text)
  RETURNS record
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -12469,7 +12983,7 @@ begin
     raise exception 'now must not be null' using errcode = '22004';
   end if;
   validation_failure_message := schedules.schedule_definition_error(
-    _name, _cron, _task_type, _payload, _priority, _missed_run_policy);
+    _name, _cron, _task_type, _payload, _priority, _missed_run_policy, _time_zone);
   if validation_failure_message is not null then
     return;
   end if;
@@ -12482,9 +12996,67 @@ begin
   _enabled := coalesce((schedules.current_version(schedule_id)).enabled, true);
   schedule_version_id := schedules.append_schedule_version(
     _now, schedule_id, btrim(_cron), _task_type, _payload, coalesce(_priority, 0),
-    coalesce(_missed_run_policy, 'skip'), _enabled);
+    coalesce(_missed_run_policy, 'skip'), _enabled, coalesce(_time_zone, 'UTC'));
   perform schedules.ensure_schedule_supervisor_at(_now);
 end;
 $function$;
-  -- schedules.upsert_schedule_at(_now timestamp with time zone, _name text, _cron text, _task_type text, _payload jsonb, _priority integer, _missed_run_policy text, OUT schedule_id bigint, OUT schedule_version_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
+  -- schedules.upsert_schedule_at(_now timestamp with time zone, _name text, _cron text, _task_type text, _payload jsonb, _priority integer, _missed_run_policy text, _time_zone text, OUT schedule_id bigint, OUT schedule_version_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.wall_fire_instants(_wall timestamp without time zone, _time_zone text, _every_hour boolean)
+ RETURNS timestamp with time zone[]
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _u timestamptz := _wall at time zone 'UTC';
+  _o_pre interval := schedules.zone_offset(_u - interval '1 day', _time_zone);
+  _o_post interval := schedules.zone_offset(_u + interval '1 day', _time_zone);
+  _valid timestamptz[] := '{}';
+  _lo bigint;
+  _hi bigint;
+  _mid bigint;
+begin
+  if schedules.zone_offset(_u - _o_pre, _time_zone) = _o_pre then
+    _valid := _valid || (_u - _o_pre);
+  end if;
+  if _o_post <> _o_pre and schedules.zone_offset(_u - _o_post, _time_zone) = _o_post then
+    _valid := _valid || (_u - _o_post);
+  end if;
+  if cardinality(_valid) = 2 then
+    _valid := array(select v from unnest(_valid) v order by v);
+    return case when _every_hour then _valid else _valid[1:1] end;
+  elsif cardinality(_valid) = 1 then
+    return _valid;
+  elsif _every_hour or _o_pre = _o_post then
+    return '{}';
+  end if;
+  -- In the gap: the change happened between _u - _o_post (still _o_pre) and _u - _o_pre
+  -- (already _o_post); find its second.
+  _lo := extract(epoch from _u - _o_post)::bigint;
+  _hi := extract(epoch from _u - _o_pre)::bigint;
+  while _hi - _lo > 1 loop
+    _mid := (_lo + _hi) / 2;
+    if schedules.zone_offset(to_timestamp(_mid), _time_zone) = _o_pre then
+      _lo := _mid;
+    else
+      _hi := _mid;
+    end if;
+  end loop;
+  return array[to_timestamp(_hi)];
+end;
+$function$;
+  -- schedules.wall_fire_instants(_wall timestamp without time zone, _time_zone text, _every_hour boolean): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION schedules.zone_offset(_at timestamp with time zone, _time_zone text)
+ RETURNS interval
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select (_at at time zone _time_zone) - (_at at time zone 'UTC')
+$function$;
+  -- schedules.zone_offset(_at timestamp with time zone, _time_zone text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)

@@ -6,8 +6,6 @@ set local lock_timeout = '5s';
 -- registry (and rebuilt by each registration from now on).
 --!include internal/run_function.sql
 select internal.build_call_runnable();
---!include internal/privileges.sql
 --!include queues/steps.sql
 --!include internal/delivery.sql
---!include queues/privileges-hot-path.sql
 --!include admin/task_actions.sql

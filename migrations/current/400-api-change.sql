@@ -32,4 +32,3 @@ create or replace trigger forbid_update
   for each statement execute function queues.forbid_fact_update();
 
 --!include admin/api_changes.sql
---!include admin/privileges.sql

@@ -1,13 +1,14 @@
 -- Recurring schedules for the dashboard: each schedule in force (schedules.list_schedules)
 -- with its last runs and how their tasks ended.
 
--- Every schedule with cron, next and last fire times, enabled, and its last _runs (1 to
+-- Every schedule with cron, its time zone, next and last fire times, enabled, and its last _runs (1 to
 -- 20, default 5) runs newest first as JSON: [{fire_at, outcome (enqueued/skipped),
 -- task_id, task_state}], task_state being the task's outcome or pending state.
 create or replace function admin.list_schedules_at(_now timestamptz, _runs integer)
   returns table (
     name text, cron text, task_type text, payload jsonb, priority integer, missed_run_policy text,
-    enabled boolean, last_fire_at timestamptz, next_fire_at timestamptz, updated_at timestamptz, last_runs jsonb
+    enabled boolean, last_fire_at timestamptz, next_fire_at timestamptz, updated_at timestamptz, last_runs jsonb,
+    time_zone text
   )
   language plpgsql stable
   security definer
@@ -35,7 +36,8 @@ begin
              from (select * from schedules.schedule_run x
                     where x.schedule_id = s.schedule_id
                     order by x.fire_at desc limit _n) r
-             left join queues.task_completed c on c.task_id = r.task_id), '[]')
+             left join queues.task_completed c on c.task_id = r.task_id), '[]'),
+         s.time_zone
     from schedules.list_schedules() s;
 end;
 $$;
@@ -43,7 +45,8 @@ $$;
 create or replace function admin.list_schedules(_runs integer default null)
   returns table (
     name text, cron text, task_type text, payload jsonb, priority integer, missed_run_policy text,
-    enabled boolean, last_fire_at timestamptz, next_fire_at timestamptz, updated_at timestamptz, last_runs jsonb
+    enabled boolean, last_fire_at timestamptz, next_fire_at timestamptz, updated_at timestamptz, last_runs jsonb,
+    time_zone text
   )
   language sql stable
   security definer

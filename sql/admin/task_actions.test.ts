@@ -22,7 +22,7 @@ const enqueue = async (type = 'email', scheduledIn?: string, resourceKey?: strin
   Number(
     (
       await db.query(
-        `select queues.enqueue_internal($1, '{"a": 1}'::jsonb, now() + coalesce($2::interval, '0'), null, $3) as id`,
+        `select queues.enqueue_internal($1, '{"a": 1}'::jsonb, now() + coalesce($2::interval, '0'), null, $3, 1) as id`,
         [type, scheduledIn ?? null, resourceKey ?? null],
       )
     ).rows[0].id,

@@ -299,7 +299,10 @@ begin
           %10$L, _attempt_id,
           'before_handler', _p.before_handler,
           'success_handler', _p.success_handler,
-          'error_handler', _p.error_handler));
+          'error_handler', _p.error_handler),
+          -- One run: the process retries through a new attempt, never a task retry
+          -- (a retried send would call the provider again outside the process's count).
+          _max_attempts => 1);
         insert into %1$I.%4$I (%10$I, %9$I, task_id) overriding system value
         values (_attempt_id, _task_id, _queue_task_id);
       end if;

@@ -118,7 +118,8 @@ end;
 $$;
 
 -- Enqueues a run of _supervisor (a db_function task) for the root _root_key = _root_id
--- at _at (NULL: now); returns its task id.
+-- at _at (NULL: now); returns its task id. One attempt (not queues.default_max_attempts):
+-- a supervisor run that fails is followed by the runs the process schedules itself.
 create or replace function internal.enqueue_supervisor_run(_supervisor text, _root_key text, _root_id bigint, _at timestamptz)
   returns bigint
   language plpgsql volatile
@@ -128,7 +129,7 @@ begin
   return queues.enqueue_internal('db_function', jsonb_build_object(
     'task_type', 'db_function',
     'db_function', _supervisor,
-    _root_key, _root_id), coalesce(_at, now()));
+    _root_key, _root_id), coalesce(_at, now()), _max_attempts => 1);
 end;
 $$;
 

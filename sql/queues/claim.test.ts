@@ -29,6 +29,7 @@ async function enqueueNoops(n: number, extra: Record<string, unknown> = {}): Pro
     const batch = Array.from({ length: Math.min(5000, n - start) }, (_, i) => ({
       task_type: 'db_function',
       payload: { db_function: 'internal.noop', n: start + i },
+      max_attempts: 1,
       ...extra,
     }));
     const { rows } = await db

@@ -17,7 +17,7 @@ afterAll(async () => {
 const TYPES = ['kind_a', 'kind_b'];
 
 async function enqueue(taskType: string): Promise<string> {
-  const { rows } = await db.query(`select queues.enqueue($1, '{}'::jsonb) as id`, [taskType]);
+  const { rows } = await db.query(`select queues.enqueue($1, '{}'::jsonb, _max_attempts => 1) as id`, [taskType]);
   return rows[0].id as string;
 }
 

@@ -40,12 +40,24 @@ create or replace function queues.max_payload_depth() returns integer
   set search_path = pg_catalog, pg_temp
 as $$ select 64 $$;
 
+-- The attempts a task gets when its enqueue names none: 25, as graphile-worker and River,
+-- with the queue's backoff between them (internal.backoff: 5 s, 10 s, 20 s, ... capped
+-- at an hour, about 19 hours in all). The owner's SQL that enqueues the tasks of a
+-- business process (channel tasks, supervisor runs) passes its own max_attempts (1): a
+-- process retries through new attempts, never through task retries.
+create or replace function queues.default_max_attempts() returns integer
+  language sql immutable parallel safe
+  set search_path = pg_catalog, pg_temp
+as $$ select 25 $$;
+
 -- The core of the single enqueue (no grants): validates one task and inserts it and its
 -- claim-index row in one statement; returns its task_id. _public: called for an app or
 -- the API (queues.enqueue), so internal task types are refused (42501) unless the
 -- session is the owner's. _notify: send the wake-up (false: the caller sends it after
 -- its commit, see queues.enqueue_and_commit). NULL arguments take the defaults (now, 0,
--- no resource key, one attempt).
+-- no resource key, queues.default_max_attempts()).
+-- _check_only: run every check (the task type's existence included) and return NULL
+-- without writing (queues.enqueue_unique_task checks before it decides to skip).
 --
 -- Checks, in order: for _public, a worker-only task type (refused before anything else
 -- is read, as queues.assert_may_enqueue words it); task_type NULL; the payload (NULL, not
@@ -66,7 +78,8 @@ create or replace function queues.enqueue_task(
   _resource_key text,
   _max_attempts integer,
   _public       boolean default false,
-  _notify       boolean default true
+  _notify       boolean default true,
+  _check_only   boolean default false
 ) returns bigint
   language plpgsql volatile
   set search_path = pg_catalog, pg_temp
@@ -105,6 +118,13 @@ begin
   if not isfinite(_scheduled_at) then
     raise exception 'scheduled_at must be a finite time, got %', _scheduled_at using errcode = '22023';
   end if;
+  if _check_only then
+    if not exists (select 1 from queues.task_type t where t.task_type = _task_type) then
+      raise exception 'unknown task_type %', quote_literal(left(_task_type, 100))
+        using errcode = '22023', hint = 'Known task types are listed in queues.task_type.';
+    end if;
+    return null;
+  end if;
   if current_setting('transaction_isolation') <> 'read committed' then
     perform from queues.task_type t where t.task_type = _task_type for key share;
   end if;
@@ -112,7 +132,7 @@ begin
   with inserted as (
     insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
     select t.task_type, _payload, coalesce(_priority, 0), _resource_key,
-           coalesce(_max_attempts, 1), coalesce(_scheduled_at, now())
+           coalesce(_max_attempts, queues.default_max_attempts()), coalesce(_scheduled_at, now())
       from queues.task_type t
      where t.task_type = _task_type
     returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts
@@ -135,8 +155,8 @@ end;
 $$;
 
 -- Enqueue one task for an app or the API; returns its task_id. NULL arguments take the
--- defaults (now, 0, no resource key, one attempt), since generated clients send undefined
--- as NULL. Refuses internal task types (42501). _notify => false leaves the wake-up to
+-- defaults (now, 0, no resource key, queues.default_max_attempts()), since generated
+-- clients send undefined as NULL. A unique task: queues.enqueue_unique (unique.sql). Refuses internal task types (42501). _notify => false leaves the wake-up to
 -- the caller (queues.enqueue_and_commit sends it after the commit).
 create or replace function queues.enqueue(
   _task_type    text,
@@ -189,7 +209,7 @@ end;
 $$;
 
 -- Enqueue one task; returns its task_id. NULL arguments take the defaults (now, 0,
--- no resource key, one attempt), since generated clients send undefined as NULL.
+-- no resource key, queues.default_max_attempts()), since generated clients send undefined as NULL.
 -- Owner only (no grant): the owner's SQL enqueues any task type through it. A thin alias
 -- of the core queues.enqueue_task, with the defaults of queues.enqueue.
 create or replace function queues.enqueue_internal(
@@ -227,7 +247,10 @@ $$;
 
 -- Enqueue many tasks in one statement. _tasks is a JSON array of objects:
 --   {"task_type": "...", "payload": {...}, "scheduled_at"?: "...", "priority"?: 0,
---    "resource_key"?: "...", "max_attempts"?: 1}
+--    "resource_key"?: "...", "max_attempts"?: 25,
+--    "unique_key"?: "...", "unique_policy"?: "skip", "unique_period"?: "30 seconds"}
+-- (the unique fields as in queues.enqueue_unique; a skipped element answers the pending
+-- task's id)
 -- Returns the task_ids in input order. All or nothing: the first bad element, in input
 -- order, raises an error naming it (tasks[i]: ...) and nothing is written. _public as in
 -- queues.enqueue_task: a worker-only task type anywhere in the batch is refused (42501)
@@ -274,6 +297,12 @@ begin
     if found then
       perform queues.assert_may_enqueue(_refused.task_type, format('tasks[%s]: ', _refused.idx));
     end if;
+  end if;
+  -- A batch naming a unique key goes element by element (sql/queues/unique.sql); a batch
+  -- without one pays only this walk of its elements' keys.
+  if jsonb_path_exists(_tasks, 'lax $[*] ? (exists(@.unique_key) || exists(@.unique_policy) || exists(@.unique_period))') then
+    return query select u.task_id from queues.enqueue_tasks_one_by_one(_tasks, _public) u;
+    return;
   end if;
   -- Under REPEATABLE READ or SERIALIZABLE, lock the types FOR KEY SHARE (see
   -- queues.enqueue_task).
@@ -329,7 +358,7 @@ begin
     insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
     select c.task_type,
            case when c.problem is null then c.payload else queues.raise_enqueue_problem(c.idx, c.problem) end,
-           coalesce(c.priority, 0), c.resource_key, coalesce(c.max_attempts, 1), coalesce(c.scheduled_at, now())
+           coalesce(c.priority, 0), c.resource_key, coalesce(c.max_attempts, queues.default_max_attempts()), coalesce(c.scheduled_at, now())
       from checked c
      order by c.idx
     returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts

@@ -36,7 +36,7 @@ describe('enqueue', () => {
       payload: { send_email_attempt_id: 1 },
       priority: 0,
       resource_key: null,
-      max_attempts: 1,
+      max_attempts: 25,
       scheduled_now: true,
     });
   });
@@ -57,9 +57,9 @@ describe('enqueue', () => {
       [rows.map((r) => r.task_id)],
     );
     expect(stored.map((r) => [r.i, r.task_type, r.priority, r.resource_key, r.max_attempts])).toEqual([
-      ['0', 'product_resync', 0, null, 1],
+      ['0', 'product_resync', 0, null, 25],
       ['1', 'store_discovery', 5, 'account:1', 3],
-      ['2', 'analytics_refresh', 0, null, 1],
+      ['2', 'analytics_refresh', 0, null, 25],
     ]);
     expect(stored[2].scheduled_at.toISOString()).toBe('2030-01-01T00:00:00.000Z');
   });

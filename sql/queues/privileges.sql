@@ -28,7 +28,8 @@ to :DATABASE_WORKER;
 
 grant execute on function
   queues.enqueue(text, jsonb, timestamptz, integer, text, integer, boolean),
-  queues.enqueue_many(jsonb)
+  queues.enqueue_many(jsonb),
+  queues.enqueue_unique(text, jsonb, text, text, interval, timestamptz, integer, text, integer)
 to :DATABASE_APP;
 -- The client's enqueue on a pool (commit, then the wake-up; sql/queues/enqueue.sql).
 revoke execute on all procedures in schema queues from public;

@@ -1,6 +1,7 @@
 // Simple retries with exponential backoff, dead letters and redrive.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { claimDue, processTask } from '../test-support/drive.ts';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -99,6 +100,46 @@ describe('simple retries', () => {
     expect(before[0]).toMatchObject({ failed_attempts: 1, max_attempts: 4, current_lease_id: null });
     await db.query('select queues.rebuild_task_pending()');
     expect(await snapshot()).toEqual(before);
+  });
+});
+
+describe('the default attempts', () => {
+  it('a task enqueued without max_attempts gets queues.default_max_attempts() (25) and is retried after a failure', async () => {
+    const { rows } = await db.pool('app').query(`select queues.enqueue('product_resync', '{"n": 25}') as id`);
+    const id = rows[0].id as string;
+    const { rows: task } = await db.query('select max_attempts from queues.task where task_id = $1', [id]);
+    expect(task).toEqual([{ max_attempts: 25 }]);
+    expect(await failRun((await claimAt(0, id))!)).toBe('retry_scheduled');
+    // The retry runs after the backoff, and fails again with attempts left.
+    expect(await failRun((await claimAt(6, id))!)).toBe('retry_scheduled');
+    const { rows: failed } = await db.query(
+      'select count(*)::int as n from queues.task_attempt_failed where task_id = $1',
+      [id],
+    );
+    expect(failed).toEqual([{ n: 2 }]);
+  });
+
+  it("a business process's channel task and supervisor runs keep one attempt: the process retries, not the queue", async () => {
+    const { rows } = await db
+      .pool('app')
+      .query(
+        `select send_email_task_id::text as id from comms.send_email('a@example.com', 'b@example.com', 's', '<p>h</p>')`,
+      );
+    const root = rows[0].id as string;
+    const clock = new Date(Date.now() + 1000);
+    // The first supervisor run enqueues the channel task (and its own next run).
+    for (const t of await claimDue(db, clock, ['db_function'])) await processTask(db, t);
+    const { rows: tasks } = await db.query(
+      `select task_type, max_attempts from queues.task where payload->>'send_email_task_id' = $1 order by task_id`,
+      [root],
+    );
+    expect(tasks.length).toBeGreaterThanOrEqual(3);
+    expect(tasks.every((t) => t.max_attempts === 1)).toBe(true);
+    expect(tasks.map((t) => t.task_type)).toContain('email');
+    const [channel] = (await claimDue(db, clock, ['email'])).filter(
+      (t) => String(t.payload.send_email_task_id) === root,
+    );
+    expect(await failRun(channel)).toBe('completed');
   });
 });
 

@@ -22,7 +22,7 @@ interface Lease {
   resource_key?: string | null;
 }
 
-async function enqueue(resourceKey: string | null = null, maxAttempts: number | null = null): Promise<string> {
+async function enqueue(resourceKey: string | null = null, maxAttempts: number | null = 1): Promise<string> {
   const { rows } = await db
     .pool('owner')
     .query(`select queues.enqueue('db_function', '{"db_function": "internal.noop"}', null, null, $1, $2) as id`, [
@@ -354,7 +354,7 @@ describe('server-side steps (queues.run_steps)', () => {
     `);
   });
 
-  async function enqueueStep(payload: Record<string, unknown>, maxAttempts: number | null = null): Promise<string> {
+  async function enqueueStep(payload: Record<string, unknown>, maxAttempts: number | null = 1): Promise<string> {
     const { rows } = await db
       .pool('owner')
       .query(`select queues.enqueue('db_function', $1::jsonb, null, null, null, $2) as id`, [

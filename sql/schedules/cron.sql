@@ -1,4 +1,4 @@
--- Cron expressions, evaluated in UTC.
+-- Cron expressions, evaluated in UTC or in an IANA time zone.
 --
 -- Five fields: minute (0-59) hour (0-23) day-of-month (1-31) month (1-12)
 -- day-of-week (0-7; 0 and 7 are Sunday). Each field is a comma list of items:
@@ -15,6 +15,21 @@
 --   schedules.next_fire_time(cron, after)     first fire time strictly after `after`
 --   schedules.prev_fire_time(cron, before)    last fire time strictly before `before`
 --   schedules.cron_error(cron)                the parse error message, or null
+--   schedules.next_fire_time(cron, after, time_zone), prev_fire_time(cron, before, time_zone)
+--                                             the same in a time zone (below)
+--
+-- In a time zone the fields match the local wall clock, and daylight-saving changes follow
+-- cronie's rule, by whether the job runs every hour (its hour field allows all 24 hours,
+-- '*' or '*/1') or at fixed hours:
+--   clocks go forward (a wall time that does not exist, 02:30 in Berlin on 2026-03-29):
+--     a fixed-hour job fires once, at the first valid time after the gap (03:00 local,
+--     the moment of the change); an every-hour job skips the missing times (it fires in
+--     every real hour anyway)
+--   clocks go back (a wall time that occurs twice, 02:30 in Berlin on 2026-10-25):
+--     a fixed-hour job fires once, at the first occurrence; an every-hour job fires at
+--     both, so it fires in every real hour
+-- Zone offsets are read from PostgreSQL's time zone data; a change of a zone's offset by
+-- more than 3 hours at once (Pacific/Apia skipping 2011-12-30) is not searched across.
 
 -- One field: a sorted array of the values it allows. _name names the field in errors.
 create or replace function schedules.parse_cron_field(
@@ -240,4 +255,175 @@ exception
   when sqlstate '22023' or sqlstate '22004' then
     return sqlerrm;
 end;
+$$;
+
+-- The zone's offset from UTC at _at (local wall time minus UTC).
+create or replace function schedules.zone_offset(_at timestamptz, _time_zone text) returns interval
+  language sql immutable parallel safe
+  set search_path = pg_catalog, pg_temp
+as $$
+  select (_at at time zone _time_zone) - (_at at time zone 'UTC')
+$$;
+
+-- The instants at which the local wall time _wall fires in _time_zone, by the rules at
+-- the top: one instant; none or the end of the gap when the clocks went forward over it;
+-- the first or both occurrences when they went back over it. _every_hour: the cron's
+-- hour field allows all 24 hours. Offsets a day before and after are the candidates: a
+-- zone's offset changes at most once within two days.
+create or replace function schedules.wall_fire_instants(_wall timestamp, _time_zone text, _every_hour boolean)
+  returns timestamptz[]
+  language plpgsql immutable
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _u timestamptz := _wall at time zone 'UTC';
+  _o_pre interval := schedules.zone_offset(_u - interval '1 day', _time_zone);
+  _o_post interval := schedules.zone_offset(_u + interval '1 day', _time_zone);
+  _valid timestamptz[] := '{}';
+  _lo bigint;
+  _hi bigint;
+  _mid bigint;
+begin
+  if schedules.zone_offset(_u - _o_pre, _time_zone) = _o_pre then
+    _valid := _valid || (_u - _o_pre);
+  end if;
+  if _o_post <> _o_pre and schedules.zone_offset(_u - _o_post, _time_zone) = _o_post then
+    _valid := _valid || (_u - _o_post);
+  end if;
+  if cardinality(_valid) = 2 then
+    _valid := array(select v from unnest(_valid) v order by v);
+    return case when _every_hour then _valid else _valid[1:1] end;
+  elsif cardinality(_valid) = 1 then
+    return _valid;
+  elsif _every_hour or _o_pre = _o_post then
+    return '{}';
+  end if;
+  -- In the gap: the change happened between _u - _o_post (still _o_pre) and _u - _o_pre
+  -- (already _o_post); find its second.
+  _lo := extract(epoch from _u - _o_post)::bigint;
+  _hi := extract(epoch from _u - _o_pre)::bigint;
+  while _hi - _lo > 1 loop
+    _mid := (_lo + _hi) / 2;
+    if schedules.zone_offset(to_timestamp(_mid), _time_zone) = _o_pre then
+      _lo := _mid;
+    else
+      _hi := _mid;
+    end if;
+  end loop;
+  return array[to_timestamp(_hi)];
+end;
+$$;
+
+-- The first fire time strictly after _after of _cron read in _time_zone (NULL or 'UTC':
+-- schedules.next_fire_time(_cron, _after)), or null when it never fires. Far from a
+-- daylight-saving change it is the UTC walk on wall times, mapped back with the zone's
+-- offset; within 3 hours of one (or more than a week ahead) it walks the wall times
+-- from 3 hours before _after's and maps each by schedules.wall_fire_instants, keeping the
+-- earliest instant after _after.
+create or replace function schedules.next_fire_time(_cron text, _after timestamptz, _time_zone text)
+  returns timestamptz
+  language plpgsql immutable
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _every_hour boolean;
+  _o interval;
+  _w timestamp;
+  _i timestamptz;
+  _best timestamptz;
+begin
+  if _time_zone is null or _time_zone = 'UTC' then
+    return schedules.next_fire_time(_cron, _after);
+  end if;
+  if _after is null then
+    raise exception 'after must not be null' using errcode = '22004';
+  end if;
+  _every_hour := cardinality((schedules.parse_cron(_cron)).hours) = 24;
+  _o := schedules.zone_offset(_after, _time_zone);
+  -- Wall times are walked as if they were UTC instants.
+  _w := schedules.next_fire_time(_cron, (_after at time zone _time_zone) at time zone 'UTC') at time zone 'UTC';
+  if _w is null then
+    return null;
+  end if;
+  _i := (_w at time zone 'UTC') - _o;
+  if _i - _after <= interval '7 days'
+     and schedules.zone_offset(_i, _time_zone) = _o
+     and schedules.zone_offset(_after - interval '3 hours', _time_zone) = _o then
+    return _i;
+  end if;
+  _w := schedules.next_fire_time(_cron,
+          ((_after at time zone _time_zone) - interval '3 hours 1 minute') at time zone 'UTC') at time zone 'UTC';
+  while _w is not null and (_best is null or _w <= (_best at time zone _time_zone) + interval '3 hours') loop
+    foreach _i in array schedules.wall_fire_instants(_w, _time_zone, _every_hour) loop
+      if _i > _after and (_best is null or _i < _best) then
+        _best := _i;
+      end if;
+    end loop;
+    _w := schedules.next_fire_time(_cron, _w at time zone 'UTC') at time zone 'UTC';
+  end loop;
+  return _best;
+end;
+$$;
+
+-- The last fire time strictly before _before of _cron read in _time_zone, or null; the
+-- mirror image of the zone's next_fire_time.
+create or replace function schedules.prev_fire_time(_cron text, _before timestamptz, _time_zone text)
+  returns timestamptz
+  language plpgsql immutable
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _every_hour boolean;
+  _o interval;
+  _w timestamp;
+  _i timestamptz;
+  _best timestamptz;
+begin
+  if _time_zone is null or _time_zone = 'UTC' then
+    return schedules.prev_fire_time(_cron, _before);
+  end if;
+  if _before is null then
+    raise exception 'before must not be null' using errcode = '22004';
+  end if;
+  _every_hour := cardinality((schedules.parse_cron(_cron)).hours) = 24;
+  _o := schedules.zone_offset(_before, _time_zone);
+  _w := schedules.prev_fire_time(_cron, (_before at time zone _time_zone) at time zone 'UTC') at time zone 'UTC';
+  if _w is null then
+    return null;
+  end if;
+  _i := (_w at time zone 'UTC') - _o;
+  if _before - _i <= interval '7 days'
+     and schedules.zone_offset(_i, _time_zone) = _o
+     and schedules.zone_offset(_i - interval '3 hours', _time_zone) = _o then
+    return _i;
+  end if;
+  _w := schedules.prev_fire_time(_cron,
+          ((_before at time zone _time_zone) + interval '3 hours 1 minute') at time zone 'UTC') at time zone 'UTC';
+  while _w is not null and (_best is null or _w >= (_best at time zone _time_zone) - interval '3 hours') loop
+    foreach _i in array schedules.wall_fire_instants(_w, _time_zone, _every_hour) loop
+      if _i < _before and (_best is null or _i > _best) then
+        _best := _i;
+      end if;
+    end loop;
+    _w := schedules.prev_fire_time(_cron, _w at time zone 'UTC') at time zone 'UTC';
+  end loop;
+  return _best;
+end;
+$$;
+
+-- Null when _time_zone names a time zone of PostgreSQL's IANA data (pg_timezone_names:
+-- Europe/Berlin, America/New_York, UTC), spelt as there; else the message. Abbreviations
+-- that are not zone names (PDT) and POSIX strings ('UTC+5') are refused: they have no
+-- daylight-saving rules, or not the ones meant. Reads the zone directory (milliseconds):
+-- called when a schedule is written, never per fire time.
+create or replace function schedules.time_zone_error(_time_zone text) returns text
+  language sql stable
+  set search_path = pg_catalog, pg_temp
+as $$
+  select case
+           when _time_zone is null then 'time_zone must not be null'
+           when not exists (select 1 from pg_catalog.pg_timezone_names z where z.name = _time_zone)
+             then format('time_zone must be an IANA time zone name such as ''Europe/Berlin'' or ''UTC'', got %s',
+                         quote_literal(left(_time_zone, 100)))
+         end
 $$;

@@ -12,7 +12,7 @@ grant execute on function schedules.schedule_supervisor(jsonb) to :DATABASE_WORK
 select internal.register_runnable_function('schedules.schedule_supervisor(jsonb)');
 
 grant execute on function
-  schedules.upsert_schedule(text, text, text, jsonb, integer, text),
+  schedules.upsert_schedule(text, text, text, jsonb, integer, text, text),
   schedules.enable_schedule(text),
   schedules.disable_schedule(text),
   schedules.list_schedules(),

@@ -8,8 +8,10 @@
 -- payload neither skips nor repeats a fire time.
 
 -- Null when the definition is valid; else what is wrong with it (the first problem).
+-- _time_zone NULL means UTC.
 create or replace function schedules.schedule_definition_error(
-  _name text, _cron text, _task_type text, _payload jsonb, _priority integer, _missed_run_policy text
+  _name text, _cron text, _task_type text, _payload jsonb, _priority integer, _missed_run_policy text,
+  _time_zone text default null
 ) returns text
   language plpgsql stable
   set search_path = pg_catalog, pg_temp
@@ -23,6 +25,12 @@ begin
   _error := schedules.cron_error(_cron);
   if _error is not null then
     return _error;
+  end if;
+  if _time_zone is not null then
+    _error := schedules.time_zone_error(_time_zone);
+    if _error is not null then
+      return _error;
+    end if;
   end if;
   if _task_type is null then
     return 'task_type is required';
@@ -55,39 +63,42 @@ end;
 $$;
 
 -- Appends a version to a locked schedule unless it would change nothing; returns the
--- version in force.
+-- version in force. _time_zone NULL keeps the version's zone (UTC for a new schedule).
 create or replace function schedules.append_schedule_version(
   _now timestamptz, _schedule_id bigint, _cron text, _task_type text, _payload jsonb,
-  _priority integer, _missed_run_policy text, _enabled boolean
+  _priority integer, _missed_run_policy text, _enabled boolean, _time_zone text default null
 ) returns bigint
   language plpgsql volatile
   set search_path = pg_catalog, pg_temp
 as $$
 declare
   _current schedules.schedule_version := schedules.current_version(_schedule_id);
+  _zone text := coalesce(_time_zone, _current.time_zone, 'UTC');
   _id bigint;
 begin
   if _current.schedule_version_id is not null
      and (_current.cron, _current.task_type, _current.payload, _current.priority,
-          _current.missed_run_policy, _current.enabled)
-         is not distinct from (_cron, _task_type, _payload, _priority, _missed_run_policy, _enabled) then
+          _current.missed_run_policy, _current.enabled, _current.time_zone)
+         is not distinct from (_cron, _task_type, _payload, _priority, _missed_run_policy, _enabled, _zone) then
     return _current.schedule_version_id;
   end if;
   insert into schedules.schedule_version
-    (schedule_id, cron, task_type, payload, priority, missed_run_policy, enabled, fires_after, created_at)
+    (schedule_id, cron, task_type, payload, priority, missed_run_policy, enabled, fires_after, created_at, time_zone)
   values (_schedule_id, _cron, _task_type, _payload, _priority, _missed_run_policy, _enabled,
           case when _current.schedule_version_id is null or (_enabled and not _current.enabled)
-                    or _current.cron <> _cron
+                    or _current.cron <> _cron or _current.time_zone <> _zone
                then _now else _current.fires_after end,
-          _now)
+          _now, _zone)
   returning schedule_version_id into _id;
   return _id;
 end;
 $$;
 
 -- Owner only. Creates the schedule _name (enabled), or updates its definition (keeping
--- whether it is enabled). NULL priority means 0 and NULL missed_run_policy 'skip'. Kicks
--- off the supervisor. Idempotent: the same definition again appends nothing.
+-- whether it is enabled). NULL priority means 0, NULL missed_run_policy 'skip' and NULL
+-- time_zone 'UTC' (an IANA name, schedules.time_zone_error; the cron is read on its wall
+-- clock, sql/schedules/cron.sql). Changing the cron or the time zone counts from now.
+-- Kicks off the supervisor. Idempotent: the same definition again appends nothing.
 create or replace function schedules.upsert_schedule_at(
   _now               timestamptz,
   _name              text,
@@ -96,6 +107,7 @@ create or replace function schedules.upsert_schedule_at(
   _payload           jsonb,
   _priority          integer default null,
   _missed_run_policy text default null,
+  _time_zone         text default null,
   out schedule_id                bigint,
   out schedule_version_id        bigint,
   out validation_failure_message text
@@ -111,7 +123,7 @@ begin
     raise exception 'now must not be null' using errcode = '22004';
   end if;
   validation_failure_message := schedules.schedule_definition_error(
-    _name, _cron, _task_type, _payload, _priority, _missed_run_policy);
+    _name, _cron, _task_type, _payload, _priority, _missed_run_policy, _time_zone);
   if validation_failure_message is not null then
     return;
   end if;
@@ -124,7 +136,7 @@ begin
   _enabled := coalesce((schedules.current_version(schedule_id)).enabled, true);
   schedule_version_id := schedules.append_schedule_version(
     _now, schedule_id, btrim(_cron), _task_type, _payload, coalesce(_priority, 0),
-    coalesce(_missed_run_policy, 'skip'), _enabled);
+    coalesce(_missed_run_policy, 'skip'), _enabled, coalesce(_time_zone, 'UTC'));
   perform schedules.ensure_schedule_supervisor_at(_now);
 end;
 $$;
@@ -136,6 +148,7 @@ create or replace function schedules.upsert_schedule(
   _payload           jsonb,
   _priority          integer default null,
   _missed_run_policy text default null,
+  _time_zone         text default null,
   out schedule_id                bigint,
   out schedule_version_id        bigint,
   out validation_failure_message text
@@ -150,7 +163,8 @@ begin
   -- install, with schedules.upsert_schedule_at in a migration.
   perform queues.assert_may_enqueue(_task_type);
   select * into schedule_id, schedule_version_id, validation_failure_message
-    from schedules.upsert_schedule_at(now(), _name, _cron, _task_type, _payload, _priority, _missed_run_policy);
+    from schedules.upsert_schedule_at(now(), _name, _cron, _task_type, _payload, _priority, _missed_run_policy,
+                                      _time_zone);
 end;
 $$;
 
@@ -181,7 +195,8 @@ begin
   end if;
   _v := schedules.current_version(schedule_id);
   schedule_version_id := schedules.append_schedule_version(
-    _now, schedule_id, _v.cron, _v.task_type, _v.payload, _v.priority, _v.missed_run_policy, _enabled);
+    _now, schedule_id, _v.cron, _v.task_type, _v.payload, _v.priority, _v.missed_run_policy, _enabled,
+    _v.time_zone);
   if _enabled then
     perform schedules.ensure_schedule_supervisor_at(_now);
   end if;
@@ -214,7 +229,7 @@ create or replace function schedules.list_schedules()
   returns table (
     schedule_id bigint, name text, cron text, task_type text, payload jsonb, priority integer,
     missed_run_policy text, enabled boolean, last_fire_at timestamptz, next_fire_at timestamptz,
-    created_at timestamptz, updated_at timestamptz
+    created_at timestamptz, updated_at timestamptz, time_zone text
   )
   language sql stable
   security definer
@@ -222,7 +237,7 @@ create or replace function schedules.list_schedules()
 as $$
   select s.schedule_id, s.name, v.cron, v.task_type, v.payload, v.priority, v.missed_run_policy,
          v.enabled, schedules.last_fire_at(s.schedule_id), schedules.next_due_fire_at(s.schedule_id),
-         s.created_at, v.created_at
+         s.created_at, v.created_at, v.time_zone
     from schedules.schedule s
    cross join lateral schedules.current_version(s.schedule_id) v
    order by s.name

@@ -66,7 +66,8 @@ create or replace function schedules.next_due_fire_at(_schedule_id bigint)
   set search_path = pg_catalog, pg_temp
 as $$
   select case when v.enabled
-              then schedules.next_fire_time(v.cron, greatest(v.fires_after, schedules.last_fire_at(_schedule_id)))
+              then schedules.next_fire_time(v.cron, greatest(v.fires_after, schedules.last_fire_at(_schedule_id)),
+                                            v.time_zone)
          end
     from schedules.current_version(_schedule_id) v
 $$;
@@ -150,20 +151,20 @@ begin
     return null;
   end if;
   _from := greatest(_v.fires_after, schedules.last_fire_at(_schedule_id));
-  _first := schedules.next_fire_time(_v.cron, _from);
+  _first := schedules.next_fire_time(_v.cron, _from, _v.time_zone);
   if _first is null or _first > _now then
     return null;
   end if;
 
   if _v.missed_run_policy = 'catch_up_once' then
     -- The latest fire time at or before now (at least _first).
-    _last := schedules.prev_fire_time(_v.cron, _now + interval '1 microsecond');
+    _last := schedules.prev_fire_time(_v.cron, _now + interval '1 microsecond', _v.time_zone);
     _task_id := schedules.enqueue_schedule_run(_v, _last, _first, _now);
     _enqueued := jsonb_build_array(jsonb_build_object(
       'fire_at', _last, 'first_fire_at', _first, 'task_id', _task_id));
   else
     if _first < _now - schedules.skip_grace_period() then
-      _last := schedules.prev_fire_time(_v.cron, _now - schedules.skip_grace_period());
+      _last := schedules.prev_fire_time(_v.cron, _now - schedules.skip_grace_period(), _v.time_zone);
       insert into schedules.schedule_run
         (schedule_id, schedule_version_id, fire_at, first_fire_at, outcome, task_id, enqueued_at)
       values (_schedule_id, _v.schedule_version_id, _last, _first, 'skipped', null, _now);
@@ -172,7 +173,7 @@ begin
     end if;
     -- Within the grace window: each fire time is its own run (at most grace / 1 minute).
     loop
-      _fire := schedules.next_fire_time(_v.cron, _from);
+      _fire := schedules.next_fire_time(_v.cron, _from, _v.time_zone);
       exit when _fire is null or _fire > _now;
       _task_id := schedules.enqueue_schedule_run(_v, _fire, _fire, _now);
       _enqueued := _enqueued || jsonb_build_object('fire_at', _fire, 'first_fire_at', _fire, 'task_id', _task_id);

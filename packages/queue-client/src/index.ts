@@ -12,6 +12,7 @@ export {
   dequeueNextAvailableTask,
   enqueue,
   enqueueMany,
+  enqueueUnique,
   extendLeases,
   failTask,
   interruptTask,
@@ -36,6 +37,11 @@ export {
   type Step,
   type StepResult,
   type Task,
+  type EnqueueOutcome,
+  type UniqueEnqueueResult,
+  type UniqueOptions,
+  type UniquePolicy,
 } from './tasks.js';
 export { listTaskResults, recordTaskResult, type TaskResult } from './results.js';
 export { recordWorkerHeartbeat, recordWorkerStopped, revokeWorkerLeases } from './workers.js';
+export { registerTaskTypes, type TaskTypeRegistration } from './task-types.js';

@@ -27,6 +27,7 @@ import {
   taskEnqueue,
   taskEnqueueAndCommit,
   taskEnqueueMany,
+  taskEnqueueUnique,
   taskExtendLeases,
   taskFail,
   taskInterrupt,
@@ -39,7 +40,7 @@ import {
 } from './queries/task.queries.js';
 import pg from 'pg';
 import type { Queryable } from './connection.js';
-import { mapErrors } from './errors.js';
+import { mapErrors, QueueError } from './errors.js';
 import { isNestedDeeperThan, MAX_PAYLOAD_DEPTH, serialisationError, toJsonText } from './json.js';
 import { prepared } from './prepared.js';
 
@@ -57,8 +58,50 @@ export interface NewTask {
   priority?: number;
   /** At most one task per resource key is leased at a time. */
   resourceKey?: string;
-  /** Runs allowed for tasks no supervisor drives (default 1). */
+  /**
+   * Runs allowed, 1..100 (default 25: a failure is retried after a backoff of 5 s, 10 s,
+   * 20 s, ... capped at an hour; `queues.default_max_attempts()`).
+   */
   maxAttempts?: number;
+  /** At most one pending task per key: see {@link UniqueOptions}. */
+  unique?: UniqueOptions;
+}
+
+/**
+ * What an enqueue with a unique key does when a task with that key is pending (not
+ * completed), sql/queues/unique.sql:
+ *   skip      write nothing, answer the pending task's id (default)
+ *   replace   a new task with this payload and time; the pending one is cancelled
+ *             ('replaced by task N') unless a worker is running it, which then runs on
+ *   debounce  as replace, the new task due `periodMs` after `scheduledAt` (default now)
+ */
+export type UniquePolicy = 'skip' | 'replace' | 'debounce';
+
+export interface UniqueOptions {
+  /** 1..200 characters, shared by every task type: name it for what it guards (`sync:user:42`). */
+  key: string;
+  policy?: UniquePolicy;
+  /** debounce only: the delay after the latest enqueue, in milliseconds (>= 0). */
+  periodMs?: number;
+}
+
+/** What an enqueue with a unique key did: `taskId` is the new task's, or the pending one's when skipped. */
+export type EnqueueOutcome = 'inserted' | 'skipped' | 'replaced';
+
+export interface UniqueEnqueueResult {
+  taskId: Id;
+  outcome: EnqueueOutcome;
+  /** The pending task this enqueue replaced ('replaced' only). */
+  replacedTaskId: Id | null;
+}
+
+function periodInterval(unique: UniqueOptions | undefined): string | undefined {
+  const ms = unique?.periodMs;
+  if (ms === undefined || ms === null) return undefined;
+  if (typeof ms !== 'number' || !Number.isFinite(ms)) {
+    throw new QueueError(`unique.periodMs must be a finite number of milliseconds, got ${String(ms)}`, 'invalid_input');
+  }
+  return `${ms} milliseconds`;
 }
 
 export interface Task {
@@ -138,6 +181,7 @@ function asObject(value: unknown): JsonObject {
  * however many tasks it enqueues.
  */
 export async function enqueue(db: Queryable, task: NewTask): Promise<Id> {
+  if (task.unique) return (await enqueueUnique(db, { ...task, unique: task.unique })).taskId;
   const params = {
     taskType: task.taskType,
     payload: toJsonText(task.payload, 'payload', MAX_PAYLOAD_DEPTH),
@@ -158,7 +202,38 @@ export async function enqueue(db: Queryable, task: NewTask): Promise<Id> {
   return row.taskId;
 }
 
-/** Adds up to 10,000 tasks in one statement, all or nothing; returns their ids in order. */
+/**
+ * Adds a task with a unique key (`queues.enqueue_unique`) and says what happened:
+ * inserted, skipped (a task with the key is pending; its id is answered) or replaced.
+ * Concurrent callers with one key are serialised on the key, so they leave one pending
+ * task. On a pool the call is a transaction of its own; on a client it joins the
+ * client's transaction (and holds the key until it ends).
+ */
+export async function enqueueUnique(
+  db: Queryable,
+  task: NewTask & { unique: UniqueOptions },
+): Promise<UniqueEnqueueResult> {
+  const params = {
+    taskType: task.taskType,
+    payload: JSON.stringify(task.payload),
+    uniqueKey: task.unique.key,
+    uniquePolicy: task.unique.policy,
+    uniquePeriod: periodInterval(task.unique),
+    scheduledAt: task.scheduledAt,
+    priority: task.priority,
+    resourceKey: task.resourceKey,
+    maxAttempts: task.maxAttempts,
+  };
+  const [row] = await mapErrors(taskEnqueueUnique.run(params, prepared('queue_client_task_enqueue_unique', db)));
+  if (!row) throw new Error('queues.enqueue_unique returned no row');
+  return { taskId: row.taskId, outcome: row.outcome as EnqueueOutcome, replacedTaskId: row.replacedTaskId };
+}
+
+/**
+ * Adds up to 10,000 tasks in one statement, all or nothing; returns their ids in order.
+ * A task with `unique` answers the pending task's id when its policy skips; a batch with
+ * any unique task is enqueued one task after another (in order) inside the statement.
+ */
 export async function enqueueMany(db: Queryable, tasks: NewTask[]): Promise<Id[]> {
   const json = tasks.map((t) => ({
     task_type: t.taskType,
@@ -167,6 +242,9 @@ export async function enqueueMany(db: Queryable, tasks: NewTask[]): Promise<Id[]
     priority: t.priority,
     resource_key: t.resourceKey,
     max_attempts: t.maxAttempts,
+    unique_key: t.unique?.key,
+    unique_policy: t.unique?.policy,
+    unique_period: periodInterval(t.unique),
   }));
   // The ids come back as one array in input order: one row to send and parse, not one per task.
   let text: string;

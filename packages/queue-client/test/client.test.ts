@@ -10,6 +10,7 @@ import {
   dequeueNextAvailableTask,
   enqueue,
   enqueueMany,
+  enqueueUnique,
   failTask,
   runFunction,
   withTransaction,
@@ -31,6 +32,14 @@ afterAll(async () => {
   await db?.drop();
 });
 
+/** Cancels the pending tasks of the unique keys like `pattern`, so later tests claim only their own. */
+const cancelPending = (pattern: string) =>
+  db.query(
+    `select admin.cancel_tasks(array(select u.task_id from queues.task_unique u
+                                      join queues.task_pending p using (task_id) where u.unique_key like $1))`,
+    [pattern],
+  );
+
 describe('queue client', () => {
   it('enqueues, claims, fails and completes with typed rows', async () => {
     const scheduledAt = new Date(Date.now() - 60_000);
@@ -40,6 +49,7 @@ describe('queue client', () => {
       scheduledAt,
       priority: 3,
       resourceKey: 'message:42',
+      maxAttempts: 1,
     });
     expect(taskId).toMatch(/^\d+$/);
 
@@ -93,6 +103,49 @@ describe('queue client', () => {
       { taskId: ids[0], result: 'completed' },
     ]);
     expect(await completeTasks(worker, [])).toEqual([]);
+  });
+
+  it('enqueueUnique says what happened; enqueue and enqueueMany with `unique` answer the pending id', async () => {
+    const task = { taskType: 'store_discovery', payload: { v: 1 }, unique: { key: 'client:1' } };
+    const first = await enqueueUnique(app, task);
+    expect(first).toEqual({ taskId: expect.any(String), outcome: 'inserted', replacedTaskId: null });
+    expect(await enqueue(app, task)).toBe(first.taskId);
+    expect(await enqueueMany(app, [task, { ...task, unique: { key: 'client:2' } }])).toEqual([
+      first.taskId,
+      expect.any(String),
+    ]);
+    const replaced = await withTransaction(app, (tx) =>
+      enqueueUnique(tx, {
+        ...task,
+        payload: { v: 2 },
+        unique: { key: 'client:1', policy: 'debounce', periodMs: 1500 },
+      }),
+    );
+    expect(replaced).toMatchObject({ outcome: 'replaced', replacedTaskId: first.taskId });
+    const { rows } = await db.query(
+      `select payload, extract(epoch from scheduled_at - enqueued_at)::float8 as delay from queues.task where task_id = $1`,
+      [replaced.taskId],
+    );
+    expect(rows[0].payload).toEqual({ v: 2 });
+    expect(rows[0].delay).toBeCloseTo(1.5, 1);
+    await expect(enqueueUnique(app, { ...task, unique: { key: '' } })).rejects.toMatchObject({
+      kind: 'invalid_input',
+      message: expect.stringMatching(/unique_key must be 1 to 200 characters/),
+    });
+    await expect(
+      enqueueUnique(app, { ...task, unique: { key: 'k', policy: 'debounce', periodMs: Number.NaN } }),
+    ).rejects.toMatchObject({ kind: 'invalid_input', message: expect.stringMatching(/unique.periodMs/) });
+    await cancelPending('client:%');
+  });
+
+  it('a task enqueued without maxAttempts gets the default of 25', async () => {
+    const taskId = await enqueue(app, { taskType: 'store_discovery', payload: {} });
+    const [id] = await enqueueMany(app, [{ taskType: 'store_discovery', payload: {} }]);
+    const { rows } = await db.query(`select max_attempts from queues.task where task_id = any($1::bigint[])`, [
+      [taskId, id],
+    ]);
+    expect(rows).toEqual([{ max_attempts: 25 }, { max_attempts: 25 }]);
+    await db.query(`select admin.cancel_tasks($1::bigint[])`, [[taskId, id]]);
   });
 
   it('dequeueNextAvailableTask returns a task or null', async () => {
@@ -256,7 +309,7 @@ describe('queue client', () => {
         payload: task.payload,
         priority: 0,
         resourceKey: null,
-        maxAttempts: 1,
+        maxAttempts: 25,
         enqueuedAt: task.enqueuedAt.toISOString(),
         scheduledAt: task.scheduledAt.toISOString(),
         taskLeaseId: task.taskLeaseId,

@@ -1458,7 +1458,7 @@ async function schedules() {
   put(
     main,
     h('h1', {}, 'Schedules'),
-    h('p', { class: 'muted' }, 'Recurring schedules (cron in UTC) and their last runs.'),
+    h('p', { class: 'muted' }, "Recurring schedules (cron read in each schedule's time zone) and their last runs."),
     out,
     section(null, list),
   );
@@ -1473,7 +1473,7 @@ async function schedules() {
             'tr',
             { 'data-schedule': x.name },
             h('td', {}, x.name),
-            h('td', {}, h('code', {}, x.cron)),
+            h('td', {}, h('code', {}, x.cron), ' ', h('span', { class: 'muted' }, x.time_zone ?? 'UTC')),
             h('td', {}, x.task_type),
             h('td', {}, stateBadge(x.enabled ? 'enabled' : 'disabled')),
             timeCell(x.next_fire_at),

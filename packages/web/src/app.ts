@@ -18,6 +18,7 @@ import { allows, Credentials, type Level, type Principal } from './auth.js';
 import { configuredUsers, type ApiConfig } from './config.js';
 import { fromDatabaseError } from './http-errors.js';
 import { registerMenuRoutes } from './menus-routes.js';
+import { registerOpenApi } from './openapi.js';
 import { renderApiMetrics } from './api-metrics.js';
 import { Store } from './store.js';
 
@@ -227,8 +228,29 @@ const newTask = z
     priority: z.number().int('priority must be an integer').min(-1000).max(1000).optional(),
     resource_key: z.string().min(1).max(200).optional(),
     max_attempts: z.number().int('max_attempts must be an integer').min(1).max(100).optional(),
+    // A unique task (sql/queues/unique.sql): at most one pending task per key.
+    unique_key: z
+      .string()
+      .min(1, 'unique_key must be 1 to 200 characters')
+      .max(200, 'unique_key must be 1 to 200 characters')
+      .optional(),
+    unique_policy: z
+      .enum(['skip', 'replace', 'debounce'], { error: "unique_policy must be 'skip', 'replace' or 'debounce'" })
+      .optional(),
+    unique_period_seconds: z
+      .number('unique_period_seconds must be a number')
+      .min(0, 'unique_period_seconds must not be negative')
+      .max(31_536_000, 'unique_period_seconds must be at most a year')
+      .optional(),
   })
-  .strict();
+  .strict()
+  .refine(
+    (t) => t.unique_key !== undefined || (t.unique_policy === undefined && t.unique_period_seconds === undefined),
+    {
+      message: 'unique_policy and unique_period_seconds need a unique_key',
+      path: ['unique_key'],
+    },
+  );
 
 /**
  * The role-based specification's body for POST /api/tasks, the columns of its worker_tasks
@@ -305,6 +327,74 @@ const staggeredBody = z
     priority: z.number().int().min(-1000).max(1000).optional(),
   })
   .strict();
+
+const emptyQuery = z.object({}).strict();
+const emptyBody = z.object({}).strict().optional();
+const taskIdParams = z.object({ id: id('task id') });
+const taskTypeParams = z.object({ task_type: taskType });
+const roleParams = z.object({ role: z.string().regex(TASK_TYPE, 'role must be a task type such as email') });
+const workerIdParams = z.object({ worker_id: workerId });
+const scheduleParams = z.object({ name: scheduleName });
+const processName = z.string().regex(/^[a-z_]{1,60}$/, 'process must be a process name such as send_email');
+const processParams = z.object({ process: processName });
+const processRootParams = z.object({ process: processName, rootId: id('root id') });
+const processRootsQuery = z
+  .object({ limit: intString('limit', 1, 500).optional(), before: id('before').optional() })
+  .strict();
+const countsQuery = z.object({ window_seconds: intString('window_seconds', 60, 2_592_000).optional() }).strict();
+const throughputQuery = z
+  .object({
+    window_seconds: intString('window_seconds', 60, 604_800).optional(),
+    bucket_seconds: intString('bucket_seconds', 10, 604_800).optional(),
+  })
+  .strict();
+const depthQuery = z
+  .object({
+    window_seconds: intString('window_seconds', 60, 86_400).optional(),
+    bucket_seconds: intString('bucket_seconds', 10, 86_400).optional(),
+  })
+  .strict();
+const schedulesQuery = z.object({ runs: intString('runs', 1, 20).optional() }).strict();
+const auditQuery = z
+  .object({
+    task_id: id('task_id').optional(),
+    limit: intString('limit', 1, 500).optional(),
+    before: id('before').optional(),
+  })
+  .strict();
+
+/**
+ * Every request schema the routes parse with, for the OpenAPI document (openapi.ts). (The
+ * redrive, resume and schedule handlers spell taskIdParams, taskTypeParams, scheduleParams
+ * and emptyBody out inline: the same schemas.)
+ */
+const API_SCHEMAS = {
+  listQuery,
+  newTask,
+  countsQuery,
+  emptyQuery,
+  roleParams,
+  throughputQuery,
+  recoverBody,
+  staggeredBody,
+  cancelBody,
+  runNowBody,
+  depthQuery,
+  taskIdParams,
+  deadLetterQuery,
+  redriveBody,
+  taskTypeParams,
+  pauseBody,
+  emptyBody,
+  workerIdParams,
+  schedulesQuery,
+  scheduleParams,
+  processParams,
+  processRootsQuery,
+  processRootParams,
+  auditQuery,
+};
+export type ApiSchemas = typeof API_SCHEMAS;
 
 class BadRequest extends Error {
   readonly statusCode = 400;
@@ -510,6 +600,21 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
 
   app.post('/api/tasks', async (request, reply) => {
     const body = newTaskBody(request.body);
+    if (body.unique_key !== undefined) {
+      const uniqueKey = body.unique_key;
+      const answer = await change(request, 'create_task', async (tx) => {
+        const made = await tx.createUniqueTask({ ...body, unique_key: uniqueKey });
+        const { payload: _payload, ...input } = body;
+        const taskIds = [made.task_id, ...(made.replaced_task_id ? [made.replaced_task_id] : [])];
+        return { answer: made, taskIds, taskType: body.task_type, input };
+      });
+      request.log.info(
+        { event: 'task_created', task_id: answer.task_id, task_type: body.task_type, outcome: answer.outcome },
+        'unique task enqueued',
+      );
+      // 201 when a task was created (inserted, or replacing the pending one); 200 when skipped.
+      return reply.code(answer.outcome === 'skipped' ? 200 : 201).send(answer);
+    }
     const { task_id: taskId } = await change(request, 'create_task', async (tx) => {
       const id = await tx.createTask(body);
       const { payload: _payload, ...input } = body;
@@ -520,11 +625,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   });
 
   app.get('/api/tasks/counts', async (request) => {
-    const q = parse(
-      z.object({ window_seconds: intString('window_seconds', 60, 2_592_000).optional() }).strict(),
-      request.query,
-      'query',
-    );
+    const q = parse(countsQuery, request.query, 'query');
     const counts = await store.counts(q.window_seconds);
     const byType: Record<string, Record<string, number>> = {};
     for (const c of counts) (byType[c.task_type] ??= {})[c.state] = c.count;
@@ -534,31 +635,18 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   app.get('/api/tasks/types', async () => ({ task_types: await store.taskTypes() }));
 
   app.get('/api/tasks/capacity', async (request) => {
-    parse(z.object({}).strict(), request.query, 'query');
+    parse(emptyQuery, request.query, 'query');
     return { capacity: await store.capacity() };
   });
 
   app.get('/api/tasks/capacity/:role', async (request) => {
-    const { role } = parse(
-      z.object({ role: z.string().regex(TASK_TYPE, 'role must be a task type such as email') }),
-      request.params,
-      'path',
-    );
+    const { role } = parse(roleParams, request.params, 'path');
     const [capacity] = await store.capacity(role);
     return capacity;
   });
 
   app.get('/api/tasks/throughput', async (request) => {
-    const q = parse(
-      z
-        .object({
-          window_seconds: intString('window_seconds', 60, 604_800).optional(),
-          bucket_seconds: intString('bucket_seconds', 10, 604_800).optional(),
-        })
-        .strict(),
-      request.query,
-      'query',
-    );
+    const q = parse(throughputQuery, request.query, 'query');
     return {
       window_seconds: q.window_seconds ?? 3600,
       bucket_seconds: q.bucket_seconds ?? 60,
@@ -651,16 +739,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   });
 
   app.get('/api/tasks/depth', async (request) => {
-    const q = parse(
-      z
-        .object({
-          window_seconds: intString('window_seconds', 60, 86_400).optional(),
-          bucket_seconds: intString('bucket_seconds', 10, 86_400).optional(),
-        })
-        .strict(),
-      request.query,
-      'query',
-    );
+    const q = parse(depthQuery, request.query, 'query');
     return {
       window_seconds: q.window_seconds ?? 3600,
       bucket_seconds: q.bucket_seconds ?? 60,
@@ -671,14 +750,14 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   // The overview's live part, polled every 5 s: pending work by type and state, pauses and
   // live workers per type (one read of the claim index).
   app.get('/api/overview/live', async (request) => {
-    parse(z.object({}).strict(), request.query, 'query');
+    parse(emptyQuery, request.query, 'query');
     return { generated_at: new Date().toISOString(), queues: await store.queues() };
   });
 
   // Everything the overview shows, in one request (the page reads it every minute: its
   // windows read recent completions).
   app.get('/api/overview', async (request) => {
-    parse(z.object({}).strict(), request.query, 'query');
+    parse(emptyQuery, request.query, 'query');
     const [counts, throughput, depth, capacity, queues] = await Promise.all([
       store.counts(),
       store.throughput(3600, 60),
@@ -698,7 +777,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   });
 
   app.get('/api/tasks/:id', async (request) => {
-    const { id: taskId } = parse(z.object({ id: id('task id') }), request.params, 'path');
+    const { id: taskId } = parse(taskIdParams, request.params, 'path');
     return store.getTask(taskId);
   });
 
@@ -750,7 +829,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   app.get('/api/queues', async () => ({ queues: await store.queues() }));
 
   app.post('/api/queues/:task_type/pause', async (request) => {
-    const { task_type } = parse(z.object({ task_type: taskType }), request.params, 'path');
+    const { task_type } = parse(taskTypeParams, request.params, 'path');
     const body = parse(pauseBody, request.body ?? undefined, 'body');
     const answer = await change(request, 'pause_task_type', async (tx) => {
       const pauseId = await tx.pause(task_type, body?.reason);
@@ -774,7 +853,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   app.get('/api/workers', async () => ({ workers: await store.workers() }));
 
   app.post('/api/workers/:worker_id/recover-stale', async (request) => {
-    const { worker_id } = parse(z.object({ worker_id: workerId }), request.params, 'path');
+    const { worker_id } = parse(workerIdParams, request.params, 'path');
     const body = parse(recoverBody, request.body ?? undefined, 'body');
     const { recovered } = await change(request, 'recover_worker_leases', async (tx) => {
       const leases = await tx.recoverWorker(worker_id, body?.dead_after_seconds);
@@ -794,8 +873,39 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
 
   // --- schedules -----------------------------------------------------------------------
   app.get('/api/schedules', async (request) => {
-    const q = parse(z.object({ runs: intString('runs', 1, 20).optional() }).strict(), request.query, 'query');
+    const q = parse(schedulesQuery, request.query, 'query');
     return { schedules: await store.schedules(q.runs) };
+  });
+
+  // Create or update a schedule (schedules.upsert_schedule): the cron is read on the wall
+  // clock of time_zone (an IANA name, default UTC). A bad definition (an unknown zone, a
+  // malformed cron) is 400 and writes nothing; a worker-only task type is 403.
+  app.put('/api/schedules/:name', async (request) => {
+    const { name } = parse(z.object({ name: scheduleName }), request.params, 'path');
+    const body = parse(
+      z
+        .object({
+          cron: z.string('cron must be a string'),
+          task_type: taskType,
+          payload: z.record(z.string(), z.unknown(), { error: 'payload must be a JSON object' }).optional(),
+          priority: z.number().int('priority must be an integer').min(-1000).max(1000).optional(),
+          missed_run_policy: z.string().optional(),
+          time_zone: z.string('time_zone must be a string').optional(),
+        })
+        .strict(),
+      request.body,
+      'body',
+    );
+    const answer = await change(request, 'upsert_schedule', async (tx) => {
+      const problem = await tx.upsertSchedule({ name, ...body, payload: body.payload ?? {} });
+      // A refused definition changed nothing, so no fact (the transaction rolls back).
+      if (problem) throw new BadRequest(problem);
+      const { payload: _payload, ...input } = body;
+      const schedule = (await tx.schedules(1)).find((s) => s.name === name);
+      return { answer: { schedule }, scheduleName: name, taskType: body.task_type, input };
+    });
+    request.log.info({ event: 'schedule_upserted', name, time_zone: body.time_zone ?? 'UTC' }, 'schedule upserted');
+    return answer;
   });
 
   for (const [action, enabled] of [
@@ -820,7 +930,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   // The dashboard asks this first: 200 with the user (null: an anonymous reader while reads
   // are open), 401 when it must log in.
   app.get('/api/session', (request) => {
-    parse(z.object({}).strict(), request.query, 'query');
+    parse(emptyQuery, request.query, 'query');
     return Promise.resolve({
       user: request.apiUser?.name ?? null,
       level: request.apiUser?.level ?? null,
@@ -830,17 +940,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   });
 
   app.get('/api/audit', async (request) => {
-    const q = parse(
-      z
-        .object({
-          task_id: id('task_id').optional(),
-          limit: intString('limit', 1, 500).optional(),
-          before: id('before').optional(),
-        })
-        .strict(),
-      request.query,
-      'query',
-    );
+    const q = parse(auditQuery, request.query, 'query');
     const changes = await store.apiChanges({ taskId: q.task_id, limit: q.limit, before: q.before });
     const limit = q.limit ?? 50;
     return {
@@ -853,28 +953,13 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   app.get('/api/processes', async () => ({ processes: await store.processes() }));
 
   app.get('/api/processes/:process', async (request) => {
-    const { process } = parse(
-      z.object({ process: z.string().regex(/^[a-z_]{1,60}$/, 'process must be a process name such as send_email') }),
-      request.params,
-      'path',
-    );
-    const q = parse(
-      z.object({ limit: intString('limit', 1, 500).optional(), before: id('before').optional() }).strict(),
-      request.query,
-      'query',
-    );
+    const { process } = parse(processParams, request.params, 'path');
+    const q = parse(processRootsQuery, request.query, 'query');
     return { process, roots: await store.processRootsRanked(process, q.limit, q.before) };
   });
 
   app.get('/api/processes/:process/:rootId', async (request) => {
-    const p = parse(
-      z.object({
-        process: z.string().regex(/^[a-z_]{1,60}$/, 'process must be a process name such as send_email'),
-        rootId: id('root id'),
-      }),
-      request.params,
-      'path',
-    );
+    const p = parse(processRootParams, request.params, 'path');
     const [tree, timeline] = await Promise.all([
       store.processTree(p.process, p.rootId),
       store.processTimeline(p.process, p.rootId),
@@ -894,6 +979,13 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
     await store.taskTypes();
     return { ok: true };
   });
+
+  // The OpenAPI 3.1 document of every route above (openapi.ts).
+  registerOpenApi(
+    app,
+    API_SCHEMAS,
+    (method, url) => routesOf(app).find((r) => r.method === method && r.url === url)?.access,
+  );
 
   // --- dashboard -----------------------------------------------------------------------
   const files = new Map<string, { body: Buffer; type: string }>();

@@ -17,7 +17,7 @@ import { menusResyncGenerate, menusStoreDiscoveryGenerate } from './queries/menu
 
 type Parse = <T extends z.ZodType>(schema: T, value: unknown, where: string) => z.output<T>;
 
-const resyncBody = z
+export const resyncBody = z
   .object({
     batches: z
       .number()
@@ -29,7 +29,7 @@ const resyncBody = z
   })
   .strict();
 
-const discoveryBody = z
+export const discoveryBody = z
   .object({
     scheduled_at: z.iso.datetime({ offset: true, error: 'scheduled_at must be an ISO 8601 date-time' }).optional(),
   })

@@ -3,7 +3,7 @@
  * with rows mapped to the JSON the API returns (bigint counts and ids as numbers).
  */
 import type pg from 'pg';
-import { enqueue, listTaskResults } from '@org/queue-client';
+import { enqueue, enqueueUnique, listTaskResults } from '@org/queue-client';
 import { apiChangeList, apiChangeRecord } from './queries/audit.queries.js';
 import { capacityList } from './queries/capacity.queries.js';
 import { deadLetterList } from './queries/dead_letter.queries.js';
@@ -12,7 +12,13 @@ import { historyStatus } from './queries/history.queries.js';
 import { completionStatsList, throughputList } from './queries/metrics.queries.js';
 import { processList, processRootRankedList, processTimeline, processTree } from './queries/process.queries.js';
 import { queueList, queuePause, queueResume, workerList, workerRecover } from './queries/queue.queries.js';
-import { scheduleDisable, scheduleEnable, scheduleList, staggeredGenerate } from './queries/schedule.queries.js';
+import {
+  scheduleDisable,
+  scheduleEnable,
+  scheduleList,
+  scheduleUpsert,
+  staggeredGenerate,
+} from './queries/schedule.queries.js';
 import {
   taskCancel,
   taskCancelMatching,
@@ -58,6 +64,9 @@ export interface NewTaskInput {
   priority?: number;
   resource_key?: string;
   max_attempts?: number;
+  unique_key?: string;
+  unique_policy?: 'skip' | 'replace' | 'debounce';
+  unique_period_seconds?: number;
 }
 
 /** A partition set's place relative to the last task id (admin.history_status). */
@@ -245,6 +254,30 @@ export class Store {
       maxAttempts: input.max_attempts ?? undefined,
     });
     return num(taskId);
+  }
+
+  /** A unique task (queues.enqueue_unique): what happened, and the task it concerns. */
+  async createUniqueTask(
+    input: NewTaskInput & { unique_key: string },
+  ): Promise<{ task_id: number; outcome: string; replaced_task_id: number | null }> {
+    const answer = await enqueueUnique(this.pool, {
+      taskType: input.task_type,
+      payload: input.payload,
+      scheduledAt: input.scheduled_at ? new Date(input.scheduled_at) : undefined,
+      priority: input.priority ?? undefined,
+      resourceKey: input.resource_key ?? undefined,
+      maxAttempts: input.max_attempts ?? undefined,
+      unique: {
+        key: input.unique_key,
+        policy: input.unique_policy,
+        periodMs: input.unique_period_seconds === undefined ? undefined : input.unique_period_seconds * 1000,
+      },
+    });
+    return {
+      task_id: num(answer.taskId),
+      outcome: answer.outcome,
+      replaced_task_id: answer.replacedTaskId === null ? null : num(answer.replacedTaskId),
+    };
   }
 
   async counts(windowSeconds?: number) {
@@ -477,7 +510,33 @@ export class Store {
       next_fire_at: r.nextFireAt,
       updated_at: r.updatedAt,
       last_runs: r.lastRuns,
+      time_zone: r.timeZone,
     }));
+  }
+
+  /** Creates or updates a schedule (schedules.upsert_schedule); the validation failure message or null. */
+  async upsertSchedule(input: {
+    name: string;
+    cron: string;
+    task_type: string;
+    payload: Record<string, unknown>;
+    priority?: number;
+    missed_run_policy?: string;
+    time_zone?: string;
+  }): Promise<string | null> {
+    const [row] = await scheduleUpsert.run(
+      {
+        name: input.name,
+        cron: input.cron,
+        taskType: input.task_type,
+        payload: JSON.stringify(input.payload),
+        priority: input.priority,
+        missedRunPolicy: input.missed_run_policy,
+        timeZone: input.time_zone,
+      },
+      this.pool,
+    );
+    return row?.validationFailureMessage ?? null;
   }
 
   /** Enables or disables a schedule; the validation failure message (no such schedule) or null. */

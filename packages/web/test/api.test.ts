@@ -230,6 +230,42 @@ describe('tasks', () => {
     expect(await taskCount()).toBe(0);
   });
 
+  it('POST /api/tasks with a unique key: inserted (201), skipped (200, the pending id), replaced (201)', async () => {
+    const body = { task_type: 'store_discovery', payload: { v: 1 }, unique_key: 'store:7' };
+    const first = await post('/api/tasks', body);
+    expect(first.statusCode, first.body).toBe(201);
+    expect(first.json()).toEqual({ task_id: expect.any(Number), outcome: 'inserted', replaced_task_id: null });
+    const skipped = await post('/api/tasks', { ...body, payload: { v: 2 }, unique_policy: 'skip' });
+    expect(skipped.statusCode).toBe(200);
+    expect(skipped.json()).toEqual({ task_id: first.json().task_id, outcome: 'skipped', replaced_task_id: null });
+    const replaced = await post('/api/tasks', {
+      ...body,
+      payload: { v: 3 },
+      unique_policy: 'debounce',
+      unique_period_seconds: 30,
+    });
+    expect(replaced.statusCode).toBe(201);
+    expect(replaced.json()).toMatchObject({ outcome: 'replaced', replaced_task_id: first.json().task_id });
+    expect(await taskCount()).toBe(2);
+  });
+
+  it.each([
+    [{ unique_key: '' }, /body.unique_key: unique_key must be 1 to 200 characters/],
+    [{ unique_key: 'k', unique_policy: 'sometimes' }, /body.unique_policy: unique_policy must be/],
+    [
+      { unique_key: 'k', unique_policy: 'debounce', unique_period_seconds: -1 },
+      /unique_period_seconds must not be negative/,
+    ],
+    [{ unique_key: 'k', unique_policy: 'debounce' }, /unique_period must not be null/],
+    [{ unique_key: 'k', unique_period_seconds: 5 }, /unique_period applies only to the debounce policy/],
+    [{ unique_policy: 'skip' }, /unique_policy and unique_period_seconds need a unique_key/],
+  ])('POST /api/tasks with bad unique fields %j: 400 naming the field, nothing written', async (extra, message) => {
+    const res = await post('/api/tasks', { task_type: 'store_discovery', payload: {}, ...extra });
+    expect(res.statusCode, res.body).toBe(400);
+    expect(res.json().message).toMatch(message);
+    expect(await taskCount()).toBe(0);
+  });
+
   it.each([
     ['/api/tasks?state=bogus', /state must be one of/],
     ['/api/tasks?limit=0', /limit must be at least 1/],
@@ -252,7 +288,7 @@ describe('tasks', () => {
   });
 
   it('GET /api/tasks/:id: the task with leases, errors and completion; 404 for an unknown id', async () => {
-    const id = await create({ task_type: 'store_discovery', payload: { to: 'a@example.com' } });
+    const id = await create({ task_type: 'store_discovery', payload: { to: 'a@example.com' }, max_attempts: 1 });
     const lease = await claim('w-detail');
     await db.pool('worker').query('select queues.fail_task($1, $2, $3)', [id, 'provider said no', lease.task_lease_id]);
     await db
@@ -327,7 +363,7 @@ describe('dead letters and redrive', () => {
   beforeEach(resetQueue);
 
   it('lists a failed task, redrives it once (201), refuses a second redrive, a live task and an unknown one', async () => {
-    const id = await create({ task_type: 'store_discovery', payload: { n: 1 } });
+    const id = await create({ task_type: 'store_discovery', payload: { n: 1 }, max_attempts: 1 });
     const lease = await claim('w-dl');
     await db.pool('worker').query('select queues.fail_task($1, $2, $3)', [id, 'boom', lease.task_lease_id]);
     await db

@@ -146,6 +146,7 @@ function bodyFor(route: RouteInfo, f: Fixture): unknown {
     'POST /api/workers/:worker_id/recover-stale': { dead_after_seconds: 10 },
     'POST /api/schedules/:name/enable': {},
     'POST /api/schedules/:name/disable': {},
+    'PUT /api/schedules/:name': { cron: '0 3 * * *', task_type: 'analytics_refresh', time_zone: 'Europe/Berlin' },
   };
   const key = `${route.method} ${route.url}`;
   expect(bodies, `a test body for the change route ${key}`).toHaveProperty([key]);
@@ -318,6 +319,10 @@ describe('audit trail', () => {
       schedule_name: 'nightly.report',
     });
     expect(byRoute('/api/workers/:worker_id/recover-stale')).toMatchObject({ worker_id: 'w-stale' });
+    expect(byRoute('/api/schedules/:name')).toMatchObject({
+      action: 'upsert_schedule',
+      schedule_name: 'nightly.report',
+    });
     // The request ids are unique.
     expect(new Set(all.map((x) => x.request_id)).size).toBe(all.length);
   });

@@ -54,7 +54,7 @@ async function snapshot() {
   return rows[0];
 }
 async function deadLetter(): Promise<number> {
-  const id = await create({ task_type: 'db_function', payload: { db_function: 'internal.noop' } });
+  const id = await create({ task_type: 'db_function', payload: { db_function: 'internal.noop' }, max_attempts: 1 });
   const { rows } = await db
     .pool('worker')
     .query(`select task_lease_id from queues.claim_tasks('w1', 1, '{db_function}', 60)`);
@@ -395,6 +395,40 @@ describe('schedules and processes', () => {
     expect(missing.json()).toEqual({ error: 'not_found', message: "no schedule named 'no.such'" });
     expect((await post('/api/schedules/Bad Name/disable')).statusCode).toBe(400);
     expect((await get('/api/schedules?runs=50')).statusCode).toBe(400);
+    expect(await snapshot()).toEqual(before);
+  });
+
+  it('PUT /api/schedules/:name creates a schedule in a time zone; an unknown zone is 400 and writes nothing', async () => {
+    const put = (name: string, payload: unknown, headers: Record<string, string> = auth) =>
+      app.inject({ method: 'PUT', url: `/api/schedules/${name}`, payload: payload as never, headers });
+    const made = await put('berlin.report', {
+      cron: '30 2 * * *',
+      task_type: 'analytics_refresh',
+      time_zone: 'Europe/Berlin',
+    });
+    expect(made.statusCode, made.body).toBe(200);
+    expect(made.json().schedule).toMatchObject({
+      name: 'berlin.report',
+      cron: '30 2 * * *',
+      time_zone: 'Europe/Berlin',
+    });
+    const listed = (await get('/api/schedules')).json().schedules as { name: string; time_zone: string }[];
+    expect(listed.find((x) => x.name === 'berlin.report')?.time_zone).toBe('Europe/Berlin');
+    expect(listed.find((x) => x.name === 'menus.resync')?.time_zone).toBe('UTC');
+
+    const before = await snapshot();
+    const unknown = await put('berlin.report', {
+      cron: '30 2 * * *',
+      task_type: 'analytics_refresh',
+      time_zone: 'Mars/Base',
+    });
+    expect(unknown.statusCode).toBe(400);
+    expect(unknown.json()).toMatchObject({
+      message: expect.stringMatching(/time_zone must be an IANA time zone name/),
+    });
+    const unauthorised = await put('other', { cron: '0 3 * * *', task_type: 'analytics_refresh' }, {});
+    expect(unauthorised.statusCode).toBe(401);
+    expect((await put('other', { cron: '0 3 * * *', task_type: 'db_function' })).statusCode).toBe(403);
     expect(await snapshot()).toEqual(before);
   });
 

@@ -110,7 +110,7 @@ it('redrives a dead-lettered task from the page (token asked, kept in sessionSto
   // db_function steps are enqueued by the owner's SQL only (the REST API gets 403).
   const id = Number(
     (
-      await db.query(`select queues.enqueue('db_function', $1::jsonb) as id`, [
+      await db.query(`select queues.enqueue('db_function', $1::jsonb, _max_attempts => 1) as id`, [
         JSON.stringify({ db_function: 'internal.noop', marker: 'dead-letter' }),
       ])
     ).rows[0].id,

@@ -196,7 +196,7 @@ describe('history', () => {
     const { rows: ids } = await db
       .pool('owner')
       .query('select task_id from queues.enqueue_many($1::jsonb)', [
-        JSON.stringify(Array.from({ length: 11 }, () => ({ task_type: 'email', payload: { n: 1 } }))),
+        JSON.stringify(Array.from({ length: 11 }, () => ({ task_type: 'email', payload: { n: 1 }, max_attempts: 1 }))),
       ]);
     const inS = ids.slice(0, 10).map((r) => Number(r.task_id));
     expect(inS[0]).toBe(base);

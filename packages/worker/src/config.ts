@@ -40,7 +40,7 @@ export interface WorkerConfig {
   logLevel: LogLevel;
   /** json, pretty, or auto (pretty on a terminal); default auto. */
   logFormat?: LogFormat;
-  /** Serve Prometheus metrics on this port (GET /metrics); none when unset. */
+  /** Serve GET /metrics (Prometheus), /healthz and /readyz on this port; none when unset. */
   metricsPort?: number;
   /**
    * Run this many worker processes in a process pool (the CLI process), which replaces
@@ -49,6 +49,8 @@ export interface WorkerConfig {
   processes?: number;
   /** With `processes`: started processes kept waiting to replace a dead one at once (default 1). */
   spares?: number;
+  /** The app's task folder (defineTask files; @org/tasks/load); unset: ./tasks when it exists. */
+  tasksDir?: string;
 }
 
 const TASK_TYPE = /^[a-z][a-z0-9_]{0,62}$/;
@@ -144,7 +146,7 @@ export const WORKER_CONFIG = defineConfig({
       env: 'METRICS_PORT',
       flag: 'metrics-port',
       defaultText: 'off',
-      help: 'serve Prometheus metrics at /metrics on this port; in a process pool, process i serves METRICS_PORT + i',
+      help: 'serve /metrics (Prometheus), /healthz (alive) and /readyz (ready to claim) on this port; in a process pool, process i serves METRICS_PORT + i',
       schema: wholeNumber(1, 65535),
     },
     processes: {
@@ -160,6 +162,13 @@ export const WORKER_CONFIG = defineConfig({
       defaultText: '1',
       help: 'with PROCESSES: processes started ahead, waiting to take over from a dead one at once',
       schema: wholeNumber(0, 8),
+    },
+    tasksDir: {
+      env: 'TASKS_DIR',
+      flag: 'tasks-dir',
+      defaultText: './tasks when it exists',
+      help: 'the folder of task definitions (defineTask files, TypeScript or JavaScript) to load and run',
+      schema: z.string().trim().min(1, 'must not be empty'),
     },
   },
   refine(config, report) {

@@ -12,6 +12,7 @@ export {
 export { ProcessorRegistry, type Processor, type TaskContext, type TaskOutcome, type TaskReport } from './processor.js';
 export { dbFunctionProcessor, dbFunctionStep } from './processors/db-function.js';
 export { handlerTaskProcessor } from './processors/handler-task.js';
+export { registerTaskDefinitions, taskDefinitionProcessor } from './processors/task-definition.js';
 export { HandlerInvoker } from './handler-invoker.js';
 export {
   LeaseLostError,
@@ -24,5 +25,20 @@ export {
 } from './error-class.js';
 export { Completer, type Settled } from './completer.js';
 export { StartRecorder, type StartRecord } from './start-recorder.js';
-export { DEFAULT_PREFETCH, DEFAULT_STATEMENT_TIMEOUT_MS, Worker, type WorkerOptions } from './worker.js';
+export {
+  DEFAULT_PREFETCH,
+  DEFAULT_STATEMENT_TIMEOUT_MS,
+  Worker,
+  type WorkerOptions,
+  type WorkerState,
+  type WorkerStatus,
+} from './worker.js';
+export {
+  HEALTH_CHECK_TIMEOUT_MS,
+  WorkerHealth,
+  type HealthCheck,
+  type HealthReport,
+  type HealthSource,
+  type WorkerHealthOptions,
+} from './health.js';
 export { ProcessPool, type ProcessPoolOptions } from './process-pool.js';

@@ -13,6 +13,7 @@ import pg from 'pg';
 import { revokeWorkerLeases } from '@org/queue-client';
 import { commandConfig, ConfigError, type WorkerConfig } from './config.js';
 import { createLogger, maskUrl, type Logger } from './logger.js';
+import { WorkerHealth } from './health.js';
 import { serveWorkerMetrics, WorkerMetrics } from './metrics.js';
 import type { ProcessorRegistry } from './processor.js';
 import { ProcessPool, POOL_MEMBER_ENV, type ChildMessage, type PoolMessage } from './process-pool.js';
@@ -20,7 +21,7 @@ import { Worker } from './worker.js';
 
 export interface WorkerMainOptions {
   /** The processors; called once per worker process, after the configuration is read. */
-  registry(logger: Logger): ProcessorRegistry;
+  registry(logger: Logger, config: WorkerConfig): ProcessorRegistry | Promise<ProcessorRegistry>;
   argv?: string[];
   env?: NodeJS.ProcessEnv;
 }
@@ -80,9 +81,13 @@ function stopRequested(logger: Logger, onAgain?: (reason: string) => void): Prom
 }
 
 /** The processors, or null after writing why they cannot serve this configuration. */
-function buildRegistry(config: WorkerConfig, logger: Logger, options: WorkerMainOptions): ProcessorRegistry | null {
+async function buildRegistry(
+  config: WorkerConfig,
+  logger: Logger,
+  options: WorkerMainOptions,
+): Promise<ProcessorRegistry | null> {
   try {
-    const registry = options.registry(logger);
+    const registry = await options.registry(logger, config);
     registry.claimable(config.roles);
     return registry;
   } catch (error) {
@@ -96,11 +101,13 @@ function buildRegistry(config: WorkerConfig, logger: Logger, options: WorkerMain
   }
 }
 
+/** The health port: /metrics, /healthz and /readyz on METRICS_PORT (health.ts). */
 async function serveMetrics(worker: Worker, config: WorkerConfig, port: number | undefined, logger: Logger) {
   if (port === undefined) return undefined;
   const metrics = new WorkerMetrics(worker, { worker_id: config.workerId });
-  const server = await serveWorkerMetrics(metrics, { host: '0.0.0.0', port });
-  logger.info({ event: 'metrics', port }, `metrics on :${port}/metrics`);
+  const health = new WorkerHealth(worker, { databaseUrl: config.databaseUrl });
+  const server = await serveWorkerMetrics(metrics, { host: '0.0.0.0', port, health });
+  logger.info({ event: 'metrics', port }, `metrics, /healthz and /readyz on :${port}`);
   return server;
 }
 
@@ -126,7 +133,7 @@ async function work(
 }
 
 async function runSingle(config: WorkerConfig, logger: Logger, options: WorkerMainOptions): Promise<number> {
-  const registry = buildRegistry(config, logger, options);
+  const registry = await buildRegistry(config, logger, options);
   if (!registry) return 2;
   // Signal handlers first: a SIGTERM during start-up still means a graceful stop.
   const stop = stopRequested(logger);
@@ -137,7 +144,7 @@ async function runSingle(config: WorkerConfig, logger: Logger, options: WorkerMa
 
 async function runPoolMember(config: WorkerConfig, logger: Logger, options: WorkerMainOptions): Promise<number> {
   const stop = stopRequested(logger);
-  const registry = buildRegistry(config, logger, options);
+  const registry = await buildRegistry(config, logger, options);
   if (!registry) return 2;
   const activated = new Promise<PoolMessage>((resolve) =>
     process.on('message', (message: PoolMessage) => message?.type === 'activate' && resolve(message)),

@@ -14,15 +14,18 @@
  *   const metrics = new WorkerMetrics(worker, { worker_id });             // subscribe
  *   const server = await serveWorkerMetrics(metrics, { port: 9464 });   // GET /metrics, node:http
  *
+ * The same port answers GET /healthz and GET /readyz when given a WorkerHealth (health.ts).
+ *
  * Each WorkerMetrics has its own registry, so several workers in one process do not mix.
  * prom-client is loaded by the first WorkerMetrics and node:http by the first server: a
  * worker without METRICS_PORT loads neither (about 1.5 and 1.8 MB of heap; a larger heap
  * also lets the garbage of a busy worker grow larger before it is collected).
  */
 import { createRequire } from 'node:module';
-import type { Server } from 'node:http';
+import type { Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type * as PromClient from 'prom-client';
+import type { HealthReport, WorkerHealth } from './health.js';
 
 const require = createRequire(import.meta.url);
 let promClient: typeof PromClient | undefined;
@@ -158,21 +161,45 @@ export interface WorkerMetricsServer {
   close(): Promise<void>;
 }
 
-/** Serves `metrics.render()` at GET /metrics on host:port (default 127.0.0.1:9464), with node:http. */
+/**
+ * Serves `metrics.render()` at GET /metrics on host:port (default 127.0.0.1:9464), with
+ * node:http; with `health`, also GET /healthz and GET /readyz (health.ts): 200 or 503 with
+ * a JSON body naming each check.
+ */
 export async function serveWorkerMetrics(
   metrics: WorkerMetrics,
-  options: { port?: number; host?: string } = {},
+  options: { port?: number; host?: string; health?: WorkerHealth } = {},
 ): Promise<WorkerMetricsServer> {
   const { createServer } = await import('node:http');
+  const { health } = options;
+  const answer = (response: ServerResponse, report: HealthReport) =>
+    response
+      .writeHead(report.status === 'ok' ? 200 : 503, {
+        'content-type': 'application/json',
+        'cache-control': 'no-store',
+      })
+      .end(`${JSON.stringify(report)}\n`);
   const server = createServer((request, response) => {
-    if (request.method === 'GET' && request.url?.split('?')[0] === '/metrics') {
+    const path = request.url?.split('?')[0];
+    const get = request.method === 'GET' || request.method === 'HEAD';
+    if (get && path === '/metrics') {
       metrics.render().then(
         (text) => response.writeHead(200, { 'content-type': metrics.registry.contentType }).end(text),
         (error: unknown) =>
           response.writeHead(500, { 'content-type': 'text/plain' }).end(`metrics failed: ${String(error)}\n`),
       );
+    } else if (get && health && path === '/healthz') {
+      answer(response, health.live());
+    } else if (get && health && path === '/readyz') {
+      health.ready().then(
+        (report) => answer(response, report),
+        (error: unknown) =>
+          response.writeHead(503, { 'content-type': 'text/plain' }).end(`readiness failed: ${String(error)}\n`),
+      );
     } else {
-      response.writeHead(404, { 'content-type': 'text/plain' }).end('not found; try GET /metrics\n');
+      response
+        .writeHead(404, { 'content-type': 'text/plain' })
+        .end(`not found; try GET /metrics${health ? ', /healthz or /readyz' : ''}\n`);
     }
   });
   await new Promise<void>((resolve, reject) => {

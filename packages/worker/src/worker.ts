@@ -143,6 +143,23 @@ function abortRun(running: Running, reason: Error): void {
   (running.controller ??= new AbortController()).abort(reason);
 }
 
+/** Where a Worker is in its life: what the health endpoints report (health.ts). */
+export type WorkerState = 'created' | 'starting' | 'running' | 'stopping' | 'stopped';
+
+export interface WorkerStatus {
+  state: WorkerState;
+  /** The claim loop was started and has not ended. */
+  loopRunning: boolean;
+  /** Milliseconds since the claim loop last began a turn; null before it started. */
+  msSinceLoopTurn: number | null;
+  /** Claims failed in a row (0 once one succeeds). */
+  claimFailures: number;
+  /** Tasks running, and claimed tasks waiting to start. */
+  running: number;
+  waiting: number;
+  pollIntervalMs: number;
+}
+
 export interface WorkerEvents {
   claimed: [tasks: ClaimedTask[]];
   completed: [task: ClaimedTask, report: TaskReport, durationMs: number];
@@ -179,6 +196,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
   #waiting: ClaimedTask[] = [];
   readonly #listener: TaskListener;
   #stopping = false;
+  #started = false;
+  #stopped = false;
+  #loopEnded = false;
+  /** When the claim loop last began a turn (performance.now() ms). */
+  #loopTurnAt = 0;
   #woken = false;
   #wake: (() => void) | undefined;
   #loop: Promise<void> | undefined;
@@ -246,6 +268,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   }
 
   async start(): Promise<void> {
+    this.#started = true;
     this.#log.info(
       {
         event: 'worker_started',
@@ -258,7 +281,32 @@ export class Worker extends EventEmitter<WorkerEvents> {
     await this.#listener.start();
     await this.#reportIn();
     this.#heartbeat = setInterval(() => void this.#beat(), this.#options.heartbeatIntervalMs);
-    this.#loop = this.#run();
+    this.#loopTurnAt = performance.now();
+    this.#loop = this.#run().finally(() => {
+      this.#loopEnded = true;
+    });
+  }
+
+  /** The state the health endpoints read: alive, claiming, stopping (health.ts). */
+  status(): WorkerStatus {
+    const state: WorkerState = this.#stopped
+      ? 'stopped'
+      : this.#stopping
+        ? 'stopping'
+        : this.#loop
+          ? 'running'
+          : this.#started
+            ? 'starting'
+            : 'created';
+    return {
+      state,
+      loopRunning: this.#loop !== undefined && !this.#loopEnded,
+      msSinceLoopTurn: this.#loop === undefined ? null : performance.now() - this.#loopTurnAt,
+      claimFailures: this.#claimFailures,
+      running: this.#running.size,
+      waiting: this.#waiting.length,
+      pollIntervalMs: this.#options.pollIntervalMs,
+    };
   }
 
   /** Graceful stop: no new claims, running tasks get the grace period, the rest are released. */
@@ -318,6 +366,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       new Promise<void>((resolve) => (endTimer = setTimeout(resolve, 2000))),
     ]);
     clearTimeout(endTimer);
+    this.#stopped = true;
     this.#log.info({ event: 'worker_stopped', unfinished: left.length }, 'worker stopped');
   }
 
@@ -357,6 +406,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     // (heartbeated like running ones); if this worker dies they come back when those
     // expire, and since they never started they are not suspects.
     while (!this.#stopping) {
+      this.#loopTurnAt = performance.now();
       const prefetch = this.#localQueueSize();
       const capacity = concurrency + prefetch;
       const lowWater = Math.floor(prefetch / 2);

@@ -96,7 +96,7 @@ afterAll(async () => {
 });
 
 /** Enqueued by the owner, as the database's own processes do: db_function and channel tasks are worker-only. */
-async function enqueue(taskType: string, payload: unknown, maxAttempts: number | null = null): Promise<string> {
+async function enqueue(taskType: string, payload: unknown, maxAttempts: number | null = 1): Promise<string> {
   const { rows } = await db
     .pool('owner')
     .query('select queues.enqueue($1, $2::jsonb, null, null, null, $3) as id', [

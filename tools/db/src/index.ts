@@ -25,3 +25,4 @@ export { checkMigrationLocks, lockMarkers, HOT_TABLES } from './migration-locks.
 export { findSqlDrift, sqlFiles } from './sql-drift.js';
 export { compiledMigrations, compileMigration } from './migration-files.js';
 export { enableLocalSchedules, LOCAL_SCHEDULES } from './local-schedules.js';
+export { registerAppTasks } from './app-tasks.js';

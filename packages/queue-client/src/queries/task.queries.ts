@@ -83,6 +83,47 @@ const taskEnqueueAndCommitIR: any = {"usedParamSet":{"taskType":true,"payload":t
 export const taskEnqueueAndCommit = new PreparedQuery<ITaskEnqueueAndCommitParams,ITaskEnqueueAndCommitResult>(taskEnqueueAndCommitIR);
 
 
+/** 'TaskEnqueueUnique' parameters type */
+export interface ITaskEnqueueUniqueParams {
+  maxAttempts?: number | null | void;
+  payload: unknown;
+  priority?: number | null | void;
+  resourceKey?: string | null | void;
+  scheduledAt?: DateOrString | null | void;
+  taskType: string;
+  uniqueKey: string;
+  uniquePeriod?: DateOrString | null | void;
+  uniquePolicy?: string | null | void;
+}
+
+/** 'TaskEnqueueUnique' return type */
+export interface ITaskEnqueueUniqueResult {
+  outcome: string;
+  replacedTaskId: string | null;
+  taskId: string;
+}
+
+/** 'TaskEnqueueUnique' query type */
+export interface ITaskEnqueueUniqueQuery {
+  params: ITaskEnqueueUniqueParams;
+  result: ITaskEnqueueUniqueResult;
+}
+
+const taskEnqueueUniqueIR: any = {"usedParamSet":{"taskType":true,"payload":true,"uniqueKey":true,"uniquePolicy":true,"uniquePeriod":true,"scheduledAt":true,"priority":true,"resourceKey":true,"maxAttempts":true},"params":[{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":129,"b":138}]},{"name":"payload","required":true,"transform":{"type":"scalar"},"locs":[{"a":147,"b":155}]},{"name":"uniqueKey","required":true,"transform":{"type":"scalar"},"locs":[{"a":165,"b":175}]},{"name":"uniquePolicy","required":false,"transform":{"type":"scalar"},"locs":[{"a":184,"b":196}]},{"name":"uniquePeriod","required":false,"transform":{"type":"scalar"},"locs":[{"a":205,"b":217}]},{"name":"scheduledAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":234,"b":245}]},{"name":"priority","required":false,"transform":{"type":"scalar"},"locs":[{"a":261,"b":269}]},{"name":"resourceKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":281,"b":292}]},{"name":"maxAttempts","required":false,"transform":{"type":"scalar"},"locs":[{"a":301,"b":312}]}],"statement":"select u.task_id as \"taskId!\", u.outcome as \"outcome!\", u.replaced_task_id as \"replacedTaskId\"\n  from queues.enqueue_unique(\n    :taskType!::text, :payload!::jsonb, :uniqueKey!::text, :uniquePolicy::text, :uniquePeriod::interval,\n    :scheduledAt::timestamptz, :priority::integer, :resourceKey::text, :maxAttempts::integer\n  ) u"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select u.task_id as "taskId!", u.outcome as "outcome!", u.replaced_task_id as "replacedTaskId"
+ *   from queues.enqueue_unique(
+ *     :taskType!::text, :payload!::jsonb, :uniqueKey!::text, :uniquePolicy::text, :uniquePeriod::interval,
+ *     :scheduledAt::timestamptz, :priority::integer, :resourceKey::text, :maxAttempts::integer
+ *   ) u
+ * ```
+ */
+export const taskEnqueueUnique = new PreparedQuery<ITaskEnqueueUniqueParams,ITaskEnqueueUniqueResult>(taskEnqueueUniqueIR);
+
+
 /** 'TaskEnqueueMany' parameters type */
 export interface ITaskEnqueueManyParams {
   tasks: unknown;

@@ -16,6 +16,13 @@ call queues.enqueue_and_commit(
   :resourceKey::text, :maxAttempts::integer
 );
 
+/* @name TaskEnqueueUnique */
+select u.task_id as "taskId!", u.outcome as "outcome!", u.replaced_task_id as "replacedTaskId"
+  from queues.enqueue_unique(
+    :taskType!::text, :payload!::jsonb, :uniqueKey!::text, :uniquePolicy::text, :uniquePeriod::interval,
+    :scheduledAt::timestamptz, :priority::integer, :resourceKey::text, :maxAttempts::integer
+  ) u;
+
 /* @name TaskEnqueueMany */
 select coalesce(array_agg(e.task_id order by e.n), '{}') as "taskIds!"
   from queues.enqueue_many(:tasks!::jsonb) with ordinality e(task_id, n);

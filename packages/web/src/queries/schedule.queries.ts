@@ -58,6 +58,7 @@ export interface IScheduleListResult {
   payload: unknown;
   priority: number;
   taskType: string;
+  timeZone: string;
   updatedAt: Date;
 }
 
@@ -67,7 +68,7 @@ export interface IScheduleListQuery {
   result: IScheduleListResult;
 }
 
-const scheduleListIR: any = {"usedParamSet":{"runs":true},"params":[{"name":"runs","required":false,"transform":{"type":"scalar"},"locs":[{"a":363,"b":367}]}],"statement":"select s.name as \"name!\", s.cron as \"cron!\", s.task_type as \"taskType!\", s.payload as \"payload!\",\n       s.priority as \"priority!\", s.missed_run_policy as \"missedRunPolicy!\", s.enabled as \"enabled!\",\n       s.last_fire_at as \"lastFireAt\", s.next_fire_at as \"nextFireAt\", s.updated_at as \"updatedAt!\",\n       s.last_runs as \"lastRuns!\"\n  from admin.list_schedules(:runs::integer) s"};
+const scheduleListIR: any = {"usedParamSet":{"runs":true},"params":[{"name":"runs","required":false,"transform":{"type":"scalar"},"locs":[{"a":391,"b":395}]}],"statement":"select s.name as \"name!\", s.cron as \"cron!\", s.task_type as \"taskType!\", s.payload as \"payload!\",\n       s.priority as \"priority!\", s.missed_run_policy as \"missedRunPolicy!\", s.enabled as \"enabled!\",\n       s.last_fire_at as \"lastFireAt\", s.next_fire_at as \"nextFireAt\", s.updated_at as \"updatedAt!\",\n       s.last_runs as \"lastRuns!\", s.time_zone as \"timeZone!\"\n  from admin.list_schedules(:runs::integer) s"};
 
 /**
  * Query generated from SQL:
@@ -75,11 +76,49 @@ const scheduleListIR: any = {"usedParamSet":{"runs":true},"params":[{"name":"run
  * select s.name as "name!", s.cron as "cron!", s.task_type as "taskType!", s.payload as "payload!",
  *        s.priority as "priority!", s.missed_run_policy as "missedRunPolicy!", s.enabled as "enabled!",
  *        s.last_fire_at as "lastFireAt", s.next_fire_at as "nextFireAt", s.updated_at as "updatedAt!",
- *        s.last_runs as "lastRuns!"
+ *        s.last_runs as "lastRuns!", s.time_zone as "timeZone!"
  *   from admin.list_schedules(:runs::integer) s
  * ```
  */
 export const scheduleList = new PreparedQuery<IScheduleListParams,IScheduleListResult>(scheduleListIR);
+
+
+/** 'ScheduleUpsert' parameters type */
+export interface IScheduleUpsertParams {
+  cron: string;
+  missedRunPolicy?: string | null | void;
+  name: string;
+  payload: unknown;
+  priority?: number | null | void;
+  taskType: string;
+  timeZone?: string | null | void;
+}
+
+/** 'ScheduleUpsert' return type */
+export interface IScheduleUpsertResult {
+  scheduleId: string | null;
+  validationFailureMessage: string | null;
+}
+
+/** 'ScheduleUpsert' query type */
+export interface IScheduleUpsertQuery {
+  params: IScheduleUpsertParams;
+  result: IScheduleUpsertResult;
+}
+
+const scheduleUpsertIR: any = {"usedParamSet":{"name":true,"cron":true,"taskType":true,"payload":true,"priority":true,"missedRunPolicy":true,"timeZone":true},"params":[{"name":"name","required":true,"transform":{"type":"scalar"},"locs":[{"a":135,"b":140}]},{"name":"cron","required":true,"transform":{"type":"scalar"},"locs":[{"a":149,"b":154}]},{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":163,"b":172}]},{"name":"payload","required":true,"transform":{"type":"scalar"},"locs":[{"a":181,"b":189}]},{"name":"priority","required":false,"transform":{"type":"scalar"},"locs":[{"a":199,"b":207}]},{"name":"missedRunPolicy","required":false,"transform":{"type":"scalar"},"locs":[{"a":223,"b":238}]},{"name":"timeZone","required":false,"transform":{"type":"scalar"},"locs":[{"a":247,"b":255}]}],"statement":"select s.schedule_id as \"scheduleId\", s.validation_failure_message as \"validationFailureMessage\"\n  from schedules.upsert_schedule(\n    :name!::text, :cron!::text, :taskType!::text, :payload!::jsonb, :priority::integer,\n    :missedRunPolicy::text, :timeZone::text\n  ) s"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select s.schedule_id as "scheduleId", s.validation_failure_message as "validationFailureMessage"
+ *   from schedules.upsert_schedule(
+ *     :name!::text, :cron!::text, :taskType!::text, :payload!::jsonb, :priority::integer,
+ *     :missedRunPolicy::text, :timeZone::text
+ *   ) s
+ * ```
+ */
+export const scheduleUpsert = new PreparedQuery<IScheduleUpsertParams,IScheduleUpsertResult>(scheduleUpsertIR);
 
 
 /** 'ScheduleEnable' parameters type */

@@ -72,12 +72,20 @@ export async function installFixtures(db: TestDatabase): Promise<void> {
   `);
 }
 
-/** Internal task types (queues.internal_task_type) are enqueued by the owner, as its SQL would; others by the app. */
-export async function enqueue(db: TestDatabase, taskType: string, payload: unknown): Promise<string> {
+/**
+ * Internal task types (queues.internal_task_type) are enqueued by the owner, as its SQL would; others by the app.
+ * One attempt (not the queue's default of 25): these tests read the outcome of one run. The default's
+ * retries are tested in sql/queues/retry.test.ts.
+ */
+export async function enqueue(db: TestDatabase, taskType: string, payload: unknown, maxAttempts = 1): Promise<string> {
   const dbUser = ['db_function', 'email', 'sms', 'file_delete'].includes(taskType) ? 'owner' : 'app';
   const { rows } = await db
     .pool(dbUser)
-    .query('select queues.enqueue($1, $2::jsonb) as id', [taskType, JSON.stringify(payload)]);
+    .query('select queues.enqueue($1, $2::jsonb, _max_attempts => $3) as id', [
+      taskType,
+      JSON.stringify(payload),
+      maxAttempts,
+    ]);
   return rows[0].id;
 }
 

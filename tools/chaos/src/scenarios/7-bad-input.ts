@@ -887,13 +887,12 @@ export const scenario: Scenario = {
     const enqueueCase = async (c: WorkerCase) =>
       String(
         (
-          await db
-            .pool('owner')
-            .query('select queues.enqueue($1, $2::jsonb, null, null, null, $3) as id', [
-              c.taskType,
-              JSON.stringify(c.payload),
-              c.maxAttempts ?? null,
-            ])
+          await db.pool('owner').query('select queues.enqueue($1, $2::jsonb, null, null, null, $3) as id', [
+            c.taskType,
+            JSON.stringify(c.payload),
+            // One run unless the case says otherwise: each case's failure is its last.
+            c.maxAttempts ?? 1,
+          ])
         ).rows[0].id,
       );
     const completedAll = async (taskIds: string[]) =>

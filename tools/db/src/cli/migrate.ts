@@ -2,6 +2,7 @@
 // migrations/current/) against DATABASE_URL, connected as the owner, with the other database users
 // named by DATABASE_WORKER, DATABASE_APP and DATABASE_API. A database migrated with the
 // history the baseline replaced is moved onto the baseline first (tools/db/src/legacy.ts).
+import { registerAppTasks } from '../app-tasks.js';
 import { migrateDatabase, migrateSettings } from '../migrate.js';
 import { dbUserNamesFromEnv } from '../db-users.js';
 import { redactUrl } from '../urls.js';
@@ -18,6 +19,8 @@ async function main(): Promise<void> {
   const settings = await migrateSettings({ ownerUrl: url, rootUrl: process.env.ROOT_DATABASE_URL, dbUsers });
   await migrateDatabase(settings, { current: false, log: (line) => process.stdout.write(`${line}\n`) });
   process.stdout.write(`migrated ${redactUrl(url)}\n`);
+  // The app's task types (TASKS_DIR, default ./tasks when it exists), as the owner.
+  for (const line of await registerAppTasks(url)) process.stdout.write(`${line}\n`);
 }
 
 main().catch((error: unknown) => {

@@ -9,6 +9,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
+import { registerAppTasks } from '../app-tasks.js';
 import { enableLocalSchedules } from '../local-schedules.js';
 import { portInUse } from '../port-check.js';
 import { repoRoot } from '../paths.js';
@@ -81,6 +82,14 @@ async function main(): Promise<number> {
     runner.send('stop');
     await done;
   };
+  // The app's task types (TASKS_DIR, default ./tasks), registered as the owner.
+  let taskLines: string[];
+  try {
+    taskLines = await registerAppTasks(urls.owner);
+  } catch (error) {
+    await stopDatabase();
+    throw error;
+  }
   const schedules = await enableLocalSchedules(urls.api);
   // Local credentials: an operator (API_TOKEN, the user api-token) and, unless API_USERS or
   // API_USERS_FILE names the users, a read-only user `viewer`; each token new unless given.
@@ -143,6 +152,7 @@ async function main(): Promise<number> {
       process.env.MENU_PLATFORM_URL
         ? `menu platform: ${process.env.MENU_PLATFORM_URL}`
         : 'menu platform: local mode, a fake one inside the worker (set MENU_PLATFORM_URL for a real one)',
+      ...taskLines,
       'Starting the worker; Ctrl-C stops everything.',
       '',
     ].join('\n'),

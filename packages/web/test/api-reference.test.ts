@@ -1,0 +1,89 @@
+// The API reference page (public/api.html) in headless Chromium, offline: reached from the
+// dashboard's header, it lists every operation of /api/openapi.json with its method and
+// path, opens one to show its parameters and answers, and loads nothing from outside the
+// server's origin (no CDN).
+// A missing browser FAILS this file (CI installs it: apt-get install -y chromium).
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import type { FastifyInstance } from 'fastify';
+import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createApi } from '../src/index.js';
+
+const CHROMIUM = '/usr/bin/chromium';
+const TOKEN = 'reference-token-0123456789';
+
+let db: TestDatabase;
+let app: FastifyInstance;
+let base: string;
+let context: BrowserContext;
+let page: Page;
+let userDataDir: string;
+const external: string[] = [];
+
+beforeAll(async () => {
+  expect(existsSync(CHROMIUM), `${CHROMIUM} is missing: install it with apt-get install -y chromium`).toBe(true);
+  db = await createTestDatabase();
+  app = createApi({ databaseUrl: db.url('api'), apiToken: TOKEN, logLevel: 'silent' });
+  base = await app.listen({ host: '127.0.0.1', port: 0 });
+  userDataDir = mkdtempSync(join(tmpdir(), 'queue-api-reference-'));
+  context = await chromium.launchPersistentContext(userDataDir, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update'],
+  });
+  // Only the server's origin: anything else is recorded and refused.
+  await context.route('**/*', (route) => {
+    const url = route.request().url();
+    if (url.startsWith(base) || url.startsWith('data:')) return route.continue();
+    external.push(url);
+    return route.abort();
+  });
+  page = context.pages()[0] ?? (await context.newPage());
+});
+
+afterAll(async () => {
+  await context?.close();
+  if (userDataDir) rmSync(userDataDir, { recursive: true, force: true });
+  await app?.close();
+  await db?.drop();
+});
+
+it('is linked from the dashboard and lists every operation of the document, offline', async () => {
+  const errors: string[] = [];
+  page.on('pageerror', (error) => errors.push(error.message));
+  // Logged in as the dashboard keeps it: the tab's credential (the document may need one).
+  await page.goto(`${base}/#/`);
+  await page.evaluate((token) => sessionStorage.setItem('queue-api-token', token), TOKEN);
+  await page.goto(`${base}/#/`);
+  await page.getByRole('link', { name: 'API reference', exact: true }).click();
+  await page.waitForURL(`${base}/api.html`);
+  await page.locator('main h1', { hasText: 'pg-task-queue operations API' }).waitFor();
+
+  const doc = (await (
+    await fetch(`${base}/api/openapi.json`, { headers: { authorization: `Bearer ${TOKEN}` } })
+  ).json()) as {
+    paths: Record<string, Record<string, { operationId: string }>>;
+  };
+  const expected = Object.entries(doc.paths).flatMap(([path, ops]) =>
+    Object.keys(ops).map((method) => `${method.toUpperCase()} ${path}`),
+  );
+  const shown = await page
+    .locator('details.op > summary')
+    .evaluateAll((els) =>
+      els.map((el) => `${el.querySelector('.method')!.textContent} ${el.querySelector('.path')!.textContent}`),
+    );
+  expect(shown.sort()).toEqual(expected.sort());
+
+  // One operation opened: its parameters and its answers with their schemas.
+  const task = page.locator(`details.op#${doc.paths['/api/tasks/{id}'].get.operationId}`);
+  await task.locator('summary').first().click();
+  await task.getByRole('cell', { name: 'id', exact: true }).waitFor();
+  expect(await task.locator('details > summary').allTextContents()).toEqual(
+    expect.arrayContaining([expect.stringMatching(/^200 /), expect.stringMatching(/^404 /)]),
+  );
+  expect(errors).toEqual([]);
+  expect(external).toEqual([]);
+});
