@@ -17,10 +17,10 @@ async function taskType(name: string): Promise<void> {
   await db.query(`insert into queues.task_type (task_type, description) values ($1, 'specification test')`, [name]);
 }
 
-/** `n` tasks of `type` enqueued by the owner (scheduled `inSeconds` from now). */
+/** `n` tasks of `type` enqueued by the owner (scheduled `inSeconds` from now), one attempt each. */
 async function enqueue(type: string, n: number, inSeconds = 0, payload: object = {}): Promise<string[]> {
   const { rows } = await db.query<{ id: string }>(
-    `select queues.enqueue($1, $2::jsonb, now() + make_interval(secs => $3)) as id from generate_series(1, $4)`,
+    `select queues.enqueue($1, $2::jsonb, now() + make_interval(secs => $3), null, null, 1) as id from generate_series(1, $4)`,
     [type, JSON.stringify(payload), inSeconds, n],
   );
   return rows.map((r) => r.id);

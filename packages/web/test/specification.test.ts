@@ -30,10 +30,10 @@ const ids = async (url: string) => {
   return (res.json().tasks as { task_id: number }[]).map((t) => t.task_id).sort((a, b) => a - b);
 };
 
-/** Enqueues as the owner; returns the ids. */
+/** Enqueues as the owner, one attempt each; returns the ids. */
 async function enqueue(n: number, inSeconds = 0): Promise<number[]> {
   const { rows } = await db.query<{ id: string }>(
-    `select queues.enqueue('store_discovery', '{}', now() + make_interval(secs => $1)) as id from generate_series(1, $2)`,
+    `select queues.enqueue('store_discovery', '{}', now() + make_interval(secs => $1), null, null, 1) as id from generate_series(1, $2)`,
     [inSeconds, n],
   );
   return rows.map((r) => Number(r.id));
