@@ -152,7 +152,8 @@ describe('queue', () => {
 
   it('redrive: a dead letter becomes a new task (exit 0); a live task is not a dead letter (exit 3)', async () => {
     const live = await enqueue();
-    const run0 = await queue(['enqueue', 'cli_dead', '--json'], api);
+    // One attempt: the failure below ends it (the default retries it).
+    const run0 = await queue(['enqueue', 'cli_dead', '--max-attempts', '1', '--json'], api);
     const dead = JSON.parse(run0.stdout).task_id as number;
     const worker = db.pool('worker');
     // The only cli_dead task: claimed, then failed with no error handler (a dead letter).

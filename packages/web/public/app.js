@@ -579,7 +579,7 @@ async function overview() {
     ),
     section('Completions in the last hour by type and outcome', perType),
     section(
-      'Capacity',
+      'Worker roles: capacity per task type',
       capacity,
       h(
         'p',

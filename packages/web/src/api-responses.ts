@@ -94,9 +94,31 @@ const actionResults = (key: string) =>
 
 const batch = z.object({ batch: z.number().int(), scheduled_at: timestamp, task_count: count });
 
+/** One schedule as GET /api/schedules lists it (admin.list_schedules). */
+const schedule = z.object({
+  name: z.string(),
+  cron: z.string(),
+  task_type: z.string(),
+  payload: json,
+  priority: z.number().int(),
+  missed_run_policy: z.string(),
+  enabled: z.boolean(),
+  last_fire_at: timestamp.nullable(),
+  next_fire_at: timestamp.nullable(),
+  updated_at: timestamp,
+  last_runs: json,
+  time_zone: z.string(),
+});
+
 export const responses = {
   taskList: z.object({ tasks: z.array(taskSummary), next_before: id.nullable() }),
   taskCreated: z.object({ task_id: id }),
+  /** A task enqueued with a unique_key: inserted or replaced (201), skipped (200). */
+  uniqueTask: z.object({
+    task_id: id,
+    outcome: z.enum(['inserted', 'skipped', 'replaced']),
+    replaced_task_id: id.nullable(),
+  }),
   counts: z.object({
     window_seconds: z.number().int(),
     counts: z.array(countRow),
@@ -193,23 +215,8 @@ export const responses = {
       }),
     ),
   }),
-  schedules: z.object({
-    schedules: z.array(
-      z.object({
-        name: z.string(),
-        cron: z.string(),
-        task_type: z.string(),
-        payload: json,
-        priority: z.number().int(),
-        missed_run_policy: z.string(),
-        enabled: z.boolean(),
-        last_fire_at: timestamp.nullable(),
-        next_fire_at: timestamp.nullable(),
-        updated_at: timestamp,
-        last_runs: json,
-      }),
-    ),
-  }),
+  schedules: z.object({ schedules: z.array(schedule) }),
+  scheduleUpserted: z.object({ schedule }),
   scheduleSet: z.object({ name: z.string(), enabled: z.boolean() }),
   processes: z.object({ processes: z.array(z.string()) }),
   processRoots: z.object({

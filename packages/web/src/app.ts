@@ -368,6 +368,18 @@ const auditQuery = z
  * redrive, resume and schedule handlers spell taskIdParams, taskTypeParams, scheduleParams
  * and emptyBody out inline: the same schemas.)
  */
+/** PUT /api/schedules/:name: a schedule's definition (schedules.upsert_schedule). */
+const scheduleBody = z
+  .object({
+    cron: z.string('cron must be a string'),
+    task_type: taskType,
+    payload: z.record(z.string(), z.unknown(), { error: 'payload must be a JSON object' }).optional(),
+    priority: z.number().int('priority must be an integer').min(-1000).max(1000).optional(),
+    missed_run_policy: z.string().optional(),
+    time_zone: z.string('time_zone must be a string').optional(),
+  })
+  .strict();
+
 const API_SCHEMAS = {
   listQuery,
   newTask,
@@ -389,6 +401,7 @@ const API_SCHEMAS = {
   workerIdParams,
   schedulesQuery,
   scheduleParams,
+  scheduleBody,
   processParams,
   processRootsQuery,
   processRootParams,
@@ -468,7 +481,14 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
     options.pool ??
     connect({ connectionString: config.databaseUrl, max: config.poolSize, applicationName: 'queue-web' });
   if (!options.pool) app.addHook('onClose', async () => pool.end());
-  const store = new Store(pool);
+  // Reads (every GET but readiness) go to the read replica when one is configured, so the
+  // dashboard's searches and timelines do not load the database the workers claim from;
+  // changes (`change`, below) always run on the primary, in a transaction with their fact.
+  const readPool = config.readDatabaseUrl
+    ? connect({ connectionString: config.readDatabaseUrl, max: config.poolSize, applicationName: 'queue-web-reads' })
+    : undefined;
+  if (readPool) app.addHook('onClose', async () => readPool.end());
+  const store = new Store(readPool ?? pool);
 
   // Every route needs a credential unless it is public, or a read while reads are open; a
   // change needs an operator. A request that presents a credential must present a right one.
@@ -882,20 +902,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   // malformed cron) is 400 and writes nothing; a worker-only task type is 403.
   app.put('/api/schedules/:name', async (request) => {
     const { name } = parse(z.object({ name: scheduleName }), request.params, 'path');
-    const body = parse(
-      z
-        .object({
-          cron: z.string('cron must be a string'),
-          task_type: taskType,
-          payload: z.record(z.string(), z.unknown(), { error: 'payload must be a JSON object' }).optional(),
-          priority: z.number().int('priority must be an integer').min(-1000).max(1000).optional(),
-          missed_run_policy: z.string().optional(),
-          time_zone: z.string('time_zone must be a string').optional(),
-        })
-        .strict(),
-      request.body,
-      'body',
-    );
+    const body = parse(scheduleBody, request.body, 'body');
     const answer = await change(request, 'upsert_schedule', async (tx) => {
       const problem = await tx.upsertSchedule({ name, ...body, payload: body.payload ?? {} });
       // A refused definition changed nothing, so no fact (the transaction rolls back).
@@ -976,7 +983,8 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   });
   app.get('/healthz', PUBLIC, () => Promise.resolve({ ok: true }));
   app.get('/readyz', PUBLIC, async () => {
-    await store.taskTypes();
+    // Ready when the primary answers (changes need it), and the replica too if reads go there.
+    await Promise.all([new Store(pool).taskTypes(), readPool ? store.taskTypes() : null]);
     return { ok: true };
   });
 

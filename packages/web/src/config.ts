@@ -37,6 +37,12 @@ export interface ApiConfig {
   logFormat?: LogFormat;
   /** Database pool size. */
   poolSize: number;
+  /**
+   * postgres:// URL of the API role on a read replica (a streaming standby of the
+   * database): every read of the API, the dashboard and /metrics goes there, changes and
+   * readiness to `databaseUrl`. Unset: everything on `databaseUrl`.
+   */
+  readDatabaseUrl?: string;
 }
 
 export const API_CONFIG = defineConfig({
@@ -95,6 +101,12 @@ export const API_CONFIG = defineConfig({
     },
     ...logSettings(false),
     poolSize: { env: 'API_DB_POOL_SIZE', default: '10', help: 'database connections', schema: wholeNumber(1, 100) },
+    readDatabaseUrl: {
+      env: 'API_READ_DATABASE_URL',
+      secret: true,
+      help: 'postgres:// URL of the API role on a read replica: reads go there, changes to DATABASE_URL (default: everything on DATABASE_URL)',
+      schema: postgresUrl,
+    },
   },
   refine(config, report, given) {
     if (!given('apiToken') && !given('users') && !given('usersFile')) {

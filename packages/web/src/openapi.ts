@@ -12,7 +12,7 @@ import type { ApiSchemas } from './app.js';
 import { errorBody, responses } from './api-responses.js';
 import { discoveryBody, resyncBody } from './menus-routes.js';
 
-type Method = 'get' | 'post';
+type Method = 'get' | 'post' | 'put';
 
 interface Answer {
   description: string;
@@ -58,9 +58,15 @@ export function operations(s: ApiSchemas): Operation[] {
       path: '/api/tasks',
       tag: t,
       change: true,
-      summary: 'Enqueue a task',
+      summary: 'Enqueue a task; with a unique_key, at most one pending task per key (skip, replace or debounce)',
       body: s.newTask,
-      answers: created(responses.taskCreated),
+      answers: {
+        201: {
+          description: 'Created (with a unique_key: inserted, or replacing the pending task)',
+          schema: z.union([responses.taskCreated, responses.uniqueTask]),
+        },
+        200: { description: 'Skipped: a task with the unique_key is pending; its id', schema: responses.uniqueTask },
+      },
     },
     {
       method: 'get',
@@ -278,6 +284,16 @@ export function operations(s: ApiSchemas): Operation[] {
       summary: 'Schedules with their last runs',
       query: s.schedulesQuery,
       answers: ok(responses.schedules),
+    },
+    {
+      method: 'put',
+      path: '/api/schedules/:name',
+      tag: 'schedules',
+      change: true,
+      summary: 'Create or change a schedule (its cron read on the wall clock of time_zone, default UTC)',
+      params: s.scheduleParams,
+      body: s.scheduleBody,
+      answers: ok(responses.scheduleUpserted),
     },
     ...(['enable', 'disable'] as const).map((action): Operation => ({
       method: 'post',

@@ -77,7 +77,8 @@ async function facts() {
 
 /** A task that failed for good (a dead letter). */
 async function deadLetter(): Promise<number> {
-  const id = await enqueueAsOwner(db, { task_type: 'store_discovery', payload: {} });
+  // One attempt: a failure then ends it (the default retries it).
+  const id = await enqueueAsOwner(db, { task_type: 'store_discovery', payload: {}, max_attempts: 1 });
   await db.query(`select queues.complete_task($1, null, 'failed')`, [id]);
   return id;
 }

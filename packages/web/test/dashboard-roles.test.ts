@@ -91,6 +91,13 @@ it("shows each role's queue, and a task's result on its page", async () => {
     expect(await page.locator(`[data-testid=queues] tr[data-task-type=${role}]`).count()).toBe(1);
   }
 
+  // The overview's "Worker roles" table (README, docs/menus.md): each role's capacity.
+  await page.goto(`${base}/#/`);
+  const capacity = page.locator('section', { hasText: 'Worker roles' }).locator('[data-testid=capacity]');
+  const resync = capacity.locator('tr', { hasText: 'product_resync' });
+  await resync.waitFor();
+  expect((await resync.locator('td').allTextContents()).slice(0, 3)).toEqual(['product_resync', '2', '2']);
+
   await page.goto(`${base}/#/task/${rows[0].c}`);
   await page.locator('pre[data-testid=result]').waitFor();
   expect(await page.locator('pre[data-testid=result]').textContent()).toContain('"new_store_ids"');

@@ -170,6 +170,8 @@ describe('the OpenAPI document', () => {
       'post /api/tasks': [
         { body: { task_type: 'store_discovery', payload: { store: 'e' } } },
         { body: { payload: 1 } },
+        { body: { task_type: 'store_discovery', payload: { store: 'u' }, unique_key: 'openapi-u' } },
+        { body: { task_type: 'store_discovery', payload: { store: 'u' }, unique_key: 'openapi-u' } },
       ],
       'get /api/tasks/counts': [{}, { query: 'window_seconds=600' }],
       'get /api/tasks/types': [{}],
@@ -201,6 +203,16 @@ describe('the OpenAPI document', () => {
       'get /api/schedules': [{ query: 'runs=2' }],
       'post /api/schedules/{name}/enable': [{ path: { name: schedule ?? 'none' } }, { path: { name: 'no.such' } }],
       'post /api/schedules/{name}/disable': [{ path: { name: schedule ?? 'none' } }],
+      'put /api/schedules/{name}': [
+        {
+          path: { name: 'openapi.nightly' },
+          body: { cron: '30 2 * * *', task_type: 'store_discovery', time_zone: 'Europe/Berlin' },
+        },
+        {
+          path: { name: 'openapi.bad' },
+          body: { cron: '30 2 * * *', task_type: 'store_discovery', time_zone: 'Mars/Olympus' },
+        },
+      ],
       'get /api/processes': [{}],
       'get /api/processes/{process}': [{ path: { process: processName } }],
       'get /api/processes/{process}/{rootId}': [
