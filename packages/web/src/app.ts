@@ -383,6 +383,7 @@ const scheduleBody = z
 const API_SCHEMAS = {
   listQuery,
   newTask,
+  specTask,
   countsQuery,
   emptyQuery,
   roleParams,
