@@ -17,4 +17,3 @@ alter table queues.task_completed add constraint task_completed_outcome_check
 --!include queues/complete.sql
 --!include queues/settle.sql
 --!include public/role_based_worker.sql
---!include public/privileges.sql

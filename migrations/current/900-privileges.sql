@@ -9,3 +9,4 @@ set local lock_timeout = '5s';
 --!include files/privileges.sql
 --!include admin/privileges.sql
 --!include schedules/privileges.sql
+--!include public/privileges.sql
