@@ -9,7 +9,13 @@ import { Report, type ChaosDb, type DbUser, type Scenario } from '../harness.js'
 const OURS = `n.nspname not in ('pg_catalog', 'information_schema', 'pg_toast', 'graphile_migrate', 'chaos')
               and n.nspname not like 'pg\\_temp\\_%' and n.nspname not like 'pg\\_toast\\_temp\\_%'`;
 
-async function sweep(db: ChaosDb, r: Report, dbUser: 'worker' | 'app' | 'api', allowlist: string[]) {
+async function sweep(
+  db: ChaosDb,
+  r: Report,
+  dbUser: 'worker' | 'app' | 'api',
+  allowlist: string[],
+  views: string[] = [],
+) {
   const name = db.dbUsers[dbUser];
   const fns = (
     await db.query<{ fn: string }>(
@@ -26,11 +32,14 @@ async function sweep(db: ChaosDb, r: Report, dbUser: 'worker' | 'app' | 'api', a
       `select format('%I.%I', n.nspname, c.relname) as rel from pg_class c join pg_namespace n on n.oid = c.relnamespace
         where ${OURS} and c.relkind in ('r', 'v', 'm', 'p', 'f', 'S')
           and (case when c.relkind = 'S' then has_sequence_privilege($1, c.oid, 'usage, select, update')
-                    else has_table_privilege($1, c.oid, 'select, insert, update, delete, truncate, references, trigger') end)`,
+                    else has_table_privilege($1, c.oid, 'select, insert, update, delete, truncate, references, trigger') end)
+        order by 1`,
       [name],
     )
   ).rows.map((x) => x.rel);
-  r.equal(`${dbUser}: no table, view or sequence privilege`, relations, []);
+  // The only relations any database user may touch: the api user's SELECT on the views of
+  // the role-based specification (sql/role-allowlist.json, "api_views").
+  r.equal(`${dbUser}: no table, view or sequence privilege but the allowed views`, relations, views);
   const schemasCreate = (
     await db.query(`select n.nspname from pg_namespace n where ${OURS} and has_schema_privilege($1, n.oid, 'create')`, [
       name,
@@ -66,7 +75,10 @@ export const scenario: Scenario = {
       string[]
     >;
     for (const dbUser of ['worker', 'app', 'api'] as const)
-      r.figure(`${dbUser}: executable functions`, await sweep(db, r, dbUser, allowlist[dbUser] ?? []));
+      r.figure(
+        `${dbUser}: executable functions`,
+        await sweep(db, r, dbUser, allowlist[dbUser] ?? [], dbUser === 'api' ? (allowlist.api_views ?? []) : []),
+      );
 
     const definers = (
       await db.query<{ fn: string; oid: number; config: string[] | null; src: string; nargs: number }>(
