@@ -5,10 +5,20 @@
 // completes; each step took effect exactly once; email provider calls within the
 // idempotency bound; each SMS sent at most once; the workers (the same processes) carry on
 // through the proxy without a restart.
+import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
-import { dataRoot, openServer, provisionDatabase, startStandby, type DatabaseUrls, type Standby } from '@org/db-tools';
+import {
+  dataRoot,
+  freePort,
+  openServer,
+  provisionDatabase,
+  startStandby,
+  type DatabaseUrls,
+  type Standby,
+} from '@org/db-tools';
 import { startFakeResend, startFakeTwilio } from '@org/providers/testing';
 import { installFixtures } from '../fixtures.js';
 import { ensureHaproxy, startProxy, type Proxy } from '../haproxy.js';
@@ -16,6 +26,69 @@ import { one, openDue, Report, round, sleep, taskTally, waitFor, type Scenario }
 import { effectAnomalies, startLoad, type Load } from '../load.js';
 import { chaosDb } from '../own-server.js';
 import { fastEnv, killAll, logLines, startWorker, stopWorker, type WorkerProcess } from '../workers.js';
+
+const WEB_CLI = new URL('./cli.js', import.meta.resolve('@org/web'));
+
+/**
+ * The web server (packages/web's CLI) on `databaseUrl`, asked for the task counts every
+ * 100 ms: which requests failed, and when the last one did.
+ */
+async function startWeb(databaseUrl: string) {
+  const port = await freePort();
+  const token = randomBytes(16).toString('hex');
+  const child = spawn(process.execPath, [WEB_CLI.pathname], {
+    env: {
+      PATH: process.env.PATH ?? '',
+      DATABASE_URL: databaseUrl,
+      API_TOKEN: token,
+      API_PORT: String(port),
+      API_HOST: '127.0.0.1',
+      LOG_LEVEL: 'warn',
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout.on('data', (d: Buffer) => (output = (output + d.toString()).slice(-65_536)));
+  child.stderr.on('data', (d: Buffer) => (output = (output + d.toString()).slice(-65_536)));
+  let exited = false;
+  const exit = new Promise<void>((resolve) => child.on('exit', () => ((exited = true), resolve())));
+  const get = async () => {
+    const res = await fetch(`http://127.0.0.1:${port}/api/tasks/counts`, {
+      headers: { authorization: `Bearer ${token}` },
+      signal: AbortSignal.timeout(5000),
+    });
+    await res.arrayBuffer();
+    return res.status;
+  };
+  if (!(await waitFor(async () => (await get()) === 200, 30_000, 100)))
+    throw new Error(`the web server did not answer: ${output}`);
+  /** Every answer: when it came (ms) and whether it was a 200. */
+  const answers: { at: number; ok: boolean }[] = [];
+  let running = true;
+  const loop = (async () => {
+    while (running) {
+      const ok = await get().then(
+        (status) => status === 200,
+        () => false,
+      );
+      answers.push({ at: Date.now(), ok });
+      await sleep(100);
+    }
+  })();
+  return {
+    pid: child.pid!,
+    answers,
+    alive: () => !exited,
+    output: () => output,
+    async stop() {
+      running = false;
+      await loop;
+      if (!exited) child.kill('SIGTERM');
+      await Promise.race([exit, sleep(5000)]);
+      if (!exited) child.kill('SIGKILL');
+    },
+  };
+}
 
 /** Leases live now (tasks in flight), on the server at `url`. */
 async function inFlight(url: string): Promise<number> {
@@ -49,6 +122,7 @@ export const scenario: Scenario = {
     let proxy: Proxy | undefined;
     let load: Load | undefined;
     let db: ReturnType<typeof chaosDb> | undefined;
+    let web: Awaited<ReturnType<typeof startWeb>> | undefined;
     const workers: WorkerProcess[] = [];
     const resend = await startFakeResend();
     const twilio = await startFakeTwilio();
@@ -89,10 +163,15 @@ export const scenario: Scenario = {
         // Longer than a failover here (1 to 3 s): the leases of runs the failover cut short
         // are given back, or expire, soon after.
         LEASE_SECONDS: '5',
+        // The poison step's interruptions back off 2 ms, 4 ms, ... (backoff_scale 0.002):
+        // ten of them take about 2 s, across the failover.
+        MAX_LEASES: '10',
         LOG_LEVEL: 'info',
       });
       for (let i = 0; i < 2; i++) workers.push(startWorker({ env, prefix: 's12' }));
       const pids = workers.map((w) => w.pid);
+      web = await startWeb(proxied.api);
+      const webPid = web.pid;
       load = startLoad({
         app: db.pool('app'),
         owner: db.pool('owner'),
@@ -101,11 +180,21 @@ export const scenario: Scenario = {
         stepsPerTick: 3,
         emailsPerTick: 1,
         smsPerTick: 1,
-        stepSleep: [0.01, 0.1],
+        stepSleep: [0.1, 1],
         maxTicks: 4 * 600,
       });
       const steady = quick ? 4000 : 8000;
       await sleep(steady);
+
+      // A poison step: it deadlocks (SQLSTATE 40P01) each time it runs, so each run is
+      // interrupted, until it is abandoned after MAX_LEASES interruptions.
+      const poisonId = (
+        await one<{ id: string }>(
+          db,
+          `select queues.enqueue('db_function', '{"db_function": "chaos.raise", "code": "40P01", "message": "poison: a deadlock each run"}'::jsonb)::text as id`,
+        )
+      ).id;
+      await sleep(1000);
 
       // The failover: SIGKILL to the primary's postmaster, then promote the standby at once
       // (as a failover manager would once it has seen the primary gone).
@@ -148,6 +237,18 @@ export const scenario: Scenario = {
 
       const drained = await waitFor(async () => (await openDue(db!, 0)) === 0, 90_000, 250);
       const alive = workers.filter((w) => w.alive()).length;
+      const webAnswers = web.answers.slice();
+      const webAlive = web.alive();
+      await web.stop();
+      const webFailed = webAnswers.filter((a) => !a.ok);
+      const webBackAt = webAnswers.find((a) => a.ok && a.at > (webFailed.at(-1)?.at ?? killedAt))?.at;
+      const poison = await one<{ outcome: string | null; interruptions: number; at: number | null }>(
+        db,
+        `select (select c.outcome from queues.task_completed c where c.task_id = $1) as outcome,
+                (select extract(epoch from c.completed_at)::float8 * 1000 from queues.task_completed c where c.task_id = $1) as at,
+                (select count(*)::int from queues.task_interruption x where x.task_id = $1) as interruptions`,
+        [poisonId],
+      );
       // Every worker ran tasks on the new primary (leased after the kill), through the proxy.
       const { rows: after } = await db.query<{ worker_id: string; n: number }>(
         `select l.worker_id, count(*)::int as n
@@ -213,7 +314,7 @@ export const scenario: Scenario = {
       for (const w of workers)
         for (const l of logLines(w.output()))
           if (l.level === 'warn' || l.level === 'error') {
-            const k = `${String(l.level)} ${String(l.event ?? l.msg)}`;
+            const k = `${String(l.level)} ${String(l.event ?? String(l.msg).slice(0, 40))}`;
             events.set(k, (events.get(k) ?? 0) + 1);
           }
 
@@ -244,6 +345,14 @@ export const scenario: Scenario = {
           .sort((a, b) => b[1] - a[1])
           .map(([k, n]) => `${k}: ${n}`)
           .join('; ') || 'none',
+      );
+      r.figure(
+        'web: requests that failed / answering again after (s)',
+        `${webFailed.length} of ${webAnswers.length} / ${webBackAt ? round((webBackAt - killedAt) / 1000, 2) : 'never'}`,
+      );
+      r.figure(
+        'poison step: interruptions / outcome',
+        `${poison.interruptions} / ${poison.outcome ?? 'still pending'}${poison.at ? ` ${round((poison.at - killedAt) / 1000, 2)} s after the kill` : ''}`,
       );
       r.figure(
         'tasks each worker completed on the new primary',
@@ -287,6 +396,12 @@ export const scenario: Scenario = {
         JSON.stringify(Object.fromEntries(doneAfter)),
       );
       r.check(
+        'the same web server answers again through the proxy',
+        webAlive && web.pid === webPid && webBackAt !== undefined && webAnswers.at(-1)?.ok === true,
+        `alive ${webAlive}; ${webFailed.length} failed of ${webAnswers.length}; ${web.output().slice(-500)}`,
+      );
+      r.check('the poison step was abandoned', poison.outcome === 'abandoned', JSON.stringify(poison));
+      r.check(
         'workers stopped with exit 0',
         exits.every((e) => e.code === 0),
         JSON.stringify(exits),
@@ -295,6 +410,7 @@ export const scenario: Scenario = {
     } finally {
       await load?.stop();
       killAll(workers);
+      await web?.stop();
       await resend.close();
       await twilio.close();
       await proxy?.stop();
