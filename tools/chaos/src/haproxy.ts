@@ -47,7 +47,7 @@ export interface HealthEndpoint {
 export async function startHealthEndpoint(rootUrl: string): Promise<HealthEndpoint> {
   const server: Server = createServer((req, res) => {
     void (async () => {
-      let up = false;
+      let up: boolean;
       const client = new pg.Client({
         connectionString: rootUrl,
         connectionTimeoutMillis: 400,

@@ -314,7 +314,7 @@ export const scenario: Scenario = {
       for (const w of workers)
         for (const l of logLines(w.output()))
           if (l.level === 'warn' || l.level === 'error') {
-            const k = `${String(l.level)} ${String(l.event ?? String(l.msg).slice(0, 40))}`;
+            const k = `${String(l.level)} ${typeof l.event === 'string' ? l.event : String(l.msg).slice(0, 40)}`;
             events.set(k, (events.get(k) ?? 0) + 1);
           }
 
