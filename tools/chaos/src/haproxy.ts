@@ -23,7 +23,7 @@ export function ensureHaproxy(log: (line: string) => void): string {
   if (path) return path;
   if (process.getuid?.() !== 0)
     throw new Error(
-      'HAProxy is not installed: this scenario needs it (as root: apt-get install -y haproxy; or sudo apt-get install -y haproxy)',
+      'HAProxy is not installed, and this scenario needs it: install it with `sudo apt-get install -y haproxy` (Debian, Ubuntu), or run the scenario as root, which installs it',
     );
   log('  installing HAProxy: apt-get install -y haproxy');
   const res = spawnSync('apt-get', ['install', '-y', '--no-install-recommends', 'haproxy'], {
