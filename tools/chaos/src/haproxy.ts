@@ -43,15 +43,15 @@ export interface HealthEndpoint {
   close(): Promise<void>;
 }
 
-/** GET / → 200 when `rootUrl`'s server takes writes, 503 otherwise (in recovery, down, slow). */
+/** GET / → 200 when `rootUrl`'s server takes writes, 503 otherwise (in recovery, down, or slower than 800 ms). */
 export async function startHealthEndpoint(rootUrl: string): Promise<HealthEndpoint> {
   const server: Server = createServer((req, res) => {
     void (async () => {
       let up: boolean;
       const client = new pg.Client({
         connectionString: rootUrl,
-        connectionTimeoutMillis: 400,
-        query_timeout: 400,
+        connectionTimeoutMillis: 800,
+        query_timeout: 800,
         application_name: 'chaos-health',
       });
       client.on('error', () => {});
@@ -114,7 +114,13 @@ export async function startProxy(haproxy: string, nodes: ProxyNode[]): Promise<P
       // Idle pool connections and LISTEN sessions stay open for the whole run.
       '  timeout client 1h',
       '  timeout server 1h',
-      '  timeout check 1s',
+      '  timeout check 2s',
+      // A connection refused by a node that is still counted UP (the primary just killed)
+      // is retried on another node that is UP, not on the same one until the retries run
+      // out (3, a second apart): without this, clients that connected in that second
+      // waited 3 s for the proxy to close their connection.
+      '  retries 3',
+      '  option redispatch 1',
       'frontend postgres',
       `  bind 127.0.0.1:${port}`,
       '  default_backend nodes',

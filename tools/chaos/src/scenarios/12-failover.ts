@@ -7,7 +7,7 @@
 // through the proxy without a restart.
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { readFileSync, rmSync } from 'node:fs';
+import { copyFileSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
 import {
@@ -408,6 +408,15 @@ export const scenario: Scenario = {
       );
       return r.result();
     } finally {
+      if (process.env.CHAOS_LOGS) {
+        // For a look afterwards: the workers', the web server's and HAProxy's output, and
+        // the standby's server log.
+        const dir = process.env.CHAOS_LOGS;
+        for (const w of workers) writeFileSync(join(dir, `${w.id}.log`), w.output());
+        if (web) writeFileSync(join(dir, 's12-web.log'), web.output());
+        if (proxy) writeFileSync(join(dir, 's12-haproxy.log'), proxy.output());
+        if (standby) copyFileSync(join(standby.dataDir, 'standby.log'), join(dir, 's12-standby.log'));
+      }
       await load?.stop();
       killAll(workers);
       await web?.stop();
