@@ -1464,7 +1464,7 @@ create table queues.task_completed (
   outcome text not null,
   task_type text,
   constraint task_completed_completed_at_not_null NOT NULL completed_at,
-  constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text]))),
+  constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text, 'validation_failed'::text]))) NOT VALID,
   constraint task_completed_outcome_not_null NOT NULL outcome,
   constraint task_completed_pkey PRIMARY KEY (task_id),
   constraint task_completed_task_id_not_null NOT NULL task_id,
@@ -1488,7 +1488,7 @@ create table queues.task_completed_default partition of queues.task_completed (
   task_type text,
   constraint task_completed_completed_at_not_null NOT NULL completed_at,
   constraint task_completed_default_pkey PRIMARY KEY (task_id),
-  constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text]))),
+  constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text, 'validation_failed'::text]))) NOT VALID,
   constraint task_completed_outcome_not_null NOT NULL outcome,
   constraint task_completed_task_id_not_null NOT NULL task_id,
   constraint task_completed_task_type_named CHECK ((task_type IS NOT NULL)) NOT VALID
@@ -1508,7 +1508,7 @@ create table queues.task_completed_p0 partition of queues.task_completed (
   outcome text not null,
   task_type text,
   constraint task_completed_completed_at_not_null NOT NULL completed_at,
-  constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text]))),
+  constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text, 'validation_failed'::text]))) NOT VALID,
   constraint task_completed_outcome_not_null NOT NULL outcome,
   constraint task_completed_p0_pkey PRIMARY KEY (task_id),
   constraint task_completed_task_id_not_null NOT NULL task_id,
@@ -1529,7 +1529,7 @@ create table queues.task_completed_p1000000 partition of queues.task_completed (
   outcome text not null,
   task_type text,
   constraint task_completed_completed_at_not_null NOT NULL completed_at,
-  constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text]))),
+  constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text, 'validation_failed'::text]))) NOT VALID,
   constraint task_completed_outcome_not_null NOT NULL outcome,
   constraint task_completed_p1000000_pkey PRIMARY KEY (task_id),
   constraint task_completed_task_id_not_null NOT NULL task_id,
@@ -1550,7 +1550,7 @@ create table queues.task_completed_p2000000 partition of queues.task_completed (
   outcome text not null,
   task_type text,
   constraint task_completed_completed_at_not_null NOT NULL completed_at,
-  constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text]))),
+  constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text, 'validation_failed'::text]))) NOT VALID,
   constraint task_completed_outcome_not_null NOT NULL outcome,
   constraint task_completed_p2000000_pkey PRIMARY KEY (task_id),
   constraint task_completed_task_id_not_null NOT NULL task_id,
@@ -2695,6 +2695,130 @@ create materialized view menus.store_analytics as
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 CREATE UNIQUE INDEX store_analytics_store_idx ON menus.store_analytics USING btree (store_id);
 
+create view public.v_worker_capacity as
+ SELECT task_type AS role,
+    pending AS pending_tasks,
+    ready AS ready_tasks,
+    running AS running_tasks,
+    active_workers,
+    tasks_per_worker_hour,
+    estimated_hours_to_drain,
+    workers_needed_1h,
+    workers_needed_4h,
+    workers_needed_8h,
+    completed_in_window,
+    window_workers,
+    window_seconds
+   FROM admin.capacity() c(task_type, pending, ready, running, active_workers, completed_in_window, window_workers, window_seconds, tasks_per_worker_hour, estimated_hours_to_drain, workers_needed_1h, workers_needed_4h, workers_needed_8h);
+  -- columns:
+  --  role text
+  --  pending_tasks bigint
+  --  ready_tasks bigint
+  --  running_tasks bigint
+  --  active_workers bigint
+  --  tasks_per_worker_hour double precision
+  --  estimated_hours_to_drain double precision
+  --  workers_needed_1h bigint
+  --  workers_needed_4h bigint
+  --  workers_needed_8h bigint
+  --  completed_in_window bigint
+  --  window_workers bigint
+  --  window_seconds integer
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  grant SELECT to :DATABASE_API (by :DATABASE_OWNER)
+comment on view public.v_worker_capacity is 'The role-based specification''s capacity view: admin.capacity() per role (task type), in its column names.';
+
+create view public.worker_tasks as
+ SELECT t.task_id AS id,
+    t.task_type AS role,
+        CASE
+            WHEN (t.payload ->> 'store_id'::text) ~ '^[0-9]{1,18}$'::text THEN (t.payload ->> 'store_id'::text)::bigint
+            ELSE NULL::bigint
+        END AS dispensary_id,
+        CASE
+            WHEN jsonb_typeof(t.payload -> 'platform'::text) = 'string'::text THEN "left"(t.payload ->> 'platform'::text, 100)
+            ELSE NULL::text
+        END AS platform,
+        CASE
+            WHEN c.outcome = 'succeeded'::text THEN 'completed'::text
+            WHEN c.outcome = ANY (ARRAY['failed'::text, 'abandoned'::text, 'validation_failed'::text]) THEN 'failed'::text
+            WHEN c.outcome IS NOT NULL THEN c.outcome
+            WHEN p.current_lease_id IS NULL THEN 'pending'::text
+            WHEN p.available_at <= now() THEN 'stale'::text
+            WHEN w.last_seen_at < (now() - make_interval(secs => ((3 * COALESCE(w.heartbeat_interval_ms, 30000))::numeric / 1000.0)::double precision)) AND w.stopped_at IS NULL THEN 'stale'::text
+            WHEN st.started_at IS NULL THEN 'claimed'::text
+            ELSE 'running'::text
+        END AS status,
+    t.priority,
+    t.scheduled_at AS scheduled_for,
+    l.worker_id,
+    l.leased_at AS claimed_at,
+    st.started_at,
+    c.completed_at,
+        CASE
+            WHEN c.task_id IS NULL AND p.current_lease_id = l.task_lease_id AND w.last_seen_at IS NOT NULL THEN w.last_seen_at
+            ELSE GREATEST(l.leased_at, st.started_at, ( SELECT max(x.extended_at) AS max
+               FROM queues.task_lease_extension x
+              WHERE x.task_id = l.task_id AND x.task_lease_id = l.task_lease_id))
+        END AS last_heartbeat_at,
+    ( SELECT r.result
+           FROM queues.task_result r
+          WHERE r.task_id = t.task_id
+          ORDER BY r.task_lease_id DESC
+         LIMIT 1) AS result,
+    ( SELECT e.error_message
+           FROM queues.error e
+          WHERE e.task_id = t.task_id
+          ORDER BY e.error_id DESC
+         LIMIT 1) AS error_message,
+    COALESCE(p.failed_attempts, ( SELECT count(*)::integer AS count
+           FROM queues.task_attempt_failed f
+          WHERE f.task_id = t.task_id)) AS retry_count,
+    t.max_attempts - 1 AS max_retries,
+    t.enqueued_at AS created_at,
+    GREATEST(t.enqueued_at, l.leased_at, st.started_at, c.completed_at) AS updated_at,
+    c.outcome
+   FROM queues.task t
+     LEFT JOIN queues.task_pending p ON p.task_id = t.task_id
+     LEFT JOIN queues.task_completed c ON c.task_id = t.task_id
+     LEFT JOIN LATERAL ( SELECT y.task_id,
+            y.task_lease_id,
+            y.leased_at,
+            COALESCE(y.worker_id, ( SELECT n.worker_id
+                   FROM queues.worker_name n
+                  WHERE n.worker_key = y.worker_key)) AS worker_id
+           FROM queues.task_lease y
+          WHERE y.task_id = t.task_id
+          ORDER BY y.task_lease_id DESC
+         LIMIT 1) l ON true
+     LEFT JOIN queues.task_lease_started st ON st.task_id = l.task_id AND st.task_lease_id = l.task_lease_id
+     LEFT JOIN queues.worker w ON w.worker_id = l.worker_id;
+  -- columns:
+  --  id bigint
+  --  role text
+  --  dispensary_id bigint
+  --  platform text
+  --  status text
+  --  priority integer
+  --  scheduled_for timestamp with time zone
+  --  worker_id text
+  --  claimed_at timestamp with time zone
+  --  started_at timestamp with time zone
+  --  completed_at timestamp with time zone
+  --  last_heartbeat_at timestamp with time zone
+  --  result jsonb
+  --  error_message text
+  --  retry_count integer
+  --  max_retries integer
+  --  created_at timestamp with time zone
+  --  updated_at timestamp with time zone
+  --  outcome text
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  grant SELECT to :DATABASE_API (by :DATABASE_OWNER)
+comment on view public.worker_tasks is 'The role-based specification''s worker_tasks table as a read-only view over the queue''s facts, with its statuses.';
+
 create view queues.dead_letter as
  SELECT c.task_id,
     t.task_type,
@@ -3389,32 +3513,70 @@ begin
   -- Completions in the window by completed_at (index range scan), with their type
   -- (admin.completions_between).
   completion as materialized (
-    select c.task_id, c.task_lease_id, c.task_type
+    select c.task_id, c.task_lease_id, c.task_type, c.completed_at
       from admin.completions_between(_now - make_interval(secs => _window), _now) c
      where _task_type is null or c.task_type = _task_type
   ),
-  -- The worker of each completing lease. The leases of tasks enqueued in the window (ids
-  -- from _first on) are one range of task_lease's primary key, joined at once; a
-  -- completion of an older task probes its lease by primary key. A lease names its
-  -- worker by key (queues.worker_name), or by id if written before that key existed: a
-  -- worker counts once per way it is named (twice, for one window, if it ran across
-  -- that migration). A completion without a lease (cancelled, abandoned) names none.
-  completion_worker as (
-    select distinct x.task_type, x.worker_key, x.worker_id
-      from (select c.task_type, l.worker_key, l.worker_id
+  -- The run of each completing lease: its worker, its start (the start mark, else the
+  -- lease) and its end. The leases of tasks enqueued in the window (ids from _first on)
+  -- are one range of task_lease's primary key, joined at once; a completion of an older
+  -- task probes its lease by primary key; each start mark is a primary-key probe (a scalar
+  -- subquery). A lease names its worker by key (queues.worker_name), or by id if written
+  -- before that key existed: a worker counts once per way it is named (twice, for one
+  -- window, if it ran across that migration). A completion without a lease (cancelled,
+  -- abandoned) names none and ran nowhere.
+  completion_run as (
+    select x.task_type, x.worker_key, x.worker_id,
+           greatest(x.run_from, _now - make_interval(secs => _window)) as run_from, x.run_to
+      from (select c.task_type, l.worker_key, l.worker_id, c.completed_at as run_to,
+                   coalesce((select st.started_at from queues.task_lease_started st
+                              where st.task_id = c.task_id and st.task_lease_id = c.task_lease_id),
+                            l.leased_at) as run_from
               from completion c
               join queues.task_lease l on l.task_id = c.task_id and l.task_lease_id = c.task_lease_id
              where c.task_id >= _first and l.task_id >= _first
             union all
-            select c.task_type, l.worker_key, l.worker_id
+            select c.task_type, l.worker_key, l.worker_id, c.completed_at,
+                   coalesce((select st.started_at from queues.task_lease_started st
+                              where st.task_id = c.task_id and st.task_lease_id = c.task_lease_id),
+                            l.leased_at)
               from completion c
-             cross join lateral (select y.worker_key, y.worker_id from queues.task_lease y
+             cross join lateral (select y.worker_key, y.worker_id, y.leased_at from queues.task_lease y
                                   where y.task_id = c.task_id and y.task_lease_id = c.task_lease_id limit 1) l
              where c.task_id < _first) x
   ),
+  -- Busy time per type and worker: the union of its runs (gaps and islands: a run that
+  -- starts after every earlier run of the worker ended opens a new island).
+  run_marked as (
+    select r.*,
+           max(r.run_to) over (partition by r.task_type, r.worker_key, r.worker_id
+                               order by r.run_from, r.run_to
+                               rows between unbounded preceding and 1 preceding) as before_to
+      from completion_run r
+  ),
+  run_island as (
+    select m.*,
+           count(*) filter (where m.before_to is null or m.run_from > m.before_to)
+             over (partition by m.task_type, m.worker_key, m.worker_id order by m.run_from, m.run_to
+                   rows between unbounded preceding and current row) as island
+      from run_marked m
+  ),
+  busy as (
+    select i.task_type,
+           count(distinct (i.worker_key, i.worker_id)) as workers,
+           sum(i.runs) as runs,
+           sum(extract(epoch from i.island_to - i.island_from)) as seconds
+      from (select r.task_type, r.worker_key, r.worker_id, count(*) as runs,
+                   min(r.run_from) as island_from, max(r.run_to) as island_to
+              from run_island r
+             group by r.task_type, r.worker_key, r.worker_id, r.island) i
+     group by i.task_type
+  ),
   recent as (
     select c.task_type, count(*) as completed,
-           (select count(*) from completion_worker w where w.task_type = c.task_type) as workers
+           coalesce((select b.workers from busy b where b.task_type = c.task_type), 0) as workers,
+           (select b.runs from busy b where b.task_type = c.task_type) as runs,
+           (select b.seconds from busy b where b.task_type = c.task_type) as busy_seconds
       from completion c
      group by c.task_type
   ),
@@ -3434,8 +3596,8 @@ begin
            coalesce(w.active, 0) as active,
            coalesce(r.completed, 0) as completed,
            coalesce(r.workers, 0) as workers,
-           case when coalesce(r.completed, 0) > 0 and r.workers > 0
-                then r.completed::double precision / (r.workers * (_window / 3600.0))
+           case when r.runs > 0 and r.busy_seconds > 0
+                then r.runs::double precision / (r.busy_seconds::double precision / 3600.0)
            end as rate
       from types ty
       left join queue q on q.task_type = ty.task_type
@@ -3444,9 +3606,9 @@ begin
   )
   select f.task_type, f.pending, f.ready, f.running, f.active, f.completed, f.workers, _window,
          f.rate,
-         case when f.pending = 0 then 0
+         case when f.ready = 0 then 0
               when f.rate is null or f.active = 0 then null
-              else f.pending / (f.rate * f.active) end,
+              else f.ready / (f.rate * f.active) end,
          case when f.pending = 0 then 0 when f.rate is not null then ceil(f.pending / (f.rate * 1))::bigint end,
          case when f.pending = 0 then 0 when f.rate is not null then ceil(f.pending / (f.rate * 4))::bigint end,
          case when f.pending = 0 then 0 when f.rate is not null then ceil(f.pending / (f.rate * 8))::bigint end
@@ -4142,13 +4304,21 @@ declare
   _upper bigint;
   _found bigint;
   _remaining integer;
+  -- The states _state stands for, and the branch that walks them.
+  _states text[] := case _state
+                      when 'pending' then array['scheduled', 'ready', 'retrying']
+                      when 'claimed' then array['running']
+                      when 'completed' then array['succeeded']
+                      when 'stale' then array['ready', 'running']
+                      else array[_state] end;
+  _pending_walk boolean := _states <@ array['scheduled', 'ready', 'running', 'retrying'];
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
   end if;
   perform admin.assert_task_type(_task_type);
-  if _state is not null and not (_state = any (admin.task_states())) then
-    raise exception 'unknown state %; expected one of %', quote_literal(left(_state, 100)),
+  if _state is not null and not (_state = any (admin.task_states() || array['pending', 'claimed', 'completed', 'stale'])) then
+    raise exception 'unknown state %; expected one of %, or pending, claimed, completed or stale', quote_literal(left(_state, 100)),
       array_to_string(admin.task_states(), ', ') using errcode = '22023';
   end if;
   if _before_task_id is not null and _before_task_id < 1 then
@@ -4186,13 +4356,29 @@ begin
   if _enqueued_to is not null then _filters := _filters || ' and t.enqueued_at < $9'; end if;
   if _payload_path is not null then _filters := _filters || ' and t.payload #> $10 = $11'; end if;
 
-  if _state in ('scheduled', 'ready', 'running', 'retrying') then
-    _sql := 'select p.task_id, p.task_type, $3, p.priority, t.resource_key, t.max_attempts, p.lease_count,
+  if _state in ('stale', 'claimed') then
+    -- stale: a lease is held (current_lease_id) and either expired or its worker is
+    -- silent. claimed: a live lease of a worker that is not silent, whose run has not
+    -- started (public.worker_tasks says the same).
+    _filters := _filters || case _state when 'stale' then ' and p.current_lease_id is not null and (p.available_at <= $1 or '
+                                        else ' and not exists (select 1 from queues.task_lease_started st
+                                                                where st.task_id = p.task_id and st.task_lease_id = p.current_lease_id)
+                                               and not (' end
+                         || 'exists (select 1 from queues.task_lease l
+                                       left join queues.worker_name n on n.worker_key = l.worker_key
+                                       join queues.worker w on w.worker_id = coalesce(l.worker_id, n.worker_id)
+                                      where l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
+                                        and w.stopped_at is null
+                                        and w.last_seen_at < $1 - queues.worker_silence_bound(w.heartbeat_interval_ms)))';
+  end if;
+  if _pending_walk then
+    _sql := 'select p.task_id, p.task_type, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, $1),
+                    p.priority, t.resource_key, t.max_attempts, p.lease_count,
                     t.enqueued_at, p.scheduled_at, p.available_at, null::timestamptz
                from queues.task_pending p
               -- lateral + limit 1: one primary-key probe per pending task passed over
               cross join lateral (select * from queues.task x where x.task_id = p.task_id limit 1) t
-              where admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, $1) = $3
+              where admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, $1) = any ($15)
                 and ($4::bigint is null or p.task_id < $4)' || _filters || '
               order by p.task_id desc
               limit $5';
@@ -4205,7 +4391,7 @@ begin
               cross join lateral (select * from queues.task x where x.task_id = c.task_id
                                      and ($12::bigint is null or x.task_id >= $12) and ($13::bigint is null or x.task_id < $13)
                                    limit 1) t
-              where c.outcome = $3
+              where c.outcome = any ($15)
                 and ($4::bigint is null or c.task_id < $4)
                 and ($12::bigint is null or c.task_id >= $12) and ($13::bigint is null or c.task_id < $13)' || _filters || '
               order by c.task_id desc
@@ -4228,10 +4414,11 @@ begin
               limit $5';
   end if;
 
-  if _state in ('scheduled', 'ready', 'running', 'retrying') then
+  if _pending_walk then
     return query execute _sql
       using _now, _task_type, _state, _before_task_id, _page, _worker_id, _resource_key,
-            _enqueued_from, _enqueued_to, _payload_path, _payload_value, null::bigint, null::bigint, _worker_key;
+            _enqueued_from, _enqueued_to, _payload_path, _payload_value, null::bigint, null::bigint, _worker_key,
+            _states;
     return;
   end if;
   _remaining := _page;
@@ -4241,7 +4428,7 @@ begin
   loop
     return query execute _sql
       using _now, _task_type, _state, _before_task_id, _remaining, _worker_id, _resource_key,
-            _enqueued_from, _enqueued_to, _payload_path, _payload_value, _lower, _upper, _worker_key;
+            _enqueued_from, _enqueued_to, _payload_path, _payload_value, _lower, _upper, _worker_key, _states;
     get diagnostics _found = row_count;
     _remaining := _remaining - _found;
     exit when _remaining <= 0;
@@ -5134,7 +5321,7 @@ CREATE OR REPLACE FUNCTION admin.task_states()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select array['scheduled', 'ready', 'running', 'retrying',
-               'succeeded', 'failed', 'abandoned', 'cancelled']
+               'succeeded', 'failed', 'abandoned', 'cancelled', 'validation_failed']
 $function$;
   -- admin.task_states(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -8279,6 +8466,37 @@ $function$;
   -- menus.task_store(_payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION public.generate_resync_tasks(_batches integer, _date date)
+ RETURNS TABLE(batch integer, scheduled_at timestamp with time zone, task_count integer)
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from menus.generate_resync_tasks(_batches, _date)
+$function$;
+  -- public.generate_resync_tasks(_batches integer, _date date): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION public.recover_stale_tasks(threshold_minutes integer DEFAULT NULL::integer)
+ RETURNS TABLE(task_id bigint, task_lease_id bigint, worker_id text)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _minutes integer := coalesce(threshold_minutes, 10);
+begin
+  if _minutes not between 1 and 1440 then
+    raise exception 'threshold_minutes must be between 1 and 1440, got %', _minutes using errcode = '22023';
+  end if;
+  return query select r.task_id, r.task_lease_id, r.worker_id from admin.recover_stale_leases(_minutes * 60) r;
+end;
+$function$;
+  -- public.recover_stale_tasks(threshold_minutes integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.adopt_history_range(_lower bigint, _upper bigint)
  RETURNS bigint
  LANGUAGE plpgsql
@@ -8828,9 +9046,9 @@ begin
       cardinality(_task_ids), cardinality(_outcomes) using errcode = '22023';
   end if;
   select o into _bad from unnest(_outcomes) o
-   where o is not null and o not in ('succeeded', 'failed', 'abandoned', 'cancelled') limit 1;
+   where o is not null and o not in ('succeeded', 'failed', 'abandoned', 'cancelled', 'validation_failed') limit 1;
   if found then
-    raise exception 'unknown outcome %; expected succeeded, failed, abandoned or cancelled',
+    raise exception 'unknown outcome %; expected succeeded, failed, abandoned, cancelled or validation_failed',
       quote_literal(left(_bad, 100)) using errcode = '22023';
   end if;
   if _retries is not null and cardinality(_retries) <> cardinality(_task_ids) then
@@ -8845,7 +9063,7 @@ begin
 
   return query
   with input as (
-    select i.task_id, i.task_lease_id, coalesce(i.outcome, 'succeeded') as outcome,
+    select i.task_id, i.task_lease_id, i.outcome,
            coalesce(i.retry, true) as may_retry, i.ord
       from unnest(_task_ids,
                   coalesce(_task_lease_ids, array_fill(null::bigint, array[cardinality(_task_ids)])),
@@ -8856,9 +9074,27 @@ begin
   -- The pending rows this call may act on, locked: a concurrent claim skips them, a
   -- concurrent completion waits and then finds nothing.
   held as (
-    select p.task_id, p.task_type, p.current_lease_id, p.resource_key, i.task_lease_id, i.outcome,
-           i.outcome = 'failed' and i.may_retry and p.failed_attempts + 1 < p.max_attempts as retry,
-           p.failed_attempts
+    select h.task_id, h.task_type, h.current_lease_id, h.resource_key, h.task_lease_id, h.outcome,
+           h.outcome = 'failed' and h.may_retry and h.failed_attempts + 1 < h.max_attempts as retry,
+           h.failed_attempts
+      from (
+    select p.task_id, p.task_type, p.current_lease_id, p.resource_key, i.task_lease_id, i.may_retry,
+           p.failed_attempts, p.max_attempts,
+           case
+             when i.outcome is not null then i.outcome
+             -- The default: an error of the current run makes it a failure (evaluated only
+             -- for a null outcome; the worker always names its outcome).
+             when exists (select 1 from queues.error e
+                           where e.task_id = p.task_id
+                             and (e.task_lease_id = p.current_lease_id
+                                  or (e.task_lease_id is null
+                                      and e.created_at >= coalesce(
+                                            (select l.leased_at from queues.task_lease l
+                                              where l.task_id = p.task_id and l.task_lease_id = p.current_lease_id),
+                                            (select t.enqueued_at from queues.task t where t.task_id = p.task_id)))))
+               then 'failed'
+             else 'succeeded'
+           end as outcome
       from queues.task_pending p
       join input i on i.task_id = p.task_id
      -- A primary-key probe per task, whatever the planner estimates for the input.
@@ -8870,6 +9106,7 @@ begin
                      or exists (select 1 from queues.resource_lease r
                                  where r.resource_key = p.resource_key and r.task_id = p.task_id))))
        for update of p
+      ) h
   ),
   -- Simple retries: a failed attempt with attempts left runs again after a backoff.
   retry_facts as (
@@ -10701,13 +10938,13 @@ begin
     if _result ->> 'status' = 'succeeded' then outcome := 'succeeded'; else outcome := 'status'; message := _result ->> 'status'; end if;
     return;
   end if;
-  if _result ? 'success' then
+  if _result ? 'success' or _result ? 'error' or _result ? 'validation_failure_message' then
     select string_agg(k, ', ') into _extra from jsonb_object_keys(_result) k
      where k not in ('success', 'error', 'validation_failure_message', 'payload');
     if _extra is not null then
       outcome := 'malformed'; message := format('malformed result envelope: unrecognized key(s) %s', _extra); return;
     end if;
-    if jsonb_typeof(_result -> 'success') <> 'boolean' then
+    if _result ? 'success' and jsonb_typeof(_result -> 'success') <> 'boolean' then
       outcome := 'malformed'; message := 'malformed result envelope: success must be a boolean'; return;
     end if;
     if coalesce(jsonb_typeof(_result -> 'error'), 'null') not in ('string', 'null')
@@ -10719,6 +10956,11 @@ begin
     _invalid := nullif(btrim(coalesce(_result ->> 'validation_failure_message', '')), '');
     if _error is not null then outcome := 'error'; message := _result ->> 'error'; return; end if;
     if _invalid is not null then outcome := 'invalid'; message := _result ->> 'validation_failure_message'; return; end if;
+    if not (_result ? 'success') then
+      outcome := 'malformed';
+      message := 'malformed result envelope: needs "status" or "success", or a non-empty error or validation_failure_message';
+      return;
+    end if;
     if not (_result ->> 'success')::boolean then
       outcome := 'malformed';
       message := 'malformed result envelope: success is false but neither error nor validation_failure_message is set';
@@ -11310,7 +11552,8 @@ begin
         when 'succeeded' then outcome := 'succeeded';
         when 'status' then outcome := 'succeeded'; note := 'status ' || _env.message;
         when 'invalid' then
-          outcome := 'failed'; error := format('%s: validation failure: %s', _function_name, _env.message);
+          -- Its own outcome: final, never retried, not a dead letter.
+          outcome := 'validation_failed'; error := format('%s: validation failure: %s', _function_name, _env.message);
           note := _env.message;
         else outcome := 'failed'; error := format('%s: %s', _function_name, _env.message);
       end case;
@@ -11506,7 +11749,7 @@ begin
           when 'succeeded' then _outcome[_i] := 'succeeded';
           when 'status' then _outcome[_i] := 'succeeded'; _note[_i] := 'status ' || _env.message;
           when 'invalid' then
-            _outcome[_i] := 'failed'; _error[_i] := format('%s: validation failure: %s', _name, _env.message);
+            _outcome[_i] := 'validation_failed'; _error[_i] := format('%s: validation failure: %s', _name, _env.message);
             _note[_i] := _env.message;
             -- A validation failure is final: no retry.
             _retry[_i] := false;
@@ -11695,9 +11938,10 @@ begin
   if _mode not in ('success', 'error') then
     raise exception 'mode must be success or error, not %', _mode using errcode = '22023';
   end if;
-  if _outcome is distinct from (case _mode when 'success' then 'succeeded' else 'failed' end) then
+  if not (_outcome is not distinct from 'succeeded' and _mode = 'success'
+          or _outcome in ('failed', 'validation_failed') and _mode = 'error') then
     raise exception 'a % handler completes % tasks, not %', _mode,
-      (case _mode when 'success' then 'succeeded' else 'failed' end), coalesce(_outcome, 'null')
+      (case _mode when 'success' then 'succeeded' else 'failed or validation_failed' end), coalesce(_outcome, 'null')
       using errcode = '22023';
   end if;
   if exists (select 1 from unnest(_errors) m where m is null or btrim(m) = '') then

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 
 const allowlist = JSON.parse(readFileSync(new URL('./role-allowlist.json', import.meta.url), 'utf8')) as Record<
-  'worker' | 'app' | 'api' | 'worker_only_task_types',
+  'worker' | 'app' | 'api' | 'worker_only_task_types' | 'api_views',
   string[]
 >;
 
@@ -22,7 +22,7 @@ const OURS = `n.nspname not in ('pg_catalog', 'information_schema', 'pg_toast', 
               and n.nspname not like 'pg\\_temp\\_%' and n.nspname not like 'pg\\_toast\\_temp\\_%'`;
 
 describe.each(['worker', 'app', 'api'] as const)('%s database user', (dbUser) => {
-  it('has no privilege on any table, view or sequence', async () => {
+  it('has no privilege on any table, view or sequence but SELECT on the views of sql/role-allowlist.json', async () => {
     const { rows } = await db.query(
       `select format('%I.%I', n.nspname, c.relname) as relation, c.relkind
          from pg_class c join pg_namespace n on n.oid = c.relnamespace
@@ -33,7 +33,17 @@ describe.each(['worker', 'app', 'api'] as const)('%s database user', (dbUser) =>
                end)`,
       [db.dbUsers[dbUser]],
     );
-    expect(rows).toEqual([]);
+    const views = dbUser === 'api' ? allowlist.api_views : [];
+    expect(rows).toEqual(views.map((relation) => ({ relation, relkind: 'v' })));
+    if (views.length > 0) {
+      // SELECT only: a view that could be written would write the owner's tables.
+      const { rows: writable } = await db.query(
+        `select v from unnest($2::text[]) v
+          where has_table_privilege($1, v::regclass, 'insert, update, delete, truncate, references, trigger')`,
+        [db.dbUsers[dbUser], views],
+      );
+      expect(writable).toEqual([]);
+    }
     // And the catalog is right: a direct read is refused.
     await expect(db.pool(dbUser).query('select * from queues.task limit 1')).rejects.toMatchObject({ code: '42501' });
   });

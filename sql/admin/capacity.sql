@@ -1,11 +1,14 @@
--- Capacity planning per role (= task_type): how much work is waiting, how fast workers
--- get through it, and how many workers would drain it in 1, 4 or 8 hours.
+-- Capacity planning per role (= task_type): how much work is waiting, how fast a worker
+-- gets through it while it works, and how many workers would drain it in 1, 4 or 8 hours.
+-- The role-based specification's view of it is public.v_worker_capacity
+-- (sql/public/role_based_worker.sql).
 --
 -- Cost: pending/ready/running count queues.task_pending (bounded by pending work);
 -- throughput reads only the completions of the last _window_seconds, through
 -- task_completed_completed_at_idx, and the leases of the tasks enqueued in that window
 -- (a range of task_lease's primary key; a primary-key probe for a completion of an older
--- task); active workers read queues.worker. Nothing scans history.
+-- task), with a primary-key probe of task_lease_started per completion; active workers
+-- read queues.worker. Nothing scans history.
 --
 -- Figures:
 --   pending               tasks not completed (scheduled, ready, running, retrying)
@@ -15,10 +18,18 @@
 --                         and not stopped
 --   completed_in_window   completions (any outcome) in the window
 --   window_workers        distinct workers whose leases completed those tasks
---   tasks_per_worker_hour completed_in_window / (window_workers * window hours); null
---                         without completions in the window
---   estimated_hours_to_drain  pending / (tasks_per_worker_hour * active_workers); 0 when
---                         nothing is pending; null without a rate or without workers
+--   tasks_per_worker_hour capacity: the window's completions that ran under a lease,
+--                         divided by the hours their workers were busy with this type
+--                         (per worker, the union of its runs, each from its start, or its
+--                         lease when no start was recorded, to its completion, within the
+--                         window). A worker that waits for work is not busy, so this is
+--                         what a worker gets through while it works, not the arrival rate;
+--                         a worker running tasks side by side counts each hour once. Null
+--                         without such completions in the window
+--   estimated_hours_to_drain  ready / (tasks_per_worker_hour * active_workers): the
+--                         backlog claimable now; tasks scheduled later are not backlog (they
+--                         cannot run sooner). 0 when nothing is ready; null without a rate
+--                         or without workers
 --   workers_needed_1h/4h/8h   ceil(pending / (tasks_per_worker_hour * hours)); 0 when
 --                         nothing is pending; null without a rate
 
@@ -91,32 +102,70 @@ begin
   -- Completions in the window by completed_at (index range scan), with their type
   -- (admin.completions_between).
   completion as materialized (
-    select c.task_id, c.task_lease_id, c.task_type
+    select c.task_id, c.task_lease_id, c.task_type, c.completed_at
       from admin.completions_between(_now - make_interval(secs => _window), _now) c
      where _task_type is null or c.task_type = _task_type
   ),
-  -- The worker of each completing lease. The leases of tasks enqueued in the window (ids
-  -- from _first on) are one range of task_lease's primary key, joined at once; a
-  -- completion of an older task probes its lease by primary key. A lease names its
-  -- worker by key (queues.worker_name), or by id if written before that key existed: a
-  -- worker counts once per way it is named (twice, for one window, if it ran across
-  -- that migration). A completion without a lease (cancelled, abandoned) names none.
-  completion_worker as (
-    select distinct x.task_type, x.worker_key, x.worker_id
-      from (select c.task_type, l.worker_key, l.worker_id
+  -- The run of each completing lease: its worker, its start (the start mark, else the
+  -- lease) and its end. The leases of tasks enqueued in the window (ids from _first on)
+  -- are one range of task_lease's primary key, joined at once; a completion of an older
+  -- task probes its lease by primary key; each start mark is a primary-key probe (a scalar
+  -- subquery). A lease names its worker by key (queues.worker_name), or by id if written
+  -- before that key existed: a worker counts once per way it is named (twice, for one
+  -- window, if it ran across that migration). A completion without a lease (cancelled,
+  -- abandoned) names none and ran nowhere.
+  completion_run as (
+    select x.task_type, x.worker_key, x.worker_id,
+           greatest(x.run_from, _now - make_interval(secs => _window)) as run_from, x.run_to
+      from (select c.task_type, l.worker_key, l.worker_id, c.completed_at as run_to,
+                   coalesce((select st.started_at from queues.task_lease_started st
+                              where st.task_id = c.task_id and st.task_lease_id = c.task_lease_id),
+                            l.leased_at) as run_from
               from completion c
               join queues.task_lease l on l.task_id = c.task_id and l.task_lease_id = c.task_lease_id
              where c.task_id >= _first and l.task_id >= _first
             union all
-            select c.task_type, l.worker_key, l.worker_id
+            select c.task_type, l.worker_key, l.worker_id, c.completed_at,
+                   coalesce((select st.started_at from queues.task_lease_started st
+                              where st.task_id = c.task_id and st.task_lease_id = c.task_lease_id),
+                            l.leased_at)
               from completion c
-             cross join lateral (select y.worker_key, y.worker_id from queues.task_lease y
+             cross join lateral (select y.worker_key, y.worker_id, y.leased_at from queues.task_lease y
                                   where y.task_id = c.task_id and y.task_lease_id = c.task_lease_id limit 1) l
              where c.task_id < _first) x
   ),
+  -- Busy time per type and worker: the union of its runs (gaps and islands: a run that
+  -- starts after every earlier run of the worker ended opens a new island).
+  run_marked as (
+    select r.*,
+           max(r.run_to) over (partition by r.task_type, r.worker_key, r.worker_id
+                               order by r.run_from, r.run_to
+                               rows between unbounded preceding and 1 preceding) as before_to
+      from completion_run r
+  ),
+  run_island as (
+    select m.*,
+           count(*) filter (where m.before_to is null or m.run_from > m.before_to)
+             over (partition by m.task_type, m.worker_key, m.worker_id order by m.run_from, m.run_to
+                   rows between unbounded preceding and current row) as island
+      from run_marked m
+  ),
+  busy as (
+    select i.task_type,
+           count(distinct (i.worker_key, i.worker_id)) as workers,
+           sum(i.runs) as runs,
+           sum(extract(epoch from i.island_to - i.island_from)) as seconds
+      from (select r.task_type, r.worker_key, r.worker_id, count(*) as runs,
+                   min(r.run_from) as island_from, max(r.run_to) as island_to
+              from run_island r
+             group by r.task_type, r.worker_key, r.worker_id, r.island) i
+     group by i.task_type
+  ),
   recent as (
     select c.task_type, count(*) as completed,
-           (select count(*) from completion_worker w where w.task_type = c.task_type) as workers
+           coalesce((select b.workers from busy b where b.task_type = c.task_type), 0) as workers,
+           (select b.runs from busy b where b.task_type = c.task_type) as runs,
+           (select b.seconds from busy b where b.task_type = c.task_type) as busy_seconds
       from completion c
      group by c.task_type
   ),
@@ -136,8 +185,8 @@ begin
            coalesce(w.active, 0) as active,
            coalesce(r.completed, 0) as completed,
            coalesce(r.workers, 0) as workers,
-           case when coalesce(r.completed, 0) > 0 and r.workers > 0
-                then r.completed::double precision / (r.workers * (_window / 3600.0))
+           case when r.runs > 0 and r.busy_seconds > 0
+                then r.runs::double precision / (r.busy_seconds::double precision / 3600.0)
            end as rate
       from types ty
       left join queue q on q.task_type = ty.task_type
@@ -146,9 +195,9 @@ begin
   )
   select f.task_type, f.pending, f.ready, f.running, f.active, f.completed, f.workers, _window,
          f.rate,
-         case when f.pending = 0 then 0
+         case when f.ready = 0 then 0
               when f.rate is null or f.active = 0 then null
-              else f.pending / (f.rate * f.active) end,
+              else f.ready / (f.rate * f.active) end,
          case when f.pending = 0 then 0 when f.rate is not null then ceil(f.pending / (f.rate * 1))::bigint end,
          case when f.pending = 0 then 0 when f.rate is not null then ceil(f.pending / (f.rate * 4))::bigint end,
          case when f.pending = 0 then 0 when f.rate is not null then ceil(f.pending / (f.rate * 8))::bigint end

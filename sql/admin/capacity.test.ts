@@ -118,10 +118,12 @@ describe('capacity', () => {
         completed_in_window: 10, // the 5 from two hours ago are outside the window
         window_workers: 2,
         window_seconds: 3600,
-        tasks_per_worker_hour: 5, // 10 tasks / (2 workers × 1 h)
-        estimated_hours_to_drain: 1.2, // 12 / (5 × 2 active workers)
-        workers_needed_1h: 3, // ceil(12 / 5)
-        workers_needed_4h: 1, // ceil(12 / 20)
+        // 10 tasks in 20 s of busy time (each worker's runs overlap: leased 10 s before
+        // completion, side by side): 10 / (20 / 3600)
+        tasks_per_worker_hour: 1800,
+        estimated_hours_to_drain: 8 / 3600, // 8 ready / (1800 × 2 active workers)
+        workers_needed_1h: 1, // ceil(12 / 1800)
+        workers_needed_4h: 1,
         workers_needed_8h: 1,
       },
     ]);
@@ -139,6 +141,31 @@ describe('capacity', () => {
     });
   });
 
+  it('busy time is the union of a worker’s runs: side by side counts once, waiting counts not', async () => {
+    await resetQueue();
+    // w-a: 4 runs of 10 s side by side (one island of 10 s), then 2 runs of 10 s 20 min
+    // apart (two islands): 6 runs in 30 s of busy time.
+    await completed(4, 'w-a', '2030-01-01T11:30:00Z');
+    await completed(1, 'w-a', '2030-01-01T11:40:00Z');
+    await completed(1, 'w-a', '2030-01-01T11:55:00Z');
+    try {
+      expect(await capacityAt('email')).toMatchObject([
+        { completed_in_window: 6, window_workers: 1, tasks_per_worker_hour: 6 / (30 / 3600) },
+      ]);
+      // A start mark moves the run's start from its lease to it: the first run of 11:40
+      // started 8 s after its lease, so busy time is 10 + 2 + 10 = 22 s.
+      await db.query(
+        `insert into queues.task_lease_started (task_id, task_lease_id, started_at)
+         select c.task_id, c.task_lease_id, c.completed_at - interval '2 seconds'
+           from queues.task_completed c where c.completed_at = '2030-01-01T11:40:00Z'`,
+      );
+      const [row] = await capacityAt('email');
+      expect(row.tasks_per_worker_hour).toBeCloseTo(6 / (22 / 3600), 9);
+    } finally {
+      await fixture();
+    }
+  });
+
   it('a completion without a lease (cancelled) counts as completed, not as a worker', async () => {
     const { rows } = await db.query(
       `with t as (
@@ -153,7 +180,8 @@ describe('capacity', () => {
     );
     try {
       expect(await capacityAt('email')).toMatchObject([
-        { completed_in_window: 11, window_workers: 2, tasks_per_worker_hour: 5.5 },
+        // It ran nowhere: the rate is the same.
+        { completed_in_window: 11, window_workers: 2, tasks_per_worker_hour: 1800 },
       ]);
     } finally {
       await db.query('delete from queues.task_completed where task_id = $1', [rows[0].task_id]);
@@ -255,7 +283,7 @@ describe('history', () => {
       }
     }
     const answer = await capacityAt('email');
-    expect(answer[0]).toMatchObject({ completed_in_window: 10, tasks_per_worker_hour: 5 });
+    expect(answer[0]).toMatchObject({ completed_in_window: 10, tasks_per_worker_hour: 1800 });
     // Cost follows the window: the completion-time range is a few index pages, and each of
     // the 10 completions costs two primary-key probes (task, task_lease) of at most 4
     // pages once 200,000 rows have deepened those indexes. A scan of history would read

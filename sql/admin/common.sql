@@ -29,7 +29,7 @@ create or replace function admin.task_states() returns text[]
   set search_path = pg_catalog, pg_temp
 as $$
   select array['scheduled', 'ready', 'running', 'retrying',
-               'succeeded', 'failed', 'abandoned', 'cancelled']
+               'succeeded', 'failed', 'abandoned', 'cancelled', 'validation_failed']
 $$;
 
 -- Validates a page size: NULL means _default; else 1 to 500.

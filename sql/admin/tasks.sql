@@ -6,7 +6,16 @@
 -- _before_task_id (the last id of the previous page: keyset pagination, so a page costs
 -- the same at any depth). Filters, each optional and combined with AND:
 --   _task_type            a registered type
---   _state                one of admin.task_states()
+--   _state                one of admin.task_states(), or a status of the role-based
+--                         specification (its worker_tasks table; public.worker_tasks):
+--                         pending    scheduled, ready or retrying (no live lease)
+--                         claimed    running, its run not started (no start mark), its
+--                                    worker not silent
+--                         completed  succeeded
+--                         stale      held by a lease that expired uncompleted, or whose
+--                                    worker is silent for longer than three of its
+--                                    heartbeat intervals (public.recover_stale_tasks)
+--                         Rows carry the queue's own state.
 --   _worker_id            tasks leased at least once by this worker
 --   _resource_key         tasks with this resource key
 --   _enqueued_from/_to    enqueued_at in [from, to)
@@ -64,13 +73,21 @@ declare
   _upper bigint;
   _found bigint;
   _remaining integer;
+  -- The states _state stands for, and the branch that walks them.
+  _states text[] := case _state
+                      when 'pending' then array['scheduled', 'ready', 'retrying']
+                      when 'claimed' then array['running']
+                      when 'completed' then array['succeeded']
+                      when 'stale' then array['ready', 'running']
+                      else array[_state] end;
+  _pending_walk boolean := _states <@ array['scheduled', 'ready', 'running', 'retrying'];
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
   end if;
   perform admin.assert_task_type(_task_type);
-  if _state is not null and not (_state = any (admin.task_states())) then
-    raise exception 'unknown state %; expected one of %', quote_literal(left(_state, 100)),
+  if _state is not null and not (_state = any (admin.task_states() || array['pending', 'claimed', 'completed', 'stale'])) then
+    raise exception 'unknown state %; expected one of %, or pending, claimed, completed or stale', quote_literal(left(_state, 100)),
       array_to_string(admin.task_states(), ', ') using errcode = '22023';
   end if;
   if _before_task_id is not null and _before_task_id < 1 then
@@ -108,13 +125,29 @@ begin
   if _enqueued_to is not null then _filters := _filters || ' and t.enqueued_at < $9'; end if;
   if _payload_path is not null then _filters := _filters || ' and t.payload #> $10 = $11'; end if;
 
-  if _state in ('scheduled', 'ready', 'running', 'retrying') then
-    _sql := 'select p.task_id, p.task_type, $3, p.priority, t.resource_key, t.max_attempts, p.lease_count,
+  if _state in ('stale', 'claimed') then
+    -- stale: a lease is held (current_lease_id) and either expired or its worker is
+    -- silent. claimed: a live lease of a worker that is not silent, whose run has not
+    -- started (public.worker_tasks says the same).
+    _filters := _filters || case _state when 'stale' then ' and p.current_lease_id is not null and (p.available_at <= $1 or '
+                                        else ' and not exists (select 1 from queues.task_lease_started st
+                                                                where st.task_id = p.task_id and st.task_lease_id = p.current_lease_id)
+                                               and not (' end
+                         || 'exists (select 1 from queues.task_lease l
+                                       left join queues.worker_name n on n.worker_key = l.worker_key
+                                       join queues.worker w on w.worker_id = coalesce(l.worker_id, n.worker_id)
+                                      where l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
+                                        and w.stopped_at is null
+                                        and w.last_seen_at < $1 - queues.worker_silence_bound(w.heartbeat_interval_ms)))';
+  end if;
+  if _pending_walk then
+    _sql := 'select p.task_id, p.task_type, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, $1),
+                    p.priority, t.resource_key, t.max_attempts, p.lease_count,
                     t.enqueued_at, p.scheduled_at, p.available_at, null::timestamptz
                from queues.task_pending p
               -- lateral + limit 1: one primary-key probe per pending task passed over
               cross join lateral (select * from queues.task x where x.task_id = p.task_id limit 1) t
-              where admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, $1) = $3
+              where admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, $1) = any ($15)
                 and ($4::bigint is null or p.task_id < $4)' || _filters || '
               order by p.task_id desc
               limit $5';
@@ -127,7 +160,7 @@ begin
               cross join lateral (select * from queues.task x where x.task_id = c.task_id
                                      and ($12::bigint is null or x.task_id >= $12) and ($13::bigint is null or x.task_id < $13)
                                    limit 1) t
-              where c.outcome = $3
+              where c.outcome = any ($15)
                 and ($4::bigint is null or c.task_id < $4)
                 and ($12::bigint is null or c.task_id >= $12) and ($13::bigint is null or c.task_id < $13)' || _filters || '
               order by c.task_id desc
@@ -150,10 +183,11 @@ begin
               limit $5';
   end if;
 
-  if _state in ('scheduled', 'ready', 'running', 'retrying') then
+  if _pending_walk then
     return query execute _sql
       using _now, _task_type, _state, _before_task_id, _page, _worker_id, _resource_key,
-            _enqueued_from, _enqueued_to, _payload_path, _payload_value, null::bigint, null::bigint, _worker_key;
+            _enqueued_from, _enqueued_to, _payload_path, _payload_value, null::bigint, null::bigint, _worker_key,
+            _states;
     return;
   end if;
   _remaining := _page;
@@ -163,7 +197,7 @@ begin
   loop
     return query execute _sql
       using _now, _task_type, _state, _before_task_id, _remaining, _worker_id, _resource_key,
-            _enqueued_from, _enqueued_to, _payload_path, _payload_value, _lower, _upper, _worker_key;
+            _enqueued_from, _enqueued_to, _payload_path, _payload_value, _lower, _upper, _worker_key, _states;
     get diagnostics _found = row_count;
     _remaining := _remaining - _found;
     exit when _remaining <= 0;

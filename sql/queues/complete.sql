@@ -5,12 +5,19 @@
 -- worker gets 'lease_lost' and changes nothing.
 
 -- Completes a batch. Parallel arrays: _task_lease_ids, _outcomes and _retries may be
--- null (no fencing, outcome 'succeeded', retries allowed) or have one element per task
+-- null (no fencing, outcome by default, retries allowed) or have one element per task
 -- (elements may be null).
+-- The default outcome (a null element) keeps a failure reported with queues.fail_task:
+-- 'failed' when an error was recorded against the task during its current run (under
+-- its current lease, or without a lease since that lease was taken; since it was
+-- enqueued when it holds none), else 'succeeded'. So the specification's worker contract,
+-- fail_task and then complete_task, completes the task failed.
 -- A 'failed' outcome for a task with max_attempts > 1 and attempts left is not terminal
 -- unless its _retries element is false (a failure no retry can mend, such as a
 -- validation failure): the attempt is recorded (queues.task_attempt_failed) and the task
 -- runs again after an exponential backoff (internal.backoff).
+-- 'validation_failed' (a validation_failure_message: a business outcome no retry can
+-- mend) is final too, and, unlike 'failed', never a dead letter.
 -- A keyed task's lease completes only while the task holds its resource key.
 -- Returns one row per input task, in input order: result is
 --   'completed'          this call completed it
@@ -58,9 +65,9 @@ begin
       cardinality(_task_ids), cardinality(_outcomes) using errcode = '22023';
   end if;
   select o into _bad from unnest(_outcomes) o
-   where o is not null and o not in ('succeeded', 'failed', 'abandoned', 'cancelled') limit 1;
+   where o is not null and o not in ('succeeded', 'failed', 'abandoned', 'cancelled', 'validation_failed') limit 1;
   if found then
-    raise exception 'unknown outcome %; expected succeeded, failed, abandoned or cancelled',
+    raise exception 'unknown outcome %; expected succeeded, failed, abandoned, cancelled or validation_failed',
       quote_literal(left(_bad, 100)) using errcode = '22023';
   end if;
   if _retries is not null and cardinality(_retries) <> cardinality(_task_ids) then
@@ -75,7 +82,7 @@ begin
 
   return query
   with input as (
-    select i.task_id, i.task_lease_id, coalesce(i.outcome, 'succeeded') as outcome,
+    select i.task_id, i.task_lease_id, i.outcome,
            coalesce(i.retry, true) as may_retry, i.ord
       from unnest(_task_ids,
                   coalesce(_task_lease_ids, array_fill(null::bigint, array[cardinality(_task_ids)])),
@@ -86,9 +93,27 @@ begin
   -- The pending rows this call may act on, locked: a concurrent claim skips them, a
   -- concurrent completion waits and then finds nothing.
   held as (
-    select p.task_id, p.task_type, p.current_lease_id, p.resource_key, i.task_lease_id, i.outcome,
-           i.outcome = 'failed' and i.may_retry and p.failed_attempts + 1 < p.max_attempts as retry,
-           p.failed_attempts
+    select h.task_id, h.task_type, h.current_lease_id, h.resource_key, h.task_lease_id, h.outcome,
+           h.outcome = 'failed' and h.may_retry and h.failed_attempts + 1 < h.max_attempts as retry,
+           h.failed_attempts
+      from (
+    select p.task_id, p.task_type, p.current_lease_id, p.resource_key, i.task_lease_id, i.may_retry,
+           p.failed_attempts, p.max_attempts,
+           case
+             when i.outcome is not null then i.outcome
+             -- The default: an error of the current run makes it a failure (evaluated only
+             -- for a null outcome; the worker always names its outcome).
+             when exists (select 1 from queues.error e
+                           where e.task_id = p.task_id
+                             and (e.task_lease_id = p.current_lease_id
+                                  or (e.task_lease_id is null
+                                      and e.created_at >= coalesce(
+                                            (select l.leased_at from queues.task_lease l
+                                              where l.task_id = p.task_id and l.task_lease_id = p.current_lease_id),
+                                            (select t.enqueued_at from queues.task t where t.task_id = p.task_id)))))
+               then 'failed'
+             else 'succeeded'
+           end as outcome
       from queues.task_pending p
       join input i on i.task_id = p.task_id
      -- A primary-key probe per task, whatever the planner estimates for the input.
@@ -100,6 +125,7 @@ begin
                      or exists (select 1 from queues.resource_lease r
                                  where r.resource_key = p.resource_key and r.task_id = p.task_id))))
        for update of p
+      ) h
   ),
   -- Simple retries: a failed attempt with attempts left runs again after a backoff.
   retry_facts as (

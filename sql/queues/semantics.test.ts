@@ -406,9 +406,9 @@ describe('server-side steps (queues.run_steps)', () => {
       { task_id: ids[1], result: 'completed', outcome: 'succeeded', error: null, note: 'status max_attempts_reached' },
       {
         task_id: ids[2],
-        // A validation failure is final, attempts left or not.
+        // A validation failure is final, attempts left or not: an outcome of its own.
         result: 'completed',
-        outcome: 'failed',
+        outcome: 'validation_failed',
         error: 'fixture_steps.step: validation failure: no such account',
         note: 'no such account',
       },

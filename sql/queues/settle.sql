@@ -111,8 +111,9 @@ $$;
 --     failure, a status or a malformed envelope) fails the task with that failure as its
 --     error, the handler's writes kept; a handler that raises fails the task with
 --     _raised_prefix followed by the message, its writes rolled back;
---   _mode 'error' (_outcome 'failed', _errors the task's errors, _retry false for a
---     failure no retry can mend): a handler failure, or _raised_prefix and the message of
+--   _mode 'error' (_outcome 'failed', or 'validation_failed' for a before handler's
+--     validation failure; _errors the task's errors, _retry false for a failure no retry
+--     can mend): a handler failure, or _raised_prefix and the message of
 --     a raise (its writes rolled back), is one more error row.
 -- If the completion is refused (the lease was lost), nothing of it commits, the handler's
 -- writes included. A serialization failure or deadlock is raised: nothing is recorded and
@@ -139,9 +140,10 @@ begin
   if _mode not in ('success', 'error') then
     raise exception 'mode must be success or error, not %', _mode using errcode = '22023';
   end if;
-  if _outcome is distinct from (case _mode when 'success' then 'succeeded' else 'failed' end) then
+  if not (_outcome is not distinct from 'succeeded' and _mode = 'success'
+          or _outcome in ('failed', 'validation_failed') and _mode = 'error') then
     raise exception 'a % handler completes % tasks, not %', _mode,
-      (case _mode when 'success' then 'succeeded' else 'failed' end), coalesce(_outcome, 'null')
+      (case _mode when 'success' then 'succeeded' else 'failed or validation_failed' end), coalesce(_outcome, 'null')
       using errcode = '22023';
   end if;
   if exists (select 1 from unnest(_errors) m where m is null or btrim(m) = '') then

@@ -11,6 +11,8 @@
 -- Reads a function's result envelope (the worker's parseEnvelope, in SQL):
 --   {status: text, payload?}                                   succeeded | status
 --   {success: bool, error?, validation_failure_message?, payload?}   succeeded | error | invalid
+--   {error: text, payload?} or {validation_failure_message: text, payload?}, without
+--     success (the supervisors specification's `{"error": "missing_task_id"}`)   error | invalid
 -- outcome is 'succeeded', 'status', 'error', 'invalid' or 'malformed' (message says why).
 create or replace function queues.parse_envelope(_result jsonb, out outcome text, out message text)
   language plpgsql immutable
@@ -44,13 +46,13 @@ begin
     if _result ->> 'status' = 'succeeded' then outcome := 'succeeded'; else outcome := 'status'; message := _result ->> 'status'; end if;
     return;
   end if;
-  if _result ? 'success' then
+  if _result ? 'success' or _result ? 'error' or _result ? 'validation_failure_message' then
     select string_agg(k, ', ') into _extra from jsonb_object_keys(_result) k
      where k not in ('success', 'error', 'validation_failure_message', 'payload');
     if _extra is not null then
       outcome := 'malformed'; message := format('malformed result envelope: unrecognized key(s) %s', _extra); return;
     end if;
-    if jsonb_typeof(_result -> 'success') <> 'boolean' then
+    if _result ? 'success' and jsonb_typeof(_result -> 'success') <> 'boolean' then
       outcome := 'malformed'; message := 'malformed result envelope: success must be a boolean'; return;
     end if;
     if coalesce(jsonb_typeof(_result -> 'error'), 'null') not in ('string', 'null')
@@ -62,6 +64,11 @@ begin
     _invalid := nullif(btrim(coalesce(_result ->> 'validation_failure_message', '')), '');
     if _error is not null then outcome := 'error'; message := _result ->> 'error'; return; end if;
     if _invalid is not null then outcome := 'invalid'; message := _result ->> 'validation_failure_message'; return; end if;
+    if not (_result ? 'success') then
+      outcome := 'malformed';
+      message := 'malformed result envelope: needs "status" or "success", or a non-empty error or validation_failure_message';
+      return;
+    end if;
     if not (_result ->> 'success')::boolean then
       outcome := 'malformed';
       message := 'malformed result envelope: success is false but neither error nor validation_failure_message is set';
@@ -127,9 +134,10 @@ $$;
 -- internal.run_function(_function_name, _payload), then the completion fenced by the lease
 -- (queues.settle_tasks), so the step's writes and its completion commit together or not
 -- at all, exactly once. Outcomes as the worker's db_function processor: success and
--- status complete 'succeeded' (a status is returned as note); error and validation failure
--- keep the writes and complete 'failed' with an error row (a validation failure is never
--- retried); a malformed envelope or an exception rolls the step back, then completes
+-- status complete 'succeeded' (a status is returned as note); an error keeps the writes and
+-- completes 'failed' with an error row; a validation failure keeps the writes and
+-- completes 'validation_failed' with an error row (final: never retried, not a dead
+-- letter); a malformed envelope or an exception rolls the step back, then completes
 -- 'failed' with an error row. A step whose lease is no longer held is not run. A
 -- well-formed envelope is kept as the step's result (queues.record_task_result) before its
 -- completion. queues.run_steps runs many steps faster and falls back to this one.
@@ -165,7 +173,8 @@ begin
         when 'succeeded' then outcome := 'succeeded';
         when 'status' then outcome := 'succeeded'; note := 'status ' || _env.message;
         when 'invalid' then
-          outcome := 'failed'; error := format('%s: validation failure: %s', _function_name, _env.message);
+          -- Its own outcome: final, never retried, not a dead letter.
+          outcome := 'validation_failed'; error := format('%s: validation failure: %s', _function_name, _env.message);
           note := _env.message;
         else outcome := 'failed'; error := format('%s: %s', _function_name, _env.message);
       end case;
@@ -454,7 +463,7 @@ begin
           when 'succeeded' then _outcome[_i] := 'succeeded';
           when 'status' then _outcome[_i] := 'succeeded'; _note[_i] := 'status ' || _env.message;
           when 'invalid' then
-            _outcome[_i] := 'failed'; _error[_i] := format('%s: validation failure: %s', _name, _env.message);
+            _outcome[_i] := 'validation_failed'; _error[_i] := format('%s: validation failure: %s', _name, _env.message);
             _note[_i] := _env.message;
             -- A validation failure is final: no retry.
             _retry[_i] := false;

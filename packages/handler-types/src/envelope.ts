@@ -3,6 +3,8 @@
  * shapes exist in the wild:
  *   {status: "succeeded" | <other>, payload?}
  *   {success: boolean, error?: string, validation_failure_message?: string, payload?}
+ * and, without `success`, `{error: string, payload?}` or `{validation_failure_message: string,
+ * payload?}` (the supervisors specification returns `{"error": "missing_task_id"}`).
  * Both normalise to one Outcome:
  *   error set                        -> 'error'       an operational failure (retried by supervisors)
  *   validation_failure_message set   -> 'invalid'     a non-retriable business outcome
@@ -26,7 +28,8 @@ const statusShape = z.strictObject({
 });
 
 const successShape = z.strictObject({
-  success: z.boolean(),
+  // Absent: an envelope that only reports an error or a validation failure.
+  success: z.boolean().optional(),
   error: optionalText,
   validation_failure_message: optionalText,
   payload: z.unknown().optional(),
@@ -64,12 +67,19 @@ export function parseEnvelope(value: unknown): ParsedEnvelope {
       envelope: status === 'succeeded' ? { outcome: 'succeeded', payload } : { outcome: 'status', status, payload },
     };
   }
-  if ('success' in record) {
+  if ('success' in record || 'error' in record || 'validation_failure_message' in record) {
     const parsed = successShape.safeParse(record);
     if (!parsed.success) return { ok: false, error: `malformed result envelope: ${z.prettifyError(parsed.error)}` };
     const { success, error, validation_failure_message: invalid, payload } = parsed.data;
     if (error !== undefined) return { ok: true, envelope: { outcome: 'error', message: error, payload } };
     if (invalid !== undefined) return { ok: true, envelope: { outcome: 'invalid', message: invalid, payload } };
+    if (success === undefined) {
+      return {
+        ok: false,
+        error:
+          'malformed result envelope: needs "status" or "success", or a non-empty error or validation_failure_message',
+      };
+    }
     if (!success) {
       return {
         ok: false,

@@ -43,6 +43,12 @@ describe('parseEnvelope', () => {
       { success: true, error: 'late failure' },
       { outcome: 'error', message: 'late failure', payload: undefined },
     ],
+    // Without success: the supervisors specification's `return jsonb_build_object('error', 'missing_task_id');`
+    [{ error: 'missing_task_id' }, { outcome: 'error', message: 'missing_task_id', payload: undefined }],
+    [
+      { validation_failure_message: 'no such account', payload: { id: 1 } },
+      { outcome: 'invalid', message: 'no such account', payload: { id: 1 } },
+    ],
   ])('%j normalises', (input, expected) => {
     expect(parseEnvelope(input)).toEqual({ ok: true, envelope: expected });
   });
@@ -61,6 +67,9 @@ describe('parseEnvelope', () => {
     [{ success: true, extra: 1 }, /malformed/],
     [{ success: false, error: 42 }, /malformed/],
     [{ success: true, error: 'x'.repeat(100_001) }, /malformed/],
+    [{ error: '' }, /needs "status" or "success", or a non-empty error/],
+    [{ error: 42 }, /malformed/],
+    [{ error: 'x', extra: 1 }, /malformed/],
   ])('%j is malformed, never a throw', (input, message) => {
     const result = parseEnvelope(input);
     expect(result.ok).toBe(false);

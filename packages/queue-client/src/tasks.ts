@@ -15,7 +15,7 @@
  *                                                                        again when it expires
  *   retrying   not completed, a failed attempt or an interruption    -> ready at its retry time
  *              waiting for its retry time
- *   completed  outcome succeeded | failed | abandoned | cancelled     (terminal)
+ *   completed  outcome succeeded | failed | abandoned | cancelled | validation_failed   (terminal)
  */
 import { functionRun } from './queries/function.queries.js';
 import {
@@ -141,12 +141,21 @@ export interface ClaimOptions {
   maxLeases?: number;
 }
 
-export type CompletionOutcome = 'succeeded' | 'failed' | 'abandoned' | 'cancelled';
+/**
+ * How a task ended. validation_failed: its function or before handler returned a
+ * validation_failure_message, a business outcome no retry can mend: final, and not a
+ * dead letter (failed and abandoned tasks are).
+ */
+export type CompletionOutcome = 'succeeded' | 'failed' | 'abandoned' | 'cancelled' | 'validation_failed';
 
 export interface Completion {
   taskId: Id;
   /** The lease the caller holds: completion is refused once a newer lease exists. */
   taskLeaseId?: Id;
+  /**
+   * Omitted: 'failed' when an error was recorded against the task during its current run
+   * (failTask, the seeds' "record failure, then always complete"), else 'succeeded'.
+   */
   outcome?: CompletionOutcome;
   /**
    * false: a 'failed' outcome is final even with attempts left (a failure no retry can
@@ -455,7 +464,7 @@ export interface CompletionHandler {
  */
 export async function settleWithHandler(
   db: Queryable,
-  completion: Settlement & { taskLeaseId: Id; outcome: 'succeeded' | 'failed' },
+  completion: Settlement & { taskLeaseId: Id; outcome: 'succeeded' | 'failed' | 'validation_failed' },
   handler: CompletionHandler,
 ): Promise<{ result: CompletionResult; outcome: CompletionOutcome; errors: string[] }> {
   const rows = await mapErrors(

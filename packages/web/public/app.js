@@ -7,7 +7,17 @@
 // Data is rendered with textContent only. Pages refresh their data in place by short
 // polling (REFRESH_MS) while the tab is visible, keeping selections and form input.
 const main = document.getElementById('main');
-const STATES = ['scheduled', 'ready', 'running', 'retrying', 'succeeded', 'failed', 'abandoned', 'cancelled'];
+const STATES = [
+  'scheduled',
+  'ready',
+  'running',
+  'retrying',
+  'succeeded',
+  'failed',
+  'abandoned',
+  'cancelled',
+  'validation_failed',
+];
 const PENDING = ['scheduled', 'ready', 'running', 'retrying'];
 const TOKEN_KEY = 'queue-api-token';
 const USER_KEY = 'queue-api-user';
@@ -447,7 +457,7 @@ function throughputChart(buckets, windowSeconds, bucketSeconds) {
         s(
           'rect',
           { class: 'bar-other', x: i * bw + 1, y: H - hOk - hOther, width: Math.max(1, bw - 2), height: hOther },
-          s('title', {}, `${other[i]} failed/abandoned/cancelled`),
+          s('title', {}, `${other[i]} failed/abandoned/cancelled/validation_failed`),
         ),
       );
   }
@@ -474,7 +484,7 @@ function throughputChart(buckets, windowSeconds, bucketSeconds) {
       'div',
       { class: 'legend' },
       h('span', {}, h('span', { class: 'swatch swatch-ok' }), 'succeeded'),
-      h('span', {}, h('span', { class: 'swatch swatch-bad' }), 'failed, abandoned, cancelled'),
+      h('span', {}, h('span', { class: 'swatch swatch-bad' }), 'failed, abandoned, cancelled, validation failed'),
     ),
   );
 }
@@ -661,13 +671,15 @@ async function overview() {
     put(
       perType,
       table(
-        ['type', 'succeeded', 'failed', 'abandoned', 'cancelled'],
+        ['type', 'succeeded', 'failed', 'abandoned', 'cancelled', 'validation_failed'],
         [...totals.entries()].map(([type, t]) =>
           h(
             'tr',
             {},
             h('td', {}, type),
-            ['succeeded', 'failed', 'abandoned', 'cancelled'].map((k) => h('td', { class: 'num' }, t[k] ?? 0)),
+            ['succeeded', 'failed', 'abandoned', 'cancelled', 'validation_failed'].map((k) =>
+              h('td', { class: 'num' }, t[k] ?? 0),
+            ),
           ),
         ),
         { 'data-testid': 'throughput-by-type' },

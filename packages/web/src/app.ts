@@ -106,7 +106,18 @@ export const TASK_STATES = [
   'failed',
   'abandoned',
   'cancelled',
+  'validation_failed',
 ] as const;
+
+/**
+ * The task statuses of the role-based specification (its worker_tasks table), accepted as
+ * `state` filters beside ours (admin.list_tasks): pending = scheduled, ready or retrying;
+ * claimed = running, its run not started (no start mark) and its worker not silent;
+ * completed = succeeded; stale = held by an expired lease or a silent
+ * worker. failed, running and cancelled are ours already. Rows carry our own states.
+ */
+export const SPEC_TASK_STATUSES = ['pending', 'claimed', 'completed', 'stale'] as const;
+const LIST_STATES = [...TASK_STATES, ...SPEC_TASK_STATUSES] as const;
 
 /** A query-string or path integer. */
 const intString = (name: string, min: number, max: number) =>
@@ -127,7 +138,7 @@ const PAYLOAD_PATH = /^[A-Za-z0-9_-]{1,100}(\.[A-Za-z0-9_-]{1,100}){0,9}$/;
 const listQuery = z
   .object({
     task_type: taskType.optional(),
-    state: z.enum(TASK_STATES, { error: `state must be one of ${TASK_STATES.join(', ')}` }).optional(),
+    state: z.enum(LIST_STATES, { error: `state must be one of ${LIST_STATES.join(', ')}` }).optional(),
     limit: intString('limit', 1, 500).optional(),
     before: id('before').optional(),
     worker_id: workerId.optional(),
@@ -241,9 +252,64 @@ const newTask = z
     },
   );
 
+/**
+ * The role-based specification's body for POST /api/tasks, the columns of its worker_tasks
+ * table: role is the task type; dispensary_id is the store (payload.store_id) and the
+ * resource key `store:<id>`, so one task per store runs at a time (the specification's
+ * per-store locking); platform goes to payload.platform; scheduled_for is the scheduled
+ * time; max_retries + 1 attempts; payload, when given, is the rest of the payload.
+ */
+const specTask = z
+  .object({
+    role: taskType,
+    dispensary_id: z
+      .number()
+      .int('dispensary_id must be an integer')
+      .positive('dispensary_id must be positive')
+      .optional(),
+    platform: z.string().min(1).max(20, 'platform must be at most 20 characters').optional(),
+    priority: z.number().int('priority must be an integer').min(-1000).max(1000).optional(),
+    scheduled_for: z.iso.datetime({ offset: true, error: 'scheduled_for must be an ISO 8601 date-time' }).optional(),
+    max_retries: z.number().int('max_retries must be an integer').min(0).max(99).optional(),
+    payload: z.record(z.string(), z.unknown(), { error: 'payload must be a JSON object' }).optional(),
+  })
+  .strict();
+
+/** A POST /api/tasks body in either shape, as ours. */
+function newTaskBody(body: unknown): z.output<typeof newTask> {
+  if (body !== null && typeof body === 'object' && 'role' in body && !('task_type' in body)) {
+    const spec = parse(specTask, body, 'body');
+    return {
+      task_type: spec.role,
+      payload: {
+        ...spec.payload,
+        ...(spec.dispensary_id === undefined ? {} : { store_id: spec.dispensary_id }),
+        ...(spec.platform === undefined ? {} : { platform: spec.platform }),
+      },
+      scheduled_at: spec.scheduled_for,
+      priority: spec.priority,
+      resource_key: spec.dispensary_id === undefined ? undefined : `store:${spec.dispensary_id}`,
+      max_attempts: spec.max_retries === undefined ? undefined : spec.max_retries + 1,
+    };
+  }
+  return parse(newTask, body, 'body');
+}
+
+/** dead_after_seconds, or the specification's threshold_minutes (1 to 1440); not both. */
 const recoverBody = z
-  .object({ dead_after_seconds: z.number().int().min(10).max(86_400).optional() })
+  .object({
+    dead_after_seconds: z.number().int().min(10).max(86_400).optional(),
+    threshold_minutes: z
+      .number()
+      .int('threshold_minutes must be an integer')
+      .min(1, 'threshold_minutes must be at least 1')
+      .max(1440, 'threshold_minutes must be at most 1440')
+      .optional(),
+  })
   .strict()
+  .refine((b) => b.dead_after_seconds === undefined || b.threshold_minutes === undefined, {
+    message: 'give dead_after_seconds or threshold_minutes, not both',
+  })
   .optional();
 
 const staggeredBody = z
@@ -317,6 +383,7 @@ const scheduleBody = z
 const API_SCHEMAS = {
   listQuery,
   newTask,
+  specTask,
   countsQuery,
   emptyQuery,
   roleParams,
@@ -553,7 +620,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   });
 
   app.post('/api/tasks', async (request, reply) => {
-    const body = parse(newTask, request.body, 'body');
+    const body = newTaskBody(request.body);
     if (body.unique_key !== undefined) {
       const uniqueKey = body.unique_key;
       const answer = await change(request, 'create_task', async (tx) => {
@@ -612,8 +679,10 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
 
   app.post('/api/tasks/recover-stale', async (request) => {
     const body = parse(recoverBody, request.body ?? undefined, 'body');
+    const deadAfterSeconds =
+      body?.threshold_minutes === undefined ? body?.dead_after_seconds : body.threshold_minutes * 60;
     const { recovered } = await change(request, 'recover_stale_leases', async (tx) => {
-      const leases = await tx.recoverStale(body?.dead_after_seconds);
+      const leases = await tx.recoverStale(deadAfterSeconds);
       return { answer: { recovered: leases }, taskIds: leases.map((l) => l.task_id), input: body ?? {} };
     });
     request.log.info({ event: 'stale_recovered', count: recovered.length }, 'stale leases recovered');

@@ -58,8 +58,9 @@ export function operations(s: ApiSchemas): Operation[] {
       path: '/api/tasks',
       tag: t,
       change: true,
-      summary: 'Enqueue a task; with a unique_key, at most one pending task per key (skip, replace or debounce)',
-      body: s.newTask,
+      summary:
+        "Enqueue a task; with a unique_key, at most one pending task per key (skip, replace or debounce); or the role-based specification's body (role, dispensary_id, ...)",
+      body: z.union([s.newTask, s.specTask]),
       answers: {
         201: {
           description: 'Created (with a unique_key: inserted, or replacing the pending task)',

@@ -235,7 +235,10 @@ export class Completer {
         {
           ...settlement(c.task, c.outcome),
           taskLeaseId: c.task.taskLeaseId,
-          outcome: c.outcome.outcome === 'succeeded' ? 'succeeded' : 'failed',
+          outcome:
+            c.outcome.outcome === 'succeeded' || c.outcome.outcome === 'validation_failed'
+              ? c.outcome.outcome
+              : 'failed',
         },
         handler,
       );

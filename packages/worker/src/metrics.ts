@@ -2,7 +2,8 @@
  * Prometheus metrics of one in-process Worker (prom-client), fed by its events:
  *   claimed     → queue_worker_tasks_claimed_total{task_type}
  *   completed   → queue_worker_tasks_completed_total{task_type,outcome},
- *                 queue_worker_tasks_failed_total{task_type} (outcome failed or an error),
+ *                 queue_worker_tasks_failed_total{task_type} (outcome failed or an error;
+ *                 not a validation failure, a business outcome),
  *                 queue_worker_task_duration_seconds{task_type} (histogram)
  *   lease_lost  → queue_worker_leases_lost_total{task_type}
  *   released    → queue_worker_leases_released_total
@@ -73,7 +74,7 @@ export class WorkerMetrics {
     });
     const failed = new Counter({
       name: 'queue_worker_tasks_failed_total',
-      help: 'Tasks whose processing failed (outcome failed or an error recorded).',
+      help: 'Tasks whose processing failed (outcome failed, or an error recorded other than a validation failure).',
       labelNames: ['task_type'],
       registers,
     });
@@ -119,7 +120,9 @@ export class WorkerMetrics {
     worker.on('completed', (task, report, durationMs) => {
       inFlight.delete(String(task.taskId));
       completed.inc({ task_type: task.taskType, outcome: report.outcome });
-      if (report.outcome === 'failed' || report.error) failed.inc({ task_type: task.taskType });
+      if (report.outcome === 'failed' || (report.error && report.outcome !== 'validation_failed')) {
+        failed.inc({ task_type: task.taskType });
+      }
       duration.observe({ task_type: task.taskType }, durationMs / 1000);
     });
     worker.on('lease_lost', (task) => {

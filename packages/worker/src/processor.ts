@@ -31,8 +31,8 @@ export interface TaskReport {
   /** A descriptive non-success status or validation message from SQL, logged. */
   note?: string;
   /**
-   * A failure no retry can mend (a validation failure): completed 'failed' even when the
-   * task has attempts left (max_attempts).
+   * A failure no retry can mend (a validation failure, outcome 'validation_failed'): final
+   * even when the task has attempts left (max_attempts).
    */
   final?: boolean;
   /** Kept as the run's result (queues.task_result), in the completion's transaction. */

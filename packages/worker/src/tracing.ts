@@ -10,7 +10,7 @@
  *   queue.complete   the completion (and error rows) written to the database
  *
  * Attributes: queue.task.id, queue.task.type, queue.task.lease_id, queue.worker.id,
- * queue.task.outcome (succeeded, failed, abandoned, cancelled, lease_lost, released;
+ * queue.task.outcome (succeeded, failed, abandoned, cancelled, validation_failed, lease_lost, released;
  * none when the database connection failed and the task will run again) and queue.task.error when one was recorded. With no SDK registered, every
  * function here checks one flag and calls straight through (not even a promise of its
  * own; a `run` that throws instead of rejecting throws to the caller): no span, no

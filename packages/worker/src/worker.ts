@@ -872,7 +872,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
         );
         return;
       }
-      const level = report.outcome === 'succeeded' ? 'info' : 'warn';
+      // A validation failure is a business outcome, not an operator's alarm.
+      const level = report.outcome === 'succeeded' || report.outcome === 'validation_failed' ? 'info' : 'warn';
       if (this.#log.isLevelEnabled(level))
         this.#taskLog(running)[level](
           {

@@ -108,14 +108,14 @@ describe('db_function processor', () => {
     expect(facts.errors).toEqual([]);
   });
 
-  it('validation_failure_message: error row, completed failed, effects kept', async () => {
+  it('validation_failure_message: error row, completed validation_failed, effects kept', async () => {
     const { facts } = await run(
       processor,
       'db_function',
       step('invalid', { result: { success: false, validation_failure_message: 'no such account' } }),
     );
     expect(facts).toEqual({
-      outcome: 'failed',
+      outcome: 'validation_failed',
       errors: ['fixture.step: validation failure: no such account'],
       leases: 1,
     });
@@ -129,6 +129,12 @@ describe('db_function processor', () => {
       step('err', { result: { success: false, error: 'provider down' } }),
     );
     expect(facts).toEqual({ outcome: 'failed', errors: ['fixture.step: provider down'], leases: 1 });
+  });
+
+  it('an error alone (the supervisors document: {"error": "missing_task_id"}): its error, effects kept', async () => {
+    const { facts } = await run(processor, 'db_function', step('err-alone', { result: { error: 'missing_task_id' } }));
+    expect(facts).toEqual({ outcome: 'failed', errors: ['fixture.step: missing_task_id'], leases: 1 });
+    expect(await effects(db, 'err-alone')).toBe(1);
   });
 
   it('a function that raises: effects rolled back, then error row and completion', async () => {
@@ -316,7 +322,8 @@ describe('handler processor', () => {
       const payload = { ...handlers, ...extra };
       const { facts } = await run(processor, 'test_channel', payload);
       expect(calls).toEqual([]);
-      expect(facts.outcome).toBe('failed');
+      // A validation failure is a business outcome of its own: final, not a dead letter.
+      expect(facts.outcome).toBe(_name === 'validation failure' ? 'validation_failed' : 'failed');
       expect(facts.errors).toHaveLength(1);
       expect(facts.errors[0]).toMatch(message);
       const recorded = await handlerCalls(db);

@@ -347,7 +347,7 @@ describe('validation failures are not retried (item 9)', () => {
     await new Promise((resolve) => setTimeout(resolve, 500));
     expect(await effects(db, 'invalid-once')).toBe(1);
     const facts = await factsOf(db, id);
-    expect(facts.outcome).toBe('failed');
+    expect(facts.outcome).toBe('validation_failed');
     expect(facts.leases).toBe(1);
     expect(facts.errors).toEqual(['fixture.step: validation failure: no such account']);
   });

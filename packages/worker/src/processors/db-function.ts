@@ -8,8 +8,8 @@
  * the function returns:
  *   success / status "succeeded"   completed 'succeeded'
  *   other status                   completed 'succeeded', the status logged (descriptive, not fatal)
- *   validation_failure_message     effects kept, error row, completed 'failed', never retried
- *                                  (even with attempts left)
+ *   validation_failure_message     effects kept, error row, completed 'validation_failed': final,
+ *                                  never retried (even with attempts left), not a dead letter
  *   error                          effects kept, error row, completed 'failed'
  *   malformed result / exception   rolled back, then error row and completed 'failed'
  *   transient error (connection,   rolled back, the run is interrupted (counted, the task runs
@@ -23,7 +23,7 @@
  * envelope's payload says `"more": true` (at most MAX_REPEAT_CALLS calls; the loop stops
  * when the lease is lost or the worker stops), then the task completes: 'succeeded' with
  * `{calls, last}` as its result, or 'failed' with the first envelope that was not a
- * success (an error, a validation failure, or malformed). Not exactly once: a call that
+ * success (an error or malformed; 'validation_failed' for a validation failure). Not exactly once: a call that
  * committed stays committed even if the completion is refused, so such a function must
  * be safe to run again, and twice at once.
  */
@@ -70,7 +70,7 @@ async function repeatCalls(
     if (envelope.outcome === 'error') return { outcome: 'failed', error: `${functionName}: ${envelope.message}` };
     if (envelope.outcome === 'invalid') {
       return {
-        outcome: 'failed',
+        outcome: 'validation_failed',
         error: `${functionName}: validation failure: ${envelope.message}`,
         note: envelope.message,
         final: true,

@@ -17,7 +17,7 @@
  * worker interrupts it (counted; the task runs again after a backoff and is abandoned once
  * this keeps happening), and the provider gets the same idempotency key (the before
  * handler's, from the attempt). A validation failure from the before handler is final
- * (never retried). Messages are sanitized (error-class.ts) before they reach the error
+ * (never retried) and completes the task 'validation_failed' (not a dead letter). Messages are sanitized (error-class.ts) before they reach the error
  * handler or an error row. Before the provider call, internal.start_provider_call applies
  * the task type's delivery mode (provider-call.ts): an at-most-once call already started
  * by an earlier lease is not repeated; the task fails with an "unknown outcome" error.
@@ -134,7 +134,7 @@ function fail(
   // The error handler and the error row get the same message, one PostgreSQL can store.
   const message = sanitizeMessage(unsafeMessage);
   const base: TaskOutcome = final
-    ? { outcome: 'failed', error: message, final }
+    ? { outcome: 'validation_failed', error: message, final }
     : { outcome: 'failed', error: message };
   if (!onError) return base;
   // The error handler with the completion, in one statement: its failure, or its raise

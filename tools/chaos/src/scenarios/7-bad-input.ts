@@ -675,6 +675,8 @@ const WORKER_CASES: WorkerCase[] = [
       'task code errors',
     ),
     maxAttempts: 3,
+    // A business outcome of its own: final, not a dead letter.
+    outcome: 'validation_failed',
     // The well-formed envelope is kept as the run's result (queues.task_result).
     results: 1,
   },
