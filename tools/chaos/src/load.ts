@@ -11,7 +11,10 @@ export interface Load {
   stop(): Promise<void>;
   steps: number;
   emails: number;
+  sms: number;
   errors: string[];
+  /** What each answered enqueue stands for: step keys, email addresses, SMS bodies. */
+  acked: { steps: string[]; emails: string[]; sms: string[] };
 }
 
 export function startLoad(options: {
@@ -22,18 +25,28 @@ export function startLoad(options: {
   tickMs: number;
   stepsPerTick: number;
   emailsPerTick?: number;
+  /** SMS processes (comms.send_sms, through the fake Twilio) per tick; body `<tag>-sms-<n>`. */
+  smsPerTick?: number;
   /** Seconds each step sleeps: random in [min, max]. */
   stepSleep?: [number, number];
   /** Stop by itself after this many ticks. */
   maxTicks: number;
 }): Load {
   let running = true;
-  const load: Load = { steps: 0, emails: 0, errors: [], stop: async () => {} };
+  const load: Load = {
+    steps: 0,
+    emails: 0,
+    sms: 0,
+    errors: [],
+    acked: { steps: [], emails: [], sms: [] },
+    stop: async () => {},
+  };
   const [min, max] = options.stepSleep ?? [0, 0];
   // Keys are never used twice: an enqueue whose commit the server made but whose answer
   // was lost (a crash, a restart) counts as failed here, yet its tasks exist.
   let nextKey = 0;
   let nextEmail = 0;
+  let nextSms = 0;
   const loop = (async () => {
     for (let tick = 0; running && tick < options.maxTicks; tick++) {
       const started = Date.now();
@@ -50,14 +63,24 @@ export function startLoad(options: {
         if (tasks.length > 0) {
           await options.owner.query('select queues.enqueue_many($1::jsonb)', [JSON.stringify(tasks)]);
           load.steps += tasks.length;
+          for (const t of tasks) load.acked.steps.push(t.payload.key as string);
         }
         for (let i = 0; i < (options.emailsPerTick ?? 0); i++) {
+          const to = `${options.tag}-${nextEmail++}@example.com`;
           const { rows } = await options.app.query(
             `select * from comms.send_email('Chaos <chaos@example.com>', $1, 'Chaos', '<p>chaos</p>')`,
-            [`${options.tag}-${nextEmail++}@example.com`],
+            [to],
           );
           if (rows[0].validation_failure_message) load.errors.push(rows[0].validation_failure_message);
+          else load.acked.emails.push(to);
           load.emails++;
+        }
+        for (let i = 0; i < (options.smsPerTick ?? 0); i++) {
+          const body = `${options.tag}-sms-${nextSms++}`;
+          const { rows } = await options.app.query(`select * from comms.send_sms('+14155550100', $1)`, [body]);
+          if (rows[0].validation_failure_message) load.errors.push(rows[0].validation_failure_message);
+          else load.acked.sms.push(body);
+          load.sms++;
         }
       } catch (error) {
         // The database may be restarting: the tick is lost, nothing was enqueued.

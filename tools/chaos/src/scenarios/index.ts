@@ -10,5 +10,6 @@ import { scenario as s8 } from './8-privileges.js';
 import { scenario as s9 } from './9-soak.js';
 import { scenario as s10 } from './10-history.js';
 import { scenario as s11 } from './11-backend-crash.js';
+import { scenario as s12 } from './12-failover.js';
 
-export const SCENARIOS: Scenario[] = [s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11];
+export const SCENARIOS: Scenario[] = [s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12];
