@@ -54,9 +54,10 @@ afterAll(async () => {
 it('is linked from the dashboard and lists every operation of the document, offline', async () => {
   const errors: string[] = [];
   page.on('pageerror', (error) => errors.push(error.message));
-  // Logged in as the dashboard keeps it: the tab's credential (the document may need one).
-  await page.goto(`${base}/#/`);
-  await page.evaluate((token) => sessionStorage.setItem('queue-api-token', token), TOKEN);
+  // Logged in as the dashboard keeps it: the tab's credential (the document may need one),
+  // there before the dashboard's first request. (Set after a first load, it raced that
+  // load's unauthenticated reads, whose 401 makes the dashboard forget the credential.)
+  await page.addInitScript((token) => sessionStorage.setItem('queue-api-token', token), TOKEN);
   await page.goto(`${base}/#/`);
   await page.getByRole('link', { name: 'API reference', exact: true }).click();
   await page.waitForURL(`${base}/api.html`);
