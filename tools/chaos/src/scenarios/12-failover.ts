@@ -1,12 +1,13 @@
 // 12. A failover: a primary with a synchronous standby behind HAProxy, which routes to
 // whichever node takes writes. Under a steady mixed load (db_function steps, email and SMS
-// processes) through the proxy, the primary's postmaster is killed with SIGKILL and the
-// standby promoted. Invariants: every enqueue that was answered is on the new primary and
-// completes; each step took effect exactly once; email provider calls within the
-// idempotency bound; each SMS sent at most once; the workers (the same processes) carry on
-// through the proxy without a restart.
+// processes, file deletions through the files service and a fake GCS) through the proxy,
+// the primary's postmaster is killed with SIGKILL and the standby promoted. Invariants:
+// every enqueue that was answered is on the new primary and completes; each step took
+// effect exactly once; email provider calls within the idempotency bound; each SMS sent at
+// most once; every answered file deletion deleted its object; the workers, the web server
+// and the files service (the same processes) carry on through the proxy without a restart.
 import { spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { copyFileSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -19,7 +20,8 @@ import {
   type DatabaseUrls,
   type Standby,
 } from '@org/db-tools';
-import { startFakeResend, startFakeTwilio } from '@org/providers/testing';
+import { createFilesService } from '@org/files-service';
+import { startFakeGcs, startFakeResend, startFakeTwilio } from '@org/providers/testing';
 import { installFixtures } from '../fixtures.js';
 import { ensureHaproxy, startProxy, type Proxy } from '../haproxy.js';
 import { one, openDue, Report, round, sleep, taskTally, waitFor, type Scenario } from '../harness.js';
@@ -106,6 +108,61 @@ async function inFlight(url: string): Promise<number> {
   }
 }
 
+/**
+ * File deletions through the proxy, one every 500 ms until stopped: an object in the fake
+ * GCS and its `files.file` row (as the owner), then `files.kickoff_file_deletion` (as the
+ * app). `acked` holds those whose kickoff answered; one refused during the failover is not
+ * answered, and its object may stay.
+ */
+function startDeletions(
+  db: ReturnType<typeof chaosDb>,
+  gcs: Awaited<ReturnType<typeof startFakeGcs>>,
+  tag: string,
+): { stop: () => Promise<void>; acked: { fileId: number; key: string; at: number }[] } {
+  const acked: { fileId: number; key: string; at: number }[] = [];
+  let stopped = false;
+  const loop = (async () => {
+    let account: number | undefined;
+    for (let i = 0; !stopped; i++) {
+      const key = `accounts/${tag}/rec-${i}.webm`;
+      try {
+        account ??= (
+          await one<{ id: number }>(
+            db,
+            `insert into accounts.account (email, display_name) values ($1, 'Chaos') returning account_id::int as id`,
+            [`${tag}@example.com`],
+          )
+        ).id;
+        gcs.put('chaos', key, 'audio');
+        const { rows } = await db
+          .pool('owner')
+          .query<{ id: number }>(
+            `insert into files.file (account_id, bucket, object_key) values ($1, 'chaos', $2) returning file_id::int as id`,
+            [account, key],
+          );
+        const fileId = rows[0]!.id;
+        const kicked = await db
+          .pool('app')
+          .query<{ message: string | null }>(
+            'select validation_failure_message as message from files.kickoff_file_deletion($1)',
+            [fileId],
+          );
+        if (kicked.rows[0]?.message === null) acked.push({ fileId, key, at: Date.now() });
+      } catch {
+        // The database is gone for a moment (the failover): the next tick tries again.
+      }
+      await sleep(500);
+    }
+  })();
+  return {
+    acked,
+    stop: async () => {
+      stopped = true;
+      await loop;
+    },
+  };
+}
+
 export const scenario: Scenario = {
   id: 12,
   name: 'failover',
@@ -126,6 +183,12 @@ export const scenario: Scenario = {
     const workers: WorkerProcess[] = [];
     const resend = await startFakeResend();
     const twilio = await startFakeTwilio();
+    // File deletions: a fake GCS that checks V4 signatures, and the files service (in this
+    // process) signing DELETE URLs for the deletions the database has in flight.
+    const { privateKey, publicKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
+    const gcs = await startFakeGcs({ publicKey });
+    let files: ReturnType<typeof createFilesService> | undefined;
+    let deletions: { stop: () => Promise<void>; acked: { fileId: number; key: string; at: number }[] } | undefined;
     try {
       const urls = await provisionDatabase(server, 'chaos', { fresh: true, quiet: true });
       const direct = chaosDb(urls, server.dbUsers);
@@ -152,8 +215,26 @@ export const scenario: Scenario = {
       };
       db = chaosDb(proxied, server.dbUsers);
       const tag = `s12-${Date.now().toString(36)}`;
+      const filesToken = randomBytes(18).toString('hex');
+      files = createFilesService(
+        {
+          token: filesToken,
+          buckets: ['chaos'],
+          credentials: {
+            client_email: 'files@chaos-project.iam.gserviceaccount.com',
+            private_key: privateKey.export({ type: 'pkcs8', format: 'pem' }).toString(),
+            project_id: 'chaos-project',
+          },
+          apiEndpoint: gcs.url,
+          databaseUrl: proxied.worker,
+        },
+        { logger: false },
+      );
+      const filesUrl = await files.listen({ port: 0, host: '127.0.0.1' });
       const env = fastEnv(proxied.worker, {
-        WORKER_ROLE: 'db_function,email,sms',
+        WORKER_ROLE: 'db_function,email,sms,file_delete',
+        FILES_SERVICE_URL: filesUrl,
+        FILES_SERVICE_TOKEN: filesToken,
         RESEND_API_KEY: 're_chaos_key',
         RESEND_BASE_URL: resend.url,
         TWILIO_ACCOUNT_SID: `AC${'0'.repeat(32)}`,
@@ -183,6 +264,7 @@ export const scenario: Scenario = {
         stepSleep: [0.1, 1],
         maxTicks: 4 * 600,
       });
+      deletions = startDeletions(db, gcs, tag);
       const steady = quick ? 4000 : 8000;
       await sleep(steady);
 
@@ -233,6 +315,7 @@ export const scenario: Scenario = {
       const refusedAtKill = load.errors.length;
       await sleep(steady);
       await load.stop();
+      await deletions.stop();
       const refused = load.errors.length;
 
       const drained = await waitFor(async () => (await openDue(db!, 0)) === 0, 90_000, 250);
@@ -259,6 +342,18 @@ export const scenario: Scenario = {
       const doneAfter = new Map(after.map((x) => [x.worker_id, x.n]));
       const exits = await Promise.all(workers.map((w) => stopWorker(w)));
 
+      const fileRows = await db.query<{ file_id: number; succeeded: boolean }>(
+        `select k.file_id::int as file_id, exists (select 1 from files.file_deletion_task t
+                                     join files.file_deletion_task_succeeded s using (file_deletion_task_id)
+                                    where t.file_id = k.file_id) as succeeded
+           from unnest($1::bigint[]) k(file_id)`,
+        [deletions.acked.map((d) => d.fileId)],
+      );
+      const filesNotDeleted = fileRows.rows.filter((f) => !f.succeeded).map((f) => f.file_id);
+      const objectsLeft = deletions.acked.filter((d) => gcs.has('chaos', d.key)).map((d) => d.key);
+      const deletedAfterKill = deletions.acked.filter(
+        (d) => d.at > killedAt && fileRows.rows.some((f) => f.file_id === d.fileId && f.succeeded),
+      ).length;
       const tally = await taskTally(db, 0);
       const effects = await effectAnomalies(db.pool('owner'), tag, 0);
       const acked = load.acked;
@@ -347,6 +442,10 @@ export const scenario: Scenario = {
           .join('; ') || 'none',
       );
       r.figure(
+        'file deletions answered / deleted / answered after the kill and deleted',
+        `${deletions.acked.length} / ${deletions.acked.length - objectsLeft.length} / ${deletedAfterKill}`,
+      );
+      r.figure(
         'web: requests that failed / answering again after (s)',
         `${webFailed.length} of ${webAnswers.length} / ${webBackAt ? round((webBackAt - killedAt) / 1000, 2) : 'never'}`,
       );
@@ -400,6 +499,16 @@ export const scenario: Scenario = {
         webAlive && web.pid === webPid && webBackAt !== undefined && webAnswers.at(-1)?.ok === true,
         `alive ${webAlive}; ${webFailed.length} failed of ${webAnswers.length}; ${web.output().slice(-500)}`,
       );
+      r.check(
+        'every answered file deletion succeeded and its object is gone',
+        deletions.acked.length > 0 && filesNotDeleted.length === 0 && objectsLeft.length === 0,
+        `${deletions.acked.length} answered; not succeeded ${JSON.stringify(filesNotDeleted.slice(0, 5))}; objects left ${JSON.stringify(objectsLeft.slice(0, 5))}`,
+      );
+      r.check(
+        'the same files service signed deletions on the new primary, through the proxy',
+        deletedAfterKill > 0,
+        `${deletedAfterKill} deletions answered after the kill succeeded`,
+      );
       r.check('the poison step was abandoned', poison.outcome === 'abandoned', JSON.stringify(poison));
       r.check(
         'workers stopped with exit 0',
@@ -418,7 +527,10 @@ export const scenario: Scenario = {
         if (standby) copyFileSync(join(standby.dataDir, 'standby.log'), join(dir, 's12-standby.log'));
       }
       await load?.stop();
+      await deletions?.stop();
       killAll(workers);
+      await files?.close();
+      await gcs.close();
       await web?.stop();
       await resend.close();
       await twilio.close();
