@@ -20,6 +20,7 @@ step() {
 }
 
 step chromium bash tools/ensure-chromium.sh
+step haproxy bash tools/ensure-haproxy.sh
 step build npx turbo run build --output-logs=errors-only
 if [[ " ${failed[*]} " == *" build "* ]]; then
   echo "==> npm test: the build failed; nothing else can run"
