@@ -557,11 +557,13 @@ async function overview() {
     throughput = h('div'),
     perType = h('div'),
     depth = h('div'),
-    capacity = h('div');
+    capacity = h('div'),
+    replica = h('p', { class: 'muted', 'data-testid': 'replica-lag' });
   const recoverOut = h('span', { class: 'muted' });
   put(
     main,
     h('h1', {}, 'Queue overview'),
+    replica,
     section(
       'Tasks by type and state',
       h(
@@ -615,6 +617,12 @@ async function overview() {
     }
     const queues = live_.queues;
     showPaused(queues);
+    put(
+      replica,
+      live_.replica_lag_seconds === null
+        ? ''
+        : `Read from a replica, ${live_.replica_lag_seconds.toFixed(1)} s behind the primary (changes go to the primary).`,
+    );
     const outcomes = {};
     for (const c of full.counts) if (!PENDING.includes(c.state)) (outcomes[c.task_type] ??= {})[c.state] = c.count;
     put(

@@ -153,7 +153,12 @@ export const responses = {
     bucket_seconds: z.number().int(),
     buckets: z.array(depthBucket),
   }),
-  overviewLive: z.object({ generated_at: timestamp, queues: z.array(queue) }),
+  overviewLive: z.object({
+    generated_at: timestamp,
+    queues: z.array(queue),
+    /** How far the read replica lags the primary; null when reads go to the primary. */
+    replica_lag_seconds: z.number().nullable(),
+  }),
   overview: z.object({
     generated_at: timestamp,
     window_seconds: z.number().int(),

@@ -772,7 +772,9 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   // live workers per type (one read of the claim index).
   app.get('/api/overview/live', async (request) => {
     parse(emptyQuery, request.query, 'query');
-    return { generated_at: new Date().toISOString(), queues: await store.queues() };
+    // replica_lag_seconds: how far behind the read replica is (null: reads go to the primary).
+    const [queues, lag] = await Promise.all([store.queues(), readPool ? store.replicaLagSeconds() : null]);
+    return { generated_at: new Date().toISOString(), queues, replica_lag_seconds: lag };
   });
 
   // Everything the overview shows, in one request (the page reads it every minute: its

@@ -102,7 +102,7 @@ export const API_CONFIG = defineConfig({
     ...logSettings(false),
     poolSize: { env: 'API_DB_POOL_SIZE', default: '10', help: 'database connections', schema: wholeNumber(1, 100) },
     readDatabaseUrl: {
-      env: 'API_READ_DATABASE_URL',
+      env: 'DATABASE_READ_URL',
       secret: true,
       help: 'postgres:// URL of the API role on a read replica: reads go there, changes to DATABASE_URL (default: everything on DATABASE_URL)',
       schema: postgresUrl,

@@ -6,6 +6,7 @@ import type pg from 'pg';
 import { enqueue, enqueueUnique, listTaskResults } from '@org/queue-client';
 import { apiChangeList, apiChangeRecord } from './queries/audit.queries.js';
 import { capacityList } from './queries/capacity.queries.js';
+import { replicaLag } from './queries/replica.queries.js';
 import { deadLetterList } from './queries/dead_letter.queries.js';
 import { leaseRecoverStale, leaseStaleList } from './queries/lease.queries.js';
 import { historyStatus } from './queries/history.queries.js';
@@ -278,6 +279,12 @@ export class Store {
       outcome: answer.outcome,
       replaced_task_id: answer.replacedTaskId === null ? null : num(answer.replacedTaskId),
     };
+  }
+
+  /** Seconds the database this store reads lags its primary; null when it is the primary. */
+  async replicaLagSeconds(): Promise<number | null> {
+    const [row] = await replicaLag.run(undefined, this.pool);
+    return row?.lagSeconds ?? null;
   }
 
   async counts(windowSeconds?: number) {

@@ -1,4 +1,4 @@
-// API_READ_DATABASE_URL: with a streaming standby of the database as the read replica,
+// DATABASE_READ_URL: with a streaming standby of the database as the read replica,
 // every read of the API goes to the replica and every change (with its audit fact) to the
 // primary. Shown by pausing the replica's replay: a task the API just created is then not
 // found through the API, and is once the replay resumes; the primary had it all along.
@@ -114,6 +114,23 @@ it('reads come from the replica, changes and their facts go to the primary', asy
   await until(() => found(second), 'the second task on the replica');
   const audit = await app.inject({ method: 'GET', url: `/api/audit?task_id=${second}`, headers: auth });
   expect(audit.json<{ changes: { action: string }[] }>().changes.map((c) => c.action)).toEqual(['create_task']);
+});
+
+it('says how far behind the replica is: growing while its replay is paused and the primary writes, 0 once caught up', async () => {
+  const lag = async () =>
+    (await app.inject({ method: 'GET', url: '/api/overview/live', headers: auth })).json<{
+      replica_lag_seconds: number | null;
+    }>().replica_lag_seconds;
+  await until(async () => (await lag()) === 0, 'the replica to catch up');
+  await query(standbyRoot(), 'select pg_wal_replay_pause()');
+  // Two writes a moment apart: the first is replayed before the pause takes hold at worst,
+  // the second is received and not replayed, so the lag is the age of the last replayed one.
+  await query(urls.owner, `select queues.enqueue('store_discovery', '{}')`);
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  await query(urls.owner, `select queues.enqueue('store_discovery', '{}')`);
+  await until(async () => ((await lag()) ?? 0) > 0.2, 'a lag while the replay is paused');
+  await query(standbyRoot(), 'select pg_wal_replay_resume()');
+  await until(async () => (await lag()) === 0, 'the replica to catch up again');
 });
 
 it('is ready only while both the primary and the replica answer', async () => {
