@@ -105,7 +105,7 @@ function authorization() {
 
 async function load() {
   try {
-    const response = await fetch('/api/openapi.json', { headers: authorization() });
+    const response = await fetch('api/openapi.json', { headers: authorization() });
     if (response.status === 401)
       throw new Error('The API needs a credential: log in on the dashboard first, then come back.');
     if (!response.ok) throw new Error(`GET /api/openapi.json answered ${response.status}`);

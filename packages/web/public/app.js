@@ -80,7 +80,9 @@ function forget() {
 async function api(path, options = {}) {
   const auth = authorization();
   const headers = { ...(options.headers ?? {}), ...(auth ? { authorization: auth } : {}) };
-  const res = await fetch(path, { ...options, headers });
+  // Relative to the page (no leading slash), so the dashboard works under a path prefix
+  // behind a reverse proxy (https://host/queue/ serving this server's /).
+  const res = await fetch(path.replace(/^\//, ''), { ...options, headers });
   const body = res.headers.get('content-type')?.includes('json') ? await res.json() : await res.text();
   if (res.status === 401 && path !== '/api/session') {
     // The credential was refused (or is needed): back to the login.
