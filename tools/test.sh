@@ -5,6 +5,15 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+# The tests run on Node 22 (LTS): the `node` package the workspace installs (tools/bench
+# needs it for its peers), whichever Node runs npm. Node 20, which some machines still
+# have, is past its end of life.
+if [ -x node_modules/node/bin/node ]; then
+  PATH="$PWD/node_modules/node/bin:$PATH"
+  export PATH
+fi
+echo "==> npm test: on Node $(node --version)"
+
 failed=()
 step() {
   local name=$1

@@ -32,7 +32,7 @@ const NOT_IMPORTED: Record<string, Record<string, string>> = {
     '@types/node': "Node's types for every package",
     '@types/pg': "pg's types for every package",
   },
-  '@org/bench': { node: 'Node 22, to run graphile-worker and pg-boss, which need it' },
+  '@org/bench': { node: 'Node 22, to run graphile-worker and pg-boss, which need it, and the tests (tools/test.sh)' },
   '@org/db-tools': { 'graphile-migrate': 'also run as a program (npm run gm)' },
 };
 
