@@ -262,7 +262,10 @@ export async function startStandby(options: StandbyOptions): Promise<Standby> {
       try {
         runPostgresBinary('pg_ctl', ['-D', dataDir, '-m', 'fast', '-w', 'stop']);
       } catch (error) {
-        if (!String(error).includes('No such file') && !String(error).includes('not running')) throw error;
+        // Stopped already (its PID file gone): nothing to stop, the folder may still go.
+        const text = String(error);
+        if (!['No such file', 'not running', 'does not exist', 'Is server running?'].some((m) => text.includes(m)))
+          throw error;
       }
       if (stopOptions?.destroy) {
         rmSync(dataDir, { recursive: true, force: true });
