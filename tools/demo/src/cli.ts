@@ -28,6 +28,27 @@ async function main(): Promise<number> {
   await owner.connect();
   await app.connect();
   let worker: Worker | undefined;
+  // Beside a running `npm start` (or any worker on this database), that worker would take
+  // the demo's tasks, with its own providers and fake menu platform: the demo could not
+  // tell what it shows. Say so instead of running.
+  const others = (
+    await owner.query<{ worker_id: string }>(
+      `select worker_id from queues.worker
+        where stopped_at is null
+          and last_seen_at > now() - make_interval(secs => 3 * coalesce(heartbeat_interval_ms, 30000) / 1000.0)
+        order by worker_id`,
+    )
+  ).rows.map((r) => r.worker_id);
+  if (others.length > 0) {
+    process.stderr.write(
+      `demo: ${others.length} worker(s) already run on this database (${others.join(', ')}), probably an \`npm start\`: ` +
+        `they would take the demo's tasks. Stop it (Ctrl-C) and run \`npm run demo\` again; the demo starts its own worker.\n`,
+    );
+    await owner.end();
+    await app.end();
+    await server.stop();
+    return 2;
+  }
   const previousScale = (await owner.query(`select value from internal.setting where name = 'backoff_scale'`)).rows[0]
     ?.value as string | undefined;
   try {
