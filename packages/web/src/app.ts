@@ -468,6 +468,25 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
     trustProxy: false,
     // A request id unique across restarts: the audit trail names it.
     genReqId: () => randomUUID(),
+    // Logged once, when answered (below): the dashboard polls every few seconds.
+    disableRequestLogging: true,
+  });
+  // One line per request, when it is answered: reads (the dashboard's polls) at debug,
+  // changes at info, server errors at error; refusals log their own line (unauthorized,
+  // forbidden, request_refused).
+  app.addHook('onResponse', async (request, reply) => {
+    const level =
+      reply.statusCode >= 500 ? 'error' : request.method === 'GET' || request.method === 'HEAD' ? 'debug' : 'info';
+    request.log[level](
+      {
+        event: 'request',
+        method: request.method,
+        url: request.url.split('?')[0],
+        status: reply.statusCode,
+        ms: Math.round(reply.elapsedTime),
+      },
+      `${request.method} ${request.url.split('?')[0]} ${reply.statusCode}`,
+    );
   });
   const routes: RouteInfo[] = [];
   ROUTES.set(app, routes);
