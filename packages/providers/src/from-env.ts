@@ -117,14 +117,23 @@ export { ConfigError as ProviderConfigError };
  * otherwise that channel's local provider (outbox files under LOCAL_OUTBOX_DIR, default
  * `<repo>/.data/outbox`; file deletion under LOCAL_STORAGE_DIR, default
  * `<repo>/.data/storage`), with a warning. Throws ProviderConfigError naming every bad
- * variable (never its value) and every half-configured channel.
+ * variable (never its value) and every half-configured channel. Each channel's choice is
+ * logged only for the channels in `serves` (default: all three), so that a worker started
+ * for other task types (WORKER_ROLE) does not announce a local mode it never uses.
  */
-export function providersFromEnv(env: Record<string, string | undefined>, log: ProvidersLogger): Providers {
+export function providersFromEnv(
+  env: Record<string, string | undefined>,
+  logger: ProvidersLogger,
+  serves: readonly string[] | null = null,
+): Providers {
+  const quiet: ProvidersLogger = { info: () => {}, warn: () => {} };
+  const logFor = (channel: string): ProvidersLogger => (serves === null || serves.includes(channel) ? logger : quiet);
   const read = PROVIDERS_CONFIG.read(env);
   if (read === 'help') throw new Error('unreachable: no argv');
   const e = read;
 
   const outboxRoot = e.LOCAL_OUTBOX_DIR;
+  let log = logFor('email');
   let email: Provider<EmailPayload>;
   if (e.RESEND_API_KEY) {
     email = createResendEmailProvider({
@@ -146,6 +155,7 @@ export function providersFromEnv(env: Record<string, string | undefined>, log: P
   }
 
   let sms: Provider<SmsPayload>;
+  log = logFor('sms');
   if (e.TWILIO_ACCOUNT_SID && e.TWILIO_AUTH_TOKEN && e.TWILIO_FROM_NUMBER) {
     sms = createTwilioSmsProvider({
       accountSid: e.TWILIO_ACCOUNT_SID,
@@ -166,6 +176,7 @@ export function providersFromEnv(env: Record<string, string | undefined>, log: P
   }
 
   let file_delete: Provider<FileDeletePayload>;
+  log = logFor('file_delete');
   if (e.FILES_SERVICE_URL && e.FILES_SERVICE_TOKEN) {
     file_delete = createFilesServiceDeleteProvider({ serviceUrl: e.FILES_SERVICE_URL, token: e.FILES_SERVICE_TOKEN });
     log.info({ provider: 'files-service', serviceUrl: e.FILES_SERVICE_URL }, 'file_delete provider: files service');

@@ -39,6 +39,16 @@ describe('providersFromEnv', () => {
     expect(warnings[2]).toMatch(/^file_delete provider: LOCAL STORAGE mode.*FILES_SERVICE_URL/);
   });
 
+  it('warns only for the channels the worker serves (WORKER_ROLE), still building every provider', () => {
+    const log = memoryLogger();
+    const p = providersFromEnv({}, log, ['product_resync', 'sms']);
+    expect([p.email.name, p.sms.name, p.file_delete.name]).toEqual(['local-outbox', 'local-outbox', 'local-storage']);
+    expect(log.lines.map((l) => l.msg)).toEqual([expect.stringMatching(/^sms provider: LOCAL OUTBOX mode/)]);
+    const none = memoryLogger();
+    providersFromEnv({}, none, ['product_resync']);
+    expect(none.lines).toEqual([]);
+  });
+
   it('treats empty strings as unset', () => {
     const p = providersFromEnv({ RESEND_API_KEY: '', TWILIO_ACCOUNT_SID: ' ' }, memoryLogger());
     expect(p.email.name).toBe('local-outbox');

@@ -14,7 +14,8 @@ import { loadAppTasks } from './app-tasks.js';
 runWorkerCli({
   registry: async (logger, config) =>
     loadAppTasks(
-      defaultRegistry(providersFromEnv(process.env, logger), menuPlatformFromEnv(process.env, logger)),
+      // Local-mode warnings only for the channels this worker serves (WORKER_ROLE).
+      defaultRegistry(providersFromEnv(process.env, logger, config.roles), menuPlatformFromEnv(process.env, logger)),
       config.tasksDir,
       logger,
     ),
