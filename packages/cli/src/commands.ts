@@ -13,8 +13,7 @@ import { randomUUID } from 'node:crypto';
 import { userInfo } from 'node:os';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import pg from 'pg';
-import { withTransaction } from '@org/queue-client';
-import { Store, TASK_STATES, type ActionResult, type ApiChangeInput } from '@org/web';
+import { recordedChange, Store, TASK_STATES, type ActionResult, type ChangeMade } from '@org/web';
 import { json, record, table, type Io } from './output.js';
 
 /** Exit codes (also in `queue help`). */
@@ -121,16 +120,13 @@ interface TaskDetail {
   results?: Record<string, unknown>[];
 }
 
-/** What a change did, for its audit fact (as the API's `change` in @org/web's app.ts). */
-type Made<T> = Pick<ApiChangeInput, 'taskIds' | 'taskType' | 'scheduleName' | 'input'> & { answer: T };
-
 /** A change refused by a check inside its transaction: rolled back, no fact, exit 3. */
 class Refusal extends Error {}
 
 interface Context {
   store: () => Store;
   /** Runs `run` and records its audit fact in one transaction; resolves to its answer. */
-  change: <T>(command: string, action: string, run: (tx: Store) => Promise<Made<T>>) => Promise<T>;
+  change: <T>(command: string, action: string, run: (tx: Store) => Promise<ChangeMade<T>>) => Promise<T>;
   options: Options;
   io: Io;
 }
@@ -392,24 +388,12 @@ export async function runCli(argv: string[], env: NodeJS.ProcessEnv, io: Io): Pr
     const store = () => new Store(connected());
     const user = `cli:${env.USER ?? env.LOGNAME ?? userInfo().username}`.slice(0, 100);
     const change: Context['change'] = (command, action, run) =>
-      withTransaction(connected(), async (client) => {
-        const tx = new Store(client);
-        const made = await run(tx);
-        await tx.recordChange({
-          userName: user,
-          userLevel: 'operator',
-          requestId: randomUUID(),
-          method: 'CLI',
-          route: command,
-          action,
-          taskIds: made.taskIds,
-          taskType: made.taskType,
-          scheduleName: made.scheduleName,
-          input: made.input,
-          answer: made.answer,
-        });
-        return made.answer;
-      });
+      recordedChange(
+        connected(),
+        { userName: user, userLevel: 'operator', requestId: randomUUID(), method: 'CLI', route: command },
+        action,
+        run,
+      );
     return await command({ store, change, options, io }, words.slice(name.split(' ').length));
   } catch (error) {
     if (error instanceof UsageError) {

@@ -13,14 +13,14 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyRepl
 import type pg from 'pg';
 import { createLogger, type Logger } from '@org/config';
 import { z } from 'zod';
-import { connect, isNestedDeeperThan, MAX_PAYLOAD_DEPTH, withTransaction } from '@org/queue-client';
+import { connect, isNestedDeeperThan, MAX_PAYLOAD_DEPTH } from '@org/queue-client';
 import { allows, Credentials, type Level, type Principal } from './auth.js';
 import { configuredUsers, type ApiConfig } from './config.js';
 import { fromDatabaseError } from './http-errors.js';
 import { registerMenuRoutes } from './menus-routes.js';
 import { registerOpenApi } from './openapi.js';
 import { renderApiMetrics } from './api-metrics.js';
-import { Store } from './store.js';
+import { recordedChange, Store, type ChangeMade } from './store.js';
 
 export interface CreateApiOptions {
   /** Use this pool instead of opening one from databaseUrl (not closed with the app). */
@@ -74,19 +74,6 @@ class Refused extends Error {
   ) {
     super(message);
   }
-}
-
-/** What a change route made, recorded with its answer (admin.record_api_change). */
-export interface ChangeMade<T> {
-  /** The response body, recorded as the fact's answer. */
-  answer: T;
-  /** The tasks the change targeted or made. */
-  taskIds?: number[];
-  taskType?: string;
-  scheduleName?: string;
-  workerId?: string;
-  /** The request's parameters worth keeping (no payloads). */
-  input?: Record<string, unknown>;
 }
 
 /** Runs a change and records its fact in one transaction; returns the change's answer. */
@@ -552,25 +539,18 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
     const user = request.apiUser;
     // The hook lets no change through without an operator; this keeps it so if a route says otherwise.
     if (!user || !allows(user.level, 'operator')) throw new Refused(403, 'forbidden', 'changes need an operator');
-    return withTransaction(pool, async (client) => {
-      const tx = new Store(client);
-      const made = await run(tx);
-      await tx.recordChange({
+    return recordedChange(
+      pool,
+      {
         userName: user.name,
         userLevel: user.level,
         requestId: String(request.id),
         method: request.method,
         route: request.routeOptions.url ?? request.url.split('?')[0]!,
-        action,
-        taskIds: made.taskIds,
-        taskType: made.taskType,
-        scheduleName: made.scheduleName,
-        workerId: made.workerId,
-        input: made.input,
-        answer: made.answer,
-      });
-      return made.answer;
-    });
+      },
+      action,
+      run,
+    );
   };
 
   // Every JSON body, before any route sees it: JSON.parse does not recurse, the rest does.

@@ -10,4 +10,13 @@ export {
 } from './app.js';
 export { parseUsers, type ApiUser, type Level, type Principal } from './auth.js';
 export { loadApiConfig, helpText, ConfigError, API_CONFIG, API_SETTINGS, type ApiConfig } from './config.js';
-export { Store, type ActionResult, type ApiChangeInput, type NewTaskInput, type TaskListFilter } from './store.js';
+export {
+  recordedChange,
+  Store,
+  type ActionResult,
+  type ApiChangeInput,
+  type ChangeActor,
+  type ChangeMade,
+  type NewTaskInput,
+  type TaskListFilter,
+} from './store.js';

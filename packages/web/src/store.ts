@@ -3,7 +3,7 @@
  * with rows mapped to the JSON the API returns (bigint counts and ids as numbers).
  */
 import type pg from 'pg';
-import { enqueue, enqueueUnique, listTaskResults } from '@org/queue-client';
+import { enqueue, enqueueUnique, listTaskResults, withTransaction } from '@org/queue-client';
 import { apiChangeList, apiChangeRecord } from './queries/audit.queries.js';
 import { capacityList } from './queries/capacity.queries.js';
 import { replicaLag } from './queries/replica.queries.js';
@@ -155,6 +155,63 @@ export interface ApiChangeInput {
   answer: unknown;
 }
 
+/** The queue client's task from the API's JSON shape of a new task. */
+function newTask(input: NewTaskInput) {
+  return {
+    taskType: input.task_type,
+    payload: input.payload,
+    scheduledAt: input.scheduled_at ? new Date(input.scheduled_at) : undefined,
+    priority: input.priority ?? undefined,
+    resourceKey: input.resource_key ?? undefined,
+    maxAttempts: input.max_attempts ?? undefined,
+  };
+}
+
+/** Who made a change, and through what request, for its fact (admin.api_change). */
+export type ChangeActor = Pick<ApiChangeInput, 'userName' | 'userLevel' | 'requestId' | 'method' | 'route'>;
+
+/** What a change made, recorded with its answer (admin.record_api_change). */
+export interface ChangeMade<T> {
+  /** The change's answer (the API's response body), recorded as the fact's answer. */
+  answer: T;
+  /** The tasks the change targeted or made. */
+  taskIds?: number[];
+  taskType?: string;
+  scheduleName?: string;
+  workerId?: string;
+  /** The request's parameters worth keeping (no payloads). */
+  input?: Record<string, unknown>;
+}
+
+/**
+ * Runs a change on a Store and records its fact in the same transaction, so that no change
+ * commits without its fact and no fact without its change; a change that throws (refused)
+ * rolls back and leaves none. Returns the change's answer. The REST API's change routes and
+ * the `queue` command line both go through it.
+ */
+export async function recordedChange<T>(
+  pool: pg.Pool,
+  actor: ChangeActor,
+  action: string,
+  run: (tx: Store) => Promise<ChangeMade<T>>,
+): Promise<T> {
+  return withTransaction(pool, async (client) => {
+    const tx = new Store(client);
+    const made = await run(tx);
+    await tx.recordChange({
+      ...actor,
+      action,
+      taskIds: made.taskIds,
+      taskType: made.taskType,
+      scheduleName: made.scheduleName,
+      workerId: made.workerId,
+      input: made.input,
+      answer: made.answer,
+    });
+    return made.answer;
+  });
+}
+
 export class Store {
   /** A pool, or a client inside a transaction (the changes: see `change` in app.ts). */
   constructor(readonly pool: pg.Pool | pg.PoolClient) {}
@@ -246,15 +303,7 @@ export class Store {
 
   async createTask(input: NewTaskInput): Promise<number> {
     // The queue client's enqueue: one definition of the call for apps and the API.
-    const taskId = await enqueue(this.pool, {
-      taskType: input.task_type,
-      payload: input.payload,
-      scheduledAt: input.scheduled_at ? new Date(input.scheduled_at) : undefined,
-      priority: input.priority ?? undefined,
-      resourceKey: input.resource_key ?? undefined,
-      maxAttempts: input.max_attempts ?? undefined,
-    });
-    return num(taskId);
+    return num(await enqueue(this.pool, newTask(input)));
   }
 
   /** A unique task (queues.enqueue_unique): what happened, and the task it concerns. */
@@ -262,12 +311,7 @@ export class Store {
     input: NewTaskInput & { unique_key: string },
   ): Promise<{ task_id: number; outcome: string; replaced_task_id: number | null }> {
     const answer = await enqueueUnique(this.pool, {
-      taskType: input.task_type,
-      payload: input.payload,
-      scheduledAt: input.scheduled_at ? new Date(input.scheduled_at) : undefined,
-      priority: input.priority ?? undefined,
-      resourceKey: input.resource_key ?? undefined,
-      maxAttempts: input.max_attempts ?? undefined,
+      ...newTask(input),
       unique: {
         key: input.unique_key,
         policy: input.unique_policy,

@@ -3,50 +3,31 @@
 // path, opens one to show its parameters and answers, and loads nothing from outside the
 // server's origin (no CDN).
 // A missing browser FAILS this file (CI installs it: apt-get install -y chromium).
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { createApi } from '../src/index.js';
+import { openBrowser, type Browser } from './support/browser.js';
 
-const CHROMIUM = '/usr/bin/chromium';
 const TOKEN = 'reference-token-0123456789';
 
 let db: TestDatabase;
 let app: FastifyInstance;
 let base: string;
-let context: BrowserContext;
 let page: Page;
-let userDataDir: string;
-const external: string[] = [];
+let browser: Browser | undefined;
 
 beforeAll(async () => {
-  expect(existsSync(CHROMIUM), `${CHROMIUM} is missing: install it with apt-get install -y chromium`).toBe(true);
   db = await createTestDatabase();
   app = createApi({ databaseUrl: db.url('api'), apiToken: TOKEN, logLevel: 'silent' });
   base = await app.listen({ host: '127.0.0.1', port: 0 });
-  userDataDir = mkdtempSync(join(tmpdir(), 'queue-api-reference-'));
-  context = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update'],
-  });
-  // Only the server's origin: anything else is recorded and refused.
-  await context.route('**/*', (route) => {
-    const url = route.request().url();
-    if (url.startsWith(base) || url.startsWith('data:')) return route.continue();
-    external.push(url);
-    return route.abort();
-  });
-  page = context.pages()[0] ?? (await context.newPage());
+  browser = await openBrowser({ name: 'api-reference', origin: base });
+  ({ page } = browser);
 });
 
 afterAll(async () => {
-  await context?.close();
-  if (userDataDir) rmSync(userDataDir, { recursive: true, force: true });
+  await browser?.close();
   await app?.close();
   await db?.drop();
 });
@@ -86,5 +67,5 @@ it('is linked from the dashboard and lists every operation of the document, offl
     expect.arrayContaining([expect.stringMatching(/^200 /), expect.stringMatching(/^404 /)]),
   );
   expect(errors).toEqual([]);
-  expect(external).toEqual([]);
+  expect(browser!.outside).toEqual([]);
 });

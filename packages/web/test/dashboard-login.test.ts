@@ -5,60 +5,34 @@
 // search off; a wrong token is refused and the login stays; an operator (name and token)
 // cancels a task from its page, and the change appears in the task's audit section and on
 // the Audit page naming the operator. The credential is kept in sessionStorage (this tab).
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { createApi } from '../src/index.js';
+import { openBrowser, type Browser } from './support/browser.js';
 
-const CHROMIUM = '/usr/bin/chromium';
 const OPERATOR = { name: 'olga', level: 'operator' as const, token: 'olga-dashboard-token-0123456789' };
 const READER = { name: 'rita', level: 'read' as const, token: 'rita-dashboard-token-0123456789' };
 
 let db: TestDatabase;
 let app: FastifyInstance;
 let base: string;
-let context: BrowserContext;
 let page: Page;
-let userDataDir: string;
-const external: string[] = [];
+let browser: Browser | undefined;
 
 beforeAll(async () => {
-  expect(existsSync(CHROMIUM), `${CHROMIUM} is missing: install it with apt-get install -y chromium`).toBe(true);
   db = await createTestDatabase();
   app = createApi({ databaseUrl: db.url('api'), users: [OPERATOR, READER], logLevel: 'silent' });
   base = await app.listen({ host: '127.0.0.1', port: 0 });
-  userDataDir = mkdtempSync(join(tmpdir(), 'queue-dashboard-login-'));
-  context = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-      '--no-first-run',
-      '--disable-quic',
-    ],
-  });
-  await context.route('**/*', (route) => {
-    const url = route.request().url();
-    if (url.startsWith(base) || url.startsWith('data:')) return route.continue();
-    external.push(url);
-    return route.abort();
-  });
-  page = context.pages()[0] ?? (await context.newPage());
+  browser = await openBrowser({ name: 'dashboard-login', origin: base });
+  ({ page } = browser);
 });
 
 afterAll(async () => {
-  await context?.close();
+  await browser?.close();
   await app?.close();
   await db?.drop();
-  if (userDataDir) rmSync(userDataDir, { recursive: true, force: true });
 });
 
 async function logOut(): Promise<void> {
@@ -92,7 +66,7 @@ it('asks for a credential first and shows no data before it; a wrong token is re
   await page.getByTestId('login-form').waitFor();
   expect(await page.evaluate(() => sessionStorage.getItem('queue-api-token'))).toBeNull();
   expect(errors).toEqual([]);
-  expect(external).toEqual([]);
+  expect(browser!.outside).toEqual([]);
 });
 
 it('a read user sees the pages, who is logged in and the level, and no change can be made', async () => {
@@ -123,7 +97,7 @@ it('a read user sees the pages, who is logged in and the level, and no change ca
   await page.getByTestId('task-filters').waitFor();
   expect(await page.locator('input[name=payload_path]').isDisabled()).toBe(true);
   expect(await page.locator('input[name=payload_value]').isDisabled()).toBe(true);
-  expect(external).toEqual([]);
+  expect(browser!.outside).toEqual([]);
 });
 
 it('an operator logs in with name and token, cancels a task, and the change is in the audit trail', async () => {
@@ -155,5 +129,5 @@ it('an operator logs in with name and token, cancels a task, and the change is i
   await page.getByTestId('forget-token').click();
   await page.getByTestId('login-form').waitFor();
   expect(await page.evaluate(() => sessionStorage.getItem('queue-api-token'))).toBeNull();
-  expect(external).toEqual([]);
+  expect(browser!.outside).toEqual([]);
 });

@@ -1,25 +1,19 @@
 // The dashboard's role-based additions in headless Chromium (as dashboard.test.ts): each
 // seed role's queue on the overview, and a task's recorded result on its page.
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { createApi } from '../src/index.js';
-
-const CHROMIUM = '/usr/bin/chromium';
+import { openBrowser, type Browser } from './support/browser.js';
 
 let db: TestDatabase;
 let app: FastifyInstance;
 let base: string;
-let context: BrowserContext;
 let page: Page;
-let userDataDir: string;
+let browser: Browser | undefined;
 
 beforeAll(async () => {
-  expect(existsSync(CHROMIUM), `${CHROMIUM} is missing: install it with apt-get install -y chromium`).toBe(true);
   db = await createTestDatabase();
   app = createApi({
     databaseUrl: db.url('api'),
@@ -28,29 +22,14 @@ beforeAll(async () => {
     logLevel: 'silent',
   });
   base = await app.listen({ host: '127.0.0.1', port: 0 });
-  userDataDir = mkdtempSync(join(tmpdir(), 'queue-dashboard-roles-'));
-  context = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-      '--no-first-run',
-      '--disable-quic',
-    ],
-  });
-  await context.route('**/*', (route) => (route.request().url().startsWith(base) ? route.continue() : route.abort()));
-  page = context.pages()[0] ?? (await context.newPage());
+  browser = await openBrowser({ name: 'dashboard-roles', origin: base });
+  ({ page } = browser);
 });
 
 afterAll(async () => {
-  await context?.close();
+  await browser?.close();
   await app?.close();
   await db?.drop();
-  if (userDataDir) rmSync(userDataDir, { recursive: true, force: true });
 });
 
 it("shows each role's queue, and a task's result on its page", async () => {

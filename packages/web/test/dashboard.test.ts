@@ -7,64 +7,37 @@
 // next drop and what blocks it, and a timeline says which of its queue tasks retention
 // dropped. The browser may reach nothing but the API's origin.
 // A missing browser FAILS this file (CI installs it: apt-get install -y chromium).
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { createLogger, dbFunctionProcessor, ProcessorRegistry, Worker, WorkerMetrics } from '@org/worker';
 import { createApi } from '../src/index.js';
+import { openBrowser, type Browser } from './support/browser.js';
 import { enqueueAsOwner, WORKER_ONLY } from './support/worker-only.js';
 
-const CHROMIUM = '/usr/bin/chromium';
 const TOKEN = 'dashboard-token-0123456789';
 
 let db: TestDatabase;
 let app: FastifyInstance;
 let base: string;
-let context: BrowserContext;
 let page: Page;
-let userDataDir: string;
-const external: string[] = [];
+let browser: Browser | undefined;
 
 beforeAll(async () => {
-  expect(existsSync(CHROMIUM), `${CHROMIUM} is missing: install it with apt-get install -y chromium`).toBe(true);
   db = await createTestDatabase();
   // Reads open (API_OPEN_READS=true): these pages are read without logging in and unlocked
   // for changes with the operator's token; dashboard-login.test.ts covers the login screen.
   app = createApi({ databaseUrl: db.url('api'), apiToken: TOKEN, openReads: true, logLevel: 'silent' });
   base = await app.listen({ host: '127.0.0.1', port: 0 });
-  userDataDir = mkdtempSync(join(tmpdir(), 'queue-dashboard-'));
-  context = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-      '--no-first-run',
-      '--disable-quic',
-    ],
-  });
-  // Only the API's origin: anything else is recorded and refused.
-  await context.route('**/*', (route) => {
-    const url = route.request().url();
-    if (url.startsWith(base) || url.startsWith('data:')) return route.continue();
-    external.push(url);
-    return route.abort();
-  });
-  page = context.pages()[0] ?? (await context.newPage());
+  browser = await openBrowser({ name: 'dashboard', origin: base });
+  ({ page } = browser);
 });
 
 afterAll(async () => {
-  await context?.close();
+  await browser?.close();
   await app?.close();
   await db?.drop();
-  if (userDataDir) rmSync(userDataDir, { recursive: true, force: true });
 });
 
 async function enqueue(body: Record<string, unknown>): Promise<number> {
@@ -519,5 +492,5 @@ it('History: each partition set with its state and oldest task, the next drop an
 });
 
 it('loaded nothing from outside the API origin', () => {
-  expect(external).toEqual([]);
+  expect(browser!.outside).toEqual([]);
 });

@@ -2,17 +2,14 @@
 // web server's /), in headless Chromium: a proxy in the test forwards /queue/* with the
 // prefix stripped and refuses everything else, and the dashboard, its data and the API
 // reference all load through it, nothing asked for outside the prefix.
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer, request as httpRequest, type Server } from 'node:http';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { createApi } from '../src/index.js';
+import { openBrowser, type Browser } from './support/browser.js';
 
-const CHROMIUM = '/usr/bin/chromium';
 const TOKEN = 'prefix-token-0123456789abcdef';
 const PREFIX = '/queue';
 
@@ -20,13 +17,11 @@ let db: TestDatabase;
 let app: FastifyInstance;
 let proxy: Server;
 let front: string;
-let context: BrowserContext;
 let page: Page;
-let userDataDir: string;
+let browser: Browser | undefined;
 const outside: string[] = [];
 
 beforeAll(async () => {
-  expect(existsSync(CHROMIUM), `${CHROMIUM} is missing: install it with apt-get install -y chromium`).toBe(true);
   db = await createTestDatabase();
   app = createApi({ databaseUrl: db.url('api'), apiToken: TOKEN, logLevel: 'silent' });
   const backend = new URL(await app.listen({ host: '127.0.0.1', port: 0 }));
@@ -57,20 +52,14 @@ beforeAll(async () => {
   await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
   const { port } = proxy.address() as { port: number };
   front = `http://127.0.0.1:${port}${PREFIX}/`;
-  userDataDir = mkdtempSync(join(tmpdir(), 'queue-path-prefix-'));
-  context = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update'],
-  });
-  page = context.pages()[0] ?? (await context.newPage());
+  browser = await openBrowser({ name: 'path-prefix' });
+  ({ page } = browser);
   // Logged in (the tab's credential) before the dashboard's first request.
   await page.addInitScript((token) => sessionStorage.setItem('queue-api-token', token), TOKEN);
 });
 
 afterAll(async () => {
-  await context?.close();
-  if (userDataDir) rmSync(userDataDir, { recursive: true, force: true });
+  await browser?.close();
   await new Promise((resolve) => proxy?.close(resolve));
   await app?.close();
   await db?.drop();
