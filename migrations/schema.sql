@@ -1301,6 +1301,7 @@ create table queues.task_attempt_failed (
   task_lease_id bigint,
   failed_at timestamp with time zone default now() not null,
   retry_at timestamp with time zone not null,
+  started_at timestamp with time zone,
   constraint task_attempt_failed_failed_at_not_null NOT NULL failed_at,
   constraint task_attempt_failed_pkey PRIMARY KEY (task_id, task_attempt_failed_id),
   constraint task_attempt_failed_retry_at_not_null NOT NULL retry_at,
@@ -1309,6 +1310,7 @@ create table queues.task_attempt_failed (
 ) partition by RANGE (task_id);
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on column queues.task_attempt_failed.started_at is 'When the failed run started, as its worker reported it; null when not reported.';
 comment on table queues.task_attempt_failed is 'Append-only: a failed attempt of a task that will be retried.';
 CREATE UNIQUE INDEX task_attempt_failed_pkey ON ONLY queues.task_attempt_failed USING btree (task_id, task_attempt_failed_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_attempt_failed FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
@@ -1319,6 +1321,7 @@ create table queues.task_attempt_failed_default partition of queues.task_attempt
   task_lease_id bigint,
   failed_at timestamp with time zone default now() not null,
   retry_at timestamp with time zone not null,
+  started_at timestamp with time zone,
   constraint task_attempt_failed_default_pkey PRIMARY KEY (task_id, task_attempt_failed_id),
   constraint task_attempt_failed_failed_at_not_null NOT NULL failed_at,
   constraint task_attempt_failed_retry_at_not_null NOT NULL retry_at,
@@ -1336,6 +1339,7 @@ create table queues.task_attempt_failed_p0 partition of queues.task_attempt_fail
   task_lease_id bigint,
   failed_at timestamp with time zone default now() not null,
   retry_at timestamp with time zone not null,
+  started_at timestamp with time zone,
   constraint task_attempt_failed_failed_at_not_null NOT NULL failed_at,
   constraint task_attempt_failed_p0_pkey PRIMARY KEY (task_id, task_attempt_failed_id),
   constraint task_attempt_failed_retry_at_not_null NOT NULL retry_at,
@@ -1353,6 +1357,7 @@ create table queues.task_attempt_failed_p1000000 partition of queues.task_attemp
   task_lease_id bigint,
   failed_at timestamp with time zone default now() not null,
   retry_at timestamp with time zone not null,
+  started_at timestamp with time zone,
   constraint task_attempt_failed_failed_at_not_null NOT NULL failed_at,
   constraint task_attempt_failed_p1000000_pkey PRIMARY KEY (task_id, task_attempt_failed_id),
   constraint task_attempt_failed_retry_at_not_null NOT NULL retry_at,
@@ -1370,6 +1375,7 @@ create table queues.task_attempt_failed_p2000000 partition of queues.task_attemp
   task_lease_id bigint,
   failed_at timestamp with time zone default now() not null,
   retry_at timestamp with time zone not null,
+  started_at timestamp with time zone,
   constraint task_attempt_failed_failed_at_not_null NOT NULL failed_at,
   constraint task_attempt_failed_p2000000_pkey PRIMARY KEY (task_id, task_attempt_failed_id),
   constraint task_attempt_failed_retry_at_not_null NOT NULL retry_at,
@@ -1463,6 +1469,7 @@ create table queues.task_completed (
   completed_at timestamp with time zone default now() not null,
   outcome text not null,
   task_type text,
+  started_at timestamp with time zone,
   constraint task_completed_completed_at_not_null NOT NULL completed_at,
   constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text, 'validation_failed'::text]))) NOT VALID,
   constraint task_completed_outcome_not_null NOT NULL outcome,
@@ -1473,6 +1480,7 @@ create table queues.task_completed (
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on column queues.task_completed.task_type is 'The task''s type (queues.task.task_type), copied when the completion is written; null on completions written before this column, whose type is read from queues.task.';
+comment on column queues.task_completed.started_at is 'When the run that ended here started, as its worker reported it; null when not reported.';
 comment on table queues.task_completed is 'Terminal fact: a completed task is never claimed again.';
 CREATE INDEX task_completed_completed_at_idx ON ONLY queues.task_completed USING btree (completed_at);
 CREATE UNIQUE INDEX task_completed_pkey ON ONLY queues.task_completed USING btree (task_id);
@@ -1486,6 +1494,7 @@ create table queues.task_completed_default partition of queues.task_completed (
   completed_at timestamp with time zone default now() not null,
   outcome text not null,
   task_type text,
+  started_at timestamp with time zone,
   constraint task_completed_completed_at_not_null NOT NULL completed_at,
   constraint task_completed_default_pkey PRIMARY KEY (task_id),
   constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text, 'validation_failed'::text]))) NOT VALID,
@@ -1507,6 +1516,7 @@ create table queues.task_completed_p0 partition of queues.task_completed (
   completed_at timestamp with time zone default now() not null,
   outcome text not null,
   task_type text,
+  started_at timestamp with time zone,
   constraint task_completed_completed_at_not_null NOT NULL completed_at,
   constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text, 'validation_failed'::text]))) NOT VALID,
   constraint task_completed_outcome_not_null NOT NULL outcome,
@@ -1528,6 +1538,7 @@ create table queues.task_completed_p1000000 partition of queues.task_completed (
   completed_at timestamp with time zone default now() not null,
   outcome text not null,
   task_type text,
+  started_at timestamp with time zone,
   constraint task_completed_completed_at_not_null NOT NULL completed_at,
   constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text, 'validation_failed'::text]))) NOT VALID,
   constraint task_completed_outcome_not_null NOT NULL outcome,
@@ -1549,6 +1560,7 @@ create table queues.task_completed_p2000000 partition of queues.task_completed (
   completed_at timestamp with time zone default now() not null,
   outcome text not null,
   task_type text,
+  started_at timestamp with time zone,
   constraint task_completed_completed_at_not_null NOT NULL completed_at,
   constraint task_completed_outcome_check CHECK ((outcome = ANY (ARRAY['succeeded'::text, 'failed'::text, 'abandoned'::text, 'cancelled'::text, 'validation_failed'::text]))) NOT VALID,
   constraint task_completed_outcome_not_null NOT NULL outcome,
@@ -1690,6 +1702,7 @@ create table queues.task_lease (
   leased_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
   worker_key integer,
+  suspect boolean,
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
   constraint task_lease_leased_at_not_null NOT NULL leased_at,
@@ -1703,6 +1716,7 @@ create table queues.task_lease (
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on column queues.task_lease.worker_id is 'The worker that took the lease, on leases written before worker_key; null since.';
 comment on column queues.task_lease.worker_key is 'The worker that took the lease (queues.worker_name); null on leases written before, which have worker_id.';
+comment on column queues.task_lease.suspect is 'The claim took this task as its one suspect (a lease of it had ended without an end); null on leases written before claims named one.';
 comment on table queues.task_lease is 'Append-only: one row per claim of a task.';
 CREATE UNIQUE INDEX task_lease_pkey ON ONLY queues.task_lease USING btree (task_id, task_lease_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
@@ -1714,6 +1728,7 @@ create table queues.task_lease_default partition of queues.task_lease (
   leased_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
   worker_key integer,
+  suspect boolean,
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_default_pkey PRIMARY KEY (task_id, task_lease_id),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
@@ -1831,6 +1846,7 @@ create table queues.task_lease_p0 partition of queues.task_lease (
   leased_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
   worker_key integer,
+  suspect boolean,
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
   constraint task_lease_leased_at_not_null NOT NULL leased_at,
@@ -1852,6 +1868,7 @@ create table queues.task_lease_p1000000 partition of queues.task_lease (
   leased_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
   worker_key integer,
+  suspect boolean,
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
   constraint task_lease_leased_at_not_null NOT NULL leased_at,
@@ -1873,6 +1890,7 @@ create table queues.task_lease_p2000000 partition of queues.task_lease (
   leased_at timestamp with time zone default now() not null,
   expires_at timestamp with time zone not null,
   worker_key integer,
+  suspect boolean,
   constraint task_lease_check CHECK ((expires_at > leased_at)),
   constraint task_lease_expires_at_not_null NOT NULL expires_at,
   constraint task_lease_leased_at_not_null NOT NULL leased_at,
@@ -2207,7 +2225,8 @@ create table queues.task_pending (
   max_attempts integer default 1 not null,
   failed_attempts integer default 0 not null,
   interrupted_count integer default 0 not null,
-  unstarted_count integer default 0 not null,
+  uncounted_count integer default 0 not null,
+  suspect_lease boolean default false not null,
   constraint task_pending_available_at_not_null NOT NULL available_at,
   constraint task_pending_failed_attempts_not_null NOT NULL failed_attempts,
   constraint task_pending_interrupted_count_not_null NOT NULL interrupted_count,
@@ -2217,12 +2236,15 @@ create table queues.task_pending (
   constraint task_pending_priority_not_null NOT NULL priority,
   constraint task_pending_released_count_not_null NOT NULL released_count,
   constraint task_pending_scheduled_at_not_null NOT NULL scheduled_at,
+  constraint task_pending_suspect_lease_not_null NOT NULL suspect_lease,
   constraint task_pending_task_id_not_null NOT NULL task_id,
   constraint task_pending_task_type_not_null NOT NULL task_type,
-  constraint task_pending_unstarted_count_not_null NOT NULL unstarted_count
+  constraint task_pending_unstarted_count_not_null NOT NULL uncounted_count
 ) with (autovacuum_vacuum_cost_delay=0, autovacuum_vacuum_scale_factor=0, autovacuum_vacuum_threshold=1000, fillfactor=80);
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on column queues.task_pending.uncounted_count is 'Leases that ended without an end and without counting towards abandonment: not the named suspect of their lease.';
+comment on column queues.task_pending.suspect_lease is 'The current lease named this task its suspect (queues.claim_tasks_at); its expiry counts towards abandonment.';
 comment on table queues.task_pending is 'Derived claim index: tasks not yet completed. Rebuild with queues.rebuild_task_pending().';
 CREATE INDEX task_pending_lease_expiry_idx ON queues.task_pending USING btree (available_at) WHERE (current_lease_id > 0);
 CREATE UNIQUE INDEX task_pending_pkey ON queues.task_pending USING btree (task_id);
@@ -2792,7 +2814,13 @@ create view public.worker_tasks as
           WHERE y.task_id = t.task_id
           ORDER BY y.task_lease_id DESC
          LIMIT 1) l ON true
-     LEFT JOIN queues.task_lease_started st ON st.task_id = l.task_id AND st.task_lease_id = l.task_lease_id
+     LEFT JOIN LATERAL ( SELECT COALESCE(
+                CASE
+                    WHEN c.task_lease_id = l.task_lease_id THEN c.started_at
+                    ELSE NULL::timestamp with time zone
+                END, ( SELECT m.started_at
+                   FROM queues.task_lease_started m
+                  WHERE m.task_id = l.task_id AND m.task_lease_id = l.task_lease_id)) AS started_at) st ON true
      LEFT JOIN queues.worker w ON w.worker_id = l.worker_id;
   -- columns:
   --  id bigint
@@ -2877,7 +2905,8 @@ create view queues.task_lease_effective as
     COALESCE(r.released_at, v.revoked_at, e.expires_at, l.expires_at) AS expires_at,
     r.released_at,
     COALESCE(e.extensions, 0) AS extensions,
-    v.revoked_at
+    v.revoked_at,
+    l.suspect
    FROM queues.task_lease l
      LEFT JOIN queues.task_lease_release r ON r.task_id = l.task_id AND r.task_lease_id = l.task_lease_id
      LEFT JOIN queues.task_lease_revocation v ON v.task_id = l.task_id AND v.task_lease_id = l.task_lease_id
@@ -2894,6 +2923,7 @@ create view queues.task_lease_effective as
   --  released_at timestamp with time zone
   --  extensions integer
   --  revoked_at timestamp with time zone
+  --  suspect boolean
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on view queues.task_lease_effective is 'Leases with their effective expiry (releases and heartbeats applied).';
@@ -3513,12 +3543,12 @@ begin
   -- Completions in the window by completed_at (index range scan), with their type
   -- (admin.completions_between).
   completion as materialized (
-    select c.task_id, c.task_lease_id, c.task_type, c.completed_at
+    select c.task_id, c.task_lease_id, c.task_type, c.completed_at, c.started_at
       from admin.completions_between(_now - make_interval(secs => _window), _now) c
      where _task_type is null or c.task_type = _task_type
   ),
-  -- The run of each completing lease: its worker, its start (the start mark, else the
-  -- lease) and its end. The leases of tasks enqueued in the window (ids from _first on)
+  -- The run of each completing lease: its worker, its start (the completion's, else a
+  -- start mark, else the lease) and its end. The leases of tasks enqueued in the window (ids from _first on)
   -- are one range of task_lease's primary key, joined at once; a completion of an older
   -- task probes its lease by primary key; each start mark is a primary-key probe (a scalar
   -- subquery). A lease names its worker by key (queues.worker_name), or by id if written
@@ -3529,7 +3559,8 @@ begin
     select x.task_type, x.worker_key, x.worker_id,
            greatest(x.run_from, _now - make_interval(secs => _window)) as run_from, x.run_to
       from (select c.task_type, l.worker_key, l.worker_id, c.completed_at as run_to,
-                   coalesce((select st.started_at from queues.task_lease_started st
+                   coalesce(c.started_at,
+                            (select st.started_at from queues.task_lease_started st
                               where st.task_id = c.task_id and st.task_lease_id = c.task_lease_id),
                             l.leased_at) as run_from
               from completion c
@@ -3537,7 +3568,8 @@ begin
              where c.task_id >= _first and l.task_id >= _first
             union all
             select c.task_type, l.worker_key, l.worker_id, c.completed_at,
-                   coalesce((select st.started_at from queues.task_lease_started st
+                   coalesce(c.started_at,
+                            (select st.started_at from queues.task_lease_started st
                               where st.task_id = c.task_id and st.task_lease_id = c.task_lease_id),
                             l.leased_at)
               from completion c
@@ -3678,12 +3710,13 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.completions_between(_from timestamp with time zone, _to timestamp with time zone)
- RETURNS TABLE(task_id bigint, task_lease_id bigint, completed_at timestamp with time zone, outcome text, task_type text)
+ RETURNS TABLE(task_id bigint, task_lease_id bigint, completed_at timestamp with time zone, outcome text, task_type text, started_at timestamp with time zone)
  LANGUAGE sql
  STABLE
 AS $function$
   select c.task_id, c.task_lease_id, c.completed_at, c.outcome,
-         coalesce(c.task_type, (select x.task_type from queues.task x where x.task_id = c.task_id))
+         coalesce(c.task_type, (select x.task_type from queues.task x where x.task_id = c.task_id)),
+         c.started_at
     from queues.task_completed c
    where c.completed_at > _from and c.completed_at <= _to
 $function$;
@@ -8776,7 +8809,8 @@ begin
               from unnest(coalesce(_task_types, array(select tt.task_type from queues.task_type tt))) as u(task_type)) ty
      cross join lateral (
        select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
-              p.lease_count - p.released_count - p.failed_attempts - p.unstarted_count as ended_leases
+              p.lease_count - p.released_count - p.failed_attempts as ended_leases,
+              p.uncounted_count, p.suspect_lease
          from queues.task_pending p
         where p.task_type = ty.task_type
           and p.current_lease_id is null
@@ -8797,7 +8831,8 @@ begin
     select x.*
       from (
         select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
-               p.lease_count - p.released_count - p.failed_attempts - p.unstarted_count as ended_leases
+               p.lease_count - p.released_count - p.failed_attempts as ended_leases,
+               p.uncounted_count, p.suspect_lease
           from queues.task_pending p
          where p.current_lease_id > 0
            and p.available_at <= _now
@@ -8811,17 +8846,18 @@ begin
       ) x
   ),
   picked as (
-    -- Of the candidates (locked until commit), the first _limit in claim order. An expired
-    -- lease counts towards abandonment (and makes the task a suspect) only if its task
-    -- was started: a task that waited in a dead worker's local queue is not suspect.
+    -- Of the candidates (locked until commit), the first _limit in claim order. A task
+    -- whose leases ended without an end (ended_leases, the expired current one included)
+    -- is a suspect; the expiries counted towards abandonment leave out those of leases
+    -- that did not name it as their suspect (uncounted_count, and the current one if so).
     select c.task_id, c.task_type, c.current_lease_id, c.resource_key, c.priority, c.scheduled_at,
-           c.ended_leases - c.unstarted_expiry::integer >= _max_leases as poisoned,
-           c.ended_leases - c.unstarted_expiry::integer as expired_leases
+           c.counted >= _max_leases as poisoned,
+           c.ended_leases > 0 as suspect,
+           c.counted as counted_leases
       from (
         select c.*,
-               c.current_lease_id is not null and not exists (
-                 select 1 from queues.task_lease_started s
-                  where s.task_id = c.task_id and s.task_lease_id = c.current_lease_id) as unstarted_expiry
+               c.ended_leases - c.uncounted_count
+                 - (c.current_lease_id is not null and not c.suspect_lease)::integer as counted
           from candidate c
          order by c.priority desc, c.scheduled_at, c.task_id
          limit _limit
@@ -8830,18 +8866,18 @@ begin
   -- Resource keys: one task per key in this batch, and only if no other task holds the
   -- key. The upsert decides on the newest committed row (not this statement's snapshot),
   -- so two claimers never both take a key.
-  -- Suspects (tasks a started lease of which expired: their worker may have died of them)
-  -- are leased one per claim, so the tasks a crashed worker was running, which all come
+  -- Suspects (their worker may have died of them) are leased one per claim, as the
+  -- lease's named suspect, so the tasks a crashed worker was running, which all come
   -- back at the same moment, do not all land in one worker again beside the task that
   -- crashed it.
   allowed as (
-    select pk.task_id, pk.resource_key, pk.priority, pk.scheduled_at
+    select pk.task_id, pk.resource_key, pk.priority, pk.scheduled_at, pk.suspect
       from (select pk.*,
-                   row_number() over (partition by pk.expired_leases > 0
+                   row_number() over (partition by pk.suspect
                                       order by pk.priority desc, pk.scheduled_at, pk.task_id) as rank
               from picked pk
              where not pk.poisoned) pk
-     where pk.expired_leases = 0 or pk.rank = 1
+     where not pk.suspect or pk.rank = 1
   ),
   keyed as (
     select k.task_id, k.resource_key
@@ -8862,14 +8898,14 @@ begin
     returning r.task_id
   ),
   eligible as (
-    select pk.task_id
+    select pk.task_id, pk.suspect
       from allowed pk
      where pk.resource_key is null or pk.task_id in (select kt.task_id from key_taken kt)
   ),
   abandoned_error as (
     insert into queues.error (task_id, task_lease_id, error_message)
     select pk.task_id, pk.current_lease_id,
-           format('abandoned: %s leases expired without completion (max_leases %s)', pk.expired_leases, _max_leases)
+           format('abandoned: %s leases expired without completion (max_leases %s)', pk.counted_leases, _max_leases)
       from picked pk where pk.poisoned
   ),
   abandoned as (
@@ -8883,8 +8919,8 @@ begin
      where p.task_id = any (array(select pk.task_id from picked pk where pk.poisoned))
   ),
   leased as (
-    insert into queues.task_lease (task_id, worker_key, leased_at, expires_at)
-    select e.task_id, _worker_key, _now, _now + make_interval(secs => _lease_seconds)
+    insert into queues.task_lease (task_id, worker_key, leased_at, expires_at, suspect)
+    select e.task_id, _worker_key, _now, _now + make_interval(secs => _lease_seconds), e.suspect
       from eligible e
     returning *
   ),
@@ -8895,7 +8931,7 @@ begin
   -- when a busy queue had just drained (many pages, nearly no live rows) made the
   -- planner scan the whole table and compare every row with every lease (seconds per
   -- claim once the queue filled again). SET expressions read the row as it was: a lease
-  -- still current here expired, and counts as unstarted if its task never started.
+  -- still current here expired, and is left uncounted unless it named the task its suspect.
   lease_map as (
     select jsonb_object_agg(l.task_id::text, l.task_lease_id) as leases from leased l
   ),
@@ -8904,9 +8940,10 @@ begin
        set available_at = _now + make_interval(secs => _lease_seconds),
            current_lease_id = (m.leases ->> p.task_id::text)::bigint,
            lease_count = p.lease_count + 1,
-           unstarted_count = p.unstarted_count + (p.current_lease_id is not null and not exists (
-             select 1 from queues.task_lease_started s
-              where s.task_id = p.task_id and s.task_lease_id = p.current_lease_id))::integer
+           uncounted_count = p.uncounted_count + (p.current_lease_id is not null and not p.suspect_lease)::integer,
+           -- The new lease names the task its suspect when a lease of it ended without an
+           -- end (as picked decided: at most one per claim).
+           suspect_lease = p.lease_count - p.released_count - p.failed_attempts > 0
       from lease_map m
      where p.task_id = any (array(select l.task_id from leased l))
     returning p.task_id, p.lease_count, p.current_lease_id as task_lease_id, _now as leased_at,
@@ -8970,8 +9007,10 @@ begin
   return query
   with done as (
     select s.task_id, s.result, row_number() over () as ord
-      from queues.settle_tasks('{}', '{}', _task_ids, _task_lease_ids, _outcomes, _retries,
-                               _error_task_ids, _error_messages) s
+      from queues.settle_tasks(_task_ids, _task_lease_ids, _outcomes, _retries,
+                               _error_task_ids, _error_messages,
+                               -- The steps started with their call's transaction.
+                               array_fill((extract(epoch from now()) * 1000000)::bigint, array[cardinality(_task_ids)])) s
   ),
   kept as (
     insert into queues.task_result (task_id, task_lease_id, result)
@@ -9017,7 +9056,7 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.complete_tasks(_task_ids bigint[], _task_lease_ids bigint[] DEFAULT NULL::bigint[], _outcomes text[] DEFAULT NULL::text[], _retries boolean[] DEFAULT NULL::boolean[])
+CREATE OR REPLACE FUNCTION queues.complete_tasks(_task_ids bigint[], _task_lease_ids bigint[] DEFAULT NULL::bigint[], _outcomes text[] DEFAULT NULL::text[], _retries boolean[] DEFAULT NULL::boolean[], _started_at timestamp with time zone[] DEFAULT NULL::timestamp with time zone[])
  RETURNS TABLE(task_id bigint, result text)
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -9055,6 +9094,10 @@ begin
     raise exception 'retries must have one element per task (% tasks, % retries)',
       cardinality(_task_ids), cardinality(_retries) using errcode = '22023';
   end if;
+  if _started_at is not null and cardinality(_started_at) <> cardinality(_task_ids) then
+    raise exception 'started_at must have one element per task (% tasks, % start times)',
+      cardinality(_task_ids), cardinality(_started_at) using errcode = '22023';
+  end if;
   if (select count(distinct t) <> count(*) from unnest(_task_ids) t) then
     raise exception 'task_ids must not repeat a task' using errcode = '22023';
   end if;
@@ -9064,22 +9107,23 @@ begin
   return query
   with input as (
     select i.task_id, i.task_lease_id, i.outcome,
-           coalesce(i.retry, true) as may_retry, i.ord
+           coalesce(i.retry, true) as may_retry, i.started_at, i.ord
       from unnest(_task_ids,
                   coalesce(_task_lease_ids, array_fill(null::bigint, array[cardinality(_task_ids)])),
                   coalesce(_outcomes, array_fill(null::text, array[cardinality(_task_ids)])),
-                  coalesce(_retries, array_fill(null::boolean, array[cardinality(_task_ids)])))
-           with ordinality as i(task_id, task_lease_id, outcome, retry, ord)
+                  coalesce(_retries, array_fill(null::boolean, array[cardinality(_task_ids)])),
+                  coalesce(_started_at, array_fill(null::timestamptz, array[cardinality(_task_ids)])))
+           with ordinality as i(task_id, task_lease_id, outcome, retry, started_at, ord)
   ),
   -- The pending rows this call may act on, locked: a concurrent claim skips them, a
   -- concurrent completion waits and then finds nothing.
   held as (
     select h.task_id, h.task_type, h.current_lease_id, h.resource_key, h.task_lease_id, h.outcome,
            h.outcome = 'failed' and h.may_retry and h.failed_attempts + 1 < h.max_attempts as retry,
-           h.failed_attempts
+           h.failed_attempts, h.started_at
       from (
     select p.task_id, p.task_type, p.current_lease_id, p.resource_key, i.task_lease_id, i.may_retry,
-           p.failed_attempts, p.max_attempts,
+           p.failed_attempts, p.max_attempts, i.started_at,
            case
              when i.outcome is not null then i.outcome
              -- The default: an error of the current run makes it a failure (evaluated only
@@ -9110,8 +9154,8 @@ begin
   ),
   -- Simple retries: a failed attempt with attempts left runs again after a backoff.
   retry_facts as (
-    insert into queues.task_attempt_failed (task_id, task_lease_id, failed_at, retry_at)
-    select h.task_id, h.current_lease_id, now(), now() + internal.backoff(h.failed_attempts, 3600)
+    insert into queues.task_attempt_failed (task_id, task_lease_id, failed_at, retry_at, started_at)
+    select h.task_id, h.current_lease_id, now(), now() + internal.backoff(h.failed_attempts, 3600), h.started_at
       from held h where h.retry
     returning task_id, retry_at
   ),
@@ -9131,10 +9175,10 @@ begin
     returning p.task_id
   ),
   completed as (
-    insert into queues.task_completed (task_id, task_lease_id, outcome, task_type)
+    insert into queues.task_completed (task_id, task_lease_id, outcome, task_type, started_at)
     -- The lease the caller held; null when it passed none. A fenced caller is told
     -- 'already_completed' only for a completion made under its own lease.
-    select h.task_id, h.task_lease_id, h.outcome, h.task_type
+    select h.task_id, h.task_lease_id, h.outcome, h.task_type, h.started_at
       from held h where not h.retry
     on conflict do nothing
     returning task_completed.task_id
@@ -9168,7 +9212,7 @@ begin
    order by i.ord;
 end;
 $function$;
-  -- queues.complete_tasks(_task_ids bigint[], _task_lease_ids bigint[], _outcomes text[], _retries boolean[]): owner :DATABASE_OWNER
+  -- queues.complete_tasks(_task_ids bigint[], _task_lease_ids bigint[], _outcomes text[], _retries boolean[], _started_at timestamp with time zone[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
@@ -10713,7 +10757,7 @@ $function$;
   -- queues.maintain_history_step_at(_now timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.mark_started(_task_ids bigint[], _task_lease_ids bigint[])
+CREATE OR REPLACE FUNCTION queues.mark_started(_task_ids bigint[], _task_lease_ids bigint[], _started_us bigint[] DEFAULT NULL::bigint[])
  RETURNS SETOF bigint
  LANGUAGE plpgsql
  SECURITY DEFINER ROWS 1
@@ -10722,58 +10766,33 @@ CREATE OR REPLACE FUNCTION queues.mark_started(_task_ids bigint[], _task_lease_i
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
-declare
-  _not_held bigint[];
-  _not_held_leases bigint[];
 begin
   perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
-  -- One pass over the input, each pair probed by primary key (a subquery, so no join of
-  -- the input to task_pending is planned from its statistics; a statement of 500 starts
-  -- stays linear). Marks the held leases; collects the others. Each probe is a scalar
-  -- subquery, not EXISTS: the planner may turn an EXISTS into a hashed subplan, which reads
-  -- the whole table once per call, and this plan is made once per connection, from
-  -- whatever the statistics said then (a small table at the time).
+  if _started_us is not null and cardinality(_started_us) <> cardinality(_task_ids) then
+    raise exception 'started_us must have one element per lease (% leases, % start times)',
+      cardinality(_task_ids), cardinality(_started_us) using errcode = '22023';
+  end if;
+  -- Each pair probed by primary key (a scalar subquery: no join of the input to
+  -- task_pending planned from its statistics).
+  return query
   with input as (
-    select i.task_id, i.task_lease_id,
+    select i.task_id, i.task_lease_id, i.started_us,
            coalesce((select true from queues.task_pending p
                       where p.task_id = i.task_id and p.current_lease_id = i.task_lease_id), false) as held
-      from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)
+      from unnest(_task_ids, _task_lease_ids,
+                  coalesce(_started_us, array_fill(null::bigint, array[cardinality(_task_ids)])))
+           as i(task_id, task_lease_id, started_us)
   ),
   marked as (
-    insert into queues.task_lease_started (task_id, task_lease_id)
-    select i.task_id, i.task_lease_id from input i where i.held
+    insert into queues.task_lease_started (task_id, task_lease_id, started_at)
+    select i.task_id, i.task_lease_id, coalesce(to_timestamp(i.started_us / 1000000.0), now())
+      from input i where i.held
     on conflict do nothing
   )
-  select array_agg(i.task_id), array_agg(i.task_lease_id) into _not_held, _not_held_leases
-    from input i where not i.held;
-  if _not_held is null then
-    return;
-  end if;
-  -- The few that are not held (normally none): a lease that its own settlement already
-  -- ended is marked too. A statement of its own, run only then: its plan locks every
-  -- partition of three history tables, which the attach of a new partition must wait for.
-  return query
-  with ended as (
-    select i.task_id, i.task_lease_id,
-           -- Probes by primary key (scalar subqueries, as above: as an EXISTS, this read
-           -- the whole of task_completed, 3.4 ms a call at 20,000 completed tasks).
-           coalesce((select true from queues.task_completed c
-                      where c.task_id = i.task_id and c.task_lease_id = i.task_lease_id), false)
-           or coalesce((select true from queues.task_attempt_failed f
-                         where f.task_id = i.task_id and f.task_lease_id = i.task_lease_id limit 1), false)
-           or coalesce((select true from queues.task_interruption x
-                         where x.task_id = i.task_id and x.task_lease_id = i.task_lease_id limit 1), false) as started
-      from unnest(_not_held, _not_held_leases) as i(task_id, task_lease_id)
-  ),
-  marked as (
-    insert into queues.task_lease_started (task_id, task_lease_id)
-    select e.task_id, e.task_lease_id from ended e where e.started
-    on conflict do nothing
-  )
-  select e.task_id from ended e where not e.started;
+  select i.task_id from input i where not i.held;
 end;
 $function$;
-  -- queues.mark_started(_task_ids bigint[], _task_lease_ids bigint[]): owner :DATABASE_OWNER
+  -- queues.mark_started(_task_ids bigint[], _task_lease_ids bigint[], _started_us bigint[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
@@ -11043,7 +11062,8 @@ begin
   delete from queues.resource_lease;
   insert into queues.task_pending
     (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
-     lease_count, released_count, max_attempts, failed_attempts, unstarted_count, interrupted_count)
+     lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
+     suspect_lease)
   -- A scheduled task asked to run now (queues.task_run_now) counts from that request.
   select t.task_id, t.task_type, t.priority, least(t.scheduled_at, rn.requested_at), t.resource_key,
          greatest(least(t.scheduled_at, rn.requested_at),
@@ -11058,21 +11078,24 @@ begin
               then l.task_lease_id end,
          coalesce(l.lease_count, 0), coalesce(l.released_count, 0),
          t.max_attempts, coalesce(f.failed_attempts, 0),
-         -- Leases that ended unstarted: neither released, nor ended by a failed attempt,
-         -- nor started, nor the lease still held (a claim counts that one when it expires).
+         -- Leases that ended without counting towards abandonment: neither released, nor
+         -- ended by a failed attempt, nor the lease still held (a claim counts that one
+         -- when it expires), and not naming the task their suspect (a lease written before
+         -- suspects were named: not started).
          (select count(*)::integer
             from queues.task_lease_effective u
            where u.task_id = t.task_id
              and u.released_at is null
-             and not exists (select 1 from queues.task_lease_started s
-                              where s.task_id = u.task_id and s.task_lease_id = u.task_lease_id)
+             and not coalesce(u.suspect, exists (select 1 from queues.task_lease_started s
+                                                  where s.task_id = u.task_id and s.task_lease_id = u.task_lease_id))
              and not exists (select 1 from queues.task_attempt_failed a where a.task_id = u.task_id and a.task_lease_id = u.task_lease_id)
              and not (u.task_lease_id = l.task_lease_id and l.revoked_at is null
                       and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id))),
-         coalesce(i.interrupted_count, 0)
+         coalesce(i.interrupted_count, 0),
+         coalesce(l.suspect, false)
     from queues.task t
     left join lateral (
-      select le.task_lease_id, le.expires_at, le.released_at, le.revoked_at,
+      select le.task_lease_id, le.expires_at, le.released_at, le.revoked_at, le.suspect,
              count(*) over () :: integer as lease_count,
              count(le.released_at) over () :: integer as released_count
         from queues.task_lease_effective le
@@ -11237,10 +11260,9 @@ begin
   revoked as (
     update queues.task_pending p
        set available_at = _now, current_lease_id = null,
-           -- A lease whose task never started does not count towards abandonment.
-           unstarted_count = p.unstarted_count + (not exists (
-             select 1 from queues.task_lease_started st
-              where st.task_id = p.task_id and st.task_lease_id = s.task_lease_id))::integer
+           -- Its task is a suspect from now on (see queues.claim_tasks_at); the lease counts
+           -- towards abandonment only if it named the task its suspect.
+           uncounted_count = p.uncounted_count + (not p.suspect_lease)::integer
       from stale s
      where p.task_id = s.task_id and p.current_lease_id = s.task_lease_id
     returning p.task_id, s.task_lease_id, s.worker_id, p.resource_key
@@ -11456,9 +11478,7 @@ begin
      where p.current_lease_id > 0 and (l.worker_key = _worker_key or l.worker_id = _worker_id)));
   return query
   with held as (
-    select p.task_id, p.current_lease_id as task_lease_id,
-           exists (select 1 from queues.task_lease_started st
-                    where st.task_id = p.task_id and st.task_lease_id = p.current_lease_id) as started
+    select p.task_id, p.current_lease_id as task_lease_id, p.suspect_lease as suspect
       from queues.task_pending p
       join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
      where p.current_lease_id > 0 and (l.worker_key = _worker_key or l.worker_id = _worker_id)
@@ -11466,9 +11486,9 @@ begin
   revoked as (
     -- available_at of a leased row is its lease's expiry (heartbeats included).
     update queues.task_pending p
-       set available_at = case when h.started then p.available_at else now() end,
+       set available_at = case when h.suspect then p.available_at else now() end,
            current_lease_id = null,
-           unstarted_count = p.unstarted_count + (not h.started)::integer
+           uncounted_count = p.uncounted_count + (not h.suspect)::integer
       from held h
      where p.task_id = h.task_id and p.current_lease_id = h.task_lease_id
     returning p.task_id, h.task_lease_id, p.resource_key
@@ -11558,11 +11578,13 @@ begin
         else outcome := 'failed'; error := format('%s: %s', _function_name, _env.message);
       end case;
       select s.result into result
-        from queues.settle_tasks('{}', '{}', array[_task_id], array[_task_lease_id], array[outcome],
+        from queues.settle_tasks(array[_task_id], array[_task_lease_id], array[outcome],
                                  -- A validation failure is final: no retry.
                                  array[case when _env.outcome = 'invalid' then false end],
                                  case when error is null then '{}'::bigint[] else array[_task_id] end,
-                                 case when error is null then '{}'::text[] else array[error] end) s;
+                                 case when error is null then '{}'::text[] else array[error] end,
+                                 -- The step started with its call's transaction.
+                                 array[(extract(epoch from now()) * 1000000)::bigint]) s;
       if result not in ('completed', 'retry_scheduled') then
         -- Refused (the lease was lost meanwhile): the step's writes must not commit.
         raise exception 'refused: %', result using errcode = 'QREFU';
@@ -11579,8 +11601,8 @@ begin
       error := case when sqlstate = 'QSTEP' then sqlerrm else format('%s raised: %s', _function_name, sqlerrm) end;
       note := null;
       select s.result into result
-        from queues.settle_tasks('{}', '{}', array[_task_id], array[_task_lease_id], array['failed'], null,
-                                 array[_task_id], array[error]) s;
+        from queues.settle_tasks(array[_task_id], array[_task_lease_id], array['failed'], null,
+                                 array[_task_id], array[error], array[(extract(epoch from now()) * 1000000)::bigint]) s;
   end;
   if result = 'started' then
     result := 'lease_lost';
@@ -11839,8 +11861,8 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.settle_tasks(_started_task_ids bigint[], _started_lease_ids bigint[], _task_ids bigint[], _task_lease_ids bigint[] DEFAULT NULL::bigint[], _outcomes text[] DEFAULT NULL::text[], _retries boolean[] DEFAULT NULL::boolean[], _error_task_ids bigint[] DEFAULT NULL::bigint[], _error_messages text[] DEFAULT NULL::text[])
- RETURNS TABLE(task_id bigint, kind text, result text)
+CREATE OR REPLACE FUNCTION queues.settle_tasks(_task_ids bigint[], _task_lease_ids bigint[] DEFAULT NULL::bigint[], _outcomes text[] DEFAULT NULL::text[], _retries boolean[] DEFAULT NULL::boolean[], _error_task_ids bigint[] DEFAULT NULL::bigint[], _error_messages text[] DEFAULT NULL::text[], _started_us bigint[] DEFAULT NULL::bigint[])
+ RETURNS TABLE(task_id bigint, result text)
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET plan_cache_mode TO 'force_generic_plan'
@@ -11848,12 +11870,9 @@ CREATE OR REPLACE FUNCTION queues.settle_tasks(_started_task_ids bigint[], _star
 AS $function$
 #variable_conflict use_column
 declare
-  _started bigint[] := coalesce(_started_task_ids, '{}');
-  _started_leases bigint[] := coalesce(_started_lease_ids, '{}');
   _errors bigint[] := coalesce(_error_task_ids, '{}');
   _messages text[] := coalesce(_error_messages, '{}');
 begin
-  perform queues.assert_lease_pairs(_started, _started_leases);
   if cardinality(_errors) <> cardinality(_messages) then
     raise exception 'error_task_ids and error_messages must have the same length (% and %)',
       cardinality(_errors), cardinality(_messages) using errcode = '22023';
@@ -11867,29 +11886,10 @@ begin
   if exists (select 1 from unnest(_errors) e where e <> all (coalesce(_task_ids, '{}'))) then
     raise exception 'error_task_ids must name tasks completed in the same call' using errcode = '22023';
   end if;
-
-  -- Starts: a lease that is still its task's current lease.
-  return query
-  with input as (
-    select i.task_id, i.task_lease_id, i.ord
-      from unnest(_started, _started_leases) with ordinality as i(task_id, task_lease_id, ord)
-  ),
-  held as (
-    select p.task_id, p.current_lease_id
-      from queues.task_pending p
-     where p.task_id = any (_started)
-  ),
-  marked as (
-    insert into queues.task_lease_started (task_id, task_lease_id)
-    select i.task_id, i.task_lease_id
-      from input i join held h on h.task_id = i.task_id and h.current_lease_id = i.task_lease_id
-    on conflict do nothing
-  )
-  select i.task_id, 'start'::text,
-         case when h.task_id is not null then 'started' else 'lease_lost' end
-    from input i
-    left join held h on h.task_id = i.task_id and h.current_lease_id = i.task_lease_id
-   order by i.ord;
+  if _started_us is not null and cardinality(_started_us) <> cardinality(coalesce(_task_ids, '{}')) then
+    raise exception 'started_us must have one element per task (% tasks, % start times)',
+      cardinality(coalesce(_task_ids, '{}')), cardinality(_started_us) using errcode = '22023';
+  end if;
 
   if cardinality(coalesce(_task_ids, '{}')) = 0 then
     return;
@@ -11898,7 +11898,9 @@ begin
   return query
   with done as (
     select c.task_id, c.result, row_number() over () as ord
-      from queues.complete_tasks(_task_ids, _task_lease_ids, _outcomes, _retries) c
+      from queues.complete_tasks(_task_ids, _task_lease_ids, _outcomes, _retries,
+                                 case when _started_us is not null then
+                                   array(select to_timestamp(u / 1000000.0) from unnest(_started_us) u) end) c
   ),
   leases as (
     select l.task_id, l.task_lease_id
@@ -11916,14 +11918,14 @@ begin
       join leases l on l.task_id = e.task_id
      order by e.ord
   )
-  select d.task_id, 'complete'::text, d.result from done d order by d.ord;
+  select d.task_id, d.result from done d order by d.ord;
 end;
 $function$;
-  -- queues.settle_tasks(_started_task_ids bigint[], _started_lease_ids bigint[], _task_ids bigint[], _task_lease_ids bigint[], _outcomes text[], _retries boolean[], _error_task_ids bigint[], _error_messages text[]): owner :DATABASE_OWNER
+  -- queues.settle_tasks(_task_ids bigint[], _task_lease_ids bigint[], _outcomes text[], _retries boolean[], _error_task_ids bigint[], _error_messages text[], _started_us bigint[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.settle_with_handler(_task_id bigint, _task_lease_id bigint, _outcome text, _errors text[], _retry boolean, _handler text, _body jsonb, _mode text, _raised_prefix text, OUT result text, OUT outcome text, OUT errors text[])
+CREATE OR REPLACE FUNCTION queues.settle_with_handler(_task_id bigint, _task_lease_id bigint, _outcome text, _errors text[], _retry boolean, _handler text, _body jsonb, _mode text, _raised_prefix text, _started_at timestamp with time zone, OUT result text, OUT outcome text, OUT errors text[])
  RETURNS record
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -11976,8 +11978,9 @@ begin
       end if;
     end if;
     select s.result into result
-      from queues.settle_tasks('{}', '{}', array[_task_id], array[_task_lease_id], array[outcome], array[_retry],
-                               array_fill(_task_id, array[cardinality(errors)]), errors) s;
+      from queues.settle_tasks(array[_task_id], array[_task_lease_id], array[outcome], array[_retry],
+                               array_fill(_task_id, array[cardinality(errors)]), errors,
+                               array[(extract(epoch from _started_at) * 1000000)::bigint]) s;
     if result not in ('completed', 'retry_scheduled') then
       -- Refused: the handler's writes must not commit either.
       raise exception 'refused: %', result using errcode = 'QREFU';
@@ -11988,7 +11991,7 @@ begin
   end;
 end;
 $function$;
-  -- queues.settle_with_handler(_task_id bigint, _task_lease_id bigint, _outcome text, _errors text[], _retry boolean, _handler text, _body jsonb, _mode text, _raised_prefix text, OUT result text, OUT outcome text, OUT errors text[]): owner :DATABASE_OWNER
+  -- queues.settle_with_handler(_task_id bigint, _task_lease_id bigint, _outcome text, _errors text[], _retry boolean, _handler text, _body jsonb, _mode text, _raised_prefix text, _started_at timestamp with time zone, OUT result text, OUT outcome text, OUT errors text[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 

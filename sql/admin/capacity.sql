@@ -7,7 +7,8 @@
 -- throughput reads only the completions of the last _window_seconds, through
 -- task_completed_completed_at_idx, and the leases of the tasks enqueued in that window
 -- (a range of task_lease's primary key; a primary-key probe for a completion of an older
--- task), with a primary-key probe of task_lease_started per completion; active workers
+-- task), with a primary-key probe of task_lease_started per completion that does not say
+-- when its run started (written before completions carried it); active workers
 -- read queues.worker. Nothing scans history.
 --
 -- Figures:
@@ -102,12 +103,12 @@ begin
   -- Completions in the window by completed_at (index range scan), with their type
   -- (admin.completions_between).
   completion as materialized (
-    select c.task_id, c.task_lease_id, c.task_type, c.completed_at
+    select c.task_id, c.task_lease_id, c.task_type, c.completed_at, c.started_at
       from admin.completions_between(_now - make_interval(secs => _window), _now) c
      where _task_type is null or c.task_type = _task_type
   ),
-  -- The run of each completing lease: its worker, its start (the start mark, else the
-  -- lease) and its end. The leases of tasks enqueued in the window (ids from _first on)
+  -- The run of each completing lease: its worker, its start (the completion's, else a
+  -- start mark, else the lease) and its end. The leases of tasks enqueued in the window (ids from _first on)
   -- are one range of task_lease's primary key, joined at once; a completion of an older
   -- task probes its lease by primary key; each start mark is a primary-key probe (a scalar
   -- subquery). A lease names its worker by key (queues.worker_name), or by id if written
@@ -118,7 +119,8 @@ begin
     select x.task_type, x.worker_key, x.worker_id,
            greatest(x.run_from, _now - make_interval(secs => _window)) as run_from, x.run_to
       from (select c.task_type, l.worker_key, l.worker_id, c.completed_at as run_to,
-                   coalesce((select st.started_at from queues.task_lease_started st
+                   coalesce(c.started_at,
+                            (select st.started_at from queues.task_lease_started st
                               where st.task_id = c.task_id and st.task_lease_id = c.task_lease_id),
                             l.leased_at) as run_from
               from completion c
@@ -126,7 +128,8 @@ begin
              where c.task_id >= _first and l.task_id >= _first
             union all
             select c.task_type, l.worker_key, l.worker_id, c.completed_at,
-                   coalesce((select st.started_at from queues.task_lease_started st
+                   coalesce(c.started_at,
+                            (select st.started_at from queues.task_lease_started st
                               where st.task_id = c.task_id and st.task_lease_id = c.task_lease_id),
                             l.leased_at)
               from completion c

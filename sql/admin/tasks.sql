@@ -9,8 +9,9 @@
 --   _state                one of admin.task_states(), or a status of the role-based
 --                         specification (its worker_tasks table; public.worker_tasks):
 --                         pending    scheduled, ready or retrying (no live lease)
---                         claimed    running, its run not started (no start mark), its
---                                    worker not silent
+--                         claimed    running, its run not seen to start (no start mark:
+--                                    a heartbeat marks a run still going), its worker
+--                                    not silent
 --                         completed  succeeded
 --                         stale      held by a lease that expired uncompleted, or whose
 --                                    worker is silent for longer than three of its

@@ -48,17 +48,8 @@ async function run(dead: Set<number>, onDelete?: (fileId: number) => void) {
     }
     tasks.sort((a, b) => Number(a.task_type === 'db_function') - Number(b.task_type === 'db_function'));
     for (const task of tasks) {
-      if (task.task_type === 'file_delete' && dead.has(Number(task.payload.file_id))) {
-        // Started (as the worker's completer records it), then the worker dies with it:
-        // only a started lease that expires counts towards abandoning the task.
-        await db
-          .pool('worker')
-          .query(`select * from queues.settle_tasks(array[$1]::bigint[], array[$2]::bigint[], '{}')`, [
-            task.task_id,
-            task.task_lease_id,
-          ]);
-        continue;
-      }
+      // The worker dies with it: its lease expires.
+      if (task.task_type === 'file_delete' && dead.has(Number(task.payload.file_id))) continue;
       await processTask(db, task, (t) => {
         onDelete?.(Number(t.payload.file_id));
         return { ok: true, worker_payload: {} };

@@ -42,8 +42,10 @@ comment on view public.v_worker_capacity is
 --   platform           payload.platform, else null
 --   status             pending    not completed and not held: scheduled, ready, or waiting
 --                                 for a retry
---                      claimed    held by a live lease whose run has not started
---                      running    held by a live lease whose run started
+--                      claimed    held by a live lease whose run has not been seen to
+--                                 start (a run reports its start with its worker's next
+--                                 heartbeat, or with its completion)
+--                      running    held by a live lease whose run was seen to start
 --                      stale      held by a lease that expired uncompleted, or whose
 --                                 worker is silent for longer than three of its heartbeat
 --                                 intervals (its worker died: recover_stale_tasks)
@@ -53,7 +55,8 @@ comment on view public.v_worker_capacity is
 --   priority, scheduled_for (scheduled_at), created_at (enqueued_at)
 --   worker_id          the newest lease's worker
 --   claimed_at         the newest lease's leased_at
---   started_at         the newest lease's start mark (queues.task_lease_started)
+--   started_at         the newest lease's run start: its completion's, else its start
+--                      mark (queues.task_lease_started, written by a heartbeat)
 --   completed_at       queues.task_completed.completed_at
 --   last_heartbeat_at  the newest lease's last sign of life: its worker's last heartbeat
 --                      while it holds the task, else the lease's newest extension, start
@@ -123,7 +126,11 @@ select t.task_id                                      as id,
      order by y.task_lease_id desc
      limit 1
   ) l on true
-  left join queues.task_lease_started st on st.task_id = l.task_id and st.task_lease_id = l.task_lease_id
+  left join lateral (
+    select coalesce(case when c.task_lease_id = l.task_lease_id then c.started_at end,
+                    (select m.started_at from queues.task_lease_started m
+                      where m.task_id = l.task_id and m.task_lease_id = l.task_lease_id)) as started_at
+  ) st on true
   left join queues.worker w on w.worker_id = l.worker_id;
 comment on view public.worker_tasks is
   'The role-based specification''s worker_tasks table as a read-only view over the queue''s facts, with its statuses.';

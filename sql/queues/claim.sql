@@ -7,10 +7,19 @@
 -- (they are skipped, not failed) until the holder completes, releases or lets its lease
 -- expire. A long queue of tasks blocked on one key is re-read by each claim.
 --
--- Poison tasks: a task that comes up for claiming after _max_leases leases expired
--- without completion (releases, reported failed attempts and leases of tasks never
--- started excepted, see queues.task_lease_started) is completed as 'abandoned' with an error
--- instead of being leased again, so a task that kills its worker cannot loop forever.
+-- Suspects and poison tasks: a task a lease of which ended without an end (it expired, or
+-- was revoked: its worker died or went silent) is a suspect, whichever of the worker's
+-- tasks killed it. A claim takes at most one suspect and names it in its lease
+-- (queues.task_lease.suspect, task_pending.suspect_lease). An expiry counts towards
+-- abandonment only when the task was the named suspect of that lease: the first expiry
+-- of a task never counts (it may have waited in a dead worker's local queue, or run
+-- beside the task that killed it), and from then on the task runs only as a named
+-- suspect, so each death it causes counts. A task whose counted expiries reach
+-- _max_leases (reported interruptions count too; releases and failed attempts do not) is
+-- completed as 'abandoned' with an error instead of being leased again: a task that kills
+-- its worker, or PostgreSQL, is abandoned after _max_leases + 1 leases. Nothing in this
+-- accounting depends on the worker reporting a start: the lease naming its suspect
+-- commits before the task runs.
 
 create or replace function queues.claim_tasks_at(
   _now           timestamptz,
@@ -94,7 +103,8 @@ begin
               from unnest(coalesce(_task_types, array(select tt.task_type from queues.task_type tt))) as u(task_type)) ty
      cross join lateral (
        select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
-              p.lease_count - p.released_count - p.failed_attempts - p.unstarted_count as ended_leases
+              p.lease_count - p.released_count - p.failed_attempts as ended_leases,
+              p.uncounted_count, p.suspect_lease
          from queues.task_pending p
         where p.task_type = ty.task_type
           and p.current_lease_id is null
@@ -115,7 +125,8 @@ begin
     select x.*
       from (
         select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
-               p.lease_count - p.released_count - p.failed_attempts - p.unstarted_count as ended_leases
+               p.lease_count - p.released_count - p.failed_attempts as ended_leases,
+               p.uncounted_count, p.suspect_lease
           from queues.task_pending p
          where p.current_lease_id > 0
            and p.available_at <= _now
@@ -129,17 +140,18 @@ begin
       ) x
   ),
   picked as (
-    -- Of the candidates (locked until commit), the first _limit in claim order. An expired
-    -- lease counts towards abandonment (and makes the task a suspect) only if its task
-    -- was started: a task that waited in a dead worker's local queue is not suspect.
+    -- Of the candidates (locked until commit), the first _limit in claim order. A task
+    -- whose leases ended without an end (ended_leases, the expired current one included)
+    -- is a suspect; the expiries counted towards abandonment leave out those of leases
+    -- that did not name it as their suspect (uncounted_count, and the current one if so).
     select c.task_id, c.task_type, c.current_lease_id, c.resource_key, c.priority, c.scheduled_at,
-           c.ended_leases - c.unstarted_expiry::integer >= _max_leases as poisoned,
-           c.ended_leases - c.unstarted_expiry::integer as expired_leases
+           c.counted >= _max_leases as poisoned,
+           c.ended_leases > 0 as suspect,
+           c.counted as counted_leases
       from (
         select c.*,
-               c.current_lease_id is not null and not exists (
-                 select 1 from queues.task_lease_started s
-                  where s.task_id = c.task_id and s.task_lease_id = c.current_lease_id) as unstarted_expiry
+               c.ended_leases - c.uncounted_count
+                 - (c.current_lease_id is not null and not c.suspect_lease)::integer as counted
           from candidate c
          order by c.priority desc, c.scheduled_at, c.task_id
          limit _limit
@@ -148,18 +160,18 @@ begin
   -- Resource keys: one task per key in this batch, and only if no other task holds the
   -- key. The upsert decides on the newest committed row (not this statement's snapshot),
   -- so two claimers never both take a key.
-  -- Suspects (tasks a started lease of which expired: their worker may have died of them)
-  -- are leased one per claim, so the tasks a crashed worker was running, which all come
+  -- Suspects (their worker may have died of them) are leased one per claim, as the
+  -- lease's named suspect, so the tasks a crashed worker was running, which all come
   -- back at the same moment, do not all land in one worker again beside the task that
   -- crashed it.
   allowed as (
-    select pk.task_id, pk.resource_key, pk.priority, pk.scheduled_at
+    select pk.task_id, pk.resource_key, pk.priority, pk.scheduled_at, pk.suspect
       from (select pk.*,
-                   row_number() over (partition by pk.expired_leases > 0
+                   row_number() over (partition by pk.suspect
                                       order by pk.priority desc, pk.scheduled_at, pk.task_id) as rank
               from picked pk
              where not pk.poisoned) pk
-     where pk.expired_leases = 0 or pk.rank = 1
+     where not pk.suspect or pk.rank = 1
   ),
   keyed as (
     select k.task_id, k.resource_key
@@ -180,14 +192,14 @@ begin
     returning r.task_id
   ),
   eligible as (
-    select pk.task_id
+    select pk.task_id, pk.suspect
       from allowed pk
      where pk.resource_key is null or pk.task_id in (select kt.task_id from key_taken kt)
   ),
   abandoned_error as (
     insert into queues.error (task_id, task_lease_id, error_message)
     select pk.task_id, pk.current_lease_id,
-           format('abandoned: %s leases expired without completion (max_leases %s)', pk.expired_leases, _max_leases)
+           format('abandoned: %s leases expired without completion (max_leases %s)', pk.counted_leases, _max_leases)
       from picked pk where pk.poisoned
   ),
   abandoned as (
@@ -201,8 +213,8 @@ begin
      where p.task_id = any (array(select pk.task_id from picked pk where pk.poisoned))
   ),
   leased as (
-    insert into queues.task_lease (task_id, worker_key, leased_at, expires_at)
-    select e.task_id, _worker_key, _now, _now + make_interval(secs => _lease_seconds)
+    insert into queues.task_lease (task_id, worker_key, leased_at, expires_at, suspect)
+    select e.task_id, _worker_key, _now, _now + make_interval(secs => _lease_seconds), e.suspect
       from eligible e
     returning *
   ),
@@ -213,7 +225,7 @@ begin
   -- when a busy queue had just drained (many pages, nearly no live rows) made the
   -- planner scan the whole table and compare every row with every lease (seconds per
   -- claim once the queue filled again). SET expressions read the row as it was: a lease
-  -- still current here expired, and counts as unstarted if its task never started.
+  -- still current here expired, and is left uncounted unless it named the task its suspect.
   lease_map as (
     select jsonb_object_agg(l.task_id::text, l.task_lease_id) as leases from leased l
   ),
@@ -222,9 +234,10 @@ begin
        set available_at = _now + make_interval(secs => _lease_seconds),
            current_lease_id = (m.leases ->> p.task_id::text)::bigint,
            lease_count = p.lease_count + 1,
-           unstarted_count = p.unstarted_count + (p.current_lease_id is not null and not exists (
-             select 1 from queues.task_lease_started s
-              where s.task_id = p.task_id and s.task_lease_id = p.current_lease_id))::integer
+           uncounted_count = p.uncounted_count + (p.current_lease_id is not null and not p.suspect_lease)::integer,
+           -- The new lease names the task its suspect when a lease of it ended without an
+           -- end (as picked decided: at most one per claim).
+           suspect_lease = p.lease_count - p.released_count - p.failed_attempts > 0
       from lease_map m
      where p.task_id = any (array(select l.task_id from leased l))
     returning p.task_id, p.lease_count, p.current_lease_id as task_lease_id, _now as leased_at,

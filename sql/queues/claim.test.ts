@@ -530,7 +530,7 @@ describe('history', () => {
       expectKeyed(
         await explainNested(
           root,
-          `select * from queues.settle_tasks('{}', '{}', $1::bigint[], $2::bigint[], array_fill('succeeded'::text, array[${half}]))`,
+          `select * from queues.settle_tasks($1::bigint[], $2::bigint[], array_fill('succeeded'::text, array[${half}]))`,
           [ids.slice(0, half), leaseIds.slice(0, half)],
         ),
         'settle_tasks',
@@ -560,67 +560,65 @@ describe('history', () => {
     }
   });
 
-  it('a start marked after its completion committed reads the facts of its own leases, not the whole history', async () => {
-    // A fast task's completion, on the completer's connection, can commit before the
-    // statement marking its start; the mark then looks up how the lease ended. Its plan
-    // is made once per connection, here while few tasks were completed; it must still
-    // probe by key once there are thousands (an EXISTS planned as a hashed subplan read
-    // every completion on each call).
+  it('a heartbeat marks the runs still going with their start, and nothing for a lease already settled', async () => {
+    // A run's start goes with its completion; a run that outlasts a heartbeat is marked by
+    // it (queues.mark_started). A completion may commit between the heartbeat's look and
+    // its mark: that lease is no longer held, and nothing is written for it.
     await resetQueue();
-    await enqueueNoops(2_100);
-    await db.query('vacuum analyze queues.task_completed, queues.task_attempt_failed, queues.task_interruption');
-    const settle = async (limit: number) => {
-      const leases = await claim('fast', limit, 60);
-      await db
-        .pool('worker')
-        .query(`select * from queues.settle_tasks('{}', '{}', $1::bigint[], $2::bigint[])`, [
-          leases.map((l) => l.task_id),
-          leases.map((l) => l.task_lease_id),
-        ]);
-      return leases;
-    };
-    const mark = (client: { query: typeof db.query }, leases: Claimed[]) =>
-      client.query('select * from queues.mark_started($1::bigint[], $2::bigint[])', [
+    await enqueueNoops(4);
+    const leases = await claim('slow', 4, 60);
+    const startedUs = leases.map((_, i) => String((Date.UTC(2026, 0, 1) + i) * 1000));
+    const settled = leases.slice(0, 2);
+    await db
+      .pool('worker')
+      .query(`select * from queues.settle_tasks($1::bigint[], $2::bigint[], _started_us => $3::bigint[])`, [
+        settled.map((l) => l.task_id),
+        settled.map((l) => l.task_lease_id),
+        startedUs.slice(0, 2),
+      ]);
+    const { rows: notHeld } = await db
+      .pool('worker')
+      .query('select * from queues.mark_started($1::bigint[], $2::bigint[], $3::bigint[]) s', [
         leases.map((l) => l.task_id),
         leases.map((l) => l.task_lease_id),
+        startedUs,
       ]);
-    const root = await db.client('root');
-    let marks: Claimed[] = [];
-    try {
-      // The first marks on this connection: the plans are made now.
-      expect((await mark(root, (await settle(100)).slice(0, 10))).rows).toEqual([]);
-      for (let i = 0; i < 2; i++) marks = await settle(1000);
-      marks = marks.slice(-10);
-      const plans = await explainNested(root, 'select * from queues.mark_started($1::bigint[], $2::bigint[])', [
-        marks.map((l) => l.task_id),
-        marks.map((l) => l.task_lease_id),
-      ]);
-      const read = (table: string) =>
-        plans
-          .flatMap(({ plan }) => planNodes(plan))
-          .filter((n) => relationOf(n) === table && n['Node Type'] !== 'ModifyTable')
-          .reduce(
-            (sum, n) =>
-              sum +
-              (Number(n['Actual Rows'] ?? 0) + Number(n['Rows Removed by Filter'] ?? 0)) *
-                Number(n['Actual Loops'] ?? 1),
-            0,
-          );
-      expect(
-        plans.some((p) => p.query.includes('task_completed')),
-        'the ended leases were looked up',
-      ).toBe(true);
-      expect(read('task_completed'), 'task_completed rows read for 10 marks').toBeLessThanOrEqual(10);
-    } finally {
-      await root.end();
-    }
-    // Each of them did start: marked, none reported lost.
-    const { rows } = await db.query(
-      `select count(*)::int as n from queues.task_lease_started where (task_id, task_lease_id) in
-         (select * from unnest($1::bigint[], $2::bigint[]))`,
-      [marks.map((l) => l.task_id), marks.map((l) => l.task_lease_id)],
+    expect(notHeld.map((r) => String(r.s)).sort()).toEqual(settled.map((l) => l.task_id).sort());
+    const { rows: marks } = await db.query(
+      `select task_id::text, (extract(epoch from started_at) * 1000000)::bigint::text as us
+         from queues.task_lease_started where task_id = any($1::bigint[]) order by task_id`,
+      [leases.map((l) => l.task_id)],
     );
-    expect(rows[0].n).toBe(10);
+    expect(marks).toEqual(leases.slice(2).map((l, i) => ({ task_id: l.task_id, us: startedUs[i + 2] })));
+    // The settled runs' starts are with their completions.
+    const { rows: ends } = await db.query(
+      `select task_id::text, (extract(epoch from started_at) * 1000000)::bigint::text as us
+         from queues.task_completed where task_id = any($1::bigint[]) order by task_id`,
+      [settled.map((l) => l.task_id)],
+    );
+    expect(ends).toEqual(settled.map((l, i) => ({ task_id: l.task_id, us: startedUs[i] })));
+    // Marking twice changes nothing; mismatched arrays are refused.
+    await db
+      .pool('worker')
+      .query('select * from queues.mark_started($1::bigint[], $2::bigint[], $3::bigint[])', [
+        leases.map((l) => l.task_id),
+        leases.map((l) => l.task_lease_id),
+        startedUs.map(() => '0'),
+      ]);
+    const { rows: again } = await db.query(
+      `select count(*)::int as n from queues.task_lease_started where task_id = any($1::bigint[]) and started_at > 'epoch'`,
+      [leases.map((l) => l.task_id)],
+    );
+    expect(again[0].n).toBe(2);
+    await expect(
+      db
+        .pool('worker')
+        .query('select * from queues.mark_started($1::bigint[], $2::bigint[], $3::bigint[])', [
+          leases.map((l) => l.task_id),
+          leases.map((l) => l.task_lease_id),
+          startedUs.slice(1),
+        ]),
+    ).rejects.toMatchObject({ code: '22023' });
   });
 
   it('with 200,000 completed tasks, a claim touches no completed rows and about the same buffers', async () => {

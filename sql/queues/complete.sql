@@ -4,9 +4,11 @@
 -- is the task's newest one. A worker whose lease expired and was re-claimed by another
 -- worker gets 'lease_lost' and changes nothing.
 
--- Completes a batch. Parallel arrays: _task_lease_ids, _outcomes and _retries may be
--- null (no fencing, outcome by default, retries allowed) or have one element per task
--- (elements may be null).
+-- Completes a batch. Parallel arrays: _task_lease_ids, _outcomes, _retries and
+-- _started_at may be null (no fencing, outcome by default, retries allowed, start not
+-- known) or have one element per task (elements may be null). _started_at: when the run
+-- that ends here started, kept with the completion (or the failed attempt): the worker
+-- knows it, and reports no start separately.
 -- The default outcome (a null element) keeps a failure reported with queues.fail_task:
 -- 'failed' when an error was recorded against the task during its current run (under
 -- its current lease, or without a lease since that lease was taken; since it was
@@ -33,7 +35,8 @@ create or replace function queues.complete_tasks(
   _task_ids       bigint[],
   _task_lease_ids bigint[] default null,
   _outcomes       text[] default null,
-  _retries        boolean[] default null
+  _retries        boolean[] default null,
+  _started_at     timestamptz[] default null
 ) returns table (task_id bigint, result text)
   language plpgsql volatile
   security definer
@@ -74,6 +77,10 @@ begin
     raise exception 'retries must have one element per task (% tasks, % retries)',
       cardinality(_task_ids), cardinality(_retries) using errcode = '22023';
   end if;
+  if _started_at is not null and cardinality(_started_at) <> cardinality(_task_ids) then
+    raise exception 'started_at must have one element per task (% tasks, % start times)',
+      cardinality(_task_ids), cardinality(_started_at) using errcode = '22023';
+  end if;
   if (select count(distinct t) <> count(*) from unnest(_task_ids) t) then
     raise exception 'task_ids must not repeat a task' using errcode = '22023';
   end if;
@@ -83,22 +90,23 @@ begin
   return query
   with input as (
     select i.task_id, i.task_lease_id, i.outcome,
-           coalesce(i.retry, true) as may_retry, i.ord
+           coalesce(i.retry, true) as may_retry, i.started_at, i.ord
       from unnest(_task_ids,
                   coalesce(_task_lease_ids, array_fill(null::bigint, array[cardinality(_task_ids)])),
                   coalesce(_outcomes, array_fill(null::text, array[cardinality(_task_ids)])),
-                  coalesce(_retries, array_fill(null::boolean, array[cardinality(_task_ids)])))
-           with ordinality as i(task_id, task_lease_id, outcome, retry, ord)
+                  coalesce(_retries, array_fill(null::boolean, array[cardinality(_task_ids)])),
+                  coalesce(_started_at, array_fill(null::timestamptz, array[cardinality(_task_ids)])))
+           with ordinality as i(task_id, task_lease_id, outcome, retry, started_at, ord)
   ),
   -- The pending rows this call may act on, locked: a concurrent claim skips them, a
   -- concurrent completion waits and then finds nothing.
   held as (
     select h.task_id, h.task_type, h.current_lease_id, h.resource_key, h.task_lease_id, h.outcome,
            h.outcome = 'failed' and h.may_retry and h.failed_attempts + 1 < h.max_attempts as retry,
-           h.failed_attempts
+           h.failed_attempts, h.started_at
       from (
     select p.task_id, p.task_type, p.current_lease_id, p.resource_key, i.task_lease_id, i.may_retry,
-           p.failed_attempts, p.max_attempts,
+           p.failed_attempts, p.max_attempts, i.started_at,
            case
              when i.outcome is not null then i.outcome
              -- The default: an error of the current run makes it a failure (evaluated only
@@ -129,8 +137,8 @@ begin
   ),
   -- Simple retries: a failed attempt with attempts left runs again after a backoff.
   retry_facts as (
-    insert into queues.task_attempt_failed (task_id, task_lease_id, failed_at, retry_at)
-    select h.task_id, h.current_lease_id, now(), now() + internal.backoff(h.failed_attempts, 3600)
+    insert into queues.task_attempt_failed (task_id, task_lease_id, failed_at, retry_at, started_at)
+    select h.task_id, h.current_lease_id, now(), now() + internal.backoff(h.failed_attempts, 3600), h.started_at
       from held h where h.retry
     returning task_id, retry_at
   ),
@@ -150,10 +158,10 @@ begin
     returning p.task_id
   ),
   completed as (
-    insert into queues.task_completed (task_id, task_lease_id, outcome, task_type)
+    insert into queues.task_completed (task_id, task_lease_id, outcome, task_type, started_at)
     -- The lease the caller held; null when it passed none. A fenced caller is told
     -- 'already_completed' only for a completion made under its own lease.
-    select h.task_id, h.task_lease_id, h.outcome, h.task_type
+    select h.task_id, h.task_lease_id, h.outcome, h.task_type, h.started_at
       from held h where not h.retry
     on conflict do nothing
     returning task_completed.task_id

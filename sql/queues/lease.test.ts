@@ -24,17 +24,14 @@ async function enqueue(): Promise<string> {
 }
 
 /**
- * Claims as the owner at now + `seconds` (to move time), with max_leases `maxLeases`; the
- * claimed tasks are marked started (as the worker's completer does before a task runs)
- * unless `started` is false (they wait in a local queue).
+ * Claims as the owner at now + `seconds` (to move time), with max_leases `maxLeases`.
+ * Nothing marks a start: the suspect accounting does not depend on one.
  */
-async function claimAt(seconds: number, worker = 'w', maxLeases = 5, started = true): Promise<Lease[]> {
+async function claimAt(seconds: number, worker = 'w', maxLeases = 5): Promise<Lease[]> {
   const { rows } = await db.query<Lease>(
-    `with c as (select * from queues.claim_tasks_at(now() + make_interval(secs => $1), $2, 100, null, 60, $3)),
-          s as (insert into queues.task_lease_started (task_id, task_lease_id)
-                select task_id, task_lease_id from c where $4)
-     select task_id, task_lease_id, lease_count from c`,
-    [seconds, worker, maxLeases, started],
+    `select task_id, task_lease_id, lease_count
+       from queues.claim_tasks_at(now() + make_interval(secs => $1), $2, 100, null, 60, $3)`,
+    [seconds, worker, maxLeases],
   );
   return rows;
 }
@@ -200,16 +197,23 @@ describe('releases', () => {
 });
 
 describe('poison tasks', () => {
-  it('a task whose leases keep expiring is completed as abandoned, with an error, after max_leases', async () => {
+  it('a task whose leases keep expiring is abandoned, with an error, after max_leases counted expiries', async () => {
     await db.query('delete from queues.task_pending');
     const id = await enqueue();
     const maxLeases = 3;
-    for (let i = 0; i < maxLeases; i++) {
+    // The first expiry makes it a suspect, uncounted (it may only have waited in a dead
+    // worker's local queue); each later lease names it the claim's suspect and counts.
+    for (let i = 0; i <= maxLeases; i++) {
       const claimed = await claimAt(61 * i, `crasher-${i}`, maxLeases);
       expect(claimed.map((l) => [l.task_id, l.lease_count])).toEqual([[id, i + 1]]);
     }
-    // The third lease expires: the next claim abandons the task instead of leasing it.
-    expect(await claimAt(61 * maxLeases, 'next', maxLeases)).toEqual([]);
+    const { rows: named } = await db.query(
+      'select suspect from queues.task_lease where task_id = $1 order by task_lease_id',
+      [id],
+    );
+    expect(named.map((r) => r.suspect)).toEqual([false, true, true, true]);
+    // The third counted lease expires: the next claim abandons the task instead of leasing it.
+    expect(await claimAt(61 * (maxLeases + 1), 'next', maxLeases)).toEqual([]);
     const { rows } = await db.query(
       `select c.outcome, e.error_message
          from queues.task_completed c join queues.error e using (task_id) where c.task_id = $1`,
@@ -220,7 +224,7 @@ describe('poison tasks', () => {
     ]);
     expect(
       (await db.query('select count(*)::int as n from queues.task_lease where task_id = $1', [id])).rows[0].n,
-    ).toBe(3);
+    ).toBe(maxLeases + 1);
     expect(await claimAt(86_400, 'later', maxLeases)).toEqual([]);
   });
 
@@ -228,8 +232,10 @@ describe('poison tasks', () => {
     await db.query('delete from queues.task_pending');
     const poison = await enqueue();
     await claimAt(0, 'crasher', 1);
+    // Back as the named suspect of the next claim; that lease's expiry counts.
+    expect((await claimAt(61, 'crasher', 1)).map((l) => l.task_id)).toEqual([poison]);
     const healthy = await enqueue();
-    const claimed = await claimAt(61, 'w', 1);
+    const claimed = await claimAt(122, 'w', 1);
     expect(claimed.map((l) => l.task_id)).toEqual([healthy]);
     const { rows } = await db.query('select outcome from queues.task_completed where task_id = $1', [poison]);
     expect(rows).toEqual([{ outcome: 'abandoned' }]);
@@ -247,88 +253,90 @@ describe('poison tasks', () => {
     expect((await claimAt(61, 'w3')).map((l) => l.task_id)).toEqual([crashed[2]]);
   });
 
-  it("leases of tasks never started (a dead worker's local queue) count neither as expired nor as suspects", async () => {
+  it("the expiry of a lease that did not name the task its suspect (a dead worker's local queue) is not counted", async () => {
     await db.query('delete from queues.task_pending');
     const queued = [await enqueue(), await enqueue(), await enqueue()];
     const maxLeases = 2;
-    // Claimed into a local queue four times over, never started, the worker dying each time.
-    for (let i = 0; i < 4; i++) {
-      const claimed = await claimAt(61 * i, `queue-${i}`, maxLeases, false);
-      // Not suspects: all three come back in one claim, not one per claim.
-      expect(claimed.map((l) => l.task_id).sort()).toEqual([...queued].sort());
-    }
-    // Started once and expired: now a suspect (one per claim), but not abandoned yet.
-    const started = await claimAt(61 * 4, 'runs', maxLeases, true);
-    expect(started).toHaveLength(3);
-    expect(await claimAt(61 * 5, 'next', maxLeases, true)).toHaveLength(1);
-    expect(
+    // Claimed together, the worker dying: none of the three was its lease's suspect.
+    expect(await claimAt(0, 'queue', maxLeases)).toHaveLength(3);
+    // Suspects now, one per claim, and not abandoned: the expiry did not count.
+    for (const worker of ['w1', 'w2', 'w3']) expect(await claimAt(61, worker, maxLeases)).toHaveLength(1);
+    // Each named suspect's lease expires: counted once, still under max_leases.
+    for (const worker of ['x1', 'x2', 'x3']) expect(await claimAt(122, worker, maxLeases)).toHaveLength(1);
+    const completed = async () =>
       (
-        await db.query('select count(*)::int as n from queues.task_completed where task_id = any($1::bigint[])', [
-          queued,
-        ])
-      ).rows[0].n,
-    ).toBe(0);
-    // The suspect's second started lease expires: abandoned after max_leases started leases.
-    await claimAt(61 * 6, 'next', maxLeases, true);
-    const { rows } = await db.query(
-      `select count(*)::int as n from queues.task_completed where outcome = 'abandoned' and task_id = any($1::bigint[])`,
-      [queued],
-    );
-    expect(rows[0].n).toBe(1);
-    // Rebuilding the claim index from the facts keeps the counts.
+        await db.query(
+          `select count(*)::int as n from queues.task_completed where outcome = 'abandoned' and task_id = any($1::bigint[])`,
+          [queued],
+        )
+      ).rows[0].n;
+    expect(await completed()).toBe(0);
+    // Rebuilding the claim index from the facts keeps the counts and the named suspects.
     const snapshot = async () =>
       (
         await db.query(
-          'select task_id, lease_count, unstarted_count, released_count, failed_attempts from queues.task_pending where task_id = any($1::bigint[]) order by task_id',
+          `select task_id, lease_count, uncounted_count, suspect_lease, released_count, failed_attempts
+             from queues.task_pending where task_id = any($1::bigint[]) order by task_id`,
           [queued],
         )
       ).rows;
     const before = await snapshot();
-    expect(before.map((r) => r.unstarted_count)).toEqual([4, 4]);
+    expect(before.map((r) => [r.lease_count, r.uncounted_count, r.suspect_lease])).toEqual([
+      [3, 1, true],
+      [3, 1, true],
+      [3, 1, true],
+    ]);
     await db.query('select queues.rebuild_task_pending()');
     expect(await snapshot()).toEqual(before);
+    // The second counted expiry reaches max_leases: all three are abandoned by one claim.
+    // (The rebuild brought back the earlier tests' unfinished tasks: set aside again.)
+    await db.query('delete from queues.task_pending where task_id <> all($1::bigint[])', [queued]);
+    expect(await claimAt(183, 'next', maxLeases)).toEqual([]);
+    expect(await completed()).toBe(3);
   });
 
-  it("a dead worker process's leases are revoked at once: its queued tasks are claimable at once, its started task is a suspect that waits for its lease's expiry", async () => {
+  it("a dead worker process's leases are revoked at once: its unnamed tasks are claimable at once, its named suspect waits for its lease's expiry", async () => {
     await db.query('delete from queues.task_pending');
-    const ids = [await enqueue(), await enqueue(), await enqueue()];
-    const leases = await claimAt(0, 'died-1', 5, false);
-    expect(leases).toHaveLength(3);
-    // One of them started; the other two waited in the local queue.
-    const suspect = leases[0].task_id;
-    await db.query('insert into queues.task_lease_started (task_id, task_lease_id) values ($1, $2)', [
-      suspect,
-      leases[0].task_lease_id,
-    ]);
+    const suspect = await enqueue();
+    await claimAt(0, 'died-0');
+    const others = [await enqueue(), await enqueue()];
+    // The suspect comes back named by the claim, beside two fresh tasks.
+    const leases = await claimAt(61, 'died-1');
+    expect(leases.map((l) => l.task_id).sort()).toEqual([suspect, ...others].sort());
     await expect(db.pool('worker').query('select * from queues.revoke_worker_leases($1)', [''])).rejects.toMatchObject({
       code: '22023',
     });
     const { rows } = await db
       .pool('worker')
       .query('select task_id from queues.revoke_worker_leases($1) order by task_id', ['died-1']);
-    expect(rows.map((r) => r.task_id)).toEqual([...ids].sort());
+    expect(rows.map((r) => r.task_id)).toEqual([suspect, ...others].sort());
     // Every lease is fenced at once: the dead process's completions are refused.
+    const suspectLease = leases.find((l) => l.task_id === suspect)!;
     const { rows: fenced } = await db
       .pool('worker')
       .query('select result from queues.complete_tasks($1::bigint[], $2::bigint[], array[$3])', [
         [suspect],
-        [leases[0].task_lease_id],
+        [suspectLease.task_lease_id],
         'succeeded',
       ]);
     expect(fenced[0].result).toBe('lease_lost');
-    // The two never started are claimable at once (the 60 s leases have not expired) and
-    // are not suspects; the started one is not claimable before its lease would have
-    // expired, so a task that kills its process does not kill the next one at once.
-    const first = await claimAt(1, 'next');
-    expect(first.map((l) => l.task_id).sort()).toEqual(ids.filter((id) => id !== suspect).sort());
-    expect(await claimAt(30, 'next')).toEqual([]);
-    const second = await claimAt(60, 'next');
-    expect(second.map((l) => l.task_id)).toEqual([suspect]);
+    // The two others are claimable at once (the 60 s leases have not expired), now as
+    // suspects, one per claim; the named suspect is not claimable before its lease would
+    // have expired, so a task that kills its process does not kill the next one at once.
+    const first = await claimAt(62, 'next-1');
+    const second = await claimAt(62, 'next-2');
+    expect([...first, ...second].map((l) => l.task_id).sort()).toEqual([...others].sort());
+    expect(await claimAt(100, 'next-3')).toEqual([]);
+    expect((await claimAt(121, 'next-3')).map((l) => l.task_id)).toEqual([suspect]);
+    // The others' revocation was not counted; the named suspect's was.
     const { rows: counts } = await db.query(
-      'select task_id, unstarted_count from queues.task_pending where task_id = any($1::bigint[]) order by task_id',
-      [ids],
+      `select task_id, lease_count - released_count - failed_attempts - uncounted_count - 1 as counted
+         from queues.task_pending where task_id = any($1::bigint[]) order by task_id`,
+      [[suspect, ...others]],
     );
-    expect(counts.map((c) => c.unstarted_count)).toEqual([...ids].sort().map((id) => (id === suspect ? 0 : 1)));
+    expect(counts.map((c) => [c.task_id, c.counted])).toEqual(
+      [suspect, ...others].sort().map((id) => [id, id === suspect ? 1 : 0]),
+    );
     // Nothing is left to revoke.
     expect((await db.pool('worker').query('select * from queues.revoke_worker_leases($1)', ['died-1'])).rows).toEqual(
       [],

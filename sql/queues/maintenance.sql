@@ -17,7 +17,8 @@ begin
   delete from queues.resource_lease;
   insert into queues.task_pending
     (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
-     lease_count, released_count, max_attempts, failed_attempts, unstarted_count, interrupted_count)
+     lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
+     suspect_lease)
   -- A scheduled task asked to run now (queues.task_run_now) counts from that request.
   select t.task_id, t.task_type, t.priority, least(t.scheduled_at, rn.requested_at), t.resource_key,
          greatest(least(t.scheduled_at, rn.requested_at),
@@ -32,21 +33,24 @@ begin
               then l.task_lease_id end,
          coalesce(l.lease_count, 0), coalesce(l.released_count, 0),
          t.max_attempts, coalesce(f.failed_attempts, 0),
-         -- Leases that ended unstarted: neither released, nor ended by a failed attempt,
-         -- nor started, nor the lease still held (a claim counts that one when it expires).
+         -- Leases that ended without counting towards abandonment: neither released, nor
+         -- ended by a failed attempt, nor the lease still held (a claim counts that one
+         -- when it expires), and not naming the task their suspect (a lease written before
+         -- suspects were named: not started).
          (select count(*)::integer
             from queues.task_lease_effective u
            where u.task_id = t.task_id
              and u.released_at is null
-             and not exists (select 1 from queues.task_lease_started s
-                              where s.task_id = u.task_id and s.task_lease_id = u.task_lease_id)
+             and not coalesce(u.suspect, exists (select 1 from queues.task_lease_started s
+                                                  where s.task_id = u.task_id and s.task_lease_id = u.task_lease_id))
              and not exists (select 1 from queues.task_attempt_failed a where a.task_id = u.task_id and a.task_lease_id = u.task_lease_id)
              and not (u.task_lease_id = l.task_lease_id and l.revoked_at is null
                       and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id))),
-         coalesce(i.interrupted_count, 0)
+         coalesce(i.interrupted_count, 0),
+         coalesce(l.suspect, false)
     from queues.task t
     left join lateral (
-      select le.task_lease_id, le.expires_at, le.released_at, le.revoked_at,
+      select le.task_lease_id, le.expires_at, le.released_at, le.revoked_at, le.suspect,
              count(*) over () :: integer as lease_count,
              count(le.released_at) over () :: integer as released_count
         from queues.task_lease_effective le

@@ -5,7 +5,7 @@
 revoke execute on all functions in schema queues from public;
 
 grant execute on function
-  queues.settle_tasks(bigint[], bigint[], bigint[], bigint[], text[], boolean[], bigint[], text[]),
+  queues.settle_tasks(bigint[], bigint[], text[], boolean[], bigint[], text[], bigint[]),
   queues.run_steps(bigint[], bigint[], text[], jsonb[]),
   queues.run_step(bigint, bigint, text, jsonb),
   queues.complete_steps(bigint[], bigint[], text[], boolean[], bigint[], text[], jsonb[]),
@@ -13,6 +13,6 @@ grant execute on function
   queues.parse_envelope(jsonb),
   queues.is_current_lease(bigint, bigint),
   queues.max_payload_bytes(),
-  queues.mark_started(bigint[], bigint[]),
+  queues.mark_started(bigint[], bigint[], bigint[]),
   queues.revoke_worker_leases(text)
 to :DATABASE_WORKER;

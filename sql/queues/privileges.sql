@@ -19,7 +19,7 @@ grant execute on function
   queues.release_leases(bigint[], bigint[]),
   queues.dequeue_next_available_task(text, integer),
   queues.complete_task(bigint, bigint, text),
-  queues.complete_tasks(bigint[], bigint[], text[], boolean[]),
+  queues.complete_tasks(bigint[], bigint[], text[], boolean[], timestamptz[]),
   queues.fail_task(bigint, text, bigint),
   queues.interrupt_task(bigint, bigint, text, integer),
   queues.record_worker_heartbeat(text, text[], integer),

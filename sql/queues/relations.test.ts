@@ -90,14 +90,15 @@ it('no orphan facts after a concurrent workload of claims, starts, completions, 
       const ids = rows.map((r) => r.task_id);
       const leases = rows.map((r) => r.task_lease_id);
       const third = Math.ceil(rows.length / 3);
-      // Start two thirds; of those, complete some (some failed), extend and release others.
-      await worker.query('select * from queues.settle_tasks($1::bigint[], $2::bigint[], $3::bigint[])', [
+      // Two thirds run: a heartbeat marks them started; of those, complete some (some
+      // failed, each with its start), extend and release others.
+      await worker.query('select * from queues.mark_started($1::bigint[], $2::bigint[])', [
         ids.slice(0, 2 * third),
         leases.slice(0, 2 * third),
-        [],
       ]);
       await worker.query(
-        `select * from queues.settle_tasks('{}', '{}', $1::bigint[], $2::bigint[], $3::text[], null, $4::bigint[], $5::text[])`,
+        `select * from queues.settle_tasks($1::bigint[], $2::bigint[], $3::text[], null, $4::bigint[], $5::text[],
+                                           array_fill((extract(epoch from now()) * 1000000)::bigint, array[cardinality($1::bigint[])]))`,
         [
           ids.slice(0, third),
           leases.slice(0, third),

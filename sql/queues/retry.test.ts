@@ -24,10 +24,8 @@ async function enqueue(payload: Record<string, unknown>, maxAttempts = 1, type =
 
 async function claimAt(seconds: number, taskId: string) {
   const { rows } = await db.query(
-    // Every claimed task is started (as the worker's completer marks it before it runs).
-    `with c as (select * from queues.claim_tasks_at(now() + make_interval(secs => $1), 'w', 100, null, 60, 5)),
-          s as (insert into queues.task_lease_started (task_id, task_lease_id) select task_id, task_lease_id from c)
-     select task_id, task_lease_id from c where task_id = $2`,
+    `select task_id, task_lease_id
+       from queues.claim_tasks_at(now() + make_interval(secs => $1), 'w', 100, null, 60, 5) where task_id = $2`,
     [seconds, taskId],
   );
   return rows[0] as { task_id: string; task_lease_id: string } | undefined;
@@ -149,7 +147,8 @@ describe('dead letters and redrive', () => {
     const handled = await enqueue({ error_handler: 'comms.record_email_failure' }, 1, 'email');
     await failRun((await claimAt(0, handled))!);
     const abandoned = await enqueue({ n: 4 });
-    for (let i = 0; i < 5; i++) await claimAt(61 * i, abandoned);
+    // Six leases expire (the first uncounted): max_leases 5 reached.
+    for (let i = 0; i < 6; i++) await claimAt(61 * i, abandoned);
     await db.query(`select * from queues.claim_tasks_at(now() + interval '1 hour', 'w', 100, null, 60, 5)`);
     const { rows } = await db.query(
       'select task_id, outcome from queues.dead_letter where task_id = any($1::bigint[])',

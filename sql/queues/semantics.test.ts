@@ -34,12 +34,9 @@ async function enqueue(resourceKey: string | null = null, maxAttempts: number | 
 
 /** Claims as the owner at now + `seconds`, with 60 s leases. */
 async function claimAt(seconds: number, worker = 'w', limit = 1, maxLeases = 5): Promise<Lease[]> {
-  // The claimed tasks are started (as the worker's completer records before a task runs):
-  // only a started lease counts towards abandonment.
   const { rows } = await db.query<Lease>(
-    `with c as (select * from queues.claim_tasks_at(now() + make_interval(secs => $1), $2, $3, null, 60, $4)),
-          s as (insert into queues.task_lease_started (task_id, task_lease_id) select task_id, task_lease_id from c)
-     select c.task_id, c.task_lease_id, c.resource_key from c`,
+    `select c.task_id, c.task_lease_id, c.resource_key
+       from queues.claim_tasks_at(now() + make_interval(secs => $1), $2, $3, null, 60, $4) c`,
     [seconds, worker, limit, maxLeases],
   );
   return rows;
@@ -93,9 +90,11 @@ describe('lease loss is the queue’s own answer', () => {
 describe('a fenced completion after someone else completed the task', () => {
   it('abandoned by another claimer: the holder’s fenced completion is lease_lost, not already_completed', async () => {
     const id = await enqueue();
-    const [holder] = await claimAt(0, 'holder');
-    // Another claimer finds the lease expired and abandons the task (max_leases 1).
-    expect(await claimAt(61, 'other', 1, 1)).toEqual([]);
+    // A first lease expires (uncounted): the holder's lease names the task its suspect.
+    await claimAt(0, 'crashed');
+    const [holder] = await claimAt(61, 'holder');
+    // Another claimer finds that lease expired too and abandons the task (max_leases 1).
+    expect(await claimAt(122, 'other', 1, 1)).toEqual([]);
     expect((await db.query('select outcome from queues.task_completed where task_id = $1', [id])).rows).toEqual([
       { outcome: 'abandoned' },
     ]);

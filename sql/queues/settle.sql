@@ -1,28 +1,27 @@
--- The worker's completer: one call per round trip that marks tasks started and completes
--- others, with their error rows (queues.settle_tasks, owner-run: security definer like
--- every queue writer); and a completion with its handler in one statement
--- (queues.settle_with_handler, run as the worker).
+-- The worker's completer: one call per round trip that completes tasks with their error
+-- rows and start times (queues.settle_tasks, owner-run: security definer like every queue
+-- writer); and a completion with its handler in one statement (queues.settle_with_handler,
+-- run as the worker).
 
--- Marks leases started (see queues.task_lease_started) and completes tasks (see
--- queues.complete_tasks: fenced by lease, retries, results), recording each error message
--- against its task in the same transaction, only if this call completed the task or
--- scheduled its retry (a refused completion records nothing).
---   _started_task_ids, _started_lease_ids   parallel: leases whose tasks are about to run
+-- Completes tasks (see queues.complete_tasks: fenced by lease, retries, results),
+-- recording each error message against its task in the same transaction, only if this
+-- call completed the task or scheduled its retry (a refused completion records nothing).
 --   _task_ids, _task_lease_ids, _outcomes, _retries   parallel: as queues.complete_tasks
 --   _error_task_ids, _error_messages        parallel: errors, any number per completed task
--- Returns one row per start (kind 'start', result 'started' or 'lease_lost': the lease is
--- no longer the task's current one, and the task must not run) and one per completion
--- (kind 'complete', result as queues.complete_tasks), starts first, each in input order.
+--   _started_us                             parallel to _task_ids (or null): when each run
+--                                           started, in microseconds since the epoch (sent
+--                                           as integers: a timestamptz[] of hundreds costs
+--                                           more to parse than the insert it feeds)
+-- Returns one row per completion, in input order, with the result of queues.complete_tasks.
 create or replace function queues.settle_tasks(
-  _started_task_ids  bigint[],
-  _started_lease_ids bigint[],
   _task_ids          bigint[],
   _task_lease_ids    bigint[] default null,
   _outcomes          text[] default null,
   _retries           boolean[] default null,
   _error_task_ids    bigint[] default null,
-  _error_messages    text[] default null
-) returns table (task_id bigint, kind text, result text)
+  _error_messages    text[] default null,
+  _started_us        bigint[] default null
+) returns table (task_id bigint, result text)
   language plpgsql volatile
   security definer
   set plan_cache_mode = force_generic_plan
@@ -30,12 +29,9 @@ create or replace function queues.settle_tasks(
 as $$
 #variable_conflict use_column
 declare
-  _started bigint[] := coalesce(_started_task_ids, '{}');
-  _started_leases bigint[] := coalesce(_started_lease_ids, '{}');
   _errors bigint[] := coalesce(_error_task_ids, '{}');
   _messages text[] := coalesce(_error_messages, '{}');
 begin
-  perform queues.assert_lease_pairs(_started, _started_leases);
   if cardinality(_errors) <> cardinality(_messages) then
     raise exception 'error_task_ids and error_messages must have the same length (% and %)',
       cardinality(_errors), cardinality(_messages) using errcode = '22023';
@@ -49,29 +45,10 @@ begin
   if exists (select 1 from unnest(_errors) e where e <> all (coalesce(_task_ids, '{}'))) then
     raise exception 'error_task_ids must name tasks completed in the same call' using errcode = '22023';
   end if;
-
-  -- Starts: a lease that is still its task's current lease.
-  return query
-  with input as (
-    select i.task_id, i.task_lease_id, i.ord
-      from unnest(_started, _started_leases) with ordinality as i(task_id, task_lease_id, ord)
-  ),
-  held as (
-    select p.task_id, p.current_lease_id
-      from queues.task_pending p
-     where p.task_id = any (_started)
-  ),
-  marked as (
-    insert into queues.task_lease_started (task_id, task_lease_id)
-    select i.task_id, i.task_lease_id
-      from input i join held h on h.task_id = i.task_id and h.current_lease_id = i.task_lease_id
-    on conflict do nothing
-  )
-  select i.task_id, 'start'::text,
-         case when h.task_id is not null then 'started' else 'lease_lost' end
-    from input i
-    left join held h on h.task_id = i.task_id and h.current_lease_id = i.task_lease_id
-   order by i.ord;
+  if _started_us is not null and cardinality(_started_us) <> cardinality(coalesce(_task_ids, '{}')) then
+    raise exception 'started_us must have one element per task (% tasks, % start times)',
+      cardinality(coalesce(_task_ids, '{}')), cardinality(_started_us) using errcode = '22023';
+  end if;
 
   if cardinality(coalesce(_task_ids, '{}')) = 0 then
     return;
@@ -80,7 +57,9 @@ begin
   return query
   with done as (
     select c.task_id, c.result, row_number() over () as ord
-      from queues.complete_tasks(_task_ids, _task_lease_ids, _outcomes, _retries) c
+      from queues.complete_tasks(_task_ids, _task_lease_ids, _outcomes, _retries,
+                                 case when _started_us is not null then
+                                   array(select to_timestamp(u / 1000000.0) from unnest(_started_us) u) end) c
   ),
   leases as (
     select l.task_id, l.task_lease_id
@@ -98,7 +77,7 @@ begin
       join leases l on l.task_id = e.task_id
      order by e.ord
   )
-  select d.task_id, 'complete'::text, d.result from done d order by d.ord;
+  select d.task_id, d.result from done d order by d.ord;
 end;
 $$;
 
@@ -118,12 +97,13 @@ $$;
 -- If the completion is refused (the lease was lost), nothing of it commits, the handler's
 -- writes included. A serialization failure or deadlock is raised: nothing is recorded and
 -- the task runs again. Returns the completion's result (as queues.complete_tasks) with
--- the outcome and the errors recorded (or refused). Messages are cut at 8,000 characters
+-- the outcome and the errors recorded (or refused). _started_at: when the task's run
+-- started (null: not known), kept with its completion. Messages are cut at 8,000 characters
 -- (as the worker's). Runs as the caller (security invoker): the handler has the worker's
 -- privileges, not the owner's.
 create or replace function queues.settle_with_handler(
   _task_id bigint, _task_lease_id bigint, _outcome text, _errors text[], _retry boolean,
-  _handler text, _body jsonb, _mode text, _raised_prefix text,
+  _handler text, _body jsonb, _mode text, _raised_prefix text, _started_at timestamptz,
   out result text, out outcome text, out errors text[]
 )
   language plpgsql volatile
@@ -178,8 +158,9 @@ begin
       end if;
     end if;
     select s.result into result
-      from queues.settle_tasks('{}', '{}', array[_task_id], array[_task_lease_id], array[outcome], array[_retry],
-                               array_fill(_task_id, array[cardinality(errors)]), errors) s;
+      from queues.settle_tasks(array[_task_id], array[_task_lease_id], array[outcome], array[_retry],
+                               array_fill(_task_id, array[cardinality(errors)]), errors,
+                               array[(extract(epoch from _started_at) * 1000000)::bigint]) s;
     if result not in ('completed', 'retry_scheduled') then
       -- Refused: the handler's writes must not commit either.
       raise exception 'refused: %', result using errcode = 'QREFU';
@@ -195,6 +176,6 @@ $$;
 -- queues/privileges-hot-path.sql before this one does not name a function that does not
 -- exist yet.
 revoke execute on function
-  queues.settle_with_handler(bigint, bigint, text, text[], boolean, text, jsonb, text, text) from public;
+  queues.settle_with_handler(bigint, bigint, text, text[], boolean, text, jsonb, text, text, timestamptz) from public;
 grant execute on function
-  queues.settle_with_handler(bigint, bigint, text, text[], boolean, text, jsonb, text, text) to :DATABASE_WORKER;
+  queues.settle_with_handler(bigint, bigint, text, text[], boolean, text, jsonb, text, text, timestamptz) to :DATABASE_WORKER;

@@ -63,9 +63,11 @@ async function settle(
   options: { errors?: string[]; retry?: boolean | null; key?: string } = {},
 ) {
   const outcome = mode === 'success' ? 'succeeded' : 'failed';
+  // The run's start (a second before, whole milliseconds) is kept with whatever it records.
+  const startedAt = new Date(Math.floor(Date.now() / 1000) * 1000 - 1000);
   const { rows } = await db.pool('worker').query(
     `select result, outcome, errors
-         from queues.settle_with_handler($1, $2, $3, $4::text[], $5, 'fixture_swh.handler', $6::jsonb, $7, $8)`,
+         from queues.settle_with_handler($1, $2, $3, $4::text[], $5, 'fixture_swh.handler', $6::jsonb, $7, $8, $9)`,
     [
       t.taskId,
       t.leaseId,
@@ -75,9 +77,20 @@ async function settle(
       JSON.stringify({ original_payload: { key: options.key ?? t.taskId }, answer }),
       mode,
       mode === 'success' ? 'fake succeeded but fixture_swh.handler raised: ' : 'fixture_swh.handler raised: ',
+      startedAt,
     ],
   );
-  return rows[0] as { result: string; outcome: string; errors: string[] };
+  const settled = rows[0] as { result: string; outcome: string; errors: string[] };
+  if (settled.result === 'completed' || settled.result === 'retry_scheduled') {
+    const { rows: ends } = await db.query(
+      `select started_at from queues.task_completed where task_id = $1 and task_lease_id = $2
+       union all
+       select started_at from queues.task_attempt_failed where task_id = $1 and task_lease_id = $2`,
+      [t.taskId, t.leaseId],
+    );
+    expect(ends).toEqual([{ started_at: startedAt }]);
+  }
+  return settled;
 }
 
 /** What the database holds for the task: its completion, its error rows, the handler's writes. */
@@ -182,7 +195,10 @@ describe('queues.settle_with_handler', () => {
     const call = (args: unknown[]) =>
       db
         .pool('worker')
-        .query('select * from queues.settle_with_handler($1, $2, $3, $4::text[], null, $5, $6::jsonb, $7, $8)', args);
+        .query(
+          'select * from queues.settle_with_handler($1, $2, $3, $4::text[], null, $5, $6::jsonb, $7, $8, null)',
+          args,
+        );
     const body = JSON.stringify({ original_payload: { key: 'bad' }, answer: 'ok' });
     await expect(
       call([t.taskId, t.leaseId, 'succeeded', [], 'fixture_swh.handler', body, 'later', 'x']),
@@ -206,7 +222,7 @@ describe('queues.settle_with_handler', () => {
         db
           .pool(role)
           .query(
-            `select queues.settle_with_handler(1, 1, 'succeeded', '{}', null, 'fixture_swh.handler', '{}', 'success', '')`,
+            `select queues.settle_with_handler(1, 1, 'succeeded', '{}', null, 'fixture_swh.handler', '{}', 'success', '', null)`,
           ),
       ).rejects.toMatchObject({ code: '42501' });
   });

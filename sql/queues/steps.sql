@@ -179,11 +179,13 @@ begin
         else outcome := 'failed'; error := format('%s: %s', _function_name, _env.message);
       end case;
       select s.result into result
-        from queues.settle_tasks('{}', '{}', array[_task_id], array[_task_lease_id], array[outcome],
+        from queues.settle_tasks(array[_task_id], array[_task_lease_id], array[outcome],
                                  -- A validation failure is final: no retry.
                                  array[case when _env.outcome = 'invalid' then false end],
                                  case when error is null then '{}'::bigint[] else array[_task_id] end,
-                                 case when error is null then '{}'::text[] else array[error] end) s;
+                                 case when error is null then '{}'::text[] else array[error] end,
+                                 -- The step started with its call's transaction.
+                                 array[(extract(epoch from now()) * 1000000)::bigint]) s;
       if result not in ('completed', 'retry_scheduled') then
         -- Refused (the lease was lost meanwhile): the step's writes must not commit.
         raise exception 'refused: %', result using errcode = 'QREFU';
@@ -200,8 +202,8 @@ begin
       error := case when sqlstate = 'QSTEP' then sqlerrm else format('%s raised: %s', _function_name, sqlerrm) end;
       note := null;
       select s.result into result
-        from queues.settle_tasks('{}', '{}', array[_task_id], array[_task_lease_id], array['failed'], null,
-                                 array[_task_id], array[error]) s;
+        from queues.settle_tasks(array[_task_id], array[_task_lease_id], array['failed'], null,
+                                 array[_task_id], array[error], array[(extract(epoch from now()) * 1000000)::bigint]) s;
   end;
   if result = 'started' then
     result := 'lease_lost';
@@ -250,8 +252,10 @@ begin
   return query
   with done as (
     select s.task_id, s.result, row_number() over () as ord
-      from queues.settle_tasks('{}', '{}', _task_ids, _task_lease_ids, _outcomes, _retries,
-                               _error_task_ids, _error_messages) s
+      from queues.settle_tasks(_task_ids, _task_lease_ids, _outcomes, _retries,
+                               _error_task_ids, _error_messages,
+                               -- The steps started with their call's transaction.
+                               array_fill((extract(epoch from now()) * 1000000)::bigint, array[cardinality(_task_ids)])) s
   ),
   kept as (
     insert into queues.task_result (task_id, task_lease_id, result)

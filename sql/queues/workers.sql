@@ -108,10 +108,9 @@ begin
   revoked as (
     update queues.task_pending p
        set available_at = _now, current_lease_id = null,
-           -- A lease whose task never started does not count towards abandonment.
-           unstarted_count = p.unstarted_count + (not exists (
-             select 1 from queues.task_lease_started st
-              where st.task_id = p.task_id and st.task_lease_id = s.task_lease_id))::integer
+           -- Its task is a suspect from now on (see queues.claim_tasks_at); the lease counts
+           -- towards abandonment only if it named the task its suspect.
+           uncounted_count = p.uncounted_count + (not p.suspect_lease)::integer
       from stale s
      where p.task_id = s.task_id and p.current_lease_id = s.task_lease_id
     returning p.task_id, s.task_lease_id, s.worker_id, p.resource_key
@@ -143,12 +142,13 @@ $$;
 
 -- Revokes every lease a worker still holds, at once: called by the worker's process
 -- supervisor when one of its processes died (its worker id is known and it can no longer
--- complete anything). The tasks it never started (its local queue) are claimable at once
--- instead of when their leases expire, and their revocation does not count towards
--- abandonment. The tasks it had started count an expired lease and are suspects (one of
--- them may have killed the process): they stay unclaimable until their leases would have
--- expired, as without a supervisor, so a poison task's crash loop is paced by its lease
--- and the supervisor's spares keep up with the deaths instead of all dying in a second.
+-- complete anything). Every task it held becomes a suspect (any of them may have killed
+-- the process), and the revocation counts towards abandonment only for the task a lease
+-- named its suspect (see queues.claim_tasks_at). The others are claimable at once
+-- instead of when their leases expire; the named suspect stays unclaimable until its
+-- lease would have expired, as without a supervisor, so a poison task's crash loop is
+-- paced by its lease and the supervisor's spares keep up with the deaths instead of all
+-- dying in a second.
 -- Returns what was revoked; wakes listening workers.
 create or replace function queues.revoke_worker_leases(_worker_id text)
   returns table (task_id bigint, task_lease_id bigint)
@@ -172,9 +172,7 @@ begin
      where p.current_lease_id > 0 and (l.worker_key = _worker_key or l.worker_id = _worker_id)));
   return query
   with held as (
-    select p.task_id, p.current_lease_id as task_lease_id,
-           exists (select 1 from queues.task_lease_started st
-                    where st.task_id = p.task_id and st.task_lease_id = p.current_lease_id) as started
+    select p.task_id, p.current_lease_id as task_lease_id, p.suspect_lease as suspect
       from queues.task_pending p
       join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
      where p.current_lease_id > 0 and (l.worker_key = _worker_key or l.worker_id = _worker_id)
@@ -182,9 +180,9 @@ begin
   revoked as (
     -- available_at of a leased row is its lease's expiry (heartbeats included).
     update queues.task_pending p
-       set available_at = case when h.started then p.available_at else now() end,
+       set available_at = case when h.suspect then p.available_at else now() end,
            current_lease_id = null,
-           unstarted_count = p.unstarted_count + (not h.started)::integer
+           uncounted_count = p.uncounted_count + (not h.suspect)::integer
       from held h
      where p.task_id = h.task_id and p.current_lease_id = h.task_lease_id
     returning p.task_id, h.task_lease_id, p.resource_key

@@ -93,6 +93,21 @@ export async function claimDue(db: TestDatabase, now: Date, taskTypes?: string[]
   return rows;
 }
 
+/**
+ * Claims at `now` until the task with id `taskId` comes back (a task whose lease expired
+ * is a suspect, and a claim takes one suspect at a time); the other tasks claimed on the
+ * way are left to their leases. Throws when it does not come back.
+ */
+export async function claimUntil(db: TestDatabase, now: Date, taskId: string): Promise<ClaimedTask> {
+  for (let i = 0; i < 100; i++) {
+    const claimed = await claimDue(db, now);
+    const task = claimed.find((t) => t.task_id === taskId);
+    if (task) return task;
+    if (claimed.length === 0) break;
+  }
+  throw new Error(`task ${taskId} was not claimable at ${now.toISOString()}`);
+}
+
 /** Processes one claimed task as the worker would, then completes it. */
 export async function processTask(
   db: TestDatabase,

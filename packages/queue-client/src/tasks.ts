@@ -162,6 +162,8 @@ export interface Completion {
    * mend, such as a validation failure). Default true.
    */
   retry?: boolean;
+  /** When the run that ends here started (kept with the completion); omitted: not known. */
+  startedAt?: Date;
 }
 
 export type CompletionResult = 'completed' | 'retry_scheduled' | 'already_completed' | 'lease_lost' | 'unknown_task';
@@ -393,6 +395,7 @@ export async function completeTasks(
         taskLeaseIds: completions.map((c) => c.taskLeaseId ?? null) as string[],
         outcomes: completions.map((c) => c.outcome ?? null) as string[],
         retries: completions.map((c) => c.retry ?? null) as boolean[],
+        startedAt: completions.map((c) => c.startedAt ?? null) as Date[],
       },
       prepared('queue_client_task_complete_many', db),
     ),
@@ -406,39 +409,38 @@ export interface Settlement extends Completion {
   errors?: string[];
 }
 
+/** Microseconds since the epoch (how start times travel to queues.settle_tasks). */
+function epochMicros(date: Date | undefined): string | null {
+  return date === undefined ? null : String(date.getTime() * 1000);
+}
+
 /**
- * The worker's completer, in one statement (queues.settle_tasks): marks the leases of
- * `starts` started (a lease no longer current comes back in `lost`: that task must not
- * run) and completes `completions`, each with its error rows, fenced by its lease.
+ * The worker's completer, in one statement (queues.settle_tasks): completes
+ * `completions`, each with its error rows and its run's start, fenced by its lease. One
+ * result per completion, in input order.
  */
 export async function settleTasks(
   db: Queryable,
-  starts: LeaseRef[],
   completions: Settlement[],
-): Promise<{ lost: Id[]; results: { taskId: Id; result: CompletionResult }[] }> {
-  if (starts.length === 0 && completions.length === 0) return { lost: [], results: [] };
+): Promise<{ taskId: Id; result: CompletionResult }[]> {
+  if (completions.length === 0) return [];
   const errors = completions.flatMap((c) => (c.errors ?? []).map((message) => ({ taskId: c.taskId, message })));
   const rows = await mapErrors(
     taskSettle.run(
       {
-        startedTaskIds: starts.map((s) => s.taskId),
-        startedLeaseIds: starts.map((s) => s.taskLeaseId),
         taskIds: completions.map((c) => c.taskId),
         taskLeaseIds: completions.map((c) => c.taskLeaseId ?? null) as string[],
         outcomes: completions.map((c) => c.outcome ?? null) as string[],
         retries: completions.map((c) => c.retry ?? null) as boolean[],
         errorTaskIds: errors.map((e) => e.taskId),
         errorMessages: errors.map((e) => e.message),
+        startedUs: completions.map((c) => epochMicros(c.startedAt)) as string[],
       },
       prepared('queue_client_task_settle', db),
     ),
   );
-  const lost = rows.filter((r) => r.kind === 'start' && r.result !== 'started').map((r) => r.taskId);
-  const byId = new Map(rows.filter((r) => r.kind === 'complete').map((r) => [r.taskId, r.result as CompletionResult]));
-  return {
-    lost,
-    results: completions.map((c) => ({ taskId: c.taskId, result: byId.get(String(c.taskId)) ?? 'unknown_task' })),
-  };
+  const byId = new Map(rows.map((r) => [r.taskId, r.result as CompletionResult]));
+  return completions.map((c) => ({ taskId: c.taskId, result: byId.get(String(c.taskId)) ?? 'unknown_task' }));
 }
 
 /** A handler that runs with its task's completion (see settleWithHandler). */
@@ -479,6 +481,7 @@ export async function settleWithHandler(
         body: handler.body,
         mode: handler.mode,
         raisedPrefix: handler.raisedPrefix,
+        startedAt: completion.startedAt ?? null,
       },
       prepared('queue_client_task_settle_with_handler', db),
     ),
@@ -488,14 +491,19 @@ export async function settleWithHandler(
 }
 
 /**
- * Marks the leases started (queues.mark_started); returns the task ids whose lease was no
- * longer current (taken over, or already completed).
+ * Marks runs still going as started (queues.mark_started), with the time each started:
+ * the worker's heartbeat does it for runs that outlast it (a shorter run's start travels
+ * with its completion). Returns the task ids whose lease was no longer current.
  */
-export async function markStarted(db: Queryable, leases: LeaseRef[]): Promise<Id[]> {
-  if (leases.length === 0) return [];
+export async function markStarted(db: Queryable, runs: (LeaseRef & { startedAt: Date })[]): Promise<Id[]> {
+  if (runs.length === 0) return [];
   const rows = await mapErrors(
     taskMarkStarted.run(
-      { taskIds: leases.map((l) => l.taskId), taskLeaseIds: leases.map((l) => l.taskLeaseId) },
+      {
+        taskIds: runs.map((l) => l.taskId),
+        taskLeaseIds: runs.map((l) => l.taskLeaseId),
+        startedUs: runs.map((l) => epochMicros(l.startedAt)) as string[],
+      },
       prepared('queue_client_task_mark_started', db),
     ),
   );

@@ -3,8 +3,9 @@
  * return an outcome; the completer writes it, fenced by the task's lease, in batches on a
  * connection of its own, so completions go to the database while the worker claims and
  * runs more tasks. Everything asked for while a round trip is under way goes in the next
- * one (up to MAX_BATCH completions): one queues.settle_tasks statement. (Starts are
- * recorded apart, without a round trip: start-recorder.ts.)
+ * one (up to MAX_BATCH completions): one queues.settle_tasks statement. A task's start
+ * is recorded with its completion (its run's start time, which the worker knows): nothing
+ * is written when a task starts.
  *
  * Steps (db_function tasks) of a round run in the database in one queues.run_steps call,
  * each with its completion in a subtransaction.
@@ -58,6 +59,8 @@ export interface Settled {
 interface PendingCompletion {
   task: ClaimedTask;
   outcome: TaskOutcome;
+  /** When the run started (Date.now() ms); undefined when it did not run in the worker. */
+  startedAt: number | undefined;
   /** Answered (its effects committed): never recorded again, even if its round fails later. */
   answered?: boolean;
   resolve: (settled: Settled) => void;
@@ -98,10 +101,13 @@ export class Completer {
     this.#effects = new Lane(databaseUrl, 'queue-worker-effects', log, statementTimeoutMs, EFFECT_CONNECTIONS).pool;
   }
 
-  /** Records the task's outcome (its effects, error rows and completion), fenced by its lease. */
-  complete(task: ClaimedTask, outcome: TaskOutcome): Promise<Settled> {
+  /**
+   * Records the task's outcome (its effects, error rows and completion, with `startedAt`,
+   * when its run started, Date.now() ms), fenced by its lease.
+   */
+  complete(task: ClaimedTask, outcome: TaskOutcome, startedAt?: number): Promise<Settled> {
     return new Promise((resolve, reject) => {
-      this.#completions.push({ task, outcome, resolve, reject });
+      this.#completions.push({ task, outcome, startedAt, resolve, reject });
       this.#schedule(this.#ends);
     });
   }
@@ -200,8 +206,7 @@ export class Completer {
           throw error;
         }
       }
-      const { results } = await settleTasks(client, [], [settlement(c.task, outcome)]);
-      const result = results[0]!.result;
+      const { result } = (await settleTasks(client, [settlement(c, outcome)]))[0]!;
       // Refused: the effects must not commit either.
       await client.query(accepted(result) ? 'commit' : 'rollback');
       c.answered = true;
@@ -233,7 +238,7 @@ export class Completer {
       const { result, outcome, errors } = await settleWithHandler(
         client,
         {
-          ...settlement(c.task, c.outcome),
+          ...settlement(c, c.outcome),
           taskLeaseId: c.task.taskLeaseId,
           outcome:
             c.outcome.outcome === 'succeeded' || c.outcome.outcome === 'validation_failed'
@@ -330,10 +335,9 @@ export class Completer {
           else pending.reject(transient);
         }
       }
-      const { results } = await settleTasks(
+      const results = await settleTasks(
         client,
-        [],
-        plain.map((p) => settlement(p.pending.task, p.outcome)),
+        plain.map((p) => settlement(p.pending, p.outcome)),
       );
       plain.forEach((p, i) => p.pending.resolve({ result: results[i]!.result, report: reportOf(p.outcome) }));
       for (const { pending, settled, transient } of ranSteps) {
@@ -370,7 +374,7 @@ function reportOf(outcome: TaskOutcome): TaskReport {
   return report;
 }
 
-function settlement(task: ClaimedTask, outcome: TaskOutcome): Settlement {
+function settlement({ task, startedAt }: PendingCompletion, outcome: TaskOutcome): Settlement {
   // Most outcomes carry no error: no arrays made for them.
   const errors =
     outcome.error === undefined && outcome.extraErrors === undefined
@@ -384,6 +388,7 @@ function settlement(task: ClaimedTask, outcome: TaskOutcome): Settlement {
     outcome: outcome.outcome,
     errors,
   };
+  if (startedAt !== undefined) settlement.startedAt = new Date(startedAt);
   // A failure no retry can mend: no retry even with attempts left.
   if (outcome.final) settlement.retry = false;
   return settlement;

@@ -24,7 +24,6 @@ export {
   type ErrorClass,
 } from './error-class.js';
 export { Completer, type Settled } from './completer.js';
-export { StartRecorder, type StartRecord } from './start-recorder.js';
 export {
   DEFAULT_PREFETCH,
   DEFAULT_STATEMENT_TIMEOUT_MS,

@@ -5,17 +5,16 @@
  *               queue of about 250 ms of work, up to `prefetch` tasks (default 500),
  *               refilled when it is half empty; starts tasks as slots free; then waits
  *               for a notification, a freed slot or the poll interval
- *   starts      a task runs once the statement marking its start is written to a
- *               pipelined connection of its own (start-recorder.ts): no round trip; a
- *               step (which runs in the database and might crash it) once its mark,
- *               committed synchronously, is answered
+ *   starts      nothing is written: a run's start time goes with its completion, and a
+ *               run that outlasts a heartbeat is marked started by that heartbeat
  *   crashes     a run cut short by another process's crash of PostgreSQL gives its
  *               lease back once the server answers; a step call whose backend died
  *               without a word leaves its lease to expire (crash-notice.ts)
  *   completer   records outcomes in batches on its own connection (completer.ts)
- *   heartbeat   reports the worker alive (queues.worker) and extends the leases of running
- *               tasks; a lease missing from the answer was lost, and that task's signal is
- *               aborted (its completion would be refused)
+ *   heartbeat   reports the worker alive (queues.worker), extends the leases of running
+ *               and waiting tasks, and marks the runs still going as started; a lease
+ *               missing from the answer was lost, and that task's signal is aborted (its
+ *               completion would be refused)
  *   listener    LISTEN queues_task_ready, reconnecting after drops
  *   stop()      stops claiming, waits up to the grace period for running tasks, releases
  *               the leases of the rest so other workers take them at once
@@ -34,7 +33,9 @@
  *
  * Crash exposure: a worker killed with SIGKILL takes its running tasks and its local
  * queue with it. Their leases expire (or are revoked as stale) and the tasks run again
- * elsewhere; those that never started count neither as suspects nor towards abandonment.
+ * elsewhere, as suspects, one per claim; an expiry counts towards abandonment only for
+ * the task its lease named as its suspect (see queues.claim_tasks_at), so the tasks that
+ * only waited in its local queue, or ran beside the one that killed it, are not counted.
  */
 import { EventEmitter } from 'node:events';
 import pg from 'pg';
@@ -42,6 +43,7 @@ import {
   claimTasks,
   extendLeases,
   interruptTask,
+  markStarted,
   nextClaimInMs,
   recordWorkerHeartbeat,
   recordWorkerStopped,
@@ -49,7 +51,6 @@ import {
   type ClaimedTask,
 } from '@org/queue-client';
 import { Completer } from './completer.js';
-import { StartRecorder } from './start-recorder.js';
 import { StepRunner } from './step-runner.js';
 import { classifyError, errorMessage, isTransient } from './error-class.js';
 import { isCrashOfAnotherProcess, isSilentConnectionLoss, wasNotRun, watchCrashNotice } from './crash-notice.js';
@@ -105,6 +106,8 @@ interface Running {
   /** Made when the processor asks for its signal or the run is aborted (abortRun): ~1.5 KB each. */
   controller?: AbortController;
   startedAt: number;
+  /** A heartbeat marked the run started (queues.mark_started): it outlasted one. */
+  marked?: boolean;
   lost: boolean;
   /** Released at shutdown: the processor's late results are expected to be refused. */
   released: boolean;
@@ -186,9 +189,6 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #log: Logger;
   readonly #taskTypes: string[];
   readonly #completer: Completer;
-  readonly #starts: StartRecorder;
-  /** The marks of steps: committed synchronously, answered before the steps run. */
-  readonly #stepStarts: StartRecorder;
   readonly #steps: StepRunner;
   /** Started (or starting) tasks until their outcome is recorded, by lease id. */
   readonly #running = new Map<string, Running>();
@@ -266,17 +266,6 @@ export class Worker extends EventEmitter<WorkerEvents> {
       options.databaseUrl,
       this.#log,
       options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS,
-    );
-    this.#starts = new StartRecorder(
-      options.databaseUrl,
-      this.#log,
-      options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS,
-    );
-    this.#stepStarts = new StartRecorder(
-      options.databaseUrl,
-      this.#log,
-      options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS,
-      { synchronous: true },
     );
     this.#steps = new StepRunner(this.pool);
     this.#listener = new TaskListener(options.databaseUrl, this.#log, () => this.#notified(), options.pollIntervalMs);
@@ -386,12 +375,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     // it: give it two seconds. (Its lease is released; the process exiting closes it.)
     let endTimer: NodeJS.Timeout | undefined;
     await Promise.race([
-      Promise.all([
-        this.#completer.drain().then(() => this.#completer.close()),
-        this.#starts.close(),
-        this.#stepStarts.close(),
-        this.pool.end(),
-      ]),
+      Promise.all([this.#completer.drain().then(() => this.#completer.close()), this.pool.end()]),
       new Promise<void>((resolve) => (endTimer = setTimeout(resolve, 2000))),
     ]);
     clearTimeout(endTimer);
@@ -433,7 +417,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     // freed slot starts the next task at once and one claim serves hundreds of tasks. It
     // is refilled when it is half empty, before it runs dry. Queued tasks hold leases
     // (heartbeated like running ones); if this worker dies they come back when those
-    // expire, and since they never started they are not suspects.
+    // expire, as suspects, but their expiry is not counted towards abandonment.
     while (!this.#stopping) {
       this.#loopTurnAt = performance.now();
       const prefetch = this.#localQueueSize();
@@ -522,42 +506,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       if (this.#runsSteps(this.#waiting[next]!)) starting.push(...this.#admitSteps(next, stepBatch));
       else starting.push(this.#admit(next === 0 ? this.#waiting.shift()! : this.#waiting.splice(next, 1)[0]!));
     }
-    if (starting.length === 0) return;
-    // One statement marks every task starting now in the worker, and one (committed
-    // synchronously, answered before they run) the steps, which run in the database and
-    // might crash it (start-recorder.ts).
-    const steps = starting.filter((r) => r.slot);
-    const inWorker = steps.length === 0 ? starting : starting.filter((r) => !r.slot);
-    if (steps.length > 0) {
-      const record = this.#stepStarts.record(steps.map((r) => r.task));
-      const answered = record.answer.then(() => {});
-      for (const r of steps) this.#launch(r, answered);
-    }
-    if (inWorker.length === 0) return;
-    const record = this.#starts.record(inWorker.map((r) => r.task));
-    record.answer.then(
-      (lost) => {
-        for (const r of inWorker) {
-          // A task already finished was completed before its mark arrived: nothing to stop.
-          // A step needs no stopping: queues.run_steps fences it by its lease, and its mark
-          // may well arrive after the call completed it.
-          if (!lost.has(r.task.taskLeaseId) || r.lost || r.slot || this.#running.get(r.task.taskLeaseId) !== r)
-            continue;
-          r.lost = true;
-          abortRun(r, new Error('lease lost'));
-          this.#log.warn(
-            { event: 'lease_lost', task_id: r.task.taskId, task_type: r.task.taskType },
-            'lease taken over before the task started; aborting it',
-          );
-        }
-      },
-      (error: unknown) =>
-        this.#log.warn(
-          { event: 'start_unconfirmed', err: errorMessage(error), tasks: inWorker.length },
-          'the database did not confirm the starts; completions stay fenced by lease',
-        ),
-    );
-    for (const r of inWorker) this.#launch(r, record.written);
+    for (const r of starting) this.#launch(r);
   }
 
   async #claim(limit: number): Promise<ClaimedTask[]> {
@@ -682,11 +631,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
   }
 
   /**
-   * Runs an admitted task once its start is written. The run is over when #process
-   * settles: #process, or #record once the outcome is on its way, calls #ended last.
+   * Runs an admitted task. The run is over when #process settles: #process, or #record
+   * once the outcome is on its way, calls #ended last.
    */
-  #launch(running: Running, written: Promise<void>): void {
-    running.done = traceTask(running.task, () => this.#process(running, written));
+  #launch(running: Running): void {
+    running.done = traceTask(running.task, () => this.#process(running));
   }
 
   /** Gives back the run's slot (or its share of a shared one), once. */
@@ -734,33 +683,14 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   /**
    * Runs the processor and hands its outcome to #record, which ends the run once the
-   * outcome is recorded; a run given up before (its start not written, its lease lost,
-   * released at shutdown, a transient error) ends here.
+   * outcome is recorded; a run given up before (released at shutdown, its lease lost, a
+   * transient error) ends here.
    */
-  async #process(running: Running, written: Promise<void>): Promise<void> {
+  async #process(running: Running): Promise<void> {
     const { task } = running;
     let recording = false;
     try {
-      // The task runs only once its start is on its way to the database: the queue then
-      // knows it was started, even if this process dies while running it.
       const processor = this.#options.registry.get(task.taskType);
-      try {
-        await written;
-      } catch (error) {
-        // Nothing of the run happened: the lease is given back (once the database answers
-        // again), not counted.
-        this.#taskLog(running).warn(
-          { event: 'start_failed', err: errorMessage(error) },
-          'could not record the start; the task runs again later',
-        );
-        await this.#releaseWhenBack(running);
-        return;
-      }
-      if (running.lost) {
-        this.#taskLog(running).warn({ event: 'lease_lost' }, 'lease lost before the task started; not run');
-        this.emit('lease_lost', task);
-        return;
-      }
       running.startedAt = Date.now();
       // Checked first, so that a line the level drops is not even built (two per task).
       if (this.#log.isLevelEnabled('info'))
@@ -819,20 +749,21 @@ export class Worker extends EventEmitter<WorkerEvents> {
    * error handlers) run by the completer in its own batch stay children of the task span.
    * Without tracing, the completion alone.
    */
-  #completeTraced(task: ClaimedTask, outcome: TaskOutcome) {
-    if (!tracingEnabled()) return this.#completer.complete(task, outcome);
+  #completeTraced(running: Running, outcome: TaskOutcome) {
+    const { task, startedAt } = running;
+    if (!tracingEnabled()) return this.#completer.complete(task, outcome, startedAt);
     const handler = outcome.handler;
     if (handler)
       // The handler and the completion are one statement (queues.settle_with_handler): a
       // `queue.handler` span for it, then the completion's, as for a step.
       return traceStep('queue.handler', { 'queue.handler.name': handler.functionName }, () =>
-        this.#completer.complete(task, outcome),
+        this.#completer.complete(task, outcome, startedAt),
       ).then((answer) =>
         traceStep('queue.complete', { 'queue.task.outcome': answer.report.outcome }, () => Promise.resolve(answer)),
       );
     const bound = outcome.effects ? { ...outcome, effects: bindToTask(outcome.effects) } : outcome;
     return traceStep('queue.complete', { 'queue.task.outcome': outcome.outcome }, () =>
-      this.#completer.complete(task, bound),
+      this.#completer.complete(task, bound, startedAt),
     );
   }
 
@@ -848,7 +779,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
             // The step's completion commits in the same call (queues.run_steps).
             traceStep('queue.complete', { 'queue.task.outcome': answer.report.outcome }, () => Promise.resolve(answer)),
           )
-        : await this.#completeTraced(task, outcome);
+        : await this.#completeTraced(running, outcome);
       const durationMs = Date.now() - startedAt;
       if (result === 'lease_lost') {
         if (running.released) {
@@ -914,10 +845,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
       } else if (outcome.step) {
         // The step's call failed as a whole (a statement timeout): record the failure.
         try {
-          const { report } = await this.#completer.complete(task, {
-            outcome: 'failed',
-            error: `${outcome.step.functionName} raised: ${errorMessage(error)}`,
-          });
+          const { report } = await this.#completer.complete(
+            task,
+            { outcome: 'failed', error: `${outcome.step.functionName} raised: ${errorMessage(error)}` },
+            startedAt,
+          );
           this.emit('completed', task, report, durationMs);
         } catch (second) {
           log.error(
@@ -1046,8 +978,25 @@ export class Worker extends EventEmitter<WorkerEvents> {
         }
       }
       this.emit('extended', extended.length);
+      await this.#markLongRuns(leases.filter((r) => !r.lost && !r.marked && kept.has(r.task.taskLeaseId)));
     } catch (error) {
       this.#log.warn({ event: 'heartbeat_failed', err: errorMessage(error) }, 'heartbeat failed; will retry');
+    }
+  }
+
+  /**
+   * Marks runs still going at a heartbeat as started (queues.mark_started), once each, with
+   * the time they started, so that readers of running work (public.worker_tasks, the
+   * task page) see them running. A shorter run's start goes with its completion.
+   */
+  async #markLongRuns(runs: Running[]): Promise<void> {
+    for (let i = 0; i < runs.length; i += 1000) {
+      const some = runs.slice(i, i + 1000);
+      await markStarted(
+        this.pool,
+        some.map((r) => ({ taskId: r.task.taskId, taskLeaseId: r.task.taskLeaseId, startedAt: new Date(r.startedAt) })),
+      );
+      for (const r of some) r.marked = true;
     }
   }
 }

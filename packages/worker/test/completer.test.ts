@@ -75,19 +75,19 @@ it('records completions whose statement PostgreSQL refused after a migration cha
     expect((await completer.complete(first, { outcome: 'succeeded' })).result).toBe('completed');
     // A migration: queues.settle_tasks now answers its result as varchar instead of text.
     const worker = pg.escapeIdentifier(db.dbUsers.worker);
+    const signature = 'bigint[], bigint[], text[], boolean[], bigint[], text[], bigint[]';
     await db.query(`
-      alter function queues.settle_tasks(bigint[], bigint[], bigint[], bigint[], text[], boolean[], bigint[], text[])
-        rename to settle_tasks_before;
+      alter function queues.settle_tasks(${signature}) rename to settle_tasks_before;
       create function queues.settle_tasks(
-        _started_task_ids bigint[], _started_lease_ids bigint[], _task_ids bigint[],
-        _task_lease_ids bigint[] default null, _outcomes text[] default null, _retries boolean[] default null,
-        _error_task_ids bigint[] default null, _error_messages text[] default null
-      ) returns table (task_id bigint, kind text, result varchar)
+        _task_ids bigint[], _task_lease_ids bigint[] default null, _outcomes text[] default null,
+        _retries boolean[] default null, _error_task_ids bigint[] default null,
+        _error_messages text[] default null, _started_us bigint[] default null
+      ) returns table (task_id bigint, result varchar)
         language sql security definer set search_path = pg_catalog, pg_temp
-        as $$ select * from queues.settle_tasks_before(_started_task_ids, _started_lease_ids, _task_ids,
-                                                       _task_lease_ids, _outcomes, _retries, _error_task_ids, _error_messages) $$;
-      revoke execute on function queues.settle_tasks(bigint[], bigint[], bigint[], bigint[], text[], boolean[], bigint[], text[]) from public;
-      grant execute on function queues.settle_tasks(bigint[], bigint[], bigint[], bigint[], text[], boolean[], bigint[], text[]) to ${worker};`);
+        as $$ select * from queues.settle_tasks_before(_task_ids, _task_lease_ids, _outcomes, _retries,
+                                                       _error_task_ids, _error_messages, _started_us) $$;
+      revoke execute on function queues.settle_tasks(${signature}) from public;
+      grant execute on function queues.settle_tasks(${signature}) to ${worker};`);
     try {
       // One round for the three: refused once, sent again, recorded; none interrupted.
       const settled = await Promise.all(rest.map((t) => completer.complete(t, { outcome: 'succeeded' })));
@@ -95,9 +95,8 @@ it('records completions whose statement PostgreSQL refused after a migration cha
       for (const t of rest) expect((await factsOf(db, t.taskId)).outcome).toBe('succeeded');
     } finally {
       await db.query(`
-        drop function queues.settle_tasks(bigint[], bigint[], bigint[], bigint[], text[], boolean[], bigint[], text[]);
-        alter function queues.settle_tasks_before(bigint[], bigint[], bigint[], bigint[], text[], boolean[], bigint[], text[])
-          rename to settle_tasks;`);
+        drop function queues.settle_tasks(${signature});
+        alter function queues.settle_tasks_before(${signature}) rename to settle_tasks;`);
     }
   } finally {
     await completer.close();

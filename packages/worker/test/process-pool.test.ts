@@ -153,17 +153,18 @@ describe('PROCESSES: the pool', () => {
     expect(events(s, 'worker_stopped')).toHaveLength(2);
   });
 
-  it('poison tasks: each death is replaced, the task is abandoned after MAX_LEASES, the pool stays up', async () => {
+  it('poison tasks: each death is replaced, the task is abandoned after MAX_LEASES counted deaths, the pool stays up', async () => {
     const id = await enqueue(db, 'crash', {});
     const s = pool({ WORKER_ROLE: 'crash,db_function', MAX_LEASES: '2' });
     await eventually(async () => (await factsOf(db, id)).outcome !== null, 'abandonment', 30_000);
+    // The first death is not counted (the task was not yet a suspect); the next two are.
     expect(await factsOf(db, id)).toEqual({
       outcome: 'abandoned',
       errors: ['abandoned: 2 leases expired without completion (max_leases 2)'],
-      leases: 2,
+      leases: 3,
     });
     const deaths = events(s, 'child_exited');
-    expect(deaths.map((d) => d.signal)).toEqual(['SIGKILL', 'SIGKILL']);
+    expect(deaths.map((d) => d.signal)).toEqual(['SIGKILL', 'SIGKILL', 'SIGKILL']);
     expect(s.process.exitCode).toBeNull();
     const step = await enqueue(db, 'db_function', { db_function: 'fixture.step', key: 'after-the-poison' });
     await eventually(async () => (await factsOf(db, step)).outcome === 'succeeded', 'a step after the poison');

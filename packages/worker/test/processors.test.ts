@@ -12,7 +12,6 @@ import {
   dbFunctionProcessor,
   handlerTaskProcessor,
   LeaseLostError,
-  StartRecorder,
   type Processor,
   type TaskReport,
 } from '../src/index.js';
@@ -21,7 +20,6 @@ import { effects, enqueue, factsOf, handlerCalls, installFixtures } from './supp
 let db: TestDatabase;
 let pool: pg.Pool;
 let completer: Completer;
-let starts: StartRecorder;
 const log = createLogger('silent');
 
 beforeAll(async () => {
@@ -29,11 +27,9 @@ beforeAll(async () => {
   await installFixtures(db);
   pool = connect({ connectionString: db.url('worker') });
   completer = new Completer(db.url('worker'), log);
-  starts = new StartRecorder(db.url('worker'), log, 300_000);
 });
 afterAll(async () => {
   await completer?.close();
-  await starts?.close();
   await pool?.end();
   await db?.drop();
 });
@@ -44,21 +40,11 @@ async function claimOne(taskType: string): Promise<ClaimedTask> {
   return task;
 }
 
-/** The lease is already lost, so no start is recorded: the processor runs anyway and its outcome is refused. */
-async function processWithoutStart(processor: Processor, task: ClaimedTask): Promise<TaskReport> {
-  const outcome = await processor.process({ task, pool, log, signal: new AbortController().signal });
-  const { result, report } = await completer.complete(task, outcome);
-  if (result === 'lease_lost') throw new LeaseLostError(task);
-  return report;
-}
-
-/** Runs the processor as the worker does: start recorded, processor, outcome recorded by the completer. */
+/** Runs the processor as the worker does: processor, then its outcome and start recorded by the completer. */
 async function process(processor: Processor, task: ClaimedTask): Promise<TaskReport> {
-  const start = starts.record([task]);
-  await start.written;
-  expect(await start.answer).toEqual(new Set());
+  const startedAt = Date.now();
   const outcome = await processor.process({ task, pool, log, signal: new AbortController().signal });
-  const { result, report } = await completer.complete(task, outcome);
+  const { result, report } = await completer.complete(task, outcome, startedAt);
   if (result === 'lease_lost') throw new LeaseLostError(task);
   return report;
 }
@@ -232,7 +218,7 @@ describe('db_function processor', () => {
     const task = await claimOne('db_function');
     // Another worker takes the task after this lease "expires".
     await db.query(`select * from queues.claim_tasks_at(now() + interval '10 minutes', 'thief', 1, null, 60, 5)`);
-    await expect(processWithoutStart(processor, task)).rejects.toBeInstanceOf(LeaseLostError);
+    await expect(process(processor, task)).rejects.toBeInstanceOf(LeaseLostError);
     expect(await effects(db, 'stolen')).toBe(0);
     expect(await factsOf(db, id)).toEqual({ outcome: null, errors: [], leases: 2 });
   });
@@ -384,7 +370,7 @@ describe('handler processor', () => {
     await db.query(
       `select * from queues.claim_tasks_at(now() + interval '10 minutes', 'thief', 1, array['test_channel'], 60, 5)`,
     );
-    await expect(processWithoutStart(processor, task)).rejects.toBeInstanceOf(LeaseLostError);
+    await expect(process(processor, task)).rejects.toBeInstanceOf(LeaseLostError);
     expect(await handlerCalls(db)).toEqual([]);
     expect((await factsOf(db, id)).outcome).toBeNull();
   });

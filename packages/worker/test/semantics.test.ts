@@ -238,6 +238,13 @@ describe('a prepared statement refused after a migration', () => {
 
 describe('a completion made by someone else (item 2)', () => {
   it('the task abandoned by another claimer while its step runs: lease_lost, the step’s effects roll back', async () => {
+    const id = await enqueue('db_function', { db_function: 'fixture.step', key: 'abandoned-under-me', sleep: 1.5 });
+    // A first lease expires (a worker that died): the task is a suspect, and the worker's
+    // lease names it the claim's suspect, so that lease's expiry counts.
+    const { rows: died } = await db.query(
+      `select task_id::text from queues.claim_tasks_at(now(), 'died', 10, array['db_function'], 1, 1)`,
+    );
+    expect(died).toEqual([{ task_id: id }]);
     const worker = await startWorker(new ProcessorRegistry().register('db_function', dbFunctionProcessor()), {
       leaseSeconds: 30,
     });
@@ -245,11 +252,14 @@ describe('a completion made by someone else (item 2)', () => {
     const done: string[] = [];
     worker.on('lease_lost', (task) => lost.push(task.taskId));
     worker.on('completed', (task, report) => done.push(`${task.taskId}:${report.outcome}`));
-    const id = await enqueue('db_function', { db_function: 'fixture.step', key: 'abandoned-under-me', sleep: 1.5 });
-    await eventually(async () => (await factsOf(db, id)).leases === 1, 'the worker to lease the task');
-    // Only a started lease counts towards abandonment: wait until the worker recorded the start.
+    await eventually(async () => (await factsOf(db, id)).leases === 2, 'the worker to lease the task');
     await eventually(
-      async () => (await db.query('select 1 from queues.task_lease_started where task_id = $1', [id])).rowCount === 1,
+      async () =>
+        (
+          await db.query(
+            `select 1 from pg_stat_activity where datname = current_database() and state = 'active' and query like '%run_steps%'`,
+          )
+        ).rowCount === 1,
       'the worker to start the step',
     );
     // Another claimer (with a clock an hour ahead) finds the lease expired and abandons the task.

@@ -4,7 +4,7 @@
  *
  * Bytes per task of the queue's history: on a fresh embedded PostgreSQL, `--tasks`
  * db_function tasks go through the real path as the worker runs them (queues.enqueue_many
- * as the owner; queues.claim_tasks, queues.mark_started and queues.settle_tasks as the
+ * as the owner; queues.claim_tasks and queues.settle_tasks (with each run's start) as the
  * worker database user, `--batch` at a time) by `--claimers` loops at once, each with its
  * own worker id (`--worker-id` and a suffix; default shaped like the worker's own,
  * host-pid-random, plus the process slot); then `vacuum` and, per queue table (its
@@ -99,11 +99,11 @@ async function main(): Promise<void> {
         );
         const ids = rows.map((r) => r.task_id);
         const leases = rows.map((r) => r.task_lease_id);
-        await worker.query('select queues.mark_started($1::bigint[], $2::bigint[])', [ids, leases]);
-        await worker.query(`select count(*) from queues.settle_tasks('{}', '{}', $1::bigint[], $2::bigint[])`, [
-          ids,
-          leases,
-        ]);
+        const startedUs = ids.map(() => String(Date.now() * 1000));
+        await worker.query(
+          `select count(*) from queues.settle_tasks($1::bigint[], $2::bigint[], _started_us => $3::bigint[])`,
+          [ids, leases, startedUs],
+        );
       }
     };
     await Promise.all(Array.from({ length: claimers }, (_, i) => claimer(i + 1)));

@@ -505,10 +505,10 @@ defaults (concurrency ${o.workerConcurrency}, a local queue of 500 claimed tasks
 to LISTEN/NOTIFY, heartbeat 30 s, lease 300 s, max leases 5), log level \`warn\` (the CLI default
 is \`info\`, two log lines per task). The no-op handler for drains and latency is a processor
 registered for a task type \`bench\` that returns \`{ outcome: 'succeeded' }\`. Each task costs its
-share of one \`queues.claim_tasks\` call (up to 500 tasks, when the local queue is half empty),
-of one \`queues.settle_tasks\` call that records the starts of the tasks starting together, and
-of one that records the outcomes gathered while the previous one ran (hundreds per call, on the
-completer's own connection). \`db_function\` steps (7) run in the database, many per
+share of one \`queues.claim_tasks\` call (up to 500 tasks, when the local queue is half empty)
+and of one \`queues.settle_tasks\` call that records the outcomes (with each run's start)
+gathered while the previous one ran (hundreds per call, on the completer's own connection);
+nothing is written when a task starts. \`db_function\` steps (7) run in the database, many per
 \`queues.run_steps\` call (a slot takes a share of the local queue): the steps of one function
 in one statement, their completions and results in one more.
 

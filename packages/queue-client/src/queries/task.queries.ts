@@ -3,6 +3,8 @@ import { PreparedQuery } from '@pgtyped/runtime';
 
 export type DateOrString = Date | string;
 
+export type DateOrStringArray = (DateOrString)[];
+
 export type NumberOrString = number | string;
 
 export type NumberOrStringArray = (NumberOrString)[];
@@ -309,6 +311,7 @@ export const taskComplete = new PreparedQuery<ITaskCompleteParams,ITaskCompleteR
 export interface ITaskCompleteManyParams {
   outcomes?: stringArray | null | void;
   retries?: booleanArray | null | void;
+  startedAt?: DateOrStringArray | null | void;
   taskIds: NumberOrStringArray;
   taskLeaseIds?: NumberOrStringArray | null | void;
 }
@@ -325,13 +328,14 @@ export interface ITaskCompleteManyQuery {
   result: ITaskCompleteManyResult;
 }
 
-const taskCompleteManyIR: any = {"usedParamSet":{"taskIds":true,"taskLeaseIds":true,"outcomes":true,"retries":true},"params":[{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":82,"b":90}]},{"name":"taskLeaseIds","required":false,"transform":{"type":"scalar"},"locs":[{"a":103,"b":115}]},{"name":"outcomes","required":false,"transform":{"type":"scalar"},"locs":[{"a":128,"b":136}]},{"name":"retries","required":false,"transform":{"type":"scalar"},"locs":[{"a":147,"b":154}]}],"statement":"select c.task_id as \"taskId!\", c.result as \"result!\"\n  from queues.complete_tasks(:taskIds!::bigint[], :taskLeaseIds::bigint[], :outcomes::text[], :retries::boolean[]) c"};
+const taskCompleteManyIR: any = {"usedParamSet":{"taskIds":true,"taskLeaseIds":true,"outcomes":true,"retries":true,"startedAt":true},"params":[{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":82,"b":90}]},{"name":"taskLeaseIds","required":false,"transform":{"type":"scalar"},"locs":[{"a":103,"b":115}]},{"name":"outcomes","required":false,"transform":{"type":"scalar"},"locs":[{"a":128,"b":136}]},{"name":"retries","required":false,"transform":{"type":"scalar"},"locs":[{"a":147,"b":154}]},{"name":"startedAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":197,"b":206}]}],"statement":"select c.task_id as \"taskId!\", c.result as \"result!\"\n  from queues.complete_tasks(:taskIds!::bigint[], :taskLeaseIds::bigint[], :outcomes::text[], :retries::boolean[],\n                             :startedAt::timestamptz[]) c"};
 
 /**
  * Query generated from SQL:
  * ```
  * select c.task_id as "taskId!", c.result as "result!"
- *   from queues.complete_tasks(:taskIds!::bigint[], :taskLeaseIds::bigint[], :outcomes::text[], :retries::boolean[]) c
+ *   from queues.complete_tasks(:taskIds!::bigint[], :taskLeaseIds::bigint[], :outcomes::text[], :retries::boolean[],
+ *                              :startedAt::timestamptz[]) c
  * ```
  */
 export const taskCompleteMany = new PreparedQuery<ITaskCompleteManyParams,ITaskCompleteManyResult>(taskCompleteManyIR);
@@ -343,15 +347,13 @@ export interface ITaskSettleParams {
   errorTaskIds?: NumberOrStringArray | null | void;
   outcomes?: stringArray | null | void;
   retries?: booleanArray | null | void;
-  startedLeaseIds: NumberOrStringArray;
-  startedTaskIds: NumberOrStringArray;
+  startedUs?: NumberOrStringArray | null | void;
   taskIds: NumberOrStringArray;
   taskLeaseIds?: NumberOrStringArray | null | void;
 }
 
 /** 'TaskSettle' return type */
 export interface ITaskSettleResult {
-  kind: string;
   result: string;
   taskId: string;
 }
@@ -362,15 +364,14 @@ export interface ITaskSettleQuery {
   result: ITaskSettleResult;
 }
 
-const taskSettleIR: any = {"usedParamSet":{"startedTaskIds":true,"startedLeaseIds":true,"taskIds":true,"taskLeaseIds":true,"outcomes":true,"retries":true,"errorTaskIds":true,"errorMessages":true},"params":[{"name":"startedTaskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":99,"b":114}]},{"name":"startedLeaseIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":127,"b":143}]},{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":156,"b":164}]},{"name":"taskLeaseIds","required":false,"transform":{"type":"scalar"},"locs":[{"a":204,"b":216}]},{"name":"outcomes","required":false,"transform":{"type":"scalar"},"locs":[{"a":229,"b":237}]},{"name":"retries","required":false,"transform":{"type":"scalar"},"locs":[{"a":248,"b":255}]},{"name":"errorTaskIds","required":false,"transform":{"type":"scalar"},"locs":[{"a":296,"b":308}]},{"name":"errorMessages","required":false,"transform":{"type":"scalar"},"locs":[{"a":321,"b":334}]}],"statement":"select s.task_id as \"taskId!\", s.kind as \"kind!\", s.result as \"result!\"\n  from queues.settle_tasks(:startedTaskIds!::bigint[], :startedLeaseIds!::bigint[], :taskIds!::bigint[],\n                           :taskLeaseIds::bigint[], :outcomes::text[], :retries::boolean[],\n                           :errorTaskIds::bigint[], :errorMessages::text[]) s"};
+const taskSettleIR: any = {"usedParamSet":{"taskIds":true,"taskLeaseIds":true,"outcomes":true,"retries":true,"errorTaskIds":true,"errorMessages":true,"startedUs":true},"params":[{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":80,"b":88}]},{"name":"taskLeaseIds","required":false,"transform":{"type":"scalar"},"locs":[{"a":101,"b":113}]},{"name":"outcomes","required":false,"transform":{"type":"scalar"},"locs":[{"a":126,"b":134}]},{"name":"retries","required":false,"transform":{"type":"scalar"},"locs":[{"a":145,"b":152}]},{"name":"errorTaskIds","required":false,"transform":{"type":"scalar"},"locs":[{"a":193,"b":205}]},{"name":"errorMessages","required":false,"transform":{"type":"scalar"},"locs":[{"a":218,"b":231}]},{"name":"startedUs","required":false,"transform":{"type":"scalar"},"locs":[{"a":242,"b":251}]}],"statement":"select s.task_id as \"taskId!\", s.result as \"result!\"\n  from queues.settle_tasks(:taskIds!::bigint[], :taskLeaseIds::bigint[], :outcomes::text[], :retries::boolean[],\n                           :errorTaskIds::bigint[], :errorMessages::text[], :startedUs::bigint[]) s"};
 
 /**
  * Query generated from SQL:
  * ```
- * select s.task_id as "taskId!", s.kind as "kind!", s.result as "result!"
- *   from queues.settle_tasks(:startedTaskIds!::bigint[], :startedLeaseIds!::bigint[], :taskIds!::bigint[],
- *                            :taskLeaseIds::bigint[], :outcomes::text[], :retries::boolean[],
- *                            :errorTaskIds::bigint[], :errorMessages::text[]) s
+ * select s.task_id as "taskId!", s.result as "result!"
+ *   from queues.settle_tasks(:taskIds!::bigint[], :taskLeaseIds::bigint[], :outcomes::text[], :retries::boolean[],
+ *                            :errorTaskIds::bigint[], :errorMessages::text[], :startedUs::bigint[]) s
  * ```
  */
 export const taskSettle = new PreparedQuery<ITaskSettleParams,ITaskSettleResult>(taskSettleIR);
@@ -385,6 +386,7 @@ export interface ITaskSettleWithHandlerParams {
   outcome: string;
   raisedPrefix: string;
   retry?: boolean | null | void;
+  startedAt?: DateOrString | null | void;
   taskId: NumberOrString;
   taskLeaseId: NumberOrString;
 }
@@ -402,7 +404,7 @@ export interface ITaskSettleWithHandlerQuery {
   result: ITaskSettleWithHandlerResult;
 }
 
-const taskSettleWithHandlerIR: any = {"usedParamSet":{"taskId":true,"taskLeaseId":true,"outcome":true,"errors":true,"retry":true,"handler":true,"body":true,"mode":true,"raisedPrefix":true},"params":[{"name":"taskId","required":true,"transform":{"type":"scalar"},"locs":[{"a":111,"b":118}]},{"name":"taskLeaseId","required":true,"transform":{"type":"scalar"},"locs":[{"a":129,"b":141}]},{"name":"outcome","required":true,"transform":{"type":"scalar"},"locs":[{"a":152,"b":160}]},{"name":"errors","required":true,"transform":{"type":"scalar"},"locs":[{"a":169,"b":176}]},{"name":"retry","required":false,"transform":{"type":"scalar"},"locs":[{"a":221,"b":226}]},{"name":"handler","required":true,"transform":{"type":"scalar"},"locs":[{"a":238,"b":246}]},{"name":"body","required":true,"transform":{"type":"scalar"},"locs":[{"a":255,"b":260}]},{"name":"mode","required":true,"transform":{"type":"scalar"},"locs":[{"a":270,"b":275}]},{"name":"raisedPrefix","required":true,"transform":{"type":"scalar"},"locs":[{"a":318,"b":331}]}],"statement":"select s.result as \"result!\", s.outcome as \"outcome!\", s.errors as \"errors!\"\n  from queues.settle_with_handler(:taskId!::bigint, :taskLeaseId!::bigint, :outcome!::text, :errors!::text[],\n                                  :retry::boolean, :handler!::text, :body!::jsonb, :mode!::text,\n                                  :raisedPrefix!::text) s"};
+const taskSettleWithHandlerIR: any = {"usedParamSet":{"taskId":true,"taskLeaseId":true,"outcome":true,"errors":true,"retry":true,"handler":true,"body":true,"mode":true,"raisedPrefix":true,"startedAt":true},"params":[{"name":"taskId","required":true,"transform":{"type":"scalar"},"locs":[{"a":111,"b":118}]},{"name":"taskLeaseId","required":true,"transform":{"type":"scalar"},"locs":[{"a":129,"b":141}]},{"name":"outcome","required":true,"transform":{"type":"scalar"},"locs":[{"a":152,"b":160}]},{"name":"errors","required":true,"transform":{"type":"scalar"},"locs":[{"a":169,"b":176}]},{"name":"retry","required":false,"transform":{"type":"scalar"},"locs":[{"a":221,"b":226}]},{"name":"handler","required":true,"transform":{"type":"scalar"},"locs":[{"a":238,"b":246}]},{"name":"body","required":true,"transform":{"type":"scalar"},"locs":[{"a":255,"b":260}]},{"name":"mode","required":true,"transform":{"type":"scalar"},"locs":[{"a":270,"b":275}]},{"name":"raisedPrefix","required":true,"transform":{"type":"scalar"},"locs":[{"a":318,"b":331}]},{"name":"startedAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":340,"b":349}]}],"statement":"select s.result as \"result!\", s.outcome as \"outcome!\", s.errors as \"errors!\"\n  from queues.settle_with_handler(:taskId!::bigint, :taskLeaseId!::bigint, :outcome!::text, :errors!::text[],\n                                  :retry::boolean, :handler!::text, :body!::jsonb, :mode!::text,\n                                  :raisedPrefix!::text, :startedAt::timestamptz) s"};
 
 /**
  * Query generated from SQL:
@@ -410,7 +412,7 @@ const taskSettleWithHandlerIR: any = {"usedParamSet":{"taskId":true,"taskLeaseId
  * select s.result as "result!", s.outcome as "outcome!", s.errors as "errors!"
  *   from queues.settle_with_handler(:taskId!::bigint, :taskLeaseId!::bigint, :outcome!::text, :errors!::text[],
  *                                   :retry::boolean, :handler!::text, :body!::jsonb, :mode!::text,
- *                                   :raisedPrefix!::text) s
+ *                                   :raisedPrefix!::text, :startedAt::timestamptz) s
  * ```
  */
 export const taskSettleWithHandler = new PreparedQuery<ITaskSettleWithHandlerParams,ITaskSettleWithHandlerResult>(taskSettleWithHandlerIR);
@@ -418,6 +420,7 @@ export const taskSettleWithHandler = new PreparedQuery<ITaskSettleWithHandlerPar
 
 /** 'TaskMarkStarted' parameters type */
 export interface ITaskMarkStartedParams {
+  startedUs?: NumberOrStringArray | null | void;
   taskIds: NumberOrStringArray;
   taskLeaseIds: NumberOrStringArray;
 }
@@ -433,12 +436,12 @@ export interface ITaskMarkStartedQuery {
   result: ITaskMarkStartedResult;
 }
 
-const taskMarkStartedIR: any = {"usedParamSet":{"taskIds":true,"taskLeaseIds":true},"params":[{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":47,"b":55}]},{"name":"taskLeaseIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":68,"b":81}]}],"statement":"select s as \"taskId!\" from queues.mark_started(:taskIds!::bigint[], :taskLeaseIds!::bigint[]) s"};
+const taskMarkStartedIR: any = {"usedParamSet":{"taskIds":true,"taskLeaseIds":true,"startedUs":true},"params":[{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":47,"b":55}]},{"name":"taskLeaseIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":68,"b":81}]},{"name":"startedUs","required":false,"transform":{"type":"scalar"},"locs":[{"a":94,"b":103}]}],"statement":"select s as \"taskId!\" from queues.mark_started(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :startedUs::bigint[]) s"};
 
 /**
  * Query generated from SQL:
  * ```
- * select s as "taskId!" from queues.mark_started(:taskIds!::bigint[], :taskLeaseIds!::bigint[]) s
+ * select s as "taskId!" from queues.mark_started(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :startedUs::bigint[]) s
  * ```
  */
 export const taskMarkStarted = new PreparedQuery<ITaskMarkStartedParams,ITaskMarkStartedResult>(taskMarkStartedIR);

@@ -61,22 +61,22 @@ select queues.complete_task(:taskId!::bigint, :taskLeaseId::bigint, :outcome::te
 
 /* @name TaskCompleteMany */
 select c.task_id as "taskId!", c.result as "result!"
-  from queues.complete_tasks(:taskIds!::bigint[], :taskLeaseIds::bigint[], :outcomes::text[], :retries::boolean[]) c;
+  from queues.complete_tasks(:taskIds!::bigint[], :taskLeaseIds::bigint[], :outcomes::text[], :retries::boolean[],
+                             :startedAt::timestamptz[]) c;
 
 /* @name TaskSettle */
-select s.task_id as "taskId!", s.kind as "kind!", s.result as "result!"
-  from queues.settle_tasks(:startedTaskIds!::bigint[], :startedLeaseIds!::bigint[], :taskIds!::bigint[],
-                           :taskLeaseIds::bigint[], :outcomes::text[], :retries::boolean[],
-                           :errorTaskIds::bigint[], :errorMessages::text[]) s;
+select s.task_id as "taskId!", s.result as "result!"
+  from queues.settle_tasks(:taskIds!::bigint[], :taskLeaseIds::bigint[], :outcomes::text[], :retries::boolean[],
+                           :errorTaskIds::bigint[], :errorMessages::text[], :startedUs::bigint[]) s;
 
 /* @name TaskSettleWithHandler */
 select s.result as "result!", s.outcome as "outcome!", s.errors as "errors!"
   from queues.settle_with_handler(:taskId!::bigint, :taskLeaseId!::bigint, :outcome!::text, :errors!::text[],
                                   :retry::boolean, :handler!::text, :body!::jsonb, :mode!::text,
-                                  :raisedPrefix!::text) s;
+                                  :raisedPrefix!::text, :startedAt::timestamptz) s;
 
 /* @name TaskMarkStarted */
-select s as "taskId!" from queues.mark_started(:taskIds!::bigint[], :taskLeaseIds!::bigint[]) s;
+select s as "taskId!" from queues.mark_started(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :startedUs::bigint[]) s;
 
 /* @name TaskRunSteps */
 select s.task_id as "taskId!", s.result as "result!", s.outcome, s.error, s.note

@@ -996,8 +996,6 @@ export const scenario: Scenario = {
       'queues.task': n,
       'queues.task_completed': n,
       'queues.task_lease': cases.reduce((s, c) => s + (c.leases ?? 1), 0),
-      // Every lease's task was started (recorded before it ran).
-      'queues.task_lease_started': cases.reduce((s, c) => s + (c.leases ?? 1), 0),
       ...(interruptions > 0
         ? { 'queues.task_interruption': interruptions, 'queues.task_lease_release': interruptions }
         : {}),

@@ -1,0 +1,4 @@
+set local lock_timeout = '5s';
+
+--!include queues/privileges.sql
+--!include queues/privileges-hot-path.sql
