@@ -41,8 +41,8 @@ export function authorization() {
 /** @type {() => void} */
 let refused = () => {};
 /**
- * What to do when the API refuses this tab's credential (401) on a request other than
- * GET /api/session, once it is forgotten: the dashboard shows its login.
+ * What to do when the API refuses this tab's current credential (401) on a request other
+ * than GET /api/session, once it is forgotten: the dashboard shows its login.
  * @param {() => void} handler
  */
 export function onRefused(handler) {
@@ -76,8 +76,10 @@ export async function api(path, options = {}) {
   const res = await fetch(path.replace(/^\//, ''), { ...options, headers });
   /** @type {any} */
   const body = res.headers.get('content-type')?.includes('json') ? await res.json() : await res.text();
-  if (res.status === 401 && path !== '/api/session') {
-    // The credential was refused (or is needed): back to the login.
+  // The credential was refused (or is needed): back to the login. Only when it is still this
+  // tab's: a request sent before a log in (or with the credential before) may be answered
+  // after it, and the new credential is not the one refused.
+  if (res.status === 401 && path !== '/api/session' && auth === authorization()) {
     forget();
     refused();
   }
