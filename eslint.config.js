@@ -69,8 +69,8 @@ export default defineConfig(
     languageOptions: { globals: globals.node },
   },
   {
-    // The dashboard runs in the browser.
+    // The dashboard runs in the browser, as ES modules (type-checked by the root tsconfig.json).
     files: ['packages/web/public/**/*.js'],
-    languageOptions: { globals: globals.browser, sourceType: 'script' },
+    languageOptions: { globals: globals.browser, sourceType: 'module' },
   },
 );

@@ -1,118 +1,125 @@
+// @ts-check
 // The API reference page: renders /api/openapi.json (the document the server generates
 // from its schemas) as a list of operations by tag, each with its parameters, request body
-// and answers. Everything is local: no CDN, no script but this one. Text goes in with
-// textContent only.
-// The dashboard's credential of this tab (app.js): a token, with a user name or without.
-const TOKEN_KEY = 'queue-api-token';
-const USER_KEY = 'queue-api-user';
-const main = document.getElementById('reference');
+// and answers. Everything is local: no CDN, no script but this one and the dashboard's
+// shared modules. Text goes in as text nodes only. The request carries the dashboard's
+// credential of this tab (lib/api-client.js), when there is one.
+import { authorization } from './lib/api-client.js';
+import { byId, h, messageOf, put } from './lib/dom.js';
 
-/** An element with text and children. */
-function el(tag, props = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(props)) {
-    if (key === 'text') node.textContent = value;
-    else node.setAttribute(key, value);
-  }
-  for (const child of children) if (child) node.append(child);
-  return node;
-}
+const main = byId('reference');
 
-const json = (value) => el('pre', { text: JSON.stringify(value, null, 2) });
+/**
+ * Indented JSON in a block.
+ * @param {unknown} value
+ */
+const json = (value) => h('pre', {}, JSON.stringify(value, null, 2));
 
+/**
+ * An operation's parameters (OpenAPI Parameter objects).
+ * @param {any[]} parameters
+ */
 function parametersTable(parameters) {
-  const table = el('table');
-  table.append(
-    el(
-      'tr',
-      {},
-      el('th', { text: 'name' }),
-      el('th', { text: 'in' }),
-      el('th', { text: 'required' }),
-      el('th', { text: 'schema' }),
-    ),
-  );
-  for (const p of parameters) {
-    const schema = { ...p.schema };
-    table.append(
-      el(
+  return h(
+    'table',
+    {},
+    h('tr', {}, h('th', {}, 'name'), h('th', {}, 'in'), h('th', {}, 'required'), h('th', {}, 'schema')),
+    parameters.map((p) =>
+      h(
         'tr',
         {},
-        el('td', {}, el('code', { text: p.name })),
-        el('td', { text: p.in }),
-        el('td', { text: p.required ? 'yes' : 'no' }),
-        el('td', {}, el('code', { text: JSON.stringify(schema) })),
+        h('td', {}, h('code', {}, p.name)),
+        h('td', {}, p.in),
+        h('td', {}, p.required ? 'yes' : 'no'),
+        h('td', {}, h('code', {}, JSON.stringify({ ...p.schema }))),
       ),
-    );
-  }
-  return table;
+    ),
+  );
 }
 
+/**
+ * One operation, folded: its method, path and summary, then what it takes and answers.
+ * @param {string} path
+ * @param {string} method
+ * @param {any} op an OpenAPI Operation object
+ */
 function operation(path, method, op) {
-  const summary = el(
+  const summary = h(
     'summary',
     {},
-    el('span', { class: `method method-${method}`, text: method.toUpperCase() }),
-    el('code', { class: 'path', text: path }),
-    el('span', { text: op.summary ?? '' }),
-    op['x-access'] === 'operator' ? el('span', { class: 'access-operator', text: 'operator' }) : null,
+    h('span', { class: `method method-${method}` }, method.toUpperCase()),
+    h('code', { class: 'path' }, path),
+    h('span', {}, op.summary ?? ''),
+    op['x-access'] === 'operator' ? h('span', { class: 'access-operator' }, 'operator') : null,
   );
-  const body = el('div');
-  body.append(el('p', { class: 'muted', text: `operationId ${op.operationId}` }));
-  if (op.parameters?.length) body.append(el('h3', { text: 'Parameters' }), parametersTable(op.parameters));
-  if (op.requestBody) {
-    body.append(el('h3', { text: `Request body${op.requestBody.required ? '' : ' (optional)'}` }));
-    for (const [type, media] of Object.entries(op.requestBody.content))
-      body.append(el('p', { text: type }), json(media.schema));
-  }
-  body.append(el('h3', { text: 'Answers' }));
-  for (const [status, answer] of Object.entries(op.responses)) {
-    const details = el('details', {}, el('summary', { text: `${status} ${answer.description}` }));
-    for (const [type, media] of Object.entries(answer.content ?? {}))
-      details.append(el('p', { text: type }), json(media.schema));
-    body.append(details);
-  }
-  return el('details', { class: 'op', id: op.operationId }, summary, body);
+  /** @type {[string, any][]} */
+  const bodies = op.requestBody ? Object.entries(op.requestBody.content) : [];
+  /** @type {[string, any][]} */
+  const answers = Object.entries(op.responses);
+  const body = h(
+    'div',
+    {},
+    h('p', { class: 'muted' }, `operationId ${op.operationId}`),
+    op.parameters?.length ? [h('h3', {}, 'Parameters'), parametersTable(op.parameters)] : null,
+    op.requestBody
+      ? [
+          h('h3', {}, `Request body${op.requestBody.required ? '' : ' (optional)'}`),
+          bodies.map(([type, media]) => [h('p', {}, type), json(media.schema)]),
+        ]
+      : null,
+    h('h3', {}, 'Answers'),
+    answers.map(([status, answer]) =>
+      h(
+        'details',
+        {},
+        h('summary', {}, `${status} ${answer.description}`),
+        Object.entries(answer.content ?? {}).map(([type, media]) => [
+          h('p', {}, type),
+          json(/** @type {any} */ (media).schema),
+        ]),
+      ),
+    ),
+  );
+  return h('details', { class: 'op', id: op.operationId }, summary, body);
 }
 
+/**
+ * The document, by tag.
+ * @param {any} doc the OpenAPI document
+ */
 function render(doc) {
-  main.replaceChildren(
-    el('h1', { text: `${doc.info.title} ${doc.info.version}` }),
-    el('p', { text: doc.info.description ?? '' }),
-    el('p', { class: 'muted', text: `OpenAPI ${doc.openapi} · ${Object.keys(doc.paths).length} paths` }),
-  );
-  const byTag = new Map((doc.tags ?? []).map((t) => [t.name, []]));
+  /** @type {Map<string, HTMLElement[]>} */
+  const byTag = new Map((doc.tags ?? []).map((/** @type {{ name: string }} */ t) => [t.name, []]));
   for (const [path, ops] of Object.entries(doc.paths)) {
-    for (const [method, op] of Object.entries(ops)) {
+    for (const [method, op] of Object.entries(/** @type {Record<string, any>} */ (ops))) {
       const tag = op.tags?.[0] ?? 'other';
-      if (!byTag.has(tag)) byTag.set(tag, []);
-      byTag.get(tag).push(operation(path, method, op));
+      const items = byTag.get(tag) ?? [];
+      items.push(operation(path, method, op));
+      byTag.set(tag, items);
     }
   }
-  for (const [tag, items] of byTag) main.append(el('section', {}, el('h2', { text: tag }), ...items));
+  put(
+    main,
+    h('h1', {}, `${doc.info.title} ${doc.info.version}`),
+    h('p', {}, doc.info.description ?? ''),
+    h('p', { class: 'muted' }, `OpenAPI ${doc.openapi} · ${Object.keys(doc.paths).length} paths`),
+    [...byTag].map(([tag, items]) => h('section', {}, h('h2', {}, tag), items)),
+  );
   if (location.hash) document.getElementById(location.hash.slice(1))?.setAttribute('open', '');
-}
-
-/** The Authorization header of the dashboard's credential (Basic with a name, else Bearer), if any. */
-function authorization() {
-  const token = sessionStorage.getItem(TOKEN_KEY);
-  if (!token) return {};
-  const name = sessionStorage.getItem(USER_KEY);
-  if (!name) return { authorization: `Bearer ${token}` };
-  const bytes = new TextEncoder().encode(`${name}:${token}`);
-  return { authorization: `Basic ${btoa(String.fromCharCode(...bytes))}` };
 }
 
 async function load() {
   try {
-    const response = await fetch('api/openapi.json', { headers: authorization() });
+    const auth = authorization();
+    // Relative to the page, as the dashboard's requests: it works under a path prefix.
+    const response = await fetch('api/openapi.json', { headers: auth ? { authorization: auth } : {} });
     if (response.status === 401)
       throw new Error('The API needs a credential: log in on the dashboard first, then come back.');
     if (!response.ok) throw new Error(`GET /api/openapi.json answered ${response.status}`);
     render(await response.json());
   } catch (error) {
-    main.replaceChildren(el('p', { class: 'error', text: String(error.message ?? error) }));
+    put(main, h('p', { class: 'error' }, messageOf(error)));
   }
 }
 
-load();
+void load();

@@ -7,7 +7,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
-import { extname, join } from 'node:path';
+import { extname, join, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type pg from 'pg';
@@ -998,10 +998,12 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
   );
 
   // --- dashboard -----------------------------------------------------------------------
+  // Every file of public/ and its folders (the dashboard's modules are in lib/ and pages/),
+  // read once at start; each is a route of its own, so no path from a request reaches the disk.
   const files = new Map<string, { body: Buffer; type: string }>();
-  for (const name of readdirSync(PUBLIC_DIR)) {
-    const type = CONTENT_TYPES[extname(name)];
-    if (type) files.set(name, { body: readFileSync(join(PUBLIC_DIR, name)), type });
+  for (const path of readdirSync(PUBLIC_DIR, { recursive: true, encoding: 'utf8' })) {
+    const type = CONTENT_TYPES[extname(path)];
+    if (type) files.set(path.split(sep).join('/'), { body: readFileSync(join(PUBLIC_DIR, path)), type });
   }
   const serve = (name: string) => async (_request: FastifyRequest, reply: FastifyReply) => {
     const file = files.get(name)!;

@@ -173,7 +173,8 @@ describe('credentials', () => {
     const routes = routesOf(app);
     expect(routes.length).toBeGreaterThan(30);
     const open = routes.filter((r) => r.access === 'public').map((r) => r.url);
-    for (const url of open) expect(url).toMatch(/^\/(healthz|readyz|metrics|[a-z]*(\.(js|css|html))?)$/);
+    for (const url of open)
+      expect(url).toMatch(/^\/(healthz|readyz|metrics|((lib|pages)\/)?[a-z-]*(\.(js|css|html))?)$/);
     expect(changeRoutes().every((r) => r.access === 'operator')).toBe(true);
     expect(readRoutes().every((r) => r.access === 'read')).toBe(true);
     expect(changeRoutes().length).toBeGreaterThanOrEqual(14);

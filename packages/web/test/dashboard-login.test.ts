@@ -7,7 +7,7 @@
 // the Audit page naming the operator. The credential is kept in sessionStorage (this tab).
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
-import type { Page } from 'playwright-core';
+import type { Page, Route } from 'playwright-core';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { createApi } from '../src/index.js';
 import { openBrowser, type Browser } from './support/browser.js';
@@ -130,4 +130,43 @@ it('an operator logs in with name and token, cancels a task, and the change is i
   await page.getByTestId('login-form').waitFor();
   expect(await page.evaluate(() => sessionStorage.getItem('queue-api-token'))).toBeNull();
   expect(browser!.outside).toEqual([]);
+});
+
+it('a refusal (401) of requests sent before a login does not log out the user who has just logged in', async () => {
+  const { rows } = await db.query<{ id: string }>(`select queues.enqueue('store_discovery', '{"n": 3}') as id`);
+  const id = rows[0].id;
+  await logOut();
+  await page.goto(`${base}/#/task/${id}`);
+  await logIn('', READER.token);
+  await page.getByTestId('task-fields').waitFor();
+  // The reader's page keeps polling: hold its requests (as a slow server would), to answer
+  // them 401 once another user has logged in, as the server does when the reader's token
+  // has been withdrawn meanwhile.
+  const held: Route[] = [];
+  await page.route('**/api/**', async (route) => {
+    const auth = await route.request().headerValue('authorization');
+    if (auth === `Bearer ${READER.token}` && !route.request().url().endsWith('/api/session')) held.push(route);
+    else await route.continue();
+  });
+  try {
+    await expect.poll(() => held.length, { timeout: 15_000 }).toBeGreaterThanOrEqual(2);
+    await page.getByTestId('forget-token').click();
+    await page.getByTestId('login-form').waitFor();
+    await logIn(OPERATOR.name, OPERATOR.token);
+    await page.getByTestId('cancel-task').waitFor();
+    expect(await page.getByTestId('access-user').textContent()).toBe('olga');
+    // Every held request refused at once; the old page's refresh says it failed.
+    const refusal = { error: 'unauthorized', message: 'a Bearer token or Basic credential is required' };
+    await Promise.all(held.map((r) => r.fulfill({ status: 401, json: refusal })));
+    await expect.poll(() => page.locator('#updated').textContent(), { timeout: 10_000 }).toMatch(/refresh failed/);
+    // The operator's credential was not the one refused: it is kept, and so is the page.
+    expect(await page.evaluate(() => sessionStorage.getItem('queue-api-token'))).toBe(OPERATOR.token);
+    expect(await page.evaluate(() => sessionStorage.getItem('queue-api-user'))).toBe('olga');
+    await page.reload();
+    await page.getByTestId('cancel-task').waitFor();
+    expect(await page.getByTestId('access-user').textContent()).toBe('olga');
+    expect(browser!.outside).toEqual([]);
+  } finally {
+    await page.unroute('**/api/**');
+  }
 });

@@ -5,7 +5,8 @@
 // claimed by a running Worker until resumed, a dead-lettered task is redriven and run, and
 // a process tree shows its stuck child, the History page shows the partition sets, the
 // next drop and what blocks it, and a timeline says which of its queue tasks retention
-// dropped. The browser may reach nothing but the API's origin.
+// dropped; the Workers page revokes a stale worker's leases and the Schedules page
+// disables and enables a schedule. The browser may reach nothing but the API's origin.
 // A missing browser FAILS this file (CI installs it: apt-get install -y chromium).
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
@@ -39,6 +40,13 @@ afterAll(async () => {
   await app?.close();
   await db?.drop();
 });
+
+/** A read of the API as the operator. */
+async function apiGet(path: string): Promise<unknown> {
+  const res = await fetch(`${base}${path}`, { headers: { authorization: `Bearer ${TOKEN}` } });
+  expect(res.status).toBe(200);
+  return res.json();
+}
 
 async function enqueue(body: Record<string, unknown>): Promise<number> {
   if (WORKER_ONLY.has(body.task_type as string)) return enqueueAsOwner(db, body);
@@ -489,6 +497,83 @@ it('History: each partition set with its state and oldest task, the next drop an
   expect(await page.getByTestId('pruned-task').textContent()).toContain(`task #${emailTask} (pruned)`);
 
   expect(errors).toEqual([]);
+});
+
+it("Workers: each worker with its status, roles and tasks in flight; a stale worker's leases are revoked from the page", async () => {
+  await enqueue({ task_type: 'store_discovery', payload: { workers: 'page' } });
+  // (The claim takes the oldest ready store_discovery task: this one or one left by a test above.)
+  const worker = db.pool('worker');
+  await worker.query(`select queues.record_worker_heartbeat('w-page-stale', '{store_discovery}')`);
+  const claimed = await worker.query<{ task_id: string }>(
+    `select task_id from queues.claim_tasks('w-page-stale', 1, '{store_discovery}', 3600)`,
+  );
+  expect(claimed.rows).toHaveLength(1);
+  await worker.query(`select queues.record_worker_heartbeat('w-page-live', '{product_resync,analytics_refresh}')`);
+  await db.query(
+    `update queues.worker set last_seen_at = now() - interval '30 minutes' where worker_id = 'w-page-stale'`,
+  );
+  await page.goto(`${base}/#/workers`);
+  await setToken(TOKEN);
+  await page.reload(); // a new document reads the token
+  const stale = page.locator('[data-testid=workers] tr[data-worker-id=w-page-stale]');
+  const fresh = page.locator('[data-testid=workers] tr[data-worker-id=w-page-live]');
+  await stale.waitFor();
+  const cells = async (row: typeof stale) => (await row.locator('td').allTextContents()).map((s) => s.trim());
+  expect((await cells(stale)).slice(0, 3)).toEqual(['w-page-stale', 'stale', 'store_discovery']);
+  expect((await cells(stale))[4]).toBe('1');
+  expect((await cells(fresh)).slice(0, 3)).toEqual(['w-page-live', 'live', 'product_resync, analytics_refresh']);
+  expect(await fresh.getByRole('button').count()).toBe(0);
+  // The worker's name links to its tasks.
+  expect(await stale.getByRole('link', { name: 'w-page-stale' }).getAttribute('href')).toBe(
+    '#/tasks?worker_id=w-page-stale',
+  );
+  await page.getByTestId('recover-w-page-stale').click();
+  await page.getByTestId('action-result').filter({ hasText: 'w-page-stale: 1 lease(s) revoked' }).waitFor();
+  await expect.poll(async () => (await cells(stale))[4]).toBe('0');
+  const { workers } = (await apiGet('/api/workers')) as { workers: { worker_id: string; tasks_in_flight: number }[] };
+  expect(workers.find((w) => w.worker_id === 'w-page-stale')?.tasks_in_flight).toBe(0);
+});
+
+it('Schedules: each schedule with its cron, zone, type, state and last runs; disabled and enabled again from the page', async () => {
+  const { rows } = await db.query<{ schedule_id: string }>(
+    `select schedule_id from schedules.upsert_schedule_at(now() - interval '2 hours', 'dashboard.page', '*/30 * * * *', 'analytics_refresh', '{}'::jsonb, _time_zone => 'Europe/Paris')`,
+  );
+  // Its runs of the last hour and a half (the clock moved by the owner-only *_at function).
+  for (const minutes of [90, 60, 30])
+    await db.query(`select schedules.run_schedule_at(now() - make_interval(mins => $1), $2)`, [
+      minutes,
+      rows[0].schedule_id,
+    ]);
+  type Schedule = { name: string; enabled: boolean; last_runs: { task_id: number | null }[] };
+  const schedule = async () =>
+    ((await apiGet('/api/schedules')) as { schedules: Schedule[] }).schedules.find((x) => x.name === 'dashboard.page')!;
+  const runs = (await schedule()).last_runs;
+  expect(runs.length).toBeGreaterThan(0);
+  await page.goto(`${base}/#/schedules`);
+  await setToken(TOKEN);
+  await page.reload(); // a new document reads the token
+  const row = page.locator('[data-testid=schedules] tr[data-schedule="dashboard.page"]');
+  await row.waitFor();
+  const cells = async () => (await row.locator('td').allTextContents()).map((s) => s.trim());
+  expect((await cells()).slice(0, 4)).toEqual([
+    'dashboard.page',
+    '*/30 * * * * Europe/Paris',
+    'analytics_refresh',
+    'enabled',
+  ]);
+  expect(await row.locator('ul.runs li').count()).toBe(runs.length);
+  const taskIds = runs.flatMap((r) => (r.task_id ? [`#${r.task_id}`] : []));
+  expect(await row.locator('ul.runs a').allTextContents()).toEqual(taskIds);
+  const enabled = async () => (await schedule()).enabled;
+  await page.getByTestId('disable-dashboard.page').click();
+  await page.getByTestId('action-result').filter({ hasText: 'dashboard.page disabled' }).waitFor();
+  await page.getByTestId('enable-dashboard.page').waitFor();
+  expect((await cells())[3]).toBe('disabled');
+  expect(await enabled()).toBe(false);
+  await page.getByTestId('enable-dashboard.page').click();
+  await page.getByTestId('action-result').filter({ hasText: 'dashboard.page enabled' }).waitFor();
+  await page.getByTestId('disable-dashboard.page').waitFor();
+  expect(await enabled()).toBe(true);
 });
 
 it('loaded nothing from outside the API origin', () => {

@@ -14,7 +14,10 @@ import { routesOf } from '../src/app.js';
 
 const TOKEN = 'test-token-0123456789abcdef';
 const auth = { authorization: `Bearer ${TOKEN}` };
-const PUBLIC_FILES = readdirSync(fileURLToPath(new URL('../public/', import.meta.url)));
+const PUBLIC_FILES = readdirSync(fileURLToPath(new URL('../public/', import.meta.url)), {
+  recursive: true,
+  encoding: 'utf8',
+});
 
 let db: TestDatabase;
 let app: FastifyInstance;
