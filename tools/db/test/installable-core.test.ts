@@ -196,7 +196,7 @@ process.stdout.write(JSON.stringify(placed));
   expect(migrated.stdout).toContain('migrated postgres://');
   expect(await asRole(roles.appOwner, untouched)).toEqual(before);
   // Migrating again is a no-op.
-  await run(bin('queue-schema'), ['migrate'], {
+  const again = await run(bin('queue-schema'), ['migrate'], {
     cwd: appDir,
     env: env({
       DATABASE_URL: url(roles.queueOwner),
@@ -205,6 +205,20 @@ process.stdout.write(JSON.stringify(placed));
       DATABASE_API: roles.ops,
     }),
   });
+  expect(again.stdout).toContain('Already up to date');
+  // The queue's grants went to the roles the app named, each its part: the operator's role
+  // reads the specification's view (unqualified, from public), the app's role does not.
+  const { rows: grants } = await asRole(roles.ops, (c) =>
+    c.query<{ ops: boolean; app: boolean; worker_claims: boolean; app_claims: boolean }>(
+      `select has_table_privilege($1, 'v_worker_capacity', 'select') as ops,
+              has_table_privilege($2, 'v_worker_capacity', 'select') as app,
+              has_function_privilege($3, 'queues.complete_task(bigint, bigint, text)', 'execute') as worker_claims,
+              has_function_privilege($2, 'queues.complete_task(bigint, bigint, text)', 'execute') as app_claims`,
+      [roles.ops, roles.app, roles.worker],
+    ),
+  );
+  expect(grants).toEqual([{ ops: true, app: false, worker_claims: true, app_claims: false }]);
+  await asRole(roles.ops, (c) => c.query('select pending_tasks, active_workers from v_worker_capacity'));
   // The app's task type, registered by the queue's owner.
   const registered = await run(bin('queue-tasks'), ['register'], {
     cwd: appDir,
