@@ -18,6 +18,16 @@ runWorkerCli({
   registry: async (logger, config) => {
     const providers = await optionalPeer<typeof import('@org/providers')>('@org/providers');
     const menus = await optionalPeer<typeof import('@org/menu-sync')>('@org/menu-sync');
+    if (!providers)
+      logger.info(
+        { event: 'optional_peer_absent', package: '@org/providers' },
+        '@org/providers is not installed: no email, sms or file_delete processors',
+      );
+    if (!menus)
+      logger.info(
+        { event: 'optional_peer_absent', package: '@org/menu-sync' },
+        '@org/menu-sync is not installed: no menu roles',
+      );
     return loadAppTasks(
       defaultRegistry(
         // Local-mode warnings only for the channels this worker serves (WORKER_ROLE).

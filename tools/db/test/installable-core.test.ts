@@ -262,6 +262,8 @@ process.stdout.write(JSON.stringify(placed));
   });
   expect(completed, output).toEqual({ outcome: 'succeeded', result: { receipt: `order ${placed.orderId}` } });
   expect(output).toContain('"event":"tasks_loaded"');
+  expect(output).toContain('@org/providers is not installed: no email, sms or file_delete processors');
+  expect(output).toContain('@org/menu-sync is not installed: no menu roles');
 
   const exited = new Promise<number | null>((resolve) => worker!.once('exit', (code) => resolve(code)));
   worker.kill('SIGTERM');
