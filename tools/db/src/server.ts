@@ -130,10 +130,15 @@ export async function provisionDatabase(
   });
   if (existing) {
     // The specification's unqualified names live in schema public (docs/database.md): the
-    // owner may create there (it may when it owns the database, as a database made here).
-    await withRootClient({ ...server, rootUrl: withDatabase(server.rootUrl, database) }, (root) =>
-      root.query(`grant create on schema public to ${root.escapeIdentifier(server.dbUsers.owner)}`),
-    );
+    // owner must create there (it may when it owns the database, as a database made here).
+    await withRootClient({ ...server, rootUrl: withDatabase(server.rootUrl, database) }, async (root) => {
+      const owner = server.dbUsers.owner;
+      const { rows } = await root.query<{ may: boolean }>(
+        `select has_schema_privilege($1, 'public', 'CREATE') as may`,
+        [owner],
+      );
+      if (!rows[0]?.may) await root.query(`grant create on schema public to ${root.escapeIdentifier(owner)}`);
+    });
   }
   const urls = databaseUrls(server, database);
   const settings = await migrateSettings({
