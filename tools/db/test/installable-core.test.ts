@@ -146,6 +146,18 @@ it('packs, installs into an outside app, migrates its database, enqueues in its 
     '@org/providers',
   ]);
 
+  // An app embedding the worker loads its entries without the optional peers.
+  const entries = await run(
+    'node',
+    [
+      '--input-type=module',
+      '-e',
+      "const w = await import('@org/worker'); const c = await import('@org/worker/command'); console.log(typeof w.Worker, typeof c.defaultRegistry, c.defaultRegistry().taskTypes().join(','))",
+    ],
+    { cwd: appDir, env: env() },
+  );
+  expect(entries.stdout.trim()).toBe('function function db_function');
+
   // The app's one task file, TypeScript, loaded by the stock worker without a compile step.
   writeFileSync(
     join(appDir, 'tasks', 'send_receipt.ts'),
