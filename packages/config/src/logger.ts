@@ -10,8 +10,9 @@
  *   logger's bindings; connection strings are masked by `maskUrl`.
  *
  * Format: `json` writes one JSON object per line; `pretty` writes the same records for
- * people (pino-pretty: the local time, a coloured level, `[service]` and the message, then
- * the fields, one per line);
+ * people, one line per entry (pino-pretty: the local time, a coloured level, `[service]` and
+ * the message, then the fields as one JSON object; an error's stack and a message's line
+ * breaks are escaped, never printed across lines, so a line is an entry for grep and tail);
  * `auto` (the default) is pretty when standard output is a terminal, JSON otherwise, so
  * `npm start` in a terminal is readable and a log collector gets JSON.
  *
@@ -30,7 +31,7 @@ import {
   type Logger,
   type LoggerOptions,
 } from 'pino';
-import type { PrettyOptions, PrettyStream } from 'pino-pretty';
+import type { PrettyOptions } from 'pino-pretty';
 import type { LogFormat } from './settings.js';
 
 export type { Logger };
@@ -144,6 +145,13 @@ function redactingChildren(logger: Logger): Logger {
 
 const require = createRequire(import.meta.url);
 
+/** A message as one line: line breaks and other control characters escaped (`\n`). */
+function oneLine(message: unknown): string {
+  const text = typeof message === 'string' ? message : message === undefined ? '' : JSON.stringify(message);
+  // eslint-disable-next-line no-control-regex
+  return text.replace(/[\u0000-\u001f\u007f]/g, (c) => JSON.stringify(c).slice(1, -1));
+}
+
 /** Whether `format` means pretty output here. */
 export function isPretty(format: LogFormat | undefined, destination?: DestinationStream): boolean {
   if (format === 'pretty') return true;
@@ -154,16 +162,22 @@ export function isPretty(format: LogFormat | undefined, destination?: Destinatio
 export function createLogger(options: CreateLoggerOptions): Logger {
   const opts = loggerOptions(options.service, options.level ?? 'info');
   if (!isPretty(options.format, options.destination)) return redactingChildren(pino(opts, options.destination));
-  const { build: prettyStream } = require('pino-pretty') as { build: (options: PrettyOptions) => PrettyStream };
-  const stream = prettyStream({
-    destination: options.destination ?? 1,
+  // pino-pretty's prettyFactory rather than its stream: the stream adds pino's error key to
+  // the error-like keys, which it prints across lines, stack and all.
+  const { prettyFactory } = require('pino-pretty') as {
+    prettyFactory: (options: PrettyOptions) => (line: string) => string;
+  };
+  const pretty = prettyFactory({
     colorize: options.colorize ?? (options.destination === undefined && process.stdout.isTTY === true),
-    sync: true,
     translateTime: 'SYS:HH:MM:ss.l',
-    // `[12:00:00.000] INFO: [queue-worker] worker started`, then the fields, one per line.
+    // `[12:00:00.000] INFO: [queue-worker] worker started {"event":"worker_started",...}`
     ignore: 'pid,hostname,service',
-    messageFormat: '[{service}] {msg}',
+    singleLine: true,
+    errorLikeObjectKeys: [],
+    messageFormat: (log, messageKey) => `[${String(log.service)}] ${oneLine(log[messageKey])}`,
   });
+  const destination = options.destination ?? pino.destination({ fd: 1, sync: true });
+  const stream: DestinationStream = { write: (line: string) => destination.write(pretty(line)) };
   return redactingChildren(pino(opts, stream));
 }
 

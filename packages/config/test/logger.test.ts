@@ -66,8 +66,7 @@ describe('createLogger', () => {
       { event: 'x', task_id: 7 },
       'careful',
     );
-    expect(pretty.text()).toMatch(/^\[\d\d:\d\d:\d\d\.\d{3}\] WARN: \[probe\] careful\n/);
-    expect(pretty.text()).toContain('task_id: 7');
+    expect(pretty.text()).toMatch(/^\[\d\d:\d\d:\d\d\.\d{3}\] WARN: \[probe\] careful \{"event":"x","task_id":7\}\n$/);
     expect(pretty.text()).not.toContain('\u001b['); // no colours into a non-terminal
 
     const json = memory();
@@ -77,6 +76,32 @@ describe('createLogger', () => {
     const auto = memory();
     createLogger({ service: 'probe', destination: auto.stream, level: 'debug' }).debug('quiet');
     expect(JSON.parse(auto.text())).toMatchObject({ level: 'debug', msg: 'quiet' });
+  });
+
+  it('pretty prints each entry on one line: fields, nested objects, errors with their stacks, line breaks', () => {
+    const out = memory();
+    const log = createLogger({ service: 'probe', format: 'pretty', destination: out.stream });
+    log.warn({ event: 'x', task_id: 7, nested: { a: 1, b: ['two', 'three'] } }, 'careful');
+    log.error({ err: new Error('boom') }, 'failed');
+    log.error(new Error('bare'));
+    log.info(
+      { error: Object.assign(new Error('as error'), { code: 'E1' }), note: 'line1\nline2' },
+      'multi\nline\r\nmessage',
+    );
+    log.child({ task_id: '9' }).info('child');
+    log.info('plain');
+    const lines = out.text().split('\n');
+    expect(lines.pop()).toBe(''); // every entry ends its line
+    expect(lines).toHaveLength(6);
+    for (const line of lines) expect(line).toMatch(/^\[\d\d:\d\d:\d\d\.\d{3}\] (INFO|WARN|ERROR): \[probe\] /);
+    expect(lines[0]).toContain('careful {"event":"x","task_id":7,"nested":{"a":1,"b":["two","three"]}}');
+    expect(lines[1]).toContain('[probe] failed {"err":{"type":"Error","message":"boom","stack":"Error: boom\\n    at ');
+    expect(lines[2]).toContain('[probe] bare {"err":{"type":"Error","message":"bare"');
+    expect(lines[3]).toContain('[probe] multi\\nline\\r\\nmessage {"error":{');
+    expect(lines[3]).toContain('"code":"E1"');
+    expect(lines[3]).toContain('"note":"line1\\nline2"');
+    expect(lines[4]).toContain('[probe] child {"task_id":"9"}');
+    expect(lines[5]).toMatch(/\[probe\] plain$/);
   });
 
   it('redacts secrets in fields, one level down, in errors and in child bindings, leaving the objects given as they were', () => {

@@ -1,25 +1,25 @@
 import type { Provider } from '@org/handler-types';
-import { menuProcessors, type MenuPlatform } from '@org/menu-sync';
-import { ProcessorRegistry } from './processor.js';
+import { ProcessorRegistry, type Processor } from './processor.js';
 import { dbFunctionProcessor } from './processors/db-function.js';
 import { handlerTaskProcessor } from './processors/handler-task.js';
 
 /**
- * The built-in processors: db_function, and email, sms and file_delete with the given
- * providers; with a menu platform, also the five menu roles of @org/menu-sync
+ * The built-in processors: db_function; with providers, email, sms and file_delete; with
+ * menu processors (`menuProcessors(platform)` of @org/menu-sync), the five menu roles
  * (store_discovery, entry_point_discovery, product_discovery, product_resync,
- * analytics_refresh).
+ * analytics_refresh). Neither @org/providers nor @org/menu-sync is loaded here: they are
+ * optional peers of @org/worker, given by the caller.
  */
 export function defaultRegistry(
-  providers: { email: Provider<unknown>; sms: Provider<unknown>; file_delete: Provider<unknown> },
-  menuPlatform?: MenuPlatform,
+  providers?: { email: Provider<unknown>; sms: Provider<unknown>; file_delete: Provider<unknown> },
+  menuProcessors?: Readonly<Record<string, Processor>>,
 ): ProcessorRegistry {
-  const registry = new ProcessorRegistry()
-    .register('db_function', dbFunctionProcessor())
-    .register('email', handlerTaskProcessor(providers.email))
-    .register('sms', handlerTaskProcessor(providers.sms))
-    .register('file_delete', handlerTaskProcessor(providers.file_delete));
-  if (menuPlatform)
-    for (const [role, processor] of Object.entries(menuProcessors(menuPlatform))) registry.register(role, processor);
+  const registry = new ProcessorRegistry().register('db_function', dbFunctionProcessor());
+  if (providers)
+    registry
+      .register('email', handlerTaskProcessor(providers.email))
+      .register('sms', handlerTaskProcessor(providers.sms))
+      .register('file_delete', handlerTaskProcessor(providers.file_delete));
+  for (const [role, processor] of Object.entries(menuProcessors ?? {})) registry.register(role, processor);
   return registry;
 }

@@ -1,13 +1,13 @@
-// The README's table of worker settings is the settings table: the same variables, flags
+// The worker settings table in docs/worker.md is the settings table: the same variables, flags
 // and defaults as WORKER_CONFIG (which --help prints), so neither drifts from the other.
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { expect, it } from 'vitest';
 import { helpText, WORKER_CONFIG } from '@org/worker/command';
 
-const readme = readFileSync(fileURLToPath(new URL('../../../README.md', import.meta.url)), 'utf8');
+const readme = readFileSync(fileURLToPath(new URL('../../../docs/worker.md', import.meta.url)), 'utf8');
 
-it('README lists every worker setting with its flag and default, and nothing else', () => {
+it('docs/worker.md lists every worker setting with its flag and default, and nothing else', () => {
   const section = readme.slice(readme.indexOf('| variable | flag | default | meaning |'));
   const rows = section
     .split('\n')

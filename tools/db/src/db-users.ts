@@ -90,9 +90,18 @@ async function allowAutovacuumCancel(root: pg.Client, owner: string): Promise<vo
  * not copy a template's ACL): PUBLIC loses CONNECT and TEMP, our database users get CONNECT.
  */
 export async function hardenDatabase(root: pg.Client, database: string, dbUsers: DbUserNames): Promise<void> {
+  await root.query(`revoke all on database ${root.escapeIdentifier(database)} from public`);
+  await grantDatabaseAccess(root, database, dbUsers);
+}
+
+/**
+ * What our database users need on a database, and nothing else: the owner may create
+ * (schemas), connect and use temporary tables, the others may connect. PUBLIC's privileges
+ * and other roles' are left as they are.
+ */
+export async function grantDatabaseAccess(root: pg.Client, database: string, dbUsers: DbUserNames): Promise<void> {
   const db = root.escapeIdentifier(database);
   const owner = root.escapeIdentifier(dbUsers.owner);
-  await root.query(`revoke all on database ${db} from public`);
   await root.query(`grant all on database ${db} to ${owner}`);
   await root.query(
     `grant connect on database ${db} to ${owner}, ${[dbUsers.worker, dbUsers.app, dbUsers.api].map((r) => root.escapeIdentifier(r)).join(', ')}`,

@@ -6,6 +6,7 @@ import { dataRoot } from './paths.js';
 import {
   ensureDbUsers,
   generatePasswords,
+  grantDatabaseAccess,
   hardenDatabase,
   dbUserNamesFromEnv,
   type DbUserNames,
@@ -100,7 +101,9 @@ export async function withRootClient<T>(server: DatabaseServer, fn: (client: pg.
 }
 
 /**
- * Makes sure the database users exist and `database` exists, is hardened and is migrated
+ * Makes sure the database users exist and `database` exists and is migrated; a database
+ * created here is hardened (PUBLIC loses CONNECT and TEMP), an existing one only gets the
+ * privileges our database users need (nothing of PUBLIC's or other roles' changes)
  * (committed migrations, then migrations/current/ unless `current: false`). With `fresh`, an
  * existing database of that name is dropped first.
  */
@@ -109,6 +112,7 @@ export async function provisionDatabase(
   database: string,
   options: { fresh?: boolean; current?: boolean; quiet?: boolean } = {},
 ): Promise<DatabaseUrls> {
+  let existing = false;
   await withRootClient(server, async (root) => {
     await ensureDbUsers(root, server.dbUsers, server.dbUserPasswords);
     const db = root.escapeIdentifier(database);
@@ -116,9 +120,26 @@ export async function provisionDatabase(
     const { rowCount } = await root.query('select 1 from pg_database where datname = $1', [database]);
     if (rowCount === 0) {
       await root.query(`create database ${db} owner ${root.escapeIdentifier(server.dbUsers.owner)}`);
+      // A database made here is hardened; one that was there is left as it is, but for
+      // the privileges our database users need on it.
+      await hardenDatabase(root, database, server.dbUsers);
+    } else {
+      await grantDatabaseAccess(root, database, server.dbUsers);
+      existing = true;
     }
-    await hardenDatabase(root, database, server.dbUsers);
   });
+  if (existing) {
+    // The specification's unqualified names live in schema public (docs/database.md): the
+    // owner must create there (it may when it owns the database, as a database made here).
+    await withRootClient({ ...server, rootUrl: withDatabase(server.rootUrl, database) }, async (root) => {
+      const owner = server.dbUsers.owner;
+      const { rows } = await root.query<{ may: boolean }>(
+        `select has_schema_privilege($1, 'public', 'CREATE') as may`,
+        [owner],
+      );
+      if (!rows[0]?.may) await root.query(`grant create on schema public to ${root.escapeIdentifier(owner)}`);
+    });
+  }
   const urls = databaseUrls(server, database);
   const settings = await migrateSettings({
     ownerUrl: urls.owner,

@@ -5,7 +5,7 @@
 // resync, and the analytics refresh. Prints each task as it completes, then the facts.
 import pg from 'pg';
 import { enableLocalSchedules, type DatabaseUrls } from '@org/db-tools';
-import { createHttpMenuPlatform, MENU_ROLES, startFakeMenuPlatform } from '@org/menu-sync';
+import { createHttpMenuPlatform, MENU_ROLES, menuProcessors, startFakeMenuPlatform } from '@org/menu-sync';
 import { createLogger, Worker } from '@org/worker';
 import { defaultRegistry } from '@org/worker/command';
 import { providersFromEnv } from '@org/providers';
@@ -42,7 +42,7 @@ export async function runMenuChainDemo(urls: DatabaseUrls, owner: pg.Client, sto
     // Failed attempts are printed below; the workers' own logs only for errors.
     const logger = createLogger(process.env.LOG_LEVEL ?? 'error');
     const platform = createHttpMenuPlatform({ baseUrl: fake.url, timeoutMs: 5000 });
-    const registry = defaultRegistry(providersFromEnv(process.env, logger), platform);
+    const registry = defaultRegistry(providersFromEnv(process.env, logger), menuProcessors(platform));
     const ours = new Set<string>();
     for (const role of MENU_ROLES) {
       const worker = new Worker({

@@ -3,7 +3,7 @@
 import type { TestDatabase } from '@org/db-tools/testing';
 import { createLogger, Worker } from '@org/worker';
 import { defaultRegistry } from '@org/worker/command';
-import { createHttpMenuPlatform, type FakeMenuPlatform } from '@org/menu-sync';
+import { createHttpMenuPlatform, menuProcessors, type FakeMenuPlatform } from '@org/menu-sync';
 
 /** Retries 1000x sooner (5 ms, 10 ms, ...) so a test sees every attempt of a task. */
 export async function fastRetries(db: TestDatabase): Promise<void> {
@@ -31,7 +31,7 @@ export async function startWorker(
 ): Promise<Worker> {
   const registry = defaultRegistry(
     { email: noProvider, sms: noProvider, file_delete: noProvider },
-    createHttpMenuPlatform({ baseUrl: fake.url, timeoutMs: options.timeoutMs ?? 5000 }),
+    menuProcessors(createHttpMenuPlatform({ baseUrl: fake.url, timeoutMs: options.timeoutMs ?? 5000 })),
   );
   const worker = new Worker({
     databaseUrl: db.url('worker'),
