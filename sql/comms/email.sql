@@ -1,6 +1,8 @@
 -- The send-email process. The skeleton (supervisor, facts, attempts, handlers' bookkeeping)
--- is the shared channel process of sql/internal/channel_process.sql; this file holds what
--- is particular to email: its limits, the provider payload, and the kickoffs.
+-- is the shared channel process of sql/internal/channel_process.sql, and what the message
+-- channels share beyond it (checking an attempt, creating a message, the kickoff) is in
+-- sql/comms/channel.sql; this file holds what is particular to email: its limits, its
+-- message's fields and their checks, the provider payload, and the named entry points.
 --
 --   comms.send_email(...)             app: create the message and kick off (idempotent)
 --   comms.kickoff_send_email(id)      root task + first supervisor task (idempotent)
@@ -62,16 +64,12 @@ create or replace function comms.get_email_payload(payload jsonb)
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _attempt_id bigint := internal.id_from_payload(payload, 'send_email_attempt_id');
-  _refusal text;
+  _attempt record;
   _provider_payload jsonb;
 begin
-  if _attempt_id is null then
-    return internal.validation_failure('send_email_attempt_id must be a positive integer');
-  end if;
-  _refusal := internal.channel_attempt_refusal('comms', 'send_email', _attempt_id);
-  if _refusal is not null then
-    return internal.validation_failure(_refusal);
+  select * into _attempt from comms.channel_attempt('email', payload);
+  if _attempt.refusal is not null then
+    return _attempt.refusal;
   end if;
 
   select jsonb_strip_nulls(jsonb_build_object(
@@ -87,7 +85,7 @@ begin
     from comms.send_email_attempt a
     join comms.send_email_task t using (send_email_task_id)
     join comms.email_message m using (message_id)
-   where a.send_email_attempt_id = _attempt_id;
+   where a.send_email_attempt_id = _attempt.attempt_id;
   return jsonb_build_object('success', true, 'payload', _provider_payload);
 end;
 $$;
@@ -121,36 +119,10 @@ create or replace function comms.kickoff_send_email(
   out send_email_task_id bigint,
   out validation_failure_message text
 )
-  language plpgsql volatile
+  language sql volatile
   security definer
   set search_path = pg_catalog, pg_temp
-as $$
-declare
-  _at timestamptz := coalesce(_scheduled_at, now());
-begin
-  if _message_id is null then
-    validation_failure_message := 'message_id is required';
-    return;
-  end if;
-  if not exists (select 1 from comms.email_message m where m.message_id = _message_id) then
-    validation_failure_message := format('email message %s not found', _message_id);
-    return;
-  end if;
-
-  insert into comms.send_email_task (message_id, scheduled_at) values (_message_id, _at)
-  on conflict (message_id) do nothing
-  returning send_email_task.send_email_task_id into send_email_task_id;
-
-  if send_email_task_id is null then
-    -- Already kicked off: its supervisor is running. No-op.
-    select t.send_email_task_id into send_email_task_id
-      from comms.send_email_task t where t.message_id = _message_id;
-    return;
-  end if;
-
-  perform internal.enqueue_channel_supervisor(internal.get_channel_process('comms', 'send_email'), send_email_task_id, _at);
-end;
-$$;
+as $$ select k.task_id, k.validation_failure_message from comms.kickoff_channel_send('email', _message_id, _scheduled_at) k $$;
 
 -- For apps: stores the message and starts sending it at _scheduled_at (NULL: now).
 -- With an _idempotency_key, a repeated request returns the first request's message and
@@ -174,6 +146,7 @@ create or replace function comms.send_email(
   set search_path = pg_catalog, pg_temp
 as $$
 declare
+  _message record;
   _kickoff record;
 begin
   validation_failure_message := case
@@ -196,20 +169,12 @@ begin
     return;
   end if;
 
-  insert into comms.message (channel, idempotency_key) values ('email', _idempotency_key)
-  on conflict (idempotency_key) do nothing
-  returning message.message_id into message_id;
-
-  if message_id is null then
-    -- A repeated request: return what the first one created.
-    select m.message_id, t.send_email_task_id into message_id, send_email_task_id
-      from comms.message m
-      left join comms.send_email_task t on t.message_id = m.message_id
-     where m.idempotency_key = _idempotency_key;
-    if send_email_task_id is null then
-      message_id := null;
-      validation_failure_message := 'idempotency_key was already used for a message on another channel';
-    end if;
+  select * into _message from comms.create_channel_message('email', _idempotency_key);
+  message_id := _message.message_id;
+  if not _message.created then
+    -- A repeated request: what the first one created (or why the key cannot be reused).
+    send_email_task_id := _message.task_id;
+    validation_failure_message := _message.validation_failure_message;
     return;
   end if;
 
