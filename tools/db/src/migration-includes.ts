@@ -6,13 +6,15 @@
 //    text again and changes nothing.
 // 2. A migration includes a file only to change something it defines: at least one of the
 //    functions, procedures and views the file creates must differ after the migration
-//    (definition, comment or grants, read from the catalog) from what it was before. An
+//    (definition, comment, grants or runnable registration, read from the catalog) from
+//    what it was before. An
 //    include whose every object comes out as it went in is a copy.
 //
 // Rule 2 is read from the catalog, not from text: the migrations before the one checked
 // are applied to a scratch database, each object the included files create is read
-// (pg_get_functiondef, pg_get_viewdef, its comment and ACL), the migration is applied and
-// the objects are read again. Files that create nothing (the privileges files: grants and
+// (pg_get_functiondef, pg_get_viewdef, its comment and ACL, and whether
+// internal.run_function may run it), the migration is applied and the objects are read
+// again. Files that create nothing (the privileges files: grants and
 // registrations, re-runnable by design) are checked by rule 1 only.
 //
 // Committed migrations up to FIRST_CHECKED_MIGRATION - 1 predate the rules (000005 inlines
@@ -95,11 +97,20 @@ export interface IncludeReport {
 
 /** schema.name -> what the catalog holds for every function, procedure or view of that name. */
 async function readObjects(client: pg.Client, names: string[]): Promise<Map<string, string>> {
+  // Whether internal.run_function may run it (a registration is part of what a file sets).
+  const { rows: registry } = await client.query<{ exists: boolean }>(
+    `select to_regclass('internal.runnable_function') is not null as exists`,
+  );
+  const runnable = registry[0]!.exists
+    ? `'runnable: ' || exists (select 1 from internal.runnable_function r
+                                where r.function_schema = n.nspname and r.function_name = p.proname)`
+    : 'null';
   const { rows } = await client.query<{ name: string; state: string }>(
     `select o.name, string_agg(o.state, E'\\n' order by o.state) as state
        from (select n.nspname || '.' || p.proname as name,
                     concat_ws(E'\\n', p.oid::regprocedure::text, pg_get_functiondef(p.oid),
-                              'comment: ' || obj_description(p.oid, 'pg_proc'), 'acl: ' || p.proacl::text) as state
+                              'comment: ' || obj_description(p.oid, 'pg_proc'), 'acl: ' || p.proacl::text,
+                              ${runnable}) as state
                from pg_proc p join pg_namespace n on n.oid = p.pronamespace
               where n.nspname || '.' || p.proname = any($1::text[])
              union all

@@ -69,8 +69,9 @@ function folderWith(current: Record<string, string>, options: { changedPause?: b
   return folder;
 }
 
-async function checkFolder(folder: string) {
+async function checkFolder(folder: string, prepare?: (db: TestDatabase) => Promise<unknown>) {
   const db = await database();
+  await prepare?.(db);
   const { before, checked } = await migrationsToCheck(await settingsFor(db, folder));
   expect(before).toEqual([]);
   return checkMigrationIncludes({ url: db.url('owner'), before, checked });
@@ -152,6 +153,24 @@ comment on function queues.paused_task_types() is 'probe';
     );
     expect(report.files).toEqual([
       { file: 'queues/pause.sql', changed: ['queues.paused_task_types'], unchanged: ['queues.claimable_task_types'] },
+    ]);
+    expect(report.problems).toEqual([]);
+  });
+
+  it('counts a runnable registration as a change', async () => {
+    const [report] = await checkFolder(
+      folderWith({ '110-maintain.sql': `set local lock_timeout = '5s';\n--!include queues/partitions_maintain.sql\n` }),
+      (db) =>
+        db.query(
+          `delete from internal.runnable_function where function_schema = 'queues' and function_name = 'maintain_history'`,
+        ),
+    );
+    expect(report.files).toEqual([
+      {
+        file: 'queues/partitions_maintain.sql',
+        changed: ['queues.maintain_history'],
+        unchanged: ['queues.maintain_history_step_at', 'queues.maintain_history_at', 'queues.maintain_history_step'],
+      },
     ]);
     expect(report.problems).toEqual([]);
   });
