@@ -5691,6 +5691,107 @@ AS $function$ select internal.record_channel_attempt_success('comms', 'send_sms'
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION comms.register_message_channel(_channel text, _max_attempts integer, _max_supervisor_runs integer, _backoff_cap_seconds integer)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _process text := 'send_' || _channel;
+  -- The names every template below refers to, by position.
+  _names text[] := array[
+    'comms',                                      -- 1
+    _process || '_task',                          -- 2  the root
+    _process || '_task_id',                       -- 3  its key
+    '_' || _process || '_task_id',                -- 4  the facts' argument
+    _process,                                     -- 5  the process, as a literal
+    _process || '_supervisor_facts',              -- 6
+    _process || '_supervisor',                    -- 7
+    'record_' || _channel || '_success',          -- 8
+    'record_' || _channel || '_failure',          -- 9
+    'kickoff_' || _process,                       -- 10
+    _channel                                      -- 11 the channel, as a literal
+  ];
+  _table text;
+begin
+  foreach _table in array array[_channel || '_message', _process || '_task'] loop
+    if to_regclass(format('%I.%I', 'comms', _table)) is null then
+      raise exception 'channel %: table comms.% does not exist', _channel, _table using errcode = '22023';
+    end if;
+  end loop;
+
+  perform internal.register_channel_process('comms', _process, _channel,
+    _supervisor => format('%I.%I', 'comms', _names[7]),
+    _before_handler => format('%I.%I', 'comms', 'get_' || _channel || '_payload'),
+    _success_handler => format('%I.%I', 'comms', _names[8]),
+    _error_handler => format('%I.%I', 'comms', _names[9]),
+    _max_attempts => _max_attempts, _max_supervisor_runs => _max_supervisor_runs,
+    _backoff_cap_seconds => _backoff_cap_seconds);
+
+  execute format($f$
+create or replace function %1$I.%6$I(
+  %4$I bigint,
+  out has_task_succeeded  boolean,
+  out task_failure        text,
+  out has_success         boolean,
+  out num_attempts        integer,
+  out num_failures        integer,
+  out num_outstanding     integer,
+  out num_runs            integer,
+  out scheduled_at        timestamptz,
+  out has_unknown_outcome boolean
+)
+  language sql stable
+  set search_path = pg_catalog, pg_temp
+as $body$
+  select f.has_task_succeeded, f.task_failure, f.has_success, f.num_attempts, f.num_failures,
+         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome
+    from %1$I.%2$I t
+   cross join lateral internal.channel_process_facts(%1$L, %5$L, t.%3$I) f
+   where t.%3$I = %4$I
+$body$;
+
+create or replace function %1$I.%7$I(payload jsonb)
+  returns jsonb
+  language sql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $body$ select internal.run_channel_supervisor(%1$L, %5$L, payload) $body$;
+
+create or replace function %1$I.%8$I(payload jsonb)
+  returns jsonb
+  language sql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $body$ select internal.record_channel_attempt_success(%1$L, %5$L, payload) $body$;
+
+create or replace function %1$I.%9$I(payload jsonb)
+  returns jsonb
+  language sql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $body$ select internal.record_channel_attempt_failure(%1$L, %5$L, payload) $body$;
+
+create or replace function %1$I.%10$I(
+  _message_id bigint,
+  _scheduled_at timestamptz default null,
+  out %3$I bigint,
+  out validation_failure_message text
+)
+  language sql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $body$ select k.task_id, k.validation_failure_message from comms.kickoff_channel_send(%11$L, _message_id, _scheduled_at) k $body$;
+$f$, variadic _names);
+
+  execute format('revoke execute on function %1$I.%2$I(bigint), %1$I.%3$I(jsonb), %1$I.%4$I(jsonb), %1$I.%5$I(jsonb),
+                  %1$I.%6$I(bigint, timestamptz) from public',
+                 'comms', _names[6], _names[7], _names[8], _names[9], _names[10]);
+end;
+$function$;
+  -- comms.register_message_channel(_channel text, _max_attempts integer, _max_supervisor_runs integer, _backoff_cap_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION comms.send_email(_from_address text, _to_address text, _subject text, _html text, _text text DEFAULT NULL::text, _reply_to text DEFAULT NULL::text, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _idempotency_key text DEFAULT NULL::text, OUT message_id bigint, OUT send_email_task_id bigint, OUT validation_failure_message text)
  RETURNS record
  LANGUAGE plpgsql

@@ -1,6 +1,6 @@
-// What the message channels share (sql/comms/channel.sql), on both channels: the checks
-// that run before a provider call, a key reused across channels, a kickoff run twice,
-// and the refusals of a channel that has no process. The processes themselves are
+// What the message channels share (sql/comms/channel.sql), on both channels: the entry
+// points registration makes, the checks that run before a provider call, a key reused
+// across channels, a kickoff run twice, and the refusals of a channel that has no tables. The processes themselves are
 // tested through their own entry points in email.test.ts and sms.test.ts.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
@@ -33,6 +33,40 @@ const send = {
 };
 
 describe.each(['email', 'sms'] as const)('the %s channel', (channel) => {
+  it('registration made the entry points, owned and granted as the hand-written ones were', async () => {
+    const { rows } = await db.query<{ fn: string; definer: boolean; worker: boolean; app: boolean }>(
+      `select p.oid::regprocedure::text as fn, p.prosecdef as definer,
+              has_function_privilege($2, p.oid, 'execute') as worker,
+              has_function_privilege($3, p.oid, 'execute') as app
+         from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+        where n.nspname = 'comms' and p.proname = any($1::text[])
+        order by 1`,
+      [
+        [
+          `send_${channel}_supervisor_facts`,
+          `send_${channel}_supervisor`,
+          `record_${channel}_success`,
+          `record_${channel}_failure`,
+          `kickoff_send_${channel}`,
+        ],
+        db.dbUsers.worker,
+        db.dbUsers.app,
+      ],
+    );
+    expect(rows).toEqual([
+      {
+        fn: `comms.kickoff_send_${channel}(bigint,timestamp with time zone)`,
+        definer: true,
+        worker: false,
+        app: false,
+      },
+      { fn: `comms.record_${channel}_failure(jsonb)`, definer: true, worker: true, app: false },
+      { fn: `comms.record_${channel}_success(jsonb)`, definer: true, worker: true, app: false },
+      { fn: `comms.send_${channel}_supervisor(jsonb)`, definer: true, worker: true, app: false },
+      { fn: `comms.send_${channel}_supervisor_facts(bigint)`, definer: false, worker: false, app: false },
+    ]);
+  });
+
   it('a before_handler refuses a payload without a positive attempt id, and an unknown attempt', async () => {
     const payload = async (body: object) =>
       (
@@ -95,9 +129,16 @@ describe('the shared functions', () => {
     await expect(db.query(`select * from comms.create_channel_message('fax', null)`)).rejects.toMatchObject({
       code: '22023',
     });
+    await expect(db.query(`select comms.register_message_channel('fax', 3, 30, 3600)`)).rejects.toMatchObject({
+      code: '22023',
+      message: 'channel fax: table comms.fax_message does not exist',
+    });
     for (const user of ['app', 'worker', 'api'] as const) {
       await expect(
         db.pool(user).query(`select * from comms.kickoff_channel_send('email', 1, null)`),
+      ).rejects.toMatchObject({ code: '42501' });
+      await expect(
+        db.pool(user).query(`select comms.register_message_channel('email', 3, 30, 3600)`),
       ).rejects.toMatchObject({ code: '42501' });
     }
   });

@@ -1,56 +1,23 @@
--- The send-email process. The skeleton (supervisor, facts, attempts, handlers' bookkeeping)
--- is the shared channel process of sql/internal/channel_process.sql, and what the message
--- channels share beyond it (checking an attempt, creating a message, the kickoff) is in
--- sql/comms/channel.sql; this file holds what is particular to email: its limits, its
--- message's fields and their checks, the provider payload, and the named entry points.
+-- The send-email process: what is particular to email. The skeleton (supervisor, facts,
+-- attempts, handlers' bookkeeping) is the shared channel process of
+-- sql/internal/channel_process.sql; what the message channels share beyond it (the named
+-- entry points, checking an attempt, creating a message, the kickoff) is
+-- sql/comms/channel.sql. Here: its limits, the provider payload, and its message's fields
+-- and their checks.
 --
---   comms.send_email(...)             app: create the message and kick off (idempotent)
+--   comms.send_email(...)             app: create the message and kick off (idempotent); here
+--   comms.get_email_payload           before_handler: the provider payload; here
 --   comms.kickoff_send_email(id)      root task + first supervisor task (idempotent)
 --   comms.send_email_supervisor       db_function: internal.run_channel_supervisor
---   comms.get_email_payload           before_handler: the provider payload
+--   comms.send_email_supervisor_facts(id)  what the supervisor decides on
 --   comms.record_email_success        success_handler: attempt succeeded fact
 --   comms.record_email_failure        error_handler: attempt failed fact
+-- (the last five made by comms.register_message_channel).
 
 -- Limits: 3 provider calls per message (the first and two retries); 30 non-terminal
 -- supervisor runs (about 21 hours with the backoff, capped at an hour), after which a
 -- loop bug ends in send_email_task_failed('run_limit_reached') instead of running forever.
-select internal.register_channel_process('comms', 'send_email', 'email',
-  _supervisor => 'comms.send_email_supervisor', _before_handler => 'comms.get_email_payload',
-  _success_handler => 'comms.record_email_success', _error_handler => 'comms.record_email_failure',
-  _max_attempts => 3, _max_supervisor_runs => 30, _backoff_cap_seconds => 3600);
-
--- Everything the supervisor decides on, in one record: call it by hand to see what the
--- supervisor saw (select * from comms.send_email_supervisor_facts(123)).
-create or replace function comms.send_email_supervisor_facts(
-  _send_email_task_id bigint,
-  out has_task_succeeded  boolean,
-  out task_failure        text,
-  out has_success         boolean,
-  out num_attempts        integer,
-  out num_failures        integer,
-  out num_outstanding     integer,
-  out num_runs            integer,
-  out scheduled_at        timestamptz,
-  out has_unknown_outcome boolean
-)
-  language sql stable
-  set search_path = pg_catalog, pg_temp
-as $$
-  select f.has_task_succeeded, f.task_failure, f.has_success, f.num_attempts, f.num_failures,
-         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome
-    from comms.send_email_task t
-   cross join lateral internal.channel_process_facts('comms', 'send_email', t.send_email_task_id) f
-   where t.send_email_task_id = _send_email_task_id
-$$;
-
--- Drives one send_email_task to a terminal fact. Payload: {send_email_task_id}. The
--- envelopes and the order of its checks: internal.run_channel_supervisor.
-create or replace function comms.send_email_supervisor(payload jsonb)
-  returns jsonb
-  language sql volatile
-  security definer
-  set search_path = pg_catalog, pg_temp
-as $$ select internal.run_channel_supervisor('comms', 'send_email', payload) $$;
+select comms.register_message_channel('email', _max_attempts => 3, _max_supervisor_runs => 30, _backoff_cap_seconds => 3600);
 
 -- before_handler. Payload: the email task's ({send_email_attempt_id, ...}). Returns the
 -- provider payload of @org/handler-types emailPayload. Its idempotency_key is the attempt
@@ -89,40 +56,6 @@ begin
   return jsonb_build_object('success', true, 'payload', _provider_payload);
 end;
 $$;
-
--- success_handler. Body: {original_payload, worker_payload}. Idempotent.
-create or replace function comms.record_email_success(payload jsonb)
-  returns jsonb
-  language sql volatile
-  security definer
-  set search_path = pg_catalog, pg_temp
-as $$ select internal.record_channel_attempt_success('comms', 'send_email', payload) $$;
-
--- error_handler. Body: {original_payload, error}. Records the failure unless the attempt
--- succeeded. Idempotent.
-create or replace function comms.record_email_failure(payload jsonb)
-  returns jsonb
-  language sql volatile
-  security definer
-  set search_path = pg_catalog, pg_temp
-as $$ select internal.record_channel_attempt_failure('comms', 'send_email', payload) $$;
-
--- Kickoff -----------------------------------------------------------------------------
-
--- Starts the send process for an existing email message: the root task and the first
--- supervisor run, at _scheduled_at (NULL: now). A second call for the same message
--- returns the existing task and enqueues nothing. Bad input: a validation_failure_message
--- and nothing written.
-create or replace function comms.kickoff_send_email(
-  _message_id bigint,
-  _scheduled_at timestamptz default null,
-  out send_email_task_id bigint,
-  out validation_failure_message text
-)
-  language sql volatile
-  security definer
-  set search_path = pg_catalog, pg_temp
-as $$ select k.task_id, k.validation_failure_message from comms.kickoff_channel_send('email', _message_id, _scheduled_at) k $$;
 
 -- For apps: stores the message and starts sending it at _scheduled_at (NULL: now).
 -- With an _idempotency_key, a repeated request returns the first request's message and
