@@ -1,9 +1,11 @@
 // Migrations hold changes, not copies: every migration after 000013 and migrations/current/
 // inline each sql/ file once, and change something in every file they include; and the
 // check itself catches the migrations it is there to catch.
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { commit } from 'graphile-migrate';
+import { clearAllPools } from 'graphile-migrate/dist/pgReal.js';
 import { afterAll, describe, expect, inject, it } from 'vitest';
 import {
   checkMigrationIncludes,
@@ -14,13 +16,15 @@ import {
   repeatedIncludes,
 } from '../src/migration-includes.js';
 import { committedMigrations } from '../src/migration-files.js';
-import { migrateSettings } from '../src/migrate.js';
+import { migrateDatabase, migrateSettings } from '../src/migrate.js';
 import { repoRoot } from '../src/paths.js';
 import { createTestDatabase, type TestDatabase } from '../src/testing/index.js';
+import { withDatabase } from '../src/urls.js';
 
 const dbs: TestDatabase[] = [];
 const temps: string[] = [];
 afterAll(async () => {
+  clearAllPools();
   for (const dir of temps) rmSync(dir, { recursive: true, force: true });
   await Promise.all(dbs.map((db) => db.drop()));
 });
@@ -98,6 +102,61 @@ describe("the repository's migrations", () => {
       includesOf(m5.text, () => ''),
     );
     expect(problems).toContainEqual(expect.stringMatching(/includes queues\/partitions\.sql 7 times/));
+  });
+});
+
+describe('a migration committed after 000013', () => {
+  it('is checked from the blocks graphile-migrate inlined when it committed migrations/current/', async () => {
+    const folder = mkdtempSync(join(tmpdir(), 'includes-commit-'));
+    temps.push(folder);
+    cpSync(join(repoRoot(), 'migrations', 'committed'), join(folder, 'committed'), { recursive: true });
+    cpSync(join(repoRoot(), 'migrations', 'afterReset.sql'), join(folder, 'afterReset.sql'));
+    symlinkSync(join(repoRoot(), 'sql'), join(folder, 'fixtures'));
+    mkdirSync(join(folder, 'current'));
+    writeFileSync(
+      join(folder, 'current', '110-pause.sql'),
+      `set local lock_timeout = '5s';\n--!include queues/pause.sql\n`,
+    );
+    writeFileSync(
+      join(folder, 'current', '120-pause-and-hasten.sql'),
+      `set local lock_timeout = '5s';
+comment on function queues.paused_task_types() is 'probe';
+--!include queues/pause.sql
+--!include queues/hasten.sql
+`,
+    );
+
+    const db = await database({ empty: true });
+    const ctx = inject('queueTestServer');
+    const settings = await migrateSettings({
+      ownerUrl: db.url('owner'),
+      rootUrl: ctx.rootUrl,
+      shadowUrl: withDatabase(ctx.rootUrl, `${db.name}_shadow`, db.dbUsers.owner, ctx.dbUserPasswords.owner),
+      dbUsers: db.dbUsers,
+      quiet: true,
+    });
+    settings.migrationsFolder = folder;
+    await migrateDatabase(settings);
+    await commit(settings, 'Include probe');
+    const name = readdirSync(join(folder, 'committed')).sort().at(-1)!;
+    expect(name).toMatch(/^000014-/);
+
+    const fresh = await database({ empty: true });
+    const { before, checked } = await migrationsToCheck({ ...settings, connectionString: fresh.url('owner') });
+    expect(before).toHaveLength(13);
+    expect(checked.map((m) => m.name)).toEqual([name, 'migrations/current/']);
+    expect(checked[0].includes.map((i) => i.file)).toEqual([
+      'queues/pause.sql',
+      'queues/pause.sql',
+      'queues/hasten.sql',
+    ]);
+    const reports = await checkMigrationIncludes({ url: fresh.url('owner'), before, checked });
+    expect(reports[0].problems).toEqual([
+      expect.stringMatching(new RegExp(`^${name} includes queues/pause\\.sql 2 times`)),
+      expect.stringMatching(new RegExp(`^${name} includes queues/hasten\\.sql but changes none of what it creates`)),
+    ]);
+    // What graphile-migrate leaves in current/ after a commit is blank.
+    expect(reports[1]).toEqual({ name: 'migrations/current/', files: [], problems: [] });
   });
 });
 
