@@ -27,8 +27,10 @@ export {
   createdObjects,
   includesOf,
   migrationsToCheck,
+  oversizedFiles,
   repeatedIncludes,
   FIRST_CHECKED_MIGRATION,
+  MAX_OBJECTS_PER_FILE,
 } from './migration-includes.js';
 export { findSqlDrift, sqlFiles } from './sql-drift.js';
 export { compiledMigrations, compileMigration } from './migration-files.js';

@@ -17,6 +17,11 @@
 // again. Files that create nothing (the privileges files: grants and
 // registrations, re-runnable by design) are checked by rule 1 only.
 //
+// Rule 2 lets an include re-create the objects of its file that the change did not touch;
+// rule 3 bounds them: a sql/ file creates at most MAX_OBJECTS_PER_FILE functions,
+// procedures and views (a family that grows past it is split by concern, which changes no
+// SQL object), so a change to one function re-creates at most that many less one.
+//
 // Committed migrations up to FIRST_CHECKED_MIGRATION - 1 predate the rules (000005 inlines
 // sql/queues/partitions.sql seven times) and stay as they are: they are applied, not
 // checked.
@@ -28,6 +33,23 @@ import { committedMigrations, compileMigration, currentMigrationFiles } from './
 
 /** The first committed migration (its number) the rules apply to; every later one and migrations/current/ too. */
 export const FIRST_CHECKED_MIGRATION = 14;
+
+/** Rule 3: the most functions, procedures and views one sql/ file may create. */
+export const MAX_OBJECTS_PER_FILE = 12;
+
+/** Rule 3: a message for each of `files` (sql/ files, by name) that creates more than MAX_OBJECTS_PER_FILE objects. */
+export function oversizedFiles(files: readonly { name: string; text: string }[]): string[] {
+  return files.flatMap((file) => {
+    const n = createdObjects(file.text).length;
+    return n > MAX_OBJECTS_PER_FILE
+      ? [
+          `sql/${file.name} creates ${n} functions, procedures and views, more than ${MAX_OBJECTS_PER_FILE}: a change ` +
+            `to one of them would re-create the rest; split it by concern (files with a common prefix, ` +
+            `like queues/partitions*.sql)`,
+        ]
+      : [];
+  });
+}
 
 export interface Include {
   /** The sql/ file, relative to sql/ (e.g. `queues/hasten.sql`). */

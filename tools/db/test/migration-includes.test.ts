@@ -12,9 +12,12 @@ import {
   createdObjects,
   FIRST_CHECKED_MIGRATION,
   includesOf,
+  MAX_OBJECTS_PER_FILE,
   migrationsToCheck,
+  oversizedFiles,
   repeatedIncludes,
 } from '../src/migration-includes.js';
+import { sqlFiles } from '../src/sql-drift.js';
 import { committedMigrations } from '../src/migration-files.js';
 import { migrateDatabase, migrateSettings } from '../src/migrate.js';
 import { repoRoot } from '../src/paths.js';
@@ -93,6 +96,21 @@ describe("the repository's migrations", () => {
     const reports = await checkMigrationIncludes({ url: db.url('owner'), before, checked });
     expect(reports.map((r) => r.name)).toEqual(checked.map((m) => m.name));
     expect(reports.flatMap((r) => r.problems)).toEqual([]);
+  });
+
+  it(`sql/ files create at most ${MAX_OBJECTS_PER_FILE} functions, procedures and views each`, () => {
+    const files = sqlFiles(join(repoRoot(), 'sql'));
+    expect(files.map((f) => f.name)).toContain('queues/partitions_maintain.sql');
+    expect(oversizedFiles(files)).toEqual([]);
+    // The check counts what it should: a file of 13 fails.
+    const thirteen = Array.from(
+      { length: 13 },
+      (_, i) => `create or replace function queues.f${i}() returns int language sql immutable as $$ select ${i} $$;`,
+    ).join('\n');
+    expect(oversizedFiles([{ name: 'queues/big.sql', text: thirteen }])).toEqual([
+      expect.stringMatching(/^sql\/queues\/big\.sql creates 13 functions, procedures and views, more than 12/),
+    ]);
+    expect(oversizedFiles([{ name: 'queues/ok.sql', text: thirteen.split('\n').slice(1).join('\n') }])).toEqual([]);
   });
 
   it('before 000014 they did not: 000005 inlines sql/queues/partitions.sql seven times', () => {
