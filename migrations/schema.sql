@@ -5428,6 +5428,78 @@ $function$;
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION comms.channel_attempt(_channel text, payload jsonb, OUT attempt_id bigint, OUT refusal jsonb)
+ RETURNS record
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _process text := 'send_' || _channel;
+  _refusal text;
+begin
+  attempt_id := internal.id_from_payload(payload, _process || '_attempt_id');
+  if attempt_id is null then
+    refusal := internal.validation_failure(_process || '_attempt_id must be a positive integer');
+    return;
+  end if;
+  _refusal := internal.channel_attempt_refusal('comms', _process, attempt_id);
+  if _refusal is not null then
+    attempt_id := null;
+    refusal := internal.validation_failure(_refusal);
+  end if;
+end;
+$function$;
+  -- comms.channel_attempt(_channel text, payload jsonb, OUT attempt_id bigint, OUT refusal jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.channel_send_process(_channel text, OUT process internal.channel_process, OUT message_table text)
+ RETURNS record
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if to_regclass(format('%I.%I', 'comms', _channel || '_message')) is null then
+    raise exception 'channel %: table comms.%_message does not exist', _channel, _channel using errcode = '22023';
+  end if;
+  process := internal.get_channel_process('comms', 'send_' || _channel);
+  message_table := _channel || '_message';
+end;
+$function$;
+  -- comms.channel_send_process(_channel text, OUT process internal.channel_process, OUT message_table text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.create_channel_message(_channel text, _idempotency_key text, OUT created boolean, OUT message_id bigint, OUT task_id bigint, OUT validation_failure_message text)
+ RETURNS record
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _root text := ((comms.channel_send_process(_channel)).process).process_name || '_task';
+begin
+  insert into comms.message (channel, idempotency_key) values (_channel, _idempotency_key)
+  on conflict (idempotency_key) do nothing
+  returning message.message_id into message_id;
+  created := message_id is not null;
+  if created then
+    return;
+  end if;
+
+  -- A repeated request: what the first one created.
+  execute format('select m.message_id, t.%3$I from comms.message m left join %1$I.%2$I t on t.message_id = m.message_id
+                   where m.idempotency_key = $1',
+                 'comms', _root, _root || '_id')
+    into message_id, task_id using _idempotency_key;
+  if task_id is null then
+    message_id := null;
+    validation_failure_message := 'idempotency_key was already used for a message on another channel';
+  end if;
+end;
+$function$;
+  -- comms.create_channel_message(_channel text, _idempotency_key text, OUT created boolean, OUT message_id bigint, OUT task_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION comms.get_email_payload(payload jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -5435,16 +5507,12 @@ CREATE OR REPLACE FUNCTION comms.get_email_payload(payload jsonb)
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
-  _attempt_id bigint := internal.id_from_payload(payload, 'send_email_attempt_id');
-  _refusal text;
+  _attempt record;
   _provider_payload jsonb;
 begin
-  if _attempt_id is null then
-    return internal.validation_failure('send_email_attempt_id must be a positive integer');
-  end if;
-  _refusal := internal.channel_attempt_refusal('comms', 'send_email', _attempt_id);
-  if _refusal is not null then
-    return internal.validation_failure(_refusal);
+  select * into _attempt from comms.channel_attempt('email', payload);
+  if _attempt.refusal is not null then
+    return _attempt.refusal;
   end if;
 
   select jsonb_strip_nulls(jsonb_build_object(
@@ -5460,7 +5528,7 @@ begin
     from comms.send_email_attempt a
     join comms.send_email_task t using (send_email_task_id)
     join comms.email_message m using (message_id)
-   where a.send_email_attempt_id = _attempt_id;
+   where a.send_email_attempt_id = _attempt.attempt_id;
   return jsonb_build_object('success', true, 'payload', _provider_payload);
 end;
 $function$;
@@ -5475,16 +5543,12 @@ CREATE OR REPLACE FUNCTION comms.get_sms_payload(payload jsonb)
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
-  _attempt_id bigint := internal.id_from_payload(payload, 'send_sms_attempt_id');
-  _refusal text;
+  _attempt record;
   _provider_payload jsonb;
 begin
-  if _attempt_id is null then
-    return internal.validation_failure('send_sms_attempt_id must be a positive integer');
-  end if;
-  _refusal := internal.channel_attempt_refusal('comms', 'send_sms', _attempt_id);
-  if _refusal is not null then
-    return internal.validation_failure(_refusal);
+  select * into _attempt from comms.channel_attempt('sms', payload);
+  if _attempt.refusal is not null then
+    return _attempt.refusal;
   end if;
 
   select jsonb_strip_nulls(jsonb_build_object(
@@ -5497,7 +5561,7 @@ begin
     from comms.send_sms_attempt a
     join comms.send_sms_task t using (send_sms_task_id)
     join comms.sms_message m using (message_id)
-   where a.send_sms_attempt_id = _attempt_id;
+   where a.send_sms_attempt_id = _attempt.attempt_id;
   return jsonb_build_object('success', true, 'payload', _provider_payload);
 end;
 $function$;
@@ -5528,73 +5592,62 @@ $function$;
   -- comms.is_email_address(_address text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION comms.kickoff_send_email(_message_id bigint, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, OUT send_email_task_id bigint, OUT validation_failure_message text)
+CREATE OR REPLACE FUNCTION comms.kickoff_channel_send(_channel text, _message_id bigint, _scheduled_at timestamp with time zone, OUT task_id bigint, OUT validation_failure_message text)
  RETURNS record
  LANGUAGE plpgsql
- SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
+  _p record;
   _at timestamptz := coalesce(_scheduled_at, now());
+  _root text;
+  _found boolean;
 begin
+  select * into _p from comms.channel_send_process(_channel);
+  _root := (_p.process).process_name || '_task';
   if _message_id is null then
     validation_failure_message := 'message_id is required';
     return;
   end if;
-  if not exists (select 1 from comms.email_message m where m.message_id = _message_id) then
-    validation_failure_message := format('email message %s not found', _message_id);
+  execute format('select exists (select 1 from %I.%I m where m.message_id = $1)', 'comms', _p.message_table)
+    into _found using _message_id;
+  if not _found then
+    validation_failure_message := format('%s message %s not found', _channel, _message_id);
     return;
   end if;
 
-  insert into comms.send_email_task (message_id, scheduled_at) values (_message_id, _at)
-  on conflict (message_id) do nothing
-  returning send_email_task.send_email_task_id into send_email_task_id;
+  execute format('insert into %1$I.%2$I (message_id, scheduled_at) values ($1, $2)
+                  on conflict (message_id) do nothing returning %3$I', 'comms', _root, _root || '_id')
+    into task_id using _message_id, _at;
 
-  if send_email_task_id is null then
+  if task_id is null then
     -- Already kicked off: its supervisor is running. No-op.
-    select t.send_email_task_id into send_email_task_id
-      from comms.send_email_task t where t.message_id = _message_id;
+    execute format('select t.%3$I from %1$I.%2$I t where t.message_id = $1', 'comms', _root, _root || '_id')
+      into task_id using _message_id;
     return;
   end if;
 
-  perform internal.enqueue_channel_supervisor(internal.get_channel_process('comms', 'send_email'), send_email_task_id, _at);
+  perform internal.enqueue_channel_supervisor(_p.process, task_id, _at);
 end;
 $function$;
+  -- comms.kickoff_channel_send(_channel text, _message_id bigint, _scheduled_at timestamp with time zone, OUT task_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION comms.kickoff_send_email(_message_id bigint, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, OUT send_email_task_id bigint, OUT validation_failure_message text)
+ RETURNS record
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select k.task_id, k.validation_failure_message from comms.kickoff_channel_send('email', _message_id, _scheduled_at) k $function$;
   -- comms.kickoff_send_email(_message_id bigint, _scheduled_at timestamp with time zone, OUT send_email_task_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION comms.kickoff_send_sms(_message_id bigint, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, OUT send_sms_task_id bigint, OUT validation_failure_message text)
  RETURNS record
- LANGUAGE plpgsql
+ LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-declare
-  _at timestamptz := coalesce(_scheduled_at, now());
-begin
-  if _message_id is null then
-    validation_failure_message := 'message_id is required';
-    return;
-  end if;
-  if not exists (select 1 from comms.sms_message m where m.message_id = _message_id) then
-    validation_failure_message := format('sms message %s not found', _message_id);
-    return;
-  end if;
-
-  insert into comms.send_sms_task (message_id, scheduled_at) values (_message_id, _at)
-  on conflict (message_id) do nothing
-  returning send_sms_task.send_sms_task_id into send_sms_task_id;
-
-  if send_sms_task_id is null then
-    -- Already kicked off: its supervisor is running. No-op.
-    select t.send_sms_task_id into send_sms_task_id
-      from comms.send_sms_task t where t.message_id = _message_id;
-    return;
-  end if;
-
-  perform internal.enqueue_channel_supervisor(internal.get_channel_process('comms', 'send_sms'), send_sms_task_id, _at);
-end;
-$function$;
+AS $function$ select k.task_id, k.validation_failure_message from comms.kickoff_channel_send('sms', _message_id, _scheduled_at) k $function$;
   -- comms.kickoff_send_sms(_message_id bigint, _scheduled_at timestamp with time zone, OUT send_sms_task_id bigint, OUT validation_failure_message text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
@@ -5671,6 +5724,107 @@ AS $function$ select internal.record_channel_attempt_success('comms', 'send_sms'
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION comms.register_message_channel(_channel text, _max_attempts integer, _max_supervisor_runs integer, _backoff_cap_seconds integer)
+ RETURNS void
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _process text := 'send_' || _channel;
+  -- The names every template below refers to, by position.
+  _names text[] := array[
+    'comms',                                      -- 1
+    _process || '_task',                          -- 2  the root
+    _process || '_task_id',                       -- 3  its key
+    '_' || _process || '_task_id',                -- 4  the facts' argument
+    _process,                                     -- 5  the process, as a literal
+    _process || '_supervisor_facts',              -- 6
+    _process || '_supervisor',                    -- 7
+    'record_' || _channel || '_success',          -- 8
+    'record_' || _channel || '_failure',          -- 9
+    'kickoff_' || _process,                       -- 10
+    _channel                                      -- 11 the channel, as a literal
+  ];
+  _table text;
+begin
+  foreach _table in array array[_channel || '_message', _process || '_task'] loop
+    if to_regclass(format('%I.%I', 'comms', _table)) is null then
+      raise exception 'channel %: table comms.% does not exist', _channel, _table using errcode = '22023';
+    end if;
+  end loop;
+
+  perform internal.register_channel_process('comms', _process, _channel,
+    _supervisor => format('%I.%I', 'comms', _names[7]),
+    _before_handler => format('%I.%I', 'comms', 'get_' || _channel || '_payload'),
+    _success_handler => format('%I.%I', 'comms', _names[8]),
+    _error_handler => format('%I.%I', 'comms', _names[9]),
+    _max_attempts => _max_attempts, _max_supervisor_runs => _max_supervisor_runs,
+    _backoff_cap_seconds => _backoff_cap_seconds);
+
+  execute format($f$
+create or replace function %1$I.%6$I(
+  %4$I bigint,
+  out has_task_succeeded  boolean,
+  out task_failure        text,
+  out has_success         boolean,
+  out num_attempts        integer,
+  out num_failures        integer,
+  out num_outstanding     integer,
+  out num_runs            integer,
+  out scheduled_at        timestamptz,
+  out has_unknown_outcome boolean
+)
+  language sql stable
+  set search_path = pg_catalog, pg_temp
+as $body$
+  select f.has_task_succeeded, f.task_failure, f.has_success, f.num_attempts, f.num_failures,
+         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome
+    from %1$I.%2$I t
+   cross join lateral internal.channel_process_facts(%1$L, %5$L, t.%3$I) f
+   where t.%3$I = %4$I
+$body$;
+
+create or replace function %1$I.%7$I(payload jsonb)
+  returns jsonb
+  language sql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $body$ select internal.run_channel_supervisor(%1$L, %5$L, payload) $body$;
+
+create or replace function %1$I.%8$I(payload jsonb)
+  returns jsonb
+  language sql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $body$ select internal.record_channel_attempt_success(%1$L, %5$L, payload) $body$;
+
+create or replace function %1$I.%9$I(payload jsonb)
+  returns jsonb
+  language sql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $body$ select internal.record_channel_attempt_failure(%1$L, %5$L, payload) $body$;
+
+create or replace function %1$I.%10$I(
+  _message_id bigint,
+  _scheduled_at timestamptz default null,
+  out %3$I bigint,
+  out validation_failure_message text
+)
+  language sql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $body$ select k.task_id, k.validation_failure_message from comms.kickoff_channel_send(%11$L, _message_id, _scheduled_at) k $body$;
+$f$, variadic _names);
+
+  execute format('revoke execute on function %1$I.%2$I(bigint), %1$I.%3$I(jsonb), %1$I.%4$I(jsonb), %1$I.%5$I(jsonb),
+                  %1$I.%6$I(bigint, timestamptz) from public',
+                 'comms', _names[6], _names[7], _names[8], _names[9], _names[10]);
+end;
+$function$;
+  -- comms.register_message_channel(_channel text, _max_attempts integer, _max_supervisor_runs integer, _backoff_cap_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION comms.send_email(_from_address text, _to_address text, _subject text, _html text, _text text DEFAULT NULL::text, _reply_to text DEFAULT NULL::text, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _idempotency_key text DEFAULT NULL::text, OUT message_id bigint, OUT send_email_task_id bigint, OUT validation_failure_message text)
  RETURNS record
  LANGUAGE plpgsql
@@ -5678,6 +5832,7 @@ CREATE OR REPLACE FUNCTION comms.send_email(_from_address text, _to_address text
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
+  _message record;
   _kickoff record;
 begin
   validation_failure_message := case
@@ -5700,20 +5855,12 @@ begin
     return;
   end if;
 
-  insert into comms.message (channel, idempotency_key) values ('email', _idempotency_key)
-  on conflict (idempotency_key) do nothing
-  returning message.message_id into message_id;
-
-  if message_id is null then
-    -- A repeated request: return what the first one created.
-    select m.message_id, t.send_email_task_id into message_id, send_email_task_id
-      from comms.message m
-      left join comms.send_email_task t on t.message_id = m.message_id
-     where m.idempotency_key = _idempotency_key;
-    if send_email_task_id is null then
-      message_id := null;
-      validation_failure_message := 'idempotency_key was already used for a message on another channel';
-    end if;
+  select * into _message from comms.create_channel_message('email', _idempotency_key);
+  message_id := _message.message_id;
+  if not _message.created then
+    -- A repeated request: what the first one created (or why the key cannot be reused).
+    send_email_task_id := _message.task_id;
+    validation_failure_message := _message.validation_failure_message;
     return;
   end if;
 
@@ -6016,6 +6163,7 @@ CREATE OR REPLACE FUNCTION comms.send_sms(_to_number text, _body text, _from_num
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
+  _message record;
   _kickoff record;
 begin
   validation_failure_message := case
@@ -6032,20 +6180,12 @@ begin
     return;
   end if;
 
-  insert into comms.message (channel, idempotency_key) values ('sms', _idempotency_key)
-  on conflict (idempotency_key) do nothing
-  returning message.message_id into message_id;
-
-  if message_id is null then
-    -- A repeated request: return what the first one created.
-    select m.message_id, t.send_sms_task_id into message_id, send_sms_task_id
-      from comms.message m
-      left join comms.send_sms_task t on t.message_id = m.message_id
-     where m.idempotency_key = _idempotency_key;
-    if send_sms_task_id is null then
-      message_id := null;
-      validation_failure_message := 'idempotency_key was already used for a message on another channel';
-    end if;
+  select * into _message from comms.create_channel_message('sms', _idempotency_key);
+  message_id := _message.message_id;
+  if not _message.created then
+    -- A repeated request: what the first one created (or why the key cannot be reused).
+    send_sms_task_id := _message.task_id;
+    validation_failure_message := _message.validation_failure_message;
     return;
   end if;
 

@@ -195,7 +195,7 @@ as $$
   select admin.history_status_at(now())
 $$;
 
--- Granted here, beside the function (see sql/queues/partitions.sql for why); the clock
+-- Granted here, beside the function (see sql/queues/partitions_maintain.sql for why); the clock
 -- variant stays owner only.
 revoke execute on function admin.history_status_at(timestamptz) from public;
 grant execute on function admin.history_status() to :DATABASE_API;

@@ -1,54 +1,23 @@
--- The send-SMS process. The skeleton (supervisor, facts, attempts, handlers' bookkeeping)
--- is the shared channel process of sql/internal/channel_process.sql; this file holds what
--- is particular to SMS: its limits, the provider payload, and the kickoffs.
+-- The send-SMS process: what is particular to SMS. The skeleton (supervisor, facts,
+-- attempts, handlers' bookkeeping) is the shared channel process of
+-- sql/internal/channel_process.sql; what the message channels share beyond it (the named
+-- entry points, checking an attempt, creating a message, the kickoff) is
+-- sql/comms/channel.sql. Here: its limits, the provider payload, and its message's fields
+-- and their checks.
 --
---   comms.send_sms(...)             app: create the message and kick off (idempotent)
+--   comms.send_sms(...)             app: create the message and kick off (idempotent); here
+--   comms.get_sms_payload           before_handler: the provider payload; here
 --   comms.kickoff_send_sms(id)      root task + first supervisor task (idempotent)
 --   comms.send_sms_supervisor       db_function: internal.run_channel_supervisor
---   comms.get_sms_payload           before_handler: the provider payload
+--   comms.send_sms_supervisor_facts(id)  what the supervisor decides on
 --   comms.record_sms_success        success_handler: attempt succeeded fact
 --   comms.record_sms_failure        error_handler: attempt failed fact
+-- (the last five made by comms.register_message_channel).
 
 -- Limits: 3 provider calls per message (the first and two retries); 30 non-terminal
 -- supervisor runs (about 21 hours with the backoff, capped at an hour), after which a
 -- loop bug ends in send_sms_task_failed('run_limit_reached') instead of running forever.
-select internal.register_channel_process('comms', 'send_sms', 'sms',
-  _supervisor => 'comms.send_sms_supervisor', _before_handler => 'comms.get_sms_payload',
-  _success_handler => 'comms.record_sms_success', _error_handler => 'comms.record_sms_failure',
-  _max_attempts => 3, _max_supervisor_runs => 30, _backoff_cap_seconds => 3600);
-
--- Everything the supervisor decides on, in one record: call it by hand to see what the
--- supervisor saw (select * from comms.send_sms_supervisor_facts(123)).
-create or replace function comms.send_sms_supervisor_facts(
-  _send_sms_task_id bigint,
-  out has_task_succeeded  boolean,
-  out task_failure        text,
-  out has_success         boolean,
-  out num_attempts        integer,
-  out num_failures        integer,
-  out num_outstanding     integer,
-  out num_runs            integer,
-  out scheduled_at        timestamptz,
-  out has_unknown_outcome boolean
-)
-  language sql stable
-  set search_path = pg_catalog, pg_temp
-as $$
-  select f.has_task_succeeded, f.task_failure, f.has_success, f.num_attempts, f.num_failures,
-         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome
-    from comms.send_sms_task t
-   cross join lateral internal.channel_process_facts('comms', 'send_sms', t.send_sms_task_id) f
-   where t.send_sms_task_id = _send_sms_task_id
-$$;
-
--- Drives one send_sms_task to a terminal fact. Payload: {send_sms_task_id}. The
--- envelopes and the order of its checks: internal.run_channel_supervisor.
-create or replace function comms.send_sms_supervisor(payload jsonb)
-  returns jsonb
-  language sql volatile
-  security definer
-  set search_path = pg_catalog, pg_temp
-as $$ select internal.run_channel_supervisor('comms', 'send_sms', payload) $$;
+select comms.register_message_channel('sms', _max_attempts => 3, _max_supervisor_runs => 30, _backoff_cap_seconds => 3600);
 
 -- before_handler. Payload: the SMS task's ({send_sms_attempt_id, ...}). Returns the
 -- provider payload of @org/handler-types smsPayload. Its idempotency_key is the attempt
@@ -62,16 +31,12 @@ create or replace function comms.get_sms_payload(payload jsonb)
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _attempt_id bigint := internal.id_from_payload(payload, 'send_sms_attempt_id');
-  _refusal text;
+  _attempt record;
   _provider_payload jsonb;
 begin
-  if _attempt_id is null then
-    return internal.validation_failure('send_sms_attempt_id must be a positive integer');
-  end if;
-  _refusal := internal.channel_attempt_refusal('comms', 'send_sms', _attempt_id);
-  if _refusal is not null then
-    return internal.validation_failure(_refusal);
+  select * into _attempt from comms.channel_attempt('sms', payload);
+  if _attempt.refusal is not null then
+    return _attempt.refusal;
   end if;
 
   select jsonb_strip_nulls(jsonb_build_object(
@@ -84,68 +49,8 @@ begin
     from comms.send_sms_attempt a
     join comms.send_sms_task t using (send_sms_task_id)
     join comms.sms_message m using (message_id)
-   where a.send_sms_attempt_id = _attempt_id;
+   where a.send_sms_attempt_id = _attempt.attempt_id;
   return jsonb_build_object('success', true, 'payload', _provider_payload);
-end;
-$$;
-
--- success_handler. Body: {original_payload, worker_payload}. Idempotent.
-create or replace function comms.record_sms_success(payload jsonb)
-  returns jsonb
-  language sql volatile
-  security definer
-  set search_path = pg_catalog, pg_temp
-as $$ select internal.record_channel_attempt_success('comms', 'send_sms', payload) $$;
-
--- error_handler. Body: {original_payload, error}. Records the failure unless the attempt
--- succeeded. Idempotent.
-create or replace function comms.record_sms_failure(payload jsonb)
-  returns jsonb
-  language sql volatile
-  security definer
-  set search_path = pg_catalog, pg_temp
-as $$ select internal.record_channel_attempt_failure('comms', 'send_sms', payload) $$;
-
--- Kickoff -----------------------------------------------------------------------------
-
--- Starts the send process for an existing sms message: the root task and the first
--- supervisor run, at _scheduled_at (NULL: now). A second call for the same message
--- returns the existing task and enqueues nothing. Bad input: a validation_failure_message
--- and nothing written.
-create or replace function comms.kickoff_send_sms(
-  _message_id bigint,
-  _scheduled_at timestamptz default null,
-  out send_sms_task_id bigint,
-  out validation_failure_message text
-)
-  language plpgsql volatile
-  security definer
-  set search_path = pg_catalog, pg_temp
-as $$
-declare
-  _at timestamptz := coalesce(_scheduled_at, now());
-begin
-  if _message_id is null then
-    validation_failure_message := 'message_id is required';
-    return;
-  end if;
-  if not exists (select 1 from comms.sms_message m where m.message_id = _message_id) then
-    validation_failure_message := format('sms message %s not found', _message_id);
-    return;
-  end if;
-
-  insert into comms.send_sms_task (message_id, scheduled_at) values (_message_id, _at)
-  on conflict (message_id) do nothing
-  returning send_sms_task.send_sms_task_id into send_sms_task_id;
-
-  if send_sms_task_id is null then
-    -- Already kicked off: its supervisor is running. No-op.
-    select t.send_sms_task_id into send_sms_task_id
-      from comms.send_sms_task t where t.message_id = _message_id;
-    return;
-  end if;
-
-  perform internal.enqueue_channel_supervisor(internal.get_channel_process('comms', 'send_sms'), send_sms_task_id, _at);
 end;
 $$;
 
@@ -168,6 +73,7 @@ create or replace function comms.send_sms(
   set search_path = pg_catalog, pg_temp
 as $$
 declare
+  _message record;
   _kickoff record;
 begin
   validation_failure_message := case
@@ -184,20 +90,12 @@ begin
     return;
   end if;
 
-  insert into comms.message (channel, idempotency_key) values ('sms', _idempotency_key)
-  on conflict (idempotency_key) do nothing
-  returning message.message_id into message_id;
-
-  if message_id is null then
-    -- A repeated request: return what the first one created.
-    select m.message_id, t.send_sms_task_id into message_id, send_sms_task_id
-      from comms.message m
-      left join comms.send_sms_task t on t.message_id = m.message_id
-     where m.idempotency_key = _idempotency_key;
-    if send_sms_task_id is null then
-      message_id := null;
-      validation_failure_message := 'idempotency_key was already used for a message on another channel';
-    end if;
+  select * into _message from comms.create_channel_message('sms', _idempotency_key);
+  message_id := _message.message_id;
+  if not _message.created then
+    -- A repeated request: what the first one created (or why the key cannot be reused).
+    send_sms_task_id := _message.task_id;
+    validation_failure_message := _message.validation_failure_message;
     return;
   end if;
 

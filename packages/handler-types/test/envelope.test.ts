@@ -1,4 +1,5 @@
-// The result envelope schema: both seed shapes, their normalisation, and malformed input.
+// The result envelope schema: both seed shapes, their normalisation, and malformed input
+// (the table of cases, envelope-cases.json, is shared with queues.parse_envelope's test).
 import { describe, expect, it } from 'vitest';
 import {
   emailPayload,
@@ -8,72 +9,34 @@ import {
   smsPayload,
   successHandlerBody,
 } from '../src/index.js';
+import { caseTitle, envelopeCases } from './envelope-cases.js';
 
 describe('parseEnvelope', () => {
-  it.each([
-    [{ status: 'succeeded' }, { outcome: 'succeeded', payload: undefined }],
-    [
-      { status: 'succeeded', payload: { to: 'x' } },
-      { outcome: 'succeeded', payload: { to: 'x' } },
-    ],
-    [{ status: 'max_attempts_reached' }, { outcome: 'status', status: 'max_attempts_reached', payload: undefined }],
-    [{ success: true }, { outcome: 'succeeded', payload: undefined }],
-    [
-      { success: true, error: '', validation_failure_message: '', payload: { a: 1 } },
-      { outcome: 'succeeded', payload: { a: 1 } },
-    ],
-    [
-      { success: true, error: null, validation_failure_message: null },
-      { outcome: 'succeeded', payload: undefined },
-    ],
-    [
-      { success: false, error: 'smtp down' },
-      { outcome: 'error', message: 'smtp down', payload: undefined },
-    ],
-    [
-      { success: false, validation_failure_message: 'unknown account' },
-      { outcome: 'invalid', message: 'unknown account', payload: undefined },
-    ],
-    // error wins over a validation message; a set error overrides success: true
-    [
-      { success: false, error: 'e', validation_failure_message: 'v' },
-      { outcome: 'error', message: 'e', payload: undefined },
-    ],
-    [
-      { success: true, error: 'late failure' },
-      { outcome: 'error', message: 'late failure', payload: undefined },
-    ],
-    // Without success: the supervisors specification's `return jsonb_build_object('error', 'missing_task_id');`
-    [{ error: 'missing_task_id' }, { outcome: 'error', message: 'missing_task_id', payload: undefined }],
-    [
-      { validation_failure_message: 'no such account', payload: { id: 1 } },
-      { outcome: 'invalid', message: 'no such account', payload: { id: 1 } },
-    ],
-  ])('%j normalises', (input, expected) => {
-    expect(parseEnvelope(input)).toEqual({ ok: true, envelope: expected });
+  // The cases queues.parse_envelope is tested on too (sql/queues/envelope.test.ts).
+  it.each(envelopeCases.map((c) => [caseTitle(c), c] as const))('%s', (_title, c) => {
+    const result = parseEnvelope(c.input);
+    const payload = (c.input as { payload?: unknown } | null)?.payload;
+    switch (c.outcome) {
+      case 'malformed':
+        expect(result.ok).toBe(false);
+        if (!result.ok) expect(result.error).toContain(c.message);
+        return;
+      case 'succeeded':
+        expect(result).toEqual({ ok: true, envelope: { outcome: 'succeeded', payload } });
+        return;
+      case 'status':
+        expect(result).toEqual({ ok: true, envelope: { outcome: 'status', status: c.message, payload } });
+        return;
+      default:
+        expect(result).toEqual({ ok: true, envelope: { outcome: c.outcome, message: c.message, payload } });
+    }
   });
 
-  it.each([
-    [null, /expected an object, got null/],
-    [undefined, /expected an object, got a undefined/],
-    ['succeeded', /got a string/],
-    [[{ success: true }], /got an array/],
-    [{}, /needs "status" or "success"/],
-    [{ status: 'succeeded', success: true }, /both "status" and "success"/],
-    [{ status: '' }, /malformed/],
-    [{ status: 5 }, /malformed/],
-    [{ success: 'true' }, /malformed/],
-    [{ success: false }, /neither error nor validation_failure_message/],
-    [{ success: true, extra: 1 }, /malformed/],
-    [{ success: false, error: 42 }, /malformed/],
-    [{ success: true, error: 'x'.repeat(100_001) }, /malformed/],
-    [{ error: '' }, /needs "status" or "success", or a non-empty error/],
-    [{ error: 42 }, /malformed/],
-    [{ error: 'x', extra: 1 }, /malformed/],
-  ])('%j is malformed, never a throw', (input, message) => {
-    const result = parseEnvelope(input);
-    expect(result.ok).toBe(false);
-    if (!result.ok) expect(result.error).toMatch(message);
+  it('malformed, never a throw: undefined (which JSON cannot hold)', () => {
+    expect(parseEnvelope(undefined)).toEqual({
+      ok: false,
+      error: 'malformed result envelope: expected an object, got a undefined',
+    });
   });
 });
 

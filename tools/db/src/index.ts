@@ -22,6 +22,16 @@ export { dumpSchema, unifiedDiff } from './schema-dump.js';
 export { writeSchemaDump, schemaDumpPath } from './schema-dump-file.js';
 export { replaceLegacyHistory, LEGACY_HISTORY, BASELINE_FILENAME } from './legacy.js';
 export { checkMigrationLocks, lockMarkers, HOT_TABLES } from './migration-locks.js';
+export {
+  checkMigrationIncludes,
+  createdObjects,
+  includesOf,
+  migrationsToCheck,
+  oversizedFiles,
+  repeatedIncludes,
+  FIRST_CHECKED_MIGRATION,
+  MAX_OBJECTS_PER_FILE,
+} from './migration-includes.js';
 export { findSqlDrift, sqlFiles } from './sql-drift.js';
 export { compiledMigrations, compileMigration } from './migration-files.js';
 export { enableLocalSchedules, LOCAL_SCHEDULES } from './local-schedules.js';
