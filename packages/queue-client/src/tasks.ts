@@ -195,7 +195,11 @@ function asObject(value: unknown): JsonObject {
 export async function enqueue(db: Queryable, task: NewTask): Promise<Id> {
   if (task.unique) return (await enqueueUnique(db, { ...task, unique: task.unique })).taskId;
   if (tracingEnabled())
-    return withSendSpan([task.taskType], (context) => enqueueOne(db, task, context), (id) => [id]);
+    return withSendSpan(
+      [task.taskType],
+      (context) => enqueueOne(db, task, context),
+      (id) => [id],
+    );
   return enqueueOne(db, task);
 }
 

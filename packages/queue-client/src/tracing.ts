@@ -100,7 +100,12 @@ export function parseTraceContext(context: TraceContext): SpanContext | undefine
   const [, version, traceId, spanId, flags, rest] = m;
   if (version === 'ff' || (version === '00' && rest !== undefined)) return undefined;
   const api = otelApi();
-  const spanContext: SpanContext = { traceId: traceId!, spanId: spanId!, traceFlags: parseInt(flags!, 16) & 1, isRemote: true };
+  const spanContext: SpanContext = {
+    traceId: traceId!,
+    spanId: spanId!,
+    traceFlags: parseInt(flags!, 16) & 1,
+    isRemote: true,
+  };
   if (context.tracestate) spanContext.traceState = api.createTraceState(context.tracestate);
   return api.trace.isSpanContextValid(spanContext) ? spanContext : undefined;
 }

@@ -58,7 +58,7 @@ describe('without an SDK', () => {
     const onPool = await enqueue(app, { taskType: 'product_resync', payload: { n: 1 } });
     const [inBatch] = await enqueueMany(app, [{ taskType: 'product_resync', payload: { n: 2 } }]);
     const unique = await enqueueUnique(app, { taskType: 'product_resync', payload: {}, unique: { key: 'no-sdk' } });
-    for (const id of [onPool, inBatch!, unique.taskId]) expect(await traceOf(id)).toBeUndefined();
+    for (const id of [onPool, inBatch, unique.taskId]) expect(await traceOf(id)).toBeUndefined();
     expect(exporter.getFinishedSpans()).toEqual([]);
   });
 });
@@ -74,16 +74,16 @@ describe('with an SDK registered', () => {
     expect(tracingEnabled()).toBe(true);
     const id = await enqueue(app, { taskType: 'product_resync', payload: { n: 3 } });
     const [send] = sends();
-    expect(send!.name).toBe('send product_resync');
-    expect(send!.kind).toBe(SpanKind.PRODUCER);
-    expect(send!.attributes).toEqual({
+    expect(send.name).toBe('send product_resync');
+    expect(send.kind).toBe(SpanKind.PRODUCER);
+    expect(send.attributes).toEqual({
       'messaging.system': 'pg_task_queue',
       'messaging.operation.type': 'send',
       'messaging.operation.name': 'send',
       'messaging.destination.name': 'product_resync',
       'messaging.message.id': id,
     });
-    expect(await traceOf(id)).toEqual({ traceparent: traceparentOf(send!), tracestate: null });
+    expect(await traceOf(id)).toEqual({ traceparent: traceparentOf(send), tracestate: null });
   });
 
   it("inside an app's span and transaction: a child of that span, the tracestate kept, not inherited by later enqueues", async () => {
@@ -115,11 +115,11 @@ describe('with an SDK registered', () => {
     );
     const appSpan = exporter.getFinishedSpans().find((s) => s.name === 'POST /orders')!;
     const [send] = sends();
-    expect(send!.parentSpanContext?.spanId).toBe(appSpan.spanContext().spanId);
-    expect(send!.spanContext().traceId).toBe('4bf92f3577b34da6a3ce929d0e0e4736');
-    expect(await traceOf(traced!)).toEqual({ traceparent: traceparentOf(send!), tracestate: 'vendor=opaque' });
-    expect(await traceOf(plain!)).toBeUndefined();
-    expect(await traceOf(kickoff!)).toEqual({ traceparent: traceparentOf(appSpan), tracestate: 'vendor=opaque' });
+    expect(send.parentSpanContext?.spanId).toBe(appSpan.spanContext().spanId);
+    expect(send.spanContext().traceId).toBe('4bf92f3577b34da6a3ce929d0e0e4736');
+    expect(await traceOf(traced)).toEqual({ traceparent: traceparentOf(send), tracestate: 'vendor=opaque' });
+    expect(await traceOf(plain)).toBeUndefined();
+    expect(await traceOf(kickoff)).toEqual({ traceparent: traceparentOf(appSpan), tracestate: 'vendor=opaque' });
     // Outside a span, nothing to set.
     const client = await app.connect();
     try {
@@ -135,9 +135,9 @@ describe('with an SDK registered', () => {
     const skipped = await enqueueUnique(app, { taskType: 'product_resync', payload: {}, unique: { key: 'traced' } });
     expect(skipped).toMatchObject({ taskId: inserted.taskId, outcome: 'skipped' });
     const [first, second] = sends();
-    expect(first!.attributes['messaging.message.id']).toBe(inserted.taskId);
-    expect(second!.attributes['messaging.message.id']).toBeUndefined();
-    expect(await traceOf(inserted.taskId)).toEqual({ traceparent: traceparentOf(first!), tracestate: null });
+    expect(first.attributes['messaging.message.id']).toBe(inserted.taskId);
+    expect(second.attributes['messaging.message.id']).toBeUndefined();
+    expect(await traceOf(inserted.taskId)).toEqual({ traceparent: traceparentOf(first), tracestate: null });
   });
 
   it('enqueueMany: one send span for the batch, its context kept by every task', async () => {
@@ -147,14 +147,14 @@ describe('with an SDK registered', () => {
       { taskType: 'store_discovery', payload: { n: 8 } },
     ]);
     const [send] = sends();
-    expect(send!.name).toBe('send');
-    expect(send!.attributes).toEqual({
+    expect(send.name).toBe('send');
+    expect(send.attributes).toEqual({
       'messaging.system': 'pg_task_queue',
       'messaging.operation.type': 'send',
       'messaging.operation.name': 'send',
       'messaging.batch.message_count': 2,
     });
-    for (const id of ids) expect(await traceOf(id)).toEqual({ traceparent: traceparentOf(send!), tracestate: null });
+    for (const id of ids) expect(await traceOf(id)).toEqual({ traceparent: traceparentOf(send), tracestate: null });
   });
 
   it('a refused enqueue: the span records the error; nothing is written', async () => {
@@ -162,8 +162,8 @@ describe('with an SDK registered', () => {
     const before = (await db.query('select count(*)::int as n from queues.task_trace')).rows[0].n;
     await expect(enqueue(app, { taskType: 'no_such_type', payload: {} })).rejects.toBeInstanceOf(QueueError);
     const [send] = sends();
-    expect(send!.status.code).toBe(2); // ERROR
-    expect(send!.attributes['error.type']).toBe('invalid_input');
+    expect(send.status.code).toBe(2); // ERROR
+    expect(send.attributes['error.type']).toBe('invalid_input');
     expect((await db.query('select count(*)::int as n from queues.task_trace')).rows[0].n).toBe(before);
   });
 });

@@ -130,8 +130,8 @@ describe('a trace from enqueue to completion', () => {
     // The app's task, then the process: supervisor runs (db_function steps; how many
     // depends on when the email's success wakes the next one) and the email.
     expect(tasks.every((t) => t.outcome === 'succeeded')).toBe(true);
-    expect(tasks[0]!.task_id).toBe(appTaskId);
-    expect(tasks[0]!.task_type).toBe('test_channel');
+    expect(tasks[0].task_id).toBe(appTaskId);
+    expect(tasks[0].task_type).toBe('test_channel');
     const runs = tasks.filter((t) => t.task_type === 'db_function');
     const emails = tasks.filter((t) => t.task_type === 'email');
     expect(runs.length).toBeGreaterThanOrEqual(2);
@@ -146,7 +146,7 @@ describe('a trace from enqueue to completion', () => {
         (s) => s.name.startsWith('process ') && s.attributes['messaging.message.id'] === taskId,
       );
       expect(found, `one process span of task ${taskId}`).toHaveLength(1);
-      return found[0]!;
+      return found[0];
     };
     const childOf = (parent: ReadableSpan, name: string) =>
       spans.filter((s) => parentOf(s) === spanId(parent) && s.name === name);
@@ -157,8 +157,8 @@ describe('a trace from enqueue to completion', () => {
     // The app's enqueue: a PRODUCER span under the app's span, the task's id on it.
     const [send] = childOf(appSpan!, 'send test_channel');
     expect(send).toBeDefined();
-    expect(send!.kind).toBe(SpanKind.PRODUCER);
-    expect(send!.attributes).toEqual({
+    expect(send.kind).toBe(SpanKind.PRODUCER);
+    expect(send.attributes).toEqual({
       'messaging.system': 'pg_task_queue',
       'messaging.operation.type': 'send',
       'messaging.operation.name': 'send',
@@ -173,7 +173,7 @@ describe('a trace from enqueue to completion', () => {
       expect(span.links.map((l) => l.context.spanId)).toEqual([spanId(producer)]);
     };
     const appProcess = process(appTaskId);
-    continues(appProcess, send!);
+    continues(appProcess, send);
     expect(appProcess.name).toBe('process test_channel');
     expect(appProcess.attributes).toMatchObject({
       'messaging.system': 'pg_task_queue',
@@ -185,15 +185,15 @@ describe('a trace from enqueue to completion', () => {
     });
 
     // The kickoff's supervisor run: under the app's span (setTraceContext).
-    continues(process(runs[0]!.task_id), appSpan!);
+    continues(process(runs[0].task_id), appSpan!);
     // A run's step span is the context of the tasks the step enqueued: the email task and
     // the next supervisor run.
     const steps = new Map(
       runs.map((r) => {
         const found = childOf(process(r.task_id), 'queue.handler');
         expect(found).toHaveLength(1);
-        expect(found[0]!.attributes['queue.handler.name']).toBe(r.db_function);
-        return [r.task_id, found[0]!];
+        expect(found[0].attributes['queue.handler.name']).toBe(r.db_function);
+        return [r.task_id, found[0]];
       }),
     );
     const enqueuedBy = (taskId: string) => {
@@ -204,7 +204,7 @@ describe('a trace from enqueue to completion', () => {
       return run!.task_id;
     };
     // The first run enqueued the email; each later run was enqueued by an earlier one.
-    expect(enqueuedBy(emails[0]!.task_id)).toBe(runs[0]!.task_id);
+    expect(enqueuedBy(emails[0].task_id)).toBe(runs[0].task_id);
     for (const later of runs.slice(1)) expect(Number(enqueuedBy(later.task_id))).toBeLessThan(Number(later.task_id));
 
     // Every task's span covers its claim and its completion, and ended with its outcome.
@@ -214,12 +214,12 @@ describe('a trace from enqueue to completion', () => {
       expect(span.attributes['messaging.pg_task_queue.task.outcome']).toBe(t.outcome);
       expect(childOf(span, `claim ${t.task_type}`)).toHaveLength(1);
       const [complete] = childOf(span, `complete ${t.task_type}`);
-      expect(complete!.attributes).toMatchObject({
+      expect(complete.attributes).toMatchObject({
         'messaging.operation.type': 'settle',
         'messaging.pg_task_queue.task.outcome': t.outcome,
       });
     }
     // The email went out through the provider inside the email task's span.
-    expect(childOf(process(emails[0]!.task_id), 'queue.provider')).toHaveLength(1);
+    expect(childOf(process(emails[0].task_id), 'queue.provider')).toHaveLength(1);
   });
 });
