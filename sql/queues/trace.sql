@@ -8,10 +8,11 @@
 -- (set_config('queue.traceparent', '00-...', true)). Every enqueue path reads them
 -- (queues.enqueue_task, which the single, unique and element-by-element batch enqueues
 -- share, and the batch insert of queues.enqueue_tasks), so the owner's SQL that enqueues
--- (a supervisor's child tasks, a kickoff) needs no change: queues.run_steps sets
--- queue.traceparent to each step's span while it runs, and an app that calls a kickoff in
--- its transaction sets it first (@org/queue-client's setTraceContext; its enqueue
--- functions set it themselves, in the same statement).
+-- (a supervisor's child tasks, a kickoff, a handler) needs no change: queues.run_steps sets
+-- queue.traceparent to each step's span while it runs, the worker's statements that run a
+-- handler set it to the handler's span, and an app that calls a kickoff in its
+-- transaction sets it first (@org/queue-client's setTraceContext; its enqueue functions
+-- set it themselves, in the same statement).
 --
 -- Cost: an enqueue without the setting (tracing off, the default) reads one setting and
 -- writes nothing more; with it, one row per task.

@@ -17,7 +17,7 @@
  *              waiting for its retry time
  *   completed  outcome succeeded | failed | abandoned | cancelled | validation_failed   (terminal)
  */
-import { functionRun } from './queries/function.queries.js';
+import { functionRun, functionRunTraced } from './queries/function.queries.js';
 import {
   taskClaim,
   taskNextClaimIn,
@@ -38,6 +38,7 @@ import {
   taskRunSteps,
   taskSettle,
   taskSettleWithHandler,
+  taskSettleWithHandlerTraced,
   taskMarkStarted,
   taskTraceContextSet,
   taskTraces,
@@ -517,28 +518,30 @@ export interface CompletionHandler {
  * A completion and its handler in one statement (queues.settle_with_handler): the handler
  * runs in a subtransaction, its envelope decides the outcome and errors recorded, and the
  * completion is fenced by the lease; if it is refused, nothing commits. Returns the result
- * with the outcome and errors recorded (or refused).
+ * with the outcome and errors recorded (or refused). `traceparent` (the handler's span):
+ * the trace context of the tasks the handler enqueues (sql/queues/trace.sql).
  */
 export async function settleWithHandler(
   db: Queryable,
   completion: Settlement & { taskLeaseId: Id; outcome: 'succeeded' | 'failed' | 'validation_failed' },
   handler: CompletionHandler,
+  traceparent?: string,
 ): Promise<{ result: CompletionResult; outcome: CompletionOutcome; errors: string[] }> {
+  const params = {
+    taskId: completion.taskId,
+    taskLeaseId: completion.taskLeaseId,
+    outcome: completion.outcome,
+    errors: completion.errors ?? [],
+    retry: completion.retry ?? null,
+    handler: handler.functionName,
+    body: handler.body,
+    mode: handler.mode,
+    raisedPrefix: handler.raisedPrefix,
+  };
   const rows = await mapErrors(
-    taskSettleWithHandler.run(
-      {
-        taskId: completion.taskId,
-        taskLeaseId: completion.taskLeaseId,
-        outcome: completion.outcome,
-        errors: completion.errors ?? [],
-        retry: completion.retry ?? null,
-        handler: handler.functionName,
-        body: handler.body,
-        mode: handler.mode,
-        raisedPrefix: handler.raisedPrefix,
-      },
-      prepared('queue_client_task_settle_with_handler', db),
-    ),
+    traceparent
+      ? taskSettleWithHandlerTraced.run({ ...params, traceparent }, db)
+      : taskSettleWithHandler.run(params, prepared('queue_client_task_settle_with_handler', db)),
   );
   const row = rows[0]!;
   return { result: row.result as CompletionResult, outcome: row.outcome as CompletionOutcome, errors: row.errors };
@@ -668,9 +671,21 @@ export async function interruptTask(
   return (row?.result ?? 'unknown_task') as InterruptResult;
 }
 
-/** Runs a registered function through internal.run_function; returns its jsonb result. */
-export async function runFunction(db: Queryable, functionName: string, payload: JsonObject): Promise<unknown> {
-  const [row] = await mapErrors(functionRun.run({ functionName, payload: toJsonText(payload, 'payload') }, db));
+/**
+ * Runs a registered function through internal.run_function; returns its jsonb result.
+ * `traceparent` (the caller's span): the trace context of the tasks the function enqueues
+ * (sql/queues/trace.sql).
+ */
+export async function runFunction(
+  db: Queryable,
+  functionName: string,
+  payload: JsonObject,
+  traceparent?: string,
+): Promise<unknown> {
+  const params = { functionName, payload: toJsonText(payload, 'payload') };
+  const [row] = await mapErrors(
+    traceparent ? functionRunTraced.run({ ...params, traceparent }, db) : functionRun.run(params, db),
+  );
   return row?.result ?? null;
 }
 

@@ -42,6 +42,7 @@ import { errorMessage, isTransient, sanitizeMessage } from './completion.js';
 import { noteCrash, watchCrashNotice } from './crash-notice.js';
 import type { Logger } from './logger.js';
 import type { TaskOutcome, TaskReport } from './processor.js';
+import { activeTraceparent } from './tracing.js';
 
 /** Most completions per round trip (queues.complete_tasks accepts up to 1000). */
 export const MAX_BATCH = 500;
@@ -58,6 +59,8 @@ export interface Settled {
 interface PendingCompletion {
   task: ClaimedTask;
   outcome: TaskOutcome;
+  /** The span the completion was asked for in (tracing on): the context of what its handler enqueues. */
+  traceparent: string | undefined;
   /** Answered (its effects committed): never recorded again, even if its round fails later. */
   answered?: boolean;
   resolve: (settled: Settled) => void;
@@ -101,7 +104,7 @@ export class Completer {
   /** Records the task's outcome (its effects, error rows and completion), fenced by its lease. */
   complete(task: ClaimedTask, outcome: TaskOutcome): Promise<Settled> {
     return new Promise((resolve, reject) => {
-      this.#completions.push({ task, outcome, resolve, reject });
+      this.#completions.push({ task, outcome, traceparent: activeTraceparent(), resolve, reject });
       this.#schedule(this.#ends);
     });
   }
@@ -241,6 +244,7 @@ export class Completer {
               : 'failed',
         },
         handler,
+        c.traceparent,
       );
       c.answered = true;
       const report: TaskReport = { outcome };

@@ -20,7 +20,8 @@
  * (queues.task_traces). A task enqueued without one starts a trace of its own, as before.
  * The tasks a db_function step enqueues carry the step's span as their context
  * (queues.run_steps sets it while the step runs): a supervisor's child tasks are children
- * of the supervisor run that enqueued them.
+ * of the supervisor run that enqueued them. Handlers too (activeTraceparent: the handler
+ * invoker's runFunction, the completer's settle_with_handler).
  *
  * Attributes follow the messaging conventions (names in @org/queue-client's tracing.ts):
  * messaging.system = pg_task_queue, messaging.operation.type (process, receive, settle),

@@ -39,6 +39,18 @@ const testProvider: Provider<{ to: string; idempotency_key?: string }> = {
 beforeAll(async () => {
   db = await createTestDatabase();
   await installFixtures(db);
+  // A success handler that enqueues a task (as a process's handler may).
+  await db.query(`
+    create function fixture.on_success_spawn(payload jsonb) returns jsonb
+      language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
+    begin
+      perform queues.enqueue_internal('db_function', '{"db_function": "fixture.step", "key": "spawned"}', _max_attempts => 1);
+      return '{"success": true}'::jsonb;
+    end $$;
+    revoke execute on function fixture.on_success_spawn(jsonb) from public;
+    grant execute on function fixture.on_success_spawn(jsonb) to ${db.dbUsers.worker};
+    select internal.register_runnable_function('fixture.on_success_spawn(jsonb)');
+  `);
   // Supervisor backoffs of 5 s, 10 s, ... become 10 ms, 20 ms, ...
   await db.query(`insert into internal.setting (name, value) values ('backoff_scale', '0.002')`);
   resend = await startFakeResend();
@@ -68,7 +80,7 @@ describe('a trace from enqueue to completion', () => {
           taskType: 'test_channel',
           payload: {
             before_handler: 'fixture.before',
-            success_handler: 'fixture.on_success',
+            success_handler: 'fixture.on_success_spawn',
             error_handler: 'fixture.on_error',
             before: { success: true, payload: { to: 'ada@example.com' } },
           },
@@ -127,16 +139,19 @@ describe('a trace from enqueue to completion', () => {
            from queues.task t join queues.task_completed c using (task_id) order by t.task_id`,
       )
     ).rows;
-    // The app's task, then the process: supervisor runs (db_function steps; how many
-    // depends on when the email's success wakes the next one) and the email.
+    // The app's task, the task its success handler enqueued, then the process: supervisor
+    // runs (db_function steps; how many depends on when the email's success wakes the next
+    // one) and the email.
     expect(tasks.every((t) => t.outcome === 'succeeded')).toBe(true);
     expect(tasks[0].task_id).toBe(appTaskId);
     expect(tasks[0].task_type).toBe('test_channel');
-    const runs = tasks.filter((t) => t.task_type === 'db_function');
+    const spawned = tasks.filter((t) => t.db_function === 'fixture.step');
+    expect(spawned).toHaveLength(1);
+    const runs = tasks.filter((t) => t.task_type === 'db_function' && t.db_function !== 'fixture.step');
     const emails = tasks.filter((t) => t.task_type === 'email');
     expect(runs.length).toBeGreaterThanOrEqual(2);
     expect(emails).toHaveLength(1);
-    expect(runs.length + emails.length + 1).toBe(tasks.length);
+    expect(runs.length + emails.length + 2).toBe(tasks.length);
     // Every task recorded a trace context.
     expect((await db.query('select count(*)::int as n from queues.task_trace')).rows[0].n).toBe(tasks.length);
 
@@ -183,6 +198,13 @@ describe('a trace from enqueue to completion', () => {
       'messaging.client.id': 'trace-worker',
       'messaging.pg_task_queue.task.outcome': 'succeeded',
     });
+
+    // The task the app's task's success handler enqueued (with the completion, in
+    // queues.settle_with_handler): under that handler's span.
+    const [successHandler] = childOf(appProcess, 'queue.handler').filter(
+      (h) => h.attributes['queue.handler.name'] === 'fixture.on_success_spawn',
+    );
+    continues(process(spawned[0].task_id), successHandler);
 
     // The kickoff's supervisor run: under the app's span (setTraceContext).
     continues(process(runs[0].task_id), appSpan!);

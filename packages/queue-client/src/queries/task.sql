@@ -146,6 +146,23 @@ select s.result as "result!", s.outcome as "outcome!", s.errors as "errors!"
                                   :retry::boolean, :handler!::text, :body!::jsonb, :mode!::text,
                                   :raisedPrefix!::text) s;
 
+/* @name TaskSettleWithHandlerTraced */
+with context as materialized (
+  select set_config('queue.traceparent', :traceparent!::text, true) as traceparent
+),
+settled as materialized (
+  select s.result, s.outcome, s.errors
+    from context c
+   cross join lateral queues.settle_with_handler(
+    -- c.traceparent (never null) ties the call to the setting's row: it runs after it.
+    case when c.traceparent is not null then :taskId!::bigint end, :taskLeaseId!::bigint, :outcome!::text,
+    :errors!::text[], :retry::boolean, :handler!::text, :body!::jsonb, :mode!::text, :raisedPrefix!::text) s
+),
+cleared as materialized (
+  select set_config('queue.traceparent', '', true) from (select count(*) from settled) n
+)
+select s.result as "result!", s.outcome as "outcome!", s.errors as "errors!" from settled s, cleared;
+
 /* @name TaskMarkStarted */
 select s as "taskId!" from queues.mark_started(:taskIds!::bigint[], :taskLeaseIds!::bigint[]) s;
 
