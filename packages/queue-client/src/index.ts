@@ -50,7 +50,6 @@ export { registerTaskTypes, type TaskTypeRegistration } from './task-types.js';
 export {
   activeTraceContext,
   ATTR as MESSAGING_ATTRIBUTES,
-  contextWithRemote,
   MESSAGING_SYSTEM,
   otelApi,
   parseTraceContext,

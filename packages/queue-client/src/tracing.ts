@@ -21,7 +21,7 @@
  */
 import { createRequire } from 'node:module';
 import type * as OTel from '@opentelemetry/api';
-import type { Attributes, Context, SpanContext, TracerProvider } from '@opentelemetry/api';
+import type { Attributes, SpanContext, TracerProvider } from '@opentelemetry/api';
 
 /** messaging.system of this queue's spans. */
 export const MESSAGING_SYSTEM = 'pg_task_queue';
@@ -154,9 +154,4 @@ export function withSendSpan<T>(
       span.end();
     }
   });
-}
-
-/** `context` with `spanContext` as its (remote) span: what a consumer span is a child of. */
-export function contextWithRemote(parent: Context, spanContext: SpanContext): Context {
-  return otelApi().trace.setSpanContext(parent, spanContext);
 }
