@@ -2463,6 +2463,82 @@ create table queues.task_run_now_p2000000 partition of queues.task_run_now (
 CREATE UNIQUE INDEX task_run_now_p2000000_pkey ON queues.task_run_now_p2000000 USING btree (task_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_run_now_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
+create table queues.task_trace (
+  task_id bigint not null,
+  traceparent text not null,
+  tracestate text,
+  constraint task_trace_pkey PRIMARY KEY (task_id),
+  constraint task_trace_task_id_not_null NOT NULL task_id,
+  constraint task_trace_traceparent_check CHECK ((length(traceparent) = 55)),
+  constraint task_trace_traceparent_not_null NOT NULL traceparent,
+  constraint task_trace_tracestate_check CHECK ((length(tracestate) <= 512))
+) partition by RANGE (task_id);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_trace is 'Append-only: the W3C trace context a task was enqueued in (tasks enqueued with one only). See sql/queues/trace.sql.';
+CREATE UNIQUE INDEX task_trace_pkey ON ONLY queues.task_trace USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_trace FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_trace_default partition of queues.task_trace (
+  task_id bigint not null,
+  traceparent text not null,
+  tracestate text,
+  constraint task_trace_default_pkey PRIMARY KEY (task_id),
+  constraint task_trace_task_id_not_null NOT NULL task_id,
+  constraint task_trace_traceparent_check CHECK ((length(traceparent) = 55)),
+  constraint task_trace_traceparent_not_null NOT NULL traceparent,
+  constraint task_trace_tracestate_check CHECK ((length(tracestate) <= 512))
+) DEFAULT;
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_trace_default_pkey ON queues.task_trace_default USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_trace_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_trace_p0 partition of queues.task_trace (
+  task_id bigint not null,
+  traceparent text not null,
+  tracestate text,
+  constraint task_trace_p0_pkey PRIMARY KEY (task_id),
+  constraint task_trace_task_id_not_null NOT NULL task_id,
+  constraint task_trace_traceparent_check CHECK ((length(traceparent) = 55)),
+  constraint task_trace_traceparent_not_null NOT NULL traceparent,
+  constraint task_trace_tracestate_check CHECK ((length(tracestate) <= 512))
+) FOR VALUES FROM ('0') TO ('1000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_trace_p0_pkey ON queues.task_trace_p0 USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_trace_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_trace_p1000000 partition of queues.task_trace (
+  task_id bigint not null,
+  traceparent text not null,
+  tracestate text,
+  constraint task_trace_p1000000_pkey PRIMARY KEY (task_id),
+  constraint task_trace_task_id_not_null NOT NULL task_id,
+  constraint task_trace_traceparent_check CHECK ((length(traceparent) = 55)),
+  constraint task_trace_traceparent_not_null NOT NULL traceparent,
+  constraint task_trace_tracestate_check CHECK ((length(tracestate) <= 512))
+) FOR VALUES FROM ('1000000') TO ('2000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_trace_p1000000_pkey ON queues.task_trace_p1000000 USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_trace_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_trace_p2000000 partition of queues.task_trace (
+  task_id bigint not null,
+  traceparent text not null,
+  tracestate text,
+  constraint task_trace_p2000000_pkey PRIMARY KEY (task_id),
+  constraint task_trace_task_id_not_null NOT NULL task_id,
+  constraint task_trace_traceparent_check CHECK ((length(traceparent) = 55)),
+  constraint task_trace_traceparent_not_null NOT NULL traceparent,
+  constraint task_trace_tracestate_check CHECK ((length(tracestate) <= 512))
+) FOR VALUES FROM ('2000000') TO ('3000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_trace_p2000000_pkey ON queues.task_trace_p2000000 USING btree (task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_trace_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
 create table queues.task_type (
   task_type text not null,
   description text default ''::text not null,
@@ -9577,6 +9653,10 @@ begin
     raise exception 'unknown task_type %', quote_literal(left(_task_type, 100))
       using errcode = '22023', hint = 'Known task types are listed in queues.task_type.';
   end if;
+  -- The caller's trace context, when the transaction has one (sql/queues/trace.sql).
+  if current_setting('queue.traceparent', true) <> '' then
+    perform queues.record_task_trace(array[_task_id]);
+  end if;
   -- A task due more than a minute ahead wakes nobody now: workers poll for it.
   if _notify and (_scheduled_at is null or _scheduled_at <= now() + interval '1 minute') then
     perform pg_notify('queues_task_ready', '');
@@ -9694,6 +9774,10 @@ begin
   select array_agg(i.task_id order by i.task_id), bool_or(i.scheduled_at <= now() + interval '1 minute')
     into _ids, _ready
     from inserted i;
+  -- The caller's trace context, when the transaction has one (sql/queues/trace.sql).
+  if current_setting('queue.traceparent', true) <> '' then
+    perform queues.record_task_trace(_ids);
+  end if;
 
   if _ready then
     perform pg_notify('queues_task_ready', '');
@@ -10281,7 +10365,8 @@ CREATE OR REPLACE FUNCTION queues.history_tables()
 AS $function$
   select array['task', 'task_lease', 'task_completed', 'error', 'task_lease_extension',
                'task_lease_release', 'task_lease_revocation', 'task_attempt_failed', 'task_redriven',
-               'task_lease_started', 'task_interruption', 'task_cancelled', 'task_result', 'task_run_now']
+               'task_lease_started', 'task_interruption', 'task_cancelled', 'task_result', 'task_run_now',
+               'task_trace']
 $function$;
   -- queues.history_tables(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -10434,6 +10519,34 @@ AS $function$
     from pg_namespace n where n.nspname = 'queues'
 $function$;
   -- queues.is_owner_session(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.is_valid_traceparent(_traceparent text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select coalesce(
+           _traceparent ~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-.*)?$'
+           and left(_traceparent, 2) <> 'ff'
+           and (length(_traceparent) = 55 or left(_traceparent, 2) <> '00')
+           and substr(_traceparent, 4, 32) <> repeat('0', 32)
+           and substr(_traceparent, 37, 16) <> repeat('0', 16),
+         false)
+$function$;
+  -- queues.is_valid_traceparent(_traceparent text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.is_valid_tracestate(_tracestate text)
+ RETURNS boolean
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select coalesce(length(_tracestate) <= 512 and _tracestate ~ '^[ -~]*$', false)
+$function$;
+  -- queues.is_valid_tracestate(_tracestate text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.last_task_id()
@@ -11321,6 +11434,35 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.record_task_trace(_task_ids bigint[])
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _traceparent text := current_setting('queue.traceparent', true);
+  _tracestate text := nullif(current_setting('queue.tracestate', true), '');
+begin
+  if _traceparent is null or _traceparent = '' or _task_ids is null or cardinality(_task_ids) = 0 then
+    return false;
+  end if;
+  if not queues.is_valid_traceparent(_traceparent) then
+    raise notice 'queue.traceparent is not a W3C traceparent; the task is enqueued without a trace context: %',
+      quote_literal(left(_traceparent, 100));
+    return false;
+  end if;
+  if _tracestate is not null and not queues.is_valid_tracestate(_tracestate) then
+    raise notice 'queue.tracestate is not a W3C tracestate of at most 512 characters; kept the traceparent only';
+    _tracestate := null;
+  end if;
+  insert into queues.task_trace (task_id, traceparent, tracestate)
+  select t.id, left(_traceparent, 55), _tracestate from unnest(_task_ids) t(id);
+  return true;
+end;
+$function$;
+  -- queues.record_task_trace(_task_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.record_worker_heartbeat(_worker_id text, _task_types text[], _heartbeat_interval_ms integer DEFAULT NULL::integer)
  RETURNS void
  LANGUAGE plpgsql
@@ -11753,7 +11895,7 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.run_steps(_task_ids bigint[], _task_lease_ids bigint[], _function_names text[], _payloads jsonb[])
+CREATE OR REPLACE FUNCTION queues.run_steps(_task_ids bigint[], _task_lease_ids bigint[], _function_names text[], _payloads jsonb[], _traceparents text[] DEFAULT NULL::text[])
  RETURNS TABLE(task_id bigint, result text, outcome text, error text, note text)
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -11802,6 +11944,9 @@ begin
   if cardinality(_task_lease_ids) <> cardinality(_task_ids) or cardinality(_function_names) <> cardinality(_task_ids)
      or cardinality(_payloads) <> cardinality(_task_ids) then
     raise exception 'task_lease_ids, function_names and payloads must have one element per task' using errcode = '22023';
+  end if;
+  if cardinality(_traceparents) <> cardinality(_task_ids) then
+    raise exception 'traceparents must have one element per task (or be null)' using errcode = '22023';
   end if;
   if cardinality(_task_ids) > 1000 then
     raise exception 'at most 1000 steps per call, got %', cardinality(_task_ids) using errcode = '54000';
@@ -11871,6 +12016,10 @@ begin
       end if;
 
       _changes := pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending);
+      if _traceparents is not null then
+        -- The step's span: the trace context of what it enqueues.
+        perform set_config('queue.traceparent', coalesce(_traceparents[_i], ''), true);
+      end if;
       begin
         -- A static call per registered function (internal.build_call_runnable), planned
         -- once per session; the name was resolved and checked above.
@@ -11935,6 +12084,9 @@ begin
           _batched[_i] := true;
       end;
     end loop;
+    if _traceparents is not null then
+      perform set_config('queue.traceparent', '', true);
+    end if;
 
     -- The completions (and kept envelopes) of every step that ran, in one statement.
     if true = any (_batched) then
@@ -11997,7 +12149,7 @@ begin
    order by s.ord;
 end;
 $function$;
-  -- queues.run_steps(_task_ids bigint[], _task_lease_ids bigint[], _function_names text[], _payloads jsonb[]): owner :DATABASE_OWNER
+  -- queues.run_steps(_task_ids bigint[], _task_lease_ids bigint[], _function_names text[], _payloads jsonb[], _traceparents text[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
@@ -12180,6 +12332,20 @@ $function$;
   -- queues.supersede_task(_task_id bigint, _reason text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.task_traces(_task_ids bigint[])
+ RETURNS TABLE(task_id bigint, traceparent text, tracestate text)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select t.task_id, t.traceparent, t.tracestate
+    from queues.task_trace t
+   where t.task_id = any (_task_ids)
+$function$;
+  -- queues.task_traces(_task_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.truncate_task_facts()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -12190,7 +12356,7 @@ begin
            queues.error, queues.task_lease_extension, queues.task_lease_release,
            queues.task_lease_revocation, queues.task_attempt_failed, queues.task_redriven,
            queues.task_lease_started, queues.task_interruption, queues.task_cancelled,
-           queues.task_result, queues.task_run_now;
+           queues.task_result, queues.task_run_now, queues.task_trace;
   return null;
 end;
 $function$;

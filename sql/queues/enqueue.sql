@@ -6,9 +6,11 @@
 -- What one enqueue costs (BENCHMARKS.md, "where a task's time goes"): for an app, one
 -- probe of queues.internal_task_type; its fields checked as plain expressions; one
 -- statement that reads the task type and inserts the task and its claim-index row; one
--- pg_notify. A batch is one insert statement whatever its size: the rows are checked
--- inside it (the first bad one, in input order, raises and the statement writes
--- nothing), the task types read once per call. queues.task has no foreign key to queues.task_type: it
+-- pg_notify; a read of the setting queue.traceparent, and only when the caller set one
+-- (tracing on), a row of queues.task_trace per task (sql/queues/trace.sql). A batch is
+-- one insert statement whatever its size: the rows are checked inside it (the first bad
+-- one, in input order, raises and the statement writes nothing), the task types read
+-- once per call. queues.task has no foreign key to queues.task_type: it
 -- locked the type's row (FOR KEY SHARE, a MultiXact once callers overlap) for every task;
 -- queues.guard_task_type_in_use (triggers.sql) refuses deleting or renaming a type in use.
 --
@@ -58,6 +60,9 @@ as $$ select 25 $$;
 -- no resource key, queues.default_max_attempts()).
 -- _check_only: run every check (the task type's existence included) and return NULL
 -- without writing (queues.enqueue_unique_task checks before it decides to skip).
+--
+-- The transaction's trace context (the setting queue.traceparent, sql/queues/trace.sql)
+-- is recorded for the task when there is one.
 --
 -- Checks, in order: for _public, a worker-only task type (refused before anything else
 -- is read, as queues.assert_may_enqueue words it); task_type NULL; the payload (NULL, not
@@ -145,6 +150,10 @@ begin
   if _task_id is null then
     raise exception 'unknown task_type %', quote_literal(left(_task_type, 100))
       using errcode = '22023', hint = 'Known task types are listed in queues.task_type.';
+  end if;
+  -- The caller's trace context, when the transaction has one (sql/queues/trace.sql).
+  if current_setting('queue.traceparent', true) <> '' then
+    perform queues.record_task_trace(array[_task_id]);
   end if;
   -- A task due more than a minute ahead wakes nobody now: workers poll for it.
   if _notify and (_scheduled_at is null or _scheduled_at <= now() + interval '1 minute') then
@@ -371,6 +380,10 @@ begin
   select array_agg(i.task_id order by i.task_id), bool_or(i.scheduled_at <= now() + interval '1 minute')
     into _ids, _ready
     from inserted i;
+  -- The caller's trace context, when the transaction has one (sql/queues/trace.sql).
+  if current_setting('queue.traceparent', true) <> '' then
+    perform queues.record_task_trace(_ids);
+  end if;
 
   if _ready then
     perform pg_notify('queues_task_ready', '');

@@ -48,7 +48,8 @@ create or replace function queues.history_tables() returns text[]
 as $$
   select array['task', 'task_lease', 'task_completed', 'error', 'task_lease_extension',
                'task_lease_release', 'task_lease_revocation', 'task_attempt_failed', 'task_redriven',
-               'task_lease_started', 'task_interruption', 'task_cancelled', 'task_result', 'task_run_now']
+               'task_lease_started', 'task_interruption', 'task_cancelled', 'task_result', 'task_run_now',
+               'task_trace']
 $$;
 
 -- The partition of _table holding [_lower, _upper) is named <table>_p<lower>.

@@ -6,7 +6,7 @@ revoke execute on all functions in schema queues from public;
 
 grant execute on function
   queues.settle_tasks(bigint[], bigint[], text[], boolean[], bigint[], text[], bigint[]),
-  queues.run_steps(bigint[], bigint[], text[], jsonb[]),
+  queues.run_steps(bigint[], bigint[], text[], jsonb[], text[]),
   queues.run_step(bigint, bigint, text, jsonb),
   queues.complete_steps(bigint[], bigint[], text[], boolean[], bigint[], text[], jsonb[]),
   queues.current_leases(bigint[], bigint[]),

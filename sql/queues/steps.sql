@@ -6,7 +6,7 @@
 --   queues.current_leases(tasks, leases)     the same for many, one boolean each
 --   queues.run_step(task, lease, fn, payload)   one step with its completion (the reference)
 --   queues.complete_steps(...)               the completions and results of many steps
---   queues.run_steps(tasks, leases, fns, payloads)   many steps in one call (the worker's)
+--   queues.run_steps(tasks, leases, fns, payloads, traceparents)   many steps in one call (the worker's)
 
 -- Reads a function's result envelope (the worker's parseEnvelope, in SQL):
 --   {status: text, payload?}                                   succeeded | status
@@ -305,10 +305,15 @@ $$;
 -- completions (they are written at the end). The call is one transaction: now() is the
 -- call's start for every step in it (the worker keeps a call to about 200 ms of steps).
 -- Runs as the caller (security invoker): steps have the worker's privileges, not the owner's.
+-- _traceparents (NULL when the worker traces nothing): per step, the W3C traceparent of
+-- the step's span, set as queue.traceparent while the step runs (an empty string for a
+-- NULL element), so that the tasks a step enqueues (a supervisor's child tasks) record
+-- it as their trace context (sql/queues/trace.sql); reset to '' after the steps.
 -- Returns one row per step, in input order: result as queues.complete_tasks ('completed',
 -- 'retry_scheduled', 'lease_lost', ...) or 'transient' (the step was rolled back and
 -- nothing recorded: release the lease, it runs again), with outcome, error, note.
-create or replace function queues.run_steps(_task_ids bigint[], _task_lease_ids bigint[], _function_names text[], _payloads jsonb[])
+create or replace function queues.run_steps(_task_ids bigint[], _task_lease_ids bigint[], _function_names text[],
+                                            _payloads jsonb[], _traceparents text[] default null)
   returns table (task_id bigint, result text, outcome text, error text, note text)
   language plpgsql volatile
   security invoker
@@ -358,6 +363,9 @@ begin
   if cardinality(_task_lease_ids) <> cardinality(_task_ids) or cardinality(_function_names) <> cardinality(_task_ids)
      or cardinality(_payloads) <> cardinality(_task_ids) then
     raise exception 'task_lease_ids, function_names and payloads must have one element per task' using errcode = '22023';
+  end if;
+  if cardinality(_traceparents) <> cardinality(_task_ids) then
+    raise exception 'traceparents must have one element per task (or be null)' using errcode = '22023';
   end if;
   if cardinality(_task_ids) > 1000 then
     raise exception 'at most 1000 steps per call, got %', cardinality(_task_ids) using errcode = '54000';
@@ -427,6 +435,10 @@ begin
       end if;
 
       _changes := pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending);
+      if _traceparents is not null then
+        -- The step's span: the trace context of what it enqueues.
+        perform set_config('queue.traceparent', coalesce(_traceparents[_i], ''), true);
+      end if;
       begin
         -- A static call per registered function (internal.build_call_runnable), planned
         -- once per session; the name was resolved and checked above.
@@ -491,6 +503,9 @@ begin
           _batched[_i] := true;
       end;
     end loop;
+    if _traceparents is not null then
+      perform set_config('queue.traceparent', '', true);
+    end if;
 
     -- The completions (and kept envelopes) of every step that ran, in one statement.
     if true = any (_batched) then

@@ -22,6 +22,8 @@ export {
   settleTasks,
   settleWithHandler,
   markStarted,
+  readTaskTraces,
+  setTraceContext,
   type ClaimOptions,
   type ClaimedTask,
   type Completion,
@@ -45,3 +47,13 @@ export {
 export { listTaskResults, recordTaskResult, type TaskResult } from './results.js';
 export { recordWorkerHeartbeat, recordWorkerStopped, revokeWorkerLeases } from './workers.js';
 export { registerTaskTypes, type TaskTypeRegistration } from './task-types.js';
+export {
+  activeTraceContext,
+  ATTR as MESSAGING_ATTRIBUTES,
+  MESSAGING_SYSTEM,
+  otelApi,
+  parseTraceContext,
+  toTraceContext,
+  tracingEnabled,
+  type TraceContext,
+} from './tracing.js';

@@ -17,7 +17,7 @@
  *              waiting for its retry time
  *   completed  outcome succeeded | failed | abandoned | cancelled | validation_failed   (terminal)
  */
-import { functionRun } from './queries/function.queries.js';
+import { functionRun, functionRunTraced } from './queries/function.queries.js';
 import {
   taskClaim,
   taskNextClaimIn,
@@ -27,7 +27,10 @@ import {
   taskEnqueue,
   taskEnqueueAndCommit,
   taskEnqueueMany,
+  taskEnqueueManyTraced,
+  taskEnqueueTraced,
   taskEnqueueUnique,
+  taskEnqueueUniqueTraced,
   taskExtendLeases,
   taskFail,
   taskInterrupt,
@@ -35,7 +38,10 @@ import {
   taskRunSteps,
   taskSettle,
   taskSettleWithHandler,
+  taskSettleWithHandlerTraced,
   taskMarkStarted,
+  taskTraceContextSet,
+  taskTraces,
   type ITaskClaimResult,
 } from './queries/task.queries.js';
 import pg from 'pg';
@@ -43,6 +49,7 @@ import type { Queryable } from './connection.js';
 import { mapErrors, QueueError } from './errors.js';
 import { isNestedDeeperThan, MAX_PAYLOAD_DEPTH, serialisationError, toJsonText } from './json.js';
 import { prepared } from './prepared.js';
+import { activeTraceContext, tracingEnabled, withSendSpan, type TraceContext } from './tracing.js';
 
 /** A bigint id, as a decimal string (PostgreSQL bigint exceeds JavaScript's safe integers). */
 export type Id = string;
@@ -181,9 +188,25 @@ function asObject(value: unknown): JsonObject {
  * sql/queues/enqueue.sql). On a client (say inside `withTransaction`) it joins the
  * client's transaction and the wake-up goes out at its commit, one per transaction
  * however many tasks it enqueues.
+ *
+ * With an OpenTelemetry SDK registered, a PRODUCER span `send <task type>` (./tracing.ts)
+ * whose context is stored with the task (queues.task_trace): the worker's span of the task
+ * continues it. The enqueue is then one statement that sets the context for its own
+ * transaction, on a pool too (its wake-up goes out at that commit: the two-transaction
+ * queues.enqueue_and_commit cannot take the context).
  */
 export async function enqueue(db: Queryable, task: NewTask): Promise<Id> {
   if (task.unique) return (await enqueueUnique(db, { ...task, unique: task.unique })).taskId;
+  if (tracingEnabled())
+    return withSendSpan(
+      [task.taskType],
+      (context) => enqueueOne(db, task, context),
+      (id) => [id],
+    );
+  return enqueueOne(db, task);
+}
+
+async function enqueueOne(db: Queryable, task: NewTask, trace?: TraceContext): Promise<Id> {
   const params = {
     taskType: task.taskType,
     payload: toJsonText(task.payload, 'payload', MAX_PAYLOAD_DEPTH),
@@ -192,6 +215,11 @@ export async function enqueue(db: Queryable, task: NewTask): Promise<Id> {
     resourceKey: task.resourceKey,
     maxAttempts: task.maxAttempts,
   };
+  if (trace) {
+    const [row] = await mapErrors(taskEnqueueTraced.run({ ...trace, ...params }, db));
+    if (!row) throw new Error('queues.enqueue returned no row');
+    return row.taskId;
+  }
   if (db instanceof pg.Pool) {
     const [row] = await mapErrors(
       taskEnqueueAndCommit.run(params, prepared('queue_client_task_enqueue_and_commit', db)),
@@ -215,6 +243,20 @@ export async function enqueueUnique(
   db: Queryable,
   task: NewTask & { unique: UniqueOptions },
 ): Promise<UniqueEnqueueResult> {
+  if (tracingEnabled())
+    return withSendSpan(
+      [task.taskType],
+      (context) => enqueueUniqueOne(db, task, context),
+      (r) => (r.outcome === 'skipped' ? [] : [r.taskId]),
+    );
+  return enqueueUniqueOne(db, task);
+}
+
+async function enqueueUniqueOne(
+  db: Queryable,
+  task: NewTask & { unique: UniqueOptions },
+  trace?: TraceContext,
+): Promise<UniqueEnqueueResult> {
   const params = {
     taskType: task.taskType,
     payload: JSON.stringify(task.payload),
@@ -226,7 +268,11 @@ export async function enqueueUnique(
     resourceKey: task.resourceKey,
     maxAttempts: task.maxAttempts,
   };
-  const [row] = await mapErrors(taskEnqueueUnique.run(params, prepared('queue_client_task_enqueue_unique', db)));
+  const [row] = await mapErrors(
+    trace
+      ? taskEnqueueUniqueTraced.run({ ...trace, ...params }, db)
+      : taskEnqueueUnique.run(params, prepared('queue_client_task_enqueue_unique', db)),
+  );
   if (!row) throw new Error('queues.enqueue_unique returned no row');
   return { taskId: row.taskId, outcome: row.outcome as EnqueueOutcome, replacedTaskId: row.replacedTaskId };
 }
@@ -237,6 +283,16 @@ export async function enqueueUnique(
  * any unique task is enqueued one task after another (in order) inside the statement.
  */
 export async function enqueueMany(db: Queryable, tasks: NewTask[]): Promise<Id[]> {
+  if (tracingEnabled() && tasks.length > 0)
+    return withSendSpan(
+      tasks.map((t) => t.taskType),
+      (context) => enqueueBatch(db, tasks, context),
+      (ids) => ids,
+    );
+  return enqueueBatch(db, tasks);
+}
+
+async function enqueueBatch(db: Queryable, tasks: NewTask[], trace?: TraceContext): Promise<Id[]> {
   const json = tasks.map((t) => ({
     task_type: t.taskType,
     payload: t.payload,
@@ -259,7 +315,9 @@ export async function enqueueMany(db: Queryable, tasks: NewTask[]): Promise<Id[]
       ? serialisationError(err, tasks[i]!.payload, `tasks[${i}]: payload`, MAX_PAYLOAD_DEPTH)
       : serialisationError(err, json, 'tasks');
   }
-  const [row] = await mapErrors(taskEnqueueMany.run({ tasks: text }, db));
+  const [row] = await mapErrors(
+    trace ? taskEnqueueManyTraced.run({ ...trace, tasks: text }, db) : taskEnqueueMany.run({ tasks: text }, db),
+  );
   if (!row) throw new Error('queues.enqueue_many returned no row');
   return row.taskIds;
 }
@@ -462,29 +520,31 @@ export interface CompletionHandler {
  * A completion and its handler in one statement (queues.settle_with_handler): the handler
  * runs in a subtransaction, its envelope decides the outcome and errors recorded, and the
  * completion is fenced by the lease; if it is refused, nothing commits. Returns the result
- * with the outcome and errors recorded (or refused).
+ * with the outcome and errors recorded (or refused). `traceparent` (the handler's span):
+ * the trace context of the tasks the handler enqueues (sql/queues/trace.sql).
  */
 export async function settleWithHandler(
   db: Queryable,
   completion: Settlement & { taskLeaseId: Id; outcome: 'succeeded' | 'failed' | 'validation_failed' },
   handler: CompletionHandler,
+  traceparent?: string,
 ): Promise<{ result: CompletionResult; outcome: CompletionOutcome; errors: string[] }> {
+  const params = {
+    taskId: completion.taskId,
+    taskLeaseId: completion.taskLeaseId,
+    outcome: completion.outcome,
+    errors: completion.errors ?? [],
+    retry: completion.retry ?? null,
+    handler: handler.functionName,
+    body: handler.body,
+    mode: handler.mode,
+    raisedPrefix: handler.raisedPrefix,
+    startedAt: completion.startedAt ?? null,
+  };
   const rows = await mapErrors(
-    taskSettleWithHandler.run(
-      {
-        taskId: completion.taskId,
-        taskLeaseId: completion.taskLeaseId,
-        outcome: completion.outcome,
-        errors: completion.errors ?? [],
-        retry: completion.retry ?? null,
-        handler: handler.functionName,
-        body: handler.body,
-        mode: handler.mode,
-        raisedPrefix: handler.raisedPrefix,
-        startedAt: completion.startedAt ?? null,
-      },
-      prepared('queue_client_task_settle_with_handler', db),
-    ),
+    traceparent
+      ? taskSettleWithHandlerTraced.run({ ...params, traceparent }, db)
+      : taskSettleWithHandler.run(params, prepared('queue_client_task_settle_with_handler', db)),
   );
   const row = rows[0]!;
   return { result: row.result as CompletionResult, outcome: row.outcome as CompletionOutcome, errors: row.errors };
@@ -513,6 +573,11 @@ export async function markStarted(db: Queryable, runs: (LeaseRef & { startedAt: 
 export interface Step extends LeaseRef {
   functionName: string;
   payload: JsonObject;
+  /**
+   * The W3C traceparent of the step's span: the trace context of the tasks the step
+   * enqueues (a supervisor's child tasks). Omitted when nothing is traced.
+   */
+  traceparent?: string;
 }
 
 export interface StepResult {
@@ -538,6 +603,8 @@ export async function runSteps(db: Queryable, steps: Step[]): Promise<StepResult
         taskLeaseIds: steps.map((s) => s.taskLeaseId),
         functionNames: steps.map((s) => s.functionName),
         payloads: steps.map((s) => s.payload),
+        // null when no step is traced: queues.run_steps then sets no setting.
+        traceparents: steps.some((s) => s.traceparent) ? steps.map((s) => s.traceparent ?? '') : null,
       },
       prepared('queue_client_task_run_steps', db),
     ),
@@ -612,8 +679,45 @@ export async function interruptTask(
   return (row?.result ?? 'unknown_task') as InterruptResult;
 }
 
-/** Runs a registered function through internal.run_function; returns its jsonb result. */
-export async function runFunction(db: Queryable, functionName: string, payload: JsonObject): Promise<unknown> {
-  const [row] = await mapErrors(functionRun.run({ functionName, payload: toJsonText(payload, 'payload') }, db));
+/**
+ * Runs a registered function through internal.run_function; returns its jsonb result.
+ * `traceparent` (the caller's span): the trace context of the tasks the function enqueues
+ * (sql/queues/trace.sql).
+ */
+export async function runFunction(
+  db: Queryable,
+  functionName: string,
+  payload: JsonObject,
+  traceparent?: string,
+): Promise<unknown> {
+  const params = { functionName, payload: toJsonText(payload, 'payload') };
+  const [row] = await mapErrors(
+    traceparent ? functionRunTraced.run({ ...params, traceparent }, db) : functionRun.run(params, db),
+  );
   return row?.result ?? null;
+}
+
+/**
+ * Sets the trace context of the active span (an OpenTelemetry SDK's) for the rest of the
+ * transaction on `client` (settings queue.traceparent and queue.tracestate, local to the
+ * transaction): every task the transaction enqueues from then on in SQL, such as a
+ * kickoff function's supervisor task (`comms.send_email(...)`), records it, and the
+ * worker's span of that task continues it. Call it after BEGIN, inside the span. Returns
+ * whether there was a context to set (false without an SDK or outside a span). `enqueue`,
+ * `enqueueUnique` and `enqueueMany` need no call: they pass their own span's context.
+ */
+export async function setTraceContext(client: pg.PoolClient | pg.Client): Promise<boolean> {
+  const context = activeTraceContext();
+  if (!context) return false;
+  await mapErrors(taskTraceContextSet.run(context, client));
+  return true;
+}
+
+/** The stored trace contexts (queues.task_trace) of those of `taskIds` that have one. */
+export async function readTaskTraces(db: Queryable, taskIds: Id[]): Promise<Map<Id, TraceContext>> {
+  const traces = new Map<Id, TraceContext>();
+  if (taskIds.length === 0) return traces;
+  const rows = await mapErrors(taskTraces.run({ taskIds }, db));
+  for (const r of rows) traces.set(r.taskId, { traceparent: r.traceparent, tracestate: r.tracestate });
+  return traces;
 }

@@ -43,6 +43,7 @@ import { errorMessage, isTransient, sanitizeMessage } from './completion.js';
 import { noteCrash, watchCrashNotice } from './crash-notice.js';
 import type { Logger } from './logger.js';
 import type { TaskOutcome, TaskReport } from './processor.js';
+import { activeTraceparent } from './tracing.js';
 
 /** Most completions per round trip (queues.complete_tasks accepts up to 1000). */
 export const MAX_BATCH = 500;
@@ -61,6 +62,8 @@ interface PendingCompletion {
   outcome: TaskOutcome;
   /** When the run started (Date.now() ms); undefined when it did not run in the worker. */
   startedAt: number | undefined;
+  /** The span the completion was asked for in (tracing on): the context of what its handler enqueues. */
+  traceparent: string | undefined;
   /** Answered (its effects committed): never recorded again, even if its round fails later. */
   answered?: boolean;
   resolve: (settled: Settled) => void;
@@ -107,7 +110,7 @@ export class Completer {
    */
   complete(task: ClaimedTask, outcome: TaskOutcome, startedAt?: number): Promise<Settled> {
     return new Promise((resolve, reject) => {
-      this.#completions.push({ task, outcome, startedAt, resolve, reject });
+      this.#completions.push({ task, outcome, startedAt, traceparent: activeTraceparent(), resolve, reject });
       this.#schedule(this.#ends);
     });
   }
@@ -246,6 +249,7 @@ export class Completer {
               : 'failed',
         },
         handler,
+        c.traceparent,
       );
       c.answered = true;
       const report: TaskReport = { outcome };

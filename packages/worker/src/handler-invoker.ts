@@ -5,7 +5,7 @@
 import type { Envelope } from '@org/handler-types';
 import { runFunction, type JsonObject, type Queryable } from '@org/queue-client';
 import { handlerTypes } from './handler-types.js';
-import { traceStep } from './tracing.js';
+import { activeTraceparent, traceStep } from './tracing.js';
 
 export type HandlerResult = { ok: true; envelope: Envelope } | { ok: false; error: string };
 
@@ -14,11 +14,12 @@ export class HandlerInvoker {
 
   /**
    * Runs `name` with `body`. A malformed result is returned as `{ ok: false }`; an
-   * exception raised by the function (or the runner) is thrown.
+   * exception raised by the function (or the runner) is thrown. With tracing on, the
+   * handler's span is the trace context of the tasks it enqueues.
    */
   async call(name: string, body: JsonObject): Promise<HandlerResult> {
     const result = await traceStep('queue.handler', { 'queue.handler.name': name }, () =>
-      runFunction(this.db, name, body),
+      runFunction(this.db, name, body, activeTraceparent()),
     );
     const { parseEnvelope } = await handlerTypes();
     const parsed = parseEnvelope(result);

@@ -23,10 +23,13 @@ import type { Settled } from './completer.js';
 import { noteCrash, noteNotRun } from './crash-notice.js';
 import { isTransient } from './error-class.js';
 import type { TaskReport } from './processor.js';
+import { activeTraceparent } from './tracing.js';
 
 interface PendingStep {
   task: ClaimedTask;
   functionName: string;
+  /** The step's span (tracing on): the trace context of the tasks it enqueues. */
+  traceparent: string | undefined;
   resolve: (settled: Settled) => void;
   reject: (error: unknown) => void;
 }
@@ -53,11 +56,15 @@ export class StepRunner {
     return Math.max(1, Math.min(MAX_STEPS_PER_CALL, waiting, Math.max(Math.ceil(waiting / slots), byTime)));
   }
 
-  /** Runs the step; steps of one `batch` go in one call. */
+  /**
+   * Runs the step; steps of one `batch` go in one call. With tracing on, the active span
+   * (the step's) is the trace context of the tasks the step enqueues (queues.run_steps).
+   */
   run(task: ClaimedTask, functionName: string, batch?: object): Promise<Settled> {
+    const traceparent = activeTraceparent();
     return new Promise((resolve, reject) => {
       const steps = this.#pending.get(batch);
-      const step = { task, functionName, resolve, reject };
+      const step = { task, functionName, traceparent, resolve, reject };
       if (steps) steps.push(step);
       else this.#pending.set(batch, [step]);
       if (!this.#scheduled) {
@@ -101,6 +108,7 @@ export class StepRunner {
           taskLeaseId: s.task.taskLeaseId,
           functionName: s.functionName,
           payload: s.task.payload,
+          ...(s.traceparent === undefined ? {} : { traceparent: s.traceparent }),
         })),
       );
       client.release();

@@ -1,56 +1,60 @@
 /**
  * OpenTelemetry traces of the worker, through @opentelemetry/api only: when the
  * application registers an SDK (a global TracerProvider, and a context manager for
- * parent/child spans across awaits), every task becomes one span, `queue.task <type>`,
- * from its claim to its completion, with children:
+ * parent/child spans across awaits), every task becomes one CONSUMER span,
+ * `process <task type>`, from its claim to its completion, with children:
  *
- *   queue.claim      the claim call that leased it (shared by the tasks of one claim)
- *   queue.handler    each handler or db_function step run through internal.run_function
- *   queue.provider   the provider call (email, SMS, file deletion)
- *   queue.complete   the completion (and error rows) written to the database
+ *   claim <task type>     the claim call that leased it (one per task of the claim)
+ *   queue.handler         each handler or db_function step run through internal.run_function
+ *   queue.provider        the provider call (email, SMS, file deletion)
+ *   complete <task type>  the completion (and error rows) written to the database
  *
- * Attributes: queue.task.id, queue.task.type, queue.task.lease_id, queue.worker.id,
- * queue.task.outcome (succeeded, failed, abandoned, cancelled, validation_failed, lease_lost, released;
- * none when the database connection failed and the task will run again) and queue.task.error when one was recorded. With no SDK registered, every
- * function here checks one flag and calls straight through (not even a promise of its
- * own; a `run` that throws instead of rejecting throws to the caller): no span, no
- * context, no allocation beyond the closure the caller already made. @opentelemetry/api itself is
- * loaded only once an SDK has registered a tracer provider (which it does through the
- * API's global, read here without loading the API).
+ * From enqueue to completion: a task enqueued with a trace context (the PRODUCER span
+ * `send <task type>` of @org/queue-client's enqueue, a step's span for the tasks a
+ * supervisor enqueues, or what an app set with setTraceContext; queues.task_trace) gets a
+ * process span that is a child of that context and links to it, so one trace runs from
+ * the request that enqueued through every task it led to. The OpenTelemetry messaging
+ * conventions let a process span of a single message be a child of its creation
+ * context and recommend the link; the link stays meaningful to a backend that splits
+ * traces. The contexts of a claim's tasks are read in one query after the claim
+ * (queues.task_traces). A task enqueued without one starts a trace of its own, as before.
+ * The tasks a db_function step enqueues carry the step's span as their context
+ * (queues.run_steps sets it while the step runs): a supervisor's child tasks are children
+ * of the supervisor run that enqueued them. Handlers too (activeTraceparent: the handler
+ * invoker's runFunction, the completer's settle_with_handler).
+ *
+ * Attributes follow the messaging conventions (names in @org/queue-client's tracing.ts):
+ * messaging.system = pg_task_queue, messaging.operation.type (process, receive, settle),
+ * messaging.operation.name, messaging.destination.name (the task type),
+ * messaging.message.id (the task id), messaging.client.id (the worker id),
+ * messaging.batch.message_count (the tasks of the claim); this queue's own under
+ * messaging.pg_task_queue.task.*: lease_id, lease_count, and outcome (succeeded, failed,
+ * abandoned, cancelled, validation_failed, lease_lost, released; none when the database
+ * connection failed and the task will run again). A task that did not succeed has
+ * error.type = its outcome and status ERROR with the error message. With no SDK
+ * registered, every function here checks one flag and calls straight through (not even a
+ * promise of its own; a `run` that throws instead of rejecting throws to the caller): no
+ * span, no context, no allocation beyond the closure the caller already made.
+ * @opentelemetry/api itself is loaded only once an SDK has registered a tracer provider
+ * (which it does through the API's global, read here without loading the API).
  */
-import { createRequire } from 'node:module';
-import type * as OTel from '@opentelemetry/api';
-import type { Attributes, Span, Tracer, TracerProvider } from '@opentelemetry/api';
-import type { ClaimedTask } from '@org/queue-client';
+import type { Attributes, Context, Link, Span, SpanContext, Tracer } from '@opentelemetry/api';
+import {
+  MESSAGING_ATTRIBUTES as ATTR,
+  MESSAGING_SYSTEM,
+  otelApi as api,
+  parseTraceContext,
+  readTaskTraces,
+  toTraceContext,
+  tracingEnabled,
+  type ClaimedTask,
+  type Queryable,
+} from '@org/queue-client';
 import type { Worker } from './worker.js';
 
+export { tracingEnabled };
+
 const TRACER_NAME = '@org/worker';
-
-/** Where @opentelemetry/api 1.x keeps the globals an SDK registers (its tracer provider as `trace`). */
-const OTEL_GLOBAL = Symbol.for('opentelemetry.js.api.1');
-
-const require = createRequire(import.meta.url);
-let otel: typeof OTel | undefined;
-/** The API's no-op provider (what an unset global delegates to). */
-let noopProvider: TracerProvider | undefined;
-
-/** @opentelemetry/api, loaded on first use (only once a provider is registered). */
-function api(): typeof OTel {
-  if (otel) return otel;
-  otel = require('@opentelemetry/api') as typeof OTel;
-  noopProvider = new otel.ProxyTracerProvider().getDelegate();
-  return otel;
-}
-
-/** True when an SDK's TracerProvider is registered globally. */
-export function tracingEnabled(): boolean {
-  const registered = (globalThis as { [OTEL_GLOBAL]?: { trace?: unknown } })[OTEL_GLOBAL];
-  if (registered?.trace === undefined) return false;
-  const { trace, ProxyTracerProvider } = api();
-  const provider = trace.getTracerProvider();
-  const delegate = provider instanceof ProxyTracerProvider ? provider.getDelegate() : provider;
-  return delegate !== noopProvider;
-}
 
 const tracer = (): Tracer => api().trace.getTracer(TRACER_NAME);
 
@@ -58,36 +62,87 @@ const tracer = (): Tracer => api().trace.getTracer(TRACER_NAME);
 const taskSpans = new Map<string, Span>();
 /** Tasks whose processing runs inside traceTask. */
 const started = new Set<string>();
+/** The context key under which a task's span context carries its task type. */
+let taskTypeKey: symbol | undefined;
+const taskTypeKeyOf = () => (taskTypeKey ??= api().createContextKey('@org/worker task type'));
 
 /**
  * Runs a claim (`claim` returns the claimed tasks) and opens one task span per claimed
- * task, started when the claim started, each with a `queue.claim` child covering the call.
+ * task, started when the claim started, each with a `claim <task type>` child covering
+ * the call. With `db`, the tasks' trace contexts are read in one query after the claim
+ * (queues.task_traces): a task's span continues its context (see the top of this file).
+ * A failed read leaves the spans without it; the claim is not failed for a trace.
  */
-export function traceClaim(workerId: string, claim: () => Promise<ClaimedTask[]>): Promise<ClaimedTask[]> {
-  return tracingEnabled() ? tracedClaim(workerId, claim) : claim();
+export function traceClaim(
+  workerId: string,
+  claim: () => Promise<ClaimedTask[]>,
+  db?: Queryable,
+): Promise<ClaimedTask[]> {
+  return tracingEnabled() ? tracedClaim(workerId, claim, db) : claim();
 }
 
-async function tracedClaim(workerId: string, claim: () => Promise<ClaimedTask[]>): Promise<ClaimedTask[]> {
+async function tracedClaim(
+  workerId: string,
+  claim: () => Promise<ClaimedTask[]>,
+  db: Queryable | undefined,
+): Promise<ClaimedTask[]> {
   const { context, trace, SpanKind } = api();
   const claimedAt = new Date();
   const tasks = await claim();
   const ended = new Date();
+  const producers = new Map<string, SpanContext>();
+  if (db && tasks.length > 0) {
+    try {
+      const traces = await readTaskTraces(
+        db,
+        tasks.map((t) => t.taskId),
+      );
+      for (const [id, stored] of traces) {
+        const spanContext = parseTraceContext(stored);
+        if (spanContext) producers.set(id, spanContext);
+      }
+    } catch {
+      // No trace contexts: the spans start traces of their own.
+    }
+  }
   for (const task of tasks) {
-    const span = tracer().startSpan(`queue.task ${task.taskType}`, {
-      kind: SpanKind.CONSUMER,
-      startTime: claimedAt,
-      root: true,
-      attributes: {
-        'queue.task.id': task.taskId,
-        'queue.task.type': task.taskType,
-        'queue.task.lease_id': task.taskLeaseId,
-        'queue.task.lease_count': task.leaseCount,
-        'queue.worker.id': workerId,
+    const producer = producers.get(task.taskId);
+    const links: Link[] = producer ? [{ context: producer }] : [];
+    const parent: Context = producer ? trace.setSpanContext(context.active(), producer) : context.active();
+    const span = tracer().startSpan(
+      `process ${task.taskType}`,
+      {
+        kind: SpanKind.CONSUMER,
+        startTime: claimedAt,
+        root: !producer,
+        links,
+        attributes: {
+          [ATTR.system]: MESSAGING_SYSTEM,
+          [ATTR.operationType]: 'process',
+          [ATTR.operationName]: 'process',
+          [ATTR.destination]: task.taskType,
+          [ATTR.messageId]: task.taskId,
+          [ATTR.clientId]: workerId,
+          [ATTR.leaseId]: task.taskLeaseId,
+          [ATTR.leaseCount]: task.leaseCount,
+        },
       },
-    });
+      parent,
+    );
     const claimSpan = tracer().startSpan(
-      'queue.claim',
-      { startTime: claimedAt, attributes: { 'queue.claim.tasks': tasks.length, 'queue.worker.id': workerId } },
+      `claim ${task.taskType}`,
+      {
+        kind: SpanKind.CLIENT,
+        startTime: claimedAt,
+        attributes: {
+          [ATTR.system]: MESSAGING_SYSTEM,
+          [ATTR.operationType]: 'receive',
+          [ATTR.operationName]: 'claim',
+          [ATTR.destination]: task.taskType,
+          [ATTR.batchCount]: tasks.length,
+          [ATTR.clientId]: workerId,
+        },
+      },
       trace.setSpan(context.active(), span),
     );
     claimSpan.end(ended);
@@ -109,7 +164,7 @@ async function tracedTask<T>(task: ClaimedTask, span: Span, run: () => Promise<T
   const { context, trace } = api();
   started.add(task.taskId);
   try {
-    return await context.with(trace.setSpan(context.active(), span), run);
+    return await context.with(trace.setSpan(context.active(), span).setValue(taskTypeKeyOf(), task.taskType), run);
   } finally {
     started.delete(task.taskId);
     taskSpans.delete(task.taskId);
@@ -122,9 +177,9 @@ export function taskOutcome(taskId: string, outcome: string, error?: string): vo
   const span = taskSpans.get(taskId);
   if (!span) return;
   const { SpanStatusCode } = api();
-  span.setAttribute('queue.task.outcome', outcome);
+  span.setAttribute(ATTR.outcome, outcome);
+  if (outcome !== 'succeeded' && outcome !== 'released') span.setAttribute(ATTR.errorType, outcome);
   if (error) {
-    span.setAttribute('queue.task.error', error);
     span.setStatus({ code: SpanStatusCode.ERROR, message: error });
   } else if (outcome === 'succeeded') {
     span.setStatus({ code: SpanStatusCode.OK });
@@ -132,16 +187,35 @@ export function taskOutcome(taskId: string, outcome: string, error?: string): vo
 }
 
 /**
- * Runs one step of a task (`queue.handler`, `queue.provider`, `queue.complete`) as a
- * child of the current span. Without an SDK, or outside a task, it only calls `run`.
+ * Runs one step of a task as a child of the current span: `queue.handler` and
+ * `queue.provider` as named, and the completion, asked for as `queue.complete` with the
+ * attribute `queue.task.outcome`, as the span `complete <task type>` (a settle operation
+ * of the messaging conventions). Without an SDK, or outside a task, it only calls `run`.
  */
 export function traceStep<T>(name: string, attributes: Attributes, run: () => Promise<T>): Promise<T> {
   return tracingEnabled() && api().trace.getActiveSpan() ? tracedStep(name, attributes, run) : run();
 }
 
 async function tracedStep<T>(name: string, attributes: Attributes, run: () => Promise<T>): Promise<T> {
-  const { SpanStatusCode } = api();
-  return tracer().startActiveSpan(name, { attributes }, async (span) => {
+  const { context, SpanKind, SpanStatusCode } = api();
+  let spanName = name;
+  let spanAttributes = attributes;
+  let kind = SpanKind.INTERNAL;
+  if (name === 'queue.complete') {
+    const taskType = context.active().getValue(taskTypeKeyOf()) as string | undefined;
+    spanName = taskType === undefined ? 'complete' : `complete ${taskType}`;
+    kind = SpanKind.CLIENT;
+    const { 'queue.task.outcome': outcome, ...rest } = attributes;
+    spanAttributes = {
+      ...rest,
+      [ATTR.system]: MESSAGING_SYSTEM,
+      [ATTR.operationType]: 'settle',
+      [ATTR.operationName]: 'complete',
+      ...(taskType === undefined ? {} : { [ATTR.destination]: taskType }),
+      ...(outcome === undefined ? {} : { [ATTR.outcome]: outcome }),
+    };
+  }
+  return tracer().startActiveSpan(spanName, { kind, attributes: spanAttributes }, async (span) => {
     try {
       return await run();
     } catch (error) {
@@ -152,6 +226,16 @@ async function tracedStep<T>(name: string, attributes: Attributes, run: () => Pr
       span.end();
     }
   });
+}
+
+/**
+ * The W3C traceparent of the active span (a step's span, when a step is handed to the step
+ * runner), or undefined without an SDK or outside a span: what queues.run_steps sets for
+ * the tasks the step enqueues.
+ */
+export function activeTraceparent(): string | undefined {
+  if (!tracingEnabled()) return undefined;
+  return toTraceContext(api().trace.getActiveSpan()?.spanContext())?.traceparent;
 }
 
 /**

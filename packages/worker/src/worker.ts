@@ -511,14 +511,17 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   async #claim(limit: number): Promise<ClaimedTask[]> {
     try {
-      const tasks = await traceClaim(this.#options.workerId, () =>
-        claimTasks(this.pool, {
-          workerId: this.#options.workerId,
-          limit,
-          taskTypes: this.#taskTypes,
-          leaseSeconds: this.#options.leaseSeconds,
-          maxLeases: this.#options.maxLeases,
-        }),
+      const tasks = await traceClaim(
+        this.#options.workerId,
+        () =>
+          claimTasks(this.pool, {
+            workerId: this.#options.workerId,
+            limit,
+            taskTypes: this.#taskTypes,
+            leaseSeconds: this.#options.leaseSeconds,
+            maxLeases: this.#options.maxLeases,
+          }),
+        this.pool,
       );
       if (this.#claimFailures > 0) this.#log.info({ event: 'claim_recovered' }, 'claiming works again');
       this.#claimFailures = 0;

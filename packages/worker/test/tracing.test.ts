@@ -1,11 +1,12 @@
 // OpenTelemetry: with an SDK registered (sdk-trace-base with an in-memory exporter, the
 // AsyncLocalStorage context manager), a real Worker on a real database emits one
-// `queue.task <type>` span per task with claim, handler, provider and completion
-// children and the task's id, type and outcome; with none registered it emits nothing
-// and the tracing helpers call straight through.
+// `process <type>` span per task with claim, handler, provider and completion
+// children and the task's id, type and outcome (messaging conventions' attribute names);
+// with none registered it emits nothing and the tracing helpers call straight through.
+// From enqueue to completion across tasks: trace-propagation.test.ts.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { context, trace } from '@opentelemetry/api';
+import { context, SpanKind, trace } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import {
   BasicTracerProvider,
@@ -86,7 +87,7 @@ describe('with an SDK registered', () => {
   });
 
   const byTask = (spans: ReadableSpan[], id: string) =>
-    spans.find((s) => s.name.startsWith('queue.task') && s.attributes['queue.task.id'] === id)!;
+    spans.find((s) => s.name.startsWith('process ') && s.attributes['messaging.message.id'] === id)!;
   const children = (spans: ReadableSpan[], parent: ReadableSpan) =>
     spans
       .filter((s) => s.parentSpanContext?.spanId === parent.spanContext().spanId)
@@ -114,18 +115,23 @@ describe('with an SDK registered', () => {
 
     const spans = exporter.getFinishedSpans();
     const okSpan = byTask(spans, ok);
-    expect(okSpan.name).toBe('queue.task test_channel');
+    expect(okSpan.name).toBe('process test_channel');
+    expect(okSpan.kind).toBe(SpanKind.CONSUMER);
     expect(okSpan.attributes).toMatchObject({
-      'queue.task.id': ok,
-      'queue.task.type': 'test_channel',
-      'queue.task.outcome': 'succeeded',
-      'queue.worker.id': 'trace-on',
+      'messaging.system': 'pg_task_queue',
+      'messaging.operation.type': 'process',
+      'messaging.message.id': ok,
+      'messaging.destination.name': 'test_channel',
+      'messaging.pg_task_queue.task.outcome': 'succeeded',
+      'messaging.client.id': 'trace-on',
     });
+    // Enqueued without a trace context (the fixtures enqueue in SQL): a trace of its own.
     expect(okSpan.parentSpanContext).toBeUndefined();
+    expect(okSpan.links).toEqual([]);
     // Handlers: before, the provider call's start (delivery mode), success.
     expect(children(spans, okSpan)).toEqual([
-      'queue.claim',
-      'queue.complete',
+      'claim test_channel',
+      'complete test_channel',
       'queue.handler',
       'queue.handler',
       'queue.handler',
@@ -138,9 +144,13 @@ describe('with an SDK registered', () => {
     expect(handlerNames).toEqual(['fixture.before', 'fixture.on_success', 'internal.start_provider_call']);
 
     const badSpan = byTask(spans, bad);
-    expect(badSpan.attributes).toMatchObject({ 'queue.task.id': bad, 'queue.task.outcome': 'failed' });
-    expect(String(badSpan.attributes['queue.task.error'])).toContain('mailbox unavailable');
+    expect(badSpan.attributes).toMatchObject({
+      'messaging.message.id': bad,
+      'messaging.pg_task_queue.task.outcome': 'failed',
+      'error.type': 'failed',
+    });
     expect(badSpan.status.code).toBe(2); // ERROR
+    expect(badSpan.status.message).toContain('mailbox unavailable');
     const providerSpan = spans.find(
       (s) => s.name === 'queue.provider' && s.parentSpanContext?.spanId === badSpan.spanContext().spanId,
     )!;
@@ -148,12 +158,27 @@ describe('with an SDK registered', () => {
     expect(providerSpan.events.map((e) => e.name)).toContain('exception');
 
     const stepSpan = byTask(spans, step);
-    expect(stepSpan.attributes).toMatchObject({ 'queue.task.type': 'db_function', 'queue.task.outcome': 'succeeded' });
-    expect(children(spans, stepSpan)).toEqual(['queue.claim', 'queue.complete', 'queue.handler']);
+    expect(stepSpan.attributes).toMatchObject({
+      'messaging.destination.name': 'db_function',
+      'messaging.pg_task_queue.task.outcome': 'succeeded',
+    });
+    expect(children(spans, stepSpan)).toEqual(['claim db_function', 'complete db_function', 'queue.handler']);
     // The claim child starts where the task span starts: the span covers claim to completion.
     const claim = spans.find(
-      (s) => s.name === 'queue.claim' && s.parentSpanContext?.spanId === stepSpan.spanContext().spanId,
+      (s) => s.name === 'claim db_function' && s.parentSpanContext?.spanId === stepSpan.spanContext().spanId,
     )!;
     expect(claim.startTime).toEqual(stepSpan.startTime);
+    expect(claim.attributes).toMatchObject({
+      'messaging.operation.type': 'receive',
+      'messaging.operation.name': 'claim',
+      'messaging.destination.name': 'db_function',
+    });
+    const complete = spans.find(
+      (s) => s.name === 'complete db_function' && s.parentSpanContext?.spanId === stepSpan.spanContext().spanId,
+    )!;
+    expect(complete.attributes).toMatchObject({
+      'messaging.operation.type': 'settle',
+      'messaging.pg_task_queue.task.outcome': 'succeeded',
+    });
   });
 });

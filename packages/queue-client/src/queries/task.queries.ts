@@ -142,16 +142,225 @@ export interface ITaskEnqueueManyQuery {
   result: ITaskEnqueueManyResult;
 }
 
-const taskEnqueueManyIR: any = {"usedParamSet":{"tasks":true},"params":[{"name":"tasks","required":true,"transform":{"type":"scalar"},"locs":[{"a":98,"b":104}]}],"statement":"select coalesce(array_agg(e.task_id order by e.n), '{}') as \"taskIds!\"\n  from queues.enqueue_many(:tasks!::jsonb) with ordinality e(task_id, n)"};
+const taskEnqueueManyIR: any = {"usedParamSet":{"tasks":true},"params":[{"name":"tasks","required":true,"transform":{"type":"scalar"},"locs":[{"a":98,"b":104}]}],"statement":"select coalesce(array_agg(e.task_id order by e.n), '{}') as \"taskIds!\"\n  from queues.enqueue_many(:tasks!::jsonb) with ordinality e(task_id, n)                                                                                                                                                                                                                                                                                                                                                           "};
 
 /**
  * Query generated from SQL:
  * ```
  * select coalesce(array_agg(e.task_id order by e.n), '{}') as "taskIds!"
- *   from queues.enqueue_many(:tasks!::jsonb) with ordinality e(task_id, n)
+ *   from queues.enqueue_many(:tasks!::jsonb) with ordinality e(task_id, n)                                                                                                                                                                                                                                                                                                                                                           
  * ```
  */
 export const taskEnqueueMany = new PreparedQuery<ITaskEnqueueManyParams,ITaskEnqueueManyResult>(taskEnqueueManyIR);
+
+
+/** 'TaskEnqueueTraced' parameters type */
+export interface ITaskEnqueueTracedParams {
+  maxAttempts?: number | null | void;
+  payload: unknown;
+  priority?: number | null | void;
+  resourceKey?: string | null | void;
+  scheduledAt?: DateOrString | null | void;
+  taskType: string;
+  traceparent: string;
+  tracestate?: string | null | void;
+}
+
+/** 'TaskEnqueueTraced' return type */
+export interface ITaskEnqueueTracedResult {
+  taskId: string;
+}
+
+/** 'TaskEnqueueTraced' query type */
+export interface ITaskEnqueueTracedQuery {
+  params: ITaskEnqueueTracedParams;
+  result: ITaskEnqueueTracedResult;
+}
+
+const taskEnqueueTracedIR: any = {"usedParamSet":{"traceparent":true,"tracestate":true,"taskType":true,"payload":true,"scheduledAt":true,"priority":true,"resourceKey":true,"maxAttempts":true},"params":[{"name":"traceparent","required":true,"transform":{"type":"scalar"},"locs":[{"a":72,"b":84}]},{"name":"tracestate","required":false,"transform":{"type":"scalar"},"locs":[{"a":164,"b":174}]},{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":267,"b":276}]},{"name":"payload","required":true,"transform":{"type":"scalar"},"locs":[{"a":285,"b":293}]},{"name":"scheduledAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":303,"b":314}]},{"name":"priority","required":false,"transform":{"type":"scalar"},"locs":[{"a":330,"b":338}]},{"name":"resourceKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":354,"b":365}]},{"name":"maxAttempts","required":false,"transform":{"type":"scalar"},"locs":[{"a":374,"b":385}]}],"statement":"with context as materialized (\n  select set_config('queue.traceparent', :traceparent!::text, true) as traceparent,\n         set_config('queue.tracestate', coalesce(:tracestate::text, ''), true) as tracestate\n),\nenqueued as materialized (\n  select queues.enqueue(\n    :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,\n    :resourceKey::text, :maxAttempts::integer\n  ) as task_id\n    from context\n),\ncleared as materialized (\n  select set_config('queue.traceparent', '', true), set_config('queue.tracestate', '', true) from enqueued\n)\nselect e.task_id as \"taskId!\" from enqueued e, cleared"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * with context as materialized (
+ *   select set_config('queue.traceparent', :traceparent!::text, true) as traceparent,
+ *          set_config('queue.tracestate', coalesce(:tracestate::text, ''), true) as tracestate
+ * ),
+ * enqueued as materialized (
+ *   select queues.enqueue(
+ *     :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
+ *     :resourceKey::text, :maxAttempts::integer
+ *   ) as task_id
+ *     from context
+ * ),
+ * cleared as materialized (
+ *   select set_config('queue.traceparent', '', true), set_config('queue.tracestate', '', true) from enqueued
+ * )
+ * select e.task_id as "taskId!" from enqueued e, cleared
+ * ```
+ */
+export const taskEnqueueTraced = new PreparedQuery<ITaskEnqueueTracedParams,ITaskEnqueueTracedResult>(taskEnqueueTracedIR);
+
+
+/** 'TaskEnqueueUniqueTraced' parameters type */
+export interface ITaskEnqueueUniqueTracedParams {
+  maxAttempts?: number | null | void;
+  payload: unknown;
+  priority?: number | null | void;
+  resourceKey?: string | null | void;
+  scheduledAt?: DateOrString | null | void;
+  taskType: string;
+  traceparent: string;
+  tracestate?: string | null | void;
+  uniqueKey: string;
+  uniquePeriod?: DateOrString | null | void;
+  uniquePolicy?: string | null | void;
+}
+
+/** 'TaskEnqueueUniqueTraced' return type */
+export interface ITaskEnqueueUniqueTracedResult {
+  outcome: string;
+  replacedTaskId: string | null;
+  taskId: string;
+}
+
+/** 'TaskEnqueueUniqueTraced' query type */
+export interface ITaskEnqueueUniqueTracedQuery {
+  params: ITaskEnqueueUniqueTracedParams;
+  result: ITaskEnqueueUniqueTracedResult;
+}
+
+const taskEnqueueUniqueTracedIR: any = {"usedParamSet":{"traceparent":true,"tracestate":true,"taskType":true,"payload":true,"uniqueKey":true,"uniquePolicy":true,"uniquePeriod":true,"scheduledAt":true,"priority":true,"resourceKey":true,"maxAttempts":true},"params":[{"name":"traceparent","required":true,"transform":{"type":"scalar"},"locs":[{"a":72,"b":84}]},{"name":"tracestate","required":false,"transform":{"type":"scalar"},"locs":[{"a":164,"b":174}]},{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":487,"b":496}]},{"name":"payload","required":true,"transform":{"type":"scalar"},"locs":[{"a":509,"b":517}]},{"name":"uniqueKey","required":true,"transform":{"type":"scalar"},"locs":[{"a":527,"b":537}]},{"name":"uniquePolicy","required":false,"transform":{"type":"scalar"},"locs":[{"a":550,"b":562}]},{"name":"uniquePeriod","required":false,"transform":{"type":"scalar"},"locs":[{"a":571,"b":583}]},{"name":"scheduledAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":600,"b":611}]},{"name":"priority","required":false,"transform":{"type":"scalar"},"locs":[{"a":627,"b":635}]},{"name":"resourceKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":647,"b":658}]},{"name":"maxAttempts","required":false,"transform":{"type":"scalar"},"locs":[{"a":667,"b":678}]}],"statement":"with context as materialized (\n  select set_config('queue.traceparent', :traceparent!::text, true) as traceparent,\n         set_config('queue.tracestate', coalesce(:tracestate::text, ''), true) as tracestate\n),\nenqueued as materialized (\n  select u.task_id, u.outcome, u.replaced_task_id\n    from context c\n   cross join lateral queues.enqueue_unique(\n    -- c.traceparent (never null) ties the call to the settings' row: it runs after them.\n    case when c.traceparent is not null then :taskType!::text end, :payload!::jsonb, :uniqueKey!::text,\n    :uniquePolicy::text, :uniquePeriod::interval,\n    :scheduledAt::timestamptz, :priority::integer, :resourceKey::text, :maxAttempts::integer\n  ) u\n),\ncleared as materialized (\n  select set_config('queue.traceparent', '', true), set_config('queue.tracestate', '', true)\n    from (select count(*) from enqueued) n\n)\nselect e.task_id as \"taskId!\", e.outcome as \"outcome!\", e.replaced_task_id as \"replacedTaskId\"\n  from enqueued e, cleared"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * with context as materialized (
+ *   select set_config('queue.traceparent', :traceparent!::text, true) as traceparent,
+ *          set_config('queue.tracestate', coalesce(:tracestate::text, ''), true) as tracestate
+ * ),
+ * enqueued as materialized (
+ *   select u.task_id, u.outcome, u.replaced_task_id
+ *     from context c
+ *    cross join lateral queues.enqueue_unique(
+ *     -- c.traceparent (never null) ties the call to the settings' row: it runs after them.
+ *     case when c.traceparent is not null then :taskType!::text end, :payload!::jsonb, :uniqueKey!::text,
+ *     :uniquePolicy::text, :uniquePeriod::interval,
+ *     :scheduledAt::timestamptz, :priority::integer, :resourceKey::text, :maxAttempts::integer
+ *   ) u
+ * ),
+ * cleared as materialized (
+ *   select set_config('queue.traceparent', '', true), set_config('queue.tracestate', '', true)
+ *     from (select count(*) from enqueued) n
+ * )
+ * select e.task_id as "taskId!", e.outcome as "outcome!", e.replaced_task_id as "replacedTaskId"
+ *   from enqueued e, cleared
+ * ```
+ */
+export const taskEnqueueUniqueTraced = new PreparedQuery<ITaskEnqueueUniqueTracedParams,ITaskEnqueueUniqueTracedResult>(taskEnqueueUniqueTracedIR);
+
+
+/** 'TaskEnqueueManyTraced' parameters type */
+export interface ITaskEnqueueManyTracedParams {
+  tasks: unknown;
+  traceparent: string;
+  tracestate?: string | null | void;
+}
+
+/** 'TaskEnqueueManyTraced' return type */
+export interface ITaskEnqueueManyTracedResult {
+  taskIds: stringArray;
+}
+
+/** 'TaskEnqueueManyTraced' query type */
+export interface ITaskEnqueueManyTracedQuery {
+  params: ITaskEnqueueManyTracedParams;
+  result: ITaskEnqueueManyTracedResult;
+}
+
+const taskEnqueueManyTracedIR: any = {"usedParamSet":{"traceparent":true,"tracestate":true,"tasks":true},"params":[{"name":"traceparent","required":true,"transform":{"type":"scalar"},"locs":[{"a":72,"b":84}]},{"name":"tracestate","required":false,"transform":{"type":"scalar"},"locs":[{"a":164,"b":174}]},{"name":"tasks","required":true,"transform":{"type":"scalar"},"locs":[{"a":500,"b":506}]}],"statement":"with context as materialized (\n  select set_config('queue.traceparent', :traceparent!::text, true) as traceparent,\n         set_config('queue.tracestate', coalesce(:tracestate::text, ''), true) as tracestate\n),\nenqueued as materialized (\n  select coalesce(array_agg(e.task_id order by e.n), '{}') as task_ids\n    from context c\n   -- c.traceparent (never null) ties the call to the settings' row: it runs after them.\n   cross join lateral queues.enqueue_many(case when c.traceparent is not null then :tasks!::jsonb end)\n         with ordinality e(task_id, n)\n),\ncleared as materialized (\n  select set_config('queue.traceparent', '', true), set_config('queue.tracestate', '', true) from enqueued\n)\nselect e.task_ids as \"taskIds!\" from enqueued e, cleared"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * with context as materialized (
+ *   select set_config('queue.traceparent', :traceparent!::text, true) as traceparent,
+ *          set_config('queue.tracestate', coalesce(:tracestate::text, ''), true) as tracestate
+ * ),
+ * enqueued as materialized (
+ *   select coalesce(array_agg(e.task_id order by e.n), '{}') as task_ids
+ *     from context c
+ *    -- c.traceparent (never null) ties the call to the settings' row: it runs after them.
+ *    cross join lateral queues.enqueue_many(case when c.traceparent is not null then :tasks!::jsonb end)
+ *          with ordinality e(task_id, n)
+ * ),
+ * cleared as materialized (
+ *   select set_config('queue.traceparent', '', true), set_config('queue.tracestate', '', true) from enqueued
+ * )
+ * select e.task_ids as "taskIds!" from enqueued e, cleared
+ * ```
+ */
+export const taskEnqueueManyTraced = new PreparedQuery<ITaskEnqueueManyTracedParams,ITaskEnqueueManyTracedResult>(taskEnqueueManyTracedIR);
+
+
+/** 'TaskTraceContextSet' parameters type */
+export interface ITaskTraceContextSetParams {
+  traceparent: string;
+  tracestate?: string | null | void;
+}
+
+/** 'TaskTraceContextSet' return type */
+export interface ITaskTraceContextSetResult {
+  traceparent: string;
+  tracestate: string;
+}
+
+/** 'TaskTraceContextSet' query type */
+export interface ITaskTraceContextSetQuery {
+  params: ITaskTraceContextSetParams;
+  result: ITaskTraceContextSetResult;
+}
+
+const taskTraceContextSetIR: any = {"usedParamSet":{"traceparent":true,"tracestate":true},"params":[{"name":"traceparent","required":true,"transform":{"type":"scalar"},"locs":[{"a":39,"b":51}]},{"name":"tracestate","required":false,"transform":{"type":"scalar"},"locs":[{"a":132,"b":142}]}],"statement":"select set_config('queue.traceparent', :traceparent!::text, true) as \"traceparent!\",\n       set_config('queue.tracestate', coalesce(:tracestate::text, ''), true) as \"tracestate!\""};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select set_config('queue.traceparent', :traceparent!::text, true) as "traceparent!",
+ *        set_config('queue.tracestate', coalesce(:tracestate::text, ''), true) as "tracestate!"
+ * ```
+ */
+export const taskTraceContextSet = new PreparedQuery<ITaskTraceContextSetParams,ITaskTraceContextSetResult>(taskTraceContextSetIR);
+
+
+/** 'TaskTraces' parameters type */
+export interface ITaskTracesParams {
+  taskIds: NumberOrStringArray;
+}
+
+/** 'TaskTraces' return type */
+export interface ITaskTracesResult {
+  taskId: string;
+  traceparent: string;
+  tracestate: string | null;
+}
+
+/** 'TaskTraces' query type */
+export interface ITaskTracesQuery {
+  params: ITaskTracesParams;
+  result: ITaskTracesResult;
+}
+
+const taskTracesIR: any = {"usedParamSet":{"taskIds":true},"params":[{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":103,"b":111}]}],"statement":"select t.task_id as \"taskId!\", t.traceparent as \"traceparent!\", t.tracestate\n  from queues.task_traces(:taskIds!::bigint[]) t"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select t.task_id as "taskId!", t.traceparent as "traceparent!", t.tracestate
+ *   from queues.task_traces(:taskIds!::bigint[]) t
+ * ```
+ */
+export const taskTraces = new PreparedQuery<ITaskTracesParams,ITaskTracesResult>(taskTracesIR);
 
 
 /** 'TaskClaim' parameters type */
@@ -418,6 +627,58 @@ const taskSettleWithHandlerIR: any = {"usedParamSet":{"taskId":true,"taskLeaseId
 export const taskSettleWithHandler = new PreparedQuery<ITaskSettleWithHandlerParams,ITaskSettleWithHandlerResult>(taskSettleWithHandlerIR);
 
 
+/** 'TaskSettleWithHandlerTraced' parameters type */
+export interface ITaskSettleWithHandlerTracedParams {
+  body: unknown;
+  errors: stringArray;
+  handler: string;
+  mode: string;
+  outcome: string;
+  raisedPrefix: string;
+  retry?: boolean | null | void;
+  taskId: NumberOrString;
+  taskLeaseId: NumberOrString;
+  traceparent: string;
+}
+
+/** 'TaskSettleWithHandlerTraced' return type */
+export interface ITaskSettleWithHandlerTracedResult {
+  errors: stringArray;
+  outcome: string;
+  result: string;
+}
+
+/** 'TaskSettleWithHandlerTraced' query type */
+export interface ITaskSettleWithHandlerTracedQuery {
+  params: ITaskSettleWithHandlerTracedParams;
+  result: ITaskSettleWithHandlerTracedResult;
+}
+
+const taskSettleWithHandlerTracedIR: any = {"usedParamSet":{"traceparent":true,"taskId":true,"taskLeaseId":true,"outcome":true,"errors":true,"retry":true,"handler":true,"body":true,"mode":true,"raisedPrefix":true},"params":[{"name":"traceparent","required":true,"transform":{"type":"scalar"},"locs":[{"a":72,"b":84}]},{"name":"taskId","required":true,"transform":{"type":"scalar"},"locs":[{"a":384,"b":391}]},{"name":"taskLeaseId","required":true,"transform":{"type":"scalar"},"locs":[{"a":406,"b":418}]},{"name":"outcome","required":true,"transform":{"type":"scalar"},"locs":[{"a":429,"b":437}]},{"name":"errors","required":true,"transform":{"type":"scalar"},"locs":[{"a":450,"b":457}]},{"name":"retry","required":false,"transform":{"type":"scalar"},"locs":[{"a":468,"b":473}]},{"name":"handler","required":true,"transform":{"type":"scalar"},"locs":[{"a":485,"b":493}]},{"name":"body","required":true,"transform":{"type":"scalar"},"locs":[{"a":502,"b":507}]},{"name":"mode","required":true,"transform":{"type":"scalar"},"locs":[{"a":517,"b":522}]},{"name":"raisedPrefix","required":true,"transform":{"type":"scalar"},"locs":[{"a":531,"b":544}]}],"statement":"with context as materialized (\n  select set_config('queue.traceparent', :traceparent!::text, true) as traceparent\n),\nsettled as materialized (\n  select s.result, s.outcome, s.errors\n    from context c\n   cross join lateral queues.settle_with_handler(\n    -- c.traceparent (never null) ties the call to the setting's row: it runs after it.\n    case when c.traceparent is not null then :taskId!::bigint end, :taskLeaseId!::bigint, :outcome!::text,\n    :errors!::text[], :retry::boolean, :handler!::text, :body!::jsonb, :mode!::text, :raisedPrefix!::text) s\n),\ncleared as materialized (\n  select set_config('queue.traceparent', '', true) from (select count(*) from settled) n\n)\nselect s.result as \"result!\", s.outcome as \"outcome!\", s.errors as \"errors!\" from settled s, cleared"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * with context as materialized (
+ *   select set_config('queue.traceparent', :traceparent!::text, true) as traceparent
+ * ),
+ * settled as materialized (
+ *   select s.result, s.outcome, s.errors
+ *     from context c
+ *    cross join lateral queues.settle_with_handler(
+ *     -- c.traceparent (never null) ties the call to the setting's row: it runs after it.
+ *     case when c.traceparent is not null then :taskId!::bigint end, :taskLeaseId!::bigint, :outcome!::text,
+ *     :errors!::text[], :retry::boolean, :handler!::text, :body!::jsonb, :mode!::text, :raisedPrefix!::text) s
+ * ),
+ * cleared as materialized (
+ *   select set_config('queue.traceparent', '', true) from (select count(*) from settled) n
+ * )
+ * select s.result as "result!", s.outcome as "outcome!", s.errors as "errors!" from settled s, cleared
+ * ```
+ */
+export const taskSettleWithHandlerTraced = new PreparedQuery<ITaskSettleWithHandlerTracedParams,ITaskSettleWithHandlerTracedResult>(taskSettleWithHandlerTracedIR);
+
+
 /** 'TaskMarkStarted' parameters type */
 export interface ITaskMarkStartedParams {
   startedUs?: NumberOrStringArray | null | void;
@@ -453,6 +714,7 @@ export interface ITaskRunStepsParams {
   payloads: unknownArray;
   taskIds: NumberOrStringArray;
   taskLeaseIds: NumberOrStringArray;
+  traceparents?: stringArray | null | void;
 }
 
 /** 'TaskRunSteps' return type */
@@ -470,13 +732,14 @@ export interface ITaskRunStepsQuery {
   result: ITaskRunStepsResult;
 }
 
-const taskRunStepsIR: any = {"usedParamSet":{"taskIds":true,"taskLeaseIds":true,"functionNames":true,"payloads":true},"params":[{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":105,"b":113}]},{"name":"taskLeaseIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":126,"b":139}]},{"name":"functionNames","required":true,"transform":{"type":"scalar"},"locs":[{"a":152,"b":166}]},{"name":"payloads","required":true,"transform":{"type":"scalar"},"locs":[{"a":177,"b":186}]}],"statement":"select s.task_id as \"taskId!\", s.result as \"result!\", s.outcome, s.error, s.note\n  from queues.run_steps(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :functionNames!::text[], :payloads!::jsonb[]) s"};
+const taskRunStepsIR: any = {"usedParamSet":{"taskIds":true,"taskLeaseIds":true,"functionNames":true,"payloads":true,"traceparents":true},"params":[{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":105,"b":113}]},{"name":"taskLeaseIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":126,"b":139}]},{"name":"functionNames","required":true,"transform":{"type":"scalar"},"locs":[{"a":152,"b":166}]},{"name":"payloads","required":true,"transform":{"type":"scalar"},"locs":[{"a":177,"b":186}]},{"name":"traceparents","required":false,"transform":{"type":"scalar"},"locs":[{"a":222,"b":234}]}],"statement":"select s.task_id as \"taskId!\", s.result as \"result!\", s.outcome, s.error, s.note\n  from queues.run_steps(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :functionNames!::text[], :payloads!::jsonb[],\n                        :traceparents::text[]) s"};
 
 /**
  * Query generated from SQL:
  * ```
  * select s.task_id as "taskId!", s.result as "result!", s.outcome, s.error, s.note
- *   from queues.run_steps(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :functionNames!::text[], :payloads!::jsonb[]) s
+ *   from queues.run_steps(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :functionNames!::text[], :payloads!::jsonb[],
+ *                         :traceparents::text[]) s
  * ```
  */
 export const taskRunSteps = new PreparedQuery<ITaskRunStepsParams,ITaskRunStepsResult>(taskRunStepsIR);

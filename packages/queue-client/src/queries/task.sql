@@ -27,6 +27,77 @@ select u.task_id as "taskId!", u.outcome as "outcome!", u.replaced_task_id as "r
 select coalesce(array_agg(e.task_id order by e.n), '{}') as "taskIds!"
   from queues.enqueue_many(:tasks!::jsonb) with ordinality e(task_id, n);
 
+/*
+  The enqueues above with the caller's trace context (sql/queues/trace.sql): one statement
+  sets queue.traceparent and queue.tracestate for its transaction, enqueues (each step
+  reads the row of the one before it, so they run in this order), and clears them again,
+  so a later enqueue of the same transaction does not inherit the context.
+*/
+
+/* @name TaskEnqueueTraced */
+with context as materialized (
+  select set_config('queue.traceparent', :traceparent!::text, true) as traceparent,
+         set_config('queue.tracestate', coalesce(:tracestate::text, ''), true) as tracestate
+),
+enqueued as materialized (
+  select queues.enqueue(
+    :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
+    :resourceKey::text, :maxAttempts::integer
+  ) as task_id
+    from context
+),
+cleared as materialized (
+  select set_config('queue.traceparent', '', true), set_config('queue.tracestate', '', true) from enqueued
+)
+select e.task_id as "taskId!" from enqueued e, cleared;
+
+/* @name TaskEnqueueUniqueTraced */
+with context as materialized (
+  select set_config('queue.traceparent', :traceparent!::text, true) as traceparent,
+         set_config('queue.tracestate', coalesce(:tracestate::text, ''), true) as tracestate
+),
+enqueued as materialized (
+  select u.task_id, u.outcome, u.replaced_task_id
+    from context c
+   cross join lateral queues.enqueue_unique(
+    -- c.traceparent (never null) ties the call to the settings' row: it runs after them.
+    case when c.traceparent is not null then :taskType!::text end, :payload!::jsonb, :uniqueKey!::text,
+    :uniquePolicy::text, :uniquePeriod::interval,
+    :scheduledAt::timestamptz, :priority::integer, :resourceKey::text, :maxAttempts::integer
+  ) u
+),
+cleared as materialized (
+  select set_config('queue.traceparent', '', true), set_config('queue.tracestate', '', true)
+    from (select count(*) from enqueued) n
+)
+select e.task_id as "taskId!", e.outcome as "outcome!", e.replaced_task_id as "replacedTaskId"
+  from enqueued e, cleared;
+
+/* @name TaskEnqueueManyTraced */
+with context as materialized (
+  select set_config('queue.traceparent', :traceparent!::text, true) as traceparent,
+         set_config('queue.tracestate', coalesce(:tracestate::text, ''), true) as tracestate
+),
+enqueued as materialized (
+  select coalesce(array_agg(e.task_id order by e.n), '{}') as task_ids
+    from context c
+   -- c.traceparent (never null) ties the call to the settings' row: it runs after them.
+   cross join lateral queues.enqueue_many(case when c.traceparent is not null then :tasks!::jsonb end)
+         with ordinality e(task_id, n)
+),
+cleared as materialized (
+  select set_config('queue.traceparent', '', true), set_config('queue.tracestate', '', true) from enqueued
+)
+select e.task_ids as "taskIds!" from enqueued e, cleared;
+
+/* @name TaskTraceContextSet */
+select set_config('queue.traceparent', :traceparent!::text, true) as "traceparent!",
+       set_config('queue.tracestate', coalesce(:tracestate::text, ''), true) as "tracestate!";
+
+/* @name TaskTraces */
+select t.task_id as "taskId!", t.traceparent as "traceparent!", t.tracestate
+  from queues.task_traces(:taskIds!::bigint[]) t;
+
 /* @name TaskClaim */
 select c.task_id       as "taskId!",
        c.task_type     as "taskType!",
@@ -75,12 +146,30 @@ select s.result as "result!", s.outcome as "outcome!", s.errors as "errors!"
                                   :retry::boolean, :handler!::text, :body!::jsonb, :mode!::text,
                                   :raisedPrefix!::text, :startedAt::timestamptz) s;
 
+/* @name TaskSettleWithHandlerTraced */
+with context as materialized (
+  select set_config('queue.traceparent', :traceparent!::text, true) as traceparent
+),
+settled as materialized (
+  select s.result, s.outcome, s.errors
+    from context c
+   cross join lateral queues.settle_with_handler(
+    -- c.traceparent (never null) ties the call to the setting's row: it runs after it.
+    case when c.traceparent is not null then :taskId!::bigint end, :taskLeaseId!::bigint, :outcome!::text,
+    :errors!::text[], :retry::boolean, :handler!::text, :body!::jsonb, :mode!::text, :raisedPrefix!::text) s
+),
+cleared as materialized (
+  select set_config('queue.traceparent', '', true) from (select count(*) from settled) n
+)
+select s.result as "result!", s.outcome as "outcome!", s.errors as "errors!" from settled s, cleared;
+
 /* @name TaskMarkStarted */
 select s as "taskId!" from queues.mark_started(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :startedUs::bigint[]) s;
 
 /* @name TaskRunSteps */
 select s.task_id as "taskId!", s.result as "result!", s.outcome, s.error, s.note
-  from queues.run_steps(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :functionNames!::text[], :payloads!::jsonb[]) s;
+  from queues.run_steps(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :functionNames!::text[], :payloads!::jsonb[],
+                        :traceparents::text[]) s;
 
 /* @name TaskFail */
 select queues.fail_task(:taskId!::bigint, :errorMessage!::text, :taskLeaseId::bigint) as "errorId!";

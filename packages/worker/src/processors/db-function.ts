@@ -30,7 +30,7 @@
 import { runFunction, type JsonObject } from '@org/queue-client';
 import type { Processor, TaskContext, TaskOutcome } from '../processor.js';
 import { handlerTypes } from '../handler-types.js';
-import { traceStep } from '../tracing.js';
+import { activeTraceparent, traceStep } from '../tracing.js';
 
 /** The most calls of a repeated function per task. */
 export const MAX_REPEAT_CALLS = 1000;
@@ -61,7 +61,7 @@ async function repeatCalls(
   let note: string | undefined;
   while (calls < MAX_REPEAT_CALLS && !signal.aborted) {
     const result = await traceStep('queue.handler', { 'queue.handler.name': functionName }, () =>
-      runFunction(pool, functionName, payload),
+      runFunction(pool, functionName, payload, activeTraceparent()),
     );
     calls++;
     const parsed = parseEnvelope(result);
