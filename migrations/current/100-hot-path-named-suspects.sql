@@ -48,5 +48,4 @@ drop function if exists admin.completions_between(timestamptz, timestamptz);
 --!include queues/maintenance.sql
 --!include admin/common.sql
 --!include admin/capacity.sql
---!include admin/tasks.sql
 --!include public/role_based_worker.sql

@@ -636,6 +636,7 @@ export interface ITaskSettleWithHandlerTracedParams {
   outcome: string;
   raisedPrefix: string;
   retry?: boolean | null | void;
+  startedAt?: DateOrString | null | void;
   taskId: NumberOrString;
   taskLeaseId: NumberOrString;
   traceparent: string;
@@ -654,7 +655,7 @@ export interface ITaskSettleWithHandlerTracedQuery {
   result: ITaskSettleWithHandlerTracedResult;
 }
 
-const taskSettleWithHandlerTracedIR: any = {"usedParamSet":{"traceparent":true,"taskId":true,"taskLeaseId":true,"outcome":true,"errors":true,"retry":true,"handler":true,"body":true,"mode":true,"raisedPrefix":true},"params":[{"name":"traceparent","required":true,"transform":{"type":"scalar"},"locs":[{"a":72,"b":84}]},{"name":"taskId","required":true,"transform":{"type":"scalar"},"locs":[{"a":384,"b":391}]},{"name":"taskLeaseId","required":true,"transform":{"type":"scalar"},"locs":[{"a":406,"b":418}]},{"name":"outcome","required":true,"transform":{"type":"scalar"},"locs":[{"a":429,"b":437}]},{"name":"errors","required":true,"transform":{"type":"scalar"},"locs":[{"a":450,"b":457}]},{"name":"retry","required":false,"transform":{"type":"scalar"},"locs":[{"a":468,"b":473}]},{"name":"handler","required":true,"transform":{"type":"scalar"},"locs":[{"a":485,"b":493}]},{"name":"body","required":true,"transform":{"type":"scalar"},"locs":[{"a":502,"b":507}]},{"name":"mode","required":true,"transform":{"type":"scalar"},"locs":[{"a":517,"b":522}]},{"name":"raisedPrefix","required":true,"transform":{"type":"scalar"},"locs":[{"a":531,"b":544}]}],"statement":"with context as materialized (\n  select set_config('queue.traceparent', :traceparent!::text, true) as traceparent\n),\nsettled as materialized (\n  select s.result, s.outcome, s.errors\n    from context c\n   cross join lateral queues.settle_with_handler(\n    -- c.traceparent (never null) ties the call to the setting's row: it runs after it.\n    case when c.traceparent is not null then :taskId!::bigint end, :taskLeaseId!::bigint, :outcome!::text,\n    :errors!::text[], :retry::boolean, :handler!::text, :body!::jsonb, :mode!::text, :raisedPrefix!::text) s\n),\ncleared as materialized (\n  select set_config('queue.traceparent', '', true) from (select count(*) from settled) n\n)\nselect s.result as \"result!\", s.outcome as \"outcome!\", s.errors as \"errors!\" from settled s, cleared"};
+const taskSettleWithHandlerTracedIR: any = {"usedParamSet":{"traceparent":true,"taskId":true,"taskLeaseId":true,"outcome":true,"errors":true,"retry":true,"handler":true,"body":true,"mode":true,"raisedPrefix":true,"startedAt":true},"params":[{"name":"traceparent","required":true,"transform":{"type":"scalar"},"locs":[{"a":72,"b":84}]},{"name":"taskId","required":true,"transform":{"type":"scalar"},"locs":[{"a":384,"b":391}]},{"name":"taskLeaseId","required":true,"transform":{"type":"scalar"},"locs":[{"a":406,"b":418}]},{"name":"outcome","required":true,"transform":{"type":"scalar"},"locs":[{"a":429,"b":437}]},{"name":"errors","required":true,"transform":{"type":"scalar"},"locs":[{"a":450,"b":457}]},{"name":"retry","required":false,"transform":{"type":"scalar"},"locs":[{"a":468,"b":473}]},{"name":"handler","required":true,"transform":{"type":"scalar"},"locs":[{"a":485,"b":493}]},{"name":"body","required":true,"transform":{"type":"scalar"},"locs":[{"a":502,"b":507}]},{"name":"mode","required":true,"transform":{"type":"scalar"},"locs":[{"a":517,"b":522}]},{"name":"raisedPrefix","required":true,"transform":{"type":"scalar"},"locs":[{"a":531,"b":544}]},{"name":"startedAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":557,"b":566}]}],"statement":"with context as materialized (\n  select set_config('queue.traceparent', :traceparent!::text, true) as traceparent\n),\nsettled as materialized (\n  select s.result, s.outcome, s.errors\n    from context c\n   cross join lateral queues.settle_with_handler(\n    -- c.traceparent (never null) ties the call to the setting's row: it runs after it.\n    case when c.traceparent is not null then :taskId!::bigint end, :taskLeaseId!::bigint, :outcome!::text,\n    :errors!::text[], :retry::boolean, :handler!::text, :body!::jsonb, :mode!::text, :raisedPrefix!::text,\n    :startedAt::timestamptz) s\n),\ncleared as materialized (\n  select set_config('queue.traceparent', '', true) from (select count(*) from settled) n\n)\nselect s.result as \"result!\", s.outcome as \"outcome!\", s.errors as \"errors!\" from settled s, cleared"};
 
 /**
  * Query generated from SQL:
@@ -668,7 +669,8 @@ const taskSettleWithHandlerTracedIR: any = {"usedParamSet":{"traceparent":true,"
  *    cross join lateral queues.settle_with_handler(
  *     -- c.traceparent (never null) ties the call to the setting's row: it runs after it.
  *     case when c.traceparent is not null then :taskId!::bigint end, :taskLeaseId!::bigint, :outcome!::text,
- *     :errors!::text[], :retry::boolean, :handler!::text, :body!::jsonb, :mode!::text, :raisedPrefix!::text) s
+ *     :errors!::text[], :retry::boolean, :handler!::text, :body!::jsonb, :mode!::text, :raisedPrefix!::text,
+ *     :startedAt::timestamptz) s
  * ),
  * cleared as materialized (
  *   select set_config('queue.traceparent', '', true) from (select count(*) from settled) n

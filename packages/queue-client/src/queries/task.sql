@@ -156,7 +156,8 @@ settled as materialized (
    cross join lateral queues.settle_with_handler(
     -- c.traceparent (never null) ties the call to the setting's row: it runs after it.
     case when c.traceparent is not null then :taskId!::bigint end, :taskLeaseId!::bigint, :outcome!::text,
-    :errors!::text[], :retry::boolean, :handler!::text, :body!::jsonb, :mode!::text, :raisedPrefix!::text) s
+    :errors!::text[], :retry::boolean, :handler!::text, :body!::jsonb, :mode!::text, :raisedPrefix!::text,
+    :startedAt::timestamptz) s
 ),
 cleared as materialized (
   select set_config('queue.traceparent', '', true) from (select count(*) from settled) n
