@@ -10,7 +10,9 @@
  *   crashes     a run cut short by another process's crash of PostgreSQL gives its
  *               lease back once the server answers; a step call whose backend died
  *               without a word leaves its lease to expire (crash-notice.ts)
- *   completer   records outcomes in batches on its own connection (completer.ts)
+ *   completer   the one writer of a task's end: records outcomes in batches on its own
+ *               connection, and runs steps with their completion in the database
+ *               (completer.ts, step-runner.ts)
  *   heartbeat   reports the worker alive (queues.worker), extends the leases of running
  *               and waiting tasks, and marks the runs still going as started; a lease
  *               missing from the answer was lost, and that task's signal is aborted (its
@@ -51,7 +53,6 @@ import {
   type ClaimedTask,
 } from '@org/queue-client';
 import { Completer } from './completer.js';
-import { StepRunner } from './step-runner.js';
 import { classifyError, errorMessage, isTransient } from './error-class.js';
 import { isCrashOfAnotherProcess, isSilentConnectionLoss, wasNotRun, watchCrashNotice } from './crash-notice.js';
 import type { WorkerConfig } from './config.js';
@@ -189,7 +190,6 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #log: Logger;
   readonly #taskTypes: string[];
   readonly #completer: Completer;
-  readonly #steps: StepRunner;
   /** Started (or starting) tasks until their outcome is recorded, by lease id. */
   readonly #running = new Map<string, Running>();
   /** How many runs of each task are in #running (a second waits in the local queue). */
@@ -262,12 +262,13 @@ export class Worker extends EventEmitter<WorkerEvents> {
       client.on('error', () => {});
       watchCrashNotice(client);
     });
+    // Steps run on the worker's own connections: each holds one while it runs.
     this.#completer = new Completer(
       options.databaseUrl,
       this.#log,
       options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS,
+      { stepPool: this.pool },
     );
-    this.#steps = new StepRunner(this.pool);
     this.#listener = new TaskListener(options.databaseUrl, this.#log, () => this.#notified(), options.pollIntervalMs);
     traceWorkerEvents(this);
   }
@@ -494,7 +495,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   #startWaiting(): void {
     const starting: Running[] = [];
     // How many steps one slot takes (see StepRunner.batchSize).
-    const stepBatch = this.#steps.batchSize(this.#waiting.length, this.#options.concurrency);
+    const stepBatch = this.#completer.stepBatchSize(this.#waiting.length, this.#options.concurrency);
     while (this.#busy < this.#options.concurrency && this.#waiting.length > 0) {
       // A task this worker still runs under an earlier lease waits (heartbeated) until
       // that run ends; so does a step whose key is in a call under way.
@@ -777,7 +778,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       const step = outcome.step;
       const { result, report } = step
         ? await traceStep('queue.handler', { 'queue.handler.name': step.functionName }, () =>
-            this.#steps.run(task, step.functionName, running.slot),
+            this.#completer.complete(task, outcome, startedAt, running.slot),
           ).then((answer) =>
             // The step's completion commits in the same call (queues.run_steps).
             traceStep('queue.complete', { 'queue.task.outcome': answer.report.outcome }, () => Promise.resolve(answer)),
