@@ -3358,65 +3358,11 @@ $function$;
 
 CREATE OR REPLACE FUNCTION admin.cancel_tasks_at(_now timestamp with time zone, _task_ids bigint[], _reason text)
  RETURNS TABLE(task_id bigint, result text)
- LANGUAGE plpgsql
+ LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-#variable_conflict use_column
-declare
-  _locked bigint[];
-  _cancelled bigint[];
-begin
-  if _now is null then
-    raise exception 'now must not be null' using errcode = '22004';
-  end if;
-  perform admin.assert_task_ids(_task_ids);
-  if _reason is not null and length(_reason) > 500 then
-    raise exception 'reason must be at most 500 characters' using errcode = '22023';
-  end if;
-  -- Same lock order as the claim (resource keys first), then the pending rows: a claim
-  -- that took a row first makes it 'running' here; a claim after us skips it.
-  perform queues.lock_resource_keys(_task_ids);
-  with locked as (
-    select p.task_id, p.task_type, p.resource_key,
-           (p.current_lease_id is not null and p.available_at > _now) as held
-      from queues.task_pending p
-     where p.task_id = any (_task_ids)
-     order by p.task_id
-       for update
-  ),
-  completed as (
-    insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
-    select l.task_id, null, _now, 'cancelled', l.task_type from locked l where not l.held
-    returning task_id
-  ),
-  reasons as (
-    insert into queues.task_cancelled (task_id, reason, cancelled_at)
-    select c.task_id, coalesce(_reason, ''), _now from completed c
-  ),
-  removed as (
-    delete from queues.task_pending p where p.task_id = any (array(select c.task_id from completed c))
-  ),
-  key_freed as (
-    delete from queues.resource_lease k
-     where k.task_id = any (array(select c.task_id from completed c))
-  )
-  select coalesce(array_agg(l.task_id), '{}'), coalesce((select array_agg(c.task_id) from completed c), '{}')
-    into _locked, _cancelled
-    from locked l;
-
-  -- A statement after the locks (see above).
-  return query
-  select i.task_id,
-         case when c.task_id is not null then 'cancelled'
-              when l.task_id is not null then 'running'
-              when exists (select 1 from queues.task_completed x where x.task_id = i.task_id) then 'already_completed'
-              else 'unknown_task' end
-    from unnest(_task_ids) with ordinality as i(task_id, n)
-    left join unnest(_locked) as l(task_id) on l.task_id = i.task_id
-    left join unnest(_cancelled) as c(task_id) on c.task_id = i.task_id
-   order by i.n;
-end;
+  select c.task_id, c.result from queues.cancel_tasks_at(_now, _task_ids, _reason) c
 $function$;
   -- admin.cancel_tasks_at(_now timestamp with time zone, _task_ids bigint[], _reason text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -5199,7 +5145,7 @@ begin
     into _locked, _moved
     from locked l;
 
-  -- A statement after the locks (see admin.cancel_tasks_at).
+  -- A statement after the locks (see queues.cancel_tasks_at).
   return query
   select i.task_id,
          case when m.task_id is not null then 'run_now'
@@ -7650,7 +7596,9 @@ AS $function$
                                   k.task_id)
                       else format('the queue gave up on %s task %s (%s)%s', t.task_type, t.task_id, c.outcome,
                                   coalesce(': ' || (select e.error_message from queues.error e
-                                                     where e.task_id = t.task_id order by e.error_id desc limit 1), ''))
+                                                     where e.task_id = t.task_id order by e.error_id desc limit 1),
+                                           ': ' || (select nullif(x.reason, '') from queues.task_cancelled x
+                                                     where x.task_id = t.task_id and c.outcome = 'cancelled'), ''))
                  end, 2000)
     from (select _task_id as task_id) k
     left join queues.task t on t.task_id = k.task_id
@@ -8701,6 +8649,140 @@ end;
 $function$;
   -- queues.cancel_autovacuum(_tables text[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.cancel_tasks(_task_ids bigint[], _reason text DEFAULT NULL::text)
+ RETURNS TABLE(task_id bigint, result text, was_running boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _internal bigint;
+begin
+  if not queues.is_owner_session() then
+    select t.task_id into _internal
+      from queues.task t
+     where t.task_id = any (_task_ids) and queues.is_internal_task_type(t.task_type)
+     order by t.task_id limit 1;
+    if found then
+      raise exception 'task % is of a worker-only task type; only its process may cancel it', _internal
+        using errcode = '42501';
+    end if;
+  end if;
+  return query select * from queues.cancel_tasks_at(now(), _task_ids, _reason);
+end;
+$function$;
+  -- queues.cancel_tasks(_task_ids bigint[], _reason text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.cancel_tasks_at(_now timestamp with time zone, _task_ids bigint[], _reason text)
+ RETURNS TABLE(task_id bigint, result text, was_running boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+declare
+  _cancelled bigint[];
+  _running bigint[];
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  if _task_ids is null then
+    raise exception 'task_ids must not be null' using errcode = '22004';
+  end if;
+  if cardinality(_task_ids) not between 1 and 1000 then
+    raise exception 'task_ids must name 1 to 1000 tasks, got %', cardinality(_task_ids) using errcode = '22023';
+  end if;
+  if array_position(_task_ids, null) is not null then
+    raise exception 'task_ids must not contain null' using errcode = '22004';
+  end if;
+  if (select count(distinct t) <> count(*) from unnest(_task_ids) t) then
+    raise exception 'task_ids must not repeat a task' using errcode = '22023';
+  end if;
+  if _reason is not null and length(_reason) > 500 then
+    raise exception 'reason must be at most 500 characters, got %', length(_reason) using errcode = '22023';
+  end if;
+  -- Same lock order as the claim, the heartbeat and the completion (resource keys first),
+  -- then the pending rows by primary key. A completion in flight holds its row: the cancel
+  -- waits for it, then finds the task gone (already_completed).
+  perform queues.lock_resource_keys(_task_ids);
+  with locked as (
+    select p.task_id, p.task_type, p.current_lease_id,
+           (p.current_lease_id is not null and p.available_at > _now) as held
+      from queues.task_pending p
+     where p.task_id = any (_task_ids)
+     order by p.task_id
+       for update
+  ),
+  completed as (
+    insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
+    select l.task_id, null, _now, 'cancelled', l.task_type from locked l
+    returning task_id
+  ),
+  reasons as (
+    insert into queues.task_cancelled (task_id, reason, cancelled_at)
+    select l.task_id, coalesce(_reason, ''), _now from locked l
+  ),
+  revoked as (
+    insert into queues.task_lease_revocation (task_id, task_lease_id, revoked_at, reason)
+    select l.task_id, l.current_lease_id, _now, left('cancelled: ' || coalesce(nullif(_reason, ''), 'no reason given'), 520)
+      from locked l where l.held
+    on conflict do nothing
+  ),
+  removed as (
+    delete from queues.task_pending p where p.task_id = any (array(select l.task_id from locked l))
+  ),
+  key_freed as (
+    delete from queues.resource_lease k where k.task_id = any (array(select l.task_id from locked l))
+  )
+  select coalesce((select array_agg(c.task_id) from completed c), '{}'),
+         coalesce(array_agg(l.task_id) filter (where l.held), '{}')
+    into _cancelled, _running
+    from locked l;
+
+  return query
+  select i.task_id,
+         case when c.task_id is not null then 'cancelled'
+              when exists (select 1 from queues.task_completed x where x.task_id = i.task_id) then 'already_completed'
+              else 'unknown_task' end,
+         r.task_id is not null
+    from unnest(_task_ids) with ordinality as i(task_id, n)
+    left join unnest(_cancelled) as c(task_id) on c.task_id = i.task_id
+    left join unnest(_running) as r(task_id) on r.task_id = i.task_id
+   order by i.n;
+end;
+$function$;
+  -- queues.cancel_tasks_at(_now timestamp with time zone, _task_ids bigint[], _reason text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.cancelled_tasks(_task_ids bigint[])
+ RETURNS TABLE(task_id bigint, reason text, cancelled_at timestamp with time zone)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+begin
+  if _task_ids is null then
+    raise exception 'task_ids must not be null' using errcode = '22004';
+  end if;
+  if cardinality(_task_ids) > 1000 then
+    raise exception 'at most 1000 task ids per call, got %', cardinality(_task_ids) using errcode = '54000';
+  end if;
+  -- A primary-key probe per id (= any of an array).
+  return query
+  select c.task_id, c.reason, c.cancelled_at
+    from queues.task_cancelled c
+   where c.task_id = any (_task_ids)
+   order by c.task_id;
+end;
+$function$;
+  -- queues.cancelled_tasks(_task_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.claim_tasks(_worker_id text, _limit integer DEFAULT NULL::integer, _task_types text[] DEFAULT NULL::text[], _lease_seconds integer DEFAULT NULL::integer, _max_leases integer DEFAULT NULL::integer)
  RETURNS TABLE(task_id bigint, task_type text, payload jsonb, priority integer, resource_key text, max_attempts integer, enqueued_at timestamp with time zone, scheduled_at timestamp with time zone, task_lease_id bigint, leased_at timestamp with time zone, expires_at timestamp with time zone, lease_count integer)

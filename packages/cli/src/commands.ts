@@ -38,7 +38,7 @@ Usage: queue <command> [options]
   tasks show ID                   one task with its leases, errors and results
   enqueue TYPE [--payload JSON] [--scheduled-at ISO] [--priority N] [--max-attempts N] [--resource-key K]
                                   prints the new task's id
-  cancel ID... [--reason TEXT]    cancels tasks that have not started
+  cancel ID... [--reason TEXT]    cancels tasks, pending or running (a running one is aborted by its worker)
   run-now ID...                   runs scheduled or retrying tasks now
   redrive ID...                   enqueues a dead letter again as a new task
   pause TYPE [--reason TEXT]      stops every worker's claims of TYPE

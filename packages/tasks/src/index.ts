@@ -45,8 +45,9 @@ export interface TaskRunContext {
   /** The task's max_attempts. */
   maxAttempts: number;
   /**
-   * Aborted when the run must stop: its `timeoutMs` passed, its lease was lost, or
-   * shutdown gave up on it. Pass it to fetch() and the like.
+   * Aborted when the run must stop: its `timeoutMs` passed, the task was cancelled (the
+   * reason is then a TaskCancelledError of @org/worker), its lease was lost, or shutdown
+   * gave up on it. Pass it to fetch() and the like.
    */
   signal: AbortSignal;
   log: TaskLog;

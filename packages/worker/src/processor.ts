@@ -19,7 +19,10 @@ export interface TaskContext {
   /** For reads and for calls outside the completion's transaction (a before_handler). */
   pool: pg.Pool;
   log: Logger;
-  /** Aborted when the lease is lost or shutdown gives up on the task. */
+  /**
+   * Aborted when the lease is lost, the task is cancelled (reason: a TaskCancelledError),
+   * or shutdown gives up on the task.
+   */
   signal: AbortSignal;
 }
 

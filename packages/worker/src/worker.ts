@@ -15,7 +15,8 @@
  *   completer   records outcomes in batches on its own connection (completer.ts)
  *   heartbeat   reports the worker alive (queues.worker) and extends the leases of running
  *               tasks; a lease missing from the answer was lost, and that task's signal is
- *               aborted (its completion would be refused)
+ *               aborted (its completion would be refused), with a TaskCancelledError when
+ *               the task was cancelled (cancellation.ts)
  *   listener    LISTEN queues_task_ready, reconnecting after drops
  *   stop()      stops claiming, waits up to the grace period for running tasks, releases
  *               the leases of the rest so other workers take them at once
@@ -48,6 +49,7 @@ import {
   releaseLeases,
   type ClaimedTask,
 } from '@org/queue-client';
+import { lostLeaseReasons, TaskCancelledError } from './cancellation.js';
 import { Completer } from './completer.js';
 import { StartRecorder } from './start-recorder.js';
 import { StepRunner } from './step-runner.js';
@@ -106,6 +108,8 @@ interface Running {
   controller?: AbortController;
   startedAt: number;
   lost: boolean;
+  /** Cancelled while it ran (cancellation.ts): its lease is lost and nothing is recorded. */
+  cancelled?: TaskCancelledError;
   /** Released at shutdown: the processor's late results are expected to be refused. */
   released: boolean;
   /** Its slot (or its share of a shared one) was given back (Worker.#free). */
@@ -176,6 +180,8 @@ export interface WorkerEvents {
   claimed: [tasks: ClaimedTask[]];
   completed: [task: ClaimedTask, report: TaskReport, durationMs: number];
   lease_lost: [task: ClaimedTask];
+  /** Cancelled while it ran (its signal aborted with a TaskCancelledError). */
+  cancelled: [task: ClaimedTask, reason: string];
   released: [taskIds: string[]];
   extended: [count: number];
 }
@@ -778,9 +784,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
           return;
         }
         const kind = classifyError(error);
-        if (kind === 'lease_lost') {
-          log.warn({ event: 'lease_lost', duration_ms: durationMs }, 'lease lost to another worker; nothing recorded');
-          this.emit('lease_lost', task);
+        if (kind === 'lease_lost' || running.cancelled) {
+          await this.#lostRun(running, durationMs);
           return;
         }
         if (kind === 'transient') {
@@ -857,11 +862,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
             'released at shutdown; runs again elsewhere',
           );
         } else {
-          this.#taskLog(running).warn(
-            { event: 'lease_lost', duration_ms: durationMs },
-            'lease lost to another worker; nothing recorded',
-          );
-          this.emit('lease_lost', task);
+          await this.#lostRun(running, durationMs);
         }
         return;
       }
@@ -934,6 +935,30 @@ export class Worker extends EventEmitter<WorkerEvents> {
     } finally {
       this.#ended(running);
     }
+  }
+
+  /**
+   * A run whose lease was lost (taken over, or the task cancelled): nothing recorded. A
+   * completion refused before a heartbeat told of a cancel asks why (cancellation.ts).
+   */
+  async #lostRun(running: Running, durationMs: number): Promise<void> {
+    if (!running.cancelled) {
+      const reason = (await lostLeaseReasons(this.pool, [running.task], this.#log)).get(running.task);
+      if (reason instanceof TaskCancelledError) running.cancelled = reason;
+    }
+    if (running.cancelled) {
+      this.#taskLog(running).info(
+        { event: 'task_cancelled', duration_ms: durationMs, reason: running.cancelled.reason },
+        'task cancelled while running; nothing recorded',
+      );
+      this.emit('cancelled', running.task, running.cancelled.reason);
+      return;
+    }
+    this.#taskLog(running).warn(
+      { event: 'lease_lost', duration_ms: durationMs },
+      'lease lost to another worker; nothing recorded',
+    );
+    this.emit('lease_lost', running.task);
   }
 
   /**
@@ -1035,15 +1060,27 @@ export class Worker extends EventEmitter<WorkerEvents> {
       // A waiting task whose lease was lost is dropped before it starts.
       const dropped = new Set(waiting.filter((t) => !kept.has(t.taskLeaseId)));
       if (dropped.size > 0) this.#waiting = this.#waiting.filter((t) => !dropped.has(t));
-      for (const r of leases) {
-        if (!kept.has(r.task.taskLeaseId) && this.#running.get(r.task.taskLeaseId) === r) {
-          r.lost = true;
-          abortRun(r, new Error('lease lost'));
-          this.#log.warn(
-            { event: 'lease_lost', task_id: r.task.taskId, task_type: r.task.taskType },
-            'heartbeat found the lease taken over; aborting the task',
-          );
-        }
+      const lost = leases.filter((r) => !kept.has(r.task.taskLeaseId) && this.#running.get(r.task.taskLeaseId) === r);
+      for (const r of lost) r.lost = true;
+      // Cancelled (cancellation.ts) or taken over: the run is aborted with the reason.
+      const reasons =
+        lost.length > 0
+          ? await lostLeaseReasons(
+              this.pool,
+              lost.map((r) => r.task),
+              this.#log,
+            )
+          : null;
+      for (const r of lost) {
+        const reason = reasons?.get(r.task) ?? new Error('lease lost');
+        if (reason instanceof TaskCancelledError) r.cancelled = reason;
+        abortRun(r, reason);
+        this.#log.warn(
+          { event: r.cancelled ? 'task_cancelled' : 'lease_lost', task_id: r.task.taskId, task_type: r.task.taskType },
+          r.cancelled
+            ? `${r.cancelled.message}; aborting the task`
+            : 'heartbeat found the lease taken over; aborting the task',
+        );
       }
       this.emit('extended', extended.length);
     } catch (error) {
