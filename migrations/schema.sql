@@ -2492,6 +2492,25 @@ comment on table queues.task_type_resumed is 'Append-only: the end of a pause.';
 CREATE UNIQUE INDEX task_type_resumed_pkey ON queues.task_type_resumed USING btree (task_type_paused_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_type_resumed FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
+create table queues.task_type_timeout_set (
+  task_type_timeout_set_id bigint generated always as identity not null,
+  task_type text not null,
+  timeout_ms integer,
+  set_at timestamp with time zone default now() not null,
+  constraint task_type_timeout_set_pkey PRIMARY KEY (task_type_timeout_set_id),
+  constraint task_type_timeout_set_set_at_not_null NOT NULL set_at,
+  constraint task_type_timeout_set_task_type_fkey FOREIGN KEY (task_type) REFERENCES queues.task_type(task_type) ON DELETE CASCADE,
+  constraint task_type_timeout_set_task_type_not_null NOT NULL task_type,
+  constraint task_type_timeout_set_task_type_timeout_set_id_not_null NOT NULL task_type_timeout_set_id,
+  constraint task_type_timeout_set_timeout_ms_check CHECK (((timeout_ms >= 1) AND (timeout_ms <= 86400000)))
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_type_timeout_set is 'Append-only: a run timeout set (or, NULL, cleared) for a task type; the latest per type is in force (queues.task_type_timeouts).';
+CREATE UNIQUE INDEX task_type_timeout_set_pkey ON queues.task_type_timeout_set USING btree (task_type_timeout_set_id);
+CREATE INDEX task_type_timeout_set_type ON queues.task_type_timeout_set USING btree (task_type, task_type_timeout_set_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_type_timeout_set FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
 create table queues.task_unique (
   task_id bigint not null,
   unique_key text not null,
@@ -3026,6 +3045,10 @@ create sequence queues.task_task_id_seq as bigint start 1 increment 1 minvalue 1
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence queues.task_type_paused_task_type_paused_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
   identity of queues.task_type_paused.task_type_paused_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence queues.task_type_timeout_set_task_type_timeout_set_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of queues.task_type_timeout_set.task_type_timeout_set_id
   owner :DATABASE_OWNER
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence queues.worker_name_worker_key_seq as integer start 1 increment 1 minvalue 1 maxvalue 2147483647 cache 1;
@@ -5159,6 +5182,23 @@ begin
 end;
 $function$;
   -- admin.run_tasks_now_at(_now timestamp with time zone, _task_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.set_task_type_timeout(_task_type text, _timeout_seconds numeric)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _timeout_seconds is not null and _timeout_seconds not between 0.001 and 86400 then
+    raise exception 'timeout_seconds must be between 0.001 and 86400, got %', _timeout_seconds using errcode = '22023';
+  end if;
+  perform queues.set_task_type_timeout(_task_type, (_timeout_seconds * 1000)::integer);
+end;
+$function$;
+  -- admin.set_task_type_timeout(_task_type text, _timeout_seconds numeric): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.task_counts(_window_seconds integer DEFAULT NULL::integer)
@@ -11921,6 +11961,28 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.set_task_type_timeout(_task_type text, _timeout_ms integer)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _task_type is null then
+    raise exception 'task_type must not be null' using errcode = '22004';
+  end if;
+  if not exists (select 1 from queues.task_type t where t.task_type = _task_type) then
+    raise exception 'unknown task type %', quote_literal(left(_task_type, 100)) using errcode = '23503';
+  end if;
+  if _timeout_ms is not null and _timeout_ms not between 1 and 86400000 then
+    raise exception 'timeout_ms must be between 1 and 86400000 (24 hours), got %', _timeout_ms using errcode = '22023';
+  end if;
+  insert into queues.task_type_timeout_set (task_type, timeout_ms) values (_task_type, _timeout_ms);
+end;
+$function$;
+  -- queues.set_task_type_timeout(_task_type text, _timeout_ms integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.settle_tasks(_started_task_ids bigint[], _started_lease_ids bigint[], _task_ids bigint[], _task_lease_ids bigint[] DEFAULT NULL::bigint[], _outcomes text[] DEFAULT NULL::text[], _retries boolean[] DEFAULT NULL::boolean[], _error_task_ids bigint[] DEFAULT NULL::bigint[], _error_messages text[] DEFAULT NULL::text[])
  RETURNS TABLE(task_id bigint, kind text, result text)
  LANGUAGE plpgsql
@@ -12118,6 +12180,23 @@ end;
 $function$;
   -- queues.supersede_task(_task_id bigint, _reason text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.task_type_timeouts()
+ RETURNS TABLE(task_type text, timeout_ms integer)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select l.task_type, l.timeout_ms
+    from (select distinct on (s.task_type) s.task_type, s.timeout_ms
+            from queues.task_type_timeout_set s
+           order by s.task_type, s.task_type_timeout_set_id desc) l
+   where l.timeout_ms is not null
+   order by l.task_type
+$function$;
+  -- queues.task_type_timeouts(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.truncate_task_facts()
  RETURNS trigger

@@ -4,4 +4,3 @@ set local lock_timeout = '5s';
 --!include queues/cancel.sql
 --!include admin/task_actions.sql
 --!include internal/process_support.sql
---!include queues/privileges.sql

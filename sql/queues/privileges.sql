@@ -24,7 +24,8 @@ grant execute on function
   queues.interrupt_task(bigint, bigint, text, integer),
   queues.record_worker_heartbeat(text, text[], integer),
   queues.record_worker_stopped(text),
-  queues.cancelled_tasks(bigint[])
+  queues.cancelled_tasks(bigint[]),
+  queues.task_type_timeouts()
 to :DATABASE_WORKER;
 
 grant execute on function

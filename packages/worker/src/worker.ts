@@ -17,6 +17,9 @@
  *               tasks; a lease missing from the answer was lost, and that task's signal is
  *               aborted (its completion would be refused), with a TaskCancelledError when
  *               the task was cancelled (cancellation.ts)
+ *   timeouts    a task type's run timeout (timeouts.ts): at the deadline the signal is
+ *               aborted, the failure recorded, the lease no longer extended; the slot
+ *               is taken until the processor returns
  *   listener    LISTEN queues_task_ready, reconnecting after drops
  *   stop()      stops claiming, waits up to the grace period for running tasks, releases
  *               the leases of the rest so other workers take them at once
@@ -51,6 +54,7 @@ import {
 } from '@org/queue-client';
 import { lostLeaseReasons, TaskCancelledError } from './cancellation.js';
 import { Completer } from './completer.js';
+import { RunTimeouts, TaskTimeoutError } from './timeouts.js';
 import { StartRecorder } from './start-recorder.js';
 import { StepRunner } from './step-runner.js';
 import { classifyError, errorMessage, isTransient } from './error-class.js';
@@ -108,6 +112,8 @@ interface Running {
   controller?: AbortController;
   startedAt: number;
   lost: boolean;
+  /** Its run timeout passed (timeouts.ts): failed, its lease no longer extended. */
+  timedOut?: boolean;
   /** Cancelled while it ran (cancellation.ts): its lease is lost and nothing is recorded. */
   cancelled?: TaskCancelledError;
   /** Released at shutdown: the processor's late results are expected to be refused. */
@@ -172,6 +178,8 @@ export interface WorkerStatus {
   claimFailures: number;
   /** Tasks running, and claimed tasks waiting to start. */
   running: number;
+  /** Runs past their timeout whose processors have not returned: their slots are lost until they do. */
+  timedOut: number;
   waiting: number;
   pollIntervalMs: number;
 }
@@ -196,6 +204,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   /** The marks of steps: committed synchronously, answered before the steps run. */
   readonly #stepStarts: StartRecorder;
   readonly #steps: StepRunner;
+  /** Run timeouts per task type (timeouts.ts), read at start and at each heartbeat. */
+  readonly #timeouts = new RunTimeouts();
   /** Started (or starting) tasks until their outcome is recorded, by lease id. */
   readonly #running = new Map<string, Running>();
   /** How many runs of each task are in #running (a second waits in the local queue). */
@@ -309,6 +319,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       `worker started for ${this.#taskTypes.join(', ')}`,
     );
     await this.#listener.start();
+    await this.#timeouts.refresh(this.pool, this.#log);
     await this.#reportIn();
     this.#heartbeat = setInterval(() => void this.#beat(), this.#options.heartbeatIntervalMs);
     this.#loopTurnAt = performance.now();
@@ -334,6 +345,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       msSinceLoopTurn: this.#loop === undefined ? null : performance.now() - this.#loopTurnAt,
       claimFailures: this.#claimFailures,
       running: this.#running.size,
+      timedOut: [...this.#running.values()].filter((r) => r.timedOut).length,
       waiting: this.#waiting.length,
       pollIntervalMs: this.#options.pollIntervalMs,
     };
@@ -774,7 +786,14 @@ export class Worker extends EventEmitter<WorkerEvents> {
       let outcome: TaskOutcome;
       try {
         outcome = processor
-          ? await processor.process(new Context(running, this.pool, this.#log))
+          ? await this.#timeouts.bound(
+              task.taskType,
+              processor.process(new Context(running, this.pool, this.#log)),
+              (e) => {
+                running.timedOut = true;
+                abortRun(running, e);
+              },
+            )
           : { outcome: 'failed', error: `no processor for task type ${task.taskType}` };
       } catch (error) {
         const durationMs = Date.now() - running.startedAt;
@@ -782,6 +801,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
         if (running.released) {
           log.info({ event: 'task_released', duration_ms: durationMs }, 'released at shutdown; runs again elsewhere');
           return;
+        }
+        if (error instanceof TaskTimeoutError && running.timedOut) {
+          recording = true;
+          return this.#recordTimeout(running, error);
         }
         const kind = classifyError(error);
         if (kind === 'lease_lost' || running.cancelled) {
@@ -962,6 +985,33 @@ export class Worker extends EventEmitter<WorkerEvents> {
   }
 
   /**
+   * A run whose timeout passed (timeouts.ts): its failure is recorded now, fenced by its
+   * lease; the run ends (and its slot is given back) only once the processor returns.
+   */
+  async #recordTimeout(running: Running, error: TaskTimeoutError): Promise<void> {
+    const { task, startedAt } = running;
+    try {
+      this.#taskLog(running).warn({ event: 'task_timed_out', timeout_ms: error.timeoutMs }, error.message);
+      const { result, report } = await this.#completeTraced(task, { outcome: 'failed', error: error.message });
+      if (result === 'lease_lost') await this.#lostRun(running, Date.now() - startedAt);
+      else if (result !== 'unknown_task') this.emit('completed', task, report, Date.now() - startedAt);
+    } catch (second) {
+      this.#taskLog(running).error(
+        { event: 'completion_failed', err: errorMessage(second) },
+        'could not record the timeout; the lease will expire',
+      );
+    } finally {
+      await error.late.catch(() => {});
+      if (this.#log.isLevelEnabled('info'))
+        this.#taskLog(running).info(
+          { event: 'timed_out_run_returned', duration_ms: Date.now() - startedAt },
+          'the timed-out run returned; its slot is free',
+        );
+      this.#ended(running);
+    }
+  }
+
+  /**
    * Whether a transient `error` of a run comes from a crash of PostgreSQL that the run did
    * not cause (crash-notice.ts): its connection got the notice of another process's crash,
    * or its call never reached the server.
@@ -1043,7 +1093,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   async #beat(): Promise<void> {
     await this.#reportIn();
-    const leases = [...this.#running.values()].filter((r) => !r.lost && !r.released);
+    void this.#timeouts.refresh(this.pool, this.#log);
+    // A timed-out run's lease is not extended: its failure ended it (or it expires).
+    const leases = [...this.#running.values()].filter((r) => !r.lost && !r.released && !r.timedOut);
     const waiting = [...this.#waiting];
     if (leases.length === 0 && waiting.length === 0) return;
     try {
