@@ -2228,6 +2228,32 @@ CREATE INDEX task_pending_lease_expiry_idx ON queues.task_pending USING btree (a
 CREATE UNIQUE INDEX task_pending_pkey ON queues.task_pending USING btree (task_id);
 CREATE INDEX task_pending_ready_idx ON queues.task_pending USING btree (task_type, priority DESC, scheduled_at, task_id) WHERE (current_lease_id IS NULL);
 
+create table queues.task_progress (
+  task_progress_id bigint generated always as identity not null,
+  task_id bigint not null,
+  task_lease_id bigint not null,
+  reported_at timestamp with time zone default now() not null,
+  done bigint not null,
+  total bigint,
+  note text default ''::text not null,
+  constraint task_progress_check CHECK ((total >= done)),
+  constraint task_progress_done_check CHECK ((done >= 0)),
+  constraint task_progress_done_not_null NOT NULL done,
+  constraint task_progress_note_check CHECK ((length(note) <= 500)),
+  constraint task_progress_note_not_null NOT NULL note,
+  constraint task_progress_pkey PRIMARY KEY (task_progress_id),
+  constraint task_progress_reported_at_not_null NOT NULL reported_at,
+  constraint task_progress_task_id_not_null NOT NULL task_id,
+  constraint task_progress_task_lease_id_not_null NOT NULL task_lease_id,
+  constraint task_progress_task_progress_id_not_null NOT NULL task_progress_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_progress is 'Append-only: a progress report of a running task (done out of total, a note), at most one per task per second from the worker (queues.record_progress).';
+CREATE UNIQUE INDEX task_progress_pkey ON queues.task_progress USING btree (task_progress_id);
+CREATE INDEX task_progress_task ON queues.task_progress USING btree (task_id, task_progress_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_progress FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
 create table queues.task_redriven (
   task_id bigint not null,
   new_task_id bigint not null,
@@ -3039,6 +3065,10 @@ create sequence queues.task_lease_task_lease_id_seq as bigint start 1 increment 
   identity of queues.task_lease.task_lease_id
   owner :DATABASE_OWNER
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence queues.task_progress_task_progress_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of queues.task_progress.task_progress_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence queues.task_task_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
   identity of queues.task.task_id
   owner :DATABASE_OWNER
@@ -3100,6 +3130,25 @@ CREATE OR REPLACE FUNCTION accounts.account_deletion_max_supervisor_runs()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$ select 100 $function$;
   -- accounts.account_deletion_max_supervisor_runs(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.account_deletion_progress(_account_deletion_task_id bigint)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select jsonb_build_object(
+           'done', ff.num_files_deleted,
+           'total', ff.num_files,
+           'note', case when ff.num_files_deleted = ff.num_files then 'files deleted'
+                        when ff.num_files_without_task = ff.num_files then 'file deletions not started'
+                        else format('deleting files (%s stuck)', cardinality(ff.stuck_file_ids)) end)
+    from accounts.account_deletion_task t
+   cross join lateral files.account_file_deletion_facts(t.account_id) ff
+   where t.account_deletion_task_id = _account_deletion_task_id
+$function$;
+  -- accounts.account_deletion_progress(_account_deletion_task_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION accounts.account_deletion_supervisor(payload jsonb)
@@ -3756,7 +3805,8 @@ begin
   if _result is null then
     raise exception 'task % does not exist', _task_id using errcode = '23503';
   end if;
-  return _result || admin.task_retry_facts(_task_id) || admin.task_dashboard_facts(_task_id);
+  return _result || admin.task_retry_facts(_task_id) || admin.task_dashboard_facts(_task_id)
+         || queues.task_progress_facts(_task_id);
 end;
 $function$;
   -- admin.get_task_at(_now timestamp with time zone, _task_id bigint): owner :DATABASE_OWNER
@@ -4601,10 +4651,36 @@ begin
     when (_node ->> 'recent_attempts_failed')::boolean
       or (_node ->> 'last_fact_at')::timestamptz < _now - make_interval(secs => coalesce(_stuck_after_seconds, 600)) then 'stuck'
     else 'running' end;
-  return _node || jsonb_build_object('status', _status);
+  return _node || jsonb_build_object('status', _status, 'progress', admin.process_progress(_process, _root_id));
 end;
 $function$;
   -- admin.process_node_at(_now timestamp with time zone, _process text, _root_id bigint, _stuck_after_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.process_progress(_process text, _root_id bigint)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _function text;
+  _progress jsonb;
+begin
+  select format('%I.%I', n.nspname, f.proname) into _function
+    from admin.processes() p
+    join pg_namespace n on n.nspname = p.schema_name
+    join pg_proc f on f.pronamespace = n.oid and f.proname = p.process || '_progress'
+   where p.process = _process and f.pronargs = 1 and f.proargtypes[0] = 'bigint'::regtype
+   limit 1;
+  if _function is null then
+    return null;
+  end if;
+  execute format('select %s($1)', _function) into _progress using _root_id;
+  return _progress;
+end;
+$function$;
+  -- admin.process_progress(_process text, _root_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.process_table(_process text, _suffix text)
@@ -11255,6 +11331,37 @@ $function$;
   -- queues.rebuild_task_unique_key(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.record_progress(_task_id bigint, _task_lease_id bigint, _done bigint, _total bigint, _note text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _task_id is null or _task_lease_id is null or _done is null then
+    raise exception 'task_id, task_lease_id and done must not be null' using errcode = '22004';
+  end if;
+  if _done < 0 then
+    raise exception 'done must not be negative, got %', _done using errcode = '22023';
+  end if;
+  if _total is not null and _total < _done then
+    raise exception 'total must be at least done (%), got %', _done, _total using errcode = '22023';
+  end if;
+  if _note is not null and length(_note) > 500 then
+    raise exception 'note must be at most 500 characters, got %', length(_note) using errcode = '22023';
+  end if;
+  if not queues.is_current_lease(_task_id, _task_lease_id) then
+    raise exception 'lease % is not the current lease of task %', _task_lease_id, _task_id
+      using errcode = '55000', schema = 'queues', constraint = 'task_lease_current';
+  end if;
+  insert into queues.task_progress (task_id, task_lease_id, done, total, note)
+  values (_task_id, _task_lease_id, _done, _total, coalesce(_note, ''));
+end;
+$function$;
+  -- queues.record_progress(_task_id bigint, _task_lease_id bigint, _done bigint, _total bigint, _note text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.record_task_result(_task_id bigint, _task_lease_id bigint, _result jsonb)
  RETURNS void
  LANGUAGE plpgsql
@@ -12179,6 +12286,24 @@ begin
 end;
 $function$;
   -- queues.supersede_task(_task_id bigint, _reason text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.task_progress_facts(_task_id bigint)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select jsonb_build_object('progress', (
+    select jsonb_build_object('done', p.done, 'total', p.total, 'note', p.note, 'reported_at', p.reported_at,
+                              'task_lease_id', p.task_lease_id,
+                              'reports', (select count(*) from queues.task_progress x where x.task_id = _task_id))
+      from queues.task_progress p
+     where p.task_id = _task_id
+     order by p.task_progress_id desc
+     limit 1))
+$function$;
+  -- queues.task_progress_facts(_task_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.task_type_timeouts()

@@ -25,7 +25,8 @@ grant execute on function
   queues.record_worker_heartbeat(text, text[], integer),
   queues.record_worker_stopped(text),
   queues.cancelled_tasks(bigint[]),
-  queues.task_type_timeouts()
+  queues.task_type_timeouts(),
+  queues.record_progress(bigint, bigint, bigint, bigint, text)
 to :DATABASE_WORKER;
 
 grant execute on function

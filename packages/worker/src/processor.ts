@@ -24,6 +24,12 @@ export interface TaskContext {
    * or shutdown gives up on the task.
    */
   signal: AbortSignal;
+  /**
+   * Reports how far the run got: `done` out of `total` (left out: unknown) and a note. Call
+   * it as often as you like; at most one report per second reaches the database
+   * (queues.task_progress, progress.ts). Throws a RangeError for a bad value.
+   */
+  progress(done: number, total?: number, note?: string): void;
 }
 
 /** What happened to a task, for logs and metrics. */

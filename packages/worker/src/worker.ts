@@ -55,6 +55,7 @@ import {
 import { lostLeaseReasons, TaskCancelledError } from './cancellation.js';
 import { Completer } from './completer.js';
 import { RunTimeouts, TaskTimeoutError } from './timeouts.js';
+import { ProgressReporter } from './progress.js';
 import { StartRecorder } from './start-recorder.js';
 import { StepRunner } from './step-runner.js';
 import { classifyError, errorMessage, isTransient } from './error-class.js';
@@ -112,6 +113,8 @@ interface Running {
   controller?: AbortController;
   startedAt: number;
   lost: boolean;
+  /** Its progress reports (progress.ts), made on the first. */
+  progress?: ProgressReporter;
   /** Its run timeout passed (timeouts.ts): failed, its lease no longer extended. */
   timedOut?: boolean;
   /** Cancelled while it ran (cancellation.ts): its lease is lost and nothing is recorded. */
@@ -157,6 +160,14 @@ class Context implements TaskContext {
 
   get signal(): AbortSignal {
     return (this.#running.controller ??= new AbortController()).signal;
+  }
+
+  progress(done: number, total?: number, note?: string): void {
+    const running = this.#running;
+    const report = { done, ...(total === undefined ? {} : { total }), ...(note === undefined ? {} : { note }) };
+    (running.progress ??= new ProgressReporter(this.pool, running.task, () => runLog(running, this.#parentLog))).report(
+      report,
+    );
   }
 }
 
@@ -731,6 +742,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   /** The run is over: it leaves #running, and a later lease of the same task may start. */
   #ended(running: Running): void {
     const { task } = running;
+    running.progress?.end();
     this.#running.delete(task.taskLeaseId);
     const runs = (this.#runningTasks.get(task.taskId) ?? 1) - 1;
     if (runs > 0) this.#runningTasks.set(task.taskId, runs);

@@ -46,7 +46,13 @@ async function claimOne(taskType: string): Promise<ClaimedTask> {
 
 /** The lease is already lost, so no start is recorded: the processor runs anyway and its outcome is refused. */
 async function processWithoutStart(processor: Processor, task: ClaimedTask): Promise<TaskReport> {
-  const outcome = await processor.process({ task, pool, log, signal: new AbortController().signal });
+  const outcome = await processor.process({
+    task,
+    pool,
+    log,
+    signal: new AbortController().signal,
+    progress: () => {},
+  });
   const { result, report } = await completer.complete(task, outcome);
   if (result === 'lease_lost') throw new LeaseLostError(task);
   return report;
@@ -57,7 +63,13 @@ async function process(processor: Processor, task: ClaimedTask): Promise<TaskRep
   const start = starts.record([task]);
   await start.written;
   expect(await start.answer).toEqual(new Set());
-  const outcome = await processor.process({ task, pool, log, signal: new AbortController().signal });
+  const outcome = await processor.process({
+    task,
+    pool,
+    log,
+    signal: new AbortController().signal,
+    progress: () => {},
+  });
   const { result, report } = await completer.complete(task, outcome);
   if (result === 'lease_lost') throw new LeaseLostError(task);
   return report;
