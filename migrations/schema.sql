@@ -8802,6 +8802,7 @@ AS $function$
 declare
   _cancelled bigint[];
   _running bigint[];
+  _try integer;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -8823,8 +8824,12 @@ begin
   end if;
   -- Same lock order as the claim, the heartbeat and the completion (resource keys first),
   -- then the pending rows by primary key. A completion in flight holds its row: the cancel
-  -- waits for it, then finds the task gone (already_completed).
+  -- waits for it, then finds the task gone (already_completed). A completion batch locks
+  -- its rows in its own order, so a cancel of several tasks can deadlock with one: the
+  -- cancel's part is then rolled back (a subtransaction) and tried again, up to five times.
   perform queues.lock_resource_keys(_task_ids);
+  for _try in 1..5 loop
+  begin
   with locked as (
     select p.task_id, p.task_type, p.current_lease_id,
            (p.current_lease_id is not null and p.available_at > _now) as held
@@ -8858,6 +8863,13 @@ begin
          coalesce(array_agg(l.task_id) filter (where l.held), '{}')
     into _cancelled, _running
     from locked l;
+  exit;
+  exception when deadlock_detected then
+    if _try = 5 then
+      raise;
+    end if;
+  end;
+  end loop;
 
   return query
   select i.task_id,

@@ -201,6 +201,8 @@ export interface WorkerEvents {
   lease_lost: [task: ClaimedTask];
   /** Cancelled while it ran (its signal aborted with a TaskCancelledError). */
   cancelled: [task: ClaimedTask, reason: string];
+  /** Its run timeout passed (the failure is recorded; `completed` follows). */
+  timed_out: [task: ClaimedTask, timeoutMs: number];
   released: [taskIds: string[]];
   extended: [count: number];
 }
@@ -1004,6 +1006,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const { task, startedAt } = running;
     try {
       this.#taskLog(running).warn({ event: 'task_timed_out', timeout_ms: error.timeoutMs }, error.message);
+      this.emit('timed_out', task, error.timeoutMs);
       const { result, report } = await this.#completeTraced(task, { outcome: 'failed', error: error.message });
       if (result === 'lease_lost') await this.#lostRun(running, Date.now() - startedAt);
       else if (result !== 'unknown_task') this.emit('completed', task, report, Date.now() - startedAt);
@@ -1080,7 +1083,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
         { event: 'task_interruption_recorded', result },
         `interruption recorded: ${result}`,
       );
-      if (result === 'lease_lost') this.emit('lease_lost', task);
+      // Taken over, or cancelled meanwhile (#lostRun tells which).
+      if (result === 'lease_lost') await this.#lostRun(running, Date.now() - running.startedAt);
     } catch (error) {
       this.#taskLog(running).warn(
         { event: 'interrupt_failed', err: errorMessage(error) },

@@ -11,6 +11,7 @@ import {
   ProcessorRegistry,
   TaskCancelledError,
   Worker,
+  WorkerMetrics,
   type Processor,
   type WorkerOptions,
 } from '../src/index.js';
@@ -66,6 +67,7 @@ describe('cancelling a running task', () => {
         return { outcome: 'succeeded', result: { late: true } };
       },
     });
+    const metrics = new WorkerMetrics(worker);
     const cancelled: [string, string][] = [];
     const completed: string[] = [];
     worker.on('cancelled', (task, reason) => cancelled.push([task.taskId, reason]));
@@ -78,6 +80,8 @@ describe('cancelling a running task', () => {
     expect(reason).toBeInstanceOf(TaskCancelledError);
     expect(reason).toMatchObject({ taskId: id, reason: 'no longer needed' });
     expect(cancelled).toEqual([[id, 'no longer needed']]);
+    expect(await metrics.value('queue_worker_tasks_cancelled_total', { task_type: 'slow' })).toBe(1);
+    expect(await metrics.value('queue_worker_tasks_in_flight')).toBe(0);
     expect(completed).toEqual([]);
     expect(await factsOf(db, id)).toEqual({ outcome: 'cancelled', errors: [], leases: 1 });
     const results = await db.query('select count(*)::int as n from queues.task_result where task_id = $1', [id]);
@@ -144,6 +148,8 @@ describe('cancelling a running task', () => {
     const cancelled = new Set<string>();
     worker.on('completed', (task) => completed.add(task.taskId));
     worker.on('cancelled', (task) => cancelled.add(task.taskId));
+    const lost = new Set<string>();
+    worker.on('lease_lost', (task) => lost.add(task.taskId));
     // Cancel every task, in windows of ten, while the worker runs them.
     const answers = new Map<string, string>();
     for (let i = 0; i < ids.length; i += 10) {
@@ -165,7 +171,10 @@ describe('cancelling a running task', () => {
     await eventually(
       () => ids.every((id) => completed.has(id) || cancelled.has(id) || !started.has(id)),
       'every started run reported',
-    );
+    ).catch((e: Error) => {
+      const missing = ids.filter((id) => !(completed.has(id) || cancelled.has(id) || !started.has(id)));
+      throw new Error(`${e.message}: ${JSON.stringify(missing.map((id) => [id, outcome.get(id), lost.has(id)]))}`);
+    });
     for (const id of ids) {
       if (outcome.get(id) === 'succeeded') expect([id, completed.has(id)]).toEqual([id, true]);
       else expect([id, completed.has(id)]).toEqual([id, false]);

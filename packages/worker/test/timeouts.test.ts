@@ -10,6 +10,7 @@ import {
   ProcessorRegistry,
   TaskTimeoutError,
   Worker,
+  WorkerMetrics,
   type Processor,
   type WorkerOptions,
 } from '../src/index.js';
@@ -72,6 +73,7 @@ describe('run timeouts', () => {
         return { outcome: 'succeeded' };
       },
     });
+    const metrics = new WorkerMetrics(worker);
     const stubborn = await enqueue(db, 'slow', { stubborn: true });
     await eventually(() => started.includes(stubborn), 'the stubborn task started');
     const next = await enqueue(db, 'slow', { stubborn: false });
@@ -84,6 +86,7 @@ describe('run timeouts', () => {
     });
     expect(stubbornSignal?.aborted).toBe(true);
     expect(stubbornSignal?.reason).toBeInstanceOf(TaskTimeoutError);
+    expect(await metrics.value('queue_worker_tasks_timed_out_total', { task_type: 'slow' })).toBe(1);
     // Its slot is still taken: the next task waits.
     expect(worker.status()).toMatchObject({ running: 1, timedOut: 1 });
     expect(started).toEqual([stubborn]);
