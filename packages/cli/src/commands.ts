@@ -36,10 +36,10 @@ Usage: queue <command> [options]
                                   pauses, and capacity (tasks per busy worker-hour, hours to drain)
   tasks list [--type T] [--state S] [--limit N] [--before ID]
                                   newest first; S is one of ${TASK_STATES.join(', ')}
-  tasks show ID                   one task with its leases, errors and results
+  tasks show ID                   one task with its leases, errors, latest progress and results
   enqueue TYPE [--payload JSON] [--scheduled-at ISO] [--priority N] [--max-attempts N] [--resource-key K]
                                   prints the new task's id
-  cancel ID... [--reason TEXT]    cancels tasks that have not started
+  cancel ID... [--reason TEXT]    cancels tasks, pending or running (a running one is aborted by its worker)
   run-now ID...                   runs scheduled or retrying tasks now
   redrive ID...                   enqueues a dead letter again as a new task
   pause TYPE [--reason TEXT]      stops every worker's claims of TYPE
@@ -119,6 +119,8 @@ interface TaskDetail {
   errors?: Record<string, unknown>[];
   completion?: Record<string, unknown> | null;
   results?: Record<string, unknown>[];
+  /** The latest progress report (queues.task_progress), when the run reported any. */
+  progress?: Record<string, unknown> | null;
 }
 
 /** A change refused by a check inside its transaction: rolled back, no fact, exit 3. */
@@ -191,6 +193,7 @@ const COMMANDS: Record<string, (ctx: Context, args: string[]) => Promise<number>
       };
       list('leases', detail.leases);
       list('errors', detail.errors);
+      if (detail.progress) parts.push(`\nprogress:\n${record(detail.progress)}`);
       if (detail.completion) parts.push(`\ncompletion:\n${record(detail.completion)}`);
       list('results', detail.results);
       ctx.io.stdout(parts.join(''));
