@@ -163,10 +163,11 @@ async function snapshot(at: string) {
   for (const [label, id] of Object.entries(ids)) {
     if (label.endsWith('_lease')) continue;
     const { rows } = await owner.query('select admin.get_task_at($1, $2) as t', [at, id]);
-    const task = rows[0].t as { completion?: Record<string, unknown> | null };
-    // A column added to completions since (started_at) reads null on the facts written
-    // before it: the same facts.
+    const task = rows[0].t as { completion?: Record<string, unknown> | null; progress?: unknown };
+    // What was added since reads empty on the facts written before it: a completion's
+    // started_at, a task's progress.
     if (task.completion && task.completion.started_at === null) delete task.completion.started_at;
+    if (task.progress === null) delete task.progress;
     out[label] = task;
   }
   const { rows: dead } = await owner.query('select task_id from queues.dead_letter order by task_id');
