@@ -1,0 +1,14 @@
+set local lock_timeout = '5s';
+-- Fewer statements per channel process (BENCHMARKS.md, "business processes"): a channel
+-- task's before_handler and its provider-call check in one statement
+-- (internal.run_before_provider_call); a supervisor run checks its isolation level in an
+-- expression, not a statement of its own; the comms entry points call the process's own
+-- functions directly (comms/channel.sql, included with email.sql and sms.sql by
+-- 410-comms-channel-shared.sql). The grants: 900-privileges.sql.
+--!include internal/delivery.sql
+--!include internal/channel_process.sql
+
+-- Every registered channel process gets its functions again from the new templates.
+select internal.create_channel_process_functions(p.process_schema, p.process_name)
+  from internal.channel_process p
+ order by p.process_schema, p.process_name;
