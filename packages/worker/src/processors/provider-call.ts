@@ -41,4 +41,3 @@ export function providerCallAnswer(answer: HandlerResult): ProviderCallStart {
     error: typeof payload?.error === 'string' ? payload.error : `${START_PROVIDER_CALL}: no answer`,
   };
 }
-
