@@ -8220,19 +8220,12 @@ CREATE OR REPLACE FUNCTION internal.run_function(function_name text, payload jso
 AS $function$
 declare
   _oid regprocedure := internal.resolve_runnable_function(function_name);
-  _schema name;
-  _name name;
-  _result jsonb;
 begin
   if not has_function_privilege(_oid, 'execute') then
     raise exception 'permission denied: % may not execute %', current_user, function_name
       using errcode = '42501';
   end if;
-  select n.nspname, p.proname into _schema, _name
-    from pg_proc p join pg_namespace n on n.oid = p.pronamespace
-   where p.oid = _oid;
-  execute format('select %I.%I($1::jsonb)', _schema, _name) into _result using payload;
-  return _result;
+  return internal.call_runnable(function_name, payload);
 end;
 $function$;
   -- internal.run_function(function_name text, payload jsonb): owner :DATABASE_OWNER

@@ -4,7 +4,10 @@ set local lock_timeout = '5s';
 -- (internal.run_before_provider_call); a supervisor run checks its isolation level in an
 -- expression, not a statement of its own; the comms entry points call the process's own
 -- functions directly (comms/channel.sql, included with email.sql and sms.sql by
--- 410-comms-channel-shared.sql). The grants: 900-privileges.sql.
+-- 410-comms-channel-shared.sql); internal.run_function calls its target through
+-- internal.call_runnable (a kept plan) instead of a catalog look-up and an EXECUTE. The
+-- grants: 900-privileges.sql.
+--!include internal/run_function.sql
 --!include internal/delivery.sql
 --!include internal/channel_process.sql
 
