@@ -2250,6 +2250,32 @@ CREATE INDEX task_pending_lease_expiry_idx ON queues.task_pending USING btree (a
 CREATE UNIQUE INDEX task_pending_pkey ON queues.task_pending USING btree (task_id);
 CREATE INDEX task_pending_ready_idx ON queues.task_pending USING btree (task_type, priority DESC, scheduled_at, task_id) WHERE (current_lease_id IS NULL);
 
+create table queues.task_progress (
+  task_progress_id bigint generated always as identity not null,
+  task_id bigint not null,
+  task_lease_id bigint not null,
+  reported_at timestamp with time zone default now() not null,
+  done bigint not null,
+  total bigint,
+  note text default ''::text not null,
+  constraint task_progress_check CHECK ((total >= done)),
+  constraint task_progress_done_check CHECK ((done >= 0)),
+  constraint task_progress_done_not_null NOT NULL done,
+  constraint task_progress_note_check CHECK ((length(note) <= 500)),
+  constraint task_progress_note_not_null NOT NULL note,
+  constraint task_progress_pkey PRIMARY KEY (task_progress_id),
+  constraint task_progress_reported_at_not_null NOT NULL reported_at,
+  constraint task_progress_task_id_not_null NOT NULL task_id,
+  constraint task_progress_task_lease_id_not_null NOT NULL task_lease_id,
+  constraint task_progress_task_progress_id_not_null NOT NULL task_progress_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_progress is 'Append-only: a progress report of a running task (done out of total, a note), at most one per task per second from the worker (queues.record_progress).';
+CREATE UNIQUE INDEX task_progress_pkey ON queues.task_progress USING btree (task_progress_id);
+CREATE INDEX task_progress_task ON queues.task_progress USING btree (task_id, task_progress_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_progress FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
 create table queues.task_redriven (
   task_id bigint not null,
   new_task_id bigint not null,
@@ -2589,6 +2615,25 @@ create table queues.task_type_resumed (
 comment on table queues.task_type_resumed is 'Append-only: the end of a pause.';
 CREATE UNIQUE INDEX task_type_resumed_pkey ON queues.task_type_resumed USING btree (task_type_paused_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_type_resumed FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_type_timeout_set (
+  task_type_timeout_set_id bigint generated always as identity not null,
+  task_type text not null,
+  timeout_ms integer,
+  set_at timestamp with time zone default now() not null,
+  constraint task_type_timeout_set_pkey PRIMARY KEY (task_type_timeout_set_id),
+  constraint task_type_timeout_set_set_at_not_null NOT NULL set_at,
+  constraint task_type_timeout_set_task_type_fkey FOREIGN KEY (task_type) REFERENCES queues.task_type(task_type) ON DELETE CASCADE,
+  constraint task_type_timeout_set_task_type_not_null NOT NULL task_type,
+  constraint task_type_timeout_set_task_type_timeout_set_id_not_null NOT NULL task_type_timeout_set_id,
+  constraint task_type_timeout_set_timeout_ms_check CHECK (((timeout_ms >= 1) AND (timeout_ms <= 86400000)))
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_type_timeout_set is 'Append-only: a run timeout set (or, NULL, cleared) for a task type; the latest per type is in force (queues.task_type_timeouts).';
+CREATE UNIQUE INDEX task_type_timeout_set_pkey ON queues.task_type_timeout_set USING btree (task_type_timeout_set_id);
+CREATE INDEX task_type_timeout_set_type ON queues.task_type_timeout_set USING btree (task_type, task_type_timeout_set_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_type_timeout_set FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.task_unique (
   task_id bigint not null,
@@ -3126,12 +3171,20 @@ create sequence queues.task_lease_task_lease_id_seq as bigint start 1 increment 
   identity of queues.task_lease.task_lease_id
   owner :DATABASE_OWNER
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence queues.task_progress_task_progress_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of queues.task_progress.task_progress_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence queues.task_task_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
   identity of queues.task.task_id
   owner :DATABASE_OWNER
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence queues.task_type_paused_task_type_paused_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
   identity of queues.task_type_paused.task_type_paused_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence queues.task_type_timeout_set_task_type_timeout_set_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of queues.task_type_timeout_set.task_type_timeout_set_id
   owner :DATABASE_OWNER
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence queues.worker_name_worker_key_seq as integer start 1 increment 1 minvalue 1 maxvalue 2147483647 cache 1;
@@ -3183,6 +3236,25 @@ CREATE OR REPLACE FUNCTION accounts.account_deletion_max_supervisor_runs()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$ select 100 $function$;
   -- accounts.account_deletion_max_supervisor_runs(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION accounts.account_deletion_progress(_account_deletion_task_id bigint)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select jsonb_build_object(
+           'done', ff.num_files_deleted,
+           'total', ff.num_files,
+           'note', case when ff.num_files_deleted = ff.num_files then 'files deleted'
+                        when ff.num_files_without_task = ff.num_files then 'file deletions not started'
+                        else format('deleting files (%s stuck)', cardinality(ff.stuck_file_ids)) end)
+    from accounts.account_deletion_task t
+   cross join lateral files.account_file_deletion_facts(t.account_id) ff
+   where t.account_deletion_task_id = _account_deletion_task_id
+$function$;
+  -- accounts.account_deletion_progress(_account_deletion_task_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION accounts.account_deletion_supervisor(payload jsonb)
@@ -3464,65 +3536,11 @@ $function$;
 
 CREATE OR REPLACE FUNCTION admin.cancel_tasks_at(_now timestamp with time zone, _task_ids bigint[], _reason text)
  RETURNS TABLE(task_id bigint, result text)
- LANGUAGE plpgsql
+ LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-#variable_conflict use_column
-declare
-  _locked bigint[];
-  _cancelled bigint[];
-begin
-  if _now is null then
-    raise exception 'now must not be null' using errcode = '22004';
-  end if;
-  perform admin.assert_task_ids(_task_ids);
-  if _reason is not null and length(_reason) > 500 then
-    raise exception 'reason must be at most 500 characters' using errcode = '22023';
-  end if;
-  -- Same lock order as the claim (resource keys first), then the pending rows: a claim
-  -- that took a row first makes it 'running' here; a claim after us skips it.
-  perform queues.lock_resource_keys(_task_ids);
-  with locked as (
-    select p.task_id, p.task_type, p.resource_key,
-           (p.current_lease_id is not null and p.available_at > _now) as held
-      from queues.task_pending p
-     where p.task_id = any (_task_ids)
-     order by p.task_id
-       for update
-  ),
-  completed as (
-    insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
-    select l.task_id, null, _now, 'cancelled', l.task_type from locked l where not l.held
-    returning task_id
-  ),
-  reasons as (
-    insert into queues.task_cancelled (task_id, reason, cancelled_at)
-    select c.task_id, coalesce(_reason, ''), _now from completed c
-  ),
-  removed as (
-    delete from queues.task_pending p where p.task_id = any (array(select c.task_id from completed c))
-  ),
-  key_freed as (
-    delete from queues.resource_lease k
-     where k.task_id = any (array(select c.task_id from completed c))
-  )
-  select coalesce(array_agg(l.task_id), '{}'), coalesce((select array_agg(c.task_id) from completed c), '{}')
-    into _locked, _cancelled
-    from locked l;
-
-  -- A statement after the locks (see above).
-  return query
-  select i.task_id,
-         case when c.task_id is not null then 'cancelled'
-              when l.task_id is not null then 'running'
-              when exists (select 1 from queues.task_completed x where x.task_id = i.task_id) then 'already_completed'
-              else 'unknown_task' end
-    from unnest(_task_ids) with ordinality as i(task_id, n)
-    left join unnest(_locked) as l(task_id) on l.task_id = i.task_id
-    left join unnest(_cancelled) as c(task_id) on c.task_id = i.task_id
-   order by i.n;
-end;
+  select c.task_id, c.result from queues.cancel_tasks_at(_now, _task_ids, _reason) c
 $function$;
   -- admin.cancel_tasks_at(_now timestamp with time zone, _task_ids bigint[], _reason text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -3896,7 +3914,8 @@ begin
   if _result is null then
     raise exception 'task % does not exist', _task_id using errcode = '23503';
   end if;
-  return _result || admin.task_retry_facts(_task_id) || admin.task_dashboard_facts(_task_id);
+  return _result || admin.task_retry_facts(_task_id) || admin.task_dashboard_facts(_task_id)
+         || queues.task_progress_facts(_task_id);
 end;
 $function$;
   -- admin.get_task_at(_now timestamp with time zone, _task_id bigint): owner :DATABASE_OWNER
@@ -4741,10 +4760,36 @@ begin
     when (_node ->> 'recent_attempts_failed')::boolean
       or (_node ->> 'last_fact_at')::timestamptz < _now - make_interval(secs => coalesce(_stuck_after_seconds, 600)) then 'stuck'
     else 'running' end;
-  return _node || jsonb_build_object('status', _status);
+  return _node || jsonb_build_object('status', _status, 'progress', admin.process_progress(_process, _root_id));
 end;
 $function$;
   -- admin.process_node_at(_now timestamp with time zone, _process text, _root_id bigint, _stuck_after_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.process_progress(_process text, _root_id bigint)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _function text;
+  _progress jsonb;
+begin
+  select format('%I.%I', n.nspname, f.proname) into _function
+    from admin.processes() p
+    join pg_namespace n on n.nspname = p.schema_name
+    join pg_proc f on f.pronamespace = n.oid and f.proname = p.process || '_progress'
+   where p.process = _process and f.pronargs = 1 and f.proargtypes[0] = 'bigint'::regtype
+   limit 1;
+  if _function is null then
+    return null;
+  end if;
+  execute format('select %s($1)', _function) into _progress using _root_id;
+  return _progress;
+end;
+$function$;
+  -- admin.process_progress(_process text, _root_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.process_table(_process text, _suffix text)
@@ -5308,7 +5353,7 @@ begin
     into _locked, _moved
     from locked l;
 
-  -- A statement after the locks (see admin.cancel_tasks_at).
+  -- A statement after the locks (see queues.cancel_tasks_at).
   return query
   select i.task_id,
          case when m.task_id is not null then 'run_now'
@@ -5322,6 +5367,23 @@ begin
 end;
 $function$;
   -- admin.run_tasks_now_at(_now timestamp with time zone, _task_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.set_task_type_timeout(_task_type text, _timeout_seconds numeric)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _timeout_seconds is not null and _timeout_seconds not between 0.001 and 86400 then
+    raise exception 'timeout_seconds must be between 0.001 and 86400, got %', _timeout_seconds using errcode = '22023';
+  end if;
+  perform queues.set_task_type_timeout(_task_type, (_timeout_seconds * 1000)::integer);
+end;
+$function$;
+  -- admin.set_task_type_timeout(_task_type text, _timeout_seconds numeric): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.task_counts(_window_seconds integer DEFAULT NULL::integer)
@@ -7986,7 +8048,9 @@ AS $function$
                                   k.task_id)
                       else format('the queue gave up on %s task %s (%s)%s', t.task_type, t.task_id, c.outcome,
                                   coalesce(': ' || (select e.error_message from queues.error e
-                                                     where e.task_id = t.task_id order by e.error_id desc limit 1), ''))
+                                                     where e.task_id = t.task_id order by e.error_id desc limit 1),
+                                           ': ' || (select nullif(x.reason, '') from queues.task_cancelled x
+                                                     where x.task_id = t.task_id and c.outcome = 'cancelled'), ''))
                  end, 2000)
     from (select _task_id as task_id) k
     left join queues.task t on t.task_id = k.task_id
@@ -9012,6 +9076,152 @@ end;
 $function$;
   -- queues.cancel_autovacuum(_tables text[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.cancel_tasks(_task_ids bigint[], _reason text DEFAULT NULL::text)
+ RETURNS TABLE(task_id bigint, result text, was_running boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _internal bigint;
+begin
+  if not queues.is_owner_session() then
+    select t.task_id into _internal
+      from queues.task t
+     where t.task_id = any (_task_ids) and queues.is_internal_task_type(t.task_type)
+     order by t.task_id limit 1;
+    if found then
+      raise exception 'task % is of a worker-only task type; only its process may cancel it', _internal
+        using errcode = '42501';
+    end if;
+  end if;
+  return query select * from queues.cancel_tasks_at(now(), _task_ids, _reason);
+end;
+$function$;
+  -- queues.cancel_tasks(_task_ids bigint[], _reason text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.cancel_tasks_at(_now timestamp with time zone, _task_ids bigint[], _reason text)
+ RETURNS TABLE(task_id bigint, result text, was_running boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+declare
+  _cancelled bigint[];
+  _running bigint[];
+  _try integer;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  if _task_ids is null then
+    raise exception 'task_ids must not be null' using errcode = '22004';
+  end if;
+  if cardinality(_task_ids) not between 1 and 1000 then
+    raise exception 'task_ids must name 1 to 1000 tasks, got %', cardinality(_task_ids) using errcode = '22023';
+  end if;
+  if array_position(_task_ids, null) is not null then
+    raise exception 'task_ids must not contain null' using errcode = '22004';
+  end if;
+  if (select count(distinct t) <> count(*) from unnest(_task_ids) t) then
+    raise exception 'task_ids must not repeat a task' using errcode = '22023';
+  end if;
+  if _reason is not null and length(_reason) > 500 then
+    raise exception 'reason must be at most 500 characters, got %', length(_reason) using errcode = '22023';
+  end if;
+  -- Same lock order as the claim, the heartbeat and the completion (resource keys first),
+  -- then the pending rows by primary key. A completion in flight holds its row: the cancel
+  -- waits for it, then finds the task gone (already_completed). A completion batch locks
+  -- its rows in its own order, so a cancel of several tasks can deadlock with one: the
+  -- cancel's part is then rolled back (a subtransaction) and tried again, up to five times.
+  perform queues.lock_resource_keys(_task_ids);
+  for _try in 1..5 loop
+  begin
+  with locked as (
+    select p.task_id, p.task_type, p.current_lease_id,
+           (p.current_lease_id is not null and p.available_at > _now) as held
+      from queues.task_pending p
+     where p.task_id = any (_task_ids)
+     order by p.task_id
+       for update
+  ),
+  completed as (
+    insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
+    select l.task_id, null, _now, 'cancelled', l.task_type from locked l
+    returning task_id
+  ),
+  reasons as (
+    insert into queues.task_cancelled (task_id, reason, cancelled_at)
+    select l.task_id, coalesce(_reason, ''), _now from locked l
+  ),
+  revoked as (
+    insert into queues.task_lease_revocation (task_id, task_lease_id, revoked_at, reason)
+    select l.task_id, l.current_lease_id, _now, left('cancelled: ' || coalesce(nullif(_reason, ''), 'no reason given'), 520)
+      from locked l where l.held
+    on conflict do nothing
+  ),
+  removed as (
+    delete from queues.task_pending p where p.task_id = any (array(select l.task_id from locked l))
+  ),
+  key_freed as (
+    delete from queues.resource_lease k where k.task_id = any (array(select l.task_id from locked l))
+  )
+  select coalesce((select array_agg(c.task_id) from completed c), '{}'),
+         coalesce(array_agg(l.task_id) filter (where l.held), '{}')
+    into _cancelled, _running
+    from locked l;
+  exit;
+  exception when deadlock_detected then
+    if _try = 5 then
+      raise;
+    end if;
+  end;
+  end loop;
+
+  return query
+  select i.task_id,
+         case when c.task_id is not null then 'cancelled'
+              when exists (select 1 from queues.task_completed x where x.task_id = i.task_id) then 'already_completed'
+              else 'unknown_task' end,
+         r.task_id is not null
+    from unnest(_task_ids) with ordinality as i(task_id, n)
+    left join unnest(_cancelled) as c(task_id) on c.task_id = i.task_id
+    left join unnest(_running) as r(task_id) on r.task_id = i.task_id
+   order by i.n;
+end;
+$function$;
+  -- queues.cancel_tasks_at(_now timestamp with time zone, _task_ids bigint[], _reason text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.cancelled_tasks(_task_ids bigint[])
+ RETURNS TABLE(task_id bigint, reason text, cancelled_at timestamp with time zone)
+ LANGUAGE plpgsql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+#variable_conflict use_column
+begin
+  if _task_ids is null then
+    raise exception 'task_ids must not be null' using errcode = '22004';
+  end if;
+  if cardinality(_task_ids) > 1000 then
+    raise exception 'at most 1000 task ids per call, got %', cardinality(_task_ids) using errcode = '54000';
+  end if;
+  -- A primary-key probe per id (= any of an array).
+  return query
+  select c.task_id, c.reason, c.cancelled_at
+    from queues.task_cancelled c
+   where c.task_id = any (_task_ids)
+   order by c.task_id;
+end;
+$function$;
+  -- queues.cancelled_tasks(_task_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.claim_tasks(_worker_id text, _limit integer DEFAULT NULL::integer, _task_types text[] DEFAULT NULL::text[], _lease_seconds integer DEFAULT NULL::integer, _max_leases integer DEFAULT NULL::integer)
  RETURNS TABLE(task_id bigint, task_type text, payload jsonb, priority integer, resource_key text, max_attempts integer, enqueued_at timestamp with time zone, scheduled_at timestamp with time zone, task_lease_id bigint, leased_at timestamp with time zone, expires_at timestamp with time zone, lease_count integer)
@@ -11471,6 +11681,37 @@ $function$;
   -- queues.rebuild_task_unique_key(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.record_progress(_task_id bigint, _task_lease_id bigint, _done bigint, _total bigint, _note text)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _task_id is null or _task_lease_id is null or _done is null then
+    raise exception 'task_id, task_lease_id and done must not be null' using errcode = '22004';
+  end if;
+  if _done < 0 then
+    raise exception 'done must not be negative, got %', _done using errcode = '22023';
+  end if;
+  if _total is not null and _total < _done then
+    raise exception 'total must be at least done (%), got %', _done, _total using errcode = '22023';
+  end if;
+  if _note is not null and length(_note) > 500 then
+    raise exception 'note must be at most 500 characters, got %', length(_note) using errcode = '22023';
+  end if;
+  if not queues.is_current_lease(_task_id, _task_lease_id) then
+    raise exception 'lease % is not the current lease of task %', _task_lease_id, _task_id
+      using errcode = '55000', schema = 'queues', constraint = 'task_lease_current';
+  end if;
+  insert into queues.task_progress (task_id, task_lease_id, done, total, note)
+  values (_task_id, _task_lease_id, _done, _total, coalesce(_note, ''));
+end;
+$function$;
+  -- queues.record_progress(_task_id bigint, _task_lease_id bigint, _done bigint, _total bigint, _note text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.record_task_result(_task_id bigint, _task_lease_id bigint, _result jsonb)
  RETURNS void
  LANGUAGE plpgsql
@@ -12215,6 +12456,28 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.set_task_type_timeout(_task_type text, _timeout_ms integer)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _task_type is null then
+    raise exception 'task_type must not be null' using errcode = '22004';
+  end if;
+  if not exists (select 1 from queues.task_type t where t.task_type = _task_type) then
+    raise exception 'unknown task type %', quote_literal(left(_task_type, 100)) using errcode = '23503';
+  end if;
+  if _timeout_ms is not null and _timeout_ms not between 1 and 86400000 then
+    raise exception 'timeout_ms must be between 1 and 86400000 (24 hours), got %', _timeout_ms using errcode = '22023';
+  end if;
+  insert into queues.task_type_timeout_set (task_type, timeout_ms) values (_task_type, _timeout_ms);
+end;
+$function$;
+  -- queues.set_task_type_timeout(_task_type text, _timeout_ms integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.settle_tasks(_task_ids bigint[], _task_lease_ids bigint[] DEFAULT NULL::bigint[], _outcomes text[] DEFAULT NULL::text[], _retries boolean[] DEFAULT NULL::boolean[], _error_task_ids bigint[] DEFAULT NULL::bigint[], _error_messages text[] DEFAULT NULL::text[], _started_us bigint[] DEFAULT NULL::bigint[])
  RETURNS TABLE(task_id bigint, result text)
  LANGUAGE plpgsql
@@ -12394,6 +12657,24 @@ $function$;
   -- queues.supersede_task(_task_id bigint, _reason text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.task_progress_facts(_task_id bigint)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select jsonb_build_object('progress', (
+    select jsonb_build_object('done', p.done, 'total', p.total, 'note', p.note, 'reported_at', p.reported_at,
+                              'task_lease_id', p.task_lease_id,
+                              'reports', (select count(*) from queues.task_progress x where x.task_id = _task_id))
+      from queues.task_progress p
+     where p.task_id = _task_id
+     order by p.task_progress_id desc
+     limit 1))
+$function$;
+  -- queues.task_progress_facts(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.task_traces(_task_ids bigint[])
  RETURNS TABLE(task_id bigint, traceparent text, tracestate text)
  LANGUAGE sql
@@ -12405,6 +12686,23 @@ AS $function$
    where t.task_id = any (_task_ids)
 $function$;
   -- queues.task_traces(_task_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.task_type_timeouts()
+ RETURNS TABLE(task_type text, timeout_ms integer)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select l.task_type, l.timeout_ms
+    from (select distinct on (s.task_type) s.task_type, s.timeout_ms
+            from queues.task_type_timeout_set s
+           order by s.task_type, s.task_type_timeout_set_id desc) l
+   where l.timeout_ms is not null
+   order by l.task_type
+$function$;
+  -- queues.task_type_timeouts(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 

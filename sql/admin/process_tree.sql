@@ -57,7 +57,7 @@ begin
     when (_node ->> 'recent_attempts_failed')::boolean
       or (_node ->> 'last_fact_at')::timestamptz < _now - make_interval(secs => coalesce(_stuck_after_seconds, 600)) then 'stuck'
     else 'running' end;
-  return _node || jsonb_build_object('status', _status);
+  return _node || jsonb_build_object('status', _status, 'progress', admin.process_progress(_process, _root_id));
 end;
 $$;
 

@@ -224,3 +224,29 @@ create or replace function admin.list_processes()
 as $$
   select p.process from admin.processes() p order by 1
 $$;
+
+-- A process root's own progress, when its process defines S.X_progress(bigint) returning
+-- {done, total, note} from its facts (accounts.account_deletion_progress: files deleted out
+-- of files); null otherwise. The function's name is read from the catalog.
+create or replace function admin.process_progress(_process text, _root_id bigint)
+  returns jsonb
+  language plpgsql stable
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _function text;
+  _progress jsonb;
+begin
+  select format('%I.%I', n.nspname, f.proname) into _function
+    from admin.processes() p
+    join pg_namespace n on n.nspname = p.schema_name
+    join pg_proc f on f.pronamespace = n.oid and f.proname = p.process || '_progress'
+   where p.process = _process and f.pronargs = 1 and f.proargtypes[0] = 'bigint'::regtype
+   limit 1;
+  if _function is null then
+    return null;
+  end if;
+  execute format('select %s($1)', _function) into _progress using _root_id;
+  return _progress;
+end;
+$$;

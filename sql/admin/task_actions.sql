@@ -3,76 +3,18 @@
 -- task what happened; the *_matching variants take a filter instead and act on up to
 -- _limit tasks that match it. Owner-only *_at(_now, ...) variants take the clock.
 
--- Cancels pending tasks that no worker holds (scheduled, ready, retrying): each gets the
--- terminal fact queues.task_completed with outcome 'cancelled' (and queues.task_cancelled
--- with the reason) and leaves the claim index, in one transaction. A task under a live
--- lease is not cancelled ('running': its worker will complete it). Rows, in input order:
---   cancelled | running | already_completed | unknown_task
--- The answers for the tasks it did not lock are read by a statement of their own, after
--- the locks: a completion this call waited for (its row gone when the wait ended) is
--- committed by then, and seen; the statement that waited saw the tables as they were
--- when it started, without it ('unknown_task' for a task that exists).
+-- Cancels tasks, pending or running (queues.cancel_tasks_at, sql/queues/cancel.sql): each
+-- ends 'cancelled' at once (queues.task_completed, queues.task_cancelled with the reason),
+-- in one transaction; the worker running one is told at its next heartbeat, aborts it and
+-- records nothing. Rows, in input order:
+--   cancelled | already_completed | unknown_task
 create or replace function admin.cancel_tasks_at(_now timestamptz, _task_ids bigint[], _reason text)
   returns table (task_id bigint, result text)
-  language plpgsql volatile
+  language sql volatile
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
-#variable_conflict use_column
-declare
-  _locked bigint[];
-  _cancelled bigint[];
-begin
-  if _now is null then
-    raise exception 'now must not be null' using errcode = '22004';
-  end if;
-  perform admin.assert_task_ids(_task_ids);
-  if _reason is not null and length(_reason) > 500 then
-    raise exception 'reason must be at most 500 characters' using errcode = '22023';
-  end if;
-  -- Same lock order as the claim (resource keys first), then the pending rows: a claim
-  -- that took a row first makes it 'running' here; a claim after us skips it.
-  perform queues.lock_resource_keys(_task_ids);
-  with locked as (
-    select p.task_id, p.task_type, p.resource_key,
-           (p.current_lease_id is not null and p.available_at > _now) as held
-      from queues.task_pending p
-     where p.task_id = any (_task_ids)
-     order by p.task_id
-       for update
-  ),
-  completed as (
-    insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
-    select l.task_id, null, _now, 'cancelled', l.task_type from locked l where not l.held
-    returning task_id
-  ),
-  reasons as (
-    insert into queues.task_cancelled (task_id, reason, cancelled_at)
-    select c.task_id, coalesce(_reason, ''), _now from completed c
-  ),
-  removed as (
-    delete from queues.task_pending p where p.task_id = any (array(select c.task_id from completed c))
-  ),
-  key_freed as (
-    delete from queues.resource_lease k
-     where k.task_id = any (array(select c.task_id from completed c))
-  )
-  select coalesce(array_agg(l.task_id), '{}'), coalesce((select array_agg(c.task_id) from completed c), '{}')
-    into _locked, _cancelled
-    from locked l;
-
-  -- A statement after the locks (see above).
-  return query
-  select i.task_id,
-         case when c.task_id is not null then 'cancelled'
-              when l.task_id is not null then 'running'
-              when exists (select 1 from queues.task_completed x where x.task_id = i.task_id) then 'already_completed'
-              else 'unknown_task' end
-    from unnest(_task_ids) with ordinality as i(task_id, n)
-    left join unnest(_locked) as l(task_id) on l.task_id = i.task_id
-    left join unnest(_cancelled) as c(task_id) on c.task_id = i.task_id
-   order by i.n;
-end;
+  select c.task_id, c.result from queues.cancel_tasks_at(_now, _task_ids, _reason) c
 $$;
 
 create or replace function admin.cancel_tasks(_task_ids bigint[], _reason text default null)
@@ -122,7 +64,7 @@ $$;
 -- claimable at _now). Rows, in input order:
 --   run_now | not_scheduled (ready, running, retrying) | already_completed | unknown_task
 -- The answers for the tasks it did not lock are read after the locks, by a statement of
--- their own (as admin.cancel_tasks_at's).
+-- their own (as queues.cancel_tasks_at's).
 create or replace function admin.run_tasks_now_at(_now timestamptz, _task_ids bigint[])
   returns table (task_id bigint, result text)
   language plpgsql volatile
@@ -153,7 +95,7 @@ begin
     into _locked, _moved
     from locked l;
 
-  -- A statement after the locks (see admin.cancel_tasks_at).
+  -- A statement after the locks (see queues.cancel_tasks_at).
   return query
   select i.task_id,
          case when m.task_id is not null then 'run_now'

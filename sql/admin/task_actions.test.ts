@@ -1,4 +1,4 @@
-// Bulk actions as the API role: cancel pending tasks (the 'cancelled' completion fact),
+// Bulk actions as the API role: cancel pending and running tasks (the 'cancelled' completion fact),
 // run scheduled tasks now, redrive dead letters; per-task answers, bad input refused with
 // nothing written, and a cancel racing a claim.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -41,16 +41,18 @@ const counts = async () =>
 describe('cancel', () => {
   beforeEach(reset);
 
-  it('cancels ready and scheduled tasks as a fact; refuses a running one; reports completed and unknown ones', async () => {
+  it('cancels ready, scheduled and running tasks as a fact; reports completed and unknown ones', async () => {
     const ready = await enqueue();
     const later = await enqueue('email', '1 hour');
     const running = await enqueue('sms');
-    await db.pool('worker').query(`select * from queues.claim_tasks('w1', 1, '{sms}', 60)`);
+    const {
+      rows: [lease],
+    } = await db.pool('worker').query(`select task_lease_id from queues.claim_tasks('w1', 1, '{sms}', 60)`);
     const { rows } = await cancel([ready, later, running, 999999], 'operator asked');
     expect(results(rows)).toEqual([
       [ready, 'cancelled'],
       [later, 'cancelled'],
-      [running, 'running'],
+      [running, 'cancelled'],
       [999999, 'unknown_task'],
     ]);
     const facts = await db.query(
@@ -59,7 +61,27 @@ describe('cancel', () => {
     expect(facts.rows).toEqual([
       { task_id: ready, outcome: 'cancelled', task_lease_id: null, reason: 'operator asked' },
       { task_id: later, outcome: 'cancelled', task_lease_id: null, reason: 'operator asked' },
+      { task_id: running, outcome: 'cancelled', task_lease_id: null, reason: 'operator asked' },
     ]);
+    // The running task's lease is revoked, and its worker can neither extend nor complete it.
+    const revoked = await db.query(`select task_id::int, task_lease_id, reason from queues.task_lease_revocation`);
+    expect(revoked.rows).toEqual([
+      { task_id: running, task_lease_id: lease.task_lease_id, reason: 'cancelled: operator asked' },
+    ]);
+    const extended = await db
+      .pool('worker')
+      .query(`select * from queues.extend_leases(array[$1::bigint], array[$2::bigint], 60)`, [
+        running,
+        lease.task_lease_id,
+      ]);
+    expect(extended.rows).toEqual([]);
+    const late = await db
+      .pool('worker')
+      .query(`select * from queues.complete_tasks(array[$1::bigint], array[$2::bigint])`, [
+        running,
+        lease.task_lease_id,
+      ]);
+    expect(late.rows).toEqual([{ task_id: String(running), result: 'lease_lost' }]);
     expect(results((await cancel([ready])).rows)).toEqual([[ready, 'already_completed']]);
     // Never claimed again; not a dead letter.
     const claimed = await db.pool('worker').query(`select task_id from queues.claim_tasks('w2', 10, null, 60)`);
@@ -75,17 +97,22 @@ describe('cancel', () => {
     expect(rows).toEqual([{ task_id: b }]);
   });
 
-  it('a cancel that waits for a claim in flight sees the new lease and refuses ("running")', async () => {
+  it('a cancel that waits for a claim in flight cancels the task under its new lease, and revokes that lease', async () => {
     const id = await enqueue();
     const claimer = await db.client('worker');
     await claimer.query('begin');
-    await claimer.query(`select * from queues.claim_tasks('w1', 1, null, 60)`);
+    const {
+      rows: [lease],
+    } = await claimer.query(`select task_lease_id from queues.claim_tasks('w1', 1, null, 60)`);
     const pending = cancel([id]);
     await new Promise((r) => setTimeout(r, 200));
     await claimer.query('commit');
-    expect(results((await pending).rows)).toEqual([[id, 'running']]);
+    expect(results((await pending).rows)).toEqual([[id, 'cancelled']]);
     await claimer.end();
-    expect((await db.query(`select count(*)::int as n from queues.task_completed`)).rows[0].n).toBe(0);
+    const { rows } = await db.query(
+      `select c.outcome, v.task_lease_id from queues.task_completed c join queues.task_lease_revocation v using (task_id)`,
+    );
+    expect(rows).toEqual([{ outcome: 'cancelled', task_lease_id: lease.task_lease_id }]);
   });
 
   it('cancels by filter: pending tasks of a type and state, oldest first, up to the limit', async () => {
@@ -270,14 +297,15 @@ describe('answers after waiting for a completion', () => {
     ]);
   });
 
-  it('cancel racing completions: 300 running tasks, every answer right for the task as it ended', async () => {
+  it('cancel racing completions: 300 running tasks, each ends once, and every answer agrees with how it ended', async () => {
     const ids: number[] = [];
     for (let i = 0; i < 300; i++) ids.push(await enqueue());
     const leased = await claimAll(300);
     expect(leased).toHaveLength(300);
     const completers = await Promise.all([session('worker'), session('worker'), session('worker')]);
     const cancellers = await Promise.all([session('api'), session('api'), session('api')]);
-    const answers: [number, string][] = [];
+    const cancelAnswers: [number, string][] = [];
+    const completeAnswers = new Map<number, string>();
     let done = false;
     // Each completer takes every third task, five at a time, and holds its completion
     // open a moment, so cancels arrive while it holds the rows.
@@ -286,12 +314,13 @@ describe('answers after waiting for a completion', () => {
       for (let i = 0; i < mine.length; i += 5) {
         const batch = mine.slice(i, i + 5);
         await client.query('begin');
-        await client.query(`select * from queues.complete_tasks($1::bigint[], $2::bigint[])`, [
-          batch.map((l) => l.id),
-          batch.map((l) => l.lease),
-        ]);
+        const { rows } = await client.query<{ task_id: string; result: string }>(
+          `select * from queues.complete_tasks($1::bigint[], $2::bigint[])`,
+          [batch.map((l) => l.id), batch.map((l) => l.lease)],
+        );
         await client.query('select pg_sleep(0.002)');
         await client.query('commit');
+        for (const r of rows) completeAnswers.set(Number(r.task_id), r.result);
       }
     });
     // Cancellers ask for windows of 30 tasks around the completers' progress, until all completed.
@@ -304,24 +333,32 @@ describe('answers after waiting for a completion', () => {
           'select * from admin.cancel_tasks($1)',
           [ids.slice(from, from + 30)],
         );
-        answers.push(...(results(rows) as [number, string][]));
+        cancelAnswers.push(...(results(rows) as [number, string][]));
       }
     });
     await Promise.all(completing);
     done = true;
     await Promise.all(cancelling);
-    // Every task was running until its worker completed it: a cancel finds it running
-    // (its lease live) or completed, never cancels it, and never calls it unknown.
-    const tally = new Map<string, number>();
-    for (const [, result] of answers) tally.set(result, (tally.get(result) ?? 0) + 1);
-    expect([...tally.keys()].sort()).toEqual(
-      [...tally.keys()].filter((k) => k === 'running' || k === 'already_completed').sort(),
+    const { rows: ended } = await db.query<{ task_id: number; outcome: string; n: number }>(
+      `select task_id::int, min(outcome) as outcome, count(*)::int as n from queues.task_completed group by task_id`,
     );
-    expect(tally.get('unknown_task') ?? 0).toBe(0);
-    const { rows } = await db.query(
-      `select outcome, count(*)::int as n from queues.task_completed group by outcome order by outcome`,
-    );
-    expect(rows).toEqual([{ outcome: 'succeeded', n: 300 }]);
+    // Each task ended exactly once, and nothing is left pending.
+    expect(ended).toHaveLength(300);
+    expect(ended.every((r) => r.n === 1)).toBe(true);
+    expect((await counts()).pending).toBe(0);
+    const outcome = new Map(ended.map((r) => [r.task_id, r.outcome]));
+    // A cancelled task's completion was refused; a completed one's cancel found it completed.
+    for (const [id, answer] of completeAnswers) {
+      expect([id, answer]).toEqual([id, outcome.get(id) === 'cancelled' ? 'lease_lost' : 'completed']);
+    }
+    const cancelledBy = new Map<number, number>();
+    for (const [id, answer] of cancelAnswers) {
+      expect(['cancelled', 'already_completed']).toContain(answer);
+      if (answer === 'cancelled') cancelledBy.set(id, (cancelledBy.get(id) ?? 0) + 1);
+    }
+    for (const [id, o] of outcome) expect([id, cancelledBy.get(id) ?? 0]).toEqual([id, o === 'cancelled' ? 1 : 0]);
+    // Both sides won some (the race was real).
+    expect(new Set(outcome.values())).toEqual(new Set(['cancelled', 'succeeded']));
   });
 
   it('run now: a task completed while the call waits for it is already_completed', async () => {

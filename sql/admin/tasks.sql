@@ -240,7 +240,8 @@ $$;
 
 -- One task with everything recorded about it, as a JSON object:
 --   {task: {..., state}, leases: [...], errors: [...], completion: {...} | null,
---    failed_attempts: [...], redriven_to: id | null, redriven_from: id | null}
+--    failed_attempts: [...], redriven_to: id | null, redriven_from: id | null,
+--    progress: {done, total, note, reported_at, task_lease_id, reports} | null}
 -- Raises 23503 when there is no such task.
 create or replace function admin.get_task_at(_now timestamptz, _task_id bigint)
   returns jsonb
@@ -286,7 +287,8 @@ begin
   if _result is null then
     raise exception 'task % does not exist', _task_id using errcode = '23503';
   end if;
-  return _result || admin.task_retry_facts(_task_id) || admin.task_dashboard_facts(_task_id);
+  return _result || admin.task_retry_facts(_task_id) || admin.task_dashboard_facts(_task_id)
+         || queues.task_progress_facts(_task_id);
 end;
 $$;
 

@@ -49,9 +49,10 @@ end;
 $$;
 
 -- Why the queue gave up on a channel task, or NULL while it has not: the task is
--- completed (abandoned after its leases expired, dead-lettered, cancelled, failed because
--- its success or error handler raised) although its attempt has no outcome. Supervisors
--- record this as the attempt's failure at their next run.
+-- completed (abandoned after its leases expired, dead-lettered, cancelled while pending or
+-- running, failed because its success or error handler raised) although its attempt has
+-- no outcome. Supervisors record this as the attempt's failure at their next run. The
+-- message ends with the task's last error or, for a cancelled task, the cancel's reason.
 --
 -- A task that is no longer in queues.task was given up on too: history retention drops a
 -- task only with its whole partition set, and only once every task in the set has a
@@ -78,7 +79,9 @@ as $$
                                   k.task_id)
                       else format('the queue gave up on %s task %s (%s)%s', t.task_type, t.task_id, c.outcome,
                                   coalesce(': ' || (select e.error_message from queues.error e
-                                                     where e.task_id = t.task_id order by e.error_id desc limit 1), ''))
+                                                     where e.task_id = t.task_id order by e.error_id desc limit 1),
+                                           ': ' || (select nullif(x.reason, '') from queues.task_cancelled x
+                                                     where x.task_id = t.task_id and c.outcome = 'cancelled'), ''))
                  end, 2000)
     from (select _task_id as task_id) k
     left join queues.task t on t.task_id = k.task_id

@@ -23,13 +23,17 @@ grant execute on function
   queues.fail_task(bigint, text, bigint),
   queues.interrupt_task(bigint, bigint, text, integer),
   queues.record_worker_heartbeat(text, text[], integer),
-  queues.record_worker_stopped(text)
+  queues.record_worker_stopped(text),
+  queues.cancelled_tasks(bigint[]),
+  queues.task_type_timeouts(),
+  queues.record_progress(bigint, bigint, bigint, bigint, text)
 to :DATABASE_WORKER;
 
 grant execute on function
   queues.enqueue(text, jsonb, timestamptz, integer, text, integer, boolean),
   queues.enqueue_many(jsonb),
-  queues.enqueue_unique(text, jsonb, text, text, interval, timestamptz, integer, text, integer)
+  queues.enqueue_unique(text, jsonb, text, text, interval, timestamptz, integer, text, integer),
+  queues.cancel_tasks(bigint[], text)
 to :DATABASE_APP;
 -- The client's enqueue on a pool (commit, then the wake-up; sql/queues/enqueue.sql).
 revoke execute on all procedures in schema queues from public;

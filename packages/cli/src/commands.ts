@@ -2,7 +2,8 @@
  * The `queue` commands. Every command but `migrate` connects as the api database user
  * (DATABASE_URL, or --database-url) and goes through the same typed queries as the REST
  * API (`Store` of @org/web), so the CLI can do what the API can and nothing more.
- * `migrate` connects as the owner and runs the committed migrations.
+ * `migrate` connects as the owner and runs the committed migrations (`migrateQueue` of
+ * @org/queue-schema, the same as `queue-schema migrate`).
  *
  * Every change (enqueue, cancel, run-now, redrive, pause, resume, schedules enable and
  * disable) is recorded in the audit trail as the API records its own (admin.api_change,
@@ -35,10 +36,10 @@ Usage: queue <command> [options]
                                   pauses, and capacity (tasks per busy worker-hour, hours to drain)
   tasks list [--type T] [--state S] [--limit N] [--before ID]
                                   newest first; S is one of ${TASK_STATES.join(', ')}
-  tasks show ID                   one task with its leases, errors and results
+  tasks show ID                   one task with its leases, errors, latest progress and results
   enqueue TYPE [--payload JSON] [--scheduled-at ISO] [--priority N] [--max-attempts N] [--resource-key K]
                                   prints the new task's id
-  cancel ID... [--reason TEXT]    cancels tasks that have not started
+  cancel ID... [--reason TEXT]    cancels tasks, pending or running (a running one is aborted by its worker)
   run-now ID...                   runs scheduled or retrying tasks now
   redrive ID...                   enqueues a dead letter again as a new task
   pause TYPE [--reason TEXT]      stops every worker's claims of TYPE
@@ -118,6 +119,8 @@ interface TaskDetail {
   errors?: Record<string, unknown>[];
   completion?: Record<string, unknown> | null;
   results?: Record<string, unknown>[];
+  /** The latest progress report (queues.task_progress), when the run reported any. */
+  progress?: Record<string, unknown> | null;
 }
 
 /** A change refused by a check inside its transaction: rolled back, no fact, exit 3. */
@@ -190,6 +193,7 @@ const COMMANDS: Record<string, (ctx: Context, args: string[]) => Promise<number>
       };
       list('leases', detail.leases);
       list('errors', detail.errors);
+      if (detail.progress) parts.push(`\nprogress:\n${record(detail.progress)}`);
       if (detail.completion) parts.push(`\ncompletion:\n${record(detail.completion)}`);
       list('results', detail.results);
       ctx.io.stdout(parts.join(''));
@@ -341,13 +345,26 @@ async function migrate(env: NodeJS.ProcessEnv, url: string, io: Io): Promise<num
   if (missing.length > 0)
     throw new UsageError(`set ${missing.join(', ')} (the database user names the migrations grant to)`);
   // Loaded here: the migrator (graphile-migrate) is not needed by the other commands.
-  const { dbUserNamesFromEnv, migrateDatabase, migrateSettings, redactUrl } = await import('@org/db-tools/migrator');
-  const owner = env.DATABASE_OWNER ?? decodeURIComponent(new URL(url).username);
-  const dbUsers = dbUserNamesFromEnv({ ...env, DATABASE_OWNER: owner });
-  const settings = await migrateSettings({ ownerUrl: url, rootUrl: env.ROOT_DATABASE_URL, dbUsers });
-  await migrateDatabase(settings, { current: false, log: (line) => io.stdout(`${line}\n`) });
+  const { migrateQueue, QueueSchemaError } = await import('@org/queue-schema');
+  try {
+    await migrateQueue({
+      connectionString: url,
+      roles: { worker: env.DATABASE_WORKER!, app: env.DATABASE_APP!, api: env.DATABASE_API! },
+      log: (line) => io.stdout(`${line}\n`),
+    });
+  } catch (error) {
+    if (error instanceof QueueSchemaError) throw new UsageError(error.message);
+    throw error;
+  }
   io.stdout(`migrated ${redactUrl(url)}\n`);
   return EXIT.ok;
+}
+
+/** The URL with its password masked, for output. */
+function redactUrl(url: string): string {
+  const u = new URL(url);
+  if (u.password) u.password = '***';
+  return u.toString();
 }
 
 /** The exit code for an error the database raised (sql/CONVENTIONS.md errcodes). */

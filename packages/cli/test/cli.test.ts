@@ -263,6 +263,10 @@ describe('queue', () => {
       const missing = await queue(['migrate'], { DATABASE_URL: empty.url('owner') });
       expect(missing.code).toBe(2);
       expect(missing.stderr).toMatch(/DATABASE_WORKER, DATABASE_APP, DATABASE_API/);
+      // A name that is not a plain role name is bad usage, refused before any SQL runs.
+      const badName = await queue(['migrate'], { ...env, DATABASE_WORKER: 'worker; drop' });
+      expect(badName.code, badName.stderr).toBe(2);
+      expect(badName.stderr).toMatch(/the worker role must match/);
     } finally {
       await empty.drop();
     }

@@ -31,5 +31,5 @@ export {
   type MenuProcessor,
   type MenuRole,
   type MenuTaskContext,
-  type MenuTaskReport,
+  type MenuTaskOutcome,
 } from './processors.js';

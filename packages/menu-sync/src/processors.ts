@@ -4,29 +4,24 @@
  *   1. asks the menu platform (store_discovery: the store list; entry_point_discovery: the
  *      platform id of the payload's menu URL; product_discovery and product_resync: the
  *      menu of the payload's platform_dispensary_id; analytics_refresh: nothing),
- *   2. in one transaction: menus.record_observation (facts, and the follow-up tasks: the
- *      chain is SQL's, never the worker's), queues.record_task_result (the result SQL
- *      returned) and queues.complete_task, all fenced by the lease.
+ *   2. returns the outcome with its effects: menus.record_observation (facts, and the
+ *      follow-up tasks: the chain is SQL's, never the worker's), whose answer is kept as
+ *      the run's result. The worker's completer runs the effects, keeps the result and
+ *      records the completion in one transaction, fenced by the lease: the completer is
+ *      the only writer of a task's end.
  *
  * A platform failure (5xx, timeout, malformed answer) or an observation SQL refuses
- * (22023) is recorded as an error and the task completes 'failed': the queue retries it
- * (max_attempts 3, backoff) and dead-letters it after the last attempt. A lost lease or a
- * database failure is thrown to the worker, which records nothing (the task runs again).
+ * (22023) is a 'failed' outcome with its error: the queue retries it (max_attempts 3,
+ * backoff) and dead-letters it after the last attempt. A lost lease refuses the
+ * completion and rolls the effects back; a database failure records nothing (the task
+ * runs again).
  *
  * The processors match @org/worker's Processor interface structurally, so the worker can
  * register them without this package depending on it.
  */
 import type pg from 'pg';
 import { z } from 'zod';
-import {
-  completeTask,
-  failTask,
-  QueueError,
-  recordTaskResult,
-  withTransaction,
-  type ClaimedTask,
-  type JsonObject,
-} from '@org/queue-client';
+import { QueueError, type ClaimedTask, type JsonObject, type Queryable } from '@org/queue-client';
 import type { MenuPlatform } from './platform.js';
 import { observationRecord } from './queries/observation.queries.js';
 
@@ -45,15 +40,22 @@ export interface MenuTaskContext {
   signal: AbortSignal;
 }
 
-export interface MenuTaskReport {
+/** What a menu processor returns (the worker's TaskOutcome, structurally). */
+export interface MenuTaskOutcome {
   outcome: 'succeeded' | 'failed';
   error?: string;
   note?: string;
+  /** Kept as the run's result (queues.task_result), with the completion. */
+  result?: JsonObject;
+  /** Writes committed with the completion, in its transaction; they may change the outcome. */
+  effects?: (tx: Queryable) => Promise<MenuTaskOutcome | void>;
+  /** The outcome recorded instead when the effects raise (their writes rolled back). */
+  onEffectsError?: (error: unknown) => MenuTaskOutcome;
 }
 
 export interface MenuProcessor {
   readonly name: string;
-  process(context: MenuTaskContext): Promise<MenuTaskReport>;
+  process(context: MenuTaskContext): Promise<MenuTaskOutcome>;
 }
 
 const storePayload = z.object({ store_id: z.number().int().positive() });
@@ -94,46 +96,40 @@ function summary(result: JsonObject): string {
     .join(' ');
 }
 
-/** Error row and a 'failed' completion (a retry while attempts are left), fenced. */
-async function fail(pool: pg.Pool, task: ClaimedTask, message: string): Promise<MenuTaskReport> {
-  await withTransaction(pool, async (tx) => {
-    await failTask(tx, { taskId: task.taskId, errorMessage: message, taskLeaseId: task.taskLeaseId });
-    await completeTask(tx, { taskId: task.taskId, taskLeaseId: task.taskLeaseId, outcome: 'failed' });
-  });
-  return { outcome: 'failed', error: message };
-}
-
 export function menuProcessor(role: MenuRole, platform: MenuPlatform): MenuProcessor {
   return {
     name: `menu:${role}:${platform.name}`,
-    async process({ task, pool, signal }) {
+    async process({ task, signal }) {
       let observation: JsonObject;
       try {
         observation = await observe(role, platform, task, signal);
       } catch (error) {
-        return fail(pool, task, `${role}: ${error instanceof Error ? error.message : String(error)}`);
+        return { outcome: 'failed', error: `${role}: ${error instanceof Error ? error.message : String(error)}` };
       }
-      try {
-        return await withTransaction(pool, async (tx) => {
+      return {
+        outcome: 'succeeded',
+        effects: async (tx) => {
           const [row] = await observationRecord.run(
             { taskId: task.taskId, taskLeaseId: task.taskLeaseId, observation: JSON.stringify(observation) },
             tx,
           );
           const result = row!.result as JsonObject;
-          await recordTaskResult(tx, { taskId: task.taskId, taskLeaseId: task.taskLeaseId, result });
-          await completeTask(tx, { taskId: task.taskId, taskLeaseId: task.taskLeaseId, outcome: 'succeeded' });
-          return { outcome: 'succeeded' as const, note: summary(result) };
-        });
-      } catch (error) {
+          return { outcome: 'succeeded', result, note: summary(result) };
+        },
         // Refused by SQL as malformed (the platform's answer or the task's payload): a
-        // failure of this attempt. Anything else (lease lost, database down) is the worker's.
-        const code = (error as { code?: unknown }).code;
-        if (code === '22023' || code === '22004' || (error instanceof QueueError && error.kind === 'invalid_input')) {
-          return fail(pool, task, `${role}: the platform's answer was refused: ${(error as Error).message}`);
-        }
-        if (code === '55000') throw new QueueError((error as Error).message, 'lease_lost', code, { cause: error });
-        throw error;
-      }
+        // failure of this attempt. A lost lease refuses the completion anyway.
+        onEffectsError: (error) => {
+          const code = (error as { code?: unknown }).code;
+          const refused =
+            code === '22023' || code === '22004' || (error instanceof QueueError && error.kind === 'invalid_input');
+          return {
+            outcome: 'failed',
+            error: refused
+              ? `${role}: the platform's answer was refused: ${(error as Error).message}`
+              : `${role}: recording the observation raised: ${(error as Error).message}`,
+          };
+        },
+      };
     },
   };
 }

@@ -46,6 +46,9 @@ export {
   type UniqueOptions,
   type UniquePolicy,
 } from './tasks.js';
+export { cancelTasks, cancelledTasks, type CancelAnswer, type CancelResult } from './cancel.js';
+export { taskTypeTimeouts } from './timeouts.js';
+export { recordProgress, type ProgressReport } from './progress.js';
 export { listTaskResults, recordTaskResult, type TaskResult } from './results.js';
 export { recordWorkerHeartbeat, recordWorkerStopped, revokeWorkerLeases } from './workers.js';
 export { registerTaskTypes, type TaskTypeRegistration } from './task-types.js';

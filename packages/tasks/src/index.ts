@@ -45,10 +45,17 @@ export interface TaskRunContext {
   /** The task's max_attempts. */
   maxAttempts: number;
   /**
-   * Aborted when the run must stop: its `timeoutMs` passed, its lease was lost, or
-   * shutdown gave up on it. Pass it to fetch() and the like.
+   * Aborted when the run must stop: its `timeoutMs` passed, the task was cancelled (the
+   * reason is then a TaskCancelledError of @org/worker), its lease was lost, or shutdown
+   * gave up on it. Pass it to fetch() and the like.
    */
   signal: AbortSignal;
+  /**
+   * Reports how far the run got: `done` out of `total` (left out: unknown) and a note (at
+   * most 500 characters), shown on the task page and by `queue tasks show`. Call it as
+   * often as you like: at most one report per second is recorded. A bad value throws.
+   */
+  progress(done: number, total?: number, note?: string): void;
   log: TaskLog;
 }
 

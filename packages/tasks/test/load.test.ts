@@ -54,6 +54,7 @@ it('loads TypeScript task files with their own imports, skipping helpers, declar
         leaseCount: 1,
         maxAttempts: 1,
         signal: new AbortController().signal,
+        progress: () => {},
         log: console,
       },
     ),

@@ -206,6 +206,7 @@ export const responses = {
   queues: z.object({ queues: z.array(queue) }),
   paused: z.object({ task_type: z.string(), paused: z.literal(true), pause_id: id }),
   resumed: z.object({ task_type: z.string(), paused: z.literal(false), was_paused: z.boolean() }),
+  timeoutSet: z.object({ task_type: z.string(), timeout_seconds: z.number().nullable() }),
   workers: z.object({
     workers: z.array(
       z.object({

@@ -186,6 +186,15 @@ const pauseBody = z
   .object({ reason: z.string().max(500, 'reason must be at most 500 characters').optional() })
   .strict()
   .optional();
+const timeoutBody = z
+  .object({
+    timeout_seconds: z
+      .number()
+      .min(0.001, 'timeout_seconds must be between 0.001 and 86400')
+      .max(86400, 'timeout_seconds must be between 0.001 and 86400')
+      .nullable(),
+  })
+  .strict();
 const scheduleName = z
   .string()
   .regex(/^[a-z][a-z0-9_.-]{0,99}$/, 'name must be a schedule name such as nightly.analytics');
@@ -385,6 +394,7 @@ const API_SCHEMAS = {
   redriveBody,
   taskTypeParams,
   pauseBody,
+  timeoutBody,
   emptyBody,
   workerIdParams,
   schedulesQuery,
@@ -858,6 +868,18 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
       return { answer: { task_type, paused: true, pause_id: pauseId }, taskType: task_type, input: body ?? {} };
     });
     request.log.info({ event: 'task_type_paused', task_type, pause_id: answer.pause_id }, 'claiming paused');
+    return answer;
+  });
+
+  // A task type's run timeout (README, "Run timeouts"); null clears it.
+  app.post('/api/queues/:task_type/timeout', async (request) => {
+    const { task_type } = parse(z.object({ task_type: taskType }), request.params, 'path');
+    const body = parse(timeoutBody, request.body, 'body');
+    const answer = await change(request, 'set_task_type_timeout', async (tx) => {
+      await tx.setTimeout(task_type, body.timeout_seconds);
+      return { answer: { task_type, timeout_seconds: body.timeout_seconds }, taskType: task_type, input: body };
+    });
+    request.log.info({ event: 'task_type_timeout_set', ...answer }, 'run timeout set');
     return answer;
   });
 

@@ -253,6 +253,16 @@ export function operations(s: ApiSchemas): Operation[] {
     },
     {
       method: 'post',
+      path: '/api/queues/:task_type/timeout',
+      tag: 'queues',
+      change: true,
+      summary: "Set (null: clear) a task type's run timeout, in seconds",
+      params: s.taskTypeParams,
+      body: s.timeoutBody,
+      answers: ok(responses.timeoutSet),
+    },
+    {
+      method: 'post',
       path: '/api/queues/:task_type/resume',
       tag: 'queues',
       change: true,

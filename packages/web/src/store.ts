@@ -12,7 +12,14 @@ import { leaseRecoverStale, leaseStaleList } from './queries/lease.queries.js';
 import { historyStatus } from './queries/history.queries.js';
 import { completionStatsList, throughputList } from './queries/metrics.queries.js';
 import { processList, processRootRankedList, processTimeline, processTree } from './queries/process.queries.js';
-import { queueList, queuePause, queueResume, workerList, workerRecover } from './queries/queue.queries.js';
+import {
+  queueList,
+  queuePause,
+  queueResume,
+  queueSetTimeout,
+  workerList,
+  workerRecover,
+} from './queries/queue.queries.js';
 import {
   scheduleDisable,
   scheduleEnable,
@@ -521,6 +528,11 @@ export class Store {
   async pause(taskType: string, reason?: string): Promise<number> {
     const [row] = await queuePause.run({ taskType, reason }, this.pool);
     return num(row!.pauseId);
+  }
+
+  /** Sets (null: clears) a task type's run timeout (admin.set_task_type_timeout). */
+  async setTimeout(taskType: string, timeoutSeconds: number | null): Promise<void> {
+    await queueSetTimeout.run({ taskType, timeoutSeconds }, this.pool);
   }
 
   async resume(taskType: string): Promise<boolean> {

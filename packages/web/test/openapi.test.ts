@@ -201,6 +201,9 @@ describe('the OpenAPI document', () => {
       'get /api/queues': [{}],
       'post /api/queues/{task_type}/pause': [{ path: { task_type: 'store_discovery' }, body: { reason: 'openapi' } }],
       'post /api/queues/{task_type}/resume': [{ path: { task_type: 'store_discovery' } }],
+      'post /api/queues/{task_type}/timeout': [
+        { path: { task_type: 'store_discovery' }, body: { timeout_seconds: 60 } },
+      ],
       'get /api/workers': [{}],
       'post /api/workers/{worker_id}/recover-stale': [{ path: { worker_id: 'w-openapi' }, body: {} }],
       'get /api/schedules': [{ query: 'runs=2' }],

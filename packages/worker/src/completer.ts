@@ -7,8 +7,10 @@
  * is recorded with its completion (its run's start time, which the worker knows): nothing
  * is written when a task starts.
  *
- * Steps (db_function tasks) of a round run in the database in one queues.run_steps call,
- * each with its completion in a subtransaction.
+ * Steps (db_function tasks) end in the database: the completer hands them to its step
+ * runner (step-runner.ts), which runs many in one queues.run_steps call, each step's
+ * writes with its completion in a subtransaction. The completer is thus the one place a
+ * task's end is recorded, whatever the task.
  *
  * Completions with effects (writes that commit with the completion) run each in a short
  * transaction of its own with its fenced completion: if its lease was lost, its effects
@@ -32,7 +34,6 @@ import {
   QueueError,
   isResultTypeChange,
   recordTaskResult,
-  runSteps,
   settleTasks,
   settleWithHandler,
   type ClaimedTask,
@@ -43,6 +44,7 @@ import { errorMessage, isTransient, sanitizeMessage } from './completion.js';
 import { noteCrash, watchCrashNotice } from './crash-notice.js';
 import type { Logger } from './logger.js';
 import type { TaskOutcome, TaskReport } from './processor.js';
+import { StepRunner } from './step-runner.js';
 import { activeTraceparent } from './tracing.js';
 
 /** Most completions per round trip (queues.complete_tasks accepts up to 1000). */
@@ -96,19 +98,33 @@ export class Completer {
   readonly #ends: Lane;
   /** The connections of completions with effects (EFFECT_CONNECTIONS). */
   readonly #effects: pg.Pool;
+  readonly #steps: StepRunner;
   #completions: PendingCompletion[] = [];
 
-  constructor(databaseUrl: string, log: Logger, statementTimeoutMs = 300_000) {
+  /**
+   * `stepPool`: the connections steps run on (the worker's: a step holds one while it runs
+   * in the database); default, the completer's own connections for effects.
+   */
+  constructor(databaseUrl: string, log: Logger, statementTimeoutMs = 300_000, options: { stepPool?: pg.Pool } = {}) {
     this.#log = log;
     this.#ends = new Lane(databaseUrl, 'queue-worker-completer', log, statementTimeoutMs);
     this.#effects = new Lane(databaseUrl, 'queue-worker-effects', log, statementTimeoutMs, EFFECT_CONNECTIONS).pool;
+    this.#steps = new StepRunner(options.stepPool ?? this.#effects);
+  }
+
+  /** How many of `waiting` step tasks one of `slots` slots should take (StepRunner.batchSize). */
+  stepBatchSize(waiting: number, slots: number): number {
+    return this.#steps.batchSize(waiting, slots);
   }
 
   /**
    * Records the task's outcome (its effects, error rows and completion, with `startedAt`,
-   * when its run started, Date.now() ms), fenced by its lease.
+   * when its run started, Date.now() ms), fenced by its lease; a step's outcome runs the
+   * step (see StepRunner), with the other steps of `stepBatch`.
    */
-  complete(task: ClaimedTask, outcome: TaskOutcome, startedAt?: number): Promise<Settled> {
+  complete(task: ClaimedTask, outcome: TaskOutcome, startedAt?: number, stepBatch?: object): Promise<Settled> {
+    // A step ends in the database, with its run (steps of one `stepBatch` in one call).
+    if (outcome.step) return this.#steps.run(task, outcome.step.functionName, stepBatch);
     return new Promise((resolve, reject) => {
       this.#completions.push({ task, outcome, startedAt, traceparent: activeTraceparent(), resolve, reject });
       this.#schedule(this.#ends);
@@ -268,21 +284,18 @@ export class Completer {
   }
 
   /**
-   * One round: completions with effects (side by side, each its own transaction), the
-   * steps in one run_steps call, then one settle_tasks statement for the rest.
+   * One round: completions with effects (side by side, each its own transaction), then one
+   * settle_tasks statement for the rest.
    */
   async #round(lane: Lane, completions: PendingCompletion[]): Promise<void> {
     const client = await lane.pool.connect();
     let broken: Error | undefined;
-    const steps = completions.filter((c) => c.outcome.step);
     // A result to keep (queues.task_result) is recorded in the completion's transaction.
-    const ownTransaction = (c: PendingCompletion) =>
-      !c.outcome.step && (c.outcome.handler || c.outcome.effects || c.outcome.result);
+    const ownTransaction = (c: PendingCompletion) => c.outcome.handler || c.outcome.effects || c.outcome.result;
     const withEffects = completions.filter(ownTransaction);
     const plain: { pending: PendingCompletion; outcome: TaskOutcome }[] = completions
-      .filter((c) => !c.outcome.step && !ownTransaction(c))
+      .filter((c) => !ownTransaction(c))
       .map((c) => ({ pending: c, outcome: c.outcome }));
-    const ranSteps: { pending: PendingCompletion; settled?: Settled; transient?: Error }[] = [];
     try {
       // Each on its own transaction, EFFECT_CONNECTIONS at a time (one connection would
       // pay every commit's wait for the disk one after another).
@@ -308,46 +321,11 @@ export class Completer {
       // is answered by its own lane, never also rejected with the round.
       const failed = (await Promise.allSettled(lanes)).find((r) => r.status === 'rejected');
       if (failed) throw failed.reason;
-      if (steps.length > 0) {
-        const results = await runSteps(
-          client,
-          steps.map((c) => ({
-            taskId: c.task.taskId,
-            taskLeaseId: c.task.taskLeaseId,
-            functionName: c.outcome.step!.functionName,
-            payload: c.task.payload,
-          })),
-        );
-        steps.forEach((c, i) => {
-          const r = results[i]!;
-          if (r.result === 'transient') {
-            ranSteps.push({
-              pending: c,
-              transient: Object.assign(new Error(r.error ?? 'step rolled back'), { code: '40001' }),
-            });
-            return;
-          }
-          const report: TaskReport = { outcome: r.outcome ?? c.outcome.outcome };
-          if (r.error !== null) report.error = r.error;
-          if (r.note !== null) report.note = r.note;
-          ranSteps.push({ pending: c, settled: { result: r.result, report } });
-        });
-        // Committed with the call: answered now, whatever happens to the rest of the round.
-        for (const { pending, settled, transient } of ranSteps.splice(0)) {
-          pending.answered = true;
-          if (settled) pending.resolve(settled);
-          else pending.reject(transient);
-        }
-      }
       const results = await settleTasks(
         client,
         plain.map((p) => settlement(p.pending, p.outcome)),
       );
       plain.forEach((p, i) => p.pending.resolve({ result: results[i]!.result, report: reportOf(p.outcome) }));
-      for (const { pending, settled, transient } of ranSteps) {
-        if (settled) pending.resolve(settled);
-        else pending.reject(transient);
-      }
     } catch (error) {
       noteCrash(error, client);
       if (isTransient(error)) {

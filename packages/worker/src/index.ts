@@ -14,6 +14,8 @@ export { dbFunctionProcessor, dbFunctionStep } from './processors/db-function.js
 export { handlerTaskProcessor } from './processors/handler-task.js';
 export { registerTaskDefinitions, taskDefinitionProcessor } from './processors/task-definition.js';
 export { HandlerInvoker } from './handler-invoker.js';
+export { TaskCancelledError } from './cancellation.js';
+export { TaskTimeoutError } from './timeouts.js';
 export {
   LeaseLostError,
   classifyError,

@@ -6,6 +6,8 @@
  *                 not a validation failure, a business outcome),
  *                 queue_worker_task_duration_seconds{task_type} (histogram)
  *   lease_lost  → queue_worker_leases_lost_total{task_type}
+ *   cancelled   → queue_worker_tasks_cancelled_total{task_type} (cancelled while running)
+ *   timed_out   → queue_worker_tasks_timed_out_total{task_type} (its run timeout passed)
  *   released    → queue_worker_leases_released_total
  *   extended    → queue_worker_lease_extensions_total
  * plus queue_worker_tasks_in_flight (claimed, not yet completed, lost or released).
@@ -47,6 +49,8 @@ export interface WorkerEventSource {
     listener: (task: TaskLike, report: { outcome: string; error?: string }, durationMs: number) => void,
   ): unknown;
   on(event: 'lease_lost', listener: (task: TaskLike) => void): unknown;
+  on(event: 'cancelled', listener: (task: TaskLike) => void): unknown;
+  on(event: 'timed_out', listener: (task: TaskLike) => void): unknown;
   on(event: 'released', listener: (taskIds: string[]) => void): unknown;
   on(event: 'extended', listener: (count: number) => void): unknown;
 }
@@ -81,6 +85,18 @@ export class WorkerMetrics {
     const leasesLost = new Counter({
       name: 'queue_worker_leases_lost_total',
       help: 'Leases lost to another worker after expiry or revocation.',
+      labelNames: ['task_type'],
+      registers,
+    });
+    const cancelled = new Counter({
+      name: 'queue_worker_tasks_cancelled_total',
+      help: 'Runs cancelled while running (the worker aborted them, nothing recorded).',
+      labelNames: ['task_type'],
+      registers,
+    });
+    const timedOut = new Counter({
+      name: 'queue_worker_tasks_timed_out_total',
+      help: 'Runs whose task type run timeout passed (recorded as failed).',
       labelNames: ['task_type'],
       registers,
     });
@@ -129,6 +145,11 @@ export class WorkerMetrics {
       inFlight.delete(String(task.taskId));
       leasesLost.inc({ task_type: task.taskType });
     });
+    worker.on('cancelled', (task) => {
+      inFlight.delete(String(task.taskId));
+      cancelled.inc({ task_type: task.taskType });
+    });
+    worker.on('timed_out', (task) => timedOut.inc({ task_type: task.taskType }));
     worker.on('released', (taskIds) => {
       for (const id of taskIds) inFlight.delete(String(id));
       released.inc(taskIds.length);

@@ -19,8 +19,17 @@ export interface TaskContext {
   /** For reads and for calls outside the completion's transaction (a before_handler). */
   pool: pg.Pool;
   log: Logger;
-  /** Aborted when the lease is lost or shutdown gives up on the task. */
+  /**
+   * Aborted when the lease is lost, the task is cancelled (reason: a TaskCancelledError),
+   * or shutdown gives up on the task.
+   */
   signal: AbortSignal;
+  /**
+   * Reports how far the run got: `done` out of `total` (left out: unknown) and a note. Call
+   * it as often as you like; at most one report per second reaches the database
+   * (queues.task_progress, progress.ts). Throws a RangeError for a bad value.
+   */
+  progress(done: number, total?: number, note?: string): void;
 }
 
 /** What happened to a task, for logs and metrics. */

@@ -10,11 +10,17 @@
  *   crashes     a run cut short by another process's crash of PostgreSQL gives its
  *               lease back once the server answers; a step call whose backend died
  *               without a word leaves its lease to expire (crash-notice.ts)
- *   completer   records outcomes in batches on its own connection (completer.ts)
+ *   completer   the one writer of a task's end: records outcomes in batches on its own
+ *               connection, and runs steps with their completion in the database
+ *               (completer.ts, step-runner.ts)
  *   heartbeat   reports the worker alive (queues.worker), extends the leases of running
  *               and waiting tasks, and marks the runs still going as started; a lease
  *               missing from the answer was lost, and that task's signal is aborted (its
- *               completion would be refused)
+ *               completion would be refused), with a TaskCancelledError when the task
+ *               was cancelled (cancellation.ts)
+ *   timeouts    a task type's run timeout (timeouts.ts): at the deadline the signal is
+ *               aborted, the failure recorded, the lease no longer extended; the slot
+ *               is taken until the processor returns
  *   listener    LISTEN queues_task_ready, reconnecting after drops
  *   stop()      stops claiming, waits up to the grace period for running tasks, releases
  *               the leases of the rest so other workers take them at once
@@ -50,8 +56,10 @@ import {
   releaseLeases,
   type ClaimedTask,
 } from '@org/queue-client';
+import { lostLeaseReasons, TaskCancelledError } from './cancellation.js';
 import { Completer } from './completer.js';
-import { StepRunner } from './step-runner.js';
+import { RunTimeouts, TaskTimeoutError } from './timeouts.js';
+import { ProgressReporter } from './progress.js';
 import { classifyError, errorMessage, isTransient } from './error-class.js';
 import { isCrashOfAnotherProcess, isSilentConnectionLoss, wasNotRun, watchCrashNotice } from './crash-notice.js';
 import type { WorkerConfig } from './config.js';
@@ -109,6 +117,12 @@ interface Running {
   /** A heartbeat marked the run started (queues.mark_started): it outlasted one. */
   marked?: boolean;
   lost: boolean;
+  /** Its progress reports (progress.ts), made on the first. */
+  progress?: ProgressReporter;
+  /** Its run timeout passed (timeouts.ts): failed, its lease no longer extended. */
+  timedOut?: boolean;
+  /** Cancelled while it ran (cancellation.ts): its lease is lost and nothing is recorded. */
+  cancelled?: TaskCancelledError;
   /** Released at shutdown: the processor's late results are expected to be refused. */
   released: boolean;
   /** Its slot (or its share of a shared one) was given back (Worker.#free). */
@@ -151,6 +165,14 @@ class Context implements TaskContext {
   get signal(): AbortSignal {
     return (this.#running.controller ??= new AbortController()).signal;
   }
+
+  progress(done: number, total?: number, note?: string): void {
+    const running = this.#running;
+    const report = { done, ...(total === undefined ? {} : { total }), ...(note === undefined ? {} : { note }) };
+    (running.progress ??= new ProgressReporter(this.pool, running.task, () => runLog(running, this.#parentLog))).report(
+      report,
+    );
+  }
 }
 
 /** Aborts a run's signal (made now if nobody asked for it yet, so a later look sees it aborted). */
@@ -171,6 +193,8 @@ export interface WorkerStatus {
   claimFailures: number;
   /** Tasks running, and claimed tasks waiting to start. */
   running: number;
+  /** Runs past their timeout whose processors have not returned: their slots are lost until they do. */
+  timedOut: number;
   waiting: number;
   pollIntervalMs: number;
 }
@@ -179,6 +203,10 @@ export interface WorkerEvents {
   claimed: [tasks: ClaimedTask[]];
   completed: [task: ClaimedTask, report: TaskReport, durationMs: number];
   lease_lost: [task: ClaimedTask];
+  /** Cancelled while it ran (its signal aborted with a TaskCancelledError). */
+  cancelled: [task: ClaimedTask, reason: string];
+  /** Its run timeout passed (the failure is recorded; `completed` follows). */
+  timed_out: [task: ClaimedTask, timeoutMs: number];
   released: [taskIds: string[]];
   extended: [count: number];
 }
@@ -189,7 +217,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #log: Logger;
   readonly #taskTypes: string[];
   readonly #completer: Completer;
-  readonly #steps: StepRunner;
+  /** Run timeouts per task type (timeouts.ts), read at start and at each heartbeat. */
+  readonly #timeouts = new RunTimeouts();
   /** Started (or starting) tasks until their outcome is recorded, by lease id. */
   readonly #running = new Map<string, Running>();
   /** How many runs of each task are in #running (a second waits in the local queue). */
@@ -262,12 +291,13 @@ export class Worker extends EventEmitter<WorkerEvents> {
       client.on('error', () => {});
       watchCrashNotice(client);
     });
+    // Steps run on the worker's own connections: each holds one while it runs.
     this.#completer = new Completer(
       options.databaseUrl,
       this.#log,
       options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS,
+      { stepPool: this.pool },
     );
-    this.#steps = new StepRunner(this.pool);
     this.#listener = new TaskListener(options.databaseUrl, this.#log, () => this.#notified(), options.pollIntervalMs);
     traceWorkerEvents(this);
   }
@@ -292,6 +322,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       `worker started for ${this.#taskTypes.join(', ')}`,
     );
     await this.#listener.start();
+    await this.#timeouts.refresh(this.pool, this.#log);
     await this.#reportIn();
     this.#heartbeat = setInterval(() => void this.#beat(), this.#options.heartbeatIntervalMs);
     this.#loopTurnAt = performance.now();
@@ -317,6 +348,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       msSinceLoopTurn: this.#loop === undefined ? null : performance.now() - this.#loopTurnAt,
       claimFailures: this.#claimFailures,
       running: this.#running.size,
+      timedOut: [...this.#running.values()].filter((r) => r.timedOut).length,
       waiting: this.#waiting.length,
       pollIntervalMs: this.#options.pollIntervalMs,
     };
@@ -494,7 +526,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   #startWaiting(): void {
     const starting: Running[] = [];
     // How many steps one slot takes (see StepRunner.batchSize).
-    const stepBatch = this.#steps.batchSize(this.#waiting.length, this.#options.concurrency);
+    const stepBatch = this.#completer.stepBatchSize(this.#waiting.length, this.#options.concurrency);
     while (this.#busy < this.#options.concurrency && this.#waiting.length > 0) {
       // A task this worker still runs under an earlier lease waits (heartbeated) until
       // that run ends; so does a step whose key is in a call under way.
@@ -665,6 +697,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   /** The run is over: it leaves #running, and a later lease of the same task may start. */
   #ended(running: Running): void {
     const { task } = running;
+    running.progress?.end();
     this.#running.delete(task.taskLeaseId);
     const runs = (this.#runningTasks.get(task.taskId) ?? 1) - 1;
     if (runs > 0) this.#runningTasks.set(task.taskId, runs);
@@ -701,7 +734,14 @@ export class Worker extends EventEmitter<WorkerEvents> {
       let outcome: TaskOutcome;
       try {
         outcome = processor
-          ? await processor.process(new Context(running, this.pool, this.#log))
+          ? await this.#timeouts.bound(
+              task.taskType,
+              processor.process(new Context(running, this.pool, this.#log)),
+              (e) => {
+                running.timedOut = true;
+                abortRun(running, e);
+              },
+            )
           : { outcome: 'failed', error: `no processor for task type ${task.taskType}` };
       } catch (error) {
         const durationMs = Date.now() - running.startedAt;
@@ -710,10 +750,13 @@ export class Worker extends EventEmitter<WorkerEvents> {
           log.info({ event: 'task_released', duration_ms: durationMs }, 'released at shutdown; runs again elsewhere');
           return;
         }
+        if (error instanceof TaskTimeoutError && running.timedOut) {
+          recording = true;
+          return this.#recordTimeout(running, error);
+        }
         const kind = classifyError(error);
-        if (kind === 'lease_lost') {
-          log.warn({ event: 'lease_lost', duration_ms: durationMs }, 'lease lost to another worker; nothing recorded');
-          this.emit('lease_lost', task);
+        if (kind === 'lease_lost' || running.cancelled) {
+          await this.#lostRun(running, durationMs);
           return;
         }
         if (kind === 'transient') {
@@ -777,7 +820,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       const step = outcome.step;
       const { result, report } = step
         ? await traceStep('queue.handler', { 'queue.handler.name': step.functionName }, () =>
-            this.#steps.run(task, step.functionName, running.slot),
+            this.#completer.complete(task, outcome, startedAt, running.slot),
           ).then((answer) =>
             // The step's completion commits in the same call (queues.run_steps).
             traceStep('queue.complete', { 'queue.task.outcome': answer.report.outcome }, () => Promise.resolve(answer)),
@@ -791,11 +834,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
             'released at shutdown; runs again elsewhere',
           );
         } else {
-          this.#taskLog(running).warn(
-            { event: 'lease_lost', duration_ms: durationMs },
-            'lease lost to another worker; nothing recorded',
-          );
-          this.emit('lease_lost', task);
+          await this.#lostRun(running, durationMs);
         }
         return;
       }
@@ -872,6 +911,58 @@ export class Worker extends EventEmitter<WorkerEvents> {
   }
 
   /**
+   * A run whose lease was lost (taken over, or the task cancelled): nothing recorded. A
+   * completion refused before a heartbeat told of a cancel asks why (cancellation.ts).
+   */
+  async #lostRun(running: Running, durationMs: number): Promise<void> {
+    if (!running.cancelled) {
+      const reason = (await lostLeaseReasons(this.pool, [running.task], this.#log)).get(running.task);
+      if (reason instanceof TaskCancelledError) running.cancelled = reason;
+    }
+    if (running.cancelled) {
+      this.#taskLog(running).info(
+        { event: 'task_cancelled', duration_ms: durationMs, reason: running.cancelled.reason },
+        'task cancelled while running; nothing recorded',
+      );
+      this.emit('cancelled', running.task, running.cancelled.reason);
+      return;
+    }
+    this.#taskLog(running).warn(
+      { event: 'lease_lost', duration_ms: durationMs },
+      'lease lost to another worker; nothing recorded',
+    );
+    this.emit('lease_lost', running.task);
+  }
+
+  /**
+   * A run whose timeout passed (timeouts.ts): its failure is recorded now, fenced by its
+   * lease; the run ends (and its slot is given back) only once the processor returns.
+   */
+  async #recordTimeout(running: Running, error: TaskTimeoutError): Promise<void> {
+    const { task, startedAt } = running;
+    try {
+      this.#taskLog(running).warn({ event: 'task_timed_out', timeout_ms: error.timeoutMs }, error.message);
+      this.emit('timed_out', task, error.timeoutMs);
+      const { result, report } = await this.#completeTraced(running, { outcome: 'failed', error: error.message });
+      if (result === 'lease_lost') await this.#lostRun(running, Date.now() - startedAt);
+      else if (result !== 'unknown_task') this.emit('completed', task, report, Date.now() - startedAt);
+    } catch (second) {
+      this.#taskLog(running).error(
+        { event: 'completion_failed', err: errorMessage(second) },
+        'could not record the timeout; the lease will expire',
+      );
+    } finally {
+      await error.late.catch(() => {});
+      if (this.#log.isLevelEnabled('info'))
+        this.#taskLog(running).info(
+          { event: 'timed_out_run_returned', duration_ms: Date.now() - startedAt },
+          'the timed-out run returned; its slot is free',
+        );
+      this.#ended(running);
+    }
+  }
+
+  /**
    * Whether a transient `error` of a run comes from a crash of PostgreSQL that the run did
    * not cause (crash-notice.ts): its connection got the notice of another process's crash,
    * or its call never reached the server.
@@ -928,7 +1019,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
         { event: 'task_interruption_recorded', result },
         `interruption recorded: ${result}`,
       );
-      if (result === 'lease_lost') this.emit('lease_lost', task);
+      // Taken over, or cancelled meanwhile (#lostRun tells which).
+      if (result === 'lease_lost') await this.#lostRun(running, Date.now() - running.startedAt);
     } catch (error) {
       this.#taskLog(running).warn(
         { event: 'interrupt_failed', err: errorMessage(error) },
@@ -953,7 +1045,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   async #beat(): Promise<void> {
     await this.#reportIn();
-    const leases = [...this.#running.values()].filter((r) => !r.lost && !r.released);
+    void this.#timeouts.refresh(this.pool, this.#log);
+    // A timed-out run's lease is not extended: its failure ended it (or it expires).
+    const leases = [...this.#running.values()].filter((r) => !r.lost && !r.released && !r.timedOut);
     const waiting = [...this.#waiting];
     if (leases.length === 0 && waiting.length === 0) return;
     try {
@@ -970,15 +1064,27 @@ export class Worker extends EventEmitter<WorkerEvents> {
       // A waiting task whose lease was lost is dropped before it starts.
       const dropped = new Set(waiting.filter((t) => !kept.has(t.taskLeaseId)));
       if (dropped.size > 0) this.#waiting = this.#waiting.filter((t) => !dropped.has(t));
-      for (const r of leases) {
-        if (!kept.has(r.task.taskLeaseId) && this.#running.get(r.task.taskLeaseId) === r) {
-          r.lost = true;
-          abortRun(r, new Error('lease lost'));
-          this.#log.warn(
-            { event: 'lease_lost', task_id: r.task.taskId, task_type: r.task.taskType },
-            'heartbeat found the lease taken over; aborting the task',
-          );
-        }
+      const lost = leases.filter((r) => !kept.has(r.task.taskLeaseId) && this.#running.get(r.task.taskLeaseId) === r);
+      for (const r of lost) r.lost = true;
+      // Cancelled (cancellation.ts) or taken over: the run is aborted with the reason.
+      const reasons =
+        lost.length > 0
+          ? await lostLeaseReasons(
+              this.pool,
+              lost.map((r) => r.task),
+              this.#log,
+            )
+          : null;
+      for (const r of lost) {
+        const reason = reasons?.get(r.task) ?? new Error('lease lost');
+        if (reason instanceof TaskCancelledError) r.cancelled = reason;
+        abortRun(r, reason);
+        this.#log.warn(
+          { event: r.cancelled ? 'task_cancelled' : 'lease_lost', task_id: r.task.taskId, task_type: r.task.taskType },
+          r.cancelled
+            ? `${r.cancelled.message}; aborting the task`
+            : 'heartbeat found the lease taken over; aborting the task',
+        );
       }
       this.emit('extended', extended.length);
       await this.#markLongRuns(leases.filter((r) => !r.lost && !r.marked && kept.has(r.task.taskLeaseId)));

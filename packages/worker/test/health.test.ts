@@ -155,6 +155,7 @@ describe('WorkerHealth', () => {
     msSinceLoopTurn: 5,
     claimFailures: 0,
     running: 0,
+    timedOut: 0,
     waiting: 0,
     pollIntervalMs: 1000,
   };

@@ -43,7 +43,13 @@ async function claimOne(taskType: string): Promise<ClaimedTask> {
 /** Runs the processor as the worker does: processor, then its outcome and start recorded by the completer. */
 async function process(processor: Processor, task: ClaimedTask): Promise<TaskReport> {
   const startedAt = Date.now();
-  const outcome = await processor.process({ task, pool, log, signal: new AbortController().signal });
+  const outcome = await processor.process({
+    task,
+    pool,
+    log,
+    signal: new AbortController().signal,
+    progress: () => {},
+  });
   const { result, report } = await completer.complete(task, outcome, startedAt);
   if (result === 'lease_lost') throw new LeaseLostError(task);
   return report;

@@ -94,6 +94,7 @@ it('a worker whose lease was taken over records no result', async () => {
       pool: db.pool('worker'),
       log: createLogger('silent'),
       signal: new AbortController().signal,
+      progress: () => {},
     });
     const { result } = await completer.complete(task, outcome);
     expect(result).toBe('lease_lost');

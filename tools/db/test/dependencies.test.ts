@@ -3,7 +3,11 @@
 // - what tests and other files import is in `dependencies`, `devDependencies` or the root's;
 // - every dependency is imported by src/ and every devDependency by something, unless it
 //   is listed below with the reason it is there without an import;
-// - no file imports another package's src/ (only its public exports).
+// - no file imports another package's src/ (only its public exports);
+// - layering: no file under packages/*/src imports a workspace that lives under tools/ (the
+//   product does not run on the repository's tools; tests may use them);
+// - every package.json `bin` names a file that exists after the build, from a source file
+//   that exists, starting with a `#!` line.
 // Imports are read with TypeScript's own scanner (static, dynamic, `export ... from`,
 // `import.meta.resolve`), so strings that merely look like imports do not count.
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
@@ -21,6 +25,7 @@ interface PackageJson {
   devDependencies?: Record<string, string>;
   peerDependencies?: Record<string, string>;
   workspaces?: string[];
+  bin?: string | Record<string, string>;
 }
 
 /** Dependencies that are used without an import, and why. */
@@ -213,4 +218,62 @@ describe('package dependencies', () => {
     }
     expect(offenders).toEqual([]);
   });
+
+  it('no file under packages/*/src imports a workspace that lives under tools/', () => {
+    expect(layeringOffenders(workspaces)).toEqual([]);
+  });
+
+  it('the layering check finds an import from packages/*/src into tools/', () => {
+    // A product package whose src/ imports a tool: what the check exists to refuse.
+    const cli = workspaces.find((w) => w.pkg.name === '@org/cli')!;
+    const probe = join(cli.dir, 'src', 'commands.ts');
+    const withTool = layeringOffenders(workspaces, (file) =>
+      file === probe ? [...importsOf(file), '@org/db-tools/migrator'] : importsOf(file),
+    );
+    expect(withTool).toContain('packages/cli/src/commands.ts imports @org/db-tools/migrator (tools/db)');
+  });
+
+  it.each(
+    workspaces.flatMap((w) => {
+      const bin = w.pkg.bin;
+      const entries =
+        typeof bin === 'string' ? [[w.pkg.name.replace(/^@[^/]+\//, ''), bin]] : Object.entries(bin ?? {});
+      return entries.map(([name, target]) => [`${w.pkg.name} bin ${name}`, w.dir, target] as const);
+    }),
+  )('%s: its file exists after the build, from a source that exists', (_name, dir, target) => {
+    const file = resolve(dir, target);
+    expect(existsSync(file), `${relative(root, file)} does not exist (built?)`).toBe(true);
+    expect(read(file).startsWith('#!'), `${relative(root, file)} has no #! line`).toBe(true);
+    const rel = relative(dir, file);
+    if (rel.startsWith('dist/')) {
+      const source = join(dir, 'src', rel.slice('dist/'.length).replace(/\.js$/, '.ts'));
+      expect(existsSync(source), `${relative(root, source)}, the source of ${rel}, does not exist`).toBe(true);
+    }
+  });
+
+  it('finds the bins (a package.json bin is checked)', () => {
+    expect(workspaces.filter((w) => w.pkg.bin).map((w) => w.pkg.name)).toEqual(
+      expect.arrayContaining(['@org/cli', '@org/queue-schema', '@org/worker']),
+    );
+  });
 });
+
+/** `file imports specifier (tools/x)` for each import from packages/*\/src into a workspace under tools/. */
+function layeringOffenders(all: Workspace[], importsOfFile: (file: string) => string[] = importsOf): string[] {
+  const tools = join(root, 'tools');
+  const packages = join(root, 'packages');
+  const toolByName = new Map(all.filter((w) => w.dir.startsWith(`${tools}/`)).map((w) => [w.pkg.name, w] as const));
+  const offenders: string[] = [];
+  for (const w of all.filter((x) => x.dir.startsWith(`${packages}/`))) {
+    for (const file of w.prod) {
+      for (const specifier of importsOfFile(file)) {
+        const name = packageOf(specifier);
+        const tool = name ? toolByName.get(name) : undefined;
+        const target = specifier.startsWith('.') ? resolve(file, '..', specifier) : undefined;
+        if (tool) offenders.push(`${relative(root, file)} imports ${specifier} (${relative(root, tool.dir)})`);
+        else if (target?.startsWith(`${tools}/`)) offenders.push(`${relative(root, file)} imports ${specifier}`);
+      }
+    }
+  }
+  return offenders;
+}

@@ -1,6 +1,8 @@
 /** Types generated for queries found in "src/queries/queue.sql" */
 import { PreparedQuery } from '@pgtyped/runtime';
 
+export type NumberOrString = number | string;
+
 export type stringArray = (string)[];
 
 /** 'QueueList' parameters type */
@@ -66,6 +68,34 @@ const queuePauseIR: any = {"usedParamSet":{"taskType":true,"reason":true},"param
  * ```
  */
 export const queuePause = new PreparedQuery<IQueuePauseParams,IQueuePauseResult>(queuePauseIR);
+
+
+/** 'QueueSetTimeout' parameters type */
+export interface IQueueSetTimeoutParams {
+  taskType: string;
+  timeoutSeconds?: NumberOrString | null | void;
+}
+
+/** 'QueueSetTimeout' return type */
+export interface IQueueSetTimeoutResult {
+  ok: undefined | null;
+}
+
+/** 'QueueSetTimeout' query type */
+export interface IQueueSetTimeoutQuery {
+  params: IQueueSetTimeoutParams;
+  result: IQueueSetTimeoutResult;
+}
+
+const queueSetTimeoutIR: any = {"usedParamSet":{"taskType":true,"timeoutSeconds":true},"params":[{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":35,"b":44}]},{"name":"timeoutSeconds","required":false,"transform":{"type":"scalar"},"locs":[{"a":53,"b":67}]}],"statement":"select admin.set_task_type_timeout(:taskType!::text, :timeoutSeconds::numeric) as \"ok\""};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select admin.set_task_type_timeout(:taskType!::text, :timeoutSeconds::numeric) as "ok"
+ * ```
+ */
+export const queueSetTimeout = new PreparedQuery<IQueueSetTimeoutParams,IQueueSetTimeoutResult>(queueSetTimeoutIR);
 
 
 /** 'QueueResume' parameters type */

@@ -12,6 +12,9 @@ select q.task_type as "taskType!", q.description as "description!", q.paused as 
 /* @name QueuePause */
 select admin.pause_task_type(:taskType!::text, :reason::text) as "pauseId!";
 
+/* @name QueueSetTimeout */
+select admin.set_task_type_timeout(:taskType!::text, :timeoutSeconds::numeric) as "ok";
+
 /* @name QueueResume */
 select admin.resume_task_type(:taskType!::text) as "resumed!";
 

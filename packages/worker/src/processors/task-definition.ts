@@ -51,6 +51,7 @@ export function taskDefinitionProcessor(definition: AnyTaskDefinition): Processo
         leaseCount: task.leaseCount,
         maxAttempts: task.maxAttempts,
         signal: controller.signal,
+        progress: (done, total, note) => context.progress(done, total, note),
         get log() {
           return context.log;
         },

@@ -5,7 +5,16 @@ import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
 import { claimTasks } from '@org/queue-client';
 import type { Worker } from '@org/worker';
 import { createHttpMenuPlatform, menuProcessor, startFakeMenuPlatform, type FakeMenuPlatform } from '@org/menu-sync';
-import { discover, eventually, factsOf, fastRetries, pendingCount, startWorker, tasksOf } from './support.js';
+import {
+  discover,
+  eventually,
+  factsOf,
+  fastRetries,
+  pendingCount,
+  runAndComplete,
+  startWorker,
+  tasksOf,
+} from './support.js';
 
 let db: TestDatabase;
 let fake: FakeMenuPlatform;
@@ -148,11 +157,16 @@ describe('product_discovery', () => {
       taskTypes: ['product_discovery'],
     });
     expect(task.taskId).toBe(rows[0].id);
-    const report = await menuProcessor('product_discovery', platform).process({
+    // The processor itself records nothing: its outcome goes to the completer.
+    const outcome = await menuProcessor('product_discovery', platform).process({
       task: task,
       pool: db.pool('worker'),
       signal: new AbortController().signal,
     });
+    expect(await factsOf(db, rows[0].id)).toMatchObject({ outcome: null, errors: 0, results: [] });
+    expect(outcome.outcome).toBe('succeeded');
+    const { result, report } = await runAndComplete(db, menuProcessor('product_discovery', platform), task);
+    expect(result).toBe('completed');
     expect(report.outcome).toBe('failed');
     expect(report.error).toMatch(/observation.products\[0\] must have id, name/);
     expect(await factsOf(db, rows[0].id)).toMatchObject({ outcome: 'failed', errors: 1, results: [] });
@@ -252,13 +266,7 @@ describe('analytics_refresh', () => {
     expect(won).toEqual([{ task_id: rows[0].id }]);
     await db.query(`insert into menus.store (slug, name, menu_url) values ('late', 'Late', 'https://x.invalid/late')`);
     const platform = createHttpMenuPlatform({ baseUrl: fake.url });
-    await expect(
-      menuProcessor('analytics_refresh', platform).process({
-        task: task,
-        pool: db.pool('worker'),
-        signal: new AbortController().signal,
-      }),
-    ).rejects.toMatchObject({ kind: 'lease_lost' });
+    expect((await runAndComplete(db, menuProcessor('analytics_refresh', platform), task)).result).toBe('lease_lost');
     expect(await factsOf(db, rows[0].id)).toMatchObject({ outcome: null, errors: 0, leases: 2, results: [] });
     expect((await db.query(`select count(*)::int as n from menus.store_analytics where slug = 'late'`)).rows[0].n).toBe(
       0,

@@ -1,9 +1,30 @@
 // Shared pieces of the menu-sync tests: a test database with fast retries, the fake menu
 // platform, in-process workers running the real processors, and fact readers.
+import type pg from 'pg';
 import type { TestDatabase } from '@org/db-tools/testing';
-import { createLogger, Worker } from '@org/worker';
+import type { ClaimedTask } from '@org/queue-client';
+import { Completer, createLogger, Worker, type Settled } from '@org/worker';
 import { defaultRegistry } from '@org/worker/command';
-import { createHttpMenuPlatform, menuProcessors, type FakeMenuPlatform } from '@org/menu-sync';
+import { createHttpMenuPlatform, menuProcessors, type FakeMenuPlatform, type MenuProcessor } from '@org/menu-sync';
+
+/**
+ * Runs `processor` on `task` as the worker does: the processor returns its outcome, and a
+ * completer (the only writer of a task's end) records it, effects and result included.
+ */
+export async function runAndComplete(
+  db: TestDatabase,
+  processor: MenuProcessor,
+  task: ClaimedTask,
+  pool: pg.Pool = db.pool('worker'),
+): Promise<Settled> {
+  const completer = new Completer(db.url('worker'), createLogger('silent'));
+  try {
+    const outcome = await processor.process({ task, pool, signal: new AbortController().signal });
+    return await completer.complete(task, outcome, Date.now());
+  } finally {
+    await completer.close();
+  }
+}
 
 /** Retries 1000x sooner (5 ms, 10 ms, ...) so a test sees every attempt of a task. */
 export async function fastRetries(db: TestDatabase): Promise<void> {
