@@ -5827,7 +5827,7 @@ CREATE OR REPLACE FUNCTION comms.record_email_failure(payload jsonb)
  LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$ select internal.record_channel_attempt_failure('comms', 'send_email', payload) $function$;
+AS $function$ select comms.send_email_record_attempt_failure(payload) $function$;
   -- comms.record_email_failure(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
@@ -5837,7 +5837,7 @@ CREATE OR REPLACE FUNCTION comms.record_email_success(payload jsonb)
  LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$ select internal.record_channel_attempt_success('comms', 'send_email', payload) $function$;
+AS $function$ select comms.send_email_record_attempt_success(payload) $function$;
   -- comms.record_email_success(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
@@ -5847,7 +5847,7 @@ CREATE OR REPLACE FUNCTION comms.record_sms_failure(payload jsonb)
  LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$ select internal.record_channel_attempt_failure('comms', 'send_sms', payload) $function$;
+AS $function$ select comms.send_sms_record_attempt_failure(payload) $function$;
   -- comms.record_sms_failure(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
@@ -5857,7 +5857,7 @@ CREATE OR REPLACE FUNCTION comms.record_sms_success(payload jsonb)
  LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$ select internal.record_channel_attempt_success('comms', 'send_sms', payload) $function$;
+AS $function$ select comms.send_sms_record_attempt_success(payload) $function$;
   -- comms.record_sms_success(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
@@ -5881,7 +5881,13 @@ declare
     'record_' || _channel || '_success',          -- 8
     'record_' || _channel || '_failure',          -- 9
     'kickoff_' || _process,                       -- 10
-    _channel                                      -- 11 the channel, as a literal
+    _channel,                                     -- 11 the channel, as a literal
+    -- 12 to 14: the process's own functions (internal.create_channel_process_functions),
+    -- which the entry points call directly rather than through the generic blocks'
+    -- dynamic SQL (a statement and a plan fewer per call)
+    _process || '_supervise',                     -- 12
+    _process || '_record_attempt_success',        -- 13
+    _process || '_record_attempt_failure'         -- 14
   ];
   _table text;
 begin
@@ -5927,21 +5933,21 @@ create or replace function %1$I.%7$I(payload jsonb)
   language sql volatile
   security definer
   set search_path = pg_catalog, pg_temp
-as $body$ select internal.run_channel_supervisor(%1$L, %5$L, payload) $body$;
+as $body$ select %1$I.%12$I(payload) $body$;
 
 create or replace function %1$I.%8$I(payload jsonb)
   returns jsonb
   language sql volatile
   security definer
   set search_path = pg_catalog, pg_temp
-as $body$ select internal.record_channel_attempt_success(%1$L, %5$L, payload) $body$;
+as $body$ select %1$I.%13$I(payload) $body$;
 
 create or replace function %1$I.%9$I(payload jsonb)
   returns jsonb
   language sql volatile
   security definer
   set search_path = pg_catalog, pg_temp
-as $body$ select internal.record_channel_attempt_failure(%1$L, %5$L, payload) $body$;
+as $body$ select %1$I.%14$I(payload) $body$;
 
 create or replace function %1$I.%10$I(
   _message_id bigint,
@@ -6200,7 +6206,10 @@ AS $function$
       if _task_id is null then
         return internal.validation_failure('send_email_task_id' || ' must be a positive integer');
       end if;
-      perform internal.assert_read_committed(_p.supervisor);
+      -- The check's statement only when it raises (the setting is read in an expression).
+      if current_setting('transaction_isolation') <> 'read committed' then
+        perform internal.assert_read_committed(_p.supervisor);
+      end if;
       -- Lock, then read: facts read after the lock wait include what the last holder
       -- committed. FOR NO KEY UPDATE: inserting a fact that references the root takes FOR
       -- KEY SHARE, which does not wait on it.
@@ -6274,7 +6283,7 @@ CREATE OR REPLACE FUNCTION comms.send_email_supervisor(payload jsonb)
  LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$ select internal.run_channel_supervisor('comms', 'send_email', payload) $function$;
+AS $function$ select comms.send_email_supervise(payload) $function$;
   -- comms.send_email_supervisor(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
@@ -6525,7 +6534,10 @@ AS $function$
       if _task_id is null then
         return internal.validation_failure('send_sms_task_id' || ' must be a positive integer');
       end if;
-      perform internal.assert_read_committed(_p.supervisor);
+      -- The check's statement only when it raises (the setting is read in an expression).
+      if current_setting('transaction_isolation') <> 'read committed' then
+        perform internal.assert_read_committed(_p.supervisor);
+      end if;
       -- Lock, then read: facts read after the lock wait include what the last holder
       -- committed. FOR NO KEY UPDATE: inserting a fact that references the root takes FOR
       -- KEY SHARE, which does not wait on it.
@@ -6599,7 +6611,7 @@ CREATE OR REPLACE FUNCTION comms.send_sms_supervisor(payload jsonb)
  LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$ select internal.run_channel_supervisor('comms', 'send_sms', payload) $function$;
+AS $function$ select comms.send_sms_supervise(payload) $function$;
   -- comms.send_sms_supervisor(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
@@ -6905,7 +6917,10 @@ AS $function$
       if _task_id is null then
         return internal.validation_failure('file_deletion_task_id' || ' must be a positive integer');
       end if;
-      perform internal.assert_read_committed(_p.supervisor);
+      -- The check's statement only when it raises (the setting is read in an expression).
+      if current_setting('transaction_isolation') <> 'read committed' then
+        perform internal.assert_read_committed(_p.supervisor);
+      end if;
       -- Lock, then read: facts read after the lock wait include what the last holder
       -- committed. FOR NO KEY UPDATE: inserting a fact that references the root takes FOR
       -- KEY SHARE, which does not wait on it.
@@ -7332,6 +7347,20 @@ $function$;
   -- internal.channel_process_facts(_schema text, _name text, _root_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT has_unknown_outcome boolean): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION internal.check_at_least_once_provider_call(payload jsonb)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  return internal.provider_call_start(now(), payload, false);
+end;
+$function$;
+  -- internal.check_at_least_once_provider_call(payload jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION internal.count_supervisor_runs(_schema text, _name text, _root_id bigint)
  RETURNS integer
  LANGUAGE plpgsql
@@ -7468,7 +7497,10 @@ begin
       if _task_id is null then
         return internal.validation_failure(%9$L || ' must be a positive integer');
       end if;
-      perform internal.assert_read_committed(_p.supervisor);
+      -- The check's statement only when it raises (the setting is read in an expression).
+      if current_setting('transaction_isolation') <> 'read committed' then
+        perform internal.assert_read_committed(_p.supervisor);
+      end if;
       -- Lock, then read: facts read after the lock wait include what the last holder
       -- committed. FOR NO KEY UPDATE: inserting a fact that references the root takes FOR
       -- KEY SHARE, which does not wait on it.
@@ -7893,6 +7925,61 @@ $function$;
   -- internal.process_terminal_facts(_schema text, _name text, _root_id bigint, OUT has_task_succeeded boolean, OUT task_failure text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION internal.provider_call_start(_now timestamp with time zone, payload jsonb, _at_most_once boolean)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _task_id bigint := internal.id_from_payload(payload, 'task_id');
+  _lease_id bigint := internal.id_from_payload(payload, 'task_lease_id');
+  _task_type text;
+  _mode text;
+  _started record;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  if _task_id is null or _lease_id is null then
+    return internal.validation_failure('task_id and task_lease_id must be positive integers');
+  end if;
+  select t.task_type into _task_type from queues.task t where t.task_id = _task_id;
+  if _task_type is null then
+    return internal.validation_failure(format('task %s not found', _task_id));
+  end if;
+  _mode := internal.delivery_mode(_task_type);
+  if _mode <> 'at_least_once' and not _at_most_once then
+    return null;
+  end if;
+  -- The live lease of an open task: its current lease (a completed task has none), not
+  -- expired, heartbeats applied; judged as the completion that follows the call is fenced.
+  if not coalesce(queues.current_lease_expiry(_task_id, _lease_id) > _now, false) then
+    return internal.validation_failure(format('lease %s is not the live lease of task %s; not calling the provider', _lease_id, _task_id));
+  end if;
+
+  if _mode = 'at_least_once' then
+    return jsonb_build_object('success', true, 'payload', jsonb_build_object('delivery_mode', _mode, 'proceed', true));
+  end if;
+
+  select s.task_lease_id, s.started_at into _started
+    from internal.provider_call_started s
+   where s.task_id = _task_id and s.task_lease_id <> _lease_id
+   order by s.task_lease_id
+   limit 1;
+  if found then
+    return jsonb_build_object('success', true, 'payload', jsonb_build_object(
+      'delivery_mode', _mode, 'proceed', false,
+      'error', format('%slease %s started the %s provider call at %s and no outcome was recorded; at-most-once delivery: not calling again',
+                      internal.unknown_outcome_prefix(), _started.task_lease_id, _task_type, _started.started_at)));
+  end if;
+  insert into internal.provider_call_started (task_id, task_lease_id) values (_task_id, _lease_id)
+  on conflict do nothing;
+  return jsonb_build_object('success', true, 'payload', jsonb_build_object('delivery_mode', _mode, 'proceed', true));
+end;
+$function$;
+  -- internal.provider_call_start(_now timestamp with time zone, payload jsonb, _at_most_once boolean): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION internal.prune_finished_roots(_schema text, _process text, _now timestamp with time zone, _limit integer)
  RETURNS TABLE(root_id bigint, root jsonb)
  LANGUAGE plpgsql
@@ -8151,6 +8238,30 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION internal.run_before_provider_call(_before_handler text, _payload jsonb, _task_id bigint, _task_lease_id bigint, OUT before_result jsonb, OUT start_result jsonb, OUT start_error text)
+ RETURNS record
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  before_result := internal.run_function(_before_handler, _payload);
+  if jsonb_typeof(before_result) = 'object' and before_result -> 'success' = 'true'::jsonb then
+    begin
+      start_result := internal.check_at_least_once_provider_call(
+        jsonb_build_object('task_id', _task_id, 'task_lease_id', _task_lease_id));
+    exception
+      when serialization_failure or deadlock_detected then
+        raise;
+      when others then
+        start_error := sqlerrm;
+    end;
+  end if;
+end;
+$function$;
+  -- internal.run_before_provider_call(_before_handler text, _payload jsonb, _task_id bigint, _task_lease_id bigint, OUT before_result jsonb, OUT start_result jsonb, OUT start_error text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION internal.run_channel_supervisor(_schema text, _name text, payload jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -8173,19 +8284,12 @@ CREATE OR REPLACE FUNCTION internal.run_function(function_name text, payload jso
 AS $function$
 declare
   _oid regprocedure := internal.resolve_runnable_function(function_name);
-  _schema name;
-  _name name;
-  _result jsonb;
 begin
   if not has_function_privilege(_oid, 'execute') then
     raise exception 'permission denied: % may not execute %', current_user, function_name
       using errcode = '42501';
   end if;
-  select n.nspname, p.proname into _schema, _name
-    from pg_proc p join pg_namespace n on n.oid = p.pronamespace
-   where p.oid = _oid;
-  execute format('select %I.%I($1::jsonb)', _schema, _name) into _result using payload;
-  return _result;
+  return internal.call_runnable(function_name, payload);
 end;
 $function$;
   -- internal.run_function(function_name text, payload jsonb): owner :DATABASE_OWNER
@@ -8328,7 +8432,7 @@ CREATE OR REPLACE FUNCTION internal.start_provider_call(payload jsonb)
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select internal.start_provider_call_at(now(), payload)
+  select internal.provider_call_start(now(), payload, true)
 $function$;
   -- internal.start_provider_call(payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -8336,52 +8440,10 @@ $function$;
 
 CREATE OR REPLACE FUNCTION internal.start_provider_call_at(_now timestamp with time zone, payload jsonb)
  RETURNS jsonb
- LANGUAGE plpgsql
+ LANGUAGE sql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-declare
-  _task_id bigint := internal.id_from_payload(payload, 'task_id');
-  _lease_id bigint := internal.id_from_payload(payload, 'task_lease_id');
-  _task_type text;
-  _mode text;
-  _started record;
-begin
-  if _now is null then
-    raise exception 'now must not be null' using errcode = '22004';
-  end if;
-  if _task_id is null or _lease_id is null then
-    return internal.validation_failure('task_id and task_lease_id must be positive integers');
-  end if;
-  select t.task_type into _task_type from queues.task t where t.task_id = _task_id;
-  if _task_type is null then
-    return internal.validation_failure(format('task %s not found', _task_id));
-  end if;
-  -- The live lease of an open task: its current lease (a completed task has none), not
-  -- expired, heartbeats applied; judged as the completion that follows the call is fenced.
-  if not coalesce(queues.current_lease_expiry(_task_id, _lease_id) > _now, false) then
-    return internal.validation_failure(format('lease %s is not the live lease of task %s; not calling the provider', _lease_id, _task_id));
-  end if;
-
-  _mode := internal.delivery_mode(_task_type);
-  if _mode = 'at_least_once' then
-    return jsonb_build_object('success', true, 'payload', jsonb_build_object('delivery_mode', _mode, 'proceed', true));
-  end if;
-
-  select s.task_lease_id, s.started_at into _started
-    from internal.provider_call_started s
-   where s.task_id = _task_id and s.task_lease_id <> _lease_id
-   order by s.task_lease_id
-   limit 1;
-  if found then
-    return jsonb_build_object('success', true, 'payload', jsonb_build_object(
-      'delivery_mode', _mode, 'proceed', false,
-      'error', format('%slease %s started the %s provider call at %s and no outcome was recorded; at-most-once delivery: not calling again',
-                      internal.unknown_outcome_prefix(), _started.task_lease_id, _task_type, _started.started_at)));
-  end if;
-  insert into internal.provider_call_started (task_id, task_lease_id) values (_task_id, _lease_id)
-  on conflict do nothing;
-  return jsonb_build_object('success', true, 'payload', jsonb_build_object('delivery_mode', _mode, 'proceed', true));
-end;
+  select internal.provider_call_start(_now, payload, true)
 $function$;
   -- internal.start_provider_call_at(_now timestamp with time zone, payload jsonb): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)

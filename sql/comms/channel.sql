@@ -17,7 +17,9 @@
 
 -- Registers the send process of _channel (internal.register_channel_process, with the
 -- limits given) and makes its entry points, static SQL over its tables, each a thin
--- wrapper over the generic block named:
+-- wrapper over the generic block named (the last three call the process's own function
+-- that block runs, comms.send_<c>_supervise, ..._record_attempt_success,
+-- ..._record_attempt_failure, directly):
 --   comms.send_<c>_supervisor_facts(_send_<c>_task_id)  what the supervisor decides on,
 --                                     with the root's scheduled_at (select * from ...(123))
 --   comms.send_<c>_supervisor(payload)  db_function: internal.run_channel_supervisor
@@ -46,7 +48,13 @@ declare
     'record_' || _channel || '_success',          -- 8
     'record_' || _channel || '_failure',          -- 9
     'kickoff_' || _process,                       -- 10
-    _channel                                      -- 11 the channel, as a literal
+    _channel,                                     -- 11 the channel, as a literal
+    -- 12 to 14: the process's own functions (internal.create_channel_process_functions),
+    -- which the entry points call directly rather than through the generic blocks'
+    -- dynamic SQL (a statement and a plan fewer per call)
+    _process || '_supervise',                     -- 12
+    _process || '_record_attempt_success',        -- 13
+    _process || '_record_attempt_failure'         -- 14
   ];
   _table text;
 begin
@@ -92,21 +100,21 @@ create or replace function %1$I.%7$I(payload jsonb)
   language sql volatile
   security definer
   set search_path = pg_catalog, pg_temp
-as $body$ select internal.run_channel_supervisor(%1$L, %5$L, payload) $body$;
+as $body$ select %1$I.%12$I(payload) $body$;
 
 create or replace function %1$I.%8$I(payload jsonb)
   returns jsonb
   language sql volatile
   security definer
   set search_path = pg_catalog, pg_temp
-as $body$ select internal.record_channel_attempt_success(%1$L, %5$L, payload) $body$;
+as $body$ select %1$I.%13$I(payload) $body$;
 
 create or replace function %1$I.%9$I(payload jsonb)
   returns jsonb
   language sql volatile
   security definer
   set search_path = pg_catalog, pg_temp
-as $body$ select internal.record_channel_attempt_failure(%1$L, %5$L, payload) $body$;
+as $body$ select %1$I.%14$I(payload) $body$;
 
 create or replace function %1$I.%10$I(
   _message_id bigint,

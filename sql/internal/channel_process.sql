@@ -249,7 +249,10 @@ begin
       if _task_id is null then
         return internal.validation_failure(%9$L || ' must be a positive integer');
       end if;
-      perform internal.assert_read_committed(_p.supervisor);
+      -- The check's statement only when it raises (the setting is read in an expression).
+      if current_setting('transaction_isolation') <> 'read committed' then
+        perform internal.assert_read_committed(_p.supervisor);
+      end if;
       -- Lock, then read: facts read after the lock wait include what the last holder
       -- committed. FOR NO KEY UPDATE: inserting a fact that references the root takes FOR
       -- KEY SHARE, which does not wait on it.

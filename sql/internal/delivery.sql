@@ -25,17 +25,10 @@ create or replace function internal.unknown_outcome_prefix()
   set search_path = pg_catalog, pg_temp
 as $$ select 'unknown outcome: ' $$;
 
--- Runnable by the worker just before a provider call, in its own transaction.
--- Payload: {task_id, task_lease_id}. Returns {success: true, payload: {delivery_mode,
--- proceed}}: at_least_once → proceed, nothing recorded; at_most_once → records
--- provider_call_started for this lease and proceeds, unless an earlier lease of the task
--- started the call: then proceed is false and payload.error says why (the worker fails
--- the task with it instead of calling). A lease that is not the task's live lease (its
--- current lease, as queues.current_lease_expiry defines it, with heartbeats applied, not
--- expired at _now), or a completed task, is a validation failure (nothing recorded, no
--- call). Owner only, so tests can move the clock; the worker calls
--- internal.start_provider_call, which passes now().
-create or replace function internal.start_provider_call_at(_now timestamptz, payload jsonb)
+-- The body of internal.start_provider_call_at (_at_most_once true); with _at_most_once
+-- false it answers only for an at-least-once task, and returns NULL for an at-most-once
+-- one (nothing recorded): internal.check_at_least_once_provider_call.
+create or replace function internal.provider_call_start(_now timestamptz, payload jsonb, _at_most_once boolean)
   returns jsonb
   language plpgsql volatile
   set search_path = pg_catalog, pg_temp
@@ -57,13 +50,16 @@ begin
   if _task_type is null then
     return internal.validation_failure(format('task %s not found', _task_id));
   end if;
+  _mode := internal.delivery_mode(_task_type);
+  if _mode <> 'at_least_once' and not _at_most_once then
+    return null;
+  end if;
   -- The live lease of an open task: its current lease (a completed task has none), not
   -- expired, heartbeats applied; judged as the completion that follows the call is fenced.
   if not coalesce(queues.current_lease_expiry(_task_id, _lease_id) > _now, false) then
     return internal.validation_failure(format('lease %s is not the live lease of task %s; not calling the provider', _lease_id, _task_id));
   end if;
 
-  _mode := internal.delivery_mode(_task_type);
   if _mode = 'at_least_once' then
     return jsonb_build_object('success', true, 'payload', jsonb_build_object('delivery_mode', _mode, 'proceed', true));
   end if;
@@ -85,6 +81,24 @@ begin
 end;
 $$;
 
+-- Runnable by the worker just before a provider call, in its own transaction.
+-- Payload: {task_id, task_lease_id}. Returns {success: true, payload: {delivery_mode,
+-- proceed}}: at_least_once → proceed, nothing recorded; at_most_once → records
+-- provider_call_started for this lease and proceeds, unless an earlier lease of the task
+-- started the call: then proceed is false and payload.error says why (the worker fails
+-- the task with it instead of calling). A lease that is not the task's live lease (its
+-- current lease, as queues.current_lease_expiry defines it, with heartbeats applied, not
+-- expired at _now), or a completed task, is a validation failure (nothing recorded, no
+-- call). Owner only, so tests can move the clock; the worker calls
+-- internal.start_provider_call, which passes now().
+create or replace function internal.start_provider_call_at(_now timestamptz, payload jsonb)
+  returns jsonb
+  language sql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+  select internal.provider_call_start(_now, payload, true)
+$$;
+
 -- internal.start_provider_call_at at now(): what the worker runs before a provider call.
 create or replace function internal.start_provider_call(payload jsonb)
   returns jsonb
@@ -92,5 +106,57 @@ create or replace function internal.start_provider_call(payload jsonb)
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
-  select internal.start_provider_call_at(now(), payload)
+  select internal.provider_call_start(now(), payload, true)
+$$;
+
+-- The provider-call check of an at-least-once task, made with its before_handler
+-- (internal.run_before_provider_call): internal.start_provider_call's answer (which
+-- records nothing for such a task), or NULL for an at-most-once task, whose start the
+-- worker records by a call of its own once it has checked the provider payload (nothing
+-- is recorded for a call the worker then does not make). Payload as
+-- internal.start_provider_call's.
+create or replace function internal.check_at_least_once_provider_call(payload jsonb)
+  returns jsonb
+  language plpgsql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+begin
+  return internal.provider_call_start(now(), payload, false);
+end;
+$$;
+
+-- A channel task's before_handler and its provider-call check in one statement, one
+-- round trip for the worker: internal.run_function(_before_handler, _payload), as the
+-- caller (security invoker: the worker's privileges, as when it calls the handler
+-- itself), then, when the handler returned a success envelope, the check
+-- (internal.check_at_least_once_provider_call) for _task_id under _task_lease_id.
+--   before_result  what the handler returned (a raise of the handler raises: the
+--                  statement fails, and nothing of it commits)
+--   start_result   the check's envelope, as internal.start_provider_call returns it; NULL
+--                  when no check was made (the handler did not succeed, or the task is
+--                  at-most-once): the worker calls internal.start_provider_call itself
+--   start_error    the message of a raise of the check (its error, not the handler's)
+create or replace function internal.run_before_provider_call(
+  _before_handler text, _payload jsonb, _task_id bigint, _task_lease_id bigint,
+  out before_result jsonb, out start_result jsonb, out start_error text
+)
+  language plpgsql volatile
+  security invoker
+  set search_path = pg_catalog, pg_temp
+as $$
+begin
+  before_result := internal.run_function(_before_handler, _payload);
+  if jsonb_typeof(before_result) = 'object' and before_result -> 'success' = 'true'::jsonb then
+    begin
+      start_result := internal.check_at_least_once_provider_call(
+        jsonb_build_object('task_id', _task_id, 'task_lease_id', _task_lease_id));
+    exception
+      when serialization_failure or deadlock_detected then
+        raise;
+      when others then
+        start_error := sqlerrm;
+    end;
+  end if;
+end;
 $$;

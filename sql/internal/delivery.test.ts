@@ -153,3 +153,73 @@ describe('internal.start_provider_call: the live lease', () => {
     ).toMatchObject({ success: false });
   });
 });
+
+describe('internal.run_before_provider_call: the before_handler and the check in one statement', () => {
+  interface Ran {
+    before_result: Record<string, unknown> | null;
+    start_result: Record<string, unknown> | null;
+    start_error: string | null;
+  }
+  // As the worker calls it, at now().
+  const run = async (handler: string, payload: unknown, lease: Lease): Promise<Ran> =>
+    (
+      await db.pool('worker').query<Ran>(
+        `select before_result, start_result, start_error
+             from internal.run_before_provider_call($1, $2::jsonb, $3::bigint, $4::bigint)`,
+        [handler, JSON.stringify(payload), lease.task_id, lease.task_lease_id],
+      )
+    ).rows[0];
+  const started = async (lease: Lease): Promise<number> =>
+    (
+      await db.query<{ n: number }>(
+        'select count(*)::int as n from internal.provider_call_started where task_id = $1',
+        [lease.task_id],
+      )
+    ).rows[0].n;
+
+  it('an at-least-once task: the handler’s result and the check’s answer, nothing recorded', async () => {
+    const lease = await claimOne('email', new Date(), 60);
+    expect(await run('internal.noop', {}, lease)).toEqual({
+      before_result: { success: true },
+      start_result: { success: true, payload: { delivery_mode: 'at_least_once', proceed: true } },
+      start_error: null,
+    });
+    expect(await started(lease)).toBe(0);
+  });
+
+  it('an at-least-once task whose lease is not live: the check refuses it', async () => {
+    const lease = await claimOne('email', new Date(), 60);
+    await db.query(`select * from queues.release_leases(array[$1]::bigint[], array[$2]::bigint[])`, [
+      lease.task_id,
+      lease.task_lease_id,
+    ]);
+    expect((await run('internal.noop', {}, lease)).start_result).toEqual({
+      success: false,
+      validation_failure_message: `lease ${lease.task_lease_id} is not the live lease of task ${lease.task_id}; not calling the provider`,
+    });
+  });
+
+  it('an at-most-once task: no check made and nothing recorded (the worker records the start itself)', async () => {
+    const lease = await claimOne('sms', new Date(), 60);
+    expect(await run('internal.noop', {}, lease)).toEqual({
+      before_result: { success: true },
+      start_result: null,
+      start_error: null,
+    });
+    expect(await started(lease)).toBe(0);
+  });
+
+  it('a handler that does not succeed: its result, and no check', async () => {
+    const lease = await claimOne('email', new Date(), 60);
+    const ran = await run('comms.get_email_payload', {}, lease);
+    expect(ran.before_result).toMatchObject({ success: false });
+    expect(ran.start_result).toBeNull();
+    expect(ran.start_error).toBeNull();
+  });
+
+  it('a handler that raises: the statement raises', async () => {
+    const lease = await claimOne('sms', new Date(), 60);
+    await expect(run('internal.no_such_handler', {}, lease)).rejects.toMatchObject({ code: '42883' });
+    expect(await started(lease)).toBe(0);
+  });
+});

@@ -11,6 +11,8 @@ grant execute on function
   internal.resolve_runnable_function(text),
   internal.noop(jsonb),
   internal.start_provider_call(jsonb),
+  internal.check_at_least_once_provider_call(jsonb),
+  internal.run_before_provider_call(text, jsonb, bigint, bigint),
   internal.call_runnable(text, jsonb)
 to :DATABASE_WORKER;
 

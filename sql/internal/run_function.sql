@@ -123,7 +123,9 @@ end;
 $$;
 
 -- Runs a registered function with the payload and returns its jsonb. Security invoker:
--- the caller needs EXECUTE on the target itself.
+-- the caller needs EXECUTE on the target itself. Resolved and checked here, then called
+-- through internal.call_runnable, whose static call keeps its plan for the session (an
+-- EXECUTE was planned on every call, after a catalog look-up of its name).
 create or replace function internal.run_function(function_name text, payload jsonb)
   returns jsonb
   language plpgsql volatile
@@ -132,19 +134,12 @@ create or replace function internal.run_function(function_name text, payload jso
 as $$
 declare
   _oid regprocedure := internal.resolve_runnable_function(function_name);
-  _schema name;
-  _name name;
-  _result jsonb;
 begin
   if not has_function_privilege(_oid, 'execute') then
     raise exception 'permission denied: % may not execute %', current_user, function_name
       using errcode = '42501';
   end if;
-  select n.nspname, p.proname into _schema, _name
-    from pg_proc p join pg_namespace n on n.oid = p.pronamespace
-   where p.oid = _oid;
-  execute format('select %I.%I($1::jsonb)', _schema, _name) into _result using payload;
-  return _result;
+  return internal.call_runnable(function_name, payload);
 end;
 $$;
 

@@ -17,7 +17,12 @@
  *              waiting for its retry time
  *   completed  outcome succeeded | failed | abandoned | cancelled | validation_failed   (terminal)
  */
-import { functionRun, functionRunTraced } from './queries/function.queries.js';
+import {
+  functionRun,
+  functionRunBeforeProviderCall,
+  functionRunBeforeProviderCallTraced,
+  functionRunTraced,
+} from './queries/function.queries.js';
 import {
   taskClaim,
   taskNextClaimIn,
@@ -695,6 +700,49 @@ export async function runFunction(
     traceparent ? functionRunTraced.run({ ...params, traceparent }, db) : functionRun.run(params, db),
   );
   return row?.result ?? null;
+}
+
+/** What runBeforeProviderCall returns (internal.run_before_provider_call). */
+export interface BeforeProviderCall {
+  /** What the before_handler returned. */
+  beforeResult: unknown;
+  /** The provider-call check's envelope; null when not made (see runBeforeProviderCall). */
+  startResult: unknown;
+  /** The message of a raise of the check; null when it did not raise. */
+  startError: string | null;
+}
+
+/**
+ * A channel task's before_handler and its provider-call check in one statement, one round
+ * trip (internal.run_before_provider_call): runs `beforeHandler` through
+ * internal.run_function and then, when it returned a success envelope, checks the task's
+ * lease for an at-least-once provider call (internal.start_provider_call's answer, which
+ * records nothing for it). `startResult` is null when no check was made (the handler did
+ * not succeed, or the task is at-most-once): the caller then calls
+ * internal.start_provider_call itself before the provider call. A raise of the handler is
+ * thrown; a raise of the check is `startError`. `traceparent` as runFunction's.
+ */
+export async function runBeforeProviderCall(
+  db: Queryable,
+  call: { beforeHandler: string; payload: JsonObject; taskId: Id; taskLeaseId: Id },
+  traceparent?: string,
+): Promise<BeforeProviderCall> {
+  const params = {
+    beforeHandler: call.beforeHandler,
+    payload: toJsonText(call.payload, 'payload'),
+    taskId: call.taskId,
+    taskLeaseId: call.taskLeaseId,
+  };
+  const [row] = await mapErrors(
+    traceparent
+      ? functionRunBeforeProviderCallTraced.run({ ...params, traceparent }, db)
+      : functionRunBeforeProviderCall.run(params, prepared('queue_client_function_before_provider_call', db)),
+  );
+  return {
+    beforeResult: row?.beforeResult ?? null,
+    startResult: row?.startResult ?? null,
+    startError: row?.startError ?? null,
+  };
 }
 
 /**

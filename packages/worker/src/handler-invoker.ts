@@ -3,7 +3,7 @@
  * internal.run_function and normalises what they return with the envelope schema.
  */
 import type { Envelope } from '@org/handler-types';
-import { runFunction, type JsonObject, type Queryable } from '@org/queue-client';
+import { runBeforeProviderCall, runFunction, type Id, type JsonObject, type Queryable } from '@org/queue-client';
 import { handlerTypes } from './handler-types.js';
 import { activeTraceparent, traceStep } from './tracing.js';
 
@@ -21,15 +21,48 @@ export class HandlerInvoker {
     const result = await traceStep('queue.handler', { 'queue.handler.name': name }, () =>
       runFunction(this.db, name, body, activeTraceparent()),
     );
-    const { parseEnvelope } = await handlerTypes();
-    const parsed = parseEnvelope(result);
-    return parsed.ok ? { ok: true, envelope: parsed.envelope } : { ok: false, error: `${name}: ${parsed.error}` };
+    return parseResult(name, result);
+  }
+
+  /**
+   * Runs the before_handler `name` with `body` and, when it succeeded, the provider-call
+   * check of the task's lease, in one statement (internal.run_before_provider_call):
+   * `start` is the check's answer, null when it was not made (the caller then makes
+   * it with internal.start_provider_call); `startError` the message of a raise of the
+   * check. A raise of the handler is thrown, as by call().
+   */
+  async callBefore(
+    name: string,
+    body: JsonObject,
+    lease: { taskId: Id; taskLeaseId: Id },
+  ): Promise<{ result: HandlerResult; start: HandlerResult | null; startError: string | null }> {
+    const ran = await traceStep('queue.handler', { 'queue.handler.name': name }, () =>
+      runBeforeProviderCall(
+        this.db,
+        { beforeHandler: name, payload: body, taskId: lease.taskId, taskLeaseId: lease.taskLeaseId },
+        activeTraceparent(),
+      ),
+    );
+    return {
+      result: await parseResult(name, ran.beforeResult),
+      start: ran.startResult === null ? null : await parseResult(START_PROVIDER_CALL_NAME, ran.startResult),
+      startError: ran.startError,
+    };
   }
 
   /** The same invoker on another connection (a transaction's client). */
   on(db: Queryable): HandlerInvoker {
     return new HandlerInvoker(db);
   }
+}
+
+/** The name the provider-call check's answers are reported under (provider-call.ts). */
+const START_PROVIDER_CALL_NAME = 'internal.start_provider_call';
+
+async function parseResult(name: string, result: unknown): Promise<HandlerResult> {
+  const { parseEnvelope } = await handlerTypes();
+  const parsed = parseEnvelope(result);
+  return parsed.ok ? { ok: true, envelope: parsed.envelope } : { ok: false, error: `${name}: ${parsed.error}` };
 }
 
 /** The message an envelope carries when it is not a plain success, or undefined. */

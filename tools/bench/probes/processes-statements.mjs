@@ -3,8 +3,8 @@
 // with pg_stat_statements, and prints the rate, the CPU per process of the worker and of
 // PostgreSQL, and the statements that took the most time (nested ones included).
 //   node tools/bench/probes/processes-statements.mjs [processes=2000] [concurrency=10]
-// SORT=plan lists the statements that took the most time to plan instead; TOP=n lists n
-// statements (25).
+// SORT=plan lists the statements that took the most time to plan instead, SORT=calls those
+// called most often; TOP=n lists n statements (25).
 import pg from 'pg';
 import { createResendEmailProvider } from '@org/providers';
 import { startFakeResend } from '@org/providers/testing';
@@ -61,15 +61,30 @@ try {
       `this process's CPU ${((cpu.user + cpu.system) / PROCESSES).toFixed(0)} µs per process (worker and fake Resend); ` +
       `PostgreSQL CPU ${(serverCpu / PROCESSES).toFixed(0)} µs per process`,
   );
+  // Statements per process: every statement executed (nested ones, inside the queue's
+  // functions, included) and the top-level ones alone (one a round trip), this probe's own
+  // polling left out.
+  const { rows: totals } = await root.query(
+    `select coalesce(sum(calls), 0)::float8 / $1 as all_per_process,
+            coalesce(sum(calls) filter (where toplevel), 0)::float8 / $1 as toplevel_per_process
+       from pg_stat_statements
+      where query not ilike '%pg_stat_statements%' and query not ilike '%send_email_task_succeeded)::int%'
+        and dbid = (select oid from pg_database where datname = current_database())`,
+    [PROCESSES],
+  );
+  console.log(
+    `statements per process: ${totals[0].all_per_process.toFixed(1)} (nested included), ` +
+      `${totals[0].toplevel_per_process.toFixed(1)} top-level (round trips)`,
+  );
   const { rows } = await root.query(
     `
-    select calls, plans, round((total_exec_time * 1000 / $1)::numeric, 1) as us_per_process,
+    select toplevel as top, calls, plans, round((total_exec_time * 1000 / $1)::numeric, 1) as us_per_process,
            round((total_exec_time / nullif(calls, 0))::numeric, 3) as ms_per_call,
            round((total_plan_time * 1000 / $1)::numeric, 1) as plan_us_per_process,
            regexp_replace(left(query, 90), '\\s+', ' ', 'g') as query
       from pg_stat_statements
      where query not ilike '%pg_stat_statements%' and query not ilike '%send_email_task_succeeded)::int%'
-     order by ${process.env.SORT === 'plan' ? 'total_plan_time' : 'total_exec_time + total_plan_time'} desc limit ${Number(process.env.TOP ?? 25)}`,
+     order by ${{ plan: 'total_plan_time', calls: 'calls' }[process.env.SORT] ?? 'total_exec_time + total_plan_time'} desc limit ${Number(process.env.TOP ?? 25)}`,
     [PROCESSES],
   );
   console.table(rows);

@@ -21,13 +21,18 @@
  * handler or an error row. Before the provider call, internal.start_provider_call applies
  * the task type's delivery mode (provider-call.ts): an at-most-once call already started
  * by an earlier lease is not repeated; the task fails with an "unknown outcome" error.
+ * For an at-least-once task (which records nothing) that check runs in the before
+ * handler's statement (internal.run_before_provider_call), so such a task takes two
+ * round trips of its own: the before handler with the check, and the completion with its
+ * success or error handler. An at-most-once task records its start in a statement of its
+ * own, after the provider payload is checked.
  */
 import type { Provider } from '@org/handler-types';
 import { errorMessage, isTransient, sanitizeMessage } from '../error-class.js';
-import { failureOf, HandlerInvoker } from '../handler-invoker.js';
+import { failureOf, HandlerInvoker, type HandlerResult } from '../handler-invoker.js';
 import { handlerTypes } from '../handler-types.js';
 import type { Processor, TaskContext, TaskOutcome } from '../processor.js';
-import { startProviderCall } from './provider-call.js';
+import { providerCallAnswer, startProviderCall } from './provider-call.js';
 import { traceStep } from '../tracing.js';
 
 const HANDLER_FIELDS = ['task_type', 'before_handler', 'success_handler', 'error_handler'];
@@ -47,12 +52,16 @@ export function handlerTaskProcessor<P>(provider: Provider<P>): Processor {
       const original = task.payload;
       const invoker = new HandlerInvoker(pool);
 
-      // 1. Before: the provider's input.
+      // 1. Before: the provider's input, with the provider-call check of an at-least-once
+      //    task in the same statement (one round trip; applied after the payload's check).
       let input: unknown;
+      let checked: { start: HandlerResult | null; startError: string | null } | undefined;
       if (before) {
         let result;
         try {
-          result = await invoker.call(before, original);
+          const ran = await invoker.callBefore(before, original, task);
+          result = ran.result;
+          checked = ran;
         } catch (error) {
           if (isTransient(error)) throw error;
           return fail(context, invoker, onError, `${before} raised: ${errorMessage(error)}`);
@@ -85,8 +94,10 @@ export function handlerTaskProcessor<P>(provider: Provider<P>): Processor {
       }
 
       // 2. The provider: the side effect, once its start is recorded (at-most-once channels).
+      if (checked?.startError != null)
+        return fail(context, invoker, onError, `internal.start_provider_call raised: ${checked.startError}`);
       try {
-        const start = await startProviderCall(invoker, task);
+        const start = checked?.start ? providerCallAnswer(checked.start) : await startProviderCall(invoker, task);
         if (!start.proceed) return fail(context, invoker, onError, start.error);
       } catch (error) {
         if (isTransient(error)) throw error;

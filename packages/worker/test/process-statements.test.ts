@@ -1,0 +1,112 @@
+// The statements an email process costs the database, counted (pg_stat_statements, nested
+// statements included, on a server of the test's own that preloads it): the real worker
+// sends email processes one after the other through the Resend SDK against the fake
+// server, one process at a time. A count, not a timing: it fails when the statements per
+// process grow back (BENCHMARKS.md, "business processes").
+import pg from 'pg';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { openServer, provisionDatabase, withRootClient, type DatabaseServer, type DatabaseUrls } from '@org/db-tools';
+import { createResendEmailProvider } from '@org/providers';
+import { startFakeResend, type FakeResend } from '@org/providers/testing';
+import { createLogger, dbFunctionProcessor, handlerTaskProcessor, ProcessorRegistry, Worker } from '../src/index.js';
+import { eventually } from './support/fixtures.js';
+
+const PROCESSES = 12;
+const name = `process-statements-${process.pid}`;
+
+let server: DatabaseServer;
+let urls: DatabaseUrls;
+let root: pg.Client;
+let resend: FakeResend;
+let worker: Worker;
+
+beforeAll(async () => {
+  const first = await openServer({ name });
+  await withRootClient(first, async (client) => {
+    await client.query(`alter system set shared_preload_libraries = 'pg_stat_statements'`);
+    await client.query(`alter system set pg_stat_statements.track = 'all'`);
+  });
+  await first.stop();
+  server = await openServer({ name });
+  urls = await provisionDatabase(server, 'queue', { fresh: true, quiet: true, current: true });
+  root = new pg.Client({ connectionString: new URL('/queue', server.rootUrl).toString() });
+  await root.connect();
+  await root.query('create extension if not exists pg_stat_statements');
+  resend = await startFakeResend();
+  const registry = new ProcessorRegistry()
+    .register('db_function', dbFunctionProcessor())
+    .register('email', handlerTaskProcessor(createResendEmailProvider({ apiKey: 're_test', baseUrl: resend.url })));
+  worker = new Worker({
+    databaseUrl: urls.worker,
+    roles: null,
+    workerId: 'process-statements',
+    concurrency: 4,
+    // Claims follow the wake-ups and the next due time; little idle polling.
+    pollIntervalMs: 2_000,
+    heartbeatIntervalMs: 60_000,
+    leaseSeconds: 300,
+    maxLeases: 5,
+    shutdownGraceMs: 2000,
+    registry,
+    logger: createLogger('silent'),
+  });
+  await worker.start();
+}, 120_000);
+
+async function succeeded(): Promise<number> {
+  const { rows } = await root.query<{ n: number }>('select count(*)::int as n from comms.send_email_task_succeeded');
+  return rows[0].n;
+}
+
+afterAll(async () => {
+  await worker?.stop();
+  await resend?.close();
+  await root?.end();
+  await server?.stop({ destroy: true });
+});
+
+it('an email process costs the database at most 160 statements, and its email task 2 round trips', async () => {
+  const app = new pg.Client({ connectionString: urls.app });
+  await app.connect();
+  try {
+    // Warm: the worker's connections have planned and cached what they run.
+    await app.query(`select comms.send_email('T <t@example.com>', 'warm@example.com', 'Hi', '<p>Hi</p>')`);
+    await eventually(async () => (await succeeded()) === 1, 'the warm-up process succeeded');
+    // The processes, due one after the other (one every 250 ms from a second on): each runs
+    // alone, so no claim or completion takes several of them at once. Sent before the count.
+    await app.query(
+      `select comms.send_email('T <t@example.com>', 'u' || g || '@example.com', 'Hi', '<p>Hi</p>',
+                               _scheduled_at => now() + interval '1 second' + g * interval '250 milliseconds')
+         from generate_series(1, $1::int) g`,
+      [PROCESSES],
+    );
+    await root.query('select pg_stat_statements_reset()');
+    await eventually(async () => (await succeeded()) === PROCESSES + 1, 'every process succeeded', 60_000);
+  } finally {
+    await app.end();
+  }
+  // Every user's statements but the test's own (the superuser's): the worker's, and those
+  // of the owner's functions it calls (security definer).
+  const { rows } = await root.query<{ all: number; handler_round_trips: number; tasks: number }>(
+    `select coalesce(sum(s.calls), 0)::float8 / $1 as all,
+            coalesce(sum(s.calls) filter (where s.toplevel and (s.query ilike '%run_function%'
+                                                             or s.query ilike '%run_before_provider_call%'
+                                                             or s.query ilike '%settle_with_handler%')), 0)::float8 / $1
+              as handler_round_trips
+       from pg_stat_statements s
+      where s.userid <> (select r.oid from pg_roles r where r.rolname = current_user)
+        and s.dbid = (select d.oid from pg_database d where d.datname = current_database())`,
+    [PROCESSES],
+  );
+  const perProcess = rows[0];
+  // Three tasks a process (the first run, the email, the run its success hastened).
+  const { rows: tasks } = await root.query<{ n: number }>('select count(*)::int as n from queues.task');
+  expect(tasks[0].n).toBe(3 * (PROCESSES + 1));
+  // Every statement, nested ones included: 154.8 in two runs (each task of a process
+  // claimed, run and completed by statements of its own, as the processes run one at a
+  // time), 169.3 and 170.8 before the changes of BENCHMARKS.md's "business processes".
+  expect(perProcess.all).toBeLessThanOrEqual(160);
+  // The email task's own round trips: the before_handler with the provider-call check, and
+  // the completion with the success handler (3 before they shared a statement).
+  expect(perProcess.handler_round_trips).toBe(2);
+}, 120_000);
