@@ -16,5 +16,8 @@ select internal.create_channel_process_functions(p.process_schema, p.process_nam
  order by p.process_schema, p.process_name;
 
 --!include comms/channel.sql
---!include comms/email.sql
---!include comms/sms.sql
+-- The channels' entry points made again from the new templates, with the limits their
+-- files register (sql/comms/email.sql, sms.sql; their own functions are unchanged, so
+-- the files are not included).
+select comms.register_message_channel('email', _max_attempts => 3, _max_supervisor_runs => 30, _backoff_cap_seconds => 3600);
+select comms.register_message_channel('sms', _max_attempts => 3, _max_supervisor_runs => 30, _backoff_cap_seconds => 3600);

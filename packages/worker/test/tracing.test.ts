@@ -128,11 +128,10 @@ describe('with an SDK registered', () => {
     // Enqueued without a trace context (the fixtures enqueue in SQL): a trace of its own.
     expect(okSpan.parentSpanContext).toBeUndefined();
     expect(okSpan.links).toEqual([]);
-    // Handlers: before, the provider call's start (delivery mode), success.
+    // Handlers: before (with the provider call's start, in one statement), success.
     expect(children(spans, okSpan)).toEqual([
       'claim test_channel',
       'complete test_channel',
-      'queue.handler',
       'queue.handler',
       'queue.handler',
       'queue.provider',
@@ -141,7 +140,7 @@ describe('with an SDK registered', () => {
       .filter((s) => s.name === 'queue.handler' && s.parentSpanContext?.spanId === okSpan.spanContext().spanId)
       .map((s) => s.attributes['queue.handler.name'])
       .sort();
-    expect(handlerNames).toEqual(['fixture.before', 'fixture.on_success', 'internal.start_provider_call']);
+    expect(handlerNames).toEqual(['fixture.before', 'fixture.on_success']);
 
     const badSpan = byTask(spans, bad);
     expect(badSpan.attributes).toMatchObject({
