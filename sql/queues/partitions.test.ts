@@ -907,7 +907,7 @@ describe('partition maintenance', () => {
         priority: 100,
       },
     ]);
-    // Test databases start with it disabled (tools/db/src/testing/global-setup.ts).
+    // Test databases start with it disabled (testing/src/global-setup.ts).
     await db.pool('app').query(`select schedules.enable_schedule('queue_history_maintenance')`);
     const { rows: supervisor } = await db.query(
       `select t.task_id, t.scheduled_at from queues.task t join schedules.supervisor_task s using (task_id)
