@@ -2,7 +2,7 @@
 // is meant to reach, and the security-definer rules hold for every function we own.
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 
 const allowlist = JSON.parse(readFileSync(new URL('./role-allowlist.json', import.meta.url), 'utf8')) as Record<
   'worker' | 'app' | 'api' | 'worker_only_task_types' | 'api_views',

@@ -2,7 +2,7 @@
 // (every file deleted and marked, the account anonymized, the root succeeded), the file
 // deletion stuck path and the anonymization stuck path, plus the api's validation.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { drive, rowCounts, runAsWorker } from '../test-support/drive.ts';
 
 let db: TestDatabase;

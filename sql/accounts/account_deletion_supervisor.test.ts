@@ -1,7 +1,7 @@
 // The account deletion supervisor run by run, as the worker calls it: the status of each
 // step (children's facts written by hand), the failure envelope and the run cap.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { rowCounts, runAsWorker } from '../test-support/drive.ts';
 
 let db: TestDatabase;

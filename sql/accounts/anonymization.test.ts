@@ -1,7 +1,7 @@
 // Account anonymization on its own, as the worker runs its supervisor: the envelopes of
 // each run, the stuck check its parent reads, and the idempotent kickoff.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { rowCounts, runAsWorker } from '../test-support/drive.ts';
 
 let db: TestDatabase;

@@ -8,7 +8,7 @@ import {
   sharedBuffers,
   type PlanNode,
   type TestDatabase,
-} from '@org/db-tools/testing';
+} from '@org/testing';
 
 /** The table a plan node reads; a history partition counts as its parent (task_p0 is task). */
 const relationOf = (n: PlanNode): string => (n['Relation Name'] ?? '').replace(/_(p\d+|default)$/, '');

@@ -2,7 +2,7 @@
 // workers with heartbeat age and tasks in flight and per-worker stale recovery,
 // schedules with their last runs, and process trees with a stuck child.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {

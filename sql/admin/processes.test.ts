@@ -2,7 +2,7 @@
 // (the file deletions it starts), bad input, and a finished process whose queue tasks
 // retention dropped (its facts stay; the timeline names the dropped tasks).
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { drive } from '../test-support/drive.ts';
 
 let db: TestDatabase;

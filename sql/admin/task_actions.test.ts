@@ -2,7 +2,7 @@
 // run scheduled tasks now, redrive dead letters; per-task answers, bad input refused with
 // nothing written, and a cancel racing a claim.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {

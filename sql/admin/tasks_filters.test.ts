@@ -12,7 +12,7 @@ import {
   sharedBuffers,
   type PlanNode,
   type TestDatabase,
-} from '@org/db-tools/testing';
+} from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {

@@ -2,7 +2,7 @@
 // two comms processes. The worker is played by hand (sql/test-support/drive.ts); the
 // queue's own claim abandons a task whose leases keep expiring (max_leases 5).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { type ClaimedTask, claimDue, claimUntil, processTask, runAsWorker } from '../test-support/drive.ts';
 
 let db: TestDatabase;

@@ -3,7 +3,7 @@
 // across channels, a kickoff run twice, and the refusals of a channel that has no tables. The processes themselves are
 // tested through their own entry points in email.test.ts and sms.test.ts.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {

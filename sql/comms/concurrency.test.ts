@@ -3,7 +3,7 @@
 // and none has more attempts than the maximum. Counted from the facts.
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type pg from 'pg';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {

@@ -2,7 +2,7 @@
 // the seeds' checklist (happy path, one failure then success, attempts exhausted), future
 // sends, validation, redelivery, isolation level and the provider payload contract.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { emailPayload } from '@org/handler-types';
 import {
   type ClaimedTask,

@@ -2,7 +2,7 @@
 // path, one failure then success, attempts exhausted), kickoff validation, redelivery,
 // isolation level and the provider payload contract (smsPayload).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { smsPayload } from '@org/handler-types';
 import {
   type ClaimedTask,

@@ -3,7 +3,7 @@
 // the process's own functions (internal.create_channel_process_functions), planned once
 // per connection, and that one plan keeps reading by key after the tables grew under it.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, explainNested, planNodes, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, explainNested, planNodes, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {

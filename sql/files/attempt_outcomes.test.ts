@@ -3,7 +3,7 @@
 // the account deletion fails naming the file. A file whose account deletion failed is
 // never deleted afterwards, and the files service may sign only scheduled deletions.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { claimDue, processTask, runAsWorker } from '../test-support/drive.ts';
 
 let db: TestDatabase;

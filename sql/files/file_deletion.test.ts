@@ -2,7 +2,7 @@
 // deleted, the file marked deleted), the stuck path (every deletion fails until the
 // maximum), kickoff validation, redelivery and the provider payload (fileDeletePayload).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { fileDeletePayload } from '@org/handler-types';
 import { drive, pendingFor, rowCounts, runAsWorker, snapshot } from '../test-support/drive.ts';
 

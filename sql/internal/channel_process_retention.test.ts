@@ -5,7 +5,7 @@
 // another attempt, the end at max_attempts (the files service no longer signs for the
 // file), or delivery_outcome_unknown for an at-most-once call that had started.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { claimDue, drive, pendingFor, processTask, runAsWorker, type Payload } from '../test-support/drive.ts';
 
 const SET = 10;

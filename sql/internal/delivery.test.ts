@@ -2,7 +2,7 @@
 // with the expiry its heartbeats moved (queues.current_lease_expiry), not the expiry the
 // claim wrote. The clock moves through the owner-only *_at functions.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { runAsWorker } from '../test-support/drive.ts';
 
 let db: TestDatabase;

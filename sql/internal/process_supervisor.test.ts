@@ -2,7 +2,7 @@
 // their own made here: job.job_task (about a subject), its supervisor runs and its
 // terminal facts.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { rowCounts } from '../test-support/drive.ts';
 
 let db: TestDatabase;

@@ -2,7 +2,7 @@
 // sets are gone, and each domain's retention function (off by default) prunes its own
 // finished processes, which the process timeline then reports as pruned.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { drive } from '../test-support/drive.ts';
 
 let db: TestDatabase;

@@ -2,7 +2,7 @@
 // caller's own privileges, and a corpus of hostile names: each a clear error with
 // nothing executed.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {

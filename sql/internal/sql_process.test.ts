@@ -2,7 +2,7 @@
 // made here: tidy.tidy_task, its attempt and terminal facts, and a work function that
 // writes, then raises for the subjects listed in tidy.failing.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { rowCounts } from '../test-support/drive.ts';
 
 let db: TestDatabase;

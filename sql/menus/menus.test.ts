@@ -2,7 +2,7 @@
 // demand, the schedules installed by migration, and what the record function refuses.
 // Called as the roles that call them in production.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {

@@ -2,7 +2,7 @@
 // /work/shared/seeds (role-based-worker-system.md, supervisors.md, queues-and-worker.md)
 // and run unqualified, as the database user that would run it, on the queue's facts.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {

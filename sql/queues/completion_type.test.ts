@@ -3,7 +3,7 @@
 // reading queues.task. Completions written before the column existed have none; the
 // windows read their type from queues.task (admin.completions_between).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {

@@ -1,7 +1,7 @@
 // Enqueueing: defaults, batches, wake-up notifications, and bad input (each a clear
 // error that leaves the queue unchanged).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {

@@ -3,7 +3,7 @@
 // queues.enqueue / enqueue_many with 42501, whoever asks and however the payload is
 // dressed; the owner's SQL (kickoffs, supervisors, handlers) still enqueues them.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { rowCounts } from '../test-support/drive.ts';
 
 let db: TestDatabase;

@@ -2,7 +2,7 @@
 // the one parseEnvelope in @org/handler-types is tested on (envelope-cases.json): the
 // worker and the database read a function's result alike.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { caseTitle, envelopeCases } from '../../packages/handler-types/test/envelope-cases.js';
 
 let db: TestDatabase;

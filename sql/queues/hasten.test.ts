@@ -2,7 +2,7 @@
 // task is claimed only after the hastening transaction commits; a taken, completed or
 // unknown task is left alone and named so; only the owner's SQL may call it.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {

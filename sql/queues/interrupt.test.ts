@@ -1,7 +1,7 @@
 // queues.interrupt_task: transient errors count, back off, end as a dead letter; fenced;
 // rebuilt from the facts. And complete_tasks' _retries: a final failure is not retried.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {

@@ -6,7 +6,7 @@
 // gives up after lock_timeout_ms, and no claim waits behind its request.
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 const SIZE = 10;
@@ -907,7 +907,7 @@ describe('partition maintenance', () => {
         priority: 100,
       },
     ]);
-    // Test databases start with it disabled (tools/db/src/testing/global-setup.ts).
+    // Test databases start with it disabled (testing/src/global-setup.ts).
     await db.pool('app').query(`select schedules.enable_schedule('queue_history_maintenance')`);
     const { rows: supervisor } = await db.query(
       `select t.task_id, t.scheduled_at from queues.task t join schedules.supervisor_task s using (task_id)

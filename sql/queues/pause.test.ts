@@ -2,7 +2,7 @@
 // dequeue_next_available_task) leaves paused types alone; resume brings them back; a
 // claim racing a pause; the facts are append-only; only the API role may pause.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {

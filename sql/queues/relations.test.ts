@@ -4,7 +4,7 @@
 // claims, starts, completions (fenced, some failed and retried), heartbeats, releases and
 // expiries, then every relation the dropped keys enforced is checked.
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {

@@ -1,6 +1,6 @@
 // Simple retries with exponential backoff, dead letters and redrive.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { claimDue, processTask } from '../test-support/drive.ts';
 
 let db: TestDatabase;

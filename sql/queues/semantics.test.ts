@@ -3,7 +3,7 @@
 // else completed the task, resource keys and expired leases, stale bounds derived from
 // each worker's heartbeat interval, and bounded inputs.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {

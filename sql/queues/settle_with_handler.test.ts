@@ -3,7 +3,7 @@
 // a raise rolls the handler's writes back, a lost lease commits nothing, and bad
 // arguments are refused.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {

@@ -3,7 +3,7 @@
 // app enqueue anything); bad input names the element and writes nothing; concurrent
 // registrations of the same types all succeed and create each type once.
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {

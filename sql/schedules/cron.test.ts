@@ -1,7 +1,7 @@
 // schedules.parse_cron / next_fire_time / prev_fire_time / cron_error: the cron
 // evaluator the supervisor relies on. All times UTC.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {

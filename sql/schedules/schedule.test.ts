@@ -2,7 +2,7 @@
 // list_schedules, called as the app and the REST API; validation failures are returned,
 // not raised, and write nothing.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { rowCounts } from '../test-support/drive.js';
 
 let db: TestDatabase;

@@ -1,7 +1,7 @@
 // schedules.generate_staggered_tasks: the seed's generate_resync_tasks, called by the
 // REST API and apps.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { rowCounts } from '../test-support/drive.js';
 
 let db: TestDatabase;

@@ -3,7 +3,7 @@
 // The clock moves through the owner-only *_at functions; the worker's side is played by
 // claiming with queues.claim_tasks_at and completing as the worker.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { claimDue, runAsWorker } from '../test-support/drive.js';
 
 let db: TestDatabase;

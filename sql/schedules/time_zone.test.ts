@@ -5,7 +5,7 @@
 // job fires in every real hour. The supervisor, driven across the change days, enqueues
 // those times once each; an unknown zone is refused and writes nothing.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {

@@ -8,7 +8,7 @@
 //                         provider's outcome; then success_handler({original_payload,
 //                         worker_payload}) or error_handler({original_payload, error});
 //                         then complete.
-import type { TestDatabase } from '@org/db-tools/testing';
+import type { TestDatabase } from '@org/testing';
 
 export type Payload = Record<string, unknown>;
 

@@ -5,7 +5,7 @@ import type { FastifyInstance } from 'fastify';
 import type { ProviderContext } from '@org/handler-types';
 import { createFilesService } from '@org/files-service';
 import { createFilesServiceDeleteProvider } from '@org/providers';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { startFakeGcs, type FakeGcs } from '@org/providers/testing';
 import { scheduleDeletions, testConfig, testServiceAccount, TOKEN } from './helpers.ts';
 

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
 import { createFilesService, FilesServiceConfigError } from '@org/files-service';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { startFakeGcs, type FakeGcs } from '@org/providers/testing';
 import { scheduleDeletions, testConfig, testServiceAccount, TOKEN } from './helpers.ts';
 

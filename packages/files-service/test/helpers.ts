@@ -1,5 +1,5 @@
 import { generateKeyPairSync } from 'node:crypto';
-import type { TestDatabase } from '@org/db-tools/testing';
+import type { TestDatabase } from '@org/testing';
 import type { FilesServiceConfig } from '@org/files-service';
 
 /** A throwaway service account (a fresh RSA key) and its public key for the fake GCS. */

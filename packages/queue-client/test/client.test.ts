@@ -1,6 +1,6 @@
 // @org/queue-client against a real database, connected as the roles apps and workers use.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import {
   QueueError,
   claimTasks,

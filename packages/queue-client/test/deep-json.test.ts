@@ -3,7 +3,7 @@
 // check could answer. The client refuses it first, with the database's words and kind,
 // and writes nothing.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import pg from 'pg';
 import {
   QueueError,

@@ -3,7 +3,7 @@
 // error like any other.
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type pg from 'pg';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { QueueError, claimTasks, completeTask, connect, enqueue, failTask, runFunction } from '../src/index.js';
 
 let db: TestDatabase;

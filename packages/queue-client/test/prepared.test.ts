@@ -2,7 +2,7 @@
 // result columns must not leave them refused for good.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { isResultTypeChange, prepared } from '../src/prepared.js';
 
 let db: TestDatabase;

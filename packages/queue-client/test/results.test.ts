@@ -1,7 +1,7 @@
 // Task results through @org/queue-client: recorded by the worker role in the completion's
 // transaction and fenced by the lease, read by the app role.
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import {
   claimTasks,
   completeTask,

@@ -13,7 +13,7 @@ import {
   type ReadableSpan,
 } from '@opentelemetry/sdk-trace-base';
 import pg from 'pg';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import {
   connect,
   enqueue,

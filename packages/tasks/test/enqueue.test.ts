@@ -3,7 +3,7 @@
 // definition's maxAttempts applies when the task names none.
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { z } from 'zod';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { QueueError, withTransaction } from '@org/queue-client';
 import { defineTask, registerTasks, TaskPayloadError, typedEnqueue } from '@org/tasks';
 

@@ -11,7 +11,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { freePort, registerAppTasks, repoRoot } from '@org/db-tools';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { appDir } from './support/app-dir.js';
 
 const readme = readFileSync(join(repoRoot(), 'README.md'), 'utf8');

@@ -3,7 +3,7 @@
 // (404), and missing or wrong tokens (401) with nothing changed.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { createApi } from '../src/index.js';
 import { enqueueAsOwner, WORKER_ONLY } from './support/worker-only.js';
 

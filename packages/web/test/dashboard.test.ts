@@ -11,7 +11,7 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
 import type { Page } from 'playwright-core';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { createLogger, dbFunctionProcessor, ProcessorRegistry, Worker, WorkerMetrics } from '@org/worker';
 import { createApi } from '../src/index.js';
 import { openBrowser, type Browser } from './support/browser.js';

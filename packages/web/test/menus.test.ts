@@ -3,7 +3,7 @@
 // per role with workers_needed, and a task's results on the task endpoint.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { createApi } from '../src/index.js';
 
 const TOKEN = 'test-token-menus-0123456789';

@@ -3,7 +3,7 @@
 // open dashboard holds its changes, not its polls.
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createLogger } from '@org/config';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { createApi } from '../src/index.js';
 
 const TOKEN = 'request-logs-token-0123456789';

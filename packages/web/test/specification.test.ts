@@ -3,7 +3,7 @@
 // threshold_minutes. Against a real test database, connected as the API role.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { createApi } from '../src/index.js';
 
 const TOKEN = 'test-token-0123456789abcdef';

@@ -3,7 +3,7 @@
 // and completions whose statement PostgreSQL refused after a migration are sent again.
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import pg from 'pg';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { claimTasks } from '@org/queue-client';
 import { Completer, createLogger } from '../src/index.js';
 import { enqueue, factsOf, installFixtures } from './support/fixtures.js';

@@ -9,7 +9,7 @@
 //   sms switched to at-least-once: the SMS is sent twice (what at-most-once prevents).
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { startFakeResend, startFakeTwilio, type FakeResend, type FakeTwilio } from '@org/providers/testing';
 import { eventually } from './support/fixtures.js';
 import { startChild, type Child } from './support/child.js';

@@ -7,7 +7,7 @@ import { createServer, connect, type Server, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '@org/db-tools';
 import { WorkerHealth, type WorkerStatus } from '@org/worker';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { enqueue, eventually, installFixtures } from './support/fixtures.js';
 import { startChild, type Child } from './support/child.js';
 

@@ -5,7 +5,7 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { effects, enqueue, eventually, factsOf, installFixtures } from './support/fixtures.js';
 import { logLines, startChild, type Child } from './support/child.js';
 

@@ -2,7 +2,7 @@
 // that kill their worker, and bad configuration.
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { createLogger, dbFunctionProcessor, ProcessorRegistry, Worker } from '../src/index.js';
 import { effects, enqueue, eventually, factsOf, installFixtures } from './support/fixtures.js';
 import { logLines, startChild, type Child } from './support/child.js';

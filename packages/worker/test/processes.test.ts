@@ -3,7 +3,7 @@
 // servers (and the files service) that the test starts and tells to fail.
 import { generateKeyPairSync } from 'node:crypto';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { createFilesService } from '@org/files-service';
 import { createFilesServiceDeleteProvider, createResendEmailProvider, createTwilioSmsProvider } from '@org/providers';
 import {

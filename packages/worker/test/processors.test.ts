@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type pg from 'pg';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { claimTasks, connect, type ClaimedTask } from '@org/queue-client';
 import type { Provider } from '@org/handler-types';
 import {

@@ -5,7 +5,7 @@
 // a lock.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import type { Provider } from '@org/handler-types';
 import { QueueError } from '@org/queue-client';
 import {

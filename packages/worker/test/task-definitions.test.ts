@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
 import { z } from 'zod';
 import { dataRoot } from '@org/db-tools';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { defineTask, registerTasks, typedEnqueue } from '@org/tasks';
 import { createLogger, ProcessorRegistry, registerTaskDefinitions, Worker } from '../src/index.js';
 import { startChild } from './support/child.js';

@@ -1,7 +1,7 @@
 // db_function results are kept as task results (queues.task_result), in the completion's
 // transaction: the function's envelope, readable through @org/queue-client as the app.
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { claimTasks, listTaskResults } from '@org/queue-client';
 import { Completer, createLogger, dbFunctionProcessor, ProcessorRegistry, Worker } from '../src/index.js';
 import { enqueue, eventually, factsOf, installFixtures } from './support/fixtures.js';

@@ -9,7 +9,7 @@ import pg from 'pg';
 
 export type DbUser = 'root' | 'owner' | 'worker' | 'app' | 'api';
 
-/** The database a scenario runs against (a TestDatabase from @org/db-tools/testing fits). */
+/** The database a scenario runs against (a TestDatabase from @org/testing fits). */
 export interface ChaosDb {
   dbUsers: { owner: string; worker: string; app: string; api: string };
   url(dbUser: DbUser): string;

@@ -3,7 +3,7 @@
 // scenario starts, and kills, a primary of its own; the test database it is handed is not
 // touched.
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import type { TestDatabase } from '@org/db-tools/testing';
+import type { TestDatabase } from '@org/testing';
 import { scenario } from '../src/scenarios/12-failover.js';
 import { chaosDatabase, context, expectHeld } from './support.js';
 

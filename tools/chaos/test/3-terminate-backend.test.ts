@@ -1,6 +1,6 @@
 // Scenario 3 of `npm run chaos`, quick version, in `npm test`.
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import type { TestDatabase } from '@org/db-tools/testing';
+import type { TestDatabase } from '@org/testing';
 import { scenario } from '../src/scenarios/3-terminate.js';
 import { chaosDatabase, context, expectHeld } from './support.js';
 

@@ -1,7 +1,7 @@
 // The chaos scenarios on a test database: fixtures installed, the result's checks
 // turned into one assertion that names every broken invariant.
 import { expect } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { installFixtures } from '../src/fixtures.js';
 import type { ChaosContext, Result } from '../src/harness.js';
 

@@ -13,7 +13,7 @@ import { migrateDatabase, migrateSettings } from '../src/migrate.js';
 import { repoRoot } from '../src/paths.js';
 import { dumpDatabase } from '../src/schema-dump-file.js';
 import { unifiedDiff } from '../src/schema-dump.js';
-import { createTestDatabase, type TestDatabase } from '../src/testing/index.js';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { queueFacts, seedQueue } from './support/queue-fixture.js';
 
 const legacyFolder = join(repoRoot(), 'tools', 'db', 'test', 'fixtures', 'legacy-migrations');

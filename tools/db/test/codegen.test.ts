@@ -4,7 +4,7 @@ import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, wri
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '../src/testing/index.js';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { clientPackages, runPgtyped } from '../src/codegen.js';
 
 let db: TestDatabase;

@@ -20,7 +20,7 @@ import { compiledMigrations } from '../src/migration-files.js';
 import { checkMigrationLocks } from '../src/migration-locks.js';
 import { migrateDatabase, migrateSettings } from '../src/migrate.js';
 import { repoRoot } from '../src/paths.js';
-import { createTestDatabase, type TestDatabase } from '../src/testing/index.js';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { withDatabase } from '../src/urls.js';
 import { seedQueue } from './support/queue-fixture.js';
 

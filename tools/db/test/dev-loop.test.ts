@@ -9,7 +9,7 @@ import { inject } from 'vitest';
 import { startDevLoop, type DevLoop } from '../src/dev-loop.js';
 import { migrateSettings } from '../src/migrate.js';
 import { repoRoot } from '../src/paths.js';
-import { createTestDatabase, type TestDatabase } from '../src/testing/index.js';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 let loop: DevLoop | undefined;

@@ -21,7 +21,7 @@ import { sqlFiles } from '../src/sql-drift.js';
 import { committedMigrations } from '../src/migration-files.js';
 import { migrateDatabase, migrateSettings } from '../src/migrate.js';
 import { repoRoot } from '../src/paths.js';
-import { createTestDatabase, type TestDatabase } from '../src/testing/index.js';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { withDatabase } from '../src/urls.js';
 
 const dbs: TestDatabase[] = [];

@@ -9,7 +9,7 @@ import { compiledMigrations } from '../src/migration-files.js';
 import { checkMigrationLocks, HOT_TABLES, lockMarkers, type MigrationToCheck } from '../src/migration-locks.js';
 import { migrateSettings } from '../src/migrate.js';
 import { repoRoot } from '../src/paths.js';
-import { createTestDatabase, type TestDatabase } from '../src/testing/index.js';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { seedQueue } from './support/queue-fixture.js';
 
 const dbs: TestDatabase[] = [];

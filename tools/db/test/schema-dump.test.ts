@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dumpDatabase, schemaDumpPath, writeSchemaDump } from '../src/schema-dump-file.js';
 import { SCHEMA_DUMP_HEADER, unifiedDiff } from '../src/schema-dump.js';
-import { createTestDatabase, type TestDatabase } from '../src/testing/index.js';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 const tmp = mkdtempSync(join(tmpdir(), 'schema-dump-'));

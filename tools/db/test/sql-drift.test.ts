@@ -6,7 +6,7 @@ import { compileMigration } from '../src/migration-files.js';
 import { migrateSettings } from '../src/migrate.js';
 import { repoRoot } from '../src/paths.js';
 import { findSqlDrift, formatDrift, sqlFiles, type SqlFile } from '../src/sql-drift.js';
-import { createTestDatabase, type TestDatabase } from '../src/testing/index.js';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 let compile: (file: SqlFile) => Promise<string>;

@@ -1,6 +1,6 @@
 // Fixture tasks of the worker-only types (queues.internal_task_type), which the REST API
 // refuses (403): enqueued as the owner's SQL does (queues.enqueue_internal).
-import type { TestDatabase } from '@org/db-tools/testing';
+import type { TestDatabase } from '@org/testing';
 
 export const WORKER_ONLY = new Set(['db_function', 'email', 'sms', 'file_delete']);
 

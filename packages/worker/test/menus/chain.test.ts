@@ -2,7 +2,7 @@
 // store discovery -> entry-point discovery per new store -> product discovery -> the
 // daily staggered resync. Every follow-up is enqueued by SQL from the completed step.
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { claimTasks } from '@org/queue-client';
 import { startFakeMenuPlatform, type FakeMenuPlatform } from '@org/menu-sync';
 import { discover, eventually, factsOf, fastRetries, pendingCount, startWorker } from './support.js';

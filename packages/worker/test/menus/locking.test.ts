@@ -3,7 +3,7 @@
 // show that no two runs of one store overlapped.
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { claimTasks } from '@org/queue-client';
 import { createHttpMenuPlatform, menuProcessor, startFakeMenuPlatform, type FakeMenuPlatform } from '@org/menu-sync';
 import { runAndComplete } from './support.js';

@@ -5,7 +5,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { claimTasks } from '@org/queue-client';
 import { startFakeMenuPlatform, type FakeMenuPlatform } from '@org/menu-sync';
 import { eventually, factsOf, startWorker } from './support.js';

@@ -1,7 +1,7 @@
 // Each role's success and failure paths, through a real worker against the fake menu
 // platform: facts, results, follow-ups, errors, retries.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { claimTasks } from '@org/queue-client';
 import type { Worker } from '@org/worker';
 import { createHttpMenuPlatform, menuProcessor, startFakeMenuPlatform, type FakeMenuPlatform } from '@org/menu-sync';

@@ -3,7 +3,7 @@
 // redrive after the storm completes them. Then a flaky platform (30% 5xx): every task
 // ends, and each failed attempt left one error.
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { startFakeMenuPlatform, type FakeMenuPlatform } from '@org/menu-sync';
 import { eventually, fastRetries, pendingCount, startWorker } from './support.js';
 

@@ -1,7 +1,7 @@
 // Shared pieces of the menu-sync tests: a test database with fast retries, the fake menu
 // platform, in-process workers running the real processors, and fact readers.
 import type pg from 'pg';
-import type { TestDatabase } from '@org/db-tools/testing';
+import type { TestDatabase } from '@org/testing';
 import type { ClaimedTask } from '@org/queue-client';
 import { Completer, createLogger, Worker, type Settled } from '@org/worker';
 import { defaultRegistry } from '@org/worker/command';

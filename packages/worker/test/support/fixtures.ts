@@ -1,6 +1,6 @@
 // Fixture SQL for worker tests: runnable functions with observable effects, and extra
 // task types for test processors.
-import type { TestDatabase } from '@org/db-tools/testing';
+import type { TestDatabase } from '@org/testing';
 
 export async function installFixtures(db: TestDatabase): Promise<void> {
   const worker = db.dbUsers.worker;

@@ -1,4 +1,4 @@
-import type { DbUserNames, DbUserPasswords } from '../db-users.js';
+import type { DbUserNames, DbUserPasswords } from '@org/db-tools/db-users';
 
 /** What the global setup hands to test files (vitest `provide` / `inject`). */
 export interface TestServerContext {

@@ -3,7 +3,7 @@
 // clones (see createTestDatabase).
 import pg from 'pg';
 import type { TestProject } from 'vitest/node';
-import { openServer, provisionDatabase, withRootClient } from '../server.js';
+import { openServer, provisionDatabase, withRootClient } from '@org/db-tools/server';
 import type { TestServerContext } from './context.js';
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {

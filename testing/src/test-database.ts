@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { inject } from 'vitest';
-import { hardenDatabase, type DbUserNames } from '../db-users.js';
-import { withDatabase } from '../urls.js';
+import { hardenDatabase, type DbUserNames } from '@org/db-tools/db-users';
+import { withDatabase } from '@org/db-tools/urls';
 import './context.js';
 
 export type DbUser = keyof DbUserNames | 'root';
