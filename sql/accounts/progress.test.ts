@@ -1,7 +1,7 @@
 // A process root's progress from its facts (sql/accounts/progress.sql): an account
 // deletion shows files deleted out of files on its process-tree node.
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { drive } from '../test-support/drive.ts';
 
 let db: TestDatabase;

@@ -2,7 +2,7 @@
 // worker's queues.cancelled_tasks, a worker dead while holding a cancelled task, and a
 // process supervisor seeing its cancelled running channel task as an outcome.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { claimDue, runAsWorker } from '../test-support/drive.ts';
 
 let db: TestDatabase;

@@ -1,7 +1,7 @@
 // Progress reports (sql/queues/progress.sql): recorded as facts by the worker, fenced by
 // the run's lease, shown by admin.get_task; bad values refused with nothing written.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {

@@ -3,7 +3,7 @@
 // type 404, nothing written.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { createApi } from '../src/index.js';
 
 const TOKEN = 'test-token-timeouts-0123456789';

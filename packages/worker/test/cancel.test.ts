@@ -4,7 +4,7 @@
 // abort and returns later, and its slot stays taken until it does. Cancels racing
 // completions: every task ends once, and the worker reports each as it ended.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { cancelTasks } from '@org/queue-client';
 import {
   createLogger,

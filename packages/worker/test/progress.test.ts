@@ -4,7 +4,7 @@
 // processor without touching the database.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { defineTask } from '@org/tasks';
 import {
   createLogger,

@@ -4,7 +4,7 @@
 // its late success is not recorded; a failure with attempts left is retried; a type with
 // no timeout is never cut off. And the settings' bad input.
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/db-tools/testing';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
 import {
   createLogger,
   ProcessorRegistry,
