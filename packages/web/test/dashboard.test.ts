@@ -306,6 +306,36 @@ it('cancels a pending task from the list (selection and bulk action); it is comp
   expect(await page.getByTestId('completion').textContent()).toContain('cancelled from the dashboard');
 });
 
+it("a running task's page shows its progress, and cancels it: the worker's lease is revoked, the task ends cancelled", async () => {
+  // The operator's token, read when the dashboard starts.
+  await page.goto(`${base}/#/`);
+  await setToken(TOKEN);
+  await page.reload();
+  const id = await enqueue({ task_type: 'store_discovery', payload: { progress: 'shown' } });
+  const worker = db.pool('worker');
+  const { rows } = await worker.query(
+    `select task_lease_id::text from queues.claim_tasks('dashboard-progress', 1000, array['store_discovery']) where task_id = $1`,
+    [id],
+  );
+  expect(rows).toHaveLength(1);
+  const leaseId = rows[0].task_lease_id as string;
+  await worker.query(`select queues.record_progress($1, $2, 12, 40, 'fetching menus')`, [id, leaseId]);
+  await page.goto(`${base}/#/task/${id}`);
+  const progress = page.getByTestId('task-progress');
+  await progress.waitFor();
+  expect(await progress.textContent()).toContain('12 / 40 · fetching menus');
+  expect(await progress.locator('progress').getAttribute('value')).toBe('12');
+  await page.getByTestId('cancel-task').click();
+  await page.getByTestId('action-result').filter({ hasText: 'cancel: cancelled' }).waitFor();
+  expect(await taskState(id)).toBe('cancelled');
+  // The worker's heartbeat finds the lease gone: its extension answers nothing.
+  const { rows: extended } = await worker.query('select * from queues.extend_leases($1::bigint[], $2::bigint[])', [
+    [id],
+    [leaseId],
+  ]);
+  expect(extended).toEqual([]);
+});
+
 it('pausing a task type stops a running worker from claiming it; resuming lets it run', async () => {
   await setToken(TOKEN);
   const worker = newWorker('pause-worker', ['db_function']);

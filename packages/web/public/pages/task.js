@@ -68,6 +68,19 @@ export async function taskPage(id) {
       ['scheduled', fmtTime(task.scheduled_at)],
     ];
     if (t.run_now_at) fields.push(['run now requested', fmtTime(t.run_now_at)]);
+    if (t.progress) {
+      // The latest progress report of the run (queues.task_progress), as the worker sent it.
+      const p = t.progress;
+      fields.push([
+        'progress',
+        h(
+          'span',
+          { 'data-testid': 'task-progress' },
+          p.total ? h('progress', { max: String(p.total), value: String(p.done) }) : null,
+          ` ${p.done}${p.total ? ` / ${p.total}` : ''}${p.note ? ` · ${p.note}` : ''} · reported ${fmtTime(p.reported_at)}`,
+        ),
+      ]);
+    }
     if (t.process)
       fields.push([
         'business process',
@@ -80,10 +93,11 @@ export async function taskPage(id) {
     if (t.redriven_from) fields.push(['redriven from', taskLink(t.redriven_from)]);
     if (t.redriven_to) fields.push(['redriven as', taskLink(t.redriven_to)]);
     const actions = [];
-    if (['scheduled', 'ready', 'retrying'].includes(task.state))
+    // A running task is cancelled too: its worker aborts it at its next heartbeat.
+    if (['scheduled', 'ready', 'retrying', 'running'].includes(task.state))
       actions.push(
         actionButton(
-          'Cancel',
+          task.state === 'running' ? 'Cancel (stops at the next heartbeat)' : 'Cancel',
           { class: 'danger', 'data-testid': 'cancel-task' },
           async () => {
             const r = await mutate('/api/tasks/cancel', {
