@@ -6177,7 +6177,7 @@ AS $function$
         if found then
           select max(r.next_task_id) into _next_task_id from comms.send_email_supervisor_run r where r.send_email_task_id = _root_id;
         end if;
-        if _next_task_id is null or queues.hasten_task(_next_task_id) = 'not_pending' then
+        if _next_task_id is null or queues.run_task_now(_next_task_id) = 'not_pending' then
           perform internal.enqueue_channel_supervisor(internal.get_channel_process('comms', 'send_email'), _root_id, null);
         end if;
       end if;
@@ -6505,7 +6505,7 @@ AS $function$
         if found then
           select max(r.next_task_id) into _next_task_id from comms.send_sms_supervisor_run r where r.send_sms_task_id = _root_id;
         end if;
-        if _next_task_id is null or queues.hasten_task(_next_task_id) = 'not_pending' then
+        if _next_task_id is null or queues.run_task_now(_next_task_id) = 'not_pending' then
           perform internal.enqueue_channel_supervisor(internal.get_channel_process('comms', 'send_sms'), _root_id, null);
         end if;
       end if;
@@ -6888,7 +6888,7 @@ AS $function$
         if found then
           select max(r.next_task_id) into _next_task_id from files.file_deletion_supervisor_run r where r.file_deletion_task_id = _root_id;
         end if;
-        if _next_task_id is null or queues.hasten_task(_next_task_id) = 'not_pending' then
+        if _next_task_id is null or queues.run_task_now(_next_task_id) = 'not_pending' then
           perform internal.enqueue_channel_supervisor(internal.get_channel_process('files', 'file_deletion'), _root_id, null);
         end if;
       end if;
@@ -7633,7 +7633,7 @@ begin
         if found then
           select max(r.next_task_id) into _next_task_id from %1$I.%3$I r where r.%9$I = _root_id;
         end if;
-        if _next_task_id is null or queues.hasten_task(_next_task_id) = 'not_pending' then
+        if _next_task_id is null or queues.run_task_now(_next_task_id) = 'not_pending' then
           perform internal.enqueue_channel_supervisor(internal.get_channel_process(%1$L, %11$L), _root_id, null);
         end if;
       end if;
@@ -10414,36 +10414,6 @@ $function$;
   -- queues.guard_task_type_in_use(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.hasten_task(_task_id bigint)
- RETURNS text
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-declare
-  _pending record;
-begin
-  if _task_id is null then
-    raise exception 'task_id must not be null' using errcode = '22004';
-  end if;
-  -- A claim that holds the row commits first; the row is then read as it left it.
-  select p.available_at, p.current_lease_id is null and p.lease_count = 0 as untaken into _pending
-    from queues.task_pending p
-   where p.task_id = _task_id
-     for update;
-  if not found then
-    return 'not_pending';
-  end if;
-  if not _pending.untaken then
-    return 'taken';
-  end if;
-  -- Nothing to do when it is due already.
-  perform queues.run_scheduled_now(now(), array[_task_id]);
-  return 'hastened';
-end;
-$function$;
-  -- queues.hasten_task(_task_id bigint): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
 CREATE OR REPLACE FUNCTION queues.history_partition_bounds()
  RETURNS TABLE(table_name text, partition_name text, lower_bound bigint, upper_bound bigint)
  LANGUAGE sql
@@ -12455,6 +12425,36 @@ $function$;
   -- queues.run_steps(_task_ids bigint[], _task_lease_ids bigint[], _function_names text[], _payloads jsonb[], _traceparents text[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.run_task_now(_task_id bigint)
+ RETURNS text
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _pending record;
+begin
+  if _task_id is null then
+    raise exception 'task_id must not be null' using errcode = '22004';
+  end if;
+  -- A claim that holds the row commits first; the row is then read as it left it.
+  select p.available_at, p.current_lease_id is null and p.lease_count = 0 as untaken into _pending
+    from queues.task_pending p
+   where p.task_id = _task_id
+     for update;
+  if not found then
+    return 'not_pending';
+  end if;
+  if not _pending.untaken then
+    return 'taken';
+  end if;
+  -- Nothing to do when it is due already.
+  perform queues.run_scheduled_now(now(), array[_task_id]);
+  return 'due_now';
+end;
+$function$;
+  -- queues.run_task_now(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.set_task_type_timeout(_task_type text, _timeout_ms integer)
  RETURNS void

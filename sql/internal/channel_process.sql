@@ -385,7 +385,7 @@ begin
         if found then
           select max(r.next_task_id) into _next_task_id from %1$I.%3$I r where r.%9$I = _root_id;
         end if;
-        if _next_task_id is null or queues.hasten_task(_next_task_id) = 'not_pending' then
+        if _next_task_id is null or queues.run_task_now(_next_task_id) = 'not_pending' then
           perform internal.enqueue_channel_supervisor(internal.get_channel_process(%1$L, %11$L), _root_id, null);
         end if;
       end if;
@@ -530,7 +530,7 @@ $$;
 -- The success handler: body {original_payload, worker_payload}; records the attempt's
 -- success and wakes the supervisor, so the process ends now rather than at its next
 -- backoff (5 s or more later): the run the last run scheduled is made due now
--- (queues.hasten_task, recorded in queues.task_run_now) while no worker has taken it, or
+-- (queues.run_task_now, recorded in queues.task_run_now) while no worker has taken it, or
 -- left to the worker that has; a new run due now is enqueued only when a run holds the
 -- root at that moment or the scheduled run is no longer pending. A second delivery
 -- changes nothing. A failure wakes nobody: the backoff is the pause before the next

@@ -365,8 +365,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#signal();
     await this.#loop;
     // Tasks claimed but not started go back at once.
-    const unstarted = this.#waiting.splice(0);
-    if (unstarted.length > 0) await this.#release(unstarted);
+    const queued = this.#waiting.splice(0);
+    if (queued.length > 0) await this.#release(queued);
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
       Promise.allSettled([...this.#running.values()].map((r) => r.done)),

@@ -99,7 +99,7 @@ it('an email process costs the database at most 160 statements, and its email ta
     [PROCESSES],
   );
   const perProcess = rows[0];
-  // Three tasks a process (the first run, the email, the run its success hastened).
+  // Three tasks a process (the first run, the email, the run its success made due now).
   const { rows: tasks } = await root.query<{ n: number }>('select count(*)::int as n from queues.task');
   expect(tasks[0].n).toBe(3 * (PROCESSES + 1));
   // Every statement, nested ones included: 154.8 in two runs (each task of a process

@@ -66,7 +66,7 @@ describe('a successful attempt wakes the scheduled supervisor run', () => {
       root: string;
       tasks: number;
       pending: number;
-      hastened: number;
+      madeDue: number;
       due_before_backoff: boolean;
     }>(
       `select r.id as root,
@@ -74,7 +74,7 @@ describe('a successful attempt wakes the scheduled supervisor run', () => {
               (select count(*)::int from queues.task_pending p join queues.task t using (task_id)
                 where t.payload ->> 'send_email_task_id' = r.id) as pending,
               (select count(*)::int from queues.task_run_now n join queues.task t using (task_id)
-                where t.payload ->> 'send_email_task_id' = r.id) as hastened,
+                where t.payload ->> 'send_email_task_id' = r.id) as made_due,
               -- The run was scheduled 5 s after the first run and ran at the success.
               (select bool_and(n.requested_at < t.scheduled_at) from queues.task_run_now n join queues.task t using (task_id)
                 where t.payload ->> 'send_email_task_id' = r.id) as due_before_backoff
@@ -83,7 +83,7 @@ describe('a successful attempt wakes the scheduled supervisor run', () => {
       [roots],
     );
     expect(perRoot).toEqual(
-      [...roots].sort().map((root) => ({ root, tasks: 3, pending: 0, hastened: 1, due_before_backoff: true })),
+      [...roots].sort().map((root) => ({ root, tasks: 3, pending: 0, madeDue: 1, due_before_backoff: true })),
     );
   });
 });

@@ -52,7 +52,7 @@ export function oversizedFiles(files: readonly { name: string; text: string }[])
 }
 
 export interface Include {
-  /** The sql/ file, relative to sql/ (e.g. `queues/hasten.sql`). */
+  /** The sql/ file, relative to sql/ (e.g. `queues/run_now.sql`). */
   file: string;
   /** Its text as the migration inlines it. */
   text: string;

@@ -136,11 +136,11 @@ describe('a migration committed after 000013', () => {
       `set local lock_timeout = '5s';\n--!include queues/pause.sql\n`,
     );
     writeFileSync(
-      join(folder, 'current', '120-pause-and-hasten.sql'),
+      join(folder, 'current', '120-pause-and-run-now.sql'),
       `set local lock_timeout = '5s';
 comment on function queues.paused_task_types() is 'probe';
 --!include queues/pause.sql
---!include queues/hasten.sql
+--!include queues/run_now.sql
 `,
     );
 
@@ -170,12 +170,12 @@ comment on function queues.paused_task_types() is 'probe';
     expect(checked[probe].includes.map((i) => i.file)).toEqual([
       'queues/pause.sql',
       'queues/pause.sql',
-      'queues/hasten.sql',
+      'queues/run_now.sql',
     ]);
     const reports = await checkMigrationIncludes({ url: fresh.url('owner'), before, checked });
     expect(reports[probe].problems).toEqual([
       expect.stringMatching(new RegExp(`^${name} includes queues/pause\\.sql 2 times`)),
-      expect.stringMatching(new RegExp(`^${name} includes queues/hasten\\.sql but changes none of what it creates`)),
+      expect.stringMatching(new RegExp(`^${name} includes queues/run_now\\.sql but changes none of what it creates`)),
     ]);
     // What graphile-migrate leaves in current/ after a commit is blank.
     expect(reports[probe + 1]).toEqual({ name: 'migrations/current/', files: [], problems: [] });

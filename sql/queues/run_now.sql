@@ -1,6 +1,6 @@
 -- Running scheduled tasks now. queues.run_scheduled_now writes it (the fact
 -- queues.task_run_now, the claim-index row due now, the wake-up), for the dashboard's
--- "run now" (admin.run_tasks_now) and for queues.hasten_task, with which the owner's SQL
+-- "run now" (admin.run_tasks_now) and for queues.run_task_now, with which the owner's SQL
 -- makes a task that no worker has taken yet due now (a channel process's success handler
 -- wakes the supervisor run its backoff scheduled this way, rather than enqueue another
 -- run beside it). Owner only (no grants).
@@ -43,7 +43,7 @@ end;
 $$;
 
 -- Makes task _task_id due now if no worker has ever taken it. Returns:
---   'hastened'     no lease so far: due now (queues.task_run_now recorded and the wake-up
+--   'due_now'      no lease so far: due now (queues.task_run_now recorded and the wake-up
 --                  sent when it was not yet due). Its claim-index row stays locked until
 --                  the caller's transaction ends, and claims skip locked rows, so the task
 --                  runs after that transaction commits and sees what it wrote.
@@ -51,7 +51,7 @@ $$;
 --                  its own time; left as it is.
 --   'not_pending'  completed, or no such task.
 -- A null id is refused (22004).
-create or replace function queues.hasten_task(_task_id bigint)
+create or replace function queues.run_task_now(_task_id bigint)
   returns text
   language plpgsql volatile
   set search_path = pg_catalog, pg_temp
@@ -75,6 +75,6 @@ begin
   end if;
   -- Nothing to do when it is due already.
   perform queues.run_scheduled_now(now(), array[_task_id]);
-  return 'hastened';
+  return 'due_now';
 end;
 $$;
