@@ -66,7 +66,7 @@ describe('a successful attempt wakes the scheduled supervisor run', () => {
       root: string;
       tasks: number;
       pending: number;
-      madeDue: number;
+      made_due: number;
       due_before_backoff: boolean;
     }>(
       `select r.id as root,
@@ -83,7 +83,7 @@ describe('a successful attempt wakes the scheduled supervisor run', () => {
       [roots],
     );
     expect(perRoot).toEqual(
-      [...roots].sort().map((root) => ({ root, tasks: 3, pending: 0, madeDue: 1, due_before_backoff: true })),
+      [...roots].sort().map((root) => ({ root, tasks: 3, pending: 0, made_due: 1, due_before_backoff: true })),
     );
   });
 });
