@@ -871,7 +871,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
     return answer;
   });
 
-  // A task type's run timeout (README, "Run timeouts"); null clears it.
+  // A task type's run timeout (docs/flow-control.md, "Run timeouts"); null clears it.
   app.post('/api/queues/:task_type/timeout', async (request) => {
     const { task_type } = parse(z.object({ task_type: taskType }), request.params, 'path');
     const body = parse(timeoutBody, request.body, 'body');

@@ -144,6 +144,7 @@ function bodyFor(route: RouteInfo, f: Fixture): unknown {
     'POST /api/dead-letters/redrive': { task_ids: [f.dead2] },
     'POST /api/queues/:task_type/pause': { reason: 'audit test' },
     'POST /api/queues/:task_type/resume': {},
+    'POST /api/queues/:task_type/timeout': { timeout_seconds: 30 },
     'POST /api/workers/:worker_id/recover-stale': { dead_after_seconds: 10 },
     'POST /api/schedules/:name/enable': {},
     'POST /api/schedules/:name/disable': {},
