@@ -81,7 +81,7 @@ begin
 end;
 $$;
 
--- A completion and its handler in one statement: the worker's completion of a handler task
+-- A completion and its handler in one statement: the worker's completion of a channel task
 -- (a success handler after the provider's call, an error handler after its failure), with
 -- no transaction left open between round trips. Runs internal.run_function(_handler,
 -- _body) in a subtransaction, reads its envelope (queues.parse_envelope), and records the

@@ -29,12 +29,12 @@ export type DbFunctionPayload = z.infer<typeof dbFunctionPayload>;
  * calls before_handler for the provider payload, the provider, then success_handler or
  * error_handler. Each handler is optional.
  */
-export const handlerTaskPayload = z.looseObject({
+export const channelTaskPayload = z.looseObject({
   before_handler: functionName.optional(),
   success_handler: functionName.optional(),
   error_handler: functionName.optional(),
 });
-export type HandlerTaskPayload = z.infer<typeof handlerTaskPayload>;
+export type ChannelTaskPayload = z.infer<typeof channelTaskPayload>;
 
 /** Body of a success handler call. */
 export const successHandlerBody = z.strictObject({

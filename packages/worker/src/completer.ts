@@ -16,7 +16,7 @@
  * transaction of its own with its fenced completion: if its lease was lost, its effects
  * roll back. (One transaction for a whole batch of effects would hold the row locks of
  * its first completions until its last effects ran, and a heartbeat that must extend those
- * leases would wait for it.) A completion with a handler (a handler task's success or
+ * leases would wait for it.) A completion with a handler (a channel task's success or
  * error handler) is one statement, queues.settle_with_handler, which runs the handler and
  * the completion together: no transaction stays open between round trips. Both run on
  * EFFECT_CONNECTIONS connections of their own side by side: one after another on one
@@ -40,7 +40,7 @@ import {
   type CompletionResult,
   type Settlement,
 } from '@org/queue-client';
-import { errorMessage, isTransient, sanitizeMessage } from './completion.js';
+import { errorMessage, isTransient, sanitizeMessage } from './error-class.js';
 import { noteCrash, watchCrashNotice } from './crash-notice.js';
 import type { Logger } from './logger.js';
 import type { TaskOutcome, TaskReport } from './processor.js';

@@ -11,7 +11,7 @@ export {
 } from './metrics.js';
 export { ProcessorRegistry, type Processor, type TaskContext, type TaskOutcome, type TaskReport } from './processor.js';
 export { dbFunctionProcessor, dbFunctionStep } from './processors/db-function.js';
-export { handlerTaskProcessor } from './processors/handler-task.js';
+export { channelTaskProcessor } from './processors/channel-task.js';
 export { registerTaskDefinitions, taskDefinitionProcessor } from './processors/task-definition.js';
 export { HandlerInvoker } from './handler-invoker.js';
 export { TaskCancelledError } from './cancellation.js';

@@ -5,7 +5,7 @@
  * processor by task_type from a ProcessorRegistry; apps register their own beside the
  * built-in ones:
  *
- *   registry.register('fax', handlerTaskProcessor(myFaxProvider));
+ *   registry.register('fax', channelTaskProcessor(myFaxProvider));
  *
  * A processor that throws is recorded as failed ('worker error: ...'), unless the error
  * is a lost connection (the task runs again) or a lost lease (nothing is recorded).

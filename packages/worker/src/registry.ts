@@ -1,7 +1,7 @@
 import type { Provider } from '@org/handler-types';
 import { ProcessorRegistry, type Processor } from './processor.js';
 import { dbFunctionProcessor } from './processors/db-function.js';
-import { handlerTaskProcessor } from './processors/handler-task.js';
+import { channelTaskProcessor } from './processors/channel-task.js';
 
 /**
  * The built-in processors: db_function; with providers, email, sms and file_delete; with
@@ -17,9 +17,9 @@ export function defaultRegistry(
   const registry = new ProcessorRegistry().register('db_function', dbFunctionProcessor());
   if (providers)
     registry
-      .register('email', handlerTaskProcessor(providers.email))
-      .register('sms', handlerTaskProcessor(providers.sms))
-      .register('file_delete', handlerTaskProcessor(providers.file_delete));
+      .register('email', channelTaskProcessor(providers.email))
+      .register('sms', channelTaskProcessor(providers.sms))
+      .register('file_delete', channelTaskProcessor(providers.file_delete));
   for (const [role, processor] of Object.entries(menuProcessors ?? {})) registry.register(role, processor);
   return registry;
 }

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { openServer, provisionDatabase, withRootClient, type DatabaseServer, type DatabaseUrls } from '@org/db-tools';
 import { createResendEmailProvider } from '@org/providers';
 import { startFakeResend, type FakeResend } from '@org/providers/testing';
-import { createLogger, dbFunctionProcessor, handlerTaskProcessor, ProcessorRegistry, Worker } from '../src/index.js';
+import { createLogger, dbFunctionProcessor, channelTaskProcessor, ProcessorRegistry, Worker } from '../src/index.js';
 import { eventually } from './support/fixtures.js';
 
 const PROCESSES = 12;
@@ -35,7 +35,7 @@ beforeAll(async () => {
   resend = await startFakeResend();
   const registry = new ProcessorRegistry()
     .register('db_function', dbFunctionProcessor())
-    .register('email', handlerTaskProcessor(createResendEmailProvider({ apiKey: 're_test', baseUrl: resend.url })));
+    .register('email', channelTaskProcessor(createResendEmailProvider({ apiKey: 're_test', baseUrl: resend.url })));
   worker = new Worker({
     databaseUrl: urls.worker,
     roles: null,

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { createResendEmailProvider } from '@org/providers';
 import { startFakeResend, type FakeResend } from '@org/providers/testing';
-import { createLogger, dbFunctionProcessor, handlerTaskProcessor, ProcessorRegistry, Worker } from '../src/index.js';
+import { createLogger, dbFunctionProcessor, channelTaskProcessor, ProcessorRegistry, Worker } from '../src/index.js';
 import { eventually } from './support/fixtures.js';
 
 let db: TestDatabase;
@@ -30,7 +30,7 @@ beforeAll(async () => {
       .register('db_function', dbFunctionProcessor())
       .register(
         'email',
-        handlerTaskProcessor(createResendEmailProvider({ apiKey: 're_test_key', baseUrl: resend.url })),
+        channelTaskProcessor(createResendEmailProvider({ apiKey: 're_test_key', baseUrl: resend.url })),
       ),
     logger: createLogger('silent'),
   });

@@ -10,7 +10,7 @@ import {
   Completer,
   createLogger,
   dbFunctionProcessor,
-  handlerTaskProcessor,
+  channelTaskProcessor,
   LeaseLostError,
   type Processor,
   type TaskReport,
@@ -242,7 +242,7 @@ describe('handler processor', () => {
       return Promise.resolve({ delivered_to: payload.to, provider_id: 'p-1' });
     },
   };
-  const processor = handlerTaskProcessor(provider);
+  const processor = channelTaskProcessor(provider);
   const handlers = {
     before_handler: 'fixture.before',
     success_handler: 'fixture.on_success',

@@ -12,7 +12,7 @@ import {
   classifyError,
   createLogger,
   dbFunctionProcessor,
-  handlerTaskProcessor,
+  channelTaskProcessor,
   ProcessorRegistry,
   Worker,
   type WorkerOptions,
@@ -169,7 +169,7 @@ const completed = (id: string) => async () => (await factsOf(db, id)).outcome !=
  */
 async function expectSuccessHandlerFailure(code: string, message: string, recorded: RegExp): Promise<void> {
   const rec = recordingProvider();
-  await startWorker(new ProcessorRegistry().register('test_channel', handlerTaskProcessor(rec.provider)));
+  await startWorker(new ProcessorRegistry().register('test_channel', channelTaskProcessor(rec.provider)));
   const id = await enqueue('test_channel', {
     before_handler: 'fixture.before',
     before: { success: true, payload: { to: `sms-${code}` } },
@@ -276,7 +276,7 @@ describe('one run of a task at a time (item 4)', () => {
   it('a second lease of a task the worker is still running is not started until the first run ends', async () => {
     const rec = recordingProvider();
     rec.close();
-    await startWorker(new ProcessorRegistry().register('test_channel', handlerTaskProcessor(rec.provider)), {
+    await startWorker(new ProcessorRegistry().register('test_channel', channelTaskProcessor(rec.provider)), {
       leaseSeconds: 30,
       heartbeatIntervalMs: 1000,
       workerId: 'sem-twice',
@@ -324,7 +324,7 @@ describe('transient errors are bounded (item 8)', () => {
 
   it('a transient failure after the provider call: the retry sends the same idempotency key', async () => {
     const rec = recordingProvider();
-    await startWorker(new ProcessorRegistry().register('test_channel', handlerTaskProcessor(rec.provider)));
+    await startWorker(new ProcessorRegistry().register('test_channel', channelTaskProcessor(rec.provider)));
     await handlerCalls(db);
     const id = await enqueue('test_channel', {
       before_handler: 'fixture.before',
@@ -366,7 +366,7 @@ describe('validation failures are not retried (item 9)', () => {
 describe('error messages are sanitized at the worker boundary (item 10)', () => {
   it('a NUL byte in a provider’s error: the message is kept, the error handler runs, the task fails once', async () => {
     const rec = recordingProvider({ fail: 'bounced:\u0000 mailbox \ud800 full' });
-    await startWorker(new ProcessorRegistry().register('test_channel', handlerTaskProcessor(rec.provider)));
+    await startWorker(new ProcessorRegistry().register('test_channel', channelTaskProcessor(rec.provider)));
     await handlerCalls(db);
     const id = await enqueue('test_channel', { to: 'nul', error_handler: 'fixture.on_error' });
     await eventually(completed(id), 'the task to complete', 15_000);
@@ -383,7 +383,7 @@ describe('error messages are sanitized at the worker boundary (item 10)', () => 
 
   it('a huge error message is kept, capped', async () => {
     const rec = recordingProvider({ fail: 'x'.repeat(200_000) });
-    await startWorker(new ProcessorRegistry().register('test_channel', handlerTaskProcessor(rec.provider)));
+    await startWorker(new ProcessorRegistry().register('test_channel', channelTaskProcessor(rec.provider)));
     const id = await enqueue('test_channel', { to: 'huge', error_handler: 'fixture.on_error' });
     await eventually(completed(id), 'the task to complete', 15_000);
     const facts = await factsOf(db, id);

@@ -24,7 +24,7 @@ import type { Provider } from '@org/handler-types';
 import { createResendEmailProvider } from '@org/providers';
 import { startFakeResend, type FakeResend } from '@org/providers/testing';
 import { enqueue, setTraceContext, withTransaction } from '@org/queue-client';
-import { createLogger, dbFunctionProcessor, handlerTaskProcessor, ProcessorRegistry, Worker } from '../src/index.js';
+import { createLogger, dbFunctionProcessor, channelTaskProcessor, ProcessorRegistry, Worker } from '../src/index.js';
 import { eventually, installFixtures } from './support/fixtures.js';
 
 let db: TestDatabase;
@@ -111,8 +111,8 @@ describe('a trace from enqueue to completion', () => {
       shutdownGraceMs: 2000,
       registry: new ProcessorRegistry()
         .register('db_function', dbFunctionProcessor())
-        .register('email', handlerTaskProcessor(createResendEmailProvider({ apiKey: 're_test', baseUrl: resend.url })))
-        .register('test_channel', handlerTaskProcessor(testProvider)),
+        .register('email', channelTaskProcessor(createResendEmailProvider({ apiKey: 're_test', baseUrl: resend.url })))
+        .register('test_channel', channelTaskProcessor(testProvider)),
       logger: createLogger('silent'),
     });
     await worker.start();

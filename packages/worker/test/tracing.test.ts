@@ -16,7 +16,7 @@ import {
 } from '@opentelemetry/sdk-trace-base';
 import { createTestDatabase, type TestDatabase } from '@org/testing';
 import type { Provider } from '@org/handler-types';
-import { createLogger, dbFunctionProcessor, handlerTaskProcessor, ProcessorRegistry, Worker } from '../src/index.js';
+import { createLogger, dbFunctionProcessor, channelTaskProcessor, ProcessorRegistry, Worker } from '../src/index.js';
 import { traceStep, tracingEnabled } from '../src/tracing.js';
 import { enqueue, eventually, factsOf, installFixtures } from './support/fixtures.js';
 
@@ -44,7 +44,7 @@ function newWorker(id: string): Worker {
     shutdownGraceMs: 1000,
     registry: new ProcessorRegistry()
       .register('db_function', dbFunctionProcessor())
-      .register('test_channel', handlerTaskProcessor(provider)),
+      .register('test_channel', channelTaskProcessor(provider)),
     logger: createLogger('silent'),
   });
 }

@@ -8,7 +8,7 @@ import type { Provider } from '@org/handler-types';
 import {
   createLogger,
   dbFunctionProcessor,
-  handlerTaskProcessor,
+  channelTaskProcessor,
   ProcessorRegistry,
   Worker,
   type WorkerOptions,
@@ -94,8 +94,8 @@ describe('worker loop', () => {
   it('claims only the task types of its roles', async () => {
     const sms = testProvider();
     const registry = new ProcessorRegistry()
-      .register('sms', handlerTaskProcessor(sms.provider))
-      .register('email', handlerTaskProcessor(testProvider().provider));
+      .register('sms', channelTaskProcessor(sms.provider))
+      .register('email', channelTaskProcessor(testProvider().provider));
     const emailId = await enqueue(db, 'email', { to: 'nobody@example.com' });
     const smsId = await enqueue(db, 'sms', { to: '+15550100' });
     await startWorker({ registry, roles: ['sms'] });
@@ -209,14 +209,14 @@ describe('worker loop', () => {
     const other = testProvider();
     const id = await enqueue(db, 'test_channel', { to: 'long-call' });
     await startWorker({
-      registry: new ProcessorRegistry().register('test_channel', handlerTaskProcessor(slow.provider)),
+      registry: new ProcessorRegistry().register('test_channel', channelTaskProcessor(slow.provider)),
       leaseSeconds: 1,
       heartbeatIntervalMs: 250,
     });
     await eventually(() => slow.calls.length === 1, 'the slow call started');
     // A second worker polls the whole time the first is busy.
     await startWorker({
-      registry: new ProcessorRegistry().register('test_channel', handlerTaskProcessor(other.provider)),
+      registry: new ProcessorRegistry().register('test_channel', channelTaskProcessor(other.provider)),
       leaseSeconds: 1,
       heartbeatIntervalMs: 250,
       pollIntervalMs: 50,

@@ -8,7 +8,7 @@
 import pg from 'pg';
 import { createResendEmailProvider } from '@org/providers';
 import { startFakeResend } from '@org/providers/testing';
-import { dbFunctionProcessor, handlerTaskProcessor, ProcessorRegistry } from '@org/worker';
+import { dbFunctionProcessor, channelTaskProcessor, ProcessorRegistry } from '@org/worker';
 import { openStatementsServer } from './statements-server.mjs';
 import { postgresCpuMicros, probeDatabase, probeWorker } from './drain-fixture.mjs';
 
@@ -36,7 +36,7 @@ try {
   await root.query('select pg_stat_statements_reset()');
   const registry = new ProcessorRegistry()
     .register('db_function', dbFunctionProcessor())
-    .register('email', handlerTaskProcessor(createResendEmailProvider({ apiKey: 're_probe', baseUrl: resend.url })));
+    .register('email', channelTaskProcessor(createResendEmailProvider({ apiKey: 're_probe', baseUrl: resend.url })));
   const worker = probeWorker(urls, registry, ['db_function', 'email'], { concurrency: CONCURRENCY });
   const cpu0 = process.cpuUsage();
   const server0 = postgresCpuMicros();

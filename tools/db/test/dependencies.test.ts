@@ -151,7 +151,7 @@ describe('package dependencies', () => {
     );
     const worker = workspaces.find((w) => w.pkg.name === '@org/worker')!;
     expect(worker.prod.map((f) => relative(worker.dir, f))).toContain('src/main.ts');
-    expect(worker.dev.map((f) => relative(worker.dir, f))).toContain('test/process.test.ts');
+    expect(worker.dev.map((f) => relative(worker.dir, f))).toContain('test/worker-process.test.ts');
     expect(rootWorkspace.dev.map((f) => relative(root, f))).toEqual(
       expect.arrayContaining(['vitest.config.ts', 'sql/queues/claim.test.ts']),
     );

@@ -67,7 +67,7 @@ export async function installFixtures(db: TestDatabase): Promise<void> {
       from unnest(array['fixture.step(jsonb)', 'fixture.repeat(jsonb)', 'fixture.nothing(jsonb)', 'fixture.before(jsonb)',
                         'fixture.on_success(jsonb)', 'fixture.on_error(jsonb)']) f;
     insert into queues.task_type (task_type, description) values
-      ('test_channel', 'worker tests: a handler task with a test provider'),
+      ('test_channel', 'worker tests: a channel task with a test provider'),
       ('slow', 'worker tests: waits'), ('crash', 'worker tests: kills its worker');
   `);
 }

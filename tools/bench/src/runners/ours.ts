@@ -14,7 +14,7 @@ import { connect, enqueue, enqueueMany } from '@org/queue-client';
 import {
   createLogger,
   dbFunctionProcessor,
-  handlerTaskProcessor,
+  channelTaskProcessor,
   ProcessorRegistry,
   Worker,
   type Processor,
@@ -109,7 +109,7 @@ async function runWork(config: WorkConfig, ctl: Control): Promise<Record<string,
       // Loaded only here: the providers package pulls in the Resend, Twilio and GCS SDKs,
       // which a no-op worker does not need (and whose memory would count in its RSS).
       const { createResendEmailProvider } = await import('@org/providers');
-      const email = handlerTaskProcessor(
+      const email = channelTaskProcessor(
         createResendEmailProvider({ apiKey: 're_bench_key', baseUrl: config.resendUrl! }),
       );
       registry.register('email', {

@@ -4,7 +4,7 @@
 // nothing else: exact row counts of every table of ours, before and after.
 import { startFakeResend } from '@org/providers/testing';
 import { createResendEmailProvider } from '@org/providers';
-import { createLogger, dbFunctionProcessor, handlerTaskProcessor, ProcessorRegistry, Worker } from '@org/worker';
+import { createLogger, dbFunctionProcessor, channelTaskProcessor, ProcessorRegistry, Worker } from '@org/worker';
 import { dropPending, lastTaskId, Report, waitFor, type ChaosDb, type DbUser, type Scenario } from '../harness.js';
 
 type Expect = { code: string | RegExp; message: RegExp } | { validation: RegExp } | { status: number; message: RegExp };
@@ -918,7 +918,7 @@ export const scenario: Scenario = {
         .register('db_function', dbFunctionProcessor())
         .register(
           'email',
-          handlerTaskProcessor(createResendEmailProvider({ apiKey: 're_chaos_key', baseUrl: resend.url })),
+          channelTaskProcessor(createResendEmailProvider({ apiKey: 're_chaos_key', baseUrl: resend.url })),
         ),
     });
     await worker.start();

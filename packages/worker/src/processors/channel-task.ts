@@ -37,13 +37,13 @@ import { traceStep } from '../tracing.js';
 
 const HANDLER_FIELDS = ['task_type', 'before_handler', 'success_handler', 'error_handler'];
 
-export function handlerTaskProcessor<P>(provider: Provider<P>): Processor {
+export function channelTaskProcessor<P>(provider: Provider<P>): Processor {
   return {
     name: `handler:${provider.name}`,
     async process(context: TaskContext): Promise<TaskOutcome> {
       const { task, pool } = context;
-      const { handlerTaskPayload } = await handlerTypes();
-      const handlers = handlerTaskPayload.safeParse(task.payload);
+      const { channelTaskPayload } = await handlerTypes();
+      const handlers = channelTaskPayload.safeParse(task.payload);
       if (!handlers.success) {
         const problem = handlers.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ');
         return { outcome: 'failed', error: `invalid handler names in payload: ${problem}` };
