@@ -509,8 +509,8 @@ share of one \`queues.claim_tasks\` call (up to 500 tasks, when the local queue 
 and of one \`queues.settle_tasks\` call that records the outcomes (with each run's start)
 gathered while the previous one ran (hundreds per call, on the completer's own connection);
 nothing is written when a task starts. \`db_function\` steps (7) run in the database, many per
-\`queues.run_steps\` call (a slot takes a share of the local queue): the steps of one function
-in one statement, their completions and results in one more.
+\`queues.run_steps\` call (a slot takes a share of the local queue): each step in a
+subtransaction of its own, their completions and results in one more statement.
 
 **graphile-worker ${info.versions['graphile-worker']}** (\`runners/graphile.ts\`): \`run()\` with
 \`${graphileConfig}\` (the batching options of its performance page:
