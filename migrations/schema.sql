@@ -3481,30 +3481,6 @@ $function$;
   -- admin.assert_process_root(_process text, _root_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION admin.assert_task_ids(_task_ids bigint[])
- RETURNS void
- LANGUAGE plpgsql
- IMMUTABLE
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-begin
-  if _task_ids is null then
-    raise exception 'task_ids must not be null' using errcode = '22004';
-  end if;
-  if cardinality(_task_ids) not between 1 and 1000 then
-    raise exception 'task_ids must name 1 to 1000 tasks, got %', cardinality(_task_ids) using errcode = '22023';
-  end if;
-  if array_position(_task_ids, null) is not null then
-    raise exception 'task_ids must not contain null' using errcode = '22004';
-  end if;
-  if (select count(distinct t) <> count(*) from unnest(_task_ids) t) then
-    raise exception 'task_ids must not repeat a task' using errcode = '22023';
-  end if;
-end;
-$function$;
-  -- admin.assert_task_ids(_task_ids bigint[]): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
 CREATE OR REPLACE FUNCTION admin.assert_task_type(_task_type text)
  RETURNS void
  LANGUAGE plpgsql
@@ -5223,7 +5199,7 @@ AS $function$
 declare
   _id bigint;
 begin
-  perform admin.assert_task_ids(_task_ids);
+  perform queues.assert_task_ids(_task_ids);
   foreach _id in array _task_ids loop
     task_id := _id;
     new_task_id := null;
@@ -5337,7 +5313,7 @@ begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
   end if;
-  perform admin.assert_task_ids(_task_ids);
+  perform queues.assert_task_ids(_task_ids);
   with locked as (
     select p.task_id, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now) as state
       from queues.task_pending p
@@ -8990,6 +8966,30 @@ $function$;
   -- queues.assert_may_enqueue(_task_type text, _where text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.assert_task_ids(_task_ids bigint[])
+ RETURNS void
+ LANGUAGE plpgsql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _task_ids is null then
+    raise exception 'task_ids must not be null' using errcode = '22004';
+  end if;
+  if cardinality(_task_ids) not between 1 and 1000 then
+    raise exception 'task_ids must name 1 to 1000 tasks, got %', cardinality(_task_ids) using errcode = '22023';
+  end if;
+  if array_position(_task_ids, null) is not null then
+    raise exception 'task_ids must not contain null' using errcode = '22004';
+  end if;
+  if (select count(distinct t) <> count(*) from unnest(_task_ids) t) then
+    raise exception 'task_ids must not repeat a task' using errcode = '22023';
+  end if;
+end;
+$function$;
+  -- queues.assert_task_ids(_task_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.attach_history_partition(_table text, _lower bigint, _upper bigint)
  RETURNS boolean
  LANGUAGE plpgsql
@@ -9118,18 +9118,7 @@ begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
   end if;
-  if _task_ids is null then
-    raise exception 'task_ids must not be null' using errcode = '22004';
-  end if;
-  if cardinality(_task_ids) not between 1 and 1000 then
-    raise exception 'task_ids must name 1 to 1000 tasks, got %', cardinality(_task_ids) using errcode = '22023';
-  end if;
-  if array_position(_task_ids, null) is not null then
-    raise exception 'task_ids must not contain null' using errcode = '22004';
-  end if;
-  if (select count(distinct t) <> count(*) from unnest(_task_ids) t) then
-    raise exception 'task_ids must not repeat a task' using errcode = '22023';
-  end if;
+  perform queues.assert_task_ids(_task_ids);
   if _reason is not null and length(_reason) > 500 then
     raise exception 'reason must be at most 500 characters, got %', length(_reason) using errcode = '22023';
   end if;
@@ -12517,7 +12506,8 @@ begin
     select c.task_id, c.result, row_number() over () as ord
       from queues.complete_tasks(_task_ids, _task_lease_ids, _outcomes, _retries,
                                  case when _started_us is not null then
-                                   array(select to_timestamp(u / 1000000.0) from unnest(_started_us) u) end) c
+                                   array(select to_timestamp(u.us / 1000000.0)
+                                         from unnest(_started_us) with ordinality u(us, i) order by u.i) end) c
   ),
   leases as (
     select l.task_id, l.task_lease_id

@@ -79,7 +79,7 @@ begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
   end if;
-  perform admin.assert_task_ids(_task_ids);
+  perform queues.assert_task_ids(_task_ids);
   with locked as (
     select p.task_id, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now) as state
       from queues.task_pending p
@@ -132,7 +132,7 @@ as $$
 declare
   _id bigint;
 begin
-  perform admin.assert_task_ids(_task_ids);
+  perform queues.assert_task_ids(_task_ids);
   foreach _id in array _task_ids loop
     task_id := _id;
     new_task_id := null;
@@ -167,28 +167,6 @@ begin
   _ids := array(select d.task_id from admin.list_dead_letters(_task_type, _limit, null) d);
   if cardinality(_ids) > 0 then
     return query select * from admin.redrive_tasks(_ids);
-  end if;
-end;
-$$;
-
--- Validates a selection: not null, 1 to 1000 ids, no nulls, no duplicates.
-create or replace function admin.assert_task_ids(_task_ids bigint[])
-  returns void
-  language plpgsql immutable
-  set search_path = pg_catalog, pg_temp
-as $$
-begin
-  if _task_ids is null then
-    raise exception 'task_ids must not be null' using errcode = '22004';
-  end if;
-  if cardinality(_task_ids) not between 1 and 1000 then
-    raise exception 'task_ids must name 1 to 1000 tasks, got %', cardinality(_task_ids) using errcode = '22023';
-  end if;
-  if array_position(_task_ids, null) is not null then
-    raise exception 'task_ids must not contain null' using errcode = '22004';
-  end if;
-  if (select count(distinct t) <> count(*) from unnest(_task_ids) t) then
-    raise exception 'task_ids must not repeat a task' using errcode = '22023';
   end if;
 end;
 $$;

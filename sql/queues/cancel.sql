@@ -14,6 +14,29 @@
 -- A cancelled channel task is, to its process's supervisor, a task the queue gave up on
 -- (internal.queue_gave_up_message: "... (cancelled): <reason>"), as an abandoned one.
 
+-- Validates a list of task ids for a change made to each (cancel, run now, redrive):
+-- 1 to 1000 ids, none null (22004), none repeated (22023).
+create or replace function queues.assert_task_ids(_task_ids bigint[])
+  returns void
+  language plpgsql immutable
+  set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if _task_ids is null then
+    raise exception 'task_ids must not be null' using errcode = '22004';
+  end if;
+  if cardinality(_task_ids) not between 1 and 1000 then
+    raise exception 'task_ids must name 1 to 1000 tasks, got %', cardinality(_task_ids) using errcode = '22023';
+  end if;
+  if array_position(_task_ids, null) is not null then
+    raise exception 'task_ids must not contain null' using errcode = '22004';
+  end if;
+  if (select count(distinct t) <> count(*) from unnest(_task_ids) t) then
+    raise exception 'task_ids must not repeat a task' using errcode = '22023';
+  end if;
+end;
+$$;
+
 -- Cancels the given tasks at _now. Rows in input order, one per task:
 --   cancelled          it was pending (scheduled, ready, retrying, or leased: running)
 --   already_completed  it had ended before (or a completion committed first)
@@ -39,18 +62,7 @@ begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
   end if;
-  if _task_ids is null then
-    raise exception 'task_ids must not be null' using errcode = '22004';
-  end if;
-  if cardinality(_task_ids) not between 1 and 1000 then
-    raise exception 'task_ids must name 1 to 1000 tasks, got %', cardinality(_task_ids) using errcode = '22023';
-  end if;
-  if array_position(_task_ids, null) is not null then
-    raise exception 'task_ids must not contain null' using errcode = '22004';
-  end if;
-  if (select count(distinct t) <> count(*) from unnest(_task_ids) t) then
-    raise exception 'task_ids must not repeat a task' using errcode = '22023';
-  end if;
+  perform queues.assert_task_ids(_task_ids);
   if _reason is not null and length(_reason) > 500 then
     raise exception 'reason must be at most 500 characters, got %', length(_reason) using errcode = '22023';
   end if;

@@ -619,6 +619,31 @@ describe('history', () => {
           startedUs.slice(1),
         ]),
     ).rejects.toMatchObject({ code: '22023' });
+    // So are start times that do not match the completions, in both settling functions.
+    const open = leases.slice(2);
+    await expect(
+      db
+        .pool('worker')
+        .query(`select * from queues.settle_tasks($1::bigint[], $2::bigint[], _started_us => $3::bigint[])`, [
+          open.map((l) => l.task_id),
+          open.map((l) => l.task_lease_id),
+          startedUs.slice(0, 1),
+        ]),
+    ).rejects.toMatchObject({ code: '22023', message: /started_us must have one element per task/ });
+    await expect(
+      db
+        .pool('worker')
+        .query(`select * from queues.complete_tasks($1::bigint[], $2::bigint[], _started_at => array[now()])`, [
+          open.map((l) => l.task_id),
+          open.map((l) => l.task_lease_id),
+        ]),
+    ).rejects.toMatchObject({ code: '22023', message: /started_at must have one element per task/ });
+    // Nothing was completed by the refused calls.
+    const { rows: still } = await db.query(
+      'select count(*)::int as n from queues.task_pending where task_id = any($1)',
+      [open.map((l) => l.task_id)],
+    );
+    expect(still[0].n).toBe(2);
   });
 
   it('with 200,000 completed tasks, a claim touches no completed rows and about the same buffers', async () => {

@@ -59,7 +59,8 @@ begin
     select c.task_id, c.result, row_number() over () as ord
       from queues.complete_tasks(_task_ids, _task_lease_ids, _outcomes, _retries,
                                  case when _started_us is not null then
-                                   array(select to_timestamp(u / 1000000.0) from unnest(_started_us) u) end) c
+                                   array(select to_timestamp(u.us / 1000000.0)
+                                         from unnest(_started_us) with ordinality u(us, i) order by u.i) end) c
   ),
   leases as (
     select l.task_id, l.task_lease_id
