@@ -84,7 +84,8 @@ create or replace function queues.enqueue_task(
   _max_attempts integer,
   _public       boolean default false,
   _notify       boolean default true,
-  _check_only   boolean default false
+  _check_only   boolean default false,
+  _group_key    text default null
 ) returns bigint
   language plpgsql volatile
   set search_path = pg_catalog, pg_temp
@@ -117,6 +118,9 @@ begin
   if length(_resource_key) not between 1 and 200 then
     raise exception 'resource_key must be 1 to 200 characters' using errcode = '22023';
   end if;
+  if length(_group_key) not between 1 and 200 then
+    raise exception 'group_key must be 1 to 200 characters' using errcode = '22023';
+  end if;
   if _max_attempts not between 1 and 100 then
     raise exception 'max_attempts must be between 1 and 100, got %', _max_attempts using errcode = '22023';
   end if;
@@ -135,15 +139,15 @@ begin
   end if;
 
   with inserted as (
-    insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
+    insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at, group_key)
     select t.task_type, _payload, coalesce(_priority, 0), _resource_key,
-           coalesce(_max_attempts, queues.default_max_attempts()), coalesce(_scheduled_at, now())
+           coalesce(_max_attempts, queues.default_max_attempts()), coalesce(_scheduled_at, now()), _group_key
       from queues.task_type t
      where t.task_type = _task_type
-    returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts
+    returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts, group_key
   )
-  insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
-  select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts
+  insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts, group_key)
+  select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts, i.group_key
     from inserted i
   returning task_id into _task_id;
 
@@ -164,7 +168,8 @@ end;
 $$;
 
 -- Enqueue one task for an app or the API; returns its task_id. NULL arguments take the
--- defaults (now, 0, no resource key, queues.default_max_attempts()), since generated
+-- defaults (now, 0, no resource key, queues.default_max_attempts(), no group key: the key
+-- flow limits count the task by within its type, sql/queues/limits.sql), since generated
 -- clients send undefined as NULL. A unique task: queues.enqueue_unique (unique.sql). Refuses internal task types (42501). _notify => false leaves the wake-up to
 -- the caller (queues.enqueue_and_commit sends it after the commit).
 create or replace function queues.enqueue(
@@ -174,7 +179,8 @@ create or replace function queues.enqueue(
   _priority     integer default null,
   _resource_key text default null,
   _max_attempts integer default null,
-  _notify       boolean default true
+  _notify       boolean default true,
+  _group_key    text default null
 ) returns bigint
   language plpgsql volatile
   security definer
@@ -182,7 +188,7 @@ create or replace function queues.enqueue(
 as $$
 begin
   return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts,
-                             true, coalesce(_notify, true));
+                             true, coalesce(_notify, true), false, _group_key);
 end;
 $$;
 
@@ -203,12 +209,14 @@ create or replace procedure queues.enqueue_and_commit(
   _priority     integer default null,
   _resource_key text default null,
   _max_attempts integer default null,
-  inout _task_id bigint default null
+  inout _task_id bigint default null,
+  _group_key    text default null
 )
   language plpgsql
 as $$
 begin
-  _task_id := queues.enqueue(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts, false);
+  _task_id := queues.enqueue(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts, false,
+                             _group_key);
   commit;
   if _scheduled_at is null
      or _scheduled_at operator(pg_catalog.<=) (pg_catalog.now() operator(pg_catalog.+) interval '1 minute') then
@@ -227,14 +235,16 @@ create or replace function queues.enqueue_internal(
   _scheduled_at timestamptz default null,
   _priority     integer default null,
   _resource_key text default null,
-  _max_attempts integer default null
+  _max_attempts integer default null,
+  _group_key    text default null
 ) returns bigint
   language plpgsql volatile
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
 begin
-  return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts);
+  return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts,
+                             false, true, false, _group_key);
 end;
 $$;
 
@@ -256,7 +266,7 @@ $$;
 
 -- Enqueue many tasks in one statement. _tasks is a JSON array of objects:
 --   {"task_type": "...", "payload": {...}, "scheduled_at"?: "...", "priority"?: 0,
---    "resource_key"?: "...", "max_attempts"?: 25,
+--    "resource_key"?: "...", "max_attempts"?: 25, "group_key"?: "...",
 --    "unique_key"?: "...", "unique_policy"?: "skip", "unique_period"?: "30 seconds"}
 -- (the unique fields as in queues.enqueue_unique; a skipped element answers the pending
 -- task's id)
@@ -328,7 +338,8 @@ begin
            (e.value ->> 'scheduled_at')::timestamptz as scheduled_at,
            (e.value ->> 'priority')::integer as priority,
            e.value ->> 'resource_key' as resource_key,
-           (e.value ->> 'max_attempts')::integer as max_attempts
+           (e.value ->> 'max_attempts')::integer as max_attempts,
+           e.value ->> 'group_key' as group_key
       from jsonb_array_elements(_tasks) with ordinality e
   ),
   checked as (
@@ -338,9 +349,9 @@ begin
            case
              when jsonb_typeof(c.element) <> 'object' then
                '22023 must be a JSON object, got ' || jsonb_typeof(c.element)
-             when c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts}'::text[] <> '{}' then
+             when c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,group_key}'::text[] <> '{}' then
                '22023 unknown field(s) ' || left((select string_agg(k, ', ') from jsonb_object_keys(
-                 c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts}'::text[]) k), 200)
+                 c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,group_key}'::text[]) k), 200)
              when c.task_type is null then '22004 task_type must not be null'
              when c.task_type not in (select t.task_type from queues.task_type t) then
                '22023 unknown task_type ' || quote_literal(left(c.task_type, 100))
@@ -356,6 +367,7 @@ begin
              when c.priority not between -1000 and 1000 then
                '22023 priority must be between -1000 and 1000, got ' || c.priority
              when length(c.resource_key) not between 1 and 200 then '22023 resource_key must be 1 to 200 characters'
+             when length(c.group_key) not between 1 and 200 then '22023 group_key must be 1 to 200 characters'
              when c.max_attempts not between 1 and 100 then
                '22023 max_attempts must be between 1 and 100, got ' || c.max_attempts
              when not isfinite(c.scheduled_at) then
@@ -364,17 +376,18 @@ begin
       from input c
   ),
   inserted as (
-    insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
+    insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at, group_key)
     select c.task_type,
            case when c.problem is null then c.payload else queues.raise_enqueue_problem(c.idx, c.problem) end,
-           coalesce(c.priority, 0), c.resource_key, coalesce(c.max_attempts, queues.default_max_attempts()), coalesce(c.scheduled_at, now())
+           coalesce(c.priority, 0), c.resource_key, coalesce(c.max_attempts, queues.default_max_attempts()), coalesce(c.scheduled_at, now()),
+           c.group_key
       from checked c
      order by c.idx
-    returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts
+    returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts, group_key
   ),
   pending as (
-    insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
-    select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts
+    insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts, group_key)
+    select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts, i.group_key
       from inserted i
   )
   select array_agg(i.task_id order by i.task_id), bool_or(i.scheduled_at <= now() + interval '1 minute')

@@ -71,6 +71,11 @@ export interface NewTask {
   /** At most one task per resource key is leased at a time. */
   resourceKey?: string;
   /**
+   * What flow limits count the task by within its type, 1..200 characters (a tenant, a
+   * provider account): see `setTaskLimit` and docs/flow-control.md. Not with `unique`.
+   */
+  groupKey?: string;
+  /**
    * Runs allowed, 1..100 (default 25: a failure is retried after a backoff of 5 s, 10 s,
    * 20 s, ... capped at an hour; `queues.default_max_attempts()`).
    */
@@ -201,7 +206,10 @@ function asObject(value: unknown): JsonObject {
  * queues.enqueue_and_commit cannot take the context).
  */
 export async function enqueue(db: Queryable, task: NewTask): Promise<Id> {
-  if (task.unique) return (await enqueueUnique(db, { ...task, unique: task.unique })).taskId;
+  if (task.unique) {
+    if (task.groupKey !== undefined) throw new QueueError('groupKey cannot be combined with unique', 'invalid_input');
+    return (await enqueueUnique(db, { ...task, unique: task.unique })).taskId;
+  }
   if (tracingEnabled())
     return withSendSpan(
       [task.taskType],
@@ -219,6 +227,7 @@ async function enqueueOne(db: Queryable, task: NewTask, trace?: TraceContext): P
     priority: task.priority,
     resourceKey: task.resourceKey,
     maxAttempts: task.maxAttempts,
+    groupKey: task.groupKey,
   };
   if (trace) {
     const [row] = await mapErrors(taskEnqueueTraced.run({ ...trace, ...params }, db));
@@ -305,6 +314,7 @@ async function enqueueBatch(db: Queryable, tasks: NewTask[], trace?: TraceContex
     priority: t.priority,
     resource_key: t.resourceKey,
     max_attempts: t.maxAttempts,
+    group_key: t.groupKey,
     unique_key: t.unique?.key,
     unique_policy: t.unique?.policy,
     unique_period: periodInterval(t.unique),
