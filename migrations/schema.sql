@@ -13053,6 +13053,8 @@ AS $function$
      cross join lateral (
        select '' as group_key where r.scope = 'type'
        union all select r.group_key where r.scope = 'group'
+       -- an each_group limit is listed (with zeros) when no group key of it has tasks
+       union all select null where r.scope = 'each_group'
        -- each group key with tasks live or ready and no named limit of its own
        union all
        select g.group_key from (select lv.group_key from live lv where lv.task_type = r.task_type

@@ -59,9 +59,10 @@ const claim = async (worker: string, limit = 100) => {
     .pool('worker')
     .query(`select c.task_id, c.task_lease_id, c.task_type from queues.claim_tasks($1, $2) c`, [worker, limit]);
   // The worker role reads no table: the group keys come from the owner.
-  const { rows: keys } = await db.query('select task_id, group_key from queues.task where task_id = any($1::bigint[])', [
-    rows.map((r) => r.task_id),
-  ]);
+  const { rows: keys } = await db.query(
+    'select task_id, group_key from queues.task where task_id = any($1::bigint[])',
+    [rows.map((r) => r.task_id)],
+  );
   for (const k of keys) groupOf.set(k.task_id, k.group_key);
   return rows.map((r) => ({ ...r, group_key: groupOf.get(r.task_id) ?? null })) as Claimed[];
 };
@@ -72,7 +73,8 @@ const complete = (rows: Claimed[]) =>
       rows.map((r) => r.task_id),
       rows.map((r) => r.task_lease_id),
     ]);
-const count = (rows: Claimed[], group?: string) => rows.filter((r) => group === undefined || r.group_key === group).length;
+const count = (rows: Claimed[], group?: string) =>
+  rows.filter((r) => group === undefined || r.group_key === group).length;
 
 describe('group key', () => {
   it('is kept on the task and its claim-index row, from the single and the batch enqueue', async () => {
@@ -292,18 +294,63 @@ describe('zero cost when not configured', () => {
 
 describe('settings', () => {
   const bad: [string, unknown[], string, string][] = [
-    ['negative', ['limited', 'type', null, -1, null, null], '22023', 'max_running must be between 1 and 1000000, got -1'],
+    [
+      'negative',
+      ['limited', 'type', null, -1, null, null],
+      '22023',
+      'max_running must be between 1 and 1000000, got -1',
+    ],
     ['zero', ['limited', 'type', null, 0, null, null], '22023', 'max_running must be between 1 and 1000000, got 0'],
-    ['zero starts', ['limited', 'type', null, null, 0, '1 second'], '22023', 'max_starts must be between 1 and 1000000, got 0'],
-    ['no interval', ['limited', 'type', null, null, 5, null], '22023', 'max_starts and per go together: got max_starts 5, per null'],
-    ['month', ['limited', 'type', null, null, 5, '1 month'], '22023', 'per must be a whole number of milliseconds from 1 millisecond to 1 day, got 1 mon'],
-    ['negative interval', ['limited', 'type', null, null, 5, '-1 second'], '22023', 'per must be a whole number of milliseconds from 1 millisecond to 1 day, got -00:00:01'],
-    ['sub-millisecond', ['limited', 'type', null, null, 5, '0.5 milliseconds'], '22023', 'per must be a whole number of milliseconds from 1 millisecond to 1 day, got 00:00:00.0005'],
+    [
+      'zero starts',
+      ['limited', 'type', null, null, 0, '1 second'],
+      '22023',
+      'max_starts must be between 1 and 1000000, got 0',
+    ],
+    [
+      'no interval',
+      ['limited', 'type', null, null, 5, null],
+      '22023',
+      'max_starts and per go together: got max_starts 5, per null',
+    ],
+    [
+      'month',
+      ['limited', 'type', null, null, 5, '1 month'],
+      '22023',
+      'per must be a whole number of milliseconds from 1 millisecond to 1 day, got 1 mon',
+    ],
+    [
+      'negative interval',
+      ['limited', 'type', null, null, 5, '-1 second'],
+      '22023',
+      'per must be a whole number of milliseconds from 1 millisecond to 1 day, got -00:00:01',
+    ],
+    [
+      'sub-millisecond',
+      ['limited', 'type', null, null, 5, '0.5 milliseconds'],
+      '22023',
+      'per must be a whole number of milliseconds from 1 millisecond to 1 day, got 00:00:00.0005',
+    ],
     ['unknown type', ['nope', 'type', null, 1, null, null], '23503', "unknown task type 'nope'"],
-    ['unknown scope', ['limited', 'tenant', null, 1, null, null], '22023', "scope must be type, each_group or group, got 'tenant'"],
-    ['group without key', ['limited', 'group', null, 1, null, null], '22023', 'group_key must be 1 to 200 characters for scope group'],
+    [
+      'unknown scope',
+      ['limited', 'tenant', null, 1, null, null],
+      '22023',
+      "scope must be type, each_group or group, got 'tenant'",
+    ],
+    [
+      'group without key',
+      ['limited', 'group', null, 1, null, null],
+      '22023',
+      'group_key must be 1 to 200 characters for scope group',
+    ],
     ['type with key', ['limited', 'type', 'a', 1, null, null], '22023', 'group_key must be null for scope type'],
-    ['nothing', ['limited', 'type', null, null, null, null], '22004', 'set max_running, or max_starts with per (queues.clear_task_limit clears)'],
+    [
+      'nothing',
+      ['limited', 'type', null, null, null, null],
+      '22004',
+      'set max_running, or max_starts with per (queues.clear_task_limit clears)',
+    ],
   ];
   it.each(bad)('refuses %s with a clear error and writes nothing', async (_name, args, code, message) => {
     await expect(
@@ -318,12 +365,18 @@ describe('settings', () => {
     await enqueue([{ group_key: 'a' }, { group_key: 'a' }, { group_key: 'a' }, { group_key: 'b' }]);
     await claim('w1');
     const { rows } = await db.pool('api').query('select * from admin.task_limits()');
-    expect(rows.map((r) => [r.scope, r.max_running, r.max_starts, r.interval_ms, r.running, r.starts, r.held_back])).toEqual([
+    expect(
+      rows.map((r) => [r.scope, r.max_running, r.max_starts, r.interval_ms, r.running, r.starts, r.held_back]),
+    ).toEqual([
       ['each_group', 1, null, null, '2', '0', '2'],
       ['type', 10, 100, 60000, '2', '2', '0'],
     ]);
-    expect((await db.pool('api').query(`select admin.clear_task_limit('limited', 'each_group', null) as c`)).rows[0].c).toBe(true);
-    expect((await db.pool('api').query(`select admin.clear_task_limit('limited', 'each_group', null) as c`)).rows[0].c).toBe(false);
+    expect(
+      (await db.pool('api').query(`select admin.clear_task_limit('limited', 'each_group', null) as c`)).rows[0].c,
+    ).toBe(true);
+    expect(
+      (await db.pool('api').query(`select admin.clear_task_limit('limited', 'each_group', null) as c`)).rows[0].c,
+    ).toBe(false);
     await db.pool('api').query(`select admin.set_task_limit('limited', 'group', 'a', 3, null, null)`);
     await expect(
       db.pool('api').query(`select admin.set_task_limit('limited', 'type', null, null, 3, 0)`),

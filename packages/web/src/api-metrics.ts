@@ -17,13 +17,14 @@ const WINDOW = 3600;
 const DURATION_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
 
 export async function renderApiMetrics(store: Store): Promise<{ text: string; contentType: string }> {
-  const [types, counts, stats, capacity, queues, history] = await Promise.all([
+  const [types, counts, stats, capacity, queues, history, limits] = await Promise.all([
     store.taskTypes(),
     store.counts(WINDOW),
     store.completionStats(WINDOW),
     store.capacity(),
     store.queues(),
     store.history(),
+    store.limits(),
   ]);
   const registry = new Registry();
   const gauge = (name: string, help: string, labelNames: string[]) =>
@@ -75,6 +76,27 @@ export async function renderApiMetrics(store: Store): Promise<{ text: string; co
   const paused = gauge('queue_paused', 'Whether claiming of this task type is paused (1) or not (0).', ['task_type']);
   for (const q of queues) {
     paused.set({ task_type: q.task_type }, q.paused ? 1 : 0);
+  }
+
+  // Flow limits (docs/flow-control.md): one series per limit in force, none without limits.
+  // The group_key label is empty for the scopes 'type' and 'each_group'.
+  const limitLabels = ['task_type', 'scope', 'group_key'];
+  const heldBack = gauge(
+    'queue_limit_held_back_tasks',
+    'Tasks ready now that a full flow limit holds back, per limit (each_group: summed over its full group keys).',
+    limitLabels,
+  );
+  const limitRunning = gauge('queue_limit_running_tasks', 'Tasks holding a live lease, per flow limit.', limitLabels);
+  const limitStarts = gauge(
+    'queue_limit_window_starts',
+    'Tasks claimed in the current window of a rate limit, per flow limit.',
+    limitLabels,
+  );
+  for (const l of limits) {
+    const labels = { task_type: l.task_type, scope: l.scope, group_key: l.group_key ?? '' };
+    heldBack.set(labels, l.held_back);
+    limitRunning.set(labels, l.running);
+    if (l.interval_ms !== null) limitStarts.set(labels, l.starts);
   }
 
   const active = gauge('queue_active_workers', 'Registered workers of this task type seen in the last 10 minutes.', [

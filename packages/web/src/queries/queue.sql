@@ -1,5 +1,5 @@
 /*
-  Queue controls and workers, through the admin functions (sql/admin/queue_controls.sql,
+  Queue controls, flow limits and workers, through the admin functions (sql/admin/queue_controls.sql, sql/admin/limits.sql,
   sql/admin/workers.sql).
 */
 
@@ -27,3 +27,16 @@ select w.worker_id as "workerId!", w.task_types as "taskTypes!", w.status as "st
 /* @name WorkerRecover */
 select r.task_id as "taskId!", r.task_lease_id as "taskLeaseId!", r.worker_id as "workerId!"
   from admin.recover_worker_leases(:workerId!::text, :deadAfterSeconds::integer) r;
+
+/* @name LimitList */
+select l.task_type as "taskType!", l.scope as "scope!", l.group_key as "groupKey", l.max_running as "maxRunning",
+       l.max_starts as "maxStarts", l.interval_ms as "intervalMs", l.set_at as "setAt!", l.running as "running!",
+       l.starts as "starts!", l.held_back as "heldBack!"
+  from admin.task_limits() l;
+
+/* @name LimitSet */
+select admin.set_task_limit(:taskType!::text, :scope!::text, :groupKey::text, :maxRunning::integer,
+                            :maxStarts::integer, :intervalMs::integer) as "ok";
+
+/* @name LimitClear */
+select admin.clear_task_limit(:taskType!::text, :scope!::text, :groupKey::text) as "cleared!";
