@@ -187,7 +187,7 @@ describe('concurrency limits', () => {
             `select c.task_id, c.task_lease_id from queues.claim_tasks($1, 3) c`,
             [`c${n}`],
           );
-          const rows = claimed.map((r) => ({ ...r, group_key: groups[ids.indexOf(r.task_id) % 4]! }));
+          const rows = claimed.map((r) => ({ ...r, group_key: groups[ids.indexOf(r.task_id) % 4] }));
           if (rows.length === 0) {
             idle++;
             await new Promise((r) => setTimeout(r, 1));
