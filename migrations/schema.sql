@@ -11715,20 +11715,35 @@ AS $function$
       from priorities pr
      where pr.priority is not null
   )
-  -- (greatest would turn "none" into 0: it ignores nulls; beyond about 24 days, the
-  -- integer's largest value)
-  select case when min(n.scheduled_at) is not null
-              then least(greatest(ceil(extract(epoch from min(n.scheduled_at) - clock_timestamp()) * 1000), 0),
-                         2147483647)::integer end
-    from priorities pr
-   cross join lateral (
-     select p.scheduled_at from queues.task_pending p
-      where p.task_type = pr.task_type and p.current_lease_id is null and p.priority = pr.priority
-        and p.scheduled_at > clock_timestamp()
-      order by p.scheduled_at
-      limit 1
-   ) n
-   where pr.priority is not null
+  ,
+  next_scheduled as (
+    -- (greatest would turn "none" into 0: it ignores nulls; beyond about 24 days, the
+    -- integer's largest value)
+    select case when min(n.scheduled_at) is not null
+                then least(greatest(ceil(extract(epoch from min(n.scheduled_at) - clock_timestamp()) * 1000), 0),
+                           2147483647)::integer end as ms
+      from priorities pr
+     cross join lateral (
+       select p.scheduled_at from queues.task_pending p
+        where p.task_type = pr.task_type and p.current_lease_id is null and p.priority = pr.priority
+          and p.scheduled_at > clock_timestamp()
+        order by p.scheduled_at
+        limit 1
+     ) n
+     where pr.priority is not null
+  ),
+  next_window as (
+    select min(greatest(ceil(extract(epoch from queues.limit_window_start(clock_timestamp(), l.interval_ms)
+                                                 + make_interval(secs => l.interval_ms / 1000.0)
+                                                 - clock_timestamp()) * 1000), 0))::integer as ms
+      from queues.task_limits() l
+     where l.interval_ms is not null
+       and l.task_type in (select ty.task_type from types ty)
+       and exists (select 1 from queues.task_pending p
+                    where p.task_type = l.task_type and p.current_lease_id is null
+                      and p.scheduled_at <= clock_timestamp() and p.available_at <= clock_timestamp())
+  )
+  select least(s.ms, w.ms) from next_scheduled s, next_window w
 $function$;
   -- queues.next_claim_in_ms(_task_types text[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)

@@ -468,6 +468,9 @@ $$;
 -- finds. Cost: per task type, one probe of task_pending_ready_idx per priority in use (a
 -- loose scan of the distinct priorities, then the earliest future task of each),
 -- whatever the number of tasks scheduled.
+-- Flow limits: a type under a rate limit that has a task ready now answers the start of
+-- the limit's next window at the latest (its tasks may be held back until then); the
+-- limits are read once (a tiny table), and a ready task probed only for a type with one.
 create or replace function queues.next_claim_in_ms(_task_types text[] default null)
   returns integer
   language sql stable
@@ -494,20 +497,35 @@ as $$
       from priorities pr
      where pr.priority is not null
   )
-  -- (greatest would turn "none" into 0: it ignores nulls; beyond about 24 days, the
-  -- integer's largest value)
-  select case when min(n.scheduled_at) is not null
-              then least(greatest(ceil(extract(epoch from min(n.scheduled_at) - clock_timestamp()) * 1000), 0),
-                         2147483647)::integer end
-    from priorities pr
-   cross join lateral (
-     select p.scheduled_at from queues.task_pending p
-      where p.task_type = pr.task_type and p.current_lease_id is null and p.priority = pr.priority
-        and p.scheduled_at > clock_timestamp()
-      order by p.scheduled_at
-      limit 1
-   ) n
-   where pr.priority is not null
+  ,
+  next_scheduled as (
+    -- (greatest would turn "none" into 0: it ignores nulls; beyond about 24 days, the
+    -- integer's largest value)
+    select case when min(n.scheduled_at) is not null
+                then least(greatest(ceil(extract(epoch from min(n.scheduled_at) - clock_timestamp()) * 1000), 0),
+                           2147483647)::integer end as ms
+      from priorities pr
+     cross join lateral (
+       select p.scheduled_at from queues.task_pending p
+        where p.task_type = pr.task_type and p.current_lease_id is null and p.priority = pr.priority
+          and p.scheduled_at > clock_timestamp()
+        order by p.scheduled_at
+        limit 1
+     ) n
+     where pr.priority is not null
+  ),
+  next_window as (
+    select min(greatest(ceil(extract(epoch from queues.limit_window_start(clock_timestamp(), l.interval_ms)
+                                                 + make_interval(secs => l.interval_ms / 1000.0)
+                                                 - clock_timestamp()) * 1000), 0))::integer as ms
+      from queues.task_limits() l
+     where l.interval_ms is not null
+       and l.task_type in (select ty.task_type from types ty)
+       and exists (select 1 from queues.task_pending p
+                    where p.task_type = l.task_type and p.current_lease_id is null
+                      and p.scheduled_at <= clock_timestamp() and p.available_at <= clock_timestamp())
+  )
+  select least(s.ms, w.ms) from next_scheduled s, next_window w
 $$;
 
 -- The seeds' single claim: one ready task with a new lease, or no row.

@@ -257,6 +257,23 @@ describe('rate limits', () => {
     expect(count(next, 'a')).toBe(2);
   });
 
+  it('a worker whose claim came back short is told to look again when the next window starts', async () => {
+    await setLimit('limited', 'type', null, null, 1, '1 hour');
+    await enqueue([{}, {}]);
+    expect(await claim('w1')).toHaveLength(1);
+    expect(await claim('w1')).toEqual([]);
+    const { rows } = await db
+      .pool('worker')
+      .query(`select queues.next_claim_in_ms(array['limited']) as ms, extract(epoch from now())::float8 as now`);
+    const untilNextHour = 3_600_000 - ((rows[0].now * 1000) % 3_600_000);
+    expect(rows[0].ms).toBeGreaterThan(0);
+    expect(rows[0].ms).toBeLessThanOrEqual(Math.ceil(untilNextHour) + 1);
+    // Without a rate limit on the types asked for, nothing scheduled: no time.
+    expect((await db.pool('worker').query(`select queues.next_claim_in_ms(array['free']) as ms`)).rows[0].ms).toBe(
+      null,
+    );
+  });
+
   it('8 concurrent claimers at one moment start at most N in the window', async () => {
     await setLimit('limited', 'type', null, null, 7, '1 hour');
     await enqueue(Array.from({ length: 50 }, () => ({})));
