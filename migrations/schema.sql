@@ -9525,40 +9525,6 @@ begin
            for update skip locked
       ) x
   ),
-  picked as (
-    -- Of the candidates (locked until commit), the first _limit in claim order. A task
-    -- whose leases ended without an end (ended_leases, the expired current one included)
-    -- is a suspect; the expiries counted towards abandonment leave out those of leases
-    -- that did not name it as their suspect (uncounted_count, and the current one if so).
-    select c.task_id, c.task_type, c.current_lease_id, c.resource_key, c.group_key, c.priority, c.scheduled_at,
-           c.counted >= _max_leases as poisoned,
-           c.ended_leases > 0 as suspect,
-           c.counted as counted_leases
-      from (
-        select c.*,
-               c.ended_leases - c.uncounted_count
-                 - (c.current_lease_id is not null and not c.suspect_lease)::integer as counted
-          from candidate c
-         order by c.priority desc, c.scheduled_at, c.task_id
-         limit _limit
-      ) c
-  ),
-  -- Resource keys: one task per key in this batch, and only if no other task holds the
-  -- key. The upsert decides on the newest committed row (not this statement's snapshot),
-  -- so two claimers never both take a key.
-  -- Suspects (their worker may have died of them) are leased one per claim, as the
-  -- lease's named suspect, so the tasks a crashed worker was running, which all come
-  -- back at the same moment, do not all land in one worker again beside the task that
-  -- crashed it.
-  allowed as (
-    select pk.task_id, pk.task_type, pk.group_key, pk.resource_key, pk.priority, pk.scheduled_at, pk.suspect
-      from (select pk.*,
-                   row_number() over (partition by pk.suspect
-                                      order by pk.priority desc, pk.scheduled_at, pk.task_id) as rank
-              from picked pk
-             where not pk.poisoned) pk
-     where not pk.suspect or pk.rank = 1
-  ),
   -- Flow limits (sql/queues/limits.sql). Every step reads only limited types' rows: with
   -- _limited empty (no limit on the types asked for) each reads nothing.
   -- limit_rule: the rules of the limited types this claim holds the lock of.
@@ -9580,10 +9546,10 @@ begin
   -- max_starts minus its starts in the current window. A group key's rule is its named
   -- one, else its type's each_group one.
   limit_scope as (
-    select distinct a.task_type, k.group_key
-      from allowed a
-     cross join lateral (select '' as group_key union all select a.group_key where a.group_key is not null) k
-     where a.task_type = any (_limited)
+    select distinct c.task_type, k.group_key
+      from candidate c
+     cross join lateral (select '' as group_key union all select c.group_key where c.group_key is not null) k
+     where c.task_type = any (_limited)
   ),
   limit_room as (
     select s.task_type, s.group_key, r.interval_ms,
@@ -9605,32 +9571,87 @@ begin
         limit 1
      ) r
   ),
-  -- The candidates within every limit, in claim order: unlimited types as they are; of a
-  -- limited type, the first `room` of each group key, then the first `room` of the type.
+  -- The suspect this claim may lease (see allowed below: at most one per claim, the first
+  -- in claim order that is not poisoned), found here for the limited types only.
+  lead_suspect as (
+    select c.task_id
+      from candidate c
+     where cardinality(_limited) > 0
+       and c.ended_leases > 0
+       and c.ended_leases - c.uncounted_count
+             - (c.current_lease_id is not null and not c.suspect_lease)::integer < _max_leases
+     order by c.priority desc, c.scheduled_at, c.task_id
+     limit 1
+  ),
+  -- The candidates within every limit, in claim order, before the claim's _limit is
+  -- taken of them (so that tasks a limit holds back never crowd out other types' tasks):
+  -- unlimited types as they are; of a limited type, of the tasks that would take a slot
+  -- (not suspects, and the suspect this claim may lease), the first `room` of each group
+  -- key, then the first `room` of the type. Its other suspects are left for later claims,
+  -- and its poisoned ones go on to be abandoned.
   within_limits as (
-    select a.task_id, a.task_type, a.group_key, a.resource_key, a.priority, a.scheduled_at, a.suspect
-      from allowed a
-     where not (a.task_type = any (_limited))
+    select c.* from candidate c where not (c.task_type = any (_limited))
     union all
-    select t.task_id, t.task_type, t.group_key, t.resource_key, t.priority, t.scheduled_at, t.suspect
+    select c.* from candidate c
+     where c.task_type = any (_limited) and c.ended_leases > 0
+       and c.ended_leases - c.uncounted_count
+             - (c.current_lease_id is not null and not c.suspect_lease)::integer >= _max_leases
+    union all
+    select t.task_id, t.task_type, t.current_lease_id, t.resource_key, t.group_key, t.priority, t.scheduled_at,
+           t.ended_leases, t.uncounted_count, t.suspect_lease
       from (select g.*,
                    row_number() over (partition by g.task_type
                                       order by g.priority desc, g.scheduled_at, g.task_id) as type_rank
-              from (select a.*,
-                           row_number() over (partition by a.task_type, a.group_key
-                                              order by a.priority desc, a.scheduled_at, a.task_id) as group_rank
-                      from allowed a
-                     where a.task_type = any (_limited)) g
+              from (select c.*,
+                           row_number() over (partition by c.task_type, c.group_key
+                                              order by c.priority desc, c.scheduled_at, c.task_id) as group_rank
+                      from candidate c
+                     where c.task_type = any (_limited)
+                       and (c.ended_leases = 0 or c.task_id in (select ls.task_id from lead_suspect ls))) g
               left join limit_room gr
                 on gr.task_type = g.task_type and gr.group_key = g.group_key
              where gr.room is null or g.group_rank <= gr.room) t
       left join limit_room tr on tr.task_type = t.task_type and tr.group_key = ''
      where tr.room is null or t.type_rank <= tr.room
   ),
+  picked as (
+    -- Of the candidates (locked until commit), the first _limit in claim order. A task
+    -- whose leases ended without an end (ended_leases, the expired current one included)
+    -- is a suspect; the expiries counted towards abandonment leave out those of leases
+    -- that did not name it as their suspect (uncounted_count, and the current one if so).
+    select c.task_id, c.task_type, c.current_lease_id, c.resource_key, c.group_key, c.priority, c.scheduled_at,
+           c.counted >= _max_leases as poisoned,
+           c.ended_leases > 0 as suspect,
+           c.counted as counted_leases
+      from (
+        select c.*,
+               c.ended_leases - c.uncounted_count
+                 - (c.current_lease_id is not null and not c.suspect_lease)::integer as counted
+          from within_limits c
+         order by c.priority desc, c.scheduled_at, c.task_id
+         limit _limit
+      ) c
+  ),
+  -- Resource keys: one task per key in this batch, and only if no other task holds the
+  -- key. The upsert decides on the newest committed row (not this statement's snapshot),
+  -- so two claimers never both take a key.
+  -- Suspects (their worker may have died of them) are leased one per claim, as the
+  -- lease's named suspect, so the tasks a crashed worker was running, which all come
+  -- back at the same moment, do not all land in one worker again beside the task that
+  -- crashed it.
+  allowed as (
+    select pk.task_id, pk.task_type, pk.group_key, pk.resource_key, pk.priority, pk.scheduled_at, pk.suspect
+      from (select pk.*,
+                   row_number() over (partition by pk.suspect
+                                      order by pk.priority desc, pk.scheduled_at, pk.task_id) as rank
+              from picked pk
+             where not pk.poisoned) pk
+     where not pk.suspect or pk.rank = 1
+  ),
   keyed as (
     select k.task_id, k.resource_key
       from (select distinct on (pk.resource_key) pk.task_id, pk.resource_key
-              from within_limits pk
+              from allowed pk
              where pk.resource_key is not null
              order by pk.resource_key, pk.priority desc, pk.scheduled_at, pk.task_id) k
      -- Skip a key another transaction is working on (see queues.lock_resource_keys):
@@ -9647,7 +9668,7 @@ begin
   ),
   eligible as (
     select pk.task_id, pk.task_type, pk.group_key, pk.suspect
-      from within_limits pk
+      from allowed pk
      where pk.resource_key is null or pk.task_id in (select kt.task_id from key_taken kt)
   ),
   -- Rate limits: the starts of this claim added to each scope's current window (one row

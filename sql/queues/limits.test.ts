@@ -307,6 +307,15 @@ describe('zero cost when not configured', () => {
     const { rows: windows } = await db.query('select task_type, group_key, starts from queues.task_limit_window');
     expect(windows).toEqual([{ task_type: 'limited', group_key: '', starts: 1 }]);
   });
+
+  it("a held-back backlog of a limited type does not crowd another type's tasks out of a claim", async () => {
+    await setLimit('limited', 'type', null, 2);
+    await enqueue(Array.from({ length: 30 }, () => ({})));
+    await enqueue(Array.from({ length: 5 }, () => ({ task_type: 'free' })));
+    const first = await claim('w1', 10);
+    expect(first.filter((r) => r.task_type === 'limited')).toHaveLength(2);
+    expect(first.filter((r) => r.task_type === 'free')).toHaveLength(5);
+  });
 });
 
 describe('settings', () => {
