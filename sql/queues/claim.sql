@@ -120,12 +120,16 @@ begin
     -- lock is held to the commit, so no other claim takes tasks of the type meanwhile.
     _limited := array(
       select t.task_type from unnest(_limited) t(task_type)
-       where case when exists (select 1 from queues.task_pending p
-                                where p.task_type = t.task_type and p.current_lease_id is null
-                                  and p.scheduled_at <= _now and p.available_at <= _now)
-                    or exists (select 1 from queues.task_pending p
-                                where p.current_lease_id > 0 and p.available_at <= _now
-                                  and p.task_type = t.task_type)
+       -- Scalar subqueries, not EXISTS: a generic plan may make an EXISTS a hashed subplan
+       -- that reads the whole claim index on every claim (sql/CONVENTIONS.md).
+       where case when coalesce((select true from queues.task_pending p
+                                  where p.task_type = t.task_type and p.current_lease_id is null
+                                    and p.scheduled_at <= _now and p.available_at <= _now
+                                  limit 1), false)
+                    or coalesce((select true from queues.task_pending p
+                                  where p.current_lease_id > 0 and p.available_at <= _now
+                                    and p.task_type = t.task_type
+                                  limit 1), false)
                   then pg_try_advisory_xact_lock(20252, hashtext(t.task_type))
                   else false end);
     _types := array(select u.task_type
@@ -230,8 +234,9 @@ begin
     select r.* from jsonb_to_recordset(_rules)
       as r(task_type text, scope text, group_key text, max_running integer, max_starts integer, interval_ms integer)
   ),
-  -- limit_live: leases live now per type and group key (the claim index's leased rows).
-  limit_live as (
+  -- limit_live: leases live now per type and group key (the claim index's leased rows),
+  -- read once (materialized: inlined into limit_room it was read again per scope).
+  limit_live as materialized (
     select p.task_type, p.group_key, count(*) as n
       from queues.task_pending p
      where cardinality(_limited) > 0
@@ -542,9 +547,10 @@ as $$
       from queues.task_limits() l
      where l.interval_ms is not null
        and l.task_type in (select ty.task_type from types ty)
-       and exists (select 1 from queues.task_pending p
-                    where p.task_type = l.task_type and p.current_lease_id is null
-                      and p.scheduled_at <= clock_timestamp() and p.available_at <= clock_timestamp())
+       and coalesce((select true from queues.task_pending p
+                      where p.task_type = l.task_type and p.current_lease_id is null
+                        and p.scheduled_at <= clock_timestamp() and p.available_at <= clock_timestamp()
+                      limit 1), false)
   )
   select least(s.ms, w.ms) from next_scheduled s, next_window w
 $$;

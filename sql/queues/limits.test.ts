@@ -2,7 +2,9 @@
 // per task type and group key, tried with concurrent claimers, expired leases, limits
 // changed while tasks run, and bad input.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/testing';
+import { createTestDatabase, explainNested, planNodes, type PlanNode, type TestDatabase } from '@org/testing';
+
+const relationOf = (n: PlanNode): string => n['Relation Name'] ?? '';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -315,6 +317,43 @@ describe('zero cost when not configured', () => {
     const first = await claim('w1', 10);
     expect(first.filter((r) => r.task_type === 'limited')).toHaveLength(2);
     expect(first.filter((r) => r.task_type === 'free')).toHaveLength(5);
+  });
+});
+
+describe('plans', () => {
+  it('a claim reads the claim index by key for a limited type, also under a plan made while it was empty', async () => {
+    await setLimit('limited', 'each_group', null, 2);
+    await setLimit('limited', 'type', null, 5, 100, '1 minute');
+    const root = await db.client('root');
+    try {
+      // Planned while the claim index is empty (once per connection), then used after it grew.
+      await root.query(`select * from queues.claim_tasks('plans', 50, array['free', 'limited'], 60)`);
+      await enqueue(Array.from({ length: 4000 }, () => ({ task_type: 'free' })));
+      await root.query(`select * from queues.claim_tasks('plans', 500, array['free'], 60)`);
+      for (const limitedTasks of [0, 200]) {
+        await enqueue(Array.from({ length: limitedTasks }, (_, i) => ({ group_key: `g${i % 10}` })));
+        const plans = await explainNested(
+          root,
+          `select * from queues.claim_tasks('plans', 50, array['free', 'limited'], 60)`,
+        );
+        expect(plans.length).toBeGreaterThan(0);
+        for (const { query, plan } of plans) {
+          const read = planNodes(plan)
+            .filter((n) => relationOf(n) === 'task_pending' && n['Node Type'] !== 'ModifyTable')
+            .reduce(
+              (sum, n) =>
+                sum +
+                (Number(n['Actual Rows'] ?? 0) + Number(n['Rows Removed by Filter'] ?? 0)) *
+                  Number(n['Actual Loops'] ?? 1),
+              0,
+            );
+          // The claim's candidates (50 per type) and the live leases (500 + 55), never the 4,000 waiting.
+          expect(read, `task_pending rows read by ${query.slice(0, 100)}`).toBeLessThanOrEqual(1500);
+        }
+      }
+    } finally {
+      await root.end();
+    }
   });
 });
 
