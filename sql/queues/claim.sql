@@ -121,10 +121,13 @@ begin
     _limited := array(
       select t.task_type from unnest(_limited) t(task_type)
        -- Scalar subqueries, not EXISTS: a generic plan may make an EXISTS a hashed subplan
-       -- that reads the whole claim index on every claim (sql/CONVENTIONS.md).
+       -- that reads the whole claim index on every claim (sql/CONVENTIONS.md). The first
+       -- follows task_pending_ready_idx's order: without it the generic plan read the
+       -- whole claim index (a sequential scan "until the first match", of a type with none).
        where case when coalesce((select true from queues.task_pending p
                                   where p.task_type = t.task_type and p.current_lease_id is null
                                     and p.scheduled_at <= _now and p.available_at <= _now
+                                  order by p.priority desc, p.scheduled_at, p.task_id
                                   limit 1), false)
                     or coalesce((select true from queues.task_pending p
                                   where p.current_lease_id > 0 and p.available_at <= _now
@@ -550,6 +553,7 @@ as $$
        and coalesce((select true from queues.task_pending p
                       where p.task_type = l.task_type and p.current_lease_id is null
                         and p.scheduled_at <= clock_timestamp() and p.available_at <= clock_timestamp()
+                      order by p.priority desc, p.scheduled_at, p.task_id
                       limit 1), false)
   )
   select least(s.ms, w.ms) from next_scheduled s, next_window w

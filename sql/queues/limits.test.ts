@@ -330,10 +330,18 @@ describe('plans', () => {
       await root.query(`select * from queues.claim_tasks('plans', 50, array['free', 'limited'], 60)`);
       await enqueue(Array.from({ length: 4000 }, () => ({ task_type: 'free' })));
       await root.query(`select * from queues.claim_tasks('plans', 500, array['free'], 60)`);
-      for (const limitedTasks of [0, 200]) {
+      await db.query('vacuum analyze queues.task_pending');
+      // And planned on a new connection after it grew (and was analyzed).
+      const fresh = await db.client('root');
+      for (const [limitedTasks, client] of [
+        [0, root],
+        [0, fresh],
+        [200, root],
+        [0, fresh],
+      ] as const) {
         await enqueue(Array.from({ length: limitedTasks }, (_, i) => ({ group_key: `g${i % 10}` })));
         const plans = await explainNested(
-          root,
+          client,
           `select * from queues.claim_tasks('plans', 50, array['free', 'limited'], 60)`,
         );
         expect(plans.length).toBeGreaterThan(0);
@@ -351,6 +359,7 @@ describe('plans', () => {
           expect(read, `task_pending rows read by ${query.slice(0, 100)}`).toBeLessThanOrEqual(1500);
         }
       }
+      await fresh.end();
     } finally {
       await root.end();
     }
