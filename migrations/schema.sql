@@ -9374,6 +9374,7 @@ declare
   _limited    text[] := '{}';
   _rules      jsonb := '[]';
   _full       text[] := '{}';
+  _type       text;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -9418,8 +9419,11 @@ begin
    where _task_types is null or l.task_type = any (_task_types);
   if cardinality(_limited) > 0 then
     -- Of the limited types, those with a task ready (a lease-free task due, or an expired
-    -- lease) whose claim lock this claim gets; the others are left out of this claim. The
-    -- lock is held to the commit, so no other claim takes tasks of the type meanwhile.
+    -- lease), in name order; the others are left out of this claim. Their claim locks are
+    -- taken below and held to the commit, so no other claim takes tasks of them meanwhile.
+    -- (A lock tried and skipped when taken left a window's starts to whichever claim held
+    -- it, however few tasks it wanted: rate-limit.mjs measured windows of 20 starts under
+    -- a limit of 500.)
     _limited := array(
       select t.task_type from unnest(_limited) t(task_type)
        -- Scalar subqueries, not EXISTS: a generic plan may make an EXISTS a hashed subplan
@@ -9435,8 +9439,11 @@ begin
                                   where p.current_lease_id > 0 and p.available_at <= _now
                                     and p.task_type = t.task_type
                                   limit 1), false)
-                  then pg_try_advisory_xact_lock(20252, hashtext(t.task_type))
-                  else false end);
+                  then true else false end
+       order by t.task_type);
+    foreach _type in array _limited loop
+      perform pg_advisory_xact_lock(20252, hashtext(_type));
+    end loop;
     _types := array(select u.task_type
                       from unnest(coalesce(_task_types, array(select tt.task_type from queues.task_type tt))) u(task_type)
                      where not (u.task_type = any (array(select r ->> 'task_type' from jsonb_array_elements(_rules) r)))

@@ -24,9 +24,11 @@
 -- Flow limits (sql/queues/limits.sql): concurrency and rate limits per task type and
 -- group key. A claim reads the limits in force once (a tiny table). When none applies to
 -- the types it asks for, nothing else is read or written for them. Otherwise, for each
--- limited type with a task ready, it tries the type's claim lock (advisory, 20252; it
--- never waits: a type another claimer holds is left out of this claim), and then, in the
--- claim statement (a snapshot taken after the lock, so it sees every lease of the type
+-- limited type with a task ready, it takes the type's claim lock (advisory, 20252; the
+-- limited types in name order, before anything else of the claim is locked, so two
+-- claims waiting for each other's types cannot deadlock: a claim waits here at most for
+-- the other claims of those types, each a few milliseconds), and then, in the claim
+-- statement (a snapshot taken after the lock, so it sees every lease of the type
 -- committed before), counts the type's live leases by group key (the claim index's
 -- leased rows, task_pending_lease_expiry_idx: a lease that expired, was released or
 -- revoked, or whose task ended holds no slot) and the starts of the current rate windows
@@ -72,6 +74,7 @@ declare
   _limited    text[] := '{}';
   _rules      jsonb := '[]';
   _full       text[] := '{}';
+  _type       text;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -116,8 +119,11 @@ begin
    where _task_types is null or l.task_type = any (_task_types);
   if cardinality(_limited) > 0 then
     -- Of the limited types, those with a task ready (a lease-free task due, or an expired
-    -- lease) whose claim lock this claim gets; the others are left out of this claim. The
-    -- lock is held to the commit, so no other claim takes tasks of the type meanwhile.
+    -- lease), in name order; the others are left out of this claim. Their claim locks are
+    -- taken below and held to the commit, so no other claim takes tasks of them meanwhile.
+    -- (A lock tried and skipped when taken left a window's starts to whichever claim held
+    -- it, however few tasks it wanted: rate-limit.mjs measured windows of 20 starts under
+    -- a limit of 500.)
     _limited := array(
       select t.task_type from unnest(_limited) t(task_type)
        -- Scalar subqueries, not EXISTS: a generic plan may make an EXISTS a hashed subplan
@@ -133,8 +139,11 @@ begin
                                   where p.current_lease_id > 0 and p.available_at <= _now
                                     and p.task_type = t.task_type
                                   limit 1), false)
-                  then pg_try_advisory_xact_lock(20252, hashtext(t.task_type))
-                  else false end);
+                  then true else false end
+       order by t.task_type);
+    foreach _type in array _limited loop
+      perform pg_advisory_xact_lock(20252, hashtext(_type));
+    end loop;
     _types := array(select u.task_type
                       from unnest(coalesce(_task_types, array(select tt.task_type from queues.task_type tt))) u(task_type)
                      where not (u.task_type = any (array(select r ->> 'task_type' from jsonb_array_elements(_rules) r)))
