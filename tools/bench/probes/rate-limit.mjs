@@ -3,7 +3,7 @@
 // WORKERS real Worker processes (a no-op processor each) for SECONDS, then the starts
 // (leases, by their leased_at) counted per window of the limit and set against it.
 //   node tools/bench/probes/rate-limit.mjs [limit=500] [interval_ms=1000] [seconds=60] [workers=4]
-// GROUPS=<n> spreads the tasks over n group keys and puts the limit on each group key
+// LIMIT_GROUPS=<n> spreads the tasks over n group keys and puts the limit on each group key
 // (scope each_group) instead of the type: each key's starts are counted per window.
 // Prints, over the whole windows of the run (the first and the last, cut by the start and
 // the stop, left out): starts per window (min, mean, max) against the limit, how much of
@@ -31,7 +31,7 @@ const LIMIT = Number(process.argv[2] ?? 500);
 const INTERVAL_MS = Number(process.argv[3] ?? 1000);
 const SECONDS = Number(process.argv[4] ?? 60);
 const WORKERS = Number(process.argv[5] ?? 4);
-const GROUPS = Number(process.env.GROUPS ?? 0);
+const GROUPS = Number(process.env.LIMIT_GROUPS ?? 0);
 
 const server = await openServer({ name: `bench-rate-${process.pid}` });
 try {
