@@ -26,7 +26,7 @@ const enqueue = async (type: string, n = 1): Promise<string[]> => {
   const ids: string[] = [];
   for (let i = 0; i < n; i++)
     ids.push(
-      (await db.query<{ id: string }>(`select queues.enqueue_internal($1, '{}'::jsonb) as id`, [type])).rows[0]!.id,
+      (await db.query<{ id: string }>(`select queues.enqueue_internal($1, '{}'::jsonb) as id`, [type])).rows[0].id,
     );
   return ids;
 };
@@ -84,7 +84,7 @@ const record = (args: {
         args.leaseId ?? null,
       ],
     )
-    .then((r) => r.rows[0]!);
+    .then((r) => r.rows[0]);
 
 const throttleRows = async () => Number((await db.query('select count(*) as n from queues.throttle')).rows[0].n);
 
@@ -196,7 +196,7 @@ describe('the claim holds back a throttled type until T, on every claimer', () =
     const cleared = await db
       .pool('api')
       .query<{ cleared: boolean }>(`select admin.clear_throttle('task_type', 'email') as cleared`);
-    expect(cleared.rows[0]!.cleared).toBe(true);
+    expect(cleared.rows[0].cleared).toBe(true);
     expect((await db.pool('api').query('select * from admin.list_throttles()')).rows).toEqual([]);
     expect(await claim('w1', 1)).toHaveLength(1);
     await record({ retryAfter: 600 });
@@ -233,7 +233,7 @@ describe('a report with the run that met it', () => {
   it('gives the lease back uncounted: no failed attempt, no interruption, no expiry; claimed again after T', async () => {
     const [id] = await enqueue('email', 1);
     const [c] = await claim('w1');
-    const r = await record({ retryAfter: 60, taskId: c!.task_id, leaseId: c!.task_lease_id });
+    const r = await record({ retryAfter: 60, taskId: c.task_id, leaseId: c.task_lease_id });
     expect(r.result).toBe('released');
     const pending = (
       await db.query(
@@ -251,13 +251,13 @@ describe('a report with the run that met it', () => {
     });
     // The run's lease is over: its completion is refused.
     await expect(
-      db.pool('worker').query('select queues.complete_task($1, $2)', [id, c!.task_lease_id]),
+      db.pool('worker').query('select queues.complete_task($1, $2)', [id, c.task_lease_id]),
     ).rejects.toMatchObject({ code: '55000' });
     expect(await claim('w2')).toEqual([]);
     const [again] = await claimAt(61, 'w2');
     expect(again).toMatchObject({ task_id: id });
     // A second report with the old lease still records the throttle, and says the lease was lost.
-    expect((await record({ retryAfter: 5, taskId: c!.task_id, leaseId: c!.task_lease_id })).result).toBe('lease_lost');
+    expect((await record({ retryAfter: 5, taskId: c.task_id, leaseId: c.task_lease_id })).result).toBe('lease_lost');
   });
 
   it('an at-most-once call its provider refused does not count as started', async () => {
@@ -271,11 +271,11 @@ describe('a report with the run that met it', () => {
           [id, leaseId],
         )
         .then((r) => r.rows[0].r);
-    expect((await start(c!.task_lease_id)).payload.proceed).toBe(true);
-    await record({ key: 'sms', retryAfter: 30, taskId: c!.task_id, leaseId: c!.task_lease_id });
+    expect((await start(c.task_lease_id)).payload.proceed).toBe(true);
+    await record({ key: 'sms', retryAfter: 30, taskId: c.task_id, leaseId: c.task_lease_id });
     const [again] = await claimAt(31, 'w2');
     expect(again).toMatchObject({ task_id: id });
-    const answer = await start(again!.task_lease_id);
+    const answer = await start(again.task_lease_id);
     expect(answer.payload).toMatchObject({ delivery_mode: 'at_most_once', proceed: true });
 
     // Whereas a started call its lease did not report refused (the lease expired: its
@@ -284,7 +284,7 @@ describe('a report with the run that met it', () => {
     expect(third).toMatchObject({ task_id: id });
     const refused = await db.query(
       `select internal.start_provider_call_at(now() + interval '200 s', jsonb_build_object('task_id', $1::bigint, 'task_lease_id', $2::bigint)) as r`,
-      [id, third!.task_lease_id],
+      [id, third.task_lease_id],
     );
     expect(refused.rows[0].r.payload).toMatchObject({ proceed: false });
   });

@@ -59,6 +59,7 @@ import {
 import { lostLeaseReasons, TaskCancelledError } from './cancellation.js';
 import { Completer } from './completer.js';
 import { RunTimeouts, TaskTimeoutError } from './timeouts.js';
+import { isThrottledError, recordThrottledRun } from './throttle.js';
 import { ProgressReporter } from './progress.js';
 import { classifyError, errorMessage, isTransient } from './error-class.js';
 import { isCrashOfAnotherProcess, isSilentConnectionLoss, wasNotRun, watchCrashNotice } from './crash-notice.js';
@@ -753,6 +754,12 @@ export class Worker extends EventEmitter<WorkerEvents> {
         if (error instanceof TaskTimeoutError && running.timedOut) {
           recording = true;
           return this.#recordTimeout(running, error);
+        }
+        // The provider refused the work for now: recorded, the run given back uncounted (throttle.ts).
+        if (isThrottledError(error) && !running.cancelled) {
+          if ((await recordThrottledRun(this.pool, task, error, this.#options.workerId, log)) === 'lease_lost')
+            await this.#lostRun(running, durationMs);
+          return;
         }
         const kind = classifyError(error);
         if (kind === 'lease_lost' || running.cancelled) {

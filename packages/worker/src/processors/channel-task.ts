@@ -27,7 +27,7 @@
  * success or error handler. An at-most-once task records its start in a statement of its
  * own, after the provider payload is checked.
  */
-import type { Provider } from '@org/handler-types';
+import { isThrottledError, type Provider } from '@org/handler-types';
 import { errorMessage, isTransient, sanitizeMessage } from '../error-class.js';
 import { failureOf, HandlerInvoker, type HandlerResult } from '../handler-invoker.js';
 import { handlerTypes } from '../handler-types.js';
@@ -114,6 +114,9 @@ export function channelTaskProcessor<P>(provider: Provider<P>): Processor {
           }),
         );
       } catch (error) {
+        // The provider refused the call for now: the worker records the throttle and gives
+        // the task back uncounted (throttle.ts); no error handler, no failed attempt.
+        if (isThrottledError(error)) throw error;
         return fail(context, invoker, onError, `${provider.name}: ${errorMessage(error)}`);
       }
 
