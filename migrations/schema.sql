@@ -3797,8 +3797,8 @@ begin
   if _key_kind is null or _key is null then
     raise exception 'key_kind and key must not be null' using errcode = '22004';
   end if;
-  if _key_kind = 'task_type' then
-    perform admin.assert_task_type(_key);
+  if _key_kind = 'task_type' and not exists (select 1 from queues.task_type t where t.task_type = _key) then
+    raise exception 'unknown task type %', quote_literal(left(_key, 100)) using errcode = '23503';
   end if;
   return queues.clear_throttle(_key_kind, _key, 'api');
 end;

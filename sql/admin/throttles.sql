@@ -21,8 +21,8 @@ as $$
 $$;
 
 -- Clears the throttle of a key now (queues.clear_throttle), as the REST API: its tasks are
--- claimed again at once. Returns whether one was in force. An unknown task type, or a
--- kind other than 'task_type', is 22023, a NULL 22004; nothing is written then.
+-- claimed again at once. Returns whether one was in force. An unknown task type is
+-- 23503, a kind other than 'task_type' 22023, a NULL 22004; nothing is written then.
 create or replace function admin.clear_throttle(_key_kind text, _key text)
   returns boolean
   language plpgsql volatile
@@ -33,8 +33,8 @@ begin
   if _key_kind is null or _key is null then
     raise exception 'key_kind and key must not be null' using errcode = '22004';
   end if;
-  if _key_kind = 'task_type' then
-    perform admin.assert_task_type(_key);
+  if _key_kind = 'task_type' and not exists (select 1 from queues.task_type t where t.task_type = _key) then
+    raise exception 'unknown task type %', quote_literal(left(_key, 100)) using errcode = '23503';
   end if;
   return queues.clear_throttle(_key_kind, _key, 'api');
 end;

@@ -209,8 +209,8 @@ describe('the claim holds back a throttled type until T, on every claimer', () =
       (await db.pool('api').query(`select admin.clear_throttle('task_type', 'sms') as cleared`)).rows[0].cleared,
     ).toBe(false);
     await expect(db.pool('api').query(`select admin.clear_throttle('task_type', 'nope')`)).rejects.toMatchObject({
-      code: '22023',
-      message: expect.stringContaining("unknown task_type 'nope'"),
+      code: '23503',
+      message: expect.stringContaining("unknown task type 'nope'"),
     });
     await expect(db.pool('api').query(`select admin.clear_throttle('group', 'acme')`)).rejects.toMatchObject({
       code: '22023',
