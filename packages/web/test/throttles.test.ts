@@ -56,7 +56,7 @@ describe('GET /api/throttles and POST /api/throttles/clear', () => {
       }),
       expect.objectContaining({ key: 'sms', reports: 1 }),
     ]);
-    expect(Date.parse(throttles[0]!.throttled_until as string) - Date.now()).toBeGreaterThan(500_000);
+    expect(Date.parse(throttles[0].throttled_until as string) - Date.now()).toBeGreaterThan(500_000);
 
     const cleared = await post('/api/throttles/clear', { key_kind: 'task_type', key: 'email' });
     expect(cleared.statusCode, cleared.body).toBe(200);
