@@ -5990,13 +5990,15 @@ create or replace function %1$I.%6$I(
   out num_outstanding     integer,
   out num_runs            integer,
   out scheduled_at        timestamptz,
-  out has_unknown_outcome boolean
+  out has_unknown_outcome boolean,
+  out throttled_until     timestamptz
 )
   language sql stable
   set search_path = pg_catalog, pg_temp
 as $body$
   select f.has_task_succeeded, f.task_failure, f.has_success, f.num_attempts, f.num_failures,
-         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome
+         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome,
+         queues.throttled_until('task_type', %11$L)
     from %1$I.%2$I t
    cross join lateral internal.channel_process_facts(%1$L, %5$L, t.%3$I) f
    where t.%3$I = %4$I
@@ -6340,7 +6342,12 @@ AS $function$
         insert into comms.send_email_attempt (send_email_attempt_id, send_email_task_id, task_id) overriding system value
         values (_attempt_id, _task_id, _queue_task_id);
       end if;
-      _next_at := now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds);
+      -- While its provider throttles the channel (queues.throttled_until,
+      -- sql/queues/throttle.sql), the channel task waits for the claim: the next check is
+      -- not before the throttle ends, so a long throttle (a daily quota) does not use up
+      -- the process's runs.
+      _next_at := greatest(now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds),
+                           queues.throttled_until('task_type', _p.task_type));
       _next_task_id := internal.enqueue_supervisor_run(_p.supervisor, 'send_email_task_id', _task_id, _next_at);
       -- The run, with the run it scheduled: the success handler wakes that one.
       insert into comms.send_email_supervisor_run (send_email_task_id, next_task_id) values (_task_id, _next_task_id);
@@ -6362,19 +6369,20 @@ AS $function$ select comms.send_email_supervise(payload) $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION comms.send_email_supervisor_facts(_send_email_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean)
+CREATE OR REPLACE FUNCTION comms.send_email_supervisor_facts(_send_email_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean, OUT throttled_until timestamp with time zone)
  RETURNS record
  LANGUAGE sql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select f.has_task_succeeded, f.task_failure, f.has_success, f.num_attempts, f.num_failures,
-         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome
+         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome,
+         queues.throttled_until('task_type', 'email')
     from comms.send_email_task t
    cross join lateral internal.channel_process_facts('comms', 'send_email', t.send_email_task_id) f
    where t.send_email_task_id = _send_email_task_id
 $function$;
-  -- comms.send_email_supervisor_facts(_send_email_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean): owner :DATABASE_OWNER
+  -- comms.send_email_supervisor_facts(_send_email_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean, OUT throttled_until timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION comms.send_sms(_to_number text, _body text, _from_number text DEFAULT NULL::text, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _idempotency_key text DEFAULT NULL::text, OUT message_id bigint, OUT send_sms_task_id bigint, OUT validation_failure_message text)
@@ -6668,7 +6676,12 @@ AS $function$
         insert into comms.send_sms_attempt (send_sms_attempt_id, send_sms_task_id, task_id) overriding system value
         values (_attempt_id, _task_id, _queue_task_id);
       end if;
-      _next_at := now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds);
+      -- While its provider throttles the channel (queues.throttled_until,
+      -- sql/queues/throttle.sql), the channel task waits for the claim: the next check is
+      -- not before the throttle ends, so a long throttle (a daily quota) does not use up
+      -- the process's runs.
+      _next_at := greatest(now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds),
+                           queues.throttled_until('task_type', _p.task_type));
       _next_task_id := internal.enqueue_supervisor_run(_p.supervisor, 'send_sms_task_id', _task_id, _next_at);
       -- The run, with the run it scheduled: the success handler wakes that one.
       insert into comms.send_sms_supervisor_run (send_sms_task_id, next_task_id) values (_task_id, _next_task_id);
@@ -6690,19 +6703,20 @@ AS $function$ select comms.send_sms_supervise(payload) $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION comms.send_sms_supervisor_facts(_send_sms_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean)
+CREATE OR REPLACE FUNCTION comms.send_sms_supervisor_facts(_send_sms_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean, OUT throttled_until timestamp with time zone)
  RETURNS record
  LANGUAGE sql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select f.has_task_succeeded, f.task_failure, f.has_success, f.num_attempts, f.num_failures,
-         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome
+         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome,
+         queues.throttled_until('task_type', 'sms')
     from comms.send_sms_task t
    cross join lateral internal.channel_process_facts('comms', 'send_sms', t.send_sms_task_id) f
    where t.send_sms_task_id = _send_sms_task_id
 $function$;
-  -- comms.send_sms_supervisor_facts(_send_sms_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean): owner :DATABASE_OWNER
+  -- comms.send_sms_supervisor_facts(_send_sms_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean, OUT throttled_until timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION files.account_file_deletion_facts(_account_id bigint, OUT num_files integer, OUT num_files_without_task integer, OUT num_files_deleted integer, OUT stuck_file_ids bigint[])
@@ -7051,7 +7065,12 @@ AS $function$
         insert into files.file_deletion_attempt (file_deletion_attempt_id, file_deletion_task_id, task_id) overriding system value
         values (_attempt_id, _task_id, _queue_task_id);
       end if;
-      _next_at := now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds);
+      -- While its provider throttles the channel (queues.throttled_until,
+      -- sql/queues/throttle.sql), the channel task waits for the claim: the next check is
+      -- not before the throttle ends, so a long throttle (a daily quota) does not use up
+      -- the process's runs.
+      _next_at := greatest(now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds),
+                           queues.throttled_until('task_type', _p.task_type));
       _next_task_id := internal.enqueue_supervisor_run(_p.supervisor, 'file_deletion_task_id', _task_id, _next_at);
       -- The run, with the run it scheduled: the success handler wakes that one.
       insert into files.file_deletion_supervisor_run (file_deletion_task_id, next_task_id) values (_task_id, _next_task_id);
@@ -7631,7 +7650,12 @@ begin
         insert into %1$I.%4$I (%10$I, %9$I, task_id) overriding system value
         values (_attempt_id, _task_id, _queue_task_id);
       end if;
-      _next_at := now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds);
+      -- While its provider throttles the channel (queues.throttled_until,
+      -- sql/queues/throttle.sql), the channel task waits for the claim: the next check is
+      -- not before the throttle ends, so a long throttle (a daily quota) does not use up
+      -- the process's runs.
+      _next_at := greatest(now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds),
+                           queues.throttled_until('task_type', _p.task_type));
       _next_task_id := internal.enqueue_supervisor_run(_p.supervisor, %9$L, _task_id, _next_at);
       -- The run, with the run it scheduled: the success handler wakes that one.
       insert into %1$I.%3$I (%9$I, next_task_id) values (_task_id, _next_task_id);

@@ -49,5 +49,33 @@ create index if not exists throttle_cleared_key_idx on queues.throttle_cleared (
 --!include queues/claim.sql
 --!include admin/throttles.sql
 --!include internal/delivery.sql
+
+-- Supervisors read the throttle of their channel: each message channel's facts
+-- (comms.send_<c>_supervisor_facts) gain throttled_until, a new out column, so they are
+-- dropped and made again by the channel's registration, with the settings it has; every
+-- channel process's own functions are made again from the template (its supervisor
+-- schedules its next check no earlier than the throttle's end).
+do $$
+declare
+  _p record;
+begin
+  for _p in select p.process_name from internal.channel_process p
+             where p.process_schema = 'comms' and p.process_name like 'send\_%' loop
+    execute format('drop function if exists %I.%I(bigint)', 'comms', _p.process_name || '_supervisor_facts');
+  end loop;
+end;
+$$;
+--!include internal/channel_process.sql
+--!include comms/channel.sql
+select comms.register_message_channel(substr(p.process_name, 6), p.max_attempts, p.max_supervisor_runs,
+                                      p.backoff_cap_seconds)
+  from internal.channel_process p
+ where p.process_schema = 'comms' and p.process_name like 'send\_%'
+ order by p.process_name;
+select internal.create_channel_process_functions(p.process_schema, p.process_name)
+  from internal.channel_process p
+ where not (p.process_schema = 'comms' and p.process_name like 'send\_%')
+ order by p.process_schema, p.process_name;
+
 --!include queues/privileges.sql
 --!include admin/privileges.sql
