@@ -2690,7 +2690,6 @@ create table queues.throttle (
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on table queues.throttle is 'Append-only: a provider refused work of key (a task type) until throttled_until (a 429, a Retry-After, a quota error). Claims leave the key''s tasks while one of its reports not cleared is in force (queues.throttled_task_types_at).';
-CREATE INDEX throttle_key_idx ON queues.throttle USING btree (key_kind, key, throttled_until);
 CREATE INDEX throttle_lease_idx ON queues.throttle USING btree (task_lease_id) WHERE (task_lease_id IS NOT NULL);
 CREATE UNIQUE INDEX throttle_pkey ON queues.throttle USING btree (throttle_id);
 CREATE INDEX throttle_until_idx ON queues.throttle USING btree (throttled_until) INCLUDE (key_kind, key, throttle_id);

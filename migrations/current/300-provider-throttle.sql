@@ -23,9 +23,9 @@ comment on table queues.throttle is
 drop trigger if exists forbid_update on queues.throttle;
 create trigger forbid_update before update on queues.throttle
   for each statement execute function queues.forbid_fact_update();
--- The claim's probe: reports that have not ended yet, from _now on.
+-- The one read of the reports (the claim's probe, a key's end, the active list): those not
+-- ended yet, from _now on; ended ones are never read again.
 create index if not exists throttle_until_idx on queues.throttle (throttled_until) include (key_kind, key, throttle_id);
-create index if not exists throttle_key_idx on queues.throttle (key_kind, key, throttled_until);
 -- internal.provider_call_start: was this lease's started call refused?
 create index if not exists throttle_lease_idx on queues.throttle (task_lease_id) where task_lease_id is not null;
 

@@ -4,7 +4,7 @@
 // report with a lease gives the run back uncounted, and an at-most-once call refused under
 // that lease does not count as started; the facts are append-only; who may call what.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/testing';
+import { createTestDatabase, explainNested, planNodes, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -305,5 +305,54 @@ describe('who may call what', () => {
       db.pool('worker').query(`select queues.clear_throttle('task_type', 'email', 'w')`),
     ).rejects.toMatchObject({ code: '42501' });
     await expect(db.pool('worker').query('select * from queues.active_throttles()')).resolves.toBeDefined();
+  });
+});
+
+describe('the cost of throttles in the claim', () => {
+  beforeEach(reset);
+
+  it('reads only the reports not yet ended, by index, under a plan made while the table was empty', async () => {
+    const root = await db.client('root');
+    try {
+      await enqueue('email', 5);
+      await enqueue('sms', 5);
+      // Plans made now, on this connection, with no throttle at all.
+      await root.query(`select * from queues.claim_tasks('plan-w', 1, null, 60)`);
+      // Then 20,000 reports that have ended (a busy day of 429s) and one in force.
+      await db.query(
+        `insert into queues.throttle (key_kind, key, throttled_until, reason, recorded_at, recorded_by)
+         select 'task_type', 'email', now() - interval '1 day' + make_interval(secs => i), 'HTTP 429',
+                now() - interval '2 days', 'w'
+           from generate_series(1, 20000) i`,
+      );
+      await db.query('analyze queues.throttle');
+      const throttleRows = async () => {
+        const plans = await explainNested(root, `select * from queues.claim_tasks('plan-w', 100, null, 60)`);
+        const nodes = plans.flatMap((p) => planNodes(p.plan)).filter((n) => n['Relation Name'] === 'throttle');
+        expect(nodes.length, 'the claim probed queues.throttle').toBeGreaterThan(0);
+        expect(
+          nodes.every((n) => n['Index Name'] === 'throttle_until_idx'),
+          JSON.stringify(nodes),
+        ).toBe(true);
+        return {
+          rows: nodes.reduce(
+            (sum, n) =>
+              sum +
+              (Number(n['Actual Rows'] ?? 0) + Number(n['Rows Removed by Filter'] ?? 0)) *
+                Number(n['Actual Loops'] ?? 1),
+            0,
+          ),
+        };
+      };
+      // None in force: the probe reads no row, and the claim takes the email tasks.
+      expect((await throttleRows()).rows).toBe(0);
+      await record({ key: 'sms', retryAfter: 600 });
+      await enqueue('email', 5);
+      await enqueue('sms', 5);
+      // One in force: the probe reads that one report.
+      expect((await throttleRows()).rows).toBe(1);
+    } finally {
+      await root.end();
+    }
   });
 });
