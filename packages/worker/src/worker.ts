@@ -757,8 +757,13 @@ export class Worker extends EventEmitter<WorkerEvents> {
         }
         // The provider refused the work for now: recorded, the run given back uncounted (throttle.ts).
         if (isThrottledError(error) && !running.cancelled) {
+          // The same type's tasks waiting here would meet the same refusal: given back too.
+          const key = error.key ?? task.taskType;
+          const same = this.#waiting.filter((t) => t.taskType === key);
+          this.#waiting = this.#waiting.filter((t) => t.taskType !== key);
           if ((await recordThrottledRun(this.pool, task, error, this.#options.workerId, log)) === 'lease_lost')
             await this.#lostRun(running, durationMs);
+          if (same.length > 0) await this.#release(same);
           return;
         }
         const kind = classifyError(error);

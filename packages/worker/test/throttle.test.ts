@@ -12,7 +12,14 @@ import { defineTask } from '@org/tasks';
 import { createResendEmailProvider, createTwilioSmsProvider } from '@org/providers';
 import { startFakeResend, startFakeTwilio, type FakeResend, type FakeTwilio } from '@org/providers/testing';
 import { defaultRegistry } from '../src/command.js';
-import { createLogger, registerTaskDefinitions, ThrottledError, throttleSeconds, Worker } from '../src/index.js';
+import {
+  createLogger,
+  ProcessorRegistry,
+  registerTaskDefinitions,
+  ThrottledError,
+  throttleSeconds,
+  Worker,
+} from '../src/index.js';
 import { eventually } from './support/fixtures.js';
 
 let db: TestDatabase;
@@ -195,6 +202,80 @@ describe('a defineTask run that throws a ThrottledError', () => {
     expect(faxCalls).toBe(2);
     expect(await throttles('fax_throttled')).toMatchObject([{ task_id: id, reason: 'fax gateway: busy' }]);
     expect(await leasesDuringThrottle(id)).toBe(0);
+  });
+});
+
+describe('tasks of a throttled type waiting in the worker', () => {
+  it('are given back with the throttled run, and none runs before T', async () => {
+    let calls = 0;
+    // eslint-disable-next-line prefer-const -- the run refers to the worker made below
+    let single: Worker;
+    const gate = defineTask({
+      name: 'gate_throttled',
+      payload: z.object({ n: z.number() }),
+      run: async () => {
+        calls += 1;
+        if (calls > 1) return;
+        // Refused once other tasks of the type wait in this worker behind this run.
+        await eventually(() => single.status().waiting > 0, 'gate tasks waiting in the worker');
+        throw new ThrottledError('gate: busy', { retryAfterSeconds: 1 });
+      },
+    });
+    await db.query(`insert into queues.task_type (task_type) values ('gate_throttled')`);
+    const ids: string[] = [];
+    for (let n = 0; n < 5; n++)
+      ids.push(
+        (
+          await db.query(`select queues.enqueue_internal('gate_throttled', jsonb_build_object('n', $1::int)) as id`, [
+            n,
+          ])
+        ).rows[0].id as string,
+      );
+    // One slot: the first claim takes all five, one runs and four wait in the worker.
+    single = new Worker({
+      databaseUrl: db.url('worker'),
+      roles: null,
+      workerId: 'throttle-single',
+      concurrency: 1,
+      pollIntervalMs: 50,
+      heartbeatIntervalMs: 1000,
+      leaseSeconds: 30,
+      maxLeases: 5,
+      shutdownGraceMs: 2000,
+      registry: registerTaskDefinitions(new ProcessorRegistry(), [gate]),
+      logger: createLogger('silent'),
+    });
+    await single.start();
+    try {
+      await eventually(
+        async () =>
+          Number(
+            (await one('select count(*) as n from queues.task_completed where task_id = any($1::bigint[])', [ids])).n,
+          ) === 5,
+        'the five gate tasks completed',
+        30_000,
+      );
+    } finally {
+      await single.stop();
+    }
+    const [fact] = await throttles('gate_throttled');
+    expect(fact).toBeDefined();
+    const early = await db.query(
+      `select task_id from queues.task_completed where task_id = any($1::bigint[]) and completed_at < $2`,
+      [ids, fact.throttled_until],
+    );
+    expect(early.rows).toEqual([]);
+    expect(calls).toBe(6);
+    // Every lease taken before the throttle (the refused run's, and those of the tasks that
+    // waited behind it) was given back, not run.
+    const before = await db.query<{ released: boolean }>(
+      `select exists (select 1 from queues.task_lease_release r where r.task_lease_id = l.task_lease_id) as released
+         from queues.task_lease l
+        where l.task_id = any($1::bigint[]) and l.leased_at <= $2`,
+      [ids, fact.recorded_at],
+    );
+    expect(before.rows.length).toBeGreaterThanOrEqual(2);
+    expect(before.rows.every((r) => r.released)).toBe(true);
   });
 });
 
