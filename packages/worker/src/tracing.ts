@@ -186,16 +186,17 @@ export function taskOutcome(taskId: string, outcome: string, error?: string): vo
 }
 
 /**
- * Runs one step of a task as a child of the current span: `queue.handler` and
- * `queue.provider` as named, and the completion, asked for as `queue.complete` with the
- * attribute `queue.task.outcome`, as the span `complete <task type>` (a settle operation
- * of the messaging conventions). Without an SDK, or outside a task, it only calls `run`.
+ * Runs `run` in a child span of the current one (the task's): a handler's or a step's
+ * call (`queue.handler`) and a provider call (`queue.provider`) as named, and the
+ * completion, asked for as `queue.complete` with the attribute `queue.task.outcome`, as
+ * the span `complete <task type>` (a settle operation of the messaging conventions).
+ * Without an SDK, or outside a task, it only calls `run`.
  */
-export function traceStep<T>(name: string, attributes: Attributes, run: () => Promise<T>): Promise<T> {
-  return tracingEnabled() && api().trace.getActiveSpan() ? tracedStep(name, attributes, run) : run();
+export function traceChild<T>(name: string, attributes: Attributes, run: () => Promise<T>): Promise<T> {
+  return tracingEnabled() && api().trace.getActiveSpan() ? tracedChild(name, attributes, run) : run();
 }
 
-async function tracedStep<T>(name: string, attributes: Attributes, run: () => Promise<T>): Promise<T> {
+async function tracedChild<T>(name: string, attributes: Attributes, run: () => Promise<T>): Promise<T> {
   const { context, SpanKind, SpanStatusCode } = api();
   let spanName = name;
   let spanAttributes = attributes;
@@ -250,12 +251,12 @@ export function traceCompletion<O extends CompletionOf, R extends { report: { ou
   if (!tracingEnabled()) return complete(outcome);
   const work = outcome.step ?? outcome.handler;
   if (work)
-    return traceStep('queue.handler', { 'queue.handler.name': work.functionName }, () => complete(outcome)).then(
+    return traceChild('queue.handler', { 'queue.handler.name': work.functionName }, () => complete(outcome)).then(
       (answer) =>
-        traceStep('queue.complete', { 'queue.task.outcome': answer.report.outcome }, () => Promise.resolve(answer)),
+        traceChild('queue.complete', { 'queue.task.outcome': answer.report.outcome }, () => Promise.resolve(answer)),
     );
   const bound = outcome.effects ? { ...outcome, effects: bindToTask(outcome.effects) } : outcome;
-  return traceStep('queue.complete', { 'queue.task.outcome': outcome.outcome }, () => complete(bound));
+  return traceChild('queue.complete', { 'queue.task.outcome': outcome.outcome }, () => complete(bound));
 }
 
 /**
