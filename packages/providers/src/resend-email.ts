@@ -7,7 +7,7 @@ import {
   type EmailPayload,
   type Provider,
   type ProviderContext,
-} from '@org/handler-types';
+} from '@org/contracts';
 import { abortError, throwIfAborted } from './internal.js';
 
 export interface ResendEmailOptions {

@@ -7,7 +7,7 @@ import {
   type Provider,
   type ProviderContext,
   type SmsPayload,
-} from '@org/handler-types';
+} from '@org/contracts';
 import { raceAbort, throwIfAborted } from './internal.js';
 
 export interface TwilioSmsOptions {

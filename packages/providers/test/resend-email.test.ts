@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { ThrottledError } from '@org/handler-types';
+import { ThrottledError } from '@org/contracts';
 import { createResendEmailProvider } from '@org/providers';
 import { startFakeResend, type FakeResend } from '@org/providers/testing';
 import { ctx } from './helpers.ts';

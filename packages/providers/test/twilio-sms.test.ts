@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { ThrottledError } from '@org/handler-types';
+import { ThrottledError } from '@org/contracts';
 import { createTwilioSmsProvider } from '@org/providers';
 import { startFakeTwilio, type FakeTwilio } from '@org/providers/testing';
 import { ctx } from './helpers.ts';

@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createTestDatabase, type TestDatabase } from '@org/testing';
-import { fileDeletePayload } from '@org/handler-types';
+import { fileDeletePayload } from '@org/contracts';
 import { defineTask } from '@org/tasks';
 import { createResendEmailProvider, createTwilioSmsProvider } from '@org/providers';
 import { startFakeResend, startFakeTwilio, type FakeResend, type FakeTwilio } from '@org/providers/testing';

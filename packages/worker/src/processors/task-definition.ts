@@ -14,7 +14,7 @@
  */
 import { checkPayload, type AnyTaskDefinition, type TaskRunContext } from '@org/tasks';
 import type { JsonObject } from '@org/queue-client';
-import { isThrottledError } from '@org/handler-types';
+import { isThrottledError } from '@org/contracts/throttled';
 import { errorMessage, isTransient, sanitizeMessage } from '../error-class.js';
 import type { Processor, ProcessorRegistry, TaskContext, TaskOutcome } from '../processor.js';
 
