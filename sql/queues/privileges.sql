@@ -26,7 +26,9 @@ grant execute on function
   queues.record_worker_stopped(text),
   queues.cancelled_tasks(bigint[]),
   queues.task_type_timeouts(),
-  queues.record_progress(bigint, bigint, bigint, bigint, text)
+  queues.record_progress(bigint, bigint, bigint, bigint, text),
+  queues.record_throttle(text, text, timestamptz, numeric, text, text, bigint, bigint),
+  queues.active_throttles()
 to :DATABASE_WORKER;
 
 grant execute on function
