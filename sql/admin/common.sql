@@ -64,7 +64,7 @@ begin
 end;
 $$;
 
--- Completions in (_from, _to] with their task's type and their run's start (null when the
+-- Completions in (_from, _to], in both shapes (queues.task_end), with their task's type and their run's start (null when the
 -- completion did not say: a completion without a lease, or written before it could): the type the completion names, or,
 -- for a completion written before task_completed.task_type existed, its task's (a
 -- primary-key probe of queues.task, made only for those). Inlined into its callers (SQL,
@@ -81,4 +81,12 @@ as $$
          c.started_at
     from queues.task_completed c
    where c.completed_at > _from and c.completed_at <= _to
+  union all
+  -- Plain successes, from the completion rounds in the window (completion_round's
+  -- completed_at index), one row per task they name.
+  select u.task_id, u.task_lease_id, r.completed_at, 'succeeded', r.task_type,
+         timestamptz 'epoch' + u.started_us * interval '1 microsecond'
+    from queues.completion_round r
+   cross join lateral unnest(r.task_ids, r.task_lease_ids, r.started_us) as u(task_id, task_lease_id, started_us)
+   where r.completed_at > _from and r.completed_at <= _to
 $$;

@@ -262,7 +262,7 @@ process.stdout.write(JSON.stringify(placed));
   const completed = await asRole(roles.queueOwner, async (c) => {
     for (;;) {
       const { rows } = await c.query<{ outcome: string; result: unknown }>(
-        `select c.outcome, r.result from queues.task_completed c
+        `select c.outcome, r.result from queues.task_end c
            left join queues.task_result r on r.task_id = c.task_id
           where c.task_id = $1`,
         [placed.taskId],
