@@ -11,7 +11,6 @@
 -- Locks: the new table and its partitions only (SHARE or SHARE UPDATE EXCLUSIVE on
 -- queues.completion_round, ACCESS EXCLUSIVE on its empty default while a set's partition
 -- is attached); no other hot table.
--- lock: access exclusive on queues.completion_round: made by this migration, so no writer waits for it (a re-run replaces its trigger)
 set local lock_timeout = '5s';
 
 create table if not exists queues.completion_round (

@@ -26,7 +26,6 @@ export const HOT_TABLES: readonly string[] = [
   'queues.task_lease_release',
   'queues.task_lease_revocation',
   'queues.task_completed',
-  'queues.completion_round',
   'queues.task_attempt_failed',
   'queues.error',
   'queues.resource_lease',
