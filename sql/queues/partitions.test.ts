@@ -885,6 +885,62 @@ describe('partition maintenance', () => {
     }
   });
 
+  it('a completion round naming tasks of two sets keeps the newer set (where it lives) while the older one is kept', async () => {
+    // Two sets of our own, and a third for a task past both (so both lie below the last
+    // task id): tasks [lo + 5, lo + SIZE + 5) straddle the first two.
+    const lo = await aboveEveryRange(0);
+    for (let k = 0; k < 3; k++)
+      await db.query('select queues.create_history_partition($1, $2)', [lo + k * SIZE, lo + (k + 1) * SIZE]);
+    await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [lo + 4]);
+    const ids = await enqueue(SIZE);
+    await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [lo + 2 * SIZE]);
+    const [past] = await enqueue(1);
+    const older: [number, number] = [lo, lo + SIZE];
+    const newer: [number, number] = [lo + SIZE, lo + 2 * SIZE];
+    const leases = await claimAll();
+    // One task of the older set stays pending; the rest end in one call: one round, named
+    // by its largest task, so it lives in the newer set.
+    const pending = ids[2];
+    await complete(
+      leases,
+      ids.filter((id) => id !== pending),
+    );
+    await complete(leases, [past]);
+    const { rows: round } = await db.query(
+      `select tableoid::regclass::text as part, task_ids::text[] from queues.completion_round where $1::bigint = any (task_ids)`,
+      [ids[0]],
+    );
+    expect(round).toEqual([
+      { part: `queues.completion_round_p${newer[0]}`, task_ids: ids.filter((id) => id !== pending) },
+    ]);
+    expect(await orphans()).toEqual([]);
+
+    // Past the window: the newer set's own tasks are all done and old, but its round names
+    // tasks of the older set, kept for its pending task; neither goes.
+    const later = await maintain(`now() + interval '8 days'`);
+    expect(later.dropped).not.toContainEqual(older);
+    expect(later.dropped).not.toContainEqual(newer);
+    expect(later.skipped).toEqual([]);
+    // The older set's finished tasks still read their end from the round.
+    const api = db.pool('api');
+    for (const id of [ids[0], ids[4]]) {
+      const { rows } = await api.query('select admin.get_task($1) as t', [id]);
+      expect(rows[0].t.task.state, id).toBe('succeeded');
+      expect(rows[0].t.completion, id).toMatchObject({ outcome: 'succeeded', task_lease_id: Number(leases.get(id)) });
+    }
+
+    // The pending task ends: the older set goes, then the newer one, and nothing is left
+    // that names a task still kept.
+    await complete(leases, [pending]);
+    const { dropped, skipped } = await maintainUntilDropped(`now() + interval '8 days'`, [older, newer]);
+    expect(skipped).toEqual([]);
+    expect(dropped).toContainEqual(older);
+    expect(dropped).toContainEqual(newer);
+    expect(dropped.findIndex(([l]) => l === older[0])).toBeLessThan(dropped.findIndex(([l]) => l === newer[0]));
+    expect(await tasksIn(lo, lo + 2 * SIZE)).toBe(0);
+    expect(await orphans()).toEqual([]);
+  });
+
   it('is a runnable db_function for the worker, and the API sees partitions and the next drop', async () => {
     const { rows } = await db
       .pool('worker')
