@@ -3,6 +3,11 @@
 -- Fencing: a caller that passes the lease it holds can only complete while that lease
 -- is the task's newest one. A worker whose lease expired and was re-claimed by another
 -- worker gets 'lease_lost' and changes nothing.
+--
+-- Where an end is written: the plain successes of a call are one completion round per
+-- task type (queues.completion_round, naming its tasks with the lease and start of each);
+-- every other end is a queues.task_completed row. Read a task's end through
+-- queues.task_end / queues.task_end_of (sql/queues/task_end.sql), never the tables.
 
 -- Completes a batch. Parallel arrays: _task_lease_ids, _outcomes, _retries and
 -- _started_at may be null (no fencing, outcome by default, retries allowed, start not

@@ -38,6 +38,10 @@ const ORPHANS: [string, string][] = [
       and not exists (select 1 from queues.task_lease l where l.task_lease_id = c.task_lease_id and l.task_id = c.task_id)`,
   ],
   [
+    'one end per task (a task_completed row or a place in one completion round)',
+    'select count(*) from (select e.task_id from queues.task_end e group by e.task_id having count(*) > 1) x',
+  ],
+  [
     'task_lease_started -> task_lease of the same task',
     `select count(*) from queues.task_lease_started s
       where not exists (select 1 from queues.task_lease l where l.task_lease_id = s.task_lease_id and l.task_id = s.task_id)`,
