@@ -226,7 +226,9 @@ describe('keyset pagination at 1,000,000 rows', () => {
     const nodes = await plan([null, 'succeeded', 50, 500000, null, null, null, null, null, null]);
     expect(seqScans(nodes)).toEqual([]);
     expect(
-      nodes.some((n) => indexOf(n) === 'task_pkey' && n['Node Type'] === 'Index Scan' && n['Scan Direction'] === 'Backward'),
+      nodes.some(
+        (n) => indexOf(n) === 'task_pkey' && n['Node Type'] === 'Index Scan' && n['Scan Direction'] === 'Backward',
+      ),
     ).toBe(true);
     expect(nodes.some((n) => relationOf(n) === 'task_completed' && indexOf(n) === 'task_completed_pkey')).toBe(true);
     expect(nodes.some((n) => indexOf(n) === 'completion_round_task_range_idx')).toBe(true);

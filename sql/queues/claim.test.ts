@@ -163,9 +163,7 @@ describe('claim semantics', () => {
     expect((await complete()).rows[0]?.c).toBe(true);
     expect((await complete()).rows[0]?.c).toBe(false);
     expect((await db.pool('worker').query('select queues.complete_task($1) as c', [id])).rows[0]?.c).toBe(false);
-    const { rows } = await db.query('select outcome, task_lease_id from queues.task_end where task_id = $1', [
-      id,
-    ]);
+    const { rows } = await db.query('select outcome, task_lease_id from queues.task_end where task_id = $1', [id]);
     expect(rows).toEqual([{ outcome: 'succeeded', task_lease_id: lease?.task_lease_id }]);
   });
 

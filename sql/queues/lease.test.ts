@@ -178,9 +178,9 @@ describe('releases', () => {
       worker.query('select queues.fail_task($1, $2, $3)', [id, 'late', lease.task_lease_id]),
     ).rejects.toMatchObject({ code: '55000' });
     expect(await extendAt(1, [lease])).toEqual([]);
-    expect(
-      (await db.query('select count(*)::int as n from queues.task_end where task_id = $1', [id])).rows[0].n,
-    ).toBe(0);
+    expect((await db.query('select count(*)::int as n from queues.task_end where task_id = $1', [id])).rows[0].n).toBe(
+      0,
+    );
   });
 
   it('releasing a lease that is no longer current does nothing', async () => {
@@ -363,9 +363,9 @@ describe('poison tasks', () => {
         ]);
       expect(result[0].result).toBe('retry_scheduled');
     }
-    expect(
-      (await db.query('select count(*)::int as n from queues.task_end where task_id = $1', [id])).rows[0].n,
-    ).toBe(0);
+    expect((await db.query('select count(*)::int as n from queues.task_end where task_id = $1', [id])).rows[0].n).toBe(
+      0,
+    );
     await db.query(`delete from internal.setting where name = 'backoff_scale'`);
   });
 

@@ -625,9 +625,9 @@ describe('server-side steps (queues.run_steps)', () => {
     expect(rows[1].error).toMatch(/refused/);
     expect(await runs()).toBe(before + 3);
     for (const key of ['taken-mid-call', 'waits', 'after-wait']) expect(await effectsOf(key)).toBe(0);
-    expect(
-      await count('select count(*)::int as n from queues.task_end where task_id = any($1::bigint[])', [ids]),
-    ).toBe(0);
+    expect(await count('select count(*)::int as n from queues.task_end where task_id = any($1::bigint[])', [ids])).toBe(
+      0,
+    );
     await runner.end();
     await gate.end();
   });

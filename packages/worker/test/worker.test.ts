@@ -316,11 +316,8 @@ describe('worker loop', () => {
     await startWorker({ registry, pollIntervalMs: 600_000 });
     await eventually(
       async () =>
-        (
-          await db.query('select count(*)::int as n from queues.task_end where task_id = any($1::bigint[])', [
-            ids,
-          ])
-        ).rows[0].n === 6,
+        (await db.query('select count(*)::int as n from queues.task_end where task_id = any($1::bigint[])', [ids]))
+          .rows[0].n === 6,
       'six suspects completed',
     );
     for (let i = 0; i < 6; i++) expect(await effects(db, `suspect-${i}`)).toBe(1);

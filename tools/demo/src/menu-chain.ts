@@ -74,11 +74,8 @@ export async function runMenuChainDemo(urls: DatabaseUrls, owner: pg.Client, sto
       .id as string;
     say(`POST /api/tasks/generate/discovery -> store_discovery task ${discoveryId}`);
     const ended = async (ids: string[]) =>
-      (
-        await owner.query(`select count(*)::int as n from queues.task_end where task_id = any($1::bigint[])`, [
-          ids,
-        ])
-      ).rows[0].n === ids.length;
+      (await owner.query(`select count(*)::int as n from queues.task_end where task_id = any($1::bigint[])`, [ids]))
+        .rows[0].n === ids.length;
     await until(() => ended([discoveryId]), 'store discovery');
     const storeIds = (
       await owner.query(`select store_id::text from menus.store where task_id = $1 order by store_id`, [discoveryId])

@@ -85,8 +85,7 @@ export const scenario: Scenario = {
         const b = startWorker({ env: env(c.taskType), script: 'entry', prefix: 's4-fresh' });
         spawned.push(b);
         const completed = await waitFor(
-          async () =>
-            (await db.query('select 1 from queues.task_end where task_id = $1', [taskId])).rowCount === 1,
+          async () => (await db.query('select 1 from queues.task_end where task_id = $1', [taskId])).rowCount === 1,
           20_000,
         );
         await stopWorker(b);

@@ -896,11 +896,8 @@ export const scenario: Scenario = {
         ).rows[0].id,
       );
     const completedAll = async (taskIds: string[]) =>
-      (
-        await db.query('select count(*)::int as n from queues.task_end where task_id = any($1::bigint[])', [
-          taskIds,
-        ])
-      ).rows[0]!.n === taskIds.length;
+      (await db.query('select count(*)::int as n from queues.task_end where task_id = any($1::bigint[])', [taskIds]))
+        .rows[0]!.n === taskIds.length;
     const firstPhase = WORKER_CASES.filter((c) => !c.providerFailure);
     for (const c of firstPhase) ids.push(await enqueueCase(c));
     const worker = new Worker({
