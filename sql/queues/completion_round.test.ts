@@ -293,6 +293,21 @@ describe('a round is fenced by the lease of each task', () => {
     expect(cancelled).toEqual([{ result: 'already_completed' }]);
   });
 
+  it('a holder whose task an unfenced caller completed can neither complete nor record an error', async () => {
+    const [id] = await enqueue('round_a', 1);
+    const lease = (await claim('round_a')).get(id)!;
+    expect(await settle([id], null)).toEqual(new Map([[id, 'completed']]));
+    expect(await settle([id], [lease])).toEqual(new Map([[id, 'lease_lost']]));
+    await expect(
+      db.pool('worker').query(`select queues.fail_task($1, 'too late', $2)`, [id, lease]),
+    ).rejects.toMatchObject({ code: '55000', constraint: 'task_lease_current' });
+    expect((await db.query(`select count(*)::int as n from queues.error where task_id = $1`, [id])).rows[0].n).toBe(0);
+    const { rows: cancelled } = await db
+      .pool('api')
+      .query(`select result from admin.cancel_tasks(array[$1::bigint])`, [id]);
+    expect(cancelled).toEqual([{ result: 'already_completed' }]);
+  });
+
   it('completers racing for the same tasks: each task ends exactly once, in one shape', async () => {
     const ids = await enqueue('round_b', 40);
     const leases = await claim('round_b');
