@@ -328,7 +328,8 @@ $$;
 
 -- Counts by task type and state: pending states over queues.task_pending (bounded by
 -- pending work), completion outcomes over the last _window_seconds only (default 86400;
--- read through task_completed_completed_at_idx), so the cost never follows history.
+-- read through the completed_at indexes of task_completed and completion_round), so the
+-- cost never follows history.
 -- Every registered type appears, with zero rows left out.
 create or replace function admin.task_counts_at(_now timestamptz, _window_seconds integer)
   returns table (task_type text, state text, count bigint)
