@@ -1055,6 +1055,122 @@ create table menus.store_products_discovered (
 CREATE UNIQUE INDEX store_products_discovered_pkey ON menus.store_products_discovered USING btree (store_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON menus.store_products_discovered FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
+create table queues.completion_round (
+  task_id bigint not null,
+  completed_at timestamp with time zone default now() not null,
+  task_type text not null,
+  task_ids bigint[] not null,
+  task_lease_ids bigint[] not null,
+  started_us bigint[] not null,
+  task_range int8range not null,
+  constraint completion_round_completed_at_not_null NOT NULL completed_at,
+  constraint completion_round_shape CHECK ((((cardinality(task_ids) >= 1) AND (cardinality(task_ids) <= 1000)) AND (array_ndims(task_ids) = 1) AND (task_id = task_ids[cardinality(task_ids)]) AND (task_range = int8range(task_ids[1], task_id, '[]'::text)) AND (cardinality(task_lease_ids) = cardinality(task_ids)) AND (cardinality(started_us) = cardinality(task_ids)))),
+  constraint completion_round_started_us_not_null NOT NULL started_us,
+  constraint completion_round_task_id_not_null NOT NULL task_id,
+  constraint completion_round_task_ids_not_null NOT NULL task_ids,
+  constraint completion_round_task_lease_ids_not_null NOT NULL task_lease_ids,
+  constraint completion_round_task_range_not_null NOT NULL task_range,
+  constraint completion_round_task_type_not_null NOT NULL task_type
+) partition by RANGE (task_id);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.completion_round is 'Append-only: a completion round, the plain successes one completion call recorded for one task type (task_ids with their leases and start times). Read a task''s end through queues.task_end / queues.task_end_of. See sql/queues/complete.sql.';
+CREATE INDEX completion_round_completed_at_idx ON ONLY queues.completion_round USING btree (completed_at);
+CREATE INDEX completion_round_task_range_idx ON ONLY queues.completion_round USING gist (task_range);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.completion_round FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.completion_round_default partition of queues.completion_round (
+  task_id bigint not null,
+  completed_at timestamp with time zone default now() not null,
+  task_type text not null,
+  task_ids bigint[] not null,
+  task_lease_ids bigint[] not null,
+  started_us bigint[] not null,
+  task_range int8range not null,
+  constraint completion_round_completed_at_not_null NOT NULL completed_at,
+  constraint completion_round_shape CHECK ((((cardinality(task_ids) >= 1) AND (cardinality(task_ids) <= 1000)) AND (array_ndims(task_ids) = 1) AND (task_id = task_ids[cardinality(task_ids)]) AND (task_range = int8range(task_ids[1], task_id, '[]'::text)) AND (cardinality(task_lease_ids) = cardinality(task_ids)) AND (cardinality(started_us) = cardinality(task_ids)))),
+  constraint completion_round_started_us_not_null NOT NULL started_us,
+  constraint completion_round_task_id_not_null NOT NULL task_id,
+  constraint completion_round_task_ids_not_null NOT NULL task_ids,
+  constraint completion_round_task_lease_ids_not_null NOT NULL task_lease_ids,
+  constraint completion_round_task_range_not_null NOT NULL task_range,
+  constraint completion_round_task_type_not_null NOT NULL task_type
+) DEFAULT;
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE INDEX completion_round_default_completed_at_idx ON queues.completion_round_default USING btree (completed_at);
+CREATE INDEX completion_round_default_task_range_idx ON queues.completion_round_default USING gist (task_range);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.completion_round_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.completion_round_p0 partition of queues.completion_round (
+  task_id bigint not null,
+  completed_at timestamp with time zone default now() not null,
+  task_type text not null,
+  task_ids bigint[] not null,
+  task_lease_ids bigint[] not null,
+  started_us bigint[] not null,
+  task_range int8range not null,
+  constraint completion_round_completed_at_not_null NOT NULL completed_at,
+  constraint completion_round_shape CHECK ((((cardinality(task_ids) >= 1) AND (cardinality(task_ids) <= 1000)) AND (array_ndims(task_ids) = 1) AND (task_id = task_ids[cardinality(task_ids)]) AND (task_range = int8range(task_ids[1], task_id, '[]'::text)) AND (cardinality(task_lease_ids) = cardinality(task_ids)) AND (cardinality(started_us) = cardinality(task_ids)))),
+  constraint completion_round_started_us_not_null NOT NULL started_us,
+  constraint completion_round_task_id_not_null NOT NULL task_id,
+  constraint completion_round_task_ids_not_null NOT NULL task_ids,
+  constraint completion_round_task_lease_ids_not_null NOT NULL task_lease_ids,
+  constraint completion_round_task_range_not_null NOT NULL task_range,
+  constraint completion_round_task_type_not_null NOT NULL task_type
+) FOR VALUES FROM ('0') TO ('1000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE INDEX completion_round_p0_completed_at_idx ON queues.completion_round_p0 USING btree (completed_at);
+CREATE INDEX completion_round_p0_task_range_idx ON queues.completion_round_p0 USING gist (task_range);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.completion_round_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.completion_round_p1000000 partition of queues.completion_round (
+  task_id bigint not null,
+  completed_at timestamp with time zone default now() not null,
+  task_type text not null,
+  task_ids bigint[] not null,
+  task_lease_ids bigint[] not null,
+  started_us bigint[] not null,
+  task_range int8range not null,
+  constraint completion_round_completed_at_not_null NOT NULL completed_at,
+  constraint completion_round_shape CHECK ((((cardinality(task_ids) >= 1) AND (cardinality(task_ids) <= 1000)) AND (array_ndims(task_ids) = 1) AND (task_id = task_ids[cardinality(task_ids)]) AND (task_range = int8range(task_ids[1], task_id, '[]'::text)) AND (cardinality(task_lease_ids) = cardinality(task_ids)) AND (cardinality(started_us) = cardinality(task_ids)))),
+  constraint completion_round_started_us_not_null NOT NULL started_us,
+  constraint completion_round_task_id_not_null NOT NULL task_id,
+  constraint completion_round_task_ids_not_null NOT NULL task_ids,
+  constraint completion_round_task_lease_ids_not_null NOT NULL task_lease_ids,
+  constraint completion_round_task_range_not_null NOT NULL task_range,
+  constraint completion_round_task_type_not_null NOT NULL task_type
+) FOR VALUES FROM ('1000000') TO ('2000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE INDEX completion_round_p1000000_completed_at_idx ON queues.completion_round_p1000000 USING btree (completed_at);
+CREATE INDEX completion_round_p1000000_task_range_idx ON queues.completion_round_p1000000 USING gist (task_range);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.completion_round_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.completion_round_p2000000 partition of queues.completion_round (
+  task_id bigint not null,
+  completed_at timestamp with time zone default now() not null,
+  task_type text not null,
+  task_ids bigint[] not null,
+  task_lease_ids bigint[] not null,
+  started_us bigint[] not null,
+  task_range int8range not null,
+  constraint completion_round_completed_at_not_null NOT NULL completed_at,
+  constraint completion_round_shape CHECK ((((cardinality(task_ids) >= 1) AND (cardinality(task_ids) <= 1000)) AND (array_ndims(task_ids) = 1) AND (task_id = task_ids[cardinality(task_ids)]) AND (task_range = int8range(task_ids[1], task_id, '[]'::text)) AND (cardinality(task_lease_ids) = cardinality(task_ids)) AND (cardinality(started_us) = cardinality(task_ids)))),
+  constraint completion_round_started_us_not_null NOT NULL started_us,
+  constraint completion_round_task_id_not_null NOT NULL task_id,
+  constraint completion_round_task_ids_not_null NOT NULL task_ids,
+  constraint completion_round_task_lease_ids_not_null NOT NULL task_lease_ids,
+  constraint completion_round_task_range_not_null NOT NULL task_range,
+  constraint completion_round_task_type_not_null NOT NULL task_type
+) FOR VALUES FROM ('2000000') TO ('3000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE INDEX completion_round_p2000000_completed_at_idx ON queues.completion_round_p2000000 USING btree (completed_at);
+CREATE INDEX completion_round_p2000000_task_range_idx ON queues.completion_round_p2000000 USING gist (task_range);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.completion_round_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
 create table queues.error (
   error_id bigint generated always as identity not null,
   task_id bigint not null,
@@ -2981,7 +3097,22 @@ create view public.worker_tasks as
     c.outcome
    FROM queues.task t
      LEFT JOIN queues.task_pending p ON p.task_id = t.task_id
-     LEFT JOIN queues.task_completed c ON c.task_id = t.task_id
+     LEFT JOIN LATERAL ( SELECT x.task_id,
+            x.task_lease_id,
+            x.completed_at,
+            x.outcome,
+            x.started_at
+           FROM queues.task_completed x
+          WHERE x.task_id = t.task_id
+        UNION ALL
+         SELECT t.task_id,
+            r.task_lease_ids[array_position(r.task_ids, t.task_id)] AS task_lease_ids,
+            r.completed_at,
+            'succeeded'::text,
+            '1970-01-01 00:00:00+00'::timestamp with time zone + r.started_us[array_position(r.task_ids, t.task_id)]::double precision * '00:00:00.000001'::interval
+           FROM queues.completion_round r
+          WHERE r.task_range @> t.task_id AND r.task_id >= t.task_id AND (t.task_id = ANY (r.task_ids))
+ LIMIT 1) c ON true
      LEFT JOIN LATERAL ( SELECT y.task_id,
             y.task_lease_id,
             y.leased_at,
@@ -3072,6 +3203,34 @@ create view queues.stale_lease as
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on view queues.stale_lease is 'Live leases held by workers not seen for 10 minutes.';
+
+create view queues.task_end as
+ SELECT c.task_id,
+    c.task_lease_id,
+    c.completed_at,
+    c.outcome,
+    c.task_type,
+    c.started_at
+   FROM queues.task_completed c
+UNION ALL
+ SELECT u.task_id,
+    u.task_lease_id,
+    r.completed_at,
+    'succeeded'::text AS outcome,
+    r.task_type,
+    '1970-01-01 00:00:00+00'::timestamp with time zone + u.started_us::double precision * '00:00:00.000001'::interval AS started_at
+   FROM queues.completion_round r
+     CROSS JOIN LATERAL UNNEST(r.task_ids, r.task_lease_ids, r.started_us) u(task_id, task_lease_id, started_us);
+  -- columns:
+  --  task_id bigint
+  --  task_lease_id bigint
+  --  completed_at timestamp with time zone
+  --  outcome text
+  --  task_type text
+  --  started_at timestamp with time zone
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on view queues.task_end is 'Every task''s end, one row per ended task: queues.task_completed and the tasks of each queues.completion_round (succeeded). A task''s own: queues.task_end_of(task_id).';
 
 create view queues.task_lease_effective as
  SELECT l.task_lease_id,
@@ -3874,6 +4033,14 @@ AS $function$
          c.started_at
     from queues.task_completed c
    where c.completed_at > _from and c.completed_at <= _to
+  union all
+  -- Plain successes, from the completion rounds in the window (completion_round's
+  -- completed_at index), one row per task they name.
+  select u.task_id, u.task_lease_id, r.completed_at, 'succeeded', r.task_type,
+         timestamptz 'epoch' + u.started_us * interval '1 microsecond'
+    from queues.completion_round r
+   cross join lateral unnest(r.task_ids, r.task_lease_ids, r.started_us) as u(task_id, task_lease_id, started_us)
+   where r.completed_at > _from and r.completed_at <= _to
 $function$;
   -- admin.completions_between(_from timestamp with time zone, _to timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -3969,7 +4136,7 @@ begin
     into _result
     from queues.task t
     left join queues.task_pending p on p.task_id = t.task_id
-    left join queues.task_completed c on c.task_id = t.task_id
+    left join lateral (select e.* from queues.task_end_of(t.task_id) e limit 1) c on true
    where t.task_id = _task_id;
 
   if _result is null then
@@ -4024,7 +4191,7 @@ begin
          (select max(t.task_id) from queues.task_default t) as last_task_id,
          (select count(*) from queues.task_default t) as tasks,
          (select count(*) from queues.task_default t
-           where not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)) as pending_tasks
+           where not exists (select 1 from queues.task_end_of(t.task_id) c)) as pending_tasks
     into _default;
 
   -- Every set once, with its pending count (a range count of queues.task_pending) and its
@@ -4127,7 +4294,7 @@ begin
                  select jsonb_build_object(
                           'fire_at', r.fire_at, 'outcome', r.outcome, 'task_id', r.task_id,
                           'task_state', coalesce(
-                            (select c.outcome from queues.task_completed c where c.task_id = r.task_id),
+                            (select c.outcome from queues.task_end_of(r.task_id) c limit 1),
                             (select admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now)
                                from queues.task_pending p where p.task_id = r.task_id)),
                           'report', (select x.result -> 'payload' from queues.task_result x
@@ -4427,7 +4594,7 @@ begin
              from (select * from schedules.schedule_run x
                     where x.schedule_id = s.schedule_id
                     order by x.fire_at desc limit _n) r
-             left join queues.task_completed c on c.task_id = r.task_id), '[]'),
+             left join lateral (select e.outcome from queues.task_end_of(r.task_id) e limit 1) c on true), '[]'),
          s.time_zone
     from schedules.list_schedules() s;
 end;
@@ -4482,6 +4649,7 @@ CREATE OR REPLACE FUNCTION admin.list_tasks_at(_now timestamp with time zone, _t
  RETURNS TABLE(task_id bigint, task_type text, state text, priority integer, resource_key text, max_attempts integer, lease_count integer, enqueued_at timestamp with time zone, scheduled_at timestamp with time zone, available_at timestamp with time zone, completed_at timestamp with time zone)
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
+ SET enable_seqscan TO 'off'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
@@ -4571,6 +4739,24 @@ begin
                 and ($4::bigint is null or p.task_id < $4)' || _filters || '
               order by p.task_id desc
               limit $5';
+  elsif 'succeeded' = any (_states) then
+    -- Successes are mostly in completion rounds, which no index lists per task in task id
+    -- order: walk queues.task by its primary key, newest first, with each task's end
+    -- (queues.task_end_of: a probe of each shape). Most ended tasks succeeded, so the walk
+    -- passes over few others.
+    _sql := 'select t.task_id, t.task_type, c.outcome, t.priority, t.resource_key, t.max_attempts,
+                    (select count(*)::integer from queues.task_lease l where l.task_id = t.task_id
+                        and ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13)),
+                    t.enqueued_at, t.scheduled_at, null::timestamptz, c.completed_at
+               from queues.task t
+              cross join lateral (select e.outcome, e.completed_at from queues.task_end_of(t.task_id) e
+                                    where ($12::bigint is null or e.task_id >= $12) and ($13::bigint is null or e.task_id < $13)
+                                    limit 1) c
+              where c.outcome = any ($15)
+                and ($4::bigint is null or t.task_id < $4)
+                and ($12::bigint is null or t.task_id >= $12) and ($13::bigint is null or t.task_id < $13)' || _filters || '
+              order by t.task_id desc
+              limit $5';
   elsif _state is not null then
     _sql := 'select c.task_id, t.task_type, c.outcome, t.priority, t.resource_key, t.max_attempts,
                     (select count(*)::integer from queues.task_lease l where l.task_id = c.task_id
@@ -4595,8 +4781,9 @@ begin
                     t.enqueued_at, t.scheduled_at, p.available_at, c.completed_at
                from queues.task t
                left join queues.task_pending p on p.task_id = t.task_id
-               left join queues.task_completed c on c.task_id = t.task_id
-                 and ($12::bigint is null or c.task_id >= $12) and ($13::bigint is null or c.task_id < $13)
+               left join lateral (select e.outcome, e.completed_at from queues.task_end_of(t.task_id) e
+                                   where ($12::bigint is null or e.task_id >= $12) and ($13::bigint is null or e.task_id < $13)
+                                   limit 1) c on true
               where ($4::bigint is null or t.task_id < $4)
                 and ($12::bigint is null or t.task_id >= $12) and ($13::bigint is null or t.task_id < $13)' || _filters || '
               order by t.task_id desc
@@ -5431,7 +5618,7 @@ begin
   select i.task_id,
          case when m.task_id is not null then 'run_now'
               when l.task_id is not null then 'not_scheduled'
-              when exists (select 1 from queues.task_completed x where x.task_id = i.task_id) then 'already_completed'
+              when coalesce((select true from queues.task_end_of(i.task_id) x limit 1), false) then 'already_completed'
               else 'unknown_task' end
     from unnest(_task_ids) with ordinality as i(task_id, n)
     left join unnest(_locked) as l(task_id) on l.task_id = i.task_id
@@ -6805,7 +6992,7 @@ AS $function$
     ) l
    where f.bucket = _bucket and f.object_key = _object_key
      and l.expires_at > now()
-     and not exists (select 1 from queues.task_completed c where c.task_id = a.task_id)
+     and not exists (select 1 from queues.task_end_of(a.task_id) c)
      and not exists (select 1 from files.file_deletion_attempt_succeeded s
                       where s.file_deletion_attempt_id = a.file_deletion_attempt_id)
      and not exists (select 1 from files.file_deletion_attempt_failed x
@@ -8154,7 +8341,7 @@ AS $function$
                  end, 2000)
     from (select _task_id as task_id) k
     left join queues.task t on t.task_id = k.task_id
-    left join queues.task_completed c on c.task_id = t.task_id
+    left join lateral (select e.task_id, e.outcome from queues.task_end_of(t.task_id) e limit 1) c on true
    where k.task_id is not null and (t.task_id is null or c.task_id is not null)
 $function$;
   -- internal.queue_gave_up_message(_task_id bigint): owner :DATABASE_OWNER
@@ -9331,7 +9518,7 @@ begin
   return query
   select i.task_id,
          case when c.task_id is not null then 'cancelled'
-              when exists (select 1 from queues.task_completed x where x.task_id = i.task_id) then 'already_completed'
+              when coalesce((select true from queues.task_end_of(i.task_id) x limit 1), false) then 'already_completed'
               else 'unknown_task' end,
          r.task_id is not null
     from unnest(_task_ids) with ordinality as i(task_id, n)
@@ -9857,14 +10044,37 @@ begin
      where p.task_id = any (array(select h.task_id from held h where not h.retry))
     returning p.task_id
   ),
-  completed as (
+  -- Every end but a plain success: a task_completed row per task. The lease the caller
+  -- held; null when it passed none. A fenced caller is told 'already_completed' only for
+  -- a completion made under its own lease.
+  ended as (
     insert into queues.task_completed (task_id, task_lease_id, outcome, task_type, started_at)
-    -- The lease the caller held; null when it passed none. A fenced caller is told
-    -- 'already_completed' only for a completion made under its own lease.
     select h.task_id, h.task_lease_id, h.outcome, h.task_type, h.started_at
-      from held h where not h.retry
+      from held h where not h.retry and h.outcome <> 'succeeded'
     on conflict do nothing
     returning task_completed.task_id
+  ),
+  -- Plain successes: one completion round per task type, naming its tasks in ascending
+  -- order with the lease the caller held and the run's start (microseconds since the
+  -- epoch) of each. No constraint keeps a task from two ends: the pending row, locked
+  -- above and deleted here, does (every end deletes it in the transaction that records
+  -- the end, so a task with a pending row has none, and a concurrent completer of the
+  -- same task waits for the lock and then finds no row).
+  rounds as (
+    insert into queues.completion_round (task_id, task_type, task_ids, task_lease_ids, started_us, task_range)
+    select max(h.task_id), h.task_type,
+           array_agg(h.task_id order by h.task_id),
+           array_agg(h.task_lease_id order by h.task_id),
+           array_agg((extract(epoch from h.started_at) * 1000000)::bigint order by h.task_id),
+           int8range(min(h.task_id), max(h.task_id), '[]')
+      from held h where not h.retry and h.outcome = 'succeeded'
+     group by h.task_type
+    returning completion_round.task_ids
+  ),
+  completed as (
+    select e.task_id from ended e
+    union all
+    select u.task_id from rounds r cross join lateral unnest(r.task_ids) as u(task_id)
   ),
   -- The task's resource key (if any) is free again, whether it completed or waits to retry.
   unlocked as (
@@ -9878,12 +10088,13 @@ begin
            when rt.task_id is not null then 'retry_scheduled'
            -- Completed under another lease: the caller's lease was taken over, and its
            -- transaction must not commit as if it had completed the task.
-           when exists (select 1 from queues.task_completed tc
-                         where tc.task_id = i.task_id
-                           and i.task_lease_id is not null
-                           and tc.task_lease_id is distinct from i.task_lease_id)
+           -- (Its end in either shape: queues.task_end_of, an index probe of each; a
+           -- scalar subquery, evaluated only for the tasks this call did not complete.)
+           when i.task_lease_id is not null
+                and coalesce((select true from queues.task_end_of(i.task_id) e
+                               where e.task_lease_id is distinct from i.task_lease_id limit 1), false)
              then 'lease_lost'
-           when exists (select 1 from queues.task_completed tc where tc.task_id = i.task_id)
+           when coalesce((select true from queues.task_end_of(i.task_id) e limit 1), false)
              then 'already_completed'
            when not exists (select 1 from queues.task t where t.task_id = i.task_id)
              then 'unknown_task'
@@ -10548,8 +10759,8 @@ begin
                    where v.task_id = _task_id and v.task_lease_id = _task_lease_id)
        -- Completed by anyone not passing this lease (another worker, an unfenced call,
        -- the queue abandoning it): the holder's run is over.
-       or exists (select 1 from queues.task_completed c
-                   where c.task_id = _task_id and c.task_lease_id is distinct from _task_lease_id) then
+       or exists (select 1 from queues.task_end_of(_task_id) c
+                   where c.task_lease_id is distinct from _task_lease_id) then
       raise exception 'lease % is no longer the current lease of task %', _task_lease_id, _task_id
         using errcode = '55000', schema = 'queues', constraint = 'task_lease_current',
               hint = 'Another worker claimed the task after this lease expired.';
@@ -10765,7 +10976,11 @@ begin
    order by s.lower_bound
    limit 1;
   if found then
-    execute 'select max(c.completed_at) from queues.task_completed c where c.task_id >= $1 and c.task_id < $2'
+    -- Its newest end, in either shape (as queues.maintain_history_step_at reads it).
+    execute 'select greatest(
+               (select max(c.completed_at) from queues.task_completed c where c.task_id >= $1 and c.task_id < $2),
+               (select max(r.completed_at) from queues.completion_round r
+                 where r.task_range && int8range($1, $2) and r.task_id >= $1))'
       into _last_completed using _next.lower_bound, _next.upper_bound;
     _pending := (select count(*) from queues.task_pending tp
                   where tp.task_id >= _next.lower_bound and tp.task_id < _next.upper_bound);
@@ -10803,7 +11018,7 @@ AS $function$
   select array['task', 'task_lease', 'task_completed', 'error', 'task_lease_extension',
                'task_lease_release', 'task_lease_revocation', 'task_attempt_failed', 'task_redriven',
                'task_lease_started', 'task_interruption', 'task_cancelled', 'task_result', 'task_run_now',
-               'task_trace']
+               'task_trace', 'completion_round']
 $function$;
   -- queues.history_tables(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -11381,9 +11596,28 @@ begin
         _kept := _kept + 1;
         continue;
       end if;
-      select max(c.completed_at) into _last_completed from queues.task_completed c
-       where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound;
+      -- Its newest end: task_completed's rows in the set, and the completion rounds that
+      -- name a task in its range (GiST probes of completion_round.task_range in the
+      -- partitions of this set and the newer ones, where such a round lives).
+      select greatest(
+               (select max(c.completed_at) from queues.task_completed c
+                 where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound),
+               (select max(r.completed_at) from queues.completion_round r
+                 where r.task_range && int8range(_set.lower_bound, _set.upper_bound)
+                   and r.task_id >= _set.lower_bound))
+        into _last_completed;
       if _last_completed > _now - _setting.retention then
+        _kept := _kept + 1;
+        continue;
+      end if;
+      -- A completion round in this set that names a task of an older set still kept (a
+      -- round lives in the set of the largest task id it names): dropping it would take
+      -- that task's end away, so the set waits for the older one.
+      if exists (select 1 from queues.completion_round r
+                  where r.task_id >= _set.lower_bound and r.task_id < _set.upper_bound
+                    and lower(r.task_range) < _set.lower_bound
+                    and exists (select 1 from queues.task t
+                                 where t.task_id = any (r.task_ids) and t.task_id < _set.lower_bound)) then
         _kept := _kept + 1;
         continue;
       end if;
@@ -11392,7 +11626,13 @@ begin
        where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound;
       if exists (select 1 from queues.task t
                   where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound
-                    and not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)) then
+                    and not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)
+                    -- nor in a completion round (its rounds' task ids in the set, hashed)
+                    and not exists (select 1 from queues.completion_round r
+                                     cross join lateral unnest(r.task_ids) as x(task_id)
+                                     where r.task_range && int8range(_set.lower_bound, _set.upper_bound)
+                                       and r.task_id >= _set.lower_bound
+                                       and x.task_id = t.task_id)) then
         _kept := _kept + 1;
         continue;
       end if;
@@ -11412,7 +11652,11 @@ begin
                     where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
            or exists (select 1 from queues.task_completed c
                        where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound
-                         and c.completed_at > _now - _setting.retention) then
+                         and c.completed_at > _now - _setting.retention)
+           or exists (select 1 from queues.completion_round r
+                       where r.task_range && int8range(_set.lower_bound, _set.upper_bound)
+                         and r.task_id >= _set.lower_bound
+                         and r.completed_at > _now - _setting.retention) then
           -- Roll the block back, which attaches the partition again.
           raise exception 'set [%, %) changed since it was checked', _set.lower_bound, _set.upper_bound
             using errcode = 'QH001';
@@ -11815,7 +12059,7 @@ begin
        where x.task_id = t.task_id
     ) i on true
     left join queues.task_run_now rn on rn.task_id = t.task_id
-   where not exists (select 1 from queues.task_completed c where c.task_id = t.task_id);
+   where not exists (select 1 from queues.task_end_of(t.task_id) c);
   get diagnostics _count = row_count;
 
   -- Each resource key held by a live lease, as the claim left it.
@@ -12940,6 +13184,26 @@ $function$;
   -- queues.supersede_task(_task_id bigint, _reason text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.task_end_of(_task_id bigint)
+ RETURNS TABLE(task_id bigint, task_lease_id bigint, completed_at timestamp with time zone, outcome text, task_type text, started_at timestamp with time zone)
+ LANGUAGE sql
+ STABLE
+AS $function$
+  select c.task_id, c.task_lease_id, c.completed_at, c.outcome, c.task_type, c.started_at
+    from queues.task_completed c
+   where c.task_id = _task_id
+  union all
+  select _task_id, r.task_lease_ids[x.i], r.completed_at, 'succeeded', r.task_type,
+         timestamptz 'epoch' + r.started_us[x.i] * interval '1 microsecond'
+    from queues.completion_round r
+   cross join lateral (select array_position(r.task_ids, _task_id) as i) x
+   where r.task_range @> _task_id
+     and r.task_id >= _task_id
+     and _task_id = any (r.task_ids)
+$function$;
+  -- queues.task_end_of(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.task_progress_facts(_task_id bigint)
  RETURNS jsonb
  LANGUAGE sql
@@ -13036,7 +13300,7 @@ begin
            queues.error, queues.task_lease_extension, queues.task_lease_release,
            queues.task_lease_revocation, queues.task_attempt_failed, queues.task_redriven,
            queues.task_lease_started, queues.task_interruption, queues.task_cancelled,
-           queues.task_result, queues.task_run_now, queues.task_trace;
+           queues.task_result, queues.task_run_now, queues.task_trace, queues.completion_round;
   return null;
 end;
 $function$;

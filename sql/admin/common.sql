@@ -64,13 +64,15 @@ begin
 end;
 $$;
 
--- Completions in (_from, _to] with their task's type and their run's start (null when the
--- completion did not say: a completion without a lease, or written before it could): the type the completion names, or,
--- for a completion written before task_completed.task_type existed, its task's (a
--- primary-key probe of queues.task, made only for those). Inlined into its callers (SQL,
--- stable, no SET clause), so their filters on the window reach task_completed's
--- completed_at index. Every object it names is schema-qualified and it is not a security
--- definer; called only from definer functions with a pinned search path: no grants.
+-- Completions in (_from, _to], in both shapes (queues.task_end: task_completed rows and
+-- the tasks of completion rounds), with their task's type and their run's start (null when
+-- the completion did not say: a completion without a lease, or written before it could):
+-- the type the completion names, or, for a completion written before
+-- task_completed.task_type existed, its task's (a primary-key probe of queues.task, made
+-- only for those). Inlined into its callers (SQL, stable, no SET clause), so their filters
+-- on the window reach the completed_at index of task_completed and of completion_round.
+-- Every object it names is schema-qualified and it is not a security definer; called only
+-- from definer functions with a pinned search path: no grants.
 create or replace function admin.completions_between(_from timestamptz, _to timestamptz)
   returns table (task_id bigint, task_lease_id bigint, completed_at timestamptz, outcome text, task_type text,
                  started_at timestamptz)
@@ -81,4 +83,12 @@ as $$
          c.started_at
     from queues.task_completed c
    where c.completed_at > _from and c.completed_at <= _to
+  union all
+  -- Plain successes, from the completion rounds in the window (completion_round's
+  -- completed_at index), one row per task they name.
+  select u.task_id, u.task_lease_id, r.completed_at, 'succeeded', r.task_type,
+         timestamptz 'epoch' + u.started_us * interval '1 microsecond'
+    from queues.completion_round r
+   cross join lateral unnest(r.task_ids, r.task_lease_ids, r.started_us) as u(task_id, task_lease_id, started_us)
+   where r.completed_at > _from and r.completed_at <= _to
 $$;

@@ -100,7 +100,7 @@ begin
   select i.task_id,
          case when m.task_id is not null then 'run_now'
               when l.task_id is not null then 'not_scheduled'
-              when exists (select 1 from queues.task_completed x where x.task_id = i.task_id) then 'already_completed'
+              when coalesce((select true from queues.task_end_of(i.task_id) x limit 1), false) then 'already_completed'
               else 'unknown_task' end
     from unnest(_task_ids) with ordinality as i(task_id, n)
     left join unnest(_locked) as l(task_id) on l.task_id = i.task_id

@@ -22,8 +22,10 @@
 --   _enqueued_from/_to    enqueued_at in [from, to)
 --   _payload_path/_value  payload #> path = value (a JSON value)
 -- Which table drives the walk: pending states walk queues.task_pending (bounded by
--- pending work); outcomes walk queues.task_completed by key (failed and abandoned ones
--- by task_completed_unsuccessful_task_idx, which holds only those); a resource key walks
+-- pending work); unsuccessful outcomes walk queues.task_completed by key (failed and
+-- abandoned ones by task_completed_unsuccessful_task_idx, which holds only those); a
+-- state that includes succeeded walks queues.task with each task's end
+-- (queues.task_end_of: successes are mostly in completion rounds); a resource key walks
 -- task_resource_key_idx; otherwise queues.task by its primary key, newest first. Every
 -- walk stops after _limit matches, so its cost is the rows it has to pass over to find
 -- them: a filter that matches only old or rare tasks (a payload value, a worker gone for
@@ -63,6 +65,10 @@ create or replace function admin.list_tasks_at(
 )
   language plpgsql stable
   security definer
+  -- Every read is an index walk or a probe by key: a task's end is probed in each shape
+  -- (queues.task_end_of), and a set's small partition, scanned, would read every row of
+  -- it once per task of the page.
+  set enable_seqscan = off
   set search_path = pg_catalog, pg_temp
 as $$
 declare
@@ -152,6 +158,24 @@ begin
                 and ($4::bigint is null or p.task_id < $4)' || _filters || '
               order by p.task_id desc
               limit $5';
+  elsif 'succeeded' = any (_states) then
+    -- Successes are mostly in completion rounds, which no index lists per task in task id
+    -- order: walk queues.task by its primary key, newest first, with each task's end
+    -- (queues.task_end_of: a probe of each shape). Most ended tasks succeeded, so the walk
+    -- passes over few others.
+    _sql := 'select t.task_id, t.task_type, c.outcome, t.priority, t.resource_key, t.max_attempts,
+                    (select count(*)::integer from queues.task_lease l where l.task_id = t.task_id
+                        and ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13)),
+                    t.enqueued_at, t.scheduled_at, null::timestamptz, c.completed_at
+               from queues.task t
+              cross join lateral (select e.outcome, e.completed_at from queues.task_end_of(t.task_id) e
+                                    where ($12::bigint is null or e.task_id >= $12) and ($13::bigint is null or e.task_id < $13)
+                                    limit 1) c
+              where c.outcome = any ($15)
+                and ($4::bigint is null or t.task_id < $4)
+                and ($12::bigint is null or t.task_id >= $12) and ($13::bigint is null or t.task_id < $13)' || _filters || '
+              order by t.task_id desc
+              limit $5';
   elsif _state is not null then
     _sql := 'select c.task_id, t.task_type, c.outcome, t.priority, t.resource_key, t.max_attempts,
                     (select count(*)::integer from queues.task_lease l where l.task_id = c.task_id
@@ -176,8 +200,9 @@ begin
                     t.enqueued_at, t.scheduled_at, p.available_at, c.completed_at
                from queues.task t
                left join queues.task_pending p on p.task_id = t.task_id
-               left join queues.task_completed c on c.task_id = t.task_id
-                 and ($12::bigint is null or c.task_id >= $12) and ($13::bigint is null or c.task_id < $13)
+               left join lateral (select e.outcome, e.completed_at from queues.task_end_of(t.task_id) e
+                                   where ($12::bigint is null or e.task_id >= $12) and ($13::bigint is null or e.task_id < $13)
+                                   limit 1) c on true
               where ($4::bigint is null or t.task_id < $4)
                 and ($12::bigint is null or t.task_id >= $12) and ($13::bigint is null or t.task_id < $13)' || _filters || '
               order by t.task_id desc
@@ -281,7 +306,7 @@ begin
     into _result
     from queues.task t
     left join queues.task_pending p on p.task_id = t.task_id
-    left join queues.task_completed c on c.task_id = t.task_id
+    left join lateral (select e.* from queues.task_end_of(t.task_id) e limit 1) c on true
    where t.task_id = _task_id;
 
   if _result is null then
@@ -303,7 +328,8 @@ $$;
 
 -- Counts by task type and state: pending states over queues.task_pending (bounded by
 -- pending work), completion outcomes over the last _window_seconds only (default 86400;
--- read through task_completed_completed_at_idx), so the cost never follows history.
+-- read through the completed_at indexes of task_completed and completion_round), so the
+-- cost never follows history.
 -- Every registered type appears, with zero rows left out.
 create or replace function admin.task_counts_at(_now timestamptz, _window_seconds integer)
   returns table (task_type text, state text, count bigint)

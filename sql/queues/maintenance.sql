@@ -71,7 +71,7 @@ begin
        where x.task_id = t.task_id
     ) i on true
     left join queues.task_run_now rn on rn.task_id = t.task_id
-   where not exists (select 1 from queues.task_completed c where c.task_id = t.task_id);
+   where not exists (select 1 from queues.task_end_of(t.task_id) c);
   get diagnostics _count = row_count;
 
   -- Each resource key held by a live lease, as the claim left it.

@@ -46,7 +46,7 @@ async function create(body: Record<string, unknown>): Promise<number> {
 /** Everything a mutation could change, to show nothing did. */
 async function snapshot() {
   const { rows } = await db.query(`select
-    (select count(*)::int from queues.task) as tasks, (select count(*)::int from queues.task_completed) as completed,
+    (select count(*)::int from queues.task) as tasks, (select count(*)::int from queues.task_end) as completed,
     (select count(*)::int from queues.task_type_paused) as paused, (select count(*)::int from queues.task_type_resumed) as resumed,
     (select count(*)::int from queues.task_run_now) as run_now, (select count(*)::int from queues.task_lease_revocation) as revoked,
     (select count(*)::int from queues.task_redriven) as redriven,
