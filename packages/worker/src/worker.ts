@@ -60,6 +60,7 @@ import { lostLeaseReasons, TaskCancelledError } from './cancellation.js';
 import { Completer } from './completer.js';
 import { RunTimeouts, TaskTimeoutError } from './timeouts.js';
 import { ProgressReporter } from './progress.js';
+import { readDependencies, type TaskDependency } from './dependencies.js';
 import { classifyError, errorMessage, isTransient } from './error-class.js';
 import { isCrashOfAnotherProcess, isSilentConnectionLoss, wasNotRun, watchCrashNotice } from './crash-notice.js';
 import type { WorkerConfig } from './config.js';
@@ -172,6 +173,10 @@ class Context implements TaskContext {
     (running.progress ??= new ProgressReporter(this.pool, running.task, () => runLog(running, this.#parentLog))).report(
       report,
     );
+  }
+
+  dependencies(): Promise<TaskDependency[]> {
+    return readDependencies(this.pool, this.task);
   }
 }
 

@@ -5,6 +5,7 @@ import { h } from './dom.js';
 
 /** The task states, in the order the pages list them. */
 export const STATES = [
+  'waiting',
   'scheduled',
   'ready',
   'running',
@@ -16,7 +17,7 @@ export const STATES = [
   'validation_failed',
 ];
 /** The states of a task not yet completed. */
-export const PENDING = ['scheduled', 'ready', 'running', 'retrying'];
+export const PENDING = ['waiting', 'scheduled', 'ready', 'running', 'retrying'];
 
 /**
  * @param {number} n
