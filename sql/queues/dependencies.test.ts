@@ -20,10 +20,10 @@ const TYPE = 'product_resync';
 /** Enqueues a task (as the app) that depends on `dependsOn`; returns its id. */
 const enqueue = async (dependsOn: string[] | null = null, client: pg.Pool | pg.Client = db.pool('app')) =>
   (
-    await client.query<{ id: string }>(
-      `select queues.enqueue($1, '{}'::jsonb, _depends_on => $2::bigint[]) as id`,
-      [TYPE, dependsOn],
-    )
+    await client.query<{ id: string }>(`select queues.enqueue($1, '{}'::jsonb, _depends_on => $2::bigint[]) as id`, [
+      TYPE,
+      dependsOn,
+    ])
   ).rows[0].id;
 
 const complete = async (ids: string[], outcome = 'succeeded', client: pg.Pool | pg.Client = db.pool('owner')) =>
@@ -115,7 +115,7 @@ describe('waiting and release', () => {
       expect((await complete(batch)).every((r) => r.result === 'completed')).toBe(true);
       expect(await stateOf(x)).toBe('waiting');
     }
-    await complete([order[order.length - 1]!]);
+    await complete([order[order.length - 1]]);
     expect(await stateOf(x)).toBe('ready');
     expect(await claimableIds()).toContain(x);
     const deps2 = await db.pool('worker').query('select * from queues.list_task_dependencies($1)', [x]);
@@ -151,7 +151,7 @@ describe('waiting and release', () => {
     );
     const r = await db.query(`select queues.interrupt_task($1, $2, 'provider down', 1) as r`, [
       a,
-      rows[0]!.task_lease_id,
+      rows[0].task_lease_id,
     ]);
     expect(r.rows[0].r).toBe('abandoned');
     expect(await stateOf(x)).toBe('failed');
@@ -216,10 +216,9 @@ describe('waiting and release', () => {
     expect(await db.query('select queues.run_task_now($1) as r', [x])).toMatchObject({ rows: [{ r: 'due_now' }] });
     expect(await stateOf(x)).toBe('waiting');
     // A worker asking when to look again is not sent to 'infinity'.
-    const next = await db.pool('worker').query<{ ms: number | null }>(
-      'select queues.next_claim_in_ms(array[$1]) as ms',
-      [TYPE],
-    );
+    const next = await db
+      .pool('worker')
+      .query<{ ms: number | null }>('select queues.next_claim_in_ms(array[$1]) as ms', [TYPE]);
     expect(next.rows[0].ms === null || next.rows[0].ms <= 2147483647).toBe(true);
     await complete([a]);
     expect(await stateOf(x)).toBe('ready');
@@ -234,10 +233,10 @@ describe('waiting and release', () => {
       [TYPE, a],
     );
     const worker = db.pool('worker');
-    await worker.query(`select queues.record_task_result($1, $2, '{"rows": 7}')`, [a, rows[0]!.task_lease_id]);
+    await worker.query(`select queues.record_task_result($1, $2, '{"rows": 7}')`, [a, rows[0].task_lease_id]);
     await worker.query('select * from queues.complete_tasks(array[$1]::bigint[], array[$2]::bigint[])', [
       a,
-      rows[0]!.task_lease_id,
+      rows[0].task_lease_id,
     ]);
     const listed = await worker.query('select * from queues.list_task_dependencies($1)', [x]);
     expect(listed.rows).toEqual([
@@ -261,11 +260,8 @@ describe('bad input writes nothing', () => {
       message: 'depends_on names task 999999999, which does not exist',
     });
     // The id the next task will get (nothing else enqueues here).
-    const next = (
-      await db.query<{ id: string }>(
-        `select (last_value + 1)::text as id from queues.task_task_id_seq`,
-      )
-    ).rows[0].id;
+    const next = (await db.query<{ id: string }>(`select (last_value + 1)::text as id from queues.task_task_id_seq`))
+      .rows[0].id;
     await expect(enqueue([next])).rejects.toMatchObject({
       code: '22023',
       message: `a task cannot depend on itself (task ${next})`,
@@ -273,16 +269,18 @@ describe('bad input writes nothing', () => {
     await expect(
       db.pool('app').query(`select queues.enqueue($1, '{}'::jsonb, _depends_on => array[$2::bigint, null])`, [TYPE, a]),
     ).rejects.toMatchObject({ code: '22004' });
-    const n2 = (
-      await db.query<{ id: string }>(`select (last_value + 1)::text as id from queues.task_task_id_seq`)
-    ).rows[0].id;
+    const n2 = (await db.query<{ id: string }>(`select (last_value + 1)::text as id from queues.task_task_id_seq`))
+      .rows[0].id;
     const batch = [
       { task_type: TYPE, payload: {} },
       { task_type: TYPE, payload: {}, depends_on: [a, n2] },
     ];
     await expect(
       db.pool('app').query('select * from queues.enqueue_many($1::jsonb)', [JSON.stringify(batch)]),
-    ).rejects.toMatchObject({ code: '22023', message: `tasks[1]: depends_on names task ${n2}, enqueued by the same call` });
+    ).rejects.toMatchObject({
+      code: '22023',
+      message: `tasks[1]: depends_on names task ${n2}, enqueued by the same call`,
+    });
     await expect(
       db
         .pool('app')
@@ -296,7 +294,10 @@ describe('bad input writes nothing', () => {
         .query('select * from queues.enqueue_many($1::jsonb)', [
           JSON.stringify([{ task_type: TYPE, payload: {}, depends_on: ['999999998'] }]),
         ]),
-    ).rejects.toMatchObject({ code: '23503', message: 'tasks[0]: depends_on names task 999999998, which does not exist' });
+    ).rejects.toMatchObject({
+      code: '23503',
+      message: 'tasks[0]: depends_on names task 999999998, which does not exist',
+    });
     expect(await counts()).toEqual(before);
   });
 
@@ -388,7 +389,7 @@ describe('races', () => {
       const dependents: string[] = [];
       for (let round = 0; round < 38; round++) {
         const ds = await Promise.all(apps.map(() => enqueue()));
-        const shared = ds[0]!;
+        const shared = ds[0];
         const results = await Promise.all(
           ds.flatMap((d, k) => [
             enqueue(k % 2 === 0 ? [d] : [d, shared], apps[k]),

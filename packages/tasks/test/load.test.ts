@@ -55,7 +55,7 @@ it('loads TypeScript task files with their own imports, skipping helpers, declar
         maxAttempts: 1,
         signal: new AbortController().signal,
         progress: () => {},
-        dependencies: async () => [],
+        dependencies: () => Promise.resolve([]),
         log: console,
       },
     ),

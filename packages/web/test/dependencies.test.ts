@@ -22,7 +22,8 @@ afterAll(async () => {
   await db?.drop();
 });
 
-const post = (url: string, payload?: unknown) => app.inject({ method: 'POST', url, payload: payload as never, headers: auth });
+const post = (url: string, payload?: unknown) =>
+  app.inject({ method: 'POST', url, payload: payload as never, headers: auth });
 const get = (url: string) => app.inject({ method: 'GET', url, headers: auth });
 const taskCount = async () => Number((await db.query('select count(*) as n from queues.task')).rows[0].n);
 

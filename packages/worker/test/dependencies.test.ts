@@ -48,9 +48,9 @@ async function startWorker(registry: ProcessorRegistry, roles: string[]): Promis
 
 const part: Processor = {
   name: 'part',
-  async process({ task }) {
-    if (task.payload.fail) return { outcome: 'failed', error: 'part failed', final: true };
-    return { outcome: 'succeeded', result: { rows: task.payload.rows as number } };
+  process({ task }) {
+    if (task.payload.fail) return Promise.resolve({ outcome: 'failed', error: 'part failed', final: true });
+    return Promise.resolve({ outcome: 'succeeded', result: { rows: task.payload.rows as number } });
   },
 };
 
@@ -89,7 +89,7 @@ it('a fan-in task runs after its dependencies and reads their results (processor
   await startWorker(new ProcessorRegistry().register('part', part), ['part']);
   await eventually(async () => (await factsOf(db, x)).outcome === 'succeeded', 'the fan-in task ran');
   await eventually(async () => (await factsOf(db, y)).outcome === 'succeeded', 'the defined task ran');
-  expect(seen[x]!.map((d) => [d.taskId, d.outcome, d.result])).toEqual(
+  expect(seen[x].map((d) => [d.taskId, d.outcome, d.result])).toEqual(
     parts.map((id, i) => [id, 'succeeded', { rows: i + 1 }]),
   );
   const results = await db.query<{ task_id: string; result: unknown }>(
@@ -106,9 +106,9 @@ it('a failed dependency fails the dependent without running it', async () => {
   let ran = false;
   const combine: Processor = {
     name: 'combine',
-    async process() {
+    process() {
       ran = true;
-      return { outcome: 'succeeded' };
+      return Promise.resolve({ outcome: 'succeeded' });
     },
   };
   const app = db.pool('app');
