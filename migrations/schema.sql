@@ -10017,8 +10017,12 @@ begin
      where t.task_type = _task_type
     returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts
   )
+  -- A task with dependencies starts waiting (at 'infinity', sql/queues/dependencies.sql),
+  -- so that no index entry of it is ever among the ready ones.
   insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
-  select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts
+  select i.task_id, i.task_type, i.priority,
+         case when cardinality(_depends_on) > 0 then 'infinity' else i.scheduled_at end, i.resource_key,
+         case when cardinality(_depends_on) > 0 then 'infinity' else i.scheduled_at end, i.max_attempts
     from inserted i
   returning task_id into _task_id;
 
@@ -12743,18 +12747,26 @@ declare
   _fail_ids bigint[];
   _messages text[];
   _waiting bigint[];
+  _ready bigint[];
 begin
   select coalesce(array_agg(v.task_id order by v.task_id) filter (where v.failed_dep is not null), '{}'),
          coalesce(array_agg(format('dependency task %s ended %s', v.failed_dep, v.failed_outcome) order by v.task_id)
                     filter (where v.failed_dep is not null), '{}'),
-         coalesce(array_agg(v.task_id order by v.task_id) filter (where v.failed_dep is null and v.pending), '{}')
-    into _fail_ids, _messages, _waiting
+         coalesce(array_agg(v.task_id order by v.task_id) filter (where v.failed_dep is null and v.pending), '{}'),
+         coalesce(array_agg(v.task_id order by v.task_id) filter (where v.failed_dep is null and not v.pending), '{}')
+    into _fail_ids, _messages, _waiting, _ready
     from queues.dependency_verdicts(_task_ids, '{}', '{}') v;
 
   if cardinality(_waiting) > 0 then
     update queues.task_pending p
        set scheduled_at = 'infinity', available_at = 'infinity'
-     where p.task_id = any (_waiting);
+     where p.task_id = any (_waiting) and p.available_at <> 'infinity';
+  end if;
+  if cardinality(_ready) > 0 then
+    update queues.task_pending p
+       set scheduled_at = t.scheduled_at, available_at = t.scheduled_at
+      from queues.task t
+     where p.task_id = any (_ready) and p.available_at = 'infinity' and t.task_id = p.task_id;
   end if;
   if cardinality(_fail_ids) > 0 then
     perform queues.fail_dependents(_fail_ids, _messages);

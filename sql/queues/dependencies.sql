@@ -116,7 +116,10 @@ $$;
 
 -- For tasks just enqueued with dependencies (their claim-index rows inserted by this
 -- transaction): fails at once those with a dependency that ended other than succeeded;
--- makes those with a dependency still pending wait; leaves the rest ready. No grants.
+-- makes those with a dependency still pending wait; the rest ready at their scheduled time.
+-- (queues.enqueue_task inserts the row waiting already; a batch inserts it ready and moves
+-- it here: until a claim's scan passes it, the entry it leaves in the ready index costs
+-- that scan a heap visit.) No grants.
 create or replace function queues.settle_new_dependents(_task_ids bigint[])
   returns void
   language plpgsql volatile
@@ -127,18 +130,26 @@ declare
   _fail_ids bigint[];
   _messages text[];
   _waiting bigint[];
+  _ready bigint[];
 begin
   select coalesce(array_agg(v.task_id order by v.task_id) filter (where v.failed_dep is not null), '{}'),
          coalesce(array_agg(format('dependency task %s ended %s', v.failed_dep, v.failed_outcome) order by v.task_id)
                     filter (where v.failed_dep is not null), '{}'),
-         coalesce(array_agg(v.task_id order by v.task_id) filter (where v.failed_dep is null and v.pending), '{}')
-    into _fail_ids, _messages, _waiting
+         coalesce(array_agg(v.task_id order by v.task_id) filter (where v.failed_dep is null and v.pending), '{}'),
+         coalesce(array_agg(v.task_id order by v.task_id) filter (where v.failed_dep is null and not v.pending), '{}')
+    into _fail_ids, _messages, _waiting, _ready
     from queues.dependency_verdicts(_task_ids, '{}', '{}') v;
 
   if cardinality(_waiting) > 0 then
     update queues.task_pending p
        set scheduled_at = 'infinity', available_at = 'infinity'
-     where p.task_id = any (_waiting);
+     where p.task_id = any (_waiting) and p.available_at <> 'infinity';
+  end if;
+  if cardinality(_ready) > 0 then
+    update queues.task_pending p
+       set scheduled_at = t.scheduled_at, available_at = t.scheduled_at
+      from queues.task t
+     where p.task_id = any (_ready) and p.available_at = 'infinity' and t.task_id = p.task_id;
   end if;
   if cardinality(_fail_ids) > 0 then
     perform queues.fail_dependents(_fail_ids, _messages);

@@ -5,7 +5,7 @@
 // two dependencies of one task, on connections of their own.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type pg from 'pg';
-import { createTestDatabase, type TestDatabase } from '@org/testing';
+import { createTestDatabase, explainNested, planNodes, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -407,6 +407,48 @@ describe('races', () => {
       expect(dependents.length).toBe(38 * 8);
     } finally {
       await Promise.all([...apps, ...owners].map((c) => c.end()));
+    }
+  });
+});
+
+describe('the claim', () => {
+  it('does not read waiting tasks: 1000 of them cost a claim of their type no more than none', async () => {
+    await db.query(`insert into queues.task_type (task_type, description) values ('dep_plan', 'claim plan test')`);
+    const a = await enqueue();
+    const batch = (n: number, dependsOn?: string[]) =>
+      JSON.stringify(Array.from({ length: n }, () => ({ task_type: 'dep_plan', payload: {}, depends_on: dependsOn })));
+    const root = await db.client('root');
+    /** The ready-index scan of a claim of 5 new dep_plan tasks: the rows it read, and its buffers. */
+    const claimScan = async () => {
+      await db.query('select * from queues.enqueue_many($1::jsonb)', [batch(5)]);
+      const plans = await explainNested(
+        root,
+        `select * from queues.claim_tasks_at(now(), 'w-plan', 5, array['dep_plan'], 300, 5)`,
+      );
+      const scans = plans.flatMap((p) => planNodes(p.plan)).filter((n) => n['Index Name'] === 'task_pending_ready_idx');
+      expect(scans).toHaveLength(1);
+      return {
+        rows: Number(scans[0]['Actual Rows']) + Number(scans[0]['Rows Removed by Filter'] ?? 0),
+        buffers: Number(scans[0]['Shared Hit Blocks'] ?? 0) + Number(scans[0]['Shared Read Blocks'] ?? 0),
+      };
+    };
+    try {
+      await root.query(`set plan_cache_mode = force_generic_plan`);
+      const without = await claimScan();
+      // Enqueued one by one (queues.enqueue inserts a waiting row as waiting).
+      for (let i = 0; i < 1000; i += 100)
+        await Promise.all(
+          Array.from({ length: 100 }, () =>
+            db.query(`select queues.enqueue('dep_plan', '{}', _depends_on => array[$1::bigint])`, [a]),
+          ),
+        );
+      await db.query('analyze queues.task_pending');
+      const withWaiting = await claimScan();
+      // The same index entries read (the five ready tasks), and about as many pages.
+      expect(withWaiting.rows).toBe(without.rows);
+      expect(withWaiting.buffers).toBeLessThanOrEqual(without.buffers + 2);
+    } finally {
+      await root.end();
     }
   });
 });

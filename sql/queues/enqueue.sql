@@ -143,8 +143,12 @@ begin
      where t.task_type = _task_type
     returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts
   )
+  -- A task with dependencies starts waiting (at 'infinity', sql/queues/dependencies.sql),
+  -- so that no index entry of it is ever among the ready ones.
   insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
-  select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts
+  select i.task_id, i.task_type, i.priority,
+         case when cardinality(_depends_on) > 0 then 'infinity' else i.scheduled_at end, i.resource_key,
+         case when cardinality(_depends_on) > 0 then 'infinity' else i.scheduled_at end, i.max_attempts
     from inserted i
   returning task_id into _task_id;
 
