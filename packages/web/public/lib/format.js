@@ -5,7 +5,6 @@ import { h } from './dom.js';
 
 /** The task states, in the order the pages list them. */
 export const STATES = [
-  'waiting',
   'scheduled',
   'ready',
   'running',
@@ -15,9 +14,12 @@ export const STATES = [
   'abandoned',
   'cancelled',
   'validation_failed',
+  // Waiting for its dependencies (docs/flow-control.md): counted with the outcomes, from
+  // the task counts, not from the queues' pending counts.
+  'waiting',
 ];
-/** The states of a task not yet completed. */
-export const PENDING = ['waiting', 'scheduled', 'ready', 'running', 'retrying'];
+/** The states of a task not yet completed whose counts the Queues listing has. */
+export const PENDING = ['scheduled', 'ready', 'running', 'retrying'];
 
 /**
  * @param {number} n
