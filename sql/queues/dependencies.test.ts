@@ -411,6 +411,54 @@ describe('races', () => {
   });
 });
 
+describe('races between completions', () => {
+  it('8 connections complete the 40 shared dependencies of 10 tasks at once, 10 times: no deadlock, none left waiting', async () => {
+    const conns = await Promise.all(Array.from({ length: 8 }, () => db.client('owner')));
+    try {
+      for (let round = 0; round < 10; round++) {
+        const deps: string[] = [];
+        for (let i = 0; i < 40; i++) deps.push(await enqueue());
+        const dependents: string[] = [];
+        for (let i = 0; i < 10; i++) dependents.push(await enqueue(deps));
+        // Every other round one dependency fails: every dependent fails, whichever
+        // connection's completion comes first.
+        const failing = round % 2 === 1 ? deps[17] : null;
+        await Promise.all(
+          conns.map(async (c, k) => {
+            const mine = deps.filter((_, i) => i % 8 === k).reverse();
+            for (const d of mine) await complete([d], d === failing ? 'failed' : 'succeeded', c);
+          }),
+        );
+        const states = await Promise.all(dependents.map(stateOf));
+        expect(states).toEqual(dependents.map(() => (failing ? 'failed' : 'ready')));
+      }
+    } finally {
+      await Promise.all(conns.map((c) => c.end()));
+    }
+  });
+
+  it('cancelling a waiting task races its dependency completing: it ends cancelled, never released after', async () => {
+    const canceller = await db.client('owner');
+    const completer = await db.client('owner');
+    try {
+      for (let i = 0; i < 50; i++) {
+        const a = await enqueue();
+        const x = await enqueue([a]);
+        const [cancel] = await Promise.all([
+          canceller.query<{ result: string }>(`select * from queues.cancel_tasks(array[$1]::bigint[])`, [x]),
+          complete([a], 'succeeded', completer),
+        ]);
+        expect(cancel.rows[0].result).toBe('cancelled');
+        expect(await stateOf(x)).toBe('cancelled');
+        expect((await db.query('select 1 from queues.task_pending where task_id = $1', [x])).rows).toEqual([]);
+      }
+    } finally {
+      await canceller.end();
+      await completer.end();
+    }
+  });
+});
+
 describe('the claim', () => {
   it('does not read waiting tasks: 1000 of them cost a claim of their type no more than none', async () => {
     await db.query(`insert into queues.task_type (task_type, description) values ('dep_plan', 'claim plan test')`);
