@@ -8870,6 +8870,7 @@ $function$;
 CREATE OR REPLACE FUNCTION queues.add_task_dependencies(_task_ids bigint[], _depends_on bigint[], _labels text[], _new_task_ids bigint[])
  RETURNS void
  LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
@@ -9860,6 +9861,7 @@ CREATE OR REPLACE FUNCTION queues.dependency_verdicts(_task_ids bigint[], _ended
  RETURNS TABLE(task_id bigint, failed_dep bigint, failed_outcome text, pending boolean)
  LANGUAGE sql
  STABLE
+ SET enable_seqscan TO 'off'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select x.task_id,
@@ -10452,6 +10454,7 @@ $function$;
 CREATE OR REPLACE FUNCTION queues.fail_dependents(_task_ids bigint[], _messages text[])
  RETURNS void
  LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
@@ -12160,6 +12163,7 @@ CREATE OR REPLACE FUNCTION queues.release_dependents(_task_ids bigint[], _outcom
  RETURNS integer
  LANGUAGE plpgsql
  SECURITY DEFINER
+ SET enable_seqscan TO 'off'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
@@ -12740,6 +12744,7 @@ $function$;
 CREATE OR REPLACE FUNCTION queues.settle_new_dependents(_task_ids bigint[])
  RETURNS void
  LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
@@ -12969,14 +12974,8 @@ begin
   if not found then
     return null;
   end if;
-  -- One probe of the dependency index per completed task.
-  select array_agg(n.task_id order by n.task_id), array_agg(n.outcome order by n.task_id)
-    into _ids, _outcomes
-    from completed_rows n
-   where coalesce((select true from queues.task_dependency d where d.depends_on_task_id = n.task_id limit 1), false);
-  if _ids is not null then
-    perform queues.release_dependents(_ids, _outcomes);
-  end if;
+  select array_agg(n.task_id), array_agg(n.outcome) into _ids, _outcomes from completed_rows n;
+  perform queues.release_dependents(_ids, _outcomes);
   return null;
 end;
 $function$;

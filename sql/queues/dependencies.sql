@@ -22,10 +22,10 @@
 -- Release, set-based and without polling: the statement-level trigger release_dependents
 -- on queues.task_completed (every way a task ends writes a row there: completion,
 -- cancel, abandonment in the claim or an interruption, replacement of a unique task)
--- passes the ended tasks that have dependents to queues.release_dependents, which readies
--- or fails the dependents whose dependencies have all ended. A completion statement whose
--- tasks have no dependents pays one probe of the dependency index per task, and nothing
--- when no dependency was ever recorded (one read of an empty table).
+-- passes the ended tasks and their outcomes to queues.release_dependents, which readies or
+-- fails the dependents whose dependencies have all ended. A completion statement whose
+-- tasks have no dependents pays one scan of the dependency index (all its tasks at once),
+-- and nothing when no dependency was ever recorded (one read of an empty table).
 --
 -- Races. An enqueue locks its dependencies' claim-index rows FOR KEY SHARE (in task id
 -- order) before it reads whether they ended, in a later statement: every way a task ends
@@ -55,6 +55,9 @@ create or replace function queues.add_task_dependencies(
   _new_task_ids bigint[]
 ) returns void
   language plpgsql volatile
+  -- Every read is by key: planned once per connection, never as a scan of a table that
+  -- was small then (sql/CONVENTIONS.md).
+  set enable_seqscan = off
   set search_path = pg_catalog, pg_temp
 as $$
 declare
@@ -123,6 +126,7 @@ $$;
 create or replace function queues.settle_new_dependents(_task_ids bigint[])
   returns void
   language plpgsql volatile
+  set enable_seqscan = off
   set search_path = pg_catalog, pg_temp
 as $$
 declare
@@ -167,6 +171,7 @@ $$;
 create or replace function queues.dependency_verdicts(_task_ids bigint[], _ended_ids bigint[], _ended_outcomes text[])
   returns table (task_id bigint, failed_dep bigint, failed_outcome text, pending boolean)
   language sql stable
+  set enable_seqscan = off
   set search_path = pg_catalog, pg_temp
 as $$
   select x.task_id,
@@ -197,6 +202,7 @@ $$;
 create or replace function queues.fail_dependents(_task_ids bigint[], _messages text[])
   returns void
   language plpgsql volatile
+  set enable_seqscan = off
   set search_path = pg_catalog, pg_temp
 as $$
 declare
@@ -234,6 +240,10 @@ create or replace function queues.release_dependents(_task_ids bigint[], _outcom
   returns integer
   language plpgsql volatile
   security definer
+  -- Every read is by key (one scan of the dependency index for all of _task_ids, then
+  -- primary keys): planned once per connection, never as a scan of a table that was small
+  -- then (sql/CONVENTIONS.md).
+  set enable_seqscan = off
   set search_path = pg_catalog, pg_temp
 as $$
 declare
@@ -292,8 +302,10 @@ end;
 $$;
 
 -- The trigger on queues.task_completed (statement level, the statement's new rows as
--- completed_rows): passes the tasks that have dependents to queues.release_dependents.
--- With no dependency ever recorded it reads one page of an empty table and returns.
+-- completed_rows): passes the tasks it completed, with their outcomes, to
+-- queues.release_dependents, which finds their dependents with one scan of the dependency
+-- index. With no dependency ever recorded it reads one page of an empty table and returns.
+-- No SET clause but the search path: it runs for every completion statement.
 create or replace function queues.task_completed_release_dependents() returns trigger
   language plpgsql
   set search_path = pg_catalog, pg_temp
@@ -306,14 +318,8 @@ begin
   if not found then
     return null;
   end if;
-  -- One probe of the dependency index per completed task.
-  select array_agg(n.task_id order by n.task_id), array_agg(n.outcome order by n.task_id)
-    into _ids, _outcomes
-    from completed_rows n
-   where coalesce((select true from queues.task_dependency d where d.depends_on_task_id = n.task_id limit 1), false);
-  if _ids is not null then
-    perform queues.release_dependents(_ids, _outcomes);
-  end if;
+  select array_agg(n.task_id), array_agg(n.outcome) into _ids, _outcomes from completed_rows n;
+  perform queues.release_dependents(_ids, _outcomes);
   return null;
 end;
 $$;
