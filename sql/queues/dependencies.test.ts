@@ -499,4 +499,37 @@ describe('the claim', () => {
       await root.end();
     }
   });
+
+  it('a completion reads the dependencies by key after the table grew under plans made while it was small', async () => {
+    const root = await db.client('root');
+    try {
+      // Plans made on this connection while the dependency table is small.
+      for (let i = 0; i < 6; i++) {
+        const a = await enqueue();
+        await enqueue([a]);
+        await complete([a], 'succeeded', root);
+      }
+      await db.query(
+        `insert into queues.task_dependency (task_id, depends_on_task_id)
+         select 900000000 + g, 800000000 + g from generate_series(1, 20000) g`,
+      );
+      await db.query('analyze queues.task_dependency');
+      const a = await enqueue();
+      const x = await enqueue([a]);
+      const plans = await explainNested(
+        root,
+        `select * from queues.complete_tasks(array[$1]::bigint[], null, array['succeeded'])`,
+        [a],
+      );
+      const reads = plans
+        .flatMap((p) => planNodes(p.plan))
+        .filter((n) => n['Relation Name'] === 'task_dependency')
+        .map((n) => Number(n['Actual Rows'] ?? 0) + Number(n['Rows Removed by Filter'] ?? 0));
+      expect(reads.length).toBeGreaterThan(0);
+      expect(Math.max(...reads)).toBeLessThanOrEqual(2);
+      expect(await stateOf(x)).toBe('ready');
+    } finally {
+      await root.end();
+    }
+  });
 });
