@@ -158,6 +158,22 @@ describe('waiting and release', () => {
     expect(await errorsOf(x)).toEqual([`dependency task ${a} ended abandoned`]);
   });
 
+  it('a dependency abandoned by the claim (its leases expired) fails the task', async () => {
+    await db.query(`insert into queues.task_type (task_type, description) values ('dep_abandon', 'abandon test')`);
+    const a = (await db.pool('app').query<{ id: string }>(`select queues.enqueue('dep_abandon', '{}'::jsonb) as id`))
+      .rows[0].id;
+    const x = await enqueue([a]);
+    // Leased, expired; leased again as the named suspect, expired: the next claim abandons it.
+    for (const minutes of [0, 1, 2])
+      await db.query(
+        `select * from queues.claim_tasks_at(now() + make_interval(mins => $1), 'w-abandon', 10, array['dep_abandon'], 1, 1)`,
+        [minutes],
+      );
+    expect(await stateOf(a)).toBe('abandoned');
+    expect(await stateOf(x)).toBe('failed');
+    expect(await errorsOf(x)).toEqual([`dependency task ${a} ended abandoned`]);
+  });
+
   it('chains: A -> B -> C run in turn; when A fails, B and C fail', async () => {
     const a = await enqueue();
     const b = await enqueue([a]);
