@@ -1,6 +1,6 @@
 // Email through Resend (https://resend.com) with the real `resend` SDK.
 import type { Resend } from 'resend';
-import { emailPayload, type EmailPayload, type Provider, type ProviderContext } from '@org/handler-types';
+import { emailPayload, type EmailPayload, type Provider, type ProviderContext } from '@org/contracts';
 import { abortError, throwIfAborted } from './internal.js';
 
 export interface ResendEmailOptions {

@@ -1,6 +1,6 @@
 // SMS through Twilio with the real `twilio` SDK.
 import type TwilioSdk from 'twilio';
-import { smsPayload, type Provider, type ProviderContext, type SmsPayload } from '@org/handler-types';
+import { smsPayload, type Provider, type ProviderContext, type SmsPayload } from '@org/contracts';
 import { raceAbort, throwIfAborted } from './internal.js';
 
 export interface TwilioSmsOptions {

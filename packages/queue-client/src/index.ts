@@ -37,7 +37,7 @@ export {
   type LeaseRef,
   type NewTask,
   type Settlement,
-  type CompletionHandler,
+  type HandlerCall,
   type Step,
   type StepResult,
   type Task,

@@ -536,8 +536,8 @@ export async function settleTasks(
   return completions.map((c) => ({ taskId: c.taskId, result: byId.get(String(c.taskId)) ?? 'unknown_task' }));
 }
 
-/** A handler that runs with its task's completion (see settleWithHandler). */
-export interface CompletionHandler {
+/** A call of a success or error handler with its task's completion (see settleWithHandler). */
+export interface HandlerCall {
   /** The runnable function (internal.run_function) and its argument. */
   functionName: string;
   body: JsonObject;
@@ -561,7 +561,7 @@ export interface CompletionHandler {
 export async function settleWithHandler(
   db: Queryable,
   completion: Settlement & { taskLeaseId: Id; outcome: 'succeeded' | 'failed' | 'validation_failed' },
-  handler: CompletionHandler,
+  handler: HandlerCall,
   traceparent?: string,
 ): Promise<{ result: CompletionResult; outcome: CompletionOutcome; errors: string[] }> {
   const params = {

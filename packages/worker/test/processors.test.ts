@@ -5,7 +5,7 @@ import { z } from 'zod';
 import type pg from 'pg';
 import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { claimTasks, connect, type ClaimedTask } from '@org/queue-client';
-import type { Provider } from '@org/handler-types';
+import type { Provider } from '@org/contracts';
 import {
   Completer,
   createLogger,

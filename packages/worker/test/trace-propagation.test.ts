@@ -20,7 +20,7 @@ import {
   type ReadableSpan,
 } from '@opentelemetry/sdk-trace-base';
 import { createTestDatabase, type TestDatabase } from '@org/testing';
-import type { Provider } from '@org/handler-types';
+import type { Provider } from '@org/contracts';
 import { createResendEmailProvider } from '@org/providers';
 import { startFakeResend, type FakeResend } from '@org/providers/testing';
 import { enqueue, setTraceContext, withTransaction } from '@org/queue-client';

@@ -24,7 +24,7 @@ const root = repoRoot();
 const ctx = inject('queueTestServer');
 
 /** What an app installs: the client, the worker, task definitions, the schema and its migrator. */
-const PACKAGES = ['queue-client', 'config', 'handler-types', 'tasks', 'worker', 'queue-schema'];
+const PACKAGES = ['queue-client', 'config', 'contracts', 'tasks', 'worker', 'queue-schema'];
 
 const suffix = randomBytes(4).toString('hex');
 const roles = {
