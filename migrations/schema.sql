@@ -2680,6 +2680,63 @@ create table queues.task_unique_key (
 comment on table queues.task_unique_key is 'Derived: per unique key, the newest task enqueued with it; the key is free once that task is no longer pending. Rebuild with queues.rebuild_task_unique_key().';
 CREATE UNIQUE INDEX task_unique_key_pkey ON queues.task_unique_key USING btree (unique_key);
 
+create table queues.throttle (
+  throttle_id bigint generated always as identity not null,
+  key_kind text not null,
+  key text not null,
+  throttled_until timestamp with time zone not null,
+  reason text not null,
+  recorded_at timestamp with time zone default now() not null,
+  recorded_by text not null,
+  task_id bigint,
+  task_lease_id bigint,
+  constraint throttle_check CHECK ((throttled_until > recorded_at)),
+  constraint throttle_check1 CHECK (((task_id IS NULL) = (task_lease_id IS NULL))),
+  constraint throttle_key_check CHECK (((length(key) >= 1) AND (length(key) <= 200))),
+  constraint throttle_key_kind_check CHECK ((key_kind = ANY (ARRAY['task_type'::text, 'group'::text]))),
+  constraint throttle_key_kind_not_null NOT NULL key_kind,
+  constraint throttle_key_not_null NOT NULL key,
+  constraint throttle_pkey PRIMARY KEY (throttle_id),
+  constraint throttle_reason_check CHECK (((length(reason) >= 1) AND (length(reason) <= 500))),
+  constraint throttle_reason_not_null NOT NULL reason,
+  constraint throttle_recorded_at_not_null NOT NULL recorded_at,
+  constraint throttle_recorded_by_check CHECK (((length(recorded_by) >= 1) AND (length(recorded_by) <= 200))),
+  constraint throttle_recorded_by_not_null NOT NULL recorded_by,
+  constraint throttle_throttle_id_not_null NOT NULL throttle_id,
+  constraint throttle_throttled_until_not_null NOT NULL throttled_until
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.throttle is 'Append-only: a provider refused work of key (a task type) until throttled_until (a 429, a Retry-After, a quota error). Claims leave the key''s tasks while one of its reports not cleared is in force (queues.throttled_task_types_at).';
+CREATE INDEX throttle_lease_idx ON queues.throttle USING btree (task_lease_id) WHERE (task_lease_id IS NOT NULL);
+CREATE UNIQUE INDEX throttle_pkey ON queues.throttle USING btree (throttle_id);
+CREATE INDEX throttle_until_idx ON queues.throttle USING btree (throttled_until) INCLUDE (key_kind, key, throttle_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.throttle FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.throttle_cleared (
+  throttle_cleared_id bigint generated always as identity not null,
+  key_kind text not null,
+  key text not null,
+  last_throttle_id bigint not null,
+  cleared_at timestamp with time zone default now() not null,
+  cleared_by text not null,
+  constraint throttle_cleared_cleared_at_not_null NOT NULL cleared_at,
+  constraint throttle_cleared_cleared_by_check CHECK (((length(cleared_by) >= 1) AND (length(cleared_by) <= 200))),
+  constraint throttle_cleared_cleared_by_not_null NOT NULL cleared_by,
+  constraint throttle_cleared_key_kind_not_null NOT NULL key_kind,
+  constraint throttle_cleared_key_not_null NOT NULL key,
+  constraint throttle_cleared_last_throttle_id_fkey FOREIGN KEY (last_throttle_id) REFERENCES queues.throttle(throttle_id) ON DELETE CASCADE,
+  constraint throttle_cleared_last_throttle_id_not_null NOT NULL last_throttle_id,
+  constraint throttle_cleared_pkey PRIMARY KEY (throttle_cleared_id),
+  constraint throttle_cleared_throttle_cleared_id_not_null NOT NULL throttle_cleared_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.throttle_cleared is 'Append-only: an operator cleared the throttles of key recorded up to last_throttle_id (queues.clear_throttle).';
+CREATE INDEX throttle_cleared_key_idx ON queues.throttle_cleared USING btree (key_kind, key, last_throttle_id);
+CREATE UNIQUE INDEX throttle_cleared_pkey ON queues.throttle_cleared USING btree (throttle_cleared_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.throttle_cleared FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
 create table queues.worker (
   worker_id text not null,
   task_types text[] not null,
@@ -3203,6 +3260,14 @@ create sequence queues.task_type_paused_task_type_paused_id_seq as bigint start 
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence queues.task_type_timeout_set_task_type_timeout_set_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
   identity of queues.task_type_timeout_set.task_type_timeout_set_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence queues.throttle_cleared_throttle_cleared_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of queues.throttle_cleared.throttle_cleared_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence queues.throttle_throttle_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of queues.throttle.throttle_id
   owner :DATABASE_OWNER
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence queues.worker_name_worker_key_seq as integer start 1 increment 1 minvalue 1 maxvalue 2147483647 cache 1;
@@ -3737,6 +3802,26 @@ begin
 end;
 $function$;
   -- admin.capacity_at(_now timestamp with time zone, _task_type text, _window_seconds integer, _dead_after_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.clear_throttle(_key_kind text, _key text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _key_kind is null or _key is null then
+    raise exception 'key_kind and key must not be null' using errcode = '22004';
+  end if;
+  if _key_kind = 'task_type' and not exists (select 1 from queues.task_type t where t.task_type = _key) then
+    raise exception 'unknown task type %', quote_literal(left(_key, 100)) using errcode = '23503';
+  end if;
+  return queues.clear_throttle(_key_kind, _key, 'api');
+end;
+$function$;
+  -- admin.clear_throttle(_key_kind text, _key text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.completion_stats(_window_seconds integer DEFAULT NULL::integer)
@@ -4558,6 +4643,18 @@ begin
 end;
 $function$;
   -- admin.list_tasks_at(_now timestamp with time zone, _task_type text, _state text, _limit integer, _before_task_id bigint, _worker_id text, _resource_key text, _enqueued_from timestamp with time zone, _enqueued_to timestamp with time zone, _payload_path text[], _payload_value jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.list_throttles()
+ RETURNS TABLE(key_kind text, key text, throttled_until timestamp with time zone, reason text, recorded_at timestamp with time zone, recorded_by text, reports integer)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from queues.active_throttles_at(now())
+$function$;
+  -- admin.list_throttles(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.list_workers()
@@ -5911,13 +6008,15 @@ create or replace function %1$I.%6$I(
   out num_outstanding     integer,
   out num_runs            integer,
   out scheduled_at        timestamptz,
-  out has_unknown_outcome boolean
+  out has_unknown_outcome boolean,
+  out throttled_until     timestamptz
 )
   language sql stable
   set search_path = pg_catalog, pg_temp
 as $body$
   select f.has_task_succeeded, f.task_failure, f.has_success, f.num_attempts, f.num_failures,
-         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome
+         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome,
+         queues.throttled_until('task_type', %11$L)
     from %1$I.%2$I t
    cross join lateral internal.channel_process_facts(%1$L, %5$L, t.%3$I) f
    where t.%3$I = %4$I
@@ -6261,7 +6360,12 @@ AS $function$
         insert into comms.send_email_attempt (send_email_attempt_id, send_email_task_id, task_id) overriding system value
         values (_attempt_id, _task_id, _queue_task_id);
       end if;
-      _next_at := now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds);
+      -- While its provider throttles the channel (queues.throttled_until,
+      -- sql/queues/throttle.sql), the channel task waits for the claim: the next check is
+      -- not before the throttle ends, so a long throttle (a daily quota) does not use up
+      -- the process's runs.
+      _next_at := greatest(now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds),
+                           queues.throttled_until('task_type', _p.task_type));
       _next_task_id := internal.enqueue_supervisor_run(_p.supervisor, 'send_email_task_id', _task_id, _next_at);
       -- The run, with the run it scheduled: the success handler wakes that one.
       insert into comms.send_email_supervisor_run (send_email_task_id, next_task_id) values (_task_id, _next_task_id);
@@ -6283,19 +6387,20 @@ AS $function$ select comms.send_email_supervise(payload) $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION comms.send_email_supervisor_facts(_send_email_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean)
+CREATE OR REPLACE FUNCTION comms.send_email_supervisor_facts(_send_email_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean, OUT throttled_until timestamp with time zone)
  RETURNS record
  LANGUAGE sql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select f.has_task_succeeded, f.task_failure, f.has_success, f.num_attempts, f.num_failures,
-         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome
+         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome,
+         queues.throttled_until('task_type', 'email')
     from comms.send_email_task t
    cross join lateral internal.channel_process_facts('comms', 'send_email', t.send_email_task_id) f
    where t.send_email_task_id = _send_email_task_id
 $function$;
-  -- comms.send_email_supervisor_facts(_send_email_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean): owner :DATABASE_OWNER
+  -- comms.send_email_supervisor_facts(_send_email_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean, OUT throttled_until timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION comms.send_sms(_to_number text, _body text, _from_number text DEFAULT NULL::text, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _idempotency_key text DEFAULT NULL::text, OUT message_id bigint, OUT send_sms_task_id bigint, OUT validation_failure_message text)
@@ -6589,7 +6694,12 @@ AS $function$
         insert into comms.send_sms_attempt (send_sms_attempt_id, send_sms_task_id, task_id) overriding system value
         values (_attempt_id, _task_id, _queue_task_id);
       end if;
-      _next_at := now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds);
+      -- While its provider throttles the channel (queues.throttled_until,
+      -- sql/queues/throttle.sql), the channel task waits for the claim: the next check is
+      -- not before the throttle ends, so a long throttle (a daily quota) does not use up
+      -- the process's runs.
+      _next_at := greatest(now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds),
+                           queues.throttled_until('task_type', _p.task_type));
       _next_task_id := internal.enqueue_supervisor_run(_p.supervisor, 'send_sms_task_id', _task_id, _next_at);
       -- The run, with the run it scheduled: the success handler wakes that one.
       insert into comms.send_sms_supervisor_run (send_sms_task_id, next_task_id) values (_task_id, _next_task_id);
@@ -6611,19 +6721,20 @@ AS $function$ select comms.send_sms_supervise(payload) $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION comms.send_sms_supervisor_facts(_send_sms_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean)
+CREATE OR REPLACE FUNCTION comms.send_sms_supervisor_facts(_send_sms_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean, OUT throttled_until timestamp with time zone)
  RETURNS record
  LANGUAGE sql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select f.has_task_succeeded, f.task_failure, f.has_success, f.num_attempts, f.num_failures,
-         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome
+         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome,
+         queues.throttled_until('task_type', 'sms')
     from comms.send_sms_task t
    cross join lateral internal.channel_process_facts('comms', 'send_sms', t.send_sms_task_id) f
    where t.send_sms_task_id = _send_sms_task_id
 $function$;
-  -- comms.send_sms_supervisor_facts(_send_sms_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean): owner :DATABASE_OWNER
+  -- comms.send_sms_supervisor_facts(_send_sms_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean, OUT throttled_until timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION files.account_file_deletion_facts(_account_id bigint, OUT num_files integer, OUT num_files_without_task integer, OUT num_files_deleted integer, OUT stuck_file_ids bigint[])
@@ -6972,7 +7083,12 @@ AS $function$
         insert into files.file_deletion_attempt (file_deletion_attempt_id, file_deletion_task_id, task_id) overriding system value
         values (_attempt_id, _task_id, _queue_task_id);
       end if;
-      _next_at := now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds);
+      -- While its provider throttles the channel (queues.throttled_until,
+      -- sql/queues/throttle.sql), the channel task waits for the claim: the next check is
+      -- not before the throttle ends, so a long throttle (a daily quota) does not use up
+      -- the process's runs.
+      _next_at := greatest(now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds),
+                           queues.throttled_until('task_type', _p.task_type));
       _next_task_id := internal.enqueue_supervisor_run(_p.supervisor, 'file_deletion_task_id', _task_id, _next_at);
       -- The run, with the run it scheduled: the success handler wakes that one.
       insert into files.file_deletion_supervisor_run (file_deletion_task_id, next_task_id) values (_task_id, _next_task_id);
@@ -7552,7 +7668,12 @@ begin
         insert into %1$I.%4$I (%10$I, %9$I, task_id) overriding system value
         values (_attempt_id, _task_id, _queue_task_id);
       end if;
-      _next_at := now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds);
+      -- While its provider throttles the channel (queues.throttled_until,
+      -- sql/queues/throttle.sql), the channel task waits for the claim: the next check is
+      -- not before the throttle ends, so a long throttle (a daily quota) does not use up
+      -- the process's runs.
+      _next_at := greatest(now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds),
+                           queues.throttled_until('task_type', _p.task_type));
       _next_task_id := internal.enqueue_supervisor_run(_p.supervisor, %9$L, _task_id, _next_at);
       -- The run, with the run it scheduled: the success handler wakes that one.
       insert into %1$I.%3$I (%9$I, next_task_id) values (_task_id, _next_task_id);
@@ -7959,6 +8080,9 @@ begin
   select s.task_lease_id, s.started_at into _started
     from internal.provider_call_started s
    where s.task_id = _task_id and s.task_lease_id <> _lease_id
+     -- A call its provider refused (a throttle reported under that lease, with the lease's
+     -- release: sql/queues/throttle.sql) was not made.
+     and (select true from queues.throttle th where th.task_lease_id = s.task_lease_id limit 1) is null
    order by s.task_lease_id
    limit 1;
   if found then
@@ -8867,6 +8991,39 @@ $function$;
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.active_throttles()
+ RETURNS TABLE(key_kind text, key text, throttled_until timestamp with time zone, reason text, recorded_at timestamp with time zone, recorded_by text, reports integer)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from queues.active_throttles_at(now())
+$function$;
+  -- queues.active_throttles(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.active_throttles_at(_now timestamp with time zone)
+ RETURNS TABLE(key_kind text, key text, throttled_until timestamp with time zone, reason text, recorded_at timestamp with time zone, recorded_by text, reports integer)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+  select distinct on (a.key_kind, a.key)
+         a.key_kind, a.key, a.throttled_until, a.reason, a.recorded_at, a.recorded_by,
+         (count(*) over (partition by a.key_kind, a.key))::integer
+    from queues.throttle a
+   where a.throttled_until > _now
+     and (select true from queues.throttle_cleared c
+           where c.key_kind = a.key_kind and c.key = a.key and c.last_throttle_id >= a.throttle_id
+           limit 1) is null
+   order by a.key_kind, a.key, a.throttled_until desc, a.throttle_id desc
+$function$;
+  -- queues.active_throttles_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.add_task_dependencies(_task_ids bigint[], _depends_on bigint[], _labels text[], _new_task_ids bigint[])
  RETURNS void
  LANGUAGE plpgsql
@@ -9321,6 +9478,7 @@ AS $function$
 #variable_conflict use_column
 declare
   _worker_key integer;
+  _throttled text[];
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -9343,6 +9501,19 @@ begin
   if _task_types is not null and cardinality(_task_types) = 0 then
     raise exception 'task_types must be null (any type) or name at least one type'
       using errcode = '22023';
+  end if;
+  -- Provider back-pressure (sql/queues/throttle.sql): the task types throttled at _now
+  -- are left out of the types both branches below scan. One probe of throttle_until_idx
+  -- per claim, which reads no row while no throttle is active; nothing per task.
+  _throttled := queues.throttled_task_types_at(_now);
+  if cardinality(_throttled) > 0 then
+    _task_types := array(select u.task_type
+                           from unnest(coalesce(_task_types, array(select tt.task_type from queues.task_type tt)))
+                                as u(task_type)
+                          where not (u.task_type = any (_throttled)));
+    if cardinality(_task_types) = 0 then
+      return;
+    end if;
   end if;
   -- A lease names its worker by key (queues.worker_name: each worker id kept once, an
   -- integer on every lease instead of the id's text). One probe of the id's unique index;
@@ -9539,6 +9710,41 @@ AS $function$
     from (select queues.paused_task_types() as paused) x
 $function$;
   -- queues.claimable_task_types(_task_types text[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.clear_throttle(_key_kind text, _key text, _cleared_by text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _last bigint;
+begin
+  if _key_kind is null or _key is null or _cleared_by is null then
+    raise exception 'key_kind, key and cleared_by must not be null' using errcode = '22004';
+  end if;
+  if _key_kind <> 'task_type' then
+    raise exception 'key_kind must be ''task_type'', got %', quote_literal(left(_key_kind, 100))
+      using errcode = '22023';
+  end if;
+  if length(_cleared_by) not between 1 and 200 then
+    raise exception 'cleared_by must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  select max(a.throttle_id) into _last
+    from queues.throttle a
+   where a.key_kind = _key_kind and a.key = _key and a.throttled_until > now();
+  if _last is null or queues.throttled_until(_key_kind, _key) is null then
+    return false;
+  end if;
+  insert into queues.throttle_cleared (key_kind, key, last_throttle_id, cleared_by)
+  values (_key_kind, _key, _last, _cleared_by);
+  -- The key's tasks are claimable again: wake the workers.
+  perform pg_notify('queues_task_ready', '');
+  return true;
+end;
+$function$;
+  -- queues.clear_throttle(_key_kind text, _key text, _cleared_by text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.complete_steps(_task_ids bigint[], _task_lease_ids bigint[], _outcomes text[], _retries boolean[], _error_task_ids bigint[], _error_messages text[], _results jsonb[])
@@ -11505,6 +11711,15 @@ AS $function$ select 64 $function$;
   -- queues.max_payload_depth(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.max_throttle_seconds()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select 86400 $function$;
+  -- queues.max_throttle_seconds(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.measure_history_sets(_now timestamp with time zone)
  RETURNS integer
  LANGUAGE plpgsql
@@ -11931,6 +12146,84 @@ begin
 end;
 $function$;
   -- queues.record_task_trace(_task_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.record_throttle(_key_kind text, _key text, _until timestamp with time zone, _retry_after_seconds numeric, _reason text, _recorded_by text, _task_id bigint DEFAULT NULL::bigint, _task_lease_id bigint DEFAULT NULL::bigint)
+ RETURNS TABLE(result text, throttled_until timestamp with time zone)
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from queues.record_throttle_at(now(), _key_kind, _key, _until, _retry_after_seconds, _reason,
+                                          _recorded_by, _task_id, _task_lease_id)
+$function$;
+  -- queues.record_throttle(_key_kind text, _key text, _until timestamp with time zone, _retry_after_seconds numeric, _reason text, _recorded_by text, _task_id bigint, _task_lease_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.record_throttle_at(_now timestamp with time zone, _key_kind text, _key text, _until timestamp with time zone, _retry_after_seconds numeric, _reason text, _recorded_by text, _task_id bigint, _task_lease_id bigint)
+ RETURNS TABLE(result text, throttled_until timestamp with time zone)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _end timestamptz;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  if _key_kind is null or _key is null then
+    raise exception 'key_kind and key must not be null' using errcode = '22004';
+  end if;
+  if _key_kind <> 'task_type' then
+    raise exception 'key_kind must be ''task_type'', got %', quote_literal(left(_key_kind, 100))
+      using errcode = '22023';
+  end if;
+  if not exists (select 1 from queues.task_type t where t.task_type = _key) then
+    raise exception 'unknown task type %', quote_literal(left(_key, 100)) using errcode = '23503';
+  end if;
+  if (_until is null) = (_retry_after_seconds is null) then
+    raise exception 'give exactly one of until and retry_after_seconds' using errcode = '22023';
+  end if;
+  if _retry_after_seconds is not null then
+    if _retry_after_seconds <= 0 or _retry_after_seconds > queues.max_throttle_seconds() then
+      raise exception 'retry_after_seconds must be more than 0 and at most %, got %',
+        queues.max_throttle_seconds(), _retry_after_seconds using errcode = '22023';
+    end if;
+    _end := _now + make_interval(secs => _retry_after_seconds::double precision);
+  else
+    if _until <= _now or _until > _now + make_interval(secs => queues.max_throttle_seconds()) then
+      raise exception 'until must be after now and at most % seconds ahead, got % (now %)',
+        queues.max_throttle_seconds(), _until, _now using errcode = '22023';
+    end if;
+    _end := _until;
+  end if;
+  if _reason is null or btrim(_reason) = '' or length(_reason) > 500 then
+    raise exception 'reason must be 1 to 500 characters' using errcode = '22023';
+  end if;
+  if _recorded_by is null or length(_recorded_by) not between 1 and 200 then
+    raise exception 'recorded_by must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  if (_task_id is null) <> (_task_lease_id is null) then
+    raise exception 'give both task_id and task_lease_id, or neither' using errcode = '22023';
+  end if;
+
+  insert into queues.throttle (key_kind, key, throttled_until, reason, recorded_at, recorded_by, task_id, task_lease_id)
+  values (_key_kind, _key, _end, _reason, _now, _recorded_by, _task_id, _task_lease_id);
+
+  if _task_id is null then
+    return query select 'recorded'::text, _end;
+    return;
+  end if;
+  if exists (select 1 from queues.release_leases(array[_task_id], array[_task_lease_id])) then
+    return query select 'released'::text, _end;
+  else
+    return query select 'lease_lost'::text, _end;
+  end if;
+end;
+$function$;
+  -- queues.record_throttle_at(_now timestamp with time zone, _key_kind text, _key text, _until timestamp with time zone, _retry_after_seconds numeric, _reason text, _recorded_by text, _task_id bigint, _task_lease_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.record_worker_heartbeat(_worker_id text, _task_types text[], _heartbeat_interval_ms integer DEFAULT NULL::integer)
@@ -13060,6 +13353,43 @@ $function$;
   -- queues.task_type_timeouts(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.throttled_task_types_at(_now timestamp with time zone)
+ RETURNS text[]
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+  select coalesce(array_agg(distinct a.key), '{}')
+    from queues.throttle a
+   where a.throttled_until > _now
+     and a.key_kind = 'task_type'
+     and (select true from queues.throttle_cleared c
+           where c.key_kind = a.key_kind and c.key = a.key and c.last_throttle_id >= a.throttle_id
+           limit 1) is null
+$function$;
+  -- queues.throttled_task_types_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.throttled_until(_key_kind text, _key text)
+ RETURNS timestamp with time zone
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET enable_seqscan TO 'off'
+AS $function$
+  select max(a.throttled_until)
+    from queues.throttle a
+   where a.throttled_until > now()
+     and a.key_kind = _key_kind and a.key = _key
+     and (select true from queues.throttle_cleared c
+           where c.key_kind = a.key_kind and c.key = a.key and c.last_throttle_id >= a.throttle_id
+           limit 1) is null
+$function$;
+  -- queues.throttled_until(_key_kind text, _key text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.truncate_task_facts()
  RETURNS trigger

@@ -40,7 +40,9 @@ grant execute on function
   admin.list_process_roots_ranked(text, integer, bigint),
   admin.record_api_change(text, text, text, text, text, text, bigint[], text, text, text, jsonb, jsonb),
   admin.list_api_changes(bigint, integer, bigint),
-  admin.set_task_type_timeout(text, numeric)
+  admin.set_task_type_timeout(text, numeric),
+  admin.list_throttles(),
+  admin.clear_throttle(text, text)
 to :DATABASE_API;
 
 grant execute on function queues.enqueue(text, jsonb, timestamptz, integer, text, integer, boolean, bigint[]) to :DATABASE_API;

@@ -54,6 +54,7 @@ as $$
 #variable_conflict use_column
 declare
   _worker_key integer;
+  _throttled text[];
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -76,6 +77,19 @@ begin
   if _task_types is not null and cardinality(_task_types) = 0 then
     raise exception 'task_types must be null (any type) or name at least one type'
       using errcode = '22023';
+  end if;
+  -- Provider back-pressure (sql/queues/throttle.sql): the task types throttled at _now
+  -- are left out of the types both branches below scan. One probe of throttle_until_idx
+  -- per claim, which reads no row while no throttle is active; nothing per task.
+  _throttled := queues.throttled_task_types_at(_now);
+  if cardinality(_throttled) > 0 then
+    _task_types := array(select u.task_type
+                           from unnest(coalesce(_task_types, array(select tt.task_type from queues.task_type tt)))
+                                as u(task_type)
+                          where not (u.task_type = any (_throttled)));
+    if cardinality(_task_types) = 0 then
+      return;
+    end if;
   end if;
   -- A lease names its worker by key (queues.worker_name: each worker id kept once, an
   -- integer on every lease instead of the id's text). One probe of the id's unique index;

@@ -3,3 +3,4 @@
 export * from './envelope.js';
 export * from './payloads.js';
 export * from './providers.js';
+export * from './throttled.js';

@@ -50,6 +50,14 @@ export {
 export { cancelTasks, cancelledTasks, type CancelAnswer, type CancelResult } from './cancel.js';
 export { taskTypeTimeouts } from './timeouts.js';
 export { recordProgress, type ProgressReport } from './progress.js';
+export {
+  activeThrottles,
+  recordThrottle,
+  type ActiveThrottle,
+  type ThrottleKeyKind,
+  type ThrottleRecorded,
+  type ThrottleReport,
+} from './throttles.js';
 export { listTaskResults, recordTaskResult, type TaskResult } from './results.js';
 export { listTaskDependencies, type TaskDependency } from './dependencies.js';
 export { recordWorkerHeartbeat, recordWorkerStopped, revokeWorkerLeases } from './workers.js';

@@ -215,6 +215,20 @@ export const responses = {
   paused: z.object({ task_type: z.string(), paused: z.literal(true), pause_id: id }),
   resumed: z.object({ task_type: z.string(), paused: z.literal(false), was_paused: z.boolean() }),
   timeoutSet: z.object({ task_type: z.string(), timeout_seconds: z.number().nullable() }),
+  throttles: z.object({
+    throttles: z.array(
+      z.object({
+        key_kind: z.string(),
+        key: z.string(),
+        throttled_until: timestamp,
+        reason: z.string(),
+        recorded_at: timestamp,
+        recorded_by: z.string(),
+        reports: z.number().int(),
+      }),
+    ),
+  }),
+  throttleCleared: z.object({ key_kind: z.string(), key: z.string(), cleared: z.boolean() }),
   workers: z.object({
     workers: z.array(
       z.object({

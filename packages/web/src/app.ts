@@ -198,6 +198,13 @@ const timeoutBody = z
       .nullable(),
   })
   .strict();
+/** POST /api/throttles/clear: the throttle to clear (docs/flow-control.md, "Provider back-pressure"). */
+const throttleClearBody = z
+  .object({
+    key_kind: z.literal('task_type', { error: "key_kind must be 'task_type'" }),
+    key: taskType,
+  })
+  .strict();
 const scheduleName = z
   .string()
   .regex(/^[a-z][a-z0-9_.-]{0,99}$/, 'name must be a schedule name such as nightly.analytics');
@@ -409,6 +416,7 @@ const API_SCHEMAS = {
   taskTypeParams,
   pauseBody,
   timeoutBody,
+  throttleClearBody,
   emptyBody,
   workerIdParams,
   schedulesQuery,
@@ -894,6 +902,24 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
       return { answer: { task_type, timeout_seconds: body.timeout_seconds }, taskType: task_type, input: body };
     });
     request.log.info({ event: 'task_type_timeout_set', ...answer }, 'run timeout set');
+    return answer;
+  });
+
+  // Provider back-pressure (docs/flow-control.md): the throttles in force, and an
+  // operator's clear of one (its tasks are claimed again at once).
+  app.get('/api/throttles', async () => ({ throttles: await store.throttles() }));
+
+  app.post('/api/throttles/clear', async (request) => {
+    const body = parse(throttleClearBody, request.body, 'body');
+    const answer = await change(request, 'clear_throttle', async (tx) => {
+      const cleared = await tx.clearThrottle(body.key_kind, body.key);
+      return {
+        answer: { key_kind: body.key_kind, key: body.key, cleared },
+        taskType: body.key,
+        input: body,
+      };
+    });
+    request.log.info({ event: 'throttle_cleared', ...answer }, 'throttle cleared');
     return answer;
   });
 

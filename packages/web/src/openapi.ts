@@ -262,6 +262,22 @@ export function operations(s: ApiSchemas): Operation[] {
       answers: ok(responses.timeoutSet),
     },
     {
+      method: 'get',
+      path: '/api/throttles',
+      tag: 'queues',
+      summary: 'Provider throttles in force: per channel, until when, the latest reason and reporter',
+      answers: ok(responses.throttles),
+    },
+    {
+      method: 'post',
+      path: '/api/throttles/clear',
+      tag: 'queues',
+      change: true,
+      summary: "Clear a channel's throttle now: its tasks are claimed again at once",
+      body: s.throttleClearBody,
+      answers: ok(responses.throttleCleared),
+    },
+    {
       method: 'post',
       path: '/api/queues/:task_type/resume',
       tag: 'queues',

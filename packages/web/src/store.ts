@@ -17,6 +17,8 @@ import {
   queuePause,
   queueResume,
   queueSetTimeout,
+  queueThrottleClear,
+  queueThrottleList,
   workerList,
   workerRecover,
 } from './queries/queue.queries.js';
@@ -535,6 +537,26 @@ export class Store {
   /** Sets (null: clears) a task type's run timeout (admin.set_task_type_timeout). */
   async setTimeout(taskType: string, timeoutSeconds: number | null): Promise<void> {
     await queueSetTimeout.run({ taskType, timeoutSeconds }, this.pool);
+  }
+
+  /** The provider throttles in force (admin.list_throttles), one per key. */
+  async throttles() {
+    const rows = await queueThrottleList.run(undefined, this.pool);
+    return rows.map((r) => ({
+      key_kind: r.keyKind,
+      key: r.key,
+      throttled_until: r.throttledUntil,
+      reason: r.reason,
+      recorded_at: r.recordedAt,
+      recorded_by: r.recordedBy,
+      reports: r.reports,
+    }));
+  }
+
+  /** Clears a key's throttle now (admin.clear_throttle); whether one was in force. */
+  async clearThrottle(keyKind: string, key: string): Promise<boolean> {
+    const [row] = await queueThrottleClear.run({ keyKind, key }, this.pool);
+    return row!.cleared;
   }
 
   async resume(taskType: string): Promise<boolean> {

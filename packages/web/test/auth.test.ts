@@ -145,6 +145,7 @@ function bodyFor(route: RouteInfo, f: Fixture): unknown {
     'POST /api/queues/:task_type/pause': { reason: 'audit test' },
     'POST /api/queues/:task_type/resume': {},
     'POST /api/queues/:task_type/timeout': { timeout_seconds: 30 },
+    'POST /api/throttles/clear': { key_kind: 'task_type', key: 'store_discovery' },
     'POST /api/workers/:worker_id/recover-stale': { dead_after_seconds: 10 },
     'POST /api/schedules/:name/enable': {},
     'POST /api/schedules/:name/disable': {},

@@ -31,6 +31,8 @@ import type { Logger } from './logger.js';
 import type { ProcessorRegistry, TaskOutcome } from './processor.js';
 import { abortRun, Context, runLog, type Running, type WorkerEmitter } from './run.js';
 import type { Slots } from './slots.js';
+import type { LocalQueue } from './heartbeats.js';
+import { isThrottledError, recordThrottledRun } from './throttle.js';
 import { TaskTimeoutError, type RunTimeouts } from './timeouts.js';
 import { traceCompletion, traceTask } from './tracing.js';
 
@@ -50,6 +52,10 @@ export interface ExecutorOptions {
   timeouts: RunTimeouts;
   slots: Slots;
   maxLeases: number;
+  /** The worker's id: who reports a throttle. */
+  workerId: string;
+  /** The local queue: a throttle gives back its waiting tasks of the throttled type. */
+  queue: LocalQueue;
   /** A lease was given back: its task is claimable again at once (Producer.notified). */
   notified(): void;
   /** The worker is stopping (Producer.stopping). */
@@ -102,6 +108,16 @@ export class Executor {
         if (!running.released && error instanceof TaskTimeoutError && running.timedOut) {
           recording = true;
           return this.#recordTimeout(running, error);
+        }
+        // The provider refused the work for now (throttle.ts): the throttle recorded, the run
+        // and the waiting tasks of its type (they would meet the same refusal) given back.
+        if (!running.released && !running.cancelled && isThrottledError(error)) {
+          const { workerId, queue } = this.#o;
+          const waiting = new Set(queue.waiting.filter((t) => t.taskType === (error.key ?? task.taskType)));
+          queue.drop(waiting);
+          const result = await recordThrottledRun(pool, task, error, workerId, this.#taskLog(running), [...waiting]);
+          if (result === 'lease_lost') await this.#lostRun(running, Date.now() - running.startedAt);
+          return;
         }
         if (await this.#givenUp(running, error, false)) return;
         this.#taskLog(running).error(

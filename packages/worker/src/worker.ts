@@ -140,6 +140,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       timeouts: this.#timeouts,
       slots: producer.slots,
       maxLeases: options.maxLeases,
+      queue: producer,
       notified: () => producer.notified(),
       stopping: () => producer.stopping,
     });

@@ -28,6 +28,7 @@
  * own, after the provider payload is checked.
  */
 import type { Provider } from '@org/contracts';
+import { isThrottledError } from '@org/contracts/throttled';
 import { errorMessage, isTransient, sanitizeMessage } from '../error-class.js';
 import { failureOf, HandlerInvoker, type HandlerResult } from '../handler-invoker.js';
 import { contracts } from '../contracts.js';
@@ -114,6 +115,9 @@ export function channelTaskProcessor<P>(provider: Provider<P>): Processor {
           }),
         );
       } catch (error) {
+        // The provider refused the call for now: the worker records the throttle and gives
+        // the task back uncounted (throttle.ts); no error handler, no failed attempt.
+        if (isThrottledError(error)) throw error;
         return fail(context, invoker, onError, `${provider.name}: ${errorMessage(error)}`);
       }
 
