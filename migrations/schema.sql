@@ -1078,6 +1078,7 @@ comment on table queues.completion_round is 'Append-only: a completion round, th
 CREATE INDEX completion_round_completed_at_idx ON ONLY queues.completion_round USING btree (completed_at);
 CREATE INDEX completion_round_task_range_idx ON ONLY queues.completion_round USING gist (task_range);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.completion_round FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+CREATE TRIGGER release_dependents AFTER INSERT ON queues.completion_round REFERENCING NEW TABLE AS completed_rounds FOR EACH STATEMENT EXECUTE FUNCTION queues.completion_round_release_dependents();
 
 create table queues.completion_round_default partition of queues.completion_round (
   task_id bigint not null,
@@ -1603,6 +1604,7 @@ CREATE UNIQUE INDEX task_completed_pkey ON ONLY queues.task_completed USING btre
 CREATE INDEX task_completed_unsuccessful_idx ON ONLY queues.task_completed USING btree (completed_at DESC) WHERE (outcome <> 'succeeded'::text);
 CREATE INDEX task_completed_unsuccessful_task_idx ON ONLY queues.task_completed USING btree (task_id) WHERE (outcome <> 'succeeded'::text);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_completed FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+CREATE TRIGGER release_dependents AFTER INSERT ON queues.task_completed REFERENCING NEW TABLE AS completed_rows FOR EACH STATEMENT EXECUTE FUNCTION queues.task_completed_release_dependents();
 
 create table queues.task_completed_default partition of queues.task_completed (
   task_id bigint not null,
@@ -1719,6 +1721,23 @@ create table queues.task_default partition of queues.task (
 CREATE UNIQUE INDEX task_default_pkey ON queues.task_default USING btree (task_id);
 CREATE INDEX task_default_resource_key_task_id_idx ON queues.task_default USING btree (resource_key, task_id) WHERE (resource_key IS NOT NULL);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_dependency (
+  task_id bigint not null,
+  depends_on_task_id bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint task_dependency_check CHECK ((task_id <> depends_on_task_id)),
+  constraint task_dependency_created_at_not_null NOT NULL created_at,
+  constraint task_dependency_depends_on_task_id_not_null NOT NULL depends_on_task_id,
+  constraint task_dependency_pkey PRIMARY KEY (task_id, depends_on_task_id),
+  constraint task_dependency_task_id_not_null NOT NULL task_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_dependency is 'Append-only: task task_id was enqueued to wait for task depends_on_task_id (an older task). Written by the enqueue; read by queues.release_dependents when a dependency ends.';
+CREATE INDEX task_dependency_depends_on ON queues.task_dependency USING btree (depends_on_task_id, task_id);
+CREATE UNIQUE INDEX task_dependency_pkey ON queues.task_dependency USING btree (task_id, depends_on_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_dependency FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.task_interruption (
   task_lease_id bigint not null,
@@ -3755,8 +3774,8 @@ declare
   _ids bigint[];
 begin
   perform admin.assert_task_type(_task_type);
-  if _state is not null and _state not in ('scheduled', 'ready', 'retrying') then
-    raise exception 'state must be scheduled, ready or retrying to cancel by filter, got %', quote_literal(left(_state, 100))
+  if _state is not null and _state not in ('waiting', 'scheduled', 'ready', 'retrying') then
+    raise exception 'state must be waiting, scheduled, ready or retrying to cancel by filter, got %', quote_literal(left(_state, 100))
       using errcode = '22023';
   end if;
   if _limit is null or _limit not between 1 and 1000 then
@@ -3766,7 +3785,7 @@ begin
     select p.task_id from queues.task_pending p
      where (_task_type is null or p.task_type = _task_type)
        and admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, now())
-           = any (case when _state is null then array['scheduled', 'ready', 'retrying'] else array[_state] end)
+           = any (case when _state is null then array['waiting', 'scheduled', 'ready', 'retrying'] else array[_state] end)
      order by p.task_id
      limit _limit);
   if cardinality(_ids) > 0 then
@@ -4143,7 +4162,7 @@ begin
     raise exception 'task % does not exist', _task_id using errcode = '23503';
   end if;
   return _result || admin.task_retry_facts(_task_id) || admin.task_dashboard_facts(_task_id)
-         || queues.task_progress_facts(_task_id);
+         || queues.task_progress_facts(_task_id) || queues.task_dependency_facts(_task_id, _now);
 end;
 $function$;
   -- admin.get_task_at(_now timestamp with time zone, _task_id bigint): owner :DATABASE_OWNER
@@ -4668,7 +4687,7 @@ declare
                       when 'completed' then array['succeeded']
                       when 'stale' then array['ready', 'running']
                       else array[_state] end;
-  _pending_walk boolean := _states <@ array['scheduled', 'ready', 'running', 'retrying'];
+  _pending_walk boolean := _states <@ array['waiting', 'scheduled', 'ready', 'running', 'retrying'];
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -4942,6 +4961,7 @@ CREATE OR REPLACE FUNCTION admin.pending_state(_available_at timestamp with time
  IMMUTABLE PARALLEL SAFE
 AS $function$
   select case
+           when _available_at = 'infinity' and _current_lease_id is null then 'waiting'
            when _available_at <= _now then 'ready'
            when _current_lease_id is not null then 'running'
            when _lease_count > 0 then 'retrying'
@@ -5751,7 +5771,7 @@ CREATE OR REPLACE FUNCTION admin.task_states()
  IMMUTABLE PARALLEL SAFE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select array['scheduled', 'ready', 'running', 'retrying',
+  select array['waiting', 'scheduled', 'ready', 'running', 'retrying',
                'succeeded', 'failed', 'abandoned', 'cancelled', 'validation_failed']
 $function$;
   -- admin.task_states(): owner :DATABASE_OWNER
@@ -9192,6 +9212,71 @@ $function$;
   -- queues.active_throttles_at(_now timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.add_task_dependencies(_task_ids bigint[], _depends_on bigint[], _labels text[], _new_task_ids bigint[])
+ RETURNS void
+ LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _bad record;
+  _deps bigint[];
+begin
+  select e.label into _bad
+    from unnest(_task_ids, _depends_on, _labels) e(task_id, dep, label)
+   where e.dep is null limit 1;
+  if found then
+    raise exception '%depends_on must not contain null', _bad.label using errcode = '22004';
+  end if;
+  select e.label, e.task_id, e.dep into _bad
+    from unnest(_task_ids, _depends_on, _labels) e(task_id, dep, label)
+   where e.dep = e.task_id limit 1;
+  if found then
+    raise exception '%a task cannot depend on itself (task %)', _bad.label, _bad.task_id using errcode = '22023';
+  end if;
+  select e.label, e.dep into _bad
+    from unnest(_task_ids, _depends_on, _labels) e(task_id, dep, label)
+   where e.dep = any (_new_task_ids) limit 1;
+  if found then
+    raise exception '%depends_on names task %, enqueued by the same call', _bad.label, _bad.dep
+      using errcode = '22023',
+            hint = 'A task can depend only on tasks that exist before its enqueue, so dependencies never form a cycle.';
+  end if;
+  select e.label, count(distinct e.dep) as n into _bad
+    from unnest(_task_ids, _depends_on, _labels) e(task_id, dep, label)
+   group by e.task_id, e.label having count(distinct e.dep) > 100 limit 1;
+  if found then
+    raise exception '%depends_on names % tasks, over the limit of 100', _bad.label, _bad.n using errcode = '54000';
+  end if;
+  -- Each dependency exists: a primary-key probe of queues.task per distinct id.
+  _deps := array(select distinct d from unnest(_depends_on) d order by d);
+  select e.label, e.dep into _bad
+    from unnest(_task_ids, _depends_on, _labels) with ordinality e(task_id, dep, label, n)
+   where e.dep = any (_deps)
+     and not coalesce((select true from queues.task t where t.task_id = e.dep), false)
+   order by e.n limit 1;
+  if found then
+    raise exception '%depends_on names task %, which does not exist', _bad.label, _bad.dep using errcode = '23503';
+  end if;
+
+  -- The lock that orders this enqueue with the dependencies' endings (see the top of the
+  -- file): a pending dependency's claim-index row, FOR KEY SHARE, in task id order.
+  perform from queues.task_pending p
+    where p.task_id = any (_deps)
+    order by p.task_id
+      for key share;
+
+  insert into queues.task_dependency (task_id, depends_on_task_id)
+  select distinct e.task_id, e.dep from unnest(_task_ids, _depends_on) e(task_id, dep)
+  on conflict do nothing;
+
+  -- A statement after the lock: a dependency that ended meanwhile is seen ended.
+  perform queues.settle_new_dependents(array(select distinct t from unnest(_task_ids) t));
+end;
+$function$;
+  -- queues.add_task_dependencies(_task_ids bigint[], _depends_on bigint[], _labels text[], _new_task_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.adopt_history_range(_lower bigint, _upper bigint)
  RETURNS bigint
  LANGUAGE plpgsql
@@ -10110,6 +10195,31 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.completion_round_release_dependents()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _ids bigint[];
+begin
+  perform from queues.task_dependency limit 1;
+  if not found then
+    return null;
+  end if;
+  select array_agg(u.task_id) into _ids
+    from completed_rounds r cross join lateral unnest(r.task_ids) u(task_id);
+  -- A completion statement that wrote no round still fires the trigger.
+  if _ids is null then
+    return null;
+  end if;
+  perform queues.release_dependents(_ids, array_fill('succeeded'::text, array[cardinality(_ids)]));
+  return null;
+end;
+$function$;
+  -- queues.completion_round_release_dependents(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.create_history_partition(_lower bigint, _upper bigint)
  RETURNS boolean
  LANGUAGE plpgsql
@@ -10190,6 +10300,35 @@ AS $function$ select 25 $function$;
   -- queues.default_max_attempts(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.dependency_verdicts(_task_ids bigint[], _ended_ids bigint[], _ended_outcomes text[])
+ RETURNS TABLE(task_id bigint, failed_dep bigint, failed_outcome text, pending boolean)
+ LANGUAGE sql
+ STABLE
+ SET enable_seqscan TO 'off'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select x.task_id,
+         (array_agg(x.depends_on_task_id order by x.depends_on_task_id) filter (where x.outcome <> 'succeeded'))[1],
+         (array_agg(x.outcome order by x.depends_on_task_id) filter (where x.outcome <> 'succeeded'))[1],
+         coalesce(bool_or(x.outcome is null), false)
+    from (
+      select d.task_id, d.depends_on_task_id,
+             coalesce(
+               (select e.outcome from unnest(_ended_ids, _ended_outcomes) e(task_id, outcome)
+                 where e.task_id = d.depends_on_task_id and e.outcome is not null limit 1),
+               (select c.outcome from queues.task_completed c
+                 where c.task_id = d.depends_on_task_id and c.outcome <> 'succeeded'),
+               case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id) then null
+                    else 'succeeded' end) as outcome
+        from queues.task_dependency d
+       -- A primary-key range per dependent.
+       where d.task_id = any (_task_ids)
+    ) x
+   group by x.task_id
+$function$;
+  -- queues.dependency_verdicts(_task_ids bigint[], _ended_ids bigint[], _ended_outcomes text[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.dequeue_next_available_task(_worker_id text DEFAULT NULL::text, _lease_seconds integer DEFAULT NULL::integer)
  RETURNS SETOF queues.task
  LANGUAGE sql
@@ -10206,7 +10345,7 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer, _notify boolean DEFAULT true)
+CREATE OR REPLACE FUNCTION queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer, _notify boolean DEFAULT true, _depends_on bigint[] DEFAULT NULL::bigint[])
  RETURNS bigint
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -10214,10 +10353,10 @@ CREATE OR REPLACE FUNCTION queues.enqueue(_task_type text, _payload jsonb, _sche
 AS $function$
 begin
   return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts,
-                             true, coalesce(_notify, true));
+                             true, coalesce(_notify, true), false, _depends_on);
 end;
 $function$;
-  -- queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _notify boolean): owner :DATABASE_OWNER
+  -- queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _notify boolean, _depends_on bigint[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -10239,17 +10378,18 @@ $procedure$;
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.enqueue_internal(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer)
+CREATE OR REPLACE FUNCTION queues.enqueue_internal(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer, _depends_on bigint[] DEFAULT NULL::bigint[])
  RETURNS bigint
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 begin
-  return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts);
+  return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts,
+                             false, true, false, _depends_on);
 end;
 $function$;
-  -- queues.enqueue_internal(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer): owner :DATABASE_OWNER
+  -- queues.enqueue_internal(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _depends_on bigint[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.enqueue_many(_tasks jsonb)
@@ -10264,7 +10404,7 @@ $function$;
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean DEFAULT false, _notify boolean DEFAULT true, _check_only boolean DEFAULT false)
+CREATE OR REPLACE FUNCTION queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean DEFAULT false, _notify boolean DEFAULT true, _check_only boolean DEFAULT false, _depends_on bigint[] DEFAULT NULL::bigint[])
  RETURNS bigint
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -10322,8 +10462,12 @@ begin
      where t.task_type = _task_type
     returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts
   )
+  -- A task with dependencies starts waiting (at 'infinity', sql/queues/dependencies.sql),
+  -- so that no index entry of it is ever among the ready ones.
   insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
-  select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts
+  select i.task_id, i.task_type, i.priority,
+         case when cardinality(_depends_on) > 0 then 'infinity' else i.scheduled_at end, i.resource_key,
+         case when cardinality(_depends_on) > 0 then 'infinity' else i.scheduled_at end, i.max_attempts
     from inserted i
   returning task_id into _task_id;
 
@@ -10335,6 +10479,11 @@ begin
   if current_setting('queue.traceparent', true) <> '' then
     perform queues.record_task_trace(array[_task_id]);
   end if;
+  -- Dependencies (sql/queues/dependencies.sql): the task waits, or fails at once.
+  if cardinality(_depends_on) > 0 then
+    perform queues.add_task_dependencies(array_fill(_task_id, array[cardinality(_depends_on)]), _depends_on,
+                                         array_fill(''::text, array[cardinality(_depends_on)]), array[_task_id]);
+  end if;
   -- A task due more than a minute ahead wakes nobody now: workers poll for it.
   if _notify and (_scheduled_at is null or _scheduled_at <= now() + interval '1 minute') then
     perform pg_notify('queues_task_ready', '');
@@ -10342,7 +10491,7 @@ begin
   return _task_id;
 end;
 $function$;
-  -- queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean, _notify boolean, _check_only boolean): owner :DATABASE_OWNER
+  -- queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean, _notify boolean, _check_only boolean, _depends_on bigint[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.enqueue_tasks(_tasks jsonb, _public boolean DEFAULT false)
@@ -10356,6 +10505,9 @@ declare
   _ids bigint[];
   _ready boolean;
   _refused record;
+  _dep_tasks bigint[];
+  _dep_ids bigint[];
+  _dep_labels text[];
 begin
   if _tasks is null then
     raise exception 'tasks must not be null' using errcode = '22004';
@@ -10410,9 +10562,14 @@ begin
            case
              when jsonb_typeof(c.element) <> 'object' then
                '22023 must be a JSON object, got ' || jsonb_typeof(c.element)
-             when c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts}'::text[] <> '{}' then
+             when c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,depends_on}'::text[] <> '{}' then
                '22023 unknown field(s) ' || left((select string_agg(k, ', ') from jsonb_object_keys(
-                 c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts}'::text[]) k), 200)
+                 c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,depends_on}'::text[]) k), 200)
+             -- depends_on: null, or an array of task ids (integers, or their decimal text).
+             when jsonb_typeof(c.element -> 'depends_on') not in ('array', 'null')
+                  or jsonb_path_exists(c.element -> 'depends_on',
+                       'lax $[*] ? (!((@.type() == "number" && @ == @.floor()) || (@.type() == "string" && @ like_regex "^[0-9]{1,18}$")))') then
+               '22023 depends_on must be an array of task ids'
              when c.task_type is null then '22004 task_type must not be null'
              when c.task_type not in (select t.task_type from queues.task_type t) then
                '22023 unknown task_type ' || quote_literal(left(c.task_type, 100))
@@ -10455,6 +10612,17 @@ begin
   -- The caller's trace context, when the transaction has one (sql/queues/trace.sql).
   if current_setting('queue.traceparent', true) <> '' then
     perform queues.record_task_trace(_ids);
+  end if;
+  -- Dependencies (sql/queues/dependencies.sql), one edge per element of a depends_on:
+  -- _ids is in input order (the insert numbered the tasks in that order).
+  if jsonb_path_exists(_tasks, 'lax $[*].depends_on[*]') then
+    select array_agg(_ids[e.n] order by e.n, d.n), array_agg((d.value #>> '{}')::bigint order by e.n, d.n),
+           array_agg(format('tasks[%s]: ', e.n - 1) order by e.n, d.n)
+      into _dep_tasks, _dep_ids, _dep_labels
+      from jsonb_array_elements(_tasks) with ordinality e(value, n)
+     cross join lateral jsonb_array_elements(e.value -> 'depends_on') with ordinality d(value, n)
+     where jsonb_typeof(e.value -> 'depends_on') = 'array';
+    perform queues.add_task_dependencies(_dep_tasks, _dep_ids, _dep_labels, _ids);
   end if;
 
   if _ready then
@@ -10724,6 +10892,37 @@ begin
 end;
 $function$;
   -- queues.extend_leases_at(_now timestamp with time zone, _task_ids bigint[], _task_lease_ids bigint[], _lease_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.fail_dependents(_task_ids bigint[], _messages text[])
+ RETURNS void
+ LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _gone bigint[];
+begin
+  with removed as (
+    delete from queues.task_pending p
+     where p.task_id = any (_task_ids)
+    returning p.task_id, p.task_type
+  ),
+  errors as (
+    insert into queues.error (task_id, task_lease_id, error_message)
+    select r.task_id, null, m.message
+      from removed r
+      join unnest(_task_ids, _messages) m(task_id, message) on m.task_id = r.task_id
+  )
+  select array_agg(r.task_id) into _gone from removed r;
+  insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
+  select p.task_id, null, now(), 'failed', t.task_type
+    from unnest(_gone) p(task_id)
+    join queues.task t on t.task_id = p.task_id
+  order by p.task_id;
+end;
+$function$;
+  -- queues.fail_dependents(_task_ids bigint[], _messages text[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.fail_task(_task_id bigint, _error_message text, _task_lease_id bigint DEFAULT NULL::bigint)
@@ -11211,6 +11410,30 @@ AS $function$
 $function$;
   -- queues.last_task_id(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.list_task_dependencies(_task_id bigint)
+ RETURNS TABLE(task_id bigint, task_type text, outcome text, completed_at timestamp with time zone, result jsonb)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select d.depends_on_task_id, t.task_type,
+         case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id) then null
+              else coalesce(c.outcome, 'succeeded') end,
+         c.completed_at,
+         (select r.result from queues.task_result r
+           where r.task_id = d.depends_on_task_id order by r.task_lease_id desc limit 1)
+    from queues.task_dependency d
+    join queues.task t on t.task_id = d.depends_on_task_id
+    left join lateral queues.task_end_of(d.depends_on_task_id) c on true
+   where d.task_id = _task_id
+   order by d.depends_on_task_id
+$function$;
+  -- queues.list_task_dependencies(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.list_task_results(_task_id bigint)
  RETURNS TABLE(task_lease_id bigint, result jsonb, recorded_at timestamp with time zone)
@@ -12062,6 +12285,17 @@ begin
    where not exists (select 1 from queues.task_end_of(t.task_id) c);
   get diagnostics _count = row_count;
 
+  -- A task never leased whose dependencies have not all succeeded waits for them
+  -- (sql/queues/dependencies.sql).
+  update queues.task_pending p
+     set scheduled_at = 'infinity', available_at = 'infinity'
+   where p.current_lease_id is null and p.lease_count = 0
+     and p.task_id in (
+       select d.task_id from queues.task_dependency d
+        where exists (select 1 from queues.task_pending x where x.task_id = d.depends_on_task_id)
+           or exists (select 1 from queues.task_completed c
+                       where c.task_id = d.depends_on_task_id and c.outcome <> 'succeeded'));
+
   -- Each resource key held by a live lease, as the claim left it.
   insert into queues.resource_lease (resource_key, task_id, expires_at)
   select distinct on (p.resource_key) p.resource_key, p.task_id, p.available_at
@@ -12488,6 +12722,70 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on function queues.register_task_types(_task_types jsonb) is 'Registers the task types an app''s task definitions declare (owner only): inserts missing ones, updates descriptions, never deletes.';
 
+CREATE OR REPLACE FUNCTION queues.release_dependents(_task_ids bigint[], _outcomes text[])
+ RETURNS integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET enable_seqscan TO 'off'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _waiting bigint[];
+  _ready bigint[];
+  _fail_ids bigint[];
+  _messages text[];
+  _due boolean;
+begin
+  if _task_ids is null or cardinality(_task_ids) = 0 then
+    return 0;
+  end if;
+  if _outcomes is null or cardinality(_outcomes) <> cardinality(_task_ids) then
+    raise exception 'outcomes must have one element per task (% tasks, % outcomes)',
+      cardinality(_task_ids), coalesce(cardinality(_outcomes), 0) using errcode = '22023';
+  end if;
+  -- The waiting dependents, locked: a concurrent release of the same dependent waits here,
+  -- and the next statement (a new snapshot) then sees the other dependency's completion.
+  _waiting := array(
+    select p.task_id
+      from queues.task_pending p
+     where p.task_id = any (array(select d.task_id from queues.task_dependency d
+                                   where d.depends_on_task_id = any (_task_ids)))
+       and p.available_at = 'infinity' and p.current_lease_id is null
+     order by p.task_id
+       for no key update of p);
+  if cardinality(_waiting) = 0 then
+    return 0;
+  end if;
+
+  select coalesce(array_agg(v.task_id order by v.task_id) filter (where v.failed_dep is null and not v.pending), '{}'),
+         coalesce(array_agg(v.task_id order by v.task_id) filter (where v.failed_dep is not null), '{}'),
+         coalesce(array_agg(format('dependency task %s ended %s', v.failed_dep, v.failed_outcome) order by v.task_id)
+                    filter (where v.failed_dep is not null), '{}')
+    into _ready, _fail_ids, _messages
+    from queues.dependency_verdicts(_waiting, _task_ids, _outcomes) v;
+
+  if cardinality(_ready) > 0 then
+    with released as (
+      update queues.task_pending p
+         set scheduled_at = t.scheduled_at, available_at = t.scheduled_at
+        from queues.task t
+       where p.task_id = any (_ready) and t.task_id = p.task_id
+      returning p.scheduled_at
+    )
+    select bool_or(r.scheduled_at <= now() + interval '1 minute') into _due from released r;
+    if _due then
+      perform pg_notify('queues_task_ready', '');
+    end if;
+  end if;
+  if cardinality(_fail_ids) > 0 then
+    perform queues.fail_dependents(_fail_ids, _messages);
+  end if;
+  return cardinality(_ready) + cardinality(_fail_ids);
+end;
+$function$;
+  -- queues.release_dependents(_task_ids bigint[], _outcomes text[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.release_leases(_task_ids bigint[], _task_lease_ids bigint[])
  RETURNS TABLE(task_id bigint)
  LANGUAGE plpgsql
@@ -12605,6 +12903,8 @@ begin
       from queues.task_pending p
      where p.task_id = any (_task_ids)
        and p.available_at > _now and p.current_lease_id is null and p.lease_count = 0
+       -- A task waiting for its dependencies is not scheduled: it runs when they end.
+       and p.available_at <> 'infinity'
      order by p.task_id
        for update
   ),
@@ -13004,6 +13304,46 @@ $function$;
   -- queues.set_task_type_timeout(_task_type text, _timeout_ms integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.settle_new_dependents(_task_ids bigint[])
+ RETURNS void
+ LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _failed record;
+  _fail_ids bigint[];
+  _messages text[];
+  _waiting bigint[];
+  _ready bigint[];
+begin
+  select coalesce(array_agg(v.task_id order by v.task_id) filter (where v.failed_dep is not null), '{}'),
+         coalesce(array_agg(format('dependency task %s ended %s', v.failed_dep, v.failed_outcome) order by v.task_id)
+                    filter (where v.failed_dep is not null), '{}'),
+         coalesce(array_agg(v.task_id order by v.task_id) filter (where v.failed_dep is null and v.pending), '{}'),
+         coalesce(array_agg(v.task_id order by v.task_id) filter (where v.failed_dep is null and not v.pending), '{}')
+    into _fail_ids, _messages, _waiting, _ready
+    from queues.dependency_verdicts(_task_ids, '{}', '{}') v;
+
+  if cardinality(_waiting) > 0 then
+    update queues.task_pending p
+       set scheduled_at = 'infinity', available_at = 'infinity'
+     where p.task_id = any (_waiting) and p.available_at <> 'infinity';
+  end if;
+  if cardinality(_ready) > 0 then
+    update queues.task_pending p
+       set scheduled_at = t.scheduled_at, available_at = t.scheduled_at
+      from queues.task t
+     where p.task_id = any (_ready) and p.available_at = 'infinity' and t.task_id = p.task_id;
+  end if;
+  if cardinality(_fail_ids) > 0 then
+    perform queues.fail_dependents(_fail_ids, _messages);
+  end if;
+end;
+$function$;
+  -- queues.settle_new_dependents(_task_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.settle_tasks(_task_ids bigint[], _task_lease_ids bigint[] DEFAULT NULL::bigint[], _outcomes text[] DEFAULT NULL::text[], _retries boolean[] DEFAULT NULL::boolean[], _error_task_ids bigint[] DEFAULT NULL::bigint[], _error_messages text[] DEFAULT NULL::text[], _started_us bigint[] DEFAULT NULL::bigint[])
  RETURNS TABLE(task_id bigint, result text)
  LANGUAGE plpgsql
@@ -13182,6 +13522,57 @@ begin
 end;
 $function$;
   -- queues.supersede_task(_task_id bigint, _reason text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.task_completed_release_dependents()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _ids bigint[];
+  _outcomes text[];
+begin
+  perform from queues.task_dependency limit 1;
+  if not found then
+    return null;
+  end if;
+  select array_agg(n.task_id), array_agg(n.outcome) into _ids, _outcomes from completed_rows n;
+  perform queues.release_dependents(_ids, _outcomes);
+  return null;
+end;
+$function$;
+  -- queues.task_completed_release_dependents(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.task_dependency_facts(_task_id bigint, _now timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select jsonb_build_object(
+    'dependencies', coalesce((
+      select jsonb_agg(jsonb_build_object('task_id', l.task_id, 'task_type', l.task_type, 'outcome', l.outcome,
+                                          'completed_at', l.completed_at) order by l.task_id)
+        from queues.list_task_dependencies(_task_id) l), '[]'::jsonb),
+    'dependents', coalesce((
+      select jsonb_agg(jsonb_build_object('task_id', x.task_id, 'task_type', x.task_type, 'state', x.state)
+                       order by x.task_id)
+        from (
+          select d.task_id, t.task_type,
+                 coalesce(c.outcome, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now),
+                          'succeeded') as state
+            from queues.task_dependency d
+            join queues.task t on t.task_id = d.task_id
+            left join queues.task_pending p on p.task_id = d.task_id
+            left join lateral queues.task_end_of(d.task_id) c on true
+           where d.depends_on_task_id = _task_id
+           order by d.task_id
+           limit 100
+        ) x), '[]'::jsonb))
+$function$;
+  -- queues.task_dependency_facts(_task_id bigint, _now timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.task_end_of(_task_id bigint)

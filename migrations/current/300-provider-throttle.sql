@@ -77,5 +77,4 @@ select internal.create_channel_process_functions(p.process_schema, p.process_nam
  where not (p.process_schema = 'comms' and p.process_name like 'send\_%')
  order by p.process_schema, p.process_name;
 
---!include queues/privileges.sql
---!include admin/privileges.sql
+-- (Grants: queues/privileges.sql and admin/privileges.sql, included once by 900-privileges.sql.)

@@ -6,6 +6,8 @@
 --   running    a live lease holds it
 --   retrying   leased before, waiting for its retry time (no live lease)
 --   scheduled  never leased, scheduled in the future
+--   waiting    waits for its dependencies (claim-index row at 'infinity' without a lease,
+--              sql/queues/dependencies.sql)
 -- No SET clause: a function with one is never inlined, and the dashboard's counts call
 -- this once per pending task (20,000 calls took 140 ms with it, a few ms inlined). It
 -- names no object, so the search path cannot change what it does; it is not a security
@@ -16,6 +18,7 @@ create or replace function admin.pending_state(
   language sql immutable parallel safe
 as $$
   select case
+           when _available_at = 'infinity' and _current_lease_id is null then 'waiting'
            when _available_at <= _now then 'ready'
            when _current_lease_id is not null then 'running'
            when _lease_count > 0 then 'retrying'
@@ -28,7 +31,7 @@ create or replace function admin.task_states() returns text[]
   language sql immutable parallel safe
   set search_path = pg_catalog, pg_temp
 as $$
-  select array['scheduled', 'ready', 'running', 'retrying',
+  select array['waiting', 'scheduled', 'ready', 'running', 'retrying',
                'succeeded', 'failed', 'abandoned', 'cancelled', 'validation_failed']
 $$;
 

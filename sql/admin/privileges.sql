@@ -45,7 +45,8 @@ grant execute on function
   admin.clear_throttle(text, text)
 to :DATABASE_API;
 
-grant execute on function queues.enqueue(text, jsonb, timestamptz, integer, text, integer, boolean) to :DATABASE_API;
+grant execute on function queues.enqueue(text, jsonb, timestamptz, integer, text, integer, boolean, bigint[]) to :DATABASE_API;
+grant execute on function queues.list_task_dependencies(bigint) to :DATABASE_API;
 grant execute on function queues.enqueue_unique(text, jsonb, text, text, interval, timestamptz, integer, text, integer)
   to :DATABASE_API;
 grant execute on procedure queues.enqueue_and_commit(text, jsonb, timestamptz, integer, text, integer, bigint)

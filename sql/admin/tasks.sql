@@ -87,7 +87,7 @@ declare
                       when 'completed' then array['succeeded']
                       when 'stale' then array['ready', 'running']
                       else array[_state] end;
-  _pending_walk boolean := _states <@ array['scheduled', 'ready', 'running', 'retrying'];
+  _pending_walk boolean := _states <@ array['waiting', 'scheduled', 'ready', 'running', 'retrying'];
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -266,7 +266,9 @@ $$;
 -- One task with everything recorded about it, as a JSON object:
 --   {task: {..., state}, leases: [...], errors: [...], completion: {...} | null,
 --    failed_attempts: [...], redriven_to: id | null, redriven_from: id | null,
---    progress: {done, total, note, reported_at, task_lease_id, reports} | null}
+--    progress: {done, total, note, reported_at, task_lease_id, reports} | null,
+--    dependencies: [{task_id, task_type, outcome, completed_at}],
+--    dependents: [{task_id, task_type, state}]}  (sql/queues/dependencies.sql)
 -- Raises 23503 when there is no such task.
 create or replace function admin.get_task_at(_now timestamptz, _task_id bigint)
   returns jsonb
@@ -313,7 +315,7 @@ begin
     raise exception 'task % does not exist', _task_id using errcode = '23503';
   end if;
   return _result || admin.task_retry_facts(_task_id) || admin.task_dashboard_facts(_task_id)
-         || queues.task_progress_facts(_task_id);
+         || queues.task_progress_facts(_task_id) || queues.task_dependency_facts(_task_id, _now);
 end;
 $$;
 

@@ -41,6 +41,7 @@ export {
   type Step,
   type StepResult,
   type Task,
+  type TaskState,
   type EnqueueOutcome,
   type UniqueEnqueueResult,
   type UniqueOptions,
@@ -58,6 +59,7 @@ export {
   type ThrottleReport,
 } from './throttles.js';
 export { listTaskResults, recordTaskResult, type TaskResult } from './results.js';
+export { listTaskDependencies, type TaskDependency } from './dependencies.js';
 export { recordWorkerHeartbeat, recordWorkerStopped, revokeWorkerLeases } from './workers.js';
 export { registerTaskTypes, type TaskTypeRegistration } from './task-types.js';
 export {

@@ -11,7 +11,7 @@
 import { Gauge, Registry } from 'prom-client';
 import type { Store } from './store.js';
 
-const PENDING_STATES = ['scheduled', 'ready', 'running', 'retrying'];
+const PENDING_STATES = ['waiting', 'scheduled', 'ready', 'running', 'retrying'];
 const WINDOW = 3600;
 /** The duration bucket bounds (seconds), the same as admin.duration_buckets() in SQL. */
 const DURATION_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];

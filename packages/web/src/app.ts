@@ -85,6 +85,7 @@ export type Change = <T>(
 
 const TASK_TYPE = /^[a-z][a-z0-9_]{0,62}$/;
 export const TASK_STATES = [
+  'waiting',
   'scheduled',
   'ready',
   'running',
@@ -168,7 +169,9 @@ const cancelBody = selection(
   {
     task_type: taskType.optional(),
     state: z
-      .enum(['scheduled', 'ready', 'retrying'], { error: 'state must be scheduled, ready or retrying' })
+      .enum(['waiting', 'scheduled', 'ready', 'retrying'], {
+        error: 'state must be waiting, scheduled, ready or retrying',
+      })
       .optional(),
   },
   1000,
@@ -245,8 +248,19 @@ const newTask = z
       .min(0, 'unique_period_seconds must not be negative')
       .max(31_536_000, 'unique_period_seconds must be at most a year')
       .optional(),
+    // Tasks this one waits for (sql/queues/dependencies.sql): existing task ids.
+    depends_on: z
+      .array(z.number().int('depends_on must hold task ids').positive('depends_on must hold task ids'), {
+        error: 'depends_on must be an array of task ids',
+      })
+      .max(100, 'depends_on must name at most 100 tasks')
+      .optional(),
   })
   .strict()
+  .refine((t) => t.unique_key === undefined || t.depends_on === undefined, {
+    message: 'depends_on cannot be combined with unique_key',
+    path: ['depends_on'],
+  })
   .refine(
     (t) => t.unique_key !== undefined || (t.unique_policy === undefined && t.unique_period_seconds === undefined),
     {

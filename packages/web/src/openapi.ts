@@ -59,7 +59,7 @@ export function operations(s: ApiSchemas): Operation[] {
       tag: t,
       change: true,
       summary:
-        "Enqueue a task; with a unique_key, at most one pending task per key (skip, replace or debounce); or the role-based specification's body (role, dispensary_id, ...)",
+        "Enqueue a task; with a unique_key, at most one pending task per key (skip, replace or debounce); with depends_on, a task that waits for those tasks (fan-in); or the role-based specification's body (role, dispensary_id, ...)",
       body: z.union([s.newTask, s.specTask]),
       answers: {
         201: {

@@ -77,6 +77,7 @@ export interface NewTaskInput {
   unique_key?: string;
   unique_policy?: 'skip' | 'replace' | 'debounce';
   unique_period_seconds?: number;
+  depends_on?: number[];
 }
 
 /** A partition set's place relative to the last task id (admin.history_status). */
@@ -173,6 +174,7 @@ function newTask(input: NewTaskInput) {
     priority: input.priority ?? undefined,
     resourceKey: input.resource_key ?? undefined,
     maxAttempts: input.max_attempts ?? undefined,
+    dependsOn: input.depends_on?.map(String),
   };
 }
 

@@ -227,7 +227,7 @@ describe('bulk actions', () => {
     [{ task_ids: [0] }, /positive/],
     [{ task_ids: ['1'] }, /task_ids/],
     [{ task_ids: [1, 1] }, /must not repeat/],
-    [{ filter: { state: 'running' }, limit: 5 }, /state must be scheduled, ready or retrying/],
+    [{ filter: { state: 'running' }, limit: 5 }, /state must be waiting, scheduled, ready or retrying/],
     [{ filter: { task_type: 'fax' }, limit: 5 }, /unknown task_type/],
     [{ filter: {}, limit: 5000 }, /limit/],
     [{ task_ids: [1], reason: 'x'.repeat(501) }, /reason must be at most 500/],

@@ -11,7 +11,14 @@
  * is a lost connection (the task runs again) or a lost lease (nothing is recorded).
  */
 import type pg from 'pg';
-import type { ClaimedTask, HandlerCall, CompletionOutcome, JsonObject, Queryable } from '@org/queue-client';
+import type {
+  ClaimedTask,
+  HandlerCall,
+  CompletionOutcome,
+  JsonObject,
+  Queryable,
+  TaskDependency,
+} from '@org/queue-client';
 import type { Logger } from './logger.js';
 
 export interface TaskContext {
@@ -30,6 +37,11 @@ export interface TaskContext {
    * (queues.task_progress, progress.ts). Throws a RangeError for a bad value.
    */
   progress(done: number, total?: number, note?: string): void;
+  /**
+   * The tasks this one was enqueued to wait for (`dependsOn`), in task id order, each with
+   * its outcome and the result it recorded; empty without dependencies (dependencies.ts).
+   */
+  dependencies(): Promise<TaskDependency[]>;
 }
 
 /** What happened to a task, for logs and metrics. */

@@ -10,6 +10,7 @@ import type { TaskCancelledError } from './cancellation.js';
 import type { Logger } from './logger.js';
 import type { TaskContext, TaskReport } from './processor.js';
 import { ProgressReporter } from './progress.js';
+import { readDependencies, type TaskDependency } from './dependencies.js';
 import { taskLogger } from './task-logger.js';
 
 /**
@@ -88,6 +89,10 @@ export class Context implements TaskContext {
     (running.progress ??= new ProgressReporter(this.pool, running.task, () => runLog(running, this.#parentLog))).report(
       report,
     );
+  }
+
+  dependencies(): Promise<TaskDependency[]> {
+    return readDependencies(this.pool, this.task);
   }
 }
 

@@ -49,6 +49,7 @@ async function process(processor: Processor, task: ClaimedTask): Promise<TaskRep
     log,
     signal: new AbortController().signal,
     progress: () => {},
+    dependencies: () => Promise.resolve([]),
   });
   const { result, report } = await completer.complete(task, outcome, startedAt);
   if (result === 'lease_lost') throw new LeaseLostError(task);

@@ -7,7 +7,7 @@
 /* @name TaskEnqueue */
 select queues.enqueue(
   :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
-  :resourceKey::text, :maxAttempts::integer
+  :resourceKey::text, :maxAttempts::integer, _depends_on => :dependsOn::bigint[]
 ) as "taskId!";
 
 /* @name TaskEnqueueAndCommit */
@@ -42,7 +42,7 @@ with context as materialized (
 enqueued as materialized (
   select queues.enqueue(
     :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
-    :resourceKey::text, :maxAttempts::integer
+    :resourceKey::text, :maxAttempts::integer, _depends_on => :dependsOn::bigint[]
   ) as task_id
     from context
 ),

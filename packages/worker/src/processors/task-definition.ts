@@ -55,6 +55,7 @@ export function taskDefinitionProcessor(definition: AnyTaskDefinition): Processo
         maxAttempts: task.maxAttempts,
         signal: controller.signal,
         progress: (done, total, note) => context.progress(done, total, note),
+        dependencies: () => context.dependencies(),
         get log() {
           return context.log;
         },
