@@ -16,7 +16,7 @@ const project = (name: string, dir: string, include: string[]) => ({
 export default [
   project('sql', 'sql', ['**/*.test.ts']),
   project('queue-client', 'packages/queue-client', ['test/**/*.test.ts']),
-  project('handler-types', 'packages/handler-types', ['test/**/*.test.ts']),
+  project('contracts', 'packages/contracts', ['test/**/*.test.ts']),
   project('config', 'packages/config', ['test/**/*.test.ts']),
   project('worker', 'packages/worker', ['test/**/*.test.ts']),
   project('tasks', 'packages/tasks', ['test/**/*.test.ts']),

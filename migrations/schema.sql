@@ -1055,6 +1055,123 @@ create table menus.store_products_discovered (
 CREATE UNIQUE INDEX store_products_discovered_pkey ON menus.store_products_discovered USING btree (store_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON menus.store_products_discovered FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
+create table queues.completion_round (
+  task_id bigint not null,
+  completed_at timestamp with time zone default now() not null,
+  task_type text not null,
+  task_ids bigint[] not null,
+  task_lease_ids bigint[] not null,
+  started_us bigint[] not null,
+  task_range int8range not null,
+  constraint completion_round_completed_at_not_null NOT NULL completed_at,
+  constraint completion_round_shape CHECK ((((cardinality(task_ids) >= 1) AND (cardinality(task_ids) <= 1000)) AND (array_ndims(task_ids) = 1) AND (task_id = task_ids[cardinality(task_ids)]) AND (task_range = int8range(task_ids[1], task_id, '[]'::text)) AND (cardinality(task_lease_ids) = cardinality(task_ids)) AND (cardinality(started_us) = cardinality(task_ids)))),
+  constraint completion_round_started_us_not_null NOT NULL started_us,
+  constraint completion_round_task_id_not_null NOT NULL task_id,
+  constraint completion_round_task_ids_not_null NOT NULL task_ids,
+  constraint completion_round_task_lease_ids_not_null NOT NULL task_lease_ids,
+  constraint completion_round_task_range_not_null NOT NULL task_range,
+  constraint completion_round_task_type_not_null NOT NULL task_type
+) partition by RANGE (task_id);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.completion_round is 'Append-only: a completion round, the plain successes one completion call recorded for one task type (task_ids with their leases and start times). Read a task''s end through queues.task_end / queues.task_end_of. See sql/queues/complete.sql.';
+CREATE INDEX completion_round_completed_at_idx ON ONLY queues.completion_round USING btree (completed_at);
+CREATE INDEX completion_round_task_range_idx ON ONLY queues.completion_round USING gist (task_range);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.completion_round FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+CREATE TRIGGER release_dependents AFTER INSERT ON queues.completion_round REFERENCING NEW TABLE AS completed_rounds FOR EACH STATEMENT EXECUTE FUNCTION queues.completion_round_release_dependents();
+
+create table queues.completion_round_default partition of queues.completion_round (
+  task_id bigint not null,
+  completed_at timestamp with time zone default now() not null,
+  task_type text not null,
+  task_ids bigint[] not null,
+  task_lease_ids bigint[] not null,
+  started_us bigint[] not null,
+  task_range int8range not null,
+  constraint completion_round_completed_at_not_null NOT NULL completed_at,
+  constraint completion_round_shape CHECK ((((cardinality(task_ids) >= 1) AND (cardinality(task_ids) <= 1000)) AND (array_ndims(task_ids) = 1) AND (task_id = task_ids[cardinality(task_ids)]) AND (task_range = int8range(task_ids[1], task_id, '[]'::text)) AND (cardinality(task_lease_ids) = cardinality(task_ids)) AND (cardinality(started_us) = cardinality(task_ids)))),
+  constraint completion_round_started_us_not_null NOT NULL started_us,
+  constraint completion_round_task_id_not_null NOT NULL task_id,
+  constraint completion_round_task_ids_not_null NOT NULL task_ids,
+  constraint completion_round_task_lease_ids_not_null NOT NULL task_lease_ids,
+  constraint completion_round_task_range_not_null NOT NULL task_range,
+  constraint completion_round_task_type_not_null NOT NULL task_type
+) DEFAULT;
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE INDEX completion_round_default_completed_at_idx ON queues.completion_round_default USING btree (completed_at);
+CREATE INDEX completion_round_default_task_range_idx ON queues.completion_round_default USING gist (task_range);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.completion_round_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.completion_round_p0 partition of queues.completion_round (
+  task_id bigint not null,
+  completed_at timestamp with time zone default now() not null,
+  task_type text not null,
+  task_ids bigint[] not null,
+  task_lease_ids bigint[] not null,
+  started_us bigint[] not null,
+  task_range int8range not null,
+  constraint completion_round_completed_at_not_null NOT NULL completed_at,
+  constraint completion_round_shape CHECK ((((cardinality(task_ids) >= 1) AND (cardinality(task_ids) <= 1000)) AND (array_ndims(task_ids) = 1) AND (task_id = task_ids[cardinality(task_ids)]) AND (task_range = int8range(task_ids[1], task_id, '[]'::text)) AND (cardinality(task_lease_ids) = cardinality(task_ids)) AND (cardinality(started_us) = cardinality(task_ids)))),
+  constraint completion_round_started_us_not_null NOT NULL started_us,
+  constraint completion_round_task_id_not_null NOT NULL task_id,
+  constraint completion_round_task_ids_not_null NOT NULL task_ids,
+  constraint completion_round_task_lease_ids_not_null NOT NULL task_lease_ids,
+  constraint completion_round_task_range_not_null NOT NULL task_range,
+  constraint completion_round_task_type_not_null NOT NULL task_type
+) FOR VALUES FROM ('0') TO ('1000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE INDEX completion_round_p0_completed_at_idx ON queues.completion_round_p0 USING btree (completed_at);
+CREATE INDEX completion_round_p0_task_range_idx ON queues.completion_round_p0 USING gist (task_range);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.completion_round_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.completion_round_p1000000 partition of queues.completion_round (
+  task_id bigint not null,
+  completed_at timestamp with time zone default now() not null,
+  task_type text not null,
+  task_ids bigint[] not null,
+  task_lease_ids bigint[] not null,
+  started_us bigint[] not null,
+  task_range int8range not null,
+  constraint completion_round_completed_at_not_null NOT NULL completed_at,
+  constraint completion_round_shape CHECK ((((cardinality(task_ids) >= 1) AND (cardinality(task_ids) <= 1000)) AND (array_ndims(task_ids) = 1) AND (task_id = task_ids[cardinality(task_ids)]) AND (task_range = int8range(task_ids[1], task_id, '[]'::text)) AND (cardinality(task_lease_ids) = cardinality(task_ids)) AND (cardinality(started_us) = cardinality(task_ids)))),
+  constraint completion_round_started_us_not_null NOT NULL started_us,
+  constraint completion_round_task_id_not_null NOT NULL task_id,
+  constraint completion_round_task_ids_not_null NOT NULL task_ids,
+  constraint completion_round_task_lease_ids_not_null NOT NULL task_lease_ids,
+  constraint completion_round_task_range_not_null NOT NULL task_range,
+  constraint completion_round_task_type_not_null NOT NULL task_type
+) FOR VALUES FROM ('1000000') TO ('2000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE INDEX completion_round_p1000000_completed_at_idx ON queues.completion_round_p1000000 USING btree (completed_at);
+CREATE INDEX completion_round_p1000000_task_range_idx ON queues.completion_round_p1000000 USING gist (task_range);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.completion_round_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.completion_round_p2000000 partition of queues.completion_round (
+  task_id bigint not null,
+  completed_at timestamp with time zone default now() not null,
+  task_type text not null,
+  task_ids bigint[] not null,
+  task_lease_ids bigint[] not null,
+  started_us bigint[] not null,
+  task_range int8range not null,
+  constraint completion_round_completed_at_not_null NOT NULL completed_at,
+  constraint completion_round_shape CHECK ((((cardinality(task_ids) >= 1) AND (cardinality(task_ids) <= 1000)) AND (array_ndims(task_ids) = 1) AND (task_id = task_ids[cardinality(task_ids)]) AND (task_range = int8range(task_ids[1], task_id, '[]'::text)) AND (cardinality(task_lease_ids) = cardinality(task_ids)) AND (cardinality(started_us) = cardinality(task_ids)))),
+  constraint completion_round_started_us_not_null NOT NULL started_us,
+  constraint completion_round_task_id_not_null NOT NULL task_id,
+  constraint completion_round_task_ids_not_null NOT NULL task_ids,
+  constraint completion_round_task_lease_ids_not_null NOT NULL task_lease_ids,
+  constraint completion_round_task_range_not_null NOT NULL task_range,
+  constraint completion_round_task_type_not_null NOT NULL task_type
+) FOR VALUES FROM ('2000000') TO ('3000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE INDEX completion_round_p2000000_completed_at_idx ON queues.completion_round_p2000000 USING btree (completed_at);
+CREATE INDEX completion_round_p2000000_task_range_idx ON queues.completion_round_p2000000 USING gist (task_range);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.completion_round_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
 create table queues.error (
   error_id bigint generated always as identity not null,
   task_id bigint not null,
@@ -1489,6 +1606,7 @@ CREATE UNIQUE INDEX task_completed_pkey ON ONLY queues.task_completed USING btre
 CREATE INDEX task_completed_unsuccessful_idx ON ONLY queues.task_completed USING btree (completed_at DESC) WHERE (outcome <> 'succeeded'::text);
 CREATE INDEX task_completed_unsuccessful_task_idx ON ONLY queues.task_completed USING btree (task_id) WHERE (outcome <> 'succeeded'::text);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_completed FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+CREATE TRIGGER release_dependents AFTER INSERT ON queues.task_completed REFERENCING NEW TABLE AS completed_rows FOR EACH STATEMENT EXECUTE FUNCTION queues.task_completed_release_dependents();
 
 create table queues.task_completed_default partition of queues.task_completed (
   task_id bigint not null,
@@ -1606,6 +1724,23 @@ create table queues.task_default partition of queues.task (
 CREATE UNIQUE INDEX task_default_pkey ON queues.task_default USING btree (task_id);
 CREATE INDEX task_default_resource_key_task_id_idx ON queues.task_default USING btree (resource_key, task_id) WHERE (resource_key IS NOT NULL);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_dependency (
+  task_id bigint not null,
+  depends_on_task_id bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint task_dependency_check CHECK ((task_id <> depends_on_task_id)),
+  constraint task_dependency_created_at_not_null NOT NULL created_at,
+  constraint task_dependency_depends_on_task_id_not_null NOT NULL depends_on_task_id,
+  constraint task_dependency_pkey PRIMARY KEY (task_id, depends_on_task_id),
+  constraint task_dependency_task_id_not_null NOT NULL task_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_dependency is 'Append-only: task task_id was enqueued to wait for task depends_on_task_id (an older task). Written by the enqueue; read by queues.release_dependents when a dependency ends.';
+CREATE INDEX task_dependency_depends_on ON queues.task_dependency USING btree (depends_on_task_id, task_id);
+CREATE UNIQUE INDEX task_dependency_pkey ON queues.task_dependency USING btree (task_id, depends_on_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_dependency FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.task_interruption (
   task_lease_id bigint not null,
@@ -2716,6 +2851,63 @@ create table queues.task_unique_key (
 comment on table queues.task_unique_key is 'Derived: per unique key, the newest task enqueued with it; the key is free once that task is no longer pending. Rebuild with queues.rebuild_task_unique_key().';
 CREATE UNIQUE INDEX task_unique_key_pkey ON queues.task_unique_key USING btree (unique_key);
 
+create table queues.throttle (
+  throttle_id bigint generated always as identity not null,
+  key_kind text not null,
+  key text not null,
+  throttled_until timestamp with time zone not null,
+  reason text not null,
+  recorded_at timestamp with time zone default now() not null,
+  recorded_by text not null,
+  task_id bigint,
+  task_lease_id bigint,
+  constraint throttle_check CHECK ((throttled_until > recorded_at)),
+  constraint throttle_check1 CHECK (((task_id IS NULL) = (task_lease_id IS NULL))),
+  constraint throttle_key_check CHECK (((length(key) >= 1) AND (length(key) <= 200))),
+  constraint throttle_key_kind_check CHECK ((key_kind = ANY (ARRAY['task_type'::text, 'group'::text]))),
+  constraint throttle_key_kind_not_null NOT NULL key_kind,
+  constraint throttle_key_not_null NOT NULL key,
+  constraint throttle_pkey PRIMARY KEY (throttle_id),
+  constraint throttle_reason_check CHECK (((length(reason) >= 1) AND (length(reason) <= 500))),
+  constraint throttle_reason_not_null NOT NULL reason,
+  constraint throttle_recorded_at_not_null NOT NULL recorded_at,
+  constraint throttle_recorded_by_check CHECK (((length(recorded_by) >= 1) AND (length(recorded_by) <= 200))),
+  constraint throttle_recorded_by_not_null NOT NULL recorded_by,
+  constraint throttle_throttle_id_not_null NOT NULL throttle_id,
+  constraint throttle_throttled_until_not_null NOT NULL throttled_until
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.throttle is 'Append-only: a provider refused work of key (a task type) until throttled_until (a 429, a Retry-After, a quota error). Claims leave the key''s tasks while one of its reports not cleared is in force (queues.throttled_task_types_at).';
+CREATE INDEX throttle_lease_idx ON queues.throttle USING btree (task_lease_id) WHERE (task_lease_id IS NOT NULL);
+CREATE UNIQUE INDEX throttle_pkey ON queues.throttle USING btree (throttle_id);
+CREATE INDEX throttle_until_idx ON queues.throttle USING btree (throttled_until) INCLUDE (key_kind, key, throttle_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.throttle FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.throttle_cleared (
+  throttle_cleared_id bigint generated always as identity not null,
+  key_kind text not null,
+  key text not null,
+  last_throttle_id bigint not null,
+  cleared_at timestamp with time zone default now() not null,
+  cleared_by text not null,
+  constraint throttle_cleared_cleared_at_not_null NOT NULL cleared_at,
+  constraint throttle_cleared_cleared_by_check CHECK (((length(cleared_by) >= 1) AND (length(cleared_by) <= 200))),
+  constraint throttle_cleared_cleared_by_not_null NOT NULL cleared_by,
+  constraint throttle_cleared_key_kind_not_null NOT NULL key_kind,
+  constraint throttle_cleared_key_not_null NOT NULL key,
+  constraint throttle_cleared_last_throttle_id_fkey FOREIGN KEY (last_throttle_id) REFERENCES queues.throttle(throttle_id) ON DELETE CASCADE,
+  constraint throttle_cleared_last_throttle_id_not_null NOT NULL last_throttle_id,
+  constraint throttle_cleared_pkey PRIMARY KEY (throttle_cleared_id),
+  constraint throttle_cleared_throttle_cleared_id_not_null NOT NULL throttle_cleared_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.throttle_cleared is 'Append-only: an operator cleared the throttles of key recorded up to last_throttle_id (queues.clear_throttle).';
+CREATE INDEX throttle_cleared_key_idx ON queues.throttle_cleared USING btree (key_kind, key, last_throttle_id);
+CREATE UNIQUE INDEX throttle_cleared_pkey ON queues.throttle_cleared USING btree (throttle_cleared_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.throttle_cleared FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
 create table queues.worker (
   worker_id text not null,
   task_types text[] not null,
@@ -2978,7 +3170,22 @@ create view public.worker_tasks as
     c.outcome
    FROM queues.task t
      LEFT JOIN queues.task_pending p ON p.task_id = t.task_id
-     LEFT JOIN queues.task_completed c ON c.task_id = t.task_id
+     LEFT JOIN LATERAL ( SELECT x.task_id,
+            x.task_lease_id,
+            x.completed_at,
+            x.outcome,
+            x.started_at
+           FROM queues.task_completed x
+          WHERE x.task_id = t.task_id
+        UNION ALL
+         SELECT t.task_id,
+            r.task_lease_ids[array_position(r.task_ids, t.task_id)] AS task_lease_ids,
+            r.completed_at,
+            'succeeded'::text,
+            '1970-01-01 00:00:00+00'::timestamp with time zone + r.started_us[array_position(r.task_ids, t.task_id)]::double precision * '00:00:00.000001'::interval
+           FROM queues.completion_round r
+          WHERE r.task_range @> t.task_id AND r.task_id >= t.task_id AND (t.task_id = ANY (r.task_ids))
+ LIMIT 1) c ON true
      LEFT JOIN LATERAL ( SELECT y.task_id,
             y.task_lease_id,
             y.leased_at,
@@ -3069,6 +3276,34 @@ create view queues.stale_lease as
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on view queues.stale_lease is 'Live leases held by workers not seen for 10 minutes.';
+
+create view queues.task_end as
+ SELECT c.task_id,
+    c.task_lease_id,
+    c.completed_at,
+    c.outcome,
+    c.task_type,
+    c.started_at
+   FROM queues.task_completed c
+UNION ALL
+ SELECT u.task_id,
+    u.task_lease_id,
+    r.completed_at,
+    'succeeded'::text AS outcome,
+    r.task_type,
+    '1970-01-01 00:00:00+00'::timestamp with time zone + u.started_us::double precision * '00:00:00.000001'::interval AS started_at
+   FROM queues.completion_round r
+     CROSS JOIN LATERAL UNNEST(r.task_ids, r.task_lease_ids, r.started_us) u(task_id, task_lease_id, started_us);
+  -- columns:
+  --  task_id bigint
+  --  task_lease_id bigint
+  --  completed_at timestamp with time zone
+  --  outcome text
+  --  task_type text
+  --  started_at timestamp with time zone
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on view queues.task_end is 'Every task''s end, one row per ended task: queues.task_completed and the tasks of each queues.completion_round (succeeded). A task''s own: queues.task_end_of(task_id).';
 
 create view queues.task_lease_effective as
  SELECT l.task_lease_id,
@@ -3243,6 +3478,14 @@ create sequence queues.task_type_paused_task_type_paused_id_seq as bigint start 
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence queues.task_type_timeout_set_task_type_timeout_set_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
   identity of queues.task_type_timeout_set.task_type_timeout_set_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence queues.throttle_cleared_throttle_cleared_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of queues.throttle_cleared.throttle_cleared_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence queues.throttle_throttle_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of queues.throttle.throttle_id
   owner :DATABASE_OWNER
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence queues.worker_name_worker_key_seq as integer start 1 increment 1 minvalue 1 maxvalue 2147483647 cache 1;
@@ -3589,8 +3832,8 @@ declare
   _ids bigint[];
 begin
   perform admin.assert_task_type(_task_type);
-  if _state is not null and _state not in ('scheduled', 'ready', 'retrying') then
-    raise exception 'state must be scheduled, ready or retrying to cancel by filter, got %', quote_literal(left(_state, 100))
+  if _state is not null and _state not in ('waiting', 'scheduled', 'ready', 'retrying') then
+    raise exception 'state must be waiting, scheduled, ready or retrying to cancel by filter, got %', quote_literal(left(_state, 100))
       using errcode = '22023';
   end if;
   if _limit is null or _limit not between 1 and 1000 then
@@ -3600,7 +3843,7 @@ begin
     select p.task_id from queues.task_pending p
      where (_task_type is null or p.task_type = _task_type)
        and admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, now())
-           = any (case when _state is null then array['scheduled', 'ready', 'retrying'] else array[_state] end)
+           = any (case when _state is null then array['waiting', 'scheduled', 'ready', 'retrying'] else array[_state] end)
      order by p.task_id
      limit _limit);
   if cardinality(_ids) > 0 then
@@ -3791,6 +4034,26 @@ $function$;
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION admin.clear_throttle(_key_kind text, _key text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _key_kind is null or _key is null then
+    raise exception 'key_kind and key must not be null' using errcode = '22004';
+  end if;
+  if _key_kind = 'task_type' and not exists (select 1 from queues.task_type t where t.task_type = _key) then
+    raise exception 'unknown task type %', quote_literal(left(_key, 100)) using errcode = '23503';
+  end if;
+  return queues.clear_throttle(_key_kind, _key, 'api');
+end;
+$function$;
+  -- admin.clear_throttle(_key_kind text, _key text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION admin.completion_stats(_window_seconds integer DEFAULT NULL::integer)
  RETURNS TABLE(task_type text, outcome text, completed bigint, timed bigint, duration_sum double precision, duration_buckets bigint[])
  LANGUAGE sql
@@ -3859,6 +4122,14 @@ AS $function$
          c.started_at
     from queues.task_completed c
    where c.completed_at > _from and c.completed_at <= _to
+  union all
+  -- Plain successes, from the completion rounds in the window (completion_round's
+  -- completed_at index), one row per task they name.
+  select u.task_id, u.task_lease_id, r.completed_at, 'succeeded', r.task_type,
+         timestamptz 'epoch' + u.started_us * interval '1 microsecond'
+    from queues.completion_round r
+   cross join lateral unnest(r.task_ids, r.task_lease_ids, r.started_us) as u(task_id, task_lease_id, started_us)
+   where r.completed_at > _from and r.completed_at <= _to
 $function$;
   -- admin.completions_between(_from timestamp with time zone, _to timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -3954,14 +4225,14 @@ begin
     into _result
     from queues.task t
     left join queues.task_pending p on p.task_id = t.task_id
-    left join queues.task_completed c on c.task_id = t.task_id
+    left join lateral (select e.* from queues.task_end_of(t.task_id) e limit 1) c on true
    where t.task_id = _task_id;
 
   if _result is null then
     raise exception 'task % does not exist', _task_id using errcode = '23503';
   end if;
   return _result || admin.task_retry_facts(_task_id) || admin.task_dashboard_facts(_task_id)
-         || queues.task_progress_facts(_task_id);
+         || queues.task_progress_facts(_task_id) || queues.task_dependency_facts(_task_id, _now);
 end;
 $function$;
   -- admin.get_task_at(_now timestamp with time zone, _task_id bigint): owner :DATABASE_OWNER
@@ -4009,7 +4280,7 @@ begin
          (select max(t.task_id) from queues.task_default t) as last_task_id,
          (select count(*) from queues.task_default t) as tasks,
          (select count(*) from queues.task_default t
-           where not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)) as pending_tasks
+           where not exists (select 1 from queues.task_end_of(t.task_id) c)) as pending_tasks
     into _default;
 
   -- Every set once, with its pending count (a range count of queues.task_pending) and its
@@ -4112,7 +4383,7 @@ begin
                  select jsonb_build_object(
                           'fire_at', r.fire_at, 'outcome', r.outcome, 'task_id', r.task_id,
                           'task_state', coalesce(
-                            (select c.outcome from queues.task_completed c where c.task_id = r.task_id),
+                            (select c.outcome from queues.task_end_of(r.task_id) c limit 1),
                             (select admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now)
                                from queues.task_pending p where p.task_id = r.task_id)),
                           'report', (select x.result -> 'payload' from queues.task_result x
@@ -4412,7 +4683,7 @@ begin
              from (select * from schedules.schedule_run x
                     where x.schedule_id = s.schedule_id
                     order by x.fire_at desc limit _n) r
-             left join queues.task_completed c on c.task_id = r.task_id), '[]'),
+             left join lateral (select e.outcome from queues.task_end_of(r.task_id) e limit 1) c on true), '[]'),
          s.time_zone
     from schedules.list_schedules() s;
 end;
@@ -4467,6 +4738,7 @@ CREATE OR REPLACE FUNCTION admin.list_tasks_at(_now timestamp with time zone, _t
  RETURNS TABLE(task_id bigint, task_type text, state text, priority integer, resource_key text, max_attempts integer, lease_count integer, enqueued_at timestamp with time zone, scheduled_at timestamp with time zone, available_at timestamp with time zone, completed_at timestamp with time zone)
  LANGUAGE plpgsql
  STABLE SECURITY DEFINER
+ SET enable_seqscan TO 'off'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
@@ -4485,7 +4757,7 @@ declare
                       when 'completed' then array['succeeded']
                       when 'stale' then array['ready', 'running']
                       else array[_state] end;
-  _pending_walk boolean := _states <@ array['scheduled', 'ready', 'running', 'retrying'];
+  _pending_walk boolean := _states <@ array['waiting', 'scheduled', 'ready', 'running', 'retrying'];
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -4556,6 +4828,24 @@ begin
                 and ($4::bigint is null or p.task_id < $4)' || _filters || '
               order by p.task_id desc
               limit $5';
+  elsif 'succeeded' = any (_states) then
+    -- Successes are mostly in completion rounds, which no index lists per task in task id
+    -- order: walk queues.task by its primary key, newest first, with each task's end
+    -- (queues.task_end_of: a probe of each shape). Most ended tasks succeeded, so the walk
+    -- passes over few others.
+    _sql := 'select t.task_id, t.task_type, c.outcome, t.priority, t.resource_key, t.max_attempts,
+                    (select count(*)::integer from queues.task_lease l where l.task_id = t.task_id
+                        and ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13)),
+                    t.enqueued_at, t.scheduled_at, null::timestamptz, c.completed_at
+               from queues.task t
+              cross join lateral (select e.outcome, e.completed_at from queues.task_end_of(t.task_id) e
+                                    where ($12::bigint is null or e.task_id >= $12) and ($13::bigint is null or e.task_id < $13)
+                                    limit 1) c
+              where c.outcome = any ($15)
+                and ($4::bigint is null or t.task_id < $4)
+                and ($12::bigint is null or t.task_id >= $12) and ($13::bigint is null or t.task_id < $13)' || _filters || '
+              order by t.task_id desc
+              limit $5';
   elsif _state is not null then
     _sql := 'select c.task_id, t.task_type, c.outcome, t.priority, t.resource_key, t.max_attempts,
                     (select count(*)::integer from queues.task_lease l where l.task_id = c.task_id
@@ -4580,8 +4870,9 @@ begin
                     t.enqueued_at, t.scheduled_at, p.available_at, c.completed_at
                from queues.task t
                left join queues.task_pending p on p.task_id = t.task_id
-               left join queues.task_completed c on c.task_id = t.task_id
-                 and ($12::bigint is null or c.task_id >= $12) and ($13::bigint is null or c.task_id < $13)
+               left join lateral (select e.outcome, e.completed_at from queues.task_end_of(t.task_id) e
+                                   where ($12::bigint is null or e.task_id >= $12) and ($13::bigint is null or e.task_id < $13)
+                                   limit 1) c on true
               where ($4::bigint is null or t.task_id < $4)
                 and ($12::bigint is null or t.task_id >= $12) and ($13::bigint is null or t.task_id < $13)' || _filters || '
               order by t.task_id desc
@@ -4610,6 +4901,18 @@ begin
 end;
 $function$;
   -- admin.list_tasks_at(_now timestamp with time zone, _task_type text, _state text, _limit integer, _before_task_id bigint, _worker_id text, _resource_key text, _enqueued_from timestamp with time zone, _enqueued_to timestamp with time zone, _payload_path text[], _payload_value jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.list_throttles()
+ RETURNS TABLE(key_kind text, key text, throttled_until timestamp with time zone, reason text, recorded_at timestamp with time zone, recorded_by text, reports integer)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from queues.active_throttles_at(now())
+$function$;
+  -- admin.list_throttles(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.list_workers()
@@ -4728,6 +5031,7 @@ CREATE OR REPLACE FUNCTION admin.pending_state(_available_at timestamp with time
  IMMUTABLE PARALLEL SAFE
 AS $function$
   select case
+           when _available_at = 'infinity' and _current_lease_id is null then 'waiting'
            when _available_at <= _now then 'ready'
            when _current_lease_id is not null then 'running'
            when _lease_count > 0 then 'retrying'
@@ -5404,7 +5708,7 @@ begin
   select i.task_id,
          case when m.task_id is not null then 'run_now'
               when l.task_id is not null then 'not_scheduled'
-              when exists (select 1 from queues.task_completed x where x.task_id = i.task_id) then 'already_completed'
+              when coalesce((select true from queues.task_end_of(i.task_id) x limit 1), false) then 'already_completed'
               else 'unknown_task' end
     from unnest(_task_ids) with ordinality as i(task_id, n)
     left join unnest(_locked) as l(task_id) on l.task_id = i.task_id
@@ -5567,7 +5871,7 @@ CREATE OR REPLACE FUNCTION admin.task_states()
  IMMUTABLE PARALLEL SAFE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select array['scheduled', 'ready', 'running', 'retrying',
+  select array['waiting', 'scheduled', 'ready', 'running', 'retrying',
                'succeeded', 'failed', 'abandoned', 'cancelled', 'validation_failed']
 $function$;
   -- admin.task_states(): owner :DATABASE_OWNER
@@ -5992,13 +6296,15 @@ create or replace function %1$I.%6$I(
   out num_outstanding     integer,
   out num_runs            integer,
   out scheduled_at        timestamptz,
-  out has_unknown_outcome boolean
+  out has_unknown_outcome boolean,
+  out throttled_until     timestamptz
 )
   language sql stable
   set search_path = pg_catalog, pg_temp
 as $body$
   select f.has_task_succeeded, f.task_failure, f.has_success, f.num_attempts, f.num_failures,
-         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome
+         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome,
+         queues.throttled_until('task_type', %11$L)
     from %1$I.%2$I t
    cross join lateral internal.channel_process_facts(%1$L, %5$L, t.%3$I) f
    where t.%3$I = %4$I
@@ -6342,7 +6648,12 @@ AS $function$
         insert into comms.send_email_attempt (send_email_attempt_id, send_email_task_id, task_id) overriding system value
         values (_attempt_id, _task_id, _queue_task_id);
       end if;
-      _next_at := now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds);
+      -- While its provider throttles the channel (queues.throttled_until,
+      -- sql/queues/throttle.sql), the channel task waits for the claim: the next check is
+      -- not before the throttle ends, so a long throttle (a daily quota) does not use up
+      -- the process's runs.
+      _next_at := greatest(now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds),
+                           queues.throttled_until('task_type', _p.task_type));
       _next_task_id := internal.enqueue_supervisor_run(_p.supervisor, 'send_email_task_id', _task_id, _next_at);
       -- The run, with the run it scheduled: the success handler wakes that one.
       insert into comms.send_email_supervisor_run (send_email_task_id, next_task_id) values (_task_id, _next_task_id);
@@ -6364,19 +6675,20 @@ AS $function$ select comms.send_email_supervise(payload) $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION comms.send_email_supervisor_facts(_send_email_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean)
+CREATE OR REPLACE FUNCTION comms.send_email_supervisor_facts(_send_email_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean, OUT throttled_until timestamp with time zone)
  RETURNS record
  LANGUAGE sql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select f.has_task_succeeded, f.task_failure, f.has_success, f.num_attempts, f.num_failures,
-         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome
+         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome,
+         queues.throttled_until('task_type', 'email')
     from comms.send_email_task t
    cross join lateral internal.channel_process_facts('comms', 'send_email', t.send_email_task_id) f
    where t.send_email_task_id = _send_email_task_id
 $function$;
-  -- comms.send_email_supervisor_facts(_send_email_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean): owner :DATABASE_OWNER
+  -- comms.send_email_supervisor_facts(_send_email_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean, OUT throttled_until timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION comms.send_sms(_to_number text, _body text, _from_number text DEFAULT NULL::text, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _idempotency_key text DEFAULT NULL::text, OUT message_id bigint, OUT send_sms_task_id bigint, OUT validation_failure_message text)
@@ -6670,7 +6982,12 @@ AS $function$
         insert into comms.send_sms_attempt (send_sms_attempt_id, send_sms_task_id, task_id) overriding system value
         values (_attempt_id, _task_id, _queue_task_id);
       end if;
-      _next_at := now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds);
+      -- While its provider throttles the channel (queues.throttled_until,
+      -- sql/queues/throttle.sql), the channel task waits for the claim: the next check is
+      -- not before the throttle ends, so a long throttle (a daily quota) does not use up
+      -- the process's runs.
+      _next_at := greatest(now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds),
+                           queues.throttled_until('task_type', _p.task_type));
       _next_task_id := internal.enqueue_supervisor_run(_p.supervisor, 'send_sms_task_id', _task_id, _next_at);
       -- The run, with the run it scheduled: the success handler wakes that one.
       insert into comms.send_sms_supervisor_run (send_sms_task_id, next_task_id) values (_task_id, _next_task_id);
@@ -6692,19 +7009,20 @@ AS $function$ select comms.send_sms_supervise(payload) $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION comms.send_sms_supervisor_facts(_send_sms_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean)
+CREATE OR REPLACE FUNCTION comms.send_sms_supervisor_facts(_send_sms_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean, OUT throttled_until timestamp with time zone)
  RETURNS record
  LANGUAGE sql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select f.has_task_succeeded, f.task_failure, f.has_success, f.num_attempts, f.num_failures,
-         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome
+         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome,
+         queues.throttled_until('task_type', 'sms')
     from comms.send_sms_task t
    cross join lateral internal.channel_process_facts('comms', 'send_sms', t.send_sms_task_id) f
    where t.send_sms_task_id = _send_sms_task_id
 $function$;
-  -- comms.send_sms_supervisor_facts(_send_sms_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean): owner :DATABASE_OWNER
+  -- comms.send_sms_supervisor_facts(_send_sms_task_id bigint, OUT has_task_succeeded boolean, OUT task_failure text, OUT has_success boolean, OUT num_attempts integer, OUT num_failures integer, OUT num_outstanding integer, OUT num_runs integer, OUT scheduled_at timestamp with time zone, OUT has_unknown_outcome boolean, OUT throttled_until timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION files.account_file_deletion_facts(_account_id bigint, OUT num_files integer, OUT num_files_without_task integer, OUT num_files_deleted integer, OUT stuck_file_ids bigint[])
@@ -6794,7 +7112,7 @@ AS $function$
     ) l
    where f.bucket = _bucket and f.object_key = _object_key
      and l.expires_at > now()
-     and not exists (select 1 from queues.task_completed c where c.task_id = a.task_id)
+     and not exists (select 1 from queues.task_end_of(a.task_id) c)
      and not exists (select 1 from files.file_deletion_attempt_succeeded s
                       where s.file_deletion_attempt_id = a.file_deletion_attempt_id)
      and not exists (select 1 from files.file_deletion_attempt_failed x
@@ -7053,7 +7371,12 @@ AS $function$
         insert into files.file_deletion_attempt (file_deletion_attempt_id, file_deletion_task_id, task_id) overriding system value
         values (_attempt_id, _task_id, _queue_task_id);
       end if;
-      _next_at := now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds);
+      -- While its provider throttles the channel (queues.throttled_until,
+      -- sql/queues/throttle.sql), the channel task waits for the claim: the next check is
+      -- not before the throttle ends, so a long throttle (a daily quota) does not use up
+      -- the process's runs.
+      _next_at := greatest(now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds),
+                           queues.throttled_until('task_type', _p.task_type));
       _next_task_id := internal.enqueue_supervisor_run(_p.supervisor, 'file_deletion_task_id', _task_id, _next_at);
       -- The run, with the run it scheduled: the success handler wakes that one.
       insert into files.file_deletion_supervisor_run (file_deletion_task_id, next_task_id) values (_task_id, _next_task_id);
@@ -7633,7 +7956,12 @@ begin
         insert into %1$I.%4$I (%10$I, %9$I, task_id) overriding system value
         values (_attempt_id, _task_id, _queue_task_id);
       end if;
-      _next_at := now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds);
+      -- While its provider throttles the channel (queues.throttled_until,
+      -- sql/queues/throttle.sql), the channel task waits for the claim: the next check is
+      -- not before the throttle ends, so a long throttle (a daily quota) does not use up
+      -- the process's runs.
+      _next_at := greatest(now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds),
+                           queues.throttled_until('task_type', _p.task_type));
       _next_task_id := internal.enqueue_supervisor_run(_p.supervisor, %9$L, _task_id, _next_at);
       -- The run, with the run it scheduled: the success handler wakes that one.
       insert into %1$I.%3$I (%9$I, next_task_id) values (_task_id, _next_task_id);
@@ -8040,6 +8368,9 @@ begin
   select s.task_lease_id, s.started_at into _started
     from internal.provider_call_started s
    where s.task_id = _task_id and s.task_lease_id <> _lease_id
+     -- A call its provider refused (a throttle reported under that lease, with the lease's
+     -- release: sql/queues/throttle.sql) was not made.
+     and (select true from queues.throttle th where th.task_lease_id = s.task_lease_id limit 1) is null
    order by s.task_lease_id
    limit 1;
   if found then
@@ -8130,7 +8461,7 @@ AS $function$
                  end, 2000)
     from (select _task_id as task_id) k
     left join queues.task t on t.task_id = k.task_id
-    left join queues.task_completed c on c.task_id = t.task_id
+    left join lateral (select e.task_id, e.outcome from queues.task_end_of(t.task_id) e limit 1) c on true
    where k.task_id is not null and (t.task_id is null or c.task_id is not null)
 $function$;
   -- internal.queue_gave_up_message(_task_id bigint): owner :DATABASE_OWNER
@@ -8948,6 +9279,104 @@ $function$;
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.active_throttles()
+ RETURNS TABLE(key_kind text, key text, throttled_until timestamp with time zone, reason text, recorded_at timestamp with time zone, recorded_by text, reports integer)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from queues.active_throttles_at(now())
+$function$;
+  -- queues.active_throttles(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.active_throttles_at(_now timestamp with time zone)
+ RETURNS TABLE(key_kind text, key text, throttled_until timestamp with time zone, reason text, recorded_at timestamp with time zone, recorded_by text, reports integer)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+  select distinct on (a.key_kind, a.key)
+         a.key_kind, a.key, a.throttled_until, a.reason, a.recorded_at, a.recorded_by,
+         (count(*) over (partition by a.key_kind, a.key))::integer
+    from queues.throttle a
+   where a.throttled_until > _now
+     and (select true from queues.throttle_cleared c
+           where c.key_kind = a.key_kind and c.key = a.key and c.last_throttle_id >= a.throttle_id
+           limit 1) is null
+   order by a.key_kind, a.key, a.throttled_until desc, a.throttle_id desc
+$function$;
+  -- queues.active_throttles_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.add_task_dependencies(_task_ids bigint[], _depends_on bigint[], _labels text[], _new_task_ids bigint[])
+ RETURNS void
+ LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _bad record;
+  _deps bigint[];
+begin
+  select e.label into _bad
+    from unnest(_task_ids, _depends_on, _labels) e(task_id, dep, label)
+   where e.dep is null limit 1;
+  if found then
+    raise exception '%depends_on must not contain null', _bad.label using errcode = '22004';
+  end if;
+  select e.label, e.task_id, e.dep into _bad
+    from unnest(_task_ids, _depends_on, _labels) e(task_id, dep, label)
+   where e.dep = e.task_id limit 1;
+  if found then
+    raise exception '%a task cannot depend on itself (task %)', _bad.label, _bad.task_id using errcode = '22023';
+  end if;
+  select e.label, e.dep into _bad
+    from unnest(_task_ids, _depends_on, _labels) e(task_id, dep, label)
+   where e.dep = any (_new_task_ids) limit 1;
+  if found then
+    raise exception '%depends_on names task %, enqueued by the same call', _bad.label, _bad.dep
+      using errcode = '22023',
+            hint = 'A task can depend only on tasks that exist before its enqueue, so dependencies never form a cycle.';
+  end if;
+  select e.label, count(distinct e.dep) as n into _bad
+    from unnest(_task_ids, _depends_on, _labels) e(task_id, dep, label)
+   group by e.task_id, e.label having count(distinct e.dep) > 100 limit 1;
+  if found then
+    raise exception '%depends_on names % tasks, over the limit of 100', _bad.label, _bad.n using errcode = '54000';
+  end if;
+  -- Each dependency exists: a primary-key probe of queues.task per distinct id.
+  _deps := array(select distinct d from unnest(_depends_on) d order by d);
+  select e.label, e.dep into _bad
+    from unnest(_task_ids, _depends_on, _labels) with ordinality e(task_id, dep, label, n)
+   where e.dep = any (_deps)
+     and not coalesce((select true from queues.task t where t.task_id = e.dep), false)
+   order by e.n limit 1;
+  if found then
+    raise exception '%depends_on names task %, which does not exist', _bad.label, _bad.dep using errcode = '23503';
+  end if;
+
+  -- The lock that orders this enqueue with the dependencies' endings (see the top of the
+  -- file): a pending dependency's claim-index row, FOR KEY SHARE, in task id order.
+  perform from queues.task_pending p
+    where p.task_id = any (_deps)
+    order by p.task_id
+      for key share;
+
+  insert into queues.task_dependency (task_id, depends_on_task_id)
+  select distinct e.task_id, e.dep from unnest(_task_ids, _depends_on) e(task_id, dep)
+  on conflict do nothing;
+
+  -- A statement after the lock: a dependency that ended meanwhile is seen ended.
+  perform queues.settle_new_dependents(array(select distinct t from unnest(_task_ids) t));
+end;
+$function$;
+  -- queues.add_task_dependencies(_task_ids bigint[], _depends_on bigint[], _labels text[], _new_task_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.adopt_history_range(_lower bigint, _upper bigint)
  RETURNS bigint
  LANGUAGE plpgsql
@@ -9274,7 +9703,7 @@ begin
   return query
   select i.task_id,
          case when c.task_id is not null then 'cancelled'
-              when exists (select 1 from queues.task_completed x where x.task_id = i.task_id) then 'already_completed'
+              when coalesce((select true from queues.task_end_of(i.task_id) x limit 1), false) then 'already_completed'
               else 'unknown_task' end,
          r.task_id is not null
     from unnest(_task_ids) with ordinality as i(task_id, n)
@@ -9368,9 +9797,10 @@ AS $function$
 #variable_conflict use_column
 declare
   _worker_key integer;
+  _throttled text[];
   -- Flow limits: the types asked for (NULL: any) and, of them, the limited types this
   -- claim holds the lock of, with their rules (sql/queues/limits.sql).
-  _types      text[] := _task_types;
+  _types      text[];
   _limited    text[] := '{}';
   _rules      jsonb := '[]';
   _full       text[] := '{}';
@@ -9398,6 +9828,19 @@ begin
     raise exception 'task_types must be null (any type) or name at least one type'
       using errcode = '22023';
   end if;
+  -- Provider back-pressure (sql/queues/throttle.sql): the task types throttled at _now
+  -- are left out of the types both branches below scan. One probe of throttle_until_idx
+  -- per claim, which reads no row while no throttle is active; nothing per task.
+  _throttled := queues.throttled_task_types_at(_now);
+  if cardinality(_throttled) > 0 then
+    _task_types := array(select u.task_type
+                           from unnest(coalesce(_task_types, array(select tt.task_type from queues.task_type tt)))
+                                as u(task_type)
+                          where not (u.task_type = any (_throttled)));
+    if cardinality(_task_types) = 0 then
+      return;
+    end if;
+  end if;
   -- A lease names its worker by key (queues.worker_name: each worker id kept once, an
   -- integer on every lease instead of the id's text). One probe of the id's unique index;
   -- the first claim of a worker id adds it (a concurrent first claim waits, then reads it).
@@ -9411,6 +9854,7 @@ begin
     end if;
   end if;
 
+  _types := _task_types;
   -- Flow limits: the rules in force for the types asked for. None (the common case): the
   -- claim below runs with _limited empty, which its limit steps read as "nothing to do".
   select coalesce(jsonb_agg(to_jsonb(l)), '[]'), coalesce(array_agg(distinct l.task_type), '{}')
@@ -9800,6 +10244,41 @@ $function$;
   -- queues.clear_task_limit(_task_type text, _scope text, _group_key text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.clear_throttle(_key_kind text, _key text, _cleared_by text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _last bigint;
+begin
+  if _key_kind is null or _key is null or _cleared_by is null then
+    raise exception 'key_kind, key and cleared_by must not be null' using errcode = '22004';
+  end if;
+  if _key_kind <> 'task_type' then
+    raise exception 'key_kind must be ''task_type'', got %', quote_literal(left(_key_kind, 100))
+      using errcode = '22023';
+  end if;
+  if length(_cleared_by) not between 1 and 200 then
+    raise exception 'cleared_by must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  select max(a.throttle_id) into _last
+    from queues.throttle a
+   where a.key_kind = _key_kind and a.key = _key and a.throttled_until > now();
+  if _last is null or queues.throttled_until(_key_kind, _key) is null then
+    return false;
+  end if;
+  insert into queues.throttle_cleared (key_kind, key, last_throttle_id, cleared_by)
+  values (_key_kind, _key, _last, _cleared_by);
+  -- The key's tasks are claimable again: wake the workers.
+  perform pg_notify('queues_task_ready', '');
+  return true;
+end;
+$function$;
+  -- queues.clear_throttle(_key_kind text, _key text, _cleared_by text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.complete_steps(_task_ids bigint[], _task_lease_ids bigint[], _outcomes text[], _retries boolean[], _error_task_ids bigint[], _error_messages text[], _results jsonb[])
  RETURNS TABLE(task_id bigint, result text)
  LANGUAGE plpgsql
@@ -9994,14 +10473,37 @@ begin
      where p.task_id = any (array(select h.task_id from held h where not h.retry))
     returning p.task_id
   ),
-  completed as (
+  -- Every end but a plain success: a task_completed row per task. The lease the caller
+  -- held; null when it passed none. A fenced caller is told 'already_completed' only for
+  -- a completion made under its own lease.
+  ended as (
     insert into queues.task_completed (task_id, task_lease_id, outcome, task_type, started_at)
-    -- The lease the caller held; null when it passed none. A fenced caller is told
-    -- 'already_completed' only for a completion made under its own lease.
     select h.task_id, h.task_lease_id, h.outcome, h.task_type, h.started_at
-      from held h where not h.retry
+      from held h where not h.retry and h.outcome <> 'succeeded'
     on conflict do nothing
     returning task_completed.task_id
+  ),
+  -- Plain successes: one completion round per task type, naming its tasks in ascending
+  -- order with the lease the caller held and the run's start (microseconds since the
+  -- epoch) of each. No constraint keeps a task from two ends: the pending row, locked
+  -- above and deleted here, does (every end deletes it in the transaction that records
+  -- the end, so a task with a pending row has none, and a concurrent completer of the
+  -- same task waits for the lock and then finds no row).
+  rounds as (
+    insert into queues.completion_round (task_id, task_type, task_ids, task_lease_ids, started_us, task_range)
+    select max(h.task_id), h.task_type,
+           array_agg(h.task_id order by h.task_id),
+           array_agg(h.task_lease_id order by h.task_id),
+           array_agg((extract(epoch from h.started_at) * 1000000)::bigint order by h.task_id),
+           int8range(min(h.task_id), max(h.task_id), '[]')
+      from held h where not h.retry and h.outcome = 'succeeded'
+     group by h.task_type
+    returning completion_round.task_ids
+  ),
+  completed as (
+    select e.task_id from ended e
+    union all
+    select u.task_id from rounds r cross join lateral unnest(r.task_ids) as u(task_id)
   ),
   -- The task's resource key (if any) is free again, whether it completed or waits to retry.
   unlocked as (
@@ -10015,12 +10517,13 @@ begin
            when rt.task_id is not null then 'retry_scheduled'
            -- Completed under another lease: the caller's lease was taken over, and its
            -- transaction must not commit as if it had completed the task.
-           when exists (select 1 from queues.task_completed tc
-                         where tc.task_id = i.task_id
-                           and i.task_lease_id is not null
-                           and tc.task_lease_id is distinct from i.task_lease_id)
+           -- (Its end in either shape: queues.task_end_of, an index probe of each; a
+           -- scalar subquery, evaluated only for the tasks this call did not complete.)
+           when i.task_lease_id is not null
+                and coalesce((select true from queues.task_end_of(i.task_id) e
+                               where e.task_lease_id is distinct from i.task_lease_id limit 1), false)
              then 'lease_lost'
-           when exists (select 1 from queues.task_completed tc where tc.task_id = i.task_id)
+           when coalesce((select true from queues.task_end_of(i.task_id) e limit 1), false)
              then 'already_completed'
            when not exists (select 1 from queues.task t where t.task_id = i.task_id)
              then 'unknown_task'
@@ -10035,6 +10538,31 @@ $function$;
   -- queues.complete_tasks(_task_ids bigint[], _task_lease_ids bigint[], _outcomes text[], _retries boolean[], _started_at timestamp with time zone[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.completion_round_release_dependents()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _ids bigint[];
+begin
+  perform from queues.task_dependency limit 1;
+  if not found then
+    return null;
+  end if;
+  select array_agg(u.task_id) into _ids
+    from completed_rounds r cross join lateral unnest(r.task_ids) u(task_id);
+  -- A completion statement that wrote no round still fires the trigger.
+  if _ids is null then
+    return null;
+  end if;
+  perform queues.release_dependents(_ids, array_fill('succeeded'::text, array[cardinality(_ids)]));
+  return null;
+end;
+$function$;
+  -- queues.completion_round_release_dependents(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.create_history_partition(_lower bigint, _upper bigint)
  RETURNS boolean
@@ -10116,6 +10644,35 @@ AS $function$ select 25 $function$;
   -- queues.default_max_attempts(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.dependency_verdicts(_task_ids bigint[], _ended_ids bigint[], _ended_outcomes text[])
+ RETURNS TABLE(task_id bigint, failed_dep bigint, failed_outcome text, pending boolean)
+ LANGUAGE sql
+ STABLE
+ SET enable_seqscan TO 'off'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select x.task_id,
+         (array_agg(x.depends_on_task_id order by x.depends_on_task_id) filter (where x.outcome <> 'succeeded'))[1],
+         (array_agg(x.outcome order by x.depends_on_task_id) filter (where x.outcome <> 'succeeded'))[1],
+         coalesce(bool_or(x.outcome is null), false)
+    from (
+      select d.task_id, d.depends_on_task_id,
+             coalesce(
+               (select e.outcome from unnest(_ended_ids, _ended_outcomes) e(task_id, outcome)
+                 where e.task_id = d.depends_on_task_id and e.outcome is not null limit 1),
+               (select c.outcome from queues.task_completed c
+                 where c.task_id = d.depends_on_task_id and c.outcome <> 'succeeded'),
+               case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id) then null
+                    else 'succeeded' end) as outcome
+        from queues.task_dependency d
+       -- A primary-key range per dependent.
+       where d.task_id = any (_task_ids)
+    ) x
+   group by x.task_id
+$function$;
+  -- queues.dependency_verdicts(_task_ids bigint[], _ended_ids bigint[], _ended_outcomes text[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.dequeue_next_available_task(_worker_id text DEFAULT NULL::text, _lease_seconds integer DEFAULT NULL::integer)
  RETURNS SETOF queues.task
  LANGUAGE sql
@@ -10133,7 +10690,7 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer, _notify boolean DEFAULT true, _group_key text DEFAULT NULL::text)
+CREATE OR REPLACE FUNCTION queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer, _notify boolean DEFAULT true, _depends_on bigint[] DEFAULT NULL::bigint[], _group_key text DEFAULT NULL::text)
  RETURNS bigint
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -10141,10 +10698,10 @@ CREATE OR REPLACE FUNCTION queues.enqueue(_task_type text, _payload jsonb, _sche
 AS $function$
 begin
   return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts,
-                             true, coalesce(_notify, true), false, _group_key);
+                             true, coalesce(_notify, true), false, _depends_on, _group_key);
 end;
 $function$;
-  -- queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _notify boolean, _group_key text): owner :DATABASE_OWNER
+  -- queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _notify boolean, _depends_on bigint[], _group_key text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -10154,7 +10711,7 @@ CREATE OR REPLACE PROCEDURE queues.enqueue_and_commit(IN _task_type text, IN _pa
 AS $procedure$
 begin
   _task_id := queues.enqueue(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts, false,
-                             _group_key);
+                             null, _group_key);
   commit;
   if _scheduled_at is null
      or _scheduled_at operator(pg_catalog.<=) (pg_catalog.now() operator(pg_catalog.+) interval '1 minute') then
@@ -10167,7 +10724,7 @@ $procedure$;
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.enqueue_internal(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer, _group_key text DEFAULT NULL::text)
+CREATE OR REPLACE FUNCTION queues.enqueue_internal(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer, _depends_on bigint[] DEFAULT NULL::bigint[], _group_key text DEFAULT NULL::text)
  RETURNS bigint
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -10175,10 +10732,10 @@ CREATE OR REPLACE FUNCTION queues.enqueue_internal(_task_type text, _payload jso
 AS $function$
 begin
   return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts,
-                             false, true, false, _group_key);
+                             false, true, false, _depends_on, _group_key);
 end;
 $function$;
-  -- queues.enqueue_internal(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _group_key text): owner :DATABASE_OWNER
+  -- queues.enqueue_internal(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _depends_on bigint[], _group_key text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.enqueue_many(_tasks jsonb)
@@ -10193,7 +10750,7 @@ $function$;
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean DEFAULT false, _notify boolean DEFAULT true, _check_only boolean DEFAULT false, _group_key text DEFAULT NULL::text)
+CREATE OR REPLACE FUNCTION queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean DEFAULT false, _notify boolean DEFAULT true, _check_only boolean DEFAULT false, _depends_on bigint[] DEFAULT NULL::bigint[], _group_key text DEFAULT NULL::text)
  RETURNS bigint
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -10254,8 +10811,14 @@ begin
      where t.task_type = _task_type
     returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts, group_key
   )
-  insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts, group_key)
-  select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts, i.group_key
+  -- A task with dependencies starts waiting (at 'infinity', sql/queues/dependencies.sql),
+  -- so that no index entry of it is ever among the ready ones.
+  insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts,
+                                  group_key)
+  select i.task_id, i.task_type, i.priority,
+         case when cardinality(_depends_on) > 0 then 'infinity' else i.scheduled_at end, i.resource_key,
+         case when cardinality(_depends_on) > 0 then 'infinity' else i.scheduled_at end, i.max_attempts,
+         i.group_key
     from inserted i
   returning task_id into _task_id;
 
@@ -10267,6 +10830,11 @@ begin
   if current_setting('queue.traceparent', true) <> '' then
     perform queues.record_task_trace(array[_task_id]);
   end if;
+  -- Dependencies (sql/queues/dependencies.sql): the task waits, or fails at once.
+  if cardinality(_depends_on) > 0 then
+    perform queues.add_task_dependencies(array_fill(_task_id, array[cardinality(_depends_on)]), _depends_on,
+                                         array_fill(''::text, array[cardinality(_depends_on)]), array[_task_id]);
+  end if;
   -- A task due more than a minute ahead wakes nobody now: workers poll for it.
   if _notify and (_scheduled_at is null or _scheduled_at <= now() + interval '1 minute') then
     perform pg_notify('queues_task_ready', '');
@@ -10274,7 +10842,7 @@ begin
   return _task_id;
 end;
 $function$;
-  -- queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean, _notify boolean, _check_only boolean, _group_key text): owner :DATABASE_OWNER
+  -- queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean, _notify boolean, _check_only boolean, _depends_on bigint[], _group_key text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.enqueue_tasks(_tasks jsonb, _public boolean DEFAULT false)
@@ -10288,6 +10856,9 @@ declare
   _ids bigint[];
   _ready boolean;
   _refused record;
+  _dep_tasks bigint[];
+  _dep_ids bigint[];
+  _dep_labels text[];
 begin
   if _tasks is null then
     raise exception 'tasks must not be null' using errcode = '22004';
@@ -10343,9 +10914,14 @@ begin
            case
              when jsonb_typeof(c.element) <> 'object' then
                '22023 must be a JSON object, got ' || jsonb_typeof(c.element)
-             when c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,group_key}'::text[] <> '{}' then
+             when c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,depends_on,group_key}'::text[] <> '{}' then
                '22023 unknown field(s) ' || left((select string_agg(k, ', ') from jsonb_object_keys(
-                 c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,group_key}'::text[]) k), 200)
+                 c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,depends_on,group_key}'::text[]) k), 200)
+             -- depends_on: null, or an array of task ids (integers, or their decimal text).
+             when jsonb_typeof(c.element -> 'depends_on') not in ('array', 'null')
+                  or jsonb_path_exists(c.element -> 'depends_on',
+                       'lax $[*] ? (!((@.type() == "number" && @ == @.floor()) || (@.type() == "string" && @ like_regex "^[0-9]{1,18}$")))') then
+               '22023 depends_on must be an array of task ids'
              when c.task_type is null then '22004 task_type must not be null'
              when c.task_type not in (select t.task_type from queues.task_type t) then
                '22023 unknown task_type ' || quote_literal(left(c.task_type, 100))
@@ -10390,6 +10966,17 @@ begin
   -- The caller's trace context, when the transaction has one (sql/queues/trace.sql).
   if current_setting('queue.traceparent', true) <> '' then
     perform queues.record_task_trace(_ids);
+  end if;
+  -- Dependencies (sql/queues/dependencies.sql), one edge per element of a depends_on:
+  -- _ids is in input order (the insert numbered the tasks in that order).
+  if jsonb_path_exists(_tasks, 'lax $[*].depends_on[*]') then
+    select array_agg(_ids[e.n] order by e.n, d.n), array_agg((d.value #>> '{}')::bigint order by e.n, d.n),
+           array_agg(format('tasks[%s]: ', e.n - 1) order by e.n, d.n)
+      into _dep_tasks, _dep_ids, _dep_labels
+      from jsonb_array_elements(_tasks) with ordinality e(value, n)
+     cross join lateral jsonb_array_elements(e.value -> 'depends_on') with ordinality d(value, n)
+     where jsonb_typeof(e.value -> 'depends_on') = 'array';
+    perform queues.add_task_dependencies(_dep_tasks, _dep_ids, _dep_labels, _ids);
   end if;
 
   if _ready then
@@ -10661,6 +11248,37 @@ $function$;
   -- queues.extend_leases_at(_now timestamp with time zone, _task_ids bigint[], _task_lease_ids bigint[], _lease_seconds integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.fail_dependents(_task_ids bigint[], _messages text[])
+ RETURNS void
+ LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _gone bigint[];
+begin
+  with removed as (
+    delete from queues.task_pending p
+     where p.task_id = any (_task_ids)
+    returning p.task_id, p.task_type
+  ),
+  errors as (
+    insert into queues.error (task_id, task_lease_id, error_message)
+    select r.task_id, null, m.message
+      from removed r
+      join unnest(_task_ids, _messages) m(task_id, message) on m.task_id = r.task_id
+  )
+  select array_agg(r.task_id) into _gone from removed r;
+  insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
+  select p.task_id, null, now(), 'failed', t.task_type
+    from unnest(_gone) p(task_id)
+    join queues.task t on t.task_id = p.task_id
+  order by p.task_id;
+end;
+$function$;
+  -- queues.fail_dependents(_task_ids bigint[], _messages text[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.fail_task(_task_id bigint, _error_message text, _task_lease_id bigint DEFAULT NULL::bigint)
  RETURNS bigint
  LANGUAGE plpgsql
@@ -10694,8 +11312,8 @@ begin
                    where v.task_id = _task_id and v.task_lease_id = _task_lease_id)
        -- Completed by anyone not passing this lease (another worker, an unfenced call,
        -- the queue abandoning it): the holder's run is over.
-       or exists (select 1 from queues.task_completed c
-                   where c.task_id = _task_id and c.task_lease_id is distinct from _task_lease_id) then
+       or exists (select 1 from queues.task_end_of(_task_id) c
+                   where c.task_lease_id is distinct from _task_lease_id) then
       raise exception 'lease % is no longer the current lease of task %', _task_lease_id, _task_id
         using errcode = '55000', schema = 'queues', constraint = 'task_lease_current',
               hint = 'Another worker claimed the task after this lease expired.';
@@ -10911,7 +11529,11 @@ begin
    order by s.lower_bound
    limit 1;
   if found then
-    execute 'select max(c.completed_at) from queues.task_completed c where c.task_id >= $1 and c.task_id < $2'
+    -- Its newest end, in either shape (as queues.maintain_history_step_at reads it).
+    execute 'select greatest(
+               (select max(c.completed_at) from queues.task_completed c where c.task_id >= $1 and c.task_id < $2),
+               (select max(r.completed_at) from queues.completion_round r
+                 where r.task_range && int8range($1, $2) and r.task_id >= $1))'
       into _last_completed using _next.lower_bound, _next.upper_bound;
     _pending := (select count(*) from queues.task_pending tp
                   where tp.task_id >= _next.lower_bound and tp.task_id < _next.upper_bound);
@@ -10949,7 +11571,7 @@ AS $function$
   select array['task', 'task_lease', 'task_completed', 'error', 'task_lease_extension',
                'task_lease_release', 'task_lease_revocation', 'task_attempt_failed', 'task_redriven',
                'task_lease_started', 'task_interruption', 'task_cancelled', 'task_result', 'task_run_now',
-               'task_trace']
+               'task_trace', 'completion_round']
 $function$;
   -- queues.history_tables(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -11153,6 +11775,30 @@ AS $function$
 $function$;
   -- queues.limit_window_start(_now timestamp with time zone, _interval_ms integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.list_task_dependencies(_task_id bigint)
+ RETURNS TABLE(task_id bigint, task_type text, outcome text, completed_at timestamp with time zone, result jsonb)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select d.depends_on_task_id, t.task_type,
+         case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id) then null
+              else coalesce(c.outcome, 'succeeded') end,
+         c.completed_at,
+         (select r.result from queues.task_result r
+           where r.task_id = d.depends_on_task_id order by r.task_lease_id desc limit 1)
+    from queues.task_dependency d
+    join queues.task t on t.task_id = d.depends_on_task_id
+    left join lateral queues.task_end_of(d.depends_on_task_id) c on true
+   where d.task_id = _task_id
+   order by d.depends_on_task_id
+$function$;
+  -- queues.list_task_dependencies(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.list_task_results(_task_id bigint)
  RETURNS TABLE(task_lease_id bigint, result jsonb, recorded_at timestamp with time zone)
@@ -11538,9 +12184,28 @@ begin
         _kept := _kept + 1;
         continue;
       end if;
-      select max(c.completed_at) into _last_completed from queues.task_completed c
-       where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound;
+      -- Its newest end: task_completed's rows in the set, and the completion rounds that
+      -- name a task in its range (GiST probes of completion_round.task_range in the
+      -- partitions of this set and the newer ones, where such a round lives).
+      select greatest(
+               (select max(c.completed_at) from queues.task_completed c
+                 where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound),
+               (select max(r.completed_at) from queues.completion_round r
+                 where r.task_range && int8range(_set.lower_bound, _set.upper_bound)
+                   and r.task_id >= _set.lower_bound))
+        into _last_completed;
       if _last_completed > _now - _setting.retention then
+        _kept := _kept + 1;
+        continue;
+      end if;
+      -- A completion round in this set that names a task of an older set still kept (a
+      -- round lives in the set of the largest task id it names): dropping it would take
+      -- that task's end away, so the set waits for the older one.
+      if exists (select 1 from queues.completion_round r
+                  where r.task_id >= _set.lower_bound and r.task_id < _set.upper_bound
+                    and lower(r.task_range) < _set.lower_bound
+                    and exists (select 1 from queues.task t
+                                 where t.task_id = any (r.task_ids) and t.task_id < _set.lower_bound)) then
         _kept := _kept + 1;
         continue;
       end if;
@@ -11549,7 +12214,13 @@ begin
        where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound;
       if exists (select 1 from queues.task t
                   where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound
-                    and not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)) then
+                    and not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)
+                    -- nor in a completion round (its rounds' task ids in the set, hashed)
+                    and not exists (select 1 from queues.completion_round r
+                                     cross join lateral unnest(r.task_ids) as x(task_id)
+                                     where r.task_range && int8range(_set.lower_bound, _set.upper_bound)
+                                       and r.task_id >= _set.lower_bound
+                                       and x.task_id = t.task_id)) then
         _kept := _kept + 1;
         continue;
       end if;
@@ -11569,7 +12240,11 @@ begin
                     where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
            or exists (select 1 from queues.task_completed c
                        where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound
-                         and c.completed_at > _now - _setting.retention) then
+                         and c.completed_at > _now - _setting.retention)
+           or exists (select 1 from queues.completion_round r
+                       where r.task_range && int8range(_set.lower_bound, _set.upper_bound)
+                         and r.task_id >= _set.lower_bound
+                         and r.completed_at > _now - _setting.retention) then
           -- Roll the block back, which attaches the partition again.
           raise exception 'set [%, %) changed since it was checked', _set.lower_bound, _set.upper_bound
             using errcode = 'QH001';
@@ -11669,6 +12344,15 @@ CREATE OR REPLACE FUNCTION queues.max_payload_depth()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$ select 64 $function$;
   -- queues.max_payload_depth(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.max_throttle_seconds()
+ RETURNS integer
+ LANGUAGE sql
+ IMMUTABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$ select 86400 $function$;
+  -- queues.max_throttle_seconds(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.measure_history_sets(_now timestamp with time zone)
@@ -11981,8 +12665,19 @@ begin
        where x.task_id = t.task_id
     ) i on true
     left join queues.task_run_now rn on rn.task_id = t.task_id
-   where not exists (select 1 from queues.task_completed c where c.task_id = t.task_id);
+   where not exists (select 1 from queues.task_end_of(t.task_id) c);
   get diagnostics _count = row_count;
+
+  -- A task never leased whose dependencies have not all succeeded waits for them
+  -- (sql/queues/dependencies.sql).
+  update queues.task_pending p
+     set scheduled_at = 'infinity', available_at = 'infinity'
+   where p.current_lease_id is null and p.lease_count = 0
+     and p.task_id in (
+       select d.task_id from queues.task_dependency d
+        where exists (select 1 from queues.task_pending x where x.task_id = d.depends_on_task_id)
+           or exists (select 1 from queues.task_completed c
+                       where c.task_id = d.depends_on_task_id and c.outcome <> 'succeeded'));
 
   -- Each resource key held by a live lease, as the claim left it.
   insert into queues.resource_lease (resource_key, task_id, expires_at)
@@ -12104,6 +12799,84 @@ begin
 end;
 $function$;
   -- queues.record_task_trace(_task_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.record_throttle(_key_kind text, _key text, _until timestamp with time zone, _retry_after_seconds numeric, _reason text, _recorded_by text, _task_id bigint DEFAULT NULL::bigint, _task_lease_id bigint DEFAULT NULL::bigint)
+ RETURNS TABLE(result text, throttled_until timestamp with time zone)
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from queues.record_throttle_at(now(), _key_kind, _key, _until, _retry_after_seconds, _reason,
+                                          _recorded_by, _task_id, _task_lease_id)
+$function$;
+  -- queues.record_throttle(_key_kind text, _key text, _until timestamp with time zone, _retry_after_seconds numeric, _reason text, _recorded_by text, _task_id bigint, _task_lease_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.record_throttle_at(_now timestamp with time zone, _key_kind text, _key text, _until timestamp with time zone, _retry_after_seconds numeric, _reason text, _recorded_by text, _task_id bigint, _task_lease_id bigint)
+ RETURNS TABLE(result text, throttled_until timestamp with time zone)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _end timestamptz;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  if _key_kind is null or _key is null then
+    raise exception 'key_kind and key must not be null' using errcode = '22004';
+  end if;
+  if _key_kind <> 'task_type' then
+    raise exception 'key_kind must be ''task_type'', got %', quote_literal(left(_key_kind, 100))
+      using errcode = '22023';
+  end if;
+  if not exists (select 1 from queues.task_type t where t.task_type = _key) then
+    raise exception 'unknown task type %', quote_literal(left(_key, 100)) using errcode = '23503';
+  end if;
+  if (_until is null) = (_retry_after_seconds is null) then
+    raise exception 'give exactly one of until and retry_after_seconds' using errcode = '22023';
+  end if;
+  if _retry_after_seconds is not null then
+    if _retry_after_seconds <= 0 or _retry_after_seconds > queues.max_throttle_seconds() then
+      raise exception 'retry_after_seconds must be more than 0 and at most %, got %',
+        queues.max_throttle_seconds(), _retry_after_seconds using errcode = '22023';
+    end if;
+    _end := _now + make_interval(secs => _retry_after_seconds::double precision);
+  else
+    if _until <= _now or _until > _now + make_interval(secs => queues.max_throttle_seconds()) then
+      raise exception 'until must be after now and at most % seconds ahead, got % (now %)',
+        queues.max_throttle_seconds(), _until, _now using errcode = '22023';
+    end if;
+    _end := _until;
+  end if;
+  if _reason is null or btrim(_reason) = '' or length(_reason) > 500 then
+    raise exception 'reason must be 1 to 500 characters' using errcode = '22023';
+  end if;
+  if _recorded_by is null or length(_recorded_by) not between 1 and 200 then
+    raise exception 'recorded_by must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  if (_task_id is null) <> (_task_lease_id is null) then
+    raise exception 'give both task_id and task_lease_id, or neither' using errcode = '22023';
+  end if;
+
+  insert into queues.throttle (key_kind, key, throttled_until, reason, recorded_at, recorded_by, task_id, task_lease_id)
+  values (_key_kind, _key, _end, _reason, _now, _recorded_by, _task_id, _task_lease_id);
+
+  if _task_id is null then
+    return query select 'recorded'::text, _end;
+    return;
+  end if;
+  if exists (select 1 from queues.release_leases(array[_task_id], array[_task_lease_id])) then
+    return query select 'released'::text, _end;
+  else
+    return query select 'lease_lost'::text, _end;
+  end if;
+end;
+$function$;
+  -- queues.record_throttle_at(_now timestamp with time zone, _key_kind text, _key text, _until timestamp with time zone, _retry_after_seconds numeric, _reason text, _recorded_by text, _task_id bigint, _task_lease_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.record_worker_heartbeat(_worker_id text, _task_types text[], _heartbeat_interval_ms integer DEFAULT NULL::integer)
@@ -12332,6 +13105,70 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on function queues.register_task_types(_task_types jsonb) is 'Registers the task types an app''s task definitions declare (owner only): inserts missing ones, updates descriptions, never deletes.';
 
+CREATE OR REPLACE FUNCTION queues.release_dependents(_task_ids bigint[], _outcomes text[])
+ RETURNS integer
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET enable_seqscan TO 'off'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _waiting bigint[];
+  _ready bigint[];
+  _fail_ids bigint[];
+  _messages text[];
+  _due boolean;
+begin
+  if _task_ids is null or cardinality(_task_ids) = 0 then
+    return 0;
+  end if;
+  if _outcomes is null or cardinality(_outcomes) <> cardinality(_task_ids) then
+    raise exception 'outcomes must have one element per task (% tasks, % outcomes)',
+      cardinality(_task_ids), coalesce(cardinality(_outcomes), 0) using errcode = '22023';
+  end if;
+  -- The waiting dependents, locked: a concurrent release of the same dependent waits here,
+  -- and the next statement (a new snapshot) then sees the other dependency's completion.
+  _waiting := array(
+    select p.task_id
+      from queues.task_pending p
+     where p.task_id = any (array(select d.task_id from queues.task_dependency d
+                                   where d.depends_on_task_id = any (_task_ids)))
+       and p.available_at = 'infinity' and p.current_lease_id is null
+     order by p.task_id
+       for no key update of p);
+  if cardinality(_waiting) = 0 then
+    return 0;
+  end if;
+
+  select coalesce(array_agg(v.task_id order by v.task_id) filter (where v.failed_dep is null and not v.pending), '{}'),
+         coalesce(array_agg(v.task_id order by v.task_id) filter (where v.failed_dep is not null), '{}'),
+         coalesce(array_agg(format('dependency task %s ended %s', v.failed_dep, v.failed_outcome) order by v.task_id)
+                    filter (where v.failed_dep is not null), '{}')
+    into _ready, _fail_ids, _messages
+    from queues.dependency_verdicts(_waiting, _task_ids, _outcomes) v;
+
+  if cardinality(_ready) > 0 then
+    with released as (
+      update queues.task_pending p
+         set scheduled_at = t.scheduled_at, available_at = t.scheduled_at
+        from queues.task t
+       where p.task_id = any (_ready) and t.task_id = p.task_id
+      returning p.scheduled_at
+    )
+    select bool_or(r.scheduled_at <= now() + interval '1 minute') into _due from released r;
+    if _due then
+      perform pg_notify('queues_task_ready', '');
+    end if;
+  end if;
+  if cardinality(_fail_ids) > 0 then
+    perform queues.fail_dependents(_fail_ids, _messages);
+  end if;
+  return cardinality(_ready) + cardinality(_fail_ids);
+end;
+$function$;
+  -- queues.release_dependents(_task_ids bigint[], _outcomes text[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.release_leases(_task_ids bigint[], _task_lease_ids bigint[])
  RETURNS TABLE(task_id bigint)
  LANGUAGE plpgsql
@@ -12449,6 +13286,8 @@ begin
       from queues.task_pending p
      where p.task_id = any (_task_ids)
        and p.available_at > _now and p.current_lease_id is null and p.lease_count = 0
+       -- A task waiting for its dependencies is not scheduled: it runs when they end.
+       and p.available_at <> 'infinity'
      order by p.task_id
        for update
   ),
@@ -12886,6 +13725,46 @@ $function$;
   -- queues.set_task_type_timeout(_task_type text, _timeout_ms integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.settle_new_dependents(_task_ids bigint[])
+ RETURNS void
+ LANGUAGE plpgsql
+ SET enable_seqscan TO 'off'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _failed record;
+  _fail_ids bigint[];
+  _messages text[];
+  _waiting bigint[];
+  _ready bigint[];
+begin
+  select coalesce(array_agg(v.task_id order by v.task_id) filter (where v.failed_dep is not null), '{}'),
+         coalesce(array_agg(format('dependency task %s ended %s', v.failed_dep, v.failed_outcome) order by v.task_id)
+                    filter (where v.failed_dep is not null), '{}'),
+         coalesce(array_agg(v.task_id order by v.task_id) filter (where v.failed_dep is null and v.pending), '{}'),
+         coalesce(array_agg(v.task_id order by v.task_id) filter (where v.failed_dep is null and not v.pending), '{}')
+    into _fail_ids, _messages, _waiting, _ready
+    from queues.dependency_verdicts(_task_ids, '{}', '{}') v;
+
+  if cardinality(_waiting) > 0 then
+    update queues.task_pending p
+       set scheduled_at = 'infinity', available_at = 'infinity'
+     where p.task_id = any (_waiting) and p.available_at <> 'infinity';
+  end if;
+  if cardinality(_ready) > 0 then
+    update queues.task_pending p
+       set scheduled_at = t.scheduled_at, available_at = t.scheduled_at
+      from queues.task t
+     where p.task_id = any (_ready) and p.available_at = 'infinity' and t.task_id = p.task_id;
+  end if;
+  if cardinality(_fail_ids) > 0 then
+    perform queues.fail_dependents(_fail_ids, _messages);
+  end if;
+end;
+$function$;
+  -- queues.settle_new_dependents(_task_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.settle_tasks(_task_ids bigint[], _task_lease_ids bigint[] DEFAULT NULL::bigint[], _outcomes text[] DEFAULT NULL::text[], _retries boolean[] DEFAULT NULL::boolean[], _error_task_ids bigint[] DEFAULT NULL::bigint[], _error_messages text[] DEFAULT NULL::text[], _started_us bigint[] DEFAULT NULL::bigint[])
  RETURNS TABLE(task_id bigint, result text)
  LANGUAGE plpgsql
@@ -13066,6 +13945,77 @@ $function$;
   -- queues.supersede_task(_task_id bigint, _reason text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.task_completed_release_dependents()
+ RETURNS trigger
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _ids bigint[];
+  _outcomes text[];
+begin
+  perform from queues.task_dependency limit 1;
+  if not found then
+    return null;
+  end if;
+  select array_agg(n.task_id), array_agg(n.outcome) into _ids, _outcomes from completed_rows n;
+  perform queues.release_dependents(_ids, _outcomes);
+  return null;
+end;
+$function$;
+  -- queues.task_completed_release_dependents(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.task_dependency_facts(_task_id bigint, _now timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select jsonb_build_object(
+    'dependencies', coalesce((
+      select jsonb_agg(jsonb_build_object('task_id', l.task_id, 'task_type', l.task_type, 'outcome', l.outcome,
+                                          'completed_at', l.completed_at) order by l.task_id)
+        from queues.list_task_dependencies(_task_id) l), '[]'::jsonb),
+    'dependents', coalesce((
+      select jsonb_agg(jsonb_build_object('task_id', x.task_id, 'task_type', x.task_type, 'state', x.state)
+                       order by x.task_id)
+        from (
+          select d.task_id, t.task_type,
+                 coalesce(c.outcome, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now),
+                          'succeeded') as state
+            from queues.task_dependency d
+            join queues.task t on t.task_id = d.task_id
+            left join queues.task_pending p on p.task_id = d.task_id
+            left join lateral queues.task_end_of(d.task_id) c on true
+           where d.depends_on_task_id = _task_id
+           order by d.task_id
+           limit 100
+        ) x), '[]'::jsonb))
+$function$;
+  -- queues.task_dependency_facts(_task_id bigint, _now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.task_end_of(_task_id bigint)
+ RETURNS TABLE(task_id bigint, task_lease_id bigint, completed_at timestamp with time zone, outcome text, task_type text, started_at timestamp with time zone)
+ LANGUAGE sql
+ STABLE
+AS $function$
+  select c.task_id, c.task_lease_id, c.completed_at, c.outcome, c.task_type, c.started_at
+    from queues.task_completed c
+   where c.task_id = _task_id
+  union all
+  select _task_id, r.task_lease_ids[x.i], r.completed_at, 'succeeded', r.task_type,
+         timestamptz 'epoch' + r.started_us[x.i] * interval '1 microsecond'
+    from queues.completion_round r
+   cross join lateral (select array_position(r.task_ids, _task_id) as i) x
+   where r.task_range @> _task_id
+     and r.task_id >= _task_id
+     and _task_id = any (r.task_ids)
+$function$;
+  -- queues.task_end_of(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.task_limit_status_at(_now timestamp with time zone)
  RETURNS TABLE(task_type text, scope text, group_key text, max_running integer, max_starts integer, interval_ms integer, set_at timestamp with time zone, running bigint, starts bigint, held_back bigint)
  LANGUAGE sql
@@ -13192,6 +14142,43 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.throttled_task_types_at(_now timestamp with time zone)
+ RETURNS text[]
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+  select coalesce(array_agg(distinct a.key), '{}')
+    from queues.throttle a
+   where a.throttled_until > _now
+     and a.key_kind = 'task_type'
+     and (select true from queues.throttle_cleared c
+           where c.key_kind = a.key_kind and c.key = a.key and c.last_throttle_id >= a.throttle_id
+           limit 1) is null
+$function$;
+  -- queues.throttled_task_types_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.throttled_until(_key_kind text, _key text)
+ RETURNS timestamp with time zone
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+ SET enable_seqscan TO 'off'
+AS $function$
+  select max(a.throttled_until)
+    from queues.throttle a
+   where a.throttled_until > now()
+     and a.key_kind = _key_kind and a.key = _key
+     and (select true from queues.throttle_cleared c
+           where c.key_kind = a.key_kind and c.key = a.key and c.last_throttle_id >= a.throttle_id
+           limit 1) is null
+$function$;
+  -- queues.throttled_until(_key_kind text, _key text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.truncate_task_facts()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -13202,7 +14189,7 @@ begin
            queues.error, queues.task_lease_extension, queues.task_lease_release,
            queues.task_lease_revocation, queues.task_attempt_failed, queues.task_redriven,
            queues.task_lease_started, queues.task_interruption, queues.task_cancelled,
-           queues.task_result, queues.task_run_now, queues.task_trace;
+           queues.task_result, queues.task_run_now, queues.task_trace, queues.completion_round;
   return null;
 end;
 $function$;

@@ -47,11 +47,9 @@ comment on table queues.task_limit_window is
 
 --!include queues/limits.sql
 --!include admin/limits.sql
--- A trailing group key on the enqueues (create or replace cannot add an argument).
-drop function if exists queues.enqueue_task(text, jsonb, timestamptz, integer, text, integer, boolean, boolean, boolean);
-drop function if exists queues.enqueue(text, jsonb, timestamptz, integer, text, integer, boolean);
+-- The enqueues take a trailing group key: queues/enqueue.sql (included by
+-- 400-task-dependencies.sql, which drops the older signatures of the functions); the
+-- procedure's older signature is dropped here. queues/claim.sql (the limits in the claim)
+-- is included by 300-provider-throttle.sql, queues/maintenance.sql by 400: both after
+-- this file, which creates the columns and tables they use and queues/limits.sql.
 drop procedure if exists queues.enqueue_and_commit(text, jsonb, timestamptz, integer, text, integer, bigint);
-drop function if exists queues.enqueue_internal(text, jsonb, timestamptz, integer, text, integer);
---!include queues/enqueue.sql
---!include queues/claim.sql
---!include queues/maintenance.sql

@@ -1,3 +1,4 @@
 set local lock_timeout = '5s';
+
 --!include queues/privileges.sql
 --!include admin/privileges.sql

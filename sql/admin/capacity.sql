@@ -4,8 +4,9 @@
 -- (sql/public/role_based_worker.sql).
 --
 -- Cost: pending/ready/running count queues.task_pending (bounded by pending work);
--- throughput reads only the completions of the last _window_seconds, through
--- task_completed_completed_at_idx, and the leases of the tasks enqueued in that window
+-- throughput reads only the completions of the last _window_seconds, through the
+-- completed_at indexes of task_completed and completion_round, and the leases of the
+-- tasks enqueued in that window
 -- (a range of task_lease's primary key; a primary-key probe for a completion of an older
 -- task), with a primary-key probe of task_lease_started per completion that does not say
 -- when its run started (written before completions carried it); active workers

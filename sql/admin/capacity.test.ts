@@ -157,7 +157,7 @@ describe('capacity', () => {
       await db.query(
         `insert into queues.task_lease_started (task_id, task_lease_id, started_at)
          select c.task_id, c.task_lease_id, c.completed_at - interval '2 seconds'
-           from queues.task_completed c where c.completed_at = '2030-01-01T11:40:00Z'`,
+           from queues.task_end c where c.completed_at = '2030-01-01T11:40:00Z'`,
       );
       const [row] = await capacityAt('email');
       expect(row.tasks_per_worker_hour).toBeCloseTo(6 / (22 / 3600), 9);

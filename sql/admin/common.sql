@@ -6,6 +6,8 @@
 --   running    a live lease holds it
 --   retrying   leased before, waiting for its retry time (no live lease)
 --   scheduled  never leased, scheduled in the future
+--   waiting    waits for its dependencies (claim-index row at 'infinity' without a lease,
+--              sql/queues/dependencies.sql)
 -- No SET clause: a function with one is never inlined, and the dashboard's counts call
 -- this once per pending task (20,000 calls took 140 ms with it, a few ms inlined). It
 -- names no object, so the search path cannot change what it does; it is not a security
@@ -16,6 +18,7 @@ create or replace function admin.pending_state(
   language sql immutable parallel safe
 as $$
   select case
+           when _available_at = 'infinity' and _current_lease_id is null then 'waiting'
            when _available_at <= _now then 'ready'
            when _current_lease_id is not null then 'running'
            when _lease_count > 0 then 'retrying'
@@ -28,7 +31,7 @@ create or replace function admin.task_states() returns text[]
   language sql immutable parallel safe
   set search_path = pg_catalog, pg_temp
 as $$
-  select array['scheduled', 'ready', 'running', 'retrying',
+  select array['waiting', 'scheduled', 'ready', 'running', 'retrying',
                'succeeded', 'failed', 'abandoned', 'cancelled', 'validation_failed']
 $$;
 
@@ -64,13 +67,15 @@ begin
 end;
 $$;
 
--- Completions in (_from, _to] with their task's type and their run's start (null when the
--- completion did not say: a completion without a lease, or written before it could): the type the completion names, or,
--- for a completion written before task_completed.task_type existed, its task's (a
--- primary-key probe of queues.task, made only for those). Inlined into its callers (SQL,
--- stable, no SET clause), so their filters on the window reach task_completed's
--- completed_at index. Every object it names is schema-qualified and it is not a security
--- definer; called only from definer functions with a pinned search path: no grants.
+-- Completions in (_from, _to], in both shapes (queues.task_end: task_completed rows and
+-- the tasks of completion rounds), with their task's type and their run's start (null when
+-- the completion did not say: a completion without a lease, or written before it could):
+-- the type the completion names, or, for a completion written before
+-- task_completed.task_type existed, its task's (a primary-key probe of queues.task, made
+-- only for those). Inlined into its callers (SQL, stable, no SET clause), so their filters
+-- on the window reach the completed_at index of task_completed and of completion_round.
+-- Every object it names is schema-qualified and it is not a security definer; called only
+-- from definer functions with a pinned search path: no grants.
 create or replace function admin.completions_between(_from timestamptz, _to timestamptz)
   returns table (task_id bigint, task_lease_id bigint, completed_at timestamptz, outcome text, task_type text,
                  started_at timestamptz)
@@ -81,4 +86,12 @@ as $$
          c.started_at
     from queues.task_completed c
    where c.completed_at > _from and c.completed_at <= _to
+  union all
+  -- Plain successes, from the completion rounds in the window (completion_round's
+  -- completed_at index), one row per task they name.
+  select u.task_id, u.task_lease_id, r.completed_at, 'succeeded', r.task_type,
+         timestamptz 'epoch' + u.started_us * interval '1 microsecond'
+    from queues.completion_round r
+   cross join lateral unnest(r.task_ids, r.task_lease_ids, r.started_us) as u(task_id, task_lease_id, started_us)
+   where r.completed_at > _from and r.completed_at <= _to
 $$;

@@ -70,7 +70,7 @@ begin
          (select max(t.task_id) from queues.task_default t) as last_task_id,
          (select count(*) from queues.task_default t) as tasks,
          (select count(*) from queues.task_default t
-           where not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)) as pending_tasks
+           where not exists (select 1 from queues.task_end_of(t.task_id) c)) as pending_tasks
     into _default;
 
   -- Every set once, with its pending count (a range count of queues.task_pending) and its
@@ -173,7 +173,7 @@ begin
                  select jsonb_build_object(
                           'fire_at', r.fire_at, 'outcome', r.outcome, 'task_id', r.task_id,
                           'task_state', coalesce(
-                            (select c.outcome from queues.task_completed c where c.task_id = r.task_id),
+                            (select c.outcome from queues.task_end_of(r.task_id) c limit 1),
                             (select admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now)
                                from queues.task_pending p where p.task_id = r.task_id)),
                           'report', (select x.result -> 'payload' from queues.task_result x

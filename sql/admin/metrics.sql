@@ -1,6 +1,7 @@
 -- Throughput and completion statistics over a recent window, for the dashboard's chart
--- and the API's /metrics. Both read completions through task_completed_completed_at_idx
--- (cost follows the window, not history) and probe task and task_lease by primary key.
+-- and the API's /metrics. Both read completions through the completed_at indexes of
+-- task_completed and completion_round (admin.completions_between: cost follows the window,
+-- not history) and probe task and task_lease by primary key.
 
 -- Completions per _bucket_seconds bucket over the last _window_seconds (defaults: one
 -- hour in one-minute buckets; at most 1440 buckets), by task type and outcome. Buckets

@@ -36,7 +36,7 @@ begin
              from (select * from schedules.schedule_run x
                     where x.schedule_id = s.schedule_id
                     order by x.fire_at desc limit _n) r
-             left join queues.task_completed c on c.task_id = r.task_id), '[]'),
+             left join lateral (select e.outcome from queues.task_end_of(r.task_id) e limit 1) c on true), '[]'),
          s.time_zone
     from schedules.list_schedules() s;
 end;

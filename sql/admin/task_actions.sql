@@ -27,7 +27,7 @@ as $$
 $$;
 
 -- Cancels up to _limit (1 to 1000) pending tasks of _task_type (null: any) in _state
--- (scheduled, ready or retrying; null: all three), oldest first.
+-- (waiting, scheduled, ready or retrying; null: all four), oldest first.
 create or replace function admin.cancel_tasks_matching(
   _task_type text, _state text, _limit integer, _reason text default null
 ) returns table (task_id bigint, result text)
@@ -39,8 +39,8 @@ declare
   _ids bigint[];
 begin
   perform admin.assert_task_type(_task_type);
-  if _state is not null and _state not in ('scheduled', 'ready', 'retrying') then
-    raise exception 'state must be scheduled, ready or retrying to cancel by filter, got %', quote_literal(left(_state, 100))
+  if _state is not null and _state not in ('waiting', 'scheduled', 'ready', 'retrying') then
+    raise exception 'state must be waiting, scheduled, ready or retrying to cancel by filter, got %', quote_literal(left(_state, 100))
       using errcode = '22023';
   end if;
   if _limit is null or _limit not between 1 and 1000 then
@@ -50,7 +50,7 @@ begin
     select p.task_id from queues.task_pending p
      where (_task_type is null or p.task_type = _task_type)
        and admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, now())
-           = any (case when _state is null then array['scheduled', 'ready', 'retrying'] else array[_state] end)
+           = any (case when _state is null then array['waiting', 'scheduled', 'ready', 'retrying'] else array[_state] end)
      order by p.task_id
      limit _limit);
   if cardinality(_ids) > 0 then
@@ -100,7 +100,7 @@ begin
   select i.task_id,
          case when m.task_id is not null then 'run_now'
               when l.task_id is not null then 'not_scheduled'
-              when exists (select 1 from queues.task_completed x where x.task_id = i.task_id) then 'already_completed'
+              when coalesce((select true from queues.task_end_of(i.task_id) x limit 1), false) then 'already_completed'
               else 'unknown_task' end
     from unnest(_task_ids) with ordinality as i(task_id, n)
     left join unnest(_locked) as l(task_id) on l.task_id = i.task_id

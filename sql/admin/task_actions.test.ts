@@ -34,7 +34,7 @@ const results = (rows: { task_id: string; result: string }[]) => rows.map((r) =>
 const counts = async () =>
   (
     await db.query(
-      `select (select count(*)::int from queues.task_completed) as completed, (select count(*)::int from queues.task_pending) as pending, (select count(*)::int from queues.task_run_now) as run_now`,
+      `select (select count(*)::int from queues.task_end) as completed, (select count(*)::int from queues.task_pending) as pending, (select count(*)::int from queues.task_run_now) as run_now`,
     )
   ).rows[0];
 
@@ -56,7 +56,7 @@ describe('cancel', () => {
       [999999, 'unknown_task'],
     ]);
     const facts = await db.query(
-      `select c.task_id::int, c.outcome, c.task_lease_id, x.reason from queues.task_completed c join queues.task_cancelled x using (task_id) order by 1`,
+      `select c.task_id::int, c.outcome, c.task_lease_id, x.reason from queues.task_end c join queues.task_cancelled x using (task_id) order by 1`,
     );
     expect(facts.rows).toEqual([
       { task_id: ready, outcome: 'cancelled', task_lease_id: null, reason: 'operator asked' },
@@ -110,7 +110,7 @@ describe('cancel', () => {
     expect(results((await pending).rows)).toEqual([[id, 'cancelled']]);
     await claimer.end();
     const { rows } = await db.query(
-      `select c.outcome, v.task_lease_id from queues.task_completed c join queues.task_lease_revocation v using (task_id)`,
+      `select c.outcome, v.task_lease_id from queues.task_end c join queues.task_lease_revocation v using (task_id)`,
     );
     expect(rows).toEqual([{ outcome: 'cancelled', task_lease_id: lease.task_lease_id }]);
   });
@@ -289,7 +289,7 @@ describe('answers after waiting for a completion', () => {
     const completed = new Set(leased.map((l) => l.id));
     expect(answers).toEqual(ids.map((id) => [id, completed.has(id) ? 'already_completed' : 'cancelled']));
     const { rows } = await db.query(
-      `select outcome, count(*)::int as n from queues.task_completed group by outcome order by outcome`,
+      `select outcome, count(*)::int as n from queues.task_end group by outcome order by outcome`,
     );
     expect(rows).toEqual([
       { outcome: 'cancelled', n: 20 },
@@ -340,7 +340,7 @@ describe('answers after waiting for a completion', () => {
     done = true;
     await Promise.all(cancelling);
     const { rows: ended } = await db.query<{ task_id: number; outcome: string; n: number }>(
-      `select task_id::int, min(outcome) as outcome, count(*)::int as n from queues.task_completed group by task_id`,
+      `select task_id::int, min(outcome) as outcome, count(*)::int as n from queues.task_end group by task_id`,
     );
     // Each task ended exactly once, and nothing is left pending.
     expect(ended).toHaveLength(300);

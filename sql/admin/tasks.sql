@@ -22,8 +22,10 @@
 --   _enqueued_from/_to    enqueued_at in [from, to)
 --   _payload_path/_value  payload #> path = value (a JSON value)
 -- Which table drives the walk: pending states walk queues.task_pending (bounded by
--- pending work); outcomes walk queues.task_completed by key (failed and abandoned ones
--- by task_completed_unsuccessful_task_idx, which holds only those); a resource key walks
+-- pending work); unsuccessful outcomes walk queues.task_completed by key (failed and
+-- abandoned ones by task_completed_unsuccessful_task_idx, which holds only those); a
+-- state that includes succeeded walks queues.task with each task's end
+-- (queues.task_end_of: successes are mostly in completion rounds); a resource key walks
 -- task_resource_key_idx; otherwise queues.task by its primary key, newest first. Every
 -- walk stops after _limit matches, so its cost is the rows it has to pass over to find
 -- them: a filter that matches only old or rare tasks (a payload value, a worker gone for
@@ -63,6 +65,10 @@ create or replace function admin.list_tasks_at(
 )
   language plpgsql stable
   security definer
+  -- Every read is an index walk or a probe by key: a task's end is probed in each shape
+  -- (queues.task_end_of), and a set's small partition, scanned, would read every row of
+  -- it once per task of the page.
+  set enable_seqscan = off
   set search_path = pg_catalog, pg_temp
 as $$
 declare
@@ -81,7 +87,7 @@ declare
                       when 'completed' then array['succeeded']
                       when 'stale' then array['ready', 'running']
                       else array[_state] end;
-  _pending_walk boolean := _states <@ array['scheduled', 'ready', 'running', 'retrying'];
+  _pending_walk boolean := _states <@ array['waiting', 'scheduled', 'ready', 'running', 'retrying'];
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -152,6 +158,24 @@ begin
                 and ($4::bigint is null or p.task_id < $4)' || _filters || '
               order by p.task_id desc
               limit $5';
+  elsif 'succeeded' = any (_states) then
+    -- Successes are mostly in completion rounds, which no index lists per task in task id
+    -- order: walk queues.task by its primary key, newest first, with each task's end
+    -- (queues.task_end_of: a probe of each shape). Most ended tasks succeeded, so the walk
+    -- passes over few others.
+    _sql := 'select t.task_id, t.task_type, c.outcome, t.priority, t.resource_key, t.max_attempts,
+                    (select count(*)::integer from queues.task_lease l where l.task_id = t.task_id
+                        and ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13)),
+                    t.enqueued_at, t.scheduled_at, null::timestamptz, c.completed_at
+               from queues.task t
+              cross join lateral (select e.outcome, e.completed_at from queues.task_end_of(t.task_id) e
+                                    where ($12::bigint is null or e.task_id >= $12) and ($13::bigint is null or e.task_id < $13)
+                                    limit 1) c
+              where c.outcome = any ($15)
+                and ($4::bigint is null or t.task_id < $4)
+                and ($12::bigint is null or t.task_id >= $12) and ($13::bigint is null or t.task_id < $13)' || _filters || '
+              order by t.task_id desc
+              limit $5';
   elsif _state is not null then
     _sql := 'select c.task_id, t.task_type, c.outcome, t.priority, t.resource_key, t.max_attempts,
                     (select count(*)::integer from queues.task_lease l where l.task_id = c.task_id
@@ -176,8 +200,9 @@ begin
                     t.enqueued_at, t.scheduled_at, p.available_at, c.completed_at
                from queues.task t
                left join queues.task_pending p on p.task_id = t.task_id
-               left join queues.task_completed c on c.task_id = t.task_id
-                 and ($12::bigint is null or c.task_id >= $12) and ($13::bigint is null or c.task_id < $13)
+               left join lateral (select e.outcome, e.completed_at from queues.task_end_of(t.task_id) e
+                                   where ($12::bigint is null or e.task_id >= $12) and ($13::bigint is null or e.task_id < $13)
+                                   limit 1) c on true
               where ($4::bigint is null or t.task_id < $4)
                 and ($12::bigint is null or t.task_id >= $12) and ($13::bigint is null or t.task_id < $13)' || _filters || '
               order by t.task_id desc
@@ -241,7 +266,9 @@ $$;
 -- One task with everything recorded about it, as a JSON object:
 --   {task: {..., state}, leases: [...], errors: [...], completion: {...} | null,
 --    failed_attempts: [...], redriven_to: id | null, redriven_from: id | null,
---    progress: {done, total, note, reported_at, task_lease_id, reports} | null}
+--    progress: {done, total, note, reported_at, task_lease_id, reports} | null,
+--    dependencies: [{task_id, task_type, outcome, completed_at}],
+--    dependents: [{task_id, task_type, state}]}  (sql/queues/dependencies.sql)
 -- Raises 23503 when there is no such task.
 create or replace function admin.get_task_at(_now timestamptz, _task_id bigint)
   returns jsonb
@@ -281,14 +308,14 @@ begin
     into _result
     from queues.task t
     left join queues.task_pending p on p.task_id = t.task_id
-    left join queues.task_completed c on c.task_id = t.task_id
+    left join lateral (select e.* from queues.task_end_of(t.task_id) e limit 1) c on true
    where t.task_id = _task_id;
 
   if _result is null then
     raise exception 'task % does not exist', _task_id using errcode = '23503';
   end if;
   return _result || admin.task_retry_facts(_task_id) || admin.task_dashboard_facts(_task_id)
-         || queues.task_progress_facts(_task_id);
+         || queues.task_progress_facts(_task_id) || queues.task_dependency_facts(_task_id, _now);
 end;
 $$;
 
@@ -303,7 +330,8 @@ $$;
 
 -- Counts by task type and state: pending states over queues.task_pending (bounded by
 -- pending work), completion outcomes over the last _window_seconds only (default 86400;
--- read through task_completed_completed_at_idx), so the cost never follows history.
+-- read through the completed_at indexes of task_completed and completion_round), so the
+-- cost never follows history.
 -- Every registered type appears, with zero rows left out.
 create or replace function admin.task_counts_at(_now timestamptz, _window_seconds integer)
   returns table (task_type text, state text, count bigint)

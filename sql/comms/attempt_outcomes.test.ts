@@ -72,7 +72,7 @@ describe.each(CHANNELS)('$channel', ({ channel, start }) => {
     const abandoned = async () => {
       const [attempt] = await attempts(channel, id);
       if (!attempt) return false;
-      const { rows } = await db.query(`select 1 from queues.task_completed where task_id = $1`, [attempt.task_id]);
+      const { rows } = await db.query(`select 1 from queues.task_end where task_id = $1`, [attempt.task_id]);
       return rows.length > 0;
     };
     for (let i = 0; i < 30 && !(await abandoned()); i++) {
@@ -81,7 +81,7 @@ describe.each(CHANNELS)('$channel', ({ channel, start }) => {
     }
     await round(clock, key, id, true);
     const [first] = await attempts(channel, id);
-    const { rows: completed } = await db.query('select outcome from queues.task_completed where task_id = $1', [
+    const { rows: completed } = await db.query('select outcome from queues.task_end where task_id = $1', [
       first.task_id,
     ]);
     expect(completed).toEqual([{ outcome: 'abandoned' }]);

@@ -21,7 +21,10 @@
 -- that block runs, comms.send_<c>_supervise, ..._record_attempt_success,
 -- ..._record_attempt_failure, directly):
 --   comms.send_<c>_supervisor_facts(_send_<c>_task_id)  what the supervisor decides on,
---                                     with the root's scheduled_at (select * from ...(123))
+--                                     with the root's scheduled_at and until when the
+--                                     channel's provider throttles it (throttled_until,
+--                                     NULL when it does not: sql/queues/throttle.sql)
+--                                     (select * from ...(123))
 --   comms.send_<c>_supervisor(payload)  db_function: internal.run_channel_supervisor
 --   comms.record_<c>_success(payload)   success_handler: internal.record_channel_attempt_success
 --   comms.record_<c>_failure(payload)   error_handler: internal.record_channel_attempt_failure
@@ -83,13 +86,15 @@ create or replace function %1$I.%6$I(
   out num_outstanding     integer,
   out num_runs            integer,
   out scheduled_at        timestamptz,
-  out has_unknown_outcome boolean
+  out has_unknown_outcome boolean,
+  out throttled_until     timestamptz
 )
   language sql stable
   set search_path = pg_catalog, pg_temp
 as $body$
   select f.has_task_succeeded, f.task_failure, f.has_success, f.num_attempts, f.num_failures,
-         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome
+         f.num_outstanding, f.num_runs, t.scheduled_at, f.has_unknown_outcome,
+         queues.throttled_until('task_type', %11$L)
     from %1$I.%2$I t
    cross join lateral internal.channel_process_facts(%1$L, %5$L, t.%3$I) f
    where t.%3$I = %4$I

@@ -3,7 +3,7 @@
 // sends, validation, redelivery, isolation level and the provider payload contract.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/testing';
-import { emailPayload } from '@org/handler-types';
+import { emailPayload } from '@org/contracts';
 import {
   type ClaimedTask,
   type DriveOptions,

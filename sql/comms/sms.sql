@@ -20,7 +20,7 @@
 select comms.register_message_channel('sms', _max_attempts => 3, _max_supervisor_runs => 30, _backoff_cap_seconds => 3600);
 
 -- before_handler. Payload: the SMS task's ({send_sms_attempt_id, ...}). Returns the
--- provider payload of @org/handler-types smsPayload. Its idempotency_key is the attempt
+-- provider payload of @org/contracts smsPayload. Its idempotency_key is the attempt
 -- id namespaced by the database (internal.idempotency_namespace), so a redelivered
 -- attempt is deduplicated by the provider and two databases never share a key. Refused
 -- (validation failure): an attempt with an outcome, or of a process that ended.

@@ -3,7 +3,7 @@
 // isolation level and the provider payload contract (smsPayload).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/testing';
-import { smsPayload } from '@org/handler-types';
+import { smsPayload } from '@org/contracts';
 import {
   type ClaimedTask,
   type DriveOptions,

@@ -1,7 +1,7 @@
 -- Small helpers shared by the comms processes. Called only from definer functions:
 -- no grants.
 
--- The email address check of the provider schema (@org/handler-types emailPayload uses
+-- The email address check of the provider schema (@org/contracts emailPayload uses
 -- zod's z.email()): kickoffs refuse what the worker would refuse later.
 create or replace function comms.is_email_address(_address text)
   returns boolean

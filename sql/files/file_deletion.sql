@@ -114,7 +114,7 @@ create or replace function files.file_deletion_supervisor(payload jsonb)
   set search_path = pg_catalog, pg_temp
 as $$ select internal.run_channel_supervisor('files', 'file_deletion', payload) $$;
 
--- before_handler: the provider payload of @org/handler-types fileDeletePayload, with
+-- before_handler: the provider payload of @org/contracts fileDeletePayload, with
 -- idempotency_key = the attempt id. Refused (validation failure): an attempt with an
 -- outcome or of an ended process, and a file whose account deletion failed (its files
 -- must stay as they are for whoever resolves it).

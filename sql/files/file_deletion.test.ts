@@ -3,7 +3,7 @@
 // maximum), kickoff validation, redelivery and the provider payload (fileDeletePayload).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/testing';
-import { fileDeletePayload } from '@org/handler-types';
+import { fileDeletePayload } from '@org/contracts';
 import { drive, pendingFor, rowCounts, runAsWorker, snapshot } from '../test-support/drive.ts';
 
 let db: TestDatabase;

@@ -31,7 +31,7 @@ as $$
     ) l
    where f.bucket = _bucket and f.object_key = _object_key
      and l.expires_at > now()
-     and not exists (select 1 from queues.task_completed c where c.task_id = a.task_id)
+     and not exists (select 1 from queues.task_end_of(a.task_id) c)
      and not exists (select 1 from files.file_deletion_attempt_succeeded s
                       where s.file_deletion_attempt_id = a.file_deletion_attempt_id)
      and not exists (select 1 from files.file_deletion_attempt_failed x

@@ -309,7 +309,12 @@ begin
         insert into %1$I.%4$I (%10$I, %9$I, task_id) overriding system value
         values (_attempt_id, _task_id, _queue_task_id);
       end if;
-      _next_at := now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds);
+      -- While its provider throttles the channel (queues.throttled_until,
+      -- sql/queues/throttle.sql), the channel task waits for the claim: the next check is
+      -- not before the throttle ends, so a long throttle (a daily quota) does not use up
+      -- the process's runs.
+      _next_at := greatest(now() + internal.backoff(_facts.num_runs, _p.backoff_cap_seconds),
+                           queues.throttled_until('task_type', _p.task_type));
       _next_task_id := internal.enqueue_supervisor_run(_p.supervisor, %9$L, _task_id, _next_at);
       -- The run, with the run it scheduled: the success handler wakes that one.
       insert into %1$I.%3$I (%9$I, next_task_id) values (_task_id, _next_task_id);

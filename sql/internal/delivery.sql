@@ -67,6 +67,9 @@ begin
   select s.task_lease_id, s.started_at into _started
     from internal.provider_call_started s
    where s.task_id = _task_id and s.task_lease_id <> _lease_id
+     -- A call its provider refused (a throttle reported under that lease, with the lease's
+     -- release: sql/queues/throttle.sql) was not made.
+     and (select true from queues.throttle th where th.task_lease_id = s.task_lease_id limit 1) is null
    order by s.task_lease_id
    limit 1;
   if found then

@@ -85,7 +85,7 @@ as $$
                  end, 2000)
     from (select _task_id as task_id) k
     left join queues.task t on t.task_id = k.task_id
-    left join queues.task_completed c on c.task_id = t.task_id
+    left join lateral (select e.task_id, e.outcome from queues.task_end_of(t.task_id) e limit 1) c on true
    where k.task_id is not null and (t.task_id is null or c.task_id is not null)
 $$;
 

@@ -57,7 +57,7 @@ comment on view public.v_worker_capacity is
 --   claimed_at         the newest lease's leased_at
 --   started_at         the newest lease's run start: its completion's, else its start
 --                      mark (queues.task_lease_started, written by a heartbeat)
---   completed_at       queues.task_completed.completed_at
+--   completed_at       its end's (queues.task_completed, or the completion_round naming it)
 --   last_heartbeat_at  the newest lease's last sign of life: its worker's last heartbeat
 --                      while it holds the task, else the lease's newest extension, start
 --                      or claim
@@ -114,7 +114,19 @@ select t.task_id                                      as id,
        c.outcome
   from queues.task t
   left join queues.task_pending p on p.task_id = t.task_id
-  left join queues.task_completed c on c.task_id = t.task_id
+  -- The task's end in either shape, probed as queues.task_end_of does (written out: the
+  -- API reads this view, and may call no queue function).
+  left join lateral (
+    select x.task_id, x.task_lease_id, x.completed_at, x.outcome, x.started_at
+      from queues.task_completed x
+     where x.task_id = t.task_id
+    union all
+    select t.task_id, r.task_lease_ids[array_position(r.task_ids, t.task_id)], r.completed_at, 'succeeded',
+           timestamptz 'epoch' + r.started_us[array_position(r.task_ids, t.task_id)] * interval '1 microsecond'
+      from queues.completion_round r
+     where r.task_range @> t.task_id and r.task_id >= t.task_id and t.task_id = any (r.task_ids)
+    limit 1
+  ) c on true
   -- The newest lease, with its worker's id (a lease names its worker by key in
   -- queues.worker_name, or, written before that, by id).
   left join lateral (

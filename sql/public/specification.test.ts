@@ -338,7 +338,7 @@ describe('queues-and-worker.md: a validation_failure_message is "non-retriable",
         note: 'account 7 not found',
       },
     ]);
-    expect((await db.query('select outcome from queues.task_completed where task_id = $1', [taskId])).rows).toEqual([
+    expect((await db.query('select outcome from queues.task_end where task_id = $1', [taskId])).rows).toEqual([
       { outcome: 'validation_failed' },
     ]);
     expect((await db.query('select 1 from queues.dead_letter where task_id = $1', [taskId])).rows).toEqual([]);
@@ -383,13 +383,13 @@ describe('queues-and-worker.md: record failure, then always complete', () => {
     expect((await db.pool('worker').query('select queues.complete_task($1) as done', [id])).rows).toEqual([
       { done: true },
     ]);
-    const { rows } = await db.query('select outcome from queues.task_completed where task_id = $1', [id]);
+    const { rows } = await db.query('select outcome from queues.task_end where task_id = $1', [id]);
     expect(rows).toEqual([{ outcome: 'failed' }]);
     // A second complete changes nothing.
     expect((await db.pool('worker').query('select queues.complete_task($1) as done', [id])).rows).toEqual([
       { done: false },
     ]);
-    expect((await db.query('select outcome from queues.task_completed where task_id = $1', [id])).rows).toEqual([
+    expect((await db.query('select outcome from queues.task_end where task_id = $1', [id])).rows).toEqual([
       { outcome: 'failed' },
     ]);
   });
@@ -414,7 +414,7 @@ describe('queues-and-worker.md: record failure, then always complete', () => {
     );
     await db.pool('worker').query('select queues.complete_task($1)', [retried]);
     const { rows } = await db.query(
-      'select task_id, outcome from queues.task_completed where task_id = any($1::bigint[]) order by task_id',
+      'select task_id, outcome from queues.task_end where task_id = any($1::bigint[]) order by task_id',
       [[ok, retried]],
     );
     expect(rows).toEqual([

@@ -118,7 +118,7 @@ begin
   return query
   select i.task_id,
          case when c.task_id is not null then 'cancelled'
-              when exists (select 1 from queues.task_completed x where x.task_id = i.task_id) then 'already_completed'
+              when coalesce((select true from queues.task_end_of(i.task_id) x limit 1), false) then 'already_completed'
               else 'unknown_task' end,
          r.task_id is not null
     from unnest(_task_ids) with ordinality as i(task_id, n)

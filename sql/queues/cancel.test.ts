@@ -32,7 +32,7 @@ const claim = async (worker = 'w1', leaseSeconds = 60) =>
 const counts = async () =>
   (
     await db.query(
-      `select (select count(*)::int from queues.task_completed) as completed,
+      `select (select count(*)::int from queues.task_end) as completed,
               (select count(*)::int from queues.task_cancelled) as cancelled,
               (select count(*)::int from queues.task_pending) as pending,
               (select count(*)::int from queues.task_lease_revocation) as revoked`,
@@ -77,7 +77,7 @@ describe('queues.cancel_tasks (the app) and queues.cancelled_tasks (the worker)'
         lease.task_lease_id,
       ]);
     expect(late.rows).toEqual([{ task_id: running, result: 'lease_lost' }]);
-    const { rows: ended } = await db.query(`select task_id::text, outcome from queues.task_completed order by 1`);
+    const { rows: ended } = await db.query(`select task_id::text, outcome from queues.task_end order by 1`);
     expect(ended).toEqual([
       { task_id: running, outcome: 'cancelled' },
       { task_id: pending, outcome: 'cancelled' },
@@ -142,7 +142,7 @@ describe('queues.cancel_tasks (the app) and queues.cancelled_tasks (the worker)'
     const claimed = await claimDue(db, later);
     expect(claimed.map((t) => t.task_id)).toEqual([ids[2]]);
     const { rows } = await db.query(
-      `select task_id::text, outcome from queues.task_completed where task_id = any($1::bigint[]) order by 1`,
+      `select task_id::text, outcome from queues.task_end where task_id = any($1::bigint[]) order by 1`,
       [ids],
     );
     expect(rows).toEqual([

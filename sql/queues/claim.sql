@@ -68,9 +68,10 @@ as $$
 #variable_conflict use_column
 declare
   _worker_key integer;
+  _throttled text[];
   -- Flow limits: the types asked for (NULL: any) and, of them, the limited types this
   -- claim holds the lock of, with their rules (sql/queues/limits.sql).
-  _types      text[] := _task_types;
+  _types      text[];
   _limited    text[] := '{}';
   _rules      jsonb := '[]';
   _full       text[] := '{}';
@@ -98,6 +99,19 @@ begin
     raise exception 'task_types must be null (any type) or name at least one type'
       using errcode = '22023';
   end if;
+  -- Provider back-pressure (sql/queues/throttle.sql): the task types throttled at _now
+  -- are left out of the types both branches below scan. One probe of throttle_until_idx
+  -- per claim, which reads no row while no throttle is active; nothing per task.
+  _throttled := queues.throttled_task_types_at(_now);
+  if cardinality(_throttled) > 0 then
+    _task_types := array(select u.task_type
+                           from unnest(coalesce(_task_types, array(select tt.task_type from queues.task_type tt)))
+                                as u(task_type)
+                          where not (u.task_type = any (_throttled)));
+    if cardinality(_task_types) = 0 then
+      return;
+    end if;
+  end if;
   -- A lease names its worker by key (queues.worker_name: each worker id kept once, an
   -- integer on every lease instead of the id's text). One probe of the id's unique index;
   -- the first claim of a worker id adds it (a concurrent first claim waits, then reads it).
@@ -111,6 +125,7 @@ begin
     end if;
   end if;
 
+  _types := _task_types;
   -- Flow limits: the rules in force for the types asked for. None (the common case): the
   -- claim below runs with _limited empty, which its limit steps read as "nothing to do".
   select coalesce(jsonb_agg(to_jsonb(l)), '[]'), coalesce(array_agg(distinct l.task_type), '{}')

@@ -120,7 +120,7 @@ describe('exclusivity', () => {
     } = await db.query<{ leases: string; tasks: string; completed: string; overlaps: string }>(`
       select (select count(*) from queues.task_lease) as leases,
              (select count(distinct task_id) from queues.task_lease) as tasks,
-             (select count(*) from queues.task_completed where outcome = 'succeeded') as completed,
+             (select count(*) from queues.task_end where outcome = 'succeeded') as completed,
              (select count(*)
                 from queues.task_lease a
                 join queues.task_lease b
@@ -163,9 +163,7 @@ describe('claim semantics', () => {
     expect((await complete()).rows[0]?.c).toBe(true);
     expect((await complete()).rows[0]?.c).toBe(false);
     expect((await db.pool('worker').query('select queues.complete_task($1) as c', [id])).rows[0]?.c).toBe(false);
-    const { rows } = await db.query('select outcome, task_lease_id from queues.task_completed where task_id = $1', [
-      id,
-    ]);
+    const { rows } = await db.query('select outcome, task_lease_id from queues.task_end where task_id = $1', [id]);
     expect(rows).toEqual([{ outcome: 'succeeded', task_lease_id: lease?.task_lease_id }]);
   });
 
@@ -184,7 +182,7 @@ describe('claim semantics', () => {
       { task_id: b, result: 'completed' },
       { task_id: '999999999', result: 'unknown_task' },
     ]);
-    const { rows: outcome } = await db.query('select outcome from queues.task_completed where task_id = $1', [b]);
+    const { rows: outcome } = await db.query('select outcome from queues.task_end where task_id = $1', [b]);
     expect(outcome[0]?.outcome).toBe('failed');
   });
 
@@ -228,7 +226,7 @@ describe('claim semantics', () => {
       [id, stale?.task_lease_id],
     );
     expect(rows).toEqual([{ task_id: id, result: 'lease_lost' }]);
-    expect((await db.query('select count(*)::int as n from queues.task_completed')).rows[0].n).toBe(0);
+    expect((await db.query('select count(*)::int as n from queues.task_end')).rows[0].n).toBe(0);
     expect((await db.query('select count(*)::int as n from queues.error')).rows[0].n).toBe(0);
     expect(
       (await worker.query('select queues.complete_task($1, $2) as c', [id, current?.task_lease_id])).rows[0].c,
@@ -593,7 +591,7 @@ describe('history', () => {
     // The settled runs' starts are with their completions.
     const { rows: ends } = await db.query(
       `select task_id::text, (extract(epoch from started_at) * 1000000)::bigint::text as us
-         from queues.task_completed where task_id = any($1::bigint[]) order by task_id`,
+         from queues.task_end where task_id = any($1::bigint[]) order by task_id`,
       [settled.map((l) => l.task_id)],
     );
     expect(ends).toEqual(settled.map((l, i) => ({ task_id: l.task_id, us: startedUs[i] })));

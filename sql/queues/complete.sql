@@ -3,6 +3,11 @@
 -- Fencing: a caller that passes the lease it holds can only complete while that lease
 -- is the task's newest one. A worker whose lease expired and was re-claimed by another
 -- worker gets 'lease_lost' and changes nothing.
+--
+-- Where an end is written: the plain successes of a call are one completion round per
+-- task type (queues.completion_round, naming its tasks with the lease and start of each);
+-- every other end is a queues.task_completed row. Read a task's end through
+-- queues.task_end / queues.task_end_of (sql/queues/task_end.sql), never the tables.
 
 -- Completes a batch. Parallel arrays: _task_lease_ids, _outcomes, _retries and
 -- _started_at may be null (no fencing, outcome by default, retries allowed, start not
@@ -157,14 +162,37 @@ begin
      where p.task_id = any (array(select h.task_id from held h where not h.retry))
     returning p.task_id
   ),
-  completed as (
+  -- Every end but a plain success: a task_completed row per task. The lease the caller
+  -- held; null when it passed none. A fenced caller is told 'already_completed' only for
+  -- a completion made under its own lease.
+  ended as (
     insert into queues.task_completed (task_id, task_lease_id, outcome, task_type, started_at)
-    -- The lease the caller held; null when it passed none. A fenced caller is told
-    -- 'already_completed' only for a completion made under its own lease.
     select h.task_id, h.task_lease_id, h.outcome, h.task_type, h.started_at
-      from held h where not h.retry
+      from held h where not h.retry and h.outcome <> 'succeeded'
     on conflict do nothing
     returning task_completed.task_id
+  ),
+  -- Plain successes: one completion round per task type, naming its tasks in ascending
+  -- order with the lease the caller held and the run's start (microseconds since the
+  -- epoch) of each. No constraint keeps a task from two ends: the pending row, locked
+  -- above and deleted here, does (every end deletes it in the transaction that records
+  -- the end, so a task with a pending row has none, and a concurrent completer of the
+  -- same task waits for the lock and then finds no row).
+  rounds as (
+    insert into queues.completion_round (task_id, task_type, task_ids, task_lease_ids, started_us, task_range)
+    select max(h.task_id), h.task_type,
+           array_agg(h.task_id order by h.task_id),
+           array_agg(h.task_lease_id order by h.task_id),
+           array_agg((extract(epoch from h.started_at) * 1000000)::bigint order by h.task_id),
+           int8range(min(h.task_id), max(h.task_id), '[]')
+      from held h where not h.retry and h.outcome = 'succeeded'
+     group by h.task_type
+    returning completion_round.task_ids
+  ),
+  completed as (
+    select e.task_id from ended e
+    union all
+    select u.task_id from rounds r cross join lateral unnest(r.task_ids) as u(task_id)
   ),
   -- The task's resource key (if any) is free again, whether it completed or waits to retry.
   unlocked as (
@@ -178,12 +206,13 @@ begin
            when rt.task_id is not null then 'retry_scheduled'
            -- Completed under another lease: the caller's lease was taken over, and its
            -- transaction must not commit as if it had completed the task.
-           when exists (select 1 from queues.task_completed tc
-                         where tc.task_id = i.task_id
-                           and i.task_lease_id is not null
-                           and tc.task_lease_id is distinct from i.task_lease_id)
+           -- (Its end in either shape: queues.task_end_of, an index probe of each; a
+           -- scalar subquery, evaluated only for the tasks this call did not complete.)
+           when i.task_lease_id is not null
+                and coalesce((select true from queues.task_end_of(i.task_id) e
+                               where e.task_lease_id is distinct from i.task_lease_id limit 1), false)
              then 'lease_lost'
-           when exists (select 1 from queues.task_completed tc where tc.task_id = i.task_id)
+           when coalesce((select true from queues.task_end_of(i.task_id) e limit 1), false)
              then 'already_completed'
            when not exists (select 1 from queues.task t where t.task_id = i.task_id)
              then 'unknown_task'

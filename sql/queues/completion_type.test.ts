@@ -33,7 +33,7 @@ async function claimAt(seconds: number, maxLeases = 5): Promise<Map<string, stri
 async function completions(ids: string[]) {
   const { rows } = await db.query<{ task_id: string; outcome: string; task_type: string | null; own_type: string }>(
     `select c.task_id, c.outcome, c.task_type, t.task_type as own_type
-       from queues.task_completed c join queues.task t using (task_id)
+       from queues.task_end c join queues.task t using (task_id)
       where c.task_id = any ($1::bigint[]) order by c.task_id`,
     [ids],
   );

@@ -85,6 +85,7 @@ create or replace function queues.enqueue_task(
   _public       boolean default false,
   _notify       boolean default true,
   _check_only   boolean default false,
+  _depends_on   bigint[] default null,
   _group_key    text default null
 ) returns bigint
   language plpgsql volatile
@@ -146,8 +147,14 @@ begin
      where t.task_type = _task_type
     returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts, group_key
   )
-  insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts, group_key)
-  select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts, i.group_key
+  -- A task with dependencies starts waiting (at 'infinity', sql/queues/dependencies.sql),
+  -- so that no index entry of it is ever among the ready ones.
+  insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts,
+                                  group_key)
+  select i.task_id, i.task_type, i.priority,
+         case when cardinality(_depends_on) > 0 then 'infinity' else i.scheduled_at end, i.resource_key,
+         case when cardinality(_depends_on) > 0 then 'infinity' else i.scheduled_at end, i.max_attempts,
+         i.group_key
     from inserted i
   returning task_id into _task_id;
 
@@ -159,6 +166,11 @@ begin
   if current_setting('queue.traceparent', true) <> '' then
     perform queues.record_task_trace(array[_task_id]);
   end if;
+  -- Dependencies (sql/queues/dependencies.sql): the task waits, or fails at once.
+  if cardinality(_depends_on) > 0 then
+    perform queues.add_task_dependencies(array_fill(_task_id, array[cardinality(_depends_on)]), _depends_on,
+                                         array_fill(''::text, array[cardinality(_depends_on)]), array[_task_id]);
+  end if;
   -- A task due more than a minute ahead wakes nobody now: workers poll for it.
   if _notify and (_scheduled_at is null or _scheduled_at <= now() + interval '1 minute') then
     perform pg_notify('queues_task_ready', '');
@@ -168,10 +180,11 @@ end;
 $$;
 
 -- Enqueue one task for an app or the API; returns its task_id. NULL arguments take the
--- defaults (now, 0, no resource key, queues.default_max_attempts(), no group key: the key
--- flow limits count the task by within its type, sql/queues/limits.sql), since generated
+-- defaults (now, 0, no resource key, queues.default_max_attempts()), since generated
 -- clients send undefined as NULL. A unique task: queues.enqueue_unique (unique.sql). Refuses internal task types (42501). _notify => false leaves the wake-up to
--- the caller (queues.enqueue_and_commit sends it after the commit).
+-- the caller (queues.enqueue_and_commit sends it after the commit). _depends_on: tasks
+-- this one waits for (sql/queues/dependencies.sql); NULL or empty: none. _group_key: what
+-- flow limits count the task by within its type (sql/queues/limits.sql); NULL: none.
 create or replace function queues.enqueue(
   _task_type    text,
   _payload      jsonb,
@@ -180,6 +193,7 @@ create or replace function queues.enqueue(
   _resource_key text default null,
   _max_attempts integer default null,
   _notify       boolean default true,
+  _depends_on   bigint[] default null,
   _group_key    text default null
 ) returns bigint
   language plpgsql volatile
@@ -188,7 +202,7 @@ create or replace function queues.enqueue(
 as $$
 begin
   return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts,
-                             true, coalesce(_notify, true), false, _group_key);
+                             true, coalesce(_notify, true), false, _depends_on, _group_key);
 end;
 $$;
 
@@ -216,7 +230,7 @@ create or replace procedure queues.enqueue_and_commit(
 as $$
 begin
   _task_id := queues.enqueue(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts, false,
-                             _group_key);
+                             null, _group_key);
   commit;
   if _scheduled_at is null
      or _scheduled_at operator(pg_catalog.<=) (pg_catalog.now() operator(pg_catalog.+) interval '1 minute') then
@@ -228,7 +242,7 @@ $$;
 -- Enqueue one task; returns its task_id. NULL arguments take the defaults (now, 0,
 -- no resource key, queues.default_max_attempts()), since generated clients send undefined as NULL.
 -- Owner only (no grant): the owner's SQL enqueues any task type through it. A thin alias
--- of the core queues.enqueue_task, with the defaults of queues.enqueue.
+-- of the core queues.enqueue_task, with the defaults of queues.enqueue (_depends_on too).
 create or replace function queues.enqueue_internal(
   _task_type    text,
   _payload      jsonb,
@@ -236,6 +250,7 @@ create or replace function queues.enqueue_internal(
   _priority     integer default null,
   _resource_key text default null,
   _max_attempts integer default null,
+  _depends_on   bigint[] default null,
   _group_key    text default null
 ) returns bigint
   language plpgsql volatile
@@ -244,7 +259,7 @@ create or replace function queues.enqueue_internal(
 as $$
 begin
   return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts,
-                             false, true, false, _group_key);
+                             false, true, false, _depends_on, _group_key);
 end;
 $$;
 
@@ -266,10 +281,12 @@ $$;
 
 -- Enqueue many tasks in one statement. _tasks is a JSON array of objects:
 --   {"task_type": "...", "payload": {...}, "scheduled_at"?: "...", "priority"?: 0,
---    "resource_key"?: "...", "max_attempts"?: 25, "group_key"?: "...",
---    "unique_key"?: "...", "unique_policy"?: "skip", "unique_period"?: "30 seconds"}
+--    "resource_key"?: "...", "max_attempts"?: 25,
+--    "unique_key"?: "...", "unique_policy"?: "skip", "unique_period"?: "30 seconds",
+--    "depends_on"?: [task ids], "group_key"?: "..."}
 -- (the unique fields as in queues.enqueue_unique; a skipped element answers the pending
--- task's id)
+-- task's id; depends_on as queues.enqueue's _depends_on, not with a unique key, and
+-- naming tasks that exist before the call)
 -- Returns the task_ids in input order. All or nothing: the first bad element, in input
 -- order, raises an error naming it (tasks[i]: ...) and nothing is written. _public as in
 -- queues.enqueue_task: a worker-only task type anywhere in the batch is refused (42501)
@@ -294,6 +311,9 @@ declare
   _ids bigint[];
   _ready boolean;
   _refused record;
+  _dep_tasks bigint[];
+  _dep_ids bigint[];
+  _dep_labels text[];
 begin
   if _tasks is null then
     raise exception 'tasks must not be null' using errcode = '22004';
@@ -349,9 +369,14 @@ begin
            case
              when jsonb_typeof(c.element) <> 'object' then
                '22023 must be a JSON object, got ' || jsonb_typeof(c.element)
-             when c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,group_key}'::text[] <> '{}' then
+             when c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,depends_on,group_key}'::text[] <> '{}' then
                '22023 unknown field(s) ' || left((select string_agg(k, ', ') from jsonb_object_keys(
-                 c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,group_key}'::text[]) k), 200)
+                 c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,depends_on,group_key}'::text[]) k), 200)
+             -- depends_on: null, or an array of task ids (integers, or their decimal text).
+             when jsonb_typeof(c.element -> 'depends_on') not in ('array', 'null')
+                  or jsonb_path_exists(c.element -> 'depends_on',
+                       'lax $[*] ? (!((@.type() == "number" && @ == @.floor()) || (@.type() == "string" && @ like_regex "^[0-9]{1,18}$")))') then
+               '22023 depends_on must be an array of task ids'
              when c.task_type is null then '22004 task_type must not be null'
              when c.task_type not in (select t.task_type from queues.task_type t) then
                '22023 unknown task_type ' || quote_literal(left(c.task_type, 100))
@@ -396,6 +421,17 @@ begin
   -- The caller's trace context, when the transaction has one (sql/queues/trace.sql).
   if current_setting('queue.traceparent', true) <> '' then
     perform queues.record_task_trace(_ids);
+  end if;
+  -- Dependencies (sql/queues/dependencies.sql), one edge per element of a depends_on:
+  -- _ids is in input order (the insert numbered the tasks in that order).
+  if jsonb_path_exists(_tasks, 'lax $[*].depends_on[*]') then
+    select array_agg(_ids[e.n] order by e.n, d.n), array_agg((d.value #>> '{}')::bigint order by e.n, d.n),
+           array_agg(format('tasks[%s]: ', e.n - 1) order by e.n, d.n)
+      into _dep_tasks, _dep_ids, _dep_labels
+      from jsonb_array_elements(_tasks) with ordinality e(value, n)
+     cross join lateral jsonb_array_elements(e.value -> 'depends_on') with ordinality d(value, n)
+     where jsonb_typeof(e.value -> 'depends_on') = 'array';
+    perform queues.add_task_dependencies(_dep_tasks, _dep_ids, _dep_labels, _ids);
   end if;
 
   if _ready then

@@ -1,9 +1,9 @@
 // queues.parse_envelope (sql/queues/steps.sql) on the result envelope's table of cases,
-// the one parseEnvelope in @org/handler-types is tested on (envelope-cases.json): the
+// the one parseEnvelope in @org/contracts is tested on (envelope-cases.json): the
 // worker and the database read a function's result alike.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/testing';
-import { caseTitle, envelopeCases } from '../../packages/handler-types/test/envelope-cases.js';
+import { caseTitle, envelopeCases } from '../../packages/contracts/test/envelope-cases.js';
 
 let db: TestDatabase;
 beforeAll(async () => {

@@ -44,8 +44,8 @@ begin
                    where v.task_id = _task_id and v.task_lease_id = _task_lease_id)
        -- Completed by anyone not passing this lease (another worker, an unfenced call,
        -- the queue abandoning it): the holder's run is over.
-       or exists (select 1 from queues.task_completed c
-                   where c.task_id = _task_id and c.task_lease_id is distinct from _task_lease_id) then
+       or exists (select 1 from queues.task_end_of(_task_id) c
+                   where c.task_lease_id is distinct from _task_lease_id) then
       raise exception 'lease % is no longer the current lease of task %', _task_lease_id, _task_id
         using errcode = '55000', schema = 'queues', constraint = 'task_lease_current',
               hint = 'Another worker claimed the task after this lease expired.';

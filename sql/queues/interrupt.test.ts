@@ -56,7 +56,7 @@ describe('interrupt_task', () => {
     }
     expect(results).toEqual(['retry_scheduled', 'retry_scheduled', 'abandoned']);
     const { rows } = await db.query(
-      `select (select outcome from queues.task_completed where task_id = $1) as outcome,
+      `select (select outcome from queues.task_end where task_id = $1) as outcome,
               (select array_agg(error_message order by error_id) from queues.error where task_id = $1) as errors`,
       [id],
     );

@@ -178,9 +178,9 @@ describe('releases', () => {
       worker.query('select queues.fail_task($1, $2, $3)', [id, 'late', lease.task_lease_id]),
     ).rejects.toMatchObject({ code: '55000' });
     expect(await extendAt(1, [lease])).toEqual([]);
-    expect(
-      (await db.query('select count(*)::int as n from queues.task_completed where task_id = $1', [id])).rows[0].n,
-    ).toBe(0);
+    expect((await db.query('select count(*)::int as n from queues.task_end where task_id = $1', [id])).rows[0].n).toBe(
+      0,
+    );
   });
 
   it('releasing a lease that is no longer current does nothing', async () => {
@@ -216,7 +216,7 @@ describe('poison tasks', () => {
     expect(await claimAt(61 * (maxLeases + 1), 'next', maxLeases)).toEqual([]);
     const { rows } = await db.query(
       `select c.outcome, e.error_message
-         from queues.task_completed c join queues.error e using (task_id) where c.task_id = $1`,
+         from queues.task_end c join queues.error e using (task_id) where c.task_id = $1`,
       [id],
     );
     expect(rows).toEqual([
@@ -237,7 +237,7 @@ describe('poison tasks', () => {
     const healthy = await enqueue();
     const claimed = await claimAt(122, 'w', 1);
     expect(claimed.map((l) => l.task_id)).toEqual([healthy]);
-    const { rows } = await db.query('select outcome from queues.task_completed where task_id = $1', [poison]);
+    const { rows } = await db.query('select outcome from queues.task_end where task_id = $1', [poison]);
     expect(rows).toEqual([{ outcome: 'abandoned' }]);
   });
 
@@ -266,7 +266,7 @@ describe('poison tasks', () => {
     const completed = async () =>
       (
         await db.query(
-          `select count(*)::int as n from queues.task_completed where outcome = 'abandoned' and task_id = any($1::bigint[])`,
+          `select count(*)::int as n from queues.task_end where outcome = 'abandoned' and task_id = any($1::bigint[])`,
           [queued],
         )
       ).rows[0].n;
@@ -363,9 +363,9 @@ describe('poison tasks', () => {
         ]);
       expect(result[0].result).toBe('retry_scheduled');
     }
-    expect(
-      (await db.query('select count(*)::int as n from queues.task_completed where task_id = $1', [id])).rows[0].n,
-    ).toBe(0);
+    expect((await db.query('select count(*)::int as n from queues.task_end where task_id = $1', [id])).rows[0].n).toBe(
+      0,
+    );
     await db.query(`delete from internal.setting where name = 'backoff_scale'`);
   });
 

@@ -4,7 +4,8 @@
 -- without a completion, available at its scheduled time, the retry time of its last
 -- failed attempt, the retry time of its last transient interruption, or the effective
 -- expiry of its newest lease (heartbeats, releases and revocations applied), whichever is
--- latest. Returns the number of pending tasks.
+-- latest; a task waiting for its dependencies at 'infinity'. Returns the number of pending
+-- tasks.
 create or replace function queues.rebuild_task_pending() returns bigint
   language plpgsql volatile
   set search_path = pg_catalog, pg_temp
@@ -72,8 +73,19 @@ begin
        where x.task_id = t.task_id
     ) i on true
     left join queues.task_run_now rn on rn.task_id = t.task_id
-   where not exists (select 1 from queues.task_completed c where c.task_id = t.task_id);
+   where not exists (select 1 from queues.task_end_of(t.task_id) c);
   get diagnostics _count = row_count;
+
+  -- A task never leased whose dependencies have not all succeeded waits for them
+  -- (sql/queues/dependencies.sql).
+  update queues.task_pending p
+     set scheduled_at = 'infinity', available_at = 'infinity'
+   where p.current_lease_id is null and p.lease_count = 0
+     and p.task_id in (
+       select d.task_id from queues.task_dependency d
+        where exists (select 1 from queues.task_pending x where x.task_id = d.depends_on_task_id)
+           or exists (select 1 from queues.task_completed c
+                       where c.task_id = d.depends_on_task_id and c.outcome <> 'succeeded'));
 
   -- Each resource key held by a live lease, as the claim left it.
   insert into queues.resource_lease (resource_key, task_id, expires_at)

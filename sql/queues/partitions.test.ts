@@ -125,6 +125,15 @@ async function orphans(): Promise<unknown[]> {
     union all select 'task_completed', x.task_id from queues.task_completed x
      where not exists (select 1 from queues.task t where t.task_id = x.task_id)
         or (x.task_lease_id is not null and not exists (select 1 from queues.task_lease l where l.task_id = x.task_id and l.task_lease_id = x.task_lease_id))
+    -- A completion round lives in the set of the largest task it names, which is kept
+    -- while the round is; a task it names from an older set may have gone before it.
+    union all select 'completion_round', x.task_id from queues.completion_round x
+     where not exists (select 1 from queues.task t where t.task_id = x.task_id)
+    union all select 'completion_round lease', u.task_id from queues.completion_round x
+     cross join lateral unnest(x.task_ids, x.task_lease_ids) as u(task_id, task_lease_id)
+     where exists (select 1 from queues.task t where t.task_id = u.task_id)
+       and u.task_lease_id is not null
+       and not exists (select 1 from queues.task_lease l where l.task_id = u.task_id and l.task_lease_id = u.task_lease_id)
     union all select 'error', x.task_id from queues.error x
      where not exists (select 1 from queues.task t where t.task_id = x.task_id)
         or (x.task_lease_id is not null and not exists (select 1 from queues.task_lease l where l.task_id = x.task_id and l.task_lease_id = x.task_lease_id))
@@ -141,7 +150,7 @@ async function orphans(): Promise<unknown[]> {
         or not exists (select 1 from queues.task t where t.task_id = x.new_task_id)
     union all select 'task_pending', x.task_id from queues.task_pending x
      where not exists (select 1 from queues.task t where t.task_id = x.task_id)
-        or exists (select 1 from queues.task_completed c where c.task_id = x.task_id)`);
+        or exists (select 1 from queues.task_end c where c.task_id = x.task_id)`);
   return rows;
 }
 
@@ -259,11 +268,11 @@ describe('partition maintenance', () => {
     const { rows: where } = await db.query(
       `select tableoid::regclass::text as part from queues.task where task_id = any($1::bigint[])
        union all select tableoid::regclass::text from queues.task_lease where task_id = any($1::bigint[])
-       union all select tableoid::regclass::text from queues.task_completed where task_id = any($1::bigint[])`,
+       union all select tableoid::regclass::text from queues.completion_round where task_ids && $1::bigint[]`,
       [ids],
     );
     expect(new Set(where.map((r) => r.part))).toEqual(
-      new Set([`queues.task_p${top + 6}`, `queues.task_lease_p${top + 6}`, `queues.task_completed_p${top + 6}`]),
+      new Set([`queues.task_p${top + 6}`, `queues.task_lease_p${top + 6}`, `queues.completion_round_p${top + 6}`]),
     );
     // The rest of the run makes the sets ahead table by table, and skips nothing.
     const rest = await maintain();
@@ -344,7 +353,8 @@ describe('partition maintenance', () => {
       [leases.get(done), leases.get(running)],
     ]);
     await complete(leases, [done]);
-    expect(await partOf('task_completed', [done])).toEqual(['queues.task_completed_default']);
+    // A plain success is a completion round, routed by the largest task id it names.
+    expect(await partOf('completion_round', [done])).toEqual(['queues.completion_round_default']);
 
     // First the set above the last id (late), so no id can land in the gap any more...
     const last = top + 4 + 2003;
@@ -366,7 +376,7 @@ describe('partition maintenance', () => {
     expect(await partOf('task', ids.slice(2000))).toEqual([`queues.task_p${cut}`]);
     for (const table of ['task_lease', 'task_lease_started'])
       expect(await partOf(table, [done, running])).toEqual([`queues.${table}_p${top}`]);
-    expect(await partOf('task_completed', [done])).toEqual([`queues.task_completed_p${top}`]);
+    expect(await partOf('completion_round', [done])).toEqual([`queues.completion_round_p${top}`]);
     expect(await tasksIn(top, last + 1)).toBe(2003);
     expect(await orphans()).toEqual([]);
     const status = (await db.pool('api').query('select admin.history_status() as s')).rows[0].s;
@@ -873,6 +883,62 @@ describe('partition maintenance', () => {
       await writer.query('rollback').catch(() => undefined);
       for (const c of [writer, attach]) await c.end();
     }
+  });
+
+  it('a completion round naming tasks of two sets keeps the newer set (where it lives) while the older one is kept', async () => {
+    // Two sets of our own, and a third for a task past both (so both lie below the last
+    // task id): tasks [lo + 5, lo + SIZE + 5) straddle the first two.
+    const lo = await aboveEveryRange(0);
+    for (let k = 0; k < 3; k++)
+      await db.query('select queues.create_history_partition($1, $2)', [lo + k * SIZE, lo + (k + 1) * SIZE]);
+    await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [lo + 4]);
+    const ids = await enqueue(SIZE);
+    await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [lo + 2 * SIZE]);
+    const [past] = await enqueue(1);
+    const older: [number, number] = [lo, lo + SIZE];
+    const newer: [number, number] = [lo + SIZE, lo + 2 * SIZE];
+    const leases = await claimAll();
+    // One task of the older set stays pending; the rest end in one call: one round, named
+    // by its largest task, so it lives in the newer set.
+    const pending = ids[2];
+    await complete(
+      leases,
+      ids.filter((id) => id !== pending),
+    );
+    await complete(leases, [past]);
+    const { rows: round } = await db.query(
+      `select tableoid::regclass::text as part, task_ids::text[] from queues.completion_round where $1::bigint = any (task_ids)`,
+      [ids[0]],
+    );
+    expect(round).toEqual([
+      { part: `queues.completion_round_p${newer[0]}`, task_ids: ids.filter((id) => id !== pending) },
+    ]);
+    expect(await orphans()).toEqual([]);
+
+    // Past the window: the newer set's own tasks are all done and old, but its round names
+    // tasks of the older set, kept for its pending task; neither goes.
+    const later = await maintain(`now() + interval '8 days'`);
+    expect(later.dropped).not.toContainEqual(older);
+    expect(later.dropped).not.toContainEqual(newer);
+    expect(later.skipped).toEqual([]);
+    // The older set's finished tasks still read their end from the round.
+    const api = db.pool('api');
+    for (const id of [ids[0], ids[4]]) {
+      const { rows } = await api.query('select admin.get_task($1) as t', [id]);
+      expect(rows[0].t.task.state, id).toBe('succeeded');
+      expect(rows[0].t.completion, id).toMatchObject({ outcome: 'succeeded', task_lease_id: Number(leases.get(id)) });
+    }
+
+    // The pending task ends: the older set goes, then the newer one, and nothing is left
+    // that names a task still kept.
+    await complete(leases, [pending]);
+    const { dropped, skipped } = await maintainUntilDropped(`now() + interval '8 days'`, [older, newer]);
+    expect(skipped).toEqual([]);
+    expect(dropped).toContainEqual(older);
+    expect(dropped).toContainEqual(newer);
+    expect(dropped.findIndex(([l]) => l === older[0])).toBeLessThan(dropped.findIndex(([l]) => l === newer[0]));
+    expect(await tasksIn(lo, lo + 2 * SIZE)).toBe(0);
+    expect(await orphans()).toEqual([]);
   });
 
   it('is a runnable db_function for the worker, and the API sees partitions and the next drop', async () => {

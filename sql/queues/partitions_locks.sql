@@ -1,7 +1,7 @@
 -- The locks of history maintenance (sql/queues/partitions.sql describes the partitions).
 --
--- Locks. The claim and the completion read queues.task, task_lease_started and
--- task_completed through generic plans, which lock every partition of those tables,
+-- Locks. The claim and the completion read queues.task, task_lease_started,
+-- task_completed and completion_round through generic plans, which lock every partition of those tables,
 -- default included, and every writer takes ROW EXCLUSIVE on the parents. So each step
 -- locks one table (its parent, the partition, the default) in the order the hot path
 -- takes its own (parent, then partition, then default), without waiting in a lock queue
@@ -13,8 +13,9 @@
 --   create table .. partition of     ACCESS EXCLUSIVE on the parent and its default: not used
 --   create table (like ..) + attach  SHARE UPDATE EXCLUSIVE on the parent (no conflict with
 --                                    DML), ACCESS EXCLUSIVE on the default partition (a
---                                    conflict only for task, task_lease_started and
---                                    task_completed, whose defaults the hot path's plans lock)
+--                                    conflict only for task, task_lease_started,
+--                                    task_completed and completion_round, whose defaults
+--                                    the hot path's plans lock)
 --                                    and, for a set made late (its range within reach of the
 --                                    ids handed out), SHARE on the parent first: writers of
 --                                    that table wait for the attach (a writer that routed its

@@ -21,8 +21,10 @@
 --    detached (the set's tasks are gone from then on; steps 3 and 2 take its facts and the
 --    detached tables away): a set goes when its whole range lies below the last task id
 --    (no new task can land in it), it holds no pending task (queues.task_pending, then
---    every task checked against its completion), and its newest completion is older than
---    the retention window. A set with one pending task is kept, however old.
+--    every task checked against its end: a task_completed row or a completion round), its
+--    newest end is older than the retention window, and no completion round in it names
+--    a task of an older set still kept (a round lives in the set of the largest task id
+--    it names). A set with one pending task is kept, however old.
 -- 5. With nothing else to do: the sets that are done are measured for the History page
 --    (queues.measure_history_sets).
 -- Drops are recorded in queues.history_partition_dropped. A step that cannot get its lock
@@ -240,9 +242,28 @@ begin
         _kept := _kept + 1;
         continue;
       end if;
-      select max(c.completed_at) into _last_completed from queues.task_completed c
-       where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound;
+      -- Its newest end: task_completed's rows in the set, and the completion rounds that
+      -- name a task in its range (GiST probes of completion_round.task_range in the
+      -- partitions of this set and the newer ones, where such a round lives).
+      select greatest(
+               (select max(c.completed_at) from queues.task_completed c
+                 where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound),
+               (select max(r.completed_at) from queues.completion_round r
+                 where r.task_range && int8range(_set.lower_bound, _set.upper_bound)
+                   and r.task_id >= _set.lower_bound))
+        into _last_completed;
       if _last_completed > _now - _setting.retention then
+        _kept := _kept + 1;
+        continue;
+      end if;
+      -- A completion round in this set that names a task of an older set still kept (a
+      -- round lives in the set of the largest task id it names): dropping it would take
+      -- that task's end away, so the set waits for the older one.
+      if exists (select 1 from queues.completion_round r
+                  where r.task_id >= _set.lower_bound and r.task_id < _set.upper_bound
+                    and lower(r.task_range) < _set.lower_bound
+                    and exists (select 1 from queues.task t
+                                 where t.task_id = any (r.task_ids) and t.task_id < _set.lower_bound)) then
         _kept := _kept + 1;
         continue;
       end if;
@@ -251,7 +272,13 @@ begin
        where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound;
       if exists (select 1 from queues.task t
                   where t.task_id >= _set.lower_bound and t.task_id < _set.upper_bound
-                    and not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)) then
+                    and not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)
+                    -- nor in a completion round (its rounds' task ids in the set, hashed)
+                    and not exists (select 1 from queues.completion_round r
+                                     cross join lateral unnest(r.task_ids) as x(task_id)
+                                     where r.task_range && int8range(_set.lower_bound, _set.upper_bound)
+                                       and r.task_id >= _set.lower_bound
+                                       and x.task_id = t.task_id)) then
         _kept := _kept + 1;
         continue;
       end if;
@@ -271,7 +298,11 @@ begin
                     where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
            or exists (select 1 from queues.task_completed c
                        where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound
-                         and c.completed_at > _now - _setting.retention) then
+                         and c.completed_at > _now - _setting.retention)
+           or exists (select 1 from queues.completion_round r
+                       where r.task_range && int8range(_set.lower_bound, _set.upper_bound)
+                         and r.task_id >= _set.lower_bound
+                         and r.completed_at > _now - _setting.retention) then
           -- Roll the block back, which attaches the partition again.
           raise exception 'set [%, %) changed since it was checked', _set.lower_bound, _set.upper_bound
             using errcode = 'QH001';

@@ -50,7 +50,11 @@ begin
    order by s.lower_bound
    limit 1;
   if found then
-    execute 'select max(c.completed_at) from queues.task_completed c where c.task_id >= $1 and c.task_id < $2'
+    -- Its newest end, in either shape (as queues.maintain_history_step_at reads it).
+    execute 'select greatest(
+               (select max(c.completed_at) from queues.task_completed c where c.task_id >= $1 and c.task_id < $2),
+               (select max(r.completed_at) from queues.completion_round r
+                 where r.task_range && int8range($1, $2) and r.task_id >= $1))'
       into _last_completed using _next.lower_bound, _next.upper_bound;
     _pending := (select count(*) from queues.task_pending tp
                   where tp.task_id >= _next.lower_bound and tp.task_id < _next.upper_bound);

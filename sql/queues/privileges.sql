@@ -26,14 +26,18 @@ grant execute on function
   queues.record_worker_stopped(text),
   queues.cancelled_tasks(bigint[]),
   queues.task_type_timeouts(),
-  queues.record_progress(bigint, bigint, bigint, bigint, text)
+  queues.record_progress(bigint, bigint, bigint, bigint, text),
+  queues.record_throttle(text, text, timestamptz, numeric, text, text, bigint, bigint),
+  queues.active_throttles(),
+  queues.list_task_dependencies(bigint)
 to :DATABASE_WORKER;
 
 grant execute on function
-  queues.enqueue(text, jsonb, timestamptz, integer, text, integer, boolean, text),
+  queues.enqueue(text, jsonb, timestamptz, integer, text, integer, boolean, bigint[], text),
   queues.enqueue_many(jsonb),
   queues.enqueue_unique(text, jsonb, text, text, interval, timestamptz, integer, text, integer),
-  queues.cancel_tasks(bigint[], text)
+  queues.cancel_tasks(bigint[], text),
+  queues.list_task_dependencies(bigint)
 to :DATABASE_APP;
 -- The client's enqueue on a pool (commit, then the wake-up; sql/queues/enqueue.sql).
 revoke execute on all procedures in schema queues from public;

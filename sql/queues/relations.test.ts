@@ -25,17 +25,21 @@ const ORPHANS: [string, string][] = [
   ],
   [
     'task_completed -> task',
-    'select count(*) from queues.task_completed c where not exists (select 1 from queues.task t where t.task_id = c.task_id)',
+    'select count(*) from queues.task_end c where not exists (select 1 from queues.task t where t.task_id = c.task_id)',
   ],
   [
     'task_completed.task_type = its task type',
-    `select count(*) from queues.task_completed c
+    `select count(*) from queues.task_end c
       where c.task_type is distinct from (select t.task_type from queues.task t where t.task_id = c.task_id)`,
   ],
   [
     'task_completed -> task_lease of the same task',
-    `select count(*) from queues.task_completed c where c.task_lease_id is not null
+    `select count(*) from queues.task_end c where c.task_lease_id is not null
       and not exists (select 1 from queues.task_lease l where l.task_lease_id = c.task_lease_id and l.task_id = c.task_id)`,
+  ],
+  [
+    'one end per task (a task_completed row or a place in one completion round)',
+    'select count(*) from (select e.task_id from queues.task_end e group by e.task_id having count(*) > 1) x',
   ],
   [
     'task_lease_started -> task_lease of the same task',
@@ -139,7 +143,7 @@ it('no orphan facts after a concurrent workload of claims, starts, completions, 
   }
   // The workload did reach every kind of fact.
   const { rows } = await db.query(`select
-      (select count(*) from queues.task_completed)::int as completed,
+      (select count(*) from queues.task_end)::int as completed,
       (select count(*) from queues.task_attempt_failed)::int as retried,
       (select count(*) from queues.task_lease_release)::int as released,
       (select count(*) from queues.task_lease_extension)::int as extended,
@@ -151,7 +155,7 @@ it('no orphan facts after a concurrent workload of claims, starts, completions, 
 it('truncating queues.task truncates the facts that no longer have keys to it', async () => {
   await db.query('truncate queues.task cascade');
   const { rows } = await db.query(`select
-      (select count(*) from queues.task_pending) + (select count(*) from queues.task_lease) + (select count(*) from queues.task_completed)
+      (select count(*) from queues.task_pending) + (select count(*) from queues.task_lease) + (select count(*) from queues.task_end)
       + (select count(*) from queues.task_lease_started) + (select count(*) from queues.task_lease_extension)
       + (select count(*) from queues.task_lease_release) + (select count(*) from queues.error) as n`);
   expect(Number(rows[0].n)).toBe(0);

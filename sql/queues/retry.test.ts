@@ -63,7 +63,7 @@ describe('simple retries', () => {
       }
     }
     expect(waits).toEqual([5, 10]);
-    const { rows } = await db.query('select outcome from queues.task_completed where task_id = $1', [id]);
+    const { rows } = await db.query('select outcome from queues.task_end where task_id = $1', [id]);
     expect(rows).toEqual([{ outcome: 'failed' }]);
     const dead = await db.query('select task_id, outcome, attempts from queues.dead_letter where task_id = $1', [id]);
     expect(dead.rows).toEqual([{ task_id: id, outcome: 'failed', attempts: 3 }]);
@@ -79,9 +79,9 @@ describe('simple retries', () => {
       .pool('worker')
       .query(`select result from queues.complete_tasks($1::bigint[], $2::bigint[])`, [[twice], [second.task_lease_id]]);
     expect(rows[0].result).toBe('completed');
-    expect(
-      (await db.query('select outcome from queues.task_completed where task_id = $1', [twice])).rows[0].outcome,
-    ).toBe('succeeded');
+    expect((await db.query('select outcome from queues.task_end where task_id = $1', [twice])).rows[0].outcome).toBe(
+      'succeeded',
+    );
   });
 
   it('the rebuilt claim index keeps attempts and retry times', async () => {

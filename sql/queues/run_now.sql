@@ -5,7 +5,8 @@
 -- wakes the supervisor run its backoff scheduled this way, rather than enqueue another
 -- run beside it). Owner only (no grants).
 
--- Makes the scheduled tasks among _task_ids (never leased, not due at _now) due at _now:
+-- Makes the scheduled tasks among _task_ids (never leased, not due at _now, not waiting for
+-- dependencies) due at _now:
 -- records queues.task_run_now, moves their claim-index rows, and sends the wake-up when
 -- any moved. Their rows stay locked until the caller's transaction ends (a claim that
 -- holds one commits first; the row is then read as it left it). Returns the ids moved.
@@ -21,6 +22,8 @@ begin
       from queues.task_pending p
      where p.task_id = any (_task_ids)
        and p.available_at > _now and p.current_lease_id is null and p.lease_count = 0
+       -- A task waiting for its dependencies is not scheduled: it runs when they end.
+       and p.available_at <> 'infinity'
      order by p.task_id
        for update
   ),

@@ -95,7 +95,7 @@ describe('a fenced completion after someone else completed the task', () => {
     const [holder] = await claimAt(61, 'holder');
     // Another claimer finds that lease expired too and abandons the task (max_leases 1).
     expect(await claimAt(122, 'other', 1, 1)).toEqual([]);
-    expect((await db.query('select outcome from queues.task_completed where task_id = $1', [id])).rows).toEqual([
+    expect((await db.query('select outcome from queues.task_end where task_id = $1', [id])).rows).toEqual([
       { outcome: 'abandoned' },
     ]);
     expect(await completeMany([holder])).toEqual(['lease_lost']);
@@ -156,7 +156,7 @@ describe('resource keys and late heartbeats', () => {
     // K stays T2's: neither T3 nor T1 is claimed while T2's lease lives.
     expect(await claimAt(63, 'w3', 10)).toEqual([]);
     expect(await completeMany([l1])).toEqual(['lease_lost']);
-    expect(await count('select count(*)::int as n from queues.task_completed where task_id = $1', [t1])).toBe(0);
+    expect(await count('select count(*)::int as n from queues.task_end where task_id = $1', [t1])).toBe(0);
     expect(t3).toBeDefined();
   });
 
@@ -508,7 +508,7 @@ describe('server-side steps (queues.run_steps)', () => {
     expect(await effectsOf('completer')).toBe(1);
     expect(await effectsOf('victim')).toBe(0);
     const { rows: outcomes } = await db.query(
-      'select task_id, outcome from queues.task_completed where task_id = any($1::bigint[]) order by task_id',
+      'select task_id, outcome from queues.task_end where task_id = any($1::bigint[]) order by task_id',
       [ids],
     );
     expect(outcomes.map((r) => r.outcome)).toEqual(['cancelled', 'succeeded', 'cancelled']);
@@ -554,7 +554,7 @@ describe('server-side steps (queues.run_steps)', () => {
     for (const key of ['meddled', 'good-2', 'good-3']) expect(await effectsOf(key)).toBe(1);
     expect(await effectsOf('meddler')).toBe(0);
     const { rows: outcomes } = await db.query(
-      'select task_id, outcome from queues.task_completed where task_id = any($1::bigint[]) order by task_id',
+      'select task_id, outcome from queues.task_end where task_id = any($1::bigint[]) order by task_id',
       [ids],
     );
     // The first step completed under its own lease, with its writes; not cancelled.
@@ -625,9 +625,9 @@ describe('server-side steps (queues.run_steps)', () => {
     expect(rows[1].error).toMatch(/refused/);
     expect(await runs()).toBe(before + 3);
     for (const key of ['taken-mid-call', 'waits', 'after-wait']) expect(await effectsOf(key)).toBe(0);
-    expect(
-      await count('select count(*)::int as n from queues.task_completed where task_id = any($1::bigint[])', [ids]),
-    ).toBe(0);
+    expect(await count('select count(*)::int as n from queues.task_end where task_id = any($1::bigint[])', [ids])).toBe(
+      0,
+    );
     await runner.end();
     await gate.end();
   });
@@ -645,7 +645,7 @@ describe('server-side steps (queues.run_steps)', () => {
   it('bad input is refused with a clear error and writes nothing', async () => {
     const id = await enqueue();
     const [lease] = await claimAt(0, 'steps', 1);
-    const before = await count('select count(*)::int as n from queues.task_completed');
+    const before = await count('select count(*)::int as n from queues.task_end');
     const call = (ids: unknown, leases: unknown, names: unknown, payloads: unknown) =>
       db.pool('worker').query('select * from queues.run_steps($1, $2, $3, $4)', [ids, leases, names, payloads]);
     await expect(call(null, [lease.task_lease_id], ['internal.noop'], [{}])).rejects.toMatchObject({
@@ -692,7 +692,7 @@ describe('server-side steps (queues.run_steps)', () => {
       code: '22004',
       message: expect.stringContaining('task_lease_ids must not contain null'),
     });
-    expect(await count('select count(*)::int as n from queues.task_completed')).toBe(before);
+    expect(await count('select count(*)::int as n from queues.task_end')).toBe(before);
     expect(await count('select count(*)::int as n from queues.task_pending where task_id = $1', [id])).toBe(1);
   });
 });

@@ -83,7 +83,7 @@ async function settle(
   const settled = rows[0] as { result: string; outcome: string; errors: string[] };
   if (settled.result === 'completed' || settled.result === 'retry_scheduled') {
     const { rows: ends } = await db.query(
-      `select started_at from queues.task_completed where task_id = $1 and task_lease_id = $2
+      `select started_at from queues.task_end where task_id = $1 and task_lease_id = $2
        union all
        select started_at from queues.task_attempt_failed where task_id = $1 and task_lease_id = $2`,
       [t.taskId, t.leaseId],
@@ -95,7 +95,7 @@ async function settle(
 
 /** What the database holds for the task: its completion, its error rows, the handler's writes. */
 async function facts(taskId: string) {
-  const { rows: completed } = await db.query('select outcome from queues.task_completed where task_id = $1', [taskId]);
+  const { rows: completed } = await db.query('select outcome from queues.task_end where task_id = $1', [taskId]);
   const { rows: errors } = await db.query(
     'select error_message as message from queues.error where task_id = $1 order by error_id',
     [taskId],

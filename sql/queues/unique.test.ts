@@ -52,7 +52,7 @@ const counts = async () =>
       `select (select count(*) from queues.task)::int as tasks,
               (select count(*) from queues.task_pending)::int as pending,
               (select count(*) from queues.task_unique_key)::int as keys,
-              (select count(*) from queues.task_completed)::int as completed`,
+              (select count(*) from queues.task_end)::int as completed`,
     )
   ).rows[0];
 
@@ -100,7 +100,7 @@ describe('replace', () => {
     expect(second).toEqual({ task_id: expect.any(String), outcome: 'replaced', replaced_task_id: first.task_id });
     expect((await pendingOf('replace:1')).map((t) => t.payload)).toEqual([{ v: 2 }]);
     const { rows } = await db.query(
-      `select c.outcome, x.reason from queues.task_completed c join queues.task_cancelled x using (task_id)
+      `select c.outcome, x.reason from queues.task_end c join queues.task_cancelled x using (task_id)
         where c.task_id = $1`,
       [first.task_id],
     );
@@ -195,7 +195,7 @@ describe('racing enqueuers of one key', () => {
         const replaced = new Set(answers.map((a) => a.replaced_task_id));
         expect(answers.map((a) => a.task_id).filter((id) => !replaced.has(id))).toEqual([pending[0].task_id]);
         const { rows } = await db.query(
-          `select count(*)::int as n from queues.task_unique u join queues.task_completed c using (task_id)
+          `select count(*)::int as n from queues.task_unique u join queues.task_end c using (task_id)
             where u.unique_key = $1 and c.outcome = 'cancelled'`,
           [key],
         );

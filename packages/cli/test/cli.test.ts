@@ -143,7 +143,7 @@ describe('queue', () => {
     const first = await queue(['cancel', String(id), '--reason', 'not needed'], api);
     expect(first.code, first.stderr).toBe(0);
     expect(first.stdout).toMatch(new RegExp(`${id}\\s+cancelled`));
-    const { rows } = await db.query(`select outcome from queues.task_completed where task_id = $1`, [id]);
+    const { rows } = await db.query(`select outcome from queues.task_end where task_id = $1`, [id]);
     expect(rows).toEqual([{ outcome: 'cancelled' }]);
     const again = await queue(['cancel', String(id), '--json'], api);
     expect(again.code).toBe(3);

@@ -2,7 +2,7 @@
 import { createServer, type AddressInfo } from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { FastifyInstance } from 'fastify';
-import type { ProviderContext } from '@org/handler-types';
+import type { ProviderContext } from '@org/contracts';
 import { createFilesService } from '@org/files-service';
 import { createFilesServiceDeleteProvider } from '@org/providers';
 import { createTestDatabase, type TestDatabase } from '@org/testing';

@@ -1,6 +1,6 @@
 // File deletion through the files service (packages/files-service): it signs a V4 DELETE
 // URL for the object, and this provider sends the DELETE straight to storage.
-import { fileDeletePayload, type FileDeletePayload, type Provider, type ProviderContext } from '@org/handler-types';
+import { fileDeletePayload, type FileDeletePayload, type Provider, type ProviderContext } from '@org/contracts';
 import { safeUrl, snippet, throwIfAborted, withTimeout } from './internal.js';
 
 export interface FilesServiceDeleteOptions {

@@ -2,7 +2,7 @@
 // credentials are set, otherwise local mode, loudly logged.
 import { z } from 'zod';
 import { defineConfig, httpUrl, ConfigError } from '@org/config';
-import type { EmailPayload, FileDeletePayload, Provider, SmsPayload } from '@org/handler-types';
+import type { EmailPayload, FileDeletePayload, Provider, SmsPayload } from '@org/contracts';
 import { createFilesServiceDeleteProvider } from './files-service-delete.js';
 import { createLocalEmailOutboxProvider, createLocalSmsOutboxProvider } from './local-outbox.js';
 import { createLocalStorageDeleteProvider } from './local-storage-delete.js';

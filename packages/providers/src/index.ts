@@ -1,5 +1,5 @@
 // @org/providers: one provider per channel behind the `Provider` interface of
-// @org/handler-types, plus `providersFromEnv` to pick them. Fake servers for tests are
+// @org/contracts, plus `providersFromEnv` to pick them. Fake servers for tests are
 // in '@org/providers/testing'.
 export { createResendEmailProvider, type ResendEmailOptions, type ResendEmailResult } from './resend-email.js';
 export { createTwilioSmsProvider, type TwilioSmsOptions, type TwilioSmsResult } from './twilio-sms.js';

@@ -10,7 +10,7 @@ import {
   type Provider,
   type ProviderContext,
   type SmsPayload,
-} from '@org/handler-types';
+} from '@org/contracts';
 import { defaultDataDir, throwIfAborted } from './internal.js';
 
 /** `<repo>/.data/outbox`: the default outbox root (`email/` and `sms/` below it). */

@@ -1,7 +1,7 @@
 // Local mode for file deletion: objects are files under `<storageRoot>/<bucket>/<object_key>`.
 import { lstat, realpath, rm } from 'node:fs/promises';
 import { dirname, isAbsolute, relative, resolve, sep } from 'node:path';
-import { fileDeletePayload, type FileDeletePayload, type Provider, type ProviderContext } from '@org/handler-types';
+import { fileDeletePayload, type FileDeletePayload, type Provider, type ProviderContext } from '@org/contracts';
 import type { FileDeleteResult } from './files-service-delete.js';
 import { defaultDataDir, throwIfAborted } from './internal.js';
 

@@ -1,6 +1,13 @@
 // SMS through Twilio with the real `twilio` SDK.
 import type TwilioSdk from 'twilio';
-import { smsPayload, type Provider, type ProviderContext, type SmsPayload } from '@org/handler-types';
+import {
+  retryAfterSeconds,
+  smsPayload,
+  ThrottledError,
+  type Provider,
+  type ProviderContext,
+  type SmsPayload,
+} from '@org/contracts';
 import { raceAbort, throwIfAborted } from './internal.js';
 
 export interface TwilioSmsOptions {
@@ -38,23 +45,63 @@ type TwilioClient = ReturnType<Twilio>;
 let sdk: Promise<Twilio> | undefined;
 const loadTwilio = (): Promise<Twilio> => (sdk ??= import('twilio').then((m) => m.default));
 
-/** A Twilio HTTP client that sends every request to `base` (Twilio has no base-URL option). */
-function rewritingRequestClient(twilio: Twilio, base: URL, timeoutMs: number) {
+/**
+ * Twilio's HTTP client, sending every request to `base` when given (Twilio has no base-URL
+ * option), that turns back-pressure into a ThrottledError before the SDK sees the answer
+ * (its RestException keeps no headers, so the Retry-After would be lost): HTTP 429 (code
+ * 20429, or any other), for its `Retry-After` (else 1 s), and code 21611, the sender's
+ * queue of messages full (60 s). Neither sent anything.
+ */
+function throttleAwareRequestClient(twilio: Twilio, base: URL | undefined, timeoutMs: number) {
   const client = new twilio.RequestClient({ timeout: timeoutMs });
   const request = client.request.bind(client);
-  client.request = (opts) => {
-    const original = new URL(opts.uri);
-    const target = new URL(base.href);
-    target.pathname = base.pathname.replace(/\/+$/, '') + original.pathname;
-    target.search = original.search;
-    return request({ ...opts, uri: target.href });
+  client.request = async (opts) => {
+    let uri = opts.uri;
+    if (base) {
+      const original = new URL(opts.uri);
+      const target = new URL(base.href);
+      target.pathname = base.pathname.replace(/\/+$/, '') + original.pathname;
+      target.search = original.search;
+      uri = target.href;
+    }
+    const response = await request({ ...opts, uri });
+    const throttled = twilioThrottle(response);
+    if (throttled) throw throttled;
+    return response;
   };
   return client;
 }
 
+/** The ThrottledError a Twilio answer means, or undefined when it is not back-pressure. */
+export function twilioThrottle(response: {
+  statusCode: number;
+  body: unknown;
+  headers?: unknown;
+}): ThrottledError | undefined {
+  let body = response.body as { code?: unknown; message?: unknown } | string | null | undefined;
+  if (typeof body === 'string') {
+    try {
+      body = JSON.parse(body) as { code?: unknown; message?: unknown };
+    } catch {
+      body = undefined;
+    }
+  }
+  const code = typeof body === 'object' && body !== null && typeof body.code === 'number' ? body.code : undefined;
+  const message = typeof body === 'object' && body !== null && typeof body.message === 'string' ? body.message : '';
+  if (response.statusCode !== 429 && code !== 21611) return undefined;
+  const headers = (response.headers ?? {}) as Record<string, unknown>;
+  const header = Object.entries(headers).find(([k]) => k.toLowerCase() === 'retry-after')?.[1];
+  const seconds = retryAfterSeconds(typeof header === 'string' ? header : undefined) ?? (code === 21611 ? 60 : 1);
+  const codeText = code !== undefined ? ` code ${code}` : '';
+  return new ThrottledError(`twilio: HTTP ${response.statusCode}${codeText}: ${message || 'too many requests'}`, {
+    retryAfterSeconds: seconds,
+  });
+}
+
 /**
  * The `sms` provider backed by Twilio's Messages API. Twilio has no idempotency key; a
- * retried attempt can send twice (the supervisor decides whether to retry).
+ * retried attempt can send twice (the supervisor decides whether to retry). Back-pressure
+ * (HTTP 429, a full sender queue) is a ThrottledError (throttleAwareRequestClient).
  */
 export function createTwilioSmsProvider(options: TwilioSmsOptions): Provider<SmsPayload> {
   if (!/^AC[0-9a-zA-Z]{32}$/.test(options.accountSid ?? '')) {
@@ -75,9 +122,7 @@ export function createTwilioSmsProvider(options: TwilioSmsOptions): Provider<Sms
   const getClient = () =>
     (client ??= loadTwilio().then((twilio) =>
       twilio(options.accountSid, options.authToken, {
-        httpClient: base
-          ? rewritingRequestClient(twilio, base, timeoutMs)
-          : new twilio.RequestClient({ timeout: timeoutMs }),
+        httpClient: throttleAwareRequestClient(twilio, base, timeoutMs),
       }),
     ));
 
@@ -113,7 +158,7 @@ export function createTwilioSmsProvider(options: TwilioSmsOptions): Provider<Sms
  * request config, Authorization header included.
  */
 function twilioError(twilio: Twilio, err: unknown): Error {
-  if (err instanceof Error && err.name === 'AbortError') return err;
+  if (err instanceof Error && (err.name === 'AbortError' || err instanceof ThrottledError)) return err;
   if (err instanceof twilio.RestException) {
     const code = err.code !== undefined ? ` code ${err.code}` : '';
     const more = err.moreInfo ? ` (${err.moreInfo})` : '';

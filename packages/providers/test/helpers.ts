@@ -1,4 +1,4 @@
-import type { ProviderContext } from '@org/handler-types';
+import type { ProviderContext } from '@org/contracts';
 
 /** A provider context for tests. */
 export function ctx(signal: AbortSignal = new AbortController().signal): ProviderContext {

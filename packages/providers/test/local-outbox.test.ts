@@ -2,7 +2,7 @@ import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { EmailPayload, SmsPayload } from '@org/handler-types';
+import type { EmailPayload, SmsPayload } from '@org/contracts';
 import {
   createLocalEmailOutboxProvider,
   createLocalSmsOutboxProvider,

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { ThrottledError } from '@org/contracts';
 import { createResendEmailProvider } from '@org/providers';
 import { startFakeResend, type FakeResend } from '@org/providers/testing';
 import { ctx } from './helpers.ts';
@@ -67,6 +68,23 @@ describe('resend email provider', () => {
     fake.failNext(1, 500, 'database on fire');
     await expect(provider.send(payload, ctx())).rejects.toThrow('resend: HTTP 500 application_error: database on fire');
     expect(fake.emails).toHaveLength(0);
+  });
+
+  it('a 429 with Retry-After is a ThrottledError for that many seconds; nothing is sent', async () => {
+    const provider = createResendEmailProvider({ apiKey: API_KEY, baseUrl: fake.url });
+    fake.throttleNext(1, 42, 'Too many requests. You can only make 2 requests per second.');
+    const err = await provider.send(payload, ctx()).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ThrottledError);
+    expect(err).toMatchObject({
+      retryAfterSeconds: 42,
+      message: 'resend: HTTP 429 rate_limit_exceeded: Too many requests. You can only make 2 requests per second.',
+    });
+    expect(fake.emails).toHaveLength(0);
+    // Without Retry-After: a second.
+    fake.throttleNext(1);
+    expect(await provider.send(payload, ctx()).catch((e: unknown) => e)).toMatchObject({ retryAfterSeconds: 1 });
+    // The next call goes through.
+    expect(await provider.send(payload, ctx())).toMatchObject({ provider: 'resend' });
   });
 
   it('throws with status and message when Resend answers 422', async () => {

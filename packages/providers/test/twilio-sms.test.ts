@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { ThrottledError } from '@org/contracts';
 import { createTwilioSmsProvider } from '@org/providers';
 import { startFakeTwilio, type FakeTwilio } from '@org/providers/testing';
 import { ctx } from './helpers.ts';
@@ -53,6 +54,24 @@ describe('twilio sms provider', () => {
     fake.failNext(1, 500, 'carrier unreachable');
     await expect(make().send(payload, ctx())).rejects.toThrow('twilio: HTTP 500 code 20500: carrier unreachable');
     expect(fake.messages).toHaveLength(0);
+  });
+
+  it('a 429 with Retry-After is a ThrottledError for that many seconds; nothing is sent', async () => {
+    fake.throttleNext(1, 17);
+    const err = await make()
+      .send(payload, ctx())
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ThrottledError);
+    expect(err).toMatchObject({ retryAfterSeconds: 17, message: 'twilio: HTTP 429 code 20429: Too Many Requests' });
+    expect(fake.messages).toHaveLength(0);
+    // Without Retry-After: a second.
+    fake.throttleNext(1);
+    expect(
+      await make()
+        .send(payload, ctx())
+        .catch((e: unknown) => e),
+    ).toMatchObject({ retryAfterSeconds: 1 });
+    expect(await make().send(payload, ctx())).toMatchObject({ provider: 'twilio' });
   });
 
   it('throws on a 400 from Twilio', async () => {

@@ -37,10 +37,11 @@ export {
   type LeaseRef,
   type NewTask,
   type Settlement,
-  type CompletionHandler,
+  type HandlerCall,
   type Step,
   type StepResult,
   type Task,
+  type TaskState,
   type EnqueueOutcome,
   type UniqueEnqueueResult,
   type UniqueOptions,
@@ -49,7 +50,16 @@ export {
 export { cancelTasks, cancelledTasks, type CancelAnswer, type CancelResult } from './cancel.js';
 export { taskTypeTimeouts } from './timeouts.js';
 export { recordProgress, type ProgressReport } from './progress.js';
+export {
+  activeThrottles,
+  recordThrottle,
+  type ActiveThrottle,
+  type ThrottleKeyKind,
+  type ThrottleRecorded,
+  type ThrottleReport,
+} from './throttles.js';
 export { listTaskResults, recordTaskResult, type TaskResult } from './results.js';
+export { listTaskDependencies, type TaskDependency } from './dependencies.js';
 export { recordWorkerHeartbeat, recordWorkerStopped, revokeWorkerLeases } from './workers.js';
 export { registerTaskTypes, type TaskTypeRegistration } from './task-types.js';
 export {

@@ -15,6 +15,8 @@
  *                                                                        again when it expires
  *   retrying   not completed, a failed attempt or an interruption    -> ready at its retry time
  *              waiting for its retry time
+ *   waiting    not completed, enqueued with dependsOn, some dependency    -> ready when all succeeded,
+ *              still pending                                                failed when one did not
  *   completed  outcome succeeded | failed | abandoned | cancelled | validation_failed   (terminal)
  */
 import {
@@ -82,7 +84,29 @@ export interface NewTask {
   maxAttempts?: number;
   /** At most one pending task per key: see {@link UniqueOptions}. */
   unique?: UniqueOptions;
+  /**
+   * Tasks this one waits for (fan-in, sql/queues/dependencies.sql): it stays `waiting`,
+   * never claimed, until every one has ended; it runs when all succeeded, and is completed
+   * 'failed' (with an error naming the dependency) when one failed, was cancelled or was
+   * abandoned. Each must be a task that exists already (not found otherwise, nothing
+   * written), so dependencies never form a cycle; at most 100. Not with `unique`. The
+   * processor reads their outcomes and results with `ctx.dependencies()`.
+   */
+  dependsOn?: Id[];
 }
+
+/** The states of a task (admin.task_states(); docs/glossary.md, "Task states"). */
+export type TaskState =
+  | 'waiting'
+  | 'scheduled'
+  | 'ready'
+  | 'running'
+  | 'retrying'
+  | 'succeeded'
+  | 'failed'
+  | 'abandoned'
+  | 'cancelled'
+  | 'validation_failed';
 
 /**
  * What an enqueue with a unique key does when a task with that key is pending (not
@@ -206,10 +230,11 @@ function asObject(value: unknown): JsonObject {
  * queues.enqueue_and_commit cannot take the context).
  */
 export async function enqueue(db: Queryable, task: NewTask): Promise<Id> {
-  if (task.unique) {
-    if (task.groupKey !== undefined) throw new QueueError('groupKey cannot be combined with unique', 'invalid_input');
-    return (await enqueueUnique(db, { ...task, unique: task.unique })).taskId;
-  }
+  if (task.unique && task.dependsOn?.length)
+    throw new QueueError('dependsOn cannot be combined with unique', 'invalid_input');
+  if (task.unique && task.groupKey !== undefined)
+    throw new QueueError('groupKey cannot be combined with unique', 'invalid_input');
+  if (task.unique) return (await enqueueUnique(db, { ...task, unique: task.unique })).taskId;
   if (tracingEnabled())
     return withSendSpan(
       [task.taskType],
@@ -227,6 +252,7 @@ async function enqueueOne(db: Queryable, task: NewTask, trace?: TraceContext): P
     priority: task.priority,
     resourceKey: task.resourceKey,
     maxAttempts: task.maxAttempts,
+    dependsOn: task.dependsOn?.length ? task.dependsOn : undefined,
     groupKey: task.groupKey,
   };
   if (trace) {
@@ -234,7 +260,9 @@ async function enqueueOne(db: Queryable, task: NewTask, trace?: TraceContext): P
     if (!row) throw new Error('queues.enqueue returned no row');
     return row.taskId;
   }
-  if (db instanceof pg.Pool) {
+  // With dependencies, one statement (queues.enqueue_and_commit takes none): its wake-up
+  // goes out at its own commit.
+  if (db instanceof pg.Pool && !params.dependsOn) {
     const [row] = await mapErrors(
       taskEnqueueAndCommit.run(params, prepared('queue_client_task_enqueue_and_commit', db)),
     );
@@ -318,6 +346,7 @@ async function enqueueBatch(db: Queryable, tasks: NewTask[], trace?: TraceContex
     unique_key: t.unique?.key,
     unique_policy: t.unique?.policy,
     unique_period: periodInterval(t.unique),
+    depends_on: t.dependsOn?.length ? t.dependsOn : undefined,
   }));
   // The ids come back as one array in input order: one row to send and parse, not one per task.
   let text: string;
@@ -516,8 +545,8 @@ export async function settleTasks(
   return completions.map((c) => ({ taskId: c.taskId, result: byId.get(String(c.taskId)) ?? 'unknown_task' }));
 }
 
-/** A handler that runs with its task's completion (see settleWithHandler). */
-export interface CompletionHandler {
+/** A call of a success or error handler with its task's completion (see settleWithHandler). */
+export interface HandlerCall {
   /** The runnable function (internal.run_function) and its argument. */
   functionName: string;
   body: JsonObject;
@@ -541,7 +570,7 @@ export interface CompletionHandler {
 export async function settleWithHandler(
   db: Queryable,
   completion: Settlement & { taskLeaseId: Id; outcome: 'succeeded' | 'failed' | 'validation_failed' },
-  handler: CompletionHandler,
+  handler: HandlerCall,
   traceparent?: string,
 ): Promise<{ result: CompletionResult; outcome: CompletionOutcome; errors: string[] }> {
   const params = {

@@ -81,7 +81,7 @@ describe('queue client', () => {
     expect(errorId).toMatch(/^\d+$/);
     expect(await completeTask(worker, { taskId, taskLeaseId: claimed.taskLeaseId, outcome: 'failed' })).toBe(true);
     expect(await completeTask(worker, { taskId })).toBe(false);
-    const { rows } = await db.query('select outcome from queues.task_completed where task_id = $1', [taskId]);
+    const { rows } = await db.query('select outcome from queues.task_end where task_id = $1', [taskId]);
     expect(rows).toEqual([{ outcome: 'failed' }]);
   });
 

@@ -17,7 +17,15 @@
  * validated before it reaches the database.
  */
 import type { z } from 'zod';
-import { enqueue, QueueError, type Id, type JsonObject, type NewTask, type Queryable } from '@org/queue-client';
+import {
+  enqueue,
+  QueueError,
+  type Id,
+  type JsonObject,
+  type NewTask,
+  type Queryable,
+  type TaskDependency,
+} from '@org/queue-client';
 
 /** Marks a definition, across copies of this module (a task file may resolve another one). */
 export const TASK_DEFINITION: unique symbol = Symbol.for('@org/tasks.definition') as never;
@@ -56,6 +64,12 @@ export interface TaskRunContext {
    * often as you like: at most one report per second is recorded. A bad value throws.
    */
   progress(done: number, total?: number, note?: string): void;
+  /**
+   * The tasks this one was enqueued to wait for (`dependsOn`), in task id order, each with
+   * how it ended and the result it recorded (a task runs only once all succeeded); empty
+   * without dependencies. One query per call.
+   */
+  dependencies(): Promise<TaskDependency[]>;
   log: TaskLog;
 }
 

@@ -169,7 +169,7 @@ it('takes four steps and one hand-written file, and the task runs', async () => 
 
   // The task ran: succeeded, with run's result, and the worker logged what the README says.
   const outcome = await eventually(async () => {
-    const { rows } = await db.query('select outcome from queues.task_completed where task_id = $1', [answer.task_id]);
+    const { rows } = await db.query('select outcome from queues.task_end where task_id = $1', [answer.task_id]);
     return rows[0]?.outcome as string | undefined;
   }, `task ${answer.task_id} completed`);
   expect(outcome, workerOutput).toBe('succeeded');

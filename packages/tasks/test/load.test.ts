@@ -55,6 +55,7 @@ it('loads TypeScript task files with their own imports, skipping helpers, declar
         maxAttempts: 1,
         signal: new AbortController().signal,
         progress: () => {},
+        dependencies: () => Promise.resolve([]),
         log: console,
       },
     ),

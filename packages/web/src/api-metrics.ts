@@ -11,19 +11,20 @@
 import { Gauge, Registry } from 'prom-client';
 import type { Store } from './store.js';
 
-const PENDING_STATES = ['scheduled', 'ready', 'running', 'retrying'];
+const PENDING_STATES = ['waiting', 'scheduled', 'ready', 'running', 'retrying'];
 const WINDOW = 3600;
 /** The duration bucket bounds (seconds), the same as admin.duration_buckets() in SQL. */
 const DURATION_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
 
 export async function renderApiMetrics(store: Store): Promise<{ text: string; contentType: string }> {
-  const [types, counts, stats, capacity, queues, history, limits] = await Promise.all([
+  const [types, counts, stats, capacity, queues, history, throttles, limits] = await Promise.all([
     store.taskTypes(),
     store.counts(WINDOW),
     store.completionStats(WINDOW),
     store.capacity(),
     store.queues(),
     store.history(),
+    store.throttles(),
     store.limits(),
   ]);
   const registry = new Registry();
@@ -76,6 +77,29 @@ export async function renderApiMetrics(store: Store): Promise<{ text: string; co
   const paused = gauge('queue_paused', 'Whether claiming of this task type is paused (1) or not (0).', ['task_type']);
   for (const q of queues) {
     paused.set({ task_type: q.task_type }, q.paused ? 1 : 0);
+  }
+
+  // Provider back-pressure (docs/flow-control.md): claims leave a throttled type's tasks.
+  const throttled = gauge(
+    'queue_throttled',
+    'Whether a provider throttle holds this task type (channel) back from claims (1) or not (0).',
+    ['task_type'],
+  );
+  const throttledUntil = gauge(
+    'queue_throttled_until_timestamp_seconds',
+    'Until when a provider throttle holds a key back (absent while none is in force).',
+    ['key_kind', 'key'],
+  );
+  const throttleReports = gauge(
+    'queue_throttle_reports',
+    'Throttle reports in force for a key (how many runs met the provider refusing them).',
+    ['key_kind', 'key'],
+  );
+  for (const { task_type } of types)
+    throttled.set({ task_type }, throttles.some((t) => t.key_kind === 'task_type' && t.key === task_type) ? 1 : 0);
+  for (const t of throttles) {
+    throttledUntil.set({ key_kind: t.key_kind, key: t.key }, new Date(t.throttled_until).getTime() / 1000);
+    throttleReports.set({ key_kind: t.key_kind, key: t.key }, t.reports);
   }
 
   // Flow limits (docs/flow-control.md): one series per limit in force, none without limits.

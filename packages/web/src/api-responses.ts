@@ -177,8 +177,16 @@ export const responses = {
         z.looseObject({ task_lease_id: id, worker_id: z.string(), leased_at: timestamp, live: z.boolean() }),
       ),
       results: z.array(z.object({ task_lease_id: id, result: json, recorded_at: timestamp })),
+      dependencies: z
+        .array(z.looseObject({ task_id: id, task_type: z.string(), outcome: z.string().nullable() }))
+        .describe('the tasks it waits for (depends_on), each with its outcome (null: still pending)'),
+      dependents: z
+        .array(z.looseObject({ task_id: id, task_type: z.string(), state: z.string() }))
+        .describe('the tasks that wait for it, with their states (at most 100)'),
     })
-    .describe('one task: its row, leases, errors, completion and each run’s result (admin.get_task)'),
+    .describe(
+      'one task: its row, leases, errors, completion, each run’s result, its dependencies and dependents (admin.get_task)',
+    ),
   history: z
     .looseObject({
       now: timestamp,
@@ -237,6 +245,20 @@ export const responses = {
     group_key: z.string().nullable(),
     cleared: z.boolean(),
   }),
+  throttles: z.object({
+    throttles: z.array(
+      z.object({
+        key_kind: z.string(),
+        key: z.string(),
+        throttled_until: timestamp,
+        reason: z.string(),
+        recorded_at: timestamp,
+        recorded_by: z.string(),
+        reports: z.number().int(),
+      }),
+    ),
+  }),
+  throttleCleared: z.object({ key_kind: z.string(), key: z.string(), cleared: z.boolean() }),
   workers: z.object({
     workers: z.array(
       z.object({

@@ -85,6 +85,7 @@ export type Change = <T>(
 
 const TASK_TYPE = /^[a-z][a-z0-9_]{0,62}$/;
 export const TASK_STATES = [
+  'waiting',
   'scheduled',
   'ready',
   'running',
@@ -168,7 +169,9 @@ const cancelBody = selection(
   {
     task_type: taskType.optional(),
     state: z
-      .enum(['scheduled', 'ready', 'retrying'], { error: 'state must be scheduled, ready or retrying' })
+      .enum(['waiting', 'scheduled', 'ready', 'retrying'], {
+        error: 'state must be waiting, scheduled, ready or retrying',
+      })
       .optional(),
   },
   1000,
@@ -245,6 +248,13 @@ const limitKeyQuery = z
   .object({ scope: limitScope, group_key: limitGroupKey })
   .strict()
   .refine((b) => (b.scope === 'group') === (b.group_key != null), groupKeyForScope);
+/** POST /api/throttles/clear: the throttle to clear (docs/flow-control.md, "Provider back-pressure"). */
+const throttleClearBody = z
+  .object({
+    key_kind: z.literal('task_type', { error: "key_kind must be 'task_type'" }),
+    key: taskType,
+  })
+  .strict();
 const scheduleName = z
   .string()
   .regex(/^[a-z][a-z0-9_.-]{0,99}$/, 'name must be a schedule name such as nightly.analytics');
@@ -294,8 +304,19 @@ const newTask = z
       .min(0, 'unique_period_seconds must not be negative')
       .max(31_536_000, 'unique_period_seconds must be at most a year')
       .optional(),
+    // Tasks this one waits for (sql/queues/dependencies.sql): existing task ids.
+    depends_on: z
+      .array(z.number().int('depends_on must hold task ids').positive('depends_on must hold task ids'), {
+        error: 'depends_on must be an array of task ids',
+      })
+      .max(100, 'depends_on must name at most 100 tasks')
+      .optional(),
   })
   .strict()
+  .refine((t) => t.unique_key === undefined || t.depends_on === undefined, {
+    message: 'depends_on cannot be combined with unique_key',
+    path: ['depends_on'],
+  })
   .refine(
     (t) => t.unique_key !== undefined || (t.unique_policy === undefined && t.unique_period_seconds === undefined),
     {
@@ -457,6 +478,7 @@ const API_SCHEMAS = {
   timeoutBody,
   limitBody,
   limitKeyQuery,
+  throttleClearBody,
   emptyBody,
   workerIdParams,
   schedulesQuery,
@@ -979,6 +1001,24 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
       };
     });
     request.log.info({ event: 'task_limit_cleared', ...answer }, 'flow limit cleared');
+    return answer;
+  });
+
+  // Provider back-pressure (docs/flow-control.md): the throttles in force, and an
+  // operator's clear of one (its tasks are claimed again at once).
+  app.get('/api/throttles', async () => ({ throttles: await store.throttles() }));
+
+  app.post('/api/throttles/clear', async (request) => {
+    const body = parse(throttleClearBody, request.body, 'body');
+    const answer = await change(request, 'clear_throttle', async (tx) => {
+      const cleared = await tx.clearThrottle(body.key_kind, body.key);
+      return {
+        answer: { key_kind: body.key_kind, key: body.key, cleared },
+        taskType: body.key,
+        input: body,
+      };
+    });
+    request.log.info({ event: 'throttle_cleared', ...answer }, 'throttle cleared');
     return answer;
   });
 

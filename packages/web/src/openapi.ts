@@ -59,7 +59,7 @@ export function operations(s: ApiSchemas): Operation[] {
       tag: t,
       change: true,
       summary:
-        "Enqueue a task; with a unique_key, at most one pending task per key (skip, replace or debounce); or the role-based specification's body (role, dispensary_id, ...)",
+        "Enqueue a task; with a unique_key, at most one pending task per key (skip, replace or debounce); with depends_on, a task that waits for those tasks (fan-in); or the role-based specification's body (role, dispensary_id, ...)",
       body: z.union([s.newTask, s.specTask]),
       answers: {
         201: {
@@ -287,6 +287,22 @@ export function operations(s: ApiSchemas): Operation[] {
       params: s.taskTypeParams,
       query: s.limitKeyQuery,
       answers: ok(responses.limitCleared),
+    },
+    {
+      method: 'get',
+      path: '/api/throttles',
+      tag: 'queues',
+      summary: 'Provider throttles in force: per channel, until when, the latest reason and reporter',
+      answers: ok(responses.throttles),
+    },
+    {
+      method: 'post',
+      path: '/api/throttles/clear',
+      tag: 'queues',
+      change: true,
+      summary: "Clear a channel's throttle now: its tasks are claimed again at once",
+      body: s.throttleClearBody,
+      answers: ok(responses.throttleCleared),
     },
     {
       method: 'post',

@@ -20,6 +20,8 @@ import {
   queuePause,
   queueResume,
   queueSetTimeout,
+  queueThrottleClear,
+  queueThrottleList,
   workerList,
   workerRecover,
 } from './queries/queue.queries.js';
@@ -79,6 +81,7 @@ export interface NewTaskInput {
   unique_key?: string;
   unique_policy?: 'skip' | 'replace' | 'debounce';
   unique_period_seconds?: number;
+  depends_on?: number[];
 }
 
 /** What a flow limit covers (sql/queues/limits.sql). */
@@ -189,6 +192,7 @@ function newTask(input: NewTaskInput) {
     resourceKey: input.resource_key ?? undefined,
     maxAttempts: input.max_attempts ?? undefined,
     groupKey: input.group_key ?? undefined,
+    dependsOn: input.depends_on?.map(String),
   };
 }
 
@@ -588,6 +592,26 @@ export class Store {
   /** Clears a scope's flow limits; whether it had one (admin.clear_task_limit). */
   async clearLimit(taskType: string, scope: LimitScope, groupKey?: string | null): Promise<boolean> {
     const [row] = await limitClear.run({ taskType, scope, groupKey: groupKey ?? null }, this.pool);
+    return row!.cleared;
+  }
+
+  /** The provider throttles in force (admin.list_throttles), one per key. */
+  async throttles() {
+    const rows = await queueThrottleList.run(undefined, this.pool);
+    return rows.map((r) => ({
+      key_kind: r.keyKind,
+      key: r.key,
+      throttled_until: r.throttledUntil,
+      reason: r.reason,
+      recorded_at: r.recordedAt,
+      recorded_by: r.recordedBy,
+      reports: r.reports,
+    }));
+  }
+
+  /** Clears a key's throttle now (admin.clear_throttle); whether one was in force. */
+  async clearThrottle(keyKind: string, key: string): Promise<boolean> {
+    const [row] = await queueThrottleClear.run({ keyKind, key }, this.pool);
     return row!.cleared;
   }
 

@@ -49,7 +49,7 @@ async function reset(): Promise<void> {
 /** Everything a change could touch, to show that nothing did. */
 async function snapshot() {
   const { rows } = await db.query(`select
-    (select count(*)::int from queues.task) as tasks, (select count(*)::int from queues.task_completed) as completed,
+    (select count(*)::int from queues.task) as tasks, (select count(*)::int from queues.task_end) as completed,
     (select count(*)::int from queues.task_type_paused) as paused, (select count(*)::int from queues.task_type_resumed) as resumed,
     (select count(*)::int from queues.task_run_now) as run_now, (select count(*)::int from queues.task_lease_revocation) as revoked,
     (select count(*)::int from queues.task_redriven) as redriven,
@@ -145,6 +145,7 @@ function bodyFor(route: RouteInfo, f: Fixture): unknown {
     'POST /api/queues/:task_type/pause': { reason: 'audit test' },
     'POST /api/queues/:task_type/resume': {},
     'POST /api/queues/:task_type/timeout': { timeout_seconds: 30 },
+    'POST /api/throttles/clear': { key_kind: 'task_type', key: 'store_discovery' },
     'POST /api/workers/:worker_id/recover-stale': { dead_after_seconds: 10 },
     'POST /api/schedules/:name/enable': {},
     'POST /api/schedules/:name/disable': {},
@@ -391,7 +392,7 @@ describe('audit trail', () => {
     const outcomes = all.map((x) => (x.answer as { results: { result: string }[] }).results[0].result);
     expect(outcomes.filter((o) => o === 'cancelled')).toHaveLength(1);
     const { rows } = await db.query<{ n: number }>(
-      `select count(*)::int as n from queues.task_completed where task_id = $1 and outcome = 'cancelled'`,
+      `select count(*)::int as n from queues.task_end where task_id = $1 and outcome = 'cancelled'`,
       [f.task],
     );
     expect(rows[0].n).toBe(1);

@@ -46,7 +46,7 @@ async function create(body: Record<string, unknown>): Promise<number> {
 /** Everything a mutation could change, to show nothing did. */
 async function snapshot() {
   const { rows } = await db.query(`select
-    (select count(*)::int from queues.task) as tasks, (select count(*)::int from queues.task_completed) as completed,
+    (select count(*)::int from queues.task) as tasks, (select count(*)::int from queues.task_end) as completed,
     (select count(*)::int from queues.task_type_paused) as paused, (select count(*)::int from queues.task_type_resumed) as resumed,
     (select count(*)::int from queues.task_run_now) as run_now, (select count(*)::int from queues.task_lease_revocation) as revoked,
     (select count(*)::int from queues.task_redriven) as redriven,
@@ -227,7 +227,7 @@ describe('bulk actions', () => {
     [{ task_ids: [0] }, /positive/],
     [{ task_ids: ['1'] }, /task_ids/],
     [{ task_ids: [1, 1] }, /must not repeat/],
-    [{ filter: { state: 'running' }, limit: 5 }, /state must be scheduled, ready or retrying/],
+    [{ filter: { state: 'running' }, limit: 5 }, /state must be waiting, scheduled, ready or retrying/],
     [{ filter: { task_type: 'fax' }, limit: 5 }, /unknown task_type/],
     [{ filter: {}, limit: 5000 }, /limit/],
     [{ task_ids: [1], reason: 'x'.repeat(501) }, /reason must be at most 500/],

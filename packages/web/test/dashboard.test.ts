@@ -390,6 +390,24 @@ it('the Queues page sets, shows and clears a flow limit; a refused one says why'
   await row.waitFor({ state: 'detached' });
 });
 
+it('the Queues page shows a provider throttle, until when and why, and an operator clears it', async () => {
+  await setToken(TOKEN);
+  await db
+    .pool('worker')
+    .query(
+      `select * from queues.record_throttle('task_type', 'email', null, 600, 'resend: HTTP 429 rate_limit_exceeded: slow down', 'w-dash')`,
+    );
+  await page.goto(`${base}/#/queues`);
+  const note = page.getByTestId('throttle-email');
+  await note.waitFor();
+  expect(await note.textContent()).toMatch(/^until .+ · resend: HTTP 429 rate_limit_exceeded: slow down$/);
+  expect(await page.getByTestId('queue-email').textContent()).toContain('throttled');
+  await page.getByTestId('clear-throttle-email').click();
+  await page.getByTestId('action-result').filter({ hasText: 'email: throttle cleared' }).waitFor();
+  await note.waitFor({ state: 'detached' });
+  expect((await db.query('select count(*)::int as n from queues.throttle_cleared')).rows[0].n).toBe(1);
+});
+
 it('opens a process tree with a stuck child, listed first among the account deletions', async () => {
   const { rows: acc } = await db.query(
     `insert into accounts.account (email) values ('browser@example.com') returning account_id`,

@@ -144,6 +144,10 @@ describe('the OpenAPI document', () => {
     await db.query(`select queues.complete_task($1, null, 'failed')`, [dead]);
     const schedule = (await db.query<{ name: string }>('select name from schedules.schedule order by name limit 1'))
       .rows[0]?.name;
+    // A provider throttle in force (a worker met a 429).
+    await worker.query(
+      `select * from queues.record_throttle('task_type', 'email', null, 600, 'HTTP 429', 'w-openapi')`,
+    );
     // A process run (send_email), its supervisor run once as the worker would.
     const processName = 'send_email';
     const root = Number(
@@ -212,6 +216,11 @@ describe('the OpenAPI document', () => {
       'delete /api/queues/{task_type}/limits': [
         { path: { task_type: 'store_discovery' }, query: 'scope=each_group' },
         { path: { task_type: 'no_such_type' }, query: 'scope=type' },
+      ],
+      'get /api/throttles': [{}],
+      'post /api/throttles/clear': [
+        { body: { key_kind: 'task_type', key: 'store_discovery' } },
+        { body: { key_kind: 'task_type', key: 'email' } },
       ],
       'get /api/workers': [{}],
       'post /api/workers/{worker_id}/recover-stale': [{ path: { worker_id: 'w-openapi' }, body: {} }],

@@ -2,10 +2,10 @@
  * Calls a task's handlers (before_handler, success_handler, error_handler) through
  * internal.run_function and normalises what they return with the envelope schema.
  */
-import type { Envelope } from '@org/handler-types';
+import type { Envelope } from '@org/contracts';
 import { runBeforeProviderCall, runFunction, type Id, type JsonObject, type Queryable } from '@org/queue-client';
-import { handlerTypes } from './handler-types.js';
-import { activeTraceparent, traceStep } from './tracing.js';
+import { contracts } from './contracts.js';
+import { activeTraceparent, traceChild } from './tracing.js';
 
 export type HandlerResult = { ok: true; envelope: Envelope } | { ok: false; error: string };
 
@@ -18,7 +18,7 @@ export class HandlerInvoker {
    * handler's span is the trace context of the tasks it enqueues.
    */
   async call(name: string, body: JsonObject): Promise<HandlerResult> {
-    const result = await traceStep('queue.handler', { 'queue.handler.name': name }, () =>
+    const result = await traceChild('queue.handler', { 'queue.handler.name': name }, () =>
       runFunction(this.db, name, body, activeTraceparent()),
     );
     return parseResult(name, result);
@@ -36,7 +36,7 @@ export class HandlerInvoker {
     body: JsonObject,
     lease: { taskId: Id; taskLeaseId: Id },
   ): Promise<{ result: HandlerResult; start: HandlerResult | null; startError: string | null }> {
-    const ran = await traceStep('queue.handler', { 'queue.handler.name': name }, () =>
+    const ran = await traceChild('queue.handler', { 'queue.handler.name': name }, () =>
       runBeforeProviderCall(
         this.db,
         { beforeHandler: name, payload: body, taskId: lease.taskId, taskLeaseId: lease.taskLeaseId },
@@ -60,7 +60,7 @@ export class HandlerInvoker {
 const START_PROVIDER_CALL_NAME = 'internal.start_provider_call';
 
 async function parseResult(name: string, result: unknown): Promise<HandlerResult> {
-  const { parseEnvelope } = await handlerTypes();
+  const { parseEnvelope } = await contracts();
   const parsed = parseEnvelope(result);
   return parsed.ok ? { ok: true, envelope: parsed.envelope } : { ok: false, error: `${name}: ${parsed.error}` };
 }

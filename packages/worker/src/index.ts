@@ -16,6 +16,7 @@ export { registerTaskDefinitions, taskDefinitionProcessor } from './processors/t
 export { HandlerInvoker } from './handler-invoker.js';
 export { TaskCancelledError } from './cancellation.js';
 export { TaskTimeoutError } from './timeouts.js';
+export { ThrottledError, isThrottledError, throttleSeconds } from './throttle.js';
 export {
   LeaseLostError,
   classifyError,

@@ -11,7 +11,14 @@
  * is a lost connection (the task runs again) or a lost lease (nothing is recorded).
  */
 import type pg from 'pg';
-import type { ClaimedTask, CompletionHandler, CompletionOutcome, JsonObject, Queryable } from '@org/queue-client';
+import type {
+  ClaimedTask,
+  HandlerCall,
+  CompletionOutcome,
+  JsonObject,
+  Queryable,
+  TaskDependency,
+} from '@org/queue-client';
 import type { Logger } from './logger.js';
 
 export interface TaskContext {
@@ -30,6 +37,11 @@ export interface TaskContext {
    * (queues.task_progress, progress.ts). Throws a RangeError for a bad value.
    */
   progress(done: number, total?: number, note?: string): void;
+  /**
+   * The tasks this one was enqueued to wait for (`dependsOn`), in task id order, each with
+   * its outcome and the result it recorded; empty without dependencies (dependencies.ts).
+   */
+  dependencies(): Promise<TaskDependency[]>;
 }
 
 /** What happened to a task, for logs and metrics. */
@@ -54,7 +66,7 @@ export interface TaskOutcome extends TaskReport {
   extraErrors?: string[];
   /**
    * Writes that must commit together with the completion (a processor's own SQL): run by
-   * the completer in the completion's transaction, just before the completion. (Handler
+   * the completer in the completion's transaction, just before the completion. (Channel
    * tasks use `handler`, db_function tasks `step`.) They may return a different outcome. If the
    * completion is refused (the lease was lost) they are rolled back.
    */
@@ -69,9 +81,9 @@ export interface TaskOutcome extends TaskReport {
   /**
    * A handler to run with the completion instead of `effects`, in the database in one
    * statement (queues.settle_with_handler: no transaction open across round trips): its
-   * envelope decides the outcome and errors recorded (see CompletionHandler).
+   * envelope decides the outcome and errors recorded (see HandlerCall).
    */
-  handler?: CompletionHandler;
+  handler?: HandlerCall;
   /**
    * The outcome to record instead when `effects` raise (their writes are rolled back).
    * Default: failed, with the error message.
@@ -80,7 +92,7 @@ export interface TaskOutcome extends TaskReport {
 }
 
 export interface Processor {
-  /** For logs: "db_function", "handler:resend", ... */
+  /** For logs: "db_function", "channel:resend", ... */
   readonly name: string;
   /**
    * Every outcome of this processor is a `step` (or a failure found without I/O, such as a

@@ -1,4 +1,4 @@
-import type { Provider } from '@org/handler-types';
+import type { Provider } from '@org/contracts';
 import { ProcessorRegistry, type Processor } from './processor.js';
 import { dbFunctionProcessor } from './processors/db-function.js';
 import { channelTaskProcessor } from './processors/channel-task.js';

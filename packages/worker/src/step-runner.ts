@@ -3,7 +3,7 @@
  * writes and its completion commit together or not at all, fenced by the lease).
  *
  * The worker hands over the steps of one slot together (`batch`: the tasks it took from its
- * local queue for that slot, see worker.ts): they go in one call, on one connection. How
+ * local queue for that slot, see producer.ts): they go in one call, on one connection. How
  * many a slot takes is `batchSize`: the local queue spread over the slots, or more, up to
  * about CALL_BUDGET_MS of steps at the pace calls had so far, up to MAX_STEPS_PER_CALL. So
  * slow steps keep their parallelism, and cheap ones share a round trip and a commit by the

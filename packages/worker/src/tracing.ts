@@ -50,7 +50,6 @@ import {
   type ClaimedTask,
   type Queryable,
 } from '@org/queue-client';
-import type { Worker } from './worker.js';
 
 export { tracingEnabled };
 
@@ -187,16 +186,17 @@ export function taskOutcome(taskId: string, outcome: string, error?: string): vo
 }
 
 /**
- * Runs one step of a task as a child of the current span: `queue.handler` and
- * `queue.provider` as named, and the completion, asked for as `queue.complete` with the
- * attribute `queue.task.outcome`, as the span `complete <task type>` (a settle operation
- * of the messaging conventions). Without an SDK, or outside a task, it only calls `run`.
+ * Runs `run` in a child span of the current one (the task's): a handler's or a step's
+ * call (`queue.handler`) and a provider call (`queue.provider`) as named, and the
+ * completion, asked for as `queue.complete` with the attribute `queue.task.outcome`, as
+ * the span `complete <task type>` (a settle operation of the messaging conventions).
+ * Without an SDK, or outside a task, it only calls `run`.
  */
-export function traceStep<T>(name: string, attributes: Attributes, run: () => Promise<T>): Promise<T> {
-  return tracingEnabled() && api().trace.getActiveSpan() ? tracedStep(name, attributes, run) : run();
+export function traceChild<T>(name: string, attributes: Attributes, run: () => Promise<T>): Promise<T> {
+  return tracingEnabled() && api().trace.getActiveSpan() ? tracedChild(name, attributes, run) : run();
 }
 
-async function tracedStep<T>(name: string, attributes: Attributes, run: () => Promise<T>): Promise<T> {
+async function tracedChild<T>(name: string, attributes: Attributes, run: () => Promise<T>): Promise<T> {
   const { context, SpanKind, SpanStatusCode } = api();
   let spanName = name;
   let spanAttributes = attributes;
@@ -228,6 +228,37 @@ async function tracedStep<T>(name: string, attributes: Attributes, run: () => Pr
   });
 }
 
+/** What traceCompletion needs of an outcome (processor.ts's TaskOutcome). */
+interface CompletionOf {
+  outcome: string;
+  step?: { functionName: string };
+  handler?: { functionName: string };
+  effects?: (...args: never[]) => unknown;
+}
+
+/**
+ * Runs a task's completion (`complete`, given the outcome to record) as children of the
+ * task's span. A step's call, and a completion with its handler, are one statement each
+ * (queues.run_steps, queues.settle_with_handler): a `queue.handler` span for it, then the
+ * completion's. Any other completion is the completion's span, its effects bound to the
+ * task's span (the completer runs them in its own batch). Without tracing, the completion
+ * alone.
+ */
+export function traceCompletion<O extends CompletionOf, R extends { report: { outcome: string } }>(
+  outcome: O,
+  complete: (outcome: O) => Promise<R>,
+): Promise<R> {
+  if (!tracingEnabled()) return complete(outcome);
+  const work = outcome.step ?? outcome.handler;
+  if (work)
+    return traceChild('queue.handler', { 'queue.handler.name': work.functionName }, () => complete(outcome)).then(
+      (answer) =>
+        traceChild('queue.complete', { 'queue.task.outcome': answer.report.outcome }, () => Promise.resolve(answer)),
+    );
+  const bound = outcome.effects ? { ...outcome, effects: bindToTask(outcome.effects) } : outcome;
+  return traceChild('queue.complete', { 'queue.task.outcome': outcome.outcome }, () => complete(bound));
+}
+
 /**
  * The W3C traceparent of the active span (a step's span, when a step is handed to the step
  * runner), or undefined without an SDK or outside a span: what queues.run_steps sets for
@@ -238,11 +269,18 @@ export function activeTraceparent(): string | undefined {
   return toTraceContext(api().trace.getActiveSpan()?.spanContext())?.traceparent;
 }
 
+/** The events of a Worker that the traces use (as metrics.ts's WorkerEventSource: no import of worker.ts). */
+export interface TracedEventSource {
+  on(event: 'completed', listener: (task: ClaimedTask, report: { outcome: string; error?: string }) => void): unknown;
+  on(event: 'lease_lost', listener: (task: ClaimedTask) => void): unknown;
+  on(event: 'released', listener: (taskIds: string[]) => void): unknown;
+}
+
 /**
  * Subscribes task outcomes to a worker's events. A task released before it started (the
  * local queue, at shutdown) ends its span here.
  */
-export function traceWorkerEvents(worker: Worker): void {
+export function traceWorkerEvents(worker: TracedEventSource): void {
   worker.on('completed', (task, report) => taskOutcome(task.taskId, report.outcome, report.error));
   worker.on('lease_lost', (task) => taskOutcome(task.taskId, 'lease_lost'));
   worker.on('released', (ids) => {

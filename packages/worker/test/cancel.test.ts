@@ -157,7 +157,7 @@ describe('cancelling a running task', () => {
       for (const a of await cancel(ids.slice(i, i + 10), 'race')) answers.set(a.taskId, a.result);
     }
     const { rows } = await db.query<{ task_id: string; outcome: string; n: number }>(
-      `select task_id::text, min(outcome) as outcome, count(*)::int as n from queues.task_completed
+      `select task_id::text, min(outcome) as outcome, count(*)::int as n from queues.task_end
         where task_id = any($1::bigint[]) group by task_id`,
       [ids],
     );

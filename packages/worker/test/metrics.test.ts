@@ -114,7 +114,8 @@ describe('WorkerMetrics', () => {
       register('data:text/javascript,' + encodeURIComponent(${JSON.stringify(hooks)}),
         { data: { port: port2 }, transferList: [port2] });
       const settle = () => new Promise((resolve) => setTimeout(resolve, 50));
-      const loaded = () => ['/node_modules/zod/', '/menu-sync/', '/config/dist/settings.js', '/handler-types/']
+      // (@org/contracts' schemas, index.js; its ThrottledError, throttled.js, loads no zod)
+      const loaded = () => ['/node_modules/zod/', '/menu-sync/', '/config/dist/settings.js', '/contracts/dist/index.js']
         .filter((part) => urls.some((url) => url.includes(part)));
       const w = await import('@org/worker');
       new w.Worker({ databaseUrl: 'postgres://nobody@127.0.0.1:1/none', roles: ['db_function'], workerId: 'w',
@@ -141,6 +142,6 @@ describe('WorkerMetrics', () => {
     expect(before).toEqual([]);
     expect(step).toEqual({ outcome: 'succeeded', step: { functionName: 'internal.noop' } });
     expect(invalid).toBe('failed');
-    expect(after).toEqual(['/node_modules/zod/', '/handler-types/']);
+    expect(after).toEqual(['/node_modules/zod/', '/contracts/dist/index.js']);
   });
 });

@@ -5,7 +5,7 @@ import { z } from 'zod';
 import type pg from 'pg';
 import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { claimTasks, connect, type ClaimedTask } from '@org/queue-client';
-import type { Provider } from '@org/handler-types';
+import type { Provider } from '@org/contracts';
 import {
   Completer,
   createLogger,
@@ -49,6 +49,7 @@ async function process(processor: Processor, task: ClaimedTask): Promise<TaskRep
     log,
     signal: new AbortController().signal,
     progress: () => {},
+    dependencies: () => Promise.resolve([]),
   });
   const { result, report } = await completer.complete(task, outcome, startedAt);
   if (result === 'lease_lost') throw new LeaseLostError(task);

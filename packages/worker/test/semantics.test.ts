@@ -6,7 +6,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { createTestDatabase, type TestDatabase } from '@org/testing';
-import type { Provider } from '@org/handler-types';
+import type { Provider } from '@org/contracts';
 import { QueueError } from '@org/queue-client';
 import {
   classifyError,

@@ -95,6 +95,7 @@ it('a worker whose lease was taken over records no result', async () => {
       log: createLogger('silent'),
       signal: new AbortController().signal,
       progress: () => {},
+      dependencies: () => Promise.resolve([]),
     });
     const { result } = await completer.complete(task, outcome);
     expect(result).toBe('lease_lost');

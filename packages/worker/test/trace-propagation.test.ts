@@ -20,7 +20,7 @@ import {
   type ReadableSpan,
 } from '@opentelemetry/sdk-trace-base';
 import { createTestDatabase, type TestDatabase } from '@org/testing';
-import type { Provider } from '@org/handler-types';
+import type { Provider } from '@org/contracts';
 import { createResendEmailProvider } from '@org/providers';
 import { startFakeResend, type FakeResend } from '@org/providers/testing';
 import { enqueue, setTraceContext, withTransaction } from '@org/queue-client';
@@ -136,7 +136,7 @@ describe('a trace from enqueue to completion', () => {
     const tasks = (
       await db.query<{ task_id: string; task_type: string; db_function: string | null; outcome: string }>(
         `select t.task_id::text, t.task_type, t.payload->>'db_function' as db_function, c.outcome
-           from queues.task t join queues.task_completed c using (task_id) order by t.task_id`,
+           from queues.task t join queues.task_end c using (task_id) order by t.task_id`,
       )
     ).rows;
     // The app's task, the task its success handler enqueued, then the process: supervisor

@@ -15,9 +15,9 @@ import {
   type ReadableSpan,
 } from '@opentelemetry/sdk-trace-base';
 import { createTestDatabase, type TestDatabase } from '@org/testing';
-import type { Provider } from '@org/handler-types';
+import type { Provider } from '@org/contracts';
 import { createLogger, dbFunctionProcessor, channelTaskProcessor, ProcessorRegistry, Worker } from '../src/index.js';
-import { traceStep, tracingEnabled } from '../src/tracing.js';
+import { traceChild, tracingEnabled } from '../src/tracing.js';
 import { enqueue, eventually, factsOf, installFixtures } from './support/fixtures.js';
 
 let db: TestDatabase;
@@ -72,7 +72,7 @@ afterAll(async () => {
 describe('without an SDK', () => {
   it('is disabled, runs steps straight through, and the worker emits no span', async () => {
     expect(tracingEnabled()).toBe(false);
-    expect(await traceStep('queue.handler', {}, () => Promise.resolve(42))).toBe(42);
+    expect(await traceChild('queue.handler', {}, () => Promise.resolve(42))).toBe(42);
     const id = await enqueue(db, 'db_function', { db_function: 'fixture.step', key: 'no-sdk' });
     await runUntilDone(newWorker('trace-off'), [id]);
     expect((await factsOf(db, id)).outcome).toBe('succeeded');

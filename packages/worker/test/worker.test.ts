@@ -4,7 +4,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import pg from 'pg';
 import { createTestDatabase, type TestDatabase } from '@org/testing';
-import type { Provider } from '@org/handler-types';
+import type { Provider } from '@org/contracts';
 import {
   createLogger,
   dbFunctionProcessor,
@@ -65,7 +65,7 @@ async function startWorker(overrides: Partial<WorkerOptions> & { registry: Proce
 const completedCount = async (type?: string) =>
   (
     await db.query(
-      `select count(*)::int as n from queues.task_completed c join queues.task t using (task_id) where $1::text is null or t.task_type = $1`,
+      `select count(*)::int as n from queues.task_end c join queues.task t using (task_id) where $1::text is null or t.task_type = $1`,
       [type ?? null],
     )
   ).rows[0].n as number;
@@ -100,7 +100,7 @@ describe('worker loop', () => {
     const smsId = await enqueue(db, 'sms', { to: '+15550100' });
     await startWorker({ registry, roles: ['sms'] });
     await eventually(
-      async () => (await db.query('select 1 from queues.task_completed where task_id = $1', [smsId])).rowCount === 1,
+      async () => (await db.query('select 1 from queues.task_end where task_id = $1', [smsId])).rowCount === 1,
       'sms done',
     );
     expect(sms.calls).toEqual(['+15550100']);
@@ -222,7 +222,7 @@ describe('worker loop', () => {
       pollIntervalMs: 50,
     });
     await eventually(
-      async () => (await db.query('select 1 from queues.task_completed where task_id = $1', [id])).rowCount === 1,
+      async () => (await db.query('select 1 from queues.task_end where task_id = $1', [id])).rowCount === 1,
       'completion',
     );
     expect(slow.calls).toEqual(['long-call']);
@@ -253,7 +253,7 @@ describe('worker loop', () => {
     const id = await enqueue(db, 'db_function', { db_function: 'fixture.step', key: 'after-listen-kill' });
     // Polling is ten minutes away: only a notification can bring this in.
     await eventually(
-      async () => (await db.query('select 1 from queues.task_completed where task_id = $1', [id])).rowCount === 1,
+      async () => (await db.query('select 1 from queues.task_end where task_id = $1', [id])).rowCount === 1,
       'completion by notification',
     );
     expect(await effects(db, 'after-listen-kill')).toBe(1);
@@ -273,7 +273,7 @@ describe('worker loop', () => {
       (
         await db.query(
           `select c.completed_at >= t.scheduled_at as after_its_time
-             from queues.task_completed c join queues.task t using (task_id) where c.task_id = $1`,
+             from queues.task_end c join queues.task t using (task_id) where c.task_id = $1`,
           [id],
         )
       ).rows[0]?.after_its_time === true;
@@ -316,11 +316,8 @@ describe('worker loop', () => {
     await startWorker({ registry, pollIntervalMs: 600_000 });
     await eventually(
       async () =>
-        (
-          await db.query('select count(*)::int as n from queues.task_completed where task_id = any($1::bigint[])', [
-            ids,
-          ])
-        ).rows[0].n === 6,
+        (await db.query('select count(*)::int as n from queues.task_end where task_id = any($1::bigint[])', [ids]))
+          .rows[0].n === 6,
       'six suspects completed',
     );
     for (let i = 0; i < 6; i++) expect(await effects(db, `suspect-${i}`)).toBe(1);
@@ -336,7 +333,7 @@ describe('worker loop', () => {
     await root.connect();
     let kills = 0;
     const done = async () =>
-      (await db.query('select count(*)::int as n from queues.task_completed where task_id = any($1::bigint[])', [ids]))
+      (await db.query('select count(*)::int as n from queues.task_end where task_id = any($1::bigint[])', [ids]))
         .rows[0].n === 150;
     await eventually(
       async () => {
@@ -357,7 +354,7 @@ describe('worker loop', () => {
     expect(kills).toBeGreaterThanOrEqual(5);
     const { rows } = await db.query(
       `select count(*)::int as completions, count(*) filter (where outcome = 'succeeded')::int as succeeded
-         from queues.task_completed where task_id = any($1::bigint[])`,
+         from queues.task_end where task_id = any($1::bigint[])`,
       [ids],
     );
     expect(rows[0].completions).toBe(150);

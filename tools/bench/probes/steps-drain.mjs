@@ -77,7 +77,7 @@ try {
   await worker.stop();
   const { rows: bad } = await root.query(
     `select (select count(*) from queues.error)::int as errors,
-            (select count(*) from queues.task_completed where outcome <> 'succeeded')::int as not_succeeded,
+            (select count(*) from queues.task_end where outcome <> 'succeeded')::int as not_succeeded,
             (select count(*) from queues.task_lease)::int as leases`,
   );
   console.log(

@@ -111,7 +111,7 @@ async function main(): Promise<void> {
     await root.query('vacuum');
     const after = await sizes(root);
     const { rows: counts } = await root.query<{ completed: string }>(
-      'select count(*) as completed from queues.task_completed',
+      'select count(*) as completed from queues.task_end',
     );
     const completed = Number(counts[0]!.completed);
     const mb = (bytes: number) => ((bytes / completed) * 1e6) / 1048576;

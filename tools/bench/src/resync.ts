@@ -156,7 +156,7 @@ async function oneRun(
       await query(db.owner, `select * from menus.generate_resync_tasks(6, current_date - 1)`);
       const done = await h.waitFor(
         db,
-        `select count(*)::int as n from queues.task_completed c join queues.task t using (task_id) where t.task_type = 'product_resync'`,
+        `select count(*)::int as n from queues.task_end c join queues.task t using (task_id) where t.task_type = 'product_resync'`,
         [],
         stores,
         900_000,
@@ -177,8 +177,8 @@ async function oneRun(
       errors: number;
     }>(
       db.owner,
-      `select (select count(*) from queues.task_completed where outcome = 'succeeded')::int as succeeded,
-              (select count(*) from queues.task_completed where outcome <> 'succeeded')::int as failed,
+      `select (select count(*) from queues.task_end where outcome = 'succeeded')::int as succeeded,
+              (select count(*) from queues.task_end where outcome <> 'succeeded')::int as failed,
               (select count(*) from menus.product_snapshot)::int as snapshots,
               (select count(*) from menus.product)::int as products,
               (select count(*) from queues.task_result)::int as results,

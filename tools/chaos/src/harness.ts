@@ -121,7 +121,7 @@ export async function taskTally(db: ChaosDb, fromId: number, where = 'true') {
             count(*) filter (where c.outcome = 'failed')::int as failed,
             count(*) filter (where c.outcome = 'abandoned')::int as abandoned,
             count(*) filter (where c.task_id is null)::int as open
-       from queues.task t left join queues.task_completed c using (task_id)
+       from queues.task t left join queues.task_end c using (task_id)
       where t.task_id > $1 and ${where}`,
     [fromId],
   );
@@ -135,7 +135,7 @@ export async function openDue(db: ChaosDb, fromId: number, where = 'true'): Prom
       db,
       `select count(*)::int as n from queues.task t
         where t.task_id > $1 and t.scheduled_at <= now() and ${where}
-          and not exists (select 1 from queues.task_completed c where c.task_id = t.task_id)`,
+          and not exists (select 1 from queues.task_end c where c.task_id = t.task_id)`,
       [fromId],
     )
   ).n;

@@ -274,11 +274,11 @@ async function main(): Promise<number> {
     const { rows: notSucceeded } = await owner.query(
       `select c.task_id, t.task_type, t.payload->>'db_function' as fn, c.outcome,
               (select e.error_message from queues.error e where e.task_id = c.task_id order by e.error_id desc limit 1) as error
-         from queues.task_completed c join queues.task t on t.task_id = c.task_id
+         from queues.task_end c join queues.task t on t.task_id = c.task_id
         where c.outcome <> 'succeeded' order by c.task_id limit 5`,
     );
     const failedTasks = Number(
-      (await owner.query(`select count(*) as n from queues.task_completed where outcome <> 'succeeded'`)).rows[0].n,
+      (await owner.query(`select count(*) as n from queues.task_end where outcome <> 'succeeded'`)).rows[0].n,
     );
     const deadlocks = Number(
       (await root.query('select deadlocks from pg_stat_database where datname = current_database()')).rows[0].deadlocks,

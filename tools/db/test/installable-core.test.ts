@@ -24,7 +24,7 @@ const root = repoRoot();
 const ctx = inject('queueTestServer');
 
 /** What an app installs: the client, the worker, task definitions, the schema and its migrator. */
-const PACKAGES = ['queue-client', 'config', 'handler-types', 'tasks', 'worker', 'queue-schema'];
+const PACKAGES = ['queue-client', 'config', 'contracts', 'tasks', 'worker', 'queue-schema'];
 
 const suffix = randomBytes(4).toString('hex');
 const roles = {
@@ -262,7 +262,9 @@ process.stdout.write(JSON.stringify(placed));
   const completed = await asRole(roles.queueOwner, async (c) => {
     for (;;) {
       const { rows } = await c.query<{ outcome: string; result: unknown }>(
-        `select c.outcome, r.result from queues.task_completed c
+        // queues.task_end: a task's end in either shape (the package installs the
+        // committed migrations only: this reads it once completion rounds are committed).
+        `select c.outcome, r.result from queues.task_end c
            left join queues.task_result r on r.task_id = c.task_id
           where c.task_id = $1`,
         [placed.taskId],

@@ -140,7 +140,7 @@ describe('a migration committed after 000013', () => {
       `set local lock_timeout = '5s';
 comment on function queues.paused_task_types() is 'probe';
 --!include queues/pause.sql
---!include queues/run_now.sql
+--!include queues/task_lease_effective.sql
 `,
     );
 
@@ -170,12 +170,14 @@ comment on function queues.paused_task_types() is 'probe';
     expect(checked[probe].includes.map((i) => i.file)).toEqual([
       'queues/pause.sql',
       'queues/pause.sql',
-      'queues/run_now.sql',
+      'queues/task_lease_effective.sql',
     ]);
     const reports = await checkMigrationIncludes({ url: fresh.url('owner'), before, checked });
     expect(reports[probe].problems).toEqual([
       expect.stringMatching(new RegExp(`^${name} includes queues/pause\\.sql 2 times`)),
-      expect.stringMatching(new RegExp(`^${name} includes queues/run_now\\.sql but changes none of what it creates`)),
+      expect.stringMatching(
+        new RegExp(`^${name} includes queues/task_lease_effective\\.sql but changes none of what it creates`),
+      ),
     ]);
     // What graphile-migrate leaves in current/ after a commit is blank.
     expect(reports[probe + 1]).toEqual({ name: 'migrations/current/', files: [], problems: [] });

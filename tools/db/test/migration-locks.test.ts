@@ -56,7 +56,7 @@ describe("the repository's migrations", () => {
     // The seed ran once the baseline had made the hot tables, so later migrations meet rows.
     expect(seeded).toBe(true);
     const { rows } = await db.query(`select (select count(*)::int from queues.task_pending) as pending,
-                                            (select count(*)::int from queues.task_completed) as completed`);
+                                            (select count(*)::int from queues.task_end) as completed`);
     expect(rows[0]).toEqual({ pending: 6, completed: 2 });
   });
 });

@@ -74,11 +74,8 @@ export async function runMenuChainDemo(urls: DatabaseUrls, owner: pg.Client, sto
       .id as string;
     say(`POST /api/tasks/generate/discovery -> store_discovery task ${discoveryId}`);
     const ended = async (ids: string[]) =>
-      (
-        await owner.query(`select count(*)::int as n from queues.task_completed where task_id = any($1::bigint[])`, [
-          ids,
-        ])
-      ).rows[0].n === ids.length;
+      (await owner.query(`select count(*)::int as n from queues.task_end where task_id = any($1::bigint[])`, [ids]))
+        .rows[0].n === ids.length;
     await until(() => ended([discoveryId]), 'store discovery');
     const storeIds = (
       await owner.query(`select store_id::text from menus.store where task_id = $1 order by store_id`, [discoveryId])
@@ -145,7 +142,7 @@ export async function runMenuChainDemo(urls: DatabaseUrls, owner: pg.Client, sto
       await owner.query(
         `select t.task_type, c.outcome, count(*)::int as n,
               sum((select count(*) from queues.error e where e.task_id = t.task_id))::int as errors
-         from queues.task t join queues.task_completed c using (task_id)
+         from queues.task t join queues.task_end c using (task_id)
         where t.task_id = any($1::bigint[])
           and (t.task_id = any($2::bigint[]) or (t.payload ->> 'store_id') = any($3::text[]))
         group by 1, 2 order by 1, 2`,

@@ -41,7 +41,8 @@ function resendError(status: number, message: string) {
  * - The same `Idempotency-Key` with the same body answers the first id again (nothing
  *   new in `emails`); with another body → 409, as Resend.
  * - `failNext(n, status = 500, message?)`: the next n POST /emails answer
- *   `{ statusCode, name, message }` with that status.
+ *   `{ statusCode, name, message }` with that status; `throttleNext(n, retryAfterSeconds?)`:
+ *   429 `rate_limit_exceeded` with `Retry-After`, as Resend's rate limit.
  */
 export async function startFakeResend(options: FakeResendOptions = {}): Promise<FakeResend> {
   const emails: FakeResendEmail[] = [];
@@ -56,7 +57,11 @@ export async function startFakeResend(options: FakeResendOptions = {}): Promise<
       if (options.apiKey !== undefined && auth.slice(7) !== options.apiKey)
         return resendError(403, 'API key is invalid');
       const failure = takeFailure();
-      if (failure) return resendError(failure.status, failure.message ?? `fake failure (HTTP ${failure.status})`);
+      if (failure)
+        return {
+          ...resendError(failure.status, failure.message ?? `fake failure (HTTP ${failure.status})`),
+          ...(failure.headers ? { headers: failure.headers } : {}),
+        };
       const body = req.json as Record<string, unknown> | undefined;
       if (!body || typeof body !== 'object') return resendError(422, 'The request body is not valid JSON.');
       for (const field of ['from', 'to', 'subject']) {

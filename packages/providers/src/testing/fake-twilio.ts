@@ -38,7 +38,8 @@ const PATH = /^\/2010-04-01\/Accounts\/([^/]+)\/Messages\.json$/;
  *   auth whose username is the `:sid` → 201 with `{ sid: 'SM...', status: 'queued', ... }`.
  * - Missing To/From/Body → 400 code 21604/21603/21602; wrong user → 401 code 20003.
  * - `failNext(n, status = 500, message?)`: the next n answer Twilio's error body
- *   `{ code, message, more_info, status }` with that status (code 20500).
+ *   `{ code, message, more_info, status }` with that status (code 20500; 20429 for 429);
+ *   `throttleNext(n, retryAfterSeconds?)`: 429 code 20429 with `Retry-After`.
  */
 export async function startFakeTwilio(options: FakeTwilioOptions = {}): Promise<FakeTwilio> {
   const messages: FakeTwilioMessage[] = [];
@@ -58,7 +59,14 @@ export async function startFakeTwilio(options: FakeTwilioOptions = {}): Promise<
       }
       const failure = takeFailure();
       if (failure)
-        return twilioError(failure.status, 20500, failure.message ?? `fake failure (HTTP ${failure.status})`);
+        return {
+          ...twilioError(
+            failure.status,
+            failure.status === 429 ? 20429 : 20500,
+            failure.message ?? (failure.status === 429 ? 'Too Many Requests' : `fake failure (HTTP ${failure.status})`),
+          ),
+          ...(failure.headers ? { headers: failure.headers } : {}),
+        };
       const form = req.form ?? {};
       if (!form.To) return twilioError(400, 21604, "A 'To' phone number is required.");
       if (!form.From) return twilioError(400, 21603, "A 'From' phone number is required.");

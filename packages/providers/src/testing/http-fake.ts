@@ -35,6 +35,11 @@ export interface FakeServer {
    */
   failNext(n: number, status?: number, message?: string): void;
   /**
+   * Answer the next `n` requests (that reach a known route) with HTTP 429 and the fake's
+   * rate-limit error, with `Retry-After: <retryAfterSeconds>` when given, doing nothing.
+   */
+  throttleNext(n: number, retryAfterSeconds?: number, message?: string): void;
+  /**
    * Withhold the answers of the requests that arrive from now on (they are recorded and
    * acted on, as a provider that has done the work but not yet answered) until
    * `release()`. Tests kill a worker while its provider call is in flight this way.
@@ -56,6 +61,8 @@ export interface Reply {
 export interface FailSpec {
   status: number;
   message: string | undefined;
+  /** Headers of the answer (a 429's Retry-After). */
+  headers?: Record<string, string>;
 }
 
 /**
@@ -119,6 +126,10 @@ export async function startHttpFake(
     requests,
     failNext(n, status = 500, message) {
       for (let i = 0; i < n; i++) failures.push({ status, message });
+    },
+    throttleNext(n, retryAfterSeconds, message) {
+      const headers = retryAfterSeconds === undefined ? undefined : { 'retry-after': String(retryAfterSeconds) };
+      for (let i = 0; i < n; i++) failures.push({ status: 429, message, ...(headers ? { headers } : {}) });
     },
     hold() {
       holding = true;

@@ -7,7 +7,8 @@
 /* @name TaskEnqueue */
 select queues.enqueue(
   :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
-  :resourceKey::text, :maxAttempts::integer, _group_key => :groupKey::text
+  :resourceKey::text, :maxAttempts::integer, _depends_on => :dependsOn::bigint[],
+  _group_key => :groupKey::text
 ) as "taskId!";
 
 /* @name TaskEnqueueAndCommit */
@@ -42,7 +43,8 @@ with context as materialized (
 enqueued as materialized (
   select queues.enqueue(
     :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
-    :resourceKey::text, :maxAttempts::integer, _group_key => :groupKey::text
+    :resourceKey::text, :maxAttempts::integer, _depends_on => :dependsOn::bigint[],
+    _group_key => :groupKey::text
   ) as task_id
     from context
 ),

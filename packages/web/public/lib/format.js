@@ -14,8 +14,11 @@ export const STATES = [
   'abandoned',
   'cancelled',
   'validation_failed',
+  // Waiting for its dependencies (docs/flow-control.md): counted with the outcomes, from
+  // the task counts, not from the queues' pending counts.
+  'waiting',
 ];
-/** The states of a task not yet completed. */
+/** The states of a task not yet completed whose counts the Queues listing has. */
 export const PENDING = ['scheduled', 'ready', 'running', 'retrying'];
 
 /**

@@ -1,7 +1,8 @@
 // @ts-check
-// #/queues — one queue per task type: claiming or paused, pending counts, the live workers
-// whose roles include it; pause and resume. Below, the flow limits (concurrency and rate,
-// per task type and group key) with how full each is; set and clear them.
+// #/queues — one queue per task type: claiming, paused or throttled by its provider, pending
+// counts, the live workers whose roles include it; pause and resume, clear a throttle.
+// Below, the flow limits (concurrency and rate, per task type and group key) with how
+// full each is; set and clear them.
 import { api, mutate } from '../lib/api-client.js';
 import { h, put, section, table } from '../lib/dom.js';
 import { main } from '../lib/page.js';
@@ -20,7 +21,7 @@ export async function queues() {
     h(
       'p',
       { class: 'muted' },
-      "One queue per task type (the seed's roles). Pausing a type stops every worker from claiming it at its next claim; tasks already running finish. Workers: live workers whose roles include the type.",
+      "One queue per task type (the seed's roles). Pausing a type stops every worker from claiming it at its next claim; tasks already running finish. A type is throttled when its provider refused work for now (HTTP 429, a quota): no worker claims its tasks until then, unless you clear the throttle. Workers: live workers whose roles include the type.",
     ),
     out,
     section(null, list),
@@ -66,6 +67,27 @@ export async function queues() {
         ),
       ),
     );
+  /** @type {Map<string, any>} the throttles in force (GET /api/throttles), by task type */
+  let throttles = new Map();
+  /** @param {any} t a throttle of GET /api/throttles */
+  const throttleCell = (t) => [
+    stateBadge('throttled'),
+    h(
+      'div',
+      { class: 'muted small', 'data-testid': `throttle-${t.key}` },
+      `until ${fmtTime(t.throttled_until)} · ${t.reason}${t.reports > 1 ? ` (${t.reports} reports)` : ''}`,
+    ),
+    actionButton(
+      'Clear throttle',
+      { 'data-testid': `clear-throttle-${t.key}` },
+      async () => {
+        const answer = await mutate('/api/throttles/clear', { key_kind: 'task_type', key: t.key });
+        await refresh();
+        return answer.cleared ? `${t.key}: throttle cleared; claimed again` : `${t.key}: no throttle was in force`;
+      },
+      out,
+    ),
+  ];
   /** @param {any} q a queue of GET /api/queues */
   const row = (q) =>
     h(
@@ -89,7 +111,10 @@ export async function queues() {
                 `since ${fmtTime(q.paused_at)}${q.pause_reason ? ` · ${q.pause_reason}` : ''}`,
               ),
             ]
-          : stateBadge('active'),
+          : throttles.has(q.task_type)
+            ? null
+            : stateBadge('active'),
+        throttles.has(q.task_type) ? throttleCell(throttles.get(q.task_type)) : null,
       ),
       ['scheduled', 'ready', 'running', 'retrying'].map((k) => h('td', { class: 'num' }, q[k])),
       h(
@@ -129,7 +154,13 @@ export async function queues() {
       ),
     );
   async function refresh() {
-    const all = (await api('/api/queues')).queues;
+    const [all, throttled] = await Promise.all([
+      api('/api/queues').then((/** @type {any} */ r) => r.queues),
+      api('/api/throttles').then((/** @type {any} */ r) => r.throttles),
+    ]);
+    throttles = new Map(
+      throttled.filter((/** @type {any} */ t) => t.key_kind === 'task_type').map((/** @type {any} */ t) => [t.key, t]),
+    );
     void showPaused(all);
     put(
       list,

@@ -1,7 +1,7 @@
 // @ts-check
 // #/task/<id> — one task: its fields, actions (cancel, run now, redrive), payload and
-// result, leases and how each ended, errors, failed attempts, completion, and the changes
-// made to it through the API.
+// result, the tasks it waits for and those waiting for it, leases and how each ended,
+// errors, failed attempts, completion, and the changes made to it through the API.
 import { api, mutate } from '../lib/api-client.js';
 import { fieldsTable, h, put, section, table } from '../lib/dom.js';
 import { main } from '../lib/page.js';
@@ -94,7 +94,7 @@ export async function taskPage(id) {
     if (t.redriven_to) fields.push(['redriven as', taskLink(t.redriven_to)]);
     const actions = [];
     // A running task is cancelled too: its worker aborts it at its next heartbeat.
-    if (['scheduled', 'ready', 'retrying', 'running'].includes(task.state))
+    if (['waiting', 'scheduled', 'ready', 'retrying', 'running'].includes(task.state))
       actions.push(
         actionButton(
           task.state === 'running' ? 'Cancel (stops at the next heartbeat)' : 'Cancel',
@@ -162,6 +162,51 @@ export async function taskPage(id) {
             : h('p', { class: 'muted', 'data-testid': 'result' }, 'no result recorded'),
         ),
       ),
+      t.dependencies?.length || t.dependents?.length
+        ? section(
+            'Dependencies',
+            h(
+              'div',
+              { class: 'grid2' },
+              section(
+                'Waits for',
+                t.dependencies?.length
+                  ? table(
+                      ['task', 'type', 'outcome'],
+                      t.dependencies.map((/** @type {any} */ d) =>
+                        h(
+                          'tr',
+                          {},
+                          h('td', {}, taskLink(d.task_id)),
+                          h('td', {}, d.task_type),
+                          h('td', {}, d.outcome ? stateBadge(d.outcome) : 'pending'),
+                        ),
+                      ),
+                      { 'data-testid': 'dependencies' },
+                    )
+                  : h('p', { class: 'muted', 'data-testid': 'dependencies' }, 'none'),
+              ),
+              section(
+                'Waited for by',
+                t.dependents?.length
+                  ? table(
+                      ['task', 'type', 'state'],
+                      t.dependents.map((/** @type {any} */ d) =>
+                        h(
+                          'tr',
+                          {},
+                          h('td', {}, taskLink(d.task_id)),
+                          h('td', {}, d.task_type),
+                          h('td', {}, stateBadge(d.state)),
+                        ),
+                      ),
+                      { 'data-testid': 'dependents' },
+                    )
+                  : h('p', { class: 'muted', 'data-testid': 'dependents' }, 'none'),
+              ),
+            ),
+          )
+        : null,
       section(
         'Leases',
         table(

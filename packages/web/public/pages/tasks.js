@@ -185,14 +185,14 @@ export async function tasks(params) {
       },
       out,
     ),
-    ['scheduled', 'ready', 'retrying', null].includes(state ?? null) &&
+    ['waiting', 'scheduled', 'ready', 'retrying', null].includes(state ?? null) &&
       !params.get('worker_id') &&
       !params.get('resource_key') &&
       !params.get('payload_path') &&
       !params.get('enqueued_from') &&
       !params.get('enqueued_to')
       ? actionButton(
-          `Cancel all matching ${params.get('task_type') ?? 'any type'} / ${state ?? 'scheduled, ready, retrying'} (up to 1000)`,
+          `Cancel all matching ${params.get('task_type') ?? 'any type'} / ${state ?? 'waiting, scheduled, ready, retrying'} (up to 1000)`,
           { class: 'danger', 'data-testid': 'cancel-matching' },
           async () => {
             if (!confirm('Cancel every matching pending task (up to 1000)?')) return null;

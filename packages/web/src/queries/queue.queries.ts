@@ -191,6 +191,67 @@ const workerRecoverIR: any = {"usedParamSet":{"workerId":true,"deadAfterSeconds"
 export const workerRecover = new PreparedQuery<IWorkerRecoverParams,IWorkerRecoverResult>(workerRecoverIR);
 
 
+/** 'QueueThrottleList' parameters type */
+export type IQueueThrottleListParams = void;
+
+/** 'QueueThrottleList' return type */
+export interface IQueueThrottleListResult {
+  key: string;
+  keyKind: string;
+  reason: string;
+  recordedAt: Date;
+  recordedBy: string;
+  reports: number;
+  throttledUntil: Date;
+}
+
+/** 'QueueThrottleList' query type */
+export interface IQueueThrottleListQuery {
+  params: IQueueThrottleListParams;
+  result: IQueueThrottleListResult;
+}
+
+const queueThrottleListIR: any = {"usedParamSet":{},"params":[],"statement":"select t.key_kind as \"keyKind!\", t.key as \"key!\", t.throttled_until as \"throttledUntil!\", t.reason as \"reason!\",\n       t.recorded_at as \"recordedAt!\", t.recorded_by as \"recordedBy!\", t.reports as \"reports!\"\n  from admin.list_throttles() t"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select t.key_kind as "keyKind!", t.key as "key!", t.throttled_until as "throttledUntil!", t.reason as "reason!",
+ *        t.recorded_at as "recordedAt!", t.recorded_by as "recordedBy!", t.reports as "reports!"
+ *   from admin.list_throttles() t
+ * ```
+ */
+export const queueThrottleList = new PreparedQuery<IQueueThrottleListParams,IQueueThrottleListResult>(queueThrottleListIR);
+
+
+/** 'QueueThrottleClear' parameters type */
+export interface IQueueThrottleClearParams {
+  key: string;
+  keyKind: string;
+}
+
+/** 'QueueThrottleClear' return type */
+export interface IQueueThrottleClearResult {
+  cleared: boolean;
+}
+
+/** 'QueueThrottleClear' query type */
+export interface IQueueThrottleClearQuery {
+  params: IQueueThrottleClearParams;
+  result: IQueueThrottleClearResult;
+}
+
+const queueThrottleClearIR: any = {"usedParamSet":{"keyKind":true,"key":true},"params":[{"name":"keyKind","required":true,"transform":{"type":"scalar"},"locs":[{"a":28,"b":36}]},{"name":"key","required":true,"transform":{"type":"scalar"},"locs":[{"a":45,"b":49}]}],"statement":"select admin.clear_throttle(:keyKind!::text, :key!::text) as \"cleared!\""};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select admin.clear_throttle(:keyKind!::text, :key!::text) as "cleared!"
+ * ```
+ */
+export const queueThrottleClear = new PreparedQuery<IQueueThrottleClearParams,IQueueThrottleClearResult>(queueThrottleClearIR);
+
+
 /** 'LimitList' parameters type */
 export type ILimitListParams = void;
 

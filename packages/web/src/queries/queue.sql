@@ -28,6 +28,14 @@ select w.worker_id as "workerId!", w.task_types as "taskTypes!", w.status as "st
 select r.task_id as "taskId!", r.task_lease_id as "taskLeaseId!", r.worker_id as "workerId!"
   from admin.recover_worker_leases(:workerId!::text, :deadAfterSeconds::integer) r;
 
+/* @name QueueThrottleList */
+select t.key_kind as "keyKind!", t.key as "key!", t.throttled_until as "throttledUntil!", t.reason as "reason!",
+       t.recorded_at as "recordedAt!", t.recorded_by as "recordedBy!", t.reports as "reports!"
+  from admin.list_throttles() t;
+
+/* @name QueueThrottleClear */
+select admin.clear_throttle(:keyKind!::text, :key!::text) as "cleared!";
+
 /* @name LimitList */
 select l.task_type as "taskType!", l.scope as "scope!", l.group_key as "groupKey", l.max_running as "maxRunning",
        l.max_starts as "maxStarts", l.interval_ms as "intervalMs", l.set_at as "setAt!", l.running as "running!",

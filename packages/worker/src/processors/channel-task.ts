@@ -1,5 +1,5 @@
 /**
- * Handler-based tasks (email, sms, file_delete, or any registered type):
+ * Channel tasks (email, sms, file_delete, or any registered provider type):
  *
  *   before_handler(payload)                 -> envelope whose payload is the provider's input
  *   provider.send(provider payload)         -> worker_payload, or an error
@@ -27,22 +27,23 @@
  * success or error handler. An at-most-once task records its start in a statement of its
  * own, after the provider payload is checked.
  */
-import type { Provider } from '@org/handler-types';
+import type { Provider } from '@org/contracts';
+import { isThrottledError } from '@org/contracts/throttled';
 import { errorMessage, isTransient, sanitizeMessage } from '../error-class.js';
 import { failureOf, HandlerInvoker, type HandlerResult } from '../handler-invoker.js';
-import { handlerTypes } from '../handler-types.js';
+import { contracts } from '../contracts.js';
 import type { Processor, TaskContext, TaskOutcome } from '../processor.js';
 import { providerCallAnswer, startProviderCall } from './provider-call.js';
-import { traceStep } from '../tracing.js';
+import { traceChild } from '../tracing.js';
 
 const HANDLER_FIELDS = ['task_type', 'before_handler', 'success_handler', 'error_handler'];
 
 export function channelTaskProcessor<P>(provider: Provider<P>): Processor {
   return {
-    name: `handler:${provider.name}`,
+    name: `channel:${provider.name}`,
     async process(context: TaskContext): Promise<TaskOutcome> {
       const { task, pool } = context;
-      const { channelTaskPayload } = await handlerTypes();
+      const { channelTaskPayload } = await contracts();
       const handlers = channelTaskPayload.safeParse(task.payload);
       if (!handlers.success) {
         const problem = handlers.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ');
@@ -105,7 +106,7 @@ export function channelTaskProcessor<P>(provider: Provider<P>): Processor {
       }
       let workerPayload: unknown;
       try {
-        workerPayload = await traceStep('queue.provider', { 'queue.provider.name': provider.name }, () =>
+        workerPayload = await traceChild('queue.provider', { 'queue.provider.name': provider.name }, () =>
           provider.send(parsed.data, {
             taskId: task.taskId,
             taskLeaseId: task.taskLeaseId,
@@ -114,6 +115,9 @@ export function channelTaskProcessor<P>(provider: Provider<P>): Processor {
           }),
         );
       } catch (error) {
+        // The provider refused the call for now: the worker records the throttle and gives
+        // the task back uncounted (throttle.ts); no error handler, no failed attempt.
+        if (isThrottledError(error)) throw error;
         return fail(context, invoker, onError, `${provider.name}: ${errorMessage(error)}`);
       }
 

@@ -29,15 +29,15 @@
  */
 import { runFunction, type JsonObject } from '@org/queue-client';
 import type { Processor, TaskContext, TaskOutcome } from '../processor.js';
-import { handlerTypes } from '../handler-types.js';
-import { activeTraceparent, traceStep } from '../tracing.js';
+import { contracts } from '../contracts.js';
+import { activeTraceparent, traceChild } from '../tracing.js';
 
 /** The most calls of a repeated function per task. */
 export const MAX_REPEAT_CALLS = 1000;
 
 /** The outcome of a db_function step, or the reason it is not runnable. */
 export async function dbFunctionStep(task: TaskContext['task']): Promise<TaskOutcome> {
-  const { dbFunctionPayload } = await handlerTypes();
+  const { dbFunctionPayload } = await contracts();
   const payload = dbFunctionPayload.safeParse(task.payload);
   if (!payload.success) {
     const problem = payload.error.issues.map((i) => `${i.path.join('.') || 'payload'}: ${i.message}`).join('; ');
@@ -55,12 +55,12 @@ async function repeatCalls(
   functionName: string,
   payload: JsonObject,
 ): Promise<TaskOutcome> {
-  const { parseEnvelope } = await handlerTypes();
+  const { parseEnvelope } = await contracts();
   let calls = 0;
   let last: unknown;
   let note: string | undefined;
   while (calls < MAX_REPEAT_CALLS && !signal.aborted) {
-    const result = await traceStep('queue.handler', { 'queue.handler.name': functionName }, () =>
+    const result = await traceChild('queue.handler', { 'queue.handler.name': functionName }, () =>
       runFunction(pool, functionName, payload, activeTraceparent()),
     );
     calls++;

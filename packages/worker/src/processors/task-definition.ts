@@ -7,11 +7,14 @@
  *   run resolves                succeeded; an object it returns is kept as the result
  *   run throws                  failed with the message (retried while attempts remain);
  *                               a transient database error interrupts the run instead
+ *   run throws a ThrottledError  not a failure: the worker records the throttle and gives
+ *                               the task back; it runs again once the throttle ends
  *   timeoutMs passes            failed, "fax timed out after 30000 ms" (retried while
  *                               attempts remain); the run's signal is aborted
  */
 import { checkPayload, type AnyTaskDefinition, type TaskRunContext } from '@org/tasks';
 import type { JsonObject } from '@org/queue-client';
+import { isThrottledError } from '@org/contracts/throttled';
 import { errorMessage, isTransient, sanitizeMessage } from '../error-class.js';
 import type { Processor, ProcessorRegistry, TaskContext, TaskOutcome } from '../processor.js';
 
@@ -52,6 +55,7 @@ export function taskDefinitionProcessor(definition: AnyTaskDefinition): Processo
         maxAttempts: task.maxAttempts,
         signal: controller.signal,
         progress: (done, total, note) => context.progress(done, total, note),
+        dependencies: () => context.dependencies(),
         get log() {
           return context.log;
         },
@@ -62,6 +66,8 @@ export function taskDefinitionProcessor(definition: AnyTaskDefinition): Processo
         return isJsonObject(value) ? { outcome: 'succeeded', result: value } : { outcome: 'succeeded' };
       } catch (error) {
         if (!(error instanceof TaskTimeout) && isTransient(error)) throw error;
+        // Back-pressure: the worker records the throttle and gives the task back (throttle.ts).
+        if (isThrottledError(error)) throw error;
         return { outcome: 'failed', error: errorMessage(error) };
       } finally {
         clearTimeout(timer);

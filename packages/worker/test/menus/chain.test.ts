@@ -33,7 +33,7 @@ it('one discovery leads every new store through entry point, products and into t
              bool_and(c.outcome = 'succeeded') as all_succeeded
         from menus.store s
         join queues.task t on (t.payload ->> 'store_id')::bigint = s.store_id
-        join queues.task_completed c on c.task_id = t.task_id
+        join queues.task_end c on c.task_id = t.task_id
        group by s.slug order by s.slug`);
     expect(chains).toEqual(
       [1, 2, 3, 4, 5].map((n) => ({
@@ -59,7 +59,7 @@ it('one discovery leads every new store through entry point, products and into t
       select s.slug, c.outcome, r.result
         from queues.task t
         join menus.store s on s.store_id = (t.payload ->> 'store_id')::bigint
-        join queues.task_completed c on c.task_id = t.task_id
+        join queues.task_end c on c.task_id = t.task_id
         join queues.task_result r on r.task_id = t.task_id
        where t.task_type = 'product_resync' order by s.slug`);
     expect(resyncs.map((r) => [r.slug, r.outcome, r.result.products])).toEqual(

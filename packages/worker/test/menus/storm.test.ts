@@ -58,7 +58,7 @@ it('every attempt fails: 3 attempts each, then dead letters; nothing lost; a red
             (select count(*)::int from queues.task_lease l where l.task_id = t.task_id) as leases,
             (select count(*)::int from queues.task_attempt_failed f where f.task_id = t.task_id) as retries,
             (select count(*)::int from queues.task_result r where r.task_id = t.task_id) as results
-       from queues.task t left join queues.task_completed c using (task_id)
+       from queues.task t left join queues.task_end c using (task_id)
       where t.task_id = any($1::bigint[]) order by t.task_id`,
     [ids],
   );
@@ -85,7 +85,7 @@ it('every attempt fails: 3 attempts each, then dead letters; nothing lost; a red
     await again.stop();
   }
   const { rows: redriven } = await db.query(
-    `select c.outcome, count(*)::int as n from queues.task_redriven d join queues.task_completed c on c.task_id = d.new_task_id group by 1`,
+    `select c.outcome, count(*)::int as n from queues.task_redriven d join queues.task_end c on c.task_id = d.new_task_id group by 1`,
   );
   expect(redriven).toEqual([{ outcome: 'succeeded', n: 40 }]);
 });
@@ -106,7 +106,7 @@ it('a flaky platform (30% 5xx, some slow): every task ends, each failed attempt 
             sum((select count(*) from queues.task_lease l where l.task_id = t.task_id))::int as leases,
             sum((select count(*) from queues.error e where e.task_id = t.task_id))::int as errors,
             sum((select count(*) from queues.task_result r where r.task_id = t.task_id))::int as results
-       from queues.task t join queues.task_completed c using (task_id)
+       from queues.task t join queues.task_end c using (task_id)
       where t.task_id = any($1::bigint[]) group by 1 order by 1`,
     [ids],
   );

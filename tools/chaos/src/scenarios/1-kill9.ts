@@ -72,7 +72,7 @@ export const scenario: Scenario = {
           `select l.worker_id, l.task_id::text, t.task_type, t.payload->>'send_email_attempt_id' as attempt_id
              from queues.task_lease_effective l join queues.task t using (task_id)
             where l.worker_id = any($1) and l.expires_at > now()
-              and not exists (select 1 from queues.task_completed c where c.task_id = l.task_id)`,
+              and not exists (select 1 from queues.task_end c where c.task_id = l.task_id)`,
           [workers.map((w) => w.id)],
         );
         const byWorker = new Map<string, typeof rows>();
@@ -154,7 +154,7 @@ export const scenario: Scenario = {
         ? (
             await db.query(
               `select t.task_type, c.outcome, (select e.error_message from queues.error e where e.task_id = t.task_id order by e.error_id desc limit 1) as error
-                 from queues.task t join queues.task_completed c using (task_id)
+                 from queues.task t join queues.task_end c using (task_id)
                 where t.task_id > $1 and c.outcome <> 'succeeded' limit 5`,
               [fromId],
             )

@@ -272,7 +272,7 @@ export const scenario: Scenario = {
           await owner.query(
             `select count(*) as n from unnest($1::bigint[]) i(id)
                join queues.task t on t.task_id = i.id
-              where not exists (select 1 from queues.task_completed c where c.task_id = i.id)`,
+              where not exists (select 1 from queues.task_end c where c.task_id = i.id)`,
             [ids],
           )
         ).rows[0].n,
@@ -308,7 +308,7 @@ export const scenario: Scenario = {
                    where e.task_key = p.key and e.created_at <= p.dropped_at - make_interval(secs => $4)))::int
                   as dropped_not_completed_in_time,
                 count(*) filter (where present and exists (
-                  select 1 from queues.task_completed c where c.task_id = p.id and c.outcome <> 'succeeded'))::int
+                  select 1 from queues.task_end c where c.task_id = p.id and c.outcome <> 'succeeded'))::int
                   as not_succeeded
            from placed p`,
         [

@@ -84,7 +84,7 @@ function watchCrashes(db: ChaosDb, fromId: number, onCrash: (c: Crash) => void) 
       async () =>
         (
           await db.query(
-            `select 1 from queues.task_completed c join queues.task_lease_effective l on l.task_lease_id = c.task_lease_id
+            `select 1 from queues.task_end c join queues.task_lease_effective l on l.task_lease_id = c.task_lease_id
               where c.task_id > $1 and l.leased_at > now() - make_interval(secs => $2) limit 1`,
             [fromId, (Date.now() - crashedAt) / 1000],
           )
@@ -149,7 +149,7 @@ async function quietPhase(db: ChaosDb, env: Record<string, string>, maxCrashes: 
   const state = async () =>
     await one<{ outcome: string | null; leases: number; named: number }>(
       db,
-      `select (select c.outcome from queues.task_completed c where c.task_id = $1) as outcome,
+      `select (select c.outcome from queues.task_end c where c.task_id = $1) as outcome,
                 (select count(*)::int from queues.task_lease l where l.task_id = $1) as leases,
                 (select count(*)::int from queues.task_lease l where l.task_id = $1 and l.suspect) as named`,
       [id],
@@ -231,7 +231,7 @@ export const scenario: Scenario = {
       (
         await one<{ outcome: string | null }>(
           db,
-          'select (select c.outcome from queues.task_completed c where c.task_id = $1) as outcome',
+          'select (select c.outcome from queues.task_end c where c.task_id = $1) as outcome',
           [poisonId],
         )
       ).outcome;
@@ -274,7 +274,7 @@ export const scenario: Scenario = {
                 l.suspect as named,
                 exists (select 1 from queues.task_lease_release s where s.task_lease_id = l.task_lease_id) as released
            from queues.task_lease_effective l
-          where l.task_id in (select c.task_id from queues.task_completed c where c.task_id > $1 and c.outcome <> 'succeeded')
+          where l.task_id in (select c.task_id from queues.task_end c where c.task_id > $1 and c.outcome <> 'succeeded')
           order by l.task_id, l.task_lease_id`,
         [fromId],
       );
@@ -318,7 +318,7 @@ export const scenario: Scenario = {
         ? (
             await db.query(
               `select t.task_type, c.outcome, (select e.error_message from queues.error e where e.task_id = t.task_id order by e.error_id desc limit 1) as error
-                 from queues.task t join queues.task_completed c using (task_id)
+                 from queues.task t join queues.task_end c using (task_id)
                 where t.task_id > $1 and ${others} and c.outcome <> 'succeeded' limit 5`,
               [fromId],
             )

@@ -298,7 +298,7 @@ export const scenario: Scenario = {
         try {
           return (
             (
-              await c.query('select 1 from queues.task_completed where completed_at > to_timestamp($1) limit 1', [
+              await c.query('select 1 from queues.task_end where completed_at > to_timestamp($1) limit 1', [
                 killedAt / 1000,
               ])
             ).rowCount === 1
@@ -327,15 +327,15 @@ export const scenario: Scenario = {
       const webBackAt = webAnswers.find((a) => a.ok && a.at > (webFailed.at(-1)?.at ?? killedAt))?.at;
       const poison = await one<{ outcome: string | null; interruptions: number; at: number | null }>(
         db,
-        `select (select c.outcome from queues.task_completed c where c.task_id = $1) as outcome,
-                (select extract(epoch from c.completed_at)::float8 * 1000 from queues.task_completed c where c.task_id = $1) as at,
+        `select (select c.outcome from queues.task_end c where c.task_id = $1) as outcome,
+                (select extract(epoch from c.completed_at)::float8 * 1000 from queues.task_end c where c.task_id = $1) as at,
                 (select count(*)::int from queues.task_interruption x where x.task_id = $1) as interruptions`,
         [poisonId],
       );
       // Every worker ran tasks on the new primary (leased after the kill), through the proxy.
       const { rows: after } = await db.query<{ worker_id: string; n: number }>(
         `select l.worker_id, count(*)::int as n
-           from queues.task_lease_effective l join queues.task_completed c on c.task_lease_id = l.task_lease_id
+           from queues.task_lease_effective l join queues.task_end c on c.task_lease_id = l.task_lease_id
           where l.leased_at > to_timestamp($1) group by l.worker_id`,
         [killedAt / 1000],
       );
@@ -363,7 +363,7 @@ export const scenario: Scenario = {
                 count(*) filter (where c.outcome is distinct from 'succeeded')::int as unfinished
            from unnest($1::text[]) k(key)
            left join queues.task t on t.payload->>'db_function' = 'chaos.step' and t.payload->>'key' = k.key
-           left join queues.task_completed c on c.task_id = t.task_id`,
+           left join queues.task_end c on c.task_id = t.task_id`,
         [acked.steps],
       );
       const emails = await one<{ missing: number; unsucceeded: number; retried: number }>(
@@ -401,7 +401,7 @@ export const scenario: Scenario = {
       const notSucceeded = (
         await db.query<{ task_type: string; outcome: string; n: number }>(
           `select t.task_type, c.outcome, count(*)::int as n
-             from queues.task t join queues.task_completed c using (task_id)
+             from queues.task t join queues.task_end c using (task_id)
             where c.outcome <> 'succeeded' group by 1, 2 order by 1, 2`,
         )
       ).rows;

@@ -85,8 +85,7 @@ export const scenario: Scenario = {
         const b = startWorker({ env: env(c.taskType), script: 'entry', prefix: 's4-fresh' });
         spawned.push(b);
         const completed = await waitFor(
-          async () =>
-            (await db.query('select 1 from queues.task_completed where task_id = $1', [taskId])).rowCount === 1,
+          async () => (await db.query('select 1 from queues.task_end where task_id = $1', [taskId])).rowCount === 1,
           20_000,
         );
         await stopWorker(b);
@@ -111,7 +110,7 @@ export const scenario: Scenario = {
                   (select coalesce(array_agg(coalesce(e.task_lease_id::text, 'none') order by e.error_id), '{}') from queues.error e where e.task_id = $1) as error_leases,
                   (select count(*)::int from chaos.effect where task_key = $2) as effects,
                   (select count(*)::int from chaos.record where task_key = $2) as records
-             from queues.task_completed c where c.task_id = $1`,
+             from queues.task_end c where c.task_id = $1`,
           [taskId, key],
         );
         const staleLease = leases.find((l) => l.worker_id === a.id)?.id;

@@ -62,7 +62,7 @@ export const scenario: Scenario = {
       const exitMs = exit.at - signalled;
       const outcomes = (
         await db.query(
-          `select c.outcome from unnest($1::bigint[]) t(id) left join queues.task_completed c on c.task_id = t.id`,
+          `select c.outcome from unnest($1::bigint[]) t(id) left join queues.task_end c on c.task_id = t.id`,
           [ids],
         )
       ).rows.map((x) => x.outcome as string | null);

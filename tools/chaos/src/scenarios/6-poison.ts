@@ -116,7 +116,7 @@ async function phase(db: ChaosDb, n: number, poison: boolean, tag: string, mode:
           // towards MAX_LEASES (the first expiry, which made it a suspect, does not).
           `select t.task_type, c.outcome, (select count(*)::int from queues.task_lease l where l.task_id = t.task_id and l.suspect) as leases,
                   (select array_agg(e.error_message) from queues.error e where e.task_id = t.task_id) as errors
-             from queues.task t left join queues.task_completed c using (task_id)
+             from queues.task t left join queues.task_end c using (task_id)
             where t.task_id > $1 and t.task_type in ('crash', 'oom') order by t.task_type`,
           [fromId],
         )
@@ -138,7 +138,7 @@ async function trace(db: ChaosDb, fromId: number, started: number, label: string
   const since = (column: string) => `round(extract(epoch from ${column} - $2::timestamptz)::numeric, 2)::float8`;
   const done = await db.query(
     `select (floor(extract(epoch from c.completed_at - $2::timestamptz) * 2) / 2)::float8 as s, count(*)::int as n
-       from queues.task t join queues.task_completed c using (task_id)
+       from queues.task t join queues.task_end c using (task_id)
       where t.task_id > $1 and t.task_type = 'db_function' group by 1 order by 1`,
     [fromId, t0],
   );

@@ -896,11 +896,8 @@ export const scenario: Scenario = {
         ).rows[0].id,
       );
     const completedAll = async (taskIds: string[]) =>
-      (
-        await db.query('select count(*)::int as n from queues.task_completed where task_id = any($1::bigint[])', [
-          taskIds,
-        ])
-      ).rows[0]!.n === taskIds.length;
+      (await db.query('select count(*)::int as n from queues.task_end where task_id = any($1::bigint[])', [taskIds]))
+        .rows[0]!.n === taskIds.length;
     const firstPhase = WORKER_CASES.filter((c) => !c.providerFailure);
     for (const c of firstPhase) ids.push(await enqueueCase(c));
     const worker = new Worker({
@@ -936,7 +933,7 @@ export const scenario: Scenario = {
     const facts = (
       await db.query(
         `select t.id::text, c.outcome, (select array_agg(e.error_message order by e.error_id) from queues.error e where e.task_id = t.id) as errors
-           from unnest($1::bigint[]) t(id) left join queues.task_completed c on c.task_id = t.id`,
+           from unnest($1::bigint[]) t(id) left join queues.task_end c on c.task_id = t.id`,
         [ids],
       )
     ).rows;

@@ -63,7 +63,7 @@ export async function seedQueue(client: pg.ClientBase): Promise<SeededQueue> {
 export async function queueFacts(client: pg.ClientBase): Promise<unknown[]> {
   const { rows } = await client.query(
     `select t.task_id::text, t.task_type, t.payload, t.priority, t.resource_key, t.max_attempts,
-            (select c.outcome from queues.task_completed c where c.task_id = t.task_id) as outcome,
+            (select c.outcome from queues.task_end c where c.task_id = t.task_id) as outcome,
             (select count(*)::int from queues.task_lease l where l.task_id = t.task_id) as leases,
             (select count(*)::int from queues.error e where e.task_id = t.task_id) as errors,
             (select count(*)::int from queues.task_lease_extension x join queues.task_lease l using (task_lease_id)

@@ -1,0 +1,77 @@
+/** Types generated for queries found in "src/queries/throttle.sql" */
+import { PreparedQuery } from '@pgtyped/runtime';
+
+export type DateOrString = Date | string;
+
+export type NumberOrString = number | string;
+
+/** 'ThrottleRecord' parameters type */
+export interface IThrottleRecordParams {
+  key: string;
+  keyKind: string;
+  reason: string;
+  recordedBy: string;
+  retryAfterSeconds?: NumberOrString | null | void;
+  taskId?: NumberOrString | null | void;
+  taskLeaseId?: NumberOrString | null | void;
+  until?: DateOrString | null | void;
+}
+
+/** 'ThrottleRecord' return type */
+export interface IThrottleRecordResult {
+  result: string;
+  throttledUntil: Date;
+}
+
+/** 'ThrottleRecord' query type */
+export interface IThrottleRecordQuery {
+  params: IThrottleRecordParams;
+  result: IThrottleRecordResult;
+}
+
+const throttleRecordIR: any = {"usedParamSet":{"keyKind":true,"key":true,"until":true,"retryAfterSeconds":true,"reason":true,"recordedBy":true,"taskId":true,"taskLeaseId":true},"params":[{"name":"keyKind","required":true,"transform":{"type":"scalar"},"locs":[{"a":99,"b":107}]},{"name":"key","required":true,"transform":{"type":"scalar"},"locs":[{"a":116,"b":120}]},{"name":"until","required":false,"transform":{"type":"scalar"},"locs":[{"a":129,"b":134}]},{"name":"retryAfterSeconds","required":false,"transform":{"type":"scalar"},"locs":[{"a":150,"b":167}]},{"name":"reason","required":true,"transform":{"type":"scalar"},"locs":[{"a":209,"b":216}]},{"name":"recordedBy","required":true,"transform":{"type":"scalar"},"locs":[{"a":225,"b":236}]},{"name":"taskId","required":false,"transform":{"type":"scalar"},"locs":[{"a":245,"b":251}]},{"name":"taskLeaseId","required":false,"transform":{"type":"scalar"},"locs":[{"a":262,"b":273}]}],"statement":"select r.result as \"result!\", r.throttled_until as \"throttledUntil!\"\n  from queues.record_throttle(:keyKind!::text, :key!::text, :until::timestamptz, :retryAfterSeconds::numeric,\n                              :reason!::text, :recordedBy!::text, :taskId::bigint, :taskLeaseId::bigint) r"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select r.result as "result!", r.throttled_until as "throttledUntil!"
+ *   from queues.record_throttle(:keyKind!::text, :key!::text, :until::timestamptz, :retryAfterSeconds::numeric,
+ *                               :reason!::text, :recordedBy!::text, :taskId::bigint, :taskLeaseId::bigint) r
+ * ```
+ */
+export const throttleRecord = new PreparedQuery<IThrottleRecordParams,IThrottleRecordResult>(throttleRecordIR);
+
+
+/** 'ThrottleListActive' parameters type */
+export type IThrottleListActiveParams = void;
+
+/** 'ThrottleListActive' return type */
+export interface IThrottleListActiveResult {
+  key: string;
+  keyKind: string;
+  reason: string;
+  recordedAt: Date;
+  recordedBy: string;
+  reports: number;
+  throttledUntil: Date;
+}
+
+/** 'ThrottleListActive' query type */
+export interface IThrottleListActiveQuery {
+  params: IThrottleListActiveParams;
+  result: IThrottleListActiveResult;
+}
+
+const throttleListActiveIR: any = {"usedParamSet":{},"params":[],"statement":"select t.key_kind as \"keyKind!\", t.key as \"key!\", t.throttled_until as \"throttledUntil!\", t.reason as \"reason!\",\n       t.recorded_at as \"recordedAt!\", t.recorded_by as \"recordedBy!\", t.reports as \"reports!\"\n  from queues.active_throttles() t"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select t.key_kind as "keyKind!", t.key as "key!", t.throttled_until as "throttledUntil!", t.reason as "reason!",
+ *        t.recorded_at as "recordedAt!", t.recorded_by as "recordedBy!", t.reports as "reports!"
+ *   from queues.active_throttles() t
+ * ```
+ */
+export const throttleListActive = new PreparedQuery<IThrottleListActiveParams,IThrottleListActiveResult>(throttleListActiveIR);
+
+

@@ -1,0 +1,407 @@
+// Completion rounds (sql/queues/complete.sql, sql/queues/task_end.sql): a completion
+// call's plain successes are one queues.completion_round per task type, every other end a
+// queues.task_completed row; each reading of a task's end (outcome, lease, start time) is
+// the same in both shapes, a task's own end is an index probe, and the round is fenced as
+// the per-task completion was.
+import type pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestDatabase, type TestDatabase } from '@org/testing';
+
+let db: TestDatabase;
+beforeAll(async () => {
+  db = await createTestDatabase();
+  for (const type of ['round_a', 'round_b'])
+    await db.query(`insert into queues.task_type (task_type) values ($1) on conflict do nothing`, [type]);
+});
+afterAll(async () => {
+  await db?.drop();
+});
+
+async function enqueue(type: string, n: number): Promise<string[]> {
+  const { rows } = await db.query(
+    `select queues.enqueue($1, jsonb_build_object('n', g))::text as id from generate_series(1, $2::int) g`,
+    [type, n],
+  );
+  return rows.map((r) => r.id);
+}
+/** Claims every ready task of `type` at now() + `seconds`, as worker `worker`. */
+async function claim(type: string, seconds = 0, worker = 'w'): Promise<Map<string, string>> {
+  const { rows } = await db.query(
+    `select task_id::text, task_lease_id::text
+       from queues.claim_tasks_at(now() + make_interval(secs => $1), $2, 1000, array[$3], 60, 5)`,
+    [seconds, worker, type],
+  );
+  return new Map(rows.map((r) => [r.task_id, r.task_lease_id]));
+}
+/** queues.settle_tasks as the worker calls it; returns task id -> result. */
+async function settle(
+  ids: string[],
+  leases: (string | null)[] | null,
+  outcomes: string[] | null = null,
+  startedUs: (string | null)[] | null = null,
+  client: pg.Pool | pg.ClientBase = db.pool('worker'),
+): Promise<Map<string, string>> {
+  const { rows } = await client.query(
+    `select task_id::text, result from queues.settle_tasks($1::bigint[], $2::bigint[], $3::text[], null, null, null, $4::bigint[])`,
+    [ids, leases, outcomes, startedUs],
+  );
+  return new Map(rows.map((r) => [r.task_id, r.result]));
+}
+const ends = async (ids: string[]) =>
+  (
+    await db.query(
+      `select e.task_id::text, e.task_lease_id::text, e.outcome, e.task_type,
+              (extract(epoch from e.started_at) * 1000000)::bigint::text as started_us
+         from unnest($1::bigint[]) i(id) cross join lateral queues.task_end_of(i.id) e order by e.task_id`,
+      [ids],
+    )
+  ).rows;
+
+describe('a completion call', () => {
+  it('writes its plain successes as one round per task type, with leases and start times; other ends per task', async () => {
+    const a = await enqueue('round_a', 3);
+    const b = await enqueue('round_b', 2);
+    const leases = new Map([...(await claim('round_a')), ...(await claim('round_b'))]);
+    // Input out of order; one of round_a fails (a validation failure: final); start
+    // times to the microsecond.
+    const ids = [a[2], b[1], a[0], b[0], a[1]];
+    const started = ids.map((_, i) => String(1_790_000_000_123_456n + BigInt(i)));
+    const outcomes = ['succeeded', 'succeeded', 'succeeded', 'succeeded', 'validation_failed'];
+    const results = await settle(
+      ids,
+      ids.map((id) => leases.get(id)!),
+      outcomes,
+      started,
+    );
+    expect([...results.values()]).toEqual(Array(5).fill('completed'));
+
+    const { rows: rounds } = await db.query(
+      `select task_id::text, task_type, task_ids::text[], task_lease_ids::text[], started_us::text[], task_range::text
+         from queues.completion_round where task_ids && $1::bigint[] order by task_type`,
+      [ids],
+    );
+    const startOf = (id: string) => started[ids.indexOf(id)];
+    expect(rounds).toEqual([
+      {
+        task_id: a[2],
+        task_type: 'round_a',
+        task_ids: [a[0], a[2]],
+        task_lease_ids: [leases.get(a[0]), leases.get(a[2])],
+        started_us: [startOf(a[0]), startOf(a[2])],
+        task_range: `[${a[0]},${Number(a[2]) + 1})`,
+      },
+      {
+        task_id: b[1],
+        task_type: 'round_b',
+        task_ids: [b[0], b[1]],
+        task_lease_ids: [leases.get(b[0]), leases.get(b[1])],
+        started_us: [startOf(b[0]), startOf(b[1])],
+        task_range: `[${b[0]},${Number(b[1]) + 1})`,
+      },
+    ]);
+    const { rows: perTask } = await db.query(
+      `select task_id::text, outcome from queues.task_completed where task_id = any($1::bigint[])`,
+      [ids],
+    );
+    expect(perTask).toEqual([{ task_id: a[1], outcome: 'validation_failed' }]);
+
+    // Each task's end, read per task: outcome, lease and start time, in either shape.
+    expect(await ends(ids)).toEqual(
+      [...ids]
+        .sort((x, y) => Number(x) - Number(y))
+        .map((id) => ({
+          task_id: id,
+          task_lease_id: leases.get(id),
+          outcome: id === a[1] ? 'validation_failed' : 'succeeded',
+          task_type: a.includes(id) ? 'round_a' : 'round_b',
+          started_us: startOf(id),
+        })),
+    );
+    // The view gives the same rows.
+    const { rows: viewed } = await db.query(
+      `select task_id::text, task_lease_id::text, outcome, task_type,
+              (extract(epoch from started_at) * 1000000)::bigint::text as started_us
+         from queues.task_end where task_id = any($1::bigint[]) order by task_id`,
+      [ids],
+    );
+    expect(viewed).toEqual(await ends(ids));
+  });
+
+  it('a success without a lease or start time is a round too, read back with nulls', async () => {
+    const [id] = await enqueue('round_a', 1);
+    await claim('round_a');
+    expect(await settle([id], null)).toEqual(new Map([[id, 'completed']]));
+    expect(await ends([id])).toEqual([
+      { task_id: id, task_lease_id: null, outcome: 'succeeded', task_type: 'round_a', started_us: null },
+    ]);
+  });
+
+  it('rounds and per-task completions read alike on the task page, the API view and the counts', async () => {
+    // One success as a round (this code), one written as a task_completed row (as
+    // completions were before rounds): every reader shows them the same way.
+    const [viaRound, viaRow] = await enqueue('round_b', 2);
+    const leases = await claim('round_b');
+    const start = '2030-01-02T03:04:05.678901Z';
+    const us = String(BigInt(Date.parse('2030-01-02T03:04:05.678Z')) * 1000n + 901n);
+    expect(await settle([viaRound], [leases.get(viaRound)!], ['succeeded'], [us])).toEqual(
+      new Map([[viaRound, 'completed']]),
+    );
+    await db.query(`delete from queues.task_pending where task_id = $1`, [viaRow]);
+    await db.query(
+      `insert into queues.task_completed (task_id, task_lease_id, outcome, task_type, started_at)
+       values ($1, $2, 'succeeded', 'round_b', $3)`,
+      [viaRow, leases.get(viaRow), start],
+    );
+    const api = db.pool('api');
+    for (const id of [viaRound, viaRow]) {
+      const { rows } = await api.query('select admin.get_task($1) as t', [id]);
+      const task = rows[0].t;
+      expect(task.task.state, id).toBe('succeeded');
+      expect(task.completion, id).toMatchObject({
+        outcome: 'succeeded',
+        task_lease_id: Number(leases.get(id)),
+        started_at: '2030-01-02T03:04:05.678901+00:00',
+      });
+      expect(Object.keys(task.completion).sort(), id).toEqual(
+        ['completed_at', 'outcome', 'started_at', 'task_lease_id'].sort(),
+      );
+      const { rows: worker } = await api.query(
+        `select status, outcome, started_at = $2::timestamptz as started, completed_at is not null as completed
+           from public.worker_tasks where id = $1`,
+        [id, start],
+      );
+      expect(worker, id).toEqual([{ status: 'completed', outcome: 'succeeded', started: true, completed: true }]);
+    }
+    // The list by state and the dashboard's counts see both.
+    const { rows: listed } = await api.query(
+      `select task_id::text from admin.list_tasks('round_b', 'succeeded', 50) where task_id = any($1::bigint[])`,
+      [[viaRound, viaRow]],
+    );
+    expect(listed.map((r) => r.task_id).sort()).toEqual([viaRound, viaRow].sort());
+    const { rows: counts } = await api.query(
+      `select count from admin.task_counts(3600) where task_type = 'round_b' and state = 'succeeded'`,
+    );
+    const { rows: expected } = await db.query(
+      `select count(*)::text as n from queues.task_end where task_type = 'round_b' and outcome = 'succeeded'`,
+    );
+    expect(counts).toEqual([{ count: expected[0].n }]);
+    expect(Number(expected[0].n)).toBeGreaterThanOrEqual(4);
+  });
+
+  it("a task's end is an index probe of each shape, not a scan of the rounds", async () => {
+    // Many rounds: 2,000 of 100 tasks each (ids far above the real ones).
+    await db.query(`
+      insert into queues.completion_round (task_id, task_type, task_ids, task_lease_ids, started_us, task_range)
+      select r * 100 + 1000099, 'round_a', array(select r * 100 + 1000000 + g from generate_series(0, 99) g),
+             array_fill(null::bigint, array[100]), array_fill(null::bigint, array[100]),
+             int8range(r * 100 + 1000000, r * 100 + 1000099, '[]')
+        from generate_series(0, 1999) r`);
+    // ...and per-task completions in the same set (other ids).
+    await db.query(`
+      insert into queues.task_completed (task_id, outcome, task_type)
+      select 1500000 + g, 'failed', 'round_a' from generate_series(0, 19999) g`);
+    await db.query('analyze queues.completion_round, queues.task_completed');
+    const root = await db.client('root');
+    try {
+      const { rows } = await root.query(
+        `explain (analyze, buffers, format json) select * from queues.task_end_of(1100050)`,
+      );
+      const plan = rows[0]['QUERY PLAN'][0].Plan as Node & { 'Actual Rows': number };
+      type Node = {
+        'Node Type'?: string;
+        'Relation Name'?: string;
+        'Index Name'?: string;
+        'Actual Rows'?: number;
+        'Actual Loops'?: number;
+        'Rows Removed by Filter'?: number;
+        Plans?: Node[];
+      };
+      const nodes: Node[] = [];
+      const walk = (n: Node) => {
+        nodes.push(n);
+        (n.Plans ?? []).forEach(walk);
+      };
+      walk(plan);
+      const onRounds = nodes.filter((n) => (n['Relation Name'] ?? '').startsWith('completion_round'));
+      expect(onRounds.length).toBeGreaterThan(0);
+      // No scan of a partition that holds rounds (an empty one costs nothing).
+      expect(
+        onRounds.filter(
+          (n) =>
+            n['Node Type'] === 'Seq Scan' &&
+            Number(n['Actual Rows'] ?? 0) + Number(n['Rows Removed by Filter'] ?? 0) > 0,
+        ),
+      ).toEqual([]);
+      expect(nodes.some((n) => (n['Index Name'] ?? '').includes('task_range'))).toBe(true);
+      expect(
+        nodes.some(
+          (n) => (n['Index Name'] ?? '').includes('task_completed') && (n['Index Name'] ?? '').includes('pkey'),
+        ),
+      ).toBe(true);
+      // The probe reads the round that names the task (its range holds the id), not 2,000.
+      const roundRows = onRounds.reduce(
+        (s, n) =>
+          s +
+          (Number(n['Actual Rows'] ?? 0) + Number(n['Rows Removed by Filter'] ?? 0)) * Number(n['Actual Loops'] ?? 1),
+        0,
+      );
+      expect(roundRows).toBeLessThanOrEqual(2);
+      expect(Number(plan['Actual Rows'])).toBe(1);
+    } finally {
+      await root.end();
+    }
+  });
+});
+
+describe('a round is fenced by the lease of each task', () => {
+  it("a late holder's completion is refused, and leaves nothing; the new holder's repeat is idempotent", async () => {
+    const [id] = await enqueue('round_a', 1);
+    const first = (await claim('round_a', 0, 'w1')).get(id)!;
+    // The lease expires (60 s) and another worker takes the task.
+    const second = (await claim('round_a', 120, 'w2')).get(id)!;
+    expect(second).not.toBe(first);
+    // The late holder, before and after the new holder's completion: lease_lost, no end.
+    expect(await settle([id], [first])).toEqual(new Map([[id, 'lease_lost']]));
+    expect(await ends([id])).toEqual([]);
+    expect(await settle([id], [second], null, ['1790000000000000'])).toEqual(new Map([[id, 'completed']]));
+    expect(await settle([id], [first])).toEqual(new Map([[id, 'lease_lost']]));
+    await expect(db.pool('worker').query(`select queues.fail_task($1, 'late', $2)`, [id, first])).rejects.toMatchObject(
+      { code: '55000', constraint: 'task_lease_current' },
+    );
+    await expect(db.pool('worker').query(`select queues.complete_task($1, $2)`, [id, first])).rejects.toMatchObject({
+      code: '55000',
+      constraint: 'task_lease_current',
+    });
+    // The holder repeating itself, and an unfenced caller: already_completed.
+    expect(await settle([id], [second])).toEqual(new Map([[id, 'already_completed']]));
+    expect(await settle([id], null)).toEqual(new Map([[id, 'already_completed']]));
+    expect((await db.pool('worker').query(`select queues.complete_task($1) as r`, [id])).rows[0].r).toBe(false);
+    // One end, the new holder's.
+    expect(await ends([id])).toEqual([
+      {
+        task_id: id,
+        task_lease_id: second,
+        outcome: 'succeeded',
+        task_type: 'round_a',
+        started_us: '1790000000000000',
+      },
+    ]);
+    // Cancelling or running now a task whose end is a round: already completed.
+    const { rows: cancelled } = await db
+      .pool('api')
+      .query(`select result from admin.cancel_tasks(array[$1::bigint])`, [id]);
+    expect(cancelled).toEqual([{ result: 'already_completed' }]);
+  });
+
+  it('a holder whose task an unfenced caller completed can neither complete nor record an error', async () => {
+    const [id] = await enqueue('round_a', 1);
+    const lease = (await claim('round_a')).get(id)!;
+    expect(await settle([id], null)).toEqual(new Map([[id, 'completed']]));
+    expect(await settle([id], [lease])).toEqual(new Map([[id, 'lease_lost']]));
+    await expect(
+      db.pool('worker').query(`select queues.fail_task($1, 'too late', $2)`, [id, lease]),
+    ).rejects.toMatchObject({ code: '55000', constraint: 'task_lease_current' });
+    expect((await db.query(`select count(*)::int as n from queues.error where task_id = $1`, [id])).rows[0].n).toBe(0);
+    const { rows: cancelled } = await db
+      .pool('api')
+      .query(`select result from admin.cancel_tasks(array[$1::bigint])`, [id]);
+    expect(cancelled).toEqual([{ result: 'already_completed' }]);
+  });
+
+  it('completers racing for the same tasks: each task ends exactly once, in one shape', async () => {
+    const ids = await enqueue('round_b', 40);
+    const leases = await claim('round_b');
+    const racers = 8;
+    const clients = await Promise.all(Array.from({ length: racers }, () => db.client('worker')));
+    try {
+      for (let round = 0; round < 3; round++) {
+        // Each racer completes every task (same order, so row locks queue rather than
+        // deadlock), half of them as successes, half as validation failures (final), with
+        // a different started time each: whoever wins writes the one end. A loser is told
+        // already_completed, or lease_lost when its statement began before the winner
+        // committed (as before rounds: it then cannot tell who completed the task).
+        const results = await Promise.all(
+          clients.map((c, r) =>
+            settle(
+              ids,
+              ids.map((id) => leases.get(id)!),
+              ids.map(() => (r % 2 === 0 ? 'succeeded' : 'validation_failed')),
+              ids.map(() => String(1_790_000_000_000_000 + r)),
+              c,
+            ),
+          ),
+        );
+        for (const id of ids) {
+          const got = results.map((m) => m.get(id));
+          if (round === 0) {
+            expect(
+              got.filter((g) => g === 'completed'),
+              id,
+            ).toHaveLength(1);
+            expect(
+              got.filter((g) => g === 'already_completed' || g === 'lease_lost'),
+              id,
+            ).toHaveLength(racers - 1);
+          } else {
+            expect(got, id).toEqual(Array(racers).fill('already_completed'));
+          }
+        }
+      }
+      const { rows } = await db.query(
+        `select e.task_id::text, count(*)::int as n from queues.task_end e where e.task_id = any($1::bigint[]) group by 1`,
+        [ids],
+      );
+      expect(rows).toHaveLength(ids.length);
+      expect(rows.every((r) => r.n === 1)).toBe(true);
+      // No task is in a round and in task_completed, nor in two rounds.
+      const { rows: both } = await db.query(
+        `select count(*)::int as n from queues.completion_round r cross join lateral unnest(r.task_ids) u(id)
+          where u.id = any($1::bigint[])
+            and (exists (select 1 from queues.task_completed c where c.task_id = u.id)
+                 or (select count(*) from queues.completion_round r2 where u.id = any (r2.task_ids)) > 1)`,
+        [ids],
+      );
+      expect(both[0].n).toBe(0);
+      // The one end of each task carries its winner's start time and outcome together.
+      for (const e of await ends(ids)) {
+        const racer = Number(e.started_us) - 1_790_000_000_000_000;
+        expect(e.outcome).toBe(racer % 2 === 0 ? 'succeeded' : 'validation_failed');
+      }
+    } finally {
+      await Promise.all(clients.map((c) => c.end()));
+    }
+  });
+
+  it('is append-only: a round is never updated, on the parent or a partition', async () => {
+    await expect(db.query(`update queues.completion_round set task_type = task_type`)).rejects.toMatchObject({
+      code: '55000',
+    });
+    const { rows } = await db.query(
+      `select c.relname from pg_inherits i join pg_class c on c.oid = i.inhrelid
+        where i.inhparent = 'queues.completion_round'::regclass
+          and not exists (select 1 from pg_trigger g where g.tgrelid = c.oid and g.tgname = 'forbid_update')`,
+    );
+    expect(rows).toEqual([]);
+    const { rows: parts } = await db.query(`select tableoid::regclass::text as p from queues.completion_round limit 1`);
+    await expect(db.query(`update ${parts[0].p} set task_type = task_type`)).rejects.toMatchObject({ code: '55000' });
+  });
+
+  it('refuses a malformed round', async () => {
+    const bad = [
+      // unsorted (the last is not the largest)
+      `(5, 'round_a', '{5,4}', '{null,null}', '{null,null}', '[4,5]')`,
+      // a range that is not first..last
+      `(5, 'round_a', '{4,5}', '{null,null}', '{null,null}', '[3,5]')`,
+      // parallel arrays of another length
+      `(5, 'round_a', '{4,5}', '{null}', '{null,null}', '[4,5]')`,
+      // empty
+      `(5, 'round_a', '{}', '{}', '{}', '[4,5]')`,
+    ];
+    for (const values of bad)
+      await expect(
+        db.query(
+          `insert into queues.completion_round (task_id, task_type, task_ids, task_lease_ids, started_us, task_range) values ${values}`,
+        ),
+      ).rejects.toMatchObject({ code: '23514' });
+  });
+});

@@ -1,0 +1,256 @@
+-- Provider back-pressure as a fact: "throttled until T". A processor whose provider
+-- answered 429, a Retry-After or a quota error throws a ThrottledError; its worker records
+-- it here (queues.record_throttle) and gives the task back uncounted. Every claim leaves
+-- out the task types throttled at its clock (queues.throttled_task_types_at, one probe of
+-- throttle_until_idx per claim, nothing per row), so that channel's tasks wait on every
+-- worker until T; supervisors read queues.throttled_until (a channel process's facts
+-- expose it); an operator reads and clears throttles through admin.list_throttles and
+-- admin.clear_throttle.
+--
+-- Facts (migration 300-provider-throttle.sql): queues.throttle, one row per report
+-- (key_kind, key, throttled_until, reason, who, the lease whose call was refused), and
+-- queues.throttle_cleared, an operator's clear of a key's throttles recorded so far. A
+-- key's throttle is active while one of its reports not cleared has throttled_until
+-- after now; the latest such T is the key's. key_kind 'task_type' (a channel, such as
+-- 'email') is the kind there is; the table also admits 'group' for group keys, which
+-- queues.record_throttle refuses until tasks carry one.
+
+-- The longest a throttle may last: a provider asking for longer is held to this, and the
+-- worker reports again when it still refuses.
+create or replace function queues.max_throttle_seconds()
+  returns integer
+  language sql immutable
+  set search_path = pg_catalog, pg_temp
+as $$ select 86400 $$;
+
+-- Records that _key (a task type, key_kind 'task_type') is throttled until _until, or for
+-- _retry_after_seconds from _now (exactly one of the two), with _reason (1 to 500
+-- characters) and who reported it (_recorded_by: a worker id, 1 to 200 characters).
+-- With _task_id and _task_lease_id (the run whose provider call was refused), that lease
+-- is released in the same transaction, as queues.release_leases does: the task is
+-- claimable again at once (the claim holds it back while the throttle lasts), and
+-- neither the release nor the refused run counts as a failed attempt, an interruption or
+-- an expiry; an at-most-once provider call started under that lease does not count as
+-- started (internal.provider_call_start: the provider refused it).
+-- Returns the result ('recorded' without a task, 'released', 'lease_lost' when the lease
+-- is no longer current: the throttle is recorded anyway) and the throttle's end.
+-- Bad input writes nothing: NULLs 22004; an unknown task type 23503; a kind other than
+-- 'task_type', both or neither of _until and _retry_after_seconds, a T not after _now or
+-- more than queues.max_throttle_seconds() after it, a reason or name out of bounds,
+-- one of the task ids without the other: 22023.
+create or replace function queues.record_throttle_at(
+  _now                 timestamptz,
+  _key_kind            text,
+  _key                 text,
+  _until               timestamptz,
+  _retry_after_seconds numeric,
+  _reason              text,
+  _recorded_by         text,
+  _task_id             bigint,
+  _task_lease_id       bigint
+) returns table (result text, throttled_until timestamptz)
+  language plpgsql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _end timestamptz;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  if _key_kind is null or _key is null then
+    raise exception 'key_kind and key must not be null' using errcode = '22004';
+  end if;
+  if _key_kind <> 'task_type' then
+    raise exception 'key_kind must be ''task_type'', got %', quote_literal(left(_key_kind, 100))
+      using errcode = '22023';
+  end if;
+  if not exists (select 1 from queues.task_type t where t.task_type = _key) then
+    raise exception 'unknown task type %', quote_literal(left(_key, 100)) using errcode = '23503';
+  end if;
+  if (_until is null) = (_retry_after_seconds is null) then
+    raise exception 'give exactly one of until and retry_after_seconds' using errcode = '22023';
+  end if;
+  if _retry_after_seconds is not null then
+    if _retry_after_seconds <= 0 or _retry_after_seconds > queues.max_throttle_seconds() then
+      raise exception 'retry_after_seconds must be more than 0 and at most %, got %',
+        queues.max_throttle_seconds(), _retry_after_seconds using errcode = '22023';
+    end if;
+    _end := _now + make_interval(secs => _retry_after_seconds::double precision);
+  else
+    if _until <= _now or _until > _now + make_interval(secs => queues.max_throttle_seconds()) then
+      raise exception 'until must be after now and at most % seconds ahead, got % (now %)',
+        queues.max_throttle_seconds(), _until, _now using errcode = '22023';
+    end if;
+    _end := _until;
+  end if;
+  if _reason is null or btrim(_reason) = '' or length(_reason) > 500 then
+    raise exception 'reason must be 1 to 500 characters' using errcode = '22023';
+  end if;
+  if _recorded_by is null or length(_recorded_by) not between 1 and 200 then
+    raise exception 'recorded_by must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  if (_task_id is null) <> (_task_lease_id is null) then
+    raise exception 'give both task_id and task_lease_id, or neither' using errcode = '22023';
+  end if;
+
+  insert into queues.throttle (key_kind, key, throttled_until, reason, recorded_at, recorded_by, task_id, task_lease_id)
+  values (_key_kind, _key, _end, _reason, _now, _recorded_by, _task_id, _task_lease_id);
+
+  if _task_id is null then
+    return query select 'recorded'::text, _end;
+    return;
+  end if;
+  if exists (select 1 from queues.release_leases(array[_task_id], array[_task_lease_id])) then
+    return query select 'released'::text, _end;
+  else
+    return query select 'lease_lost'::text, _end;
+  end if;
+end;
+$$;
+
+-- queues.record_throttle_at at now(): what the worker calls (see above).
+create or replace function queues.record_throttle(
+  _key_kind            text,
+  _key                 text,
+  _until               timestamptz,
+  _retry_after_seconds numeric,
+  _reason              text,
+  _recorded_by         text,
+  _task_id             bigint default null,
+  _task_lease_id       bigint default null
+) returns table (result text, throttled_until timestamptz)
+  language sql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+  select * from queues.record_throttle_at(now(), _key_kind, _key, _until, _retry_after_seconds, _reason,
+                                          _recorded_by, _task_id, _task_lease_id)
+$$;
+
+-- The active throttles at _now: per key, the latest end among its reports not cleared
+-- that end after _now, with that report's reason, time and reporter, and how many such
+-- reports there are. Reads throttle_until_idx from _now on (only reports not yet ended),
+-- each probed against the key's clears.
+create or replace function queues.active_throttles_at(_now timestamptz)
+  returns table (
+    key_kind        text,
+    key             text,
+    throttled_until timestamptz,
+    reason          text,
+    recorded_at     timestamptz,
+    recorded_by     text,
+    reports         integer
+  )
+  language sql stable
+  security definer
+  set search_path = pg_catalog, pg_temp
+  set plan_cache_mode = force_generic_plan
+  set enable_seqscan = off
+as $$
+  select distinct on (a.key_kind, a.key)
+         a.key_kind, a.key, a.throttled_until, a.reason, a.recorded_at, a.recorded_by,
+         (count(*) over (partition by a.key_kind, a.key))::integer
+    from queues.throttle a
+   where a.throttled_until > _now
+     and (select true from queues.throttle_cleared c
+           where c.key_kind = a.key_kind and c.key = a.key and c.last_throttle_id >= a.throttle_id
+           limit 1) is null
+   order by a.key_kind, a.key, a.throttled_until desc, a.throttle_id desc
+$$;
+
+-- The active throttles now (queues.active_throttles_at).
+create or replace function queues.active_throttles()
+  returns table (
+    key_kind        text,
+    key             text,
+    throttled_until timestamptz,
+    reason          text,
+    recorded_at     timestamptz,
+    recorded_by     text,
+    reports         integer
+  )
+  language sql stable
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+  select * from queues.active_throttles_at(now())
+$$;
+
+-- The task types throttled at _now, for the claim (queues.claim_tasks_at): '{}' when none
+-- is (one probe of throttle_until_idx that finds nothing: the common case). Planned once
+-- per connection with no sequential scan, so that a plan made while the table was empty
+-- never reads the whole table later.
+create or replace function queues.throttled_task_types_at(_now timestamptz)
+  returns text[]
+  language sql stable
+  set search_path = pg_catalog, pg_temp
+  set plan_cache_mode = force_generic_plan
+  set enable_seqscan = off
+as $$
+  select coalesce(array_agg(distinct a.key), '{}')
+    from queues.throttle a
+   where a.throttled_until > _now
+     and a.key_kind = 'task_type'
+     and (select true from queues.throttle_cleared c
+           where c.key_kind = a.key_kind and c.key = a.key and c.last_throttle_id >= a.throttle_id
+           limit 1) is null
+$$;
+
+-- Until when _key (of _key_kind, 'task_type' for a channel) is throttled now, or NULL when
+-- it is not: what a supervisor reads to decide (send by another channel, wait, stop
+-- retrying). A channel process's facts carry it for its channel.
+create or replace function queues.throttled_until(_key_kind text, _key text)
+  returns timestamptz
+  language sql stable
+  security definer
+  set search_path = pg_catalog, pg_temp
+  set enable_seqscan = off
+as $$
+  select max(a.throttled_until)
+    from queues.throttle a
+   where a.throttled_until > now()
+     and a.key_kind = _key_kind and a.key = _key
+     and (select true from queues.throttle_cleared c
+           where c.key_kind = a.key_kind and c.key = a.key and c.last_throttle_id >= a.throttle_id
+           limit 1) is null
+$$;
+
+-- Clears the throttles of _key recorded so far (an operator who knows the provider is
+-- back), as a fact: claims take the key's tasks again at once; a report after the clear
+-- throttles it again. Returns whether a throttle was active. Owner only; the REST API
+-- calls admin.clear_throttle. Bad input (NULLs 22004, a kind other than 'task_type' or a
+-- name out of bounds 22023) writes nothing; nothing is written when no throttle is active.
+create or replace function queues.clear_throttle(_key_kind text, _key text, _cleared_by text)
+  returns boolean
+  language plpgsql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _last bigint;
+begin
+  if _key_kind is null or _key is null or _cleared_by is null then
+    raise exception 'key_kind, key and cleared_by must not be null' using errcode = '22004';
+  end if;
+  if _key_kind <> 'task_type' then
+    raise exception 'key_kind must be ''task_type'', got %', quote_literal(left(_key_kind, 100))
+      using errcode = '22023';
+  end if;
+  if length(_cleared_by) not between 1 and 200 then
+    raise exception 'cleared_by must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  select max(a.throttle_id) into _last
+    from queues.throttle a
+   where a.key_kind = _key_kind and a.key = _key and a.throttled_until > now();
+  if _last is null or queues.throttled_until(_key_kind, _key) is null then
+    return false;
+  end if;
+  insert into queues.throttle_cleared (key_kind, key, last_throttle_id, cleared_by)
+  values (_key_kind, _key, _last, _cleared_by);
+  -- The key's tasks are claimable again: wake the workers.
+  perform pg_notify('queues_task_ready', '');
+  return true;
+end;
+$$;
