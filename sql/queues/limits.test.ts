@@ -224,6 +224,20 @@ describe('concurrency limits', () => {
     expect(rows[0].n).toBe(ids.length);
   });
 
+  it('a revocation (a dead process) and a cancel of a running task free their slots at once', async () => {
+    await setLimit('limited', 'type', null, 2);
+    await enqueue(Array.from({ length: 6 }, () => ({})));
+    const held = await claim('doomed');
+    expect(held).toHaveLength(2);
+    expect(await claim('other')).toEqual([]);
+    await db.query(`select * from queues.revoke_worker_leases('doomed')`);
+    const next = await claim('other');
+    expect(next).toHaveLength(2);
+    expect(await claim('other')).toEqual([]);
+    await db.query(`select * from admin.cancel_tasks($1::bigint[], 'no longer wanted')`, [[next[0].task_id]]);
+    expect(await claim('third')).toHaveLength(1);
+  });
+
   it('a worker killed while holding limited tasks: its slots are free once its leases expire', async () => {
     await setLimit('limited', 'type', null, 3);
     await enqueue(Array.from({ length: 6 }, () => ({})));
