@@ -1078,7 +1078,7 @@ comment on table queues.completion_round is 'Append-only: a completion round, th
 CREATE INDEX completion_round_completed_at_idx ON ONLY queues.completion_round USING btree (completed_at);
 CREATE INDEX completion_round_task_range_idx ON ONLY queues.completion_round USING gist (task_range);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.completion_round FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
-CREATE TRIGGER release_dependents AFTER INSERT ON queues.completion_round REFERENCING NEW TABLE AS completed_rounds FOR EACH STATEMENT EXECUTE FUNCTION queues.completion_round_release_dependents();
+CREATE TRIGGER release_dependents AFTER INSERT ON queues.completion_round FOR EACH ROW EXECUTE FUNCTION queues.completion_round_release_dependents();
 
 create table queues.completion_round_default partition of queues.completion_round (
   task_id bigint not null,
@@ -1102,6 +1102,7 @@ create table queues.completion_round_default partition of queues.completion_roun
 CREATE INDEX completion_round_default_completed_at_idx ON queues.completion_round_default USING btree (completed_at);
 CREATE INDEX completion_round_default_task_range_idx ON queues.completion_round_default USING gist (task_range);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.completion_round_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+CREATE TRIGGER release_dependents AFTER INSERT ON queues.completion_round_default FOR EACH ROW EXECUTE FUNCTION queues.completion_round_release_dependents();
 
 create table queues.completion_round_p0 partition of queues.completion_round (
   task_id bigint not null,
@@ -1125,6 +1126,7 @@ create table queues.completion_round_p0 partition of queues.completion_round (
 CREATE INDEX completion_round_p0_completed_at_idx ON queues.completion_round_p0 USING btree (completed_at);
 CREATE INDEX completion_round_p0_task_range_idx ON queues.completion_round_p0 USING gist (task_range);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.completion_round_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+CREATE TRIGGER release_dependents AFTER INSERT ON queues.completion_round_p0 FOR EACH ROW EXECUTE FUNCTION queues.completion_round_release_dependents();
 
 create table queues.completion_round_p1000000 partition of queues.completion_round (
   task_id bigint not null,
@@ -1148,6 +1150,7 @@ create table queues.completion_round_p1000000 partition of queues.completion_rou
 CREATE INDEX completion_round_p1000000_completed_at_idx ON queues.completion_round_p1000000 USING btree (completed_at);
 CREATE INDEX completion_round_p1000000_task_range_idx ON queues.completion_round_p1000000 USING gist (task_range);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.completion_round_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+CREATE TRIGGER release_dependents AFTER INSERT ON queues.completion_round_p1000000 FOR EACH ROW EXECUTE FUNCTION queues.completion_round_release_dependents();
 
 create table queues.completion_round_p2000000 partition of queues.completion_round (
   task_id bigint not null,
@@ -1171,6 +1174,7 @@ create table queues.completion_round_p2000000 partition of queues.completion_rou
 CREATE INDEX completion_round_p2000000_completed_at_idx ON queues.completion_round_p2000000 USING btree (completed_at);
 CREATE INDEX completion_round_p2000000_task_range_idx ON queues.completion_round_p2000000 USING gist (task_range);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.completion_round_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+CREATE TRIGGER release_dependents AFTER INSERT ON queues.completion_round_p2000000 FOR EACH ROW EXECUTE FUNCTION queues.completion_round_release_dependents();
 
 create table queues.error (
   error_id bigint generated always as identity not null,
@@ -1606,7 +1610,7 @@ CREATE UNIQUE INDEX task_completed_pkey ON ONLY queues.task_completed USING btre
 CREATE INDEX task_completed_unsuccessful_idx ON ONLY queues.task_completed USING btree (completed_at DESC) WHERE (outcome <> 'succeeded'::text);
 CREATE INDEX task_completed_unsuccessful_task_idx ON ONLY queues.task_completed USING btree (task_id) WHERE (outcome <> 'succeeded'::text);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_completed FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
-CREATE TRIGGER release_dependents AFTER INSERT ON queues.task_completed REFERENCING NEW TABLE AS completed_rows FOR EACH STATEMENT EXECUTE FUNCTION queues.task_completed_release_dependents();
+CREATE TRIGGER release_dependents AFTER INSERT ON queues.task_completed FOR EACH ROW EXECUTE FUNCTION queues.task_completed_release_dependents();
 
 create table queues.task_completed_default partition of queues.task_completed (
   task_id bigint not null,
@@ -1629,6 +1633,7 @@ CREATE INDEX task_completed_default_completed_at_idx1 ON queues.task_completed_d
 CREATE UNIQUE INDEX task_completed_default_pkey ON queues.task_completed_default USING btree (task_id);
 CREATE INDEX task_completed_default_task_id_idx ON queues.task_completed_default USING btree (task_id) WHERE (outcome <> 'succeeded'::text);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_completed_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+CREATE TRIGGER release_dependents AFTER INSERT ON queues.task_completed_default FOR EACH ROW EXECUTE FUNCTION queues.task_completed_release_dependents();
 
 create table queues.task_completed_p0 partition of queues.task_completed (
   task_id bigint not null,
@@ -1651,6 +1656,7 @@ CREATE INDEX task_completed_p0_completed_at_idx1 ON queues.task_completed_p0 USI
 CREATE UNIQUE INDEX task_completed_p0_pkey ON queues.task_completed_p0 USING btree (task_id);
 CREATE INDEX task_completed_p0_task_id_idx ON queues.task_completed_p0 USING btree (task_id) WHERE (outcome <> 'succeeded'::text);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_completed_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+CREATE TRIGGER release_dependents AFTER INSERT ON queues.task_completed_p0 FOR EACH ROW EXECUTE FUNCTION queues.task_completed_release_dependents();
 
 create table queues.task_completed_p1000000 partition of queues.task_completed (
   task_id bigint not null,
@@ -1673,6 +1679,7 @@ CREATE INDEX task_completed_p1000000_completed_at_idx1 ON queues.task_completed_
 CREATE UNIQUE INDEX task_completed_p1000000_pkey ON queues.task_completed_p1000000 USING btree (task_id);
 CREATE INDEX task_completed_p1000000_task_id_idx ON queues.task_completed_p1000000 USING btree (task_id) WHERE (outcome <> 'succeeded'::text);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_completed_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+CREATE TRIGGER release_dependents AFTER INSERT ON queues.task_completed_p1000000 FOR EACH ROW EXECUTE FUNCTION queues.task_completed_release_dependents();
 
 create table queues.task_completed_p2000000 partition of queues.task_completed (
   task_id bigint not null,
@@ -1695,6 +1702,7 @@ CREATE INDEX task_completed_p2000000_completed_at_idx1 ON queues.task_completed_
 CREATE UNIQUE INDEX task_completed_p2000000_pkey ON queues.task_completed_p2000000 USING btree (task_id);
 CREATE INDEX task_completed_p2000000_task_id_idx ON queues.task_completed_p2000000 USING btree (task_id) WHERE (outcome <> 'succeeded'::text);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_completed_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+CREATE TRIGGER release_dependents AFTER INSERT ON queues.task_completed_p2000000 FOR EACH ROW EXECUTE FUNCTION queues.task_completed_release_dependents();
 
 create table queues.task_default partition of queues.task (
   task_id bigint generated always as identity not null,
@@ -9828,10 +9836,34 @@ begin
     raise exception 'task_types must be null (any type) or name at least one type'
       using errcode = '22023';
   end if;
+  -- One statement reads what the claim needs before it scans: the worker's key, the
+  -- throttles and the flow limits in force (with none configured, the claim costs no
+  -- statement more than it did without them).
+  -- A lease names its worker by key (queues.worker_name: each worker id kept once, an
+  -- integer on every lease instead of the id's text). One probe of the id's unique index.
   -- Provider back-pressure (sql/queues/throttle.sql): the task types throttled at _now
   -- are left out of the types both branches below scan. One probe of throttle_until_idx
   -- per claim, which reads no row while no throttle is active; nothing per task.
-  _throttled := queues.throttled_task_types_at(_now);
+  -- Flow limits (sql/queues/limits.sql, the body of queues.task_limits): the rules in
+  -- force for the types asked for and not throttled. None (the common case): the claim
+  -- below runs with _limited empty, which its limit steps read as "nothing to do".
+  select w.worker_key, th.types,
+         coalesce((select jsonb_agg(to_jsonb(l))
+                     from (select l.task_type, l.scope, l.group_key, l.max_running, l.max_starts,
+                                  l.interval_ms, l.set_at
+                             from (select distinct on (s.task_type, s.scope, s.group_key) s.*
+                                     from queues.task_limit_set s
+                                    order by s.task_type, s.scope, s.group_key, s.task_limit_set_id desc) l
+                            where (l.max_running is not null or l.max_starts is not null)
+                              and (_task_types is null or l.task_type = any (_task_types))
+                              and not (l.task_type = any (th.types))
+                            order by l.task_type, l.scope, l.group_key) l), '[]')
+    into _worker_key, _throttled, _rules
+    from (select queues.throttled_task_types_at(_now) as types) th
+    left join queues.worker_name w on w.worker_id = _worker_id;
+  if _rules <> '[]'::jsonb then
+    _limited := array(select distinct r ->> 'task_type' from jsonb_array_elements(_rules) r order by 1);
+  end if;
   if cardinality(_throttled) > 0 then
     _task_types := array(select u.task_type
                            from unnest(coalesce(_task_types, array(select tt.task_type from queues.task_type tt)))
@@ -9841,10 +9873,7 @@ begin
       return;
     end if;
   end if;
-  -- A lease names its worker by key (queues.worker_name: each worker id kept once, an
-  -- integer on every lease instead of the id's text). One probe of the id's unique index;
-  -- the first claim of a worker id adds it (a concurrent first claim waits, then reads it).
-  select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+  -- The first claim of a worker id adds it (a concurrent first claim waits, then reads it).
   if _worker_key is null then
     insert into queues.worker_name (worker_id) values (_worker_id)
     on conflict (worker_id) do nothing
@@ -9855,12 +9884,6 @@ begin
   end if;
 
   _types := _task_types;
-  -- Flow limits: the rules in force for the types asked for. None (the common case): the
-  -- claim below runs with _limited empty, which its limit steps read as "nothing to do".
-  select coalesce(jsonb_agg(to_jsonb(l)), '[]'), coalesce(array_agg(distinct l.task_type), '{}')
-    into _rules, _limited
-    from queues.task_limits() l
-   where _task_types is null or l.task_type = any (_task_types);
   if cardinality(_limited) > 0 then
     -- Of the limited types, those with a task ready (a lease-free task due, or an expired
     -- lease), in name order; the others are left out of this claim. Their claim locks are
@@ -10544,20 +10567,12 @@ CREATE OR REPLACE FUNCTION queues.completion_round_release_dependents()
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-declare
-  _ids bigint[];
 begin
   perform from queues.task_dependency limit 1;
-  if not found then
-    return null;
+  if found then
+    perform queues.release_dependents(new.task_ids,
+                                      array_fill('succeeded'::text, array[cardinality(new.task_ids)]));
   end if;
-  select array_agg(u.task_id) into _ids
-    from completed_rounds r cross join lateral unnest(r.task_ids) u(task_id);
-  -- A completion statement that wrote no round still fires the trigger.
-  if _ids is null then
-    return null;
-  end if;
-  perform queues.release_dependents(_ids, array_fill('succeeded'::text, array[cardinality(_ids)]));
   return null;
 end;
 $function$;
@@ -13950,16 +13965,11 @@ CREATE OR REPLACE FUNCTION queues.task_completed_release_dependents()
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-declare
-  _ids bigint[];
-  _outcomes text[];
 begin
   perform from queues.task_dependency limit 1;
-  if not found then
-    return null;
+  if found then
+    perform queues.release_dependents(array[new.task_id], array[new.outcome]);
   end if;
-  select array_agg(n.task_id), array_agg(n.outcome) into _ids, _outcomes from completed_rows n;
-  perform queues.release_dependents(_ids, _outcomes);
   return null;
 end;
 $function$;

@@ -99,10 +99,34 @@ begin
     raise exception 'task_types must be null (any type) or name at least one type'
       using errcode = '22023';
   end if;
+  -- One statement reads what the claim needs before it scans: the worker's key, the
+  -- throttles and the flow limits in force (with none configured, the claim costs no
+  -- statement more than it did without them).
+  -- A lease names its worker by key (queues.worker_name: each worker id kept once, an
+  -- integer on every lease instead of the id's text). One probe of the id's unique index.
   -- Provider back-pressure (sql/queues/throttle.sql): the task types throttled at _now
   -- are left out of the types both branches below scan. One probe of throttle_until_idx
   -- per claim, which reads no row while no throttle is active; nothing per task.
-  _throttled := queues.throttled_task_types_at(_now);
+  -- Flow limits (sql/queues/limits.sql, the body of queues.task_limits): the rules in
+  -- force for the types asked for and not throttled. None (the common case): the claim
+  -- below runs with _limited empty, which its limit steps read as "nothing to do".
+  select w.worker_key, th.types,
+         coalesce((select jsonb_agg(to_jsonb(l))
+                     from (select l.task_type, l.scope, l.group_key, l.max_running, l.max_starts,
+                                  l.interval_ms, l.set_at
+                             from (select distinct on (s.task_type, s.scope, s.group_key) s.*
+                                     from queues.task_limit_set s
+                                    order by s.task_type, s.scope, s.group_key, s.task_limit_set_id desc) l
+                            where (l.max_running is not null or l.max_starts is not null)
+                              and (_task_types is null or l.task_type = any (_task_types))
+                              and not (l.task_type = any (th.types))
+                            order by l.task_type, l.scope, l.group_key) l), '[]')
+    into _worker_key, _throttled, _rules
+    from (select queues.throttled_task_types_at(_now) as types) th
+    left join queues.worker_name w on w.worker_id = _worker_id;
+  if _rules <> '[]'::jsonb then
+    _limited := array(select distinct r ->> 'task_type' from jsonb_array_elements(_rules) r order by 1);
+  end if;
   if cardinality(_throttled) > 0 then
     _task_types := array(select u.task_type
                            from unnest(coalesce(_task_types, array(select tt.task_type from queues.task_type tt)))
@@ -112,10 +136,7 @@ begin
       return;
     end if;
   end if;
-  -- A lease names its worker by key (queues.worker_name: each worker id kept once, an
-  -- integer on every lease instead of the id's text). One probe of the id's unique index;
-  -- the first claim of a worker id adds it (a concurrent first claim waits, then reads it).
-  select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+  -- The first claim of a worker id adds it (a concurrent first claim waits, then reads it).
   if _worker_key is null then
     insert into queues.worker_name (worker_id) values (_worker_id)
     on conflict (worker_id) do nothing
@@ -126,12 +147,6 @@ begin
   end if;
 
   _types := _task_types;
-  -- Flow limits: the rules in force for the types asked for. None (the common case): the
-  -- claim below runs with _limited empty, which its limit steps read as "nothing to do".
-  select coalesce(jsonb_agg(to_jsonb(l)), '[]'), coalesce(array_agg(distinct l.task_type), '{}')
-    into _rules, _limited
-    from queues.task_limits() l
-   where _task_types is null or l.task_type = any (_task_types);
   if cardinality(_limited) > 0 then
     -- Of the limited types, those with a task ready (a lease-free task due, or an expired
     -- lease), in name order; the others are left out of this claim. Their claim locks are
