@@ -61,9 +61,15 @@ export async function seedQueue(client: pg.ClientBase): Promise<SeededQueue> {
 
 /** Each task's facts, in task order: what the upgrade must keep. */
 export async function queueFacts(client: pg.ClientBase): Promise<unknown[]> {
+  // A task's end: queues.task_end where it exists (both shapes of an end); a database of a
+  // release before completion rounds has only queues.task_completed.
+  const { rows: ends } = await client.query<{ table: string }>(
+    `select case when to_regclass('queues.task_end') is null then 'queues.task_completed'
+                 else 'queues.task_end' end as table`,
+  );
   const { rows } = await client.query(
     `select t.task_id::text, t.task_type, t.payload, t.priority, t.resource_key, t.max_attempts,
-            (select c.outcome from queues.task_end c where c.task_id = t.task_id) as outcome,
+            (select c.outcome from ${ends[0].table} c where c.task_id = t.task_id) as outcome,
             (select count(*)::int from queues.task_lease l where l.task_id = t.task_id) as leases,
             (select count(*)::int from queues.error e where e.task_id = t.task_id) as errors,
             (select count(*)::int from queues.task_lease_extension x join queues.task_lease l using (task_lease_id)
