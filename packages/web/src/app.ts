@@ -263,7 +263,7 @@ const throttleClearBody = z
   })
   .strict()
   .refine((b) => b.key_kind !== 'task_type' || TASK_TYPE.test(b.key), {
-    message: 'key must be a task type such as email or db_function',
+    message: 'task_type must be a task type such as email or db_function',
     path: ['key'],
   });
 const scheduleName = z
