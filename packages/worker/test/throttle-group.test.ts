@@ -81,7 +81,7 @@ describe('a run whose provider refuses one account (ThrottledError with group)',
   it("throttles that group key on every claim, of every type, while the other accounts' tasks run on", async () => {
     // The first acme task runs and is refused; then more acme tasks of both types, and other accounts'.
     const first = await enqueue('push_grouped', 'acme', 'acme');
-    await eventually(async () => acmeRefused, 'the acme run refused');
+    await eventually(() => acmeRefused, 'the acme run refused');
     await eventually(
       async () => (await db.query(`select 1 from queues.throttle where key_kind = 'group'`)).rowCount === 1,
       'the group throttle recorded',
