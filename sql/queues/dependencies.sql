@@ -14,7 +14,8 @@
 -- enqueue (the enqueue answers its id; the task reads 'failed' with the error).
 --
 -- Facts and structures: queues.task_dependency holds the edges (append-only, written with
--- the dependent). A waiting task's claim-index row has scheduled_at and available_at
+-- the dependent; a history table partitioned by the dependent's id, so an edge is kept
+-- while its dependent is, and leaves with the dependent's set). A waiting task's claim-index row has scheduled_at and available_at
 -- 'infinity' and no lease: the claim never takes it (scheduled_at <= now fails in the
 -- ready index, past the ready rows of its priority), nothing in the claim changes, and
 -- admin.pending_state calls it 'waiting'. It can be cancelled like any pending task.
@@ -253,10 +254,12 @@ declare
   _fail_ids bigint[];
   _messages text[];
   _due boolean;
+  _oldest bigint;
 begin
   if _task_ids is null or cardinality(_task_ids) = 0 then
     return 0;
   end if;
+  _oldest := (select min(x) from unnest(_task_ids) x);
   if _outcomes is null or cardinality(_outcomes) <> cardinality(_task_ids) then
     raise exception 'outcomes must have one element per task (% tasks, % outcomes)',
       cardinality(_task_ids), coalesce(cardinality(_outcomes), 0) using errcode = '22023';
@@ -267,7 +270,11 @@ begin
     select p.task_id
       from queues.task_pending p
      where p.task_id = any (array(select d.task_id from queues.task_dependency d
-                                   where d.depends_on_task_id = any (_task_ids)))
+                                   where d.depends_on_task_id = any (_task_ids)
+                                     -- A dependent is newer than its dependency, and the
+                                     -- edge lives in the dependent's history set: the
+                                     -- older sets' partitions are pruned at run time.
+                                     and d.task_id > _oldest))
        and p.available_at = 'infinity' and p.current_lease_id is null
      order by p.task_id
        for no key update of p);

@@ -320,6 +320,8 @@ begin
     -- 5. Nothing left to change: the sets that are done are measured for the readers.
     _measured := queues.measure_history_sets(_now);
     delete from queues.history_step_skipped k where k.skipped_at < _now - interval '1 day';
+    -- The flow-control facts kept per key, not per task (sql/queues/flow_retention.sql).
+    perform queues.prune_flow_facts_at(_now);
   exception
     -- check_violation: a task landed in a default partition, in the range being made,
     -- since it was read above; the next step starts above it. The skip is recorded, and
