@@ -78,12 +78,14 @@ describe('per-task flow facts leave with their history set', () => {
     expect(Number(p)).toBe(base);
     const { rows: claimed } = await db
       .pool('worker')
-      .query<{ task_lease_id: string }>(`select task_lease_id from queues.claim_tasks('w', 1, $1, 60) where task_id = $2`, [
-        [TYPE],
-        p,
-      ]);
+      .query<{ task_lease_id: string }>(
+        `select task_lease_id from queues.claim_tasks('w', 1, $1, 60) where task_id = $2`,
+        [[TYPE], p],
+      );
     expect(claimed).toHaveLength(1);
-    await db.pool('worker').query('select queues.record_progress($1, $2, 3, 4, $3)', [p, claimed[0].task_lease_id, 'almost']);
+    await db
+      .pool('worker')
+      .query('select queues.record_progress($1, $2, 3, 4, $3)', [p, claimed[0].task_lease_id, 'almost']);
     const a = await enqueue();
     await fillTo(base + SIZE - 1);
     // Set S2 = [base + 10, base + 20): `d` waits for `a` (S1) and for `b` (S2).
@@ -91,10 +93,9 @@ describe('per-task flow facts leave with their history set', () => {
     const d = await enqueue([a, b]);
     expect([setOf(b), setOf(d)]).toEqual([base + SIZE, base + SIZE]);
     await fillTo(base + 3 * SIZE + 1); // S1 and S2 below the last id handed out
-    await db.pool('worker').query(`select queues.complete_tasks(array[$1::bigint], array[$2::bigint])`, [
-      p,
-      claimed[0].task_lease_id,
-    ]);
+    await db
+      .pool('worker')
+      .query(`select queues.complete_tasks(array[$1::bigint], array[$2::bigint])`, [p, claimed[0].task_lease_id]);
     await completeRange(base, base + 2 * SIZE, [a, b, d]);
 
     // Long after the window: S1 holds the pending dependency `a`, S2 the waiting `d`.
@@ -116,7 +117,9 @@ describe('per-task flow facts leave with their history set', () => {
       (await db.query(`select depends_on_task_id from queues.task_dependency where task_id = $1 order by 1`, [d])).rows,
     ).toEqual([{ depends_on_task_id: a }, { depends_on_task_id: b }]);
     // ... and d still waits (for b).
-    expect(await count(`select 1 from queues.task_pending where task_id = $1 and available_at = 'infinity'`, [d])).toBe(1);
+    expect(await count(`select 1 from queues.task_pending where task_id = $1 and available_at = 'infinity'`, [d])).toBe(
+      1,
+    );
 
     // `b` succeeds: `d` is released (its other dependency's set is gone: it had succeeded).
     await completeAll([b]);
@@ -150,10 +153,13 @@ describe('per-task flow facts leave with their history set', () => {
     expect(new Set(rows.map((r) => r.n)).size).toBe(1);
     const dep = await enqueue();
     const x = await enqueue([dep]);
-    const { rows: where } = await db.query(`select tableoid::regclass::text as t from queues.task_dependency where task_id = $1`, [
+    const { rows: where } = await db.query(
+      `select tableoid::regclass::text as t from queues.task_dependency where task_id = $1`,
+      [x],
+    );
+    const { rows: task } = await db.query(`select tableoid::regclass::text as t from queues.task where task_id = $1`, [
       x,
     ]);
-    const { rows: task } = await db.query(`select tableoid::regclass::text as t from queues.task where task_id = $1`, [x]);
     expect(task[0].t).toMatch(/^queues\.task_p\d+$/);
     expect(where).toEqual([{ t: task[0].t.replace('task_p', 'task_dependency_p') }]);
   });
@@ -173,9 +179,10 @@ describe('throttle reports and rate-limit windows are pruned by maintenance', ()
     ).rows[0].id;
   const kept = async (ids: string[]) =>
     (
-      await db.query<{ id: string }>(`select throttle_id as id from queues.throttle where throttle_id = any ($1::bigint[]) order by 1`, [
-        ids,
-      ])
+      await db.query<{ id: string }>(
+        `select throttle_id as id from queues.throttle where throttle_id = any ($1::bigint[]) order by 1`,
+        [ids],
+      )
     ).rows.map((r) => r.id);
   const throttled = async () =>
     (await db.query<{ t: string[] }>(`select queues.throttled_task_types_at(now()) as t`)).rows[0].t.sort();
@@ -224,8 +231,9 @@ describe('throttle reports and rate-limit windows are pruned by maintenance', ()
 
   it('with no retention window at all, a report in force is kept and the ended one before it goes', async () => {
     // email holds one report, ended 20 days ago; then one in force and a later one.
-    const ended = (await db.query<{ id: string }>(`select max(throttle_id) as id from queues.throttle where key = 'email'`))
-      .rows[0].id;
+    const ended = (
+      await db.query<{ id: string }>(`select max(throttle_id) as id from queues.throttle where key = 'email'`)
+    ).rows[0].id;
     const live = await report('email', 0, 60);
     const later = await report('email', 0, 30);
     await db.query(`update queues.history_setting set retention = interval '0'`);
