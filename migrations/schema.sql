@@ -10727,7 +10727,9 @@ CREATE OR REPLACE FUNCTION queues.completion_round_release_dependents()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 begin
-  perform from queues.task_dependency limit 1;
+  -- A dependent is newer than the round's first (smallest) task: only the partitions above
+  -- it are read.
+  perform from queues.task_dependency d where d.task_id > new.task_ids[1] limit 1;
   if found then
     perform queues.release_dependents(new.task_ids,
                                       array_fill('succeeded'::text, array[cardinality(new.task_ids)]));
@@ -11623,6 +11625,20 @@ $function$;
   -- queues.history_set_bytes(_lower_bounds bigint[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.history_set_has_waiting_dependents(_lower bigint, _upper bigint)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select exists (select 1 from queues.task_dependency d
+                  where d.depends_on_task_id >= _lower and d.depends_on_task_id < _upper
+                    and d.task_id >= _upper
+                    and exists (select 1 from queues.task_pending p where p.task_id = d.task_id))
+$function$;
+  -- queues.history_set_has_waiting_dependents(_lower bigint, _upper bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.history_sets()
  RETURNS TABLE(lower_bound bigint, upper_bound bigint, partition_name text, estimated_tasks bigint, is_default boolean)
  LANGUAGE sql
@@ -12360,6 +12376,12 @@ begin
         _kept := _kept + 1;
         continue;
       end if;
+      -- A pending task of a newer set that depends on a task of this one (it reads their
+      -- results when it runs; sql/queues/flow_retention.sql).
+      if queues.history_set_has_waiting_dependents(_set.lower_bound, _set.upper_bound) then
+        _kept := _kept + 1;
+        continue;
+      end if;
       -- Its newest end: task_completed's rows in the set, and the completion rounds that
       -- name a task in its range (GiST probes of completion_round.task_range in the
       -- partitions of this set and the newer ones, where such a round lives).
@@ -12414,6 +12436,7 @@ begin
         execute format('alter table queues.task detach partition queues.%I', _name);
         if exists (select 1 from queues.task_pending tp
                     where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
+           or queues.history_set_has_waiting_dependents(_set.lower_bound, _set.upper_bound)
            or exists (select 1 from queues.task_completed c
                        where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound
                          and c.completed_at > _now - _setting.retention)
@@ -14174,7 +14197,8 @@ CREATE OR REPLACE FUNCTION queues.task_completed_release_dependents()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 begin
-  perform from queues.task_dependency limit 1;
+  -- A dependent is newer than the task: only the partitions above it are read.
+  perform from queues.task_dependency d where d.task_id > new.task_id limit 1;
   if found then
     perform queues.release_dependents(array[new.task_id], array[new.outcome]);
   end if;

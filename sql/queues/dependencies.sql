@@ -320,7 +320,8 @@ create or replace function queues.task_completed_release_dependents() returns tr
   set search_path = pg_catalog, pg_temp
 as $$
 begin
-  perform from queues.task_dependency limit 1;
+  -- A dependent is newer than the task: only the partitions above it are read.
+  perform from queues.task_dependency d where d.task_id > new.task_id limit 1;
   if found then
     perform queues.release_dependents(array[new.task_id], array[new.outcome]);
   end if;
@@ -333,7 +334,9 @@ create or replace function queues.completion_round_release_dependents() returns 
   set search_path = pg_catalog, pg_temp
 as $$
 begin
-  perform from queues.task_dependency limit 1;
+  -- A dependent is newer than the round's first (smallest) task: only the partitions above
+  -- it are read.
+  perform from queues.task_dependency d where d.task_id > new.task_ids[1] limit 1;
   if found then
     perform queues.release_dependents(new.task_ids,
                                       array_fill('succeeded'::text, array[cardinality(new.task_ids)]));

@@ -20,6 +20,8 @@
 --     start a new one) is deleted: it only grows with the group keys that come and go.
 --
 -- Returns {"throttles": n, "throttle_clears": n, "limit_windows": n}: what it deleted.
+-- (queues.history_set_has_waiting_dependents, below, is what history maintenance asks
+-- before it drops a set.)
 create or replace function queues.prune_flow_facts_at(_now timestamptz)
   returns jsonb
   language plpgsql volatile
@@ -57,4 +59,21 @@ begin
 end;
 $$;
 
-revoke execute on function queues.prune_flow_facts_at(timestamptz) from public;
+-- Whether a pending task of a newer set depends on a task of the set [_lower, _upper): the
+-- set is then kept, however old, since the dependent reads its dependencies and their
+-- results when it runs (queues.list_task_dependencies). Its edges live in its own set, so
+-- they are kept with it. Reads the dependency index of the newer sets' partitions only.
+-- Owner only.
+create or replace function queues.history_set_has_waiting_dependents(_lower bigint, _upper bigint)
+  returns boolean
+  language sql stable
+  set search_path = pg_catalog, pg_temp
+as $$
+  select exists (select 1 from queues.task_dependency d
+                  where d.depends_on_task_id >= _lower and d.depends_on_task_id < _upper
+                    and d.task_id >= _upper
+                    and exists (select 1 from queues.task_pending p where p.task_id = d.task_id))
+$$;
+
+revoke execute on function queues.prune_flow_facts_at(timestamptz),
+  queues.history_set_has_waiting_dependents(bigint, bigint) from public;

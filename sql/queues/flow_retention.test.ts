@@ -72,7 +72,7 @@ const isKept = async (lower: number) =>
   (await count(`select 1 from queues.history_sets() where lower_bound = $1`, [lower])) === 1;
 
 describe('per-task flow facts leave with their history set', () => {
-  it('a dependent waiting on a dependency of an older set keeps both sets; its edge and progress go with its own set', async () => {
+  it('a task pending in a newer set that depends on a task of an older set keeps both sets; progress goes with its set, an edge with its dependent', async () => {
     // Set S1 = [base, base + 10): a task `p` that reports progress, the dependency `a`, fillers.
     const p = await enqueue();
     expect(Number(p)).toBe(base);
@@ -96,7 +96,12 @@ describe('per-task flow facts leave with their history set', () => {
     await db
       .pool('worker')
       .query(`select queues.complete_tasks(array[$1::bigint], array[$2::bigint])`, [p, claimed[0].task_lease_id]);
-    await completeRange(base, base + 2 * SIZE, [a, b, d]);
+    // Every other task of S1 and S2 ends, but one (`q`, below) of S2.
+    const { rows: lastOfS2 } = await db.query<{ id: string }>(
+      `select max(task_id) as id from queues.task where task_id < $1`,
+      [base + 2 * SIZE],
+    );
+    await completeRange(base, base + 2 * SIZE, [a, b, d, lastOfS2[0].id]);
 
     // Long after the window: S1 holds the pending dependency `a`, S2 the waiting `d`.
     let r = await maintain(30);
@@ -106,30 +111,43 @@ describe('per-task flow facts leave with their history set', () => {
     expect(await progressOf(p)).toMatchObject({ done: 3, total: 4, note: 'almost', reports: 1 });
     expect(await count(`select 1 from queues.task_dependency where task_id = $1`, [d])).toBe(2);
 
-    // `a` succeeds: S1 is done and goes, with p's progress; d's edge to a stays with d.
+    // `a` succeeds: S1 is done, but `d` (S2) still waits and will read a's result when it
+    // runs: S1 is kept, with p's progress.
     await completeAll([a]);
     r = await maintain(30);
-    expect(r.dropped).toContainEqual([base, base + SIZE]);
-    expect(await isKept(base)).toBe(false);
-    expect(await count(`select 1 from queues.task_progress where task_id = $1`, [p])).toBe(0);
-    expect(await isKept(base + SIZE)).toBe(true);
-    expect(
-      (await db.query(`select depends_on_task_id from queues.task_dependency where task_id = $1 order by 1`, [d])).rows,
-    ).toEqual([{ depends_on_task_id: a }, { depends_on_task_id: b }]);
-    // ... and d still waits (for b).
+    expect(r.dropped).toEqual([]);
+    expect(await isKept(base)).toBe(true);
+    expect(await progressOf(p)).toMatchObject({ done: 3, reports: 1 });
     expect(await count(`select 1 from queues.task_pending where task_id = $1 and available_at = 'infinity'`, [d])).toBe(
       1,
     );
 
-    // `b` succeeds: `d` is released (its other dependency's set is gone: it had succeeded).
+    // `b` succeeds: `d` is ready, still pending: S1 is still kept.
     await completeAll([b]);
     const { rows: ready } = await db.query(
       `select available_at <> 'infinity' as ready from queues.task_pending where task_id = $1`,
       [d],
     );
     expect(ready).toEqual([{ ready: true }]);
-    expect(await count(`select 1 from queues.task_end where task_id = $1`, [d])).toBe(0);
+    expect((await maintain(30)).dropped).toEqual([]);
+    expect(
+      (await db.pool('worker').query(`select task_id from queues.list_task_dependencies($1) order by 1`, [d])).rows,
+    ).toEqual([{ task_id: a }, { task_id: b }]);
+
+    // `d` ends: S1 goes, with p's progress; S2 holds a pending task `q`, so d's edges stay.
+    const q = lastOfS2[0].id;
+    expect(setOf(q)).toBe(base + SIZE);
+    expect(q).not.toBe(d);
     await completeAll([d]);
+    r = await maintain(30);
+    expect(r.dropped).toEqual([[base, base + SIZE]]);
+    expect(await count(`select 1 from queues.task_progress where task_id = $1`, [p])).toBe(0);
+    expect(
+      (await db.query(`select depends_on_task_id from queues.task_dependency where task_id = $1 order by 1`, [d])).rows,
+    ).toEqual([{ depends_on_task_id: a }, { depends_on_task_id: b }]);
+
+    // `q` ends: S2 goes, with d's edges.
+    await completeAll([q]);
     r = await maintain(30);
     expect(r.dropped).toContainEqual([base + SIZE, base + 2 * SIZE]);
     expect(await count(`select 1 from queues.task_dependency where task_id = $1`, [d])).toBe(0);

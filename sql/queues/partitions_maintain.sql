@@ -242,6 +242,12 @@ begin
         _kept := _kept + 1;
         continue;
       end if;
+      -- A pending task of a newer set that depends on a task of this one (it reads their
+      -- results when it runs; sql/queues/flow_retention.sql).
+      if queues.history_set_has_waiting_dependents(_set.lower_bound, _set.upper_bound) then
+        _kept := _kept + 1;
+        continue;
+      end if;
       -- Its newest end: task_completed's rows in the set, and the completion rounds that
       -- name a task in its range (GiST probes of completion_round.task_range in the
       -- partitions of this set and the newer ones, where such a round lives).
@@ -296,6 +302,7 @@ begin
         execute format('alter table queues.task detach partition queues.%I', _name);
         if exists (select 1 from queues.task_pending tp
                     where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
+           or queues.history_set_has_waiting_dependents(_set.lower_bound, _set.upper_bound)
            or exists (select 1 from queues.task_completed c
                        where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound
                          and c.completed_at > _now - _setting.retention)
