@@ -10727,9 +10727,7 @@ CREATE OR REPLACE FUNCTION queues.completion_round_release_dependents()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 begin
-  -- A dependent is newer than the round's first (smallest) task: only the partitions above
-  -- it are read.
-  perform from queues.task_dependency d where d.task_id > new.task_ids[1] limit 1;
+  perform from queues.task_dependency limit 1;
   if found then
     perform queues.release_dependents(new.task_ids,
                                       array_fill('succeeded'::text, array[cardinality(new.task_ids)]));
@@ -14197,8 +14195,7 @@ CREATE OR REPLACE FUNCTION queues.task_completed_release_dependents()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 begin
-  -- A dependent is newer than the task: only the partitions above it are read.
-  perform from queues.task_dependency d where d.task_id > new.task_id limit 1;
+  perform from queues.task_dependency limit 1;
   if found then
     perform queues.release_dependents(array[new.task_id], array[new.outcome]);
   end if;

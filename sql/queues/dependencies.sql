@@ -27,7 +27,7 @@
 -- ended tasks and their outcomes to queues.release_dependents, which readies or fails the
 -- dependents whose dependencies have all ended. An end whose tasks have no dependents
 -- pays one scan of the dependency index, and nothing when no dependency was ever
--- recorded (one read of an empty table); a statement that writes no end fires nothing.
+-- recorded (one read of each of its partitions, all empty); a statement that writes no end fires nothing.
 --
 -- Races. An enqueue locks its dependencies' claim-index rows FOR KEY SHARE (in task id
 -- order) before it reads whether they ended, in a later statement: every way a task ends
@@ -313,15 +313,14 @@ $$;
 -- table (every completion call writes to both, most of them nothing to one) runs nothing:
 -- on queues.task_completed (every end but a plain success) one call per task ended; on
 -- queues.completion_round one per round (a round names many tasks, all succeeded). With
--- no dependency ever recorded each reads one page of an empty table and returns. No SET
+-- no dependency ever recorded each opens the empty partitions and returns. No SET
 -- clause but the search path: they run for every end.
 create or replace function queues.task_completed_release_dependents() returns trigger
   language plpgsql
   set search_path = pg_catalog, pg_temp
 as $$
 begin
-  -- A dependent is newer than the task: only the partitions above it are read.
-  perform from queues.task_dependency d where d.task_id > new.task_id limit 1;
+  perform from queues.task_dependency limit 1;
   if found then
     perform queues.release_dependents(array[new.task_id], array[new.outcome]);
   end if;
@@ -334,9 +333,7 @@ create or replace function queues.completion_round_release_dependents() returns 
   set search_path = pg_catalog, pg_temp
 as $$
 begin
-  -- A dependent is newer than the round's first (smallest) task: only the partitions above
-  -- it are read.
-  perform from queues.task_dependency d where d.task_id > new.task_ids[1] limit 1;
+  perform from queues.task_dependency limit 1;
   if found then
     perform queues.release_dependents(new.task_ids,
                                       array_fill('succeeded'::text, array[cardinality(new.task_ids)]));
