@@ -26,8 +26,9 @@
 -- queues.completion_round (the plain successes, many tasks to a row, set-based) pass the
 -- ended tasks and their outcomes to queues.release_dependents, which readies or fails the
 -- dependents whose dependencies have all ended. An end whose tasks have no dependents
--- pays one scan of the dependency index, and nothing when no dependency was ever
--- recorded (one read of each of its partitions, all empty); a statement that writes no end fires nothing.
+-- pays one scan of the dependency index (of each partition above its oldest task), and
+-- nothing when no dependency was ever recorded (one read of each empty partition); a
+-- statement that writes no end fires nothing.
 --
 -- Races. An enqueue locks its dependencies' claim-index rows FOR KEY SHARE (in task id
 -- order) before it reads whether they ended, in a later statement: every way a task ends
