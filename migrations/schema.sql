@@ -1742,13 +1742,77 @@ create table queues.task_dependency (
   constraint task_dependency_depends_on_task_id_not_null NOT NULL depends_on_task_id,
   constraint task_dependency_pkey PRIMARY KEY (task_id, depends_on_task_id),
   constraint task_dependency_task_id_not_null NOT NULL task_id
-);
+) partition by RANGE (task_id);
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
-comment on table queues.task_dependency is 'Append-only: task task_id was enqueued to wait for task depends_on_task_id (an older task). Written by the enqueue; read by queues.release_dependents when a dependency ends.';
-CREATE INDEX task_dependency_depends_on ON queues.task_dependency USING btree (depends_on_task_id, task_id);
-CREATE UNIQUE INDEX task_dependency_pkey ON queues.task_dependency USING btree (task_id, depends_on_task_id);
+comment on table queues.task_dependency is 'Append-only: task task_id was enqueued to wait for task depends_on_task_id (an older task). Written by the enqueue; read by queues.release_dependents when a dependency ends. A history table partitioned by the dependent: an edge leaves with its dependent''s set.';
+CREATE INDEX task_dependency_depends_on ON ONLY queues.task_dependency USING btree (depends_on_task_id, task_id);
+CREATE UNIQUE INDEX task_dependency_pkey ON ONLY queues.task_dependency USING btree (task_id, depends_on_task_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_dependency FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_dependency_default partition of queues.task_dependency (
+  task_id bigint not null,
+  depends_on_task_id bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint task_dependency_check CHECK ((task_id <> depends_on_task_id)),
+  constraint task_dependency_created_at_not_null NOT NULL created_at,
+  constraint task_dependency_default_pkey PRIMARY KEY (task_id, depends_on_task_id),
+  constraint task_dependency_depends_on_task_id_not_null NOT NULL depends_on_task_id,
+  constraint task_dependency_task_id_not_null NOT NULL task_id
+) DEFAULT;
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE INDEX task_dependency_default_depends_on_task_id_task_id_idx ON queues.task_dependency_default USING btree (depends_on_task_id, task_id);
+CREATE UNIQUE INDEX task_dependency_default_pkey ON queues.task_dependency_default USING btree (task_id, depends_on_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_dependency_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_dependency_p0 partition of queues.task_dependency (
+  task_id bigint not null,
+  depends_on_task_id bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint task_dependency_check CHECK ((task_id <> depends_on_task_id)),
+  constraint task_dependency_created_at_not_null NOT NULL created_at,
+  constraint task_dependency_depends_on_task_id_not_null NOT NULL depends_on_task_id,
+  constraint task_dependency_p0_pkey PRIMARY KEY (task_id, depends_on_task_id),
+  constraint task_dependency_task_id_not_null NOT NULL task_id
+) FOR VALUES FROM ('0') TO ('1000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE INDEX task_dependency_p0_depends_on_task_id_task_id_idx ON queues.task_dependency_p0 USING btree (depends_on_task_id, task_id);
+CREATE UNIQUE INDEX task_dependency_p0_pkey ON queues.task_dependency_p0 USING btree (task_id, depends_on_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_dependency_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_dependency_p1000000 partition of queues.task_dependency (
+  task_id bigint not null,
+  depends_on_task_id bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint task_dependency_check CHECK ((task_id <> depends_on_task_id)),
+  constraint task_dependency_created_at_not_null NOT NULL created_at,
+  constraint task_dependency_depends_on_task_id_not_null NOT NULL depends_on_task_id,
+  constraint task_dependency_p1000000_pkey PRIMARY KEY (task_id, depends_on_task_id),
+  constraint task_dependency_task_id_not_null NOT NULL task_id
+) FOR VALUES FROM ('1000000') TO ('2000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE INDEX task_dependency_p1000000_depends_on_task_id_task_id_idx ON queues.task_dependency_p1000000 USING btree (depends_on_task_id, task_id);
+CREATE UNIQUE INDEX task_dependency_p1000000_pkey ON queues.task_dependency_p1000000 USING btree (task_id, depends_on_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_dependency_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_dependency_p2000000 partition of queues.task_dependency (
+  task_id bigint not null,
+  depends_on_task_id bigint not null,
+  created_at timestamp with time zone default now() not null,
+  constraint task_dependency_check CHECK ((task_id <> depends_on_task_id)),
+  constraint task_dependency_created_at_not_null NOT NULL created_at,
+  constraint task_dependency_depends_on_task_id_not_null NOT NULL depends_on_task_id,
+  constraint task_dependency_p2000000_pkey PRIMARY KEY (task_id, depends_on_task_id),
+  constraint task_dependency_task_id_not_null NOT NULL task_id
+) FOR VALUES FROM ('2000000') TO ('3000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE INDEX task_dependency_p2000000_depends_on_task_id_task_id_idx ON queues.task_dependency_p2000000 USING btree (depends_on_task_id, task_id);
+CREATE UNIQUE INDEX task_dependency_p2000000_pkey ON queues.task_dependency_p2000000 USING btree (task_id, depends_on_task_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_dependency_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.task_interruption (
   task_lease_id bigint not null,
@@ -2460,18 +2524,113 @@ create table queues.task_progress (
   constraint task_progress_done_not_null NOT NULL done,
   constraint task_progress_note_check CHECK ((length(note) <= 500)),
   constraint task_progress_note_not_null NOT NULL note,
-  constraint task_progress_pkey PRIMARY KEY (task_progress_id),
+  constraint task_progress_pkey PRIMARY KEY (task_id, task_progress_id),
   constraint task_progress_reported_at_not_null NOT NULL reported_at,
   constraint task_progress_task_id_not_null NOT NULL task_id,
   constraint task_progress_task_lease_id_not_null NOT NULL task_lease_id,
   constraint task_progress_task_progress_id_not_null NOT NULL task_progress_id
-);
+) partition by RANGE (task_id);
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
-comment on table queues.task_progress is 'Append-only: a progress report of a running task (done out of total, a note), at most one per task per second from the worker (queues.record_progress).';
-CREATE UNIQUE INDEX task_progress_pkey ON queues.task_progress USING btree (task_progress_id);
-CREATE INDEX task_progress_task ON queues.task_progress USING btree (task_id, task_progress_id);
+comment on table queues.task_progress is 'Append-only: a progress report of a running task (done out of total, a note), at most one per task per second from the worker (queues.record_progress). A history table: leaves with its task''s partition set.';
+CREATE UNIQUE INDEX task_progress_pkey ON ONLY queues.task_progress USING btree (task_id, task_progress_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_progress FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_progress_default partition of queues.task_progress (
+  task_progress_id bigint generated always as identity not null,
+  task_id bigint not null,
+  task_lease_id bigint not null,
+  reported_at timestamp with time zone default now() not null,
+  done bigint not null,
+  total bigint,
+  note text default ''::text not null,
+  constraint task_progress_check CHECK ((total >= done)),
+  constraint task_progress_default_pkey PRIMARY KEY (task_id, task_progress_id),
+  constraint task_progress_done_check CHECK ((done >= 0)),
+  constraint task_progress_done_not_null NOT NULL done,
+  constraint task_progress_note_check CHECK ((length(note) <= 500)),
+  constraint task_progress_note_not_null NOT NULL note,
+  constraint task_progress_reported_at_not_null NOT NULL reported_at,
+  constraint task_progress_task_id_not_null NOT NULL task_id,
+  constraint task_progress_task_lease_id_not_null NOT NULL task_lease_id,
+  constraint task_progress_task_progress_id_not_null NOT NULL task_progress_id
+) DEFAULT;
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_progress_default_pkey ON queues.task_progress_default USING btree (task_id, task_progress_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_progress_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_progress_p0 partition of queues.task_progress (
+  task_progress_id bigint generated always as identity not null,
+  task_id bigint not null,
+  task_lease_id bigint not null,
+  reported_at timestamp with time zone default now() not null,
+  done bigint not null,
+  total bigint,
+  note text default ''::text not null,
+  constraint task_progress_check CHECK ((total >= done)),
+  constraint task_progress_done_check CHECK ((done >= 0)),
+  constraint task_progress_done_not_null NOT NULL done,
+  constraint task_progress_note_check CHECK ((length(note) <= 500)),
+  constraint task_progress_note_not_null NOT NULL note,
+  constraint task_progress_p0_pkey PRIMARY KEY (task_id, task_progress_id),
+  constraint task_progress_reported_at_not_null NOT NULL reported_at,
+  constraint task_progress_task_id_not_null NOT NULL task_id,
+  constraint task_progress_task_lease_id_not_null NOT NULL task_lease_id,
+  constraint task_progress_task_progress_id_not_null NOT NULL task_progress_id
+) FOR VALUES FROM ('0') TO ('1000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_progress_p0_pkey ON queues.task_progress_p0 USING btree (task_id, task_progress_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_progress_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_progress_p1000000 partition of queues.task_progress (
+  task_progress_id bigint generated always as identity not null,
+  task_id bigint not null,
+  task_lease_id bigint not null,
+  reported_at timestamp with time zone default now() not null,
+  done bigint not null,
+  total bigint,
+  note text default ''::text not null,
+  constraint task_progress_check CHECK ((total >= done)),
+  constraint task_progress_done_check CHECK ((done >= 0)),
+  constraint task_progress_done_not_null NOT NULL done,
+  constraint task_progress_note_check CHECK ((length(note) <= 500)),
+  constraint task_progress_note_not_null NOT NULL note,
+  constraint task_progress_p1000000_pkey PRIMARY KEY (task_id, task_progress_id),
+  constraint task_progress_reported_at_not_null NOT NULL reported_at,
+  constraint task_progress_task_id_not_null NOT NULL task_id,
+  constraint task_progress_task_lease_id_not_null NOT NULL task_lease_id,
+  constraint task_progress_task_progress_id_not_null NOT NULL task_progress_id
+) FOR VALUES FROM ('1000000') TO ('2000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_progress_p1000000_pkey ON queues.task_progress_p1000000 USING btree (task_id, task_progress_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_progress_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_progress_p2000000 partition of queues.task_progress (
+  task_progress_id bigint generated always as identity not null,
+  task_id bigint not null,
+  task_lease_id bigint not null,
+  reported_at timestamp with time zone default now() not null,
+  done bigint not null,
+  total bigint,
+  note text default ''::text not null,
+  constraint task_progress_check CHECK ((total >= done)),
+  constraint task_progress_done_check CHECK ((done >= 0)),
+  constraint task_progress_done_not_null NOT NULL done,
+  constraint task_progress_note_check CHECK ((length(note) <= 500)),
+  constraint task_progress_note_not_null NOT NULL note,
+  constraint task_progress_p2000000_pkey PRIMARY KEY (task_id, task_progress_id),
+  constraint task_progress_reported_at_not_null NOT NULL reported_at,
+  constraint task_progress_task_id_not_null NOT NULL task_id,
+  constraint task_progress_task_lease_id_not_null NOT NULL task_lease_id,
+  constraint task_progress_task_progress_id_not_null NOT NULL task_progress_id
+) FOR VALUES FROM ('2000000') TO ('3000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX task_progress_p2000000_pkey ON queues.task_progress_p2000000 USING btree (task_id, task_progress_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_progress_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
 create table queues.task_redriven (
   task_id bigint not null,
@@ -11478,6 +11637,20 @@ $function$;
   -- queues.history_set_bytes(_lower_bounds bigint[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.history_set_has_waiting_dependents(_lower bigint, _upper bigint)
+ RETURNS boolean
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select exists (select 1 from queues.task_dependency d
+                  where d.depends_on_task_id >= _lower and d.depends_on_task_id < _upper
+                    and d.task_id >= _upper
+                    and exists (select 1 from queues.task_pending p where p.task_id = d.task_id))
+$function$;
+  -- queues.history_set_has_waiting_dependents(_lower bigint, _upper bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.history_sets()
  RETURNS TABLE(lower_bound bigint, upper_bound bigint, partition_name text, estimated_tasks bigint, is_default boolean)
  LANGUAGE sql
@@ -11600,7 +11773,9 @@ AS $function$
   select array['task', 'task_lease', 'task_completed', 'error', 'task_lease_extension',
                'task_lease_release', 'task_lease_revocation', 'task_attempt_failed', 'task_redriven',
                'task_lease_started', 'task_interruption', 'task_cancelled', 'task_result', 'task_run_now',
-               'task_trace', 'completion_round']
+               'task_trace', 'completion_round',
+               'task_progress',
+               'task_dependency']
 $function$;
   -- queues.history_tables(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -12213,6 +12388,12 @@ begin
         _kept := _kept + 1;
         continue;
       end if;
+      -- A pending task of a newer set that depends on a task of this one (it reads their
+      -- results when it runs; sql/queues/flow_retention.sql).
+      if queues.history_set_has_waiting_dependents(_set.lower_bound, _set.upper_bound) then
+        _kept := _kept + 1;
+        continue;
+      end if;
       -- Its newest end: task_completed's rows in the set, and the completion rounds that
       -- name a task in its range (GiST probes of completion_round.task_range in the
       -- partitions of this set and the newer ones, where such a round lives).
@@ -12267,6 +12448,7 @@ begin
         execute format('alter table queues.task detach partition queues.%I', _name);
         if exists (select 1 from queues.task_pending tp
                     where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
+           or queues.history_set_has_waiting_dependents(_set.lower_bound, _set.upper_bound)
            or exists (select 1 from queues.task_completed c
                        where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound
                          and c.completed_at > _now - _setting.retention)
@@ -12291,6 +12473,8 @@ begin
     -- 5. Nothing left to change: the sets that are done are measured for the readers.
     _measured := queues.measure_history_sets(_now);
     delete from queues.history_step_skipped k where k.skipped_at < _now - interval '1 day';
+    -- The flow-control facts kept per key, not per task (sql/queues/flow_retention.sql).
+    perform queues.prune_flow_facts_at(_now);
   exception
     -- check_violation: a task landed in a default partition, in the range being made,
     -- since it was read above; the next step starts above it. The skip is recorded, and
@@ -12583,6 +12767,45 @@ AS $function$
    where not exists (select 1 from queues.task_type_resumed r where r.task_type_paused_id = p.task_type_paused_id)
 $function$;
   -- queues.paused_task_types(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.prune_flow_facts_at(_now timestamp with time zone)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _cutoff timestamptz;
+  _throttles bigint;
+  _clears bigint;
+  _windows bigint;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  _cutoff := _now - (select s.retention from queues.history_setting s);
+  _cutoff := least(_cutoff, _now);
+  with gone as (
+    delete from queues.throttle t
+     where t.throttled_until < _cutoff
+       and exists (select 1 from queues.throttle l
+                    where l.key_kind = t.key_kind and l.key = t.key and l.throttle_id > t.throttle_id)
+       and not exists (select 1 from queues.throttle e
+                        where e.key_kind = t.key_kind and e.key = t.key and e.throttle_id < t.throttle_id
+                          and e.throttled_until >= _cutoff)
+       and (t.task_id is null or not exists (select 1 from queues.task x where x.task_id = t.task_id))
+    returning t.throttle_id
+  )
+  select count(*), (select count(*) from queues.throttle_cleared c where c.last_throttle_id in (select g.throttle_id from gone g))
+    into _throttles, _clears
+    from gone;
+  delete from queues.task_limit_window w
+   where w.window_start < _now - interval '1 day';
+  get diagnostics _windows = row_count;
+  return jsonb_build_object('throttles', _throttles, 'throttle_clears', _clears, 'limit_windows', _windows);
+end;
+$function$;
+  -- queues.prune_flow_facts_at(_now timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.prune_task_unique_keys(_limit integer DEFAULT 10000)
@@ -13163,10 +13386,12 @@ declare
   _fail_ids bigint[];
   _messages text[];
   _due boolean;
+  _oldest bigint;
 begin
   if _task_ids is null or cardinality(_task_ids) = 0 then
     return 0;
   end if;
+  _oldest := (select min(x) from unnest(_task_ids) x);
   if _outcomes is null or cardinality(_outcomes) <> cardinality(_task_ids) then
     raise exception 'outcomes must have one element per task (% tasks, % outcomes)',
       cardinality(_task_ids), coalesce(cardinality(_outcomes), 0) using errcode = '22023';
@@ -13177,7 +13402,11 @@ begin
     select p.task_id
       from queues.task_pending p
      where p.task_id = any (array(select d.task_id from queues.task_dependency d
-                                   where d.depends_on_task_id = any (_task_ids)))
+                                   where d.depends_on_task_id = any (_task_ids)
+                                     -- A dependent is newer than its dependency, and the
+                                     -- edge lives in the dependent's history set: the
+                                     -- older sets' partitions are pruned at run time.
+                                     and d.task_id > _oldest))
        and p.available_at = 'infinity' and p.current_lease_id is null
      order by p.task_id
        for no key update of p);
@@ -14229,7 +14458,8 @@ begin
            queues.error, queues.task_lease_extension, queues.task_lease_release,
            queues.task_lease_revocation, queues.task_attempt_failed, queues.task_redriven,
            queues.task_lease_started, queues.task_interruption, queues.task_cancelled,
-           queues.task_result, queues.task_run_now, queues.task_trace, queues.completion_round;
+           queues.task_result, queues.task_run_now, queues.task_trace, queues.completion_round,
+           queues.task_progress, queues.task_dependency;
   return null;
 end;
 $function$;

@@ -14,7 +14,8 @@
 -- enqueue (the enqueue answers its id; the task reads 'failed' with the error).
 --
 -- Facts and structures: queues.task_dependency holds the edges (append-only, written with
--- the dependent). A waiting task's claim-index row has scheduled_at and available_at
+-- the dependent; a history table partitioned by the dependent's id, so an edge is kept
+-- while its dependent is, and leaves with the dependent's set). A waiting task's claim-index row has scheduled_at and available_at
 -- 'infinity' and no lease: the claim never takes it (scheduled_at <= now fails in the
 -- ready index, past the ready rows of its priority), nothing in the claim changes, and
 -- admin.pending_state calls it 'waiting'. It can be cancelled like any pending task.
@@ -25,8 +26,9 @@
 -- queues.completion_round (the plain successes, many tasks to a row, set-based) pass the
 -- ended tasks and their outcomes to queues.release_dependents, which readies or fails the
 -- dependents whose dependencies have all ended. An end whose tasks have no dependents
--- pays one scan of the dependency index, and nothing when no dependency was ever
--- recorded (one read of an empty table); a statement that writes no end fires nothing.
+-- pays one scan of the dependency index (of each partition above its oldest task), and
+-- nothing when no dependency was ever recorded (one read of each empty partition); a
+-- statement that writes no end fires nothing.
 --
 -- Races. An enqueue locks its dependencies' claim-index rows FOR KEY SHARE (in task id
 -- order) before it reads whether they ended, in a later statement: every way a task ends
@@ -253,10 +255,12 @@ declare
   _fail_ids bigint[];
   _messages text[];
   _due boolean;
+  _oldest bigint;
 begin
   if _task_ids is null or cardinality(_task_ids) = 0 then
     return 0;
   end if;
+  _oldest := (select min(x) from unnest(_task_ids) x);
   if _outcomes is null or cardinality(_outcomes) <> cardinality(_task_ids) then
     raise exception 'outcomes must have one element per task (% tasks, % outcomes)',
       cardinality(_task_ids), coalesce(cardinality(_outcomes), 0) using errcode = '22023';
@@ -267,7 +271,11 @@ begin
     select p.task_id
       from queues.task_pending p
      where p.task_id = any (array(select d.task_id from queues.task_dependency d
-                                   where d.depends_on_task_id = any (_task_ids)))
+                                   where d.depends_on_task_id = any (_task_ids)
+                                     -- A dependent is newer than its dependency, and the
+                                     -- edge lives in the dependent's history set: the
+                                     -- older sets' partitions are pruned at run time.
+                                     and d.task_id > _oldest))
        and p.available_at = 'infinity' and p.current_lease_id is null
      order by p.task_id
        for no key update of p);
@@ -306,7 +314,7 @@ $$;
 -- table (every completion call writes to both, most of them nothing to one) runs nothing:
 -- on queues.task_completed (every end but a plain success) one call per task ended; on
 -- queues.completion_round one per round (a round names many tasks, all succeeded). With
--- no dependency ever recorded each reads one page of an empty table and returns. No SET
+-- no dependency ever recorded each opens the empty partitions and returns. No SET
 -- clause but the search path: they run for every end.
 create or replace function queues.task_completed_release_dependents() returns trigger
   language plpgsql

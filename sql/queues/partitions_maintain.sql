@@ -242,6 +242,12 @@ begin
         _kept := _kept + 1;
         continue;
       end if;
+      -- A pending task of a newer set that depends on a task of this one (it reads their
+      -- results when it runs; sql/queues/flow_retention.sql).
+      if queues.history_set_has_waiting_dependents(_set.lower_bound, _set.upper_bound) then
+        _kept := _kept + 1;
+        continue;
+      end if;
       -- Its newest end: task_completed's rows in the set, and the completion rounds that
       -- name a task in its range (GiST probes of completion_round.task_range in the
       -- partitions of this set and the newer ones, where such a round lives).
@@ -296,6 +302,7 @@ begin
         execute format('alter table queues.task detach partition queues.%I', _name);
         if exists (select 1 from queues.task_pending tp
                     where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
+           or queues.history_set_has_waiting_dependents(_set.lower_bound, _set.upper_bound)
            or exists (select 1 from queues.task_completed c
                        where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound
                          and c.completed_at > _now - _setting.retention)
@@ -320,6 +327,8 @@ begin
     -- 5. Nothing left to change: the sets that are done are measured for the readers.
     _measured := queues.measure_history_sets(_now);
     delete from queues.history_step_skipped k where k.skipped_at < _now - interval '1 day';
+    -- The flow-control facts kept per key, not per task (sql/queues/flow_retention.sql).
+    perform queues.prune_flow_facts_at(_now);
   exception
     -- check_violation: a task landed in a default partition, in the range being made,
     -- since it was read above; the next step starts above it. The skip is recorded, and

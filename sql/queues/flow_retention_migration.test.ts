@@ -1,0 +1,168 @@
+// migrations/current/650-bounded-flow-facts.sql converts a database that already holds
+// progress reports and dependency edges: a database migrated with every other file,
+// with reports and edges, is converted, every row reads the same afterwards, new reports
+// go on numbering after the old ones, a waiting task is still released, and migrating
+// again changes nothing.
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { hardenDatabase, migrateDatabase, migrateSettings, repoRoot, withDatabase } from '@org/db-tools';
+
+const ctx = inject('queueTestServer');
+const name = `${ctx.prefix}flow_retention_migration`;
+const url = (dbUser: 'owner' | 'worker' | 'app' | 'api') =>
+  withDatabase(ctx.rootUrl, name, ctx.dbUsers[dbUser], ctx.dbUserPasswords[dbUser]);
+let owner: pg.Client;
+let worker: pg.Client;
+let app: pg.Client;
+let scratch: string;
+
+async function migrate(folder: string): Promise<void> {
+  const settings = await migrateSettings({
+    ownerUrl: url('owner'),
+    rootUrl: ctx.rootUrl,
+    dbUsers: ctx.dbUsers,
+    quiet: true,
+  });
+  settings.migrationsFolder = folder;
+  await migrateDatabase(settings);
+}
+
+/** The number of the current file that bounds the flow facts. */
+const MIGRATION = 650;
+
+/** A migrations folder with every committed migration and every current file but MIGRATION. */
+function folderBefore(): string {
+  const root = repoRoot();
+  scratch = mkdtempSync(join(tmpdir(), 'flow-retention-migration-'));
+  const folder = join(scratch, 'migrations');
+  mkdirSync(join(folder, 'current'), { recursive: true });
+  symlinkSync(join(root, 'sql'), join(folder, 'fixtures'));
+  cpSync(join(root, 'migrations', 'committed'), join(folder, 'committed'), { recursive: true });
+  for (const file of readdirSync(join(root, 'migrations', 'current'))) {
+    if (Number.parseInt(file, 10) !== MIGRATION) {
+      cpSync(join(root, 'migrations', 'current', file), join(folder, 'current', file));
+    }
+  }
+  return folder;
+}
+
+const TYPE = 'product_resync';
+const enqueue = async (dependsOn: string[] | null = null) =>
+  (
+    await app.query<{ id: string }>(`select queues.enqueue($1, '{}'::jsonb, _depends_on => $2::bigint[]) as id`, [
+      TYPE,
+      dependsOn,
+    ])
+  ).rows[0].id;
+const progressRows = async () =>
+  (await owner.query(`select * from queues.task_progress order by task_progress_id`)).rows;
+const dependencyRows = async () =>
+  (await owner.query(`select * from queues.task_dependency order by task_id, depends_on_task_id`)).rows;
+
+let running: { id: string; lease: string };
+let dependency: string;
+let dependent: string;
+let progressBefore: unknown[];
+let dependenciesBefore: unknown[];
+
+beforeAll(async () => {
+  const root = new pg.Client({ connectionString: ctx.rootUrl });
+  await root.connect();
+  try {
+    await root.query(
+      `create database ${root.escapeIdentifier(name)} owner ${root.escapeIdentifier(ctx.dbUsers.owner)}`,
+    );
+    await hardenDatabase(root, name, ctx.dbUsers);
+  } finally {
+    await root.end();
+  }
+  await migrate(folderBefore());
+  owner = new pg.Client({ connectionString: url('owner') });
+  worker = new pg.Client({ connectionString: url('worker') });
+  app = new pg.Client({ connectionString: url('app') });
+  await Promise.all([owner.connect(), worker.connect(), app.connect()]);
+  const { rows } = await owner.query(
+    `select relkind from pg_class where oid in ('queues.task_progress'::regclass, 'queues.task_dependency'::regclass)`,
+  );
+  expect(rows).toEqual([{ relkind: 'r' }, { relkind: 'r' }]);
+
+  // A running task with three progress reports; a dependency still pending, its dependent
+  // waiting, and a second dependent of both.
+  const id = await enqueue();
+  const { rows: claimed } = await worker.query<{ task_lease_id: string }>(
+    `select task_lease_id from queues.claim_tasks('w', 1, $1, 300) where task_id = $2`,
+    [[TYPE], id],
+  );
+  running = { id, lease: claimed[0].task_lease_id };
+  for (const done of [1, 2, 3]) {
+    await worker.query('select queues.record_progress($1, $2, $3, 10, $4)', [id, running.lease, done, `step ${done}`]);
+  }
+  dependency = await enqueue();
+  dependent = await enqueue([dependency]);
+  await enqueue([dependency, dependent]);
+  progressBefore = await progressRows();
+  dependenciesBefore = await dependencyRows();
+  expect(progressBefore).toHaveLength(3);
+  expect(dependenciesBefore).toHaveLength(3);
+
+  await migrate(join(repoRoot(), 'migrations'));
+});
+
+afterAll(async () => {
+  await Promise.all([owner?.end(), worker?.end(), app?.end()]);
+  const root = new pg.Client({ connectionString: ctx.rootUrl });
+  await root.connect();
+  await root.query(`drop database if exists ${root.escapeIdentifier(name)} with (force)`);
+  await root.end();
+  if (scratch) rmSync(scratch, { recursive: true, force: true });
+});
+
+describe('converting a database with progress reports and dependency edges', () => {
+  it('partitions both tables on the sets of queues.task and keeps every row', async () => {
+    const { rows } = await owner.query(
+      `select c.relname, c.relkind, pg_get_partkeydef(c.oid) as key,
+              (select count(*) from pg_inherits i where i.inhparent = c.oid)::int as partitions
+         from pg_class c
+        where c.oid in ('queues.task'::regclass, 'queues.task_progress'::regclass, 'queues.task_dependency'::regclass)
+        order by c.relname`,
+    );
+    expect(rows.map((r) => [r.relname, r.relkind, r.key])).toEqual([
+      ['task', 'p', 'RANGE (task_id)'],
+      ['task_dependency', 'p', 'RANGE (task_id)'],
+      ['task_progress', 'p', 'RANGE (task_id)'],
+    ]);
+    expect(new Set(rows.map((r) => r.partitions)).size).toBe(1);
+    expect(await progressRows()).toEqual(progressBefore);
+    expect(await dependencyRows()).toEqual(dependenciesBefore);
+    const { rows: task } = await owner.query(`select admin.get_task($1) -> 'progress' as p`, [running.id]);
+    expect(task[0].p).toMatchObject({ done: 3, total: 10, note: 'step 3', reports: 3 });
+  });
+
+  it('numbers new reports after the old ones, and a waiting task is released by its dependency', async () => {
+    await worker.query('select queues.record_progress($1, $2, 4, 10, $3)', [running.id, running.lease, 'step 4']);
+    const ids = (await progressRows()).map((r) => Number(r.task_progress_id));
+    expect(ids).toHaveLength(4);
+    expect(ids[3]).toBeGreaterThan(Math.max(...ids.slice(0, 3)));
+
+    const waiting = async (id: string) =>
+      (await owner.query(`select available_at = 'infinity' as w from queues.task_pending where task_id = $1`, [id]))
+        .rows[0]?.w;
+    expect(await waiting(dependent)).toBe(true);
+    await owner.query(
+      `select * from queues.complete_tasks(array[$1::bigint], null, array['succeeded'], array[false])`,
+      [dependency],
+    );
+    expect(await waiting(dependent)).toBe(false);
+  });
+
+  it('migrating again changes nothing', async () => {
+    const progress = await progressRows();
+    const edges = await dependencyRows();
+    await migrate(join(repoRoot(), 'migrations'));
+    expect(await progressRows()).toEqual(progress);
+    expect(await dependencyRows()).toEqual(edges);
+  });
+});
