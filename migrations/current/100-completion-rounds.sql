@@ -63,23 +63,12 @@ begin
 end;
 $$;
 
---!include queues/partitions.sql
-
--- A partition of queues.completion_round for every partition set there is (a set half
--- made by maintenance gets its own when maintenance finishes the set).
-select queues.attach_history_partition('completion_round', s.lower_bound, s.upper_bound)
-  from queues.history_sets() s
- where not s.is_default
- order by s.lower_bound;
+-- (queues/partitions.sql, which makes completion_round a history table, and the
+-- partitions of completion_round for the sets there are: migration 500.)
 
 --!include queues/task_end.sql
---!include queues/complete.sql
---!include queues/partitions_maintain.sql
 --!include queues/partitions_status.sql
 --!include queues/cancel.sql
---!include queues/fail.sql
 --!include admin/history.sql
 --!include admin/schedules.sql
---!include public/role_based_worker.sql
---!include files/signing.sql
 --!include internal/process_support.sql

@@ -46,7 +46,6 @@ create trigger forbid_update before update on queues.throttle_cleared
 create index if not exists throttle_cleared_key_idx on queues.throttle_cleared (key_kind, key, last_throttle_id);
 
 --!include queues/throttle.sql
---!include queues/claim.sql
 --!include admin/throttles.sql
 --!include internal/delivery.sql
 
