@@ -230,10 +230,10 @@ describe('converting a database with history', () => {
          from unnest(queues.history_tables()) t(name)
          join pg_class c on c.oid = format('queues.%I', t.name)::regclass`,
     );
-    // The 14 tables 000004 converted, queues.task_trace (migration 000014) and
-    // queues.completion_round (the completion rounds), each given a partition in every set
-    // there was.
-    expect(rows).toHaveLength(16);
+    // The 14 tables 000004 converted, queues.task_trace (migration 000014),
+    // queues.completion_round (the completion rounds) and queues.claim_lease (a lease per
+    // claim), each given a partition in every set there was.
+    expect(rows).toHaveLength(17);
     for (const row of rows) {
       expect(row, row.name).toMatchObject({ relkind: 'p', key: 'RANGE (task_id)' });
       // The set holding the rows, the sets ahead (2 by default), the default partition.

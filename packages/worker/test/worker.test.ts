@@ -85,7 +85,7 @@ describe('worker loop', () => {
     );
     expect(rows[0]).toEqual({ tasks: 60, keys: 60 });
     const leases = await db.query(
-      `select count(*)::int as n from queues.task_lease where task_id = any($1::bigint[])`,
+      `select count(*)::int as n from queues.task_leases where task_id = any($1::bigint[])`,
       [ids],
     );
     expect(leases.rows[0].n).toBe(60);
@@ -104,7 +104,7 @@ describe('worker loop', () => {
       'sms done',
     );
     expect(sms.calls).toEqual(['+15550100']);
-    const { rows } = await db.query('select count(*)::int as n from queues.task_lease where task_id = $1', [emailId]);
+    const { rows } = await db.query('select count(*)::int as n from queues.task_leases where task_id = $1', [emailId]);
     expect(rows[0].n).toBe(0);
   });
 
@@ -157,7 +157,7 @@ describe('worker loop', () => {
     const leased = async () =>
       (
         await db.query(
-          'select count(distinct task_id)::int as n from queues.task_lease where task_id = any($1::bigint[])',
+          'select count(distinct task_id)::int as n from queues.task_leases where task_id = any($1::bigint[])',
           [ids],
         )
       ).rows[0].n;
@@ -167,7 +167,7 @@ describe('worker loop', () => {
       async () =>
         (
           await db.query(
-            'select count(distinct l.task_id)::int as n from queues.task_lease_extension x join queues.task_lease l using (task_lease_id) where l.task_id = any($1::bigint[])',
+            'select count(distinct l.task_id)::int as n from queues.task_lease_extension x join queues.task_leases l using (task_id, task_lease_id) where l.task_id = any($1::bigint[])',
             [ids],
           )
         ).rows[0].n === 4,
@@ -177,7 +177,7 @@ describe('worker loop', () => {
     workers.splice(workers.indexOf(worker), 1);
     expect(started).toHaveLength(2);
     const released = await db.query(
-      'select count(*)::int as n from queues.task_lease_release r join queues.task_lease l using (task_lease_id) where l.task_id = any($1::bigint[])',
+      'select count(*)::int as n from queues.task_lease_release r join queues.task_leases l using (task_id, task_lease_id) where l.task_id = any($1::bigint[])',
       [ids],
     );
     expect(released.rows[0].n).toBe(4);
@@ -228,7 +228,7 @@ describe('worker loop', () => {
     expect(slow.calls).toEqual(['long-call']);
     expect(other.calls).toEqual([]);
     const { rows } = await db.query(
-      `select (select count(*)::int from queues.task_lease where task_id = $1) as leases,
+      `select (select count(*)::int from queues.task_leases where task_id = $1) as leases,
               (select extensions from queues.task_lease_effective where task_id = $1) as extensions`,
       [id],
     );

@@ -150,8 +150,8 @@ async function quietPhase(db: ChaosDb, env: Record<string, string>, maxCrashes: 
     await one<{ outcome: string | null; leases: number; named: number }>(
       db,
       `select (select c.outcome from queues.task_end c where c.task_id = $1) as outcome,
-                (select count(*)::int from queues.task_lease l where l.task_id = $1) as leases,
-                (select count(*)::int from queues.task_lease l where l.task_id = $1 and l.suspect) as named`,
+                (select count(*)::int from queues.task_leases l where l.task_id = $1) as leases,
+                (select count(*)::int from queues.task_leases l where l.task_id = $1 and l.suspect) as named`,
       [id],
     );
   await waitFor(
@@ -288,8 +288,8 @@ export const scenario: Scenario = {
 
     const poison = await one<{ leases: number; named: number; interruptions: number; error: string | null }>(
       db,
-      `select (select count(*)::int from queues.task_lease l where l.task_id = $1) as leases,
-              (select count(*)::int from queues.task_lease l where l.task_id = $1 and l.suspect) as named,
+      `select (select count(*)::int from queues.task_leases l where l.task_id = $1) as leases,
+              (select count(*)::int from queues.task_leases l where l.task_id = $1 and l.suspect) as named,
               (select count(*)::int from queues.task_interruption x where x.task_id = $1) as interruptions,
               (select e.error_message from queues.error e where e.task_id = $1 order by e.error_id desc limit 1) as error`,
       [poisonId],

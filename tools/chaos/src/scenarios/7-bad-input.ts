@@ -945,7 +945,7 @@ export const scenario: Scenario = {
     const leases = new Map(
       (
         await db.query<{ id: string; n: number }>(
-          'select task_id::text as id, count(*)::int as n from queues.task_lease where task_id = any($1::bigint[]) group by 1',
+          'select task_id::text as id, count(*)::int as n from queues.task_leases where task_id = any($1::bigint[]) group by 1',
           [ids],
         )
       ).rows.map((x) => [x.id, x.n]),

@@ -64,11 +64,11 @@ export async function queueFacts(client: pg.ClientBase): Promise<unknown[]> {
   const { rows } = await client.query(
     `select t.task_id::text, t.task_type, t.payload, t.priority, t.resource_key, t.max_attempts,
             (select c.outcome from queues.task_end c where c.task_id = t.task_id) as outcome,
-            (select count(*)::int from queues.task_lease l where l.task_id = t.task_id) as leases,
+            (select count(*)::int from queues.task_leases l where l.task_id = t.task_id) as leases,
             (select count(*)::int from queues.error e where e.task_id = t.task_id) as errors,
-            (select count(*)::int from queues.task_lease_extension x join queues.task_lease l using (task_lease_id)
+            (select count(*)::int from queues.task_lease_extension x join queues.task_leases l using (task_id, task_lease_id)
               where l.task_id = t.task_id) as extensions,
-            (select count(*)::int from queues.task_lease_release r join queues.task_lease l using (task_lease_id)
+            (select count(*)::int from queues.task_lease_release r join queues.task_leases l using (task_id, task_lease_id)
               where l.task_id = t.task_id) as releases,
             exists (select 1 from queues.task_pending p where p.task_id = t.task_id) as pending,
             exists (select 1 from queues.dead_letter d where d.task_id = t.task_id) as dead_letter
