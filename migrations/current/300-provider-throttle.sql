@@ -47,7 +47,6 @@ create index if not exists throttle_cleared_key_idx on queues.throttle_cleared (
 
 --!include queues/throttle.sql
 --!include admin/throttles.sql
---!include internal/delivery.sql
 
 -- Supervisors read the throttle of their channel: each message channel's facts
 -- (comms.send_<c>_supervisor_facts) gain throttled_until, a new out column, so they are

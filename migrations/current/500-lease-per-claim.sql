@@ -94,3 +94,4 @@ select queues.attach_history_partition(t.name, s.lower_bound, s.upper_bound)
 --!include admin/tasks.sql
 --!include public/role_based_worker.sql
 --!include files/signing.sql
+--!include internal/delivery.sql

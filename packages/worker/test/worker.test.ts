@@ -236,6 +236,47 @@ describe('worker loop', () => {
     expect(rows[0].extensions).toBeGreaterThanOrEqual(3);
   });
 
+  it('the tasks of one claim share its lease, and heartbeats keep each of their runs alive', async () => {
+    const slow = testProvider(3000);
+    const other = testProvider();
+    const ids = await Promise.all(
+      ['one', 'two', 'three'].map((to) => enqueue(db, 'test_channel', { to: `claim-${to}` })),
+    );
+    await startWorker({
+      registry: new ProcessorRegistry().register('test_channel', channelTaskProcessor(slow.provider)),
+      leaseSeconds: 1,
+      heartbeatIntervalMs: 250,
+    });
+    await eventually(() => slow.calls.length === 3, 'the three slow calls started');
+    // A second worker polls the whole time the first is busy.
+    await startWorker({
+      registry: new ProcessorRegistry().register('test_channel', channelTaskProcessor(other.provider)),
+      leaseSeconds: 1,
+      heartbeatIntervalMs: 250,
+      pollIntervalMs: 50,
+    });
+    await eventually(
+      async () =>
+        (await db.query('select 1 from queues.task_end where task_id = any($1::bigint[])', [ids])).rowCount === 3,
+      'completion',
+    );
+    expect(other.calls).toEqual([]);
+    const { rows } = await db.query(
+      `select e.task_id::text, e.task_lease_id::text, e.extensions, c.outcome
+         from unnest($1::bigint[]) i(id)
+         join queues.task_lease_effective e on e.task_id = i.id
+         join queues.task_end c on c.task_id = i.id and c.task_lease_id = e.task_lease_id`,
+      [ids],
+    );
+    // One lease each, the same for the three (one claim), each extended, each succeeded under it.
+    expect(rows).toHaveLength(3);
+    expect(new Set(rows.map((r) => r.task_lease_id)).size).toBe(1);
+    for (const r of rows) {
+      expect(r.outcome, r.task_id).toBe('succeeded');
+      expect(r.extensions, r.task_id).toBeGreaterThanOrEqual(3);
+    }
+  });
+
   it('after the LISTEN connection is killed, new tasks are picked up without waiting for the poll interval', async () => {
     const registry = new ProcessorRegistry().register('db_function', dbFunctionProcessor());
     const worker = await startWorker({ registry, pollIntervalMs: 600_000 });
