@@ -4905,7 +4905,8 @@ begin
     -- A lease names its worker by key (queues.worker_name), or by id if written before.
     select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
     _filters := _filters || ' and exists (select 1 from queues.task_leases_of(t.task_id) l
-                                            where l.worker_key = $14 or l.worker_id = $6)';
+                                            where (l.worker_key = $14 or l.worker_id = $6)
+                                              and ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13))';
   end if;
   if _resource_key is not null then _filters := _filters || ' and t.resource_key = $7'; end if;
   if _enqueued_from is not null then _filters := _filters || ' and t.enqueued_at >= $8'; end if;
@@ -4943,7 +4944,8 @@ begin
     -- (queues.task_end_of: a probe of each shape). Most ended tasks succeeded, so the walk
     -- passes over few others.
     _sql := 'select t.task_id, t.task_type, c.outcome, t.priority, t.resource_key, t.max_attempts,
-                    (select count(*)::integer from queues.task_leases_of(t.task_id)),
+                    (select count(*)::integer from queues.task_leases_of(t.task_id) l
+                        where ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13)),
                     t.enqueued_at, t.scheduled_at, null::timestamptz, c.completed_at
                from queues.task t
               cross join lateral (select e.outcome, e.completed_at from queues.task_end_of(t.task_id) e
@@ -4956,7 +4958,8 @@ begin
               limit $5';
   elsif _state is not null then
     _sql := 'select c.task_id, t.task_type, c.outcome, t.priority, t.resource_key, t.max_attempts,
-                    (select count(*)::integer from queues.task_leases_of(c.task_id)),
+                    (select count(*)::integer from queues.task_leases_of(c.task_id) l
+                        where ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13)),
                     t.enqueued_at, t.scheduled_at, null::timestamptz, c.completed_at
                from queues.task_completed c
               cross join lateral (select * from queues.task x where x.task_id = c.task_id
@@ -4972,7 +4975,8 @@ begin
                     coalesce(c.outcome, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, $1)),
                     t.priority, t.resource_key, t.max_attempts,
                     coalesce(p.lease_count,
-                             (select count(*)::integer from queues.task_leases_of(t.task_id))),
+                             (select count(*)::integer from queues.task_leases_of(t.task_id) l
+                        where ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13))),
                     t.enqueued_at, t.scheduled_at, p.available_at, c.completed_at
                from queues.task t
                left join queues.task_pending p on p.task_id = t.task_id

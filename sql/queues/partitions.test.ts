@@ -610,8 +610,12 @@ describe('partition maintenance', () => {
       for (const [i, skip] of skips.entries()) {
         expect(skip).toMatchObject({
           action: 'skipped',
-          step: expect.stringMatching(/^attach queues\.claim_lease_p\d+$/),
-          reason: expect.stringMatching(/^could not lock claim_lease, claim_lease_default in \d+ tries over 200 ms/),
+          // (the claim's plan, generic, locks every partition of task_completed, default
+          // included: the first table in queues.history_tables() order it keeps locked)
+          step: expect.stringMatching(/^attach queues\.task_completed_p\d+$/),
+          reason: expect.stringMatching(
+            /^could not lock task_completed, task_completed_default in \d+ tries over 200 ms/,
+          ),
           more: i < 4,
         });
       }
@@ -941,6 +945,82 @@ describe('partition maintenance', () => {
     // The pending task ends: the older set goes, then the newer one, and nothing is left
     // that names a task still kept.
     await complete(leases, [pending]);
+    const { dropped, skipped } = await maintainUntilDropped(`now() + interval '8 days'`, [older, newer]);
+    expect(skipped).toEqual([]);
+    expect(dropped).toContainEqual(older);
+    expect(dropped).toContainEqual(newer);
+    expect(dropped.findIndex(([l]) => l === older[0])).toBeLessThan(dropped.findIndex(([l]) => l === newer[0]));
+    expect(await tasksIn(lo, lo + 2 * SIZE)).toBe(0);
+    expect(await orphans()).toEqual([]);
+  });
+
+  it('a claim lease naming tasks of two sets keeps the newer set (where it lives) while the older one is kept', async () => {
+    // As the completion round's test above, but the tasks of each set end in calls of
+    // their own: only the claim's one lease names tasks of both sets.
+    const lo = await aboveEveryRange(0);
+    for (let k = 0; k < 3; k++)
+      await db.query('select queues.create_history_partition($1, $2)', [lo + k * SIZE, lo + (k + 1) * SIZE]);
+    await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [lo + 4]);
+    const ids = await enqueue(SIZE);
+    await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [lo + 2 * SIZE]);
+    const [past] = await enqueue(1);
+    const older: [number, number] = [lo, lo + SIZE];
+    const newer: [number, number] = [lo + SIZE, lo + 2 * SIZE];
+    const leases = await claimAll();
+    const inOlder = ids.filter((id) => Number(id) < newer[0]);
+    const inNewer = ids.filter((id) => Number(id) >= newer[0]);
+    expect(inOlder.length > 1 && inNewer.length > 0).toBe(true);
+    // One claim, one lease, named by its largest task: it lives in the set of `past`...
+    const { rows: lease } = await db.query(
+      `select tableoid::regclass::text as part, task_ids::text[] from queues.claim_lease where $1::bigint = any (task_ids)`,
+      [ids[0]],
+    );
+    expect(lease).toEqual([{ part: `queues.claim_lease_p${lo + 2 * SIZE}`, task_ids: [...ids, past] }]);
+    // ...so claim the tasks again in a claim of their own, after the first lease expired,
+    // for a lease that lives in the newer set: release them all, then claim them without
+    // `past`, which completes first.
+    await complete(leases, [past]);
+    await db
+      .pool('worker')
+      .query('select * from queues.release_leases($1::bigint[], $2::bigint[])', [ids, ids.map((id) => leases.get(id))]);
+    const again = await claimAll();
+    expect([...again.keys()].sort()).toEqual([...ids].sort());
+    const { rows: second } = await db.query(
+      `select tableoid::regclass::text as part from queues.claim_lease where task_lease_id = $1`,
+      [again.get(ids[0])],
+    );
+    expect(second).toEqual([{ part: `queues.claim_lease_p${newer[0]}` }]);
+    // The tasks of each set end in calls of their own; one of the older set stays pending.
+    const pending = inOlder[1];
+    await complete(
+      again,
+      inOlder.filter((id) => id !== pending),
+    );
+    await complete(again, inNewer);
+    const { rows: rounds } = await db.query(
+      `select count(*)::int as n from queues.completion_round
+        where task_ids && $1::bigint[] and task_ids && $2::bigint[]`,
+      [inOlder, inNewer],
+    );
+    expect(rounds[0].n).toBe(0);
+    expect(await orphans()).toEqual([]);
+
+    // Past the window: the newer set's own tasks are all done and old, but its claim lease
+    // names tasks of the older set, kept for its pending task; neither goes.
+    const later = await maintain(`now() + interval '8 days'`);
+    expect(later.dropped).not.toContainEqual(older);
+    expect(later.dropped).not.toContainEqual(newer);
+    expect(later.skipped).toEqual([]);
+    // The older set's finished tasks still read both their leases.
+    const api = db.pool('api');
+    const { rows } = await api.query('select admin.get_task($1) as t', [inOlder[0]]);
+    expect(rows[0].t.leases.map((l: { task_lease_id: number }) => String(l.task_lease_id))).toEqual([
+      leases.get(inOlder[0]),
+      again.get(inOlder[0]),
+    ]);
+
+    // The pending task ends: the older set goes, then the newer one.
+    await complete(again, [pending]);
     const { dropped, skipped } = await maintainUntilDropped(`now() + interval '8 days'`, [older, newer]);
     expect(skipped).toEqual([]);
     expect(dropped).toContainEqual(older);
