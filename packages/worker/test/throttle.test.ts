@@ -269,7 +269,7 @@ describe('tasks of a throttled type waiting in the worker', () => {
     // Every lease taken before the throttle (the refused run's, and those of the tasks that
     // waited behind it) was given back, not run.
     const before = await db.query<{ released: boolean }>(
-      `select exists (select 1 from queues.task_lease_release r where r.task_lease_id = l.task_lease_id) as released
+      `select exists (select 1 from queues.task_lease_release r where r.task_id = l.task_id and r.task_lease_id = l.task_lease_id) as released
          from queues.task_leases l
         where l.task_id = any($1::bigint[]) and l.leased_at <= $2`,
       [ids, fact.recorded_at],
