@@ -1209,7 +1209,7 @@ comment on table queues.completion_round is 'Append-only: a completion round, th
 CREATE INDEX completion_round_completed_at_idx ON ONLY queues.completion_round USING btree (completed_at);
 CREATE INDEX completion_round_task_range_idx ON ONLY queues.completion_round USING gist (task_range);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.completion_round FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
-CREATE TRIGGER release_dependents AFTER INSERT ON queues.completion_round REFERENCING NEW TABLE AS completed_rounds FOR EACH STATEMENT EXECUTE FUNCTION queues.completion_round_release_dependents();
+CREATE TRIGGER release_dependents AFTER INSERT ON queues.completion_round FOR EACH ROW EXECUTE FUNCTION queues.completion_round_release_dependents();
 
 create table queues.completion_round_default partition of queues.completion_round (
   task_id bigint not null,
@@ -1233,6 +1233,7 @@ create table queues.completion_round_default partition of queues.completion_roun
 CREATE INDEX completion_round_default_completed_at_idx ON queues.completion_round_default USING btree (completed_at);
 CREATE INDEX completion_round_default_task_range_idx ON queues.completion_round_default USING gist (task_range);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.completion_round_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+CREATE TRIGGER release_dependents AFTER INSERT ON queues.completion_round_default FOR EACH ROW EXECUTE FUNCTION queues.completion_round_release_dependents();
 
 create table queues.completion_round_p0 partition of queues.completion_round (
   task_id bigint not null,
@@ -1256,6 +1257,7 @@ create table queues.completion_round_p0 partition of queues.completion_round (
 CREATE INDEX completion_round_p0_completed_at_idx ON queues.completion_round_p0 USING btree (completed_at);
 CREATE INDEX completion_round_p0_task_range_idx ON queues.completion_round_p0 USING gist (task_range);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.completion_round_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+CREATE TRIGGER release_dependents AFTER INSERT ON queues.completion_round_p0 FOR EACH ROW EXECUTE FUNCTION queues.completion_round_release_dependents();
 
 create table queues.completion_round_p1000000 partition of queues.completion_round (
   task_id bigint not null,
@@ -1279,6 +1281,7 @@ create table queues.completion_round_p1000000 partition of queues.completion_rou
 CREATE INDEX completion_round_p1000000_completed_at_idx ON queues.completion_round_p1000000 USING btree (completed_at);
 CREATE INDEX completion_round_p1000000_task_range_idx ON queues.completion_round_p1000000 USING gist (task_range);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.completion_round_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+CREATE TRIGGER release_dependents AFTER INSERT ON queues.completion_round_p1000000 FOR EACH ROW EXECUTE FUNCTION queues.completion_round_release_dependents();
 
 create table queues.completion_round_p2000000 partition of queues.completion_round (
   task_id bigint not null,
@@ -1302,6 +1305,7 @@ create table queues.completion_round_p2000000 partition of queues.completion_rou
 CREATE INDEX completion_round_p2000000_completed_at_idx ON queues.completion_round_p2000000 USING btree (completed_at);
 CREATE INDEX completion_round_p2000000_task_range_idx ON queues.completion_round_p2000000 USING gist (task_range);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.completion_round_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+CREATE TRIGGER release_dependents AFTER INSERT ON queues.completion_round_p2000000 FOR EACH ROW EXECUTE FUNCTION queues.completion_round_release_dependents();
 
 create table queues.error (
   error_id bigint generated always as identity not null,
@@ -1522,6 +1526,7 @@ create table queues.task (
   max_attempts integer default 1 not null,
   enqueued_at timestamp with time zone default now() not null,
   scheduled_at timestamp with time zone default now() not null,
+  group_key text,
   constraint task_enqueued_at_not_null NOT NULL enqueued_at,
   constraint task_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
   constraint task_max_attempts_not_null NOT NULL max_attempts,
@@ -1537,6 +1542,7 @@ create table queues.task (
 ) partition by RANGE (task_id);
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on column queues.task.group_key is 'What the task''s flow limits count it by within its type (a tenant, a provider account); NULL: none.';
 comment on table queues.task is 'A unit of work. Immutable: state lives in task_lease, task_completed and error.';
 CREATE UNIQUE INDEX task_pkey ON ONLY queues.task USING btree (task_id);
 CREATE INDEX task_resource_key_idx ON ONLY queues.task USING btree (resource_key, task_id) WHERE (resource_key IS NOT NULL);
@@ -1735,7 +1741,7 @@ CREATE UNIQUE INDEX task_completed_pkey ON ONLY queues.task_completed USING btre
 CREATE INDEX task_completed_unsuccessful_idx ON ONLY queues.task_completed USING btree (completed_at DESC) WHERE (outcome <> 'succeeded'::text);
 CREATE INDEX task_completed_unsuccessful_task_idx ON ONLY queues.task_completed USING btree (task_id) WHERE (outcome <> 'succeeded'::text);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_completed FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
-CREATE TRIGGER release_dependents AFTER INSERT ON queues.task_completed REFERENCING NEW TABLE AS completed_rows FOR EACH STATEMENT EXECUTE FUNCTION queues.task_completed_release_dependents();
+CREATE TRIGGER release_dependents AFTER INSERT ON queues.task_completed FOR EACH ROW EXECUTE FUNCTION queues.task_completed_release_dependents();
 
 create table queues.task_completed_default partition of queues.task_completed (
   task_id bigint not null,
@@ -1758,6 +1764,7 @@ CREATE INDEX task_completed_default_completed_at_idx1 ON queues.task_completed_d
 CREATE UNIQUE INDEX task_completed_default_pkey ON queues.task_completed_default USING btree (task_id);
 CREATE INDEX task_completed_default_task_id_idx ON queues.task_completed_default USING btree (task_id) WHERE (outcome <> 'succeeded'::text);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_completed_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+CREATE TRIGGER release_dependents AFTER INSERT ON queues.task_completed_default FOR EACH ROW EXECUTE FUNCTION queues.task_completed_release_dependents();
 
 create table queues.task_completed_p0 partition of queues.task_completed (
   task_id bigint not null,
@@ -1780,6 +1787,7 @@ CREATE INDEX task_completed_p0_completed_at_idx1 ON queues.task_completed_p0 USI
 CREATE UNIQUE INDEX task_completed_p0_pkey ON queues.task_completed_p0 USING btree (task_id);
 CREATE INDEX task_completed_p0_task_id_idx ON queues.task_completed_p0 USING btree (task_id) WHERE (outcome <> 'succeeded'::text);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_completed_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+CREATE TRIGGER release_dependents AFTER INSERT ON queues.task_completed_p0 FOR EACH ROW EXECUTE FUNCTION queues.task_completed_release_dependents();
 
 create table queues.task_completed_p1000000 partition of queues.task_completed (
   task_id bigint not null,
@@ -1802,6 +1810,7 @@ CREATE INDEX task_completed_p1000000_completed_at_idx1 ON queues.task_completed_
 CREATE UNIQUE INDEX task_completed_p1000000_pkey ON queues.task_completed_p1000000 USING btree (task_id);
 CREATE INDEX task_completed_p1000000_task_id_idx ON queues.task_completed_p1000000 USING btree (task_id) WHERE (outcome <> 'succeeded'::text);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_completed_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+CREATE TRIGGER release_dependents AFTER INSERT ON queues.task_completed_p1000000 FOR EACH ROW EXECUTE FUNCTION queues.task_completed_release_dependents();
 
 create table queues.task_completed_p2000000 partition of queues.task_completed (
   task_id bigint not null,
@@ -1824,6 +1833,7 @@ CREATE INDEX task_completed_p2000000_completed_at_idx1 ON queues.task_completed_
 CREATE UNIQUE INDEX task_completed_p2000000_pkey ON queues.task_completed_p2000000 USING btree (task_id);
 CREATE INDEX task_completed_p2000000_task_id_idx ON queues.task_completed_p2000000 USING btree (task_id) WHERE (outcome <> 'succeeded'::text);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_completed_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+CREATE TRIGGER release_dependents AFTER INSERT ON queues.task_completed_p2000000 FOR EACH ROW EXECUTE FUNCTION queues.task_completed_release_dependents();
 
 create table queues.task_default partition of queues.task (
   task_id bigint generated always as identity not null,
@@ -1834,6 +1844,7 @@ create table queues.task_default partition of queues.task (
   max_attempts integer default 1 not null,
   enqueued_at timestamp with time zone default now() not null,
   scheduled_at timestamp with time zone default now() not null,
+  group_key text,
   constraint task_default_pkey PRIMARY KEY (task_id),
   constraint task_enqueued_at_not_null NOT NULL enqueued_at,
   constraint task_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
@@ -2394,6 +2405,53 @@ create table queues.task_lease_started_p2000000 partition of queues.task_lease_s
 CREATE UNIQUE INDEX task_lease_started_p2000000_pkey ON queues.task_lease_started_p2000000 USING btree (task_id, task_lease_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_lease_started_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
+create table queues.task_limit_set (
+  task_limit_set_id bigint generated always as identity not null,
+  task_type text not null,
+  scope text not null,
+  group_key text,
+  max_running integer,
+  max_starts integer,
+  interval_ms integer,
+  set_at timestamp with time zone default now() not null,
+  set_by text default SESSION_USER not null,
+  constraint task_limit_set_check CHECK ((((scope = 'group'::text) = (group_key IS NOT NULL)) AND ((length(group_key) >= 1) AND (length(group_key) <= 200)))),
+  constraint task_limit_set_check1 CHECK (((max_starts IS NULL) = (interval_ms IS NULL))),
+  constraint task_limit_set_interval_ms_check CHECK (((interval_ms >= 1) AND (interval_ms <= 86400000))),
+  constraint task_limit_set_max_running_check CHECK (((max_running >= 1) AND (max_running <= 1000000))),
+  constraint task_limit_set_max_starts_check CHECK (((max_starts >= 1) AND (max_starts <= 1000000))),
+  constraint task_limit_set_pkey PRIMARY KEY (task_limit_set_id),
+  constraint task_limit_set_scope_check CHECK ((scope = ANY (ARRAY['type'::text, 'each_group'::text, 'group'::text]))),
+  constraint task_limit_set_scope_not_null NOT NULL scope,
+  constraint task_limit_set_set_at_not_null NOT NULL set_at,
+  constraint task_limit_set_set_by_not_null NOT NULL set_by,
+  constraint task_limit_set_task_limit_set_id_not_null NOT NULL task_limit_set_id,
+  constraint task_limit_set_task_type_fkey FOREIGN KEY (task_type) REFERENCES queues.task_type(task_type) ON DELETE CASCADE,
+  constraint task_limit_set_task_type_not_null NOT NULL task_type
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_limit_set is 'Append-only: a concurrency and/or rate limit set (both NULL: cleared) for a task type, each group key of it, or one group key; the latest per (task_type, scope, group_key) is in force (queues.task_limits).';
+CREATE INDEX task_limit_set_key ON queues.task_limit_set USING btree (task_type, scope, group_key, task_limit_set_id);
+CREATE UNIQUE INDEX task_limit_set_pkey ON queues.task_limit_set USING btree (task_limit_set_id);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_limit_set FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.task_limit_window (
+  task_type text not null,
+  group_key text not null,
+  window_start timestamp with time zone not null,
+  starts integer not null,
+  constraint task_limit_window_group_key_not_null NOT NULL group_key,
+  constraint task_limit_window_pkey PRIMARY KEY (task_type, group_key),
+  constraint task_limit_window_starts_not_null NOT NULL starts,
+  constraint task_limit_window_task_type_not_null NOT NULL task_type,
+  constraint task_limit_window_window_start_not_null NOT NULL window_start
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_limit_window is 'Derived: tasks claimed in the current window of a rate limit, per task type and group key ('''' = the type as a whole). Losing it forgets at most one window''s starts.';
+CREATE UNIQUE INDEX task_limit_window_pkey ON queues.task_limit_window USING btree (task_type, group_key);
+
 create table queues.task_p0 partition of queues.task (
   task_id bigint generated always as identity not null,
   task_type text not null,
@@ -2403,6 +2461,7 @@ create table queues.task_p0 partition of queues.task (
   max_attempts integer default 1 not null,
   enqueued_at timestamp with time zone default now() not null,
   scheduled_at timestamp with time zone default now() not null,
+  group_key text,
   constraint task_enqueued_at_not_null NOT NULL enqueued_at,
   constraint task_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
   constraint task_max_attempts_not_null NOT NULL max_attempts,
@@ -2431,6 +2490,7 @@ create table queues.task_p1000000 partition of queues.task (
   max_attempts integer default 1 not null,
   enqueued_at timestamp with time zone default now() not null,
   scheduled_at timestamp with time zone default now() not null,
+  group_key text,
   constraint task_enqueued_at_not_null NOT NULL enqueued_at,
   constraint task_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
   constraint task_max_attempts_not_null NOT NULL max_attempts,
@@ -2459,6 +2519,7 @@ create table queues.task_p2000000 partition of queues.task (
   max_attempts integer default 1 not null,
   enqueued_at timestamp with time zone default now() not null,
   scheduled_at timestamp with time zone default now() not null,
+  group_key text,
   constraint task_enqueued_at_not_null NOT NULL enqueued_at,
   constraint task_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
   constraint task_max_attempts_not_null NOT NULL max_attempts,
@@ -2493,6 +2554,7 @@ create table queues.task_pending (
   interrupted_count integer default 0 not null,
   uncounted_count integer default 0 not null,
   suspect_lease boolean default false not null,
+  group_key text,
   constraint task_pending_available_at_not_null NOT NULL available_at,
   constraint task_pending_failed_attempts_not_null NOT NULL failed_attempts,
   constraint task_pending_interrupted_count_not_null NOT NULL interrupted_count,
@@ -3580,6 +3642,10 @@ create sequence queues.task_lease_task_lease_id_seq as bigint start 1 increment 
   identity of queues.task_lease.task_lease_id
   owner :DATABASE_OWNER
   grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
+create sequence queues.task_limit_set_task_limit_set_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
+  identity of queues.task_limit_set.task_limit_set_id
+  owner :DATABASE_OWNER
+  grant SELECT, UPDATE, USAGE to :DATABASE_OWNER (by :DATABASE_OWNER)
 create sequence queues.task_progress_task_progress_id_seq as bigint start 1 increment 1 minvalue 1 maxvalue 9223372036854775807 cache 1;
   identity of queues.task_progress.task_progress_id
   owner :DATABASE_OWNER
@@ -4146,6 +4212,18 @@ begin
 end;
 $function$;
   -- admin.capacity_at(_now timestamp with time zone, _task_type text, _window_seconds integer, _dead_after_seconds integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.clear_task_limit(_task_type text, _scope text, _group_key text)
+ RETURNS boolean
+ LANGUAGE sql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select queues.clear_task_limit(_task_type, _scope, _group_key)
+$function$;
+  -- admin.clear_task_limit(_task_type text, _scope text, _group_key text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.clear_throttle(_key_kind text, _key text)
@@ -5829,6 +5907,24 @@ $function$;
   -- admin.run_tasks_now_at(_now timestamp with time zone, _task_ids bigint[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION admin.set_task_limit(_task_type text, _scope text, _group_key text, _max_running integer, _max_starts integer, _interval_ms integer)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _interval_ms is not null and _interval_ms not between 1 and 86400000 then
+    raise exception 'interval_ms must be between 1 and 86400000 (1 day), got %', _interval_ms using errcode = '22023';
+  end if;
+  perform queues.set_task_limit(_task_type, _scope, _group_key, _max_running, _max_starts,
+                                make_interval(secs => _interval_ms / 1000.0));
+end;
+$function$;
+  -- admin.set_task_limit(_task_type text, _scope text, _group_key text, _max_running integer, _max_starts integer, _interval_ms integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION admin.set_task_type_timeout(_task_type text, _timeout_seconds numeric)
  RETURNS void
  LANGUAGE plpgsql
@@ -5923,6 +6019,18 @@ begin
 end;
 $function$;
   -- admin.task_dashboard_facts(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.task_limits()
+ RETURNS TABLE(task_type text, scope text, group_key text, max_running integer, max_starts integer, interval_ms integer, set_at timestamp with time zone, running bigint, starts bigint, held_back bigint)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select * from queues.task_limit_status_at(now())
+$function$;
+  -- admin.task_limits(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.task_retry_facts(_task_id bigint)
@@ -9821,6 +9929,37 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.check_task_limit_key(_task_type text, _scope text, _group_key text)
+ RETURNS void
+ LANGUAGE plpgsql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  if _task_type is null then
+    raise exception 'task_type must not be null' using errcode = '22004';
+  end if;
+  if _scope is null then
+    raise exception 'scope must not be null' using errcode = '22004';
+  end if;
+  if _scope not in ('type', 'each_group', 'group') then
+    raise exception 'scope must be type, each_group or group, got %', quote_literal(left(_scope, 100))
+      using errcode = '22023';
+  end if;
+  if _scope = 'group' and (_group_key is null or length(_group_key) not between 1 and 200) then
+    raise exception 'group_key must be 1 to 200 characters for scope group' using errcode = '22023';
+  end if;
+  if _scope <> 'group' and _group_key is not null then
+    raise exception 'group_key must be null for scope %', _scope using errcode = '22023';
+  end if;
+  if not exists (select 1 from queues.task_type t where t.task_type = _task_type) then
+    raise exception 'unknown task type %', quote_literal(left(_task_type, 100)) using errcode = '23503';
+  end if;
+end;
+$function$;
+  -- queues.check_task_limit_key(_task_type text, _scope text, _group_key text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.claim_tasks(_worker_id text, _limit integer DEFAULT NULL::integer, _task_types text[] DEFAULT NULL::text[], _lease_seconds integer DEFAULT NULL::integer, _max_leases integer DEFAULT NULL::integer)
  RETURNS TABLE(task_id bigint, task_type text, payload jsonb, priority integer, resource_key text, max_attempts integer, enqueued_at timestamp with time zone, scheduled_at timestamp with time zone, task_lease_id bigint, leased_at timestamp with time zone, expires_at timestamp with time zone, lease_count integer)
  LANGUAGE sql
@@ -9847,6 +9986,13 @@ AS $function$
 declare
   _worker_key integer;
   _throttled text[];
+  -- Flow limits: the types asked for (NULL: any) and, of them, the limited types this
+  -- claim holds the lock of, with their rules (sql/queues/limits.sql).
+  _types      text[];
+  _limited    text[] := '{}';
+  _rules      jsonb := '[]';
+  _full       text[] := '{}';
+  _type       text;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -9870,10 +10016,34 @@ begin
     raise exception 'task_types must be null (any type) or name at least one type'
       using errcode = '22023';
   end if;
+  -- One statement reads what the claim needs before it scans: the worker's key, the
+  -- throttles and the flow limits in force (with none configured, the claim costs no
+  -- statement more than it did without them).
+  -- A lease names its worker by key (queues.worker_name: each worker id kept once, an
+  -- integer on every lease instead of the id's text). One probe of the id's unique index.
   -- Provider back-pressure (sql/queues/throttle.sql): the task types throttled at _now
   -- are left out of the types both branches below scan. One probe of throttle_until_idx
   -- per claim, which reads no row while no throttle is active; nothing per task.
-  _throttled := queues.throttled_task_types_at(_now);
+  -- Flow limits (sql/queues/limits.sql, the body of queues.task_limits): the rules in
+  -- force for the types asked for and not throttled. None (the common case): the claim
+  -- below runs with _limited empty, which its limit steps read as "nothing to do".
+  select w.worker_key, th.types,
+         coalesce((select jsonb_agg(to_jsonb(l))
+                     from (select l.task_type, l.scope, l.group_key, l.max_running, l.max_starts,
+                                  l.interval_ms, l.set_at
+                             from (select distinct on (s.task_type, s.scope, s.group_key) s.*
+                                     from queues.task_limit_set s
+                                    order by s.task_type, s.scope, s.group_key, s.task_limit_set_id desc) l
+                            where (l.max_running is not null or l.max_starts is not null)
+                              and (_task_types is null or l.task_type = any (_task_types))
+                              and not (l.task_type = any (th.types))
+                            order by l.task_type, l.scope, l.group_key) l), '[]')
+    into _worker_key, _throttled, _rules
+    from (select queues.throttled_task_types_at(_now) as types) th
+    left join queues.worker_name w on w.worker_id = _worker_id;
+  if _rules <> '[]'::jsonb then
+    _limited := array(select distinct r ->> 'task_type' from jsonb_array_elements(_rules) r order by 1);
+  end if;
   if cardinality(_throttled) > 0 then
     _task_types := array(select u.task_type
                            from unnest(coalesce(_task_types, array(select tt.task_type from queues.task_type tt)))
@@ -9883,16 +10053,81 @@ begin
       return;
     end if;
   end if;
-  -- A lease names its worker by key (queues.worker_name: each worker id kept once, an
-  -- integer on every lease instead of the id's text). One probe of the id's unique index;
-  -- the first claim of a worker id adds it (a concurrent first claim waits, then reads it).
-  select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+  -- The first claim of a worker id adds it (a concurrent first claim waits, then reads it).
   if _worker_key is null then
     insert into queues.worker_name (worker_id) values (_worker_id)
     on conflict (worker_id) do nothing
     returning worker_key into _worker_key;
     if _worker_key is null then
       select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+    end if;
+  end if;
+
+  _types := _task_types;
+  if cardinality(_limited) > 0 then
+    -- Of the limited types, those with a task ready (a lease-free task due, or an expired
+    -- lease), in name order; the others are left out of this claim. Their claim locks are
+    -- taken below and held to the commit, so no other claim takes tasks of them meanwhile.
+    -- (A lock tried and skipped when taken left a window's starts to whichever claim held
+    -- it, however few tasks it wanted: rate-limit.mjs measured windows of 20 starts under
+    -- a limit of 500.)
+    _limited := array(
+      select t.task_type from unnest(_limited) t(task_type)
+       -- Scalar subqueries, not EXISTS: a generic plan may make an EXISTS a hashed subplan
+       -- that reads the whole claim index on every claim (sql/CONVENTIONS.md). The first
+       -- follows task_pending_ready_idx's order: without it the generic plan read the
+       -- whole claim index (a sequential scan "until the first match", of a type with none).
+       where case when coalesce((select true from queues.task_pending p
+                                  where p.task_type = t.task_type and p.current_lease_id is null
+                                    and p.scheduled_at <= _now and p.available_at <= _now
+                                  order by p.priority desc, p.scheduled_at, p.task_id
+                                  limit 1), false)
+                    or coalesce((select true from queues.task_pending p
+                                  where p.current_lease_id > 0 and p.available_at <= _now
+                                    and p.task_type = t.task_type
+                                  limit 1), false)
+                  then true else false end
+       order by t.task_type);
+    foreach _type in array _limited loop
+      perform pg_advisory_xact_lock(20252, hashtext(_type));
+    end loop;
+    _types := array(select u.task_type
+                      from unnest(coalesce(_task_types, array(select tt.task_type from queues.task_type tt))) u(task_type)
+                     where not (u.task_type = any (array(select r ->> 'task_type' from jsonb_array_elements(_rules) r)))
+                        or u.task_type = any (_limited));
+    if cardinality(_types) = 0 then
+      _types := array[null]::text[];
+    end if;
+    _rules := coalesce((select jsonb_agg(r) from jsonb_array_elements(_rules) r
+                         where r ->> 'task_type' = any (_limited)), '[]');
+    -- Group keys without room (live leases or this window's starts at their limit), as
+    -- type || chr(31) || group key: left out of the candidate scan below, so that one full
+    -- group's backlog does not hide the other groups' tasks behind it.
+    if _rules @> '[{"scope": "each_group"}]' or _rules @> '[{"scope": "group"}]' then
+      _full := array(
+        select k.task_type || chr(31) || k.group_key
+          from (select p.task_type, p.group_key, count(*) as live
+                  from queues.task_pending p
+                 where p.current_lease_id > 0 and p.available_at > _now
+                   and p.task_type = any (_limited) and p.group_key is not null
+                 group by p.task_type, p.group_key
+                union all
+                select w.task_type, w.group_key, null
+                  from queues.task_limit_window w
+                 where w.task_type = any (_limited) and w.group_key <> '') k
+         cross join lateral (
+           select r.* from jsonb_to_recordset(_rules)
+             as r(task_type text, scope text, group_key text, max_running integer, max_starts integer, interval_ms integer)
+            where r.task_type = k.task_type
+              and (r.scope = 'each_group' or (r.scope = 'group' and r.group_key = k.group_key))
+            order by r.scope = 'group' desc
+            limit 1
+         ) r
+         where k.live >= r.max_running
+            or (k.live is null and r.interval_ms is not null
+                and (select w.starts from queues.task_limit_window w
+                      where w.task_type = k.task_type and w.group_key = k.group_key
+                        and w.window_start >= queues.limit_window_start(_now, r.interval_ms)) >= r.max_starts));
     end if;
   end if;
 
@@ -9906,9 +10141,9 @@ begin
     -- that arrives after our commit re-check current_lease_id on the new row version.
     select r.*
       from (select distinct u.task_type
-              from unnest(coalesce(_task_types, array(select tt.task_type from queues.task_type tt))) as u(task_type)) ty
+              from unnest(coalesce(_types, array(select tt.task_type from queues.task_type tt))) as u(task_type)) ty
      cross join lateral (
-       select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
+       select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.group_key, p.priority, p.scheduled_at,
               p.lease_count - p.released_count - p.failed_attempts as ended_leases,
               p.uncounted_count, p.suspect_lease
          from queues.task_pending p
@@ -9916,6 +10151,9 @@ begin
           and p.current_lease_id is null
           and p.scheduled_at <= _now
           and p.available_at <= _now
+          -- Flow limits: group keys without room wait (_full, empty without limits).
+          and (cardinality(_full) = 0 or p.group_key is null
+               or not (p.task_type || chr(31) || p.group_key = any (_full)))
           -- Tasks whose resource key another task holds wait (the upsert below decides).
           and (p.resource_key is null or not exists (
                 select 1 from queues.resource_lease r
@@ -9930,13 +10168,16 @@ begin
     -- migration 000005, section 520-hot-path-plans.sql): only expired leases are read.
     select x.*
       from (
-        select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
+        select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.group_key, p.priority, p.scheduled_at,
                p.lease_count - p.released_count - p.failed_attempts as ended_leases,
                p.uncounted_count, p.suspect_lease
           from queues.task_pending p
          where p.current_lease_id > 0
            and p.available_at <= _now
-           and (_task_types is null or p.task_type = any (_task_types))
+           and (_types is null or p.task_type = any (_types))
+           -- Flow limits: group keys without room wait (_full, empty without limits).
+           and (cardinality(_full) = 0 or p.group_key is null
+                or not (p.task_type || chr(31) || p.group_key = any (_full)))
            and (p.resource_key is null or not exists (
                  select 1 from queues.resource_lease r
                   where r.resource_key = p.resource_key and r.expires_at > _now and r.task_id <> p.task_id))
@@ -9945,12 +10186,102 @@ begin
            for update skip locked
       ) x
   ),
+  -- Flow limits (sql/queues/limits.sql). Every step reads only limited types' rows: with
+  -- _limited empty (no limit on the types asked for) each reads nothing.
+  -- limit_rule: the rules of the limited types this claim holds the lock of.
+  limit_rule as (
+    select r.* from jsonb_to_recordset(_rules)
+      as r(task_type text, scope text, group_key text, max_running integer, max_starts integer, interval_ms integer)
+  ),
+  -- limit_live: leases live now per type and group key (the claim index's leased rows),
+  -- read once (materialized: inlined into limit_room it was read again per scope).
+  limit_live as materialized (
+    select p.task_type, p.group_key, count(*) as n
+      from queues.task_pending p
+     where cardinality(_limited) > 0
+       and p.current_lease_id > 0 and p.available_at > _now
+       and p.task_type = any (_limited)
+     group by p.task_type, p.group_key
+  ),
+  -- limit_room: per scope a candidate falls in (group_key '' for its type as a whole), the
+  -- tasks this claim may take: the least of max_running minus its live leases and
+  -- max_starts minus its starts in the current window. A group key's rule is its named
+  -- one, else its type's each_group one.
+  limit_scope as (
+    select distinct c.task_type, k.group_key
+      from candidate c
+     cross join lateral (select '' as group_key union all select c.group_key where c.group_key is not null) k
+     where c.task_type = any (_limited)
+  ),
+  limit_room as (
+    select s.task_type, s.group_key, r.interval_ms,
+           case when r.interval_ms is not null then queues.limit_window_start(_now, r.interval_ms) end as window_start,
+           greatest(least(r.max_running - coalesce((select sum(lv.n) from limit_live lv
+                                                     where lv.task_type = s.task_type
+                                                       and (s.group_key = '' or lv.group_key = s.group_key)), 0),
+                          r.max_starts - coalesce((select w.starts from queues.task_limit_window w
+                                                    where w.task_type = s.task_type and w.group_key = s.group_key
+                                                      and w.window_start >= queues.limit_window_start(_now, r.interval_ms)), 0)),
+                    0) as room
+      from limit_scope s
+     cross join lateral (
+       select r.* from limit_rule r
+        where r.task_type = s.task_type
+          and case when s.group_key = '' then r.scope = 'type'
+                   else r.scope = 'each_group' or (r.scope = 'group' and r.group_key = s.group_key) end
+        order by r.scope = 'group' desc
+        limit 1
+     ) r
+  ),
+  -- The suspect this claim may lease (see allowed below: at most one per claim, the first
+  -- in claim order that is not poisoned), found here for the limited types only.
+  lead_suspect as (
+    select c.task_id
+      from candidate c
+     where cardinality(_limited) > 0
+       and c.ended_leases > 0
+       and c.ended_leases - c.uncounted_count
+             - (c.current_lease_id is not null and not c.suspect_lease)::integer < _max_leases
+     order by c.priority desc, c.scheduled_at, c.task_id
+     limit 1
+  ),
+  -- The candidates within every limit, in claim order, before the claim's _limit is
+  -- taken of them (so that tasks a limit holds back never crowd out other types' tasks):
+  -- unlimited types as they are; of a limited type, of the tasks that would take a slot
+  -- (not suspects, and the suspect this claim may lease), the first `room` of each group
+  -- key, then the first `room` of the type. Its other suspects are left for later claims,
+  -- and its poisoned ones go on to be abandoned.
+  within_limits as (
+    select c.* from candidate c where not (c.task_type = any (_limited))
+    union all
+    select c.* from candidate c
+     where c.task_type = any (_limited) and c.ended_leases > 0
+       and c.ended_leases - c.uncounted_count
+             - (c.current_lease_id is not null and not c.suspect_lease)::integer >= _max_leases
+    union all
+    select t.task_id, t.task_type, t.current_lease_id, t.resource_key, t.group_key, t.priority, t.scheduled_at,
+           t.ended_leases, t.uncounted_count, t.suspect_lease
+      from (select g.*,
+                   row_number() over (partition by g.task_type
+                                      order by g.priority desc, g.scheduled_at, g.task_id) as type_rank
+              from (select c.*,
+                           row_number() over (partition by c.task_type, c.group_key
+                                              order by c.priority desc, c.scheduled_at, c.task_id) as group_rank
+                      from candidate c
+                     where c.task_type = any (_limited)
+                       and (c.ended_leases = 0 or c.task_id in (select ls.task_id from lead_suspect ls))) g
+              left join limit_room gr
+                on gr.task_type = g.task_type and gr.group_key = g.group_key
+             where gr.room is null or g.group_rank <= gr.room) t
+      left join limit_room tr on tr.task_type = t.task_type and tr.group_key = ''
+     where tr.room is null or t.type_rank <= tr.room
+  ),
   picked as (
     -- Of the candidates (locked until commit), the first _limit in claim order. A task
     -- whose leases ended without an end (ended_leases, the expired current one included)
     -- is a suspect; the expiries counted towards abandonment leave out those of leases
     -- that did not name it as their suspect (uncounted_count, and the current one if so).
-    select c.task_id, c.task_type, c.current_lease_id, c.resource_key, c.priority, c.scheduled_at,
+    select c.task_id, c.task_type, c.current_lease_id, c.resource_key, c.group_key, c.priority, c.scheduled_at,
            c.counted >= _max_leases as poisoned,
            c.ended_leases > 0 as suspect,
            c.counted as counted_leases
@@ -9958,7 +10289,7 @@ begin
         select c.*,
                c.ended_leases - c.uncounted_count
                  - (c.current_lease_id is not null and not c.suspect_lease)::integer as counted
-          from candidate c
+          from within_limits c
          order by c.priority desc, c.scheduled_at, c.task_id
          limit _limit
       ) c
@@ -9971,7 +10302,7 @@ begin
   -- back at the same moment, do not all land in one worker again beside the task that
   -- crashed it.
   allowed as (
-    select pk.task_id, pk.resource_key, pk.priority, pk.scheduled_at, pk.suspect
+    select pk.task_id, pk.task_type, pk.group_key, pk.resource_key, pk.priority, pk.scheduled_at, pk.suspect
       from (select pk.*,
                    row_number() over (partition by pk.suspect
                                       order by pk.priority desc, pk.scheduled_at, pk.task_id) as rank
@@ -9998,9 +10329,25 @@ begin
     returning r.task_id
   ),
   eligible as (
-    select pk.task_id, pk.suspect
+    select pk.task_id, pk.task_type, pk.group_key, pk.suspect
       from allowed pk
      where pk.resource_key is null or pk.task_id in (select kt.task_id from key_taken kt)
+  ),
+  -- Rate limits: the starts of this claim added to each scope's current window (one row
+  -- per scope it took from; an older window is started again). A claim whose clock is
+  -- behind the row's window (it began before another claim of the type committed) adds
+  -- to the newer window.
+  limit_counted as (
+    insert into queues.task_limit_window as w (task_type, group_key, window_start, starts)
+    select lr.task_type, lr.group_key, lr.window_start, count(*)
+      from limit_room lr
+      join eligible e on e.task_type = lr.task_type and (lr.group_key = '' or e.group_key = lr.group_key)
+     where lr.window_start is not null
+     group by lr.task_type, lr.group_key, lr.window_start
+    on conflict (task_type, group_key) do update
+       set starts = case when excluded.window_start <= w.window_start then w.starts + excluded.starts
+                         else excluded.starts end,
+           window_start = greatest(w.window_start, excluded.window_start)
   ),
   abandoned_error as (
     insert into queues.error (task_id, task_lease_id, error_message)
@@ -10081,6 +10428,26 @@ AS $function$
     from (select queues.paused_task_types() as paused) x
 $function$;
   -- queues.claimable_task_types(_task_types text[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.clear_task_limit(_task_type text, _scope text, _group_key text DEFAULT NULL::text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  perform queues.check_task_limit_key(_task_type, _scope, _group_key);
+  if not exists (select 1 from queues.task_limits() l
+                  where l.task_type = _task_type and l.scope = _scope
+                    and l.group_key is not distinct from _group_key) then
+    return false;
+  end if;
+  insert into queues.task_limit_set (task_type, scope, group_key) values (_task_type, _scope, _group_key);
+  return true;
+end;
+$function$;
+  -- queues.clear_task_limit(_task_type text, _scope text, _group_key text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.clear_throttle(_key_kind text, _key text, _cleared_by text)
@@ -10382,20 +10749,12 @@ CREATE OR REPLACE FUNCTION queues.completion_round_release_dependents()
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-declare
-  _ids bigint[];
 begin
   perform from queues.task_dependency limit 1;
-  if not found then
-    return null;
+  if found then
+    perform queues.release_dependents(new.task_ids,
+                                      array_fill('succeeded'::text, array[cardinality(new.task_ids)]));
   end if;
-  select array_agg(u.task_id) into _ids
-    from completed_rounds r cross join lateral unnest(r.task_ids) u(task_id);
-  -- A completion statement that wrote no round still fires the trigger.
-  if _ids is null then
-    return null;
-  end if;
-  perform queues.release_dependents(_ids, array_fill('succeeded'::text, array[cardinality(_ids)]));
   return null;
 end;
 $function$;
@@ -10519,7 +10878,8 @@ CREATE OR REPLACE FUNCTION queues.dequeue_next_available_task(_worker_id text DE
 AS $function$
   -- The columns of queues.task, in table order.
   select c.task_id, c.task_type, c.payload, c.priority, c.resource_key, c.max_attempts,
-         c.enqueued_at, c.scheduled_at
+         c.enqueued_at, c.scheduled_at,
+         (select t.group_key from queues.task t where t.task_id = c.task_id)
     from queues.claim_tasks_at(now(), coalesce(_worker_id, session_user::text), 1,
                                queues.claimable_task_types(null), coalesce(_lease_seconds, 300), 5) c
 $function$;
@@ -10527,7 +10887,7 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer, _notify boolean DEFAULT true, _depends_on bigint[] DEFAULT NULL::bigint[])
+CREATE OR REPLACE FUNCTION queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer, _notify boolean DEFAULT true, _depends_on bigint[] DEFAULT NULL::bigint[], _group_key text DEFAULT NULL::text)
  RETURNS bigint
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -10535,19 +10895,20 @@ CREATE OR REPLACE FUNCTION queues.enqueue(_task_type text, _payload jsonb, _sche
 AS $function$
 begin
   return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts,
-                             true, coalesce(_notify, true), false, _depends_on);
+                             true, coalesce(_notify, true), false, _depends_on, _group_key);
 end;
 $function$;
-  -- queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _notify boolean, _depends_on bigint[]): owner :DATABASE_OWNER
+  -- queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _notify boolean, _depends_on bigint[], _group_key text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE PROCEDURE queues.enqueue_and_commit(IN _task_type text, IN _payload jsonb, IN _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, IN _priority integer DEFAULT NULL::integer, IN _resource_key text DEFAULT NULL::text, IN _max_attempts integer DEFAULT NULL::integer, INOUT _task_id bigint DEFAULT NULL::bigint)
+CREATE OR REPLACE PROCEDURE queues.enqueue_and_commit(IN _task_type text, IN _payload jsonb, IN _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, IN _priority integer DEFAULT NULL::integer, IN _resource_key text DEFAULT NULL::text, IN _max_attempts integer DEFAULT NULL::integer, INOUT _task_id bigint DEFAULT NULL::bigint, IN _group_key text DEFAULT NULL::text)
  LANGUAGE plpgsql
 AS $procedure$
 begin
-  _task_id := queues.enqueue(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts, false);
+  _task_id := queues.enqueue(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts, false,
+                             null, _group_key);
   commit;
   if _scheduled_at is null
      or _scheduled_at operator(pg_catalog.<=) (pg_catalog.now() operator(pg_catalog.+) interval '1 minute') then
@@ -10555,12 +10916,12 @@ begin
   end if;
 end;
 $procedure$;
-  -- queues.enqueue_and_commit(IN _task_type text, IN _payload jsonb, IN _scheduled_at timestamp with time zone, IN _priority integer, IN _resource_key text, IN _max_attempts integer, INOUT _task_id bigint): owner :DATABASE_OWNER
+  -- queues.enqueue_and_commit(IN _task_type text, IN _payload jsonb, IN _scheduled_at timestamp with time zone, IN _priority integer, IN _resource_key text, IN _max_attempts integer, INOUT _task_id bigint, IN _group_key text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.enqueue_internal(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer, _depends_on bigint[] DEFAULT NULL::bigint[])
+CREATE OR REPLACE FUNCTION queues.enqueue_internal(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer, _depends_on bigint[] DEFAULT NULL::bigint[], _group_key text DEFAULT NULL::text)
  RETURNS bigint
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -10568,10 +10929,10 @@ CREATE OR REPLACE FUNCTION queues.enqueue_internal(_task_type text, _payload jso
 AS $function$
 begin
   return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts,
-                             false, true, false, _depends_on);
+                             false, true, false, _depends_on, _group_key);
 end;
 $function$;
-  -- queues.enqueue_internal(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _depends_on bigint[]): owner :DATABASE_OWNER
+  -- queues.enqueue_internal(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _depends_on bigint[], _group_key text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.enqueue_many(_tasks jsonb)
@@ -10586,7 +10947,7 @@ $function$;
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean DEFAULT false, _notify boolean DEFAULT true, _check_only boolean DEFAULT false, _depends_on bigint[] DEFAULT NULL::bigint[])
+CREATE OR REPLACE FUNCTION queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean DEFAULT false, _notify boolean DEFAULT true, _check_only boolean DEFAULT false, _depends_on bigint[] DEFAULT NULL::bigint[], _group_key text DEFAULT NULL::text)
  RETURNS bigint
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -10619,6 +10980,9 @@ begin
   if length(_resource_key) not between 1 and 200 then
     raise exception 'resource_key must be 1 to 200 characters' using errcode = '22023';
   end if;
+  if length(_group_key) not between 1 and 200 then
+    raise exception 'group_key must be 1 to 200 characters' using errcode = '22023';
+  end if;
   if _max_attempts not between 1 and 100 then
     raise exception 'max_attempts must be between 1 and 100, got %', _max_attempts using errcode = '22023';
   end if;
@@ -10637,19 +11001,21 @@ begin
   end if;
 
   with inserted as (
-    insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
+    insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at, group_key)
     select t.task_type, _payload, coalesce(_priority, 0), _resource_key,
-           coalesce(_max_attempts, queues.default_max_attempts()), coalesce(_scheduled_at, now())
+           coalesce(_max_attempts, queues.default_max_attempts()), coalesce(_scheduled_at, now()), _group_key
       from queues.task_type t
      where t.task_type = _task_type
-    returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts
+    returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts, group_key
   )
   -- A task with dependencies starts waiting (at 'infinity', sql/queues/dependencies.sql),
   -- so that no index entry of it is ever among the ready ones.
-  insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
+  insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts,
+                                  group_key)
   select i.task_id, i.task_type, i.priority,
          case when cardinality(_depends_on) > 0 then 'infinity' else i.scheduled_at end, i.resource_key,
-         case when cardinality(_depends_on) > 0 then 'infinity' else i.scheduled_at end, i.max_attempts
+         case when cardinality(_depends_on) > 0 then 'infinity' else i.scheduled_at end, i.max_attempts,
+         i.group_key
     from inserted i
   returning task_id into _task_id;
 
@@ -10673,7 +11039,7 @@ begin
   return _task_id;
 end;
 $function$;
-  -- queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean, _notify boolean, _check_only boolean, _depends_on bigint[]): owner :DATABASE_OWNER
+  -- queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean, _notify boolean, _check_only boolean, _depends_on bigint[], _group_key text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.enqueue_tasks(_tasks jsonb, _public boolean DEFAULT false)
@@ -10734,7 +11100,8 @@ begin
            (e.value ->> 'scheduled_at')::timestamptz as scheduled_at,
            (e.value ->> 'priority')::integer as priority,
            e.value ->> 'resource_key' as resource_key,
-           (e.value ->> 'max_attempts')::integer as max_attempts
+           (e.value ->> 'max_attempts')::integer as max_attempts,
+           e.value ->> 'group_key' as group_key
       from jsonb_array_elements(_tasks) with ordinality e
   ),
   checked as (
@@ -10744,9 +11111,9 @@ begin
            case
              when jsonb_typeof(c.element) <> 'object' then
                '22023 must be a JSON object, got ' || jsonb_typeof(c.element)
-             when c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,depends_on}'::text[] <> '{}' then
+             when c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,depends_on,group_key}'::text[] <> '{}' then
                '22023 unknown field(s) ' || left((select string_agg(k, ', ') from jsonb_object_keys(
-                 c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,depends_on}'::text[]) k), 200)
+                 c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,depends_on,group_key}'::text[]) k), 200)
              -- depends_on: null, or an array of task ids (integers, or their decimal text).
              when jsonb_typeof(c.element -> 'depends_on') not in ('array', 'null')
                   or jsonb_path_exists(c.element -> 'depends_on',
@@ -10767,6 +11134,7 @@ begin
              when c.priority not between -1000 and 1000 then
                '22023 priority must be between -1000 and 1000, got ' || c.priority
              when length(c.resource_key) not between 1 and 200 then '22023 resource_key must be 1 to 200 characters'
+             when length(c.group_key) not between 1 and 200 then '22023 group_key must be 1 to 200 characters'
              when c.max_attempts not between 1 and 100 then
                '22023 max_attempts must be between 1 and 100, got ' || c.max_attempts
              when not isfinite(c.scheduled_at) then
@@ -10775,17 +11143,18 @@ begin
       from input c
   ),
   inserted as (
-    insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
+    insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at, group_key)
     select c.task_type,
            case when c.problem is null then c.payload else queues.raise_enqueue_problem(c.idx, c.problem) end,
-           coalesce(c.priority, 0), c.resource_key, coalesce(c.max_attempts, queues.default_max_attempts()), coalesce(c.scheduled_at, now())
+           coalesce(c.priority, 0), c.resource_key, coalesce(c.max_attempts, queues.default_max_attempts()), coalesce(c.scheduled_at, now()),
+           c.group_key
       from checked c
      order by c.idx
-    returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts
+    returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts, group_key
   ),
   pending as (
-    insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
-    select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts
+    insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts, group_key)
+    select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts, i.group_key
       from inserted i
   )
   select array_agg(i.task_id order by i.task_id), bool_or(i.scheduled_at <= now() + interval '1 minute')
@@ -11592,6 +11961,17 @@ $function$;
   -- queues.last_task_id(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.limit_window_start(_now timestamp with time zone, _interval_ms integer)
+ RETURNS timestamp with time zone
+ LANGUAGE sql
+ IMMUTABLE PARALLEL SAFE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select to_timestamp(floor(extract(epoch from _now) * 1000 / _interval_ms) * _interval_ms / 1000.0)
+$function$;
+  -- queues.limit_window_start(_now timestamp with time zone, _interval_ms integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.list_task_dependencies(_task_id bigint)
  RETURNS TABLE(task_id bigint, task_type text, outcome text, completed_at timestamp with time zone, result jsonb)
  LANGUAGE sql
@@ -12257,20 +12637,37 @@ AS $function$
       from priorities pr
      where pr.priority is not null
   )
-  -- (greatest would turn "none" into 0: it ignores nulls; beyond about 24 days, the
-  -- integer's largest value)
-  select case when min(n.scheduled_at) is not null
-              then least(greatest(ceil(extract(epoch from min(n.scheduled_at) - clock_timestamp()) * 1000), 0),
-                         2147483647)::integer end
-    from priorities pr
-   cross join lateral (
-     select p.scheduled_at from queues.task_pending p
-      where p.task_type = pr.task_type and p.current_lease_id is null and p.priority = pr.priority
-        and p.scheduled_at > clock_timestamp()
-      order by p.scheduled_at
-      limit 1
-   ) n
-   where pr.priority is not null
+  ,
+  next_scheduled as (
+    -- (greatest would turn "none" into 0: it ignores nulls; beyond about 24 days, the
+    -- integer's largest value)
+    select case when min(n.scheduled_at) is not null
+                then least(greatest(ceil(extract(epoch from min(n.scheduled_at) - clock_timestamp()) * 1000), 0),
+                           2147483647)::integer end as ms
+      from priorities pr
+     cross join lateral (
+       select p.scheduled_at from queues.task_pending p
+        where p.task_type = pr.task_type and p.current_lease_id is null and p.priority = pr.priority
+          and p.scheduled_at > clock_timestamp()
+        order by p.scheduled_at
+        limit 1
+     ) n
+     where pr.priority is not null
+  ),
+  next_window as (
+    select min(greatest(ceil(extract(epoch from queues.limit_window_start(clock_timestamp(), l.interval_ms)
+                                                 + make_interval(secs => l.interval_ms / 1000.0)
+                                                 - clock_timestamp()) * 1000), 0))::integer as ms
+      from queues.task_limits() l
+     where l.interval_ms is not null
+       and l.task_type in (select ty.task_type from types ty)
+       and coalesce((select true from queues.task_pending p
+                      where p.task_type = l.task_type and p.current_lease_id is null
+                        and p.scheduled_at <= clock_timestamp() and p.available_at <= clock_timestamp()
+                      order by p.priority desc, p.scheduled_at, p.task_id
+                      limit 1), false)
+  )
+  select least(s.ms, w.ms) from next_scheduled s, next_window w
 $function$;
   -- queues.next_claim_in_ms(_task_types text[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -12416,7 +12813,7 @@ begin
   insert into queues.task_pending
     (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
      lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
-     suspect_lease)
+     suspect_lease, group_key)
   -- A scheduled task asked to run now (queues.task_run_now) counts from that request.
   select t.task_id, t.task_type, t.priority, least(t.scheduled_at, rn.requested_at), t.resource_key,
          greatest(least(t.scheduled_at, rn.requested_at),
@@ -12444,7 +12841,8 @@ begin
              and not (u.task_lease_id = l.task_lease_id and l.revoked_at is null
                       and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id))),
          coalesce(i.interrupted_count, 0),
-         coalesce(l.suspect, false)
+         coalesce(l.suspect, false),
+         t.group_key
     from queues.task t
     left join lateral (
       select le.task_lease_id, le.expires_at, le.released_at, le.revoked_at, le.suspect,
@@ -13467,6 +13865,44 @@ $function$;
   -- queues.run_task_now(_task_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.set_task_limit(_task_type text, _scope text, _group_key text, _max_running integer, _max_starts integer DEFAULT NULL::integer, _per interval DEFAULT NULL::interval)
+ RETURNS void
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _ms numeric;
+begin
+  perform queues.check_task_limit_key(_task_type, _scope, _group_key);
+  if _max_running is null and _max_starts is null then
+    raise exception 'set max_running, or max_starts with per (queues.clear_task_limit clears)' using errcode = '22004';
+  end if;
+  if _max_running is not null and _max_running not between 1 and 1000000 then
+    raise exception 'max_running must be between 1 and 1000000, got %', _max_running using errcode = '22023';
+  end if;
+  if _max_starts is not null and _max_starts not between 1 and 1000000 then
+    raise exception 'max_starts must be between 1 and 1000000, got %', _max_starts using errcode = '22023';
+  end if;
+  if (_max_starts is null) <> (_per is null) then
+    raise exception 'max_starts and per go together: got max_starts %, per %',
+      coalesce(_max_starts::text, 'null'), coalesce(_per::text, 'null') using errcode = '22023';
+  end if;
+  if _per is not null then
+    _ms := extract(epoch from _per) * 1000;
+    if extract(month from _per) <> 0 or extract(year from _per) <> 0
+       or _ms not between 1 and 86400000 or _ms <> trunc(_ms) then
+      raise exception 'per must be a whole number of milliseconds from 1 millisecond to 1 day, got %', _per
+        using errcode = '22023';
+    end if;
+  end if;
+  insert into queues.task_limit_set (task_type, scope, group_key, max_running, max_starts, interval_ms)
+  values (_task_type, _scope, _group_key, _max_running, _max_starts, _ms::integer);
+end;
+$function$;
+  -- queues.set_task_limit(_task_type text, _scope text, _group_key text, _max_running integer, _max_starts integer, _per interval): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.set_task_type_timeout(_task_type text, _timeout_ms integer)
  RETURNS void
  LANGUAGE plpgsql
@@ -13714,16 +14150,11 @@ CREATE OR REPLACE FUNCTION queues.task_completed_release_dependents()
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-declare
-  _ids bigint[];
-  _outcomes text[];
 begin
   perform from queues.task_dependency limit 1;
-  if not found then
-    return null;
+  if found then
+    perform queues.release_dependents(array[new.task_id], array[new.outcome]);
   end if;
-  select array_agg(n.task_id), array_agg(n.outcome) into _ids, _outcomes from completed_rows n;
-  perform queues.release_dependents(_ids, _outcomes);
   return null;
 end;
 $function$;
@@ -13841,6 +14272,83 @@ AS $function$
      and _task_id = any (c.task_ids)
 $function$;
   -- queues.task_leases_of(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.task_limit_status_at(_now timestamp with time zone)
+ RETURNS TABLE(task_type text, scope text, group_key text, max_running integer, max_starts integer, interval_ms integer, set_at timestamp with time zone, running bigint, starts bigint, held_back bigint)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  with rule as (
+    select l.* from queues.task_limits() l
+  ),
+  live as (
+    select p.task_type, p.group_key, count(*) as n
+      from queues.task_pending p
+     where p.current_lease_id > 0 and p.available_at > _now
+       and p.task_type = any (array(select distinct r.task_type from rule r))
+     group by 1, 2
+  ),
+  ready as (
+    select p.task_type, p.group_key, count(*) as n
+      from queues.task_pending p
+     where p.current_lease_id is null and p.scheduled_at <= _now and p.available_at <= _now
+       and p.task_type = any (array(select distinct r.task_type from rule r))
+     group by 1, 2
+  ),
+  -- Per rule and group key it covers ('' for the type as a whole): used and ready.
+  per_key as (
+    select r.*, k.group_key as key,
+           coalesce((select sum(lv.n) from live lv
+                      where lv.task_type = r.task_type
+                        and (k.group_key = '' or lv.group_key = k.group_key)), 0) as running_now,
+           coalesce((select w.starts from queues.task_limit_window w
+                      where w.task_type = r.task_type and w.group_key = k.group_key
+                        and r.interval_ms is not null
+                        and w.window_start >= queues.limit_window_start(_now, r.interval_ms)), 0) as starts_now,
+           coalesce((select sum(rd.n) from ready rd
+                      where rd.task_type = r.task_type
+                        and (k.group_key = '' or rd.group_key = k.group_key)), 0) as ready_now
+      from rule r
+     cross join lateral (
+       select '' as group_key where r.scope = 'type'
+       union all select r.group_key where r.scope = 'group'
+       -- an each_group limit is listed (with zeros) when no group key of it has tasks
+       union all select null where r.scope = 'each_group'
+       -- each group key with tasks live or ready and no named limit of its own
+       union all
+       select g.group_key from (select lv.group_key from live lv where lv.task_type = r.task_type
+                                union select rd.group_key from ready rd where rd.task_type = r.task_type) g
+        where r.scope = 'each_group' and g.group_key is not null
+          and not exists (select 1 from rule n where n.task_type = r.task_type and n.scope = 'group'
+                                                 and n.group_key = g.group_key)
+     ) k
+  )
+  select pk.task_type, pk.scope, pk.group_key, pk.max_running, pk.max_starts, pk.interval_ms, pk.set_at,
+         sum(pk.running_now)::bigint, sum(pk.starts_now)::bigint,
+         sum(case when pk.running_now >= pk.max_running or pk.starts_now >= pk.max_starts then pk.ready_now else 0 end)::bigint
+    from per_key pk
+   group by pk.task_type, pk.scope, pk.group_key, pk.max_running, pk.max_starts, pk.interval_ms, pk.set_at
+   order by 1, 2, 3
+$function$;
+  -- queues.task_limit_status_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.task_limits()
+ RETURNS TABLE(task_type text, scope text, group_key text, max_running integer, max_starts integer, interval_ms integer, set_at timestamp with time zone)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select l.task_type, l.scope, l.group_key, l.max_running, l.max_starts, l.interval_ms, l.set_at
+    from (select distinct on (s.task_type, s.scope, s.group_key) s.*
+            from queues.task_limit_set s
+           order by s.task_type, s.scope, s.group_key, s.task_limit_set_id desc) l
+   where l.max_running is not null or l.max_starts is not null
+   order by l.task_type, l.scope, l.group_key
+$function$;
+  -- queues.task_limits(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.task_progress_facts(_task_id bigint)

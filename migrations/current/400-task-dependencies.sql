@@ -21,17 +21,14 @@ create index if not exists task_dependency_depends_on on queues.task_dependency 
 
 --!include queues/dependencies.sql
 
--- Every completion releases (or fails) the tasks that wait for the task it completes: a
--- statement-level trigger with the statement's new rows, on the partitioned parent
--- (PostgreSQL allows transition tables there for statement-level triggers).
+-- Every end of a task releases (or fails) the tasks that wait for it: a row-level
+-- trigger on each table a task's end is written to (a statement that writes no row there
+-- fires nothing). On the partitioned parents, so every partition has it.
 -- (create or replace trigger takes SHARE ROW EXCLUSIVE, not ACCESS EXCLUSIVE.)
 create or replace trigger release_dependents after insert on queues.task_completed
-  referencing new table as completed_rows
-  for each statement execute function queues.task_completed_release_dependents();
--- Plain successes are completion rounds (one row naming many tasks): their twin.
+  for each row execute function queues.task_completed_release_dependents();
 create or replace trigger release_dependents after insert on queues.completion_round
-  referencing new table as completed_rounds
-  for each statement execute function queues.completion_round_release_dependents();
+  for each row execute function queues.completion_round_release_dependents();
 
 -- Enqueues take _depends_on (a trailing argument).
 drop function if exists queues.enqueue(text, jsonb, timestamptz, integer, text, integer, boolean);

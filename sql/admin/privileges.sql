@@ -42,12 +42,15 @@ grant execute on function
   admin.list_api_changes(bigint, integer, bigint),
   admin.set_task_type_timeout(text, numeric),
   admin.list_throttles(),
-  admin.clear_throttle(text, text)
+  admin.clear_throttle(text, text),
+  admin.task_limits(),
+  admin.set_task_limit(text, text, text, integer, integer, integer),
+  admin.clear_task_limit(text, text, text)
 to :DATABASE_API;
 
-grant execute on function queues.enqueue(text, jsonb, timestamptz, integer, text, integer, boolean, bigint[]) to :DATABASE_API;
+grant execute on function queues.enqueue(text, jsonb, timestamptz, integer, text, integer, boolean, bigint[], text) to :DATABASE_API;
 grant execute on function queues.list_task_dependencies(bigint) to :DATABASE_API;
 grant execute on function queues.enqueue_unique(text, jsonb, text, text, interval, timestamptz, integer, text, integer)
   to :DATABASE_API;
-grant execute on procedure queues.enqueue_and_commit(text, jsonb, timestamptz, integer, text, integer, bigint)
+grant execute on procedure queues.enqueue_and_commit(text, jsonb, timestamptz, integer, text, integer, bigint, text)
   to :DATABASE_API;

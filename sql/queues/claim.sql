@@ -20,6 +20,20 @@
 -- its worker, or PostgreSQL, is abandoned after _max_leases + 1 leases. Nothing in this
 -- accounting depends on the worker reporting a start: the lease naming its suspect
 -- commits before the task runs.
+--
+-- Flow limits (sql/queues/limits.sql): concurrency and rate limits per task type and
+-- group key. A claim reads the limits in force once (a tiny table). When none applies to
+-- the types it asks for, nothing else is read or written for them. Otherwise, for each
+-- limited type with a task ready, it takes the type's claim lock (advisory, 20252; the
+-- limited types in name order, before anything else of the claim is locked, so two
+-- claims waiting for each other's types cannot deadlock: a claim waits here at most for
+-- the other claims of those types, each a few milliseconds), and then, in the claim
+-- statement (a snapshot taken after the lock, so it sees every lease of the type
+-- committed before), counts the type's live leases by group key (the claim index's
+-- leased rows, task_pending_lease_expiry_idx: a lease that expired, was released or
+-- revoked, or whose task ended holds no slot) and the starts of the current rate windows
+-- (queues.task_limit_window), takes no more tasks per scope than it has room for, and
+-- adds what it took to the windows.
 
 create or replace function queues.claim_tasks_at(
   _now           timestamptz,
@@ -55,6 +69,13 @@ as $$
 declare
   _worker_key integer;
   _throttled text[];
+  -- Flow limits: the types asked for (NULL: any) and, of them, the limited types this
+  -- claim holds the lock of, with their rules (sql/queues/limits.sql).
+  _types      text[];
+  _limited    text[] := '{}';
+  _rules      jsonb := '[]';
+  _full       text[] := '{}';
+  _type       text;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -78,10 +99,34 @@ begin
     raise exception 'task_types must be null (any type) or name at least one type'
       using errcode = '22023';
   end if;
+  -- One statement reads what the claim needs before it scans: the worker's key, the
+  -- throttles and the flow limits in force (with none configured, the claim costs no
+  -- statement more than it did without them).
+  -- A lease names its worker by key (queues.worker_name: each worker id kept once, an
+  -- integer on every lease instead of the id's text). One probe of the id's unique index.
   -- Provider back-pressure (sql/queues/throttle.sql): the task types throttled at _now
   -- are left out of the types both branches below scan. One probe of throttle_until_idx
   -- per claim, which reads no row while no throttle is active; nothing per task.
-  _throttled := queues.throttled_task_types_at(_now);
+  -- Flow limits (sql/queues/limits.sql, the body of queues.task_limits): the rules in
+  -- force for the types asked for and not throttled. None (the common case): the claim
+  -- below runs with _limited empty, which its limit steps read as "nothing to do".
+  select w.worker_key, th.types,
+         coalesce((select jsonb_agg(to_jsonb(l))
+                     from (select l.task_type, l.scope, l.group_key, l.max_running, l.max_starts,
+                                  l.interval_ms, l.set_at
+                             from (select distinct on (s.task_type, s.scope, s.group_key) s.*
+                                     from queues.task_limit_set s
+                                    order by s.task_type, s.scope, s.group_key, s.task_limit_set_id desc) l
+                            where (l.max_running is not null or l.max_starts is not null)
+                              and (_task_types is null or l.task_type = any (_task_types))
+                              and not (l.task_type = any (th.types))
+                            order by l.task_type, l.scope, l.group_key) l), '[]')
+    into _worker_key, _throttled, _rules
+    from (select queues.throttled_task_types_at(_now) as types) th
+    left join queues.worker_name w on w.worker_id = _worker_id;
+  if _rules <> '[]'::jsonb then
+    _limited := array(select distinct r ->> 'task_type' from jsonb_array_elements(_rules) r order by 1);
+  end if;
   if cardinality(_throttled) > 0 then
     _task_types := array(select u.task_type
                            from unnest(coalesce(_task_types, array(select tt.task_type from queues.task_type tt)))
@@ -91,16 +136,81 @@ begin
       return;
     end if;
   end if;
-  -- A lease names its worker by key (queues.worker_name: each worker id kept once, an
-  -- integer on every lease instead of the id's text). One probe of the id's unique index;
-  -- the first claim of a worker id adds it (a concurrent first claim waits, then reads it).
-  select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+  -- The first claim of a worker id adds it (a concurrent first claim waits, then reads it).
   if _worker_key is null then
     insert into queues.worker_name (worker_id) values (_worker_id)
     on conflict (worker_id) do nothing
     returning worker_key into _worker_key;
     if _worker_key is null then
       select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+    end if;
+  end if;
+
+  _types := _task_types;
+  if cardinality(_limited) > 0 then
+    -- Of the limited types, those with a task ready (a lease-free task due, or an expired
+    -- lease), in name order; the others are left out of this claim. Their claim locks are
+    -- taken below and held to the commit, so no other claim takes tasks of them meanwhile.
+    -- (A lock tried and skipped when taken left a window's starts to whichever claim held
+    -- it, however few tasks it wanted: rate-limit.mjs measured windows of 20 starts under
+    -- a limit of 500.)
+    _limited := array(
+      select t.task_type from unnest(_limited) t(task_type)
+       -- Scalar subqueries, not EXISTS: a generic plan may make an EXISTS a hashed subplan
+       -- that reads the whole claim index on every claim (sql/CONVENTIONS.md). The first
+       -- follows task_pending_ready_idx's order: without it the generic plan read the
+       -- whole claim index (a sequential scan "until the first match", of a type with none).
+       where case when coalesce((select true from queues.task_pending p
+                                  where p.task_type = t.task_type and p.current_lease_id is null
+                                    and p.scheduled_at <= _now and p.available_at <= _now
+                                  order by p.priority desc, p.scheduled_at, p.task_id
+                                  limit 1), false)
+                    or coalesce((select true from queues.task_pending p
+                                  where p.current_lease_id > 0 and p.available_at <= _now
+                                    and p.task_type = t.task_type
+                                  limit 1), false)
+                  then true else false end
+       order by t.task_type);
+    foreach _type in array _limited loop
+      perform pg_advisory_xact_lock(20252, hashtext(_type));
+    end loop;
+    _types := array(select u.task_type
+                      from unnest(coalesce(_task_types, array(select tt.task_type from queues.task_type tt))) u(task_type)
+                     where not (u.task_type = any (array(select r ->> 'task_type' from jsonb_array_elements(_rules) r)))
+                        or u.task_type = any (_limited));
+    if cardinality(_types) = 0 then
+      _types := array[null]::text[];
+    end if;
+    _rules := coalesce((select jsonb_agg(r) from jsonb_array_elements(_rules) r
+                         where r ->> 'task_type' = any (_limited)), '[]');
+    -- Group keys without room (live leases or this window's starts at their limit), as
+    -- type || chr(31) || group key: left out of the candidate scan below, so that one full
+    -- group's backlog does not hide the other groups' tasks behind it.
+    if _rules @> '[{"scope": "each_group"}]' or _rules @> '[{"scope": "group"}]' then
+      _full := array(
+        select k.task_type || chr(31) || k.group_key
+          from (select p.task_type, p.group_key, count(*) as live
+                  from queues.task_pending p
+                 where p.current_lease_id > 0 and p.available_at > _now
+                   and p.task_type = any (_limited) and p.group_key is not null
+                 group by p.task_type, p.group_key
+                union all
+                select w.task_type, w.group_key, null
+                  from queues.task_limit_window w
+                 where w.task_type = any (_limited) and w.group_key <> '') k
+         cross join lateral (
+           select r.* from jsonb_to_recordset(_rules)
+             as r(task_type text, scope text, group_key text, max_running integer, max_starts integer, interval_ms integer)
+            where r.task_type = k.task_type
+              and (r.scope = 'each_group' or (r.scope = 'group' and r.group_key = k.group_key))
+            order by r.scope = 'group' desc
+            limit 1
+         ) r
+         where k.live >= r.max_running
+            or (k.live is null and r.interval_ms is not null
+                and (select w.starts from queues.task_limit_window w
+                      where w.task_type = k.task_type and w.group_key = k.group_key
+                        and w.window_start >= queues.limit_window_start(_now, r.interval_ms)) >= r.max_starts));
     end if;
   end if;
 
@@ -114,9 +224,9 @@ begin
     -- that arrives after our commit re-check current_lease_id on the new row version.
     select r.*
       from (select distinct u.task_type
-              from unnest(coalesce(_task_types, array(select tt.task_type from queues.task_type tt))) as u(task_type)) ty
+              from unnest(coalesce(_types, array(select tt.task_type from queues.task_type tt))) as u(task_type)) ty
      cross join lateral (
-       select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
+       select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.group_key, p.priority, p.scheduled_at,
               p.lease_count - p.released_count - p.failed_attempts as ended_leases,
               p.uncounted_count, p.suspect_lease
          from queues.task_pending p
@@ -124,6 +234,9 @@ begin
           and p.current_lease_id is null
           and p.scheduled_at <= _now
           and p.available_at <= _now
+          -- Flow limits: group keys without room wait (_full, empty without limits).
+          and (cardinality(_full) = 0 or p.group_key is null
+               or not (p.task_type || chr(31) || p.group_key = any (_full)))
           -- Tasks whose resource key another task holds wait (the upsert below decides).
           and (p.resource_key is null or not exists (
                 select 1 from queues.resource_lease r
@@ -138,13 +251,16 @@ begin
     -- migration 000005, section 520-hot-path-plans.sql): only expired leases are read.
     select x.*
       from (
-        select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.priority, p.scheduled_at,
+        select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.group_key, p.priority, p.scheduled_at,
                p.lease_count - p.released_count - p.failed_attempts as ended_leases,
                p.uncounted_count, p.suspect_lease
           from queues.task_pending p
          where p.current_lease_id > 0
            and p.available_at <= _now
-           and (_task_types is null or p.task_type = any (_task_types))
+           and (_types is null or p.task_type = any (_types))
+           -- Flow limits: group keys without room wait (_full, empty without limits).
+           and (cardinality(_full) = 0 or p.group_key is null
+                or not (p.task_type || chr(31) || p.group_key = any (_full)))
            and (p.resource_key is null or not exists (
                  select 1 from queues.resource_lease r
                   where r.resource_key = p.resource_key and r.expires_at > _now and r.task_id <> p.task_id))
@@ -153,12 +269,102 @@ begin
            for update skip locked
       ) x
   ),
+  -- Flow limits (sql/queues/limits.sql). Every step reads only limited types' rows: with
+  -- _limited empty (no limit on the types asked for) each reads nothing.
+  -- limit_rule: the rules of the limited types this claim holds the lock of.
+  limit_rule as (
+    select r.* from jsonb_to_recordset(_rules)
+      as r(task_type text, scope text, group_key text, max_running integer, max_starts integer, interval_ms integer)
+  ),
+  -- limit_live: leases live now per type and group key (the claim index's leased rows),
+  -- read once (materialized: inlined into limit_room it was read again per scope).
+  limit_live as materialized (
+    select p.task_type, p.group_key, count(*) as n
+      from queues.task_pending p
+     where cardinality(_limited) > 0
+       and p.current_lease_id > 0 and p.available_at > _now
+       and p.task_type = any (_limited)
+     group by p.task_type, p.group_key
+  ),
+  -- limit_room: per scope a candidate falls in (group_key '' for its type as a whole), the
+  -- tasks this claim may take: the least of max_running minus its live leases and
+  -- max_starts minus its starts in the current window. A group key's rule is its named
+  -- one, else its type's each_group one.
+  limit_scope as (
+    select distinct c.task_type, k.group_key
+      from candidate c
+     cross join lateral (select '' as group_key union all select c.group_key where c.group_key is not null) k
+     where c.task_type = any (_limited)
+  ),
+  limit_room as (
+    select s.task_type, s.group_key, r.interval_ms,
+           case when r.interval_ms is not null then queues.limit_window_start(_now, r.interval_ms) end as window_start,
+           greatest(least(r.max_running - coalesce((select sum(lv.n) from limit_live lv
+                                                     where lv.task_type = s.task_type
+                                                       and (s.group_key = '' or lv.group_key = s.group_key)), 0),
+                          r.max_starts - coalesce((select w.starts from queues.task_limit_window w
+                                                    where w.task_type = s.task_type and w.group_key = s.group_key
+                                                      and w.window_start >= queues.limit_window_start(_now, r.interval_ms)), 0)),
+                    0) as room
+      from limit_scope s
+     cross join lateral (
+       select r.* from limit_rule r
+        where r.task_type = s.task_type
+          and case when s.group_key = '' then r.scope = 'type'
+                   else r.scope = 'each_group' or (r.scope = 'group' and r.group_key = s.group_key) end
+        order by r.scope = 'group' desc
+        limit 1
+     ) r
+  ),
+  -- The suspect this claim may lease (see allowed below: at most one per claim, the first
+  -- in claim order that is not poisoned), found here for the limited types only.
+  lead_suspect as (
+    select c.task_id
+      from candidate c
+     where cardinality(_limited) > 0
+       and c.ended_leases > 0
+       and c.ended_leases - c.uncounted_count
+             - (c.current_lease_id is not null and not c.suspect_lease)::integer < _max_leases
+     order by c.priority desc, c.scheduled_at, c.task_id
+     limit 1
+  ),
+  -- The candidates within every limit, in claim order, before the claim's _limit is
+  -- taken of them (so that tasks a limit holds back never crowd out other types' tasks):
+  -- unlimited types as they are; of a limited type, of the tasks that would take a slot
+  -- (not suspects, and the suspect this claim may lease), the first `room` of each group
+  -- key, then the first `room` of the type. Its other suspects are left for later claims,
+  -- and its poisoned ones go on to be abandoned.
+  within_limits as (
+    select c.* from candidate c where not (c.task_type = any (_limited))
+    union all
+    select c.* from candidate c
+     where c.task_type = any (_limited) and c.ended_leases > 0
+       and c.ended_leases - c.uncounted_count
+             - (c.current_lease_id is not null and not c.suspect_lease)::integer >= _max_leases
+    union all
+    select t.task_id, t.task_type, t.current_lease_id, t.resource_key, t.group_key, t.priority, t.scheduled_at,
+           t.ended_leases, t.uncounted_count, t.suspect_lease
+      from (select g.*,
+                   row_number() over (partition by g.task_type
+                                      order by g.priority desc, g.scheduled_at, g.task_id) as type_rank
+              from (select c.*,
+                           row_number() over (partition by c.task_type, c.group_key
+                                              order by c.priority desc, c.scheduled_at, c.task_id) as group_rank
+                      from candidate c
+                     where c.task_type = any (_limited)
+                       and (c.ended_leases = 0 or c.task_id in (select ls.task_id from lead_suspect ls))) g
+              left join limit_room gr
+                on gr.task_type = g.task_type and gr.group_key = g.group_key
+             where gr.room is null or g.group_rank <= gr.room) t
+      left join limit_room tr on tr.task_type = t.task_type and tr.group_key = ''
+     where tr.room is null or t.type_rank <= tr.room
+  ),
   picked as (
     -- Of the candidates (locked until commit), the first _limit in claim order. A task
     -- whose leases ended without an end (ended_leases, the expired current one included)
     -- is a suspect; the expiries counted towards abandonment leave out those of leases
     -- that did not name it as their suspect (uncounted_count, and the current one if so).
-    select c.task_id, c.task_type, c.current_lease_id, c.resource_key, c.priority, c.scheduled_at,
+    select c.task_id, c.task_type, c.current_lease_id, c.resource_key, c.group_key, c.priority, c.scheduled_at,
            c.counted >= _max_leases as poisoned,
            c.ended_leases > 0 as suspect,
            c.counted as counted_leases
@@ -166,7 +372,7 @@ begin
         select c.*,
                c.ended_leases - c.uncounted_count
                  - (c.current_lease_id is not null and not c.suspect_lease)::integer as counted
-          from candidate c
+          from within_limits c
          order by c.priority desc, c.scheduled_at, c.task_id
          limit _limit
       ) c
@@ -179,7 +385,7 @@ begin
   -- back at the same moment, do not all land in one worker again beside the task that
   -- crashed it.
   allowed as (
-    select pk.task_id, pk.resource_key, pk.priority, pk.scheduled_at, pk.suspect
+    select pk.task_id, pk.task_type, pk.group_key, pk.resource_key, pk.priority, pk.scheduled_at, pk.suspect
       from (select pk.*,
                    row_number() over (partition by pk.suspect
                                       order by pk.priority desc, pk.scheduled_at, pk.task_id) as rank
@@ -206,9 +412,25 @@ begin
     returning r.task_id
   ),
   eligible as (
-    select pk.task_id, pk.suspect
+    select pk.task_id, pk.task_type, pk.group_key, pk.suspect
       from allowed pk
      where pk.resource_key is null or pk.task_id in (select kt.task_id from key_taken kt)
+  ),
+  -- Rate limits: the starts of this claim added to each scope's current window (one row
+  -- per scope it took from; an older window is started again). A claim whose clock is
+  -- behind the row's window (it began before another claim of the type committed) adds
+  -- to the newer window.
+  limit_counted as (
+    insert into queues.task_limit_window as w (task_type, group_key, window_start, starts)
+    select lr.task_type, lr.group_key, lr.window_start, count(*)
+      from limit_room lr
+      join eligible e on e.task_type = lr.task_type and (lr.group_key = '' or e.group_key = lr.group_key)
+     where lr.window_start is not null
+     group by lr.task_type, lr.group_key, lr.window_start
+    on conflict (task_type, group_key) do update
+       set starts = case when excluded.window_start <= w.window_start then w.starts + excluded.starts
+                         else excluded.starts end,
+           window_start = greatest(w.window_start, excluded.window_start)
   ),
   abandoned_error as (
     insert into queues.error (task_id, task_lease_id, error_message)
@@ -317,6 +539,9 @@ $$;
 -- finds. Cost: per task type, one probe of task_pending_ready_idx per priority in use (a
 -- loose scan of the distinct priorities, then the earliest future task of each),
 -- whatever the number of tasks scheduled.
+-- Flow limits: a type under a rate limit that has a task ready now answers the start of
+-- the limit's next window at the latest (its tasks may be held back until then); the
+-- limits are read once (a tiny table), and a ready task probed only for a type with one.
 create or replace function queues.next_claim_in_ms(_task_types text[] default null)
   returns integer
   language sql stable
@@ -343,20 +568,37 @@ as $$
       from priorities pr
      where pr.priority is not null
   )
-  -- (greatest would turn "none" into 0: it ignores nulls; beyond about 24 days, the
-  -- integer's largest value)
-  select case when min(n.scheduled_at) is not null
-              then least(greatest(ceil(extract(epoch from min(n.scheduled_at) - clock_timestamp()) * 1000), 0),
-                         2147483647)::integer end
-    from priorities pr
-   cross join lateral (
-     select p.scheduled_at from queues.task_pending p
-      where p.task_type = pr.task_type and p.current_lease_id is null and p.priority = pr.priority
-        and p.scheduled_at > clock_timestamp()
-      order by p.scheduled_at
-      limit 1
-   ) n
-   where pr.priority is not null
+  ,
+  next_scheduled as (
+    -- (greatest would turn "none" into 0: it ignores nulls; beyond about 24 days, the
+    -- integer's largest value)
+    select case when min(n.scheduled_at) is not null
+                then least(greatest(ceil(extract(epoch from min(n.scheduled_at) - clock_timestamp()) * 1000), 0),
+                           2147483647)::integer end as ms
+      from priorities pr
+     cross join lateral (
+       select p.scheduled_at from queues.task_pending p
+        where p.task_type = pr.task_type and p.current_lease_id is null and p.priority = pr.priority
+          and p.scheduled_at > clock_timestamp()
+        order by p.scheduled_at
+        limit 1
+     ) n
+     where pr.priority is not null
+  ),
+  next_window as (
+    select min(greatest(ceil(extract(epoch from queues.limit_window_start(clock_timestamp(), l.interval_ms)
+                                                 + make_interval(secs => l.interval_ms / 1000.0)
+                                                 - clock_timestamp()) * 1000), 0))::integer as ms
+      from queues.task_limits() l
+     where l.interval_ms is not null
+       and l.task_type in (select ty.task_type from types ty)
+       and coalesce((select true from queues.task_pending p
+                      where p.task_type = l.task_type and p.current_lease_id is null
+                        and p.scheduled_at <= clock_timestamp() and p.available_at <= clock_timestamp()
+                      order by p.priority desc, p.scheduled_at, p.task_id
+                      limit 1), false)
+  )
+  select least(s.ms, w.ms) from next_scheduled s, next_window w
 $$;
 
 -- The seeds' single claim: one ready task with a new lease, or no row.
@@ -371,7 +613,8 @@ create or replace function queues.dequeue_next_available_task(
 as $$
   -- The columns of queues.task, in table order.
   select c.task_id, c.task_type, c.payload, c.priority, c.resource_key, c.max_attempts,
-         c.enqueued_at, c.scheduled_at
+         c.enqueued_at, c.scheduled_at,
+         (select t.group_key from queues.task t where t.task_id = c.task_id)
     from queues.claim_tasks_at(now(), coalesce(_worker_id, session_user::text), 1,
                                queues.claimable_task_types(null), coalesce(_lease_seconds, 300), 5) c
 $$;

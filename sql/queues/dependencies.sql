@@ -19,13 +19,14 @@
 -- ready index, past the ready rows of its priority), nothing in the claim changes, and
 -- admin.pending_state calls it 'waiting'. It can be cancelled like any pending task.
 --
--- Release, set-based and without polling: the statement-level triggers release_dependents
--- on queues.task_completed (every end but a plain success: a failure, a cancel,
--- abandonment in the claim or an interruption, replacement of a unique task) and on
--- queues.completion_round (the plain successes, many tasks to a row) pass the ended tasks and their outcomes to queues.release_dependents, which readies or
--- fails the dependents whose dependencies have all ended. A completion statement whose
--- tasks have no dependents pays one scan of the dependency index (all its tasks at once),
--- and nothing when no dependency was ever recorded (one read of an empty table).
+-- Release, without polling: the row-level triggers release_dependents on
+-- queues.task_completed (every end but a plain success: a failure, a cancel, abandonment
+-- in the claim or an interruption, replacement of a unique task; one task per row) and on
+-- queues.completion_round (the plain successes, many tasks to a row, set-based) pass the
+-- ended tasks and their outcomes to queues.release_dependents, which readies or fails the
+-- dependents whose dependencies have all ended. An end whose tasks have no dependents
+-- pays one scan of the dependency index, and nothing when no dependency was ever
+-- recorded (one read of an empty table); a statement that writes no end fires nothing.
 --
 -- Races. An enqueue locks its dependencies' claim-index rows FOR KEY SHARE (in task id
 -- order) before it reads whether they ended, in a later statement: every way a task ends
@@ -301,50 +302,35 @@ begin
 end;
 $$;
 
--- The trigger on queues.task_completed (statement level, the statement's new rows as
--- completed_rows): passes the tasks it completed, with their outcomes, to
--- queues.release_dependents, which finds their dependents with one scan of the dependency
--- index. With no dependency ever recorded it reads one page of an empty table and returns.
--- No SET clause but the search path: it runs for every completion statement.
+-- The triggers on a task's end. Row level, so that a statement that ends no task in a
+-- table (every completion call writes to both, most of them nothing to one) runs nothing:
+-- on queues.task_completed (every end but a plain success) one call per task ended; on
+-- queues.completion_round one per round (a round names many tasks, all succeeded). With
+-- no dependency ever recorded each reads one page of an empty table and returns. No SET
+-- clause but the search path: they run for every end.
 create or replace function queues.task_completed_release_dependents() returns trigger
   language plpgsql
   set search_path = pg_catalog, pg_temp
 as $$
-declare
-  _ids bigint[];
-  _outcomes text[];
 begin
   perform from queues.task_dependency limit 1;
-  if not found then
-    return null;
+  if found then
+    perform queues.release_dependents(array[new.task_id], array[new.outcome]);
   end if;
-  select array_agg(n.task_id), array_agg(n.outcome) into _ids, _outcomes from completed_rows n;
-  perform queues.release_dependents(_ids, _outcomes);
   return null;
 end;
 $$;
 
--- The trigger on queues.completion_round (statement level, the statement's new rounds as
--- completed_rounds): every task a round names succeeded. As its twin above, one read of an
--- empty table when no dependency was ever recorded.
 create or replace function queues.completion_round_release_dependents() returns trigger
   language plpgsql
   set search_path = pg_catalog, pg_temp
 as $$
-declare
-  _ids bigint[];
 begin
   perform from queues.task_dependency limit 1;
-  if not found then
-    return null;
+  if found then
+    perform queues.release_dependents(new.task_ids,
+                                      array_fill('succeeded'::text, array[cardinality(new.task_ids)]));
   end if;
-  select array_agg(u.task_id) into _ids
-    from completed_rounds r cross join lateral unnest(r.task_ids) u(task_id);
-  -- A completion statement that wrote no round still fires the trigger.
-  if _ids is null then
-    return null;
-  end if;
-  perform queues.release_dependents(_ids, array_fill('succeeded'::text, array[cardinality(_ids)]));
   return null;
 end;
 $$;

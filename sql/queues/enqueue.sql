@@ -85,7 +85,8 @@ create or replace function queues.enqueue_task(
   _public       boolean default false,
   _notify       boolean default true,
   _check_only   boolean default false,
-  _depends_on   bigint[] default null
+  _depends_on   bigint[] default null,
+  _group_key    text default null
 ) returns bigint
   language plpgsql volatile
   set search_path = pg_catalog, pg_temp
@@ -118,6 +119,9 @@ begin
   if length(_resource_key) not between 1 and 200 then
     raise exception 'resource_key must be 1 to 200 characters' using errcode = '22023';
   end if;
+  if length(_group_key) not between 1 and 200 then
+    raise exception 'group_key must be 1 to 200 characters' using errcode = '22023';
+  end if;
   if _max_attempts not between 1 and 100 then
     raise exception 'max_attempts must be between 1 and 100, got %', _max_attempts using errcode = '22023';
   end if;
@@ -136,19 +140,21 @@ begin
   end if;
 
   with inserted as (
-    insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
+    insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at, group_key)
     select t.task_type, _payload, coalesce(_priority, 0), _resource_key,
-           coalesce(_max_attempts, queues.default_max_attempts()), coalesce(_scheduled_at, now())
+           coalesce(_max_attempts, queues.default_max_attempts()), coalesce(_scheduled_at, now()), _group_key
       from queues.task_type t
      where t.task_type = _task_type
-    returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts
+    returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts, group_key
   )
   -- A task with dependencies starts waiting (at 'infinity', sql/queues/dependencies.sql),
   -- so that no index entry of it is ever among the ready ones.
-  insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
+  insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts,
+                                  group_key)
   select i.task_id, i.task_type, i.priority,
          case when cardinality(_depends_on) > 0 then 'infinity' else i.scheduled_at end, i.resource_key,
-         case when cardinality(_depends_on) > 0 then 'infinity' else i.scheduled_at end, i.max_attempts
+         case when cardinality(_depends_on) > 0 then 'infinity' else i.scheduled_at end, i.max_attempts,
+         i.group_key
     from inserted i
   returning task_id into _task_id;
 
@@ -177,7 +183,8 @@ $$;
 -- defaults (now, 0, no resource key, queues.default_max_attempts()), since generated
 -- clients send undefined as NULL. A unique task: queues.enqueue_unique (unique.sql). Refuses internal task types (42501). _notify => false leaves the wake-up to
 -- the caller (queues.enqueue_and_commit sends it after the commit). _depends_on: tasks
--- this one waits for (sql/queues/dependencies.sql); NULL or empty: none.
+-- this one waits for (sql/queues/dependencies.sql); NULL or empty: none. _group_key: what
+-- flow limits count the task by within its type (sql/queues/limits.sql); NULL: none.
 create or replace function queues.enqueue(
   _task_type    text,
   _payload      jsonb,
@@ -186,7 +193,8 @@ create or replace function queues.enqueue(
   _resource_key text default null,
   _max_attempts integer default null,
   _notify       boolean default true,
-  _depends_on   bigint[] default null
+  _depends_on   bigint[] default null,
+  _group_key    text default null
 ) returns bigint
   language plpgsql volatile
   security definer
@@ -194,7 +202,7 @@ create or replace function queues.enqueue(
 as $$
 begin
   return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts,
-                             true, coalesce(_notify, true), false, _depends_on);
+                             true, coalesce(_notify, true), false, _depends_on, _group_key);
 end;
 $$;
 
@@ -215,12 +223,14 @@ create or replace procedure queues.enqueue_and_commit(
   _priority     integer default null,
   _resource_key text default null,
   _max_attempts integer default null,
-  inout _task_id bigint default null
+  inout _task_id bigint default null,
+  _group_key    text default null
 )
   language plpgsql
 as $$
 begin
-  _task_id := queues.enqueue(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts, false);
+  _task_id := queues.enqueue(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts, false,
+                             null, _group_key);
   commit;
   if _scheduled_at is null
      or _scheduled_at operator(pg_catalog.<=) (pg_catalog.now() operator(pg_catalog.+) interval '1 minute') then
@@ -240,7 +250,8 @@ create or replace function queues.enqueue_internal(
   _priority     integer default null,
   _resource_key text default null,
   _max_attempts integer default null,
-  _depends_on   bigint[] default null
+  _depends_on   bigint[] default null,
+  _group_key    text default null
 ) returns bigint
   language plpgsql volatile
   security definer
@@ -248,7 +259,7 @@ create or replace function queues.enqueue_internal(
 as $$
 begin
   return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts,
-                             false, true, false, _depends_on);
+                             false, true, false, _depends_on, _group_key);
 end;
 $$;
 
@@ -272,7 +283,7 @@ $$;
 --   {"task_type": "...", "payload": {...}, "scheduled_at"?: "...", "priority"?: 0,
 --    "resource_key"?: "...", "max_attempts"?: 25,
 --    "unique_key"?: "...", "unique_policy"?: "skip", "unique_period"?: "30 seconds",
---    "depends_on"?: [task ids]}
+--    "depends_on"?: [task ids], "group_key"?: "..."}
 -- (the unique fields as in queues.enqueue_unique; a skipped element answers the pending
 -- task's id; depends_on as queues.enqueue's _depends_on, not with a unique key, and
 -- naming tasks that exist before the call)
@@ -347,7 +358,8 @@ begin
            (e.value ->> 'scheduled_at')::timestamptz as scheduled_at,
            (e.value ->> 'priority')::integer as priority,
            e.value ->> 'resource_key' as resource_key,
-           (e.value ->> 'max_attempts')::integer as max_attempts
+           (e.value ->> 'max_attempts')::integer as max_attempts,
+           e.value ->> 'group_key' as group_key
       from jsonb_array_elements(_tasks) with ordinality e
   ),
   checked as (
@@ -357,9 +369,9 @@ begin
            case
              when jsonb_typeof(c.element) <> 'object' then
                '22023 must be a JSON object, got ' || jsonb_typeof(c.element)
-             when c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,depends_on}'::text[] <> '{}' then
+             when c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,depends_on,group_key}'::text[] <> '{}' then
                '22023 unknown field(s) ' || left((select string_agg(k, ', ') from jsonb_object_keys(
-                 c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,depends_on}'::text[]) k), 200)
+                 c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,depends_on,group_key}'::text[]) k), 200)
              -- depends_on: null, or an array of task ids (integers, or their decimal text).
              when jsonb_typeof(c.element -> 'depends_on') not in ('array', 'null')
                   or jsonb_path_exists(c.element -> 'depends_on',
@@ -380,6 +392,7 @@ begin
              when c.priority not between -1000 and 1000 then
                '22023 priority must be between -1000 and 1000, got ' || c.priority
              when length(c.resource_key) not between 1 and 200 then '22023 resource_key must be 1 to 200 characters'
+             when length(c.group_key) not between 1 and 200 then '22023 group_key must be 1 to 200 characters'
              when c.max_attempts not between 1 and 100 then
                '22023 max_attempts must be between 1 and 100, got ' || c.max_attempts
              when not isfinite(c.scheduled_at) then
@@ -388,17 +401,18 @@ begin
       from input c
   ),
   inserted as (
-    insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at)
+    insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at, group_key)
     select c.task_type,
            case when c.problem is null then c.payload else queues.raise_enqueue_problem(c.idx, c.problem) end,
-           coalesce(c.priority, 0), c.resource_key, coalesce(c.max_attempts, queues.default_max_attempts()), coalesce(c.scheduled_at, now())
+           coalesce(c.priority, 0), c.resource_key, coalesce(c.max_attempts, queues.default_max_attempts()), coalesce(c.scheduled_at, now()),
+           c.group_key
       from checked c
      order by c.idx
-    returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts
+    returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts, group_key
   ),
   pending as (
-    insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts)
-    select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts
+    insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts, group_key)
+    select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts, i.group_key
       from inserted i
   )
   select array_agg(i.task_id order by i.task_id), bool_or(i.scheduled_at <= now() + interval '1 minute')

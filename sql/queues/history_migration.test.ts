@@ -163,11 +163,20 @@ async function snapshot(at: string) {
   for (const [label, id] of Object.entries(ids)) {
     if (label.endsWith('_lease')) continue;
     const { rows } = await owner.query('select admin.get_task_at($1, $2) as t', [at, id]);
-    const task = rows[0].t as { completion?: Record<string, unknown> | null; progress?: unknown };
+    const task = rows[0].t as {
+      completion?: Record<string, unknown> | null;
+      progress?: unknown;
+      dependencies?: unknown[];
+      dependents?: unknown[];
+      task?: { group_key?: unknown };
+    };
     // What was added since reads empty on the facts written before it: a completion's
-    // started_at, a task's progress.
+    // started_at, a task's progress, its dependencies and dependents, its group key.
     if (task.completion && task.completion.started_at === null) delete task.completion.started_at;
     if (task.progress === null) delete task.progress;
+    if (task.dependencies?.length === 0) delete task.dependencies;
+    if (task.dependents?.length === 0) delete task.dependents;
+    if (task.task?.group_key === null) delete task.task.group_key;
     out[label] = task;
   }
   const { rows: dead } = await owner.query('select task_id from queues.dead_letter order by task_id');

@@ -4,7 +4,7 @@
  *
  * Terminology
  *   task       a unit of work (queues.task), immutable once enqueued
- *   lease      a claim of a task by a worker until expiresAt (queues.task_lease)
+ *   lease      a claim of tasks by a worker until expiresAt (queues.claim_lease: one per claim)
  *   completed  the terminal fact: the task is never claimed again (queues.task_completed)
  *   error      an operational error reported against a task (queues.error)
  *
@@ -72,6 +72,11 @@ export interface NewTask {
   priority?: number;
   /** At most one task per resource key is leased at a time. */
   resourceKey?: string;
+  /**
+   * What flow limits count the task by within its type, 1..200 characters (a tenant, a
+   * provider account): see `setTaskLimit` and docs/flow-control.md. Not with `unique`.
+   */
+  groupKey?: string;
   /**
    * Runs allowed, 1..100 (default 25: a failure is retried after a backoff of 5 s, 10 s,
    * 20 s, ... capped at an hour; `queues.default_max_attempts()`).
@@ -227,6 +232,8 @@ function asObject(value: unknown): JsonObject {
 export async function enqueue(db: Queryable, task: NewTask): Promise<Id> {
   if (task.unique && task.dependsOn?.length)
     throw new QueueError('dependsOn cannot be combined with unique', 'invalid_input');
+  if (task.unique && task.groupKey !== undefined)
+    throw new QueueError('groupKey cannot be combined with unique', 'invalid_input');
   if (task.unique) return (await enqueueUnique(db, { ...task, unique: task.unique })).taskId;
   if (tracingEnabled())
     return withSendSpan(
@@ -246,6 +253,7 @@ async function enqueueOne(db: Queryable, task: NewTask, trace?: TraceContext): P
     resourceKey: task.resourceKey,
     maxAttempts: task.maxAttempts,
     dependsOn: task.dependsOn?.length ? task.dependsOn : undefined,
+    groupKey: task.groupKey,
   };
   if (trace) {
     const [row] = await mapErrors(taskEnqueueTraced.run({ ...trace, ...params }, db));
@@ -334,6 +342,7 @@ async function enqueueBatch(db: Queryable, tasks: NewTask[], trace?: TraceContex
     priority: t.priority,
     resource_key: t.resourceKey,
     max_attempts: t.maxAttempts,
+    group_key: t.groupKey,
     unique_key: t.unique?.key,
     unique_policy: t.unique?.policy,
     unique_period: periodInterval(t.unique),

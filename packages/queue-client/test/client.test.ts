@@ -148,6 +148,37 @@ describe('queue client', () => {
     await db.query(`select admin.cancel_tasks($1::bigint[])`, [[taskId, id]]);
   });
 
+  it('keeps groupKey on the task, from enqueue on a pool, in a transaction and in a batch; refuses it with unique', async () => {
+    const onPool = await enqueue(app, { taskType: 'store_discovery', payload: {}, groupKey: 'tenant:1' });
+    const inTx = await withTransaction(app, (c) =>
+      enqueue(c, { taskType: 'store_discovery', payload: {}, groupKey: 'tenant:2' }),
+    );
+    const batch = await enqueueMany(app, [
+      { taskType: 'store_discovery', payload: {}, groupKey: 'tenant:3' },
+      { taskType: 'store_discovery', payload: {} },
+    ]);
+    const ids = [onPool, inTx, ...batch];
+    const { rows } = await db.query(
+      `select t.group_key, p.group_key as pending from queues.task t join queues.task_pending p using (task_id)
+        where t.task_id = any($1::bigint[]) order by t.task_id`,
+      [ids],
+    );
+    expect(rows).toEqual([
+      { group_key: 'tenant:1', pending: 'tenant:1' },
+      { group_key: 'tenant:2', pending: 'tenant:2' },
+      { group_key: 'tenant:3', pending: 'tenant:3' },
+      { group_key: null, pending: null },
+    ]);
+    await expect(
+      enqueue(app, { taskType: 'store_discovery', payload: {}, groupKey: 'x', unique: { key: 'group-unique' } }),
+    ).rejects.toMatchObject({ kind: 'invalid_input' });
+    await expect(enqueue(app, { taskType: 'store_discovery', payload: {}, groupKey: '' })).rejects.toMatchObject({
+      kind: 'invalid_input',
+      message: 'group_key must be 1 to 200 characters',
+    });
+    await db.query(`select admin.cancel_tasks($1::bigint[])`, [ids]);
+  });
+
   it('dequeueNextAvailableTask returns a task or null', async () => {
     const taskId = await enqueue(app, { taskType: 'analytics_refresh', payload: { file_id: 1 } });
     const task = await dequeueNextAvailableTask(worker, { workerId: 'w-3' });

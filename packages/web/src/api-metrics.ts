@@ -17,7 +17,7 @@ const WINDOW = 3600;
 const DURATION_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300];
 
 export async function renderApiMetrics(store: Store): Promise<{ text: string; contentType: string }> {
-  const [types, counts, stats, capacity, queues, history, throttles] = await Promise.all([
+  const [types, counts, stats, capacity, queues, history, throttles, limits] = await Promise.all([
     store.taskTypes(),
     store.counts(WINDOW),
     store.completionStats(WINDOW),
@@ -25,6 +25,7 @@ export async function renderApiMetrics(store: Store): Promise<{ text: string; co
     store.queues(),
     store.history(),
     store.throttles(),
+    store.limits(),
   ]);
   const registry = new Registry();
   const gauge = (name: string, help: string, labelNames: string[]) =>
@@ -99,6 +100,27 @@ export async function renderApiMetrics(store: Store): Promise<{ text: string; co
   for (const t of throttles) {
     throttledUntil.set({ key_kind: t.key_kind, key: t.key }, new Date(t.throttled_until).getTime() / 1000);
     throttleReports.set({ key_kind: t.key_kind, key: t.key }, t.reports);
+  }
+
+  // Flow limits (docs/flow-control.md): one series per limit in force, none without limits.
+  // The group_key label is empty for the scopes 'type' and 'each_group'.
+  const limitLabels = ['task_type', 'scope', 'group_key'];
+  const heldBack = gauge(
+    'queue_limit_held_back_tasks',
+    'Tasks ready now that a full flow limit holds back, per limit (each_group: summed over its full group keys).',
+    limitLabels,
+  );
+  const limitRunning = gauge('queue_limit_running_tasks', 'Tasks holding a live lease, per flow limit.', limitLabels);
+  const limitStarts = gauge(
+    'queue_limit_window_starts',
+    'Tasks claimed in the current window of a rate limit, per flow limit.',
+    limitLabels,
+  );
+  for (const l of limits) {
+    const labels = { task_type: l.task_type, scope: l.scope, group_key: l.group_key ?? '' };
+    heldBack.set(labels, l.held_back);
+    limitRunning.set(labels, l.running);
+    if (l.interval_ms !== null) limitStarts.set(labels, l.starts);
   }
 
   const active = gauge('queue_active_workers', 'Registered workers of this task type seen in the last 10 minutes.', [

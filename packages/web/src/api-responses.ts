@@ -215,6 +215,36 @@ export const responses = {
   paused: z.object({ task_type: z.string(), paused: z.literal(true), pause_id: id }),
   resumed: z.object({ task_type: z.string(), paused: z.literal(false), was_paused: z.boolean() }),
   timeoutSet: z.object({ task_type: z.string(), timeout_seconds: z.number().nullable() }),
+  limits: z.object({
+    limits: z.array(
+      z.object({
+        task_type: z.string(),
+        scope: z.enum(['type', 'each_group', 'group']),
+        group_key: z.string().nullable(),
+        max_running: z.number().int().nullable(),
+        max_starts: z.number().int().nullable(),
+        interval_ms: z.number().int().nullable(),
+        set_at: timestamp,
+        running: z.number().int().describe('tasks of the scope holding a live lease now'),
+        starts: z.number().int().describe('tasks of the scope claimed in the current rate window'),
+        held_back: z.number().int().describe('tasks ready now that the full scope holds back'),
+      }),
+    ),
+  }),
+  limitSet: z.object({
+    task_type: z.string(),
+    scope: z.enum(['type', 'each_group', 'group']),
+    group_key: z.string().nullable(),
+    max_running: z.number().int().nullable(),
+    max_starts: z.number().int().nullable(),
+    interval_ms: z.number().int().nullable(),
+  }),
+  limitCleared: z.object({
+    task_type: z.string(),
+    scope: z.enum(['type', 'each_group', 'group']),
+    group_key: z.string().nullable(),
+    cleared: z.boolean(),
+  }),
   throttles: z.object({
     throttles: z.array(
       z.object({

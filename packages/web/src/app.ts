@@ -198,6 +198,56 @@ const timeoutBody = z
       .nullable(),
   })
   .strict();
+// Flow limits (docs/flow-control.md, "Concurrency and rate limits"; sql/queues/limits.sql).
+const limitScope = z.enum(['type', 'each_group', 'group'], {
+  error: "scope must be 'type', 'each_group' or 'group'",
+});
+const limitGroupKey = z
+  .string()
+  .min(1, 'group_key must be 1 to 200 characters')
+  .max(200, 'group_key must be 1 to 200 characters')
+  .nullable()
+  .optional();
+const limitCount = (field: string) =>
+  z
+    .number(`${field} must be a number`)
+    .int(`${field} must be a whole number`)
+    .min(1, `${field} must be between 1 and 1000000`)
+    .max(1_000_000, `${field} must be between 1 and 1000000`)
+    .nullable()
+    .optional();
+const groupKeyForScope = {
+  message: 'group_key is needed for scope group, and only for it',
+  path: ['group_key'],
+};
+const limitBody = z
+  .object({
+    scope: limitScope,
+    group_key: limitGroupKey,
+    max_running: limitCount('max_running'),
+    max_starts: limitCount('max_starts'),
+    interval_ms: z
+      .number('interval_ms must be a number')
+      .int('interval_ms must be a whole number of milliseconds')
+      .min(1, 'interval_ms must be between 1 and 86400000 (1 day)')
+      .max(86_400_000, 'interval_ms must be between 1 and 86400000 (1 day)')
+      .nullable()
+      .optional(),
+  })
+  .strict()
+  .refine((b) => (b.scope === 'group') === (b.group_key != null), groupKeyForScope)
+  .refine((b) => b.max_running != null || b.max_starts != null, {
+    message: 'set max_running, or max_starts with interval_ms (DELETE clears a limit)',
+    path: ['max_running'],
+  })
+  .refine((b) => (b.max_starts == null) === (b.interval_ms == null), {
+    message: 'max_starts and interval_ms go together',
+    path: ['interval_ms'],
+  });
+const limitKeyQuery = z
+  .object({ scope: limitScope, group_key: limitGroupKey })
+  .strict()
+  .refine((b) => (b.scope === 'group') === (b.group_key != null), groupKeyForScope);
 /** POST /api/throttles/clear: the throttle to clear (docs/flow-control.md, "Provider back-pressure"). */
 const throttleClearBody = z
   .object({
@@ -234,6 +284,12 @@ const newTask = z
     priority: z.number().int('priority must be an integer').min(-1000).max(1000).optional(),
     resource_key: z.string().min(1).max(200).optional(),
     max_attempts: z.number().int('max_attempts must be an integer').min(1).max(100).optional(),
+    // What flow limits count the task by within its type (sql/queues/limits.sql).
+    group_key: z
+      .string()
+      .min(1, 'group_key must be 1 to 200 characters')
+      .max(200, 'group_key must be 1 to 200 characters')
+      .optional(),
     // A unique task (sql/queues/unique.sql): at most one pending task per key.
     unique_key: z
       .string()
@@ -267,7 +323,11 @@ const newTask = z
       message: 'unique_policy and unique_period_seconds need a unique_key',
       path: ['unique_key'],
     },
-  );
+  )
+  .refine((t) => t.unique_key === undefined || t.group_key === undefined, {
+    message: 'group_key cannot be combined with unique_key',
+    path: ['group_key'],
+  });
 
 /**
  * The role-based specification's body for POST /api/tasks, the columns of its worker_tasks
@@ -416,6 +476,8 @@ const API_SCHEMAS = {
   taskTypeParams,
   pauseBody,
   timeoutBody,
+  limitBody,
+  limitKeyQuery,
   throttleClearBody,
   emptyBody,
   workerIdParams,
@@ -902,6 +964,43 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
       return { answer: { task_type, timeout_seconds: body.timeout_seconds }, taskType: task_type, input: body };
     });
     request.log.info({ event: 'task_type_timeout_set', ...answer }, 'run timeout set');
+    return answer;
+  });
+
+  // Flow limits per task type and group key (docs/flow-control.md, "Concurrency and rate limits").
+  app.get('/api/limits', async () => ({ limits: await store.limits() }));
+
+  app.put('/api/queues/:task_type/limits', async (request) => {
+    const { task_type } = parse(z.object({ task_type: taskType }), request.params, 'path');
+    const body = parse(limitBody, request.body, 'body');
+    const answer = await change(request, 'set_task_limit', async (tx) => {
+      await tx.setLimit({ task_type, ...body });
+      const set = {
+        task_type,
+        scope: body.scope,
+        group_key: body.group_key ?? null,
+        max_running: body.max_running ?? null,
+        max_starts: body.max_starts ?? null,
+        interval_ms: body.interval_ms ?? null,
+      };
+      return { answer: set, taskType: task_type, input: body };
+    });
+    request.log.info({ event: 'task_limit_set', ...answer }, 'flow limit set');
+    return answer;
+  });
+
+  app.delete('/api/queues/:task_type/limits', async (request) => {
+    const { task_type } = parse(z.object({ task_type: taskType }), request.params, 'path');
+    const query = parse(limitKeyQuery, request.query, 'query');
+    const answer = await change(request, 'clear_task_limit', async (tx) => {
+      const cleared = await tx.clearLimit(task_type, query.scope, query.group_key);
+      return {
+        answer: { task_type, scope: query.scope, group_key: query.group_key ?? null, cleared },
+        taskType: task_type,
+        input: query,
+      };
+    });
+    request.log.info({ event: 'task_limit_cleared', ...answer }, 'flow limit cleared');
     return answer;
   });
 

@@ -12,7 +12,7 @@ import type { ApiSchemas } from './app.js';
 import { errorBody, responses } from './api-responses.js';
 import { discoveryBody, resyncBody } from './menus-routes.js';
 
-type Method = 'get' | 'post' | 'put';
+type Method = 'get' | 'post' | 'put' | 'delete';
 
 interface Answer {
   description: string;
@@ -260,6 +260,33 @@ export function operations(s: ApiSchemas): Operation[] {
       params: s.taskTypeParams,
       body: s.timeoutBody,
       answers: ok(responses.timeoutSet),
+    },
+    {
+      method: 'get',
+      path: '/api/limits',
+      tag: 'queues',
+      summary: 'Flow limits in force (concurrency and rate, per task type and group key) and how full each is',
+      answers: ok(responses.limits),
+    },
+    {
+      method: 'put',
+      path: '/api/queues/:task_type/limits',
+      tag: 'queues',
+      change: true,
+      summary: "Set a scope's flow limits: the type, each group key, or one group key",
+      params: s.taskTypeParams,
+      body: s.limitBody,
+      answers: ok(responses.limitSet),
+    },
+    {
+      method: 'delete',
+      path: '/api/queues/:task_type/limits',
+      tag: 'queues',
+      change: true,
+      summary: "Clear a scope's flow limits",
+      params: s.taskTypeParams,
+      query: s.limitKeyQuery,
+      answers: ok(responses.limitCleared),
     },
     {
       method: 'get',

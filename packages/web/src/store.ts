@@ -13,6 +13,9 @@ import { historyStatus } from './queries/history.queries.js';
 import { completionStatsList, throughputList } from './queries/metrics.queries.js';
 import { processList, processRootRankedList, processTimeline, processTree } from './queries/process.queries.js';
 import {
+  limitClear,
+  limitList,
+  limitSet,
   queueList,
   queuePause,
   queueResume,
@@ -74,10 +77,24 @@ export interface NewTaskInput {
   priority?: number;
   resource_key?: string;
   max_attempts?: number;
+  group_key?: string;
   unique_key?: string;
   unique_policy?: 'skip' | 'replace' | 'debounce';
   unique_period_seconds?: number;
   depends_on?: number[];
+}
+
+/** What a flow limit covers (sql/queues/limits.sql). */
+export type LimitScope = 'type' | 'each_group' | 'group';
+
+/** A flow limit to set (admin.set_task_limit): a concurrency limit, a rate limit, or both. */
+export interface LimitInput {
+  task_type: string;
+  scope: LimitScope;
+  group_key?: string | null;
+  max_running?: number | null;
+  max_starts?: number | null;
+  interval_ms?: number | null;
 }
 
 /** A partition set's place relative to the last task id (admin.history_status). */
@@ -174,6 +191,7 @@ function newTask(input: NewTaskInput) {
     priority: input.priority ?? undefined,
     resourceKey: input.resource_key ?? undefined,
     maxAttempts: input.max_attempts ?? undefined,
+    groupKey: input.group_key ?? undefined,
     dependsOn: input.depends_on?.map(String),
   };
 }
@@ -537,6 +555,44 @@ export class Store {
   /** Sets (null: clears) a task type's run timeout (admin.set_task_type_timeout). */
   async setTimeout(taskType: string, timeoutSeconds: number | null): Promise<void> {
     await queueSetTimeout.run({ taskType, timeoutSeconds }, this.pool);
+  }
+
+  /** The flow limits in force with how full each is now (admin.task_limits). */
+  async limits() {
+    const rows = await limitList.run(undefined, this.pool);
+    return rows.map((r) => ({
+      task_type: r.taskType,
+      scope: r.scope as LimitScope,
+      group_key: r.groupKey,
+      max_running: r.maxRunning,
+      max_starts: r.maxStarts,
+      interval_ms: r.intervalMs,
+      set_at: r.setAt,
+      running: num(r.running),
+      starts: num(r.starts),
+      held_back: num(r.heldBack),
+    }));
+  }
+
+  /** Sets a scope's flow limits (admin.set_task_limit). */
+  async setLimit(limit: LimitInput): Promise<void> {
+    await limitSet.run(
+      {
+        taskType: limit.task_type,
+        scope: limit.scope,
+        groupKey: limit.group_key ?? null,
+        maxRunning: limit.max_running ?? null,
+        maxStarts: limit.max_starts ?? null,
+        intervalMs: limit.interval_ms ?? null,
+      },
+      this.pool,
+    );
+  }
+
+  /** Clears a scope's flow limits; whether it had one (admin.clear_task_limit). */
+  async clearLimit(taskType: string, scope: LimitScope, groupKey?: string | null): Promise<boolean> {
+    const [row] = await limitClear.run({ taskType, scope, groupKey: groupKey ?? null }, this.pool);
+    return row!.cleared;
   }
 
   /** The provider throttles in force (admin.list_throttles), one per key. */

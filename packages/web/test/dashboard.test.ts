@@ -369,6 +369,27 @@ it('pausing a task type stops a running worker from claiming it; resuming lets i
   }
 });
 
+it('the Queues page sets, shows and clears a flow limit; a refused one says why', async () => {
+  await page.goto(`${base}/#/queues`);
+  await setToken(TOKEN);
+  await page.reload(); // a new document reads the token
+  await page.getByTestId('limits').waitFor();
+  await page.getByTestId('limit-task_type').fill('store_discovery');
+  await page.getByTestId('limit-scope').selectOption('each_group');
+  await page.getByTestId('limit-max_running').fill('0');
+  await page.getByTestId('set-limit').click();
+  await page.getByTestId('action-result').filter({ hasText: 'max_running must be between 1 and 1000000' }).waitFor();
+  await page.getByTestId('limit-max_running').fill('3');
+  await page.getByTestId('limit-max_starts').fill('20');
+  await page.getByTestId('limit-interval_ms').fill('60000');
+  await page.getByTestId('set-limit').click();
+  const row = page.getByTestId('limit-store_discovery-each_group');
+  await row.waitFor();
+  expect(await row.textContent()).toMatch(/each group key.*0 \/ 3.*0 \/ 20 per 1 min/);
+  await page.getByTestId('clear-limit-store_discovery-each_group').click();
+  await row.waitFor({ state: 'detached' });
+});
+
 it('the Queues page shows a provider throttle, until when and why, and an operator clears it', async () => {
   await setToken(TOKEN);
   await db

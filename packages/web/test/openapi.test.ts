@@ -208,6 +208,15 @@ describe('the OpenAPI document', () => {
       'post /api/queues/{task_type}/timeout': [
         { path: { task_type: 'store_discovery' }, body: { timeout_seconds: 60 } },
       ],
+      'put /api/queues/{task_type}/limits': [
+        { path: { task_type: 'store_discovery' }, body: { scope: 'each_group', max_running: 3 } },
+        { path: { task_type: 'store_discovery' }, body: { scope: 'type', max_running: 0 } },
+      ],
+      'get /api/limits': [{}],
+      'delete /api/queues/{task_type}/limits': [
+        { path: { task_type: 'store_discovery' }, query: 'scope=each_group' },
+        { path: { task_type: 'no_such_type' }, query: 'scope=type' },
+      ],
       'get /api/throttles': [{}],
       'post /api/throttles/clear': [
         { body: { key_kind: 'task_type', key: 'store_discovery' } },

@@ -65,7 +65,7 @@ afterAll(async () => {
   await server?.stop({ destroy: true });
 });
 
-it('an email process costs the database at most 160 statements, and its email task 2 round trips', async () => {
+it('an email process costs the database at most 170 statements, and its email task 2 round trips', async () => {
   const app = new pg.Client({ connectionString: urls.app });
   await app.connect();
   try {
@@ -104,8 +104,13 @@ it('an email process costs the database at most 160 statements, and its email ta
   expect(tasks[0].n).toBe(3 * (PROCESSES + 1));
   // Every statement, nested ones included: 154.8 in two runs (each task of a process
   // claimed, run and completed by statements of its own, as the processes run one at a
-  // time), 169.3 and 170.8 before the changes of BENCHMARKS.md's "business processes".
-  expect(perProcess.all).toBeLessThanOrEqual(160);
+  // time), 169.3 and 170.8 before the changes of BENCHMARKS.md's "business processes";
+  // 164.3 with flow control in: with nothing configured, a claim still runs the probe of
+  // the throttles in force (a statement of its own, for its plan), a claim that finds
+  // nothing reads the rate limits to say when to look again, and a completion that ends
+  // tasks probes the (empty) dependency table once per end row it writes. Each of those
+  // is a microsecond or two.
+  expect(perProcess.all).toBeLessThanOrEqual(170);
   // The email task's own round trips: the before_handler with the provider-call check, and
   // the completion with the success handler (3 before they shared a statement).
   expect(perProcess.handler_round_trips).toBe(2);

@@ -60,8 +60,14 @@ export function probeWorker(
   });
 }
 
-/** A Worker of the bench tasks with a no-op processor; `allDone` resolves once it ran `tasks`. */
-export function noopWorker(urls, { tasks, concurrency, prefetch, heartbeatIntervalMs = 30_000, workerId }) {
+/**
+ * A Worker of the bench tasks with a no-op processor; `allDone` resolves once it ran `tasks`
+ * bench tasks. `otherTypes`: task types it claims too, with a no-op processor each.
+ */
+export function noopWorker(
+  urls,
+  { tasks, concurrency, prefetch, heartbeatIntervalMs = 30_000, workerId, otherTypes = [] },
+) {
   let handled = 0;
   let finished;
   const allDone = new Promise((resolve) => (finished = resolve));
@@ -72,7 +78,15 @@ export function noopWorker(urls, { tasks, concurrency, prefetch, heartbeatInterv
       return { outcome: 'succeeded' };
     },
   });
-  const worker = probeWorker(urls, registry, ['bench'], { concurrency, prefetch, heartbeatIntervalMs, workerId });
+  // Other task types it also claims (a no-op each), not counted in `tasks`.
+  for (const type of otherTypes)
+    registry.register(type, { name: 'noop', process: async () => ({ outcome: 'succeeded' }) });
+  const worker = probeWorker(urls, registry, ['bench', ...otherTypes], {
+    concurrency,
+    prefetch,
+    heartbeatIntervalMs,
+    workerId,
+  });
   return { worker, allDone };
 }
 

@@ -8,6 +8,13 @@
 // runs two), and adds the CPU of all of them and how idle the machine was. It also prints
 // what the drain wrote: heap rows (inserts + updates + deletes, pg_stat_user_tables) and
 // WAL bytes per task, per table, counted from after the backlog was enqueued.
+// LIMIT_OTHER=<mode> configures a flow limit on another task type, bench_other
+// (docs/flow-control.md): `unclaimed` (the workers do not claim that type: every claim
+// reads the limits and finds none for its types), `idle` (the workers claim it too, and it
+// has no task: each claim probes it for ready work and leaves it), `busy` (the workers
+// claim it too, and 100,000 of its tasks wait over 100 group keys under its limits: each
+// claim takes its lock, counts its live leases and windows, and starts what they allow).
+// The drain's rate and rows count the bench tasks only.
 import { fork } from 'node:child_process';
 import { openStatementsServer } from './statements-server.mjs';
 import {
@@ -23,8 +30,8 @@ import { fillHistory } from '../dist/history-scale.js';
 
 // A child: one more worker on the same database until told to stop; answers with its CPU.
 if (process.env.DRAIN_CHILD) {
-  const { urls, concurrency, prefetch, workerId } = JSON.parse(process.env.DRAIN_CHILD);
-  const { worker } = noopWorker(urls, { tasks: Infinity, concurrency, prefetch, workerId });
+  const { urls, concurrency, prefetch, workerId, otherTypes } = JSON.parse(process.env.DRAIN_CHILD);
+  const { worker } = noopWorker(urls, { tasks: Infinity, concurrency, prefetch, workerId, otherTypes });
   process.send('ready');
   process.on('message', async (message) => {
     if (message === 'go') {
@@ -52,6 +59,23 @@ try {
   if (process.env.SET_SIZE)
     await root.query('update queues.history_setting set partition_size = $1', [process.env.SET_SIZE]);
   if (history > 0) await fillHistory(urls.owner, history, (line) => console.log(line));
+  const LIMIT_OTHER = process.env.LIMIT_OTHER;
+  if (LIMIT_OTHER && !['unclaimed', 'idle', 'busy'].includes(LIMIT_OTHER))
+    throw new Error(`LIMIT_OTHER must be unclaimed, idle or busy, got ${LIMIT_OTHER}`);
+  const otherTypes = LIMIT_OTHER === 'idle' || LIMIT_OTHER === 'busy' ? ['bench_other'] : [];
+  if (LIMIT_OTHER) {
+    await root.query(`insert into queues.task_type (task_type) values ('bench_other') on conflict do nothing`);
+    await root.query(`select queues.set_task_limit('bench_other', 'type', null, 20, 200, '1 second')`);
+    await root.query(`select queues.set_task_limit('bench_other', 'each_group', null, 2)`);
+    if (LIMIT_OTHER === 'busy')
+      for (let n = 0; n < 10; n++)
+        await root.query(
+          `select count(*) from queues.enqueue_many((
+             select jsonb_agg(jsonb_build_object('task_type', 'bench_other', 'payload', '{}'::jsonb,
+                                                 'group_key', 'g' || (i % 100)))
+               from generate_series(1, 10000) i))`,
+        );
+  }
   const { rows: from } = await root.query('select coalesce(max(task_id), 0) as id from queues.task');
   await enqueueBacklog(urls, root, TASKS);
   await root.query('select pg_stat_statements_reset()');
@@ -68,6 +92,7 @@ try {
             concurrency: CONCURRENCY,
             prefetch: PREFETCH,
             workerId: `probe-${i + 2}`,
+            otherTypes,
           }),
         },
       });
@@ -75,7 +100,12 @@ try {
     }),
   );
   const answer = (child) => new Promise((resolve) => child.once('message', resolve));
-  const { worker, allDone } = noopWorker(urls, { tasks: TASKS, concurrency: CONCURRENCY, prefetch: PREFETCH });
+  const { worker, allDone } = noopWorker(urls, {
+    tasks: TASKS,
+    concurrency: CONCURRENCY,
+    prefetch: PREFETCH,
+    otherTypes,
+  });
   const cpu0 = process.cpuUsage();
   const server0 = postgresCpuMicros();
   const machine0 = machineCpuMicros();
@@ -115,7 +145,7 @@ try {
   const idle = machine1.idle - machine0.idle;
   const busy = machine1.busy - machine0.busy;
   console.log(
-    `drain ${TASKS} tasks, ${WORKERS} worker process(es), concurrency ${CONCURRENCY}, prefetch ${PREFETCH}: ${Math.round(TASKS / seconds)} tasks/s; ` +
+    `drain ${TASKS} tasks, ${WORKERS} worker process(es)${LIMIT_OTHER ? `, a limit on another type (${LIMIT_OTHER})` : ''}, concurrency ${CONCURRENCY}, prefetch ${PREFETCH}: ${Math.round(TASKS / seconds)} tasks/s; ` +
       `worker process${WORKERS > 1 ? 'es' : ''} CPU ${((cpu.user + cpu.system + childCpu) / TASKS).toFixed(1)} µs per task; ` +
       `PostgreSQL CPU ${(serverCpu / TASKS).toFixed(1)} µs per task; machine idle ${((100 * idle) / (idle + busy)).toFixed(0)}%; ` +
       `peak RSS ${Math.round(process.resourceUsage().maxRSS / 1024)} MB`,

@@ -18,6 +18,7 @@ export type unknownArray = (unknown)[];
 /** 'TaskEnqueue' parameters type */
 export interface ITaskEnqueueParams {
   dependsOn?: NumberOrStringArray | null | void;
+  groupKey?: string | null | void;
   maxAttempts?: number | null | void;
   payload: unknown;
   priority?: number | null | void;
@@ -37,14 +38,15 @@ export interface ITaskEnqueueQuery {
   result: ITaskEnqueueResult;
 }
 
-const taskEnqueueIR: any = {"usedParamSet":{"taskType":true,"payload":true,"scheduledAt":true,"priority":true,"resourceKey":true,"maxAttempts":true,"dependsOn":true},"params":[{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":25,"b":34}]},{"name":"payload","required":true,"transform":{"type":"scalar"},"locs":[{"a":43,"b":51}]},{"name":"scheduledAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":61,"b":72}]},{"name":"priority","required":false,"transform":{"type":"scalar"},"locs":[{"a":88,"b":96}]},{"name":"resourceKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":110,"b":121}]},{"name":"maxAttempts","required":false,"transform":{"type":"scalar"},"locs":[{"a":130,"b":141}]},{"name":"dependsOn","required":false,"transform":{"type":"scalar"},"locs":[{"a":168,"b":177}]}],"statement":"select queues.enqueue(\n  :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,\n  :resourceKey::text, :maxAttempts::integer, _depends_on => :dependsOn::bigint[]\n) as \"taskId!\""};
+const taskEnqueueIR: any = {"usedParamSet":{"taskType":true,"payload":true,"scheduledAt":true,"priority":true,"resourceKey":true,"maxAttempts":true,"dependsOn":true,"groupKey":true},"params":[{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":25,"b":34}]},{"name":"payload","required":true,"transform":{"type":"scalar"},"locs":[{"a":43,"b":51}]},{"name":"scheduledAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":61,"b":72}]},{"name":"priority","required":false,"transform":{"type":"scalar"},"locs":[{"a":88,"b":96}]},{"name":"resourceKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":110,"b":121}]},{"name":"maxAttempts","required":false,"transform":{"type":"scalar"},"locs":[{"a":130,"b":141}]},{"name":"dependsOn","required":false,"transform":{"type":"scalar"},"locs":[{"a":168,"b":177}]},{"name":"groupKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":206,"b":214}]}],"statement":"select queues.enqueue(\n  :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,\n  :resourceKey::text, :maxAttempts::integer, _depends_on => :dependsOn::bigint[],\n  _group_key => :groupKey::text\n) as \"taskId!\""};
 
 /**
  * Query generated from SQL:
  * ```
  * select queues.enqueue(
  *   :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
- *   :resourceKey::text, :maxAttempts::integer, _depends_on => :dependsOn::bigint[]
+ *   :resourceKey::text, :maxAttempts::integer, _depends_on => :dependsOn::bigint[],
+ *   _group_key => :groupKey::text
  * ) as "taskId!"
  * ```
  */
@@ -53,6 +55,7 @@ export const taskEnqueue = new PreparedQuery<ITaskEnqueueParams,ITaskEnqueueResu
 
 /** 'TaskEnqueueAndCommit' parameters type */
 export interface ITaskEnqueueAndCommitParams {
+  groupKey?: string | null | void;
   maxAttempts?: number | null | void;
   payload: unknown;
   priority?: number | null | void;
@@ -72,14 +75,14 @@ export interface ITaskEnqueueAndCommitQuery {
   result: ITaskEnqueueAndCommitResult;
 }
 
-const taskEnqueueAndCommitIR: any = {"usedParamSet":{"taskType":true,"payload":true,"scheduledAt":true,"priority":true,"resourceKey":true,"maxAttempts":true},"params":[{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":34,"b":43}]},{"name":"payload","required":true,"transform":{"type":"scalar"},"locs":[{"a":52,"b":60}]},{"name":"scheduledAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":70,"b":81}]},{"name":"priority","required":false,"transform":{"type":"scalar"},"locs":[{"a":97,"b":105}]},{"name":"resourceKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":119,"b":130}]},{"name":"maxAttempts","required":false,"transform":{"type":"scalar"},"locs":[{"a":139,"b":150}]}],"statement":"call queues.enqueue_and_commit(\n  :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,\n  :resourceKey::text, :maxAttempts::integer\n)"};
+const taskEnqueueAndCommitIR: any = {"usedParamSet":{"taskType":true,"payload":true,"scheduledAt":true,"priority":true,"resourceKey":true,"maxAttempts":true,"groupKey":true},"params":[{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":34,"b":43}]},{"name":"payload","required":true,"transform":{"type":"scalar"},"locs":[{"a":52,"b":60}]},{"name":"scheduledAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":70,"b":81}]},{"name":"priority","required":false,"transform":{"type":"scalar"},"locs":[{"a":97,"b":105}]},{"name":"resourceKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":119,"b":130}]},{"name":"maxAttempts","required":false,"transform":{"type":"scalar"},"locs":[{"a":139,"b":150}]},{"name":"groupKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":176,"b":184}]}],"statement":"call queues.enqueue_and_commit(\n  :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,\n  :resourceKey::text, :maxAttempts::integer, _group_key => :groupKey::text\n)"};
 
 /**
  * Query generated from SQL:
  * ```
  * call queues.enqueue_and_commit(
  *   :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
- *   :resourceKey::text, :maxAttempts::integer
+ *   :resourceKey::text, :maxAttempts::integer, _group_key => :groupKey::text
  * )
  * ```
  */
@@ -158,6 +161,7 @@ export const taskEnqueueMany = new PreparedQuery<ITaskEnqueueManyParams,ITaskEnq
 /** 'TaskEnqueueTraced' parameters type */
 export interface ITaskEnqueueTracedParams {
   dependsOn?: NumberOrStringArray | null | void;
+  groupKey?: string | null | void;
   maxAttempts?: number | null | void;
   payload: unknown;
   priority?: number | null | void;
@@ -179,7 +183,7 @@ export interface ITaskEnqueueTracedQuery {
   result: ITaskEnqueueTracedResult;
 }
 
-const taskEnqueueTracedIR: any = {"usedParamSet":{"traceparent":true,"tracestate":true,"taskType":true,"payload":true,"scheduledAt":true,"priority":true,"resourceKey":true,"maxAttempts":true,"dependsOn":true},"params":[{"name":"traceparent","required":true,"transform":{"type":"scalar"},"locs":[{"a":72,"b":84}]},{"name":"tracestate","required":false,"transform":{"type":"scalar"},"locs":[{"a":164,"b":174}]},{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":267,"b":276}]},{"name":"payload","required":true,"transform":{"type":"scalar"},"locs":[{"a":285,"b":293}]},{"name":"scheduledAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":303,"b":314}]},{"name":"priority","required":false,"transform":{"type":"scalar"},"locs":[{"a":330,"b":338}]},{"name":"resourceKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":354,"b":365}]},{"name":"maxAttempts","required":false,"transform":{"type":"scalar"},"locs":[{"a":374,"b":385}]},{"name":"dependsOn","required":false,"transform":{"type":"scalar"},"locs":[{"a":412,"b":421}]}],"statement":"with context as materialized (\n  select set_config('queue.traceparent', :traceparent!::text, true) as traceparent,\n         set_config('queue.tracestate', coalesce(:tracestate::text, ''), true) as tracestate\n),\nenqueued as materialized (\n  select queues.enqueue(\n    :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,\n    :resourceKey::text, :maxAttempts::integer, _depends_on => :dependsOn::bigint[]\n  ) as task_id\n    from context\n),\ncleared as materialized (\n  select set_config('queue.traceparent', '', true), set_config('queue.tracestate', '', true) from enqueued\n)\nselect e.task_id as \"taskId!\" from enqueued e, cleared"};
+const taskEnqueueTracedIR: any = {"usedParamSet":{"traceparent":true,"tracestate":true,"taskType":true,"payload":true,"scheduledAt":true,"priority":true,"resourceKey":true,"maxAttempts":true,"dependsOn":true,"groupKey":true},"params":[{"name":"traceparent","required":true,"transform":{"type":"scalar"},"locs":[{"a":72,"b":84}]},{"name":"tracestate","required":false,"transform":{"type":"scalar"},"locs":[{"a":164,"b":174}]},{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":267,"b":276}]},{"name":"payload","required":true,"transform":{"type":"scalar"},"locs":[{"a":285,"b":293}]},{"name":"scheduledAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":303,"b":314}]},{"name":"priority","required":false,"transform":{"type":"scalar"},"locs":[{"a":330,"b":338}]},{"name":"resourceKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":354,"b":365}]},{"name":"maxAttempts","required":false,"transform":{"type":"scalar"},"locs":[{"a":374,"b":385}]},{"name":"dependsOn","required":false,"transform":{"type":"scalar"},"locs":[{"a":412,"b":421}]},{"name":"groupKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":452,"b":460}]}],"statement":"with context as materialized (\n  select set_config('queue.traceparent', :traceparent!::text, true) as traceparent,\n         set_config('queue.tracestate', coalesce(:tracestate::text, ''), true) as tracestate\n),\nenqueued as materialized (\n  select queues.enqueue(\n    :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,\n    :resourceKey::text, :maxAttempts::integer, _depends_on => :dependsOn::bigint[],\n    _group_key => :groupKey::text\n  ) as task_id\n    from context\n),\ncleared as materialized (\n  select set_config('queue.traceparent', '', true), set_config('queue.tracestate', '', true) from enqueued\n)\nselect e.task_id as \"taskId!\" from enqueued e, cleared"};
 
 /**
  * Query generated from SQL:
@@ -191,7 +195,8 @@ const taskEnqueueTracedIR: any = {"usedParamSet":{"traceparent":true,"tracestate
  * enqueued as materialized (
  *   select queues.enqueue(
  *     :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
- *     :resourceKey::text, :maxAttempts::integer, _depends_on => :dependsOn::bigint[]
+ *     :resourceKey::text, :maxAttempts::integer, _depends_on => :dependsOn::bigint[],
+ *     _group_key => :groupKey::text
  *   ) as task_id
  *     from context
  * ),

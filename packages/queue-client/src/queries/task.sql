@@ -7,13 +7,14 @@
 /* @name TaskEnqueue */
 select queues.enqueue(
   :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
-  :resourceKey::text, :maxAttempts::integer, _depends_on => :dependsOn::bigint[]
+  :resourceKey::text, :maxAttempts::integer, _depends_on => :dependsOn::bigint[],
+  _group_key => :groupKey::text
 ) as "taskId!";
 
 /* @name TaskEnqueueAndCommit */
 call queues.enqueue_and_commit(
   :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
-  :resourceKey::text, :maxAttempts::integer
+  :resourceKey::text, :maxAttempts::integer, _group_key => :groupKey::text
 );
 
 /* @name TaskEnqueueUnique */
@@ -42,7 +43,8 @@ with context as materialized (
 enqueued as materialized (
   select queues.enqueue(
     :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
-    :resourceKey::text, :maxAttempts::integer, _depends_on => :dependsOn::bigint[]
+    :resourceKey::text, :maxAttempts::integer, _depends_on => :dependsOn::bigint[],
+    _group_key => :groupKey::text
   ) as task_id
     from context
 ),

@@ -1,6 +1,8 @@
 // @ts-check
 // #/queues — one queue per task type: claiming, paused or throttled by its provider, pending
 // counts, the live workers whose roles include it; pause and resume, clear a throttle.
+// Below, the flow limits (concurrency and rate, per task type and group key) with how
+// full each is; set and clear them.
 import { api, mutate } from '../lib/api-client.js';
 import { h, put, section, table } from '../lib/dom.js';
 import { main } from '../lib/page.js';
@@ -11,6 +13,8 @@ import { actionButton } from '../lib/session.js';
 export async function queues() {
   const out = h('p', { role: 'status', 'data-testid': 'action-result' });
   const list = h('div');
+  const limitList = h('div');
+  const limitForm = limitEditor(out, () => refresh());
   put(
     main,
     h('h1', {}, 'Queues'),
@@ -21,7 +25,48 @@ export async function queues() {
     ),
     out,
     section(null, list),
+    section(
+      'Flow limits',
+      h(
+        'p',
+        { class: 'muted' },
+        'At most N tasks running at once (concurrency) and at most N starts per interval (rate), for a task type as a whole, each group key of it, or one group key; honoured by every claim on every worker. Held back: tasks ready now that a full limit keeps waiting.',
+      ),
+      limitList,
+      limitForm,
+    ),
   );
+  /** @param {any} l a limit of GET /api/limits */
+  const limitRow = (l) =>
+    h(
+      'tr',
+      { 'data-testid': `limit-${l.task_type}-${l.scope}${l.group_key ? `-${l.group_key}` : ''}` },
+      h('td', {}, h('a', { href: `#/tasks?task_type=${l.task_type}` }, l.task_type)),
+      h('td', {}, l.scope === 'group' ? `group ${l.group_key}` : l.scope === 'each_group' ? 'each group key' : 'type'),
+      h('td', { class: 'num' }, l.max_running === null ? '—' : `${l.running} / ${l.max_running}`),
+      h(
+        'td',
+        { class: 'num' },
+        l.max_starts === null ? '—' : `${l.starts} / ${l.max_starts} per ${fmtInterval(l.interval_ms)}`,
+      ),
+      h('td', { class: 'num' }, l.held_back),
+      h('td', { class: 'muted small' }, fmtTime(l.set_at)),
+      h(
+        'td',
+        {},
+        actionButton(
+          'Clear',
+          { class: 'danger', 'data-testid': `clear-limit-${l.task_type}-${l.scope}` },
+          async () => {
+            const query = new URLSearchParams({ scope: l.scope, ...(l.group_key ? { group_key: l.group_key } : {}) });
+            await api(`/api/queues/${l.task_type}/limits?${query}`, { method: 'DELETE' });
+            await refresh();
+            return `${l.task_type}: limit cleared`;
+          },
+          out,
+        ),
+      ),
+    );
   /** @type {Map<string, any>} the throttles in force (GET /api/throttles), by task type */
   let throttles = new Map();
   /** @param {any} t a throttle of GET /api/throttles */
@@ -123,6 +168,90 @@ export async function queues() {
         'data-testid': 'queues',
       }),
     );
+    const limits = (await api('/api/limits')).limits;
+    put(
+      limitList,
+      limits.length
+        ? table(['task type', 'scope', 'running / max', 'starts / max', 'held back', 'set', ''], limits.map(limitRow), {
+            'data-testid': 'limits',
+          })
+        : h(
+            'p',
+            { class: 'muted', 'data-testid': 'limits' },
+            'No limits: every task type is claimed as fast as workers take it.',
+          ),
+    );
   }
   await live(refresh, PENDING_REFRESH_MS);
+}
+
+/** @param {number} ms */
+function fmtInterval(ms) {
+  if (ms % 3_600_000 === 0) return `${ms / 3_600_000} h`;
+  if (ms % 60_000 === 0) return `${ms / 60_000} min`;
+  if (ms % 1000 === 0) return `${ms / 1000} s`;
+  return `${ms} ms`;
+}
+
+/**
+ * The form that sets a flow limit (PUT /api/queues/:task_type/limits); the API checks it
+ * and its message shows on refusal.
+ * @param {HTMLElement} out
+ * @param {() => Promise<void>} refresh
+ */
+function limitEditor(out, refresh) {
+  /** @param {string} name @param {Record<string, string>} [attrs] */
+  const input = (name, attrs = {}) => h('input', { name, 'data-testid': `limit-${name}`, ...attrs });
+  const taskType = input('task_type', { placeholder: 'task type', required: 'required' });
+  const scope = h(
+    'select',
+    { name: 'scope', 'data-testid': 'limit-scope' },
+    h('option', { value: 'type' }, 'the type as a whole'),
+    h('option', { value: 'each_group' }, 'each group key'),
+    h('option', { value: 'group' }, 'one group key'),
+  );
+  const groupKey = input('group_key', { placeholder: 'group key (one group key only)' });
+  const maxRunning = input('max_running', { type: 'number', min: '1', placeholder: 'max running' });
+  const maxStarts = input('max_starts', { type: 'number', min: '1', placeholder: 'max starts' });
+  const intervalMs = input('interval_ms', { type: 'number', min: '1', placeholder: 'per interval (ms)' });
+  /** @param {HTMLElement} el */
+  const value = (el) => /** @type {HTMLInputElement} */ (el).value.trim();
+  /** @param {HTMLElement} el */
+  const number = (el) => (value(el) === '' ? null : Number(value(el)));
+  return h(
+    'form',
+    {
+      class: 'inline',
+      'data-testid': 'limit-form',
+      onsubmit: (/** @type {Event} */ e) => e.preventDefault(),
+    },
+    taskType,
+    scope,
+    groupKey,
+    maxRunning,
+    maxStarts,
+    intervalMs,
+    actionButton(
+      'Set limit',
+      { 'data-testid': 'set-limit' },
+      async () => {
+        const type = value(taskType);
+        const chosen = /** @type {HTMLSelectElement} */ (scope).value;
+        await api(`/api/queues/${encodeURIComponent(type)}/limits`, {
+          method: 'PUT',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({
+            scope: chosen,
+            ...(chosen === 'group' ? { group_key: value(groupKey) } : {}),
+            max_running: number(maxRunning),
+            max_starts: number(maxStarts),
+            interval_ms: number(intervalMs),
+          }),
+        });
+        await refresh();
+        return `${type}: limit set`;
+      },
+      out,
+    ),
+  );
 }

@@ -252,3 +252,102 @@ const queueThrottleClearIR: any = {"usedParamSet":{"keyKind":true,"key":true},"p
 export const queueThrottleClear = new PreparedQuery<IQueueThrottleClearParams,IQueueThrottleClearResult>(queueThrottleClearIR);
 
 
+/** 'LimitList' parameters type */
+export type ILimitListParams = void;
+
+/** 'LimitList' return type */
+export interface ILimitListResult {
+  groupKey: string | null;
+  heldBack: string;
+  intervalMs: number | null;
+  maxRunning: number | null;
+  maxStarts: number | null;
+  running: string;
+  scope: string;
+  setAt: Date;
+  starts: string;
+  taskType: string;
+}
+
+/** 'LimitList' query type */
+export interface ILimitListQuery {
+  params: ILimitListParams;
+  result: ILimitListResult;
+}
+
+const limitListIR: any = {"usedParamSet":{},"params":[],"statement":"select l.task_type as \"taskType!\", l.scope as \"scope!\", l.group_key as \"groupKey\", l.max_running as \"maxRunning\",\n       l.max_starts as \"maxStarts\", l.interval_ms as \"intervalMs\", l.set_at as \"setAt!\", l.running as \"running!\",\n       l.starts as \"starts!\", l.held_back as \"heldBack!\"\n  from admin.task_limits() l"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select l.task_type as "taskType!", l.scope as "scope!", l.group_key as "groupKey", l.max_running as "maxRunning",
+ *        l.max_starts as "maxStarts", l.interval_ms as "intervalMs", l.set_at as "setAt!", l.running as "running!",
+ *        l.starts as "starts!", l.held_back as "heldBack!"
+ *   from admin.task_limits() l
+ * ```
+ */
+export const limitList = new PreparedQuery<ILimitListParams,ILimitListResult>(limitListIR);
+
+
+/** 'LimitSet' parameters type */
+export interface ILimitSetParams {
+  groupKey?: string | null | void;
+  intervalMs?: number | null | void;
+  maxRunning?: number | null | void;
+  maxStarts?: number | null | void;
+  scope: string;
+  taskType: string;
+}
+
+/** 'LimitSet' return type */
+export interface ILimitSetResult {
+  ok: undefined | null;
+}
+
+/** 'LimitSet' query type */
+export interface ILimitSetQuery {
+  params: ILimitSetParams;
+  result: ILimitSetResult;
+}
+
+const limitSetIR: any = {"usedParamSet":{"taskType":true,"scope":true,"groupKey":true,"maxRunning":true,"maxStarts":true,"intervalMs":true},"params":[{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":28,"b":37}]},{"name":"scope","required":true,"transform":{"type":"scalar"},"locs":[{"a":46,"b":52}]},{"name":"groupKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":61,"b":69}]},{"name":"maxRunning","required":false,"transform":{"type":"scalar"},"locs":[{"a":78,"b":88}]},{"name":"maxStarts","required":false,"transform":{"type":"scalar"},"locs":[{"a":128,"b":137}]},{"name":"intervalMs","required":false,"transform":{"type":"scalar"},"locs":[{"a":149,"b":159}]}],"statement":"select admin.set_task_limit(:taskType!::text, :scope!::text, :groupKey::text, :maxRunning::integer,\n                            :maxStarts::integer, :intervalMs::integer) as \"ok\""};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select admin.set_task_limit(:taskType!::text, :scope!::text, :groupKey::text, :maxRunning::integer,
+ *                             :maxStarts::integer, :intervalMs::integer) as "ok"
+ * ```
+ */
+export const limitSet = new PreparedQuery<ILimitSetParams,ILimitSetResult>(limitSetIR);
+
+
+/** 'LimitClear' parameters type */
+export interface ILimitClearParams {
+  groupKey?: string | null | void;
+  scope: string;
+  taskType: string;
+}
+
+/** 'LimitClear' return type */
+export interface ILimitClearResult {
+  cleared: boolean;
+}
+
+/** 'LimitClear' query type */
+export interface ILimitClearQuery {
+  params: ILimitClearParams;
+  result: ILimitClearResult;
+}
+
+const limitClearIR: any = {"usedParamSet":{"taskType":true,"scope":true,"groupKey":true},"params":[{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":30,"b":39}]},{"name":"scope","required":true,"transform":{"type":"scalar"},"locs":[{"a":48,"b":54}]},{"name":"groupKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":63,"b":71}]}],"statement":"select admin.clear_task_limit(:taskType!::text, :scope!::text, :groupKey::text) as \"cleared!\""};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select admin.clear_task_limit(:taskType!::text, :scope!::text, :groupKey::text) as "cleared!"
+ * ```
+ */
+export const limitClear = new PreparedQuery<ILimitClearParams,ILimitClearResult>(limitClearIR);
+
+

@@ -1,5 +1,5 @@
 /*
-  Queue controls and workers, through the admin functions (sql/admin/queue_controls.sql,
+  Queue controls, flow limits and workers, through the admin functions (sql/admin/queue_controls.sql, sql/admin/limits.sql,
   sql/admin/workers.sql).
 */
 
@@ -35,3 +35,16 @@ select t.key_kind as "keyKind!", t.key as "key!", t.throttled_until as "throttle
 
 /* @name QueueThrottleClear */
 select admin.clear_throttle(:keyKind!::text, :key!::text) as "cleared!";
+
+/* @name LimitList */
+select l.task_type as "taskType!", l.scope as "scope!", l.group_key as "groupKey", l.max_running as "maxRunning",
+       l.max_starts as "maxStarts", l.interval_ms as "intervalMs", l.set_at as "setAt!", l.running as "running!",
+       l.starts as "starts!", l.held_back as "heldBack!"
+  from admin.task_limits() l;
+
+/* @name LimitSet */
+select admin.set_task_limit(:taskType!::text, :scope!::text, :groupKey::text, :maxRunning::integer,
+                            :maxStarts::integer, :intervalMs::integer) as "ok";
+
+/* @name LimitClear */
+select admin.clear_task_limit(:taskType!::text, :scope!::text, :groupKey::text) as "cleared!";
