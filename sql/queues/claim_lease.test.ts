@@ -93,7 +93,7 @@ describe('a claim', () => {
       ...(
         await settle(
           ids,
-          ids.map(() => leaseId!),
+          ids.map(() => leaseId),
         )
       ).values(),
     ]).toEqual(Array(5).fill('completed'));
