@@ -3017,7 +3017,8 @@ create table queues.throttle (
 );
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
-comment on table queues.throttle is 'Append-only: a provider refused work of key (a task type) until throttled_until (a 429, a Retry-After, a quota error). Claims leave the key''s tasks while one of its reports not cleared is in force (queues.throttled_task_types_at).';
+comment on column queues.throttle.key_kind is '''task_type'': key is a task type (a channel such as email). ''group'': key is a group key (queues.task.group_key); the tasks of every type carrying it wait.';
+comment on table queues.throttle is 'Append-only: a provider refused work of key (a task type, key_kind task_type; a group key, key_kind group) until throttled_until (a 429, a Retry-After, a quota error). Claims leave the key''s tasks while one of its reports not cleared is in force (queues.throttled_keys_at).';
 CREATE INDEX throttle_lease_idx ON queues.throttle USING btree (task_lease_id) WHERE (task_lease_id IS NOT NULL);
 CREATE UNIQUE INDEX throttle_pkey ON queues.throttle USING btree (throttle_id);
 CREATE INDEX throttle_until_idx ON queues.throttle USING btree (throttled_until) INCLUDE (key_kind, key, throttle_id);
@@ -9986,6 +9987,8 @@ AS $function$
 declare
   _worker_key integer;
   _throttled text[];
+  -- Provider back-pressure per group key: the group keys throttled at _now ('{}': none).
+  _throttled_groups text[];
   -- Flow limits: the types asked for (NULL: any) and, of them, the limited types this
   -- claim holds the lock of, with their rules (sql/queues/limits.sql).
   _types      text[];
@@ -10022,12 +10025,14 @@ begin
   -- A lease names its worker by key (queues.worker_name: each worker id kept once, an
   -- integer on every lease instead of the id's text). One probe of the id's unique index.
   -- Provider back-pressure (sql/queues/throttle.sql): the task types throttled at _now
-  -- are left out of the types both branches below scan. One probe of throttle_until_idx
-  -- per claim, which reads no row while no throttle is active; nothing per task.
+  -- are left out of the types both branches below scan, and the tasks of the group keys
+  -- throttled at _now (of any type) out of what they find. One probe of
+  -- throttle_until_idx per claim (queues.throttled_keys_at), which reads no row while no
+  -- throttle is active; nothing per task while no group key is throttled.
   -- Flow limits (sql/queues/limits.sql, the body of queues.task_limits): the rules in
   -- force for the types asked for and not throttled. None (the common case): the claim
   -- below runs with _limited empty, which its limit steps read as "nothing to do".
-  select w.worker_key, th.types,
+  select w.worker_key, th.task_types, th.group_keys,
          coalesce((select jsonb_agg(to_jsonb(l))
                      from (select l.task_type, l.scope, l.group_key, l.max_running, l.max_starts,
                                   l.interval_ms, l.set_at
@@ -10036,10 +10041,10 @@ begin
                                     order by s.task_type, s.scope, s.group_key, s.task_limit_set_id desc) l
                             where (l.max_running is not null or l.max_starts is not null)
                               and (_task_types is null or l.task_type = any (_task_types))
-                              and not (l.task_type = any (th.types))
+                              and not (l.task_type = any (th.task_types))
                             order by l.task_type, l.scope, l.group_key) l), '[]')
-    into _worker_key, _throttled, _rules
-    from (select queues.throttled_task_types_at(_now) as types) th
+    into _worker_key, _throttled, _throttled_groups, _rules
+    from queues.throttled_keys_at(_now) th
     left join queues.worker_name w on w.worker_id = _worker_id;
   if _rules <> '[]'::jsonb then
     _limited := array(select distinct r ->> 'task_type' from jsonb_array_elements(_rules) r order by 1);
@@ -10154,6 +10159,9 @@ begin
           -- Flow limits: group keys without room wait (_full, empty without limits).
           and (cardinality(_full) = 0 or p.group_key is null
                or not (p.task_type || chr(31) || p.group_key = any (_full)))
+          -- Throttled group keys wait (_throttled_groups, empty while none is throttled).
+          and (cardinality(_throttled_groups) = 0 or p.group_key is null
+               or not (p.group_key = any (_throttled_groups)))
           -- Tasks whose resource key another task holds wait (the upsert below decides).
           and (p.resource_key is null or not exists (
                 select 1 from queues.resource_lease r
@@ -10178,6 +10186,9 @@ begin
            -- Flow limits: group keys without room wait (_full, empty without limits).
            and (cardinality(_full) = 0 or p.group_key is null
                 or not (p.task_type || chr(31) || p.group_key = any (_full)))
+           -- Throttled group keys wait (_throttled_groups, empty while none is throttled).
+           and (cardinality(_throttled_groups) = 0 or p.group_key is null
+                or not (p.group_key = any (_throttled_groups)))
            and (p.resource_key is null or not exists (
                  select 1 from queues.resource_lease r
                   where r.resource_key = p.resource_key and r.expires_at > _now and r.task_id <> p.task_id))
@@ -10462,9 +10473,12 @@ begin
   if _key_kind is null or _key is null or _cleared_by is null then
     raise exception 'key_kind, key and cleared_by must not be null' using errcode = '22004';
   end if;
-  if _key_kind <> 'task_type' then
-    raise exception 'key_kind must be ''task_type'', got %', quote_literal(left(_key_kind, 100))
+  if _key_kind not in ('task_type', 'group') then
+    raise exception 'key_kind must be ''task_type'' or ''group'', got %', quote_literal(left(_key_kind, 100))
       using errcode = '22023';
+  end if;
+  if _key_kind = 'group' and (btrim(_key) = '' or length(_key) > 200) then
+    raise exception 'group key must be 1 to 200 characters, not blank' using errcode = '22023';
   end if;
   if length(_cleared_by) not between 1 and 200 then
     raise exception 'cleared_by must be 1 to 200 characters' using errcode = '22023';
@@ -13026,15 +13040,31 @@ begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
   end if;
-  if _key_kind is null or _key is null then
+  if _key_kind is null or (_key is null and not (_key_kind = 'group' and _task_id is not null)) then
     raise exception 'key_kind and key must not be null' using errcode = '22004';
   end if;
-  if _key_kind <> 'task_type' then
-    raise exception 'key_kind must be ''task_type'', got %', quote_literal(left(_key_kind, 100))
+  if _key_kind not in ('task_type', 'group') then
+    raise exception 'key_kind must be ''task_type'' or ''group'', got %', quote_literal(left(_key_kind, 100))
       using errcode = '22023';
   end if;
-  if not exists (select 1 from queues.task_type t where t.task_type = _key) then
-    raise exception 'unknown task type %', quote_literal(left(_key, 100)) using errcode = '23503';
+  if _key_kind = 'task_type' then
+    if not exists (select 1 from queues.task_type t where t.task_type = _key) then
+      raise exception 'unknown task type %', quote_literal(left(_key, 100)) using errcode = '23503';
+    end if;
+  else
+    if _key is null then
+      -- The group key of the run's task.
+      select t.group_key into _key from queues.task t where t.task_id = _task_id limit 1;
+      if not found then
+        raise exception 'unknown task %', _task_id using errcode = '23503';
+      end if;
+      if _key is null then
+        raise exception 'task % has no group key to throttle', _task_id using errcode = '22023';
+      end if;
+    end if;
+    if btrim(_key) = '' or length(_key) > 200 then
+      raise exception 'group key must be 1 to 200 characters, not blank' using errcode = '22023';
+    end if;
   end if;
   if (_until is null) = (_retry_after_seconds is null) then
     raise exception 'give exactly one of until and retry_after_seconds' using errcode = '22023';
@@ -14400,23 +14430,23 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.throttled_task_types_at(_now timestamp with time zone)
- RETURNS text[]
+CREATE OR REPLACE FUNCTION queues.throttled_keys_at(_now timestamp with time zone)
+ RETURNS TABLE(task_types text[], group_keys text[])
  LANGUAGE sql
- STABLE
+ STABLE ROWS 1
  SET search_path TO 'pg_catalog', 'pg_temp'
  SET plan_cache_mode TO 'force_generic_plan'
  SET enable_seqscan TO 'off'
 AS $function$
-  select coalesce(array_agg(distinct a.key), '{}')
+  select coalesce(array_agg(distinct a.key) filter (where a.key_kind = 'task_type'), '{}'),
+         coalesce(array_agg(distinct a.key) filter (where a.key_kind = 'group'), '{}')
     from queues.throttle a
    where a.throttled_until > _now
-     and a.key_kind = 'task_type'
      and (select true from queues.throttle_cleared c
            where c.key_kind = a.key_kind and c.key = a.key and c.last_throttle_id >= a.throttle_id
            limit 1) is null
 $function$;
-  -- queues.throttled_task_types_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- queues.throttled_keys_at(_now timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.throttled_until(_key_kind text, _key text)

@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '@org/testing';
 
-const allowlist = JSON.parse(readFileSync(new URL('./role-allowlist.json', import.meta.url), 'utf8')) as Record<
+const allowlist = JSON.parse(readFileSync(new URL('./database-user-grants.json', import.meta.url), 'utf8')) as Record<
   'worker' | 'app' | 'api' | 'worker_only_task_types' | 'api_views',
   string[]
 >;
@@ -22,7 +22,7 @@ const OURS = `n.nspname not in ('pg_catalog', 'information_schema', 'pg_toast', 
               and n.nspname not like 'pg\\_temp\\_%' and n.nspname not like 'pg\\_toast\\_temp\\_%'`;
 
 describe.each(['worker', 'app', 'api'] as const)('%s database user', (dbUser) => {
-  it('has no privilege on any table, view or sequence but SELECT on the views of sql/role-allowlist.json', async () => {
+  it('has no privilege on any table, view or sequence but SELECT on the views of sql/database-user-grants.json', async () => {
     const { rows } = await db.query(
       `select format('%I.%I', n.nspname, c.relname) as relation, c.relkind
          from pg_class c join pg_namespace n on n.oid = c.relnamespace
@@ -48,7 +48,7 @@ describe.each(['worker', 'app', 'api'] as const)('%s database user', (dbUser) =>
     await expect(db.pool(dbUser).query('select * from queues.task limit 1')).rejects.toMatchObject({ code: '42501' });
   });
 
-  it('may execute exactly the functions in sql/role-allowlist.json', async () => {
+  it('may execute exactly the functions in sql/database-user-grants.json', async () => {
     const { rows } = await db.query<{ fn: string }>(
       `select p.oid::regprocedure::text as fn
          from pg_proc p join pg_namespace n on n.oid = p.pronamespace
@@ -71,7 +71,7 @@ describe.each(['worker', 'app', 'api'] as const)('%s database user', (dbUser) =>
 });
 
 describe.each(['app', 'api'] as const)('%s database user and task types', (dbUser) => {
-  it('may enqueue every task type but the worker-only ones of sql/role-allowlist.json', async () => {
+  it('may enqueue every task type but the worker-only ones of sql/database-user-grants.json', async () => {
     const types = (await db.query<{ task_type: string }>('select task_type from queues.task_type order by 1')).rows.map(
       (r) => r.task_type,
     );

@@ -3,8 +3,8 @@ set local lock_timeout = '5s';
 -- channel (task type), honoured by every claim, read by supervisors and the REST API.
 create table if not exists queues.throttle (
   throttle_id     bigint generated always as identity primary key,
-  -- 'task_type': key is a task type (a channel such as 'email'). 'group' is admitted for
-  -- group keys; queues.record_throttle refuses it until tasks carry one.
+  -- 'task_type': key is a task type (a channel such as 'email'); 'group': key is a group
+  -- key (tasks' group_key: a tenant, a provider account).
   key_kind        text not null check (key_kind in ('task_type', 'group')),
   key             text not null check (length(key) between 1 and 200),
   throttled_until timestamptz not null,

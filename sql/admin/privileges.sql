@@ -1,6 +1,6 @@
 -- Who may call what in admin. The operations API (:DATABASE_API) has no table or view
 -- privileges: it reads and acts through the security definer functions below, plus
--- queues.enqueue to create tasks. Every grant is listed in sql/role-allowlist.json ("api").
+-- queues.enqueue to create tasks. Every grant is listed in sql/database-user-grants.json ("api").
 -- The *_at functions take the clock and stay owner only.
 
 revoke all on all tables in schema admin from public;

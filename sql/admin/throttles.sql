@@ -21,8 +21,10 @@ as $$
 $$;
 
 -- Clears the throttle of a key now (queues.clear_throttle), as the REST API: its tasks are
--- claimed again at once. Returns whether one was in force. An unknown task type is
--- 23503, a kind other than 'task_type' 22023, a NULL 22004; nothing is written then.
+-- claimed again at once. Returns whether one was in force (a group key no throttle names:
+-- false). An unknown task type is 23503, a kind other than 'task_type' or 'group' or a
+-- group key blank or longer than 200 characters 22023, a NULL 22004; nothing is written
+-- then.
 create or replace function admin.clear_throttle(_key_kind text, _key text)
   returns boolean
   language plpgsql volatile

@@ -15,7 +15,7 @@ grant execute on function
 to :DATABASE_WORKER;
 
 -- The files service asks before signing (sql/files/signing.sql), through
--- internal.run_function as the worker role, which deletes files anyway.
+-- internal.run_function as the worker database user, which deletes files anyway.
 grant execute on function files.check_file_delete_signing(jsonb) to :DATABASE_WORKER;
 select internal.register_runnable_function('files.check_file_delete_signing(jsonb)');
 

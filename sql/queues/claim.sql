@@ -69,6 +69,8 @@ as $$
 declare
   _worker_key integer;
   _throttled text[];
+  -- Provider back-pressure per group key: the group keys throttled at _now ('{}': none).
+  _throttled_groups text[];
   -- Flow limits: the types asked for (NULL: any) and, of them, the limited types this
   -- claim holds the lock of, with their rules (sql/queues/limits.sql).
   _types      text[];
@@ -105,12 +107,14 @@ begin
   -- A lease names its worker by key (queues.worker_name: each worker id kept once, an
   -- integer on every lease instead of the id's text). One probe of the id's unique index.
   -- Provider back-pressure (sql/queues/throttle.sql): the task types throttled at _now
-  -- are left out of the types both branches below scan. One probe of throttle_until_idx
-  -- per claim, which reads no row while no throttle is active; nothing per task.
+  -- are left out of the types both branches below scan, and the tasks of the group keys
+  -- throttled at _now (of any type) out of what they find. One probe of
+  -- throttle_until_idx per claim (queues.throttled_keys_at), which reads no row while no
+  -- throttle is active; nothing per task while no group key is throttled.
   -- Flow limits (sql/queues/limits.sql, the body of queues.task_limits): the rules in
   -- force for the types asked for and not throttled. None (the common case): the claim
   -- below runs with _limited empty, which its limit steps read as "nothing to do".
-  select w.worker_key, th.types,
+  select w.worker_key, th.task_types, th.group_keys,
          coalesce((select jsonb_agg(to_jsonb(l))
                      from (select l.task_type, l.scope, l.group_key, l.max_running, l.max_starts,
                                   l.interval_ms, l.set_at
@@ -119,10 +123,10 @@ begin
                                     order by s.task_type, s.scope, s.group_key, s.task_limit_set_id desc) l
                             where (l.max_running is not null or l.max_starts is not null)
                               and (_task_types is null or l.task_type = any (_task_types))
-                              and not (l.task_type = any (th.types))
+                              and not (l.task_type = any (th.task_types))
                             order by l.task_type, l.scope, l.group_key) l), '[]')
-    into _worker_key, _throttled, _rules
-    from (select queues.throttled_task_types_at(_now) as types) th
+    into _worker_key, _throttled, _throttled_groups, _rules
+    from queues.throttled_keys_at(_now) th
     left join queues.worker_name w on w.worker_id = _worker_id;
   if _rules <> '[]'::jsonb then
     _limited := array(select distinct r ->> 'task_type' from jsonb_array_elements(_rules) r order by 1);
@@ -237,6 +241,9 @@ begin
           -- Flow limits: group keys without room wait (_full, empty without limits).
           and (cardinality(_full) = 0 or p.group_key is null
                or not (p.task_type || chr(31) || p.group_key = any (_full)))
+          -- Throttled group keys wait (_throttled_groups, empty while none is throttled).
+          and (cardinality(_throttled_groups) = 0 or p.group_key is null
+               or not (p.group_key = any (_throttled_groups)))
           -- Tasks whose resource key another task holds wait (the upsert below decides).
           and (p.resource_key is null or not exists (
                 select 1 from queues.resource_lease r
@@ -261,6 +268,9 @@ begin
            -- Flow limits: group keys without room wait (_full, empty without limits).
            and (cardinality(_full) = 0 or p.group_key is null
                 or not (p.task_type || chr(31) || p.group_key = any (_full)))
+           -- Throttled group keys wait (_throttled_groups, empty while none is throttled).
+           and (cardinality(_throttled_groups) = 0 or p.group_key is null
+                or not (p.group_key = any (_throttled_groups)))
            and (p.resource_key is null or not exists (
                  select 1 from queues.resource_lease r
                   where r.resource_key = p.resource_key and r.expires_at > _now and r.task_id <> p.task_id))

@@ -1,4 +1,4 @@
--- Who may call what in queues. Roles come from placeholders (see .gmrc):
+-- Who may call what in queues. Database users come from placeholders (see .gmrc):
 --   :DATABASE_WORKER  the worker: claim (and ask when the next scheduled task is due),
 --                     extend and release leases, complete, fail, interrupt (a transient
 --                     error).

@@ -81,7 +81,7 @@ as $$
 $$;
 
 -- Grants for the functions above (kept with them so this concern stays in one file;
--- listed in sql/role-allowlist.json).
+-- listed in sql/database-user-grants.json).
 revoke execute on function
   queues.assert_current_lease(bigint, bigint),
   queues.record_task_result(bigint, bigint, jsonb),

@@ -1,9 +1,10 @@
 -- Provider back-pressure as a fact: "throttled until T". A processor whose provider
 -- answered 429, a Retry-After or a quota error throws a ThrottledError; its worker records
 -- it here (queues.record_throttle) and gives the task back uncounted. Every claim leaves
--- out the task types throttled at its clock (queues.throttled_task_types_at, one probe of
--- throttle_until_idx per claim, nothing per row), so that channel's tasks wait on every
--- worker until T; supervisors read queues.throttled_until (a channel process's facts
+-- out the task types and the group keys throttled at its clock (queues.throttled_keys_at,
+-- one probe of throttle_until_idx per claim, nothing per row while no group key is
+-- throttled), so that channel's, or that tenant's or provider account's, tasks wait on
+-- every worker until T; supervisors read queues.throttled_until (a channel process's facts
 -- expose it); an operator reads and clears throttles through admin.list_throttles and
 -- admin.clear_throttle.
 --
@@ -11,9 +12,10 @@
 -- (key_kind, key, throttled_until, reason, who, the lease whose call was refused), and
 -- queues.throttle_cleared, an operator's clear of a key's throttles recorded so far. A
 -- key's throttle is active while one of its reports not cleared has throttled_until
--- after now; the latest such T is the key's. key_kind 'task_type' (a channel, such as
--- 'email') is the kind there is; the table also admits 'group' for group keys, which
--- queues.record_throttle refuses until tasks carry one.
+-- after now; the latest such T is the key's. key_kind 'task_type': a channel, such as
+-- 'email' (its tasks wait). key_kind 'group': a group key (queues.task.group_key, a tenant
+-- or a provider account; the key of flow limits): the tasks of every type that carry it
+-- wait.
 
 -- The longest a throttle may last: a provider asking for longer is held to this, and the
 -- worker reports again when it still refuses.
@@ -23,9 +25,11 @@ create or replace function queues.max_throttle_seconds()
   set search_path = pg_catalog, pg_temp
 as $$ select 86400 $$;
 
--- Records that _key (a task type, key_kind 'task_type') is throttled until _until, or for
--- _retry_after_seconds from _now (exactly one of the two), with _reason (1 to 500
--- characters) and who reported it (_recorded_by: a worker id, 1 to 200 characters).
+-- Records that _key (a task type, key_kind 'task_type'; or a group key, key_kind 'group')
+-- is throttled until _until, or for _retry_after_seconds from _now (exactly one of the
+-- two), with _reason (1 to 500 characters) and who reported it (_recorded_by: a worker
+-- id, 1 to 200 characters). A group key is 1 to 200 characters, not blank; with
+-- key_kind 'group', a NULL _key and a task (_task_id), the key is that task's group key.
 -- With _task_id and _task_lease_id (the run whose provider call was refused), that lease
 -- is released in the same transaction, as queues.release_leases does: the task is
 -- claimable again at once (the claim holds it back while the throttle lasts), and
@@ -34,10 +38,12 @@ as $$ select 86400 $$;
 -- started (internal.provider_call_start: the provider refused it).
 -- Returns the result ('recorded' without a task, 'released', 'lease_lost' when the lease
 -- is no longer current: the throttle is recorded anyway) and the throttle's end.
--- Bad input writes nothing: NULLs 22004; an unknown task type 23503; a kind other than
--- 'task_type', both or neither of _until and _retry_after_seconds, a T not after _now or
--- more than queues.max_throttle_seconds() after it, a reason or name out of bounds,
--- one of the task ids without the other: 22023.
+-- Bad input writes nothing: NULLs 22004; an unknown task type, or a group throttle of the
+-- task's group key for a task that is not known, 23503; a kind other than 'task_type' or
+-- 'group', a group key blank or out of bounds, a task without a group key asked to
+-- throttle its group, both or neither of _until and _retry_after_seconds, a T not after
+-- _now or more than queues.max_throttle_seconds() after it, a reason or name out of
+-- bounds, one of the task ids without the other: 22023.
 create or replace function queues.record_throttle_at(
   _now                 timestamptz,
   _key_kind            text,
@@ -59,15 +65,31 @@ begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
   end if;
-  if _key_kind is null or _key is null then
+  if _key_kind is null or (_key is null and not (_key_kind = 'group' and _task_id is not null)) then
     raise exception 'key_kind and key must not be null' using errcode = '22004';
   end if;
-  if _key_kind <> 'task_type' then
-    raise exception 'key_kind must be ''task_type'', got %', quote_literal(left(_key_kind, 100))
+  if _key_kind not in ('task_type', 'group') then
+    raise exception 'key_kind must be ''task_type'' or ''group'', got %', quote_literal(left(_key_kind, 100))
       using errcode = '22023';
   end if;
-  if not exists (select 1 from queues.task_type t where t.task_type = _key) then
-    raise exception 'unknown task type %', quote_literal(left(_key, 100)) using errcode = '23503';
+  if _key_kind = 'task_type' then
+    if not exists (select 1 from queues.task_type t where t.task_type = _key) then
+      raise exception 'unknown task type %', quote_literal(left(_key, 100)) using errcode = '23503';
+    end if;
+  else
+    if _key is null then
+      -- The group key of the run's task.
+      select t.group_key into _key from queues.task t where t.task_id = _task_id limit 1;
+      if not found then
+        raise exception 'unknown task %', _task_id using errcode = '23503';
+      end if;
+      if _key is null then
+        raise exception 'task % has no group key to throttle', _task_id using errcode = '22023';
+      end if;
+    end if;
+    if btrim(_key) = '' or length(_key) > 200 then
+      raise exception 'group key must be 1 to 200 characters, not blank' using errcode = '22023';
+    end if;
   end if;
   if (_until is null) = (_retry_after_seconds is null) then
     raise exception 'give exactly one of until and retry_after_seconds' using errcode = '22023';
@@ -178,29 +200,32 @@ as $$
   select * from queues.active_throttles_at(now())
 $$;
 
--- The task types throttled at _now, for the claim (queues.claim_tasks_at): '{}' when none
--- is (one probe of throttle_until_idx that finds nothing: the common case). Planned once
--- per connection with no sequential scan, so that a plan made while the table was empty
--- never reads the whole table later.
-create or replace function queues.throttled_task_types_at(_now timestamptz)
-  returns text[]
+-- The task types and the group keys throttled at _now, for the claim's prelude
+-- (queues.claim_tasks_at): one probe of throttle_until_idx, which reads no row while no
+-- throttle is active (the common case: '{}' and '{}'). Planned once per connection with
+-- no sequential scan, so that a plan made while the table was empty never reads the
+-- whole table later.
+create or replace function queues.throttled_keys_at(_now timestamptz)
+  returns table (task_types text[], group_keys text[])
   language sql stable
+  rows 1
   set search_path = pg_catalog, pg_temp
   set plan_cache_mode = force_generic_plan
   set enable_seqscan = off
 as $$
-  select coalesce(array_agg(distinct a.key), '{}')
+  select coalesce(array_agg(distinct a.key) filter (where a.key_kind = 'task_type'), '{}'),
+         coalesce(array_agg(distinct a.key) filter (where a.key_kind = 'group'), '{}')
     from queues.throttle a
    where a.throttled_until > _now
-     and a.key_kind = 'task_type'
      and (select true from queues.throttle_cleared c
            where c.key_kind = a.key_kind and c.key = a.key and c.last_throttle_id >= a.throttle_id
            limit 1) is null
 $$;
 
--- Until when _key (of _key_kind, 'task_type' for a channel) is throttled now, or NULL when
--- it is not: what a supervisor reads to decide (send by another channel, wait, stop
--- retrying). A channel process's facts carry it for its channel.
+-- Until when _key (of _key_kind: 'task_type' for a channel, 'group' for a group key) is
+-- throttled now, or NULL when it is not: what a supervisor reads to decide (send by
+-- another channel, wait, stop retrying). A channel process's facts carry it for its
+-- channel.
 create or replace function queues.throttled_until(_key_kind text, _key text)
   returns timestamptz
   language sql stable
@@ -220,8 +245,9 @@ $$;
 -- Clears the throttles of _key recorded so far (an operator who knows the provider is
 -- back), as a fact: claims take the key's tasks again at once; a report after the clear
 -- throttles it again. Returns whether a throttle was active. Owner only; the REST API
--- calls admin.clear_throttle. Bad input (NULLs 22004, a kind other than 'task_type' or a
--- name out of bounds 22023) writes nothing; nothing is written when no throttle is active.
+-- calls admin.clear_throttle. Bad input (NULLs 22004, a kind other than 'task_type' or
+-- 'group', a group key blank or out of bounds, a name out of bounds 22023) writes
+-- nothing; nothing is written when no throttle is active.
 create or replace function queues.clear_throttle(_key_kind text, _key text, _cleared_by text)
   returns boolean
   language plpgsql volatile
@@ -234,9 +260,12 @@ begin
   if _key_kind is null or _key is null or _cleared_by is null then
     raise exception 'key_kind, key and cleared_by must not be null' using errcode = '22004';
   end if;
-  if _key_kind <> 'task_type' then
-    raise exception 'key_kind must be ''task_type'', got %', quote_literal(left(_key_kind, 100))
+  if _key_kind not in ('task_type', 'group') then
+    raise exception 'key_kind must be ''task_type'' or ''group'', got %', quote_literal(left(_key_kind, 100))
       using errcode = '22023';
+  end if;
+  if _key_kind = 'group' and (btrim(_key) = '' or length(_key) > 200) then
+    raise exception 'group key must be 1 to 200 characters, not blank' using errcode = '22023';
   end if;
   if length(_cleared_by) not between 1 and 200 then
     raise exception 'cleared_by must be 1 to 200 characters' using errcode = '22023';

@@ -93,7 +93,7 @@ describe('recording a throttle', () => {
 
   it('refuses bad input with a clear error and writes nothing', async () => {
     const cases: [Parameters<typeof record>[0], string, RegExp][] = [
-      [{ kind: 'group' }, '22023', /key_kind must be 'task_type'/],
+      [{ kind: 'tenant' }, '22023', /key_kind must be 'task_type' or 'group'/],
       [{ key: 'no_such_type' }, '23503', /unknown task type 'no_such_type'/],
       [{ retryAfter: null }, '22023', /exactly one of until and retry_after_seconds/],
       [{ until: '2999-01-01T00:00:00Z' }, '22023', /exactly one of until and retry_after_seconds/],
@@ -212,7 +212,7 @@ describe('the claim holds back a throttled type until T, on every claimer', () =
       code: '23503',
       message: expect.stringContaining("unknown task type 'nope'"),
     });
-    await expect(db.pool('api').query(`select admin.clear_throttle('group', 'acme')`)).rejects.toMatchObject({
+    await expect(db.pool('api').query(`select admin.clear_throttle('tenant', 'acme')`)).rejects.toMatchObject({
       code: '22023',
     });
     expect(Number((await db.query('select count(*) as n from queues.throttle_cleared')).rows[0].n)).toBe(1);

@@ -34,5 +34,5 @@ for (const [path, content] of Object.entries(files)) {
   process.stdout.write(`wrote ${path}\n`);
 }
 process.stdout.write(
-  'Next: fill in the DECIDE parts, add the grants to sql/role-allowlist.json, register a processor for the channel in the worker, and run npm run dev.\n',
+  'Next: fill in the DECIDE parts, add the grants to sql/database-user-grants.json, register a processor for the channel in the worker, and run npm run dev.\n',
 );

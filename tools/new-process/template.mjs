@@ -139,7 +139,7 @@ $$;
 `;
 
   const privileges = `-- Who may call what in ${S}: the worker runs the supervisor and handlers (granted and
--- registered); apps call the kickoff. Add every grant to sql/role-allowlist.json.
+-- registered); apps call the kickoff. Add every grant to sql/database-user-grants.json.
 revoke all on all tables in schema ${S} from public;
 revoke all on all sequences in schema ${S} from public;
 revoke execute on all functions in schema ${S} from public;

@@ -4,12 +4,16 @@ import type { Queryable } from './connection.js';
 import { mapErrors } from './errors.js';
 import type { Id } from './tasks.js';
 
-/** What a throttle is kept for: a task type (a channel such as `email`). */
-export type ThrottleKeyKind = 'task_type';
+/**
+ * What a throttle is kept for: a task type (a channel such as `email`), or a group key
+ * (`group`: a tenant or a provider account, the group key tasks are enqueued with).
+ */
+export type ThrottleKeyKind = 'task_type' | 'group';
 
 export interface ThrottleReport {
   keyKind: ThrottleKeyKind;
-  key: string;
+  /** The task type or group key. Omitted with `group` and a task: that task's group key. */
+  key?: string;
   /** Throttled until this moment (after now, at most 24 hours ahead)... */
   until?: Date;
   /** ...or for this many seconds from the database's now (more than 0, at most 86400). */
@@ -43,15 +47,16 @@ export interface ActiveThrottle {
 
 /**
  * Records "throttled until T" for a key and, with a task's lease, gives that run back
- * uncounted. Bad input is a QueueError of kind `invalid_input` (an unknown task type:
- * `not_found`), and nothing is written.
+ * uncounted. Bad input is a QueueError of kind `invalid_input` (an unknown task type, or
+ * the group key of a task that is not known: `not_found`; a task without a group key asked
+ * to throttle its group: `invalid_input`), and nothing is written.
  */
 export async function recordThrottle(db: Queryable, report: ThrottleReport): Promise<ThrottleRecorded> {
   const [row] = await mapErrors(
     throttleRecord.run(
       {
         keyKind: report.keyKind,
-        key: report.key,
+        key: report.key ?? null,
         until: report.until ?? null,
         retryAfterSeconds: report.retryAfterSeconds ?? null,
         reason: report.reason,

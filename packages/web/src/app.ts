@@ -248,13 +248,24 @@ const limitKeyQuery = z
   .object({ scope: limitScope, group_key: limitGroupKey })
   .strict()
   .refine((b) => (b.scope === 'group') === (b.group_key != null), groupKeyForScope);
-/** POST /api/throttles/clear: the throttle to clear (docs/flow-control.md, "Provider back-pressure"). */
+/**
+ * POST /api/throttles/clear: the throttle to clear, a task type's or a group key's
+ * (docs/flow-control.md, "Provider back-pressure").
+ */
 const throttleClearBody = z
   .object({
-    key_kind: z.literal('task_type', { error: "key_kind must be 'task_type'" }),
-    key: taskType,
+    key_kind: z.enum(['task_type', 'group'], { error: "key_kind must be 'task_type' or 'group'" }),
+    key: z
+      .string()
+      .min(1, 'key must be 1 to 200 characters, not blank')
+      .max(200, 'key must be 1 to 200 characters, not blank')
+      .refine((k) => k.trim() !== '', 'key must be 1 to 200 characters, not blank'),
   })
-  .strict();
+  .strict()
+  .refine((b) => b.key_kind !== 'task_type' || TASK_TYPE.test(b.key), {
+    message: 'task_type must be a task type such as email or db_function',
+    path: ['key'],
+  });
 const scheduleName = z
   .string()
   .regex(/^[a-z][a-z0-9_.-]{0,99}$/, 'name must be a schedule name such as nightly.analytics');
@@ -1014,7 +1025,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
       const cleared = await tx.clearThrottle(body.key_kind, body.key);
       return {
         answer: { key_kind: body.key_kind, key: body.key, cleared },
-        taskType: body.key,
+        ...(body.key_kind === 'task_type' ? { taskType: body.key } : {}),
         input: body,
       };
     });

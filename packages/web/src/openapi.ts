@@ -292,7 +292,8 @@ export function operations(s: ApiSchemas): Operation[] {
       method: 'get',
       path: '/api/throttles',
       tag: 'queues',
-      summary: 'Provider throttles in force: per channel, until when, the latest reason and reporter',
+      summary:
+        'Provider throttles in force: per channel (task_type) or group key (group), until when, the latest reason and reporter',
       answers: ok(responses.throttles),
     },
     {
@@ -300,7 +301,7 @@ export function operations(s: ApiSchemas): Operation[] {
       path: '/api/throttles/clear',
       tag: 'queues',
       change: true,
-      summary: "Clear a channel's throttle now: its tasks are claimed again at once",
+      summary: "Clear a channel's or a group key's throttle now: its tasks are claimed again at once",
       body: s.throttleClearBody,
       answers: ok(responses.throttleCleared),
     },

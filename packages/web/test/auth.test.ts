@@ -124,10 +124,13 @@ function fill(route: RouteInfo, f: Fixture): string {
     process: 'send_email',
     rootId: String(f.root),
   };
-  return route.url.replace(/:([A-Za-z_]+)/g, (_m, name: string) => {
+  // Routes whose change is named in the query string.
+  const queries: Record<string, string> = { 'DELETE /api/queues/:task_type/limits': '?scope=type' };
+  const path = route.url.replace(/:([A-Za-z_]+)/g, (_m, name: string) => {
     expect(values, `a value for :${name} in ${route.url}`).toHaveProperty(name);
     return values[name];
   });
+  return path + (queries[`${route.method} ${route.url}`] ?? '');
 }
 
 /** A valid body for each change route, by route; a change route missing here fails the test. */
@@ -146,6 +149,8 @@ function bodyFor(route: RouteInfo, f: Fixture): unknown {
     'POST /api/queues/:task_type/resume': {},
     'POST /api/queues/:task_type/timeout': { timeout_seconds: 30 },
     'POST /api/throttles/clear': { key_kind: 'task_type', key: 'store_discovery' },
+    'PUT /api/queues/:task_type/limits': { scope: 'type', max_running: 5 },
+    'DELETE /api/queues/:task_type/limits': undefined,
     'POST /api/workers/:worker_id/recover-stale': { dead_after_seconds: 10 },
     'POST /api/schedules/:name/enable': {},
     'POST /api/schedules/:name/disable': {},

@@ -408,6 +408,23 @@ it('the Queues page shows a provider throttle, until when and why, and an operat
   expect((await db.query('select count(*)::int as n from queues.throttle_cleared')).rows[0].n).toBe(1);
 });
 
+it('the Queues page lists a throttled group key, until when and why, and an operator clears it', async () => {
+  await setToken(TOKEN);
+  await db
+    .pool('worker')
+    .query(`select * from queues.record_throttle('group', 'acme', null, 600, 'acme account: HTTP 429', 'w-dash')`);
+  await page.goto(`${base}/#/queues`);
+  const row = page.getByTestId('group-throttle-acme');
+  await row.waitFor();
+  expect(await row.textContent()).toMatch(/^acme.+acme account: HTTP 429Clear throttle$/);
+  const before = (await db.query('select count(*)::int as n from queues.throttle_cleared')).rows[0].n;
+  await page.getByTestId('clear-group-throttle-acme').click();
+  await page.getByTestId('action-result').filter({ hasText: 'group acme: throttle cleared' }).waitFor();
+  await row.waitFor({ state: 'detached' });
+  expect(await page.getByTestId('group-throttles').textContent()).toBe('No group key is throttled.');
+  expect((await db.query('select count(*)::int as n from queues.throttle_cleared')).rows[0].n).toBe(before + 1);
+});
+
 it('opens a process tree with a stuck child, listed first among the account deletions', async () => {
   const { rows: acc } = await db.query(
     `insert into accounts.account (email) values ('browser@example.com') returning account_id`,

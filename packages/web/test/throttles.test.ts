@@ -33,6 +33,13 @@ const throttle = (key: string, seconds: number, reason = 'resend: HTTP 429 rate_
   db
     .pool('worker')
     .query(`select * from queues.record_throttle('task_type', $1, null, $2, $3, 'worker-7')`, [key, seconds, reason]);
+const throttleGroup = (key: string, seconds: number) =>
+  db
+    .pool('worker')
+    .query(`select * from queues.record_throttle('group', $1, null, $2, 'acme account: HTTP 429', 'worker-7')`, [
+      key,
+      seconds,
+    ]);
 const get = (url: string) => app.inject({ method: 'GET', url, headers: auth });
 const post = (url: string, payload?: unknown) =>
   app.inject({ method: 'POST', url, payload: payload as never, headers: auth });
@@ -71,7 +78,10 @@ describe('GET /api/throttles and POST /api/throttles/clear', () => {
   it.each([
     ['a missing body', undefined, 'body'],
     ['no key', { key_kind: 'task_type' }, 'key'],
-    ['a group key', { key_kind: 'group', key: 'acme' }, "key_kind must be 'task_type'"],
+    ['an unknown kind', { key_kind: 'tenant', key: 'acme' }, "key_kind must be 'task_type' or 'group'"],
+    ['a blank group key', { key_kind: 'group', key: '  ' }, 'key must be 1 to 200 characters, not blank'],
+    ['an empty group key', { key_kind: 'group', key: '' }, 'key must be 1 to 200 characters, not blank'],
+    ['a group key too long', { key_kind: 'group', key: 'x'.repeat(201) }, 'key must be 1 to 200 characters'],
     ['a malformed task type', { key_kind: 'task_type', key: 'Not A Type!' }, 'task_type must be a task type'],
     ['an extra field', { key_kind: 'task_type', key: 'email', until: 'now' }, 'until'],
   ])('refuses %s with a 400 and writes nothing', async (_name, body, message) => {
@@ -80,6 +90,30 @@ describe('GET /api/throttles and POST /api/throttles/clear', () => {
     expect(res.statusCode, res.body).toBe(400);
     expect(res.body).toContain(message);
     expect(await clears()).toBe(0);
+  });
+
+  it('lists and clears a group key throttle; /metrics exports it', async () => {
+    await throttleGroup('acme', 600);
+    await throttle('email', 60);
+    const { throttles } = (await get('/api/throttles')).json<{ throttles: Record<string, unknown>[] }>();
+    expect(throttles).toEqual([
+      expect.objectContaining({ key_kind: 'group', key: 'acme', reason: 'acme account: HTTP 429', reports: 1 }),
+      expect.objectContaining({ key_kind: 'task_type', key: 'email' }),
+    ]);
+    const metrics = (await app.inject({ method: 'GET', url: '/metrics' })).body;
+    expect(metrics).toMatch(/^queue_throttle_reports\{key_kind="group",key="acme"\} 1$/m);
+    expect(metrics).toMatch(/^queue_throttled_until_timestamp_seconds\{key_kind="group",key="acme"\} \S+$/m);
+
+    // A group key no throttle names answers false, and writes nothing.
+    const none = await post('/api/throttles/clear', { key_kind: 'group', key: 'globex' });
+    expect(none.statusCode, none.body).toBe(200);
+    expect(none.json()).toEqual({ key_kind: 'group', key: 'globex', cleared: false });
+    expect(await clears()).toBe(0);
+    const cleared = await post('/api/throttles/clear', { key_kind: 'group', key: 'acme' });
+    expect(cleared.statusCode, cleared.body).toBe(200);
+    expect(cleared.json()).toEqual({ key_kind: 'group', key: 'acme', cleared: true });
+    expect((await get('/api/throttles')).json().throttles).toEqual([expect.objectContaining({ key: 'email' })]);
+    expect(await clears()).toBe(1);
   });
 
   it('answers 404 for an unknown task type and writes nothing', async () => {

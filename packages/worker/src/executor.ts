@@ -111,9 +111,12 @@ export class Executor {
         }
         // The provider refused the work for now (throttle.ts): the throttle recorded, the run
         // and the waiting tasks of its type (they would meet the same refusal) given back.
+        // A group's throttle gives back the run only (waiting tasks carry no group key here).
         if (!running.released && !running.cancelled && isThrottledError(error)) {
           const { workerId, queue } = this.#o;
-          const waiting = new Set(queue.waiting.filter((t) => t.taskType === (error.key ?? task.taskType)));
+          const waiting = new Set(
+            error.group === true ? [] : queue.waiting.filter((t) => t.taskType === (error.key ?? task.taskType)),
+          );
           queue.drop(waiting);
           const result = await recordThrottledRun(pool, task, error, workerId, this.#taskLog(running), [...waiting]);
           if (result === 'lease_lost') await this.#lostRun(running, Date.now() - running.startedAt);

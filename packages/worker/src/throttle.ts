@@ -7,6 +7,11 @@
  * leases of that type's tasks waiting in its local queue: the run counts as neither a
  * failed attempt, an interruption nor an expiry, and every worker's claim leaves that
  * type's tasks until T, so they run again after T (or once an operator clears it).
+ * A ThrottledError with `group: true` or a `groupKey` throttles a group key instead (the
+ * run's task's own, or the one named): every worker's claim leaves the tasks of every
+ * type carrying it until T, and the other groups' tasks run on. (The worker does not know
+ * the group keys of the tasks in its local queue: those run, and a refused one is given
+ * back uncounted in turn.)
  * The wait asked for is held to 1 second to 24 hours. When the report cannot be recorded
  * (an unknown key, the database unreachable), the lease is released without it; failing
  * that, the lease expires.
@@ -59,12 +64,15 @@ async function record(
   workerId: string,
   log: Logger,
 ): Promise<ThrottledRun> {
-  const key = error.key ?? task.taskType;
+  // A group throttle without a key is of the task's own group key, which the database reads.
+  const group = error.group === true;
+  const key = group ? error.groupKey : (error.key ?? task.taskType);
+  const label = group ? `group ${key ?? `of task ${task.taskId}`}` : key!;
   const seconds = throttleSeconds(error);
   const reason = sanitizeMessage(error.message || 'throttled').slice(0, 500);
   try {
     const { result, throttledUntil } = await recordThrottle(pool, {
-      keyKind: 'task_type',
+      keyKind: group ? 'group' : 'task_type',
       key,
       retryAfterSeconds: seconds,
       reason,
@@ -73,13 +81,26 @@ async function record(
       taskLeaseId: task.taskLeaseId,
     });
     log.warn(
-      { event: 'task_throttled', key, throttled_until: throttledUntil.toISOString(), result, reason },
-      `${key} throttled until ${throttledUntil.toISOString()}; the task runs again after it`,
+      {
+        event: 'task_throttled',
+        key_kind: group ? 'group' : 'task_type',
+        key,
+        throttled_until: throttledUntil.toISOString(),
+        result,
+        reason,
+      },
+      `${label} throttled until ${throttledUntil.toISOString()}; the task runs again after it`,
     );
     return result === 'lease_lost' ? 'lease_lost' : 'released';
   } catch (recordError) {
     log.error(
-      { event: 'throttle_not_recorded', key, err: errorMessage(recordError), reason },
+      {
+        event: 'throttle_not_recorded',
+        key_kind: group ? 'group' : 'task_type',
+        key,
+        err: errorMessage(recordError),
+        reason,
+      },
       'could not record the throttle; giving the task back without it',
     );
     await release(pool, [task], log);

@@ -60,6 +60,7 @@ describe('the glossary', () => {
         'handlerTypes',
         'CompletionHandler',
         'traceStep',
+        'role-allowlist',
       ]),
     );
   });

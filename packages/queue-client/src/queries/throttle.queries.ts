@@ -7,7 +7,7 @@ export type NumberOrString = number | string;
 
 /** 'ThrottleRecord' parameters type */
 export interface IThrottleRecordParams {
-  key: string;
+  key?: string | null | void;
   keyKind: string;
   reason: string;
   recordedBy: string;
@@ -29,13 +29,13 @@ export interface IThrottleRecordQuery {
   result: IThrottleRecordResult;
 }
 
-const throttleRecordIR: any = {"usedParamSet":{"keyKind":true,"key":true,"until":true,"retryAfterSeconds":true,"reason":true,"recordedBy":true,"taskId":true,"taskLeaseId":true},"params":[{"name":"keyKind","required":true,"transform":{"type":"scalar"},"locs":[{"a":99,"b":107}]},{"name":"key","required":true,"transform":{"type":"scalar"},"locs":[{"a":116,"b":120}]},{"name":"until","required":false,"transform":{"type":"scalar"},"locs":[{"a":129,"b":134}]},{"name":"retryAfterSeconds","required":false,"transform":{"type":"scalar"},"locs":[{"a":150,"b":167}]},{"name":"reason","required":true,"transform":{"type":"scalar"},"locs":[{"a":209,"b":216}]},{"name":"recordedBy","required":true,"transform":{"type":"scalar"},"locs":[{"a":225,"b":236}]},{"name":"taskId","required":false,"transform":{"type":"scalar"},"locs":[{"a":245,"b":251}]},{"name":"taskLeaseId","required":false,"transform":{"type":"scalar"},"locs":[{"a":262,"b":273}]}],"statement":"select r.result as \"result!\", r.throttled_until as \"throttledUntil!\"\n  from queues.record_throttle(:keyKind!::text, :key!::text, :until::timestamptz, :retryAfterSeconds::numeric,\n                              :reason!::text, :recordedBy!::text, :taskId::bigint, :taskLeaseId::bigint) r"};
+const throttleRecordIR: any = {"usedParamSet":{"keyKind":true,"key":true,"until":true,"retryAfterSeconds":true,"reason":true,"recordedBy":true,"taskId":true,"taskLeaseId":true},"params":[{"name":"keyKind","required":true,"transform":{"type":"scalar"},"locs":[{"a":99,"b":107}]},{"name":"key","required":false,"transform":{"type":"scalar"},"locs":[{"a":116,"b":119}]},{"name":"until","required":false,"transform":{"type":"scalar"},"locs":[{"a":128,"b":133}]},{"name":"retryAfterSeconds","required":false,"transform":{"type":"scalar"},"locs":[{"a":149,"b":166}]},{"name":"reason","required":true,"transform":{"type":"scalar"},"locs":[{"a":208,"b":215}]},{"name":"recordedBy","required":true,"transform":{"type":"scalar"},"locs":[{"a":224,"b":235}]},{"name":"taskId","required":false,"transform":{"type":"scalar"},"locs":[{"a":244,"b":250}]},{"name":"taskLeaseId","required":false,"transform":{"type":"scalar"},"locs":[{"a":261,"b":272}]}],"statement":"select r.result as \"result!\", r.throttled_until as \"throttledUntil!\"\n  from queues.record_throttle(:keyKind!::text, :key::text, :until::timestamptz, :retryAfterSeconds::numeric,\n                              :reason!::text, :recordedBy!::text, :taskId::bigint, :taskLeaseId::bigint) r"};
 
 /**
  * Query generated from SQL:
  * ```
  * select r.result as "result!", r.throttled_until as "throttledUntil!"
- *   from queues.record_throttle(:keyKind!::text, :key!::text, :until::timestamptz, :retryAfterSeconds::numeric,
+ *   from queues.record_throttle(:keyKind!::text, :key::text, :until::timestamptz, :retryAfterSeconds::numeric,
  *                               :reason!::text, :recordedBy!::text, :taskId::bigint, :taskLeaseId::bigint) r
  * ```
  */

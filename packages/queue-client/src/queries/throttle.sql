@@ -1,6 +1,6 @@
 /* @name ThrottleRecord */
 select r.result as "result!", r.throttled_until as "throttledUntil!"
-  from queues.record_throttle(:keyKind!::text, :key!::text, :until::timestamptz, :retryAfterSeconds::numeric,
+  from queues.record_throttle(:keyKind!::text, :key::text, :until::timestamptz, :retryAfterSeconds::numeric,
                               :reason!::text, :recordedBy!::text, :taskId::bigint, :taskLeaseId::bigint) r;
 
 /* @name ThrottleListActive */

@@ -1,7 +1,8 @@
 // @ts-check
 // #/queues — one queue per task type: claiming, paused or throttled by its provider, pending
 // counts, the live workers whose roles include it; pause and resume, clear a throttle.
-// Below, the flow limits (concurrency and rate, per task type and group key) with how
+// Below, the group keys throttled by their provider (a tenant, a provider account), each
+// with a clear; then the flow limits (concurrency and rate, per task type and group key) with how
 // full each is; set and clear them.
 import { api, mutate } from '../lib/api-client.js';
 import { h, put, section, table } from '../lib/dom.js';
@@ -14,6 +15,7 @@ export async function queues() {
   const out = h('p', { role: 'status', 'data-testid': 'action-result' });
   const list = h('div');
   const limitList = h('div');
+  const groupThrottleList = h('div');
   const limitForm = limitEditor(out, () => refresh());
   put(
     main,
@@ -25,6 +27,15 @@ export async function queues() {
     ),
     out,
     section(null, list),
+    section(
+      'Throttled group keys',
+      h(
+        'p',
+        { class: 'muted' },
+        "A group key (a tenant, a provider account) is throttled when its provider refused that account's work for now: no worker claims the tasks of any type that carry it until then, unless you clear the throttle; the other group keys' tasks run on.",
+      ),
+      groupThrottleList,
+    ),
     section(
       'Flow limits',
       h(
@@ -69,6 +80,31 @@ export async function queues() {
     );
   /** @type {Map<string, any>} the throttles in force (GET /api/throttles), by task type */
   let throttles = new Map();
+  /** @param {any} t a group key's throttle of GET /api/throttles */
+  const groupThrottleRow = (t) =>
+    h(
+      'tr',
+      { 'data-testid': `group-throttle-${t.key}` },
+      h('td', {}, t.key),
+      h('td', { class: 'small' }, fmtTime(t.throttled_until)),
+      h('td', { class: 'muted small' }, `${t.reason}${t.reports > 1 ? ` (${t.reports} reports)` : ''}`),
+      h(
+        'td',
+        {},
+        actionButton(
+          'Clear throttle',
+          { 'data-testid': `clear-group-throttle-${t.key}` },
+          async () => {
+            const answer = await mutate('/api/throttles/clear', { key_kind: 'group', key: t.key });
+            await refresh();
+            return answer.cleared
+              ? `group ${t.key}: throttle cleared; claimed again`
+              : `group ${t.key}: no throttle was in force`;
+          },
+          out,
+        ),
+      ),
+    );
   /** @param {any} t a throttle of GET /api/throttles */
   const throttleCell = (t) => [
     stateBadge('throttled'),
@@ -162,6 +198,15 @@ export async function queues() {
       throttled.filter((/** @type {any} */ t) => t.key_kind === 'task_type').map((/** @type {any} */ t) => [t.key, t]),
     );
     void showPaused(all);
+    const groups = throttled.filter((/** @type {any} */ t) => t.key_kind === 'group');
+    put(
+      groupThrottleList,
+      groups.length
+        ? table(['group key', 'until', 'reason', ''], groups.map(groupThrottleRow), {
+            'data-testid': 'group-throttles',
+          })
+        : h('p', { class: 'muted', 'data-testid': 'group-throttles' }, 'No group key is throttled.'),
+    );
     put(
       list,
       table(['task type', 'claiming', 'scheduled', 'ready', 'running', 'retrying', 'workers', ''], all.map(row), {

@@ -38,7 +38,7 @@ async function sweep(
     )
   ).rows.map((x) => x.rel);
   // The only relations any database user may touch: the api user's SELECT on the views of
-  // the role-based specification (sql/role-allowlist.json, "api_views").
+  // the role-based specification (sql/database-user-grants.json, "api_views").
   r.equal(`${dbUser}: no table, view or sequence privilege but the allowed views`, relations, views);
   const schemasCreate = (
     await db.query(`select n.nspname from pg_namespace n where ${OURS} and has_schema_privilege($1, n.oid, 'create')`, [
@@ -70,7 +70,7 @@ export const scenario: Scenario = {
   fast: true,
   async run({ db }) {
     const r = new Report();
-    const allowlist = JSON.parse(readFileSync(join(repoRoot(), 'sql', 'role-allowlist.json'), 'utf8')) as Record<
+    const allowlist = JSON.parse(readFileSync(join(repoRoot(), 'sql', 'database-user-grants.json'), 'utf8')) as Record<
       string,
       string[]
     >;
