@@ -1055,6 +1055,137 @@ create table menus.store_products_discovered (
 CREATE UNIQUE INDEX store_products_discovered_pkey ON menus.store_products_discovered USING btree (store_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON menus.store_products_discovered FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
+create table queues.claim_lease (
+  task_lease_id bigint default nextval('queues.task_lease_task_lease_id_seq'::regclass) not null,
+  task_id bigint not null,
+  worker_key integer not null,
+  leased_at timestamp with time zone not null,
+  expires_at timestamp with time zone not null,
+  task_ids bigint[] not null,
+  task_range int8range not null,
+  suspect_task_id bigint,
+  constraint claim_lease_expires_at_not_null NOT NULL expires_at,
+  constraint claim_lease_leased_at_not_null NOT NULL leased_at,
+  constraint claim_lease_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint claim_lease_shape CHECK ((((cardinality(task_ids) >= 1) AND (cardinality(task_ids) <= 1000)) AND (array_ndims(task_ids) = 1) AND (task_id = task_ids[cardinality(task_ids)]) AND (task_range = int8range(task_ids[1], task_id, '[]'::text)) AND ((suspect_task_id IS NULL) OR (suspect_task_id = ANY (task_ids))) AND (expires_at > leased_at))),
+  constraint claim_lease_task_id_not_null NOT NULL task_id,
+  constraint claim_lease_task_ids_not_null NOT NULL task_ids,
+  constraint claim_lease_task_lease_id_not_null NOT NULL task_lease_id,
+  constraint claim_lease_task_range_not_null NOT NULL task_range,
+  constraint claim_lease_worker_key_not_null NOT NULL worker_key
+) partition by RANGE (task_id);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.claim_lease is 'Append-only: one lease per claim, shared by the tasks it names (task_ids). Read a task''s leases through queues.task_leases / queues.task_leases_of / queues.task_lease_effective. See sql/queues/claim.sql.';
+CREATE UNIQUE INDEX claim_lease_pkey ON ONLY queues.claim_lease USING btree (task_id, task_lease_id);
+CREATE INDEX claim_lease_task_lease_id_idx ON ONLY queues.claim_lease USING btree (task_lease_id);
+CREATE INDEX claim_lease_task_range_idx ON ONLY queues.claim_lease USING gist (task_range);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.claim_lease FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.claim_lease_default partition of queues.claim_lease (
+  task_lease_id bigint default nextval('queues.task_lease_task_lease_id_seq'::regclass) not null,
+  task_id bigint not null,
+  worker_key integer not null,
+  leased_at timestamp with time zone not null,
+  expires_at timestamp with time zone not null,
+  task_ids bigint[] not null,
+  task_range int8range not null,
+  suspect_task_id bigint,
+  constraint claim_lease_default_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint claim_lease_expires_at_not_null NOT NULL expires_at,
+  constraint claim_lease_leased_at_not_null NOT NULL leased_at,
+  constraint claim_lease_shape CHECK ((((cardinality(task_ids) >= 1) AND (cardinality(task_ids) <= 1000)) AND (array_ndims(task_ids) = 1) AND (task_id = task_ids[cardinality(task_ids)]) AND (task_range = int8range(task_ids[1], task_id, '[]'::text)) AND ((suspect_task_id IS NULL) OR (suspect_task_id = ANY (task_ids))) AND (expires_at > leased_at))),
+  constraint claim_lease_task_id_not_null NOT NULL task_id,
+  constraint claim_lease_task_ids_not_null NOT NULL task_ids,
+  constraint claim_lease_task_lease_id_not_null NOT NULL task_lease_id,
+  constraint claim_lease_task_range_not_null NOT NULL task_range,
+  constraint claim_lease_worker_key_not_null NOT NULL worker_key
+) DEFAULT;
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX claim_lease_default_pkey ON queues.claim_lease_default USING btree (task_id, task_lease_id);
+CREATE INDEX claim_lease_default_task_lease_id_idx ON queues.claim_lease_default USING btree (task_lease_id);
+CREATE INDEX claim_lease_default_task_range_idx ON queues.claim_lease_default USING gist (task_range);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.claim_lease_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.claim_lease_p0 partition of queues.claim_lease (
+  task_lease_id bigint default nextval('queues.task_lease_task_lease_id_seq'::regclass) not null,
+  task_id bigint not null,
+  worker_key integer not null,
+  leased_at timestamp with time zone not null,
+  expires_at timestamp with time zone not null,
+  task_ids bigint[] not null,
+  task_range int8range not null,
+  suspect_task_id bigint,
+  constraint claim_lease_expires_at_not_null NOT NULL expires_at,
+  constraint claim_lease_leased_at_not_null NOT NULL leased_at,
+  constraint claim_lease_p0_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint claim_lease_shape CHECK ((((cardinality(task_ids) >= 1) AND (cardinality(task_ids) <= 1000)) AND (array_ndims(task_ids) = 1) AND (task_id = task_ids[cardinality(task_ids)]) AND (task_range = int8range(task_ids[1], task_id, '[]'::text)) AND ((suspect_task_id IS NULL) OR (suspect_task_id = ANY (task_ids))) AND (expires_at > leased_at))),
+  constraint claim_lease_task_id_not_null NOT NULL task_id,
+  constraint claim_lease_task_ids_not_null NOT NULL task_ids,
+  constraint claim_lease_task_lease_id_not_null NOT NULL task_lease_id,
+  constraint claim_lease_task_range_not_null NOT NULL task_range,
+  constraint claim_lease_worker_key_not_null NOT NULL worker_key
+) FOR VALUES FROM ('0') TO ('1000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX claim_lease_p0_pkey ON queues.claim_lease_p0 USING btree (task_id, task_lease_id);
+CREATE INDEX claim_lease_p0_task_lease_id_idx ON queues.claim_lease_p0 USING btree (task_lease_id);
+CREATE INDEX claim_lease_p0_task_range_idx ON queues.claim_lease_p0 USING gist (task_range);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.claim_lease_p0 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.claim_lease_p1000000 partition of queues.claim_lease (
+  task_lease_id bigint default nextval('queues.task_lease_task_lease_id_seq'::regclass) not null,
+  task_id bigint not null,
+  worker_key integer not null,
+  leased_at timestamp with time zone not null,
+  expires_at timestamp with time zone not null,
+  task_ids bigint[] not null,
+  task_range int8range not null,
+  suspect_task_id bigint,
+  constraint claim_lease_expires_at_not_null NOT NULL expires_at,
+  constraint claim_lease_leased_at_not_null NOT NULL leased_at,
+  constraint claim_lease_p1000000_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint claim_lease_shape CHECK ((((cardinality(task_ids) >= 1) AND (cardinality(task_ids) <= 1000)) AND (array_ndims(task_ids) = 1) AND (task_id = task_ids[cardinality(task_ids)]) AND (task_range = int8range(task_ids[1], task_id, '[]'::text)) AND ((suspect_task_id IS NULL) OR (suspect_task_id = ANY (task_ids))) AND (expires_at > leased_at))),
+  constraint claim_lease_task_id_not_null NOT NULL task_id,
+  constraint claim_lease_task_ids_not_null NOT NULL task_ids,
+  constraint claim_lease_task_lease_id_not_null NOT NULL task_lease_id,
+  constraint claim_lease_task_range_not_null NOT NULL task_range,
+  constraint claim_lease_worker_key_not_null NOT NULL worker_key
+) FOR VALUES FROM ('1000000') TO ('2000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX claim_lease_p1000000_pkey ON queues.claim_lease_p1000000 USING btree (task_id, task_lease_id);
+CREATE INDEX claim_lease_p1000000_task_lease_id_idx ON queues.claim_lease_p1000000 USING btree (task_lease_id);
+CREATE INDEX claim_lease_p1000000_task_range_idx ON queues.claim_lease_p1000000 USING gist (task_range);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.claim_lease_p1000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.claim_lease_p2000000 partition of queues.claim_lease (
+  task_lease_id bigint default nextval('queues.task_lease_task_lease_id_seq'::regclass) not null,
+  task_id bigint not null,
+  worker_key integer not null,
+  leased_at timestamp with time zone not null,
+  expires_at timestamp with time zone not null,
+  task_ids bigint[] not null,
+  task_range int8range not null,
+  suspect_task_id bigint,
+  constraint claim_lease_expires_at_not_null NOT NULL expires_at,
+  constraint claim_lease_leased_at_not_null NOT NULL leased_at,
+  constraint claim_lease_p2000000_pkey PRIMARY KEY (task_id, task_lease_id),
+  constraint claim_lease_shape CHECK ((((cardinality(task_ids) >= 1) AND (cardinality(task_ids) <= 1000)) AND (array_ndims(task_ids) = 1) AND (task_id = task_ids[cardinality(task_ids)]) AND (task_range = int8range(task_ids[1], task_id, '[]'::text)) AND ((suspect_task_id IS NULL) OR (suspect_task_id = ANY (task_ids))) AND (expires_at > leased_at))),
+  constraint claim_lease_task_id_not_null NOT NULL task_id,
+  constraint claim_lease_task_ids_not_null NOT NULL task_ids,
+  constraint claim_lease_task_lease_id_not_null NOT NULL task_lease_id,
+  constraint claim_lease_task_range_not_null NOT NULL task_range,
+  constraint claim_lease_worker_key_not_null NOT NULL worker_key
+) FOR VALUES FROM ('2000000') TO ('3000000');
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE UNIQUE INDEX claim_lease_p2000000_pkey ON queues.claim_lease_p2000000 USING btree (task_id, task_lease_id);
+CREATE INDEX claim_lease_p2000000_task_lease_id_idx ON queues.claim_lease_p2000000 USING btree (task_lease_id);
+CREATE INDEX claim_lease_p2000000_task_range_idx ON queues.claim_lease_p2000000 USING gist (task_range);
+CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.claim_lease_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
 create table queues.completion_round (
   task_id bigint not null,
   completed_at timestamp with time zone default now() not null,
@@ -3360,8 +3491,21 @@ create view public.worker_tasks as
             COALESCE(y.worker_id, ( SELECT n.worker_id
                    FROM queues.worker_name n
                   WHERE n.worker_key = y.worker_key)) AS worker_id
-           FROM queues.task_lease y
-          WHERE y.task_id = t.task_id
+           FROM ( SELECT x.task_id,
+                    x.task_lease_id,
+                    x.leased_at,
+                    x.worker_id,
+                    x.worker_key
+                   FROM queues.task_lease x
+                  WHERE x.task_id = t.task_id
+                UNION ALL
+                 SELECT t.task_id,
+                    x.task_lease_id,
+                    x.leased_at,
+                    NULL::text AS text,
+                    x.worker_key
+                   FROM queues.claim_lease x
+                  WHERE x.task_range @> t.task_id AND x.task_id >= t.task_id AND (t.task_id = ANY (x.task_ids))) y
           ORDER BY y.task_lease_id DESC
          LIMIT 1) l ON true
      LEFT JOIN LATERAL ( SELECT COALESCE(
@@ -3409,8 +3553,7 @@ create view queues.dead_letter as
           ORDER BY e.error_id DESC
          LIMIT 1) AS last_error,
     ( SELECT count(*)::integer AS count
-           FROM queues.task_lease l
-          WHERE l.task_id = t.task_id) AS attempts
+           FROM queues.task_leases_of(t.task_id) task_leases_of(task_lease_id, task_id, worker_key, worker_id, leased_at, expires_at, suspect)) AS attempts
    FROM queues.task_completed c
      JOIN queues.task t ON t.task_id = c.task_id
   WHERE c.outcome <> 'succeeded'::text AND (c.outcome = 'abandoned'::text OR c.outcome = 'failed'::text AND NOT t.payload ? 'error_handler'::text) AND NOT (EXISTS ( SELECT 1
@@ -3485,7 +3628,7 @@ create view queues.task_lease_effective as
     COALESCE(e.extensions, 0) AS extensions,
     v.revoked_at,
     l.suspect
-   FROM queues.task_lease l
+   FROM queues.task_leases l
      LEFT JOIN queues.task_lease_release r ON r.task_id = l.task_id AND r.task_lease_id = l.task_lease_id
      LEFT JOIN queues.task_lease_revocation v ON v.task_id = l.task_id AND v.task_lease_id = l.task_lease_id
      LEFT JOIN LATERAL ( SELECT max(x.expires_at) AS expires_at,
@@ -3504,7 +3647,38 @@ create view queues.task_lease_effective as
   --  suspect boolean
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
-comment on view queues.task_lease_effective is 'Leases with their effective expiry (releases and heartbeats applied).';
+comment on view queues.task_lease_effective is 'Leases with their effective expiry (releases and heartbeats applied), both shapes (queues.task_leases). A task''s own: queues.task_lease_effective_of(task_id).';
+
+create view queues.task_leases as
+ SELECT l.task_lease_id,
+    l.task_id,
+    l.worker_key,
+    l.worker_id,
+    l.leased_at,
+    l.expires_at,
+    l.suspect
+   FROM queues.task_lease l
+UNION ALL
+ SELECT c.task_lease_id,
+    u.task_id,
+    c.worker_key,
+    NULL::text AS worker_id,
+    c.leased_at,
+    c.expires_at,
+    COALESCE(c.suspect_task_id = u.task_id, false) AS suspect
+   FROM queues.claim_lease c
+     CROSS JOIN LATERAL unnest(c.task_ids) u(task_id);
+  -- columns:
+  --  task_lease_id bigint
+  --  task_id bigint
+  --  worker_key integer
+  --  worker_id text
+  --  leased_at timestamp with time zone
+  --  expires_at timestamp with time zone
+  --  suspect boolean
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on view queues.task_leases is 'Every lease of every task, a row per (task, lease): queues.task_lease and the tasks of each queues.claim_lease. A task''s own: queues.task_leases_of(task_id).';
 
 -- Sequences
 
@@ -4088,8 +4262,10 @@ begin
   ),
   -- The run of each completing lease: its worker, its start (the completion's, else a
   -- start mark, else the lease) and its end. The leases of tasks enqueued in the window (ids from _first on)
-  -- are one range of task_lease's primary key, joined at once; a completion of an older
-  -- task probes its lease by primary key; each start mark is a primary-key probe (a scalar
+  -- are one range of task_lease's primary key and of claim_lease's (a claim lease lives
+  -- in the set of its largest task id, so one naming a task from _first on is in that
+  -- range), joined at once; a completion of an older task probes its lease
+  -- (queues.task_lease_at); each start mark is a primary-key probe (a scalar
   -- subquery). A lease names its worker by key (queues.worker_name), or by id if written
   -- before that key existed: a worker counts once per way it is named (twice, for one
   -- window, if it ran across that migration). A completion without a lease (cancelled,
@@ -4103,8 +4279,16 @@ begin
                               where st.task_id = c.task_id and st.task_lease_id = c.task_lease_id),
                             l.leased_at) as run_from
               from completion c
-              join queues.task_lease l on l.task_id = c.task_id and l.task_lease_id = c.task_lease_id
-             where c.task_id >= _first and l.task_id >= _first
+              join (select y.task_id, y.task_lease_id, y.worker_key, y.worker_id, y.leased_at
+                      from queues.task_lease y
+                     where y.task_id >= _first
+                    union all
+                    select u.task_id, y.task_lease_id, y.worker_key, null, y.leased_at
+                      from queues.claim_lease y
+                     cross join lateral unnest(y.task_ids) as u(task_id)
+                     where y.task_id >= _first and u.task_id >= _first) l
+                on l.task_id = c.task_id and l.task_lease_id = c.task_lease_id
+             where c.task_id >= _first
             union all
             select c.task_type, l.worker_key, l.worker_id, c.completed_at,
                    coalesce(c.started_at,
@@ -4112,8 +4296,8 @@ begin
                               where st.task_id = c.task_id and st.task_lease_id = c.task_lease_id),
                             l.leased_at)
               from completion c
-             cross join lateral (select y.worker_key, y.worker_id, y.leased_at from queues.task_lease y
-                                  where y.task_id = c.task_id and y.task_lease_id = c.task_lease_id limit 1) l
+             cross join lateral (select y.worker_key, y.worker_id, y.leased_at
+                                   from queues.task_lease_at(c.task_id, c.task_lease_id) y limit 1) l
              where c.task_id < _first) x
   ),
   -- Busy time per type and worker: the union of its runs (gaps and islands: a run that
@@ -4254,8 +4438,7 @@ begin
   with recent as (
     select c.task_type, c.outcome, date_part('epoch', c.completed_at - l.leased_at) as seconds
       from admin.completions_between(_now - make_interval(secs => _window), _now) c
-      left join lateral (select y.leased_at from queues.task_lease y
-                          where y.task_id = c.task_id and y.task_lease_id = c.task_lease_id limit 1) l on true
+      left join lateral (select y.leased_at from queues.task_lease_at(c.task_id, c.task_lease_id) y limit 1) l on true
   ),
   totals as (
     select r.task_type, r.outcome, count(*) as completed, count(r.seconds) as timed,
@@ -4384,7 +4567,7 @@ begin
                       'released_at', l.released_at, 'revoked_at', l.revoked_at, 'extensions', l.extensions,
                       'live', coalesce(l.task_lease_id = p.current_lease_id and p.available_at > _now, false))
                       order by l.task_lease_id)
-               from queues.task_lease_effective l where l.task_id = t.task_id), '[]'::jsonb),
+               from queues.task_lease_effective_of(t.task_id) l), '[]'::jsonb),
            'errors', coalesce((
              select jsonb_agg(to_jsonb(e) - 'task_id' order by e.error_id)
                from queues.error e where e.task_id = t.task_id), '[]'::jsonb),
@@ -4639,9 +4822,7 @@ begin
              where e.task_id = c.task_id
                and e.task_id >= _lower and e.task_id < _upper
              order by e.error_id desc limit 1),
-           (select count(*)::integer from queues.task_lease l
-             where l.task_id = c.task_id
-               and l.task_id >= _lower and l.task_id < _upper)
+           (select count(*)::integer from queues.task_leases_of(c.task_id))
       from queues.task_completed c
      -- lateral + limit 1: the completions drive, each task probed by key
      cross join lateral (select x.task_type, x.payload from queues.task x
@@ -4961,9 +5142,9 @@ begin
   if _worker_id is not null then
     -- A lease names its worker by key (queues.worker_name), or by id if written before.
     select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
-    _filters := _filters || ' and exists (select 1 from queues.task_lease l where l.task_id = t.task_id
-                                             and (l.worker_key = $14 or l.worker_id = $6)
-                                             and ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13))';
+    _filters := _filters || ' and exists (select 1 from queues.task_leases_of(t.task_id) l
+                                            where (l.worker_key = $14 or l.worker_id = $6)
+                                              and ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13))';
   end if;
   if _resource_key is not null then _filters := _filters || ' and t.resource_key = $7'; end if;
   if _enqueued_from is not null then _filters := _filters || ' and t.enqueued_at >= $8'; end if;
@@ -4978,11 +5159,10 @@ begin
                                         else ' and not exists (select 1 from queues.task_lease_started st
                                                                 where st.task_id = p.task_id and st.task_lease_id = p.current_lease_id)
                                                and not (' end
-                         || 'exists (select 1 from queues.task_lease l
+                         || 'exists (select 1 from queues.task_lease_at(p.task_id, p.current_lease_id) l
                                        left join queues.worker_name n on n.worker_key = l.worker_key
                                        join queues.worker w on w.worker_id = coalesce(l.worker_id, n.worker_id)
-                                      where l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
-                                        and w.stopped_at is null
+                                      where w.stopped_at is null
                                         and w.last_seen_at < $1 - queues.worker_silence_bound(w.heartbeat_interval_ms)))';
   end if;
   if _pending_walk then
@@ -5002,8 +5182,8 @@ begin
     -- (queues.task_end_of: a probe of each shape). Most ended tasks succeeded, so the walk
     -- passes over few others.
     _sql := 'select t.task_id, t.task_type, c.outcome, t.priority, t.resource_key, t.max_attempts,
-                    (select count(*)::integer from queues.task_lease l where l.task_id = t.task_id
-                        and ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13)),
+                    (select count(*)::integer from queues.task_leases_of(t.task_id) l
+                        where ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13)),
                     t.enqueued_at, t.scheduled_at, null::timestamptz, c.completed_at
                from queues.task t
               cross join lateral (select e.outcome, e.completed_at from queues.task_end_of(t.task_id) e
@@ -5016,8 +5196,8 @@ begin
               limit $5';
   elsif _state is not null then
     _sql := 'select c.task_id, t.task_type, c.outcome, t.priority, t.resource_key, t.max_attempts,
-                    (select count(*)::integer from queues.task_lease l where l.task_id = c.task_id
-                        and ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13)),
+                    (select count(*)::integer from queues.task_leases_of(c.task_id) l
+                        where ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13)),
                     t.enqueued_at, t.scheduled_at, null::timestamptz, c.completed_at
                from queues.task_completed c
               cross join lateral (select * from queues.task x where x.task_id = c.task_id
@@ -5033,8 +5213,8 @@ begin
                     coalesce(c.outcome, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, $1)),
                     t.priority, t.resource_key, t.max_attempts,
                     coalesce(p.lease_count,
-                             (select count(*)::integer from queues.task_lease l where l.task_id = t.task_id
-                                 and ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13))),
+                             (select count(*)::integer from queues.task_leases_of(t.task_id) l
+                        where ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13))),
                     t.enqueued_at, t.scheduled_at, p.available_at, c.completed_at
                from queues.task t
                left join queues.task_pending p on p.task_id = t.task_id
@@ -5105,7 +5285,7 @@ AS $function$
     -- live leases: the pending rows under a lease that has not expired (bounded by pending work)
     select coalesce(l.worker_id, n.worker_id) as worker_id, count(*) as n
       from queues.task_pending p
-      join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
+      cross join lateral (select y.worker_key, y.worker_id from queues.task_lease_at(p.task_id, p.current_lease_id) y limit 1) l
       -- a lease names its worker by key (queues.worker_name), or by id if written before
       left join queues.worker_name n on n.worker_key = l.worker_key
      where p.available_at > _now
@@ -5994,9 +6174,8 @@ begin
     'heartbeats', coalesce((
       select jsonb_agg(jsonb_build_object('task_lease_id', x.task_lease_id, 'extended_at', x.extended_at,
                                           'expires_at', x.expires_at) order by x.task_lease_extension_id)
-        from queues.task_lease l
-        join queues.task_lease_extension x on x.task_id = l.task_id and x.task_lease_id = l.task_lease_id
-       where l.task_id = _task_id), '[]'));
+        from queues.task_leases_of(_task_id) l
+        join queues.task_lease_extension x on x.task_id = l.task_id and x.task_lease_id = l.task_lease_id), '[]'));
 end;
 $function$;
   -- admin.task_dashboard_facts(_task_id bigint): owner :DATABASE_OWNER
@@ -7273,8 +7452,7 @@ AS $function$
     join files.file_deletion_attempt a on a.file_deletion_task_id = t.file_deletion_task_id
     -- The task's newest lease with its effective expiry (a task has one live lease at most).
     cross join lateral (
-      select e.expires_at from queues.task_lease_effective e
-       where e.task_id = a.task_id
+      select e.expires_at from queues.task_lease_effective_of(a.task_id) e
        order by e.task_lease_id desc
        limit 1
     ) l
@@ -8538,7 +8716,9 @@ begin
    where s.task_id = _task_id and s.task_lease_id <> _lease_id
      -- A call its provider refused (a throttle reported under that lease, with the lease's
      -- release: sql/queues/throttle.sql) was not made.
-     and (select true from queues.throttle th where th.task_lease_id = s.task_lease_id limit 1) is null
+     -- (By task and lease: the tasks of one claim share its lease id.)
+     and (select true from queues.throttle th
+           where th.task_lease_id = s.task_lease_id and th.task_id = s.task_id limit 1) is null
    order by s.task_lease_id
    limit 1;
   if found then
@@ -10355,34 +10535,37 @@ begin
     delete from queues.task_pending p
      where p.task_id = any (array(select pk.task_id from picked pk where pk.poisoned))
   ),
+  -- One lease per claim (queues.claim_lease): every task the claim took shares its
+  -- task_lease_id (from task_lease's sequence, so a claim's id never equals a per-task
+  -- lease's), and the claim names its one suspect. No row is written when nothing is
+  -- eligible.
   leased as (
-    insert into queues.task_lease (task_id, worker_key, leased_at, expires_at, suspect)
-    select e.task_id, _worker_key, _now, _now + make_interval(secs => _lease_seconds), e.suspect
+    insert into queues.claim_lease (task_id, worker_key, leased_at, expires_at, task_ids, task_range, suspect_task_id)
+    select max(e.task_id), _worker_key, _now, _now + make_interval(secs => _lease_seconds),
+           array_agg(e.task_id order by e.task_id),
+           int8range(min(e.task_id), max(e.task_id), '[]'),
+           max(e.task_id) filter (where e.suspect)
       from eligible e
-    returning *
+    having count(*) > 0
+    returning task_lease_id, task_ids
   ),
-  -- Set-based, and one plan whatever the statistics say: the claimed rows are found by
-  -- primary key from the array of their ids (an index condition), and each row's new
-  -- lease is looked up in a map of the leases by task id. A join of task_pending to
-  -- the leases would be planned from task_pending's statistics, and statistics taken
-  -- when a busy queue had just drained (many pages, nearly no live rows) made the
-  -- planner scan the whole table and compare every row with every lease (seconds per
-  -- claim once the queue filled again). SET expressions read the row as it was: a lease
-  -- still current here expired, and is left uncounted unless it named the task its suspect.
-  lease_map as (
-    select jsonb_object_agg(l.task_id::text, l.task_lease_id) as leases from leased l
-  ),
+  -- The claimed rows are found by primary key from the array of their ids (an index
+  -- condition): a join of task_pending to the claim would be planned from task_pending's
+  -- statistics, and statistics taken when a busy queue had just drained (many pages,
+  -- nearly no live rows) made the planner scan the whole table (seconds per claim once
+  -- the queue filled again). SET expressions read the row as it was: a lease still
+  -- current here expired, and is left uncounted unless it named the task its suspect.
   moved as (
     update queues.task_pending p
        set available_at = _now + make_interval(secs => _lease_seconds),
-           current_lease_id = (m.leases ->> p.task_id::text)::bigint,
+           current_lease_id = l.task_lease_id,
            lease_count = p.lease_count + 1,
            uncounted_count = p.uncounted_count + (p.current_lease_id is not null and not p.suspect_lease)::integer,
            -- The new lease names the task its suspect when a lease of it ended without an
            -- end (as picked decided: at most one per claim).
            suspect_lease = p.lease_count - p.released_count - p.failed_attempts > 0
-      from lease_map m
-     where p.task_id = any (array(select l.task_id from leased l))
+      from leased l
+     where p.task_id = any (array(select e.task_id from eligible e))
     returning p.task_id, p.lease_count, p.current_lease_id as task_lease_id, _now as leased_at,
               p.available_at as expires_at
   )
@@ -10628,8 +10811,7 @@ begin
                              and (e.task_lease_id = p.current_lease_id
                                   or (e.task_lease_id is null
                                       and e.created_at >= coalesce(
-                                            (select l.leased_at from queues.task_lease l
-                                              where l.task_id = p.task_id and l.task_lease_id = p.current_lease_id),
+                                            (select l.leased_at from queues.task_lease_at(p.task_id, p.current_lease_id) l),
                                             (select t.enqueued_at from queues.task t where t.task_id = p.task_id)))))
                then 'failed'
              else 'succeeded'
@@ -11487,13 +11669,12 @@ begin
     raise exception 'task % does not exist', _task_id using errcode = '23503';
   end if;
   if _task_lease_id is not null then
-    if not exists (select 1 from queues.task_lease l
-                    where l.task_lease_id = _task_lease_id and l.task_id = _task_id) then
+    if not exists (select 1 from queues.task_lease_at(_task_id, _task_lease_id)) then
       raise exception 'lease % does not belong to task %', _task_lease_id, _task_id
         using errcode = '22023';
     end if;
-    if exists (select 1 from queues.task_lease l
-                where l.task_id = _task_id and l.task_lease_id > _task_lease_id)
+    if exists (select 1 from queues.task_leases_of(_task_id) l
+                where l.task_lease_id > _task_lease_id)
        or exists (select 1 from queues.task_lease_release r
                    where r.task_id = _task_id and r.task_lease_id = _task_lease_id)
        or exists (select 1 from queues.task_lease_revocation v
@@ -11773,7 +11954,7 @@ AS $function$
   select array['task', 'task_lease', 'task_completed', 'error', 'task_lease_extension',
                'task_lease_release', 'task_lease_revocation', 'task_attempt_failed', 'task_redriven',
                'task_lease_started', 'task_interruption', 'task_cancelled', 'task_result', 'task_run_now',
-               'task_trace', 'completion_round',
+               'task_trace', 'completion_round', 'claim_lease',
                'task_progress',
                'task_dependency']
 $function$;
@@ -12408,14 +12589,20 @@ begin
         _kept := _kept + 1;
         continue;
       end if;
-      -- A completion round in this set that names a task of an older set still kept (a
-      -- round lives in the set of the largest task id it names): dropping it would take
-      -- that task's end away, so the set waits for the older one.
+      -- A completion round or a claim lease in this set that names a task of an older set
+      -- still kept (a round, and a claim lease, lives in the set of the largest task id it
+      -- names): dropping it would take that task's end, or a lease of it, away, so the
+      -- set waits for the older one.
       if exists (select 1 from queues.completion_round r
                   where r.task_id >= _set.lower_bound and r.task_id < _set.upper_bound
                     and lower(r.task_range) < _set.lower_bound
                     and exists (select 1 from queues.task t
-                                 where t.task_id = any (r.task_ids) and t.task_id < _set.lower_bound)) then
+                                 where t.task_id = any (r.task_ids) and t.task_id < _set.lower_bound))
+         or exists (select 1 from queues.claim_lease r
+                     where r.task_id >= _set.lower_bound and r.task_id < _set.upper_bound
+                       and lower(r.task_range) < _set.lower_bound
+                       and exists (select 1 from queues.task t
+                                    where t.task_id = any (r.task_ids) and t.task_id < _set.lower_bound)) then
         _kept := _kept + 1;
         continue;
       end if;
@@ -12883,9 +13070,8 @@ begin
          -- when it expires), and not naming the task their suspect (a lease written before
          -- suspects were named: not started).
          (select count(*)::integer
-            from queues.task_lease_effective u
-           where u.task_id = t.task_id
-             and u.released_at is null
+            from queues.task_lease_effective_of(t.task_id) u
+           where u.released_at is null
              and not coalesce(u.suspect, exists (select 1 from queues.task_lease_started s
                                                   where s.task_id = u.task_id and s.task_lease_id = u.task_lease_id))
              and not exists (select 1 from queues.task_attempt_failed a where a.task_id = u.task_id and a.task_lease_id = u.task_lease_id)
@@ -12899,8 +13085,7 @@ begin
       select le.task_lease_id, le.expires_at, le.released_at, le.revoked_at, le.suspect,
              count(*) over () :: integer as lease_count,
              count(le.released_at) over () :: integer as released_count
-        from queues.task_lease_effective le
-       where le.task_id = t.task_id
+        from queues.task_lease_effective_of(t.task_id) le
        order by le.task_lease_id desc
        limit 1
     ) l on true
@@ -13510,13 +13695,13 @@ begin
   select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
   perform queues.lock_resource_keys(array(
     select p.task_id from queues.task_pending p
-      join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
+     cross join lateral (select y.worker_key, y.worker_id from queues.task_lease_at(p.task_id, p.current_lease_id) y limit 1) l
      where p.current_lease_id > 0 and (l.worker_key = _worker_key or l.worker_id = _worker_id)));
   return query
   with held as (
     select p.task_id, p.current_lease_id as task_lease_id, p.suspect_lease as suspect
       from queues.task_pending p
-      join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
+     cross join lateral (select y.worker_key, y.worker_id from queues.task_lease_at(p.task_id, p.current_lease_id) y limit 1) l
      where p.current_lease_id > 0 and (l.worker_key = _worker_key or l.worker_id = _worker_id)
   ),
   revoked as (
@@ -14182,7 +14367,7 @@ CREATE OR REPLACE FUNCTION queues.stale_leases_at(_now timestamp with time zone,
 AS $function$
   select p.task_id, p.current_lease_id, w.worker_id, w.last_seen_at, p.available_at
     from queues.task_pending p
-    join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
+    cross join lateral (select y.worker_key, y.worker_id from queues.task_lease_at(p.task_id, p.current_lease_id) y limit 1) l
     -- A lease names its worker by key (queues.worker_name), or by id if written before.
     left join queues.worker_name n on n.worker_key = l.worker_key
     join queues.worker w on w.worker_id = coalesce(l.worker_id, n.worker_id)
@@ -14283,6 +14468,69 @@ AS $function$
      and _task_id = any (r.task_ids)
 $function$;
   -- queues.task_end_of(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.task_lease_at(_task_id bigint, _task_lease_id bigint)
+ RETURNS TABLE(task_lease_id bigint, task_id bigint, worker_key integer, worker_id text, leased_at timestamp with time zone, expires_at timestamp with time zone, suspect boolean)
+ LANGUAGE sql
+ STABLE
+AS $function$
+  select l.task_lease_id, l.task_id, l.worker_key, l.worker_id, l.leased_at, l.expires_at, l.suspect
+    from queues.task_lease l
+   where l.task_id = _task_id and l.task_lease_id = _task_lease_id
+  union all
+  select c.task_lease_id, _task_id, c.worker_key, null::text, c.leased_at, c.expires_at,
+         coalesce(c.suspect_task_id = _task_id, false)
+    from queues.claim_lease c
+   where c.task_lease_id = _task_lease_id
+     and c.task_id >= _task_id
+     and _task_id = any (c.task_ids)
+$function$;
+  -- queues.task_lease_at(_task_id bigint, _task_lease_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.task_lease_effective_of(_task_id bigint)
+ RETURNS TABLE(task_lease_id bigint, task_id bigint, worker_id text, leased_at timestamp with time zone, expires_at timestamp with time zone, released_at timestamp with time zone, extensions integer, revoked_at timestamp with time zone, suspect boolean)
+ LANGUAGE sql
+ STABLE
+AS $function$
+  select l.task_lease_id, l.task_id,
+         coalesce(l.worker_id, (select n.worker_id from queues.worker_name n where n.worker_key = l.worker_key)),
+         l.leased_at,
+         coalesce(r.released_at, v.revoked_at, e.expires_at, l.expires_at),
+         r.released_at,
+         coalesce(e.extensions, 0),
+         v.revoked_at,
+         l.suspect
+    from queues.task_leases_of(_task_id) l
+    left join queues.task_lease_release r on r.task_id = l.task_id and r.task_lease_id = l.task_lease_id
+    left join queues.task_lease_revocation v on v.task_id = l.task_id and v.task_lease_id = l.task_lease_id
+    left join lateral (
+      select max(x.expires_at) as expires_at, count(*)::integer as extensions
+        from queues.task_lease_extension x
+       where x.task_id = l.task_id and x.task_lease_id = l.task_lease_id
+    ) e on true
+$function$;
+  -- queues.task_lease_effective_of(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.task_leases_of(_task_id bigint)
+ RETURNS TABLE(task_lease_id bigint, task_id bigint, worker_key integer, worker_id text, leased_at timestamp with time zone, expires_at timestamp with time zone, suspect boolean)
+ LANGUAGE sql
+ STABLE
+AS $function$
+  select l.task_lease_id, l.task_id, l.worker_key, l.worker_id, l.leased_at, l.expires_at, l.suspect
+    from queues.task_lease l
+   where l.task_id = _task_id
+  union all
+  select c.task_lease_id, _task_id, c.worker_key, null::text, c.leased_at, c.expires_at,
+         coalesce(c.suspect_task_id = _task_id, false)
+    from queues.claim_lease c
+   where c.task_range @> _task_id
+     and c.task_id >= _task_id
+     and _task_id = any (c.task_ids)
+$function$;
+  -- queues.task_leases_of(_task_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.task_limit_status_at(_now timestamp with time zone)
@@ -14459,7 +14707,7 @@ begin
            queues.task_lease_revocation, queues.task_attempt_failed, queues.task_redriven,
            queues.task_lease_started, queues.task_interruption, queues.task_cancelled,
            queues.task_result, queues.task_run_now, queues.task_trace, queues.completion_round,
-           queues.task_progress, queues.task_dependency;
+           queues.claim_lease, queues.task_progress, queues.task_dependency;
   return null;
 end;
 $function$;

@@ -48,38 +48,12 @@ drop trigger if exists forbid_update on queues.completion_round_default;
 create trigger forbid_update before update on queues.completion_round_default
   for each statement execute function queues.forbid_fact_update();
 
--- TRUNCATE queues.task empties every history table, completion_round included.
-create or replace function queues.truncate_task_facts() returns trigger
-  language plpgsql
-  set search_path = pg_catalog, pg_temp
-as $$
-begin
-  truncate queues.task_pending, queues.resource_lease, queues.task_lease, queues.task_completed,
-           queues.error, queues.task_lease_extension, queues.task_lease_release,
-           queues.task_lease_revocation, queues.task_attempt_failed, queues.task_redriven,
-           queues.task_lease_started, queues.task_interruption, queues.task_cancelled,
-           queues.task_result, queues.task_run_now, queues.task_trace, queues.completion_round;
-  return null;
-end;
-$$;
-
---!include queues/partitions.sql
-
--- A partition of queues.completion_round for every partition set there is (a set half
--- made by maintenance gets its own when maintenance finishes the set).
-select queues.attach_history_partition('completion_round', s.lower_bound, s.upper_bound)
-  from queues.history_sets() s
- where not s.is_default
- order by s.lower_bound;
+-- (queues/partitions.sql, which makes completion_round a history table, and the
+-- partitions of completion_round for the sets there are: migration 500.)
 
 --!include queues/task_end.sql
---!include queues/complete.sql
---!include queues/partitions_maintain.sql
 --!include queues/partitions_status.sql
 --!include queues/cancel.sql
---!include queues/fail.sql
 --!include admin/history.sql
 --!include admin/schedules.sql
---!include public/role_based_worker.sql
---!include files/signing.sql
 --!include internal/process_support.sql

@@ -50,6 +50,6 @@ comment on table queues.task_limit_window is
 -- The enqueues take a trailing group key: queues/enqueue.sql (included by
 -- 400-task-dependencies.sql, which drops the older signatures of the functions); the
 -- procedure's older signature is dropped here. queues/claim.sql (the limits in the claim)
--- is included by 300-provider-throttle.sql, queues/maintenance.sql by 400: both after
--- this file, which creates the columns and tables they use and queues/limits.sql.
+-- and queues/maintenance.sql are included by 500-lease-per-claim.sql: after this file,
+-- which creates the columns and tables they use and queues/limits.sql.
 drop procedure if exists queues.enqueue_and_commit(text, jsonb, timestamptz, integer, text, integer, bigint);

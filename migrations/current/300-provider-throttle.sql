@@ -46,9 +46,7 @@ create trigger forbid_update before update on queues.throttle_cleared
 create index if not exists throttle_cleared_key_idx on queues.throttle_cleared (key_kind, key, last_throttle_id);
 
 --!include queues/throttle.sql
---!include queues/claim.sql
 --!include admin/throttles.sql
---!include internal/delivery.sql
 
 -- Supervisors read the throttle of their channel: each message channel's facts
 -- (comms.send_<c>_supervisor_facts) gain throttled_until, a new out column, so they are

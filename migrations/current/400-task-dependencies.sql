@@ -36,7 +36,5 @@ drop function if exists queues.enqueue_internal(text, jsonb, timestamptz, intege
 drop function if exists queues.enqueue_task(text, jsonb, timestamptz, integer, text, integer, boolean, boolean, boolean);
 --!include queues/enqueue.sql
 --!include queues/run_now.sql
---!include queues/maintenance.sql
 --!include admin/common.sql
---!include admin/tasks.sql
 --!include admin/task_actions.sql

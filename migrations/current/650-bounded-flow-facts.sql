@@ -104,7 +104,8 @@ begin
 end;
 $$;
 
--- TRUNCATE queues.task empties every history table, the two new ones included.
+-- TRUNCATE queues.task empties every history table (completion rounds, claim leases,
+-- progress reports and dependency edges included).
 create or replace function queues.truncate_task_facts() returns trigger
   language plpgsql
   set search_path = pg_catalog, pg_temp
@@ -115,7 +116,7 @@ begin
            queues.task_lease_revocation, queues.task_attempt_failed, queues.task_redriven,
            queues.task_lease_started, queues.task_interruption, queues.task_cancelled,
            queues.task_result, queues.task_run_now, queues.task_trace, queues.completion_round,
-           queues.task_progress, queues.task_dependency;
+           queues.claim_lease, queues.task_progress, queues.task_dependency;
   return null;
 end;
 $$;

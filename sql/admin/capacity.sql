@@ -7,8 +7,8 @@
 -- throughput reads only the completions of the last _window_seconds, through the
 -- completed_at indexes of task_completed and completion_round, and the leases of the
 -- tasks enqueued in that window
--- (a range of task_lease's primary key; a primary-key probe for a completion of an older
--- task), with a primary-key probe of task_lease_started per completion that does not say
+-- (a range of task_lease's primary key and of claim_lease's, whose claims name their
+-- tasks; a probe of queues.task_lease_at for a completion of an older task), with a primary-key probe of task_lease_started per completion that does not say
 -- when its run started (written before completions carried it); active workers
 -- read queues.worker. Nothing scans history.
 --
@@ -110,8 +110,10 @@ begin
   ),
   -- The run of each completing lease: its worker, its start (the completion's, else a
   -- start mark, else the lease) and its end. The leases of tasks enqueued in the window (ids from _first on)
-  -- are one range of task_lease's primary key, joined at once; a completion of an older
-  -- task probes its lease by primary key; each start mark is a primary-key probe (a scalar
+  -- are one range of task_lease's primary key and of claim_lease's (a claim lease lives
+  -- in the set of its largest task id, so one naming a task from _first on is in that
+  -- range), joined at once; a completion of an older task probes its lease
+  -- (queues.task_lease_at); each start mark is a primary-key probe (a scalar
   -- subquery). A lease names its worker by key (queues.worker_name), or by id if written
   -- before that key existed: a worker counts once per way it is named (twice, for one
   -- window, if it ran across that migration). A completion without a lease (cancelled,
@@ -125,8 +127,16 @@ begin
                               where st.task_id = c.task_id and st.task_lease_id = c.task_lease_id),
                             l.leased_at) as run_from
               from completion c
-              join queues.task_lease l on l.task_id = c.task_id and l.task_lease_id = c.task_lease_id
-             where c.task_id >= _first and l.task_id >= _first
+              join (select y.task_id, y.task_lease_id, y.worker_key, y.worker_id, y.leased_at
+                      from queues.task_lease y
+                     where y.task_id >= _first
+                    union all
+                    select u.task_id, y.task_lease_id, y.worker_key, null, y.leased_at
+                      from queues.claim_lease y
+                     cross join lateral unnest(y.task_ids) as u(task_id)
+                     where y.task_id >= _first and u.task_id >= _first) l
+                on l.task_id = c.task_id and l.task_lease_id = c.task_lease_id
+             where c.task_id >= _first
             union all
             select c.task_type, l.worker_key, l.worker_id, c.completed_at,
                    coalesce(c.started_at,
@@ -134,8 +144,8 @@ begin
                               where st.task_id = c.task_id and st.task_lease_id = c.task_lease_id),
                             l.leased_at)
               from completion c
-             cross join lateral (select y.worker_key, y.worker_id, y.leased_at from queues.task_lease y
-                                  where y.task_id = c.task_id and y.task_lease_id = c.task_lease_id limit 1) l
+             cross join lateral (select y.worker_key, y.worker_id, y.leased_at
+                                   from queues.task_lease_at(c.task_id, c.task_lease_id) y limit 1) l
              where c.task_id < _first) x
   ),
   -- Busy time per type and worker: the union of its runs (gaps and islands: a run that

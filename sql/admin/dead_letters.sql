@@ -64,9 +64,7 @@ begin
              where e.task_id = c.task_id
                and e.task_id >= _lower and e.task_id < _upper
              order by e.error_id desc limit 1),
-           (select count(*)::integer from queues.task_lease l
-             where l.task_id = c.task_id
-               and l.task_id >= _lower and l.task_id < _upper)
+           (select count(*)::integer from queues.task_leases_of(c.task_id))
       from queues.task_completed c
      -- lateral + limit 1: the completions drive, each task probed by key
      cross join lateral (select x.task_type, x.payload from queues.task x

@@ -1,7 +1,8 @@
 -- Throughput and completion statistics over a recent window, for the dashboard's chart
 -- and the API's /metrics. Both read completions through the completed_at indexes of
 -- task_completed and completion_round (admin.completions_between: cost follows the window,
--- not history) and probe task and task_lease by primary key.
+-- not history) and probe task and each completion's lease (queues.task_lease_at: task_lease's
+-- primary key, claim_lease's lease id index).
 
 -- Completions per _bucket_seconds bucket over the last _window_seconds (defaults: one
 -- hour in one-minute buckets; at most 1440 buckets), by task type and outcome. Buckets
@@ -88,8 +89,7 @@ begin
   with recent as (
     select c.task_type, c.outcome, date_part('epoch', c.completed_at - l.leased_at) as seconds
       from admin.completions_between(_now - make_interval(secs => _window), _now) c
-      left join lateral (select y.leased_at from queues.task_lease y
-                          where y.task_id = c.task_id and y.task_lease_id = c.task_lease_id limit 1) l on true
+      left join lateral (select y.leased_at from queues.task_lease_at(c.task_id, c.task_lease_id) y limit 1) l on true
   ),
   totals as (
     select r.task_type, r.outcome, count(*) as completed, count(r.seconds) as timed,

@@ -123,9 +123,9 @@ begin
   if _worker_id is not null then
     -- A lease names its worker by key (queues.worker_name), or by id if written before.
     select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
-    _filters := _filters || ' and exists (select 1 from queues.task_lease l where l.task_id = t.task_id
-                                             and (l.worker_key = $14 or l.worker_id = $6)
-                                             and ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13))';
+    _filters := _filters || ' and exists (select 1 from queues.task_leases_of(t.task_id) l
+                                            where (l.worker_key = $14 or l.worker_id = $6)
+                                              and ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13))';
   end if;
   if _resource_key is not null then _filters := _filters || ' and t.resource_key = $7'; end if;
   if _enqueued_from is not null then _filters := _filters || ' and t.enqueued_at >= $8'; end if;
@@ -140,11 +140,10 @@ begin
                                         else ' and not exists (select 1 from queues.task_lease_started st
                                                                 where st.task_id = p.task_id and st.task_lease_id = p.current_lease_id)
                                                and not (' end
-                         || 'exists (select 1 from queues.task_lease l
+                         || 'exists (select 1 from queues.task_lease_at(p.task_id, p.current_lease_id) l
                                        left join queues.worker_name n on n.worker_key = l.worker_key
                                        join queues.worker w on w.worker_id = coalesce(l.worker_id, n.worker_id)
-                                      where l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
-                                        and w.stopped_at is null
+                                      where w.stopped_at is null
                                         and w.last_seen_at < $1 - queues.worker_silence_bound(w.heartbeat_interval_ms)))';
   end if;
   if _pending_walk then
@@ -164,8 +163,8 @@ begin
     -- (queues.task_end_of: a probe of each shape). Most ended tasks succeeded, so the walk
     -- passes over few others.
     _sql := 'select t.task_id, t.task_type, c.outcome, t.priority, t.resource_key, t.max_attempts,
-                    (select count(*)::integer from queues.task_lease l where l.task_id = t.task_id
-                        and ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13)),
+                    (select count(*)::integer from queues.task_leases_of(t.task_id) l
+                        where ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13)),
                     t.enqueued_at, t.scheduled_at, null::timestamptz, c.completed_at
                from queues.task t
               cross join lateral (select e.outcome, e.completed_at from queues.task_end_of(t.task_id) e
@@ -178,8 +177,8 @@ begin
               limit $5';
   elsif _state is not null then
     _sql := 'select c.task_id, t.task_type, c.outcome, t.priority, t.resource_key, t.max_attempts,
-                    (select count(*)::integer from queues.task_lease l where l.task_id = c.task_id
-                        and ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13)),
+                    (select count(*)::integer from queues.task_leases_of(c.task_id) l
+                        where ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13)),
                     t.enqueued_at, t.scheduled_at, null::timestamptz, c.completed_at
                from queues.task_completed c
               cross join lateral (select * from queues.task x where x.task_id = c.task_id
@@ -195,8 +194,8 @@ begin
                     coalesce(c.outcome, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, $1)),
                     t.priority, t.resource_key, t.max_attempts,
                     coalesce(p.lease_count,
-                             (select count(*)::integer from queues.task_lease l where l.task_id = t.task_id
-                                 and ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13))),
+                             (select count(*)::integer from queues.task_leases_of(t.task_id) l
+                        where ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13))),
                     t.enqueued_at, t.scheduled_at, p.available_at, c.completed_at
                from queues.task t
                left join queues.task_pending p on p.task_id = t.task_id
@@ -299,7 +298,7 @@ begin
                       'released_at', l.released_at, 'revoked_at', l.revoked_at, 'extensions', l.extensions,
                       'live', coalesce(l.task_lease_id = p.current_lease_id and p.available_at > _now, false))
                       order by l.task_lease_id)
-               from queues.task_lease_effective l where l.task_id = t.task_id), '[]'::jsonb),
+               from queues.task_lease_effective_of(t.task_id) l), '[]'::jsonb),
            'errors', coalesce((
              select jsonb_agg(to_jsonb(e) - 'task_id' order by e.error_id)
                from queues.error e where e.task_id = t.task_id), '[]'::jsonb),
@@ -415,8 +414,7 @@ begin
     'heartbeats', coalesce((
       select jsonb_agg(jsonb_build_object('task_lease_id', x.task_lease_id, 'extended_at', x.extended_at,
                                           'expires_at', x.expires_at) order by x.task_lease_extension_id)
-        from queues.task_lease l
-        join queues.task_lease_extension x on x.task_id = l.task_id and x.task_lease_id = l.task_lease_id
-       where l.task_id = _task_id), '[]'));
+        from queues.task_leases_of(_task_id) l
+        join queues.task_lease_extension x on x.task_id = l.task_id and x.task_lease_id = l.task_lease_id), '[]'));
 end;
 $$;

@@ -168,7 +168,7 @@ describe('keyset pagination at 1,000,000 rows', () => {
     nodes.filter(
       (n) =>
         n['Node Type'] === 'Seq Scan' &&
-        ['task', 'task_completed', 'task_lease'].includes(relationOf(n)) &&
+        ['task', 'task_completed', 'task_lease', 'claim_lease'].includes(relationOf(n)) &&
         // An empty partition (the default one, a set made ahead) costs nothing to scan.
         sharedBuffers(n) > 0,
     );

@@ -17,7 +17,7 @@ as $$
     -- live leases: the pending rows under a lease that has not expired (bounded by pending work)
     select coalesce(l.worker_id, n.worker_id) as worker_id, count(*) as n
       from queues.task_pending p
-      join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
+      cross join lateral (select y.worker_key, y.worker_id from queues.task_lease_at(p.task_id, p.current_lease_id) y limit 1) l
       -- a lease names its worker by key (queues.worker_name), or by id if written before
       left join queues.worker_name n on n.worker_key = l.worker_key
      where p.available_at > _now

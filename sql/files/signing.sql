@@ -24,8 +24,7 @@ as $$
     join files.file_deletion_attempt a on a.file_deletion_task_id = t.file_deletion_task_id
     -- The task's newest lease with its effective expiry (a task has one live lease at most).
     cross join lateral (
-      select e.expires_at from queues.task_lease_effective e
-       where e.task_id = a.task_id
+      select e.expires_at from queues.task_lease_effective_of(a.task_id) e
        order by e.task_lease_id desc
        limit 1
     ) l

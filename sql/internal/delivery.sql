@@ -69,7 +69,9 @@ begin
    where s.task_id = _task_id and s.task_lease_id <> _lease_id
      -- A call its provider refused (a throttle reported under that lease, with the lease's
      -- release: sql/queues/throttle.sql) was not made.
-     and (select true from queues.throttle th where th.task_lease_id = s.task_lease_id limit 1) is null
+     -- (By task and lease: the tasks of one claim share its lease id.)
+     and (select true from queues.throttle th
+           where th.task_lease_id = s.task_lease_id and th.task_id = s.task_id limit 1) is null
    order by s.task_lease_id
    limit 1;
   if found then

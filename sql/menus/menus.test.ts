@@ -207,12 +207,19 @@ describe('menus.record_observation and queues.record_task_result refuse', () => 
       `select queues.enqueue('product_resync', '{"store_id": 1, "platform_dispensary_id": "d-1"}')::text as resync,
               queues.enqueue('db_function', '{"db_function": "internal.noop"}')::text as other`,
     );
-    const { rows: claimed } = await db
-      .pool('worker')
-      .query(
-        `select task_id::text, task_lease_id::text, task_type from queues.claim_tasks('w', 10, array['product_resync', 'db_function']) order by task_id`,
-      );
-    const [resync, other] = claimed;
+    // Two claims: the tasks of one claim share its lease, so the other task's lease is one
+    // this task never held only when it comes from another claim.
+    const claim = async (type: string) =>
+      (
+        await db.pool('worker').query<{
+          task_id: string;
+          task_lease_id: string;
+          task_type: string;
+        }>(`select task_id::text, task_lease_id::text, task_type from queues.claim_tasks('w', 10, array[$1])`, [type])
+      ).rows[0];
+    const resync = await claim('product_resync');
+    const other = await claim('db_function');
+    expect(other.task_lease_id).not.toBe(resync.task_lease_id);
     const worker = db.pool('worker');
     const products = { products: [{ id: 'a', name: 'A', price_cents: 100, in_stock: true, quantity: 2 }] };
     const cases: [string, unknown[], string, RegExp][] = [

@@ -128,13 +128,20 @@ select t.task_id                                      as id,
     limit 1
   ) c on true
   -- The newest lease, with its worker's id (a lease names its worker by key in
-  -- queues.worker_name, or, written before that, by id).
+  -- queues.worker_name, or, written before that, by id), in both shapes: a per-task
+  -- task_lease row, or a claim_lease naming the task (queues.task_leases_of's probe,
+  -- written out: this view's readers cannot call that function).
   left join lateral (
     select y.task_id, y.task_lease_id, y.leased_at,
            coalesce(y.worker_id, (select n.worker_id from queues.worker_name n where n.worker_key = y.worker_key))
              as worker_id
-      from queues.task_lease y
-     where y.task_id = t.task_id
+      from (select x.task_id, x.task_lease_id, x.leased_at, x.worker_id, x.worker_key
+              from queues.task_lease x
+             where x.task_id = t.task_id
+            union all
+            select t.task_id, x.task_lease_id, x.leased_at, null::text, x.worker_key
+              from queues.claim_lease x
+             where x.task_range @> t.task_id and x.task_id >= t.task_id and t.task_id = any (x.task_ids)) y
      order by y.task_lease_id desc
      limit 1
   ) l on true

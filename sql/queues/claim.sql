@@ -10,7 +10,7 @@
 -- Suspects and poison tasks: a task a lease of which ended without an end (it expired, or
 -- was revoked: its worker died or went silent) is a suspect, whichever of the worker's
 -- tasks killed it. A claim takes at most one suspect and names it in its lease
--- (queues.task_lease.suspect, task_pending.suspect_lease). An expiry counts towards
+-- (queues.claim_lease.suspect_task_id, task_pending.suspect_lease). An expiry counts towards
 -- abandonment only when the task was the named suspect of that lease: the first expiry
 -- of a task never counts (it may have waited in a dead worker's local queue, or run
 -- beside the task that killed it), and from then on the task runs only as a named
@@ -458,34 +458,37 @@ begin
     delete from queues.task_pending p
      where p.task_id = any (array(select pk.task_id from picked pk where pk.poisoned))
   ),
+  -- One lease per claim (queues.claim_lease): every task the claim took shares its
+  -- task_lease_id (from task_lease's sequence, so a claim's id never equals a per-task
+  -- lease's), and the claim names its one suspect. No row is written when nothing is
+  -- eligible.
   leased as (
-    insert into queues.task_lease (task_id, worker_key, leased_at, expires_at, suspect)
-    select e.task_id, _worker_key, _now, _now + make_interval(secs => _lease_seconds), e.suspect
+    insert into queues.claim_lease (task_id, worker_key, leased_at, expires_at, task_ids, task_range, suspect_task_id)
+    select max(e.task_id), _worker_key, _now, _now + make_interval(secs => _lease_seconds),
+           array_agg(e.task_id order by e.task_id),
+           int8range(min(e.task_id), max(e.task_id), '[]'),
+           max(e.task_id) filter (where e.suspect)
       from eligible e
-    returning *
+    having count(*) > 0
+    returning task_lease_id, task_ids
   ),
-  -- Set-based, and one plan whatever the statistics say: the claimed rows are found by
-  -- primary key from the array of their ids (an index condition), and each row's new
-  -- lease is looked up in a map of the leases by task id. A join of task_pending to
-  -- the leases would be planned from task_pending's statistics, and statistics taken
-  -- when a busy queue had just drained (many pages, nearly no live rows) made the
-  -- planner scan the whole table and compare every row with every lease (seconds per
-  -- claim once the queue filled again). SET expressions read the row as it was: a lease
-  -- still current here expired, and is left uncounted unless it named the task its suspect.
-  lease_map as (
-    select jsonb_object_agg(l.task_id::text, l.task_lease_id) as leases from leased l
-  ),
+  -- The claimed rows are found by primary key from the array of their ids (an index
+  -- condition): a join of task_pending to the claim would be planned from task_pending's
+  -- statistics, and statistics taken when a busy queue had just drained (many pages,
+  -- nearly no live rows) made the planner scan the whole table (seconds per claim once
+  -- the queue filled again). SET expressions read the row as it was: a lease still
+  -- current here expired, and is left uncounted unless it named the task its suspect.
   moved as (
     update queues.task_pending p
        set available_at = _now + make_interval(secs => _lease_seconds),
-           current_lease_id = (m.leases ->> p.task_id::text)::bigint,
+           current_lease_id = l.task_lease_id,
            lease_count = p.lease_count + 1,
            uncounted_count = p.uncounted_count + (p.current_lease_id is not null and not p.suspect_lease)::integer,
            -- The new lease names the task its suspect when a lease of it ended without an
            -- end (as picked decided: at most one per claim).
            suspect_lease = p.lease_count - p.released_count - p.failed_attempts > 0
-      from lease_map m
-     where p.task_id = any (array(select l.task_id from leased l))
+      from leased l
+     where p.task_id = any (array(select e.task_id from eligible e))
     returning p.task_id, p.lease_count, p.current_lease_id as task_lease_id, _now as leased_at,
               p.available_at as expires_at
   )

@@ -118,12 +118,12 @@ describe('exclusivity', () => {
     const {
       rows: [counts],
     } = await db.query<{ leases: string; tasks: string; completed: string; overlaps: string }>(`
-      select (select count(*) from queues.task_lease) as leases,
-             (select count(distinct task_id) from queues.task_lease) as tasks,
+      select (select count(*) from queues.task_leases) as leases,
+             (select count(distinct task_id) from queues.task_leases) as tasks,
              (select count(*) from queues.task_end where outcome = 'succeeded') as completed,
              (select count(*)
-                from queues.task_lease a
-                join queues.task_lease b
+                from queues.task_leases a
+                join queues.task_leases b
                   on b.task_id = a.task_id and b.task_lease_id > a.task_lease_id
                  and tstzrange(a.leased_at, a.expires_at) && tstzrange(b.leased_at, b.expires_at)) as overlaps`);
     expect(counts).toEqual({ leases: '20000', tasks: '20000', completed: '20000', overlaps: '0' });
@@ -361,7 +361,7 @@ describe('claim semantics', () => {
     // The integer on every lease, not the id's text; the views give the id back.
     const { rows: leases } = await db.query(
       `select l.worker_key, l.worker_id, e.worker_id as named
-         from queues.task_lease l join queues.task_lease_effective e using (task_id, task_lease_id)
+         from queues.task_leases l join queues.task_lease_effective e using (task_id, task_lease_id)
         where l.worker_key = $1`,
       [names[0].worker_key],
     );
@@ -380,7 +380,7 @@ describe('claim semantics', () => {
     await db.pool('worker').query(`select * from queues.claim_tasks('w', 1)`);
     await db.pool('worker').query(`select * from queues.claim_tasks('w', 1, null, 7)`);
     const { rows } = await db.query(
-      'select extract(epoch from expires_at - leased_at)::int as seconds from queues.task_lease order by task_lease_id',
+      'select extract(epoch from expires_at - leased_at)::int as seconds from queues.task_leases order by task_lease_id',
     );
     expect(rows.map((r) => r.seconds)).toEqual([300, 7]);
   });

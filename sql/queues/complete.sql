@@ -121,8 +121,7 @@ begin
                              and (e.task_lease_id = p.current_lease_id
                                   or (e.task_lease_id is null
                                       and e.created_at >= coalesce(
-                                            (select l.leased_at from queues.task_lease l
-                                              where l.task_id = p.task_id and l.task_lease_id = p.current_lease_id),
+                                            (select l.leased_at from queues.task_lease_at(p.task_id, p.current_lease_id) l),
                                             (select t.enqueued_at from queues.task t where t.task_id = p.task_id)))))
                then 'failed'
              else 'succeeded'

@@ -12,7 +12,7 @@ create or replace view queues.dead_letter as
 select c.task_id, t.task_type, t.payload, c.outcome, c.completed_at,
        (select e.error_message from queues.error e where e.task_id = t.task_id
          order by e.error_id desc limit 1) as last_error,
-       (select count(*)::integer from queues.task_lease l where l.task_id = t.task_id) as attempts
+       (select count(*)::integer from queues.task_leases_of(t.task_id)) as attempts
   from queues.task_completed c
   join queues.task t on t.task_id = c.task_id
  where c.outcome <> 'succeeded'

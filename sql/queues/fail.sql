@@ -31,13 +31,12 @@ begin
     raise exception 'task % does not exist', _task_id using errcode = '23503';
   end if;
   if _task_lease_id is not null then
-    if not exists (select 1 from queues.task_lease l
-                    where l.task_lease_id = _task_lease_id and l.task_id = _task_id) then
+    if not exists (select 1 from queues.task_lease_at(_task_id, _task_lease_id)) then
       raise exception 'lease % does not belong to task %', _task_lease_id, _task_id
         using errcode = '22023';
     end if;
-    if exists (select 1 from queues.task_lease l
-                where l.task_id = _task_id and l.task_lease_id > _task_lease_id)
+    if exists (select 1 from queues.task_leases_of(_task_id) l
+                where l.task_lease_id > _task_lease_id)
        or exists (select 1 from queues.task_lease_release r
                    where r.task_id = _task_id and r.task_lease_id = _task_lease_id)
        or exists (select 1 from queues.task_lease_revocation v

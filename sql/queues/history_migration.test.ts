@@ -240,9 +240,10 @@ describe('converting a database with history', () => {
          join pg_class c on c.oid = format('queues.%I', t.name)::regclass`,
     );
     // The 14 tables 000004 converted, queues.task_trace (migration 000014),
-    // queues.completion_round (the completion rounds), queues.task_progress and
-    // queues.task_dependency, each given a partition in every set there was.
-    expect(rows).toHaveLength(18);
+    // queues.completion_round (the completion rounds), queues.claim_lease (a lease per
+    // claim), queues.task_progress and queues.task_dependency, each given a partition in
+    // every set there was.
+    expect(rows).toHaveLength(19);
     for (const row of rows) {
       expect(row, row.name).toMatchObject({ relkind: 'p', key: 'RANGE (task_id)' });
       // The set holding the rows, the sets ahead (2 by default), the default partition.

@@ -155,7 +155,7 @@ describe('releases', () => {
       expect(rows).toEqual([{ task_id: id }]);
     }
     const { rows } = await db.query(
-      'select count(*)::int as n from queues.task_lease_release r join queues.task_lease l using (task_lease_id) where l.task_id = $1',
+      'select count(*)::int as n from queues.task_lease_release r join queues.task_leases l using (task_id, task_lease_id) where l.task_id = $1',
       [id],
     );
     expect(rows[0].n).toBe(3);
@@ -208,7 +208,7 @@ describe('poison tasks', () => {
       expect(claimed.map((l) => [l.task_id, l.lease_count])).toEqual([[id, i + 1]]);
     }
     const { rows: named } = await db.query(
-      'select suspect from queues.task_lease where task_id = $1 order by task_lease_id',
+      'select suspect from queues.task_leases where task_id = $1 order by task_lease_id',
       [id],
     );
     expect(named.map((r) => r.suspect)).toEqual([false, true, true, true]);
@@ -223,7 +223,7 @@ describe('poison tasks', () => {
       { outcome: 'abandoned', error_message: 'abandoned: 3 leases expired without completion (max_leases 3)' },
     ]);
     expect(
-      (await db.query('select count(*)::int as n from queues.task_lease where task_id = $1', [id])).rows[0].n,
+      (await db.query('select count(*)::int as n from queues.task_leases where task_id = $1', [id])).rows[0].n,
     ).toBe(maxLeases + 1);
     expect(await claimAt(86_400, 'later', maxLeases)).toEqual([]);
   });

@@ -218,7 +218,7 @@ describe('concurrency limits', () => {
     expect(maxGroup).toBeLessThanOrEqual(2);
     // Every task was leased once: a task held back by a limit did not cost a lease.
     const { rows } = await db.query(
-      'select count(*)::int as n from queues.task_lease where task_id = any($1::bigint[])',
+      'select count(*)::int as n from queues.task_leases where task_id = any($1::bigint[])',
       [ids],
     );
     expect(rows[0].n).toBe(ids.length);

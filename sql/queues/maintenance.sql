@@ -39,9 +39,8 @@ begin
          -- when it expires), and not naming the task their suspect (a lease written before
          -- suspects were named: not started).
          (select count(*)::integer
-            from queues.task_lease_effective u
-           where u.task_id = t.task_id
-             and u.released_at is null
+            from queues.task_lease_effective_of(t.task_id) u
+           where u.released_at is null
              and not coalesce(u.suspect, exists (select 1 from queues.task_lease_started s
                                                   where s.task_id = u.task_id and s.task_lease_id = u.task_lease_id))
              and not exists (select 1 from queues.task_attempt_failed a where a.task_id = u.task_id and a.task_lease_id = u.task_lease_id)
@@ -55,8 +54,7 @@ begin
       select le.task_lease_id, le.expires_at, le.released_at, le.revoked_at, le.suspect,
              count(*) over () :: integer as lease_count,
              count(le.released_at) over () :: integer as released_count
-        from queues.task_lease_effective le
-       where le.task_id = t.task_id
+        from queues.task_lease_effective_of(t.task_id) le
        order by le.task_lease_id desc
        limit 1
     ) l on true

@@ -49,7 +49,7 @@ as $$
   select array['task', 'task_lease', 'task_completed', 'error', 'task_lease_extension',
                'task_lease_release', 'task_lease_revocation', 'task_attempt_failed', 'task_redriven',
                'task_lease_started', 'task_interruption', 'task_cancelled', 'task_result', 'task_run_now',
-               'task_trace', 'completion_round',
+               'task_trace', 'completion_round', 'claim_lease',
                'task_progress',
                'task_dependency']
 $$;

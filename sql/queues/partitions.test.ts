@@ -122,9 +122,13 @@ async function aboveEveryRange(offset: number): Promise<number> {
 async function orphans(): Promise<unknown[]> {
   const { rows } = await db.query(`
     select 'task_lease' as fact, x.task_id from queues.task_lease x where not exists (select 1 from queues.task t where t.task_id = x.task_id)
+    -- A claim lease lives in the set of the largest task it names, which is kept while the
+    -- lease is; a task it names from an older set may have gone before it.
+    union all select 'claim_lease', x.task_id from queues.claim_lease x
+     where not exists (select 1 from queues.task t where t.task_id = x.task_id)
     union all select 'task_completed', x.task_id from queues.task_completed x
      where not exists (select 1 from queues.task t where t.task_id = x.task_id)
-        or (x.task_lease_id is not null and not exists (select 1 from queues.task_lease l where l.task_id = x.task_id and l.task_lease_id = x.task_lease_id))
+        or (x.task_lease_id is not null and not exists (select 1 from queues.task_leases l where l.task_id = x.task_id and l.task_lease_id = x.task_lease_id))
     -- A completion round lives in the set of the largest task it names, which is kept
     -- while the round is; a task it names from an older set may have gone before it.
     union all select 'completion_round', x.task_id from queues.completion_round x
@@ -133,16 +137,16 @@ async function orphans(): Promise<unknown[]> {
      cross join lateral unnest(x.task_ids, x.task_lease_ids) as u(task_id, task_lease_id)
      where exists (select 1 from queues.task t where t.task_id = u.task_id)
        and u.task_lease_id is not null
-       and not exists (select 1 from queues.task_lease l where l.task_id = u.task_id and l.task_lease_id = u.task_lease_id)
+       and not exists (select 1 from queues.task_leases l where l.task_id = u.task_id and l.task_lease_id = u.task_lease_id)
     union all select 'error', x.task_id from queues.error x
      where not exists (select 1 from queues.task t where t.task_id = x.task_id)
-        or (x.task_lease_id is not null and not exists (select 1 from queues.task_lease l where l.task_id = x.task_id and l.task_lease_id = x.task_lease_id))
+        or (x.task_lease_id is not null and not exists (select 1 from queues.task_leases l where l.task_id = x.task_id and l.task_lease_id = x.task_lease_id))
     union all select 'task_lease_extension', x.task_id from queues.task_lease_extension x
-     where not exists (select 1 from queues.task_lease l where l.task_id = x.task_id and l.task_lease_id = x.task_lease_id)
+     where not exists (select 1 from queues.task_leases l where l.task_id = x.task_id and l.task_lease_id = x.task_lease_id)
     union all select 'task_lease_release', x.task_id from queues.task_lease_release x
-     where not exists (select 1 from queues.task_lease l where l.task_id = x.task_id and l.task_lease_id = x.task_lease_id)
+     where not exists (select 1 from queues.task_leases l where l.task_id = x.task_id and l.task_lease_id = x.task_lease_id)
     union all select 'task_lease_revocation', x.task_id from queues.task_lease_revocation x
-     where not exists (select 1 from queues.task_lease l where l.task_id = x.task_id and l.task_lease_id = x.task_lease_id)
+     where not exists (select 1 from queues.task_leases l where l.task_id = x.task_id and l.task_lease_id = x.task_lease_id)
     union all select 'task_attempt_failed', x.task_id from queues.task_attempt_failed x
      where not exists (select 1 from queues.task t where t.task_id = x.task_id)
     union all select 'task_redriven', x.task_id from queues.task_redriven x
@@ -267,12 +271,12 @@ describe('partition maintenance', () => {
     await complete(leases, ids);
     const { rows: where } = await db.query(
       `select tableoid::regclass::text as part from queues.task where task_id = any($1::bigint[])
-       union all select tableoid::regclass::text from queues.task_lease where task_id = any($1::bigint[])
+       union all select tableoid::regclass::text from queues.claim_lease where task_ids && $1::bigint[]
        union all select tableoid::regclass::text from queues.completion_round where task_ids && $1::bigint[]`,
       [ids],
     );
     expect(new Set(where.map((r) => r.part))).toEqual(
-      new Set([`queues.task_p${top + 6}`, `queues.task_lease_p${top + 6}`, `queues.completion_round_p${top + 6}`]),
+      new Set([`queues.task_p${top + 6}`, `queues.claim_lease_p${top + 6}`, `queues.completion_round_p${top + 6}`]),
     );
     // The rest of the run makes the sets ahead table by table, and skips nothing.
     const rest = await maintain();
@@ -374,8 +378,14 @@ describe('partition maintenance', () => {
     expect(await defaultTasks()).toBe(0);
     expect(await partOf('task', ids.slice(0, 2000))).toEqual([`queues.task_p${top}`]);
     expect(await partOf('task', ids.slice(2000))).toEqual([`queues.task_p${cut}`]);
-    for (const table of ['task_lease', 'task_lease_started'])
-      expect(await partOf(table, [done, running])).toEqual([`queues.${table}_p${top}`]);
+    expect(await partOf('task_lease_started', [done, running])).toEqual([`queues.task_lease_started_p${top}`]);
+    // A claim lease is routed by the largest task id it names (the first claim's are all
+    // below the cut).
+    const { rows: claimLeases } = await db.query(
+      `select distinct tableoid::regclass::text as part from queues.claim_lease where task_ids && $1::bigint[]`,
+      [[done, running]],
+    );
+    expect(claimLeases.map((r) => r.part)).toEqual([`queues.claim_lease_p${top}`]);
     expect(await partOf('completion_round', [done])).toEqual([`queues.completion_round_p${top}`]);
     expect(await tasksIn(top, last + 1)).toBe(2003);
     expect(await orphans()).toEqual([]);
@@ -521,9 +531,8 @@ describe('partition maintenance', () => {
     const steps = await db.client('worker');
     const second = await db.client('worker');
     try {
-      // The long transaction: a claim, left open (it wrote into task_lease, whose parent
-      // attaching that table's partition locks against writers, and it holds every
-      // partition of task_lease_started, default included).
+      // The long transaction: a claim, left open (it wrote into claim_lease, whose parent
+      // attaching that table's partition locks against writers).
       await long.query('begin');
       const { rows: held } = await long.query(`select task_id from queues.claim_tasks('w-long', 1)`);
       expect(held).toHaveLength(1);
@@ -601,8 +610,12 @@ describe('partition maintenance', () => {
       for (const [i, skip] of skips.entries()) {
         expect(skip).toMatchObject({
           action: 'skipped',
-          step: expect.stringMatching(/^attach queues\.task_lease_p\d+$/),
-          reason: expect.stringMatching(/^could not lock task_lease, task_lease_default in \d+ tries over 200 ms/),
+          // (the claim's plan, generic, locks every partition of task_completed, default
+          // included: the first table in queues.history_tables() order it keeps locked)
+          step: expect.stringMatching(/^attach queues\.task_completed_p\d+$/),
+          reason: expect.stringMatching(
+            /^could not lock task_completed, task_completed_default in \d+ tries over 200 ms/,
+          ),
           more: i < 4,
         });
       }
@@ -825,7 +838,7 @@ describe('partition maintenance', () => {
     const claimer = await db.client('worker');
     try {
       await attach.query('begin');
-      await attach.query(`select queues.attach_history_partition('task_lease', $1, $2)`, [lo, lo + SIZE]);
+      await attach.query(`select queues.attach_history_partition('claim_lease', $1, $2)`, [lo, lo + SIZE]);
       const attachPid = (await attach.query('select pg_backend_pid() as p')).rows[0].p as number;
       const claimerPid = (await claimer.query('select pg_backend_pid() as p')).rows[0].p as number;
       const claim = claimer.query(
@@ -846,10 +859,10 @@ describe('partition maintenance', () => {
       const { rows } = await claim;
       expect(rows.map((r) => r.task_id)).toContain(id);
       const { rows: where } = await db.query(
-        'select tableoid::regclass::text as part from queues.task_lease where task_id = $1',
+        'select tableoid::regclass::text as part from queues.claim_lease where $1::bigint = any (task_ids)',
         [id],
       );
-      expect(where).toEqual([{ part: `queues.task_lease_p${lo}` }]);
+      expect(where).toEqual([{ part: `queues.claim_lease_p${lo}` }]);
       await complete(
         new Map(rows.map((r) => [r.task_id, r.task_lease_id])),
         rows.map((r) => r.task_id),
@@ -872,7 +885,7 @@ describe('partition maintenance', () => {
       const { rows: claimed } = await writer.query(`select task_id from queues.claim_tasks('w-open', 1)`);
       expect(claimed).toHaveLength(1);
       await attach.query(`set lock_timeout = '2s'`);
-      const { rows } = await attach.query(`select queues.attach_history_partition('task_lease', $1, $2) as made`, [
+      const { rows } = await attach.query(`select queues.attach_history_partition('claim_lease', $1, $2) as made`, [
         lo,
         lo + SIZE,
       ]);
@@ -932,6 +945,82 @@ describe('partition maintenance', () => {
     // The pending task ends: the older set goes, then the newer one, and nothing is left
     // that names a task still kept.
     await complete(leases, [pending]);
+    const { dropped, skipped } = await maintainUntilDropped(`now() + interval '8 days'`, [older, newer]);
+    expect(skipped).toEqual([]);
+    expect(dropped).toContainEqual(older);
+    expect(dropped).toContainEqual(newer);
+    expect(dropped.findIndex(([l]) => l === older[0])).toBeLessThan(dropped.findIndex(([l]) => l === newer[0]));
+    expect(await tasksIn(lo, lo + 2 * SIZE)).toBe(0);
+    expect(await orphans()).toEqual([]);
+  });
+
+  it('a claim lease naming tasks of two sets keeps the newer set (where it lives) while the older one is kept', async () => {
+    // As the completion round's test above, but the tasks of each set end in calls of
+    // their own: only the claim's one lease names tasks of both sets.
+    const lo = await aboveEveryRange(0);
+    for (let k = 0; k < 3; k++)
+      await db.query('select queues.create_history_partition($1, $2)', [lo + k * SIZE, lo + (k + 1) * SIZE]);
+    await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [lo + 4]);
+    const ids = await enqueue(SIZE);
+    await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [lo + 2 * SIZE]);
+    const [past] = await enqueue(1);
+    const older: [number, number] = [lo, lo + SIZE];
+    const newer: [number, number] = [lo + SIZE, lo + 2 * SIZE];
+    const leases = await claimAll();
+    const inOlder = ids.filter((id) => Number(id) < newer[0]);
+    const inNewer = ids.filter((id) => Number(id) >= newer[0]);
+    expect(inOlder.length > 1 && inNewer.length > 0).toBe(true);
+    // One claim, one lease, named by its largest task: it lives in the set of `past`...
+    const { rows: lease } = await db.query(
+      `select tableoid::regclass::text as part, task_ids::text[] from queues.claim_lease where $1::bigint = any (task_ids)`,
+      [ids[0]],
+    );
+    expect(lease).toEqual([{ part: `queues.claim_lease_p${lo + 2 * SIZE}`, task_ids: [...ids, past] }]);
+    // ...so claim the tasks again in a claim of their own, after the first lease expired,
+    // for a lease that lives in the newer set: release them all, then claim them without
+    // `past`, which completes first.
+    await complete(leases, [past]);
+    await db
+      .pool('worker')
+      .query('select * from queues.release_leases($1::bigint[], $2::bigint[])', [ids, ids.map((id) => leases.get(id))]);
+    const again = await claimAll();
+    expect([...again.keys()].sort()).toEqual([...ids].sort());
+    const { rows: second } = await db.query(
+      `select tableoid::regclass::text as part from queues.claim_lease where task_lease_id = $1`,
+      [again.get(ids[0])],
+    );
+    expect(second).toEqual([{ part: `queues.claim_lease_p${newer[0]}` }]);
+    // The tasks of each set end in calls of their own; one of the older set stays pending.
+    const pending = inOlder[1];
+    await complete(
+      again,
+      inOlder.filter((id) => id !== pending),
+    );
+    await complete(again, inNewer);
+    const { rows: rounds } = await db.query(
+      `select count(*)::int as n from queues.completion_round
+        where task_ids && $1::bigint[] and task_ids && $2::bigint[]`,
+      [inOlder, inNewer],
+    );
+    expect(rounds[0].n).toBe(0);
+    expect(await orphans()).toEqual([]);
+
+    // Past the window: the newer set's own tasks are all done and old, but its claim lease
+    // names tasks of the older set, kept for its pending task; neither goes.
+    const later = await maintain(`now() + interval '8 days'`);
+    expect(later.dropped).not.toContainEqual(older);
+    expect(later.dropped).not.toContainEqual(newer);
+    expect(later.skipped).toEqual([]);
+    // The older set's finished tasks still read both their leases.
+    const api = db.pool('api');
+    const { rows } = await api.query('select admin.get_task($1) as t', [inOlder[0]]);
+    expect(rows[0].t.leases.map((l: { task_lease_id: number }) => String(l.task_lease_id))).toEqual([
+      leases.get(inOlder[0]),
+      again.get(inOlder[0]),
+    ]);
+
+    // The pending task ends: the older set goes, then the newer one.
+    await complete(again, [pending]);
     const { dropped, skipped } = await maintainUntilDropped(`now() + interval '8 days'`, [older, newer]);
     expect(skipped).toEqual([]);
     expect(dropped).toContainEqual(older);

@@ -262,14 +262,20 @@ begin
         _kept := _kept + 1;
         continue;
       end if;
-      -- A completion round in this set that names a task of an older set still kept (a
-      -- round lives in the set of the largest task id it names): dropping it would take
-      -- that task's end away, so the set waits for the older one.
+      -- A completion round or a claim lease in this set that names a task of an older set
+      -- still kept (a round, and a claim lease, lives in the set of the largest task id it
+      -- names): dropping it would take that task's end, or a lease of it, away, so the
+      -- set waits for the older one.
       if exists (select 1 from queues.completion_round r
                   where r.task_id >= _set.lower_bound and r.task_id < _set.upper_bound
                     and lower(r.task_range) < _set.lower_bound
                     and exists (select 1 from queues.task t
-                                 where t.task_id = any (r.task_ids) and t.task_id < _set.lower_bound)) then
+                                 where t.task_id = any (r.task_ids) and t.task_id < _set.lower_bound))
+         or exists (select 1 from queues.claim_lease r
+                     where r.task_id >= _set.lower_bound and r.task_id < _set.upper_bound
+                       and lower(r.task_range) < _set.lower_bound
+                       and exists (select 1 from queues.task t
+                                    where t.task_id = any (r.task_ids) and t.task_id < _set.lower_bound)) then
         _kept := _kept + 1;
         continue;
       end if;

@@ -21,7 +21,7 @@ const ORPHANS: [string, string][] = [
   ],
   [
     'task_lease -> task',
-    'select count(*) from queues.task_lease l where not exists (select 1 from queues.task t where t.task_id = l.task_id)',
+    'select count(*) from queues.task_leases l where not exists (select 1 from queues.task t where t.task_id = l.task_id)',
   ],
   [
     'task_completed -> task',
@@ -35,7 +35,7 @@ const ORPHANS: [string, string][] = [
   [
     'task_completed -> task_lease of the same task',
     `select count(*) from queues.task_end c where c.task_lease_id is not null
-      and not exists (select 1 from queues.task_lease l where l.task_lease_id = c.task_lease_id and l.task_id = c.task_id)`,
+      and not exists (select 1 from queues.task_leases l where l.task_lease_id = c.task_lease_id and l.task_id = c.task_id)`,
   ],
   [
     'one end per task (a task_completed row or a place in one completion round)',
@@ -44,35 +44,35 @@ const ORPHANS: [string, string][] = [
   [
     'task_lease_started -> task_lease of the same task',
     `select count(*) from queues.task_lease_started s
-      where not exists (select 1 from queues.task_lease l where l.task_lease_id = s.task_lease_id and l.task_id = s.task_id)`,
+      where not exists (select 1 from queues.task_leases l where l.task_lease_id = s.task_lease_id and l.task_id = s.task_id)`,
   ],
   [
     'task_lease_extension -> task_lease',
-    'select count(*) from queues.task_lease_extension x where not exists (select 1 from queues.task_lease l where l.task_lease_id = x.task_lease_id)',
+    'select count(*) from queues.task_lease_extension x where not exists (select 1 from queues.task_leases l where l.task_lease_id = x.task_lease_id and l.task_id = x.task_id)',
   ],
   [
     'task_lease_release -> task_lease',
-    'select count(*) from queues.task_lease_release r where not exists (select 1 from queues.task_lease l where l.task_lease_id = r.task_lease_id)',
+    'select count(*) from queues.task_lease_release r where not exists (select 1 from queues.task_leases l where l.task_lease_id = r.task_lease_id and l.task_id = r.task_id)',
   ],
   [
     'error -> task_lease of the same task',
     `select count(*) from queues.error e where e.task_lease_id is not null
-      and not exists (select 1 from queues.task_lease l where l.task_lease_id = e.task_lease_id and l.task_id = e.task_id)`,
+      and not exists (select 1 from queues.task_leases l where l.task_lease_id = e.task_lease_id and l.task_id = e.task_id)`,
   ],
   [
     'task_attempt_failed -> task_lease',
     `select count(*) from queues.task_attempt_failed a where a.task_lease_id is not null
-      and not exists (select 1 from queues.task_lease l where l.task_lease_id = a.task_lease_id and l.task_id = a.task_id)`,
+      and not exists (select 1 from queues.task_leases l where l.task_lease_id = a.task_lease_id and l.task_id = a.task_id)`,
   ],
   [
     'task_interruption -> task_lease of the same task',
     `select count(*) from queues.task_interruption i
-      where not exists (select 1 from queues.task_lease l where l.task_lease_id = i.task_lease_id and l.task_id = i.task_id)`,
+      where not exists (select 1 from queues.task_leases l where l.task_lease_id = i.task_lease_id and l.task_id = i.task_id)`,
   ],
   [
     'task_pending.current_lease_id -> task_lease of the same task',
     `select count(*) from queues.task_pending p where p.current_lease_id is not null
-      and not exists (select 1 from queues.task_lease l where l.task_lease_id = p.current_lease_id and l.task_id = p.task_id)`,
+      and not exists (select 1 from queues.task_leases l where l.task_lease_id = p.current_lease_id and l.task_id = p.task_id)`,
   ],
 ];
 
@@ -155,7 +155,7 @@ it('no orphan facts after a concurrent workload of claims, starts, completions, 
 it('truncating queues.task truncates the facts that no longer have keys to it', async () => {
   await db.query('truncate queues.task cascade');
   const { rows } = await db.query(`select
-      (select count(*) from queues.task_pending) + (select count(*) from queues.task_lease) + (select count(*) from queues.task_end)
+      (select count(*) from queues.task_pending) + (select count(*) from queues.task_leases) + (select count(*) from queues.task_end)
       + (select count(*) from queues.task_lease_started) + (select count(*) from queues.task_lease_extension)
       + (select count(*) from queues.task_lease_release) + (select count(*) from queues.error) as n`);
   expect(Number(rows[0].n)).toBe(0);

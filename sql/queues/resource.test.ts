@@ -135,7 +135,7 @@ describe('resource keys', () => {
     expect(violations).toBe(0);
     // Every task was leased exactly once: waiting on a key never cost a lease.
     const { rows } = await db.query(
-      'select count(*)::int as leases, count(distinct task_id)::int as tasks from queues.task_lease where task_id = any($1::bigint[])',
+      'select count(*)::int as leases, count(distinct task_id)::int as tasks from queues.task_leases where task_id = any($1::bigint[])',
       [ids],
     );
     expect(rows[0]).toEqual({ leases: keys * perKey, tasks: keys * perKey });

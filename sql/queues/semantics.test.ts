@@ -214,7 +214,9 @@ describe('resource keys and late heartbeats', () => {
             group by p.resource_key having count(*) > 1) x`,
         [at + 1],
       );
-      const alive = [...extended, ...revived].map((l) => mine.find((m) => m.task_lease_id === l.task_lease_id)!);
+      const alive = [...extended, ...revived].map((l) =>
+        mine.find((m) => m.task_id === l.task_id && m.task_lease_id === l.task_lease_id)!,
+      );
       // Half of the live holders complete, the others go on.
       await completeMany(alive.filter((_, i) => i % 2 === 0));
       held.push(...alive.filter((_, i) => i % 2 === 1), ...claims.flat());

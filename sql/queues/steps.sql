@@ -86,7 +86,7 @@ $$;
 -- lease queues.task_pending names (a claim sets it; a completion, a retry, a release or a
 -- revocation ends it; a later claim replaces it), with the expiry heartbeats moved
 -- (task_pending.available_at, which queues.extend_leases_at keeps; the claim's
--- task_lease.expires_at is only the first). The completions are fenced by the same row
+-- lease's expires_at is only the first). The completions are fenced by the same row
 -- (queues.complete_tasks, which also asks a keyed task to hold its key); a lease is live
 -- while this is later than now (internal.start_provider_call_at).
 -- A primary-key probe: the lease is compared in the select list, not the condition.

@@ -70,7 +70,7 @@ create or replace function queues.stale_leases_at(_now timestamptz, _dead_after_
 as $$
   select p.task_id, p.current_lease_id, w.worker_id, w.last_seen_at, p.available_at
     from queues.task_pending p
-    join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
+    cross join lateral (select y.worker_key, y.worker_id from queues.task_lease_at(p.task_id, p.current_lease_id) y limit 1) l
     -- A lease names its worker by key (queues.worker_name), or by id if written before.
     left join queues.worker_name n on n.worker_key = l.worker_key
     join queues.worker w on w.worker_id = coalesce(l.worker_id, n.worker_id)
@@ -168,13 +168,13 @@ begin
   select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
   perform queues.lock_resource_keys(array(
     select p.task_id from queues.task_pending p
-      join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
+     cross join lateral (select y.worker_key, y.worker_id from queues.task_lease_at(p.task_id, p.current_lease_id) y limit 1) l
      where p.current_lease_id > 0 and (l.worker_key = _worker_key or l.worker_id = _worker_id)));
   return query
   with held as (
     select p.task_id, p.current_lease_id as task_lease_id, p.suspect_lease as suspect
       from queues.task_pending p
-      join queues.task_lease l on l.task_id = p.task_id and l.task_lease_id = p.current_lease_id
+     cross join lateral (select y.worker_key, y.worker_id from queues.task_lease_at(p.task_id, p.current_lease_id) y limit 1) l
      where p.current_lease_id > 0 and (l.worker_key = _worker_key or l.worker_id = _worker_id)
   ),
   revoked as (

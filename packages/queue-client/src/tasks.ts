@@ -4,7 +4,7 @@
  *
  * Terminology
  *   task       a unit of work (queues.task), immutable once enqueued
- *   lease      a claim of a task by a worker until expiresAt (queues.task_lease)
+ *   lease      a claim of tasks by a worker until expiresAt (queues.claim_lease: one per claim)
  *   completed  the terminal fact: the task is never claimed again (queues.task_completed)
  *   error      an operational error reported against a task (queues.error)
  *

@@ -305,7 +305,7 @@ describe('queue client', () => {
     const { rows } = await db.query<Record<string, string>>(
       `select t.task_id::text as "taskId", t.enqueued_at::text as "enqueuedAt", t.scheduled_at::text as "scheduledAt",
               l.leased_at::text as "leasedAt", l.expires_at::text as "expiresAt"
-         from queues.task t join queues.task_lease l using (task_id)
+         from queues.task t join queues.task_leases l using (task_id)
         where t.task_id = any ($1::bigint[])`,
       [mine.map((t) => t.taskId)],
     );

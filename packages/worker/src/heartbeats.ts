@@ -20,7 +20,7 @@ import { lostLeaseReasons, TaskCancelledError } from './cancellation.js';
 import { errorMessage } from './error-class.js';
 import type { Logger } from './logger.js';
 import { abortRun, type Running, type WorkerEmitter } from './run.js';
-import type { Slots } from './slots.js';
+import { runKey, type Slots } from './slots.js';
 import type { RunTimeouts } from './timeouts.js';
 
 /** The local queue as the heartbeats see it (Producer). */
@@ -97,10 +97,11 @@ export class Heartbeats {
       for (let i = 0; i < all.length; i += 1000) {
         extended.push(...(await extendLeases(pool, all.slice(i, i + 1000), this.#o.leaseSeconds)));
       }
-      const kept = new Set(extended.map((e) => e.taskLeaseId));
+      // By task and lease: the tasks of one claim share its lease id.
+      const kept = new Set(extended.map((e) => runKey(e)));
       // A waiting task whose lease was lost is dropped before it starts.
-      queue.drop(new Set(waiting.filter((t) => !kept.has(t.taskLeaseId))));
-      const lost = leases.filter((r) => !kept.has(r.task.taskLeaseId) && slots.runs.get(r.task.taskLeaseId) === r);
+      queue.drop(new Set(waiting.filter((t) => !kept.has(runKey(t)))));
+      const lost = leases.filter((r) => !kept.has(runKey(r.task)) && slots.runs.get(runKey(r.task)) === r);
       for (const r of lost) r.lost = true;
       // Cancelled (cancellation.ts) or taken over: the run is aborted with the reason.
       const reasons =
@@ -123,7 +124,7 @@ export class Heartbeats {
         );
       }
       this.#o.events.emit('extended', extended.length);
-      await this.#markLongRuns(leases.filter((r) => !r.lost && !r.marked && kept.has(r.task.taskLeaseId)));
+      await this.#markLongRuns(leases.filter((r) => !r.lost && !r.marked && kept.has(runKey(r.task))));
     } catch (error) {
       log.warn({ event: 'heartbeat_failed', err: errorMessage(error) }, 'heartbeat failed; will retry');
     }

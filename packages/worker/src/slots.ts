@@ -25,8 +25,16 @@ export interface SlotEvents {
   ended(): void;
 }
 
+/**
+ * A run's key: its task and lease. Every task of one claim shares the claim's lease id
+ * (queues.claim_lease), so a lease id alone does not name a run.
+ */
+export function runKey(task: { taskId: string; taskLeaseId: string }): string {
+  return `${task.taskId}/${task.taskLeaseId}`;
+}
+
 export class Slots {
-  /** Started (or starting) tasks until their outcome is recorded, by lease id. */
+  /** Started (or starting) tasks until their outcome is recorded, by runKey (task and lease). */
   readonly runs = new Map<string, Running>();
   readonly concurrency: number;
   readonly #registry: ProcessorRegistry;
@@ -95,7 +103,7 @@ export class Slots {
       done: NOT_STARTED,
     };
     if (slot) running.slot = slot;
-    this.runs.set(task.taskLeaseId, running);
+    this.runs.set(runKey(task), running);
     this.#runningTasks.set(task.taskId, (this.#runningTasks.get(task.taskId) ?? 0) + 1);
     if (!slot) this.#busy++;
     return running;
@@ -137,7 +145,7 @@ export class Slots {
   end(running: Running): void {
     const { task } = running;
     running.progress?.end();
-    this.runs.delete(task.taskLeaseId);
+    this.runs.delete(runKey(task));
     const runs = (this.#runningTasks.get(task.taskId) ?? 1) - 1;
     if (runs > 0) this.#runningTasks.set(task.taskId, runs);
     else this.#runningTasks.delete(task.taskId);

@@ -67,7 +67,7 @@ it('keeps each db_function envelope (success, status, validation failure) as the
   ]);
   // A function that raised rolled back: no result, only the error.
   expect(await listTaskResults(app, raised)).toEqual([]);
-  const [lease] = (await db.query(`select task_lease_id::text from queues.task_lease where task_id = $1`, [ok])).rows;
+  const [lease] = (await db.query(`select task_lease_id::text from queues.task_leases where task_id = $1`, [ok])).rows;
   expect((await listTaskResults(app, ok))[0].taskLeaseId).toBe(lease.task_lease_id);
 });
 

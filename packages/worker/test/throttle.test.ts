@@ -110,7 +110,7 @@ const leasesDuringThrottle = async (taskId: string) =>
     (
       await one(
         `select count(*) as n
-           from queues.task_lease l
+           from queues.task_leases l
            join queues.task t using (task_id)
            join queues.throttle th on th.key = t.task_type
           where l.task_id = $1 and l.leased_at > th.recorded_at and l.leased_at < th.throttled_until`,
@@ -166,7 +166,7 @@ describe('a provider answering 429 with Retry-After', () => {
     expect(await leasesDuringThrottle(outcome.task_id)).toBe(0);
     // Two leases: the refused run (released, uncounted), and the one after T.
     expect(
-      Number((await one('select count(*) as n from queues.task_lease where task_id = $1', [outcome.task_id])).n),
+      Number((await one('select count(*) as n from queues.task_leases where task_id = $1', [outcome.task_id])).n),
     ).toBe(2);
     expect(
       Number(
@@ -269,8 +269,8 @@ describe('tasks of a throttled type waiting in the worker', () => {
     // Every lease taken before the throttle (the refused run's, and those of the tasks that
     // waited behind it) was given back, not run.
     const before = await db.query<{ released: boolean }>(
-      `select exists (select 1 from queues.task_lease_release r where r.task_lease_id = l.task_lease_id) as released
-         from queues.task_lease l
+      `select exists (select 1 from queues.task_lease_release r where r.task_id = l.task_id and r.task_lease_id = l.task_lease_id) as released
+         from queues.task_leases l
         where l.task_id = any($1::bigint[]) and l.leased_at <= $2`,
       [ids, fact.recorded_at],
     );

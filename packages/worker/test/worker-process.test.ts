@@ -83,7 +83,7 @@ describe('worker process', () => {
     child.process.kill('SIGTERM');
     expect(await child.exited).toEqual({ code: 0, signal: null });
     const { rows } = await db.query(
-      `select count(*)::int as released from queues.task_lease_release r join queues.task_lease l using (task_lease_id) where l.task_id = $1`,
+      `select count(*)::int as released from queues.task_lease_release r join queues.task_leases l using (task_id, task_lease_id) where l.task_id = $1`,
       [id],
     );
     expect(rows[0].released).toBe(1);
@@ -106,7 +106,7 @@ describe('worker process', () => {
     child.process.kill('SIGTERM');
     expect(await child.exited).toEqual({ code: 0, signal: null });
     const { rows } = await db.query(
-      `select count(*)::int as released from queues.task_lease_release r join queues.task_lease l using (task_lease_id) where l.task_id = $1`,
+      `select count(*)::int as released from queues.task_lease_release r join queues.task_leases l using (task_id, task_lease_id) where l.task_id = $1`,
       [id],
     );
     expect(rows[0].released).toBe(1);

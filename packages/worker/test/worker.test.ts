@@ -85,7 +85,7 @@ describe('worker loop', () => {
     );
     expect(rows[0]).toEqual({ tasks: 60, keys: 60 });
     const leases = await db.query(
-      `select count(*)::int as n from queues.task_lease where task_id = any($1::bigint[])`,
+      `select count(*)::int as n from queues.task_leases where task_id = any($1::bigint[])`,
       [ids],
     );
     expect(leases.rows[0].n).toBe(60);
@@ -104,7 +104,7 @@ describe('worker loop', () => {
       'sms done',
     );
     expect(sms.calls).toEqual(['+15550100']);
-    const { rows } = await db.query('select count(*)::int as n from queues.task_lease where task_id = $1', [emailId]);
+    const { rows } = await db.query('select count(*)::int as n from queues.task_leases where task_id = $1', [emailId]);
     expect(rows[0].n).toBe(0);
   });
 
@@ -157,7 +157,7 @@ describe('worker loop', () => {
     const leased = async () =>
       (
         await db.query(
-          'select count(distinct task_id)::int as n from queues.task_lease where task_id = any($1::bigint[])',
+          'select count(distinct task_id)::int as n from queues.task_leases where task_id = any($1::bigint[])',
           [ids],
         )
       ).rows[0].n;
@@ -167,7 +167,7 @@ describe('worker loop', () => {
       async () =>
         (
           await db.query(
-            'select count(distinct l.task_id)::int as n from queues.task_lease_extension x join queues.task_lease l using (task_lease_id) where l.task_id = any($1::bigint[])',
+            'select count(distinct l.task_id)::int as n from queues.task_lease_extension x join queues.task_leases l using (task_id, task_lease_id) where l.task_id = any($1::bigint[])',
             [ids],
           )
         ).rows[0].n === 4,
@@ -177,7 +177,7 @@ describe('worker loop', () => {
     workers.splice(workers.indexOf(worker), 1);
     expect(started).toHaveLength(2);
     const released = await db.query(
-      'select count(*)::int as n from queues.task_lease_release r join queues.task_lease l using (task_lease_id) where l.task_id = any($1::bigint[])',
+      'select count(*)::int as n from queues.task_lease_release r join queues.task_leases l using (task_id, task_lease_id) where l.task_id = any($1::bigint[])',
       [ids],
     );
     expect(released.rows[0].n).toBe(4);
@@ -228,12 +228,53 @@ describe('worker loop', () => {
     expect(slow.calls).toEqual(['long-call']);
     expect(other.calls).toEqual([]);
     const { rows } = await db.query(
-      `select (select count(*)::int from queues.task_lease where task_id = $1) as leases,
+      `select (select count(*)::int from queues.task_leases where task_id = $1) as leases,
               (select extensions from queues.task_lease_effective where task_id = $1) as extensions`,
       [id],
     );
     expect(rows[0].leases).toBe(1);
     expect(rows[0].extensions).toBeGreaterThanOrEqual(3);
+  });
+
+  it('the tasks of one claim share its lease, and heartbeats keep each of their runs alive', async () => {
+    const slow = testProvider(3000);
+    const other = testProvider();
+    const ids = await Promise.all(
+      ['one', 'two', 'three'].map((to) => enqueue(db, 'test_channel', { to: `claim-${to}` })),
+    );
+    await startWorker({
+      registry: new ProcessorRegistry().register('test_channel', channelTaskProcessor(slow.provider)),
+      leaseSeconds: 1,
+      heartbeatIntervalMs: 250,
+    });
+    await eventually(() => slow.calls.length === 3, 'the three slow calls started');
+    // A second worker polls the whole time the first is busy.
+    await startWorker({
+      registry: new ProcessorRegistry().register('test_channel', channelTaskProcessor(other.provider)),
+      leaseSeconds: 1,
+      heartbeatIntervalMs: 250,
+      pollIntervalMs: 50,
+    });
+    await eventually(
+      async () =>
+        (await db.query('select 1 from queues.task_end where task_id = any($1::bigint[])', [ids])).rowCount === 3,
+      'completion',
+    );
+    expect(other.calls).toEqual([]);
+    const { rows } = await db.query(
+      `select e.task_id::text, e.task_lease_id::text, e.extensions, c.outcome
+         from unnest($1::bigint[]) i(id)
+         join queues.task_lease_effective e on e.task_id = i.id
+         join queues.task_end c on c.task_id = i.id and c.task_lease_id = e.task_lease_id`,
+      [ids],
+    );
+    // One lease each, the same for the three (one claim), each extended, each succeeded under it.
+    expect(rows).toHaveLength(3);
+    expect(new Set(rows.map((r) => r.task_lease_id)).size).toBe(1);
+    for (const r of rows) {
+      expect(r.outcome, r.task_id).toBe('succeeded');
+      expect(r.extensions, r.task_id).toBeGreaterThanOrEqual(3);
+    }
   });
 
   it('after the LISTEN connection is killed, new tasks are picked up without waiting for the poll interval', async () => {

@@ -78,7 +78,7 @@ try {
   const { rows: bad } = await root.query(
     `select (select count(*) from queues.error)::int as errors,
             (select count(*) from queues.task_end where outcome <> 'succeeded')::int as not_succeeded,
-            (select count(*) from queues.task_lease)::int as leases`,
+            (select count(*) from queues.task_leases)::int as leases`,
   );
   console.log(
     `drain ${STEPS} steps, concurrency ${CONCURRENCY}, prefetch ${PREFETCH}: ${Math.round(STEPS / seconds)} steps/s; ` +

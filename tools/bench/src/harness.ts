@@ -504,7 +504,7 @@ class Harness {
       if (system === 'ours') {
         await withClient(db.root, async (c) => {
           const { rows } = await c.query<{ leases: number; pending: number; errors: number }>(
-            `select (select count(*) from queues.task_lease)::int as leases,
+            `select (select count(*) from queues.task_leases)::int as leases,
                     (select count(*) from queues.task_pending)::int as pending,
                     (select count(*) from queues.error)::int as errors`,
           );

@@ -66,7 +66,7 @@ it('16 claimers, 8 stores, 6 resyncs each: at most one running task per store, e
   const { rows } = await db.query(`
     select count(*)::int as tasks,
            count(*) filter (where c.outcome = 'succeeded')::int as succeeded,
-           (select count(*)::int from queues.task_lease) as leases,
+           (select count(*)::int from queues.task_leases) as leases,
            (select count(distinct worker_id)::int from queues.task_lease_effective) as claimers
       from queues.task t join queues.task_end c using (task_id)`);
   expect(rows).toEqual([{ tasks: 48, succeeded: 48, leases: 48, claimers: rows[0].claimers }]);
@@ -75,7 +75,7 @@ it('16 claimers, 8 stores, 6 resyncs each: at most one running task per store, e
   const { rows: overlaps } = await db.query(`
     with runs as (
       select t.resource_key, l.leased_at as s, c.completed_at as e
-        from queues.task t join queues.task_lease l using (task_id) join queues.task_end c using (task_id))
+        from queues.task t join queues.task_leases l using (task_id) join queues.task_end c using (task_id))
     select count(*)::int as n from runs a join runs b
       on a.resource_key = b.resource_key and (a.s, a.e) <> (b.s, b.e) and a.s < b.e and b.s < a.e`);
   expect(overlaps).toEqual([{ n: 0 }]);

@@ -83,7 +83,7 @@ it('heartbeats keep the lease of a resync slower than its lease', async () => {
   expect(await w.exited).toEqual({ code: 0, signal: null });
   expect(await factsOf(db, id)).toMatchObject({ outcome: 'succeeded', errors: 0, leases: 1 });
   const { rows } = await db.query(
-    `select count(*)::int as n from queues.task_lease_extension x join queues.task_lease l using (task_lease_id) where l.task_id = $1`,
+    `select count(*)::int as n from queues.task_lease_extension x join queues.task_leases l using (task_id, task_lease_id) where l.task_id = $1`,
     [id],
   );
   expect(rows[0].n).toBeGreaterThanOrEqual(5);
@@ -106,7 +106,7 @@ it('SIGKILL mid-resync: the store stays locked until stale recovery; then anothe
     async () =>
       (
         await db.query(
-          `select count(*)::int as n from queues.task_lease_extension x join queues.task_lease l using (task_lease_id) where l.task_id = $1`,
+          `select count(*)::int as n from queues.task_lease_extension x join queues.task_leases l using (task_id, task_lease_id) where l.task_id = $1`,
           [id],
         )
       ).rows[0].n > 0,
@@ -156,8 +156,8 @@ it('SIGKILL mid-resync: the store stays locked until stale recovery; then anothe
   ).toBe(5);
   const { rows: leases } = await db.query(
     `select l.worker_id, v.task_lease_id is not null as revoked, r.task_lease_id is not null as has_result
-       from queues.task_lease_effective l left join queues.task_lease_revocation v using (task_lease_id)
-       left join queues.task_result r using (task_lease_id) where l.task_id = $1 order by l.task_lease_id`,
+       from queues.task_lease_effective l left join queues.task_lease_revocation v using (task_id, task_lease_id)
+       left join queues.task_result r using (task_id, task_lease_id) where l.task_id = $1 order by l.task_lease_id`,
     [id],
   );
   expect(leases).toEqual([

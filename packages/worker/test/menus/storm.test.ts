@@ -55,7 +55,7 @@ it('every attempt fails: 3 attempts each, then dead letters; nothing lost; a red
   const { rows } = await db.query(
     `select t.task_id::text, c.outcome,
             (select count(*)::int from queues.error e where e.task_id = t.task_id) as errors,
-            (select count(*)::int from queues.task_lease l where l.task_id = t.task_id) as leases,
+            (select count(*)::int from queues.task_leases l where l.task_id = t.task_id) as leases,
             (select count(*)::int from queues.task_attempt_failed f where f.task_id = t.task_id) as retries,
             (select count(*)::int from queues.task_result r where r.task_id = t.task_id) as results
        from queues.task t left join queues.task_end c using (task_id)
@@ -103,7 +103,7 @@ it('a flaky platform (30% 5xx, some slow): every task ends, each failed attempt 
   const { rows } = await db.query(
     `select c.outcome,
             count(*)::int as tasks,
-            sum((select count(*) from queues.task_lease l where l.task_id = t.task_id))::int as leases,
+            sum((select count(*) from queues.task_leases l where l.task_id = t.task_id))::int as leases,
             sum((select count(*) from queues.error e where e.task_id = t.task_id))::int as errors,
             sum((select count(*) from queues.task_result r where r.task_id = t.task_id))::int as results
        from queues.task t join queues.task_end c using (task_id)

@@ -103,7 +103,7 @@ export async function factsOf(db: TestDatabase, taskId: string | number) {
   const { rows } = await db.query(
     `select (select outcome from queues.task_end c where c.task_id = $1) as outcome,
             (select count(*)::int from queues.error e where e.task_id = $1) as errors,
-            (select count(*)::int from queues.task_lease l where l.task_id = $1) as leases,
+            (select count(*)::int from queues.task_leases l where l.task_id = $1) as leases,
             (select coalesce(jsonb_agg(r.result order by r.task_lease_id), '[]') from queues.task_result r where r.task_id = $1) as results`,
     [taskId],
   );

@@ -99,7 +99,7 @@ export async function factsOf(db: TestDatabase, taskId: string): Promise<TaskFac
   const { rows } = await db.query<TaskFacts>(
     `select (select outcome from queues.task_end where task_id = $1) as outcome,
             coalesce((select array_agg(error_message order by error_id) from queues.error where task_id = $1), '{}') as errors,
-            (select count(*)::int from queues.task_lease where task_id = $1) as leases`,
+            (select count(*)::int from queues.task_leases where task_id = $1) as leases`,
     [taskId],
   );
   return rows[0];

@@ -84,7 +84,7 @@ function watchCrashes(db: ChaosDb, fromId: number, onCrash: (c: Crash) => void) 
       async () =>
         (
           await db.query(
-            `select 1 from queues.task_end c join queues.task_lease_effective l on l.task_lease_id = c.task_lease_id
+            `select 1 from queues.task_end c join queues.task_lease_effective l on l.task_id = c.task_id and l.task_lease_id = c.task_lease_id
               where c.task_id > $1 and l.leased_at > now() - make_interval(secs => $2) limit 1`,
             [fromId, (Date.now() - crashedAt) / 1000],
           )
@@ -150,8 +150,8 @@ async function quietPhase(db: ChaosDb, env: Record<string, string>, maxCrashes: 
     await one<{ outcome: string | null; leases: number; named: number }>(
       db,
       `select (select c.outcome from queues.task_end c where c.task_id = $1) as outcome,
-                (select count(*)::int from queues.task_lease l where l.task_id = $1) as leases,
-                (select count(*)::int from queues.task_lease l where l.task_id = $1 and l.suspect) as named`,
+                (select count(*)::int from queues.task_leases l where l.task_id = $1) as leases,
+                (select count(*)::int from queues.task_leases l where l.task_id = $1 and l.suspect) as named`,
       [id],
     );
   await waitFor(
@@ -272,7 +272,7 @@ export const scenario: Scenario = {
       const { rows } = await db.query(
         `select l.task_id, l.task_lease_id, extract(epoch from l.leased_at)::text as leased, l.worker_id,
                 l.suspect as named,
-                exists (select 1 from queues.task_lease_release s where s.task_lease_id = l.task_lease_id) as released
+                exists (select 1 from queues.task_lease_release s where s.task_id = l.task_id and s.task_lease_id = l.task_lease_id) as released
            from queues.task_lease_effective l
           where l.task_id in (select c.task_id from queues.task_end c where c.task_id > $1 and c.outcome <> 'succeeded')
           order by l.task_id, l.task_lease_id`,
@@ -288,8 +288,8 @@ export const scenario: Scenario = {
 
     const poison = await one<{ leases: number; named: number; interruptions: number; error: string | null }>(
       db,
-      `select (select count(*)::int from queues.task_lease l where l.task_id = $1) as leases,
-              (select count(*)::int from queues.task_lease l where l.task_id = $1 and l.suspect) as named,
+      `select (select count(*)::int from queues.task_leases l where l.task_id = $1) as leases,
+              (select count(*)::int from queues.task_leases l where l.task_id = $1 and l.suspect) as named,
               (select count(*)::int from queues.task_interruption x where x.task_id = $1) as interruptions,
               (select e.error_message from queues.error e where e.task_id = $1 order by e.error_id desc limit 1) as error`,
       [poisonId],

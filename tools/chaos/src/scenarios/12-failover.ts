@@ -335,7 +335,7 @@ export const scenario: Scenario = {
       // Every worker ran tasks on the new primary (leased after the kill), through the proxy.
       const { rows: after } = await db.query<{ worker_id: string; n: number }>(
         `select l.worker_id, count(*)::int as n
-           from queues.task_lease_effective l join queues.task_end c on c.task_lease_id = l.task_lease_id
+           from queues.task_lease_effective l join queues.task_end c on c.task_id = l.task_id and c.task_lease_id = l.task_lease_id
           where l.leased_at > to_timestamp($1) group by l.worker_id`,
         [killedAt / 1000],
       );

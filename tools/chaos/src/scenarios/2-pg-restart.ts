@@ -51,7 +51,7 @@ export const scenario: Scenario = {
         await waitFor(
           async () => {
             const { rows } = await owner.query(
-              `select distinct l.worker_id from queues.task_end c join queues.task_lease_effective l on l.task_lease_id = c.task_lease_id
+              `select distinct l.worker_id from queues.task_end c join queues.task_lease_effective l on l.task_id = c.task_id and l.task_lease_id = c.task_lease_id
               where c.completed_at > now() - make_interval(secs => $1) and l.leased_at > now() - make_interval(secs => $1)`,
               [(Date.now() - up) / 1000 + 0.05],
             );

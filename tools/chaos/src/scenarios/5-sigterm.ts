@@ -52,7 +52,7 @@ export const scenario: Scenario = {
         (
           await one(
             db,
-            `select count(*)::int as n from queues.task_lease_release r join queues.task_lease l using (task_lease_id) where l.task_id = any($1::bigint[])`,
+            `select count(*)::int as n from queues.task_lease_release r join queues.task_leases l using (task_id, task_lease_id) where l.task_id = any($1::bigint[])`,
             [ids],
           )
         ).n as number;
@@ -109,7 +109,7 @@ export const scenario: Scenario = {
       const released = (
         await one(
           db,
-          `select count(*)::int as n from queues.task_lease_release r join queues.task_lease l using (task_lease_id) where l.task_id = any($1::bigint[])`,
+          `select count(*)::int as n from queues.task_lease_release r join queues.task_leases l using (task_id, task_lease_id) where l.task_id = any($1::bigint[])`,
           [long],
         )
       ).n;

@@ -114,7 +114,7 @@ async function phase(db: ChaosDb, n: number, poison: boolean, tag: string, mode:
         await db.query(
           // Leases that named the task their claim's suspect: only their expiries count
           // towards MAX_LEASES (the first expiry, which made it a suspect, does not).
-          `select t.task_type, c.outcome, (select count(*)::int from queues.task_lease l where l.task_id = t.task_id and l.suspect) as leases,
+          `select t.task_type, c.outcome, (select count(*)::int from queues.task_leases l where l.task_id = t.task_id and l.suspect) as leases,
                   (select array_agg(e.error_message) from queues.error e where e.task_id = t.task_id) as errors
              from queues.task t left join queues.task_end c using (task_id)
             where t.task_id > $1 and t.task_type in ('crash', 'oom') order by t.task_type`,
@@ -145,9 +145,9 @@ async function trace(db: ChaosDb, fromId: number, started: number, label: string
   const leases = await db.query(
     `select t.task_type, ${since('l.leased_at')} as leased, l.worker_id,
             l.suspect as named,
-            (select count(*)::int from queues.task_lease l2
+            (select count(*)::int from queues.task_leases l2
               where l2.worker_id = l.worker_id and l2.leased_at = l.leased_at) as claimed
-       from queues.task t join queues.task_lease l using (task_id)
+       from queues.task t join queues.task_leases l using (task_id)
       where t.task_id > $1 and t.task_type in ('crash', 'oom') order by l.leased_at`,
     [fromId, t0],
   );

@@ -945,7 +945,7 @@ export const scenario: Scenario = {
     const leases = new Map(
       (
         await db.query<{ id: string; n: number }>(
-          'select task_id::text as id, count(*)::int as n from queues.task_lease where task_id = any($1::bigint[]) group by 1',
+          'select task_id::text as id, count(*)::int as n from queues.task_leases where task_id = any($1::bigint[]) group by 1',
           [ids],
         )
       ).rows.map((x) => [x.id, x.n]),
@@ -987,12 +987,21 @@ export const scenario: Scenario = {
       done && errorsAdded >= n,
       `${errorsAdded} error rows for ${n} tasks`,
     );
+    // Leases are one per claim (queues.claim_lease, shared by the tasks a claim took):
+    // each task's are counted above; here, at least one claim and at most one per lease.
+    const leasesTaken = cases.reduce((s, c) => s + (c.leases ?? 1), 0);
+    const claimLeases = changed['queues.claim_lease'] ?? 0;
+    delete changed['queues.claim_lease'];
+    r.check(
+      'worker cases: one lease per claim',
+      claimLeases >= 1 && claimLeases <= leasesTaken,
+      `${claimLeases} claim leases for ${leasesTaken} leases`,
+    );
     const interruptions = cases.reduce((s, c) => s + (c.interruptions ?? 0), 0);
     const results = cases.reduce((s, c) => s + (c.results ?? 0), 0);
     r.equal("worker cases: only the tasks' own facts changed", changed, {
       'queues.task': n,
       'queues.task_completed': n,
-      'queues.task_lease': cases.reduce((s, c) => s + (c.leases ?? 1), 0),
       ...(interruptions > 0
         ? { 'queues.task_interruption': interruptions, 'queues.task_lease_release': interruptions }
         : {}),

@@ -63,18 +63,24 @@ export async function seedQueue(client: pg.ClientBase): Promise<SeededQueue> {
 export async function queueFacts(client: pg.ClientBase): Promise<unknown[]> {
   // A task's end: queues.task_end where it exists (both shapes of an end); a database of a
   // release before completion rounds has only queues.task_completed.
-  const { rows: ends } = await client.query<{ table: string }>(
+  // A task's leases: queues.task_leases where it exists (a lease per claim, and per-task
+  // leases written before); a database of a release before it has only queues.task_lease.
+  const { rows: ends } = await client.query<{ table: string; leases: string; using: string }>(
     `select case when to_regclass('queues.task_end') is null then 'queues.task_completed'
-                 else 'queues.task_end' end as table`,
+                 else 'queues.task_end' end as table,
+            case when to_regclass('queues.task_leases') is null then 'queues.task_lease'
+                 else 'queues.task_leases' end as leases,
+            case when to_regclass('queues.task_leases') is null then 'task_lease_id'
+                 else 'task_id, task_lease_id' end as using`,
   );
   const { rows } = await client.query(
     `select t.task_id::text, t.task_type, t.payload, t.priority, t.resource_key, t.max_attempts,
             (select c.outcome from ${ends[0].table} c where c.task_id = t.task_id) as outcome,
-            (select count(*)::int from queues.task_lease l where l.task_id = t.task_id) as leases,
+            (select count(*)::int from ${ends[0].leases} l where l.task_id = t.task_id) as leases,
             (select count(*)::int from queues.error e where e.task_id = t.task_id) as errors,
-            (select count(*)::int from queues.task_lease_extension x join queues.task_lease l using (task_lease_id)
+            (select count(*)::int from queues.task_lease_extension x join ${ends[0].leases} l using (${ends[0].using})
               where l.task_id = t.task_id) as extensions,
-            (select count(*)::int from queues.task_lease_release r join queues.task_lease l using (task_lease_id)
+            (select count(*)::int from queues.task_lease_release r join ${ends[0].leases} l using (${ends[0].using})
               where l.task_id = t.task_id) as releases,
             exists (select 1 from queues.task_pending p where p.task_id = t.task_id) as pending,
             exists (select 1 from queues.dead_letter d where d.task_id = t.task_id) as dead_letter
