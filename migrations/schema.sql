@@ -1527,6 +1527,7 @@ create table queues.task (
   enqueued_at timestamp with time zone default now() not null,
   scheduled_at timestamp with time zone default now() not null,
   group_key text,
+  timeout_ms integer,
   constraint task_enqueued_at_not_null NOT NULL enqueued_at,
   constraint task_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
   constraint task_max_attempts_not_null NOT NULL max_attempts,
@@ -1543,6 +1544,7 @@ create table queues.task (
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on column queues.task.group_key is 'What the task''s flow limits count it by within its type (a tenant, a provider account); NULL: none.';
+comment on column queues.task.timeout_ms is 'The task''s run timeout in ms, in place of its type''s (queues.task_type_timeouts); NULL: the type''s.';
 comment on table queues.task is 'A unit of work. Immutable: state lives in task_lease, task_completed and error.';
 CREATE UNIQUE INDEX task_pkey ON ONLY queues.task USING btree (task_id);
 CREATE INDEX task_resource_key_idx ON ONLY queues.task USING btree (resource_key, task_id) WHERE (resource_key IS NOT NULL);
@@ -1845,6 +1847,7 @@ create table queues.task_default partition of queues.task (
   enqueued_at timestamp with time zone default now() not null,
   scheduled_at timestamp with time zone default now() not null,
   group_key text,
+  timeout_ms integer,
   constraint task_default_pkey PRIMARY KEY (task_id),
   constraint task_enqueued_at_not_null NOT NULL enqueued_at,
   constraint task_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
@@ -2526,6 +2529,7 @@ create table queues.task_p0 partition of queues.task (
   enqueued_at timestamp with time zone default now() not null,
   scheduled_at timestamp with time zone default now() not null,
   group_key text,
+  timeout_ms integer,
   constraint task_enqueued_at_not_null NOT NULL enqueued_at,
   constraint task_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
   constraint task_max_attempts_not_null NOT NULL max_attempts,
@@ -2555,6 +2559,7 @@ create table queues.task_p1000000 partition of queues.task (
   enqueued_at timestamp with time zone default now() not null,
   scheduled_at timestamp with time zone default now() not null,
   group_key text,
+  timeout_ms integer,
   constraint task_enqueued_at_not_null NOT NULL enqueued_at,
   constraint task_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
   constraint task_max_attempts_not_null NOT NULL max_attempts,
@@ -2584,6 +2589,7 @@ create table queues.task_p2000000 partition of queues.task (
   enqueued_at timestamp with time zone default now() not null,
   scheduled_at timestamp with time zone default now() not null,
   group_key text,
+  timeout_ms integer,
   constraint task_enqueued_at_not_null NOT NULL enqueued_at,
   constraint task_max_attempts_check CHECK (((max_attempts >= 1) AND (max_attempts <= 100))),
   constraint task_max_attempts_not_null NOT NULL max_attempts,
@@ -10121,7 +10127,7 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.claim_tasks(_worker_id text, _limit integer DEFAULT NULL::integer, _task_types text[] DEFAULT NULL::text[], _lease_seconds integer DEFAULT NULL::integer, _max_leases integer DEFAULT NULL::integer)
- RETURNS TABLE(task_id bigint, task_type text, payload jsonb, priority integer, resource_key text, max_attempts integer, enqueued_at timestamp with time zone, scheduled_at timestamp with time zone, task_lease_id bigint, leased_at timestamp with time zone, expires_at timestamp with time zone, lease_count integer)
+ RETURNS TABLE(task_id bigint, task_type text, payload jsonb, priority integer, resource_key text, max_attempts integer, enqueued_at timestamp with time zone, scheduled_at timestamp with time zone, task_lease_id bigint, leased_at timestamp with time zone, expires_at timestamp with time zone, lease_count integer, timeout_ms integer)
  LANGUAGE sql
  SECURITY DEFINER ROWS 10
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -10136,7 +10142,7 @@ $function$;
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.claim_tasks_at(_now timestamp with time zone, _worker_id text, _limit integer, _task_types text[], _lease_seconds integer, _max_leases integer)
- RETURNS TABLE(task_id bigint, task_type text, payload jsonb, priority integer, resource_key text, max_attempts integer, enqueued_at timestamp with time zone, scheduled_at timestamp with time zone, task_lease_id bigint, leased_at timestamp with time zone, expires_at timestamp with time zone, lease_count integer)
+ RETURNS TABLE(task_id bigint, task_type text, payload jsonb, priority integer, resource_key text, max_attempts integer, enqueued_at timestamp with time zone, scheduled_at timestamp with time zone, task_lease_id bigint, leased_at timestamp with time zone, expires_at timestamp with time zone, lease_count integer, timeout_ms integer)
  LANGUAGE plpgsql
  SECURITY DEFINER ROWS 10
  SET plan_cache_mode TO 'force_generic_plan'
@@ -10570,7 +10576,7 @@ begin
               p.available_at as expires_at
   )
   select t.task_id, t.task_type, t.payload, t.priority, t.resource_key, t.max_attempts,
-         t.enqueued_at, t.scheduled_at, m.task_lease_id, m.leased_at, m.expires_at, m.lease_count
+         t.enqueued_at, t.scheduled_at, m.task_lease_id, m.leased_at, m.expires_at, m.lease_count, t.timeout_ms
     from moved m
    cross join lateral (
      select * from queues.task t where t.task_id = m.task_id limit 1
@@ -11052,7 +11058,7 @@ AS $function$
   -- The columns of queues.task, in table order.
   select c.task_id, c.task_type, c.payload, c.priority, c.resource_key, c.max_attempts,
          c.enqueued_at, c.scheduled_at,
-         (select t.group_key from queues.task t where t.task_id = c.task_id)
+         (select t.group_key from queues.task t where t.task_id = c.task_id), c.timeout_ms
     from queues.claim_tasks_at(now(), coalesce(_worker_id, session_user::text), 1,
                                queues.claimable_task_types(null), coalesce(_lease_seconds, 300), 5) c
 $function$;
@@ -11060,7 +11066,7 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer, _notify boolean DEFAULT true, _depends_on bigint[] DEFAULT NULL::bigint[], _group_key text DEFAULT NULL::text)
+CREATE OR REPLACE FUNCTION queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer, _notify boolean DEFAULT true, _depends_on bigint[] DEFAULT NULL::bigint[], _group_key text DEFAULT NULL::text, _timeout_ms integer DEFAULT NULL::integer)
  RETURNS bigint
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -11068,20 +11074,20 @@ CREATE OR REPLACE FUNCTION queues.enqueue(_task_type text, _payload jsonb, _sche
 AS $function$
 begin
   return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts,
-                             true, coalesce(_notify, true), false, _depends_on, _group_key);
+                             true, coalesce(_notify, true), false, _depends_on, _group_key, _timeout_ms);
 end;
 $function$;
-  -- queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _notify boolean, _depends_on bigint[], _group_key text): owner :DATABASE_OWNER
+  -- queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _notify boolean, _depends_on bigint[], _group_key text, _timeout_ms integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE PROCEDURE queues.enqueue_and_commit(IN _task_type text, IN _payload jsonb, IN _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, IN _priority integer DEFAULT NULL::integer, IN _resource_key text DEFAULT NULL::text, IN _max_attempts integer DEFAULT NULL::integer, INOUT _task_id bigint DEFAULT NULL::bigint, IN _group_key text DEFAULT NULL::text)
+CREATE OR REPLACE PROCEDURE queues.enqueue_and_commit(IN _task_type text, IN _payload jsonb, IN _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, IN _priority integer DEFAULT NULL::integer, IN _resource_key text DEFAULT NULL::text, IN _max_attempts integer DEFAULT NULL::integer, INOUT _task_id bigint DEFAULT NULL::bigint, IN _group_key text DEFAULT NULL::text, IN _timeout_ms integer DEFAULT NULL::integer)
  LANGUAGE plpgsql
 AS $procedure$
 begin
   _task_id := queues.enqueue(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts, false,
-                             null, _group_key);
+                             null, _group_key, _timeout_ms);
   commit;
   if _scheduled_at is null
      or _scheduled_at operator(pg_catalog.<=) (pg_catalog.now() operator(pg_catalog.+) interval '1 minute') then
@@ -11089,12 +11095,12 @@ begin
   end if;
 end;
 $procedure$;
-  -- queues.enqueue_and_commit(IN _task_type text, IN _payload jsonb, IN _scheduled_at timestamp with time zone, IN _priority integer, IN _resource_key text, IN _max_attempts integer, INOUT _task_id bigint, IN _group_key text): owner :DATABASE_OWNER
+  -- queues.enqueue_and_commit(IN _task_type text, IN _payload jsonb, IN _scheduled_at timestamp with time zone, IN _priority integer, IN _resource_key text, IN _max_attempts integer, INOUT _task_id bigint, IN _group_key text, IN _timeout_ms integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.enqueue_internal(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer, _depends_on bigint[] DEFAULT NULL::bigint[], _group_key text DEFAULT NULL::text)
+CREATE OR REPLACE FUNCTION queues.enqueue_internal(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer, _depends_on bigint[] DEFAULT NULL::bigint[], _group_key text DEFAULT NULL::text, _timeout_ms integer DEFAULT NULL::integer)
  RETURNS bigint
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -11102,10 +11108,10 @@ CREATE OR REPLACE FUNCTION queues.enqueue_internal(_task_type text, _payload jso
 AS $function$
 begin
   return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts,
-                             false, true, false, _depends_on, _group_key);
+                             false, true, false, _depends_on, _group_key, _timeout_ms);
 end;
 $function$;
-  -- queues.enqueue_internal(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _depends_on bigint[], _group_key text): owner :DATABASE_OWNER
+  -- queues.enqueue_internal(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _depends_on bigint[], _group_key text, _timeout_ms integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.enqueue_many(_tasks jsonb)
@@ -11120,7 +11126,7 @@ $function$;
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean DEFAULT false, _notify boolean DEFAULT true, _check_only boolean DEFAULT false, _depends_on bigint[] DEFAULT NULL::bigint[], _group_key text DEFAULT NULL::text)
+CREATE OR REPLACE FUNCTION queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean DEFAULT false, _notify boolean DEFAULT true, _check_only boolean DEFAULT false, _depends_on bigint[] DEFAULT NULL::bigint[], _group_key text DEFAULT NULL::text, _timeout_ms integer DEFAULT NULL::integer)
  RETURNS bigint
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -11159,6 +11165,9 @@ begin
   if _max_attempts not between 1 and 100 then
     raise exception 'max_attempts must be between 1 and 100, got %', _max_attempts using errcode = '22023';
   end if;
+  if _timeout_ms not between 1 and 86400000 then
+    raise exception 'timeout_ms must be between 1 and 86400000 (24 hours), got %', _timeout_ms using errcode = '22023';
+  end if;
   if not isfinite(_scheduled_at) then
     raise exception 'scheduled_at must be a finite time, got %', _scheduled_at using errcode = '22023';
   end if;
@@ -11174,9 +11183,11 @@ begin
   end if;
 
   with inserted as (
-    insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at, group_key)
+    insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at, group_key,
+                             timeout_ms)
     select t.task_type, _payload, coalesce(_priority, 0), _resource_key,
-           coalesce(_max_attempts, queues.default_max_attempts()), coalesce(_scheduled_at, now()), _group_key
+           coalesce(_max_attempts, queues.default_max_attempts()), coalesce(_scheduled_at, now()), _group_key,
+           _timeout_ms
       from queues.task_type t
      where t.task_type = _task_type
     returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts, group_key
@@ -11212,7 +11223,7 @@ begin
   return _task_id;
 end;
 $function$;
-  -- queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean, _notify boolean, _check_only boolean, _depends_on bigint[], _group_key text): owner :DATABASE_OWNER
+  -- queues.enqueue_task(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean, _notify boolean, _check_only boolean, _depends_on bigint[], _group_key text, _timeout_ms integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.enqueue_tasks(_tasks jsonb, _public boolean DEFAULT false)
@@ -11274,7 +11285,8 @@ begin
            (e.value ->> 'priority')::integer as priority,
            e.value ->> 'resource_key' as resource_key,
            (e.value ->> 'max_attempts')::integer as max_attempts,
-           e.value ->> 'group_key' as group_key
+           e.value ->> 'group_key' as group_key,
+           (e.value ->> 'timeout_ms')::integer as timeout_ms
       from jsonb_array_elements(_tasks) with ordinality e
   ),
   checked as (
@@ -11284,9 +11296,9 @@ begin
            case
              when jsonb_typeof(c.element) <> 'object' then
                '22023 must be a JSON object, got ' || jsonb_typeof(c.element)
-             when c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,depends_on,group_key}'::text[] <> '{}' then
+             when c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,depends_on,group_key,timeout_ms}'::text[] <> '{}' then
                '22023 unknown field(s) ' || left((select string_agg(k, ', ') from jsonb_object_keys(
-                 c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,depends_on,group_key}'::text[]) k), 200)
+                 c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,depends_on,group_key,timeout_ms}'::text[]) k), 200)
              -- depends_on: null, or an array of task ids (integers, or their decimal text).
              when jsonb_typeof(c.element -> 'depends_on') not in ('array', 'null')
                   or jsonb_path_exists(c.element -> 'depends_on',
@@ -11310,17 +11322,19 @@ begin
              when length(c.group_key) not between 1 and 200 then '22023 group_key must be 1 to 200 characters'
              when c.max_attempts not between 1 and 100 then
                '22023 max_attempts must be between 1 and 100, got ' || c.max_attempts
+             when c.timeout_ms not between 1 and 86400000 then
+               '22023 timeout_ms must be between 1 and 86400000 (24 hours), got ' || c.timeout_ms
              when not isfinite(c.scheduled_at) then
                '22023 scheduled_at must be a finite time, got ' || c.scheduled_at
            end as problem
       from input c
   ),
   inserted as (
-    insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at, group_key)
+    insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at, group_key, timeout_ms)
     select c.task_type,
            case when c.problem is null then c.payload else queues.raise_enqueue_problem(c.idx, c.problem) end,
            coalesce(c.priority, 0), c.resource_key, coalesce(c.max_attempts, queues.default_max_attempts()), coalesce(c.scheduled_at, now()),
-           c.group_key
+           c.group_key, c.timeout_ms
       from checked c
      order by c.idx
     returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts, group_key

@@ -48,9 +48,9 @@ grant execute on function
   admin.clear_task_limit(text, text, text)
 to :DATABASE_API;
 
-grant execute on function queues.enqueue(text, jsonb, timestamptz, integer, text, integer, boolean, bigint[], text) to :DATABASE_API;
+grant execute on function queues.enqueue(text, jsonb, timestamptz, integer, text, integer, boolean, bigint[], text, integer) to :DATABASE_API;
 grant execute on function queues.list_task_dependencies(bigint) to :DATABASE_API;
 grant execute on function queues.enqueue_unique(text, jsonb, text, text, interval, timestamptz, integer, text, integer)
   to :DATABASE_API;
-grant execute on procedure queues.enqueue_and_commit(text, jsonb, timestamptz, integer, text, integer, bigint, text)
+grant execute on procedure queues.enqueue_and_commit(text, jsonb, timestamptz, integer, text, integer, bigint, text, integer)
   to :DATABASE_API;

@@ -54,7 +54,8 @@ create or replace function queues.claim_tasks_at(
   task_lease_id bigint,
   leased_at     timestamptz,
   expires_at    timestamptz,
-  lease_count   integer
+  lease_count   integer,
+  timeout_ms    integer
 )
   language plpgsql volatile
   rows 10
@@ -493,7 +494,7 @@ begin
               p.available_at as expires_at
   )
   select t.task_id, t.task_type, t.payload, t.priority, t.resource_key, t.max_attempts,
-         t.enqueued_at, t.scheduled_at, m.task_lease_id, m.leased_at, m.expires_at, m.lease_count
+         t.enqueued_at, t.scheduled_at, m.task_lease_id, m.leased_at, m.expires_at, m.lease_count, t.timeout_ms
     from moved m
    cross join lateral (
      select * from queues.task t where t.task_id = m.task_id limit 1
@@ -505,7 +506,8 @@ $$;
 -- Claim up to _limit ready tasks (optionally only of _task_types) for _worker_id, each
 -- with a new lease of _lease_seconds (default 300). Ready: not completed, scheduled_at
 -- reached, no live lease. Order: priority desc, scheduled_at, task_id. Tasks that had
--- _max_leases (default 5) leases expire are abandoned instead (see above).
+-- _max_leases (default 5) leases expire are abandoned instead (see above). timeout_ms:
+-- the task's own run timeout (queues.enqueue's _timeout_ms), NULL when it has none.
 create or replace function queues.claim_tasks(
   _worker_id     text,
   _limit         integer default null,
@@ -524,7 +526,8 @@ create or replace function queues.claim_tasks(
   task_lease_id bigint,
   leased_at     timestamptz,
   expires_at    timestamptz,
-  lease_count   integer
+  lease_count   integer,
+  timeout_ms    integer
 )
   language sql volatile
   rows 10
@@ -624,7 +627,7 @@ as $$
   -- The columns of queues.task, in table order.
   select c.task_id, c.task_type, c.payload, c.priority, c.resource_key, c.max_attempts,
          c.enqueued_at, c.scheduled_at,
-         (select t.group_key from queues.task t where t.task_id = c.task_id)
+         (select t.group_key from queues.task t where t.task_id = c.task_id), c.timeout_ms
     from queues.claim_tasks_at(now(), coalesce(_worker_id, session_user::text), 1,
                                queues.claimable_task_types(null), coalesce(_lease_seconds, 300), 5) c
 $$;

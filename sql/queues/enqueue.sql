@@ -86,7 +86,8 @@ create or replace function queues.enqueue_task(
   _notify       boolean default true,
   _check_only   boolean default false,
   _depends_on   bigint[] default null,
-  _group_key    text default null
+  _group_key    text default null,
+  _timeout_ms   integer default null
 ) returns bigint
   language plpgsql volatile
   set search_path = pg_catalog, pg_temp
@@ -125,6 +126,9 @@ begin
   if _max_attempts not between 1 and 100 then
     raise exception 'max_attempts must be between 1 and 100, got %', _max_attempts using errcode = '22023';
   end if;
+  if _timeout_ms not between 1 and 86400000 then
+    raise exception 'timeout_ms must be between 1 and 86400000 (24 hours), got %', _timeout_ms using errcode = '22023';
+  end if;
   if not isfinite(_scheduled_at) then
     raise exception 'scheduled_at must be a finite time, got %', _scheduled_at using errcode = '22023';
   end if;
@@ -140,9 +144,11 @@ begin
   end if;
 
   with inserted as (
-    insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at, group_key)
+    insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at, group_key,
+                             timeout_ms)
     select t.task_type, _payload, coalesce(_priority, 0), _resource_key,
-           coalesce(_max_attempts, queues.default_max_attempts()), coalesce(_scheduled_at, now()), _group_key
+           coalesce(_max_attempts, queues.default_max_attempts()), coalesce(_scheduled_at, now()), _group_key,
+           _timeout_ms
       from queues.task_type t
      where t.task_type = _task_type
     returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts, group_key
@@ -185,6 +191,8 @@ $$;
 -- the caller (queues.enqueue_and_commit sends it after the commit). _depends_on: tasks
 -- this one waits for (sql/queues/dependencies.sql); NULL or empty: none. _group_key: what
 -- flow limits count the task by within its type (sql/queues/limits.sql); NULL: none.
+-- _timeout_ms: the task's run timeout, 1 ms to 24 hours, in place of its type's
+-- (sql/queues/timeouts.sql); NULL: the type's.
 create or replace function queues.enqueue(
   _task_type    text,
   _payload      jsonb,
@@ -194,7 +202,8 @@ create or replace function queues.enqueue(
   _max_attempts integer default null,
   _notify       boolean default true,
   _depends_on   bigint[] default null,
-  _group_key    text default null
+  _group_key    text default null,
+  _timeout_ms   integer default null
 ) returns bigint
   language plpgsql volatile
   security definer
@@ -202,7 +211,7 @@ create or replace function queues.enqueue(
 as $$
 begin
   return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts,
-                             true, coalesce(_notify, true), false, _depends_on, _group_key);
+                             true, coalesce(_notify, true), false, _depends_on, _group_key, _timeout_ms);
 end;
 $$;
 
@@ -224,13 +233,14 @@ create or replace procedure queues.enqueue_and_commit(
   _resource_key text default null,
   _max_attempts integer default null,
   inout _task_id bigint default null,
-  _group_key    text default null
+  _group_key    text default null,
+  _timeout_ms   integer default null
 )
   language plpgsql
 as $$
 begin
   _task_id := queues.enqueue(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts, false,
-                             null, _group_key);
+                             null, _group_key, _timeout_ms);
   commit;
   if _scheduled_at is null
      or _scheduled_at operator(pg_catalog.<=) (pg_catalog.now() operator(pg_catalog.+) interval '1 minute') then
@@ -251,7 +261,8 @@ create or replace function queues.enqueue_internal(
   _resource_key text default null,
   _max_attempts integer default null,
   _depends_on   bigint[] default null,
-  _group_key    text default null
+  _group_key    text default null,
+  _timeout_ms   integer default null
 ) returns bigint
   language plpgsql volatile
   security definer
@@ -259,7 +270,7 @@ create or replace function queues.enqueue_internal(
 as $$
 begin
   return queues.enqueue_task(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts,
-                             false, true, false, _depends_on, _group_key);
+                             false, true, false, _depends_on, _group_key, _timeout_ms);
 end;
 $$;
 
@@ -283,7 +294,7 @@ $$;
 --   {"task_type": "...", "payload": {...}, "scheduled_at"?: "...", "priority"?: 0,
 --    "resource_key"?: "...", "max_attempts"?: 25,
 --    "unique_key"?: "...", "unique_policy"?: "skip", "unique_period"?: "30 seconds",
---    "depends_on"?: [task ids], "group_key"?: "..."}
+--    "depends_on"?: [task ids], "group_key"?: "...", "timeout_ms"?: 30000}
 -- (the unique fields as in queues.enqueue_unique; a skipped element answers the pending
 -- task's id; depends_on as queues.enqueue's _depends_on, not with a unique key, and
 -- naming tasks that exist before the call)
@@ -359,7 +370,8 @@ begin
            (e.value ->> 'priority')::integer as priority,
            e.value ->> 'resource_key' as resource_key,
            (e.value ->> 'max_attempts')::integer as max_attempts,
-           e.value ->> 'group_key' as group_key
+           e.value ->> 'group_key' as group_key,
+           (e.value ->> 'timeout_ms')::integer as timeout_ms
       from jsonb_array_elements(_tasks) with ordinality e
   ),
   checked as (
@@ -369,9 +381,9 @@ begin
            case
              when jsonb_typeof(c.element) <> 'object' then
                '22023 must be a JSON object, got ' || jsonb_typeof(c.element)
-             when c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,depends_on,group_key}'::text[] <> '{}' then
+             when c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,depends_on,group_key,timeout_ms}'::text[] <> '{}' then
                '22023 unknown field(s) ' || left((select string_agg(k, ', ') from jsonb_object_keys(
-                 c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,depends_on,group_key}'::text[]) k), 200)
+                 c.element - '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,depends_on,group_key,timeout_ms}'::text[]) k), 200)
              -- depends_on: null, or an array of task ids (integers, or their decimal text).
              when jsonb_typeof(c.element -> 'depends_on') not in ('array', 'null')
                   or jsonb_path_exists(c.element -> 'depends_on',
@@ -395,17 +407,19 @@ begin
              when length(c.group_key) not between 1 and 200 then '22023 group_key must be 1 to 200 characters'
              when c.max_attempts not between 1 and 100 then
                '22023 max_attempts must be between 1 and 100, got ' || c.max_attempts
+             when c.timeout_ms not between 1 and 86400000 then
+               '22023 timeout_ms must be between 1 and 86400000 (24 hours), got ' || c.timeout_ms
              when not isfinite(c.scheduled_at) then
                '22023 scheduled_at must be a finite time, got ' || c.scheduled_at
            end as problem
       from input c
   ),
   inserted as (
-    insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at, group_key)
+    insert into queues.task (task_type, payload, priority, resource_key, max_attempts, scheduled_at, group_key, timeout_ms)
     select c.task_type,
            case when c.problem is null then c.payload else queues.raise_enqueue_problem(c.idx, c.problem) end,
            coalesce(c.priority, 0), c.resource_key, coalesce(c.max_attempts, queues.default_max_attempts()), coalesce(c.scheduled_at, now()),
-           c.group_key
+           c.group_key, c.timeout_ms
       from checked c
      order by c.idx
     returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts, group_key

@@ -33,7 +33,7 @@ grant execute on function
 to :DATABASE_WORKER;
 
 grant execute on function
-  queues.enqueue(text, jsonb, timestamptz, integer, text, integer, boolean, bigint[], text),
+  queues.enqueue(text, jsonb, timestamptz, integer, text, integer, boolean, bigint[], text, integer),
   queues.enqueue_many(jsonb),
   queues.enqueue_unique(text, jsonb, text, text, interval, timestamptz, integer, text, integer),
   queues.cancel_tasks(bigint[], text),
@@ -41,5 +41,5 @@ grant execute on function
 to :DATABASE_APP;
 -- The client's enqueue on a pool (commit, then the wake-up; sql/queues/enqueue.sql).
 revoke execute on all procedures in schema queues from public;
-grant execute on procedure queues.enqueue_and_commit(text, jsonb, timestamptz, integer, text, integer, bigint, text)
+grant execute on procedure queues.enqueue_and_commit(text, jsonb, timestamptz, integer, text, integer, bigint, text, integer)
   to :DATABASE_APP;

@@ -82,6 +82,11 @@ export interface NewTask {
    * 20 s, ... capped at an hour; `queues.default_max_attempts()`).
    */
   maxAttempts?: number;
+  /**
+   * This task's run timeout, 1..86400000 ms (24 hours), in place of its type's
+   * (docs/flow-control.md "Run timeouts"). Default: the type's. Not with `unique`.
+   */
+  timeoutMs?: number;
   /** At most one pending task per key: see {@link UniqueOptions}. */
   unique?: UniqueOptions;
   /**
@@ -168,6 +173,8 @@ export interface ClaimedTask extends Task {
   expiresAt: Date;
   /** How many leases this task has had, this one included. */
   leaseCount: number;
+  /** The task's own run timeout (NewTask.timeoutMs), ms; null: its type's. */
+  timeoutMs?: number | null;
 }
 
 export interface ClaimOptions {
@@ -234,6 +241,8 @@ export async function enqueue(db: Queryable, task: NewTask): Promise<Id> {
     throw new QueueError('dependsOn cannot be combined with unique', 'invalid_input');
   if (task.unique && task.groupKey !== undefined)
     throw new QueueError('groupKey cannot be combined with unique', 'invalid_input');
+  if (task.unique && task.timeoutMs !== undefined)
+    throw new QueueError('timeoutMs cannot be combined with unique', 'invalid_input');
   if (task.unique) return (await enqueueUnique(db, { ...task, unique: task.unique })).taskId;
   if (tracingEnabled())
     return withSendSpan(
@@ -254,6 +263,7 @@ async function enqueueOne(db: Queryable, task: NewTask, trace?: TraceContext): P
     maxAttempts: task.maxAttempts,
     dependsOn: task.dependsOn?.length ? task.dependsOn : undefined,
     groupKey: task.groupKey,
+    timeoutMs: task.timeoutMs,
   };
   if (trace) {
     const [row] = await mapErrors(taskEnqueueTraced.run({ ...trace, ...params }, db));
@@ -343,6 +353,7 @@ async function enqueueBatch(db: Queryable, tasks: NewTask[], trace?: TraceContex
     resource_key: t.resourceKey,
     max_attempts: t.maxAttempts,
     group_key: t.groupKey,
+    timeout_ms: t.timeoutMs,
     unique_key: t.unique?.key,
     unique_policy: t.unique?.policy,
     unique_period: periodInterval(t.unique),
@@ -401,6 +412,7 @@ class CompactClaimedTask implements ClaimedTask {
   readonly maxAttempts: number;
   readonly taskLeaseId: Id;
   readonly leaseCount: number;
+  readonly timeoutMs: number | null;
   readonly #enqueuedAt: number;
   readonly #scheduledAt: number;
   readonly #leasedAt: number;
@@ -415,6 +427,7 @@ class CompactClaimedTask implements ClaimedTask {
     this.maxAttempts = row.maxAttempts;
     this.taskLeaseId = row.taskLeaseId;
     this.leaseCount = row.leaseCount;
+    this.timeoutMs = row.timeoutMs;
     this.#enqueuedAt = row.enqueuedAtMs;
     this.#scheduledAt = row.scheduledAtMs;
     this.#leasedAt = row.leasedAtMs;
@@ -451,6 +464,7 @@ class CompactClaimedTask implements ClaimedTask {
       leasedAt: this.leasedAt,
       expiresAt: this.expiresAt,
       leaseCount: this.leaseCount,
+      timeoutMs: this.timeoutMs,
     };
   }
 }

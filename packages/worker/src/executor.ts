@@ -99,10 +99,15 @@ export class Executor {
       let outcome: TaskOutcome;
       try {
         outcome = processor
-          ? await timeouts.bound(task.taskType, processor.process(new Context(running, pool, log)), (e) => {
-              running.timedOut = true;
-              abortRun(running, e);
-            })
+          ? await timeouts.bound(
+              task.taskType,
+              processor.process(new Context(running, pool, log)),
+              (e) => {
+                running.timedOut = true;
+                abortRun(running, e);
+              },
+              task.timeoutMs,
+            )
           : { outcome: 'failed', error: `no processor for task type ${task.taskType}` };
       } catch (error) {
         if (!running.released && error instanceof TaskTimeoutError && running.timedOut) {

@@ -6,7 +6,9 @@
  * returns later is not recorded (the failure ended the lease, so a completion with it would
  * be refused anyway), and its slot stays taken until it returns: a processor that ignores
  * its signal holds its slot, never a second one. Steps (db_function) are bounded by
- * STATEMENT_TIMEOUT_MS instead. A worker with no timeouts set pays one map lookup per task.
+ * STATEMENT_TIMEOUT_MS instead. A task may have its own timeout (set at enqueue, returned
+ * by the claim), used in place of its type's. A worker with no timeouts set pays one map
+ * lookup per task.
  */
 import type pg from 'pg';
 import { taskTypeTimeouts } from '@org/queue-client';
@@ -45,11 +47,17 @@ export class RunTimeouts {
   }
 
   /**
-   * `run` as it settles, or a TaskTimeoutError once `taskType`'s timeout passes first
-   * (after `onTimeout` was called with it, to abort the run).
+   * `run` as it settles, or a TaskTimeoutError once its timeout passes first (after
+   * `onTimeout` was called with it, to abort the run): the task's own (`own`, set at
+   * enqueue) when it has one, else `taskType`'s.
    */
-  bound<T>(taskType: string, run: Promise<T>, onTimeout: (error: TaskTimeoutError) => void): Promise<T> {
-    const timeoutMs = this.of(taskType);
+  bound<T>(
+    taskType: string,
+    run: Promise<T>,
+    onTimeout: (error: TaskTimeoutError) => void,
+    own?: number | null,
+  ): Promise<T> {
+    const timeoutMs = own ?? this.of(taskType);
     if (timeoutMs === undefined) return run;
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<never>((_, reject) => {

@@ -14,6 +14,7 @@ import {
   type Processor,
   type WorkerOptions,
 } from '../src/index.js';
+import { claimTasks, enqueue as enqueueTask, enqueueMany } from '@org/queue-client';
 import { enqueue, eventually, factsOf, installFixtures } from './support/fixtures.js';
 
 let db: TestDatabase;
@@ -176,5 +177,83 @@ describe('run timeouts', () => {
     await expect(db.pool('app').query(`select queues.set_task_type_timeout('slow', 1)`)).rejects.toMatchObject({
       code: '42501',
     });
+  });
+
+  it("a task's own timeout, shorter than its type's: aborted at its own", async () => {
+    await db.query(`select queues.set_task_type_timeout('slow', 60000)`);
+    const aborted: unknown[] = [];
+    await startWorker({
+      name: 'respects-abort',
+      async process({ signal }) {
+        await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
+        aborted.push(signal.reason);
+        return { outcome: 'succeeded' };
+      },
+    });
+    const id = await enqueueTask(db.pool('app'), { taskType: 'slow', payload: {}, maxAttempts: 1, timeoutMs: 200 });
+    await eventually(async () => (await factsOf(db, id)).outcome === 'failed', 'the timeout recorded');
+    expect(await factsOf(db, id)).toEqual({ outcome: 'failed', errors: ['slow timed out after 200 ms'], leases: 1 });
+    expect(aborted[0]).toBeInstanceOf(TaskTimeoutError);
+  });
+
+  it("a task's own timeout, longer than its type's: not cut off at the type's", async () => {
+    await db.query(`select queues.set_task_type_timeout('slow', 100)`);
+    let signal: AbortSignal | undefined;
+    await startWorker({
+      name: 'slow-enough',
+      async process(ctx) {
+        signal = ctx.signal;
+        await new Promise((r) => setTimeout(r, 400));
+        return { outcome: 'succeeded' };
+      },
+    });
+    const id = await enqueueTask(db.pool('app'), { taskType: 'slow', payload: {}, maxAttempts: 1, timeoutMs: 60000 });
+    await eventually(async () => (await factsOf(db, id)).outcome !== null, 'completed');
+    expect(await factsOf(db, id)).toEqual({ outcome: 'succeeded', errors: [], leases: 1 });
+    expect(signal?.aborted).toBe(false);
+  });
+
+  it('the claim returns the timeout set at enqueue (single, batch), null when none', async () => {
+    const one = await enqueueTask(db.pool('app'), { taskType: 'slow', payload: {}, timeoutMs: 1234 });
+    const [two, three] = await enqueueMany(db.pool('app'), [
+      { taskType: 'slow', payload: {}, timeoutMs: 86400000 },
+      { taskType: 'slow', payload: {} },
+    ]);
+    const claimed = await claimTasks(db.pool('worker'), { workerId: 'timeouts-claim', limit: 10, taskTypes: ['slow'] });
+    const byId = Object.fromEntries(claimed.map((t) => [t.taskId, t.timeoutMs]));
+    expect(byId).toEqual({ [one]: 1234, [two!]: 86400000, [three!]: null });
+  });
+
+  it.each([
+    ['zero', 0],
+    ['a negative timeout', -1],
+    ['more than a day', 86400001],
+  ])('an enqueue with %s as its timeout is refused and writes nothing', async (_name, timeoutMs) => {
+    const count = async () =>
+      (await db.query(`select count(*)::int as n from queues.task where task_type = 'slow'`)).rows[0].n;
+    const before = await count();
+    const app = db.pool('app');
+    const refused = { code: '22023', message: expect.stringContaining('timeout_ms must be between 1 and 86400000') };
+    await expect(
+      app.query(`select queues.enqueue('slow', '{}', _timeout_ms => $1)`, [timeoutMs]),
+    ).rejects.toMatchObject(refused);
+    await expect(
+      db.query(`select queues.enqueue_internal('slow', '{}', _timeout_ms => $1)`, [timeoutMs]),
+    ).rejects.toMatchObject(refused);
+    await expect(
+      app.query(`call queues.enqueue_and_commit('slow', '{}', _timeout_ms => $1)`, [timeoutMs]),
+    ).rejects.toMatchObject(refused);
+    await expect(
+      app.query(`select queues.enqueue_many($1::jsonb)`, [
+        JSON.stringify([
+          { task_type: 'slow', payload: {} },
+          { task_type: 'slow', payload: {}, timeout_ms: timeoutMs },
+        ]),
+      ]),
+    ).rejects.toMatchObject({
+      code: '22023',
+      message: expect.stringContaining('tasks[1]: timeout_ms must be between'),
+    });
+    expect(await count()).toBe(before);
   });
 });

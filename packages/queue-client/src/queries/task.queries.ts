@@ -25,6 +25,7 @@ export interface ITaskEnqueueParams {
   resourceKey?: string | null | void;
   scheduledAt?: DateOrString | null | void;
   taskType: string;
+  timeoutMs?: number | null | void;
 }
 
 /** 'TaskEnqueue' return type */
@@ -38,7 +39,7 @@ export interface ITaskEnqueueQuery {
   result: ITaskEnqueueResult;
 }
 
-const taskEnqueueIR: any = {"usedParamSet":{"taskType":true,"payload":true,"scheduledAt":true,"priority":true,"resourceKey":true,"maxAttempts":true,"dependsOn":true,"groupKey":true},"params":[{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":25,"b":34}]},{"name":"payload","required":true,"transform":{"type":"scalar"},"locs":[{"a":43,"b":51}]},{"name":"scheduledAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":61,"b":72}]},{"name":"priority","required":false,"transform":{"type":"scalar"},"locs":[{"a":88,"b":96}]},{"name":"resourceKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":110,"b":121}]},{"name":"maxAttempts","required":false,"transform":{"type":"scalar"},"locs":[{"a":130,"b":141}]},{"name":"dependsOn","required":false,"transform":{"type":"scalar"},"locs":[{"a":168,"b":177}]},{"name":"groupKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":206,"b":214}]}],"statement":"select queues.enqueue(\n  :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,\n  :resourceKey::text, :maxAttempts::integer, _depends_on => :dependsOn::bigint[],\n  _group_key => :groupKey::text\n) as \"taskId!\""};
+const taskEnqueueIR: any = {"usedParamSet":{"taskType":true,"payload":true,"scheduledAt":true,"priority":true,"resourceKey":true,"maxAttempts":true,"dependsOn":true,"groupKey":true,"timeoutMs":true},"params":[{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":25,"b":34}]},{"name":"payload","required":true,"transform":{"type":"scalar"},"locs":[{"a":43,"b":51}]},{"name":"scheduledAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":61,"b":72}]},{"name":"priority","required":false,"transform":{"type":"scalar"},"locs":[{"a":88,"b":96}]},{"name":"resourceKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":110,"b":121}]},{"name":"maxAttempts","required":false,"transform":{"type":"scalar"},"locs":[{"a":130,"b":141}]},{"name":"dependsOn","required":false,"transform":{"type":"scalar"},"locs":[{"a":168,"b":177}]},{"name":"groupKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":206,"b":214}]},{"name":"timeoutMs","required":false,"transform":{"type":"scalar"},"locs":[{"a":238,"b":247}]}],"statement":"select queues.enqueue(\n  :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,\n  :resourceKey::text, :maxAttempts::integer, _depends_on => :dependsOn::bigint[],\n  _group_key => :groupKey::text, _timeout_ms => :timeoutMs::integer\n) as \"taskId!\""};
 
 /**
  * Query generated from SQL:
@@ -46,7 +47,7 @@ const taskEnqueueIR: any = {"usedParamSet":{"taskType":true,"payload":true,"sche
  * select queues.enqueue(
  *   :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
  *   :resourceKey::text, :maxAttempts::integer, _depends_on => :dependsOn::bigint[],
- *   _group_key => :groupKey::text
+ *   _group_key => :groupKey::text, _timeout_ms => :timeoutMs::integer
  * ) as "taskId!"
  * ```
  */
@@ -62,6 +63,7 @@ export interface ITaskEnqueueAndCommitParams {
   resourceKey?: string | null | void;
   scheduledAt?: DateOrString | null | void;
   taskType: string;
+  timeoutMs?: number | null | void;
 }
 
 /** 'TaskEnqueueAndCommit' return type */
@@ -75,14 +77,14 @@ export interface ITaskEnqueueAndCommitQuery {
   result: ITaskEnqueueAndCommitResult;
 }
 
-const taskEnqueueAndCommitIR: any = {"usedParamSet":{"taskType":true,"payload":true,"scheduledAt":true,"priority":true,"resourceKey":true,"maxAttempts":true,"groupKey":true},"params":[{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":34,"b":43}]},{"name":"payload","required":true,"transform":{"type":"scalar"},"locs":[{"a":52,"b":60}]},{"name":"scheduledAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":70,"b":81}]},{"name":"priority","required":false,"transform":{"type":"scalar"},"locs":[{"a":97,"b":105}]},{"name":"resourceKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":119,"b":130}]},{"name":"maxAttempts","required":false,"transform":{"type":"scalar"},"locs":[{"a":139,"b":150}]},{"name":"groupKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":176,"b":184}]}],"statement":"call queues.enqueue_and_commit(\n  :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,\n  :resourceKey::text, :maxAttempts::integer, _group_key => :groupKey::text\n)"};
+const taskEnqueueAndCommitIR: any = {"usedParamSet":{"taskType":true,"payload":true,"scheduledAt":true,"priority":true,"resourceKey":true,"maxAttempts":true,"groupKey":true,"timeoutMs":true},"params":[{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":34,"b":43}]},{"name":"payload","required":true,"transform":{"type":"scalar"},"locs":[{"a":52,"b":60}]},{"name":"scheduledAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":70,"b":81}]},{"name":"priority","required":false,"transform":{"type":"scalar"},"locs":[{"a":97,"b":105}]},{"name":"resourceKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":119,"b":130}]},{"name":"maxAttempts","required":false,"transform":{"type":"scalar"},"locs":[{"a":139,"b":150}]},{"name":"groupKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":176,"b":184}]},{"name":"timeoutMs","required":false,"transform":{"type":"scalar"},"locs":[{"a":208,"b":217}]}],"statement":"call queues.enqueue_and_commit(\n  :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,\n  :resourceKey::text, :maxAttempts::integer, _group_key => :groupKey::text, _timeout_ms => :timeoutMs::integer\n)"};
 
 /**
  * Query generated from SQL:
  * ```
  * call queues.enqueue_and_commit(
  *   :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
- *   :resourceKey::text, :maxAttempts::integer, _group_key => :groupKey::text
+ *   :resourceKey::text, :maxAttempts::integer, _group_key => :groupKey::text, _timeout_ms => :timeoutMs::integer
  * )
  * ```
  */
@@ -168,6 +170,7 @@ export interface ITaskEnqueueTracedParams {
   resourceKey?: string | null | void;
   scheduledAt?: DateOrString | null | void;
   taskType: string;
+  timeoutMs?: number | null | void;
   traceparent: string;
   tracestate?: string | null | void;
 }
@@ -183,7 +186,7 @@ export interface ITaskEnqueueTracedQuery {
   result: ITaskEnqueueTracedResult;
 }
 
-const taskEnqueueTracedIR: any = {"usedParamSet":{"traceparent":true,"tracestate":true,"taskType":true,"payload":true,"scheduledAt":true,"priority":true,"resourceKey":true,"maxAttempts":true,"dependsOn":true,"groupKey":true},"params":[{"name":"traceparent","required":true,"transform":{"type":"scalar"},"locs":[{"a":72,"b":84}]},{"name":"tracestate","required":false,"transform":{"type":"scalar"},"locs":[{"a":164,"b":174}]},{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":267,"b":276}]},{"name":"payload","required":true,"transform":{"type":"scalar"},"locs":[{"a":285,"b":293}]},{"name":"scheduledAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":303,"b":314}]},{"name":"priority","required":false,"transform":{"type":"scalar"},"locs":[{"a":330,"b":338}]},{"name":"resourceKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":354,"b":365}]},{"name":"maxAttempts","required":false,"transform":{"type":"scalar"},"locs":[{"a":374,"b":385}]},{"name":"dependsOn","required":false,"transform":{"type":"scalar"},"locs":[{"a":412,"b":421}]},{"name":"groupKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":452,"b":460}]}],"statement":"with context as materialized (\n  select set_config('queue.traceparent', :traceparent!::text, true) as traceparent,\n         set_config('queue.tracestate', coalesce(:tracestate::text, ''), true) as tracestate\n),\nenqueued as materialized (\n  select queues.enqueue(\n    :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,\n    :resourceKey::text, :maxAttempts::integer, _depends_on => :dependsOn::bigint[],\n    _group_key => :groupKey::text\n  ) as task_id\n    from context\n),\ncleared as materialized (\n  select set_config('queue.traceparent', '', true), set_config('queue.tracestate', '', true) from enqueued\n)\nselect e.task_id as \"taskId!\" from enqueued e, cleared"};
+const taskEnqueueTracedIR: any = {"usedParamSet":{"traceparent":true,"tracestate":true,"taskType":true,"payload":true,"scheduledAt":true,"priority":true,"resourceKey":true,"maxAttempts":true,"dependsOn":true,"groupKey":true,"timeoutMs":true},"params":[{"name":"traceparent","required":true,"transform":{"type":"scalar"},"locs":[{"a":72,"b":84}]},{"name":"tracestate","required":false,"transform":{"type":"scalar"},"locs":[{"a":164,"b":174}]},{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":267,"b":276}]},{"name":"payload","required":true,"transform":{"type":"scalar"},"locs":[{"a":285,"b":293}]},{"name":"scheduledAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":303,"b":314}]},{"name":"priority","required":false,"transform":{"type":"scalar"},"locs":[{"a":330,"b":338}]},{"name":"resourceKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":354,"b":365}]},{"name":"maxAttempts","required":false,"transform":{"type":"scalar"},"locs":[{"a":374,"b":385}]},{"name":"dependsOn","required":false,"transform":{"type":"scalar"},"locs":[{"a":412,"b":421}]},{"name":"groupKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":452,"b":460}]},{"name":"timeoutMs","required":false,"transform":{"type":"scalar"},"locs":[{"a":484,"b":493}]}],"statement":"with context as materialized (\n  select set_config('queue.traceparent', :traceparent!::text, true) as traceparent,\n         set_config('queue.tracestate', coalesce(:tracestate::text, ''), true) as tracestate\n),\nenqueued as materialized (\n  select queues.enqueue(\n    :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,\n    :resourceKey::text, :maxAttempts::integer, _depends_on => :dependsOn::bigint[],\n    _group_key => :groupKey::text, _timeout_ms => :timeoutMs::integer\n  ) as task_id\n    from context\n),\ncleared as materialized (\n  select set_config('queue.traceparent', '', true), set_config('queue.tracestate', '', true) from enqueued\n)\nselect e.task_id as \"taskId!\" from enqueued e, cleared"};
 
 /**
  * Query generated from SQL:
@@ -196,7 +199,7 @@ const taskEnqueueTracedIR: any = {"usedParamSet":{"traceparent":true,"tracestate
  *   select queues.enqueue(
  *     :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
  *     :resourceKey::text, :maxAttempts::integer, _depends_on => :dependsOn::bigint[],
- *     _group_key => :groupKey::text
+ *     _group_key => :groupKey::text, _timeout_ms => :timeoutMs::integer
  *   ) as task_id
  *     from context
  * ),
@@ -393,6 +396,7 @@ export interface ITaskClaimResult {
   taskId: string;
   taskLeaseId: string;
   taskType: string;
+  timeoutMs: number | null;
 }
 
 /** 'TaskClaim' query type */
@@ -401,7 +405,7 @@ export interface ITaskClaimQuery {
   result: ITaskClaimResult;
 }
 
-const taskClaimIR: any = {"usedParamSet":{"workerId":true,"limit":true,"taskTypes":true,"leaseSeconds":true,"maxLeases":true},"params":[{"name":"workerId","required":true,"transform":{"type":"scalar"},"locs":[{"a":752,"b":761}]},{"name":"limit","required":false,"transform":{"type":"scalar"},"locs":[{"a":770,"b":775}]},{"name":"taskTypes","required":false,"transform":{"type":"scalar"},"locs":[{"a":787,"b":796}]},{"name":"leaseSeconds","required":false,"transform":{"type":"scalar"},"locs":[{"a":807,"b":819}]},{"name":"maxLeases","required":false,"transform":{"type":"scalar"},"locs":[{"a":831,"b":840}]}],"statement":"select c.task_id       as \"taskId!\",\n       c.task_type     as \"taskType!\",\n       c.payload       as \"payload!\",\n       c.priority      as \"priority!\",\n       c.resource_key  as \"resourceKey\",\n       c.max_attempts  as \"maxAttempts!\",\n       round(date_part('epoch', date_trunc('milliseconds', c.enqueued_at)) * 1000) as \"enqueuedAtMs!\",\n       round(date_part('epoch', date_trunc('milliseconds', c.scheduled_at)) * 1000) as \"scheduledAtMs!\",\n       c.task_lease_id as \"taskLeaseId!\",\n       round(date_part('epoch', date_trunc('milliseconds', c.leased_at)) * 1000) as \"leasedAtMs!\",\n       round(date_part('epoch', date_trunc('milliseconds', c.expires_at)) * 1000) as \"expiresAtMs!\",\n       c.lease_count   as \"leaseCount!\"\n  from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer, :maxLeases::integer) c"};
+const taskClaimIR: any = {"usedParamSet":{"workerId":true,"limit":true,"taskTypes":true,"leaseSeconds":true,"maxLeases":true},"params":[{"name":"workerId","required":true,"transform":{"type":"scalar"},"locs":[{"a":791,"b":800}]},{"name":"limit","required":false,"transform":{"type":"scalar"},"locs":[{"a":809,"b":814}]},{"name":"taskTypes","required":false,"transform":{"type":"scalar"},"locs":[{"a":826,"b":835}]},{"name":"leaseSeconds","required":false,"transform":{"type":"scalar"},"locs":[{"a":846,"b":858}]},{"name":"maxLeases","required":false,"transform":{"type":"scalar"},"locs":[{"a":870,"b":879}]}],"statement":"select c.task_id       as \"taskId!\",\n       c.task_type     as \"taskType!\",\n       c.payload       as \"payload!\",\n       c.priority      as \"priority!\",\n       c.resource_key  as \"resourceKey\",\n       c.max_attempts  as \"maxAttempts!\",\n       round(date_part('epoch', date_trunc('milliseconds', c.enqueued_at)) * 1000) as \"enqueuedAtMs!\",\n       round(date_part('epoch', date_trunc('milliseconds', c.scheduled_at)) * 1000) as \"scheduledAtMs!\",\n       c.task_lease_id as \"taskLeaseId!\",\n       round(date_part('epoch', date_trunc('milliseconds', c.leased_at)) * 1000) as \"leasedAtMs!\",\n       round(date_part('epoch', date_trunc('milliseconds', c.expires_at)) * 1000) as \"expiresAtMs!\",\n       c.lease_count   as \"leaseCount!\",\n       c.timeout_ms    as \"timeoutMs\"\n  from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer, :maxLeases::integer) c"};
 
 /**
  * Query generated from SQL:
@@ -417,7 +421,8 @@ const taskClaimIR: any = {"usedParamSet":{"workerId":true,"limit":true,"taskType
  *        c.task_lease_id as "taskLeaseId!",
  *        round(date_part('epoch', date_trunc('milliseconds', c.leased_at)) * 1000) as "leasedAtMs!",
  *        round(date_part('epoch', date_trunc('milliseconds', c.expires_at)) * 1000) as "expiresAtMs!",
- *        c.lease_count   as "leaseCount!"
+ *        c.lease_count   as "leaseCount!",
+ *        c.timeout_ms    as "timeoutMs"
  *   from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer, :maxLeases::integer) c
  * ```
  */

@@ -8,13 +8,13 @@
 select queues.enqueue(
   :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
   :resourceKey::text, :maxAttempts::integer, _depends_on => :dependsOn::bigint[],
-  _group_key => :groupKey::text
+  _group_key => :groupKey::text, _timeout_ms => :timeoutMs::integer
 ) as "taskId!";
 
 /* @name TaskEnqueueAndCommit */
 call queues.enqueue_and_commit(
   :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
-  :resourceKey::text, :maxAttempts::integer, _group_key => :groupKey::text
+  :resourceKey::text, :maxAttempts::integer, _group_key => :groupKey::text, _timeout_ms => :timeoutMs::integer
 );
 
 /* @name TaskEnqueueUnique */
@@ -44,7 +44,7 @@ enqueued as materialized (
   select queues.enqueue(
     :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
     :resourceKey::text, :maxAttempts::integer, _depends_on => :dependsOn::bigint[],
-    _group_key => :groupKey::text
+    _group_key => :groupKey::text, _timeout_ms => :timeoutMs::integer
   ) as task_id
     from context
 ),
@@ -112,7 +112,8 @@ select c.task_id       as "taskId!",
        c.task_lease_id as "taskLeaseId!",
        round(date_part('epoch', date_trunc('milliseconds', c.leased_at)) * 1000) as "leasedAtMs!",
        round(date_part('epoch', date_trunc('milliseconds', c.expires_at)) * 1000) as "expiresAtMs!",
-       c.lease_count   as "leaseCount!"
+       c.lease_count   as "leaseCount!",
+       c.timeout_ms    as "timeoutMs"
   from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer, :maxLeases::integer) c;
 
 /* @name TaskNextClaimIn */
