@@ -4565,7 +4565,9 @@ begin
              'state', coalesce(c.outcome,
                                admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now)),
              'available_at', p.available_at,
-             'current_lease_id', p.current_lease_id),
+             'current_lease_id', p.current_lease_id,
+             'type_timeout_ms', (select x.timeout_ms from queues.task_type_timeouts() x
+                                  where x.task_type = t.task_type)),
            'leases', coalesce((
              select jsonb_agg(jsonb_build_object(
                       'task_lease_id', l.task_lease_id, 'worker_id', l.worker_id,

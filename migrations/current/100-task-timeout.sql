@@ -18,6 +18,8 @@ drop function if exists queues.claim_tasks(text, integer, text[], integer, integ
 drop function if exists queues.claim_tasks_at(timestamptz, text, integer, text[], integer, integer);
 --!include queues/enqueue.sql
 --!include queues/claim.sql
+-- The task page shows the run timeout in force (the task's own, or its type's).
+--!include admin/tasks.sql
 
 --!include queues/privileges.sql
 --!include admin/privileges.sql

@@ -263,11 +263,13 @@ as $$
 $$;
 
 -- One task with everything recorded about it, as a JSON object:
---   {task: {..., state}, leases: [...], errors: [...], completion: {...} | null,
+--   {task: {..., state, type_timeout_ms}, leases: [...], errors: [...], completion: {...} | null,
 --    failed_attempts: [...], redriven_to: id | null, redriven_from: id | null,
 --    progress: {done, total, note, reported_at, task_lease_id, reports} | null,
 --    dependencies: [{task_id, task_type, outcome, completed_at}],
 --    dependents: [{task_id, task_type, state}]}  (sql/queues/dependencies.sql)
+-- task.timeout_ms is the task's own run timeout (NULL: none), type_timeout_ms its type's
+-- (NULL: none); the task's own is the one in force (sql/queues/timeouts.sql).
 -- Raises 23503 when there is no such task.
 create or replace function admin.get_task_at(_now timestamptz, _task_id bigint)
   returns jsonb
@@ -290,7 +292,9 @@ begin
              'state', coalesce(c.outcome,
                                admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now)),
              'available_at', p.available_at,
-             'current_lease_id', p.current_lease_id),
+             'current_lease_id', p.current_lease_id,
+             'type_timeout_ms', (select x.timeout_ms from queues.task_type_timeouts() x
+                                  where x.task_type = t.task_type)),
            'leases', coalesce((
              select jsonb_agg(jsonb_build_object(
                       'task_lease_id', l.task_lease_id, 'worker_id', l.worker_id,

@@ -301,6 +301,13 @@ const newTask = z
       .min(1, 'group_key must be 1 to 200 characters')
       .max(200, 'group_key must be 1 to 200 characters')
       .optional(),
+    // The task's run timeout in place of its type's (sql/queues/timeouts.sql).
+    timeout_ms: z
+      .number('timeout_ms must be a number')
+      .int('timeout_ms must be an integer')
+      .min(1, 'timeout_ms must be between 1 and 86400000 (24 hours)')
+      .max(86_400_000, 'timeout_ms must be between 1 and 86400000 (24 hours)')
+      .optional(),
     // A unique task (sql/queues/unique.sql): at most one pending task per key.
     unique_key: z
       .string()
@@ -338,6 +345,10 @@ const newTask = z
   .refine((t) => t.unique_key === undefined || t.group_key === undefined, {
     message: 'group_key cannot be combined with unique_key',
     path: ['group_key'],
+  })
+  .refine((t) => t.unique_key === undefined || t.timeout_ms === undefined, {
+    message: 'timeout_ms cannot be combined with unique_key',
+    path: ['timeout_ms'],
   });
 
 /**

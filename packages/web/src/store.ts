@@ -78,6 +78,7 @@ export interface NewTaskInput {
   resource_key?: string;
   max_attempts?: number;
   group_key?: string;
+  timeout_ms?: number;
   unique_key?: string;
   unique_policy?: 'skip' | 'replace' | 'debounce';
   unique_period_seconds?: number;
@@ -192,6 +193,7 @@ function newTask(input: NewTaskInput) {
     resourceKey: input.resource_key ?? undefined,
     maxAttempts: input.max_attempts ?? undefined,
     groupKey: input.group_key ?? undefined,
+    timeoutMs: input.timeout_ms ?? undefined,
     dependsOn: input.depends_on?.map(String),
   };
 }

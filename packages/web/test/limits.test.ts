@@ -141,4 +141,34 @@ describe('flow limits through the REST API', () => {
     expect(task.body).toContain('group_key must be 1 to 200 characters');
     expect(await settings()).toEqual(before);
   });
+
+  it("keeps a task's timeout_ms, and refuses a bad one with 400, writing nothing", async () => {
+    const created = await app.inject({
+      method: 'POST',
+      url: '/api/tasks',
+      headers: auth,
+      payload: { task_type: 'product_resync', payload: {}, timeout_ms: 45000 },
+    });
+    expect(created.statusCode, created.body).toBe(201);
+    const { rows } = await db.query('select timeout_ms from queues.task where task_id = $1', [created.json().task_id]);
+    expect(rows[0].timeout_ms).toBe(45000);
+    const count = async () => (await db.query('select count(*)::int as n from queues.task')).rows[0].n;
+    const before = await count();
+    for (const [timeout_ms, message] of [
+      [0, 'timeout_ms must be between 1 and 86400000'],
+      [86_400_001, 'timeout_ms must be between 1 and 86400000'],
+      [1.5, 'timeout_ms must be an integer'],
+      ['10', 'timeout_ms must be a number'],
+    ] as const) {
+      const res = await app.inject({
+        method: 'POST',
+        url: '/api/tasks',
+        headers: auth,
+        payload: { task_type: 'product_resync', payload: {}, timeout_ms },
+      });
+      expect(res.statusCode, res.body).toBe(400);
+      expect(res.body).toContain(message);
+    }
+    expect(await count()).toBe(before);
+  });
 });

@@ -221,7 +221,13 @@ describe('run timeouts', () => {
     ]);
     const claimed = await claimTasks(db.pool('worker'), { workerId: 'timeouts-claim', limit: 10, taskTypes: ['slow'] });
     const byId = Object.fromEntries(claimed.map((t) => [t.taskId, t.timeoutMs]));
-    expect(byId).toEqual({ [one]: 1234, [two!]: 86400000, [three!]: null });
+    expect(byId).toEqual({ [one]: 1234, [two]: 86400000, [three]: null });
+    // The task page (admin.get_task): the task's own timeout, and its type's.
+    await db.query(`select queues.set_task_type_timeout('slow', 5000)`);
+    const page = async (id: string) =>
+      (await db.pool('api').query('select admin.get_task($1) as t', [id])).rows[0].t.task;
+    expect(await page(one)).toMatchObject({ timeout_ms: 1234, type_timeout_ms: 5000 });
+    expect(await page(three)).toMatchObject({ timeout_ms: null, type_timeout_ms: 5000 });
   });
 
   it.each([

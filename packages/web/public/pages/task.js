@@ -64,6 +64,14 @@ export async function taskPage(id) {
           : '—',
       ],
       ['max attempts', task.max_attempts],
+      [
+        'run timeout',
+        task.timeout_ms != null
+          ? `${task.timeout_ms} ms (this task's)`
+          : task.type_timeout_ms != null
+            ? `${task.type_timeout_ms} ms (its type's)`
+            : 'none',
+      ],
       ['enqueued', fmtTime(task.enqueued_at)],
       ['scheduled', fmtTime(task.scheduled_at)],
     ];
