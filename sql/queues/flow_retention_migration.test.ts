@@ -1,8 +1,7 @@
-// migrations/current/650-bounded-flow-facts.sql converts a database that already holds
-// progress reports and dependency edges: a database migrated with every other file,
-// with reports and edges, is converted, every row reads the same afterwards, new reports
-// go on numbering after the old ones, a waiting task is still released, and migrating
-// again changes nothing.
+// Migration 000018 makes progress reports a history table: a database migrated up to
+// 000017, holding progress reports, is converted, every report reads the same afterwards,
+// new reports go on numbering after the old ones, dependencies (new in 000018, so held by
+// no database before it) work on the converted tables, and migrating again changes nothing.
 import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -30,27 +29,30 @@ async function migrate(folder: string): Promise<void> {
   await migrateDatabase(settings);
 }
 
-/** The number of the current file that bounds the flow facts. */
-const MIGRATION = 650;
+/** The committed migration that bounds the flow facts. */
+const MIGRATION = 18;
 
-/** A migrations folder with every committed migration and every current file but MIGRATION. */
+/** A migrations folder with the committed migrations before MIGRATION. */
 function folderBefore(): string {
   const root = repoRoot();
   scratch = mkdtempSync(join(tmpdir(), 'flow-retention-migration-'));
   const folder = join(scratch, 'migrations');
-  mkdirSync(join(folder, 'current'), { recursive: true });
+  mkdirSync(join(folder, 'committed'), { recursive: true });
+  mkdirSync(join(folder, 'current'));
   symlinkSync(join(root, 'sql'), join(folder, 'fixtures'));
-  cpSync(join(root, 'migrations', 'committed'), join(folder, 'committed'), { recursive: true });
-  for (const file of readdirSync(join(root, 'migrations', 'current'))) {
-    if (Number.parseInt(file, 10) !== MIGRATION) {
-      cpSync(join(root, 'migrations', 'current', file), join(folder, 'current', file));
+  cpSync(join(root, 'migrations', 'afterReset.sql'), join(folder, 'afterReset.sql'));
+  for (const file of readdirSync(join(root, 'migrations', 'committed'))) {
+    if (Number.parseInt(file, 10) < MIGRATION) {
+      cpSync(join(root, 'migrations', 'committed', file), join(folder, 'committed', file));
     }
   }
   return folder;
 }
 
 const TYPE = 'product_resync';
-const enqueue = async (dependsOn: string[] | null = null) =>
+const enqueue = async () =>
+  (await app.query<{ id: string }>(`select queues.enqueue($1, '{}'::jsonb) as id`, [TYPE])).rows[0].id;
+const enqueueDependent = async (dependsOn: string[]) =>
   (
     await app.query<{ id: string }>(`select queues.enqueue($1, '{}'::jsonb, _depends_on => $2::bigint[]) as id`, [
       TYPE,
@@ -63,10 +65,7 @@ const dependencyRows = async () =>
   (await owner.query(`select * from queues.task_dependency order by task_id, depends_on_task_id`)).rows;
 
 let running: { id: string; lease: string };
-let dependency: string;
-let dependent: string;
 let progressBefore: unknown[];
-let dependenciesBefore: unknown[];
 
 beforeAll(async () => {
   const root = new pg.Client({ connectionString: ctx.rootUrl });
@@ -85,12 +84,12 @@ beforeAll(async () => {
   app = new pg.Client({ connectionString: url('app') });
   await Promise.all([owner.connect(), worker.connect(), app.connect()]);
   const { rows } = await owner.query(
-    `select relkind from pg_class where oid in ('queues.task_progress'::regclass, 'queues.task_dependency'::regclass)`,
+    `select relkind, to_regclass('queues.task_dependency') is null as no_dependencies
+       from pg_class where oid = 'queues.task_progress'::regclass`,
   );
-  expect(rows).toEqual([{ relkind: 'r' }, { relkind: 'r' }]);
+  expect(rows).toEqual([{ relkind: 'r', no_dependencies: true }]);
 
-  // A running task with three progress reports; a dependency still pending, its dependent
-  // waiting, and a second dependent of both.
+  // A running task with three progress reports.
   const id = await enqueue();
   const { rows: claimed } = await worker.query<{ task_lease_id: string }>(
     `select task_lease_id from queues.claim_tasks('w', 1, $1, 300) where task_id = $2`,
@@ -100,13 +99,8 @@ beforeAll(async () => {
   for (const done of [1, 2, 3]) {
     await worker.query('select queues.record_progress($1, $2, $3, 10, $4)', [id, running.lease, done, `step ${done}`]);
   }
-  dependency = await enqueue();
-  dependent = await enqueue([dependency]);
-  await enqueue([dependency, dependent]);
   progressBefore = await progressRows();
-  dependenciesBefore = await dependencyRows();
   expect(progressBefore).toHaveLength(3);
-  expect(dependenciesBefore).toHaveLength(3);
 
   await migrate(join(repoRoot(), 'migrations'));
 });
@@ -120,7 +114,7 @@ afterAll(async () => {
   if (scratch) rmSync(scratch, { recursive: true, force: true });
 });
 
-describe('converting a database with progress reports and dependency edges', () => {
+describe('converting a database with progress reports', () => {
   it('partitions both tables on the sets of queues.task and keeps every row', async () => {
     const { rows } = await owner.query(
       `select c.relname, c.relkind, pg_get_partkeydef(c.oid) as key,
@@ -136,12 +130,14 @@ describe('converting a database with progress reports and dependency edges', () 
     ]);
     expect(new Set(rows.map((r) => r.partitions)).size).toBe(1);
     expect(await progressRows()).toEqual(progressBefore);
-    expect(await dependencyRows()).toEqual(dependenciesBefore);
     const { rows: task } = await owner.query(`select admin.get_task($1) -> 'progress' as p`, [running.id]);
     expect(task[0].p).toMatchObject({ done: 3, total: 10, note: 'step 3', reports: 3 });
   });
 
   it('numbers new reports after the old ones, and a waiting task is released by its dependency', async () => {
+    const dependency = await enqueue();
+    const dependent = await enqueueDependent([dependency]);
+    expect(await dependencyRows()).toHaveLength(1);
     await worker.query('select queues.record_progress($1, $2, 4, 10, $3)', [running.id, running.lease, 'step 4']);
     const ids = (await progressRows()).map((r) => Number(r.task_progress_id));
     expect(ids).toHaveLength(4);
