@@ -168,15 +168,17 @@ async function snapshot(at: string) {
       progress?: unknown;
       dependencies?: unknown[];
       dependents?: unknown[];
-      task?: { group_key?: unknown };
+      task?: { group_key?: unknown; timeout_ms?: unknown; type_timeout_ms?: unknown };
     };
     // What was added since reads empty on the facts written before it: a completion's
-    // started_at, a task's progress, its dependencies and dependents, its group key.
+    // started_at, a task's progress, its dependencies and dependents, its group key, its run timeouts.
     if (task.completion && task.completion.started_at === null) delete task.completion.started_at;
     if (task.progress === null) delete task.progress;
     if (task.dependencies?.length === 0) delete task.dependencies;
     if (task.dependents?.length === 0) delete task.dependents;
     if (task.task?.group_key === null) delete task.task.group_key;
+    if (task.task?.timeout_ms === null) delete task.task.timeout_ms;
+    if (task.task?.type_timeout_ms === null) delete task.task.type_timeout_ms;
     out[label] = task;
   }
   const { rows: dead } = await owner.query('select task_id from queues.dead_letter order by task_id');

@@ -333,6 +333,7 @@ describe('queue client', () => {
         'taskId',
         'taskLeaseId',
         'taskType',
+        'timeoutMs',
       ]);
       expect(JSON.parse(JSON.stringify(task))).toEqual({
         taskId: task.taskId,
@@ -347,6 +348,7 @@ describe('queue client', () => {
         leasedAt: task.leasedAt.toISOString(),
         expiresAt: task.expiresAt.toISOString(),
         leaseCount: 1,
+        timeoutMs: null,
       });
     }
     await completeTasks(
