@@ -10507,7 +10507,12 @@ begin
     returning r.task_id
   ),
   eligible as (
-    select pk.task_id, pk.task_type, pk.group_key, pk.suspect
+    select pk.task_id, pk.task_type, pk.group_key, pk.suspect,
+           -- The ready set (docs/design/hot-path.md): an unkeyed task of an unlimited type
+           -- leaves the claim index with its claim (a delete); a keyed task, or one of a
+           -- limited type, keeps its row and is leased on it (the per-row path: resource
+           -- keys and concurrency limits read leased rows).
+           pk.resource_key is not null or pk.task_type = any (_limited) as per_row
       from allowed pk
      where pk.resource_key is null or pk.task_id in (select kt.task_id from key_taken kt)
   ),
@@ -10573,13 +10578,24 @@ begin
            -- end (as picked decided: at most one per claim).
            suspect_lease = p.lease_count - p.released_count - p.failed_attempts > 0
       from leased l
-     where p.task_id = any (array(select e.task_id from eligible e))
+     where p.task_id = any (array(select e.task_id from eligible e where e.per_row))
     returning p.task_id, p.lease_count, p.current_lease_id as task_lease_id, _now as leased_at,
               p.available_at as expires_at
+  ),
+  -- The ready set: the other claimed tasks leave the claim index (one row deleted per
+  -- task, no new row version); their lease is the claim's lease fact, the fence of
+  -- their completions (queues.complete_tasks), and an expired one's unfinished tasks come
+  -- back through queues.rescue_leases_at.
+  taken as (
+    delete from queues.task_pending p
+     using leased l
+     where p.task_id = any (array(select e.task_id from eligible e where not e.per_row))
+    returning p.task_id, p.lease_count + 1 as lease_count, l.task_lease_id, _now as leased_at,
+              _now + make_interval(secs => _lease_seconds) as expires_at
   )
   select t.task_id, t.task_type, t.payload, t.priority, t.resource_key, t.max_attempts,
          t.enqueued_at, t.scheduled_at, m.task_lease_id, m.leased_at, m.expires_at, m.lease_count, t.timeout_ms
-    from moved m
+    from (select * from moved union all select * from taken) m
    cross join lateral (
      select * from queues.task t where t.task_id = m.task_id limit 1
    ) t
@@ -10789,6 +10805,13 @@ begin
   end if;
 
   perform queues.lock_resource_keys(_task_ids);
+  -- The ready set's fence (docs/design/hot-path.md): a task a claim took out of the claim
+  -- index is held by its claim lease. The leases named here are locked (transaction-scoped
+  -- advisory locks, class 20253, in lease id order), exclusively: the rescuer of an
+  -- expired lease takes the same lock, so a completion and the rescue of its lease never
+  -- decide at once, and two completions under one lease take turns. Nothing is written.
+  perform pg_advisory_xact_lock(20253, hashint8(l.id))
+     from (select distinct x.id from unnest(_task_lease_ids) x(id) where x.id is not null order by 1) l;
 
   return query
   with input as (
@@ -10803,11 +10826,7 @@ begin
   ),
   -- The pending rows this call may act on, locked: a concurrent claim skips them, a
   -- concurrent completion waits and then finds nothing.
-  held as (
-    select h.task_id, h.task_type, h.current_lease_id, h.resource_key, h.task_lease_id, h.outcome,
-           h.outcome = 'failed' and h.may_retry and h.failed_attempts + 1 < h.max_attempts as retry,
-           h.failed_attempts, h.started_at
-      from (
+  held_row as (
     select p.task_id, p.task_type, p.current_lease_id, p.resource_key, i.task_lease_id, i.may_retry,
            p.failed_attempts, p.max_attempts, i.started_at,
            case
@@ -10835,7 +10854,40 @@ begin
                      or exists (select 1 from queues.resource_lease r
                                  where r.resource_key = p.resource_key and r.task_id = p.task_id))))
        for update of p
-      ) h
+  ),
+  held_lease as (
+    -- Tasks out of the claim index, held by the claim lease the caller names: its newest
+    -- lease (a newer one means the task came back to the claim index and was claimed
+    -- again), no claim-index row (a task back in the index, rescued, released, revoked
+    -- or retrying, is held there, or by no one), no end. Read in this statement, after
+    -- the lease lock above was taken: what the rescuer or another completion of the
+    -- lease did is seen.
+    select t.task_id, t.task_type, i.task_lease_id, t.resource_key, i.task_lease_id, i.may_retry,
+           (select count(*)::integer from queues.task_attempt_failed a where a.task_id = t.task_id),
+           t.max_attempts, i.started_at,
+           case
+             when i.outcome is not null then i.outcome
+             when exists (select 1 from queues.error e
+                           where e.task_id = t.task_id
+                             and (e.task_lease_id = i.task_lease_id
+                                  or (e.task_lease_id is null
+                                      and e.created_at >= (select l.leased_at
+                                                              from queues.task_lease_at(t.task_id, i.task_lease_id) l))))
+               then 'failed'
+             else 'succeeded'
+           end as outcome
+      from input i
+     cross join lateral (select * from queues.task t where t.task_id = i.task_id limit 1) t
+     where i.task_lease_id is not null
+       and not exists (select 1 from queues.task_pending p where p.task_id = i.task_id)
+       and (select max(l.task_lease_id) from queues.task_leases_of(i.task_id) l) = i.task_lease_id
+       and not exists (select 1 from queues.task_end_of(i.task_id) e)
+  ),
+  held as (
+    select h.task_id, h.task_type, h.current_lease_id, h.resource_key, h.task_lease_id, h.outcome,
+           h.outcome = 'failed' and h.may_retry and h.failed_attempts + 1 < h.max_attempts as retry,
+           h.failed_attempts, h.started_at
+      from (select * from held_row union all select * from held_lease) h
   ),
   -- Simple retries: a failed attempt with attempts left runs again after a backoff.
   retry_facts as (
@@ -10919,6 +10971,19 @@ begin
     left join completed c on c.task_id = i.task_id
     left join retried rt on rt.task_id = i.task_id
    order by i.ord;
+
+  -- A failed attempt of a task held by its claim lease (no claim-index row) returns it to
+  -- the claim index, at its retry time, as the facts now give it.
+  insert into queues.task_pending
+    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
+     lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
+     suspect_lease, group_key)
+  select r.* from queues.pending_rows_of(array(
+    select a.task_id from unnest(_task_ids, _task_lease_ids) x(task_id, task_lease_id)
+      join queues.task_attempt_failed a on a.task_id = x.task_id and a.task_lease_id = x.task_lease_id
+     where _task_lease_ids is not null
+       and not exists (select 1 from queues.task_pending p where p.task_id = x.task_id))) r
+  where _task_lease_ids is not null;
 end;
 $function$;
   -- queues.complete_tasks(_task_ids bigint[], _task_lease_ids bigint[], _outcomes text[], _retries boolean[], _started_at timestamp with time zone[]): owner :DATABASE_OWNER
@@ -12972,6 +13037,71 @@ $function$;
   -- queues.paused_task_types(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.pending_rows_of(_task_ids bigint[])
+ RETURNS TABLE(task_id bigint, task_type text, priority integer, scheduled_at timestamp with time zone, resource_key text, available_at timestamp with time zone, current_lease_id bigint, lease_count integer, released_count integer, max_attempts integer, failed_attempts integer, uncounted_count integer, interrupted_count integer, suspect_lease boolean, group_key text)
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  -- A scheduled task asked to run now (queues.task_run_now) counts from that request.
+  select t.task_id, t.task_type, t.priority, least(t.scheduled_at, rn.requested_at), t.resource_key,
+         greatest(least(t.scheduled_at, rn.requested_at),
+                  -- a lease ended by a failed attempt gives way to the attempt's retry time
+                  case when f.task_lease_id is null or f.task_lease_id < l.task_lease_id then l.expires_at end,
+                  f.retry_at,
+                  -- a lease ended by a transient interruption gives way to its retry time
+                  i.retry_at),
+         -- A lease ended by a release, a revocation or a later failed attempt is not held.
+         case when l.released_at is null and l.revoked_at is null
+                   and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id)
+              then l.task_lease_id end,
+         coalesce(l.lease_count, 0), coalesce(l.released_count, 0),
+         t.max_attempts, coalesce(f.failed_attempts, 0),
+         -- Leases that ended without counting towards abandonment: neither released, nor
+         -- ended by a failed attempt, nor the lease still held (a claim counts that one
+         -- when it expires), and not naming the task their suspect (a lease written before
+         -- suspects were named: not started).
+         (select count(*)::integer
+            from queues.task_lease_effective_of(t.task_id) u
+           where u.released_at is null
+             and not coalesce(u.suspect, exists (select 1 from queues.task_lease_started s
+                                                  where s.task_id = u.task_id and s.task_lease_id = u.task_lease_id))
+             and not exists (select 1 from queues.task_attempt_failed a where a.task_id = u.task_id and a.task_lease_id = u.task_lease_id)
+             and not (u.task_lease_id = l.task_lease_id and l.revoked_at is null
+                      and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id))),
+         coalesce(i.interrupted_count, 0),
+         coalesce(l.suspect, false),
+         t.group_key
+    from queues.task t
+    left join lateral (
+      select le.task_lease_id, le.expires_at, le.released_at, le.revoked_at, le.suspect,
+             count(*) over () :: integer as lease_count,
+             count(le.released_at) over () :: integer as released_count
+        from queues.task_lease_effective_of(t.task_id) le
+       order by le.task_lease_id desc
+       limit 1
+    ) l on true
+    left join lateral (
+      select a.retry_at, a.task_lease_id, count(*) over () :: integer as failed_attempts
+        from queues.task_attempt_failed a
+       where a.task_id = t.task_id
+       order by a.task_attempt_failed_id desc
+       limit 1
+    ) f on true
+    left join lateral (
+      select max(x.retry_at) as retry_at, count(*)::integer as interrupted_count
+        from queues.task_interruption x
+       where x.task_id = t.task_id
+    ) i on true
+    left join queues.task_run_now rn on rn.task_id = t.task_id
+   where (_task_ids is null or t.task_id = any (_task_ids))
+     and not exists (select 1 from queues.task_end_of(t.task_id) c)
+     -- (rebuild_task_pending deletes every row first; another caller asks for tasks out of it)
+     and not exists (select 1 from queues.task_pending x where x.task_id = t.task_id)
+$function$;
+  -- queues.pending_rows_of(_task_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.prune_flow_facts_at(_now timestamp with time zone)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -13067,58 +13197,7 @@ begin
     (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
      lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
      suspect_lease, group_key)
-  -- A scheduled task asked to run now (queues.task_run_now) counts from that request.
-  select t.task_id, t.task_type, t.priority, least(t.scheduled_at, rn.requested_at), t.resource_key,
-         greatest(least(t.scheduled_at, rn.requested_at),
-                  -- a lease ended by a failed attempt gives way to the attempt's retry time
-                  case when f.task_lease_id is null or f.task_lease_id < l.task_lease_id then l.expires_at end,
-                  f.retry_at,
-                  -- a lease ended by a transient interruption gives way to its retry time
-                  i.retry_at),
-         -- A lease ended by a release, a revocation or a later failed attempt is not held.
-         case when l.released_at is null and l.revoked_at is null
-                   and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id)
-              then l.task_lease_id end,
-         coalesce(l.lease_count, 0), coalesce(l.released_count, 0),
-         t.max_attempts, coalesce(f.failed_attempts, 0),
-         -- Leases that ended without counting towards abandonment: neither released, nor
-         -- ended by a failed attempt, nor the lease still held (a claim counts that one
-         -- when it expires), and not naming the task their suspect (a lease written before
-         -- suspects were named: not started).
-         (select count(*)::integer
-            from queues.task_lease_effective_of(t.task_id) u
-           where u.released_at is null
-             and not coalesce(u.suspect, exists (select 1 from queues.task_lease_started s
-                                                  where s.task_id = u.task_id and s.task_lease_id = u.task_lease_id))
-             and not exists (select 1 from queues.task_attempt_failed a where a.task_id = u.task_id and a.task_lease_id = u.task_lease_id)
-             and not (u.task_lease_id = l.task_lease_id and l.revoked_at is null
-                      and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id))),
-         coalesce(i.interrupted_count, 0),
-         coalesce(l.suspect, false),
-         t.group_key
-    from queues.task t
-    left join lateral (
-      select le.task_lease_id, le.expires_at, le.released_at, le.revoked_at, le.suspect,
-             count(*) over () :: integer as lease_count,
-             count(le.released_at) over () :: integer as released_count
-        from queues.task_lease_effective_of(t.task_id) le
-       order by le.task_lease_id desc
-       limit 1
-    ) l on true
-    left join lateral (
-      select a.retry_at, a.task_lease_id, count(*) over () :: integer as failed_attempts
-        from queues.task_attempt_failed a
-       where a.task_id = t.task_id
-       order by a.task_attempt_failed_id desc
-       limit 1
-    ) f on true
-    left join lateral (
-      select max(x.retry_at) as retry_at, count(*)::integer as interrupted_count
-        from queues.task_interruption x
-       where x.task_id = t.task_id
-    ) i on true
-    left join queues.task_run_now rn on rn.task_id = t.task_id
-   where not exists (select 1 from queues.task_end_of(t.task_id) c);
+  select * from queues.pending_rows_of(null);
   get diagnostics _count = row_count;
 
   -- A task never leased whose dependencies have not all succeeded waits for them
@@ -13693,6 +13772,50 @@ $function$;
   -- queues.release_leases(_task_ids bigint[], _task_lease_ids bigint[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.rescue_leases_at(_now timestamp with time zone)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _lease record;
+  _count bigint := 0;
+  _n bigint;
+begin
+  for _lease in
+    select c.task_lease_id, c.task_ids
+      from queues.claim_lease c
+     where c.expires_at <= _now
+       and exists (select 1 from unnest(c.task_ids) u(task_id)
+                    where not exists (select 1 from queues.task_pending p where p.task_id = u.task_id)
+                      and not exists (select 1 from queues.task_end_of(u.task_id) e))
+     order by c.task_lease_id
+  loop
+    perform pg_advisory_xact_lock(20253, hashint8(_lease.task_lease_id));
+    insert into queues.task_pending
+      (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
+       lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
+       suspect_lease, group_key)
+    select r.*
+      from queues.pending_rows_of(array(
+             select u.task_id from unnest(_lease.task_ids) u(task_id)
+              where (select max(l.task_lease_id) from queues.task_leases_of(u.task_id) l) = _lease.task_lease_id
+                and coalesce((select max(x.expires_at) from queues.task_lease_extension x
+                               where x.task_id = u.task_id and x.task_lease_id = _lease.task_lease_id), '-infinity')
+                      <= _now)) r
+     order by r.task_id;
+    get diagnostics _n = row_count;
+    _count := _count + _n;
+  end loop;
+  if _count > 0 then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+  return _count;
+end;
+$function$;
+  -- queues.rescue_leases_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.revoke_worker_leases(_worker_id text)
  RETURNS TABLE(task_id bigint, task_lease_id bigint)

@@ -423,7 +423,12 @@ begin
     returning r.task_id
   ),
   eligible as (
-    select pk.task_id, pk.task_type, pk.group_key, pk.suspect
+    select pk.task_id, pk.task_type, pk.group_key, pk.suspect,
+           -- The ready set (docs/design/hot-path.md): an unkeyed task of an unlimited type
+           -- leaves the claim index with its claim (a delete); a keyed task, or one of a
+           -- limited type, keeps its row and is leased on it (the per-row path: resource
+           -- keys and concurrency limits read leased rows).
+           pk.resource_key is not null or pk.task_type = any (_limited) as per_row
       from allowed pk
      where pk.resource_key is null or pk.task_id in (select kt.task_id from key_taken kt)
   ),
@@ -489,13 +494,24 @@ begin
            -- end (as picked decided: at most one per claim).
            suspect_lease = p.lease_count - p.released_count - p.failed_attempts > 0
       from leased l
-     where p.task_id = any (array(select e.task_id from eligible e))
+     where p.task_id = any (array(select e.task_id from eligible e where e.per_row))
     returning p.task_id, p.lease_count, p.current_lease_id as task_lease_id, _now as leased_at,
               p.available_at as expires_at
+  ),
+  -- The ready set: the other claimed tasks leave the claim index (one row deleted per
+  -- task, no new row version); their lease is the claim's lease fact, the fence of
+  -- their completions (queues.complete_tasks), and an expired one's unfinished tasks come
+  -- back through queues.rescue_leases_at.
+  taken as (
+    delete from queues.task_pending p
+     using leased l
+     where p.task_id = any (array(select e.task_id from eligible e where not e.per_row))
+    returning p.task_id, p.lease_count + 1 as lease_count, l.task_lease_id, _now as leased_at,
+              _now + make_interval(secs => _lease_seconds) as expires_at
   )
   select t.task_id, t.task_type, t.payload, t.priority, t.resource_key, t.max_attempts,
          t.enqueued_at, t.scheduled_at, m.task_lease_id, m.leased_at, m.expires_at, m.lease_count, t.timeout_ms
-    from moved m
+    from (select * from moved union all select * from taken) m
    cross join lateral (
      select * from queues.task t where t.task_id = m.task_id limit 1
    ) t

@@ -91,6 +91,13 @@ begin
   end if;
 
   perform queues.lock_resource_keys(_task_ids);
+  -- The ready set's fence (docs/design/hot-path.md): a task a claim took out of the claim
+  -- index is held by its claim lease. The leases named here are locked (transaction-scoped
+  -- advisory locks, class 20253, in lease id order), exclusively: the rescuer of an
+  -- expired lease takes the same lock, so a completion and the rescue of its lease never
+  -- decide at once, and two completions under one lease take turns. Nothing is written.
+  perform pg_advisory_xact_lock(20253, hashint8(l.id))
+     from (select distinct x.id from unnest(_task_lease_ids) x(id) where x.id is not null order by 1) l;
 
   return query
   with input as (
@@ -105,11 +112,7 @@ begin
   ),
   -- The pending rows this call may act on, locked: a concurrent claim skips them, a
   -- concurrent completion waits and then finds nothing.
-  held as (
-    select h.task_id, h.task_type, h.current_lease_id, h.resource_key, h.task_lease_id, h.outcome,
-           h.outcome = 'failed' and h.may_retry and h.failed_attempts + 1 < h.max_attempts as retry,
-           h.failed_attempts, h.started_at
-      from (
+  held_row as (
     select p.task_id, p.task_type, p.current_lease_id, p.resource_key, i.task_lease_id, i.may_retry,
            p.failed_attempts, p.max_attempts, i.started_at,
            case
@@ -137,7 +140,40 @@ begin
                      or exists (select 1 from queues.resource_lease r
                                  where r.resource_key = p.resource_key and r.task_id = p.task_id))))
        for update of p
-      ) h
+  ),
+  held_lease as (
+    -- Tasks out of the claim index, held by the claim lease the caller names: its newest
+    -- lease (a newer one means the task came back to the claim index and was claimed
+    -- again), no claim-index row (a task back in the index, rescued, released, revoked
+    -- or retrying, is held there, or by no one), no end. Read in this statement, after
+    -- the lease lock above was taken: what the rescuer or another completion of the
+    -- lease did is seen.
+    select t.task_id, t.task_type, i.task_lease_id, t.resource_key, i.task_lease_id, i.may_retry,
+           (select count(*)::integer from queues.task_attempt_failed a where a.task_id = t.task_id),
+           t.max_attempts, i.started_at,
+           case
+             when i.outcome is not null then i.outcome
+             when exists (select 1 from queues.error e
+                           where e.task_id = t.task_id
+                             and (e.task_lease_id = i.task_lease_id
+                                  or (e.task_lease_id is null
+                                      and e.created_at >= (select l.leased_at
+                                                              from queues.task_lease_at(t.task_id, i.task_lease_id) l))))
+               then 'failed'
+             else 'succeeded'
+           end as outcome
+      from input i
+     cross join lateral (select * from queues.task t where t.task_id = i.task_id limit 1) t
+     where i.task_lease_id is not null
+       and not exists (select 1 from queues.task_pending p where p.task_id = i.task_id)
+       and (select max(l.task_lease_id) from queues.task_leases_of(i.task_id) l) = i.task_lease_id
+       and not exists (select 1 from queues.task_end_of(i.task_id) e)
+  ),
+  held as (
+    select h.task_id, h.task_type, h.current_lease_id, h.resource_key, h.task_lease_id, h.outcome,
+           h.outcome = 'failed' and h.may_retry and h.failed_attempts + 1 < h.max_attempts as retry,
+           h.failed_attempts, h.started_at
+      from (select * from held_row union all select * from held_lease) h
   ),
   -- Simple retries: a failed attempt with attempts left runs again after a backoff.
   retry_facts as (
@@ -221,6 +257,19 @@ begin
     left join completed c on c.task_id = i.task_id
     left join retried rt on rt.task_id = i.task_id
    order by i.ord;
+
+  -- A failed attempt of a task held by its claim lease (no claim-index row) returns it to
+  -- the claim index, at its retry time, as the facts now give it.
+  insert into queues.task_pending
+    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
+     lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
+     suspect_lease, group_key)
+  select r.* from queues.pending_rows_of(array(
+    select a.task_id from unnest(_task_ids, _task_lease_ids) x(task_id, task_lease_id)
+      join queues.task_attempt_failed a on a.task_id = x.task_id and a.task_lease_id = x.task_lease_id
+     where _task_lease_ids is not null
+       and not exists (select 1 from queues.task_pending p where p.task_id = x.task_id))) r
+  where _task_lease_ids is not null;
 end;
 $$;
 

@@ -1,25 +1,22 @@
 -- Maintenance of the derived structures (task_pending, resource_lease). Owner only.
 
--- Rebuilds queues.task_pending and queues.resource_lease from the facts: every task
--- without a completion, available at its scheduled time, the retry time of its last
--- failed attempt, the retry time of its last transient interruption, or the effective
--- expiry of its newest lease (heartbeats, releases and revocations applied), whichever is
--- latest; a task waiting for its dependencies at 'infinity'. Returns the number of pending
--- tasks.
-create or replace function queues.rebuild_task_pending() returns bigint
-  language plpgsql volatile
+-- The claim-index rows of _task_ids (null: every task) as the facts give them: a task
+-- without an end and without a row, available at its scheduled time, the retry time of
+-- its last failed attempt, the retry time of its last transient interruption, or the
+-- effective expiry of its newest lease, whichever is latest, with the lease accounting
+-- (lease, release, failed attempt, uncounted and interruption counts, the named
+-- suspect). queues.rebuild_task_pending writes every task's; a completion that retries,
+-- and the rescuer of expired claim leases, write those of the tasks that come back to
+-- the claim index (the ready set, docs/design/hot-path.md).
+create or replace function queues.pending_rows_of(_task_ids bigint[])
+  returns table (task_id bigint, task_type text, priority integer, scheduled_at timestamptz,
+                 resource_key text, available_at timestamptz, current_lease_id bigint,
+                 lease_count integer, released_count integer, max_attempts integer,
+                 failed_attempts integer, uncounted_count integer, interrupted_count integer,
+                 suspect_lease boolean, group_key text)
+  language sql stable
   set search_path = pg_catalog, pg_temp
 as $$
-declare
-  _count bigint;
-begin
-  lock table queues.task_pending, queues.resource_lease in exclusive mode;
-  delete from queues.task_pending;
-  delete from queues.resource_lease;
-  insert into queues.task_pending
-    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
-     lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
-     suspect_lease, group_key)
   -- A scheduled task asked to run now (queues.task_run_now) counts from that request.
   select t.task_id, t.task_type, t.priority, least(t.scheduled_at, rn.requested_at), t.resource_key,
          greatest(least(t.scheduled_at, rn.requested_at),
@@ -71,7 +68,33 @@ begin
        where x.task_id = t.task_id
     ) i on true
     left join queues.task_run_now rn on rn.task_id = t.task_id
-   where not exists (select 1 from queues.task_end_of(t.task_id) c);
+   where (_task_ids is null or t.task_id = any (_task_ids))
+     and not exists (select 1 from queues.task_end_of(t.task_id) c)
+     -- (rebuild_task_pending deletes every row first; another caller asks for tasks out of it)
+     and not exists (select 1 from queues.task_pending x where x.task_id = t.task_id)
+$$;
+
+-- Rebuilds queues.task_pending and queues.resource_lease from the facts: every task
+-- without a completion, available at its scheduled time, the retry time of its last
+-- failed attempt, the retry time of its last transient interruption, or the effective
+-- expiry of its newest lease (heartbeats, releases and revocations applied), whichever is
+-- latest; a task waiting for its dependencies at 'infinity'. Returns the number of pending
+-- tasks.
+create or replace function queues.rebuild_task_pending() returns bigint
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _count bigint;
+begin
+  lock table queues.task_pending, queues.resource_lease in exclusive mode;
+  delete from queues.task_pending;
+  delete from queues.resource_lease;
+  insert into queues.task_pending
+    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
+     lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
+     suspect_lease, group_key)
+  select * from queues.pending_rows_of(null);
   get diagnostics _count = row_count;
 
   -- A task never leased whose dependencies have not all succeeded waits for them
@@ -91,6 +114,57 @@ begin
     from queues.task_pending p
    where p.resource_key is not null and p.current_lease_id is not null
    order by p.resource_key, p.available_at desc;
+  if _count > 0 then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+  return _count;
+end;
+$$;
+
+-- The rescuer of the ready set (docs/design/hot-path.md): a claim takes an unkeyed task
+-- of an unlimited type out of the claim index, and its claim lease holds it. For each
+-- claim lease that expired by _now (as claimed; a task's own heartbeat extension counts
+-- for that task), under the lease's advisory lock taken exclusively (class 20253, as the
+-- completions of the lease take it), its tasks with no end, no claim-index row and no
+-- newer lease come back to the claim index as the facts give them: leased by the expired
+-- lease, available since its expiry, so the next claim takes them as it takes any expired
+-- lease (a suspect; the expiry counted only when the lease named the task its suspect).
+-- Returns the number of tasks returned.
+create or replace function queues.rescue_leases_at(_now timestamptz)
+  returns bigint
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _lease record;
+  _count bigint := 0;
+  _n bigint;
+begin
+  for _lease in
+    select c.task_lease_id, c.task_ids
+      from queues.claim_lease c
+     where c.expires_at <= _now
+       and exists (select 1 from unnest(c.task_ids) u(task_id)
+                    where not exists (select 1 from queues.task_pending p where p.task_id = u.task_id)
+                      and not exists (select 1 from queues.task_end_of(u.task_id) e))
+     order by c.task_lease_id
+  loop
+    perform pg_advisory_xact_lock(20253, hashint8(_lease.task_lease_id));
+    insert into queues.task_pending
+      (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
+       lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
+       suspect_lease, group_key)
+    select r.*
+      from queues.pending_rows_of(array(
+             select u.task_id from unnest(_lease.task_ids) u(task_id)
+              where (select max(l.task_lease_id) from queues.task_leases_of(u.task_id) l) = _lease.task_lease_id
+                and coalesce((select max(x.expires_at) from queues.task_lease_extension x
+                               where x.task_id = u.task_id and x.task_lease_id = _lease.task_lease_id), '-infinity')
+                      <= _now)) r
+     order by r.task_id;
+    get diagnostics _n = row_count;
+    _count := _count + _n;
+  end loop;
   if _count > 0 then
     perform pg_notify('queues_task_ready', '');
   end if;
