@@ -54,6 +54,7 @@ as $$
 #variable_conflict use_column
 declare
   _bad text;
+  _retried bigint[];
 begin
   if _task_ids is null then
     raise exception 'task_ids must not be null' using errcode = '22004';
@@ -259,17 +260,20 @@ begin
    order by i.ord;
 
   -- A failed attempt of a task held by its claim lease (no claim-index row) returns it to
-  -- the claim index, at its retry time, as the facts now give it.
-  insert into queues.task_pending
-    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
-     lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
-     suspect_lease, group_key)
-  select r.* from queues.pending_rows_of(array(
-    select a.task_id from unnest(_task_ids, _task_lease_ids) x(task_id, task_lease_id)
-      join queues.task_attempt_failed a on a.task_id = x.task_id and a.task_lease_id = x.task_lease_id
-     where _task_lease_ids is not null
-       and not exists (select 1 from queues.task_pending p where p.task_id = x.task_id))) r
-  where _task_lease_ids is not null;
+  -- the claim index, at its retry time, as the facts now give it. (The attempts this
+  -- transaction recorded: failed_at is the transaction's now().)
+  if _task_lease_ids is not null then
+    _retried := array(select a.task_id from queues.task_attempt_failed a
+                       where a.task_id = any (_task_ids) and a.failed_at = now()
+                         and not exists (select 1 from queues.task_pending p where p.task_id = a.task_id));
+    if cardinality(_retried) > 0 then
+      insert into queues.task_pending
+        (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
+         lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
+         suspect_lease, group_key)
+      select r.* from queues.pending_rows_of(_retried) r order by r.task_id;
+    end if;
+  end if;
 end;
 $$;
 
