@@ -10856,15 +10856,58 @@ begin
                                  where r.resource_key = p.resource_key and r.task_id = p.task_id))))
        for update of p
   ),
+  -- Tasks out of the claim index, held by the claim lease the caller names. Read per
+  -- lease, not per task: the lease by its id (it names its tasks); among the call's
+  -- tasks it names, those that ended (a round or a completion in its range) or that a
+  -- newer claim lease names (the task came back to the claim index, rescued, released,
+  -- revoked or retrying, and was claimed again) are no longer its; nor is a task with a
+  -- claim-index row (back in the index: held there, or by no one). Read in this
+  -- statement, after the lease locks above: what the rescuer or another completion of
+  -- the lease did is seen.
+  lease_named as (
+    select c.task_lease_id, c.task_range, c.task_ids
+      from (select distinct i.task_lease_id from input i where i.task_lease_id is not null) li
+     cross join lateral (
+       select c.task_lease_id, c.task_ids, c.task_range from queues.claim_lease c
+        where c.task_lease_id = li.task_lease_id limit 1
+     ) c
+  ),
+  -- The call's tasks each lease names. (Each input row scans its lease's array once: a
+  -- join of the input to the unnested arrays was planned, generically, as nested loops
+  -- that unnested the lease once per input row.)
+  lease_task as (
+    select i.*
+      from input i
+     where i.task_lease_id is not null
+       and exists (select 1 from lease_named l
+                    where l.task_lease_id = i.task_lease_id and i.task_id = any (l.task_ids))
+  ),
+  lease_gone as (
+    select u.task_id
+      from lease_named l
+      join queues.completion_round r on r.task_range && l.task_range and r.task_id >= lower(l.task_range)
+     cross join lateral unnest(r.task_ids) u(task_id)
+    union all
+    select c.task_id from queues.task_completed c where c.task_id = any (_task_ids)
+    union all
+    select u.task_id
+      from lease_named l
+      join queues.claim_lease n
+        on n.task_range && l.task_range and n.task_id >= lower(l.task_range)
+       and n.task_lease_id > l.task_lease_id
+     cross join lateral unnest(n.task_ids) u(task_id)
+  ),
+  lease_open as (
+    select lt.*
+      from lease_task lt
+     where not exists (select 1 from lease_gone g where g.task_id = lt.task_id)
+       and not exists (select 1 from queues.task_pending p where p.task_id = lt.task_id)
+  ),
   held_lease as (
-    -- Tasks out of the claim index, held by the claim lease the caller names: its newest
-    -- lease (a newer one means the task came back to the claim index and was claimed
-    -- again), no claim-index row (a task back in the index, rescued, released, revoked
-    -- or retrying, is held there, or by no one), no end. Read in this statement, after
-    -- the lease lock above was taken: what the rescuer or another completion of the
-    -- lease did is seen.
     select t.task_id, t.task_type, i.task_lease_id, t.resource_key, i.task_lease_id, i.may_retry,
-           (select count(*)::integer from queues.task_attempt_failed a where a.task_id = t.task_id),
+           case when i.outcome is distinct from 'succeeded'
+                then (select count(*)::integer from queues.task_attempt_failed a where a.task_id = t.task_id)
+                else 0 end,
            t.max_attempts, i.started_at,
            case
              when i.outcome is not null then i.outcome
@@ -10877,12 +10920,8 @@ begin
                then 'failed'
              else 'succeeded'
            end as outcome
-      from input i
+      from lease_open i
      cross join lateral (select * from queues.task t where t.task_id = i.task_id limit 1) t
-     where i.task_lease_id is not null
-       and not exists (select 1 from queues.task_pending p where p.task_id = i.task_id)
-       and (select max(l.task_lease_id) from queues.task_leases_of(i.task_id) l) = i.task_lease_id
-       and not exists (select 1 from queues.task_end_of(i.task_id) e)
   ),
   held as (
     select h.task_id, h.task_type, h.current_lease_id, h.resource_key, h.task_lease_id, h.outcome,
