@@ -11009,7 +11009,8 @@ begin
          end
     from input i
     left join completed c on c.task_id = i.task_id
-    left join retried rt on rt.task_id = i.task_id
+    -- (every retry recorded: a claim-index row moved, or a lease-held task's written after)
+    left join retry_facts rt on rt.task_id = i.task_id
    order by i.ord;
 
   -- A failed attempt of a task held by its claim lease (no claim-index row) returns it to

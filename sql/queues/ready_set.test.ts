@@ -86,6 +86,34 @@ describe('the ready set', () => {
     ]).toEqual(plain.map(() => 'already_completed'));
   });
 
+  it('a lease-held task ends under its lease with every outcome: succeeded, failed, retried', async () => {
+    const { rows: once } = await db.query(
+      `select queues.enqueue('ready_e', '{}'::jsonb, _max_attempts => 1)::text as id from generate_series(1, 2)`,
+    );
+    const ids = once.map((r) => r.id as string);
+    const { rows: retrying } = await db.query(
+      `select queues.enqueue('ready_e', '{}'::jsonb, _max_attempts => 3)::text as id`,
+    );
+    const claimed = await claimAt('ready_e', 0, 'w-e');
+    const lease = claimed[0].task_lease_id;
+    const one = async (id: string, outcome: string) =>
+      (await db.query(`select queues.complete_task($1, $2, $3) as done`, [id, lease, outcome])).rows[0].done as boolean;
+    expect(await one(ids[0], 'succeeded')).toBe(true);
+    expect(await one(ids[1], 'failed')).toBe(true);
+    expect(await one(retrying[0].id, 'failed')).toBe(true);
+    const { rows } = await db.query(
+      `select u.id::text as task_id, (select outcome from queues.task_end_of(u.id)) as outcome,
+              (select available_at > now() from queues.task_pending p where p.task_id = u.id) as waits
+         from unnest($1::bigint[]) u(id) order by u.id`,
+      [[ids[0], ids[1], retrying[0].id]],
+    );
+    expect(rows).toEqual([
+      { task_id: ids[0], outcome: 'succeeded', waits: null },
+      { task_id: ids[1], outcome: 'failed', waits: null },
+      { task_id: retrying[0].id, outcome: null, waits: true },
+    ]);
+  });
+
   it('the rescuer returns an expired lease’s unfinished tasks, not its ended ones; the late holder is then refused', async () => {
     const ids = await enqueue('ready_b', 4);
     const [first, ...rest] = await claimAt('ready_b', 0, 'w-b');
