@@ -9675,45 +9675,9 @@ CREATE OR REPLACE FUNCTION queues.add_task_dependencies(_task_ids bigint[], _dep
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
-  _bad record;
   _deps bigint[];
 begin
-  select e.label into _bad
-    from unnest(_task_ids, _depends_on, _labels) e(task_id, dep, label)
-   where e.dep is null limit 1;
-  if found then
-    raise exception '%depends_on must not contain null', _bad.label using errcode = '22004';
-  end if;
-  select e.label, e.task_id, e.dep into _bad
-    from unnest(_task_ids, _depends_on, _labels) e(task_id, dep, label)
-   where e.dep = e.task_id limit 1;
-  if found then
-    raise exception '%a task cannot depend on itself (task %)', _bad.label, _bad.task_id using errcode = '22023';
-  end if;
-  select e.label, e.dep into _bad
-    from unnest(_task_ids, _depends_on, _labels) e(task_id, dep, label)
-   where e.dep = any (_new_task_ids) limit 1;
-  if found then
-    raise exception '%depends_on names task %, enqueued by the same call', _bad.label, _bad.dep
-      using errcode = '22023',
-            hint = 'A task can depend only on tasks that exist before its enqueue, so dependencies never form a cycle.';
-  end if;
-  select e.label, count(distinct e.dep) as n into _bad
-    from unnest(_task_ids, _depends_on, _labels) e(task_id, dep, label)
-   group by e.task_id, e.label having count(distinct e.dep) > 100 limit 1;
-  if found then
-    raise exception '%depends_on names % tasks, over the limit of 100', _bad.label, _bad.n using errcode = '54000';
-  end if;
-  -- Each dependency exists: a primary-key probe of queues.task per distinct id.
-  _deps := array(select distinct d from unnest(_depends_on) d order by d);
-  select e.label, e.dep into _bad
-    from unnest(_task_ids, _depends_on, _labels) with ordinality e(task_id, dep, label, n)
-   where e.dep = any (_deps)
-     and not coalesce((select true from queues.task t where t.task_id = e.dep), false)
-   order by e.n limit 1;
-  if found then
-    raise exception '%depends_on names task %, which does not exist', _bad.label, _bad.dep using errcode = '23503';
-  end if;
+  _deps := queues.check_task_dependencies(_task_ids, _depends_on, _labels, _new_task_ids);
 
   -- The lock that orders this enqueue with the dependencies' endings (see the top of the
   -- file): a pending dependency's claim-index row, FOR KEY SHARE, in task id order.
@@ -10096,6 +10060,59 @@ $function$;
   -- queues.cancelled_tasks(_task_ids bigint[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.check_task_dependencies(_task_ids bigint[], _depends_on bigint[], _labels text[], _new_task_ids bigint[])
+ RETURNS bigint[]
+ LANGUAGE plpgsql
+ STABLE
+ SET enable_seqscan TO 'off'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _bad record;
+  _deps bigint[];
+begin
+  select e.label into _bad
+    from unnest(_task_ids, _depends_on, _labels) e(task_id, dep, label)
+   where e.dep is null limit 1;
+  if found then
+    raise exception '%depends_on must not contain null', _bad.label using errcode = '22004';
+  end if;
+  select e.label, e.task_id, e.dep into _bad
+    from unnest(_task_ids, _depends_on, _labels) e(task_id, dep, label)
+   where e.dep = e.task_id limit 1;
+  if found then
+    raise exception '%a task cannot depend on itself (task %)', _bad.label, _bad.task_id using errcode = '22023';
+  end if;
+  select e.label, e.dep into _bad
+    from unnest(_task_ids, _depends_on, _labels) e(task_id, dep, label)
+   where e.dep = any (_new_task_ids) limit 1;
+  if found then
+    raise exception '%depends_on names task %, enqueued by the same call', _bad.label, _bad.dep
+      using errcode = '22023',
+            hint = 'A task can depend only on tasks that exist before its enqueue, so dependencies never form a cycle.';
+  end if;
+  select e.label, count(distinct e.dep) as n into _bad
+    from unnest(_task_ids, _depends_on, _labels) e(task_id, dep, label)
+   group by e.task_id, e.label having count(distinct e.dep) > 100 limit 1;
+  if found then
+    raise exception '%depends_on names % tasks, over the limit of 100', _bad.label, _bad.n using errcode = '54000';
+  end if;
+  -- Each dependency exists: a primary-key probe of queues.task per distinct id.
+  _deps := array(select distinct d from unnest(_depends_on) d order by d);
+  select e.label, e.dep into _bad
+    from unnest(_task_ids, _depends_on, _labels) with ordinality e(task_id, dep, label, n)
+   where e.dep = any (_deps)
+     and not coalesce((select true from queues.task t where t.task_id = e.dep), false)
+   order by e.n limit 1;
+  if found then
+    raise exception '%depends_on names task %, which does not exist', _bad.label, _bad.dep using errcode = '23503';
+  end if;
+  return _deps;
+end;
+$function$;
+  -- queues.check_task_dependencies(_task_ids bigint[], _depends_on bigint[], _labels text[], _new_task_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.check_task_limit_key(_task_type text, _scope text, _group_key text)
  RETURNS void
@@ -11084,12 +11101,12 @@ $function$;
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE PROCEDURE queues.enqueue_and_commit(IN _task_type text, IN _payload jsonb, IN _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, IN _priority integer DEFAULT NULL::integer, IN _resource_key text DEFAULT NULL::text, IN _max_attempts integer DEFAULT NULL::integer, INOUT _task_id bigint DEFAULT NULL::bigint, IN _group_key text DEFAULT NULL::text, IN _timeout_ms integer DEFAULT NULL::integer)
+CREATE OR REPLACE PROCEDURE queues.enqueue_and_commit(IN _task_type text, IN _payload jsonb, IN _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, IN _priority integer DEFAULT NULL::integer, IN _resource_key text DEFAULT NULL::text, IN _max_attempts integer DEFAULT NULL::integer, INOUT _task_id bigint DEFAULT NULL::bigint, IN _group_key text DEFAULT NULL::text, IN _timeout_ms integer DEFAULT NULL::integer, IN _depends_on bigint[] DEFAULT NULL::bigint[])
  LANGUAGE plpgsql
 AS $procedure$
 begin
   _task_id := queues.enqueue(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts, false,
-                             null, _group_key, _timeout_ms);
+                             _depends_on, _group_key, _timeout_ms);
   commit;
   if _scheduled_at is null
      or _scheduled_at operator(pg_catalog.<=) (pg_catalog.now() operator(pg_catalog.+) interval '1 minute') then
@@ -11097,7 +11114,7 @@ begin
   end if;
 end;
 $procedure$;
-  -- queues.enqueue_and_commit(IN _task_type text, IN _payload jsonb, IN _scheduled_at timestamp with time zone, IN _priority integer, IN _resource_key text, IN _max_attempts integer, INOUT _task_id bigint, IN _group_key text, IN _timeout_ms integer): owner :DATABASE_OWNER
+  -- queues.enqueue_and_commit(IN _task_type text, IN _payload jsonb, IN _scheduled_at timestamp with time zone, IN _priority integer, IN _resource_key text, IN _max_attempts integer, INOUT _task_id bigint, IN _group_key text, IN _timeout_ms integer, IN _depends_on bigint[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -11177,6 +11194,10 @@ begin
     if not exists (select 1 from queues.task_type t where t.task_type = _task_type) then
       raise exception 'unknown task_type %', quote_literal(left(_task_type, 100))
         using errcode = '22023', hint = 'Known task types are listed in queues.task_type.';
+    end if;
+    if cardinality(_depends_on) > 0 then
+      perform queues.check_task_dependencies(array_fill(0::bigint, array[cardinality(_depends_on)]), _depends_on,
+                                             array_fill(''::text, array[cardinality(_depends_on)]), '{}');
     end if;
     return null;
   end if;
@@ -11388,7 +11409,9 @@ declare
   _state text;
   _message text;
   _hint text;
-  _fields constant text[] := '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,unique_key,unique_policy,unique_period}';
+  _fields constant text[] :=
+    '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,unique_key,unique_policy,unique_period,depends_on,group_key,timeout_ms}';
+  _deps bigint[];
 begin
   begin
     for _e in select x.value from jsonb_array_elements(_tasks) x loop
@@ -11400,6 +11423,19 @@ begin
         raise exception 'unknown field(s) %',
           left((select string_agg(k, ', ') from jsonb_object_keys(_e - _fields) k), 200) using errcode = '22023';
       end if;
+      if jsonb_typeof(_e -> 'depends_on') not in ('array', 'null')
+         or jsonb_path_exists(_e -> 'depends_on',
+              'lax $[*] ? (!((@.type() == "number" && @ == @.floor()) || (@.type() == "string" && @ like_regex "^[0-9]{1,18}$")))') then
+        raise exception 'depends_on must be an array of task ids' using errcode = '22023';
+      end if;
+      _deps := case when jsonb_typeof(_e -> 'depends_on') = 'array'
+                    then array(select (d #>> '{}')::bigint from jsonb_array_elements(_e -> 'depends_on') d) end;
+      if _deps && _ids then
+        raise exception 'depends_on names task %, enqueued by the same call',
+          (select min(d) from unnest(_deps) d where d = any (_ids))
+          using errcode = '22023',
+                hint = 'A task can depend only on tasks that exist before its enqueue, so dependencies never form a cycle.';
+      end if;
       if _e ->> 'unique_key' is null then
         if _e ->> 'unique_policy' is not null or _e ->> 'unique_period' is not null then
           raise exception 'unique_key must not be null when unique_policy or unique_period is given'
@@ -11407,14 +11443,15 @@ begin
         end if;
         _id := queues.enqueue_task(_e ->> 'task_type', _e -> 'payload', (_e ->> 'scheduled_at')::timestamptz,
                                    (_e ->> 'priority')::integer, _e ->> 'resource_key',
-                                   (_e ->> 'max_attempts')::integer, _public, false);
+                                   (_e ->> 'max_attempts')::integer, _public, false, false, _deps,
+                                   _e ->> 'group_key', (_e ->> 'timeout_ms')::integer);
       else
         select u.task_id into _id
           from queues.enqueue_unique_task(_e ->> 'task_type', _e -> 'payload', _e ->> 'unique_key',
                                           _e ->> 'unique_policy', (_e ->> 'unique_period')::interval,
                                           (_e ->> 'scheduled_at')::timestamptz, (_e ->> 'priority')::integer,
                                           _e ->> 'resource_key', (_e ->> 'max_attempts')::integer,
-                                          _public, false) u;
+                                          _public, false, _deps, _e ->> 'group_key', (_e ->> 'timeout_ms')::integer) u;
       end if;
       _ids := _ids || _id;
     end loop;
@@ -11432,7 +11469,7 @@ $function$;
   -- queues.enqueue_tasks_one_by_one(_tasks jsonb, _public boolean): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.enqueue_unique(_task_type text, _payload jsonb, _unique_key text, _unique_policy text DEFAULT NULL::text, _unique_period interval DEFAULT NULL::interval, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer)
+CREATE OR REPLACE FUNCTION queues.enqueue_unique(_task_type text, _payload jsonb, _unique_key text, _unique_policy text DEFAULT NULL::text, _unique_period interval DEFAULT NULL::interval, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer, _depends_on bigint[] DEFAULT NULL::bigint[], _group_key text DEFAULT NULL::text, _timeout_ms integer DEFAULT NULL::integer)
  RETURNS TABLE(task_id bigint, outcome text, replaced_task_id bigint)
  LANGUAGE sql
  SECURITY DEFINER
@@ -11440,14 +11477,15 @@ CREATE OR REPLACE FUNCTION queues.enqueue_unique(_task_type text, _payload jsonb
 AS $function$
   select u.task_id, u.outcome, u.replaced_task_id
     from queues.enqueue_unique_task(_task_type, _payload, _unique_key, _unique_policy, _unique_period,
-                                    _scheduled_at, _priority, _resource_key, _max_attempts, true, true) u
+                                    _scheduled_at, _priority, _resource_key, _max_attempts, true, true,
+                                    _depends_on, _group_key, _timeout_ms) u
 $function$;
-  -- queues.enqueue_unique(_task_type text, _payload jsonb, _unique_key text, _unique_policy text, _unique_period interval, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer): owner :DATABASE_OWNER
+  -- queues.enqueue_unique(_task_type text, _payload jsonb, _unique_key text, _unique_policy text, _unique_period interval, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _depends_on bigint[], _group_key text, _timeout_ms integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_APP (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.enqueue_unique_internal(_task_type text, _payload jsonb, _unique_key text, _unique_policy text DEFAULT NULL::text, _unique_period interval DEFAULT NULL::interval, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer)
+CREATE OR REPLACE FUNCTION queues.enqueue_unique_internal(_task_type text, _payload jsonb, _unique_key text, _unique_policy text DEFAULT NULL::text, _unique_period interval DEFAULT NULL::interval, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer, _depends_on bigint[] DEFAULT NULL::bigint[], _group_key text DEFAULT NULL::text, _timeout_ms integer DEFAULT NULL::integer)
  RETURNS TABLE(task_id bigint, outcome text, replaced_task_id bigint)
  LANGUAGE sql
  SECURITY DEFINER
@@ -11455,12 +11493,13 @@ CREATE OR REPLACE FUNCTION queues.enqueue_unique_internal(_task_type text, _payl
 AS $function$
   select u.task_id, u.outcome, u.replaced_task_id
     from queues.enqueue_unique_task(_task_type, _payload, _unique_key, _unique_policy, _unique_period,
-                                    _scheduled_at, _priority, _resource_key, _max_attempts) u
+                                    _scheduled_at, _priority, _resource_key, _max_attempts, false, true,
+                                    _depends_on, _group_key, _timeout_ms) u
 $function$;
-  -- queues.enqueue_unique_internal(_task_type text, _payload jsonb, _unique_key text, _unique_policy text, _unique_period interval, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer): owner :DATABASE_OWNER
+  -- queues.enqueue_unique_internal(_task_type text, _payload jsonb, _unique_key text, _unique_policy text, _unique_period interval, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _depends_on bigint[], _group_key text, _timeout_ms integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.enqueue_unique_task(_task_type text, _payload jsonb, _unique_key text, _unique_policy text, _unique_period interval, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean DEFAULT false, _notify boolean DEFAULT true, OUT task_id bigint, OUT outcome text, OUT replaced_task_id bigint)
+CREATE OR REPLACE FUNCTION queues.enqueue_unique_task(_task_type text, _payload jsonb, _unique_key text, _unique_policy text, _unique_period interval, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean DEFAULT false, _notify boolean DEFAULT true, _depends_on bigint[] DEFAULT NULL::bigint[], _group_key text DEFAULT NULL::text, _timeout_ms integer DEFAULT NULL::integer, OUT task_id bigint, OUT outcome text, OUT replaced_task_id bigint)
  RETURNS record
  LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
@@ -11501,9 +11540,9 @@ begin
     raise exception 'unique_period applies only to the debounce policy, not %', quote_literal(_policy)
       using errcode = '22023';
   end if;
-  -- Every check of a plain enqueue, writing nothing.
+  -- Every check of a plain enqueue (the dependencies' too), writing nothing.
   perform queues.enqueue_task(_task_type, _payload, _at, _priority, _resource_key, _max_attempts,
-                              _public, false, true);
+                              _public, false, true, _depends_on, _group_key, _timeout_ms);
 
   -- The key's row, locked: a concurrent enqueuer of the key waits here until this
   -- transaction ends, then sees its task. The insert of a new key waits for a concurrent
@@ -11527,9 +11566,13 @@ begin
     outcome := 'skipped';
     return;
   end if;
+  if _old is not null and _old = any (_depends_on) then
+    raise exception 'depends_on names task %, which this enqueue replaces (unique key %)', _old, quote_literal(_unique_key)
+      using errcode = '22023';
+  end if;
 
   task_id := queues.enqueue_task(_task_type, _payload, _at, _priority, _resource_key, _max_attempts,
-                                 _public, _notify);
+                                 _public, _notify, false, _depends_on, _group_key, _timeout_ms);
   insert into queues.task_unique (task_id, unique_key) values (task_id, _unique_key);
   update queues.task_unique_key k set task_id = enqueue_unique_task.task_id where k.unique_key = _unique_key;
   outcome := 'inserted';
@@ -11540,7 +11583,7 @@ begin
   end if;
 end;
 $function$;
-  -- queues.enqueue_unique_task(_task_type text, _payload jsonb, _unique_key text, _unique_policy text, _unique_period interval, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean, _notify boolean, OUT task_id bigint, OUT outcome text, OUT replaced_task_id bigint): owner :DATABASE_OWNER
+  -- queues.enqueue_unique_task(_task_type text, _payload jsonb, _unique_key text, _unique_policy text, _unique_period interval, _scheduled_at timestamp with time zone, _priority integer, _resource_key text, _max_attempts integer, _public boolean, _notify boolean, _depends_on bigint[], _group_key text, _timeout_ms integer, OUT task_id bigint, OUT outcome text, OUT replaced_task_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.extend_leases(_task_ids bigint[], _task_lease_ids bigint[], _lease_seconds integer DEFAULT NULL::integer)
@@ -14402,12 +14445,27 @@ CREATE OR REPLACE FUNCTION queues.supersede_task(_task_id bigint, _reason text)
 AS $function$
 declare
   _p record;
+  _dependent bigint;
 begin
   perform queues.lock_resource_keys(array[_task_id]);
   select p.task_type, (p.current_lease_id is not null and p.available_at > now()) as held into _p
     from queues.task_pending p where p.task_id = _task_id for update;
   if not found or _p.held then
     return false;
+  end if;
+  -- Replacing a task that others wait for would fail them (a dependency that ended
+  -- cancelled): refused, before this transaction's writes commit (its enqueue rolls back).
+  -- A dependent enqueued concurrently holds the row FOR KEY SHARE until it commits, so
+  -- the lock above waited for it and this statement sees its edge.
+  select d.task_id into _dependent
+    from queues.task_dependency d
+    join queues.task_pending w on w.task_id = d.task_id
+   where d.depends_on_task_id = _task_id and d.task_id > _task_id
+   order by d.task_id limit 1;
+  if found then
+    raise exception 'task % cannot be replaced: task % waits for it', _task_id, _dependent
+      using errcode = '55000',
+            hint = 'Use the skip policy, or cancel the waiting tasks first.';
   end if;
   insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
   values (_task_id, null, now(), 'cancelled', _p.task_type);

@@ -64,6 +64,40 @@ create or replace function queues.add_task_dependencies(
   set search_path = pg_catalog, pg_temp
 as $$
 declare
+  _deps bigint[];
+begin
+  _deps := queues.check_task_dependencies(_task_ids, _depends_on, _labels, _new_task_ids);
+
+  -- The lock that orders this enqueue with the dependencies' endings (see the top of the
+  -- file): a pending dependency's claim-index row, FOR KEY SHARE, in task id order.
+  perform from queues.task_pending p
+    where p.task_id = any (_deps)
+    order by p.task_id
+      for key share;
+
+  insert into queues.task_dependency (task_id, depends_on_task_id)
+  select distinct e.task_id, e.dep from unnest(_task_ids, _depends_on) e(task_id, dep)
+  on conflict do nothing;
+
+  -- A statement after the lock: a dependency that ended meanwhile is seen ended.
+  perform queues.settle_new_dependents(array(select distinct t from unnest(_task_ids) t));
+end;
+$$;
+
+-- The checks of queues.add_task_dependencies, writing nothing (the same arguments; a
+-- check-only enqueue passes 0 for the task not yet inserted): raises as it says; returns
+-- the distinct dependencies in task id order. No grants.
+create or replace function queues.check_task_dependencies(
+  _task_ids     bigint[],
+  _depends_on   bigint[],
+  _labels       text[],
+  _new_task_ids bigint[]
+) returns bigint[]
+  language plpgsql stable
+  set enable_seqscan = off
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
   _bad record;
   _deps bigint[];
 begin
@@ -103,20 +137,7 @@ begin
   if found then
     raise exception '%depends_on names task %, which does not exist', _bad.label, _bad.dep using errcode = '23503';
   end if;
-
-  -- The lock that orders this enqueue with the dependencies' endings (see the top of the
-  -- file): a pending dependency's claim-index row, FOR KEY SHARE, in task id order.
-  perform from queues.task_pending p
-    where p.task_id = any (_deps)
-    order by p.task_id
-      for key share;
-
-  insert into queues.task_dependency (task_id, depends_on_task_id)
-  select distinct e.task_id, e.dep from unnest(_task_ids, _depends_on) e(task_id, dep)
-  on conflict do nothing;
-
-  -- A statement after the lock: a dependency that ended meanwhile is seen ended.
-  perform queues.settle_new_dependents(array(select distinct t from unnest(_task_ids) t));
+  return _deps;
 end;
 $$;
 

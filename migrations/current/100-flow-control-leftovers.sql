@@ -1,0 +1,16 @@
+set local lock_timeout = '5s';
+
+-- Unique enqueues take depends_on, group_key and timeout_ms; enqueue_and_commit takes
+-- depends_on.
+drop function if exists queues.enqueue_unique_task(text, jsonb, text, text, interval, timestamptz, integer, text,
+                                                   integer, boolean, boolean);
+drop function if exists queues.enqueue_unique(text, jsonb, text, text, interval, timestamptz, integer, text, integer);
+drop function if exists queues.enqueue_unique_internal(text, jsonb, text, text, interval, timestamptz, integer, text,
+                                                       integer);
+drop procedure if exists queues.enqueue_and_commit(text, jsonb, timestamptz, integer, text, integer, bigint, text,
+                                                   integer);
+--!include queues/dependencies.sql
+--!include queues/enqueue.sql
+--!include queues/unique.sql
+--!include queues/privileges.sql
+--!include admin/privileges.sql
