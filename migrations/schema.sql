@@ -5877,11 +5877,19 @@ begin
     select s.task_id, s.task_lease_id, s.worker_id
       from queues.stale_leases_at(_now, _dead) s where s.worker_id = _worker_id
   ),
+  -- Locked in task id order, as every call that locks several claim-index rows.
+  locked as (
+    select p.task_id from queues.task_pending p
+     where p.task_id = any (array(select s.task_id from stale s))
+     order by p.task_id
+       for no key update
+  ),
   revoked as (
     update queues.task_pending p
        set available_at = _now, current_lease_id = null
       from stale s
      where p.task_id = s.task_id and p.current_lease_id = s.task_lease_id
+       and p.task_id = any (array(select l.task_id from locked l))
     returning p.task_id, s.task_lease_id, s.worker_id, p.resource_key
   ),
   recorded as (
@@ -9962,7 +9970,6 @@ AS $function$
 declare
   _cancelled bigint[];
   _running bigint[];
-  _try integer;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -9972,13 +9979,11 @@ begin
     raise exception 'reason must be at most 500 characters, got %', length(_reason) using errcode = '22023';
   end if;
   -- Same lock order as the claim, the heartbeat and the completion (resource keys first),
-  -- then the pending rows by primary key. A completion in flight holds its row: the cancel
-  -- waits for it, then finds the task gone (already_completed). A completion batch locks
-  -- its rows in its own order, so a cancel of several tasks can deadlock with one: the
-  -- cancel's part is then rolled back (a subtransaction) and tried again, up to five times.
+  -- then the pending rows in task id order, as a completion batch, a lease release and a
+  -- revocation lock theirs: none of them can deadlock with a cancel. A completion in
+  -- flight holds its row: the cancel waits for it, then finds the task gone
+  -- (already_completed).
   perform queues.lock_resource_keys(_task_ids);
-  for _try in 1..5 loop
-  begin
   with locked as (
     select p.task_id, p.task_type, p.current_lease_id,
            (p.current_lease_id is not null and p.available_at > _now) as held
@@ -10012,13 +10017,6 @@ begin
          coalesce(array_agg(l.task_id) filter (where l.held), '{}')
     into _cancelled, _running
     from locked l;
-  exit;
-  exception when deadlock_detected then
-    if _try = 5 then
-      raise;
-    end if;
-  end;
-  end loop;
 
   return query
   select i.task_id,
@@ -10818,8 +10816,9 @@ begin
                   coalesce(_started_at, array_fill(null::timestamptz, array[cardinality(_task_ids)])))
            with ordinality as i(task_id, task_lease_id, outcome, retry, started_at, ord)
   ),
-  -- The pending rows this call may act on, locked: a concurrent claim skips them, a
-  -- concurrent completion waits and then finds nothing.
+  -- The pending rows this call may act on, locked in task id order (as every call that
+  -- locks several of them: a cancel of some of them cannot deadlock with this batch): a
+  -- concurrent claim skips them, a concurrent completion waits and then finds nothing.
   held as (
     select h.task_id, h.task_type, h.current_lease_id, h.resource_key, h.task_lease_id, h.outcome,
            h.outcome = 'failed' and h.may_retry and h.failed_attempts + 1 < h.max_attempts as retry,
@@ -10851,6 +10850,7 @@ begin
                 and (p.resource_key is null
                      or exists (select 1 from queues.resource_lease r
                                  where r.resource_key = p.resource_key and r.task_id = p.task_id))))
+     order by p.task_id
        for update of p
       ) h
   ),
@@ -11688,7 +11688,10 @@ declare
 begin
   with removed as (
     delete from queues.task_pending p
-     where p.task_id = any (_task_ids)
+     where p.task_id = any (array(select x.task_id from queues.task_pending x
+                                   where x.task_id = any (_task_ids)
+                                   order by x.task_id
+                                     for update))
     returning p.task_id, p.task_type
   ),
   errors as (
@@ -13467,6 +13470,13 @@ begin
   with stale as (
     select s.task_id, s.task_lease_id, s.worker_id from queues.stale_leases_at(_now, _dead_after_seconds) s
   ),
+  -- Locked in task id order, as every call that locks several claim-index rows.
+  locked as (
+    select p.task_id from queues.task_pending p
+     where p.task_id = any (array(select s.task_id from stale s))
+     order by p.task_id
+       for no key update
+  ),
   revoked as (
     update queues.task_pending p
        set available_at = _now, current_lease_id = null,
@@ -13475,6 +13485,7 @@ begin
            uncounted_count = p.uncounted_count + (not p.suspect_lease)::integer
       from stale s
      where p.task_id = s.task_id and p.current_lease_id = s.task_lease_id
+       and p.task_id = any (array(select l.task_id from locked l))
     returning p.task_id, s.task_lease_id, s.worker_id, p.resource_key
   ),
   recorded as (
@@ -13701,17 +13712,29 @@ begin
   perform queues.lock_resource_keys(_task_ids);
 
   -- The rows by primary key from the array of ids, each row's lease looked up in a map of
-  -- the input (see queues.extend_leases_at).
-  with released as (
+  -- the input (see queues.extend_leases_at), locked first in task id order (as every call
+  -- that locks several claim-index rows: sql/queues/lock_order.test.ts).
+  with m as (
+    select jsonb_object_agg(i.task_id::text, i.task_lease_id) as leases
+      from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)
+  ),
+  locked as (
+    select x.task_id
+      from queues.task_pending x, m
+     where x.task_id = any (_task_ids)
+       and x.current_lease_id = (m.leases ->> x.task_id::text)::bigint
+     order by x.task_id
+       for no key update of x
+  ),
+  released as (
     update queues.task_pending p
        set available_at = now(),
            -- A released lease is no longer held: its worker can neither extend it nor
            -- complete or record against it.
            current_lease_id = null,
            released_count = p.released_count + 1
-      from (select jsonb_object_agg(i.task_id::text, i.task_lease_id) as leases
-              from unnest(_task_ids, _task_lease_ids) as i(task_id, task_lease_id)) m
-     where p.task_id = any (_task_ids)
+      from m
+     where p.task_id = any (array(select l.task_id from locked l))
        and p.current_lease_id = (m.leases ->> p.task_id::text)::bigint
     returning p.task_id, (m.leases ->> p.task_id::text)::bigint as task_lease_id, p.resource_key
   ),
@@ -13758,10 +13781,13 @@ begin
      where p.current_lease_id > 0 and (l.worker_key = _worker_key or l.worker_id = _worker_id)));
   return query
   with held as (
+    -- Locked in task id order, as every call that locks several claim-index rows.
     select p.task_id, p.current_lease_id as task_lease_id, p.suspect_lease as suspect
       from queues.task_pending p
      cross join lateral (select y.worker_key, y.worker_id from queues.task_lease_at(p.task_id, p.current_lease_id) y limit 1) l
      where p.current_lease_id > 0 and (l.worker_key = _worker_key or l.worker_id = _worker_id)
+     order by p.task_id
+       for no key update of p
   ),
   revoked as (
     -- available_at of a leased row is its lease's expiry (heartbeats included).

@@ -12,5 +12,10 @@ drop procedure if exists queues.enqueue_and_commit(text, jsonb, timestamptz, int
 --!include queues/dependencies.sql
 --!include queues/enqueue.sql
 --!include queues/unique.sql
+--!include queues/complete.sql
+--!include queues/cancel.sql
+--!include queues/lease.sql
+--!include queues/workers.sql
+--!include admin/workers.sql
 --!include queues/privileges.sql
 --!include admin/privileges.sql

@@ -234,7 +234,10 @@ declare
 begin
   with removed as (
     delete from queues.task_pending p
-     where p.task_id = any (_task_ids)
+     where p.task_id = any (array(select x.task_id from queues.task_pending x
+                                   where x.task_id = any (_task_ids)
+                                   order by x.task_id
+                                     for update))
     returning p.task_id, p.task_type
   ),
   errors as (
