@@ -2647,6 +2647,7 @@ comment on table queues.task_pending is 'Derived claim index: tasks not yet comp
 CREATE INDEX task_pending_lease_expiry_idx ON queues.task_pending USING btree (available_at) WHERE (current_lease_id > 0);
 CREATE UNIQUE INDEX task_pending_pkey ON queues.task_pending USING btree (task_id);
 CREATE INDEX task_pending_ready_idx ON queues.task_pending USING btree (task_type, priority DESC, scheduled_at, task_id) WHERE (current_lease_id IS NULL);
+CREATE INDEX task_pending_waiting_idx ON queues.task_pending USING btree (task_id) WHERE (available_at = 'infinity'::timestamp with time zone);
 
 create table queues.task_progress (
   task_progress_id bigint generated always as identity not null,
@@ -4394,19 +4395,11 @@ $function$;
 
 CREATE OR REPLACE FUNCTION admin.clear_throttle(_key_kind text, _key text)
  RETURNS boolean
- LANGUAGE plpgsql
+ LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-begin
-  if _key_kind is null or _key is null then
-    raise exception 'key_kind and key must not be null' using errcode = '22004';
-  end if;
-  if _key_kind = 'task_type' and not exists (select 1 from queues.task_type t where t.task_type = _key) then
-    raise exception 'unknown task type %', quote_literal(left(_key, 100)) using errcode = '23503';
-  end if;
-  return queues.clear_throttle(_key_kind, _key, 'api');
-end;
+  select queues.clear_throttle(_key_kind, _key, 'api')
 $function$;
   -- admin.clear_throttle(_key_kind text, _key text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
@@ -6085,17 +6078,12 @@ $function$;
 
 CREATE OR REPLACE FUNCTION admin.set_task_limit(_task_type text, _scope text, _group_key text, _max_running integer, _max_starts integer, _interval_ms integer)
  RETURNS void
- LANGUAGE plpgsql
+ LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-begin
-  if _interval_ms is not null and _interval_ms not between 1 and 86400000 then
-    raise exception 'interval_ms must be between 1 and 86400000 (1 day), got %', _interval_ms using errcode = '22023';
-  end if;
-  perform queues.set_task_limit(_task_type, _scope, _group_key, _max_running, _max_starts,
-                                make_interval(secs => _interval_ms / 1000.0));
-end;
+  select queues.set_task_limit(_task_type, _scope, _group_key, _max_running, _max_starts,
+                               make_interval(secs => _interval_ms / 1000.0))
 $function$;
   -- admin.set_task_limit(_task_type text, _scope text, _group_key text, _max_running integer, _max_starts integer, _interval_ms integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
@@ -9666,11 +9654,7 @@ AS $function$
   select distinct on (a.key_kind, a.key)
          a.key_kind, a.key, a.throttled_until, a.reason, a.recorded_at, a.recorded_by,
          (count(*) over (partition by a.key_kind, a.key))::integer
-    from queues.throttle a
-   where a.throttled_until > _now
-     and (select true from queues.throttle_cleared c
-           where c.key_kind = a.key_kind and c.key = a.key and c.last_throttle_id >= a.throttle_id
-           limit 1) is null
+    from queues.throttles_in_force_at(_now) a
    order by a.key_kind, a.key, a.throttled_until desc, a.throttle_id desc
 $function$;
   -- queues.active_throttles_at(_now timestamp with time zone): owner :DATABASE_OWNER
@@ -10662,6 +10646,9 @@ begin
   if _key_kind = 'group' and (btrim(_key) = '' or length(_key) > 200) then
     raise exception 'group key must be 1 to 200 characters, not blank' using errcode = '22023';
   end if;
+  if _key_kind = 'task_type' and not exists (select 1 from queues.task_type t where t.task_type = _key) then
+    raise exception 'unknown task type %', quote_literal(left(_key, 100)) using errcode = '23503';
+  end if;
   if length(_cleared_by) not between 1 and 200 then
     raise exception 'cleared_by must be 1 to 200 characters' using errcode = '22023';
   end if;
@@ -10948,7 +10935,7 @@ CREATE OR REPLACE FUNCTION queues.completion_round_release_dependents()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 begin
-  perform from queues.task_dependency limit 1;
+  perform from queues.task_pending p where p.available_at = 'infinity' limit 1;
   if found then
     perform queues.release_dependents(new.task_ids,
                                       array_fill('succeeded'::text, array[cardinality(new.task_ids)]));
@@ -14510,7 +14497,7 @@ CREATE OR REPLACE FUNCTION queues.task_completed_release_dependents()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 begin
-  perform from queues.task_dependency limit 1;
+  perform from queues.task_pending p where p.available_at = 'infinity' limit 1;
   if found then
     perform queues.release_dependents(array[new.task_id], array[new.outcome]);
   end if;
@@ -14769,11 +14756,7 @@ CREATE OR REPLACE FUNCTION queues.throttled_keys_at(_now timestamp with time zon
 AS $function$
   select coalesce(array_agg(distinct a.key) filter (where a.key_kind = 'task_type'), '{}'),
          coalesce(array_agg(distinct a.key) filter (where a.key_kind = 'group'), '{}')
-    from queues.throttle a
-   where a.throttled_until > _now
-     and (select true from queues.throttle_cleared c
-           where c.key_kind = a.key_kind and c.key = a.key and c.last_throttle_id >= a.throttle_id
-           limit 1) is null
+    from queues.throttles_in_force_at(_now) a
 $function$;
   -- queues.throttled_keys_at(_now timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -14786,14 +14769,25 @@ CREATE OR REPLACE FUNCTION queues.throttled_until(_key_kind text, _key text)
  SET enable_seqscan TO 'off'
 AS $function$
   select max(a.throttled_until)
+    from queues.throttles_in_force_at(now()) a
+   where a.key_kind = _key_kind and a.key = _key
+$function$;
+  -- queues.throttled_until(_key_kind text, _key text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.throttles_in_force_at(_now timestamp with time zone)
+ RETURNS SETOF queues.throttle
+ LANGUAGE sql
+ STABLE
+AS $function$
+  select a.*
     from queues.throttle a
-   where a.throttled_until > now()
-     and a.key_kind = _key_kind and a.key = _key
+   where a.throttled_until > _now
      and (select true from queues.throttle_cleared c
            where c.key_kind = a.key_kind and c.key = a.key and c.last_throttle_id >= a.throttle_id
            limit 1) is null
 $function$;
-  -- queues.throttled_until(_key_kind text, _key text): owner :DATABASE_OWNER
+  -- queues.throttles_in_force_at(_now timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.truncate_task_facts()

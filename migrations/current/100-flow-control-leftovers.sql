@@ -9,6 +9,11 @@ drop function if exists queues.enqueue_unique_internal(text, jsonb, text, text, 
                                                        integer);
 drop procedure if exists queues.enqueue_and_commit(text, jsonb, timestamptz, integer, text, integer, bigint, text,
                                                    integer);
+-- The waiting tasks (sql/queues/dependencies.sql): the triggers on a task's end probe
+-- this index, empty while no task waits, instead of the partitioned dependency table.
+-- task_pending holds only pending tasks: the build is short (SHARE lock, writes wait).
+create index if not exists task_pending_waiting_idx on queues.task_pending (task_id)
+  where available_at = 'infinity';
 --!include queues/dependencies.sql
 --!include queues/enqueue.sql
 --!include queues/unique.sql
@@ -17,5 +22,8 @@ drop procedure if exists queues.enqueue_and_commit(text, jsonb, timestamptz, int
 --!include queues/lease.sql
 --!include queues/workers.sql
 --!include admin/workers.sql
+--!include queues/throttle.sql
+--!include admin/throttles.sql
+--!include admin/limits.sql
 --!include queues/privileges.sql
 --!include admin/privileges.sql

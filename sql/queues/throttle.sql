@@ -151,6 +151,24 @@ as $$
                                           _recorded_by, _task_id, _task_lease_id)
 $$;
 
+-- The throttle reports in force at _now: not ended (throttled_until after _now) and not
+-- cleared (no queues.throttle_cleared of their key at or after them). The one statement of
+-- that rule, for queues.active_throttles_at, queues.throttled_keys_at and
+-- queues.throttled_until: inlined into each (SQL, stable, no SET clause, not a security
+-- definer), so their key and time reach throttle_until_idx; every object it names is
+-- schema-qualified. No grants.
+create or replace function queues.throttles_in_force_at(_now timestamptz)
+  returns setof queues.throttle
+  language sql stable
+as $$
+  select a.*
+    from queues.throttle a
+   where a.throttled_until > _now
+     and (select true from queues.throttle_cleared c
+           where c.key_kind = a.key_kind and c.key = a.key and c.last_throttle_id >= a.throttle_id
+           limit 1) is null
+$$;
+
 -- The active throttles at _now: per key, the latest end among its reports not cleared
 -- that end after _now, with that report's reason, time and reporter, and how many such
 -- reports there are. Reads throttle_until_idx from _now on (only reports not yet ended),
@@ -174,11 +192,7 @@ as $$
   select distinct on (a.key_kind, a.key)
          a.key_kind, a.key, a.throttled_until, a.reason, a.recorded_at, a.recorded_by,
          (count(*) over (partition by a.key_kind, a.key))::integer
-    from queues.throttle a
-   where a.throttled_until > _now
-     and (select true from queues.throttle_cleared c
-           where c.key_kind = a.key_kind and c.key = a.key and c.last_throttle_id >= a.throttle_id
-           limit 1) is null
+    from queues.throttles_in_force_at(_now) a
    order by a.key_kind, a.key, a.throttled_until desc, a.throttle_id desc
 $$;
 
@@ -215,11 +229,7 @@ create or replace function queues.throttled_keys_at(_now timestamptz)
 as $$
   select coalesce(array_agg(distinct a.key) filter (where a.key_kind = 'task_type'), '{}'),
          coalesce(array_agg(distinct a.key) filter (where a.key_kind = 'group'), '{}')
-    from queues.throttle a
-   where a.throttled_until > _now
-     and (select true from queues.throttle_cleared c
-           where c.key_kind = a.key_kind and c.key = a.key and c.last_throttle_id >= a.throttle_id
-           limit 1) is null
+    from queues.throttles_in_force_at(_now) a
 $$;
 
 -- Until when _key (of _key_kind: 'task_type' for a channel, 'group' for a group key) is
@@ -234,20 +244,16 @@ create or replace function queues.throttled_until(_key_kind text, _key text)
   set enable_seqscan = off
 as $$
   select max(a.throttled_until)
-    from queues.throttle a
-   where a.throttled_until > now()
-     and a.key_kind = _key_kind and a.key = _key
-     and (select true from queues.throttle_cleared c
-           where c.key_kind = a.key_kind and c.key = a.key and c.last_throttle_id >= a.throttle_id
-           limit 1) is null
+    from queues.throttles_in_force_at(now()) a
+   where a.key_kind = _key_kind and a.key = _key
 $$;
 
 -- Clears the throttles of _key recorded so far (an operator who knows the provider is
 -- back), as a fact: claims take the key's tasks again at once; a report after the clear
 -- throttles it again. Returns whether a throttle was active. Owner only; the REST API
 -- calls admin.clear_throttle. Bad input (NULLs 22004, a kind other than 'task_type' or
--- 'group', a group key blank or out of bounds, a name out of bounds 22023) writes
--- nothing; nothing is written when no throttle is active.
+-- 'group', a group key blank or out of bounds, a name out of bounds 22023, an unknown
+-- task type 23503) writes nothing; nothing is written when no throttle is active.
 create or replace function queues.clear_throttle(_key_kind text, _key text, _cleared_by text)
   returns boolean
   language plpgsql volatile
@@ -266,6 +272,9 @@ begin
   end if;
   if _key_kind = 'group' and (btrim(_key) = '' or length(_key) > 200) then
     raise exception 'group key must be 1 to 200 characters, not blank' using errcode = '22023';
+  end if;
+  if _key_kind = 'task_type' and not exists (select 1 from queues.task_type t where t.task_type = _key) then
+    raise exception 'unknown task type %', quote_literal(left(_key, 100)) using errcode = '23503';
   end if;
   if length(_cleared_by) not between 1 and 200 then
     raise exception 'cleared_by must be 1 to 200 characters' using errcode = '22023';
