@@ -5927,24 +5927,38 @@ CREATE OR REPLACE FUNCTION admin.redrive_tasks(_task_ids bigint[])
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+#variable_conflict use_column
 declare
   _id bigint;
+  _ids bigint[] := '{}';
+  _results text[] := '{}';
+  _new_ids bigint[] := '{}';
+  _result text;
+  _new bigint;
 begin
   perform queues.assert_task_ids(_task_ids);
-  foreach _id in array _task_ids loop
-    task_id := _id;
-    new_task_id := null;
+  for _id in select t from unnest(_task_ids) t order by t loop
+    _new := null;
     perform 1 from queues.task_completed c where c.task_id = _id for update;
     if not exists (select 1 from queues.task t where t.task_id = _id) then
-      result := 'unknown_task';
+      _result := 'unknown_task';
     elsif not exists (select 1 from queues.dead_letter d where d.task_id = _id) then
-      result := 'not_a_dead_letter';
+      _result := 'not_a_dead_letter';
+    elsif queues.redrive_blocker(_id) is not null then
+      _result := 'dependency_not_redriven';
     else
-      new_task_id := queues.redrive_task(_id);
-      result := 'redriven';
+      _new := queues.redrive_task(_id);
+      _result := 'redriven';
     end if;
-    return next;
+    _ids := _ids || _id;
+    _results := _results || _result;
+    _new_ids := _new_ids || _new;
   end loop;
+  return query
+  select i.id, r.result, r.new_id
+    from unnest(_task_ids) with ordinality i(id, n)
+    join unnest(_ids, _results, _new_ids) r(id, result, new_id) on r.id = i.id
+   order by i.n;
 end;
 $function$;
   -- admin.redrive_tasks(_task_ids bigint[]): owner :DATABASE_OWNER
@@ -13493,6 +13507,43 @@ $function$;
   -- queues.recover_stale_leases_at(_now timestamp with time zone, _dead_after_seconds integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.redrive_blocker(_task_id bigint)
+ RETURNS text
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select format('task %s cannot be redriven: its dependency task %s ended %s and was not redriven',
+                _task_id, d.task_id, d.outcome)
+    from queues.redrive_dependencies(_task_id) d
+   where d.outcome <> 'succeeded'
+   order by d.task_id
+   limit 1
+$function$;
+  -- queues.redrive_blocker(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.redrive_dependencies(_task_id bigint)
+ RETURNS TABLE(task_id bigint, outcome text)
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  with recursive chain as (
+    select d.depends_on_task_id as current
+      from queues.task_dependency d
+     where d.task_id = _task_id
+    union
+    select r.new_task_id from chain c join queues.task_redriven r on r.task_id = c.current
+  )
+  select c.current, (select e.outcome from queues.task_end_of(c.current) e limit 1)
+    from chain c
+   where not exists (select 1 from queues.task_redriven r where r.task_id = c.current)
+   order by c.current
+$function$;
+  -- queues.redrive_dependencies(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.redrive_task(_task_id bigint)
  RETURNS bigint
  LANGUAGE plpgsql
@@ -13502,6 +13553,7 @@ AS $function$
 declare
   _task queues.task;
   _new_task_id bigint;
+  _blocker text;
 begin
   if _task_id is null then
     raise exception 'task_id must not be null' using errcode = '22004';
@@ -13519,8 +13571,15 @@ begin
     raise exception 'task % is not a dead letter', _task_id using errcode = '22023',
       hint = 'Only tasks that completed failed (without an error handler) or abandoned can be redriven.';
   end if;
+  _blocker := queues.redrive_blocker(_task_id);
+  if _blocker is not null then
+    raise exception '%', _blocker using errcode = '55000',
+      hint = 'Redrive the dependency first, or both in one call (dependencies are redriven first).';
+  end if;
   _new_task_id := queues.enqueue_internal(_task.task_type, _task.payload, now(), _task.priority,
-                                 _task.resource_key, _task.max_attempts);
+                                 _task.resource_key, _task.max_attempts,
+                                 nullif(array(select d.task_id from queues.redrive_dependencies(_task_id) d), '{}'),
+                                 _task.group_key, _task.timeout_ms);
   insert into queues.task_redriven (task_id, new_task_id) values (_task_id, _new_task_id);
   return _new_task_id;
 end;

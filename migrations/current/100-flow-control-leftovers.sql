@@ -23,6 +23,8 @@ create index if not exists task_pending_waiting_idx on queues.task_pending (task
 --!include queues/workers.sql
 --!include admin/workers.sql
 --!include queues/throttle.sql
+--!include queues/dead_letter.sql
+--!include admin/task_actions.sql
 --!include admin/throttles.sql
 --!include admin/limits.sql
 --!include queues/privileges.sql
