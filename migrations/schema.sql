@@ -13301,27 +13301,31 @@ $function$;
   -- queues.record_task_trace(_task_ids bigint[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.record_throttle(_key_kind text, _key text, _until timestamp with time zone, _retry_after_seconds numeric, _reason text, _recorded_by text, _task_id bigint DEFAULT NULL::bigint, _task_lease_id bigint DEFAULT NULL::bigint)
- RETURNS TABLE(result text, throttled_until timestamp with time zone)
+CREATE OR REPLACE FUNCTION queues.record_throttle(_key_kind text, _key text, _until timestamp with time zone, _retry_after_seconds numeric, _reason text, _recorded_by text, _task_id bigint DEFAULT NULL::bigint, _task_lease_id bigint DEFAULT NULL::bigint, _waiting_task_ids bigint[] DEFAULT NULL::bigint[], _waiting_lease_ids bigint[] DEFAULT NULL::bigint[])
+ RETURNS TABLE(result text, throttled_until timestamp with time zone, released_waiting bigint[])
  LANGUAGE sql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select * from queues.record_throttle_at(now(), _key_kind, _key, _until, _retry_after_seconds, _reason,
-                                          _recorded_by, _task_id, _task_lease_id)
+                                          _recorded_by, _task_id, _task_lease_id, _waiting_task_ids,
+                                          _waiting_lease_ids)
 $function$;
-  -- queues.record_throttle(_key_kind text, _key text, _until timestamp with time zone, _retry_after_seconds numeric, _reason text, _recorded_by text, _task_id bigint, _task_lease_id bigint): owner :DATABASE_OWNER
+  -- queues.record_throttle(_key_kind text, _key text, _until timestamp with time zone, _retry_after_seconds numeric, _reason text, _recorded_by text, _task_id bigint, _task_lease_id bigint, _waiting_task_ids bigint[], _waiting_lease_ids bigint[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.record_throttle_at(_now timestamp with time zone, _key_kind text, _key text, _until timestamp with time zone, _retry_after_seconds numeric, _reason text, _recorded_by text, _task_id bigint, _task_lease_id bigint)
- RETURNS TABLE(result text, throttled_until timestamp with time zone)
+CREATE OR REPLACE FUNCTION queues.record_throttle_at(_now timestamp with time zone, _key_kind text, _key text, _until timestamp with time zone, _retry_after_seconds numeric, _reason text, _recorded_by text, _task_id bigint, _task_lease_id bigint, _waiting_task_ids bigint[] DEFAULT NULL::bigint[], _waiting_lease_ids bigint[] DEFAULT NULL::bigint[])
+ RETURNS TABLE(result text, throttled_until timestamp with time zone, released_waiting bigint[])
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
   _end timestamptz;
+  _ids bigint[];
+  _leases bigint[];
+  _released bigint[] := '{}';
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -13377,22 +13381,42 @@ begin
   if (_task_id is null) <> (_task_lease_id is null) then
     raise exception 'give both task_id and task_lease_id, or neither' using errcode = '22023';
   end if;
+  if _waiting_task_ids is not null or _waiting_lease_ids is not null then
+    perform queues.assert_lease_pairs(_waiting_task_ids, _waiting_lease_ids);
+  end if;
 
   insert into queues.throttle (key_kind, key, throttled_until, reason, recorded_at, recorded_by, task_id, task_lease_id)
   values (_key_kind, _key, _end, _reason, _now, _recorded_by, _task_id, _task_lease_id);
 
-  if _task_id is null then
-    return query select 'recorded'::text, _end;
-    return;
+  -- The waiting leases the throttle covers (of the throttled type, or carrying the
+  -- throttled group key), given back uncounted with the run's, in one call.
+  if cardinality(_waiting_task_ids) > 0 then
+    select array_agg(w.task_id order by w.task_id), array_agg(w.task_lease_id order by w.task_id)
+      into _ids, _leases
+      from unnest(_waiting_task_ids, _waiting_lease_ids) w(task_id, task_lease_id)
+      join queues.task_pending p on p.task_id = w.task_id
+     where p.task_id = any (_waiting_task_ids)
+       and w.task_id is distinct from _task_id
+       and case when _key_kind = 'task_type' then p.task_type = _key else p.group_key = _key end;
   end if;
-  if exists (select 1 from queues.release_leases(array[_task_id], array[_task_lease_id])) then
-    return query select 'released'::text, _end;
+  if _task_id is not null then
+    _ids := array[_task_id] || coalesce(_ids, '{}');
+    _leases := array[_task_lease_id] || coalesce(_leases, '{}');
+  end if;
+  if cardinality(_ids) > 0 then
+    _released := array(select r.task_id from queues.release_leases(_ids, _leases) r);
+  end if;
+
+  if _task_id is null then
+    return query select 'recorded'::text, _end, _released;
+  elsif _task_id = any (_released) then
+    return query select 'released'::text, _end, array_remove(_released, _task_id);
   else
-    return query select 'lease_lost'::text, _end;
+    return query select 'lease_lost'::text, _end, _released;
   end if;
 end;
 $function$;
-  -- queues.record_throttle_at(_now timestamp with time zone, _key_kind text, _key text, _until timestamp with time zone, _retry_after_seconds numeric, _reason text, _recorded_by text, _task_id bigint, _task_lease_id bigint): owner :DATABASE_OWNER
+  -- queues.record_throttle_at(_now timestamp with time zone, _key_kind text, _key text, _until timestamp with time zone, _retry_after_seconds numeric, _reason text, _recorded_by text, _task_id bigint, _task_lease_id bigint, _waiting_task_ids bigint[], _waiting_lease_ids bigint[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.record_worker_heartbeat(_worker_id text, _task_types text[], _heartbeat_interval_ms integer DEFAULT NULL::integer)

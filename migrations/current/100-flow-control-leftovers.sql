@@ -22,6 +22,10 @@ create index if not exists task_pending_waiting_idx on queues.task_pending (task
 --!include queues/lease.sql
 --!include queues/workers.sql
 --!include admin/workers.sql
+-- queues.record_throttle gives back the worker's waiting tasks the throttle covers.
+drop function if exists queues.record_throttle(text, text, timestamptz, numeric, text, text, bigint, bigint);
+drop function if exists queues.record_throttle_at(timestamptz, text, text, timestamptz, numeric, text, text, bigint,
+                                                  bigint);
 --!include queues/throttle.sql
 --!include queues/dead_letter.sql
 --!include admin/task_actions.sql

@@ -27,7 +27,7 @@ grant execute on function
   queues.cancelled_tasks(bigint[]),
   queues.task_type_timeouts(),
   queues.record_progress(bigint, bigint, bigint, bigint, text),
-  queues.record_throttle(text, text, timestamptz, numeric, text, text, bigint, bigint),
+  queues.record_throttle(text, text, timestamptz, numeric, text, text, bigint, bigint, bigint[], bigint[]),
   queues.active_throttles(),
   queues.list_task_dependencies(bigint)
 to :DATABASE_WORKER;
