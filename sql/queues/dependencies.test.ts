@@ -325,7 +325,7 @@ describe('bad input writes nothing', () => {
           TYPE,
           deps,
         ])
-        .then((r) => r.rows[0]!._task_id);
+        .then((r) => r.rows[0]._task_id);
     const a = await enqueue();
     const b = await call([a]);
     expect(await stateOf(b)).toBe('waiting');

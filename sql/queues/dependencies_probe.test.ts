@@ -20,7 +20,7 @@ const enqueue = async (dependsOn: string[] | null = null) =>
       `select queues.enqueue_internal($1, '{}', _depends_on => $2::bigint[])::text as id`,
       [TYPE, dependsOn],
     )
-  ).rows[0]!.id;
+  ).rows[0].id;
 
 it('an end with no task waiting probes only the empty waiting index; with one waiting, it reads the edges', async () => {
   // Dependencies recorded and all released: edges exist, nothing waits.
@@ -46,8 +46,8 @@ it('an end with no task waiting probes only the empty waiting index; with one wa
       const nodes = await endPlans(outcome);
       const probes = nodes.filter((n) => n.node['Index Name'] === 'task_pending_waiting_idx');
       expect(probes, outcome).toHaveLength(1);
-      expect(probes[0]!.node['Node Type']).toMatch(/^Index (Only )?Scan$/);
-      expect(Number(probes[0]!.node['Actual Rows'])).toBe(0);
+      expect(probes[0].node['Node Type']).toMatch(/^Index (Only )?Scan$/);
+      expect(Number(probes[0].node['Actual Rows'])).toBe(0);
       const dependencyReads = nodes.filter((n) => String(n.node['Relation Name'] ?? '').startsWith('task_dependency'));
       expect(
         dependencyReads.map((n) => n.query.slice(0, 80)),

@@ -31,7 +31,7 @@ const shuffled = <T>(items: T[], seed: number): T[] => {
   for (let i = out.length - 1; i > 0; i--) {
     s = (s * 1103515245 + 12345) % 2147483648;
     const j = s % (i + 1);
-    [out[i], out[j]] = [out[j]!, out[i]!];
+    [out[i], out[j]] = [out[j], out[i]];
   }
   return out;
 };
@@ -51,7 +51,7 @@ const deadlocks = async () => {
     const { rows } = await root.query<{ n: string }>(
       'select deadlocks::text as n from pg_stat_database where datname = current_database()',
     );
-    return Number(rows[0]!.n);
+    return Number(rows[0].n);
   } finally {
     await root.end();
   }
@@ -81,11 +81,13 @@ it('completion batches racing cancels of their tasks, in mixed orders: no deadlo
     const halves = [claimed.filter((_, i) => i % 2 === 0), claimed.filter((_, i) => i % 2 === 1)];
     const completions = halves.map((half, k) => {
       const batch = shuffled(half, round * 31 + k);
-      return completers[k]!.query(
-        `select * from queues.complete_tasks($1::bigint[], $2::bigint[],
+      return completers[k]
+        .query(
+          `select * from queues.complete_tasks($1::bigint[], $2::bigint[],
                                              array_fill('succeeded'::text, array[$3::int]))`,
-        [batch.map((t) => t.task_id), batch.map((t) => t.task_lease_id), batch.length],
-      ).catch(note);
+          [batch.map((t) => t.task_id), batch.map((t) => t.task_lease_id), batch.length],
+        )
+        .catch(note);
     });
     const cancels = cancellers.map((c, k) =>
       c
@@ -128,7 +130,7 @@ it('lease releases and revocations racing cancels, in mixed orders: no deadlock'
       [TASKS, TYPE, `w-${round}`],
     );
     const batch = shuffled(claimed, round * 13 + 1);
-    const releasing = completers[0]!.query(`select * from queues.release_leases($1::bigint[], $2::bigint[])`, [
+    const releasing = completers[0].query(`select * from queues.release_leases($1::bigint[], $2::bigint[])`, [
       batch.map((t) => t.task_id),
       batch.map((t) => t.task_lease_id),
     ]);

@@ -21,7 +21,7 @@ const enqueue = async (dependsOn: string[] | null = null) =>
       `select queues.enqueue_internal($1, '{}', _max_attempts => 1, _depends_on => $2::bigint[])::text as id`,
       [TYPE, dependsOn],
     )
-  ).rows[0]!.id;
+  ).rows[0].id;
 
 const end = (id: string, outcome: 'succeeded' | 'failed') =>
   db.query(`select * from queues.complete_tasks(array[$1::bigint], null, array[$2::text])`, [id, outcome]);
@@ -35,7 +35,7 @@ const depsOf = async (id: string) =>
   ).rows.map((r) => r.dep);
 
 const stateOf = async (id: string) =>
-  (await db.query<{ s: string }>('select admin.get_task($1) #>> $2 as s', [id, '{task,state}'])).rows[0]!.s;
+  (await db.query<{ s: string }>('select admin.get_task($1) #>> $2 as s', [id, '{task,state}'])).rows[0].s;
 
 const errorOf = async (id: string) =>
   (
@@ -67,7 +67,7 @@ const failedPair = async () => {
 };
 
 const redrive = async (id: string) =>
-  (await db.query<{ id: string }>('select queues.redrive_task($1)::text as id', [id])).rows[0]!.id;
+  (await db.query<{ id: string }>('select queues.redrive_task($1)::text as id', [id])).rows[0].id;
 
 describe('redriving a task that failed for its dependency', () => {
   it("dependency first: the copy depends on the succeeded task and on the dependency's copy, and runs after it", async () => {
@@ -105,8 +105,8 @@ describe('redriving a task that failed for its dependency', () => {
       [a, 'redriven'],
     ]);
     const [x2, a2] = both.map((r) => r.new_task_id);
-    expect(await depsOf(x2!)).toEqual([s, a2]);
-    expect(await stateOf(x2!)).toBe('waiting');
+    expect(await depsOf(x2)).toEqual([s, a2]);
+    expect(await stateOf(x2)).toBe('waiting');
   });
 
   it('follows a dependency redriven more than once to its newest copy; a failed copy not redriven refuses', async () => {
@@ -138,6 +138,6 @@ describe('redriving a task that failed for its dependency', () => {
         [x2, a2],
       );
     const [a3, x3] = rows.map((r) => r.new_task_id);
-    expect(await depsOf(x3!)).toEqual([s, a3]);
+    expect(await depsOf(x3)).toEqual([s, a3]);
   });
 });

@@ -230,14 +230,14 @@ describe('racing enqueuers of one key with options', () => {
           racers.map((c, i) =>
             enqueueUnique(
               key,
-              { policy, period, dependsOn: [deps[i % 2]!], groupKey: `g${i}`, timeoutMs: 1000 + i, payload: { i } },
+              { policy, period, dependsOn: [deps[i % 2]], groupKey: `g${i}`, timeoutMs: 1000 + i, payload: { i } },
               c,
             ),
           ),
         );
         const pending = await pendingOf(key);
         expect(pending).toHaveLength(1);
-        const winner = answers.find((a) => a.task_id === pending[0]!.task_id && a.outcome !== 'skipped');
+        const winner = answers.find((a) => a.task_id === pending[0].task_id && a.outcome !== 'skipped');
         expect(winner?.outcome).toMatch(/inserted|replaced/);
         const i = answers.indexOf(winner!);
         expect(pending[0]).toMatchObject({
@@ -271,14 +271,14 @@ describe('enqueue_many with unique keys and options', () => {
       ]);
     expect(rows).toHaveLength(2);
     expect(await pendingOf('opts:batch')).toEqual([
-      { task_id: rows[0]!.task_id, timeout_ms: 700, group_key: 'g', waiting: true, deps: [dep] },
+      { task_id: rows[0].task_id, timeout_ms: 700, group_key: 'g', waiting: true, deps: [dep] },
     ]);
     const before = await counts();
     const error = await refusal(
       db.pool('app').query(`select task_id from queues.enqueue_many($1::jsonb)`, [
         JSON.stringify([
           { task_type: 'product_resync', payload: {}, unique_key: 'opts:batch2' },
-          { task_type: 'product_resync', payload: {}, unique_key: 'opts:batch3', depends_on: [rows[0]!.task_id] },
+          { task_type: 'product_resync', payload: {}, unique_key: 'opts:batch3', depends_on: [rows[0].task_id] },
           { task_type: 'product_resync', payload: {}, unique_key: 'opts:batch4', depends_on: ['x'] },
         ]),
       ]),

@@ -42,10 +42,10 @@ const enqueue = async (type: string, account: string) =>
       `select queues.enqueue_internal($1, jsonb_build_object('account', $2::text), _group_key => $2)::text as id`,
       [type, account],
     )
-  ).rows[0]!.id;
+  ).rows[0].id;
 
 const outcome = async (id: string) =>
-  (await db.query<{ o: string | null }>(`select admin.get_task($1) -> 'completion' ->> 'outcome' as o`, [id])).rows[0]!
+  (await db.query<{ o: string | null }>(`select admin.get_task($1) -> 'completion' ->> 'outcome' as o`, [id])).rows[0]
     .o;
 
 it('gives back the waiting tasks of the throttled group with the run, in one statement; the others run on', async () => {
@@ -112,7 +112,7 @@ it('gives back the waiting tasks of the throttled group with the run, in one sta
     (
       await db.query(
         `select count(*)::int as n from queues.task_lease l where l.task_id = any($1::bigint[]) and l.leased_at > $2`,
-        [[first, ...acmeWaiting], throttle!.recorded_at],
+        [[first, ...acmeWaiting], throttle.recorded_at],
       )
     ).rows[0].n,
   ).toBe(0);
