@@ -74,7 +74,7 @@ export interface NewTask {
   resourceKey?: string;
   /**
    * What flow limits count the task by within its type, 1..200 characters (a tenant, a
-   * provider account): see `setTaskLimit` and docs/flow-control.md. Not with `unique`.
+   * provider account): see `setTaskLimit` and docs/flow-control.md.
    */
   groupKey?: string;
   /**
@@ -84,7 +84,7 @@ export interface NewTask {
   maxAttempts?: number;
   /**
    * This task's run timeout, 1..86400000 ms (24 hours), in place of its type's
-   * (docs/flow-control.md "Run timeouts"). Default: the type's. Not with `unique`.
+   * (docs/flow-control.md "Run timeouts"). Default: the type's.
    */
   timeoutMs?: number;
   /** At most one pending task per key: see {@link UniqueOptions}. */
@@ -94,7 +94,7 @@ export interface NewTask {
    * never claimed, until every one has ended; it runs when all succeeded, and is completed
    * 'failed' (with an error naming the dependency) when one failed, was cancelled or was
    * abandoned. Each must be a task that exists already (not found otherwise, nothing
-   * written), so dependencies never form a cycle; at most 100. Not with `unique`. The
+   * written), so dependencies never form a cycle; at most 100. The
    * processor reads their outcomes and results with `ctx.dependencies()`.
    */
   dependsOn?: Id[];
@@ -120,6 +120,10 @@ export type TaskState =
  *   replace   a new task with this payload and time; the pending one is cancelled
  *             ('replaced by task N') unless a worker is running it, which then runs on
  *   debounce  as replace, the new task due `periodMs` after `scheduledAt` (default now)
+ * `timeoutMs`, `groupKey` and `dependsOn` belong to the task enqueued: skip keeps the
+ * pending task's own; replace and debounce give the new task exactly what is given
+ * (nothing carried over). A pending task other tasks depend on is not replaced (the
+ * enqueue is refused, SQLSTATE 55000), and a replacement cannot depend on the task it replaces.
  */
 export type UniquePolicy = 'skip' | 'replace' | 'debounce';
 
@@ -237,12 +241,6 @@ function asObject(value: unknown): JsonObject {
  * queues.enqueue_and_commit cannot take the context).
  */
 export async function enqueue(db: Queryable, task: NewTask): Promise<Id> {
-  if (task.unique && task.dependsOn?.length)
-    throw new QueueError('dependsOn cannot be combined with unique', 'invalid_input');
-  if (task.unique && task.groupKey !== undefined)
-    throw new QueueError('groupKey cannot be combined with unique', 'invalid_input');
-  if (task.unique && task.timeoutMs !== undefined)
-    throw new QueueError('timeoutMs cannot be combined with unique', 'invalid_input');
   if (task.unique) return (await enqueueUnique(db, { ...task, unique: task.unique })).taskId;
   if (tracingEnabled())
     return withSendSpan(
@@ -270,9 +268,7 @@ async function enqueueOne(db: Queryable, task: NewTask, trace?: TraceContext): P
     if (!row) throw new Error('queues.enqueue returned no row');
     return row.taskId;
   }
-  // With dependencies, one statement (queues.enqueue_and_commit takes none): its wake-up
-  // goes out at its own commit.
-  if (db instanceof pg.Pool && !params.dependsOn) {
+  if (db instanceof pg.Pool) {
     const [row] = await mapErrors(
       taskEnqueueAndCommit.run(params, prepared('queue_client_task_enqueue_and_commit', db)),
     );
@@ -319,6 +315,9 @@ async function enqueueUniqueOne(
     priority: task.priority,
     resourceKey: task.resourceKey,
     maxAttempts: task.maxAttempts,
+    dependsOn: task.dependsOn?.length ? task.dependsOn : undefined,
+    groupKey: task.groupKey,
+    timeoutMs: task.timeoutMs,
   };
   const [row] = await mapErrors(
     trace
