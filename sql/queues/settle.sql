@@ -224,6 +224,11 @@ declare
   _ids bigint[];
   _settled text[];
   _refused boolean;
+  -- Handlers resolved in this call (as internal.run_function does, once per name): name,
+  -- and why it cannot run (null: it can).
+  _names text[] := '{}';
+  _problems text[] := '{}';
+  _oid regprocedure;
 begin
   if _task_ids is null or _task_lease_ids is null or _outcomes is null or _handlers is null or _bodies is null
      or _modes is null or _raised_prefixes is null then
@@ -286,8 +291,28 @@ begin
         if _traceparents is not null then
           perform set_config('queue.traceparent', coalesce(_traceparents[_i], ''), true);
         end if;
+        _k := array_position(_names, _handlers[_i]);
+        if _k is null then
+          begin
+            _oid := internal.resolve_runnable_function(_handlers[_i]);
+            if not has_function_privilege(_oid, 'execute') then
+              raise exception 'permission denied: % may not execute %', current_user, _handlers[_i]
+                using errcode = '42501';
+            end if;
+            _problems := _problems || null::text;
+          exception when others then
+            _problems := _problems || sqlerrm;
+          end;
+          _names := _names || _handlers[_i];
+          _k := cardinality(_names);
+        end if;
         begin
-          select * into _env from queues.parse_envelope(internal.run_function(_handlers[_i], _bodies[_i]));
+          if _problems[_k] is not null then
+            -- Cannot run: a handler that raises (internal.run_function would have raised so).
+            raise exception '%', _problems[_k];
+          end if;
+          -- Resolved and checked above; the static call keeps its plan for the session.
+          select * into _env from queues.parse_envelope(internal.call_runnable(_handlers[_i], _bodies[_i]));
           _failure := case _env.outcome
                         when 'succeeded' then null
                         when 'invalid' then format('%s: validation failure: %s', _handlers[_i], _env.message)

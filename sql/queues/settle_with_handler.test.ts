@@ -234,6 +234,7 @@ describe('queues.settle_with_handlers', () => {
     mode: Mode;
     answer: string;
     errors?: string[];
+    handler?: string;
   }
 
   /** The completions of `entries` with their handlers in one call, as the worker's completer sends them. */
@@ -251,7 +252,7 @@ describe('queues.settle_with_handlers', () => {
         entries.map((e) => (e.mode === 'success' ? 'succeeded' : 'failed')),
         errors.map((e) => e.id),
         errors.map((e) => e.m),
-        entries.map(() => 'fixture_swh.handler'),
+        entries.map((e) => e.handler ?? 'fixture_swh.handler'),
         entries.map((e) => JSON.stringify({ original_payload: { key: e.t.taskId }, answer: e.answer })),
         entries.map((e) => e.mode),
         entries.map(() => 'fixture_swh.handler raised: '),
@@ -333,6 +334,21 @@ describe('queues.settle_with_handlers', () => {
       calls: ['ok'],
       pending: false,
     });
+  });
+
+  it('a handler that may not run fails its task as a raise would; the others run', async () => {
+    const unrunnable = await claimed('many-unrunnable');
+    const ok = await claimed('many-ok-3');
+    const answers = await settleMany([
+      { t: unrunnable, mode: 'success', answer: 'ok', handler: 'queues.enqueue' },
+      { t: ok, mode: 'success', answer: 'ok' },
+    ]);
+    expect(answers[0]).toMatchObject({ result: 'completed', outcome: 'failed' });
+    expect(answers[0]!.errors[0]).toMatch(
+      /^fixture_swh\.handler raised: function queues\.enqueue\(jsonb\) does not exist$/,
+    );
+    expect(await facts(unrunnable.taskId)).toMatchObject({ outcome: 'failed', calls: [] });
+    expect(await facts(ok.taskId)).toMatchObject({ outcome: 'succeeded', calls: ['ok'] });
   });
 
   it('a serialization failure in one handler records nothing for that task; the others commit', async () => {
