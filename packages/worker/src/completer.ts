@@ -16,12 +16,14 @@
  * transaction of its own with its fenced completion: if its lease was lost, its effects
  * roll back. (One transaction for a whole batch of effects would hold the row locks of
  * its first completions until its last effects ran, and a heartbeat that must extend those
- * leases would wait for it.) A completion with a handler (a channel task's success or
- * error handler) is one statement, queues.settle_with_handler, which runs the handler and
- * the completion together: no transaction stays open between round trips. Both run on
- * EFFECT_CONNECTIONS connections of their own side by side: one after another on one
- * connection, each commit's wait for the disk capped a worker at about 90 email
- * completions a second.
+ * leases would wait for it.) Completions with handlers (a channel task's success or
+ * error handler) run the handler and the completion together in one statement: all those
+ * of a round in one queues.settle_with_handlers (each handler in a subtransaction, one
+ * completion statement and one commit for the round; a refused completion commits nothing
+ * of its task), a lone one in queues.settle_with_handler. No transaction stays open
+ * between round trips. They run on connections of their own (EFFECT_CONNECTIONS) beside
+ * the completions with effects: one after another on one connection, each commit's wait
+ * for the disk capped a worker at about 90 email completions a second.
  *
  * Errors: a transient failure (connection, server) rejects the whole round trip and
  * records nothing (its tasks run again); a statement PostgreSQL refused because a
