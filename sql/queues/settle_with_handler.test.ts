@@ -344,7 +344,7 @@ describe('queues.settle_with_handlers', () => {
       { t: ok, mode: 'success', answer: 'ok' },
     ]);
     expect(answers[0]).toMatchObject({ result: 'completed', outcome: 'failed' });
-    expect(answers[0]!.errors[0]).toMatch(
+    expect(answers[0].errors[0]).toMatch(
       /^fixture_swh\.handler raised: function queues\.enqueue\(jsonb\) does not exist$/,
     );
     expect(await facts(unrunnable.taskId)).toMatchObject({ outcome: 'failed', calls: [] });

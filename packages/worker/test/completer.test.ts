@@ -129,22 +129,20 @@ it('completes the handler completions of a round together; a lost lease refuses 
     });
     // Asked for in the same turn: one round, its handler completions in one statement.
     const settled = await Promise.all([
-      completer.complete(lost!, { outcome: 'succeeded', handler: handler('success') }),
-      completer.complete(tasks[0]!, { outcome: 'succeeded', handler: handler('success') }),
-      completer.complete(tasks[1]!, { outcome: 'failed', error: 'provider said no', handler: handler('error') }),
-      completer.complete(tasks[2]!, { outcome: 'succeeded', handler: handler('success', 'internal.nothing_here') }),
+      completer.complete(lost, { outcome: 'succeeded', handler: handler('success') }),
+      completer.complete(tasks[0], { outcome: 'succeeded', handler: handler('success') }),
+      completer.complete(tasks[1], { outcome: 'failed', error: 'provider said no', handler: handler('error') }),
+      completer.complete(tasks[2], { outcome: 'succeeded', handler: handler('success', 'internal.nothing_here') }),
     ]);
     expect(settled.map((s) => s.result)).toEqual(['lease_lost', 'completed', 'completed', 'completed']);
-    expect(settled[1]!.report).toEqual({ outcome: 'succeeded' });
-    expect(settled[2]!.report).toEqual({ outcome: 'failed', error: 'provider said no' });
-    expect(settled[3]!.report.outcome).toBe('failed');
-    expect(settled[3]!.report.error).toMatch(
-      /^handler raised: function internal\.nothing_here\(jsonb\) does not exist/,
-    );
-    expect((await factsOf(db, lost!.taskId)).outcome).toBeNull();
-    expect((await factsOf(db, tasks[0]!.taskId)).outcome).toBe('succeeded');
-    expect((await factsOf(db, tasks[1]!.taskId)).outcome).toBe('failed');
-    expect((await factsOf(db, tasks[2]!.taskId)).outcome).toBe('failed');
+    expect(settled[1].report).toEqual({ outcome: 'succeeded' });
+    expect(settled[2].report).toEqual({ outcome: 'failed', error: 'provider said no' });
+    expect(settled[3].report.outcome).toBe('failed');
+    expect(settled[3].report.error).toMatch(/^handler raised: function internal\.nothing_here\(jsonb\) does not exist/);
+    expect((await factsOf(db, lost.taskId)).outcome).toBeNull();
+    expect((await factsOf(db, tasks[0].taskId)).outcome).toBe('succeeded');
+    expect((await factsOf(db, tasks[1].taskId)).outcome).toBe('failed');
+    expect((await factsOf(db, tasks[2].taskId)).outcome).toBe('failed');
   } finally {
     await completer.close();
   }
