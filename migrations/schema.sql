@@ -14458,9 +14458,14 @@ begin
       for _i in 1 .. _n loop
         continue when not _open[_i];
         _out[_i] := _outcomes[_i];
-        _errs[_i] := coalesce((select jsonb_agg(e.m order by e.ord)
-                                 from unnest(_error_task_ids, _error_messages) with ordinality as e(t, m, ord)
-                                where e.t = _task_ids[_i]), '[]');
+        -- Its errors (most completions with a handler have none: no statement for them).
+        if _task_ids[_i] = any (_error_task_ids) then
+          _errs[_i] := (select jsonb_agg(e.m order by e.ord)
+                          from unnest(_error_task_ids, _error_messages) with ordinality as e(t, m, ord)
+                         where e.t = _task_ids[_i]);
+        else
+          _errs[_i] := '[]';
+        end if;
         if _traceparents is not null then
           perform set_config('queue.traceparent', coalesce(_traceparents[_i], ''), true);
         end if;
