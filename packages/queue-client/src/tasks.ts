@@ -46,6 +46,7 @@ import {
   taskSettle,
   taskSettleWithHandler,
   taskSettleWithHandlerTraced,
+  taskSettleWithHandlers,
   taskMarkStarted,
   taskTraceContextSet,
   taskTraces,
@@ -605,6 +606,56 @@ export async function settleWithHandler(
   );
   const row = rows[0]!;
   return { result: row.result as CompletionResult, outcome: row.outcome as CompletionOutcome, errors: row.errors };
+}
+
+/** A completion with its handler, one of many (see settleWithHandlers). */
+export interface HandlerSettlement {
+  completion: Settlement & { taskLeaseId: Id; outcome: 'succeeded' | 'failed' | 'validation_failed' };
+  handler: HandlerCall;
+  /** The handler's span: the trace context of the tasks it enqueues. */
+  traceparent?: string;
+}
+
+/**
+ * Many completions with their handlers in one statement (queues.settle_with_handlers):
+ * each as settleWithHandler, with one completion statement and one commit for all. A
+ * refused completion commits nothing of its task (its handler's writes included) and the
+ * others commit. Returns one answer per completion, in input order; the result
+ * 'transient' (a serialization failure or deadlock in its handler) recorded nothing.
+ */
+export async function settleWithHandlers(
+  db: Queryable,
+  settlements: HandlerSettlement[],
+): Promise<{ result: CompletionResult | 'transient'; outcome: CompletionOutcome | null; errors: string[] }[]> {
+  if (settlements.length === 0) return [];
+  const errors = settlements.flatMap(({ completion: c }) =>
+    (c.errors ?? []).map((message) => ({ taskId: c.taskId, message })),
+  );
+  const rows = await mapErrors(
+    taskSettleWithHandlers.run(
+      {
+        taskIds: settlements.map((s) => s.completion.taskId),
+        taskLeaseIds: settlements.map((s) => s.completion.taskLeaseId),
+        outcomes: settlements.map((s) => s.completion.outcome),
+        retries: settlements.map((s) => s.completion.retry ?? null) as boolean[],
+        errorTaskIds: errors.map((e) => e.taskId),
+        errorMessages: errors.map((e) => e.message),
+        handlers: settlements.map((s) => s.handler.functionName),
+        bodies: settlements.map((s) => s.handler.body),
+        modes: settlements.map((s) => s.handler.mode),
+        raisedPrefixes: settlements.map((s) => s.handler.raisedPrefix),
+        startedUs: settlements.map((s) => epochMicros(s.completion.startedAt)) as string[],
+        // null when none is traced: the handlers then run without the setting.
+        traceparents: settlements.some((s) => s.traceparent) ? settlements.map((s) => s.traceparent ?? '') : null,
+      },
+      prepared('queue_client_task_settle_with_handlers', db),
+    ),
+  );
+  return rows.map((r) => ({
+    result: r.result as CompletionResult | 'transient',
+    outcome: r.outcome as CompletionOutcome | null,
+    errors: r.errors,
+  }));
 }
 
 /**

@@ -889,3 +889,48 @@ const taskReleaseLeasesIR: any = {"usedParamSet":{"taskIds":true,"taskLeaseIds":
 export const taskReleaseLeases = new PreparedQuery<ITaskReleaseLeasesParams,ITaskReleaseLeasesResult>(taskReleaseLeasesIR);
 
 
+/** 'TaskSettleWithHandlers' parameters type */
+export interface ITaskSettleWithHandlersParams {
+  bodies: unknownArray;
+  errorMessages?: stringArray | null | void;
+  errorTaskIds?: NumberOrStringArray | null | void;
+  handlers: stringArray;
+  modes: stringArray;
+  outcomes: stringArray;
+  raisedPrefixes: stringArray;
+  retries?: booleanArray | null | void;
+  startedUs?: NumberOrStringArray | null | void;
+  taskIds: NumberOrStringArray;
+  taskLeaseIds: NumberOrStringArray;
+  traceparents?: stringArray | null | void;
+}
+
+/** 'TaskSettleWithHandlers' return type */
+export interface ITaskSettleWithHandlersResult {
+  errors: stringArray;
+  outcome: string | null;
+  result: string;
+  taskId: string;
+}
+
+/** 'TaskSettleWithHandlers' query type */
+export interface ITaskSettleWithHandlersQuery {
+  params: ITaskSettleWithHandlersParams;
+  result: ITaskSettleWithHandlersResult;
+}
+
+const taskSettleWithHandlersIR: any = {"usedParamSet":{"taskIds":true,"taskLeaseIds":true,"outcomes":true,"retries":true,"errorTaskIds":true,"errorMessages":true,"handlers":true,"bodies":true,"modes":true,"raisedPrefixes":true,"startedUs":true,"traceparents":true},"params":[{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":122,"b":130}]},{"name":"taskLeaseIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":143,"b":156}]},{"name":"outcomes","required":true,"transform":{"type":"scalar"},"locs":[{"a":169,"b":178}]},{"name":"retries","required":false,"transform":{"type":"scalar"},"locs":[{"a":224,"b":231}]},{"name":"errorTaskIds","required":false,"transform":{"type":"scalar"},"locs":[{"a":245,"b":257}]},{"name":"errorMessages","required":false,"transform":{"type":"scalar"},"locs":[{"a":270,"b":283}]},{"name":"handlers","required":true,"transform":{"type":"scalar"},"locs":[{"a":329,"b":338}]},{"name":"bodies","required":true,"transform":{"type":"scalar"},"locs":[{"a":349,"b":356}]},{"name":"modes","required":true,"transform":{"type":"scalar"},"locs":[{"a":368,"b":374}]},{"name":"raisedPrefixes","required":true,"transform":{"type":"scalar"},"locs":[{"a":385,"b":400}]},{"name":"startedUs","required":false,"transform":{"type":"scalar"},"locs":[{"a":446,"b":455}]},{"name":"traceparents","required":false,"transform":{"type":"scalar"},"locs":[{"a":468,"b":480}]}],"statement":"select s.task_id as \"taskId!\", s.result as \"result!\", s.outcome, s.errors as \"errors!\"\n  from queues.settle_with_handlers(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :outcomes!::text[],\n                                   :retries::boolean[], :errorTaskIds::bigint[], :errorMessages::text[],\n                                   :handlers!::text[], :bodies!::jsonb[], :modes!::text[], :raisedPrefixes!::text[],\n                                   :startedUs::bigint[], :traceparents::text[]) s"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select s.task_id as "taskId!", s.result as "result!", s.outcome, s.errors as "errors!"
+ *   from queues.settle_with_handlers(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :outcomes!::text[],
+ *                                    :retries::boolean[], :errorTaskIds::bigint[], :errorMessages::text[],
+ *                                    :handlers!::text[], :bodies!::jsonb[], :modes!::text[], :raisedPrefixes!::text[],
+ *                                    :startedUs::bigint[], :traceparents::text[]) s
+ * ```
+ */
+export const taskSettleWithHandlers = new PreparedQuery<ITaskSettleWithHandlersParams,ITaskSettleWithHandlersResult>(taskSettleWithHandlersIR);
+
+

@@ -191,3 +191,10 @@ select e.task_id as "taskId!", e.task_lease_id as "taskLeaseId!", e.expires_at a
 /* @name TaskReleaseLeases */
 select r.task_id as "taskId!"
   from queues.release_leases(:taskIds!::bigint[], :taskLeaseIds!::bigint[]) r;
+
+/* @name TaskSettleWithHandlers */
+select s.task_id as "taskId!", s.result as "result!", s.outcome, s.errors as "errors!"
+  from queues.settle_with_handlers(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :outcomes!::text[],
+                                   :retries::boolean[], :errorTaskIds::bigint[], :errorMessages::text[],
+                                   :handlers!::text[], :bodies!::jsonb[], :modes!::text[], :raisedPrefixes!::text[],
+                                   :startedUs::bigint[], :traceparents::text[]) s;
