@@ -31,5 +31,3 @@ drop function if exists queues.record_throttle_at(timestamptz, text, text, times
 --!include admin/task_actions.sql
 --!include admin/throttles.sql
 --!include admin/limits.sql
---!include queues/privileges.sql
---!include admin/privileges.sql
