@@ -166,11 +166,10 @@ describe('queues.cancel_tasks (the app) and queues.cancelled_tasks (the worker)'
     // The cancel holds a and waits for b.
     for (let i = 0; ; i++) {
       if (i > 500) throw new Error('the cancel never waited for the batch');
-      const { rows } = await db
-        .pool('root')
-        .query(
-          `select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and query like '%cancel_tasks%'`,
-        );
+      const { rows } = await db.pool('root').query(
+        `select count(*)::int as n from pg_stat_activity
+            where datname = current_database() and wait_event_type = 'Lock' and query like '%cancel_tasks%'`,
+      );
       if (rows[0].n > 0) break;
       await new Promise((r) => setTimeout(r, 20));
     }
