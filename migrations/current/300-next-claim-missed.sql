@@ -5,4 +5,6 @@ set local lock_timeout = '5s';
 drop function if exists queues.next_claim_in_ms(text[]);
 
 --!include queues/claim.sql
+-- (queues/privileges.sql is included here, after the new signature exists, for every
+-- current file: it grants queues.next_claim_in_ms(text[], integer).)
 --!include queues/privileges.sql

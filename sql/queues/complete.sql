@@ -103,8 +103,9 @@ begin
                   coalesce(_started_at, array_fill(null::timestamptz, array[cardinality(_task_ids)])))
            with ordinality as i(task_id, task_lease_id, outcome, retry, started_at, ord)
   ),
-  -- The pending rows this call may act on, locked: a concurrent claim skips them, a
-  -- concurrent completion waits and then finds nothing.
+  -- The pending rows this call may act on, locked in task id order (as every call that
+  -- locks several of them: a cancel of some of them cannot deadlock with this batch): a
+  -- concurrent claim skips them, a concurrent completion waits and then finds nothing.
   held as (
     select h.task_id, h.task_type, h.current_lease_id, h.resource_key, h.task_lease_id, h.outcome,
            h.outcome = 'failed' and h.may_retry and h.failed_attempts + 1 < h.max_attempts as retry,
@@ -136,6 +137,7 @@ begin
                 and (p.resource_key is null
                      or exists (select 1 from queues.resource_lease r
                                  where r.resource_key = p.resource_key and r.task_id = p.task_id))))
+     order by p.task_id
        for update of p
       ) h
   ),

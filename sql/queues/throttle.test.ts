@@ -215,6 +215,14 @@ describe('the claim holds back a throttled type until T, on every claimer', () =
     await expect(db.pool('api').query(`select admin.clear_throttle('tenant', 'acme')`)).rejects.toMatchObject({
       code: '22023',
     });
+    // The checks belong to queues.clear_throttle, which the owner's SQL calls too.
+    await expect(db.query(`select queues.clear_throttle('task_type', 'nope', 'me')`)).rejects.toMatchObject({
+      code: '23503',
+      message: "unknown task type 'nope'",
+    });
+    await expect(db.pool('api').query(`select admin.clear_throttle(null, 'email')`)).rejects.toMatchObject({
+      code: '22004',
+    });
     expect(Number((await db.query('select count(*) as n from queues.throttle_cleared')).rows[0].n)).toBe(1);
   });
 

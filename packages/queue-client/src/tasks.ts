@@ -46,6 +46,7 @@ import {
   taskSettle,
   taskSettleWithHandler,
   taskSettleWithHandlerTraced,
+  taskSettleWithHandlers,
   taskMarkStarted,
   taskTraceContextSet,
   taskTraces,
@@ -74,7 +75,7 @@ export interface NewTask {
   resourceKey?: string;
   /**
    * What flow limits count the task by within its type, 1..200 characters (a tenant, a
-   * provider account): see `setTaskLimit` and docs/flow-control.md. Not with `unique`.
+   * provider account): see `setTaskLimit` and docs/flow-control.md.
    */
   groupKey?: string;
   /**
@@ -84,7 +85,7 @@ export interface NewTask {
   maxAttempts?: number;
   /**
    * This task's run timeout, 1..86400000 ms (24 hours), in place of its type's
-   * (docs/flow-control.md "Run timeouts"). Default: the type's. Not with `unique`.
+   * (docs/flow-control.md "Run timeouts"). Default: the type's.
    */
   timeoutMs?: number;
   /** At most one pending task per key: see {@link UniqueOptions}. */
@@ -94,7 +95,7 @@ export interface NewTask {
    * never claimed, until every one has ended; it runs when all succeeded, and is completed
    * 'failed' (with an error naming the dependency) when one failed, was cancelled or was
    * abandoned. Each must be a task that exists already (not found otherwise, nothing
-   * written), so dependencies never form a cycle; at most 100. Not with `unique`. The
+   * written), so dependencies never form a cycle; at most 100. The
    * processor reads their outcomes and results with `ctx.dependencies()`.
    */
   dependsOn?: Id[];
@@ -120,6 +121,10 @@ export type TaskState =
  *   replace   a new task with this payload and time; the pending one is cancelled
  *             ('replaced by task N') unless a worker is running it, which then runs on
  *   debounce  as replace, the new task due `periodMs` after `scheduledAt` (default now)
+ * `timeoutMs`, `groupKey` and `dependsOn` belong to the task enqueued: skip keeps the
+ * pending task's own; replace and debounce give the new task exactly what is given
+ * (nothing carried over). A pending task other tasks depend on is not replaced (the
+ * enqueue is refused, SQLSTATE 55000), and a replacement cannot depend on the task it replaces.
  */
 export type UniquePolicy = 'skip' | 'replace' | 'debounce';
 
@@ -237,12 +242,6 @@ function asObject(value: unknown): JsonObject {
  * queues.enqueue_and_commit cannot take the context).
  */
 export async function enqueue(db: Queryable, task: NewTask): Promise<Id> {
-  if (task.unique && task.dependsOn?.length)
-    throw new QueueError('dependsOn cannot be combined with unique', 'invalid_input');
-  if (task.unique && task.groupKey !== undefined)
-    throw new QueueError('groupKey cannot be combined with unique', 'invalid_input');
-  if (task.unique && task.timeoutMs !== undefined)
-    throw new QueueError('timeoutMs cannot be combined with unique', 'invalid_input');
   if (task.unique) return (await enqueueUnique(db, { ...task, unique: task.unique })).taskId;
   if (tracingEnabled())
     return withSendSpan(
@@ -270,9 +269,7 @@ async function enqueueOne(db: Queryable, task: NewTask, trace?: TraceContext): P
     if (!row) throw new Error('queues.enqueue returned no row');
     return row.taskId;
   }
-  // With dependencies, one statement (queues.enqueue_and_commit takes none): its wake-up
-  // goes out at its own commit.
-  if (db instanceof pg.Pool && !params.dependsOn) {
+  if (db instanceof pg.Pool) {
     const [row] = await mapErrors(
       taskEnqueueAndCommit.run(params, prepared('queue_client_task_enqueue_and_commit', db)),
     );
@@ -319,6 +316,9 @@ async function enqueueUniqueOne(
     priority: task.priority,
     resourceKey: task.resourceKey,
     maxAttempts: task.maxAttempts,
+    dependsOn: task.dependsOn?.length ? task.dependsOn : undefined,
+    groupKey: task.groupKey,
+    timeoutMs: task.timeoutMs,
   };
   const [row] = await mapErrors(
     trace
@@ -614,6 +614,56 @@ export async function settleWithHandler(
   );
   const row = rows[0]!;
   return { result: row.result as CompletionResult, outcome: row.outcome as CompletionOutcome, errors: row.errors };
+}
+
+/** A completion with its handler, one of many (see settleWithHandlers). */
+export interface HandlerSettlement {
+  completion: Settlement & { taskLeaseId: Id; outcome: 'succeeded' | 'failed' | 'validation_failed' };
+  handler: HandlerCall;
+  /** The handler's span: the trace context of the tasks it enqueues. */
+  traceparent?: string;
+}
+
+/**
+ * Many completions with their handlers in one statement (queues.settle_with_handlers):
+ * each as settleWithHandler, with one completion statement and one commit for all. A
+ * refused completion commits nothing of its task (its handler's writes included) and the
+ * others commit. Returns one answer per completion, in input order; the result
+ * 'transient' (a serialization failure or deadlock in its handler) recorded nothing.
+ */
+export async function settleWithHandlers(
+  db: Queryable,
+  settlements: HandlerSettlement[],
+): Promise<{ result: CompletionResult | 'transient'; outcome: CompletionOutcome | null; errors: string[] }[]> {
+  if (settlements.length === 0) return [];
+  const errors = settlements.flatMap(({ completion: c }) =>
+    (c.errors ?? []).map((message) => ({ taskId: c.taskId, message })),
+  );
+  const rows = await mapErrors(
+    taskSettleWithHandlers.run(
+      {
+        taskIds: settlements.map((s) => s.completion.taskId),
+        taskLeaseIds: settlements.map((s) => s.completion.taskLeaseId),
+        outcomes: settlements.map((s) => s.completion.outcome),
+        retries: settlements.map((s) => s.completion.retry ?? null) as boolean[],
+        errorTaskIds: errors.map((e) => e.taskId),
+        errorMessages: errors.map((e) => e.message),
+        handlers: settlements.map((s) => s.handler.functionName),
+        bodies: settlements.map((s) => s.handler.body),
+        modes: settlements.map((s) => s.handler.mode),
+        raisedPrefixes: settlements.map((s) => s.handler.raisedPrefix),
+        startedUs: settlements.map((s) => epochMicros(s.completion.startedAt)) as string[],
+        // null when none is traced: the handlers then run without the setting.
+        traceparents: settlements.some((s) => s.traceparent) ? settlements.map((s) => s.traceparent ?? '') : null,
+      },
+      prepared('queue_client_task_settle_with_handlers', db),
+    ),
+  );
+  return rows.map((r) => ({
+    result: r.result as CompletionResult | 'transient',
+    outcome: r.outcome as CompletionOutcome | null,
+    errors: r.errors,
+  }));
 }
 
 /**

@@ -143,6 +143,21 @@ export class Producer {
     if (tasks.size > 0) this.#waiting = this.#waiting.filter((t) => !tasks.has(t));
   }
 
+  /**
+   * Puts back at the front of the local queue tasks taken out of it and still held (a
+   * throttle did not cover them), and starts them as slots free; once the worker is
+   * stopping (its queue given back already), gives their leases back instead.
+   */
+  restore(tasks: readonly ClaimedTask[]): void {
+    if (tasks.length === 0) return;
+    if (this.#stopping) {
+      void this.#release([...tasks]);
+      return;
+    }
+    this.#waiting.unshift(...tasks);
+    this.notified();
+  }
+
   /** New work was announced (NOTIFY, the listener's poll, a lease given back): worth a claim. */
   notified(): void {
     this.#drained = false;

@@ -1,0 +1,4 @@
+set local lock_timeout = '5s';
+
+--!include queues/settle.sql
+--!include queues/pause.sql
