@@ -12874,7 +12874,7 @@ $function$;
   -- queues.measure_history_sets(_now timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.next_claim_in_ms(_task_types text[] DEFAULT NULL::text[])
+CREATE OR REPLACE FUNCTION queues.next_claim_in_ms(_task_types text[] DEFAULT NULL::text[], _missed_ms integer DEFAULT 0)
  RETURNS integer
  LANGUAGE sql
  STABLE SECURITY DEFINER
@@ -12911,7 +12911,7 @@ AS $function$
      cross join lateral (
        select p.scheduled_at from queues.task_pending p
         where p.task_type = pr.task_type and p.current_lease_id is null and p.priority = pr.priority
-          and p.scheduled_at > clock_timestamp()
+          and p.scheduled_at > clock_timestamp() - make_interval(secs => greatest(coalesce(_missed_ms, 0), 0) / 1000.0)
         order by p.scheduled_at
         limit 1
      ) n
@@ -12932,7 +12932,7 @@ AS $function$
   )
   select least(s.ms, w.ms) from next_scheduled s, next_window w
 $function$;
-  -- queues.next_claim_in_ms(_task_types text[]): owner :DATABASE_OWNER
+  -- queues.next_claim_in_ms(_task_types text[], _missed_ms integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 

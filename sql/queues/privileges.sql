@@ -14,7 +14,7 @@ grant usage on schema queues to :DATABASE_WORKER, :DATABASE_APP;
 
 grant execute on function
   queues.claim_tasks(text, integer, text[], integer, integer),
-  queues.next_claim_in_ms(text[]),
+  queues.next_claim_in_ms(text[], integer),
   queues.extend_leases(bigint[], bigint[], integer),
   queues.release_leases(bigint[], bigint[]),
   queues.dequeue_next_available_task(text, integer),

@@ -471,11 +471,19 @@ class CompactClaimedTask implements ClaimedTask {
 
 /**
  * Milliseconds until the earliest task of `taskTypes` (null: any) without a lease is
- * scheduled, by the database's clock; null when none is scheduled later than now. A
- * worker whose claim came back short sleeps until then (or its poll interval).
+ * scheduled, by the database's clock; null when none is scheduled later than `missedMs`
+ * milliseconds ago. A worker whose claim came back short sleeps until then (or its poll
+ * interval), and passes as `missedMs` the time since it sent that claim: a task that fell
+ * due after the claim took its clock answers 0.
  */
-export async function nextClaimInMs(db: Queryable, taskTypes: string[] | null = null): Promise<number | null> {
-  const [row] = await mapErrors(taskNextClaimIn.run({ taskTypes }, prepared('queue_client_task_next_claim_in', db)));
+export async function nextClaimInMs(
+  db: Queryable,
+  taskTypes: string[] | null = null,
+  missedMs = 0,
+): Promise<number | null> {
+  const [row] = await mapErrors(
+    taskNextClaimIn.run({ taskTypes, missedMs }, prepared('queue_client_task_next_claim_in', db)),
+  );
   return row?.ms ?? null;
 }
 

@@ -441,6 +441,7 @@ export const taskClaim = new PreparedQuery<ITaskClaimParams,ITaskClaimResult>(ta
 
 /** 'TaskNextClaimIn' parameters type */
 export interface ITaskNextClaimInParams {
+  missedMs?: number | null | void;
   taskTypes?: stringArray | null | void;
 }
 
@@ -455,12 +456,12 @@ export interface ITaskNextClaimInQuery {
   result: ITaskNextClaimInResult;
 }
 
-const taskNextClaimInIR: any = {"usedParamSet":{"taskTypes":true},"params":[{"name":"taskTypes","required":false,"transform":{"type":"scalar"},"locs":[{"a":31,"b":40}]}],"statement":"select queues.next_claim_in_ms(:taskTypes::text[]) as \"ms\""};
+const taskNextClaimInIR: any = {"usedParamSet":{"taskTypes":true,"missedMs":true},"params":[{"name":"taskTypes","required":false,"transform":{"type":"scalar"},"locs":[{"a":31,"b":40}]},{"name":"missedMs","required":false,"transform":{"type":"scalar"},"locs":[{"a":51,"b":59}]}],"statement":"select queues.next_claim_in_ms(:taskTypes::text[], :missedMs::integer) as \"ms\""};
 
 /**
  * Query generated from SQL:
  * ```
- * select queues.next_claim_in_ms(:taskTypes::text[]) as "ms"
+ * select queues.next_claim_in_ms(:taskTypes::text[], :missedMs::integer) as "ms"
  * ```
  */
 export const taskNextClaimIn = new PreparedQuery<ITaskNextClaimInParams,ITaskNextClaimInResult>(taskNextClaimInIR);

@@ -120,7 +120,7 @@ select c.task_id       as "taskId!",
   from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer, :maxLeases::integer) c;
 
 /* @name TaskNextClaimIn */
-select queues.next_claim_in_ms(:taskTypes::text[]) as "ms";
+select queues.next_claim_in_ms(:taskTypes::text[], :missedMs::integer) as "ms";
 
 /* @name TaskDequeueNextAvailable */
 select t.task_id      as "taskId!",
