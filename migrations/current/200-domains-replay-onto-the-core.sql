@@ -36,3 +36,7 @@ begin
   end loop;
 end;
 $$;
+
+-- The process view knows the processes of the business domains installed only: a database
+-- with the queue's core alone lists none, and refuses their names as unknown (22023).
+--!include admin/processes.sql

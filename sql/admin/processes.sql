@@ -9,14 +9,17 @@
 -- Table names are read from the catalog and quoted with format('%I.%I'); ids go through
 -- `using`. Every read is by the root's key (each fact table is indexed on it).
 
--- The processes the view knows, with their schemas.
+-- The processes the view knows, with their schemas: those of the business domains
+-- installed (a database with the queue's core alone has none, docs/installing.md).
 create or replace function admin.processes()
   returns table (process text, schema_name text)
-  language sql immutable
+  language sql stable
   set search_path = pg_catalog, pg_temp
 as $$
-  values ('send_email', 'comms'), ('send_sms', 'comms'), ('file_deletion', 'files'),
-         ('account_deletion', 'accounts'), ('account_anonymization', 'accounts')
+  select p.process, p.schema_name
+    from (values ('send_email', 'comms'), ('send_sms', 'comms'), ('file_deletion', 'files'),
+                 ('account_deletion', 'accounts'), ('account_anonymization', 'accounts')) p (process, schema_name)
+   where to_regnamespace(p.schema_name) is not null
 $$;
 
 -- The schema-qualified, quoted name of a process's table S.X<suffix>, read from the

@@ -70,7 +70,7 @@ describe('channel process functions', () => {
     await db.query(`select internal.create_channel_process_tables('plans_probe', 'bare')`);
     await db.query('alter table plans_probe.bare_supervisor_run drop column next_task_id');
     await db.query(
-      `select internal.register_channel_process('plans_probe', 'bare', 'email', 'plans_probe.s', null, null, null, 3, 30)`,
+      `select internal.register_channel_process('plans_probe', 'bare', 'email', 'plans_probe.s', 'plans_probe.b', 'plans_probe.ok', 'plans_probe.err', 3, 30)`,
     );
     const { rows } = await db.query(
       `select a.attname from pg_attribute a

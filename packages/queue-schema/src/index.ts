@@ -150,6 +150,15 @@ export async function migrateQueue(options: MigrateQueueOptions): Promise<void> 
   await client.connect();
   try {
     await client.query('select pg_advisory_lock($1)', [LOCK_KEY]);
+    const { rows: foreign } = await client.query<{ foreign: boolean }>(
+      `select to_regclass('queues.task') is not null and to_regclass('${BOOKKEEPING_SCHEMA}.applied') is null as foreign`,
+    );
+    if (foreign[0]!.foreign)
+      throw new QueueSchemaError(
+        `this database has the queue without ${BOOKKEEPING_SCHEMA}: it was migrated in one history (the repository's ` +
+          '`npm run migrate`, graphile-migrate), which keeps migrating it; queue-schema migrate applies only to ' +
+          'databases it installed',
+      );
     await client.query(`create schema if not exists ${BOOKKEEPING_SCHEMA}`);
     await client.query(
       `create table if not exists ${BOOKKEEPING_SCHEMA}.applied (

@@ -151,6 +151,12 @@ describe('queue-schema migrate, by parts', () => {
       ),
     ).toEqual([{ n: '0' }]);
 
+    // The process view knows no process of a domain not installed.
+    expect(await query(db.root, 'select process from admin.list_processes()')).toEqual([]);
+    expect(
+      await query(db.root, `select admin.list_process_roots('send_email')`).catch((e: { code: string }) => e.code),
+    ).toBe('22023');
+
     // Again: nothing to apply.
     const applied = await query(db.root, 'select part, migration, hash from queue_migrate.applied order by 1, 2');
     lines.length = 0;
@@ -174,6 +180,10 @@ describe('queue-schema migrate, by parts', () => {
         [roles.app, roles.worker, sendEmail],
       ),
     ).toEqual([{ app: true, public: false, worker_usage: true }]);
+    expect(await query(db.root, 'select process from admin.list_processes()')).toEqual([
+      { process: 'send_email' },
+      { process: 'send_sms' },
+    ]);
     // Still nothing in public; and comms is kept up to date without being named again.
     expect(await query(db.root, inPublic)).toEqual([{ n: '0' }]);
     lines.length = 0;
@@ -191,6 +201,22 @@ describe('queue-schema migrate, by parts', () => {
     expect((err as Error).message).toBe(
       'unknown domain "billing": the domains are comms, files, accounts, menus, learning, public',
     );
+  });
+
+  it('refuses a database migrated in one history (graphile-migrate), changing nothing', async () => {
+    const history = await createTestDatabase();
+    try {
+      const err = await migrateQueue({ connectionString: history.url('owner'), roles }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(QueueSchemaError);
+      expect((err as Error).message).toMatch(
+        /^this database has the queue without queue_migrate: it was migrated in one history/,
+      );
+      expect(await query(history.url('root'), `select to_regnamespace('queue_migrate') as bookkeeping`)).toEqual([
+        { bookkeeping: null },
+      ]);
+    } finally {
+      await history.drop();
+    }
   });
 
   it('with every domain, added one at a time, builds what the history builds', async () => {
