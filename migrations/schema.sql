@@ -5664,11 +5664,13 @@ $function$;
 CREATE OR REPLACE FUNCTION admin.processes()
  RETURNS TABLE(process text, schema_name text)
  LANGUAGE sql
- IMMUTABLE
+ STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  values ('send_email', 'comms'), ('send_sms', 'comms'), ('file_deletion', 'files'),
-         ('account_deletion', 'accounts'), ('account_anonymization', 'accounts')
+  select p.process, p.schema_name
+    from (values ('send_email', 'comms'), ('send_sms', 'comms'), ('file_deletion', 'files'),
+                 ('account_deletion', 'accounts'), ('account_anonymization', 'accounts')) p (process, schema_name)
+   where to_regnamespace(p.schema_name) is not null
 $function$;
   -- admin.processes(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
