@@ -40,3 +40,8 @@ $$;
 -- The process view knows the processes of the business domains installed only: a database
 -- with the queue's core alone lists none, and refuses their names as unknown (22023).
 --!include admin/processes.sql
+
+-- A process's children come from its domain (S.X_children(root_id), the account
+-- deletion's in accounts): the core's process tree and timeline name no domain's table.
+--!include accounts/progress.sql
+--!include admin/process_tree.sql

@@ -156,23 +156,10 @@ begin
     'select * from (' || array_to_string(_parts, ' union all ') || ') t order by 1, 4'
     using _root_id;
 
-  -- An account deletion's children, by account.
-  if _process = 'account_deletion' then
-    for _child in
-      select 'account_anonymization' as process, x.account_anonymization_task_id as root_id
-        from accounts.account_deletion_task d
-        join accounts.account_anonymization_task x on x.account_id = d.account_id
-       where d.account_deletion_task_id = _root_id
-      union all
-      select 'file_deletion', fd.file_deletion_task_id
-        from accounts.account_deletion_task d
-        join files.file f on f.account_id = d.account_id
-        join files.file_deletion_task fd on fd.file_id = f.file_id
-       where d.account_deletion_task_id = _root_id
-    loop
-      return query select * from admin.process_timeline(_child.process, _child.root_id);
-    end loop;
-  end if;
+  -- The root's children (admin.process_children), each with its own timeline.
+  for _child in select * from admin.process_children(_process, _root_id) loop
+    return query select * from admin.process_timeline(_child.process, _child.root_id);
+  end loop;
 end;
 $$;
 
