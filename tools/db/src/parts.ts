@@ -107,11 +107,12 @@ export function partsNamed(statement: string): Set<PartName> {
 export const CORE_SCHEMAS = ['queues', 'internal', 'admin', 'schedules', 'api'];
 
 /**
- * Objects of the core's schemas whose definitions in the committed history name a domain
- * only where a core-only database never goes (a hint's text, a branch for a domain's
- * process, the list of processes the process view knows): they are the core's, and the
- * definitions after migration 000019 name no domain (sql/admin/processes.sql,
- * sql/admin/process_tree.sql, sql/queues/enqueue_permission.sql).
+ * Objects of the core's schemas whose definitions name a domain only where a database
+ * without that domain never goes: they are the core's. queues.assert_may_enqueue names
+ * the kickoff functions in a hint's text; admin.processes lists the domains' processes
+ * (those of installed domains only, from migration 200 on); admin.process_timeline and
+ * admin.process_children read the account deletion's children from accounts and files
+ * tables up to migration 200, and from the domain's own S.X_children function after it.
  */
 export const CORE_OBJECTS_NAMING_DOMAINS = [
   'queues.assert_may_enqueue',
