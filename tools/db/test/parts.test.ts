@@ -225,6 +225,20 @@ describe('queue-schema migrate, by parts', () => {
     expect(lines).toEqual(['up to date (core, comms)']);
   });
 
+  it("installs every domain at the first migration with this version's parts alone", async () => {
+    const db = await newDatabase();
+    await query(db.root, `grant create on schema public to ${queueOwner}`);
+    await migrateQueue({ connectionString: db.url, roles, domains: ['comms', 'accounts', 'menus', 'public'] });
+    expect(
+      await query(db.root, `select array_agg(distinct part order by part) as parts from queue_migrate.applied`),
+    ).toEqual([{ parts: ['accounts', 'comms', 'core', 'files', 'learning', 'menus', 'public'] }]);
+    expect(
+      await query(db.root, `select count(*)::int as n from pg_namespace where nspname = any($1)`, [
+        [...DOMAIN_SCHEMAS],
+      ]),
+    ).toEqual([{ n: DOMAIN_SCHEMAS.length }]);
+  });
+
   it('refuses a name that is not a domain, before touching the database', async () => {
     const err = await migrateQueue({
       connectionString: 'postgres://nobody@127.0.0.1:1/none',
