@@ -3879,6 +3879,26 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION accounts.account_deletion_children(_account_deletion_task_id bigint)
+ RETURNS TABLE(process text, root_id bigint)
+ LANGUAGE sql
+ STABLE SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select 'file_deletion', fd.file_deletion_task_id
+    from accounts.account_deletion_task d
+    join files.file f on f.account_id = d.account_id
+    join files.file_deletion_task fd on fd.file_id = f.file_id
+   where d.account_deletion_task_id = _account_deletion_task_id
+  union all
+  select 'account_anonymization', x.account_anonymization_task_id
+    from accounts.account_deletion_task d
+    join accounts.account_anonymization_task x on x.account_id = d.account_id
+   where d.account_deletion_task_id = _account_deletion_task_id
+$function$;
+  -- accounts.account_deletion_children(_account_deletion_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION accounts.account_deletion_max_supervisor_runs()
  RETURNS integer
  LANGUAGE sql
@@ -5392,20 +5412,23 @@ $function$;
 
 CREATE OR REPLACE FUNCTION admin.process_children(_process text, _root_id bigint)
  RETURNS TABLE(process text, root_id bigint)
- LANGUAGE sql
+ LANGUAGE plpgsql
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select 'file_deletion', fd.file_deletion_task_id
-    from accounts.account_deletion_task d
-    join files.file f on f.account_id = d.account_id
-    join files.file_deletion_task fd on fd.file_id = f.file_id
-   where _process = 'account_deletion' and d.account_deletion_task_id = _root_id
-  union all
-  select 'account_anonymization', x.account_anonymization_task_id
-    from accounts.account_deletion_task d
-    join accounts.account_anonymization_task x on x.account_id = d.account_id
-   where _process = 'account_deletion' and d.account_deletion_task_id = _root_id
+declare
+  _function text;
+begin
+  select format('%I.%I', n.nspname, f.proname) into _function
+    from admin.processes() p
+    join pg_namespace n on n.nspname = p.schema_name
+    join pg_proc f on f.pronamespace = n.oid and f.proname = p.process || '_children'
+   where p.process = _process and f.pronargs = 1 and f.proargtypes[0] = 'bigint'::regtype
+   limit 1;
+  if _function is not null then
+    return query execute format('select c.process, c.root_id from %s($1) c', _function) using _root_id;
+  end if;
+end;
 $function$;
   -- admin.process_children(_process text, _root_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -5586,23 +5609,10 @@ begin
     'select * from (' || array_to_string(_parts, ' union all ') || ') t order by 1, 4'
     using _root_id;
 
-  -- An account deletion's children, by account.
-  if _process = 'account_deletion' then
-    for _child in
-      select 'account_anonymization' as process, x.account_anonymization_task_id as root_id
-        from accounts.account_deletion_task d
-        join accounts.account_anonymization_task x on x.account_id = d.account_id
-       where d.account_deletion_task_id = _root_id
-      union all
-      select 'file_deletion', fd.file_deletion_task_id
-        from accounts.account_deletion_task d
-        join files.file f on f.account_id = d.account_id
-        join files.file_deletion_task fd on fd.file_id = f.file_id
-       where d.account_deletion_task_id = _root_id
-    loop
-      return query select * from admin.process_timeline(_child.process, _child.root_id);
-    end loop;
-  end if;
+  -- The root's children (admin.process_children), each with its own timeline.
+  for _child in select * from admin.process_children(_process, _root_id) loop
+    return query select * from admin.process_timeline(_child.process, _child.root_id);
+  end loop;
 end;
 $function$;
   -- admin.process_timeline(_process text, _root_id bigint): owner :DATABASE_OWNER
@@ -5657,11 +5667,13 @@ $function$;
 CREATE OR REPLACE FUNCTION admin.processes()
  RETURNS TABLE(process text, schema_name text)
  LANGUAGE sql
- IMMUTABLE
+ STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  values ('send_email', 'comms'), ('send_sms', 'comms'), ('file_deletion', 'files'),
-         ('account_deletion', 'accounts'), ('account_anonymization', 'accounts')
+  select p.process, p.schema_name
+    from (values ('send_email', 'comms'), ('send_sms', 'comms'), ('file_deletion', 'files'),
+                 ('account_deletion', 'accounts'), ('account_anonymization', 'accounts')) p (process, schema_name)
+   where to_regnamespace(p.schema_name) is not null
 $function$;
   -- admin.processes(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -8908,11 +8920,12 @@ begin
         using errcode = '22023';
     end if;
   end loop;
+  -- Tables made by an older create_channel_process_tables (a domain's migrations replayed
+  -- onto a newer core, docs/design/migration-parts.md) get what the current one adds.
   if not exists (select 1 from pg_attribute a
                   where a.attrelid = to_regclass(format('%I.%I', _schema, _name || '_supervisor_run'))
                     and a.attname = 'next_task_id' and not a.attisdropped) then
-    raise exception 'channel process %.%: table %.% has no column next_task_id (internal.create_channel_process_tables adds it)',
-      _schema, _name, _schema, _name || '_supervisor_run' using errcode = '22023';
+    perform internal.create_channel_process_tables(_schema, _name);
   end if;
   insert into internal.channel_process as p
     (process_schema, process_name, task_type, supervisor, before_handler, success_handler, error_handler,
