@@ -330,7 +330,17 @@ process.stdout.write(JSON.stringify(placed));
   );
   expect(specGrants).toEqual([{ ops: true, app: false }]);
   await asRole(roles.ops, (c) => c.query('select pending_tasks, active_workers from v_worker_capacity'));
+  // Any domain can be added later: comms replays its history onto today's core, and the
+  // app's role may start an email process (nothing sends it: no provider is configured).
+  const comms = await migrate(['--domains', 'comms']);
+  expect(comms.stdout).toContain('migrated core, comms, menus, public');
+  const { rows: sent } = await asRole(roles.app, (c) =>
+    c.query<{ id: string }>(
+      `select send_email_task_id::text as id from comms.send_email('Shop <shop@example.com>', 'ada@example.com', 'Hi', '<p>Hi</p>')`,
+    ),
+  );
+  expect(sent[0]?.id).toMatch(/^\d+$/);
   // Installed domains are kept up to date without being named again.
-  expect((await migrate()).stdout).toContain('up to date (core, menus, public)');
+  expect((await migrate()).stdout).toContain('up to date (core, comms, menus, public)');
   expect(await asRole(roles.appOwner, untouched)).toEqual(before);
 }, 240_000);
