@@ -32,7 +32,7 @@ as $$ select 86400 $$;
 -- key_kind 'group', a NULL _key and a task (_task_id), the key is that task's group key.
 -- With _task_id and _task_lease_id (the run whose provider call was refused), that lease
 -- is released in the same transaction, as queues.release_leases does: the task is
--- claimable again at once (the claim holds it back while the throttle lasts), and
+-- claimable again at the throttle's end (or when it is cleared), and
 -- neither the release nor the refused run counts as a failed attempt, an interruption or
 -- an expiry; an at-most-once provider call started under that lease does not count as
 -- started (internal.provider_call_start: the provider refused it).
@@ -152,6 +152,15 @@ begin
   end if;
   if cardinality(_ids) > 0 then
     _released := array(select r.task_id from queues.release_leases(_ids, _leases) r);
+    -- The released tasks the throttle covers wait for its end. A claim reads the throttles
+    -- in force in one statement and scans the claim index in the next: one that read them
+    -- before this transaction committed and scans after it would see the released tasks
+    -- and not the throttle. (A run that named another group key than its own is released
+    -- at once.) queues.clear_throttle makes them available at once.
+    update queues.task_pending p
+       set available_at = _end
+     where p.task_id = any (_released) and p.current_lease_id is null and p.available_at < _end
+       and case when _key_kind = 'task_type' then p.task_type = _key else p.group_key = _key end;
   end if;
 
   if _task_id is null then
@@ -322,6 +331,19 @@ begin
   end if;
   insert into queues.throttle_cleared (key_kind, key, last_throttle_id, cleared_by)
   values (_key_kind, _key, _last, _cleared_by);
+  -- The tasks a throttle of this key gave back wait for its end (queues.record_throttle_at):
+  -- they are available now, locked in task id order.
+  update queues.task_pending p
+     set available_at = now()
+   where p.task_id in (
+           select w.task_id from queues.task_pending w
+            where w.current_lease_id is null
+              and case when _key_kind = 'task_type' then w.task_type = _key else w.group_key = _key end
+              and w.available_at > now() and w.available_at <> 'infinity'
+              and w.available_at in (select a.throttled_until from queues.throttle a
+                                      where a.key_kind = _key_kind and a.key = _key and a.throttle_id <= _last)
+            order by w.task_id
+              for no key update);
   -- The key's tasks are claimable again: wake the workers.
   perform pg_notify('queues_task_ready', '');
   return true;
