@@ -5,10 +5,11 @@
  *
  * The schema comes in parts: the core (schemas queues, internal, admin, schedules, api) and
  * the optional business domains (comms, files, accounts, menus, learning, and `public`, the
- * specification's unqualified names). `migrations/parts/` holds the repository's committed
- * history with each statement marked with its part; a migration applies, for each
- * committed migration in order, the statements of the parts chosen, and records each
- * (part, migration) in `queue_migrate.applied`, a bookkeeping schema of the queue's own.
+ * specification's unqualified names). `migrations/parts/` (written by the build, parts.ts)
+ * holds the repository's committed history with each statement marked with its part; a
+ * migration applies, for each committed migration in order, the statements of the parts
+ * chosen, and records each (part, migration) in `queue_migrate.applied`, a bookkeeping
+ * schema of the queue's own.
  *
  * What a migration does to the database, and nothing else:
  * - creates the chosen parts' schemas and `queue_migrate`, owned by the role it connects as

@@ -1,5 +1,5 @@
-// The history cut into parts (docs/design/migration-parts.md): migrations/parts/ is what
-// `npm run parts` makes of migrations/committed/; the core installs alone into a database
+// The history cut into parts (docs/design/migration-parts.md): the build of
+// @org/queue-schema cuts migrations/committed/ into parts, losing no statement; the core installs alone into a database
 // where its owner may only create schemas, a domain is added later, every domain installed
 // through the parts builds the same schema as the committed history, and a name that is
 // not a domain is refused.
@@ -7,11 +7,13 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { migrateQueue, QueueSchemaError, readPartedMigration } from '@org/queue-schema';
 import { createTestDatabase } from '@org/testing';
-import { committedFolder, partedCurrent, partFiles, partsFolder, splitStatements, writeParts } from '../src/parts.js';
+import { committedFolder, partFiles, splitStatements } from '@org/queue-schema/parts';
+import { partedCurrent } from '../src/parts-current.js';
 import { dumpSchema, unifiedDiff } from '../src/schema-dump.js';
 import { withDatabase } from '../src/urls.js';
 
@@ -76,16 +78,13 @@ afterAll(async () => {
   rmSync(tmp, { recursive: true, force: true });
 });
 
-describe('migrations/parts/', () => {
-  it('is what `npm run parts` makes of migrations/committed/ (run it when this fails)', () => {
-    expect(writeParts({ check: true })).toEqual([]);
-  });
-
+describe('the parted history', () => {
   it('holds every statement of the history, in order, each once', () => {
     const files = partFiles();
     const manifest = JSON.parse(files.get('parts.json')!) as { migrations: string[] };
-    const committed = readFileSync(join(partsFolder(), 'parts.json'), 'utf8');
-    expect(JSON.parse(committed)).toEqual(manifest);
+    // The package's build wrote the same files.
+    const built = fileURLToPath(new URL('../../../packages/queue-schema/migrations/parts/', import.meta.url));
+    for (const [name, text] of files) expect(readFileSync(join(built, name), 'utf8'), name).toBe(text);
     for (const name of manifest.migrations) {
       const source = readFileSync(
         join(
@@ -93,7 +92,7 @@ describe('migrations/parts/', () => {
           files
             .get(name)!
             .split('\n')[0]
-            .match(/committed\/(\S+):/)![1],
+            .match(/committed\/(\S+\.sql)/)![1],
         ),
         'utf8',
       );

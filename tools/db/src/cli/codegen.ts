@@ -1,9 +1,8 @@
 // `npm run codegen`: a fresh database on the development server (embedded unless
 // DATABASE_URL), migrated with committed migrations and migrations/current/, then pgtyped
 // for every client package and the schema dump (migrations/schema.sql). Fails on any
-// pgtyped error. Also rewrites migrations/parts/ from migrations/committed/ (parts.ts).
+// pgtyped error.
 import { generateClients } from '../codegen.js';
-import { writeParts } from '../parts.js';
 import { writeSchemaDump } from '../schema-dump-file.js';
 import { openServer, provisionDatabase } from '../server.js';
 
@@ -18,8 +17,6 @@ async function main(): Promise<void> {
     await generateClients(urls.owner, (line) => process.stdout.write(`${line}\n`));
     const dump = await writeSchemaDump(urls.owner, server.dbUsers);
     process.stdout.write(`${dump.path}: ${dump.changed ? 'written' : 'up to date'}\n`);
-    const parts = writeParts();
-    process.stdout.write(`migrations/parts/: ${parts.length > 0 ? `wrote ${parts.join(', ')}` : 'up to date'}\n`);
   } finally {
     await server.stop();
   }
