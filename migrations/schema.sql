@@ -2644,6 +2644,7 @@ create table queues.task_pending (
 comment on column queues.task_pending.uncounted_count is 'Leases that ended without an end and without counting towards abandonment: not the named suspect of their lease.';
 comment on column queues.task_pending.suspect_lease is 'The current lease named this task its suspect (queues.claim_tasks_at); its expiry counts towards abandonment.';
 comment on table queues.task_pending is 'Derived claim index: tasks not yet completed. Rebuild with queues.rebuild_task_pending().';
+CREATE INDEX task_pending_keyed_idx ON queues.task_pending USING btree (task_id) WHERE (resource_key IS NOT NULL);
 CREATE INDEX task_pending_lease_expiry_idx ON queues.task_pending USING btree (available_at) WHERE (current_lease_id > 0);
 CREATE UNIQUE INDEX task_pending_pkey ON queues.task_pending USING btree (task_id);
 CREATE INDEX task_pending_ready_idx ON queues.task_pending USING btree (task_type, priority DESC, scheduled_at, task_id) WHERE (current_lease_id IS NULL);
