@@ -9,3 +9,5 @@ set local lock_timeout = '5s';
 create index if not exists task_pending_keyed_idx on queues.task_pending (task_id)
   where resource_key is not null;
 --!include queues/lease.sql
+--!include queues/complete.sql
+--!include queues/settle.sql
