@@ -2644,6 +2644,7 @@ create table queues.task_pending (
 comment on column queues.task_pending.uncounted_count is 'Leases that ended without an end and without counting towards abandonment: not the named suspect of their lease.';
 comment on column queues.task_pending.suspect_lease is 'The current lease named this task its suspect (queues.claim_tasks_at); its expiry counts towards abandonment.';
 comment on table queues.task_pending is 'Derived claim index: tasks not yet completed. Rebuild with queues.rebuild_task_pending().';
+CREATE INDEX task_pending_keyed_idx ON queues.task_pending USING btree (task_id) WHERE (resource_key IS NOT NULL);
 CREATE INDEX task_pending_lease_expiry_idx ON queues.task_pending USING btree (available_at) WHERE (current_lease_id > 0);
 CREATE UNIQUE INDEX task_pending_pkey ON queues.task_pending USING btree (task_id);
 CREATE INDEX task_pending_ready_idx ON queues.task_pending USING btree (task_type, priority DESC, scheduled_at, task_id) WHERE (current_lease_id IS NULL);
@@ -10926,7 +10927,9 @@ begin
     select max(h.task_id), h.task_type,
            array_agg(h.task_id order by h.task_id),
            array_agg(h.task_lease_id order by h.task_id),
-           array_agg((extract(epoch from h.started_at) * 1000000)::bigint order by h.task_id),
+           -- date_part's float8, not extract's numeric: rounded, exact to the microsecond
+           -- for any time of this century (its error is under a quarter of one).
+           array_agg(round(date_part('epoch', h.started_at) * 1000000)::bigint order by h.task_id),
            int8range(min(h.task_id), max(h.task_id), '[]')
       from held h where not h.retry and h.outcome = 'succeeded'
      group by h.task_type
@@ -14455,7 +14458,10 @@ begin
     select c.task_id, c.result, row_number() over () as ord
       from queues.complete_tasks(_task_ids, _task_lease_ids, _outcomes, _retries,
                                  case when _started_us is not null then
-                                   array(select to_timestamp(u.us / 1000000.0)
+                                   -- float8, not numeric: exact to the microsecond
+                                   -- (to_timestamp rounds to it) and about 0.2 ms less
+                                   -- per round of 500 than a numeric division each.
+                                   array(select to_timestamp(u.us::float8 / 1000000)
                                          from unnest(_started_us) with ordinality u(us, i) order by u.i) end) c
   ),
   leases as (

@@ -29,6 +29,9 @@ $$;
 -- takes it with pg_try_advisory_xact_lock and skips a key it cannot get, so a claim
 -- never waits on a key; the others (completion, heartbeat, release, revocation) take
 -- theirs in one global order with this function, so they cannot deadlock each other.
+-- It finds the keys in task_pending_keyed_idx (the pending tasks with a key): a batch of
+-- unkeyed tasks reads no row here (a completion round of 500 probed the primary key 500
+-- times before, about 0.3 to 0.5 ms of its 3.5).
 create or replace function queues.lock_resource_keys(_task_ids bigint[])
   returns void
   language plpgsql volatile
