@@ -8,6 +8,5 @@ set local lock_timeout = '5s';
 -- task_pending holds only pending tasks: the build is short (SHARE lock, writes wait).
 create index if not exists task_pending_keyed_idx on queues.task_pending (task_id)
   where resource_key is not null;
---!include queues/lease.sql
 --!include queues/complete.sql
 --!include queues/settle.sql
