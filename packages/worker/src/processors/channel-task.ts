@@ -19,7 +19,7 @@
  * handler's, from the attempt). A validation failure from the before handler is final
  * (never retried) and completes the task 'validation_failed' (not a dead letter). Messages are sanitized (error-class.ts) before they reach the error
  * handler or an error row. Before the provider call, internal.start_provider_call applies
- * the task type's delivery mode (provider-call.ts): an at-most-once call already started
+ * the task type's delivery mode (below): an at-most-once call already started
  * by an earlier lease is not repeated; the task fails with an "unknown outcome" error.
  * For an at-least-once task (which records nothing) that check runs in the before
  * handler's statement (internal.run_before_provider_call). The before handlers of the
