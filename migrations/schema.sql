@@ -9049,6 +9049,58 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION internal.run_before_provider_calls(_calls jsonb)
+ RETURNS TABLE(ord integer, before_result jsonb, start_result jsonb, start_error text, before_error text, before_sqlstate text)
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _call jsonb;
+  _n integer;
+  _ran record;
+begin
+  if jsonb_typeof(_calls) is distinct from 'array' then
+    raise exception 'calls must be a JSON array' using errcode = '22023';
+  end if;
+  _n := jsonb_array_length(_calls);
+  if _n > 50 then
+    raise exception 'at most 50 calls in one group, got %', _n using errcode = '22023';
+  end if;
+  for _i in 1 .. _n loop
+    _call := _calls -> (_i - 1);
+    ord := _i;
+    before_result := null;
+    start_result := null;
+    start_error := null;
+    before_error := null;
+    before_sqlstate := null;
+    if _call ->> 'traceparent' is not null then
+      perform set_config('queue.traceparent', _call ->> 'traceparent', true);
+    end if;
+    begin
+      -- An assignment, not a query: no statement of its own for each call.
+      _ran := internal.run_before_provider_call(
+        _call ->> 'before_handler', _call -> 'payload',
+        (_call ->> 'task_id')::bigint, (_call ->> 'task_lease_id')::bigint);
+      before_result := _ran.before_result;
+      start_result := _ran.start_result;
+      start_error := _ran.start_error;
+    exception
+      when others then
+        before_error := sqlerrm;
+        before_sqlstate := sqlstate;
+    end;
+    if _call ->> 'traceparent' is not null then
+      perform set_config('queue.traceparent', '', true);
+    end if;
+    return next;
+  end loop;
+end;
+$function$;
+  -- internal.run_before_provider_calls(_calls jsonb): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION internal.run_channel_supervisor(_schema text, _name text, payload jsonb)
  RETURNS jsonb
  LANGUAGE plpgsql

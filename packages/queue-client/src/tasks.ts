@@ -23,6 +23,7 @@ import {
   functionRun,
   functionRunBeforeProviderCall,
   functionRunBeforeProviderCallTraced,
+  functionRunBeforeProviderCalls,
   functionRunTraced,
 } from './queries/function.queries.js';
 import {
@@ -54,7 +55,7 @@ import {
 } from './queries/task.queries.js';
 import pg from 'pg';
 import type { Queryable } from './connection.js';
-import { mapErrors, QueueError } from './errors.js';
+import { mapErrors, QueueError, toQueueError } from './errors.js';
 import { isNestedDeeperThan, MAX_PAYLOAD_DEPTH, serialisationError, toJsonText } from './json.js';
 import { prepared } from './prepared.js';
 import { activeTraceContext, tracingEnabled, withSendSpan, type TraceContext } from './tracing.js';
@@ -854,6 +855,74 @@ export async function runBeforeProviderCall(
     startResult: row?.startResult ?? null,
     startError: row?.startError ?? null,
   };
+}
+
+/** One call of runBeforeProviderCalls: a channel task's before_handler and its lease. */
+export interface BeforeProviderCallRequest {
+  beforeHandler: string;
+  payload: JsonObject;
+  taskId: Id;
+  taskLeaseId: Id;
+  /** The trace context of the tasks the handler enqueues, as runFunction's. */
+  traceparent?: string;
+}
+
+/** What runBeforeProviderCalls returns per call: its answer, or the error its call raised. */
+export type BeforeProviderCallAnswer = { ok: true; ran: BeforeProviderCall } | { ok: false; error: unknown };
+
+/**
+ * runBeforeProviderCall for a group of channel tasks in one statement, one round trip
+ * (internal.run_before_provider_calls): an answer per call, in the calls' order. Each call
+ * runs in a subtransaction of its own: a raise of one call (its handler's, or its check's
+ * error other than the check's own, which is `startError` as in runBeforeProviderCall)
+ * is that call's `error`, a QueueError with the raise's SQLSTATE and message, and rolls
+ * back that call's writes only; a lease that is no longer live fails that call's check
+ * only. A failure of the statement itself (the connection, say) is thrown. At most 50
+ * calls.
+ */
+export async function runBeforeProviderCalls(
+  db: Queryable,
+  calls: readonly BeforeProviderCallRequest[],
+): Promise<BeforeProviderCallAnswer[]> {
+  if (calls.length === 0) return [];
+  const body = calls.map((c) => ({
+    before_handler: c.beforeHandler,
+    payload: c.payload,
+    task_id: String(c.taskId),
+    task_lease_id: String(c.taskLeaseId),
+    ...(c.traceparent ? { traceparent: c.traceparent } : {}),
+  }));
+  const rows = await mapErrors(
+    functionRunBeforeProviderCalls.run(
+      { calls: toJsonText(body, 'calls') },
+      prepared('queue_client_function_before_provider_calls', db),
+    ),
+  );
+  const answers: BeforeProviderCallAnswer[] = calls.map(() => ({
+    ok: false,
+    error: new QueueError('internal.run_before_provider_calls returned no row for this call', 'database'),
+  }));
+  for (const row of rows) {
+    const i = row.ord - 1;
+    if (i < 0 || i >= answers.length) continue;
+    answers[i] =
+      row.beforeSqlstate !== null || row.beforeError !== null
+        ? {
+            ok: false,
+            error: toQueueError(
+              Object.assign(new Error(row.beforeError ?? 'raised'), { code: row.beforeSqlstate ?? 'P0001' }),
+            ),
+          }
+        : {
+            ok: true,
+            ran: {
+              beforeResult: row.beforeResult ?? null,
+              startResult: row.startResult ?? null,
+              startError: row.startError ?? null,
+            },
+          };
+  }
+  return answers;
 }
 
 /**
