@@ -2,6 +2,8 @@
 # npm test: every check, each a separate step with its own verdict, then a summary.
 # The build must pass (the rest runs on dist/); a failing lint, format check or type
 # check does not stop the tests from running, so one run shows every failure.
+# Arguments go to vitest: `npm test -- --reporter=dot --reporter=json
+# --outputFile=/tmp/vitest-times.json` keeps a report for tools/test-times.mjs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,10 +37,30 @@ if [[ " ${failed[*]} " == *" build "* ]]; then
   echo "==> npm test: the build failed; nothing else can run"
   exit 1
 fi
-step typecheck npx tsc -p tsconfig.json
-step lint npx eslint .
-step format npx prettier --check --log-level warn '**/*.{ts,mts,mjs,js}'
-step vitest npx vitest run
+# The three static checks run side by side (each mostly waits on one core, and they
+# share nothing); each prints its output and verdict when all three are done.
+checks=$(mktemp -d)
+trap 'rm -rf "$checks"' EXIT
+background() {
+  local name=$1
+  shift
+  {
+    echo "==> npm test: ${name}: $*"
+    if "$@"; then echo ok >"$checks/$name.verdict"; else echo FAILED >"$checks/$name.verdict"; fi
+  } >"$checks/$name.log" 2>&1 &
+}
+background typecheck npx tsc -p tsconfig.json
+background lint npx eslint .
+background format npx prettier --check --log-level warn '**/*.{ts,mts,mjs,js}'
+wait
+for name in typecheck lint format; do
+  echo
+  cat "$checks/$name.log"
+  verdict=$(cat "$checks/$name.verdict" 2>/dev/null || echo FAILED)
+  echo "==> npm test: ${name}: ${verdict}"
+  [[ $verdict == ok ]] || failed+=("$name")
+done
+step vitest npx vitest run "$@"
 
 echo
 if ((${#failed[@]} > 0)); then

@@ -19,3 +19,23 @@ as $$
    cross join lateral files.account_file_deletion_facts(t.account_id) ff
    where t.account_deletion_task_id = _account_deletion_task_id
 $$;
+
+-- An account deletion's children in the process tree (admin.process_children): the
+-- deletions of the account's files, then its anonymization.
+create or replace function accounts.account_deletion_children(_account_deletion_task_id bigint)
+  returns table (process text, root_id bigint)
+  language sql stable
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+  select 'file_deletion', fd.file_deletion_task_id
+    from accounts.account_deletion_task d
+    join files.file f on f.account_id = d.account_id
+    join files.file_deletion_task fd on fd.file_id = f.file_id
+   where d.account_deletion_task_id = _account_deletion_task_id
+  union all
+  select 'account_anonymization', x.account_anonymization_task_id
+    from accounts.account_deletion_task d
+    join accounts.account_anonymization_task x on x.account_id = d.account_id
+   where d.account_deletion_task_id = _account_deletion_task_id
+$$;

@@ -22,7 +22,8 @@ as $$
   select * from queues.task_limit_status_at(now())
 $$;
 
--- Sets the limits of a scope (queues.set_task_limit), the rate's interval in milliseconds.
+-- Sets the limits of a scope (queues.set_task_limit, which checks the input), the rate's
+-- interval in milliseconds.
 create or replace function admin.set_task_limit(
   _task_type   text,
   _scope       text,
@@ -31,17 +32,12 @@ create or replace function admin.set_task_limit(
   _max_starts  integer,
   _interval_ms integer
 ) returns void
-  language plpgsql volatile
+  language sql volatile
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
-begin
-  if _interval_ms is not null and _interval_ms not between 1 and 86400000 then
-    raise exception 'interval_ms must be between 1 and 86400000 (1 day), got %', _interval_ms using errcode = '22023';
-  end if;
-  perform queues.set_task_limit(_task_type, _scope, _group_key, _max_running, _max_starts,
-                                make_interval(secs => _interval_ms / 1000.0));
-end;
+  select queues.set_task_limit(_task_type, _scope, _group_key, _max_running, _max_starts,
+                               make_interval(secs => _interval_ms / 1000.0))
 $$;
 
 -- Clears the limits of a scope; true when it had one (queues.clear_task_limit).

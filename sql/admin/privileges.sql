@@ -50,7 +50,7 @@ to :DATABASE_API;
 
 grant execute on function queues.enqueue(text, jsonb, timestamptz, integer, text, integer, boolean, bigint[], text, integer) to :DATABASE_API;
 grant execute on function queues.list_task_dependencies(bigint) to :DATABASE_API;
-grant execute on function queues.enqueue_unique(text, jsonb, text, text, interval, timestamptz, integer, text, integer)
+grant execute on function queues.enqueue_unique(text, jsonb, text, text, interval, timestamptz, integer, text, integer, bigint[], text, integer)
   to :DATABASE_API;
-grant execute on procedure queues.enqueue_and_commit(text, jsonb, timestamptz, integer, text, integer, bigint, text, integer)
+grant execute on procedure queues.enqueue_and_commit(text, jsonb, timestamptz, integer, text, integer, bigint, text, integer, bigint[])
   to :DATABASE_API;

@@ -61,22 +61,28 @@ begin
 end;
 $$;
 
--- The children of one node (ids of other processes' roots), in the order they run.
+-- The children of one node (ids of other processes' roots), in the order they run: what
+-- its process's S.X_children(root_id bigint) returns, when its domain defines one
+-- (accounts.account_deletion_children: the account's file deletions and anonymization);
+-- none otherwise. The function's name is read from the catalog, as admin.process_progress.
 create or replace function admin.process_children(_process text, _root_id bigint)
   returns table (process text, root_id bigint)
-  language sql stable
+  language plpgsql stable
   set search_path = pg_catalog, pg_temp
 as $$
-  select 'file_deletion', fd.file_deletion_task_id
-    from accounts.account_deletion_task d
-    join files.file f on f.account_id = d.account_id
-    join files.file_deletion_task fd on fd.file_id = f.file_id
-   where _process = 'account_deletion' and d.account_deletion_task_id = _root_id
-  union all
-  select 'account_anonymization', x.account_anonymization_task_id
-    from accounts.account_deletion_task d
-    join accounts.account_anonymization_task x on x.account_id = d.account_id
-   where _process = 'account_deletion' and d.account_deletion_task_id = _root_id
+declare
+  _function text;
+begin
+  select format('%I.%I', n.nspname, f.proname) into _function
+    from admin.processes() p
+    join pg_namespace n on n.nspname = p.schema_name
+    join pg_proc f on f.pronamespace = n.oid and f.proname = p.process || '_children'
+   where p.process = _process and f.pronargs = 1 and f.proargtypes[0] = 'bigint'::regtype
+   limit 1;
+  if _function is not null then
+    return query execute format('select c.process, c.root_id from %s($1) c', _function) using _root_id;
+  end if;
+end;
 $$;
 
 -- The tree of one root as JSON: the node (admin.process_node_at) with `children`, a list

@@ -9,14 +9,17 @@
 -- Table names are read from the catalog and quoted with format('%I.%I'); ids go through
 -- `using`. Every read is by the root's key (each fact table is indexed on it).
 
--- The processes the view knows, with their schemas.
+-- The processes the view knows, with their schemas: those of the business domains
+-- installed (a database with the queue's core alone has none, docs/installing.md).
 create or replace function admin.processes()
   returns table (process text, schema_name text)
-  language sql immutable
+  language sql stable
   set search_path = pg_catalog, pg_temp
 as $$
-  values ('send_email', 'comms'), ('send_sms', 'comms'), ('file_deletion', 'files'),
-         ('account_deletion', 'accounts'), ('account_anonymization', 'accounts')
+  select p.process, p.schema_name
+    from (values ('send_email', 'comms'), ('send_sms', 'comms'), ('file_deletion', 'files'),
+                 ('account_deletion', 'accounts'), ('account_anonymization', 'accounts')) p (process, schema_name)
+   where to_regnamespace(p.schema_name) is not null
 $$;
 
 -- The schema-qualified, quoted name of a process's table S.X<suffix>, read from the
@@ -153,23 +156,10 @@ begin
     'select * from (' || array_to_string(_parts, ' union all ') || ') t order by 1, 4'
     using _root_id;
 
-  -- An account deletion's children, by account.
-  if _process = 'account_deletion' then
-    for _child in
-      select 'account_anonymization' as process, x.account_anonymization_task_id as root_id
-        from accounts.account_deletion_task d
-        join accounts.account_anonymization_task x on x.account_id = d.account_id
-       where d.account_deletion_task_id = _root_id
-      union all
-      select 'file_deletion', fd.file_deletion_task_id
-        from accounts.account_deletion_task d
-        join files.file f on f.account_id = d.account_id
-        join files.file_deletion_task fd on fd.file_id = f.file_id
-       where d.account_deletion_task_id = _root_id
-    loop
-      return query select * from admin.process_timeline(_child.process, _child.root_id);
-    end loop;
-  end if;
+  -- The root's children (admin.process_children), each with its own timeline.
+  for _child in select * from admin.process_children(_process, _root_id) loop
+    return query select * from admin.process_timeline(_child.process, _child.root_id);
+  end loop;
 end;
 $$;
 

@@ -120,6 +120,11 @@ $$;
 
 -- Redrives dead letters (queues.redrive_task for each). Rows, in input order:
 --   redriven (new_task_id set) | not_a_dead_letter | unknown_task
+--   | dependency_not_redriven (a dependency ended other than succeeded and was not
+--     redriven: queues.redrive_blocker; redrive it first, or in the same call)
+-- The tasks are redriven in task id order, whatever the input order: a dependency is
+-- always older than its dependents, so a call naming both redrives the dependency first
+-- and the dependent's copy waits for the dependency's copy.
 -- Each task is judged after its completion row is locked (as queues.redrive_task
 -- serialises redrives), by statements that start after the lock: a redrive of the same
 -- task that this one waited for is seen ('not_a_dead_letter'), not refused as an error.
@@ -129,24 +134,38 @@ create or replace function admin.redrive_tasks(_task_ids bigint[])
   security definer
   set search_path = pg_catalog, pg_temp
 as $$
+#variable_conflict use_column
 declare
   _id bigint;
+  _ids bigint[] := '{}';
+  _results text[] := '{}';
+  _new_ids bigint[] := '{}';
+  _result text;
+  _new bigint;
 begin
   perform queues.assert_task_ids(_task_ids);
-  foreach _id in array _task_ids loop
-    task_id := _id;
-    new_task_id := null;
+  for _id in select t from unnest(_task_ids) t order by t loop
+    _new := null;
     perform 1 from queues.task_completed c where c.task_id = _id for update;
     if not exists (select 1 from queues.task t where t.task_id = _id) then
-      result := 'unknown_task';
+      _result := 'unknown_task';
     elsif not exists (select 1 from queues.dead_letter d where d.task_id = _id) then
-      result := 'not_a_dead_letter';
+      _result := 'not_a_dead_letter';
+    elsif queues.redrive_blocker(_id) is not null then
+      _result := 'dependency_not_redriven';
     else
-      new_task_id := queues.redrive_task(_id);
-      result := 'redriven';
+      _new := queues.redrive_task(_id);
+      _result := 'redriven';
     end if;
-    return next;
+    _ids := _ids || _id;
+    _results := _results || _result;
+    _new_ids := _new_ids || _new;
   end loop;
+  return query
+  select i.id, r.result, r.new_id
+    from unnest(_task_ids) with ordinality i(id, n)
+    join unnest(_ids, _results, _new_ids) r(id, result, new_id) on r.id = i.id
+   order by i.n;
 end;
 $$;
 

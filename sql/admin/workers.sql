@@ -90,11 +90,19 @@ begin
     select s.task_id, s.task_lease_id, s.worker_id
       from queues.stale_leases_at(_now, _dead) s where s.worker_id = _worker_id
   ),
+  -- Locked in task id order, as every call that locks several claim-index rows.
+  locked as (
+    select p.task_id from queues.task_pending p
+     where p.task_id = any (array(select s.task_id from stale s))
+     order by p.task_id
+       for no key update
+  ),
   revoked as (
     update queues.task_pending p
        set available_at = _now, current_lease_id = null
       from stale s
      where p.task_id = s.task_id and p.current_lease_id = s.task_lease_id
+       and p.task_id = any (array(select l.task_id from locked l))
     returning p.task_id, s.task_lease_id, s.worker_id, p.resource_key
   ),
   recorded as (

@@ -64,18 +64,23 @@ describe('channel process functions', () => {
     expect(rows.filter((r) => r.public !== false || r.worker !== false)).toEqual([]);
   });
 
-  it('registration refuses a run table without next_task_id, naming it, and registers nothing', async () => {
+  it('registration on a run table without next_task_id (an older create_channel_process_tables) adds it', async () => {
     await db.query('create schema if not exists plans_probe');
     await db.query('create table plans_probe.bare_task (bare_task_id bigint generated always as identity primary key)');
     await db.query(`select internal.create_channel_process_tables('plans_probe', 'bare')`);
     await db.query('alter table plans_probe.bare_supervisor_run drop column next_task_id');
-    await expect(
-      db.query(
-        `select internal.register_channel_process('plans_probe', 'bare', 'email', 'plans_probe.s', null, null, null, 3, 30)`,
-      ),
-    ).rejects.toThrow(/plans_probe\.bare_supervisor_run has no column next_task_id/);
-    const { rows } = await db.query(`select 1 from internal.channel_process where process_schema = 'plans_probe'`);
-    expect(rows).toEqual([]);
+    await db.query(
+      `select internal.register_channel_process('plans_probe', 'bare', 'email', 'plans_probe.s', 'plans_probe.b', 'plans_probe.ok', 'plans_probe.err', 3, 30)`,
+    );
+    const { rows } = await db.query(
+      `select a.attname from pg_attribute a
+        where a.attrelid = 'plans_probe.bare_supervisor_run'::regclass and a.attname = 'next_task_id' and not a.attisdropped`,
+    );
+    expect(rows).toEqual([{ attname: 'next_task_id' }]);
+    const registered = await db.query(
+      `select process_name from internal.channel_process where process_schema = 'plans_probe'`,
+    );
+    expect(registered.rows).toEqual([{ process_name: 'bare' }]);
   });
 
   it('a connection plans the facts once, and that plan reads by key after the tables grew', async () => {

@@ -20,7 +20,8 @@
 -- handlers' bookkeeping. The generic functions at the end of this file call them.
 
 -- Registers (or updates) a channel process, and (re)makes its functions
--- (internal.create_channel_process_functions). Raises 22023 naming a missing table.
+-- (internal.create_channel_process_functions). Raises 22023 naming a missing table; adds
+-- the columns internal.create_channel_process_tables adds when they are missing.
 -- _attempt_payload: optional function (root id bigint) returning jsonb fields added to
 -- each channel task's payload (file deletion adds the file_id).
 create or replace function internal.register_channel_process(
@@ -42,11 +43,12 @@ begin
         using errcode = '22023';
     end if;
   end loop;
+  -- Tables made by an older create_channel_process_tables (a domain's migrations replayed
+  -- onto a newer core, docs/design/migration-parts.md) get what the current one adds.
   if not exists (select 1 from pg_attribute a
                   where a.attrelid = to_regclass(format('%I.%I', _schema, _name || '_supervisor_run'))
                     and a.attname = 'next_task_id' and not a.attisdropped) then
-    raise exception 'channel process %.%: table %.% has no column next_task_id (internal.create_channel_process_tables adds it)',
-      _schema, _name, _schema, _name || '_supervisor_run' using errcode = '22023';
+    perform internal.create_channel_process_tables(_schema, _name);
   end if;
   insert into internal.channel_process as p
     (process_schema, process_name, task_type, supervisor, before_handler, success_handler, error_handler,

@@ -165,3 +165,66 @@ begin
   end if;
 end;
 $$;
+
+-- internal.run_before_provider_call for a group of channel tasks in one statement (the
+-- tasks a worker starts in one turn of its event loop): one round trip for the group.
+-- _calls: a JSON array of {before_handler, payload, task_id, task_lease_id, traceparent?}.
+-- Returns one row per call, ord its 1-based position. Each call runs in a subtransaction
+-- of its own, so the calls stay apart: a raise of one handler (or of its check) rolls back
+-- that call's writes only and is reported on its row (before_error, before_sqlstate; the
+-- worker classifies it as it would the raise of a statement of its own: a deadlock or a
+-- serialization failure interrupts that task, anything else fails it); a lease that is
+-- no longer live fails that call's check only (start_result, a validation failure). A
+-- call's traceparent (optional) is the trace context of the tasks its handler enqueues
+-- (queue.traceparent, set for the call and cleared after it, as FunctionRunTraced does).
+-- At most 50 calls (a subtransaction each; PostgreSQL caches 64 per backend).
+create or replace function internal.run_before_provider_calls(_calls jsonb)
+  returns table (ord integer, before_result jsonb, start_result jsonb, start_error text,
+                 before_error text, before_sqlstate text)
+  language plpgsql volatile
+  security invoker
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _call jsonb;
+  _n integer;
+  _ran record;
+begin
+  if jsonb_typeof(_calls) is distinct from 'array' then
+    raise exception 'calls must be a JSON array' using errcode = '22023';
+  end if;
+  _n := jsonb_array_length(_calls);
+  if _n > 50 then
+    raise exception 'at most 50 calls in one group, got %', _n using errcode = '22023';
+  end if;
+  for _i in 1 .. _n loop
+    _call := _calls -> (_i - 1);
+    ord := _i;
+    before_result := null;
+    start_result := null;
+    start_error := null;
+    before_error := null;
+    before_sqlstate := null;
+    if _call ->> 'traceparent' is not null then
+      perform set_config('queue.traceparent', _call ->> 'traceparent', true);
+    end if;
+    begin
+      -- An assignment, not a query: no statement of its own for each call.
+      _ran := internal.run_before_provider_call(
+        _call ->> 'before_handler', _call -> 'payload',
+        (_call ->> 'task_id')::bigint, (_call ->> 'task_lease_id')::bigint);
+      before_result := _ran.before_result;
+      start_result := _ran.start_result;
+      start_error := _ran.start_error;
+    exception
+      when others then
+        before_error := sqlerrm;
+        before_sqlstate := sqlstate;
+    end;
+    if _call ->> 'traceparent' is not null then
+      perform set_config('queue.traceparent', '', true);
+    end if;
+    return next;
+  end loop;
+end;
+$$;

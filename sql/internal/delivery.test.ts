@@ -223,3 +223,147 @@ describe('internal.run_before_provider_call: the before_handler and the check in
     expect(await started(lease)).toBe(0);
   });
 });
+
+describe('internal.run_before_provider_calls: the before handlers of a group in one statement', () => {
+  beforeAll(async () => {
+    const worker = db.dbUsers.worker;
+    await db.query(`
+      create schema fixture_bpc;
+      create table fixture_bpc.call (key text not null, traceparent text);
+      -- Records its call, then raises or answers the provider payload {to: key}.
+      create function fixture_bpc.before(payload jsonb) returns jsonb
+        language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
+      begin
+        insert into fixture_bpc.call values (payload->>'key', nullif(current_setting('queue.traceparent', true), ''));
+        case payload->>'answer'
+          when 'raise' then raise exception 'before broke for %', payload->>'key';
+          when 'conflict' then raise exception 'could not serialize access' using errcode = '40001';
+          else return jsonb_build_object('success', true, 'payload', jsonb_build_object('to', payload->>'key'));
+        end case;
+      end $$;
+      revoke execute on all functions in schema fixture_bpc from public;
+      grant usage on schema fixture_bpc to ${worker};
+      grant execute on all functions in schema fixture_bpc to ${worker};
+      select internal.register_runnable_function('fixture_bpc.before(jsonb)');
+    `);
+  });
+
+  interface Row {
+    ord: number;
+    before_result: Record<string, unknown> | null;
+    start_result: Record<string, unknown> | null;
+    start_error: string | null;
+    before_error: string | null;
+    before_sqlstate: string | null;
+  }
+  const runGroup = async (calls: unknown) =>
+    (
+      await db
+        .pool('worker')
+        .query<Row>(`select * from internal.run_before_provider_calls($1::jsonb) order by ord`, [JSON.stringify(calls)])
+    ).rows;
+  const call = (lease: Lease, key: string, answer = 'ok') => ({
+    before_handler: 'fixture_bpc.before',
+    payload: { key, answer },
+    task_id: lease.task_id,
+    task_lease_id: lease.task_lease_id,
+  });
+  const keysCalled = async () =>
+    (await db.query<{ key: string }>('select key from fixture_bpc.call order by key')).rows.map((r) => r.key);
+  const proceed = { success: true, payload: { delivery_mode: 'at_least_once', proceed: true } };
+
+  it('one raises, one lost its lease, the others succeed: each call its own answer, the raise’s writes rolled back alone', async () => {
+    await db.query('truncate fixture_bpc.call');
+    const [a, b, c, d] = [
+      await claimOne('email', new Date(), 60),
+      await claimOne('email', new Date(), 60),
+      await claimOne('email', new Date(), 60),
+      await claimOne('email', new Date(), 60),
+    ];
+    await db.query(`select * from queues.release_leases(array[$1]::bigint[], array[$2]::bigint[])`, [
+      c.task_id,
+      c.task_lease_id,
+    ]);
+    const rows = await runGroup([call(a, 'a'), call(b, 'b', 'raise'), call(c, 'c'), call(d, 'd')]);
+    expect(rows).toEqual([
+      {
+        ord: 1,
+        before_result: { success: true, payload: { to: 'a' } },
+        start_result: proceed,
+        start_error: null,
+        before_error: null,
+        before_sqlstate: null,
+      },
+      {
+        ord: 2,
+        before_result: null,
+        start_result: null,
+        start_error: null,
+        before_error: 'before broke for b',
+        before_sqlstate: 'P0001',
+      },
+      {
+        ord: 3,
+        before_result: { success: true, payload: { to: 'c' } },
+        start_result: {
+          success: false,
+          validation_failure_message: `lease ${c.task_lease_id} is not the live lease of task ${c.task_id}; not calling the provider`,
+        },
+        start_error: null,
+        before_error: null,
+        before_sqlstate: null,
+      },
+      {
+        ord: 4,
+        before_result: { success: true, payload: { to: 'd' } },
+        start_result: proceed,
+        start_error: null,
+        before_error: null,
+        before_sqlstate: null,
+      },
+    ]);
+    // b's insert rolled back with its raise; the others' writes committed with the statement.
+    expect(await keysCalled()).toEqual(['a', 'c', 'd']);
+  });
+
+  it('a serialization failure of one call is that call’s SQLSTATE (the worker interrupts that task alone)', async () => {
+    await db.query('truncate fixture_bpc.call');
+    const a = await claimOne('email', new Date(), 60);
+    const b = await claimOne('email', new Date(), 60);
+    const rows = await runGroup([call(a, 'a', 'conflict'), call(b, 'b')]);
+    expect(rows.map((r) => [r.ord, r.before_sqlstate, r.start_result])).toEqual([
+      [1, '40001', null],
+      [2, null, proceed],
+    ]);
+    expect(await keysCalled()).toEqual(['b']);
+  });
+
+  it('an at-most-once task in a group: no check made, nothing recorded (the worker records the start itself)', async () => {
+    const sms = await claimOne('sms', new Date(), 60);
+    const rows = await runGroup([call(sms, 's')]);
+    expect(rows[0]).toMatchObject({ before_result: { success: true }, start_result: null, before_error: null });
+    const { rows: started } = await db.query('select 1 from internal.provider_call_started where task_id = $1', [
+      sms.task_id,
+    ]);
+    expect(started).toEqual([]);
+  });
+
+  it('a call’s traceparent is set for its handler only and cleared after it', async () => {
+    await db.query('truncate fixture_bpc.call');
+    const a = await claimOne('email', new Date(), 60);
+    const b = await claimOne('email', new Date(), 60);
+    const tp = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+    await runGroup([{ ...call(a, 'a'), traceparent: tp }, call(b, 'b')]);
+    expect((await db.query('select key, traceparent from fixture_bpc.call order by key')).rows).toEqual([
+      { key: 'a', traceparent: tp },
+      { key: 'b', traceparent: null },
+    ]);
+  });
+
+  it('refuses what is not an array, and more than 50 calls', async () => {
+    await expect(runGroup({})).rejects.toMatchObject({ code: '22023' });
+    const a = await claimOne('email', new Date(), 60);
+    await expect(runGroup(Array.from({ length: 51 }, () => call(a, 'x')))).rejects.toMatchObject({ code: '22023' });
+    expect(await runGroup([])).toEqual([]);
+  });
+});

@@ -13,6 +13,7 @@ grant execute on function
   internal.start_provider_call(jsonb),
   internal.check_at_least_once_provider_call(jsonb),
   internal.run_before_provider_call(text, jsonb, bigint, bigint),
+  internal.run_before_provider_calls(jsonb),
   internal.call_runnable(text, jsonb)
 to :DATABASE_WORKER;
 

@@ -57,7 +57,6 @@ as $$
 declare
   _cancelled bigint[];
   _running bigint[];
-  _try integer;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -67,13 +66,11 @@ begin
     raise exception 'reason must be at most 500 characters, got %', length(_reason) using errcode = '22023';
   end if;
   -- Same lock order as the claim, the heartbeat and the completion (resource keys first),
-  -- then the pending rows by primary key. A completion in flight holds its row: the cancel
-  -- waits for it, then finds the task gone (already_completed). A completion batch locks
-  -- its rows in its own order, so a cancel of several tasks can deadlock with one: the
-  -- cancel's part is then rolled back (a subtransaction) and tried again, up to five times.
+  -- then the pending rows in task id order, as a completion batch, a lease release and a
+  -- revocation lock theirs: none of them can deadlock with a cancel. A completion in
+  -- flight holds its row: the cancel waits for it, then finds the task gone
+  -- (already_completed).
   perform queues.lock_resource_keys(_task_ids);
-  for _try in 1..5 loop
-  begin
   with locked as (
     select p.task_id, p.task_type, p.current_lease_id,
            (p.current_lease_id is not null and p.available_at > _now) as held
@@ -107,13 +104,6 @@ begin
          coalesce(array_agg(l.task_id) filter (where l.held), '{}')
     into _cancelled, _running
     from locked l;
-  exit;
-  exception when deadlock_detected then
-    if _try = 5 then
-      raise;
-    end if;
-  end;
-  end loop;
 
   return query
   select i.task_id,

@@ -151,39 +151,6 @@ describe('queues.cancel_tasks (the app) and queues.cancelled_tasks (the worker)'
     ]);
   });
 
-  it('a cancel that deadlocks with a completion batch locking in another order is tried again, not failed', async () => {
-    const [a, b] = [await appEnqueue(), await appEnqueue()];
-    await claim();
-    // A completion batch holding b and about to lock a (its own order), as the owner.
-    const batch = await db.client('owner');
-    await batch.query('begin');
-    await batch.query('select 1 from queues.task_pending where task_id = $1 for update', [b]);
-    const cancelling = db
-      .pool('app')
-      .query<{ task_id: string; result: string }>('select task_id, result from queues.cancel_tasks($1::bigint[])', [
-        [a, b],
-      ]);
-    // The cancel holds a and waits for b.
-    for (let i = 0; ; i++) {
-      if (i > 500) throw new Error('the cancel never waited for the batch');
-      const { rows } = await db
-        .pool('root')
-        .query(
-          `select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and query like '%cancel_tasks%'`,
-        );
-      if (rows[0].n > 0) break;
-      await new Promise((r) => setTimeout(r, 20));
-    }
-    // The batch now wants a: a deadlock, whichever side PostgreSQL picks.
-    await batch.query('select 1 from queues.task_pending where task_id = $1 for update', [a]).catch(() => {});
-    await batch.query('rollback');
-    await batch.end();
-    expect((await cancelling).rows).toEqual([
-      { task_id: a, result: 'cancelled' },
-      { task_id: b, result: 'cancelled' },
-    ]);
-  });
-
   it('16 concurrent cancels of one running task: one cancels it, the others find it completed', async () => {
     const id = await appEnqueue();
     await claim();

@@ -559,8 +559,13 @@ $$;
 -- When a worker whose claim came back short should look again: the milliseconds until
 -- the earliest task of _task_types (null: any type; paused types left out, as the claim
 -- leaves them out) without a lease is scheduled, counted from the database's clock; null
--- when no such task is scheduled later than now (at most 2,147,483,647, about 24 days,
--- for a task further ahead). Workers sleep until then, or their poll interval,
+-- when no such task is scheduled later than _missed_ms milliseconds ago (at most
+-- 2,147,483,647, about 24 days, for a task further ahead). _missed_ms: how long before
+-- this question the claim it follows took its clock (the worker passes the time since it
+-- sent that claim): a task that fell due in between was not ready for the claim and is
+-- not ahead of the question, so it answers 0 (look again now), not the next poll. A task
+-- the claim passed over for another reason (its resource key held) is answered 0 at most
+-- by the question after the claim that passed it over, not again. Workers sleep until then, or their poll interval,
 -- whichever comes first, so a task scheduled a moment ahead (a supervisor's next run
 -- after its backoff) starts when it is due, not at the next poll; its enqueue woke them
 -- (queues.enqueue notifies for tasks due within a minute) so that they ask. Not seen: a
@@ -571,7 +576,7 @@ $$;
 -- Flow limits: a type under a rate limit that has a task ready now answers the start of
 -- the limit's next window at the latest (its tasks may be held back until then); the
 -- limits are read once (a tiny table), and a ready task probed only for a type with one.
-create or replace function queues.next_claim_in_ms(_task_types text[] default null)
+create or replace function queues.next_claim_in_ms(_task_types text[] default null, _missed_ms integer default 0)
   returns integer
   language sql stable
   security definer
@@ -608,7 +613,7 @@ as $$
      cross join lateral (
        select p.scheduled_at from queues.task_pending p
         where p.task_type = pr.task_type and p.current_lease_id is null and p.priority = pr.priority
-          and p.scheduled_at > clock_timestamp()
+          and p.scheduled_at > clock_timestamp() - make_interval(secs => greatest(coalesce(_missed_ms, 0), 0) / 1000.0)
         order by p.scheduled_at
         limit 1
      ) n

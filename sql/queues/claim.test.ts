@@ -299,6 +299,32 @@ describe('claim semantics', () => {
     await expect(next(null, 'app')).rejects.toMatchObject({ code: '42501' });
   });
 
+  it('next_claim_in_ms: a task that fell due within _missed_ms (after the claim before the question) answers 0', async () => {
+    await resetQueue();
+    const next = async (missedMs?: number | null) =>
+      (
+        await db
+          .pool('worker')
+          .query(
+            missedMs === undefined
+              ? `select queues.next_claim_in_ms(array['sms']) as ms`
+              : `select queues.next_claim_in_ms(array['sms'], $1) as ms`,
+            missedMs === undefined ? [] : [missedMs],
+          )
+      ).rows[0].ms as number | null;
+    // Fell due 30 seconds ago, unleased, and one due in an hour.
+    await db.pool('owner').query(
+      `select queues.enqueue('sms', '{}', clock_timestamp() - interval '30 seconds'),
+                queues.enqueue('sms', '{}', clock_timestamp() + interval '1 hour')`,
+    );
+    // Without _missed_ms (or 0, null, negative) it is the claim's to take: the next is in an hour.
+    for (const missed of [undefined, 0, null, -5000]) expect(await next(missed)).toBeGreaterThan(59 * 60_000);
+    // Missed by the claim before this question (it took its clock 40 s ago): look again now.
+    expect(await next(40_000)).toBe(0);
+    // A claim that took its clock 20 s ago saw it due: not answered again.
+    expect(await next(20_000)).toBeGreaterThan(59 * 60_000);
+  });
+
   it('claims in scheduled_at order, then task_id', async () => {
     await resetQueue();
     const offsets = [-3, -1, -2, -2, -5];

@@ -405,3 +405,36 @@ describe('a round is fenced by the lease of each task', () => {
       ).rejects.toMatchObject({ code: '23514' });
   });
 });
+
+describe('start times', () => {
+  it('are kept to the microsecond across the century, whatever their digits', async () => {
+    const ids = await enqueue('round_a', 1000);
+    const leases = await claim('round_a');
+    // Microseconds since the epoch from 2000 to 2099, with every last digit and the edges
+    // of a second (…000000, …000001, …999999).
+    const first = 946_684_800_000_000n;
+    const span = 3_155_760_000_000_000n; // a hundred years
+    const started = ids.map((_, i) => {
+      const base = first + (span * BigInt(i)) / 1000n;
+      const second = base - (base % 1_000_000n);
+      const edge = [0n, 1n, 999_999n, 500_000n, 123_457n][i % 5];
+      return String(i % 2 === 0 ? second + edge : base + BigInt(i % 10));
+    });
+    const results = await settle(
+      ids,
+      ids.map((id) => leases.get(id)!),
+      ids.map(() => 'succeeded'),
+      started,
+    );
+    expect([...results.values()].every((r) => r === 'completed')).toBe(true);
+    const { rows } = await db.query(
+      `select u.task_id::text, u.started_us::text
+         from queues.completion_round r cross join lateral unnest(r.task_ids, r.started_us) u(task_id, started_us)
+        where u.task_id = any($1::bigint[])`,
+      [ids],
+    );
+    const kept = new Map(rows.map((r) => [r.task_id as string, r.started_us as string]));
+    expect(ids.map((id) => kept.get(id))).toEqual(started);
+    expect((await ends(ids.slice(0, 50))).map((e) => e.started_us)).toEqual(started.slice(0, 50));
+  });
+});

@@ -25,10 +25,10 @@
 -- in the claim or an interruption, replacement of a unique task; one task per row) and on
 -- queues.completion_round (the plain successes, many tasks to a row, set-based) pass the
 -- ended tasks and their outcomes to queues.release_dependents, which readies or fails the
--- dependents whose dependencies have all ended. An end whose tasks have no dependents
--- pays one scan of the dependency index (of each partition above its oldest task), and
--- nothing when no dependency was ever recorded (one read of each empty partition); a
--- statement that writes no end fires nothing.
+-- dependents whose dependencies have all ended. While no task waits (no claim-index row at
+-- 'infinity'), an end pays one probe of an empty partial index and nothing more; while
+-- some wait, an end whose tasks have no dependents pays one scan of the dependency index
+-- (of each partition above its oldest task); a statement that writes no end fires nothing.
 --
 -- Races. An enqueue locks its dependencies' claim-index rows FOR KEY SHARE (in task id
 -- order) before it reads whether they ended, in a later statement: every way a task ends
@@ -60,6 +60,40 @@ create or replace function queues.add_task_dependencies(
   language plpgsql volatile
   -- Every read is by key: planned once per connection, never as a scan of a table that
   -- was small then (sql/CONVENTIONS.md).
+  set enable_seqscan = off
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _deps bigint[];
+begin
+  _deps := queues.check_task_dependencies(_task_ids, _depends_on, _labels, _new_task_ids);
+
+  -- The lock that orders this enqueue with the dependencies' endings (see the top of the
+  -- file): a pending dependency's claim-index row, FOR KEY SHARE, in task id order.
+  perform from queues.task_pending p
+    where p.task_id = any (_deps)
+    order by p.task_id
+      for key share;
+
+  insert into queues.task_dependency (task_id, depends_on_task_id)
+  select distinct e.task_id, e.dep from unnest(_task_ids, _depends_on) e(task_id, dep)
+  on conflict do nothing;
+
+  -- A statement after the lock: a dependency that ended meanwhile is seen ended.
+  perform queues.settle_new_dependents(array(select distinct t from unnest(_task_ids) t));
+end;
+$$;
+
+-- The checks of queues.add_task_dependencies, writing nothing (the same arguments; a
+-- check-only enqueue passes 0 for the task not yet inserted): raises as it says; returns
+-- the distinct dependencies in task id order. No grants.
+create or replace function queues.check_task_dependencies(
+  _task_ids     bigint[],
+  _depends_on   bigint[],
+  _labels       text[],
+  _new_task_ids bigint[]
+) returns bigint[]
+  language plpgsql stable
   set enable_seqscan = off
   set search_path = pg_catalog, pg_temp
 as $$
@@ -103,20 +137,7 @@ begin
   if found then
     raise exception '%depends_on names task %, which does not exist', _bad.label, _bad.dep using errcode = '23503';
   end if;
-
-  -- The lock that orders this enqueue with the dependencies' endings (see the top of the
-  -- file): a pending dependency's claim-index row, FOR KEY SHARE, in task id order.
-  perform from queues.task_pending p
-    where p.task_id = any (_deps)
-    order by p.task_id
-      for key share;
-
-  insert into queues.task_dependency (task_id, depends_on_task_id)
-  select distinct e.task_id, e.dep from unnest(_task_ids, _depends_on) e(task_id, dep)
-  on conflict do nothing;
-
-  -- A statement after the lock: a dependency that ended meanwhile is seen ended.
-  perform queues.settle_new_dependents(array(select distinct t from unnest(_task_ids) t));
+  return _deps;
 end;
 $$;
 
@@ -213,7 +234,10 @@ declare
 begin
   with removed as (
     delete from queues.task_pending p
-     where p.task_id = any (_task_ids)
+     where p.task_id = any (array(select x.task_id from queues.task_pending x
+                                   where x.task_id = any (_task_ids)
+                                   order by x.task_id
+                                     for update))
     returning p.task_id, p.task_type
   ),
   errors as (
@@ -313,15 +337,18 @@ $$;
 -- The triggers on a task's end. Row level, so that a statement that ends no task in a
 -- table (every completion call writes to both, most of them nothing to one) runs nothing:
 -- on queues.task_completed (every end but a plain success) one call per task ended; on
--- queues.completion_round one per round (a round names many tasks, all succeeded). With
--- no dependency ever recorded each opens the empty partitions and returns. No SET
--- clause but the search path: they run for every end.
+-- queues.completion_round one per round (a round names many tasks, all succeeded). While
+-- no task waits, each returns after one probe of task_pending_waiting_idx (the partial
+-- index of the waiting rows, empty then); the dependency table is not read. (A dependent
+-- enqueued concurrently locks this task's row before it commits, so a statement here,
+-- after the ending locked or deleted that row, sees it waiting.) No SET clause but the
+-- search path: they run for every end.
 create or replace function queues.task_completed_release_dependents() returns trigger
   language plpgsql
   set search_path = pg_catalog, pg_temp
 as $$
 begin
-  perform from queues.task_dependency limit 1;
+  perform from queues.task_pending p where p.available_at = 'infinity' limit 1;
   if found then
     perform queues.release_dependents(array[new.task_id], array[new.outcome]);
   end if;
@@ -334,7 +361,7 @@ create or replace function queues.completion_round_release_dependents() returns 
   set search_path = pg_catalog, pg_temp
 as $$
 begin
-  perform from queues.task_dependency limit 1;
+  perform from queues.task_pending p where p.available_at = 'infinity' limit 1;
   if found then
     perform queues.release_dependents(new.task_ids,
                                       array_fill('succeeded'::text, array[cardinality(new.task_ids)]));

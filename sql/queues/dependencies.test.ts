@@ -317,6 +317,42 @@ describe('bad input writes nothing', () => {
     expect(await counts()).toEqual(before);
   });
 
+  it("queues.enqueue_and_commit (the client's enqueue on a pool) takes dependencies, with the same checks", async () => {
+    const call = (deps: (string | null)[]) =>
+      db
+        .pool('app')
+        .query<{ _task_id: string }>(`call queues.enqueue_and_commit($1, '{}', _depends_on => $2::bigint[])`, [
+          TYPE,
+          deps,
+        ])
+        .then((r) => r.rows[0]._task_id);
+    const a = await enqueue();
+    const b = await call([a]);
+    expect(await stateOf(b)).toBe('waiting');
+    const { rows } = await db.query(
+      `select depends_on_task_id::text as dep from queues.task_dependency where task_id = $1`,
+      [b],
+    );
+    expect(rows).toEqual([{ dep: a }]);
+
+    const before = await counts();
+    await expect(call([a, '999999999'])).rejects.toMatchObject({
+      code: '23503',
+      message: 'depends_on names task 999999999, which does not exist',
+    });
+    const next = (await db.query<{ id: string }>(`select (last_value + 1)::text as id from queues.task_task_id_seq`))
+      .rows[0].id;
+    await expect(call([next])).rejects.toMatchObject({
+      code: '22023',
+      message: `a task cannot depend on itself (task ${next})`,
+    });
+    await expect(call([a, null])).rejects.toMatchObject({ code: '22004' });
+    expect(await counts()).toEqual(before);
+
+    await complete([a]);
+    expect(await stateOf(b)).toBe('ready');
+  });
+
   it('a batch enqueues dependents of older tasks', async () => {
     const a = await enqueue();
     const { rows } = await db.pool('app').query<{ task_id: string }>('select * from queues.enqueue_many($1::jsonb)', [

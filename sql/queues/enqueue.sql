@@ -58,8 +58,8 @@ as $$ select 25 $$;
 -- session is the owner's. _notify: send the wake-up (false: the caller sends it after
 -- its commit, see queues.enqueue_and_commit). NULL arguments take the defaults (now, 0,
 -- no resource key, queues.default_max_attempts()).
--- _check_only: run every check (the task type's existence included) and return NULL
--- without writing (queues.enqueue_unique_task checks before it decides to skip).
+-- _check_only: run every check (the task type's existence and the dependencies' included)
+-- and return NULL without writing (queues.enqueue_unique_task checks before it decides to skip).
 --
 -- The transaction's trace context (the setting queue.traceparent, sql/queues/trace.sql)
 -- is recorded for the task when there is one.
@@ -136,6 +136,10 @@ begin
     if not exists (select 1 from queues.task_type t where t.task_type = _task_type) then
       raise exception 'unknown task_type %', quote_literal(left(_task_type, 100))
         using errcode = '22023', hint = 'Known task types are listed in queues.task_type.';
+    end if;
+    if cardinality(_depends_on) > 0 then
+      perform queues.check_task_dependencies(array_fill(0::bigint, array[cardinality(_depends_on)]), _depends_on,
+                                             array_fill(''::text, array[cardinality(_depends_on)]), '{}');
     end if;
     return null;
   end if;
@@ -221,7 +225,8 @@ $$;
 -- task's commit takes no notification lock, so concurrent callers share WAL flushes; the
 -- wake-up's transaction writes no data and does not wait for a flush (see the top of
 -- this file). Crash between the two: the task is committed and found by the workers'
--- poll instead.
+-- poll instead. _depends_on, _group_key and _timeout_ms as in queues.enqueue (a bad
+-- dependency raises before the commit: nothing is written).
 -- Not security definer and no SET clause: PostgreSQL allows COMMIT in a procedure only
 -- without them. It runs with the caller's rights and search_path, names every object
 -- with its schema, and does nothing a caller could not do itself.
@@ -234,13 +239,14 @@ create or replace procedure queues.enqueue_and_commit(
   _max_attempts integer default null,
   inout _task_id bigint default null,
   _group_key    text default null,
-  _timeout_ms   integer default null
+  _timeout_ms   integer default null,
+  _depends_on   bigint[] default null
 )
   language plpgsql
 as $$
 begin
   _task_id := queues.enqueue(_task_type, _payload, _scheduled_at, _priority, _resource_key, _max_attempts, false,
-                             null, _group_key, _timeout_ms);
+                             _depends_on, _group_key, _timeout_ms);
   commit;
   if _scheduled_at is null
      or _scheduled_at operator(pg_catalog.<=) (pg_catalog.now() operator(pg_catalog.+) interval '1 minute') then
@@ -296,8 +302,8 @@ $$;
 --    "unique_key"?: "...", "unique_policy"?: "skip", "unique_period"?: "30 seconds",
 --    "depends_on"?: [task ids], "group_key"?: "...", "timeout_ms"?: 30000}
 -- (the unique fields as in queues.enqueue_unique; a skipped element answers the pending
--- task's id; depends_on as queues.enqueue's _depends_on, not with a unique key, and
--- naming tasks that exist before the call)
+-- task's id; depends_on as queues.enqueue's _depends_on, naming tasks that exist before
+-- the call)
 -- Returns the task_ids in input order. All or nothing: the first bad element, in input
 -- order, raises an error naming it (tasks[i]: ...) and nothing is written. _public as in
 -- queues.enqueue_task: a worker-only task type anywhere in the batch is refused (42501)

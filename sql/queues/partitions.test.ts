@@ -711,7 +711,7 @@ describe('partition maintenance', () => {
         for (let i = 0; i < 50; i++) {
           const { rows } = await root.query(
             `select 1 from pg_locks l join pg_stat_activity a using (pid)
-              where a.query = 'vacuum queues.task_default' and l.relation = 'queues.task_default'::regclass and l.granted`,
+              where a.datname = current_database() and a.query = 'vacuum queues.task_default' and l.relation = 'queues.task_default'::regclass and l.granted`,
           );
           if (rows.length > 0) break;
           await new Promise((resolve) => setTimeout(resolve, 20));
@@ -722,7 +722,7 @@ describe('partition maintenance', () => {
           step: expect.stringMatching(/^attach queues\.task_p\d+$/),
         });
         await root.query(
-          `select pg_cancel_backend(pid) from pg_stat_activity where query = 'vacuum queues.task_default'`,
+          `select pg_cancel_backend(pid) from pg_stat_activity where datname = current_database() and query = 'vacuum queues.task_default'`,
         );
         await running;
       } finally {

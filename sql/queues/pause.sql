@@ -33,5 +33,7 @@ as $$
                                        order by t.task_type), '{}'),
                          array[null]::text[])
          end
-    from (select queues.paused_task_types() as paused) x
+    -- OFFSET 0 keeps the subquery (not pulled up), so the pauses are read once per call,
+    -- not once per reference to x.paused.
+    from (select queues.paused_task_types() as paused offset 0) x
 $$;

@@ -1,6 +1,6 @@
 // Priority and per-resource locking, alone and under 16 concurrent claimers.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/testing';
+import { createTestDatabase, explainNested, planNodes, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -139,5 +139,57 @@ describe('resource keys', () => {
       [ids],
     );
     expect(rows[0]).toEqual({ leases: keys * perKey, tasks: keys * perKey });
+  });
+});
+
+describe('the completion of unkeyed tasks', () => {
+  it('reads no task_pending row to find the resource keys it must lock (task_pending_keyed_idx)', async () => {
+    const ids = await enqueueMany(Array.from({ length: 500 }, (_, n) => ({ payload: { n } })));
+    const claimed = await claim('unkeyed', 500);
+    expect(claimed).toHaveLength(500);
+    const root = await db.client('root');
+    try {
+      const plans = await explainNested(root, 'select * from queues.complete_tasks($1::bigint[], $2::bigint[])', [
+        claimed.map((r) => r.task_id),
+        claimed.map((r) => r.task_lease_id),
+      ]);
+      const keys = plans.filter((p) => p.query.includes('select distinct p.resource_key'));
+      expect(keys).toHaveLength(1);
+      // Rows of task_pending the statement read (returned or filtered out), over all loops.
+      const read = planNodes(keys[0].plan)
+        .filter((n) => (n['Relation Name'] ?? '') === 'task_pending')
+        .reduce(
+          (sum, n) =>
+            sum +
+            (Number(n['Actual Rows'] ?? 0) + Number(n['Rows Removed by Filter'] ?? 0)) * Number(n['Actual Loops'] ?? 1),
+          0,
+        );
+      expect(read).toBe(0);
+    } finally {
+      await root.end();
+    }
+    const { rows } = await db.query(
+      'select count(*)::int as n from queues.task_pending where task_id = any($1::bigint[])',
+      [ids],
+    );
+    expect(rows[0].n).toBe(0);
+  });
+
+  it('still locks the key of a keyed task among unkeyed ones: its completion frees the key for the next task', async () => {
+    await enqueueMany([
+      { payload: { n: 1 } },
+      { resource_key: 'k', payload: { n: 2 } },
+      { resource_key: 'k', payload: { n: 3 } },
+    ]);
+    const first = await claim('mixed', 10);
+    expect(first.filter((r) => r.resource_key === 'k')).toHaveLength(1);
+    await db
+      .pool('worker')
+      .query('select * from queues.complete_tasks($1::bigint[], $2::bigint[])', [
+        first.map((r) => r.task_id),
+        first.map((r) => r.task_lease_id),
+      ]);
+    const second = await claim('mixed', 10);
+    expect(second.map((r) => r.resource_key)).toEqual(['k']);
   });
 });

@@ -98,7 +98,8 @@ describe('queues.run_task_now', () => {
       for (;;) {
         const { rows } = await db.query<{ waiting: boolean }>(
           `select exists (select 1 from pg_stat_activity
-                           where wait_event_type = 'Lock' and query like '%run_task_now%') as waiting`,
+                           where datname = current_database() and wait_event_type = 'Lock'
+                            and query like '%run_task_now%') as waiting`,
         );
         if (rows[0].waiting) break;
         await new Promise((r) => setTimeout(r, 10));

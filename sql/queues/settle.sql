@@ -59,7 +59,10 @@ begin
     select c.task_id, c.result, row_number() over () as ord
       from queues.complete_tasks(_task_ids, _task_lease_ids, _outcomes, _retries,
                                  case when _started_us is not null then
-                                   array(select to_timestamp(u.us / 1000000.0)
+                                   -- float8, not numeric: exact to the microsecond
+                                   -- (to_timestamp rounds to it) and about 0.2 ms less
+                                   -- per round of 500 than a numeric division each.
+                                   array(select to_timestamp(u.us::float8 / 1000000)
                                          from unnest(_started_us) with ordinality u(us, i) order by u.i) end) c
   ),
   leases as (
@@ -180,3 +183,231 @@ revoke execute on function
   queues.settle_with_handler(bigint, bigint, text, text[], boolean, text, jsonb, text, text, timestamptz) from public;
 grant execute on function
   queues.settle_with_handler(bigint, bigint, text, text[], boolean, text, jsonb, text, text, timestamptz) to :DATABASE_WORKER;
+
+-- Many completions with their handlers in one statement: what queues.settle_with_handler
+-- does for one task, for every task of a completion round, with one completion statement
+-- (queues.settle_tasks) and one commit for all of them instead of one each. Each handler
+-- runs in a subtransaction of its own (its writes kept or rolled back as in
+-- queues.settle_with_handler), then one queues.settle_tasks completes every task whose
+-- handler ran. If a completion is refused (its lease was lost), nothing of that task
+-- commits, its handler's writes included: the whole block is rolled back, the refused
+-- tasks are answered as refused, and the handlers of the others run again (nothing of
+-- theirs was committed). A serialization failure or deadlock in a task's handler records
+-- nothing for that task ('transient': it runs again, as queues.settle_with_handler's
+-- raise makes it), and the others go on.
+-- Arguments: one element per task in each of _task_ids, _task_lease_ids, _outcomes,
+-- _retries, _handlers, _bodies, _modes, _raised_prefixes, _started_us (microseconds since
+-- the epoch, an element null when not known) and, when not null, _traceparents (the
+-- queue.traceparent each handler runs with: the trace context of what it enqueues); each
+-- task's errors in _error_task_ids and _error_messages (parallel, in order).
+-- Returns one row per task, in input order: the result (as queues.complete_tasks, or
+-- 'transient'), the outcome and the errors recorded (or refused). Runs as the caller.
+create or replace function queues.settle_with_handlers(
+  _task_ids bigint[], _task_lease_ids bigint[], _outcomes text[], _retries boolean[],
+  _error_task_ids bigint[], _error_messages text[],
+  _handlers text[], _bodies jsonb[], _modes text[], _raised_prefixes text[], _started_us bigint[],
+  _traceparents text[] default null
+) returns table (task_id bigint, result text, outcome text, errors text[])
+  language plpgsql volatile
+  security invoker
+  set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+  _n integer := cardinality(_task_ids);
+  _errs jsonb[];
+  _out text[];
+  _result text[];
+  -- Still to be completed (not refused, not transient).
+  _open boolean[];
+  _env record;
+  _failure text;
+  _i integer;
+  _k integer;
+  _ids bigint[];
+  _settled text[];
+  _refused boolean;
+  -- Handlers resolved in this call (as internal.run_function does, once per name): name,
+  -- and why it cannot run (null: it can).
+  _names text[] := '{}';
+  _problems text[] := '{}';
+  _oid regprocedure;
+begin
+  if _task_ids is null or _task_lease_ids is null or _outcomes is null or _handlers is null or _bodies is null
+     or _modes is null or _raised_prefixes is null then
+    raise exception 'task_ids, task_lease_ids, outcomes, handlers, bodies, modes and raised_prefixes must not be null'
+      using errcode = '22004';
+  end if;
+  if cardinality(_task_lease_ids) <> _n or cardinality(_outcomes) <> _n or cardinality(_handlers) <> _n
+     or cardinality(_bodies) <> _n or cardinality(_modes) <> _n or cardinality(_raised_prefixes) <> _n
+     or cardinality(coalesce(_retries, array_fill(null::boolean, array[_n]))) <> _n
+     or cardinality(coalesce(_started_us, array_fill(null::bigint, array[_n]))) <> _n
+     or cardinality(coalesce(_traceparents, array_fill(null::text, array[_n]))) <> _n then
+    raise exception 'every array must have one element per task (% tasks)', _n using errcode = '22023';
+  end if;
+  if cardinality(coalesce(_error_task_ids, '{}')) <> cardinality(coalesce(_error_messages, '{}')) then
+    raise exception 'error_task_ids and error_messages must have the same length' using errcode = '22023';
+  end if;
+  if _n > 1000 then
+    raise exception 'at most 1000 completions per call, got %', _n using errcode = '54000';
+  end if;
+  if array_position(_task_ids, null) is not null or array_position(_task_lease_ids, null) is not null
+     or array_position(_handlers, null) is not null or array_position(_modes, null) is not null then
+    raise exception 'task_ids, task_lease_ids, handlers and modes must not contain null' using errcode = '22004';
+  end if;
+  if (select count(distinct t) <> count(*) from unnest(_task_ids) t) then
+    raise exception 'task_ids must not repeat a task' using errcode = '22023';
+  end if;
+  if exists (select 1 from unnest(_modes) m where m not in ('success', 'error')) then
+    raise exception 'modes must be success or error' using errcode = '22023';
+  end if;
+  if exists (select 1 from unnest(_outcomes, _modes) as x(o, m)
+              where not (o is not distinct from 'succeeded' and m = 'success'
+                         or o in ('failed', 'validation_failed') and m = 'error')) then
+    raise exception 'a success handler completes succeeded tasks, an error handler failed or validation_failed ones'
+      using errcode = '22023';
+  end if;
+  if exists (select 1 from unnest(_error_messages) m where m is null or btrim(m) = '') then
+    raise exception 'errors must not be empty' using errcode = '22004';
+  end if;
+  if exists (select 1 from unnest(_error_task_ids) e where e is null or e <> all (_task_ids)) then
+    raise exception 'error_task_ids must name tasks of the call' using errcode = '22023';
+  end if;
+  if _n = 0 then
+    return;
+  end if;
+  _result := array_fill(null::text, array[_n]);
+  _out := _outcomes;
+  _errs := array_fill(null::jsonb, array[_n]);
+  _open := array_fill(true, array[_n]);
+
+  -- Once, and again after a refusal (each pass has one refusal fewer to make).
+  for _pass in 1 .. _n + 1 loop
+    _refused := false;
+    begin
+      for _i in 1 .. _n loop
+        continue when not _open[_i];
+        _out[_i] := _outcomes[_i];
+        -- Its errors (most completions with a handler have none: no statement for them).
+        if _task_ids[_i] = any (_error_task_ids) then
+          _errs[_i] := (select jsonb_agg(e.m order by e.ord)
+                          from unnest(_error_task_ids, _error_messages) with ordinality as e(t, m, ord)
+                         where e.t = _task_ids[_i]);
+        else
+          _errs[_i] := '[]';
+        end if;
+        if _traceparents is not null then
+          perform set_config('queue.traceparent', coalesce(_traceparents[_i], ''), true);
+        end if;
+        _k := array_position(_names, _handlers[_i]);
+        if _k is null then
+          begin
+            _oid := internal.resolve_runnable_function(_handlers[_i]);
+            if not has_function_privilege(_oid, 'execute') then
+              raise exception 'permission denied: % may not execute %', current_user, _handlers[_i]
+                using errcode = '42501';
+            end if;
+            _problems := _problems || null::text;
+          exception when others then
+            _problems := _problems || sqlerrm;
+          end;
+          _names := _names || _handlers[_i];
+          _k := cardinality(_names);
+        end if;
+        begin
+          if _problems[_k] is not null then
+            -- Cannot run: a handler that raises (internal.run_function would have raised so).
+            raise exception '%', _problems[_k];
+          end if;
+          -- Resolved and checked above; the static call keeps its plan for the session.
+          select * into _env from queues.parse_envelope(internal.call_runnable(_handlers[_i], _bodies[_i]));
+          _failure := case _env.outcome
+                        when 'succeeded' then null
+                        when 'invalid' then format('%s: validation failure: %s', _handlers[_i], _env.message)
+                        when 'status' then format('%s: status %s', _handlers[_i], _env.message)
+                        else format('%s: %s', _handlers[_i], _env.message) end;
+        exception
+          when serialization_failure or deadlock_detected then
+            -- Its writes rolled back, nothing recorded: the task runs again.
+            _result[_i] := 'transient';
+            _errs[_i] := to_jsonb(array[sqlerrm]);
+            _out[_i] := null;
+            _open[_i] := false;
+            continue;
+          when others then
+            _failure := coalesce(_raised_prefixes[_i], '') || sqlerrm;
+        end;
+        if _failure is not null then
+          if length(_failure) > 8000 then
+            _failure := left(_failure, 8000) || ' [truncated]';
+          end if;
+          if _modes[_i] = 'success' then
+            _out[_i] := 'failed';
+            _errs[_i] := to_jsonb(array[_failure]);
+          else
+            _errs[_i] := _errs[_i] || to_jsonb(_failure);
+          end if;
+        end if;
+      end loop;
+      if _traceparents is not null then
+        perform set_config('queue.traceparent', '', true);
+      end if;
+      if true = any (_open) then
+        select array_agg(s.task_id order by s.ord), array_agg(s.result order by s.ord)
+          into _ids, _settled
+          from queues.settle_tasks(
+                 array(select o.t from unnest(_task_ids, _open) with ordinality as o(t, open, ord)
+                        where o.open order by o.ord),
+                 array(select o.l from unnest(_task_lease_ids, _open) with ordinality as o(l, open, ord)
+                        where o.open order by o.ord),
+                 array(select o.x from unnest(_out, _open) with ordinality as o(x, open, ord)
+                        where o.open order by o.ord),
+                 array(select o.r from unnest(coalesce(_retries, array_fill(null::boolean, array[_n])), _open)
+                                       with ordinality as o(r, open, ord)
+                        where o.open order by o.ord),
+                 array(select o.t from unnest(_task_ids, _errs, _open) with ordinality as o(t, e, open, ord),
+                                       jsonb_array_elements_text(o.e) with ordinality as m(msg, k)
+                        where o.open order by o.ord, m.k),
+                 array(select m.msg from unnest(_errs, _open) with ordinality as o(e, open, ord),
+                                         jsonb_array_elements_text(o.e) with ordinality as m(msg, k)
+                        where o.open order by o.ord, m.k),
+                 array(select o.s from unnest(coalesce(_started_us, array_fill(null::bigint, array[_n])), _open)
+                                       with ordinality as o(s, open, ord)
+                        where o.open order by o.ord)
+               ) with ordinality as s(task_id, result, ord);
+        _k := 1;
+        for _i in 1 .. _n loop
+          continue when not _open[_i];
+          if _ids[_k] <> _task_ids[_i] then
+            raise exception 'completions out of order' using errcode = 'XX000';
+          end if;
+          _result[_i] := _settled[_k];
+          if _settled[_k] not in ('completed', 'retry_scheduled') then
+            -- Refused: nothing of this task may commit.
+            _open[_i] := false;
+            _refused := true;
+          end if;
+          _k := _k + 1;
+        end loop;
+        if _refused then
+          raise exception 'a completion of the call was refused' using errcode = 'QREFU';
+        end if;
+      end if;
+    exception when sqlstate 'QREFU' then
+      -- Everything of this pass rolled back; the others again, without the refused ones.
+      null;
+    end;
+    exit when not _refused;
+  end loop;
+
+  return query
+  select s.t, s.r, s.o, array(select jsonb_array_elements_text(coalesce(s.e, '[]')))
+    from unnest(_task_ids, _result, _out, _errs) with ordinality as s(t, r, o, e, ord)
+   order by s.ord;
+end;
+$$;
+
+revoke execute on function queues.settle_with_handlers(bigint[], bigint[], text[], boolean[], bigint[], text[],
+                                                       text[], jsonb[], text[], text[], bigint[], text[]) from public;
+grant execute on function queues.settle_with_handlers(bigint[], bigint[], text[], boolean[], bigint[], text[],
+                                                      text[], jsonb[], text[], text[], bigint[], text[]) to :DATABASE_WORKER;

@@ -227,3 +227,160 @@ describe('queues.settle_with_handler', () => {
       ).rejects.toMatchObject({ code: '42501' });
   });
 });
+
+describe('queues.settle_with_handlers', () => {
+  interface Entry {
+    t: { taskId: string; leaseId: string };
+    mode: Mode;
+    answer: string;
+    errors?: string[];
+    handler?: string;
+  }
+
+  /** The completions of `entries` with their handlers in one call, as the worker's completer sends them. */
+  async function settleMany(entries: Entry[]) {
+    const errors = entries.flatMap((e) =>
+      (e.errors ?? (e.mode === 'error' ? ['provider said no'] : [])).map((m) => ({ id: e.t.taskId, m })),
+    );
+    const { rows } = await db.pool('worker').query(
+      `select task_id::text, result, outcome, errors
+         from queues.settle_with_handlers($1::bigint[], $2::bigint[], $3::text[], null, $4::bigint[], $5::text[],
+                                          $6::text[], $7::jsonb[], $8::text[], $9::text[], $10::bigint[])`,
+      [
+        entries.map((e) => e.t.taskId),
+        entries.map((e) => e.t.leaseId),
+        entries.map((e) => (e.mode === 'success' ? 'succeeded' : 'failed')),
+        errors.map((e) => e.id),
+        errors.map((e) => e.m),
+        entries.map((e) => e.handler ?? 'fixture_swh.handler'),
+        entries.map((e) => JSON.stringify({ original_payload: { key: e.t.taskId }, answer: e.answer })),
+        entries.map((e) => e.mode),
+        entries.map(() => 'fixture_swh.handler raised: '),
+        entries.map(() => String(Date.now() * 1000)),
+      ],
+    );
+    return rows as { task_id: string; result: string; outcome: string | null; errors: string[] }[];
+  }
+
+  it('settles each as queues.settle_with_handler would, in input order, in one statement', async () => {
+    const ok = await claimed('many-ok');
+    const failing = await claimed('many-error');
+    const raising = await claimed('many-raise');
+    const errorMode = await claimed('many-error-mode');
+    const answers = await settleMany([
+      { t: ok, mode: 'success', answer: 'ok' },
+      { t: failing, mode: 'success', answer: 'error' },
+      { t: raising, mode: 'success', answer: 'raise' },
+      { t: errorMode, mode: 'error', answer: 'error' },
+    ]);
+    expect(answers).toEqual([
+      { task_id: ok.taskId, result: 'completed', outcome: 'succeeded', errors: [] },
+      {
+        task_id: failing.taskId,
+        result: 'completed',
+        outcome: 'failed',
+        errors: ['fixture_swh.handler: mailbox full'],
+      },
+      {
+        task_id: raising.taskId,
+        result: 'completed',
+        outcome: 'failed',
+        errors: ['fixture_swh.handler raised: handler broke'],
+      },
+      {
+        task_id: errorMode.taskId,
+        result: 'completed',
+        outcome: 'failed',
+        errors: ['provider said no', 'fixture_swh.handler: mailbox full'],
+      },
+    ]);
+    expect(await facts(ok.taskId)).toEqual({ outcome: 'succeeded', errors: [], calls: ['ok'], pending: false });
+    expect(await facts(failing.taskId)).toEqual({
+      outcome: 'failed',
+      errors: ['fixture_swh.handler: mailbox full'],
+      calls: ['error'],
+      pending: false,
+    });
+    // A raise rolls back that handler's writes only.
+    expect(await facts(raising.taskId)).toMatchObject({ outcome: 'failed', calls: [] });
+    expect(await facts(errorMode.taskId)).toMatchObject({
+      outcome: 'failed',
+      errors: ['provider said no', 'fixture_swh.handler: mailbox full'],
+      calls: ['error'],
+    });
+  });
+
+  it('a lost lease commits nothing of its task, handler included; the others commit', async () => {
+    const lost = await claimed('many-lost');
+    // Its lease is revoked (as when its worker is declared dead).
+    await db.query(`select queues.revoke_worker_leases('w-swh')`);
+    const before = await claimed('many-before');
+    const after = await claimed('many-after');
+    const answers = await settleMany([
+      { t: before, mode: 'success', answer: 'ok' },
+      { t: lost, mode: 'success', answer: 'ok' },
+      { t: after, mode: 'error', answer: 'ok' },
+    ]);
+    expect(answers).toEqual([
+      { task_id: before.taskId, result: 'completed', outcome: 'succeeded', errors: [] },
+      { task_id: lost.taskId, result: 'lease_lost', outcome: 'succeeded', errors: [] },
+      { task_id: after.taskId, result: 'completed', outcome: 'failed', errors: ['provider said no'] },
+    ]);
+    expect(await facts(lost.taskId)).toEqual({ outcome: null, errors: [], calls: [], pending: true });
+    expect(await facts(before.taskId)).toEqual({ outcome: 'succeeded', errors: [], calls: ['ok'], pending: false });
+    expect(await facts(after.taskId)).toEqual({
+      outcome: 'failed',
+      errors: ['provider said no'],
+      calls: ['ok'],
+      pending: false,
+    });
+  });
+
+  it('a handler that may not run fails its task as a raise would; the others run', async () => {
+    const unrunnable = await claimed('many-unrunnable');
+    const ok = await claimed('many-ok-3');
+    const answers = await settleMany([
+      { t: unrunnable, mode: 'success', answer: 'ok', handler: 'queues.enqueue' },
+      { t: ok, mode: 'success', answer: 'ok' },
+    ]);
+    expect(answers[0]).toMatchObject({ result: 'completed', outcome: 'failed' });
+    expect(answers[0].errors[0]).toMatch(
+      /^fixture_swh\.handler raised: function queues\.enqueue\(jsonb\) does not exist$/,
+    );
+    expect(await facts(unrunnable.taskId)).toMatchObject({ outcome: 'failed', calls: [] });
+    expect(await facts(ok.taskId)).toMatchObject({ outcome: 'succeeded', calls: ['ok'] });
+  });
+
+  it('a serialization failure in one handler records nothing for that task; the others commit', async () => {
+    const conflict = await claimed('many-conflict');
+    const ok = await claimed('many-ok-2');
+    const answers = await settleMany([
+      { t: conflict, mode: 'success', answer: 'conflict' },
+      { t: ok, mode: 'success', answer: 'ok' },
+    ]);
+    expect(answers.map((a) => a.result)).toEqual(['transient', 'completed']);
+    expect(await facts(conflict.taskId)).toEqual({ outcome: null, errors: [], calls: [], pending: true });
+    expect(await facts(ok.taskId)).toMatchObject({ outcome: 'succeeded', calls: ['ok'] });
+  });
+
+  it('refuses bad arguments, and other roles', async () => {
+    const t = await claimed('many-bad');
+    const call = (ids: unknown[], leases: unknown[], modes: string[]) =>
+      db.pool('worker').query(
+        `select * from queues.settle_with_handlers($1::bigint[], $2::bigint[], '{succeeded}', null, null, null,
+                                                     '{fixture_swh.handler}', '{"{}"}', $3::text[], '{x}', null)`,
+        [ids, leases, modes],
+      );
+    await expect(call([t.taskId], [t.leaseId], ['later'])).rejects.toMatchObject({ code: '22023' });
+    await expect(call([t.taskId], [null], ['success'])).rejects.toMatchObject({ code: '22004' });
+    await expect(call([t.taskId, t.taskId], [t.leaseId], ['success'])).rejects.toMatchObject({ code: '22023' });
+    expect(await facts(t.taskId)).toMatchObject({ outcome: null, calls: [], pending: true });
+    for (const role of ['app', 'api'] as const)
+      await expect(
+        db.pool(role).query(
+          `select queues.settle_with_handlers('{1}', '{1}', '{succeeded}', null, null, null, '{fixture_swh.handler}',
+                                                '{"{}"}', '{success}', '{""}', null)`,
+        ),
+      ).rejects.toMatchObject({ code: '42501' });
+  });
+});

@@ -215,6 +215,14 @@ describe('the claim holds back a throttled type until T, on every claimer', () =
     await expect(db.pool('api').query(`select admin.clear_throttle('tenant', 'acme')`)).rejects.toMatchObject({
       code: '22023',
     });
+    // The checks belong to queues.clear_throttle, which the owner's SQL calls too.
+    await expect(db.query(`select queues.clear_throttle('task_type', 'nope', 'me')`)).rejects.toMatchObject({
+      code: '23503',
+      message: "unknown task type 'nope'",
+    });
+    await expect(db.pool('api').query(`select admin.clear_throttle(null, 'email')`)).rejects.toMatchObject({
+      code: '22004',
+    });
     expect(Number((await db.query('select count(*) as n from queues.throttle_cleared')).rows[0].n)).toBe(1);
   });
 
@@ -249,6 +257,11 @@ describe('a report with the run that met it', () => {
       failed_attempts: 0,
       interrupted_count: 0,
     });
+    // It waits for the throttle's end: a claim that read the throttles before the report
+    // committed and scans after it sees the task, not the throttle.
+    expect(
+      (await db.query('select available_at from queues.task_pending where task_id = $1', [id])).rows[0].available_at,
+    ).toEqual(r.throttled_until);
     // The run's lease is over: its completion is refused.
     await expect(
       db.pool('worker').query('select queues.complete_task($1, $2)', [id, c.task_lease_id]),
@@ -258,6 +271,30 @@ describe('a report with the run that met it', () => {
     expect(again).toMatchObject({ task_id: id });
     // A second report with the old lease still records the throttle, and says the lease was lost.
     expect((await record({ retryAfter: 5, taskId: c.task_id, leaseId: c.task_lease_id })).result).toBe('lease_lost');
+  });
+
+  it("a clear gives the key's released tasks back at once, and leaves other waits alone", async () => {
+    const [id, later] = await enqueue('email', 2);
+    // A task scheduled beyond the throttle's end is not the throttle's to give back.
+    await db.query(`update queues.task_pending set available_at = now() + interval '2 hours' where task_id = $1`, [
+      later,
+    ]);
+    const [c] = await claim('w1');
+    expect(c).toMatchObject({ task_id: id });
+    await record({ retryAfter: 3600, taskId: c.task_id, leaseId: c.task_lease_id });
+    expect(await claim('w2')).toEqual([]);
+    expect(
+      (await db.pool('api').query(`select admin.clear_throttle('task_type', 'email') as cleared`)).rows[0].cleared,
+    ).toBe(true);
+    expect((await claim('w2')).map((t) => t.task_id)).toEqual([id]);
+    expect(
+      (
+        await db.query(
+          `select available_at > now() + interval '1 hour' as waits from queues.task_pending where task_id = $1`,
+          [later],
+        )
+      ).rows[0].waits,
+    ).toBe(true);
   });
 
   it('an at-most-once call its provider refused does not count as started', async () => {

@@ -15,6 +15,16 @@
 -- live lease replace and debounce enqueue a new task rather than skip: the running task
 -- started with the old payload, and the newest payload must still be processed.
 --
+-- The rest of the enqueue (timeout_ms, group_key, depends_on, as queues.enqueue takes
+-- them) belongs to the task it describes. skip keeps the pending task as it is (its own
+-- payload, schedule, timeout, group key and dependencies): nothing given is written, but
+-- all of it is checked. replace and debounce enqueue the new task with exactly what is
+-- given, nothing carried over from the task it replaces: its payload, schedule, timeout,
+-- group key and dependencies (none given: none; a dependency on the task being replaced
+-- is refused, 22023, as it would fail the moment the replaced task ends). A pending task
+-- that other tasks wait for (depends_on) is not replaced: the enqueue is refused (55000,
+-- nothing written), since its dependents would fail when it ends cancelled.
+--
 -- Facts and structures: the fact queues.task_unique says which task was enqueued with
 -- which key (one row per unique task, written with the task); a replaced task ends with
 -- the facts a cancel writes (queues.task_completed 'cancelled', queues.task_cancelled with
@@ -33,8 +43,9 @@
 
 -- The core (no grants). Checks its own arguments (22004 for a NULL key, 22023 for an
 -- empty or long key, an unknown policy, a period with a policy other than debounce, a
--- negative or infinite period) and then every check of queues.enqueue_task, before it
--- reads or writes anything, so bad input is refused even when the policy would skip.
+-- negative or infinite period) and then every check of queues.enqueue_task (of the
+-- timeout, group key and dependencies too), before it reads or writes anything, so bad
+-- input is refused even when the policy would skip.
 -- Returns the task id (the new task's, or the pending one's for 'skipped'), the outcome
 -- ('inserted', 'skipped', 'replaced') and the id of the task replaced.
 create or replace function queues.enqueue_unique_task(
@@ -49,6 +60,9 @@ create or replace function queues.enqueue_unique_task(
   _max_attempts  integer,
   _public        boolean default false,
   _notify        boolean default true,
+  _depends_on    bigint[] default null,
+  _group_key     text default null,
+  _timeout_ms    integer default null,
   out task_id          bigint,
   out outcome          text,
   out replaced_task_id bigint
@@ -92,9 +106,9 @@ begin
     raise exception 'unique_period applies only to the debounce policy, not %', quote_literal(_policy)
       using errcode = '22023';
   end if;
-  -- Every check of a plain enqueue, writing nothing.
+  -- Every check of a plain enqueue (the dependencies' too), writing nothing.
   perform queues.enqueue_task(_task_type, _payload, _at, _priority, _resource_key, _max_attempts,
-                              _public, false, true);
+                              _public, false, true, _depends_on, _group_key, _timeout_ms);
 
   -- The key's row, locked: a concurrent enqueuer of the key waits here until this
   -- transaction ends, then sees its task. The insert of a new key waits for a concurrent
@@ -118,9 +132,13 @@ begin
     outcome := 'skipped';
     return;
   end if;
+  if _old is not null and _old = any (_depends_on) then
+    raise exception 'depends_on names task %, which this enqueue replaces (unique key %)', _old, quote_literal(_unique_key)
+      using errcode = '22023';
+  end if;
 
   task_id := queues.enqueue_task(_task_type, _payload, _at, _priority, _resource_key, _max_attempts,
-                                 _public, _notify);
+                                 _public, _notify, false, _depends_on, _group_key, _timeout_ms);
   insert into queues.task_unique (task_id, unique_key) values (task_id, _unique_key);
   update queues.task_unique_key k set task_id = enqueue_unique_task.task_id where k.unique_key = _unique_key;
   outcome := 'inserted';
@@ -135,7 +153,8 @@ $$;
 -- Completes a pending task no worker holds as 'cancelled' with _reason (as
 -- admin.cancel_tasks does: queues.task_completed, queues.task_cancelled, out of the claim
 -- index, its resource key freed); true when it did. False when a live lease holds it
--- (its worker completes it) or it is no longer pending. Takes the claim's lock order
+-- (its worker completes it) or it is no longer pending. Refuses (55000) a task that a
+-- pending task depends on. Takes the claim's lock order
 -- (resource key, then the pending row), so a claim that took the row first wins.
 create or replace function queues.supersede_task(_task_id bigint, _reason text)
   returns boolean
@@ -144,12 +163,27 @@ create or replace function queues.supersede_task(_task_id bigint, _reason text)
 as $$
 declare
   _p record;
+  _dependent bigint;
 begin
   perform queues.lock_resource_keys(array[_task_id]);
   select p.task_type, (p.current_lease_id is not null and p.available_at > now()) as held into _p
     from queues.task_pending p where p.task_id = _task_id for update;
   if not found or _p.held then
     return false;
+  end if;
+  -- Replacing a task that others wait for would fail them (a dependency that ended
+  -- cancelled): refused, before this transaction's writes commit (its enqueue rolls back).
+  -- A dependent enqueued concurrently holds the row FOR KEY SHARE until it commits, so
+  -- the lock above waited for it and this statement sees its edge.
+  select d.task_id into _dependent
+    from queues.task_dependency d
+    join queues.task_pending w on w.task_id = d.task_id
+   where d.depends_on_task_id = _task_id and d.task_id > _task_id
+   order by d.task_id limit 1;
+  if found then
+    raise exception 'task % cannot be replaced: task % waits for it', _task_id, _dependent
+      using errcode = '55000',
+            hint = 'Use the skip policy, or cancel the waiting tasks first.';
   end if;
   insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
   values (_task_id, null, now(), 'cancelled', _p.task_type);
@@ -161,7 +195,9 @@ end;
 $$;
 
 -- Enqueue a unique task for an app or the API: queues.enqueue's arguments plus the key,
--- the policy (NULL: 'skip') and the debounce period. One row: task_id, outcome
+-- the policy (NULL: 'skip') and the debounce period; _depends_on, _group_key and
+-- _timeout_ms as in queues.enqueue (see the top of the file for what each policy does
+-- with them). One row: task_id, outcome
 -- ('inserted', 'skipped', 'replaced'), replaced_task_id. Refuses internal task types
 -- (42501), as queues.enqueue. Sends the wake-up in its own transaction (a caller on a
 -- pool calls it as a statement of its own).
@@ -174,7 +210,10 @@ create or replace function queues.enqueue_unique(
   _scheduled_at  timestamptz default null,
   _priority      integer default null,
   _resource_key  text default null,
-  _max_attempts  integer default null
+  _max_attempts  integer default null,
+  _depends_on    bigint[] default null,
+  _group_key     text default null,
+  _timeout_ms    integer default null
 ) returns table (task_id bigint, outcome text, replaced_task_id bigint)
   language sql volatile
   security definer
@@ -182,7 +221,8 @@ create or replace function queues.enqueue_unique(
 as $$
   select u.task_id, u.outcome, u.replaced_task_id
     from queues.enqueue_unique_task(_task_type, _payload, _unique_key, _unique_policy, _unique_period,
-                                    _scheduled_at, _priority, _resource_key, _max_attempts, true, true) u
+                                    _scheduled_at, _priority, _resource_key, _max_attempts, true, true,
+                                    _depends_on, _group_key, _timeout_ms) u
 $$;
 
 -- The owner's SQL's unique enqueue (no grant), as queues.enqueue_internal: any task type.
@@ -195,7 +235,10 @@ create or replace function queues.enqueue_unique_internal(
   _scheduled_at  timestamptz default null,
   _priority      integer default null,
   _resource_key  text default null,
-  _max_attempts  integer default null
+  _max_attempts  integer default null,
+  _depends_on    bigint[] default null,
+  _group_key     text default null,
+  _timeout_ms    integer default null
 ) returns table (task_id bigint, outcome text, replaced_task_id bigint)
   language sql volatile
   security definer
@@ -203,7 +246,8 @@ create or replace function queues.enqueue_unique_internal(
 as $$
   select u.task_id, u.outcome, u.replaced_task_id
     from queues.enqueue_unique_task(_task_type, _payload, _unique_key, _unique_policy, _unique_period,
-                                    _scheduled_at, _priority, _resource_key, _max_attempts) u
+                                    _scheduled_at, _priority, _resource_key, _max_attempts, false, true,
+                                    _depends_on, _group_key, _timeout_ms) u
 $$;
 
 -- A batch of queues.enqueue_tasks in which some element names a unique key (or a policy
@@ -227,7 +271,9 @@ declare
   _state text;
   _message text;
   _hint text;
-  _fields constant text[] := '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,unique_key,unique_policy,unique_period}';
+  _fields constant text[] :=
+    '{task_type,payload,scheduled_at,priority,resource_key,max_attempts,unique_key,unique_policy,unique_period,depends_on,group_key,timeout_ms}';
+  _deps bigint[];
 begin
   begin
     for _e in select x.value from jsonb_array_elements(_tasks) x loop
@@ -239,6 +285,19 @@ begin
         raise exception 'unknown field(s) %',
           left((select string_agg(k, ', ') from jsonb_object_keys(_e - _fields) k), 200) using errcode = '22023';
       end if;
+      if jsonb_typeof(_e -> 'depends_on') not in ('array', 'null')
+         or jsonb_path_exists(_e -> 'depends_on',
+              'lax $[*] ? (!((@.type() == "number" && @ == @.floor()) || (@.type() == "string" && @ like_regex "^[0-9]{1,18}$")))') then
+        raise exception 'depends_on must be an array of task ids' using errcode = '22023';
+      end if;
+      _deps := case when jsonb_typeof(_e -> 'depends_on') = 'array'
+                    then array(select (d #>> '{}')::bigint from jsonb_array_elements(_e -> 'depends_on') d) end;
+      if _deps && _ids then
+        raise exception 'depends_on names task %, enqueued by the same call',
+          (select min(d) from unnest(_deps) d where d = any (_ids))
+          using errcode = '22023',
+                hint = 'A task can depend only on tasks that exist before its enqueue, so dependencies never form a cycle.';
+      end if;
       if _e ->> 'unique_key' is null then
         if _e ->> 'unique_policy' is not null or _e ->> 'unique_period' is not null then
           raise exception 'unique_key must not be null when unique_policy or unique_period is given'
@@ -246,14 +305,15 @@ begin
         end if;
         _id := queues.enqueue_task(_e ->> 'task_type', _e -> 'payload', (_e ->> 'scheduled_at')::timestamptz,
                                    (_e ->> 'priority')::integer, _e ->> 'resource_key',
-                                   (_e ->> 'max_attempts')::integer, _public, false);
+                                   (_e ->> 'max_attempts')::integer, _public, false, false, _deps,
+                                   _e ->> 'group_key', (_e ->> 'timeout_ms')::integer);
       else
         select u.task_id into _id
           from queues.enqueue_unique_task(_e ->> 'task_type', _e -> 'payload', _e ->> 'unique_key',
                                           _e ->> 'unique_policy', (_e ->> 'unique_period')::interval,
                                           (_e ->> 'scheduled_at')::timestamptz, (_e ->> 'priority')::integer,
                                           _e ->> 'resource_key', (_e ->> 'max_attempts')::integer,
-                                          _public, false) u;
+                                          _public, false, _deps, _e ->> 'group_key', (_e ->> 'timeout_ms')::integer) u;
       end if;
       _ids := _ids || _id;
     end loop;

@@ -105,6 +105,13 @@ begin
   with stale as (
     select s.task_id, s.task_lease_id, s.worker_id from queues.stale_leases_at(_now, _dead_after_seconds) s
   ),
+  -- Locked in task id order, as every call that locks several claim-index rows.
+  locked as (
+    select p.task_id from queues.task_pending p
+     where p.task_id = any (array(select s.task_id from stale s))
+     order by p.task_id
+       for no key update
+  ),
   revoked as (
     update queues.task_pending p
        set available_at = _now, current_lease_id = null,
@@ -113,6 +120,7 @@ begin
            uncounted_count = p.uncounted_count + (not p.suspect_lease)::integer
       from stale s
      where p.task_id = s.task_id and p.current_lease_id = s.task_lease_id
+       and p.task_id = any (array(select l.task_id from locked l))
     returning p.task_id, s.task_lease_id, s.worker_id, p.resource_key
   ),
   recorded as (
@@ -172,10 +180,13 @@ begin
      where p.current_lease_id > 0 and (l.worker_key = _worker_key or l.worker_id = _worker_id)));
   return query
   with held as (
+    -- Locked in task id order, as every call that locks several claim-index rows.
     select p.task_id, p.current_lease_id as task_lease_id, p.suspect_lease as suspect
       from queues.task_pending p
      cross join lateral (select y.worker_key, y.worker_id from queues.task_lease_at(p.task_id, p.current_lease_id) y limit 1) l
      where p.current_lease_id > 0 and (l.worker_key = _worker_key or l.worker_id = _worker_id)
+     order by p.task_id
+       for no key update of p
   ),
   revoked as (
     -- available_at of a leased row is its lease's expiry (heartbeats included).

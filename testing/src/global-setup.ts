@@ -11,6 +11,23 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const server = await openServer({ name: `test-${runId}`, adminUrl: process.env.DATABASE_URL });
   const template = `queue_template_${runId}`;
   try {
+    if (server.kind === 'embedded') {
+      // A server that lives for one run and is deleted after it: nothing it writes needs to
+      // survive a crash of the machine, so it does not wait for the disk (each test file's
+      // copy of the template, 18 MB of WAL, took a second or more; every commit waited on
+      // an fsync). A crashed backend still recovers (the files are in the OS's cache); the
+      // tests of durability itself (tools/db/test/standby.test.ts, tools/chaos) run on
+      // servers of their own, with the defaults.
+      await withRootClient(server, async (root) => {
+        for (const [name, value] of [
+          ['fsync', 'off'],
+          ['synchronous_commit', 'off'],
+          ['full_page_writes', 'off'],
+        ])
+          await root.query(`alter system set ${name} = '${value}'`);
+        await root.query('select pg_reload_conf()');
+      });
+    }
     const urls = await provisionDatabase(server, template, { fresh: true, quiet: true });
     // Test databases start quiet: the history maintenance schedule the migration installs
     // (every 10 minutes, forever) would keep a schedules supervisor alive in every test

@@ -2,8 +2,8 @@
  * The `queue` commands. Every command but `migrate` connects as the api database user
  * (DATABASE_URL, or --database-url) and goes through the same typed queries as the REST
  * API (`Store` of @org/web), so the CLI can do what the API can and nothing more.
- * `migrate` connects as the owner and runs the committed migrations (`migrateQueue` of
- * @org/queue-schema, the same as `queue-schema migrate`).
+ * `migrate` connects as the owner and installs or upgrades the queue's core and business
+ * domains (`migrateQueue` of @org/queue-schema, the same as `queue-schema migrate`).
  *
  * Every change (enqueue, cancel, run-now, redrive, pause, resume, schedules enable and
  * disable) is recorded in the audit trail as the API records its own (admin.api_change,
@@ -48,8 +48,10 @@ Usage: queue <command> [options]
   schedules list
   schedules enable NAME
   schedules disable NAME
-  migrate                         runs the committed migrations (DATABASE_URL is the owner's
-                                  URL; DATABASE_WORKER, DATABASE_APP and DATABASE_API name the
+  migrate [--domains a,b]         installs or upgrades the queue's core and the business
+                                  domains installed before, adding the ones named
+                                  (queue-schema migrate; DATABASE_URL is the owner's URL;
+                                  DATABASE_WORKER, DATABASE_APP and DATABASE_API name the
                                   database users the migrations grant to)
   help
 
@@ -81,6 +83,7 @@ const OPTIONS = {
   'max-attempts': { type: 'string' },
   'resource-key': { type: 'string' },
   reason: { type: 'string' },
+  domains: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } satisfies ParseArgsConfig['options'];
 
@@ -340,7 +343,7 @@ async function setSchedule(ctx: Context, name: string, enabled: boolean): Promis
   return EXIT.ok;
 }
 
-async function migrate(env: NodeJS.ProcessEnv, url: string, io: Io): Promise<number> {
+async function migrate(env: NodeJS.ProcessEnv, url: string, io: Io, domains?: string): Promise<number> {
   const missing = ['DATABASE_WORKER', 'DATABASE_APP', 'DATABASE_API'].filter((name) => !env[name]);
   if (missing.length > 0)
     throw new UsageError(`set ${missing.join(', ')} (the database user names the migrations grant to)`);
@@ -350,6 +353,10 @@ async function migrate(env: NodeJS.ProcessEnv, url: string, io: Io): Promise<num
     await migrateQueue({
       connectionString: url,
       roles: { worker: env.DATABASE_WORKER!, app: env.DATABASE_APP!, api: env.DATABASE_API! },
+      domains: (domains ?? '')
+        .split(',')
+        .map((d) => d.trim())
+        .filter((d) => d !== ''),
       log: (line) => io.stdout(`${line}\n`),
     });
   } catch (error) {
@@ -393,7 +400,7 @@ export async function runCli(argv: string[], env: NodeJS.ProcessEnv, io: Io): Pr
     if (name === 'migrate') {
       if (words.length > 1) throw new UsageError(`migrate takes no arguments, got '${words.slice(1).join(' ')}'`);
       if (!url) throw new UsageError("set DATABASE_URL (or --database-url) to the owner database user's URL");
-      return await migrate(env, url, io);
+      return await migrate(env, url, io, options.domains);
     }
     const command = COMMANDS[name];
     if (!command) {

@@ -244,7 +244,7 @@ describe('queue', () => {
     expect(rows.every((r) => !String(r.input).includes('a@example.com'))).toBe(true);
   });
 
-  it('migrate: runs the committed migrations on an empty database as the owner, and again without change', async () => {
+  it('migrate: installs the core on an empty database as the owner, again without change, a domain by --domains', async () => {
     const empty = await createTestDatabase({ empty: true });
     try {
       const env = {
@@ -260,6 +260,16 @@ describe('queue', () => {
       expect(rows).toEqual([{ migrated: true }]);
       const second = await queue(['migrate'], env);
       expect(second.code, second.stderr).toBe(0);
+      expect(second.stdout).toMatch(/up to date \(core\)/);
+      // The core alone; a business domain is added by name, a wrong name is bad usage.
+      const domains = await empty.query(`select to_regnamespace('comms') is not null as comms`);
+      expect(domains.rows).toEqual([{ comms: false }]);
+      const wrong = await queue(['migrate', '--domains', 'billing'], env);
+      expect(wrong.code).toBe(2);
+      expect(wrong.stderr).toMatch(/unknown domain "billing": the domains are comms, files/);
+      const added = await queue(['migrate', '--domains', 'menus'], env);
+      expect(added.code, added.stderr).toBe(0);
+      expect(added.stdout).toMatch(/migrated core, menus/);
       const missing = await queue(['migrate'], { DATABASE_URL: empty.url('owner') });
       expect(missing.code).toBe(2);
       expect(missing.stderr).toMatch(/DATABASE_WORKER, DATABASE_APP, DATABASE_API/);

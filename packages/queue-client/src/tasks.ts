@@ -23,6 +23,7 @@ import {
   functionRun,
   functionRunBeforeProviderCall,
   functionRunBeforeProviderCallTraced,
+  functionRunBeforeProviderCalls,
   functionRunTraced,
 } from './queries/function.queries.js';
 import {
@@ -46,6 +47,7 @@ import {
   taskSettle,
   taskSettleWithHandler,
   taskSettleWithHandlerTraced,
+  taskSettleWithHandlers,
   taskMarkStarted,
   taskTraceContextSet,
   taskTraces,
@@ -53,7 +55,7 @@ import {
 } from './queries/task.queries.js';
 import pg from 'pg';
 import type { Queryable } from './connection.js';
-import { mapErrors, QueueError } from './errors.js';
+import { mapErrors, QueueError, toQueueError } from './errors.js';
 import { isNestedDeeperThan, MAX_PAYLOAD_DEPTH, serialisationError, toJsonText } from './json.js';
 import { prepared } from './prepared.js';
 import { activeTraceContext, tracingEnabled, withSendSpan, type TraceContext } from './tracing.js';
@@ -74,7 +76,7 @@ export interface NewTask {
   resourceKey?: string;
   /**
    * What flow limits count the task by within its type, 1..200 characters (a tenant, a
-   * provider account): see `setTaskLimit` and docs/flow-control.md. Not with `unique`.
+   * provider account): see `setTaskLimit` and docs/flow-control.md.
    */
   groupKey?: string;
   /**
@@ -84,7 +86,7 @@ export interface NewTask {
   maxAttempts?: number;
   /**
    * This task's run timeout, 1..86400000 ms (24 hours), in place of its type's
-   * (docs/flow-control.md "Run timeouts"). Default: the type's. Not with `unique`.
+   * (docs/flow-control.md "Run timeouts"). Default: the type's.
    */
   timeoutMs?: number;
   /** At most one pending task per key: see {@link UniqueOptions}. */
@@ -94,7 +96,7 @@ export interface NewTask {
    * never claimed, until every one has ended; it runs when all succeeded, and is completed
    * 'failed' (with an error naming the dependency) when one failed, was cancelled or was
    * abandoned. Each must be a task that exists already (not found otherwise, nothing
-   * written), so dependencies never form a cycle; at most 100. Not with `unique`. The
+   * written), so dependencies never form a cycle; at most 100. The
    * processor reads their outcomes and results with `ctx.dependencies()`.
    */
   dependsOn?: Id[];
@@ -120,6 +122,10 @@ export type TaskState =
  *   replace   a new task with this payload and time; the pending one is cancelled
  *             ('replaced by task N') unless a worker is running it, which then runs on
  *   debounce  as replace, the new task due `periodMs` after `scheduledAt` (default now)
+ * `timeoutMs`, `groupKey` and `dependsOn` belong to the task enqueued: skip keeps the
+ * pending task's own; replace and debounce give the new task exactly what is given
+ * (nothing carried over). A pending task other tasks depend on is not replaced (the
+ * enqueue is refused, SQLSTATE 55000), and a replacement cannot depend on the task it replaces.
  */
 export type UniquePolicy = 'skip' | 'replace' | 'debounce';
 
@@ -237,12 +243,6 @@ function asObject(value: unknown): JsonObject {
  * queues.enqueue_and_commit cannot take the context).
  */
 export async function enqueue(db: Queryable, task: NewTask): Promise<Id> {
-  if (task.unique && task.dependsOn?.length)
-    throw new QueueError('dependsOn cannot be combined with unique', 'invalid_input');
-  if (task.unique && task.groupKey !== undefined)
-    throw new QueueError('groupKey cannot be combined with unique', 'invalid_input');
-  if (task.unique && task.timeoutMs !== undefined)
-    throw new QueueError('timeoutMs cannot be combined with unique', 'invalid_input');
   if (task.unique) return (await enqueueUnique(db, { ...task, unique: task.unique })).taskId;
   if (tracingEnabled())
     return withSendSpan(
@@ -270,9 +270,7 @@ async function enqueueOne(db: Queryable, task: NewTask, trace?: TraceContext): P
     if (!row) throw new Error('queues.enqueue returned no row');
     return row.taskId;
   }
-  // With dependencies, one statement (queues.enqueue_and_commit takes none): its wake-up
-  // goes out at its own commit.
-  if (db instanceof pg.Pool && !params.dependsOn) {
+  if (db instanceof pg.Pool) {
     const [row] = await mapErrors(
       taskEnqueueAndCommit.run(params, prepared('queue_client_task_enqueue_and_commit', db)),
     );
@@ -319,6 +317,9 @@ async function enqueueUniqueOne(
     priority: task.priority,
     resourceKey: task.resourceKey,
     maxAttempts: task.maxAttempts,
+    dependsOn: task.dependsOn?.length ? task.dependsOn : undefined,
+    groupKey: task.groupKey,
+    timeoutMs: task.timeoutMs,
   };
   const [row] = await mapErrors(
     trace
@@ -471,11 +472,19 @@ class CompactClaimedTask implements ClaimedTask {
 
 /**
  * Milliseconds until the earliest task of `taskTypes` (null: any) without a lease is
- * scheduled, by the database's clock; null when none is scheduled later than now. A
- * worker whose claim came back short sleeps until then (or its poll interval).
+ * scheduled, by the database's clock; null when none is scheduled later than `missedMs`
+ * milliseconds ago. A worker whose claim came back short sleeps until then (or its poll
+ * interval), and passes as `missedMs` the time since it sent that claim: a task that fell
+ * due after the claim took its clock answers 0.
  */
-export async function nextClaimInMs(db: Queryable, taskTypes: string[] | null = null): Promise<number | null> {
-  const [row] = await mapErrors(taskNextClaimIn.run({ taskTypes }, prepared('queue_client_task_next_claim_in', db)));
+export async function nextClaimInMs(
+  db: Queryable,
+  taskTypes: string[] | null = null,
+  missedMs = 0,
+): Promise<number | null> {
+  const [row] = await mapErrors(
+    taskNextClaimIn.run({ taskTypes, missedMs }, prepared('queue_client_task_next_claim_in', db)),
+  );
   return row?.ms ?? null;
 }
 
@@ -606,6 +615,56 @@ export async function settleWithHandler(
   );
   const row = rows[0]!;
   return { result: row.result as CompletionResult, outcome: row.outcome as CompletionOutcome, errors: row.errors };
+}
+
+/** A completion with its handler, one of many (see settleWithHandlers). */
+export interface HandlerSettlement {
+  completion: Settlement & { taskLeaseId: Id; outcome: 'succeeded' | 'failed' | 'validation_failed' };
+  handler: HandlerCall;
+  /** The handler's span: the trace context of the tasks it enqueues. */
+  traceparent?: string;
+}
+
+/**
+ * Many completions with their handlers in one statement (queues.settle_with_handlers):
+ * each as settleWithHandler, with one completion statement and one commit for all. A
+ * refused completion commits nothing of its task (its handler's writes included) and the
+ * others commit. Returns one answer per completion, in input order; the result
+ * 'transient' (a serialization failure or deadlock in its handler) recorded nothing.
+ */
+export async function settleWithHandlers(
+  db: Queryable,
+  settlements: HandlerSettlement[],
+): Promise<{ result: CompletionResult | 'transient'; outcome: CompletionOutcome | null; errors: string[] }[]> {
+  if (settlements.length === 0) return [];
+  const errors = settlements.flatMap(({ completion: c }) =>
+    (c.errors ?? []).map((message) => ({ taskId: c.taskId, message })),
+  );
+  const rows = await mapErrors(
+    taskSettleWithHandlers.run(
+      {
+        taskIds: settlements.map((s) => s.completion.taskId),
+        taskLeaseIds: settlements.map((s) => s.completion.taskLeaseId),
+        outcomes: settlements.map((s) => s.completion.outcome),
+        retries: settlements.map((s) => s.completion.retry ?? null) as boolean[],
+        errorTaskIds: errors.map((e) => e.taskId),
+        errorMessages: errors.map((e) => e.message),
+        handlers: settlements.map((s) => s.handler.functionName),
+        bodies: settlements.map((s) => s.handler.body),
+        modes: settlements.map((s) => s.handler.mode),
+        raisedPrefixes: settlements.map((s) => s.handler.raisedPrefix),
+        startedUs: settlements.map((s) => epochMicros(s.completion.startedAt)) as string[],
+        // null when none is traced: the handlers then run without the setting.
+        traceparents: settlements.some((s) => s.traceparent) ? settlements.map((s) => s.traceparent ?? '') : null,
+      },
+      prepared('queue_client_task_settle_with_handlers', db),
+    ),
+  );
+  return rows.map((r) => ({
+    result: r.result as CompletionResult | 'transient',
+    outcome: r.outcome as CompletionOutcome | null,
+    errors: r.errors,
+  }));
 }
 
 /**
@@ -796,6 +855,74 @@ export async function runBeforeProviderCall(
     startResult: row?.startResult ?? null,
     startError: row?.startError ?? null,
   };
+}
+
+/** One call of runBeforeProviderCalls: a channel task's before_handler and its lease. */
+export interface BeforeProviderCallRequest {
+  beforeHandler: string;
+  payload: JsonObject;
+  taskId: Id;
+  taskLeaseId: Id;
+  /** The trace context of the tasks the handler enqueues, as runFunction's. */
+  traceparent?: string;
+}
+
+/** What runBeforeProviderCalls returns per call: its answer, or the error its call raised. */
+export type BeforeProviderCallAnswer = { ok: true; ran: BeforeProviderCall } | { ok: false; error: unknown };
+
+/**
+ * runBeforeProviderCall for a group of channel tasks in one statement, one round trip
+ * (internal.run_before_provider_calls): an answer per call, in the calls' order. Each call
+ * runs in a subtransaction of its own: a raise of one call (its handler's, or its check's
+ * error other than the check's own, which is `startError` as in runBeforeProviderCall)
+ * is that call's `error`, a QueueError with the raise's SQLSTATE and message, and rolls
+ * back that call's writes only; a lease that is no longer live fails that call's check
+ * only. A failure of the statement itself (the connection, say) is thrown. At most 50
+ * calls.
+ */
+export async function runBeforeProviderCalls(
+  db: Queryable,
+  calls: readonly BeforeProviderCallRequest[],
+): Promise<BeforeProviderCallAnswer[]> {
+  if (calls.length === 0) return [];
+  const body = calls.map((c) => ({
+    before_handler: c.beforeHandler,
+    payload: c.payload,
+    task_id: String(c.taskId),
+    task_lease_id: String(c.taskLeaseId),
+    ...(c.traceparent ? { traceparent: c.traceparent } : {}),
+  }));
+  const rows = await mapErrors(
+    functionRunBeforeProviderCalls.run(
+      { calls: toJsonText(body, 'calls') },
+      prepared('queue_client_function_before_provider_calls', db),
+    ),
+  );
+  const answers: BeforeProviderCallAnswer[] = calls.map(() => ({
+    ok: false,
+    error: new QueueError('internal.run_before_provider_calls returned no row for this call', 'database'),
+  }));
+  for (const row of rows) {
+    const i = row.ord - 1;
+    if (i < 0 || i >= answers.length) continue;
+    answers[i] =
+      row.beforeSqlstate !== null || row.beforeError !== null
+        ? {
+            ok: false,
+            error: toQueueError(
+              Object.assign(new Error(row.beforeError ?? 'raised'), { code: row.beforeSqlstate ?? 'P0001' }),
+            ),
+          }
+        : {
+            ok: true,
+            ran: {
+              beforeResult: row.beforeResult ?? null,
+              startResult: row.startResult ?? null,
+              startError: row.startError ?? null,
+            },
+          };
+  }
+  return answers;
 }
 
 /**

@@ -25,12 +25,20 @@ export interface ThrottleReport {
   /** The run whose provider call was refused: its lease is released (not counted). */
   taskId?: Id;
   taskLeaseId?: Id;
+  /**
+   * Leases the reporter holds of tasks it has not started (a worker's local queue): those
+   * the throttle covers (of the throttled type, or carrying the throttled group key) are
+   * released with the run's, uncounted, in the same statement.
+   */
+  waiting?: readonly { taskId: Id; taskLeaseId: Id }[];
 }
 
 export interface ThrottleRecorded {
   /** `recorded` (no task given), `released` (the run's lease given back), `lease_lost`. */
   result: 'recorded' | 'released' | 'lease_lost';
   throttledUntil: Date;
+  /** The ids of `waiting` released (covered by the throttle); the others are still held. */
+  releasedWaiting: Id[];
 }
 
 /** A throttle in force: the latest end among a key's reports not cleared. */
@@ -63,11 +71,17 @@ export async function recordThrottle(db: Queryable, report: ThrottleReport): Pro
         recordedBy: report.recordedBy,
         taskId: report.taskId ?? null,
         taskLeaseId: report.taskLeaseId ?? null,
+        waitingTaskIds: report.waiting?.length ? report.waiting.map((w) => w.taskId) : null,
+        waitingLeaseIds: report.waiting?.length ? report.waiting.map((w) => w.taskLeaseId) : null,
       },
       db,
     ),
   );
-  return { result: row!.result as ThrottleRecorded['result'], throttledUntil: row!.throttledUntil };
+  return {
+    result: row!.result as ThrottleRecorded['result'],
+    throttledUntil: row!.throttledUntil,
+    releasedWaiting: row!.releasedWaiting.map(String),
+  };
 }
 
 /** The throttles in force now, one per key. */

@@ -148,7 +148,7 @@ describe('queue client', () => {
     await db.query(`select admin.cancel_tasks($1::bigint[])`, [[taskId, id]]);
   });
 
-  it('keeps groupKey on the task, from enqueue on a pool, in a transaction and in a batch; refuses it with unique', async () => {
+  it('keeps groupKey on the task, from enqueue on a pool, in a transaction, in a batch and with unique', async () => {
     const onPool = await enqueue(app, { taskType: 'store_discovery', payload: {}, groupKey: 'tenant:1' });
     const inTx = await withTransaction(app, (c) =>
       enqueue(c, { taskType: 'store_discovery', payload: {}, groupKey: 'tenant:2' }),
@@ -169,9 +169,19 @@ describe('queue client', () => {
       { group_key: 'tenant:3', pending: 'tenant:3' },
       { group_key: null, pending: null },
     ]);
-    await expect(
-      enqueue(app, { taskType: 'store_discovery', payload: {}, groupKey: 'x', unique: { key: 'group-unique' } }),
-    ).rejects.toMatchObject({ kind: 'invalid_input' });
+    const unique = await enqueue(app, {
+      taskType: 'store_discovery',
+      payload: {},
+      groupKey: 'x',
+      timeoutMs: 1234,
+      unique: { key: 'group-unique', policy: 'replace' },
+    });
+    ids.push(unique);
+    const { rows: kept } = await db.query(
+      `select p.group_key, t.timeout_ms from queues.task t join queues.task_pending p using (task_id) where t.task_id = $1`,
+      [unique],
+    );
+    expect(kept).toEqual([{ group_key: 'x', timeout_ms: 1234 }]);
     await expect(enqueue(app, { taskType: 'store_discovery', payload: {}, groupKey: '' })).rejects.toMatchObject({
       kind: 'invalid_input',
       message: 'group_key must be 1 to 200 characters',

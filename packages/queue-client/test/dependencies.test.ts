@@ -55,7 +55,7 @@ it('enqueues a task that waits for others, on a pool, in a transaction and in a 
   expect((await listTaskDependencies(app, x)).map((d) => d.outcome)).toEqual(['succeeded', 'succeeded']);
 });
 
-it('refuses a missing dependency (not_found), and dependsOn with unique (invalid_input)', async () => {
+it('refuses a missing dependency (not_found), with unique too; a unique task keeps its dependencies', async () => {
   await expect(enqueue(app, { taskType: TYPE, payload: {}, dependsOn: ['999999999'] })).rejects.toMatchObject({
     name: 'QueueError',
     kind: 'not_found',
@@ -66,6 +66,17 @@ it('refuses a missing dependency (not_found), and dependsOn with unique (invalid
     message: 'tasks[0]: depends_on names task 999999999, which does not exist',
   });
   await expect(
-    enqueue(app, { taskType: TYPE, payload: {}, dependsOn: ['1'], unique: { key: 'k' } }),
-  ).rejects.toBeInstanceOf(QueueError);
+    enqueue(app, { taskType: TYPE, payload: {}, dependsOn: ['999999999'], unique: { key: 'k' } }),
+  ).rejects.toMatchObject({ name: 'QueueError', kind: 'not_found' });
+  const a = await enqueue(app, { taskType: TYPE, payload: {} });
+  const u = await enqueue(app, { taskType: TYPE, payload: {}, dependsOn: [a], unique: { key: 'k' } });
+  expect(await stateOf(u)).toBe('waiting');
+  expect((await listTaskDependencies(app, u)).map((d) => d.taskId)).toEqual([a]);
+  // Another task waits for u: replacing it is refused (it would fail its dependent).
+  await enqueue(app, { taskType: TYPE, payload: {}, dependsOn: [u] });
+  const refused = await enqueue(app, { taskType: TYPE, payload: {}, unique: { key: 'k', policy: 'replace' } }).catch(
+    (e: unknown) => e,
+  );
+  expect(refused).toBeInstanceOf(QueueError);
+  expect(refused).toMatchObject({ code: '55000', message: expect.stringMatching(/^task \d+ cannot be replaced/) });
 });

@@ -1,15 +1,19 @@
 /**
- * @org/queue-schema: the queue's schema (the repository's committed migrations) and the
- * migrator that applies it to a database of the app's own, for an app that installs the
- * queue as packages rather than running this repository (docs/installing.md).
+ * @org/queue-schema: the queue's schema and the migrator that applies it to a database of
+ * the app's own, for an app that installs the queue as packages rather than running this
+ * repository (docs/installing.md, docs/design/migration-parts.md).
+ *
+ * The schema comes in parts: the core (schemas queues, internal, admin, schedules, api) and
+ * the optional business domains (comms, files, accounts, menus, learning, and `public`, the
+ * specification's unqualified names). `migrations/parts/` (written by the build, parts.ts)
+ * holds the repository's committed history with each statement marked with its part; a
+ * migration applies, for each committed migration in order, the statements of the parts
+ * chosen, and records each (part, migration) in `queue_migrate.applied`, a bookkeeping
+ * schema of the queue's own.
  *
  * What a migration does to the database, and nothing else:
- * - creates its own schemas (queues, internal, admin, schedules, api, comms, files,
- *   accounts, menus, learning), owned by the role it connects as, and graphile-migrate's
- *   bookkeeping schema `graphile_migrate`;
- * - creates the specification's unqualified names in schema `public`
- *   (`v_worker_capacity`, `worker_tasks`, `recover_stale_tasks`, `generate_resync_tasks`),
- *   so that role needs CREATE on `public`;
+ * - creates the chosen parts' schemas and `queue_migrate`, owned by the role it connects as
+ *   (which needs CREATE on the database, and CREATE on `public` only for the part `public`);
  * - grants EXECUTE on the queue's functions to the three roles the app names (worker, app,
  *   api), which must exist;
  * - revokes EXECUTE from PUBLIC on the functions that role creates from then on, in this
@@ -17,12 +21,10 @@
  * The database's own privileges (PUBLIC's CONNECT and TEMP), other roles and the app's
  * tables are never touched.
  */
-import { existsSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { Logger, migrate, type Settings } from 'graphile-migrate';
-// Not re-exported by the package index: graphile-migrate keeps each pool 200 ms after use,
-// and exits the process if one of its idle connections errors.
-import { clearAllPools } from 'graphile-migrate/dist/pgReal.js';
+import pg from 'pg';
 
 /** The roles the queue's grants go to: roles of the app's own, named by the app. */
 export interface QueueRoles {
@@ -38,14 +40,32 @@ export interface MigrateQueueOptions {
   /** A postgres:// URL of the role that owns the queue's objects (a role of its own). */
   connectionString: string;
   roles: QueueRoles;
-  /** Progress lines (graphile-migrate's); default none. */
+  /**
+   * Business domains to add besides the core (DOMAINS); the ones they depend on come with
+   * them. Domains installed before are kept up to date whether named again or not.
+   */
+  domains?: readonly string[];
+  /** Progress lines; default none. */
   log?: (line: string) => void;
+  /**
+   * Parted migrations applied after the package's (name and text as in migrations/parts/):
+   * the repository's tests use it to install what the next release will ship.
+   */
+  extraMigrations?: readonly { name: string; text: string }[];
 }
 
-/** The folder holding `committed/`, the migrations this package applies. */
+/** The folder holding `parts/`, the migrations this package applies. */
 export const migrationsFolder: string = fileURLToPath(new URL('../migrations', import.meta.url));
 
+/** The bookkeeping schema: which migration of which part is applied. */
+export const BOOKKEEPING_SCHEMA = 'queue_migrate';
+
+/** The business domains a migration may add, in the order they are applied. */
+export const DOMAINS = ['comms', 'files', 'accounts', 'menus', 'learning', 'public'] as const;
+
 const ROLE_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+/** A session advisory lock key: one migration of the queue at a time per database. */
+const LOCK_KEY = 7_302_513_921;
 
 export class QueueSchemaError extends Error {
   override name = 'QueueSchemaError';
@@ -64,30 +84,155 @@ export function checkRoles(roles: Partial<QueueRoles>): QueueRoles {
   return roles as QueueRoles;
 }
 
-/** Applies the migrations not yet applied (none when the database is up to date). */
-export async function migrateQueue(options: MigrateQueueOptions): Promise<void> {
-  const roles = checkRoles(options.roles);
-  if (!existsSync(`${migrationsFolder}/committed`)) {
-    throw new QueueSchemaError(
-      `no migrations at ${migrationsFolder}/committed (a build of @org/queue-schema copies them)`,
-    );
-  }
-  const owner = decodeURIComponent(new URL(options.connectionString).username);
-  const log = options.log;
-  const settings: Settings = {
-    connectionString: options.connectionString,
-    migrationsFolder,
-    databaseOwner: owner,
-    placeholders: { ':DATABASE_WORKER': roles.worker, ':DATABASE_APP': roles.app, ':DATABASE_API': roles.api },
-    logger: quietLogger(log),
-  };
-  try {
-    await migrate(settings);
-  } finally {
-    clearAllPools();
-  }
+interface Manifest {
+  parts: string[];
+  dependencies: Record<string, string[]>;
+  migrations: string[];
 }
 
-function quietLogger(log: ((line: string) => void) | undefined): Logger {
-  return new Logger(() => (_level, message) => log?.(message));
+function readManifest(): Manifest {
+  const path = `${migrationsFolder}/parts/parts.json`;
+  if (!existsSync(path))
+    throw new QueueSchemaError(`no migrations at ${migrationsFolder}/parts (a build of @org/queue-schema copies them)`);
+  return JSON.parse(readFileSync(path, 'utf8')) as Manifest;
+}
+
+/**
+ * The domains named plus the ones they depend on, in apply order; a name that is not a
+ * domain is a QueueSchemaError.
+ */
+export function resolveDomains(domains: readonly string[], manifest: Manifest = readManifest()): string[] {
+  const known = manifest.parts.filter((p) => p !== 'core');
+  const unknown = domains.filter((d) => !known.includes(d));
+  if (unknown.length > 0)
+    throw new QueueSchemaError(
+      `unknown domain${unknown.length > 1 ? 's' : ''} ${unknown.map((d) => JSON.stringify(d)).join(', ')}: the domains are ${known.join(', ')}`,
+    );
+  const chosen = new Set<string>();
+  const add = (d: string) => {
+    if (chosen.has(d)) return;
+    chosen.add(d);
+    for (const dep of manifest.dependencies[d] ?? []) add(dep);
+  };
+  domains.forEach(add);
+  return known.filter((d) => chosen.has(d));
+}
+
+/** One committed migration cut into its parts' statements, in order. */
+export function readPartedMigration(text: string): { part: string; sql: string }[] {
+  const chunks: { part: string; sql: string }[] = [];
+  const marker = /^--! part: ([a-z_]+)\n/gm;
+  let match: RegExpExecArray | null;
+  let last: { part: string; start: number } | undefined;
+  while ((match = marker.exec(text)) !== null) {
+    if (last) chunks.push({ part: last.part, sql: text.slice(last.start, match.index) });
+    last = { part: match[1]!, start: match.index + match[0].length };
+  }
+  if (last) chunks.push({ part: last.part, sql: text.slice(last.start) });
+  return chunks;
+}
+
+function hashOf(sqls: string[]): string {
+  const h = createHash('sha1');
+  for (const sql of sqls) h.update(sql);
+  return `sha1:${h.digest('hex')}`;
+}
+
+/**
+ * Applies the migrations not yet applied to the core, the domains named (and those they
+ * depend on) and the domains installed before; nothing when all are up to date.
+ */
+export async function migrateQueue(options: MigrateQueueOptions): Promise<void> {
+  const roles = checkRoles(options.roles);
+  const manifest = readManifest();
+  const named = resolveDomains(options.domains ?? [], manifest);
+  const log = options.log ?? (() => {});
+  const client = new pg.Client({ connectionString: options.connectionString });
+  await client.connect();
+  try {
+    await client.query('select pg_advisory_lock($1)', [LOCK_KEY]);
+    const { rows: foreign } = await client.query<{ foreign: boolean }>(
+      `select to_regclass('queues.task') is not null and to_regclass('${BOOKKEEPING_SCHEMA}.applied') is null as foreign`,
+    );
+    if (foreign[0]!.foreign)
+      throw new QueueSchemaError(
+        `this database has the queue without ${BOOKKEEPING_SCHEMA}: it was migrated in one history (the repository's ` +
+          '`npm run migrate`, graphile-migrate), which keeps migrating it; queue-schema migrate applies only to ' +
+          'databases it installed',
+      );
+    await client.query(`create schema if not exists ${BOOKKEEPING_SCHEMA}`);
+    await client.query(
+      `create table if not exists ${BOOKKEEPING_SCHEMA}.applied (
+         part text not null,
+         migration text not null,
+         hash text not null,
+         applied_at timestamptz not null default now(),
+         primary key (part, migration))`,
+    );
+    const { rows: applied } = await client.query<{ part: string; migration: string; hash: string }>(
+      `select part, migration, hash from ${BOOKKEEPING_SCHEMA}.applied`,
+    );
+    const done = new Map(applied.map((r) => [`${r.part}/${r.migration}`, r.hash]));
+    const installed = new Set(applied.map((r) => r.part));
+    const extra = named.filter((d) => !installed.has(d) && !(options.domains ?? []).includes(d));
+    if (extra.length > 0) log(`adding ${extra.join(', ')}: the domains named depend on them`);
+    const parts = ['core', ...manifest.parts.filter((p) => p !== 'core' && (named.includes(p) || installed.has(p)))];
+    const { rows: who } = await client.query<{ owner: string; db: string }>(
+      'select current_user as owner, current_database() as db',
+    );
+    const placeholders: Record<string, string> = {
+      ':DATABASE_WORKER': roles.worker,
+      ':DATABASE_APP': roles.app,
+      ':DATABASE_API': roles.api,
+      ':DATABASE_OWNER': who[0]!.owner,
+      ':DATABASE_NAME': who[0]!.db,
+    };
+    const fill = (sql: string) =>
+      sql.replace(/:DATABASE_(WORKER|APP|API|OWNER|NAME)\b/g, (word) => placeholders[word] ?? word);
+    let count = 0;
+    const history = [
+      ...manifest.migrations.map((name) => ({
+        name,
+        text: () => readFileSync(`${migrationsFolder}/parts/${name}`, 'utf8'),
+      })),
+      ...(options.extraMigrations ?? []).map((m) => ({ name: m.name, text: () => m.text })),
+    ];
+    for (const { name: migration, text } of history) {
+      const chunks = readPartedMigration(text());
+      const due: string[] = [];
+      for (const part of parts) {
+        const hash = hashOf(chunks.filter((c) => c.part === part).map((c) => c.sql));
+        const had = done.get(`${part}/${migration}`);
+        if (had === undefined) due.push(part);
+        else if (had !== hash)
+          throw new Error(`${part} ${migration} was applied with ${had}, but the package's is ${hash}`);
+      }
+      if (due.length === 0) continue;
+      await client.query('begin');
+      try {
+        // As pg_restore does: a function's body is checked when it runs, not when it is
+        // created, since a part's old definitions may name what only a later one creates.
+        await client.query('set local check_function_bodies = off');
+        for (const chunk of chunks) if (due.includes(chunk.part)) await client.query(fill(chunk.sql));
+        for (const part of due) {
+          const hash = hashOf(chunks.filter((c) => c.part === part).map((c) => c.sql));
+          await client.query(`insert into ${BOOKKEEPING_SCHEMA}.applied (part, migration, hash) values ($1, $2, $3)`, [
+            part,
+            migration,
+            hash,
+          ]);
+        }
+        await client.query('commit');
+      } catch (error) {
+        await client.query('rollback').catch(() => {});
+        const message = error instanceof Error ? error.message : String(error);
+        throw new Error(`migration ${migration} (${due.join(', ')}): ${message}`, { cause: error });
+      }
+      count++;
+      log(`applied ${migration} (${due.join(', ')})`);
+    }
+    log(count === 0 ? `up to date (${parts.join(', ')})` : `migrated ${parts.join(', ')}`);
+  } finally {
+    await client.end();
+  }
 }

@@ -331,25 +331,13 @@ const newTask = z
       .optional(),
   })
   .strict()
-  .refine((t) => t.unique_key === undefined || t.depends_on === undefined, {
-    message: 'depends_on cannot be combined with unique_key',
-    path: ['depends_on'],
-  })
   .refine(
     (t) => t.unique_key !== undefined || (t.unique_policy === undefined && t.unique_period_seconds === undefined),
     {
       message: 'unique_policy and unique_period_seconds need a unique_key',
       path: ['unique_key'],
     },
-  )
-  .refine((t) => t.unique_key === undefined || t.group_key === undefined, {
-    message: 'group_key cannot be combined with unique_key',
-    path: ['group_key'],
-  })
-  .refine((t) => t.unique_key === undefined || t.timeout_ms === undefined, {
-    message: 'timeout_ms cannot be combined with unique_key',
-    path: ['timeout_ms'],
-  });
+  );
 
 /**
  * The role-based specification's body for POST /api/tasks, the columns of its worker_tasks

@@ -48,19 +48,48 @@ it('creates a waiting task with depends_on; the task shows its dependencies, the
   expect((await get(`/api/tasks/${x}`)).json().task.state).toBe('cancelled');
 });
 
-it('refuses a missing dependency (404), a malformed one and one with a unique key (400); writes nothing', async () => {
+it('refuses a missing dependency (404) and a malformed one (400); writes nothing', async () => {
   const before = await taskCount();
   const missing = await post('/api/tasks', { task_type: 'store_discovery', payload: {}, depends_on: [999999999] });
   expect(missing.statusCode).toBe(404);
   expect(missing.json().message).toBe('depends_on names task 999999999, which does not exist');
-  for (const body of [
-    { depends_on: ['1'] },
-    { depends_on: [1.5] },
-    { depends_on: 1 },
-    { depends_on: [1], unique_key: 'k' },
-  ]) {
+  for (const body of [{ depends_on: ['1'] }, { depends_on: [1.5] }, { depends_on: 1 }]) {
     const res = await post('/api/tasks', { task_type: 'store_discovery', payload: {}, ...body });
     expect(res.statusCode, JSON.stringify(body)).toBe(400);
   }
+  const uniqueMissing = await post('/api/tasks', {
+    task_type: 'store_discovery',
+    payload: {},
+    depends_on: [999999999],
+    unique_key: 'k',
+  });
+  expect(uniqueMissing.statusCode).toBe(404);
   expect(await taskCount()).toBe(before);
+});
+
+it('a unique task takes depends_on, group_key and timeout_ms; replacing one that others wait for is 409', async () => {
+  const dep = await post('/api/tasks', { task_type: 'store_discovery', payload: {} });
+  const depId = dep.json().task_id as number;
+  const u = await post('/api/tasks', {
+    task_type: 'store_discovery',
+    payload: {},
+    unique_key: 'web:u',
+    unique_policy: 'replace',
+    depends_on: [depId],
+    group_key: 'g',
+    timeout_ms: 5000,
+  });
+  expect(u.statusCode, u.body).toBe(201);
+  const uId = u.json().task_id as number;
+  expect((await get(`/api/tasks/${uId}`)).json().task.state).toBe('waiting');
+  const waiter = await post('/api/tasks', { task_type: 'store_discovery', payload: {}, depends_on: [uId] });
+  expect(waiter.statusCode).toBe(201);
+  const replaced = await post('/api/tasks', {
+    task_type: 'store_discovery',
+    payload: {},
+    unique_key: 'web:u',
+    unique_policy: 'replace',
+  });
+  expect(replaced.statusCode, replaced.body).toBe(409);
+  expect(replaced.json().message).toBe(`task ${uId} cannot be replaced: task ${waiter.json().task_id} waits for it`);
 });

@@ -16,12 +16,14 @@
  * transaction of its own with its fenced completion: if its lease was lost, its effects
  * roll back. (One transaction for a whole batch of effects would hold the row locks of
  * its first completions until its last effects ran, and a heartbeat that must extend those
- * leases would wait for it.) A completion with a handler (a channel task's success or
- * error handler) is one statement, queues.settle_with_handler, which runs the handler and
- * the completion together: no transaction stays open between round trips. Both run on
- * EFFECT_CONNECTIONS connections of their own side by side: one after another on one
- * connection, each commit's wait for the disk capped a worker at about 90 email
- * completions a second.
+ * leases would wait for it.) Completions with handlers (a channel task's success or
+ * error handler) run the handler and the completion together in one statement: all those
+ * of a round in one queues.settle_with_handlers (each handler in a subtransaction, one
+ * completion statement and one commit for the round; a refused completion commits nothing
+ * of its task), a lone one in queues.settle_with_handler. No transaction stays open
+ * between round trips. They run on connections of their own (EFFECT_CONNECTIONS) beside
+ * the completions with effects: one after another on one connection, each commit's wait
+ * for the disk capped a worker at about 90 email completions a second.
  *
  * Errors: a transient failure (connection, server) rejects the whole round trip and
  * records nothing (its tasks run again); a statement PostgreSQL refused because a
@@ -36,6 +38,7 @@ import {
   recordTaskResult,
   settleTasks,
   settleWithHandler,
+  settleWithHandlers,
   type ClaimedTask,
   type CompletionResult,
   type Settlement,
@@ -259,10 +262,7 @@ export class Completer {
         {
           ...settlement(c, c.outcome),
           taskLeaseId: c.task.taskLeaseId,
-          outcome:
-            c.outcome.outcome === 'succeeded' || c.outcome.outcome === 'validation_failed'
-              ? c.outcome.outcome
-              : 'failed',
+          outcome: handlerOutcome(c),
         },
         handler,
         c.traceparent,
@@ -284,6 +284,62 @@ export class Completer {
   }
 
   /**
+   * The completions with handlers of a round, on one connection of their own: one
+   * statement for all of them (queues.settle_with_handlers: each handler in a
+   * subtransaction, one completion statement, one commit), or queues.settle_with_handler
+   * for a single one. A statement that fails as a whole for another reason than a
+   * transient one sends each completion again in a statement of its own, so one bad
+   * completion cannot fail the others.
+   */
+  async #withHandlers(
+    completions: PendingCompletion[],
+    plain: { pending: PendingCompletion; outcome: TaskOutcome }[],
+  ): Promise<void> {
+    const client = await this.#effects.connect();
+    let lost: Error | undefined;
+    try {
+      if (completions.length === 1) {
+        await this.#withHandler(client, completions[0]!, plain);
+        return;
+      }
+      let answers;
+      try {
+        answers = await settleWithHandlers(
+          client,
+          completions.map((c) => ({
+            completion: { ...settlement(c, c.outcome), taskLeaseId: c.task.taskLeaseId, outcome: handlerOutcome(c) },
+            handler: c.outcome.handler!,
+            ...(c.traceparent === undefined ? {} : { traceparent: c.traceparent }),
+          })),
+        );
+      } catch (error) {
+        if (isTransient(error)) throw error;
+        for (const c of completions) await this.#withHandler(client, c, plain);
+        return;
+      }
+      completions.forEach((c, i) => {
+        const { result, outcome, errors } = answers[i]!;
+        c.answered = true;
+        if (result === 'transient') {
+          // Its handler met a serialization failure or a deadlock: nothing recorded, it runs again.
+          c.reject(Object.assign(new Error(errors[0] ?? 'handler rolled back'), { code: '40001' }));
+          return;
+        }
+        const report: TaskReport = { outcome: outcome ?? handlerOutcome(c) };
+        if (errors[0] !== undefined) report.error = errors[0];
+        c.resolve({ result, report });
+      });
+    } catch (error) {
+      noteCrash(error, client);
+      // Whatever state the connection is in, it is not reused.
+      lost = error as Error;
+      throw error;
+    } finally {
+      client.release(lost);
+    }
+  }
+
+  /**
    * One round: completions with effects (side by side, each its own transaction), then one
    * settle_tasks statement for the rest.
    */
@@ -299,14 +355,15 @@ export class Completer {
     try {
       // Each on its own transaction, EFFECT_CONNECTIONS at a time (one connection would
       // pay every commit's wait for the disk one after another).
-      const queue = [...withEffects];
+      // Completions with handlers: one statement for all of them, beside the others.
+      const handled = withEffects.filter((c) => c.outcome.handler);
+      const queue = withEffects.filter((c) => !c.outcome.handler);
       const lanes = Array.from({ length: Math.min(EFFECT_CONNECTIONS, queue.length) }, async () => {
         const effectsClient = await this.#effects.connect();
         let lost: Error | undefined;
         try {
           for (let c = queue.shift(); c !== undefined; c = queue.shift()) {
-            if (c.outcome.handler) await this.#withHandler(effectsClient, c, plain);
-            else await this.#withEffects(effectsClient, c, plain);
+            await this.#withEffects(effectsClient, c, plain);
           }
         } catch (error) {
           noteCrash(error, effectsClient);
@@ -317,6 +374,7 @@ export class Completer {
           effectsClient.release(lost);
         }
       });
+      if (handled.length > 0) lanes.push(this.#withHandlers(handled, plain));
       // Every lane ends before the round goes on or fails: a completion still in flight
       // is answered by its own lane, never also rejected with the round.
       const failed = (await Promise.allSettled(lanes)).find((r) => r.status === 'rejected');
@@ -345,6 +403,11 @@ export class Completer {
 /** Effects commit only when this very call completed the task or scheduled its retry. */
 function accepted(result: CompletionResult): boolean {
   return result === 'completed' || result === 'retry_scheduled';
+}
+
+/** The outcome a handler completes its task with. */
+function handlerOutcome(c: PendingCompletion): 'succeeded' | 'failed' | 'validation_failed' {
+  return c.outcome.outcome === 'succeeded' || c.outcome.outcome === 'validation_failed' ? c.outcome.outcome : 'failed';
 }
 
 const NO_ERRORS: string[] = [];

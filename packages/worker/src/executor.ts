@@ -114,16 +114,27 @@ export class Executor {
           recording = true;
           return this.#recordTimeout(running, error);
         }
-        // The provider refused the work for now (throttle.ts): the throttle recorded, the run
-        // and the waiting tasks of its type (they would meet the same refusal) given back.
-        // A group's throttle gives back the run only (waiting tasks carry no group key here).
+        // The provider refused the work for now (throttle.ts): the throttle recorded, and the
+        // run and the waiting tasks it covers (they would meet the same refusal) given back,
+        // in one statement. The candidates leave the local queue first, so that none starts
+        // meanwhile: of its type for a type's throttle; all of them for a group's (the
+        // database knows their group keys); those not given back return to the queue.
         if (!running.released && !running.cancelled && isThrottledError(error)) {
           const { workerId, queue } = this.#o;
-          const waiting = new Set(
-            error.group === true ? [] : queue.waiting.filter((t) => t.taskType === (error.key ?? task.taskType)),
+          const candidates =
+            error.group === true
+              ? [...queue.waiting]
+              : queue.waiting.filter((t) => t.taskType === (error.key ?? task.taskType));
+          queue.drop(new Set(candidates));
+          const { result, released } = await recordThrottledRun(
+            pool,
+            task,
+            error,
+            workerId,
+            this.#taskLog(running),
+            candidates,
           );
-          queue.drop(waiting);
-          const result = await recordThrottledRun(pool, task, error, workerId, this.#taskLog(running), [...waiting]);
+          queue.restore(candidates.filter((t) => !released.has(t.taskId)));
           if (result === 'lease_lost') await this.#lostRun(running, Date.now() - running.startedAt);
           return;
         }

@@ -28,6 +28,8 @@ export interface LocalQueue {
   readonly waiting: readonly ClaimedTask[];
   /** Drops waiting tasks whose leases were lost. */
   drop(tasks: Set<ClaimedTask>): void;
+  /** Puts back, at the front, waiting tasks taken out and still held (see Executor). */
+  restore(tasks: readonly ClaimedTask[]): void;
 }
 
 export interface HeartbeatOptions {

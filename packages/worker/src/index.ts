@@ -11,9 +11,8 @@ export {
 } from './metrics.js';
 export { ProcessorRegistry, type Processor, type TaskContext, type TaskOutcome, type TaskReport } from './processor.js';
 export { dbFunctionProcessor, dbFunctionStep } from './processors/db-function.js';
-export { channelTaskProcessor } from './processors/channel-task.js';
+export { channelTaskProcessor, HandlerInvoker } from './processors/channel-task.js';
 export { registerTaskDefinitions, taskDefinitionProcessor } from './processors/task-definition.js';
-export { HandlerInvoker } from './handler-invoker.js';
 export { TaskCancelledError } from './cancellation.js';
 export { TaskTimeoutError } from './timeouts.js';
 export { ThrottledError, isThrottledError, throttleSeconds } from './throttle.js';

@@ -80,7 +80,8 @@ export interface TaskOutcome extends TaskReport {
   step?: { functionName: string };
   /**
    * A handler to run with the completion instead of `effects`, in the database in one
-   * statement (queues.settle_with_handler: no transaction open across round trips): its
+   * statement (queues.settle_with_handlers with the round's other handler completions,
+   * or queues.settle_with_handler: no transaction open across round trips): its
    * envelope decides the outcome and errors recorded (see HandlerCall).
    */
   handler?: HandlerCall;

@@ -23,6 +23,8 @@ import { traceClaim } from './tracing.js';
 export const DEFAULT_PREFETCH = 500;
 /** How long after a scheduled task is due a worker that waited for it claims again. */
 const DUE_MARGIN_MS = 5;
+/** Added to the stretch before a next-due question in which a task may have fallen due unseen. */
+const MISSED_MARGIN_MS = 10;
 /** Most tasks per claim (queues.claim_tasks accepts up to 1000). */
 const MAX_CLAIM = 500;
 /**
@@ -141,6 +143,21 @@ export class Producer {
     if (tasks.size > 0) this.#waiting = this.#waiting.filter((t) => !tasks.has(t));
   }
 
+  /**
+   * Puts back at the front of the local queue tasks taken out of it and still held (a
+   * throttle did not cover them), and starts them as slots free; once the worker is
+   * stopping (its queue given back already), gives their leases back instead.
+   */
+  restore(tasks: readonly ClaimedTask[]): void {
+    if (tasks.length === 0) return;
+    if (this.#stopping) {
+      void this.#release([...tasks]);
+      return;
+    }
+    this.#waiting.unshift(...tasks);
+    this.notified();
+  }
+
   /** New work was announced (NOTIFY, the listener's poll, a lease given back): worth a claim. */
   notified(): void {
     this.#drained = false;
@@ -188,6 +205,7 @@ export class Producer {
         // loop: let them, and claim for all of them in one call.
         if (slots.busy > 0) await new Promise((resolve) => setImmediate(resolve));
         const limit = Math.min(MAX_CLAIM, capacity - slots.busy - this.#waiting.length);
+        const claimSentAt = performance.now();
         const claimed = limit > 0 ? await this.#claim(limit) : [];
         if (this.#stopping) {
           if (claimed.length > 0) await this.#release(claimed);
@@ -206,7 +224,8 @@ export class Producer {
           continue;
         }
         // Look again at the poll interval, or when the next scheduled task is due.
-        if (this.#drained) this.#lookAgainAt = performance.now() + (await this.#nextClaimIn(pollIntervalMs));
+        if (this.#drained)
+          this.#lookAgainAt = performance.now() + (await this.#nextClaimIn(pollIntervalMs, claimSentAt));
       }
       // The time to look again passed without a wake-up: look again.
       const wait = this.#drained ? Math.max(0, this.#lookAgainAt - performance.now()) : pollIntervalMs;
@@ -320,11 +339,17 @@ export class Producer {
   /**
    * Milliseconds until the next task of this worker's types is scheduled (the database's
    * answer, queues.next_claim_in_ms) plus DUE_MARGIN_MS, at most `pollIntervalMs`; `pollIntervalMs` when
-   * none is, or when the question fails (the poll covers it).
+   * none is, or when the question fails (the poll covers it). A task that fell due after
+   * the claim (sent at `claimSentAt`) took its clock and before the question takes its
+   * own answers 0: the claim could not take it, and it is not ahead of the question. That
+   * stretch is at most the time since the claim was sent plus the question's way to the
+   * database: twice the first, and a few ms, cover both (a wider one only lets a task
+   * the claim passed over, its resource key held, answer 0 once more).
    */
-  async #nextClaimIn(pollIntervalMs: number): Promise<number> {
+  async #nextClaimIn(pollIntervalMs: number, claimSentAt: number): Promise<number> {
     try {
-      const ms = await nextClaimInMs(this.#o.pool, this.#o.taskTypes);
+      const missedMs = Math.ceil(2 * (performance.now() - claimSentAt)) + MISSED_MARGIN_MS;
+      const ms = await nextClaimInMs(this.#o.pool, this.#o.taskTypes, missedMs);
       // A few ms late, not early: a timer may fire up to 1 ms before its time, and a
       // claim that comes before the task is due misses it until the poll.
       return ms === null ? pollIntervalMs : Math.min(ms + DUE_MARGIN_MS, pollIntervalMs);

@@ -2,19 +2,19 @@
  * Provider back-pressure (sql/queues/throttle.sql): a processor, a provider or a defineTask
  * run throws a ThrottledError (from @org/contracts, exported by @org/worker too) when
  * the service it calls refused the work for now. The worker (executor.ts) records
- * "throttled until T" for the error's key (the task's type unless it names another) and
- * gives the run's lease back in the same statement (queues.record_throttle), then the
- * leases of that type's tasks waiting in its local queue: the run counts as neither a
- * failed attempt, an interruption nor an expiry, and every worker's claim leaves that
- * type's tasks until T, so they run again after T (or once an operator clears it).
+ * "throttled until T" for the error's key (the task's type unless it names another) and,
+ * in the same statement (queues.record_throttle), gives back the run's lease and the
+ * leases of the tasks waiting in its local queue that the throttle covers: the run counts
+ * as neither a failed attempt, an interruption nor an expiry, and every worker's claim
+ * leaves that type's tasks until T, so they run again after T (or once an operator clears it).
  * A ThrottledError with `group: true` or a `groupKey` throttles a group key instead (the
  * run's task's own, or the one named): every worker's claim leaves the tasks of every
- * type carrying it until T, and the other groups' tasks run on. (The worker does not know
- * the group keys of the tasks in its local queue: those run, and a refused one is given
- * back uncounted in turn.)
+ * type carrying it until T, and the other groups' tasks run on. The worker does not know
+ * the group keys of the tasks in its local queue: it offers them all, the database gives
+ * back those carrying the key, and the rest go back to the local queue.
  * The wait asked for is held to 1 second to 24 hours. When the report cannot be recorded
- * (an unknown key, the database unreachable), the lease is released without it; failing
- * that, the lease expires.
+ * (an unknown key, the database unreachable), the lease is released without it, and the
+ * waiting tasks stay in the local queue; failing that, the lease expires.
  */
 import type pg from 'pg';
 import { ThrottledError, isThrottledError } from '@org/contracts/throttled';
@@ -34,13 +34,20 @@ export function throttleSeconds(error: ThrottledError, now: number = Date.now())
   return Math.min(MAX_THROTTLE_SECONDS, Math.max(MIN_THROTTLE_SECONDS, asked));
 }
 
-export type ThrottledRun = 'released' | 'lease_lost' | 'not_recorded';
+export interface ThrottledRun {
+  /**
+   * `released`, `lease_lost` (the lease was no longer the task's: the throttle is recorded
+   * anyway) or `not_recorded` (the lease was released, or left to expire, without a record).
+   */
+  result: 'released' | 'lease_lost' | 'not_recorded';
+  /** The ids of the waiting tasks given back with it (the throttle covers them). */
+  released: Set<string>;
+}
 
 /**
- * Records the throttle `error` reports for `task`'s run and gives its lease back, and then
- * the leases of `waiting` (tasks of the throttled type taken out of the local queue). Returns
- * `released`, `lease_lost` (the lease was no longer the task's: the throttle is recorded
- * anyway) or `not_recorded` (the lease was released, or left to expire, without a record).
+ * Records the throttle `error` reports for `task`'s run and gives its lease back, with the
+ * leases of those of `waiting` (tasks taken out of the local queue, not started) that the
+ * throttle covers, in one statement.
  */
 export async function recordThrottledRun(
   pool: pg.Pool,
@@ -50,20 +57,6 @@ export async function recordThrottledRun(
   log: Logger,
   waiting: readonly Pick<ClaimedTask, 'taskId' | 'taskLeaseId'>[] = [],
 ): Promise<ThrottledRun> {
-  try {
-    return await record(pool, task, error, workerId, log);
-  } finally {
-    if (waiting.length > 0) await release(pool, waiting, log);
-  }
-}
-
-async function record(
-  pool: pg.Pool,
-  task: Pick<ClaimedTask, 'taskId' | 'taskLeaseId' | 'taskType'>,
-  error: ThrottledError,
-  workerId: string,
-  log: Logger,
-): Promise<ThrottledRun> {
   // A group throttle without a key is of the task's own group key, which the database reads.
   const group = error.group === true;
   const key = group ? error.groupKey : (error.key ?? task.taskType);
@@ -71,7 +64,7 @@ async function record(
   const seconds = throttleSeconds(error);
   const reason = sanitizeMessage(error.message || 'throttled').slice(0, 500);
   try {
-    const { result, throttledUntil } = await recordThrottle(pool, {
+    const { result, throttledUntil, releasedWaiting } = await recordThrottle(pool, {
       keyKind: group ? 'group' : 'task_type',
       key,
       retryAfterSeconds: seconds,
@@ -79,6 +72,7 @@ async function record(
       recordedBy: workerId,
       taskId: task.taskId,
       taskLeaseId: task.taskLeaseId,
+      waiting: waiting.map((t) => ({ taskId: t.taskId, taskLeaseId: t.taskLeaseId })),
     });
     log.warn(
       {
@@ -88,10 +82,11 @@ async function record(
         throttled_until: throttledUntil.toISOString(),
         result,
         reason,
+        waiting_released: releasedWaiting.length,
       },
       `${label} throttled until ${throttledUntil.toISOString()}; the task runs again after it`,
     );
-    return result === 'lease_lost' ? 'lease_lost' : 'released';
+    return { result: result === 'lease_lost' ? 'lease_lost' : 'released', released: new Set(releasedWaiting) };
   } catch (recordError) {
     log.error(
       {
@@ -104,7 +99,7 @@ async function record(
       'could not record the throttle; giving the task back without it',
     );
     await release(pool, [task], log);
-    return 'not_recorded';
+    return { result: 'not_recorded', released: new Set() };
   }
 }
 

@@ -239,7 +239,7 @@ interface CompletionOf {
 /**
  * Runs a task's completion (`complete`, given the outcome to record) as children of the
  * task's span. A step's call, and a completion with its handler, are one statement each
- * (queues.run_steps, queues.settle_with_handler): a `queue.handler` span for it, then the
+ * (queues.run_steps, queues.settle_with_handler[s]): a `queue.handler` span for it, then the
  * completion's. Any other completion is the completion's span, its effects bound to the
  * task's span (the completer runs them in its own batch). Without tracing, the completion
  * alone.

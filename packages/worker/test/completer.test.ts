@@ -102,3 +102,48 @@ it('records completions whose statement PostgreSQL refused after a migration cha
     await completer.close();
   }
 });
+
+it('completes the handler completions of a round together; a lost lease refuses only its own', async () => {
+  for (let i = 0; i < 3; i++) await enqueue(db, 'db_function', { handled: i });
+  const tasks = await claimTasks(db.pool('worker'), {
+    workerId: 'completer-handlers',
+    limit: 3,
+    taskTypes: ['db_function'],
+  });
+  expect(tasks.length).toBe(3);
+  // A fourth task's lease is revoked before its completion: it is refused.
+  await enqueue(db, 'db_function', { handled: 'lost' });
+  const [lost] = await claimTasks(db.pool('worker'), {
+    workerId: 'completer-lost',
+    limit: 1,
+    taskTypes: ['db_function'],
+  });
+  await db.query(`select queues.revoke_worker_leases('completer-lost')`);
+  const completer = new Completer(db.url('worker'), createLogger('silent'));
+  try {
+    const handler = (mode: 'success' | 'error', functionName = 'internal.noop') => ({
+      functionName,
+      body: {},
+      mode,
+      raisedPrefix: 'handler raised: ',
+    });
+    // Asked for in the same turn: one round, its handler completions in one statement.
+    const settled = await Promise.all([
+      completer.complete(lost, { outcome: 'succeeded', handler: handler('success') }),
+      completer.complete(tasks[0], { outcome: 'succeeded', handler: handler('success') }),
+      completer.complete(tasks[1], { outcome: 'failed', error: 'provider said no', handler: handler('error') }),
+      completer.complete(tasks[2], { outcome: 'succeeded', handler: handler('success', 'internal.nothing_here') }),
+    ]);
+    expect(settled.map((s) => s.result)).toEqual(['lease_lost', 'completed', 'completed', 'completed']);
+    expect(settled[1].report).toEqual({ outcome: 'succeeded' });
+    expect(settled[2].report).toEqual({ outcome: 'failed', error: 'provider said no' });
+    expect(settled[3].report.outcome).toBe('failed');
+    expect(settled[3].report.error).toMatch(/^handler raised: function internal\.nothing_here\(jsonb\) does not exist/);
+    expect((await factsOf(db, lost.taskId)).outcome).toBeNull();
+    expect((await factsOf(db, tasks[0].taskId)).outcome).toBe('succeeded');
+    expect((await factsOf(db, tasks[1].taskId)).outcome).toBe('failed');
+    expect((await factsOf(db, tasks[2].taskId)).outcome).toBe('failed');
+  } finally {
+    await completer.close();
+  }
+});

@@ -65,7 +65,7 @@ afterAll(async () => {
   await server?.stop({ destroy: true });
 });
 
-it('an email process costs the database at most 170 statements, and its email task 2 round trips', async () => {
+it('an email process costs the database at most 160 statements, and its email task 2 round trips', async () => {
   const app = new pg.Client({ connectionString: urls.app });
   await app.connect();
   try {
@@ -109,8 +109,13 @@ it('an email process costs the database at most 170 statements, and its email ta
   // the throttles in force (a statement of its own, for its plan), a claim that finds
   // nothing reads the rate limits to say when to look again, and a completion that ends
   // tasks probes the (empty) dependency table once per end row it writes. Each of those
-  // is a microsecond or two.
-  expect(perProcess.all).toBeLessThanOrEqual(170);
+  // is a microsecond or two. 155.2 since queues.claimable_task_types reads the pauses once
+  // per call (its subquery was pulled up, and the pause probe ran once per reference to
+  // its column: 9 statements a process, three claims of three calls each). Alone, each
+  // completion with a handler is a round of its own (queues.settle_with_handler); under
+  // load a round's handler completions share one queues.settle_with_handlers statement,
+  // which this count, one process at a time, does not see.
+  expect(perProcess.all).toBeLessThanOrEqual(160);
   // The email task's own round trips: the before_handler with the provider-call check, and
   // the completion with the success handler (3 before they shared a statement).
   expect(perProcess.handler_round_trips).toBe(2);

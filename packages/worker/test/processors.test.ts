@@ -15,7 +15,7 @@ import {
   type Processor,
   type TaskReport,
 } from '../src/index.js';
-import { effects, enqueue, factsOf, handlerCalls, installFixtures } from './support/fixtures.js';
+import { effects, enqueue, eventually, factsOf, handlerCalls, installFixtures } from './support/fixtures.js';
 
 let db: TestDatabase;
 let pool: pg.Pool;
@@ -37,6 +37,14 @@ afterAll(async () => {
 async function claimOne(taskType: string): Promise<ClaimedTask> {
   const [task] = await claimTasks(pool, { workerId: 'processor-test', limit: 1, taskTypes: [taskType] });
   if (!task) throw new Error(`no ${taskType} task to claim`);
+  return task;
+}
+
+/** Claims the test_channel tasks due and returns task `id`'s lease (the others stay leased). */
+async function claimById(id: string): Promise<ClaimedTask> {
+  const tasks = await claimTasks(pool, { workerId: 'processor-test', limit: 100, taskTypes: ['test_channel'] });
+  const task = tasks.find((t) => t.taskId === id);
+  if (!task) throw new Error(`task ${id} was not claimed`);
   return task;
 }
 
@@ -366,6 +374,121 @@ describe('handler processor', () => {
     expect(facts.outcome).toBe('failed');
     expect(facts.errors[0]).toMatch(/invalid handler names in payload: before_handler/);
     expect(calls).toEqual([]);
+  });
+
+  it('tasks started together: one before statement; a raise, a lost lease and the successes each their own outcome', async () => {
+    const ids = {
+      ok1: await enqueue(db, 'test_channel', {
+        ...handlers,
+        before: { success: true, payload: { to: 'g1@example.com' } },
+      }),
+      raises: await enqueue(db, 'test_channel', { ...handlers, before_raise: true }),
+      lost: await enqueue(db, 'test_channel', {
+        ...handlers,
+        before: { success: true, payload: { to: 'g3@example.com' } },
+      }),
+      ok2: await enqueue(db, 'test_channel', {
+        ...handlers,
+        before: { success: true, payload: { to: 'g4@example.com' } },
+      }),
+    };
+    const tasks = await claimTasks(pool, { workerId: 'processor-test', limit: 4, taskTypes: ['test_channel'] });
+    expect(tasks.map((t) => t.taskId).sort()).toEqual(Object.values(ids).sort());
+    const lost = tasks.find((t) => t.taskId === ids.lost)!;
+    await db.query(`select * from queues.release_leases(array[$1]::bigint[], array[$2]::bigint[])`, [
+      lost.taskId,
+      lost.taskLeaseId,
+    ]);
+    // The statements the processors send on their pool, counted.
+    const sent: string[] = [];
+    const counting = {
+      query: (...args: Parameters<pg.Pool['query']>) => {
+        const config = args[0] as string | { text: string };
+        sent.push(typeof config === 'string' ? config : config.text);
+        return (pool.query as (...a: unknown[]) => unknown)(...args);
+      },
+    } as unknown as pg.Pool;
+    // Started in one turn of the event loop, as the executor starts a claim's tasks.
+    const settled = await Promise.allSettled(
+      tasks.map(async (task) => {
+        const startedAt = Date.now();
+        const outcome = await processor.process({
+          task,
+          pool: counting,
+          log,
+          signal: new AbortController().signal,
+          progress: () => {},
+          dependencies: () => Promise.resolve([]),
+        });
+        const { result, report } = await completer.complete(task, outcome, startedAt);
+        if (result === 'lease_lost') throw new LeaseLostError(task);
+        return report;
+      }),
+    );
+    expect(sent.filter((text) => text.includes('run_before_provider_calls'))).toHaveLength(1);
+    expect(sent).toHaveLength(1);
+    const byId = new Map(tasks.map((t, i) => [t.taskId, settled[i]]));
+    expect(byId.get(ids.ok1)).toEqual({ status: 'fulfilled', value: { outcome: 'succeeded' } });
+    expect(byId.get(ids.ok2)).toEqual({ status: 'fulfilled', value: { outcome: 'succeeded' } });
+    expect(byId.get(ids.raises)).toMatchObject({ status: 'fulfilled', value: { outcome: 'failed' } });
+    expect(byId.get(ids.lost)).toMatchObject({ status: 'rejected', reason: expect.any(LeaseLostError) });
+    // The provider was called for the two successes only.
+    expect(calls.map((c) => (c as { taskId: string }).taskId).sort()).toEqual([ids.ok1, ids.ok2].sort());
+    expect(await factsOf(db, ids.ok1)).toEqual({ outcome: 'succeeded', errors: [], leases: 1 });
+    expect(await factsOf(db, ids.ok2)).toEqual({ outcome: 'succeeded', errors: [], leases: 1 });
+    const raised = await factsOf(db, ids.raises);
+    expect(raised.outcome).toBe('failed');
+    expect(raised.errors).toEqual(['fixture.before raised: before failed']);
+    // The task whose lease was lost records nothing of this run.
+    expect((await factsOf(db, ids.lost)).outcome).toBeNull();
+    expect((await handlerCalls(db)).map((c) => c.kind).sort()).toEqual(['error', 'success', 'success']);
+    // The released task runs again under a lease of its own (and leaves no task due behind).
+    expect(await process(processor, await claimById(ids.lost))).toEqual({ outcome: 'succeeded' });
+  });
+
+  it('a before handler waiting for a lock does not hold back the before handlers started after it', async () => {
+    await db.query(`
+      create or replace function fixture.before_waits(payload jsonb) returns jsonb
+        language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+      begin
+        perform pg_advisory_xact_lock(424242);
+        return payload->'before';
+      end $$;
+      revoke execute on function fixture.before_waits(jsonb) from public;
+      grant execute on function fixture.before_waits(jsonb) to ${db.dbUsers.worker};
+      select internal.register_runnable_function('fixture.before_waits(jsonb)');
+    `);
+    const waits = await enqueue(db, 'test_channel', {
+      ...handlers,
+      before_handler: 'fixture.before_waits',
+      before: { success: true, payload: { to: 'w1@example.com' } },
+    });
+    const holder = await db.pool('owner').connect();
+    try {
+      await holder.query('begin');
+      await holder.query('select pg_advisory_xact_lock(424242)');
+      const waiting = process(processor, await claimById(waits));
+      // Its statement is blocked on the lock; the next task's before handler goes on its own.
+      await eventually(async () => {
+        const { rows } = await db.query(
+          `select 1 from pg_locks where locktype = 'advisory' and objid = 424242 and not granted`,
+        );
+        return rows.length === 1;
+      }, 'the first before statement waits for the lock');
+      const next = await enqueue(db, 'test_channel', {
+        ...handlers,
+        before: { success: true, payload: { to: 'w2@example.com' } },
+      });
+      expect(await process(processor, await claimById(next))).toEqual({ outcome: 'succeeded' });
+      expect((await factsOf(db, next)).outcome).toBe('succeeded');
+      expect((await factsOf(db, waits)).outcome).toBeNull();
+      await holder.query('commit');
+      expect(await waiting).toEqual({ outcome: 'succeeded' });
+      expect((await factsOf(db, waits)).outcome).toBe('succeeded');
+    } finally {
+      await holder.query('rollback').catch(() => {});
+      holder.release();
+    }
   });
 
   it('the handler, the error row and the completion are fenced by the lease', async () => {

@@ -111,11 +111,10 @@ describe('worker process', () => {
     );
     expect(rows[0].released).toBe(1);
     // The stuck statement's transaction never commits: no effect, no completion.
-    await db
-      .pool('root')
-      .query(
-        `select pg_terminate_backend(pid) from pg_stat_activity where query like '%fixture.step%' and pid <> pg_backend_pid()`,
-      );
+    await db.pool('root').query(
+      `select pg_terminate_backend(pid) from pg_stat_activity
+          where datname = current_database() and query like '%fixture.step%' and pid <> pg_backend_pid()`,
+    );
     expect((await factsOf(db, id)).outcome).toBeNull();
     await db.query(`delete from queues.task_pending where task_id = $1`, [id]);
   });

@@ -333,6 +333,50 @@ describe('worker loop', () => {
     expect(await effects(db, 'scheduled-woken')).toBe(1);
   });
 
+  it('a task that falls due while the claim that missed it is still running starts at once, not at the next poll', async () => {
+    // What made the test above fail under load, made certain: the worker's claim takes its
+    // clock (now()) before the task is due, and the question that follows it (when is the
+    // next task due?) runs after it is. A worker's first claim adds its id to
+    // queues.worker_name; an uncommitted insert of the same id holds that claim after it
+    // took its clock, for as long as this test likes.
+    const workerId = 'w-held-claim';
+    const holder = await db.client('owner');
+    await holder.query('begin');
+    await holder.query('insert into queues.worker_name (worker_id) values ($1)', [workerId]);
+    const registry = new ProcessorRegistry().register('db_function', dbFunctionProcessor());
+    await startWorker({ registry, workerId, pollIntervalMs: 600_000 });
+    const claimWaits = async () =>
+      (
+        await db.pool('root').query(
+          `select 1 from pg_stat_activity
+            where datname = current_database() and wait_event_type = 'Lock' and query like '%claim_tasks%'`,
+        )
+      ).rowCount === 1;
+    await eventually(claimWaits, 'the claim waiting for the uncommitted worker id');
+    // Due after the held claim's clock, without a notification (one would wake the worker).
+    const { rows } = await db
+      .pool('owner')
+      .query(
+        `select queues.enqueue('db_function', $1::jsonb, clock_timestamp() + interval '100 milliseconds', _notify => false) as id`,
+        [JSON.stringify({ db_function: 'fixture.step', key: 'due-during-claim' })],
+      );
+    const id = rows[0].id as string;
+    await eventually(
+      async () =>
+        (await db.query('select clock_timestamp() > scheduled_at as due from queues.task where task_id = $1', [id]))
+          .rows[0].due === true,
+      'the task falling due',
+    );
+    await holder.query('rollback');
+    await holder.end();
+    // Polling is ten minutes away.
+    await eventually(
+      async () => (await db.query('select 1 from queues.task_end where task_id = $1', [id])).rowCount === 1,
+      'the task that fell due during the claim ran',
+    );
+    expect(await effects(db, 'due-during-claim')).toBe(1);
+  });
+
   it("a dead worker's started tasks (suspects, one per claim) run back to back, not one per poll interval", async () => {
     const ids: string[] = [];
     for (let i = 0; i < 6; i++)

@@ -91,13 +91,15 @@ export function noopWorker(
 }
 
 /** CPU time (µs) of every PostgreSQL process on the machine, from /proc (clock ticks of 10 ms). */
-export function postgresCpuMicros() {
+export function postgresCpuMicros(postmaster) {
   let ticks = 0;
   for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
     try {
       const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
       if (!stat.includes('(postgres)')) continue;
       const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      // With a postmaster's pid: that server's processes only (others may share the machine).
+      if (postmaster !== undefined && Number(pid) !== postmaster && Number(fields[1]) !== postmaster) continue;
       ticks += Number(fields[11]) + Number(fields[12]); // utime, stime
     } catch {
       // The process ended meanwhile.

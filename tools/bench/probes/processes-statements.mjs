@@ -5,6 +5,7 @@
 //   node tools/bench/probes/processes-statements.mjs [processes=2000] [concurrency=10]
 // SORT=plan lists the statements that took the most time to plan instead, SORT=calls those
 // called most often; TOP=n lists n statements (25).
+import { readFileSync } from 'node:fs';
 import pg from 'pg';
 import { createResendEmailProvider } from '@org/providers';
 import { startFakeResend } from '@org/providers/testing';
@@ -38,8 +39,11 @@ try {
     .register('db_function', dbFunctionProcessor())
     .register('email', channelTaskProcessor(createResendEmailProvider({ apiKey: 're_probe', baseUrl: resend.url })));
   const worker = probeWorker(urls, registry, ['db_function', 'email'], { concurrency: CONCURRENCY });
+  // This server's processes only: the postmaster is the parent of every backend.
+  const { rows: backend } = await root.query('select pg_backend_pid() as pid');
+  const postmaster = Number(readFileSync(`/proc/${backend[0].pid}/stat`, 'utf8').split(') ')[1].split(' ')[1]);
   const cpu0 = process.cpuUsage();
-  const server0 = postgresCpuMicros();
+  const server0 = postgresCpuMicros(postmaster);
   const t = performance.now();
   await worker.start();
   for (;;) {
@@ -52,7 +56,7 @@ try {
   }
   const seconds = (performance.now() - t) / 1000;
   const cpu = process.cpuUsage(cpu0);
-  const serverCpu = postgresCpuMicros() - server0;
+  const serverCpu = postgresCpuMicros(postmaster) - server0;
   await worker.stop();
   const { rows: counts } = await root.query(`select count(*)::int as tasks from queues.task`);
   console.log(

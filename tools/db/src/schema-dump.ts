@@ -8,7 +8,7 @@ import type pg from 'pg';
 import type { DbUserNames } from './db-users.js';
 
 /** Schemas that are not ours: PostgreSQL's own and graphile-migrate's bookkeeping. */
-const NOT_OURS = `nspname in ('pg_catalog', 'information_schema', 'graphile_migrate')
+const NOT_OURS = `nspname in ('pg_catalog', 'information_schema', 'graphile_migrate', 'queue_migrate')
   or nspname like 'pg\\_toast%' or nspname like 'pg\\_temp\\_%'`;
 
 export const SCHEMA_DUMP_HEADER =

@@ -5,8 +5,10 @@
 // at a database that already holds the app's own tables and roles. The queue's schema is
 // migrated as a role of its own, granting to the roles the app names; the app enqueues
 // inside its own transaction; the stock worker runs the app's defineTask (TypeScript) to
-// completion. The database's own privileges, the app's tables and its roles' defaults
-// are as they were.
+// completion. The migration installs the core alone (no business domain, nothing in
+// public, the queue's owner with CREATE on the database only); a domain is added later
+// with --domains. The database's own privileges, the app's tables and its roles'
+// defaults are as they were.
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -89,10 +91,9 @@ beforeAll(async () => {
       'create table public.orders (id bigint generated always as identity primary key, item text not null)',
     );
     await c.query(`grant select, insert on public.orders to ${roles.app}`);
-    // What the app's DBA grants the queue's owner: schemas of its own, and the
-    // specification's names in public (docs/installing.md).
+    // What the app's DBA grants the queue's owner for the core: schemas of its own
+    // (docs/installing.md); nothing in public.
     await c.query(`grant create on database ${database} to ${roles.queueOwner}`);
-    await c.query(`grant create on schema public to ${roles.queueOwner}`);
   });
 }, 60_000);
 
@@ -193,44 +194,70 @@ process.stdout.write(JSON.stringify(placed));
 `,
   );
 
-  // 3. Migrate the app's database as the queue's own role, granting to the app's roles.
+  // 3. Migrate the app's database as the queue's own role, granting to the app's roles:
+  // the core alone.
   const before = await asRole(roles.appOwner, untouched);
+  const catalog = () =>
+    asRole('root', async (c) => ({
+      schemas: (
+        await c.query<{ n: string }>(
+          `select nspname as n from pg_namespace
+            where nspname not like 'pg\\_%' and nspname <> 'information_schema' order by 1`,
+        )
+      ).rows.map((r) => r.n),
+      inPublic: (
+        await c.query<{ n: string }>(
+          `select relname::text as n from pg_class where relnamespace = 'public'::regnamespace
+           union all select proname::text from pg_proc where pronamespace = 'public'::regnamespace
+           union all select typname::text from pg_type where typnamespace = 'public'::regnamespace order by 1`,
+        )
+      ).rows.map((r) => r.n),
+    }));
+  const appCatalog = await catalog();
   const bin = (name: string) => join(appDir, 'node_modules', '.bin', name);
-  const migrated = await run(bin('queue-schema'), ['migrate'], {
-    cwd: appDir,
-    env: env({
-      DATABASE_URL: url(roles.queueOwner),
-      DATABASE_WORKER: roles.worker,
-      DATABASE_APP: roles.app,
-      DATABASE_API: roles.ops,
-    }),
-  });
+  const migrate = (args: string[] = []) =>
+    run(bin('queue-schema'), ['migrate', ...args], {
+      cwd: appDir,
+      env: env({
+        DATABASE_URL: url(roles.queueOwner),
+        DATABASE_WORKER: roles.worker,
+        DATABASE_APP: roles.app,
+        DATABASE_API: roles.ops,
+      }),
+    });
+  const migrated = await migrate();
+  expect(migrated.stdout).toContain('migrated core');
   expect(migrated.stdout).toContain('migrated postgres://');
   expect(await asRole(roles.appOwner, untouched)).toEqual(before);
-  // Migrating again is a no-op.
-  const again = await run(bin('queue-schema'), ['migrate'], {
-    cwd: appDir,
-    env: env({
-      DATABASE_URL: url(roles.queueOwner),
-      DATABASE_WORKER: roles.worker,
-      DATABASE_APP: roles.app,
-      DATABASE_API: roles.ops,
-    }),
+  // The core's schemas and its bookkeeping; no business domain, nothing new in public.
+  expect(await catalog()).toEqual({
+    schemas: [...appCatalog.schemas, 'admin', 'api', 'internal', 'queue_migrate', 'queues', 'schedules'].sort(),
+    inPublic: appCatalog.inPublic,
   });
-  expect(again.stdout).toContain('Already up to date');
-  // The queue's grants went to the roles the app named, each its part: the operator's role
-  // reads the specification's view (unqualified, from public), the app's role does not.
+  // Migrating again is a no-op.
+  const again = await migrate();
+  expect(again.stdout).toContain('up to date (core)');
+  // A name that is not a domain: bad usage, nothing applied.
+  const wrong = await migrate(['--domains', 'comms,billing']).then(
+    () => ({ code: 0, stderr: '' }),
+    (e: { code: number; stderr: string }) => e,
+  );
+  expect(wrong).toMatchObject({
+    code: 2,
+    stderr: 'queue-schema: unknown domain "billing": the domains are comms, files, accounts, menus, learning, public\n',
+  });
+  expect((await catalog()).schemas).not.toContain('comms');
+  // The queue's grants went to the roles the app named, each its part.
   const { rows: grants } = await asRole(roles.ops, (c) =>
     c.query<{ ops: boolean; app: boolean; worker_claims: boolean; app_claims: boolean }>(
-      `select has_table_privilege($1, 'v_worker_capacity', 'select') as ops,
-              has_table_privilege($2, 'v_worker_capacity', 'select') as app,
+      `select has_schema_privilege($1, 'admin', 'usage') as ops,
+              has_schema_privilege($2, 'admin', 'usage') as app,
               has_function_privilege($3, 'queues.complete_task(bigint, bigint, text)', 'execute') as worker_claims,
               has_function_privilege($2, 'queues.complete_task(bigint, bigint, text)', 'execute') as app_claims`,
       [roles.ops, roles.app, roles.worker],
     ),
   );
   expect(grants).toEqual([{ ops: true, app: false, worker_claims: true, app_claims: false }]);
-  await asRole(roles.ops, (c) => c.query('select pending_tasks, active_workers from v_worker_capacity'));
   // The app's task type, registered by the queue's owner.
   const registered = await run(bin('queue-tasks'), ['register'], {
     cwd: appDir,
@@ -282,5 +309,38 @@ process.stdout.write(JSON.stringify(placed));
   const exited = new Promise<number | null>((resolve) => worker!.once('exit', (code) => resolve(code)));
   worker.kill('SIGTERM');
   expect(await exited, output).toBe(0);
+
+  // 6. A domain later: the specification's names in public (they use menus, which comes
+  // along), for which the app's DBA lets the queue's owner create in public for the while.
+  await asRole(roles.appOwner, (c) => c.query(`grant create on schema public to ${roles.queueOwner}`));
+  const added = await migrate(['--domains', 'public']);
+  expect(added.stdout).toContain('adding menus: the domains named depend on them');
+  expect(added.stdout).toContain('migrated core, menus, public');
+  await asRole(roles.appOwner, (c) => c.query(`revoke create on schema public from ${roles.queueOwner}`));
+  expect((await catalog()).schemas).toEqual(
+    [...appCatalog.schemas, 'admin', 'api', 'internal', 'menus', 'queue_migrate', 'queues', 'schedules'].sort(),
+  );
+  // The operator's role reads the specification's view unqualified, the app's role does not.
+  const { rows: specGrants } = await asRole(roles.ops, (c) =>
+    c.query<{ ops: boolean; app: boolean }>(
+      `select has_table_privilege($1, 'v_worker_capacity', 'select') as ops,
+              has_table_privilege($2, 'v_worker_capacity', 'select') as app`,
+      [roles.ops, roles.app],
+    ),
+  );
+  expect(specGrants).toEqual([{ ops: true, app: false }]);
+  await asRole(roles.ops, (c) => c.query('select pending_tasks, active_workers from v_worker_capacity'));
+  // Any domain can be added later: comms replays its history onto today's core, and the
+  // app's role may start an email process (nothing sends it: no provider is configured).
+  const comms = await migrate(['--domains', 'comms']);
+  expect(comms.stdout).toContain('migrated core, comms, menus, public');
+  const { rows: sent } = await asRole(roles.app, (c) =>
+    c.query<{ id: string }>(
+      `select send_email_task_id::text as id from comms.send_email('Shop <shop@example.com>', 'ada@example.com', 'Hi', '<p>Hi</p>')`,
+    ),
+  );
+  expect(sent[0]?.id).toMatch(/^\d+$/);
+  // Installed domains are kept up to date without being named again.
+  expect((await migrate()).stdout).toContain('up to date (core, comms, menus, public)');
   expect(await asRole(roles.appOwner, untouched)).toEqual(before);
 }, 240_000);

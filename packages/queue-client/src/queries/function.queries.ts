@@ -125,7 +125,7 @@ export interface IFunctionRunBeforeProviderCallTracedQuery {
   result: IFunctionRunBeforeProviderCallTracedResult;
 }
 
-const functionRunBeforeProviderCallTracedIR: any = {"usedParamSet":{"traceparent":true,"beforeHandler":true,"payload":true,"taskId":true,"taskLeaseId":true},"params":[{"name":"traceparent","required":true,"transform":{"type":"scalar"},"locs":[{"a":72,"b":84}]},{"name":"beforeHandler","required":true,"transform":{"type":"scalar"},"locs":[{"a":404,"b":418}]},{"name":"payload","required":false,"transform":{"type":"scalar"},"locs":[{"a":431,"b":438}]},{"name":"taskId","required":true,"transform":{"type":"scalar"},"locs":[{"a":448,"b":455}]},{"name":"taskLeaseId","required":true,"transform":{"type":"scalar"},"locs":[{"a":470,"b":482}]}],"statement":"with context as materialized (\n  select set_config('queue.traceparent', :traceparent!::text, true) as traceparent\n),\nran as materialized (\n  select b.before_result, b.start_result, b.start_error\n    from context c\n   cross join lateral internal.run_before_provider_call(\n    -- c.traceparent (never null) ties the call to the setting's row: it runs after it.\n    case when c.traceparent is not null then :beforeHandler!::text end, :payload::jsonb, :taskId!::bigint,\n    :taskLeaseId!::bigint) b\n),\ncleared as materialized (\n  select set_config('queue.traceparent', '', true) from (select count(*) from ran) n\n)\nselect r.before_result as \"beforeResult\", r.start_result as \"startResult\", r.start_error as \"startError\"\n  from ran r, cleared"};
+const functionRunBeforeProviderCallTracedIR: any = {"usedParamSet":{"traceparent":true,"beforeHandler":true,"payload":true,"taskId":true,"taskLeaseId":true},"params":[{"name":"traceparent","required":true,"transform":{"type":"scalar"},"locs":[{"a":72,"b":84}]},{"name":"beforeHandler","required":true,"transform":{"type":"scalar"},"locs":[{"a":404,"b":418}]},{"name":"payload","required":false,"transform":{"type":"scalar"},"locs":[{"a":431,"b":438}]},{"name":"taskId","required":true,"transform":{"type":"scalar"},"locs":[{"a":448,"b":455}]},{"name":"taskLeaseId","required":true,"transform":{"type":"scalar"},"locs":[{"a":470,"b":482}]}],"statement":"with context as materialized (\n  select set_config('queue.traceparent', :traceparent!::text, true) as traceparent\n),\nran as materialized (\n  select b.before_result, b.start_result, b.start_error\n    from context c\n   cross join lateral internal.run_before_provider_call(\n    -- c.traceparent (never null) ties the call to the setting's row: it runs after it.\n    case when c.traceparent is not null then :beforeHandler!::text end, :payload::jsonb, :taskId!::bigint,\n    :taskLeaseId!::bigint) b\n),\ncleared as materialized (\n  select set_config('queue.traceparent', '', true) from (select count(*) from ran) n\n)\nselect r.before_result as \"beforeResult\", r.start_result as \"startResult\", r.start_error as \"startError\"\n  from ran r, cleared                                                                                                                                                                                          "};
 
 /**
  * Query generated from SQL:
@@ -145,9 +145,43 @@ const functionRunBeforeProviderCallTracedIR: any = {"usedParamSet":{"traceparent
  *   select set_config('queue.traceparent', '', true) from (select count(*) from ran) n
  * )
  * select r.before_result as "beforeResult", r.start_result as "startResult", r.start_error as "startError"
- *   from ran r, cleared
+ *   from ran r, cleared                                                                                                                                                                                          
  * ```
  */
 export const functionRunBeforeProviderCallTraced = new PreparedQuery<IFunctionRunBeforeProviderCallTracedParams,IFunctionRunBeforeProviderCallTracedResult>(functionRunBeforeProviderCallTracedIR);
+
+
+/** 'FunctionRunBeforeProviderCalls' parameters type */
+export interface IFunctionRunBeforeProviderCallsParams {
+  calls: unknown;
+}
+
+/** 'FunctionRunBeforeProviderCalls' return type */
+export interface IFunctionRunBeforeProviderCallsResult {
+  beforeError: string | null;
+  beforeResult: unknown | null;
+  beforeSqlstate: string | null;
+  ord: number;
+  startError: string | null;
+  startResult: unknown | null;
+}
+
+/** 'FunctionRunBeforeProviderCalls' query type */
+export interface IFunctionRunBeforeProviderCallsQuery {
+  params: IFunctionRunBeforeProviderCallsParams;
+  result: IFunctionRunBeforeProviderCallsResult;
+}
+
+const functionRunBeforeProviderCallsIR: any = {"usedParamSet":{"calls":true},"params":[{"name":"calls","required":true,"transform":{"type":"scalar"},"locs":[{"a":243,"b":249}]}],"statement":"select b.ord as \"ord!\", b.before_result as \"beforeResult\", b.start_result as \"startResult\",\n       b.start_error as \"startError\", b.before_error as \"beforeError\", b.before_sqlstate as \"beforeSqlstate\"\n  from internal.run_before_provider_calls(:calls!::jsonb) b"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select b.ord as "ord!", b.before_result as "beforeResult", b.start_result as "startResult",
+ *        b.start_error as "startError", b.before_error as "beforeError", b.before_sqlstate as "beforeSqlstate"
+ *   from internal.run_before_provider_calls(:calls!::jsonb) b
+ * ```
+ */
+export const functionRunBeforeProviderCalls = new PreparedQuery<IFunctionRunBeforeProviderCallsParams,IFunctionRunBeforeProviderCallsResult>(functionRunBeforeProviderCallsIR);
 
 

@@ -47,3 +47,12 @@ cleared as materialized (
 )
 select r.before_result as "beforeResult", r.start_result as "startResult", r.start_error as "startError"
   from ran r, cleared;
+
+/*
+  The before_handlers of a group of channel tasks and their provider-call checks in one
+  statement (internal.run_before_provider_calls, sql/internal/delivery.sql): a row per call.
+*/
+/* @name FunctionRunBeforeProviderCalls */
+select b.ord as "ord!", b.before_result as "beforeResult", b.start_result as "startResult",
+       b.start_error as "startError", b.before_error as "beforeError", b.before_sqlstate as "beforeSqlstate"
+  from internal.run_before_provider_calls(:calls!::jsonb) b;

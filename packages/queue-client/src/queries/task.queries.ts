@@ -56,6 +56,7 @@ export const taskEnqueue = new PreparedQuery<ITaskEnqueueParams,ITaskEnqueueResu
 
 /** 'TaskEnqueueAndCommit' parameters type */
 export interface ITaskEnqueueAndCommitParams {
+  dependsOn?: NumberOrStringArray | null | void;
   groupKey?: string | null | void;
   maxAttempts?: number | null | void;
   payload: unknown;
@@ -77,14 +78,15 @@ export interface ITaskEnqueueAndCommitQuery {
   result: ITaskEnqueueAndCommitResult;
 }
 
-const taskEnqueueAndCommitIR: any = {"usedParamSet":{"taskType":true,"payload":true,"scheduledAt":true,"priority":true,"resourceKey":true,"maxAttempts":true,"groupKey":true,"timeoutMs":true},"params":[{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":34,"b":43}]},{"name":"payload","required":true,"transform":{"type":"scalar"},"locs":[{"a":52,"b":60}]},{"name":"scheduledAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":70,"b":81}]},{"name":"priority","required":false,"transform":{"type":"scalar"},"locs":[{"a":97,"b":105}]},{"name":"resourceKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":119,"b":130}]},{"name":"maxAttempts","required":false,"transform":{"type":"scalar"},"locs":[{"a":139,"b":150}]},{"name":"groupKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":176,"b":184}]},{"name":"timeoutMs","required":false,"transform":{"type":"scalar"},"locs":[{"a":208,"b":217}]}],"statement":"call queues.enqueue_and_commit(\n  :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,\n  :resourceKey::text, :maxAttempts::integer, _group_key => :groupKey::text, _timeout_ms => :timeoutMs::integer\n)"};
+const taskEnqueueAndCommitIR: any = {"usedParamSet":{"taskType":true,"payload":true,"scheduledAt":true,"priority":true,"resourceKey":true,"maxAttempts":true,"groupKey":true,"timeoutMs":true,"dependsOn":true},"params":[{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":34,"b":43}]},{"name":"payload","required":true,"transform":{"type":"scalar"},"locs":[{"a":52,"b":60}]},{"name":"scheduledAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":70,"b":81}]},{"name":"priority","required":false,"transform":{"type":"scalar"},"locs":[{"a":97,"b":105}]},{"name":"resourceKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":119,"b":130}]},{"name":"maxAttempts","required":false,"transform":{"type":"scalar"},"locs":[{"a":139,"b":150}]},{"name":"groupKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":176,"b":184}]},{"name":"timeoutMs","required":false,"transform":{"type":"scalar"},"locs":[{"a":208,"b":217}]},{"name":"dependsOn","required":false,"transform":{"type":"scalar"},"locs":[{"a":246,"b":255}]}],"statement":"call queues.enqueue_and_commit(\n  :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,\n  :resourceKey::text, :maxAttempts::integer, _group_key => :groupKey::text, _timeout_ms => :timeoutMs::integer,\n  _depends_on => :dependsOn::bigint[]\n)"};
 
 /**
  * Query generated from SQL:
  * ```
  * call queues.enqueue_and_commit(
  *   :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
- *   :resourceKey::text, :maxAttempts::integer, _group_key => :groupKey::text, _timeout_ms => :timeoutMs::integer
+ *   :resourceKey::text, :maxAttempts::integer, _group_key => :groupKey::text, _timeout_ms => :timeoutMs::integer,
+ *   _depends_on => :dependsOn::bigint[]
  * )
  * ```
  */
@@ -93,12 +95,15 @@ export const taskEnqueueAndCommit = new PreparedQuery<ITaskEnqueueAndCommitParam
 
 /** 'TaskEnqueueUnique' parameters type */
 export interface ITaskEnqueueUniqueParams {
+  dependsOn?: NumberOrStringArray | null | void;
+  groupKey?: string | null | void;
   maxAttempts?: number | null | void;
   payload: unknown;
   priority?: number | null | void;
   resourceKey?: string | null | void;
   scheduledAt?: DateOrString | null | void;
   taskType: string;
+  timeoutMs?: number | null | void;
   uniqueKey: string;
   uniquePeriod?: DateOrString | null | void;
   uniquePolicy?: string | null | void;
@@ -117,7 +122,7 @@ export interface ITaskEnqueueUniqueQuery {
   result: ITaskEnqueueUniqueResult;
 }
 
-const taskEnqueueUniqueIR: any = {"usedParamSet":{"taskType":true,"payload":true,"uniqueKey":true,"uniquePolicy":true,"uniquePeriod":true,"scheduledAt":true,"priority":true,"resourceKey":true,"maxAttempts":true},"params":[{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":129,"b":138}]},{"name":"payload","required":true,"transform":{"type":"scalar"},"locs":[{"a":147,"b":155}]},{"name":"uniqueKey","required":true,"transform":{"type":"scalar"},"locs":[{"a":165,"b":175}]},{"name":"uniquePolicy","required":false,"transform":{"type":"scalar"},"locs":[{"a":184,"b":196}]},{"name":"uniquePeriod","required":false,"transform":{"type":"scalar"},"locs":[{"a":205,"b":217}]},{"name":"scheduledAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":234,"b":245}]},{"name":"priority","required":false,"transform":{"type":"scalar"},"locs":[{"a":261,"b":269}]},{"name":"resourceKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":281,"b":292}]},{"name":"maxAttempts","required":false,"transform":{"type":"scalar"},"locs":[{"a":301,"b":312}]}],"statement":"select u.task_id as \"taskId!\", u.outcome as \"outcome!\", u.replaced_task_id as \"replacedTaskId\"\n  from queues.enqueue_unique(\n    :taskType!::text, :payload!::jsonb, :uniqueKey!::text, :uniquePolicy::text, :uniquePeriod::interval,\n    :scheduledAt::timestamptz, :priority::integer, :resourceKey::text, :maxAttempts::integer\n  ) u"};
+const taskEnqueueUniqueIR: any = {"usedParamSet":{"taskType":true,"payload":true,"uniqueKey":true,"uniquePolicy":true,"uniquePeriod":true,"scheduledAt":true,"priority":true,"resourceKey":true,"maxAttempts":true,"dependsOn":true,"groupKey":true,"timeoutMs":true},"params":[{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":129,"b":138}]},{"name":"payload","required":true,"transform":{"type":"scalar"},"locs":[{"a":147,"b":155}]},{"name":"uniqueKey","required":true,"transform":{"type":"scalar"},"locs":[{"a":165,"b":175}]},{"name":"uniquePolicy","required":false,"transform":{"type":"scalar"},"locs":[{"a":184,"b":196}]},{"name":"uniquePeriod","required":false,"transform":{"type":"scalar"},"locs":[{"a":205,"b":217}]},{"name":"scheduledAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":234,"b":245}]},{"name":"priority","required":false,"transform":{"type":"scalar"},"locs":[{"a":261,"b":269}]},{"name":"resourceKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":281,"b":292}]},{"name":"maxAttempts","required":false,"transform":{"type":"scalar"},"locs":[{"a":301,"b":312}]},{"name":"dependsOn","required":false,"transform":{"type":"scalar"},"locs":[{"a":343,"b":352}]},{"name":"groupKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":379,"b":387}]},{"name":"timeoutMs","required":false,"transform":{"type":"scalar"},"locs":[{"a":411,"b":420}]}],"statement":"select u.task_id as \"taskId!\", u.outcome as \"outcome!\", u.replaced_task_id as \"replacedTaskId\"\n  from queues.enqueue_unique(\n    :taskType!::text, :payload!::jsonb, :uniqueKey!::text, :uniquePolicy::text, :uniquePeriod::interval,\n    :scheduledAt::timestamptz, :priority::integer, :resourceKey::text, :maxAttempts::integer,\n    _depends_on => :dependsOn::bigint[], _group_key => :groupKey::text, _timeout_ms => :timeoutMs::integer\n  ) u"};
 
 /**
  * Query generated from SQL:
@@ -125,7 +130,8 @@ const taskEnqueueUniqueIR: any = {"usedParamSet":{"taskType":true,"payload":true
  * select u.task_id as "taskId!", u.outcome as "outcome!", u.replaced_task_id as "replacedTaskId"
  *   from queues.enqueue_unique(
  *     :taskType!::text, :payload!::jsonb, :uniqueKey!::text, :uniquePolicy::text, :uniquePeriod::interval,
- *     :scheduledAt::timestamptz, :priority::integer, :resourceKey::text, :maxAttempts::integer
+ *     :scheduledAt::timestamptz, :priority::integer, :resourceKey::text, :maxAttempts::integer,
+ *     _depends_on => :dependsOn::bigint[], _group_key => :groupKey::text, _timeout_ms => :timeoutMs::integer
  *   ) u
  * ```
  */
@@ -214,12 +220,15 @@ export const taskEnqueueTraced = new PreparedQuery<ITaskEnqueueTracedParams,ITas
 
 /** 'TaskEnqueueUniqueTraced' parameters type */
 export interface ITaskEnqueueUniqueTracedParams {
+  dependsOn?: NumberOrStringArray | null | void;
+  groupKey?: string | null | void;
   maxAttempts?: number | null | void;
   payload: unknown;
   priority?: number | null | void;
   resourceKey?: string | null | void;
   scheduledAt?: DateOrString | null | void;
   taskType: string;
+  timeoutMs?: number | null | void;
   traceparent: string;
   tracestate?: string | null | void;
   uniqueKey: string;
@@ -240,7 +249,7 @@ export interface ITaskEnqueueUniqueTracedQuery {
   result: ITaskEnqueueUniqueTracedResult;
 }
 
-const taskEnqueueUniqueTracedIR: any = {"usedParamSet":{"traceparent":true,"tracestate":true,"taskType":true,"payload":true,"uniqueKey":true,"uniquePolicy":true,"uniquePeriod":true,"scheduledAt":true,"priority":true,"resourceKey":true,"maxAttempts":true},"params":[{"name":"traceparent","required":true,"transform":{"type":"scalar"},"locs":[{"a":72,"b":84}]},{"name":"tracestate","required":false,"transform":{"type":"scalar"},"locs":[{"a":164,"b":174}]},{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":487,"b":496}]},{"name":"payload","required":true,"transform":{"type":"scalar"},"locs":[{"a":509,"b":517}]},{"name":"uniqueKey","required":true,"transform":{"type":"scalar"},"locs":[{"a":527,"b":537}]},{"name":"uniquePolicy","required":false,"transform":{"type":"scalar"},"locs":[{"a":550,"b":562}]},{"name":"uniquePeriod","required":false,"transform":{"type":"scalar"},"locs":[{"a":571,"b":583}]},{"name":"scheduledAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":600,"b":611}]},{"name":"priority","required":false,"transform":{"type":"scalar"},"locs":[{"a":627,"b":635}]},{"name":"resourceKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":647,"b":658}]},{"name":"maxAttempts","required":false,"transform":{"type":"scalar"},"locs":[{"a":667,"b":678}]}],"statement":"with context as materialized (\n  select set_config('queue.traceparent', :traceparent!::text, true) as traceparent,\n         set_config('queue.tracestate', coalesce(:tracestate::text, ''), true) as tracestate\n),\nenqueued as materialized (\n  select u.task_id, u.outcome, u.replaced_task_id\n    from context c\n   cross join lateral queues.enqueue_unique(\n    -- c.traceparent (never null) ties the call to the settings' row: it runs after them.\n    case when c.traceparent is not null then :taskType!::text end, :payload!::jsonb, :uniqueKey!::text,\n    :uniquePolicy::text, :uniquePeriod::interval,\n    :scheduledAt::timestamptz, :priority::integer, :resourceKey::text, :maxAttempts::integer\n  ) u\n),\ncleared as materialized (\n  select set_config('queue.traceparent', '', true), set_config('queue.tracestate', '', true)\n    from (select count(*) from enqueued) n\n)\nselect e.task_id as \"taskId!\", e.outcome as \"outcome!\", e.replaced_task_id as \"replacedTaskId\"\n  from enqueued e, cleared"};
+const taskEnqueueUniqueTracedIR: any = {"usedParamSet":{"traceparent":true,"tracestate":true,"taskType":true,"payload":true,"uniqueKey":true,"uniquePolicy":true,"uniquePeriod":true,"scheduledAt":true,"priority":true,"resourceKey":true,"maxAttempts":true,"dependsOn":true,"groupKey":true,"timeoutMs":true},"params":[{"name":"traceparent","required":true,"transform":{"type":"scalar"},"locs":[{"a":72,"b":84}]},{"name":"tracestate","required":false,"transform":{"type":"scalar"},"locs":[{"a":164,"b":174}]},{"name":"taskType","required":true,"transform":{"type":"scalar"},"locs":[{"a":487,"b":496}]},{"name":"payload","required":true,"transform":{"type":"scalar"},"locs":[{"a":509,"b":517}]},{"name":"uniqueKey","required":true,"transform":{"type":"scalar"},"locs":[{"a":527,"b":537}]},{"name":"uniquePolicy","required":false,"transform":{"type":"scalar"},"locs":[{"a":550,"b":562}]},{"name":"uniquePeriod","required":false,"transform":{"type":"scalar"},"locs":[{"a":571,"b":583}]},{"name":"scheduledAt","required":false,"transform":{"type":"scalar"},"locs":[{"a":600,"b":611}]},{"name":"priority","required":false,"transform":{"type":"scalar"},"locs":[{"a":627,"b":635}]},{"name":"resourceKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":647,"b":658}]},{"name":"maxAttempts","required":false,"transform":{"type":"scalar"},"locs":[{"a":667,"b":678}]},{"name":"dependsOn","required":false,"transform":{"type":"scalar"},"locs":[{"a":709,"b":718}]},{"name":"groupKey","required":false,"transform":{"type":"scalar"},"locs":[{"a":745,"b":753}]},{"name":"timeoutMs","required":false,"transform":{"type":"scalar"},"locs":[{"a":777,"b":786}]}],"statement":"with context as materialized (\n  select set_config('queue.traceparent', :traceparent!::text, true) as traceparent,\n         set_config('queue.tracestate', coalesce(:tracestate::text, ''), true) as tracestate\n),\nenqueued as materialized (\n  select u.task_id, u.outcome, u.replaced_task_id\n    from context c\n   cross join lateral queues.enqueue_unique(\n    -- c.traceparent (never null) ties the call to the settings' row: it runs after them.\n    case when c.traceparent is not null then :taskType!::text end, :payload!::jsonb, :uniqueKey!::text,\n    :uniquePolicy::text, :uniquePeriod::interval,\n    :scheduledAt::timestamptz, :priority::integer, :resourceKey::text, :maxAttempts::integer,\n    _depends_on => :dependsOn::bigint[], _group_key => :groupKey::text, _timeout_ms => :timeoutMs::integer\n  ) u\n),\ncleared as materialized (\n  select set_config('queue.traceparent', '', true), set_config('queue.tracestate', '', true)\n    from (select count(*) from enqueued) n\n)\nselect e.task_id as \"taskId!\", e.outcome as \"outcome!\", e.replaced_task_id as \"replacedTaskId\"\n  from enqueued e, cleared"};
 
 /**
  * Query generated from SQL:
@@ -256,7 +265,8 @@ const taskEnqueueUniqueTracedIR: any = {"usedParamSet":{"traceparent":true,"trac
  *     -- c.traceparent (never null) ties the call to the settings' row: it runs after them.
  *     case when c.traceparent is not null then :taskType!::text end, :payload!::jsonb, :uniqueKey!::text,
  *     :uniquePolicy::text, :uniquePeriod::interval,
- *     :scheduledAt::timestamptz, :priority::integer, :resourceKey::text, :maxAttempts::integer
+ *     :scheduledAt::timestamptz, :priority::integer, :resourceKey::text, :maxAttempts::integer,
+ *     _depends_on => :dependsOn::bigint[], _group_key => :groupKey::text, _timeout_ms => :timeoutMs::integer
  *   ) u
  * ),
  * cleared as materialized (
@@ -431,6 +441,7 @@ export const taskClaim = new PreparedQuery<ITaskClaimParams,ITaskClaimResult>(ta
 
 /** 'TaskNextClaimIn' parameters type */
 export interface ITaskNextClaimInParams {
+  missedMs?: number | null | void;
   taskTypes?: stringArray | null | void;
 }
 
@@ -445,12 +456,12 @@ export interface ITaskNextClaimInQuery {
   result: ITaskNextClaimInResult;
 }
 
-const taskNextClaimInIR: any = {"usedParamSet":{"taskTypes":true},"params":[{"name":"taskTypes","required":false,"transform":{"type":"scalar"},"locs":[{"a":31,"b":40}]}],"statement":"select queues.next_claim_in_ms(:taskTypes::text[]) as \"ms\""};
+const taskNextClaimInIR: any = {"usedParamSet":{"taskTypes":true,"missedMs":true},"params":[{"name":"taskTypes","required":false,"transform":{"type":"scalar"},"locs":[{"a":31,"b":40}]},{"name":"missedMs","required":false,"transform":{"type":"scalar"},"locs":[{"a":51,"b":59}]}],"statement":"select queues.next_claim_in_ms(:taskTypes::text[], :missedMs::integer) as \"ms\""};
 
 /**
  * Query generated from SQL:
  * ```
- * select queues.next_claim_in_ms(:taskTypes::text[]) as "ms"
+ * select queues.next_claim_in_ms(:taskTypes::text[], :missedMs::integer) as "ms"
  * ```
  */
 export const taskNextClaimIn = new PreparedQuery<ITaskNextClaimInParams,ITaskNextClaimInResult>(taskNextClaimInIR);
@@ -877,5 +888,50 @@ const taskReleaseLeasesIR: any = {"usedParamSet":{"taskIds":true,"taskLeaseIds":
  * ```
  */
 export const taskReleaseLeases = new PreparedQuery<ITaskReleaseLeasesParams,ITaskReleaseLeasesResult>(taskReleaseLeasesIR);
+
+
+/** 'TaskSettleWithHandlers' parameters type */
+export interface ITaskSettleWithHandlersParams {
+  bodies: unknownArray;
+  errorMessages?: stringArray | null | void;
+  errorTaskIds?: NumberOrStringArray | null | void;
+  handlers: stringArray;
+  modes: stringArray;
+  outcomes: stringArray;
+  raisedPrefixes: stringArray;
+  retries?: booleanArray | null | void;
+  startedUs?: NumberOrStringArray | null | void;
+  taskIds: NumberOrStringArray;
+  taskLeaseIds: NumberOrStringArray;
+  traceparents?: stringArray | null | void;
+}
+
+/** 'TaskSettleWithHandlers' return type */
+export interface ITaskSettleWithHandlersResult {
+  errors: stringArray;
+  outcome: string | null;
+  result: string;
+  taskId: string;
+}
+
+/** 'TaskSettleWithHandlers' query type */
+export interface ITaskSettleWithHandlersQuery {
+  params: ITaskSettleWithHandlersParams;
+  result: ITaskSettleWithHandlersResult;
+}
+
+const taskSettleWithHandlersIR: any = {"usedParamSet":{"taskIds":true,"taskLeaseIds":true,"outcomes":true,"retries":true,"errorTaskIds":true,"errorMessages":true,"handlers":true,"bodies":true,"modes":true,"raisedPrefixes":true,"startedUs":true,"traceparents":true},"params":[{"name":"taskIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":122,"b":130}]},{"name":"taskLeaseIds","required":true,"transform":{"type":"scalar"},"locs":[{"a":143,"b":156}]},{"name":"outcomes","required":true,"transform":{"type":"scalar"},"locs":[{"a":169,"b":178}]},{"name":"retries","required":false,"transform":{"type":"scalar"},"locs":[{"a":224,"b":231}]},{"name":"errorTaskIds","required":false,"transform":{"type":"scalar"},"locs":[{"a":245,"b":257}]},{"name":"errorMessages","required":false,"transform":{"type":"scalar"},"locs":[{"a":270,"b":283}]},{"name":"handlers","required":true,"transform":{"type":"scalar"},"locs":[{"a":329,"b":338}]},{"name":"bodies","required":true,"transform":{"type":"scalar"},"locs":[{"a":349,"b":356}]},{"name":"modes","required":true,"transform":{"type":"scalar"},"locs":[{"a":368,"b":374}]},{"name":"raisedPrefixes","required":true,"transform":{"type":"scalar"},"locs":[{"a":385,"b":400}]},{"name":"startedUs","required":false,"transform":{"type":"scalar"},"locs":[{"a":446,"b":455}]},{"name":"traceparents","required":false,"transform":{"type":"scalar"},"locs":[{"a":468,"b":480}]}],"statement":"select s.task_id as \"taskId!\", s.result as \"result!\", s.outcome, s.errors as \"errors!\"\n  from queues.settle_with_handlers(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :outcomes!::text[],\n                                   :retries::boolean[], :errorTaskIds::bigint[], :errorMessages::text[],\n                                   :handlers!::text[], :bodies!::jsonb[], :modes!::text[], :raisedPrefixes!::text[],\n                                   :startedUs::bigint[], :traceparents::text[]) s"};
+
+/**
+ * Query generated from SQL:
+ * ```
+ * select s.task_id as "taskId!", s.result as "result!", s.outcome, s.errors as "errors!"
+ *   from queues.settle_with_handlers(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :outcomes!::text[],
+ *                                    :retries::boolean[], :errorTaskIds::bigint[], :errorMessages::text[],
+ *                                    :handlers!::text[], :bodies!::jsonb[], :modes!::text[], :raisedPrefixes!::text[],
+ *                                    :startedUs::bigint[], :traceparents::text[]) s
+ * ```
+ */
+export const taskSettleWithHandlers = new PreparedQuery<ITaskSettleWithHandlersParams,ITaskSettleWithHandlersResult>(taskSettleWithHandlersIR);
 
 

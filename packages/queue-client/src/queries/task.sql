@@ -14,14 +14,16 @@ select queues.enqueue(
 /* @name TaskEnqueueAndCommit */
 call queues.enqueue_and_commit(
   :taskType!::text, :payload!::jsonb, :scheduledAt::timestamptz, :priority::integer,
-  :resourceKey::text, :maxAttempts::integer, _group_key => :groupKey::text, _timeout_ms => :timeoutMs::integer
+  :resourceKey::text, :maxAttempts::integer, _group_key => :groupKey::text, _timeout_ms => :timeoutMs::integer,
+  _depends_on => :dependsOn::bigint[]
 );
 
 /* @name TaskEnqueueUnique */
 select u.task_id as "taskId!", u.outcome as "outcome!", u.replaced_task_id as "replacedTaskId"
   from queues.enqueue_unique(
     :taskType!::text, :payload!::jsonb, :uniqueKey!::text, :uniquePolicy::text, :uniquePeriod::interval,
-    :scheduledAt::timestamptz, :priority::integer, :resourceKey::text, :maxAttempts::integer
+    :scheduledAt::timestamptz, :priority::integer, :resourceKey::text, :maxAttempts::integer,
+    _depends_on => :dependsOn::bigint[], _group_key => :groupKey::text, _timeout_ms => :timeoutMs::integer
   ) u;
 
 /* @name TaskEnqueueMany */
@@ -65,7 +67,8 @@ enqueued as materialized (
     -- c.traceparent (never null) ties the call to the settings' row: it runs after them.
     case when c.traceparent is not null then :taskType!::text end, :payload!::jsonb, :uniqueKey!::text,
     :uniquePolicy::text, :uniquePeriod::interval,
-    :scheduledAt::timestamptz, :priority::integer, :resourceKey::text, :maxAttempts::integer
+    :scheduledAt::timestamptz, :priority::integer, :resourceKey::text, :maxAttempts::integer,
+    _depends_on => :dependsOn::bigint[], _group_key => :groupKey::text, _timeout_ms => :timeoutMs::integer
   ) u
 ),
 cleared as materialized (
@@ -117,7 +120,7 @@ select c.task_id       as "taskId!",
   from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer, :maxLeases::integer) c;
 
 /* @name TaskNextClaimIn */
-select queues.next_claim_in_ms(:taskTypes::text[]) as "ms";
+select queues.next_claim_in_ms(:taskTypes::text[], :missedMs::integer) as "ms";
 
 /* @name TaskDequeueNextAvailable */
 select t.task_id      as "taskId!",
@@ -188,3 +191,10 @@ select e.task_id as "taskId!", e.task_lease_id as "taskLeaseId!", e.expires_at a
 /* @name TaskReleaseLeases */
 select r.task_id as "taskId!"
   from queues.release_leases(:taskIds!::bigint[], :taskLeaseIds!::bigint[]) r;
+
+/* @name TaskSettleWithHandlers */
+select s.task_id as "taskId!", s.result as "result!", s.outcome, s.errors as "errors!"
+  from queues.settle_with_handlers(:taskIds!::bigint[], :taskLeaseIds!::bigint[], :outcomes!::text[],
+                                   :retries::boolean[], :errorTaskIds::bigint[], :errorMessages::text[],
+                                   :handlers!::text[], :bodies!::jsonb[], :modes!::text[], :raisedPrefixes!::text[],
+                                   :startedUs::bigint[], :traceparents::text[]) s;

@@ -5,6 +5,10 @@ export type DateOrString = Date | string;
 
 export type NumberOrString = number | string;
 
+export type NumberOrStringArray = (NumberOrString)[];
+
+export type stringArray = (string)[];
+
 /** 'ThrottleRecord' parameters type */
 export interface IThrottleRecordParams {
   key?: string | null | void;
@@ -15,10 +19,13 @@ export interface IThrottleRecordParams {
   taskId?: NumberOrString | null | void;
   taskLeaseId?: NumberOrString | null | void;
   until?: DateOrString | null | void;
+  waitingLeaseIds?: NumberOrStringArray | null | void;
+  waitingTaskIds?: NumberOrStringArray | null | void;
 }
 
 /** 'ThrottleRecord' return type */
 export interface IThrottleRecordResult {
+  releasedWaiting: stringArray;
   result: string;
   throttledUntil: Date;
 }
@@ -29,14 +36,15 @@ export interface IThrottleRecordQuery {
   result: IThrottleRecordResult;
 }
 
-const throttleRecordIR: any = {"usedParamSet":{"keyKind":true,"key":true,"until":true,"retryAfterSeconds":true,"reason":true,"recordedBy":true,"taskId":true,"taskLeaseId":true},"params":[{"name":"keyKind","required":true,"transform":{"type":"scalar"},"locs":[{"a":99,"b":107}]},{"name":"key","required":false,"transform":{"type":"scalar"},"locs":[{"a":116,"b":119}]},{"name":"until","required":false,"transform":{"type":"scalar"},"locs":[{"a":128,"b":133}]},{"name":"retryAfterSeconds","required":false,"transform":{"type":"scalar"},"locs":[{"a":149,"b":166}]},{"name":"reason","required":true,"transform":{"type":"scalar"},"locs":[{"a":208,"b":215}]},{"name":"recordedBy","required":true,"transform":{"type":"scalar"},"locs":[{"a":224,"b":235}]},{"name":"taskId","required":false,"transform":{"type":"scalar"},"locs":[{"a":244,"b":250}]},{"name":"taskLeaseId","required":false,"transform":{"type":"scalar"},"locs":[{"a":261,"b":272}]}],"statement":"select r.result as \"result!\", r.throttled_until as \"throttledUntil!\"\n  from queues.record_throttle(:keyKind!::text, :key::text, :until::timestamptz, :retryAfterSeconds::numeric,\n                              :reason!::text, :recordedBy!::text, :taskId::bigint, :taskLeaseId::bigint) r"};
+const throttleRecordIR: any = {"usedParamSet":{"keyKind":true,"key":true,"until":true,"retryAfterSeconds":true,"reason":true,"recordedBy":true,"taskId":true,"taskLeaseId":true,"waitingTaskIds":true,"waitingLeaseIds":true},"params":[{"name":"keyKind","required":true,"transform":{"type":"scalar"},"locs":[{"a":141,"b":149}]},{"name":"key","required":false,"transform":{"type":"scalar"},"locs":[{"a":158,"b":161}]},{"name":"until","required":false,"transform":{"type":"scalar"},"locs":[{"a":170,"b":175}]},{"name":"retryAfterSeconds","required":false,"transform":{"type":"scalar"},"locs":[{"a":191,"b":208}]},{"name":"reason","required":true,"transform":{"type":"scalar"},"locs":[{"a":250,"b":257}]},{"name":"recordedBy","required":true,"transform":{"type":"scalar"},"locs":[{"a":266,"b":277}]},{"name":"taskId","required":false,"transform":{"type":"scalar"},"locs":[{"a":286,"b":292}]},{"name":"taskLeaseId","required":false,"transform":{"type":"scalar"},"locs":[{"a":303,"b":314}]},{"name":"waitingTaskIds","required":false,"transform":{"type":"scalar"},"locs":[{"a":355,"b":369}]},{"name":"waitingLeaseIds","required":false,"transform":{"type":"scalar"},"locs":[{"a":382,"b":397}]}],"statement":"select r.result as \"result!\", r.throttled_until as \"throttledUntil!\", r.released_waiting as \"releasedWaiting!\"\n  from queues.record_throttle(:keyKind!::text, :key::text, :until::timestamptz, :retryAfterSeconds::numeric,\n                              :reason!::text, :recordedBy!::text, :taskId::bigint, :taskLeaseId::bigint,\n                              :waitingTaskIds::bigint[], :waitingLeaseIds::bigint[]) r"};
 
 /**
  * Query generated from SQL:
  * ```
- * select r.result as "result!", r.throttled_until as "throttledUntil!"
+ * select r.result as "result!", r.throttled_until as "throttledUntil!", r.released_waiting as "releasedWaiting!"
  *   from queues.record_throttle(:keyKind!::text, :key::text, :until::timestamptz, :retryAfterSeconds::numeric,
- *                               :reason!::text, :recordedBy!::text, :taskId::bigint, :taskLeaseId::bigint) r
+ *                               :reason!::text, :recordedBy!::text, :taskId::bigint, :taskLeaseId::bigint,
+ *                               :waitingTaskIds::bigint[], :waitingLeaseIds::bigint[]) r
  * ```
  */
 export const throttleRecord = new PreparedQuery<IThrottleRecordParams,IThrottleRecordResult>(throttleRecordIR);

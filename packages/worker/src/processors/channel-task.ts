@@ -19,22 +19,45 @@
  * handler's, from the attempt). A validation failure from the before handler is final
  * (never retried) and completes the task 'validation_failed' (not a dead letter). Messages are sanitized (error-class.ts) before they reach the error
  * handler or an error row. Before the provider call, internal.start_provider_call applies
- * the task type's delivery mode (provider-call.ts): an at-most-once call already started
+ * the task type's delivery mode (below): an at-most-once call already started
  * by an earlier lease is not repeated; the task fails with an "unknown outcome" error.
  * For an at-least-once task (which records nothing) that check runs in the before
- * handler's statement (internal.run_before_provider_call), so such a task takes two
- * round trips of its own: the before handler with the check, and the completion with its
- * success or error handler. An at-most-once task records its start in a statement of its
- * own, after the provider payload is checked.
+ * handler's statement (internal.run_before_provider_call). The before handlers of the
+ * channel tasks that start in one turn of the event loop go to the database together, one
+ * statement per group (internal.run_before_provider_calls, BeforeGroups below), each call
+ * in a subtransaction of its own: one task's raise, lost lease or validation failure is
+ * that task's alone. So an email task's own round trips are its share of its group's
+ * before statement and its share of a completion round (its success or error handler
+ * settles with its completion). An at-most-once task records its start in a statement of
+ * its own (synchronously committed, before the call), after the provider payload is
+ * checked.
+ *
+ * Delivery modes (internal.channel_delivery_mode, sql/internal/delivery.sql). Just before
+ * a provider call the worker asks internal.start_provider_call, in its own committed
+ * statement (for an at-least-once task with a before_handler, the before handler's
+ * statement):
+ *   at_least_once  nothing is recorded; the call is made (again on a later lease: the
+ *                  provider deduplicates on the idempotency key).
+ *   at_most_once   the start of the call is recorded under this lease before it is made;
+ *                  a later lease that finds a started call without an outcome does not
+ *                  call again and fails the task with an "unknown outcome" error instead.
  */
-import type { Provider } from '@org/contracts';
+import type { Envelope, Provider } from '@org/contracts';
 import { isThrottledError } from '@org/contracts/throttled';
+import {
+  runBeforeProviderCalls,
+  runFunction,
+  type BeforeProviderCallAnswer,
+  type BeforeProviderCallRequest,
+  type ClaimedTask,
+  type Id,
+  type JsonObject,
+  type Queryable,
+} from '@org/queue-client';
 import { errorMessage, isTransient, sanitizeMessage } from '../error-class.js';
-import { failureOf, HandlerInvoker, type HandlerResult } from '../handler-invoker.js';
 import { contracts } from '../contracts.js';
 import type { Processor, TaskContext, TaskOutcome } from '../processor.js';
-import { providerCallAnswer, startProviderCall } from './provider-call.js';
-import { traceChild } from '../tracing.js';
+import { activeTraceparent, traceChild } from '../tracing.js';
 
 const HANDLER_FIELDS = ['task_type', 'before_handler', 'success_handler', 'error_handler'];
 
@@ -162,5 +185,206 @@ function fail(
       mode: 'error',
       raisedPrefix: `${onError} raised: `,
     },
+  };
+}
+
+export type HandlerResult = { ok: true; envelope: Envelope } | { ok: false; error: string };
+
+/**
+ * Calls a task's handlers (before_handler, success_handler, error_handler) through
+ * internal.run_function and normalises what they return with the envelope schema.
+ */
+export class HandlerInvoker {
+  constructor(private readonly db: Queryable) {}
+
+  /**
+   * Runs `name` with `body`. A malformed result is returned as `{ ok: false }`; an
+   * exception raised by the function (or the runner) is thrown. With tracing on, the
+   * handler's span is the trace context of the tasks it enqueues.
+   */
+  async call(name: string, body: JsonObject): Promise<HandlerResult> {
+    const result = await traceChild('queue.handler', { 'queue.handler.name': name }, () =>
+      runFunction(this.db, name, body, activeTraceparent()),
+    );
+    return parseResult(name, result);
+  }
+
+  /**
+   * Runs the before_handler `name` with `body` and, when it succeeded, the provider-call
+   * check of the task's lease (internal.run_before_provider_call), in the statement of
+   * its group (BeforeGroups): `start` is the check's answer, null when it was not made (the
+   * caller then makes it with internal.start_provider_call); `startError` the message of a
+   * raise of the check. A raise of the handler is thrown (this call's alone), as by call().
+   */
+  async callBefore(
+    name: string,
+    body: JsonObject,
+    lease: { taskId: Id; taskLeaseId: Id },
+  ): Promise<{ result: HandlerResult; start: HandlerResult | null; startError: string | null }> {
+    const answer = await traceChild('queue.handler', { 'queue.handler.name': name }, () => {
+      const traceparent = activeTraceparent();
+      return BeforeGroups.of(this.db).submit({
+        beforeHandler: name,
+        payload: body,
+        taskId: lease.taskId,
+        taskLeaseId: lease.taskLeaseId,
+        ...(traceparent ? { traceparent } : {}),
+      });
+    });
+    if (!answer.ok) throw answer.error;
+    const ran = answer.ran;
+    return {
+      result: await parseResult(name, ran.beforeResult),
+      start: ran.startResult === null ? null : await parseResult(START_PROVIDER_CALL, ran.startResult),
+      startError: ran.startError,
+    };
+  }
+
+  /** The same invoker on another connection (a transaction's client). */
+  on(db: Queryable): HandlerInvoker {
+    return new HandlerInvoker(db);
+  }
+}
+
+/** The most calls one before statement takes (internal.run_before_provider_calls: 50). */
+const MAX_GROUP = 50;
+
+/**
+ * The before statements one pool runs at a time. The calls submitted while they run wait
+ * and go together in the next statement, once one returns (group commit: no wait when
+ * the pool is idle, larger groups under load, one commit per group).
+ */
+const MAX_IN_FLIGHT = 1;
+
+/**
+ * A before statement running longer than this (a handler waiting for a lock, say) stops
+ * counting towards MAX_IN_FLIGHT: the calls behind it go in a statement of their own
+ * rather than wait for it.
+ */
+const STALLED_MS = 50;
+
+/**
+ * The before handlers submitted on one connection pool, sent as one statement per group
+ * (internal.run_before_provider_calls): the calls of one turn of the event loop (the
+ * executor starts the tasks of a claim together) and those that arrive while the pool's
+ * before statement runs. Each call gets its own answer; a failure of the statement itself
+ * (the connection, say) is every call's of the group.
+ */
+class BeforeGroups {
+  static readonly #byDb = new WeakMap<Queryable, BeforeGroups>();
+
+  static of(db: Queryable): BeforeGroups {
+    let groups = BeforeGroups.#byDb.get(db);
+    if (!groups) {
+      groups = new BeforeGroups(db);
+      BeforeGroups.#byDb.set(db, groups);
+    }
+    return groups;
+  }
+
+  #pending: {
+    request: BeforeProviderCallRequest;
+    resolve: (answer: BeforeProviderCallAnswer) => void;
+    reject: (error: unknown) => void;
+  }[] = [];
+  #scheduled = false;
+  /** Statements running and not yet stalled (STALLED_MS). */
+  #inFlight = 0;
+
+  private constructor(private readonly db: Queryable) {}
+
+  submit(request: BeforeProviderCallRequest): Promise<BeforeProviderCallAnswer> {
+    return new Promise((resolve, reject) => {
+      this.#pending.push({ request, resolve, reject });
+      this.#schedule();
+    });
+  }
+
+  #schedule(): void {
+    if (this.#scheduled || this.#inFlight >= MAX_IN_FLIGHT || this.#pending.length === 0) return;
+    this.#scheduled = true;
+    setImmediate(() => {
+      this.#scheduled = false;
+      this.#send();
+    });
+  }
+
+  #send(): void {
+    while (this.#inFlight < MAX_IN_FLIGHT && this.#pending.length > 0) {
+      const group = this.#pending.splice(0, MAX_GROUP);
+      this.#inFlight++;
+      let counted = true;
+      const uncount = () => {
+        if (!counted) return;
+        counted = false;
+        this.#inFlight--;
+        this.#schedule();
+      };
+      const stalled = setTimeout(uncount, STALLED_MS);
+      stalled.unref();
+      runBeforeProviderCalls(
+        this.db,
+        group.map((call) => call.request),
+      )
+        .then(
+          (answers) => group.forEach((call, j) => call.resolve(answers[j]!)),
+          (error: unknown) => group.forEach((call) => call.reject(error)),
+        )
+        .finally(() => {
+          clearTimeout(stalled);
+          uncount();
+        });
+    }
+  }
+}
+
+async function parseResult(name: string, result: unknown): Promise<HandlerResult> {
+  const { parseEnvelope } = await contracts();
+  const parsed = parseEnvelope(result);
+  return parsed.ok ? { ok: true, envelope: parsed.envelope } : { ok: false, error: `${name}: ${parsed.error}` };
+}
+
+/** The message an envelope carries when it is not a plain success, or undefined. */
+export function failureOf(name: string, envelope: Envelope): string | undefined {
+  switch (envelope.outcome) {
+    case 'succeeded':
+      return undefined;
+    case 'error':
+      return `${name}: ${envelope.message}`;
+    case 'invalid':
+      return `${name}: validation failure: ${envelope.message}`;
+    case 'status':
+      return `${name}: status ${envelope.status}`;
+  }
+}
+
+/** The provider-call check (see the delivery modes above). */
+export const START_PROVIDER_CALL = 'internal.start_provider_call';
+
+export type ProviderCallStart = { proceed: true } | { proceed: false; error: string };
+
+/** Records (or checks) the start of the provider call; raises what the database raises. */
+export async function startProviderCall(
+  invoker: HandlerInvoker,
+  task: Pick<ClaimedTask, 'taskId' | 'taskLeaseId'>,
+): Promise<ProviderCallStart> {
+  return providerCallAnswer(
+    await invoker.call(START_PROVIDER_CALL, { task_id: task.taskId, task_lease_id: task.taskLeaseId }),
+  );
+}
+
+/**
+ * The answer of internal.start_provider_call as a decision, whether the worker asked for it
+ * alone (startProviderCall) or with the before_handler (HandlerInvoker.callBefore).
+ */
+export function providerCallAnswer(answer: HandlerResult): ProviderCallStart {
+  if (!answer.ok) return { proceed: false, error: answer.error };
+  const failure = failureOf(START_PROVIDER_CALL, answer.envelope);
+  if (failure) return { proceed: false, error: failure };
+  const payload = (answer.envelope as { payload?: { proceed?: unknown; error?: unknown } }).payload;
+  if (payload?.proceed === true) return { proceed: true };
+  return {
+    proceed: false,
+    error: typeof payload?.error === 'string' ? payload.error : `${START_PROVIDER_CALL}: no answer`,
   };
 }
