@@ -156,7 +156,9 @@ begin
     select c.task_lease_id, c.task_range, c.task_ids
       from (select distinct i.task_lease_id from input i where i.task_lease_id is not null) li
      cross join lateral (
-       select c.task_lease_id, c.task_ids, c.task_range from queues.claim_lease c
+       -- The array decompressed once here (`|| '{}'` returns it detoasted): read as
+       -- stored, each `= any` below decompressed the lease's 500 ids again, per task.
+       select c.task_lease_id, c.task_ids || array[]::bigint[] as task_ids, c.task_range from queues.claim_lease c
         where c.task_lease_id = li.task_lease_id limit 1
      ) c
   ),
