@@ -233,7 +233,7 @@ begin
      cross join lateral (
        select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.group_key, p.priority, p.scheduled_at,
               p.lease_count - p.released_count - p.failed_attempts as ended_leases,
-              p.uncounted_count, p.suspect_lease
+              p.uncounted_count, p.suspect_lease, p.lease_count
          from queues.task_pending p
         where p.task_type = ty.task_type
           and p.current_lease_id is null
@@ -261,7 +261,7 @@ begin
       from (
         select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.group_key, p.priority, p.scheduled_at,
                p.lease_count - p.released_count - p.failed_attempts as ended_leases,
-               p.uncounted_count, p.suspect_lease
+               p.uncounted_count, p.suspect_lease, p.lease_count
           from queues.task_pending p
          where p.current_lease_id > 0
            and p.available_at <= _now
@@ -354,7 +354,7 @@ begin
              - (c.current_lease_id is not null and not c.suspect_lease)::integer >= _max_leases
     union all
     select t.task_id, t.task_type, t.current_lease_id, t.resource_key, t.group_key, t.priority, t.scheduled_at,
-           t.ended_leases, t.uncounted_count, t.suspect_lease
+           t.ended_leases, t.uncounted_count, t.suspect_lease, t.lease_count
       from (select g.*,
                    row_number() over (partition by g.task_type
                                       order by g.priority desc, g.scheduled_at, g.task_id) as type_rank
@@ -378,7 +378,8 @@ begin
     select c.task_id, c.task_type, c.current_lease_id, c.resource_key, c.group_key, c.priority, c.scheduled_at,
            c.counted >= _max_leases as poisoned,
            c.ended_leases > 0 as suspect,
-           c.counted as counted_leases
+           c.counted as counted_leases,
+           c.lease_count > 0 as leased_before
       from (
         select c.*,
                c.ended_leases - c.uncounted_count
@@ -396,7 +397,8 @@ begin
   -- back at the same moment, do not all land in one worker again beside the task that
   -- crashed it.
   allowed as (
-    select pk.task_id, pk.task_type, pk.group_key, pk.resource_key, pk.priority, pk.scheduled_at, pk.suspect
+    select pk.task_id, pk.task_type, pk.group_key, pk.resource_key, pk.priority, pk.scheduled_at, pk.suspect,
+           pk.leased_before
       from (select pk.*,
                    row_number() over (partition by pk.suspect
                                       order by pk.priority desc, pk.scheduled_at, pk.task_id) as rank
@@ -425,10 +427,13 @@ begin
   eligible as (
     select pk.task_id, pk.task_type, pk.group_key, pk.suspect,
            -- The ready set (docs/design/hot-path.md): an unkeyed task of an unlimited type
-           -- leaves the claim index with its claim (a delete); a keyed task, or one of a
-           -- limited type, keeps its row and is leased on it (the per-row path: resource
-           -- keys and concurrency limits read leased rows).
-           pk.resource_key is not null or pk.task_type = any (_limited) as per_row
+           -- on its first lease leaves the claim index with its claim (a delete); a keyed
+           -- task, or one of a limited type, keeps its row and is leased on it (the
+           -- per-row path: resource keys and concurrency limits read leased rows), and so
+           -- does a task leased before (rescued, retried, released or revoked back into
+           -- the claim index): the claim index never loses a task twice, so a claim
+           -- lease's completion needs no newer lease looked for (queues.complete_tasks).
+           pk.resource_key is not null or pk.task_type = any (_limited) or pk.leased_before as per_row
       from allowed pk
      where pk.resource_key is null or pk.task_id in (select kt.task_id from key_taken kt)
   ),

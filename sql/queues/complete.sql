@@ -146,10 +146,12 @@ begin
   ),
   -- Tasks out of the claim index, held by the claim lease the caller names. Read per
   -- lease, not per task: the lease by its id (it names its tasks); among the call's
-  -- tasks it names, those that ended (a round or a completion in its range) or that a
-  -- newer claim lease names (the task came back to the claim index, rescued, released,
-  -- revoked or retrying, and was claimed again) are no longer its; nor is a task with a
-  -- claim-index row (back in the index: held there, or by no one). Read in this
+  -- tasks it names, those that ended (a round in its range, or a completion) are no
+  -- longer its; nor is a task with a claim-index row (back in the index: rescued,
+  -- released, revoked or retrying, held there by a newer lease, or by no one). No newer
+  -- lease is looked for: a claim takes a task out of the claim index only on its first
+  -- lease (queues.claim_tasks_at leases a task leased before on its row), so a task the
+  -- lease named that came back to the index keeps a row until its end. Read in this
   -- statement, after the lease locks above: what the rescuer or another completion of
   -- the lease did is seen.
   lease_named as (
@@ -179,13 +181,6 @@ begin
      cross join lateral unnest(r.task_ids) u(task_id)
     union all
     select c.task_id from queues.task_completed c where c.task_id = any (_task_ids)
-    union all
-    select u.task_id
-      from lease_named l
-      join queues.claim_lease n
-        on n.task_range && l.task_range and n.task_id >= lower(l.task_range)
-       and n.task_lease_id > l.task_lease_id
-     cross join lateral unnest(n.task_ids) u(task_id)
   ),
   lease_open as (
     select lt.*

@@ -9,7 +9,7 @@ import { createTestDatabase, type TestDatabase } from '@org/testing';
 let db: TestDatabase;
 beforeAll(async () => {
   db = await createTestDatabase();
-  for (const type of ['ready_a', 'ready_b', 'ready_c', 'ready_d', 'ready_e'])
+  for (const type of ['ready_a', 'ready_b', 'ready_c', 'ready_d', 'ready_e', 'ready_f'])
     await db.query(`insert into queues.task_type (task_type) values ($1) on conflict do nothing`, [type]);
 });
 afterAll(async () => {
@@ -139,6 +139,32 @@ describe('the ready set', () => {
     );
     expect([...late.values()]).toEqual(['lease_lost', 'lease_lost', 'lease_lost']);
     for (const c of again) expect((await settle([c.task_id], [c.task_lease_id])).get(c.task_id)).toBe('completed');
+  });
+
+  it('a task back in the claim index is claimed again on its row; its earlier lease stays refused', async () => {
+    const { rows: enq } = await db.query(
+      `select queues.enqueue('ready_f', '{}'::jsonb, _max_attempts => 3)::text as id from generate_series(1, 2)`,
+    );
+    const [retried, rescued] = enq.map((r) => r.id as string);
+    const first = await claimAt('ready_f', 0, 'w-f');
+    expect(first.map((c) => c.task_id).sort()).toEqual([retried, rescued].sort());
+    const lease = first[0].task_lease_id;
+    // Taken out of the claim index by their first lease.
+    expect(await pendingOf([retried, rescued])).toEqual([]);
+    // One fails with attempts left (back at its retry time), the other's lease expires.
+    expect((await settle([retried], [lease], 'failed')).get(retried)).toBe('retry_scheduled');
+    expect(await rescueAt(70)).toBe(1);
+    // Claimed again (past the retry's backoff), each on its row, under the new lease.
+    const again = [...(await claimAt('ready_f', 7200, 'w-f2')), ...(await claimAt('ready_f', 7200, 'w-f2'))];
+    expect(again.map((c) => c.task_id).sort()).toEqual([retried, rescued].sort());
+    expect((await pendingOf([retried, rescued])).map((p) => p.current_lease_id).sort()).toEqual(
+      again.map((c) => c.task_lease_id).sort(),
+    );
+    // The first lease's holder is refused for both; the new holders complete them.
+    const late = await settle([retried, rescued], [lease, lease]);
+    expect([...late.values()]).toEqual(['lease_lost', 'lease_lost']);
+    for (const c of again) expect((await settle([c.task_id], [c.task_lease_id])).get(c.task_id)).toBe('completed');
+    expect(await pendingOf([retried, rescued])).toEqual([]);
   });
 
   it('a poison task is abandoned after max_leases + 1 leases; tasks beside it are not counted', async () => {
