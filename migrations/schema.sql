@@ -1077,6 +1077,7 @@ create table queues.claim_lease (
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on table queues.claim_lease is 'Append-only: one lease per claim, shared by the tasks it names (task_ids). Read a task''s leases through queues.task_leases / queues.task_leases_of / queues.task_lease_effective. See sql/queues/claim.sql.';
+CREATE INDEX claim_lease_expires_at_idx ON ONLY queues.claim_lease USING btree (expires_at);
 CREATE UNIQUE INDEX claim_lease_pkey ON ONLY queues.claim_lease USING btree (task_id, task_lease_id);
 CREATE INDEX claim_lease_task_lease_id_idx ON ONLY queues.claim_lease USING btree (task_lease_id);
 CREATE INDEX claim_lease_task_range_idx ON ONLY queues.claim_lease USING gist (task_range);
@@ -1103,6 +1104,7 @@ create table queues.claim_lease_default partition of queues.claim_lease (
 ) DEFAULT;
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE INDEX claim_lease_default_expires_at_idx ON queues.claim_lease_default USING btree (expires_at);
 CREATE UNIQUE INDEX claim_lease_default_pkey ON queues.claim_lease_default USING btree (task_id, task_lease_id);
 CREATE INDEX claim_lease_default_task_lease_id_idx ON queues.claim_lease_default USING btree (task_lease_id);
 CREATE INDEX claim_lease_default_task_range_idx ON queues.claim_lease_default USING gist (task_range);
@@ -1129,6 +1131,7 @@ create table queues.claim_lease_p0 partition of queues.claim_lease (
 ) FOR VALUES FROM ('0') TO ('1000000');
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE INDEX claim_lease_p0_expires_at_idx ON queues.claim_lease_p0 USING btree (expires_at);
 CREATE UNIQUE INDEX claim_lease_p0_pkey ON queues.claim_lease_p0 USING btree (task_id, task_lease_id);
 CREATE INDEX claim_lease_p0_task_lease_id_idx ON queues.claim_lease_p0 USING btree (task_lease_id);
 CREATE INDEX claim_lease_p0_task_range_idx ON queues.claim_lease_p0 USING gist (task_range);
@@ -1155,6 +1158,7 @@ create table queues.claim_lease_p1000000 partition of queues.claim_lease (
 ) FOR VALUES FROM ('1000000') TO ('2000000');
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE INDEX claim_lease_p1000000_expires_at_idx ON queues.claim_lease_p1000000 USING btree (expires_at);
 CREATE UNIQUE INDEX claim_lease_p1000000_pkey ON queues.claim_lease_p1000000 USING btree (task_id, task_lease_id);
 CREATE INDEX claim_lease_p1000000_task_lease_id_idx ON queues.claim_lease_p1000000 USING btree (task_lease_id);
 CREATE INDEX claim_lease_p1000000_task_range_idx ON queues.claim_lease_p1000000 USING gist (task_range);
@@ -1181,10 +1185,24 @@ create table queues.claim_lease_p2000000 partition of queues.claim_lease (
 ) FOR VALUES FROM ('2000000') TO ('3000000');
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+CREATE INDEX claim_lease_p2000000_expires_at_idx ON queues.claim_lease_p2000000 USING btree (expires_at);
 CREATE UNIQUE INDEX claim_lease_p2000000_pkey ON queues.claim_lease_p2000000 USING btree (task_id, task_lease_id);
 CREATE INDEX claim_lease_p2000000_task_lease_id_idx ON queues.claim_lease_p2000000 USING btree (task_lease_id);
 CREATE INDEX claim_lease_p2000000_task_range_idx ON queues.claim_lease_p2000000 USING gist (task_range);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.claim_lease_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
+
+create table queues.claim_lease_rescue_cursor (
+  singleton boolean default true not null,
+  rescued_through timestamp with time zone not null,
+  constraint claim_lease_rescue_cursor_pkey PRIMARY KEY (singleton),
+  constraint claim_lease_rescue_cursor_rescued_through_not_null NOT NULL rescued_through,
+  constraint claim_lease_rescue_cursor_singleton_check CHECK (singleton),
+  constraint claim_lease_rescue_cursor_singleton_not_null NOT NULL singleton
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.claim_lease_rescue_cursor is 'The claim leases expired by rescued_through were rescued (queues.rescue_due_leases_at). One row; a read structure, not a fact.';
+CREATE UNIQUE INDEX claim_lease_rescue_cursor_pkey ON queues.claim_lease_rescue_cursor USING btree (singleton);
 
 create table queues.completion_round (
   task_id bigint not null,
@@ -10265,6 +10283,9 @@ begin
     raise exception 'task_types must be null (any type) or name at least one type'
       using errcode = '22023';
   end if;
+  -- The ready set's rescuer: the claim leases expired since the last pass return their
+  -- unfinished tasks to the claim index, where this claim's statement sees them.
+  perform queues.rescue_due_leases_at(_now);
   -- One statement reads what the claim needs before it scans: the worker's key, the
   -- throttles and the flow limits in force (with none configured, the claim costs no
   -- statement more than it did without them).
@@ -14047,6 +14068,73 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.rescue_due_leases_at(_now timestamp with time zone)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _from timestamptz;
+  _lease record;
+  _leases bigint := 0;
+  _count bigint := 0;
+begin
+  select c.rescued_through into _from
+    from queues.claim_lease_rescue_cursor c
+   where c.rescued_through < _now
+     for update skip locked;
+  if not found then
+    return 0;
+  end if;
+  for _lease in
+    select c.task_lease_id, c.task_ids
+      from queues.claim_lease c
+     where c.expires_at > _from and c.expires_at <= _now
+     order by c.task_lease_id
+  loop
+    _leases := _leases + 1;
+    _count := _count + queues.rescue_lease_at(_lease.task_lease_id, _lease.task_ids, _now);
+  end loop;
+  -- Never past the transaction's own time: a claim at a later _now (as the tests claim)
+  -- leaves the leases expiring between the two to the next pass.
+  if _leases > 0 then
+    update queues.claim_lease_rescue_cursor set rescued_through = least(_now, now());
+  end if;
+  return _count;
+end;
+$function$;
+  -- queues.rescue_due_leases_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.rescue_lease_at(_task_lease_id bigint, _task_ids bigint[], _now timestamp with time zone)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _n bigint;
+begin
+  perform pg_advisory_xact_lock(20253, hashint8(_task_lease_id));
+  insert into queues.task_pending
+    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
+     lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
+     suspect_lease, group_key)
+  select r.*
+    from queues.pending_rows_of(array(
+           select u.task_id from unnest(_task_ids) u(task_id)
+            where not exists (select 1 from queues.task_pending p where p.task_id = u.task_id)
+              and not exists (select 1 from queues.task_end_of(u.task_id) e)
+              and not exists (select 1 from queues.task_lease_extension x
+                               where x.task_id = u.task_id and x.task_lease_id = _task_lease_id
+                                 and x.expires_at > _now))) r
+   order by r.task_id;
+  get diagnostics _n = row_count;
+  return _n;
+end;
+$function$;
+  -- queues.rescue_lease_at(_task_lease_id bigint, _task_ids bigint[], _now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.rescue_leases_at(_now timestamp with time zone)
  RETURNS bigint
  LANGUAGE plpgsql
@@ -14055,7 +14143,6 @@ AS $function$
 declare
   _lease record;
   _count bigint := 0;
-  _n bigint;
 begin
   for _lease in
     select c.task_lease_id, c.task_ids
@@ -14066,21 +14153,7 @@ begin
                       and not exists (select 1 from queues.task_end_of(u.task_id) e))
      order by c.task_lease_id
   loop
-    perform pg_advisory_xact_lock(20253, hashint8(_lease.task_lease_id));
-    insert into queues.task_pending
-      (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
-       lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
-       suspect_lease, group_key)
-    select r.*
-      from queues.pending_rows_of(array(
-             select u.task_id from unnest(_lease.task_ids) u(task_id)
-              where (select max(l.task_lease_id) from queues.task_leases_of(u.task_id) l) = _lease.task_lease_id
-                and coalesce((select max(x.expires_at) from queues.task_lease_extension x
-                               where x.task_id = u.task_id and x.task_lease_id = _lease.task_lease_id), '-infinity')
-                      <= _now)) r
-     order by r.task_id;
-    get diagnostics _n = row_count;
-    _count := _count + _n;
+    _count := _count + queues.rescue_lease_at(_lease.task_lease_id, _lease.task_ids, _now);
   end loop;
   if _count > 0 then
     perform pg_notify('queues_task_ready', '');

@@ -102,6 +102,9 @@ begin
     raise exception 'task_types must be null (any type) or name at least one type'
       using errcode = '22023';
   end if;
+  -- The ready set's rescuer: the claim leases expired since the last pass return their
+  -- unfinished tasks to the claim index, where this claim's statement sees them.
+  perform queues.rescue_due_leases_at(_now);
   -- One statement reads what the claim needs before it scans: the worker's key, the
   -- throttles and the flow limits in force (with none configured, the claim costs no
   -- statement more than it did without them).

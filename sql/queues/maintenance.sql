@@ -122,14 +122,46 @@ end;
 $$;
 
 -- The rescuer of the ready set (docs/design/hot-path.md): a claim takes an unkeyed task
--- of an unlimited type out of the claim index, and its claim lease holds it. For each
--- claim lease that expired by _now (as claimed; a task's own heartbeat extension counts
--- for that task), under the lease's advisory lock taken exclusively (class 20253, as the
--- completions of the lease take it), its tasks with no end, no claim-index row and no
--- newer lease come back to the claim index as the facts give them: leased by the expired
--- lease, available since its expiry, so the next claim takes them as it takes any expired
--- lease (a suspect; the expiry counted only when the lease named the task its suspect).
--- Returns the number of tasks returned.
+-- of an unlimited type on its first lease out of the claim index, and its claim lease
+-- holds it. Rescuing a claim lease that expired by _now: under the lease's advisory lock
+-- taken exclusively (class 20253, as the completions of the lease take it), its tasks
+-- with no end, no claim-index row and no live heartbeat extension of their own come back
+-- to the claim index as the facts give them: leased by the expired lease, available
+-- since its expiry, so the next claim takes them as it takes any expired lease (a
+-- suspect; the expiry counted only when the lease named the task its suspect). No newer
+-- lease is looked for: a task leased before is claimed on its row (queues.claim_tasks_at),
+-- so a task of the lease with neither a row nor an end is still the lease's.
+-- queues.rescue_lease_at rescues one lease and returns the number of tasks it returned.
+create or replace function queues.rescue_lease_at(_task_lease_id bigint, _task_ids bigint[], _now timestamptz)
+  returns bigint
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _n bigint;
+begin
+  perform pg_advisory_xact_lock(20253, hashint8(_task_lease_id));
+  insert into queues.task_pending
+    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
+     lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
+     suspect_lease, group_key)
+  select r.*
+    from queues.pending_rows_of(array(
+           select u.task_id from unnest(_task_ids) u(task_id)
+            where not exists (select 1 from queues.task_pending p where p.task_id = u.task_id)
+              and not exists (select 1 from queues.task_end_of(u.task_id) e)
+              and not exists (select 1 from queues.task_lease_extension x
+                               where x.task_id = u.task_id and x.task_lease_id = _task_lease_id
+                                 and x.expires_at > _now))) r
+   order by r.task_id;
+  get diagnostics _n = row_count;
+  return _n;
+end;
+$$;
+
+-- Every claim lease expired by _now with an unfinished task out of the claim index,
+-- rescued (a full pass over the claim leases: for tests and repairs; the claims rescue
+-- through queues.rescue_due_leases_at).
 create or replace function queues.rescue_leases_at(_now timestamptz)
   returns bigint
   language plpgsql volatile
@@ -138,7 +170,6 @@ as $$
 declare
   _lease record;
   _count bigint := 0;
-  _n bigint;
 begin
   for _lease in
     select c.task_lease_id, c.task_ids
@@ -149,24 +180,55 @@ begin
                       and not exists (select 1 from queues.task_end_of(u.task_id) e))
      order by c.task_lease_id
   loop
-    perform pg_advisory_xact_lock(20253, hashint8(_lease.task_lease_id));
-    insert into queues.task_pending
-      (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
-       lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
-       suspect_lease, group_key)
-    select r.*
-      from queues.pending_rows_of(array(
-             select u.task_id from unnest(_lease.task_ids) u(task_id)
-              where (select max(l.task_lease_id) from queues.task_leases_of(u.task_id) l) = _lease.task_lease_id
-                and coalesce((select max(x.expires_at) from queues.task_lease_extension x
-                               where x.task_id = u.task_id and x.task_lease_id = _lease.task_lease_id), '-infinity')
-                      <= _now)) r
-     order by r.task_id;
-    get diagnostics _n = row_count;
-    _count := _count + _n;
+    _count := _count + queues.rescue_lease_at(_lease.task_lease_id, _lease.task_ids, _now);
   end loop;
   if _count > 0 then
     perform pg_notify('queues_task_ready', '');
+  end if;
+  return _count;
+end;
+$$;
+
+-- The rescuer run by the claims (queues.claim_tasks_at calls it first): the claim leases
+-- that expired after the cursor (queues.claim_lease_rescue_cursor.rescued_through) and by
+-- _now, from claim_lease_expires_at_idx, each rescued; then the cursor moves to _now (at
+-- most the transaction's now()). One
+-- claim at a time rescues (the cursor's row locked, skip locked: a concurrent claim skips
+-- the pass); with no lease expired in the window nothing is written. A task skipped for
+-- its live heartbeat extension is not looked at again by this cursor (heartbeats of
+-- lease-held tasks are not built: docs/design/hot-path.md). Returns the number of tasks
+-- returned to the claim index.
+create or replace function queues.rescue_due_leases_at(_now timestamptz)
+  returns bigint
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _from timestamptz;
+  _lease record;
+  _leases bigint := 0;
+  _count bigint := 0;
+begin
+  select c.rescued_through into _from
+    from queues.claim_lease_rescue_cursor c
+   where c.rescued_through < _now
+     for update skip locked;
+  if not found then
+    return 0;
+  end if;
+  for _lease in
+    select c.task_lease_id, c.task_ids
+      from queues.claim_lease c
+     where c.expires_at > _from and c.expires_at <= _now
+     order by c.task_lease_id
+  loop
+    _leases := _leases + 1;
+    _count := _count + queues.rescue_lease_at(_lease.task_lease_id, _lease.task_ids, _now);
+  end loop;
+  -- Never past the transaction's own time: a claim at a later _now (as the tests claim)
+  -- leaves the leases expiring between the two to the next pass.
+  if _leases > 0 then
+    update queues.claim_lease_rescue_cursor set rescued_through = least(_now, now());
   end if;
   return _count;
 end;

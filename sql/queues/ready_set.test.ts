@@ -9,7 +9,7 @@ import { createTestDatabase, type TestDatabase } from '@org/testing';
 let db: TestDatabase;
 beforeAll(async () => {
   db = await createTestDatabase();
-  for (const type of ['ready_a', 'ready_b', 'ready_c', 'ready_d', 'ready_e', 'ready_f'])
+  for (const type of ['ready_a', 'ready_b', 'ready_c', 'ready_d', 'ready_e', 'ready_f', 'ready_g'])
     await db.query(`insert into queues.task_type (task_type) values ($1) on conflict do nothing`, [type]);
 });
 afterAll(async () => {
@@ -165,6 +165,21 @@ describe('the ready set', () => {
     expect([...late.values()]).toEqual(['lease_lost', 'lease_lost']);
     for (const c of again) expect((await settle([c.task_id], [c.task_lease_id])).get(c.task_id)).toBe('completed');
     expect(await pendingOf([retried, rescued])).toEqual([]);
+  });
+
+  it('a claim rescues the claim leases expired since the last pass: no rescuer call needed', async () => {
+    const ids = await enqueue('ready_g', 2);
+    const first = await claimAt('ready_g', 0, 'w-g');
+    expect(first).toHaveLength(2);
+    expect((await settle([ids[0]], [first[0].task_lease_id])).get(ids[0])).toBe('completed');
+    // Not expired yet: the claim finds nothing.
+    expect(await claimAt('ready_g', 30, 'w-g2')).toEqual([]);
+    // Expired: the claim itself returns the unfinished task and takes it, on its row.
+    const again = await claimAt('ready_g', 70, 'w-g2');
+    expect(again.map((c) => c.task_id)).toEqual([ids[1]]);
+    expect(await pendingOf([ids[1]])).toEqual([{ task_id: ids[1], current_lease_id: again[0].task_lease_id }]);
+    expect((await settle([ids[1]], [first[0].task_lease_id])).get(ids[1])).toBe('lease_lost');
+    expect((await settle([ids[1]], [again[0].task_lease_id])).get(ids[1])).toBe('completed');
   });
 
   it('a poison task is abandoned after max_leases + 1 leases; tasks beside it are not counted', async () => {
