@@ -11824,6 +11824,8 @@ AS $function$
 declare
   _locked bigint[];
   _other bigint[] := '{}';
+  _leases bigint[];
+  _held bigint[];
 begin
   perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
   perform queues.lock_resource_keys(_task_ids);
@@ -11840,6 +11842,40 @@ begin
   -- The others: rows held elsewhere, and tasks no longer pending (normally none).
   if cardinality(_locked) < cardinality(_task_ids) then
     _other := array(select i.id from unnest(_task_ids) i(id) except select l.id from unnest(_locked) l(id));
+  end if;
+  -- The ready set (docs/design/hot-path.md): a task its claim took out of the claim
+  -- index has no row; its claim lease holds it. Heartbeated, it goes back onto a row,
+  -- written from the facts (leased by that lease), and is extended there as any row is:
+  -- from then on the per-row paths (the fence, the expired-lease claim, the suspect
+  -- accounting) hold it, and the rescuer has nothing to do for it. Under the lease's lock
+  -- taken shared and only tried (a heartbeat never waits: a completion or a rescue of the
+  -- lease in flight holds it exclusively, and the task is then left as it is), then read
+  -- in a new statement, after the lock: the lease names the task, it has no row and no end.
+  if cardinality(_other) > 0 then
+    _leases := array(select l.id from (select distinct i.task_lease_id as id
+                                          from unnest(_task_ids, _task_lease_ids) i(task_id, task_lease_id)
+                                         where i.task_id = any (_other) order by 1) l
+                      where pg_try_advisory_xact_lock_shared(20253, hashint8(l.id)));
+    if cardinality(_leases) > 0 then
+      _held := array(
+        select i.task_id
+          from unnest(_task_ids, _task_lease_ids) i(task_id, task_lease_id)
+         where i.task_id = any (_other) and i.task_lease_id = any (_leases)
+           and not exists (select 1 from queues.task_pending p where p.task_id = i.task_id)
+           and exists (select 1 from queues.claim_lease c
+                        where c.task_lease_id = i.task_lease_id and i.task_id = any (c.task_ids))
+           and not exists (select 1 from queues.task_end_of(i.task_id) e)
+         order by i.task_id);
+      if cardinality(_held) > 0 then
+        insert into queues.task_pending
+          (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
+           lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
+           suspect_lease, group_key)
+        select r.* from queues.pending_rows_of(_held) r order by r.task_id;
+        _locked := _locked || _held;
+        _other := array(select o.id from unnest(_other) o(id) where o.id <> all (_held));
+      end if;
+    end if;
   end if;
 
   -- The rows by primary key from the array of ids, each row's lease looked up in a map of

@@ -12,6 +12,7 @@ insert into queues.claim_lease_rescue_cursor (rescued_through) values (now()) on
 --!include queues/maintenance.sql
 --!include queues/claim.sql
 --!include queues/complete.sql
+--!include queues/lease.sql
 revoke execute on function queues.pending_rows_of(bigint[]) from public;
 revoke execute on function queues.rescue_leases_at(timestamptz) from public;
 revoke execute on function queues.rescue_lease_at(bigint, bigint[], timestamptz) from public;

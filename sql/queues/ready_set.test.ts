@@ -9,7 +9,7 @@ import { createTestDatabase, type TestDatabase } from '@org/testing';
 let db: TestDatabase;
 beforeAll(async () => {
   db = await createTestDatabase();
-  for (const type of ['ready_a', 'ready_b', 'ready_c', 'ready_d', 'ready_e', 'ready_f', 'ready_g'])
+  for (const type of ['ready_a', 'ready_b', 'ready_c', 'ready_d', 'ready_e', 'ready_f', 'ready_g', 'ready_h'])
     await db.query(`insert into queues.task_type (task_type) values ($1) on conflict do nothing`, [type]);
 });
 afterAll(async () => {
@@ -180,6 +180,31 @@ describe('the ready set', () => {
     expect(await pendingOf([ids[1]])).toEqual([{ task_id: ids[1], current_lease_id: again[0].task_lease_id }]);
     expect((await settle([ids[1]], [first[0].task_lease_id])).get(ids[1])).toBe('lease_lost');
     expect((await settle([ids[1]], [again[0].task_lease_id])).get(ids[1])).toBe('completed');
+  });
+
+  it('a heartbeat puts a lease-held task back on a row, extended; the claims and the rescuer leave it', async () => {
+    const ids = await enqueue('ready_h', 2);
+    const first = await claimAt('ready_h', 0, 'w-h');
+    const lease = first[0].task_lease_id;
+    expect(await pendingOf(ids)).toEqual([]);
+    const { rows: beat } = await db.query(
+      `select task_id::text, task_lease_id::text, expires_at = now() + interval '90 s' as ok
+         from queues.extend_leases_at(now() + interval '30 s', array[$1::bigint], array[$2::bigint], 60)`,
+      [ids[0], lease],
+    );
+    expect(beat).toEqual([{ task_id: ids[0], task_lease_id: lease, ok: true }]);
+    expect(await pendingOf(ids)).toEqual([{ task_id: ids[0], current_lease_id: lease }]);
+    // Past the claim lease's expiry, before the extension's: only the other task comes back.
+    const again = await claimAt('ready_h', 70, 'w-h2');
+    expect(again.map((c) => c.task_id)).toEqual([ids[1]]);
+    expect(await rescueAt(80)).toBe(0);
+    // The heartbeated task completes under its lease; a second heartbeat finds it ended.
+    expect((await settle([ids[0]], [lease])).get(ids[0])).toBe('completed');
+    const { rows: late } = await db.query(
+      `select task_id from queues.extend_leases_at(now() + interval '40 s', array[$1::bigint], array[$2::bigint], 60)`,
+      [ids[0], lease],
+    );
+    expect(late).toEqual([]);
   });
 
   it('a poison task is abandoned after max_leases + 1 leases; tasks beside it are not counted', async () => {
