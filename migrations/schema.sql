@@ -11911,6 +11911,19 @@ begin
             or exists (select 1 from queues.resource_lease r
                         where r.resource_key = p.resource_key and r.task_id = p.task_id))
   ),
+  -- Tasks without a row whose claim lease a completion or rescue in flight holds (its
+  -- lock was not taken above): as last committed, still held by that lease, until its
+  -- expiry.
+  left_in_lease as (
+    select i.task_id, i.task_lease_id, c.expires_at
+      from unnest(_task_ids, _task_lease_ids) i(task_id, task_lease_id)
+     cross join lateral (select c.expires_at, c.task_ids || array[]::bigint[] as task_ids
+                           from queues.claim_lease c where c.task_lease_id = i.task_lease_id limit 1) c
+     where i.task_id = any (_other)
+       and i.task_id = any (c.task_ids)
+       and not exists (select 1 from queues.task_pending p where p.task_id = i.task_id)
+       and not exists (select 1 from queues.task_end_of(i.task_id) e)
+  ),
   recorded as (
     insert into queues.task_lease_extension (task_id, task_lease_id, extended_at, expires_at)
     select e.task_id, e.current_lease_id, _now, e.available_at from extended e
@@ -11923,7 +11936,9 @@ begin
   )
   select e.task_id, e.current_lease_id, e.available_at from extended e
   union all
-  select l.task_id, l.current_lease_id, l.available_at from left_as_is l;
+  select l.task_id, l.current_lease_id, l.available_at from left_as_is l
+  union all
+  select l.task_id, l.task_lease_id, l.expires_at from left_in_lease l;
 end;
 $function$;
   -- queues.extend_leases_at(_now timestamp with time zone, _task_ids bigint[], _task_lease_ids bigint[], _lease_seconds integer): owner :DATABASE_OWNER
