@@ -177,6 +177,8 @@ $$;
 -- no longer live fails that call's check only (start_result, a validation failure). A
 -- call's traceparent (optional) is the trace context of the tasks its handler enqueues
 -- (queue.traceparent, set for the call and cleared after it, as FunctionRunTraced does).
+-- A statement timeout or a cancel (57014) is not caught by a call's subtransaction: it
+-- ends the whole statement, and the worker sends each call again alone.
 -- At most 50 calls (a subtransaction each; PostgreSQL caches 64 per backend).
 create or replace function internal.run_before_provider_calls(_calls jsonb)
   returns table (ord integer, before_result jsonb, start_result jsonb, start_error text,

@@ -267,8 +267,8 @@ const STALLED_MS = 50;
  * The before handlers submitted on one connection pool, sent as one statement per group
  * (internal.run_before_provider_calls): the calls of one turn of the event loop (the
  * executor starts the tasks of a claim together) and those that arrive while the pool's
- * before statement runs. Each call gets its own answer; a failure of the statement itself
- * (the connection, say) is every call's of the group.
+ * before statement runs. Each call gets its own answer; when the statement itself fails (a
+ * statement timeout, a cancel, the connection), each call is sent again alone.
  */
 class BeforeGroups {
   static readonly #byDb = new WeakMap<Queryable, BeforeGroups>();
@@ -328,7 +328,21 @@ class BeforeGroups {
       )
         .then(
           (answers) => group.forEach((call, j) => call.resolve(answers[j]!)),
-          (error: unknown) => group.forEach((call) => call.reject(error)),
+          (error: unknown) => {
+            if (group.length === 1) {
+              group[0]!.reject(error);
+              return;
+            }
+            // The statement failed as a whole: a statement timeout or a cancel (57014) is
+            // not caught by a call's subtransaction, and a lost connection is no call's.
+            // Nothing of it committed: each call again in a statement of its own, so that
+            // only the call at fault fails (each with its own statement timeout).
+            for (const call of group)
+              runBeforeProviderCalls(this.db, [call.request]).then(
+                (answers) => call.resolve(answers[0]!),
+                (alone: unknown) => call.reject(alone),
+              );
+          },
         )
         .finally(() => {
           clearTimeout(stalled);
