@@ -376,6 +376,38 @@ describe('handler processor', () => {
     expect(calls).toEqual([]);
   });
 
+  /**
+   * Runs `tasks` through the processor and the completer, started in one turn of the event
+   * loop as the executor starts a claim's tasks, on a pool that notes each statement sent.
+   */
+  async function startTogether(tasks: ClaimedTask[]) {
+    const sent: string[] = [];
+    const counting = {
+      query: (...args: Parameters<pg.Pool['query']>) => {
+        const config = args[0] as string | { text: string };
+        sent.push(typeof config === 'string' ? config : config.text);
+        return (pool.query as (...a: unknown[]) => unknown)(...args);
+      },
+    } as unknown as pg.Pool;
+    const settled = await Promise.allSettled(
+      tasks.map(async (task) => {
+        const startedAt = Date.now();
+        const outcome = await processor.process({
+          task,
+          pool: counting,
+          log,
+          signal: new AbortController().signal,
+          progress: () => {},
+          dependencies: () => Promise.resolve([]),
+        });
+        const { result, report } = await completer.complete(task, outcome, startedAt);
+        if (result === 'lease_lost') throw new LeaseLostError(task);
+        return report;
+      }),
+    );
+    return { sent, settled };
+  }
+
   it('tasks started together: one before statement; a raise, a lost lease and the successes each their own outcome', async () => {
     const ids = {
       ok1: await enqueue(db, 'test_channel', {
@@ -399,32 +431,7 @@ describe('handler processor', () => {
       lost.taskId,
       lost.taskLeaseId,
     ]);
-    // The statements the processors send on their pool, counted.
-    const sent: string[] = [];
-    const counting = {
-      query: (...args: Parameters<pg.Pool['query']>) => {
-        const config = args[0] as string | { text: string };
-        sent.push(typeof config === 'string' ? config : config.text);
-        return (pool.query as (...a: unknown[]) => unknown)(...args);
-      },
-    } as unknown as pg.Pool;
-    // Started in one turn of the event loop, as the executor starts a claim's tasks.
-    const settled = await Promise.allSettled(
-      tasks.map(async (task) => {
-        const startedAt = Date.now();
-        const outcome = await processor.process({
-          task,
-          pool: counting,
-          log,
-          signal: new AbortController().signal,
-          progress: () => {},
-          dependencies: () => Promise.resolve([]),
-        });
-        const { result, report } = await completer.complete(task, outcome, startedAt);
-        if (result === 'lease_lost') throw new LeaseLostError(task);
-        return report;
-      }),
-    );
+    const { sent, settled } = await startTogether(tasks);
     expect(sent.filter((text) => text.includes('run_before_provider_calls'))).toHaveLength(1);
     expect(sent).toHaveLength(1);
     const byId = new Map(tasks.map((t, i) => [t.taskId, settled[i]]));
@@ -474,28 +481,7 @@ describe('handler processor', () => {
     };
     const tasks = await claimTasks(pool, { workerId: 'processor-test', limit: 3, taskTypes: ['test_channel'] });
     expect(tasks.map((t) => t.taskId).sort()).toEqual(Object.values(ids).sort());
-    const sent: string[] = [];
-    const counting = {
-      query: (...args: Parameters<pg.Pool['query']>) => {
-        const config = args[0] as string | { text: string };
-        sent.push(typeof config === 'string' ? config : config.text);
-        return (pool.query as (...a: unknown[]) => unknown)(...args);
-      },
-    } as unknown as pg.Pool;
-    const settled = await Promise.allSettled(
-      tasks.map(async (task) => {
-        const startedAt = Date.now();
-        const outcome = await processor.process({
-          task,
-          pool: counting,
-          log,
-          signal: new AbortController().signal,
-          progress: () => {},
-          dependencies: () => Promise.resolve([]),
-        });
-        return (await completer.complete(task, outcome, startedAt)).report;
-      }),
-    );
+    const { sent, settled } = await startTogether(tasks);
     // One group statement, then each call alone.
     expect(sent.filter((text) => text.includes('run_before_provider_calls'))).toHaveLength(4);
     const byId = new Map(tasks.map((t, i) => [t.taskId, settled[i]]));
