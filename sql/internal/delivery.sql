@@ -166,8 +166,8 @@ begin
 end;
 $$;
 
--- internal.run_before_provider_call for a group of channel tasks in one statement (the
--- tasks a worker starts in one turn of its event loop): one round trip for the group.
+-- internal.run_before_provider_call for a batch of channel tasks in one statement (the
+-- tasks a worker starts in one turn of its event loop): one round trip for the batch.
 -- _calls: a JSON array of {before_handler, payload, task_id, task_lease_id, traceparent?}.
 -- Returns one row per call, ord its 1-based position. Each call runs in a subtransaction
 -- of its own, so the calls stay apart: a raise of one handler (or of its check) rolls back
