@@ -11782,7 +11782,8 @@ begin
     outcome := 'skipped';
     return;
   end if;
-  if _old is not null and _old = any (_depends_on) then
+  -- (A running task is not replaced: the new task waits for it, as any other would.)
+  if _old is not null and not _held and _old = any (_depends_on) then
     raise exception 'depends_on names task %, which this enqueue replaces (unique key %)', _old, quote_literal(_unique_key)
       using errcode = '22023';
   end if;
@@ -14943,8 +14944,10 @@ begin
   if cardinality(coalesce(_error_task_ids, '{}')) <> cardinality(coalesce(_error_messages, '{}')) then
     raise exception 'error_task_ids and error_messages must have the same length' using errcode = '22023';
   end if;
-  if _n > 1000 then
-    raise exception 'at most 1000 completions per call, got %', _n using errcode = '54000';
+  -- A subtransaction per handler: past PostgreSQL's 64 cached per backend, every snapshot
+  -- taken while this transaction runs (here and on replicas) reads pg_subtrans.
+  if _n > 50 then
+    raise exception 'at most 50 completions per call, got %', _n using errcode = '54000';
   end if;
   if array_position(_task_ids, null) is not null or array_position(_task_lease_ids, null) is not null
      or array_position(_handlers, null) is not null or array_position(_modes, null) is not null then

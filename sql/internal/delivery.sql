@@ -166,8 +166,8 @@ begin
 end;
 $$;
 
--- internal.run_before_provider_call for a group of channel tasks in one statement (the
--- tasks a worker starts in one turn of its event loop): one round trip for the group.
+-- internal.run_before_provider_call for a batch of channel tasks in one statement (the
+-- tasks a worker starts in one turn of its event loop): one round trip for the batch.
 -- _calls: a JSON array of {before_handler, payload, task_id, task_lease_id, traceparent?}.
 -- Returns one row per call, ord its 1-based position. Each call runs in a subtransaction
 -- of its own, so the calls stay apart: a raise of one handler (or of its check) rolls back
@@ -177,6 +177,8 @@ $$;
 -- no longer live fails that call's check only (start_result, a validation failure). A
 -- call's traceparent (optional) is the trace context of the tasks its handler enqueues
 -- (queue.traceparent, set for the call and cleared after it, as FunctionRunTraced does).
+-- A statement timeout or a cancel (57014) is not caught by a call's subtransaction: it
+-- ends the whole statement, and the worker sends each call again alone.
 -- At most 50 calls (a subtransaction each; PostgreSQL caches 64 per backend).
 create or replace function internal.run_before_provider_calls(_calls jsonb)
   returns table (ord integer, before_result jsonb, start_result jsonb, start_error text,

@@ -202,6 +202,7 @@ grant execute on function
 -- task's errors in _error_task_ids and _error_messages (parallel, in order).
 -- Returns one row per task, in input order: the result (as queues.complete_tasks, or
 -- 'transient'), the outcome and the errors recorded (or refused). Runs as the caller.
+-- At most 50 tasks per call.
 create or replace function queues.settle_with_handlers(
   _task_ids bigint[], _task_lease_ids bigint[], _outcomes text[], _retries boolean[],
   _error_task_ids bigint[], _error_messages text[],
@@ -248,8 +249,10 @@ begin
   if cardinality(coalesce(_error_task_ids, '{}')) <> cardinality(coalesce(_error_messages, '{}')) then
     raise exception 'error_task_ids and error_messages must have the same length' using errcode = '22023';
   end if;
-  if _n > 1000 then
-    raise exception 'at most 1000 completions per call, got %', _n using errcode = '54000';
+  -- A subtransaction per handler: past PostgreSQL's 64 cached per backend, every snapshot
+  -- taken while this transaction runs (here and on replicas) reads pg_subtrans.
+  if _n > 50 then
+    raise exception 'at most 50 completions per call, got %', _n using errcode = '54000';
   end if;
   if array_position(_task_ids, null) is not null or array_position(_task_lease_ids, null) is not null
      or array_position(_handlers, null) is not null or array_position(_modes, null) is not null then

@@ -132,7 +132,8 @@ begin
     outcome := 'skipped';
     return;
   end if;
-  if _old is not null and _old = any (_depends_on) then
+  -- (A running task is not replaced: the new task waits for it, as any other would.)
+  if _old is not null and not _held and _old = any (_depends_on) then
     raise exception 'depends_on names task %, which this enqueue replaces (unique key %)', _old, quote_literal(_unique_key)
       using errcode = '22023';
   end if;

@@ -186,6 +186,29 @@ describe('refused, nothing written', () => {
     expect(await counts()).toEqual(before);
   });
 
+  it('a new task of the key may depend on the running one it does not replace', async () => {
+    const running = await enqueueUnique('opts:running', { policy: 'replace' });
+    const claimed = (
+      await db.query<{ task_id: string }>(
+        `select task_id::text from queues.claim_tasks_at(now() + interval '1 second', 'w-opts', 1000, array['product_resync'], 60, 5)
+          where task_id = $1`,
+        [running.task_id],
+      )
+    ).rows;
+    expect(claimed).toEqual([{ task_id: running.task_id }]);
+    const next = await enqueueUnique('opts:running', { policy: 'replace', dependsOn: [running.task_id] });
+    expect(next).toMatchObject({ outcome: 'inserted', replaced_task_id: null });
+    expect(next.task_id).not.toBe(running.task_id);
+    // It waits for the running task to end.
+    expect(
+      (
+        await db.query(`select available_at = 'infinity' as waits from queues.task_pending where task_id = $1`, [
+          next.task_id,
+        ])
+      ).rows[0].waits,
+    ).toBe(true);
+  });
+
   it('a pending task that others wait for is not replaced (55000); skip still answers it', async () => {
     const first = await enqueueUnique('opts:awaited', { policy: 'replace' });
     const dependent = (

@@ -54,6 +54,26 @@ export interface MigrateQueueOptions {
   extraMigrations?: readonly { name: string; text: string }[];
 }
 
+/**
+ * graphile-migrate's placeholders, filled in: the three roles as they are (checked to be
+ * plain identifiers), the owner and the database quoted as identifiers (their names are
+ * not checked: a database may be called `my-app`).
+ */
+export function fillPlaceholders(
+  sql: string,
+  names: { worker: string; app: string; api: string; owner: string; database: string },
+): string {
+  const quoted = (name: string) => `"${name.replace(/"/g, '""')}"`;
+  const placeholders: Record<string, string> = {
+    ':DATABASE_WORKER': names.worker,
+    ':DATABASE_APP': names.app,
+    ':DATABASE_API': names.api,
+    ':DATABASE_OWNER': quoted(names.owner),
+    ':DATABASE_NAME': quoted(names.database),
+  };
+  return sql.replace(/:DATABASE_(WORKER|APP|API|OWNER|NAME)\b/g, (word) => placeholders[word] ?? word);
+}
+
 /** The folder holding `parts/`, the migrations this package applies. */
 export const migrationsFolder: string = fileURLToPath(new URL('../migrations', import.meta.url));
 
@@ -180,15 +200,7 @@ export async function migrateQueue(options: MigrateQueueOptions): Promise<void> 
     const { rows: who } = await client.query<{ owner: string; db: string }>(
       'select current_user as owner, current_database() as db',
     );
-    const placeholders: Record<string, string> = {
-      ':DATABASE_WORKER': roles.worker,
-      ':DATABASE_APP': roles.app,
-      ':DATABASE_API': roles.api,
-      ':DATABASE_OWNER': who[0]!.owner,
-      ':DATABASE_NAME': who[0]!.db,
-    };
-    const fill = (sql: string) =>
-      sql.replace(/:DATABASE_(WORKER|APP|API|OWNER|NAME)\b/g, (word) => placeholders[word] ?? word);
+    const fill = (sql: string) => fillPlaceholders(sql, { ...roles, owner: who[0]!.owner, database: who[0]!.db });
     let count = 0;
     const history = [
       ...manifest.migrations.map((name) => ({

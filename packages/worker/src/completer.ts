@@ -52,6 +52,12 @@ import { activeTraceparent } from './tracing.js';
 
 /** Most completions per round trip (queues.complete_tasks accepts up to 1000). */
 export const MAX_BATCH = 500;
+/**
+ * The most handler completions in one queues.settle_with_handlers statement: each runs in a
+ * subtransaction, and past PostgreSQL's 64 cached per backend every snapshot taken while
+ * the transaction runs reads pg_subtrans.
+ */
+export const MAX_HANDLERS_PER_STATEMENT = 50;
 /** Connections that record completions with effects side by side, each its own transaction. */
 export const EFFECT_CONNECTIONS = 4;
 
@@ -374,7 +380,14 @@ export class Completer {
           effectsClient.release(lost);
         }
       });
-      if (handled.length > 0) lanes.push(this.#withHandlers(handled, plain));
+      if (handled.length > 0)
+        lanes.push(
+          (async () => {
+            // A subtransaction per handler: statements of at most MAX_HANDLERS_PER_STATEMENT.
+            for (let i = 0; i < handled.length; i += MAX_HANDLERS_PER_STATEMENT)
+              await this.#withHandlers(handled.slice(i, i + MAX_HANDLERS_PER_STATEMENT), plain);
+          })(),
+        );
       // Every lane ends before the round goes on or fails: a completion still in flight
       // is answered by its own lane, never also rejected with the round.
       const failed = (await Promise.allSettled(lanes)).find((r) => r.status === 'rejected');

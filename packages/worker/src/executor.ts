@@ -32,7 +32,7 @@ import type { ProcessorRegistry, TaskOutcome } from './processor.js';
 import { abortRun, Context, runLog, type Running, type WorkerEmitter } from './run.js';
 import type { Slots } from './slots.js';
 import type { LocalQueue } from './heartbeats.js';
-import { isThrottledError, recordThrottledRun } from './throttle.js';
+import { isThrottledError, recordThrottledRun, throttleCandidates } from './throttle.js';
 import { TaskTimeoutError, type RunTimeouts } from './timeouts.js';
 import { traceCompletion, traceTask } from './tracing.js';
 
@@ -116,15 +116,11 @@ export class Executor {
         }
         // The provider refused the work for now (throttle.ts): the throttle recorded, and the
         // run and the waiting tasks it covers (they would meet the same refusal) given back,
-        // in one statement. The candidates leave the local queue first, so that none starts
-        // meanwhile: of its type for a type's throttle; all of them for a group's (the
-        // database knows their group keys); those not given back return to the queue.
+        // in one statement. The candidates (throttleCandidates) leave the local queue
+        // first, so that none starts meanwhile; those not given back return to the queue.
         if (!running.released && !running.cancelled && isThrottledError(error)) {
           const { workerId, queue } = this.#o;
-          const candidates =
-            error.group === true
-              ? [...queue.waiting]
-              : queue.waiting.filter((t) => t.taskType === (error.key ?? task.taskType));
+          const candidates = throttleCandidates(queue.waiting, error, task.taskType);
           queue.drop(new Set(candidates));
           const { result, released } = await recordThrottledRun(
             pool,

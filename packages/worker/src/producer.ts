@@ -73,6 +73,8 @@ export class Producer {
    * next scheduled task's time (#lookAgainAt).
    */
   #drained = false;
+  /** Notifications heard so far: one heard while a claim runs means claim again. */
+  #notices = 0;
   /** When a drained worker claims again (performance.now() ms): its poll, or sooner. */
   #lookAgainAt = 0;
   /**
@@ -160,6 +162,7 @@ export class Producer {
 
   /** New work was announced (NOTIFY, the listener's poll, a lease given back): worth a claim. */
   notified(): void {
+    this.#notices++;
     this.#drained = false;
     this.#signal();
   }
@@ -206,6 +209,7 @@ export class Producer {
         if (slots.busy > 0) await new Promise((resolve) => setImmediate(resolve));
         const limit = Math.min(MAX_CLAIM, capacity - slots.busy - this.#waiting.length);
         const claimSentAt = performance.now();
+        const notices = this.#notices;
         const claimed = limit > 0 ? await this.#claim(limit) : [];
         if (this.#stopping) {
           if (claimed.length > 0) await this.#release(claimed);
@@ -226,6 +230,10 @@ export class Producer {
         // Look again at the poll interval, or when the next scheduled task is due.
         if (this.#drained)
           this.#lookAgainAt = performance.now() + (await this.#nextClaimIn(pollIntervalMs, claimSentAt));
+        // A notification heard while the claim or that question ran may announce a task
+        // neither could see (committed after the claim read the table, due before its
+        // clock): claim again.
+        if (this.#notices !== notices) this.#drained = false;
       }
       // The time to look again passed without a wake-up: look again.
       const wait = this.#drained ? Math.max(0, this.#lookAgainAt - performance.now()) : pollIntervalMs;

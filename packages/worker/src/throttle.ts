@@ -34,6 +34,24 @@ export function throttleSeconds(error: ThrottledError, now: number = Date.now())
   return Math.min(MAX_THROTTLE_SECONDS, Math.max(MIN_THROTTLE_SECONDS, asked));
 }
 
+/** The most waiting tasks one report offers (queues.record_throttle refuses more). */
+export const MAX_WAITING_OFFERED = 1000;
+
+/**
+ * The tasks of the local queue a throttle of `error` may cover, at most
+ * MAX_WAITING_OFFERED (the first ones; the others stay queued, and each is given back by
+ * the report of its own refusal): of the throttled type for a type's throttle; all of
+ * them for a group's (the database knows their group keys).
+ */
+export function throttleCandidates<T extends Pick<ClaimedTask, 'taskType'>>(
+  waiting: readonly T[],
+  error: ThrottledError,
+  taskType: string,
+): T[] {
+  const covered = error.group === true ? waiting : waiting.filter((t) => t.taskType === (error.key ?? taskType));
+  return covered.slice(0, MAX_WAITING_OFFERED);
+}
+
 export interface ThrottledRun {
   /**
    * `released`, `lease_lost` (the lease was no longer the task's: the throttle is recorded

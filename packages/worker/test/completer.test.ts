@@ -147,3 +147,55 @@ it('completes the handler completions of a round together; a lost lease refuses 
     await completer.close();
   }
 });
+
+it('sends a round of handler completions in statements of at most 50, each one transaction', async () => {
+  // The handler notes the transaction it runs in: a statement of queues.settle_with_handlers
+  // is one transaction for all of its completions.
+  await db.query(`
+    create table fixture.handler_xact (task_id bigint, xact bigint);
+    grant insert on fixture.handler_xact to ${db.dbUsers.worker};
+    create function fixture.note_xact(payload jsonb) returns jsonb
+      language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+    begin
+      insert into fixture.handler_xact values ((payload->>'task_id')::bigint, txid_current());
+      return '{"success": true}'::jsonb;
+    end $$;
+    revoke execute on function fixture.note_xact(jsonb) from public;
+    grant execute on function fixture.note_xact(jsonb) to ${db.dbUsers.worker};
+    select internal.register_runnable_function('fixture.note_xact(jsonb)');`);
+  const n = 120;
+  for (let i = 0; i < n; i++) await enqueue(db, 'db_function', { noted: i });
+  const tasks = await claimTasks(db.pool('worker'), {
+    workerId: 'completer-noted',
+    limit: n,
+    taskTypes: ['db_function'],
+  });
+  expect(tasks.length).toBe(n);
+  const completer = new Completer(db.url('worker'), createLogger('silent'));
+  try {
+    const settled = await Promise.all(
+      tasks.map((t) =>
+        completer.complete(t, {
+          outcome: 'succeeded',
+          handler: {
+            functionName: 'fixture.note_xact',
+            body: { task_id: t.taskId },
+            mode: 'success',
+            raisedPrefix: 'handler raised: ',
+          },
+        }),
+      ),
+    );
+    expect(settled.every((s) => s.result === 'completed')).toBe(true);
+    const { rows } = await db.query<{ tasks: number; xacts: number; largest: number }>(
+      `select count(*)::int as tasks, count(distinct xact)::int as xacts,
+              (select max(c)::int from (select count(*) as c from fixture.handler_xact group by xact) g) as largest
+         from fixture.handler_xact`,
+    );
+    // Asked for in one turn: ceil(120 / 50) statements, none past 50 (one per completion
+    // if the batched statement were refused and each were sent alone).
+    expect(rows[0]).toEqual({ tasks: n, xacts: 3, largest: 50 });
+  } finally {
+    await completer.close();
+  }
+});

@@ -376,6 +376,38 @@ describe('handler processor', () => {
     expect(calls).toEqual([]);
   });
 
+  /**
+   * Runs `tasks` through the processor and the completer, started in one turn of the event
+   * loop as the executor starts a claim's tasks, on a pool that notes each statement sent.
+   */
+  async function startTogether(tasks: ClaimedTask[]) {
+    const sent: string[] = [];
+    const counting = {
+      query: (...args: Parameters<pg.Pool['query']>) => {
+        const config = args[0] as string | { text: string };
+        sent.push(typeof config === 'string' ? config : config.text);
+        return (pool.query as (...a: unknown[]) => unknown)(...args);
+      },
+    } as unknown as pg.Pool;
+    const settled = await Promise.allSettled(
+      tasks.map(async (task) => {
+        const startedAt = Date.now();
+        const outcome = await processor.process({
+          task,
+          pool: counting,
+          log,
+          signal: new AbortController().signal,
+          progress: () => {},
+          dependencies: () => Promise.resolve([]),
+        });
+        const { result, report } = await completer.complete(task, outcome, startedAt);
+        if (result === 'lease_lost') throw new LeaseLostError(task);
+        return report;
+      }),
+    );
+    return { sent, settled };
+  }
+
   it('tasks started together: one before statement; a raise, a lost lease and the successes each their own outcome', async () => {
     const ids = {
       ok1: await enqueue(db, 'test_channel', {
@@ -399,32 +431,7 @@ describe('handler processor', () => {
       lost.taskId,
       lost.taskLeaseId,
     ]);
-    // The statements the processors send on their pool, counted.
-    const sent: string[] = [];
-    const counting = {
-      query: (...args: Parameters<pg.Pool['query']>) => {
-        const config = args[0] as string | { text: string };
-        sent.push(typeof config === 'string' ? config : config.text);
-        return (pool.query as (...a: unknown[]) => unknown)(...args);
-      },
-    } as unknown as pg.Pool;
-    // Started in one turn of the event loop, as the executor starts a claim's tasks.
-    const settled = await Promise.allSettled(
-      tasks.map(async (task) => {
-        const startedAt = Date.now();
-        const outcome = await processor.process({
-          task,
-          pool: counting,
-          log,
-          signal: new AbortController().signal,
-          progress: () => {},
-          dependencies: () => Promise.resolve([]),
-        });
-        const { result, report } = await completer.complete(task, outcome, startedAt);
-        if (result === 'lease_lost') throw new LeaseLostError(task);
-        return report;
-      }),
-    );
+    const { sent, settled } = await startTogether(tasks);
     expect(sent.filter((text) => text.includes('run_before_provider_calls'))).toHaveLength(1);
     expect(sent).toHaveLength(1);
     const byId = new Map(tasks.map((t, i) => [t.taskId, settled[i]]));
@@ -444,6 +451,48 @@ describe('handler processor', () => {
     expect((await handlerCalls(db)).map((c) => c.kind).sort()).toEqual(['error', 'success', 'success']);
     // The released task runs again under a lease of its own (and leaves no task due behind).
     expect(await process(processor, await claimById(ids.lost))).toEqual({ outcome: 'succeeded' });
+  });
+
+  it('a before statement cut short as a whole (a statement timeout, a cancel) fails only the call at fault', async () => {
+    // A statement timeout or a cancel (57014) is not caught by a call's subtransaction: the
+    // group's statement fails as a whole and nothing of it commits. Each call then runs
+    // again in a statement of its own.
+    await db.query(`
+      create or replace function fixture.before_cancelled(payload jsonb) returns jsonb
+        language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+      begin
+        insert into fixture.handler_call (kind, body) values ('before_cancelled', payload);
+        raise exception 'canceling statement due to statement timeout' using errcode = 'query_canceled';
+      end $$;
+      revoke execute on function fixture.before_cancelled(jsonb) from public;
+      grant execute on function fixture.before_cancelled(jsonb) to ${db.dbUsers.worker};
+      select internal.register_runnable_function('fixture.before_cancelled(jsonb)');
+    `);
+    const ids = {
+      ok1: await enqueue(db, 'test_channel', {
+        ...handlers,
+        before: { success: true, payload: { to: 'c1@example.com' } },
+      }),
+      cut: await enqueue(db, 'test_channel', { ...handlers, before_handler: 'fixture.before_cancelled' }),
+      ok2: await enqueue(db, 'test_channel', {
+        ...handlers,
+        before: { success: true, payload: { to: 'c3@example.com' } },
+      }),
+    };
+    const tasks = await claimTasks(pool, { workerId: 'processor-test', limit: 3, taskTypes: ['test_channel'] });
+    expect(tasks.map((t) => t.taskId).sort()).toEqual(Object.values(ids).sort());
+    const { sent, settled } = await startTogether(tasks);
+    // One group statement, then each call alone.
+    expect(sent.filter((text) => text.includes('run_before_provider_calls'))).toHaveLength(4);
+    const byId = new Map(tasks.map((t, i) => [t.taskId, settled[i]]));
+    expect(byId.get(ids.ok1)).toEqual({ status: 'fulfilled', value: { outcome: 'succeeded' } });
+    expect(byId.get(ids.ok2)).toEqual({ status: 'fulfilled', value: { outcome: 'succeeded' } });
+    expect(byId.get(ids.cut)).toMatchObject({ status: 'fulfilled', value: { outcome: 'failed' } });
+    expect(calls.map((c) => (c as { taskId: string }).taskId).sort()).toEqual([ids.ok1, ids.ok2].sort());
+    expect((await factsOf(db, ids.cut)).errors[0]).toMatch(/canceling statement due to statement timeout/);
+    // The call at fault kept nothing of its before handler (rolled back, twice); its error
+    // handler ran, as for a before handler that raises.
+    expect((await handlerCalls(db)).map((c) => c.kind).sort()).toEqual(['error', 'success', 'success']);
   });
 
   it('a before handler waiting for a lock does not hold back the before handlers started after it', async () => {

@@ -10,6 +10,7 @@ import { z } from 'zod';
 import { createTestDatabase, type TestDatabase } from '@org/testing';
 import { defineTask } from '@org/tasks';
 import { createLogger, ProcessorRegistry, registerTaskDefinitions, ThrottledError, Worker } from '../src/index.js';
+import { MAX_WAITING_OFFERED, throttleCandidates } from '../src/throttle.js';
 import { eventually } from './support/fixtures.js';
 
 let db: TestDatabase;
@@ -178,6 +179,27 @@ describe('ThrottledError options', () => {
     expect(() => new ThrottledError('x', { retryAfterSeconds: 1, groupKey: ' ' })).toThrow(/groupKey must be 1 to 200/);
     expect(() => new ThrottledError('x', { retryAfterSeconds: 1, groupKey: 'x'.repeat(201) })).toThrow(
       /groupKey must be 1 to 200/,
+    );
+  });
+});
+
+describe('the waiting tasks a throttle offers', () => {
+  const waiting = Array.from({ length: 1500 }, (_, i) => ({
+    taskId: String(i + 1),
+    taskType: i % 3 ? 'mail' : 'push',
+  }));
+
+  it('a group throttle offers every waiting task, at most the 1,000 queues.record_throttle takes', () => {
+    const offered = throttleCandidates(waiting, new ThrottledError('x', { retryAfterSeconds: 1, group: true }), 'mail');
+    expect(MAX_WAITING_OFFERED).toBe(1000);
+    expect(offered).toEqual(waiting.slice(0, 1000));
+  });
+
+  it("a type's throttle offers that type's waiting tasks only", () => {
+    const offered = throttleCandidates(waiting, new ThrottledError('x', { retryAfterSeconds: 1 }), 'push');
+    expect(offered).toEqual(waiting.filter((t) => t.taskType === 'push'));
+    expect(throttleCandidates(waiting, new ThrottledError('x', { retryAfterSeconds: 1, key: 'mail' }), 'push')).toEqual(
+      waiting.filter((t) => t.taskType === 'mail').slice(0, 1000),
     );
   });
 });

@@ -1,6 +1,6 @@
 // The worker loop in-process against a real PostgreSQL: draining, roles, heartbeats,
 // the LISTEN connection being killed, and connections killed under load.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { z } from 'zod';
 import pg from 'pg';
 import { createTestDatabase, type TestDatabase } from '@org/testing';
@@ -13,6 +13,7 @@ import {
   Worker,
   type WorkerOptions,
 } from '../src/index.js';
+import { Producer } from '../src/producer.js';
 import { effects, enqueue, eventually, installFixtures } from './support/fixtures.js';
 
 let db: TestDatabase;
@@ -375,6 +376,58 @@ describe('worker loop', () => {
       'the task that fell due during the claim ran',
     );
     expect(await effects(db, 'due-during-claim')).toBe(1);
+  });
+
+  it('a task announced while a claim runs, which that claim could not see, starts at once, not at the next poll', async () => {
+    // The claim has read the table when the task commits and its notification arrives; the
+    // question that follows the claim (when is the next task due?) looks only at tasks due
+    // from about the claim's clock on, and this one was due an hour before. Only the
+    // notification heard during the claim can bring it in.
+    const registry = new ProcessorRegistry().register('db_function', dbFunctionProcessor());
+    const worker = new Worker({
+      databaseUrl: db.url('worker'),
+      roles: null,
+      workerId: 'w-notice-during-claim',
+      concurrency: 5,
+      pollIntervalMs: 600_000,
+      heartbeatIntervalMs: 1000,
+      leaseSeconds: 30,
+      maxLeases: 5,
+      shutdownGraceMs: 1000,
+      logger: createLogger('silent'),
+      registry,
+    });
+    workers.push(worker);
+    const notified = vi.spyOn(Producer.prototype, 'notified');
+    let id: string | undefined;
+    const query = worker.pool.query.bind(worker.pool) as (...args: unknown[]) => Promise<unknown>;
+    (worker.pool as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = async (...args) => {
+      const result = await query(...args);
+      const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text?: string } | undefined)?.text;
+      if (id === undefined && /claim_tasks/.test(text ?? '')) {
+        const heard = notified.mock.calls.length;
+        id = (
+          await db
+            .pool('owner')
+            .query(`select queues.enqueue('db_function', $1::jsonb, now() - interval '1 hour') as id`, [
+              JSON.stringify({ db_function: 'fixture.step', key: 'announced-during-claim' }),
+            ])
+        ).rows[0].id as string;
+        await eventually(() => notified.mock.calls.length > heard, 'the worker heard the notification');
+      }
+      return result;
+    };
+    try {
+      await worker.start();
+      await eventually(
+        async () =>
+          id !== undefined && (await db.query('select 1 from queues.task_end where task_id = $1', [id])).rowCount === 1,
+        'the task announced during the claim ran',
+      );
+      expect(await effects(db, 'announced-during-claim')).toBe(1);
+    } finally {
+      notified.mockRestore();
+    }
   });
 
   it("a dead worker's started tasks (suspects, one per claim) run back to back, not one per poll interval", async () => {

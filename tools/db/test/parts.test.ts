@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { migrateQueue, QueueSchemaError, readPartedMigration } from '@org/queue-schema';
+import { fillPlaceholders, migrateQueue, QueueSchemaError, readPartedMigration } from '@org/queue-schema';
 import { createTestDatabase } from '@org/testing';
 import { committedFolder, partFiles, splitStatements } from '@org/queue-schema/parts';
 import { partedCurrent } from '../src/parts-current.js';
@@ -100,6 +100,24 @@ describe('the parted history', () => {
       const chunks = readPartedMigration(files.get(name)!.replace(/^-- Generated[^\n]*\n/, ''));
       expect(chunks.map((c) => c.sql).join(''), name).toBe(body.endsWith('\n') ? body : `${body}\n`);
     }
+  });
+
+  it('fills the placeholders: the owner and the database quoted as identifiers, whatever their names', () => {
+    const names = {
+      worker: 'shop_worker',
+      app: 'shop_app',
+      api: 'shop_ops',
+      owner: 'Queue Owner',
+      database: 'my-app"; drop table x; --',
+    };
+    expect(
+      fillPlaceholders(
+        'grant usage on schema queues to :DATABASE_WORKER, :DATABASE_APP, :DATABASE_API; alter database :DATABASE_NAME owner to :DATABASE_OWNER;',
+        names,
+      ),
+    ).toBe(
+      'grant usage on schema queues to shop_worker, shop_app, shop_ops; alter database "my-app""; drop table x; --" owner to "Queue Owner";',
+    );
   });
 
   it('splits statements at top-level semicolons only', () => {

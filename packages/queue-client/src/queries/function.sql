@@ -49,7 +49,7 @@ select r.before_result as "beforeResult", r.start_result as "startResult", r.sta
   from ran r, cleared;
 
 /*
-  The before_handlers of a group of channel tasks and their provider-call checks in one
+  The before_handlers of a batch of channel tasks and their provider-call checks in one
   statement (internal.run_before_provider_calls, sql/internal/delivery.sql): a row per call.
 */
 /* @name FunctionRunBeforeProviderCalls */

@@ -24,9 +24,9 @@
  * For an at-least-once task (which records nothing) that check runs in the before
  * handler's statement (internal.run_before_provider_call). The before handlers of the
  * channel tasks that start in one turn of the event loop go to the database together, one
- * statement per group (internal.run_before_provider_calls, BeforeGroups below), each call
+ * statement per batch (internal.run_before_provider_calls, BeforeBatches below), each call
  * in a subtransaction of its own: one task's raise, lost lease or validation failure is
- * that task's alone. So an email task's own round trips are its share of its group's
+ * that task's alone. So an email task's own round trips are its share of its batch's
  * before statement and its share of a completion round (its success or error handler
  * settles with its completion). An at-most-once task records its start in a statement of
  * its own (synchronously committed, before the call), after the provider payload is
@@ -212,7 +212,7 @@ export class HandlerInvoker {
   /**
    * Runs the before_handler `name` with `body` and, when it succeeded, the provider-call
    * check of the task's lease (internal.run_before_provider_call), in the statement of
-   * its group (BeforeGroups): `start` is the check's answer, null when it was not made (the
+   * its batch (BeforeBatches): `start` is the check's answer, null when it was not made (the
    * caller then makes it with internal.start_provider_call); `startError` the message of a
    * raise of the check. A raise of the handler is thrown (this call's alone), as by call().
    */
@@ -223,7 +223,7 @@ export class HandlerInvoker {
   ): Promise<{ result: HandlerResult; start: HandlerResult | null; startError: string | null }> {
     const answer = await traceChild('queue.handler', { 'queue.handler.name': name }, () => {
       const traceparent = activeTraceparent();
-      return BeforeGroups.of(this.db).submit({
+      return BeforeBatches.of(this.db).submit({
         beforeHandler: name,
         payload: body,
         taskId: lease.taskId,
@@ -247,12 +247,12 @@ export class HandlerInvoker {
 }
 
 /** The most calls one before statement takes (internal.run_before_provider_calls: 50). */
-const MAX_GROUP = 50;
+const MAX_BATCH_CALLS = 50;
 
 /**
  * The before statements one pool runs at a time. The calls submitted while they run wait
  * and go together in the next statement, once one returns (group commit: no wait when
- * the pool is idle, larger groups under load, one commit per group).
+ * the pool is idle, larger batches under load, one commit per batch).
  */
 const MAX_IN_FLIGHT = 1;
 
@@ -264,22 +264,22 @@ const MAX_IN_FLIGHT = 1;
 const STALLED_MS = 50;
 
 /**
- * The before handlers submitted on one connection pool, sent as one statement per group
+ * The before handlers submitted on one connection pool, sent as one statement per batch
  * (internal.run_before_provider_calls): the calls of one turn of the event loop (the
  * executor starts the tasks of a claim together) and those that arrive while the pool's
- * before statement runs. Each call gets its own answer; a failure of the statement itself
- * (the connection, say) is every call's of the group.
+ * before statement runs. Each call gets its own answer; when the statement itself fails (a
+ * statement timeout, a cancel, the connection), each call is sent again alone.
  */
-class BeforeGroups {
-  static readonly #byDb = new WeakMap<Queryable, BeforeGroups>();
+class BeforeBatches {
+  static readonly #byDb = new WeakMap<Queryable, BeforeBatches>();
 
-  static of(db: Queryable): BeforeGroups {
-    let groups = BeforeGroups.#byDb.get(db);
-    if (!groups) {
-      groups = new BeforeGroups(db);
-      BeforeGroups.#byDb.set(db, groups);
+  static of(db: Queryable): BeforeBatches {
+    let batches = BeforeBatches.#byDb.get(db);
+    if (!batches) {
+      batches = new BeforeBatches(db);
+      BeforeBatches.#byDb.set(db, batches);
     }
-    return groups;
+    return batches;
   }
 
   #pending: {
@@ -311,7 +311,7 @@ class BeforeGroups {
 
   #send(): void {
     while (this.#inFlight < MAX_IN_FLIGHT && this.#pending.length > 0) {
-      const group = this.#pending.splice(0, MAX_GROUP);
+      const batch = this.#pending.splice(0, MAX_BATCH_CALLS);
       this.#inFlight++;
       let counted = true;
       const uncount = () => {
@@ -324,11 +324,25 @@ class BeforeGroups {
       stalled.unref();
       runBeforeProviderCalls(
         this.db,
-        group.map((call) => call.request),
+        batch.map((call) => call.request),
       )
         .then(
-          (answers) => group.forEach((call, j) => call.resolve(answers[j]!)),
-          (error: unknown) => group.forEach((call) => call.reject(error)),
+          (answers) => batch.forEach((call, j) => call.resolve(answers[j]!)),
+          (error: unknown) => {
+            if (batch.length === 1) {
+              batch[0]!.reject(error);
+              return;
+            }
+            // The statement failed as a whole: a statement timeout or a cancel (57014) is
+            // not caught by a call's subtransaction, and a lost connection is no call's.
+            // Nothing of it committed: each call again in a statement of its own, so that
+            // only the call at fault fails (each with its own statement timeout).
+            for (const call of batch)
+              runBeforeProviderCalls(this.db, [call.request]).then(
+                (answers) => call.resolve(answers[0]!),
+                (alone: unknown) => call.reject(alone),
+              );
+          },
         )
         .finally(() => {
           clearTimeout(stalled);
