@@ -71,6 +71,8 @@ begin
   -- flight holds its row: the cancel waits for it, then finds the task gone
   -- (already_completed).
   perform queues.lock_resource_keys(_task_ids);
+  -- A task its claim took out of the claim index gets its row back first (queues.hold_rows_of).
+  perform queues.hold_rows_of(_task_ids);
   with locked as (
     select p.task_id, p.task_type, p.current_lease_id,
            (p.current_lease_id is not null and p.available_at > _now) as held
