@@ -3,7 +3,7 @@
 // else completed the task, resource keys and expired leases, stale bounds derived from
 // each worker's heartbeat interval, and bounded inputs.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/testing';
+import { createTestDatabase, type TestDatabase, endPendingTasks } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -13,7 +13,8 @@ afterAll(async () => {
   await db?.drop();
 });
 beforeEach(async () => {
-  await db.query('delete from queues.task_pending; delete from queues.resource_lease');
+  await endPendingTasks(db);
+  await db.query('delete from queues.resource_lease');
 });
 
 interface Lease {
