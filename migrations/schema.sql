@@ -6111,6 +6111,9 @@ begin
          case when m.task_id is not null then 'run_now'
               when l.task_id is not null then 'not_scheduled'
               when coalesce((select true from queues.task_end_of(i.task_id) x limit 1), false) then 'already_completed'
+              -- no row and no end: held by the claim lease that took it out of the claim
+              -- index (the ready set), so running
+              when exists (select 1 from queues.task t where t.task_id = i.task_id) then 'not_scheduled'
               else 'unknown_task' end
     from unnest(_task_ids) with ordinality as i(task_id, n)
     left join unnest(_locked) as l(task_id) on l.task_id = i.task_id
@@ -9770,7 +9773,10 @@ begin
   _deps := queues.check_task_dependencies(_task_ids, _depends_on, _labels, _new_task_ids);
 
   -- The lock that orders this enqueue with the dependencies' endings (see the top of the
-  -- file): a pending dependency's claim-index row, FOR KEY SHARE, in task id order.
+  -- file): a pending dependency's claim-index row, FOR KEY SHARE, in task id order. A
+  -- dependency its claim took out of the claim index gets its row back first
+  -- (queues.hold_rows_of), so that its completion, too, waits for this lock.
+  perform queues.hold_rows_of(_deps);
   perform from queues.task_pending p
     where p.task_id = any (_deps)
     order by p.task_id
@@ -10052,8 +10058,12 @@ CREATE OR REPLACE FUNCTION queues.cancel_tasks_at(_now timestamp with time zone,
 AS $function$
 #variable_conflict use_column
 declare
-  _cancelled bigint[];
-  _running bigint[];
+  _cancelled bigint[] := '{}';
+  _running bigint[] := '{}';
+  _todo bigint[] := _task_ids;
+  _c bigint[];
+  _r bigint[];
+  _pass integer;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -10068,41 +10078,53 @@ begin
   -- flight holds its row: the cancel waits for it, then finds the task gone
   -- (already_completed).
   perform queues.lock_resource_keys(_task_ids);
-  -- A task its claim took out of the claim index gets its row back first (queues.hold_rows_of).
-  perform queues.hold_rows_of(_task_ids);
-  with locked as (
-    select p.task_id, p.task_type, p.current_lease_id,
-           (p.current_lease_id is not null and p.available_at > _now) as held
-      from queues.task_pending p
-     where p.task_id = any (_task_ids)
-     order by p.task_id
-       for update
-  ),
-  completed as (
-    insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
-    select l.task_id, null, _now, 'cancelled', l.task_type from locked l
-    returning task_id
-  ),
-  reasons as (
-    insert into queues.task_cancelled (task_id, reason, cancelled_at)
-    select l.task_id, coalesce(_reason, ''), _now from locked l
-  ),
-  revoked as (
-    insert into queues.task_lease_revocation (task_id, task_lease_id, revoked_at, reason)
-    select l.task_id, l.current_lease_id, _now, left('cancelled: ' || coalesce(nullif(_reason, ''), 'no reason given'), 520)
-      from locked l where l.held
-    on conflict do nothing
-  ),
-  removed as (
-    delete from queues.task_pending p where p.task_id = any (array(select l.task_id from locked l))
-  ),
-  key_freed as (
-    delete from queues.resource_lease k where k.task_id = any (array(select l.task_id from locked l))
-  )
-  select coalesce((select array_agg(c.task_id) from completed c), '{}'),
-         coalesce(array_agg(l.task_id) filter (where l.held), '{}')
-    into _cancelled, _running
-    from locked l;
+  -- A task its claim took out of the claim index gets its row back first
+  -- (queues.hold_rows_of). A claim in flight that takes a task out holds its row: the
+  -- cancel waits for it, finds no row, and gives the task its row back in a second pass.
+  for _pass in 1 .. 2 loop
+    perform queues.hold_rows_of(_todo);
+    with locked as (
+      select p.task_id, p.task_type, p.current_lease_id,
+             (p.current_lease_id is not null and p.available_at > _now) as held
+        from queues.task_pending p
+       where p.task_id = any (_todo)
+       order by p.task_id
+         for update
+    ),
+    completed as (
+      insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
+      select l.task_id, null, _now, 'cancelled', l.task_type from locked l
+      returning task_id
+    ),
+    reasons as (
+      insert into queues.task_cancelled (task_id, reason, cancelled_at)
+      select l.task_id, coalesce(_reason, ''), _now from locked l
+    ),
+    revoked as (
+      insert into queues.task_lease_revocation (task_id, task_lease_id, revoked_at, reason)
+      select l.task_id, l.current_lease_id, _now, left('cancelled: ' || coalesce(nullif(_reason, ''), 'no reason given'), 520)
+        from locked l where l.held
+      on conflict do nothing
+    ),
+    removed as (
+      delete from queues.task_pending p where p.task_id = any (array(select l.task_id from locked l))
+    ),
+    key_freed as (
+      delete from queues.resource_lease k where k.task_id = any (array(select l.task_id from locked l))
+    )
+    select coalesce((select array_agg(c.task_id) from completed c), '{}'),
+           coalesce(array_agg(l.task_id) filter (where l.held), '{}')
+      into _c, _r
+      from locked l;
+    _cancelled := _cancelled || _c;
+    _running := _running || _r;
+    -- The tasks still without an end (a statement after the locks: what a claim that held
+    -- a row committed is seen).
+    _todo := array(select t.task_id from queues.task t
+                    where t.task_id = any (_todo) and t.task_id <> all (_c)
+                      and not exists (select 1 from queues.task_end_of(t.task_id) e));
+    exit when cardinality(_todo) = 0;
+  end loop;
 
   return query
   select i.task_id,
@@ -11298,7 +11320,9 @@ AS $function$
                  where e.task_id = d.depends_on_task_id and e.outcome is not null limit 1),
                (select c.outcome from queues.task_completed c
                  where c.task_id = d.depends_on_task_id and c.outcome <> 'succeeded'),
-               case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id) then null
+               -- pending: a claim-index row, or none and no end (held by its claim lease)
+               case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id)
+                         or not exists (select 1 from queues.task_end_of(d.depends_on_task_id) e) then null
                     else 'succeeded' end) as outcome
         from queues.task_dependency d
        -- A primary-key range per dependent.
@@ -12577,8 +12601,10 @@ CREATE OR REPLACE FUNCTION queues.list_task_dependencies(_task_id bigint)
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select d.depends_on_task_id, t.task_type,
-         case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id) then null
-              else coalesce(c.outcome, 'succeeded') end,
+         -- pending: a claim-index row, or no end (held by its claim lease)
+         case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id)
+                   or c.task_id is null then null
+              else c.outcome end,
          c.completed_at,
          (select r.result from queues.task_result r
            where r.task_id = d.depends_on_task_id order by r.task_lease_id desc limit 1)
