@@ -11877,6 +11877,10 @@ declare
   _locked bigint[];
   _other bigint[] := '{}';
   _leases bigint[];
+  _lease bigint;
+  _free bigint[];
+  _waited boolean := false;
+  _timeout text;
   _held bigint[];
 begin
   perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
@@ -11884,6 +11888,38 @@ begin
   if _lease_seconds is null or _lease_seconds not between 1 and 86400 then
     raise exception 'lease_seconds must be between 1 and 86400, got %',
       coalesce(_lease_seconds::text, 'null') using errcode = '22023';
+  end if;
+  -- The ready set (docs/design/hot-path.md): the claim leases of the tasks without a row,
+  -- locked shared first, in lease id order, as a completion or a rescue of the lease
+  -- takes the lock exclusively before any row: a completion of the lease in flight is
+  -- waited for, up to the session's lock_timeout or 200 ms when it has none (then those
+  -- tasks are left as they are, and the next heartbeat extends them). Without the wait, a long task among many short ones of one
+  -- claim could find its lease's lock held by a completion round at every heartbeat.
+  _leases := array(select distinct i.task_lease_id
+                     from unnest(_task_ids, _task_lease_ids) i(task_id, task_lease_id)
+                    where not exists (select 1 from queues.task_pending p where p.task_id = i.task_id)
+                    order by 1);
+  if cardinality(_leases) > 0 then
+    _timeout := current_setting('lock_timeout');
+    _free := '{}';
+    foreach _lease in array _leases loop
+      if _waited then
+        -- One wait per heartbeat: the other leases are only tried.
+        if pg_try_advisory_xact_lock_shared(20253, hashint8(_lease)) then
+          _free := _free || _lease;
+        end if;
+        continue;
+      end if;
+      begin
+        perform set_config('lock_timeout', case when _timeout in ('0', '') then '200ms' else _timeout end, true);
+        perform pg_advisory_xact_lock_shared(20253, hashint8(_lease));
+        perform set_config('lock_timeout', _timeout, true);
+        _free := _free || _lease;
+      exception when lock_not_available then
+        _waited := true;
+      end;
+    end loop;
+    _leases := _free;
   end if;
   -- The rows first (a primary-key probe of `= any`), skipping those another transaction
   -- holds. A heartbeat that waited for a row held the rows it had already locked
@@ -11900,14 +11936,9 @@ begin
   -- written from the facts (leased by that lease), and is extended there as any row is:
   -- from then on the per-row paths (the fence, the expired-lease claim, the suspect
   -- accounting) hold it, and the rescuer has nothing to do for it. Under the lease's lock
-  -- taken shared and only tried (a heartbeat never waits: a completion or a rescue of the
-  -- lease in flight holds it exclusively, and the task is then left as it is), then read
-  -- in a new statement, after the lock: the lease names the task, it has no row and no end.
+  -- taken shared above, then read in a new statement, after the lock: the lease names the
+  -- task, it has no row and no end.
   if cardinality(_other) > 0 then
-    _leases := array(select l.id from (select distinct i.task_lease_id as id
-                                          from unnest(_task_ids, _task_lease_ids) i(task_id, task_lease_id)
-                                         where i.task_id = any (_other) order by 1) l
-                      where pg_try_advisory_xact_lock_shared(20253, hashint8(l.id)));
     if cardinality(_leases) > 0 then
       _held := array(
         select i.task_id
