@@ -9,7 +9,17 @@ import { createTestDatabase, type TestDatabase } from '@org/testing';
 let db: TestDatabase;
 beforeAll(async () => {
   db = await createTestDatabase();
-  for (const type of ['ready_a', 'ready_b', 'ready_c', 'ready_d', 'ready_e', 'ready_f', 'ready_g', 'ready_h'])
+  for (const type of [
+    'ready_a',
+    'ready_b',
+    'ready_c',
+    'ready_d',
+    'ready_e',
+    'ready_f',
+    'ready_g',
+    'ready_h',
+    'ready_i',
+  ])
     await db.query(`insert into queues.task_type (task_type) values ($1) on conflict do nothing`, [type]);
 });
 afterAll(async () => {
@@ -273,6 +283,44 @@ describe('the ready set', () => {
     } finally {
       await rescuer.end();
       await completer.end();
+    }
+  });
+  it("a claim lease committed after the claims' rescue cursor passed its expiry is rescued by history maintenance", async () => {
+    // A committed lease of 1 s, for the cursor to pass.
+    const [passed] = await enqueue('ready_i', 1);
+    const { rows: first } = await db.query<Claimed>(
+      `select task_id::text from queues.claim_tasks_at(now(), 'w-i0', 1, array['ready_i'], 1, 5)`,
+    );
+    expect(first.map((c) => c.task_id)).toEqual([passed]);
+    // A claim transaction that outlasts its lease of 1 s, begun while another claim's
+    // rescue pass held the cursor (it skips the pass, and so does not hold the cursor).
+    const [late] = await enqueue('ready_i', 1);
+    const slow = await db.client('owner');
+    const pass = await db.client('owner');
+    try {
+      await pass.query('begin');
+      await pass.query('select * from queues.claim_lease_rescue_cursor for update');
+      await slow.query('begin');
+      const { rows: held } = await slow.query<Claimed>(
+        `select task_id::text, task_lease_id::text from queues.claim_tasks_at(now(), 'w-i1', 1, array['ready_i'], 1, 5)`,
+      );
+      expect(held.map((c) => c.task_id)).toEqual([late]);
+      await pass.query('commit');
+      await new Promise((resolve) => setTimeout(resolve, 1500));
+      // Another claim rescues the first lease and moves the cursor past the second's expiry.
+      expect((await claimAt('ready_i', 0, 'w-i2')).map((c) => c.task_id)).not.toContain(late);
+      await slow.query('commit');
+      // The claims' cursor never reads that lease again: its task has no row, no end.
+      expect((await claimAt('ready_i', 120, 'w-i3')).map((c) => c.task_id)).not.toContain(late);
+      expect(await pendingOf([late])).toEqual([]);
+      // History maintenance sweeps the leases behind the cursor: the task comes back,
+      // leased by the lease that expired, and a claim takes it.
+      const { rows: run } = await db.query(`select queues.maintain_history_at(now()) as r`);
+      expect(run[0].r.skipped).toEqual([]);
+      expect(await pendingOf([late])).toEqual([{ task_id: late, current_lease_id: held[0].task_lease_id }]);
+      expect((await claimAt('ready_i', 120, 'w-i4')).map((c) => c.task_id)).toContain(late);
+    } finally {
+      await Promise.allSettled([slow.end(), pass.end()]);
     }
   });
 });
