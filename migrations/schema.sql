@@ -1204,6 +1204,21 @@ create table queues.claim_lease_rescue_cursor (
 comment on table queues.claim_lease_rescue_cursor is 'The claim leases expired by rescued_through were rescued (queues.rescue_due_leases_at). One row; a read structure, not a fact.';
 CREATE UNIQUE INDEX claim_lease_rescue_cursor_pkey ON queues.claim_lease_rescue_cursor USING btree (singleton);
 
+create table queues.claim_lease_sweep (
+  singleton boolean default true not null,
+  swept_through timestamp with time zone not null,
+  sweep_to timestamp with time zone not null,
+  constraint claim_lease_sweep_pkey PRIMARY KEY (singleton),
+  constraint claim_lease_sweep_singleton_check CHECK (singleton),
+  constraint claim_lease_sweep_singleton_not_null NOT NULL singleton,
+  constraint claim_lease_sweep_sweep_to_not_null NOT NULL sweep_to,
+  constraint claim_lease_sweep_swept_through_not_null NOT NULL swept_through
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.claim_lease_sweep is 'History maintenance read the claim leases expired by swept_through again after their commit, and reads those up to sweep_to next (queues.sweep_claim_leases_step_at). One row; a read structure, not a fact.';
+CREATE UNIQUE INDEX claim_lease_sweep_pkey ON queues.claim_lease_sweep USING btree (singleton);
+
 create table queues.completion_round (
   task_id bigint not null,
   completed_at timestamp with time zone default now() not null,
@@ -12157,7 +12172,8 @@ AS $function$
   select exists (select 1 from queues.task_dependency d
                   where d.depends_on_task_id >= _lower and d.depends_on_task_id < _upper
                     and d.task_id >= _upper
-                    and exists (select 1 from queues.task_pending p where p.task_id = d.task_id))
+                    and (exists (select 1 from queues.task_pending p where p.task_id = d.task_id)
+                         or not exists (select 1 from queues.task_end_of(d.task_id) e)))
 $function$;
   -- queues.history_set_has_waiting_dependents(_lower bigint, _upper bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -12719,6 +12735,9 @@ declare
   _spilled bigint;
   _gap_lower bigint;
   _gap_upper bigint;
+  _lease_mark bigint;
+  _claimed_since bigint[];
+  _step jsonb;
   -- The locks that keep every writer of history out (a late set, a move out of the
   -- default partitions): SHARE on each parent, ACCESS EXCLUSIVE on its default.
   _writers_out text[] := array(select x from unnest(queues.history_tables()) t(name),
@@ -12893,15 +12912,13 @@ begin
        where not p.is_default and p.upper_bound <= _last_id
        order by p.lower_bound
     loop
+      -- The last lease id handed out before this set's checks: a claim lease with a
+      -- larger id was written after them (one statement reads the claim index and takes
+      -- its lease id), so the check under the detach's lock reads only those.
+      _lease_mark := pg_sequence_last_value('queues.task_lease_task_lease_id_seq'::regclass);
       -- Cheap checks first, without strong locks: a pending task, or a recent completion.
       if exists (select 1 from queues.task_pending tp
                   where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound) then
-        _kept := _kept + 1;
-        continue;
-      end if;
-      -- A pending task of a newer set that depends on a task of this one (it reads their
-      -- results when it runs; sql/queues/flow_retention.sql).
-      if queues.history_set_has_waiting_dependents(_set.lower_bound, _set.upper_bound) then
         _kept := _kept + 1;
         continue;
       end if;
@@ -12916,6 +12933,13 @@ begin
                    and r.task_id >= _set.lower_bound))
         into _last_completed;
       if _last_completed > _now - _setting.retention then
+        _kept := _kept + 1;
+        continue;
+      end if;
+      -- An unfinished task of a newer set that depends on a task of this one (it reads
+      -- their results when it runs; sql/queues/flow_retention.sql). After the window's
+      -- check: a dependent without a claim-index row is looked up by its end.
+      if queues.history_set_has_waiting_dependents(_set.lower_bound, _set.upper_bound) then
         _kept := _kept + 1;
         continue;
       end if;
@@ -12963,9 +12987,23 @@ begin
                                            array['access exclusive', 'access exclusive', 'access exclusive'],
                                            _setting.lock_timeout_ms);
         execute format('alter table queues.task detach partition queues.%I', _name);
+        -- The tasks claims took since the checks. A task of the set committed after them
+        -- (an id handed out before, its transaction open across the checks) and claimed
+        -- since is held by its claim lease with no claim-index row (the ready set,
+        -- docs/design/hot-path.md): named here, it keeps the set, as does an unfinished
+        -- dependent of the set claimed since.
+        _claimed_since := array(select u.task_id from queues.claim_lease r
+                                 cross join lateral unnest(r.task_ids) u(task_id)
+                                 where r.task_lease_id > coalesce(_lease_mark, 0));
         if exists (select 1 from queues.task_pending tp
                     where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
-           or queues.history_set_has_waiting_dependents(_set.lower_bound, _set.upper_bound)
+           or exists (select 1 from unnest(_claimed_since) u(task_id)
+                       where u.task_id >= _set.lower_bound and u.task_id < _set.upper_bound)
+           or exists (select 1 from queues.task_dependency d
+                       where d.depends_on_task_id >= _set.lower_bound and d.depends_on_task_id < _set.upper_bound
+                         and d.task_id >= _set.upper_bound
+                         and (exists (select 1 from queues.task_pending p where p.task_id = d.task_id)
+                              or d.task_id in (select u.task_id from unnest(_claimed_since) u(task_id))))
            or exists (select 1 from queues.task_completed c
                        where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound
                          and c.completed_at > _now - _setting.retention)
@@ -12986,6 +13024,15 @@ begin
           _kept := _kept + 1;
       end;
     end loop;
+
+    -- 4b. The sweep behind the claims' rescue cursor (queues.sweep_claim_leases_step_at):
+    --    a claim lease committed after the cursor passed its expiry is rescued here.
+    _doing := 'sweep the claim leases behind the rescue cursor';
+    _step := queues.sweep_claim_leases_step_at(_now, _setting.lock_timeout_ms);
+    if _step is not null then
+      return _step || jsonb_build_object('kept', _kept);
+    end if;
+    _doing := null;
 
     -- 5. Nothing left to change: the sets that are done are measured for the readers.
     _measured := queues.measure_history_sets(_now);
@@ -15166,6 +15213,62 @@ begin
 end;
 $function$;
   -- queues.supersede_task(_task_id bigint, _reason text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.sweep_claim_leases_step_at(_now timestamp with time zone, _lock_timeout_ms integer)
+ RETURNS jsonb
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _swept_through timestamptz;
+  _sweep_to timestamptz;
+  _through timestamptz;
+  _lease record;
+  _leases integer := 0;
+  _count bigint := 0;
+  _cursor timestamptz;
+begin
+  if _now is null then
+    raise exception 'now must not be null' using errcode = '22004';
+  end if;
+  select w.swept_through, w.sweep_to into _swept_through, _sweep_to from queues.claim_lease_sweep w for update;
+  if not found then
+    return null;
+  end if;
+  if _swept_through < _sweep_to then
+    -- The 20th expiry after swept_through (or sweep_to): every lease up to it, ties included.
+    _through := least(_sweep_to,
+                      coalesce((select c.expires_at from queues.claim_lease c
+                                 where c.expires_at > _swept_through and c.expires_at <= _sweep_to
+                                 order by c.expires_at offset 19 limit 1), _sweep_to));
+    for _lease in
+      select c.task_lease_id, c.task_ids
+        from queues.claim_lease c
+       where c.expires_at > _swept_through and c.expires_at <= _through
+       order by c.task_lease_id
+    loop
+      _leases := _leases + 1;
+      _count := _count + queues.rescue_lease_at(_lease.task_lease_id, _lease.task_ids, _now);
+    end loop;
+    update queues.claim_lease_sweep set swept_through = _through;
+    if _count > 0 then
+      perform pg_notify('queues_task_ready', '');
+    end if;
+    return jsonb_build_object('action', 'leases_swept', 'leases', _leases, 'tasks', _count, 'more', true);
+  end if;
+  select c.rescued_through into _cursor from queues.claim_lease_rescue_cursor c;
+  if _cursor is null or _cursor <= _sweep_to then
+    return null;
+  end if;
+  perform queues.lock_history_tables(array['claim_lease'], array['share'], _lock_timeout_ms);
+  -- Read again under the lock: a claim may have moved it since.
+  select c.rescued_through into _cursor from queues.claim_lease_rescue_cursor c;
+  update queues.claim_lease_sweep set sweep_to = greatest(sweep_to, _cursor);
+  return jsonb_build_object('action', 'sweep_marked', 'sweep_to', _cursor, 'more', true);
+end;
+$function$;
+  -- queues.sweep_claim_leases_step_at(_now timestamp with time zone, _lock_timeout_ms integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.task_completed_release_dependents()
