@@ -1110,6 +1110,21 @@ CREATE INDEX claim_lease_default_task_lease_id_idx ON queues.claim_lease_default
 CREATE INDEX claim_lease_default_task_range_idx ON queues.claim_lease_default USING gist (task_range);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.claim_lease_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
+create table queues.claim_lease_due (
+  task_lease_id bigint not null,
+  task_id bigint not null,
+  expires_at timestamp with time zone not null,
+  constraint claim_lease_due_expires_at_not_null NOT NULL expires_at,
+  constraint claim_lease_due_pkey PRIMARY KEY (task_lease_id),
+  constraint claim_lease_due_task_id_not_null NOT NULL task_id,
+  constraint claim_lease_due_task_lease_id_not_null NOT NULL task_lease_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.claim_lease_due is 'The claim leases the rescuer has still to read, by expiry (queues.rescue_due_leases_at): one row per claim that took a task out of the claim index, deleted when rescued. A read structure, not a fact.';
+CREATE INDEX claim_lease_due_expires_at_idx ON queues.claim_lease_due USING btree (expires_at);
+CREATE UNIQUE INDEX claim_lease_due_pkey ON queues.claim_lease_due USING btree (task_lease_id);
+
 create table queues.claim_lease_p0 partition of queues.claim_lease (
   task_lease_id bigint default nextval('queues.task_lease_task_lease_id_seq'::regclass) not null,
   task_id bigint not null,
@@ -1190,34 +1205,6 @@ CREATE UNIQUE INDEX claim_lease_p2000000_pkey ON queues.claim_lease_p2000000 USI
 CREATE INDEX claim_lease_p2000000_task_lease_id_idx ON queues.claim_lease_p2000000 USING btree (task_lease_id);
 CREATE INDEX claim_lease_p2000000_task_range_idx ON queues.claim_lease_p2000000 USING gist (task_range);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.claim_lease_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
-
-create table queues.claim_lease_rescue_cursor (
-  singleton boolean default true not null,
-  rescued_through timestamp with time zone not null,
-  constraint claim_lease_rescue_cursor_pkey PRIMARY KEY (singleton),
-  constraint claim_lease_rescue_cursor_rescued_through_not_null NOT NULL rescued_through,
-  constraint claim_lease_rescue_cursor_singleton_check CHECK (singleton),
-  constraint claim_lease_rescue_cursor_singleton_not_null NOT NULL singleton
-);
-  owner :DATABASE_OWNER
-  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
-comment on table queues.claim_lease_rescue_cursor is 'The claim leases expired by rescued_through were rescued (queues.rescue_due_leases_at). One row; a read structure, not a fact.';
-CREATE UNIQUE INDEX claim_lease_rescue_cursor_pkey ON queues.claim_lease_rescue_cursor USING btree (singleton);
-
-create table queues.claim_lease_sweep (
-  singleton boolean default true not null,
-  swept_through timestamp with time zone not null,
-  sweep_to timestamp with time zone not null,
-  constraint claim_lease_sweep_pkey PRIMARY KEY (singleton),
-  constraint claim_lease_sweep_singleton_check CHECK (singleton),
-  constraint claim_lease_sweep_singleton_not_null NOT NULL singleton,
-  constraint claim_lease_sweep_sweep_to_not_null NOT NULL sweep_to,
-  constraint claim_lease_sweep_swept_through_not_null NOT NULL swept_through
-);
-  owner :DATABASE_OWNER
-  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
-comment on table queues.claim_lease_sweep is 'History maintenance read the claim leases expired by swept_through again after their commit, and reads those up to sweep_to next (queues.sweep_claim_leases_step_at). One row; a read structure, not a fact.';
-CREATE UNIQUE INDEX claim_lease_sweep_pkey ON queues.claim_lease_sweep USING btree (singleton);
 
 create table queues.completion_round (
   task_id bigint not null,
@@ -10298,8 +10285,8 @@ begin
     raise exception 'task_types must be null (any type) or name at least one type'
       using errcode = '22023';
   end if;
-  -- The ready set's rescuer: the claim leases expired since the last pass return their
-  -- unfinished tasks to the claim index, where this claim's statement sees them.
+  -- The ready set's rescuer: the claim leases due by _now return their unfinished tasks
+  -- to the claim index, where this claim's statement sees them.
   perform queues.rescue_due_leases_at(_now);
   -- One statement reads what the claim needs before it scans: the worker's key, the
   -- throttles and the flow limits in force (with none configured, the claim costs no
@@ -10680,7 +10667,15 @@ begin
            max(e.task_id) filter (where e.suspect)
       from eligible e
     having count(*) > 0
-    returning task_lease_id, task_ids
+    returning task_lease_id, task_ids, task_id, expires_at
+  ),
+  -- The ready set's rescuer reads the claim leases due from here
+  -- (queues.rescue_due_leases_at), not from claim_lease's partitions: one row per claim
+  -- that took a task out of the claim index, deleted by the pass that rescues it.
+  due as (
+    insert into queues.claim_lease_due (task_lease_id, task_id, expires_at)
+    select l.task_lease_id, l.task_id, l.expires_at from leased l
+     where exists (select 1 from eligible e where not e.per_row)
   ),
   -- The claimed rows are found by primary key from the array of their ids (an index
   -- condition): a join of task_pending to the claim would be planned from task_pending's
@@ -12737,7 +12732,6 @@ declare
   _gap_upper bigint;
   _lease_mark bigint;
   _claimed_since bigint[];
-  _step jsonb;
   -- The locks that keep every writer of history out (a late set, a move out of the
   -- default partitions): SHARE on each parent, ACCESS EXCLUSIVE on its default.
   _writers_out text[] := array(select x from unnest(queues.history_tables()) t(name),
@@ -13024,15 +13018,6 @@ begin
           _kept := _kept + 1;
       end;
     end loop;
-
-    -- 4b. The sweep behind the claims' rescue cursor (queues.sweep_claim_leases_step_at):
-    --    a claim lease committed after the cursor passed its expiry is rescued here.
-    _doing := 'sweep the claim leases behind the rescue cursor';
-    _step := queues.sweep_claim_leases_step_at(_now, _setting.lock_timeout_ms);
-    if _step is not null then
-      return _step || jsonb_build_object('kept', _kept);
-    end if;
-    _doing := null;
 
     -- 5. Nothing left to change: the sets that are done are measured for the readers.
     _measured := queues.measure_history_sets(_now);
@@ -14173,31 +14158,28 @@ CREATE OR REPLACE FUNCTION queues.rescue_due_leases_at(_now timestamp with time 
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
-  _from timestamptz;
   _lease record;
-  _leases bigint := 0;
+  _task_ids bigint[];
   _count bigint := 0;
 begin
-  select c.rescued_through into _from
-    from queues.claim_lease_rescue_cursor c
-   where c.rescued_through < _now
-     for update skip locked;
-  if not found then
-    return 0;
-  end if;
   for _lease in
-    select c.task_lease_id, c.task_ids
-      from queues.claim_lease c
-     where c.expires_at > _from and c.expires_at <= _now
-     order by c.task_lease_id
+    delete from queues.claim_lease_due d
+     where d.task_lease_id in (select x.task_lease_id from queues.claim_lease_due x
+                                where x.expires_at <= _now
+                                order by x.expires_at
+                                limit 100
+                                  for update skip locked)
+    returning d.task_lease_id, d.task_id
   loop
-    _leases := _leases + 1;
-    _count := _count + queues.rescue_lease_at(_lease.task_lease_id, _lease.task_ids, _now);
+    select c.task_ids into _task_ids
+      from queues.claim_lease c
+     where c.task_id = _lease.task_id and c.task_lease_id = _lease.task_lease_id;
+    if found then
+      _count := _count + queues.rescue_lease_at(_lease.task_lease_id, _task_ids, _now);
+    end if;
   end loop;
-  -- Never past the transaction's own time: a claim at a later _now (as the tests claim)
-  -- leaves the leases expiring between the two to the next pass.
-  if _leases > 0 then
-    update queues.claim_lease_rescue_cursor set rescued_through = least(_now, now());
+  if _count > 0 then
+    perform pg_notify('queues_task_ready', '');
   end if;
   return _count;
 end;
@@ -15213,62 +15195,6 @@ begin
 end;
 $function$;
   -- queues.supersede_task(_task_id bigint, _reason text): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION queues.sweep_claim_leases_step_at(_now timestamp with time zone, _lock_timeout_ms integer)
- RETURNS jsonb
- LANGUAGE plpgsql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-declare
-  _swept_through timestamptz;
-  _sweep_to timestamptz;
-  _through timestamptz;
-  _lease record;
-  _leases integer := 0;
-  _count bigint := 0;
-  _cursor timestamptz;
-begin
-  if _now is null then
-    raise exception 'now must not be null' using errcode = '22004';
-  end if;
-  select w.swept_through, w.sweep_to into _swept_through, _sweep_to from queues.claim_lease_sweep w for update;
-  if not found then
-    return null;
-  end if;
-  if _swept_through < _sweep_to then
-    -- The 20th expiry after swept_through (or sweep_to): every lease up to it, ties included.
-    _through := least(_sweep_to,
-                      coalesce((select c.expires_at from queues.claim_lease c
-                                 where c.expires_at > _swept_through and c.expires_at <= _sweep_to
-                                 order by c.expires_at offset 19 limit 1), _sweep_to));
-    for _lease in
-      select c.task_lease_id, c.task_ids
-        from queues.claim_lease c
-       where c.expires_at > _swept_through and c.expires_at <= _through
-       order by c.task_lease_id
-    loop
-      _leases := _leases + 1;
-      _count := _count + queues.rescue_lease_at(_lease.task_lease_id, _lease.task_ids, _now);
-    end loop;
-    update queues.claim_lease_sweep set swept_through = _through;
-    if _count > 0 then
-      perform pg_notify('queues_task_ready', '');
-    end if;
-    return jsonb_build_object('action', 'leases_swept', 'leases', _leases, 'tasks', _count, 'more', true);
-  end if;
-  select c.rescued_through into _cursor from queues.claim_lease_rescue_cursor c;
-  if _cursor is null or _cursor <= _sweep_to then
-    return null;
-  end if;
-  perform queues.lock_history_tables(array['claim_lease'], array['share'], _lock_timeout_ms);
-  -- Read again under the lock: a claim may have moved it since.
-  select c.rescued_through into _cursor from queues.claim_lease_rescue_cursor c;
-  update queues.claim_lease_sweep set sweep_to = greatest(sweep_to, _cursor);
-  return jsonb_build_object('action', 'sweep_marked', 'sweep_to', _cursor, 'more', true);
-end;
-$function$;
-  -- queues.sweep_claim_leases_step_at(_now timestamp with time zone, _lock_timeout_ms integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.task_completed_release_dependents()

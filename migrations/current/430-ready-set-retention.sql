@@ -3,19 +3,29 @@ set local lock_timeout = '5s';
 -- holding one is kept (its tasks are checked against their ends), a dependent held so keeps
 -- its dependencies' set, and the check under the detach's lock reads the tasks claimed
 -- since the set's checks.
--- The sweep behind the claims' rescue cursor (queues.sweep_claim_leases_step_at), run by
--- history maintenance: a claim lease committed after the cursor passed its expiry.
-create table if not exists queues.claim_lease_sweep (
-  singleton     boolean primary key default true check (singleton),
-  swept_through timestamptz not null,
-  sweep_to      timestamptz not null
+-- The ready set's rescuer reads the claim leases due from a table of its own
+-- (queues.claim_lease_due: one row per claim that took a task out of the claim index,
+-- deleted by the pass that rescues it), not from claim_lease's partitions and a cursor:
+-- a claim locks no partition of claim_lease unless a lease is due, and a lease committed
+-- after its expiry is still found.
+create table if not exists queues.claim_lease_due (
+  task_lease_id bigint primary key,
+  task_id       bigint not null,
+  expires_at    timestamptz not null
 );
-comment on table queues.claim_lease_sweep is
-  'History maintenance read the claim leases expired by swept_through again after their commit, and reads those up to sweep_to next (queues.sweep_claim_leases_step_at). One row; a read structure, not a fact.';
-insert into queues.claim_lease_sweep (swept_through, sweep_to)
-select c.rescued_through, c.rescued_through from queues.claim_lease_rescue_cursor c
+create index if not exists claim_lease_due_expires_at_idx on queues.claim_lease_due (expires_at);
+comment on table queues.claim_lease_due is
+  'The claim leases the rescuer has still to read, by expiry (queues.rescue_due_leases_at): one row per claim that took a task out of the claim index, deleted when rescued. A read structure, not a fact.';
+-- Claim leases written before this migration under the cursor (migrations/current/400):
+-- those not yet expired are due.
+insert into queues.claim_lease_due (task_lease_id, task_id, expires_at)
+select c.task_lease_id, c.task_id, c.expires_at
+  from queues.claim_lease c
+ where to_regclass('queues.claim_lease_rescue_cursor') is not null
+   and c.expires_at > (select r.rescued_through from queues.claim_lease_rescue_cursor r)
 on conflict do nothing;
+drop table if exists queues.claim_lease_rescue_cursor;
 --!include queues/maintenance.sql
+--!include queues/claim.sql
 --!include queues/flow_retention.sql
 --!include queues/partitions_maintain.sql
-revoke execute on function queues.sweep_claim_leases_step_at(timestamptz, integer) from public;

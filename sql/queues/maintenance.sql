@@ -190,120 +190,44 @@ end;
 $$;
 
 -- The rescuer run by the claims (queues.claim_tasks_at calls it first): the claim leases
--- that expired after the cursor (queues.claim_lease_rescue_cursor.rescued_through) and by
--- _now, from claim_lease_expires_at_idx, each rescued; then the cursor moves to _now (at
--- most the transaction's now()). One
--- claim at a time rescues (the cursor's row locked, skip locked: a concurrent claim skips
--- the pass); with no lease expired in the window nothing is written. A task skipped for
--- its live heartbeat extension is not looked at again by this cursor (heartbeats of
--- lease-held tasks are not built: docs/design/hot-path.md). Returns the number of tasks
--- returned to the claim index.
+-- due by _now (queues.claim_lease_due, one row per claim that took a task out of the claim
+-- index, written by the claim), at most 100 a pass, oldest expiry first, each row deleted
+-- and its lease rescued (queues.rescue_lease_at, under the lease's lock). Rows another
+-- pass holds are skipped (skip locked): concurrent claims rescue different leases. A row
+-- is read once it is committed, so a claim that commits after its own lease expired is
+-- rescued by the next pass. The claim reads no partition of claim_lease unless a lease is
+-- due (an open claim transaction then holds no lock on claim_lease_default, which the
+-- attach of a new history set takes). Returns the number of tasks returned to the claim
+-- index.
 create or replace function queues.rescue_due_leases_at(_now timestamptz)
   returns bigint
   language plpgsql volatile
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _from timestamptz;
   _lease record;
-  _leases bigint := 0;
+  _task_ids bigint[];
   _count bigint := 0;
 begin
-  select c.rescued_through into _from
-    from queues.claim_lease_rescue_cursor c
-   where c.rescued_through < _now
-     for update skip locked;
-  if not found then
-    return 0;
-  end if;
   for _lease in
-    select c.task_lease_id, c.task_ids
-      from queues.claim_lease c
-     where c.expires_at > _from and c.expires_at <= _now
-     order by c.task_lease_id
+    delete from queues.claim_lease_due d
+     where d.task_lease_id in (select x.task_lease_id from queues.claim_lease_due x
+                                where x.expires_at <= _now
+                                order by x.expires_at
+                                limit 100
+                                  for update skip locked)
+    returning d.task_lease_id, d.task_id
   loop
-    _leases := _leases + 1;
-    _count := _count + queues.rescue_lease_at(_lease.task_lease_id, _lease.task_ids, _now);
+    select c.task_ids into _task_ids
+      from queues.claim_lease c
+     where c.task_id = _lease.task_id and c.task_lease_id = _lease.task_lease_id;
+    if found then
+      _count := _count + queues.rescue_lease_at(_lease.task_lease_id, _task_ids, _now);
+    end if;
   end loop;
-  -- Never past the transaction's own time: a claim at a later _now (as the tests claim)
-  -- leaves the leases expiring between the two to the next pass.
-  if _leases > 0 then
-    update queues.claim_lease_rescue_cursor set rescued_through = least(_now, now());
+  if _count > 0 then
+    perform pg_notify('queues_task_ready', '');
   end if;
   return _count;
-end;
-$$;
-
--- The sweep behind the claims' rescue cursor, run by history maintenance (a step of
--- queues.maintain_history_step_at, when it has nothing else to do). The cursor reads the
--- claim leases committed when a claim passes their expiry; a claim lease committed after
--- the cursor passed its expiry (a claim transaction that outlasted its lease) is never
--- read by it. The sweep reads every claim lease once more, after its commit, in two kinds
--- of step:
---   mark:  under SHARE on queues.claim_lease (taken between the claims' transactions, as
---          the partition steps take theirs: queues.lock_history_tables), so that no claim
---          transaction is in flight, the cursor's rescued_through is read as sweep_to:
---          every claim lease that expired by then is committed. A claim after it leases
---          at its own now() (queues.claim_tasks), so its leases expire after sweep_to (a
---          claim at an earlier _now, queues.claim_tasks_at, is for tests and repairs: its
---          lease is read by the full pass, queues.rescue_leases_at).
---   sweep: the claim leases that expired after swept_through and by sweep_to, at most
---          about 20 a step (with those of the same expiry), each rescued
---          (queues.rescue_lease_at: a task with a row or an end is left as it is);
---          swept_through moves up to the last expiry read.
--- Returns the step's report ({"action": "leases_swept", "leases", "tasks", "more": true} or
--- {"action": "sweep_marked", "sweep_to", "more": true}), or null when there is nothing to
--- do. Owner only.
-create or replace function queues.sweep_claim_leases_step_at(_now timestamptz, _lock_timeout_ms integer)
-  returns jsonb
-  language plpgsql volatile
-  set search_path = pg_catalog, pg_temp
-as $$
-declare
-  _swept_through timestamptz;
-  _sweep_to timestamptz;
-  _through timestamptz;
-  _lease record;
-  _leases integer := 0;
-  _count bigint := 0;
-  _cursor timestamptz;
-begin
-  if _now is null then
-    raise exception 'now must not be null' using errcode = '22004';
-  end if;
-  select w.swept_through, w.sweep_to into _swept_through, _sweep_to from queues.claim_lease_sweep w for update;
-  if not found then
-    return null;
-  end if;
-  if _swept_through < _sweep_to then
-    -- The 20th expiry after swept_through (or sweep_to): every lease up to it, ties included.
-    _through := least(_sweep_to,
-                      coalesce((select c.expires_at from queues.claim_lease c
-                                 where c.expires_at > _swept_through and c.expires_at <= _sweep_to
-                                 order by c.expires_at offset 19 limit 1), _sweep_to));
-    for _lease in
-      select c.task_lease_id, c.task_ids
-        from queues.claim_lease c
-       where c.expires_at > _swept_through and c.expires_at <= _through
-       order by c.task_lease_id
-    loop
-      _leases := _leases + 1;
-      _count := _count + queues.rescue_lease_at(_lease.task_lease_id, _lease.task_ids, _now);
-    end loop;
-    update queues.claim_lease_sweep set swept_through = _through;
-    if _count > 0 then
-      perform pg_notify('queues_task_ready', '');
-    end if;
-    return jsonb_build_object('action', 'leases_swept', 'leases', _leases, 'tasks', _count, 'more', true);
-  end if;
-  select c.rescued_through into _cursor from queues.claim_lease_rescue_cursor c;
-  if _cursor is null or _cursor <= _sweep_to then
-    return null;
-  end if;
-  perform queues.lock_history_tables(array['claim_lease'], array['share'], _lock_timeout_ms);
-  -- Read again under the lock: a claim may have moved it since.
-  select c.rescued_through into _cursor from queues.claim_lease_rescue_cursor c;
-  update queues.claim_lease_sweep set sweep_to = greatest(sweep_to, _cursor);
-  return jsonb_build_object('action', 'sweep_marked', 'sweep_to', _cursor, 'more', true);
 end;
 $$;

@@ -30,9 +30,6 @@
 --    what may have changed since is checked again: a claim-index row, a recent end, and
 --    the tasks claimed since the checks (a task committed after them and claimed at once
 --    has no row).
--- 4b. The claim leases behind the claims' rescue cursor are swept, about 20 leases a step
---    ("sweep_marked", "leases_swept": queues.sweep_claim_leases_step_at): a claim lease
---    committed after the cursor passed its expiry is rescued there.
 -- 5. With nothing else to do: the sets that are done are measured for the History page
 --    (queues.measure_history_sets).
 -- Drops are recorded in queues.history_partition_dropped. A step that cannot get its lock
@@ -41,7 +38,6 @@
 -- on ("more") until 5 steps have been skipped within a minute. Returns
 --   {"action": "attached" | "set_created" | "set_adopted" | "dropped_table" | "truncated" | "detached" |
 --              "set_dropped" | "none" | "skipped" | "busy",
---              "sweep_marked" | "leases_swept",
 --    "table", "lower_bound", "upper_bound", "tasks", "reason", "late": as they apply,
 --    "measured": with "none", the sets whose figures step 5 wrote,
 --    "kept": sets below the last task id kept so far, "more": whether to call again}
@@ -73,7 +69,6 @@ declare
   _gap_upper bigint;
   _lease_mark bigint;
   _claimed_since bigint[];
-  _step jsonb;
   -- The locks that keep every writer of history out (a late set, a move out of the
   -- default partitions): SHARE on each parent, ACCESS EXCLUSIVE on its default.
   _writers_out text[] := array(select x from unnest(queues.history_tables()) t(name),
@@ -360,15 +355,6 @@ begin
           _kept := _kept + 1;
       end;
     end loop;
-
-    -- 4b. The sweep behind the claims' rescue cursor (queues.sweep_claim_leases_step_at):
-    --    a claim lease committed after the cursor passed its expiry is rescued here.
-    _doing := 'sweep the claim leases behind the rescue cursor';
-    _step := queues.sweep_claim_leases_step_at(_now, _setting.lock_timeout_ms);
-    if _step is not null then
-      return _step || jsonb_build_object('kept', _kept);
-    end if;
-    _doing := null;
 
     -- 5. Nothing left to change: the sets that are done are measured for the readers.
     _measured := queues.measure_history_sets(_now);

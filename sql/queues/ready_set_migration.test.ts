@@ -3,7 +3,7 @@
 // the claim keeps its claim-index row, leased), keeps them per row. After the migration
 // such a lease heartbeats and completes on its row, an expired one is claimed again on its
 // row (the claim's expired-lease branch, not the rescuer) and its late holder is refused,
-// and the claims' rescuer and history maintenance's sweep leave those tasks alone. Tasks
+// and the rescuer leaves those tasks alone (no claim_lease_due row: nothing due). Tasks
 // claimed for the first time after it leave the claim index (the ready set).
 import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -146,7 +146,7 @@ afterAll(async () => {
 });
 
 describe('migrating a database with live per-row leases to the ready set', () => {
-  it('keeps the live leases on their rows; the rescuer and the sweep leave them', async () => {
+  it('keeps the live leases on their rows; the rescuer and maintenance leave them', async () => {
     expect(await rowsOf(leased)).toEqual(leased.map((id) => ({ task_id: id, current_lease_id: live })));
     // Long after the lease's expiry: every task of the lease has its row, nothing to rescue.
     const { rows: rescued } = await owner.query(`select queues.rescue_leases_at(now() + interval '1 day') as n`);
