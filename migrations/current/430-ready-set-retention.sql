@@ -16,13 +16,17 @@ create table if not exists queues.claim_lease_due (
 create index if not exists claim_lease_due_expires_at_idx on queues.claim_lease_due (expires_at);
 comment on table queues.claim_lease_due is
   'The claim leases the rescuer has still to read, by expiry (queues.rescue_due_leases_at): one row per claim that took a task out of the claim index, deleted when rescued. A read structure, not a fact.';
--- Claim leases written before this migration under the cursor (migrations/current/400):
--- those not yet expired are due.
+-- Claim leases the cursor (migrations/current/400) has not read yet and that hold a task
+-- out of the claim index (no row, no end) are due. Leases per row (written before the
+-- ready set) hold their tasks on their rows: none is due.
 insert into queues.claim_lease_due (task_lease_id, task_id, expires_at)
 select c.task_lease_id, c.task_id, c.expires_at
   from queues.claim_lease c
  where to_regclass('queues.claim_lease_rescue_cursor') is not null
    and c.expires_at > (select r.rescued_through from queues.claim_lease_rescue_cursor r)
+   and exists (select 1 from unnest(c.task_ids) u(task_id)
+                where not exists (select 1 from queues.task_pending p where p.task_id = u.task_id)
+                  and not exists (select 1 from queues.task_end_of(u.task_id) e))
 on conflict do nothing;
 drop table if exists queues.claim_lease_rescue_cursor;
 --!include queues/maintenance.sql

@@ -115,11 +115,9 @@ beforeAll(async () => {
   worker = new pg.Client({ connectionString: url('worker') });
   app = new pg.Client({ connectionString: url('app') });
   await Promise.all([owner.connect(), worker.connect(), app.connect()]);
-  // Before the ready set: no rescue cursor.
-  const { rows: before } = await owner.query(
-    `select to_regclass('queues.claim_lease_rescue_cursor') is null as no_cursor`,
-  );
-  expect(before).toEqual([{ no_cursor: true }]);
+  // Before the ready set: no table of due claim leases.
+  const { rows: before } = await owner.query(`select to_regclass('queues.claim_lease_due') is null as no_due`);
+  expect(before).toEqual([{ no_due: true }]);
 
   leased = await enqueue(4);
   const { rows: claimed } = await worker.query<Claimed>(
@@ -148,6 +146,8 @@ afterAll(async () => {
 describe('migrating a database with live per-row leases to the ready set', () => {
   it('keeps the live leases on their rows; the rescuer and maintenance leave them', async () => {
     expect(await rowsOf(leased)).toEqual(leased.map((id) => ({ task_id: id, current_lease_id: live })));
+    const { rows: due } = await owner.query('select count(*)::int as n from queues.claim_lease_due');
+    expect(due).toEqual([{ n: 0 }]);
     // Long after the lease's expiry: every task of the lease has its row, nothing to rescue.
     const { rows: rescued } = await owner.query(`select queues.rescue_leases_at(now() + interval '1 day') as n`);
     expect(Number(rescued[0].n)).toBe(0);
