@@ -1110,6 +1110,21 @@ CREATE INDEX claim_lease_default_task_lease_id_idx ON queues.claim_lease_default
 CREATE INDEX claim_lease_default_task_range_idx ON queues.claim_lease_default USING gist (task_range);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.claim_lease_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
+create table queues.claim_lease_due (
+  task_lease_id bigint not null,
+  task_id bigint not null,
+  expires_at timestamp with time zone not null,
+  constraint claim_lease_due_expires_at_not_null NOT NULL expires_at,
+  constraint claim_lease_due_pkey PRIMARY KEY (task_lease_id),
+  constraint claim_lease_due_task_id_not_null NOT NULL task_id,
+  constraint claim_lease_due_task_lease_id_not_null NOT NULL task_lease_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.claim_lease_due is 'The claim leases the rescuer has still to read, by expiry (queues.rescue_due_leases_at): one row per claim that took a task out of the claim index, deleted when rescued. A read structure, not a fact.';
+CREATE INDEX claim_lease_due_expires_at_idx ON queues.claim_lease_due USING btree (expires_at);
+CREATE UNIQUE INDEX claim_lease_due_pkey ON queues.claim_lease_due USING btree (task_lease_id);
+
 create table queues.claim_lease_p0 partition of queues.claim_lease (
   task_lease_id bigint default nextval('queues.task_lease_task_lease_id_seq'::regclass) not null,
   task_id bigint not null,
@@ -1190,19 +1205,6 @@ CREATE UNIQUE INDEX claim_lease_p2000000_pkey ON queues.claim_lease_p2000000 USI
 CREATE INDEX claim_lease_p2000000_task_lease_id_idx ON queues.claim_lease_p2000000 USING btree (task_lease_id);
 CREATE INDEX claim_lease_p2000000_task_range_idx ON queues.claim_lease_p2000000 USING gist (task_range);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.claim_lease_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
-
-create table queues.claim_lease_rescue_cursor (
-  singleton boolean default true not null,
-  rescued_through timestamp with time zone not null,
-  constraint claim_lease_rescue_cursor_pkey PRIMARY KEY (singleton),
-  constraint claim_lease_rescue_cursor_rescued_through_not_null NOT NULL rescued_through,
-  constraint claim_lease_rescue_cursor_singleton_check CHECK (singleton),
-  constraint claim_lease_rescue_cursor_singleton_not_null NOT NULL singleton
-);
-  owner :DATABASE_OWNER
-  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
-comment on table queues.claim_lease_rescue_cursor is 'The claim leases expired by rescued_through were rescued (queues.rescue_due_leases_at). One row; a read structure, not a fact.';
-CREATE UNIQUE INDEX claim_lease_rescue_cursor_pkey ON queues.claim_lease_rescue_cursor USING btree (singleton);
 
 create table queues.completion_round (
   task_id bigint not null,
@@ -10309,8 +10311,8 @@ begin
     raise exception 'task_types must be null (any type) or name at least one type'
       using errcode = '22023';
   end if;
-  -- The ready set's rescuer: the claim leases expired since the last pass return their
-  -- unfinished tasks to the claim index, where this claim's statement sees them.
+  -- The ready set's rescuer: the claim leases due by _now return their unfinished tasks
+  -- to the claim index, where this claim's statement sees them.
   perform queues.rescue_due_leases_at(_now);
   -- One statement reads what the claim needs before it scans: the worker's key, the
   -- throttles and the flow limits in force (with none configured, the claim costs no
@@ -10691,7 +10693,15 @@ begin
            max(e.task_id) filter (where e.suspect)
       from eligible e
     having count(*) > 0
-    returning task_lease_id, task_ids
+    returning task_lease_id, task_ids, task_id, expires_at
+  ),
+  -- The ready set's rescuer reads the claim leases due from here
+  -- (queues.rescue_due_leases_at), not from claim_lease's partitions: one row per claim
+  -- that took a task out of the claim index, deleted by the pass that rescues it.
+  due as (
+    insert into queues.claim_lease_due (task_lease_id, task_id, expires_at)
+    select l.task_lease_id, l.task_id, l.expires_at from leased l
+     where exists (select 1 from eligible e where not e.per_row)
   ),
   -- The claimed rows are found by primary key from the array of their ids (an index
   -- condition): a join of task_pending to the claim would be planned from task_pending's
@@ -12239,7 +12249,8 @@ AS $function$
   select exists (select 1 from queues.task_dependency d
                   where d.depends_on_task_id >= _lower and d.depends_on_task_id < _upper
                     and d.task_id >= _upper
-                    and exists (select 1 from queues.task_pending p where p.task_id = d.task_id))
+                    and (exists (select 1 from queues.task_pending p where p.task_id = d.task_id)
+                         or not exists (select 1 from queues.task_end_of(d.task_id) e)))
 $function$;
   -- queues.history_set_has_waiting_dependents(_lower bigint, _upper bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -12855,6 +12866,8 @@ declare
   _spilled bigint;
   _gap_lower bigint;
   _gap_upper bigint;
+  _lease_mark bigint;
+  _claimed_since bigint[];
   -- The locks that keep every writer of history out (a late set, a move out of the
   -- default partitions): SHARE on each parent, ACCESS EXCLUSIVE on its default.
   _writers_out text[] := array(select x from unnest(queues.history_tables()) t(name),
@@ -13029,15 +13042,13 @@ begin
        where not p.is_default and p.upper_bound <= _last_id
        order by p.lower_bound
     loop
+      -- The last lease id handed out before this set's checks: a claim lease with a
+      -- larger id was written after them (one statement reads the claim index and takes
+      -- its lease id), so the check under the detach's lock reads only those.
+      _lease_mark := pg_sequence_last_value('queues.task_lease_task_lease_id_seq'::regclass);
       -- Cheap checks first, without strong locks: a pending task, or a recent completion.
       if exists (select 1 from queues.task_pending tp
                   where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound) then
-        _kept := _kept + 1;
-        continue;
-      end if;
-      -- A pending task of a newer set that depends on a task of this one (it reads their
-      -- results when it runs; sql/queues/flow_retention.sql).
-      if queues.history_set_has_waiting_dependents(_set.lower_bound, _set.upper_bound) then
         _kept := _kept + 1;
         continue;
       end if;
@@ -13052,6 +13063,13 @@ begin
                    and r.task_id >= _set.lower_bound))
         into _last_completed;
       if _last_completed > _now - _setting.retention then
+        _kept := _kept + 1;
+        continue;
+      end if;
+      -- An unfinished task of a newer set that depends on a task of this one (it reads
+      -- their results when it runs; sql/queues/flow_retention.sql). After the window's
+      -- check: a dependent without a claim-index row is looked up by its end.
+      if queues.history_set_has_waiting_dependents(_set.lower_bound, _set.upper_bound) then
         _kept := _kept + 1;
         continue;
       end if;
@@ -13099,9 +13117,23 @@ begin
                                            array['access exclusive', 'access exclusive', 'access exclusive'],
                                            _setting.lock_timeout_ms);
         execute format('alter table queues.task detach partition queues.%I', _name);
+        -- The tasks claims took since the checks. A task of the set committed after them
+        -- (an id handed out before, its transaction open across the checks) and claimed
+        -- since is held by its claim lease with no claim-index row (the ready set,
+        -- docs/design/hot-path.md): named here, it keeps the set, as does an unfinished
+        -- dependent of the set claimed since.
+        _claimed_since := array(select u.task_id from queues.claim_lease r
+                                 cross join lateral unnest(r.task_ids) u(task_id)
+                                 where r.task_lease_id > coalesce(_lease_mark, 0));
         if exists (select 1 from queues.task_pending tp
                     where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
-           or queues.history_set_has_waiting_dependents(_set.lower_bound, _set.upper_bound)
+           or exists (select 1 from unnest(_claimed_since) u(task_id)
+                       where u.task_id >= _set.lower_bound and u.task_id < _set.upper_bound)
+           or exists (select 1 from queues.task_dependency d
+                       where d.depends_on_task_id >= _set.lower_bound and d.depends_on_task_id < _set.upper_bound
+                         and d.task_id >= _set.upper_bound
+                         and (exists (select 1 from queues.task_pending p where p.task_id = d.task_id)
+                              or d.task_id in (select u.task_id from unnest(_claimed_since) u(task_id))))
            or exists (select 1 from queues.task_completed c
                        where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound
                          and c.completed_at > _now - _setting.retention)
@@ -14277,31 +14309,28 @@ CREATE OR REPLACE FUNCTION queues.rescue_due_leases_at(_now timestamp with time 
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
-  _from timestamptz;
   _lease record;
-  _leases bigint := 0;
+  _task_ids bigint[];
   _count bigint := 0;
 begin
-  select c.rescued_through into _from
-    from queues.claim_lease_rescue_cursor c
-   where c.rescued_through < _now
-     for update skip locked;
-  if not found then
-    return 0;
-  end if;
   for _lease in
-    select c.task_lease_id, c.task_ids
-      from queues.claim_lease c
-     where c.expires_at > _from and c.expires_at <= _now
-     order by c.task_lease_id
+    delete from queues.claim_lease_due d
+     where d.task_lease_id in (select x.task_lease_id from queues.claim_lease_due x
+                                where x.expires_at <= _now
+                                order by x.expires_at
+                                limit 100
+                                  for update skip locked)
+    returning d.task_lease_id, d.task_id
   loop
-    _leases := _leases + 1;
-    _count := _count + queues.rescue_lease_at(_lease.task_lease_id, _lease.task_ids, _now);
+    select c.task_ids into _task_ids
+      from queues.claim_lease c
+     where c.task_id = _lease.task_id and c.task_lease_id = _lease.task_lease_id;
+    if found then
+      _count := _count + queues.rescue_lease_at(_lease.task_lease_id, _task_ids, _now);
+    end if;
   end loop;
-  -- Never past the transaction's own time: a claim at a later _now (as the tests claim)
-  -- leaves the leases expiring between the two to the next pass.
-  if _leases > 0 then
-    update queues.claim_lease_rescue_cursor set rescued_through = least(_now, now());
+  if _count > 0 then
+    perform pg_notify('queues_task_ready', '');
   end if;
   return _count;
 end;

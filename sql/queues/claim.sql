@@ -102,8 +102,8 @@ begin
     raise exception 'task_types must be null (any type) or name at least one type'
       using errcode = '22023';
   end if;
-  -- The ready set's rescuer: the claim leases expired since the last pass return their
-  -- unfinished tasks to the claim index, where this claim's statement sees them.
+  -- The ready set's rescuer: the claim leases due by _now return their unfinished tasks
+  -- to the claim index, where this claim's statement sees them.
   perform queues.rescue_due_leases_at(_now);
   -- One statement reads what the claim needs before it scans: the worker's key, the
   -- throttles and the flow limits in force (with none configured, the claim costs no
@@ -484,7 +484,15 @@ begin
            max(e.task_id) filter (where e.suspect)
       from eligible e
     having count(*) > 0
-    returning task_lease_id, task_ids
+    returning task_lease_id, task_ids, task_id, expires_at
+  ),
+  -- The ready set's rescuer reads the claim leases due from here
+  -- (queues.rescue_due_leases_at), not from claim_lease's partitions: one row per claim
+  -- that took a task out of the claim index, deleted by the pass that rescues it.
+  due as (
+    insert into queues.claim_lease_due (task_lease_id, task_id, expires_at)
+    select l.task_lease_id, l.task_id, l.expires_at from leased l
+     where exists (select 1 from eligible e where not e.per_row)
   ),
   -- The claimed rows are found by primary key from the array of their ids (an index
   -- condition): a join of task_pending to the claim would be planned from task_pending's

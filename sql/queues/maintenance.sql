@@ -190,45 +190,43 @@ end;
 $$;
 
 -- The rescuer run by the claims (queues.claim_tasks_at calls it first): the claim leases
--- that expired after the cursor (queues.claim_lease_rescue_cursor.rescued_through) and by
--- _now, from claim_lease_expires_at_idx, each rescued; then the cursor moves to _now (at
--- most the transaction's now()). One
--- claim at a time rescues (the cursor's row locked, skip locked: a concurrent claim skips
--- the pass); with no lease expired in the window nothing is written. A task skipped for
--- its live heartbeat extension is not looked at again by this cursor (heartbeats of
--- lease-held tasks are not built: docs/design/hot-path.md). Returns the number of tasks
--- returned to the claim index.
+-- due by _now (queues.claim_lease_due, one row per claim that took a task out of the claim
+-- index, written by the claim), at most 100 a pass, oldest expiry first, each row deleted
+-- and its lease rescued (queues.rescue_lease_at, under the lease's lock). Rows another
+-- pass holds are skipped (skip locked): concurrent claims rescue different leases. A row
+-- is read once it is committed, so a claim that commits after its own lease expired is
+-- rescued by the next pass. The claim reads no partition of claim_lease unless a lease is
+-- due (an open claim transaction then holds no lock on claim_lease_default, which the
+-- attach of a new history set takes). Returns the number of tasks returned to the claim
+-- index.
 create or replace function queues.rescue_due_leases_at(_now timestamptz)
   returns bigint
   language plpgsql volatile
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _from timestamptz;
   _lease record;
-  _leases bigint := 0;
+  _task_ids bigint[];
   _count bigint := 0;
 begin
-  select c.rescued_through into _from
-    from queues.claim_lease_rescue_cursor c
-   where c.rescued_through < _now
-     for update skip locked;
-  if not found then
-    return 0;
-  end if;
   for _lease in
-    select c.task_lease_id, c.task_ids
-      from queues.claim_lease c
-     where c.expires_at > _from and c.expires_at <= _now
-     order by c.task_lease_id
+    delete from queues.claim_lease_due d
+     where d.task_lease_id in (select x.task_lease_id from queues.claim_lease_due x
+                                where x.expires_at <= _now
+                                order by x.expires_at
+                                limit 100
+                                  for update skip locked)
+    returning d.task_lease_id, d.task_id
   loop
-    _leases := _leases + 1;
-    _count := _count + queues.rescue_lease_at(_lease.task_lease_id, _lease.task_ids, _now);
+    select c.task_ids into _task_ids
+      from queues.claim_lease c
+     where c.task_id = _lease.task_id and c.task_lease_id = _lease.task_lease_id;
+    if found then
+      _count := _count + queues.rescue_lease_at(_lease.task_lease_id, _task_ids, _now);
+    end if;
   end loop;
-  -- Never past the transaction's own time: a claim at a later _now (as the tests claim)
-  -- leaves the leases expiring between the two to the next pass.
-  if _leases > 0 then
-    update queues.claim_lease_rescue_cursor set rescued_through = least(_now, now());
+  if _count > 0 then
+    perform pg_notify('queues_task_ready', '');
   end if;
   return _count;
 end;

@@ -9,7 +9,17 @@ import { createTestDatabase, type TestDatabase } from '@org/testing';
 let db: TestDatabase;
 beforeAll(async () => {
   db = await createTestDatabase();
-  for (const type of ['ready_a', 'ready_b', 'ready_c', 'ready_d', 'ready_e', 'ready_f', 'ready_g', 'ready_h'])
+  for (const type of [
+    'ready_a',
+    'ready_b',
+    'ready_c',
+    'ready_d',
+    'ready_e',
+    'ready_f',
+    'ready_g',
+    'ready_h',
+    'ready_i',
+  ])
     await db.query(`insert into queues.task_type (task_type) values ($1) on conflict do nothing`, [type]);
 });
 afterAll(async () => {
@@ -273,6 +283,36 @@ describe('the ready set', () => {
     } finally {
       await rescuer.end();
       await completer.end();
+    }
+  });
+  it("a claim lease committed after its expiry, and after another claim's rescue pass, is rescued by the next pass", async () => {
+    // A committed lease of 1 s, which the other claim's pass rescues.
+    const [passed] = await enqueue('ready_i', 1);
+    const { rows: first } = await db.query<Claimed>(
+      `select task_id::text from queues.claim_tasks_at(now(), 'w-i0', 1, array['ready_i'], 1, 5)`,
+    );
+    expect(first.map((c) => c.task_id)).toEqual([passed]);
+    // A claim transaction that outlasts its lease of 1 s.
+    const [late] = await enqueue('ready_i', 1);
+    const slow = await db.client('owner');
+    try {
+      await slow.query('begin');
+      const { rows: held } = await slow.query<Claimed>(
+        `select task_id::text, task_lease_id::text from queues.claim_tasks_at(now(), 'w-i1', 1, array['ready_i'], 1, 5)`,
+      );
+      expect(held.map((c) => c.task_id)).toEqual([late]);
+      await new Promise((resolve) => setTimeout(resolve, 1500));
+      // Another claim's pass, after both expiries: it rescues the first lease; the second is
+      // not committed yet.
+      const other = await claimAt('ready_i', 0, 'w-i2');
+      expect(other.map((c) => c.task_id)).toEqual([passed]);
+      await slow.query('commit');
+      expect(await pendingOf([late])).toEqual([]);
+      // The next pass reads it: the task comes back, leased by the lease that expired, and
+      // the claim takes it.
+      expect((await claimAt('ready_i', 0, 'w-i3')).map((c) => c.task_id)).toEqual([late]);
+    } finally {
+      await slow.end();
     }
   });
 });
