@@ -80,13 +80,15 @@ as $$
                                           queues.worker_silence_bound(w.heartbeat_interval_ms))
   union all
   -- The tasks held by a live claim lease without a row (the ready set:
-  -- docs/design/hot-path.md): a lease not yet rescued, naming a task with no row and no end.
+  -- docs/design/hot-path.md): a lease not yet rescued (queues.claim_lease_due), naming a
+  -- task with no row and no end.
   select t.id, c.task_lease_id, w.worker_id, w.last_seen_at, c.expires_at
-    from queues.claim_lease c
+    from queues.claim_lease_due d
+    join queues.claim_lease c on c.task_lease_id = d.task_lease_id and c.task_id = d.task_id
     join queues.worker_name n on n.worker_key = c.worker_key
     join queues.worker w on w.worker_id = n.worker_id
    cross join lateral unnest(c.task_ids) t(id)
-   where c.expires_at > greatest(_now, (select k.rescued_through from queues.claim_lease_rescue_cursor k))
+   where d.expires_at > _now
      and w.stopped_at is null
      and w.last_seen_at < _now - greatest(make_interval(secs => _dead_after_seconds),
                                           queues.worker_silence_bound(w.heartbeat_interval_ms))
@@ -197,9 +199,11 @@ begin
   -- The tasks of its claim leases not yet rescued that have no row get it back first
   -- (queues.hold_rows_of: the ready set).
   perform queues.hold_rows_of(array(
-    select t.id from queues.claim_lease c cross join lateral unnest(c.task_ids) t(id)
-     where c.worker_key = _worker_key
-       and c.expires_at > (select k.rescued_through from queues.claim_lease_rescue_cursor k)));
+    select t.id
+      from queues.claim_lease_due d
+      join queues.claim_lease c on c.task_lease_id = d.task_lease_id and c.task_id = d.task_id
+     cross join lateral unnest(c.task_ids) t(id)
+     where c.worker_key = _worker_key));
   return query
   with held as (
     -- Locked in task id order, as every call that locks several claim-index rows.
