@@ -189,9 +189,9 @@ $$;
 -- succeeded and its outcome, and whether any is still pending. A dependency in _ended_ids
 -- ended with the outcome at the same position of _ended_outcomes (what a completion
 -- passes); any other counts as ended unsuccessfully when queues.task_completed says so
--- (task_completed_unsuccessful_task_idx), as pending while it has a claim-index row, and
--- as succeeded otherwise (so a success recorded elsewhere than queues.task_completed counts
--- too). No grants.
+-- (task_completed_unsuccessful_task_idx), as pending while it has a claim-index row or no
+-- end (a lease-held task, sql/queues/lease_held.sql), and as succeeded otherwise (a success
+-- recorded in a completion round counts too). No grants.
 create or replace function queues.dependency_verdicts(_task_ids bigint[], _ended_ids bigint[], _ended_outcomes text[])
   returns table (task_id bigint, failed_dep bigint, failed_outcome text, pending boolean)
   language sql stable
@@ -209,8 +209,11 @@ as $$
                  where e.task_id = d.depends_on_task_id and e.outcome is not null limit 1),
                (select c.outcome from queues.task_completed c
                  where c.task_id = d.depends_on_task_id and c.outcome <> 'succeeded'),
+               -- pending while it has a claim-index row or no end (a lease-held task has
+               -- neither, sql/queues/lease_held.sql)
                case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id) then null
-                    else 'succeeded' end) as outcome
+                    when (select true from queues.task_end_of(d.depends_on_task_id) e limit 1) then 'succeeded'
+                    end) as outcome
         from queues.task_dependency d
        -- A primary-key range per dependent.
        where d.task_id = any (_task_ids)
@@ -381,8 +384,9 @@ create or replace function queues.list_task_dependencies(_task_id bigint)
   set search_path = pg_catalog, pg_temp
 as $$
   select d.depends_on_task_id, t.task_type,
+         -- pending while it has a claim-index row or no end (a lease-held task)
          case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id) then null
-              else coalesce(c.outcome, 'succeeded') end,
+              else c.outcome end,
          c.completed_at,
          (select r.result from queues.task_result r
            where r.task_id = d.depends_on_task_id order by r.task_lease_id desc limit 1)
@@ -414,7 +418,7 @@ as $$
                           'succeeded') as state
             from queues.task_dependency d
             join queues.task t on t.task_id = d.task_id
-            left join queues.task_pending p on p.task_id = d.task_id
+            left join lateral (select x.* from queues.task_pending_or_held_of(d.task_id) x limit 1) p on true
             left join lateral queues.task_end_of(d.task_id) c on true
            where d.depends_on_task_id = _task_id
            order by d.task_id
