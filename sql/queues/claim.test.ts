@@ -518,7 +518,8 @@ describe('history', () => {
       const claimPlans = await explainNested(root, `select * from queues.claim_tasks('stats', ${N}, null, 60)`);
       expectKeyed(claimPlans, 'claim');
       const { rows: leases } = await db.query<{ task_id: string; lease_id: string }>(
-        `select task_id::text, current_lease_id::text as lease_id from queues.task_pending where current_lease_id is not null`,
+        // the claim index's leased rows and the lease-held tasks (sql/queues/lease_held.sql)
+        `select task_id::text, current_lease_id::text as lease_id from queues.task_pending_or_held where current_lease_id is not null`,
       );
       expect(leases).toHaveLength(N);
       const ids = leases.map((l) => l.task_id);

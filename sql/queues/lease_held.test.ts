@@ -91,6 +91,26 @@ describe('lease-held tasks', () => {
     expect(rows.rows).toEqual(ids.slice(1).map((id) => ({ task_id: id, current_lease_id: lease, lease_held: false })));
   });
 
+  it('rebuilding the claim index writes the row of a lease-held task as its claim lease holds it', async () => {
+    const ids = await enqueue(TYPE, 2);
+    const [{ task_lease_id: lease }] = await claim(TYPE, 'w-rebuild');
+    expect(await rowsOf(ids)).toBe(0);
+    const snapshot = async () =>
+      (
+        await db.query(
+          `select task_id::text, task_type, available_at, current_lease_id::text, lease_count, released_count,
+                  failed_attempts, uncounted_count, interrupted_count, suspect_lease
+             from queues.task_pending_or_held order by task_id`,
+        )
+      ).rows;
+    const before = await snapshot();
+    expect(before.map((r) => r.current_lease_id)).toEqual([lease, lease]);
+    await db.query('select queues.rebuild_task_pending()');
+    // Rows now (the rebuild reads the facts, not the ready set), each as the reader gave it.
+    expect(await rowsOf(ids)).toBe(2);
+    expect(await snapshot()).toEqual(before);
+  });
+
   it('admin.list_tasks: claimed, running and stale list a lease-held task, pending does not', async () => {
     const [a, b] = await enqueue(TYPE, 2);
     await claim(TYPE, 'w-list', 1);
