@@ -199,7 +199,22 @@ begin
                         where ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13))),
                     t.enqueued_at, t.scheduled_at, p.available_at, c.completed_at
                from queues.task t
-               left join lateral (select x.* from queues.task_pending_or_held_of(t.task_id) x limit 1) p on true
+               -- its claim-index row, else the claim lease that holds it (a lease-held task:
+               -- queues.lease_held_of written out, its probe of the end given the range''s
+               -- bounds, so that it reads the range''s partitions only)
+               left join lateral (select x.available_at, x.current_lease_id, x.lease_count
+                                    from queues.task_pending x where x.task_id = t.task_id
+                                  union all
+                                  (select h.expires_at, h.task_lease_id, 1
+                                     from queues.claim_lease h
+                                    where h.task_range @> t.task_id and h.task_id >= t.task_id
+                                      and t.task_id = any (h.task_ids)
+                                      and not exists (select 1 from queues.task_end_of(t.task_id) e
+                                                       where ($12::bigint is null or e.task_id >= $12)
+                                                         and ($13::bigint is null or e.task_id < $13))
+                                    order by h.task_lease_id desc
+                                    limit 1)
+                                  limit 1) p on true
                left join lateral (select e.outcome, e.completed_at from queues.task_end_of(t.task_id) e
                                    where ($12::bigint is null or e.task_id >= $12) and ($13::bigint is null or e.task_id < $13)
                                    limit 1) c on true
