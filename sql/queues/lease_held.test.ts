@@ -275,7 +275,7 @@ describe('lease-held tasks', () => {
       };
       walk(plan.rows[0]['QUERY PLAN'][0].Plan);
       const claimLeaseRows = nodes
-        .filter((n) => /^claim_lease(_p\d+|_default)?$/.test(String(n['Relation Name'] ?? '')))
+        .filter((n) => /^claim_lease(_p\d+|_default)?$/.test((n['Relation Name'] as string | undefined) ?? ''))
         .reduce(
           (sum, n) =>
             sum +
