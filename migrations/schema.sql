@@ -6256,8 +6256,9 @@ begin
          case when m.task_id is not null then 'run_now'
               when l.task_id is not null then 'not_scheduled'
               when coalesce((select true from queues.task_end_of(i.task_id) x limit 1), false) then 'already_completed'
-              -- held by its claim lease without a claim-index row (sql/queues/lease_held.sql)
-              when coalesce((select true from queues.lease_held_of(i.task_id) x limit 1), false) then 'not_scheduled'
+              -- no row and no end: held by the claim lease that took it out of the claim
+              -- index (the ready set), so running
+              when exists (select 1 from queues.task t where t.task_id = i.task_id) then 'not_scheduled'
               else 'unknown_task' end
     from unnest(_task_ids) with ordinality as i(task_id, n)
     left join unnest(_locked) as l(task_id) on l.task_id = i.task_id
@@ -9917,7 +9918,10 @@ begin
   _deps := queues.check_task_dependencies(_task_ids, _depends_on, _labels, _new_task_ids);
 
   -- The lock that orders this enqueue with the dependencies' endings (see the top of the
-  -- file): a pending dependency's claim-index row, FOR KEY SHARE, in task id order.
+  -- file): a pending dependency's claim-index row, FOR KEY SHARE, in task id order. A
+  -- dependency its claim took out of the claim index gets its row back first
+  -- (queues.hold_rows_of), so that its completion, too, waits for this lock.
+  perform queues.hold_rows_of(_deps);
   perform from queues.task_pending p
     where p.task_id = any (_deps)
     order by p.task_id
@@ -9992,6 +9996,8 @@ begin
     raise exception 'task_lease_id must not be null' using errcode = '22004';
   end if;
   perform queues.lock_resource_keys(array[_task_id]);
+  -- A task its claim took out of the claim index gets its row back first (queues.hold_rows_of).
+  perform queues.hold_rows_of(array[_task_id]);
   perform 1 from queues.task_pending p
    where p.task_id = _task_id and p.current_lease_id = _task_lease_id
      for update;
@@ -10197,8 +10203,12 @@ CREATE OR REPLACE FUNCTION queues.cancel_tasks_at(_now timestamp with time zone,
 AS $function$
 #variable_conflict use_column
 declare
-  _cancelled bigint[];
-  _running bigint[];
+  _cancelled bigint[] := '{}';
+  _running bigint[] := '{}';
+  _todo bigint[] := _task_ids;
+  _c bigint[];
+  _r bigint[];
+  _pass integer;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -10213,39 +10223,53 @@ begin
   -- flight holds its row: the cancel waits for it, then finds the task gone
   -- (already_completed).
   perform queues.lock_resource_keys(_task_ids);
-  with locked as (
-    select p.task_id, p.task_type, p.current_lease_id,
-           (p.current_lease_id is not null and p.available_at > _now) as held
-      from queues.task_pending p
-     where p.task_id = any (_task_ids)
-     order by p.task_id
-       for update
-  ),
-  completed as (
-    insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
-    select l.task_id, null, _now, 'cancelled', l.task_type from locked l
-    returning task_id
-  ),
-  reasons as (
-    insert into queues.task_cancelled (task_id, reason, cancelled_at)
-    select l.task_id, coalesce(_reason, ''), _now from locked l
-  ),
-  revoked as (
-    insert into queues.task_lease_revocation (task_id, task_lease_id, revoked_at, reason)
-    select l.task_id, l.current_lease_id, _now, left('cancelled: ' || coalesce(nullif(_reason, ''), 'no reason given'), 520)
-      from locked l where l.held
-    on conflict do nothing
-  ),
-  removed as (
-    delete from queues.task_pending p where p.task_id = any (array(select l.task_id from locked l))
-  ),
-  key_freed as (
-    delete from queues.resource_lease k where k.task_id = any (array(select l.task_id from locked l))
-  )
-  select coalesce((select array_agg(c.task_id) from completed c), '{}'),
-         coalesce(array_agg(l.task_id) filter (where l.held), '{}')
-    into _cancelled, _running
-    from locked l;
+  -- A task its claim took out of the claim index gets its row back first
+  -- (queues.hold_rows_of). A claim in flight that takes a task out holds its row: the
+  -- cancel waits for it, finds no row, and gives the task its row back in a second pass.
+  for _pass in 1 .. 2 loop
+    perform queues.hold_rows_of(_todo);
+    with locked as (
+      select p.task_id, p.task_type, p.current_lease_id,
+             (p.current_lease_id is not null and p.available_at > _now) as held
+        from queues.task_pending p
+       where p.task_id = any (_todo)
+       order by p.task_id
+         for update
+    ),
+    completed as (
+      insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
+      select l.task_id, null, _now, 'cancelled', l.task_type from locked l
+      returning task_id
+    ),
+    reasons as (
+      insert into queues.task_cancelled (task_id, reason, cancelled_at)
+      select l.task_id, coalesce(_reason, ''), _now from locked l
+    ),
+    revoked as (
+      insert into queues.task_lease_revocation (task_id, task_lease_id, revoked_at, reason)
+      select l.task_id, l.current_lease_id, _now, left('cancelled: ' || coalesce(nullif(_reason, ''), 'no reason given'), 520)
+        from locked l where l.held
+      on conflict do nothing
+    ),
+    removed as (
+      delete from queues.task_pending p where p.task_id = any (array(select l.task_id from locked l))
+    ),
+    key_freed as (
+      delete from queues.resource_lease k where k.task_id = any (array(select l.task_id from locked l))
+    )
+    select coalesce((select array_agg(c.task_id) from completed c), '{}'),
+           coalesce(array_agg(l.task_id) filter (where l.held), '{}')
+      into _c, _r
+      from locked l;
+    _cancelled := _cancelled || _c;
+    _running := _running || _r;
+    -- The tasks still without an end (a statement after the locks: what a claim that held
+    -- a row committed is seen).
+    _todo := array(select t.task_id from queues.task t
+                    where t.task_id = any (_todo) and t.task_id <> all (_c)
+                      and not exists (select 1 from queues.task_end_of(t.task_id) e));
+    exit when cardinality(_todo) = 0;
+  end loop;
 
   return query
   select i.task_id,
@@ -11076,6 +11100,14 @@ begin
   end if;
 
   perform queues.lock_resource_keys(_task_ids);
+  -- A task completed without a lease (an unfenced caller) that its claim took out of the
+  -- claim index gets its row back first (queues.hold_rows_of), and ends on it.
+  if _task_lease_ids is null or array_position(_task_lease_ids, null) is not null then
+    perform queues.hold_rows_of(array(
+      select i.id from unnest(_task_ids, coalesce(_task_lease_ids, array_fill(null::bigint, array[cardinality(_task_ids)])))
+                       i(id, lease)
+       where i.lease is null));
+  end if;
   -- The ready set's fence (docs/design/hot-path.md): a task a claim took out of the claim
   -- index is held by its claim lease. The leases named here are locked (transaction-scoped
   -- advisory locks, class 20253, in lease id order), exclusively: the rescuer of an
@@ -11374,6 +11406,17 @@ AS $function$
   select case when p.current_lease_id = _task_lease_id then p.available_at end
     from queues.task_pending p
    where p.task_id = _task_id
+  union all
+  -- The ready set (docs/design/hot-path.md): a task its claim took out of the claim index
+  -- has no row; until it ends, the claim lease that names it holds it, until its expiry.
+  select c.expires_at
+    from queues.claim_lease c
+   where c.task_lease_id = _task_lease_id
+     and c.task_id >= _task_id
+     and _task_id = any (c.task_ids)
+     and not exists (select 1 from queues.task_pending p where p.task_id = _task_id)
+     and not exists (select 1 from queues.task_end_of(_task_id) e)
+  limit 1
 $function$;
   -- queues.current_lease_expiry(_task_id bigint, _task_lease_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -11385,7 +11428,9 @@ CREATE OR REPLACE FUNCTION queues.current_leases(_task_ids bigint[], _task_lease
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select coalesce(array_agg(coalesce((select p.current_lease_id from queues.task_pending p
-                                       where p.task_id = i.task_id) = i.task_lease_id, false)
+                                       where p.task_id = i.task_id) = i.task_lease_id,
+                                      -- no row: held by its claim lease until it ends
+                                      queues.current_lease_expiry(i.task_id, i.task_lease_id) is not null)
                             order by i.ord), '{}')
     from unnest(_task_ids, _task_lease_ids) with ordinality as i(task_id, task_lease_id, ord)
 $function$;
@@ -11420,11 +11465,10 @@ AS $function$
                  where e.task_id = d.depends_on_task_id and e.outcome is not null limit 1),
                (select c.outcome from queues.task_completed c
                  where c.task_id = d.depends_on_task_id and c.outcome <> 'succeeded'),
-               -- pending while it has a claim-index row or no end (a lease-held task has
-               -- neither, sql/queues/lease_held.sql)
-               case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id) then null
-                    when (select true from queues.task_end_of(d.depends_on_task_id) e limit 1) then 'succeeded'
-                    end) as outcome
+               -- pending: a claim-index row, or none and no end (held by its claim lease)
+               case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id)
+                         or not exists (select 1 from queues.task_end_of(d.depends_on_task_id) e) then null
+                    else 'succeeded' end) as outcome
         from queues.task_dependency d
        -- A primary-key range per dependent.
        where d.task_id = any (_task_ids)
@@ -11920,6 +11964,8 @@ begin
     exit when found;
   end loop;
   if _old is not null then
+    -- A task its claim took out of the claim index gets its row back first (queues.hold_rows_of).
+    perform queues.hold_rows_of(array[_old]);
     select (p.current_lease_id is not null and p.available_at > now()) into _held
       from queues.task_pending p where p.task_id = _old;
     if not found then
@@ -12471,6 +12517,56 @@ $function$;
   -- queues.history_walk(_before bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.hold_rows_of(_task_ids bigint[])
+ RETURNS bigint[]
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _rowless bigint[];
+  _leases bigint[];
+  _held bigint[];
+begin
+  _rowless := array(select distinct i.id from unnest(_task_ids) i(id)
+                     where i.id is not null
+                       and not exists (select 1 from queues.task_pending p where p.task_id = i.id)
+                     order by 1);
+  if cardinality(_rowless) = 0 then
+    return '{}';
+  end if;
+  -- Each task's newest claim lease (a GiST probe of its task range).
+  _leases := array(select distinct c.task_lease_id
+                     from unnest(_rowless) i(id)
+                    cross join lateral (select c.task_lease_id from queues.claim_lease c
+                                         where c.task_range @> i.id and c.task_id >= i.id
+                                           and i.id = any (c.task_ids)
+                                         order by c.task_lease_id desc limit 1) c
+                    order by 1);
+  if cardinality(_leases) = 0 then
+    return '{}';
+  end if;
+  perform pg_advisory_xact_lock(20253, hashint8(l.id)) from unnest(_leases) l(id);
+  -- A new statement, so a new snapshot: what a completion or a rescue that held a lock
+  -- committed is seen.
+  _held := array(select i.id from unnest(_rowless) i(id)
+                  where not exists (select 1 from queues.task_pending p where p.task_id = i.id)
+                    and not exists (select 1 from queues.task_end_of(i.id) e)
+                  order by 1);
+  if cardinality(_held) = 0 then
+    return '{}';
+  end if;
+  insert into queues.task_pending
+    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
+     lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
+     suspect_lease, group_key)
+  select r.* from queues.pending_rows_of(_held) r order by r.task_id
+  on conflict (task_id) do nothing;
+  return _held;
+end;
+$function$;
+  -- queues.hold_rows_of(_task_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.interrupt_task(_task_id bigint, _task_lease_id bigint, _error_message text, _max_interruptions integer DEFAULT NULL::integer)
  RETURNS text
  LANGUAGE sql
@@ -12509,6 +12605,8 @@ begin
   end if;
 
   perform queues.lock_resource_keys(array[_task_id]);
+  -- A task its claim took out of the claim index gets its row back first (queues.hold_rows_of).
+  perform queues.hold_rows_of(array[_task_id]);
   select p.* into _pending
     from queues.task_pending p
    where p.task_id = _task_id
@@ -12669,8 +12767,9 @@ CREATE OR REPLACE FUNCTION queues.list_task_dependencies(_task_id bigint)
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select d.depends_on_task_id, t.task_type,
-         -- pending while it has a claim-index row or no end (a lease-held task)
-         case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id) then null
+         -- pending: a claim-index row, or no end (held by its claim lease)
+         case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id)
+                   or c.task_id is null then null
               else c.outcome end,
          c.completed_at,
          (select r.result from queues.task_result r
@@ -13201,8 +13300,7 @@ begin
   return query
   with input as (
     select i.task_id, i.task_lease_id, i.started_us,
-           coalesce((select true from queues.task_pending p
-                      where p.task_id = i.task_id and p.current_lease_id = i.task_lease_id), false) as held
+           queues.current_lease_expiry(i.task_id, i.task_lease_id) is not null as held
       from unnest(_task_ids, _task_lease_ids,
                   coalesce(_started_us, array_fill(null::bigint, array[cardinality(_task_ids)])))
            as i(task_id, task_lease_id, started_us)
@@ -13370,6 +13468,18 @@ AS $function$
   select least(s.ms, w.ms) from next_scheduled s, next_window w
 $function$;
   -- queues.next_claim_in_ms(_task_types text[], _missed_ms integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.own_task_changes(_pending regclass, _ends regclass[])
+ RETURNS bigint
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending)
+         + coalesce((select sum(pg_stat_get_xact_tuples_inserted(e)) from unnest(_ends) e), 0)::bigint
+$function$;
+  -- queues.own_task_changes(_pending regclass, _ends regclass[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
@@ -13847,7 +13957,7 @@ begin
     select array_agg(w.task_id order by w.task_id), array_agg(w.task_lease_id order by w.task_id)
       into _ids, _leases
       from unnest(_waiting_task_ids, _waiting_lease_ids) w(task_id, task_lease_id)
-      join queues.task_pending p on p.task_id = w.task_id
+      join queues.task p on p.task_id = w.task_id
      where p.task_id = any (_waiting_task_ids)
        and w.task_id is distinct from _task_id
        and case when _key_kind = 'task_type' then p.task_type = _key else p.group_key = _key end;
@@ -13953,6 +14063,8 @@ begin
       using errcode = '22023';
   end if;
   perform queues.lock_resource_keys(array(select s.task_id from queues.stale_leases_at(_now, _dead_after_seconds) s));
+  -- A task its claim took out of the claim index gets its row back first (queues.hold_rows_of).
+  perform queues.hold_rows_of(array(select s.task_id from queues.stale_leases_at(_now, _dead_after_seconds) s));
   return query
   with stale as (
     select s.task_id, s.task_lease_id, s.worker_id from queues.stale_leases_at(_now, _dead_after_seconds) s
@@ -14242,6 +14354,8 @@ declare
 begin
   perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
   perform queues.lock_resource_keys(_task_ids);
+  -- A task its claim took out of the claim index gets its row back first (queues.hold_rows_of).
+  perform queues.hold_rows_of(_task_ids);
 
   -- The rows by primary key from the array of ids, each row's lease looked up in a map of
   -- the input (see queues.extend_leases_at), locked first in task id order (as every call
@@ -14407,6 +14521,12 @@ begin
     select p.task_id from queues.task_pending p
      cross join lateral (select y.worker_key, y.worker_id from queues.task_lease_at(p.task_id, p.current_lease_id) y limit 1) l
      where p.current_lease_id > 0 and (l.worker_key = _worker_key or l.worker_id = _worker_id)));
+  -- The tasks of its claim leases not yet rescued that have no row get it back first
+  -- (queues.hold_rows_of: the ready set).
+  perform queues.hold_rows_of(array(
+    select t.id from queues.claim_lease c cross join lateral unnest(c.task_ids) t(id)
+     where c.worker_key = _worker_key
+       and c.expires_at > (select k.rescued_through from queues.claim_lease_rescue_cursor k)));
   return query
   with held as (
     -- Locked in task id order, as every call that locks several claim-index rows.
@@ -14587,6 +14707,11 @@ declare
   _max_bytes integer := queues.max_payload_bytes();
   -- The transaction's own updates and deletes of queues.task_pending (see above).
   _pending regclass := 'queues.task_pending'::regclass;
+  -- The leaves of the completion facts, whose inserts (the transaction's own) end a task
+  -- that had no claim-index row (the ready set: docs/design/hot-path.md).
+  _ends regclass[] := array(select t.relid from pg_partition_tree('queues.task_completed') t where t.isleaf
+                            union all
+                            select t.relid from pg_partition_tree('queues.completion_round') t where t.isleaf);
   _counted boolean := current_setting('track_counts')::boolean;
   _changes_at_start bigint;
   _changes bigint;
@@ -14623,7 +14748,7 @@ begin
   _retry := array_fill(null::boolean, array[_n]);
   _batched := array_fill(false, array[_n]);
   _kept := array_fill(null::jsonb, array[_n]);
-  _changes_at_start := pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending);
+  _changes_at_start := queues.own_task_changes(_pending, _ends);
 
   begin
     for _i in 1 .. _n loop
@@ -14634,7 +14759,7 @@ begin
       end if;
       -- A step before it changed pending rows: is this lease still current?
       if (not _counted
-          or pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending) <> _changes_at_start)
+          or queues.own_task_changes(_pending, _ends) <> _changes_at_start)
          and not queues.is_current_lease(_task_ids[_i], _task_lease_ids[_i]) then
         _result[_i] := 'lease_lost';
         continue;
@@ -14669,7 +14794,7 @@ begin
         continue;
       end if;
 
-      _changes := pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending);
+      _changes := queues.own_task_changes(_pending, _ends);
       if _traceparents is not null then
         -- The step's span: the trace context of what it enqueues.
         perform set_config('queue.traceparent', coalesce(_traceparents[_i], ''), true);
@@ -14692,7 +14817,7 @@ begin
           end if;
         end if;
         if not _counted
-           or pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending) <> _changes then
+           or queues.own_task_changes(_pending, _ends) <> _changes then
           -- The step updated or deleted pending rows: its own task, and those of the steps
           -- before it whose completions are still to be written, must be as they were.
           _current := queues.current_leases(
@@ -14824,6 +14949,12 @@ begin
    where p.task_id = _task_id
      for update;
   if not found then
+    -- No row: ended (or no such task), or held by the claim lease that took it out of the
+    -- claim index (the ready set: docs/design/hot-path.md).
+    if exists (select 1 from queues.task t where t.task_id = _task_id)
+       and not exists (select 1 from queues.task_end_of(_task_id) e) then
+      return 'taken';
+    end if;
     return 'not_pending';
   end if;
   if not _pending.untaken then
@@ -15296,6 +15427,20 @@ AS $function$
      and w.stopped_at is null
      and w.last_seen_at < _now - greatest(make_interval(secs => _dead_after_seconds),
                                           queues.worker_silence_bound(w.heartbeat_interval_ms))
+  union all
+  -- The tasks held by a live claim lease without a row (the ready set:
+  -- docs/design/hot-path.md): a lease not yet rescued, naming a task with no row and no end.
+  select t.id, c.task_lease_id, w.worker_id, w.last_seen_at, c.expires_at
+    from queues.claim_lease c
+    join queues.worker_name n on n.worker_key = c.worker_key
+    join queues.worker w on w.worker_id = n.worker_id
+   cross join lateral unnest(c.task_ids) t(id)
+   where c.expires_at > greatest(_now, (select k.rescued_through from queues.claim_lease_rescue_cursor k))
+     and w.stopped_at is null
+     and w.last_seen_at < _now - greatest(make_interval(secs => _dead_after_seconds),
+                                          queues.worker_silence_bound(w.heartbeat_interval_ms))
+     and not exists (select 1 from queues.task_pending p where p.task_id = t.id)
+     and not exists (select 1 from queues.task_end_of(t.id) e)
 $function$;
   -- queues.stale_leases_at(_now timestamp with time zone, _dead_after_seconds integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -15310,6 +15455,7 @@ declare
   _dependent bigint;
 begin
   perform queues.lock_resource_keys(array[_task_id]);
+  perform queues.hold_rows_of(array[_task_id]);
   select p.task_type, (p.current_lease_id is not null and p.available_at > now()) as held into _p
     from queues.task_pending p where p.task_id = _task_id for update;
   if not found or _p.held then

@@ -103,8 +103,9 @@ begin
          case when m.task_id is not null then 'run_now'
               when l.task_id is not null then 'not_scheduled'
               when coalesce((select true from queues.task_end_of(i.task_id) x limit 1), false) then 'already_completed'
-              -- held by its claim lease without a claim-index row (sql/queues/lease_held.sql)
-              when coalesce((select true from queues.lease_held_of(i.task_id) x limit 1), false) then 'not_scheduled'
+              -- no row and no end: held by the claim lease that took it out of the claim
+              -- index (the ready set), so running
+              when exists (select 1 from queues.task t where t.task_id = i.task_id) then 'not_scheduled'
               else 'unknown_task' end
     from unnest(_task_ids) with ordinality as i(task_id, n)
     left join unnest(_locked) as l(task_id) on l.task_id = i.task_id

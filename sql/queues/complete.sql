@@ -92,6 +92,14 @@ begin
   end if;
 
   perform queues.lock_resource_keys(_task_ids);
+  -- A task completed without a lease (an unfenced caller) that its claim took out of the
+  -- claim index gets its row back first (queues.hold_rows_of), and ends on it.
+  if _task_lease_ids is null or array_position(_task_lease_ids, null) is not null then
+    perform queues.hold_rows_of(array(
+      select i.id from unnest(_task_ids, coalesce(_task_lease_ids, array_fill(null::bigint, array[cardinality(_task_ids)])))
+                       i(id, lease)
+       where i.lease is null));
+  end if;
   -- The ready set's fence (docs/design/hot-path.md): a task a claim took out of the claim
   -- index is held by its claim lease. The leases named here are locked (transaction-scoped
   -- advisory locks, class 20253, in lease id order), exclusively: the rescuer of an

@@ -69,7 +69,10 @@ begin
   _deps := queues.check_task_dependencies(_task_ids, _depends_on, _labels, _new_task_ids);
 
   -- The lock that orders this enqueue with the dependencies' endings (see the top of the
-  -- file): a pending dependency's claim-index row, FOR KEY SHARE, in task id order.
+  -- file): a pending dependency's claim-index row, FOR KEY SHARE, in task id order. A
+  -- dependency its claim took out of the claim index gets its row back first
+  -- (queues.hold_rows_of), so that its completion, too, waits for this lock.
+  perform queues.hold_rows_of(_deps);
   perform from queues.task_pending p
     where p.task_id = any (_deps)
     order by p.task_id
@@ -189,9 +192,8 @@ $$;
 -- succeeded and its outcome, and whether any is still pending. A dependency in _ended_ids
 -- ended with the outcome at the same position of _ended_outcomes (what a completion
 -- passes); any other counts as ended unsuccessfully when queues.task_completed says so
--- (task_completed_unsuccessful_task_idx), as pending while it has a claim-index row or no
--- end (a lease-held task, sql/queues/lease_held.sql), and as succeeded otherwise (a success
--- recorded in a completion round counts too). No grants.
+-- (task_completed_unsuccessful_task_idx), as pending while it has a claim-index row or
+-- no end (a task its claim holds has no row), and as succeeded otherwise. No grants.
 create or replace function queues.dependency_verdicts(_task_ids bigint[], _ended_ids bigint[], _ended_outcomes text[])
   returns table (task_id bigint, failed_dep bigint, failed_outcome text, pending boolean)
   language sql stable
@@ -209,11 +211,10 @@ as $$
                  where e.task_id = d.depends_on_task_id and e.outcome is not null limit 1),
                (select c.outcome from queues.task_completed c
                  where c.task_id = d.depends_on_task_id and c.outcome <> 'succeeded'),
-               -- pending while it has a claim-index row or no end (a lease-held task has
-               -- neither, sql/queues/lease_held.sql)
-               case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id) then null
-                    when (select true from queues.task_end_of(d.depends_on_task_id) e limit 1) then 'succeeded'
-                    end) as outcome
+               -- pending: a claim-index row, or none and no end (held by its claim lease)
+               case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id)
+                         or not exists (select 1 from queues.task_end_of(d.depends_on_task_id) e) then null
+                    else 'succeeded' end) as outcome
         from queues.task_dependency d
        -- A primary-key range per dependent.
        where d.task_id = any (_task_ids)
@@ -384,8 +385,9 @@ create or replace function queues.list_task_dependencies(_task_id bigint)
   set search_path = pg_catalog, pg_temp
 as $$
   select d.depends_on_task_id, t.task_type,
-         -- pending while it has a claim-index row or no end (a lease-held task)
-         case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id) then null
+         -- pending: a claim-index row, or no end (held by its claim lease)
+         case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id)
+                   or c.task_id is null then null
               else c.outcome end,
          c.completed_at,
          (select r.result from queues.task_result r

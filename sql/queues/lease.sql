@@ -223,6 +223,8 @@ declare
 begin
   perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
   perform queues.lock_resource_keys(_task_ids);
+  -- A task its claim took out of the claim index gets its row back first (queues.hold_rows_of).
+  perform queues.hold_rows_of(_task_ids);
 
   -- The rows by primary key from the array of ids, each row's lease looked up in a map of
   -- the input (see queues.extend_leases_at), locked first in task id order (as every call

@@ -1,6 +1,6 @@
 // Heartbeats (lease extensions), releases and poison tasks.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/testing';
+import { createTestDatabase, type TestDatabase, endPendingTasks } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -184,7 +184,7 @@ describe('releases', () => {
   });
 
   it('releasing a lease that is no longer current does nothing', async () => {
-    await db.query('delete from queues.task_pending');
+    await endPendingTasks(db);
     const id = await enqueue();
     const [old] = (await claimAt(0, 'old')).filter((l) => l.task_id === id);
     await claimAt(61, 'new');
@@ -198,7 +198,7 @@ describe('releases', () => {
 
 describe('poison tasks', () => {
   it('a task whose leases keep expiring is abandoned, with an error, after max_leases counted expiries', async () => {
-    await db.query('delete from queues.task_pending');
+    await endPendingTasks(db);
     const id = await enqueue();
     const maxLeases = 3;
     // The first expiry makes it a suspect, uncounted (it may only have waited in a dead
@@ -229,7 +229,7 @@ describe('poison tasks', () => {
   });
 
   it('abandoning one task does not stop the others in the same claim', async () => {
-    await db.query('delete from queues.task_pending');
+    await endPendingTasks(db);
     const poison = await enqueue();
     await claimAt(0, 'crasher', 1);
     // Back as the named suspect of the next claim; that lease's expiry counts.
@@ -242,7 +242,7 @@ describe('poison tasks', () => {
   });
 
   it('tasks whose lease expired come back one per claim, not all into one worker', async () => {
-    await db.query('delete from queues.task_pending');
+    await endPendingTasks(db);
     const crashed = [await enqueue(), await enqueue(), await enqueue()];
     expect((await claimAt(0, 'dies')).map((l) => l.task_id).sort()).toEqual([...crashed].sort());
     const fresh = await enqueue();
@@ -254,7 +254,7 @@ describe('poison tasks', () => {
   });
 
   it("the expiry of a lease that did not name the task its suspect (a dead worker's local queue) is not counted", async () => {
-    await db.query('delete from queues.task_pending');
+    await endPendingTasks(db);
     const queued = [await enqueue(), await enqueue(), await enqueue()];
     const maxLeases = 2;
     // Claimed together, the worker dying: none of the three was its lease's suspect.
@@ -296,7 +296,7 @@ describe('poison tasks', () => {
   });
 
   it("a dead worker process's leases are revoked at once: its unnamed tasks are claimable at once, its named suspect waits for its lease's expiry", async () => {
-    await db.query('delete from queues.task_pending');
+    await endPendingTasks(db);
     const suspect = await enqueue();
     await claimAt(0, 'died-0');
     const others = [await enqueue(), await enqueue()];
@@ -344,7 +344,7 @@ describe('poison tasks', () => {
   });
 
   it('failed attempts of a retried task are not expired leases: no abandonment for them', async () => {
-    await db.query('delete from queues.task_pending');
+    await endPendingTasks(db);
     const { rows } = await db
       .pool('owner')
       .query(`select queues.enqueue('db_function', '{"n": "retried"}', null, null, null, 6) as id`);
@@ -381,7 +381,7 @@ describe('poison tasks', () => {
 
 describe('rebuild', () => {
   it('rebuilding the claim index keeps heartbeats, releases and counts', async () => {
-    await db.query('delete from queues.task_pending');
+    await endPendingTasks(db);
     await db.query('truncate queues.task cascade');
     await enqueue();
     await enqueue();

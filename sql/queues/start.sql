@@ -35,8 +35,7 @@ begin
   return query
   with input as (
     select i.task_id, i.task_lease_id, i.started_us,
-           coalesce((select true from queues.task_pending p
-                      where p.task_id = i.task_id and p.current_lease_id = i.task_lease_id), false) as held
+           queues.current_lease_expiry(i.task_id, i.task_lease_id) is not null as held
       from unnest(_task_ids, _task_lease_ids,
                   coalesce(_started_us, array_fill(null::bigint, array[cardinality(_task_ids)])))
            as i(task_id, task_lease_id, started_us)
