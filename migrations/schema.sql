@@ -6041,6 +6041,10 @@ begin
   end if;
   perform queues.lock_resource_keys(array(
     select s.task_id from queues.stale_leases_at(_now, _dead) s where s.worker_id = _worker_id));
+  -- A task its claim took out of the claim index gets its row back first (queues.hold_rows_of,
+  -- as queues.recover_stale_leases_at does).
+  perform queues.hold_rows_of(array(
+    select s.task_id from queues.stale_leases_at(_now, _dead) s where s.worker_id = _worker_id));
   return query
   with stale as (
     select s.task_id, s.task_lease_id, s.worker_id
@@ -15625,10 +15629,15 @@ AS $function$
     select l.* from queues.task_limits() l
   ),
   live as (
+    -- The claim index's leased rows, and the lease-held tasks (sql/queues/lease_held.sql):
+    -- a limited type's tasks are leased on their rows, but tasks claimed before their type
+    -- was limited may still be held by their claim lease without one. Read only when a
+    -- limit is in force.
     select p.task_type, p.group_key, count(*) as n
-      from queues.task_pending p
+      from queues.task_pending_or_held p
      where p.current_lease_id > 0 and p.available_at > _now
        and p.task_type = any (array(select distinct r.task_type from rule r))
+       and exists (select 1 from rule)
      group by 1, 2
   ),
   ready as (

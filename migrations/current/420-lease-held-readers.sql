@@ -14,5 +14,6 @@ set local lock_timeout = '5s';
 --!include admin/task_actions.sql
 --!include public/role_based_worker.sql
 --!include schedules/supervisor_facts.sql
+--!include queues/limits.sql
 revoke execute on function queues.lease_held_of(bigint) from public;
 revoke execute on function queues.task_pending_or_held_of(bigint) from public;

@@ -91,6 +91,10 @@ begin
   end if;
   perform queues.lock_resource_keys(array(
     select s.task_id from queues.stale_leases_at(_now, _dead) s where s.worker_id = _worker_id));
+  -- A task its claim took out of the claim index gets its row back first (queues.hold_rows_of,
+  -- as queues.recover_stale_leases_at does).
+  perform queues.hold_rows_of(array(
+    select s.task_id from queues.stale_leases_at(_now, _dead) s where s.worker_id = _worker_id));
   return query
   with stale as (
     select s.task_id, s.task_lease_id, s.worker_id

@@ -236,6 +236,21 @@ describe('lease-held tasks', () => {
     expect(expired.rows).toEqual([{ task_id: a }]);
   });
 
+  it('the limits in force count a lease-held task of a type limited after its claim as running', async () => {
+    await enqueue(TYPE, 3);
+    await claim(TYPE, 'w-limit', 2);
+    await db.query(`select queues.set_task_limit($1, 'type', null, 5)`, [TYPE]);
+    try {
+      const { rows } = await db.query(
+        `select running::int from queues.task_limit_status_at(now()) where task_type = $1`,
+        [TYPE],
+      );
+      expect(rows).toEqual([{ running: 2 }]);
+    } finally {
+      await db.query(`select queues.clear_task_limit($1, 'type', null)`, [TYPE]);
+    }
+  });
+
   it('admin.history_status counts the lease-held tasks of a set as pending', async () => {
     const ids = await enqueue(TYPE, 2);
     await claim(TYPE, 'w-hist');
