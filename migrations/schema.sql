@@ -3460,8 +3460,8 @@ create view public.worker_tasks as
             WHEN c.outcome = 'succeeded'::text THEN 'completed'::text
             WHEN c.outcome = ANY (ARRAY['failed'::text, 'abandoned'::text, 'validation_failed'::text]) THEN 'failed'::text
             WHEN c.outcome IS NOT NULL THEN c.outcome
-            WHEN p.current_lease_id IS NULL THEN 'pending'::text
-            WHEN p.available_at <= now() THEN 'stale'::text
+            WHEN COALESCE(p.current_lease_id, h.task_lease_id) IS NULL THEN 'pending'::text
+            WHEN COALESCE(p.available_at, h.expires_at) <= now() THEN 'stale'::text
             WHEN w.last_seen_at < (now() - make_interval(secs => ((3 * COALESCE(w.heartbeat_interval_ms, 30000))::numeric / 1000.0)::double precision)) AND w.stopped_at IS NULL THEN 'stale'::text
             WHEN st.started_at IS NULL THEN 'claimed'::text
             ELSE 'running'::text
@@ -3473,7 +3473,7 @@ create view public.worker_tasks as
     st.started_at,
     c.completed_at,
         CASE
-            WHEN c.task_id IS NULL AND p.current_lease_id = l.task_lease_id AND w.last_seen_at IS NOT NULL THEN w.last_seen_at
+            WHEN c.task_id IS NULL AND COALESCE(p.current_lease_id, h.task_lease_id) = l.task_lease_id AND w.last_seen_at IS NOT NULL THEN w.last_seen_at
             ELSE GREATEST(l.leased_at, st.started_at, ( SELECT max(x.extended_at) AS max
                FROM queues.task_lease_extension x
               WHERE x.task_id = l.task_id AND x.task_lease_id = l.task_lease_id))
@@ -3516,26 +3516,35 @@ create view public.worker_tasks as
      LEFT JOIN LATERAL ( SELECT y.task_id,
             y.task_lease_id,
             y.leased_at,
+            y.expires_at,
+            y.claim,
             COALESCE(y.worker_id, ( SELECT n.worker_id
                    FROM queues.worker_name n
                   WHERE n.worker_key = y.worker_key)) AS worker_id
            FROM ( SELECT x.task_id,
                     x.task_lease_id,
                     x.leased_at,
+                    x.expires_at,
                     x.worker_id,
-                    x.worker_key
+                    x.worker_key,
+                    false AS claim
                    FROM queues.task_lease x
                   WHERE x.task_id = t.task_id
                 UNION ALL
                  SELECT t.task_id,
                     x.task_lease_id,
                     x.leased_at,
+                    x.expires_at,
                     NULL::text AS text,
-                    x.worker_key
+                    x.worker_key,
+                    true
                    FROM queues.claim_lease x
                   WHERE x.task_range @> t.task_id AND x.task_id >= t.task_id AND (t.task_id = ANY (x.task_ids))) y
           ORDER BY y.task_lease_id DESC
          LIMIT 1) l ON true
+     LEFT JOIN LATERAL ( SELECT l.task_lease_id,
+            l.expires_at
+          WHERE p.task_id IS NULL AND c.task_id IS NULL AND l.claim) h ON true
      LEFT JOIN LATERAL ( SELECT COALESCE(
                 CASE
                     WHEN c.task_lease_id = l.task_lease_id THEN c.started_at
@@ -3598,6 +3607,38 @@ create view queues.dead_letter as
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on view queues.dead_letter is 'Tasks that ended failed or abandoned with no handler to deal with it, not yet redriven.';
+
+create view queues.lease_held_tasks as
+ SELECT u.task_id,
+    c.task_lease_id,
+    c.worker_key,
+    c.leased_at,
+    c.expires_at,
+    COALESCE(c.suspect_task_id = u.task_id, false) AS suspect
+   FROM queues.claim_lease c
+     CROSS JOIN LATERAL ( SELECT x.task_id
+           FROM unnest(c.task_ids) x(task_id)
+        EXCEPT
+         SELECT e.task_id
+           FROM queues.completion_round r
+             CROSS JOIN LATERAL unnest(r.task_ids) e(task_id)
+          WHERE r.task_range && c.task_range AND r.task_id >= lower(c.task_range)) u
+  WHERE c.expires_at > COALESCE(( SELECT k.rescued_through
+           FROM queues.claim_lease_rescue_cursor k), '-infinity'::timestamp with time zone) AND NOT (EXISTS ( SELECT 1
+           FROM queues.task_pending p
+          WHERE p.task_id = u.task_id)) AND NOT (EXISTS ( SELECT 1
+           FROM queues.task_completed x
+          WHERE x.task_id = u.task_id));
+  -- columns:
+  --  task_id bigint
+  --  task_lease_id bigint
+  --  worker_key integer
+  --  leased_at timestamp with time zone
+  --  expires_at timestamp with time zone
+  --  suspect boolean
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on view queues.lease_held_tasks is 'Tasks held by their claim lease without a claim-index row (the ready set), with that lease: tasks of the claim leases expiring after the rescue cursor with neither a queues.task_pending row nor an end. A task''s own: queues.lease_held_of(task_id). See sql/queues/lease_held.sql.';
 
 create view queues.stale_lease as
  SELECT task_id,
@@ -3707,6 +3748,77 @@ UNION ALL
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on view queues.task_leases is 'Every lease of every task, a row per (task, lease): queues.task_lease and the tasks of each queues.claim_lease. A task''s own: queues.task_leases_of(task_id).';
+
+create view queues.task_pending_or_held as
+ SELECT p.task_id,
+    p.task_type,
+    p.priority,
+    p.scheduled_at,
+    p.resource_key,
+    p.available_at,
+    p.current_lease_id,
+    p.lease_count,
+    p.released_count,
+    p.max_attempts,
+    p.failed_attempts,
+    p.interrupted_count,
+    p.uncounted_count,
+    p.suspect_lease,
+    p.group_key,
+    false AS lease_held
+   FROM queues.task_pending p
+UNION ALL
+ SELECT h.task_id,
+    t.task_type,
+    t.priority,
+    LEAST(t.scheduled_at, rn.requested_at) AS scheduled_at,
+    t.resource_key,
+    h.expires_at AS available_at,
+    h.task_lease_id AS current_lease_id,
+    1 AS lease_count,
+    0 AS released_count,
+    t.max_attempts,
+    0 AS failed_attempts,
+    0 AS interrupted_count,
+    0 AS uncounted_count,
+    h.suspect AS suspect_lease,
+    t.group_key,
+    true AS lease_held
+   FROM queues.lease_held_tasks h
+     CROSS JOIN LATERAL ( SELECT x.task_id,
+            x.task_type,
+            x.payload,
+            x.priority,
+            x.resource_key,
+            x.max_attempts,
+            x.enqueued_at,
+            x.scheduled_at,
+            x.group_key,
+            x.timeout_ms
+           FROM queues.task x
+          WHERE x.task_id = h.task_id
+         LIMIT 1) t
+     LEFT JOIN queues.task_run_now rn ON rn.task_id = h.task_id;
+  -- columns:
+  --  task_id bigint
+  --  task_type text
+  --  priority integer
+  --  scheduled_at timestamp with time zone
+  --  resource_key text
+  --  available_at timestamp with time zone
+  --  current_lease_id bigint
+  --  lease_count integer
+  --  released_count integer
+  --  max_attempts integer
+  --  failed_attempts integer
+  --  interrupted_count integer
+  --  uncounted_count integer
+  --  suspect_lease boolean
+  --  group_key text
+  --  lease_held boolean
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on view queues.task_pending_or_held is 'Every task not ended, in queues.task_pending''s shape: the claim index''s rows, and each lease-held task (queues.lease_held_tasks) leased by its claim lease (lease_held). A task''s own: queues.task_pending_or_held_of(task_id). See sql/queues/lease_held.sql.';
 
 -- Sequences
 
@@ -4230,7 +4342,9 @@ begin
     raise exception 'limit must be between 1 and 1000, got %', coalesce(_limit::text, 'null') using errcode = '22023';
   end if;
   _ids := array(
-    select p.task_id from queues.task_pending p
+    -- the claim index and the lease-held tasks (sql/queues/lease_held.sql: one whose claim
+    -- lease expired is ready)
+    select p.task_id from queues.task_pending_or_held p
      where (_task_type is null or p.task_type = _task_type)
        and admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, now())
            = any (case when _state is null then array['waiting', 'scheduled', 'ready', 'retrying'] else array[_state] end)
@@ -4297,7 +4411,8 @@ begin
            count(*) as pending,
            count(*) filter (where p.available_at <= _now) as ready,
            count(*) filter (where p.available_at > _now and p.current_lease_id is not null) as running
-      from queues.task_pending p
+      -- the claim index and the lease-held tasks (sql/queues/lease_held.sql)
+      from queues.task_pending_or_held p
      where _task_type is null or p.task_type = _task_type
      group by p.task_type
   ),
@@ -4617,7 +4732,8 @@ begin
            'completion', case when c.task_id is not null then to_jsonb(c) - 'task_id' - 'task_type' end)
     into _result
     from queues.task t
-    left join queues.task_pending p on p.task_id = t.task_id
+    -- its claim-index row, or the row its claim lease gives a lease-held task
+    left join lateral (select x.* from queues.task_pending_or_held_of(t.task_id) x limit 1) p on true
     left join lateral (select e.* from queues.task_end_of(t.task_id) e limit 1) c on true
    where t.task_id = _task_id;
 
@@ -4676,7 +4792,8 @@ begin
            where not exists (select 1 from queues.task_end_of(t.task_id) c)) as pending_tasks
     into _default;
 
-  -- Every set once, with its pending count (a range count of queues.task_pending) and its
+  -- Every set once, with its pending count (a range count of queues.task_pending, and its
+  -- lease-held tasks) and its
   -- row of queues.history_set_measured if it is done (its range below the last task id,
   -- no pending task) and maintenance measured it.
   select coalesce(jsonb_agg(jsonb_build_object(
@@ -4688,8 +4805,12 @@ begin
     into _sets
     from queues.history_sets() p
     left join queues.history_partition_created c on c.lower_bound = p.lower_bound and not p.is_default
-   cross join lateral (select count(*) as pending from queues.task_pending tp
-                        where not p.is_default and tp.task_id >= p.lower_bound and tp.task_id < p.upper_bound) pe
+   cross join lateral (select (select count(*) from queues.task_pending tp
+                                where not p.is_default and tp.task_id >= p.lower_bound and tp.task_id < p.upper_bound)
+                              -- and the lease-held tasks (no claim-index row, sql/queues/lease_held.sql)
+                              + (select count(*) from queues.lease_held_tasks h
+                                  where not p.is_default and h.task_id >= p.lower_bound and h.task_id < p.upper_bound)
+                                as pending) pe
     left join queues.history_set_measured m
       on m.lower_bound = p.lower_bound and m.upper_bound = p.upper_bound
      and not p.is_default and p.upper_bound <= _last_id and pe.pending = 0;
@@ -4778,7 +4899,7 @@ begin
                           'task_state', coalesce(
                             (select c.outcome from queues.task_end_of(r.task_id) c limit 1),
                             (select admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now)
-                               from queues.task_pending p where p.task_id = r.task_id)),
+                               from queues.task_pending_or_held_of(r.task_id) p limit 1)),
                           'report', (select x.result -> 'payload' from queues.task_result x
                                       where x.task_id = r.task_id order by x.task_lease_id desc limit 1))
                    from schedules.schedule_run r
@@ -5010,7 +5131,8 @@ AS $function$
   with pending as (
     select p.task_type, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now) as state,
            count(*) as n
-      from queues.task_pending p
+      -- the claim index and the lease-held tasks (sql/queues/lease_held.sql)
+      from queues.task_pending_or_held p
      group by 1, 2
   ),
   open_pause as (
@@ -5069,7 +5191,7 @@ begin
                     'fire_at', r.fire_at, 'outcome', r.outcome, 'task_id', r.task_id,
                     'task_state', coalesce(c.outcome,
                       (select admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now)
-                         from queues.task_pending p where p.task_id = r.task_id)))
+                         from queues.task_pending_or_held_of(r.task_id) p limit 1)))
                     order by r.fire_at desc)
              from (select * from schedules.schedule_run x
                     where x.schedule_id = s.schedule_id
@@ -5211,7 +5333,8 @@ begin
     _sql := 'select p.task_id, p.task_type, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, $1),
                     p.priority, t.resource_key, t.max_attempts, p.lease_count,
                     t.enqueued_at, p.scheduled_at, p.available_at, null::timestamptz
-               from queues.task_pending p
+               -- the claim index and the lease-held tasks (sql/queues/lease_held.sql)
+               from queues.task_pending_or_held p
               -- lateral + limit 1: one primary-key probe per pending task passed over
               cross join lateral (select * from queues.task x where x.task_id = p.task_id limit 1) t
               where admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, $1) = any ($15)
@@ -5259,7 +5382,22 @@ begin
                         where ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13))),
                     t.enqueued_at, t.scheduled_at, p.available_at, c.completed_at
                from queues.task t
-               left join queues.task_pending p on p.task_id = t.task_id
+               -- its claim-index row, else the claim lease that holds it (a lease-held task:
+               -- queues.lease_held_of written out, its probe of the end given the range''s
+               -- bounds, so that it reads the range''s partitions only)
+               left join lateral (select x.available_at, x.current_lease_id, x.lease_count
+                                    from queues.task_pending x where x.task_id = t.task_id
+                                  union all
+                                  (select h.expires_at, h.task_lease_id, 1
+                                     from queues.claim_lease h
+                                    where h.task_range @> t.task_id and h.task_id >= t.task_id
+                                      and t.task_id = any (h.task_ids)
+                                      and not exists (select 1 from queues.task_end_of(t.task_id) e
+                                                       where ($12::bigint is null or e.task_id >= $12)
+                                                         and ($13::bigint is null or e.task_id < $13))
+                                    order by h.task_lease_id desc
+                                    limit 1)
+                                  limit 1) p on true
                left join lateral (select e.outcome, e.completed_at from queues.task_end_of(t.task_id) e
                                    where ($12::bigint is null or e.task_id >= $12) and ($13::bigint is null or e.task_id < $13)
                                    limit 1) c on true
@@ -5324,13 +5462,19 @@ CREATE OR REPLACE FUNCTION admin.list_workers_at(_now timestamp with time zone, 
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   with in_flight as (
-    -- live leases: the pending rows under a lease that has not expired (bounded by pending work)
+    -- live leases (bounded by pending work): the pending rows under a lease that has not
+    -- expired, and the lease-held tasks of claim leases that have not (no claim-index row:
+    -- their claim lease names the worker, sql/queues/lease_held.sql)
     select coalesce(l.worker_id, n.worker_id) as worker_id, count(*) as n
-      from queues.task_pending p
-      cross join lateral (select y.worker_key, y.worker_id from queues.task_lease_at(p.task_id, p.current_lease_id) y limit 1) l
+      from (select y.worker_key, y.worker_id
+              from queues.task_pending p
+             cross join lateral (select y.worker_key, y.worker_id
+                                   from queues.task_lease_at(p.task_id, p.current_lease_id) y limit 1) y
+             where p.available_at > _now
+            union all
+            select h.worker_key, null::text from queues.lease_held_tasks h where h.expires_at > _now) l
       -- a lease names its worker by key (queues.worker_name), or by id if written before
       left join queues.worker_name n on n.worker_key = l.worker_key
-     where p.available_at > _now
      group by 1
   )
   select w.worker_id, w.task_types,
@@ -5750,7 +5894,8 @@ begin
      group by 1, 2
   ),
   pending as (
-    select p.task_type, count(*) as n from queues.task_pending p group by 1
+    -- the claim index and the lease-held tasks (sql/queues/lease_held.sql)
+    select p.task_type, count(*) as n from queues.task_pending_or_held p group by 1
   )
   select _from + make_interval(secs => i * _bucket), ty.task_type,
          coalesce(pe.n, 0) + coalesce((select sum(ev.d) from events ev where ev.task_type = ty.task_type and ev.k > i), 0)::bigint
@@ -5897,6 +6042,10 @@ begin
       round(extract(epoch from _now - _w.last_seen_at)), _dead using errcode = '55000';
   end if;
   perform queues.lock_resource_keys(array(
+    select s.task_id from queues.stale_leases_at(_now, _dead) s where s.worker_id = _worker_id));
+  -- A task its claim took out of the claim index gets its row back first (queues.hold_rows_of,
+  -- as queues.recover_stale_leases_at does).
+  perform queues.hold_rows_of(array(
     select s.task_id from queues.stale_leases_at(_now, _dead) s where s.worker_id = _worker_id));
   return query
   with stale as (
@@ -6187,7 +6336,7 @@ begin
   return query
   select p.task_type, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now) as state,
          count(*)
-    from queues.task_pending p
+    from queues.task_pending_or_held p
    group by 1, 2
   union all
   select c.task_type, c.outcome, count(*)
@@ -12625,6 +12774,27 @@ $function$;
   -- queues.last_task_id(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.lease_held_of(_task_id bigint)
+ RETURNS TABLE(task_id bigint, task_lease_id bigint, worker_key integer, leased_at timestamp with time zone, expires_at timestamp with time zone, suspect boolean)
+ LANGUAGE sql
+ STABLE
+AS $function$
+  -- The newest claim lease naming the task (claim_lease's GiST index, in the partitions
+  -- that can hold it), when the task has no row and no end.
+  select _task_id, c.task_lease_id, c.worker_key, c.leased_at, c.expires_at,
+         coalesce(c.suspect_task_id = _task_id, false)
+    from queues.claim_lease c
+   where c.task_range @> _task_id
+     and c.task_id >= _task_id
+     and _task_id = any (c.task_ids)
+     and not exists (select 1 from queues.task_pending p where p.task_id = _task_id)
+     and not exists (select 1 from queues.task_end_of(_task_id) e)
+   order by c.task_lease_id desc
+   limit 1
+$function$;
+  -- queues.lease_held_of(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.limit_window_start(_now timestamp with time zone, _interval_ms integer)
  RETURNS timestamp with time zone
  LANGUAGE sql
@@ -15416,7 +15586,7 @@ AS $function$
                           'succeeded') as state
             from queues.task_dependency d
             join queues.task t on t.task_id = d.task_id
-            left join queues.task_pending p on p.task_id = d.task_id
+            left join lateral (select x.* from queues.task_pending_or_held_of(d.task_id) x limit 1) p on true
             left join lateral queues.task_end_of(d.task_id) c on true
            where d.depends_on_task_id = _task_id
            order by d.task_id
@@ -15519,10 +15689,15 @@ AS $function$
     select l.* from queues.task_limits() l
   ),
   live as (
+    -- The claim index's leased rows, and the lease-held tasks (sql/queues/lease_held.sql):
+    -- a limited type's tasks are leased on their rows, but tasks claimed before their type
+    -- was limited may still be held by their claim lease without one. Read only when a
+    -- limit is in force.
     select p.task_type, p.group_key, count(*) as n
-      from queues.task_pending p
+      from queues.task_pending_or_held p
      where p.current_lease_id > 0 and p.available_at > _now
        and p.task_type = any (array(select distinct r.task_type from rule r))
+       and exists (select 1 from rule)
      group by 1, 2
   ),
   ready as (
@@ -15584,6 +15759,26 @@ AS $function$
    order by l.task_type, l.scope, l.group_key
 $function$;
   -- queues.task_limits(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.task_pending_or_held_of(_task_id bigint)
+ RETURNS TABLE(task_id bigint, task_type text, priority integer, scheduled_at timestamp with time zone, resource_key text, available_at timestamp with time zone, current_lease_id bigint, lease_count integer, released_count integer, max_attempts integer, failed_attempts integer, interrupted_count integer, uncounted_count integer, suspect_lease boolean, group_key text, lease_held boolean)
+ LANGUAGE sql
+ STABLE
+AS $function$
+  select p.task_id, p.task_type, p.priority, p.scheduled_at, p.resource_key, p.available_at, p.current_lease_id,
+         p.lease_count, p.released_count, p.max_attempts, p.failed_attempts, p.interrupted_count,
+         p.uncounted_count, p.suspect_lease, p.group_key, false
+    from queues.task_pending p
+   where p.task_id = _task_id
+  union all
+  select h.task_id, t.task_type, t.priority, least(t.scheduled_at, rn.requested_at), t.resource_key, h.expires_at,
+         h.task_lease_id, 1, 0, t.max_attempts, 0, 0, 0, h.suspect, t.group_key, true
+    from queues.lease_held_of(_task_id) h
+   cross join lateral (select x.* from queues.task x where x.task_id = h.task_id limit 1) t
+    left join queues.task_run_now rn on rn.task_id = h.task_id
+$function$;
+  -- queues.task_pending_or_held_of(_task_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.task_progress_facts(_task_id bigint)
@@ -16201,10 +16396,20 @@ CREATE OR REPLACE FUNCTION schedules.pending_supervisor_task(_now timestamp with
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select p.task_id, p.available_at
-    from queues.task_pending p
-   where p.task_id = any (array(select s.task_id from schedules.supervisor_task s
-                                 order by s.task_id desc limit 100))
-     and (p.current_lease_id is null or p.available_at <= _now)
+    from (select p.task_id, p.available_at, p.current_lease_id
+            from queues.task_pending p
+           where p.task_id = any (array(select s.task_id from schedules.supervisor_task s
+                                         order by s.task_id desc limit 100))
+          union all
+          -- A lease-held supervisor task (no claim-index row, sql/queues/lease_held.sql)
+          -- whose claim lease expired: claimable once the claims rescue it. Only the
+          -- claim leases expired since the rescue cursor are read (usually none).
+          select h.task_id, h.expires_at, h.task_lease_id
+            from queues.lease_held_tasks h
+           where h.expires_at <= _now
+             and h.task_id = any (array(select s.task_id from schedules.supervisor_task s
+                                         order by s.task_id desc limit 100))) p
+   where (p.current_lease_id is null or p.available_at <= _now)
    order by p.available_at, p.task_id
    limit 1
 $function$;

@@ -13,6 +13,3 @@ set local lock_timeout = '5s';
 --!include queues/throttle.sql
 --!include queues/unique.sql
 --!include queues/workers.sql
---!include admin/task_actions.sql
---!include queues/dependencies.sql
---!include queues/privileges-hot-path.sql

@@ -47,7 +47,9 @@ begin
     raise exception 'limit must be between 1 and 1000, got %', coalesce(_limit::text, 'null') using errcode = '22023';
   end if;
   _ids := array(
-    select p.task_id from queues.task_pending p
+    -- the claim index and the lease-held tasks (sql/queues/lease_held.sql: one whose claim
+    -- lease expired is ready)
+    select p.task_id from queues.task_pending_or_held p
      where (_task_type is null or p.task_type = _task_type)
        and admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, now())
            = any (case when _state is null then array['waiting', 'scheduled', 'ready', 'retrying'] else array[_state] end)

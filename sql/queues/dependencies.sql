@@ -420,7 +420,7 @@ as $$
                           'succeeded') as state
             from queues.task_dependency d
             join queues.task t on t.task_id = d.task_id
-            left join queues.task_pending p on p.task_id = d.task_id
+            left join lateral (select x.* from queues.task_pending_or_held_of(d.task_id) x limit 1) p on true
             left join lateral queues.task_end_of(d.task_id) c on true
            where d.depends_on_task_id = _task_id
            order by d.task_id
