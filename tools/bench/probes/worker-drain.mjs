@@ -157,7 +157,7 @@ try {
            regexp_replace(left(query, 100), '\\s+', ' ', 'g') as query
       from pg_stat_statements
      where query not ilike '%pg_stat_statements%' and query not ilike '%as drained%' and query not ilike '%history%'
-     order by total_exec_time desc limit 12`,
+     order by total_exec_time desc limit ${Number(process.env.TOP ?? 12)}`,
     [TASKS],
   );
   console.table(rows);
