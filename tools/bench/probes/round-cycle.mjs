@@ -36,7 +36,7 @@ try {
   const { rows } = await root.query(
     `select calls, round((total_exec_time / calls)::numeric, 3) as ms_per_call, regexp_replace(left(query, 70), '\\s+', ' ', 'g') as query from pg_stat_statements where query not ilike '%pg_stat_statements%' and (${process.env.ALL ? 'true' : "query ilike '%settle%' or query ilike '%with done%' or query ilike '%with input%'"}) order by total_exec_time desc limit ${process.env.ALL ? 25 : 5}`,
   );
-  for (const r of rows) console.log(r.ms_per_call, r.query);
+  for (const r of rows) console.log(r.ms_per_call, r.calls, r.query);
   await w.end();
   await root.end();
 } finally {
