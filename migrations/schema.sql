@@ -11077,6 +11077,7 @@ AS $function$
 declare
   _bad text;
   _retried bigint[];
+  _all_succeeded boolean;
 begin
   if _task_ids is null then
     raise exception 'task_ids must not be null' using errcode = '22004';
@@ -11095,11 +11096,15 @@ begin
     raise exception 'outcomes must have one element per task (% tasks, % outcomes)',
       cardinality(_task_ids), cardinality(_outcomes) using errcode = '22023';
   end if;
-  select o into _bad from unnest(_outcomes) o
-   where o is not null and o not in ('succeeded', 'failed', 'abandoned', 'cancelled', 'validation_failed') limit 1;
-  if found then
-    raise exception 'unknown outcome %; expected succeeded, failed, abandoned, cancelled or validation_failed',
-      quote_literal(left(_bad, 100)) using errcode = '22023';
+  -- (A round of plain successes, every outcome 'succeeded', is checked without a query.)
+  _all_succeeded := coalesce('succeeded' = all (_outcomes), false);
+  if not _all_succeeded then
+    select o into _bad from unnest(_outcomes) o
+     where o is not null and o not in ('succeeded', 'failed', 'abandoned', 'cancelled', 'validation_failed') limit 1;
+    if found then
+      raise exception 'unknown outcome %; expected succeeded, failed, abandoned, cancelled or validation_failed',
+        quote_literal(left(_bad, 100)) using errcode = '22023';
+    end if;
   end if;
   if _retries is not null and cardinality(_retries) <> cardinality(_task_ids) then
     raise exception 'retries must have one element per task (% tasks, % retries)',
@@ -11146,7 +11151,7 @@ begin
   -- concurrent claim skips them, a concurrent completion waits and then finds nothing.
   held_row as (
     select p.task_id, p.task_type, p.current_lease_id, p.resource_key, i.task_lease_id, i.may_retry,
-           p.failed_attempts, p.max_attempts, i.started_at,
+           p.failed_attempts, p.max_attempts, i.started_at, true as has_row,
            case
              when i.outcome is not null then i.outcome
              -- The default: an error of the current run makes it a failure (evaluated only
@@ -11196,7 +11201,8 @@ begin
   ),
   -- The call's tasks each lease names. (Each input row scans its lease's array once: a
   -- join of the input to the unnested arrays was planned, generically, as nested loops
-  -- that unnested the lease once per input row.)
+  -- that unnested the lease once per input row; a hash join to the arrays unnested once
+  -- and kept cost the same, 0.5 ms per call of 500.)
   lease_task as (
     select i.*
       from input i
@@ -11223,7 +11229,7 @@ begin
            case when i.outcome is distinct from 'succeeded'
                 then (select count(*)::integer from queues.task_attempt_failed a where a.task_id = t.task_id)
                 else 0 end,
-           t.max_attempts, i.started_at,
+           t.max_attempts, i.started_at, false,
            case
              when i.outcome is not null then i.outcome
              when exists (select 1 from queues.error e
@@ -11241,7 +11247,7 @@ begin
   held as (
     select h.task_id, h.task_type, h.current_lease_id, h.resource_key, h.task_lease_id, h.outcome,
            h.outcome = 'failed' and h.may_retry and h.failed_attempts + 1 < h.max_attempts as retry,
-           h.failed_attempts, h.started_at
+           h.failed_attempts, h.started_at, h.has_row
       from (select * from held_row union all select * from held_lease) h
   ),
   -- Simple retries: a failed attempt with attempts left runs again after a backoff.
@@ -11261,9 +11267,10 @@ begin
        and p.task_id = any (array(select r2.task_id from retry_facts r2))
     returning p.task_id
   ),
+  -- (A task held by its claim lease has no row: only the rows held are deleted.)
   removed as (
     delete from queues.task_pending p
-     where p.task_id = any (array(select h.task_id from held h where not h.retry))
+     where p.task_id = any (array(select h.task_id from held h where not h.retry and h.has_row))
     returning p.task_id
   ),
   -- Every end but a plain success: a task_completed row per task. The lease the caller
@@ -11332,8 +11339,9 @@ begin
 
   -- A failed attempt of a task held by its claim lease (no claim-index row) returns it to
   -- the claim index, at its retry time, as the facts now give it. (The attempts this
-  -- transaction recorded: failed_at is the transaction's now().)
-  if _task_lease_ids is not null then
+  -- transaction recorded: failed_at is the transaction's now(). A call whose outcomes all
+  -- succeeded recorded none.)
+  if _task_lease_ids is not null and not _all_succeeded then
     _retried := array(select a.task_id from queues.task_attempt_failed a
                        where a.task_id = any (_task_ids) and a.failed_at = now()
                          and not exists (select 1 from queues.task_pending p where p.task_id = a.task_id));
@@ -15148,14 +15156,17 @@ begin
     raise exception 'error_task_ids and error_messages must have the same length (% and %)',
       cardinality(_errors), cardinality(_messages) using errcode = '22023';
   end if;
-  if array_position(_errors, null) is not null then
-    raise exception 'error_task_ids must not contain null' using errcode = '22004';
-  end if;
-  if exists (select 1 from unnest(_messages) m where m is null or btrim(m) = '') then
-    raise exception 'error_messages must not be empty' using errcode = '22004';
-  end if;
-  if exists (select 1 from unnest(_errors) e where e <> all (coalesce(_task_ids, '{}'))) then
-    raise exception 'error_task_ids must name tasks completed in the same call' using errcode = '22023';
+  -- (Read only when there are errors: a round of plain completions runs no query here.)
+  if cardinality(_errors) > 0 then
+    if array_position(_errors, null) is not null then
+      raise exception 'error_task_ids must not contain null' using errcode = '22004';
+    end if;
+    if exists (select 1 from unnest(_messages) m where m is null or btrim(m) = '') then
+      raise exception 'error_messages must not be empty' using errcode = '22004';
+    end if;
+    if exists (select 1 from unnest(_errors) e where e <> all (coalesce(_task_ids, '{}'))) then
+      raise exception 'error_task_ids must name tasks completed in the same call' using errcode = '22023';
+    end if;
   end if;
   if _started_us is not null and cardinality(_started_us) <> cardinality(coalesce(_task_ids, '{}')) then
     raise exception 'started_us must have one element per task (% tasks, % start times)',
@@ -15163,6 +15174,18 @@ begin
   end if;
 
   if cardinality(coalesce(_task_ids, '{}')) = 0 then
+    return;
+  end if;
+
+  -- No error to record (a round of plain completions, the common case): the completion's
+  -- rows as they come, in input order, without the join that records errors.
+  if cardinality(_errors) = 0 then
+    return query
+    select c.task_id, c.result
+      from queues.complete_tasks(_task_ids, _task_lease_ids, _outcomes, _retries,
+                                 case when _started_us is not null then
+                                   array(select to_timestamp(u.us::float8 / 1000000)
+                                         from unnest(_started_us) with ordinality u(us, i) order by u.i) end) c;
     return;
   end if;
 

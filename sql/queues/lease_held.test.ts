@@ -81,7 +81,7 @@ describe('lease-held tasks', () => {
     expect(after.rows.map((r) => r.task_id)).toEqual(ids.slice(1));
     expect((await db.query(`select * from queues.task_pending_or_held_of($1)`, [ids[0]])).rows).toEqual([]);
 
-    // Rescued after its expiry (a claim's pass moves the cursor): rows again, none held.
+    // Rescued after its expiry (a claim's rescue pass): rows again, none held.
     await db.query(`select queues.rescue_due_leases_at(now() + interval '2 minutes')`);
     expect(await rowsOf(ids.slice(1))).toBe(2);
     expect((await db.query(`select * from queues.lease_held_tasks`)).rows).toEqual([]);
