@@ -1077,7 +1077,6 @@ create table queues.claim_lease (
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on table queues.claim_lease is 'Append-only: one lease per claim, shared by the tasks it names (task_ids). Read a task''s leases through queues.task_leases / queues.task_leases_of / queues.task_lease_effective. See sql/queues/claim.sql.';
-CREATE INDEX claim_lease_expires_at_idx ON ONLY queues.claim_lease USING btree (expires_at);
 CREATE UNIQUE INDEX claim_lease_pkey ON ONLY queues.claim_lease USING btree (task_id, task_lease_id);
 CREATE INDEX claim_lease_task_lease_id_idx ON ONLY queues.claim_lease USING btree (task_lease_id);
 CREATE INDEX claim_lease_task_range_idx ON ONLY queues.claim_lease USING gist (task_range);
@@ -1104,7 +1103,6 @@ create table queues.claim_lease_default partition of queues.claim_lease (
 ) DEFAULT;
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
-CREATE INDEX claim_lease_default_expires_at_idx ON queues.claim_lease_default USING btree (expires_at);
 CREATE UNIQUE INDEX claim_lease_default_pkey ON queues.claim_lease_default USING btree (task_id, task_lease_id);
 CREATE INDEX claim_lease_default_task_lease_id_idx ON queues.claim_lease_default USING btree (task_lease_id);
 CREATE INDEX claim_lease_default_task_range_idx ON queues.claim_lease_default USING gist (task_range);
@@ -1146,7 +1144,6 @@ create table queues.claim_lease_p0 partition of queues.claim_lease (
 ) FOR VALUES FROM ('0') TO ('1000000');
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
-CREATE INDEX claim_lease_p0_expires_at_idx ON queues.claim_lease_p0 USING btree (expires_at);
 CREATE UNIQUE INDEX claim_lease_p0_pkey ON queues.claim_lease_p0 USING btree (task_id, task_lease_id);
 CREATE INDEX claim_lease_p0_task_lease_id_idx ON queues.claim_lease_p0 USING btree (task_lease_id);
 CREATE INDEX claim_lease_p0_task_range_idx ON queues.claim_lease_p0 USING gist (task_range);
@@ -1173,7 +1170,6 @@ create table queues.claim_lease_p1000000 partition of queues.claim_lease (
 ) FOR VALUES FROM ('1000000') TO ('2000000');
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
-CREATE INDEX claim_lease_p1000000_expires_at_idx ON queues.claim_lease_p1000000 USING btree (expires_at);
 CREATE UNIQUE INDEX claim_lease_p1000000_pkey ON queues.claim_lease_p1000000 USING btree (task_id, task_lease_id);
 CREATE INDEX claim_lease_p1000000_task_lease_id_idx ON queues.claim_lease_p1000000 USING btree (task_lease_id);
 CREATE INDEX claim_lease_p1000000_task_range_idx ON queues.claim_lease_p1000000 USING gist (task_range);
@@ -1200,7 +1196,6 @@ create table queues.claim_lease_p2000000 partition of queues.claim_lease (
 ) FOR VALUES FROM ('2000000') TO ('3000000');
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
-CREATE INDEX claim_lease_p2000000_expires_at_idx ON queues.claim_lease_p2000000 USING btree (expires_at);
 CREATE UNIQUE INDEX claim_lease_p2000000_pkey ON queues.claim_lease_p2000000 USING btree (task_id, task_lease_id);
 CREATE INDEX claim_lease_p2000000_task_lease_id_idx ON queues.claim_lease_p2000000 USING btree (task_lease_id);
 CREATE INDEX claim_lease_p2000000_task_range_idx ON queues.claim_lease_p2000000 USING gist (task_range);
@@ -3615,7 +3610,8 @@ create view queues.lease_held_tasks as
     c.leased_at,
     c.expires_at,
     COALESCE(c.suspect_task_id = u.task_id, false) AS suspect
-   FROM queues.claim_lease c
+   FROM queues.claim_lease_due d
+     JOIN queues.claim_lease c ON c.task_lease_id = d.task_lease_id AND c.task_id = d.task_id
      CROSS JOIN LATERAL ( SELECT x.task_id
            FROM unnest(c.task_ids) x(task_id)
         EXCEPT
@@ -3623,8 +3619,7 @@ create view queues.lease_held_tasks as
            FROM queues.completion_round r
              CROSS JOIN LATERAL unnest(r.task_ids) e(task_id)
           WHERE r.task_range && c.task_range AND r.task_id >= lower(c.task_range)) u
-  WHERE c.expires_at > COALESCE(( SELECT k.rescued_through
-           FROM queues.claim_lease_rescue_cursor k), '-infinity'::timestamp with time zone) AND NOT (EXISTS ( SELECT 1
+  WHERE NOT (EXISTS ( SELECT 1
            FROM queues.task_pending p
           WHERE p.task_id = u.task_id)) AND NOT (EXISTS ( SELECT 1
            FROM queues.task_completed x
@@ -3638,7 +3633,7 @@ create view queues.lease_held_tasks as
   --  suspect boolean
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
-comment on view queues.lease_held_tasks is 'Tasks held by their claim lease without a claim-index row (the ready set), with that lease: tasks of the claim leases expiring after the rescue cursor with neither a queues.task_pending row nor an end. A task''s own: queues.lease_held_of(task_id). See sql/queues/lease_held.sql.';
+comment on view queues.lease_held_tasks is 'Tasks held by their claim lease without a claim-index row (the ready set), with that lease: tasks of the claim leases not yet rescued (queues.claim_lease_due) with neither a queues.task_pending row nor an end. A task''s own: queues.lease_held_of(task_id). See sql/queues/lease_held.sql.';
 
 create view queues.stale_lease as
  SELECT task_id,
@@ -14596,9 +14591,11 @@ begin
   -- The tasks of its claim leases not yet rescued that have no row get it back first
   -- (queues.hold_rows_of: the ready set).
   perform queues.hold_rows_of(array(
-    select t.id from queues.claim_lease c cross join lateral unnest(c.task_ids) t(id)
-     where c.worker_key = _worker_key
-       and c.expires_at > (select k.rescued_through from queues.claim_lease_rescue_cursor k)));
+    select t.id
+      from queues.claim_lease_due d
+      join queues.claim_lease c on c.task_lease_id = d.task_lease_id and c.task_id = d.task_id
+     cross join lateral unnest(c.task_ids) t(id)
+     where c.worker_key = _worker_key));
   return query
   with held as (
     -- Locked in task id order, as every call that locks several claim-index rows.
@@ -15516,13 +15513,15 @@ AS $function$
                                           queues.worker_silence_bound(w.heartbeat_interval_ms))
   union all
   -- The tasks held by a live claim lease without a row (the ready set:
-  -- docs/design/hot-path.md): a lease not yet rescued, naming a task with no row and no end.
+  -- docs/design/hot-path.md): a lease not yet rescued (queues.claim_lease_due), naming a
+  -- task with no row and no end.
   select t.id, c.task_lease_id, w.worker_id, w.last_seen_at, c.expires_at
-    from queues.claim_lease c
+    from queues.claim_lease_due d
+    join queues.claim_lease c on c.task_lease_id = d.task_lease_id and c.task_id = d.task_id
     join queues.worker_name n on n.worker_key = c.worker_key
     join queues.worker w on w.worker_id = n.worker_id
    cross join lateral unnest(c.task_ids) t(id)
-   where c.expires_at > greatest(_now, (select k.rescued_through from queues.claim_lease_rescue_cursor k))
+   where d.expires_at > _now
      and w.stopped_at is null
      and w.last_seen_at < _now - greatest(make_interval(secs => _dead_after_seconds),
                                           queues.worker_silence_bound(w.heartbeat_interval_ms))
