@@ -90,7 +90,7 @@ describe('heartbeats', () => {
     await enqueue();
     const [apart] = await claimAt(0, 'beating');
     const [completing, sibling] = leases as [Lease, Lease];
-    const all = [completing, sibling, apart!];
+    const all = [completing, sibling, apart];
     const completer = await db.client('worker');
     const heart = await db.client('worker');
     const beat = (which: Lease[]) =>
@@ -116,12 +116,12 @@ describe('heartbeats', () => {
       // the task of the other claim is extended to 600 s.
       expect(seconds[completing.task_id]).toBeLessThanOrEqual(60);
       expect(seconds[sibling.task_id]).toBeLessThanOrEqual(60);
-      expect(seconds[apart!.task_id]).toBeGreaterThan(590);
+      expect(seconds[apart.task_id]).toBeGreaterThan(590);
       await completer.query('commit');
       // Once the completion committed, its task's lease is gone, and the next heartbeat
       // extends the sibling.
       const after = await beat(all);
-      expect(after.rows.map((r) => r.task_id)).toEqual([sibling.task_id, apart!.task_id].sort());
+      expect(after.rows.map((r) => r.task_id)).toEqual([sibling.task_id, apart.task_id].sort());
       expect(Math.min(...after.rows.map((r) => r.seconds))).toBeGreaterThan(590);
       const { rows: facts } = await db.query(
         'select task_id, count(*)::int as n from queues.task_lease_extension where task_id = any($1::bigint[]) group by 1 order by 1',
@@ -130,7 +130,7 @@ describe('heartbeats', () => {
       expect(facts).toEqual(
         [
           { task_id: sibling.task_id, n: 1 },
-          { task_id: apart!.task_id, n: 2 },
+          { task_id: apart.task_id, n: 2 },
         ].sort((a, b) => Number(a.task_id) - Number(b.task_id)),
       );
     } finally {
@@ -176,7 +176,7 @@ describe('heartbeats', () => {
       await completer.query('commit');
       const { rows } = await beating;
       expect(rows.map((r) => r.task_id)).toEqual([sibling.task_id]);
-      expect(rows[0]!.seconds).toBeGreaterThan(590);
+      expect(rows[0].seconds).toBeGreaterThan(590);
     } finally {
       await completer.query('rollback').catch(() => undefined);
       await completer.end();
