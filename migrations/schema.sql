@@ -3611,7 +3611,17 @@ create view queues.lease_held_tasks as
     c.expires_at,
     COALESCE(c.suspect_task_id = u.task_id, false) AS suspect
    FROM queues.claim_lease_due d
-     JOIN queues.claim_lease c ON c.task_lease_id = d.task_lease_id AND c.task_id = d.task_id
+     CROSS JOIN LATERAL ( SELECT c_1.task_lease_id,
+            c_1.task_id,
+            c_1.worker_key,
+            c_1.leased_at,
+            c_1.expires_at,
+            c_1.task_ids,
+            c_1.task_range,
+            c_1.suspect_task_id
+           FROM queues.claim_lease c_1
+          WHERE c_1.task_lease_id = d.task_lease_id AND c_1.task_id = d.task_id
+         LIMIT 1) c
      CROSS JOIN LATERAL ( SELECT x.task_id
            FROM unnest(c.task_ids) x(task_id)
         EXCEPT
@@ -11217,7 +11227,9 @@ begin
     select lt.*
       from lease_task lt
      where not exists (select 1 from lease_gone g where g.task_id = lt.task_id)
-       and not exists (select 1 from queues.task_pending p where p.task_id = lt.task_id)
+       -- (a scalar subquery: a primary-key probe per task, never an anti-join planned
+       -- from task_pending's statistics)
+       and (select true from queues.task_pending p where p.task_id = lt.task_id) is null
   ),
   held_lease as (
     select t.task_id, t.task_type, i.task_lease_id, t.resource_key, i.task_lease_id, i.may_retry,
@@ -12057,9 +12069,11 @@ begin
   -- waited for, up to the session's lock_timeout or 200 ms when it has none (then those
   -- tasks are left as they are, and the next heartbeat extends them). Without the wait, a long task among many short ones of one
   -- claim could find its lease's lock held by a completion round at every heartbeat.
+  -- (A scalar subquery per task: a primary-key probe, never an anti-join planned from
+  -- task_pending's statistics.)
   _leases := array(select distinct i.task_lease_id
                      from unnest(_task_ids, _task_lease_ids) i(task_id, task_lease_id)
-                    where not exists (select 1 from queues.task_pending p where p.task_id = i.task_id)
+                    where (select true from queues.task_pending p where p.task_id = i.task_id) is null
                     order by 1);
   if cardinality(_leases) > 0 then
     _timeout := current_setting('lock_timeout');
@@ -12576,9 +12590,11 @@ declare
   _leases bigint[];
   _held bigint[];
 begin
+  -- (A scalar subquery per task: a primary-key probe, never an anti-join planned from
+  -- task_pending's statistics.)
   _rowless := array(select distinct i.id from unnest(_task_ids) i(id)
                      where i.id is not null
-                       and not exists (select 1 from queues.task_pending p where p.task_id = i.id)
+                       and (select true from queues.task_pending p where p.task_id = i.id) is null
                      order by 1);
   if cardinality(_rowless) = 0 then
     return '{}';
@@ -14593,7 +14609,8 @@ begin
   perform queues.hold_rows_of(array(
     select t.id
       from queues.claim_lease_due d
-      join queues.claim_lease c on c.task_lease_id = d.task_lease_id and c.task_id = d.task_id
+     cross join lateral (select c.* from queues.claim_lease c
+                          where c.task_lease_id = d.task_lease_id and c.task_id = d.task_id limit 1) c
      cross join lateral unnest(c.task_ids) t(id)
      where c.worker_key = _worker_key));
   return query
@@ -15517,7 +15534,8 @@ AS $function$
   -- task with no row and no end.
   select t.id, c.task_lease_id, w.worker_id, w.last_seen_at, c.expires_at
     from queues.claim_lease_due d
-    join queues.claim_lease c on c.task_lease_id = d.task_lease_id and c.task_id = d.task_id
+   cross join lateral (select c.* from queues.claim_lease c
+                        where c.task_lease_id = d.task_lease_id and c.task_id = d.task_id limit 1) c
     join queues.worker_name n on n.worker_key = c.worker_key
     join queues.worker w on w.worker_id = n.worker_id
    cross join lateral unnest(c.task_ids) t(id)

@@ -200,7 +200,9 @@ begin
     select lt.*
       from lease_task lt
      where not exists (select 1 from lease_gone g where g.task_id = lt.task_id)
-       and not exists (select 1 from queues.task_pending p where p.task_id = lt.task_id)
+       -- (a scalar subquery: a primary-key probe per task, never an anti-join planned
+       -- from task_pending's statistics)
+       and (select true from queues.task_pending p where p.task_id = lt.task_id) is null
   ),
   held_lease as (
     select t.task_id, t.task_type, i.task_lease_id, t.resource_key, i.task_lease_id, i.may_retry,

@@ -26,9 +26,11 @@ declare
   _leases bigint[];
   _held bigint[];
 begin
+  -- (A scalar subquery per task: a primary-key probe, never an anti-join planned from
+  -- task_pending's statistics.)
   _rowless := array(select distinct i.id from unnest(_task_ids) i(id)
                      where i.id is not null
-                       and not exists (select 1 from queues.task_pending p where p.task_id = i.id)
+                       and (select true from queues.task_pending p where p.task_id = i.id) is null
                      order by 1);
   if cardinality(_rowless) = 0 then
     return '{}';

@@ -94,9 +94,11 @@ begin
   -- waited for, up to the session's lock_timeout or 200 ms when it has none (then those
   -- tasks are left as they are, and the next heartbeat extends them). Without the wait, a long task among many short ones of one
   -- claim could find its lease's lock held by a completion round at every heartbeat.
+  -- (A scalar subquery per task: a primary-key probe, never an anti-join planned from
+  -- task_pending's statistics.)
   _leases := array(select distinct i.task_lease_id
                      from unnest(_task_ids, _task_lease_ids) i(task_id, task_lease_id)
-                    where not exists (select 1 from queues.task_pending p where p.task_id = i.task_id)
+                    where (select true from queues.task_pending p where p.task_id = i.task_id) is null
                     order by 1);
   if cardinality(_leases) > 0 then
     _timeout := current_setting('lock_timeout');

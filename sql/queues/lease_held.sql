@@ -33,7 +33,9 @@ create or replace view queues.lease_held_tasks as
 select u.task_id, c.task_lease_id, c.worker_key, c.leased_at, c.expires_at,
        coalesce(c.suspect_task_id = u.task_id, false) as suspect
   from queues.claim_lease_due d
-  join queues.claim_lease c on c.task_lease_id = d.task_lease_id and c.task_id = d.task_id
+ -- each due lease by its id (a probe per lease, never a scan of claim_lease)
+ cross join lateral (select c.* from queues.claim_lease c
+                      where c.task_lease_id = d.task_lease_id and c.task_id = d.task_id limit 1) c
  cross join lateral (
    select x.task_id from unnest(c.task_ids) x(task_id)
    except

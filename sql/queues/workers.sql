@@ -84,7 +84,8 @@ as $$
   -- task with no row and no end.
   select t.id, c.task_lease_id, w.worker_id, w.last_seen_at, c.expires_at
     from queues.claim_lease_due d
-    join queues.claim_lease c on c.task_lease_id = d.task_lease_id and c.task_id = d.task_id
+   cross join lateral (select c.* from queues.claim_lease c
+                        where c.task_lease_id = d.task_lease_id and c.task_id = d.task_id limit 1) c
     join queues.worker_name n on n.worker_key = c.worker_key
     join queues.worker w on w.worker_id = n.worker_id
    cross join lateral unnest(c.task_ids) t(id)
@@ -201,7 +202,8 @@ begin
   perform queues.hold_rows_of(array(
     select t.id
       from queues.claim_lease_due d
-      join queues.claim_lease c on c.task_lease_id = d.task_lease_id and c.task_id = d.task_id
+     cross join lateral (select c.* from queues.claim_lease c
+                          where c.task_lease_id = d.task_lease_id and c.task_id = d.task_id limit 1) c
      cross join lateral unnest(c.task_ids) t(id)
      where c.worker_key = _worker_key));
   return query
