@@ -11083,6 +11083,7 @@ declare
   _bad text;
   _retried bigint[];
   _all_succeeded boolean;
+  _calls text;
 begin
   if _task_ids is null then
     raise exception 'task_ids must not be null' using errcode = '22004';
@@ -11360,6 +11361,12 @@ begin
       select r.* from queues.pending_rows_of(_retried) r order by r.task_id;
     end if;
   end if;
+  -- The transaction's completion calls, counted (queues.run_steps watches them: a step
+  -- that ends a task without a claim-index row touches no row). A simple expression: no
+  -- statement of its own.
+  _calls := set_config('queues.completions',
+                       (coalesce(nullif(current_setting('queues.completions', true), ''), '0')::bigint + 1)::text,
+                       true);
 end;
 $function$;
   -- queues.complete_tasks(_task_ids bigint[], _task_lease_ids bigint[], _outcomes text[], _retries boolean[], _started_at timestamp with time zone[]): owner :DATABASE_OWNER
@@ -12508,7 +12515,10 @@ begin
                  where r.task_range && int8range($1, $2) and r.task_id >= $1))'
       into _last_completed using _next.lower_bound, _next.upper_bound;
     _pending := (select count(*) from queues.task_pending tp
-                  where tp.task_id >= _next.lower_bound and tp.task_id < _next.upper_bound);
+                  where tp.task_id >= _next.lower_bound and tp.task_id < _next.upper_bound)
+                -- and the lease-held tasks (no claim-index row, sql/queues/lease_held.sql)
+                + (select count(*) from queues.lease_held_tasks h
+                    where h.task_id >= _next.lower_bound and h.task_id < _next.upper_bound);
     _next_json := jsonb_build_object(
       'lower_bound', _next.lower_bound, 'upper_bound', _next.upper_bound,
       'pending_tasks', _pending,
@@ -13386,7 +13396,17 @@ begin
   return query
   with input as (
     select i.task_id, i.task_lease_id, i.started_us,
-           queues.current_lease_expiry(i.task_id, i.task_lease_id) is not null as held
+           coalesce((select true from queues.task_pending p
+                      where p.task_id = i.task_id and p.current_lease_id = i.task_lease_id),
+                    -- no row: held by the claim lease that names it until it ends (the
+                    -- ready set, queues.current_lease_expiry)
+                    (select true from queues.claim_lease c
+                      where c.task_lease_id = i.task_lease_id and c.task_id >= i.task_id
+                        and i.task_id = any (c.task_ids)
+                        and (select true from queues.task_pending p where p.task_id = i.task_id) is null
+                        and not exists (select 1 from queues.task_end_of(i.task_id) e)
+                      limit 1),
+                    false) as held
       from unnest(_task_ids, _task_lease_ids,
                   coalesce(_started_us, array_fill(null::bigint, array[cardinality(_task_ids)])))
            as i(task_id, task_lease_id, started_us)
@@ -13462,6 +13482,9 @@ begin
      where not s.is_default and s.upper_bound <= _last_id
        and not exists (select 1 from queues.task_pending tp
                         where tp.task_id >= s.lower_bound and tp.task_id < s.upper_bound)
+       -- nor a lease-held task (no claim-index row, sql/queues/lease_held.sql)
+       and not exists (select 1 from queues.lease_held_tasks h
+                        where h.task_id >= s.lower_bound and h.task_id < s.upper_bound)
   ),
   measured as (
     select d.lower_bound, d.upper_bound, f.task_id as first_task_id, f.enqueued_at as first_enqueued_at,
@@ -13554,18 +13577,6 @@ AS $function$
   select least(s.ms, w.ms) from next_scheduled s, next_window w
 $function$;
   -- queues.next_claim_in_ms(_task_types text[], _missed_ms integer): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
-  -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION queues.own_task_changes(_pending regclass, _ends regclass[])
- RETURNS bigint
- LANGUAGE sql
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending)
-         + coalesce((select sum(pg_stat_get_xact_tuples_inserted(e)) from unnest(_ends) e), 0)::bigint
-$function$;
-  -- queues.own_task_changes(_pending regclass, _ends regclass[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
@@ -14793,11 +14804,6 @@ declare
   _max_bytes integer := queues.max_payload_bytes();
   -- The transaction's own updates and deletes of queues.task_pending (see above).
   _pending regclass := 'queues.task_pending'::regclass;
-  -- The leaves of the completion facts, whose inserts (the transaction's own) end a task
-  -- that had no claim-index row (the ready set: docs/design/hot-path.md).
-  _ends regclass[] := array(select t.relid from pg_partition_tree('queues.task_completed') t where t.isleaf
-                            union all
-                            select t.relid from pg_partition_tree('queues.completion_round') t where t.isleaf);
   _counted boolean := current_setting('track_counts')::boolean;
   _changes_at_start bigint;
   _changes bigint;
@@ -14834,7 +14840,8 @@ begin
   _retry := array_fill(null::boolean, array[_n]);
   _batched := array_fill(false, array[_n]);
   _kept := array_fill(null::jsonb, array[_n]);
-  _changes_at_start := queues.own_task_changes(_pending, _ends);
+  _changes_at_start := pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending)
+            + coalesce(nullif(current_setting('queues.completions', true), ''), '0')::bigint;
 
   begin
     for _i in 1 .. _n loop
@@ -14845,7 +14852,8 @@ begin
       end if;
       -- A step before it changed pending rows: is this lease still current?
       if (not _counted
-          or queues.own_task_changes(_pending, _ends) <> _changes_at_start)
+          or pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending)
+            + coalesce(nullif(current_setting('queues.completions', true), ''), '0')::bigint <> _changes_at_start)
          and not queues.is_current_lease(_task_ids[_i], _task_lease_ids[_i]) then
         _result[_i] := 'lease_lost';
         continue;
@@ -14880,7 +14888,8 @@ begin
         continue;
       end if;
 
-      _changes := queues.own_task_changes(_pending, _ends);
+      _changes := pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending)
+            + coalesce(nullif(current_setting('queues.completions', true), ''), '0')::bigint;
       if _traceparents is not null then
         -- The step's span: the trace context of what it enqueues.
         perform set_config('queue.traceparent', coalesce(_traceparents[_i], ''), true);
@@ -14903,7 +14912,8 @@ begin
           end if;
         end if;
         if not _counted
-           or queues.own_task_changes(_pending, _ends) <> _changes then
+           or pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending)
+            + coalesce(nullif(current_setting('queues.completions', true), ''), '0')::bigint <> _changes then
           -- The step updated or deleted pending rows: its own task, and those of the steps
           -- before it whose completions are still to be written, must be as they were.
           _current := queues.current_leases(

@@ -5,3 +5,5 @@ set local lock_timeout = '5s';
 -- since the set's checks.
 --!include queues/flow_retention.sql
 --!include queues/partitions_maintain.sql
+--!include queues/partitions_sets.sql
+--!include queues/partitions_status.sql

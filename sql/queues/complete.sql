@@ -56,6 +56,7 @@ declare
   _bad text;
   _retried bigint[];
   _all_succeeded boolean;
+  _calls text;
 begin
   if _task_ids is null then
     raise exception 'task_ids must not be null' using errcode = '22004';
@@ -333,6 +334,12 @@ begin
       select r.* from queues.pending_rows_of(_retried) r order by r.task_id;
     end if;
   end if;
+  -- The transaction's completion calls, counted (queues.run_steps watches them: a step
+  -- that ends a task without a claim-index row touches no row). A simple expression: no
+  -- statement of its own.
+  _calls := set_config('queues.completions',
+                       (coalesce(nullif(current_setting('queues.completions', true), ''), '0')::bigint + 1)::text,
+                       true);
 end;
 $$;
 

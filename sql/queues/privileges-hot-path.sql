@@ -10,7 +10,6 @@ grant execute on function
   queues.run_step(bigint, bigint, text, jsonb),
   queues.complete_steps(bigint[], bigint[], text[], boolean[], bigint[], text[], jsonb[]),
   queues.current_leases(bigint[], bigint[]),
-  queues.own_task_changes(regclass, regclass[]),
   queues.parse_envelope(jsonb),
   queues.is_current_lease(bigint, bigint),
   queues.max_payload_bytes(),

@@ -281,18 +281,6 @@ begin
 end;
 $$;
 
--- The transaction's own changes that may end or give back a task (read by queues.run_steps
--- before and after each step): updates and deletes of queues.task_pending, and inserts
--- into the leaves of the completion facts (_ends).
-create or replace function queues.own_task_changes(_pending regclass, _ends regclass[])
-  returns bigint
-  language sql volatile
-  set search_path = pg_catalog, pg_temp
-as $$
-  select pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending)
-         + coalesce((select sum(pg_stat_get_xact_tuples_inserted(e)) from unnest(_ends) e), 0)::bigint
-$$;
-
 -- Runs db_function steps claimed by the caller, in input order, in one call, with the
 -- guarantees of queues.run_step for each: its body runs once; its writes and its
 -- completion commit together or not at all, exactly once; an error is recorded against its
@@ -320,9 +308,10 @@ $$;
 --      (nothing recorded; it runs again under a new lease).
 -- A step can also change the tasks of the call itself (task code that completes or
 -- releases a task). The call watches its own updates and deletes of queues.task_pending
--- and its inserts of completion facts (a task without a claim-index row ends without
--- touching one), from the transaction's counts (queues.own_task_changes; every step is
--- watched when track_counts is off): after a step that made any, each step runs only if
+-- and the transaction's completion calls (a task without a claim-index row ends without
+-- touching one; queues.complete_tasks counts its calls in the transaction's setting
+-- queues.completions), from the transaction's counts (pg_stat_get_xact_tuples_updated and
+-- _deleted; every step is watched when track_counts is off): after a step that made any, each step runs only if
 -- its lease is still current (else 'lease_lost'), and a step that changed its own task is
 -- rolled back and completed 'failed', one that changed the task of a step before it (whose
 -- completion is still to be written) is rolled back and answered 'transient' (it runs
@@ -378,11 +367,6 @@ declare
   _max_bytes integer := queues.max_payload_bytes();
   -- The transaction's own updates and deletes of queues.task_pending (see above).
   _pending regclass := 'queues.task_pending'::regclass;
-  -- The leaves of the completion facts, whose inserts (the transaction's own) end a task
-  -- that had no claim-index row (the ready set: docs/design/hot-path.md).
-  _ends regclass[] := array(select t.relid from pg_partition_tree('queues.task_completed') t where t.isleaf
-                            union all
-                            select t.relid from pg_partition_tree('queues.completion_round') t where t.isleaf);
   _counted boolean := current_setting('track_counts')::boolean;
   _changes_at_start bigint;
   _changes bigint;
@@ -419,7 +403,8 @@ begin
   _retry := array_fill(null::boolean, array[_n]);
   _batched := array_fill(false, array[_n]);
   _kept := array_fill(null::jsonb, array[_n]);
-  _changes_at_start := queues.own_task_changes(_pending, _ends);
+  _changes_at_start := pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending)
+            + coalesce(nullif(current_setting('queues.completions', true), ''), '0')::bigint;
 
   begin
     for _i in 1 .. _n loop
@@ -430,7 +415,8 @@ begin
       end if;
       -- A step before it changed pending rows: is this lease still current?
       if (not _counted
-          or queues.own_task_changes(_pending, _ends) <> _changes_at_start)
+          or pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending)
+            + coalesce(nullif(current_setting('queues.completions', true), ''), '0')::bigint <> _changes_at_start)
          and not queues.is_current_lease(_task_ids[_i], _task_lease_ids[_i]) then
         _result[_i] := 'lease_lost';
         continue;
@@ -465,7 +451,8 @@ begin
         continue;
       end if;
 
-      _changes := queues.own_task_changes(_pending, _ends);
+      _changes := pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending)
+            + coalesce(nullif(current_setting('queues.completions', true), ''), '0')::bigint;
       if _traceparents is not null then
         -- The step's span: the trace context of what it enqueues.
         perform set_config('queue.traceparent', coalesce(_traceparents[_i], ''), true);
@@ -488,7 +475,8 @@ begin
           end if;
         end if;
         if not _counted
-           or queues.own_task_changes(_pending, _ends) <> _changes then
+           or pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending)
+            + coalesce(nullif(current_setting('queues.completions', true), ''), '0')::bigint <> _changes then
           -- The step updated or deleted pending rows: its own task, and those of the steps
           -- before it whose completions are still to be written, must be as they were.
           _current := queues.current_leases(
