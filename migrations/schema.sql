@@ -1108,6 +1108,21 @@ CREATE INDEX claim_lease_default_task_lease_id_idx ON queues.claim_lease_default
 CREATE INDEX claim_lease_default_task_range_idx ON queues.claim_lease_default USING gist (task_range);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.claim_lease_default FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
+create table queues.claim_lease_due (
+  task_lease_id bigint not null,
+  task_id bigint not null,
+  expires_at timestamp with time zone not null,
+  constraint claim_lease_due_expires_at_not_null NOT NULL expires_at,
+  constraint claim_lease_due_pkey PRIMARY KEY (task_lease_id),
+  constraint claim_lease_due_task_id_not_null NOT NULL task_id,
+  constraint claim_lease_due_task_lease_id_not_null NOT NULL task_lease_id
+);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.claim_lease_due is 'The claim leases the rescuer has still to read, by expiry (queues.rescue_due_leases_at): one row per claim that took a task out of the claim index, deleted when rescued. A read structure, not a fact.';
+CREATE INDEX claim_lease_due_expires_at_idx ON queues.claim_lease_due USING btree (expires_at);
+CREATE UNIQUE INDEX claim_lease_due_pkey ON queues.claim_lease_due USING btree (task_lease_id);
+
 create table queues.claim_lease_p0 partition of queues.claim_lease (
   task_lease_id bigint default nextval('queues.task_lease_task_lease_id_seq'::regclass) not null,
   task_id bigint not null,
@@ -3440,8 +3455,8 @@ create view public.worker_tasks as
             WHEN c.outcome = 'succeeded'::text THEN 'completed'::text
             WHEN c.outcome = ANY (ARRAY['failed'::text, 'abandoned'::text, 'validation_failed'::text]) THEN 'failed'::text
             WHEN c.outcome IS NOT NULL THEN c.outcome
-            WHEN p.current_lease_id IS NULL THEN 'pending'::text
-            WHEN p.available_at <= now() THEN 'stale'::text
+            WHEN COALESCE(p.current_lease_id, h.task_lease_id) IS NULL THEN 'pending'::text
+            WHEN COALESCE(p.available_at, h.expires_at) <= now() THEN 'stale'::text
             WHEN w.last_seen_at < (now() - make_interval(secs => ((3 * COALESCE(w.heartbeat_interval_ms, 30000))::numeric / 1000.0)::double precision)) AND w.stopped_at IS NULL THEN 'stale'::text
             WHEN st.started_at IS NULL THEN 'claimed'::text
             ELSE 'running'::text
@@ -3453,7 +3468,7 @@ create view public.worker_tasks as
     st.started_at,
     c.completed_at,
         CASE
-            WHEN c.task_id IS NULL AND p.current_lease_id = l.task_lease_id AND w.last_seen_at IS NOT NULL THEN w.last_seen_at
+            WHEN c.task_id IS NULL AND COALESCE(p.current_lease_id, h.task_lease_id) = l.task_lease_id AND w.last_seen_at IS NOT NULL THEN w.last_seen_at
             ELSE GREATEST(l.leased_at, st.started_at, ( SELECT max(x.extended_at) AS max
                FROM queues.task_lease_extension x
               WHERE x.task_id = l.task_id AND x.task_lease_id = l.task_lease_id))
@@ -3496,26 +3511,35 @@ create view public.worker_tasks as
      LEFT JOIN LATERAL ( SELECT y.task_id,
             y.task_lease_id,
             y.leased_at,
+            y.expires_at,
+            y.claim,
             COALESCE(y.worker_id, ( SELECT n.worker_id
                    FROM queues.worker_name n
                   WHERE n.worker_key = y.worker_key)) AS worker_id
            FROM ( SELECT x.task_id,
                     x.task_lease_id,
                     x.leased_at,
+                    x.expires_at,
                     x.worker_id,
-                    x.worker_key
+                    x.worker_key,
+                    false AS claim
                    FROM queues.task_lease x
                   WHERE x.task_id = t.task_id
                 UNION ALL
                  SELECT t.task_id,
                     x.task_lease_id,
                     x.leased_at,
+                    x.expires_at,
                     NULL::text AS text,
-                    x.worker_key
+                    x.worker_key,
+                    true
                    FROM queues.claim_lease x
                   WHERE x.task_range @> t.task_id AND x.task_id >= t.task_id AND (t.task_id = ANY (x.task_ids))) y
           ORDER BY y.task_lease_id DESC
          LIMIT 1) l ON true
+     LEFT JOIN LATERAL ( SELECT l.task_lease_id,
+            l.expires_at
+          WHERE p.task_id IS NULL AND c.task_id IS NULL AND l.claim) h ON true
      LEFT JOIN LATERAL ( SELECT COALESCE(
                 CASE
                     WHEN c.task_lease_id = l.task_lease_id THEN c.started_at
@@ -3578,6 +3602,48 @@ create view queues.dead_letter as
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on view queues.dead_letter is 'Tasks that ended failed or abandoned with no handler to deal with it, not yet redriven.';
+
+create view queues.lease_held_tasks as
+ SELECT u.task_id,
+    c.task_lease_id,
+    c.worker_key,
+    c.leased_at,
+    c.expires_at,
+    COALESCE(c.suspect_task_id = u.task_id, false) AS suspect
+   FROM queues.claim_lease_due d
+     CROSS JOIN LATERAL ( SELECT c_1.task_lease_id,
+            c_1.task_id,
+            c_1.worker_key,
+            c_1.leased_at,
+            c_1.expires_at,
+            c_1.task_ids,
+            c_1.task_range,
+            c_1.suspect_task_id
+           FROM queues.claim_lease c_1
+          WHERE c_1.task_lease_id = d.task_lease_id AND c_1.task_id = d.task_id
+         LIMIT 1) c
+     CROSS JOIN LATERAL ( SELECT x.task_id
+           FROM unnest(c.task_ids) x(task_id)
+        EXCEPT
+         SELECT e.task_id
+           FROM queues.completion_round r
+             CROSS JOIN LATERAL unnest(r.task_ids) e(task_id)
+          WHERE r.task_range && c.task_range AND r.task_id >= lower(c.task_range)) u
+  WHERE NOT (EXISTS ( SELECT 1
+           FROM queues.task_pending p
+          WHERE p.task_id = u.task_id)) AND NOT (EXISTS ( SELECT 1
+           FROM queues.task_completed x
+          WHERE x.task_id = u.task_id));
+  -- columns:
+  --  task_id bigint
+  --  task_lease_id bigint
+  --  worker_key integer
+  --  leased_at timestamp with time zone
+  --  expires_at timestamp with time zone
+  --  suspect boolean
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on view queues.lease_held_tasks is 'Tasks held by their claim lease without a claim-index row (the ready set), with that lease: tasks of the claim leases not yet rescued (queues.claim_lease_due) with neither a queues.task_pending row nor an end. A task''s own: queues.lease_held_of(task_id). See sql/queues/lease_held.sql.';
 
 create view queues.stale_lease as
  SELECT task_id,
@@ -3687,6 +3753,77 @@ UNION ALL
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on view queues.task_leases is 'Every lease of every task, a row per (task, lease): queues.task_lease and the tasks of each queues.claim_lease. A task''s own: queues.task_leases_of(task_id).';
+
+create view queues.task_pending_or_held as
+ SELECT p.task_id,
+    p.task_type,
+    p.priority,
+    p.scheduled_at,
+    p.resource_key,
+    p.available_at,
+    p.current_lease_id,
+    p.lease_count,
+    p.released_count,
+    p.max_attempts,
+    p.failed_attempts,
+    p.interrupted_count,
+    p.uncounted_count,
+    p.suspect_lease,
+    p.group_key,
+    false AS lease_held
+   FROM queues.task_pending p
+UNION ALL
+ SELECT h.task_id,
+    t.task_type,
+    t.priority,
+    LEAST(t.scheduled_at, rn.requested_at) AS scheduled_at,
+    t.resource_key,
+    h.expires_at AS available_at,
+    h.task_lease_id AS current_lease_id,
+    1 AS lease_count,
+    0 AS released_count,
+    t.max_attempts,
+    0 AS failed_attempts,
+    0 AS interrupted_count,
+    0 AS uncounted_count,
+    h.suspect AS suspect_lease,
+    t.group_key,
+    true AS lease_held
+   FROM queues.lease_held_tasks h
+     CROSS JOIN LATERAL ( SELECT x.task_id,
+            x.task_type,
+            x.payload,
+            x.priority,
+            x.resource_key,
+            x.max_attempts,
+            x.enqueued_at,
+            x.scheduled_at,
+            x.group_key,
+            x.timeout_ms
+           FROM queues.task x
+          WHERE x.task_id = h.task_id
+         LIMIT 1) t
+     LEFT JOIN queues.task_run_now rn ON rn.task_id = h.task_id;
+  -- columns:
+  --  task_id bigint
+  --  task_type text
+  --  priority integer
+  --  scheduled_at timestamp with time zone
+  --  resource_key text
+  --  available_at timestamp with time zone
+  --  current_lease_id bigint
+  --  lease_count integer
+  --  released_count integer
+  --  max_attempts integer
+  --  failed_attempts integer
+  --  interrupted_count integer
+  --  uncounted_count integer
+  --  suspect_lease boolean
+  --  group_key text
+  --  lease_held boolean
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on view queues.task_pending_or_held is 'Every task not ended, in queues.task_pending''s shape: the claim index''s rows, and each lease-held task (queues.lease_held_tasks) leased by its claim lease (lease_held). A task''s own: queues.task_pending_or_held_of(task_id). See sql/queues/lease_held.sql.';
 
 -- Sequences
 
@@ -4210,7 +4347,9 @@ begin
     raise exception 'limit must be between 1 and 1000, got %', coalesce(_limit::text, 'null') using errcode = '22023';
   end if;
   _ids := array(
-    select p.task_id from queues.task_pending p
+    -- the claim index and the lease-held tasks (sql/queues/lease_held.sql: one whose claim
+    -- lease expired is ready)
+    select p.task_id from queues.task_pending_or_held p
      where (_task_type is null or p.task_type = _task_type)
        and admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, now())
            = any (case when _state is null then array['waiting', 'scheduled', 'ready', 'retrying'] else array[_state] end)
@@ -4277,7 +4416,8 @@ begin
            count(*) as pending,
            count(*) filter (where p.available_at <= _now) as ready,
            count(*) filter (where p.available_at > _now and p.current_lease_id is not null) as running
-      from queues.task_pending p
+      -- the claim index and the lease-held tasks (sql/queues/lease_held.sql)
+      from queues.task_pending_or_held p
      where _task_type is null or p.task_type = _task_type
      group by p.task_type
   ),
@@ -4597,7 +4737,8 @@ begin
            'completion', case when c.task_id is not null then to_jsonb(c) - 'task_id' - 'task_type' end)
     into _result
     from queues.task t
-    left join queues.task_pending p on p.task_id = t.task_id
+    -- its claim-index row, or the row its claim lease gives a lease-held task
+    left join lateral (select x.* from queues.task_pending_or_held_of(t.task_id) x limit 1) p on true
     left join lateral (select e.* from queues.task_end_of(t.task_id) e limit 1) c on true
    where t.task_id = _task_id;
 
@@ -4656,7 +4797,8 @@ begin
            where not exists (select 1 from queues.task_end_of(t.task_id) c)) as pending_tasks
     into _default;
 
-  -- Every set once, with its pending count (a range count of queues.task_pending) and its
+  -- Every set once, with its pending count (a range count of queues.task_pending, and its
+  -- lease-held tasks) and its
   -- row of queues.history_set_measured if it is done (its range below the last task id,
   -- no pending task) and maintenance measured it.
   select coalesce(jsonb_agg(jsonb_build_object(
@@ -4668,8 +4810,12 @@ begin
     into _sets
     from queues.history_sets() p
     left join queues.history_partition_created c on c.lower_bound = p.lower_bound and not p.is_default
-   cross join lateral (select count(*) as pending from queues.task_pending tp
-                        where not p.is_default and tp.task_id >= p.lower_bound and tp.task_id < p.upper_bound) pe
+   cross join lateral (select (select count(*) from queues.task_pending tp
+                                where not p.is_default and tp.task_id >= p.lower_bound and tp.task_id < p.upper_bound)
+                              -- and the lease-held tasks (no claim-index row, sql/queues/lease_held.sql)
+                              + (select count(*) from queues.lease_held_tasks h
+                                  where not p.is_default and h.task_id >= p.lower_bound and h.task_id < p.upper_bound)
+                                as pending) pe
     left join queues.history_set_measured m
       on m.lower_bound = p.lower_bound and m.upper_bound = p.upper_bound
      and not p.is_default and p.upper_bound <= _last_id and pe.pending = 0;
@@ -4758,7 +4904,7 @@ begin
                           'task_state', coalesce(
                             (select c.outcome from queues.task_end_of(r.task_id) c limit 1),
                             (select admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now)
-                               from queues.task_pending p where p.task_id = r.task_id)),
+                               from queues.task_pending_or_held_of(r.task_id) p limit 1)),
                           'report', (select x.result -> 'payload' from queues.task_result x
                                       where x.task_id = r.task_id order by x.task_lease_id desc limit 1))
                    from schedules.schedule_run r
@@ -4990,7 +5136,8 @@ AS $function$
   with pending as (
     select p.task_type, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now) as state,
            count(*) as n
-      from queues.task_pending p
+      -- the claim index and the lease-held tasks (sql/queues/lease_held.sql)
+      from queues.task_pending_or_held p
      group by 1, 2
   ),
   open_pause as (
@@ -5049,7 +5196,7 @@ begin
                     'fire_at', r.fire_at, 'outcome', r.outcome, 'task_id', r.task_id,
                     'task_state', coalesce(c.outcome,
                       (select admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now)
-                         from queues.task_pending p where p.task_id = r.task_id)))
+                         from queues.task_pending_or_held_of(r.task_id) p limit 1)))
                     order by r.fire_at desc)
              from (select * from schedules.schedule_run x
                     where x.schedule_id = s.schedule_id
@@ -5191,7 +5338,8 @@ begin
     _sql := 'select p.task_id, p.task_type, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, $1),
                     p.priority, t.resource_key, t.max_attempts, p.lease_count,
                     t.enqueued_at, p.scheduled_at, p.available_at, null::timestamptz
-               from queues.task_pending p
+               -- the claim index and the lease-held tasks (sql/queues/lease_held.sql)
+               from queues.task_pending_or_held p
               -- lateral + limit 1: one primary-key probe per pending task passed over
               cross join lateral (select * from queues.task x where x.task_id = p.task_id limit 1) t
               where admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, $1) = any ($15)
@@ -5239,7 +5387,22 @@ begin
                         where ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13))),
                     t.enqueued_at, t.scheduled_at, p.available_at, c.completed_at
                from queues.task t
-               left join queues.task_pending p on p.task_id = t.task_id
+               -- its claim-index row, else the claim lease that holds it (a lease-held task:
+               -- queues.lease_held_of written out, its probe of the end given the range''s
+               -- bounds, so that it reads the range''s partitions only)
+               left join lateral (select x.available_at, x.current_lease_id, x.lease_count
+                                    from queues.task_pending x where x.task_id = t.task_id
+                                  union all
+                                  (select h.expires_at, h.task_lease_id, 1
+                                     from queues.claim_lease h
+                                    where h.task_range @> t.task_id and h.task_id >= t.task_id
+                                      and t.task_id = any (h.task_ids)
+                                      and not exists (select 1 from queues.task_end_of(t.task_id) e
+                                                       where ($12::bigint is null or e.task_id >= $12)
+                                                         and ($13::bigint is null or e.task_id < $13))
+                                    order by h.task_lease_id desc
+                                    limit 1)
+                                  limit 1) p on true
                left join lateral (select e.outcome, e.completed_at from queues.task_end_of(t.task_id) e
                                    where ($12::bigint is null or e.task_id >= $12) and ($13::bigint is null or e.task_id < $13)
                                    limit 1) c on true
@@ -5304,13 +5467,19 @@ CREATE OR REPLACE FUNCTION admin.list_workers_at(_now timestamp with time zone, 
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   with in_flight as (
-    -- live leases: the pending rows under a lease that has not expired (bounded by pending work)
+    -- live leases (bounded by pending work): the pending rows under a lease that has not
+    -- expired, and the lease-held tasks of claim leases that have not (no claim-index row:
+    -- their claim lease names the worker, sql/queues/lease_held.sql)
     select coalesce(l.worker_id, n.worker_id) as worker_id, count(*) as n
-      from queues.task_pending p
-      cross join lateral (select y.worker_key, y.worker_id from queues.task_lease_at(p.task_id, p.current_lease_id) y limit 1) l
+      from (select y.worker_key, y.worker_id
+              from queues.task_pending p
+             cross join lateral (select y.worker_key, y.worker_id
+                                   from queues.task_lease_at(p.task_id, p.current_lease_id) y limit 1) y
+             where p.available_at > _now
+            union all
+            select h.worker_key, null::text from queues.lease_held_tasks h where h.expires_at > _now) l
       -- a lease names its worker by key (queues.worker_name), or by id if written before
       left join queues.worker_name n on n.worker_key = l.worker_key
-     where p.available_at > _now
      group by 1
   )
   select w.worker_id, w.task_types,
@@ -5730,7 +5899,8 @@ begin
      group by 1, 2
   ),
   pending as (
-    select p.task_type, count(*) as n from queues.task_pending p group by 1
+    -- the claim index and the lease-held tasks (sql/queues/lease_held.sql)
+    select p.task_type, count(*) as n from queues.task_pending_or_held p group by 1
   )
   select _from + make_interval(secs => i * _bucket), ty.task_type,
          coalesce(pe.n, 0) + coalesce((select sum(ev.d) from events ev where ev.task_type = ty.task_type and ev.k > i), 0)::bigint
@@ -5877,6 +6047,10 @@ begin
       round(extract(epoch from _now - _w.last_seen_at)), _dead using errcode = '55000';
   end if;
   perform queues.lock_resource_keys(array(
+    select s.task_id from queues.stale_leases_at(_now, _dead) s where s.worker_id = _worker_id));
+  -- A task its claim took out of the claim index gets its row back first (queues.hold_rows_of,
+  -- as queues.recover_stale_leases_at does).
+  perform queues.hold_rows_of(array(
     select s.task_id from queues.stale_leases_at(_now, _dead) s where s.worker_id = _worker_id));
   return query
   with stale as (
@@ -6093,6 +6267,9 @@ begin
          case when m.task_id is not null then 'run_now'
               when l.task_id is not null then 'not_scheduled'
               when coalesce((select true from queues.task_end_of(i.task_id) x limit 1), false) then 'already_completed'
+              -- no row and no end: held by the claim lease that took it out of the claim
+              -- index (the ready set), so running
+              when exists (select 1 from queues.task t where t.task_id = i.task_id) then 'not_scheduled'
               else 'unknown_task' end
     from unnest(_task_ids) with ordinality as i(task_id, n)
     left join unnest(_locked) as l(task_id) on l.task_id = i.task_id
@@ -6164,7 +6341,7 @@ begin
   return query
   select p.task_type, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now) as state,
          count(*)
-    from queues.task_pending p
+    from queues.task_pending_or_held p
    group by 1, 2
   union all
   select c.task_type, c.outcome, count(*)
@@ -9752,7 +9929,10 @@ begin
   _deps := queues.check_task_dependencies(_task_ids, _depends_on, _labels, _new_task_ids);
 
   -- The lock that orders this enqueue with the dependencies' endings (see the top of the
-  -- file): a pending dependency's claim-index row, FOR KEY SHARE, in task id order.
+  -- file): a pending dependency's claim-index row, FOR KEY SHARE, in task id order. A
+  -- dependency its claim took out of the claim index gets its row back first
+  -- (queues.hold_rows_of), so that its completion, too, waits for this lock.
+  perform queues.hold_rows_of(_deps);
   perform from queues.task_pending p
     where p.task_id = any (_deps)
     order by p.task_id
@@ -9827,6 +10007,8 @@ begin
     raise exception 'task_lease_id must not be null' using errcode = '22004';
   end if;
   perform queues.lock_resource_keys(array[_task_id]);
+  -- A task its claim took out of the claim index gets its row back first (queues.hold_rows_of).
+  perform queues.hold_rows_of(array[_task_id]);
   perform 1 from queues.task_pending p
    where p.task_id = _task_id and p.current_lease_id = _task_lease_id
      for update;
@@ -10032,8 +10214,12 @@ CREATE OR REPLACE FUNCTION queues.cancel_tasks_at(_now timestamp with time zone,
 AS $function$
 #variable_conflict use_column
 declare
-  _cancelled bigint[];
-  _running bigint[];
+  _cancelled bigint[] := '{}';
+  _running bigint[] := '{}';
+  _todo bigint[] := _task_ids;
+  _c bigint[];
+  _r bigint[];
+  _pass integer;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -10048,39 +10234,53 @@ begin
   -- flight holds its row: the cancel waits for it, then finds the task gone
   -- (already_completed).
   perform queues.lock_resource_keys(_task_ids);
-  with locked as (
-    select p.task_id, p.task_type, p.current_lease_id,
-           (p.current_lease_id is not null and p.available_at > _now) as held
-      from queues.task_pending p
-     where p.task_id = any (_task_ids)
-     order by p.task_id
-       for update
-  ),
-  completed as (
-    insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
-    select l.task_id, null, _now, 'cancelled', l.task_type from locked l
-    returning task_id
-  ),
-  reasons as (
-    insert into queues.task_cancelled (task_id, reason, cancelled_at)
-    select l.task_id, coalesce(_reason, ''), _now from locked l
-  ),
-  revoked as (
-    insert into queues.task_lease_revocation (task_id, task_lease_id, revoked_at, reason)
-    select l.task_id, l.current_lease_id, _now, left('cancelled: ' || coalesce(nullif(_reason, ''), 'no reason given'), 520)
-      from locked l where l.held
-    on conflict do nothing
-  ),
-  removed as (
-    delete from queues.task_pending p where p.task_id = any (array(select l.task_id from locked l))
-  ),
-  key_freed as (
-    delete from queues.resource_lease k where k.task_id = any (array(select l.task_id from locked l))
-  )
-  select coalesce((select array_agg(c.task_id) from completed c), '{}'),
-         coalesce(array_agg(l.task_id) filter (where l.held), '{}')
-    into _cancelled, _running
-    from locked l;
+  -- A task its claim took out of the claim index gets its row back first
+  -- (queues.hold_rows_of). A claim in flight that takes a task out holds its row: the
+  -- cancel waits for it, finds no row, and gives the task its row back in a second pass.
+  for _pass in 1 .. 2 loop
+    perform queues.hold_rows_of(_todo);
+    with locked as (
+      select p.task_id, p.task_type, p.current_lease_id,
+             (p.current_lease_id is not null and p.available_at > _now) as held
+        from queues.task_pending p
+       where p.task_id = any (_todo)
+       order by p.task_id
+         for update
+    ),
+    completed as (
+      insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
+      select l.task_id, null, _now, 'cancelled', l.task_type from locked l
+      returning task_id
+    ),
+    reasons as (
+      insert into queues.task_cancelled (task_id, reason, cancelled_at)
+      select l.task_id, coalesce(_reason, ''), _now from locked l
+    ),
+    revoked as (
+      insert into queues.task_lease_revocation (task_id, task_lease_id, revoked_at, reason)
+      select l.task_id, l.current_lease_id, _now, left('cancelled: ' || coalesce(nullif(_reason, ''), 'no reason given'), 520)
+        from locked l where l.held
+      on conflict do nothing
+    ),
+    removed as (
+      delete from queues.task_pending p where p.task_id = any (array(select l.task_id from locked l))
+    ),
+    key_freed as (
+      delete from queues.resource_lease k where k.task_id = any (array(select l.task_id from locked l))
+    )
+    select coalesce((select array_agg(c.task_id) from completed c), '{}'),
+           coalesce(array_agg(l.task_id) filter (where l.held), '{}')
+      into _c, _r
+      from locked l;
+    _cancelled := _cancelled || _c;
+    _running := _running || _r;
+    -- The tasks still without an end (a statement after the locks: what a claim that held
+    -- a row committed is seen).
+    _todo := array(select t.task_id from queues.task t
+                    where t.task_id = any (_todo) and t.task_id <> all (_c)
+                      and not exists (select 1 from queues.task_end_of(t.task_id) e));
+    exit when cardinality(_todo) = 0;
+  end loop;
 
   return query
   select i.task_id,
@@ -10265,6 +10465,9 @@ begin
     raise exception 'task_types must be null (any type) or name at least one type'
       using errcode = '22023';
   end if;
+  -- The ready set's rescuer: the claim leases due by _now return their unfinished tasks
+  -- to the claim index, where this claim's statement sees them.
+  perform queues.rescue_due_leases_at(_now);
   -- One statement reads what the claim needs before it scans: the worker's key, the
   -- throttles and the flow limits in force (with none configured, the claim costs no
   -- statement more than it did without them).
@@ -10396,7 +10599,7 @@ begin
      cross join lateral (
        select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.group_key, p.priority, p.scheduled_at,
               p.lease_count - p.released_count - p.failed_attempts as ended_leases,
-              p.uncounted_count, p.suspect_lease
+              p.uncounted_count, p.suspect_lease, p.lease_count
          from queues.task_pending p
         where p.task_type = ty.task_type
           and p.current_lease_id is null
@@ -10424,7 +10627,7 @@ begin
       from (
         select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.group_key, p.priority, p.scheduled_at,
                p.lease_count - p.released_count - p.failed_attempts as ended_leases,
-               p.uncounted_count, p.suspect_lease
+               p.uncounted_count, p.suspect_lease, p.lease_count
           from queues.task_pending p
          where p.current_lease_id > 0
            and p.available_at <= _now
@@ -10517,7 +10720,7 @@ begin
              - (c.current_lease_id is not null and not c.suspect_lease)::integer >= _max_leases
     union all
     select t.task_id, t.task_type, t.current_lease_id, t.resource_key, t.group_key, t.priority, t.scheduled_at,
-           t.ended_leases, t.uncounted_count, t.suspect_lease
+           t.ended_leases, t.uncounted_count, t.suspect_lease, t.lease_count
       from (select g.*,
                    row_number() over (partition by g.task_type
                                       order by g.priority desc, g.scheduled_at, g.task_id) as type_rank
@@ -10541,7 +10744,8 @@ begin
     select c.task_id, c.task_type, c.current_lease_id, c.resource_key, c.group_key, c.priority, c.scheduled_at,
            c.counted >= _max_leases as poisoned,
            c.ended_leases > 0 as suspect,
-           c.counted as counted_leases
+           c.counted as counted_leases,
+           c.lease_count > 0 as leased_before
       from (
         select c.*,
                c.ended_leases - c.uncounted_count
@@ -10559,7 +10763,8 @@ begin
   -- back at the same moment, do not all land in one worker again beside the task that
   -- crashed it.
   allowed as (
-    select pk.task_id, pk.task_type, pk.group_key, pk.resource_key, pk.priority, pk.scheduled_at, pk.suspect
+    select pk.task_id, pk.task_type, pk.group_key, pk.resource_key, pk.priority, pk.scheduled_at, pk.suspect,
+           pk.leased_before
       from (select pk.*,
                    row_number() over (partition by pk.suspect
                                       order by pk.priority desc, pk.scheduled_at, pk.task_id) as rank
@@ -10586,7 +10791,15 @@ begin
     returning r.task_id
   ),
   eligible as (
-    select pk.task_id, pk.task_type, pk.group_key, pk.suspect
+    select pk.task_id, pk.task_type, pk.group_key, pk.suspect,
+           -- The ready set (docs/design/hot-path.md): an unkeyed task of an unlimited type
+           -- on its first lease leaves the claim index with its claim (a delete); a keyed
+           -- task, or one of a limited type, keeps its row and is leased on it (the
+           -- per-row path: resource keys and concurrency limits read leased rows), and so
+           -- does a task leased before (rescued, retried, released or revoked back into
+           -- the claim index): the claim index never loses a task twice, so a claim
+           -- lease's completion needs no newer lease looked for (queues.complete_tasks).
+           pk.resource_key is not null or pk.task_type = any (_limited) or pk.leased_before as per_row
       from allowed pk
      where pk.resource_key is null or pk.task_id in (select kt.task_id from key_taken kt)
   ),
@@ -10634,7 +10847,15 @@ begin
            max(e.task_id) filter (where e.suspect)
       from eligible e
     having count(*) > 0
-    returning task_lease_id, task_ids
+    returning task_lease_id, task_ids, task_id, expires_at
+  ),
+  -- The ready set's rescuer reads the claim leases due from here
+  -- (queues.rescue_due_leases_at), not from claim_lease's partitions: one row per claim
+  -- that took a task out of the claim index, deleted by the pass that rescues it.
+  due as (
+    insert into queues.claim_lease_due (task_lease_id, task_id, expires_at)
+    select l.task_lease_id, l.task_id, l.expires_at from leased l
+     where exists (select 1 from eligible e where not e.per_row)
   ),
   -- The claimed rows are found by primary key from the array of their ids (an index
   -- condition): a join of task_pending to the claim would be planned from task_pending's
@@ -10652,13 +10873,24 @@ begin
            -- end (as picked decided: at most one per claim).
            suspect_lease = p.lease_count - p.released_count - p.failed_attempts > 0
       from leased l
-     where p.task_id = any (array(select e.task_id from eligible e))
+     where p.task_id = any (array(select e.task_id from eligible e where e.per_row))
     returning p.task_id, p.lease_count, p.current_lease_id as task_lease_id, _now as leased_at,
               p.available_at as expires_at
+  ),
+  -- The ready set: the other claimed tasks leave the claim index (one row deleted per
+  -- task, no new row version); their lease is the claim's lease fact, the fence of
+  -- their completions (queues.complete_tasks), and an expired one's unfinished tasks come
+  -- back through queues.rescue_leases_at.
+  taken as (
+    delete from queues.task_pending p
+     using leased l
+     where p.task_id = any (array(select e.task_id from eligible e where not e.per_row))
+    returning p.task_id, p.lease_count + 1 as lease_count, l.task_lease_id, _now as leased_at,
+              _now + make_interval(secs => _lease_seconds) as expires_at
   )
   select t.task_id, t.task_type, t.payload, t.priority, t.resource_key, t.max_attempts,
          t.enqueued_at, t.scheduled_at, m.task_lease_id, m.leased_at, m.expires_at, m.lease_count, t.timeout_ms
-    from moved m
+    from (select * from moved union all select * from taken) m
    cross join lateral (
      select * from queues.task t where t.task_id = m.task_id limit 1
    ) t
@@ -10849,6 +11081,9 @@ AS $function$
 #variable_conflict use_column
 declare
   _bad text;
+  _retried bigint[];
+  _all_succeeded boolean;
+  _calls text;
 begin
   if _task_ids is null then
     raise exception 'task_ids must not be null' using errcode = '22004';
@@ -10867,11 +11102,15 @@ begin
     raise exception 'outcomes must have one element per task (% tasks, % outcomes)',
       cardinality(_task_ids), cardinality(_outcomes) using errcode = '22023';
   end if;
-  select o into _bad from unnest(_outcomes) o
-   where o is not null and o not in ('succeeded', 'failed', 'abandoned', 'cancelled', 'validation_failed') limit 1;
-  if found then
-    raise exception 'unknown outcome %; expected succeeded, failed, abandoned, cancelled or validation_failed',
-      quote_literal(left(_bad, 100)) using errcode = '22023';
+  -- (A round of plain successes, every outcome 'succeeded', is checked without a query.)
+  _all_succeeded := coalesce('succeeded' = all (_outcomes), false);
+  if not _all_succeeded then
+    select o into _bad from unnest(_outcomes) o
+     where o is not null and o not in ('succeeded', 'failed', 'abandoned', 'cancelled', 'validation_failed') limit 1;
+    if found then
+      raise exception 'unknown outcome %; expected succeeded, failed, abandoned, cancelled or validation_failed',
+        quote_literal(left(_bad, 100)) using errcode = '22023';
+    end if;
   end if;
   if _retries is not null and cardinality(_retries) <> cardinality(_task_ids) then
     raise exception 'retries must have one element per task (% tasks, % retries)',
@@ -10886,6 +11125,21 @@ begin
   end if;
 
   perform queues.lock_resource_keys(_task_ids);
+  -- A task completed without a lease (an unfenced caller) that its claim took out of the
+  -- claim index gets its row back first (queues.hold_rows_of), and ends on it.
+  if _task_lease_ids is null or array_position(_task_lease_ids, null) is not null then
+    perform queues.hold_rows_of(array(
+      select i.id from unnest(_task_ids, coalesce(_task_lease_ids, array_fill(null::bigint, array[cardinality(_task_ids)])))
+                       i(id, lease)
+       where i.lease is null));
+  end if;
+  -- The ready set's fence (docs/design/hot-path.md): a task a claim took out of the claim
+  -- index is held by its claim lease. The leases named here are locked (transaction-scoped
+  -- advisory locks, class 20253, in lease id order), exclusively: the rescuer of an
+  -- expired lease takes the same lock, so a completion and the rescue of its lease never
+  -- decide at once, and two completions under one lease take turns. Nothing is written.
+  perform pg_advisory_xact_lock(20253, hashint8(l.id))
+     from (select distinct x.id from unnest(_task_lease_ids) x(id) where x.id is not null order by 1) l;
 
   return query
   with input as (
@@ -10901,13 +11155,9 @@ begin
   -- The pending rows this call may act on, locked in task id order (as every call that
   -- locks several of them: a cancel of some of them cannot deadlock with this batch): a
   -- concurrent claim skips them, a concurrent completion waits and then finds nothing.
-  held as (
-    select h.task_id, h.task_type, h.current_lease_id, h.resource_key, h.task_lease_id, h.outcome,
-           h.outcome = 'failed' and h.may_retry and h.failed_attempts + 1 < h.max_attempts as retry,
-           h.failed_attempts, h.started_at
-      from (
+  held_row as (
     select p.task_id, p.task_type, p.current_lease_id, p.resource_key, i.task_lease_id, i.may_retry,
-           p.failed_attempts, p.max_attempts, i.started_at,
+           p.failed_attempts, p.max_attempts, i.started_at, true as has_row,
            case
              when i.outcome is not null then i.outcome
              -- The default: an error of the current run makes it a failure (evaluated only
@@ -10934,7 +11184,79 @@ begin
                                  where r.resource_key = p.resource_key and r.task_id = p.task_id))))
      order by p.task_id
        for update of p
-      ) h
+  ),
+  -- Tasks out of the claim index, held by the claim lease the caller names. Read per
+  -- lease, not per task: the lease by its id (it names its tasks); among the call's
+  -- tasks it names, those that ended (a round in its range, or a completion) are no
+  -- longer its; nor is a task with a claim-index row (back in the index: rescued,
+  -- released, revoked or retrying, held there by a newer lease, or by no one). No newer
+  -- lease is looked for: a claim takes a task out of the claim index only on its first
+  -- lease (queues.claim_tasks_at leases a task leased before on its row), so a task the
+  -- lease named that came back to the index keeps a row until its end. Read in this
+  -- statement, after the lease locks above: what the rescuer or another completion of
+  -- the lease did is seen.
+  lease_named as (
+    select c.task_lease_id, c.task_range, c.task_ids
+      from (select distinct i.task_lease_id from input i where i.task_lease_id is not null) li
+     cross join lateral (
+       -- The array decompressed once here (`|| '{}'` returns it detoasted): read as
+       -- stored, each `= any` below decompressed the lease's 500 ids again, per task.
+       select c.task_lease_id, c.task_ids || array[]::bigint[] as task_ids, c.task_range from queues.claim_lease c
+        where c.task_lease_id = li.task_lease_id limit 1
+     ) c
+  ),
+  -- The call's tasks each lease names. (Each input row scans its lease's array once: a
+  -- join of the input to the unnested arrays was planned, generically, as nested loops
+  -- that unnested the lease once per input row; a hash join to the arrays unnested once
+  -- and kept cost the same, 0.5 ms per call of 500.)
+  lease_task as (
+    select i.*
+      from input i
+     where i.task_lease_id is not null
+       and exists (select 1 from lease_named l
+                    where l.task_lease_id = i.task_lease_id and i.task_id = any (l.task_ids))
+  ),
+  lease_gone as (
+    select u.task_id
+      from lease_named l
+      join queues.completion_round r on r.task_range && l.task_range and r.task_id >= lower(l.task_range)
+     cross join lateral unnest(r.task_ids) u(task_id)
+    union all
+    select c.task_id from queues.task_completed c where c.task_id = any (_task_ids)
+  ),
+  lease_open as (
+    select lt.*
+      from lease_task lt
+     where not exists (select 1 from lease_gone g where g.task_id = lt.task_id)
+       -- (a scalar subquery: a primary-key probe per task, never an anti-join planned
+       -- from task_pending's statistics)
+       and (select true from queues.task_pending p where p.task_id = lt.task_id) is null
+  ),
+  held_lease as (
+    select t.task_id, t.task_type, i.task_lease_id, t.resource_key, i.task_lease_id, i.may_retry,
+           case when i.outcome is distinct from 'succeeded'
+                then (select count(*)::integer from queues.task_attempt_failed a where a.task_id = t.task_id)
+                else 0 end,
+           t.max_attempts, i.started_at, false,
+           case
+             when i.outcome is not null then i.outcome
+             when exists (select 1 from queues.error e
+                           where e.task_id = t.task_id
+                             and (e.task_lease_id = i.task_lease_id
+                                  or (e.task_lease_id is null
+                                      and e.created_at >= (select l.leased_at
+                                                              from queues.task_lease_at(t.task_id, i.task_lease_id) l))))
+               then 'failed'
+             else 'succeeded'
+           end as outcome
+      from lease_open i
+     cross join lateral (select * from queues.task t where t.task_id = i.task_id limit 1) t
+  ),
+  held as (
+    select h.task_id, h.task_type, h.current_lease_id, h.resource_key, h.task_lease_id, h.outcome,
+           h.outcome = 'failed' and h.may_retry and h.failed_attempts + 1 < h.max_attempts as retry,
+           h.failed_attempts, h.started_at, h.has_row
+      from (select * from held_row union all select * from held_lease) h
   ),
   -- Simple retries: a failed attempt with attempts left runs again after a backoff.
   retry_facts as (
@@ -10953,9 +11275,10 @@ begin
        and p.task_id = any (array(select r2.task_id from retry_facts r2))
     returning p.task_id
   ),
+  -- (A task held by its claim lease has no row: only the rows held are deleted.)
   removed as (
     delete from queues.task_pending p
-     where p.task_id = any (array(select h.task_id from held h where not h.retry))
+     where p.task_id = any (array(select h.task_id from held h where not h.retry and h.has_row))
     returning p.task_id
   ),
   -- Every end but a plain success: a task_completed row per task. The lease the caller
@@ -11018,8 +11341,32 @@ begin
          end
     from input i
     left join completed c on c.task_id = i.task_id
-    left join retried rt on rt.task_id = i.task_id
+    -- (every retry recorded: a claim-index row moved, or a lease-held task's written after)
+    left join retry_facts rt on rt.task_id = i.task_id
    order by i.ord;
+
+  -- A failed attempt of a task held by its claim lease (no claim-index row) returns it to
+  -- the claim index, at its retry time, as the facts now give it. (The attempts this
+  -- transaction recorded: failed_at is the transaction's now(). A call whose outcomes all
+  -- succeeded recorded none.)
+  if _task_lease_ids is not null and not _all_succeeded then
+    _retried := array(select a.task_id from queues.task_attempt_failed a
+                       where a.task_id = any (_task_ids) and a.failed_at = now()
+                         and not exists (select 1 from queues.task_pending p where p.task_id = a.task_id));
+    if cardinality(_retried) > 0 then
+      insert into queues.task_pending
+        (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
+         lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
+         suspect_lease, group_key)
+      select r.* from queues.pending_rows_of(_retried) r order by r.task_id;
+    end if;
+  end if;
+  -- The transaction's completion calls, counted (queues.run_steps watches them: a step
+  -- that ends a task without a claim-index row touches no row). A simple expression: no
+  -- statement of its own.
+  _calls := set_config('queues.completions',
+                       (coalesce(nullif(current_setting('queues.completions', true), ''), '0')::bigint + 1)::text,
+                       true);
 end;
 $function$;
   -- queues.complete_tasks(_task_ids bigint[], _task_lease_ids bigint[], _outcomes text[], _retries boolean[], _started_at timestamp with time zone[]): owner :DATABASE_OWNER
@@ -11095,6 +11442,17 @@ AS $function$
   select case when p.current_lease_id = _task_lease_id then p.available_at end
     from queues.task_pending p
    where p.task_id = _task_id
+  union all
+  -- The ready set (docs/design/hot-path.md): a task its claim took out of the claim index
+  -- has no row; until it ends, the claim lease that names it holds it, until its expiry.
+  select c.expires_at
+    from queues.claim_lease c
+   where c.task_lease_id = _task_lease_id
+     and c.task_id >= _task_id
+     and _task_id = any (c.task_ids)
+     and not exists (select 1 from queues.task_pending p where p.task_id = _task_id)
+     and not exists (select 1 from queues.task_end_of(_task_id) e)
+  limit 1
 $function$;
   -- queues.current_lease_expiry(_task_id bigint, _task_lease_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -11106,7 +11464,9 @@ CREATE OR REPLACE FUNCTION queues.current_leases(_task_ids bigint[], _task_lease
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select coalesce(array_agg(coalesce((select p.current_lease_id from queues.task_pending p
-                                       where p.task_id = i.task_id) = i.task_lease_id, false)
+                                       where p.task_id = i.task_id) = i.task_lease_id,
+                                      -- no row: held by its claim lease until it ends
+                                      queues.current_lease_expiry(i.task_id, i.task_lease_id) is not null)
                             order by i.ord), '{}')
     from unnest(_task_ids, _task_lease_ids) with ordinality as i(task_id, task_lease_id, ord)
 $function$;
@@ -11141,7 +11501,9 @@ AS $function$
                  where e.task_id = d.depends_on_task_id and e.outcome is not null limit 1),
                (select c.outcome from queues.task_completed c
                  where c.task_id = d.depends_on_task_id and c.outcome <> 'succeeded'),
-               case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id) then null
+               -- pending: a claim-index row, or none and no end (held by its claim lease)
+               case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id)
+                         or not exists (select 1 from queues.task_end_of(d.depends_on_task_id) e) then null
                     else 'succeeded' end) as outcome
         from queues.task_dependency d
        -- A primary-key range per dependent.
@@ -11638,6 +12000,8 @@ begin
     exit when found;
   end loop;
   if _old is not null then
+    -- A task its claim took out of the claim index gets its row back first (queues.hold_rows_of).
+    perform queues.hold_rows_of(array[_old]);
     select (p.current_lease_id is not null and p.available_at > now()) into _held
       from queues.task_pending p where p.task_id = _old;
     if not found then
@@ -11693,12 +12057,52 @@ AS $function$
 declare
   _locked bigint[];
   _other bigint[] := '{}';
+  _leases bigint[];
+  _lease bigint;
+  _free bigint[];
+  _waited boolean := false;
+  _timeout text;
+  _held bigint[];
 begin
   perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
   perform queues.lock_resource_keys(_task_ids);
   if _lease_seconds is null or _lease_seconds not between 1 and 86400 then
     raise exception 'lease_seconds must be between 1 and 86400, got %',
       coalesce(_lease_seconds::text, 'null') using errcode = '22023';
+  end if;
+  -- The ready set (docs/design/hot-path.md): the claim leases of the tasks without a row,
+  -- locked shared first, in lease id order, as a completion or a rescue of the lease
+  -- takes the lock exclusively before any row: a completion of the lease in flight is
+  -- waited for, up to the session's lock_timeout or 200 ms when it has none (then those
+  -- tasks are left as they are, and the next heartbeat extends them). Without the wait, a long task among many short ones of one
+  -- claim could find its lease's lock held by a completion round at every heartbeat.
+  -- (A scalar subquery per task: a primary-key probe, never an anti-join planned from
+  -- task_pending's statistics.)
+  _leases := array(select distinct i.task_lease_id
+                     from unnest(_task_ids, _task_lease_ids) i(task_id, task_lease_id)
+                    where (select true from queues.task_pending p where p.task_id = i.task_id) is null
+                    order by 1);
+  if cardinality(_leases) > 0 then
+    _timeout := current_setting('lock_timeout');
+    _free := '{}';
+    foreach _lease in array _leases loop
+      if _waited then
+        -- One wait per heartbeat: the other leases are only tried.
+        if pg_try_advisory_xact_lock_shared(20253, hashint8(_lease)) then
+          _free := _free || _lease;
+        end if;
+        continue;
+      end if;
+      begin
+        perform set_config('lock_timeout', case when _timeout in ('0', '') then '200ms' else _timeout end, true);
+        perform pg_advisory_xact_lock_shared(20253, hashint8(_lease));
+        perform set_config('lock_timeout', _timeout, true);
+        _free := _free || _lease;
+      exception when lock_not_available then
+        _waited := true;
+      end;
+    end loop;
+    _leases := _free;
   end if;
   -- The rows first (a primary-key probe of `= any`), skipping those another transaction
   -- holds. A heartbeat that waited for a row held the rows it had already locked
@@ -11709,6 +12113,35 @@ begin
   -- The others: rows held elsewhere, and tasks no longer pending (normally none).
   if cardinality(_locked) < cardinality(_task_ids) then
     _other := array(select i.id from unnest(_task_ids) i(id) except select l.id from unnest(_locked) l(id));
+  end if;
+  -- The ready set (docs/design/hot-path.md): a task its claim took out of the claim
+  -- index has no row; its claim lease holds it. Heartbeated, it goes back onto a row,
+  -- written from the facts (leased by that lease), and is extended there as any row is:
+  -- from then on the per-row paths (the fence, the expired-lease claim, the suspect
+  -- accounting) hold it, and the rescuer has nothing to do for it. Under the lease's lock
+  -- taken shared above, then read in a new statement, after the lock: the lease names the
+  -- task, it has no row and no end.
+  if cardinality(_other) > 0 then
+    if cardinality(_leases) > 0 then
+      _held := array(
+        select i.task_id
+          from unnest(_task_ids, _task_lease_ids) i(task_id, task_lease_id)
+         where i.task_id = any (_other) and i.task_lease_id = any (_leases)
+           and not exists (select 1 from queues.task_pending p where p.task_id = i.task_id)
+           and exists (select 1 from queues.claim_lease c
+                        where c.task_lease_id = i.task_lease_id and i.task_id = any (c.task_ids))
+           and not exists (select 1 from queues.task_end_of(i.task_id) e)
+         order by i.task_id);
+      if cardinality(_held) > 0 then
+        insert into queues.task_pending
+          (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
+           lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
+           suspect_lease, group_key)
+        select r.* from queues.pending_rows_of(_held) r order by r.task_id;
+        _locked := _locked || _held;
+        _other := array(select o.id from unnest(_other) o(id) where o.id <> all (_held));
+      end if;
+    end if;
   end if;
 
   -- The rows by primary key from the array of ids, each row's lease looked up in a map of
@@ -11744,6 +12177,19 @@ begin
             or exists (select 1 from queues.resource_lease r
                         where r.resource_key = p.resource_key and r.task_id = p.task_id))
   ),
+  -- Tasks without a row whose claim lease a completion or rescue in flight holds (its
+  -- lock was not taken above): as last committed, still held by that lease, until its
+  -- expiry.
+  left_in_lease as (
+    select i.task_id, i.task_lease_id, c.expires_at
+      from unnest(_task_ids, _task_lease_ids) i(task_id, task_lease_id)
+     cross join lateral (select c.expires_at, c.task_ids || array[]::bigint[] as task_ids
+                           from queues.claim_lease c where c.task_lease_id = i.task_lease_id limit 1) c
+     where i.task_id = any (_other)
+       and i.task_id = any (c.task_ids)
+       and not exists (select 1 from queues.task_pending p where p.task_id = i.task_id)
+       and not exists (select 1 from queues.task_end_of(i.task_id) e)
+  ),
   recorded as (
     insert into queues.task_lease_extension (task_id, task_lease_id, extended_at, expires_at)
     select e.task_id, e.current_lease_id, _now, e.available_at from extended e
@@ -11756,7 +12202,9 @@ begin
   )
   select e.task_id, e.current_lease_id, e.available_at from extended e
   union all
-  select l.task_id, l.current_lease_id, l.available_at from left_as_is l;
+  select l.task_id, l.current_lease_id, l.available_at from left_as_is l
+  union all
+  select l.task_id, l.task_lease_id, l.expires_at from left_in_lease l;
 end;
 $function$;
   -- queues.extend_leases_at(_now timestamp with time zone, _task_ids bigint[], _task_lease_ids bigint[], _lease_seconds integer): owner :DATABASE_OWNER
@@ -11974,7 +12422,8 @@ AS $function$
   select exists (select 1 from queues.task_dependency d
                   where d.depends_on_task_id >= _lower and d.depends_on_task_id < _upper
                     and d.task_id >= _upper
-                    and exists (select 1 from queues.task_pending p where p.task_id = d.task_id))
+                    and (exists (select 1 from queues.task_pending p where p.task_id = d.task_id)
+                         or not exists (select 1 from queues.task_end_of(d.task_id) e)))
 $function$;
   -- queues.history_set_has_waiting_dependents(_lower bigint, _upper bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -12066,7 +12515,10 @@ begin
                  where r.task_range && int8range($1, $2) and r.task_id >= $1))'
       into _last_completed using _next.lower_bound, _next.upper_bound;
     _pending := (select count(*) from queues.task_pending tp
-                  where tp.task_id >= _next.lower_bound and tp.task_id < _next.upper_bound);
+                  where tp.task_id >= _next.lower_bound and tp.task_id < _next.upper_bound)
+                -- and the lease-held tasks (no claim-index row, sql/queues/lease_held.sql)
+                + (select count(*) from queues.lease_held_tasks h
+                    where h.task_id >= _next.lower_bound and h.task_id < _next.upper_bound);
     _next_json := jsonb_build_object(
       'lower_bound', _next.lower_bound, 'upper_bound', _next.upper_bound,
       'pending_tasks', _pending,
@@ -12138,6 +12590,58 @@ $function$;
   -- queues.history_walk(_before bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.hold_rows_of(_task_ids bigint[])
+ RETURNS bigint[]
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _rowless bigint[];
+  _leases bigint[];
+  _held bigint[];
+begin
+  -- (A scalar subquery per task: a primary-key probe, never an anti-join planned from
+  -- task_pending's statistics.)
+  _rowless := array(select distinct i.id from unnest(_task_ids) i(id)
+                     where i.id is not null
+                       and (select true from queues.task_pending p where p.task_id = i.id) is null
+                     order by 1);
+  if cardinality(_rowless) = 0 then
+    return '{}';
+  end if;
+  -- Each task's newest claim lease (a GiST probe of its task range).
+  _leases := array(select distinct c.task_lease_id
+                     from unnest(_rowless) i(id)
+                    cross join lateral (select c.task_lease_id from queues.claim_lease c
+                                         where c.task_range @> i.id and c.task_id >= i.id
+                                           and i.id = any (c.task_ids)
+                                         order by c.task_lease_id desc limit 1) c
+                    order by 1);
+  if cardinality(_leases) = 0 then
+    return '{}';
+  end if;
+  perform pg_advisory_xact_lock(20253, hashint8(l.id)) from unnest(_leases) l(id);
+  -- A new statement, so a new snapshot: what a completion or a rescue that held a lock
+  -- committed is seen.
+  _held := array(select i.id from unnest(_rowless) i(id)
+                  where not exists (select 1 from queues.task_pending p where p.task_id = i.id)
+                    and not exists (select 1 from queues.task_end_of(i.id) e)
+                  order by 1);
+  if cardinality(_held) = 0 then
+    return '{}';
+  end if;
+  insert into queues.task_pending
+    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
+     lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
+     suspect_lease, group_key)
+  select r.* from queues.pending_rows_of(_held) r order by r.task_id
+  on conflict (task_id) do nothing;
+  return _held;
+end;
+$function$;
+  -- queues.hold_rows_of(_task_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.interrupt_task(_task_id bigint, _task_lease_id bigint, _error_message text, _max_interruptions integer DEFAULT NULL::integer)
  RETURNS text
  LANGUAGE sql
@@ -12176,6 +12680,8 @@ begin
   end if;
 
   perform queues.lock_resource_keys(array[_task_id]);
+  -- A task its claim took out of the claim index gets its row back first (queues.hold_rows_of).
+  perform queues.hold_rows_of(array[_task_id]);
   select p.* into _pending
     from queues.task_pending p
    where p.task_id = _task_id
@@ -12297,6 +12803,27 @@ $function$;
   -- queues.last_task_id(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.lease_held_of(_task_id bigint)
+ RETURNS TABLE(task_id bigint, task_lease_id bigint, worker_key integer, leased_at timestamp with time zone, expires_at timestamp with time zone, suspect boolean)
+ LANGUAGE sql
+ STABLE
+AS $function$
+  -- The newest claim lease naming the task (claim_lease's GiST index, in the partitions
+  -- that can hold it), when the task has no row and no end.
+  select _task_id, c.task_lease_id, c.worker_key, c.leased_at, c.expires_at,
+         coalesce(c.suspect_task_id = _task_id, false)
+    from queues.claim_lease c
+   where c.task_range @> _task_id
+     and c.task_id >= _task_id
+     and _task_id = any (c.task_ids)
+     and not exists (select 1 from queues.task_pending p where p.task_id = _task_id)
+     and not exists (select 1 from queues.task_end_of(_task_id) e)
+   order by c.task_lease_id desc
+   limit 1
+$function$;
+  -- queues.lease_held_of(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.limit_window_start(_now timestamp with time zone, _interval_ms integer)
  RETURNS timestamp with time zone
  LANGUAGE sql
@@ -12315,8 +12842,10 @@ CREATE OR REPLACE FUNCTION queues.list_task_dependencies(_task_id bigint)
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select d.depends_on_task_id, t.task_type,
-         case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id) then null
-              else coalesce(c.outcome, 'succeeded') end,
+         -- pending: a claim-index row, or no end (held by its claim lease)
+         case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id)
+                   or c.task_id is null then null
+              else c.outcome end,
          c.completed_at,
          (select r.result from queues.task_result r
            where r.task_id = d.depends_on_task_id order by r.task_lease_id desc limit 1)
@@ -12536,6 +13065,8 @@ declare
   _spilled bigint;
   _gap_lower bigint;
   _gap_upper bigint;
+  _lease_mark bigint;
+  _claimed_since bigint[];
   -- The locks that keep every writer of history out (a late set, a move out of the
   -- default partitions): SHARE on each parent, ACCESS EXCLUSIVE on its default.
   _writers_out text[] := array(select x from unnest(queues.history_tables()) t(name),
@@ -12710,15 +13241,13 @@ begin
        where not p.is_default and p.upper_bound <= _last_id
        order by p.lower_bound
     loop
+      -- The last lease id handed out before this set's checks: a claim lease with a
+      -- larger id was written after them (one statement reads the claim index and takes
+      -- its lease id), so the check under the detach's lock reads only those.
+      _lease_mark := pg_sequence_last_value('queues.task_lease_task_lease_id_seq'::regclass);
       -- Cheap checks first, without strong locks: a pending task, or a recent completion.
       if exists (select 1 from queues.task_pending tp
                   where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound) then
-        _kept := _kept + 1;
-        continue;
-      end if;
-      -- A pending task of a newer set that depends on a task of this one (it reads their
-      -- results when it runs; sql/queues/flow_retention.sql).
-      if queues.history_set_has_waiting_dependents(_set.lower_bound, _set.upper_bound) then
         _kept := _kept + 1;
         continue;
       end if;
@@ -12733,6 +13262,13 @@ begin
                    and r.task_id >= _set.lower_bound))
         into _last_completed;
       if _last_completed > _now - _setting.retention then
+        _kept := _kept + 1;
+        continue;
+      end if;
+      -- An unfinished task of a newer set that depends on a task of this one (it reads
+      -- their results when it runs; sql/queues/flow_retention.sql). After the window's
+      -- check: a dependent without a claim-index row is looked up by its end.
+      if queues.history_set_has_waiting_dependents(_set.lower_bound, _set.upper_bound) then
         _kept := _kept + 1;
         continue;
       end if;
@@ -12780,9 +13316,23 @@ begin
                                            array['access exclusive', 'access exclusive', 'access exclusive'],
                                            _setting.lock_timeout_ms);
         execute format('alter table queues.task detach partition queues.%I', _name);
+        -- The tasks claims took since the checks. A task of the set committed after them
+        -- (an id handed out before, its transaction open across the checks) and claimed
+        -- since is held by its claim lease with no claim-index row (the ready set,
+        -- docs/design/hot-path.md): named here, it keeps the set, as does an unfinished
+        -- dependent of the set claimed since.
+        _claimed_since := array(select u.task_id from queues.claim_lease r
+                                 cross join lateral unnest(r.task_ids) u(task_id)
+                                 where r.task_lease_id > coalesce(_lease_mark, 0));
         if exists (select 1 from queues.task_pending tp
                     where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
-           or queues.history_set_has_waiting_dependents(_set.lower_bound, _set.upper_bound)
+           or exists (select 1 from unnest(_claimed_since) u(task_id)
+                       where u.task_id >= _set.lower_bound and u.task_id < _set.upper_bound)
+           or exists (select 1 from queues.task_dependency d
+                       where d.depends_on_task_id >= _set.lower_bound and d.depends_on_task_id < _set.upper_bound
+                         and d.task_id >= _set.upper_bound
+                         and (exists (select 1 from queues.task_pending p where p.task_id = d.task_id)
+                              or d.task_id in (select u.task_id from unnest(_claimed_since) u(task_id))))
            or exists (select 1 from queues.task_completed c
                        where c.task_id >= _set.lower_bound and c.task_id < _set.upper_bound
                          and c.completed_at > _now - _setting.retention)
@@ -12847,7 +13397,16 @@ begin
   with input as (
     select i.task_id, i.task_lease_id, i.started_us,
            coalesce((select true from queues.task_pending p
-                      where p.task_id = i.task_id and p.current_lease_id = i.task_lease_id), false) as held
+                      where p.task_id = i.task_id and p.current_lease_id = i.task_lease_id),
+                    -- no row: held by the claim lease that names it until it ends (the
+                    -- ready set, queues.current_lease_expiry)
+                    (select true from queues.claim_lease c
+                      where c.task_lease_id = i.task_lease_id and c.task_id >= i.task_id
+                        and i.task_id = any (c.task_ids)
+                        and (select true from queues.task_pending p where p.task_id = i.task_id) is null
+                        and not exists (select 1 from queues.task_end_of(i.task_id) e)
+                      limit 1),
+                    false) as held
       from unnest(_task_ids, _task_lease_ids,
                   coalesce(_started_us, array_fill(null::bigint, array[cardinality(_task_ids)])))
            as i(task_id, task_lease_id, started_us)
@@ -12923,6 +13482,9 @@ begin
      where not s.is_default and s.upper_bound <= _last_id
        and not exists (select 1 from queues.task_pending tp
                         where tp.task_id >= s.lower_bound and tp.task_id < s.upper_bound)
+       -- nor a lease-held task (no claim-index row, sql/queues/lease_held.sql)
+       and not exists (select 1 from queues.lease_held_tasks h
+                        where h.task_id >= s.lower_bound and h.task_id < s.upper_bound)
   ),
   measured as (
     select d.lower_bound, d.upper_bound, f.task_id as first_task_id, f.enqueued_at as first_enqueued_at,
@@ -13103,6 +13665,71 @@ $function$;
   -- queues.paused_task_types(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.pending_rows_of(_task_ids bigint[])
+ RETURNS TABLE(task_id bigint, task_type text, priority integer, scheduled_at timestamp with time zone, resource_key text, available_at timestamp with time zone, current_lease_id bigint, lease_count integer, released_count integer, max_attempts integer, failed_attempts integer, uncounted_count integer, interrupted_count integer, suspect_lease boolean, group_key text)
+ LANGUAGE sql
+ STABLE
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  -- A scheduled task asked to run now (queues.task_run_now) counts from that request.
+  select t.task_id, t.task_type, t.priority, least(t.scheduled_at, rn.requested_at), t.resource_key,
+         greatest(least(t.scheduled_at, rn.requested_at),
+                  -- a lease ended by a failed attempt gives way to the attempt's retry time
+                  case when f.task_lease_id is null or f.task_lease_id < l.task_lease_id then l.expires_at end,
+                  f.retry_at,
+                  -- a lease ended by a transient interruption gives way to its retry time
+                  i.retry_at),
+         -- A lease ended by a release, a revocation or a later failed attempt is not held.
+         case when l.released_at is null and l.revoked_at is null
+                   and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id)
+              then l.task_lease_id end,
+         coalesce(l.lease_count, 0), coalesce(l.released_count, 0),
+         t.max_attempts, coalesce(f.failed_attempts, 0),
+         -- Leases that ended without counting towards abandonment: neither released, nor
+         -- ended by a failed attempt, nor the lease still held (a claim counts that one
+         -- when it expires), and not naming the task their suspect (a lease written before
+         -- suspects were named: not started).
+         (select count(*)::integer
+            from queues.task_lease_effective_of(t.task_id) u
+           where u.released_at is null
+             and not coalesce(u.suspect, exists (select 1 from queues.task_lease_started s
+                                                  where s.task_id = u.task_id and s.task_lease_id = u.task_lease_id))
+             and not exists (select 1 from queues.task_attempt_failed a where a.task_id = u.task_id and a.task_lease_id = u.task_lease_id)
+             and not (u.task_lease_id = l.task_lease_id and l.revoked_at is null
+                      and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id))),
+         coalesce(i.interrupted_count, 0),
+         coalesce(l.suspect, false),
+         t.group_key
+    from queues.task t
+    left join lateral (
+      select le.task_lease_id, le.expires_at, le.released_at, le.revoked_at, le.suspect,
+             count(*) over () :: integer as lease_count,
+             count(le.released_at) over () :: integer as released_count
+        from queues.task_lease_effective_of(t.task_id) le
+       order by le.task_lease_id desc
+       limit 1
+    ) l on true
+    left join lateral (
+      select a.retry_at, a.task_lease_id, count(*) over () :: integer as failed_attempts
+        from queues.task_attempt_failed a
+       where a.task_id = t.task_id
+       order by a.task_attempt_failed_id desc
+       limit 1
+    ) f on true
+    left join lateral (
+      select max(x.retry_at) as retry_at, count(*)::integer as interrupted_count
+        from queues.task_interruption x
+       where x.task_id = t.task_id
+    ) i on true
+    left join queues.task_run_now rn on rn.task_id = t.task_id
+   where (_task_ids is null or t.task_id = any (_task_ids))
+     and not exists (select 1 from queues.task_end_of(t.task_id) c)
+     -- (rebuild_task_pending deletes every row first; another caller asks for tasks out of it)
+     and not exists (select 1 from queues.task_pending x where x.task_id = t.task_id)
+$function$;
+  -- queues.pending_rows_of(_task_ids bigint[]): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.prune_flow_facts_at(_now timestamp with time zone)
  RETURNS jsonb
  LANGUAGE plpgsql
@@ -13198,58 +13825,7 @@ begin
     (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
      lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
      suspect_lease, group_key)
-  -- A scheduled task asked to run now (queues.task_run_now) counts from that request.
-  select t.task_id, t.task_type, t.priority, least(t.scheduled_at, rn.requested_at), t.resource_key,
-         greatest(least(t.scheduled_at, rn.requested_at),
-                  -- a lease ended by a failed attempt gives way to the attempt's retry time
-                  case when f.task_lease_id is null or f.task_lease_id < l.task_lease_id then l.expires_at end,
-                  f.retry_at,
-                  -- a lease ended by a transient interruption gives way to its retry time
-                  i.retry_at),
-         -- A lease ended by a release, a revocation or a later failed attempt is not held.
-         case when l.released_at is null and l.revoked_at is null
-                   and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id)
-              then l.task_lease_id end,
-         coalesce(l.lease_count, 0), coalesce(l.released_count, 0),
-         t.max_attempts, coalesce(f.failed_attempts, 0),
-         -- Leases that ended without counting towards abandonment: neither released, nor
-         -- ended by a failed attempt, nor the lease still held (a claim counts that one
-         -- when it expires), and not naming the task their suspect (a lease written before
-         -- suspects were named: not started).
-         (select count(*)::integer
-            from queues.task_lease_effective_of(t.task_id) u
-           where u.released_at is null
-             and not coalesce(u.suspect, exists (select 1 from queues.task_lease_started s
-                                                  where s.task_id = u.task_id and s.task_lease_id = u.task_lease_id))
-             and not exists (select 1 from queues.task_attempt_failed a where a.task_id = u.task_id and a.task_lease_id = u.task_lease_id)
-             and not (u.task_lease_id = l.task_lease_id and l.revoked_at is null
-                      and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id))),
-         coalesce(i.interrupted_count, 0),
-         coalesce(l.suspect, false),
-         t.group_key
-    from queues.task t
-    left join lateral (
-      select le.task_lease_id, le.expires_at, le.released_at, le.revoked_at, le.suspect,
-             count(*) over () :: integer as lease_count,
-             count(le.released_at) over () :: integer as released_count
-        from queues.task_lease_effective_of(t.task_id) le
-       order by le.task_lease_id desc
-       limit 1
-    ) l on true
-    left join lateral (
-      select a.retry_at, a.task_lease_id, count(*) over () :: integer as failed_attempts
-        from queues.task_attempt_failed a
-       where a.task_id = t.task_id
-       order by a.task_attempt_failed_id desc
-       limit 1
-    ) f on true
-    left join lateral (
-      select max(x.retry_at) as retry_at, count(*)::integer as interrupted_count
-        from queues.task_interruption x
-       where x.task_id = t.task_id
-    ) i on true
-    left join queues.task_run_now rn on rn.task_id = t.task_id
-   where not exists (select 1 from queues.task_end_of(t.task_id) c);
+  select * from queues.pending_rows_of(null);
   get diagnostics _count = row_count;
 
   -- A task never leased whose dependencies have not all succeeded waits for them
@@ -13478,7 +14054,7 @@ begin
     select array_agg(w.task_id order by w.task_id), array_agg(w.task_lease_id order by w.task_id)
       into _ids, _leases
       from unnest(_waiting_task_ids, _waiting_lease_ids) w(task_id, task_lease_id)
-      join queues.task_pending p on p.task_id = w.task_id
+      join queues.task p on p.task_id = w.task_id
      where p.task_id = any (_waiting_task_ids)
        and w.task_id is distinct from _task_id
        and case when _key_kind = 'task_type' then p.task_type = _key else p.group_key = _key end;
@@ -13584,6 +14160,8 @@ begin
       using errcode = '22023';
   end if;
   perform queues.lock_resource_keys(array(select s.task_id from queues.stale_leases_at(_now, _dead_after_seconds) s));
+  -- A task its claim took out of the claim index gets its row back first (queues.hold_rows_of).
+  perform queues.hold_rows_of(array(select s.task_id from queues.stale_leases_at(_now, _dead_after_seconds) s));
   return query
   with stale as (
     select s.task_id, s.task_lease_id, s.worker_id from queues.stale_leases_at(_now, _dead_after_seconds) s
@@ -13873,6 +14451,8 @@ declare
 begin
   perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
   perform queues.lock_resource_keys(_task_ids);
+  -- A task its claim took out of the claim index gets its row back first (queues.hold_rows_of).
+  perform queues.hold_rows_of(_task_ids);
 
   -- The rows by primary key from the array of ids, each row's lease looked up in a map of
   -- the input (see queues.extend_leases_at), locked first in task id order (as every call
@@ -13923,6 +14503,99 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.rescue_due_leases_at(_now timestamp with time zone)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _lease record;
+  _task_ids bigint[];
+  _count bigint := 0;
+begin
+  for _lease in
+    delete from queues.claim_lease_due d
+     where d.task_lease_id in (select x.task_lease_id from queues.claim_lease_due x
+                                where x.expires_at <= _now
+                                order by x.expires_at
+                                limit 100
+                                  for update skip locked)
+    returning d.task_lease_id, d.task_id
+  loop
+    select c.task_ids into _task_ids
+      from queues.claim_lease c
+     where c.task_id = _lease.task_id and c.task_lease_id = _lease.task_lease_id;
+    if found then
+      _count := _count + queues.rescue_lease_at(_lease.task_lease_id, _task_ids, _now);
+    end if;
+  end loop;
+  if _count > 0 then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+  return _count;
+end;
+$function$;
+  -- queues.rescue_due_leases_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.rescue_lease_at(_task_lease_id bigint, _task_ids bigint[], _now timestamp with time zone)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _n bigint;
+begin
+  perform pg_advisory_xact_lock(20253, hashint8(_task_lease_id));
+  insert into queues.task_pending
+    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
+     lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
+     suspect_lease, group_key)
+  select r.*
+    from queues.pending_rows_of(array(
+           select u.task_id from unnest(_task_ids) u(task_id)
+            where not exists (select 1 from queues.task_pending p where p.task_id = u.task_id)
+              and not exists (select 1 from queues.task_end_of(u.task_id) e)
+              and not exists (select 1 from queues.task_lease_extension x
+                               where x.task_id = u.task_id and x.task_lease_id = _task_lease_id
+                                 and x.expires_at > _now))) r
+   order by r.task_id;
+  get diagnostics _n = row_count;
+  return _n;
+end;
+$function$;
+  -- queues.rescue_lease_at(_task_lease_id bigint, _task_ids bigint[], _now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.rescue_leases_at(_now timestamp with time zone)
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _lease record;
+  _count bigint := 0;
+begin
+  for _lease in
+    select c.task_lease_id, c.task_ids
+      from queues.claim_lease c
+     where c.expires_at <= _now
+       and exists (select 1 from unnest(c.task_ids) u(task_id)
+                    where not exists (select 1 from queues.task_pending p where p.task_id = u.task_id)
+                      and not exists (select 1 from queues.task_end_of(u.task_id) e))
+     order by c.task_lease_id
+  loop
+    _count := _count + queues.rescue_lease_at(_lease.task_lease_id, _lease.task_ids, _now);
+  end loop;
+  if _count > 0 then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+  return _count;
+end;
+$function$;
+  -- queues.rescue_leases_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.revoke_worker_leases(_worker_id text)
  RETURNS TABLE(task_id bigint, task_lease_id bigint)
  LANGUAGE plpgsql
@@ -13942,6 +14615,15 @@ begin
     select p.task_id from queues.task_pending p
      cross join lateral (select y.worker_key, y.worker_id from queues.task_lease_at(p.task_id, p.current_lease_id) y limit 1) l
      where p.current_lease_id > 0 and (l.worker_key = _worker_key or l.worker_id = _worker_id)));
+  -- The tasks of its claim leases not yet rescued that have no row get it back first
+  -- (queues.hold_rows_of: the ready set).
+  perform queues.hold_rows_of(array(
+    select t.id
+      from queues.claim_lease_due d
+     cross join lateral (select c.* from queues.claim_lease c
+                          where c.task_lease_id = d.task_lease_id and c.task_id = d.task_id limit 1) c
+     cross join lateral unnest(c.task_ids) t(id)
+     where c.worker_key = _worker_key));
   return query
   with held as (
     -- Locked in task id order, as every call that locks several claim-index rows.
@@ -14158,7 +14840,8 @@ begin
   _retry := array_fill(null::boolean, array[_n]);
   _batched := array_fill(false, array[_n]);
   _kept := array_fill(null::jsonb, array[_n]);
-  _changes_at_start := pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending);
+  _changes_at_start := pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending)
+            + coalesce(nullif(current_setting('queues.completions', true), ''), '0')::bigint;
 
   begin
     for _i in 1 .. _n loop
@@ -14169,7 +14852,8 @@ begin
       end if;
       -- A step before it changed pending rows: is this lease still current?
       if (not _counted
-          or pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending) <> _changes_at_start)
+          or pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending)
+            + coalesce(nullif(current_setting('queues.completions', true), ''), '0')::bigint <> _changes_at_start)
          and not queues.is_current_lease(_task_ids[_i], _task_lease_ids[_i]) then
         _result[_i] := 'lease_lost';
         continue;
@@ -14204,7 +14888,8 @@ begin
         continue;
       end if;
 
-      _changes := pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending);
+      _changes := pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending)
+            + coalesce(nullif(current_setting('queues.completions', true), ''), '0')::bigint;
       if _traceparents is not null then
         -- The step's span: the trace context of what it enqueues.
         perform set_config('queue.traceparent', coalesce(_traceparents[_i], ''), true);
@@ -14227,7 +14912,8 @@ begin
           end if;
         end if;
         if not _counted
-           or pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending) <> _changes then
+           or pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending)
+            + coalesce(nullif(current_setting('queues.completions', true), ''), '0')::bigint <> _changes then
           -- The step updated or deleted pending rows: its own task, and those of the steps
           -- before it whose completions are still to be written, must be as they were.
           _current := queues.current_leases(
@@ -14359,6 +15045,12 @@ begin
    where p.task_id = _task_id
      for update;
   if not found then
+    -- No row: ended (or no such task), or held by the claim lease that took it out of the
+    -- claim index (the ready set: docs/design/hot-path.md).
+    if exists (select 1 from queues.task t where t.task_id = _task_id)
+       and not exists (select 1 from queues.task_end_of(_task_id) e) then
+      return 'taken';
+    end if;
     return 'not_pending';
   end if;
   if not _pending.untaken then
@@ -14488,14 +15180,17 @@ begin
     raise exception 'error_task_ids and error_messages must have the same length (% and %)',
       cardinality(_errors), cardinality(_messages) using errcode = '22023';
   end if;
-  if array_position(_errors, null) is not null then
-    raise exception 'error_task_ids must not contain null' using errcode = '22004';
-  end if;
-  if exists (select 1 from unnest(_messages) m where m is null or btrim(m) = '') then
-    raise exception 'error_messages must not be empty' using errcode = '22004';
-  end if;
-  if exists (select 1 from unnest(_errors) e where e <> all (coalesce(_task_ids, '{}'))) then
-    raise exception 'error_task_ids must name tasks completed in the same call' using errcode = '22023';
+  -- (Read only when there are errors: a round of plain completions runs no query here.)
+  if cardinality(_errors) > 0 then
+    if array_position(_errors, null) is not null then
+      raise exception 'error_task_ids must not contain null' using errcode = '22004';
+    end if;
+    if exists (select 1 from unnest(_messages) m where m is null or btrim(m) = '') then
+      raise exception 'error_messages must not be empty' using errcode = '22004';
+    end if;
+    if exists (select 1 from unnest(_errors) e where e <> all (coalesce(_task_ids, '{}'))) then
+      raise exception 'error_task_ids must name tasks completed in the same call' using errcode = '22023';
+    end if;
   end if;
   if _started_us is not null and cardinality(_started_us) <> cardinality(coalesce(_task_ids, '{}')) then
     raise exception 'started_us must have one element per task (% tasks, % start times)',
@@ -14503,6 +15198,18 @@ begin
   end if;
 
   if cardinality(coalesce(_task_ids, '{}')) = 0 then
+    return;
+  end if;
+
+  -- No error to record (a round of plain completions, the common case): the completion's
+  -- rows as they come, in input order, without the join that records errors.
+  if cardinality(_errors) = 0 then
+    return query
+    select c.task_id, c.result
+      from queues.complete_tasks(_task_ids, _task_lease_ids, _outcomes, _retries,
+                                 case when _started_us is not null then
+                                   array(select to_timestamp(u.us::float8 / 1000000)
+                                         from unnest(_started_us) with ordinality u(us, i) order by u.i) end) c;
     return;
   end if;
 
@@ -14831,6 +15538,23 @@ AS $function$
      and w.stopped_at is null
      and w.last_seen_at < _now - greatest(make_interval(secs => _dead_after_seconds),
                                           queues.worker_silence_bound(w.heartbeat_interval_ms))
+  union all
+  -- The tasks held by a live claim lease without a row (the ready set:
+  -- docs/design/hot-path.md): a lease not yet rescued (queues.claim_lease_due), naming a
+  -- task with no row and no end.
+  select t.id, c.task_lease_id, w.worker_id, w.last_seen_at, c.expires_at
+    from queues.claim_lease_due d
+   cross join lateral (select c.* from queues.claim_lease c
+                        where c.task_lease_id = d.task_lease_id and c.task_id = d.task_id limit 1) c
+    join queues.worker_name n on n.worker_key = c.worker_key
+    join queues.worker w on w.worker_id = n.worker_id
+   cross join lateral unnest(c.task_ids) t(id)
+   where d.expires_at > _now
+     and w.stopped_at is null
+     and w.last_seen_at < _now - greatest(make_interval(secs => _dead_after_seconds),
+                                          queues.worker_silence_bound(w.heartbeat_interval_ms))
+     and not exists (select 1 from queues.task_pending p where p.task_id = t.id)
+     and not exists (select 1 from queues.task_end_of(t.id) e)
 $function$;
   -- queues.stale_leases_at(_now timestamp with time zone, _dead_after_seconds integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -14845,6 +15569,7 @@ declare
   _dependent bigint;
 begin
   perform queues.lock_resource_keys(array[_task_id]);
+  perform queues.hold_rows_of(array[_task_id]);
   select p.task_type, (p.current_lease_id is not null and p.available_at > now()) as held into _p
     from queues.task_pending p where p.task_id = _task_id for update;
   if not found or _p.held then
@@ -14911,7 +15636,7 @@ AS $function$
                           'succeeded') as state
             from queues.task_dependency d
             join queues.task t on t.task_id = d.task_id
-            left join queues.task_pending p on p.task_id = d.task_id
+            left join lateral (select x.* from queues.task_pending_or_held_of(d.task_id) x limit 1) p on true
             left join lateral queues.task_end_of(d.task_id) c on true
            where d.depends_on_task_id = _task_id
            order by d.task_id
@@ -15014,10 +15739,15 @@ AS $function$
     select l.* from queues.task_limits() l
   ),
   live as (
+    -- The claim index's leased rows, and the lease-held tasks (sql/queues/lease_held.sql):
+    -- a limited type's tasks are leased on their rows, but tasks claimed before their type
+    -- was limited may still be held by their claim lease without one. Read only when a
+    -- limit is in force.
     select p.task_type, p.group_key, count(*) as n
-      from queues.task_pending p
+      from queues.task_pending_or_held p
      where p.current_lease_id > 0 and p.available_at > _now
        and p.task_type = any (array(select distinct r.task_type from rule r))
+       and exists (select 1 from rule)
      group by 1, 2
   ),
   ready as (
@@ -15079,6 +15809,26 @@ AS $function$
    order by l.task_type, l.scope, l.group_key
 $function$;
   -- queues.task_limits(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.task_pending_or_held_of(_task_id bigint)
+ RETURNS TABLE(task_id bigint, task_type text, priority integer, scheduled_at timestamp with time zone, resource_key text, available_at timestamp with time zone, current_lease_id bigint, lease_count integer, released_count integer, max_attempts integer, failed_attempts integer, interrupted_count integer, uncounted_count integer, suspect_lease boolean, group_key text, lease_held boolean)
+ LANGUAGE sql
+ STABLE
+AS $function$
+  select p.task_id, p.task_type, p.priority, p.scheduled_at, p.resource_key, p.available_at, p.current_lease_id,
+         p.lease_count, p.released_count, p.max_attempts, p.failed_attempts, p.interrupted_count,
+         p.uncounted_count, p.suspect_lease, p.group_key, false
+    from queues.task_pending p
+   where p.task_id = _task_id
+  union all
+  select h.task_id, t.task_type, t.priority, least(t.scheduled_at, rn.requested_at), t.resource_key, h.expires_at,
+         h.task_lease_id, 1, 0, t.max_attempts, 0, 0, 0, h.suspect, t.group_key, true
+    from queues.lease_held_of(_task_id) h
+   cross join lateral (select x.* from queues.task x where x.task_id = h.task_id limit 1) t
+    left join queues.task_run_now rn on rn.task_id = h.task_id
+$function$;
+  -- queues.task_pending_or_held_of(_task_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.task_progress_facts(_task_id bigint)
@@ -15696,10 +16446,20 @@ CREATE OR REPLACE FUNCTION schedules.pending_supervisor_task(_now timestamp with
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select p.task_id, p.available_at
-    from queues.task_pending p
-   where p.task_id = any (array(select s.task_id from schedules.supervisor_task s
-                                 order by s.task_id desc limit 100))
-     and (p.current_lease_id is null or p.available_at <= _now)
+    from (select p.task_id, p.available_at, p.current_lease_id
+            from queues.task_pending p
+           where p.task_id = any (array(select s.task_id from schedules.supervisor_task s
+                                         order by s.task_id desc limit 100))
+          union all
+          -- A lease-held supervisor task (no claim-index row, sql/queues/lease_held.sql)
+          -- whose claim lease expired: claimable once the claims rescue it. Only the
+          -- claim leases expired since the rescue cursor are read (usually none).
+          select h.task_id, h.expires_at, h.task_lease_id
+            from queues.lease_held_tasks h
+           where h.expires_at <= _now
+             and h.task_id = any (array(select s.task_id from schedules.supervisor_task s
+                                         order by s.task_id desc limit 100))) p
+   where (p.current_lease_id is null or p.available_at <= _now)
    order by p.available_at, p.task_id
    limit 1
 $function$;

@@ -3,7 +3,8 @@
 -- The role-based specification's view of it is public.v_worker_capacity
 -- (sql/public/role_based_worker.sql).
 --
--- Cost: pending/ready/running count queues.task_pending (bounded by pending work);
+-- Cost: pending/ready/running count queues.task_pending_or_held (the claim index and the
+-- lease-held tasks, sql/queues/lease_held.sql: bounded by pending work);
 -- throughput reads only the completions of the last _window_seconds, through the
 -- completed_at indexes of task_completed and completion_round, and the leases of the
 -- tasks enqueued in that window
@@ -97,7 +98,8 @@ begin
            count(*) as pending,
            count(*) filter (where p.available_at <= _now) as ready,
            count(*) filter (where p.available_at > _now and p.current_lease_id is not null) as running
-      from queues.task_pending p
+      -- the claim index and the lease-held tasks (sql/queues/lease_held.sql)
+      from queues.task_pending_or_held p
      where _task_type is null or p.task_type = _task_type
      group by p.task_type
   ),

@@ -73,7 +73,8 @@ begin
            where not exists (select 1 from queues.task_end_of(t.task_id) c)) as pending_tasks
     into _default;
 
-  -- Every set once, with its pending count (a range count of queues.task_pending) and its
+  -- Every set once, with its pending count (a range count of queues.task_pending, and its
+  -- lease-held tasks) and its
   -- row of queues.history_set_measured if it is done (its range below the last task id,
   -- no pending task) and maintenance measured it.
   select coalesce(jsonb_agg(jsonb_build_object(
@@ -85,8 +86,12 @@ begin
     into _sets
     from queues.history_sets() p
     left join queues.history_partition_created c on c.lower_bound = p.lower_bound and not p.is_default
-   cross join lateral (select count(*) as pending from queues.task_pending tp
-                        where not p.is_default and tp.task_id >= p.lower_bound and tp.task_id < p.upper_bound) pe
+   cross join lateral (select (select count(*) from queues.task_pending tp
+                                where not p.is_default and tp.task_id >= p.lower_bound and tp.task_id < p.upper_bound)
+                              -- and the lease-held tasks (no claim-index row, sql/queues/lease_held.sql)
+                              + (select count(*) from queues.lease_held_tasks h
+                                  where not p.is_default and h.task_id >= p.lower_bound and h.task_id < p.upper_bound)
+                                as pending) pe
     left join queues.history_set_measured m
       on m.lower_bound = p.lower_bound and m.upper_bound = p.upper_bound
      and not p.is_default and p.upper_bound <= _last_id and pe.pending = 0;
@@ -175,7 +180,7 @@ begin
                           'task_state', coalesce(
                             (select c.outcome from queues.task_end_of(r.task_id) c limit 1),
                             (select admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now)
-                               from queues.task_pending p where p.task_id = r.task_id)),
+                               from queues.task_pending_or_held_of(r.task_id) p limit 1)),
                           'report', (select x.result -> 'payload' from queues.task_result x
                                       where x.task_id = r.task_id order by x.task_lease_id desc limit 1))
                    from schedules.schedule_run r

@@ -102,7 +102,8 @@ as $$
   with pending as (
     select p.task_type, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now) as state,
            count(*) as n
-      from queues.task_pending p
+      -- the claim index and the lease-held tasks (sql/queues/lease_held.sql)
+      from queues.task_pending_or_held p
      group by 1, 2
   ),
   open_pause as (

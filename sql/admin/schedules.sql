@@ -31,7 +31,7 @@ begin
                     'fire_at', r.fire_at, 'outcome', r.outcome, 'task_id', r.task_id,
                     'task_state', coalesce(c.outcome,
                       (select admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now)
-                         from queues.task_pending p where p.task_id = r.task_id)))
+                         from queues.task_pending_or_held_of(r.task_id) p limit 1)))
                     order by r.fire_at desc)
              from (select * from schedules.schedule_run x
                     where x.schedule_id = s.schedule_id

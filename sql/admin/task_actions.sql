@@ -47,7 +47,9 @@ begin
     raise exception 'limit must be between 1 and 1000, got %', coalesce(_limit::text, 'null') using errcode = '22023';
   end if;
   _ids := array(
-    select p.task_id from queues.task_pending p
+    -- the claim index and the lease-held tasks (sql/queues/lease_held.sql: one whose claim
+    -- lease expired is ready)
+    select p.task_id from queues.task_pending_or_held p
      where (_task_type is null or p.task_type = _task_type)
        and admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, now())
            = any (case when _state is null then array['waiting', 'scheduled', 'ready', 'retrying'] else array[_state] end)
@@ -101,6 +103,9 @@ begin
          case when m.task_id is not null then 'run_now'
               when l.task_id is not null then 'not_scheduled'
               when coalesce((select true from queues.task_end_of(i.task_id) x limit 1), false) then 'already_completed'
+              -- no row and no end: held by the claim lease that took it out of the claim
+              -- index (the ready set), so running
+              when exists (select 1 from queues.task t where t.task_id = i.task_id) then 'not_scheduled'
               else 'unknown_task' end
     from unnest(_task_ids) with ordinality as i(task_id, n)
     left join unnest(_locked) as l(task_id) on l.task_id = i.task_id

@@ -21,8 +21,8 @@
 --   _resource_key         tasks with this resource key
 --   _enqueued_from/_to    enqueued_at in [from, to)
 --   _payload_path/_value  payload #> path = value (a JSON value)
--- Which table drives the walk: pending states walk queues.task_pending (bounded by
--- pending work); unsuccessful outcomes walk queues.task_completed by key (failed and
+-- Which table drives the walk: pending states walk queues.task_pending_or_held (the claim
+-- index and the lease-held tasks, sql/queues/lease_held.sql: bounded by pending work); unsuccessful outcomes walk queues.task_completed by key (failed and
 -- abandoned ones by task_completed_unsuccessful_task_idx, which holds only those); a
 -- state that includes succeeded walks queues.task with each task's end
 -- (queues.task_end_of: successes are mostly in completion rounds); a resource key walks
@@ -150,7 +150,8 @@ begin
     _sql := 'select p.task_id, p.task_type, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, $1),
                     p.priority, t.resource_key, t.max_attempts, p.lease_count,
                     t.enqueued_at, p.scheduled_at, p.available_at, null::timestamptz
-               from queues.task_pending p
+               -- the claim index and the lease-held tasks (sql/queues/lease_held.sql)
+               from queues.task_pending_or_held p
               -- lateral + limit 1: one primary-key probe per pending task passed over
               cross join lateral (select * from queues.task x where x.task_id = p.task_id limit 1) t
               where admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, $1) = any ($15)
@@ -198,7 +199,22 @@ begin
                         where ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13))),
                     t.enqueued_at, t.scheduled_at, p.available_at, c.completed_at
                from queues.task t
-               left join queues.task_pending p on p.task_id = t.task_id
+               -- its claim-index row, else the claim lease that holds it (a lease-held task:
+               -- queues.lease_held_of written out, its probe of the end given the range''s
+               -- bounds, so that it reads the range''s partitions only)
+               left join lateral (select x.available_at, x.current_lease_id, x.lease_count
+                                    from queues.task_pending x where x.task_id = t.task_id
+                                  union all
+                                  (select h.expires_at, h.task_lease_id, 1
+                                     from queues.claim_lease h
+                                    where h.task_range @> t.task_id and h.task_id >= t.task_id
+                                      and t.task_id = any (h.task_ids)
+                                      and not exists (select 1 from queues.task_end_of(t.task_id) e
+                                                       where ($12::bigint is null or e.task_id >= $12)
+                                                         and ($13::bigint is null or e.task_id < $13))
+                                    order by h.task_lease_id desc
+                                    limit 1)
+                                  limit 1) p on true
                left join lateral (select e.outcome, e.completed_at from queues.task_end_of(t.task_id) e
                                    where ($12::bigint is null or e.task_id >= $12) and ($13::bigint is null or e.task_id < $13)
                                    limit 1) c on true
@@ -310,7 +326,8 @@ begin
            'completion', case when c.task_id is not null then to_jsonb(c) - 'task_id' - 'task_type' end)
     into _result
     from queues.task t
-    left join queues.task_pending p on p.task_id = t.task_id
+    -- its claim-index row, or the row its claim lease gives a lease-held task
+    left join lateral (select x.* from queues.task_pending_or_held_of(t.task_id) x limit 1) p on true
     left join lateral (select e.* from queues.task_end_of(t.task_id) e limit 1) c on true
    where t.task_id = _task_id;
 
@@ -331,8 +348,8 @@ as $$
   select admin.get_task_at(now(), _task_id)
 $$;
 
--- Counts by task type and state: pending states over queues.task_pending (bounded by
--- pending work), completion outcomes over the last _window_seconds only (default 86400;
+-- Counts by task type and state: pending states over queues.task_pending_or_held (the
+-- claim index and the lease-held tasks: bounded by pending work), completion outcomes over the last _window_seconds only (default 86400;
 -- read through the completed_at indexes of task_completed and completion_round), so the
 -- cost never follows history.
 -- Every registered type appears, with zero rows left out.
@@ -355,7 +372,7 @@ begin
   return query
   select p.task_type, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now) as state,
          count(*)
-    from queues.task_pending p
+    from queues.task_pending_or_held p
    group by 1, 2
   union all
   select c.task_type, c.outcome, count(*)

@@ -14,13 +14,19 @@ create or replace function admin.list_workers_at(_now timestamptz, _dead_after_s
   set search_path = pg_catalog, pg_temp
 as $$
   with in_flight as (
-    -- live leases: the pending rows under a lease that has not expired (bounded by pending work)
+    -- live leases (bounded by pending work): the pending rows under a lease that has not
+    -- expired, and the lease-held tasks of claim leases that have not (no claim-index row:
+    -- their claim lease names the worker, sql/queues/lease_held.sql)
     select coalesce(l.worker_id, n.worker_id) as worker_id, count(*) as n
-      from queues.task_pending p
-      cross join lateral (select y.worker_key, y.worker_id from queues.task_lease_at(p.task_id, p.current_lease_id) y limit 1) l
+      from (select y.worker_key, y.worker_id
+              from queues.task_pending p
+             cross join lateral (select y.worker_key, y.worker_id
+                                   from queues.task_lease_at(p.task_id, p.current_lease_id) y limit 1) y
+             where p.available_at > _now
+            union all
+            select h.worker_key, null::text from queues.lease_held_tasks h where h.expires_at > _now) l
       -- a lease names its worker by key (queues.worker_name), or by id if written before
       left join queues.worker_name n on n.worker_key = l.worker_key
-     where p.available_at > _now
      group by 1
   )
   select w.worker_id, w.task_types,
@@ -84,6 +90,10 @@ begin
       round(extract(epoch from _now - _w.last_seen_at)), _dead using errcode = '55000';
   end if;
   perform queues.lock_resource_keys(array(
+    select s.task_id from queues.stale_leases_at(_now, _dead) s where s.worker_id = _worker_id));
+  -- A task its claim took out of the claim index gets its row back first (queues.hold_rows_of,
+  -- as queues.recover_stale_leases_at does).
+  perform queues.hold_rows_of(array(
     select s.task_id from queues.stale_leases_at(_now, _dead) s where s.worker_id = _worker_id));
   return query
   with stale as (

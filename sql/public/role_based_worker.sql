@@ -46,6 +46,8 @@ comment on view public.v_worker_capacity is
 --                                 start (a run reports its start with its worker's next
 --                                 heartbeat, or with its completion)
 --                      running    held by a live lease whose run was seen to start
+--                      (held: by its claim-index row's lease, or, with no row and no end,
+--                      by its newest lease, a claim lease: the ready set, sql/queues/lease_held.sql)
 --                      stale      held by a lease that expired uncompleted, or whose
 --                                 worker is silent for longer than three of its heartbeat
 --                                 intervals (its worker died: recover_stale_tasks)
@@ -81,8 +83,8 @@ select t.task_id                                      as id,
          when c.outcome = 'succeeded' then 'completed'
          when c.outcome in ('failed', 'abandoned', 'validation_failed') then 'failed'
          when c.outcome is not null then c.outcome
-         when p.current_lease_id is null then 'pending'
-         when p.available_at <= now() then 'stale'
+         when coalesce(p.current_lease_id, h.task_lease_id) is null then 'pending'
+         when coalesce(p.available_at, h.expires_at) <= now() then 'stale'
          when w.last_seen_at < now() - make_interval(secs => 3 * coalesce(w.heartbeat_interval_ms, 30000) / 1000.0)
               and w.stopped_at is null then 'stale'
          when st.started_at is null then 'claimed'
@@ -94,7 +96,8 @@ select t.task_id                                      as id,
        l.leased_at                                    as claimed_at,
        st.started_at,
        c.completed_at,
-       case when c.task_id is null and p.current_lease_id = l.task_lease_id and w.last_seen_at is not null
+       case when c.task_id is null and coalesce(p.current_lease_id, h.task_lease_id) = l.task_lease_id
+                 and w.last_seen_at is not null
             then w.last_seen_at
             else greatest(l.leased_at, st.started_at,
                           (select max(x.extended_at) from queues.task_lease_extension x
@@ -132,19 +135,25 @@ select t.task_id                                      as id,
   -- task_lease row, or a claim_lease naming the task (queues.task_leases_of's probe,
   -- written out: this view's readers cannot call that function).
   left join lateral (
-    select y.task_id, y.task_lease_id, y.leased_at,
+    select y.task_id, y.task_lease_id, y.leased_at, y.expires_at, y.claim,
            coalesce(y.worker_id, (select n.worker_id from queues.worker_name n where n.worker_key = y.worker_key))
              as worker_id
-      from (select x.task_id, x.task_lease_id, x.leased_at, x.worker_id, x.worker_key
+      from (select x.task_id, x.task_lease_id, x.leased_at, x.expires_at, x.worker_id, x.worker_key, false as claim
               from queues.task_lease x
              where x.task_id = t.task_id
             union all
-            select t.task_id, x.task_lease_id, x.leased_at, null::text, x.worker_key
+            select t.task_id, x.task_lease_id, x.leased_at, x.expires_at, null::text, x.worker_key, true
               from queues.claim_lease x
              where x.task_range @> t.task_id and x.task_id >= t.task_id and t.task_id = any (x.task_ids)) y
      order by y.task_lease_id desc
      limit 1
   ) l on true
+  -- A task with neither a claim-index row nor an end is held by its newest lease, a claim
+  -- lease (the ready set: queues.lease_held_of, written out).
+  left join lateral (
+    select l.task_lease_id, l.expires_at
+     where p.task_id is null and c.task_id is null and l.claim
+  ) h on true
   left join lateral (
     select coalesce(case when c.task_lease_id = l.task_lease_id then c.started_at end,
                     (select m.started_at from queues.task_lease_started m

@@ -55,8 +55,12 @@ create or replace function queues.cancel_tasks_at(_now timestamptz, _task_ids bi
 as $$
 #variable_conflict use_column
 declare
-  _cancelled bigint[];
-  _running bigint[];
+  _cancelled bigint[] := '{}';
+  _running bigint[] := '{}';
+  _todo bigint[] := _task_ids;
+  _c bigint[];
+  _r bigint[];
+  _pass integer;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -71,39 +75,53 @@ begin
   -- flight holds its row: the cancel waits for it, then finds the task gone
   -- (already_completed).
   perform queues.lock_resource_keys(_task_ids);
-  with locked as (
-    select p.task_id, p.task_type, p.current_lease_id,
-           (p.current_lease_id is not null and p.available_at > _now) as held
-      from queues.task_pending p
-     where p.task_id = any (_task_ids)
-     order by p.task_id
-       for update
-  ),
-  completed as (
-    insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
-    select l.task_id, null, _now, 'cancelled', l.task_type from locked l
-    returning task_id
-  ),
-  reasons as (
-    insert into queues.task_cancelled (task_id, reason, cancelled_at)
-    select l.task_id, coalesce(_reason, ''), _now from locked l
-  ),
-  revoked as (
-    insert into queues.task_lease_revocation (task_id, task_lease_id, revoked_at, reason)
-    select l.task_id, l.current_lease_id, _now, left('cancelled: ' || coalesce(nullif(_reason, ''), 'no reason given'), 520)
-      from locked l where l.held
-    on conflict do nothing
-  ),
-  removed as (
-    delete from queues.task_pending p where p.task_id = any (array(select l.task_id from locked l))
-  ),
-  key_freed as (
-    delete from queues.resource_lease k where k.task_id = any (array(select l.task_id from locked l))
-  )
-  select coalesce((select array_agg(c.task_id) from completed c), '{}'),
-         coalesce(array_agg(l.task_id) filter (where l.held), '{}')
-    into _cancelled, _running
-    from locked l;
+  -- A task its claim took out of the claim index gets its row back first
+  -- (queues.hold_rows_of). A claim in flight that takes a task out holds its row: the
+  -- cancel waits for it, finds no row, and gives the task its row back in a second pass.
+  for _pass in 1 .. 2 loop
+    perform queues.hold_rows_of(_todo);
+    with locked as (
+      select p.task_id, p.task_type, p.current_lease_id,
+             (p.current_lease_id is not null and p.available_at > _now) as held
+        from queues.task_pending p
+       where p.task_id = any (_todo)
+       order by p.task_id
+         for update
+    ),
+    completed as (
+      insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type)
+      select l.task_id, null, _now, 'cancelled', l.task_type from locked l
+      returning task_id
+    ),
+    reasons as (
+      insert into queues.task_cancelled (task_id, reason, cancelled_at)
+      select l.task_id, coalesce(_reason, ''), _now from locked l
+    ),
+    revoked as (
+      insert into queues.task_lease_revocation (task_id, task_lease_id, revoked_at, reason)
+      select l.task_id, l.current_lease_id, _now, left('cancelled: ' || coalesce(nullif(_reason, ''), 'no reason given'), 520)
+        from locked l where l.held
+      on conflict do nothing
+    ),
+    removed as (
+      delete from queues.task_pending p where p.task_id = any (array(select l.task_id from locked l))
+    ),
+    key_freed as (
+      delete from queues.resource_lease k where k.task_id = any (array(select l.task_id from locked l))
+    )
+    select coalesce((select array_agg(c.task_id) from completed c), '{}'),
+           coalesce(array_agg(l.task_id) filter (where l.held), '{}')
+      into _c, _r
+      from locked l;
+    _cancelled := _cancelled || _c;
+    _running := _running || _r;
+    -- The tasks still without an end (a statement after the locks: what a claim that held
+    -- a row committed is seen).
+    _todo := array(select t.task_id from queues.task t
+                    where t.task_id = any (_todo) and t.task_id <> all (_c)
+                      and not exists (select 1 from queues.task_end_of(t.task_id) e));
+    exit when cardinality(_todo) = 0;
+  end loop;
 
   return query
   select i.task_id,

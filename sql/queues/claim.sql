@@ -102,6 +102,9 @@ begin
     raise exception 'task_types must be null (any type) or name at least one type'
       using errcode = '22023';
   end if;
+  -- The ready set's rescuer: the claim leases due by _now return their unfinished tasks
+  -- to the claim index, where this claim's statement sees them.
+  perform queues.rescue_due_leases_at(_now);
   -- One statement reads what the claim needs before it scans: the worker's key, the
   -- throttles and the flow limits in force (with none configured, the claim costs no
   -- statement more than it did without them).
@@ -233,7 +236,7 @@ begin
      cross join lateral (
        select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.group_key, p.priority, p.scheduled_at,
               p.lease_count - p.released_count - p.failed_attempts as ended_leases,
-              p.uncounted_count, p.suspect_lease
+              p.uncounted_count, p.suspect_lease, p.lease_count
          from queues.task_pending p
         where p.task_type = ty.task_type
           and p.current_lease_id is null
@@ -261,7 +264,7 @@ begin
       from (
         select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.group_key, p.priority, p.scheduled_at,
                p.lease_count - p.released_count - p.failed_attempts as ended_leases,
-               p.uncounted_count, p.suspect_lease
+               p.uncounted_count, p.suspect_lease, p.lease_count
           from queues.task_pending p
          where p.current_lease_id > 0
            and p.available_at <= _now
@@ -354,7 +357,7 @@ begin
              - (c.current_lease_id is not null and not c.suspect_lease)::integer >= _max_leases
     union all
     select t.task_id, t.task_type, t.current_lease_id, t.resource_key, t.group_key, t.priority, t.scheduled_at,
-           t.ended_leases, t.uncounted_count, t.suspect_lease
+           t.ended_leases, t.uncounted_count, t.suspect_lease, t.lease_count
       from (select g.*,
                    row_number() over (partition by g.task_type
                                       order by g.priority desc, g.scheduled_at, g.task_id) as type_rank
@@ -378,7 +381,8 @@ begin
     select c.task_id, c.task_type, c.current_lease_id, c.resource_key, c.group_key, c.priority, c.scheduled_at,
            c.counted >= _max_leases as poisoned,
            c.ended_leases > 0 as suspect,
-           c.counted as counted_leases
+           c.counted as counted_leases,
+           c.lease_count > 0 as leased_before
       from (
         select c.*,
                c.ended_leases - c.uncounted_count
@@ -396,7 +400,8 @@ begin
   -- back at the same moment, do not all land in one worker again beside the task that
   -- crashed it.
   allowed as (
-    select pk.task_id, pk.task_type, pk.group_key, pk.resource_key, pk.priority, pk.scheduled_at, pk.suspect
+    select pk.task_id, pk.task_type, pk.group_key, pk.resource_key, pk.priority, pk.scheduled_at, pk.suspect,
+           pk.leased_before
       from (select pk.*,
                    row_number() over (partition by pk.suspect
                                       order by pk.priority desc, pk.scheduled_at, pk.task_id) as rank
@@ -423,7 +428,15 @@ begin
     returning r.task_id
   ),
   eligible as (
-    select pk.task_id, pk.task_type, pk.group_key, pk.suspect
+    select pk.task_id, pk.task_type, pk.group_key, pk.suspect,
+           -- The ready set (docs/design/hot-path.md): an unkeyed task of an unlimited type
+           -- on its first lease leaves the claim index with its claim (a delete); a keyed
+           -- task, or one of a limited type, keeps its row and is leased on it (the
+           -- per-row path: resource keys and concurrency limits read leased rows), and so
+           -- does a task leased before (rescued, retried, released or revoked back into
+           -- the claim index): the claim index never loses a task twice, so a claim
+           -- lease's completion needs no newer lease looked for (queues.complete_tasks).
+           pk.resource_key is not null or pk.task_type = any (_limited) or pk.leased_before as per_row
       from allowed pk
      where pk.resource_key is null or pk.task_id in (select kt.task_id from key_taken kt)
   ),
@@ -471,7 +484,15 @@ begin
            max(e.task_id) filter (where e.suspect)
       from eligible e
     having count(*) > 0
-    returning task_lease_id, task_ids
+    returning task_lease_id, task_ids, task_id, expires_at
+  ),
+  -- The ready set's rescuer reads the claim leases due from here
+  -- (queues.rescue_due_leases_at), not from claim_lease's partitions: one row per claim
+  -- that took a task out of the claim index, deleted by the pass that rescues it.
+  due as (
+    insert into queues.claim_lease_due (task_lease_id, task_id, expires_at)
+    select l.task_lease_id, l.task_id, l.expires_at from leased l
+     where exists (select 1 from eligible e where not e.per_row)
   ),
   -- The claimed rows are found by primary key from the array of their ids (an index
   -- condition): a join of task_pending to the claim would be planned from task_pending's
@@ -489,13 +510,24 @@ begin
            -- end (as picked decided: at most one per claim).
            suspect_lease = p.lease_count - p.released_count - p.failed_attempts > 0
       from leased l
-     where p.task_id = any (array(select e.task_id from eligible e))
+     where p.task_id = any (array(select e.task_id from eligible e where e.per_row))
     returning p.task_id, p.lease_count, p.current_lease_id as task_lease_id, _now as leased_at,
               p.available_at as expires_at
+  ),
+  -- The ready set: the other claimed tasks leave the claim index (one row deleted per
+  -- task, no new row version); their lease is the claim's lease fact, the fence of
+  -- their completions (queues.complete_tasks), and an expired one's unfinished tasks come
+  -- back through queues.rescue_leases_at.
+  taken as (
+    delete from queues.task_pending p
+     using leased l
+     where p.task_id = any (array(select e.task_id from eligible e where not e.per_row))
+    returning p.task_id, p.lease_count + 1 as lease_count, l.task_lease_id, _now as leased_at,
+              _now + make_interval(secs => _lease_seconds) as expires_at
   )
   select t.task_id, t.task_type, t.payload, t.priority, t.resource_key, t.max_attempts,
          t.enqueued_at, t.scheduled_at, m.task_lease_id, m.leased_at, m.expires_at, m.lease_count, t.timeout_ms
-    from moved m
+    from (select * from moved union all select * from taken) m
    cross join lateral (
      select * from queues.task t where t.task_id = m.task_id limit 1
    ) t

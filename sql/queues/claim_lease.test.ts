@@ -77,12 +77,12 @@ describe('a claim', () => {
         seconds: 60,
       },
     ]);
-    // Each task's claim index row names it: that is what fences its completion.
-    const { rows: pending } = await db.query(
-      `select distinct current_lease_id::text as id from queues.task_pending where task_id = any($1::bigint[])`,
-      [ids],
+    // It is each task's current lease: that is what fences its completion.
+    const { rows: current } = await db.query(
+      `select queues.current_leases($1::bigint[], array_fill($2::bigint, array[cardinality($1::bigint[])])) as held`,
+      [ids, leaseId],
     );
-    expect(pending).toEqual([{ id: leaseId }]);
+    expect(current).toEqual([{ held: ids.map(() => true) }]);
     // No per-task lease rows.
     const { rows: perTask } = await db.query(
       'select count(*)::int as n from queues.task_lease where task_id = any($1::bigint[])',

@@ -54,6 +54,9 @@ as $$
 #variable_conflict use_column
 declare
   _bad text;
+  _retried bigint[];
+  _all_succeeded boolean;
+  _calls text;
 begin
   if _task_ids is null then
     raise exception 'task_ids must not be null' using errcode = '22004';
@@ -72,11 +75,15 @@ begin
     raise exception 'outcomes must have one element per task (% tasks, % outcomes)',
       cardinality(_task_ids), cardinality(_outcomes) using errcode = '22023';
   end if;
-  select o into _bad from unnest(_outcomes) o
-   where o is not null and o not in ('succeeded', 'failed', 'abandoned', 'cancelled', 'validation_failed') limit 1;
-  if found then
-    raise exception 'unknown outcome %; expected succeeded, failed, abandoned, cancelled or validation_failed',
-      quote_literal(left(_bad, 100)) using errcode = '22023';
+  -- (A round of plain successes, every outcome 'succeeded', is checked without a query.)
+  _all_succeeded := coalesce('succeeded' = all (_outcomes), false);
+  if not _all_succeeded then
+    select o into _bad from unnest(_outcomes) o
+     where o is not null and o not in ('succeeded', 'failed', 'abandoned', 'cancelled', 'validation_failed') limit 1;
+    if found then
+      raise exception 'unknown outcome %; expected succeeded, failed, abandoned, cancelled or validation_failed',
+        quote_literal(left(_bad, 100)) using errcode = '22023';
+    end if;
   end if;
   if _retries is not null and cardinality(_retries) <> cardinality(_task_ids) then
     raise exception 'retries must have one element per task (% tasks, % retries)',
@@ -91,6 +98,21 @@ begin
   end if;
 
   perform queues.lock_resource_keys(_task_ids);
+  -- A task completed without a lease (an unfenced caller) that its claim took out of the
+  -- claim index gets its row back first (queues.hold_rows_of), and ends on it.
+  if _task_lease_ids is null or array_position(_task_lease_ids, null) is not null then
+    perform queues.hold_rows_of(array(
+      select i.id from unnest(_task_ids, coalesce(_task_lease_ids, array_fill(null::bigint, array[cardinality(_task_ids)])))
+                       i(id, lease)
+       where i.lease is null));
+  end if;
+  -- The ready set's fence (docs/design/hot-path.md): a task a claim took out of the claim
+  -- index is held by its claim lease. The leases named here are locked (transaction-scoped
+  -- advisory locks, class 20253, in lease id order), exclusively: the rescuer of an
+  -- expired lease takes the same lock, so a completion and the rescue of its lease never
+  -- decide at once, and two completions under one lease take turns. Nothing is written.
+  perform pg_advisory_xact_lock(20253, hashint8(l.id))
+     from (select distinct x.id from unnest(_task_lease_ids) x(id) where x.id is not null order by 1) l;
 
   return query
   with input as (
@@ -106,13 +128,9 @@ begin
   -- The pending rows this call may act on, locked in task id order (as every call that
   -- locks several of them: a cancel of some of them cannot deadlock with this batch): a
   -- concurrent claim skips them, a concurrent completion waits and then finds nothing.
-  held as (
-    select h.task_id, h.task_type, h.current_lease_id, h.resource_key, h.task_lease_id, h.outcome,
-           h.outcome = 'failed' and h.may_retry and h.failed_attempts + 1 < h.max_attempts as retry,
-           h.failed_attempts, h.started_at
-      from (
+  held_row as (
     select p.task_id, p.task_type, p.current_lease_id, p.resource_key, i.task_lease_id, i.may_retry,
-           p.failed_attempts, p.max_attempts, i.started_at,
+           p.failed_attempts, p.max_attempts, i.started_at, true as has_row,
            case
              when i.outcome is not null then i.outcome
              -- The default: an error of the current run makes it a failure (evaluated only
@@ -139,7 +157,79 @@ begin
                                  where r.resource_key = p.resource_key and r.task_id = p.task_id))))
      order by p.task_id
        for update of p
-      ) h
+  ),
+  -- Tasks out of the claim index, held by the claim lease the caller names. Read per
+  -- lease, not per task: the lease by its id (it names its tasks); among the call's
+  -- tasks it names, those that ended (a round in its range, or a completion) are no
+  -- longer its; nor is a task with a claim-index row (back in the index: rescued,
+  -- released, revoked or retrying, held there by a newer lease, or by no one). No newer
+  -- lease is looked for: a claim takes a task out of the claim index only on its first
+  -- lease (queues.claim_tasks_at leases a task leased before on its row), so a task the
+  -- lease named that came back to the index keeps a row until its end. Read in this
+  -- statement, after the lease locks above: what the rescuer or another completion of
+  -- the lease did is seen.
+  lease_named as (
+    select c.task_lease_id, c.task_range, c.task_ids
+      from (select distinct i.task_lease_id from input i where i.task_lease_id is not null) li
+     cross join lateral (
+       -- The array decompressed once here (`|| '{}'` returns it detoasted): read as
+       -- stored, each `= any` below decompressed the lease's 500 ids again, per task.
+       select c.task_lease_id, c.task_ids || array[]::bigint[] as task_ids, c.task_range from queues.claim_lease c
+        where c.task_lease_id = li.task_lease_id limit 1
+     ) c
+  ),
+  -- The call's tasks each lease names. (Each input row scans its lease's array once: a
+  -- join of the input to the unnested arrays was planned, generically, as nested loops
+  -- that unnested the lease once per input row; a hash join to the arrays unnested once
+  -- and kept cost the same, 0.5 ms per call of 500.)
+  lease_task as (
+    select i.*
+      from input i
+     where i.task_lease_id is not null
+       and exists (select 1 from lease_named l
+                    where l.task_lease_id = i.task_lease_id and i.task_id = any (l.task_ids))
+  ),
+  lease_gone as (
+    select u.task_id
+      from lease_named l
+      join queues.completion_round r on r.task_range && l.task_range and r.task_id >= lower(l.task_range)
+     cross join lateral unnest(r.task_ids) u(task_id)
+    union all
+    select c.task_id from queues.task_completed c where c.task_id = any (_task_ids)
+  ),
+  lease_open as (
+    select lt.*
+      from lease_task lt
+     where not exists (select 1 from lease_gone g where g.task_id = lt.task_id)
+       -- (a scalar subquery: a primary-key probe per task, never an anti-join planned
+       -- from task_pending's statistics)
+       and (select true from queues.task_pending p where p.task_id = lt.task_id) is null
+  ),
+  held_lease as (
+    select t.task_id, t.task_type, i.task_lease_id, t.resource_key, i.task_lease_id, i.may_retry,
+           case when i.outcome is distinct from 'succeeded'
+                then (select count(*)::integer from queues.task_attempt_failed a where a.task_id = t.task_id)
+                else 0 end,
+           t.max_attempts, i.started_at, false,
+           case
+             when i.outcome is not null then i.outcome
+             when exists (select 1 from queues.error e
+                           where e.task_id = t.task_id
+                             and (e.task_lease_id = i.task_lease_id
+                                  or (e.task_lease_id is null
+                                      and e.created_at >= (select l.leased_at
+                                                              from queues.task_lease_at(t.task_id, i.task_lease_id) l))))
+               then 'failed'
+             else 'succeeded'
+           end as outcome
+      from lease_open i
+     cross join lateral (select * from queues.task t where t.task_id = i.task_id limit 1) t
+  ),
+  held as (
+    select h.task_id, h.task_type, h.current_lease_id, h.resource_key, h.task_lease_id, h.outcome,
+           h.outcome = 'failed' and h.may_retry and h.failed_attempts + 1 < h.max_attempts as retry,
+           h.failed_attempts, h.started_at, h.has_row
+      from (select * from held_row union all select * from held_lease) h
   ),
   -- Simple retries: a failed attempt with attempts left runs again after a backoff.
   retry_facts as (
@@ -158,9 +248,10 @@ begin
        and p.task_id = any (array(select r2.task_id from retry_facts r2))
     returning p.task_id
   ),
+  -- (A task held by its claim lease has no row: only the rows held are deleted.)
   removed as (
     delete from queues.task_pending p
-     where p.task_id = any (array(select h.task_id from held h where not h.retry))
+     where p.task_id = any (array(select h.task_id from held h where not h.retry and h.has_row))
     returning p.task_id
   ),
   -- Every end but a plain success: a task_completed row per task. The lease the caller
@@ -223,8 +314,32 @@ begin
          end
     from input i
     left join completed c on c.task_id = i.task_id
-    left join retried rt on rt.task_id = i.task_id
+    -- (every retry recorded: a claim-index row moved, or a lease-held task's written after)
+    left join retry_facts rt on rt.task_id = i.task_id
    order by i.ord;
+
+  -- A failed attempt of a task held by its claim lease (no claim-index row) returns it to
+  -- the claim index, at its retry time, as the facts now give it. (The attempts this
+  -- transaction recorded: failed_at is the transaction's now(). A call whose outcomes all
+  -- succeeded recorded none.)
+  if _task_lease_ids is not null and not _all_succeeded then
+    _retried := array(select a.task_id from queues.task_attempt_failed a
+                       where a.task_id = any (_task_ids) and a.failed_at = now()
+                         and not exists (select 1 from queues.task_pending p where p.task_id = a.task_id));
+    if cardinality(_retried) > 0 then
+      insert into queues.task_pending
+        (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
+         lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
+         suspect_lease, group_key)
+      select r.* from queues.pending_rows_of(_retried) r order by r.task_id;
+    end if;
+  end if;
+  -- The transaction's completion calls, counted (queues.run_steps watches them: a step
+  -- that ends a task without a claim-index row touches no row). A simple expression: no
+  -- statement of its own.
+  _calls := set_config('queues.completions',
+                       (coalesce(nullif(current_setting('queues.completions', true), ''), '0')::bigint + 1)::text,
+                       true);
 end;
 $$;
 

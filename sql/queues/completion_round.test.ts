@@ -406,6 +406,72 @@ describe('a round is fenced by the lease of each task', () => {
   });
 });
 
+describe('a round of plain successes takes no shortcut past the checks', () => {
+  // queues.settle_tasks and queues.complete_tasks skip their error, outcome and retry
+  // queries for a call whose outcomes all succeeded and that records no error: a call
+  // with one other outcome, error or start time beside its successes is checked whole.
+  it('refuses the whole call for one bad element beside the successes, writing nothing', async () => {
+    const ids = await enqueue('round_a', 3);
+    const leases = await claim('round_a');
+    const held = ids.map((id) => leases.get(id)!);
+    const call = (sql: string, params: unknown[]) => db.pool('worker').query(sql, params);
+    const settleSql = `select * from queues.settle_tasks($1::bigint[], $2::bigint[], $3::text[], null, $4::bigint[], $5::text[], $6::bigint[])`;
+    const succeeded = ids.map(() => 'succeeded');
+    for (const [outcomes, errorIds, messages, startedUs, code] of [
+      // an unknown outcome among successes
+      [['succeeded', 'succeeded', 'finished'], null, null, null, '22023'],
+      // an error naming a task outside the call
+      [succeeded, ['1'], ['boom'], null, '22023'],
+      // a blank error message
+      [succeeded, [ids[0]], [' '], null, '22004'],
+      // errors and messages of different lengths
+      [succeeded, [ids[0]], [], null, '22023'],
+      // a start time missing
+      [succeeded, null, null, ['1790000000000000'], '22023'],
+    ] as const)
+      await expect(call(settleSql, [ids, held, outcomes, errorIds, messages, startedUs])).rejects.toMatchObject({
+        code,
+      });
+    await expect(
+      call(`select * from queues.complete_tasks($1::bigint[], $2::bigint[], $3::text[])`, [
+        ids,
+        held,
+        ['succeeded', 'succeeded', 'finished'],
+      ]),
+    ).rejects.toMatchObject({ code: '22023' });
+    expect(await ends(ids)).toEqual([]);
+    // Then the same successes, checked and recorded as one round.
+    expect(await settle(ids, held, succeeded)).toEqual(new Map(ids.map((id) => [id, 'completed'])));
+    expect((await ends(ids)).map((e) => e.outcome)).toEqual(['succeeded', 'succeeded', 'succeeded']);
+  });
+
+  it('a failure with attempts left beside successes of the same lease comes back to the claim index; the successes end', async () => {
+    const { rows } = await db.query(
+      `select queues.enqueue('round_b', jsonb_build_object('n', g), _max_attempts => 3)::text as id from generate_series(1, 3) g`,
+    );
+    const ids = rows.map((r) => r.id as string);
+    const leases = await claim('round_b');
+    const held = ids.map((id) => leases.get(id)!);
+    // Taken out of the claim index by the claim (the ready set): no row while held.
+    const rowsOf = async () =>
+      (
+        await db.query(`select task_id::text from queues.task_pending where task_id = any ($1::bigint[]) order by 1`, [
+          ids,
+        ])
+      ).rows.map((r) => r.task_id);
+    expect(await rowsOf()).toEqual([]);
+    expect(await settle(ids, held, ['succeeded', 'failed', 'succeeded'])).toEqual(
+      new Map([
+        [ids[0], 'completed'],
+        [ids[1], 'retry_scheduled'],
+        [ids[2], 'completed'],
+      ]),
+    );
+    expect(await rowsOf()).toEqual([ids[1]]);
+    expect((await ends(ids)).map((e) => e.task_id)).toEqual([ids[0], ids[2]]);
+  });
+});
+
 describe('start times', () => {
   it('are kept to the microsecond across the century, whatever their digits', async () => {
     const ids = await enqueue('round_a', 1000);

@@ -69,7 +69,10 @@ begin
   _deps := queues.check_task_dependencies(_task_ids, _depends_on, _labels, _new_task_ids);
 
   -- The lock that orders this enqueue with the dependencies' endings (see the top of the
-  -- file): a pending dependency's claim-index row, FOR KEY SHARE, in task id order.
+  -- file): a pending dependency's claim-index row, FOR KEY SHARE, in task id order. A
+  -- dependency its claim took out of the claim index gets its row back first
+  -- (queues.hold_rows_of), so that its completion, too, waits for this lock.
+  perform queues.hold_rows_of(_deps);
   perform from queues.task_pending p
     where p.task_id = any (_deps)
     order by p.task_id
@@ -189,9 +192,8 @@ $$;
 -- succeeded and its outcome, and whether any is still pending. A dependency in _ended_ids
 -- ended with the outcome at the same position of _ended_outcomes (what a completion
 -- passes); any other counts as ended unsuccessfully when queues.task_completed says so
--- (task_completed_unsuccessful_task_idx), as pending while it has a claim-index row, and
--- as succeeded otherwise (so a success recorded elsewhere than queues.task_completed counts
--- too). No grants.
+-- (task_completed_unsuccessful_task_idx), as pending while it has a claim-index row or
+-- no end (a task its claim holds has no row), and as succeeded otherwise. No grants.
 create or replace function queues.dependency_verdicts(_task_ids bigint[], _ended_ids bigint[], _ended_outcomes text[])
   returns table (task_id bigint, failed_dep bigint, failed_outcome text, pending boolean)
   language sql stable
@@ -209,7 +211,9 @@ as $$
                  where e.task_id = d.depends_on_task_id and e.outcome is not null limit 1),
                (select c.outcome from queues.task_completed c
                  where c.task_id = d.depends_on_task_id and c.outcome <> 'succeeded'),
-               case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id) then null
+               -- pending: a claim-index row, or none and no end (held by its claim lease)
+               case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id)
+                         or not exists (select 1 from queues.task_end_of(d.depends_on_task_id) e) then null
                     else 'succeeded' end) as outcome
         from queues.task_dependency d
        -- A primary-key range per dependent.
@@ -381,8 +385,10 @@ create or replace function queues.list_task_dependencies(_task_id bigint)
   set search_path = pg_catalog, pg_temp
 as $$
   select d.depends_on_task_id, t.task_type,
-         case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id) then null
-              else coalesce(c.outcome, 'succeeded') end,
+         -- pending: a claim-index row, or no end (held by its claim lease)
+         case when (select true from queues.task_pending p where p.task_id = d.depends_on_task_id)
+                   or c.task_id is null then null
+              else c.outcome end,
          c.completed_at,
          (select r.result from queues.task_result r
            where r.task_id = d.depends_on_task_id order by r.task_lease_id desc limit 1)
@@ -414,7 +420,7 @@ as $$
                           'succeeded') as state
             from queues.task_dependency d
             join queues.task t on t.task_id = d.task_id
-            left join queues.task_pending p on p.task_id = d.task_id
+            left join lateral (select x.* from queues.task_pending_or_held_of(d.task_id) x limit 1) p on true
             left join lateral queues.task_end_of(d.task_id) c on true
            where d.depends_on_task_id = _task_id
            order by d.task_id

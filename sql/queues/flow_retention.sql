@@ -59,11 +59,12 @@ begin
 end;
 $$;
 
--- Whether a pending task of a newer set depends on a task of the set [_lower, _upper): the
--- set is then kept, however old, since the dependent reads its dependencies and their
--- results when it runs (queues.list_task_dependencies). Its edges live in its own set, so
--- they are kept with it. Reads the dependency index of the newer sets' partitions only.
--- Owner only.
+-- Whether an unfinished task of a newer set depends on a task of the set [_lower, _upper):
+-- the set is then kept, however old, since the dependent reads its dependencies and their
+-- results when it runs (queues.list_task_dependencies). Unfinished: a claim-index row, or
+-- no row and no end (a task its claim lease holds: the ready set, docs/design/hot-path.md).
+-- Its edges live in its own set, so they are kept with it. Reads the dependency index of
+-- the newer sets' partitions, and each dependent's end only when it has no row. Owner only.
 create or replace function queues.history_set_has_waiting_dependents(_lower bigint, _upper bigint)
   returns boolean
   language sql stable
@@ -72,7 +73,8 @@ as $$
   select exists (select 1 from queues.task_dependency d
                   where d.depends_on_task_id >= _lower and d.depends_on_task_id < _upper
                     and d.task_id >= _upper
-                    and exists (select 1 from queues.task_pending p where p.task_id = d.task_id))
+                    and (exists (select 1 from queues.task_pending p where p.task_id = d.task_id)
+                         or not exists (select 1 from queues.task_end_of(d.task_id) e)))
 $$;
 
 revoke execute on function queues.prune_flow_facts_at(timestamptz),

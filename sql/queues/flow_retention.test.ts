@@ -161,6 +161,47 @@ describe('per-task flow facts leave with their history set', () => {
     ).toBe(0);
   });
 
+  it('a dependent its claim lease holds (no claim-index row, no end) keeps the set of its dependency until it ends', async () => {
+    const { rows } = await db.query(
+      `select max(upper_bound) as top from queues.history_partitions() where not is_default`,
+    );
+    const lo = Number(rows[0].top);
+    await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [lo - 1]);
+    await maintain();
+    // S1 = [lo, lo + 10) holds the dependency `a`; S2 the dependent `d`.
+    const a = await enqueue();
+    expect(Number(a)).toBe(lo);
+    await fillTo(lo + SIZE - 1);
+    const d = await enqueue([a]);
+    expect(Number(d)).toBeGreaterThanOrEqual(lo + SIZE);
+    await fillTo(lo + 3 * SIZE + 1); // S1 and S2 below the last id handed out
+    // Every task of S1 and S2 ends but `d`, which a claim then takes out of the claim index.
+    await completeRange(lo, lo + 2 * SIZE, [d]);
+    const { rows: claimed } = await db
+      .pool('worker')
+      .query<{ task_id: string; task_lease_id: string }>(
+        `select task_id, task_lease_id from queues.claim_tasks('w', 1000, $1, 60)`,
+        [[TYPE]],
+      );
+    const lease = claimed.find((c) => c.task_id === d)?.task_lease_id;
+    expect(lease).toBeDefined();
+    expect(await count(`select 1 from queues.task_pending where task_id = $1`, [d])).toBe(0);
+
+    // Long after the window: `d` runs and will read a's result: S1 is kept.
+    let r = await maintain(30);
+    expect(r.skipped).toEqual([]);
+    expect(r.dropped).not.toContainEqual([lo, lo + SIZE]);
+    expect(await isKept(lo)).toBe(true);
+    expect(
+      (await db.pool('worker').query(`select task_id from queues.list_task_dependencies($1) order by 1`, [d])).rows,
+    ).toEqual([{ task_id: a }]);
+
+    // `d` ends on its claim's lease: S1 goes.
+    await db.pool('worker').query(`select queues.complete_tasks(array[$1::bigint], array[$2::bigint])`, [d, lease]);
+    r = await maintain(30);
+    expect(r.dropped).toContainEqual([lo, lo + SIZE]);
+  });
+
   it('every set has a partition of task_progress and task_dependency, and rows land in their task set', async () => {
     const { rows } = await db.query(
       `select t.name, count(b.partition_name) as n

@@ -45,6 +45,8 @@ begin
   end if;
 
   perform queues.lock_resource_keys(array[_task_id]);
+  -- A task its claim took out of the claim index gets its row back first (queues.hold_rows_of).
+  perform queues.hold_rows_of(array[_task_id]);
   select p.* into _pending
     from queues.task_pending p
    where p.task_id = _task_id

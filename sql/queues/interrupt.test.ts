@@ -1,7 +1,7 @@
 // queues.interrupt_task: transient errors count, back off, end as a dead letter; fenced;
 // rebuilt from the facts. And complete_tasks' _retries: a final failure is not retried.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/testing';
+import { createTestDatabase, type TestDatabase, endPendingTasks } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -11,7 +11,8 @@ afterAll(async () => {
   await db?.drop();
 });
 beforeEach(async () => {
-  await db.query('delete from queues.task_pending; delete from queues.resource_lease');
+  await endPendingTasks(db);
+  await db.query('delete from queues.resource_lease');
 });
 
 async function enqueue(maxAttempts: number | null = null, resourceKey: string | null = null): Promise<string> {

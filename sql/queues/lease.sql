@@ -55,7 +55,9 @@ $$;
 -- and appends a queues.task_lease_extension fact. Parallel arrays of task and lease ids.
 -- Never waits for a task's row: a lease whose row another transaction holds (a completion
 -- of that task in flight, usually) is left as it is, its expiry unchanged, and returned
--- as still held; the next heartbeat extends it if it still is. Returns the leases still
+-- as still held; the next heartbeat extends it if it still is. A task its claim lease
+-- holds without a row waits for a completion of that lease in flight (at most the
+-- session's lock_timeout, or 200 ms when it has none), then is left the same way. Returns the leases still
 -- held, extended or left; a lease missing from the result was lost (the task was
 -- re-claimed after an expiry, or completed, or its resource key went to another task).
 create or replace function queues.extend_leases_at(
@@ -73,12 +75,52 @@ as $$
 declare
   _locked bigint[];
   _other bigint[] := '{}';
+  _leases bigint[];
+  _lease bigint;
+  _free bigint[];
+  _waited boolean := false;
+  _timeout text;
+  _held bigint[];
 begin
   perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
   perform queues.lock_resource_keys(_task_ids);
   if _lease_seconds is null or _lease_seconds not between 1 and 86400 then
     raise exception 'lease_seconds must be between 1 and 86400, got %',
       coalesce(_lease_seconds::text, 'null') using errcode = '22023';
+  end if;
+  -- The ready set (docs/design/hot-path.md): the claim leases of the tasks without a row,
+  -- locked shared first, in lease id order, as a completion or a rescue of the lease
+  -- takes the lock exclusively before any row: a completion of the lease in flight is
+  -- waited for, up to the session's lock_timeout or 200 ms when it has none (then those
+  -- tasks are left as they are, and the next heartbeat extends them). Without the wait, a long task among many short ones of one
+  -- claim could find its lease's lock held by a completion round at every heartbeat.
+  -- (A scalar subquery per task: a primary-key probe, never an anti-join planned from
+  -- task_pending's statistics.)
+  _leases := array(select distinct i.task_lease_id
+                     from unnest(_task_ids, _task_lease_ids) i(task_id, task_lease_id)
+                    where (select true from queues.task_pending p where p.task_id = i.task_id) is null
+                    order by 1);
+  if cardinality(_leases) > 0 then
+    _timeout := current_setting('lock_timeout');
+    _free := '{}';
+    foreach _lease in array _leases loop
+      if _waited then
+        -- One wait per heartbeat: the other leases are only tried.
+        if pg_try_advisory_xact_lock_shared(20253, hashint8(_lease)) then
+          _free := _free || _lease;
+        end if;
+        continue;
+      end if;
+      begin
+        perform set_config('lock_timeout', case when _timeout in ('0', '') then '200ms' else _timeout end, true);
+        perform pg_advisory_xact_lock_shared(20253, hashint8(_lease));
+        perform set_config('lock_timeout', _timeout, true);
+        _free := _free || _lease;
+      exception when lock_not_available then
+        _waited := true;
+      end;
+    end loop;
+    _leases := _free;
   end if;
   -- The rows first (a primary-key probe of `= any`), skipping those another transaction
   -- holds. A heartbeat that waited for a row held the rows it had already locked
@@ -89,6 +131,35 @@ begin
   -- The others: rows held elsewhere, and tasks no longer pending (normally none).
   if cardinality(_locked) < cardinality(_task_ids) then
     _other := array(select i.id from unnest(_task_ids) i(id) except select l.id from unnest(_locked) l(id));
+  end if;
+  -- The ready set (docs/design/hot-path.md): a task its claim took out of the claim
+  -- index has no row; its claim lease holds it. Heartbeated, it goes back onto a row,
+  -- written from the facts (leased by that lease), and is extended there as any row is:
+  -- from then on the per-row paths (the fence, the expired-lease claim, the suspect
+  -- accounting) hold it, and the rescuer has nothing to do for it. Under the lease's lock
+  -- taken shared above, then read in a new statement, after the lock: the lease names the
+  -- task, it has no row and no end.
+  if cardinality(_other) > 0 then
+    if cardinality(_leases) > 0 then
+      _held := array(
+        select i.task_id
+          from unnest(_task_ids, _task_lease_ids) i(task_id, task_lease_id)
+         where i.task_id = any (_other) and i.task_lease_id = any (_leases)
+           and not exists (select 1 from queues.task_pending p where p.task_id = i.task_id)
+           and exists (select 1 from queues.claim_lease c
+                        where c.task_lease_id = i.task_lease_id and i.task_id = any (c.task_ids))
+           and not exists (select 1 from queues.task_end_of(i.task_id) e)
+         order by i.task_id);
+      if cardinality(_held) > 0 then
+        insert into queues.task_pending
+          (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
+           lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
+           suspect_lease, group_key)
+        select r.* from queues.pending_rows_of(_held) r order by r.task_id;
+        _locked := _locked || _held;
+        _other := array(select o.id from unnest(_other) o(id) where o.id <> all (_held));
+      end if;
+    end if;
   end if;
 
   -- The rows by primary key from the array of ids, each row's lease looked up in a map of
@@ -124,6 +195,19 @@ begin
             or exists (select 1 from queues.resource_lease r
                         where r.resource_key = p.resource_key and r.task_id = p.task_id))
   ),
+  -- Tasks without a row whose claim lease a completion or rescue in flight holds (its
+  -- lock was not taken above): as last committed, still held by that lease, until its
+  -- expiry.
+  left_in_lease as (
+    select i.task_id, i.task_lease_id, c.expires_at
+      from unnest(_task_ids, _task_lease_ids) i(task_id, task_lease_id)
+     cross join lateral (select c.expires_at, c.task_ids || array[]::bigint[] as task_ids
+                           from queues.claim_lease c where c.task_lease_id = i.task_lease_id limit 1) c
+     where i.task_id = any (_other)
+       and i.task_id = any (c.task_ids)
+       and not exists (select 1 from queues.task_pending p where p.task_id = i.task_id)
+       and not exists (select 1 from queues.task_end_of(i.task_id) e)
+  ),
   recorded as (
     insert into queues.task_lease_extension (task_id, task_lease_id, extended_at, expires_at)
     select e.task_id, e.current_lease_id, _now, e.available_at from extended e
@@ -136,7 +220,9 @@ begin
   )
   select e.task_id, e.current_lease_id, e.available_at from extended e
   union all
-  select l.task_id, l.current_lease_id, l.available_at from left_as_is l;
+  select l.task_id, l.current_lease_id, l.available_at from left_as_is l
+  union all
+  select l.task_id, l.task_lease_id, l.expires_at from left_in_lease l;
 end;
 $$;
 
@@ -172,6 +258,8 @@ declare
 begin
   perform queues.assert_lease_pairs(_task_ids, _task_lease_ids);
   perform queues.lock_resource_keys(_task_ids);
+  -- A task its claim took out of the claim index gets its row back first (queues.hold_rows_of).
+  perform queues.hold_rows_of(_task_ids);
 
   -- The rows by primary key from the array of ids, each row's lease looked up in a map of
   -- the input (see queues.extend_leases_at), locked first in task id order (as every call

@@ -1,6 +1,6 @@
 // Heartbeats (lease extensions), releases and poison tasks.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/testing';
+import { createTestDatabase, type TestDatabase, endPendingTasks } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -81,11 +81,16 @@ describe('heartbeats', () => {
   });
 
   it('a heartbeat never waits for a row: a lease whose completion is in flight is returned unchanged, the others extended', async () => {
+    // Two tasks in one claim (their claim lease holds them without a row: the ready set),
+    // then a third in a claim of its own.
     await enqueue();
     await enqueue();
     const leases = await claimAt(0, 'beating');
     expect(leases).toHaveLength(2);
-    const [completing, other] = leases as [Lease, Lease];
+    await enqueue();
+    const [apart] = await claimAt(0, 'beating');
+    const [completing, sibling] = leases as [Lease, Lease];
+    const all = [completing, sibling, apart];
     const completer = await db.client('worker');
     const heart = await db.client('worker');
     const beat = (which: Lease[]) =>
@@ -95,29 +100,83 @@ describe('heartbeats', () => {
         [which.map((l) => l.task_id), which.map((l) => l.task_lease_id)],
       );
     try {
-      // The completion holds its row until it commits; a heartbeat that waited for it
-      // would hit this lock_timeout.
-      await heart.query(`set lock_timeout = '200ms'`);
+      // The completion holds its lease's lock until it commits; a heartbeat that waited
+      // for it without a bound would hit this lock_timeout.
+      await heart.query(`set lock_timeout = '2s'`);
       await completer.query('begin');
       const { rows: done } = await completer.query(
         'select result from queues.complete_tasks(array[$1]::bigint[], array[$2]::bigint[])',
         [completing.task_id, completing.task_lease_id],
       );
       expect(done).toEqual([{ result: 'completed' }]);
-      const held = await beat(leases);
-      expect(held.rows.map((r) => r.task_id)).toEqual([completing.task_id, other.task_id].sort());
+      const held = await beat(all);
+      expect(held.rows.map((r) => r.task_id)).toEqual(all.map((l) => l.task_id).sort());
       const seconds = Object.fromEntries(held.rows.map((r) => [r.task_id, r.seconds]));
-      // Left as claimed (a 60-second lease), and extended to 600 s.
+      // The tasks of the lease being completed are left as claimed (a 60-second lease);
+      // the task of the other claim is extended to 600 s.
       expect(seconds[completing.task_id]).toBeLessThanOrEqual(60);
-      expect(seconds[other.task_id]).toBeGreaterThan(590);
+      expect(seconds[sibling.task_id]).toBeLessThanOrEqual(60);
+      expect(seconds[apart.task_id]).toBeGreaterThan(590);
       await completer.query('commit');
-      // Once the completion committed, its lease is gone: the next heartbeat says so.
-      expect((await beat(leases)).rows.map((r) => r.task_id)).toEqual([other.task_id]);
+      // Once the completion committed, its task's lease is gone, and the next heartbeat
+      // extends the sibling.
+      const after = await beat(all);
+      expect(after.rows.map((r) => r.task_id)).toEqual([sibling.task_id, apart.task_id].sort());
+      expect(Math.min(...after.rows.map((r) => r.seconds))).toBeGreaterThan(590);
       const { rows: facts } = await db.query(
-        'select task_id, count(*)::int as n from queues.task_lease_extension where task_id = any($1::bigint[]) group by 1',
-        [leases.map((l) => l.task_id)],
+        'select task_id, count(*)::int as n from queues.task_lease_extension where task_id = any($1::bigint[]) group by 1 order by 1',
+        [all.map((l) => l.task_id)],
       );
-      expect(facts).toEqual([{ task_id: other.task_id, n: 2 }]);
+      expect(facts).toEqual(
+        [
+          { task_id: sibling.task_id, n: 1 },
+          { task_id: apart.task_id, n: 2 },
+        ].sort((a, b) => Number(a.task_id) - Number(b.task_id)),
+      );
+    } finally {
+      await completer.query('rollback').catch(() => undefined);
+      await completer.end();
+      await heart.end();
+    }
+  });
+
+  it('a heartbeat waits for a completion of its claim lease in flight that commits meanwhile, then extends the rest', async () => {
+    await enqueue();
+    await enqueue();
+    const leases = await claimAt(0, 'waiting-beat');
+    expect(leases).toHaveLength(2);
+    const [completing, sibling] = leases as [Lease, Lease];
+    const completer = await db.client('worker');
+    const heart = await db.client('worker');
+    try {
+      await completer.query('begin');
+      await completer.query('select * from queues.complete_tasks(array[$1]::bigint[], array[$2]::bigint[])', [
+        completing.task_id,
+        completing.task_lease_id,
+      ]);
+      // The heartbeat waits up to its session's lock_timeout for the lease's lock.
+      await heart.query(`set lock_timeout = '30s'`);
+      const { rows: pid } = await heart.query('select pg_backend_pid() as pid');
+      const root = await db.client('root');
+      const beating = heart.query<{ task_id: string; seconds: number }>(
+        `select task_id, round(extract(epoch from expires_at - now()))::int as seconds
+           from queues.extend_leases($1::bigint[], $2::bigint[], 600) order by task_id`,
+        [leases.map((l) => l.task_id), leases.map((l) => l.task_lease_id)],
+      );
+      // The heartbeat waits on the lease's lock; the completion then commits.
+      let settled = false;
+      void beating.finally(() => (settled = true)).catch(() => undefined);
+      // (A heartbeat that does not wait settles first; the assertions below then fail.)
+      while (!settled) {
+        const { rows } = await root.query(`select wait_event from pg_stat_activity where pid = $1`, [pid[0].pid]);
+        if (rows[0]?.wait_event === 'advisory') break;
+        await new Promise((r) => setTimeout(r, 5));
+      }
+      await root.end();
+      await completer.query('commit');
+      const { rows } = await beating;
+      expect(rows.map((r) => r.task_id)).toEqual([sibling.task_id]);
+      expect(rows[0].seconds).toBeGreaterThan(590);
     } finally {
       await completer.query('rollback').catch(() => undefined);
       await completer.end();
@@ -184,7 +243,7 @@ describe('releases', () => {
   });
 
   it('releasing a lease that is no longer current does nothing', async () => {
-    await db.query('delete from queues.task_pending');
+    await endPendingTasks(db);
     const id = await enqueue();
     const [old] = (await claimAt(0, 'old')).filter((l) => l.task_id === id);
     await claimAt(61, 'new');
@@ -198,7 +257,7 @@ describe('releases', () => {
 
 describe('poison tasks', () => {
   it('a task whose leases keep expiring is abandoned, with an error, after max_leases counted expiries', async () => {
-    await db.query('delete from queues.task_pending');
+    await endPendingTasks(db);
     const id = await enqueue();
     const maxLeases = 3;
     // The first expiry makes it a suspect, uncounted (it may only have waited in a dead
@@ -229,7 +288,7 @@ describe('poison tasks', () => {
   });
 
   it('abandoning one task does not stop the others in the same claim', async () => {
-    await db.query('delete from queues.task_pending');
+    await endPendingTasks(db);
     const poison = await enqueue();
     await claimAt(0, 'crasher', 1);
     // Back as the named suspect of the next claim; that lease's expiry counts.
@@ -242,7 +301,7 @@ describe('poison tasks', () => {
   });
 
   it('tasks whose lease expired come back one per claim, not all into one worker', async () => {
-    await db.query('delete from queues.task_pending');
+    await endPendingTasks(db);
     const crashed = [await enqueue(), await enqueue(), await enqueue()];
     expect((await claimAt(0, 'dies')).map((l) => l.task_id).sort()).toEqual([...crashed].sort());
     const fresh = await enqueue();
@@ -254,7 +313,7 @@ describe('poison tasks', () => {
   });
 
   it("the expiry of a lease that did not name the task its suspect (a dead worker's local queue) is not counted", async () => {
-    await db.query('delete from queues.task_pending');
+    await endPendingTasks(db);
     const queued = [await enqueue(), await enqueue(), await enqueue()];
     const maxLeases = 2;
     // Claimed together, the worker dying: none of the three was its lease's suspect.
@@ -296,7 +355,7 @@ describe('poison tasks', () => {
   });
 
   it("a dead worker process's leases are revoked at once: its unnamed tasks are claimable at once, its named suspect waits for its lease's expiry", async () => {
-    await db.query('delete from queues.task_pending');
+    await endPendingTasks(db);
     const suspect = await enqueue();
     await claimAt(0, 'died-0');
     const others = [await enqueue(), await enqueue()];
@@ -344,7 +403,7 @@ describe('poison tasks', () => {
   });
 
   it('failed attempts of a retried task are not expired leases: no abandonment for them', async () => {
-    await db.query('delete from queues.task_pending');
+    await endPendingTasks(db);
     const { rows } = await db
       .pool('owner')
       .query(`select queues.enqueue('db_function', '{"n": "retried"}', null, null, null, 6) as id`);
@@ -381,7 +440,7 @@ describe('poison tasks', () => {
 
 describe('rebuild', () => {
   it('rebuilding the claim index keeps heartbeats, releases and counts', async () => {
-    await db.query('delete from queues.task_pending');
+    await endPendingTasks(db);
     await db.query('truncate queues.task cascade');
     await enqueue();
     await enqueue();

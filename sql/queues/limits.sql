@@ -173,10 +173,15 @@ as $$
     select l.* from queues.task_limits() l
   ),
   live as (
+    -- The claim index's leased rows, and the lease-held tasks (sql/queues/lease_held.sql):
+    -- a limited type's tasks are leased on their rows, but tasks claimed before their type
+    -- was limited may still be held by their claim lease without one. Read only when a
+    -- limit is in force.
     select p.task_type, p.group_key, count(*) as n
-      from queues.task_pending p
+      from queues.task_pending_or_held p
      where p.current_lease_id > 0 and p.available_at > _now
        and p.task_type = any (array(select distinct r.task_type from rule r))
+       and exists (select 1 from rule)
      group by 1, 2
   ),
   ready as (

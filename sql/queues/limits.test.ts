@@ -2,7 +2,14 @@
 // per task type and group key, tried with concurrent claimers, expired leases, limits
 // changed while tasks run, and bad input.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createTestDatabase, explainNested, planNodes, type PlanNode, type TestDatabase } from '@org/testing';
+import {
+  createTestDatabase,
+  explainNested,
+  planNodes,
+  type PlanNode,
+  type TestDatabase,
+  endPendingTasks,
+} from '@org/testing';
 
 const relationOf = (n: PlanNode): string => n['Relation Name'] ?? '';
 
@@ -15,7 +22,8 @@ afterAll(async () => {
   await db?.drop();
 });
 beforeEach(async () => {
-  await db.query(`delete from queues.task_pending; delete from queues.resource_lease;
+  await endPendingTasks(db);
+  await db.query(`delete from queues.resource_lease;
                   delete from queues.task_limit_set; delete from queues.task_limit_window`);
 });
 

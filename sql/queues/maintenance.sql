@@ -1,25 +1,22 @@
 -- Maintenance of the derived structures (task_pending, resource_lease). Owner only.
 
--- Rebuilds queues.task_pending and queues.resource_lease from the facts: every task
--- without a completion, available at its scheduled time, the retry time of its last
--- failed attempt, the retry time of its last transient interruption, or the effective
--- expiry of its newest lease (heartbeats, releases and revocations applied), whichever is
--- latest; a task waiting for its dependencies at 'infinity'. Returns the number of pending
--- tasks.
-create or replace function queues.rebuild_task_pending() returns bigint
-  language plpgsql volatile
+-- The claim-index rows of _task_ids (null: every task) as the facts give them: a task
+-- without an end and without a row, available at its scheduled time, the retry time of
+-- its last failed attempt, the retry time of its last transient interruption, or the
+-- effective expiry of its newest lease, whichever is latest, with the lease accounting
+-- (lease, release, failed attempt, uncounted and interruption counts, the named
+-- suspect). queues.rebuild_task_pending writes every task's; a completion that retries,
+-- and the rescuer of expired claim leases, write those of the tasks that come back to
+-- the claim index (the ready set, docs/design/hot-path.md).
+create or replace function queues.pending_rows_of(_task_ids bigint[])
+  returns table (task_id bigint, task_type text, priority integer, scheduled_at timestamptz,
+                 resource_key text, available_at timestamptz, current_lease_id bigint,
+                 lease_count integer, released_count integer, max_attempts integer,
+                 failed_attempts integer, uncounted_count integer, interrupted_count integer,
+                 suspect_lease boolean, group_key text)
+  language sql stable
   set search_path = pg_catalog, pg_temp
 as $$
-declare
-  _count bigint;
-begin
-  lock table queues.task_pending, queues.resource_lease in exclusive mode;
-  delete from queues.task_pending;
-  delete from queues.resource_lease;
-  insert into queues.task_pending
-    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
-     lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
-     suspect_lease, group_key)
   -- A scheduled task asked to run now (queues.task_run_now) counts from that request.
   select t.task_id, t.task_type, t.priority, least(t.scheduled_at, rn.requested_at), t.resource_key,
          greatest(least(t.scheduled_at, rn.requested_at),
@@ -71,7 +68,33 @@ begin
        where x.task_id = t.task_id
     ) i on true
     left join queues.task_run_now rn on rn.task_id = t.task_id
-   where not exists (select 1 from queues.task_end_of(t.task_id) c);
+   where (_task_ids is null or t.task_id = any (_task_ids))
+     and not exists (select 1 from queues.task_end_of(t.task_id) c)
+     -- (rebuild_task_pending deletes every row first; another caller asks for tasks out of it)
+     and not exists (select 1 from queues.task_pending x where x.task_id = t.task_id)
+$$;
+
+-- Rebuilds queues.task_pending and queues.resource_lease from the facts: every task
+-- without a completion, available at its scheduled time, the retry time of its last
+-- failed attempt, the retry time of its last transient interruption, or the effective
+-- expiry of its newest lease (heartbeats, releases and revocations applied), whichever is
+-- latest; a task waiting for its dependencies at 'infinity'. Returns the number of pending
+-- tasks.
+create or replace function queues.rebuild_task_pending() returns bigint
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _count bigint;
+begin
+  lock table queues.task_pending, queues.resource_lease in exclusive mode;
+  delete from queues.task_pending;
+  delete from queues.resource_lease;
+  insert into queues.task_pending
+    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
+     lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
+     suspect_lease, group_key)
+  select * from queues.pending_rows_of(null);
   get diagnostics _count = row_count;
 
   -- A task never leased whose dependencies have not all succeeded waits for them
@@ -91,6 +114,117 @@ begin
     from queues.task_pending p
    where p.resource_key is not null and p.current_lease_id is not null
    order by p.resource_key, p.available_at desc;
+  if _count > 0 then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+  return _count;
+end;
+$$;
+
+-- The rescuer of the ready set (docs/design/hot-path.md): a claim takes an unkeyed task
+-- of an unlimited type on its first lease out of the claim index, and its claim lease
+-- holds it. Rescuing a claim lease that expired by _now: under the lease's advisory lock
+-- taken exclusively (class 20253, as the completions of the lease take it), its tasks
+-- with no end, no claim-index row and no live heartbeat extension of their own come back
+-- to the claim index as the facts give them: leased by the expired lease, available
+-- since its expiry, so the next claim takes them as it takes any expired lease (a
+-- suspect; the expiry counted only when the lease named the task its suspect). No newer
+-- lease is looked for: a task leased before is claimed on its row (queues.claim_tasks_at),
+-- so a task of the lease with neither a row nor an end is still the lease's.
+-- queues.rescue_lease_at rescues one lease and returns the number of tasks it returned.
+create or replace function queues.rescue_lease_at(_task_lease_id bigint, _task_ids bigint[], _now timestamptz)
+  returns bigint
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _n bigint;
+begin
+  perform pg_advisory_xact_lock(20253, hashint8(_task_lease_id));
+  insert into queues.task_pending
+    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
+     lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
+     suspect_lease, group_key)
+  select r.*
+    from queues.pending_rows_of(array(
+           select u.task_id from unnest(_task_ids) u(task_id)
+            where not exists (select 1 from queues.task_pending p where p.task_id = u.task_id)
+              and not exists (select 1 from queues.task_end_of(u.task_id) e)
+              and not exists (select 1 from queues.task_lease_extension x
+                               where x.task_id = u.task_id and x.task_lease_id = _task_lease_id
+                                 and x.expires_at > _now))) r
+   order by r.task_id;
+  get diagnostics _n = row_count;
+  return _n;
+end;
+$$;
+
+-- Every claim lease expired by _now with an unfinished task out of the claim index,
+-- rescued (a full pass over the claim leases: for tests and repairs; the claims rescue
+-- through queues.rescue_due_leases_at).
+create or replace function queues.rescue_leases_at(_now timestamptz)
+  returns bigint
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _lease record;
+  _count bigint := 0;
+begin
+  for _lease in
+    select c.task_lease_id, c.task_ids
+      from queues.claim_lease c
+     where c.expires_at <= _now
+       and exists (select 1 from unnest(c.task_ids) u(task_id)
+                    where not exists (select 1 from queues.task_pending p where p.task_id = u.task_id)
+                      and not exists (select 1 from queues.task_end_of(u.task_id) e))
+     order by c.task_lease_id
+  loop
+    _count := _count + queues.rescue_lease_at(_lease.task_lease_id, _lease.task_ids, _now);
+  end loop;
+  if _count > 0 then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+  return _count;
+end;
+$$;
+
+-- The rescuer run by the claims (queues.claim_tasks_at calls it first): the claim leases
+-- due by _now (queues.claim_lease_due, one row per claim that took a task out of the claim
+-- index, written by the claim), at most 100 a pass, oldest expiry first, each row deleted
+-- and its lease rescued (queues.rescue_lease_at, under the lease's lock). Rows another
+-- pass holds are skipped (skip locked): concurrent claims rescue different leases. A row
+-- is read once it is committed, so a claim that commits after its own lease expired is
+-- rescued by the next pass. The claim reads no partition of claim_lease unless a lease is
+-- due (an open claim transaction then holds no lock on claim_lease_default, which the
+-- attach of a new history set takes). Returns the number of tasks returned to the claim
+-- index.
+create or replace function queues.rescue_due_leases_at(_now timestamptz)
+  returns bigint
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _lease record;
+  _task_ids bigint[];
+  _count bigint := 0;
+begin
+  for _lease in
+    delete from queues.claim_lease_due d
+     where d.task_lease_id in (select x.task_lease_id from queues.claim_lease_due x
+                                where x.expires_at <= _now
+                                order by x.expires_at
+                                limit 100
+                                  for update skip locked)
+    returning d.task_lease_id, d.task_id
+  loop
+    select c.task_ids into _task_ids
+      from queues.claim_lease c
+     where c.task_id = _lease.task_id and c.task_lease_id = _lease.task_lease_id;
+    if found then
+      _count := _count + queues.rescue_lease_at(_lease.task_lease_id, _task_ids, _now);
+    end if;
+  end loop;
   if _count > 0 then
     perform pg_notify('queues_task_ready', '');
   end if;

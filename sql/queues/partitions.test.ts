@@ -352,6 +352,12 @@ describe('partition maintenance', () => {
     const leases = await claimAll();
     const [done, running] = [ids[0], ids[1]];
     expect(leases.has(done) && leases.has(running)).toBe(true);
+    // As a worker's heartbeat does: the leases extended, then the runs marked started (a
+    // task its claim lease holds gets its claim-index row back at its first heartbeat).
+    await db.pool('worker').query('select queues.extend_leases($1::bigint[], $2::bigint[])', [
+      [done, running],
+      [leases.get(done), leases.get(running)],
+    ]);
     await db.pool('worker').query('select queues.mark_started($1::bigint[], $2::bigint[])', [
       [done, running],
       [leases.get(done), leases.get(running)],
@@ -493,12 +499,15 @@ describe('partition maintenance', () => {
     for (const action of needed) expect(actions, `last skipped steps: ${lastSkips}`).toContain(action);
     expect(actions).not.toContain('truncated');
     expect(await orphans()).toEqual([]);
-    // Once the loop has stopped, one run drops every finished set below the last id.
+    // Once the loop has stopped, one run drops every finished set below the last id (a
+    // set every task of which has an end; a task its claim lease holds has neither a
+    // claim-index row nor an end).
     await maintain();
     const { rows: left } = await db.query(
       `select p.lower_bound from queues.history_partitions() p
         where not p.is_default and p.upper_bound <= queues.last_task_id()
-          and not exists (select 1 from queues.task_pending tp where tp.task_id >= p.lower_bound and tp.task_id < p.upper_bound)`,
+          and not exists (select 1 from queues.task t where t.task_id >= p.lower_bound and t.task_id < p.upper_bound
+                             and not exists (select 1 from queues.task_end_of(t.task_id)))`,
     );
     expect(left).toEqual([]);
     const { rows: created } = await db.query(
@@ -1028,6 +1037,104 @@ describe('partition maintenance', () => {
     expect(dropped.findIndex(([l]) => l === older[0])).toBeLessThan(dropped.findIndex(([l]) => l === newer[0]));
     expect(await tasksIn(lo, lo + 2 * SIZE)).toBe(0);
     expect(await orphans()).toEqual([]);
+  });
+
+  it('a set holding a task its claim lease holds (no claim-index row, no end) is kept past the window, and goes once the task ends', async () => {
+    await maintain(`now() + interval '8 days'`);
+    const lo = await aboveEveryRange(0);
+    for (let k = 0; k < 2; k++)
+      await db.query('select queues.create_history_partition($1, $2)', [lo + k * SIZE, lo + (k + 1) * SIZE]);
+    await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [lo - 1]);
+    const ids = await enqueue(3);
+    await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [lo + SIZE]);
+    const set: [number, number] = [lo, lo + SIZE];
+    const leases = await claimAll();
+    const held = ids[1];
+    // The claim took every task out of the claim index; all but one end.
+    const rows = async () =>
+      Number(
+        (await db.query('select count(*) from queues.task_pending where task_id = any($1::bigint[])', [ids])).rows[0]
+          .count,
+      );
+    expect(await rows()).toBe(0);
+    await complete(
+      leases,
+      ids.filter((id) => id !== held),
+    );
+    const { rows: end } = await db.query('select count(*)::int as n from queues.task_end_of($1)', [held]);
+    expect(end[0].n).toBe(0);
+    const later = await maintain(`now() + interval '8 days'`);
+    expect(later.dropped).not.toContainEqual(set);
+    expect(await tasksIn(lo, lo + SIZE)).toBe(3);
+    // It ends on its claim's lease: the set goes.
+    await complete(leases, [held]);
+    const { dropped } = await maintainUntilDropped(`now() + interval '8 days'`, [set]);
+    expect(dropped).toContainEqual(set);
+    expect(await tasksIn(lo, lo + SIZE)).toBe(0);
+  });
+
+  it('a task committed after the checks of its set and claimed before the detach keeps the set (it has no claim-index row)', async () => {
+    // Everything that may go is gone, and sets are made well ahead, so that the step below
+    // has only the set under test to drop.
+    await db.query(`update queues.history_setting set partitions_ahead = 6, lock_timeout_ms = 30000`);
+    await maintain();
+    await maintain(`now() + interval '8 days'`);
+    await db.query(`update queues.history_setting set partitions_ahead = 1`);
+    const { rows: ahead } = await db.query(
+      `select min(lower_bound) as lo from queues.history_sets() where not is_default and lower_bound > queues.last_task_id()`,
+    );
+    const lo = Number(ahead[0].lo);
+    const set: [number, number] = [lo, lo + SIZE];
+    // The id `lo` is handed out (unused): the sets below it are complete, and go first.
+    await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [lo]);
+    await maintainUntilDropped(`now() + interval '8 days'`, []);
+    const enqueuer = await db.client('owner');
+    const holder = await db.client('owner');
+    const maintainer = await db.client('owner');
+    try {
+      // A task of the set, its transaction open while maintenance checks the set.
+      await enqueuer.query('begin');
+      const { rows: task } = await enqueuer.query('select task_id from queues.enqueue_many($1::jsonb)', [
+        JSON.stringify([{ task_type: 'db_function', payload: { db_function: 'internal.noop' } }]),
+      ]);
+      const id = task[0].task_id as string;
+      expect(Number(id)).toBe(lo + 1);
+      // Ids past the set are handed out: it may go once its tasks have ended.
+      await db.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1)`, [lo + SIZE]);
+      // A reader of queues.task keeps the detach waiting until the task is claimed.
+      await holder.query('begin');
+      await holder.query('select count(*) from queues.task where task_id = $1', [id]);
+      const { rows: pid } = await maintainer.query('select pg_backend_pid() as pid');
+      const step = maintainer.query(`select queues.maintain_history_step_at(now() + interval '8 days') as r`);
+      // The step has checked the set (it sees no task in it) and tries the detach's locks.
+      for (let i = 0; ; i++) {
+        expect(i).toBeLessThan(10_000);
+        const { rows } = await db.query(
+          `select exists (select 1 from pg_stat_activity where pid = $1 and wait_event = 'PgSleep') as trying`,
+          [pid[0].pid],
+        );
+        if (rows[0].trying) break;
+        await new Promise((resolve) => setTimeout(resolve, 2));
+      }
+      await enqueuer.query('commit');
+      const leases = await claimAll();
+      expect(leases.has(id)).toBe(true);
+      const { rows: row } = await db.query('select count(*)::int as n from queues.task_pending where task_id = $1', [
+        id,
+      ]);
+      expect(row[0].n).toBe(0);
+      await holder.query('commit');
+      const { rows: result } = await step;
+      expect(result[0].r.action).not.toBe('set_dropped');
+      expect(await tasksIn(lo, lo + SIZE)).toBe(1);
+      // The task ends on its lease; then the set goes.
+      await complete(leases, [id]);
+      const { dropped } = await maintainUntilDropped(`now() + interval '8 days'`, [set]);
+      expect(dropped).toContainEqual(set);
+    } finally {
+      await Promise.allSettled([enqueuer.end(), holder.end(), maintainer.end()]);
+      await db.query(`update queues.history_setting set partitions_ahead = 2, lock_timeout_ms = default`);
+    }
   });
 
   it('is a runnable db_function for the worker, and the API sees partitions and the next drop', async () => {

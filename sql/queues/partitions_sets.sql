@@ -146,6 +146,9 @@ begin
      where not s.is_default and s.upper_bound <= _last_id
        and not exists (select 1 from queues.task_pending tp
                         where tp.task_id >= s.lower_bound and tp.task_id < s.upper_bound)
+       -- nor a lease-held task (no claim-index row, sql/queues/lease_held.sql)
+       and not exists (select 1 from queues.lease_held_tasks h
+                        where h.task_id >= s.lower_bound and h.task_id < s.upper_bound)
   ),
   measured as (
     select d.lower_bound, d.upper_bound, f.task_id as first_task_id, f.enqueued_at as first_enqueued_at,

@@ -57,7 +57,10 @@ begin
                  where r.task_range && int8range($1, $2) and r.task_id >= $1))'
       into _last_completed using _next.lower_bound, _next.upper_bound;
     _pending := (select count(*) from queues.task_pending tp
-                  where tp.task_id >= _next.lower_bound and tp.task_id < _next.upper_bound);
+                  where tp.task_id >= _next.lower_bound and tp.task_id < _next.upper_bound)
+                -- and the lease-held tasks (no claim-index row, sql/queues/lease_held.sql)
+                + (select count(*) from queues.lease_held_tasks h
+                    where h.task_id >= _next.lower_bound and h.task_id < _next.upper_bound);
     _next_json := jsonb_build_object(
       'lower_bound', _next.lower_bound, 'upper_bound', _next.upper_bound,
       'pending_tasks', _pending,

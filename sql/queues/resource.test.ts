@@ -1,6 +1,6 @@
 // Priority and per-resource locking, alone and under 16 concurrent claimers.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createTestDatabase, explainNested, planNodes, type TestDatabase } from '@org/testing';
+import { createTestDatabase, explainNested, planNodes, type TestDatabase, endPendingTasks } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -10,7 +10,8 @@ afterAll(async () => {
   await db?.drop();
 });
 beforeEach(async () => {
-  await db.query('delete from queues.task_pending; delete from queues.resource_lease');
+  await endPendingTasks(db);
+  await db.query('delete from queues.resource_lease');
 });
 
 async function enqueueMany(

@@ -27,6 +27,8 @@ begin
     raise exception 'task_lease_id must not be null' using errcode = '22004';
   end if;
   perform queues.lock_resource_keys(array[_task_id]);
+  -- A task its claim took out of the claim index gets its row back first (queues.hold_rows_of).
+  perform queues.hold_rows_of(array[_task_id]);
   perform 1 from queues.task_pending p
    where p.task_id = _task_id and p.current_lease_id = _task_lease_id
      for update;

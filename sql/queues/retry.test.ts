@@ -1,6 +1,6 @@
 // Simple retries with exponential backoff, dead letters and redrive.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/testing';
+import { createTestDatabase, type TestDatabase, endPendingTasks } from '@org/testing';
 import { claimDue, processTask } from '../test-support/drive.ts';
 
 let db: TestDatabase;
@@ -143,7 +143,7 @@ describe('the default attempts', () => {
 
 describe('dead letters and redrive', () => {
   it('failures handed to an error handler are not dead letters; abandoned ones are', async () => {
-    await db.query('delete from queues.task_pending');
+    await endPendingTasks(db);
     const handled = await enqueue({ error_handler: 'comms.record_email_failure' }, 1, 'email');
     await failRun((await claimAt(0, handled))!);
     const abandoned = await enqueue({ n: 4 });

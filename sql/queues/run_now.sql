@@ -71,6 +71,12 @@ begin
    where p.task_id = _task_id
      for update;
   if not found then
+    -- No row: ended (or no such task), or held by the claim lease that took it out of the
+    -- claim index (the ready set: docs/design/hot-path.md).
+    if exists (select 1 from queues.task t where t.task_id = _task_id)
+       and not exists (select 1 from queues.task_end_of(_task_id) e) then
+      return 'taken';
+    end if;
     return 'not_pending';
   end if;
   if not _pending.untaken then

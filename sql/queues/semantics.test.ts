@@ -3,7 +3,7 @@
 // else completed the task, resource keys and expired leases, stale bounds derived from
 // each worker's heartbeat interval, and bounded inputs.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/testing';
+import { createTestDatabase, type TestDatabase, endPendingTasks } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -13,7 +13,8 @@ afterAll(async () => {
   await db?.drop();
 });
 beforeEach(async () => {
-  await db.query('delete from queues.task_pending; delete from queues.resource_lease');
+  await endPendingTasks(db);
+  await db.query('delete from queues.resource_lease');
 });
 
 interface Lease {
@@ -61,6 +62,9 @@ async function completeMany(leases: Lease[]): Promise<string[]> {
 }
 
 const count = async (sql: string, params: unknown[] = []) => (await db.query(sql, params)).rows[0].n as number;
+/** A task with no end yet (with or without a claim-index row: the ready set). */
+const UNFINISHED = `select count(*)::int as n from queues.task t
+                     where t.task_id = $1 and not exists (select 1 from queues.task_end_of(t.task_id) e)`;
 
 describe('lease loss is the queue’s own answer', () => {
   it('complete_task and fail_task mark lease loss (schema queues, constraint task_lease_current); an append-only trigger does not', async () => {
@@ -249,18 +253,17 @@ describe('stale recovery', () => {
     const id = await enqueue();
     const worker = db.pool('worker');
     await worker.query(`select queues.record_worker_heartbeat('slow-beat', array['db_function'], 60000)`);
-    await worker.query(`select task_id from queues.claim_tasks('slow-beat', 1, null, 300)`);
+    const {
+      rows: [lease],
+    } = await worker.query(`select task_lease_id from queues.claim_tasks('slow-beat', 1, null, 300)`);
     await db.query(
       `update queues.worker set last_seen_at = now() - interval '20 seconds' where worker_id = 'slow-beat'`,
     );
     const { rows } = await db.pool('owner').query(`select * from admin.recover_stale_leases(10)`);
     expect(rows).toEqual([]);
     expect(
-      await count(
-        'select count(*)::int as n from queues.task_pending where task_id = $1 and current_lease_id is not null',
-        [id],
-      ),
-    ).toBe(1);
+      (await db.query('select queues.is_current_lease($1, $2) as held', [id, lease.task_lease_id])).rows[0].held,
+    ).toBe(true);
   });
 });
 
@@ -478,7 +481,7 @@ describe('server-side steps (queues.run_steps)', () => {
     expect(await effectsOf('before')).toBe(1);
     expect(await effectsOf('after')).toBe(1);
     for (const key of ['raises', 'malformed', 'deadlock']) expect(await effectsOf(key)).toBe(0);
-    expect(await count('select count(*)::int as n from queues.task_pending where task_id = $1', [ids[3]])).toBe(1);
+    expect(await count(UNFINISHED, [ids[3]])).toBe(1);
     expect(
       await count('select count(*)::int as n from queues.task_result where task_id = any($1::bigint[])', [ids]),
     ).toBe(2);
@@ -561,7 +564,7 @@ describe('server-side steps (queues.run_steps)', () => {
     );
     // The first step completed under its own lease, with its writes; not cancelled.
     expect(outcomes.map((r) => r.outcome)).toEqual(['succeeded', 'succeeded', 'succeeded']);
-    expect(await count('select count(*)::int as n from queues.task_pending where task_id = $1', [ids[3]])).toBe(1);
+    expect(await count(UNFINISHED, [ids[3]])).toBe(1);
   });
 
   it('a step that completes its own task is rolled back and fails, once', async () => {
@@ -695,6 +698,6 @@ describe('server-side steps (queues.run_steps)', () => {
       message: expect.stringContaining('task_lease_ids must not contain null'),
     });
     expect(await count('select count(*)::int as n from queues.task_end')).toBe(before);
-    expect(await count('select count(*)::int as n from queues.task_pending where task_id = $1', [id])).toBe(1);
+    expect(await count(UNFINISHED, [id])).toBe(1);
   });
 });

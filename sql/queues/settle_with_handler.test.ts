@@ -101,7 +101,11 @@ async function facts(taskId: string) {
     [taskId],
   );
   const { rows: calls } = await db.query('select handler from fixture_swh.call where task_key = $1', [taskId]);
-  const { rows: pending } = await db.query('select 1 from queues.task_pending where task_id = $1', [taskId]);
+  // Unfinished: no end (with or without a claim-index row: the ready set).
+  const { rows: pending } = await db.query(
+    'select 1 from queues.task t where t.task_id = $1 and not exists (select 1 from queues.task_end_of(t.task_id) e)',
+    [taskId],
+  );
   return {
     outcome: (completed[0]?.outcome as string | undefined) ?? null,
     errors: errors.map((e) => e.message as string),

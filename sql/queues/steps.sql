@@ -99,6 +99,17 @@ as $$
   select case when p.current_lease_id = _task_lease_id then p.available_at end
     from queues.task_pending p
    where p.task_id = _task_id
+  union all
+  -- The ready set (docs/design/hot-path.md): a task its claim took out of the claim index
+  -- has no row; until it ends, the claim lease that names it holds it, until its expiry.
+  select c.expires_at
+    from queues.claim_lease c
+   where c.task_lease_id = _task_lease_id
+     and c.task_id >= _task_id
+     and _task_id = any (c.task_ids)
+     and not exists (select 1 from queues.task_pending p where p.task_id = _task_id)
+     and not exists (select 1 from queues.task_end_of(_task_id) e)
+  limit 1
 $$;
 
 -- Whether _task_lease_id is still the current lease of _task_id (read only: no lock, no
@@ -125,7 +136,9 @@ create or replace function queues.current_leases(_task_ids bigint[], _task_lease
   set search_path = pg_catalog, pg_temp
 as $$
   select coalesce(array_agg(coalesce((select p.current_lease_id from queues.task_pending p
-                                       where p.task_id = i.task_id) = i.task_lease_id, false)
+                                       where p.task_id = i.task_id) = i.task_lease_id,
+                                      -- no row: held by its claim lease until it ends
+                                      queues.current_lease_expiry(i.task_id, i.task_lease_id) is not null)
                             order by i.ord), '{}')
     from unnest(_task_ids, _task_lease_ids) with ordinality as i(task_id, task_lease_id, ord)
 $$;
@@ -295,8 +308,10 @@ $$;
 --      (nothing recorded; it runs again under a new lease).
 -- A step can also change the tasks of the call itself (task code that completes or
 -- releases a task). The call watches its own updates and deletes of queues.task_pending
--- (the transaction's counts, pg_stat_get_xact_tuples_updated and _deleted; every step is
--- watched when track_counts is off): after a step that made any, each step runs only if
+-- and the transaction's completion calls (a task without a claim-index row ends without
+-- touching one; queues.complete_tasks counts its calls in the transaction's setting
+-- queues.completions), from the transaction's counts (pg_stat_get_xact_tuples_updated and
+-- _deleted; every step is watched when track_counts is off): after a step that made any, each step runs only if
 -- its lease is still current (else 'lease_lost'), and a step that changed its own task is
 -- rolled back and completed 'failed', one that changed the task of a step before it (whose
 -- completion is still to be written) is rolled back and answered 'transient' (it runs
@@ -388,7 +403,8 @@ begin
   _retry := array_fill(null::boolean, array[_n]);
   _batched := array_fill(false, array[_n]);
   _kept := array_fill(null::jsonb, array[_n]);
-  _changes_at_start := pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending);
+  _changes_at_start := pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending)
+            + coalesce(nullif(current_setting('queues.completions', true), ''), '0')::bigint;
 
   begin
     for _i in 1 .. _n loop
@@ -399,7 +415,8 @@ begin
       end if;
       -- A step before it changed pending rows: is this lease still current?
       if (not _counted
-          or pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending) <> _changes_at_start)
+          or pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending)
+            + coalesce(nullif(current_setting('queues.completions', true), ''), '0')::bigint <> _changes_at_start)
          and not queues.is_current_lease(_task_ids[_i], _task_lease_ids[_i]) then
         _result[_i] := 'lease_lost';
         continue;
@@ -434,7 +451,8 @@ begin
         continue;
       end if;
 
-      _changes := pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending);
+      _changes := pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending)
+            + coalesce(nullif(current_setting('queues.completions', true), ''), '0')::bigint;
       if _traceparents is not null then
         -- The step's span: the trace context of what it enqueues.
         perform set_config('queue.traceparent', coalesce(_traceparents[_i], ''), true);
@@ -457,7 +475,8 @@ begin
           end if;
         end if;
         if not _counted
-           or pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending) <> _changes then
+           or pg_stat_get_xact_tuples_updated(_pending) + pg_stat_get_xact_tuples_deleted(_pending)
+            + coalesce(nullif(current_setting('queues.completions', true), ''), '0')::bigint <> _changes then
           -- The step updated or deleted pending rows: its own task, and those of the steps
           -- before it whose completions are still to be written, must be as they were.
           _current := queues.current_leases(

@@ -141,7 +141,7 @@ begin
     select array_agg(w.task_id order by w.task_id), array_agg(w.task_lease_id order by w.task_id)
       into _ids, _leases
       from unnest(_waiting_task_ids, _waiting_lease_ids) w(task_id, task_lease_id)
-      join queues.task_pending p on p.task_id = w.task_id
+      join queues.task p on p.task_id = w.task_id
      where p.task_id = any (_waiting_task_ids)
        and w.task_id is distinct from _task_id
        and case when _key_kind = 'task_type' then p.task_type = _key else p.group_key = _key end;

@@ -120,6 +120,8 @@ begin
     exit when found;
   end loop;
   if _old is not null then
+    -- A task its claim took out of the claim index gets its row back first (queues.hold_rows_of).
+    perform queues.hold_rows_of(array[_old]);
     select (p.current_lease_id is not null and p.available_at > now()) into _held
       from queues.task_pending p where p.task_id = _old;
     if not found then
@@ -167,6 +169,7 @@ declare
   _dependent bigint;
 begin
   perform queues.lock_resource_keys(array[_task_id]);
+  perform queues.hold_rows_of(array[_task_id]);
   select p.task_type, (p.current_lease_id is not null and p.available_at > now()) as held into _p
     from queues.task_pending p where p.task_id = _task_id for update;
   if not found or _p.held then

@@ -66,10 +66,20 @@ create or replace function schedules.pending_supervisor_task(
   set search_path = pg_catalog, pg_temp
 as $$
   select p.task_id, p.available_at
-    from queues.task_pending p
-   where p.task_id = any (array(select s.task_id from schedules.supervisor_task s
-                                 order by s.task_id desc limit 100))
-     and (p.current_lease_id is null or p.available_at <= _now)
+    from (select p.task_id, p.available_at, p.current_lease_id
+            from queues.task_pending p
+           where p.task_id = any (array(select s.task_id from schedules.supervisor_task s
+                                         order by s.task_id desc limit 100))
+          union all
+          -- A lease-held supervisor task (no claim-index row, sql/queues/lease_held.sql)
+          -- whose claim lease expired: claimable once the claims rescue it. Only the
+          -- claim leases expired since the rescue cursor are read (usually none).
+          select h.task_id, h.expires_at, h.task_lease_id
+            from queues.lease_held_tasks h
+           where h.expires_at <= _now
+             and h.task_id = any (array(select s.task_id from schedules.supervisor_task s
+                                         order by s.task_id desc limit 100))) p
+   where (p.current_lease_id is null or p.available_at <= _now)
    order by p.available_at, p.task_id
    limit 1
 $$;

@@ -186,8 +186,11 @@ export async function pendingFor(
 ): Promise<{ task_id: string; task_type: string; scheduled_at: Date; payload: Payload }[]> {
   const { rows } = await db.query<{ task_id: string; task_type: string; scheduled_at: Date; payload: Payload }>(
     `select t.task_id::text, t.task_type, t.scheduled_at, t.payload
-       from queues.task_pending p join queues.task t using (task_id)
-      where t.payload ->> $1 = $2 order by t.scheduled_at, t.task_id`,
+       from queues.task t
+      where t.payload ->> $1 = $2
+        -- unfinished: no end (a task its claim holds has no claim-index row)
+        and not exists (select 1 from queues.task_end_of(t.task_id) e)
+      order by t.scheduled_at, t.task_id`,
     [key, String(id)],
   );
   return rows;

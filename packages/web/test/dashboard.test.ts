@@ -520,7 +520,7 @@ it('History: each partition set with its state and oldest task, the next drop an
       .task_id,
   );
   await db.query(
-    `select admin.cancel_tasks(array(select task_id from queues.task_pending where task_id >= $1 and task_id < $2), 'old')`,
+    `select admin.cancel_tasks(array(select task_id from queues.task_pending_or_held where task_id >= $1 and task_id < $2), 'old')`,
     [lo, lo + 10],
   );
   // The next task lands in the following set; past the window, retention drops the first.
@@ -530,7 +530,7 @@ it('History: each partition set with its state and oldest task, the next drop an
   const { rows: ran } = await db.query(`select queues.maintain_history_at(now() + interval '8 days') as r`);
   expect(ran[0].r.dropped).toContainEqual([lo, lo + 10]);
   const { rows: first } = await db.query(
-    `select p.lower_bound, (select count(*)::int from queues.task_pending tp
+    `select p.lower_bound, (select count(*)::int from queues.task_pending_or_held tp
                              where tp.task_id >= p.lower_bound and tp.task_id < p.upper_bound) as pending,
             (select min(task_id)::int from queues.task) as oldest
        from queues.history_partitions() p where not p.is_default order by p.lower_bound limit 1`,

@@ -58,7 +58,7 @@ describe('GET /api/tasks?state=<the specification’s status>', () => {
     // One of the two started: claimed is the other (a live lease, no start mark).
     await db.query(
       `insert into queues.task_lease_started (task_id, task_lease_id)
-       select task_id, current_lease_id from queues.task_pending where task_id = $1`,
+       select task_id, current_lease_id from queues.task_pending_or_held_of($1)`,
       [held[0]],
     );
     task.running = [held[0]];

@@ -122,7 +122,7 @@ describe('a trace from enqueue to completion', () => {
           (
             await db.query(
               `select exists (select 1 from comms.send_email_task_succeeded where send_email_task_id = $1)
-                      and not exists (select 1 from queues.task_pending) as done`,
+                      and not exists (select 1 from queues.task_pending_or_held) as done`,
               [sendEmailTaskId],
             )
           ).rows[0].done,

@@ -3,6 +3,7 @@
 // `rounds` times, and prints each statement's milliseconds per call (pg_stat_statements).
 // Quieter than a drain for comparing two versions of the SQL: alternate them.
 //   node tools/bench/probes/round-cycle.mjs [rounds=40]
+// ALL=1 prints every statement's (the 25 dearest), not only the completion's.
 // NOSTART=1 settles without start times. VARIANT=<file.sql> runs that SQL as the database
 // owner's superuser first (a function's new version, an index).
 import pg from 'pg';
@@ -33,9 +34,9 @@ try {
     await settle(rows);
   }
   const { rows } = await root.query(
-    `select calls, round((total_exec_time / calls)::numeric, 3) as ms_per_call, regexp_replace(left(query, 70), '\\s+', ' ', 'g') as query from pg_stat_statements where query not ilike '%pg_stat_statements%' and (query ilike '%settle%' or query ilike '%with done%' or query ilike '%with input%') order by total_exec_time desc limit 5`,
+    `select calls, round((total_exec_time / calls)::numeric, 3) as ms_per_call, regexp_replace(left(query, 70), '\\s+', ' ', 'g') as query from pg_stat_statements where query not ilike '%pg_stat_statements%' and (${process.env.ALL ? 'true' : "query ilike '%settle%' or query ilike '%with done%' or query ilike '%with input%'"}) order by total_exec_time desc limit ${process.env.ALL ? 25 : 5}`,
   );
-  for (const r of rows) console.log(r.ms_per_call, r.query);
+  for (const r of rows) console.log(r.ms_per_call, r.calls, r.query);
   await w.end();
   await root.end();
 } finally {

@@ -8,6 +8,8 @@
 // runs two), and adds the CPU of all of them and how idle the machine was. It also prints
 // what the drain wrote: heap rows (inserts + updates + deletes, pg_stat_user_tables) and
 // WAL bytes per task, per table, counted from after the backlog was enqueued.
+// VARIANT=<file.sql> runs that SQL as the database owner's superuser first (a function's
+// older or newer version, to alternate two); TOP=<n> lists the n dearest statements (12).
 // LIMIT_OTHER=<mode> configures a flow limit on another task type, bench_other
 // (docs/flow-control.md): `unclaimed` (the workers do not claim that type: every claim
 // reads the limits and finds none for its types), `idle` (the workers claim it too, and it
@@ -16,6 +18,7 @@
 // claim takes its lock, counts its live leases and windows, and starts what they allow).
 // The drain's rate and rows count the bench tasks only.
 import { fork } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { openStatementsServer } from './statements-server.mjs';
 import {
   enqueueBacklog,
@@ -54,6 +57,7 @@ const name = `bench-drain-${process.pid}`;
 const server = await openStatementsServer(name);
 try {
   const { urls, root } = await probeDatabase(server);
+  if (process.env.VARIANT) await root.query(readFileSync(process.env.VARIANT, 'utf8'));
   await root.query('create extension if not exists pg_stat_statements');
   const history = Number(process.env.HISTORY ?? 0);
   if (process.env.SET_SIZE)
@@ -157,7 +161,7 @@ try {
            regexp_replace(left(query, 100), '\\s+', ' ', 'g') as query
       from pg_stat_statements
      where query not ilike '%pg_stat_statements%' and query not ilike '%as drained%' and query not ilike '%history%'
-     order by total_exec_time desc limit 12`,
+     order by total_exec_time desc limit ${Number(process.env.TOP ?? 12)}`,
     [TASKS],
   );
   console.table(rows);

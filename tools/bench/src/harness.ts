@@ -505,7 +505,7 @@ class Harness {
         await withClient(db.root, async (c) => {
           const { rows } = await c.query<{ leases: number; pending: number; errors: number }>(
             `select (select count(*) from queues.task_leases)::int as leases,
-                    (select count(*) from queues.task_pending)::int as pending,
+                    (select count(*) from queues.task_pending_or_held)::int as pending,
                     (select count(*) from queues.error)::int as errors`,
           );
           Object.assign(extra, rows[0]);

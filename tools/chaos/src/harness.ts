@@ -141,9 +141,24 @@ export async function openDue(db: ChaosDb, fromId: number, where = 'true'): Prom
   ).n;
 }
 
-/** Removes this scenario's leftover work from the claim index (as the owner). */
+/** Ends this scenario's leftover work (as the owner). */
 export async function dropPending(db: ChaosDb, fromId: number): Promise<void> {
-  await db.query('delete from queues.task_pending where task_id > $1', [fromId]);
+  // Ended as cancelled, 1,000 a call: deleting claim-index rows would leave the tasks a
+  // claim took out of the claim index (the ready set), which the rescuer gives back.
+  for (;;) {
+    const { rows } = await db.query<{ ids: string[] }>(
+      `select array(select t.task_id from queues.task t
+                     where t.task_id > $1 and not exists (select 1 from queues.task_end_of(t.task_id) e)
+                     order by t.task_id limit 1000) as ids`,
+      [fromId],
+    );
+    const ids = rows[0]?.ids ?? [];
+    if (ids.length === 0) return;
+    await db.query(
+      `select count(*) from queues.complete_tasks($1::bigint[], null, array_fill('cancelled'::text, array[$2::int]))`,
+      [ids, ids.length],
+    );
+  }
 }
 
 /** A pool that survives server restarts and terminated connections. */

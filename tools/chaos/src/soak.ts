@@ -107,7 +107,7 @@ async function main(): Promise<number> {
       Number(
         (
           await owner.query(
-            `select count(*) as n from queues.task_pending p where p.scheduled_at <= now()
+            `select count(*) as n from queues.task_pending_or_held p where p.scheduled_at <= now()
                 and exists (select 1 from queues.task t where t.task_id = p.task_id and t.payload->>'db_function' = 'internal.noop')`,
           )
         ).rows[0].n,

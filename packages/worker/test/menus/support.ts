@@ -92,7 +92,7 @@ export async function eventually(check: () => Promise<boolean>, what: string, ms
 /** Tasks of `taskType` not completed yet. */
 export async function pendingCount(db: TestDatabase, taskType?: string): Promise<number> {
   const { rows } = await db.query(
-    `select count(*)::int as n from queues.task_pending where $1::text is null or task_type = $1`,
+    `select count(*)::int as n from queues.task_pending_or_held where $1::text is null or task_type = $1`,
     [taskType ?? null],
   );
   return rows[0].n;

@@ -997,6 +997,15 @@ export const scenario: Scenario = {
       claimLeases >= 1 && claimLeases <= leasesTaken,
       `${claimLeases} claim leases for ${leasesTaken} leases`,
     );
+    // A claim that took tasks out of the claim index notes its lease for the rescuer
+    // (queues.claim_lease_due, a read structure): at most one row per claim lease.
+    const dueLeases = changed['queues.claim_lease_due'] ?? 0;
+    delete changed['queues.claim_lease_due'];
+    r.check(
+      'worker cases: at most one due lease per claim lease',
+      dueLeases <= claimLeases,
+      `${dueLeases} due leases for ${claimLeases} claim leases`,
+    );
     const interruptions = cases.reduce((s, c) => s + (c.interruptions ?? 0), 0);
     const results = cases.reduce((s, c) => s + (c.results ?? 0), 0);
     r.equal("worker cases: only the tasks' own facts changed", changed, {
@@ -1007,7 +1016,7 @@ export const scenario: Scenario = {
         : {}),
       ...(results > 0 ? { 'queues.task_result': results } : {}),
     });
-    r.figure('cases', r.checks.length - 3);
+    r.figure('cases', r.checks.length - 4);
     for (const [surface, count] of Object.entries(bySurface)) r.figure(`cases: ${surface}`, count);
     r.figure('cases with a clear error and nothing else changed', passed);
     await dropPending(db, fromId);

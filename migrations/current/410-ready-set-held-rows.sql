@@ -1,0 +1,15 @@
+set local lock_timeout = '5s';
+-- The ready set's per-task paths: a task its claim took out of the claim index gets its
+-- row back (queues.hold_rows_of) before a release, a revocation, a cancel, an
+-- interruption, a result or a unique replace holds it on its row; the read-only lease
+-- checks and the steps' watch know a task held by its claim lease without a row.
+--!include queues/held_rows.sql
+--!include queues/steps.sql
+--!include queues/start.sql
+--!include queues/result.sql
+--!include queues/interrupt.sql
+--!include queues/cancel.sql
+--!include queues/run_now.sql
+--!include queues/throttle.sql
+--!include queues/unique.sql
+--!include queues/workers.sql

@@ -1,0 +1,67 @@
+-- The ready set's per-task paths (docs/design/hot-path.md): a claim takes a task out of
+-- the claim index on its first lease, and its claim lease holds it; the task has no
+-- `queues.task_pending` row until it ends. Every path that reads or writes one task's
+-- row by its id (a release, a revocation, a cancel, an interruption, an error, a result,
+-- a progress note, a step run, a throttle's give-back, a run-now, a unique replace) first
+-- gives such tasks their row back, written from the facts as the claim left it (leased by
+-- the claim lease, available at its expiry), and then holds the task on its row as
+-- before the ready set. Only the exceptions pay for a row: a drained task never does.
+--
+--   queues.hold_rows_of(task_ids)   helper: the row-less, unended tasks get their row back
+
+-- Gives each of _task_ids with neither a claim-index row nor an end, named by a claim
+-- lease, its row back (queues.pending_rows_of) and returns those tasks. Under each such
+-- lease's advisory lock (class 20253), taken exclusively and waited for, in lease id
+-- order, as the completions of the lease and the rescuer take it: a completion of the
+-- task in flight ends it first (then it is left alone), and a rescue writes its row first
+-- (then the insert finds it). Call it after queues.lock_resource_keys and before locking
+-- any row, the order the completion keeps.
+create or replace function queues.hold_rows_of(_task_ids bigint[])
+  returns bigint[]
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _rowless bigint[];
+  _leases bigint[];
+  _held bigint[];
+begin
+  -- (A scalar subquery per task: a primary-key probe, never an anti-join planned from
+  -- task_pending's statistics.)
+  _rowless := array(select distinct i.id from unnest(_task_ids) i(id)
+                     where i.id is not null
+                       and (select true from queues.task_pending p where p.task_id = i.id) is null
+                     order by 1);
+  if cardinality(_rowless) = 0 then
+    return '{}';
+  end if;
+  -- Each task's newest claim lease (a GiST probe of its task range).
+  _leases := array(select distinct c.task_lease_id
+                     from unnest(_rowless) i(id)
+                    cross join lateral (select c.task_lease_id from queues.claim_lease c
+                                         where c.task_range @> i.id and c.task_id >= i.id
+                                           and i.id = any (c.task_ids)
+                                         order by c.task_lease_id desc limit 1) c
+                    order by 1);
+  if cardinality(_leases) = 0 then
+    return '{}';
+  end if;
+  perform pg_advisory_xact_lock(20253, hashint8(l.id)) from unnest(_leases) l(id);
+  -- A new statement, so a new snapshot: what a completion or a rescue that held a lock
+  -- committed is seen.
+  _held := array(select i.id from unnest(_rowless) i(id)
+                  where not exists (select 1 from queues.task_pending p where p.task_id = i.id)
+                    and not exists (select 1 from queues.task_end_of(i.id) e)
+                  order by 1);
+  if cardinality(_held) = 0 then
+    return '{}';
+  end if;
+  insert into queues.task_pending
+    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
+     lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
+     suspect_lease, group_key)
+  select r.* from queues.pending_rows_of(_held) r order by r.task_id
+  on conflict (task_id) do nothing;
+  return _held;
+end;
+$$;

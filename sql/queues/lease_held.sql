@@ -1,0 +1,108 @@
+-- Lease-held tasks: the ready set's tasks out of the claim index (docs/design/hot-path.md).
+-- A claim takes an unkeyed task of an unlimited type out of the claim index on its first
+-- lease (queues.claim_tasks_at deletes its queues.task_pending row); its claim lease
+-- (queues.claim_lease) then holds it. A task with neither a claim-index row nor an end
+-- (queues.task_end_of) is leased by its newest claim lease: the claim index loses a task
+-- once (a task leased before is claimed on its row), so that lease is the only one that
+-- can hold it. Readers that ask "which tasks are leased" never read task_pending alone;
+-- they read one of these:
+--   queues.lease_held_tasks                     a view: every lease-held task with its
+--                                               claim lease (task, lease, worker, leased
+--                                               and expiry times, suspect)
+--   queues.lease_held_of(task_id)               one task's, if it is lease-held
+--   queues.task_pending_or_held                 a view in task_pending's shape: the claim
+--                                               index's rows, and a row per lease-held
+--                                               task as its claim lease gives it (leased
+--                                               by that lease, available at its expiry,
+--                                               its first lease), lease_held true
+--   queues.task_pending_or_held_of(task_id)     one task's row, either kind
+-- The set is bounded by the rescuer's table of due leases: a claim that takes a task out
+-- of the claim index writes its lease into queues.claim_lease_due, and the pass that
+-- rescues the lease (its unended tasks get their rows back, queues.rescue_due_leases_at)
+-- deletes it; only the claim leases still there are read, by their ids.
+-- The functions are inlined into their callers (SQL, stable, no SET clause, not a security
+-- definer), so that a caller's task id reaches the probes; every object they name is
+-- schema-qualified. Called from definer functions with a pinned search path: no grants. (A
+-- view read by another role cannot call them: public.worker_tasks writes the probe out.)
+
+-- Each claim lease not yet rescued once: its tasks, less those ended in a completion
+-- round of its task range (each round in the range unnested once per lease, not probed
+-- per task: a round's array, read by `= any` per task, is decompressed per task), less
+-- those with a claim-index row or a task_completed row (probes by key).
+create or replace view queues.lease_held_tasks as
+select u.task_id, c.task_lease_id, c.worker_key, c.leased_at, c.expires_at,
+       coalesce(c.suspect_task_id = u.task_id, false) as suspect
+  from queues.claim_lease_due d
+ -- each due lease by its id (a probe per lease, never a scan of claim_lease)
+ cross join lateral (select c.* from queues.claim_lease c
+                      where c.task_lease_id = d.task_lease_id and c.task_id = d.task_id limit 1) c
+ cross join lateral (
+   select x.task_id from unnest(c.task_ids) x(task_id)
+   except
+   select e.task_id
+     from queues.completion_round r
+    cross join lateral unnest(r.task_ids) e(task_id)
+    where r.task_range && c.task_range and r.task_id >= lower(c.task_range)
+ ) u
+ where not exists (select 1 from queues.task_pending p where p.task_id = u.task_id)
+   and not exists (select 1 from queues.task_completed x where x.task_id = u.task_id);
+comment on view queues.lease_held_tasks is
+  'Tasks held by their claim lease without a claim-index row (the ready set), with that lease: tasks of the claim leases not yet rescued (queues.claim_lease_due) with neither a queues.task_pending row nor an end. A task''s own: queues.lease_held_of(task_id). See sql/queues/lease_held.sql.';
+
+create or replace function queues.lease_held_of(_task_id bigint)
+  returns table (task_id bigint, task_lease_id bigint, worker_key integer, leased_at timestamptz,
+                 expires_at timestamptz, suspect boolean)
+  language sql stable
+as $$
+  -- The newest claim lease naming the task (claim_lease's GiST index, in the partitions
+  -- that can hold it), when the task has no row and no end.
+  select _task_id, c.task_lease_id, c.worker_key, c.leased_at, c.expires_at,
+         coalesce(c.suspect_task_id = _task_id, false)
+    from queues.claim_lease c
+   where c.task_range @> _task_id
+     and c.task_id >= _task_id
+     and _task_id = any (c.task_ids)
+     and not exists (select 1 from queues.task_pending p where p.task_id = _task_id)
+     and not exists (select 1 from queues.task_end_of(_task_id) e)
+   order by c.task_lease_id desc
+   limit 1
+$$;
+
+-- A lease-held task's row as the claim would have left it on the row: leased by its claim
+-- lease (current_lease_id), available at the lease's expiry, its first lease (lease_count
+-- 1: a task leased before keeps its row), nothing released, failed or interrupted; its
+-- scheduled time as the claim index gives it (a run-now request counts).
+create or replace view queues.task_pending_or_held as
+select p.task_id, p.task_type, p.priority, p.scheduled_at, p.resource_key, p.available_at, p.current_lease_id,
+       p.lease_count, p.released_count, p.max_attempts, p.failed_attempts, p.interrupted_count,
+       p.uncounted_count, p.suspect_lease, p.group_key, false as lease_held
+  from queues.task_pending p
+union all
+select h.task_id, t.task_type, t.priority, least(t.scheduled_at, rn.requested_at), t.resource_key, h.expires_at,
+       h.task_lease_id, 1, 0, t.max_attempts, 0, 0, 0, h.suspect, t.group_key, true
+  from queues.lease_held_tasks h
+ cross join lateral (select x.* from queues.task x where x.task_id = h.task_id limit 1) t
+  left join queues.task_run_now rn on rn.task_id = h.task_id;
+comment on view queues.task_pending_or_held is
+  'Every task not ended, in queues.task_pending''s shape: the claim index''s rows, and each lease-held task (queues.lease_held_tasks) leased by its claim lease (lease_held). A task''s own: queues.task_pending_or_held_of(task_id). See sql/queues/lease_held.sql.';
+
+create or replace function queues.task_pending_or_held_of(_task_id bigint)
+  returns table (task_id bigint, task_type text, priority integer, scheduled_at timestamptz,
+                 resource_key text, available_at timestamptz, current_lease_id bigint,
+                 lease_count integer, released_count integer, max_attempts integer,
+                 failed_attempts integer, interrupted_count integer, uncounted_count integer,
+                 suspect_lease boolean, group_key text, lease_held boolean)
+  language sql stable
+as $$
+  select p.task_id, p.task_type, p.priority, p.scheduled_at, p.resource_key, p.available_at, p.current_lease_id,
+         p.lease_count, p.released_count, p.max_attempts, p.failed_attempts, p.interrupted_count,
+         p.uncounted_count, p.suspect_lease, p.group_key, false
+    from queues.task_pending p
+   where p.task_id = _task_id
+  union all
+  select h.task_id, t.task_type, t.priority, least(t.scheduled_at, rn.requested_at), t.resource_key, h.expires_at,
+         h.task_lease_id, 1, 0, t.max_attempts, 0, 0, 0, h.suspect, t.group_key, true
+    from queues.lease_held_of(_task_id) h
+   cross join lateral (select x.* from queues.task x where x.task_id = h.task_id limit 1) t
+    left join queues.task_run_now rn on rn.task_id = h.task_id
+$$;
