@@ -32,7 +32,7 @@ async function migrate(folder: string): Promise<void> {
   await migrateDatabase(settings);
 }
 
-/** The committed migration that brings the ready set (until it is committed: migrations/current). */
+/** The committed migration that brings the ready set. */
 const MIGRATION = 24;
 
 /** A migrations folder with the committed migrations before MIGRATION, and no current ones. */
