@@ -11354,11 +11354,7 @@ begin
                        where a.task_id = any (_task_ids) and a.failed_at = now()
                          and not exists (select 1 from queues.task_pending p where p.task_id = a.task_id));
     if cardinality(_retried) > 0 then
-      insert into queues.task_pending
-        (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
-         lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
-         suspect_lease, group_key)
-      select r.* from queues.pending_rows_of(_retried) r order by r.task_id;
+      perform queues.write_pending_rows(_retried);
     end if;
   end if;
   -- The transaction's completion calls, counted (queues.run_steps watches them: a step
@@ -12133,11 +12129,7 @@ begin
            and not exists (select 1 from queues.task_end_of(i.task_id) e)
          order by i.task_id);
       if cardinality(_held) > 0 then
-        insert into queues.task_pending
-          (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
-           lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
-           suspect_lease, group_key)
-        select r.* from queues.pending_rows_of(_held) r order by r.task_id;
+        perform queues.write_pending_rows(_held);
         _locked := _locked || _held;
         _other := array(select o.id from unnest(_other) o(id) where o.id <> all (_held));
       end if;
@@ -12630,12 +12622,7 @@ begin
   if cardinality(_held) = 0 then
     return '{}';
   end if;
-  insert into queues.task_pending
-    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
-     lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
-     suspect_lease, group_key)
-  select r.* from queues.pending_rows_of(_held) r order by r.task_id
-  on conflict (task_id) do nothing;
+  perform queues.write_pending_rows(_held);
   return _held;
 end;
 $function$;
@@ -13821,12 +13808,7 @@ begin
   lock table queues.task_pending, queues.resource_lease in exclusive mode;
   delete from queues.task_pending;
   delete from queues.resource_lease;
-  insert into queues.task_pending
-    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
-     lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
-     suspect_lease, group_key)
-  select * from queues.pending_rows_of(null);
-  get diagnostics _count = row_count;
+  _count := queues.write_pending_rows(null);
 
   -- A task never leased whose dependencies have not all succeeded waits for them
   -- (sql/queues/dependencies.sql).
@@ -14547,20 +14529,13 @@ declare
   _n bigint;
 begin
   perform pg_advisory_xact_lock(20253, hashint8(_task_lease_id));
-  insert into queues.task_pending
-    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
-     lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
-     suspect_lease, group_key)
-  select r.*
-    from queues.pending_rows_of(array(
+  _n := queues.write_pending_rows(array(
            select u.task_id from unnest(_task_ids) u(task_id)
             where not exists (select 1 from queues.task_pending p where p.task_id = u.task_id)
               and not exists (select 1 from queues.task_end_of(u.task_id) e)
               and not exists (select 1 from queues.task_lease_extension x
                                where x.task_id = u.task_id and x.task_lease_id = _task_lease_id
-                                 and x.expires_at > _now))) r
-   order by r.task_id;
-  get diagnostics _n = row_count;
+                                 and x.expires_at > _now)));
   return _n;
 end;
 $function$;
@@ -15949,6 +15924,27 @@ CREATE OR REPLACE FUNCTION queues.worker_silence_bound(_heartbeat_interval_ms in
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$ select make_interval(secs => 3 * coalesce(_heartbeat_interval_ms, 30000) / 1000.0) $function$;
   -- queues.worker_silence_bound(_heartbeat_interval_ms integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.write_pending_rows(_task_ids bigint[])
+ RETURNS bigint
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _count bigint;
+begin
+  insert into queues.task_pending
+    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
+     lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
+     suspect_lease, group_key)
+  select r.* from queues.pending_rows_of(_task_ids) r order by r.task_id
+  on conflict (task_id) do nothing;
+  get diagnostics _count = row_count;
+  return _count;
+end;
+$function$;
+  -- queues.write_pending_rows(_task_ids bigint[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION schedules.append_schedule_version(_now timestamp with time zone, _schedule_id bigint, _cron text, _task_type text, _payload jsonb, _priority integer, _missed_run_policy text, _enabled boolean, _time_zone text DEFAULT NULL::text)

@@ -327,11 +327,7 @@ begin
                        where a.task_id = any (_task_ids) and a.failed_at = now()
                          and not exists (select 1 from queues.task_pending p where p.task_id = a.task_id));
     if cardinality(_retried) > 0 then
-      insert into queues.task_pending
-        (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
-         lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
-         suspect_lease, group_key)
-      select r.* from queues.pending_rows_of(_retried) r order by r.task_id;
+      perform queues.write_pending_rows(_retried);
     end if;
   end if;
   -- The transaction's completion calls, counted (queues.run_steps watches them: a step

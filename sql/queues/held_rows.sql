@@ -56,12 +56,7 @@ begin
   if cardinality(_held) = 0 then
     return '{}';
   end if;
-  insert into queues.task_pending
-    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
-     lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
-     suspect_lease, group_key)
-  select r.* from queues.pending_rows_of(_held) r order by r.task_id
-  on conflict (task_id) do nothing;
+  perform queues.write_pending_rows(_held);
   return _held;
 end;
 $$;

@@ -151,11 +151,7 @@ begin
            and not exists (select 1 from queues.task_end_of(i.task_id) e)
          order by i.task_id);
       if cardinality(_held) > 0 then
-        insert into queues.task_pending
-          (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
-           lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
-           suspect_lease, group_key)
-        select r.* from queues.pending_rows_of(_held) r order by r.task_id;
+        perform queues.write_pending_rows(_held);
         _locked := _locked || _held;
         _other := array(select o.id from unnest(_other) o(id) where o.id <> all (_held));
       end if;

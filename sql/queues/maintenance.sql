@@ -74,6 +74,29 @@ as $$
      and not exists (select 1 from queues.task_pending x where x.task_id = t.task_id)
 $$;
 
+-- Writes the claim-index rows the facts give _task_ids (null: every unfinished task) and
+-- returns how many it wrote; a task that has a row keeps it. The one writer of rows from
+-- the facts: the rebuild, the rescuer, a heartbeat or a path giving a task its row back
+-- (queues.hold_rows_of), a completion returning a task to the claim index for its retry.
+create or replace function queues.write_pending_rows(_task_ids bigint[])
+  returns bigint
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _count bigint;
+begin
+  insert into queues.task_pending
+    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
+     lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
+     suspect_lease, group_key)
+  select r.* from queues.pending_rows_of(_task_ids) r order by r.task_id
+  on conflict (task_id) do nothing;
+  get diagnostics _count = row_count;
+  return _count;
+end;
+$$;
+
 -- Rebuilds queues.task_pending and queues.resource_lease from the facts: every task
 -- without a completion, available at its scheduled time, the retry time of its last
 -- failed attempt, the retry time of its last transient interruption, or the effective
@@ -90,12 +113,7 @@ begin
   lock table queues.task_pending, queues.resource_lease in exclusive mode;
   delete from queues.task_pending;
   delete from queues.resource_lease;
-  insert into queues.task_pending
-    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
-     lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
-     suspect_lease, group_key)
-  select * from queues.pending_rows_of(null);
-  get diagnostics _count = row_count;
+  _count := queues.write_pending_rows(null);
 
   -- A task never leased whose dependencies have not all succeeded waits for them
   -- (sql/queues/dependencies.sql).
@@ -141,20 +159,13 @@ declare
   _n bigint;
 begin
   perform pg_advisory_xact_lock(20253, hashint8(_task_lease_id));
-  insert into queues.task_pending
-    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
-     lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
-     suspect_lease, group_key)
-  select r.*
-    from queues.pending_rows_of(array(
+  _n := queues.write_pending_rows(array(
            select u.task_id from unnest(_task_ids) u(task_id)
             where not exists (select 1 from queues.task_pending p where p.task_id = u.task_id)
               and not exists (select 1 from queues.task_end_of(u.task_id) e)
               and not exists (select 1 from queues.task_lease_extension x
                                where x.task_id = u.task_id and x.task_lease_id = _task_lease_id
-                                 and x.expires_at > _now))) r
-   order by r.task_id;
-  get diagnostics _n = row_count;
+                                 and x.expires_at > _now)));
   return _n;
 end;
 $$;
