@@ -1,11 +1,13 @@
 -- The ready set's per-task paths (docs/design/hot-path.md): a claim takes a task out of
 -- the claim index on its first lease, and its claim lease holds it; the task has no
--- `queues.task_pending` row until it ends. Every path that reads or writes one task's
--- row by its id (a release, a revocation, a cancel, an interruption, an error, a result,
--- a progress note, a step run, a throttle's give-back, a run-now, a unique replace) first
--- gives such tasks their row back, written from the facts as the claim left it (leased by
--- the claim lease, available at its expiry), and then holds the task on its row as
--- before the ready set. Only the exceptions pay for a row: a drained task never does.
+-- `queues.task_pending` row until it ends. Every path that must hold such a task on its
+-- row (a result, a release and a throttle's give-back, an interruption, a cancel, a stale
+-- recovery or revocation, a unique replace, an unfenced completion, an enqueue that
+-- depends on it, a heartbeat) first gives it its row back, written from the facts as the
+-- claim left it (leased by the claim lease, available at its expiry), and then holds it
+-- there as before the ready set. The drain's paths (the completion's fence, the lease
+-- checks of steps, starts and progress) hold it by its claim lease and write nothing, so
+-- only the exceptions pay for a row.
 --
 --   queues.hold_rows_of(task_ids)   helper: the row-less, unended tasks get their row back
 
