@@ -11441,13 +11441,7 @@ AS $function$
   union all
   -- The ready set (docs/design/hot-path.md): a task its claim took out of the claim index
   -- has no row; until it ends, the claim lease that names it holds it, until its expiry.
-  select c.expires_at
-    from queues.claim_lease c
-   where c.task_lease_id = _task_lease_id
-     and c.task_id >= _task_id
-     and _task_id = any (c.task_ids)
-     and not exists (select 1 from queues.task_pending p where p.task_id = _task_id)
-     and not exists (select 1 from queues.task_end_of(_task_id) e)
+  select h.expires_at from queues.lease_held_of(_task_id) h where h.task_lease_id = _task_lease_id
   limit 1
 $function$;
   -- queues.current_lease_expiry(_task_id bigint, _task_lease_id bigint): owner :DATABASE_OWNER
@@ -11462,7 +11456,8 @@ AS $function$
   select coalesce(array_agg(coalesce((select p.current_lease_id from queues.task_pending p
                                        where p.task_id = i.task_id) = i.task_lease_id,
                                       -- no row: held by its claim lease until it ends
-                                      queues.current_lease_expiry(i.task_id, i.task_lease_id) is not null)
+                                      exists (select 1 from queues.lease_held_of(i.task_id) h
+                                               where h.task_lease_id = i.task_lease_id))
                             order by i.ord), '{}')
     from unnest(_task_ids, _task_lease_ids) with ordinality as i(task_id, task_lease_id, ord)
 $function$;
@@ -12588,26 +12583,13 @@ CREATE OR REPLACE FUNCTION queues.hold_rows_of(_task_ids bigint[])
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 declare
-  _rowless bigint[];
   _leases bigint[];
   _held bigint[];
 begin
-  -- (A scalar subquery per task: a primary-key probe, never an anti-join planned from
-  -- task_pending's statistics.)
-  _rowless := array(select distinct i.id from unnest(_task_ids) i(id)
-                     where i.id is not null
-                       and (select true from queues.task_pending p where p.task_id = i.id) is null
-                     order by 1);
-  if cardinality(_rowless) = 0 then
-    return '{}';
-  end if;
-  -- Each task's newest claim lease (a GiST probe of its task range).
-  _leases := array(select distinct c.task_lease_id
-                     from unnest(_rowless) i(id)
-                    cross join lateral (select c.task_lease_id from queues.claim_lease c
-                                         where c.task_range @> i.id and c.task_id >= i.id
-                                           and i.id = any (c.task_ids)
-                                         order by c.task_lease_id desc limit 1) c
+  -- The lease-held tasks' claim leases (queues.lease_held_of: a task with a row costs one
+  -- primary-key probe).
+  _leases := array(select distinct h.task_lease_id
+                     from unnest(_task_ids) i(id) cross join lateral queues.lease_held_of(i.id) h
                     order by 1);
   if cardinality(_leases) = 0 then
     return '{}';
@@ -12615,9 +12597,8 @@ begin
   perform pg_advisory_xact_lock(20253, hashint8(l.id)) from unnest(_leases) l(id);
   -- A new statement, so a new snapshot: what a completion or a rescue that held a lock
   -- committed is seen.
-  _held := array(select i.id from unnest(_rowless) i(id)
-                  where not exists (select 1 from queues.task_pending p where p.task_id = i.id)
-                    and not exists (select 1 from queues.task_end_of(i.id) e)
+  _held := array(select distinct h.task_id
+                   from unnest(_task_ids) i(id) cross join lateral queues.lease_held_of(i.id) h
                   order by 1);
   if cardinality(_held) = 0 then
     return '{}';
@@ -13386,13 +13367,9 @@ begin
            coalesce((select true from queues.task_pending p
                       where p.task_id = i.task_id and p.current_lease_id = i.task_lease_id),
                     -- no row: held by the claim lease that names it until it ends (the
-                    -- ready set, queues.current_lease_expiry)
-                    (select true from queues.claim_lease c
-                      where c.task_lease_id = i.task_lease_id and c.task_id >= i.task_id
-                        and i.task_id = any (c.task_ids)
-                        and (select true from queues.task_pending p where p.task_id = i.task_id) is null
-                        and not exists (select 1 from queues.task_end_of(i.task_id) e)
-                      limit 1),
+                    -- ready set)
+                    (select true from queues.lease_held_of(i.task_id) h
+                      where h.task_lease_id = i.task_lease_id),
                     false) as held
       from unnest(_task_ids, _task_lease_ids,
                   coalesce(_started_us, array_fill(null::bigint, array[cardinality(_task_ids)])))
@@ -14590,15 +14567,8 @@ begin
     select p.task_id from queues.task_pending p
      cross join lateral (select y.worker_key, y.worker_id from queues.task_lease_at(p.task_id, p.current_lease_id) y limit 1) l
      where p.current_lease_id > 0 and (l.worker_key = _worker_key or l.worker_id = _worker_id)));
-  -- The tasks of its claim leases not yet rescued that have no row get it back first
-  -- (queues.hold_rows_of: the ready set).
-  perform queues.hold_rows_of(array(
-    select t.id
-      from queues.claim_lease_due d
-     cross join lateral (select c.* from queues.claim_lease c
-                          where c.task_lease_id = d.task_lease_id and c.task_id = d.task_id limit 1) c
-     cross join lateral unnest(c.task_ids) t(id)
-     where c.worker_key = _worker_key));
+  -- Its lease-held tasks (no row: the ready set) get their row back first.
+  perform queues.hold_rows_of(array(select h.task_id from queues.lease_held_tasks h where h.worker_key = _worker_key));
   return query
   with held as (
     -- Locked in task id order, as every call that locks several claim-index rows.
@@ -15515,21 +15485,15 @@ AS $function$
                                           queues.worker_silence_bound(w.heartbeat_interval_ms))
   union all
   -- The tasks held by a live claim lease without a row (the ready set:
-  -- docs/design/hot-path.md): a lease not yet rescued (queues.claim_lease_due), naming a
-  -- task with no row and no end.
-  select t.id, c.task_lease_id, w.worker_id, w.last_seen_at, c.expires_at
-    from queues.claim_lease_due d
-   cross join lateral (select c.* from queues.claim_lease c
-                        where c.task_lease_id = d.task_lease_id and c.task_id = d.task_id limit 1) c
-    join queues.worker_name n on n.worker_key = c.worker_key
+  -- docs/design/hot-path.md).
+  select h.task_id, h.task_lease_id, w.worker_id, w.last_seen_at, h.expires_at
+    from queues.lease_held_tasks h
+    join queues.worker_name n on n.worker_key = h.worker_key
     join queues.worker w on w.worker_id = n.worker_id
-   cross join lateral unnest(c.task_ids) t(id)
-   where d.expires_at > _now
+   where h.expires_at > _now
      and w.stopped_at is null
      and w.last_seen_at < _now - greatest(make_interval(secs => _dead_after_seconds),
                                           queues.worker_silence_bound(w.heartbeat_interval_ms))
-     and not exists (select 1 from queues.task_pending p where p.task_id = t.id)
-     and not exists (select 1 from queues.task_end_of(t.id) e)
 $function$;
   -- queues.stale_leases_at(_now timestamp with time zone, _dead_after_seconds integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)

@@ -2,12 +2,10 @@
 // 000017, holding progress reports, is converted, every report reads the same afterwards,
 // new reports go on numbering after the old ones, dependencies (new in 000018, so held by
 // no database before it) work on the converted tables, and migrating again changes nothing.
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { hardenDatabase, migrateDatabase, migrateSettings, repoRoot, withDatabase } from '@org/db-tools';
+import { hardenDatabase, withDatabase } from '@org/db-tools';
+import { migrateFolder, migrationsBefore, repositoryMigrations } from '../test-support/migrations.js';
 
 const ctx = inject('queueTestServer');
 const name = `${ctx.prefix}flow_retention_migration`;
@@ -16,38 +14,12 @@ const url = (dbUser: 'owner' | 'worker' | 'app' | 'api') =>
 let owner: pg.Client;
 let worker: pg.Client;
 let app: pg.Client;
-let scratch: string;
+let scratch: { folder: string; remove: () => void } | undefined;
 
-async function migrate(folder: string): Promise<void> {
-  const settings = await migrateSettings({
-    ownerUrl: url('owner'),
-    rootUrl: ctx.rootUrl,
-    dbUsers: ctx.dbUsers,
-    quiet: true,
-  });
-  settings.migrationsFolder = folder;
-  await migrateDatabase(settings);
-}
+const migrate = (folder: string) => migrateFolder(ctx, url('owner'), folder);
 
 /** The committed migration that bounds the flow facts. */
 const MIGRATION = 18;
-
-/** A migrations folder with the committed migrations before MIGRATION. */
-function folderBefore(): string {
-  const root = repoRoot();
-  scratch = mkdtempSync(join(tmpdir(), 'flow-retention-migration-'));
-  const folder = join(scratch, 'migrations');
-  mkdirSync(join(folder, 'committed'), { recursive: true });
-  mkdirSync(join(folder, 'current'));
-  symlinkSync(join(root, 'sql'), join(folder, 'fixtures'));
-  cpSync(join(root, 'migrations', 'afterReset.sql'), join(folder, 'afterReset.sql'));
-  for (const file of readdirSync(join(root, 'migrations', 'committed'))) {
-    if (Number.parseInt(file, 10) < MIGRATION) {
-      cpSync(join(root, 'migrations', 'committed', file), join(folder, 'committed', file));
-    }
-  }
-  return folder;
-}
 
 const TYPE = 'product_resync';
 const enqueue = async () =>
@@ -78,7 +50,8 @@ beforeAll(async () => {
   } finally {
     await root.end();
   }
-  await migrate(folderBefore());
+  scratch = migrationsBefore(MIGRATION);
+  await migrate(scratch.folder);
   owner = new pg.Client({ connectionString: url('owner') });
   worker = new pg.Client({ connectionString: url('worker') });
   app = new pg.Client({ connectionString: url('app') });
@@ -102,7 +75,7 @@ beforeAll(async () => {
   progressBefore = await progressRows();
   expect(progressBefore).toHaveLength(3);
 
-  await migrate(join(repoRoot(), 'migrations'));
+  await migrate(repositoryMigrations());
 });
 
 afterAll(async () => {
@@ -111,7 +84,7 @@ afterAll(async () => {
   await root.connect();
   await root.query(`drop database if exists ${root.escapeIdentifier(name)} with (force)`);
   await root.end();
-  if (scratch) rmSync(scratch, { recursive: true, force: true });
+  scratch?.remove();
 });
 
 describe('converting a database with progress reports', () => {
@@ -157,7 +130,7 @@ describe('converting a database with progress reports', () => {
   it('migrating again changes nothing', async () => {
     const progress = await progressRows();
     const edges = await dependencyRows();
-    await migrate(join(repoRoot(), 'migrations'));
+    await migrate(repositoryMigrations());
     expect(await progressRows()).toEqual(progress);
     expect(await dependencyRows()).toEqual(edges);
   });

@@ -24,26 +24,13 @@ create or replace function queues.hold_rows_of(_task_ids bigint[])
   set search_path = pg_catalog, pg_temp
 as $$
 declare
-  _rowless bigint[];
   _leases bigint[];
   _held bigint[];
 begin
-  -- (A scalar subquery per task: a primary-key probe, never an anti-join planned from
-  -- task_pending's statistics.)
-  _rowless := array(select distinct i.id from unnest(_task_ids) i(id)
-                     where i.id is not null
-                       and (select true from queues.task_pending p where p.task_id = i.id) is null
-                     order by 1);
-  if cardinality(_rowless) = 0 then
-    return '{}';
-  end if;
-  -- Each task's newest claim lease (a GiST probe of its task range).
-  _leases := array(select distinct c.task_lease_id
-                     from unnest(_rowless) i(id)
-                    cross join lateral (select c.task_lease_id from queues.claim_lease c
-                                         where c.task_range @> i.id and c.task_id >= i.id
-                                           and i.id = any (c.task_ids)
-                                         order by c.task_lease_id desc limit 1) c
+  -- The lease-held tasks' claim leases (queues.lease_held_of: a task with a row costs one
+  -- primary-key probe).
+  _leases := array(select distinct h.task_lease_id
+                     from unnest(_task_ids) i(id) cross join lateral queues.lease_held_of(i.id) h
                     order by 1);
   if cardinality(_leases) = 0 then
     return '{}';
@@ -51,9 +38,8 @@ begin
   perform pg_advisory_xact_lock(20253, hashint8(l.id)) from unnest(_leases) l(id);
   -- A new statement, so a new snapshot: what a completion or a rescue that held a lock
   -- committed is seen.
-  _held := array(select i.id from unnest(_rowless) i(id)
-                  where not exists (select 1 from queues.task_pending p where p.task_id = i.id)
-                    and not exists (select 1 from queues.task_end_of(i.id) e)
+  _held := array(select distinct h.task_id
+                   from unnest(_task_ids) i(id) cross join lateral queues.lease_held_of(i.id) h
                   order by 1);
   if cardinality(_held) = 0 then
     return '{}';

@@ -1,12 +1,10 @@
 // migrations/committed/000004 (partitioned history) converts a database that already holds
 // history: a database migrated up to the migration before it, with tasks in every state, is converted,
 // and every task reads the same afterwards and the queue keeps working.
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { hardenDatabase, migrateDatabase, migrateSettings, repoRoot, withDatabase } from '@org/db-tools';
+import { hardenDatabase, withDatabase } from '@org/db-tools';
+import { migrateFolder, migrationsBefore, repositoryMigrations } from '../test-support/migrations.js';
 
 const ctx = inject('queueTestServer');
 const name = `${ctx.prefix}history_migration`;
@@ -15,37 +13,12 @@ const url = (dbUser: 'owner' | 'worker' | 'app' | 'api') =>
 let owner: pg.Client;
 let worker: pg.Client;
 let app: pg.Client;
-let scratch: string;
+let scratch: { folder: string; remove: () => void } | undefined;
 
-async function migrate(folder: string): Promise<void> {
-  const settings = await migrateSettings({
-    ownerUrl: url('owner'),
-    rootUrl: ctx.rootUrl,
-    dbUsers: ctx.dbUsers,
-    quiet: true,
-  });
-  settings.migrationsFolder = folder;
-  await migrateDatabase(settings);
-}
+const migrate = (folder: string) => migrateFolder(ctx, url('owner'), folder);
 
 /** The number of the migration that partitions the history. */
 const HISTORY_MIGRATION = 4;
-
-/** A migrations folder holding the committed migrations before the one that partitions the history. */
-function folderBeforeHistory(): string {
-  const root = repoRoot();
-  scratch = mkdtempSync(join(tmpdir(), 'history-migration-'));
-  const folder = join(scratch, 'migrations');
-  mkdirSync(join(folder, 'current'), { recursive: true });
-  mkdirSync(join(folder, 'committed'), { recursive: true });
-  symlinkSync(join(root, 'sql'), join(folder, 'fixtures'));
-  for (const file of readdirSync(join(root, 'migrations', 'committed'))) {
-    if (Number.parseInt(file, 10) < HISTORY_MIGRATION) {
-      cpSync(join(root, 'migrations', 'committed', file), join(folder, 'committed', file));
-    }
-  }
-  return folder;
-}
 
 const T0 = "now() + interval '0 s'";
 
@@ -202,7 +175,8 @@ beforeAll(async () => {
   } finally {
     await root.end();
   }
-  await migrate(folderBeforeHistory());
+  scratch = migrationsBefore(HISTORY_MIGRATION, { afterReset: false });
+  await migrate(scratch.folder);
   owner = new pg.Client({ connectionString: url('owner') });
   worker = new pg.Client({ connectionString: url('worker') });
   app = new pg.Client({ connectionString: url('app') });
@@ -221,7 +195,7 @@ beforeAll(async () => {
   at = (await owner.query(`select (now() + interval '1 s')::text as at`)).rows[0].at;
   before = await snapshot(at);
 
-  await migrate(join(repoRoot(), 'migrations'));
+  await migrate(repositoryMigrations());
 });
 
 afterAll(async () => {
@@ -230,7 +204,7 @@ afterAll(async () => {
   await root.connect();
   await root.query(`drop database if exists ${root.escapeIdentifier(name)} with (force)`);
   await root.end();
-  if (scratch) rmSync(scratch, { recursive: true, force: true });
+  scratch?.remove();
 });
 
 describe('converting a database with history', () => {
@@ -359,7 +333,7 @@ describe('converting a database with history', () => {
       `select count(*)::int as n from pg_inherits where inhparent = 'queues.task'::regclass`,
     );
     const snap = await snapshot(at);
-    await migrate(join(repoRoot(), 'migrations'));
+    await migrate(repositoryMigrations());
     const { rows: b } = await owner.query(
       `select count(*)::int as n from pg_inherits where inhparent = 'queues.task'::regclass`,
     );

@@ -5,12 +5,10 @@
 // row (the claim's expired-lease branch, not the rescuer) and its late holder is refused,
 // and the rescuer leaves those tasks alone (no claim_lease_due row: nothing due). Tasks
 // claimed for the first time after it leave the claim index (the ready set).
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { hardenDatabase, migrateDatabase, migrateSettings, repoRoot, withDatabase } from '@org/db-tools';
+import { hardenDatabase, withDatabase } from '@org/db-tools';
+import { migrateFolder, migrationsBefore, repositoryMigrations } from '../test-support/migrations.js';
 
 const ctx = inject('queueTestServer');
 const name = `${ctx.prefix}ready_set_migration`;
@@ -19,38 +17,12 @@ const url = (dbUser: 'owner' | 'worker' | 'app' | 'api') =>
 let owner: pg.Client;
 let worker: pg.Client;
 let app: pg.Client;
-let scratch: string;
+let scratch: { folder: string; remove: () => void } | undefined;
 
-async function migrate(folder: string): Promise<void> {
-  const settings = await migrateSettings({
-    ownerUrl: url('owner'),
-    rootUrl: ctx.rootUrl,
-    dbUsers: ctx.dbUsers,
-    quiet: true,
-  });
-  settings.migrationsFolder = folder;
-  await migrateDatabase(settings);
-}
+const migrate = (folder: string) => migrateFolder(ctx, url('owner'), folder);
 
 /** The committed migration that brings the ready set. */
 const MIGRATION = 24;
-
-/** A migrations folder with the committed migrations before MIGRATION, and no current ones. */
-function folderBefore(): string {
-  const root = repoRoot();
-  scratch = mkdtempSync(join(tmpdir(), 'ready-set-migration-'));
-  const folder = join(scratch, 'migrations');
-  mkdirSync(join(folder, 'committed'), { recursive: true });
-  mkdirSync(join(folder, 'current'));
-  symlinkSync(join(root, 'sql'), join(folder, 'fixtures'));
-  cpSync(join(root, 'migrations', 'afterReset.sql'), join(folder, 'afterReset.sql'));
-  for (const file of readdirSync(join(root, 'migrations', 'committed'))) {
-    if (Number.parseInt(file, 10) < MIGRATION) {
-      cpSync(join(root, 'migrations', 'committed', file), join(folder, 'committed', file));
-    }
-  }
-  return folder;
-}
 
 const TYPE = 'product_resync';
 const enqueue = async (n: number) =>
@@ -110,7 +82,8 @@ beforeAll(async () => {
   } finally {
     await root.end();
   }
-  await migrate(folderBefore());
+  scratch = migrationsBefore(MIGRATION);
+  await migrate(scratch.folder);
   owner = new pg.Client({ connectionString: url('owner') });
   worker = new pg.Client({ connectionString: url('worker') });
   app = new pg.Client({ connectionString: url('app') });
@@ -131,7 +104,7 @@ beforeAll(async () => {
   // Each leased task keeps its claim-index row, leased by the claim's lease.
   expect(await rowsOf(leased)).toEqual(leased.map((id) => ({ task_id: id, current_lease_id: live })));
 
-  await migrate(join(repoRoot(), 'migrations'));
+  await migrate(repositoryMigrations());
 });
 
 afterAll(async () => {
@@ -140,7 +113,7 @@ afterAll(async () => {
   await root.connect();
   await root.query(`drop database if exists ${root.escapeIdentifier(name)} with (force)`);
   await root.end();
-  if (scratch) rmSync(scratch, { recursive: true, force: true });
+  scratch?.remove();
 });
 
 describe('migrating a database with live per-row leases to the ready set', () => {

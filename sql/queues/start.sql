@@ -38,13 +38,9 @@ begin
            coalesce((select true from queues.task_pending p
                       where p.task_id = i.task_id and p.current_lease_id = i.task_lease_id),
                     -- no row: held by the claim lease that names it until it ends (the
-                    -- ready set, queues.current_lease_expiry)
-                    (select true from queues.claim_lease c
-                      where c.task_lease_id = i.task_lease_id and c.task_id >= i.task_id
-                        and i.task_id = any (c.task_ids)
-                        and (select true from queues.task_pending p where p.task_id = i.task_id) is null
-                        and not exists (select 1 from queues.task_end_of(i.task_id) e)
-                      limit 1),
+                    -- ready set)
+                    (select true from queues.lease_held_of(i.task_id) h
+                      where h.task_lease_id = i.task_lease_id),
                     false) as held
       from unnest(_task_ids, _task_lease_ids,
                   coalesce(_started_us, array_fill(null::bigint, array[cardinality(_task_ids)])))

@@ -102,13 +102,7 @@ as $$
   union all
   -- The ready set (docs/design/hot-path.md): a task its claim took out of the claim index
   -- has no row; until it ends, the claim lease that names it holds it, until its expiry.
-  select c.expires_at
-    from queues.claim_lease c
-   where c.task_lease_id = _task_lease_id
-     and c.task_id >= _task_id
-     and _task_id = any (c.task_ids)
-     and not exists (select 1 from queues.task_pending p where p.task_id = _task_id)
-     and not exists (select 1 from queues.task_end_of(_task_id) e)
+  select h.expires_at from queues.lease_held_of(_task_id) h where h.task_lease_id = _task_lease_id
   limit 1
 $$;
 
@@ -138,7 +132,8 @@ as $$
   select coalesce(array_agg(coalesce((select p.current_lease_id from queues.task_pending p
                                        where p.task_id = i.task_id) = i.task_lease_id,
                                       -- no row: held by its claim lease until it ends
-                                      queues.current_lease_expiry(i.task_id, i.task_lease_id) is not null)
+                                      exists (select 1 from queues.lease_held_of(i.task_id) h
+                                               where h.task_lease_id = i.task_lease_id))
                             order by i.ord), '{}')
     from unnest(_task_ids, _task_lease_ids) with ordinality as i(task_id, task_lease_id, ord)
 $$;

@@ -80,21 +80,15 @@ as $$
                                           queues.worker_silence_bound(w.heartbeat_interval_ms))
   union all
   -- The tasks held by a live claim lease without a row (the ready set:
-  -- docs/design/hot-path.md): a lease not yet rescued (queues.claim_lease_due), naming a
-  -- task with no row and no end.
-  select t.id, c.task_lease_id, w.worker_id, w.last_seen_at, c.expires_at
-    from queues.claim_lease_due d
-   cross join lateral (select c.* from queues.claim_lease c
-                        where c.task_lease_id = d.task_lease_id and c.task_id = d.task_id limit 1) c
-    join queues.worker_name n on n.worker_key = c.worker_key
+  -- docs/design/hot-path.md).
+  select h.task_id, h.task_lease_id, w.worker_id, w.last_seen_at, h.expires_at
+    from queues.lease_held_tasks h
+    join queues.worker_name n on n.worker_key = h.worker_key
     join queues.worker w on w.worker_id = n.worker_id
-   cross join lateral unnest(c.task_ids) t(id)
-   where d.expires_at > _now
+   where h.expires_at > _now
      and w.stopped_at is null
      and w.last_seen_at < _now - greatest(make_interval(secs => _dead_after_seconds),
                                           queues.worker_silence_bound(w.heartbeat_interval_ms))
-     and not exists (select 1 from queues.task_pending p where p.task_id = t.id)
-     and not exists (select 1 from queues.task_end_of(t.id) e)
 $$;
 
 -- The stale leases now, for workers presumed dead after 10 minutes of silence.
@@ -197,15 +191,8 @@ begin
     select p.task_id from queues.task_pending p
      cross join lateral (select y.worker_key, y.worker_id from queues.task_lease_at(p.task_id, p.current_lease_id) y limit 1) l
      where p.current_lease_id > 0 and (l.worker_key = _worker_key or l.worker_id = _worker_id)));
-  -- The tasks of its claim leases not yet rescued that have no row get it back first
-  -- (queues.hold_rows_of: the ready set).
-  perform queues.hold_rows_of(array(
-    select t.id
-      from queues.claim_lease_due d
-     cross join lateral (select c.* from queues.claim_lease c
-                          where c.task_lease_id = d.task_lease_id and c.task_id = d.task_id limit 1) c
-     cross join lateral unnest(c.task_ids) t(id)
-     where c.worker_key = _worker_key));
+  -- Its lease-held tasks (no row: the ready set) get their row back first.
+  perform queues.hold_rows_of(array(select h.task_id from queues.lease_held_tasks h where h.worker_key = _worker_key));
   return query
   with held as (
     -- Locked in task id order, as every call that locks several claim-index rows.
