@@ -49,6 +49,11 @@ create or replace function queues.complete_tasks(
   -- arguments (index order with a LIMIT; primary-key probes), and planning was about
   -- 40% of the call's cost.
   set plan_cache_mode = force_generic_plan
+  -- The generic plans are made at a session's first call, often while the facts'
+  -- partitions are empty: the planner would then read them by sequential scans, whose
+  -- cost grows with every round the partition gains. Every table here is read by an
+  -- index (primary keys, task_range's GiST index).
+  set enable_seqscan = off
   set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
@@ -178,32 +183,38 @@ begin
         where c.task_lease_id = li.task_lease_id limit 1
      ) c
   ),
-  -- The call's tasks each lease names. (Each input row scans its lease's array once: a
-  -- join of the input to the unnested arrays was planned, generically, as nested loops
-  -- that unnested the lease once per input row; a hash join to the arrays unnested once
-  -- and kept cost the same, 0.5 ms per call of 500.)
-  lease_task as (
-    select i.*
-      from input i
-     where i.task_lease_id is not null
-       and exists (select 1 from lease_named l
-                    where l.task_lease_id = i.task_lease_id and i.task_id = any (l.task_ids))
-  ),
-  lease_gone as (
-    select u.task_id
-      from lease_named l
-      join queues.completion_round r on r.task_range && l.task_range and r.task_id >= lower(l.task_range)
-     cross join lateral unnest(r.task_ids) u(task_id)
-    union all
-    select c.task_id from queues.task_completed c where c.task_id = any (_task_ids)
-  ),
+  -- The call's tasks each lease still holds: named by the lease (its array unnested), not
+  -- ended (a completion round naming the task, found among the rounds whose range
+  -- overlaps the lease's by task_range's GiST index, or a task_completed row), and
+  -- without a claim-index row. The first two are decided by one sort of the call's
+  -- tasks beside the lease's tasks and the rounds' tasks, each tagged with the lease it
+  -- was read for (a window over task and lease), not per task: a nested loop over the
+  -- lease's array or the rounds' tasks costs the call's tasks times theirs, and the
+  -- generic plan cannot be trusted to hash them.
   lease_open as (
-    select lt.*
-      from lease_task lt
-     where not exists (select 1 from lease_gone g where g.task_id = lt.task_id)
-       -- (a scalar subquery: a primary-key probe per task, never an anti-join planned
-       -- from task_pending's statistics)
-       and (select true from queues.task_pending p where p.task_id = lt.task_id) is null
+    select o.task_id, o.task_lease_id, o.outcome, o.may_retry, o.started_at, o.ord
+      from (select u.*,
+                   bool_or(u.src = 1) over w as named,
+                   bool_or(u.src = 2) over w as ended
+              from (select i.task_id, i.task_lease_id, i.outcome, i.may_retry, i.started_at, i.ord, 0 as src
+                      from input i
+                     where i.task_lease_id is not null
+                    union all
+                    select m.task_id, l.task_lease_id, null::text, null::boolean, null::timestamptz, null::bigint, 1
+                      from lease_named l
+                     cross join lateral unnest(l.task_ids) m(task_id)
+                    union all
+                    select g.task_id, l.task_lease_id, null::text, null::boolean, null::timestamptz, null::bigint, 2
+                      from lease_named l
+                      join queues.completion_round r
+                        on r.task_range && l.task_range and r.task_id >= lower(l.task_range)
+                     cross join lateral unnest(r.task_ids) g(task_id)) u
+            window w as (partition by u.task_id, u.task_lease_id)) o
+     where o.src = 0 and o.named and not o.ended
+       -- (scalar subqueries: a primary-key probe per task, never an anti-join planned
+       -- from the tables' statistics)
+       and (select true from queues.task_completed c where c.task_id = o.task_id) is null
+       and (select true from queues.task_pending p where p.task_id = o.task_id) is null
   ),
   held_lease as (
     select t.task_id, t.task_type, i.task_lease_id, t.resource_key, i.task_lease_id, i.may_retry,

@@ -253,6 +253,84 @@ describe('a completion call', () => {
   });
 });
 
+describe("a completion's reading of the rounds", () => {
+  it("reads the rounds overlapping its lease once, by the range index, whatever the partition's other rounds", async () => {
+    // A database of its own, whose partitions are empty when the worker's session plans
+    // its completion (as a worker's completer plans at its first round on a new queue).
+    const own = await createTestDatabase();
+    const worker = await own.pool('worker').connect();
+    try {
+      await own.query(`insert into queues.task_type (task_type) values ('round_c')`);
+      const { rows: enqueued } = await own.query(
+        `select queues.enqueue('round_c', jsonb_build_object('n', g))::text as id from generate_series(1, 201) g`,
+      );
+      const ids = enqueued.map((r) => r.id as string);
+      const { rows: leased } = await own.query(
+        `select task_id::text, task_lease_id::text from queues.claim_tasks_at(now(), 'w', 1000, array['round_c'], 60, 5)`,
+      );
+      const lease = leased[0].task_lease_id as string;
+      expect(leased.map((r) => r.task_lease_id)).toEqual(ids.map(() => lease));
+      expect([...(await settle([ids[0]], [lease], ['succeeded'], null, worker)).values()]).toEqual(['completed']);
+      const next = ids.slice(1, 101);
+      expect([
+        ...(
+          await settle(
+            next,
+            next.map(() => lease),
+            null,
+            null,
+            worker,
+          )
+        ).values(),
+      ]).toEqual(next.map(() => 'completed'));
+      // Then the lease's partition gains 2,000 rounds of other tasks (ids beyond the lease's).
+      await own.query(`
+        insert into queues.completion_round (task_id, task_type, task_ids, task_lease_ids, started_us, task_range)
+        select r * 100 + 500099, 'round_c', array(select r * 100 + 500000 + g from generate_series(0, 99) g),
+               array_fill(null::bigint, array[100]), array_fill(null::bigint, array[100]),
+               int8range(r * 100 + 500000, r * 100 + 500099, '[]')
+          from generate_series(0, 1999) r`);
+      const rest = ids.slice(101);
+      await worker.query('begin');
+      const results = await settle(
+        rest,
+        rest.map(() => lease),
+        rest.map(() => 'succeeded'),
+        null,
+        worker,
+      );
+      const { rows } = await worker.query(
+        `select coalesce(sum(seq_tup_read), 0)::int as seq, coalesce(sum(idx_tup_fetch), 0)::int as idx
+           from pg_stat_xact_user_tables where schemaname = 'queues' and relname like 'completion_round%'`,
+      );
+      await worker.query('commit');
+      expect([...results.values()]).toEqual(rest.map(() => 'completed'));
+      // No partition read through: the lease's rounds (its first task's and the next
+      // 100's) and at most a neighbour by the range index, not the 2,000 others, and once
+      // for the call, not once per task.
+      expect(rows[0].seq).toBe(0);
+      expect(rows[0].idx).toBeGreaterThanOrEqual(2);
+      expect(rows[0].idx).toBeLessThanOrEqual(4);
+      // A repeat under the same lease finds them ended.
+      const again = rest.slice(0, 3);
+      expect([
+        ...(
+          await settle(
+            again,
+            again.map(() => lease),
+            null,
+            null,
+            worker,
+          )
+        ).values(),
+      ]).toEqual(['already_completed', 'already_completed', 'already_completed']);
+    } finally {
+      worker.release();
+      await own.drop();
+    }
+  });
+});
+
 describe('a round is fenced by the lease of each task', () => {
   it("a late holder's completion is refused, and leaves nothing; the new holder's repeat is idempotent", async () => {
     const [id] = await enqueue('round_a', 1);

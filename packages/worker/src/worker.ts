@@ -92,6 +92,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   readonly #heartbeats: Heartbeats;
   #started = false;
   #stopped = false;
+  /** The completer's warm-up (Completer.warm), waited for before its connections close. */
+  #warm: Promise<void> = Promise.resolve();
 
   constructor(options: WorkerOptions) {
     super();
@@ -171,9 +173,15 @@ export class Worker extends EventEmitter<WorkerEvents> {
       },
       `worker started for ${this.#taskTypes.join(', ')}`,
     );
-    await this.#listener.start();
-    await this.#timeouts.refresh(this.pool, this.#log);
-    await this.#heartbeats.reportIn();
+    // Independent, so at once: the listening connection, the worker's first connection
+    // (the run timeouts, then the registry), and the completions' connection with its
+    // statement planned (not waited for: the first claim need not wait for it). Claims
+    // start once the listener listens, so no notification after the first claim is missed.
+    this.#warm = this.#completer.warm();
+    await Promise.all([
+      this.#listener.start(),
+      this.#timeouts.refresh(this.pool, this.#log).then(() => this.#heartbeats.reportIn()),
+    ]);
     this.#heartbeats.start();
     this.#producer.start();
   }
@@ -248,7 +256,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
     // it: give it two seconds. (Its lease is released; the process exiting closes it.)
     let endTimer: NodeJS.Timeout | undefined;
     await Promise.race([
-      Promise.all([this.#completer.drain().then(() => this.#completer.close()), this.pool.end()]),
+      Promise.all([
+        this.#warm.then(() => this.#completer.drain()).then(() => this.#completer.close()),
+        this.pool.end(),
+      ]),
       new Promise<void>((resolve) => (endTimer = setTimeout(resolve, 2000))),
     ]);
     clearTimeout(endTimer);

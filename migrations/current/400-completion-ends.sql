@@ -1,0 +1,3 @@
+set local lock_timeout = '5s';
+
+--!include queues/complete.sql
