@@ -1064,6 +1064,7 @@ create table queues.claim_lease (
   task_ids bigint[] not null,
   task_range int8range not null,
   suspect_task_id bigint,
+  task_type text,
   constraint claim_lease_expires_at_not_null NOT NULL expires_at,
   constraint claim_lease_leased_at_not_null NOT NULL leased_at,
   constraint claim_lease_pkey PRIMARY KEY (task_id, task_lease_id),
@@ -1076,6 +1077,7 @@ create table queues.claim_lease (
 ) partition by RANGE (task_id);
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on column queues.claim_lease.task_type is 'The one task type of the claim''s tasks; null when the claim took tasks of several types.';
 comment on table queues.claim_lease is 'Append-only: one lease per claim, shared by the tasks it names (task_ids). Read a task''s leases through queues.task_leases / queues.task_leases_of / queues.task_lease_effective. See sql/queues/claim.sql.';
 CREATE UNIQUE INDEX claim_lease_pkey ON ONLY queues.claim_lease USING btree (task_id, task_lease_id);
 CREATE INDEX claim_lease_task_lease_id_idx ON ONLY queues.claim_lease USING btree (task_lease_id);
@@ -1091,6 +1093,7 @@ create table queues.claim_lease_default partition of queues.claim_lease (
   task_ids bigint[] not null,
   task_range int8range not null,
   suspect_task_id bigint,
+  task_type text,
   constraint claim_lease_default_pkey PRIMARY KEY (task_id, task_lease_id),
   constraint claim_lease_expires_at_not_null NOT NULL expires_at,
   constraint claim_lease_leased_at_not_null NOT NULL leased_at,
@@ -1132,6 +1135,7 @@ create table queues.claim_lease_p0 partition of queues.claim_lease (
   task_ids bigint[] not null,
   task_range int8range not null,
   suspect_task_id bigint,
+  task_type text,
   constraint claim_lease_expires_at_not_null NOT NULL expires_at,
   constraint claim_lease_leased_at_not_null NOT NULL leased_at,
   constraint claim_lease_p0_pkey PRIMARY KEY (task_id, task_lease_id),
@@ -1158,6 +1162,7 @@ create table queues.claim_lease_p1000000 partition of queues.claim_lease (
   task_ids bigint[] not null,
   task_range int8range not null,
   suspect_task_id bigint,
+  task_type text,
   constraint claim_lease_expires_at_not_null NOT NULL expires_at,
   constraint claim_lease_leased_at_not_null NOT NULL leased_at,
   constraint claim_lease_p1000000_pkey PRIMARY KEY (task_id, task_lease_id),
@@ -1184,6 +1189,7 @@ create table queues.claim_lease_p2000000 partition of queues.claim_lease (
   task_ids bigint[] not null,
   task_range int8range not null,
   suspect_task_id bigint,
+  task_type text,
   constraint claim_lease_expires_at_not_null NOT NULL expires_at,
   constraint claim_lease_leased_at_not_null NOT NULL leased_at,
   constraint claim_lease_p2000000_pkey PRIMARY KEY (task_id, task_lease_id),
@@ -3618,7 +3624,8 @@ create view queues.lease_held_tasks as
             c_1.expires_at,
             c_1.task_ids,
             c_1.task_range,
-            c_1.suspect_task_id
+            c_1.suspect_task_id,
+            c_1.task_type
            FROM queues.claim_lease c_1
           WHERE c_1.task_lease_id = d.task_lease_id AND c_1.task_id = d.task_id
          LIMIT 1) c
@@ -10840,11 +10847,15 @@ begin
   -- lease's), and the claim names its one suspect. No row is written when nothing is
   -- eligible.
   leased as (
-    insert into queues.claim_lease (task_id, worker_key, leased_at, expires_at, task_ids, task_range, suspect_task_id)
+    insert into queues.claim_lease (task_id, worker_key, leased_at, expires_at, task_ids, task_range, suspect_task_id,
+                                    task_type)
     select max(e.task_id), _worker_key, _now, _now + make_interval(secs => _lease_seconds),
            array_agg(e.task_id order by e.task_id),
            int8range(min(e.task_id), max(e.task_id), '[]'),
-           max(e.task_id) filter (where e.suspect)
+           max(e.task_id) filter (where e.suspect),
+           -- The tasks' one type (null when the claim took several): their completion
+           -- rounds need it, and read it here instead of from each task.
+           case when min(e.task_type) = max(e.task_type) then min(e.task_type) end
       from eligible e
     having count(*) > 0
     returning task_lease_id, task_ids, task_id, expires_at
@@ -11076,6 +11087,7 @@ CREATE OR REPLACE FUNCTION queues.complete_tasks(_task_ids bigint[], _task_lease
  LANGUAGE plpgsql
  SECURITY DEFINER
  SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
@@ -11083,6 +11095,7 @@ declare
   _bad text;
   _retried bigint[];
   _all_succeeded boolean;
+  _one_lease boolean;
   _calls text;
 begin
   if _task_ids is null then
@@ -11122,6 +11135,63 @@ begin
   end if;
   if (select count(distinct t) <> count(*) from unnest(_task_ids) t) then
     raise exception 'task_ids must not repeat a task' using errcode = '22023';
+  end if;
+
+  -- The drain's call: plain successes of tasks one claim lease took out of the claim
+  -- index (held by that lease alone, docs/design/hot-path.md). One statement, under the
+  -- lease's lock (below), decides them all and writes their rounds, or writes nothing when
+  -- any task of the call is not such a task (it has a claim-index row, the lease does not
+  -- name it, or it ended), and the general statement below decides the call.
+  if _all_succeeded and cardinality(_task_ids) > 0 and _task_lease_ids[1] is not null
+     and _task_lease_ids[1] = all (_task_lease_ids) then
+    perform pg_advisory_xact_lock(20253, hashint8(_task_lease_ids[1]));
+    with lease as (
+      select c.task_ids || array[]::bigint[] as task_ids, c.task_range, c.task_type
+        from queues.claim_lease c where c.task_lease_id = _task_lease_ids[1] limit 1
+    ),
+    -- Named by the lease and not ended (in a round of the lease's range): one sort of the
+    -- call's tasks beside the lease's and the rounds', as lease_open below.
+    open as (
+      select o.task_id, o.started_at
+        from (select u.*, bool_or(u.src = 1) over w as named, bool_or(u.src = 2) over w as ended
+                from (select i.task_id, i.started_at, 0 as src
+                        from unnest(_task_ids, coalesce(_started_at, array_fill(null::timestamptz, array[cardinality(_task_ids)])))
+                             i(task_id, started_at)
+                      union all
+                      select m.task_id, null::timestamptz, 1 from lease l cross join lateral unnest(l.task_ids) m(task_id)
+                      union all
+                      select g.task_id, null::timestamptz, 2
+                        from lease l
+                        join queues.completion_round r on r.task_range && l.task_range and r.task_id >= lower(l.task_range)
+                       cross join lateral unnest(r.task_ids) g(task_id)) u
+              window w as (partition by u.task_id)) o
+       where o.src = 0 and o.named and not o.ended
+         and (select true from queues.task_completed c where c.task_id = o.task_id) is null
+         and (select true from queues.task_pending p where p.task_id = o.task_id) is null
+    ),
+    rounds as (
+      insert into queues.completion_round (task_id, task_type, task_ids, task_lease_ids, started_us, task_range)
+      select max(o.task_id), o.task_type, array_agg(o.task_id order by o.task_id),
+             array_agg(_task_lease_ids[1] order by o.task_id),
+             array_agg(round(date_part('epoch', o.started_at) * 1000000)::bigint order by o.task_id),
+             int8range(min(o.task_id), max(o.task_id), '[]')
+        -- The lease's one type, or each task's when the claim took several.
+        from (select o.*, coalesce((select l.task_type from lease l),
+                                   (select t.task_type from queues.task t where t.task_id = o.task_id limit 1)) as task_type
+                from open o) o
+       -- All of the call, or nothing.
+       where (select count(*) from open) = cardinality(_task_ids)
+       group by o.task_type
+      returning cardinality(completion_round.task_ids) as n
+    )
+    select coalesce(sum(r.n), 0) = cardinality(_task_ids) into _one_lease from rounds r;
+    if _one_lease then
+      return query select i.task_id, 'completed'::text from unnest(_task_ids) i(task_id);
+      _calls := set_config('queues.completions',
+                           (coalesce(nullif(current_setting('queues.completions', true), ''), '0')::bigint + 1)::text,
+                           true);
+      return;
+    end if;
   end if;
 
   perform queues.lock_resource_keys(_task_ids);
@@ -11205,32 +11275,38 @@ begin
         where c.task_lease_id = li.task_lease_id limit 1
      ) c
   ),
-  -- The call's tasks each lease names. (Each input row scans its lease's array once: a
-  -- join of the input to the unnested arrays was planned, generically, as nested loops
-  -- that unnested the lease once per input row; a hash join to the arrays unnested once
-  -- and kept cost the same, 0.5 ms per call of 500.)
-  lease_task as (
-    select i.*
-      from input i
-     where i.task_lease_id is not null
-       and exists (select 1 from lease_named l
-                    where l.task_lease_id = i.task_lease_id and i.task_id = any (l.task_ids))
-  ),
-  lease_gone as (
-    select u.task_id
-      from lease_named l
-      join queues.completion_round r on r.task_range && l.task_range and r.task_id >= lower(l.task_range)
-     cross join lateral unnest(r.task_ids) u(task_id)
-    union all
-    select c.task_id from queues.task_completed c where c.task_id = any (_task_ids)
-  ),
+  -- The call's tasks each lease still holds: named by the lease (its array unnested), not
+  -- ended (a completion round naming the task, found among the rounds whose range
+  -- overlaps the lease's by task_range's GiST index, or a task_completed row), and
+  -- without a claim-index row. The first two are decided by one sort of the call's
+  -- tasks beside the lease's tasks and the rounds' tasks, each tagged with the lease it
+  -- was read for (a window over task and lease), not per task: a nested loop over the
+  -- lease's array or the rounds' tasks costs the call's tasks times theirs, and the
+  -- generic plan cannot be trusted to hash them.
   lease_open as (
-    select lt.*
-      from lease_task lt
-     where not exists (select 1 from lease_gone g where g.task_id = lt.task_id)
-       -- (a scalar subquery: a primary-key probe per task, never an anti-join planned
-       -- from task_pending's statistics)
-       and (select true from queues.task_pending p where p.task_id = lt.task_id) is null
+    select o.task_id, o.task_lease_id, o.outcome, o.may_retry, o.started_at, o.ord
+      from (select u.*,
+                   bool_or(u.src = 1) over w as named,
+                   bool_or(u.src = 2) over w as ended
+              from (select i.task_id, i.task_lease_id, i.outcome, i.may_retry, i.started_at, i.ord, 0 as src
+                      from input i
+                     where i.task_lease_id is not null
+                    union all
+                    select m.task_id, l.task_lease_id, null::text, null::boolean, null::timestamptz, null::bigint, 1
+                      from lease_named l
+                     cross join lateral unnest(l.task_ids) m(task_id)
+                    union all
+                    select g.task_id, l.task_lease_id, null::text, null::boolean, null::timestamptz, null::bigint, 2
+                      from lease_named l
+                      join queues.completion_round r
+                        on r.task_range && l.task_range and r.task_id >= lower(l.task_range)
+                     cross join lateral unnest(r.task_ids) g(task_id)) u
+            window w as (partition by u.task_id, u.task_lease_id)) o
+     where o.src = 0 and o.named and not o.ended
+       -- (scalar subqueries: a primary-key probe per task, never an anti-join planned
+       -- from the tables' statistics)
+       and (select true from queues.task_completed c where c.task_id = o.task_id) is null
+       and (select true from queues.task_pending p where p.task_id = o.task_id) is null
   ),
   held_lease as (
     select t.task_id, t.task_type, i.task_lease_id, t.resource_key, i.task_lease_id, i.may_retry,
@@ -12118,10 +12194,13 @@ begin
         select i.task_id
           from unnest(_task_ids, _task_lease_ids) i(task_id, task_lease_id)
          where i.task_id = any (_other) and i.task_lease_id = any (_leases)
-           and not exists (select 1 from queues.task_pending p where p.task_id = i.task_id)
-           and exists (select 1 from queues.claim_lease c
-                        where c.task_lease_id = i.task_lease_id and i.task_id = any (c.task_ids))
-           and not exists (select 1 from queues.task_end_of(i.task_id) e)
+           -- (Scalar subqueries: a probe by key per task, never a join planned from the
+           -- tables' statistics, which a queue vacuumed nearly empty made a scan of the
+           -- whole claim index per task.)
+           and (select true from queues.task_pending p where p.task_id = i.task_id) is null
+           and coalesce((select i.task_id = any (c.task_ids) from queues.claim_lease c
+                          where c.task_lease_id = i.task_lease_id limit 1), false)
+           and (select true from queues.task_end_of(i.task_id) e limit 1) is null
          order by i.task_id);
       if cardinality(_held) > 0 then
         perform queues.write_pending_rows(_held);
@@ -12174,8 +12253,8 @@ begin
                            from queues.claim_lease c where c.task_lease_id = i.task_lease_id limit 1) c
      where i.task_id = any (_other)
        and i.task_id = any (c.task_ids)
-       and not exists (select 1 from queues.task_pending p where p.task_id = i.task_id)
-       and not exists (select 1 from queues.task_end_of(i.task_id) e)
+       and (select true from queues.task_pending p where p.task_id = i.task_id) is null
+       and (select true from queues.task_end_of(i.task_id) e limit 1) is null
   ),
   recorded as (
     insert into queues.task_lease_extension (task_id, task_lease_id, extended_at, expires_at)

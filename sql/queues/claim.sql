@@ -477,11 +477,15 @@ begin
   -- lease's), and the claim names its one suspect. No row is written when nothing is
   -- eligible.
   leased as (
-    insert into queues.claim_lease (task_id, worker_key, leased_at, expires_at, task_ids, task_range, suspect_task_id)
+    insert into queues.claim_lease (task_id, worker_key, leased_at, expires_at, task_ids, task_range, suspect_task_id,
+                                    task_type)
     select max(e.task_id), _worker_key, _now, _now + make_interval(secs => _lease_seconds),
            array_agg(e.task_id order by e.task_id),
            int8range(min(e.task_id), max(e.task_id), '[]'),
-           max(e.task_id) filter (where e.suspect)
+           max(e.task_id) filter (where e.suspect),
+           -- The tasks' one type (null when the claim took several): their completion
+           -- rounds need it, and read it here instead of from each task.
+           case when min(e.task_type) = max(e.task_type) then min(e.task_type) end
       from eligible e
     having count(*) > 0
     returning task_lease_id, task_ids, task_id, expires_at

@@ -61,6 +61,7 @@ declare
   _bad text;
   _retried bigint[];
   _all_succeeded boolean;
+  _one_lease boolean;
   _calls text;
 begin
   if _task_ids is null then
@@ -100,6 +101,63 @@ begin
   end if;
   if (select count(distinct t) <> count(*) from unnest(_task_ids) t) then
     raise exception 'task_ids must not repeat a task' using errcode = '22023';
+  end if;
+
+  -- The drain's call: plain successes of tasks one claim lease took out of the claim
+  -- index (held by that lease alone, docs/design/hot-path.md). One statement, under the
+  -- lease's lock (below), decides them all and writes their rounds, or writes nothing when
+  -- any task of the call is not such a task (it has a claim-index row, the lease does not
+  -- name it, or it ended), and the general statement below decides the call.
+  if _all_succeeded and cardinality(_task_ids) > 0 and _task_lease_ids[1] is not null
+     and _task_lease_ids[1] = all (_task_lease_ids) then
+    perform pg_advisory_xact_lock(20253, hashint8(_task_lease_ids[1]));
+    with lease as (
+      select c.task_ids || array[]::bigint[] as task_ids, c.task_range, c.task_type
+        from queues.claim_lease c where c.task_lease_id = _task_lease_ids[1] limit 1
+    ),
+    -- Named by the lease and not ended (in a round of the lease's range): one sort of the
+    -- call's tasks beside the lease's and the rounds', as lease_open below.
+    open as (
+      select o.task_id, o.started_at
+        from (select u.*, bool_or(u.src = 1) over w as named, bool_or(u.src = 2) over w as ended
+                from (select i.task_id, i.started_at, 0 as src
+                        from unnest(_task_ids, coalesce(_started_at, array_fill(null::timestamptz, array[cardinality(_task_ids)])))
+                             i(task_id, started_at)
+                      union all
+                      select m.task_id, null::timestamptz, 1 from lease l cross join lateral unnest(l.task_ids) m(task_id)
+                      union all
+                      select g.task_id, null::timestamptz, 2
+                        from lease l
+                        join queues.completion_round r on r.task_range && l.task_range and r.task_id >= lower(l.task_range)
+                       cross join lateral unnest(r.task_ids) g(task_id)) u
+              window w as (partition by u.task_id)) o
+       where o.src = 0 and o.named and not o.ended
+         and (select true from queues.task_completed c where c.task_id = o.task_id) is null
+         and (select true from queues.task_pending p where p.task_id = o.task_id) is null
+    ),
+    rounds as (
+      insert into queues.completion_round (task_id, task_type, task_ids, task_lease_ids, started_us, task_range)
+      select max(o.task_id), o.task_type, array_agg(o.task_id order by o.task_id),
+             array_agg(_task_lease_ids[1] order by o.task_id),
+             array_agg(round(date_part('epoch', o.started_at) * 1000000)::bigint order by o.task_id),
+             int8range(min(o.task_id), max(o.task_id), '[]')
+        -- The lease's one type, or each task's when the claim took several.
+        from (select o.*, coalesce((select l.task_type from lease l),
+                                   (select t.task_type from queues.task t where t.task_id = o.task_id limit 1)) as task_type
+                from open o) o
+       -- All of the call, or nothing.
+       where (select count(*) from open) = cardinality(_task_ids)
+       group by o.task_type
+      returning cardinality(completion_round.task_ids) as n
+    )
+    select coalesce(sum(r.n), 0) = cardinality(_task_ids) into _one_lease from rounds r;
+    if _one_lease then
+      return query select i.task_id, 'completed'::text from unnest(_task_ids) i(task_id);
+      _calls := set_config('queues.completions',
+                           (coalesce(nullif(current_setting('queues.completions', true), ''), '0')::bigint + 1)::text,
+                           true);
+      return;
+    end if;
   end if;
 
   perform queues.lock_resource_keys(_task_ids);

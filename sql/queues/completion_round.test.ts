@@ -331,6 +331,106 @@ describe("a completion's reading of the rounds", () => {
   });
 });
 
+describe("one claim lease's plain successes (the drain's call, one statement)", () => {
+  const endsOf = async (ids: string[]) =>
+    (
+      await db.query(
+        `select e.task_id::text, count(*)::int as n from queues.task_end e where e.task_id = any($1::bigint[])
+          group by e.task_id order by e.task_id`,
+        [ids],
+      )
+    ).rows.map((r) => [r.task_id, r.n]);
+
+  it('a task of the call that ended already: the call is decided task by task, each task ending once', async () => {
+    const ids = await enqueue('round_a', 4);
+    const leased = await claim('round_a');
+    const lease = leased.get(ids[0])!;
+    expect(await settle(ids.slice(0, 2), [lease, lease], ['succeeded', 'succeeded'])).toEqual(
+      new Map(ids.slice(0, 2).map((id) => [id, 'completed'])),
+    );
+    const results = await settle(ids.slice(1), [lease, lease, lease], ['succeeded', 'succeeded', 'succeeded']);
+    expect(results).toEqual(
+      new Map([
+        [ids[1], 'already_completed'],
+        [ids[2], 'completed'],
+        [ids[3], 'completed'],
+      ]),
+    );
+    expect(await endsOf(ids)).toEqual(ids.map((id) => [id, 1]));
+  });
+
+  it("a task the lease does not name (another claim's) is refused, the lease's own complete", async () => {
+    const mine = await enqueue('round_a', 2);
+    const first = await claim('round_a', 0, 'w1');
+    const theirs = await enqueue('round_a', 1);
+    const second = await claim('round_a', 0, 'w2');
+    const lease = first.get(mine[0])!;
+    expect(second.get(theirs[0])).not.toBe(lease);
+    const results = await settle([...mine, theirs[0]], [lease, lease, lease], ['succeeded', 'succeeded', 'succeeded']);
+    expect(results).toEqual(
+      new Map([
+        [mine[0], 'completed'],
+        [mine[1], 'completed'],
+        [theirs[0], 'lease_lost'],
+      ]),
+    );
+    expect(await endsOf(theirs)).toEqual([]);
+    // Its own lease still completes it.
+    expect(await settle(theirs, [second.get(theirs[0])!], ['succeeded'])).toEqual(new Map([[theirs[0], 'completed']]));
+  });
+
+  it('a task of the call on a claim-index row (a heartbeat gave it one) ends on it, beside the lease-held ones', async () => {
+    const ids = await enqueue('round_a', 3);
+    const leased = await claim('round_a');
+    const lease = leased.get(ids[0])!;
+    // A heartbeat of the first task: it is back on a row, held there by the same lease.
+    await db
+      .pool('worker')
+      .query(`select * from queues.extend_leases($1::bigint[], $2::bigint[], 60)`, [[ids[0]], [lease]]);
+    expect((await db.query(`select 1 from queues.task_pending where task_id = $1`, [ids[0]])).rowCount).toBe(1);
+    const results = await settle(ids, [lease, lease, lease], ['succeeded', 'succeeded', 'succeeded']);
+    expect(results).toEqual(new Map(ids.map((id) => [id, 'completed'])));
+    expect(
+      (await db.query(`select 1 from queues.task_pending where task_id = any($1::bigint[])`, [ids])).rowCount,
+    ).toBe(0);
+    expect(await endsOf(ids)).toEqual(ids.map((id) => [id, 1]));
+  });
+
+  it("names the claim's one task type on its lease, and each round has its tasks' type when the claim took several", async () => {
+    const a = await enqueue('round_a', 2);
+    const b = await enqueue('round_b', 2);
+    const { rows } = await db.query(
+      `select task_id::text, task_lease_id::text from queues.claim_tasks_at(now(), 'w', 1000, array['round_a', 'round_b'], 60, 5)`,
+    );
+    const lease = rows.find((r) => r.task_id === a[0])!.task_lease_id as string;
+    expect(rows.filter((r) => [...a, ...b].includes(r.task_id)).every((r) => r.task_lease_id === lease)).toBe(true);
+    const { rows: leases } = await db.query(`select task_type from queues.claim_lease where task_lease_id = $1`, [
+      lease,
+    ]);
+    expect(leases).toEqual([{ task_type: null }]);
+    const ids = [...a, ...b];
+    expect(
+      await settle(
+        ids,
+        ids.map(() => lease),
+        ids.map(() => 'succeeded'),
+      ),
+    ).toEqual(new Map(ids.map((id) => [id, 'completed'])));
+    expect((await ends(ids)).map((e) => [e.task_id, e.task_type])).toEqual([
+      [a[0], 'round_a'],
+      [a[1], 'round_a'],
+      [b[0], 'round_b'],
+      [b[1], 'round_b'],
+    ]);
+    const one = await enqueue('round_b', 2);
+    const single = await claim('round_b');
+    const { rows: typed } = await db.query(`select task_type from queues.claim_lease where task_lease_id = $1`, [
+      single.get(one[0]),
+    ]);
+    expect(typed).toEqual([{ task_type: 'round_b' }]);
+  });
+});
+
 describe('a round is fenced by the lease of each task', () => {
   it("a late holder's completion is refused, and leaves nothing; the new holder's repeat is idempotent", async () => {
     const [id] = await enqueue('round_a', 1);

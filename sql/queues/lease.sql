@@ -145,10 +145,13 @@ begin
         select i.task_id
           from unnest(_task_ids, _task_lease_ids) i(task_id, task_lease_id)
          where i.task_id = any (_other) and i.task_lease_id = any (_leases)
-           and not exists (select 1 from queues.task_pending p where p.task_id = i.task_id)
-           and exists (select 1 from queues.claim_lease c
-                        where c.task_lease_id = i.task_lease_id and i.task_id = any (c.task_ids))
-           and not exists (select 1 from queues.task_end_of(i.task_id) e)
+           -- (Scalar subqueries: a probe by key per task, never a join planned from the
+           -- tables' statistics, which a queue vacuumed nearly empty made a scan of the
+           -- whole claim index per task.)
+           and (select true from queues.task_pending p where p.task_id = i.task_id) is null
+           and coalesce((select i.task_id = any (c.task_ids) from queues.claim_lease c
+                          where c.task_lease_id = i.task_lease_id limit 1), false)
+           and (select true from queues.task_end_of(i.task_id) e limit 1) is null
          order by i.task_id);
       if cardinality(_held) > 0 then
         perform queues.write_pending_rows(_held);
@@ -201,8 +204,8 @@ begin
                            from queues.claim_lease c where c.task_lease_id = i.task_lease_id limit 1) c
      where i.task_id = any (_other)
        and i.task_id = any (c.task_ids)
-       and not exists (select 1 from queues.task_pending p where p.task_id = i.task_id)
-       and not exists (select 1 from queues.task_end_of(i.task_id) e)
+       and (select true from queues.task_pending p where p.task_id = i.task_id) is null
+       and (select true from queues.task_end_of(i.task_id) e limit 1) is null
   ),
   recorded as (
     insert into queues.task_lease_extension (task_id, task_lease_id, extended_at, expires_at)
