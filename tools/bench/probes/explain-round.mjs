@@ -1,15 +1,19 @@
 // The claim and the completion of a round of 500, with every statement inside them
 // explained (auto_explain, analyze, nested statements), on a fresh probe database.
 //   node tools/bench/probes/explain-round.mjs [rounds=5]
-// The plans of the last round are printed. VARIANT=<file.sql> as round-cycle.mjs.
+// The plans of the last round are printed. VARIANT=<file.sql> as round-cycle.mjs; HISTORY=<n>
+// writes n completed tasks into the history partitions first.
 import pg from 'pg';
 import { readFileSync } from 'node:fs';
 import { openStatementsServer } from './statements-server.mjs';
 import { probeDatabase, enqueueBacklog } from './drain-fixture.mjs';
+import { fillHistory } from '../dist/history-scale.js';
 const server = await openStatementsServer(`explain-round-${process.pid}`);
 try {
   const { urls, root } = await probeDatabase(server);
   if (process.env.VARIANT) await root.query(readFileSync(process.env.VARIANT, 'utf8'));
+  // HISTORY=<n>: n completed tasks written into the history partitions first (as workload 5).
+  if (Number(process.env.HISTORY ?? 0) > 0) await fillHistory(urls.owner, Number(process.env.HISTORY), () => {});
   const N = Number(process.argv[2] ?? 5);
   await enqueueBacklog(urls, root, N * 500 + 1000);
   const c = new pg.Client({ connectionString: root.options.connectionString });
