@@ -95,11 +95,12 @@ begin
   ),
   queue as (
     select p.task_type,
-           count(*) as pending,
-           count(*) filter (where p.available_at <= _now) as ready,
-           count(*) filter (where p.available_at > _now and p.current_lease_id is not null) as running
-      -- the claim index and the lease-held tasks (sql/queues/lease_held.sql)
-      from queues.task_pending_or_held p
+           sum(p.tasks) as pending,
+           coalesce(sum(p.tasks) filter (where p.available_at <= _now), 0) as ready,
+           coalesce(sum(p.tasks) filter (where p.available_at > _now and p.current_lease_id is not null), 0) as running
+      -- the claim index and the lease-held tasks, counted per claim lease
+      -- (sql/queues/lease_held.sql)
+      from queues.task_pending_or_held_counts p
      where _task_type is null or p.task_type = _task_type
      group by p.task_type
   ),

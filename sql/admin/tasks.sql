@@ -371,8 +371,9 @@ begin
   end if;
   return query
   select p.task_type, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now) as state,
-         count(*)
-    from queues.task_pending_or_held p
+         sum(p.tasks)
+    -- the claim index and the lease-held tasks, counted per claim lease
+    from queues.task_pending_or_held_counts p
    group by 1, 2
   union all
   select c.task_type, c.outcome, count(*)
