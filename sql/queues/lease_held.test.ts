@@ -176,6 +176,29 @@ describe('lease-held tasks', () => {
     expect(depth.rows).toEqual([{ depth: 3 }]);
   });
 
+  it("admin.capacity: completions under claim leases name their leases' workers and runs", async () => {
+    // Two workers' claims, side by side; each run reported from 10 s before its end.
+    const ends: string[] = [];
+    for (const worker of ['w-cap-a', 'w-cap-b']) {
+      await enqueue(TYPE, 3);
+      const claimed = await claim(TYPE, worker, 3);
+      expect(claimed).toHaveLength(3);
+      await db.pool('worker').query(
+        `select * from queues.settle_tasks($1::bigint[], $2::bigint[], $3::text[], null, null, null,
+                  array_fill((date_part('epoch', now() - interval '10 seconds') * 1000000)::bigint, array[3]))`,
+        [claimed.map((c) => c.task_id), claimed.map((c) => c.task_lease_id), claimed.map(() => 'succeeded')],
+      );
+      ends.push(...claimed.map((c) => c.task_id));
+    }
+    const { rows } = await db.query(
+      `select completed_in_window::int, window_workers::int, round(tasks_per_worker_hour)::int as rate
+         from admin.capacity_at(now(), $1, 3600, 600)`,
+      [TYPE],
+    );
+    // 6 runs over two workers' 10 s of busy time each: 6 / (20 s / 3600).
+    expect(rows).toEqual([{ completed_in_window: 6, window_workers: 2, rate: 1080 }]);
+  });
+
   it('public.worker_tasks: claimed, its worker and claim time; stale once its lease expired', async () => {
     const [a] = await enqueue(TYPE, 1);
     await claim(TYPE, 'w-spec');
