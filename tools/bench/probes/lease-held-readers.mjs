@@ -23,7 +23,7 @@ try {
   await enqueueBacklog(urls, root, CLAIMED);
   await root.query(`select queues.record_worker_heartbeat('probe', array['bench'])`);
   let ended = 0;
-  for (let claimed = 0; claimed < CLAIMED; ) {
+  for (let claimed = 0; claimed < CLAIMED;) {
     const { rows } = await root.query(
       `select task_id::text as id, task_lease_id::text as lease
          from queues.claim_tasks_at(now(), 'probe', 500, array['bench'], 300, 5)`,
