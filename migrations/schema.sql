@@ -3650,16 +3650,18 @@ create view queues.lease_held_tasks as
            FROM queues.claim_lease c_1
           WHERE c_1.task_lease_id = d.task_lease_id AND c_1.task_id = d.task_id
          LIMIT 1) c
+     CROSS JOIN LATERAL ( SELECT count(*) AS rounds,
+            COALESCE(sum(cardinality(array_positions(r.task_lease_ids, c.task_lease_id))), 0::bigint) AS ended
+           FROM queues.completion_round r
+          WHERE r.task_range && c.task_range AND r.task_id >= lower(c.task_range)) g
      CROSS JOIN LATERAL ( SELECT x.task_id
            FROM unnest(c.task_ids) x(task_id)
         EXCEPT
          SELECT e.task_id
            FROM queues.completion_round r
              CROSS JOIN LATERAL unnest(r.task_ids) e(task_id)
-          WHERE r.task_range && c.task_range AND r.task_id >= lower(c.task_range)) u
-  WHERE cardinality(c.task_ids) > ((( SELECT COALESCE(sum(cardinality(array_positions(r.task_lease_ids, c.task_lease_id))), 0::bigint) AS "coalesce"
-           FROM queues.completion_round r
-          WHERE r.task_range && c.task_range AND r.task_id >= lower(c.task_range))) + (( SELECT count(*) AS count
+          WHERE g.rounds > 0 AND r.task_range && c.task_range AND r.task_id >= lower(c.task_range)) u
+  WHERE cardinality(c.task_ids) > g.ended AND cardinality(c.task_ids) > (g.ended + (( SELECT count(*) AS count
            FROM queues.task_completed x
           WHERE x.task_id >= lower(c.task_range) AND x.task_id < upper(c.task_range) AND x.task_lease_id = c.task_lease_id))) AND NOT (EXISTS ( SELECT 1
            FROM queues.task_pending p

@@ -41,7 +41,8 @@
 -- they reach the number of its tasks it holds none (a completion under a claim lease is
 -- of a task it names, and a task ends once: the completion of a lease-held task runs
 -- under its lease's lock and reads its ends). A lease with a task ended otherwise (under
--- a later lease, or none), or given a row, is unnested as before.
+-- a later lease, or none), or given a row, is unnested as before. The rounds of a range
+-- with none are not read twice (the count says so).
 create or replace view queues.lease_held_tasks as
 select u.task_id, c.task_lease_id, c.worker_key, c.leased_at, c.expires_at,
        coalesce(c.suspect_task_id = u.task_id, false) as suspect
@@ -49,22 +50,25 @@ select u.task_id, c.task_lease_id, c.worker_key, c.leased_at, c.expires_at,
  -- each due lease by its id (a probe per lease, never a scan of claim_lease)
  cross join lateral (select c.* from queues.claim_lease c
                       where c.task_lease_id = d.task_lease_id and c.task_id = d.task_id limit 1) c
+ -- the completion rounds of its range: how many, and the ends under the lease they hold
+ cross join lateral (select count(*) as rounds,
+                            coalesce(sum(cardinality(array_positions(r.task_lease_ids, c.task_lease_id))), 0) as ended
+                       from queues.completion_round r
+                      where r.task_range && c.task_range and r.task_id >= lower(c.task_range)) g
  cross join lateral (
    select x.task_id from unnest(c.task_ids) x(task_id)
    except
    select e.task_id
      from queues.completion_round r
     cross join lateral unnest(r.task_ids) e(task_id)
-    where r.task_range && c.task_range and r.task_id >= lower(c.task_range)
+    where g.rounds > 0 and r.task_range && c.task_range and r.task_id >= lower(c.task_range)
  ) u
  -- (the lease may still hold a task: fewer ends under it than tasks)
- where cardinality(c.task_ids)
-       > (select coalesce(sum(cardinality(array_positions(r.task_lease_ids, c.task_lease_id))), 0)
-            from queues.completion_round r
-           where r.task_range && c.task_range and r.task_id >= lower(c.task_range))
-         + (select count(*) from queues.task_completed x
-             where x.task_id >= lower(c.task_range) and x.task_id < upper(c.task_range)
-               and x.task_lease_id = c.task_lease_id)
+ where cardinality(c.task_ids) > g.ended
+   and cardinality(c.task_ids)
+       > g.ended + (select count(*) from queues.task_completed x
+                     where x.task_id >= lower(c.task_range) and x.task_id < upper(c.task_range)
+                       and x.task_lease_id = c.task_lease_id)
    and not exists (select 1 from queues.task_pending p where p.task_id = u.task_id)
    and not exists (select 1 from queues.task_completed x where x.task_id = u.task_id);
 comment on view queues.lease_held_tasks is

@@ -5,7 +5,8 @@
 // (tools/bench/src/dashboard.ts) is run RUNS times under EXPLAIN (ANALYZE, BUFFERS) and its
 // median time and buffers (shared hit + read, nested statements included) are printed.
 //   node tools/bench/probes/lease-held-readers.mjs [claimed=20000] [ended=0] [runs=5]
-// VARIANT=<file.sql> runs the file first (another version of the readers).
+// VARIANT=<file.sql> runs the file first (another version of the readers); CLAIM=<n>
+// claims n tasks a claim (default 500).
 import { readFileSync } from 'node:fs';
 import { openServer } from '@org/db-tools';
 import { enqueueBacklog, probeDatabase } from './drain-fixture.mjs';
@@ -14,6 +15,7 @@ import { LIVE_SQL, OVERVIEW_SQL } from '../dist/dashboard.js';
 const CLAIMED = Number(process.argv[2] ?? 20000);
 const ENDED = Number(process.argv[3] ?? 0);
 const RUNS = Number(process.argv[4] ?? 5);
+const CLAIM = Number(process.env.CLAIM ?? 500);
 const EXTRA = ['select count(*) from queues.lease_held_tasks', 'select count(*) from queues.task_pending_or_held'];
 
 const server = await openServer({ name: `bench-lease-held-${process.pid}` });
@@ -26,7 +28,8 @@ try {
   for (let claimed = 0; claimed < CLAIMED;) {
     const { rows } = await root.query(
       `select task_id::text as id, task_lease_id::text as lease
-         from queues.claim_tasks_at(now(), 'probe', 500, array['bench'], 300, 5)`,
+         from queues.claim_tasks_at(now(), 'probe', $1, array['bench'], 300, 5)`,
+      [CLAIM],
     );
     if (rows.length === 0) break;
     claimed += rows.length;
