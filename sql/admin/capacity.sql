@@ -3,8 +3,9 @@
 -- The role-based specification's view of it is public.v_worker_capacity
 -- (sql/public/role_based_worker.sql).
 --
--- Cost: pending/ready/running count queues.task_pending_or_held (the claim index and the
--- lease-held tasks, sql/queues/lease_held.sql: bounded by pending work);
+-- Cost: pending/ready/running count queues.task_pending_or_held_counts (the claim index,
+-- and the lease-held tasks per claim lease and type, sql/queues/lease_held.sql: bounded by
+-- pending work);
 -- throughput reads only the completions of the last _window_seconds, through the
 -- completed_at indexes of task_completed and completion_round, and the leases of the
 -- tasks enqueued in that window

@@ -348,8 +348,9 @@ as $$
   select admin.get_task_at(now(), _task_id)
 $$;
 
--- Counts by task type and state: pending states over queues.task_pending_or_held (the
--- claim index and the lease-held tasks: bounded by pending work), completion outcomes over the last _window_seconds only (default 86400;
+-- Counts by task type and state: pending states over queues.task_pending_or_held_counts
+-- (the claim index, and the lease-held tasks per claim lease and type: bounded by pending
+-- work), completion outcomes over the last _window_seconds only (default 86400;
 -- read through the completed_at indexes of task_completed and completion_round), so the
 -- cost never follows history.
 -- Every registered type appears, with zero rows left out.
