@@ -3609,6 +3609,34 @@ create view queues.dead_letter as
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on view queues.dead_letter is 'Tasks that ended failed or abandoned with no handler to deal with it, not yet redriven.';
 
+create view queues.lease_held_counts as
+ SELECT h.task_lease_id,
+    h.worker_key,
+    h.expires_at,
+    t.task_type,
+    count(*)::integer AS tasks
+   FROM ( SELECT h_1.task_lease_id,
+            h_1.worker_key,
+            h_1.expires_at,
+            array_agg(h_1.task_id) AS task_ids,
+            min(h_1.task_id) AS first_id,
+            max(h_1.task_id) AS last_id
+           FROM queues.lease_held_tasks h_1
+          GROUP BY h_1.task_lease_id, h_1.worker_key, h_1.expires_at) h
+     CROSS JOIN LATERAL ( SELECT x.task_type
+           FROM queues.task x
+          WHERE (x.task_id = ANY (h.task_ids)) AND x.task_id >= h.first_id AND x.task_id <= h.last_id) t
+  GROUP BY h.task_lease_id, h.worker_key, h.expires_at, t.task_type;
+  -- columns:
+  --  task_lease_id bigint
+  --  worker_key integer
+  --  expires_at timestamp with time zone
+  --  task_type text
+  --  tasks integer
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on view queues.lease_held_counts is 'Per claim lease and task type, the tasks the lease holds (queues.lease_held_tasks, counted): the lease-held part of a count. See sql/queues/lease_held.sql.';
+
 create view queues.lease_held_tasks as
  SELECT u.task_id,
     c.task_lease_id,
@@ -3629,14 +3657,20 @@ create view queues.lease_held_tasks as
            FROM queues.claim_lease c_1
           WHERE c_1.task_lease_id = d.task_lease_id AND c_1.task_id = d.task_id
          LIMIT 1) c
+     CROSS JOIN LATERAL ( SELECT count(*) AS rounds,
+            COALESCE(sum(cardinality(array_positions(r.task_lease_ids, c.task_lease_id))), 0::bigint) AS ended
+           FROM queues.completion_round r
+          WHERE r.task_range && c.task_range AND r.task_id >= lower(c.task_range)) g
      CROSS JOIN LATERAL ( SELECT x.task_id
            FROM unnest(c.task_ids) x(task_id)
         EXCEPT
          SELECT e.task_id
            FROM queues.completion_round r
              CROSS JOIN LATERAL unnest(r.task_ids) e(task_id)
-          WHERE r.task_range && c.task_range AND r.task_id >= lower(c.task_range)) u
-  WHERE NOT (EXISTS ( SELECT 1
+          WHERE g.rounds > 0 AND r.task_range && c.task_range AND r.task_id >= lower(c.task_range)) u
+  WHERE cardinality(c.task_ids) > g.ended AND cardinality(c.task_ids) > (g.ended + (( SELECT count(*) AS count
+           FROM queues.task_completed x
+          WHERE x.task_id >= lower(c.task_range) AND x.task_id < upper(c.task_range) AND x.task_lease_id = c.task_lease_id))) AND NOT (EXISTS ( SELECT 1
            FROM queues.task_pending p
           WHERE p.task_id = u.task_id)) AND NOT (EXISTS ( SELECT 1
            FROM queues.task_completed x
@@ -3831,6 +3865,33 @@ UNION ALL
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on view queues.task_pending_or_held is 'Every task not ended, in queues.task_pending''s shape: the claim index''s rows, and each lease-held task (queues.lease_held_tasks) leased by its claim lease (lease_held). A task''s own: queues.task_pending_or_held_of(task_id). See sql/queues/lease_held.sql.';
+
+create view queues.task_pending_or_held_counts as
+ SELECT p.task_type,
+    p.available_at,
+    p.current_lease_id,
+    p.lease_count,
+    false AS lease_held,
+    1 AS tasks
+   FROM queues.task_pending p
+UNION ALL
+ SELECT h.task_type,
+    h.expires_at AS available_at,
+    h.task_lease_id AS current_lease_id,
+    1 AS lease_count,
+    true AS lease_held,
+    h.tasks
+   FROM queues.lease_held_counts h;
+  -- columns:
+  --  task_type text
+  --  available_at timestamp with time zone
+  --  current_lease_id bigint
+  --  lease_count integer
+  --  lease_held boolean
+  --  tasks integer
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on view queues.task_pending_or_held_counts is 'Every task not ended, counted: the claim index''s rows (tasks 1) and the lease-held tasks per claim lease and type (queues.lease_held_counts), in queues.task_pending_or_held''s shape; sum(tasks) is its count(*). See sql/queues/lease_held.sql.';
 
 -- Sequences
 
@@ -4420,11 +4481,12 @@ begin
   ),
   queue as (
     select p.task_type,
-           count(*) as pending,
-           count(*) filter (where p.available_at <= _now) as ready,
-           count(*) filter (where p.available_at > _now and p.current_lease_id is not null) as running
-      -- the claim index and the lease-held tasks (sql/queues/lease_held.sql)
-      from queues.task_pending_or_held p
+           sum(p.tasks) as pending,
+           coalesce(sum(p.tasks) filter (where p.available_at <= _now), 0) as ready,
+           coalesce(sum(p.tasks) filter (where p.available_at > _now and p.current_lease_id is not null), 0) as running
+      -- the claim index and the lease-held tasks, counted per claim lease
+      -- (sql/queues/lease_held.sql)
+      from queues.task_pending_or_held_counts p
      where _task_type is null or p.task_type = _task_type
      group by p.task_type
   ),
@@ -4439,7 +4501,8 @@ begin
   -- start mark, else the lease) and its end. The leases of tasks enqueued in the window (ids from _first on)
   -- are one range of task_lease's primary key and of claim_lease's (a claim lease lives
   -- in the set of its largest task id, so one naming a task from _first on is in that
-  -- range), joined at once; a completion of an older task probes its lease
+  -- range), joined at once (a claim lease by its id: one row per claim, not one per task
+  -- it names); a completion of an older task probes its lease
   -- (queues.task_lease_at); each start mark is a primary-key probe (a scalar
   -- subquery). A lease names its worker by key (queues.worker_name), or by id if written
   -- before that key existed: a worker counts once per way it is named (twice, for one
@@ -4456,13 +4519,22 @@ begin
               from completion c
               join (select y.task_id, y.task_lease_id, y.worker_key, y.worker_id, y.leased_at
                       from queues.task_lease y
-                     where y.task_id >= _first
-                    union all
-                    select u.task_id, y.task_lease_id, y.worker_key, null, y.leased_at
-                      from queues.claim_lease y
-                     cross join lateral unnest(y.task_ids) as u(task_id)
-                     where y.task_id >= _first and u.task_id >= _first) l
+                     where y.task_id >= _first) l
                 on l.task_id = c.task_id and l.task_lease_id = c.task_lease_id
+             where c.task_id >= _first
+            union all
+            -- a claim lease by its id alone (one row per claim, its array not unnested: a
+            -- completion under a claim lease is of a task it names)
+            select c.task_type, l.worker_key, null, c.completed_at,
+                   coalesce(c.started_at,
+                            (select st.started_at from queues.task_lease_started st
+                              where st.task_id = c.task_id and st.task_lease_id = c.task_lease_id),
+                            l.leased_at)
+              from completion c
+              join (select y.task_lease_id, y.worker_key, y.leased_at
+                      from queues.claim_lease y
+                     where y.task_id >= _first) l
+                on l.task_lease_id = c.task_lease_id
              where c.task_id >= _first
             union all
             select c.task_type, l.worker_key, l.worker_id, c.completed_at,
@@ -5142,9 +5214,10 @@ CREATE OR REPLACE FUNCTION admin.list_queues_at(_now timestamp with time zone)
 AS $function$
   with pending as (
     select p.task_type, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now) as state,
-           count(*) as n
-      -- the claim index and the lease-held tasks (sql/queues/lease_held.sql)
-      from queues.task_pending_or_held p
+           sum(p.tasks) as n
+      -- the claim index and the lease-held tasks, counted per claim lease
+      -- (sql/queues/lease_held.sql)
+      from queues.task_pending_or_held_counts p
      group by 1, 2
   ),
   open_pause as (
@@ -5906,8 +5979,8 @@ begin
      group by 1, 2
   ),
   pending as (
-    -- the claim index and the lease-held tasks (sql/queues/lease_held.sql)
-    select p.task_type, count(*) as n from queues.task_pending_or_held p group by 1
+    -- the claim index and the lease-held tasks, counted per claim lease (sql/queues/lease_held.sql)
+    select p.task_type, sum(p.tasks) as n from queues.task_pending_or_held_counts p group by 1
   )
   select _from + make_interval(secs => i * _bucket), ty.task_type,
          coalesce(pe.n, 0) + coalesce((select sum(ev.d) from events ev where ev.task_type = ty.task_type and ev.k > i), 0)::bigint
@@ -6347,8 +6420,9 @@ begin
   end if;
   return query
   select p.task_type, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now) as state,
-         count(*)
-    from queues.task_pending_or_held p
+         sum(p.tasks)
+    -- the claim index and the lease-held tasks, counted per claim lease
+    from queues.task_pending_or_held_counts p
    group by 1, 2
   union all
   select c.task_type, c.outcome, count(*)

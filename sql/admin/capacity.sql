@@ -3,8 +3,9 @@
 -- The role-based specification's view of it is public.v_worker_capacity
 -- (sql/public/role_based_worker.sql).
 --
--- Cost: pending/ready/running count queues.task_pending_or_held (the claim index and the
--- lease-held tasks, sql/queues/lease_held.sql: bounded by pending work);
+-- Cost: pending/ready/running count queues.task_pending_or_held_counts (the claim index,
+-- and the lease-held tasks per claim lease and type, sql/queues/lease_held.sql: bounded by
+-- pending work);
 -- throughput reads only the completions of the last _window_seconds, through the
 -- completed_at indexes of task_completed and completion_round, and the leases of the
 -- tasks enqueued in that window
@@ -95,11 +96,12 @@ begin
   ),
   queue as (
     select p.task_type,
-           count(*) as pending,
-           count(*) filter (where p.available_at <= _now) as ready,
-           count(*) filter (where p.available_at > _now and p.current_lease_id is not null) as running
-      -- the claim index and the lease-held tasks (sql/queues/lease_held.sql)
-      from queues.task_pending_or_held p
+           sum(p.tasks) as pending,
+           coalesce(sum(p.tasks) filter (where p.available_at <= _now), 0) as ready,
+           coalesce(sum(p.tasks) filter (where p.available_at > _now and p.current_lease_id is not null), 0) as running
+      -- the claim index and the lease-held tasks, counted per claim lease
+      -- (sql/queues/lease_held.sql)
+      from queues.task_pending_or_held_counts p
      where _task_type is null or p.task_type = _task_type
      group by p.task_type
   ),
@@ -114,7 +116,8 @@ begin
   -- start mark, else the lease) and its end. The leases of tasks enqueued in the window (ids from _first on)
   -- are one range of task_lease's primary key and of claim_lease's (a claim lease lives
   -- in the set of its largest task id, so one naming a task from _first on is in that
-  -- range), joined at once; a completion of an older task probes its lease
+  -- range), joined at once (a claim lease by its id: one row per claim, not one per task
+  -- it names); a completion of an older task probes its lease
   -- (queues.task_lease_at); each start mark is a primary-key probe (a scalar
   -- subquery). A lease names its worker by key (queues.worker_name), or by id if written
   -- before that key existed: a worker counts once per way it is named (twice, for one
@@ -131,13 +134,22 @@ begin
               from completion c
               join (select y.task_id, y.task_lease_id, y.worker_key, y.worker_id, y.leased_at
                       from queues.task_lease y
-                     where y.task_id >= _first
-                    union all
-                    select u.task_id, y.task_lease_id, y.worker_key, null, y.leased_at
-                      from queues.claim_lease y
-                     cross join lateral unnest(y.task_ids) as u(task_id)
-                     where y.task_id >= _first and u.task_id >= _first) l
+                     where y.task_id >= _first) l
                 on l.task_id = c.task_id and l.task_lease_id = c.task_lease_id
+             where c.task_id >= _first
+            union all
+            -- a claim lease by its id alone (one row per claim, its array not unnested: a
+            -- completion under a claim lease is of a task it names)
+            select c.task_type, l.worker_key, null, c.completed_at,
+                   coalesce(c.started_at,
+                            (select st.started_at from queues.task_lease_started st
+                              where st.task_id = c.task_id and st.task_lease_id = c.task_lease_id),
+                            l.leased_at)
+              from completion c
+              join (select y.task_lease_id, y.worker_key, y.leased_at
+                      from queues.claim_lease y
+                     where y.task_id >= _first) l
+                on l.task_lease_id = c.task_lease_id
              where c.task_id >= _first
             union all
             select c.task_type, l.worker_key, l.worker_id, c.completed_at,

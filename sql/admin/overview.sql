@@ -78,8 +78,8 @@ begin
      group by 1, 2
   ),
   pending as (
-    -- the claim index and the lease-held tasks (sql/queues/lease_held.sql)
-    select p.task_type, count(*) as n from queues.task_pending_or_held p group by 1
+    -- the claim index and the lease-held tasks, counted per claim lease (sql/queues/lease_held.sql)
+    select p.task_type, sum(p.tasks) as n from queues.task_pending_or_held_counts p group by 1
   )
   select _from + make_interval(secs => i * _bucket), ty.task_type,
          coalesce(pe.n, 0) + coalesce((select sum(ev.d) from events ev where ev.task_type = ty.task_type and ev.k > i), 0)::bigint

@@ -101,9 +101,10 @@ create or replace function admin.list_queues_at(_now timestamptz)
 as $$
   with pending as (
     select p.task_type, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now) as state,
-           count(*) as n
-      -- the claim index and the lease-held tasks (sql/queues/lease_held.sql)
-      from queues.task_pending_or_held p
+           sum(p.tasks) as n
+      -- the claim index and the lease-held tasks, counted per claim lease
+      -- (sql/queues/lease_held.sql)
+      from queues.task_pending_or_held_counts p
      group by 1, 2
   ),
   open_pause as (

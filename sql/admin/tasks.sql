@@ -348,8 +348,9 @@ as $$
   select admin.get_task_at(now(), _task_id)
 $$;
 
--- Counts by task type and state: pending states over queues.task_pending_or_held (the
--- claim index and the lease-held tasks: bounded by pending work), completion outcomes over the last _window_seconds only (default 86400;
+-- Counts by task type and state: pending states over queues.task_pending_or_held_counts
+-- (the claim index, and the lease-held tasks per claim lease and type: bounded by pending
+-- work), completion outcomes over the last _window_seconds only (default 86400;
 -- read through the completed_at indexes of task_completed and completion_round), so the
 -- cost never follows history.
 -- Every registered type appears, with zero rows left out.
@@ -371,8 +372,9 @@ begin
   end if;
   return query
   select p.task_type, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now) as state,
-         count(*)
-    from queues.task_pending_or_held p
+         sum(p.tasks)
+    -- the claim index and the lease-held tasks, counted per claim lease
+    from queues.task_pending_or_held_counts p
    group by 1, 2
   union all
   select c.task_type, c.outcome, count(*)

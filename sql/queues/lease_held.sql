@@ -16,19 +16,33 @@
 --                                               by that lease, available at its expiry,
 --                                               its first lease), lease_held true
 --   queues.task_pending_or_held_of(task_id)     one task's row, either kind
+--   queues.lease_held_counts                    a view: per claim lease and task type,
+--                                               how many tasks it holds
+--   queues.task_pending_or_held_counts          a view in task_pending_or_held's shape,
+--                                               counted (tasks per row): for counts by
+--                                               type and state, no probe per held task
 -- The set is bounded by the rescuer's table of due leases: a claim that takes a task out
 -- of the claim index writes its lease into queues.claim_lease_due, and the pass that
 -- rescues the lease (its unended tasks get their rows back, queues.rescue_due_leases_at)
--- deletes it; only the claim leases still there are read, by their ids.
+-- deletes it; only the claim leases still there are read, by their ids, and of those
+-- only the ones with fewer ends under them than tasks are unnested.
 -- The functions are inlined into their callers (SQL, stable, no SET clause, not a security
 -- definer), so that a caller's task id reaches the probes; every object they name is
 -- schema-qualified. Called from definer functions with a pinned search path: no grants. (A
 -- view read by another role cannot call them: public.worker_tasks writes the probe out.)
 
--- Each claim lease not yet rescued once: its tasks, less those ended in a completion
--- round of its task range (each round in the range unnested once per lease, not probed
--- per task: a round's array, read by `= any` per task, is decompressed per task), less
--- those with a claim-index row or a task_completed row (probes by key).
+-- Each claim lease not yet rescued once that may still hold a task: its tasks, less those
+-- ended in a completion round of its task range (each round in the range unnested once
+-- per lease, not probed per task: a round's array, read by `= any` per task, is
+-- decompressed per task), less those with a claim-index row or a task_completed row
+-- (probes by key). A lease whose tasks all ended under it is not unnested: the ends it
+-- fenced are counted per round without unnesting (array_positions of the lease's id in
+-- the round's task_lease_ids, in C) and in task_completed over its task range, and when
+-- they reach the number of its tasks it holds none (a completion under a claim lease is
+-- of a task it names, and a task ends once: the completion of a lease-held task runs
+-- under its lease's lock and reads its ends). A lease with a task ended otherwise (under
+-- a later lease, or none), or given a row, is unnested as before. The rounds of a range
+-- with none are not read twice (the count says so).
 create or replace view queues.lease_held_tasks as
 select u.task_id, c.task_lease_id, c.worker_key, c.leased_at, c.expires_at,
        coalesce(c.suspect_task_id = u.task_id, false) as suspect
@@ -36,15 +50,26 @@ select u.task_id, c.task_lease_id, c.worker_key, c.leased_at, c.expires_at,
  -- each due lease by its id (a probe per lease, never a scan of claim_lease)
  cross join lateral (select c.* from queues.claim_lease c
                       where c.task_lease_id = d.task_lease_id and c.task_id = d.task_id limit 1) c
+ -- the completion rounds of its range: how many, and the ends under the lease they hold
+ cross join lateral (select count(*) as rounds,
+                            coalesce(sum(cardinality(array_positions(r.task_lease_ids, c.task_lease_id))), 0) as ended
+                       from queues.completion_round r
+                      where r.task_range && c.task_range and r.task_id >= lower(c.task_range)) g
  cross join lateral (
    select x.task_id from unnest(c.task_ids) x(task_id)
    except
    select e.task_id
      from queues.completion_round r
     cross join lateral unnest(r.task_ids) e(task_id)
-    where r.task_range && c.task_range and r.task_id >= lower(c.task_range)
+    where g.rounds > 0 and r.task_range && c.task_range and r.task_id >= lower(c.task_range)
  ) u
- where not exists (select 1 from queues.task_pending p where p.task_id = u.task_id)
+ -- (the lease may still hold a task: fewer ends under it than tasks)
+ where cardinality(c.task_ids) > g.ended
+   and cardinality(c.task_ids)
+       > g.ended + (select count(*) from queues.task_completed x
+                     where x.task_id >= lower(c.task_range) and x.task_id < upper(c.task_range)
+                       and x.task_lease_id = c.task_lease_id)
+   and not exists (select 1 from queues.task_pending p where p.task_id = u.task_id)
    and not exists (select 1 from queues.task_completed x where x.task_id = u.task_id);
 comment on view queues.lease_held_tasks is
   'Tasks held by their claim lease without a claim-index row (the ready set), with that lease: tasks of the claim leases not yet rescued (queues.claim_lease_due) with neither a queues.task_pending row nor an end. A task''s own: queues.lease_held_of(task_id). See sql/queues/lease_held.sql.';
@@ -85,6 +110,37 @@ select h.task_id, t.task_type, t.priority, least(t.scheduled_at, rn.requested_at
   left join queues.task_run_now rn on rn.task_id = h.task_id;
 comment on view queues.task_pending_or_held is
   'Every task not ended, in queues.task_pending''s shape: the claim index''s rows, and each lease-held task (queues.lease_held_tasks) leased by its claim lease (lease_held). A task''s own: queues.task_pending_or_held_of(task_id). See sql/queues/lease_held.sql.';
+
+-- Per claim lease holding tasks, per task type: how many it holds (the lease-held part
+-- of the counts readers take: admin.list_queues, task_counts, queue_depth, capacity).
+-- The same tasks as queues.lease_held_tasks; their types read once per lease, by one
+-- index scan of queues.task over the lease's held ids (`= any` of the array, within its
+-- first and last id: sorted, read leaf page by leaf page), not a probe per task.
+create or replace view queues.lease_held_counts as
+select h.task_lease_id, h.worker_key, h.expires_at, t.task_type, count(*)::integer as tasks
+  from (select h.task_lease_id, h.worker_key, h.expires_at, array_agg(h.task_id) as task_ids,
+               min(h.task_id) as first_id, max(h.task_id) as last_id
+          from queues.lease_held_tasks h
+         group by h.task_lease_id, h.worker_key, h.expires_at) h
+ cross join lateral (select x.task_type from queues.task x
+                      where x.task_id = any (h.task_ids) and x.task_id >= h.first_id and x.task_id <= h.last_id) t
+ group by h.task_lease_id, h.worker_key, h.expires_at, t.task_type;
+comment on view queues.lease_held_counts is
+  'Per claim lease and task type, the tasks the lease holds (queues.lease_held_tasks, counted): the lease-held part of a count. See sql/queues/lease_held.sql.';
+
+-- Every task not ended, counted in task_pending's shape (what a count by type and state
+-- reads): a row per claim-index row (tasks 1), and per claim lease and task type the
+-- tasks it holds (queues.lease_held_counts: available at its expiry, leased by it, their
+-- first lease), lease_held true. count(*) over queues.task_pending_or_held is
+-- sum(tasks) here, with the same available_at, current_lease_id and lease_count.
+create or replace view queues.task_pending_or_held_counts as
+select p.task_type, p.available_at, p.current_lease_id, p.lease_count, false as lease_held, 1 as tasks
+  from queues.task_pending p
+union all
+select h.task_type, h.expires_at, h.task_lease_id, 1, true, h.tasks
+  from queues.lease_held_counts h;
+comment on view queues.task_pending_or_held_counts is
+  'Every task not ended, counted: the claim index''s rows (tasks 1) and the lease-held tasks per claim lease and type (queues.lease_held_counts), in queues.task_pending_or_held''s shape; sum(tasks) is its count(*). See sql/queues/lease_held.sql.';
 
 create or replace function queues.task_pending_or_held_of(_task_id bigint)
   returns table (task_id bigint, task_type text, priority integer, scheduled_at timestamptz,

@@ -176,6 +176,29 @@ describe('lease-held tasks', () => {
     expect(depth.rows).toEqual([{ depth: 3 }]);
   });
 
+  it("admin.capacity: completions under claim leases name their leases' workers and runs", async () => {
+    // Two workers' claims, side by side; each run reported from 10 s before its end.
+    const ends: string[] = [];
+    for (const worker of ['w-cap-a', 'w-cap-b']) {
+      await enqueue(TYPE, 3);
+      const claimed = await claim(TYPE, worker, 3);
+      expect(claimed).toHaveLength(3);
+      await db.pool('worker').query(
+        `select * from queues.settle_tasks($1::bigint[], $2::bigint[], $3::text[], null, null, null,
+                  array_fill((date_part('epoch', now() - interval '10 seconds') * 1000000)::bigint, array[3]))`,
+        [claimed.map((c) => c.task_id), claimed.map((c) => c.task_lease_id), claimed.map(() => 'succeeded')],
+      );
+      ends.push(...claimed.map((c) => c.task_id));
+    }
+    const { rows } = await db.query(
+      `select completed_in_window::int, window_workers::int, round(tasks_per_worker_hour)::int as rate
+         from admin.capacity_at(now(), $1, 3600, 600)`,
+      [TYPE],
+    );
+    // 6 runs over two workers' 10 s of busy time each: 6 / (20 s / 3600).
+    expect(rows).toEqual([{ completed_in_window: 6, window_workers: 2, rate: 1080 }]);
+  });
+
   it('public.worker_tasks: claimed, its worker and claim time; stale once its lease expired', async () => {
     const [a] = await enqueue(TYPE, 1);
     await claim(TYPE, 'w-spec');
@@ -303,5 +326,140 @@ describe('lease-held tasks', () => {
     }
     const { rows } = await db.query(`select task_id::text from queues.lease_held_tasks`);
     expect(rows).toEqual([{ task_id: held }]);
+  });
+
+  /**
+   * Claim leases in every shape a due lease can take: `whole` (every task succeeded under
+   * it), `failed` (one failed for good under it, one succeeded), `open` (one retried, then
+   * claimed again on its row and ended under that newer lease, one succeeded, one still
+   * held), `moved` (one retried and ended under a newer lease, one succeeded: none held),
+   * `mixed` (tasks of both types, one succeeded), and, last, `expired` (a lease already
+   * expired, its tasks held until the rescuer passes), with one task never claimed.
+   */
+  async function everyShape() {
+    const settleAs = (ids: string[], lease: string, outcome: string, retry: boolean) =>
+      db
+        .pool('worker')
+        .query(`select * from queues.settle_tasks($1::bigint[], $2::bigint[], $3::text[], $4::boolean[])`, [
+          ids,
+          ids.map(() => lease),
+          ids.map(() => outcome),
+          ids.map(() => retry),
+        ]);
+    // A retried task's row made ready and claimed again on it (a newer lease), then ended.
+    const endUnderNewerLease = async (id: string) => {
+      await db.query(`update queues.task_pending set available_at = now() - interval '1 second' where task_id = $1`, [
+        id,
+      ]);
+      const again = await claim(TYPE, 'w-again', 1);
+      expect(again.map((r) => r.task_id)).toEqual([id]);
+      await settle([id], [again[0].task_lease_id]);
+    };
+    const lease = async (ids: string[], types = [TYPE], at = 'now()') => {
+      await db.pool('worker').query(`select queues.record_worker_heartbeat('w-shape', $1::text[])`, [types]);
+      const { rows } = await db.query<{ task_id: string; task_lease_id: string }>(
+        `select task_id::text, task_lease_id::text from queues.claim_tasks_at(${at}, 'w-shape', 100, $1::text[], 60, 5)`,
+        [types],
+      );
+      expect(rows.map((r) => r.task_id).sort()).toEqual([...ids].sort());
+      return rows[0].task_lease_id;
+    };
+    const whole = await enqueue(TYPE, 3);
+    const wholeLease = await lease(whole);
+    await settle(
+      whole,
+      whole.map(() => wholeLease),
+    );
+    const failed = await enqueue(TYPE, 2);
+    const failedLease = await lease(failed);
+    await settleAs([failed[0]], failedLease, 'failed', false);
+    await settle([failed[1]], [failedLease]);
+    const open = await enqueue(TYPE, 3);
+    const openLease = await lease(open);
+    await settleAs([open[0]], openLease, 'failed', true);
+    await endUnderNewerLease(open[0]);
+    await settle([open[1]], [openLease]);
+    const moved = await enqueue(TYPE, 2);
+    const movedLease = await lease(moved);
+    await settleAs([moved[0]], movedLease, 'failed', true);
+    await endUnderNewerLease(moved[0]);
+    await settle([moved[1]], [movedLease]);
+    const mixed = [...(await enqueue(TYPE, 2)), ...(await enqueue(OTHER, 2))];
+    const mixedLease = await lease(mixed, [TYPE, OTHER]);
+    await settle([mixed[0]], [mixedLease]);
+    // (scheduled before that claim's time)
+    const { rows: past } = await db.query(
+      `select queues.enqueue($1, '{}'::jsonb, _scheduled_at => now() - interval '3 minutes')::text as id
+         from generate_series(1, 2)`,
+      [OTHER],
+    );
+    const expired = past.map((r) => r.id as string);
+    const expiredLease = await lease(expired, [OTHER], `now() - interval '2 minutes'`);
+    const [unclaimed] = await enqueue(TYPE, 1);
+    return { open, openLease, mixed, mixedLease, expired, expiredLease, unclaimed, dueLeases: 6 };
+  }
+
+  it('a claim lease whose tasks all ended under it is not unnested; one with a task ended otherwise is, and holds what it holds', async () => {
+    const { open, openLease, mixed, mixedLease, expired, expiredLease } = await everyShape();
+    const held = await db.query(
+      `select h.task_id::text, h.task_lease_id::text from queues.lease_held_tasks h order by h.task_id`,
+    );
+    expect(held.rows).toEqual(
+      [
+        { task_id: open[2], task_lease_id: openLease },
+        ...mixed.slice(1).map((id) => ({ task_id: id, task_lease_id: mixedLease })),
+        ...expired.map((id) => ({ task_id: id, task_lease_id: expiredLease })),
+      ].sort((a, b) => Number(a.task_id) - Number(b.task_id)),
+    );
+    // The leases whose arrays are unnested: of the 6 due, not `whole` nor `failed` (every
+    // task ended under them); `moved` is (one of its tasks ended under a newer lease).
+    const plan = await db.query(`explain (analyze, format json) select task_id from queues.lease_held_tasks`);
+    const unnested: number[] = [];
+    const walk = (n: Record<string, unknown>) => {
+      if (n['Function Name'] === 'unnest' && /^x(_\d+)?$/.test(String(n.Alias)))
+        unnested.push(Number(n['Actual Loops']));
+      for (const c of (n.Plans as Record<string, unknown>[] | undefined) ?? []) walk(c);
+    };
+    walk(plan.rows[0]['QUERY PLAN'][0].Plan);
+    expect(unnested).toEqual([4]);
+  });
+
+  it('the counts: queues.task_pending_or_held_counts sums to what task_pending_or_held lists, per lease and type', async () => {
+    const { mixedLease } = await everyShape();
+    const listed = await db.query(
+      `select task_type, available_at, current_lease_id::text, lease_count, lease_held, count(*)::int as n
+         from queues.task_pending_or_held
+        group by 1, 2, 3, 4, 5 order by 1, 2, 3, 4, 5`,
+    );
+    const counted = await db.query(
+      `select task_type, available_at, current_lease_id::text, lease_count, lease_held, sum(tasks)::int as n
+         from queues.task_pending_or_held_counts
+        group by 1, 2, 3, 4, 5 order by 1, 2, 3, 4, 5`,
+    );
+    expect(counted.rows).toEqual(listed.rows);
+    // Held by 3 leases (one of two types), and the unclaimed task and the retried ones' rows.
+    expect(listed.rows.filter((r) => r.lease_held)).toHaveLength(4);
+    expect(listed.rows.filter((r) => !r.lease_held).length).toBeGreaterThan(0);
+    const perLease = await db.query(
+      `select task_type, sum(tasks)::int as n from queues.lease_held_counts
+        where task_lease_id = $1 group by 1 order by 1`,
+      [mixedLease],
+    );
+    expect(perLease.rows).toEqual([
+      { task_type: TYPE, n: 1 },
+      { task_type: OTHER, n: 2 },
+    ]);
+    // The readers that count read it: the same states as the rows give them.
+    const states = await db.query(
+      `select task_type, admin.pending_state(available_at, current_lease_id, lease_count, now()) as state,
+              count(*)::text as count
+         from queues.task_pending_or_held group by 1, 2 order by 1, 2`,
+    );
+    const counts = await db.query(
+      `select task_type, state, count::text from admin.task_counts_at(now(), 3600)
+        where state in ('waiting', 'scheduled', 'ready', 'running', 'retrying') order by 1, 2`,
+    );
+    expect(counts.rows).toEqual(states.rows);
+    expect(states.rows.map((r) => r.state)).toEqual(expect.arrayContaining(['ready', 'running']));
   });
 });

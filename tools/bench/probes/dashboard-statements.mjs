@@ -1,7 +1,8 @@
 // What one open dashboard costs the database during a drain: the real Worker drains a
 // backlog (no-op processor) while DASHBOARDS pollers run the overview's statements as the
 // page does (tools/bench/src/dashboard.ts), and pg_stat_statements (track = all) lists
-// the statements by time.
+// the statements by time, with the buffers each call read (shared hit + read: a count the
+// machine's load does not move).
 //   node tools/bench/probes/dashboard-statements.mjs [tasks=20000] [dashboards=20]
 import { openStatementsServer } from './statements-server.mjs';
 import { enqueueBacklog, noopWorker, probeDatabase } from './drain-fixture.mjs';
@@ -35,6 +36,7 @@ try {
     `
     select calls, round(total_exec_time::numeric, 1) as total_ms,
            round((total_exec_time / calls)::numeric, 3) as ms_per_call,
+           round((shared_blks_hit + shared_blks_read)::numeric / calls) as buffers_per_call,
            regexp_replace(left(query, 110), '\\s+', ' ', 'g') as query
       from pg_stat_statements
      where query not ilike '%pg_stat_statements%'
@@ -42,6 +44,15 @@ try {
     [TOP],
   );
   console.table(rows);
+  // The overview's own statements (top level), whatever their rank.
+  const { rows: overview } = await root.query(
+    `select calls, round((total_exec_time / calls)::numeric, 3) as ms_per_call,
+            round((shared_blks_hit + shared_blks_read)::numeric / calls) as buffers_per_call, query
+       from pg_stat_statements
+      where toplevel and query like 'select * from admin.%'
+      order by query`,
+  );
+  console.table(overview);
   await root.end();
 } finally {
   await server.stop({ destroy: true });
