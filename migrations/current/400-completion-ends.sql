@@ -9,4 +9,3 @@ comment on column queues.claim_lease.task_type is
 --!include queues/claim.sql
 --!include queues/complete.sql
 --!include queues/lease.sql
---!include queues/lease_held.sql
