@@ -150,15 +150,16 @@ export class Completer {
   }
 
   /**
-   * Opens the completions' connection and plans their statement before the first round
-   * needs them: a completion of a task that cannot exist (-1, under lease -1), which
-   * writes nothing and answers `unknown_task`. The first tasks' completions then wait for
-   * neither a new connection nor the planning of queues.complete_tasks (about 15 ms of
-   * a session's first call). A failure is only logged: the first round connects again.
+   * Opens the completions' connection before the first round needs it, so the first
+   * tasks' completions do not wait for a new connection. (Not a completion: a call that
+   * the one-lease statement of queues.complete_tasks cannot decide would also plan the
+   * general statement, which a drain never runs.) A failure is only logged: the first
+   * round connects again.
    */
   async warm(): Promise<void> {
     try {
-      await settleTasks(this.#ends.pool, [{ taskId: '-1', taskLeaseId: '-1', outcome: 'succeeded' }]);
+      const client = await this.#ends.pool.connect();
+      client.release();
     } catch (error) {
       this.#log.warn(
         { event: 'completer_warm_failed', err: errorMessage(error) },

@@ -174,8 +174,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
       `worker started for ${this.#taskTypes.join(', ')}`,
     );
     // Independent, so at once: the listening connection, the run timeouts, the registry,
-    // and the completions' connection with its statement planned (not waited for: the
-    // first claim need not wait for it). Claims start once the listener listens (so no
+    // and the completions' connection (not waited for: the first claim need not wait for
+    // it). Claims start once the listener listens (so no
     // notification after the first claim is missed), the worker is in the registry (so a
     // worker id restarted after a silence is not taken for the silent one) and the run
     // timeouts are known.
