@@ -173,17 +173,17 @@ export class Worker extends EventEmitter<WorkerEvents> {
       },
       `worker started for ${this.#taskTypes.join(', ')}`,
     );
-    // Independent, so at once: the listening connection, the run timeouts, the registry,
-    // and the completions' connection (not waited for: the first claim need not wait for
-    // it). Claims start once the listener listens (so no
-    // notification after the first claim is missed), the worker is in the registry (so a
-    // worker id restarted after a silence is not taken for the silent one) and the run
-    // timeouts are known.
+    // Independent, so at once: the listening connection, the worker's first connection
+    // (the run timeouts, then the registry: one connection, not two, as every connection
+    // a worker opens at its start costs the server a process), and the completions'
+    // connection (not waited for: the first claim need not wait for it). Claims start
+    // once the listener listens (so no notification after the first claim is missed),
+    // the worker is in the registry (so a worker id restarted after a silence is not
+    // taken for the silent one) and the run timeouts are known.
     this.#warm = this.#completer.warm();
     await Promise.all([
       this.#listener.start(),
-      this.#timeouts.refresh(this.pool, this.#log),
-      this.#heartbeats.reportIn(),
+      this.#timeouts.refresh(this.pool, this.#log).then(() => this.#heartbeats.reportIn()),
     ]);
     this.#heartbeats.start();
     this.#producer.start();
