@@ -619,12 +619,10 @@ describe('partition maintenance', () => {
       for (const [i, skip] of skips.entries()) {
         expect(skip).toMatchObject({
           action: 'skipped',
-          // (the claim's plan, generic, locks every partition of task_completed, default
+          // (the claim's statement, generic, locks every partition of claim_lease, default
           // included: the first table in queues.history_tables() order it keeps locked)
-          step: expect.stringMatching(/^attach queues\.task_completed_p\d+$/),
-          reason: expect.stringMatching(
-            /^could not lock task_completed, task_completed_default in \d+ tries over 200 ms/,
-          ),
+          step: expect.stringMatching(/^attach queues\.claim_lease_p\d+$/),
+          reason: expect.stringMatching(/^could not lock claim_lease, claim_lease_default in \d+ tries over 200 ms/),
           more: i < 4,
         });
       }

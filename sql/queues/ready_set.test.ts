@@ -19,6 +19,7 @@ beforeAll(async () => {
     'ready_g',
     'ready_h',
     'ready_i',
+    'ready_j',
   ])
     await db.query(`insert into queues.task_type (task_type) values ($1) on conflict do nothing`, [type]);
 });
@@ -175,6 +176,37 @@ describe('the ready set', () => {
     expect([...late.values()]).toEqual(['lease_lost', 'lease_lost']);
     for (const c of again) expect((await settle([c.task_id], [c.task_lease_id])).get(c.task_id)).toBe('completed');
     expect(await pendingOf([retried, rescued])).toEqual([]);
+  });
+
+  it('a task released or retrying is claimed again on its row with nothing to rescue beside it; the earlier lease is refused', async () => {
+    const { rows: enq } = await db.query(
+      `select queues.enqueue('ready_j', '{}'::jsonb, _max_attempts => 3)::text as id from generate_series(1, 3)`,
+    );
+    const [released, retried, fresh] = enq.map((r) => r.id as string);
+    const first = await claimAt('ready_j', 0, 'w-j', 2);
+    expect(first.map((c) => c.task_id).sort()).toEqual([released, retried].sort());
+    const lease = first[0].task_lease_id;
+    const { rows: given } = await db.query(
+      `select task_id::text from queues.release_leases($1::bigint[], $2::bigint[])`,
+      [[released], [lease]],
+    );
+    expect(given).toEqual([{ task_id: released }]);
+    expect((await settle([retried], [lease], 'failed')).get(retried)).toBe('retry_scheduled');
+    // No lease is due to be rescued: the claim's candidates are these two, leased before,
+    // and one on its first lease.
+    const again = await claimAt('ready_j', 7200, 'w-j2');
+    expect(again.map((c) => c.task_id).sort()).toEqual([released, retried, fresh].sort());
+    const newLease = again[0].task_lease_id;
+    // The two leased before are leased on their rows; the fresh one left the claim index.
+    expect(await pendingOf([released, retried, fresh])).toEqual(
+      [released, retried].sort().map((id) => ({ task_id: id, current_lease_id: newLease })),
+    );
+    expect([...(await settle([released, retried], [lease, lease])).values()]).toEqual(['lease_lost', 'lease_lost']);
+    expect([...(await settle([released, retried, fresh], [newLease, newLease, newLease])).values()]).toEqual([
+      'completed',
+      'completed',
+      'completed',
+    ]);
   });
 
   it('a claim rescues the claim leases expired since the last pass: no rescuer call needed', async () => {
