@@ -10523,6 +10523,11 @@ declare
   _rules      jsonb := '[]';
   _full       text[] := '{}';
   _type       text;
+  -- The drain's claim (below): the ready tasks it picked, whether all are plain, their
+  -- one type.
+  _picked      bigint[];
+  _plain       boolean;
+  _picked_type text;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -10669,72 +10674,71 @@ begin
   -- The drain's claim: no flow limit and no throttled group key for the types asked for,
   -- no expired lease among them, and the first _limit ready tasks in claim order all on
   -- their first lease and unkeyed (none a suspect, none to abandon, none leased on its
-  -- row). One statement without the per-row stages below leases them, or leases nothing
-  -- when any of that does not hold, and the statement below claims as always (the rows
-  -- this one locked are this transaction's, so it finds them). The same ready tasks, in
-  -- the same order, as that statement's candidates.
+  -- row). Then, without the per-row stages below, one statement picks them and another
+  -- leases them; when any of that does not hold, nothing is leased and the statement
+  -- below claims as always (the rows the pick locked are this transaction's, so it finds
+  -- them). The same ready tasks, in the same order, as that statement's candidates.
   if cardinality(_limited) = 0 and cardinality(_throttled_groups) = 0 then
-    return query
-    with candidate as (
-      select r.*
-        from (select distinct u.task_type
-                from unnest(coalesce(_types, array(select tt.task_type from queues.task_type tt))) as u(task_type)) ty
+    -- The candidates, locked, in claim order (ids ascending here), and whether they are
+    -- all plain.
+    select array_agg(pk.task_id order by pk.task_id),
+           coalesce(bool_and(pk.lease_count = 0 and pk.resource_key is null), false),
+           case when min(pk.task_type) = max(pk.task_type) then min(pk.task_type) end
+      into _picked, _plain, _picked_type
+      from (select r.*
+              from (select distinct u.task_type
+                      from unnest(coalesce(_types, array(select tt.task_type from queues.task_type tt))) as u(task_type)) ty
+             cross join lateral (
+               select p.task_id, p.task_type, p.resource_key, p.priority, p.scheduled_at, p.lease_count
+                 from queues.task_pending p
+                where p.task_type = ty.task_type
+                  and p.current_lease_id is null
+                  and p.scheduled_at <= _now
+                  and p.available_at <= _now
+                  and (p.resource_key is null or not exists (
+                        select 1 from queues.resource_lease r
+                         where r.resource_key = p.resource_key and r.expires_at > _now and r.task_id <> p.task_id))
+                order by p.priority desc, p.scheduled_at, p.task_id
+                limit _limit
+                  for update skip locked
+             ) r
+             order by r.priority desc, r.scheduled_at, r.task_id
+             limit _limit) pk;
+    -- (a scalar subquery in the expired leases' index order, as below)
+    if _plain and (select true from queues.task_pending p
+                    where p.current_lease_id > 0 and p.available_at <= _now
+                      and (_types is null or p.task_type = any (_types))
+                    order by p.available_at limit 1) is null then
+      return query
+      with leased as (
+        insert into queues.claim_lease (task_id, worker_key, leased_at, expires_at, task_ids, task_range, suspect_task_id,
+                                        task_type)
+        values (_picked[cardinality(_picked)], _worker_key, _now, _now + make_interval(secs => _lease_seconds), _picked,
+                int8range(_picked[1], _picked[cardinality(_picked)], '[]'), null, _picked_type)
+        returning task_lease_id, task_id, expires_at
+      ),
+      due as (
+        insert into queues.claim_lease_due (task_lease_id, task_id, expires_at)
+        select l.task_lease_id, l.task_id, l.expires_at from leased l
+      ),
+      taken as (
+        delete from queues.task_pending p
+         using leased l
+         where p.task_id = any (_picked)
+        returning p.task_id, l.task_lease_id
+      )
+      select t.task_id, t.task_type, t.payload, t.priority, t.resource_key, t.max_attempts,
+             t.enqueued_at, t.scheduled_at, m.task_lease_id, _now, _now + make_interval(secs => _lease_seconds),
+             1, t.timeout_ms
+        from taken m
+       -- (bounded by the claim's least and greatest ids, known when the plan starts: the
+       -- history partitions none of them is in are left out, neither locked nor opened)
        cross join lateral (
-         select p.task_id, p.task_type, p.resource_key, p.priority, p.scheduled_at, p.lease_count
-           from queues.task_pending p
-          where p.task_type = ty.task_type
-            and p.current_lease_id is null
-            and p.scheduled_at <= _now
-            and p.available_at <= _now
-            and (p.resource_key is null or not exists (
-                  select 1 from queues.resource_lease r
-                   where r.resource_key = p.resource_key and r.expires_at > _now and r.task_id <> p.task_id))
-          order by p.priority desc, p.scheduled_at, p.task_id
-          limit _limit
-            for update skip locked
-       ) r
-    ),
-    picked as materialized (
-      select c.* from candidate c order by c.priority desc, c.scheduled_at, c.task_id limit _limit
-    ),
-    plain as (
-      select coalesce(bool_and(pk.lease_count = 0 and pk.resource_key is null), false)
-             -- (a scalar subquery in the expired leases' index order, as below)
-             and (select true from queues.task_pending p
-                   where p.current_lease_id > 0 and p.available_at <= _now
-                     and (_types is null or p.task_type = any (_types))
-                   order by p.available_at limit 1) is null as ok
-        from picked pk
-    ),
-    leased as (
-      insert into queues.claim_lease (task_id, worker_key, leased_at, expires_at, task_ids, task_range, suspect_task_id,
-                                      task_type)
-      select max(pk.task_id), _worker_key, _now, _now + make_interval(secs => _lease_seconds),
-             array_agg(pk.task_id order by pk.task_id), int8range(min(pk.task_id), max(pk.task_id), '[]'), null,
-             case when min(pk.task_type) = max(pk.task_type) then min(pk.task_type) end
-        from picked pk
-      having count(*) > 0 and (select pl.ok from plain pl)
-      returning task_lease_id, task_id, expires_at
-    ),
-    due as (
-      insert into queues.claim_lease_due (task_lease_id, task_id, expires_at)
-      select l.task_lease_id, l.task_id, l.expires_at from leased l
-    ),
-    taken as (
-      delete from queues.task_pending p
-       using leased l
-       where p.task_id = any (array(select pk.task_id from picked pk))
-      returning p.task_id, l.task_lease_id
-    )
-    select t.task_id, t.task_type, t.payload, t.priority, t.resource_key, t.max_attempts,
-           t.enqueued_at, t.scheduled_at, m.task_lease_id, _now, _now + make_interval(secs => _lease_seconds),
-           1, t.timeout_ms
-      from taken m
-     cross join lateral (
-       select * from queues.task t where t.task_id = m.task_id limit 1
-     ) t
-     order by t.priority desc, t.scheduled_at, t.task_id;
-    if found then
+         select * from queues.task t
+          where t.task_id = m.task_id and t.task_id between _picked[1] and _picked[cardinality(_picked)]
+          limit 1
+       ) t
+       order by t.priority desc, t.scheduled_at, t.task_id;
       return;
     end if;
   end if;
@@ -11243,6 +11247,12 @@ declare
   _retried bigint[];
   _all_succeeded boolean;
   _one_lease boolean;
+  -- The call's least and greatest task ids: bounds that let a plan leave out, before it
+  -- starts, the history partitions none of the call's tasks is in (a generic plan's
+  -- variables are known when it starts; a partition left out is neither locked nor opened).
+  _lo bigint;
+  _hi bigint;
+  _repeated boolean;
   _calls text;
 begin
   if _task_ids is null then
@@ -11280,7 +11290,8 @@ begin
     raise exception 'started_at must have one element per task (% tasks, % start times)',
       cardinality(_task_ids), cardinality(_started_at) using errcode = '22023';
   end if;
-  if (select count(distinct t) <> count(*) from unnest(_task_ids) t) then
+  select count(distinct t) <> count(*), min(t), max(t) into _repeated, _lo, _hi from unnest(_task_ids) t;
+  if _repeated then
     raise exception 'task_ids must not repeat a task' using errcode = '22023';
   end if;
 
@@ -11294,7 +11305,8 @@ begin
     perform pg_advisory_xact_lock(20253, hashint8(_task_lease_ids[1]));
     with lease as (
       select c.task_ids || array[]::bigint[] as task_ids, c.task_range, c.task_type
-        from queues.claim_lease c where c.task_lease_id = _task_lease_ids[1] limit 1
+        -- (a lease's row is in the partition of its greatest task, at or above the call's)
+        from queues.claim_lease c where c.task_lease_id = _task_lease_ids[1] and c.task_id >= _hi limit 1
     ),
     -- Named by the lease and not ended (in a round of the lease's range): one sort of the
     -- call's tasks beside the lease's and the rounds', as lease_open below.
@@ -11309,11 +11321,13 @@ begin
                       union all
                       select g.task_id, null::timestamptz, 2
                         from lease l
-                        join queues.completion_round r on r.task_range && l.task_range and r.task_id >= lower(l.task_range)
+                        join queues.completion_round r
+                          on r.task_range && l.task_range and r.task_id >= lower(l.task_range) and r.task_id >= _lo
                        cross join lateral unnest(r.task_ids) g(task_id)) u
               window w as (partition by u.task_id)) o
        where o.src = 0 and o.named and not o.ended
-         and (select true from queues.task_completed c where c.task_id = o.task_id) is null
+         and (select true from queues.task_completed c
+               where c.task_id = o.task_id and c.task_id between _lo and _hi) is null
          and (select true from queues.task_pending p where p.task_id = o.task_id) is null
     ),
     rounds as (
@@ -11324,7 +11338,8 @@ begin
              int8range(min(o.task_id), max(o.task_id), '[]')
         -- The lease's one type, or each task's when the claim took several.
         from (select o.*, coalesce((select l.task_type from lease l),
-                                   (select t.task_type from queues.task t where t.task_id = o.task_id limit 1)) as task_type
+                                   (select t.task_type from queues.task t
+                                     where t.task_id = o.task_id and t.task_id between _lo and _hi limit 1)) as task_type
                 from open o) o
        -- All of the call, or nothing.
        where (select count(*) from open) = cardinality(_task_ids)

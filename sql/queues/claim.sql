@@ -79,6 +79,11 @@ declare
   _rules      jsonb := '[]';
   _full       text[] := '{}';
   _type       text;
+  -- The drain's claim (below): the ready tasks it picked, whether all are plain, their
+  -- one type.
+  _picked      bigint[];
+  _plain       boolean;
+  _picked_type text;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -225,72 +230,71 @@ begin
   -- The drain's claim: no flow limit and no throttled group key for the types asked for,
   -- no expired lease among them, and the first _limit ready tasks in claim order all on
   -- their first lease and unkeyed (none a suspect, none to abandon, none leased on its
-  -- row). One statement without the per-row stages below leases them, or leases nothing
-  -- when any of that does not hold, and the statement below claims as always (the rows
-  -- this one locked are this transaction's, so it finds them). The same ready tasks, in
-  -- the same order, as that statement's candidates.
+  -- row). Then, without the per-row stages below, one statement picks them and another
+  -- leases them; when any of that does not hold, nothing is leased and the statement
+  -- below claims as always (the rows the pick locked are this transaction's, so it finds
+  -- them). The same ready tasks, in the same order, as that statement's candidates.
   if cardinality(_limited) = 0 and cardinality(_throttled_groups) = 0 then
-    return query
-    with candidate as (
-      select r.*
-        from (select distinct u.task_type
-                from unnest(coalesce(_types, array(select tt.task_type from queues.task_type tt))) as u(task_type)) ty
+    -- The candidates, locked, in claim order (ids ascending here), and whether they are
+    -- all plain.
+    select array_agg(pk.task_id order by pk.task_id),
+           coalesce(bool_and(pk.lease_count = 0 and pk.resource_key is null), false),
+           case when min(pk.task_type) = max(pk.task_type) then min(pk.task_type) end
+      into _picked, _plain, _picked_type
+      from (select r.*
+              from (select distinct u.task_type
+                      from unnest(coalesce(_types, array(select tt.task_type from queues.task_type tt))) as u(task_type)) ty
+             cross join lateral (
+               select p.task_id, p.task_type, p.resource_key, p.priority, p.scheduled_at, p.lease_count
+                 from queues.task_pending p
+                where p.task_type = ty.task_type
+                  and p.current_lease_id is null
+                  and p.scheduled_at <= _now
+                  and p.available_at <= _now
+                  and (p.resource_key is null or not exists (
+                        select 1 from queues.resource_lease r
+                         where r.resource_key = p.resource_key and r.expires_at > _now and r.task_id <> p.task_id))
+                order by p.priority desc, p.scheduled_at, p.task_id
+                limit _limit
+                  for update skip locked
+             ) r
+             order by r.priority desc, r.scheduled_at, r.task_id
+             limit _limit) pk;
+    -- (a scalar subquery in the expired leases' index order, as below)
+    if _plain and (select true from queues.task_pending p
+                    where p.current_lease_id > 0 and p.available_at <= _now
+                      and (_types is null or p.task_type = any (_types))
+                    order by p.available_at limit 1) is null then
+      return query
+      with leased as (
+        insert into queues.claim_lease (task_id, worker_key, leased_at, expires_at, task_ids, task_range, suspect_task_id,
+                                        task_type)
+        values (_picked[cardinality(_picked)], _worker_key, _now, _now + make_interval(secs => _lease_seconds), _picked,
+                int8range(_picked[1], _picked[cardinality(_picked)], '[]'), null, _picked_type)
+        returning task_lease_id, task_id, expires_at
+      ),
+      due as (
+        insert into queues.claim_lease_due (task_lease_id, task_id, expires_at)
+        select l.task_lease_id, l.task_id, l.expires_at from leased l
+      ),
+      taken as (
+        delete from queues.task_pending p
+         using leased l
+         where p.task_id = any (_picked)
+        returning p.task_id, l.task_lease_id
+      )
+      select t.task_id, t.task_type, t.payload, t.priority, t.resource_key, t.max_attempts,
+             t.enqueued_at, t.scheduled_at, m.task_lease_id, _now, _now + make_interval(secs => _lease_seconds),
+             1, t.timeout_ms
+        from taken m
+       -- (bounded by the claim's least and greatest ids, known when the plan starts: the
+       -- history partitions none of them is in are left out, neither locked nor opened)
        cross join lateral (
-         select p.task_id, p.task_type, p.resource_key, p.priority, p.scheduled_at, p.lease_count
-           from queues.task_pending p
-          where p.task_type = ty.task_type
-            and p.current_lease_id is null
-            and p.scheduled_at <= _now
-            and p.available_at <= _now
-            and (p.resource_key is null or not exists (
-                  select 1 from queues.resource_lease r
-                   where r.resource_key = p.resource_key and r.expires_at > _now and r.task_id <> p.task_id))
-          order by p.priority desc, p.scheduled_at, p.task_id
-          limit _limit
-            for update skip locked
-       ) r
-    ),
-    picked as materialized (
-      select c.* from candidate c order by c.priority desc, c.scheduled_at, c.task_id limit _limit
-    ),
-    plain as (
-      select coalesce(bool_and(pk.lease_count = 0 and pk.resource_key is null), false)
-             -- (a scalar subquery in the expired leases' index order, as below)
-             and (select true from queues.task_pending p
-                   where p.current_lease_id > 0 and p.available_at <= _now
-                     and (_types is null or p.task_type = any (_types))
-                   order by p.available_at limit 1) is null as ok
-        from picked pk
-    ),
-    leased as (
-      insert into queues.claim_lease (task_id, worker_key, leased_at, expires_at, task_ids, task_range, suspect_task_id,
-                                      task_type)
-      select max(pk.task_id), _worker_key, _now, _now + make_interval(secs => _lease_seconds),
-             array_agg(pk.task_id order by pk.task_id), int8range(min(pk.task_id), max(pk.task_id), '[]'), null,
-             case when min(pk.task_type) = max(pk.task_type) then min(pk.task_type) end
-        from picked pk
-      having count(*) > 0 and (select pl.ok from plain pl)
-      returning task_lease_id, task_id, expires_at
-    ),
-    due as (
-      insert into queues.claim_lease_due (task_lease_id, task_id, expires_at)
-      select l.task_lease_id, l.task_id, l.expires_at from leased l
-    ),
-    taken as (
-      delete from queues.task_pending p
-       using leased l
-       where p.task_id = any (array(select pk.task_id from picked pk))
-      returning p.task_id, l.task_lease_id
-    )
-    select t.task_id, t.task_type, t.payload, t.priority, t.resource_key, t.max_attempts,
-           t.enqueued_at, t.scheduled_at, m.task_lease_id, _now, _now + make_interval(secs => _lease_seconds),
-           1, t.timeout_ms
-      from taken m
-     cross join lateral (
-       select * from queues.task t where t.task_id = m.task_id limit 1
-     ) t
-     order by t.priority desc, t.scheduled_at, t.task_id;
-    if found then
+         select * from queues.task t
+          where t.task_id = m.task_id and t.task_id between _picked[1] and _picked[cardinality(_picked)]
+          limit 1
+       ) t
+       order by t.priority desc, t.scheduled_at, t.task_id;
       return;
     end if;
   end if;

@@ -62,6 +62,12 @@ declare
   _retried bigint[];
   _all_succeeded boolean;
   _one_lease boolean;
+  -- The call's least and greatest task ids: bounds that let a plan leave out, before it
+  -- starts, the history partitions none of the call's tasks is in (a generic plan's
+  -- variables are known when it starts; a partition left out is neither locked nor opened).
+  _lo bigint;
+  _hi bigint;
+  _repeated boolean;
   _calls text;
 begin
   if _task_ids is null then
@@ -99,7 +105,8 @@ begin
     raise exception 'started_at must have one element per task (% tasks, % start times)',
       cardinality(_task_ids), cardinality(_started_at) using errcode = '22023';
   end if;
-  if (select count(distinct t) <> count(*) from unnest(_task_ids) t) then
+  select count(distinct t) <> count(*), min(t), max(t) into _repeated, _lo, _hi from unnest(_task_ids) t;
+  if _repeated then
     raise exception 'task_ids must not repeat a task' using errcode = '22023';
   end if;
 
@@ -113,7 +120,8 @@ begin
     perform pg_advisory_xact_lock(20253, hashint8(_task_lease_ids[1]));
     with lease as (
       select c.task_ids || array[]::bigint[] as task_ids, c.task_range, c.task_type
-        from queues.claim_lease c where c.task_lease_id = _task_lease_ids[1] limit 1
+        -- (a lease's row is in the partition of its greatest task, at or above the call's)
+        from queues.claim_lease c where c.task_lease_id = _task_lease_ids[1] and c.task_id >= _hi limit 1
     ),
     -- Named by the lease and not ended (in a round of the lease's range): one sort of the
     -- call's tasks beside the lease's and the rounds', as lease_open below.
@@ -128,11 +136,13 @@ begin
                       union all
                       select g.task_id, null::timestamptz, 2
                         from lease l
-                        join queues.completion_round r on r.task_range && l.task_range and r.task_id >= lower(l.task_range)
+                        join queues.completion_round r
+                          on r.task_range && l.task_range and r.task_id >= lower(l.task_range) and r.task_id >= _lo
                        cross join lateral unnest(r.task_ids) g(task_id)) u
               window w as (partition by u.task_id)) o
        where o.src = 0 and o.named and not o.ended
-         and (select true from queues.task_completed c where c.task_id = o.task_id) is null
+         and (select true from queues.task_completed c
+               where c.task_id = o.task_id and c.task_id between _lo and _hi) is null
          and (select true from queues.task_pending p where p.task_id = o.task_id) is null
     ),
     rounds as (
@@ -143,7 +153,8 @@ begin
              int8range(min(o.task_id), max(o.task_id), '[]')
         -- The lease's one type, or each task's when the claim took several.
         from (select o.*, coalesce((select l.task_type from lease l),
-                                   (select t.task_type from queues.task t where t.task_id = o.task_id limit 1)) as task_type
+                                   (select t.task_type from queues.task t
+                                     where t.task_id = o.task_id and t.task_id between _lo and _hi limit 1)) as task_type
                 from open o) o
        -- All of the call, or nothing.
        where (select count(*) from open) = cardinality(_task_ids)
