@@ -39,12 +39,28 @@ interface Connection {
 }
 
 const TIMESTAMPTZ = 1184;
+const INT8 = 20;
 
-/** node-postgres's type parsers, but timestamptz in text form through parseTimestamptz. */
+/**
+ * node-postgres's own parser of int8 in text form: it returns the text it was given
+ * (after testing it against a regular expression, for each value), so it is taken for
+ * the text itself. Ids are int8: the claim and the completions read two per task.
+ */
+const PG_INT8 = pg.types.getTypeParser(INT8, 'text');
+const PG_INT8_OWN = PG_INT8.name === 'parseBigInteger';
+const asText = (text: string): string => text;
+
+/**
+ * node-postgres's type parsers, but timestamptz in text form through parseTimestamptz,
+ * and int8 in text form as the text (unless a parser of the application's replaced
+ * node-postgres's own).
+ */
 const TYPES = {
   getTypeParser(oid: number, format?: string): unknown {
-    if (oid === TIMESTAMPTZ && (format === undefined || format === 'text')) return parseTimestamptz;
-    return format === 'binary' ? pg.types.getTypeParser(oid, 'binary') : pg.types.getTypeParser(oid, 'text');
+    if (format === 'binary') return pg.types.getTypeParser(oid, 'binary');
+    if (oid === TIMESTAMPTZ) return parseTimestamptz;
+    const parser = pg.types.getTypeParser(oid, 'text');
+    return oid === INT8 && parser === PG_INT8 && PG_INT8_OWN ? asText : parser;
   },
 };
 
