@@ -46,7 +46,7 @@ const INT8 = 20;
  * (after testing it against a regular expression, for each value), so it is taken for
  * the text itself. Ids are int8: the claim and the completions read two per task.
  */
-const PG_INT8 = pg.types.getTypeParser(INT8, 'text');
+const PG_INT8 = pg.types.getTypeParser(INT8, 'text') as (text: string) => unknown;
 const PG_INT8_OWN = PG_INT8.name === 'parseBigInteger';
 const asText = (text: string): string => text;
 
@@ -59,7 +59,7 @@ const TYPES = {
   getTypeParser(oid: number, format?: string): unknown {
     if (format === 'binary') return pg.types.getTypeParser(oid, 'binary');
     if (oid === TIMESTAMPTZ) return parseTimestamptz;
-    const parser = pg.types.getTypeParser(oid, 'text');
+    const parser: unknown = pg.types.getTypeParser(oid, 'text');
     return oid === INT8 && parser === PG_INT8 && PG_INT8_OWN ? asText : parser;
   },
 };

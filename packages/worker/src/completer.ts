@@ -182,8 +182,14 @@ export class Completer {
    * (in the round that recorded it, not in a later microtask): `sink.settled` with what
    * the completer made of the outcome, or `sink.failed`.
    */
-  record<R>(task: ClaimedTask, outcome: TaskOutcome, startedAt: number | undefined, sink: CompletionSink<R>, run: R): void {
-    this.#completions.push(new PendingCompletion(task, outcome, startedAt, sink as CompletionSink<unknown>, run));
+  record<R>(
+    task: ClaimedTask,
+    outcome: TaskOutcome,
+    startedAt: number | undefined,
+    sink: CompletionSink<R>,
+    run: R,
+  ): void {
+    this.#completions.push(new PendingCompletion(task, outcome, startedAt, sink, run));
     this.#schedule(this.#ends);
   }
 
@@ -272,11 +278,7 @@ export class Completer {
    * transaction on `client`, committed only if the completion is accepted. Effects that
    * raise roll back, and the task's failure joins `plain`.
    */
-  async #withEffects(
-    client: pg.PoolClient,
-    c: PendingCompletion,
-    plain: PlainCompletions,
-  ): Promise<void> {
+  async #withEffects(client: pg.PoolClient, c: PendingCompletion, plain: PlainCompletions): Promise<void> {
     await client.query('begin');
     let outcome: TaskOutcome = c.outcome;
     try {
@@ -322,11 +324,7 @@ export class Completer {
    * together or not at all, and no transaction stays open between round trips. A failure
    * of the statement itself (not of the handler, which it records) fails the task.
    */
-  async #withHandler(
-    client: pg.PoolClient,
-    c: PendingCompletion,
-    plain: PlainCompletions,
-  ): Promise<void> {
+  async #withHandler(client: pg.PoolClient, c: PendingCompletion, plain: PlainCompletions): Promise<void> {
     const handler = c.outcome.handler!;
     try {
       const { result, outcome, errors } = await settleWithHandler(
@@ -360,10 +358,7 @@ export class Completer {
    * transient one sends each completion again in a statement of its own, so one bad
    * completion cannot fail the others.
    */
-  async #withHandlers(
-    completions: PendingCompletion[],
-    plain: PlainCompletions,
-  ): Promise<void> {
+  async #withHandlers(completions: PendingCompletion[], plain: PlainCompletions): Promise<void> {
     const client = await this.#effects.connect();
     let lost: Error | undefined;
     try {

@@ -133,7 +133,8 @@ export class Executor {
         task.timeoutMs,
       );
     } catch (error) {
-      outcome = Promise.reject(error);
+      void this.#threw(running, error);
+      return;
     }
     outcome.then(
       (o) => this.#processed(running, o),

@@ -208,7 +208,7 @@ it('answers a completion recorded with a sink through it, in its round, with the
     taskTypes: ['db_function'],
   });
   // The third task's lease is given back: its completion is refused.
-  await releaseLeases(db.pool('worker'), [{ taskId: released!.taskId, taskLeaseId: released!.taskLeaseId }]);
+  await releaseLeases(db.pool('worker'), [{ taskId: released.taskId, taskLeaseId: released.taskLeaseId }]);
   const completer = new Completer(db.url('worker'), createLogger('silent'));
   const answers: { run: string; result?: string; outcome?: string; error?: unknown }[] = [];
   let answered!: () => void;
@@ -224,27 +224,33 @@ it('answers a completion recorded with a sink through it, in its round, with the
     },
   };
   try {
-    completer.record(kept!, { outcome: 'succeeded' }, Date.now(), sink, 'kept');
-    completer.record(other!, { outcome: 'failed', error: 'no good', final: true }, Date.now(), sink, 'other');
-    completer.record(released!, { outcome: 'succeeded' }, Date.now(), sink, 'released');
+    completer.record(kept, { outcome: 'succeeded' }, Date.now(), sink, 'kept');
+    completer.record(other, { outcome: 'failed', error: 'no good', final: true }, Date.now(), sink, 'other');
+    completer.record(released, { outcome: 'succeeded' }, Date.now(), sink, 'released');
     await allAnswered;
     expect(answers.sort((a, b) => a.run.localeCompare(b.run))).toEqual([
       { run: 'kept', result: 'completed', outcome: 'succeeded' },
       { run: 'other', result: 'completed', outcome: 'failed' },
       { run: 'released', result: 'lease_lost', outcome: 'succeeded' },
     ]);
-    expect((await factsOf(db, kept!.taskId)).outcome).toBe('succeeded');
-    expect((await factsOf(db, other!.taskId)).outcome).toBe('failed');
+    expect((await factsOf(db, kept.taskId)).outcome).toBe('succeeded');
+    expect((await factsOf(db, other.taskId)).outcome).toBe('failed');
   } finally {
     await completer.close();
   }
   // A round that cannot reach the database answers each completion through `failed`.
   const unreachable = new Completer('postgres://nobody@127.0.0.1:1/none', createLogger('silent'));
   const failed = await new Promise<{ run: string; error: unknown }>((resolve) =>
-    unreachable.record(kept!, { outcome: 'succeeded' }, Date.now(), {
-      settled: () => resolve({ run: 'settled', error: undefined }),
-      failed: (run: string, error) => resolve({ run, error }),
-    }, 'unreachable'),
+    unreachable.record(
+      kept,
+      { outcome: 'succeeded' },
+      Date.now(),
+      {
+        settled: () => resolve({ run: 'settled', error: undefined }),
+        failed: (run: string, error) => resolve({ run, error }),
+      },
+      'unreachable',
+    ),
   );
   expect(failed.run).toBe('unreachable');
   expect(failed.error).toBeInstanceOf(Error);
