@@ -39,12 +39,28 @@ interface Connection {
 }
 
 const TIMESTAMPTZ = 1184;
+const INT8 = 20;
 
-/** node-postgres's type parsers, but timestamptz in text form through parseTimestamptz. */
+/**
+ * node-postgres's own parser of int8 in text form: it returns the text it was given
+ * (after testing it against a regular expression, for each value), so it is taken for
+ * the text itself. Ids are int8: the claim and the completions read two per task.
+ */
+const PG_INT8 = pg.types.getTypeParser(INT8, 'text') as (text: string) => unknown;
+const PG_INT8_OWN = PG_INT8.name === 'parseBigInteger';
+const asText = (text: string): string => text;
+
+/**
+ * node-postgres's type parsers, but timestamptz in text form through parseTimestamptz,
+ * and int8 in text form as the text (unless a parser of the application's replaced
+ * node-postgres's own).
+ */
 const TYPES = {
   getTypeParser(oid: number, format?: string): unknown {
-    if (oid === TIMESTAMPTZ && (format === undefined || format === 'text')) return parseTimestamptz;
-    return format === 'binary' ? pg.types.getTypeParser(oid, 'binary') : pg.types.getTypeParser(oid, 'text');
+    if (format === 'binary') return pg.types.getTypeParser(oid, 'binary');
+    if (oid === TIMESTAMPTZ) return parseTimestamptz;
+    const parser: unknown = pg.types.getTypeParser(oid, 'text');
+    return oid === INT8 && parser === PG_INT8 && PG_INT8_OWN ? asText : parser;
   },
 };
 
@@ -177,17 +193,29 @@ export class PreparedQuery<TParamType, TResultType> {
 }
 
 const DIGITS = /^[0-9]+$/;
+/** A lowercase word: the same unquoted in an array literal (`null` is not: it is NULL). */
+const WORD = /^[a-z_]+$/;
 
 /**
- * An array of ids (bigint strings or safe integers) as one array literal, `{1,2,3}`: the
- * value node-postgres would send (it quotes each element, `{"1","2","3"}`), made with one
- * join instead of a string per element. The worker sends thousands of ids a second (the
- * leases it marks started and completes). Any other value is passed on as it is.
+ * An array of ids (bigint strings or safe integers), lowercase words (an outcome), booleans
+ * and nulls as one array literal, `{1,2,NULL}`: the value node-postgres would send (it
+ * quotes each element, `{"1","2",NULL}`), made with one join instead of a string per
+ * element. The worker sends thousands of ids a second (the leases it marks started and
+ * completes, with their outcomes). Any other value is passed on as it is.
  */
-function idArrayLiteral(value: unknown): unknown {
+export function idArrayLiteral(value: unknown): unknown {
   if (!Array.isArray(value)) return value;
+  let plain = true;
   for (const element of value) {
-    if (typeof element === 'string' ? !DIGITS.test(element) : !Number.isSafeInteger(element)) return value;
+    if (typeof element === 'string') {
+      if (DIGITS.test(element)) continue;
+      if (!WORD.test(element) || element === 'null') return value;
+    } else if (typeof element === 'boolean' || element === null || element === undefined) {
+      plain = false;
+    } else if (!Number.isSafeInteger(element)) {
+      return value;
+    }
   }
-  return `{${value.join(',')}}`;
+  if (plain) return `{${value.join(',')}}`;
+  return `{${(value as (string | number | boolean | null | undefined)[]).map((e) => (e === null || e === undefined ? 'NULL' : String(e))).join(',')}}`;
 }

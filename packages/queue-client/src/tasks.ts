@@ -392,7 +392,15 @@ export async function claimTasks(db: Queryable, options: ClaimOptions): Promise<
       prepared('queue_client_task_claim', db),
     ),
   );
-  return rows.map((r) => new CompactClaimedTask(r));
+  // The tasks of one claim share its lease id, and mostly their task type: one string
+  // each, kept by every task of the claim, rather than a copy per task.
+  let leaseId: Id | undefined;
+  let taskType: string | undefined;
+  return rows.map((r) => {
+    leaseId = r.taskLeaseId === leaseId ? leaseId : r.taskLeaseId;
+    taskType = r.taskType === taskType ? taskType : r.taskType;
+    return new CompactClaimedTask(r, leaseId, taskType);
+  });
 }
 
 /**
@@ -419,14 +427,14 @@ class CompactClaimedTask implements ClaimedTask {
   readonly #leasedAt: number;
   readonly #expiresAt: number;
 
-  constructor(row: ITaskClaimResult) {
+  constructor(row: ITaskClaimResult, taskLeaseId: Id, taskType: string) {
     this.taskId = row.taskId;
-    this.taskType = row.taskType;
+    this.taskType = taskType;
     this.payload = asObject(row.payload);
     this.priority = row.priority;
     this.resourceKey = row.resourceKey;
     this.maxAttempts = row.maxAttempts;
-    this.taskLeaseId = row.taskLeaseId;
+    this.taskLeaseId = taskLeaseId;
     this.leaseCount = row.leaseCount;
     this.timeoutMs = row.timeoutMs;
     this.#enqueuedAt = row.enqueuedAtMs;

@@ -15,7 +15,7 @@ import {
   runFunction,
   withTransaction,
 } from '../src/index.js';
-import { parseTimestamptz } from '../src/pgtyped-runtime.js';
+import { idArrayLiteral, parseTimestamptz } from '../src/pgtyped-runtime.js';
 import pg from 'pg';
 
 let db: TestDatabase;
@@ -294,6 +294,28 @@ describe('queue client', () => {
       for (const { t } of rows) expect([t, time(parseTimestamptz(t))]).toEqual([t, time(standard(t))]);
     } finally {
       client.release(true);
+    }
+  });
+
+  it('sends an array parameter as one literal that PostgreSQL reads as the array node-postgres would send', async () => {
+    const arrays: { value: unknown[]; type: string; joined: boolean }[] = [
+      { value: ['1', '22', 333], type: 'bigint[]', joined: true },
+      { value: ['succeeded', 'failed', 'validation_failed'], type: 'text[]', joined: true },
+      { value: [true, false, null, undefined], type: 'boolean[]', joined: true },
+      { value: [null, '1700000000000000', null], type: 'bigint[]', joined: true },
+      { value: [null, 'failed'], type: 'text[]', joined: true },
+      { value: [], type: 'text[]', joined: true },
+      // Sent as they are: node-postgres quotes them.
+      { value: ['null', 'NULL'], type: 'text[]', joined: false },
+      { value: ['two words', 'a,b', 'x"y', 'Upper'], type: 'text[]', joined: false },
+      { value: [1.5], type: 'numeric[]', joined: false },
+      { value: [['1'], ['2']], type: 'bigint[]', joined: false },
+    ];
+    for (const { value, type, joined } of arrays) {
+      const literal = idArrayLiteral(value);
+      expect([value, typeof literal === 'string']).toEqual([value, joined]);
+      const read = async (v: unknown) => (await worker.query<{ a: unknown }>(`select $1::${type} as a`, [v])).rows[0].a;
+      expect([value, await read(literal)]).toEqual([value, await read(value)]);
     }
   });
 

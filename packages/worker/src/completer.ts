@@ -68,18 +68,58 @@ export interface Settled {
   report: TaskReport;
 }
 
-interface PendingCompletion {
-  task: ClaimedTask;
-  outcome: TaskOutcome;
-  /** When the run started (Date.now() ms); undefined when it did not run in the worker. */
-  startedAt: number | undefined;
-  /** The span the completion was asked for in (tracing on): the context of what its handler enqueues. */
-  traceparent: string | undefined;
-  /** Answered (its effects committed): never recorded again, even if its round fails later. */
-  answered?: boolean;
-  resolve: (settled: Settled) => void;
-  reject: (error: unknown) => void;
+/**
+ * Who is told how a completion went: the executor, which ends the run there and then
+ * (executor.ts), or the resolvers of the promise `complete` returns. A completion waits
+ * for its round trip (a few ms, with hundreds of others), so it holds only its task, its
+ * outcome and these two references: no promise and no closures per task.
+ */
+export interface CompletionSink<R> {
+  settled(run: R, settled: Settled): void;
+  failed(run: R, error: unknown): void;
 }
+
+class PendingCompletion {
+  readonly task: ClaimedTask;
+  readonly outcome: TaskOutcome;
+  /** When the run started (Date.now() ms); undefined when it did not run in the worker. */
+  readonly startedAt: number | undefined;
+  /** The span the completion was asked for in (tracing on): the context of what its handler enqueues. */
+  readonly traceparent: string | undefined;
+  readonly #sink: CompletionSink<unknown>;
+  readonly #run: unknown;
+  /** Answered (its effects committed): never recorded again, even if its round fails later. */
+  answered = false;
+
+  constructor(
+    task: ClaimedTask,
+    outcome: TaskOutcome,
+    startedAt: number | undefined,
+    sink: CompletionSink<unknown>,
+    run: unknown,
+  ) {
+    this.task = task;
+    this.outcome = outcome;
+    this.startedAt = startedAt;
+    this.traceparent = activeTraceparent();
+    this.#sink = sink;
+    this.#run = run;
+  }
+
+  resolve(settled: Settled): void {
+    this.#sink.settled(this.#run, settled);
+  }
+
+  reject(error: unknown): void {
+    this.#sink.failed(this.#run, error);
+  }
+}
+
+/** The sink of `complete`: the run is the promise's resolvers. */
+const PROMISE_SINK: CompletionSink<{ resolve: (settled: Settled) => void; reject: (error: unknown) => void }> = {
+  settled: (run, settled) => run.resolve(settled),
+  failed: (run, error) => run.reject(error),
+};
 
 class Lane {
   readonly pool: pg.Pool;
@@ -134,10 +174,23 @@ export class Completer {
   complete(task: ClaimedTask, outcome: TaskOutcome, startedAt?: number, stepBatch?: object): Promise<Settled> {
     // A step ends in the database, with its run (steps of one `stepBatch` in one call).
     if (outcome.step) return this.#steps.run(task, outcome.step.functionName, stepBatch);
-    return new Promise((resolve, reject) => {
-      this.#completions.push({ task, outcome, startedAt, traceparent: activeTraceparent(), resolve, reject });
-      this.#schedule(this.#ends);
-    });
+    return new Promise((resolve, reject) => this.record(task, outcome, startedAt, PROMISE_SINK, { resolve, reject }));
+  }
+
+  /**
+   * As `complete` for an outcome that is not a step, answered through `sink` with `run`
+   * (in the round that recorded it, not in a later microtask): `sink.settled` with what
+   * the completer made of the outcome, or `sink.failed`.
+   */
+  record<R>(
+    task: ClaimedTask,
+    outcome: TaskOutcome,
+    startedAt: number | undefined,
+    sink: CompletionSink<R>,
+    run: R,
+  ): void {
+    this.#completions.push(new PendingCompletion(task, outcome, startedAt, sink, run));
+    this.#schedule(this.#ends);
   }
 
   /** Resolves when everything asked for so far is recorded (or failed). */
@@ -225,11 +278,7 @@ export class Completer {
    * transaction on `client`, committed only if the completion is accepted. Effects that
    * raise roll back, and the task's failure joins `plain`.
    */
-  async #withEffects(
-    client: pg.PoolClient,
-    c: PendingCompletion,
-    plain: { pending: PendingCompletion; outcome: TaskOutcome }[],
-  ): Promise<void> {
+  async #withEffects(client: pg.PoolClient, c: PendingCompletion, plain: PlainCompletions): Promise<void> {
     await client.query('begin');
     let outcome: TaskOutcome = c.outcome;
     try {
@@ -265,7 +314,7 @@ export class Completer {
         outcome: 'failed',
         error: `effects raised: ${errorMessage(error)}`,
       };
-      plain.push({ pending: c, outcome: fallback });
+      plain.add(c, fallback);
     }
   }
 
@@ -275,11 +324,7 @@ export class Completer {
    * together or not at all, and no transaction stays open between round trips. A failure
    * of the statement itself (not of the handler, which it records) fails the task.
    */
-  async #withHandler(
-    client: pg.PoolClient,
-    c: PendingCompletion,
-    plain: { pending: PendingCompletion; outcome: TaskOutcome }[],
-  ): Promise<void> {
+  async #withHandler(client: pg.PoolClient, c: PendingCompletion, plain: PlainCompletions): Promise<void> {
     const handler = c.outcome.handler!;
     try {
       const { result, outcome, errors } = await settleWithHandler(
@@ -298,12 +343,9 @@ export class Completer {
       c.resolve({ result, report });
     } catch (error) {
       if (isTransient(error)) throw error;
-      plain.push({
-        pending: c,
-        outcome: {
-          outcome: 'failed',
-          error: `${handler.functionName} with the completion raised: ${errorMessage(error)}`,
-        },
+      plain.add(c, {
+        outcome: 'failed',
+        error: `${handler.functionName} with the completion raised: ${errorMessage(error)}`,
       });
     }
   }
@@ -316,10 +358,7 @@ export class Completer {
    * transient one sends each completion again in a statement of its own, so one bad
    * completion cannot fail the others.
    */
-  async #withHandlers(
-    completions: PendingCompletion[],
-    plain: { pending: PendingCompletion; outcome: TaskOutcome }[],
-  ): Promise<void> {
+  async #withHandlers(completions: PendingCompletion[], plain: PlainCompletions): Promise<void> {
     const client = await this.#effects.connect();
     let lost: Error | undefined;
     try {
@@ -374,9 +413,8 @@ export class Completer {
     // A result to keep (queues.task_result) is recorded in the completion's transaction.
     const ownTransaction = (c: PendingCompletion) => c.outcome.handler || c.outcome.effects || c.outcome.result;
     const withEffects = completions.filter(ownTransaction);
-    const plain: { pending: PendingCompletion; outcome: TaskOutcome }[] = completions
-      .filter((c) => !ownTransaction(c))
-      .map((c) => ({ pending: c, outcome: c.outcome }));
+    const plain = new PlainCompletions();
+    for (const c of completions) if (!ownTransaction(c)) plain.add(c);
     try {
       // Each on its own transaction, EFFECT_CONNECTIONS at a time (one connection would
       // pay every commit's wait for the disk one after another).
@@ -411,11 +449,12 @@ export class Completer {
       // is answered by its own lane, never also rejected with the round.
       const failed = (await Promise.allSettled(lanes)).find((r) => r.status === 'rejected');
       if (failed) throw failed.reason;
+      const { pending } = plain;
       const results = await settleTasks(
         client,
-        plain.map((p) => settlement(p.pending, p.outcome)),
+        pending.map((c) => settlement(c, plain.outcomeOf(c))),
       );
-      plain.forEach((p, i) => p.pending.resolve({ result: results[i]!.result, report: reportOf(p.outcome) }));
+      pending.forEach((c, i) => c.resolve({ result: results[i]!.result, report: reportOf(plain.outcomeOf(c)) }));
     } catch (error) {
       noteCrash(error, client);
       if (isTransient(error)) {
@@ -429,6 +468,26 @@ export class Completer {
       // A connection that failed (or is in an unknown state) is discarded, not reused.
       client.release(broken);
     }
+  }
+}
+
+/**
+ * The completions a round records in its one settle_tasks statement: those without effects
+ * or a handler, and those whose effects or handler raised, with the failure each records
+ * instead of its outcome.
+ */
+class PlainCompletions {
+  readonly pending: PendingCompletion[] = [];
+  #instead: Map<PendingCompletion, TaskOutcome> | undefined;
+
+  add(c: PendingCompletion, instead?: TaskOutcome): void {
+    this.pending.push(c);
+    if (instead) (this.#instead ??= new Map()).set(c, instead);
+  }
+
+  /** The outcome `c` records. */
+  outcomeOf(c: PendingCompletion): TaskOutcome {
+    return this.#instead?.get(c) ?? c.outcome;
   }
 }
 

@@ -24,17 +24,17 @@
 import type pg from 'pg';
 import { interruptTask, releaseLeases } from '@org/queue-client';
 import { lostLeaseReasons, TaskCancelledError } from './cancellation.js';
-import type { Completer, Settled } from './completer.js';
+import type { Completer, CompletionSink, Settled } from './completer.js';
 import { isCrashOfAnotherProcess, isSilentConnectionLoss, wasNotRun } from './crash-notice.js';
 import { classifyError, errorMessage, isTransient, LeaseLostError } from './error-class.js';
 import type { Logger } from './logger.js';
-import type { ProcessorRegistry, TaskOutcome } from './processor.js';
+import type { ProcessorRegistry, TaskOutcome, TaskReport } from './processor.js';
 import { abortRun, Context, runLog, type Running, type WorkerEmitter } from './run.js';
 import type { Slots } from './slots.js';
 import type { LocalQueue } from './heartbeats.js';
 import { isThrottledError, recordThrottledRun, throttleCandidates } from './throttle.js';
 import { TaskTimeoutError, type RunTimeouts } from './timeouts.js';
-import { traceCompletion, traceTask } from './tracing.js';
+import { traceCompletion, traceTask, tracingEnabled } from './tracing.js';
 
 /**
  * How long after a crash of PostgreSQL the worker tries to give back the leases of runs
@@ -70,11 +70,34 @@ export class Executor {
   }
 
   /**
-   * Runs an admitted task. The run is over when #process settles: #process, or #record
-   * once the outcome is on its way, ends it last.
+   * Called by the completer when an outcome is answered (or its round failed), in that
+   * round: one object for every run, so a run waiting for its completion holds no promise,
+   * closure or suspended async frame of its own (see where-time-goes.md, the worker's
+   * memory).
+   */
+  readonly #sink: CompletionSink<Running> = {
+    settled: (running, settled) => this.#answered(running, settled),
+    failed: (running, error) => void this.#conclude(running, undefined, undefined, error),
+  };
+
+  /**
+   * Runs an admitted task: its processor (#run), its outcome to the completer (#processed),
+   * and the run ends (Slots.end) once the outcome is recorded or the run is given up. With
+   * tracing, the task's span covers the run until it ends.
    */
   launch(running: Running): void {
-    running.done = traceTask(running.task, () => this.#process(running));
+    if (!tracingEnabled()) {
+      this.#run(running);
+      return;
+    }
+    void traceTask(
+      running.task,
+      () =>
+        new Promise<void>((resolve) => {
+          running.ended = resolve;
+          this.#run(running);
+        }),
+    );
   }
 
   /** The run's task logger (made on first use: a line the level drops never makes it). */
@@ -83,88 +106,162 @@ export class Executor {
   }
 
   /**
-   * Runs the processor and hands its outcome to #record, which ends the run once the
-   * outcome is recorded; a run given up before (#givenUp) ends here.
+   * Starts the processor; its outcome goes to #processed, an error it raises to #threw.
+   * Chained, not awaited: a run holds no async frame while its processor runs.
    */
-  async #process(running: Running): Promise<void> {
+  #run(running: Running): void {
     const { task } = running;
     const { registry, timeouts, pool, log } = this.#o;
+    const processor = registry.get(task.taskType);
+    running.startedAt = Date.now();
+    // Checked first, so that a line the level drops is not even built (two per task).
+    if (log.isLevelEnabled('info'))
+      this.#taskLog(running).info({ event: 'task_started', lease_count: task.leaseCount }, 'task started');
+    if (!processor) {
+      this.#processed(running, { outcome: 'failed', error: `no processor for task type ${task.taskType}` });
+      return;
+    }
+    let outcome: Promise<TaskOutcome>;
+    try {
+      outcome = timeouts.bound(
+        task.taskType,
+        Promise.resolve(processor.process(new Context(running, pool, log))),
+        (e) => {
+          running.timedOut = true;
+          abortRun(running, e);
+        },
+        task.timeoutMs,
+      );
+    } catch (error) {
+      void this.#threw(running, error);
+      return;
+    }
+    outcome.then(
+      (o) => this.#processed(running, o),
+      (error: unknown) => void this.#threw(running, error),
+    );
+  }
+
+  /**
+   * The processor raised: a timeout's failure recorded (#recordTimeout), a throttle
+   * recorded, the run given up (#givenUp), or the task failed.
+   */
+  async #threw(running: Running, error: unknown): Promise<void> {
+    const { task } = running;
+    const { pool } = this.#o;
     let recording = false;
     try {
-      const processor = registry.get(task.taskType);
-      running.startedAt = Date.now();
-      // Checked first, so that a line the level drops is not even built (two per task).
-      if (log.isLevelEnabled('info'))
-        this.#taskLog(running).info({ event: 'task_started', lease_count: task.leaseCount }, 'task started');
-      let outcome: TaskOutcome;
-      try {
-        outcome = processor
-          ? await timeouts.bound(
-              task.taskType,
-              processor.process(new Context(running, pool, log)),
-              (e) => {
-                running.timedOut = true;
-                abortRun(running, e);
-              },
-              task.timeoutMs,
-            )
-          : { outcome: 'failed', error: `no processor for task type ${task.taskType}` };
-      } catch (error) {
-        if (!running.released && error instanceof TaskTimeoutError && running.timedOut) {
-          recording = true;
-          return this.#recordTimeout(running, error);
-        }
-        // The provider refused the work for now (throttle.ts): the throttle recorded, and the
-        // run and the waiting tasks it covers (they would meet the same refusal) given back,
-        // in one statement. The candidates (throttleCandidates) leave the local queue
-        // first, so that none starts meanwhile; those not given back return to the queue.
-        if (!running.released && !running.cancelled && isThrottledError(error)) {
-          const { workerId, queue } = this.#o;
-          const candidates = throttleCandidates(queue.waiting, error, task.taskType);
-          queue.drop(new Set(candidates));
-          const { result, released } = await recordThrottledRun(
-            pool,
-            task,
-            error,
-            workerId,
-            this.#taskLog(running),
-            candidates,
-          );
-          queue.restore(candidates.filter((t) => !released.has(t.taskId)));
-          if (result === 'lease_lost') await this.#lostRun(running, Date.now() - running.startedAt);
-          return;
-        }
-        if (await this.#givenUp(running, error, false)) return;
-        this.#taskLog(running).error(
-          { event: 'task_crashed', duration_ms: Date.now() - running.startedAt, err: errorMessage(error) },
-          'processor threw',
-        );
-        outcome = { outcome: 'failed', error: `worker error: ${errorMessage(error)}` };
+      if (!running.released && error instanceof TaskTimeoutError && running.timedOut) {
+        recording = true;
+        await this.#recordTimeout(running, error);
+        return;
       }
-      // A step keeps its slot while it runs in the database. Otherwise the slot is free
-      // once the processor is done, and the completer records the outcome beside the
-      // next tasks.
-      if (!outcome.step) this.#o.slots.free(running);
+      // The provider refused the work for now (throttle.ts): the throttle recorded, and the
+      // run and the waiting tasks it covers (they would meet the same refusal) given back,
+      // in one statement. The candidates (throttleCandidates) leave the local queue
+      // first, so that none starts meanwhile; those not given back return to the queue.
+      if (!running.released && !running.cancelled && isThrottledError(error)) {
+        const { workerId, queue } = this.#o;
+        const candidates = throttleCandidates(queue.waiting, error, task.taskType);
+        queue.drop(new Set(candidates));
+        const { result, released } = await recordThrottledRun(
+          pool,
+          task,
+          error,
+          workerId,
+          this.#taskLog(running),
+          candidates,
+        );
+        queue.restore(candidates.filter((t) => !released.has(t.taskId)));
+        if (result === 'lease_lost') await this.#lostRun(running, Date.now() - running.startedAt);
+        return;
+      }
+      if (await this.#givenUp(running, error, false)) return;
+      this.#taskLog(running).error(
+        { event: 'task_crashed', duration_ms: Date.now() - running.startedAt, err: errorMessage(error) },
+        'processor threw',
+      );
       recording = true;
-      // Returned, not awaited: this frame is let go while the completion is under way.
-      return this.#record(running, outcome);
+      this.#processed(running, { outcome: 'failed', error: `worker error: ${errorMessage(error)}` });
     } finally {
       if (!recording) this.#o.slots.end(running);
     }
   }
 
-  /** Records the outcome (the completer, or the step's call), then ends the run. */
+  /**
+   * The processor is done: its outcome to the completer, which answers through #sink (a
+   * step's through its call, #record). A step keeps its slot while it runs in the
+   * database; otherwise the slot is free now, and the completer records the outcome
+   * beside the next tasks.
+   */
+  #processed(running: Running, outcome: TaskOutcome): void {
+    if (outcome.step || tracingEnabled()) {
+      if (!outcome.step) this.#o.slots.free(running);
+      void this.#record(running, outcome);
+      return;
+    }
+    this.#o.slots.free(running);
+    this.#o.completer.record(running.task, outcome, running.startedAt, this.#sink, running);
+  }
+
+  /** The completer's answer (#sink): a recorded outcome ends the run here and now. */
+  #answered(running: Running, settled: Settled): void {
+    if (settled.result === 'lease_lost' || settled.result === 'unknown_task') {
+      void this.#conclude(running, undefined, settled, undefined);
+      return;
+    }
+    try {
+      this.#reportCompleted(running, settled.report);
+    } catch (error) {
+      // (A listener of `completed` threw.) Not into the completer's round.
+      void this.#conclude(running, undefined, undefined, error);
+      return;
+    }
+    this.#o.slots.end(running);
+  }
+
+  /**
+   * Records the outcome through a promise (a step's call, or a traced completion), then
+   * ends the run.
+   */
   async #record(running: Running, outcome: TaskOutcome): Promise<void> {
+    const { task, startedAt } = running;
+    let settled: Settled;
+    try {
+      // A step ends in its call (queues.run_steps), which takes the slot's other steps too.
+      settled = await traceCompletion(outcome, (o) => this.#o.completer.complete(task, o, startedAt, running.slot));
+    } catch (error) {
+      await this.#conclude(running, outcome, undefined, error);
+      return;
+    }
+    await this.#conclude(running, outcome, settled, undefined);
+  }
+
+  /**
+   * What the completer answered (`settled`) or the error it met, then the run ends: the
+   * outcome reported, the run given up (#givenUp), or a step's failed call recorded as its
+   * failure. (`outcome`: the step's, when it was one.)
+   */
+  async #conclude(
+    running: Running,
+    outcome: TaskOutcome | undefined,
+    settled: Settled | undefined,
+    error: unknown,
+  ): Promise<void> {
     const { task, startedAt } = running;
     const { completer } = this.#o;
     try {
-      // A step ends in its call (queues.run_steps), which takes the slot's other steps too.
-      const settled = await traceCompletion(outcome, (o) => completer.complete(task, o, startedAt, running.slot));
-      await this.#settled(running, settled);
-    } catch (error) {
-      if (await this.#givenUp(running, error, outcome.step !== undefined)) return;
+      if (settled) {
+        try {
+          await this.#settled(running, settled);
+          return;
+        } catch (e) {
+          error = e;
+        }
+      }
+      if (await this.#givenUp(running, error, outcome?.step !== undefined)) return;
       let failed = error;
-      if (outcome.step) {
+      if (outcome?.step) {
         // The step's call failed as a whole (a statement timeout): record the failure.
         const failure: TaskOutcome = {
           outcome: 'failed',
@@ -201,6 +298,12 @@ export class Executor {
       );
       return;
     }
+    this.#reportCompleted(running, report);
+  }
+
+  /** An outcome recorded: logged, and the `completed` event. */
+  #reportCompleted(running: Running, report: TaskReport): void {
+    const durationMs = Date.now() - running.startedAt;
     // A validation failure is a business outcome, not an operator's alarm.
     const level = report.outcome === 'succeeded' || report.outcome === 'validation_failed' ? 'info' : 'warn';
     if (this.#o.log.isLevelEnabled(level))
@@ -214,7 +317,7 @@ export class Executor {
         },
         `task ${report.outcome}`,
       );
-    this.#o.events.emit('completed', task, report, durationMs);
+    this.#o.events.emit('completed', running.task, report, durationMs);
   }
 
   /**

@@ -103,7 +103,7 @@ export class Heartbeats {
       const kept = new Set(extended.map((e) => runKey(e)));
       // A waiting task whose lease was lost is dropped before it starts.
       queue.drop(new Set(waiting.filter((t) => !kept.has(runKey(t)))));
-      const lost = leases.filter((r) => !kept.has(runKey(r.task)) && slots.runs.get(runKey(r.task)) === r);
+      const lost = leases.filter((r) => !kept.has(runKey(r.task)) && slots.runs.has(r));
       for (const r of lost) r.lost = true;
       // Cancelled (cancellation.ts) or taken over: the run is aborted with the reason.
       const reasons =

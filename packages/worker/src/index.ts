@@ -25,7 +25,7 @@ export {
   sanitizeMessage,
   type ErrorClass,
 } from './error-class.js';
-export { Completer, type Settled } from './completer.js';
+export { Completer, type CompletionSink, type Settled } from './completer.js';
 export {
   DEFAULT_PREFETCH,
   DEFAULT_STATEMENT_TIMEOUT_MS,

@@ -46,12 +46,9 @@ export interface Running {
   freed: boolean;
   /** The task's logger (task-logger.ts), made when first used: see runLog. */
   log?: Logger;
-  /** Settles once the run is over: its outcome recorded, or the run given up. */
-  done: Promise<void>;
+  /** Called when the run ends (Slots.end): a traced run's span ends then. */
+  ended?: () => void;
 }
-
-/** What a run's `done` is until it is launched (it ends with the run from then on). */
-export const NOT_STARTED = Promise.resolve();
 
 /** The task's logger (`task_id`, `task_type`, `task_lease_id` bound), made on first use. */
 export function runLog(running: Running, parent: Logger): Logger {

@@ -16,7 +16,7 @@
  */
 import type { ClaimedTask } from '@org/queue-client';
 import type { ProcessorRegistry } from './processor.js';
-import { NOT_STARTED, type Running, type StepSlot } from './run.js';
+import type { Running, StepSlot } from './run.js';
 
 export interface SlotEvents {
   /** A slot was given back: the local queue may start a task in it, and claim again. */
@@ -34,8 +34,8 @@ export function runKey(task: { taskId: string; taskLeaseId: string }): string {
 }
 
 export class Slots {
-  /** Started (or starting) tasks until their outcome is recorded, by runKey (task and lease). */
-  readonly runs = new Map<string, Running>();
+  /** Started (or starting) tasks until their outcome is recorded. */
+  readonly runs = new Set<Running>();
   readonly concurrency: number;
   readonly #registry: ProcessorRegistry;
   readonly #events: SlotEvents;
@@ -51,6 +51,8 @@ export class Slots {
   readonly #stepKeys = new WeakMap<ClaimedTask, string>();
   /** Slots in use: tasks starting or in their processor. */
   #busy = 0;
+  /** Told once no run is left (whenIdle). */
+  #idle: (() => void)[] = [];
   /** Moving average of how long a task keeps its slot, ms (undefined until one ran). */
   #slotMs: number | undefined;
 
@@ -78,8 +80,14 @@ export class Slots {
   /** Runs past their timeout whose processors have not returned. */
   timedOut(): number {
     let n = 0;
-    for (const r of this.runs.values()) if (r.timedOut) n++;
+    for (const r of this.runs) if (r.timedOut) n++;
     return n;
+  }
+
+  /** Resolves once no run is left (every run in `runs` has ended). */
+  whenIdle(): Promise<void> {
+    if (this.runs.size === 0) return Promise.resolve();
+    return new Promise((resolve) => this.#idle.push(resolve));
   }
 
   runsSteps(task: ClaimedTask): boolean {
@@ -100,10 +108,9 @@ export class Slots {
       lost: false,
       released: false,
       freed: false,
-      done: NOT_STARTED,
     };
     if (slot) running.slot = slot;
-    this.runs.set(runKey(task), running);
+    this.runs.add(running);
     this.#runningTasks.set(task.taskId, (this.#runningTasks.get(task.taskId) ?? 0) + 1);
     if (!slot) this.#busy++;
     return running;
@@ -145,7 +152,7 @@ export class Slots {
   end(running: Running): void {
     const { task } = running;
     running.progress?.end();
-    this.runs.delete(runKey(task));
+    this.runs.delete(running);
     const runs = (this.#runningTasks.get(task.taskId) ?? 1) - 1;
     if (runs > 0) this.#runningTasks.set(task.taskId, runs);
     else this.#runningTasks.delete(task.taskId);
@@ -156,7 +163,9 @@ export class Slots {
       else this.#stepCalls.delete(key);
     }
     this.free(running);
+    running.ended?.();
     this.#events.ended();
+    if (this.runs.size === 0 && this.#idle.length > 0) for (const resolve of this.#idle.splice(0)) resolve();
   }
 
   /** A step's key: its task type and payload (jsonb's text of a value is always the same). */

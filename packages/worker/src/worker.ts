@@ -224,7 +224,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const runs = this.#producer.slots.runs;
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
-      Promise.allSettled([...runs.values()].map((r) => r.done)),
+      this.#producer.slots.whenIdle(),
       new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs))),
     ]);
     clearTimeout(timer);

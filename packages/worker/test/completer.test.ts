@@ -4,8 +4,8 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import pg from 'pg';
 import { createTestDatabase, type TestDatabase } from '@org/testing';
-import { claimTasks } from '@org/queue-client';
-import { Completer, createLogger } from '../src/index.js';
+import { claimTasks, releaseLeases } from '@org/queue-client';
+import { Completer, createLogger, type CompletionSink } from '../src/index.js';
 import { enqueue, factsOf, installFixtures } from './support/fixtures.js';
 
 let db: TestDatabase;
@@ -198,4 +198,61 @@ it('sends a round of handler completions in statements of at most 50, each one t
   } finally {
     await completer.close();
   }
+});
+
+it('answers a completion recorded with a sink through it, in its round, with the run it was given', async () => {
+  for (let i = 0; i < 3; i++) await enqueue(db, 'db_function', { sink: i });
+  const [kept, other, released] = await claimTasks(db.pool('worker'), {
+    workerId: 'completer-sink',
+    limit: 3,
+    taskTypes: ['db_function'],
+  });
+  // The third task's lease is given back: its completion is refused.
+  await releaseLeases(db.pool('worker'), [{ taskId: released.taskId, taskLeaseId: released.taskLeaseId }]);
+  const completer = new Completer(db.url('worker'), createLogger('silent'));
+  const answers: { run: string; result?: string; outcome?: string; error?: unknown }[] = [];
+  let answered!: () => void;
+  const allAnswered = new Promise<void>((resolve) => (answered = resolve));
+  const sink: CompletionSink<string> = {
+    settled: (run, settled) => {
+      answers.push({ run, result: settled.result, outcome: settled.report.outcome });
+      if (answers.length === 3) answered();
+    },
+    failed: (run, error) => {
+      answers.push({ run, error });
+      if (answers.length === 3) answered();
+    },
+  };
+  try {
+    completer.record(kept, { outcome: 'succeeded' }, Date.now(), sink, 'kept');
+    completer.record(other, { outcome: 'failed', error: 'no good', final: true }, Date.now(), sink, 'other');
+    completer.record(released, { outcome: 'succeeded' }, Date.now(), sink, 'released');
+    await allAnswered;
+    expect(answers.sort((a, b) => a.run.localeCompare(b.run))).toEqual([
+      { run: 'kept', result: 'completed', outcome: 'succeeded' },
+      { run: 'other', result: 'completed', outcome: 'failed' },
+      { run: 'released', result: 'lease_lost', outcome: 'succeeded' },
+    ]);
+    expect((await factsOf(db, kept.taskId)).outcome).toBe('succeeded');
+    expect((await factsOf(db, other.taskId)).outcome).toBe('failed');
+  } finally {
+    await completer.close();
+  }
+  // A round that cannot reach the database answers each completion through `failed`.
+  const unreachable = new Completer('postgres://nobody@127.0.0.1:1/none', createLogger('silent'));
+  const failed = await new Promise<{ run: string; error: unknown }>((resolve) =>
+    unreachable.record(
+      kept,
+      { outcome: 'succeeded' },
+      Date.now(),
+      {
+        settled: () => resolve({ run: 'settled', error: undefined }),
+        failed: (run: string, error) => resolve({ run, error }),
+      },
+      'unreachable',
+    ),
+  );
+  expect(failed.run).toBe('unreachable');
+  expect(failed.error).toBeInstanceOf(Error);
+  await unreachable.close();
 });
