@@ -4,19 +4,14 @@
 // no database before it) work on the converted tables, and migrating again changes nothing.
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { hardenDatabase, withDatabase } from '@org/db-tools';
-import { migrateFolder, migrationsBefore, repositoryMigrations } from '../test-support/migrations.js';
+import { databaseBefore, type DatabaseBefore } from '../test-support/migrations.js';
 
 const ctx = inject('queueTestServer');
 const name = `${ctx.prefix}flow_retention_migration`;
-const url = (dbUser: 'owner' | 'worker' | 'app' | 'api') =>
-  withDatabase(ctx.rootUrl, name, ctx.dbUsers[dbUser], ctx.dbUserPasswords[dbUser]);
+let db: DatabaseBefore | undefined;
 let owner: pg.Client;
 let worker: pg.Client;
 let app: pg.Client;
-let scratch: { folder: string; remove: () => void } | undefined;
-
-const migrate = (folder: string) => migrateFolder(ctx, url('owner'), folder);
 
 /** The committed migration that bounds the flow facts. */
 const MIGRATION = 18;
@@ -40,22 +35,8 @@ let running: { id: string; lease: string };
 let progressBefore: unknown[];
 
 beforeAll(async () => {
-  const root = new pg.Client({ connectionString: ctx.rootUrl });
-  await root.connect();
-  try {
-    await root.query(
-      `create database ${root.escapeIdentifier(name)} owner ${root.escapeIdentifier(ctx.dbUsers.owner)}`,
-    );
-    await hardenDatabase(root, name, ctx.dbUsers);
-  } finally {
-    await root.end();
-  }
-  scratch = migrationsBefore(MIGRATION);
-  await migrate(scratch.folder);
-  owner = new pg.Client({ connectionString: url('owner') });
-  worker = new pg.Client({ connectionString: url('worker') });
-  app = new pg.Client({ connectionString: url('app') });
-  await Promise.all([owner.connect(), worker.connect(), app.connect()]);
+  db = await databaseBefore(ctx, name, MIGRATION);
+  ({ owner, worker, app } = db);
   const { rows } = await owner.query(
     `select relkind, to_regclass('queues.task_dependency') is null as no_dependencies
        from pg_class where oid = 'queues.task_progress'::regclass`,
@@ -75,16 +56,11 @@ beforeAll(async () => {
   progressBefore = await progressRows();
   expect(progressBefore).toHaveLength(3);
 
-  await migrate(repositoryMigrations());
+  await db.migrateOn();
 });
 
 afterAll(async () => {
-  await Promise.all([owner?.end(), worker?.end(), app?.end()]);
-  const root = new pg.Client({ connectionString: ctx.rootUrl });
-  await root.connect();
-  await root.query(`drop database if exists ${root.escapeIdentifier(name)} with (force)`);
-  await root.end();
-  scratch?.remove();
+  await db?.drop();
 });
 
 describe('converting a database with progress reports', () => {
@@ -130,7 +106,7 @@ describe('converting a database with progress reports', () => {
   it('migrating again changes nothing', async () => {
     const progress = await progressRows();
     const edges = await dependencyRows();
-    await migrate(repositoryMigrations());
+    await db!.migrateOn();
     expect(await progressRows()).toEqual(progress);
     expect(await dependencyRows()).toEqual(edges);
   });

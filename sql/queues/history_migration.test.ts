@@ -3,19 +3,14 @@
 // and every task reads the same afterwards and the queue keeps working.
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { hardenDatabase, withDatabase } from '@org/db-tools';
-import { migrateFolder, migrationsBefore, repositoryMigrations } from '../test-support/migrations.js';
+import { databaseBefore, type DatabaseBefore } from '../test-support/migrations.js';
 
 const ctx = inject('queueTestServer');
 const name = `${ctx.prefix}history_migration`;
-const url = (dbUser: 'owner' | 'worker' | 'app' | 'api') =>
-  withDatabase(ctx.rootUrl, name, ctx.dbUsers[dbUser], ctx.dbUserPasswords[dbUser]);
+let db: DatabaseBefore | undefined;
 let owner: pg.Client;
 let worker: pg.Client;
 let app: pg.Client;
-let scratch: { folder: string; remove: () => void } | undefined;
-
-const migrate = (folder: string) => migrateFolder(ctx, url('owner'), folder);
 
 /** The number of the migration that partitions the history. */
 const HISTORY_MIGRATION = 4;
@@ -165,22 +160,8 @@ let before: Record<string, unknown>;
 let at: string;
 
 beforeAll(async () => {
-  const root = new pg.Client({ connectionString: ctx.rootUrl });
-  await root.connect();
-  try {
-    await root.query(
-      `create database ${root.escapeIdentifier(name)} owner ${root.escapeIdentifier(ctx.dbUsers.owner)}`,
-    );
-    await hardenDatabase(root, name, ctx.dbUsers);
-  } finally {
-    await root.end();
-  }
-  scratch = migrationsBefore(HISTORY_MIGRATION, { afterReset: false });
-  await migrate(scratch.folder);
-  owner = new pg.Client({ connectionString: url('owner') });
-  worker = new pg.Client({ connectionString: url('worker') });
-  app = new pg.Client({ connectionString: url('app') });
-  await Promise.all([owner.connect(), worker.connect(), app.connect()]);
+  db = await databaseBefore(ctx, name, HISTORY_MIGRATION, { afterReset: false });
+  ({ owner, worker, app } = db);
   const { rows } = await owner.query(`select relkind from pg_class where oid = 'queues.task'::regclass`);
   expect(rows[0].relkind).toBe('r');
 
@@ -195,16 +176,11 @@ beforeAll(async () => {
   at = (await owner.query(`select (now() + interval '1 s')::text as at`)).rows[0].at;
   before = await snapshot(at);
 
-  await migrate(repositoryMigrations());
+  await db.migrateOn();
 });
 
 afterAll(async () => {
-  await Promise.all([owner?.end(), worker?.end(), app?.end()]);
-  const root = new pg.Client({ connectionString: ctx.rootUrl });
-  await root.connect();
-  await root.query(`drop database if exists ${root.escapeIdentifier(name)} with (force)`);
-  await root.end();
-  scratch?.remove();
+  await db?.drop();
 });
 
 describe('converting a database with history', () => {
@@ -333,7 +309,7 @@ describe('converting a database with history', () => {
       `select count(*)::int as n from pg_inherits where inhparent = 'queues.task'::regclass`,
     );
     const snap = await snapshot(at);
-    await migrate(repositoryMigrations());
+    await db!.migrateOn();
     const { rows: b } = await owner.query(
       `select count(*)::int as n from pg_inherits where inhparent = 'queues.task'::regclass`,
     );

@@ -7,19 +7,14 @@
 // claimed for the first time after it leave the claim index (the ready set).
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { hardenDatabase, withDatabase } from '@org/db-tools';
-import { migrateFolder, migrationsBefore, repositoryMigrations } from '../test-support/migrations.js';
+import { databaseBefore, type DatabaseBefore } from '../test-support/migrations.js';
 
 const ctx = inject('queueTestServer');
 const name = `${ctx.prefix}ready_set_migration`;
-const url = (dbUser: 'owner' | 'worker' | 'app' | 'api') =>
-  withDatabase(ctx.rootUrl, name, ctx.dbUsers[dbUser], ctx.dbUserPasswords[dbUser]);
+let db: DatabaseBefore | undefined;
 let owner: pg.Client;
 let worker: pg.Client;
 let app: pg.Client;
-let scratch: { folder: string; remove: () => void } | undefined;
-
-const migrate = (folder: string) => migrateFolder(ctx, url('owner'), folder);
 
 /** The committed migration that brings the ready set. */
 const MIGRATION = 24;
@@ -72,22 +67,8 @@ let leased: string[];
 let fresh: string;
 
 beforeAll(async () => {
-  const root = new pg.Client({ connectionString: ctx.rootUrl });
-  await root.connect();
-  try {
-    await root.query(
-      `create database ${root.escapeIdentifier(name)} owner ${root.escapeIdentifier(ctx.dbUsers.owner)}`,
-    );
-    await hardenDatabase(root, name, ctx.dbUsers);
-  } finally {
-    await root.end();
-  }
-  scratch = migrationsBefore(MIGRATION);
-  await migrate(scratch.folder);
-  owner = new pg.Client({ connectionString: url('owner') });
-  worker = new pg.Client({ connectionString: url('worker') });
-  app = new pg.Client({ connectionString: url('app') });
-  await Promise.all([owner.connect(), worker.connect(), app.connect()]);
+  db = await databaseBefore(ctx, name, MIGRATION);
+  ({ owner, worker, app } = db);
   // Before the ready set: no table of due claim leases.
   const { rows: before } = await owner.query(`select to_regclass('queues.claim_lease_due') is null as no_due`);
   expect(before).toEqual([{ no_due: true }]);
@@ -104,16 +85,11 @@ beforeAll(async () => {
   // Each leased task keeps its claim-index row, leased by the claim's lease.
   expect(await rowsOf(leased)).toEqual(leased.map((id) => ({ task_id: id, current_lease_id: live })));
 
-  await migrate(repositoryMigrations());
+  await db.migrateOn();
 });
 
 afterAll(async () => {
-  await Promise.all([owner?.end(), worker?.end(), app?.end()]);
-  const root = new pg.Client({ connectionString: ctx.rootUrl });
-  await root.connect();
-  await root.query(`drop database if exists ${root.escapeIdentifier(name)} with (force)`);
-  await root.end();
-  scratch?.remove();
+  await db?.drop();
 });
 
 describe('migrating a database with live per-row leases to the ready set', () => {
