@@ -10528,6 +10528,7 @@ declare
   _picked      bigint[];
   _plain       boolean;
   _picked_type text;
+  _expired     boolean;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -10677,7 +10678,8 @@ begin
   -- row). Then, without the per-row stages below, one statement picks them and another
   -- leases them; when any of that does not hold, nothing is leased and the statement
   -- below claims as always (the rows the pick locked are this transaction's, so it finds
-  -- them). The same ready tasks, in the same order, as that statement's candidates.
+  -- them). The same ready tasks, in the same order, as that statement's candidates. With
+  -- no ready task and no expired lease, the claim ends there, with nothing.
   if cardinality(_limited) = 0 and cardinality(_throttled_groups) = 0 then
     -- The candidates, locked, in claim order (ids ascending here), and whether they are
     -- all plain.
@@ -10704,11 +10706,18 @@ begin
              ) r
              order by r.priority desc, r.scheduled_at, r.task_id
              limit _limit) pk;
-    -- (a scalar subquery in the expired leases' index order, as below)
-    if _plain and (select true from queues.task_pending p
-                    where p.current_lease_id > 0 and p.available_at <= _now
-                      and (_types is null or p.task_type = any (_types))
-                    order by p.available_at limit 1) is null then
+    -- An expired lease among the types (a scalar subquery in the expired leases' index
+    -- order, as below).
+    _expired := (select true from queues.task_pending p
+                  where p.current_lease_id > 0 and p.available_at <= _now
+                    and (_types is null or p.task_type = any (_types))
+                  order by p.available_at limit 1) is not null;
+    -- Nothing ready and no expired lease: the statement below would find nothing either
+    -- (an idle worker's poll).
+    if _picked is null and not _expired then
+      return;
+    end if;
+    if _plain and not _expired then
       return query
       with leased as (
         insert into queues.claim_lease (task_id, worker_key, leased_at, expires_at, task_ids, task_range, suspect_task_id,
