@@ -200,7 +200,8 @@ begin
 end;
 $$;
 
--- The rescuer run by the claims (queues.claim_tasks_at calls it first): the claim leases
+-- The rescuer run by the claims (queues.claim_tasks_at calls it before it scans, when the
+-- earliest row of queues.claim_lease_due is due): the claim leases
 -- due by _now (queues.claim_lease_due, one row per claim that took a task out of the claim
 -- index, written by the claim), at most 100 a pass, oldest expiry first, each row deleted
 -- and its lease rescued (queues.rescue_lease_at, under the lease's lock). Rows another

@@ -1,0 +1,109 @@
+// The cost of a one-task claim, as an idle worker's pickup takes it: N tasks enqueued,
+// then N claims of one task each as the worker user (synchronous_commit off, so the
+// figure is the database's work, not the WAL flush), each task completed after its claim
+// (untimed, so the claim leases outstanding stay as few as a worker's), and the time per
+// claim.
+//   node tools/bench/probes/one-claim.mjs [claims=2000]
+// VARIANT=<file.sql> runs that SQL as the superuser first (a function's other version).
+// STATEMENTS=1: with pg_stat_statements (track = all), the claims' statements listed.
+import pg from 'pg';
+import { readFileSync } from 'node:fs';
+import { openServer } from '@org/db-tools';
+import { claimTasks, nextClaimInMs, settleTasks } from '@org/queue-client';
+import { enqueueBacklog, probeDatabase } from './drain-fixture.mjs';
+import { openStatementsServer } from './statements-server.mjs';
+
+const N = Number(process.argv[2] ?? 2000);
+const STATEMENTS = Boolean(process.env.STATEMENTS);
+const server = await (STATEMENTS ? openStatementsServer : (name) => openServer({ name }))(
+  `bench-one-claim-${process.pid}`,
+);
+try {
+  const { urls, root } = await probeDatabase(server);
+  if (process.env.VARIANT) await root.query(readFileSync(process.env.VARIANT, 'utf8'));
+  await enqueueBacklog(urls, root, N + 200);
+  const worker = new pg.Client({
+    connectionString: urls.worker,
+    options: process.env.SYNC ? undefined : '-c synchronous_commit=off',
+  });
+  await worker.connect();
+  worker.on('error', () => {}); // the server's stop at the end
+  const claim = () =>
+    claimTasks(worker, { workerId: 'one-claim', limit: 1, taskTypes: ['bench'], leaseSeconds: 300, maxLeases: 5 });
+  const settle = (tasks) =>
+    settleTasks(
+      worker,
+      tasks.map((t) => ({ taskId: t.taskId, taskLeaseId: t.taskLeaseId, outcome: 'succeeded' })),
+    );
+  for (let i = 0; i < 200; i++) await settle(await claim()); // planned and cached
+  if (STATEMENTS) {
+    await root.query('create extension if not exists pg_stat_statements');
+    await root.query('select pg_stat_statements_reset()');
+  }
+  // (the settles' statements are listed too)
+  let claiming = 0;
+  let asking = 0;
+  for (let i = 0; i < N; i++) {
+    const t0 = performance.now();
+    const tasks = await claim();
+    claiming += performance.now() - t0;
+    if (tasks.length !== 1) throw new Error('a claim found nothing');
+    await settle(tasks);
+    // The question a worker asks after a claim that came back short.
+    const t1 = performance.now();
+    await nextClaimInMs(worker, ['bench'], 10);
+    asking += performance.now() - t1;
+  }
+  console.log(
+    `${N} one-task claims: ${(claiming / N).toFixed(3)} ms per claim, ` +
+      `${(asking / N).toFixed(3)} ms per next_claim_in_ms after it (round trips included)`,
+  );
+  if (process.env.AUTO_EXPLAIN) {
+    // One more claim, with the plan of each statement it runs (nested ones too).
+    const explain = await root.connect();
+    try {
+      explain.on('notice', (n) => console.log(n.message));
+      for (const setting of [
+        "load 'auto_explain'",
+        'set auto_explain.log_min_duration = 0',
+        'set auto_explain.log_analyze = on',
+        'set auto_explain.log_buffers = on',
+        'set auto_explain.log_nested_statements = on',
+        'set auto_explain.log_level = notice',
+      ])
+        await explain.query(setting);
+      for (let i = 0; i < Number(process.env.AUTO_EXPLAIN); i++)
+        await claimTasks(explain, {
+          workerId: 'one-claim',
+          limit: 1,
+          taskTypes: ['bench'],
+          leaseSeconds: 300,
+          maxLeases: 5,
+        });
+    } finally {
+      explain.release(true);
+    }
+  }
+  if (process.env.EXPLAIN) {
+    await root.query('set plan_cache_mode = force_generic_plan');
+    await root.query(`prepare q(timestamptz) as ${process.env.EXPLAIN}`);
+    const { rows } = await root.query('explain (analyze, buffers) execute q(now())');
+    console.log(rows.map((r) => r['QUERY PLAN']).join('\n'));
+  }
+  await worker.end();
+  if (STATEMENTS) {
+    const { rows } = await root.query(
+      `select calls, round((total_exec_time / calls)::numeric, 4) as ms_per_call,
+              regexp_replace(left(query, 100), '\\s+', ' ', 'g') as query
+         from pg_stat_statements where query not ilike '%pg_stat_statements%'
+        order by total_exec_time desc limit 20`,
+    );
+    console.table(rows);
+  }
+  await root.end();
+} catch (error) {
+  console.error(error);
+  process.exitCode = 1;
+} finally {
+  await server.stop({ destroy: true });
+}
