@@ -1,9 +1,11 @@
 // A database with HISTORY completed tasks in history (as workload 12 writes it, with its
-// recent tasks and a maintenance run), kept open until interrupted, for reading the
-// endpoints' plans by hand: prints the owner's and the API's URLs.
-//   HISTORY=10000000 node tools/bench/probes/history-db.mjs
+// recent tasks, PENDING tasks waiting (20,000, as before its endpoints are timed) and a
+// maintenance run), kept open until interrupted, for reading the endpoints' plans by
+// hand: prints the owner's and the API's URLs.
+//   HISTORY=10000000 [PENDING=20000] node tools/bench/probes/history-db.mjs
 import { openServer, provisionDatabase } from '@org/db-tools';
 import { fillHistory, fillRecent } from '../dist/history-scale.js';
+import { enqueueBacklog } from './drain-fixture.mjs';
 import pg from 'pg';
 
 const rows = Number(process.env.HISTORY ?? 1_000_000);
@@ -17,7 +19,7 @@ await root.query(`insert into queues.task_type (task_type) values ('bench') on c
 await fillHistory(urls.owner, rows, (line) => console.log(line));
 await root.query('vacuum analyze');
 await fillRecent(urls.owner);
-await root.query('vacuum analyze');
+await enqueueBacklog(urls, root, Number(process.env.PENDING ?? 20_000)); // (and vacuum analyze)
 const owner = new pg.Client({ connectionString: urls.owner });
 await owner.connect();
 await owner.query('select queues.maintain_history_at(now())');
