@@ -105,6 +105,16 @@ try {
   }
   console.log(`${rows.length} of ${TASKS} tasks picked up; ms after the enqueue call began:`);
   console.table(table);
+  // The slowest pickups, in order of enqueue (n): whether they are the first ones.
+  const slowest = [...stages.entries()]
+    .filter(([, s]) => s.run !== undefined)
+    .sort(([, a], [, b]) => b.run - b.start - (a.run - a.start))
+    .slice(0, 6)
+    .map(
+      ([n, s]) =>
+        `#${n} ${(s.run - s.start).toFixed(2)} ms (claim answered ${(s.claimed - s.notified).toFixed(2)} after the notification)`,
+    );
+  console.log(`slowest: ${slowest.join('; ')}`);
 } finally {
   await server.stop({ destroy: true });
 }
