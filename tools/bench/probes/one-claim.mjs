@@ -2,10 +2,14 @@
 // then N claims of one task each as the worker user (synchronous_commit off, so the
 // figure is the database's work, not the WAL flush), each task completed after its claim
 // (untimed, so the claim leases outstanding stay as few as a worker's), and the time per
-// claim.
+// claim; then the question a worker asks after a claim that came back short
+// (queues.next_claim_in_ms), timed too.
 //   node tools/bench/probes/one-claim.mjs [claims=2000]
 // VARIANT=<file.sql> runs that SQL as the superuser first (a function's other version).
-// STATEMENTS=1: with pg_stat_statements (track = all), the claims' statements listed.
+// SYNC=1: the worker's commits wait for the WAL flush (as a worker's do).
+// STATEMENTS=1: with pg_stat_statements (track = all), the statements listed (the
+// completions' too). AUTO_EXPLAIN=<n>: n more claims, each statement's plan printed.
+// EXPLAIN=<statement with $1 timestamptz>: its generic plan, run once, printed.
 import pg from 'pg';
 import { readFileSync } from 'node:fs';
 import { openServer } from '@org/db-tools';
@@ -40,7 +44,6 @@ try {
     await root.query('create extension if not exists pg_stat_statements');
     await root.query('select pg_stat_statements_reset()');
   }
-  // (the settles' statements are listed too)
   let claiming = 0;
   let asking = 0;
   for (let i = 0; i < N; i++) {
