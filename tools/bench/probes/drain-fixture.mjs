@@ -153,3 +153,9 @@ export function writtenPerTask(before, after, tasks) {
   perTable.sort((x, y) => x.table.localeCompare(y.table));
   return { rowsPerTask: rows / tasks, walBytesPerTask: (after.wal - before.wal) / tasks, perTable };
 }
+
+/** The p-th percentile of `xs` (nearest rank). */
+export function percentile(xs, p) {
+  const sorted = [...xs].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)];
+}

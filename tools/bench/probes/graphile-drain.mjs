@@ -4,27 +4,17 @@
 // delay, maxPoolSize concurrency + 2) until every job is gone; prints the rate, the CPU
 // per job (this process's and PostgreSQL's) and each statement's time per call.
 //   node tools/bench/probes/graphile-drain.mjs [jobs=40000] [concurrency=10]
-import { run, makeWorkerUtils, runMigrations, Logger } from 'graphile-worker';
+import { run, makeWorkerUtils } from 'graphile-worker';
 import pg from 'pg';
+import { graphileDatabase, quietLogger } from './graphile-fixture.mjs';
 import { openStatementsServer } from './statements-server.mjs';
 import { postgresCpuMicros, machineCpuMicros } from './drain-fixture.mjs';
 const TASKS = Number(process.argv[2] ?? 40000),
   CONC = Number(process.argv[3] ?? 10);
 const server = await openStatementsServer(`graphile-drain-${process.pid}`);
-const logger = new Logger(() => () => {});
+const logger = quietLogger;
 try {
-  const root0 = new pg.Pool({ connectionString: server.rootUrl, max: 1 });
-  root0.on('error', () => {});
-  await root0.query('drop database if exists gwprobe');
-  await root0.query('create database gwprobe');
-  await root0.end();
-  const u = new URL(server.rootUrl);
-  u.pathname = '/gwprobe';
-  const url = u.toString();
-  const root = new pg.Pool({ connectionString: url, max: 1 });
-  root.on('error', () => {});
-  await root.query('create extension if not exists pg_stat_statements');
-  await runMigrations({ connectionString: url, logger });
+  const { url, root } = await graphileDatabase(server, 'gwprobe');
   const pool = new pg.Pool({ connectionString: url, max: 4 });
   const utils = await makeWorkerUtils({ pgPool: pool, logger });
   for (let s = 0; s < TASKS; s += 1000)

@@ -15,7 +15,7 @@ import { readFileSync } from 'node:fs';
 import { openServer } from '@org/db-tools';
 import { claimTasks, nextClaimInMs, settleTasks } from '@org/queue-client';
 import { enqueueBacklog, probeDatabase } from './drain-fixture.mjs';
-import { openStatementsServer } from './statements-server.mjs';
+import { openStatementsServer, printStatements } from './statements-server.mjs';
 
 const N = Number(process.argv[2] ?? 2000);
 const STATEMENTS = Boolean(process.env.STATEMENTS);
@@ -94,15 +94,7 @@ try {
     console.log(rows.map((r) => r['QUERY PLAN']).join('\n'));
   }
   await worker.end();
-  if (STATEMENTS) {
-    const { rows } = await root.query(
-      `select calls, round((total_exec_time / calls)::numeric, 4) as ms_per_call,
-              regexp_replace(left(query, 100), '\\s+', ' ', 'g') as query
-         from pg_stat_statements where query not ilike '%pg_stat_statements%'
-        order by total_exec_time desc limit 20`,
-    );
-    console.table(rows);
-  }
+  if (STATEMENTS) await printStatements(root, { limit: 20, digits: 4, width: 100 });
   await root.end();
 } catch (error) {
   console.error(error);

@@ -6,8 +6,8 @@
 import pg from 'pg';
 import { enqueue } from '@org/queue-client';
 import { openServer } from '@org/db-tools';
-import { openStatementsServer } from './statements-server.mjs';
-import { probeDatabase, probeWorker } from './drain-fixture.mjs';
+import { openStatementsServer, printStatements } from './statements-server.mjs';
+import { percentile, probeDatabase, probeWorker } from './drain-fixture.mjs';
 import { ProcessorRegistry } from '@org/worker';
 
 const TASKS = Number(process.argv[2] ?? 300);
@@ -71,21 +71,9 @@ try {
   await worker.stop();
   await app.end();
   await listener.end();
-  if (STATEMENTS) {
-    const { rows } = await root.query(
-      `select calls, round((total_exec_time / calls)::numeric, 3) as ms_per_call,
-              regexp_replace(left(query, 90), '\\s+', ' ', 'g') as query
-         from pg_stat_statements where query not ilike '%pg_stat_statements%'
-        order by total_exec_time desc limit 15`,
-    );
-    console.table(rows);
-  }
+  if (STATEMENTS) await printStatements(root);
   await root.end();
   const rows = [...stages.values()].filter((s) => s.run !== undefined);
-  const pct = (xs, p) => {
-    const sorted = [...xs].sort((a, b) => a - b);
-    return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)];
-  };
   const table = {};
   for (const [name, f] of [
     ['enqueue answered', (s) => s.enqueued - s.start],
@@ -97,9 +85,9 @@ try {
   ]) {
     const xs = rows.map(f).filter((x) => Number.isFinite(x));
     table[name] = {
-      p50: pct(xs, 50).toFixed(2),
-      p95: pct(xs, 95).toFixed(2),
-      p99: pct(xs, 99).toFixed(2),
+      p50: percentile(xs, 50).toFixed(2),
+      p95: percentile(xs, 95).toFixed(2),
+      p99: percentile(xs, 99).toFixed(2),
       max: Math.max(...xs).toFixed(2),
     };
   }

@@ -13,3 +13,19 @@ export async function openStatementsServer(name, options = {}) {
   await first.stop();
   return openServer({ ...options, name });
 }
+
+/**
+ * Prints the `limit` statements that took the most time since the last reset (those of
+ * pg_stat_statements itself left out): calls, ms per call (to `digits` places) and the
+ * statement's first `width` characters. `db`: a superuser's client or pool.
+ */
+export async function printStatements(db, { limit = 15, digits = 3, width = 90 } = {}) {
+  const { rows } = await db.query(
+    `select calls, round((total_exec_time / calls)::numeric, $2) as ms_per_call,
+            regexp_replace(left(query, $3), '\\s+', ' ', 'g') as query
+       from pg_stat_statements where query not ilike '%pg_stat_statements%'
+      order by total_exec_time desc limit $1`,
+    [limit, digits, width],
+  );
+  console.table(rows);
+}
