@@ -13759,6 +13759,12 @@ CREATE OR REPLACE FUNCTION queues.next_claim_in_ms(_task_types text[] DEFAULT NU
  SET plan_cache_mode TO 'force_generic_plan'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+declare
+  -- The question's clock, read once: a parameter of the statement, so the scans below
+  -- start at it in the ready index. Written as clock_timestamp() in the statement, it was
+  -- a filter, and each question read every ready task of the types (2,000 ready: 2,000
+  -- index entries, 0.86 ms with 3,000 ready instead of 0.13 with none).
+  _clock timestamptz := clock_timestamp();
 begin
   return (
     with recursive types as (
@@ -13786,28 +13792,28 @@ begin
       -- (greatest would turn "none" into 0: it ignores nulls; beyond about 24 days, the
       -- integer's largest value)
       select case when min(n.scheduled_at) is not null
-                  then least(greatest(ceil(extract(epoch from min(n.scheduled_at) - clock_timestamp()) * 1000), 0),
+                  then least(greatest(ceil(extract(epoch from min(n.scheduled_at) - _clock) * 1000), 0),
                              2147483647)::integer end as ms
         from priorities pr
        cross join lateral (
          select p.scheduled_at from queues.task_pending p
           where p.task_type = pr.task_type and p.current_lease_id is null and p.priority = pr.priority
-            and p.scheduled_at > clock_timestamp() - make_interval(secs => greatest(coalesce(_missed_ms, 0), 0) / 1000.0)
+            and p.scheduled_at > _clock - make_interval(secs => greatest(coalesce(_missed_ms, 0), 0) / 1000.0)
           order by p.scheduled_at
           limit 1
        ) n
        where pr.priority is not null
     ),
     next_window as (
-      select min(greatest(ceil(extract(epoch from queues.limit_window_start(clock_timestamp(), l.interval_ms)
+      select min(greatest(ceil(extract(epoch from queues.limit_window_start(_clock, l.interval_ms)
                                                    + make_interval(secs => l.interval_ms / 1000.0)
-                                                   - clock_timestamp()) * 1000), 0))::integer as ms
+                                                   - _clock) * 1000), 0))::integer as ms
         from queues.task_limits() l
        where l.interval_ms is not null
          and l.task_type in (select ty.task_type from types ty)
          and coalesce((select true from queues.task_pending p
                         where p.task_type = l.task_type and p.current_lease_id is null
-                          and p.scheduled_at <= clock_timestamp() and p.available_at <= clock_timestamp()
+                          and p.scheduled_at <= _clock and p.available_at <= _clock
                         order by p.priority desc, p.scheduled_at, p.task_id
                         limit 1), false)
     )

@@ -695,11 +695,18 @@ create or replace function queues.next_claim_in_ms(_task_types text[] default nu
   language plpgsql stable
   security definer
   -- Planned once per session, not at each call as a SQL function's query is: 0.58 ms a
-  -- question before, 0.37 after (tools/bench/probes/one-claim.mjs). No argument changes
+  -- question before, 0.37 after, 0.22 with its clock read once (below;
+  -- tools/bench/probes/one-claim.mjs, 3,200 tasks ready). No argument changes
   -- the plan: the types come from the ready set's index, one probe each.
   set plan_cache_mode = force_generic_plan
   set search_path = pg_catalog, pg_temp
 as $$
+declare
+  -- The question's clock, read once: a parameter of the statement, so the scans below
+  -- start at it in the ready index. Written as clock_timestamp() in the statement, it was
+  -- a filter, and each question read every ready task of the types (2,000 ready: 2,000
+  -- index entries, 0.86 ms with 3,000 ready instead of 0.13 with none).
+  _clock timestamptz := clock_timestamp();
 begin
   return (
     with recursive types as (
@@ -727,28 +734,28 @@ begin
       -- (greatest would turn "none" into 0: it ignores nulls; beyond about 24 days, the
       -- integer's largest value)
       select case when min(n.scheduled_at) is not null
-                  then least(greatest(ceil(extract(epoch from min(n.scheduled_at) - clock_timestamp()) * 1000), 0),
+                  then least(greatest(ceil(extract(epoch from min(n.scheduled_at) - _clock) * 1000), 0),
                              2147483647)::integer end as ms
         from priorities pr
        cross join lateral (
          select p.scheduled_at from queues.task_pending p
           where p.task_type = pr.task_type and p.current_lease_id is null and p.priority = pr.priority
-            and p.scheduled_at > clock_timestamp() - make_interval(secs => greatest(coalesce(_missed_ms, 0), 0) / 1000.0)
+            and p.scheduled_at > _clock - make_interval(secs => greatest(coalesce(_missed_ms, 0), 0) / 1000.0)
           order by p.scheduled_at
           limit 1
        ) n
        where pr.priority is not null
     ),
     next_window as (
-      select min(greatest(ceil(extract(epoch from queues.limit_window_start(clock_timestamp(), l.interval_ms)
+      select min(greatest(ceil(extract(epoch from queues.limit_window_start(_clock, l.interval_ms)
                                                    + make_interval(secs => l.interval_ms / 1000.0)
-                                                   - clock_timestamp()) * 1000), 0))::integer as ms
+                                                   - _clock) * 1000), 0))::integer as ms
         from queues.task_limits() l
        where l.interval_ms is not null
          and l.task_type in (select ty.task_type from types ty)
          and coalesce((select true from queues.task_pending p
                         where p.task_type = l.task_type and p.current_lease_id is null
-                          and p.scheduled_at <= clock_timestamp() and p.available_at <= clock_timestamp()
+                          and p.scheduled_at <= _clock and p.available_at <= _clock
                         order by p.priority desc, p.scheduled_at, p.task_id
                         limit 1), false)
     )

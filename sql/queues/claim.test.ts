@@ -325,6 +325,41 @@ describe('claim semantics', () => {
     expect(await next(20_000)).toBeGreaterThan(59 * 60_000);
   });
 
+  it('next_claim_in_ms reads no ready task: 2,000 of them cost the question no more index entries than none', async () => {
+    // A worker asks after every claim that came back short, which a backlog held back by a
+    // flow limit or a resource key makes every claim: the question must not read the tasks
+    // that are ready (they are the claim's), only the first scheduled later.
+    await resetQueue();
+    const root = await db.client('root');
+    /** The claim-index entries the question's scans read (rows found and rows filtered out). */
+    const entriesRead = async () => {
+      const plans = await explainNested(root, `select queues.next_claim_in_ms(array['db_function'], 0)`);
+      return plans
+        .flatMap((p) => planNodes(p.plan))
+        .filter((n) => n['Relation Name'] === 'task_pending')
+        .reduce(
+          (sum, n) =>
+            sum +
+            (Number(n['Actual Rows'] ?? 0) + Number(n['Rows Removed by Filter'] ?? 0)) * Number(n['Actual Loops'] ?? 1),
+          0,
+        );
+    };
+    try {
+      // One task scheduled an hour ahead: the answer the question looks for.
+      await db.pool('owner').query(`select queues.enqueue('db_function', '{}', clock_timestamp() + interval '1 hour')`);
+      const alone = await entriesRead();
+      await enqueueNoops(2000);
+      await db.query('analyze queues.task_pending');
+      const withReady = await entriesRead();
+      expect(withReady).toBeLessThanOrEqual(alone + 2);
+      // And the answer is still the task an hour ahead.
+      const { rows } = await db.pool('worker').query(`select queues.next_claim_in_ms(array['db_function']) as ms`);
+      expect(rows[0].ms).toBeGreaterThan(59 * 60_000);
+    } finally {
+      await root.end();
+    }
+  });
+
   it('claims in scheduled_at order, then task_id', async () => {
     await resetQueue();
     const offsets = [-3, -1, -2, -2, -5];
