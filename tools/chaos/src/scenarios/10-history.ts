@@ -191,10 +191,14 @@ export const scenario: Scenario = {
           paused = true;
           await waitFor(() => Promise.resolve(!inRun), 60_000, 20);
           const { rows } = await owner.query(
-            `select coalesce(max(upper_bound), 0) as top from queues.history_partitions() where not is_default`,
+            `select coalesce(max(upper_bound), 0) as top, (select coalesce(max(task_id), 0) from queues.task) as last
+               from queues.history_partitions() where not is_default`,
           );
-          // Past every set, not on a set boundary.
-          const from = Number(rows[0].top) + 10 * PARTITION_SIZE + 37;
+          // Past every set, not on a set boundary, and past every task id in use: the
+          // scenarios before this one in a run may have left tasks in the default partition
+          // beyond the sets, and a sequence moved back onto them would enqueue duplicates.
+          let from = Math.max(Number(rows[0].top) + 10 * PARTITION_SIZE + 37, Number(rows[0].last) + 1);
+          if (from % PARTITION_SIZE === 0) from++;
           await owner.query(`select setval(pg_get_serial_sequence('queues.task', 'task_id'), $1, false)`, [from]);
           // Beside the load: five tasks that run for 4 s (running, or waiting for a new
           // lease after a kill, when their tasks are moved) and five due in 4 s (waiting).
