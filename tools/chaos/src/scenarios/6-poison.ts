@@ -109,30 +109,25 @@ async function phase(db: ChaosDb, n: number, poison: boolean, tag: string, mode:
     stoppedCleanly = exit.code === 0;
   }
   killAll(all);
-  const poisonFacts = poison
-    ? (
-        await db.query(
-          // Leases that named the task their claim's suspect: only their expiries count
-          // towards MAX_LEASES (the first expiry, which made it a suspect, does not).
-          `select t.task_type, c.outcome, (select count(*)::int from queues.task_leases l where l.task_id = t.task_id and l.suspect) as leases,
-                  (select array_agg(e.error_message) from queues.error e where e.task_id = t.task_id) as errors
-             from queues.task t left join queues.task_end c using (task_id)
-            where t.task_id > $1 and t.task_type in ('crash', 'oom') order by t.task_type`,
-          [fromId],
-        )
-      ).rows
-    : [];
+  // Each task's end, its leases (those that named it their claim's suspect, when
+  // `suspectLeases`) and its error messages: the checks below name them.
+  const ends = async (where: string, suspectLeases: boolean) =>
+    (
+      await db.query(
+        `select t.task_id::text, t.task_type, c.outcome,
+                (select count(*)::int from queues.task_leases l
+                  where l.task_id = t.task_id and (l.suspect or not $2)) as leases,
+                (select array_agg(e.error_message) from queues.error e where e.task_id = t.task_id) as errors
+           from queues.task t left join queues.task_end c using (task_id)
+          where t.task_id > $1 and ${where} order by t.task_type, t.task_id`,
+        [fromId, suspectLeases],
+      )
+    ).rows;
+  // Only the expiries of leases that named the poison task their suspect count towards
+  // MAX_LEASES (the first expiry, which made it a suspect, does not).
+  const poisonFacts = poison ? await ends(`t.task_type in ('crash', 'oom')`, true) : [];
   const tally = await taskTally(db, fromId, `t.task_type = 'db_function'`);
-  // The normal tasks that did not succeed, with their end and errors (the check names them).
-  const unsucceeded = (
-    await db.query(
-      `select t.task_id::text, c.outcome, (select count(*)::int from queues.task_leases l where l.task_id = t.task_id) as leases,
-              (select array_agg(e.error_message) from queues.error e where e.task_id = t.task_id) as errors
-         from queues.task t left join queues.task_end c using (task_id)
-        where t.task_id > $1 and t.task_type = 'db_function' and c.outcome is distinct from 'succeeded'`,
-      [fromId],
-    )
-  ).rows;
+  const unsucceeded = await ends(`t.task_type = 'db_function' and c.outcome is distinct from 'succeeded'`, false);
   await dropPending(db, fromId);
   return { seconds, rate: n / seconds, done, abandoned, deaths, poisonFacts, tally, unsucceeded, stoppedCleanly };
 }
