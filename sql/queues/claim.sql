@@ -328,27 +328,39 @@ begin
       from (select distinct u.task_type
               from unnest(coalesce(_types, array(select tt.task_type from queues.task_type tt))) as u(task_type)) ty
      cross join lateral (
-       select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.group_key, p.priority, p.scheduled_at,
-              p.lease_count - p.released_count - p.failed_attempts as ended_leases,
-              p.uncounted_count, p.suspect_lease, p.lease_count
-         from queues.task_pending p
-        where p.task_type = ty.task_type
-          and p.current_lease_id is null
-          and p.scheduled_at <= _now
-          and p.available_at <= _now
-          -- Flow limits: group keys without room wait (_full, empty without limits).
-          and (cardinality(_full) = 0 or p.group_key is null
-               or not (p.task_type || chr(31) || p.group_key = any (_full)))
-          -- Throttled group keys wait (_throttled_groups, empty while none is throttled).
-          and (cardinality(_throttled_groups) = 0 or p.group_key is null
-               or not (p.group_key = any (_throttled_groups)))
-          -- Tasks whose resource key another task holds wait (the upsert below decides).
-          and (p.resource_key is null or not exists (
-                select 1 from queues.resource_lease r
-                 where r.resource_key = p.resource_key and r.expires_at > _now and r.task_id <> p.task_id))
-        order by p.priority desc, p.scheduled_at, p.task_id
+       -- The suspects after the first one this claim may lease (see picked below) are
+       -- passed over, not counted in _limit: a dead worker's tasks come back ahead of the
+       -- rest in claim order, and a claim whose _limit they filled would lease one task.
+       -- The running count reads the scan in its order, and the outer LIMIT stops it; the
+       -- inner one (up to 1,000 suspects passed over) keeps the plan an index scan.
+       select s.task_id, s.task_type, s.current_lease_id, s.resource_key, s.group_key, s.priority, s.scheduled_at,
+              s.ended_leases, s.uncounted_count, s.suspect_lease, s.lease_count
+         from (select q.*,
+                      count(*) filter (where q.ended_leases > 0 and q.ended_leases - q.uncounted_count < _max_leases)
+                        over (order by q.priority desc, q.scheduled_at, q.task_id rows unbounded preceding) as suspects
+                 from (select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.group_key, p.priority,
+                              p.scheduled_at, p.lease_count - p.released_count - p.failed_attempts as ended_leases,
+                              p.uncounted_count, p.suspect_lease, p.lease_count
+                         from queues.task_pending p
+                        where p.task_type = ty.task_type
+                          and p.current_lease_id is null
+                          and p.scheduled_at <= _now
+                          and p.available_at <= _now
+                          -- Flow limits: group keys without room wait (_full, empty without limits).
+                          and (cardinality(_full) = 0 or p.group_key is null
+                               or not (p.task_type || chr(31) || p.group_key = any (_full)))
+                          -- Throttled group keys wait (_throttled_groups, empty while none is throttled).
+                          and (cardinality(_throttled_groups) = 0 or p.group_key is null
+                               or not (p.group_key = any (_throttled_groups)))
+                          -- Tasks whose resource key another task holds wait (the upsert below decides).
+                          and (p.resource_key is null or not exists (
+                                select 1 from queues.resource_lease r
+                                 where r.resource_key = p.resource_key and r.expires_at > _now and r.task_id <> p.task_id))
+                        order by p.priority desc, p.scheduled_at, p.task_id
+                        limit _limit + 1000
+                          for update skip locked) q) s
+        where not (s.ended_leases > 0 and s.ended_leases - s.uncounted_count < _max_leases) or s.suspects = 1
         limit _limit
-          for update skip locked
      ) r
     union all
     -- Tasks whose lease expired (their worker died or stopped heartbeating), from
@@ -478,10 +490,18 @@ begin
            c.counted as counted_leases,
            c.lease_count > 0 as leased_before
       from (
-        select c.*,
-               c.ended_leases - c.uncounted_count
-                 - (c.current_lease_id is not null and not c.suspect_lease)::integer as counted
-          from within_limits c
+        -- Of the suspects not poisoned, only the first one in claim order (the one this
+        -- claim may lease, see allowed below) is counted in _limit; the others wait for
+        -- later claims, and the claim fills its _limit with other ready tasks.
+        select c.*
+          from (select c.*,
+                       count(*) filter (where c.ended_leases > 0 and c.counted < _max_leases)
+                         over (order by c.priority desc, c.scheduled_at, c.task_id rows unbounded preceding) as suspects
+                  from (select c.*,
+                               c.ended_leases - c.uncounted_count
+                                 - (c.current_lease_id is not null and not c.suspect_lease)::integer as counted
+                          from within_limits c) c) c
+         where not (c.ended_leases > 0 and c.counted < _max_leases) or c.suspects = 1
          order by c.priority desc, c.scheduled_at, c.task_id
          limit _limit
       ) c

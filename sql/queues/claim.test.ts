@@ -383,6 +383,36 @@ describe('claim semantics', () => {
     expect(again).toEqual(expected);
   });
 
+  it('a claim takes one suspect and fills the rest of its limit with other ready tasks', async () => {
+    await resetQueue();
+    // A dead worker's claim of 12: once its lease expires, all 12 are suspects, ahead of
+    // 20 tasks enqueued after them in claim order.
+    const first = await enqueueNoops(12);
+    expect((await claim('w-dead', 12)).map((r) => r.task_id)).toEqual(first);
+    const later = await enqueueNoops(20);
+    const takenBy = async (worker: string) => (await claimAt(61, worker, 10)).map((r) => r.task_id);
+    // Each claim of 10 takes the first suspect and 9 other tasks, not the suspect alone.
+    const a = await takenBy('w-a');
+    expect(a).toEqual([first[0], ...later.slice(0, 9)]);
+    const b = await takenBy('w-b');
+    expect(b).toEqual([first[1], ...later.slice(9, 18)]);
+    // Without other ready tasks, one suspect per claim, as before.
+    expect(await takenBy('w-c')).toEqual([first[2], ...later.slice(18, 20)]);
+    expect(await takenBy('w-d')).toEqual([first[3]]);
+    // Each lease named its one suspect.
+    const { rows } = await db.query(
+      `select l.suspect_task_id::text as suspect, cardinality(l.task_ids) as n
+         from queues.claim_lease l join queues.worker_name w using (worker_key)
+        where w.worker_id in ('w-a', 'w-b', 'w-c', 'w-d') order by l.task_lease_id`,
+    );
+    expect(rows).toEqual([
+      { suspect: first[0], n: 10 },
+      { suspect: first[1], n: 10 },
+      { suspect: first[2], n: 3 },
+      { suspect: first[3], n: 1 },
+    ]);
+  });
+
   it('claims only the task types asked for', async () => {
     await resetQueue();
     await db
