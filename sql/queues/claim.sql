@@ -10,7 +10,10 @@
 -- Suspects and poison tasks: a task a lease of which ended without an end (it expired, or
 -- was revoked: its worker died or went silent) is a suspect, whichever of the worker's
 -- tasks killed it. A claim takes at most one suspect and names it in its lease
--- (queues.claim_lease.suspect_task_id, task_pending.suspect_lease). An expiry counts towards
+-- (queues.claim_lease.suspect_task_id, task_pending.suspect_lease); the suspects after it
+-- in claim order are passed over, not counted in the claim's limit, so a claim made just
+-- after a worker died, whose tasks come back ahead of the rest, still fills its limit with
+-- other ready tasks. An expiry counts towards
 -- abandonment only when the task was the named suspect of that lease: the first expiry
 -- of a task never counts (it may have waited in a dead worker's local queue, or run
 -- beside the task that killed it), and from then on the task runs only as a named

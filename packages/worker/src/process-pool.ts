@@ -14,9 +14,11 @@
  * process holds a slot (0..N-1); its worker id is `<WORKER_ID>-<n>`, n counting the
  * processes started, and it serves metrics on METRICS_PORT + slot.
  *
- * Restarts: a process that worked for a second or more is replaced at once. Consecutive
- * processes that die within a second of starting work, or before they are ready, are
- * replaced after 0.25 s, 0.5 s, ... up to 10 s; five in a row that die before ready
+ * Restarts: a process that worked for a second or more is replaced at once, and so are
+ * up to N + SPARES consecutive processes that die within a second of starting work (a
+ * poison task claimed by each process at once, as a backlog that holds one starts, kills
+ * them all). Beyond those, and from the first process that dies before it is ready, they
+ * are replaced after 0.25 s, 0.5 s, ... up to 10 s; five in a row that die before ready
  * stop the pool with exit code 1 (the installation is broken, restarting cannot
  * help). A child that exits with code 2 found the configuration invalid: the pool
  * stops and exits 2.
@@ -249,7 +251,9 @@ export class ProcessPool {
     }
     // A waiting spare takes the free slot now; its replacement starts in the background.
     this.#assign();
-    const failures = Math.max(this.#fastDeaths, this.#startFailures);
+    // A burst of fast deaths as long as the pool is wide is replaced at once.
+    const burst = this.#options.processes + this.#options.spares;
+    const failures = Math.max(this.#fastDeaths - burst, this.#startFailures);
     const delayMs = failures === 0 ? 0 : Math.min(250 * 2 ** (failures - 1), 10_000);
     if (delayMs > 0)
       this.#log.warn({ event: 'restart_delayed', delay_ms: delayMs, failures }, `restarting in ${delayMs} ms`);

@@ -202,6 +202,24 @@ describe('PROCESSES: the pool', () => {
     expect(events(s, 'pool_giving_up')).toHaveLength(1);
   });
 
+  it('working processes that die at once are replaced at once up to PROCESSES + SPARES in a row, then restarts back off', async () => {
+    // Two working processes and a spare: a poison task claimed by each process as a
+    // backlog starts kills three within a second of their start.
+    const s = pool({ WORKER_ROLE: 'db_function', TEST_DIE_WHEN_WORKING: '1', SPARES: '1' });
+    await eventually(() => events(s, 'restart_delayed').length >= 3, 'three delayed restarts', 30_000);
+    s.process.kill('SIGTERM');
+    // (Its exit code is 1 when a process it had just started dies during the stop.)
+    await s.exited;
+    // The pool's log in order: the first three deaths are replaced at once, the next ones later.
+    const log = s
+      .output()
+      .split('\n')
+      .filter((l) => l.includes('"event":"child_exited"') || l.includes('"event":"restart_delayed"'))
+      .map((l) => (l.includes('child_exited') ? 'death' : String(JSON.parse(l).delay_ms)));
+    expect(log.slice(0, 9)).toEqual(['death', 'death', 'death', 'death', '250', 'death', '500', 'death', '1000']);
+    // A process that cannot start still backs off from its first failure (see below).
+  });
+
   it('METRICS_PORT: the process in slot i serves METRICS_PORT + i', async () => {
     const { freePort } = await import('@org/db-tools');
     let port = await freePort();

@@ -16,7 +16,9 @@
 // has no task: each claim probes it for ready work and leaves it), `busy` (the workers
 // claim it too, and 100,000 of its tasks wait over 100 group keys under its limits: each
 // claim takes its lock, counts its live leases and windows, and starts what they allow).
-// The drain's rate and rows count the bench tasks only.
+// The drain's rate and rows count the bench tasks only. PERF_WINDOW=1 prints the drain's
+// start and end on CLOCK_MONOTONIC, for `perf record -k CLOCK_MONOTONIC` and then
+// `perf report --time <start>,<end>` (seconds).
 import { fork } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { openStatementsServer } from './statements-server.mjs';
@@ -114,6 +116,7 @@ try {
   const server0 = postgresCpuMicros();
   const machine0 = machineCpuMicros();
   const t = performance.now();
+  const monotonic0 = process.hrtime.bigint();
   const started = children.map(answer);
   for (const child of children) child.send('go');
   const childCpu0 = await Promise.all(started);
@@ -132,6 +135,10 @@ try {
     await new Promise((r) => setTimeout(r, 5));
   }
   const seconds = (performance.now() - t) / 1000;
+  if (process.env.PERF_WINDOW) {
+    const s = (ns) => (Number(ns / 1000n) / 1e6).toFixed(6);
+    console.log(`drain window (CLOCK_MONOTONIC, s): ${s(monotonic0)},${s(process.hrtime.bigint())}`);
+  }
   const cpu = process.cpuUsage(cpu0);
   const serverCpu = postgresCpuMicros() - server0;
   const machine1 = machineCpuMicros();

@@ -3,10 +3,16 @@
 //   slow   waits payload.ms (default 1000) milliseconds, then completes
 //   crash  kills its own process with SIGKILL (a poison task)
 // TEST_DIE_BEFORE_READY=1: a pool member exits 1 before it is ready (a broken install).
+// TEST_DIE_WHEN_WORKING=1: a pool member kills itself (SIGKILL) 50 ms after the pool gives
+// it a slot (a process that dies as soon as it works, again and again).
 import { ProcessorRegistry, dbFunctionProcessor } from '@org/worker';
 import { runWorkerCli } from '@org/worker/command';
 
 if (process.env.TEST_DIE_BEFORE_READY === '1' && process.env.QUEUE_WORKER_POOL_MEMBER === '1') process.exit(1);
+if (process.env.TEST_DIE_WHEN_WORKING === '1' && process.env.QUEUE_WORKER_POOL_MEMBER === '1')
+  process.on('message', (message) => {
+    if (message?.type === 'activate') setTimeout(() => process.kill(process.pid, 'SIGKILL'), 50);
+  });
 
 const registry = () =>
   new ProcessorRegistry()

@@ -155,7 +155,21 @@ async function trace(db: ChaosDb, fromId: number, started: number, label: string
       where t.task_id > $1 and t.task_type in ('crash', 'oom') order by l.leased_at`,
     [fromId, t0],
   );
-  const lines = [`trace ${label}`, `  done per 0.5 s: ${done.rows.map((r) => `${r.s}:${r.n}`).join(' ')}`];
+  // Claims per half second: how many, and the tasks they took.
+  const claims = await db.query(
+    `select (floor(extract(epoch from c.leased_at - $2::timestamptz) * 2) / 2)::float8 as s,
+            count(*)::int as claims, sum(c.n)::int as tasks
+       from (select l.task_lease_id, min(l.leased_at) as leased_at, count(*) as n
+               from queues.task t join queues.task_lease_effective l using (task_id)
+              where t.task_id > $1 group by l.task_lease_id) c
+      group by 1 order by 1`,
+    [fromId, t0],
+  );
+  const lines = [
+    `trace ${label}`,
+    `  done per 0.5 s: ${done.rows.map((r) => `${r.s}:${r.n}`).join(' ')}`,
+    `  claims per 0.5 s (claims/tasks): ${claims.rows.map((r) => `${r.s}:${r.claims}/${r.tasks}`).join(' ')}`,
+  ];
   for (const r of leases.rows)
     lines.push(
       `  ${r.task_type} leased ${r.leased}${r.named ? ' as its suspect' : ''} (claim of ${r.claimed}) by ${r.worker_id}`,
@@ -164,6 +178,10 @@ async function trace(db: ChaosDb, fromId: number, started: number, label: string
     if (line.event === 'child_exited')
       lines.push(
         `  death ${((Date.parse(String(line.time)) - started) / 1000).toFixed(2)} ${typeof line.worker_id === 'string' ? line.worker_id : ''}`,
+      );
+    else if (line.event === 'restart_delayed')
+      lines.push(
+        `  restart delayed ${((Date.parse(String(line.time)) - started) / 1000).toFixed(2)} by ${line.delay_ms} ms`,
       );
   process.stdout.write(`${lines.join('\n')}\n`);
 }
