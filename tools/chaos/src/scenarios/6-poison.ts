@@ -181,7 +181,7 @@ async function trace(db: ChaosDb, fromId: number, started: number, label: string
       );
     else if (line.event === 'restart_delayed')
       lines.push(
-        `  restart delayed ${((Date.parse(String(line.time)) - started) / 1000).toFixed(2)} by ${line.delay_ms} ms`,
+        `  restart delayed ${((Date.parse(String(line.time)) - started) / 1000).toFixed(2)} by ${Number(line.delay_ms)} ms`,
       );
   process.stdout.write(`${lines.join('\n')}\n`);
 }
