@@ -2669,6 +2669,7 @@ CREATE INDEX task_pending_keyed_idx ON queues.task_pending USING btree (task_id)
 CREATE INDEX task_pending_lease_expiry_idx ON queues.task_pending USING btree (available_at) WHERE (current_lease_id > 0);
 CREATE UNIQUE INDEX task_pending_pkey ON queues.task_pending USING btree (task_id);
 CREATE INDEX task_pending_ready_idx ON queues.task_pending USING btree (task_type, priority DESC, scheduled_at, task_id) WHERE (current_lease_id IS NULL);
+CREATE INDEX task_pending_suspect_lease_idx ON queues.task_pending USING btree (available_at) WHERE (suspect_lease AND (current_lease_id > 0));
 CREATE INDEX task_pending_waiting_idx ON queues.task_pending USING btree (task_id) WHERE (available_at = 'infinity'::timestamp with time zone);
 
 create table queues.task_progress (
@@ -10543,6 +10544,8 @@ declare
   _expired     boolean;
   -- A claim lease is due: the rescuer runs.
   _due         boolean;
+  -- The worker holds a live lease that names its suspect: this claim takes no suspect.
+  _holds_suspect boolean;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -10772,6 +10775,20 @@ begin
     end if;
   end if;
 
+  -- A worker holds at most one named suspect at a time (a live per-row lease that names
+  -- its task the suspect, queues.task_pending_suspect_lease_idx): if it died holding two,
+  -- both deaths would count, and a task that only waited beside a poison task in its
+  -- local queue would be blamed as the poison is, lease after lease, since both come back
+  -- when their leases would have expired. While it holds one, its claims pass over every
+  -- suspect (another worker takes them) and take only other ready tasks.
+  _holds_suspect := exists (
+    select 1
+      from queues.task_pending p
+     where p.suspect_lease and p.current_lease_id > 0 and p.available_at > _now
+       and exists (select 1 from queues.claim_lease l
+                    where l.task_lease_id = p.current_lease_id and l.task_id >= p.task_id
+                      and l.suspect_task_id = p.task_id and l.worker_key = _worker_key));
+
   return query
   with candidate as (
     -- Ready tasks without a lease, per task type, from task_pending_ready_idx in claim
@@ -10815,7 +10832,8 @@ begin
                         order by p.priority desc, p.scheduled_at, p.task_id
                         limit _limit + 1000
                           for update skip locked) q) s
-        where not (s.ended_leases > 0 and s.ended_leases - s.uncounted_count < _max_leases) or s.suspects = 1
+        where not (s.ended_leases > 0 and s.ended_leases - s.uncounted_count < _max_leases)
+           or (s.suspects = 1 and not _holds_suspect)
         limit _limit
      ) r
     union all
@@ -10898,6 +10916,7 @@ begin
     select c.task_id
       from candidate c
      where cardinality(_limited) > 0
+       and not _holds_suspect
        and c.ended_leases > 0
        and c.ended_leases - c.uncounted_count
              - (c.current_lease_id is not null and not c.suspect_lease)::integer < _max_leases
@@ -10947,8 +10966,9 @@ begin
            c.lease_count > 0 as leased_before
       from (
         -- Of the suspects not poisoned, only the first one in claim order (the one this
-        -- claim may lease, see allowed below) is counted in _limit; the others wait for
-        -- later claims, and the claim fills its _limit with other ready tasks.
+        -- claim may lease, see allowed below; none while the worker holds a named
+        -- suspect) is counted in _limit; the others wait for later claims, and the claim
+        -- fills its _limit with other ready tasks.
         select c.*
           from (select c.*,
                        count(*) filter (where c.ended_leases > 0 and c.counted < _max_leases)
@@ -10957,7 +10977,7 @@ begin
                                c.ended_leases - c.uncounted_count
                                  - (c.current_lease_id is not null and not c.suspect_lease)::integer as counted
                           from within_limits c) c) c
-         where not (c.ended_leases > 0 and c.counted < _max_leases) or c.suspects = 1
+         where not (c.ended_leases > 0 and c.counted < _max_leases) or (c.suspects = 1 and not _holds_suspect)
          order by c.priority desc, c.scheduled_at, c.task_id
          limit _limit
       ) c

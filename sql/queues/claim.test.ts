@@ -377,9 +377,10 @@ describe('claim semantics', () => {
     const oneByOne: string[] = [];
     for (let i = 0; i < offsets.length; i++) oneByOne.push(...(await claim('w', 1)).map((r) => r.task_id));
     expect(oneByOne).toEqual(expected);
-    // Once their leases expire they come back one per claim (suspects), in the same order.
+    // Once their leases expire they come back one per claim (suspects), in the same order
+    // (each to a worker of its own: a worker holds one named suspect at a time).
     const again: string[] = [];
-    for (let i = 0; i < offsets.length; i++) again.push(...(await claimAt(61, 'w', 10)).map((r) => r.task_id));
+    for (let i = 0; i < offsets.length; i++) again.push(...(await claimAt(61, `w-${i}`, 10)).map((r) => r.task_id));
     expect(again).toEqual(expected);
   });
 
@@ -411,6 +412,28 @@ describe('claim semantics', () => {
       { suspect: first[2], n: 3 },
       { suspect: first[3], n: 1 },
     ]);
+  });
+
+  it('a worker holds one named suspect at a time: while it does, its claims take no suspect', async () => {
+    await resetQueue();
+    const first = await enqueueNoops(4);
+    await claim('w-dead', 4);
+    const later = await enqueueNoops(6);
+    const ids = (rows: Claimed[]) => rows.map((r) => r.task_id);
+    // At 61 s the dead worker's four tasks are suspects; w-a's claim names the first.
+    const a1 = await claimAt(61, 'w-a', 3);
+    expect(ids(a1)).toEqual([first[0], later[0], later[1]]);
+    // While w-a holds it, w-a's claims take no suspect, and w-b's take the next one.
+    expect(ids(await claimAt(62, 'w-a', 3))).toEqual([later[2], later[3], later[4]]);
+    expect(ids(await claimAt(62, 'w-b', 3))).toEqual([first[1], later[5]]);
+    expect(ids(await claimAt(62, 'w-b', 3))).toEqual([]);
+    // Once w-a's suspect has completed, w-a takes the next suspect.
+    const { rows } = await db.query('select queues.complete_task($1, $2) as c', [first[0], a1[0]!.task_lease_id]);
+    expect(rows[0].c).toBe(true);
+    expect(ids(await claimAt(63, 'w-a', 3))).toEqual([first[2]]);
+    // A lease that expired names no live suspect: at 123 s w-b's has, and w-b takes one
+    // again (the suspect whose lease expired first: the dead worker's of first[3]).
+    expect(ids(await claimAt(123, 'w-b', 1))).toEqual([first[3]]);
   });
 
   it('claims only the task types asked for', async () => {

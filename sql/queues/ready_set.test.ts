@@ -137,11 +137,12 @@ describe('the ready set', () => {
     // Rescued once: a second pass returns nothing.
     expect(await rescueAt(80)).toBe(0);
     expect(rest).toHaveLength(3);
-    // Taken again by another worker, as an expired lease (one suspect per claim).
+    // Taken again by other workers, as an expired lease (one suspect per claim, and one
+    // named suspect per worker at a time).
     const again = [
-      ...(await claimAt('ready_b', 90, 'w-thief')),
-      ...(await claimAt('ready_b', 90, 'w-thief')),
-      ...(await claimAt('ready_b', 90, 'w-thief')),
+      ...(await claimAt('ready_b', 90, 'w-thief-1')),
+      ...(await claimAt('ready_b', 90, 'w-thief-2')),
+      ...(await claimAt('ready_b', 90, 'w-thief-3')),
     ];
     expect(again.map((c) => c.task_id).sort()).toEqual(ids.slice(1).sort());
     const late = await settle(
@@ -263,7 +264,7 @@ describe('the ready set', () => {
     // completes; the poison kills its worker every time.
     const b = await claimAt('ready_c', t, 'w-c', 1, maxLeases);
     expect(b.map((c) => c.task_id)).toEqual([poison]);
-    const c = await claimAt('ready_c', t, 'w-c', 1, maxLeases);
+    const c = await claimAt('ready_c', t, 'w-c2', 1, maxLeases);
     expect(c.map((x) => x.task_id)).toEqual([beside]);
     expect((await settle([beside], [c[0].task_lease_id])).get(beside)).toBe('completed');
     let leases = 2;

@@ -76,7 +76,12 @@ const succeeded = (envelope: Payload): boolean => envelope.success === true || e
  * Claims every task due at `now` (owner-only claim with a clock). Named arguments, and
  * _max_leases only when the queue has it, so the helper follows the queue's signature.
  */
-export async function claimDue(db: TestDatabase, now: Date, taskTypes?: string[]): Promise<ClaimedTask[]> {
+export async function claimDue(
+  db: TestDatabase,
+  now: Date,
+  taskTypes?: string[],
+  workerId = 'test-driver',
+): Promise<ClaimedTask[]> {
   const { rows: shape } = await db.query<{ has_max_leases: boolean }>(
     `select exists (select 1 from pg_proc p
                      where p.oid = any(array(select oid from pg_proc where proname = 'claim_tasks_at'
@@ -85,22 +90,23 @@ export async function claimDue(db: TestDatabase, now: Date, taskTypes?: string[]
   );
   const { rows } = await db.query<ClaimedTask>(
     `select task_id::text, task_type, payload, task_lease_id::text
-       from queues.claim_tasks_at(_now => $1, _worker_id => 'test-driver', _limit => 1000,
+       from queues.claim_tasks_at(_now => $1, _worker_id => $3, _limit => 1000,
                                   _task_types => $2, _lease_seconds => 300
                                   ${shape[0].has_max_leases ? ', _max_leases => 5' : ''})`,
-    [now, taskTypes ?? null],
+    [now, taskTypes ?? null, workerId],
   );
   return rows;
 }
 
 /**
  * Claims at `now` until the task with id `taskId` comes back (a task whose lease expired
- * is a suspect, and a claim takes one suspect at a time); the other tasks claimed on the
- * way are left to their leases. Throws when it does not come back.
+ * is a suspect, a claim takes one suspect at a time, and a worker holds one named suspect
+ * at a time: each claim is a worker of its own); the other tasks claimed on the way are
+ * left to their leases. Throws when it does not come back.
  */
 export async function claimUntil(db: TestDatabase, now: Date, taskId: string): Promise<ClaimedTask> {
   for (let i = 0; i < 100; i++) {
-    const claimed = await claimDue(db, now);
+    const claimed = await claimDue(db, now, undefined, `test-driver-until-${i}`);
     const task = claimed.find((t) => t.task_id === taskId);
     if (task) return task;
     if (claimed.length === 0) break;

@@ -92,7 +92,15 @@ export class Producer {
         this.#startSoon();
         this.#signal(); // a slot is free
       },
-      ended: () => this.#startSoon(),
+      ended: (task) => {
+        this.#startSoon();
+        // A worker holds one named suspect at a time (queues.claim_tasks_at): once a task
+        // leased before has ended, the next claim may take another suspect.
+        if (task.leaseCount > 1 && this.#drained) {
+          this.#drained = false;
+          this.#signal();
+        }
+      },
     });
   }
 

@@ -22,7 +22,7 @@ export interface SlotEvents {
   /** A slot was given back: the local queue may start a task in it, and claim again. */
   freed(): void;
   /** A run is over: a later lease of its task (or a step of its key) may start. */
-  ended(): void;
+  ended(task: ClaimedTask): void;
 }
 
 /**
@@ -164,7 +164,7 @@ export class Slots {
     }
     this.free(running);
     running.ended?.();
-    this.#events.ended();
+    this.#events.ended(task);
     if (this.runs.size === 0 && this.#idle.length > 0) for (const resolve of this.#idle.splice(0)) resolve();
   }
 

@@ -232,7 +232,9 @@ describe('db_function processor', () => {
     const id = await enqueue(db, 'db_function', step('stolen'));
     const task = await claimOne('db_function');
     // Another worker takes the task after this lease "expires".
-    await db.query(`select * from queues.claim_tasks_at(now() + interval '10 minutes', 'thief', 1, null, 60, 5)`);
+    await db.query(
+      `select * from queues.claim_tasks_at(now() + interval '10 minutes', 'thief-db-function', 1, null, 60, 5)`,
+    );
     await expect(process(processor, task)).rejects.toBeInstanceOf(LeaseLostError);
     expect(await effects(db, 'stolen')).toBe(0);
     expect(await factsOf(db, id)).toEqual({ outcome: null, errors: [], leases: 2 });
@@ -547,7 +549,7 @@ describe('handler processor', () => {
     });
     const task = await claimOne('test_channel');
     await db.query(
-      `select * from queues.claim_tasks_at(now() + interval '10 minutes', 'thief', 1, array['test_channel'], 60, 5)`,
+      `select * from queues.claim_tasks_at(now() + interval '10 minutes', 'thief-channel', 1, array['test_channel'], 60, 5)`,
     );
     await expect(process(processor, task)).rejects.toBeInstanceOf(LeaseLostError);
     expect(await handlerCalls(db)).toEqual([]);
