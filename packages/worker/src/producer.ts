@@ -94,8 +94,8 @@ export class Producer {
       },
       ended: (task) => {
         this.#startSoon();
-        // A worker holds one named suspect at a time (queues.claim_tasks_at): once a task
-        // leased before has ended, the next claim may take another suspect.
+        // A worker holds one named repeat suspect at a time (queues.claim_tasks_at): once
+        // a task leased before has ended, the next claim may take another.
         if (task.leaseCount > 1 && this.#drained) {
           this.#drained = false;
           this.#signal();
