@@ -430,7 +430,7 @@ describe('claim semantics', () => {
     expect(ids(await claimAt(123, 'w-b', 3))).toEqual([first[1], later[5]]);
     expect(ids(await claimAt(123, 'w-b', 3))).toEqual([]);
     // Once w-a's suspect has completed, w-a takes the next one.
-    const { rows } = await db.query('select queues.complete_task($1, $2) as c', [first[0], a1[0]!.task_lease_id]);
+    const { rows } = await db.query('select queues.complete_task($1, $2) as c', [first[0], a1[0].task_lease_id]);
     expect(rows[0].c).toBe(true);
     expect(ids(await claimAt(124, 'w-a', 3))).toEqual([first[2]]);
   });
