@@ -1,9 +1,15 @@
---! Previous: sha1:b49da2648f9ae6e4ab121b6cd7faa0afab8b1fe7
---! Hash: sha1:d856d54537ffc4b379d9fd1cf3661135f77959d1
---! Message: A worker holds one named repeat suspect at a time; first-time suspects are not held back
+--! Previous: sha1:8333625e8129ed816875ab380f147614ea1583e2
+--! Hash: sha1:d73ea2f31fc1904e154d008ca2f7199c7f785105
+--! Message: A worker holds one named repeat suspect at a time
 
---! split: 400-one-repeat-suspect.sql
+--! split: 400-one-repeat-suspect-per-worker.sql
 set local lock_timeout = '5s';
+
+-- The live per-row leases that name their task the suspect (queues.claim_tasks_at: a
+-- worker holds one named repeat suspect at a time). Few rows: only suspects leased on
+-- their rows.
+create index if not exists task_pending_suspect_lease_idx on queues.task_pending (available_at)
+  where suspect_lease and current_lease_id > 0;
 
 --! Included queues/claim.sql
 -- Claiming: queues.claim_tasks (batch), queues.dequeue_next_available_task (the seeds'
