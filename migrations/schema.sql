@@ -10815,9 +10815,13 @@ begin
        select s.task_id, s.task_type, s.current_lease_id, s.resource_key, s.group_key, s.priority, s.scheduled_at,
               s.ended_leases, s.uncounted_count, s.suspect_lease, s.lease_count
          from (select q.*,
-                      count(*) filter (where q.ended_leases > 0 and q.ended_leases - q.uncounted_count < _max_leases
-                                         and not (_holds_repeat and q.ended_leases - q.uncounted_count > 0))
+                      count(*) filter (where q.takeable)
                         over (order by q.priority desc, q.scheduled_at, q.task_id rows unbounded preceding) as suspects
+                 from (select q.*,
+                              -- eligible: a suspect not poisoned; takeable: one this claim may lease
+                              q.ended_leases > 0 and q.ended_leases - q.uncounted_count < _max_leases as eligible,
+                              q.ended_leases > 0 and q.ended_leases - q.uncounted_count < _max_leases
+                                and not (_holds_repeat and q.ended_leases - q.uncounted_count > 0) as takeable
                  from (select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.group_key, p.priority,
                               p.scheduled_at, p.lease_count - p.released_count - p.failed_attempts as ended_leases,
                               p.uncounted_count, p.suspect_lease, p.lease_count
@@ -10838,9 +10842,8 @@ begin
                                  where r.resource_key = p.resource_key and r.expires_at > _now and r.task_id <> p.task_id))
                         order by p.priority desc, p.scheduled_at, p.task_id
                         limit _limit + 1000
-                          for update skip locked) q) s
-        where not (s.ended_leases > 0 and s.ended_leases - s.uncounted_count < _max_leases)
-           or (s.suspects = 1 and not (_holds_repeat and s.ended_leases - s.uncounted_count > 0))
+                          for update skip locked) q) q) s
+        where not s.eligible or (s.takeable and s.suspects = 1)
         limit _limit
      ) r
     union all
@@ -10979,15 +10982,17 @@ begin
         -- fills its _limit with other ready tasks.
         select c.*
           from (select c.*,
-                       count(*) filter (where c.ended_leases > 0 and c.counted < _max_leases
-                                          and not (_holds_repeat and c.counted > 0))
+                       count(*) filter (where c.takeable)
                          over (order by c.priority desc, c.scheduled_at, c.task_id rows unbounded preceding) as suspects
                   from (select c.*,
-                               c.ended_leases - c.uncounted_count
-                                 - (c.current_lease_id is not null and not c.suspect_lease)::integer as counted
-                          from within_limits c) c) c
-         where not (c.ended_leases > 0 and c.counted < _max_leases)
-            or (c.suspects = 1 and not (_holds_repeat and c.counted > 0))
+                               c.ended_leases > 0 and c.counted < _max_leases as eligible,
+                               c.ended_leases > 0 and c.counted < _max_leases
+                                 and not (_holds_repeat and c.counted > 0) as takeable
+                          from (select c.*,
+                                       c.ended_leases - c.uncounted_count
+                                         - (c.current_lease_id is not null and not c.suspect_lease)::integer as counted
+                                  from within_limits c) c) c) c
+         where not c.eligible or (c.takeable and c.suspects = 1)
          order by c.priority desc, c.scheduled_at, c.task_id
          limit _limit
       ) c

@@ -1,9 +1,15 @@
 --! Previous: sha1:b585255773dfcd22a14b74d8e17d608f076380d3
---! Hash: sha1:8333625e8129ed816875ab380f147614ea1583e2
---! Message: A claim passes over the suspects it cannot lease instead of counting them in its limit
+--! Hash: sha1:8900d27c671cc07342ace6637f139897657cfce2
+--! Message: A claim passes over the suspects it cannot lease, and a worker holds one named repeat suspect at a time
 
 --! split: 400-claim-suspects.sql
 set local lock_timeout = '5s';
+
+-- The live per-row leases that name their task the suspect (queues.claim_tasks_at: a
+-- worker holds one named repeat suspect at a time). Few rows: only suspects leased on
+-- their rows.
+create index if not exists task_pending_suspect_lease_idx on queues.task_pending (available_at)
+  where suspect_lease and current_lease_id > 0;
 
 --! Included queues/claim.sql
 -- Claiming: queues.claim_tasks (batch), queues.dequeue_next_available_task (the seeds'
@@ -18,7 +24,12 @@ set local lock_timeout = '5s';
 -- Suspects and poison tasks: a task a lease of which ended without an end (it expired, or
 -- was revoked: its worker died or went silent) is a suspect, whichever of the worker's
 -- tasks killed it. A claim takes at most one suspect and names it in its lease
--- (queues.claim_lease.suspect_task_id, task_pending.suspect_lease). An expiry counts towards
+-- (queues.claim_lease.suspect_task_id, task_pending.suspect_lease); the suspects after it
+-- in claim order are passed over, not counted in the claim's limit, so a claim made just
+-- after a worker died, whose tasks come back ahead of the rest, still fills its limit with
+-- other ready tasks. A worker holds one named repeat suspect (a task one of whose
+-- expiries already counted) at a time, so a task is blamed for another's death at most
+-- once. An expiry counts towards
 -- abandonment only when the task was the named suspect of that lease: the first expiry
 -- of a task never counts (it may have waited in a dead worker's local queue, or run
 -- beside the task that killed it), and from then on the task runs only as a named
@@ -95,6 +106,9 @@ declare
   _expired     boolean;
   -- A claim lease is due: the rescuer runs.
   _due         boolean;
+  -- The worker holds a live lease that names a repeat suspect (one whose death already
+  -- counted): this claim takes no other repeat suspect.
+  _holds_repeat boolean;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -324,6 +338,25 @@ begin
     end if;
   end if;
 
+  -- A worker holds at most one named repeat suspect at a time: a task one of whose
+  -- expiries already counted (a live per-row lease that names its task the suspect,
+  -- queues.task_pending_suspect_lease_idx). A worker that died holding two named suspects
+  -- counts a death for both; if both were repeat suspects, they came back together when
+  -- their leases would have expired, and the same worker's back-to-back claims could take
+  -- them together again, so a task that once waited beside a poison task was blamed with
+  -- it, lease after lease, until abandoned. Now a task is blamed for another's death at
+  -- most once: from then on it is a repeat suspect, and never shares a worker with the
+  -- other. First-time suspects (a dead worker's other tasks) are not held back, so they
+  -- return as fast as claims take them.
+  _holds_repeat := exists (
+    select 1
+      from queues.task_pending p
+     where p.suspect_lease and p.current_lease_id > 0 and p.available_at > _now
+       and p.lease_count - p.released_count - p.failed_attempts - 1 - p.uncounted_count > 0
+       and exists (select 1 from queues.claim_lease l
+                    where l.task_lease_id = p.current_lease_id and l.task_id >= p.task_id
+                      and l.suspect_task_id = p.task_id and l.worker_key = _worker_key));
+
   return query
   with candidate as (
     -- Ready tasks without a lease, per task type, from task_pending_ready_idx in claim
@@ -344,8 +377,13 @@ begin
        select s.task_id, s.task_type, s.current_lease_id, s.resource_key, s.group_key, s.priority, s.scheduled_at,
               s.ended_leases, s.uncounted_count, s.suspect_lease, s.lease_count
          from (select q.*,
-                      count(*) filter (where q.ended_leases > 0 and q.ended_leases - q.uncounted_count < _max_leases)
+                      count(*) filter (where q.takeable)
                         over (order by q.priority desc, q.scheduled_at, q.task_id rows unbounded preceding) as suspects
+                 from (select q.*,
+                              -- eligible: a suspect not poisoned; takeable: one this claim may lease
+                              q.ended_leases > 0 and q.ended_leases - q.uncounted_count < _max_leases as eligible,
+                              q.ended_leases > 0 and q.ended_leases - q.uncounted_count < _max_leases
+                                and not (_holds_repeat and q.ended_leases - q.uncounted_count > 0) as takeable
                  from (select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.group_key, p.priority,
                               p.scheduled_at, p.lease_count - p.released_count - p.failed_attempts as ended_leases,
                               p.uncounted_count, p.suspect_lease, p.lease_count
@@ -366,8 +404,8 @@ begin
                                  where r.resource_key = p.resource_key and r.expires_at > _now and r.task_id <> p.task_id))
                         order by p.priority desc, p.scheduled_at, p.task_id
                         limit _limit + 1000
-                          for update skip locked) q) s
-        where not (s.ended_leases > 0 and s.ended_leases - s.uncounted_count < _max_leases) or s.suspects = 1
+                          for update skip locked) q) q) s
+        where not s.eligible or (s.takeable and s.suspects = 1)
         limit _limit
      ) r
     union all
@@ -453,6 +491,8 @@ begin
        and c.ended_leases > 0
        and c.ended_leases - c.uncounted_count
              - (c.current_lease_id is not null and not c.suspect_lease)::integer < _max_leases
+       and not (_holds_repeat and c.ended_leases - c.uncounted_count
+                                    - (c.current_lease_id is not null and not c.suspect_lease)::integer > 0)
      order by c.priority desc, c.scheduled_at, c.task_id
      limit 1
   ),
@@ -498,18 +538,23 @@ begin
            c.counted as counted_leases,
            c.lease_count > 0 as leased_before
       from (
-        -- Of the suspects not poisoned, only the first one in claim order (the one this
-        -- claim may lease, see allowed below) is counted in _limit; the others wait for
-        -- later claims, and the claim fills its _limit with other ready tasks.
+        -- Of the suspects not poisoned, only the first one in claim order that this
+        -- claim may lease (see allowed below; not a repeat suspect while the worker holds
+        -- one) is counted in _limit; the others wait for later claims, and the claim
+        -- fills its _limit with other ready tasks.
         select c.*
           from (select c.*,
-                       count(*) filter (where c.ended_leases > 0 and c.counted < _max_leases)
+                       count(*) filter (where c.takeable)
                          over (order by c.priority desc, c.scheduled_at, c.task_id rows unbounded preceding) as suspects
                   from (select c.*,
-                               c.ended_leases - c.uncounted_count
-                                 - (c.current_lease_id is not null and not c.suspect_lease)::integer as counted
-                          from within_limits c) c) c
-         where not (c.ended_leases > 0 and c.counted < _max_leases) or c.suspects = 1
+                               c.ended_leases > 0 and c.counted < _max_leases as eligible,
+                               c.ended_leases > 0 and c.counted < _max_leases
+                                 and not (_holds_repeat and c.counted > 0) as takeable
+                          from (select c.*,
+                                       c.ended_leases - c.uncounted_count
+                                         - (c.current_lease_id is not null and not c.suspect_lease)::integer as counted
+                                  from within_limits c) c) c) c
+         where not c.eligible or (c.takeable and c.suspects = 1)
          order by c.priority desc, c.scheduled_at, c.task_id
          limit _limit
       ) c
