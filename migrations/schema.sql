@@ -2669,6 +2669,7 @@ CREATE INDEX task_pending_keyed_idx ON queues.task_pending USING btree (task_id)
 CREATE INDEX task_pending_lease_expiry_idx ON queues.task_pending USING btree (available_at) WHERE (current_lease_id > 0);
 CREATE UNIQUE INDEX task_pending_pkey ON queues.task_pending USING btree (task_id);
 CREATE INDEX task_pending_ready_idx ON queues.task_pending USING btree (task_type, priority DESC, scheduled_at, task_id) WHERE (current_lease_id IS NULL);
+CREATE INDEX task_pending_repeat_suspect_idx ON queues.task_pending USING btree (available_at) WHERE ((current_lease_id IS NULL) AND ((((lease_count - released_count) - failed_attempts) - uncounted_count) > 0));
 CREATE INDEX task_pending_suspect_lease_idx ON queues.task_pending USING btree (available_at) WHERE (suspect_lease AND (current_lease_id > 0));
 CREATE INDEX task_pending_waiting_idx ON queues.task_pending USING btree (task_id) WHERE (available_at = 'infinity'::timestamp with time zone);
 
@@ -10501,7 +10502,7 @@ $function$;
   -- queues.check_task_limit_key(_task_type text, _scope text, _group_key text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.claim_tasks(_worker_id text, _limit integer DEFAULT NULL::integer, _task_types text[] DEFAULT NULL::text[], _lease_seconds integer DEFAULT NULL::integer, _max_leases integer DEFAULT NULL::integer)
+CREATE OR REPLACE FUNCTION queues.claim_tasks(_worker_id text, _limit integer DEFAULT NULL::integer, _task_types text[] DEFAULT NULL::text[], _lease_seconds integer DEFAULT NULL::integer, _max_leases integer DEFAULT NULL::integer, _suspects text DEFAULT NULL::text)
  RETURNS TABLE(task_id bigint, task_type text, payload jsonb, priority integer, resource_key text, max_attempts integer, enqueued_at timestamp with time zone, scheduled_at timestamp with time zone, task_lease_id bigint, leased_at timestamp with time zone, expires_at timestamp with time zone, lease_count integer, timeout_ms integer)
  LANGUAGE sql
  SECURITY DEFINER ROWS 10
@@ -10510,13 +10511,14 @@ AS $function$
   -- Paused task types are left out (queues.claimable_task_types).
   select * from queues.claim_tasks_at(now(), _worker_id, coalesce(_limit, 1),
                                       queues.claimable_task_types(_task_types),
-                                      coalesce(_lease_seconds, 300), coalesce(_max_leases, 5))
+                                      coalesce(_lease_seconds, 300), coalesce(_max_leases, 5),
+                                      coalesce(_suspects, 'any'))
 $function$;
-  -- queues.claim_tasks(_worker_id text, _limit integer, _task_types text[], _lease_seconds integer, _max_leases integer): owner :DATABASE_OWNER
+  -- queues.claim_tasks(_worker_id text, _limit integer, _task_types text[], _lease_seconds integer, _max_leases integer, _suspects text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.claim_tasks_at(_now timestamp with time zone, _worker_id text, _limit integer, _task_types text[], _lease_seconds integer, _max_leases integer)
+CREATE OR REPLACE FUNCTION queues.claim_tasks_at(_now timestamp with time zone, _worker_id text, _limit integer, _task_types text[], _lease_seconds integer, _max_leases integer, _suspects text DEFAULT 'any'::text)
  RETURNS TABLE(task_id bigint, task_type text, payload jsonb, priority integer, resource_key text, max_attempts integer, enqueued_at timestamp with time zone, scheduled_at timestamp with time zone, task_lease_id bigint, leased_at timestamp with time zone, expires_at timestamp with time zone, lease_count integer, timeout_ms integer)
  LANGUAGE plpgsql
  SECURITY DEFINER ROWS 10
@@ -10569,6 +10571,23 @@ begin
   if _task_types is not null and cardinality(_task_types) = 0 then
     raise exception 'task_types must be null (any type) or name at least one type'
       using errcode = '22023';
+  end if;
+  if _suspects is null or _suspects not in ('any', 'no_repeat', 'repeat') then
+    raise exception 'suspects must be any, no_repeat or repeat, got %', coalesce(_suspects, 'null')
+      using errcode = '22023';
+  end if;
+  -- The quarantine's claim: nothing to do while no repeat suspect is ready (one probe of
+  -- its index) and no lease expired (one probe of the expired leases' index).
+  if _suspects = 'repeat'
+     and (select true from queues.task_pending p
+           where p.current_lease_id is null
+             and p.lease_count - p.released_count - p.failed_attempts - p.uncounted_count > 0
+             and p.available_at <= _now
+           order by p.available_at limit 1) is null
+     and (select true from queues.task_pending p
+           where p.current_lease_id > 0 and p.available_at <= _now
+           order by p.available_at limit 1) is null then
+    return;
   end if;
   -- One statement reads what the claim needs before it scans: whether a claim lease is
   -- due, the worker's key, the throttles and the flow limits in force (with none
@@ -10704,7 +10723,7 @@ begin
   -- below claims as always (the rows the pick locked are this transaction's, so it finds
   -- them). The same ready tasks, in the same order, as that statement's candidates. With
   -- no ready task and no expired lease, the claim ends there, with nothing.
-  if cardinality(_limited) = 0 and cardinality(_throttled_groups) = 0 then
+  if cardinality(_limited) = 0 and cardinality(_throttled_groups) = 0 and _suspects <> 'repeat' then
     -- The candidates, locked, in claim order (ids ascending here), and whether they are
     -- all plain.
     select array_agg(pk.task_id order by pk.task_id),
@@ -10785,8 +10804,9 @@ begin
   -- it, lease after lease, until abandoned. Now a task is blamed for another's death at
   -- most once: from then on it is a repeat suspect, and never shares a worker with the
   -- other. First-time suspects (a dead worker's other tasks) are not held back, so they
-  -- return as fast as claims take them.
-  _holds_repeat := exists (
+  -- return as fast as claims take them. A working process beside a quarantine
+  -- ('no_repeat') takes none.
+  _holds_repeat := _suspects = 'no_repeat' or exists (
     select 1
       from queues.task_pending p
      where p.suspect_lease and p.current_lease_id > 0 and p.available_at > _now
@@ -10826,7 +10846,8 @@ begin
                               p.scheduled_at, p.lease_count - p.released_count - p.failed_attempts as ended_leases,
                               p.uncounted_count, p.suspect_lease, p.lease_count
                          from queues.task_pending p
-                        where p.task_type = ty.task_type
+                        where _suspects <> 'repeat'
+                          and p.task_type = ty.task_type
                           and p.current_lease_id is null
                           and p.scheduled_at <= _now
                           and p.available_at <= _now
@@ -10859,6 +10880,10 @@ begin
          where p.current_lease_id > 0
            and p.available_at <= _now
            and (_types is null or p.task_type = any (_types))
+           -- The quarantine takes a repeat suspect (this expiry counts if the lease named it).
+           and (_suspects <> 'repeat'
+                or p.lease_count - p.released_count - p.failed_attempts - p.uncounted_count
+                   - (not p.suspect_lease)::integer > 0)
            -- Flow limits: group keys without room wait (_full, empty without limits).
            and (cardinality(_full) = 0 or p.group_key is null
                 or not (p.task_type || chr(31) || p.group_key = any (_full)))
@@ -10872,6 +10897,32 @@ begin
          limit _limit
            for update skip locked
       ) x
+    union all
+    -- The quarantine's ('repeat') lease-free repeat suspects, from
+    -- task_pending_repeat_suspect_idx (the first branch reads none for it).
+    select y.*
+      from (
+        select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.group_key, p.priority, p.scheduled_at,
+               p.lease_count - p.released_count - p.failed_attempts as ended_leases,
+               p.uncounted_count, p.suspect_lease, p.lease_count
+          from queues.task_pending p
+         where _suspects = 'repeat'
+           and p.current_lease_id is null
+           and p.lease_count - p.released_count - p.failed_attempts - p.uncounted_count > 0
+           and p.available_at <= _now
+           and p.scheduled_at <= _now
+           and (_types is null or p.task_type = any (_types))
+           and (cardinality(_full) = 0 or p.group_key is null
+                or not (p.task_type || chr(31) || p.group_key = any (_full)))
+           and (cardinality(_throttled_groups) = 0 or p.group_key is null
+                or not (p.group_key = any (_throttled_groups)))
+           and (p.resource_key is null or not exists (
+                 select 1 from queues.resource_lease r
+                  where r.resource_key = p.resource_key and r.expires_at > _now and r.task_id <> p.task_id))
+         order by p.available_at
+         limit _limit
+           for update skip locked
+      ) y
   ),
   -- Flow limits (sql/queues/limits.sql). Every step reads only limited types' rows: with
   -- _limited empty (no limit on the types asked for) each reads nothing.
@@ -11143,7 +11194,7 @@ begin
    order by t.priority desc, t.scheduled_at, t.task_id;
 end;
 $function$;
-  -- queues.claim_tasks_at(_now timestamp with time zone, _worker_id text, _limit integer, _task_types text[], _lease_seconds integer, _max_leases integer): owner :DATABASE_OWNER
+  -- queues.claim_tasks_at(_now timestamp with time zone, _worker_id text, _limit integer, _task_types text[], _lease_seconds integer, _max_leases integer, _suspects text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.claimable_task_types(_task_types text[])

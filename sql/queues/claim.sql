@@ -26,6 +26,16 @@
 -- accounting depends on the worker reporting a start: the lease naming its suspect
 -- commits before the task runs.
 --
+-- Quarantine (_suspects): a claim with 'any' (the default) takes every kind of suspect as
+-- above. A process pool with a quarantine process (packages/worker/src/process-pool.ts)
+-- claims with 'no_repeat' in its working processes, which then never take a repeat
+-- suspect, and with 'repeat' in its quarantine process, which takes only repeat suspects
+-- (and abandons poisoned ones), one at a time (concurrency 1): a poison task kills the
+-- working processes at most twice (unnamed, then as a first-time suspect) and then only
+-- the quarantine process. Repeat suspects are few (one per death at most: the lease's
+-- named suspect), so the quarantine's claim reads them from an index of their own
+-- (task_pending_repeat_suspect_idx) and its idle claim reads nothing else.
+--
 -- Flow limits (sql/queues/limits.sql): concurrency and rate limits per task type and
 -- group key. A claim reads the limits in force once (a tiny table). When none applies to
 -- the types it asks for, nothing else is read or written for them. Otherwise, for each
@@ -46,7 +56,9 @@ create or replace function queues.claim_tasks_at(
   _limit         integer,
   _task_types    text[],
   _lease_seconds integer,
-  _max_leases    integer
+  _max_leases    integer,
+  -- 'any', 'no_repeat' or 'repeat' (see Quarantine above).
+  _suspects      text default 'any'
 ) returns table (
   task_id       bigint,
   task_type     text,
@@ -117,6 +129,23 @@ begin
   if _task_types is not null and cardinality(_task_types) = 0 then
     raise exception 'task_types must be null (any type) or name at least one type'
       using errcode = '22023';
+  end if;
+  if _suspects is null or _suspects not in ('any', 'no_repeat', 'repeat') then
+    raise exception 'suspects must be any, no_repeat or repeat, got %', coalesce(_suspects, 'null')
+      using errcode = '22023';
+  end if;
+  -- The quarantine's claim: nothing to do while no repeat suspect is ready (one probe of
+  -- its index) and no lease expired (one probe of the expired leases' index).
+  if _suspects = 'repeat'
+     and (select true from queues.task_pending p
+           where p.current_lease_id is null
+             and p.lease_count - p.released_count - p.failed_attempts - p.uncounted_count > 0
+             and p.available_at <= _now
+           order by p.available_at limit 1) is null
+     and (select true from queues.task_pending p
+           where p.current_lease_id > 0 and p.available_at <= _now
+           order by p.available_at limit 1) is null then
+    return;
   end if;
   -- One statement reads what the claim needs before it scans: whether a claim lease is
   -- due, the worker's key, the throttles and the flow limits in force (with none
@@ -252,7 +281,7 @@ begin
   -- below claims as always (the rows the pick locked are this transaction's, so it finds
   -- them). The same ready tasks, in the same order, as that statement's candidates. With
   -- no ready task and no expired lease, the claim ends there, with nothing.
-  if cardinality(_limited) = 0 and cardinality(_throttled_groups) = 0 then
+  if cardinality(_limited) = 0 and cardinality(_throttled_groups) = 0 and _suspects <> 'repeat' then
     -- The candidates, locked, in claim order (ids ascending here), and whether they are
     -- all plain.
     select array_agg(pk.task_id order by pk.task_id),
@@ -333,8 +362,9 @@ begin
   -- it, lease after lease, until abandoned. Now a task is blamed for another's death at
   -- most once: from then on it is a repeat suspect, and never shares a worker with the
   -- other. First-time suspects (a dead worker's other tasks) are not held back, so they
-  -- return as fast as claims take them.
-  _holds_repeat := exists (
+  -- return as fast as claims take them. A working process beside a quarantine
+  -- ('no_repeat') takes none.
+  _holds_repeat := _suspects = 'no_repeat' or exists (
     select 1
       from queues.task_pending p
      where p.suspect_lease and p.current_lease_id > 0 and p.available_at > _now
@@ -374,7 +404,8 @@ begin
                               p.scheduled_at, p.lease_count - p.released_count - p.failed_attempts as ended_leases,
                               p.uncounted_count, p.suspect_lease, p.lease_count
                          from queues.task_pending p
-                        where p.task_type = ty.task_type
+                        where _suspects <> 'repeat'
+                          and p.task_type = ty.task_type
                           and p.current_lease_id is null
                           and p.scheduled_at <= _now
                           and p.available_at <= _now
@@ -407,6 +438,10 @@ begin
          where p.current_lease_id > 0
            and p.available_at <= _now
            and (_types is null or p.task_type = any (_types))
+           -- The quarantine takes a repeat suspect (this expiry counts if the lease named it).
+           and (_suspects <> 'repeat'
+                or p.lease_count - p.released_count - p.failed_attempts - p.uncounted_count
+                   - (not p.suspect_lease)::integer > 0)
            -- Flow limits: group keys without room wait (_full, empty without limits).
            and (cardinality(_full) = 0 or p.group_key is null
                 or not (p.task_type || chr(31) || p.group_key = any (_full)))
@@ -420,6 +455,32 @@ begin
          limit _limit
            for update skip locked
       ) x
+    union all
+    -- The quarantine's ('repeat') lease-free repeat suspects, from
+    -- task_pending_repeat_suspect_idx (the first branch reads none for it).
+    select y.*
+      from (
+        select p.task_id, p.task_type, p.current_lease_id, p.resource_key, p.group_key, p.priority, p.scheduled_at,
+               p.lease_count - p.released_count - p.failed_attempts as ended_leases,
+               p.uncounted_count, p.suspect_lease, p.lease_count
+          from queues.task_pending p
+         where _suspects = 'repeat'
+           and p.current_lease_id is null
+           and p.lease_count - p.released_count - p.failed_attempts - p.uncounted_count > 0
+           and p.available_at <= _now
+           and p.scheduled_at <= _now
+           and (_types is null or p.task_type = any (_types))
+           and (cardinality(_full) = 0 or p.group_key is null
+                or not (p.task_type || chr(31) || p.group_key = any (_full)))
+           and (cardinality(_throttled_groups) = 0 or p.group_key is null
+                or not (p.group_key = any (_throttled_groups)))
+           and (p.resource_key is null or not exists (
+                 select 1 from queues.resource_lease r
+                  where r.resource_key = p.resource_key and r.expires_at > _now and r.task_id <> p.task_id))
+         order by p.available_at
+         limit _limit
+           for update skip locked
+      ) y
   ),
   -- Flow limits (sql/queues/limits.sql). Every step reads only limited types' rows: with
   -- _limited empty (no limit on the types asked for) each reads nothing.
@@ -697,12 +758,14 @@ $$;
 -- reached, no live lease. Order: priority desc, scheduled_at, task_id. Tasks that had
 -- _max_leases (default 5) leases expire are abandoned instead (see above). timeout_ms:
 -- the task's own run timeout (queues.enqueue's _timeout_ms), NULL when it has none.
+-- _suspects (default 'any'): which suspects the claim takes, see Quarantine above.
 create or replace function queues.claim_tasks(
   _worker_id     text,
   _limit         integer default null,
   _task_types    text[] default null,
   _lease_seconds integer default null,
-  _max_leases    integer default null
+  _max_leases    integer default null,
+  _suspects      text default null
 ) returns table (
   task_id       bigint,
   task_type     text,
@@ -726,7 +789,8 @@ as $$
   -- Paused task types are left out (queues.claimable_task_types).
   select * from queues.claim_tasks_at(now(), _worker_id, coalesce(_limit, 1),
                                       queues.claimable_task_types(_task_types),
-                                      coalesce(_lease_seconds, 300), coalesce(_max_leases, 5))
+                                      coalesce(_lease_seconds, 300), coalesce(_max_leases, 5),
+                                      coalesce(_suspects, 'any'))
 $$;
 
 -- When a worker whose claim came back short should look again: the milliseconds until

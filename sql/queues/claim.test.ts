@@ -60,11 +60,13 @@ async function claimAt(
   worker = 'w-clock',
   limit = 10,
   types: string[] | null = null,
+  suspects = 'any',
+  maxLeases = 5,
 ): Promise<Claimed[]> {
   const { rows } = await db.query<Claimed>(
     `select task_id, task_lease_id, lease_count, task_type
-       from queues.claim_tasks_at(now() + make_interval(secs => $1), $2, $3, $4, 60, 5)`,
-    [seconds, worker, limit, types],
+       from queues.claim_tasks_at(now() + make_interval(secs => $1), $2, $3, $4, 60, $6, $5)`,
+    [seconds, worker, limit, types, suspects, maxLeases],
   );
   return rows;
 }
@@ -433,6 +435,86 @@ describe('claim semantics', () => {
     const { rows } = await db.query('select queues.complete_task($1, $2) as c', [first[0], a1[0].task_lease_id]);
     expect(rows[0].c).toBe(true);
     expect(ids(await claimAt(124, 'w-a', 3))).toEqual([first[2]]);
+  });
+
+  it("a pool's quarantine: working processes ('no_repeat') never take a repeat suspect; the quarantine ('repeat') takes only those, one at a time, and abandons a poisoned one", async () => {
+    await resetQueue();
+    const first = await enqueueNoops(2);
+    await claim('w-dead', 2);
+    const later = await enqueueNoops(3);
+    const ids = (rows: Claimed[]) => rows.map((r) => r.task_id);
+    // At 61 s both are first-time suspects: working processes take them, one per claim.
+    expect(ids(await claimAt(61, 'w-0', 1, null, 'no_repeat'))).toEqual([first[0]]);
+    expect(ids(await claimAt(61, 'w-1', 1, null, 'no_repeat'))).toEqual([first[1]]);
+    // No repeat suspect yet: the quarantine takes nothing, not even the ready tasks.
+    expect(ids(await claimAt(62, 'q-0', 1, null, 'repeat'))).toEqual([]);
+    // w-0 and w-1 died: at 122 s both are repeat suspects. A working process passes over
+    // them and takes the ready tasks.
+    const work = await claimAt(122, 'w-2', 10, null, 'no_repeat');
+    expect(ids(work)).toEqual(later);
+    for (const r of work)
+      expect((await db.query('select queues.complete_task($1, $2) as c', [r.task_id, r.task_lease_id])).rows[0].c).toBe(
+        true,
+      );
+    expect(ids(await claimAt(122, 'w-2', 10, null, 'no_repeat'))).toEqual([]);
+    // The quarantine takes one (an expired lease), and no second while it holds it.
+    const q0 = await claimAt(122, 'q-0', 1, null, 'repeat');
+    expect(ids(q0)).toEqual([first[0]]);
+    expect(ids(await claimAt(122, 'q-0', 1, null, 'repeat'))).toEqual([]);
+    expect(ids(await claimAt(122, 'q-1', 1, null, 'repeat'))).toEqual([first[1]]);
+    // q-0 died, its supervisor revoked its lease: the task is a lease-free repeat suspect
+    // from when the lease would have expired (182 s), for the quarantine only.
+    await db.query(`select * from queues.revoke_worker_leases('q-0')`);
+    expect(ids(await claimAt(181, 'q-2', 1, null, 'repeat'))).toEqual([]);
+    expect(ids(await claimAt(183, 'w-3', 10, null, 'no_repeat'))).toEqual([]);
+    const q2 = await claimAt(183, 'q-2', 1, null, 'repeat');
+    expect(q2.map((r) => [r.task_id, r.lease_count])).toEqual([[first[0], 4]]);
+    // At 244 s the other (two counted expiries: w-1's and q-1's) comes first in the
+    // expired leases' order; then the first one's counted expiries (w-0's, q-0's, q-2's)
+    // reach max_leases 3: the quarantine's next claim abandons it instead of leasing it,
+    // though the quarantine holds a repeat suspect.
+    expect(ids(await claimAt(244, 'q-3', 1, null, 'repeat', 3))).toEqual([first[1]]);
+    expect(ids(await claimAt(244, 'q-3', 1, null, 'repeat', 3))).toEqual([]);
+    const { rows: ends } = await db.query(
+      `select c.outcome, e.error_message from queues.task_end c
+         left join queues.error e using (task_id) where c.task_id = $1`,
+      [first[0]],
+    );
+    expect(ends).toEqual([
+      { outcome: 'abandoned', error_message: expect.stringMatching(/^abandoned: 3 leases expired/) },
+    ]);
+    // A claim's suspects argument is checked.
+    await expect(claimAt(245, 'q-3', 1, null, 'repeats')).rejects.toMatchObject({
+      code: '22023',
+      message: 'suspects must be any, no_repeat or repeat, got repeats',
+    });
+  });
+
+  it("the quarantine's idle claim reads no ready task, however many are ready", async () => {
+    await resetQueue();
+    await enqueueNoops(2000);
+    await db.query('analyze queues.task_pending');
+    const root = await db.client('root');
+    try {
+      const plans = await explainNested(
+        root,
+        `select * from queues.claim_tasks_at(now(), 'q-idle', 1, null, 60, 5, 'repeat')`,
+      );
+      const read = plans
+        .flatMap((p) => planNodes(p.plan))
+        .filter((n) => n['Relation Name'] === 'task_pending')
+        .reduce(
+          (sum, n) =>
+            sum +
+            (Number(n['Actual Rows'] ?? 0) + Number(n['Rows Removed by Filter'] ?? 0)) * Number(n['Actual Loops'] ?? 1),
+          0,
+        );
+      expect(read).toBe(0);
+      // And a claim that takes any suspect still takes them.
+      expect((await claimAt(0, 'w-any', 5)).length).toBe(5);
+    } finally {
+      await root.end();
+    }
   });
 
   it('claims only the task types asked for', async () => {

@@ -13,7 +13,7 @@ revoke execute on all functions in schema queues from public;
 grant usage on schema queues to :DATABASE_WORKER, :DATABASE_APP;
 
 grant execute on function
-  queues.claim_tasks(text, integer, text[], integer, integer),
+  queues.claim_tasks(text, integer, text[], integer, integer, text),
   queues.next_claim_in_ms(text[], integer),
   queues.extend_leases(bigint[], bigint[], integer),
   queues.release_leases(bigint[], bigint[]),

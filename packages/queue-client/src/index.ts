@@ -31,6 +31,7 @@ export {
   type BeforeProviderCallAnswer,
   type BeforeProviderCallRequest,
   type ClaimOptions,
+  type ClaimSuspects,
   type ClaimedTask,
   type Completion,
   type CompletionOutcome,

@@ -193,7 +193,15 @@ export interface ClaimOptions {
   leaseSeconds?: number;
   /** A task whose leases expired this many times is abandoned instead (1..100, default 5). */
   maxLeases?: number;
+  /**
+   * Which suspects (tasks whose lease ended without an end) the claim may take:
+   * 'any' (default); 'no_repeat', none whose death already counted (a process pool's
+   * working process, beside its quarantine); 'repeat', only those (the quarantine).
+   */
+  suspects?: ClaimSuspects;
 }
+
+export type ClaimSuspects = 'any' | 'no_repeat' | 'repeat';
 
 /**
  * How a task ended. validation_failed: its function or before handler returned a
@@ -388,6 +396,7 @@ export async function claimTasks(db: Queryable, options: ClaimOptions): Promise<
         taskTypes: options.taskTypes,
         leaseSeconds: options.leaseSeconds,
         maxLeases: options.maxLeases,
+        suspects: options.suspects,
       },
       prepared('queue_client_task_claim', db),
     ),

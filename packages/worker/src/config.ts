@@ -6,6 +6,7 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
+import type { ClaimSuspects } from '@org/queue-client';
 import {
   commaList,
   ConfigError,
@@ -49,6 +50,16 @@ export interface WorkerConfig {
   processes?: number;
   /** With `processes`: started processes kept waiting to replace a dead one at once (default 1). */
   spares?: number;
+  /**
+   * With `processes`: 1 (default) runs a quarantine process beside them, which alone runs
+   * repeat suspects (tasks one of whose deaths already counted), one at a time; 0 runs none.
+   */
+  quarantine?: number;
+  /**
+   * Which suspects this worker's claims take (queues.claim_tasks): set by the process pool
+   * for its members ('no_repeat' working beside a quarantine, 'repeat' the quarantine); 'any' otherwise.
+   */
+  suspects?: ClaimSuspects;
   /** The app's task folder (defineTask files; @org/tasks/load); unset: ./tasks when it exists. */
   tasksDir?: string;
 }
@@ -163,6 +174,13 @@ export const WORKER_CONFIG = defineConfig({
       help: 'with PROCESSES: processes started ahead, waiting to take over from a dead one at once',
       schema: wholeNumber(0, 8),
     },
+    quarantine: {
+      env: 'QUARANTINE',
+      flag: 'quarantine',
+      defaultText: '1',
+      help: 'with PROCESSES: 1 runs one more process that alone runs the tasks already suspected of killing a worker process, one at a time; 0 runs none',
+      schema: wholeNumber(0, 1),
+    },
     tasksDir: {
       env: 'TASKS_DIR',
       flag: 'tasks-dir',
@@ -172,7 +190,7 @@ export const WORKER_CONFIG = defineConfig({
     },
   },
   refine(config, report) {
-    const { heartbeatIntervalMs, leaseSeconds, spares, processes, metricsPort } = config;
+    const { heartbeatIntervalMs, leaseSeconds, spares, quarantine, processes, metricsPort } = config;
     if (
       heartbeatIntervalMs !== undefined &&
       leaseSeconds !== undefined &&
@@ -186,8 +204,13 @@ export const WORKER_CONFIG = defineConfig({
     if (spares !== undefined && processes === undefined) {
       report('spares', 'only means something with PROCESSES; set PROCESSES too, or drop SPARES');
     }
-    if (metricsPort !== undefined && processes !== undefined && metricsPort + processes - 1 > 65535) {
-      report('metricsPort', `process i serves METRICS_PORT + i, and ${metricsPort} + ${processes - 1} is above 65535`);
+    if (quarantine !== undefined && processes === undefined) {
+      report('quarantine', 'only means something with PROCESSES; set PROCESSES too, or drop QUARANTINE');
+    }
+    // The quarantine process serves METRICS_PORT + PROCESSES.
+    const last = processes === undefined ? 0 : processes - 1 + (quarantine ?? 1);
+    if (metricsPort !== undefined && metricsPort + last > 65535) {
+      report('metricsPort', `process i serves METRICS_PORT + i, and ${metricsPort} + ${last} is above 65535`);
     }
   },
 });

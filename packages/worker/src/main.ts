@@ -152,7 +152,11 @@ async function runPoolMember(config: WorkerConfig, logger: Logger, options: Work
   process.send!({ type: 'ready' } satisfies ChildMessage);
   const first = await Promise.race([activated, stop]);
   if (typeof first === 'string') return 0; // stopped while waiting: nothing claimed
-  const mine = { ...config, workerId: first.workerId };
+  // The quarantine runs one task at a time, none waiting (a poison task kills nothing else).
+  const mine: WorkerConfig =
+    first.role === 'quarantine'
+      ? { ...config, workerId: first.workerId, concurrency: 1, prefetch: 0, suspects: first.suspects }
+      : { ...config, workerId: first.workerId, suspects: first.suspects };
   const metricsPort = config.metricsPort === undefined ? undefined : config.metricsPort + first.slot;
   const finish = await work(mine, logger, registry, metricsPort, stop);
   process.send!({ type: 'started' } satisfies ChildMessage);
@@ -167,6 +171,7 @@ async function runPool(config: WorkerConfig, logger: Logger, argv: string[], env
     env: { ...env, [POOL_MEMBER_ENV]: '1' },
     processes: config.processes!,
     spares: config.spares ?? 1,
+    quarantine: (config.quarantine ?? 1) === 1,
     workerIdPrefix: config.workerId,
     logger,
     // A dead process's leases (its running tasks and its local queue) are revoked at once.

@@ -6,16 +6,24 @@
  * start-up (module loading and JIT warm-up, ~0.3 s of CPU). A new spare then starts in
  * the background.
  *
+ * Quarantine (QUARANTINE=1, the default): one more process, in slot N, claims only repeat
+ * suspects (tasks already blamed for one death: queues.claim_tasks_at, suspects
+ * 'repeat'), one at a time, and the N working processes claim none ('no_repeat'). A
+ * poison task then kills a working process at most twice (while it is not yet known,
+ * then once more as a first-time suspect) and from then on only the quarantine process,
+ * until it is abandoned; a dead quarantine process is replaced as any other.
+ *
  *   child -> pool         { type: 'ready' }     configuration read, processors loaded
  *                         { type: 'started' }   the worker is claiming
- *   pool -> child         { type: 'activate', workerId, slot }
+ *   pool -> child         { type: 'activate', workerId, slot, role, suspects }
  *
  * Children run the same script with QUEUE_WORKER_POOL_MEMBER=1 (see main.ts). Each working
- * process holds a slot (0..N-1); its worker id is `<WORKER_ID>-<n>`, n counting the
- * processes started, and it serves metrics on METRICS_PORT + slot.
+ * process holds a slot (0..N-1, and N for the quarantine); its worker id is
+ * `<WORKER_ID>-<n>`, n counting the processes started, and it serves metrics on
+ * METRICS_PORT + slot.
  *
  * Restarts: a process that worked for a second or more is replaced at once, and so are
- * up to N + SPARES consecutive processes that die within a second of starting work (a
+ * up to N + SPARES (+ 1 with the quarantine) consecutive processes that die within a second of starting work (a
  * poison task claimed by each process at once, as a backlog that holds one starts, kills
  * them all). Beyond those, and from the first process that dies before it is ready, they
  * are replaced after 0.25 s, 0.5 s, ... up to 10 s; five in a row that die before ready
@@ -27,11 +35,20 @@
  * period), then resolves with 0 when every working child exited 0, else 1.
  */
 import { fork, type ChildProcess } from 'node:child_process';
+import type { ClaimSuspects } from '@org/queue-client';
 import type { Logger } from './logger.js';
 
 export const POOL_MEMBER_ENV = 'QUEUE_WORKER_POOL_MEMBER';
 
-export type PoolMessage = { type: 'activate'; workerId: string; slot: number };
+/** What an activated child does: work (its claims take no repeat suspect beside a quarantine), or quarantine. */
+export type PoolRole = 'work' | 'quarantine';
+export type PoolMessage = {
+  type: 'activate';
+  workerId: string;
+  slot: number;
+  role: PoolRole;
+  suspects: ClaimSuspects;
+};
 export type ChildMessage = { type: 'ready' } | { type: 'started' };
 
 export interface ProcessPoolOptions {
@@ -41,6 +58,8 @@ export interface ProcessPoolOptions {
   env: NodeJS.ProcessEnv;
   processes: number;
   spares: number;
+  /** Run a quarantine process (slot `processes`) beside the working ones. */
+  quarantine: boolean;
   /** Worker ids are `<workerIdPrefix>-<n>`. */
   workerIdPrefix: string;
   logger: Logger;
@@ -55,6 +74,7 @@ interface Child {
   readyAt?: number;
   state: 'starting' | 'ready' | 'active' | 'exited';
   slot?: number;
+  role?: PoolRole;
   workerId?: string;
   activatedAt?: number;
 }
@@ -79,15 +99,15 @@ export class ProcessPool {
   constructor(options: ProcessPoolOptions) {
     this.#options = options;
     this.#log = options.logger.child({ component: 'process_pool' });
-    this.#slots = new Array<Child | undefined>(options.processes).fill(undefined);
+    this.#slots = new Array<Child | undefined>(options.processes + (options.quarantine ? 1 : 0)).fill(undefined);
   }
 
   /** Starts the children; resolves with the exit code once stopped and every child has exited. */
   run(): Promise<number> {
-    const { processes, spares } = this.#options;
+    const { processes, spares, quarantine } = this.#options;
     this.#log.info(
-      { event: 'pool_started', processes, spares },
-      `process pool of ${processes} worker process(es) and ${spares} spare(s)`,
+      { event: 'pool_started', processes, spares, quarantine },
+      `process pool of ${processes} worker process(es), ${spares} spare(s)${quarantine ? ' and a quarantine process' : ''}`,
     );
     this.#fill(0);
     return this.#done;
@@ -114,9 +134,9 @@ export class ProcessPool {
     return this.#children.size + this.#timers.size;
   }
 
-  /** Forks children until working + waiting + scheduled = processes + spares. */
+  /** Forks children until working + waiting + scheduled = slots + spares. */
   #fill(delayMs: number): void {
-    const missing = this.#options.processes + this.#options.spares - this.#pending();
+    const missing = this.#slots.length + this.#options.spares - this.#pending();
     for (let i = 0; i < missing; i++) {
       if (delayMs === 0) {
         this.#fork();
@@ -164,15 +184,17 @@ export class ProcessPool {
           event: 'child_started',
           pid: child.process.pid,
           slot: child.slot,
+          role: child.role,
           worker_id: child.workerId,
           waited_ms: child.activatedAt! - child.readyAt!,
+          start_ms: Date.now() - child.activatedAt!,
         },
-        `worker process ${child.workerId} working in slot ${child.slot}`,
+        `worker process ${child.workerId} ${child.role === 'quarantine' ? 'in quarantine' : 'working'} in slot ${child.slot}`,
       );
     }
   }
 
-  /** Gives every free slot to a ready child, the longest waiting first. */
+  /** Gives every free slot to a ready child, the longest waiting first (working slots before the quarantine). */
   #assign(): void {
     if (this.#stopping) return;
     for (let slot = 0; slot < this.#slots.length; slot++) {
@@ -181,10 +203,17 @@ export class ProcessPool {
       if (!ready) return;
       ready.state = 'active';
       ready.slot = slot;
+      ready.role = slot < this.#options.processes ? 'work' : 'quarantine';
       ready.workerId = `${this.#options.workerIdPrefix}-${ready.n}`;
       ready.activatedAt = Date.now();
       this.#slots[slot] = ready;
-      const message: PoolMessage = { type: 'activate', workerId: ready.workerId, slot };
+      const message: PoolMessage = {
+        type: 'activate',
+        workerId: ready.workerId,
+        slot,
+        role: ready.role,
+        suspects: ready.role === 'quarantine' ? 'repeat' : this.#options.quarantine ? 'no_repeat' : 'any',
+      };
       ready.process.send(message);
     }
   }
@@ -201,6 +230,7 @@ export class ProcessPool {
       pid: child.process.pid,
       worker_id: child.workerId,
       slot: child.slot,
+      role: child.role,
       state: was,
       code,
       signal,
@@ -252,7 +282,7 @@ export class ProcessPool {
     // A waiting spare takes the free slot now; its replacement starts in the background.
     this.#assign();
     // A burst of fast deaths as long as the pool is wide is replaced at once.
-    const burst = this.#options.processes + this.#options.spares;
+    const burst = this.#slots.length + this.#options.spares;
     const failures = Math.max(this.#fastDeaths - burst, this.#startFailures);
     const delayMs = failures === 0 ? 0 : Math.min(250 * 2 ** (failures - 1), 10_000);
     if (delayMs > 0)

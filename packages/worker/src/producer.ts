@@ -11,7 +11,7 @@
  * towards abandonment (see queues.claim_tasks_at).
  */
 import type pg from 'pg';
-import { claimTasks, nextClaimInMs, releaseLeases, type ClaimedTask } from '@org/queue-client';
+import { claimTasks, nextClaimInMs, releaseLeases, type ClaimedTask, type ClaimSuspects } from '@org/queue-client';
 import { errorMessage } from './error-class.js';
 import type { Logger } from './logger.js';
 import type { Running, WorkerEmitter } from './run.js';
@@ -47,6 +47,12 @@ export interface ProducerOptions {
   pollIntervalMs: number;
   leaseSeconds: number;
   maxLeases: number;
+  /**
+   * Which suspects the claims take (queues.claim_tasks): 'any'; 'no_repeat' beside a
+   * pool's quarantine; 'repeat' in the quarantine, which looks again at its poll or a
+   * notification only (the next scheduled task is not one it may take).
+   */
+  suspects: ClaimSuspects;
   /** How many of `waiting` step tasks one of `slots` slots takes (Completer.stepBatchSize). */
   stepBatchSize(waiting: number, slots: number): number;
   /** Runs an admitted task (Executor.launch). */
@@ -338,6 +344,7 @@ export class Producer {
             taskTypes: this.#o.taskTypes,
             leaseSeconds: this.#o.leaseSeconds,
             maxLeases: this.#o.maxLeases,
+            suspects: this.#o.suspects,
           }),
         pool,
       );
@@ -363,6 +370,7 @@ export class Producer {
    * the claim passed over, its resource key held, answer 0 once more).
    */
   async #nextClaimIn(pollIntervalMs: number, claimSentAt: number): Promise<number> {
+    if (this.#o.suspects === 'repeat') return pollIntervalMs;
     try {
       const missedMs = Math.ceil(2 * (performance.now() - claimSentAt)) + MISSED_MARGIN_MS;
       const ms = await nextClaimInMs(this.#o.pool, this.#o.taskTypes, missedMs);

@@ -132,6 +132,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       pollIntervalMs: options.pollIntervalMs,
       leaseSeconds: options.leaseSeconds,
       maxLeases: options.maxLeases,
+      suspects: options.suspects ?? 'any',
       stepBatchSize: (waiting, slots) => completer.stepBatchSize(waiting, slots),
       launch: (running) => this.#executor.launch(running),
     }));

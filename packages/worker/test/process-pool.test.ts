@@ -1,6 +1,7 @@
-// PROCESSES=N: the pool keeps N worker processes working and a spare waiting; a
-// process that dies is replaced by the spare at once; poison tasks are abandoned while the
-// pool stays up; SIGTERM stops every process; a broken configuration or install
+// PROCESSES=N: the pool keeps N worker processes working, a quarantine process and a
+// spare waiting; a process that dies is replaced by the spare at once; poison tasks are
+// abandoned while the pool stays up, killing the working processes at most twice and
+// then only the quarantine; SIGTERM stops every process; a broken configuration or install
 // stops the pool with a clear exit code; its own death leaves no orphans.
 import { readdirSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
@@ -83,7 +84,9 @@ function kill(pid: number, signal: NodeJS.Signals): void {
 }
 
 const events = (s: Child, event: string) => logLines(s.output()).filter((l) => l.event === event);
-const started = (s: Child) => events(s, 'child_started') as { pid: number; slot: number; worker_id: string }[];
+type Started = { pid: number; slot: number; worker_id: string; role: 'work' | 'quarantine' };
+const started = (s: Child) => events(s, 'child_started') as Started[];
+const working = (s: Child) => started(s).filter((e) => e.role === 'work');
 const leasesOf = async (taskId: string) =>
   (
     await db.query('select worker_id from queues.task_lease_effective where task_id = $1 order by task_lease_id', [
@@ -92,32 +95,34 @@ const leasesOf = async (taskId: string) =>
   ).rows.map((r) => r.worker_id as string);
 
 describe('PROCESSES: the pool', () => {
-  it('runs N working processes and a spare; a killed process is replaced by the spare at once', async () => {
+  it('runs N working processes, a quarantine and a spare; a killed process is replaced by the spare at once', async () => {
     const s = pool({ WORKER_ROLE: 'slow,db_function' });
     await eventually(
-      () => started(s).length === 2 && childPids(s.process.pid!).length === 3,
-      'two working processes and a spare',
+      () => started(s).length === 3 && childPids(s.process.pid!).length === 4,
+      'two working processes, a quarantine and a spare',
     );
-    expect(
-      started(s)
-        .map((e) => e.slot)
-        .sort(),
-    ).toEqual([0, 1]);
-    const working = started(s).map((e) => e.pid);
-    const [spare] = childPids(s.process.pid!).filter((pid) => !working.includes(pid));
+    expect(started(s).map((e) => [e.slot, e.role])).toEqual(
+      expect.arrayContaining([
+        [0, 'work'],
+        [1, 'work'],
+        [2, 'quarantine'],
+      ]),
+    );
+    const active = started(s).map((e) => e.pid);
+    const [spare] = childPids(s.process.pid!).filter((pid) => !active.includes(pid));
     expect(spare).toBeDefined();
 
     // A task in flight on one process; that process is killed.
     const id = await enqueue(db, 'slow', { ms: 1500 });
     await eventually(async () => (await leasesOf(id)).length === 1, 'the task leased');
     const [holder] = await leasesOf(id);
-    const victim = started(s).find((e) => e.worker_id === holder)!;
+    const victim = working(s).find((e) => e.worker_id === holder)!;
     expect(victim).toBeDefined();
     kill(victim.pid, 'SIGKILL');
 
     // The spare (already started) takes the victim's slot, and a new spare is started.
-    await eventually(() => started(s).length === 3, 'the spare working');
-    const replacement = started(s)[2];
+    await eventually(() => started(s).length === 4, 'the spare working');
+    const replacement = started(s)[3];
     expect(replacement.pid).toBe(spare);
     expect(replacement.slot).toBe(victim.slot);
     expect(replacement.worker_id).not.toBe(victim.worker_id);
@@ -129,7 +134,7 @@ describe('PROCESSES: the pool', () => {
       signal: 'SIGKILL',
       state: 'active',
     });
-    await eventually(() => childPids(s.process.pid!).length === 3, 'a new spare');
+    await eventually(() => childPids(s.process.pid!).length === 4, 'a new spare');
     expect(childPids(s.process.pid!)).not.toContain(victim.pid);
 
     // The killed process's task comes back when its lease expires, and work goes on.
@@ -150,32 +155,50 @@ describe('PROCESSES: the pool', () => {
     expect(await s.exited).toEqual({ code: 0, signal: null });
     await eventually(() => pids.every((pid) => !alive(pid)), 'every child gone');
     expect(events(s, 'pool_stopped')).toHaveLength(1);
-    expect(events(s, 'worker_stopped')).toHaveLength(2);
+    expect(events(s, 'worker_stopped')).toHaveLength(3);
   });
 
-  it('poison tasks: each death is replaced, the task is abandoned after MAX_LEASES counted deaths, the pool stays up', async () => {
+  it('poison tasks: each death is replaced, the task kills working processes twice, then only the quarantine, and is abandoned after MAX_LEASES counted deaths; the pool stays up', async () => {
     const id = await enqueue(db, 'crash', {});
-    const s = pool({ WORKER_ROLE: 'crash,db_function', MAX_LEASES: '2' });
+    const s = pool({ WORKER_ROLE: 'crash,db_function', MAX_LEASES: '3' });
     await eventually(async () => (await factsOf(db, id)).outcome !== null, 'abandonment', 30_000);
-    // The first death is not counted (the task was not yet a suspect); the next two are.
+    // The first death is not counted (the task was not yet a suspect); the next three are.
     expect(await factsOf(db, id)).toEqual({
       outcome: 'abandoned',
-      errors: ['abandoned: 2 leases expired without completion (max_leases 2)'],
-      leases: 3,
+      errors: ['abandoned: 3 leases expired without completion (max_leases 3)'],
+      leases: 4,
     });
     const deaths = events(s, 'child_exited');
-    expect(deaths.map((d) => d.signal)).toEqual(['SIGKILL', 'SIGKILL', 'SIGKILL']);
+    expect(deaths.map((d) => d.signal)).toEqual(['SIGKILL', 'SIGKILL', 'SIGKILL', 'SIGKILL']);
+    // Unknown, then a first-time suspect: two working processes. A repeat suspect from then on: the quarantine.
+    expect(deaths.map((d) => d.role)).toEqual(['work', 'work', 'quarantine', 'quarantine']);
+    const roles = new Map(started(s).map((e) => [e.worker_id, e.role]));
+    expect((await leasesOf(id)).map((w) => roles.get(w))).toEqual(['work', 'work', 'quarantine', 'quarantine']);
     expect(s.process.exitCode).toBeNull();
     const step = await enqueue(db, 'db_function', { db_function: 'fixture.step', key: 'after-the-poison' });
     await eventually(async () => (await factsOf(db, step)).outcome === 'succeeded', 'a step after the poison');
-    await eventually(() => childPids(s.process.pid!).length === 3, 'two working processes and a spare again');
+    await eventually(
+      () => childPids(s.process.pid!).length === 4,
+      'two working processes, a quarantine and a spare again',
+    );
+    s.process.kill('SIGTERM');
+    expect((await s.exited).code).toBe(0);
+  });
+
+  it('QUARANTINE=0: no quarantine process; a poison task kills working processes until abandoned', async () => {
+    const id = await enqueue(db, 'crash', {});
+    const s = pool({ WORKER_ROLE: 'crash,db_function', MAX_LEASES: '2', QUARANTINE: '0' });
+    await eventually(async () => (await factsOf(db, id)).outcome !== null, 'abandonment', 30_000);
+    expect(await factsOf(db, id)).toMatchObject({ outcome: 'abandoned', leases: 3 });
+    expect(events(s, 'child_exited').map((d) => d.role)).toEqual(['work', 'work', 'work']);
+    expect(started(s).some((e) => e.role === 'quarantine')).toBe(false);
     s.process.kill('SIGTERM');
     expect((await s.exited).code).toBe(0);
   });
 
   it('SIGKILL of the pool: its processes notice, stop, and leave no orphan', async () => {
     const s = pool({ WORKER_ROLE: 'db_function' });
-    await eventually(() => started(s).length === 2 && childPids(s.process.pid!).length === 3, 'started');
+    await eventually(() => started(s).length === 3 && childPids(s.process.pid!).length === 4, 'started');
     const pids = childPids(s.process.pid!);
     s.process.kill('SIGKILL');
     await s.exited;
@@ -202,9 +225,9 @@ describe('PROCESSES: the pool', () => {
     expect(events(s, 'pool_giving_up')).toHaveLength(1);
   });
 
-  it('working processes that die at once are replaced at once up to PROCESSES + SPARES in a row, then restarts back off', async () => {
-    // Two working processes and a spare: a poison task claimed by each process as a
-    // backlog starts kills three within a second of their start.
+  it('working processes that die at once are replaced at once up to PROCESSES + SPARES + the quarantine in a row, then restarts back off', async () => {
+    // Two working processes, a quarantine and a spare: a poison task claimed by each
+    // process as a backlog starts kills four within a second of their start.
     const s = pool({ WORKER_ROLE: 'db_function', TEST_DIE_WHEN_WORKING: '1', SPARES: '1' });
     await eventually(() => events(s, 'restart_delayed').length >= 3, 'three delayed restarts', 30_000);
     s.process.kill('SIGTERM');
@@ -216,20 +239,32 @@ describe('PROCESSES: the pool', () => {
       .split('\n')
       .filter((l) => l.includes('"event":"child_exited"') || l.includes('"event":"restart_delayed"'))
       .map((l) => (l.includes('child_exited') ? 'death' : String(JSON.parse(l).delay_ms)));
-    expect(log.slice(0, 9)).toEqual(['death', 'death', 'death', 'death', '250', 'death', '500', 'death', '1000']);
+    expect(log.slice(0, 10)).toEqual([
+      'death',
+      'death',
+      'death',
+      'death',
+      'death',
+      '250',
+      'death',
+      '500',
+      'death',
+      '1000',
+    ]);
     // A process that cannot start still backs off from its first failure (see below).
   });
 
-  it('METRICS_PORT: the process in slot i serves METRICS_PORT + i', async () => {
+  it('METRICS_PORT: the process in slot i serves METRICS_PORT + i, the quarantine METRICS_PORT + PROCESSES', async () => {
     const { freePort } = await import('@org/db-tools');
     let port = await freePort();
-    // Two consecutive free ports.
-    for (let i = 0; i < 20 && !(await portFree(port + 1)); i++) port = await freePort();
+    // Three consecutive free ports.
+    for (let i = 0; i < 20 && !((await portFree(port + 1)) && (await portFree(port + 2))); i++) port = await freePort();
     const s = pool({ WORKER_ROLE: 'db_function', METRICS_PORT: String(port) });
-    await eventually(() => started(s).length === 2, 'started');
+    await eventually(() => started(s).length === 3, 'started');
     for (const [slot, p] of [
       [0, port],
       [1, port + 1],
+      [2, port + 2],
     ] as const) {
       const worker = started(s).find((e) => e.slot === slot)!;
       const body = await fetch(`http://127.0.0.1:${p}/metrics`).then((r) => r.text());
@@ -251,9 +286,15 @@ describe('PROCESSES: configuration', () => {
     ],
     ['SPARES not a number', { SPARES: 'one' }, /SPARES \(--spares\): must be a whole number between 0 and 8/],
     [
+      'QUARANTINE without PROCESSES',
+      { PROCESSES: '', QUARANTINE: '1' },
+      /QUARANTINE \(--quarantine\): only means something with PROCESSES/,
+    ],
+    ['QUARANTINE not 0 or 1', { QUARANTINE: '2' }, /QUARANTINE \(--quarantine\): must be at most 1/],
+    [
       'metrics ports past 65535',
-      { METRICS_PORT: '65535', PROCESSES: '2' },
-      /METRICS_PORT \(--metrics-port\): process i serves METRICS_PORT \+ i/,
+      { METRICS_PORT: '65534', PROCESSES: '2' },
+      /METRICS_PORT \(--metrics-port\): process i serves METRICS_PORT \+ i, and 65534 \+ 2 is above 65535/,
     ],
   ])('%s: a clear message and exit code 2, nothing started', async (_name, env, message) => {
     const s = pool(env);

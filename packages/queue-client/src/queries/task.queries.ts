@@ -388,6 +388,7 @@ export interface ITaskClaimParams {
   leaseSeconds?: number | null | void;
   limit?: number | null | void;
   maxLeases?: number | null | void;
+  suspects?: string | null | void;
   taskTypes?: stringArray | null | void;
   workerId: string;
 }
@@ -415,7 +416,7 @@ export interface ITaskClaimQuery {
   result: ITaskClaimResult;
 }
 
-const taskClaimIR: any = {"usedParamSet":{"workerId":true,"limit":true,"taskTypes":true,"leaseSeconds":true,"maxLeases":true},"params":[{"name":"workerId","required":true,"transform":{"type":"scalar"},"locs":[{"a":791,"b":800}]},{"name":"limit","required":false,"transform":{"type":"scalar"},"locs":[{"a":809,"b":814}]},{"name":"taskTypes","required":false,"transform":{"type":"scalar"},"locs":[{"a":826,"b":835}]},{"name":"leaseSeconds","required":false,"transform":{"type":"scalar"},"locs":[{"a":846,"b":858}]},{"name":"maxLeases","required":false,"transform":{"type":"scalar"},"locs":[{"a":870,"b":879}]}],"statement":"select c.task_id       as \"taskId!\",\n       c.task_type     as \"taskType!\",\n       c.payload       as \"payload!\",\n       c.priority      as \"priority!\",\n       c.resource_key  as \"resourceKey\",\n       c.max_attempts  as \"maxAttempts!\",\n       round(date_part('epoch', date_trunc('milliseconds', c.enqueued_at)) * 1000) as \"enqueuedAtMs!\",\n       round(date_part('epoch', date_trunc('milliseconds', c.scheduled_at)) * 1000) as \"scheduledAtMs!\",\n       c.task_lease_id as \"taskLeaseId!\",\n       round(date_part('epoch', date_trunc('milliseconds', c.leased_at)) * 1000) as \"leasedAtMs!\",\n       round(date_part('epoch', date_trunc('milliseconds', c.expires_at)) * 1000) as \"expiresAtMs!\",\n       c.lease_count   as \"leaseCount!\",\n       c.timeout_ms    as \"timeoutMs\"\n  from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer, :maxLeases::integer) c"};
+const taskClaimIR: any = {"usedParamSet":{"workerId":true,"limit":true,"taskTypes":true,"leaseSeconds":true,"maxLeases":true,"suspects":true},"params":[{"name":"workerId","required":true,"transform":{"type":"scalar"},"locs":[{"a":791,"b":800}]},{"name":"limit","required":false,"transform":{"type":"scalar"},"locs":[{"a":809,"b":814}]},{"name":"taskTypes","required":false,"transform":{"type":"scalar"},"locs":[{"a":826,"b":835}]},{"name":"leaseSeconds","required":false,"transform":{"type":"scalar"},"locs":[{"a":846,"b":858}]},{"name":"maxLeases","required":false,"transform":{"type":"scalar"},"locs":[{"a":870,"b":879}]},{"name":"suspects","required":false,"transform":{"type":"scalar"},"locs":[{"a":891,"b":899}]}],"statement":"select c.task_id       as \"taskId!\",\n       c.task_type     as \"taskType!\",\n       c.payload       as \"payload!\",\n       c.priority      as \"priority!\",\n       c.resource_key  as \"resourceKey\",\n       c.max_attempts  as \"maxAttempts!\",\n       round(date_part('epoch', date_trunc('milliseconds', c.enqueued_at)) * 1000) as \"enqueuedAtMs!\",\n       round(date_part('epoch', date_trunc('milliseconds', c.scheduled_at)) * 1000) as \"scheduledAtMs!\",\n       c.task_lease_id as \"taskLeaseId!\",\n       round(date_part('epoch', date_trunc('milliseconds', c.leased_at)) * 1000) as \"leasedAtMs!\",\n       round(date_part('epoch', date_trunc('milliseconds', c.expires_at)) * 1000) as \"expiresAtMs!\",\n       c.lease_count   as \"leaseCount!\",\n       c.timeout_ms    as \"timeoutMs\"\n  from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer, :maxLeases::integer, :suspects::text) c"};
 
 /**
  * Query generated from SQL:
@@ -433,7 +434,7 @@ const taskClaimIR: any = {"usedParamSet":{"workerId":true,"limit":true,"taskType
  *        round(date_part('epoch', date_trunc('milliseconds', c.expires_at)) * 1000) as "expiresAtMs!",
  *        c.lease_count   as "leaseCount!",
  *        c.timeout_ms    as "timeoutMs"
- *   from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer, :maxLeases::integer) c
+ *   from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer, :maxLeases::integer, :suspects::text) c
  * ```
  */
 export const taskClaim = new PreparedQuery<ITaskClaimParams,ITaskClaimResult>(taskClaimIR);

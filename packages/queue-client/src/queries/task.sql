@@ -117,7 +117,7 @@ select c.task_id       as "taskId!",
        round(date_part('epoch', date_trunc('milliseconds', c.expires_at)) * 1000) as "expiresAtMs!",
        c.lease_count   as "leaseCount!",
        c.timeout_ms    as "timeoutMs"
-  from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer, :maxLeases::integer) c;
+  from queues.claim_tasks(:workerId!::text, :limit::integer, :taskTypes::text[], :leaseSeconds::integer, :maxLeases::integer, :suspects::text) c;
 
 /* @name TaskNextClaimIn */
 select queues.next_claim_in_ms(:taskTypes::text[], :missedMs::integer) as "ms";

@@ -165,6 +165,12 @@ async function trace(db: ChaosDb, fromId: number, started: number, label: string
       group by 1 order by 1`,
     [fromId, t0],
   );
+  const firstClaims = await db.query(
+    `select l.worker_id, ${since('min(l.leased_at)')} as first
+       from queues.task t join queues.task_lease_effective l using (task_id)
+      where t.task_id > $1 group by 1 order by 2`,
+    [fromId, t0],
+  );
   const lines = [
     `trace ${label}`,
     `  done per 0.5 s: ${done.rows.map((r) => `${r.s}:${r.n}`).join(' ')}`,
@@ -174,10 +180,15 @@ async function trace(db: ChaosDb, fromId: number, started: number, label: string
     lines.push(
       `  ${r.task_type} leased ${r.leased}${r.named ? ' as its suspect' : ''} (claim of ${r.claimed}) by ${r.worker_id}`,
     );
+  for (const r of firstClaims.rows) lines.push(`  first claim ${r.first} by ${r.worker_id}`);
   for (const line of logLines(supervisor?.output() ?? ''))
     if (line.event === 'child_exited')
       lines.push(
         `  death ${((Date.parse(String(line.time)) - started) / 1000).toFixed(2)} ${typeof line.worker_id === 'string' ? line.worker_id : ''}`,
+      );
+    else if (line.event === 'child_started')
+      lines.push(
+        `  working ${((Date.parse(String(line.time)) - started) / 1000).toFixed(2)} ${String(line.worker_id)} (activated ${Number(line.start_ms)} ms before)`,
       );
     else if (line.event === 'restart_delayed')
       lines.push(
