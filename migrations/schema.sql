@@ -14037,13 +14037,16 @@ AS $function$
          t.max_attempts, coalesce(f.failed_attempts, 0),
          -- Leases that ended without counting towards abandonment: neither released, nor
          -- ended by a failed attempt, nor the lease still held (a claim counts that one
-         -- when it expires), and not naming the task their suspect (a lease written before
-         -- suspects were named: not started).
+         -- when it expires), not naming the task their suspect, and not revoked with the
+         -- task marked started under them (a lease written before suspects were named:
+         -- not started).
          (select count(*)::integer
             from queues.task_lease_effective_of(t.task_id) u
            where u.released_at is null
-             and not coalesce(u.suspect, exists (select 1 from queues.task_lease_started s
-                                                  where s.task_id = u.task_id and s.task_lease_id = u.task_lease_id))
+             and not (coalesce(u.suspect, false)
+                      or ((u.suspect is null or u.revoked_at is not null)
+                          and exists (select 1 from queues.task_lease_started s
+                                       where s.task_id = u.task_id and s.task_lease_id = u.task_lease_id)))
              and not exists (select 1 from queues.task_attempt_failed a where a.task_id = u.task_id and a.task_lease_id = u.task_lease_id)
              and not (u.task_lease_id = l.task_lease_id and l.revoked_at is null
                       and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id))),
@@ -14522,8 +14525,11 @@ begin
     update queues.task_pending p
        set available_at = _now, current_lease_id = null,
            -- Its task is a suspect from now on (see queues.claim_tasks_at); the lease counts
-           -- towards abandonment only if it named the task its suspect.
-           uncounted_count = p.uncounted_count + (not p.suspect_lease)::integer
+           -- towards abandonment only if it named the task its suspect or it ran.
+           uncounted_count = p.uncounted_count
+                             + (not (p.suspect_lease
+                                     or exists (select 1 from queues.task_lease_started m
+                                                 where m.task_id = p.task_id and m.task_lease_id = s.task_lease_id)))::integer
       from stale s
      where p.task_id = s.task_id and p.current_lease_id = s.task_lease_id
        and p.task_id = any (array(select l.task_id from locked l))
@@ -14934,7 +14940,7 @@ $function$;
   -- queues.rescue_leases_at(_now timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
-CREATE OR REPLACE FUNCTION queues.revoke_worker_leases(_worker_id text)
+CREATE OR REPLACE FUNCTION queues.revoke_worker_leases(_worker_id text, _started bigint[] DEFAULT NULL::bigint[], _started_us bigint[] DEFAULT NULL::bigint[])
  RETURNS TABLE(task_id bigint, task_lease_id bigint)
  LANGUAGE plpgsql
  SECURITY DEFINER ROWS 10
@@ -14947,6 +14953,11 @@ begin
   if _worker_id is null or length(_worker_id) not between 1 and 200 then
     raise exception 'worker_id must be 1 to 200 characters' using errcode = '22023';
   end if;
+  if cardinality(_started) is distinct from cardinality(_started_us) then
+    raise exception 'started and started_us must both be null or have one element each per task (% and %)',
+      coalesce(cardinality(_started)::text, 'null'), coalesce(cardinality(_started_us)::text, 'null')
+      using errcode = '22023';
+  end if;
   -- A lease names its worker by key (queues.worker_name), or by id if written before.
   select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
   perform queues.lock_resource_keys(array(
@@ -14958,8 +14969,15 @@ begin
   return query
   with held as (
     -- Locked in task id order, as every call that locks several claim-index rows.
-    select p.task_id, p.current_lease_id as task_lease_id, p.suspect_lease as suspect
+    select p.task_id, p.current_lease_id as task_lease_id, p.suspect_lease as suspect,
+           s.started_us,
+           exists (select 1 from queues.task_lease_started m
+                    where m.task_id = p.task_id and m.task_lease_id = p.current_lease_id) as marked
       from queues.task_pending p
+      left join (select distinct on (u.task_id) u.task_id, u.started_us
+                   from unnest(_started, _started_us) as u(task_id, started_us)
+                  where u.started_us is not null
+                  order by u.task_id, u.started_us) s on s.task_id = p.task_id
      cross join lateral (select y.worker_key, y.worker_id from queues.task_lease_at(p.task_id, p.current_lease_id) y limit 1) l
      where p.current_lease_id > 0 and (l.worker_key = _worker_key or l.worker_id = _worker_id)
      order by p.task_id
@@ -14970,7 +14988,7 @@ begin
     update queues.task_pending p
        set available_at = case when h.suspect then p.available_at else now() end,
            current_lease_id = null,
-           uncounted_count = p.uncounted_count + (not h.suspect)::integer
+           uncounted_count = p.uncounted_count + (not (h.suspect or h.marked or h.started_us is not null))::integer
       from held h
      where p.task_id = h.task_id and p.current_lease_id = h.task_lease_id
     returning p.task_id, h.task_lease_id, p.resource_key
@@ -14978,6 +14996,13 @@ begin
   recorded as (
     insert into queues.task_lease_revocation (task_id, task_lease_id, revoked_at, reason)
     select r.task_id, r.task_lease_id, now(), format('worker %s died', _worker_id) from revoked r
+  ),
+  marked as (
+    insert into queues.task_lease_started (task_id, task_lease_id, started_at)
+    select h.task_id, h.task_lease_id, to_timestamp(h.started_us / 1000000.0)
+      from held h
+     where h.started_us is not null and not h.marked
+       and h.task_id in (select r.task_id from revoked r)
   ),
   key_freed as (
     delete from queues.resource_lease k
@@ -14990,7 +15015,7 @@ begin
   end if;
 end;
 $function$;
-  -- queues.revoke_worker_leases(_worker_id text): owner :DATABASE_OWNER
+  -- queues.revoke_worker_leases(_worker_id text, _started bigint[], _started_us bigint[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 

@@ -24,7 +24,11 @@
 -- completed as 'abandoned' with an error instead of being leased again: a task that kills
 -- its worker, or PostgreSQL, is abandoned after _max_leases + 1 leases. Nothing in this
 -- accounting depends on the worker reporting a start: the lease naming its suspect
--- commits before the task runs.
+-- commits before the task runs. One report may add to it: a process pool's supervisor
+-- revokes a dead process's leases with the tasks the process told it (before starting
+-- them) it ran, and those revocations count too (queues.revoke_worker_leases), so a task
+-- that kills a pooled process is blamed at its first death and abandoned after
+-- _max_leases.
 --
 -- Quarantine (_suspects): a claim with 'any' (the default) takes every kind of suspect as
 -- above. A process pool with a quarantine process (packages/worker/src/process-pool.ts)

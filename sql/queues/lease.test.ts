@@ -27,11 +27,11 @@ async function enqueue(): Promise<string> {
  * Claims as the owner at now + `seconds` (to move time), with max_leases `maxLeases`.
  * Nothing marks a start: the suspect accounting does not depend on one.
  */
-async function claimAt(seconds: number, worker = 'w', maxLeases = 5): Promise<Lease[]> {
+async function claimAt(seconds: number, worker = 'w', maxLeases = 5, suspects = 'any'): Promise<Lease[]> {
   const { rows } = await db.query<Lease>(
     `select task_id, task_lease_id, lease_count
-       from queues.claim_tasks_at(now() + make_interval(secs => $1), $2, 100, null, 60, $3)`,
-    [seconds, worker, maxLeases],
+       from queues.claim_tasks_at(now() + make_interval(secs => $1), $2, 100, null, 60, $3, $4)`,
+    [seconds, worker, maxLeases, suspects],
   );
   return rows;
 }
@@ -400,6 +400,60 @@ describe('poison tasks', () => {
     expect((await db.pool('worker').query('select * from queues.revoke_worker_leases($1)', ['died-1'])).rows).toEqual(
       [],
     );
+  });
+
+  it("a dead process's revocation with the tasks it was starting: those are marked started and blamed, the others are not; the rebuild agrees", async () => {
+    await endPendingTasks(db);
+    const tasks = [await enqueue(), await enqueue(), await enqueue()];
+    const leases = await claimAt(0, 'died-s');
+    expect(leases.map((l) => l.task_id).sort()).toEqual([...tasks].sort());
+    const [ran, queued1, queued2] = tasks;
+    const startedAt = Date.UTC(2026, 0, 2, 3, 4, 5, 678);
+    // The lists must pair up.
+    await expect(
+      db.pool('worker').query('select * from queues.revoke_worker_leases($1, $2::bigint[], null)', ['died-s', [ran]]),
+    ).rejects.toMatchObject({
+      code: '22023',
+      message: expect.stringMatching(/^started and started_us must both be null/),
+    });
+    // A task of another worker in the list is not touched; the dead process's others are revoked unblamed.
+    const { rows } = await db
+      .pool('worker')
+      .query('select task_id from queues.revoke_worker_leases($1, $2::bigint[], $3::bigint[]) order by task_id', [
+        'died-s',
+        [ran, ran, '999999999'],
+        [startedAt * 1000, startedAt * 1000, startedAt * 1000],
+      ]);
+    expect(rows.map((r) => r.task_id)).toEqual([...tasks].sort());
+    const { rows: marks } = await db.query(
+      `select task_id, task_lease_id, started_at from queues.task_lease_started where task_id = any($1::bigint[])`,
+      [tasks],
+    );
+    const ranLease = leases.find((l) => l.task_id === ran)!.task_lease_id;
+    expect(marks).toEqual([{ task_id: ran, task_lease_id: ranLease, started_at: new Date(startedAt) }]);
+    const counted = async () =>
+      (
+        await db.query(
+          `select task_id, lease_count - released_count - failed_attempts - uncounted_count as counted
+             from queues.task_pending where task_id = any($1::bigint[]) order by task_id`,
+          [tasks],
+        )
+      ).rows.map((c) => [c.task_id, c.counted]);
+    const expected = [...tasks].sort().map((id) => [id, id === ran ? 1 : 0]);
+    expect(await counted()).toEqual(expected);
+    // The facts say the same: the rebuilt claim index counts the same.
+    const before = (
+      await db.query('select * from queues.task_pending where task_id = any($1::bigint[]) order by task_id', [tasks])
+    ).rows;
+    await db.query('select queues.rebuild_task_pending()');
+    await db.query('delete from queues.task_pending where task_id <> all($1::bigint[])', [tasks]);
+    expect((await db.query('select * from queues.task_pending order by task_id')).rows).toEqual(before);
+    // The blamed task is a repeat suspect at once: only a quarantine takes it. The others
+    // are first-time suspects (one per claim), unblamed until a lease names them.
+    const work = [...(await claimAt(1, 'next-w1', 5, 'no_repeat')), ...(await claimAt(1, 'next-w2', 5, 'no_repeat'))];
+    expect(work.map((l) => l.task_id).sort()).toEqual([queued1, queued2].sort());
+    expect(await claimAt(1, 'next-w3', 5, 'no_repeat')).toEqual([]);
+    expect((await claimAt(1, 'next-q', 5, 'repeat')).map((l) => l.task_id)).toEqual([ran]);
   });
 
   it('failed attempts of a retried task are not expired leases: no abandonment for them', async () => {

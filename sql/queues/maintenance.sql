@@ -33,13 +33,16 @@ as $$
          t.max_attempts, coalesce(f.failed_attempts, 0),
          -- Leases that ended without counting towards abandonment: neither released, nor
          -- ended by a failed attempt, nor the lease still held (a claim counts that one
-         -- when it expires), and not naming the task their suspect (a lease written before
-         -- suspects were named: not started).
+         -- when it expires), not naming the task their suspect, and not revoked with the
+         -- task marked started under them (a lease written before suspects were named:
+         -- not started).
          (select count(*)::integer
             from queues.task_lease_effective_of(t.task_id) u
            where u.released_at is null
-             and not coalesce(u.suspect, exists (select 1 from queues.task_lease_started s
-                                                  where s.task_id = u.task_id and s.task_lease_id = u.task_lease_id))
+             and not (coalesce(u.suspect, false)
+                      or ((u.suspect is null or u.revoked_at is not null)
+                          and exists (select 1 from queues.task_lease_started s
+                                       where s.task_id = u.task_id and s.task_lease_id = u.task_lease_id)))
              and not exists (select 1 from queues.task_attempt_failed a where a.task_id = u.task_id and a.task_lease_id = u.task_lease_id)
              and not (u.task_lease_id = l.task_lease_id and l.revoked_at is null
                       and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id))),

@@ -14,5 +14,5 @@ grant execute on function
   queues.is_current_lease(bigint, bigint),
   queues.max_payload_bytes(),
   queues.mark_started(bigint[], bigint[], bigint[]),
-  queues.revoke_worker_leases(text)
+  queues.revoke_worker_leases(text, bigint[], bigint[])
 to :DATABASE_WORKER;

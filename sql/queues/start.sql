@@ -3,8 +3,10 @@
 -- and task_attempt_failed), and nothing is written when a task starts. A run still going
 -- at its worker's next heartbeat is marked then, once, with the time it started, so that
 -- the readers of running work (public.worker_tasks' claimed and running, the task page)
--- see it as running within one heartbeat interval. Start marks play no part in the
--- suspect accounting (see queues.claim_tasks_at).
+-- see it as running within one heartbeat interval. A revocation of a marked lease counts
+-- towards abandoning its task (queues.revoke_worker_leases, which also marks the tasks a
+-- dead pool process said it ran, and queues.recover_stale_leases_at); an expiry does not
+-- (see queues.claim_tasks_at).
 --
 -- Marks each given lease that is still its task's current lease; returns the task ids
 -- whose lease is not (taken over, released, or already settled: nothing to mark).

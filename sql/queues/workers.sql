@@ -97,8 +97,10 @@ select * from queues.stale_leases_at(now(), 600);
 comment on view queues.stale_lease is 'Live leases held by workers not seen for 10 minutes.';
 
 -- Revokes the stale leases (see stale_leases_at): their tasks are claimable at once. A
--- revocation of a started task counts as an expired lease towards abandoning it, and the revoked
--- worker can no longer complete or record against it. Returns what was revoked.
+-- revocation counts towards abandoning its task when the lease named the task its suspect
+-- or the task was marked started under it (queues.task_lease_started: a heartbeat marked
+-- the run, see queues.mark_started), and the revoked worker can no longer complete or
+-- record against it. Returns what was revoked.
 create or replace function queues.recover_stale_leases_at(_now timestamptz, _dead_after_seconds integer)
   returns table (task_id bigint, task_lease_id bigint, worker_id text)
   language plpgsql volatile
@@ -129,8 +131,11 @@ begin
     update queues.task_pending p
        set available_at = _now, current_lease_id = null,
            -- Its task is a suspect from now on (see queues.claim_tasks_at); the lease counts
-           -- towards abandonment only if it named the task its suspect.
-           uncounted_count = p.uncounted_count + (not p.suspect_lease)::integer
+           -- towards abandonment only if it named the task its suspect or it ran.
+           uncounted_count = p.uncounted_count
+                             + (not (p.suspect_lease
+                                     or exists (select 1 from queues.task_lease_started m
+                                                 where m.task_id = p.task_id and m.task_lease_id = s.task_lease_id)))::integer
       from stale s
      where p.task_id = s.task_id and p.current_lease_id = s.task_lease_id
        and p.task_id = any (array(select l.task_id from locked l))
@@ -164,14 +169,25 @@ $$;
 -- Revokes every lease a worker still holds, at once: called by the worker's process
 -- supervisor when one of its processes died (its worker id is known and it can no longer
 -- complete anything). Every task it held becomes a suspect (any of them may have killed
--- the process), and the revocation counts towards abandonment only for the task a lease
--- named its suspect (see queues.claim_tasks_at). The others are claimable at once
--- instead of when their leases expire; the named suspect stays unclaimable until its
--- lease would have expired, as without a supervisor, so a poison task's crash loop is
--- paced by its lease and the supervisor's spares keep up with the deaths instead of all
--- dying in a second.
+-- the process). _started (with _started_us, when each started, in microseconds since the
+-- epoch): the tasks the process told its supervisor it was starting before it started
+-- them, the only ones that can have killed it; null when the supervisor does not know.
+-- Each of those it still held is marked started under its lease (queues.task_lease_started,
+-- a fact like a heartbeat's mark). The revocation counts towards abandonment for a task
+-- the lease named its suspect or that was marked started under it (see
+-- queues.claim_tasks_at): a poison task is blamed at its first death when its supervisor
+-- knew it ran, and becomes a repeat suspect at once (a pool's quarantine runs it next,
+-- see packages/worker/src/process-pool.ts). The tasks are claimable at once instead of
+-- when their leases expire; the named suspect stays unclaimable until its lease would
+-- have expired, as without a supervisor, so a poison task's crash loop is paced by its
+-- lease and the supervisor's spares keep up with the deaths instead of all dying in a
+-- second.
 -- Returns what was revoked; wakes listening workers.
-create or replace function queues.revoke_worker_leases(_worker_id text)
+create or replace function queues.revoke_worker_leases(
+  _worker_id  text,
+  _started    bigint[] default null,
+  _started_us bigint[] default null
+)
   returns table (task_id bigint, task_lease_id bigint)
   language plpgsql volatile
   rows 10
@@ -185,6 +201,11 @@ begin
   if _worker_id is null or length(_worker_id) not between 1 and 200 then
     raise exception 'worker_id must be 1 to 200 characters' using errcode = '22023';
   end if;
+  if cardinality(_started) is distinct from cardinality(_started_us) then
+    raise exception 'started and started_us must both be null or have one element each per task (% and %)',
+      coalesce(cardinality(_started)::text, 'null'), coalesce(cardinality(_started_us)::text, 'null')
+      using errcode = '22023';
+  end if;
   -- A lease names its worker by key (queues.worker_name), or by id if written before.
   select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
   perform queues.lock_resource_keys(array(
@@ -196,8 +217,15 @@ begin
   return query
   with held as (
     -- Locked in task id order, as every call that locks several claim-index rows.
-    select p.task_id, p.current_lease_id as task_lease_id, p.suspect_lease as suspect
+    select p.task_id, p.current_lease_id as task_lease_id, p.suspect_lease as suspect,
+           s.started_us,
+           exists (select 1 from queues.task_lease_started m
+                    where m.task_id = p.task_id and m.task_lease_id = p.current_lease_id) as marked
       from queues.task_pending p
+      left join (select distinct on (u.task_id) u.task_id, u.started_us
+                   from unnest(_started, _started_us) as u(task_id, started_us)
+                  where u.started_us is not null
+                  order by u.task_id, u.started_us) s on s.task_id = p.task_id
      cross join lateral (select y.worker_key, y.worker_id from queues.task_lease_at(p.task_id, p.current_lease_id) y limit 1) l
      where p.current_lease_id > 0 and (l.worker_key = _worker_key or l.worker_id = _worker_id)
      order by p.task_id
@@ -208,7 +236,7 @@ begin
     update queues.task_pending p
        set available_at = case when h.suspect then p.available_at else now() end,
            current_lease_id = null,
-           uncounted_count = p.uncounted_count + (not h.suspect)::integer
+           uncounted_count = p.uncounted_count + (not (h.suspect or h.marked or h.started_us is not null))::integer
       from held h
      where p.task_id = h.task_id and p.current_lease_id = h.task_lease_id
     returning p.task_id, h.task_lease_id, p.resource_key
@@ -216,6 +244,13 @@ begin
   recorded as (
     insert into queues.task_lease_revocation (task_id, task_lease_id, revoked_at, reason)
     select r.task_id, r.task_lease_id, now(), format('worker %s died', _worker_id) from revoked r
+  ),
+  marked as (
+    insert into queues.task_lease_started (task_id, task_lease_id, started_at)
+    select h.task_id, h.task_lease_id, to_timestamp(h.started_us / 1000000.0)
+      from held h
+     where h.started_us is not null and not h.marked
+       and h.task_id in (select r.task_id from revoked r)
   ),
   key_freed as (
     delete from queues.resource_lease k

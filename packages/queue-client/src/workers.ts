@@ -23,8 +23,16 @@ export async function recordWorkerStopped(db: Queryable, workerId: string): Prom
 
 /**
  * Revokes every lease `workerId` still holds (its process died): the tasks are claimable
- * at once. Returns how many were revoked.
+ * at once. `started`: the tasks the process said it was starting before it started them,
+ * with when (ms since the epoch); those it still held are marked started and blamed for
+ * the death (queues.revoke_worker_leases). Omitted: not known. Returns how many were revoked.
  */
-export async function revokeWorkerLeases(db: Queryable, workerId: string): Promise<number> {
-  return (await mapErrors(workerRevokeLeases.run({ workerId }, db))).length;
+export async function revokeWorkerLeases(
+  db: Queryable,
+  workerId: string,
+  started?: ReadonlyMap<string, number>,
+): Promise<number> {
+  const ids = started ? [...started.keys()] : null;
+  const us = started ? [...started.values()].map((ms) => String(Math.round(ms * 1000))) : null;
+  return (await mapErrors(workerRevokeLeases.run({ workerId, started: ids, startedUs: us }, db))).length;
 }

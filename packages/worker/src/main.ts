@@ -18,6 +18,7 @@ import { serveWorkerMetrics, WorkerMetrics } from './metrics.js';
 import type { ProcessorRegistry } from './processor.js';
 import { ProcessPool, POOL_MEMBER_ENV, type ChildMessage, type PoolMessage } from './process-pool.js';
 import { Worker } from './worker.js';
+import type { RunningTask } from './producer.js';
 
 export interface WorkerMainOptions {
   /** The processors; called once per worker process, after the configuration is read. */
@@ -117,8 +118,9 @@ async function work(
   registry: ProcessorRegistry,
   metricsPort: number | undefined,
   stop: Promise<string>,
+  beforeStarts?: (tasks: RunningTask[]) => Promise<void>,
 ) {
-  const worker = new Worker({ ...config, registry, logger });
+  const worker = new Worker({ ...config, registry, logger, beforeStarts });
   logger.info(
     { event: 'config', database: maskUrl(config.databaseUrl), worker_id: config.workerId },
     'configuration loaded',
@@ -158,7 +160,17 @@ async function runPoolMember(config: WorkerConfig, logger: Logger, options: Work
       ? { ...config, workerId: first.workerId, concurrency: 1, prefetch: 0, suspects: first.suspects }
       : { ...config, workerId: first.workerId, suspects: first.suspects };
   const metricsPort = config.metricsPort === undefined ? undefined : config.metricsPort + first.slot;
-  const finish = await work(mine, logger, registry, metricsPort, stop);
+  // The supervisor hears of every start before it happens (written to the channel), so
+  // that if this process dies it blames only the tasks that ran (process-pool.ts).
+  const beforeStarts = (tasks: RunningTask[]) =>
+    new Promise<void>((resolve) => {
+      const message: ChildMessage = { type: 'running', tasks: tasks.map((t) => [t.taskId, t.startedAtMs]) };
+      // The callback runs once the message is written (or the channel failed: the parent is
+      // gone, and this process stops).
+      if (!process.connected) resolve();
+      else process.send!(message, undefined, undefined, () => resolve());
+    });
+  const finish = await work(mine, logger, registry, metricsPort, stop, beforeStarts);
   process.send!({ type: 'started' } satisfies ChildMessage);
   await finish();
   return 0;
@@ -175,7 +187,7 @@ async function runPool(config: WorkerConfig, logger: Logger, argv: string[], env
     workerIdPrefix: config.workerId,
     logger,
     // A dead process's leases (its running tasks and its local queue) are revoked at once.
-    onDeath: async (workerId) => {
+    onDeath: async (workerId, running) => {
       const client = new pg.Client({
         connectionString: config.databaseUrl,
         application_name: 'queue-worker-supervisor',
@@ -183,10 +195,10 @@ async function runPool(config: WorkerConfig, logger: Logger, argv: string[], env
       client.on('error', () => {});
       await client.connect();
       try {
-        const revoked = await revokeWorkerLeases(client, workerId);
+        const revoked = await revokeWorkerLeases(client, workerId, running);
         logger.info(
-          { event: 'leases_revoked', worker_id: workerId, count: revoked },
-          `revoked ${revoked} lease(s) of ${workerId}`,
+          { event: 'leases_revoked', worker_id: workerId, count: revoked, running: [...running.keys()] },
+          `revoked ${revoked} lease(s) of ${workerId}; ${running.size} task(s) were running`,
         );
       } finally {
         await client.end().catch(() => {});

@@ -15,6 +15,9 @@
  *
  *   child -> pool         { type: 'ready' }     configuration read, processors loaded
  *                         { type: 'started' }   the worker is claiming
+ *                         { type: 'running', tasks }  sent before tasks start (and
+ *                                               written to the channel before they do):
+ *                                               every task it runs or is about to start
  *   pool -> child         { type: 'activate', workerId, slot, role, suspects }
  *
  * Children run the same script with QUEUE_WORKER_POOL_MEMBER=1 (see main.ts). Each working
@@ -49,7 +52,9 @@ export type PoolMessage = {
   role: PoolRole;
   suspects: ClaimSuspects;
 };
-export type ChildMessage = { type: 'ready' } | { type: 'started' };
+/** running: every task the child runs or is about to start, as [task id, ms since the epoch], sent before it starts them. */
+export type ChildMessage =
+  { type: 'ready' } | { type: 'started' } | { type: 'running'; tasks: [taskId: string, startedAtMs: number][] };
 
 export interface ProcessPoolOptions {
   /** The script each child runs (the CLI itself), with `args`. */
@@ -63,8 +68,13 @@ export interface ProcessPoolOptions {
   /** Worker ids are `<workerIdPrefix>-<n>`. */
   workerIdPrefix: string;
   logger: Logger;
-  /** Called when a working process died: give back what it held (its leases). */
-  onDeath?: (workerId: string) => Promise<void>;
+  /**
+   * Called when a working process died: give back what it held (its leases). `running`:
+   * the tasks it last said it ran or was about to start (task id -> start, ms since the
+   * epoch), the only ones that can have killed it; read after its channel closed, so
+   * every message it wrote is in.
+   */
+  onDeath?: (workerId: string, running: ReadonlyMap<string, number>) => Promise<void>;
 }
 
 interface Child {
@@ -77,6 +87,8 @@ interface Child {
   role?: PoolRole;
   workerId?: string;
   activatedAt?: number;
+  /** Its last `running` message. */
+  running: Map<string, number>;
 }
 
 const FAST_DEATH_MS = 1000;
@@ -156,6 +168,7 @@ export class ProcessPool {
       n,
       forkedAt: Date.now(),
       state: 'starting',
+      running: new Map(),
       process: fork(this.#options.script, this.#options.args, { env: this.#options.env, stdio: 'inherit' }),
     };
     this.#children.add(child);
@@ -169,7 +182,9 @@ export class ProcessPool {
   }
 
   #onMessage(child: Child, message: ChildMessage): void {
-    if (message?.type === 'ready' && child.state === 'starting') {
+    if (message?.type === 'running' && Array.isArray(message.tasks)) {
+      child.running = new Map(message.tasks);
+    } else if (message?.type === 'ready' && child.state === 'starting') {
       child.state = 'ready';
       child.readyAt = Date.now();
       this.#startFailures = 0;
@@ -255,8 +270,13 @@ export class ProcessPool {
     );
     if (was === 'active' && child.workerId && this.#options.onDeath) {
       const workerId = child.workerId;
-      this.#options
-        .onDeath(workerId)
+      const onDeath = this.#options.onDeath;
+      // 'exit' may come before the channel's last messages are read: wait for it to close.
+      const closed = child.process.connected
+        ? new Promise<void>((resolve) => child.process.once('disconnect', () => resolve()))
+        : Promise.resolve();
+      closed
+        .then(() => onDeath(workerId, child.running))
         .catch((error: unknown) =>
           this.#log.warn(
             { event: 'revoke_failed', worker_id: workerId, err: (error as Error).message },

@@ -34,6 +34,12 @@ const MAX_CLAIM = 500;
  */
 export const LOCAL_QUEUE_MS = 250;
 
+/** A task running or about to start, and when it was given its slot (ms since the epoch). */
+export interface RunningTask {
+  taskId: string;
+  startedAtMs: number;
+}
+
 export interface ProducerOptions {
   pool: pg.Pool;
   log: Logger;
@@ -53,6 +59,12 @@ export interface ProducerOptions {
    * notification only (the next scheduled task is not one it may take).
    */
   suspects: ClaimSuspects;
+  /**
+   * Told, before tasks start, every task running or about to start (a process pool's
+   * member tells its supervisor, which blames only those if the process dies); the tasks
+   * start once it resolves (or fails).
+   */
+  beforeStarts?: (tasks: RunningTask[]) => Promise<void>;
   /** How many of `waiting` step tasks one of `slots` slots takes (Completer.stepBatchSize). */
   stepBatchSize(waiting: number, slots: number): number;
   /** Runs an admitted task (Executor.launch). */
@@ -301,7 +313,20 @@ export class Producer {
       if (slots.runsSteps(this.#waiting[next]!)) starting.push(...slots.admitSteps(this.#pickSteps(next, stepBatch)));
       else starting.push(slots.admit(next === 0 ? this.#waiting.shift()! : this.#waiting.splice(next, 1)[0]!));
     }
-    for (const r of starting) this.#o.launch(r);
+    if (starting.length === 0) return;
+    const before = this.#o.beforeStarts;
+    if (!before) {
+      for (const r of starting) this.#o.launch(r);
+      return;
+    }
+    const tasks = [...slots.runs].map((r) => ({ taskId: r.task.taskId, startedAtMs: r.startedAt }));
+    const launch = () => {
+      for (const r of starting) this.#o.launch(r);
+    };
+    before(tasks).then(launch, (error: unknown) => {
+      this.#o.log.warn({ event: 'before_starts_failed', err: errorMessage(error) }, 'could not tell the starts');
+      launch();
+    });
   }
 
   /**

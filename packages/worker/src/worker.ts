@@ -43,7 +43,7 @@ import { Heartbeats } from './heartbeats.js';
 import { TaskListener } from './listener.js';
 import type { Logger } from './logger.js';
 import type { ProcessorRegistry } from './processor.js';
-import { DEFAULT_PREFETCH, Producer } from './producer.js';
+import { DEFAULT_PREFETCH, Producer, type RunningTask } from './producer.js';
 import { abortRun, type WorkerEvents } from './run.js';
 import { RunTimeouts } from './timeouts.js';
 import { traceWorkerEvents } from './tracing.js';
@@ -54,6 +54,8 @@ export type { WorkerEvents } from './run.js';
 export interface WorkerOptions extends Omit<WorkerConfig, 'logLevel'> {
   registry: ProcessorRegistry;
   logger: Logger;
+  /** See ProducerOptions.beforeStarts (a process pool's member tells its supervisor). */
+  beforeStarts?: (tasks: RunningTask[]) => Promise<void>;
 }
 
 /** statement_timeout of the worker's connections unless `statementTimeoutMs` says otherwise. */
@@ -133,6 +135,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       leaseSeconds: options.leaseSeconds,
       maxLeases: options.maxLeases,
       suspects: options.suspects ?? 'any',
+      beforeStarts: options.beforeStarts,
       stepBatchSize: (waiting, slots) => completer.stepBatchSize(waiting, slots),
       launch: (running) => this.#executor.launch(running),
     }));

@@ -162,18 +162,18 @@ describe('PROCESSES: the pool', () => {
     const id = await enqueue(db, 'crash', {});
     const s = pool({ WORKER_ROLE: 'crash,db_function', MAX_LEASES: '3' });
     await eventually(async () => (await factsOf(db, id)).outcome !== null, 'abandonment', 30_000);
-    // The first death is not counted (the task was not yet a suspect); the next three are.
+    // Every death counts: the pool heard the task start each time.
     expect(await factsOf(db, id)).toEqual({
       outcome: 'abandoned',
       errors: ['abandoned: 3 leases expired without completion (max_leases 3)'],
-      leases: 4,
+      leases: 3,
     });
     const deaths = events(s, 'child_exited');
-    expect(deaths.map((d) => d.signal)).toEqual(['SIGKILL', 'SIGKILL', 'SIGKILL', 'SIGKILL']);
-    // Unknown, then a first-time suspect: two working processes. A repeat suspect from then on: the quarantine.
-    expect(deaths.map((d) => d.role)).toEqual(['work', 'work', 'quarantine', 'quarantine']);
+    expect(deaths.map((d) => d.signal)).toEqual(['SIGKILL', 'SIGKILL', 'SIGKILL']);
+    // Blamed at its first death, in a working process; a repeat suspect from then on: the quarantine.
+    expect(deaths.map((d) => d.role)).toEqual(['work', 'quarantine', 'quarantine']);
     const roles = new Map(started(s).map((e) => [e.worker_id, e.role]));
-    expect((await leasesOf(id)).map((w) => roles.get(w))).toEqual(['work', 'work', 'quarantine', 'quarantine']);
+    expect((await leasesOf(id)).map((w) => roles.get(w))).toEqual(['work', 'quarantine', 'quarantine']);
     expect(s.process.exitCode).toBeNull();
     const step = await enqueue(db, 'db_function', { db_function: 'fixture.step', key: 'after-the-poison' });
     await eventually(async () => (await factsOf(db, step)).outcome === 'succeeded', 'a step after the poison');
@@ -185,9 +185,51 @@ describe('PROCESSES: the pool', () => {
     expect((await s.exited).code).toBe(0);
   });
 
+  it("a killed process's running task is blamed for its death, the task waiting in its local queue is not", async () => {
+    // One working process with one slot: it claims both tasks, runs one and keeps one waiting.
+    const s = pool({
+      WORKER_ROLE: 'slow',
+      PROCESSES: '1',
+      CONCURRENCY: '1',
+      LEASE_SECONDS: '30',
+      HEARTBEAT_INTERVAL_MS: '5000',
+    });
+    await eventually(() => started(s).length === 2, 'started');
+    const ids = [await enqueue(db, 'slow', { ms: 60_000 }), await enqueue(db, 'slow', { ms: 60_000 })];
+    const holders = async () => Promise.all(ids.map(async (id) => (await leasesOf(id))[0]));
+    await eventually(async () => {
+      const [a, b] = await holders();
+      return a !== undefined && a === b;
+    }, 'one process holding both');
+    const [holder] = await holders();
+    const victim = started(s).find((e) => e.worker_id === holder)!;
+    expect(victim.role).toBe('work');
+    kill(victim.pid, 'SIGKILL');
+    await eventually(
+      async () =>
+        (
+          await db.query(
+            'select count(*)::int as n from queues.task_lease_revocation where task_id = any($1::bigint[])',
+            [ids],
+          )
+        ).rows[0].n === 2,
+      'both revoked',
+    );
+    const { rows } = await db.query(
+      `select r.task_id, exists (select 1 from queues.task_lease_started m
+                                  where m.task_id = r.task_id and m.task_lease_id = r.task_lease_id) as marked
+         from queues.task_lease_revocation r where r.task_id = any($1::bigint[]) order by r.task_id`,
+      [ids],
+    );
+    // Exactly one of the two ran (the other waited for the slot).
+    expect(rows.map((r) => r.marked).sort()).toEqual([false, true]);
+    s.process.kill('SIGTERM');
+    await s.exited;
+  });
+
   it('QUARANTINE=0: no quarantine process; a poison task kills working processes until abandoned', async () => {
     const id = await enqueue(db, 'crash', {});
-    const s = pool({ WORKER_ROLE: 'crash,db_function', MAX_LEASES: '2', QUARANTINE: '0' });
+    const s = pool({ WORKER_ROLE: 'crash,db_function', MAX_LEASES: '3', QUARANTINE: '0' });
     await eventually(async () => (await factsOf(db, id)).outcome !== null, 'abandonment', 30_000);
     expect(await factsOf(db, id)).toMatchObject({ outcome: 'abandoned', leases: 3 });
     expect(events(s, 'child_exited').map((d) => d.role)).toEqual(['work', 'work', 'work']);

@@ -1,6 +1,10 @@
 /** Types generated for queries found in "src/queries/worker.sql" */
 import { PreparedQuery } from '@pgtyped/runtime';
 
+export type NumberOrString = number | string;
+
+export type NumberOrStringArray = (NumberOrString)[];
+
 export type stringArray = (string)[];
 
 /** 'WorkerHeartbeat' parameters type */
@@ -61,6 +65,8 @@ export const workerStopped = new PreparedQuery<IWorkerStoppedParams,IWorkerStopp
 
 /** 'WorkerRevokeLeases' parameters type */
 export interface IWorkerRevokeLeasesParams {
+  started?: NumberOrStringArray | null | void;
+  startedUs?: NumberOrStringArray | null | void;
   workerId: string;
 }
 
@@ -76,13 +82,13 @@ export interface IWorkerRevokeLeasesQuery {
   result: IWorkerRevokeLeasesResult;
 }
 
-const workerRevokeLeasesIR: any = {"usedParamSet":{"workerId":true},"params":[{"name":"workerId","required":true,"transform":{"type":"scalar"},"locs":[{"a":100,"b":109}]}],"statement":"select r.task_id as \"taskId!\", r.task_lease_id as \"taskLeaseId!\"\n  from queues.revoke_worker_leases(:workerId!::text) r"};
+const workerRevokeLeasesIR: any = {"usedParamSet":{"workerId":true,"started":true,"startedUs":true},"params":[{"name":"workerId","required":true,"transform":{"type":"scalar"},"locs":[{"a":100,"b":109}]},{"name":"started","required":false,"transform":{"type":"scalar"},"locs":[{"a":118,"b":125}]},{"name":"startedUs","required":false,"transform":{"type":"scalar"},"locs":[{"a":138,"b":147}]}],"statement":"select r.task_id as \"taskId!\", r.task_lease_id as \"taskLeaseId!\"\n  from queues.revoke_worker_leases(:workerId!::text, :started::bigint[], :startedUs::bigint[]) r"};
 
 /**
  * Query generated from SQL:
  * ```
  * select r.task_id as "taskId!", r.task_lease_id as "taskLeaseId!"
- *   from queues.revoke_worker_leases(:workerId!::text) r
+ *   from queues.revoke_worker_leases(:workerId!::text, :started::bigint[], :startedUs::bigint[]) r
  * ```
  */
 export const workerRevokeLeases = new PreparedQuery<IWorkerRevokeLeasesParams,IWorkerRevokeLeasesResult>(workerRevokeLeasesIR);

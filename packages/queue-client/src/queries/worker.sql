@@ -8,4 +8,4 @@ select queues.record_worker_stopped(:workerId!::text) as "recorded";
 
 /* @name WorkerRevokeLeases */
 select r.task_id as "taskId!", r.task_lease_id as "taskLeaseId!"
-  from queues.revoke_worker_leases(:workerId!::text) r;
+  from queues.revoke_worker_leases(:workerId!::text, :started::bigint[], :startedUs::bigint[]) r;

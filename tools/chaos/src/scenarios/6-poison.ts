@@ -1,8 +1,9 @@
 // 6. Poison tasks: a handler that kills its process (SIGKILL) and one that exhausts its
 // heap. They are abandoned after MAX_LEASES leases, while the other tasks' throughput
 // drops by less than 10%. Run twice: under the worker's own supervisor (PROCESSES=2, one
-// spare), which the invariant is about, and with a plain restart loop (a new process
-// 200 ms after each death, as a container orchestrator would), for comparison.
+// spare, its quarantine process), which the invariant is about, and with a plain restart
+// loop (a new process 200 ms after each death, as a container orchestrator would), for
+// comparison.
 import {
   dropPending,
   lastTaskId,
@@ -98,38 +99,65 @@ async function phase(db: ChaosDb, n: number, poison: boolean, tag: string, mode:
     : true;
   running = false;
   let deaths = restartedDeaths;
+  // Under the supervisor: deaths of working processes, and the worker ids of the
+  // quarantine processes that died.
+  let workDeaths = 0;
+  const quarantine = new Set<string>();
   let stoppedCleanly = true;
   if (supervisor) {
     // Deaths as the supervisor logged them, before its own stop.
-    deaths = supervisor
-      .output()
-      .split('\n')
-      .filter((l) => l.includes('"event":"child_exited"')).length;
+    const lines = logLines(supervisor.output());
+    const exited = lines.filter((l) => l.event === 'child_exited');
+    deaths = exited.length;
+    workDeaths = exited.filter((l) => l.role === 'work').length;
+    // (Every process a poison task ran in died of it: its death names its role.)
+    for (const l of exited) if (l.role === 'quarantine') quarantine.add(String(l.worker_id));
     const exit = await stopWorker(supervisor, 15_000);
     stoppedCleanly = exit.code === 0;
   }
   killAll(all);
-  // Each task's end, its leases (those that named it their claim's suspect, when
-  // `suspectLeases`) and its error messages: the checks below name them.
-  const ends = async (where: string, suspectLeases: boolean) =>
+  // Each task's end, its leases (when `countedLeases`, those that counted towards its
+  // abandonment: named it their claim's suspect, or were revoked with the task marked
+  // started under them), the workers of its leases in order, and its error messages: the
+  // checks below name them.
+  const ends = async (where: string, countedLeases: boolean) =>
     (
       await db.query(
         `select t.task_id::text, t.task_type, c.outcome,
                 (select count(*)::int from queues.task_leases l
-                  where l.task_id = t.task_id and (l.suspect or not $2)) as leases,
+                  where l.task_id = t.task_id
+                    and (not $2 or l.suspect
+                         or (exists (select 1 from queues.task_lease_revocation r
+                                      where r.task_id = l.task_id and r.task_lease_id = l.task_lease_id)
+                             and exists (select 1 from queues.task_lease_started s
+                                          where s.task_id = l.task_id and s.task_lease_id = l.task_lease_id)))) as leases,
+                (select array_agg(e.worker_id order by e.task_lease_id) from queues.task_lease_effective e
+                  where e.task_id = t.task_id) as workers,
                 (select array_agg(e.error_message) from queues.error e where e.task_id = t.task_id) as errors
            from queues.task t left join queues.task_end c using (task_id)
           where t.task_id > $1 and ${where} order by t.task_type, t.task_id`,
-        [fromId, suspectLeases],
+        [fromId, countedLeases],
       )
     ).rows;
-  // Only the expiries of leases that named the poison task their suspect count towards
-  // MAX_LEASES (the first expiry, which made it a suspect, does not).
+  // Only the leases that named the poison task their suspect, or were revoked with it
+  // marked started, count towards MAX_LEASES.
   const poisonFacts = poison ? await ends(`t.task_type in ('crash', 'oom')`, true) : [];
   const tally = await taskTally(db, fromId, `t.task_type = 'db_function'`);
   const unsucceeded = await ends(`t.task_type = 'db_function' and c.outcome is distinct from 'succeeded'`, false);
   await dropPending(db, fromId);
-  return { seconds, rate: n / seconds, done, abandoned, deaths, poisonFacts, tally, unsucceeded, stoppedCleanly };
+  return {
+    seconds,
+    rate: n / seconds,
+    done,
+    abandoned,
+    deaths,
+    workDeaths,
+    quarantine,
+    poisonFacts,
+    tally,
+    unsucceeded,
+    stoppedCleanly,
+  };
 }
 
 /**
@@ -266,7 +294,7 @@ export const scenario: Scenario = {
         JSON.stringify(ps.map((p) => p.poisonFacts)),
       );
       r.check(
-        `${mode}: abandoned after ${MAX_LEASES} leases that named it their suspect, with an error`,
+        `${mode}: abandoned after ${MAX_LEASES} counted leases (named it their suspect, or revoked while it ran), with an error`,
         ps.every(
           (p) =>
             p.poisonFacts.length === 2 &&
@@ -280,13 +308,33 @@ export const scenario: Scenario = {
         JSON.stringify(ps.map((p) => p.poisonFacts)),
       );
       // One death per poison lease; a process that claimed both poison tasks dies once for two.
+      // Without a supervisor each poison task kills MAX_LEASES + 1 times (its first death
+      // is not counted: nothing says it ran); under one, MAX_LEASES times (the supervisor
+      // heard it start).
+      const [low, high] = mode === 'supervised' ? [MAX_LEASES, 2 * MAX_LEASES] : [MAX_LEASES + 1, 2 * (MAX_LEASES + 1)];
       r.check(
-        // Each poison task kills MAX_LEASES + 1 times (its first death is not counted).
-        `${mode}: the workers died only of the poison (MAX_LEASES + 1 <= deaths <= 2 × (MAX_LEASES + 1))`,
-        ps.every((p) => p.deaths >= MAX_LEASES + 1 && p.deaths <= 2 * (MAX_LEASES + 1)),
+        `${mode}: the workers died only of the poison (${low} <= deaths <= ${high})`,
+        ps.every((p) => p.deaths >= low && p.deaths <= high),
         ps.map((p) => p.deaths).join(', '),
       );
     }
+    r.check(
+      'supervised: each poison task killed a working process at most once, then ran only in the quarantine process',
+      hits.supervised.every(
+        (p) =>
+          p.workDeaths <= 2 &&
+          p.poisonFacts.every(
+            (f) => Array.isArray(f.workers) && (f.workers as string[]).slice(1).every((w) => p.quarantine.has(w)),
+          ),
+      ),
+      JSON.stringify(
+        hits.supervised.map((p) => ({
+          workDeaths: p.workDeaths,
+          quarantine: [...p.quarantine],
+          workers: p.poisonFacts.map((f) => f.workers),
+        })),
+      ),
+    );
     r.check(
       'supervised: no death without poison',
       supervised.runs.every((x) => x.base.deaths === 0),

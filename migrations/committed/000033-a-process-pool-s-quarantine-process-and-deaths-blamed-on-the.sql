@@ -1,6 +1,6 @@
 --! Previous: sha1:8900d27c671cc07342ace6637f139897657cfce2
---! Hash: sha1:4fcf0ca1854180fa13b25835502f6084597e4eb3
---! Message: A process pool's quarantine: a claim takes any suspect, none that is a repeat suspect, or only repeat suspects
+--! Hash: sha1:f5b46cfec397087e33415c4fc23e9e52b5c73357
+--! Message: A process pool's quarantine process, and deaths blamed on the tasks the dead process said it ran: queues.claim_tasks takes suspects any, no_repeat or repeat; queues.revoke_worker_leases takes the started tasks
 
 --! split: 400-claim-quarantine.sql
 set local lock_timeout = '5s';
@@ -43,7 +43,11 @@ drop function if exists queues.claim_tasks_at(timestamptz, text, integer, text[]
 -- completed as 'abandoned' with an error instead of being leased again: a task that kills
 -- its worker, or PostgreSQL, is abandoned after _max_leases + 1 leases. Nothing in this
 -- accounting depends on the worker reporting a start: the lease naming its suspect
--- commits before the task runs.
+-- commits before the task runs. One report may add to it: a process pool's supervisor
+-- revokes a dead process's leases with the tasks the process told it (before starting
+-- them) it ran, and those revocations count too (queues.revoke_worker_leases), so a task
+-- that kills a pooled process is blamed at its first death and abandoned after
+-- _max_leases.
 --
 -- Quarantine (_suspects): a claim with 'any' (the default) takes every kind of suspect as
 -- above. A process pool with a quarantine process (packages/worker/src/process-pool.ts)
@@ -924,6 +928,530 @@ as $$
 $$;
 --! EndIncluded queues/claim.sql
 
+--! split: 410-revoke-started.sql
+set local lock_timeout = '5s';
+
+-- The supervisor's revocation takes the tasks its dead process was starting.
+drop function if exists queues.revoke_worker_leases(text);
+
+--! Included queues/workers.sql
+-- The worker registry and stale recovery. Workers report in on every heartbeat tick;
+-- a worker not seen for a while is presumed dead, and the live leases it holds can be
+-- revoked at once instead of waiting for them to expire.
+
+-- Called by each worker on start and on every heartbeat tick, with the interval of its
+-- heartbeats (null: the default, 30 s), from which stale recovery derives how long the
+-- worker may be silent. At most 1000 task types, each a task type name.
+create or replace function queues.record_worker_heartbeat(
+  _worker_id             text,
+  _task_types            text[],
+  _heartbeat_interval_ms integer default null
+) returns void
+  language plpgsql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+begin
+  if _worker_id is null or length(_worker_id) not between 1 and 200 then
+    raise exception 'worker_id must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  if _task_types is null or cardinality(_task_types) = 0 or array_position(_task_types, null) is not null then
+    raise exception 'task_types must name at least one task type' using errcode = '22023';
+  end if;
+  if cardinality(_task_types) > 1000 then
+    raise exception 'task_types names % types, over the limit of 1000', cardinality(_task_types)
+      using errcode = '54000';
+  end if;
+  if exists (select 1 from unnest(_task_types) t where t !~ '^[a-z][a-z0-9_]{0,62}$') then
+    raise exception 'task_types must be task type names (a-z, 0-9, _, at most 63 characters)'
+      using errcode = '22023';
+  end if;
+  if _heartbeat_interval_ms is not null and _heartbeat_interval_ms not between 1 and 86400000 then
+    raise exception 'heartbeat_interval_ms must be between 1 and 86400000, got %', _heartbeat_interval_ms
+      using errcode = '22023';
+  end if;
+  insert into queues.worker as w (worker_id, task_types, heartbeat_interval_ms)
+  values (_worker_id, _task_types, _heartbeat_interval_ms)
+  on conflict (worker_id) do update
+     set task_types = excluded.task_types, last_seen_at = now(), stopped_at = null,
+         heartbeat_interval_ms = excluded.heartbeat_interval_ms;
+end;
+$$;
+
+-- How long a worker may be silent before it is taken for dead, whatever shorter bound a
+-- caller asks for: three of its heartbeat intervals (30 s when it did not say).
+create or replace function queues.worker_silence_bound(_heartbeat_interval_ms integer)
+  returns interval
+  language sql immutable parallel safe
+  set search_path = pg_catalog, pg_temp
+as $$ select make_interval(secs => 3 * coalesce(_heartbeat_interval_ms, 30000) / 1000.0) $$;
+
+-- Called by a worker that stops cleanly.
+create or replace function queues.record_worker_stopped(_worker_id text)
+  returns void
+  language sql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+  update queues.worker set stopped_at = now(), last_seen_at = now() where worker_id = _worker_id
+$$;
+
+-- Live leases held by workers not seen for _dead_after_seconds (and not stopped), at _now.
+-- A bound shorter than the worker's own (queues.worker_silence_bound: three heartbeat
+-- intervals) is raised to it: a worker between two heartbeats is never stale.
+create or replace function queues.stale_leases_at(_now timestamptz, _dead_after_seconds integer)
+  returns table (task_id bigint, task_lease_id bigint, worker_id text, last_seen_at timestamptz, expires_at timestamptz)
+  language sql stable
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+  select p.task_id, p.current_lease_id, w.worker_id, w.last_seen_at, p.available_at
+    from queues.task_pending p
+    cross join lateral (select y.worker_key, y.worker_id from queues.task_lease_at(p.task_id, p.current_lease_id) y limit 1) l
+    -- A lease names its worker by key (queues.worker_name), or by id if written before.
+    left join queues.worker_name n on n.worker_key = l.worker_key
+    join queues.worker w on w.worker_id = coalesce(l.worker_id, n.worker_id)
+   where p.available_at > _now
+     and w.stopped_at is null
+     and w.last_seen_at < _now - greatest(make_interval(secs => _dead_after_seconds),
+                                          queues.worker_silence_bound(w.heartbeat_interval_ms))
+  union all
+  -- The tasks held by a live claim lease without a row (the ready set:
+  -- docs/design/hot-path.md).
+  select h.task_id, h.task_lease_id, w.worker_id, w.last_seen_at, h.expires_at
+    from queues.lease_held_tasks h
+    join queues.worker_name n on n.worker_key = h.worker_key
+    join queues.worker w on w.worker_id = n.worker_id
+   where h.expires_at > _now
+     and w.stopped_at is null
+     and w.last_seen_at < _now - greatest(make_interval(secs => _dead_after_seconds),
+                                          queues.worker_silence_bound(w.heartbeat_interval_ms))
+$$;
+
+-- The stale leases now, for workers presumed dead after 10 minutes of silence.
+create or replace view queues.stale_lease as
+select * from queues.stale_leases_at(now(), 600);
+comment on view queues.stale_lease is 'Live leases held by workers not seen for 10 minutes.';
+
+-- Revokes the stale leases (see stale_leases_at): their tasks are claimable at once. A
+-- revocation counts towards abandoning its task when the lease named the task its suspect
+-- or the task was marked started under it (queues.task_lease_started: a heartbeat marked
+-- the run, see queues.mark_started), and the revoked worker can no longer complete or
+-- record against it. Returns what was revoked.
+create or replace function queues.recover_stale_leases_at(_now timestamptz, _dead_after_seconds integer)
+  returns table (task_id bigint, task_lease_id bigint, worker_id text)
+  language plpgsql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+begin
+  if _dead_after_seconds is null or _dead_after_seconds not between 1 and 604800 then
+    raise exception 'dead_after_seconds must be between 1 and 604800, got %', coalesce(_dead_after_seconds::text, 'null')
+      using errcode = '22023';
+  end if;
+  perform queues.lock_resource_keys(array(select s.task_id from queues.stale_leases_at(_now, _dead_after_seconds) s));
+  -- A task its claim took out of the claim index gets its row back first (queues.hold_rows_of).
+  perform queues.hold_rows_of(array(select s.task_id from queues.stale_leases_at(_now, _dead_after_seconds) s));
+  return query
+  with stale as (
+    select s.task_id, s.task_lease_id, s.worker_id from queues.stale_leases_at(_now, _dead_after_seconds) s
+  ),
+  -- Locked in task id order, as every call that locks several claim-index rows.
+  locked as (
+    select p.task_id from queues.task_pending p
+     where p.task_id = any (array(select s.task_id from stale s))
+     order by p.task_id
+       for no key update
+  ),
+  revoked as (
+    update queues.task_pending p
+       set available_at = _now, current_lease_id = null,
+           -- Its task is a suspect from now on (see queues.claim_tasks_at); the lease counts
+           -- towards abandonment only if it named the task its suspect or it ran.
+           uncounted_count = p.uncounted_count
+                             + (not (p.suspect_lease
+                                     or exists (select 1 from queues.task_lease_started m
+                                                 where m.task_id = p.task_id and m.task_lease_id = s.task_lease_id)))::integer
+      from stale s
+     where p.task_id = s.task_id and p.current_lease_id = s.task_lease_id
+       and p.task_id = any (array(select l.task_id from locked l))
+    returning p.task_id, s.task_lease_id, s.worker_id, p.resource_key
+  ),
+  recorded as (
+    insert into queues.task_lease_revocation (task_id, task_lease_id, revoked_at, reason)
+    select r.task_id, r.task_lease_id, _now, format('worker %s not seen for %s s', r.worker_id, _dead_after_seconds) from revoked r
+  ),
+  key_freed as (
+    delete from queues.resource_lease k
+     using revoked r
+     where r.resource_key is not null and k.resource_key = r.resource_key and k.task_id = r.task_id
+  )
+  select r.task_id, r.task_lease_id, r.worker_id from revoked r;
+  if found then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+end;
+$$;
+
+create or replace function queues.recover_stale_leases(_dead_after_seconds integer default null)
+  returns table (task_id bigint, task_lease_id bigint, worker_id text)
+  language sql volatile
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+  select * from queues.recover_stale_leases_at(now(), coalesce(_dead_after_seconds, 600))
+$$;
+
+-- Revokes every lease a worker still holds, at once: called by the worker's process
+-- supervisor when one of its processes died (its worker id is known and it can no longer
+-- complete anything). Every task it held becomes a suspect (any of them may have killed
+-- the process). _started (with _started_us, when each started, in microseconds since the
+-- epoch): the tasks the process told its supervisor it was starting before it started
+-- them, the only ones that can have killed it; null when the supervisor does not know.
+-- Each of those it still held is marked started under its lease (queues.task_lease_started,
+-- a fact like a heartbeat's mark). The revocation counts towards abandonment for a task
+-- the lease named its suspect or that was marked started under it (see
+-- queues.claim_tasks_at): a poison task is blamed at its first death when its supervisor
+-- knew it ran, and becomes a repeat suspect at once (a pool's quarantine runs it next,
+-- see packages/worker/src/process-pool.ts). The tasks are claimable at once instead of
+-- when their leases expire; the named suspect stays unclaimable until its lease would
+-- have expired, as without a supervisor, so a poison task's crash loop is paced by its
+-- lease and the supervisor's spares keep up with the deaths instead of all dying in a
+-- second.
+-- Returns what was revoked; wakes listening workers.
+create or replace function queues.revoke_worker_leases(
+  _worker_id  text,
+  _started    bigint[] default null,
+  _started_us bigint[] default null
+)
+  returns table (task_id bigint, task_lease_id bigint)
+  language plpgsql volatile
+  rows 10
+  security definer
+  set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+  _worker_key integer;
+begin
+  if _worker_id is null or length(_worker_id) not between 1 and 200 then
+    raise exception 'worker_id must be 1 to 200 characters' using errcode = '22023';
+  end if;
+  if cardinality(_started) is distinct from cardinality(_started_us) then
+    raise exception 'started and started_us must both be null or have one element each per task (% and %)',
+      coalesce(cardinality(_started)::text, 'null'), coalesce(cardinality(_started_us)::text, 'null')
+      using errcode = '22023';
+  end if;
+  -- A lease names its worker by key (queues.worker_name), or by id if written before.
+  select n.worker_key into _worker_key from queues.worker_name n where n.worker_id = _worker_id;
+  perform queues.lock_resource_keys(array(
+    select p.task_id from queues.task_pending p
+     cross join lateral (select y.worker_key, y.worker_id from queues.task_lease_at(p.task_id, p.current_lease_id) y limit 1) l
+     where p.current_lease_id > 0 and (l.worker_key = _worker_key or l.worker_id = _worker_id)));
+  -- Its lease-held tasks (no row: the ready set) get their row back first.
+  perform queues.hold_rows_of(array(select h.task_id from queues.lease_held_tasks h where h.worker_key = _worker_key));
+  return query
+  with held as (
+    -- Locked in task id order, as every call that locks several claim-index rows.
+    select p.task_id, p.current_lease_id as task_lease_id, p.suspect_lease as suspect,
+           s.started_us,
+           exists (select 1 from queues.task_lease_started m
+                    where m.task_id = p.task_id and m.task_lease_id = p.current_lease_id) as marked
+      from queues.task_pending p
+      left join (select distinct on (u.task_id) u.task_id, u.started_us
+                   from unnest(_started, _started_us) as u(task_id, started_us)
+                  where u.started_us is not null
+                  order by u.task_id, u.started_us) s on s.task_id = p.task_id
+     cross join lateral (select y.worker_key, y.worker_id from queues.task_lease_at(p.task_id, p.current_lease_id) y limit 1) l
+     where p.current_lease_id > 0 and (l.worker_key = _worker_key or l.worker_id = _worker_id)
+     order by p.task_id
+       for no key update of p
+  ),
+  revoked as (
+    -- available_at of a leased row is its lease's expiry (heartbeats included).
+    update queues.task_pending p
+       set available_at = case when h.suspect then p.available_at else now() end,
+           current_lease_id = null,
+           uncounted_count = p.uncounted_count + (not (h.suspect or h.marked or h.started_us is not null))::integer
+      from held h
+     where p.task_id = h.task_id and p.current_lease_id = h.task_lease_id
+    returning p.task_id, h.task_lease_id, p.resource_key
+  ),
+  recorded as (
+    insert into queues.task_lease_revocation (task_id, task_lease_id, revoked_at, reason)
+    select r.task_id, r.task_lease_id, now(), format('worker %s died', _worker_id) from revoked r
+  ),
+  marked as (
+    insert into queues.task_lease_started (task_id, task_lease_id, started_at)
+    select h.task_id, h.task_lease_id, to_timestamp(h.started_us / 1000000.0)
+      from held h
+     where h.started_us is not null and not h.marked
+       and h.task_id in (select r.task_id from revoked r)
+  ),
+  key_freed as (
+    delete from queues.resource_lease k
+     using revoked r
+     where r.resource_key is not null and k.resource_key = r.resource_key and k.task_id = r.task_id
+  )
+  select r.task_id, r.task_lease_id from revoked r;
+  if found then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+end;
+$$;
+--! EndIncluded queues/workers.sql
+--! Included queues/maintenance.sql
+-- Maintenance of the derived structures (task_pending, resource_lease). Owner only.
+
+-- The claim-index rows of _task_ids (null: every task) as the facts give them: a task
+-- without an end and without a row, available at its scheduled time, the retry time of
+-- its last failed attempt, the retry time of its last transient interruption, or the
+-- effective expiry of its newest lease, whichever is latest, with the lease accounting
+-- (lease, release, failed attempt, uncounted and interruption counts, the named
+-- suspect). queues.rebuild_task_pending writes every task's; a completion that retries,
+-- and the rescuer of expired claim leases, write those of the tasks that come back to
+-- the claim index (the ready set, docs/design/hot-path.md).
+create or replace function queues.pending_rows_of(_task_ids bigint[])
+  returns table (task_id bigint, task_type text, priority integer, scheduled_at timestamptz,
+                 resource_key text, available_at timestamptz, current_lease_id bigint,
+                 lease_count integer, released_count integer, max_attempts integer,
+                 failed_attempts integer, uncounted_count integer, interrupted_count integer,
+                 suspect_lease boolean, group_key text)
+  language sql stable
+  set search_path = pg_catalog, pg_temp
+as $$
+  -- A scheduled task asked to run now (queues.task_run_now) counts from that request.
+  select t.task_id, t.task_type, t.priority, least(t.scheduled_at, rn.requested_at), t.resource_key,
+         greatest(least(t.scheduled_at, rn.requested_at),
+                  -- a lease ended by a failed attempt gives way to the attempt's retry time
+                  case when f.task_lease_id is null or f.task_lease_id < l.task_lease_id then l.expires_at end,
+                  f.retry_at,
+                  -- a lease ended by a transient interruption gives way to its retry time
+                  i.retry_at),
+         -- A lease ended by a release, a revocation or a later failed attempt is not held.
+         case when l.released_at is null and l.revoked_at is null
+                   and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id)
+              then l.task_lease_id end,
+         coalesce(l.lease_count, 0), coalesce(l.released_count, 0),
+         t.max_attempts, coalesce(f.failed_attempts, 0),
+         -- Leases that ended without counting towards abandonment: neither released, nor
+         -- ended by a failed attempt, nor the lease still held (a claim counts that one
+         -- when it expires), not naming the task their suspect, and not revoked with the
+         -- task marked started under them (a lease written before suspects were named:
+         -- not started).
+         (select count(*)::integer
+            from queues.task_lease_effective_of(t.task_id) u
+           where u.released_at is null
+             and not (coalesce(u.suspect, false)
+                      or ((u.suspect is null or u.revoked_at is not null)
+                          and exists (select 1 from queues.task_lease_started s
+                                       where s.task_id = u.task_id and s.task_lease_id = u.task_lease_id)))
+             and not exists (select 1 from queues.task_attempt_failed a where a.task_id = u.task_id and a.task_lease_id = u.task_lease_id)
+             and not (u.task_lease_id = l.task_lease_id and l.revoked_at is null
+                      and (f.task_lease_id is null or f.task_lease_id < l.task_lease_id))),
+         coalesce(i.interrupted_count, 0),
+         coalesce(l.suspect, false),
+         t.group_key
+    from queues.task t
+    left join lateral (
+      select le.task_lease_id, le.expires_at, le.released_at, le.revoked_at, le.suspect,
+             count(*) over () :: integer as lease_count,
+             count(le.released_at) over () :: integer as released_count
+        from queues.task_lease_effective_of(t.task_id) le
+       order by le.task_lease_id desc
+       limit 1
+    ) l on true
+    left join lateral (
+      select a.retry_at, a.task_lease_id, count(*) over () :: integer as failed_attempts
+        from queues.task_attempt_failed a
+       where a.task_id = t.task_id
+       order by a.task_attempt_failed_id desc
+       limit 1
+    ) f on true
+    left join lateral (
+      select max(x.retry_at) as retry_at, count(*)::integer as interrupted_count
+        from queues.task_interruption x
+       where x.task_id = t.task_id
+    ) i on true
+    left join queues.task_run_now rn on rn.task_id = t.task_id
+   where (_task_ids is null or t.task_id = any (_task_ids))
+     and not exists (select 1 from queues.task_end_of(t.task_id) c)
+     -- (rebuild_task_pending deletes every row first; another caller asks for tasks out of it)
+     and not exists (select 1 from queues.task_pending x where x.task_id = t.task_id)
+$$;
+
+-- Writes the claim-index rows the facts give _task_ids (null: every unfinished task) and
+-- returns how many it wrote; a task that has a row keeps it. The one writer of rows from
+-- the facts: the rebuild, the rescuer, a heartbeat or a path giving a task its row back
+-- (queues.hold_rows_of), a completion returning a task to the claim index for its retry.
+create or replace function queues.write_pending_rows(_task_ids bigint[])
+  returns bigint
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _count bigint;
+begin
+  insert into queues.task_pending
+    (task_id, task_type, priority, scheduled_at, resource_key, available_at, current_lease_id,
+     lease_count, released_count, max_attempts, failed_attempts, uncounted_count, interrupted_count,
+     suspect_lease, group_key)
+  select r.* from queues.pending_rows_of(_task_ids) r order by r.task_id
+  on conflict (task_id) do nothing;
+  get diagnostics _count = row_count;
+  return _count;
+end;
+$$;
+
+-- Rebuilds queues.task_pending and queues.resource_lease from the facts: every task
+-- without a completion, available at its scheduled time, the retry time of its last
+-- failed attempt, the retry time of its last transient interruption, or the effective
+-- expiry of its newest lease (heartbeats, releases and revocations applied), whichever is
+-- latest; a task waiting for its dependencies at 'infinity'. Returns the number of pending
+-- tasks.
+create or replace function queues.rebuild_task_pending() returns bigint
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _count bigint;
+begin
+  lock table queues.task_pending, queues.resource_lease in exclusive mode;
+  delete from queues.task_pending;
+  delete from queues.resource_lease;
+  _count := queues.write_pending_rows(null);
+
+  -- A task never leased whose dependencies have not all succeeded waits for them
+  -- (sql/queues/dependencies.sql).
+  update queues.task_pending p
+     set scheduled_at = 'infinity', available_at = 'infinity'
+   where p.current_lease_id is null and p.lease_count = 0
+     and p.task_id in (
+       select d.task_id from queues.task_dependency d
+        where exists (select 1 from queues.task_pending x where x.task_id = d.depends_on_task_id)
+           or exists (select 1 from queues.task_completed c
+                       where c.task_id = d.depends_on_task_id and c.outcome <> 'succeeded'));
+
+  -- Each resource key held by a live lease, as the claim left it.
+  insert into queues.resource_lease (resource_key, task_id, expires_at)
+  select distinct on (p.resource_key) p.resource_key, p.task_id, p.available_at
+    from queues.task_pending p
+   where p.resource_key is not null and p.current_lease_id is not null
+   order by p.resource_key, p.available_at desc;
+  if _count > 0 then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+  return _count;
+end;
+$$;
+
+-- The rescuer of the ready set (docs/design/hot-path.md): a claim takes an unkeyed task
+-- of an unlimited type on its first lease out of the claim index, and its claim lease
+-- holds it. Rescuing a claim lease that expired by _now: under the lease's advisory lock
+-- taken exclusively (class 20253, as the completions of the lease take it), its tasks
+-- with no end, no claim-index row and no live heartbeat extension of their own come back
+-- to the claim index as the facts give them: leased by the expired lease, available
+-- since its expiry, so the next claim takes them as it takes any expired lease (a
+-- suspect; the expiry counted only when the lease named the task its suspect). No newer
+-- lease is looked for: a task leased before is claimed on its row (queues.claim_tasks_at),
+-- so a task of the lease with neither a row nor an end is still the lease's.
+-- queues.rescue_lease_at rescues one lease and returns the number of tasks it returned.
+create or replace function queues.rescue_lease_at(_task_lease_id bigint, _task_ids bigint[], _now timestamptz)
+  returns bigint
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _n bigint;
+begin
+  perform pg_advisory_xact_lock(20253, hashint8(_task_lease_id));
+  _n := queues.write_pending_rows(array(
+           select u.task_id from unnest(_task_ids) u(task_id)
+            where not exists (select 1 from queues.task_pending p where p.task_id = u.task_id)
+              and not exists (select 1 from queues.task_end_of(u.task_id) e)
+              and not exists (select 1 from queues.task_lease_extension x
+                               where x.task_id = u.task_id and x.task_lease_id = _task_lease_id
+                                 and x.expires_at > _now)));
+  return _n;
+end;
+$$;
+
+-- Every claim lease expired by _now with an unfinished task out of the claim index,
+-- rescued (a full pass over the claim leases: for tests and repairs; the claims rescue
+-- through queues.rescue_due_leases_at).
+create or replace function queues.rescue_leases_at(_now timestamptz)
+  returns bigint
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _lease record;
+  _count bigint := 0;
+begin
+  for _lease in
+    select c.task_lease_id, c.task_ids
+      from queues.claim_lease c
+     where c.expires_at <= _now
+       and exists (select 1 from unnest(c.task_ids) u(task_id)
+                    where not exists (select 1 from queues.task_pending p where p.task_id = u.task_id)
+                      and not exists (select 1 from queues.task_end_of(u.task_id) e))
+     order by c.task_lease_id
+  loop
+    _count := _count + queues.rescue_lease_at(_lease.task_lease_id, _lease.task_ids, _now);
+  end loop;
+  if _count > 0 then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+  return _count;
+end;
+$$;
+
+-- The rescuer run by the claims (queues.claim_tasks_at calls it before it scans, when the
+-- earliest row of queues.claim_lease_due is due): the claim leases
+-- due by _now (queues.claim_lease_due, one row per claim that took a task out of the claim
+-- index, written by the claim), at most 100 a pass, oldest expiry first, each row deleted
+-- and its lease rescued (queues.rescue_lease_at, under the lease's lock). Rows another
+-- pass holds are skipped (skip locked): concurrent claims rescue different leases. A row
+-- is read once it is committed, so a claim that commits after its own lease expired is
+-- rescued by the next pass. The claim reads no partition of claim_lease unless a lease is
+-- due (an open claim transaction then holds no lock on claim_lease_default, which the
+-- attach of a new history set takes). Returns the number of tasks returned to the claim
+-- index.
+create or replace function queues.rescue_due_leases_at(_now timestamptz)
+  returns bigint
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _lease record;
+  _task_ids bigint[];
+  _count bigint := 0;
+begin
+  for _lease in
+    delete from queues.claim_lease_due d
+     where d.task_lease_id in (select x.task_lease_id from queues.claim_lease_due x
+                                where x.expires_at <= _now
+                                order by x.expires_at
+                                limit 100
+                                  for update skip locked)
+    returning d.task_lease_id, d.task_id
+  loop
+    select c.task_ids into _task_ids
+      from queues.claim_lease c
+     where c.task_id = _lease.task_id and c.task_lease_id = _lease.task_lease_id;
+    if found then
+      _count := _count + queues.rescue_lease_at(_lease.task_lease_id, _task_ids, _now);
+    end if;
+  end loop;
+  if _count > 0 then
+    perform pg_notify('queues_task_ready', '');
+  end if;
+  return _count;
+end;
+$$;
+--! EndIncluded queues/maintenance.sql
+
 --! split: 900-privileges.sql
 --! Included queues/privileges.sql
 -- Who may call what in queues. Database users come from placeholders (see .gmrc):
@@ -972,3 +1500,23 @@ revoke execute on all procedures in schema queues from public;
 grant execute on procedure queues.enqueue_and_commit(text, jsonb, timestamptz, integer, text, integer, bigint, text, integer, bigint[])
   to :DATABASE_APP;
 --! EndIncluded queues/privileges.sql
+--! Included queues/privileges-hot-path.sql
+-- Grants of the worker's hot-path functions (settle, steps, revocation of a dead
+-- process's leases); included after the files that define them. queues/privileges.sql
+-- revokes EXECUTE from PUBLIC on every queue function first.
+
+revoke execute on all functions in schema queues from public;
+
+grant execute on function
+  queues.settle_tasks(bigint[], bigint[], text[], boolean[], bigint[], text[], bigint[]),
+  queues.run_steps(bigint[], bigint[], text[], jsonb[], text[]),
+  queues.run_step(bigint, bigint, text, jsonb),
+  queues.complete_steps(bigint[], bigint[], text[], boolean[], bigint[], text[], jsonb[]),
+  queues.current_leases(bigint[], bigint[]),
+  queues.parse_envelope(jsonb),
+  queues.is_current_lease(bigint, bigint),
+  queues.max_payload_bytes(),
+  queues.mark_started(bigint[], bigint[], bigint[]),
+  queues.revoke_worker_leases(text, bigint[], bigint[])
+to :DATABASE_WORKER;
+--! EndIncluded queues/privileges-hot-path.sql
