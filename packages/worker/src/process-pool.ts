@@ -6,12 +6,17 @@
  * start-up (module loading and JIT warm-up, ~0.3 s of CPU). A new spare then starts in
  * the background.
  *
+ * Blame: before a child starts tasks it sends every task it runs or is about to start
+ * ('running', written to the channel before the tasks start). When it dies, onDeath gets
+ * that list once the channel has closed, and the revocation blames those tasks
+ * (queues.revoke_worker_leases), not the ones that only waited in its local queue.
+ *
  * Quarantine (QUARANTINE=1, the default): one more process, in slot N, claims only repeat
- * suspects (tasks already blamed for one death: queues.claim_tasks_at, suspects
- * 'repeat'), one at a time, and the N working processes claim none ('no_repeat'). A
- * poison task then kills a working process at most twice (while it is not yet known,
- * then once more as a first-time suspect) and from then on only the quarantine process,
- * until it is abandoned; a dead quarantine process is replaced as any other.
+ * suspects (tasks already blamed for a death: queues.claim_tasks_at, suspects 'repeat'),
+ * one at a time, and the N working processes claim none ('no_repeat'). A poison task
+ * then kills one working process (the death that blames it) and from then on only the
+ * quarantine process, until it is abandoned; a dead quarantine process is replaced as
+ * any other.
  *
  *   child -> pool         { type: 'ready' }     configuration read, processors loaded
  *                         { type: 'started' }   the worker is claiming
@@ -26,9 +31,9 @@
  * METRICS_PORT + slot.
  *
  * Restarts: a process that worked for a second or more is replaced at once, and so are
- * up to N + SPARES (+ 1 with the quarantine) consecutive processes that die within a second of starting work (a
- * poison task claimed by each process at once, as a backlog that holds one starts, kills
- * them all). Beyond those, and from the first process that dies before it is ready, they
+ * up to N + SPARES (+ 1 with the quarantine) consecutive processes that die within a
+ * second of starting work (a poison task claimed by each process at once, as a backlog
+ * that holds one starts, kills them all). Beyond those, and from the first process that dies before it is ready, they
  * are replaced after 0.25 s, 0.5 s, ... up to 10 s; five in a row that die before ready
  * stop the pool with exit code 1 (the installation is broken, restarting cannot
  * help). A child that exits with code 2 found the configuration invalid: the pool
