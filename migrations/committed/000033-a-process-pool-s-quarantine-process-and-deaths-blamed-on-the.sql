@@ -1,5 +1,5 @@
 --! Previous: sha1:8900d27c671cc07342ace6637f139897657cfce2
---! Hash: sha1:f5b46cfec397087e33415c4fc23e9e52b5c73357
+--! Hash: sha1:9659fcb9ac5256f8cd9f83c5a64b57d1b98c1260
 --! Message: A process pool's quarantine process, and deaths blamed on the tasks the dead process said it ran: queues.claim_tasks takes suspects any, no_repeat or repeat; queues.revoke_worker_leases takes the started tasks
 
 --! split: 400-claim-quarantine.sql
@@ -7,7 +7,7 @@ set local lock_timeout = '5s';
 
 -- The lease-free repeat suspects (tasks one of whose expiries counted towards abandonment),
 -- which a pool's quarantine process claims (queues.claim_tasks_at, _suspects 'repeat').
--- Few rows: one per worker death at most.
+-- Few rows: a dead process's running tasks at most.
 create index if not exists task_pending_repeat_suspect_idx on queues.task_pending (available_at)
   where current_lease_id is null
     and lease_count - released_count - failed_attempts - uncounted_count > 0;
@@ -53,10 +53,11 @@ drop function if exists queues.claim_tasks_at(timestamptz, text, integer, text[]
 -- above. A process pool with a quarantine process (packages/worker/src/process-pool.ts)
 -- claims with 'no_repeat' in its working processes, which then never take a repeat
 -- suspect, and with 'repeat' in its quarantine process, which takes only repeat suspects
--- (and abandons poisoned ones), one at a time (concurrency 1): a poison task kills the
--- working processes at most twice (unnamed, then as a first-time suspect) and then only
--- the quarantine process. Repeat suspects are few (one per death at most: the lease's
--- named suspect), so the quarantine's claim reads them from an index of their own
+-- (and abandons poisoned ones), one at a time (concurrency 1): a poison task kills a
+-- working process once when the pool's revocation blames it (it heard the task start),
+-- twice when not (unnamed, then as a first-time suspect), and then only the quarantine
+-- process. Repeat suspects are few (a dead process's running tasks at most), so the
+-- quarantine's claim reads them from an index of their own
 -- (task_pending_repeat_suspect_idx) and its idle claim reads nothing else.
 --
 -- Flow limits (sql/queues/limits.sql): concurrency and rate limits per task type and

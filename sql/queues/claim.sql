@@ -34,10 +34,11 @@
 -- above. A process pool with a quarantine process (packages/worker/src/process-pool.ts)
 -- claims with 'no_repeat' in its working processes, which then never take a repeat
 -- suspect, and with 'repeat' in its quarantine process, which takes only repeat suspects
--- (and abandons poisoned ones), one at a time (concurrency 1): a poison task kills the
--- working processes at most twice (unnamed, then as a first-time suspect) and then only
--- the quarantine process. Repeat suspects are few (one per death at most: the lease's
--- named suspect), so the quarantine's claim reads them from an index of their own
+-- (and abandons poisoned ones), one at a time (concurrency 1): a poison task kills a
+-- working process once when the pool's revocation blames it (it heard the task start),
+-- twice when not (unnamed, then as a first-time suspect), and then only the quarantine
+-- process. Repeat suspects are few (a dead process's running tasks at most), so the
+-- quarantine's claim reads them from an index of their own
 -- (task_pending_repeat_suspect_idx) and its idle claim reads nothing else.
 --
 -- Flow limits (sql/queues/limits.sql): concurrency and rate limits per task type and
