@@ -16,7 +16,13 @@ import { createLogger, maskUrl, type Logger } from './logger.js';
 import { WorkerHealth } from './health.js';
 import { serveWorkerMetrics, WorkerMetrics } from './metrics.js';
 import type { ProcessorRegistry } from './processor.js';
-import { ProcessPool, POOL_MEMBER_ENV, type ChildMessage, type PoolMessage } from './process-pool.js';
+import {
+  ALIVE_INTERVAL_MS,
+  ProcessPool,
+  POOL_MEMBER_ENV,
+  type ChildMessage,
+  type PoolMessage,
+} from './process-pool.js';
 import { Worker } from './worker.js';
 import type { RunningTask } from './producer.js';
 
@@ -170,6 +176,12 @@ async function runPoolMember(config: WorkerConfig, logger: Logger, options: Work
       if (!process.connected) resolve();
       else process.send!(message, undefined, undefined, () => resolve());
     });
+  // Sent from the event loop: a task that blocks it (an endless synchronous loop) silences
+  // it, and the pool kills this process (process-pool.ts).
+  const alive = setInterval(() => {
+    if (process.connected) process.send!({ type: 'alive' } satisfies ChildMessage);
+  }, ALIVE_INTERVAL_MS);
+  alive.unref();
   const finish = await work(mine, logger, registry, metricsPort, stop, beforeStarts);
   process.send!({ type: 'started' } satisfies ChildMessage);
   await finish();
@@ -184,6 +196,8 @@ async function runPool(config: WorkerConfig, logger: Logger, argv: string[], env
     processes: config.processes!,
     spares: config.spares ?? 1,
     quarantine: (config.quarantine ?? 1) === 1,
+    // Silent for a lease: its leases have expired, it holds nothing it could still finish.
+    hungAfterMs: Math.max(config.leaseSeconds * 1000, 10_000),
     workerIdPrefix: config.workerId,
     logger,
     // A dead process's leases (its running tasks and its local queue) are revoked at once.

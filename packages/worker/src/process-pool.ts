@@ -11,6 +11,11 @@
  * that list once the channel has closed, and the revocation blames those tasks
  * (queues.revoke_worker_leases), not the ones that only waited in its local queue.
  *
+ * Hung processes: a working child sends 'alive' every second from its event loop; one
+ * silent for `hungAfterMs` (a lease's length, at least 10 s: its leases have expired
+ * by then, so it holds nothing it could still finish) is blocked (a task in an endless
+ * synchronous loop) and is killed (SIGKILL), then handled as any death.
+ *
  * Quarantine (QUARANTINE=1, the default): one more process, in slot N, claims only repeat
  * suspects (tasks already blamed for a death: queues.claim_tasks_at, suspects 'repeat'),
  * one at a time, and the N working processes claim none ('no_repeat'). A poison task
@@ -20,6 +25,7 @@
  *
  *   child -> pool         { type: 'ready' }     configuration read, processors loaded
  *                         { type: 'started' }   the worker is claiming
+ *                         { type: 'alive' }     every second while it works
  *                         { type: 'running', tasks }  sent before tasks start (and
  *                                               written to the channel before they do):
  *                                               every task it runs or is about to start
@@ -59,7 +65,10 @@ export type PoolMessage = {
 };
 /** running: every task the child runs or is about to start, as [task id, ms since the epoch], sent before it starts them. */
 export type ChildMessage =
-  { type: 'ready' } | { type: 'started' } | { type: 'running'; tasks: [taskId: string, startedAtMs: number][] };
+  | { type: 'ready' }
+  | { type: 'started' }
+  | { type: 'alive' }
+  | { type: 'running'; tasks: [taskId: string, startedAtMs: number][] };
 
 export interface ProcessPoolOptions {
   /** The script each child runs (the CLI itself), with `args`. */
@@ -70,6 +79,8 @@ export interface ProcessPoolOptions {
   spares: number;
   /** Run a quarantine process (slot `processes`) beside the working ones. */
   quarantine: boolean;
+  /** A working child silent (no message) this long is blocked, and is killed. */
+  hungAfterMs: number;
   /** Worker ids are `<workerIdPrefix>-<n>`. */
   workerIdPrefix: string;
   logger: Logger;
@@ -94,7 +105,14 @@ interface Child {
   activatedAt?: number;
   /** Its last `running` message. */
   running: Map<string, number>;
+  /** When it last sent a message (or was activated). */
+  lastHeardAt: number;
+  /** Killed for its silence. */
+  hung?: boolean;
 }
+
+/** How often a working child says it is alive (main.ts). */
+export const ALIVE_INTERVAL_MS = 1000;
 
 const FAST_DEATH_MS = 1000;
 const MAX_START_FAILURES = 5;
@@ -105,6 +123,7 @@ export class ProcessPool {
   readonly #children = new Set<Child>();
   readonly #slots: (Child | undefined)[];
   readonly #timers = new Set<NodeJS.Timeout>();
+  #watch: NodeJS.Timeout | undefined;
   #count = 0;
   #startFailures = 0;
   #fastDeaths = 0;
@@ -127,7 +146,23 @@ export class ProcessPool {
       `process pool of ${processes} worker process(es), ${spares} spare(s)${quarantine ? ' and a quarantine process' : ''}`,
     );
     this.#fill(0);
+    this.#watch = setInterval(() => this.#killHung(), ALIVE_INTERVAL_MS);
+    this.#watch.unref();
     return this.#done;
+  }
+
+  /** Kills the working children silent for hungAfterMs (their event loop is blocked). */
+  #killHung(): void {
+    const now = Date.now();
+    for (const child of this.#children) {
+      if (child.state !== 'active' || child.hung || now - child.lastHeardAt < this.#options.hungAfterMs) continue;
+      child.hung = true;
+      this.#log.error(
+        { event: 'child_hung', pid: child.process.pid, worker_id: child.workerId, silent_ms: now - child.lastHeardAt },
+        `worker process ${child.workerId} silent for ${now - child.lastHeardAt} ms (blocked); killing it`,
+      );
+      child.process.kill('SIGKILL');
+    }
   }
 
   /** Graceful stop of every child (SIGTERM); later calls only log. */
@@ -137,6 +172,7 @@ export class ProcessPool {
       return;
     }
     this.#stopping = true;
+    clearInterval(this.#watch);
     this.#log.info(
       { event: 'pool_stopping', reason, children: this.#children.size },
       `${reason}: stopping every worker process`,
@@ -174,6 +210,7 @@ export class ProcessPool {
       forkedAt: Date.now(),
       state: 'starting',
       running: new Map(),
+      lastHeardAt: Date.now(),
       process: fork(this.#options.script, this.#options.args, { env: this.#options.env, stdio: 'inherit' }),
     };
     this.#children.add(child);
@@ -187,6 +224,7 @@ export class ProcessPool {
   }
 
   #onMessage(child: Child, message: ChildMessage): void {
+    child.lastHeardAt = Date.now();
     if (message?.type === 'running' && Array.isArray(message.tasks)) {
       child.running = new Map(message.tasks);
     } else if (message?.type === 'ready' && child.state === 'starting') {
@@ -226,6 +264,7 @@ export class ProcessPool {
       ready.role = slot < this.#options.processes ? 'work' : 'quarantine';
       ready.workerId = `${this.#options.workerIdPrefix}-${ready.n}`;
       ready.activatedAt = Date.now();
+      ready.lastHeardAt = ready.activatedAt;
       this.#slots[slot] = ready;
       const message: PoolMessage = {
         type: 'activate',
@@ -252,6 +291,7 @@ export class ProcessPool {
       slot: child.slot,
       role: child.role,
       state: was,
+      hung: child.hung ?? false,
       code,
       signal,
       lived_ms: now - child.forkedAt,

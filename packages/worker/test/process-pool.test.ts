@@ -227,6 +227,34 @@ describe('PROCESSES: the pool', () => {
     await s.exited;
   });
 
+  it('processes whose event loop a task blocks are killed once silent for a lease (at least 10 s) and replaced; the task is abandoned', async () => {
+    const id = await enqueue(db, 'hang', {});
+    const s = pool({ WORKER_ROLE: 'hang,db_function', MAX_LEASES: '1' });
+    // Its first lease (unnamed) expires while the first process is blocked; the second
+    // names it, blocks the other process and expires too: abandoned.
+    await eventually(async () => (await factsOf(db, id)).outcome !== null, 'abandonment', 20_000);
+    expect(await factsOf(db, id)).toEqual({
+      outcome: 'abandoned',
+      errors: ['abandoned: 1 leases expired without completion (max_leases 1)'],
+      leases: 2,
+    });
+    // Both working processes are blocked: nothing but the watchdog brings them back.
+    await eventually(() => events(s, 'child_exited').length === 2, 'both blocked processes killed', 30_000);
+    const hung = events(s, 'child_hung');
+    expect(hung).toHaveLength(2);
+    for (const h of hung) expect(Number(h.silent_ms)).toBeGreaterThanOrEqual(10_000);
+    expect(events(s, 'child_exited')).toEqual(
+      hung.map((h) => expect.objectContaining({ worker_id: h.worker_id, signal: 'SIGKILL', hung: true, role: 'work' })),
+    );
+    const holders = new Set(await leasesOf(id));
+    expect(new Set(hung.map((h) => h.worker_id))).toEqual(holders);
+    // Their replacements work.
+    const step = await enqueue(db, 'db_function', { db_function: 'fixture.step', key: 'after-the-hang' });
+    await eventually(async () => (await factsOf(db, step)).outcome === 'succeeded', 'a step after the hang');
+    s.process.kill('SIGTERM');
+    expect((await s.exited).code).toBe(0);
+  });
+
   it('QUARANTINE=0: no quarantine process; a poison task kills working processes until abandoned', async () => {
     const id = await enqueue(db, 'crash', {});
     const s = pool({ WORKER_ROLE: 'crash,db_function', MAX_LEASES: '3', QUARANTINE: '0' });

@@ -68,7 +68,8 @@ export async function installFixtures(db: TestDatabase): Promise<void> {
                         'fixture.on_success(jsonb)', 'fixture.on_error(jsonb)']) f;
     insert into queues.task_type (task_type, description) values
       ('test_channel', 'worker tests: a channel task with a test provider'),
-      ('slow', 'worker tests: waits'), ('crash', 'worker tests: kills its worker');
+      ('slow', 'worker tests: waits'), ('crash', 'worker tests: kills its worker'),
+      ('hang', 'worker tests: blocks its worker');
   `);
 }
 

@@ -2,6 +2,7 @@
 // so PROCESSES=N runs a pool of N of these), with test processors beside db_function:
 //   slow   waits payload.ms (default 1000) milliseconds, then completes
 //   crash  kills its own process with SIGKILL (a poison task)
+//   hang   blocks its process's event loop forever (an endless synchronous loop)
 // TEST_DIE_BEFORE_READY=1: a pool member exits 1 before it is ready (a broken install).
 // TEST_DIE_WHEN_WORKING=1: a pool member kills itself (SIGKILL) 50 ms after the pool gives
 // it a slot (a process that dies as soon as it works, again and again).
@@ -33,6 +34,12 @@ const registry = () =>
       async process() {
         process.kill(process.pid, 'SIGKILL');
         await new Promise(() => {});
+      },
+    })
+    .register('hang', {
+      name: 'hang',
+      process() {
+        for (;;);
       },
     });
 
