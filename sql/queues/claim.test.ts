@@ -71,6 +71,9 @@ async function claimAt(
   return rows;
 }
 
+/** The task ids of a claim's rows, in its order. */
+const ids = (rows: Claimed[]) => rows.map((r) => r.task_id);
+
 async function claim(worker = 'w1', limit = 10, leaseSeconds = 60, types: string[] | null = null): Promise<Claimed[]> {
   const { rows } = await db
     .pool('worker')
@@ -421,7 +424,6 @@ describe('claim semantics', () => {
     const first = await enqueueNoops(3);
     await claim('w-dead', 3);
     const later = await enqueueNoops(6);
-    const ids = (rows: Claimed[]) => rows.map((r) => r.task_id);
     // At 61 s the three are suspects for the first time: one worker takes them back to back.
     for (const id of first) expect(ids(await claimAt(61, 'w-0', 1))).toEqual([id]);
     // w-0 died holding all three, each named: at 122 s each has one counted expiry. w-a's
@@ -442,7 +444,6 @@ describe('claim semantics', () => {
     const first = await enqueueNoops(2);
     await claim('w-dead', 2);
     const later = await enqueueNoops(3);
-    const ids = (rows: Claimed[]) => rows.map((r) => r.task_id);
     // At 61 s both are first-time suspects: working processes take them, one per claim.
     expect(ids(await claimAt(61, 'w-0', 1, null, 'no_repeat'))).toEqual([first[0]]);
     expect(ids(await claimAt(61, 'w-1', 1, null, 'no_repeat'))).toEqual([first[1]]);
