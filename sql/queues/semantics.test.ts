@@ -249,6 +249,45 @@ describe('stale recovery', () => {
     expect(late.rows).toEqual([{ task_id: id }]);
   });
 
+  it("a stale worker's revocation counts towards abandonment for the run a heartbeat marked started, not for the task that only waited; the rebuild agrees", async () => {
+    const ids = [await enqueue(), await enqueue()];
+    const worker = db.pool('worker');
+    await worker.query(`select queues.record_worker_heartbeat('silent', array['db_function'], 10000)`);
+    const { rows: leases } = await worker.query(
+      `select task_id, task_lease_id from queues.claim_tasks('silent', 2, null, 300) order by task_id`,
+    );
+    expect(leases.map((l) => l.task_id)).toEqual(ids);
+    // The first ran past a heartbeat (marked started); the second waited in the local queue.
+    await worker.query('select queues.mark_started($1::bigint[], $2::bigint[])', [
+      [leases[0].task_id],
+      [leases[0].task_lease_id],
+    ]);
+    const { rows: revoked } = await db.query(
+      `select task_id from queues.recover_stale_leases_at(now() + interval '91 seconds', 10) order by task_id`,
+    );
+    expect(revoked.map((r) => r.task_id)).toEqual(ids);
+    const counted = async () =>
+      (
+        await db.query(
+          `select task_id, lease_count - released_count - failed_attempts - uncounted_count as counted
+             from queues.task_pending where task_id = any($1::bigint[]) order by task_id`,
+          [ids],
+        )
+      ).rows.map((r) => [r.task_id, r.counted]);
+    expect(await counted()).toEqual([
+      [ids[0], 1],
+      [ids[1], 0],
+    ]);
+    const before = (
+      await db.query('select * from queues.task_pending where task_id = any($1::bigint[]) order by task_id', [ids])
+    ).rows;
+    await db.query('select queues.rebuild_task_pending()');
+    expect(
+      (await db.query('select * from queues.task_pending where task_id = any($1::bigint[]) order by task_id', [ids]))
+        .rows,
+    ).toEqual(before);
+  });
+
   it('admin.recover_stale_leases does not revoke a worker that heartbeats within its own interval', async () => {
     const id = await enqueue();
     const worker = db.pool('worker');
