@@ -14,7 +14,8 @@
  * Hung processes: a working child sends 'alive' every second from its event loop; one
  * silent for `hungAfterMs` (a lease's length, at least 10 s: its leases have expired
  * by then, so it holds nothing it could still finish) is blocked (a task in an endless
- * synchronous loop) and is killed (SIGKILL), then handled as any death.
+ * synchronous loop) and is killed (SIGKILL) and replaced. (Its tasks came back when
+ * their leases expired, and are counted as after any expiry.)
  *
  * Quarantine (QUARANTINE=1, the default): one more process, in slot N, claims only repeat
  * suspects (tasks already blamed for a death: queues.claim_tasks_at, suspects 'repeat'),
