@@ -158,22 +158,30 @@ export class Executor {
       }
       // The provider refused the work for now (throttle.ts): the throttle recorded, and the
       // run and the waiting tasks it covers (they would meet the same refusal) given back,
-      // in one statement. The candidates (throttleCandidates) leave the local queue
-      // first, so that none starts meanwhile; those not given back return to the queue.
+      // in one statement. Claims are held until the throttle is recorded (a claim that read
+      // the queue before it committed would take tasks it covers), after the claim under
+      // way has put its tasks in the local queue, so that they are candidates too. The
+      // candidates (throttleCandidates) leave the local queue first, so that none starts
+      // meanwhile; those not given back return to the queue.
       if (!running.released && !running.cancelled && isThrottledError(error)) {
         const { workerId, queue } = this.#o;
-        const candidates = throttleCandidates(queue.waiting, error, task.taskType);
-        queue.drop(new Set(candidates));
-        const { result, released } = await recordThrottledRun(
-          pool,
-          task,
-          error,
-          workerId,
-          this.#taskLog(running),
-          candidates,
-        );
-        queue.restore(candidates.filter((t) => !released.has(t.taskId)));
-        if (result === 'lease_lost') await this.#lostRun(running, Date.now() - running.startedAt);
+        const resume = await queue.holdClaims();
+        try {
+          const candidates = throttleCandidates(queue.waiting, error, task.taskType);
+          queue.drop(new Set(candidates));
+          const { result, released } = await recordThrottledRun(
+            pool,
+            task,
+            error,
+            workerId,
+            this.#taskLog(running),
+            candidates,
+          );
+          queue.restore(candidates.filter((t) => !released.has(t.taskId)));
+          if (result === 'lease_lost') await this.#lostRun(running, Date.now() - running.startedAt);
+        } finally {
+          resume();
+        }
         return;
       }
       if (await this.#givenUp(running, error, false)) return;

@@ -30,6 +30,11 @@ export interface LocalQueue {
   drop(tasks: Set<ClaimedTask>): void;
   /** Puts back, at the front, waiting tasks taken out and still held (see Executor). */
   restore(tasks: readonly ClaimedTask[]): void;
+  /**
+   * Stops claiming until the returned function is called, once the claim under way (if
+   * any) has put its tasks in the queue (see Executor's throttle).
+   */
+  holdClaims(): Promise<() => void>;
 }
 
 export interface HeartbeatOptions {

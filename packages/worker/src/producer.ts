@@ -91,6 +91,10 @@ export class Producer {
    * next scheduled task's time (#lookAgainAt).
    */
   #drained = false;
+  /** Claims are held (holdClaims) while this is above 0. */
+  #holds = 0;
+  /** The claim under way, if any. */
+  #claiming: Promise<unknown> | undefined;
   /** Notifications heard so far: one heard while a claim runs means claim again. */
   #notices = 0;
   /** When a drained worker claims again (performance.now() ms): its poll, or sooner. */
@@ -172,6 +176,29 @@ export class Producer {
   }
 
   /**
+   * Stops claiming, and resolves once the claim under way (if any) has put its tasks in the
+   * local queue, with the function that resumes claiming. A throttle being recorded holds
+   * claims (executor.ts): a claim that read the queue before the throttle committed could
+   * take tasks of the throttled type and start them before the throttle ends.
+   */
+  async holdClaims(): Promise<() => void> {
+    this.#holds++;
+    let resumed = false;
+    const resume = () => {
+      if (resumed) return;
+      resumed = true;
+      this.#holds--;
+      if (this.#holds === 0) this.notified();
+    };
+    try {
+      await this.#claiming;
+    } catch {
+      // a failed claim put nothing in the queue
+    }
+    return resume;
+  }
+
+  /**
    * Puts back at the front of the local queue tasks taken out of it and still held (a
    * throttle did not cover them), and starts them as slots free; once the worker is
    * stopping (its queue given back already), gives their leases back instead.
@@ -229,21 +256,32 @@ export class Producer {
       const room = capacity - slots.busy - this.#waiting.length;
       // A freed slot is no reason to claim again right after a claim found the queue
       // empty: that waits for a notification or the poll interval.
-      if (room > 0 && (this.#waiting.length <= lowWater || this.#recovering) && !this.#drained) {
+      if (room > 0 && (this.#waiting.length <= lowWater || this.#recovering) && !this.#drained && this.#holds === 0) {
         // Tasks that finish together free their slots in the same turn of the event
         // loop: let them, and claim for all of them in one call.
         if (slots.busy > 0) await new Promise((resolve) => setImmediate(resolve));
+        // Claims held meanwhile (a throttle being recorded): wait to be woken.
+        if (this.#holds > 0) continue;
         const limit = Math.min(MAX_CLAIM, capacity - slots.busy - this.#waiting.length);
         const claimSentAt = performance.now();
         const notices = this.#notices;
-        const claimed = limit > 0 ? await this.#claim(limit) : [];
-        if (this.#stopping) {
-          if (claimed.length > 0) await this.#release(claimed);
-          break;
+        // holdClaims waits for this claim until its tasks are in the local queue.
+        let queued!: () => void;
+        this.#claiming = new Promise<void>((resolve) => (queued = resolve));
+        let claimed: ClaimedTask[];
+        try {
+          claimed = limit > 0 ? await this.#claim(limit) : [];
+          if (this.#stopping) {
+            if (claimed.length > 0) await this.#release(claimed);
+            break;
+          }
+          this.#recovering = claimed.some((t) => t.leaseCount > 1);
+          this.#waiting.push(...claimed);
+          this.#startWaiting();
+        } finally {
+          this.#claiming = undefined;
+          queued();
         }
-        this.#recovering = claimed.some((t) => t.leaseCount > 1);
-        this.#waiting.push(...claimed);
-        this.#startWaiting();
         // A full batch means more work is likely waiting: claim again at once.
         if (claimed.length === limit && claimed.length > 0) continue;
         // So does a suspect: the queue hands out one per claim, and a dead worker's

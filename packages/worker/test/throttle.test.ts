@@ -279,6 +279,89 @@ describe('tasks of a throttled type waiting in the worker', () => {
   });
 });
 
+describe('a claim under way when a throttle is recorded', () => {
+  it('puts its tasks in the local queue first: those the throttle covers are given back with the run, and none runs before T', async () => {
+    await db.query(`insert into queues.task_type (task_type) values ('gate_claiming')`);
+    // A flow limit makes every claim of the type take the type's claim lock (advisory,
+    // 20252): held here, it keeps a claim under way for as long as the test likes.
+    await db.query(`select queues.set_task_limit('gate_claiming', 'type', null, 100)`);
+    let throwNow!: () => void;
+    const thrown = new Promise<void>((resolve) => (throwNow = resolve));
+    let calls = 0;
+    const gate = defineTask({
+      name: 'gate_claiming',
+      payload: z.object({ n: z.number() }),
+      run: async () => {
+        calls += 1;
+        if (calls > 1) return;
+        await thrown;
+        throw new ThrottledError('gate: busy', { retryAfterSeconds: 1 });
+      },
+    });
+    const enqueueGate = async (n: number) =>
+      (await db.query(`select queues.enqueue_internal('gate_claiming', jsonb_build_object('n', $1::int)) as id`, [n]))
+        .rows[0].id as string;
+    const first = await enqueueGate(0);
+    const worker = new Worker({
+      databaseUrl: db.url('worker'),
+      roles: null,
+      workerId: 'throttle-claiming',
+      concurrency: 1,
+      pollIntervalMs: 50,
+      heartbeatIntervalMs: 1000,
+      leaseSeconds: 30,
+      maxLeases: 5,
+      shutdownGraceMs: 2000,
+      registry: registerTaskDefinitions(new ProcessorRegistry(), [gate]),
+      logger: createLogger('silent'),
+    });
+    const locker = await db.client('root');
+    try {
+      await worker.start();
+      await eventually(() => calls === 1, 'the first task running');
+      // The type's claim lock held: the next claim, for the task enqueued now, waits on it.
+      await locker.query('begin');
+      await locker.query(`select pg_advisory_xact_lock(20252, hashtext('gate_claiming'))`);
+      const second = await enqueueGate(1);
+      await eventually(
+        async () =>
+          (
+            await db.query(
+              `select count(*)::int as n from pg_locks where locktype = 'advisory' and not granted and classid = 20252`,
+            )
+          ).rows[0].n === 1,
+        'a claim waiting for the claim lock',
+      );
+      // The run is refused while that claim is under way; the claim goes on a moment later.
+      throwNow();
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      await locker.query('commit');
+      await eventually(
+        async () => (await completion(first)) !== undefined && (await completion(second)) !== undefined,
+        'both completed',
+        30_000,
+      );
+      const [fact] = await throttles('gate_claiming');
+      expect(fact).toBeDefined();
+      const done = [await completion(first), await completion(second)];
+      expect(done.map((c) => c!.outcome)).toEqual(['succeeded', 'succeeded']);
+      expect(done.filter((c) => Date.parse(c!.completed_at) < fact.throttled_until.getTime())).toEqual([]);
+      // The second task's lease from that claim was given back, not run.
+      const { rows } = await db.query(
+        `select count(*)::int as n from queues.task_leases l
+          where l.task_id = $1 and exists (select 1 from queues.task_lease_release r
+                                             where r.task_id = l.task_id and r.task_lease_id = l.task_lease_id)`,
+        [second],
+      );
+      expect(rows[0].n).toBe(1);
+    } finally {
+      await locker.query('rollback').catch(() => {});
+      await locker.end();
+      await worker.stop();
+    }
+  });
+});
+
 describe('throttleSeconds', () => {
   it('holds the wait asked for to 1 second .. 24 hours, counting an until from now', () => {
     const now = Date.parse('2026-01-01T00:00:00Z');
