@@ -158,7 +158,7 @@ describe('PROCESSES: the pool', () => {
     expect(events(s, 'worker_stopped')).toHaveLength(3);
   });
 
-  it('poison tasks: each death is replaced, the task kills working processes twice, then only the quarantine, and is abandoned after MAX_LEASES counted deaths; the pool stays up', async () => {
+  it('poison tasks: each death is replaced, the task kills one working process, then only the quarantine, and is abandoned after MAX_LEASES counted deaths; the pool stays up', async () => {
     const id = await enqueue(db, 'crash', {});
     const s = pool({ WORKER_ROLE: 'crash,db_function', MAX_LEASES: '3' });
     await eventually(async () => (await factsOf(db, id)).outcome !== null, 'abandonment', 30_000);
