@@ -34,6 +34,22 @@ export async function enqueueBacklog(urls, root, tasks) {
 }
 
 /**
+ * Enqueues `steps` db_function steps ({"db_function":"internal.noop"}) through `owner` (a
+ * pool as the database owner: steps are enqueued by the owner only, queues.internal_task_type),
+ * 1,000 per call.
+ */
+export async function enqueueNoopSteps(owner, steps) {
+  for (let s = 0; s < steps; s += 1000)
+    await enqueueMany(
+      owner,
+      Array.from({ length: Math.min(1000, steps - s) }, (_, i) => ({
+        taskType: 'db_function',
+        payload: { db_function: 'internal.noop', n: s + i },
+      })),
+    );
+}
+
+/**
  * The real Worker as the probes run it: the CLI's defaults (a long lease, a rare
  * heartbeat unless `heartbeatIntervalMs` says otherwise), warnings only, as the worker
  * database user; `prefetch` undefined is the default local queue.

@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { openServer, provisionDatabase } from '@org/db-tools';
-import { enqueueMany } from '@org/queue-client';
+import { enqueueNoopSteps } from './drain-fixture.mjs';
 
 const STEPS = Number(process.argv[2] ?? 50000);
 const CONCURRENCY = Number(process.argv[3] ?? 10);
@@ -19,14 +19,7 @@ try {
   const urls = await provisionDatabase(server, 'probe', { fresh: true, quiet: true, current: true });
   const owner = new pg.Pool({ connectionString: urls.owner, max: 1 });
   const drain = async (mode) => {
-    for (let s = 0; s < STEPS; s += 1000)
-      await enqueueMany(
-        owner,
-        Array.from({ length: Math.min(1000, STEPS - s) }, (_, i) => ({
-          taskType: 'db_function',
-          payload: { db_function: 'internal.noop', n: s + i },
-        })),
-      );
+    await enqueueNoopSteps(owner, STEPS);
     await owner.query('vacuum analyze');
     const env = {
       PATH: process.env.PATH,

@@ -8,9 +8,8 @@ import { readFileSync, readdirSync } from 'node:fs';
 import pg from 'pg';
 import { provisionDatabase } from '@org/db-tools';
 import { openStatementsServer } from './statements-server.mjs';
-import { enqueueMany } from '@org/queue-client';
 import { dbFunctionProcessor, ProcessorRegistry } from '@org/worker';
-import { probeWorker } from './drain-fixture.mjs';
+import { enqueueNoopSteps, probeWorker } from './drain-fixture.mjs';
 
 const STEPS = Number(process.argv[2] ?? 20000);
 const CONCURRENCY = Number(process.argv[3] ?? 10);
@@ -44,14 +43,7 @@ try {
   await root.query('create extension if not exists pg_stat_statements');
   // db_function steps are enqueued by the owner only (queues.internal_task_type).
   const owner = new pg.Pool({ connectionString: urls.owner, max: 1 });
-  for (let s = 0; s < STEPS; s += 1000)
-    await enqueueMany(
-      owner,
-      Array.from({ length: Math.min(1000, STEPS - s) }, (_, i) => ({
-        taskType: 'db_function',
-        payload: { db_function: 'internal.noop', n: s + i },
-      })),
-    );
+  await enqueueNoopSteps(owner, STEPS);
   await root.query('vacuum analyze');
   await root.query('select pg_stat_statements_reset()');
   const registry = new ProcessorRegistry().register('db_function', dbFunctionProcessor());
