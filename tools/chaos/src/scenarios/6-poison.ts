@@ -214,10 +214,6 @@ async function trace(db: ChaosDb, fromId: number, started: number, label: string
       lines.push(
         `  death ${((Date.parse(String(line.time)) - started) / 1000).toFixed(2)} ${typeof line.worker_id === 'string' ? line.worker_id : ''}`,
       );
-    else if (line.event === 'child_started')
-      lines.push(
-        `  working ${((Date.parse(String(line.time)) - started) / 1000).toFixed(2)} ${String(line.worker_id)} (activated ${Number(line.start_ms)} ms before)`,
-      );
     else if (line.event === 'restart_delayed')
       lines.push(
         `  restart delayed ${((Date.parse(String(line.time)) - started) / 1000).toFixed(2)} by ${Number(line.delay_ms)} ms`,
