@@ -2794,6 +2794,33 @@ create table queues.task_progress_p2000000 partition of queues.task_progress (
 CREATE UNIQUE INDEX task_progress_p2000000_pkey ON queues.task_progress_p2000000 USING btree (task_id, task_progress_id);
 CREATE TRIGGER forbid_update BEFORE UPDATE ON queues.task_progress_p2000000 FOR EACH STATEMENT EXECUTE FUNCTION queues.forbid_fact_update();
 
+create table queues.task_ready_batch (
+  task_id bigint not null,
+  task_type text not null,
+  priority integer not null,
+  scheduled_at timestamp with time zone not null,
+  max_attempts integer not null,
+  task_ids bigint[] not null,
+  taken integer default 0 not null,
+  task_range int8range not null,
+  constraint task_ready_batch_check CHECK (((taken >= 0) AND (taken < cardinality(task_ids)))),
+  constraint task_ready_batch_max_attempts_not_null NOT NULL max_attempts,
+  constraint task_ready_batch_pkey PRIMARY KEY (task_id),
+  constraint task_ready_batch_priority_not_null NOT NULL priority,
+  constraint task_ready_batch_scheduled_at_not_null NOT NULL scheduled_at,
+  constraint task_ready_batch_taken_not_null NOT NULL taken,
+  constraint task_ready_batch_task_id_not_null NOT NULL task_id,
+  constraint task_ready_batch_task_ids_not_null NOT NULL task_ids,
+  constraint task_ready_batch_task_range_not_null NOT NULL task_range,
+  constraint task_ready_batch_task_type_not_null NOT NULL task_type
+) with (autovacuum_vacuum_cost_delay=0, autovacuum_vacuum_scale_factor=0, autovacuum_vacuum_threshold=100, fillfactor=50);
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on table queues.task_ready_batch is 'Ready batches: the plain tasks of one enqueue call, per type, priority and max_attempts, held in one row instead of a claim-index row each, until claims take them (taken) or a path gives one its row (queues.unbatch_tasks). Derived, not a fact: queues.rebuild_task_pending rebuilds it into claim-index rows. See sql/queues/ready_batch.sql.';
+CREATE INDEX task_ready_batch_claim_idx ON queues.task_ready_batch USING btree (task_type, priority DESC, scheduled_at, task_id);
+CREATE UNIQUE INDEX task_ready_batch_pkey ON queues.task_ready_batch USING btree (task_id);
+CREATE INDEX task_ready_batch_range_idx ON queues.task_ready_batch USING gist (task_range);
+
 create table queues.task_redriven (
   task_id bigint not null,
   new_task_id bigint not null,
@@ -3705,6 +3732,26 @@ create view queues.stale_lease as
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
 comment on view queues.stale_lease is 'Live leases held by workers not seen for 10 minutes.';
 
+create view queues.task_batched as
+ SELECT u.task_id,
+    b.task_type,
+    b.priority,
+    b.scheduled_at,
+    b.max_attempts,
+    b.task_id AS batch_id
+   FROM queues.task_ready_batch b
+     CROSS JOIN LATERAL unnest(b.task_ids[b.taken + 1:]) u(task_id);
+  -- columns:
+  --  task_id bigint
+  --  task_type text
+  --  priority integer
+  --  scheduled_at timestamp with time zone
+  --  max_attempts integer
+  --  batch_id bigint
+  owner :DATABASE_OWNER
+  grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
+comment on view queues.task_batched is 'Every task held in a ready batch (queues.task_ready_batch) and not yet taken out of it, with its batch. A task''s own: queues.batched_of(task_id). See sql/queues/ready_batch.sql.';
+
 create view queues.task_end as
  SELECT c.task_id,
     c.task_lease_id,
@@ -3846,7 +3893,25 @@ UNION ALL
            FROM queues.task x
           WHERE x.task_id = h.task_id
          LIMIT 1) t
-     LEFT JOIN queues.task_run_now rn ON rn.task_id = h.task_id;
+     LEFT JOIN queues.task_run_now rn ON rn.task_id = h.task_id
+UNION ALL
+ SELECT b.task_id,
+    b.task_type,
+    b.priority,
+    b.scheduled_at,
+    NULL::text AS resource_key,
+    b.scheduled_at AS available_at,
+    NULL::bigint AS current_lease_id,
+    0 AS lease_count,
+    0 AS released_count,
+    b.max_attempts,
+    0 AS failed_attempts,
+    0 AS interrupted_count,
+    0 AS uncounted_count,
+    false AS suspect_lease,
+    NULL::text AS group_key,
+    false AS lease_held
+   FROM queues.task_batched b;
   -- columns:
   --  task_id bigint
   --  task_type text
@@ -3866,7 +3931,7 @@ UNION ALL
   --  lease_held boolean
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
-comment on view queues.task_pending_or_held is 'Every task not ended, in queues.task_pending''s shape: the claim index''s rows, and each lease-held task (queues.lease_held_tasks) leased by its claim lease (lease_held). A task''s own: queues.task_pending_or_held_of(task_id). See sql/queues/lease_held.sql.';
+comment on view queues.task_pending_or_held is 'Every task not ended, in queues.task_pending''s shape: the claim index''s rows, each lease-held task (queues.lease_held_tasks) leased by its claim lease (lease_held), and each task in a ready batch (queues.task_batched) as its row would be. A task''s own: queues.task_pending_or_held_of(task_id). See sql/queues/lease_held.sql.';
 
 create view queues.task_pending_or_held_counts as
  SELECT p.task_type,
@@ -3883,7 +3948,15 @@ UNION ALL
     1 AS lease_count,
     true AS lease_held,
     h.tasks
-   FROM queues.lease_held_counts h;
+   FROM queues.lease_held_counts h
+UNION ALL
+ SELECT b.task_type,
+    b.scheduled_at AS available_at,
+    NULL::bigint AS current_lease_id,
+    0 AS lease_count,
+    false AS lease_held,
+    cardinality(b.task_ids) - b.taken AS tasks
+   FROM queues.task_ready_batch b;
   -- columns:
   --  task_type text
   --  available_at timestamp with time zone
@@ -3893,7 +3966,7 @@ UNION ALL
   --  tasks integer
   owner :DATABASE_OWNER
   grant DELETE, INSERT, MAINTAIN, REFERENCES, SELECT, TRIGGER, TRUNCATE, UPDATE to :DATABASE_OWNER (by :DATABASE_OWNER)
-comment on view queues.task_pending_or_held_counts is 'Every task not ended, counted: the claim index''s rows (tasks 1) and the lease-held tasks per claim lease and type (queues.lease_held_counts), in queues.task_pending_or_held''s shape; sum(tasks) is its count(*). See sql/queues/lease_held.sql.';
+comment on view queues.task_pending_or_held_counts is 'Every task not ended, counted: the claim index''s rows (tasks 1), the lease-held tasks per claim lease and type (queues.lease_held_counts) and the tasks of each ready batch (queues.task_ready_batch), in queues.task_pending_or_held''s shape; sum(tasks) is its count(*). See sql/queues/lease_held.sql.';
 
 -- Sequences
 
@@ -4908,6 +4981,9 @@ begin
                               -- and the lease-held tasks (no claim-index row, sql/queues/lease_held.sql)
                               + (select count(*) from queues.lease_held_tasks h
                                   where not p.is_default and h.task_id >= p.lower_bound and h.task_id < p.upper_bound)
+                              -- and the tasks in ready batches (sql/queues/ready_batch.sql)
+                              + (select count(*) from queues.task_batched b
+                                  where not p.is_default and b.task_id >= p.lower_bound and b.task_id < p.upper_bound)
                                 as pending) pe
     left join queues.history_set_measured m
       on m.lower_bound = p.lower_bound and m.upper_bound = p.upper_bound
@@ -5481,11 +5557,15 @@ begin
                         where ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13))),
                     t.enqueued_at, t.scheduled_at, p.available_at, c.completed_at
                from queues.task t
-               -- its claim-index row, else the claim lease that holds it (a lease-held task:
+               -- its claim-index row or ready batch, else the claim lease that holds it (a lease-held task:
                -- queues.lease_held_of written out, its probe of the end given the range''s
                -- bounds, so that it reads the range''s partitions only)
                left join lateral (select x.available_at, x.current_lease_id, x.lease_count
                                     from queues.task_pending x where x.task_id = t.task_id
+                                  union all
+                                  -- (a task in a ready batch: sql/queues/ready_batch.sql)
+                                  select b.scheduled_at, null::bigint, 0
+                                    from queues.batched_of(t.task_id) b
                                   union all
                                   (select h.expires_at, h.task_lease_id, 1
                                      from queues.claim_lease h
@@ -10237,6 +10317,21 @@ $function$;
   -- queues.attach_history_partition(_table text, _lower bigint, _upper bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.batched_of(_task_id bigint)
+ RETURNS TABLE(task_id bigint, task_type text, priority integer, scheduled_at timestamp with time zone, max_attempts integer, batch_id bigint)
+ LANGUAGE sql
+ STABLE
+AS $function$
+  -- The batches whose range holds the id (GiST), then the id among the ids not taken.
+  select _task_id, b.task_type, b.priority, b.scheduled_at, b.max_attempts, b.task_id
+    from queues.task_ready_batch b
+   where b.task_range @> _task_id
+     and _task_id = any (b.task_ids[b.taken + 1:])
+   limit 1
+$function$;
+  -- queues.batched_of(_task_id bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.cancel_autovacuum(_tables text[])
  RETURNS integer
  LANGUAGE plpgsql
@@ -10543,6 +10638,8 @@ declare
   _picked      bigint[];
   _plain       boolean;
   _picked_type text;
+  -- Of the picked tasks from ready batches, each one's batch.
+  _from_batches bigint[];
   _expired     boolean;
   -- A claim lease is due: the rescuer runs.
   _due         boolean;
@@ -10670,6 +10767,12 @@ begin
                                   where p.current_lease_id > 0 and p.available_at <= _now
                                     and p.task_type = t.task_type
                                   limit 1), false)
+                    -- (a ready batch of a type limited after its enqueue: its tasks get
+                    -- their rows below)
+                    or coalesce((select true from queues.task_ready_batch b
+                                  where b.task_type = t.task_type and b.scheduled_at <= _now
+                                  order by b.priority desc, b.scheduled_at, b.task_id
+                                  limit 1), false)
                   then true else false end
        order by t.task_type);
     foreach _type in array _limited loop
@@ -10726,15 +10829,21 @@ begin
   if cardinality(_limited) = 0 and cardinality(_throttled_groups) = 0 and _suspects <> 'repeat' then
     -- The candidates, locked, in claim order (ids ascending here), and whether they are
     -- all plain.
+    -- The ready batches' tasks (sql/queues/ready_batch.sql) are candidates beside the
+    -- rows: per type, the batches in claim order (locked as read, the scan stopped by the
+    -- LIMIT once it has _limit ids), their ids not yet taken. A batch's ids share its
+    -- priority and scheduled time, so what the claim picks of a batch is a prefix of them.
     select array_agg(pk.task_id order by pk.task_id),
            coalesce(bool_and(pk.lease_count = 0 and pk.resource_key is null), false),
-           case when min(pk.task_type) = max(pk.task_type) then min(pk.task_type) end
-      into _picked, _plain, _picked_type
+           case when min(pk.task_type) = max(pk.task_type) then min(pk.task_type) end,
+           coalesce(array_agg(pk.batch_id) filter (where pk.batch_id is not null), '{}')
+      into _picked, _plain, _picked_type, _from_batches
       from (select r.*
               from (select distinct u.task_type
                       from unnest(coalesce(_types, array(select tt.task_type from queues.task_type tt))) as u(task_type)) ty
              cross join lateral (
-               select p.task_id, p.task_type, p.resource_key, p.priority, p.scheduled_at, p.lease_count
+               select p.task_id, p.task_type, p.resource_key, p.priority, p.scheduled_at, p.lease_count,
+                      null::bigint as batch_id
                  from queues.task_pending p
                 where p.task_type = ty.task_type
                   and p.current_lease_id is null
@@ -10747,7 +10856,24 @@ begin
                 limit _limit
                   for update skip locked
              ) r
-             order by r.priority desc, r.scheduled_at, r.task_id
+            union all
+            select bt.*
+              from (select distinct u.task_type
+                      from unnest(coalesce(_types, array(select tt.task_type from queues.task_type tt))) as u(task_type)) ty
+             cross join lateral (
+               select u.task_id, b.task_type, null::text as resource_key, b.priority, b.scheduled_at, 0 as lease_count,
+                      b.task_id as batch_id
+                 from (select b.task_id, b.task_type, b.priority, b.scheduled_at, b.task_ids, b.taken
+                         from queues.task_ready_batch b
+                        where b.task_type = ty.task_type
+                          and b.scheduled_at <= _now
+                        order by b.priority desc, b.scheduled_at, b.task_id
+                        limit _limit
+                          for update skip locked) b
+                cross join lateral unnest(b.task_ids[b.taken + 1:]) u(task_id)
+                limit _limit
+             ) bt
+             order by priority desc, scheduled_at, task_id
              limit _limit) pk;
     -- An expired lease among the types (a scalar subquery in the expired leases' index
     -- order, as below).
@@ -10777,12 +10903,26 @@ begin
         delete from queues.task_pending p
          using leased l
          where p.task_id = any (_picked)
-        returning p.task_id, l.task_lease_id
+      ),
+      -- The batches' ids taken off their front (the batch deleted with its last one).
+      from_batch as (
+        select x.batch_id, count(*)::integer as n from unnest(_from_batches) x(batch_id) group by x.batch_id
+      ),
+      batch_taken as (
+        update queues.task_ready_batch b
+           set taken = b.taken + f.n
+          from from_batch f, leased l
+         where b.task_id = f.batch_id and b.taken + f.n < cardinality(b.task_ids)
+      ),
+      batch_emptied as (
+        delete from queues.task_ready_batch b
+         using from_batch f, leased l
+         where b.task_id = f.batch_id and b.taken + f.n >= cardinality(b.task_ids)
       )
       select t.task_id, t.task_type, t.payload, t.priority, t.resource_key, t.max_attempts,
              t.enqueued_at, t.scheduled_at, m.task_lease_id, _now, _now + make_interval(secs => _lease_seconds),
              1, t.timeout_ms
-        from taken m
+        from (select u.task_id, l.task_lease_id from leased l cross join unnest(_picked) u(task_id)) m
        -- (bounded by the claim's least and greatest ids, known when the plan starts: the
        -- history partitions none of them is in are left out, neither locked nor opened)
        cross join lateral (
@@ -10814,6 +10954,13 @@ begin
        and exists (select 1 from queues.claim_lease l
                     where l.task_lease_id = p.current_lease_id and l.task_id >= p.task_id
                       and l.suspect_task_id = p.task_id and l.worker_key = _worker_key));
+
+  -- The per-row path reads rows: the first _limit batched tasks of the types get theirs
+  -- (sql/queues/ready_batch.sql; one probe of the batches' index when there are none).
+  -- The quarantine takes no batched task: none is a suspect.
+  if _suspects <> 'repeat' then
+    perform queues.unbatch_ready_at(_types, _now, _limit);
+  end if;
 
   return query
   with candidate as (
@@ -12073,6 +12220,8 @@ declare
   _dep_tasks bigint[];
   _dep_ids bigint[];
   _dep_labels text[];
+  _deps boolean;
+  _limited text[];
 begin
   if _tasks is null then
     raise exception 'tasks must not be null' using errcode = '22004';
@@ -12102,6 +12251,10 @@ begin
     return query select u.task_id from queues.enqueue_tasks_one_by_one(_tasks, _public) u;
     return;
   end if;
+  -- What keeps a task out of a ready batch: dependencies anywhere in the call, a flow
+  -- limit on its type (the limits in force, read once: a tiny table).
+  _deps := jsonb_path_exists(_tasks, 'lax $[*].depends_on[*]');
+  _limited := array(select distinct l.task_type from queues.task_limits() l);
   -- Under REPEATABLE READ or SERIALIZABLE, lock the types FOR KEY SHARE (see
   -- queues.enqueue_task).
   if current_setting('transaction_isolation') <> 'read committed' then
@@ -12172,10 +12325,32 @@ begin
      order by c.idx
     returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts, group_key
   ),
+  -- Ready batches (sql/queues/ready_batch.sql): the plain tasks (no resource key, no group
+  -- key, scheduled_at not given, a type without a flow limit, a call without dependencies),
+  -- two or more of one type, priority and max_attempts, go into one batch row; the others
+  -- each get a claim-index row.
+  placed as (
+    select i.*,
+           i.plain and count(*) filter (where i.plain)
+                         over (partition by i.task_type, i.priority, i.max_attempts, i.plain) >= 2 as batched
+      from (select i.*,
+                   not _deps and i.resource_key is null and i.group_key is null and i.scheduled_at = now()
+                     and not (i.task_type = any (_limited)) as plain
+              from inserted i) i
+  ),
   pending as (
     insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts, group_key)
     select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts, i.group_key
-      from inserted i
+      from placed i
+     where not i.batched
+  ),
+  batches as (
+    insert into queues.task_ready_batch (task_id, task_type, priority, scheduled_at, max_attempts, task_ids, task_range)
+    select min(i.task_id), i.task_type, i.priority, min(i.scheduled_at), i.max_attempts,
+           array_agg(i.task_id order by i.task_id), int8range(min(i.task_id), max(i.task_id), '[]')
+      from placed i
+     where i.batched
+     group by i.task_type, i.priority, i.max_attempts
   )
   select array_agg(i.task_id order by i.task_id), bool_or(i.scheduled_at <= now() + interval '1 minute')
     into _ids, _ready
@@ -12186,7 +12361,7 @@ begin
   end if;
   -- Dependencies (sql/queues/dependencies.sql), one edge per element of a depends_on:
   -- _ids is in input order (the insert numbered the tasks in that order).
-  if jsonb_path_exists(_tasks, 'lax $[*].depends_on[*]') then
+  if _deps then
     select array_agg(_ids[e.n] order by e.n, d.n), array_agg((d.value #>> '{}')::bigint order by e.n, d.n),
            array_agg(format('tasks[%s]: ', e.n - 1) order by e.n, d.n)
       into _dep_tasks, _dep_ids, _dep_labels
@@ -12881,7 +13056,10 @@ begin
                   where tp.task_id >= _next.lower_bound and tp.task_id < _next.upper_bound)
                 -- and the lease-held tasks (no claim-index row, sql/queues/lease_held.sql)
                 + (select count(*) from queues.lease_held_tasks h
-                    where h.task_id >= _next.lower_bound and h.task_id < _next.upper_bound);
+                    where h.task_id >= _next.lower_bound and h.task_id < _next.upper_bound)
+                -- and the tasks in ready batches (sql/queues/ready_batch.sql)
+                + (select count(*) from queues.task_batched b
+                    where b.task_id >= _next.lower_bound and b.task_id < _next.upper_bound);
     _next_json := jsonb_build_object(
       'lower_bound', _next.lower_bound, 'upper_bound', _next.upper_bound,
       'pending_tasks', _pending,
@@ -12961,14 +13139,19 @@ AS $function$
 declare
   _leases bigint[];
   _held bigint[];
+  _unbatched bigint[];
 begin
+  -- A task still in a ready batch gets its row the same way (sql/queues/ready_batch.sql:
+  -- the batch locked first, so a claim in flight that takes it commits first, and it is
+  -- then lease-held, read below).
+  _unbatched := queues.unbatch_tasks(_task_ids);
   -- The lease-held tasks' claim leases (queues.lease_held_of: a task with a row costs one
   -- primary-key probe).
   _leases := array(select distinct h.task_lease_id
                      from unnest(_task_ids) i(id) cross join lateral queues.lease_held_of(i.id) h
                     order by 1);
   if cardinality(_leases) = 0 then
-    return '{}';
+    return _unbatched;
   end if;
   perform pg_advisory_xact_lock(20253, hashint8(l.id)) from unnest(_leases) l(id);
   -- A new statement, so a new snapshot: what a completion or a rescue that held a lock
@@ -12977,10 +13160,10 @@ begin
                    from unnest(_task_ids) i(id) cross join lateral queues.lease_held_of(i.id) h
                   order by 1);
   if cardinality(_held) = 0 then
-    return '{}';
+    return _unbatched;
   end if;
   perform queues.write_pending_rows(_held);
-  return _held;
+  return array(select x from unnest(_unbatched || _held) x order by x);
 end;
 $function$;
   -- queues.hold_rows_of(_task_ids bigint[]): owner :DATABASE_OWNER
@@ -13591,7 +13774,10 @@ begin
       _lease_mark := pg_sequence_last_value('queues.task_lease_task_lease_id_seq'::regclass);
       -- Cheap checks first, without strong locks: a pending task, or a recent completion.
       if exists (select 1 from queues.task_pending tp
-                  where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound) then
+                  where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
+         -- (or a ready batch's task: sql/queues/ready_batch.sql)
+         or exists (select 1 from queues.task_ready_batch b
+                     where b.task_range && int8range(_set.lower_bound, _set.upper_bound)) then
         _kept := _kept + 1;
         continue;
       end if;
@@ -13670,6 +13856,8 @@ begin
                                  where r.task_lease_id > coalesce(_lease_mark, 0));
         if exists (select 1 from queues.task_pending tp
                     where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
+           or exists (select 1 from queues.task_ready_batch b
+                       where b.task_range && int8range(_set.lower_bound, _set.upper_bound))
            or exists (select 1 from unnest(_claimed_since) u(task_id)
                        where u.task_id >= _set.lower_bound and u.task_id < _set.upper_bound)
            or exists (select 1 from queues.task_dependency d
@@ -13825,6 +14013,9 @@ begin
        -- nor a lease-held task (no claim-index row, sql/queues/lease_held.sql)
        and not exists (select 1 from queues.lease_held_tasks h
                         where h.task_id >= s.lower_bound and h.task_id < s.upper_bound)
+       -- nor a ready batch's (sql/queues/ready_batch.sql)
+       and not exists (select 1 from queues.task_ready_batch b
+                        where b.task_range && int8range(s.lower_bound, s.upper_bound))
   ),
   measured as (
     select d.lower_bound, d.upper_bound, f.task_id as first_task_id, f.enqueued_at as first_enqueued_at,
@@ -13910,6 +14101,17 @@ begin
        ) n
        where pr.priority is not null
     ),
+    -- A ready batch (sql/queues/ready_batch.sql) enqueued since the claim took its clock:
+    -- its tasks are due, so the answer is 0. (Its scheduled time is its enqueue's: never
+    -- ahead of the clock but by the clocks' skew. Batches are few: a filter, no index.)
+    next_batch as (
+      select case when max(b.scheduled_at) is not null
+                  then least(greatest(ceil(extract(epoch from max(b.scheduled_at) - _clock) * 1000), 0),
+                             2147483647)::integer end as ms
+        from queues.task_ready_batch b
+       where b.task_type in (select ty.task_type from types ty)
+         and b.scheduled_at > _clock - make_interval(secs => greatest(coalesce(_missed_ms, 0), 0) / 1000.0)
+    ),
     next_window as (
       select min(greatest(ceil(extract(epoch from queues.limit_window_start(_clock, l.interval_ms)
                                                    + make_interval(secs => l.interval_ms / 1000.0)
@@ -13923,7 +14125,7 @@ begin
                         order by p.priority desc, p.scheduled_at, p.task_id
                         limit 1), false)
     )
-    select least(s.ms, w.ms) from next_scheduled s, next_window w);
+    select least(s.ms, b.ms, w.ms) from next_scheduled s, next_batch b, next_window w);
 end;
 $function$;
   -- queues.next_claim_in_ms(_task_types text[], _missed_ms integer): owner :DATABASE_OWNER
@@ -14079,6 +14281,8 @@ AS $function$
      and not exists (select 1 from queues.task_end_of(t.task_id) c)
      -- (rebuild_task_pending deletes every row first; another caller asks for tasks out of it)
      and not exists (select 1 from queues.task_pending x where x.task_id = t.task_id)
+     -- nor one a ready batch holds (the rebuild empties them first: sql/queues/ready_batch.sql)
+     and not exists (select 1 from queues.batched_of(t.task_id) b)
 $function$;
   -- queues.pending_rows_of(_task_ids bigint[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -14171,8 +14375,10 @@ AS $function$
 declare
   _count bigint;
 begin
-  lock table queues.task_pending, queues.resource_lease in exclusive mode;
+  lock table queues.task_pending, queues.task_ready_batch, queues.resource_lease in exclusive mode;
   delete from queues.task_pending;
+  -- The ready batches' tasks get claim-index rows like every other unfinished task.
+  delete from queues.task_ready_batch;
   delete from queues.resource_lease;
   _count := queues.write_pending_rows(null);
 
@@ -15395,6 +15601,9 @@ begin
   if _task_id is null then
     raise exception 'task_id must not be null' using errcode = '22004';
   end if;
+  -- A task in a ready batch gets its row first (sql/queues/ready_batch.sql), which the
+  -- next statement locks as any other.
+  perform queues.unbatch_tasks(array[_task_id]);
   -- A claim that holds the row commits first; the row is then read as it left it.
   select p.available_at, p.current_lease_id is null and p.lease_count = 0 as untaken into _pending
     from queues.task_pending p
@@ -15453,6 +15662,10 @@ begin
   end if;
   insert into queues.task_limit_set (task_type, scope, group_key, max_running, max_starts, interval_ms)
   values (_task_type, _scope, _group_key, _max_running, _max_starts, _ms::integer);
+  -- A limited type's tasks are claimed on their rows, where the limits count them: its
+  -- tasks in ready batches get theirs (sql/queues/ready_batch.sql). A batch an enqueue
+  -- commits after this (it read no limit) gets its rows at the first claim of the type.
+  perform queues.unbatch_task_type(_task_type);
 end;
 $function$;
   -- queues.set_task_limit(_task_type text, _scope text, _group_key text, _max_running integer, _max_starts integer, _per interval): owner :DATABASE_OWNER
@@ -16177,6 +16390,10 @@ AS $function$
     from queues.lease_held_of(_task_id) h
    cross join lateral (select x.* from queues.task x where x.task_id = h.task_id limit 1) t
     left join queues.task_run_now rn on rn.task_id = h.task_id
+  union all
+  select b.task_id, b.task_type, b.priority, b.scheduled_at, null::text, b.scheduled_at, null::bigint,
+         0, 0, b.max_attempts, 0, 0, 0, false, null::text, false
+    from queues.batched_of(_task_id) b
 $function$;
   -- queues.task_pending_or_held_of(_task_id bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -16290,6 +16507,93 @@ begin
 end;
 $function$;
   -- queues.truncate_task_facts(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.unbatch_ready_at(_types text[], _now timestamp with time zone, _limit integer)
+ RETURNS bigint[]
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+begin
+  return queues.unbatch_tasks(array(
+    select u.task_id
+      from (select b.task_ids, b.taken, b.priority, b.scheduled_at, b.task_id
+              from queues.task_ready_batch b
+             where (_types is null or b.task_type = any (_types))
+               and b.scheduled_at <= _now
+             order by b.priority desc, b.scheduled_at, b.task_id
+             limit _limit
+               for update skip locked) b
+     cross join lateral unnest(b.task_ids[b.taken + 1:]) u(task_id)
+     order by b.priority desc, b.scheduled_at, u.task_id
+     limit _limit));
+end;
+$function$;
+  -- queues.unbatch_ready_at(_types text[], _now timestamp with time zone, _limit integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.unbatch_task_type(_task_type text)
+ RETURNS bigint[]
+ LANGUAGE sql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select queues.unbatch_tasks(array(select t.task_id from queues.task_batched t where t.task_type = _task_type))
+$function$;
+  -- queues.unbatch_task_type(_task_type text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.unbatch_tasks(_task_ids bigint[])
+ RETURNS bigint[]
+ LANGUAGE plpgsql
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+declare
+  _batches bigint[];
+  _out bigint[];
+begin
+  if _task_ids is null or cardinality(_task_ids) = 0 then
+    return '{}';
+  end if;
+  _batches := array(
+    select b.task_id
+      from queues.task_ready_batch b
+     where b.task_range && (select int8range(min(i.id), max(i.id), '[]') from unnest(_task_ids) i(id))
+       and b.task_ids[b.taken + 1:] && _task_ids
+     order by b.task_id
+       for update);
+  if cardinality(_batches) = 0 then
+    return '{}';
+  end if;
+  -- A new statement, so a new snapshot: the batches as the claims that held them left them.
+  with leaving as (
+    select b.task_id as batch_id, u.task_id, b.task_type, b.priority, b.scheduled_at, b.max_attempts
+      from queues.task_ready_batch b
+     cross join lateral unnest(b.task_ids[b.taken + 1:]) u(task_id)
+     where b.task_id = any (_batches) and u.task_id = any (_task_ids)
+  ),
+  rows_written as (
+    insert into queues.task_pending (task_id, task_type, priority, scheduled_at, available_at, max_attempts)
+    select l.task_id, l.task_type, l.priority, l.scheduled_at, l.scheduled_at, l.max_attempts from leaving l
+    returning task_id
+  ),
+  kept as (
+    update queues.task_ready_batch b
+       set task_ids = array(select x.id from unnest(b.task_ids[b.taken + 1:]) x(id)
+                             where not (x.id = any (_task_ids)) order by x.id),
+           taken = 0
+     where b.task_id = any (_batches)
+       and exists (select 1 from unnest(b.task_ids[b.taken + 1:]) x(id) where not (x.id = any (_task_ids)))
+  ),
+  emptied as (
+    delete from queues.task_ready_batch b
+     where b.task_id = any (_batches)
+       and not exists (select 1 from unnest(b.task_ids[b.taken + 1:]) x(id) where not (x.id = any (_task_ids)))
+  )
+  select coalesce(array_agg(r.task_id order by r.task_id), '{}') into _out from rows_written r;
+  return _out;
+end;
+$function$;
+  -- queues.unbatch_tasks(_task_ids bigint[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.worker_silence_bound(_heartbeat_interval_ms integer)

@@ -199,11 +199,15 @@ begin
                         where ($12::bigint is null or l.task_id >= $12) and ($13::bigint is null or l.task_id < $13))),
                     t.enqueued_at, t.scheduled_at, p.available_at, c.completed_at
                from queues.task t
-               -- its claim-index row, else the claim lease that holds it (a lease-held task:
+               -- its claim-index row or ready batch, else the claim lease that holds it (a lease-held task:
                -- queues.lease_held_of written out, its probe of the end given the range''s
                -- bounds, so that it reads the range''s partitions only)
                left join lateral (select x.available_at, x.current_lease_id, x.lease_count
                                     from queues.task_pending x where x.task_id = t.task_id
+                                  union all
+                                  -- (a task in a ready batch: sql/queues/ready_batch.sql)
+                                  select b.scheduled_at, null::bigint, 0
+                                    from queues.batched_of(t.task_id) b
                                   union all
                                   (select h.expires_at, h.task_lease_id, 1
                                      from queues.claim_lease h

@@ -106,6 +106,8 @@ declare
   _picked      bigint[];
   _plain       boolean;
   _picked_type text;
+  -- Of the picked tasks from ready batches, each one's batch.
+  _from_batches bigint[];
   _expired     boolean;
   -- A claim lease is due: the rescuer runs.
   _due         boolean;
@@ -233,6 +235,12 @@ begin
                                   where p.current_lease_id > 0 and p.available_at <= _now
                                     and p.task_type = t.task_type
                                   limit 1), false)
+                    -- (a ready batch of a type limited after its enqueue: its tasks get
+                    -- their rows below)
+                    or coalesce((select true from queues.task_ready_batch b
+                                  where b.task_type = t.task_type and b.scheduled_at <= _now
+                                  order by b.priority desc, b.scheduled_at, b.task_id
+                                  limit 1), false)
                   then true else false end
        order by t.task_type);
     foreach _type in array _limited loop
@@ -289,15 +297,21 @@ begin
   if cardinality(_limited) = 0 and cardinality(_throttled_groups) = 0 and _suspects <> 'repeat' then
     -- The candidates, locked, in claim order (ids ascending here), and whether they are
     -- all plain.
+    -- The ready batches' tasks (sql/queues/ready_batch.sql) are candidates beside the
+    -- rows: per type, the batches in claim order (locked as read, the scan stopped by the
+    -- LIMIT once it has _limit ids), their ids not yet taken. A batch's ids share its
+    -- priority and scheduled time, so what the claim picks of a batch is a prefix of them.
     select array_agg(pk.task_id order by pk.task_id),
            coalesce(bool_and(pk.lease_count = 0 and pk.resource_key is null), false),
-           case when min(pk.task_type) = max(pk.task_type) then min(pk.task_type) end
-      into _picked, _plain, _picked_type
+           case when min(pk.task_type) = max(pk.task_type) then min(pk.task_type) end,
+           coalesce(array_agg(pk.batch_id) filter (where pk.batch_id is not null), '{}')
+      into _picked, _plain, _picked_type, _from_batches
       from (select r.*
               from (select distinct u.task_type
                       from unnest(coalesce(_types, array(select tt.task_type from queues.task_type tt))) as u(task_type)) ty
              cross join lateral (
-               select p.task_id, p.task_type, p.resource_key, p.priority, p.scheduled_at, p.lease_count
+               select p.task_id, p.task_type, p.resource_key, p.priority, p.scheduled_at, p.lease_count,
+                      null::bigint as batch_id
                  from queues.task_pending p
                 where p.task_type = ty.task_type
                   and p.current_lease_id is null
@@ -310,7 +324,24 @@ begin
                 limit _limit
                   for update skip locked
              ) r
-             order by r.priority desc, r.scheduled_at, r.task_id
+            union all
+            select bt.*
+              from (select distinct u.task_type
+                      from unnest(coalesce(_types, array(select tt.task_type from queues.task_type tt))) as u(task_type)) ty
+             cross join lateral (
+               select u.task_id, b.task_type, null::text as resource_key, b.priority, b.scheduled_at, 0 as lease_count,
+                      b.task_id as batch_id
+                 from (select b.task_id, b.task_type, b.priority, b.scheduled_at, b.task_ids, b.taken
+                         from queues.task_ready_batch b
+                        where b.task_type = ty.task_type
+                          and b.scheduled_at <= _now
+                        order by b.priority desc, b.scheduled_at, b.task_id
+                        limit _limit
+                          for update skip locked) b
+                cross join lateral unnest(b.task_ids[b.taken + 1:]) u(task_id)
+                limit _limit
+             ) bt
+             order by priority desc, scheduled_at, task_id
              limit _limit) pk;
     -- An expired lease among the types (a scalar subquery in the expired leases' index
     -- order, as below).
@@ -340,12 +371,26 @@ begin
         delete from queues.task_pending p
          using leased l
          where p.task_id = any (_picked)
-        returning p.task_id, l.task_lease_id
+      ),
+      -- The batches' ids taken off their front (the batch deleted with its last one).
+      from_batch as (
+        select x.batch_id, count(*)::integer as n from unnest(_from_batches) x(batch_id) group by x.batch_id
+      ),
+      batch_taken as (
+        update queues.task_ready_batch b
+           set taken = b.taken + f.n
+          from from_batch f, leased l
+         where b.task_id = f.batch_id and b.taken + f.n < cardinality(b.task_ids)
+      ),
+      batch_emptied as (
+        delete from queues.task_ready_batch b
+         using from_batch f, leased l
+         where b.task_id = f.batch_id and b.taken + f.n >= cardinality(b.task_ids)
       )
       select t.task_id, t.task_type, t.payload, t.priority, t.resource_key, t.max_attempts,
              t.enqueued_at, t.scheduled_at, m.task_lease_id, _now, _now + make_interval(secs => _lease_seconds),
              1, t.timeout_ms
-        from taken m
+        from (select u.task_id, l.task_lease_id from leased l cross join unnest(_picked) u(task_id)) m
        -- (bounded by the claim's least and greatest ids, known when the plan starts: the
        -- history partitions none of them is in are left out, neither locked nor opened)
        cross join lateral (
@@ -377,6 +422,13 @@ begin
        and exists (select 1 from queues.claim_lease l
                     where l.task_lease_id = p.current_lease_id and l.task_id >= p.task_id
                       and l.suspect_task_id = p.task_id and l.worker_key = _worker_key));
+
+  -- The per-row path reads rows: the first _limit batched tasks of the types get theirs
+  -- (sql/queues/ready_batch.sql; one probe of the batches' index when there are none).
+  -- The quarantine takes no batched task: none is a suspect.
+  if _suspects <> 'repeat' then
+    perform queues.unbatch_ready_at(_types, _now, _limit);
+  end if;
 
   return query
   with candidate as (
@@ -874,6 +926,17 @@ begin
        ) n
        where pr.priority is not null
     ),
+    -- A ready batch (sql/queues/ready_batch.sql) enqueued since the claim took its clock:
+    -- its tasks are due, so the answer is 0. (Its scheduled time is its enqueue's: never
+    -- ahead of the clock but by the clocks' skew. Batches are few: a filter, no index.)
+    next_batch as (
+      select case when max(b.scheduled_at) is not null
+                  then least(greatest(ceil(extract(epoch from max(b.scheduled_at) - _clock) * 1000), 0),
+                             2147483647)::integer end as ms
+        from queues.task_ready_batch b
+       where b.task_type in (select ty.task_type from types ty)
+         and b.scheduled_at > _clock - make_interval(secs => greatest(coalesce(_missed_ms, 0), 0) / 1000.0)
+    ),
     next_window as (
       select min(greatest(ceil(extract(epoch from queues.limit_window_start(_clock, l.interval_ms)
                                                    + make_interval(secs => l.interval_ms / 1000.0)
@@ -887,7 +950,7 @@ begin
                         order by p.priority desc, p.scheduled_at, p.task_id
                         limit 1), false)
     )
-    select least(s.ms, w.ms) from next_scheduled s, next_window w);
+    select least(s.ms, b.ms, w.ms) from next_scheduled s, next_batch b, next_window w);
 end;
 $$;
 

@@ -331,6 +331,8 @@ declare
   _dep_tasks bigint[];
   _dep_ids bigint[];
   _dep_labels text[];
+  _deps boolean;
+  _limited text[];
 begin
   if _tasks is null then
     raise exception 'tasks must not be null' using errcode = '22004';
@@ -360,6 +362,10 @@ begin
     return query select u.task_id from queues.enqueue_tasks_one_by_one(_tasks, _public) u;
     return;
   end if;
+  -- What keeps a task out of a ready batch: dependencies anywhere in the call, a flow
+  -- limit on its type (the limits in force, read once: a tiny table).
+  _deps := jsonb_path_exists(_tasks, 'lax $[*].depends_on[*]');
+  _limited := array(select distinct l.task_type from queues.task_limits() l);
   -- Under REPEATABLE READ or SERIALIZABLE, lock the types FOR KEY SHARE (see
   -- queues.enqueue_task).
   if current_setting('transaction_isolation') <> 'read committed' then
@@ -430,10 +436,32 @@ begin
      order by c.idx
     returning task_id, task_type, priority, scheduled_at, resource_key, max_attempts, group_key
   ),
+  -- Ready batches (sql/queues/ready_batch.sql): the plain tasks (no resource key, no group
+  -- key, scheduled_at not given, a type without a flow limit, a call without dependencies),
+  -- two or more of one type, priority and max_attempts, go into one batch row; the others
+  -- each get a claim-index row.
+  placed as (
+    select i.*,
+           i.plain and count(*) filter (where i.plain)
+                         over (partition by i.task_type, i.priority, i.max_attempts, i.plain) >= 2 as batched
+      from (select i.*,
+                   not _deps and i.resource_key is null and i.group_key is null and i.scheduled_at = now()
+                     and not (i.task_type = any (_limited)) as plain
+              from inserted i) i
+  ),
   pending as (
     insert into queues.task_pending (task_id, task_type, priority, scheduled_at, resource_key, available_at, max_attempts, group_key)
     select i.task_id, i.task_type, i.priority, i.scheduled_at, i.resource_key, i.scheduled_at, i.max_attempts, i.group_key
-      from inserted i
+      from placed i
+     where not i.batched
+  ),
+  batches as (
+    insert into queues.task_ready_batch (task_id, task_type, priority, scheduled_at, max_attempts, task_ids, task_range)
+    select min(i.task_id), i.task_type, i.priority, min(i.scheduled_at), i.max_attempts,
+           array_agg(i.task_id order by i.task_id), int8range(min(i.task_id), max(i.task_id), '[]')
+      from placed i
+     where i.batched
+     group by i.task_type, i.priority, i.max_attempts
   )
   select array_agg(i.task_id order by i.task_id), bool_or(i.scheduled_at <= now() + interval '1 minute')
     into _ids, _ready
@@ -444,7 +472,7 @@ begin
   end if;
   -- Dependencies (sql/queues/dependencies.sql), one edge per element of a depends_on:
   -- _ids is in input order (the insert numbered the tasks in that order).
-  if jsonb_path_exists(_tasks, 'lax $[*].depends_on[*]') then
+  if _deps then
     select array_agg(_ids[e.n] order by e.n, d.n), array_agg((d.value #>> '{}')::bigint order by e.n, d.n),
            array_agg(format('tasks[%s]: ', e.n - 1) order by e.n, d.n)
       into _dep_tasks, _dep_ids, _dep_labels

@@ -5,14 +5,16 @@
 -- recovery or revocation, a unique replace, an unfenced completion, an enqueue that
 -- depends on it, a heartbeat) first gives it its row back, written from the facts as the
 -- claim left it (leased by the claim lease, available at its expiry), and then holds it
--- there as before the ready set. The drain's paths (the completion's fence, the lease
+-- there as before the ready set; a task still in a ready batch (sql/queues/ready_batch.sql)
+-- gets its row too. The drain's paths (the completion's fence, the lease
 -- checks of steps, starts and progress) hold it by its claim lease and write nothing, so
 -- only the exceptions pay for a row.
 --
 --   queues.hold_rows_of(task_ids)   helper: the row-less, unended tasks get their row back
 
--- Gives each of _task_ids with neither a claim-index row nor an end, named by a claim
--- lease, its row back (queues.pending_rows_of) and returns those tasks. Under each such
+-- Gives each of _task_ids held in a ready batch its row (queues.unbatch_tasks), and each
+-- with neither a claim-index row nor an end, named by a claim lease, its row back
+-- (queues.pending_rows_of); returns those tasks. Under each such
 -- lease's advisory lock (class 20253), taken exclusively and waited for, in lease id
 -- order, as the completions of the lease and the rescuer take it: a completion of the
 -- task in flight ends it first (then it is left alone), and a rescue writes its row first
@@ -26,14 +28,19 @@ as $$
 declare
   _leases bigint[];
   _held bigint[];
+  _unbatched bigint[];
 begin
+  -- A task still in a ready batch gets its row the same way (sql/queues/ready_batch.sql:
+  -- the batch locked first, so a claim in flight that takes it commits first, and it is
+  -- then lease-held, read below).
+  _unbatched := queues.unbatch_tasks(_task_ids);
   -- The lease-held tasks' claim leases (queues.lease_held_of: a task with a row costs one
   -- primary-key probe).
   _leases := array(select distinct h.task_lease_id
                      from unnest(_task_ids) i(id) cross join lateral queues.lease_held_of(i.id) h
                     order by 1);
   if cardinality(_leases) = 0 then
-    return '{}';
+    return _unbatched;
   end if;
   perform pg_advisory_xact_lock(20253, hashint8(l.id)) from unnest(_leases) l(id);
   -- A new statement, so a new snapshot: what a completion or a rescue that held a lock
@@ -42,9 +49,9 @@ begin
                    from unnest(_task_ids) i(id) cross join lateral queues.lease_held_of(i.id) h
                   order by 1);
   if cardinality(_held) = 0 then
-    return '{}';
+    return _unbatched;
   end if;
   perform queues.write_pending_rows(_held);
-  return _held;
+  return array(select x from unnest(_unbatched || _held) x order by x);
 end;
 $$;

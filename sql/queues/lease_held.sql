@@ -11,10 +11,12 @@
 --                                               and expiry times, suspect)
 --   queues.lease_held_of(task_id)               one task's, if it is lease-held
 --   queues.task_pending_or_held                 a view in task_pending's shape: the claim
---                                               index's rows, and a row per lease-held
---                                               task as its claim lease gives it (leased
---                                               by that lease, available at its expiry,
---                                               its first lease), lease_held true
+--                                               index's rows, a row per lease-held task as
+--                                               its claim lease gives it (leased by that
+--                                               lease, available at its expiry, its first
+--                                               lease), lease_held true, and a row per task
+--                                               in a ready batch (sql/queues/ready_batch.sql)
+--                                               as its claim-index row would be
 --   queues.task_pending_or_held_of(task_id)     one task's row, either kind
 --   queues.lease_held_counts                    a view: per claim lease and task type,
 --                                               how many tasks it holds
@@ -107,9 +109,14 @@ select h.task_id, t.task_type, t.priority, least(t.scheduled_at, rn.requested_at
        h.task_lease_id, 1, 0, t.max_attempts, 0, 0, 0, h.suspect, t.group_key, true
   from queues.lease_held_tasks h
  cross join lateral (select x.* from queues.task x where x.task_id = h.task_id limit 1) t
-  left join queues.task_run_now rn on rn.task_id = h.task_id;
+  left join queues.task_run_now rn on rn.task_id = h.task_id
+union all
+-- A task in a ready batch (sql/queues/ready_batch.sql): ready, never leased.
+select b.task_id, b.task_type, b.priority, b.scheduled_at, null::text, b.scheduled_at, null::bigint,
+       0, 0, b.max_attempts, 0, 0, 0, false, null::text, false
+  from queues.task_batched b;
 comment on view queues.task_pending_or_held is
-  'Every task not ended, in queues.task_pending''s shape: the claim index''s rows, and each lease-held task (queues.lease_held_tasks) leased by its claim lease (lease_held). A task''s own: queues.task_pending_or_held_of(task_id). See sql/queues/lease_held.sql.';
+  'Every task not ended, in queues.task_pending''s shape: the claim index''s rows, each lease-held task (queues.lease_held_tasks) leased by its claim lease (lease_held), and each task in a ready batch (queues.task_batched) as its row would be. A task''s own: queues.task_pending_or_held_of(task_id). See sql/queues/lease_held.sql.';
 
 -- Per claim lease holding tasks, per task type: how many it holds (the lease-held part
 -- of the counts readers take: admin.list_queues, task_counts, queue_depth, capacity).
@@ -138,9 +145,13 @@ select p.task_type, p.available_at, p.current_lease_id, p.lease_count, false as 
   from queues.task_pending p
 union all
 select h.task_type, h.expires_at, h.task_lease_id, 1, true, h.tasks
-  from queues.lease_held_counts h;
+  from queues.lease_held_counts h
+union all
+-- per ready batch, its tasks not taken (ready, never leased)
+select b.task_type, b.scheduled_at, null::bigint, 0, false, cardinality(b.task_ids) - b.taken
+  from queues.task_ready_batch b;
 comment on view queues.task_pending_or_held_counts is
-  'Every task not ended, counted: the claim index''s rows (tasks 1) and the lease-held tasks per claim lease and type (queues.lease_held_counts), in queues.task_pending_or_held''s shape; sum(tasks) is its count(*). See sql/queues/lease_held.sql.';
+  'Every task not ended, counted: the claim index''s rows (tasks 1), the lease-held tasks per claim lease and type (queues.lease_held_counts) and the tasks of each ready batch (queues.task_ready_batch), in queues.task_pending_or_held''s shape; sum(tasks) is its count(*). See sql/queues/lease_held.sql.';
 
 create or replace function queues.task_pending_or_held_of(_task_id bigint)
   returns table (task_id bigint, task_type text, priority integer, scheduled_at timestamptz,
@@ -161,4 +172,8 @@ as $$
     from queues.lease_held_of(_task_id) h
    cross join lateral (select x.* from queues.task x where x.task_id = h.task_id limit 1) t
     left join queues.task_run_now rn on rn.task_id = h.task_id
+  union all
+  select b.task_id, b.task_type, b.priority, b.scheduled_at, null::text, b.scheduled_at, null::bigint,
+         0, 0, b.max_attempts, 0, 0, 0, false, null::text, false
+    from queues.batched_of(_task_id) b
 $$;

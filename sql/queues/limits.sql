@@ -115,6 +115,10 @@ begin
   end if;
   insert into queues.task_limit_set (task_type, scope, group_key, max_running, max_starts, interval_ms)
   values (_task_type, _scope, _group_key, _max_running, _max_starts, _ms::integer);
+  -- A limited type's tasks are claimed on their rows, where the limits count them: its
+  -- tasks in ready batches get theirs (sql/queues/ready_batch.sql). A batch an enqueue
+  -- commits after this (it read no limit) gets its rows at the first claim of the type.
+  perform queues.unbatch_task_type(_task_type);
 end;
 $$;
 

@@ -75,6 +75,8 @@ as $$
      and not exists (select 1 from queues.task_end_of(t.task_id) c)
      -- (rebuild_task_pending deletes every row first; another caller asks for tasks out of it)
      and not exists (select 1 from queues.task_pending x where x.task_id = t.task_id)
+     -- nor one a ready batch holds (the rebuild empties them first: sql/queues/ready_batch.sql)
+     and not exists (select 1 from queues.batched_of(t.task_id) b)
 $$;
 
 -- Writes the claim-index rows the facts give _task_ids (null: every unfinished task) and
@@ -100,7 +102,8 @@ begin
 end;
 $$;
 
--- Rebuilds queues.task_pending and queues.resource_lease from the facts: every task
+-- Rebuilds queues.task_pending and queues.resource_lease from the facts (and empties the
+-- ready batches, sql/queues/ready_batch.sql, whose tasks get rows): every task
 -- without a completion, available at its scheduled time, the retry time of its last
 -- failed attempt, the retry time of its last transient interruption, or the effective
 -- expiry of its newest lease (heartbeats, releases and revocations applied), whichever is
@@ -113,8 +116,10 @@ as $$
 declare
   _count bigint;
 begin
-  lock table queues.task_pending, queues.resource_lease in exclusive mode;
+  lock table queues.task_pending, queues.task_ready_batch, queues.resource_lease in exclusive mode;
   delete from queues.task_pending;
+  -- The ready batches' tasks get claim-index rows like every other unfinished task.
+  delete from queues.task_ready_batch;
   delete from queues.resource_lease;
   _count := queues.write_pending_rows(null);
 

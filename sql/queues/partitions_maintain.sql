@@ -20,14 +20,16 @@
 -- 4. The oldest set that may go is dropped, starting with its task partition, which is
 --    detached (the set's tasks are gone from then on; steps 3 and 2 take its facts and the
 --    detached tables away): a set goes when its whole range lies below the last task id
---    (no new task can land in it), it holds no unfinished task (queues.task_pending, then
+--    (no new task can land in it), it holds no unfinished task (queues.task_pending and
+--    the ready batches, queues.task_ready_batch, then
 --    every task checked against its end: a task_completed row or a completion round; a
 --    task its claim lease holds has neither a row nor an end, and keeps the set), its
 --    newest end is older than the retention window, no unfinished task of a newer set
 --    depends on one of its tasks, and no completion round or claim lease in it names a
 --    task of an older set still kept (a round lives in the set of the largest task id it
 --    names). A set with one unfinished task is kept, however old. Under the detach's lock
---    what may have changed since is checked again: a claim-index row, a recent end, and
+--    what may have changed since is checked again: a claim-index row or ready batch, a
+--    recent end, and
 --    the tasks claimed since the checks (a task committed after them and claimed at once
 --    has no row).
 -- 5. With nothing else to do: the sets that are done are measured for the History page
@@ -249,7 +251,10 @@ begin
       _lease_mark := pg_sequence_last_value('queues.task_lease_task_lease_id_seq'::regclass);
       -- Cheap checks first, without strong locks: a pending task, or a recent completion.
       if exists (select 1 from queues.task_pending tp
-                  where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound) then
+                  where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
+         -- (or a ready batch's task: sql/queues/ready_batch.sql)
+         or exists (select 1 from queues.task_ready_batch b
+                     where b.task_range && int8range(_set.lower_bound, _set.upper_bound)) then
         _kept := _kept + 1;
         continue;
       end if;
@@ -328,6 +333,8 @@ begin
                                  where r.task_lease_id > coalesce(_lease_mark, 0));
         if exists (select 1 from queues.task_pending tp
                     where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
+           or exists (select 1 from queues.task_ready_batch b
+                       where b.task_range && int8range(_set.lower_bound, _set.upper_bound))
            or exists (select 1 from unnest(_claimed_since) u(task_id)
                        where u.task_id >= _set.lower_bound and u.task_id < _set.upper_bound)
            or exists (select 1 from queues.task_dependency d

@@ -149,6 +149,9 @@ begin
        -- nor a lease-held task (no claim-index row, sql/queues/lease_held.sql)
        and not exists (select 1 from queues.lease_held_tasks h
                         where h.task_id >= s.lower_bound and h.task_id < s.upper_bound)
+       -- nor a ready batch's (sql/queues/ready_batch.sql)
+       and not exists (select 1 from queues.task_ready_batch b
+                        where b.task_range && int8range(s.lower_bound, s.upper_bound))
   ),
   measured as (
     select d.lower_bound, d.upper_bound, f.task_id as first_task_id, f.enqueued_at as first_enqueued_at,

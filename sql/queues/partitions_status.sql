@@ -60,7 +60,10 @@ begin
                   where tp.task_id >= _next.lower_bound and tp.task_id < _next.upper_bound)
                 -- and the lease-held tasks (no claim-index row, sql/queues/lease_held.sql)
                 + (select count(*) from queues.lease_held_tasks h
-                    where h.task_id >= _next.lower_bound and h.task_id < _next.upper_bound);
+                    where h.task_id >= _next.lower_bound and h.task_id < _next.upper_bound)
+                -- and the tasks in ready batches (sql/queues/ready_batch.sql)
+                + (select count(*) from queues.task_batched b
+                    where b.task_id >= _next.lower_bound and b.task_id < _next.upper_bound);
     _next_json := jsonb_build_object(
       'lower_bound', _next.lower_bound, 'upper_bound', _next.upper_bound,
       'pending_tasks', _pending,

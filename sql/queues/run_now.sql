@@ -65,6 +65,9 @@ begin
   if _task_id is null then
     raise exception 'task_id must not be null' using errcode = '22004';
   end if;
+  -- A task in a ready batch gets its row first (sql/queues/ready_batch.sql), which the
+  -- next statement locks as any other.
+  perform queues.unbatch_tasks(array[_task_id]);
   -- A claim that holds the row commits first; the row is then read as it left it.
   select p.available_at, p.current_lease_id is null and p.lease_count = 0 as untaken into _pending
     from queues.task_pending p

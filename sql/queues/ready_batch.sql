@@ -1,0 +1,136 @@
+-- Ready batches (docs/design/hot-path.md, "Ready batches"): an enqueue call's plain tasks
+-- (no resource key, no group key, due at once, of a type without a flow limit, in a call
+-- without dependencies), two or more of one task type, priority and max_attempts, are held
+-- in one row of queues.task_ready_batch instead of a claim-index row each. The claim's
+-- drain path takes their ids off the front of the batch (`taken`: one HOT update per
+-- batch a claim reads, the row deleted with its last id), so a drained task writes no row
+-- of its own: its claim lease and its completion round name it. A batched task is in the
+-- claim index's sense ready: never leased, available at its scheduled time. Every path
+-- that must hold one task on its row (a cancel, a run now, a unique replace, a dependency,
+-- the claim's per-row path) gives it its row first (queues.unbatch_tasks), as
+-- queues.hold_rows_of does for a lease-held task; readers of pending tasks read the
+-- views of sql/queues/lease_held.sql, which include batched tasks.
+--
+--   queues.task_batched                          a view: every batched task, with its batch
+--   queues.batched_of(task_id)                   one task's batch, if it is batched
+--   queues.unbatch_tasks(task_ids)               the batched ones among them get their rows
+--   queues.unbatch_ready_at(types, now, limit)   the first `limit` batched tasks of the
+--                                                types, in claim order, get their rows
+--                                                (the claim's per-row path)
+--   queues.unbatch_task_type(task_type)          every batched task of a type gets its row
+--                                                (a flow limit set on the type)
+-- The view and batched_of are inlined into their callers (SQL, stable, no SET clause);
+-- every object they name is schema-qualified. Owner only: no grants.
+
+create or replace view queues.task_batched as
+select u.task_id, b.task_type, b.priority, b.scheduled_at, b.max_attempts, b.task_id as batch_id
+  from queues.task_ready_batch b
+ cross join lateral unnest(b.task_ids[b.taken + 1:]) u(task_id);
+comment on view queues.task_batched is
+  'Every task held in a ready batch (queues.task_ready_batch) and not yet taken out of it, with its batch. A task''s own: queues.batched_of(task_id). See sql/queues/ready_batch.sql.';
+
+create or replace function queues.batched_of(_task_id bigint)
+  returns table (task_id bigint, task_type text, priority integer, scheduled_at timestamptz,
+                 max_attempts integer, batch_id bigint)
+  language sql stable
+as $$
+  -- The batches whose range holds the id (GiST), then the id among the ids not taken.
+  select _task_id, b.task_type, b.priority, b.scheduled_at, b.max_attempts, b.task_id
+    from queues.task_ready_batch b
+   where b.task_range @> _task_id
+     and _task_id = any (b.task_ids[b.taken + 1:])
+   limit 1
+$$;
+
+-- Gives each of _task_ids held in a ready batch its claim-index row (ready, never
+-- leased, as the enqueue would have written it) and takes it out of its batch; returns
+-- those tasks. The batches are locked first, in batch id order, and waited for: a claim
+-- in flight that holds one commits first, and a task it took is then no longer in the
+-- batch (it is lease-held: queues.hold_rows_of). One probe of the range index when no
+-- batch holds any of them.
+create or replace function queues.unbatch_tasks(_task_ids bigint[])
+  returns bigint[]
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+declare
+  _batches bigint[];
+  _out bigint[];
+begin
+  if _task_ids is null or cardinality(_task_ids) = 0 then
+    return '{}';
+  end if;
+  _batches := array(
+    select b.task_id
+      from queues.task_ready_batch b
+     where b.task_range && (select int8range(min(i.id), max(i.id), '[]') from unnest(_task_ids) i(id))
+       and b.task_ids[b.taken + 1:] && _task_ids
+     order by b.task_id
+       for update);
+  if cardinality(_batches) = 0 then
+    return '{}';
+  end if;
+  -- A new statement, so a new snapshot: the batches as the claims that held them left them.
+  with leaving as (
+    select b.task_id as batch_id, u.task_id, b.task_type, b.priority, b.scheduled_at, b.max_attempts
+      from queues.task_ready_batch b
+     cross join lateral unnest(b.task_ids[b.taken + 1:]) u(task_id)
+     where b.task_id = any (_batches) and u.task_id = any (_task_ids)
+  ),
+  rows_written as (
+    insert into queues.task_pending (task_id, task_type, priority, scheduled_at, available_at, max_attempts)
+    select l.task_id, l.task_type, l.priority, l.scheduled_at, l.scheduled_at, l.max_attempts from leaving l
+    returning task_id
+  ),
+  kept as (
+    update queues.task_ready_batch b
+       set task_ids = array(select x.id from unnest(b.task_ids[b.taken + 1:]) x(id)
+                             where not (x.id = any (_task_ids)) order by x.id),
+           taken = 0
+     where b.task_id = any (_batches)
+       and exists (select 1 from unnest(b.task_ids[b.taken + 1:]) x(id) where not (x.id = any (_task_ids)))
+  ),
+  emptied as (
+    delete from queues.task_ready_batch b
+     where b.task_id = any (_batches)
+       and not exists (select 1 from unnest(b.task_ids[b.taken + 1:]) x(id) where not (x.id = any (_task_ids)))
+  )
+  select coalesce(array_agg(r.task_id order by r.task_id), '{}') into _out from rows_written r;
+  return _out;
+end;
+$$;
+
+-- The claim's per-row path (queues.claim_tasks_at, when its drain path does not apply: a
+-- flow limit, a throttled group key, an expired lease): the first _limit batched tasks of
+-- _types (null: any type) due by _now, in claim order, get their claim-index rows, so the
+-- claim's statement that follows sees them. Batches another claim holds are skipped.
+create or replace function queues.unbatch_ready_at(_types text[], _now timestamptz, _limit integer)
+  returns bigint[]
+  language plpgsql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+begin
+  return queues.unbatch_tasks(array(
+    select u.task_id
+      from (select b.task_ids, b.taken, b.priority, b.scheduled_at, b.task_id
+              from queues.task_ready_batch b
+             where (_types is null or b.task_type = any (_types))
+               and b.scheduled_at <= _now
+             order by b.priority desc, b.scheduled_at, b.task_id
+             limit _limit
+               for update skip locked) b
+     cross join lateral unnest(b.task_ids[b.taken + 1:]) u(task_id)
+     order by b.priority desc, b.scheduled_at, u.task_id
+     limit _limit));
+end;
+$$;
+
+-- Every batched task of _task_type gets its claim-index row (a flow limit set on the
+-- type: its tasks are claimed on their rows, where the limits count them).
+create or replace function queues.unbatch_task_type(_task_type text)
+  returns bigint[]
+  language sql volatile
+  set search_path = pg_catalog, pg_temp
+as $$
+  select queues.unbatch_tasks(array(select t.task_id from queues.task_batched t where t.task_type = _task_type))
+$$;
