@@ -16497,8 +16497,8 @@ CREATE OR REPLACE FUNCTION queues.truncate_task_facts()
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 begin
-  truncate queues.task_pending, queues.resource_lease, queues.task_lease, queues.task_completed,
-           queues.error, queues.task_lease_extension, queues.task_lease_release,
+  truncate queues.task_pending, queues.task_ready_batch, queues.resource_lease, queues.task_lease,
+           queues.task_completed, queues.error, queues.task_lease_extension, queues.task_lease_release,
            queues.task_lease_revocation, queues.task_attempt_failed, queues.task_redriven,
            queues.task_lease_started, queues.task_interruption, queues.task_cancelled,
            queues.task_result, queues.task_run_now, queues.task_trace, queues.completion_round,

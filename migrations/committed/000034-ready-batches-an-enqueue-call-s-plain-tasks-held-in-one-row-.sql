@@ -1,5 +1,5 @@
 --! Previous: sha1:9659fcb9ac5256f8cd9f83c5a64b57d1b98c1260
---! Hash: sha1:d26495ae7f2ef5f45e1980aa5bec434ca0c7f078
+--! Hash: sha1:31e1250719e6a4d26d2c3263c860e1c518ac4620
 --! Message: Ready batches: an enqueue call's plain tasks held in one row per type, priority and max_attempts until claims take them (queues.task_ready_batch)
 
 --! split: 400-ready-batches.sql
@@ -13,16 +13,16 @@ set local lock_timeout = '5s';
 -- (queues.unbatch_tasks). A derived structure like the claim index (queues.rebuild_task_pending
 -- rebuilds both), not a fact.
 create table if not exists queues.task_ready_batch (
-  -- The batch's least task id.
+  -- The least task id of the batch as enqueued.
   task_id      bigint primary key,
   task_type    text not null,
   priority     integer not null,
   scheduled_at timestamptz not null,
   max_attempts integer not null,
-  -- Ascending; the first `taken` are out of the batch (claimed, or given their own row).
+  -- Ascending; the first `taken` are out of the batch (claimed).
   task_ids     bigint[] not null,
   taken        integer not null default 0,
-  -- [least, greatest] task id: which batch may hold a task (GiST).
+  -- [least, greatest] task id as enqueued: which batches may hold a task (GiST).
   task_range   int8range not null,
   check (taken >= 0 and taken < cardinality(task_ids))
 ) with (
@@ -38,6 +38,22 @@ create index if not exists task_ready_batch_range_idx
   on queues.task_ready_batch using gist (task_range);
 comment on table queues.task_ready_batch is
   'Ready batches: the plain tasks of one enqueue call, per type, priority and max_attempts, held in one row instead of a claim-index row each, until claims take them (taken) or a path gives one its row (queues.unbatch_tasks). Derived, not a fact: queues.rebuild_task_pending rebuilds it into claim-index rows. See sql/queues/ready_batch.sql.';
+
+-- Truncating queues.task truncates the ready batches too, as it does the claim index.
+create or replace function queues.truncate_task_facts() returns trigger
+  language plpgsql
+  set search_path = pg_catalog, pg_temp
+as $$
+begin
+  truncate queues.task_pending, queues.task_ready_batch, queues.resource_lease, queues.task_lease,
+           queues.task_completed, queues.error, queues.task_lease_extension, queues.task_lease_release,
+           queues.task_lease_revocation, queues.task_attempt_failed, queues.task_redriven,
+           queues.task_lease_started, queues.task_interruption, queues.task_cancelled,
+           queues.task_result, queues.task_run_now, queues.task_trace, queues.completion_round,
+           queues.claim_lease, queues.task_progress, queues.task_dependency;
+  return null;
+end;
+$$;
 
 --! Included queues/ready_batch.sql
 -- Ready batches (docs/design/hot-path.md, "Ready batches"): an enqueue call's plain tasks

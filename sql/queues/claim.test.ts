@@ -626,7 +626,9 @@ describe('claim semantics', () => {
     await claim('w', 2, 60); // two leased
     await db.pool('worker').query('select queues.complete_task($1)', [ids[5]]); // one completed
     await claimAt(61, 'w2', 1); // a lease expired and re-claimed
-    const snapshot = async () => (await db.query('select * from queues.task_pending order by task_id')).rows;
+    // Every unfinished task, whether it has a claim-index row or waits in a ready batch
+    // (the rebuild gives the batched ones rows: the same tasks, the same readings).
+    const snapshot = async () => (await db.query('select * from queues.task_pending_or_held order by task_id')).rows;
     const before = await snapshot();
     expect(before).toHaveLength(5);
     const { rows } = await db.query('select queues.rebuild_task_pending() as n');
@@ -658,10 +660,12 @@ describe('history', () => {
     await db.query('alter table queues.task_pending set (autovacuum_enabled = false)');
     const root = await db.client('root');
     try {
-      const drained = await enqueueNoops(20_000);
+      // (scheduled in the past: claim-index rows, not ready batches)
+      const rows = { scheduled_at: '2000-01-01T00:00:00Z' };
+      const drained = await enqueueNoops(20_000, rows);
       await db.query('delete from queues.task_pending where task_id <> $1', [drained.at(-1)]);
       await db.query('vacuum analyze queues.task_pending');
-      await enqueueNoops(20_000);
+      await enqueueNoops(20_000, rows);
 
       const N = 500;
       /** task_pending is read by key for the rows at hand: never scanned whole, never joined row by row against them. */

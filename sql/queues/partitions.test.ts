@@ -534,7 +534,10 @@ describe('partition maintenance', () => {
     await maintain();
     // A long window, longer than the test: the step must get its locks by the end of the
     // long transaction, not by giving up.
-    await enqueue(2);
+    // (Two calls, so each task has its own claim-index row: a claim transaction left open
+    // holds the ready batch it took from, ready_batch.test.ts.)
+    await enqueue(1);
+    await enqueue(1);
     await db.query(`update queues.history_setting set lock_timeout_ms = 60000, ${oneSetMoreAhead}`);
     const long = await db.client('worker');
     const steps = await db.client('worker');
