@@ -13777,7 +13777,9 @@ begin
                   where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
          -- (or a ready batch's task: sql/queues/ready_batch.sql)
          or exists (select 1 from queues.task_ready_batch b
-                     where b.task_range && int8range(_set.lower_bound, _set.upper_bound)) then
+                     cross join lateral unnest(b.task_ids[b.taken + 1:]) u(task_id)
+                     where b.task_range && int8range(_set.lower_bound, _set.upper_bound)
+                       and u.task_id >= _set.lower_bound and u.task_id < _set.upper_bound) then
         _kept := _kept + 1;
         continue;
       end if;
@@ -13857,7 +13859,9 @@ begin
         if exists (select 1 from queues.task_pending tp
                     where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
            or exists (select 1 from queues.task_ready_batch b
-                       where b.task_range && int8range(_set.lower_bound, _set.upper_bound))
+                       cross join lateral unnest(b.task_ids[b.taken + 1:]) u(task_id)
+                       where b.task_range && int8range(_set.lower_bound, _set.upper_bound)
+                         and u.task_id >= _set.lower_bound and u.task_id < _set.upper_bound)
            or exists (select 1 from unnest(_claimed_since) u(task_id)
                        where u.task_id >= _set.lower_bound and u.task_id < _set.upper_bound)
            or exists (select 1 from queues.task_dependency d
@@ -14015,7 +14019,9 @@ begin
                         where h.task_id >= s.lower_bound and h.task_id < s.upper_bound)
        -- nor a ready batch's (sql/queues/ready_batch.sql)
        and not exists (select 1 from queues.task_ready_batch b
-                        where b.task_range && int8range(s.lower_bound, s.upper_bound))
+                        cross join lateral unnest(b.task_ids[b.taken + 1:]) u(task_id)
+                        where b.task_range && int8range(s.lower_bound, s.upper_bound)
+                          and u.task_id >= s.lower_bound and u.task_id < s.upper_bound)
   ),
   measured as (
     select d.lower_bound, d.upper_bound, f.task_id as first_task_id, f.enqueued_at as first_enqueued_at,
@@ -16580,7 +16586,9 @@ begin
     update queues.task_ready_batch b
        set task_ids = array(select x.id from unnest(b.task_ids[b.taken + 1:]) x(id)
                              where not (x.id = any (_task_ids)) order by x.id),
-           taken = 0
+           taken = 0,
+           task_range = (select int8range(min(x.id), max(x.id), '[]') from unnest(b.task_ids[b.taken + 1:]) x(id)
+                          where not (x.id = any (_task_ids)))
      where b.task_id = any (_batches)
        and exists (select 1 from unnest(b.task_ids[b.taken + 1:]) x(id) where not (x.id = any (_task_ids)))
   ),

@@ -1,5 +1,5 @@
 --! Previous: sha1:9659fcb9ac5256f8cd9f83c5a64b57d1b98c1260
---! Hash: sha1:31e1250719e6a4d26d2c3263c860e1c518ac4620
+--! Hash: sha1:433202144e43ee99db7c717d1b24a92c8f3fe41a
 --! Message: Ready batches: an enqueue call's plain tasks held in one row per type, priority and max_attempts until claims take them (queues.task_ready_batch)
 
 --! split: 400-ready-batches.sql
@@ -22,7 +22,8 @@ create table if not exists queues.task_ready_batch (
   -- Ascending; the first `taken` are out of the batch (claimed).
   task_ids     bigint[] not null,
   taken        integer not null default 0,
-  -- [least, greatest] task id as enqueued: which batches may hold a task (GiST).
+  -- [least, greatest] of its ids as enqueued, or as an unbatch left them (the ids claims
+  -- took stay inside): which batches may hold a task (GiST).
   task_range   int8range not null,
   check (taken >= 0 and taken < cardinality(task_ids))
 ) with (
@@ -144,7 +145,9 @@ begin
     update queues.task_ready_batch b
        set task_ids = array(select x.id from unnest(b.task_ids[b.taken + 1:]) x(id)
                              where not (x.id = any (_task_ids)) order by x.id),
-           taken = 0
+           taken = 0,
+           task_range = (select int8range(min(x.id), max(x.id), '[]') from unnest(b.task_ids[b.taken + 1:]) x(id)
+                          where not (x.id = any (_task_ids)))
      where b.task_id = any (_batches)
        and exists (select 1 from unnest(b.task_ids[b.taken + 1:]) x(id) where not (x.id = any (_task_ids)))
   ),
@@ -2648,7 +2651,9 @@ begin
                         where h.task_id >= s.lower_bound and h.task_id < s.upper_bound)
        -- nor a ready batch's (sql/queues/ready_batch.sql)
        and not exists (select 1 from queues.task_ready_batch b
-                        where b.task_range && int8range(s.lower_bound, s.upper_bound))
+                        cross join lateral unnest(b.task_ids[b.taken + 1:]) u(task_id)
+                        where b.task_range && int8range(s.lower_bound, s.upper_bound)
+                          and u.task_id >= s.lower_bound and u.task_id < s.upper_bound)
   ),
   measured as (
     select d.lower_bound, d.upper_bound, f.task_id as first_task_id, f.enqueued_at as first_enqueued_at,
@@ -3073,7 +3078,9 @@ begin
                   where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
          -- (or a ready batch's task: sql/queues/ready_batch.sql)
          or exists (select 1 from queues.task_ready_batch b
-                     where b.task_range && int8range(_set.lower_bound, _set.upper_bound)) then
+                     cross join lateral unnest(b.task_ids[b.taken + 1:]) u(task_id)
+                     where b.task_range && int8range(_set.lower_bound, _set.upper_bound)
+                       and u.task_id >= _set.lower_bound and u.task_id < _set.upper_bound) then
         _kept := _kept + 1;
         continue;
       end if;
@@ -3153,7 +3160,9 @@ begin
         if exists (select 1 from queues.task_pending tp
                     where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
            or exists (select 1 from queues.task_ready_batch b
-                       where b.task_range && int8range(_set.lower_bound, _set.upper_bound))
+                       cross join lateral unnest(b.task_ids[b.taken + 1:]) u(task_id)
+                       where b.task_range && int8range(_set.lower_bound, _set.upper_bound)
+                         and u.task_id >= _set.lower_bound and u.task_id < _set.upper_bound)
            or exists (select 1 from unnest(_claimed_since) u(task_id)
                        where u.task_id >= _set.lower_bound and u.task_id < _set.upper_bound)
            or exists (select 1 from queues.task_dependency d

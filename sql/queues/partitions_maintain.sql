@@ -254,7 +254,9 @@ begin
                   where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
          -- (or a ready batch's task: sql/queues/ready_batch.sql)
          or exists (select 1 from queues.task_ready_batch b
-                     where b.task_range && int8range(_set.lower_bound, _set.upper_bound)) then
+                     cross join lateral unnest(b.task_ids[b.taken + 1:]) u(task_id)
+                     where b.task_range && int8range(_set.lower_bound, _set.upper_bound)
+                       and u.task_id >= _set.lower_bound and u.task_id < _set.upper_bound) then
         _kept := _kept + 1;
         continue;
       end if;
@@ -334,7 +336,9 @@ begin
         if exists (select 1 from queues.task_pending tp
                     where tp.task_id >= _set.lower_bound and tp.task_id < _set.upper_bound)
            or exists (select 1 from queues.task_ready_batch b
-                       where b.task_range && int8range(_set.lower_bound, _set.upper_bound))
+                       cross join lateral unnest(b.task_ids[b.taken + 1:]) u(task_id)
+                       where b.task_range && int8range(_set.lower_bound, _set.upper_bound)
+                         and u.task_id >= _set.lower_bound and u.task_id < _set.upper_bound)
            or exists (select 1 from unnest(_claimed_since) u(task_id)
                        where u.task_id >= _set.lower_bound and u.task_id < _set.upper_bound)
            or exists (select 1 from queues.task_dependency d

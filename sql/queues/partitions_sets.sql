@@ -151,7 +151,9 @@ begin
                         where h.task_id >= s.lower_bound and h.task_id < s.upper_bound)
        -- nor a ready batch's (sql/queues/ready_batch.sql)
        and not exists (select 1 from queues.task_ready_batch b
-                        where b.task_range && int8range(s.lower_bound, s.upper_bound))
+                        cross join lateral unnest(b.task_ids[b.taken + 1:]) u(task_id)
+                        where b.task_range && int8range(s.lower_bound, s.upper_bound)
+                          and u.task_id >= s.lower_bound and u.task_id < s.upper_bound)
   ),
   measured as (
     select d.lower_bound, d.upper_bound, f.task_id as first_task_id, f.enqueued_at as first_enqueued_at,

@@ -86,7 +86,9 @@ begin
     update queues.task_ready_batch b
        set task_ids = array(select x.id from unnest(b.task_ids[b.taken + 1:]) x(id)
                              where not (x.id = any (_task_ids)) order by x.id),
-           taken = 0
+           taken = 0,
+           task_range = (select int8range(min(x.id), max(x.id), '[]') from unnest(b.task_ids[b.taken + 1:]) x(id)
+                          where not (x.id = any (_task_ids)))
      where b.task_id = any (_batches)
        and exists (select 1 from unnest(b.task_ids[b.taken + 1:]) x(id) where not (x.id = any (_task_ids)))
   ),
