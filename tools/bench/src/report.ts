@@ -234,6 +234,8 @@ function fmt(v: number, unit: string): string {
   if (!Number.isFinite(v)) return '–';
   if (unit === '%') return v.toFixed(2);
   if (unit === 'ms' || unit === 'MB') return v < 10 ? v.toFixed(1) : v.toFixed(0);
+  // Heap rows per task: a claim's or a round's row over hundreds of tasks shows (0.002).
+  if (unit === 'rows') return v.toFixed(3);
   if (v >= 100) return Math.round(v).toLocaleString('en-US');
   return v.toFixed(1);
 }
