@@ -236,7 +236,7 @@ export const scenario: Scenario = {
           const { rows: last } = await owner.query(
             `select count(*) filter (where p.current_lease_id is not null)::int as leased,
                     count(*) filter (where p.task_id is not null and p.current_lease_id is null)::int as waiting
-               from queues.task_default t left join queues.task_pending p using (task_id)`,
+               from queues.task_default t left join queues.task_pending_or_held p using (task_id)`,
           );
           gap = {
             from,
@@ -425,6 +425,7 @@ export const scenario: Scenario = {
       [before.partition_size, before.partitions_ahead, before.retention, before.lock_timeout_ms],
     );
     await owner.query('delete from queues.task_pending where task_id = any($1::bigint[])', [ids]);
+    await owner.query('delete from queues.task_ready_batch where task_ids && $1::bigint[]', [ids]);
     return r.result();
   },
 };
