@@ -21,11 +21,18 @@ export async function probeDatabase(server) {
 /** Enqueues `tasks` bench tasks as the app, 1,000 per call, then vacuums and analyzes. */
 export async function enqueueBacklog(urls, root, tasks) {
   const app = new pg.Pool({ connectionString: urls.app, max: 2 });
+  // BACKLOG=rows: each task scheduled a second ago, so that it gets a claim-index row of its
+  // own instead of a place in its call's ready batch (sql/queues/ready_batch.sql).
+  const scheduledAt = process.env.BACKLOG === 'rows' ? new Date(Date.now() - 1000) : undefined;
   try {
     for (let s = 0; s < tasks; s += 1000)
       await enqueueMany(
         app,
-        Array.from({ length: Math.min(1000, tasks - s) }, (_, i) => ({ taskType: 'bench', payload: { n: s + i } })),
+        Array.from({ length: Math.min(1000, tasks - s) }, (_, i) => ({
+          taskType: 'bench',
+          payload: { n: s + i },
+          ...(scheduledAt ? { scheduledAt } : {}),
+        })),
       );
   } finally {
     await app.end();

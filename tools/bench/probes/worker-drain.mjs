@@ -8,7 +8,8 @@
 // runs two), and adds the CPU of all of them and how idle the machine was. It also prints
 // what the drain wrote: heap rows (inserts + updates + deletes, pg_stat_user_tables) and
 // WAL bytes per task, per table, counted from after the backlog was enqueued.
-// VARIANT=<file.sql> runs that SQL as the database owner's superuser first (a function's
+// BACKLOG=rows enqueues the backlog as claim-index rows (each task scheduled a second ago)
+// instead of ready batches. VARIANT=<file.sql> runs that SQL as the database owner's superuser first (a function's
 // older or newer version, to alternate two); TOP=<n> lists the n dearest statements (12).
 // LIMIT_OTHER=<mode> configures a flow limit on another task type, bench_other
 // (docs/flow-control.md): `unclaimed` (the workers do not claim that type: every claim
