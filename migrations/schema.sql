@@ -10638,8 +10638,9 @@ declare
   _picked      bigint[];
   _plain       boolean;
   _picked_type text;
-  -- Of the picked tasks from ready batches, each one's batch.
+  -- Of the picked tasks from ready batches, each one's batch; whether any batch exists.
   _from_batches bigint[];
+  _batched     boolean;
   _expired     boolean;
   -- A claim lease is due: the rescuer runs.
   _due         boolean;
@@ -10715,8 +10716,10 @@ begin
                             where (l.max_running is not null or l.max_starts is not null)
                               and (_task_types is null or l.task_type = any (_task_types))
                               and not (l.task_type = any (th.task_types))
-                            order by l.task_type, l.scope, l.group_key) l), '[]')
-    into _due, _worker_key, _throttled, _throttled_groups, _rules
+                            order by l.task_type, l.scope, l.group_key) l), '[]'),
+         -- whether any ready batch exists (sql/queues/ready_batch.sql)
+         exists (select 1 from queues.task_ready_batch)
+    into _due, _worker_key, _throttled, _throttled_groups, _rules, _batched
     from queues.throttled_keys_at(_now) th
     left join queues.worker_name w on w.worker_id = _worker_id;
   if _due then
@@ -10865,7 +10868,8 @@ begin
                       b.task_id as batch_id
                  from (select b.task_id, b.task_type, b.priority, b.scheduled_at, b.task_ids, b.taken
                          from queues.task_ready_batch b
-                        where b.task_type = ty.task_type
+                        where _batched
+                          and b.task_type = ty.task_type
                           and b.scheduled_at <= _now
                         order by b.priority desc, b.scheduled_at, b.task_id
                         limit _limit
@@ -10956,9 +10960,8 @@ begin
                       and l.suspect_task_id = p.task_id and l.worker_key = _worker_key));
 
   -- The per-row path reads rows: the first _limit batched tasks of the types get theirs
-  -- (sql/queues/ready_batch.sql; one probe of the batches' index when there are none).
-  -- The quarantine takes no batched task: none is a suspect.
-  if _suspects <> 'repeat' then
+  -- (sql/queues/ready_batch.sql). The quarantine takes no batched task: none is a suspect.
+  if _batched and _suspects <> 'repeat' then
     perform queues.unbatch_ready_at(_types, _now, _limit);
   end if;
 
@@ -13139,17 +13142,27 @@ AS $function$
 declare
   _leases bigint[];
   _held bigint[];
-  _unbatched bigint[];
+  _unbatched bigint[] := '{}';
+  _batched boolean;
 begin
-  -- A task still in a ready batch gets its row the same way (sql/queues/ready_batch.sql:
-  -- the batch locked first, so a claim in flight that takes it commits first, and it is
-  -- then lease-held, read below).
-  _unbatched := queues.unbatch_tasks(_task_ids);
   -- The lease-held tasks' claim leases (queues.lease_held_of: a task with a row costs one
-  -- primary-key probe).
-  _leases := array(select distinct h.task_lease_id
-                     from unnest(_task_ids) i(id) cross join lateral queues.lease_held_of(i.id) h
-                    order by 1);
+  -- primary-key probe), and whether any ready batch exists (one probe, in the same
+  -- statement: no statement more while none does).
+  select array(select distinct h.task_lease_id
+                 from unnest(_task_ids) i(id) cross join lateral queues.lease_held_of(i.id) h
+                order by 1),
+         exists (select 1 from queues.task_ready_batch)
+    into _leases, _batched;
+  -- A task still in a ready batch gets its row first (sql/queues/ready_batch.sql: the
+  -- batch locked and waited for, so a claim in flight that takes it commits first, and it
+  -- is then lease-held: read again). A batch an enqueue commits later holds none of these
+  -- tasks (they exist already).
+  if _batched then
+    _unbatched := queues.unbatch_tasks(_task_ids);
+    _leases := array(select distinct h.task_lease_id
+                       from unnest(_task_ids) i(id) cross join lateral queues.lease_held_of(i.id) h
+                      order by 1);
+  end if;
   if cardinality(_leases) = 0 then
     return _unbatched;
   end if;
@@ -15603,19 +15616,27 @@ CREATE OR REPLACE FUNCTION queues.run_task_now(_task_id bigint)
 AS $function$
 declare
   _pending record;
+  _found boolean;
 begin
   if _task_id is null then
     raise exception 'task_id must not be null' using errcode = '22004';
   end if;
-  -- A task in a ready batch gets its row first (sql/queues/ready_batch.sql), which the
-  -- next statement locks as any other.
-  perform queues.unbatch_tasks(array[_task_id]);
   -- A claim that holds the row commits first; the row is then read as it left it.
   select p.available_at, p.current_lease_id is null and p.lease_count = 0 as untaken into _pending
     from queues.task_pending p
    where p.task_id = _task_id
      for update;
-  if not found then
+  _found := found;
+  -- No row: a task in a ready batch gets one (sql/queues/ready_batch.sql), locked as any
+  -- other.
+  if not _found and cardinality(queues.unbatch_tasks(array[_task_id])) > 0 then
+    select p.available_at, p.current_lease_id is null and p.lease_count = 0 as untaken into _pending
+      from queues.task_pending p
+     where p.task_id = _task_id
+       for update;
+    _found := found;
+  end if;
+  if not _found then
     -- No row: ended (or no such task), or held by the claim lease that took it out of the
     -- claim index (the ready set: docs/design/hot-path.md).
     if exists (select 1 from queues.task t where t.task_id = _task_id)
@@ -16540,10 +16561,35 @@ $function$;
 
 CREATE OR REPLACE FUNCTION queues.unbatch_task_type(_task_type text)
  RETURNS bigint[]
- LANGUAGE sql
+ LANGUAGE plpgsql
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select queues.unbatch_tasks(array(select t.task_id from queues.task_batched t where t.task_type = _task_type))
+declare
+  _batches bigint[];
+  _out bigint[];
+begin
+  _batches := array(select b.task_id from queues.task_ready_batch b
+                     where b.task_type = _task_type
+                     order by b.task_id
+                       for update);
+  if cardinality(_batches) = 0 then
+    return '{}';
+  end if;
+  -- A new statement: the batches as the claims that held them left them.
+  with rows_written as (
+    insert into queues.task_pending (task_id, task_type, priority, scheduled_at, available_at, max_attempts)
+    select u.task_id, b.task_type, b.priority, b.scheduled_at, b.scheduled_at, b.max_attempts
+      from queues.task_ready_batch b
+     cross join lateral unnest(b.task_ids[b.taken + 1:]) u(task_id)
+     where b.task_id = any (_batches)
+    returning task_id
+  ),
+  emptied as (
+    delete from queues.task_ready_batch b where b.task_id = any (_batches)
+  )
+  select coalesce(array_agg(r.task_id order by r.task_id), '{}') into _out from rows_written r;
+  return _out;
+end;
 $function$;
   -- queues.unbatch_task_type(_task_type text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
@@ -16560,22 +16606,38 @@ begin
   if _task_ids is null or cardinality(_task_ids) = 0 then
     return '{}';
   end if;
+  -- Each id's batch: a probe of the range index per id, then the id among the batch's ids
+  -- not taken (a batch holds at most 10,000: one enqueue call).
   _batches := array(
     select b.task_id
       from queues.task_ready_batch b
-     where b.task_range && (select int8range(min(i.id), max(i.id), '[]') from unnest(_task_ids) i(id))
-       and b.task_ids[b.taken + 1:] && _task_ids
+     where b.task_id in (select x.batch_id from unnest(_task_ids) i(id) cross join lateral queues.batched_of(i.id) x)
      order by b.task_id
        for update);
   if cardinality(_batches) = 0 then
     return '{}';
   end if;
   -- A new statement, so a new snapshot: the batches as the claims that held them left them.
+  -- (Sets by hashing, never `= any` of the input per element: a batch holds up to 10,000
+  -- ids and a caller may name 1,000.)
   with leaving as (
     select b.task_id as batch_id, u.task_id, b.task_type, b.priority, b.scheduled_at, b.max_attempts
       from queues.task_ready_batch b
      cross join lateral unnest(b.task_ids[b.taken + 1:]) u(task_id)
-     where b.task_id = any (_batches) and u.task_id = any (_task_ids)
+      join (select distinct i.id from unnest(_task_ids) i(id)) i on i.id = u.task_id
+     where b.task_id = any (_batches)
+  ),
+  per_batch as (
+    select l.batch_id, array_agg(l.task_id) as gone from leaving l group by l.batch_id
+  ),
+  rest as (
+    select b.task_id as batch_id,
+           array(select x.id from unnest(b.task_ids[b.taken + 1:]) x(id)
+                 except
+                 select y.id from unnest(g.gone) y(id)
+                 order by 1) as task_ids
+      from queues.task_ready_batch b
+      join per_batch g on g.batch_id = b.task_id
   ),
   rows_written as (
     insert into queues.task_pending (task_id, task_type, priority, scheduled_at, available_at, max_attempts)
@@ -16584,18 +16646,16 @@ begin
   ),
   kept as (
     update queues.task_ready_batch b
-       set task_ids = array(select x.id from unnest(b.task_ids[b.taken + 1:]) x(id)
-                             where not (x.id = any (_task_ids)) order by x.id),
+       set task_ids = r.task_ids,
            taken = 0,
-           task_range = (select int8range(min(x.id), max(x.id), '[]') from unnest(b.task_ids[b.taken + 1:]) x(id)
-                          where not (x.id = any (_task_ids)))
-     where b.task_id = any (_batches)
-       and exists (select 1 from unnest(b.task_ids[b.taken + 1:]) x(id) where not (x.id = any (_task_ids)))
+           task_range = int8range(r.task_ids[1], r.task_ids[cardinality(r.task_ids)], '[]')
+      from rest r
+     where b.task_id = r.batch_id and cardinality(r.task_ids) > 0
   ),
   emptied as (
     delete from queues.task_ready_batch b
-     where b.task_id = any (_batches)
-       and not exists (select 1 from unnest(b.task_ids[b.taken + 1:]) x(id) where not (x.id = any (_task_ids)))
+     using rest r
+     where b.task_id = r.batch_id and cardinality(r.task_ids) = 0
   )
   select coalesce(array_agg(r.task_id order by r.task_id), '{}') into _out from rows_written r;
   return _out;

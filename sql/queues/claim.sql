@@ -106,8 +106,9 @@ declare
   _picked      bigint[];
   _plain       boolean;
   _picked_type text;
-  -- Of the picked tasks from ready batches, each one's batch.
+  -- Of the picked tasks from ready batches, each one's batch; whether any batch exists.
   _from_batches bigint[];
+  _batched     boolean;
   _expired     boolean;
   -- A claim lease is due: the rescuer runs.
   _due         boolean;
@@ -183,8 +184,10 @@ begin
                             where (l.max_running is not null or l.max_starts is not null)
                               and (_task_types is null or l.task_type = any (_task_types))
                               and not (l.task_type = any (th.task_types))
-                            order by l.task_type, l.scope, l.group_key) l), '[]')
-    into _due, _worker_key, _throttled, _throttled_groups, _rules
+                            order by l.task_type, l.scope, l.group_key) l), '[]'),
+         -- whether any ready batch exists (sql/queues/ready_batch.sql)
+         exists (select 1 from queues.task_ready_batch)
+    into _due, _worker_key, _throttled, _throttled_groups, _rules, _batched
     from queues.throttled_keys_at(_now) th
     left join queues.worker_name w on w.worker_id = _worker_id;
   if _due then
@@ -333,7 +336,8 @@ begin
                       b.task_id as batch_id
                  from (select b.task_id, b.task_type, b.priority, b.scheduled_at, b.task_ids, b.taken
                          from queues.task_ready_batch b
-                        where b.task_type = ty.task_type
+                        where _batched
+                          and b.task_type = ty.task_type
                           and b.scheduled_at <= _now
                         order by b.priority desc, b.scheduled_at, b.task_id
                         limit _limit
@@ -424,9 +428,8 @@ begin
                       and l.suspect_task_id = p.task_id and l.worker_key = _worker_key));
 
   -- The per-row path reads rows: the first _limit batched tasks of the types get theirs
-  -- (sql/queues/ready_batch.sql; one probe of the batches' index when there are none).
-  -- The quarantine takes no batched task: none is a suspect.
-  if _suspects <> 'repeat' then
+  -- (sql/queues/ready_batch.sql). The quarantine takes no batched task: none is a suspect.
+  if _batched and _suspects <> 'repeat' then
     perform queues.unbatch_ready_at(_types, _now, _limit);
   end if;
 

@@ -28,17 +28,27 @@ as $$
 declare
   _leases bigint[];
   _held bigint[];
-  _unbatched bigint[];
+  _unbatched bigint[] := '{}';
+  _batched boolean;
 begin
-  -- A task still in a ready batch gets its row the same way (sql/queues/ready_batch.sql:
-  -- the batch locked first, so a claim in flight that takes it commits first, and it is
-  -- then lease-held, read below).
-  _unbatched := queues.unbatch_tasks(_task_ids);
   -- The lease-held tasks' claim leases (queues.lease_held_of: a task with a row costs one
-  -- primary-key probe).
-  _leases := array(select distinct h.task_lease_id
-                     from unnest(_task_ids) i(id) cross join lateral queues.lease_held_of(i.id) h
-                    order by 1);
+  -- primary-key probe), and whether any ready batch exists (one probe, in the same
+  -- statement: no statement more while none does).
+  select array(select distinct h.task_lease_id
+                 from unnest(_task_ids) i(id) cross join lateral queues.lease_held_of(i.id) h
+                order by 1),
+         exists (select 1 from queues.task_ready_batch)
+    into _leases, _batched;
+  -- A task still in a ready batch gets its row first (sql/queues/ready_batch.sql: the
+  -- batch locked and waited for, so a claim in flight that takes it commits first, and it
+  -- is then lease-held: read again). A batch an enqueue commits later holds none of these
+  -- tasks (they exist already).
+  if _batched then
+    _unbatched := queues.unbatch_tasks(_task_ids);
+    _leases := array(select distinct h.task_lease_id
+                       from unnest(_task_ids) i(id) cross join lateral queues.lease_held_of(i.id) h
+                      order by 1);
+  end if;
   if cardinality(_leases) = 0 then
     return _unbatched;
   end if;

@@ -46,8 +46,7 @@ $$;
 -- leased, as the enqueue would have written it) and takes it out of its batch; returns
 -- those tasks. The batches are locked first, in batch id order, and waited for: a claim
 -- in flight that holds one commits first, and a task it took is then no longer in the
--- batch (it is lease-held: queues.hold_rows_of). One probe of the range index when no
--- batch holds any of them.
+-- batch (it is lease-held: queues.hold_rows_of). One probe of the range index per id.
 create or replace function queues.unbatch_tasks(_task_ids bigint[])
   returns bigint[]
   language plpgsql volatile
@@ -60,22 +59,38 @@ begin
   if _task_ids is null or cardinality(_task_ids) = 0 then
     return '{}';
   end if;
+  -- Each id's batch: a probe of the range index per id, then the id among the batch's ids
+  -- not taken (a batch holds at most 10,000: one enqueue call).
   _batches := array(
     select b.task_id
       from queues.task_ready_batch b
-     where b.task_range && (select int8range(min(i.id), max(i.id), '[]') from unnest(_task_ids) i(id))
-       and b.task_ids[b.taken + 1:] && _task_ids
+     where b.task_id in (select x.batch_id from unnest(_task_ids) i(id) cross join lateral queues.batched_of(i.id) x)
      order by b.task_id
        for update);
   if cardinality(_batches) = 0 then
     return '{}';
   end if;
   -- A new statement, so a new snapshot: the batches as the claims that held them left them.
+  -- (Sets by hashing, never `= any` of the input per element: a batch holds up to 10,000
+  -- ids and a caller may name 1,000.)
   with leaving as (
     select b.task_id as batch_id, u.task_id, b.task_type, b.priority, b.scheduled_at, b.max_attempts
       from queues.task_ready_batch b
      cross join lateral unnest(b.task_ids[b.taken + 1:]) u(task_id)
-     where b.task_id = any (_batches) and u.task_id = any (_task_ids)
+      join (select distinct i.id from unnest(_task_ids) i(id)) i on i.id = u.task_id
+     where b.task_id = any (_batches)
+  ),
+  per_batch as (
+    select l.batch_id, array_agg(l.task_id) as gone from leaving l group by l.batch_id
+  ),
+  rest as (
+    select b.task_id as batch_id,
+           array(select x.id from unnest(b.task_ids[b.taken + 1:]) x(id)
+                 except
+                 select y.id from unnest(g.gone) y(id)
+                 order by 1) as task_ids
+      from queues.task_ready_batch b
+      join per_batch g on g.batch_id = b.task_id
   ),
   rows_written as (
     insert into queues.task_pending (task_id, task_type, priority, scheduled_at, available_at, max_attempts)
@@ -84,18 +99,16 @@ begin
   ),
   kept as (
     update queues.task_ready_batch b
-       set task_ids = array(select x.id from unnest(b.task_ids[b.taken + 1:]) x(id)
-                             where not (x.id = any (_task_ids)) order by x.id),
+       set task_ids = r.task_ids,
            taken = 0,
-           task_range = (select int8range(min(x.id), max(x.id), '[]') from unnest(b.task_ids[b.taken + 1:]) x(id)
-                          where not (x.id = any (_task_ids)))
-     where b.task_id = any (_batches)
-       and exists (select 1 from unnest(b.task_ids[b.taken + 1:]) x(id) where not (x.id = any (_task_ids)))
+           task_range = int8range(r.task_ids[1], r.task_ids[cardinality(r.task_ids)], '[]')
+      from rest r
+     where b.task_id = r.batch_id and cardinality(r.task_ids) > 0
   ),
   emptied as (
     delete from queues.task_ready_batch b
-     where b.task_id = any (_batches)
-       and not exists (select 1 from unnest(b.task_ids[b.taken + 1:]) x(id) where not (x.id = any (_task_ids)))
+     using rest r
+     where b.task_id = r.batch_id and cardinality(r.task_ids) = 0
   )
   select coalesce(array_agg(r.task_id order by r.task_id), '{}') into _out from rows_written r;
   return _out;
@@ -128,11 +141,38 @@ end;
 $$;
 
 -- Every batched task of _task_type gets its claim-index row (a flow limit set on the
--- type: its tasks are claimed on their rows, where the limits count them).
+-- type: its tasks are claimed on their rows, where the limits count them). Whole batches:
+-- each locked and waited for (a claim in flight commits first), its ids not taken written
+-- as rows, the batch deleted.
 create or replace function queues.unbatch_task_type(_task_type text)
   returns bigint[]
-  language sql volatile
+  language plpgsql volatile
   set search_path = pg_catalog, pg_temp
 as $$
-  select queues.unbatch_tasks(array(select t.task_id from queues.task_batched t where t.task_type = _task_type))
+declare
+  _batches bigint[];
+  _out bigint[];
+begin
+  _batches := array(select b.task_id from queues.task_ready_batch b
+                     where b.task_type = _task_type
+                     order by b.task_id
+                       for update);
+  if cardinality(_batches) = 0 then
+    return '{}';
+  end if;
+  -- A new statement: the batches as the claims that held them left them.
+  with rows_written as (
+    insert into queues.task_pending (task_id, task_type, priority, scheduled_at, available_at, max_attempts)
+    select u.task_id, b.task_type, b.priority, b.scheduled_at, b.scheduled_at, b.max_attempts
+      from queues.task_ready_batch b
+     cross join lateral unnest(b.task_ids[b.taken + 1:]) u(task_id)
+     where b.task_id = any (_batches)
+    returning task_id
+  ),
+  emptied as (
+    delete from queues.task_ready_batch b where b.task_id = any (_batches)
+  )
+  select coalesce(array_agg(r.task_id order by r.task_id), '{}') into _out from rows_written r;
+  return _out;
+end;
 $$;

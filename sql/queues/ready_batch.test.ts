@@ -209,6 +209,28 @@ describe('ready batches', () => {
     expect(await batchesOf('batch_e')).toEqual([]);
   });
 
+  it('a cancel across batches takes each task out of its own batch; each keeps the rest, its range narrowed', async () => {
+    await db.query(`insert into queues.task_type (task_type) values ('batch_across') on conflict do nothing`);
+    const a = await enqueueMany('batch_across', 5);
+    const b = await enqueueMany('batch_across', 5);
+    // a partly claimed first: the cancel meets a batch whose front is taken
+    const [taken] = await claim('batch_across', 1);
+    expect(taken.task_id).toBe(a[0]);
+    const res = await db.query(`select task_id::text, result from queues.cancel_tasks($1::bigint[], 'across')`, [
+      [a[1], a[4], b[0]],
+    ]);
+    expect(res.rows.every((r) => r.result === 'cancelled')).toBe(true);
+    const { rows } = await db.query(
+      `select task_ids::text[] as ids, taken, lower(task_range)::text as lo, (upper(task_range) - 1)::text as hi
+         from queues.task_ready_batch where task_type = 'batch_across' order by task_id`,
+    );
+    expect(rows).toEqual([
+      { ids: [a[2], a[3]], taken: 0, lo: a[2], hi: a[3] },
+      { ids: b.slice(1), taken: 0, lo: b[1], hi: b[4] },
+    ]);
+    expect(sorted((await claim('batch_across', 10)).map((c) => c.task_id))).toEqual([a[2], a[3], ...b.slice(1)]);
+  });
+
   it('a cancel racing claims over a batch: each task is either claimed or cancelled, never both', async () => {
     for (let round = 0; round < 10; round++) {
       const ids = await enqueueMany('batch_f', 20);
@@ -253,10 +275,15 @@ describe('ready batches', () => {
     await db.query(`insert into queues.task_type (task_type) values ('batch_limit') on conflict do nothing`);
     const ids = await enqueueMany('batch_limit', 6);
     expect(await batchesOf('batch_limit')).toHaveLength(1);
-    await db.query(`select queues.set_task_limit('batch_limit', 'type', null, 2)`);
+    // the batch's front already taken by a claim (and completed): the rest get rows
+    const first = await claim('batch_limit', 1);
+    expect(first.map((c) => c.task_id)).toEqual([ids[0]]);
+    await settle([first[0].task_id], [first[0].task_lease_id]);
+    await db.query(`select queues.set_task_limit('batch_limit', 'type', null, 3)`);
     expect(await batchesOf('batch_limit')).toEqual([]);
-    expect(await rowsOf(ids)).toEqual(ids);
-    expect(await claim('batch_limit', 10)).toHaveLength(2);
+    expect(await rowsOf(ids)).toEqual(ids.slice(1));
+    // three running at most
+    expect(await claim('batch_limit', 10)).toHaveLength(3);
     expect(await claim('batch_limit', 10)).toHaveLength(0);
   });
 

@@ -61,19 +61,27 @@ create or replace function queues.run_task_now(_task_id bigint)
 as $$
 declare
   _pending record;
+  _found boolean;
 begin
   if _task_id is null then
     raise exception 'task_id must not be null' using errcode = '22004';
   end if;
-  -- A task in a ready batch gets its row first (sql/queues/ready_batch.sql), which the
-  -- next statement locks as any other.
-  perform queues.unbatch_tasks(array[_task_id]);
   -- A claim that holds the row commits first; the row is then read as it left it.
   select p.available_at, p.current_lease_id is null and p.lease_count = 0 as untaken into _pending
     from queues.task_pending p
    where p.task_id = _task_id
      for update;
-  if not found then
+  _found := found;
+  -- No row: a task in a ready batch gets one (sql/queues/ready_batch.sql), locked as any
+  -- other.
+  if not _found and cardinality(queues.unbatch_tasks(array[_task_id])) > 0 then
+    select p.available_at, p.current_lease_id is null and p.lease_count = 0 as untaken into _pending
+      from queues.task_pending p
+     where p.task_id = _task_id
+       for update;
+    _found := found;
+  end if;
+  if not _found then
     -- No row: ended (or no such task), or held by the claim lease that took it out of the
     -- claim index (the ready set: docs/design/hot-path.md).
     if exists (select 1 from queues.task t where t.task_id = _task_id)
