@@ -1,5 +1,5 @@
 --! Previous: sha1:9659fcb9ac5256f8cd9f83c5a64b57d1b98c1260
---! Hash: sha1:19bf7fcbbe34ec589f377fa11dab9930c677e94a
+--! Hash: sha1:8789d15d190ca07e31110d2a7bae49306ff4f627
 --! Message: Ready batches: an enqueue call's plain tasks held in one row per type, priority and max_attempts until claims take them (queues.task_ready_batch)
 
 --! split: 400-ready-batches.sql
@@ -1287,6 +1287,12 @@ $$;
 -- process. Repeat suspects are few (a dead process's running tasks at most), so the
 -- quarantine's claim reads them from an index of their own
 -- (task_pending_repeat_suspect_idx) and its idle claim reads nothing else.
+--
+-- Ready batches (sql/queues/ready_batch.sql): an enqueue call's plain tasks wait in one
+-- row per type, priority and max_attempts, not a claim-index row each. The drain's claim
+-- reads them beside the rows in claim order and takes their ids off the batch's front
+-- (locked as read, SKIP LOCKED: a claim transaction left open holds the rest of a batch it
+-- took from); the per-row path gives the first _limit of them their rows first.
 --
 -- Flow limits (sql/queues/limits.sql): concurrency and rate limits per task type and
 -- group key. A claim reads the limits in force once (a tiny table). When none applies to

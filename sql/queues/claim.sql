@@ -41,6 +41,12 @@
 -- quarantine's claim reads them from an index of their own
 -- (task_pending_repeat_suspect_idx) and its idle claim reads nothing else.
 --
+-- Ready batches (sql/queues/ready_batch.sql): an enqueue call's plain tasks wait in one
+-- row per type, priority and max_attempts, not a claim-index row each. The drain's claim
+-- reads them beside the rows in claim order and takes their ids off the batch's front
+-- (locked as read, SKIP LOCKED: a claim transaction left open holds the rest of a batch it
+-- took from); the per-row path gives the first _limit of them their rows first.
+--
 -- Flow limits (sql/queues/limits.sql): concurrency and rate limits per task type and
 -- group key. A claim reads the limits in force once (a tiny table). When none applies to
 -- the types it asks for, nothing else is read or written for them. Otherwise, for each
