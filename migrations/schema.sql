@@ -4982,8 +4982,8 @@ begin
                               + (select count(*) from queues.lease_held_tasks h
                                   where not p.is_default and h.task_id >= p.lower_bound and h.task_id < p.upper_bound)
                               -- and the tasks in ready batches (sql/queues/ready_batch.sql)
-                              + (select count(*) from queues.task_batched b
-                                  where not p.is_default and b.task_id >= p.lower_bound and b.task_id < p.upper_bound)
+                              + case when p.is_default then 0
+                                     else queues.batched_count_between(p.lower_bound, p.upper_bound) end
                                 as pending) pe
     left join queues.history_set_measured m
       on m.lower_bound = p.lower_bound and m.upper_bound = p.upper_bound
@@ -10317,6 +10317,21 @@ $function$;
   -- queues.attach_history_partition(_table text, _lower bigint, _upper bigint): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.batched_count_between(_lower bigint, _upper bigint)
+ RETURNS bigint
+ LANGUAGE sql
+ STABLE
+AS $function$
+  select coalesce(sum(case when lower(b.task_range) >= _lower and upper(b.task_range) <= _upper
+                           then cardinality(b.task_ids) - b.taken
+                           else (select count(*) from unnest(b.task_ids[b.taken + 1:]) u(task_id)
+                                  where u.task_id >= _lower and u.task_id < _upper) end), 0)::bigint
+    from queues.task_ready_batch b
+   where b.task_range && int8range(_lower, _upper)
+$function$;
+  -- queues.batched_count_between(_lower bigint, _upper bigint): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.batched_of(_task_id bigint)
  RETURNS TABLE(task_id bigint, task_type text, priority integer, scheduled_at timestamp with time zone, max_attempts integer, batch_id bigint)
  LANGUAGE sql
@@ -13061,8 +13076,7 @@ begin
                 + (select count(*) from queues.lease_held_tasks h
                     where h.task_id >= _next.lower_bound and h.task_id < _next.upper_bound)
                 -- and the tasks in ready batches (sql/queues/ready_batch.sql)
-                + (select count(*) from queues.task_batched b
-                    where b.task_id >= _next.lower_bound and b.task_id < _next.upper_bound);
+                + queues.batched_count_between(_next.lower_bound, _next.upper_bound);
     _next_json := jsonb_build_object(
       'lower_bound', _next.lower_bound, 'upper_bound', _next.upper_bound,
       'pending_tasks', _pending,

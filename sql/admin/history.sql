@@ -92,8 +92,8 @@ begin
                               + (select count(*) from queues.lease_held_tasks h
                                   where not p.is_default and h.task_id >= p.lower_bound and h.task_id < p.upper_bound)
                               -- and the tasks in ready batches (sql/queues/ready_batch.sql)
-                              + (select count(*) from queues.task_batched b
-                                  where not p.is_default and b.task_id >= p.lower_bound and b.task_id < p.upper_bound)
+                              + case when p.is_default then 0
+                                     else queues.batched_count_between(p.lower_bound, p.upper_bound) end
                                 as pending) pe
     left join queues.history_set_measured m
       on m.lower_bound = p.lower_bound and m.upper_bound = p.upper_bound

@@ -62,8 +62,7 @@ begin
                 + (select count(*) from queues.lease_held_tasks h
                     where h.task_id >= _next.lower_bound and h.task_id < _next.upper_bound)
                 -- and the tasks in ready batches (sql/queues/ready_batch.sql)
-                + (select count(*) from queues.task_batched b
-                    where b.task_id >= _next.lower_bound and b.task_id < _next.upper_bound);
+                + queues.batched_count_between(_next.lower_bound, _next.upper_bound);
     _next_json := jsonb_build_object(
       'lower_bound', _next.lower_bound, 'upper_bound', _next.upper_bound,
       'pending_tasks', _pending,

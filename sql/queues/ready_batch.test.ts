@@ -305,6 +305,23 @@ describe('ready batches', () => {
     expect((await claim('batch_open', 10, 'w-other')).map((c) => c.task_id)).toEqual(first.slice(1));
   });
 
+  it('batched_count_between counts the ids left in a range, whether a batch lies inside it or straddles it', async () => {
+    await db.query(`insert into queues.task_type (task_type) values ('batch_count') on conflict do nothing`);
+    const a = await enqueueMany('batch_count', 10);
+    const b = await enqueueMany('batch_count', 4);
+    await claim('batch_count', 3); // a[0..2] taken
+    const count = async (lo: string, hi: string) =>
+      Number((await db.query(`select queues.batched_count_between($1, $2) as n`, [lo, hi])).rows[0].n);
+    const after = (id: string) => String(Number(id) + 1);
+    // both batches inside: 7 + 4
+    expect(await count(a[0], after(b[3]))).toBe(11);
+    // straddling a's bounds: a[1..5], of which a[3..5] are left
+    expect(await count(a[1], a[6])).toBe(3);
+    // b alone, and nothing above b
+    expect(await count(b[0], after(b[3]))).toBe(4);
+    expect(await count(after(b[3]), after(after(b[3])))).toBe(0);
+  });
+
   it('the rebuild gives batched tasks claim-index rows and empties the batches', async () => {
     await db.query(`insert into queues.task_type (task_type) values ('batch_rebuild') on conflict do nothing`);
     const ids = await enqueueMany('batch_rebuild', 4);
