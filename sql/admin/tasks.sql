@@ -22,7 +22,11 @@
 --   _enqueued_from/_to    enqueued_at in [from, to)
 --   _payload_path/_value  payload #> path = value (a JSON value)
 -- Which table drives the walk: pending states walk queues.task_pending_or_held (the claim
--- index and the lease-held tasks, sql/queues/lease_held.sql: bounded by pending work); unsuccessful outcomes walk queues.task_completed by key (failed and
+-- index and the lease-held tasks, sql/queues/lease_held.sql: bounded by pending work),
+-- then, when the states and filters can match a batched task, the ready batches
+-- (sql/queues/ready_batch.sql) one at a time by their greatest id, newest first, until no
+-- batch left can hold a task newer than the page's last: a page reads the batches whose
+-- ids it shows, not every batched task; unsuccessful outcomes walk queues.task_completed by key (failed and
 -- abandoned ones by task_completed_unsuccessful_task_idx, which holds only those); a
 -- state that includes succeeded walks queues.task with each task's end
 -- (queues.task_end_of: successes are mostly in completion rounds); a resource key walks
@@ -80,6 +84,13 @@ declare
   _upper bigint;
   _found bigint;
   _remaining integer;
+  -- The pending walk's page as task ids, newest first, and the batches' part of it.
+  _ids bigint[];
+  _more bigint[];
+  _cut bigint;
+  _batch bigint;
+  _last bigint;
+  _batch_sql text;
   -- The states _state stands for, and the branch that walks them.
   _states text[] := case _state
                       when 'pending' then array['scheduled', 'ready', 'retrying']
@@ -154,10 +165,22 @@ begin
                from queues.task_pending_or_held p
               -- lateral + limit 1: one primary-key probe per pending task passed over
               cross join lateral (select * from queues.task x where x.task_id = p.task_id limit 1) t
-              where admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, $1) = any ($15)
+              where not p.batched
+                and admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, $1) = any ($15)
                 and ($4::bigint is null or p.task_id < $4)' || _filters || '
               order by p.task_id desc
               limit $5';
+    -- One batch's tasks not taken, newer than $17 (the page's last so far), that match.
+    _batch_sql := 'select array(
+                     select x.task_id
+                       from queues.task_ready_batch b
+                      cross join lateral unnest(b.task_ids[b.taken + 1:]) x(task_id)
+                      cross join lateral (select * from queues.task y where y.task_id = x.task_id limit 1) t
+                      where b.task_id = $16
+                        and ($4::bigint is null or x.task_id < $4)
+                        and ($17::bigint is null or x.task_id > $17)' || _filters || '
+                      order by x.task_id desc
+                      limit $5)';
   elsif 'succeeded' = any (_states) then
     -- Successes are mostly in completion rounds, which no index lists per task in task id
     -- order: walk queues.task by its primary key, newest first, with each task's end
@@ -229,10 +252,54 @@ begin
   end if;
 
   if _pending_walk then
-    return query execute _sql
+    -- A batched task is ready (or scheduled), never leased, with no resource key: other
+    -- states and those filters walk the rows alone, as does a queue with no batch.
+    if not (_states && array['ready', 'scheduled']) or _state in ('stale', 'claimed')
+       or _resource_key is not null or _worker_id is not null
+       or not exists (select 1 from queues.task_ready_batch) then
+      return query execute _sql
+        using _now, _task_type, _state, _before_task_id, _page, _worker_id, _resource_key,
+              _enqueued_from, _enqueued_to, _payload_path, _payload_value, null::bigint, null::bigint, _worker_key,
+              _states;
+      return;
+    end if;
+    execute 'select array(select s.task_id from (' || _sql || ') s order by s.task_id desc)' into _ids
       using _now, _task_type, _state, _before_task_id, _page, _worker_id, _resource_key,
             _enqueued_from, _enqueued_to, _payload_path, _payload_value, null::bigint, null::bigint, _worker_key,
             _states;
+    _cut := case when cardinality(_ids) >= _page then _ids[_page] end;
+    -- The batches by their greatest id, newest first (their arrays are read only for the
+    -- batches the page reaches); a batch whose greatest id is older than the page's last
+    -- task, when the page is full, holds none of the page, nor does any after it.
+    for _batch, _last in
+      select b.task_id, upper(b.task_range) - 1
+        from queues.task_ready_batch b
+       where (_before_task_id is null or b.task_id < _before_task_id)
+         and (_task_type is null or b.task_type = _task_type)
+         and admin.pending_state(b.scheduled_at, null, 0, _now) = any (_states)
+       order by upper(b.task_range) desc
+    loop
+      exit when _cut is not null and _last <= _cut;
+      execute _batch_sql into _more
+        using _now, _task_type, _state, _before_task_id, _page, _worker_id, _resource_key,
+              _enqueued_from, _enqueued_to, _payload_path, _payload_value, null::bigint, null::bigint, _worker_key,
+              _states, _batch, _cut;
+      if cardinality(_more) > 0 then
+        _ids := array(select x from unnest(_ids || _more) x order by x desc limit _page);
+        _cut := case when cardinality(_ids) >= _page then _ids[_page] end;
+      end if;
+    end loop;
+    -- The page's rows, each task's read by its id (a claim since may have taken one: the
+    -- states are asked again).
+    return query
+      select p.task_id, p.task_type, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now),
+             p.priority, t.resource_key, t.max_attempts, p.lease_count,
+             t.enqueued_at, p.scheduled_at, p.available_at, null::timestamptz
+        from unnest(_ids) i(task_id)
+       cross join lateral queues.task_pending_or_held_of(i.task_id) p
+       cross join lateral (select * from queues.task x where x.task_id = p.task_id limit 1) t
+       where admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, _now) = any (_states)
+       order by p.task_id desc;
     return;
   end if;
   _remaining := _page;

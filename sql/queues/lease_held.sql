@@ -98,25 +98,27 @@ $$;
 -- A lease-held task's row as the claim would have left it on the row: leased by its claim
 -- lease (current_lease_id), available at the lease's expiry, its first lease (lease_count
 -- 1: a task leased before keeps its row), nothing released, failed or interrupted; its
--- scheduled time as the claim index gives it (a run-now request counts).
+-- scheduled time as the claim index gives it (a run-now request counts). A task in a ready
+-- batch: ready, never leased, batched true (a walk that filters on not batched reads no
+-- batch: admin.list_tasks_at walks the batches one at a time).
 create or replace view queues.task_pending_or_held as
 select p.task_id, p.task_type, p.priority, p.scheduled_at, p.resource_key, p.available_at, p.current_lease_id,
        p.lease_count, p.released_count, p.max_attempts, p.failed_attempts, p.interrupted_count,
-       p.uncounted_count, p.suspect_lease, p.group_key, false as lease_held
+       p.uncounted_count, p.suspect_lease, p.group_key, false as lease_held, false as batched
   from queues.task_pending p
 union all
 select h.task_id, t.task_type, t.priority, least(t.scheduled_at, rn.requested_at), t.resource_key, h.expires_at,
-       h.task_lease_id, 1, 0, t.max_attempts, 0, 0, 0, h.suspect, t.group_key, true
+       h.task_lease_id, 1, 0, t.max_attempts, 0, 0, 0, h.suspect, t.group_key, true, false
   from queues.lease_held_tasks h
  cross join lateral (select x.* from queues.task x where x.task_id = h.task_id limit 1) t
   left join queues.task_run_now rn on rn.task_id = h.task_id
 union all
 -- A task in a ready batch (sql/queues/ready_batch.sql): ready, never leased.
 select b.task_id, b.task_type, b.priority, b.scheduled_at, null::text, b.scheduled_at, null::bigint,
-       0, 0, b.max_attempts, 0, 0, 0, false, null::text, false
+       0, 0, b.max_attempts, 0, 0, 0, false, null::text, false, true
   from queues.task_batched b;
 comment on view queues.task_pending_or_held is
-  'Every task not ended, in queues.task_pending''s shape: the claim index''s rows, each lease-held task (queues.lease_held_tasks) leased by its claim lease (lease_held), and each task in a ready batch (queues.task_batched) as its row would be. A task''s own: queues.task_pending_or_held_of(task_id). See sql/queues/lease_held.sql.';
+  'Every task not ended, in queues.task_pending''s shape: the claim index''s rows, each lease-held task (queues.lease_held_tasks) leased by its claim lease (lease_held), and each task in a ready batch (queues.task_batched) as its row would be (batched; a reader that filters on not batched reads no batch). A task''s own: queues.task_pending_or_held_of(task_id). See sql/queues/lease_held.sql.';
 
 -- Per claim lease holding tasks, per task type: how many it holds (the lease-held part
 -- of the counts readers take: admin.list_queues, task_counts, queue_depth, capacity).

@@ -119,6 +119,16 @@ begin
   -- tasks in ready batches get theirs (sql/queues/ready_batch.sql). A batch an enqueue
   -- commits after this (it read no limit) gets its rows at the first claim of the type.
   perform queues.unbatch_task_type(_task_type);
+  -- Its tasks running now, taken by claims that read no limit, are held by their claim
+  -- lease without a row (sql/queues/lease_held.sql), where the claim's count of live leases
+  -- does not look: they get their rows back, leased as their claim left them, so they
+  -- count against the new limit until they end. (A claim in flight as this commits, which
+  -- read the limits before it, still takes its tasks without rows: those are not counted,
+  -- at most one claim's tasks per worker process, until they end.)
+  perform queues.hold_rows_of(array(select h.task_id
+                                      from queues.lease_held_tasks h
+                                      join queues.task t on t.task_id = h.task_id
+                                     where t.task_type = _task_type));
 end;
 $$;
 

@@ -178,6 +178,42 @@ describe('concurrency limits', () => {
     expect(await claim('w3')).toHaveLength(5);
   });
 
+  it('tasks running before their type had a limit count against it, per type and per group key', async () => {
+    // Claimed with no limit in force: the drain's claim, which leaves no claim-index row
+    // (lease-held), from a ready batch (the first call) and from rows (single enqueues).
+    await enqueue(Array.from({ length: 6 }, (_, i) => ({ group_key: i < 3 ? 'a' : undefined })));
+    await enqueue(Array.from({ length: 4 }, () => ({})));
+    for (const groupKey of ['a', 'b', 'b']) await enqueue([{ group_key: groupKey }]);
+    const running = await claim('w1', 5);
+    expect(running).toHaveLength(5);
+    const held = await db.query(
+      `select count(*)::int as n from queues.lease_held_tasks h where h.task_id = any($1::bigint[])`,
+      [running.map((r) => r.task_id)],
+    );
+    expect(held.rows[0].n).toBe(5);
+    // Limits set while they run: the type 6, group key a 1 (3 of a are running).
+    await setLimit('limited', 'type', null, 6);
+    await setLimit('limited', 'group', 'a', 1);
+    const next = await claim('w2');
+    expect(next).toHaveLength(1);
+    expect(next[0].group_key).not.toBe('a');
+    expect(await claim('w3')).toEqual([]);
+    // The counts the dashboard shows agree: 6 running under the type's limit.
+    const { rows: status } = await db.query(
+      `select scope, running::int from queues.task_limit_status_at(now()) where task_type = 'limited' order by scope`,
+    );
+    expect(status).toEqual([
+      { scope: 'group', running: 3 },
+      { scope: 'type', running: 6 },
+    ]);
+    // Ending two of group a frees two of the type's slots, and none of a's (still 1 of 1).
+    const a = running.filter((r) => r.group_key === 'a');
+    expect(a).toHaveLength(3);
+    await complete(a.slice(0, 2));
+    const after = await claim('w4');
+    expect(after.map((r) => r.group_key === 'a')).toEqual([false, false]);
+  });
+
   it('16 concurrent claimers on separate connections never hold more than N, per type and per group', async () => {
     await setLimit('limited', 'type', null, 5);
     await setLimit('limited', 'each_group', null, 2);

@@ -3,7 +3,7 @@
 // ids off the front; every per-task path gives a batched task its row first; every reader
 // of pending tasks sees them.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/testing';
+import { createTestDatabase, explainNested, planNodes, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -252,7 +252,6 @@ describe('ready batches', () => {
 
   it('the per-row path claims batched tasks too (an expired lease among the types); the quarantine takes none', async () => {
     const ids = await enqueueMany('batch_g', 5);
-    expect(await claim('batch_g', 10, 'w-quarantine', 'repeat')).toEqual([]);
     // A lease that expired: the next claim of the type goes the per-row way.
     const [early] = await enqueueMany('batch_g', 1, () => ({ priority: 1 }));
     const dead = await db.query(
@@ -264,10 +263,27 @@ describe('ready batches', () => {
     while (
       Number((await db.query(`select queues.rescue_leases_at(now() + interval '61 seconds') as n`)).rows[0].n) > 0
     );
+    // The expired lease is on its row again, so the quarantine's claim reads on (it returns
+    // at once only when no lease expired and no repeat suspect is ready): it leaves the
+    // batch whole, its tasks being no one's suspects.
+    const expired = await db.query(
+      `select count(*)::int as n from queues.task_pending where task_id = $1 and current_lease_id > 0`,
+      [early],
+    );
+    expect(expired.rows[0].n).toBe(1);
+    const quarantine = await db.query(
+      `select task_id::text from queues.claim_tasks_at(now() + interval '61 seconds', 'w-quarantine', 10,
+                                                       array['batch_g'], 60, 5, 'repeat')`,
+    );
+    const quarantined = quarantine.rows.map((r) => r.task_id);
+    expect(quarantined.filter((id) => ids.includes(id))).toEqual([]);
+    expect((await batchesOf('batch_g')).map((b) => [b.task_ids, b.taken])).toEqual([[ids, 0]]);
     const later = await db.query(
       `select task_id::text from queues.claim_tasks_at(now() + interval '61 seconds', 'w-next', 10, array['batch_g'], 60, 5)`,
     );
-    expect(sorted(later.rows.map((r) => r.task_id))).toEqual(sorted([early, ...ids]));
+    expect(sorted(later.rows.map((r) => r.task_id))).toEqual(
+      sorted([...(quarantined.includes(early) ? [] : [early]), ...ids]),
+    );
     expect(await batchesOf('batch_g')).toEqual([]);
   });
 
@@ -334,7 +350,82 @@ describe('ready batches', () => {
     const after = (
       await db.query(`select * from queues.task_pending_or_held where task_type = 'batch_rebuild' order by task_id`)
     ).rows;
-    expect(after).toEqual(before);
+    // The same rows, read from the claim index now instead of the batch.
+    expect(before.map((r) => r.batched)).toEqual(ids.map(() => true));
+    expect(after.map((r) => r.batched)).toEqual(ids.map(() => false));
+    const unmarked = (rows: Record<string, unknown>[]) => rows.map(({ batched: _, ...r }) => r);
+    expect(unmarked(after)).toEqual(unmarked(before));
+  });
+
+  it('the task list pages through rows, lease-held tasks and overlapping batches as the view orders them, reading only the batches a page reaches', async () => {
+    await db.query(`insert into queues.task_type (task_type) values ('batch_list'), ('batch_list_b') on conflict do nothing`);
+    // Priorities alternate within a call: two batches per call whose ids interleave. Group
+    // keys get rows; a claim leaves some lease-held and a batch partly taken; a future
+    // time makes a scheduled row; a payload marks every fifth task.
+    for (let call = 0; call < 12; call++)
+      await enqueueMany(call % 3 === 2 ? 'batch_list_b' : 'batch_list', 30, (i) => ({
+        priority: i % 2,
+        payload: { i, mark: i % 5 === 0 },
+        ...(i % 7 === 3 ? { group_key: 'g' } : {}),
+        ...(i === 29 ? { scheduled_at: '2999-01-01T00:00:00Z' } : {}),
+      }));
+    expect((await claim('batch_list', 25)).length).toBe(25);
+    type Page = { task_id: string; state: string };
+    const list = async (state: string, type: string | null, before: string | null, mark: boolean | null) =>
+      (
+        await db.pool('api').query<Page>(
+          `select task_id::text, state from admin.list_tasks($1, $2, 13, $3, null, null, null, null,
+                                                             $4::text[], $5::jsonb)`,
+          [type, state, before, mark === null ? null : ['mark'], mark === null ? null : JSON.stringify(mark)],
+        )
+      ).rows;
+    const states: Record<string, string[]> = {
+      ready: ['ready'],
+      pending: ['scheduled', 'ready', 'retrying'],
+      running: ['running'],
+    };
+    for (const [state, type, mark] of [
+      ['ready', null, null],
+      ['pending', 'batch_list', null],
+      ['ready', 'batch_list_b', true],
+      ['running', 'batch_list', null],
+    ] as const) {
+      const { rows: expected } = await db.query<Page>(
+        `select p.task_id::text, admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, now()) as state
+           from queues.task_pending_or_held p join queues.task t on t.task_id = p.task_id
+          where admin.pending_state(p.available_at, p.current_lease_id, p.lease_count, now()) = any ($1)
+            and ($2::text is null or p.task_type = $2) and ($3::jsonb is null or t.payload -> 'mark' = $3)
+          order by p.task_id desc`,
+        [states[state], type, mark === null ? null : JSON.stringify(mark)],
+      );
+      expect(expected.length).toBeGreaterThan(13);
+      const walked: Page[] = [];
+      for (let before: string | null = null; ; ) {
+        const page = await list(state, type, before, mark);
+        walked.push(...page);
+        if (page.length < 13) break;
+        before = page[page.length - 1].task_id;
+      }
+      expect({ state, type, mark, walked }).toEqual({ state, type, mark, walked: expected });
+    }
+    // A page reads the batches its tasks come from, not the rest: the newest call's two
+    // (their ids interleave) of batch_list's 16.
+    const root = await db.client('root');
+    try {
+      const plans = await explainNested(
+        root,
+        `select * from admin.list_tasks('batch_list', 'ready', 13, null, null, null, null, null, null, null)`,
+      );
+      const batchReads = plans.filter((p) => p.query.includes('unnest(b.task_ids[b.taken + 1:])'));
+      expect(batchReads.length).toBeGreaterThan(0);
+      expect(batchReads.length).toBeLessThanOrEqual(3);
+      // The walk of the rows reads no batch.
+      const rowWalk = plans.filter((p) => p.query.includes('not p.batched'));
+      expect(rowWalk).toHaveLength(1);
+      expect(planNodes(rowWalk[0].plan).filter((n) => n['Relation Name'] === 'task_ready_batch')).toEqual([]);
+    } finally {
+      await root.end();
+    }
   });
 
   it('next_claim_in_ms answers 0 for a batch enqueued within _missed_ms', async () => {
