@@ -358,7 +358,9 @@ describe('ready batches', () => {
   });
 
   it('the task list pages through rows, lease-held tasks and overlapping batches as the view orders them, reading only the batches a page reaches', async () => {
-    await db.query(`insert into queues.task_type (task_type) values ('batch_list'), ('batch_list_b') on conflict do nothing`);
+    await db.query(
+      `insert into queues.task_type (task_type) values ('batch_list'), ('batch_list_b') on conflict do nothing`,
+    );
     // Priorities alternate within a call: two batches per call whose ids interleave. Group
     // keys get rows; a claim leaves some lease-held and a batch partly taken; a future
     // time makes a scheduled row; a payload marks every fifth task.
@@ -400,7 +402,7 @@ describe('ready batches', () => {
       );
       expect(expected.length).toBeGreaterThan(13);
       const walked: Page[] = [];
-      for (let before: string | null = null; ; ) {
+      for (let before: string | null = null; ;) {
         const page = await list(state, type, before, mark);
         walked.push(...page);
         if (page.length < 13) break;
