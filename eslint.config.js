@@ -1,6 +1,6 @@
 // ESLint: typescript-eslint's recommended type-aware rules over every TypeScript file
-// (each file is type-checked with the tsconfig that owns it: a package's tsconfig.json for
-// src/, the root tsconfig.json for tests and configs). Formatting is Prettier's job
+// (each file is type-checked in one of two programs: tsconfig.lint.json for every src/,
+// with the options each package builds with, the root tsconfig.json for tests and configs). Formatting is Prettier's job
 // (.prettierrc.json), not ESLint's. `npm run lint` runs this; `npm run fix` applies the
 // automatic fixes of both tools.
 import eslint from '@eslint/js';
@@ -24,7 +24,9 @@ export default defineConfig(
   tseslint.configs.recommendedTypeChecked,
   {
     languageOptions: {
-      parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname },
+      // Two programs: tsconfig.lint.json (every package's and tool's src, with the options
+      // each builds with) and tsconfig.json (tests and configs).
+      parserOptions: { project: ['./tsconfig.lint.json', './tsconfig.json'], tsconfigRootDir: import.meta.dirname },
     },
     rules: {
       // The house convention for a name that must exist but is not used: a leading underscore
