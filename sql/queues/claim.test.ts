@@ -628,12 +628,20 @@ describe('claim semantics', () => {
     await claimAt(61, 'w2', 1); // a lease expired and re-claimed
     // Every unfinished task, whether it has a claim-index row or waits in a ready batch
     // (the rebuild gives the batched ones rows: the same tasks, the same readings).
-    const snapshot = async () => (await db.query('select * from queues.task_pending_or_held order by task_id')).rows;
+    // (`batched` says which; only that changes.)
+    const snapshot = async () =>
+      (await db.query('select * from queues.task_pending_or_held order by task_id')).rows.map(
+        ({ batched: _, ...row }: Record<string, unknown>) => row,
+      );
     const before = await snapshot();
     expect(before).toHaveLength(5);
     const { rows } = await db.query('select queues.rebuild_task_pending() as n');
     expect(rows[0].n).toBe('5');
     expect(await snapshot()).toEqual(before);
+    const { rows: batched } = await db.query(
+      'select count(*)::int as n from queues.task_pending_or_held where batched',
+    );
+    expect(batched[0].n).toBe(0);
   });
 });
 

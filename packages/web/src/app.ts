@@ -9,7 +9,13 @@ import { randomUUID } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { extname, join, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import Fastify, { type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, {
+  LogController,
+  type FastifyBaseLogger,
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+} from 'fastify';
 import type pg from 'pg';
 import { createLogger, type Logger } from '@org/config';
 import { z } from 'zod';
@@ -560,7 +566,7 @@ export function createApi(configInput: ApiConfigInput, options: CreateApiOptions
     // A request id unique across restarts: the audit trail names it.
     genReqId: () => randomUUID(),
     // Logged once, when answered (below): the dashboard polls every few seconds.
-    disableRequestLogging: true,
+    logController: new LogController({ disableRequestLogging: true }),
   });
   // One line per request, when it is answered: reads (the dashboard's polls) at debug,
   // changes at info, server errors at error; refusals log their own line (unauthorized,
