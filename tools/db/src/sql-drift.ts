@@ -2,7 +2,11 @@
 // applied. Each sql/**/*.sql file is re-applied, in a transaction that is rolled back, on
 // a migrated database; if the schema dump changes, some file holds a definition the
 // migrations never applied (edited, or new, and not included from migrations/current/).
-// The files are then applied one at a time to name them.
+// The files that did are then found by halving: a set of files is applied together and
+// dumped once, and only a set that changes the dump (or fails) is split, so naming one
+// file among a hundred takes about fourteen dumps, not a hundred. A set that changes the
+// dump while neither half does alone (files that act on each other's objects) is named
+// file by file, as before.
 import { readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import pg from 'pg';
@@ -84,22 +88,52 @@ export async function findSqlDrift(options: {
     }
     if (!failed && after === before) return [];
 
-    const drifts: Drift[] = [];
-    for (const { file, sql } of compiled) {
+    // Whether applying `set` together changes the dump or fails.
+    const changes = async (set: typeof compiled): Promise<boolean> => {
       await client.query('begin');
       try {
-        const error = await apply(sql);
-        if (error !== undefined) {
-          drifts.push({ file: file.name, error });
-          continue;
-        }
-        const dump = await dumpSchema(client, options.dbUsers);
-        const diff = unifiedDiff(before, dump, ['the migrated database', `after applying sql/${file.name}`]);
-        if (diff) drifts.push({ file: file.name, diff });
+        let broke = false;
+        for (const { sql } of set) if ((await apply(sql)) !== undefined) broke = true;
+        return broke || (await dumpSchema(client, options.dbUsers)) !== before;
       } finally {
         await client.query('rollback');
       }
-    }
+    };
+    // One file's drift: its error, or its change to the dump.
+    const driftOf = async ({ file, sql }: (typeof compiled)[number]): Promise<Drift | undefined> => {
+      await client.query('begin');
+      try {
+        const error = await apply(sql);
+        if (error !== undefined) return { file: file.name, error };
+        const dump = await dumpSchema(client, options.dbUsers);
+        const diff = unifiedDiff(before, dump, ['the migrated database', `after applying sql/${file.name}`]);
+        return diff ? { file: file.name, diff } : undefined;
+      } finally {
+        await client.query('rollback');
+      }
+    };
+    const drifts: Drift[] = [];
+    // `set` changes the dump: name the files in it that do.
+    const narrow = async (set: typeof compiled): Promise<void> => {
+      const [only] = set;
+      if (set.length === 1 && only) {
+        const found = await driftOf(only);
+        if (found) drifts.push(found);
+        return;
+      }
+      const halves = [set.slice(0, set.length >> 1), set.slice(set.length >> 1)];
+      const changing = [];
+      for (const half of halves) if (await changes(half)) changing.push(half);
+      if (changing.length === 0) {
+        for (const one of set) {
+          const found = await driftOf(one);
+          if (found) drifts.push(found);
+        }
+        return;
+      }
+      for (const half of changing) await narrow(half);
+    };
+    await narrow(compiled);
     if (drifts.length === 0) {
       // Only together do the files change something (one redefines what another made).
       drifts.push({
