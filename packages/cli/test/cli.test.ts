@@ -67,6 +67,33 @@ describe('queue', () => {
     expect(option.stderr).toMatch(/--colour/);
   });
 
+  it('a command loads the store, not the web server nor the pgtyped parser', async () => {
+    // The packages a run of a command loaded, by the process's module cache at its exit.
+    const probe = `
+      import { createRequire } from 'node:module';
+      process.argv = [process.argv[0], ${JSON.stringify(CLI)}, 'tasks', 'list'];
+      process.on('exit', () => {
+        const names = Object.keys(createRequire(${JSON.stringify(CLI)}).cache);
+        const loaded = ['fastify', 'antlr4ts', '@pgtyped/parser', 'pg'].filter((p) =>
+          names.some((n) => n.includes('/node_modules/' + p + '/')),
+        );
+        process.stderr.write(' loaded ' + JSON.stringify(loaded));
+      });
+      await import(${JSON.stringify(CLI)});
+    `;
+    const run = await new Promise<Run>((resolve) =>
+      execFile(
+        process.execPath,
+        ['--input-type=module', '-e', probe],
+        { env: { PATH: process.env.PATH ?? '' }, encoding: 'utf8' },
+        (error, stdout, stderr) => resolve({ code: error ? Number(error.code) : 0, stdout, stderr }),
+      ),
+    );
+    // (no database URL: exit 2, after the command's modules loaded)
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain('loaded ["pg"]');
+  });
+
   it('without a database URL: exit 2 saying what to set; an unreachable database: exit 1', async () => {
     const missing = await queue(['status']);
     expect(missing.code).toBe(2);

@@ -26,7 +26,7 @@ import { fromDatabaseError } from './http-errors.js';
 import { registerMenuRoutes } from './menus-routes.js';
 import { registerOpenApi } from './openapi.js';
 import { renderApiMetrics } from './api-metrics.js';
-import { recordedChange, Store, type ChangeMade } from './store.js';
+import { recordedChange, Store, TASK_STATES, type ChangeMade } from './store.js';
 
 export interface CreateApiOptions {
   /** Use this pool instead of opening one from databaseUrl (not closed with the app). */
@@ -90,19 +90,6 @@ export type Change = <T>(
 ) => Promise<T>;
 
 const TASK_TYPE = /^[a-z][a-z0-9_]{0,62}$/;
-export const TASK_STATES = [
-  'waiting',
-  'scheduled',
-  'ready',
-  'running',
-  'retrying',
-  'succeeded',
-  'failed',
-  'abandoned',
-  'cancelled',
-  'validation_failed',
-] as const;
-
 /**
  * The task statuses of the role-based specification (its worker_tasks table), accepted as
  * `state` filters beside ours (admin.list_tasks): pending = scheduled, ready or retrying;

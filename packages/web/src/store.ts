@@ -46,6 +46,20 @@ import {
   taskTypeList,
 } from './queries/task.queries.js';
 
+/** Every state a task can be in (admin.task_states()): the task list's `state` filter. */
+export const TASK_STATES = [
+  'waiting',
+  'scheduled',
+  'ready',
+  'running',
+  'retrying',
+  'succeeded',
+  'failed',
+  'abandoned',
+  'cancelled',
+  'validation_failed',
+] as const;
+
 const num = (v: string | number): number => Number(v);
 const numOrNull = (v: string | number | null): number | null => (v === null ? null : Number(v));
 
