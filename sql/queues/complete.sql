@@ -123,27 +123,22 @@ begin
         -- (a lease's row is in the partition of its greatest task, at or above the call's)
         from queues.claim_lease c where c.task_lease_id = _task_lease_ids[1] and c.task_id >= _hi limit 1
     ),
-    -- Named by the lease and not ended (in a round of the lease's range): one sort of the
-    -- call's tasks beside the lease's and the rounds', as lease_open below.
+    -- Named by the lease, and not ended: not in a round of the lease's range, nor in a row
+    -- of its own, nor given a claim-index row. Each set is read once for the call and
+    -- hashed (the lease's ids, the rounds' ids, the call's range of task_completed and of
+    -- the claim index), not probed per task.
     open as (
-      select o.task_id, o.started_at
-        from (select u.*, bool_or(u.src = 1) over w as named, bool_or(u.src = 2) over w as ended
-                from (select i.task_id, i.started_at, 0 as src
-                        from unnest(_task_ids, coalesce(_started_at, array_fill(null::timestamptz, array[cardinality(_task_ids)])))
-                             i(task_id, started_at)
-                      union all
-                      select m.task_id, null::timestamptz, 1 from lease l cross join lateral unnest(l.task_ids) m(task_id)
-                      union all
-                      select g.task_id, null::timestamptz, 2
-                        from lease l
-                        join queues.completion_round r
-                          on r.task_range && l.task_range and r.task_id >= lower(l.task_range) and r.task_id >= _lo
-                       cross join lateral unnest(r.task_ids) g(task_id)) u
-              window w as (partition by u.task_id)) o
-       where o.src = 0 and o.named and not o.ended
-         and (select true from queues.task_completed c
-               where c.task_id = o.task_id and c.task_id between _lo and _hi) is null
-         and (select true from queues.task_pending p where p.task_id = o.task_id) is null
+      select i.task_id, i.started_at
+        from unnest(_task_ids, coalesce(_started_at, array_fill(null::timestamptz, array[cardinality(_task_ids)])))
+             i(task_id, started_at)
+       where i.task_id in (select m.task_id from lease l cross join lateral unnest(l.task_ids) m(task_id))
+         and i.task_id not in (select g.task_id
+                                 from lease l
+                                 join queues.completion_round r
+                                   on r.task_range && l.task_range and r.task_id >= lower(l.task_range) and r.task_id >= _lo
+                                cross join lateral unnest(r.task_ids) g(task_id))
+         and i.task_id not in (select c.task_id from queues.task_completed c where c.task_id between _lo and _hi)
+         and i.task_id not in (select p.task_id from queues.task_pending p where p.task_id between _lo and _hi)
     ),
     rounds as (
       insert into queues.completion_round (task_id, task_type, task_ids, task_lease_ids, started_us, task_range)
