@@ -10723,6 +10723,8 @@ declare
   -- Of the picked tasks from ready batches, each one's batch; whether any batch exists.
   _from_batches bigint[];
   _batched     boolean;
+  -- Of the picked tasks, those on claim-index rows (the rows the claim deletes).
+  _picked_rows bigint[];
   _expired     boolean;
   -- A claim lease is due: the rescuer runs.
   _due         boolean;
@@ -10921,8 +10923,9 @@ begin
     select array_agg(pk.task_id order by pk.task_id),
            coalesce(bool_and(pk.lease_count = 0 and pk.resource_key is null), false),
            case when min(pk.task_type) = max(pk.task_type) then min(pk.task_type) end,
-           coalesce(array_agg(pk.batch_id) filter (where pk.batch_id is not null), '{}')
-      into _picked, _plain, _picked_type, _from_batches
+           coalesce(array_agg(pk.batch_id) filter (where pk.batch_id is not null), '{}'),
+           coalesce(array_agg(pk.task_id) filter (where pk.batch_id is null), '{}')
+      into _picked, _plain, _picked_type, _from_batches, _picked_rows
       from (select r.*
               from (select distinct u.task_type
                       from unnest(coalesce(_types, array(select tt.task_type from queues.task_type tt))) as u(task_type)) ty
@@ -10988,7 +10991,7 @@ begin
       taken as (
         delete from queues.task_pending p
          using leased l
-         where p.task_id = any (_picked)
+         where p.task_id = any (_picked_rows)
       ),
       -- The batches' ids taken off their front (the batch deleted with its last one).
       from_batch as (
@@ -11008,14 +11011,12 @@ begin
       select t.task_id, t.task_type, t.payload, t.priority, t.resource_key, t.max_attempts,
              t.enqueued_at, t.scheduled_at, m.task_lease_id, _now, _now + make_interval(secs => _lease_seconds),
              1, t.timeout_ms
-        from (select u.task_id, l.task_lease_id from leased l cross join unnest(_picked) u(task_id)) m
-       -- (bounded by the claim's least and greatest ids, known when the plan starts: the
-       -- history partitions none of them is in are left out, neither locked nor opened)
-       cross join lateral (
-         select * from queues.task t
-          where t.task_id = m.task_id and t.task_id between _picked[1] and _picked[cardinality(_picked)]
-          limit 1
-       ) t
+       -- (one index scan of the claim's ids, bounded by its least and greatest, known when
+       -- the plan starts: the history partitions none of them is in are left out, neither
+       -- locked nor opened)
+        from queues.task t
+       cross join (select l.task_lease_id from leased l) m
+       where t.task_id = any (_picked) and t.task_id between _picked[1] and _picked[cardinality(_picked)]
        order by t.priority desc, t.scheduled_at, t.task_id;
       return;
     end if;
