@@ -1,15 +1,15 @@
 --! Previous: sha1:c686e8acbe38944077e3fab6a25e357dd4262b11
---! Hash: sha1:f8e0dd2805d845d13d0828224a6ff2917caff42f
+--! Hash: sha1:30112f6aa7226fbfb340e97c5ba52d3d6ce31c4a
 --! Message: The drain's claim and completion read their sets once
 
 --! split: 400-drain-statements-sets.sql
 set local lock_timeout = '5s';
 
 -- The drain's completion decides a call's tasks against its claim lease with each set read
--- once and hashed (the lease's ids, its rounds' ids, the call's range of task_completed and
--- of the claim index), not a sort of them all and two probes per task. The drain's claim
--- reads its tasks in one index scan of their ids, not a probe each, and deletes only the
--- claim-index rows it picked (none for a batch's tasks).
+-- once and hashed (the lease's ids, its rounds' ids, and while the call's range is narrow
+-- its range of task_completed and of the claim index), not a sort of them all and two
+-- probes per task. The drain's claim reads its tasks in one index scan of their ids, not a
+-- probe each, and deletes only the claim-index rows it picked (none for a batch's tasks).
 --! Included queues/complete.sql
 -- Completion: queues.complete_task (one) and queues.complete_tasks (a batch).
 --
@@ -138,8 +138,8 @@ begin
     ),
     -- Named by the lease, and not ended: not in a round of the lease's range, nor in a row
     -- of its own, nor given a claim-index row. Each set is read once for the call and
-    -- hashed (the lease's ids, the rounds' ids, the call's range of task_completed and of
-    -- the claim index), not probed per task.
+    -- hashed (the lease's ids, the rounds' ids, and while the call's range is narrow its
+    -- range of task_completed and of the claim index), not probed per task.
     open as (
       select i.task_id, i.started_at
         from unnest(_task_ids, coalesce(_started_at, array_fill(null::timestamptz, array[cardinality(_task_ids)])))
@@ -150,8 +150,16 @@ begin
                                  join queues.completion_round r
                                    on r.task_range && l.task_range and r.task_id >= lower(l.task_range) and r.task_id >= _lo
                                 cross join lateral unnest(r.task_ids) g(task_id))
-         and i.task_id not in (select c.task_id from queues.task_completed c where c.task_id between _lo and _hi)
-         and i.task_id not in (select p.task_id from queues.task_pending p where p.task_id between _lo and _hi)
+         -- (the call's range read whole while it is narrow, at most four ids per task: the
+         -- drain's calls; a probe per task when it is wide, so that a call whose tasks lie
+         -- far apart never reads the claim index or the failures between them)
+         and case when _hi - _lo < 4 * cardinality(_task_ids)
+                  then i.task_id not in (select c.task_id from queues.task_completed c where c.task_id between _lo and _hi)
+                   and i.task_id not in (select p.task_id from queues.task_pending p where p.task_id between _lo and _hi)
+                  else (select true from queues.task_completed c
+                         where c.task_id = i.task_id and c.task_id between _lo and _hi) is null
+                   and (select true from queues.task_pending p where p.task_id = i.task_id) is null
+             end
     ),
     rounds as (
       insert into queues.completion_round (task_id, task_type, task_ids, task_lease_ids, started_us, task_range)
