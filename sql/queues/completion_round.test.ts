@@ -5,7 +5,7 @@
 // the per-task completion was.
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '@org/testing';
+import { createTestDatabase, explainNested, planNodes, type TestDatabase } from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -377,6 +377,61 @@ describe("one claim lease's plain successes (the drain's call, one statement)", 
     expect(await endsOf(theirs)).toEqual([]);
     // Its own lease still completes it.
     expect(await settle(theirs, [second.get(theirs[0])!], ['succeeded'])).toEqual(new Map([[theirs[0], 'completed']]));
+  });
+
+  it('a call whose tasks lie far apart probes each task, not the claim index between them; a near one reads its range once', async () => {
+    await db.query(`insert into queues.task_type (task_type) values ('round_far') on conflict do nothing`);
+    // Two urgent tasks with 1,000 ready ones between them: one claim takes the two.
+    const [first] = await enqueue('round_far', 1);
+    await db.query(`update queues.task_pending set priority = 9 where task_id = $1`, [first]);
+    await enqueue('round_far', 1000);
+    const [last] = await enqueue('round_far', 1);
+    await db.query(`update queues.task_pending set priority = 9 where task_id = $1`, [last]);
+    const { rows: claimed } = await db.query(
+      `select task_id::text, task_lease_id::text from queues.claim_tasks_at(now(), 'w-far', 2, array['round_far'], 60, 5)`,
+    );
+    expect(claimed.map((r) => r.task_id)).toEqual([first, last]);
+    const lease = claimed[0].task_lease_id as string;
+    // Rows of the claim index the completion's statements read, over all loops.
+    const pendingRowsRead = async (ids: string[], leaseId: string) => {
+      const root = await db.client('root');
+      try {
+        const plans = await explainNested(
+          root,
+          `select * from queues.settle_tasks($1::bigint[], $2::bigint[], $3::text[], null, null, null, null)`,
+          [ids, ids.map(() => leaseId), ids.map(() => 'succeeded')],
+        );
+        const fence = plans.filter((p) => p.query.includes('with lease as'));
+        expect(fence).toHaveLength(1);
+        return planNodes(fence[0].plan)
+          .filter((n) => (n['Relation Name'] ?? '') === 'task_pending')
+          .reduce(
+            (sum, n) =>
+              sum +
+              (Number(n['Actual Rows'] ?? 0) + Number(n['Rows Removed by Filter'] ?? 0)) *
+                Number(n['Actual Loops'] ?? 1),
+            0,
+          );
+      } finally {
+        await root.end();
+      }
+    };
+    expect(await pendingRowsRead([first, last], lease)).toBeLessThanOrEqual(2);
+    expect((await ends([first, last])).map((e) => e.outcome)).toEqual(['succeeded', 'succeeded']);
+    // Ten neighbours claimed together: their range is read once (an index range scan).
+    const near = (
+      await db.query(
+        `select task_id::text, task_lease_id::text from queues.claim_tasks_at(now(), 'w-near', 10, array['round_far'], 60, 5)`,
+      )
+    ).rows;
+    expect(near).toHaveLength(10);
+    expect(Number(near[9].task_id) - Number(near[0].task_id)).toBe(9);
+    expect(
+      await pendingRowsRead(
+        near.map((r) => r.task_id as string),
+        near[0].task_lease_id as string,
+      ),
+    ).toBe(0);
   });
 
   it('a task of the call on a claim-index row (a heartbeat gave it one) ends on it, beside the lease-held ones', async () => {
