@@ -16,14 +16,22 @@ export async function installFixtures(db: ChaosDb): Promise<void> {
     create index on chaos.effect (task_key);
     create table chaos.record (task_key text not null, created_at timestamptz not null default now());
     create table chaos.handler_call (kind text not null, body jsonb not null);
+    create table chaos.gate (key text primary key);
 
-    -- A step: one effect row per run that commits; sleeps payload.sleep seconds; returns
-    -- payload.result when given (bad envelopes), else success.
+    -- A step: one effect row per run that commits; sleeps payload.sleep seconds; waits
+    -- (at most 30 s) until chaos.gate holds payload.gate when given; returns payload.result
+    -- when given (bad envelopes), else success.
     create function chaos.step(payload jsonb) returns jsonb
       language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
+    declare
+      _until timestamptz := clock_timestamp() + interval '30 seconds';
     begin
       insert into chaos.effect (task_key) values (coalesce(payload->>'key', 'none'));
       if payload->>'sleep' is not null then perform pg_sleep((payload->>'sleep')::float); end if;
+      while payload ? 'gate' and clock_timestamp() < _until
+            and not exists (select 1 from chaos.gate g where g.key = payload->>'gate') loop
+        perform pg_sleep(0.05);
+      end loop;
       return case when payload ? 'result' then payload->'result' else '{"success": true}'::jsonb end;
     end $$;
     -- Returns SQL NULL.

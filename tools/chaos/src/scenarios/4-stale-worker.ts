@@ -13,12 +13,12 @@ interface Case {
 
 const CASES: Case[] = [
   // The step runs in the database (queues.run_steps), where SIGSTOP of the worker does not
-  // reach it: it outlasts the 2 s lease, so the stopped worker's call ends after the task
-  // was taken over, and its completion is refused.
+  // reach it: it waits at its gate until the second worker holds a lease, so the stopped
+  // worker's call ends after the task was taken over, and its completion is refused.
   {
     name: 'complete (db_function step)',
     taskType: 'db_function',
-    payload: (key) => ({ db_function: 'chaos.step', key, sleep: 3 }),
+    payload: (key) => ({ db_function: 'chaos.step', key, gate: key }),
     action: 'complete',
   },
   {
@@ -84,6 +84,12 @@ export const scenario: Scenario = {
         await waitFor(async () => (await leasesOf(db, taskId))[0]?.expired === true, 10_000, 100);
         const b = startWorker({ env: env(c.taskType), script: 'entry', prefix: 's4-fresh' });
         spawned.push(b);
+        if (c.action === 'complete') {
+          // The stale worker's step ends only once the task is leased again, however long
+          // the second worker takes to start.
+          await waitFor(async () => (await leasesOf(db, taskId)).length === 2, 20_000, 50);
+          await db.query('insert into chaos.gate (key) values ($1)', [key]);
+        }
         const completed = await waitFor(
           async () => (await db.query('select 1 from queues.task_end where task_id = $1', [taskId])).rowCount === 1,
           20_000,
