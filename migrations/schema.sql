@@ -12970,12 +12970,12 @@ CREATE OR REPLACE FUNCTION queues.history_partition_bounds()
  STABLE
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
-  select t.name, c.relname::text, m.b[1]::bigint, m.b[2]::bigint
-    from unnest(queues.history_tables()) t(name)
-    join pg_inherits i on i.inhparent = to_regclass(format('queues.%I', t.name))
-    join pg_class c on c.oid = i.inhrelid
-   cross join lateral regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \(''?(-?\d+)''?\) TO \(''?(-?\d+)''?\)') as m(b)
-   where m.b is not null
+  select b.name, b.relname::text, split_part(b.bound, '''', 2)::bigint, split_part(b.bound, '''', 4)::bigint
+    from (select t.name, c.relname, pg_get_expr(c.relpartbound, 0) as bound
+            from unnest(queues.history_tables()) t(name)
+            join pg_inherits i on i.inhparent = to_regclass(format('queues.%I', t.name))
+            join pg_class c on c.oid = i.inhrelid) b
+   where b.bound like 'FOR VALUES FROM (%'
 $function$;
   -- queues.history_partition_bounds(): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)

@@ -225,14 +225,14 @@ describe('capacity', () => {
   });
 });
 
-/** 200,000 tasks (email and sms) enqueued, leased and completed a day before NOW, as facts. */
+/** 50,000 tasks (email and sms) enqueued, leased and completed a day before NOW, as facts. */
 async function history(): Promise<void> {
   await db.query(`
     with t as (
       insert into queues.task (task_type, payload, enqueued_at, scheduled_at)
       select case when g % 2 = 0 then 'email' else 'sms' end, jsonb_build_object('n', g),
              '2029-12-31T00:00:00Z', '2029-12-31T00:00:00Z'
-        from generate_series(1, 200000) g
+        from generate_series(1, 50000) g
       returning task_id, task_type
     ), l as (
       insert into queues.task_lease (task_id, worker_id, leased_at, expires_at)
@@ -244,7 +244,7 @@ async function history(): Promise<void> {
 }
 
 describe('history', () => {
-  it('with 200,000 completed history rows, capacity reads only the window and about the same buffers', async () => {
+  it('with 50,000 completed history rows, capacity reads only the window and about the same buffers', async () => {
     await fixture();
     const root = await db.client('root');
     const measure = async () => {
@@ -286,8 +286,8 @@ describe('history', () => {
     expect(answer[0]).toMatchObject({ completed_in_window: 10, tasks_per_worker_hour: 1800 });
     // Cost follows the window: the completion-time range is a few index pages, and each of
     // the 10 completions costs two primary-key probes (task, task_lease) of at most 4
-    // pages once 200,000 rows have deepened those indexes. A scan of history would read
-    // thousands of pages.
+    // pages once 50,000 rows have deepened those indexes. A scan of history would read
+    // hundreds of pages.
     for (const node of completedScans) expect(sharedBuffers(node)).toBeLessThanOrEqual(5);
     expect(sharedBuffers(after.plan)).toBeLessThanOrEqual(sharedBuffers(before.plan) + 10 * 2 * 4);
     await root.end();
