@@ -432,8 +432,10 @@ export const scenario: Scenario = {
       'tasks fell into the default partitions while ids ran past the sets, some still pending, and maintenance moved them out',
       gap !== undefined &&
         gap.leasedAtMove + gap.waitingAtMove > 0 &&
-        outcome.moved > 0 &&
-        outcome.moved === maintenance.adoptedTasks,
+        maintenance.adoptedTasks > 0 &&
+        // (tasks enqueued into the newest moved set after it was made count as moved
+        // by their id, not in what the adoption reported)
+        outcome.moved >= maintenance.adoptedTasks,
       JSON.stringify({
         gap,
         moved: outcome.moved,
