@@ -21,7 +21,8 @@ export async function openStatementsServer(name, options = {}) {
  */
 export async function printStatements(db, { limit = 15, digits = 3, width = 90 } = {}) {
   const { rows } = await db.query(
-    `select calls, round((total_exec_time / calls)::numeric, $2) as ms_per_call,
+    `select calls, round((total_exec_time / calls)::numeric, $2) as ms_per_call, round(max_exec_time::numeric, $2) as max_ms,
+            round(stddev_exec_time::numeric, $2) as sd_ms,
             regexp_replace(left(query, $3), '\\s+', ' ', 'g') as query
        from pg_stat_statements where query not ilike '%pg_stat_statements%'
       order by total_exec_time desc limit $1`,
