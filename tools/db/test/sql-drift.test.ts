@@ -96,10 +96,38 @@ describe('the drift check', () => {
     );
   });
 
+  it('names the files together when only together do they change the schema', async () => {
+    // The first leaves a flag in pg_temp (which the dump leaves out); the second, seeing it,
+    // comments a function. Alone, neither changes the dump; applied together, in order,
+    // they do. Halving splits them, each half clean, so each file is checked alone, and the
+    // check names the whole set with its diff.
+    const found = await drift([
+      ...files,
+      {
+        name: 'queues/zz_pair_a.sql',
+        text: 'create function pg_temp.drift_pair_flag() returns boolean language sql as $$ select true $$;',
+      },
+      {
+        name: 'queues/zz_pair_b.sql',
+        text: `do $$ begin
+                 if to_regprocedure('pg_temp.drift_pair_flag()') is not null then
+                   comment on function queues.max_payload_depth() is 'drift pair';
+                 end if;
+               end $$;`,
+      },
+    ]);
+    expect(found.map((d) => d.file)).toEqual(['(all files together)']);
+    expect(found[0].diff).toContain('drift pair');
+  });
+
   it('leaves the database as it was', async () => {
     const { rows } = await db.query(
       `select to_regprocedure('queues.drift_probe()') as probe, to_regclass('queues.drift_view') as view`,
     );
     expect(rows[0]).toEqual({ probe: null, view: null });
+    const { rows: described } = await db.query(
+      `select obj_description('queues.max_payload_depth()'::regprocedure, 'pg_proc') as comment`,
+    );
+    expect(described[0].comment).not.toBe('drift pair');
   });
 });
