@@ -265,7 +265,7 @@ describe('keyset pagination over 200,000 rows of history', () => {
     const nodes = await plan([null, 'ready', 50, null, null, null, null, null, null, null]);
     // The planner may scan the small partition that holds the 20 new tasks whole; no scan
     // of task passes over more rows per loop than that partition holds (the history's rows
-    // history sit in another).
+    // sit in another).
     const perLoop = nodes
       .filter((n) => relationOf(n) === 'task')
       .map((n) => Number(n['Actual Rows'] ?? 0) + Number(n['Rows Removed by Filter'] ?? 0));
