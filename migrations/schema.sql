@@ -10771,6 +10771,15 @@ begin
            order by p.available_at limit 1) is null then
     return;
   end if;
+  -- A limit being set and a claim in flight wait for each other (the limits' lock, shared
+  -- by claims, exclusive in queues.set_task_limit): a claim that read no limit has
+  -- committed before the limit counts the type's running tasks. Taken before the
+  -- statement below, which then reads the limits in a snapshot taken after it; tried
+  -- first, as an expression (PL/pgSQL evaluates it without starting a statement), and
+  -- waited for only while a limit is being set.
+  if not pg_try_advisory_xact_lock_shared(20254, 0) then
+    perform pg_advisory_xact_lock_shared(20254, 0);
+  end if;
   -- One statement reads what the claim needs before it scans: whether a claim lease is
   -- due, the worker's key, the throttles and the flow limits in force (with none
   -- configured, the claim costs no statement more than it did without them).
@@ -15772,6 +15781,10 @@ begin
         using errcode = '22023';
     end if;
   end if;
+  -- The limits' lock (queues.claim_tasks_at takes it shared): claims in flight, which
+  -- read no limit, commit first, and claims that start now wait for this transaction, so
+  -- they read the new limit.
+  perform pg_advisory_xact_lock(20254, 0);
   insert into queues.task_limit_set (task_type, scope, group_key, max_running, max_starts, interval_ms)
   values (_task_type, _scope, _group_key, _max_running, _max_starts, _ms::integer);
   -- A limited type's tasks are claimed on their rows, where the limits count them: its
@@ -15781,9 +15794,7 @@ begin
   -- Its tasks running now, taken by claims that read no limit, are held by their claim
   -- lease without a row (sql/queues/lease_held.sql), where the claim's count of live leases
   -- does not look: they get their rows back, leased as their claim left them, so they
-  -- count against the new limit until they end. (A claim in flight as this commits, which
-  -- read the limits before it, still takes its tasks without rows: those are not counted,
-  -- at most one claim's tasks per worker process, until they end.)
+  -- count against the new limit until they end (the claims in flight committed first).
   perform queues.hold_rows_of(array(select h.task_id
                                       from queues.lease_held_tasks h
                                       join queues.task t on t.task_id = h.task_id

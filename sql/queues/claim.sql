@@ -59,7 +59,10 @@
 -- leased rows, task_pending_lease_expiry_idx: a lease that expired, was released or
 -- revoked, or whose task ended holds no slot) and the starts of the current rate windows
 -- (queues.task_limit_window), takes no more tasks per scope than it has room for, and
--- adds what it took to the windows.
+-- adds what it took to the windows. Every claim first takes the limits' lock shared
+-- (advisory, 20254), which queues.set_task_limit takes exclusive: a limit is set only
+-- once the claims in flight (which read no limit) have committed, so it counts their
+-- tasks, and a claim that starts meanwhile waits for it and reads it.
 
 create or replace function queues.claim_tasks_at(
   _now           timestamptz,
@@ -162,6 +165,15 @@ begin
            where p.current_lease_id > 0 and p.available_at <= _now
            order by p.available_at limit 1) is null then
     return;
+  end if;
+  -- A limit being set and a claim in flight wait for each other (the limits' lock, shared
+  -- by claims, exclusive in queues.set_task_limit): a claim that read no limit has
+  -- committed before the limit counts the type's running tasks. Taken before the
+  -- statement below, which then reads the limits in a snapshot taken after it; tried
+  -- first, as an expression (PL/pgSQL evaluates it without starting a statement), and
+  -- waited for only while a limit is being set.
+  if not pg_try_advisory_xact_lock_shared(20254, 0) then
+    perform pg_advisory_xact_lock_shared(20254, 0);
   end if;
   -- One statement reads what the claim needs before it scans: whether a claim lease is
   -- due, the worker's key, the throttles and the flow limits in force (with none

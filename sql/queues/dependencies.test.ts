@@ -5,7 +5,14 @@
 // two dependencies of one task, on connections of their own.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type pg from 'pg';
-import { createTestDatabase, explainNested, planNodes, type TestDatabase } from '@org/testing';
+import {
+  backendPid,
+  createTestDatabase,
+  explainNested,
+  planNodes,
+  untilBlockedOrDone,
+  type TestDatabase,
+} from '@org/testing';
 
 let db: TestDatabase;
 beforeAll(async () => {
@@ -72,26 +79,6 @@ const counts = async () =>
               (select count(*) from queues.error)::int as errors`,
     )
   ).rows[0];
-
-/** Waits until `pid` is waiting for a lock or `done` has settled (no timing: polls state). */
-async function untilBlockedOrDone(pid: number, done: Promise<unknown>): Promise<void> {
-  let settled = false;
-  void done.then(
-    () => (settled = true),
-    () => (settled = true),
-  );
-  for (;;) {
-    if (settled) return;
-    // As root: other roles' sessions show no wait events to the owner.
-    const { rows } = await db
-      .pool('root')
-      .query(`select 1 from pg_stat_activity where pid = $1 and wait_event_type = 'Lock'`, [pid]);
-    if (rows.length > 0) return;
-    await new Promise((r) => setImmediate(r));
-  }
-}
-
-const pidOf = async (c: pg.Client) => (await c.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0].pid;
 
 describe('waiting and release', () => {
   it('fan-in: a task of 40 dependencies waits, unclaimable, until the last succeeds', async () => {
@@ -373,13 +360,13 @@ describe('races', () => {
     const app = await db.client('app');
     const owner = await db.client('owner');
     try {
-      const ownerPid = await pidOf(owner);
+      const ownerPid = await backendPid(owner);
       for (let i = 0; i < 20; i++) {
         const d = await enqueue();
         await app.query('begin');
         const x = await enqueue([d], app);
         const done = complete([d], 'succeeded', owner);
-        await untilBlockedOrDone(ownerPid, done);
+        await untilBlockedOrDone(db, ownerPid, done);
         await app.query('commit');
         await done;
         expect(await stateOf(x)).toBe('ready');
@@ -394,14 +381,14 @@ describe('races', () => {
     const app = await db.client('app');
     const owner = await db.client('owner');
     try {
-      const appPid = await pidOf(app);
+      const appPid = await backendPid(app);
       for (let i = 0; i < 20; i++) {
         const d = await enqueue();
         const outcome = i % 2 === 0 ? 'succeeded' : 'failed';
         await owner.query('begin');
         await complete([d], outcome, owner);
         const x = enqueue([d], app);
-        await untilBlockedOrDone(appPid, x);
+        await untilBlockedOrDone(db, appPid, x);
         await owner.query('commit');
         expect(await stateOf(await x)).toBe(outcome === 'succeeded' ? 'ready' : 'failed');
       }
@@ -415,7 +402,7 @@ describe('races', () => {
     const c1 = await db.client('owner');
     const c2 = await db.client('owner');
     try {
-      const pid2 = await pidOf(c2);
+      const pid2 = await backendPid(c2);
       for (let i = 0; i < 20; i++) {
         const d1 = await enqueue();
         const d2 = await enqueue();
@@ -423,7 +410,7 @@ describe('races', () => {
         await c1.query('begin');
         await complete([d1], 'succeeded', c1);
         const done = complete([d2], 'succeeded', c2);
-        await untilBlockedOrDone(pid2, done);
+        await untilBlockedOrDone(db, pid2, done);
         await c1.query('commit');
         await done;
         expect(await stateOf(x)).toBe('ready');

@@ -113,6 +113,10 @@ begin
         using errcode = '22023';
     end if;
   end if;
+  -- The limits' lock (queues.claim_tasks_at takes it shared): claims in flight, which
+  -- read no limit, commit first, and claims that start now wait for this transaction, so
+  -- they read the new limit.
+  perform pg_advisory_xact_lock(20254, 0);
   insert into queues.task_limit_set (task_type, scope, group_key, max_running, max_starts, interval_ms)
   values (_task_type, _scope, _group_key, _max_running, _max_starts, _ms::integer);
   -- A limited type's tasks are claimed on their rows, where the limits count them: its
@@ -122,9 +126,7 @@ begin
   -- Its tasks running now, taken by claims that read no limit, are held by their claim
   -- lease without a row (sql/queues/lease_held.sql), where the claim's count of live leases
   -- does not look: they get their rows back, leased as their claim left them, so they
-  -- count against the new limit until they end. (A claim in flight as this commits, which
-  -- read the limits before it, still takes its tasks without rows: those are not counted,
-  -- at most one claim's tasks per worker process, until they end.)
+  -- count against the new limit until they end (the claims in flight committed first).
   perform queues.hold_rows_of(array(select h.task_id
                                       from queues.lease_held_tasks h
                                       join queues.task t on t.task_id = h.task_id

@@ -3,12 +3,14 @@
 // changed while tasks run, and bad input.
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import {
+  backendPid,
   createTestDatabase,
   explainNested,
   planNodes,
   type PlanNode,
   type TestDatabase,
   endPendingTasks,
+  untilBlockedOrDone,
 } from '@org/testing';
 
 const relationOf = (n: PlanNode): string => n['Relation Name'] ?? '';
@@ -212,6 +214,53 @@ describe('concurrency limits', () => {
     await complete(a.slice(0, 2));
     const after = await claim('w4');
     expect(after.map((r) => r.group_key === 'a')).toEqual([false, false]);
+  });
+
+  it('a limit set while a claim is in flight counts that claim’s tasks: it waits for the claim to commit', async () => {
+    // Single enqueues: tasks on claim-index rows, which the claim deletes (a ready batch's
+    // row, locked by the claim, would make the limit wait on it anyway).
+    for (let i = 0; i < 6; i++) await enqueue([{}]);
+    const worker = await db.client('worker');
+    const owner = await db.client('owner');
+    const ownerPid = await backendPid(owner);
+    try {
+      // The claim read no limit and took 3 tasks (lease-held, no claim-index rows); its
+      // transaction is still open when the limit is set.
+      await worker.query('begin');
+      const { rows: inFlight } = await worker.query(`select c.task_id from queues.claim_tasks('in-flight', 3) c`);
+      expect(inFlight).toHaveLength(3);
+      const set = owner.query(`select queues.set_task_limit('limited', 'type', null, 3)`);
+      await untilBlockedOrDone(db, ownerPid, set);
+      await worker.query('commit');
+      await set;
+    } finally {
+      await Promise.all([worker.end(), owner.end()]);
+    }
+    // The 3 in-flight tasks fill the limit of 3: nothing more starts, and the dashboard's
+    // count agrees.
+    expect(await claim('after')).toEqual([]);
+    const { rows: status } = await db.query(
+      `select running::int from queues.task_limit_status_at(now()) where task_type = 'limited' and scope = 'type'`,
+    );
+    expect(status).toEqual([{ running: 3 }]);
+  });
+
+  it('a claim that starts while a limit is being set waits for it, and claims within it', async () => {
+    await enqueue(Array.from({ length: 6 }, () => ({})));
+    const owner = await db.client('owner');
+    const worker = await db.client('worker');
+    const workerPid = await backendPid(worker);
+    try {
+      await owner.query('begin');
+      await owner.query(`select queues.set_task_limit('limited', 'type', null, 2)`);
+      const claimed = worker.query(`select c.task_id from queues.claim_tasks('starting', 5) c`);
+      await untilBlockedOrDone(db, workerPid, claimed);
+      await owner.query('commit');
+      expect((await claimed).rows).toHaveLength(2);
+    } finally {
+      await Promise.all([worker.end(), owner.end()]);
+    }
+    expect(await claim('after')).toEqual([]);
   });
 
   it('16 concurrent claimers on separate connections never hold more than N, per type and per group', async () => {

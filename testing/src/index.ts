@@ -2,3 +2,4 @@ export { createTestDatabase, type TestDatabase, type DbUser } from './test-datab
 export type { TestServerContext } from './context.js';
 export { explainNested, planNodes, sharedBuffers, type NestedPlan, type PlanNode } from './explain.js';
 export { endPendingTasks } from './claim-index.js';
+export { backendPid, untilBlockedOrDone } from './lock-wait.js';
