@@ -414,3 +414,48 @@ describe('steps share calls', () => {
     expect(rows.length).toBeLessThanOrEqual(30);
   });
 });
+
+describe('steps of one payload', () => {
+  it('run one call at a time: a second waits in the local queue, not on the first one’s locks', async () => {
+    // Four identical steps, four slots: one call each unless the worker holds back those
+    // whose twin is in a call under way. A step in a call of its own while its twin's call
+    // holds the row would raise 55P03 (NOWAIT) and fail.
+    const ids: string[] = [];
+    for (let i = 0; i < 4; i++) ids.push(await enqueue('db_function', { db_function: 'fixture_sem.hold_root' }));
+    await startWorker(new ProcessorRegistry().register('db_function', dbFunctionProcessor()), { concurrency: 4 });
+    await eventually(async () => (await Promise.all(ids.map((id) => completed(id)()))).every(Boolean), 'the steps');
+    const facts = await Promise.all(ids.map((id) => factsOf(db, id)));
+    expect(facts.map((f) => [f.outcome, f.errors])).toEqual(ids.map(() => ['succeeded', []]));
+    const { rows } = await db.query(
+      `select count(*)::int as runs from fixture_sem.step_xact where task_key = 'hold_root'`,
+    );
+    expect(rows[0].runs).toBe(4);
+  });
+});
+
+describe('a step blocked on a lock (item 11)', () => {
+  it('fails with the statement timeout instead of being heartbeated forever; a step in the same call is not failed with it', async () => {
+    const locker = await db.client('owner');
+    try {
+      await locker.query('begin');
+      await locker.query('lock table fixture.effect in access exclusive mode');
+      // Both are claimed together and run in one call (one slot, concurrency 1).
+      const id = await enqueue('db_function', { db_function: 'fixture.step', key: 'blocked' });
+      const beside = await enqueue('db_function', { db_function: 'fixture_sem.record_xact', key: 'beside-blocked' });
+      await startWorker(new ProcessorRegistry().register('db_function', dbFunctionProcessor()), {
+        leaseSeconds: 30,
+        statementTimeoutMs: 1000,
+        concurrency: 1,
+      });
+      await eventually(completed(id), 'the blocked step to fail', 15_000);
+      const facts = await factsOf(db, id);
+      expect(facts.outcome).toBe('failed');
+      expect(facts.errors[0]).toMatch(/statement timeout/);
+      await eventually(completed(beside), 'the other step to complete');
+      expect(await factsOf(db, beside)).toEqual({ outcome: 'succeeded', errors: [], leases: 1 });
+    } finally {
+      await locker.query('rollback');
+      await locker.end();
+    }
+  });
+});
