@@ -196,7 +196,10 @@ export function createFilesService(config: FilesServiceConfig, options: FilesSer
       );
     }
 
-    const expires = new Date(Math.floor(askedAt / 1000) * 1000 + lifetimeSeconds * 1000);
+    // The URL's validity starts at the second the database was asked (its X-Goog-Date) and
+    // lasts lifetimeSeconds (its X-Goog-Expires), whenever the signing itself happens.
+    const accessibleAt = new Date(Math.floor(askedAt / 1000) * 1000);
+    const expires = new Date(accessibleAt.getTime() + lifetimeSeconds * 1000);
     if (expires.getTime() <= Date.now()) {
       request.log.warn({ bucket }, "refused: the attempt's lease ended while storage was asked");
       return reply4xx(
@@ -206,7 +209,7 @@ export function createFilesService(config: FilesServiceConfig, options: FilesSer
         NOT_SCHEDULED_CODE,
       );
     }
-    const [url] = await file.getSignedUrl({ version: 'v4', action: 'delete', expires });
+    const [url] = await file.getSignedUrl({ version: 'v4', action: 'delete', expires, accessibleAt });
     request.log.info({ bucket, expires_at: expires.toISOString() }, 'signed delete url issued');
     return reply.code(200).send({ url, expires_at: expires.toISOString() });
   });

@@ -143,7 +143,12 @@ describe('files service', () => {
     expect(u.searchParams.get('X-Goog-Credential')).toMatch(
       /^files-service@test-project\.iam\.gserviceaccount\.com\/\d{8}\/auto\/storage\/goog4_request$/,
     );
+    // Valid for 300 s from the second the service was asked, however long storage took
+    // to answer before the signing: X-Goog-Date + X-Goog-Expires is expires_at.
     expect(u.searchParams.get('X-Goog-Expires')).toBe('300');
+    const date = u.searchParams.get('X-Goog-Date') ?? '';
+    const signedAt = Date.parse(date.replace(/^(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})Z$/, '$1-$2-$3T$4:$5:$6Z'));
+    expect(new Date(signedAt + 300_000).toISOString()).toBe(expires_at);
     expect(u.searchParams.get('X-Goog-SignedHeaders')).toBe('host');
     expect(u.searchParams.get('X-Goog-Signature')).toMatch(/^[0-9a-f]{512}$/);
     const expires = Date.parse(expires_at);
