@@ -10700,7 +10700,6 @@ CREATE OR REPLACE FUNCTION queues.claim_tasks_at(_now timestamp with time zone, 
  LANGUAGE plpgsql
  SECURITY DEFINER ROWS 10
  SET plan_cache_mode TO 'force_generic_plan'
- SET enable_seqscan TO 'off'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
@@ -15185,15 +15184,12 @@ declare
   _count bigint := 0;
 begin
   for _lease in
-    -- The rows by primary key from the array of the due ones (= any (array(...))): an IN
-    -- was planned as a semi-join that read every row of the table (one per claim made
-    -- within the lease time). Planned inside the claim, under its enable_seqscan = off.
     delete from queues.claim_lease_due d
-     where d.task_lease_id = any (array(select x.task_lease_id from queues.claim_lease_due x
-                                         where x.expires_at <= _now
-                                         order by x.expires_at
-                                         limit 100
-                                           for update skip locked))
+     where d.task_lease_id in (select x.task_lease_id from queues.claim_lease_due x
+                                where x.expires_at <= _now
+                                order by x.expires_at
+                                limit 100
+                                  for update skip locked)
     returning d.task_lease_id, d.task_id
   loop
     select c.task_ids into _task_ids

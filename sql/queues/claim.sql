@@ -93,12 +93,8 @@ create or replace function queues.claim_tasks_at(
   security definer
   -- Planned once, not per call: the statements below have one good plan whatever the
   -- arguments (index order with a LIMIT; primary-key probes), and planning was about
-  -- 40% of the call's cost. Every read is by an index (sql/CONVENTIONS.md): a plan made
-  -- while a table was empty, and known empty (vacuumed), scanned it whole from then on
-  -- (the probe of the claim leases due read all of them, one per claim made within the
-  -- lease time, on every claim).
+  -- 40% of the call's cost.
   set plan_cache_mode = force_generic_plan
-  set enable_seqscan = off
   set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column

@@ -230,15 +230,12 @@ declare
   _count bigint := 0;
 begin
   for _lease in
-    -- The rows by primary key from the array of the due ones (= any (array(...))): an IN
-    -- was planned as a semi-join that read every row of the table (one per claim made
-    -- within the lease time). Planned inside the claim, under its enable_seqscan = off.
     delete from queues.claim_lease_due d
-     where d.task_lease_id = any (array(select x.task_lease_id from queues.claim_lease_due x
-                                         where x.expires_at <= _now
-                                         order by x.expires_at
-                                         limit 100
-                                           for update skip locked))
+     where d.task_lease_id in (select x.task_lease_id from queues.claim_lease_due x
+                                where x.expires_at <= _now
+                                order by x.expires_at
+                                limit 100
+                                  for update skip locked)
     returning d.task_lease_id, d.task_id
   loop
     select c.task_ids into _task_ids
