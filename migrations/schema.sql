@@ -10784,8 +10784,9 @@ begin
   -- due, the worker's key, the throttles and the flow limits in force (with none
   -- configured, the claim costs no statement more than it did without them).
   -- The ready set's rescuer runs only when a claim lease is due by _now (the earliest
-  -- expiry in queues.claim_lease_due, one probe of its index): it returns their unfinished
-  -- tasks to the claim index, where this claim's statement sees them. Called on every
+  -- expiry in queues.claim_lease_due, one probe of its index: queues.earliest_claim_lease_due)
+  -- and returns their unfinished tasks to the claim index, where this claim's statement
+  -- sees them. Called on every
   -- claim, the rescuer's function and its empty delete were a fifth of an idle worker's
   -- one-task claim (tools/bench/probes/one-claim.mjs).
   -- A lease names its worker by key (queues.worker_name: each worker id kept once, an
@@ -10798,7 +10799,7 @@ begin
   -- Flow limits (sql/queues/limits.sql, the body of queues.task_limits): the rules in
   -- force for the types asked for and not throttled. None (the common case): the claim
   -- below runs with _limited empty, which its limit steps read as "nothing to do".
-  select (select d.expires_at from queues.claim_lease_due d order by d.expires_at limit 1) <= _now,
+  select queues.earliest_claim_lease_due() <= _now,
          w.worker_key, th.task_types, th.group_keys,
          coalesce((select jsonb_agg(to_jsonb(l))
                      from (select l.task_type, l.scope, l.group_key, l.max_running, l.max_starts,
@@ -12140,6 +12141,18 @@ $function$;
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.earliest_claim_lease_due()
+ RETURNS timestamp with time zone
+ LANGUAGE sql
+ STABLE
+ SET enable_seqscan TO 'off'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select d.expires_at from queues.claim_lease_due d order by d.expires_at limit 1;
+$function$;
+  -- queues.earliest_claim_lease_due(): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer, _notify boolean DEFAULT true, _depends_on bigint[] DEFAULT NULL::bigint[], _group_key text DEFAULT NULL::text, _timeout_ms integer DEFAULT NULL::integer)
  RETURNS bigint
  LANGUAGE plpgsql
@@ -12688,6 +12701,7 @@ CREATE OR REPLACE FUNCTION queues.extend_leases_at(_now timestamp with time zone
  RETURNS TABLE(task_id bigint, task_lease_id bigint, expires_at timestamp with time zone)
  LANGUAGE plpgsql
  SECURITY DEFINER ROWS 10
+ SET enable_seqscan TO 'off'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
@@ -15184,13 +15198,7 @@ declare
   _count bigint := 0;
 begin
   for _lease in
-    delete from queues.claim_lease_due d
-     where d.task_lease_id in (select x.task_lease_id from queues.claim_lease_due x
-                                where x.expires_at <= _now
-                                order by x.expires_at
-                                limit 100
-                                  for update skip locked)
-    returning d.task_lease_id, d.task_id
+    select t.task_lease_id, t.task_id from queues.take_due_claim_leases_at(_now) t
   loop
     select c.task_ids into _task_ids
       from queues.claim_lease c
@@ -16294,6 +16302,23 @@ begin
 end;
 $function$;
   -- queues.supersede_task(_task_id bigint, _reason text): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.take_due_claim_leases_at(_now timestamp with time zone)
+ RETURNS TABLE(task_lease_id bigint, task_id bigint)
+ LANGUAGE sql
+ SET enable_seqscan TO 'off'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  delete from queues.claim_lease_due d
+   where d.task_lease_id = any (array(select x.task_lease_id from queues.claim_lease_due x
+                                       where x.expires_at <= _now
+                                       order by x.expires_at
+                                       limit 100
+                                         for update skip locked))
+  returning d.task_lease_id, d.task_id;
+$function$;
+  -- queues.take_due_claim_leases_at(_now timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.task_completed_release_dependents()

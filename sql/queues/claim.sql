@@ -179,8 +179,9 @@ begin
   -- due, the worker's key, the throttles and the flow limits in force (with none
   -- configured, the claim costs no statement more than it did without them).
   -- The ready set's rescuer runs only when a claim lease is due by _now (the earliest
-  -- expiry in queues.claim_lease_due, one probe of its index): it returns their unfinished
-  -- tasks to the claim index, where this claim's statement sees them. Called on every
+  -- expiry in queues.claim_lease_due, one probe of its index: queues.earliest_claim_lease_due)
+  -- and returns their unfinished tasks to the claim index, where this claim's statement
+  -- sees them. Called on every
   -- claim, the rescuer's function and its empty delete were a fifth of an idle worker's
   -- one-task claim (tools/bench/probes/one-claim.mjs).
   -- A lease names its worker by key (queues.worker_name: each worker id kept once, an
@@ -193,7 +194,7 @@ begin
   -- Flow limits (sql/queues/limits.sql, the body of queues.task_limits): the rules in
   -- force for the types asked for and not throttled. None (the common case): the claim
   -- below runs with _limited empty, which its limit steps read as "nothing to do".
-  select (select d.expires_at from queues.claim_lease_due d order by d.expires_at limit 1) <= _now,
+  select queues.earliest_claim_lease_due() <= _now,
          w.worker_key, th.task_types, th.group_keys,
          coalesce((select jsonb_agg(to_jsonb(l))
                      from (select l.task_type, l.scope, l.group_key, l.max_running, l.max_starts,

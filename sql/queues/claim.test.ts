@@ -769,6 +769,56 @@ describe('history', () => {
     }
   });
 
+  it('a claim reads the claim leases due by their index (the probe, the rescuer), also under plans made while that table was empty and vacuumed', async () => {
+    await resetQueue();
+    await db.query('delete from queues.claim_lease_due');
+    // Statistics as a vacuum of the empty table leaves them, and no other until the end.
+    await db.query('alter table queues.claim_lease_due set (autovacuum_enabled = false)');
+    await db.query('vacuum analyze queues.claim_lease_due');
+    const root = await db.client('root');
+    try {
+      // The session's first claim makes its generic plans while no claim lease is due to
+      // be read: an empty table, known empty (vacuumed).
+      await enqueueNoops(2, { scheduled_at: '2000-01-01T00:00:00Z' });
+      expect((await root.query(`select * from queues.claim_tasks('due-probe', 1, null, 3600)`)).rows).toHaveLength(1);
+      // Then 5,000 claims' rows, none due for an hour (a busy worker's claims within its
+      // lease time), and 2 due now (leases of no claim: the rescuer only deletes them);
+      // the same session claims again, and its claim runs the rescuer.
+      const fill = (from: number, to: number, due: number) =>
+        db.query(
+          `insert into queues.claim_lease_due (task_lease_id, task_id, expires_at)
+           select -g, g, now() + case when g <= $3 then interval '-1 second' else interval '1 hour' end
+             from generate_series($1::int, $2::int) g`,
+          [from, to, due],
+        );
+      await fill(1, 5000, 2);
+      const plans = await explainNested(root, `select * from queues.claim_tasks('due-probe', 1, null, 3600)`);
+      // Analyzed now (as autovacuum would), the plans are made again, inside a claim, with
+      // the table's size known; 2 more are due.
+      await db.query('analyze queues.claim_lease_due');
+      await fill(5001, 5002, 5002);
+      plans.push(...(await explainNested(root, `select * from queues.claim_tasks('due-probe', 1, null, 3600)`)));
+      const scans = plans
+        .flatMap(({ plan }) => planNodes(plan))
+        .filter((n) => relationOf(n) === 'claim_lease_due' && n['Node Type'] !== 'ModifyTable');
+      expect(scans.length, 'the reads of the claim leases due were explained').toBeGreaterThan(2);
+      for (const n of scans) {
+        const read =
+          (Number(n['Actual Rows'] ?? 0) + Number(n['Rows Removed by Filter'] ?? 0)) * Number(n['Actual Loops'] ?? 1);
+        expect(read, `claim_lease_due rows read by a ${n['Node Type']}`).toBeLessThanOrEqual(2);
+      }
+      // The rescuer ran twice, and took the 4 due rows.
+      const { rows: due } = await db.query(
+        `select count(*)::int as n from queues.claim_lease_due where task_lease_id < 0`,
+      );
+      expect(due[0].n).toBe(4998);
+    } finally {
+      await root.end();
+      await db.query('delete from queues.claim_lease_due where task_lease_id < 0');
+      await db.query('alter table queues.claim_lease_due reset (autovacuum_enabled)');
+    }
+  });
+
   it('a heartbeat marks the runs still going with their start, and nothing for a lease already settled', async () => {
     // A run's start goes with its completion; a run that outlasts a heartbeat is marked by
     // it (queues.mark_started). A completion may commit between the heartbeat's look and

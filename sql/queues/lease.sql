@@ -69,6 +69,10 @@ create or replace function queues.extend_leases_at(
   language plpgsql volatile
   rows 10
   security definer
+  -- Every read is by key (task_pending's and claim_lease's primary keys, resource_lease's
+  -- key): a plan made while task_pending looked nearly empty (a queue vacuumed just after
+  -- it drained) must not probe it by a sequential scan per task once it has filled again.
+  set enable_seqscan = off
   set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column

@@ -208,6 +208,44 @@ begin
 end;
 $$;
 
+-- The rows of queues.claim_lease_due read by the claims, each by its index whatever the
+-- table's size when the session planned it. The table holds a row per claim made within
+-- the lease time: empty, and known empty once vacuumed, on an idle queue; thousands on a
+-- busy one. A generic plan made while it was empty (a session's first claim) scans and
+-- sorts the whole table on every later call. Each function below sets enable_seqscan =
+-- off for its own statement only: it calls no other function, so no plan made under the
+-- setting serves another caller.
+--
+-- The earliest expiry of a claim lease not yet rescued (null: none), one probe of
+-- claim_lease_due_expires_at_idx; queues.claim_tasks_at runs the rescuer when it is due.
+create or replace function queues.earliest_claim_lease_due()
+  returns timestamptz
+  language sql stable
+  set enable_seqscan = off
+  set search_path = pg_catalog, pg_temp
+as $$
+  select d.expires_at from queues.claim_lease_due d order by d.expires_at limit 1;
+$$;
+
+-- Takes up to 100 rows of the claim leases due by _now, oldest expiry first, skipping
+-- rows another pass holds (skip locked), and deletes them: returns each one's lease and
+-- task. The rows are deleted by primary key from the array of the due ones
+-- (= any (array(...))): an IN was planned as a semi-join that read every row.
+create or replace function queues.take_due_claim_leases_at(_now timestamptz)
+  returns table (task_lease_id bigint, task_id bigint)
+  language sql volatile
+  set enable_seqscan = off
+  set search_path = pg_catalog, pg_temp
+as $$
+  delete from queues.claim_lease_due d
+   where d.task_lease_id = any (array(select x.task_lease_id from queues.claim_lease_due x
+                                       where x.expires_at <= _now
+                                       order by x.expires_at
+                                       limit 100
+                                         for update skip locked))
+  returning d.task_lease_id, d.task_id;
+$$;
+
 -- The rescuer run by the claims (queues.claim_tasks_at calls it before it scans, when the
 -- earliest row of queues.claim_lease_due is due): the claim leases
 -- due by _now (queues.claim_lease_due, one row per claim that took a task out of the claim
@@ -230,13 +268,7 @@ declare
   _count bigint := 0;
 begin
   for _lease in
-    delete from queues.claim_lease_due d
-     where d.task_lease_id in (select x.task_lease_id from queues.claim_lease_due x
-                                where x.expires_at <= _now
-                                order by x.expires_at
-                                limit 100
-                                  for update skip locked)
-    returning d.task_lease_id, d.task_id
+    select t.task_lease_id, t.task_id from queues.take_due_claim_leases_at(_now) t
   loop
     select c.task_ids into _task_ids
       from queues.claim_lease c
