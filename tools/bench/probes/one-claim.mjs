@@ -7,6 +7,8 @@
 //   node tools/bench/probes/one-claim.mjs [claims=2000]
 // VARIANT=<file.sql> runs that SQL as the superuser first (a function's other version).
 // SYNC=1: the worker's commits wait for the WAL flush (as a worker's do).
+// CLAIMS_ONLY=1: the tasks settled 100 at a time and no question asked (for a profile of
+// the backend: `perf record -p <its pid>`).
 // STATEMENTS=1: with pg_stat_statements (track = all), the statements listed (the
 // completions' too). AUTO_EXPLAIN=<n>: n more claims, each statement's plan printed.
 // EXPLAIN=<statement with $1 timestamptz>: its generic plan, run once, printed.
@@ -19,6 +21,7 @@ import { openStatementsServer, printStatements } from './statements-server.mjs';
 
 const N = Number(process.argv[2] ?? 2000);
 const STATEMENTS = Boolean(process.env.STATEMENTS);
+const CLAIMS_ONLY = Boolean(process.env.CLAIMS_ONLY);
 const server = await (STATEMENTS ? openStatementsServer : (name) => openServer({ name }))(
   `bench-one-claim-${process.pid}`,
 );
@@ -46,11 +49,18 @@ try {
   }
   let claiming = 0;
   let asking = 0;
+  const claimed = [];
   for (let i = 0; i < N; i++) {
     const t0 = performance.now();
     const tasks = await claim();
     claiming += performance.now() - t0;
     if (tasks.length !== 1) throw new Error('a claim found nothing');
+    if (CLAIMS_ONLY) {
+      // Settled 100 at a time, and no question: a profile of the backend is the claims'.
+      claimed.push(...tasks);
+      if (claimed.length === 100) await settle(claimed.splice(0));
+      continue;
+    }
     await settle(tasks);
     // The question a worker asks after a claim that came back short.
     const t1 = performance.now();
