@@ -1,5 +1,5 @@
 --! Previous: sha1:dacb40eec01f384200f2f4214c4ea69f35ccf3d9
---! Hash: sha1:6a5436661ae184aab7c547447e3f7735f095de28
+--! Hash: sha1:8506e1917bc93fa9ba39a53a62dfd7834a39d345
 --! Message: The claims read the claim leases due by their index whatever the size of the table when a session planned them
 
 --! split: 400-claim-lease-due-by-index.sql
@@ -7,7 +7,8 @@ set local lock_timeout = '5s';
 
 -- The claims read the claim leases due by their index whatever the table's size when a
 -- session planned them (two leaf functions with enable_seqscan = off), and a heartbeat
--- probes task_pending by key whatever its statistics.
+-- probes task_pending by key whatever its statistics. The drain's claim reads whether a
+-- lease expired in its pick's statement.
 --! Included queues/maintenance.sql
 -- Maintenance of the derived structures (task_pending, resource_lease). Owner only.
 
@@ -627,8 +628,14 @@ begin
            coalesce(bool_and(pk.lease_count = 0 and pk.resource_key is null), false),
            case when min(pk.task_type) = max(pk.task_type) then min(pk.task_type) end,
            coalesce(array_agg(pk.batch_id) filter (where pk.batch_id is not null), '{}'),
-           coalesce(array_agg(pk.task_id) filter (where pk.batch_id is null), '{}')
-      into _picked, _plain, _picked_type, _from_batches, _picked_rows
+           coalesce(array_agg(pk.task_id) filter (where pk.batch_id is null), '{}'),
+           -- An expired lease among the types (a scalar subquery in the expired leases'
+           -- index order, as below; evaluated once, in the pick's snapshot).
+           (select true from queues.task_pending p
+             where p.current_lease_id > 0 and p.available_at <= _now
+               and (_types is null or p.task_type = any (_types))
+             order by p.available_at limit 1) is not null
+      into _picked, _plain, _picked_type, _from_batches, _picked_rows, _expired
       from (select r.*
               from (select distinct u.task_type
                       from unnest(coalesce(_types, array(select tt.task_type from queues.task_type tt))) as u(task_type)) ty
@@ -667,12 +674,6 @@ begin
              ) bt
              order by priority desc, scheduled_at, task_id
              limit _limit) pk;
-    -- An expired lease among the types (a scalar subquery in the expired leases' index
-    -- order, as below).
-    _expired := (select true from queues.task_pending p
-                  where p.current_lease_id > 0 and p.available_at <= _now
-                    and (_types is null or p.task_type = any (_types))
-                  order by p.available_at limit 1) is not null;
     -- Nothing ready and no expired lease: the statement below would find nothing either
     -- (an idle worker's poll).
     if _picked is null and not _expired then

@@ -329,8 +329,14 @@ begin
            coalesce(bool_and(pk.lease_count = 0 and pk.resource_key is null), false),
            case when min(pk.task_type) = max(pk.task_type) then min(pk.task_type) end,
            coalesce(array_agg(pk.batch_id) filter (where pk.batch_id is not null), '{}'),
-           coalesce(array_agg(pk.task_id) filter (where pk.batch_id is null), '{}')
-      into _picked, _plain, _picked_type, _from_batches, _picked_rows
+           coalesce(array_agg(pk.task_id) filter (where pk.batch_id is null), '{}'),
+           -- An expired lease among the types (a scalar subquery in the expired leases'
+           -- index order, as below; evaluated once, in the pick's snapshot).
+           (select true from queues.task_pending p
+             where p.current_lease_id > 0 and p.available_at <= _now
+               and (_types is null or p.task_type = any (_types))
+             order by p.available_at limit 1) is not null
+      into _picked, _plain, _picked_type, _from_batches, _picked_rows, _expired
       from (select r.*
               from (select distinct u.task_type
                       from unnest(coalesce(_types, array(select tt.task_type from queues.task_type tt))) as u(task_type)) ty
@@ -369,12 +375,6 @@ begin
              ) bt
              order by priority desc, scheduled_at, task_id
              limit _limit) pk;
-    -- An expired lease among the types (a scalar subquery in the expired leases' index
-    -- order, as below).
-    _expired := (select true from queues.task_pending p
-                  where p.current_lease_id > 0 and p.available_at <= _now
-                    and (_types is null or p.task_type = any (_types))
-                  order by p.available_at limit 1) is not null;
     -- Nothing ready and no expired lease: the statement below would find nothing either
     -- (an idle worker's poll).
     if _picked is null and not _expired then
