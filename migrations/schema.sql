@@ -10784,9 +10784,9 @@ begin
   -- due, the worker's key, the throttles and the flow limits in force (with none
   -- configured, the claim costs no statement more than it did without them).
   -- The ready set's rescuer runs only when a claim lease is due by _now (the earliest
-  -- expiry in queues.claim_lease_due, one probe of its index: queues.earliest_claim_lease_due)
-  -- and returns their unfinished tasks to the claim index, where this claim's statement
-  -- sees them. Called on every
+  -- expiry in queues.claim_lease_due, one probe of its index whatever its size when the
+  -- session planned it: queues.earliest_claim_lease_due) and returns their unfinished
+  -- tasks to the claim index, where this claim's statement sees them. Called on every
   -- claim, the rescuer's function and its empty delete were a fifth of an idle worker's
   -- one-task claim (tools/bench/probes/one-claim.mjs).
   -- A lease names its worker by key (queues.worker_name: each worker id kept once, an

@@ -1,5 +1,5 @@
 --! Previous: sha1:dacb40eec01f384200f2f4214c4ea69f35ccf3d9
---! Hash: sha1:8506e1917bc93fa9ba39a53a62dfd7834a39d345
+--! Hash: sha1:d06285eca6908ed996725387b02c18ca72a47dc3
 --! Message: The claims read the claim leases due by their index whatever the size of the table when a session planned them
 
 --! split: 400-claim-lease-due-by-index.sql
@@ -478,9 +478,9 @@ begin
   -- due, the worker's key, the throttles and the flow limits in force (with none
   -- configured, the claim costs no statement more than it did without them).
   -- The ready set's rescuer runs only when a claim lease is due by _now (the earliest
-  -- expiry in queues.claim_lease_due, one probe of its index: queues.earliest_claim_lease_due)
-  -- and returns their unfinished tasks to the claim index, where this claim's statement
-  -- sees them. Called on every
+  -- expiry in queues.claim_lease_due, one probe of its index whatever its size when the
+  -- session planned it: queues.earliest_claim_lease_due) and returns their unfinished
+  -- tasks to the claim index, where this claim's statement sees them. Called on every
   -- claim, the rescuer's function and its empty delete were a fifth of an idle worker's
   -- one-task claim (tools/bench/probes/one-claim.mjs).
   -- A lease names its worker by key (queues.worker_name: each worker id kept once, an
