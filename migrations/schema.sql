@@ -11444,6 +11444,7 @@ CREATE OR REPLACE FUNCTION queues.claimable_task_types(_task_types text[])
  RETURNS text[]
  LANGUAGE sql
  STABLE
+ SET plan_cache_mode TO 'force_generic_plan'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select case
@@ -12070,6 +12071,7 @@ CREATE OR REPLACE FUNCTION queues.current_leases(_task_ids bigint[], _task_lease
  RETURNS boolean[]
  LANGUAGE sql
  STABLE SECURITY DEFINER
+ SET plan_cache_mode TO 'force_generic_plan'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select coalesce(array_agg(coalesce((select p.current_lease_id from queues.task_pending p
@@ -16030,6 +16032,7 @@ $function$;
 CREATE OR REPLACE FUNCTION queues.settle_with_handlers(_task_ids bigint[], _task_lease_ids bigint[], _outcomes text[], _retries boolean[], _error_task_ids bigint[], _error_messages text[], _handlers text[], _bodies jsonb[], _modes text[], _raised_prefixes text[], _started_us bigint[], _traceparents text[] DEFAULT NULL::text[])
  RETURNS TABLE(task_id bigint, result text, outcome text, errors text[])
  LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column

@@ -23,6 +23,9 @@ $$;
 create or replace function queues.claimable_task_types(_task_types text[])
   returns text[]
   language sql stable
+  -- Planned once per session, not at each claim: a custom plan (the types known) looked
+  -- cheaper than the generic one, so every call was planned again.
+  set plan_cache_mode = force_generic_plan
   set search_path = pg_catalog, pg_temp
 as $$
   select case

@@ -226,6 +226,9 @@ create or replace function queues.settle_with_handlers(
 ) returns table (task_id bigint, result text, outcome text, errors text[])
   language plpgsql volatile
   security invoker
+  -- Planned once per session: the completion statement below, with its arrays known,
+  -- was given a custom plan at each call.
+  set plan_cache_mode = force_generic_plan
   set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column

@@ -179,3 +179,59 @@ it('an email process costs the database at most 150 statements, and its email ta
   // the completion with the success handler (3 before they shared a statement).
   expect(perProcess.handler_round_trips).toBe(2);
 }, 120_000);
+
+// A function's statement planned again at each call costs its planning every time: a
+// custom plan (the arguments known) that looks cheaper than the generic one is chosen at
+// every call, and a SQL function's statement is planned per call under the same rule.
+// These functions run on every claim, step batch and completion round with handlers, so
+// they plan once per session (plan_cache_mode = force_generic_plan). Counted, on one
+// connection: each statement's plans against its calls.
+it('the claim, the steps and the handlers completion plan their statements once a session, not at each call', async () => {
+  const CALLS = 12;
+  await root.query('alter system set pg_stat_statements.track_planning = on');
+  await root.query('select pg_reload_conf()');
+  const client = new pg.Client({ connectionString: urls.worker });
+  await client.connect();
+  try {
+    await root.query('select pg_stat_statements_reset()');
+    for (let i = 0; i < CALLS; i++) {
+      // claim_tasks checks the pauses (queues.claimable_task_types) for its types.
+      await claimTasks(client, {
+        workerId: 'plans',
+        limit: 8,
+        taskTypes: ['email', `type_${i % 3}`],
+        leaseSeconds: 300,
+        maxLeases: 5,
+      });
+      // A batch of steps checks its leases (queues.current_leases).
+      await client.query('select queues.current_leases($1::bigint[], $2::bigint[])', [
+        [String(1000 + i), String(2000 + i)],
+        [String(1 + i), String(2 + i)],
+      ]);
+      // A completion round with handlers (queues.settle_with_handlers): a task that does not
+      // exist, so its completion statement runs and refuses it.
+      const { rows } = await client.query<{ result: string }>(
+        `select result from queues.settle_with_handlers($1::bigint[], $2::bigint[], '{succeeded}', null, null, null,
+                                                       '{no_such.handler}', '{"{}"}', '{success}', '{""}', null)`,
+        [[String(3000 + i)], [String(4000 + i)]],
+      );
+      expect(rows.map((r) => r.result)).toEqual(['unknown_task']);
+    }
+  } finally {
+    await client.end();
+  }
+  const { rows } = await root.query<{ statement: string; calls: number; plans: number }>(
+    `select w.statement, coalesce(sum(s.calls), 0)::int as calls, coalesce(sum(s.plans), 0)::int as plans
+       from (values ('claimable_task_types', '%cardinality(x.paused)%'),
+                    ('current_leases', '%(select p.current_lease_id from queues.task_pending p%'),
+                    ('settle_with_handlers', '%array_agg(s.task_id order by s.ord)%')) w(statement, pattern)
+       left join pg_stat_statements s on not s.toplevel and s.query ilike w.pattern
+        and s.dbid = (select d.oid from pg_database d where d.datname = current_database())
+      group by w.statement order by w.statement`,
+  );
+  expect(rows.map((r) => [r.statement, r.calls >= CALLS, r.plans])).toEqual([
+    ['claimable_task_types', true, 1],
+    ['current_leases', true, 1],
+    ['settle_with_handlers', true, 1],
+  ]);
+}, 120_000);

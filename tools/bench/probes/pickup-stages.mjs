@@ -3,6 +3,8 @@
 // the enqueue's answer, the notification (a second listener), the claim's answer (the
 // worker's `claimed` event) and the processor's start.
 //   node tools/bench/probes/pickup-stages.mjs [tasks=300] [rate=20]
+// VARIANT=<file.sql> runs that SQL as the superuser first (a function's other version).
+import { readFileSync } from 'node:fs';
 import pg from 'pg';
 import { enqueue } from '@org/queue-client';
 import { openServer } from '@org/db-tools';
@@ -20,6 +22,7 @@ const server = await (STATEMENTS ? openStatementsServer : (name) => openServer({
 try {
   const { urls, root } = await probeDatabase(server);
   if (STATEMENTS) await root.query('create extension if not exists pg_stat_statements');
+  if (process.env.VARIANT) await root.query(readFileSync(process.env.VARIANT, 'utf8'));
   const stages = new Map(); // n -> { start, enqueued, notified, claimed, run }
   let current;
   const registry = new ProcessorRegistry().register('bench', {

@@ -4,7 +4,10 @@
 // PostgreSQL, and the statements that took the most time (nested ones included).
 //   node tools/bench/probes/processes-statements.mjs [processes=2000] [concurrency=10]
 // SORT=plan lists the statements that took the most time to plan instead, SORT=calls those
-// called most often; TOP=n lists n statements (25).
+// called most often; REPLANNED=1 only those planned at more than half of their calls (a
+// plan not kept by the session: a custom plan chosen at each call, or dynamic SQL); TOP=n
+// lists n statements (25). VARIANT=<file.sql> runs that SQL as the superuser first (a
+// function's other version).
 import { readFileSync } from 'node:fs';
 import pg from 'pg';
 import { createResendEmailProvider } from '@org/providers';
@@ -21,6 +24,7 @@ const resend = await startFakeResend();
 try {
   const { urls, root } = await probeDatabase(server);
   await root.query('create extension if not exists pg_stat_statements');
+  if (process.env.VARIANT) await root.query(readFileSync(process.env.VARIANT, 'utf8'));
   // Planning time too: the channel processes' statements are dynamic SQL, planned per call.
   await root.query(`alter system set pg_stat_statements.track_planning = on`);
   await root.query('select pg_reload_conf()');
@@ -70,7 +74,9 @@ try {
   // polling left out.
   const { rows: totals } = await root.query(
     `select coalesce(sum(calls), 0)::float8 / $1 as all_per_process,
-            coalesce(sum(calls) filter (where toplevel), 0)::float8 / $1 as toplevel_per_process
+            coalesce(sum(calls) filter (where toplevel), 0)::float8 / $1 as toplevel_per_process,
+            coalesce(sum(plans) filter (where not toplevel), 0)::float8 / $1 as nested_plans_per_process,
+            coalesce(sum(total_plan_time) filter (where not toplevel), 0)::float8 * 1000 / $1 as nested_plan_us
        from pg_stat_statements
       where query not ilike '%pg_stat_statements%' and query not ilike '%send_email_task_succeeded)::int%'
         and dbid = (select oid from pg_database where datname = current_database())`,
@@ -78,7 +84,8 @@ try {
   );
   console.log(
     `statements per process: ${totals[0].all_per_process.toFixed(1)} (nested included), ` +
-      `${totals[0].toplevel_per_process.toFixed(1)} top-level (round trips)`,
+      `${totals[0].toplevel_per_process.toFixed(1)} top-level (round trips); nested statements planned ` +
+      `${totals[0].nested_plans_per_process.toFixed(2)} times per process, ${totals[0].nested_plan_us.toFixed(0)} µs`,
   );
   const { rows } = await root.query(
     `
@@ -88,8 +95,9 @@ try {
            regexp_replace(left(query, 90), '\\s+', ' ', 'g') as query
       from pg_stat_statements
      where query not ilike '%pg_stat_statements%' and query not ilike '%send_email_task_succeeded)::int%'
+       and (not $2 or plans * 2 > calls)
      order by ${{ plan: 'total_plan_time', calls: 'calls' }[process.env.SORT] ?? 'total_exec_time + total_plan_time'} desc limit ${Number(process.env.TOP ?? 25)}`,
-    [PROCESSES],
+    [PROCESSES, Boolean(process.env.REPLANNED)],
   );
   console.table(rows);
   await root.end();
