@@ -12072,6 +12072,7 @@ CREATE OR REPLACE FUNCTION queues.current_leases(_task_ids bigint[], _task_lease
  LANGUAGE sql
  STABLE SECURITY DEFINER
  SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
   select coalesce(array_agg(coalesce((select p.current_lease_id from queues.task_pending p

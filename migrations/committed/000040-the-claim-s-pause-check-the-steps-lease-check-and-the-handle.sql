@@ -1,5 +1,5 @@
 --! Previous: sha1:d06285eca6908ed996725387b02c18ca72a47dc3
---! Hash: sha1:d560c253bc0e9fff405296c3f8240e0b82cd8c57
+--! Hash: sha1:18dc209c0bbc45d16edc195120a418708fb733e5
 --! Message: The claim's pause check, the steps' lease check and the handlers' completion plan once a session
 
 --! split: 400-plans-once-a-session.sql
@@ -9,7 +9,9 @@ set local lock_timeout = '5s';
 -- batch of steps (queues.current_leases) and the completion of a round with handlers
 -- (queues.settle_with_handlers) plan their statements once per session
 -- (plan_cache_mode = force_generic_plan): a custom plan that looked cheaper than the
--- generic one was chosen, and made, at every call.
+-- generic one was chosen, and made, at every call. The lease check, whose every read is
+-- by key, also sets enable_seqscan = off, so that the plan its session keeps never scans
+-- the claim leases.
 --! Included queues/pause.sql
 -- Pausing claims per task type (queue controls). Facts: queues.task_type_paused and
 -- queues.task_type_resumed (created in migration 000002). The public claim
@@ -186,8 +188,11 @@ create or replace function queues.current_leases(_task_ids bigint[], _task_lease
   security definer
   -- Planned once per session: with the arrays' sizes known, a custom plan looked cheaper
   -- than the generic one at every call, so each call was planned again (the claim
-  -- leases' partitions included: a few milliseconds a call).
+  -- leases' partitions included: a few milliseconds a call). Every read is by key, and
+  -- the functions it reads through are inlined: no plan made while a table was small
+  -- scans it after it has grown.
   set plan_cache_mode = force_generic_plan
+  set enable_seqscan = off
   set search_path = pg_catalog, pg_temp
 as $$
   select coalesce(array_agg(coalesce((select p.current_lease_id from queues.task_pending p

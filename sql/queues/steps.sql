@@ -129,8 +129,11 @@ create or replace function queues.current_leases(_task_ids bigint[], _task_lease
   security definer
   -- Planned once per session: with the arrays' sizes known, a custom plan looked cheaper
   -- than the generic one at every call, so each call was planned again (the claim
-  -- leases' partitions included: a few milliseconds a call).
+  -- leases' partitions included: a few milliseconds a call). Every read is by key, and
+  -- the functions it reads through are inlined: no plan made while a table was small
+  -- scans it after it has grown.
   set plan_cache_mode = force_generic_plan
+  set enable_seqscan = off
   set search_path = pg_catalog, pg_temp
 as $$
   select coalesce(array_agg(coalesce((select p.current_lease_id from queues.task_pending p
