@@ -4582,11 +4582,11 @@ begin
   queue as (
     select * from unnest(_queued_types, _pending, _ready, _running) as q(task_type, pending, ready, running)
   ),
-  -- Completions in the window by completed_at (index range scan), with their type
-  -- (admin.completions_between).
+  -- Completions in the window by completed_at (index range scan), with their type, as
+  -- runs that end together (admin.completion_runs_between): n completions each.
   completion as materialized (
-    select c.task_id, c.task_lease_id, c.task_type, c.completed_at, c.started_at
-      from admin.completions_between(_now - make_interval(secs => _window), _now) c
+    select c.task_type, c.task_lease_id, c.completed_at, c.task_id, c.started_at, c.completions as n
+      from admin.completion_runs_between(_now - make_interval(secs => _window), _now) c
      where _task_type is null or c.task_type = _task_type
   ),
   -- The run of each completing lease: its worker, its start (the completion's, else a
@@ -4610,9 +4610,9 @@ begin
                                where st.task_id = x.task_id and st.task_lease_id = x.task_lease_id),
                              x.leased_at),
                     _now - make_interval(secs => _window)) as run_from,
-           x.run_to
+           x.run_to, x.n
       from (select c.task_type, l.worker_key, l.worker_id, c.completed_at as run_to,
-                   c.task_id, c.task_lease_id, c.started_at, l.leased_at
+                   c.task_id, c.task_lease_id, c.started_at, l.leased_at, c.n
               from completion c
               join (select y.task_id, y.task_lease_id, y.worker_key, y.worker_id, y.leased_at
                       from queues.task_lease y
@@ -4623,7 +4623,7 @@ begin
             -- a claim lease by its id alone (one row per claim, its array not unnested: a
             -- completion under a claim lease is of a task it names)
             select c.task_type, l.worker_key, null, c.completed_at, c.task_id, c.task_lease_id, c.started_at,
-                   l.leased_at
+                   l.leased_at, c.n
               from completion c
               join (select y.task_lease_id, y.worker_key, y.leased_at
                       from queues.claim_lease y
@@ -4632,7 +4632,7 @@ begin
              where c.task_id >= _first
             union all
             select c.task_type, l.worker_key, l.worker_id, c.completed_at, c.task_id, c.task_lease_id, c.started_at,
-                   l.leased_at
+                   l.leased_at, c.n
               from completion c
              cross join lateral (select y.worker_key, y.worker_id, y.leased_at
                                    from queues.task_lease_at(c.task_id, c.task_lease_id) y limit 1) l
@@ -4659,14 +4659,14 @@ begin
            count(distinct (i.worker_key, i.worker_id)) as workers,
            sum(i.runs) as runs,
            sum(extract(epoch from i.island_to - i.island_from)) as seconds
-      from (select r.task_type, r.worker_key, r.worker_id, count(*) as runs,
+      from (select r.task_type, r.worker_key, r.worker_id, sum(r.n) as runs,
                    min(r.run_from) as island_from, max(r.run_to) as island_to
               from run_island r
              group by r.task_type, r.worker_key, r.worker_id, r.island) i
      group by i.task_type
   ),
   recent as (
-    select c.task_type, count(*) as completed,
+    select c.task_type, sum(c.n)::bigint as completed,
            coalesce((select b.workers from busy b where b.task_type = c.task_type), 0) as workers,
            (select b.runs from busy b where b.task_type = c.task_type) as runs,
            (select b.seconds from busy b where b.task_type = c.task_type) as busy_seconds
@@ -4734,6 +4734,64 @@ AS $function$
 $function$;
   -- admin.clear_throttle(_key_kind text, _key text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_API (by :DATABASE_OWNER)
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.completion_counts_between(_from timestamp with time zone, _to timestamp with time zone)
+ RETURNS TABLE(completed_at timestamp with time zone, outcome text, task_type text, completions bigint)
+ LANGUAGE sql
+ STABLE
+AS $function$
+  select c.completed_at, c.outcome,
+         coalesce(c.task_type, (select x.task_type from queues.task x where x.task_id = c.task_id)), 1::bigint
+    from queues.task_completed c
+   where c.completed_at > _from and c.completed_at <= _to
+  union all
+  select r.completed_at, 'succeeded', r.task_type, cardinality(r.task_ids)::bigint
+    from queues.completion_round r
+   where r.completed_at > _from and r.completed_at <= _to
+$function$;
+  -- admin.completion_counts_between(_from timestamp with time zone, _to timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION admin.completion_runs_between(_from timestamp with time zone, _to timestamp with time zone)
+ RETURNS TABLE(task_type text, task_lease_id bigint, completed_at timestamp with time zone, task_id bigint, started_at timestamp with time zone, completions bigint)
+ LANGUAGE sql
+ STABLE
+AS $function$
+  select c.task_type, c.task_lease_id, c.completed_at, max(c.task_id), min(c.started_at), count(*)
+    from (select c.task_id, c.task_lease_id, c.completed_at, c.started_at,
+                 coalesce(c.task_type, (select x.task_type from queues.task x where x.task_id = c.task_id)) as task_type
+            from queues.task_completed c
+           where c.completed_at > _from and c.completed_at <= _to) c
+   group by c.task_type, c.task_lease_id, c.completed_at,
+            case when c.task_lease_id is not null and (c.started_at is null or c.started_at > c.completed_at)
+                 then c.task_id end
+  union all
+  select r.task_type, g.task_lease_id, r.completed_at, g.task_id,
+         timestamptz 'epoch' + g.started_us * interval '1 microsecond', g.completions
+    from queues.completion_round r
+   cross join lateral (select min(u.us) as first_us, max(u.us) as last_us, count(u.us) as known,
+                              min(u.lease) as lease, max(u.lease) as last_lease, count(u.lease) as leased,
+                              count(*) as completions
+                         from unnest(r.started_us, r.task_lease_ids) as u(us, lease)) s
+   cross join lateral (select s.known = s.completions and s.leased = s.completions and s.lease = s.last_lease
+                              and timestamptz 'epoch' + s.last_us * interval '1 microsecond' <= r.completed_at
+                                as common) k
+   cross join lateral (
+     select s.lease as task_lease_id, r.task_id, s.first_us as started_us, s.completions
+      where k.common
+     union all
+     select u.task_lease_id, max(u.task_id), min(u.started_us), count(*)
+       from unnest(r.task_ids, r.task_lease_ids, r.started_us) as u(task_id, task_lease_id, started_us)
+      where not k.common
+      group by u.task_lease_id,
+               case when u.task_lease_id is not null
+                         and (u.started_us is null
+                              or timestamptz 'epoch' + u.started_us * interval '1 microsecond' > r.completed_at)
+                    then u.task_id end) g
+   where r.completed_at > _from and r.completed_at <= _to
+$function$;
+  -- admin.completion_runs_between(_from timestamp with time zone, _to timestamp with time zone): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION admin.completion_stats(_window_seconds integer DEFAULT NULL::integer)
@@ -6135,8 +6193,9 @@ begin
               from queues.task t
              where t.task_id >= _first_id and t.enqueued_at > _from and t.enqueued_at <= _now
             union all
-            select c.task_type, ceil(date_part('epoch', c.completed_at - _from) / _bucket)::integer, 1
-              from admin.completions_between(_from, _now) c) e
+            -- a round's tasks in one row (admin.completion_counts_between)
+            select c.task_type, ceil(date_part('epoch', c.completed_at - _from) / _bucket)::integer, c.completions::integer
+              from admin.completion_counts_between(_from, _now) c) e
      group by 1, 2
   ),
   pending as (
@@ -6586,8 +6645,9 @@ begin
     from queues.task_pending_or_held_counts p
    group by 1, 2
   union all
-  select c.task_type, c.outcome, count(*)
-    from admin.completions_between(_now - make_interval(secs => _window), _now) c
+  -- a round's tasks counted in one row (admin.completion_counts_between)
+  select c.task_type, c.outcome, sum(c.completions)::bigint
+    from admin.completion_counts_between(_now - make_interval(secs => _window), _now) c
    group by 1, 2
    order by 1, 2;
 end;
@@ -6715,9 +6775,10 @@ begin
   return query
   -- date_bin: the start of the bucket (counted from _start) holding completed_at; the
   -- numeric arithmetic of extract(epoch ...) cost more than reading the row.
+  -- A round's tasks share its instant: counted in one row (admin.completion_counts_between).
   select date_bin(make_interval(secs => _bucket), c.completed_at, _start),
-         c.task_type, c.outcome, count(*)
-    from admin.completions_between(_start, _now) c
+         c.task_type, c.outcome, sum(c.completions)::bigint
+    from admin.completion_counts_between(_start, _now) c
    group by 1, 2, 3
    order by 1, 2, 3;
 end;

@@ -7,7 +7,9 @@
 -- and the lease-held tasks per claim lease and type, sql/queues/lease_held.sql: bounded by
 -- pending work);
 -- throughput reads only the completions of the last _window_seconds, through the
--- completed_at indexes of task_completed and completion_round, and the leases of the
+-- completed_at indexes of task_completed and completion_round, as one row per lease and
+-- instant (a completion round of one lease is one row, its arrays read once: the busy
+-- time's sort and windows follow the rounds, not their tasks), and the leases of the
 -- tasks enqueued in that window
 -- (a range of task_lease's primary key and of claim_lease's, whose claims name their
 -- tasks; a probe of queues.task_lease_at for a completion of an older task), with a primary-key probe of task_lease_started per completion that does not say
@@ -36,6 +38,63 @@
 --                         or without workers
 --   workers_needed_1h/4h/8h   ceil(pending / (tasks_per_worker_hour * hours)); 0 when
 --                         nothing is pending; null without a rate
+
+-- The window's completions for busy time (admin.capacity_at): the completions in
+-- (_from, _to] of one type under one lease at one instant (a completion round's tasks, a
+-- call's outcomes) are runs with one worker and one end, and the union of runs that end
+-- together is the longest of them; so they make one row, with their earliest start and
+-- their number (completions), and the union of a worker's runs and the number of runs
+-- are what they were, read from one row instead of hundreds. A completion whose start is
+-- unknown (its start mark is probed by the caller) or after its end (a worker's clock
+-- ahead of the database's) keeps a row of its own, and so its task id; those without a
+-- lease ran nowhere and make one row whatever their start. task_id is one of the row's
+-- tasks, to find their lease by.
+-- A completion round's arrays are read in one pass (its starts and leases: the earliest
+-- and latest of each, counted) and in the common case (one lease, every start known and
+-- none after the end) are not unnested again; its type is the round's.
+-- Inlined into its caller (SQL, stable, no SET clause), so the caller's window reaches the
+-- completed_at index of task_completed and of completion_round, as in
+-- admin.completions_between, whose completions these are. Every object it names is
+-- schema-qualified and it is not a security definer; called only from definer functions
+-- with a pinned search path: no grants.
+create or replace function admin.completion_runs_between(_from timestamptz, _to timestamptz)
+  returns table (task_type text, task_lease_id bigint, completed_at timestamptz, task_id bigint,
+                 started_at timestamptz, completions bigint)
+  language sql stable
+as $$
+  select c.task_type, c.task_lease_id, c.completed_at, max(c.task_id), min(c.started_at), count(*)
+    from (select c.task_id, c.task_lease_id, c.completed_at, c.started_at,
+                 coalesce(c.task_type, (select x.task_type from queues.task x where x.task_id = c.task_id)) as task_type
+            from queues.task_completed c
+           where c.completed_at > _from and c.completed_at <= _to) c
+   group by c.task_type, c.task_lease_id, c.completed_at,
+            case when c.task_lease_id is not null and (c.started_at is null or c.started_at > c.completed_at)
+                 then c.task_id end
+  union all
+  select r.task_type, g.task_lease_id, r.completed_at, g.task_id,
+         timestamptz 'epoch' + g.started_us * interval '1 microsecond', g.completions
+    from queues.completion_round r
+   cross join lateral (select min(u.us) as first_us, max(u.us) as last_us, count(u.us) as known,
+                              min(u.lease) as lease, max(u.lease) as last_lease, count(u.lease) as leased,
+                              count(*) as completions
+                         from unnest(r.started_us, r.task_lease_ids) as u(us, lease)) s
+   cross join lateral (select s.known = s.completions and s.leased = s.completions and s.lease = s.last_lease
+                              and timestamptz 'epoch' + s.last_us * interval '1 microsecond' <= r.completed_at
+                                as common) k
+   cross join lateral (
+     select s.lease as task_lease_id, r.task_id, s.first_us as started_us, s.completions
+      where k.common
+     union all
+     select u.task_lease_id, max(u.task_id), min(u.started_us), count(*)
+       from unnest(r.task_ids, r.task_lease_ids, r.started_us) as u(task_id, task_lease_id, started_us)
+      where not k.common
+      group by u.task_lease_id,
+               case when u.task_lease_id is not null
+                         and (u.started_us is null
+                              or timestamptz 'epoch' + u.started_us * interval '1 microsecond' > r.completed_at)
+                    then u.task_id end) g
+   where r.completed_at > _from and r.completed_at <= _to
+$$;
 
 create or replace function admin.capacity_at(
   _now                timestamptz,
@@ -118,11 +177,11 @@ begin
   queue as (
     select * from unnest(_queued_types, _pending, _ready, _running) as q(task_type, pending, ready, running)
   ),
-  -- Completions in the window by completed_at (index range scan), with their type
-  -- (admin.completions_between).
+  -- Completions in the window by completed_at (index range scan), with their type, as
+  -- runs that end together (admin.completion_runs_between): n completions each.
   completion as materialized (
-    select c.task_id, c.task_lease_id, c.task_type, c.completed_at, c.started_at
-      from admin.completions_between(_now - make_interval(secs => _window), _now) c
+    select c.task_type, c.task_lease_id, c.completed_at, c.task_id, c.started_at, c.completions as n
+      from admin.completion_runs_between(_now - make_interval(secs => _window), _now) c
      where _task_type is null or c.task_type = _task_type
   ),
   -- The run of each completing lease: its worker, its start (the completion's, else a
@@ -146,9 +205,9 @@ begin
                                where st.task_id = x.task_id and st.task_lease_id = x.task_lease_id),
                              x.leased_at),
                     _now - make_interval(secs => _window)) as run_from,
-           x.run_to
+           x.run_to, x.n
       from (select c.task_type, l.worker_key, l.worker_id, c.completed_at as run_to,
-                   c.task_id, c.task_lease_id, c.started_at, l.leased_at
+                   c.task_id, c.task_lease_id, c.started_at, l.leased_at, c.n
               from completion c
               join (select y.task_id, y.task_lease_id, y.worker_key, y.worker_id, y.leased_at
                       from queues.task_lease y
@@ -159,7 +218,7 @@ begin
             -- a claim lease by its id alone (one row per claim, its array not unnested: a
             -- completion under a claim lease is of a task it names)
             select c.task_type, l.worker_key, null, c.completed_at, c.task_id, c.task_lease_id, c.started_at,
-                   l.leased_at
+                   l.leased_at, c.n
               from completion c
               join (select y.task_lease_id, y.worker_key, y.leased_at
                       from queues.claim_lease y
@@ -168,7 +227,7 @@ begin
              where c.task_id >= _first
             union all
             select c.task_type, l.worker_key, l.worker_id, c.completed_at, c.task_id, c.task_lease_id, c.started_at,
-                   l.leased_at
+                   l.leased_at, c.n
               from completion c
              cross join lateral (select y.worker_key, y.worker_id, y.leased_at
                                    from queues.task_lease_at(c.task_id, c.task_lease_id) y limit 1) l
@@ -195,14 +254,14 @@ begin
            count(distinct (i.worker_key, i.worker_id)) as workers,
            sum(i.runs) as runs,
            sum(extract(epoch from i.island_to - i.island_from)) as seconds
-      from (select r.task_type, r.worker_key, r.worker_id, count(*) as runs,
+      from (select r.task_type, r.worker_key, r.worker_id, sum(r.n) as runs,
                    min(r.run_from) as island_from, max(r.run_to) as island_to
               from run_island r
              group by r.task_type, r.worker_key, r.worker_id, r.island) i
      group by i.task_type
   ),
   recent as (
-    select c.task_type, count(*) as completed,
+    select c.task_type, sum(c.n)::bigint as completed,
            coalesce((select b.workers from busy b where b.task_type = c.task_type), 0) as workers,
            (select b.runs from busy b where b.task_type = c.task_type) as runs,
            (select b.seconds from busy b where b.task_type = c.task_type) as busy_seconds

@@ -225,6 +225,170 @@ describe('capacity', () => {
   });
 });
 
+/** Microseconds since the epoch of a time in the hour before NOW ('11:20:30' is 2030-01-01T11:20:30Z). */
+const us = (hms: string | null) => (hms === null ? null : String(Date.parse(`2030-01-01T${hms}Z`) * 1000));
+const at = (hms: string) => `2030-01-01T${hms}Z`;
+
+/** Facts written as the owner: tasks, leases of both shapes, completions of both shapes, start marks. */
+const facts = {
+  async tasks(n: number, enqueuedAt: string): Promise<string[]> {
+    const { rows } = await db.query<{ task_id: string }>(
+      `insert into queues.task (task_type, payload, enqueued_at, scheduled_at)
+       select 'email', jsonb_build_object('n', g), $2::timestamptz, $2::timestamptz from generate_series(1, $1) g
+       returning task_id::text`,
+      [n, at(enqueuedAt)],
+    );
+    return rows.map((r) => r.task_id);
+  },
+  async workerKey(workerId: string): Promise<number> {
+    const { rows } = await db.query<{ worker_key: number }>(
+      `with added as (insert into queues.worker_name (worker_id) values ($1) on conflict do nothing returning worker_key)
+       select worker_key from added union all select worker_key from queues.worker_name where worker_id = $1`,
+      [workerId],
+    );
+    return rows[0].worker_key;
+  },
+  /** A claim lease of `taskIds` (ascending) by the worker `workerKey`. */
+  async claimLease(workerKey: number, leasedAt: string, taskIds: string[]): Promise<string> {
+    const { rows } = await db.query<{ task_lease_id: string }>(
+      `insert into queues.claim_lease (task_id, worker_key, leased_at, expires_at, task_ids, task_range, task_type)
+       values ($4, $1, $2::timestamptz, $2::timestamptz + interval '1 hour', $3::bigint[],
+               int8range(($3::bigint[])[1], $4, '[]'), 'email')
+       returning task_lease_id::text`,
+      [workerKey, at(leasedAt), taskIds, taskIds.at(-1)],
+    );
+    return rows[0].task_lease_id;
+  },
+  /** A task lease named by the worker's key, or by its id only (as written before worker keys existed). */
+  async taskLease(taskId: string, worker: number | string, leasedAt: string): Promise<string> {
+    const { rows } = await db.query<{ task_lease_id: string }>(
+      `insert into queues.task_lease (task_id, worker_key, worker_id, leased_at, expires_at)
+       values ($1, $2, $3, $4::timestamptz, $4::timestamptz + interval '1 hour') returning task_lease_id::text`,
+      [taskId, typeof worker === 'number' ? worker : null, typeof worker === 'string' ? worker : null, at(leasedAt)],
+    );
+    return rows[0].task_lease_id;
+  },
+  /** A completion round at `completedAt`: its tasks (ascending), their leases and starts (null: unknown). */
+  async round(completedAt: string, taskIds: string[], leaseIds: string[], starts: (string | null)[]): Promise<void> {
+    await db.query(
+      `insert into queues.completion_round (task_id, completed_at, task_type, task_ids, task_lease_ids, started_us, task_range)
+       values ($5, $1::timestamptz, 'email', $2::bigint[], $3::bigint[], $4::bigint[], int8range(($2::bigint[])[1], $5, '[]'))`,
+      [at(completedAt), taskIds, leaseIds, starts.map(us), taskIds.at(-1)],
+    );
+  },
+  /** A completion row of its own (outcome, start: null when unknown). */
+  async completed(taskId: string, leaseId: string | null, completedAt: string, outcome: string, start: string | null) {
+    await db.query(
+      `insert into queues.task_completed (task_id, task_lease_id, completed_at, outcome, task_type, started_at)
+       values ($1, $2, $3::timestamptz, $4, 'email', $5::timestamptz)`,
+      [taskId, leaseId, at(completedAt), outcome, start === null ? null : at(start)],
+    );
+  },
+  async startMark(taskId: string, leaseId: string, startedAt: string): Promise<void> {
+    await db.query(`insert into queues.task_lease_started (task_id, task_lease_id, started_at) values ($1, $2, $3)`, [
+      taskId,
+      leaseId,
+      at(startedAt),
+    ]);
+  },
+};
+
+describe('busy time, computed by hand', () => {
+  afterAll(fixture);
+
+  it('overlapping runs of one end, a run from before the window, unknown starts, rounds with two leases, three workers', async () => {
+    await resetQueue();
+    const [wa, wb] = [await facts.workerKey('w-a'), await facts.workerKey('w-b')];
+    // Tasks of w-a enqueued before the window (their leases are probed one by one), of w-b
+    // and w-c within it (their leases read as a range).
+    const a = await facts.tasks(8, '10:30:00');
+    const b = await facts.tasks(2, '11:20:00');
+    const c = await facts.tasks(2, '11:45:00');
+    const [cancelled] = await facts.tasks(1, '11:46:00');
+
+    // w-a, 7 runs in 370 s:
+    // a task lease from 10:50, no start known: from the window's start, 11:00, to 11:05 (300 s);
+    const la6 = await facts.taskLease(a[5], wa, '10:50:00');
+    await facts.completed(a[5], la6, '11:05:00', 'succeeded', null);
+    // a claim lease from 11:20: a round at 11:20:30 of runs from 11:20:00, :10 and :20, and a
+    // round at 11:20:50 of a run from 11:20:25 and one whose start only its start mark
+    // knows, 11:19:50: one island from 11:19:50 to 11:20:50 (60 s);
+    const l1 = await facts.claimLease(wa, '11:20:00', a.slice(0, 5));
+    await facts.round('11:20:30', a.slice(0, 3), [l1, l1, l1], ['11:20:00', '11:20:10', '11:20:20']);
+    await facts.round('11:20:50', a.slice(3, 5), [l1, l1], ['11:20:25', null]);
+    await facts.startMark(a[4], l1, '11:19:50');
+    // a round at 11:50 of two leases: w-a's run from 11:49:50 (10 s), and w-c's below.
+    const l3 = await facts.claimLease(wa, '11:49:00', [a[6]]);
+    // w-b, 2 runs in 60 s: one claim lease, two failures at 11:30 from 11:29:00 and 11:29:40.
+    const lb = await facts.claimLease(wb, '11:28:00', b);
+    await facts.completed(b[0], lb, '11:30:00', 'failed', '11:29:00');
+    await facts.completed(b[1], lb, '11:30:00', 'failed', '11:29:40');
+    // w-c (named by its id), 2 runs in 90 s: from 11:49:00 to 11:50:00, and from 11:48:30 to
+    // 11:50:00 in the round of two leases.
+    const lc1 = await facts.taskLease(c[0], 'w-c', '11:48:00');
+    const lc2 = await facts.taskLease(c[1], 'w-c', '11:48:00');
+    await facts.completed(c[0], lc1, '11:50:00', 'succeeded', '11:49:00');
+    await facts.round('11:50:00', [a[6], c[1]], [l3, lc2], ['11:49:50', '11:48:30']);
+    // Cancelled without a lease: completed, ran nowhere.
+    await facts.completed(cancelled, null, '11:30:00', 'cancelled', null);
+    await db.query('analyze queues.task, queues.task_lease, queues.claim_lease, queues.task_completed');
+
+    // 11 runs in 370 + 60 + 90 = 520 s of busy time.
+    expect(await capacityAt('email')).toMatchObject([
+      { completed_in_window: 12, window_workers: 3, tasks_per_worker_hour: 11 / (520 / 3600) },
+    ]);
+
+    // A round at 11:40 under a claim lease of w-a from 11:39: a run from 11:39:30 (30 s), and
+    // one reported to start at 11:40:05, after its end (the worker's clock ahead of the
+    // database's): like every run it counts from its start to its end, −5 s.
+    const [a9] = await facts.tasks(1, '11:47:00');
+    const l2 = await facts.claimLease(wa, '11:39:00', [a[7], a9]);
+    await facts.round('11:40:00', [a[7], a9], [l2, l2], ['11:39:30', '11:40:05']);
+    // 13 runs in 520 + 30 − 5 = 545 s.
+    expect(await capacityAt('email')).toMatchObject([
+      { completed_in_window: 14, window_workers: 3, tasks_per_worker_hour: 13 / (545 / 3600) },
+    ]);
+  });
+});
+
+/** The time `seconds` after `hms` in the hour before NOW, as hh:mm:ss. */
+const plus = (hms: string, seconds: number) =>
+  new Date(Date.parse(at(hms)) + seconds * 1000).toISOString().slice(11, 19);
+
+describe('busy time of completion rounds', () => {
+  afterAll(fixture);
+
+  it('a round of 500 tasks under one lease is one row to sort, not 500, with the same figures', async () => {
+    await resetQueue();
+    const [wx, wy] = [await facts.workerKey('w-x'), await facts.workerKey('w-y')];
+    /** 500 tasks claimed at 11:00 by `worker` and completed in one round at `end`, run i from `first` + i mod `spread` s. */
+    const round = async (worker: number, end: string, first: string, spread: number) => {
+      const tasks = await facts.tasks(500, '11:00:00');
+      const lease = await facts.claimLease(worker, '11:00:00', tasks);
+      const starts = tasks.map((_, i) => plus(first, i % spread));
+      await facts.round(end, tasks, Array<string>(500).fill(lease), starts);
+    };
+    await round(wx, '11:10:00', '11:09:00', 60); // 60 s
+    await round(wx, '11:30:00', '11:29:30', 30); // 30 s
+    await round(wy, '11:10:00', '11:09:30', 30); // 11:09:30 to 11:10:00, and on
+    await round(wy, '11:10:20', '11:09:40', 40); // to 11:10:20: one island of 50 s
+    await db.query('analyze queues.task, queues.claim_lease, queues.completion_round');
+
+    const root = await db.client('root');
+    const plans = await explainNested(root, `select * from admin.capacity_at($1, 'email', 3600, 600)`, [NOW]);
+    await root.end();
+    const inner = plans.find((p) => p.query.includes('admin.completion_runs_between('));
+    expect(inner, 'the capacity statement inside capacity_at was explained').toBeDefined();
+    const windows = planNodes(inner!.plan).filter((n) => n['Node Type'] === 'WindowAgg');
+    expect(windows.length, 'the islands are found by window functions').toBeGreaterThan(0);
+    for (const node of windows) expect(node['Actual Rows'], 'a row per round').toBe(4);
+    // 2,000 runs in 60 + 30 + 50 = 140 s of busy time.
+    expect(await capacityAt('email')).toMatchObject([
+      { completed_in_window: 2000, window_workers: 2, tasks_per_worker_hour: 2000 / (140 / 3600) },
+    ]);
+  });
+});
+
 /** 50,000 tasks (email and sms) enqueued, leased and completed a day before NOW, as facts. */
 async function history(): Promise<void> {
   await db.query(`
@@ -250,7 +414,7 @@ describe('history', () => {
     const measure = async () => {
       await db.query('analyze queues.task, queues.task_lease, queues.task_completed, queues.task_pending');
       const plans = await explainNested(root, `select * from admin.capacity_at($1, null, 3600, 600)`, [NOW]);
-      const inner = plans.find((p) => p.query.includes('admin.completions_between('));
+      const inner = plans.find((p) => p.query.includes('admin.completion_runs_between('));
       expect(inner, 'the capacity statement inside capacity_at was explained').toBeDefined();
       return inner!;
     };
@@ -302,7 +466,7 @@ describe('history', () => {
     const root = await db.client('root');
     const plans = await explainNested(root, `select * from admin.capacity_at($1, 'email', 3600, 600)`, [NOW]);
     await root.end();
-    const inner = plans.find((p) => p.query.includes('admin.completions_between('));
+    const inner = plans.find((p) => p.query.includes('admin.completion_runs_between('));
     expect(inner, 'the capacity statement inside capacity_at was explained').toBeDefined();
     const nodes = planNodes(inner!.plan);
     const historyReads = nodes.filter(

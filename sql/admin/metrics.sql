@@ -1,8 +1,9 @@
 -- Throughput and completion statistics over a recent window, for the dashboard's chart
 -- and the API's /metrics. Both read completions through the completed_at indexes of
--- task_completed and completion_round (admin.completions_between: cost follows the window,
--- not history) and probe task and each completion's lease (queues.task_lease_at: task_lease's
--- primary key, claim_lease's lease id index).
+-- task_completed and completion_round (cost follows the window, not history): the
+-- throughput counts a completion round in one row (admin.completion_counts_between), the
+-- statistics read each completion (admin.completions_between) and probe its lease
+-- (queues.task_lease_at: task_lease's primary key, claim_lease's lease id index).
 
 -- Completions per _bucket_seconds bucket over the last _window_seconds (defaults: one
 -- hour in one-minute buckets; at most 1440 buckets), by task type and outcome. Buckets
@@ -36,9 +37,10 @@ begin
   return query
   -- date_bin: the start of the bucket (counted from _start) holding completed_at; the
   -- numeric arithmetic of extract(epoch ...) cost more than reading the row.
+  -- A round's tasks share its instant: counted in one row (admin.completion_counts_between).
   select date_bin(make_interval(secs => _bucket), c.completed_at, _start),
-         c.task_type, c.outcome, count(*)
-    from admin.completions_between(_start, _now) c
+         c.task_type, c.outcome, sum(c.completions)::bigint
+    from admin.completion_counts_between(_start, _now) c
    group by 1, 2, 3
    order by 1, 2, 3;
 end;

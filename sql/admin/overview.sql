@@ -73,8 +73,9 @@ begin
               from queues.task t
              where t.task_id >= _first_id and t.enqueued_at > _from and t.enqueued_at <= _now
             union all
-            select c.task_type, ceil(date_part('epoch', c.completed_at - _from) / _bucket)::integer, 1
-              from admin.completions_between(_from, _now) c) e
+            -- a round's tasks in one row (admin.completion_counts_between)
+            select c.task_type, ceil(date_part('epoch', c.completed_at - _from) / _bucket)::integer, c.completions::integer
+              from admin.completion_counts_between(_from, _now) c) e
      group by 1, 2
   ),
   pending as (

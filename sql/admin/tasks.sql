@@ -448,8 +448,9 @@ begin
     from queues.task_pending_or_held_counts p
    group by 1, 2
   union all
-  select c.task_type, c.outcome, count(*)
-    from admin.completions_between(_now - make_interval(secs => _window), _now) c
+  -- a round's tasks counted in one row (admin.completion_counts_between)
+  select c.task_type, c.outcome, sum(c.completions)::bigint
+    from admin.completion_counts_between(_now - make_interval(secs => _window), _now) c
    group by 1, 2
    order by 1, 2;
 end;

@@ -4,6 +4,9 @@
 // the statements by time, with the buffers each call read (shared hit + read: a count the
 // machine's load does not move).
 //   node tools/bench/probes/dashboard-statements.mjs [tasks=20000] [dashboards=20]
+// VARIANT=<file.sql> runs the file first, as the superuser (another version of the
+// overview's functions, to alternate two on one machine).
+import { readFileSync } from 'node:fs';
 import { openStatementsServer } from './statements-server.mjs';
 import { enqueueBacklog, noopWorker, probeDatabase } from './drain-fixture.mjs';
 import { DashboardPollers } from '../dist/dashboard.js';
@@ -17,6 +20,7 @@ const server = await openStatementsServer(name);
 try {
   const { urls, root } = await probeDatabase(server);
   await root.query('create extension if not exists pg_stat_statements');
+  if (process.env.VARIANT) await root.query(readFileSync(process.env.VARIANT, 'utf8'));
   await enqueueBacklog(urls, root, TASKS);
   await root.query('select pg_stat_statements_reset()');
   const { worker, allDone } = noopWorker(urls, { tasks: TASKS, concurrency: 10, prefetch: 500 });
