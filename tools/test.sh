@@ -32,7 +32,8 @@ step() {
 
 step chromium bash tools/ensure-chromium.sh
 step haproxy bash tools/ensure-haproxy.sh
-step build npx turbo run build --output-logs=errors-only
+# Every package's build in one TypeScript process (tools/build.mjs says why).
+step build node tools/build.mjs
 if [[ " ${failed[*]} " == *" build "* ]]; then
   echo "==> npm test: the build failed; nothing else can run"
   exit 1
