@@ -2,7 +2,8 @@
 // so PROCESSES=N runs a pool of N of these), with test processors beside db_function:
 //   slow   waits payload.ms (default 1000) milliseconds, then completes
 //   crash  kills its own process with SIGKILL (a poison task)
-//   hang   blocks its process's event loop forever (an endless synchronous loop)
+//   hang   blocks its process's event loop forever (a synchronous wait that never ends, and
+//          spends no CPU while it waits, as a busy loop would)
 // TEST_DIE_BEFORE_READY=1: a pool member exits 1 before it is ready (a broken install).
 // TEST_DIE_WHEN_WORKING=1: a pool member kills itself (SIGKILL) 50 ms after the pool gives
 // it a slot (a process that dies as soon as it works, again and again).
@@ -39,7 +40,8 @@ const registry = () =>
     .register('hang', {
       name: 'hang',
       process() {
-        for (;;);
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0);
+        throw new Error('unreachable: nothing wakes the wait');
       },
     });
 
