@@ -691,7 +691,21 @@ describe('history', () => {
                   Number(n['Actual Loops'] ?? 1),
               0,
             );
-          expect(pendingRows, `${what}: task_pending rows read by ${query.slice(0, 80)}`).toBeLessThanOrEqual(3 * N);
+          // The message names each read of task_pending (node, index, rows, loops), so that a
+          // failure says which plan the session made.
+          const reads = nodes
+            .filter((n) => relationOf(n) === 'task_pending' && n['Node Type'] !== 'ModifyTable')
+            .map(
+              (n) =>
+                `${n['Node Type']}${n['Index Name'] ? ` using ${String(n['Index Name'])}` : ''}: ` +
+                `${Number(n['Actual Rows'] ?? 0)} rows, ${Number(n['Rows Removed by Filter'] ?? 0)} removed, ` +
+                `${Number(n['Actual Loops'] ?? 1)} loops`,
+            )
+            .join('; ');
+          expect(
+            pendingRows,
+            `${what}: task_pending rows read by ${query.slice(0, 80)} (${reads})`,
+          ).toBeLessThanOrEqual(3 * N);
           const joinFiltered = Math.max(0, ...nodes.map((n) => Number(n['Rows Removed by Join Filter'] ?? 0)));
           expect(joinFiltered, `${what}: rows removed by a join filter in ${query.slice(0, 80)}`).toBeLessThan(N);
         }
