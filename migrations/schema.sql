@@ -10761,6 +10761,7 @@ CREATE OR REPLACE FUNCTION queues.claim_tasks_at(_now timestamp with time zone, 
  LANGUAGE plpgsql
  SECURITY DEFINER ROWS 10
  SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
 #variable_conflict use_column
@@ -10792,6 +10793,8 @@ declare
   -- The worker holds a live lease that names a repeat suspect (one whose death already
   -- counted): this claim takes no other repeat suspect.
   _holds_repeat boolean;
+  -- Some flow limit was set (queues.task_limit_set has a row).
+  _any_limit   boolean;
 begin
   if _now is null then
     raise exception 'now must not be null' using errcode = '22004';
@@ -10820,17 +10823,19 @@ begin
       using errcode = '22023';
   end if;
   -- The quarantine's claim: nothing to do while no repeat suspect is ready (one probe of
-  -- its index) and no lease expired (one probe of the expired leases' index).
-  if _suspects = 'repeat'
-     and (select true from queues.task_pending p
-           where p.current_lease_id is null
-             and p.lease_count - p.released_count - p.failed_attempts - p.uncounted_count > 0
-             and p.available_at <= _now
-           order by p.available_at limit 1) is null
-     and (select true from queues.task_pending p
-           where p.current_lease_id > 0 and p.available_at <= _now
-           order by p.available_at limit 1) is null then
-    return;
+  -- its index) and no lease expired (one probe of the expired leases' index). (Nested:
+  -- one condition with the subqueries would start their plan on every claim.)
+  if _suspects = 'repeat' then
+    if (select true from queues.task_pending p
+         where p.current_lease_id is null
+           and p.lease_count - p.released_count - p.failed_attempts - p.uncounted_count > 0
+           and p.available_at <= _now
+         order by p.available_at limit 1) is null
+       and (select true from queues.task_pending p
+             where p.current_lease_id > 0 and p.available_at <= _now
+             order by p.available_at limit 1) is null then
+      return;
+    end if;
   end if;
   -- A limit being set and a claim in flight wait for each other (the limits' lock, shared
   -- by claims, exclusive in queues.set_task_limit): a claim that read no limit has
@@ -10857,28 +10862,32 @@ begin
   -- throttled at _now (of any type) out of what they find. One probe of
   -- throttle_until_idx per claim (queues.throttled_keys_at), which reads no row while no
   -- throttle is active; nothing per task while no group key is throttled.
-  -- Flow limits (sql/queues/limits.sql, the body of queues.task_limits): the rules in
-  -- force for the types asked for and not throttled. None (the common case): the claim
-  -- below runs with _limited empty, which its limit steps read as "nothing to do".
+  -- Flow limits (sql/queues/limits.sql, the body of queues.task_limits): whether any was
+  -- ever set; then (below) the rules in force for the types asked for and not throttled.
+  -- None (the common case): the claim runs with _limited empty, which its limit steps
+  -- read as "nothing to do", and the rules' statement is not run.
   select queues.earliest_claim_lease_due() <= _now,
          w.worker_key, th.task_types, th.group_keys,
-         coalesce((select jsonb_agg(to_jsonb(l))
-                     from (select l.task_type, l.scope, l.group_key, l.max_running, l.max_starts,
-                                  l.interval_ms, l.set_at
-                             from (select distinct on (s.task_type, s.scope, s.group_key) s.*
-                                     from queues.task_limit_set s
-                                    order by s.task_type, s.scope, s.group_key, s.task_limit_set_id desc) l
-                            where (l.max_running is not null or l.max_starts is not null)
-                              and (_task_types is null or l.task_type = any (_task_types))
-                              and not (l.task_type = any (th.task_types))
-                            order by l.task_type, l.scope, l.group_key) l), '[]'),
+         exists (select 1 from queues.task_limit_set),
          -- whether any ready batch exists (sql/queues/ready_batch.sql)
          exists (select 1 from queues.task_ready_batch)
-    into _due, _worker_key, _throttled, _throttled_groups, _rules, _batched
+    into _due, _worker_key, _throttled, _throttled_groups, _any_limit, _batched
     from queues.throttled_keys_at(_now) th
     left join queues.worker_name w on w.worker_id = _worker_id;
   if _due then
     perform queues.rescue_due_leases_at(_now);
+  end if;
+  if _any_limit then
+    _rules := coalesce((select jsonb_agg(to_jsonb(l))
+                from (select l.task_type, l.scope, l.group_key, l.max_running, l.max_starts,
+                             l.interval_ms, l.set_at
+                        from (select distinct on (s.task_type, s.scope, s.group_key) s.*
+                                from queues.task_limit_set s
+                               order by s.task_type, s.scope, s.group_key, s.task_limit_set_id desc) l
+                       where (l.max_running is not null or l.max_starts is not null)
+                         and (_task_types is null or l.task_type = any (_task_types))
+                         and not (l.task_type = any (_throttled))
+                       order by l.task_type, l.scope, l.group_key) l), '[]');
   end if;
   if _rules <> '[]'::jsonb then
     _limited := array(select distinct r ->> 'task_type' from jsonb_array_elements(_rules) r order by 1);
@@ -10987,10 +10996,8 @@ begin
   if cardinality(_limited) = 0 and cardinality(_throttled_groups) = 0 and _suspects <> 'repeat' then
     -- The candidates, locked, in claim order (ids ascending here), and whether they are
     -- all plain.
-    -- The ready batches' tasks (sql/queues/ready_batch.sql) are candidates beside the
-    -- rows: per type, the batches in claim order (locked as read, the scan stopped by the
-    -- LIMIT once it has _limit ids), their ids not yet taken. A batch's ids share its
-    -- priority and scheduled time, so what the claim picks of a batch is a prefix of them.
+    -- The ready batches' tasks are candidates beside the rows
+    -- (queues.ready_batch_candidates_at).
     select array_agg(pk.task_id order by pk.task_id),
            coalesce(bool_and(pk.lease_count = 0 and pk.resource_key is null), false),
            case when min(pk.task_type) = max(pk.task_type) then min(pk.task_type) end,
@@ -11022,23 +11029,10 @@ begin
                   for update skip locked
              ) r
             union all
+            -- The ready batches' tasks (sql/queues/ready_batch.sql), only while one exists.
             select bt.*
-              from (select distinct u.task_type
-                      from unnest(coalesce(_types, array(select tt.task_type from queues.task_type tt))) as u(task_type)) ty
-             cross join lateral (
-               select u.task_id, b.task_type, null::text as resource_key, b.priority, b.scheduled_at, 0 as lease_count,
-                      b.task_id as batch_id
-                 from (select b.task_id, b.task_type, b.priority, b.scheduled_at, b.task_ids, b.taken
-                         from queues.task_ready_batch b
-                        where _batched
-                          and b.task_type = ty.task_type
-                          and b.scheduled_at <= _now
-                        order by b.priority desc, b.scheduled_at, b.task_id
-                        limit _limit
-                          for update skip locked) b
-                cross join lateral unnest(b.task_ids[b.taken + 1:]) u(task_id)
-                limit _limit
-             ) bt
+              from queues.ready_batch_candidates_at(_types, _now, _limit) bt
+             where _batched
              order by priority desc, scheduled_at, task_id
              limit _limit) pk;
     -- Nothing ready and no expired lease: the statement below would find nothing either
@@ -11063,21 +11057,6 @@ begin
         delete from queues.task_pending p
          using leased l
          where p.task_id = any (_picked_rows)
-      ),
-      -- The batches' ids taken off their front (the batch deleted with its last one).
-      from_batch as (
-        select x.batch_id, count(*)::integer as n from unnest(_from_batches) x(batch_id) group by x.batch_id
-      ),
-      batch_taken as (
-        update queues.task_ready_batch b
-           set taken = b.taken + f.n
-          from from_batch f, leased l
-         where b.task_id = f.batch_id and b.taken + f.n < cardinality(b.task_ids)
-      ),
-      batch_emptied as (
-        delete from queues.task_ready_batch b
-         using from_batch f, leased l
-         where b.task_id = f.batch_id and b.taken + f.n >= cardinality(b.task_ids)
       )
       select t.task_id, t.task_type, t.payload, t.priority, t.resource_key, t.max_attempts,
              t.enqueued_at, t.scheduled_at, m.task_lease_id, _now, _now + make_interval(secs => _lease_seconds),
@@ -11089,6 +11068,10 @@ begin
        cross join (select l.task_lease_id from leased l) m
        where t.task_id = any (_picked) and t.task_id between _picked[1] and _picked[cardinality(_picked)]
        order by t.priority desc, t.scheduled_at, t.task_id;
+      -- The batches' ids taken off their front (the batch deleted with its last one).
+      if cardinality(_from_batches) > 0 then
+        perform queues.take_from_ready_batches(_from_batches);
+      end if;
       return;
     end if;
   end if;
@@ -14558,6 +14541,33 @@ $function$;
   -- queues.raise_enqueue_problem(_idx bigint, _problem text): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
+CREATE OR REPLACE FUNCTION queues.ready_batch_candidates_at(_types text[], _now timestamp with time zone, _limit integer)
+ RETURNS TABLE(task_id bigint, task_type text, resource_key text, priority integer, scheduled_at timestamp with time zone, lease_count integer, batch_id bigint)
+ LANGUAGE sql
+ ROWS 10
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  select bt.*
+    from (select distinct u.task_type
+            from unnest(coalesce(_types, array(select tt.task_type from queues.task_type tt))) as u(task_type)) ty
+   cross join lateral (
+     select u.task_id, b.task_type, null::text as resource_key, b.priority, b.scheduled_at, 0 as lease_count,
+            b.task_id as batch_id
+       from (select b.task_id, b.task_type, b.priority, b.scheduled_at, b.task_ids, b.taken
+               from queues.task_ready_batch b
+              where b.task_type = ty.task_type
+                and b.scheduled_at <= _now
+              order by b.priority desc, b.scheduled_at, b.task_id
+              limit _limit
+                for update skip locked) b
+      cross join lateral unnest(b.task_ids[b.taken + 1:]) u(task_id)
+      limit _limit
+   ) bt
+$function$;
+  -- queues.ready_batch_candidates_at(_types text[], _now timestamp with time zone, _limit integer): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
 CREATE OR REPLACE FUNCTION queues.rebuild_task_pending()
  RETURNS bigint
  LANGUAGE plpgsql
@@ -16384,6 +16394,28 @@ AS $function$
   returning d.task_lease_id, d.task_id;
 $function$;
   -- queues.take_due_claim_leases_at(_now timestamp with time zone): owner :DATABASE_OWNER
+  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
+
+CREATE OR REPLACE FUNCTION queues.take_from_ready_batches(_batch_ids bigint[])
+ RETURNS void
+ LANGUAGE sql
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
+  with taken as (
+    select x.batch_id, count(*)::integer as n from unnest(_batch_ids) x(batch_id) group by x.batch_id
+  ),
+  emptied as (
+    delete from queues.task_ready_batch b
+     using taken f
+     where b.task_id = f.batch_id and b.taken + f.n >= cardinality(b.task_ids)
+  )
+  update queues.task_ready_batch b
+     set taken = b.taken + f.n
+    from taken f
+   where b.task_id = f.batch_id and b.taken + f.n < cardinality(b.task_ids)
+$function$;
+  -- queues.take_from_ready_batches(_batch_ids bigint[]): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.task_completed_release_dependents()

@@ -20,6 +20,11 @@
 --                                                (the claim's per-row path)
 --   queues.unbatch_task_type(task_type)          every batched task of a type gets its row
 --                                                (a flow limit set on the type)
+--   queues.ready_batch_candidates_at(types, now, limit)
+--                                                the claim's drain path: the first `limit`
+--                                                batched tasks of each type, batches locked
+--   queues.take_from_ready_batches(batch_ids)    the claim's drain path: the ids it leased
+--                                                taken off their batches' front
 -- The view, batched_of and batched_count_between are inlined into their callers (SQL, stable, no SET clause);
 -- every object they name is schema-qualified. Owner only: no grants.
 
@@ -155,6 +160,63 @@ begin
      order by b.priority desc, b.scheduled_at, u.task_id
      limit _limit));
 end;
+$$;
+
+-- The claim's drain path (queues.claim_tasks_at): its candidates from the ready batches,
+-- beside its candidates from rows. Per type of _types (null: any type), the batches due by
+-- _now in claim order, locked as read (batches another claim holds are skipped), the scan
+-- stopped by the LIMIT once it has _limit ids; each id not yet taken, with its batch. A
+-- batch's ids share its priority and scheduled time, so what the claim picks of a batch
+-- is a prefix of them. A function of its own: the claim runs it only while a ready batch
+-- exists, and the claim's statement does not start its plan otherwise.
+create or replace function queues.ready_batch_candidates_at(_types text[], _now timestamptz, _limit integer)
+  returns table (task_id bigint, task_type text, resource_key text, priority integer, scheduled_at timestamptz,
+                 lease_count integer, batch_id bigint)
+  language sql volatile
+  rows 10
+  set plan_cache_mode = force_generic_plan
+  set search_path = pg_catalog, pg_temp
+as $$
+  select bt.*
+    from (select distinct u.task_type
+            from unnest(coalesce(_types, array(select tt.task_type from queues.task_type tt))) as u(task_type)) ty
+   cross join lateral (
+     select u.task_id, b.task_type, null::text as resource_key, b.priority, b.scheduled_at, 0 as lease_count,
+            b.task_id as batch_id
+       from (select b.task_id, b.task_type, b.priority, b.scheduled_at, b.task_ids, b.taken
+               from queues.task_ready_batch b
+              where b.task_type = ty.task_type
+                and b.scheduled_at <= _now
+              order by b.priority desc, b.scheduled_at, b.task_id
+              limit _limit
+                for update skip locked) b
+      cross join lateral unnest(b.task_ids[b.taken + 1:]) u(task_id)
+      limit _limit
+   ) bt
+$$;
+
+-- The claim's drain path (queues.claim_tasks_at), once it has leased tasks of ready
+-- batches: _batch_ids names each leased task's batch (a batch once per task taken). The
+-- ids are taken off each batch's front (one HOT update of `taken`), and a batch whose last
+-- id was taken is deleted. The claim holds the batches' rows (locked by its pick).
+create or replace function queues.take_from_ready_batches(_batch_ids bigint[])
+  returns void
+  language sql volatile
+  set plan_cache_mode = force_generic_plan
+  set search_path = pg_catalog, pg_temp
+as $$
+  with taken as (
+    select x.batch_id, count(*)::integer as n from unnest(_batch_ids) x(batch_id) group by x.batch_id
+  ),
+  emptied as (
+    delete from queues.task_ready_batch b
+     using taken f
+     where b.task_id = f.batch_id and b.taken + f.n >= cardinality(b.task_ids)
+  )
+  update queues.task_ready_batch b
+     set taken = b.taken + f.n
+    from taken f
+   where b.task_id = f.batch_id and b.taken + f.n < cardinality(b.task_ids)
 $$;
 
 -- Every batched task of _task_type gets its claim-index row (a flow limit set on the

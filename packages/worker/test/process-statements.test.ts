@@ -11,7 +11,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { openServer, provisionDatabase, withRootClient, type DatabaseServer, type DatabaseUrls } from '@org/db-tools';
 import { createResendEmailProvider } from '@org/providers';
 import { startFakeResend, type FakeResend } from '@org/providers/testing';
-import { claimTasks, nextClaimInMs } from '@org/queue-client';
+import { claimTasks, enqueueMany, nextClaimInMs } from '@org/queue-client';
 import { createLogger, dbFunctionProcessor, channelTaskProcessor, ProcessorRegistry, Worker } from '../src/index.js';
 import { eventually } from './support/fixtures.js';
 
@@ -234,4 +234,81 @@ it('the claim, the steps and the handlers completion plan their statements once 
     ['current_leases', true, 1],
     ['settle_with_handlers', true, 1],
   ]);
+}, 120_000);
+
+// A claim starts the plan of every statement it runs, whatever it has to do: a plan that
+// reads the ready batches, the flow limits or the quarantine's suspects costs a plain
+// one-task claim its start even when there is none (the pickup's claim). Counted on one
+// connection (the worker stopped): the statements of those cases run only in their case.
+it('a claim runs the statements of ready batches, flow limits and the quarantine only in their case', async () => {
+  await worker.stop();
+  await root.query(`insert into queues.task_type (task_type) values ('claim_case') on conflict do nothing`);
+  const app = new pg.Client({ connectionString: urls.app });
+  const client = new pg.Client({ connectionString: urls.worker });
+  await app.connect();
+  await client.connect();
+  const claim = (limit: number, suspects?: 'repeat') =>
+    claimTasks(client, {
+      workerId: 'claim-cases',
+      limit,
+      taskTypes: ['claim_case'],
+      leaseSeconds: 300,
+      maxLeases: 5,
+      ...(suspects ? { suspects } : {}),
+    });
+  // The statements of each case, by a fragment of their text (nested statements).
+  const counts = async () => {
+    const { rows } = await root.query<{ statement: string; calls: number }>(
+      `select w.statement, coalesce(sum(s.calls), 0)::int as calls
+         from (values ('batch candidates', '%b.task_type = ty.task_type%'),
+                      ('batches taken', '%set taken = b.taken + f.n%'),
+                      ('limit rules', '%jsonb_agg(to_jsonb(l))%'),
+                      ('quarantine', '%p.lease_count - p.released_count - p.failed_attempts - p.uncounted_count >%'))
+              w(statement, pattern)
+         left join pg_stat_statements s on not s.toplevel and s.query ilike w.pattern
+          and s.dbid = (select d.oid from pg_database d where d.datname = current_database())
+        group by w.statement order by w.statement`,
+    );
+    return Object.fromEntries(rows.map((r) => [r.statement, r.calls]));
+  };
+  try {
+    // Three tasks on rows of their own (scheduled a moment ago: not a ready batch).
+    await enqueueMany(
+      app,
+      [1, 2, 3].map((n) => ({ taskType: 'claim_case', payload: { n }, scheduledAt: new Date(Date.now() - 1000) })),
+    );
+    await root.query('select pg_stat_statements_reset()');
+    const plain = [...(await claim(1)), ...(await claim(1)), ...(await claim(1))];
+    expect(plain.map((t) => (t.payload as { n: number }).n)).toEqual([1, 2, 3]);
+    expect(await counts()).toEqual({ 'batch candidates': 0, 'batches taken': 0, 'limit rules': 0, quarantine: 0 });
+
+    // A ready batch (two tasks due at once in one call): its statements run.
+    await enqueueMany(
+      app,
+      [4, 5].map((n) => ({ taskType: 'claim_case', payload: { n } })),
+    );
+    const { rows: batches } = await root.query<{ n: number }>(
+      `select count(*)::int as n from queues.task_ready_batch where task_type = 'claim_case'`,
+    );
+    expect(batches[0].n).toBe(1);
+    const batched = await claim(2);
+    expect(batched.map((t) => (t.payload as { n: number }).n)).toEqual([4, 5]);
+    const afterBatch = await counts();
+    expect(afterBatch['batch candidates']).toBeGreaterThan(0);
+    expect(afterBatch['batches taken']).toBeGreaterThan(0);
+    expect(afterBatch['limit rules']).toBe(0);
+
+    // The quarantine's claim (suspects 'repeat') checks for repeat suspects.
+    expect(await claim(1, 'repeat')).toEqual([]);
+    expect((await counts()).quarantine).toBeGreaterThan(0);
+
+    // A flow limit set on the type: the claims read its rules.
+    await root.query(`select queues.set_task_limit('claim_case', 'type', null, 10)`);
+    await enqueueMany(app, [{ taskType: 'claim_case', payload: { n: 6 } }]);
+    expect((await claim(1)).map((t) => (t.payload as { n: number }).n)).toEqual([6]);
+    expect((await counts())['limit rules']).toBeGreaterThan(0);
+  } finally {
+    await app.end();
+    await client.end();
+  }
 }, 120_000);

@@ -12,6 +12,8 @@
 // STATEMENTS=1: with pg_stat_statements (track = all), the statements listed (the
 // completions' too). AUTO_EXPLAIN=<n>: n more claims, each statement's plan printed.
 // EXPLAIN=<statement with $1 timestamptz>: its generic plan, run once, printed.
+// Also printed: the worker backend's CPU time per claim (utime + stime from /proc), which
+// a busy machine moves less than the wall clock.
 import pg from 'pg';
 import { readFileSync } from 'node:fs';
 import { openServer } from '@org/db-tools';
@@ -50,6 +52,15 @@ try {
   let claiming = 0;
   let asking = 0;
   const claimed = [];
+  const {
+    rows: [{ pid }],
+  } = await worker.query('select pg_backend_pid() as pid');
+  // utime + stime of the backend, in clock ticks (100 a second on Linux).
+  const cpuTicks = () => {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+    return Number(fields[11]) + Number(fields[12]);
+  };
+  const ticks0 = cpuTicks();
   for (let i = 0; i < N; i++) {
     const t0 = performance.now();
     const tasks = await claim();
@@ -67,9 +78,11 @@ try {
     await nextClaimInMs(worker, ['bench'], 10);
     asking += performance.now() - t1;
   }
+  const cpuUs = ((cpuTicks() - ticks0) * 10_000) / N;
   console.log(
     `${N} one-task claims: ${(claiming / N).toFixed(3)} ms per claim, ` +
-      `${(asking / N).toFixed(3)} ms per next_claim_in_ms after it (round trips included)`,
+      `${(asking / N).toFixed(3)} ms per next_claim_in_ms after it (round trips included); ` +
+      `backend CPU ${cpuUs.toFixed(0)} µs per claim${CLAIMS_ONLY ? '' : ' (with its settle and question)'}`,
   );
   if (process.env.AUTO_EXPLAIN) {
     // One more claim, with the plan of each statement it runs (nested ones too).
