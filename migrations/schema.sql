@@ -10851,7 +10851,7 @@ begin
   -- configured, the claim costs no statement more than it did without them).
   -- The ready set's rescuer runs only when a claim lease is due by _now (the earliest
   -- expiry in queues.claim_lease_due, one probe of its index whatever its size when the
-  -- session planned it: queues.earliest_claim_lease_due) and returns their unfinished
+  -- session planned it: the claim plans no sequential scan) and returns their unfinished
   -- tasks to the claim index, where this claim's statement sees them. Called on every
   -- claim, the rescuer's function and its empty delete were a fifth of an idle worker's
   -- one-task claim (tools/bench/probes/one-claim.mjs).
@@ -10860,13 +10860,13 @@ begin
   -- Provider back-pressure (sql/queues/throttle.sql): the task types throttled at _now
   -- are left out of the types both branches below scan, and the tasks of the group keys
   -- throttled at _now (of any type) out of what they find. One probe of
-  -- throttle_until_idx per claim (queues.throttled_keys_at), which reads no row while no
-  -- throttle is active; nothing per task while no group key is throttled.
+  -- throttle_until_idx per claim (queues.throttled_keys_at, inlined here), which reads no
+  -- row while no throttle is active; nothing per task while no group key is throttled.
   -- Flow limits (sql/queues/limits.sql, the body of queues.task_limits): whether any was
   -- ever set; then (below) the rules in force for the types asked for and not throttled.
   -- None (the common case): the claim runs with _limited empty, which its limit steps
   -- read as "nothing to do", and the rules' statement is not run.
-  select queues.earliest_claim_lease_due() <= _now,
+  select (select d.expires_at from queues.claim_lease_due d order by d.expires_at limit 1) <= _now,
          w.worker_key, th.task_types, th.group_keys,
          exists (select 1 from queues.task_limit_set),
          -- whether any ready batch exists (sql/queues/ready_batch.sql)
@@ -12187,18 +12187,6 @@ $function$;
   -- queues.dequeue_next_available_task(_worker_id text, _lease_seconds integer): owner :DATABASE_OWNER
   -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
   -- grant EXECUTE to :DATABASE_WORKER (by :DATABASE_OWNER)
-
-CREATE OR REPLACE FUNCTION queues.earliest_claim_lease_due()
- RETURNS timestamp with time zone
- LANGUAGE sql
- STABLE
- SET enable_seqscan TO 'off'
- SET search_path TO 'pg_catalog', 'pg_temp'
-AS $function$
-  select d.expires_at from queues.claim_lease_due d order by d.expires_at limit 1;
-$function$;
-  -- queues.earliest_claim_lease_due(): owner :DATABASE_OWNER
-  -- grant EXECUTE to :DATABASE_OWNER (by :DATABASE_OWNER)
 
 CREATE OR REPLACE FUNCTION queues.enqueue(_task_type text, _payload jsonb, _scheduled_at timestamp with time zone DEFAULT NULL::timestamp with time zone, _priority integer DEFAULT NULL::integer, _resource_key text DEFAULT NULL::text, _max_attempts integer DEFAULT NULL::integer, _notify boolean DEFAULT true, _depends_on bigint[] DEFAULT NULL::bigint[], _group_key text DEFAULT NULL::text, _timeout_ms integer DEFAULT NULL::integer)
  RETURNS bigint
@@ -16706,9 +16694,6 @@ CREATE OR REPLACE FUNCTION queues.throttled_keys_at(_now timestamp with time zon
  RETURNS TABLE(task_types text[], group_keys text[])
  LANGUAGE sql
  STABLE ROWS 1
- SET search_path TO 'pg_catalog', 'pg_temp'
- SET plan_cache_mode TO 'force_generic_plan'
- SET enable_seqscan TO 'off'
 AS $function$
   select coalesce(array_agg(distinct a.key) filter (where a.key_kind = 'task_type'), '{}'),
          coalesce(array_agg(distinct a.key) filter (where a.key_kind = 'group'), '{}')

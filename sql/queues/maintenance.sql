@@ -212,21 +212,11 @@ $$;
 -- table's size when the session planned it. The table holds a row per claim made within
 -- the lease time: empty, and known empty once vacuumed, on an idle queue; thousands on a
 -- busy one. A generic plan made while it was empty (a session's first claim) scans and
--- sorts the whole table on every later call. Each function below sets enable_seqscan =
--- off for its own statement only: it calls no other function, so no plan made under the
--- setting serves another caller.
+-- sorts the whole table on every later call. The claim's probe of the earliest expiry is
+-- a subquery of its first statement (queues.claim_tasks_at plans no sequential scan); the
+-- function below sets enable_seqscan = off for its own statement only: it calls no other
+-- function, so no plan made under the setting serves another caller.
 --
--- The earliest expiry of a claim lease not yet rescued (null: none), one probe of
--- claim_lease_due_expires_at_idx; queues.claim_tasks_at runs the rescuer when it is due.
-create or replace function queues.earliest_claim_lease_due()
-  returns timestamptz
-  language sql stable
-  set enable_seqscan = off
-  set search_path = pg_catalog, pg_temp
-as $$
-  select d.expires_at from queues.claim_lease_due d order by d.expires_at limit 1;
-$$;
-
 -- Takes up to 100 rows of the claim leases due by _now, oldest expiry first, skipping
 -- rows another pass holds (skip locked), and deletes them: returns each one's lease and
 -- task. The rows are deleted by primary key from the array of the due ones

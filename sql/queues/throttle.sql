@@ -260,16 +260,14 @@ $$;
 
 -- The task types and the group keys throttled at _now, for the claim's prelude
 -- (queues.claim_tasks_at): one probe of throttle_until_idx, which reads no row while no
--- throttle is active (the common case: '{}' and '{}'). Planned once per connection with
--- no sequential scan, so that a plan made while the table was empty never reads the
--- whole table later.
+-- throttle is active (the common case: '{}' and '{}'). Inlined into the claim's first
+-- statement (SQL, stable, no SET clause, not a security definer; every object it names is
+-- schema-qualified), which is planned once per connection with no sequential scan, so
+-- that a plan made while the table was empty never reads the whole table later. No grants.
 create or replace function queues.throttled_keys_at(_now timestamptz)
   returns table (task_types text[], group_keys text[])
   language sql stable
   rows 1
-  set search_path = pg_catalog, pg_temp
-  set plan_cache_mode = force_generic_plan
-  set enable_seqscan = off
 as $$
   select coalesce(array_agg(distinct a.key) filter (where a.key_kind = 'task_type'), '{}'),
          coalesce(array_agg(distinct a.key) filter (where a.key_kind = 'group'), '{}')
