@@ -133,6 +133,11 @@ class Lane {
       application_name: name,
       keepAlive: true,
       statement_timeout: statementTimeoutMs,
+      // A lane's few connections stay open while the worker is idle (the driver closes an
+      // idle one after 10 s by default): the first completion after a quiet spell would
+      // otherwise wait for a new connection and plan its statements again, about 40 ms
+      // (tools/bench/probes/after-idle.mjs).
+      idleTimeoutMillis: 0,
     });
     this.pool.on('error', (error) => log.warn({ event: 'pool_error', err: error.message }, `${name}: connection lost`));
     this.pool.on('connect', (client) => {

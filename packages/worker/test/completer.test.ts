@@ -256,3 +256,38 @@ it('answers a completion recorded with a sink through it, in its round, with the
   expect(failed.error).toBeInstanceOf(Error);
   await unreachable.close();
 });
+
+// The driver closes a pool's idle connection after 10 s by default; a completion after a
+// quiet spell then waited for a new connection and planned its statements again.
+it('keeps its connection open while idle: a completion after a quiet spell uses the connection it had', async () => {
+  const completer = new Completer(db.url('worker'), createLogger('silent'));
+  const completerBackends = async () => {
+    const { rows } = await db.query<{ pid: number }>(
+      `select pid from pg_stat_activity
+        where datname = current_database() and application_name = 'queue-worker-completer' order by pid`,
+    );
+    return rows.map((r) => r.pid);
+  };
+  const completeOne = async (i: number) => {
+    const id = await enqueue(db, 'db_function', { idle: i });
+    const [task] = await claimTasks(db.pool('worker'), {
+      workerId: 'completer-idle',
+      limit: 1,
+      taskTypes: ['db_function'],
+    });
+    expect(task?.taskId).toBe(id);
+    expect((await completer.complete(task, { outcome: 'succeeded' })).result).toBe('completed');
+  };
+  try {
+    await completeOne(1);
+    const before = await completerBackends();
+    expect(before).toHaveLength(1);
+    // Longer than the driver's default idle timeout (10 s).
+    await new Promise((resolve) => setTimeout(resolve, 10_500));
+    expect(await completerBackends()).toEqual(before);
+    await completeOne(2);
+    expect(await completerBackends()).toEqual(before);
+  } finally {
+    await completer.close();
+  }
+}, 60_000);
