@@ -71,6 +71,14 @@ declare
   _gap_upper bigint;
   _lease_mark bigint;
   _claimed_since bigint[];
+  -- Every partition and its bounds (queues.history_partition_bounds, a few ms with many
+  -- sets), read once per step into these four arrays, one element a partition: the step
+  -- changes no partition before it returns, except after taking its locks in the late
+  -- path, which reads them again.
+  _bound_tables text[];
+  _bound_names text[];
+  _bound_lowers bigint[];
+  _bound_uppers bigint[];
   -- The locks that keep every writer of history out (a late set, a move out of the
   -- default partitions): SHARE on each parent, ACCESS EXCLUSIVE on its default.
   _writers_out text[] := array(select x from unnest(queues.history_tables()) t(name),
@@ -88,11 +96,15 @@ begin
   _last_id := queues.last_task_id();
 
   begin
+    select coalesce(array_agg(b.table_name), '{}'), coalesce(array_agg(b.partition_name), '{}'),
+           coalesce(array_agg(b.lower_bound), '{}'), coalesce(array_agg(b.upper_bound), '{}')
+      into _bound_tables, _bound_names, _bound_lowers, _bound_uppers
+      from queues.history_partition_bounds() b;
     -- 1. Ahead of need: a half made set, unless a task fell into the default partition in
     --    its range (maintenance fell behind while it was half made): then task's
     --    partition cannot be attached, new sets start above it, and step 1b finishes it
     --    by moving those tasks into it.
-    with b as (select * from queues.history_partition_bounds())
+    with b as (select * from unnest(_bound_tables, _bound_lowers, _bound_uppers) b(table_name, lower_bound, upper_bound))
     select h.lower_bound, h.upper_bound into _lower, _upper
       from (select distinct b.lower_bound, b.upper_bound from b) h
      where not exists (select 1 from b x where x.table_name = 'task' and x.lower_bound = h.lower_bound)
@@ -103,7 +115,7 @@ begin
     if _lower is null then
       -- A new set. Ranges are never reused: above every partition there is or was, and
       -- above any task in the default partition (a new set cannot overlap rows there).
-      select greatest(coalesce((select max(b.upper_bound) from queues.history_partition_bounds() b), 0),
+      select greatest(coalesce((select max(b.upper_bound) from unnest(_bound_uppers) b(upper_bound)), 0),
                       coalesce((select max(d.upper_bound) from queues.history_partition_dropped d), 0),
                       coalesce((select max(t.task_id) + 1 from queues.task_default t), 0))
         into _lower;
@@ -126,11 +138,16 @@ begin
       _doing := format('make the set from %s at once (late)', _lower);
       perform queues.lock_history_tables(_writers_out, _writers_out_modes, _setting.lock_timeout_ms);
       _last_id := queues.last_task_id();
-      if exists (select 1 from queues.history_partition_bounds() b where b.lower_bound = _lower)
+      -- Under these locks no partition can be attached or detached.
+      select coalesce(array_agg(b.table_name), '{}'), coalesce(array_agg(b.partition_name), '{}'),
+             coalesce(array_agg(b.lower_bound), '{}'), coalesce(array_agg(b.upper_bound), '{}')
+        into _bound_tables, _bound_names, _bound_lowers, _bound_uppers
+        from queues.history_partition_bounds() b;
+      if exists (select 1 from unnest(_bound_lowers) b(lower_bound) where b.lower_bound = _lower)
          and not exists (select 1 from queues.task_default t where t.task_id >= _lower and t.task_id < _upper) then
         null; -- a half made set that no task has reached: finished as it is
       else
-        select greatest(coalesce((select max(b.upper_bound) from queues.history_partition_bounds() b), 0),
+        select greatest(coalesce((select max(b.upper_bound) from unnest(_bound_uppers) b(upper_bound)), 0),
                         coalesce((select max(d.upper_bound) from queues.history_partition_dropped d), 0),
                         coalesce((select max(t.task_id) + 1 from queues.task_default t), 0),
                         _last_id + 1)
@@ -169,7 +186,7 @@ begin
     select t.task_id into _spilled from queues.task_default t order by t.task_id limit 1;
     if _spilled is not null then
       with r as (
-        select b.lower_bound, b.upper_bound from queues.history_partition_bounds() b
+        select b.lower_bound, b.upper_bound from unnest(_bound_lowers, _bound_uppers) b(lower_bound, upper_bound)
         union all
         select d.lower_bound, d.upper_bound from queues.history_partition_dropped d
       )
@@ -224,7 +241,8 @@ begin
 
     -- 3. A fact table's partition of a dropped set: detached, a catalog change.
     select b.table_name, b.partition_name, b.lower_bound, b.upper_bound into _table, _name, _lower, _upper
-      from queues.history_partition_bounds() b
+      from unnest(_bound_tables, _bound_names, _bound_lowers, _bound_uppers)
+           b(table_name, partition_name, lower_bound, upper_bound)
      where exists (select 1 from queues.history_partition_dropped d
                     where d.lower_bound = b.lower_bound and d.upper_bound = b.upper_bound)
      order by b.lower_bound, b.table_name

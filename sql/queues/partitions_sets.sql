@@ -5,6 +5,8 @@
 -- The bounds are read as queues.history_sets reads them: deparsed without opening the
 -- partition (relation 0; naming the partition opened each one, 40 ms a call in a new
 -- session with 24 sets against 9), their two values the 2nd and 4th fields between quotes.
+-- The subquery is kept whole (offset 0), so that each bound is deparsed once, not once for
+-- each of the three expressions that read it (5.6 to 3.8 ms with 247 partitions).
 create or replace function queues.history_partition_bounds()
   returns table (table_name text, partition_name text, lower_bound bigint, upper_bound bigint)
   language sql stable
@@ -14,7 +16,8 @@ as $$
     from (select t.name, c.relname, pg_get_expr(c.relpartbound, 0) as bound
             from unnest(queues.history_tables()) t(name)
             join pg_inherits i on i.inhparent = to_regclass(format('queues.%I', t.name))
-            join pg_class c on c.oid = i.inhrelid) b
+            join pg_class c on c.oid = i.inhrelid
+          offset 0) b
    where b.bound like 'FOR VALUES FROM (%'
 $$;
 
