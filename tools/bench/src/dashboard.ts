@@ -38,6 +38,8 @@ export class DashboardPollers {
   #durations: number[] = [];
   #errors = 0;
   #firstError: string | undefined;
+  /** The wake-ups of the loops sleeping between polls: stop() ends their sleep. */
+  #sleeping = new Set<() => void>();
 
   constructor(
     readonly url: string,
@@ -77,12 +79,22 @@ export class DashboardPollers {
   }
 
   #sleep(ms: number): Promise<void> {
-    return new Promise((resolve) => setTimeout(resolve, ms));
+    if (this.#stopped) return Promise.resolve();
+    return new Promise((resolve) => {
+      const wake = () => {
+        clearTimeout(timer);
+        this.#sleeping.delete(wake);
+        resolve();
+      };
+      const timer = setTimeout(wake, ms);
+      this.#sleeping.add(wake);
+    });
   }
 
-  /** Stops polling (idempotent) and returns what was measured. */
+  /** Stops polling (idempotent; a loop between polls stops at once) and returns what was measured. */
   async stop(): Promise<PollStats> {
     this.#stopped = true;
+    for (const wake of [...this.#sleeping]) wake();
     await Promise.all(this.#loops);
     const d = this.#durations;
     return {

@@ -159,7 +159,8 @@ interface Db {
  * What a database has written so far: the cluster's WAL insert position, and heap rows
  * inserted, updated and deleted per table of this database (pg_stat_user_tables; history
  * partitions added up under their parent's name). A backend reports its counters when it
- * ends or at most every second, so read it after the writers have stopped and a pause.
+ * ends or at most every second, so read it once the writers' backends have exited
+ * (backendsExited).
  */
 interface Written {
   wal: number;
@@ -179,6 +180,38 @@ async function writtenSoFar(url: string): Promise<Written> {
          from pg_stat_user_tables group by 1`,
     );
     return { wal: Number(wal[0]!.bytes), tables: new Map(rows.map((r) => [r.table_name, Number(r.n)])) };
+  });
+}
+
+/**
+ * The client backends connected to `url`'s database but the caller's own and the
+ * dashboards' (readers that poll on while a drain runs), by pid.
+ */
+async function clientBackends(url: string): Promise<number[]> {
+  return withClient(url, async (c) => {
+    const { rows } = await c.query<{ pid: number }>(
+      `select pid from pg_stat_activity
+        where datname = current_database() and backend_type = 'client backend' and pid <> pg_backend_pid()
+          and application_name <> 'bench-dashboard'`,
+    );
+    return rows.map((r) => r.pid);
+  });
+}
+
+/**
+ * Waits until the backends `pids` have exited (at most `timeoutMs`, then the counters are
+ * read as they are). A backend reports its counters among its first exit hooks and leaves
+ * pg_stat_activity among the last, so once it is gone writtenSoFar counts all it wrote.
+ */
+async function backendsExited(url: string, pids: number[], timeoutMs = 10_000): Promise<void> {
+  if (pids.length === 0) return;
+  await withClient(url, async (c) => {
+    const deadline = performance.now() + timeoutMs;
+    while (performance.now() < deadline) {
+      const { rows } = await c.query(`select 1 from pg_stat_activity where pid = any($1::int[])`, [pids]);
+      if (rows.length === 0) return;
+      await sleep(20);
+    }
   });
 }
 
@@ -465,6 +498,9 @@ class Harness {
       await this.enqueue(system, db, 'batch', n, kind === 'db_function' ? 'db_function' : undefined);
       await withClient(db.root, (c) => c.query('vacuum analyze'));
       await this.checkpoint();
+      // The enqueuer's backends, which may still be exiting: their counters are read
+      // before the drain's.
+      const enqueuers = await clientBackends(db.root);
       const runners = Array.from({ length: opts.processes }, (_, k) =>
         this.spawn(system, `worker ${k + 1}`, {
           mode: 'work',
@@ -475,12 +511,13 @@ class Harness {
           kind,
         }),
       );
-      await sleep(1200); // the enqueuers' counters reported
-      const written0 = await writtenSoFar(db.root);
+      let written0: Written;
       let results: RunnerResult[];
       let elapsedMs: number;
       try {
+        await backendsExited(db.root, enqueuers); // the enqueuers' counters reported
         await withTimeout(Promise.all(runners.map((r) => r.ready)), 60_000, `${system} workers ready`);
+        written0 = await writtenSoFar(db.root);
         const started = performance.now();
         for (const r of runners) r.go();
         const done = await this.waitFor(
@@ -525,8 +562,9 @@ class Harness {
       }
       const rate = (n / elapsedMs) * 1000;
       this.record(opts.metric, system, trial, rate);
-      // What the drain wrote, per task: the runners have exited (their backends reported).
-      await sleep(1200);
+      // What the drain wrote, per task: the runners have exited, and once their backends
+      // have too, their counters are reported.
+      await backendsExited(db.root, await clientBackends(db.root));
       const written1 = await writtenSoFar(db.root);
       const perTable: string[] = [];
       let rowsWritten = 0;
