@@ -259,17 +259,21 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.#heartbeats.stop();
     await this.#listener.stop();
     await this.#heartbeats.reportStopped();
-    // A step stuck in SQL keeps its connection checked out, and pool.end() would wait for
+    // The completions asked for are recorded before the worker says it stopped, within
+    // the grace period (at least two seconds: a loaded database may take that long). A
+    // step stuck in SQL keeps its connection checked out, and pool.end() would wait for
     // it: give it two seconds. (Its lease is released; the process exiting closes it.)
-    let endTimer: NodeJS.Timeout | undefined;
-    await Promise.race([
-      Promise.all([
+    const timers: NodeJS.Timeout[] = [];
+    const within = (ms: number, work: Promise<unknown>) =>
+      Promise.race([work, new Promise<void>((resolve) => timers.push(setTimeout(resolve, ms)))]);
+    await Promise.all([
+      within(
+        Math.max(2000, graceMs),
         this.#warm.then(() => this.#completer.drain()).then(() => this.#completer.close()),
-        this.pool.end(),
-      ]),
-      new Promise<void>((resolve) => (endTimer = setTimeout(resolve, 2000))),
+      ),
+      within(2000, this.pool.end()),
     ]);
-    clearTimeout(endTimer);
+    for (const t of timers) clearTimeout(t);
     this.#stopped = true;
     this.#log.info({ event: 'worker_stopped', unfinished: left.length }, 'worker stopped');
   }

