@@ -48,6 +48,15 @@ describe('resend email provider', () => {
     });
   });
 
+  it('sends one message after another on connections kept alive', async () => {
+    const provider = createResendEmailProvider({ apiKey: API_KEY, baseUrl: fake.url });
+    for (let i = 1; i <= 5; i++) await provider.send({ ...payload, idempotency_key: `a-${i}` }, ctx());
+    const connections = fake.requests.map((r) => r.connection);
+    expect(connections).toHaveLength(5);
+    // A connection closed after each answer would give five.
+    expect(new Set(connections).size).toBeLessThan(3);
+  });
+
   it('sends no Idempotency-Key when the payload has none', async () => {
     const provider = createResendEmailProvider({ apiKey: API_KEY, baseUrl: fake.url });
     const { idempotency_key: _, ...rest } = payload;

@@ -21,6 +21,8 @@ export interface RecordedRequest {
   form?: Record<string, string>;
   /** The status the fake answered with. */
   status?: number;
+  /** Which connection carried the request: 1 for the server's first, 2 for its second, and so on. */
+  connection: number;
 }
 
 /** What every fake server returns. */
@@ -78,8 +80,14 @@ export async function startHttpFake(
   let failures: FailSpec[] = [];
   let holding = false;
   const held: (() => void)[] = [];
+  // Connections are kept alive between requests, as the real APIs keep them, so a
+  // client's pool reuses them; each gets a number for RecordedRequest.connection.
+  const connections = new WeakMap<object, number>();
+  let connectionCount = 0;
 
   const server = createServer((req, res) => {
+    let connection = connections.get(req.socket);
+    if (connection === undefined) connections.set(req.socket, (connection = ++connectionCount));
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
@@ -92,6 +100,7 @@ export async function startHttpFake(
         query: Object.fromEntries(u.searchParams),
         headers: req.headers,
         body,
+        connection,
       };
       const type = String(req.headers['content-type'] ?? '');
       if (type.includes('json') && body) {
@@ -155,7 +164,7 @@ export async function startHttpFake(
 }
 
 function send(res: ServerResponse, reply: Reply): void {
-  const headers: Record<string, string> = { connection: 'close', ...reply.headers };
+  const headers: Record<string, string> = { ...reply.headers };
   if (reply.body === undefined) {
     res.writeHead(reply.status, headers).end();
   } else if (typeof reply.body === 'string') {
