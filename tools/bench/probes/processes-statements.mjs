@@ -7,7 +7,8 @@
 // called most often; REPLANNED=1 only those planned at more than half of their calls (a
 // plan not kept by the session: a custom plan chosen at each call, or dynamic SQL); TOP=n
 // lists n statements (25). VARIANT=<file.sql> runs that SQL as the superuser first (a
-// function's other version).
+// function's other version). FUNCTIONS=n also lists the n functions with the most time of
+// their own (pg_stat_user_functions' self_time, wall time: a lock wait counts too).
 import { readFileSync } from 'node:fs';
 import pg from 'pg';
 import { createResendEmailProvider } from '@org/providers';
@@ -27,6 +28,7 @@ try {
   if (process.env.VARIANT) await root.query(readFileSync(process.env.VARIANT, 'utf8'));
   // Planning time too: the channel processes' statements are dynamic SQL, planned per call.
   await root.query(`alter system set pg_stat_statements.track_planning = on`);
+  if (process.env.FUNCTIONS) await root.query(`alter system set track_functions = 'all'`);
   await root.query('select pg_reload_conf()');
   await root.query(`insert into internal.setting (name, value) values ('backoff_scale', '0.002')`);
   const app = new pg.Client({ connectionString: urls.app });
@@ -39,6 +41,7 @@ try {
   await app.end();
   await root.query('vacuum analyze');
   await root.query('select pg_stat_statements_reset()');
+  await root.query('select pg_stat_reset()');
   const registry = new ProcessorRegistry()
     .register('db_function', dbFunctionProcessor())
     .register('email', channelTaskProcessor(createResendEmailProvider({ apiKey: 're_probe', baseUrl: resend.url })));
@@ -100,6 +103,18 @@ try {
     [PROCESSES, Boolean(process.env.REPLANNED)],
   );
   console.table(rows);
+  if (process.env.FUNCTIONS) {
+    // The counters of a backend reach the view when it reports them: at its exit at the latest.
+    await root.query('select pg_stat_force_next_flush()');
+    const { rows: functions } = await root.query(
+      `select schemaname || '.' || funcname as function, calls,
+              round((self_time * 1000 / $1)::numeric, 1) as self_us_per_process,
+              round((total_time * 1000 / $1)::numeric, 1) as total_us_per_process
+         from pg_stat_user_functions order by self_time desc limit ${Number(process.env.FUNCTIONS)}`,
+      [PROCESSES],
+    );
+    console.table(functions);
+  }
   await root.end();
 } finally {
   await resend.close?.();
