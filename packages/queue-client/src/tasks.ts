@@ -915,10 +915,7 @@ export async function runBeforeProviderCalls(
       prepared('queue_client_function_before_provider_calls', db),
     ),
   );
-  const answers: BeforeProviderCallAnswer[] = calls.map(() => ({
-    ok: false,
-    error: new QueueError('internal.run_before_provider_calls returned no row for this call', 'database'),
-  }));
+  const answers: (BeforeProviderCallAnswer | undefined)[] = calls.map(() => undefined);
   for (const row of rows) {
     const i = row.ord - 1;
     if (i < 0 || i >= answers.length) continue;
@@ -939,7 +936,14 @@ export async function runBeforeProviderCalls(
             },
           };
   }
-  return answers;
+  // An error (and its stack trace) is made only for a call without an answer.
+  return answers.map(
+    (a) =>
+      a ?? {
+        ok: false,
+        error: new QueueError('internal.run_before_provider_calls returned no row for this call', 'database'),
+      },
+  );
 }
 
 /**

@@ -5,7 +5,8 @@
 // one (a second supervisor run of the same roots, say). Prints the backend's CPU (utime +
 // stime from /proc, 10 ms ticks) and the wall time per call; compare against a trivial
 // statement in the same run ("select 1 where $1::bigint > 0"), which is the cost of a
-// round trip.
+// round trip. SQL=<file.sql>[,<file.sql>...] runs those files as the superuser first
+// (another version of a function under another name).
 //   STMTS='["select comms.send_email_supervisor_facts($1)", ...]' node tools/bench/probes/call-cpu.mjs [calls=1000]
 import pg from 'pg';
 import { readFileSync } from 'node:fs';
@@ -21,6 +22,7 @@ const cpuMicros = (pid) => {
 const server = await openServer({ name: `bench-call-cpu-${process.pid}` });
 try {
   const { urls, root } = await probeDatabase(server);
+  for (const file of (process.env.SQL ?? '').split(',').filter(Boolean)) await root.query(readFileSync(file, 'utf8'));
   await root.query(`insert into internal.setting (name, value) values ('backoff_scale', '0.002')`);
   const app = new pg.Client({ connectionString: urls.app });
   await app.connect();
