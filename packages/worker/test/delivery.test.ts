@@ -126,7 +126,9 @@ describe('a worker killed between the provider call and the success handler', ()
       await eventually(async () => (await smsOutcome(id)).succeeded, 'sms process succeeded', 30_000);
       await stopWorkers();
       expect(await smsOutcome(id)).toMatchObject({ attempts: 1, succeeded: true, errors: null });
-      expect(twilio.requests.filter((r) => r.method === 'POST')).toHaveLength(2);
+      // Sent again by the second worker; once more if a loaded machine let that worker's
+      // 2 s lease expire during its call (at least once allows it).
+      expect(twilio.requests.filter((r) => r.method === 'POST').length).toBeGreaterThanOrEqual(2);
     } finally {
       await db.query(
         `update internal.channel_delivery_mode set delivery_mode = 'at_most_once' where task_type = 'sms'`,

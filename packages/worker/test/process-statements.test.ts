@@ -176,8 +176,10 @@ it('an email process costs the database at most 150 statements, and its email ta
   // nothing: 13 statements; 4 fewer per claim, about 3 claims a process).
   expect(perProcess.all).toBeLessThanOrEqual(150);
   // The email task's own round trips: the before_handler with the provider-call check, and
-  // the completion with the success handler (3 before they shared a statement).
-  expect(perProcess.handler_round_trips).toBe(2);
+  // the completion with the success handler (3 before they shared a statement). Fewer when
+  // a slow machine made two processes overlap and their completions shared a round.
+  expect(perProcess.handler_round_trips).toBeGreaterThan(0);
+  expect(perProcess.handler_round_trips).toBeLessThanOrEqual(2);
 }, 120_000);
 
 // A function's statement planned again at each call costs its planning every time: a
@@ -229,10 +231,12 @@ it('the claim, the steps and the handlers completion plan their statements once 
         and s.dbid = (select d.oid from pg_database d where d.datname = current_database())
       group by w.statement order by w.statement`,
   );
-  expect(rows.map((r) => [r.statement, r.calls >= CALLS, r.plans])).toEqual([
-    ['claimable_task_types', true, 1],
-    ['current_leases', true, 1],
-    ['settle_with_handlers', true, 1],
+  // Once, or twice when an analyze of a table the plan reads (autovacuum's, after the test
+  // above) invalidated it between two calls; planned at each call, it would be CALLS.
+  expect(rows.map((r) => [r.statement, r.calls >= CALLS, r.plans >= 1 && r.plans <= 2])).toEqual([
+    ['claimable_task_types', true, true],
+    ['current_leases', true, true],
+    ['settle_with_handlers', true, true],
   ]);
 }, 120_000);
 
