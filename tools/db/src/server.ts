@@ -39,8 +39,10 @@ export interface DatabaseUrls {
 }
 
 export async function openServer(options: {
-  /** Name of the embedded data folder under .data/ (ignored with adminUrl). */
+  /** Name of the embedded data folder under `root` (ignored with adminUrl). */
   name: string;
+  /** The folder that holds the embedded data folder: default .data/ in the checkout. */
+  root?: string;
   /** Use this server instead of an embedded one. */
   adminUrl?: string;
   port?: number;
@@ -65,7 +67,7 @@ export async function openServer(options: {
     };
   }
   const embedded = await startEmbedded({
-    dataDir: join(dataRoot(), options.name),
+    dataDir: join(options.root ?? dataRoot(), options.name),
     port: options.port,
     log: options.log,
   });
