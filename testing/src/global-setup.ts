@@ -1,7 +1,8 @@
 // vitest globalSetup: one PostgreSQL server per test run (embedded in test-<pid>_<time>
 // under /dev/shm or .data/, see serverRoot; or the admin DATABASE_URL), with a migrated
 // template database that every test file clones (see createTestDatabase).
-import { mkdirSync, statfsSync } from 'node:fs';
+import { mkdirSync, readdirSync, rmSync, statfsSync } from 'node:fs';
+import { join } from 'node:path';
 import pg from 'pg';
 import type { TestProject } from 'vitest/node';
 import { openServer, provisionDatabase, withRootClient } from '@org/db-tools/server';
@@ -24,9 +25,32 @@ function serverRoot(): string | undefined {
     const fs = statfsSync('/dev/shm');
     if (fs.type !== TMPFS_MAGIC || fs.bavail * fs.bsize < 4 * 2 ** 30) return undefined;
     mkdirSync(MEMORY_ROOT, { recursive: true });
+    removeOrphans(MEMORY_ROOT);
     return MEMORY_ROOT;
   } catch {
     return undefined;
+  }
+}
+
+/**
+ * Removes what runs whose process is gone left in memory (a run killed before its
+ * teardown): the folder test-<pid>_<time> and its credentials file beside it. The runs of
+ * other checkouts that are still alive are left alone.
+ */
+function removeOrphans(root: string): void {
+  for (const name of readdirSync(root)) {
+    const pid = Number(/^test-(\d+)_/.exec(name)?.[1]);
+    if (!pid || isAlive(pid)) continue;
+    rmSync(join(root, name), { recursive: true, force: true });
+  }
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 
