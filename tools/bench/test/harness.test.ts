@@ -36,7 +36,10 @@ describe('benchmark harness (smoke)', () => {
       options,
     );
 
-    expect(results.anomalies, log.join('\n')).toEqual([]);
+    // Every anomaly but a late producer: its schedule (an open loop, 20 a second) is the
+    // machine's to keep, and a loaded machine may fall behind it; the full run reports it.
+    const anomalies = results.anomalies.filter((a) => !a.message.startsWith('producer fell behind its schedule'));
+    expect(anomalies, log.join('\n')).toEqual([]);
 
     // Every drain, enqueue and latency run: each task completed (or enqueued) exactly once,
     // and each handler ran once per task.
