@@ -181,6 +181,41 @@ export function createLogger(options: CreateLoggerOptions): Logger {
   return redactingChildren(pino(opts, stream));
 }
 
+/** What endLogger needs of a logger's stream (pino's own, a SonicBoom, has it). */
+interface EndableStream {
+  end(): void;
+  once(event: 'close' | 'error', listener: () => void): unknown;
+  destroyed?: boolean;
+}
+
+/**
+ * Writes every line `logger` has taken, then ends its stream: resolves when that is done,
+ * or after `ms` (a stdout nobody reads does not hold the caller). pino writes to stdout
+ * asynchronously, on libuv's thread pool, and a process that exits loses a write under
+ * way (its exit handler writes only what is still buffered): on a busy machine, a
+ * program's last lines. A program calls it just before its exit; the logger takes no line
+ * after it. A logger whose stream cannot end (pretty output, written synchronously; a
+ * destination given) resolves at once.
+ */
+export function endLogger(logger: Logger, ms = 5000): Promise<void> {
+  const stream = (logger as unknown as Record<symbol, unknown>)[pino.symbols.streamSym] as
+    Partial<EndableStream> | undefined;
+  if (typeof stream?.end !== 'function' || typeof stream.once !== 'function' || stream.destroyed) {
+    return Promise.resolve();
+  }
+  const endable = stream as EndableStream;
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    const done = () => {
+      clearTimeout(timer);
+      resolve();
+    };
+    endable.once('close', done);
+    endable.once('error', done);
+    endable.end();
+  });
+}
+
 /** A connection string with its password masked. */
 export function maskUrl(url: string): string {
   try {

@@ -1,10 +1,10 @@
 // The logger alone (pino), not the settings parser of @org/config's root (zod): a process
 // that embeds the worker loads only what it runs.
 import type { LogFormat } from '@org/config';
-import { createLogger as createSharedLogger, maskUrl, type Logger } from '@org/config/logger';
+import { createLogger as createSharedLogger, endLogger, maskUrl, type Logger } from '@org/config/logger';
 
 export type { Logger };
-export { maskUrl };
+export { endLogger, maskUrl };
 
 /**
  * The worker's logger: the shape every program shares (@org/config), as `queue-worker`.

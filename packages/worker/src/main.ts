@@ -12,7 +12,7 @@
 import pg from 'pg';
 import { revokeWorkerLeases } from '@org/queue-client';
 import { commandConfig, ConfigError, type WorkerConfig } from './config.js';
-import { createLogger, maskUrl, type Logger } from './logger.js';
+import { createLogger, endLogger, maskUrl, type Logger } from './logger.js';
 import { WorkerHealth } from './health.js';
 import { serveWorkerMetrics, WorkerMetrics } from './metrics.js';
 import type { ProcessorRegistry } from './processor.js';
@@ -40,9 +40,14 @@ export async function runWorkerMain(options: WorkerMainOptions): Promise<number>
   const config = commandConfig(argv, env);
   if (typeof config === 'number') return config; // --help, or bad settings
   const logger = createLogger(config.logLevel, undefined, config.logFormat);
-  if (env[POOL_MEMBER_ENV] === '1' && process.send) return runPoolMember(config, logger, options);
-  if (config.processes !== undefined) return runPool(config, logger, argv, env);
-  return runSingle(config, logger, options);
+  try {
+    if (env[POOL_MEMBER_ENV] === '1' && process.send) return await runPoolMember(config, logger, options);
+    if (config.processes !== undefined) return await runPool(config, logger, argv, env);
+    return await runSingle(config, logger, options);
+  } finally {
+    // The last lines (worker_stopped) written before the process exits.
+    await endLogger(logger);
+  }
 }
 
 /** Runs the command line, then exits the process with its code (1, with the stack, if it throws). */

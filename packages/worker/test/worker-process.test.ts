@@ -71,6 +71,17 @@ describe('worker process', () => {
     await db.query(`delete from queues.task_pending where task_type = 'slow'`);
   });
 
+  it('SIGTERM: the last log line is written before the process exits, however long its write takes', async () => {
+    const preload = fileURLToPath(new URL('./support/slow-last-log-write.mjs', import.meta.url));
+    const child = worker({ WORKER_ROLE: 'slow', NODE_OPTIONS: `--import ${preload}` });
+    await eventually(() => logLines(child.output()).some((l) => l.event === 'worker_started'), 'the worker started');
+    child.process.kill('SIGTERM');
+    expect(await child.exited).toEqual({ code: 0, signal: null });
+    const events = logLines(child.output()).map((l) => l.event);
+    expect(events).toContain('worker_stopping');
+    expect(events.at(-1)).toBe('worker_stopped');
+  });
+
   it('SIGTERM past the grace period: the rest is released, claimable at once, exit 0', async () => {
     const id = await enqueue(db, 'slow', { ms: 60_000 });
     const child = worker({
