@@ -20,4 +20,12 @@ export {
   type Setting,
   type Settings,
 } from './settings.js';
-export { createLogger, isPretty, loggerOptions, maskUrl, type CreateLoggerOptions, type Logger } from './logger.js';
+export {
+  createLogger,
+  endLogger,
+  isPretty,
+  loggerOptions,
+  maskUrl,
+  type CreateLoggerOptions,
+  type Logger,
+} from './logger.js';

@@ -195,9 +195,10 @@ interface EndableStream {
  * way (its exit handler writes only what is still buffered): on a busy machine, a
  * program's last lines. A program calls it just before its exit; the logger takes no line
  * after it. A logger whose stream cannot end (pretty output, written synchronously; a
- * destination given) resolves at once.
+ * destination given) resolves at once. (`object`: a framework's view of a pino logger, such
+ * as Fastify's `app.log`, will do.)
  */
-export function endLogger(logger: Logger, ms = 5000): Promise<void> {
+export function endLogger(logger: Logger | object, ms = 5000): Promise<void> {
   const stream = (logger as unknown as Record<symbol, unknown>)[pino.symbols.streamSym] as
     Partial<EndableStream> | undefined;
   if (typeof stream?.end !== 'function' || typeof stream.once !== 'function' || stream.destroyed) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Starts the files service from environment variables (see --help, config.ts); exits 2
 // with one line per bad value.
-import { createLogger } from '@org/config';
+import { createLogger, endLogger } from '@org/config';
 import { createFilesService } from './app.js';
 import { commandConfig } from './config.js';
 
@@ -17,9 +17,10 @@ if (process.channel) process.once('disconnect', () => process.emit('SIGTERM'));
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
     log.info({ event: 'stopping', signal }, 'shutting down');
+    // Its last lines written before the exit (endLogger).
     app.close().then(
-      () => process.exit(0),
-      () => process.exit(1),
+      () => endLogger(log).then(() => process.exit(0)),
+      () => endLogger(log).then(() => process.exit(1)),
     );
   });
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // queue-web: the web server: the operations REST API, dashboard and /metrics. Settings from the environment
 // (see --help). Exit codes: 0 stopped cleanly, 1 crashed, 2 bad configuration.
+import { endLogger } from '@org/config';
 import { createApi } from './app.js';
 import { API_CONFIG } from './config.js';
 
@@ -21,6 +22,8 @@ async function main(): Promise<number> {
   await stop;
   app.log.info({ event: 'stopping' }, 'stopping');
   await app.close();
+  // Its last lines written before the exit.
+  await endLogger(app.log);
   return 0;
 }
 
