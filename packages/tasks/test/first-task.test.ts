@@ -176,11 +176,18 @@ it('takes four steps and one hand-written file, and the task runs', async () => 
   const { rows } = await db.query('select result from queues.task_result where task_id = $1', [answer.task_id]);
   expect(rows[0]?.result).toEqual({ sent: true });
   const logged = /The worker logs `([^`]+)` and `([^`]+)`/.exec(readme)!;
-  const lines = workerOutput
-    .split('\n')
-    .filter((l) => l.startsWith('{'))
-    .map((l) => JSON.parse(l) as { msg?: string; task_id?: unknown });
-  expect(lines.filter((l) => String(l.task_id) === String(answer.task_id)).map((l) => l.msg)).toEqual(
-    expect.arrayContaining([logged[1], logged[2]]),
-  );
+  const taskLines = () =>
+    workerOutput
+      .split('\n')
+      .filter((l) => l.startsWith('{') && l.endsWith('}'))
+      .map((l) => JSON.parse(l) as { msg?: string; task_id?: unknown })
+      .filter((l) => String(l.task_id) === String(answer.task_id))
+      .map((l) => l.msg);
+  // The completion is in the database before its log line reaches this process.
+  await eventually(
+    () => Promise.resolve(taskLines().includes(logged[2]) ? true : undefined),
+    'the completion logged',
+    10_000,
+  ).catch(() => undefined);
+  expect(taskLines()).toEqual(expect.arrayContaining([logged[1], logged[2]]));
 });
