@@ -17,7 +17,7 @@ import {
   Worker,
   type WorkerOptions,
 } from '../src/index.js';
-import { effects, eventually, factsOf, handlerCalls, installFixtures } from './support/fixtures.js';
+import { effects, eventually, factsOf, handlerCalls, installFixtures, stepsRunning } from './support/fixtures.js';
 
 let db: TestDatabase;
 const workers: Worker[] = [];
@@ -253,15 +253,7 @@ describe('a completion made by someone else (item 2)', () => {
     worker.on('lease_lost', (task) => lost.push(task.taskId));
     worker.on('completed', (task, report) => done.push(`${task.taskId}:${report.outcome}`));
     await eventually(async () => (await factsOf(db, id)).leases === 2, 'the worker to lease the task');
-    await eventually(
-      async () =>
-        (
-          await db.query(
-            `select 1 from pg_stat_activity where datname = current_database() and state = 'active' and query like '%run_steps%'`,
-          )
-        ).rowCount === 1,
-      'the worker to start the step',
-    );
+    await eventually(async () => (await stepsRunning(db)) === 1, 'the worker to start the step');
     // Another claimer (with a clock an hour ahead) finds the lease expired and abandons the task.
     await db.query(`select * from queues.claim_tasks_at(now() + interval '1 hour', 'other', 10, null, 60, 1)`);
     expect((await factsOf(db, id)).outcome).toBe('abandoned');

@@ -2,6 +2,19 @@
 // task types for test processors.
 import type { TestDatabase } from '@org/testing';
 
+/** The advisory lock fixture.step holds while it sleeps (see `stepsRunning`). */
+export const STEP_RUNNING_LOCK = { classid: 7391, objid: 1 } as const;
+
+/** How many fixture.step calls are sleeping now, in any role's session. */
+export async function stepsRunning(db: TestDatabase): Promise<number> {
+  const { rows } = await db.query<{ n: number }>(
+    `select count(*)::int as n from pg_locks
+      where locktype = 'advisory' and classid = $1 and objid = $2 and objsubid = 2 and granted`,
+    [STEP_RUNNING_LOCK.classid, STEP_RUNNING_LOCK.objid],
+  );
+  return rows[0].n;
+}
+
 export async function installFixtures(db: TestDatabase): Promise<void> {
   const worker = db.dbUsers.worker;
   await db.query(`
@@ -9,12 +22,17 @@ export async function installFixtures(db: TestDatabase): Promise<void> {
     create table fixture.effect (task_key text not null, created_at timestamptz not null default now());
     create table fixture.handler_call (kind text not null, body jsonb not null);
 
-    -- A step with an effect, returning whatever envelope the payload asks for.
+    -- A step with an effect, returning whatever envelope the payload asks for. While it
+    -- sleeps, it holds a shared advisory lock (STEP_RUNNING_LOCK): pg_locks shows it to every
+    -- role, where pg_stat_activity hides another role's query.
     create function fixture.step(payload jsonb) returns jsonb
       language plpgsql volatile security definer set search_path = pg_catalog, pg_temp as $$
     begin
       insert into fixture.effect (task_key) values (coalesce(payload->>'key', 'none'));
-      if payload->>'sleep' is not null then perform pg_sleep((payload->>'sleep')::float); end if;
+      if payload->>'sleep' is not null then
+        perform pg_advisory_xact_lock_shared(${STEP_RUNNING_LOCK.classid}, ${STEP_RUNNING_LOCK.objid});
+        perform pg_sleep((payload->>'sleep')::float);
+      end if;
       if payload ? 'raise' then raise exception 'step failed: %', payload->>'raise'; end if;
       return case when payload ? 'result' then payload->'result' else '{"success": true}'::jsonb end;
     end $$;
