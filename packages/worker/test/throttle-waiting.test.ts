@@ -27,7 +27,6 @@ afterAll(async () => {
 
 const run = (type: string) => async (payload: { account: string }) => {
   calls.push({ type, account: payload.account, cleared });
-  if (payload.account === 'warm') await new Promise((r) => setTimeout(r, 70));
   if (payload.account !== 'acme' || cleared) return;
   // The first acme run is refused once the others wait in this worker behind it; any
   // later acme run (one the worker started anyway) is refused too. How many wait depends
