@@ -17,11 +17,17 @@ if (process.channel) process.once('disconnect', () => process.emit('SIGTERM'));
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
     log.info({ event: 'stopping', signal }, 'shutting down');
-    // Its last lines written before the exit (endLogger).
-    app.close().then(
-      () => endLogger(log).then(() => process.exit(0)),
-      () => endLogger(log).then(() => process.exit(1)),
-    );
+    // Exit 0 once closed, 1 if closing failed; its last lines written first (endLogger).
+    void app
+      .close()
+      .then(
+        () => 0,
+        () => 1,
+      )
+      .then(async (code) => {
+        await endLogger(log);
+        process.exit(code);
+      });
   });
 }
 
